@@ -1,0 +1,1 @@
+"""One module per ``oellm`` subcommand (see :mod:`megatron.oellm.cli`)."""

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build an offline "site bundle": the Python packages a GPU node needs beyond its container, unpacked from wheels
+# into one folder and packed as .bundle/site-<tag>.tar.xz. Untar it anywhere and put the folder on PYTHONPATH.
+# Used for air-gapped compute nodes and for the project's lent GPU machine (no internet there).
+#
+#   tools/build_site_bundle.sh [--python-version 3.12] [--out .bundle]
+#
+# On the node:  mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+set -euo pipefail
+PYVER=3.12
+OUT=.bundle
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python-version) PYVER="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+TAG="cp${PYVER/./}"
+PACKAGES=(
+  "megatron-core==0.19.2"
+  "fla-core==0.6.0"
+  "flash-linear-attention==0.6.0"
+  "tilelang==0.1.15"
+  "apache-tvm-ffi==0.1.12"
+  "torch-c-dlpack-ext"
+  "z3-solver"
+)
+WHEELS="$OUT/wheels-$TAG"
+SITE="$OUT/site-$TAG"
+mkdir -p "$WHEELS"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$WHEELS" "${PACKAGES[@]}"
+rm -rf "$SITE" && mkdir -p "$SITE"
+for wheel in "$WHEELS"/*.whl; do
+  python3 -m zipfile -e "$wheel" "$SITE"
+done
+ls "$WHEELS" > "$SITE/BUNDLE_CONTENTS.txt"
+tar -C "$SITE" -cf - . | xz -9 -T0 > "$OUT/site-$TAG.tar.xz"
+echo "wrote $OUT/site-$TAG.tar.xz ($(du -h "$OUT/site-$TAG.tar.xz" | cut -f1)) with: $(tr '\n' ' ' < "$SITE/BUNDLE_CONTENTS.txt")"
