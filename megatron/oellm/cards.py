@@ -67,9 +67,9 @@ class ModelCard:
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "global_aux_loss", "none"]
     """Megatron load-balancing loss type."""
     moe_router_pre_softmax: bool = False
-    """Softmax over all experts before top-k (the Qwen routers) rather than over the chosen k."""
-    moe_router_topk_renormalize: bool = True
-    """Renormalise the chosen top-k probabilities to sum to one (Qwen ``norm_topk_prob``)."""
+    """Megatron's ``moe_router_pre_softmax``: softmax over all experts, then top-k, no renormalisation. False =
+    top-k on the logits, then softmax over the chosen k, which equals the Qwen routers' softmax -> top-k ->
+    renormalise (``norm_topk_prob``)."""
     moe_shared_expert_intermediate_size: int = 0
     """Intermediate width of the shared expert (SwiGLU); 0 = none."""
     moe_shared_expert_gate: bool = False
@@ -199,8 +199,6 @@ QWEN3_5_35B_A3B = ModelCard(
     moe_router_topk=8,
     moe_aux_loss_coeff=1e-3,
     moe_router_load_balancing_type="global_aux_loss",
-    moe_router_pre_softmax=True,
-    moe_router_topk_renormalize=True,
     moe_shared_expert_intermediate_size=512,
     moe_shared_expert_gate=True,
     linear_mixer="gdn",
@@ -246,8 +244,6 @@ QWEN3_30B_A3B = ModelCard(
     moe_router_topk=8,
     moe_aux_loss_coeff=1e-3,
     moe_router_load_balancing_type="global_aux_loss",
-    moe_router_pre_softmax=True,
-    moe_router_topk_renormalize=True,
     norm_epsilon=1e-6,
     untie_embeddings=True,
     max_position_embeddings=40960,
@@ -278,8 +274,6 @@ QWEN3_235B_A22B = ModelCard(
     moe_router_topk=8,
     moe_aux_loss_coeff=1e-3,
     moe_router_load_balancing_type="global_aux_loss",
-    moe_router_pre_softmax=True,
-    moe_router_topk_renormalize=True,
     norm_epsilon=1e-6,
     untie_embeddings=True,
     max_position_embeddings=40960,
@@ -310,8 +304,6 @@ OELLM_CKDA_HYBRID = ModelCard(
     moe_router_topk=5,
     moe_aux_loss_coeff=1e-3,
     moe_router_load_balancing_type="global_aux_loss",
-    moe_router_pre_softmax=True,
-    moe_router_topk_renormalize=True,
     moe_shared_expert_intermediate_size=768,
     moe_shared_expert_gate=True,
     linear_mixer="ckda",

@@ -1,0 +1,98 @@
+"""Model cards as Megatron-LM command-line arguments, and Megatron's own parser to read them back.
+
+Recipes emit these flags (so experiment YAMLs that map keys one-to-one onto Megatron flags keep working), the
+training entry parses them, and the FLOP accounting's megatron-compatible mode feeds the parsed namespace to
+megatron's own FLOP function. The flag names are megatron-core 0.19.2's (``megatron.training.arguments``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from megatron.oellm.cards import ModelCard
+
+FlagValue = bool | int | float | str | Sequence[Any] | None
+
+
+def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, FlagValue]:
+    """Megatron flags (name without ``--`` -> value) that define ``card``'s architecture.
+
+    ``vocab_size`` overrides the card's vocabulary (e.g. the 262,144 padded OEL vocabulary). Hybrid families
+    (a linear mixer) get ``--hybrid-layer-pattern``; the others are GPT models.
+    """
+    flags: dict[str, FlagValue] = {
+        "num-layers": card.num_layers,
+        "hidden-size": card.hidden_size,
+        "ffn-hidden-size": card.moe_ffn_hidden_size,
+        "num-attention-heads": card.num_attention_heads,
+        "group-query-attention": card.num_query_groups != card.num_attention_heads,
+        "num-query-groups": card.num_query_groups,
+        "kv-channels": card.kv_channels,
+        "qk-layernorm": card.qk_layernorm,
+        "attention-output-gate": card.attention_output_gate,
+        "position-embedding-type": "rope",
+        "rotary-percent": card.rotary_percent,
+        "rotary-base": int(card.rotary_base),
+        "normalization": "RMSNorm",
+        "norm-epsilon": card.norm_epsilon,
+        "apply-layernorm-1p": card.zero_centered_norm,
+        "swiglu": True,
+        "disable-bias-linear": True,
+        "untie-embeddings-and-output-weights": card.untie_embeddings,
+        "max-position-embeddings": card.max_position_embeddings,
+        "vocab-size": vocab_size or card.vocab_size,
+        "num-experts": card.num_experts,
+        "moe-ffn-hidden-size": card.moe_ffn_hidden_size,
+        "moe-router-topk": card.moe_router_topk,
+        "moe-router-pre-softmax": card.moe_router_pre_softmax,
+        "moe-router-load-balancing-type": card.moe_router_load_balancing_type,
+        "moe-aux-loss-coeff": card.moe_aux_loss_coeff,
+        "moe-grouped-gemm": True,
+    }
+    if card.moe_shared_expert_intermediate_size:
+        flags["moe-shared-expert-intermediate-size"] = card.moe_shared_expert_intermediate_size
+        flags["moe-shared-expert-gate"] = card.moe_shared_expert_gate
+    if card.linear_mixer != "none":
+        flags["hybrid-layer-pattern"] = card.hybrid_layer_pattern
+        flags.update({
+            "linear-conv-kernel-dim": card.linear_conv_kernel_dim,
+            "linear-key-head-dim": card.linear_key_head_dim,
+            "linear-value-head-dim": card.linear_value_head_dim,
+            "linear-num-key-heads": card.linear_num_key_heads,
+            "linear-num-value-heads": card.linear_num_value_heads,
+        })
+    return flags
+
+
+def flags_to_argv(flags: Mapping[str, FlagValue]) -> list[str]:
+    """Render flags as an argv list: ``True`` -> bare flag, ``False``/``None`` -> omitted, lists -> several values."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        argv.append(f"--{name}")
+        if value is True:
+            continue
+        if isinstance(value, (list, tuple)):
+            argv.extend(str(v) for v in value)
+        else:
+            argv.append(str(value))
+    return argv
+
+
+def megatron_parser(extra_args_provider: Callable[[argparse.ArgumentParser], argparse.ArgumentParser] | None = None,
+                    ) -> argparse.ArgumentParser:
+    """megatron-core 0.19.2's own argument parser (plus ``extra_args_provider``), without validation side effects."""
+    # megatron.oellm's __init__ (already imported as our parent package) applied the typing.override provision.
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = argparse.ArgumentParser(description="Megatron-LM arguments", allow_abbrev=False)
+    parser = add_megatron_arguments(parser)
+    return extra_args_provider(parser) if extra_args_provider else parser
+
+
+def parse_megatron_argv(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv`` with Megatron's parser only (no ``validate_args``): what Megatron would read from it."""
+    return megatron_parser().parse_args(list(argv))
