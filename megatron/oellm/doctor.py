@@ -1,0 +1,500 @@
+"""Environment doctor: which versions are installed, which GPUs are seen, and which known-bad combinations apply.
+
+The work is split so that every rule can be tested without the hardware it is about:
+
+* :func:`collect_environment` probes this process once into an :class:`EnvironmentReport` (package versions from
+  distribution metadata, modules located with ``importlib.util.find_spec`` without importing them; only torch is
+  imported, for its CUDA build and the GPUs);
+* :func:`check_environment` runs each known-bad rule, a pure function of the report and an environment-variable
+  mapping, and returns :class:`Finding` s;
+* :func:`format_text` / :func:`to_json` render them and :func:`exit_status` turns them into the exit status.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+
+from megatron.oellm import MEGATRON_CORE_VERSION
+
+Severity = Literal["error", "warning", "ok"]
+
+NCCL_CHANNEL_VARIABLES = ("NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS")
+"""NCCL variables whose large values make NCCL reserve GPU memory outside PyTorch's allocator."""
+NCCL_CHANNEL_LIMIT = 4
+"""Largest channel count that keeps NCCL's own buffers small (measured on MareNostrum 5 H100 nodes)."""
+
+FLA_BAD_TRITON_FROM = Version("3.4.0")
+"""First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
+FLA_FIXED_TRITON = Version("3.7.1")
+"""First Triton release with which fla's Triton GDN/KDA backward is right again on Hopper."""
+
+
+@dataclass(frozen=True)
+class PackageProbe:
+    """Where to find one component: its distribution names (first installed wins) and its top-level module."""
+
+    name: str
+    """Name shown in the report and used as key of :attr:`EnvironmentReport.versions`."""
+    distributions: tuple[str, ...]
+    """Distribution names to read the version from with ``importlib.metadata``, in order of preference."""
+    module: str
+    """Top-level module; located (not imported) when no distribution metadata is found."""
+
+
+PACKAGE_PROBES: tuple[PackageProbe, ...] = (
+    PackageProbe("torch", ("torch",), "torch"),
+    PackageProbe("triton", ("triton", "pytorch-triton"), "triton"),
+    PackageProbe("megatron-core", ("megatron-core",), "megatron.core"),
+    PackageProbe(
+        "transformer-engine",
+        ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13"),
+        "transformer_engine",
+    ),
+    PackageProbe("transformer-engine-torch", ("transformer-engine-torch",), "transformer_engine_torch"),
+    PackageProbe("fla", ("fla-core", "flash-linear-attention"), "fla"),
+    PackageProbe("tilelang", ("tilelang",), "tilelang"),
+    PackageProbe("deep-ep", ("deep-ep",), "deep_ep"),
+    PackageProbe("apex", ("apex",), "apex"),
+    PackageProbe("flash-attn", ("flash-attn",), "flash_attn"),
+    PackageProbe("transformers", ("transformers",), "transformers"),
+)
+"""Every package the doctor reports, in display order."""
+
+UNKNOWN_VERSION = "unknown"
+"""Version shown for a module that is importable but has no distribution metadata (e.g. a source-tree build)."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One CUDA device as torch sees it."""
+
+    index: int
+    name: str
+    capability: tuple[int, int]
+    """Compute capability (major, minor): 9.x is Hopper (H100, H200, GH200)."""
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class EnvironmentReport:
+    """Everything the doctor knows about this process's software and hardware; the input of every rule."""
+
+    python_version: str
+    typing_override_provided: bool
+    """True when ``megatron.oellm.compat`` had to provide ``typing.override`` (Python < 3.12)."""
+    versions: dict[str, str | None]
+    """Package name (see :data:`PACKAGE_PROBES`) -> version, :data:`UNKNOWN_VERSION`, or None when absent."""
+    cuda_version: str | None = None
+    """CUDA version torch was built with (``torch.version.cuda``); None for a CPU build or without torch."""
+    nccl_version: str | None = None
+    """NCCL version bundled with torch; None for a CPU build or without torch."""
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_probe_error: str | None = None
+    """Why the GPUs could not be listed, when torch raised while probing them."""
+    tilelang_importable: bool = False
+    """``tilelang`` can be found on ``sys.path`` (located, not imported)."""
+    nvcc_path: str | None = None
+    """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
+    hybrid_ep: bool | None = None
+    """``deep_ep`` declares ``HybridEPBuffer`` (its hybrid-ep branch, which megatron-core imports); None if no deep_ep."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one rule: an error makes ``oellm doctor`` exit 1, a warning is reported only."""
+
+    severity: Severity
+    name: str
+    """Short rule name, e.g. ``megatron-core`` or ``fla-hopper-triton``."""
+    message: str
+    fix: str | None = None
+    """What to run or set to resolve it; None for ``ok`` findings."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Collection: the only part that looks at the running process.
+
+
+def _distribution_version(probe: PackageProbe) -> str | None:
+    """Version of the first installed distribution of ``probe``, else UNKNOWN_VERSION if its module is found."""
+    for distribution in probe.distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return UNKNOWN_VERSION if _module_findable(probe.module) else None
+
+
+def _module_findable(module: str) -> bool:
+    """Whether ``module`` is on ``sys.path``, without importing it (a parent package may be imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _typing_override_provided() -> bool:
+    """True when ``typing.override`` exists only because ``megatron.oellm.compat`` installed it."""
+    if sys.version_info >= (3, 12) or not hasattr(typing, "override"):
+        return False
+    import typing_extensions
+
+    return typing.override is typing_extensions.override  # type: ignore[attr-defined]
+
+
+def _find_nvcc(env: Mapping[str, str]) -> str | None:
+    """An nvcc TileLang could use: $CUDA_HOME or $CUDA_PATH, PATH, the nvidia-cuda-nvcc wheel, /usr/local/cuda."""
+    candidates = [Path(env[name]) / "bin" / "nvcc" for name in ("CUDA_HOME", "CUDA_PATH") if env.get(name)]
+    on_path = shutil.which("nvcc", path=env.get("PATH"))
+    if on_path:
+        candidates.append(Path(on_path))
+    try:
+        wheel_files = importlib.metadata.files("nvidia-cuda-nvcc") or []
+    except importlib.metadata.PackageNotFoundError:
+        wheel_files = []
+    candidates += [Path(str(f.locate())) for f in wheel_files if f.name == "nvcc"]
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((str(path) for path in candidates if path.is_file()), None)
+
+
+def _deep_ep_declares_hybrid_ep() -> bool | None:
+    """Whether ``deep_ep/__init__.py`` names ``HybridEPBuffer``; read as text because importing it initialises CUDA.
+
+    None when deep_ep is not installed (or is not a source package whose ``__init__`` can be read).
+    """
+    try:
+        spec = importlib.util.find_spec("deep_ep")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return re.search(r"\bHybridEPBuffer\b", Path(spec.origin).read_text(errors="replace")) is not None
+
+
+def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None]:
+    """(CUDA build version, NCCL version, GPUs, probe error) from torch; all empty when torch is absent."""
+    if not _module_findable("torch"):
+        return None, None, (), None
+    import torch
+
+    cuda_version = torch.version.cuda
+    if cuda_version is None or not torch.cuda.is_available():
+        return cuda_version, None, (), None
+    try:
+        nccl = torch.cuda.nccl.version()
+        nccl_version = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+        gpus = []
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            gpus.append(GpuInfo(index, props.name, (props.major, props.minor), props.total_memory / 2**30))
+    except RuntimeError as error:
+        return cuda_version, None, (), f"{type(error).__name__}: {error}"
+    return cuda_version, nccl_version, tuple(gpus), None
+
+
+def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
+    """Probe this process: package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP.
+
+    ``env`` (default ``os.environ``) is only used to locate nvcc; the rules read their variables separately.
+    """
+    env = os.environ if env is None else env
+    cuda_version, nccl_version, gpus, gpu_probe_error = _torch_cuda_facts()
+    return EnvironmentReport(
+        python_version=".".join(str(part) for part in sys.version_info[:3]),
+        typing_override_provided=_typing_override_provided(),
+        versions={probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES},
+        cuda_version=cuda_version,
+        nccl_version=nccl_version,
+        gpus=gpus,
+        gpu_probe_error=gpu_probe_error,
+        tilelang_importable=_module_findable("tilelang"),
+        nvcc_path=_find_nvcc(env),
+        hybrid_ep=_deep_ep_declares_hybrid_ep(),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rules: pure functions of (report, environment variables) -> findings.
+
+
+def check_python(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Python version and whether ``typing.override`` (needed by ``megatron.training``) had to be provided."""
+    if report.typing_override_provided:
+        message = f"Python {report.python_version}: typing.override provided by megatron.oellm.compat."
+    else:
+        message = f"Python {report.python_version}: typing.override is native."
+    return [Finding("ok", "python", message)]
+
+
+def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Warn when torch sees no GPU: the GPU-dependent rules then cannot tell whether they apply."""
+    if report.gpus:
+        names = ", ".join(sorted({gpu.name for gpu in report.gpus}))
+        return [Finding("ok", "gpus", f"{len(report.gpus)} GPU(s) seen: {names}.")]
+    if report.gpu_probe_error:
+        reason = f"torch failed to list the GPUs ({report.gpu_probe_error})"
+    elif report.cuda_version is None:
+        reason = "torch is a CPU build or not installed"
+    else:
+        reason = f"torch (CUDA {report.cuda_version}) sees no GPU"
+    return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (fla on Hopper) were not evaluated.",
+                    "run `oellm doctor` inside a job on a compute node")]
+
+
+def check_megatron_core(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """megatron-oellm is written against exactly one megatron-core release."""
+    installed = report.versions.get("megatron-core")
+    fix = f"pip install megatron-core=={MEGATRON_CORE_VERSION}"
+    if installed is None:
+        return [Finding("error", "megatron-core", "megatron-core is not installed.", fix)]
+    if not _same_version(installed, MEGATRON_CORE_VERSION):
+        return [Finding("error", "megatron-core",
+                        f"megatron-core {installed} is installed; megatron-oellm supports only {MEGATRON_CORE_VERSION}.",
+                        fix)]
+    return [Finding("ok", "megatron-core", f"megatron-core {installed} is the supported release.")]
+
+
+def _same_version(installed: str, wanted: str) -> bool:
+    """PEP 440 equality (``0.19.2`` == ``0.19.2.0``), falling back to string equality for unparsable versions."""
+    try:
+        return Version(installed) == Version(wanted)
+    except InvalidVersion:
+        return installed == wanted
+
+
+def is_hopper(gpu: GpuInfo) -> bool:
+    """Hopper as fla decides it: compute capability 9.x, or a device name containing ``NVIDIA H``."""
+    return gpu.capability[0] == 9 or "NVIDIA H" in gpu.name
+
+
+def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """fla's Triton GDN/KDA backward is wrong on Hopper with 3.4 <= Triton < 3.7.1 unless its TileLang path runs.
+
+    fla 0.6.0 replaces that Triton kernel by a TileLang one when tilelang is importable, an nvcc is found, and
+    neither ``FLA_TILELANG=0`` nor ``FLA_DISABLE_BACKEND_DISPATCH=1`` is set; otherwise it raises in the backward
+    pass (older fla releases silently computed wrong gradients).
+    """
+    name = "fla-hopper-triton"
+    fla, triton = report.versions.get("fla"), report.versions.get("triton")
+    hopper = [gpu for gpu in report.gpus if is_hopper(gpu)]
+    missing = [what for what, absent in (("fla", fla is None), ("Triton", triton is None), ("Hopper GPU", not hopper))
+               if absent]
+    if missing:
+        return [Finding("ok", name, f"not applicable: {', '.join(missing)} not found.")]
+    try:
+        triton_version = Version(triton)
+    except InvalidVersion:
+        return [Finding("warning", name, f"cannot parse the Triton version {triton!r} to check fla issue 640.",
+                        "install a released Triton >= 3.7.1")]
+    if not FLA_BAD_TRITON_FROM <= triton_version < FLA_FIXED_TRITON:
+        return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
+    tilelang_blocker = _fla_tilelang_blocker(report, env)
+    if tilelang_blocker is None:
+        return [Finding("ok", name,
+                        f"Triton {triton} on Hopper is affected by fla issue 640, but fla uses its TileLang backward.")]
+    return [Finding(
+        "error", name,
+        f"fla GDN/KDA backward gives wrong gradients on Hopper ({hopper[0].name}) with Triton {triton} "
+        f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
+        f"{tilelang_blocker}.",
+        "pip install tilelang (fla then uses its TileLang backward; it needs nvcc) or pip install 'triton>=3.7.1'",
+    )]
+
+
+def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> str | None:
+    """Why fla would not use its TileLang kernels here, or None when it would."""
+    if not report.tilelang_importable:
+        return "tilelang is not installed"
+    if report.nvcc_path is None:
+        return "tilelang is installed but no nvcc was found (set CUDA_HOME or load a CUDA module)"
+    if env.get("FLA_DISABLE_BACKEND_DISPATCH") == "1":
+        return "FLA_DISABLE_BACKEND_DISPATCH=1 disables fla's backend dispatch"
+    if env.get("FLA_TILELANG", "1") == "0":
+        return "FLA_TILELANG=0 disables fla's TileLang backend"
+    return None
+
+
+def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """NCCL channel counts above 4 make NCCL allocate large buffers outside PyTorch's allocator."""
+    findings = []
+    for variable in NCCL_CHANNEL_VARIABLES:
+        raw = env.get(variable)
+        if raw is None:
+            findings.append(Finding("ok", variable, f"{variable} is unset (NCCL default)."))
+            continue
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            findings.append(Finding("error", variable, f"{variable}={raw!r} is not an integer.",
+                                    f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)"))
+            continue
+        if value > NCCL_CHANNEL_LIMIT:
+            findings.append(Finding(
+                "warning", variable,
+                f"{variable}={value} is above {NCCL_CHANNEL_LIMIT}: NCCL then reserves GPU memory that PyTorch does "
+                f"not own (on MareNostrum 5 about 14 GiB per GPU with 32 channels per peer), so training OOMs "
+                f"at a smaller batch than torch.cuda memory statistics suggest.",
+                f"export {variable}={NCCL_CHANNEL_LIMIT}",
+            ))
+        else:
+            findings.append(Finding("ok", variable, f"{variable}={value}."))
+    return findings
+
+
+def allocator_conf(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(variable, value) of the allocator configuration torch reads: PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF."""
+    for variable in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        if variable in env:
+            return variable, env[variable]
+    return None
+
+
+def parse_allocator_conf(value: str) -> dict[str, str]:
+    """``key:value,key:value`` -> dict; commas inside ``[...]`` (e.g. roundup_power2_divisions) do not split."""
+    items, depth, current = [], 0, ""
+    for char in value:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    options = {}
+    for item in items:
+        key, _, option = item.partition(":")
+        if key.strip():
+            options[key.strip()] = option.strip()
+    return options
+
+
+def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Without expandable segments the caching allocator fragments and long MoE runs OOM with memory still free."""
+    name = "pytorch-alloc-conf"
+    fix = "export PYTORCH_ALLOC_CONF=expandable_segments:True  (older torch releases read PYTORCH_CUDA_ALLOC_CONF)"
+    found = allocator_conf(env)
+    if found is None:
+        return [Finding("warning", name, "neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF is set, so "
+                        "expandable segments are off and the caching allocator fragments.", fix)]
+    variable, value = found
+    if parse_allocator_conf(value).get("expandable_segments") != "True":
+        shadowed = " (it takes precedence over PYTORCH_CUDA_ALLOC_CONF)" if variable == "PYTORCH_ALLOC_CONF" else ""
+        return [Finding("warning", name, f"{variable}={value!r}{shadowed} lacks expandable_segments:True, so the "
+                        "caching allocator fragments.",
+                        f"add expandable_segments:True to {variable}, e.g. "
+                        f"export {variable}={_with_expandable_segments(value)}")]
+    return [Finding("ok", name, f"{variable} enables expandable segments.")]
+
+
+def _with_expandable_segments(value: str) -> str:
+    """``value`` with ``expandable_segments:True`` set (replacing any other expandable_segments value)."""
+    options = parse_allocator_conf(value)
+    options["expandable_segments"] = "True"
+    return ",".join(f"{key}:{option}" for key, option in options.items())
+
+
+Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
+RULES: tuple[Rule, ...] = (
+    check_python,
+    check_gpus,
+    check_megatron_core,
+    check_fla_hopper_triton,
+    check_nccl_channels,
+    check_allocator_conf,
+)
+"""Every rule, in report order."""
+
+
+def check_environment(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Run every rule of :data:`RULES` on ``report`` and the environment variables ``env``."""
+    return [finding for rule in RULES for finding in rule(report, env)]
+
+
+def exit_status(findings: list[Finding]) -> int:
+    """1 if any finding is an error, else 0."""
+    return int(any(finding.severity == "error" for finding in findings))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rendering.
+
+
+def version_rows(report: EnvironmentReport) -> dict[str, str | None]:
+    """Every reported version in display order: python, CUDA and NCCL of torch, packages, HybridEP."""
+    rows: dict[str, str | None] = {"python": report.python_version}
+    rows.update(report.versions)
+    rows["cuda"] = report.cuda_version
+    rows["nccl"] = report.nccl_version
+    rows["hybrid-ep"] = report.versions.get("deep-ep") if report.hybrid_ep else None
+    return rows
+
+
+def format_text(report: EnvironmentReport, findings: list[Finding]) -> str:
+    """Human report: aligned version table, GPU list, then each finding with its fix line."""
+    rows = version_rows(report)
+    width = max(len(name) for name in rows)
+    lines = ["Versions"]
+    for name, version in rows.items():
+        shown = version if version is not None else "-"
+        if name == "python" and report.typing_override_provided:
+            shown += "  (typing.override provided by megatron.oellm.compat)"
+        if name in ("cuda", "nccl") and version is not None:
+            shown += "  (torch build)"
+        if name == "hybrid-ep" and version is not None:
+            shown += "  (deep_ep.HybridEPBuffer)"
+        lines.append(f"  {name:<{width}}  {shown}")
+    lines += ["", "GPUs"]
+    lines += [f"  {gpu.index}  {gpu.name}  sm_{gpu.capability[0]}{gpu.capability[1]}  {gpu.memory_gib:.1f} GiB"
+              for gpu in report.gpus] or ["  none seen by torch"]
+    lines += ["", "Findings"]
+    for finding in findings:
+        lines.append(f"  {'[' + finding.severity + ']':<9}  {finding.name}: {finding.message}")
+        if finding.fix:
+            lines.append(f"  {'':<9}  fix: {finding.fix}")
+    errors = sum(finding.severity == "error" for finding in findings)
+    warnings = sum(finding.severity == "warning" for finding in findings)
+    lines += ["", f"{errors} error(s), {warnings} warning(s)"]
+    return "\n".join(lines)
+
+
+def to_json(report: EnvironmentReport, findings: list[Finding]) -> dict[str, Any]:
+    """Machine report: ``{versions, gpus, findings, ok}``; ``ok`` is False exactly when the exit status is 1."""
+    return {
+        "versions": version_rows(report),
+        "gpus": [
+            {"index": gpu.index, "name": gpu.name, "capability": f"{gpu.capability[0]}.{gpu.capability[1]}",
+             "memory_gib": round(gpu.memory_gib, 2)}
+            for gpu in report.gpus
+        ],
+        "findings": [
+            {"severity": finding.severity, "name": finding.name, "message": finding.message, "fix": finding.fix}
+            for finding in findings
+        ],
+        "ok": exit_status(findings) == 0,
+    }
+
+
+__all__ = [
+    "EnvironmentReport",
+    "Finding",
+    "GpuInfo",
+    "PACKAGE_PROBES",
+    "RULES",
+    "check_environment",
+    "collect_environment",
+    "exit_status",
+    "format_text",
+    "to_json",
+]
