@@ -1,0 +1,346 @@
+"""Tests of ``oellm doctor``: every rule on synthetic reports and environments, rendering, exit status, a real probe."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import platform
+import random
+import sys
+
+import pytest
+import torch
+
+from megatron.oellm import MEGATRON_CORE_VERSION, cli
+from megatron.oellm import doctor as doctor_module
+from megatron.oellm.commands import doctor as doctor_command
+from megatron.oellm.doctor import (
+    EnvironmentReport,
+    Finding,
+    GpuInfo,
+    PackageProbe,
+    check_allocator_conf,
+    check_environment,
+    check_fla_hopper_triton,
+    check_gpus,
+    check_megatron_core,
+    check_nccl_channels,
+    check_python,
+    collect_environment,
+    exit_status,
+    format_text,
+    parse_allocator_conf,
+    to_json,
+)
+
+H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 79.1)
+GH200 = GpuInfo(0, "NVIDIA GH200 480GB", (9, 0), 95.0)
+A100 = GpuInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), 79.2)
+B200 = GpuInfo(0, "NVIDIA B200", (10, 0), 178.0)
+GOOD_ENV = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+
+
+def make_report(**changes) -> EnvironmentReport:
+    """A healthy Hopper node (no findings above ok), with ``changes`` applied; ``versions`` entries are merged."""
+    versions = {
+        "torch": "2.9.0",
+        "triton": "3.7.1",
+        "megatron-core": MEGATRON_CORE_VERSION,
+        "fla": "0.6.0",
+        "tilelang": None,
+        "deep-ep": None,
+    }
+    versions.update(changes.pop("versions", {}))
+    base = EnvironmentReport(
+        python_version="3.12.3",
+        typing_override_provided=False,
+        versions=versions,
+        cuda_version="12.8",
+        nccl_version="2.27.3",
+        gpus=(H100,),
+        tilelang_importable=False,
+        nvcc_path=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def severities(findings: list[Finding]) -> list[str]:
+    return [finding.severity for finding in findings]
+
+
+def test_healthy_report_has_only_ok_findings_and_exit_zero():
+    findings = check_environment(make_report(), GOOD_ENV)
+    assert set(severities(findings)) == {"ok"}
+    assert exit_status(findings) == 0
+
+
+# --- fla on Hopper with Triton in [3.4, 3.7.1) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("triton", "bad"),
+    [("3.3.9", False), ("3.4.0", True), ("3.5.1", True), ("3.7.0", True), ("3.7.1rc1", True), ("3.7.1", False),
+     ("3.8.0", False), ("3.4.0+git1a2b3c", True), ("3.7.1+git1a2b3c", False)],
+)
+def test_fla_rule_triton_bounds(triton, bad):
+    findings = check_fla_hopper_triton(make_report(versions={"triton": triton}), {})
+    assert severities(findings) == (["error"] if bad else ["ok"])
+    if bad:
+        assert "640" in findings[0].message and triton in findings[0].message
+        assert "tilelang" in findings[0].fix and "3.7.1" in findings[0].fix
+
+
+@pytest.mark.parametrize(("gpu", "bad"), [(H100, True), (GH200, True), (A100, False), (B200, False)])
+def test_fla_rule_only_on_hopper(gpu, bad):
+    findings = check_fla_hopper_triton(make_report(versions={"triton": "3.5.0"}, gpus=(gpu,)), {})
+    assert severities(findings) == (["error"] if bad else ["ok"])
+
+
+def test_fla_rule_hopper_by_name_as_fla_decides():
+    renamed = GpuInfo(0, "NVIDIA H20", (9, 0), 95.0)
+    odd_capability = dataclasses.replace(renamed, capability=(8, 9))
+    report = make_report(versions={"triton": "3.5.0"}, gpus=(odd_capability,))
+    assert severities(check_fla_hopper_triton(report, {})) == ["error"]
+
+
+def test_fla_rule_any_hopper_among_the_gpus():
+    report = make_report(versions={"triton": "3.5.0"}, gpus=(A100, dataclasses.replace(H100, index=1)))
+    assert severities(check_fla_hopper_triton(report, {})) == ["error"]
+
+
+@pytest.mark.parametrize("absent", ["fla", "triton"])
+def test_fla_rule_needs_fla_and_triton(absent):
+    report = make_report(versions={"triton": "3.5.0", absent: None})
+    assert severities(check_fla_hopper_triton(report, {})) == ["ok"]
+
+
+def test_fla_rule_without_gpus_is_not_an_error():
+    assert severities(check_fla_hopper_triton(make_report(versions={"triton": "3.5.0"}, gpus=()), {})) == ["ok"]
+
+
+def test_fla_rule_tilelang_with_nvcc_is_ok():
+    report = make_report(versions={"triton": "3.5.0", "tilelang": "0.1.6"}, tilelang_importable=True,
+                         nvcc_path="/usr/local/cuda/bin/nvcc")
+    findings = check_fla_hopper_triton(report, {})
+    assert severities(findings) == ["ok"] and "TileLang" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("nvcc", "env", "reason"),
+    [(None, {}, "nvcc"),
+     ("/usr/local/cuda/bin/nvcc", {"FLA_TILELANG": "0"}, "FLA_TILELANG=0"),
+     ("/usr/local/cuda/bin/nvcc", {"FLA_DISABLE_BACKEND_DISPATCH": "1"}, "FLA_DISABLE_BACKEND_DISPATCH=1")],
+)
+def test_fla_rule_tilelang_unusable_by_fla_is_an_error(nvcc, env, reason):
+    report = make_report(versions={"triton": "3.5.0", "tilelang": "0.1.6"}, tilelang_importable=True, nvcc_path=nvcc)
+    findings = check_fla_hopper_triton(report, env)
+    assert severities(findings) == ["error"] and reason in findings[0].message
+
+
+def test_fla_rule_tilelang_explicitly_enabled_is_ok():
+    report = make_report(versions={"triton": "3.5.0"}, tilelang_importable=True, nvcc_path="/opt/cuda/bin/nvcc")
+    assert severities(check_fla_hopper_triton(report, {"FLA_TILELANG": "1"})) == ["ok"]
+
+
+def test_fla_rule_unparsable_triton_is_a_warning():
+    findings = check_fla_hopper_triton(make_report(versions={"triton": "main-branch"}), {})
+    assert severities(findings) == ["warning"] and "main-branch" in findings[0].message
+
+
+# --- megatron-core pin -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("installed", "severity"),
+    [(MEGATRON_CORE_VERSION, "ok"), (MEGATRON_CORE_VERSION + ".0", "ok"), ("0.19.1", "error"), ("0.19.3", "error"),
+     ("0.20.0", "error"), (MEGATRON_CORE_VERSION + "rc0", "error"), (None, "error")],
+)
+def test_megatron_core_pin(installed, severity):
+    findings = check_megatron_core(make_report(versions={"megatron-core": installed}), {})
+    assert severities(findings) == [severity]
+    if severity == "error":
+        assert findings[0].fix == f"pip install megatron-core=={MEGATRON_CORE_VERSION}"
+
+
+# --- NCCL channels ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", ["NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS"])
+def test_nccl_channels_warn_above_four(variable):
+    rng = random.Random()
+    for value in rng.sample(range(0, 65), 12) + [4, 5]:
+        findings = {f.name: f for f in check_nccl_channels(make_report(), {variable: str(value)})}
+        expected = "warning" if value > 4 else "ok"
+        assert findings[variable].severity == expected, value
+        if expected == "warning":
+            assert "14 GiB" in findings[variable].message
+            assert findings[variable].fix == f"export {variable}=4"
+
+
+@pytest.mark.parametrize("raw", ["four", "4.0", "", "0x8"])
+def test_nccl_channels_non_integer_is_an_error_naming_the_variable(raw):
+    findings = check_nccl_channels(make_report(), {"NCCL_MIN_NCHANNELS": raw, "NCCL_NCHANNELS_PER_PEER": "2"})
+    by_name = {f.name: f for f in findings}
+    assert by_name["NCCL_MIN_NCHANNELS"].severity == "error"
+    assert "NCCL_MIN_NCHANNELS" in by_name["NCCL_MIN_NCHANNELS"].message
+    assert by_name["NCCL_NCHANNELS_PER_PEER"].severity == "ok"
+    assert exit_status(findings) == 1
+
+
+def test_nccl_channels_unset_is_ok():
+    assert set(severities(check_nccl_channels(make_report(), {}))) == {"ok"}
+
+
+# --- allocator configuration -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "severity"),
+    [({}, "warning"),
+     ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "ok"),
+     ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, "ok"),
+     ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:512, expandable_segments:True"}, "ok"),
+     ({"PYTORCH_ALLOC_CONF": "roundup_power2_divisions:[256:1,512:2],expandable_segments:True"}, "ok"),
+     ({"PYTORCH_ALLOC_CONF": "expandable_segments:False"}, "warning"),
+     ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:512"}, "warning"),
+     ({"PYTORCH_ALLOC_CONF": "garbage_collection_threshold:0.8",
+       "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "warning"),
+     ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "ok")],
+)
+def test_allocator_conf(env, severity):
+    findings = check_allocator_conf(make_report(), env)
+    assert severities(findings) == [severity]
+
+
+def test_allocator_conf_fix_keeps_other_options():
+    findings = check_allocator_conf(make_report(), {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256"})
+    suggested = findings[0].fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
+    assert parse_allocator_conf(suggested) == {"max_split_size_mb": "256", "expandable_segments": "True"}
+
+
+def test_parse_allocator_conf_brackets():
+    parsed = parse_allocator_conf("roundup_power2_divisions:[256:1,512:2],expandable_segments:True")
+    assert parsed == {"roundup_power2_divisions": "[256:1,512:2]", "expandable_segments": "True"}
+
+
+# --- python and gpus -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provided", [True, False])
+def test_python_reports_version_and_provision(provided):
+    findings = check_python(make_report(python_version="3.11.7", typing_override_provided=provided), {})
+    assert severities(findings) == ["ok"] and "3.11.7" in findings[0].message
+    assert ("megatron.oellm.compat" in findings[0].message) is provided
+
+
+def test_gpus_none_seen_is_a_warning_with_the_reason():
+    cpu_build = check_gpus(make_report(gpus=(), cuda_version=None), {})
+    no_device = check_gpus(make_report(gpus=()), {})
+    broken = check_gpus(make_report(gpus=(), gpu_probe_error="RuntimeError: driver too old"), {})
+    assert severities(cpu_build + no_device + broken) == ["warning"] * 3
+    assert "CPU build" in cpu_build[0].message and "12.8" in no_device[0].message
+    assert "driver too old" in broken[0].message
+
+
+# --- rendering and exit status ---------------------------------------------------------------------------------
+
+
+def test_exit_status_counts_only_errors():
+    assert exit_status([Finding("warning", "a", "m", "f"), Finding("ok", "b", "m")]) == 0
+    assert exit_status([Finding("ok", "b", "m"), Finding("error", "c", "m", "f")]) == 1
+    assert exit_status([]) == 0
+
+
+def test_json_shape():
+    report = make_report(versions={"triton": "3.5.0", "deep-ep": "1.2.1"}, hybrid_ep=True)
+    findings = check_environment(report, {"NCCL_MIN_NCHANNELS": "32"})
+    document = json.loads(json.dumps(to_json(report, findings)))
+    assert set(document) == {"versions", "gpus", "findings", "ok"}
+    assert document["ok"] is False
+    assert document["versions"]["triton"] == "3.5.0" and document["versions"]["tilelang"] is None
+    assert document["versions"]["python"] == "3.12.3" and document["versions"]["cuda"] == "12.8"
+    assert document["versions"]["hybrid-ep"] == "1.2.1"
+    assert document["gpus"] == [{"index": 0, "name": H100.name, "capability": "9.0", "memory_gib": 79.1}]
+    assert {f["severity"] for f in document["findings"]} == {"ok", "warning", "error"}
+    assert all(set(f) == {"severity", "name", "message", "fix"} for f in document["findings"])
+
+
+def test_text_report_is_aligned_and_lists_fixes():
+    report = make_report(versions={"triton": "3.5.0"})
+    findings = check_environment(report, {})
+    text = format_text(report, findings)
+    table = text.split("\n\n")[0].splitlines()[1:]
+    value_columns = {len(line) - len(line[2:].split("  ", 1)[1].lstrip()) for line in table}
+    assert len(value_columns) == 1
+    assert "sm_90" in text and H100.name in text
+    for finding in findings:
+        assert finding.message in text
+        if finding.fix:
+            assert f"fix: {finding.fix}" in text
+    assert text.rstrip().endswith("1 error(s), 1 warning(s)")
+
+
+@pytest.mark.parametrize(("json_flag", "bad"), [(False, False), (True, False), (False, True), (True, True)])
+def test_command_exit_status_and_output(monkeypatch, capsys, json_flag, bad):
+    report = make_report(versions={"megatron-core": "0.18.0" if bad else MEGATRON_CORE_VERSION})
+    monkeypatch.setattr(doctor_command, "collect_environment", lambda: report)
+    for variable in ("NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_PEER", "PYTORCH_CUDA_ALLOC_CONF"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    status = cli.main(["doctor", "--json"] if json_flag else ["doctor"])
+    out = capsys.readouterr().out
+    assert status == (1 if bad else 0)
+    if json_flag:
+        assert json.loads(out)["ok"] is (not bad)
+    else:
+        assert ("megatron-core 0.18.0" in out) is bad
+
+
+# --- the real probe --------------------------------------------------------------------------------------------
+
+
+def test_collect_environment_on_this_machine():
+    report = collect_environment()
+    assert report.python_version == platform.python_version()
+    assert report.typing_override_provided is (sys.version_info < (3, 12))
+    assert report.versions["torch"] == torch.__version__
+    transformers = pytest.importorskip("transformers")
+    assert report.versions["transformers"] == transformers.__version__
+    fla = pytest.importorskip("fla")
+    assert report.versions["fla"] == fla.__version__
+    assert report.versions["megatron-core"] is not None
+    assert report.cuda_version == torch.version.cuda
+    expected_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert len(report.gpus) == expected_gpus
+    assert [gpu.capability for gpu in report.gpus] == [
+        torch.cuda.get_device_capability(i) for i in range(expected_gpus)
+    ]
+    assert report.tilelang_importable is (importlib.util.find_spec("tilelang") is not None)
+    findings = check_environment(report, {})
+    assert exit_status(findings) == int(any(f.severity == "error" for f in findings))
+
+
+def test_collect_finds_modules_without_metadata_and_hybrid_ep(tmp_path, monkeypatch):
+    package = tmp_path / "deep_ep"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .hybrid import HybridEPBuffer\n")
+    (tmp_path / "doctor_probe_only_module.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    probe = PackageProbe("probe", ("no-such-distribution-for-doctor",), "doctor_probe_only_module")
+    assert doctor_module._distribution_version(probe) == doctor_module.UNKNOWN_VERSION
+    missing = PackageProbe("missing", ("no-such-distribution-for-doctor",), "no_such_module_for_doctor")
+    assert doctor_module._distribution_version(missing) is None
+    assert doctor_module._deep_ep_declares_hybrid_ep() is True
+    (package / "__init__.py").write_text("from .buffer import Buffer\n")
+    assert doctor_module._deep_ep_declares_hybrid_ep() is False
+
+
+def test_find_nvcc_from_cuda_home(tmp_path):
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("")
+    assert doctor_module._find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
+    found_without = doctor_module._find_nvcc({"PATH": ""})
+    assert found_without is None or found_without != str(nvcc)
