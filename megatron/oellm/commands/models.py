@@ -1,0 +1,56 @@
+"""``oellm models``: the model catalogue with total and active parameter counts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from megatron.oellm.cards import get_card, list_card_names
+from megatron.oellm.params import format_count, parameter_counts
+
+HELP = "list the model catalogue with total and active parameter counts"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``oellm models``."""
+    parser.add_argument("--json", action="store_true", help="print one JSON list instead of a table")
+
+
+def catalogue() -> list[dict[str, object]]:
+    """One row per registered card: name, family, shape summary and parameter counts."""
+    rows = []
+    for name in list_card_names():
+        card = get_card(name)
+        counts = parameter_counts(card)
+        rows.append({
+            "name": name,
+            "family": card.family,
+            "layers": card.num_layers,
+            "pattern": "".join({"attention": "A", "gdn": "G", "ckda": "K"}[m] for m in card.mixer_types[
+                :card.full_attention_interval]) if card.linear_mixer != "none" else "A",
+            "hidden": card.hidden_size,
+            "experts": f"{card.num_experts}x{card.moe_ffn_hidden_size} top-{card.moe_router_topk}"
+                       + (f" +shared {card.moe_shared_expert_intermediate_size}"
+                          if card.moe_shared_expert_intermediate_size else ""),
+            "vocab": card.vocab_size,
+            "total_params": counts.total,
+            "active_params": counts.active,
+        })
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the catalogue."""
+    rows = catalogue()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = f"{'model':<28} {'family':<12} {'layers':>6} {'period':<7} {'hidden':>6} {'experts':<24} {'vocab':>7} " \
+             f"{'total':>8} {'active':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['name']:<28} {r['family']:<12} {r['layers']:>6} {r['pattern']:<7} {r['hidden']:>6} "
+              f"{r['experts']:<24} {r['vocab']:>7} {format_count(r['total_params']):>8} "
+              f"{format_count(r['active_params']):>8}")
+    return 0

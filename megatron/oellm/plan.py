@@ -1,0 +1,110 @@
+"""A training plan for one model at one parallel layout: what each GPU holds, before any GPU is touched.
+
+``oellm plan`` prints it: the card, the validated layout, parameters and static memory per pipeline rank (weights,
+gradients, distributed-optimizer state), and FLOPs per token. Pure Python (no torch, no megatron-core).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.models.parallel import ParallelLayout, parse_pipeline_layout, validate_layout
+from megatron.oellm.params import (
+    attention_layer_params,
+    ckda_layer_params,
+    gdn_layer_params,
+    swiglu_params,
+)
+
+BYTES_PER_PARAM_WEIGHT = 2
+"""bf16 weights."""
+BYTES_PER_PARAM_GRAD = 4
+"""fp32 main gradients (megatron's default with the distributed optimizer)."""
+BYTES_PER_PARAM_OPTIMIZER = 12
+"""fp32 master weights + Adam's two moments, sharded over the data-parallel group (distributed optimizer)."""
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What one pipeline rank holds on each of its GPUs."""
+
+    pipeline_rank: int
+    decoder_layers: tuple[int, ...]
+    """Global decoder-layer indices on this rank, over all its virtual stages."""
+    has_embedding: bool
+    has_output_layer: bool
+    dense_params: int
+    """Non-expert parameters per GPU (after TP sharding)."""
+    expert_params: int
+    """Routed-expert parameters per GPU (after EP x ETP sharding)."""
+    static_bytes: int
+    """Weights + gradients + sharded optimizer state per GPU."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated layout and its per-rank contents."""
+
+    card: ModelCard
+    layout: ParallelLayout
+    world_size: int
+    data_parallel: int
+    expert_data_parallel: int
+    ranks: tuple[RankPlan, ...]
+
+
+def _layer_params(card: ModelCard, layer: int) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of decoder layer ``layer``."""
+    mixer = card.mixer_types[layer]
+    mixer_params = {"attention": attention_layer_params, "gdn": gdn_layer_params, "ckda": ckda_layer_params}[mixer]
+    dense = mixer_params(card) + 2 * card.hidden_size + card.num_experts * card.hidden_size
+    if card.moe_shared_expert_intermediate_size:
+        dense += swiglu_params(card.hidden_size, card.moe_shared_expert_intermediate_size)
+    if card.moe_shared_expert_gate:
+        dense += card.hidden_size
+    experts = card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size)
+    return dense, experts
+
+
+def _stage_layers(card: ModelCard, layout: ParallelLayout) -> list[tuple[list[int], bool, bool]]:
+    """Per virtual stage (layout order): decoder-layer indices, has embedding, has output layer."""
+    if layout.pipeline_layout is not None:
+        stages = parse_pipeline_layout(layout.pipeline_layout)
+        counts = [s.count("decoder") for s in stages]
+        flags = [("embedding" in s, "loss" in s) for s in stages]
+    else:
+        counts = layout.decoder_layers_per_stage(card.num_layers)
+        flags = [(i == 0, i == len(counts) - 1) for i in range(len(counts))]
+    out, start = [], 0
+    for count, (embedding, loss) in zip(counts, flags, strict=True):
+        out.append((list(range(start, start + count)), embedding, loss))
+        start += count
+    return out
+
+
+def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan:
+    """Validate ``layout`` for ``card`` on ``world_size`` GPUs and compute what each pipeline rank holds."""
+    validate_layout(card, layout, world_size=world_size)
+    dp = world_size // (layout.tp * layout.pp * layout.cp)
+    edp = world_size // (layout.etp * layout.ep * layout.pp)
+    per_rank: dict[int, list] = {r: [[], False, False] for r in range(layout.pp)}
+    for stage, (layers, embedding, loss) in enumerate(_stage_layers(card, layout)):
+        entry = per_rank[stage % layout.pp]
+        entry[0] += layers
+        entry[1] |= embedding
+        entry[2] |= loss
+    ranks = []
+    for rank, (layers, embedding, loss) in per_rank.items():
+        dense = sum(_layer_params(card, i)[0] for i in layers)
+        experts = sum(_layer_params(card, i)[1] for i in layers)
+        vocab_params = card.vocab_size * card.hidden_size
+        dense += vocab_params * embedding
+        if loss:
+            dense += card.hidden_size + (vocab_params if card.untie_embeddings or not embedding else 0)
+        dense //= layout.tp
+        experts //= layout.ep * layout.etp
+        static = ((dense + experts) * (BYTES_PER_PARAM_WEIGHT + BYTES_PER_PARAM_GRAD)
+                  + dense * BYTES_PER_PARAM_OPTIMIZER // dp + experts * BYTES_PER_PARAM_OPTIMIZER // edp)
+        ranks.append(RankPlan(rank, tuple(layers), embedding, loss, dense, experts, static))
+    return Plan(card, layout, world_size, dp, edp, tuple(ranks))

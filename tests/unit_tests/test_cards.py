@@ -1,0 +1,68 @@
+"""Model cards: registry, flavours, mixer patterns, validation errors."""
+
+import dataclasses
+
+import pytest
+
+from megatron.oellm.cards import PUBLISHED_CARDS, CardError, get_card, list_card_names
+
+
+def test_every_listed_name_resolves_and_is_valid():
+    for name in list_card_names():
+        assert get_card(name).name == name
+
+
+@pytest.mark.parametrize("name, attention_layers, linear_layers", [
+    ("qwen3.5-35b-a3b", 10, 30), ("qwen3-30b-a3b", 48, 0), ("qwen3-235b-a22b", 94, 0), ("oellm-ckda-hybrid", 8, 40)])
+def test_mixer_counts(name, attention_layers, linear_layers):
+    card = get_card(name)
+    assert card.num_attention_layers == attention_layers
+    assert card.num_linear_layers == linear_layers
+
+
+def test_qwen3_5_pattern_puts_attention_on_every_fourth_layer():
+    card = get_card("qwen3.5-35b-a3b")
+    assert [i for i, m in enumerate(card.mixer_types) if m == "attention"] == list(range(3, 40, 4))
+    assert card.hybrid_layer_pattern.startswith("GEGEGE*EGE")
+    assert len(card.hybrid_layer_pattern) == 80
+
+
+def test_tiny_is_structurally_complete():
+    tiny = get_card("qwen3.5-35b-a3b-tiny")
+    assert tiny.mixer_types.count("gdn") >= 2 and tiny.mixer_types.count("attention") >= 1
+    assert tiny.num_experts >= 8 and tiny.moe_shared_expert_intermediate_size > 0 and tiny.moe_shared_expert_gate
+    assert tiny.num_query_groups < tiny.num_attention_heads and tiny.rotary_percent < 1
+
+
+def test_proxy_keeps_width_and_pattern():
+    base, proxy = get_card("qwen3.5-35b-a3b"), get_card("qwen3.5-35b-a3b-proxy-8L")
+    assert proxy.num_layers == 8 and proxy.hidden_size == base.hidden_size and proxy.num_experts == base.num_experts
+    assert proxy.mixer_types == base.mixer_types[:8]
+
+
+def test_proxy_breaking_the_pattern_is_refused_with_the_fix():
+    with pytest.raises(CardError, match="multiple of full_attention_interval"):
+        get_card("qwen3.5-35b-a3b-proxy-6L")
+
+
+def test_unknown_model_lists_known_names():
+    with pytest.raises(CardError, match="qwen3-30b-a3b"):
+        get_card("llama-7b")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_attention_heads": 6, "num_query_groups": 4}, "multiple of num_query_groups"),
+    ({"moe_router_topk": 300}, "exceeds num_experts"),
+    ({"rotary_percent": 0.0}, "rotary_percent"),
+    ({"hidden_size": 0}, "hidden_size must be positive"),
+    ({"linear_num_value_heads": 24, "linear_num_key_heads": 16}, "multiple of linear_num_key_heads"),
+])
+def test_validation_errors(change, message):
+    with pytest.raises(CardError, match=message):
+        dataclasses.replace(PUBLISHED_CARDS["qwen3.5-35b-a3b"], **change)
+
+
+def test_with_vocab_overrides_only_the_vocabulary():
+    card = get_card("qwen3-30b-a3b")
+    padded = card.with_vocab(262144)
+    assert padded.vocab_size == 262144 and dataclasses.replace(padded, vocab_size=card.vocab_size) == card

@@ -1,0 +1,44 @@
+"""Training plans: per-rank contents add up to the model, and bad layouts are refused."""
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
+from megatron.oellm.params import parameter_counts
+from megatron.oellm.plan import build_plan
+
+JUPITER_235B_LAYOUT = "Et*2|" + "|".join(["t*3"] * 30) + "|t*2L"
+
+
+@pytest.mark.parametrize("name, layout, world", [
+    ("qwen3-235b-a22b", ParallelLayout(tp=2, pp=8, ep=16, pipeline_layout=JUPITER_235B_LAYOUT), 256),
+    ("qwen3.5-35b-a3b", ParallelLayout(pp=4, ep=4, pipeline_layout="Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L"), 32),
+    ("qwen3-30b-a3b", ParallelLayout(tp=2, pp=2, ep=8, etp=1), 64),
+])
+def test_rank_contents_add_up_to_the_whole_model(name, layout, world):
+    card = get_card(name)
+    plan = build_plan(card, layout, world_size=world)
+    layers = sorted(i for r in plan.ranks for i in r.decoder_layers)
+    assert layers == list(range(card.num_layers))
+    counts = parameter_counts(card)
+    dense = sum(r.dense_params for r in plan.ranks) * layout.tp
+    experts = sum(r.expert_params for r in plan.ranks) * layout.ep * layout.etp
+    assert experts == counts.routed_experts
+    assert dense == counts.total - counts.routed_experts
+    assert sum(r.has_embedding for r in plan.ranks) == 1 and sum(r.has_output_layer for r in plan.ranks) == 1
+
+
+def test_virtual_stages_interleave_over_pipeline_ranks():
+    plan = build_plan(get_card("qwen3.5-35b-a3b"),
+                      ParallelLayout(pp=4, ep=4, pipeline_layout="Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L"), 16)
+    assert plan.ranks[0].decoder_layers == tuple(range(0, 6)) + tuple(range(21, 27))
+    assert plan.ranks[3].decoder_layers == tuple(range(18, 21)) + (39,)
+    assert plan.ranks[0].has_embedding and plan.ranks[3].has_output_layer
+
+
+def test_bad_layout_is_refused_before_anything_else():
+    with pytest.raises(ParallelLayoutError, match="pp x vpp"):
+        build_plan(get_card("qwen3-235b-a22b"), ParallelLayout(tp=2, pp=8, vpp=4, ep=16), 256)
+    with pytest.raises(ParallelLayoutError, match="world size"):
+        build_plan(get_card("qwen3-235b-a22b"), ParallelLayout(tp=2, pp=8, ep=16, pipeline_layout=JUPITER_235B_LAYOUT),
+                   100)
