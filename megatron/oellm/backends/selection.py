@@ -1,0 +1,117 @@
+"""Choosing the compute backend ("te" = Transformer Engine, "torch" = torch-native) and vetting feature combos."""
+
+import importlib
+from functools import lru_cache
+
+from megatron.core.models.backends import BackendSpecProvider
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+BACKEND_CHOICES = ("auto", "te", "torch")
+"""Values accepted by :func:`resolve_backend`; ``auto`` picks ``te`` when Transformer Engine imports."""
+
+TE_INSTALL_HINT = "install Transformer Engine (pip install --no-build-isolation transformer_engine[pytorch])"
+
+
+@lru_cache(maxsize=1)
+def transformer_engine_import_error() -> str | None:
+    """Why ``transformer_engine.pytorch`` cannot be imported here, or None when it can (cached per process)."""
+    try:
+        importlib.import_module("transformer_engine.pytorch")
+    except Exception as error:  # ImportError, or OSError/RuntimeError from missing CUDA libraries
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def resolve_backend(name: str) -> str:
+    """Turn a ``--backend`` value into ``"te"`` or ``"torch"``; ``"auto"`` means TE when importable.
+
+    Raises ValueError for an unknown name, and for ``"te"`` when Transformer Engine cannot be imported, naming both
+    ways out (install it, or choose the torch backend).
+    """
+    if name not in BACKEND_CHOICES:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_CHOICES)}")
+    te_error = transformer_engine_import_error()
+    if name == "auto":
+        return "te" if te_error is None else "torch"
+    if name == "te" and te_error is not None:
+        raise ValueError(
+            f"backend 'te' requested but Transformer Engine does not import ({te_error}); "
+            f"{TE_INSTALL_HINT}, or use --backend torch"
+        )
+    return name
+
+
+def backend_spec_provider(name: str) -> BackendSpecProvider:
+    """The megatron-core BackendSpecProvider for ``name`` (resolved by :func:`resolve_backend`).
+
+    ``te`` gives megatron-core's TESpecProvider, ``torch`` our TorchNativeSpecProvider; both build modules with
+    the same state-dict keys.
+    """
+    backend = resolve_backend(name)
+    if backend == "te":
+        from megatron.core.extensions.transformer_engine_spec_provider import TESpecProvider
+
+        return TESpecProvider()
+    from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
+
+    return TorchNativeSpecProvider()
+
+
+def check_backend_support(
+    backend: str,
+    *,
+    fp8: bool = False,
+    fp4: bool = False,
+    context_parallel_size: int = 1,
+    normalization: str = "RMSNorm",
+    sliding_window: bool = False,
+    fused_residual_rmsnorm: bool = False,
+    moe_expert_bias: bool = False,
+    moe_glu_interleave: bool = False,
+) -> None:
+    """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
+
+    ``backend`` is a :data:`BACKEND_CHOICES` value (``auto`` is resolved first). The keyword features mirror
+    TransformerConfig fields (see :func:`check_config_support`). The message names the setting to change.
+    """
+    resolved = resolve_backend(backend)
+    if resolved == "te":
+        return
+    unsupported = []
+    if fp8:
+        unsupported.append("fp8 training (needs Transformer Engine): drop --fp8-format")
+    if fp4:
+        unsupported.append("fp4 training (needs Transformer Engine): drop --fp4-format")
+    if context_parallel_size > 1:
+        unsupported.append(f"context parallelism (context_parallel_size={context_parallel_size}): set it to 1")
+    if normalization != "RMSNorm":
+        unsupported.append(f"normalization={normalization!r}: only RMSNorm is implemented")
+    if sliding_window:
+        unsupported.append("sliding-window attention (window_size): unset it")
+    if fused_residual_rmsnorm:
+        unsupported.append("fused_residual_rmsnorm: set it to False")
+    if moe_expert_bias:
+        unsupported.append("biases in grouped MoE experts (add_bias_linear with MoE): set add_bias_linear=False")
+    if moe_glu_interleave:
+        unsupported.append("moe_mlp_glu_interleave_size: unset it")
+    if unsupported:
+        raise ValueError(
+            "the torch-native backend cannot run: "
+            + "; ".join(unsupported)
+            + f". Otherwise use --backend te ({TE_INSTALL_HINT} if it is missing)."
+        )
+
+
+def check_config_support(backend: str, config: TransformerConfig) -> None:
+    """:func:`check_backend_support` with the features read from a megatron-core TransformerConfig."""
+    check_backend_support(
+        backend,
+        fp8=bool(config.fp8),
+        fp4=bool(config.fp4),
+        context_parallel_size=config.context_parallel_size,
+        normalization=config.normalization,
+        sliding_window=config.window_size is not None,
+        fused_residual_rmsnorm=config.fused_residual_rmsnorm,
+        moe_expert_bias=bool(config.num_moe_experts) and config.add_bias_linear,
+        moe_glu_interleave=config.moe_mlp_glu_interleave_size is not None,
+    )

@@ -1,0 +1,194 @@
+"""Core attention on torch's fused kernels: SDPA for [s, b, h, d] batches, varlen flash attention for packed docs."""
+
+import inspect
+import math
+
+import torch
+import torch.nn.functional as F
+from megatron.core.packed_seq_params import PackedSeqParams
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # torch < 2.10
+    varlen_attn = None
+
+_CAUSAL_MASKS = (AttnMaskType.causal, AttnMaskType.padding_causal)
+_UNMASKED = (AttnMaskType.no_mask, AttnMaskType.padding)
+_VARLEN_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _varlen_parameters() -> frozenset[str]:
+    """Keyword parameters of this torch's ``varlen_attn`` (its signature changed between releases)."""
+    return frozenset(inspect.signature(varlen_attn).parameters) if varlen_attn is not None else frozenset()
+
+
+def packed_document_mask(cu_seqlens: torch.Tensor, total: int, causal: bool) -> torch.Tensor:
+    """Boolean ``[total, total]`` mask (True = may attend) keeping every token inside its own packed document.
+
+    Built on the device from ``cu_seqlens`` (no host sync); tokens past ``cu_seqlens[-1]`` form one trailing
+    document. Used for packed fp32 attention, where no varlen kernel exists.
+    """
+    positions = torch.arange(total, device=cu_seqlens.device)
+    doc = torch.searchsorted(cu_seqlens[1:].to(positions.dtype), positions, right=True)
+    mask = doc[:, None] == doc[None, :]
+    if causal:
+        mask &= positions[:, None] >= positions[None, :]
+    return mask
+
+
+class SDPACoreAttention(MegatronModule):
+    """Megatron core attention on ``torch.nn.functional.scaled_dot_product_attention`` and ``varlen_attn``.
+
+    Same constructor and forward signature as megatron's DotProductAttention / TEDotProductAttention, and no
+    parameters (so no state beyond ``_extra_state``, which TE also has). Layout: query ``[sq, b, np, hn]``,
+    key/value ``[sk, b, ng, hn]`` with ``np % ng == 0`` (GQA), output ``[sq, b, np * hn]``. Packed sequences
+    (``packed_seq_params.qkv_format == 'thd'``): ``[t, np, hn]`` in, ``[t, np * hn]`` out, documents delimited by
+    ``cu_seqlens_*_padded`` when given, else ``cu_seqlens_*``. bf16/fp16 packed attention runs on
+    ``torch.nn.attention.varlen.varlen_attn`` (flash attention); fp32 has no varlen kernel, so it runs SDPA with a
+    block-diagonal document mask built on the device (quadratic memory in the pack length: for tests and small
+    packs). Masks: causal and none (``padding`` without a mask tensor); attention bias, sliding windows and context
+    parallelism raise.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: AttnMaskType,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        k_channels: int | None = None,
+        v_channels: int | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: ProcessGroupCollection | None = None,
+    ):
+        super().__init__(config=config)
+        if config.context_parallel_size > 1:
+            raise ValueError(
+                "the torch-native core attention does not implement context parallelism; "
+                "set context_parallel_size=1 or use the Transformer Engine backend (--backend te)"
+            )
+        if config.window_size is not None:
+            raise ValueError(
+                "the torch-native core attention does not implement sliding-window attention; "
+                "unset window_size or use the Transformer Engine backend (--backend te)"
+            )
+        self.layer_number = layer_number
+        self.attn_mask_type = attn_mask_type
+        self.attention_type = attention_type
+        self.softmax_scale = softmax_scale
+        self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: AttnMaskType | None = None,
+        attention_bias: torch.Tensor | None = None,
+        packed_seq_params: PackedSeqParams | None = None,
+    ) -> torch.Tensor:
+        """Softmax attention of ``query`` over ``key``/``value``; see the class docstring for layouts."""
+        if attention_bias is not None:
+            raise ValueError("the torch-native core attention does not take an attention_bias; use --backend te")
+        mask_type = self.attn_mask_type if attn_mask_type is None else attn_mask_type
+        if mask_type not in _CAUSAL_MASKS + _UNMASKED:
+            raise ValueError(f"the torch-native core attention supports causal or unmasked attention, got {mask_type}")
+        if attention_mask is not None and mask_type not in _CAUSAL_MASKS:
+            raise ValueError(
+                "the torch-native core attention does not apply explicit attention_mask tensors; "
+                "use a causal mask type or packed sequences (packed_seq_params) for document masking"
+            )
+        causal = mask_type in _CAUSAL_MASKS
+        scale = self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(query.shape[-1])
+        dropout_p = self.dropout_p if self.training else 0.0
+        if packed_seq_params is not None and packed_seq_params.qkv_format == "thd":
+            return self._packed(query, key, value, packed_seq_params, causal, scale, dropout_p)
+        return self._batched(query, key, value, causal, scale, dropout_p)
+
+    @staticmethod
+    def _batched(
+        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool, scale: float, dropout_p: float
+    ) -> torch.Tensor:
+        """``[s, b, h, d]`` attention through SDPA; returns ``[sq, b, np * hn]``."""
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+        sq, b = query.shape[0], query.shape[1]
+        return out.permute(2, 0, 1, 3).reshape(sq, b, -1)
+
+    @staticmethod
+    def _packed(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        params: PackedSeqParams,
+        causal: bool,
+        scale: float,
+        dropout_p: float,
+    ) -> torch.Tensor:
+        """Packed ``[t, h, d]`` attention, each document attending only to itself; returns ``[t, np * hn]``."""
+        q, k, v = (t.squeeze(1) if t.dim() == 4 else t for t in (query, key, value))
+        cu_q = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None else params.cu_seqlens_q
+        cu_kv = params.cu_seqlens_kv_padded if params.cu_seqlens_kv_padded is not None else params.cu_seqlens_kv
+        if cu_q is None or cu_kv is None:
+            raise ValueError("packed (thd) attention needs packed_seq_params.cu_seqlens_q and cu_seqlens_kv")
+        if dropout_p > 0.0:
+            raise ValueError("the torch-native packed attention has no dropout; set attention_dropout=0")
+        gqa = q.shape[1] != k.shape[1]
+        if q.dtype not in _VARLEN_DTYPES:
+            mask = packed_document_mask(cu_q, q.shape[0], causal)
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale, enable_gqa=gqa
+            )
+            return out.transpose(0, 1).reshape(q.shape[0], -1)
+        return _varlen(q, k, v, cu_q, cu_kv, params, causal, scale, gqa)
+
+
+def _varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_kv: torch.Tensor,
+    params: PackedSeqParams,
+    causal: bool,
+    scale: float,
+    gqa: bool,
+) -> torch.Tensor:
+    """Call ``varlen_attn`` across the keyword sets torch releases have used (causal flag, scale, GQA)."""
+    accepted = _varlen_parameters()
+    if varlen_attn is None:
+        raise RuntimeError(
+            "packed-sequence attention on the torch-native backend needs torch.nn.attention.varlen.varlen_attn "
+            f"(torch >= 2.10); this torch is {torch.__version__}. Upgrade torch or use --backend te"
+        )
+    max_q, max_k = params.max_seqlen_q, params.max_seqlen_kv
+    if max_q is None or max_k is None:
+        lengths_q, lengths_k = cu_q.diff(), cu_kv.diff()
+        max_q, max_k = int(lengths_q.max()), int(lengths_k.max())  # one host sync when the caller gave no maxima
+    kwargs = {}
+    if "window_size" in accepted:
+        kwargs["window_size"] = (-1, 0) if causal else (-1, -1)
+    elif "is_causal" in accepted:
+        kwargs["is_causal"] = causal
+    elif causal:
+        raise RuntimeError(f"torch {torch.__version__}'s varlen_attn takes no causal flag; use --backend te")
+    if "scale" in accepted:
+        kwargs["scale"] = scale
+    else:
+        q = q * (scale * math.sqrt(q.shape[-1]))  # the kernel applies 1/sqrt(d) itself
+    if gqa and "enable_gqa" in accepted:
+        kwargs["enable_gqa"] = True
+    elif gqa:
+        repeats = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+    out = varlen_attn(q, k, v, cu_q.to(torch.int32), cu_kv.to(torch.int32), int(max_q), int(max_k), **kwargs)
+    return out.reshape(q.shape[0], -1)
