@@ -1,0 +1,122 @@
+"""Pieces shared by the spec builders: backend resolution, the common TransformerConfig fields, attention and MoE.
+
+Everything is built from megatron-core's own modules (``SelfAttention`` with ``attention_output_gate`` and QK-norm,
+``MoELayer`` with a gated shared expert and grouped experts); a :class:`BackendSpecProvider` decides which linear,
+norm and attention-kernel classes fill them, so one builder serves Transformer Engine and the torch-native backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from megatron.core.models.backends import BackendSpecProvider
+from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec_for_backend
+from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_layer import MlpBuilder
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.models.parallel import ParallelLayout, validate_layout
+
+
+def spec_provider(backend: str | BackendSpecProvider) -> BackendSpecProvider:
+    """The spec provider for ``backend``: a provider instance as is, a name (te, torch, auto) via the backends."""
+    if not isinstance(backend, str):
+        return backend
+    from megatron.oellm.backends import backend_spec_provider
+
+    return backend_spec_provider(backend)
+
+
+def check_backend(backend: str | BackendSpecProvider, config: TransformerConfig) -> None:
+    """Reject, before allocation, a config that the named backend cannot run (a provider instance is trusted)."""
+    if isinstance(backend, str):
+        from megatron.oellm.backends import check_config_support
+
+        check_config_support(backend, config)
+
+
+def norm_and_input_linear(backend: BackendSpecProvider) -> tuple[Any, Any]:
+    """(pre-norm, input linear) of a mixer: the fused norm+linear module where the backend has one, else a norm."""
+    fused = backend.column_parallel_layer_norm_linear() if backend.fuse_layernorm_and_linear() else None
+    if fused is not None:
+        return IdentityOp, fused
+    return backend.layer_norm(rms_norm=True), backend.column_parallel_linear()
+
+
+def attention_spec(backend: BackendSpecProvider, card: ModelCard) -> ModuleSpec:
+    """Causal ``SelfAttention`` (GQA; QK RMSNorm and the sigmoid output gate come from the config) on ``backend``."""
+    _, linear_qkv = norm_and_input_linear(backend)
+    qk_norm = backend.layer_norm(rms_norm=True, for_qk=True) if card.qk_layernorm else IdentityOp
+    return ModuleSpec(
+        module=SelfAttention,
+        params={"attn_mask_type": AttnMaskType.causal},
+        submodules=SelfAttentionSubmodules(
+            linear_qkv=linear_qkv,
+            core_attention=backend.core_attention(),
+            linear_proj=backend.row_parallel_linear(),
+            q_layernorm=qk_norm,
+            k_layernorm=qk_norm,
+        ),
+    )
+
+
+def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
+    """``MoELayer`` with grouped routed experts and (per the config) a gated shared expert, on ``backend``."""
+    return get_moe_module_spec_for_backend(backend=backend, num_experts=card.num_experts, moe_grouped_gemm=True)
+
+
+def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: torch.dtype) -> dict[str, Any]:
+    """TransformerConfig fields shared by every family: shapes, norms, attention, MoE, parallel sizes, dtype.
+
+    The router maps the card's "softmax over all experts, top-k, renormalise" onto megatron-core's
+    ``moe_router_pre_softmax=False`` (softmax over the chosen k logits), which is the same function; only a
+    pre-softmax router *without* renormalisation needs ``moe_router_pre_softmax=True``.
+    """
+    validate_layout(card, layout)
+    return dict(
+        hidden_size=card.hidden_size,
+        num_attention_heads=card.num_attention_heads,
+        num_query_groups=card.num_query_groups,
+        kv_channels=card.kv_channels,
+        ffn_hidden_size=card.moe_ffn_hidden_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=card.norm_epsilon,
+        layernorm_zero_centered_gamma=card.zero_centered_norm,
+        qk_layernorm=card.qk_layernorm,
+        attention_output_gate=card.attention_output_gate,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bias_activation_fusion=False,
+        apply_rope_fusion=False,
+        num_moe_experts=card.num_experts,
+        moe_ffn_hidden_size=card.moe_ffn_hidden_size,
+        moe_router_topk=card.moe_router_topk,
+        moe_router_pre_softmax=card.moe_router_pre_softmax and not card.moe_router_topk_renormalize,
+        moe_router_load_balancing_type=card.moe_router_load_balancing_type,
+        moe_aux_loss_coeff=card.moe_aux_loss_coeff,
+        moe_router_dtype="fp32",
+        moe_shared_expert_intermediate_size=card.moe_shared_expert_intermediate_size or None,
+        moe_shared_expert_gate=card.moe_shared_expert_gate,
+        moe_grouped_gemm=True,
+        moe_token_dispatcher_type="alltoall",
+        tensor_model_parallel_size=layout.tp,
+        pipeline_model_parallel_size=layout.pp,
+        expert_model_parallel_size=layout.ep,
+        expert_tensor_parallel_size=layout.etp,
+        context_parallel_size=layout.cp,
+        sequence_parallel=layout.sp,
+        params_dtype=params_dtype,
+        pipeline_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+    )

@@ -1,0 +1,250 @@
+"""Parallel layout of a model (TP, PP, VPP, EP, ETP, CP, SP, custom pipeline layout) and its validation.
+
+:func:`validate_layout` holds every divisibility and layout check in one place, so that a recipe's ``--dry-run`` and
+the spec builders reject a bad layout with the same message, naming the fix, before any GPU is touched. The module
+is pure Python (no torch, no megatron-core import) so that the check is fast.
+
+Pipeline layouts use the syntax of Megatron's ``--pipeline-model-parallel-layout``: ``E`` embedding, ``t`` one
+decoder layer, ``L`` loss, ``m`` one MTP layer, ``|`` a stage boundary, ``x*N`` repeats ``x`` and ``(...)*N``
+repeats a group, commas are cosmetic. The stages are listed virtual stage by virtual stage: stage ``i`` goes to
+pipeline rank ``i % pp`` and virtual stage ``i // pp``, so ``len(stages) / pp`` is the VPP size.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from megatron.oellm.cards import ModelCard
+
+LAYOUT_SYMBOLS: dict[str, str] = {"E": "embedding", "t": "decoder", "L": "loss", "m": "mtp"}
+"""Pipeline layout characters and the layer each stands for (Megatron's ``LayerType`` names)."""
+
+_REPEAT = re.compile(r"\*(\d+)")
+
+
+class ParallelLayoutError(ValueError):
+    """A parallel layout does not fit the model or is malformed; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How one model replica is split over GPUs (megatron-core's parallel sizes)."""
+
+    tp: int = 1
+    """Tensor-parallel size (attention heads, GDN heads, dense widths split over ``tp`` GPUs)."""
+    pp: int = 1
+    """Pipeline-parallel size (decoder layers split into ``pp`` stages)."""
+    vpp: int | None = None
+    """Virtual pipeline stages per pipeline rank (interleaved schedule); None = 1, or read from ``pipeline_layout``."""
+    ep: int = 1
+    """Expert-parallel size (routed experts split over ``ep`` GPUs)."""
+    etp: int = 1
+    """Expert tensor-parallel size (each expert's FFN width split over ``etp`` GPUs)."""
+    cp: int = 1
+    """Context-parallel size (the sequence split over ``cp`` GPUs)."""
+    sp: bool = False
+    """Sequence parallelism inside the tensor-parallel group (needs ``tp > 1``)."""
+    pipeline_layout: str | None = None
+    """Custom stage layout in ``--pipeline-model-parallel-layout`` syntax, e.g. ``Et*6|t*6|t*6|t*6L``."""
+
+    @property
+    def vpp_size(self) -> int:
+        """Virtual pipeline size actually used (1 if none)."""
+        if self.pipeline_layout is not None:
+            return max(1, len(parse_pipeline_layout(self.pipeline_layout)) // self.pp)
+        return self.vpp or 1
+
+    def decoder_layers_per_stage(self, num_layers: int) -> list[int]:
+        """Decoder layers of each pipeline stage in vpp-major order (stage ``i``: rank ``i % pp``, chunk ``i // pp``)."""
+        if self.pipeline_layout is not None:
+            return [stage.count("decoder") for stage in parse_pipeline_layout(self.pipeline_layout)]
+        num_stages = self.pp * self.vpp_size
+        return [num_layers // num_stages] * num_stages
+
+
+SINGLE_GPU = ParallelLayout()
+"""No model parallelism at all (the default layout of the spec builders)."""
+
+
+def parse_pipeline_layout(layout: str) -> list[list[str]]:
+    """Stages of a ``--pipeline-model-parallel-layout`` string, each a list of layer names (see module docstring).
+
+    Same semantics as megatron-core's ``PipelineParallelLayerLayout.parse_str_to_list`` (the CPU tests compare the
+    two), written without importing megatron-core so that validation stays fast.
+    """
+    text = layout.replace(",", "").replace(" ", "")
+    expanded, rest = _expand(text, 0, layout, top_level=True)
+    if rest != len(text):  # pragma: no cover - _expand consumes everything at top level or raises
+        raise ParallelLayoutError(f"pipeline layout {layout!r}: unexpected ')' at position {rest}")
+    stages: list[list[str]] = []
+    for stage in expanded.split("|"):
+        unknown = sorted(set(stage) - set(LAYOUT_SYMBOLS))
+        if unknown:
+            raise ParallelLayoutError(
+                f"pipeline layout {layout!r}: unknown layer character(s) {unknown}; use E (embedding), t (decoder "
+                "layer), L (loss), m (MTP layer), '|' between stages, x*N or (...)*N to repeat")
+        stages.append([LAYOUT_SYMBOLS[c] for c in stage])
+    return stages
+
+
+def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int]:
+    """Expand repeats from ``pos`` up to a closing ``)`` (or the end at top level); return (expansion, next pos)."""
+    out: list[str] = []
+    while pos < len(text):
+        char = text[pos]
+        if char == ")":
+            if top_level:
+                raise ParallelLayoutError(f"pipeline layout {layout!r}: ')' without a matching '('")
+            return "".join(out), pos
+        if char == "(":
+            if not top_level:
+                raise ParallelLayoutError(f"pipeline layout {layout!r}: nested parentheses are not supported")
+            unit, pos = _expand(text, pos + 1, layout, top_level=False)
+            if pos >= len(text):
+                raise ParallelLayoutError(f"pipeline layout {layout!r}: '(' without a matching ')'")
+            pos += 1
+            repeat = _REPEAT.match(text, pos)
+            if repeat is None:
+                raise ParallelLayoutError(f"pipeline layout {layout!r}: a group '(...)' must be followed by *N")
+        elif char == "*":
+            raise ParallelLayoutError(f"pipeline layout {layout!r}: '*' at position {pos} repeats nothing")
+        else:
+            unit, pos = char, pos + 1
+            repeat = _REPEAT.match(text, pos)
+        if repeat is not None:
+            unit, pos = unit * int(repeat.group(1)), repeat.end()
+        out.append(unit)
+    if not top_level:
+        raise ParallelLayoutError(f"pipeline layout {layout!r}: '(' without a matching ')'")
+    return "".join(out), pos
+
+
+def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | None = None) -> None:
+    """Check that ``layout`` fits ``card`` (and ``world_size`` GPUs if given); raise :class:`ParallelLayoutError`.
+
+    Every check names the fix. Checked: positive sizes; SP needs TP; heads, query groups, GDN heads, shared-expert
+    width vs TP; GDN heads vs TP x CP; experts vs EP; expert width vs ETP; sequence vs CP; layers vs PP x VPP or the
+    custom pipeline layout (syntax, PP divides the stage count, VPP agrees, layer count, embedding first, loss last,
+    no MTP); the world size vs TP x PP x CP and ETP x EP x PP.
+    """
+    for name in ("tp", "pp", "ep", "etp", "cp"):
+        if getattr(layout, name) < 1:
+            raise ParallelLayoutError(f"{name} must be >= 1, got {getattr(layout, name)}")
+    if layout.vpp is not None and layout.vpp < 1:
+        raise ParallelLayoutError(f"vpp must be >= 1 or unset, got {layout.vpp}")
+    if layout.sp and layout.tp == 1:
+        raise ParallelLayoutError("sequence parallelism (sp) needs tp > 1; drop sp or set tp >= 2")
+    _validate_tensor_parallel(card, layout)
+    _validate_experts(card, layout)
+    _validate_context_parallel(card, layout)
+    _validate_pipeline(card, layout)
+    if world_size is not None:
+        _validate_world_size(layout, world_size)
+
+
+def _divides(what: str, amount: int, by_name: str, by: int, fix: str) -> None:
+    """Raise if ``by`` does not divide ``amount``."""
+    if amount % by:
+        raise ParallelLayoutError(f"{what} ({amount}) is not divisible by {by_name} ({by}); {fix}")
+
+
+def _valid_sizes(amount: int, limit: int | None = None) -> str:
+    """The divisors of ``amount`` (up to ``limit``), for error messages."""
+    return ", ".join(str(d) for d in range(1, (limit or amount) + 1) if amount % d == 0)
+
+
+def _validate_tensor_parallel(card: ModelCard, layout: ParallelLayout) -> None:
+    """Heads, query groups, GDN heads and the shared expert's width must split evenly over TP."""
+    tp = layout.tp
+    _divides("num_attention_heads", card.num_attention_heads, "tp", tp,
+             f"use tp in {{{_valid_sizes(card.num_attention_heads)}}}")
+    _divides("num_query_groups (KV heads)", card.num_query_groups, "tp", tp,
+             f"use tp in {{{_valid_sizes(card.num_query_groups)}}} (each TP rank needs whole KV heads)")
+    if card.linear_mixer != "none":
+        _divides("linear_num_key_heads", card.linear_num_key_heads, "tp", tp,
+                 f"use tp in {{{_valid_sizes(card.linear_num_key_heads)}}}")
+        _divides("linear_num_value_heads", card.linear_num_value_heads, "tp", tp,
+                 f"use tp in {{{_valid_sizes(card.linear_num_value_heads)}}}")
+    if card.moe_shared_expert_intermediate_size:
+        _divides("moe_shared_expert_intermediate_size", card.moe_shared_expert_intermediate_size, "tp", tp,
+                 "use a tp that divides the shared expert width")
+
+
+def _validate_experts(card: ModelCard, layout: ParallelLayout) -> None:
+    """Routed experts must split evenly over EP and each expert's width over ETP."""
+    _divides("num_experts", card.num_experts, "ep", layout.ep,
+             f"use ep in {{{_valid_sizes(card.num_experts, 64)}...}}")
+    _divides("moe_ffn_hidden_size", card.moe_ffn_hidden_size, "etp", layout.etp,
+             "use an etp that divides the expert width (etp=1 is usual with EP)")
+
+
+def _validate_context_parallel(card: ModelCard, layout: ParallelLayout) -> None:
+    """The sequence must split into 2 x CP load-balanced chunks; GDN heads must split over TP x CP (all-to-all)."""
+    if layout.cp == 1:
+        return
+    _divides("seq_length", card.seq_length, "2 x cp", 2 * layout.cp,
+             "context parallelism splits each sequence into 2 x cp chunks; pick cp so that 2 x cp divides it")
+    if card.linear_mixer != "none":
+        tp_cp = layout.tp * layout.cp
+        _divides("linear_num_key_heads", card.linear_num_key_heads, "tp x cp", tp_cp,
+                 "GDN context parallelism scatters heads over tp x cp GPUs; lower cp or tp")
+        _divides("linear_num_value_heads", card.linear_num_value_heads, "tp x cp", tp_cp,
+                 "GDN context parallelism scatters heads over tp x cp GPUs; lower cp or tp")
+
+
+def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
+    """Decoder layers must fill the PP x VPP stages, evenly or as the custom layout says."""
+    pp = layout.pp
+    if layout.pipeline_layout is None:
+        vpp = layout.vpp or 1
+        if vpp > 1 and pp == 1:
+            raise ParallelLayoutError(f"vpp={vpp} needs pp > 1 (virtual stages interleave pipeline ranks)")
+        _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
+                 f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline_layout such as "
+                 f"{_suggest_layout(card.num_layers, pp * vpp)!r}")
+        return
+    stages = parse_pipeline_layout(layout.pipeline_layout)
+    where = f"pipeline layout {layout.pipeline_layout!r}"
+    if len(stages) % pp:
+        raise ParallelLayoutError(f"{where} has {len(stages)} stages, not a multiple of pp ({pp}); "
+                                  "give pp x vpp stages separated by '|'")
+    vpp = len(stages) // pp
+    if layout.vpp is not None and layout.vpp != vpp:
+        raise ParallelLayoutError(f"{where} has {len(stages)} stages = pp ({pp}) x {vpp}, but vpp={layout.vpp}; "
+                                  f"set vpp={vpp} (or leave it unset) or give {pp * layout.vpp} stages")
+    if vpp > 1 and pp == 1:
+        raise ParallelLayoutError(f"{where} has {vpp} stages for pp=1; virtual stages need pp > 1")
+    flat = [name for stage in stages for name in stage]
+    decoders = flat.count("decoder")
+    if decoders != card.num_layers:
+        raise ParallelLayoutError(f"{where} places {decoders} decoder layers ('t'), the model has {card.num_layers}; "
+                                  f"e.g. {_suggest_layout(card.num_layers, len(stages))!r}")
+    if flat.count("mtp"):
+        raise ParallelLayoutError(f"{where} places MTP layers ('m'), but {card.name} has no MTP; remove them")
+    if flat.count("embedding") != 1 or not stages[0] or stages[0][0] != "embedding":
+        raise ParallelLayoutError(f"{where}: the embedding 'E' must appear once, at the start of the first stage")
+    if flat.count("loss") != 1 or not stages[-1] or stages[-1][-1] != "loss":
+        raise ParallelLayoutError(f"{where}: the loss 'L' must appear once, at the end of the last stage")
+
+
+def _suggest_layout(num_layers: int, num_stages: int) -> str:
+    """A layout string spreading ``num_layers`` over ``num_stages`` stages as evenly as possible."""
+    base, extra = divmod(num_layers, num_stages)
+    counts = [base + (1 if i < extra else 0) for i in range(num_stages)]
+    stages = [f"t*{n}" if n else "" for n in counts]
+    stages[0] = "E" + stages[0]
+    stages[-1] += "L"
+    return "|".join(stages)
+
+
+def _validate_world_size(layout: ParallelLayout, world_size: int) -> None:
+    """The GPUs must split into TP x PP x CP x DP for dense parts and ETP x EP x PP x expert-DP for experts."""
+    dense = layout.tp * layout.pp * layout.cp
+    if world_size % dense:
+        raise ParallelLayoutError(f"world size {world_size} is not divisible by tp x pp x cp = {dense}; "
+                                  "change the GPU count or the parallel sizes")
+    expert = layout.etp * layout.ep * layout.pp
+    if world_size % expert:
+        raise ParallelLayoutError(f"world size {world_size} is not divisible by etp x ep x pp = {expert}; "
+                                  "change the GPU count, ep or etp")

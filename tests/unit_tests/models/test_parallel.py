@@ -1,0 +1,135 @@
+"""ParallelLayout validation and the pipeline-layout parser (checked against megatron-core's own parser)."""
+
+import dataclasses
+import random
+import re
+
+import pytest
+
+import megatron.oellm  # noqa: F401  (3.11 provision before megatron-core imports)
+from megatron.oellm.cards import get_card
+from megatron.oellm.models.parallel import (
+    ParallelLayout,
+    ParallelLayoutError,
+    parse_pipeline_layout,
+    validate_layout,
+)
+
+QWEN35 = get_card("qwen3.5-35b-a3b")
+QWEN3 = get_card("qwen3-30b-a3b")
+
+LAYOUTS = [
+    "Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L",
+    "Ettt|(tt|)*29,m|L",
+    "E|t*4|(t|)*3,tL",
+    "Et*2,t*10|t*12L",
+    "(Et|)*1,t|t|tL",
+    "E|*2tL",
+]
+
+
+def _megatron_parse(layout: str) -> list[list[str]]:
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    return [[layer.name for layer in stage] for stage in PipelineParallelLayerLayout.parse_str_to_list(layout)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_parser_matches_megatron(layout: str) -> None:
+    assert parse_pipeline_layout(layout) == _megatron_parse(layout)
+
+
+def test_parser_matches_megatron_on_random_layouts() -> None:
+    rng = random.Random()
+    for _ in range(50):
+        stages = [f"t*{rng.randint(0, 5)}" if rng.random() < 0.7 else "t" * rng.randint(0, 3)
+                  for _ in range(rng.randint(1, 6))]
+        group = f"(t*{rng.randint(1, 3)}|)*{rng.randint(1, 4)}"
+        layout = "E" + "|".join(stages) + "|" + group + "tL"
+        assert parse_pipeline_layout(layout) == _megatron_parse(layout), layout
+
+
+@pytest.mark.parametrize("layout,message", [
+    ("Ex*3|tL", "unknown layer character"),
+    ("E(tt|*2L", "without a matching ')'"),
+    ("Et)|tL", "without a matching '('"),
+    ("E((t)*2)*2L", "nested parentheses"),
+    ("E*|tL", "repeats nothing"),
+    ("E(tt)|tL", "must be followed by *N"),
+])
+def test_parser_errors(layout: str, message: str) -> None:
+    with pytest.raises(ParallelLayoutError, match=re.escape(message)):
+        parse_pipeline_layout(layout)
+
+
+@pytest.mark.parametrize("card,layout", [
+    (QWEN35, ParallelLayout()),
+    (QWEN35, ParallelLayout(tp=2, pp=4, vpp=5, ep=8, cp=2, sp=True)),
+    (QWEN35, ParallelLayout(pp=2, pipeline_layout="Et*6|t*6|t*6|t*2|t*6|t*6|t*6|t*2L")),
+    (QWEN3, ParallelLayout(tp=4, pp=2, ep=16, etp=1)),
+    (QWEN3, ParallelLayout(pp=4, pipeline_layout="Et*5|t*7|t*6|t*6|t*6|t*6|t*6|t*6L")),
+])
+def test_valid_layouts_pass(card, layout) -> None:
+    validate_layout(card, layout, world_size=layout.tp * layout.pp * layout.cp * layout.ep)
+
+
+@pytest.mark.parametrize("card,layout,message", [
+    (QWEN35, ParallelLayout(tp=0), "tp must be >= 1"),
+    (QWEN35, ParallelLayout(sp=True), "needs tp > 1"),
+    (QWEN3, ParallelLayout(tp=3), r"num_attention_heads \(32\) is not divisible by tp \(3\)"),
+    (QWEN35, ParallelLayout(tp=4), r"num_query_groups \(KV heads\) \(2\) is not divisible by tp \(4\)"),
+    (QWEN35, ParallelLayout(ep=3), r"num_experts \(256\) is not divisible by ep \(3\)"),
+    (QWEN35, ParallelLayout(etp=3), r"moe_ffn_hidden_size \(512\) is not divisible by etp \(3\)"),
+    (QWEN35, ParallelLayout(cp=3), r"seq_length \(4096\) is not divisible by 2 x cp \(6\)"),
+    (QWEN35, ParallelLayout(tp=2, cp=16), r"linear_num_key_heads \(16\) is not divisible by tp x cp \(32\)"),
+    (QWEN35, ParallelLayout(pp=3), r"num_layers \(40\) is not divisible by pp x vpp \(3\).*Et\*14\|t\*13\|t\*13L"),
+    (QWEN35, ParallelLayout(vpp=2), "needs pp > 1"),
+    (QWEN3, ParallelLayout(pp=3, pipeline_layout="Et*24|t*24L"), "2 stages, not a multiple of pp"),
+    (QWEN3, ParallelLayout(pp=2, vpp=3, pipeline_layout="Et*24|t*24L"), "set vpp=1"),
+    (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|t*23L"), "places 47 decoder layers"),
+    (QWEN3, ParallelLayout(pp=2, pipeline_layout="t*24|Et*24L"), "embedding 'E' must appear once, at the start"),
+    (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|Lt*24"), "loss 'L' must appear once, at the end"),
+    (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|t*24mL"), "has no MTP"),
+])
+def test_invalid_layouts_name_the_problem(card, layout, message) -> None:
+    with pytest.raises(ParallelLayoutError, match=message):
+        validate_layout(card, layout)
+
+
+def test_gdn_heads_vs_tp() -> None:
+    card = dataclasses.replace(QWEN35, name="x", num_attention_heads=16, num_query_groups=16,
+                               linear_num_key_heads=6, linear_num_value_heads=12)
+    with pytest.raises(ParallelLayoutError, match=r"linear_num_key_heads \(6\) is not divisible by tp \(4\)"):
+        validate_layout(card, ParallelLayout(tp=4))
+
+
+def test_world_size_checks() -> None:
+    with pytest.raises(ParallelLayoutError, match="not divisible by tp x pp x cp = 8"):
+        validate_layout(QWEN3, ParallelLayout(tp=4, pp=2), world_size=12)
+    with pytest.raises(ParallelLayoutError, match="not divisible by etp x ep x pp = 32"):
+        validate_layout(QWEN3, ParallelLayout(tp=2, pp=2, ep=16), world_size=16)
+
+
+@pytest.mark.parametrize("num_layers,pp,vpp,layout", [
+    (40, 4, None, "Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L"),
+    (48, 2, None, "Et*5|t*7|t*6|t*6|t*6|t*6|t*6|t*6L"),
+    (48, 4, 2, None),
+    (48, 8, None, None),
+])
+def test_stage_split_matches_megatron(num_layers, pp, vpp, layout) -> None:
+    """Decoder layers per (pp rank, virtual stage) agree with megatron-core's layout object."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    ours = ParallelLayout(pp=pp, vpp=vpp, pipeline_layout=layout)
+    counts = ours.decoder_layers_per_stage(num_layers)
+    assert sum(counts) == num_layers
+    reference_layout = layout or "|".join(
+        ("E" if i == 0 else "") + f"t*{num_layers // len(counts)}" + ("L" if i == len(counts) - 1 else "")
+        for i in range(len(counts)))
+    reference = PipelineParallelLayerLayout(reference_layout, pp)
+    reference.validate_layer_layout(num_layers=num_layers, mtp_num_layers=None)
+    assert reference.virtual_pipeline_model_parallel_size == ours.vpp_size
+    for index, count in enumerate(counts):
+        pp_rank, vp_stage = index % pp, index // pp
+        assert reference.layout[pp_rank][vp_stage].count(LayerType.decoder) == count
