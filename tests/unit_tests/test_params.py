@@ -1,0 +1,56 @@
+"""Parameter counts from the cards against transformers' own models built on the meta device."""
+
+import importlib
+
+import pytest
+import torch
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.params import parameter_counts
+
+transformers = pytest.importorskip("transformers")
+
+HF_MODELS = {
+    "qwen3_5": ("megatron.oellm.models.qwen3_5.convert", "Qwen3_5MoeForCausalLM"),
+    "qwen3_moe": ("megatron.oellm.models.qwen3_moe.convert", "Qwen3MoeForCausalLM"),
+}
+
+
+def _hf_meta_model(card):
+    module_name, class_name = HF_MODELS[card.family]
+    config = importlib.import_module(module_name).hf_config_from_card(card)
+    with torch.device("meta"):
+        return getattr(transformers, class_name)(config)
+
+
+def _is_routed_expert(name: str) -> bool:
+    return ".mlp.experts." in name
+
+
+@pytest.mark.parametrize("name", [
+    "qwen3.5-35b-a3b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+    "qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-proxy-4L"])
+def test_total_and_active_match_transformers(name):
+    card = get_card(name)
+    model = _hf_meta_model(card)
+    hf_total = sum(p.numel() for p in model.parameters())
+    hf_routed = sum(p.numel() for n, p in model.named_parameters() if _is_routed_expert(n))
+    hf_active = hf_total - hf_routed + hf_routed * card.moe_router_topk // card.num_experts
+    ours = parameter_counts(card)
+    assert hf_routed > 0
+    assert abs(ours.total - hf_total) <= 1e-3 * hf_total
+    assert abs(ours.active - hf_active) <= 1e-3 * hf_active
+    assert ours.routed_experts == hf_routed
+
+
+def test_published_sizes_are_what_the_names_say():
+    assert round(parameter_counts(get_card("qwen3.5-35b-a3b")).total / 1e9) == 35
+    assert round(parameter_counts(get_card("qwen3-30b-a3b")).total / 1e9) == 31
+    assert round(parameter_counts(get_card("qwen3-235b-a22b")).total / 1e9) == 235
+    assert round(parameter_counts(get_card("qwen3-235b-a22b")).active / 1e9) == 22
+
+
+def test_breakdown_sums_to_total():
+    for name in ("qwen3.5-35b-a3b", "oellm-ckda-hybrid", "qwen3-235b-a22b"):
+        counts = parameter_counts(get_card(name))
+        assert sum(counts.breakdown.values()) == counts.total
