@@ -1,0 +1,101 @@
+"""Backend choice, spec-provider contents and unsupported-combination errors (CPU only)."""
+
+import pytest
+import torch.nn.functional as F
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer.moe.experts import SequentialMLP
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from megatron.oellm.backends import selection
+from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
+from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
+from megatron.oellm.backends.torch_native.grouped_mlp import (
+    ColumnParallelStackedGroupedLinear,
+    RowParallelStackedGroupedLinear,
+    TorchGroupedMLP,
+)
+from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
+from megatron.oellm.backends.torch_native.norms import RMSNorm
+
+
+@pytest.fixture
+def te_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend Transformer Engine fails to import."""
+    monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: "ModuleNotFoundError: no TE")
+
+
+@pytest.fixture
+def te_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend Transformer Engine imports."""
+    monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
+
+
+def test_auto_prefers_te_when_importable(te_present: None) -> None:
+    assert selection.resolve_backend("auto") == "te"
+    assert selection.resolve_backend("torch") == "torch"
+
+
+def test_auto_falls_back_to_torch_without_te(te_missing: None) -> None:
+    assert selection.resolve_backend("auto") == "torch"
+    assert isinstance(selection.backend_spec_provider("auto"), TorchNativeSpecProvider)
+
+
+def test_te_requested_without_te_names_the_fix(te_missing: None) -> None:
+    with pytest.raises(ValueError, match=r"transformer_engine\[pytorch\].*--backend torch"):
+        selection.resolve_backend("te")
+
+
+def test_unknown_backend_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        selection.resolve_backend("cuda")
+
+
+def test_torch_provider_classes() -> None:
+    provider = selection.backend_spec_provider("torch")
+    assert provider.column_parallel_linear() is ColumnParallelLinear
+    assert provider.row_parallel_linear() is RowParallelLinear
+    assert provider.fuse_layernorm_and_linear() is True
+    assert provider.column_parallel_layer_norm_linear() is RMSNormColumnParallelLinear
+    assert provider.layer_norm(rms_norm=True, for_qk=True) is RMSNorm
+    assert provider.core_attention() is SDPACoreAttention
+    assert provider.activation_func() is None
+    grouped = provider.grouped_mlp_modules(True)
+    assert grouped.func is TorchGroupedMLP
+    assert grouped.keywords["submodules"].linear_fc1 is ColumnParallelStackedGroupedLinear
+    assert grouped.keywords["submodules"].linear_fc2 is RowParallelStackedGroupedLinear
+    assert provider.grouped_mlp_modules(False).func is SequentialMLP
+
+
+@pytest.mark.parametrize(
+    ("features", "message"),
+    [
+        ({"fp8": True}, "fp8"),
+        ({"fp4": True}, "fp4"),
+        ({"context_parallel_size": 2}, "context parallelism"),
+        ({"normalization": "LayerNorm"}, "only RMSNorm"),
+        ({"sliding_window": True}, "sliding-window"),
+        ({"fused_residual_rmsnorm": True}, "fused_residual_rmsnorm"),
+        ({"moe_expert_bias": True}, "add_bias_linear=False"),
+        ({"moe_glu_interleave": True}, "moe_mlp_glu_interleave_size"),
+    ],
+)
+def test_torch_backend_rejects_unsupported_features(features: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        selection.check_backend_support("torch", **features)
+
+
+def test_supported_combinations_pass(te_present: None) -> None:
+    selection.check_backend_support("torch")
+    selection.check_backend_support("te", fp8=True, context_parallel_size=4)
+
+
+def test_config_support_reads_transformer_config() -> None:
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm")
+    selection.check_config_support("torch", TransformerConfig(**base))
+    moe_with_bias = TransformerConfig(
+        **base, num_moe_experts=4, add_bias_linear=True, activation_func=F.silu, gated_linear_unit=True
+    )
+    with pytest.raises(ValueError, match="add_bias_linear"):
+        selection.check_config_support("torch", moe_with_bias)
+    with pytest.raises(ValueError, match="context parallelism"):
+        selection.check_config_support("torch", TransformerConfig(**base, context_parallel_size=2))

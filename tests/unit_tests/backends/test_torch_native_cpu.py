@@ -1,0 +1,138 @@
+"""Torch-native modules on CPU (fp32): checkpoint names, load round trips and math against float64 loops."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from backend_references import (
+    attention_reference,
+    grouped_mlp_reference,
+    packed_attention_reference,
+    relative_error,
+    rms_norm_reference,
+)
+from megatron.core.packed_seq_params import PackedSeqParams
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
+from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
+from megatron.oellm.backends.torch_native.norms import RMSNorm
+
+NUM_EXPERTS = 4
+HIDDEN = 32
+FFN = 48
+
+
+def make_config(**overrides) -> TransformerConfig:
+    """A small CPU-initialised config with a SwiGLU MoE."""
+    fields = dict(
+        num_layers=1,
+        hidden_size=HIDDEN,
+        num_attention_heads=4,
+        num_query_groups=2,
+        num_moe_experts=NUM_EXPERTS,
+        moe_ffn_hidden_size=FFN,
+        moe_grouped_gemm=True,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        normalization="RMSNorm",
+        use_cpu_initialization=True,
+        attention_dropout=0.0,
+    )
+    fields.update(overrides)
+    return TransformerConfig(**fields)
+
+
+def build_experts(config: TransformerConfig):
+    """Grouped experts as the provider builds them for an MoE layer (no process groups: world of one)."""
+    return TorchNativeSpecProvider().grouped_mlp_modules(True)(NUM_EXPERTS, config, pg_collection=None)
+
+
+def test_grouped_mlp_state_dict_uses_te_names() -> None:
+    experts = build_experts(make_config())
+    state = experts.state_dict()
+    expected = {f"linear_fc{n}.weight{i}" for n in (1, 2) for i in range(NUM_EXPERTS)}
+    expected |= {"linear_fc1._extra_state", "linear_fc2._extra_state"}
+    assert set(state) == expected
+    assert state["linear_fc1.weight0"].shape == (2 * FFN, HIDDEN)
+    assert state["linear_fc2.weight3"].shape == (HIDDEN, FFN)
+    torch.testing.assert_close(state["linear_fc1.weight2"], experts.linear_fc1.weight[2], rtol=0, atol=0)
+
+
+def test_grouped_mlp_loads_te_named_state_dict() -> None:
+    experts = build_experts(make_config())
+    te_state = {f"linear_fc1.weight{i}": torch.randn(2 * FFN, HIDDEN) for i in range(NUM_EXPERTS)}
+    te_state |= {f"linear_fc2.weight{i}": torch.randn(HIDDEN, FFN) for i in range(NUM_EXPERTS)}
+    te_state |= {"linear_fc1._extra_state": None, "linear_fc2._extra_state": None}
+    experts.load_state_dict(te_state, strict=True)
+    for i in range(NUM_EXPERTS):
+        torch.testing.assert_close(experts.linear_fc1.weight[i], te_state[f"linear_fc1.weight{i}"], rtol=0, atol=0)
+        torch.testing.assert_close(experts.linear_fc2.weight[i], te_state[f"linear_fc2.weight{i}"], rtol=0, atol=0)
+    reloaded = build_experts(make_config())
+    reloaded.load_state_dict(experts.state_dict(), strict=True)
+    torch.testing.assert_close(reloaded.linear_fc2.weight, experts.linear_fc2.weight, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_grouped_mlp_matches_per_expert_loop(gated: bool) -> None:
+    experts = build_experts(make_config(gated_linear_unit=gated))
+    counts = [5, 0, 9, 3]  # expert 1 receives no tokens
+    hidden = torch.randn(sum(counts), HIDDEN)
+    probs = torch.rand(sum(counts))
+    out, bias = experts(hidden, torch.tensor(counts), probs)
+    assert bias is None
+    expected = grouped_mlp_reference(
+        hidden, counts, probs, list(experts.linear_fc1.weight), list(experts.linear_fc2.weight), gated
+    )
+    assert relative_error(out, expected) < 1e-5
+
+
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_rms_norm_matches_reference(zero_centered: bool) -> None:
+    norm = RMSNorm(make_config(layernorm_zero_centered_gamma=zero_centered), HIDDEN, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_(mean=0.0 if zero_centered else 1.0, std=0.3)
+    x = torch.randn(3, 2, HIDDEN) * 4
+    assert set(norm.state_dict()) == {"weight"}
+    assert relative_error(norm(x), rms_norm_reference(x, norm.weight, 1e-6, zero_centered)) < 1e-6
+
+
+def test_rms_norm_rejects_layer_norm_config() -> None:
+    with pytest.raises(ValueError, match="RMSNorm only"):
+        RMSNorm(make_config(normalization="LayerNorm"), HIDDEN)
+
+
+def make_attention(mask_type: AttnMaskType) -> SDPACoreAttention:
+    return SDPACoreAttention(make_config(), layer_number=1, attn_mask_type=mask_type, attention_type="self")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_batched_gqa_attention_matches_reference(causal: bool) -> None:
+    attention = make_attention(AttnMaskType.causal if causal else AttnMaskType.no_mask)
+    s, b, hq, hkv, d = 7, 2, 4, 2, 8
+    q, k, v = torch.randn(s, b, hq, d), torch.randn(s, b, hkv, d), torch.randn(s, b, hkv, d)
+    out = attention(q, k, v, None)
+    assert out.shape == (s, b, hq * d)
+    for i in range(b):
+        assert relative_error(out[:, i], attention_reference(q[:, i], k[:, i], v[:, i], causal)) < 1e-5
+
+
+def test_packed_fp32_attention_keeps_documents_apart() -> None:
+    attention = make_attention(AttnMaskType.padding_causal)
+    lengths = [3, 6, 1, 5]
+    total = sum(lengths)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=6, max_seqlen_kv=6)
+    q, k, v = torch.randn(total, 4, 8), torch.randn(total, 2, 8), torch.randn(total, 2, 8)
+    out = attention(q, k, v, None, packed_seq_params=params)
+    assert relative_error(out, packed_attention_reference(q, k, v, lengths, causal=True)) < 1e-5
+
+
+def test_attention_rejects_bias_and_context_parallelism() -> None:
+    attention = make_attention(AttnMaskType.causal)
+    q = torch.randn(2, 1, 4, 8)
+    with pytest.raises(ValueError, match="attention_bias"):
+        attention(q, q, q, None, attention_bias=torch.zeros(1))
+    with pytest.raises(ValueError, match="context parallelism"):
+        SDPACoreAttention(make_config(context_parallel_size=2), 1, AttnMaskType.causal, "self")
