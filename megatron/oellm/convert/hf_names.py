@@ -1,0 +1,49 @@
+"""Hugging Face tensor names as published vs as ``Qwen*ForCausalLM`` names them.
+
+The published multimodal Qwen3.5 checkpoints store the text model under ``model.language_model.`` next to
+``model.visual.`` (vision tower) and ``mtp.`` (multi-token-prediction head); transformers' ``*ForCausalLM`` and our
+converter use ``model.`` and ignore the other two (text part only, no MTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from torch import Tensor
+
+SKIPPED_PREFIXES = ("model.visual.", "mtp.")
+"""Parts of published checkpoints outside the text model; never converted."""
+_PUBLISHED_TEXT_PREFIX = "model.language_model."
+
+
+def canonical_hf_names(names: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """``({canonical name: stored name}, skipped stored names)`` for the tensor names of an HF checkpoint."""
+    canonical, skipped = {}, []
+    for name in names:
+        if name.startswith(SKIPPED_PREFIXES):
+            skipped.append(name)
+        elif name.startswith(_PUBLISHED_TEXT_PREFIX):
+            canonical["model." + name[len(_PUBLISHED_TEXT_PREFIX):]] = name
+        else:
+            canonical[name] = name
+    return canonical, sorted(skipped)
+
+
+class CanonicalView(Mapping[str, Tensor]):
+    """Read-only view of HF tensors under canonical names; values are fetched from ``tensors`` on access."""
+
+    def __init__(self, tensors: Mapping[str, Tensor]) -> None:
+        self._tensors = tensors
+        self._names, self.skipped = canonical_hf_names(tensors.keys())
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self._tensors[self._names[name]]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)

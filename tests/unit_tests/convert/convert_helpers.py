@@ -1,0 +1,45 @@
+"""Test helpers for checkpoint conversion: random HF tensors for a card and a bitwise comparison."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.convert.blocks import bitwise_equal
+from megatron.oellm.convert.family import expected_shapes
+
+
+def random_hf_tensors(card: ModelCard, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict[str, Tensor]:
+    """Fresh random tensors under every HF name of ``card`` (per-expert layout).
+
+    The GDN gated-norm weights (plain ``w * x`` in HF, shifted by -1 for megatron) are drawn around 1 like trained
+    ones, so the shift is exactly invertible; everything else is standard normal.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, shape in expected_shapes(card)[0].items():
+        values = torch.randn(shape, generator=generator)
+        if name.endswith("linear_attn.norm.weight"):
+            values = (1 + 0.1 * values).clamp(0.5, 1.99)
+        tensors[name] = values.to(dtype)
+    return tensors
+
+
+def assert_bitwise_equal(expected: dict[str, Tensor], actual: dict[str, Tensor]) -> None:
+    """Same names, and every tensor identical bit for bit (dtype and shape included)."""
+    assert sorted(actual) == sorted(expected)
+    different = [name for name in expected if not bitwise_equal(expected[name], actual[name])]
+    assert not different, f"tensors differ: {different[:5]}"
+
+
+def fuse_experts(card: ModelCard, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The same tensors with experts in transformers' in-memory layout (``gate_up_proj`` / ``down_proj``)."""
+    out = {name: t for name, t in tensors.items() if ".mlp.experts." not in name}
+    for layer in range(card.num_layers):
+        p = f"model.layers.{layer}.mlp.experts."
+        out[f"{p}gate_up_proj"] = torch.stack([torch.cat([tensors[f"{p}{e}.gate_proj.weight"],
+                                                          tensors[f"{p}{e}.up_proj.weight"]])
+                                               for e in range(card.num_experts)])
+        out[f"{p}down_proj"] = torch.stack([tensors[f"{p}{e}.down_proj.weight"] for e in range(card.num_experts)])
+    return out
