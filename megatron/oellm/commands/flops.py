@@ -1,0 +1,121 @@
+"""``oellm flops MODEL --seq-length N``: training GFLOP per token with its breakdown, optionally TFLOP/s and MFU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from megatron.oellm.cards import CardError, get_card
+from megatron.oellm.flops import FlopError, megatron_flops_per_token, pad_vocab, training_flops_per_token
+from megatron.oellm.megatron_args import FlagValue
+from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
+
+HELP = "training FLOPs per token of a model (corrected count or Megatron's), with breakdown and MFU"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``oellm flops``."""
+    parser.add_argument("model", help="model card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
+    parser.add_argument("--seq-length", type=int, required=True, help="training sequence length in tokens")
+    parser.add_argument("--padded-vocab", type=int, default=None,
+                        help="padded vocabulary of the output layer (default: the card's, padded to 128)")
+    parser.add_argument("--megatron-compatible", action="store_true",
+                        help="count as megatron-core 0.19.2's num_floating_point_operations does")
+    parser.add_argument("--megatron-flag", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --megatron-compatible: set or drop one Megatron flag as a run did, e.g. "
+                             "group-query-attention=false, hybrid-layer-pattern=none (repeatable)")
+    parser.add_argument("--document-lengths", type=int, nargs="+", default=None, metavar="L",
+                        help="lengths of the documents packed into one sequence (sum = --seq-length)")
+    parser.add_argument("--tokens-per-second-per-gpu", type=float, default=None,
+                        help="measured throughput: also print TFLOP/s/GPU and MFU")
+    parser.add_argument("--gpu", choices=sorted(GPU_PEAKS), default="h100-sxm", help="GPU of the MFU peak")
+    parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16", help="precision of the MFU peak")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="peak TFLOP/s per GPU (overrides --gpu)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object {model, seq_length, padded_vocab, mode, gflops_per_token, "
+                             "breakdown}")
+
+
+def parse_flag_overrides(items: list[str]) -> dict[str, FlagValue]:
+    """``NAME=VALUE`` strings -> Megatron flag overrides: true/false/none, integers and floats are converted."""
+    overrides: dict[str, FlagValue] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise FlopError(f"--megatron-flag {item!r}: write NAME=VALUE, e.g. group-query-attention=false")
+        words = {"true": True, "false": False, "none": None}
+        if text.lower() in words:
+            overrides[name] = words[text.lower()]
+            continue
+        for kind in (int, float):
+            try:
+                overrides[name] = kind(text)
+                break
+            except ValueError:
+                continue
+        else:
+            overrides[name] = text
+    return overrides
+
+
+def flops_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON report of ``oellm flops``; in megatron-compatible mode the breakdown holds Megatron's one total."""
+    card = get_card(args.model)
+    padded_vocab = args.padded_vocab or pad_vocab(card.vocab_size)
+    corrected = training_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths)
+    report: dict[str, Any] = {"model": card.name, "seq_length": args.seq_length, "padded_vocab": padded_vocab,
+                              "document_lengths": args.document_lengths}
+    if args.megatron_compatible:
+        overrides = parse_flag_overrides(args.megatron_flag)
+        megatron = megatron_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths,
+                                            **overrides) / 1e9
+        report["megatron_flags"] = overrides
+        report.update(mode="megatron_compatible", gflops_per_token=megatron,
+                      breakdown={"megatron_total": megatron}, corrected_gflops_per_token=corrected.gflops_per_token)
+    else:
+        if args.megatron_flag:
+            raise FlopError("--megatron-flag needs --megatron-compatible")
+        report.update(mode="corrected", gflops_per_token=corrected.gflops_per_token,
+                      breakdown=corrected.gflops_breakdown())
+    if args.tokens_per_second_per_gpu is not None:
+        peak = args.peak_tflops or peak_tflops(args.gpu, args.precision)
+        tflops = args.tokens_per_second_per_gpu * report["gflops_per_token"] / 1e3
+        report.update(tokens_per_second_per_gpu=args.tokens_per_second_per_gpu, tflops_per_gpu=tflops,
+                      peak_tflops=peak, mfu=mfu(tflops, peak))
+        if args.peak_tflops is None and GPU_PEAKS[args.gpu].note:
+            report["peak_note"] = GPU_PEAKS[args.gpu].note
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Human-readable table: one row per component with GFLOP/token and share of the total."""
+    total = report["gflops_per_token"]
+    documents = report["document_lengths"] or [report["seq_length"]]
+    lines = [f"{report['model']}  seq {report['seq_length']}  padded vocab {report['padded_vocab']}  "
+             f"documents {len(documents)}  mode {report['mode']}",
+             f"{'component':<26}{'GFLOP/token':>14}{'share':>9}"]
+    for name, value in report["breakdown"].items() if report["mode"] == "corrected" else ():
+        lines.append(f"{name:<26}{value:>14.4f}{100 * value / total:>8.1f}%")
+    lines.append(f"{'total (training)':<26}{total:>14.4f}{100.0:>8.1f}%")
+    if report["mode"] == "megatron_compatible":
+        lines.append(f"Megatron flags changed: {report['megatron_flags'] or 'none'}")
+        corrected = report["corrected_gflops_per_token"]
+        lines.append(f"corrected count {corrected:.4f} GFLOP/token: Megatron's is {100 * (total / corrected - 1):+.1f}%")
+    if "mfu" in report:
+        lines.append(f"{report['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU -> {report['tflops_per_gpu']:.1f} "
+                     f"TFLOP/s/GPU, MFU {100 * report['mfu']:.1f}% of {report['peak_tflops']:.0f} TFLOP/s")
+        if "peak_note" in report:
+            lines.append(f"note: {report['peak_note']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report as a table or JSON; bad input exits 2 with the reason."""
+    try:
+        report = flops_report(args)
+    except (CardError, FlopError, ValueError) as error:
+        print(f"oellm flops: {error}")
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    return 0

@@ -1,0 +1,234 @@
+"""Training FLOPs per token of a model card: the one source of every TFLOP/s and MFU megatron-oellm prints.
+
+Conventions of the corrected count (:func:`training_flops_per_token`):
+
+* matrix work only: 2 FLOPs per multiply-add; element-wise work (norms, RoPE, softmax, activations, gating
+  multiplies, the recurrent decay) is not counted. Training = 3 x forward (forward, data grad, weight grad);
+  activation recomputation is not counted (model FLOPs, not hardware FLOPs).
+* softmax attention: projections with the real number of KV heads, plus the output-gate projection; the core
+  (``QK^T`` and ``PV``) counted over the causal pairs a causal kernel computes: ``L_d * (L_d + 1) / 2`` per
+  document of length ``L_d``, so packed documents cost the sum over documents, not ``seq_length^2``.
+* GDN and CKDA at their recurrent cost: projections, depthwise short convolution, and per value head and token
+  the three state products of the delta rule (``S^T k``, the rank-1 update ``k (beta (v - S^T k))^T``, ``S^T q``),
+  each ``d_k * d_v`` multiply-adds.
+* MoE: router, top-k routed SwiGLU experts, shared SwiGLU expert and its scalar gate, listed separately.
+* logits over the padded vocabulary; the embedding lookup costs nothing.
+
+:func:`megatron_flops_per_token` instead calls megatron-core 0.19.2's own
+``megatron.training.training.num_floating_point_operations`` on the argument namespace Megatron's own parser builds
+from the card's flags, so our logs can be compared one-to-one with runs of upstream Megatron. Importing this
+module never imports torch or megatron; megatron is imported only inside :func:`megatron_flops_per_token`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags, parse_megatron_argv
+
+FLOPS_PER_MULTIPLY_ADD = 2
+"""A multiply-add is two floating-point operations."""
+TRAINING_PASSES = 3
+"""Forward, backward data gradient, backward weight gradient: each does the forward's matrix work once."""
+MEGATRON_VOCAB_DIVISOR = 128
+"""Megatron's default ``--make-vocab-size-divisible-by`` (with tensor parallelism 1)."""
+SWIGLU_MATRICES = 3
+"""A SwiGLU MLP has three ``hidden x ffn`` matrices (gate, up, down)."""
+
+DocumentLengths = Sequence[int] | Mapping[int, int]
+"""Documents packed into one sequence: a list of lengths, or a histogram ``{length: count}``."""
+
+
+class FlopError(ValueError):
+    """FLOP accounting cannot be done as asked; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """Training FLOPs per token, by component (forward + backward, recomputation not counted)."""
+
+    breakdown: dict[str, float]
+    """Component name -> training FLOPs per token; components absent from the model are left out."""
+
+    @property
+    def total(self) -> float:
+        """Training FLOPs per token, all components."""
+        return sum(self.breakdown.values())
+
+    @property
+    def gflops_per_token(self) -> float:
+        """Training GFLOP per token."""
+        return self.total / 1e9
+
+    def gflops_breakdown(self) -> dict[str, float]:
+        """Component -> training GFLOP per token."""
+        return {name: value / 1e9 for name, value in self.breakdown.items()}
+
+    def shares(self) -> dict[str, float]:
+        """Component -> fraction of the total."""
+        total = self.total
+        return {name: value / total for name, value in self.breakdown.items()}
+
+
+def pad_vocab(vocab_size: int, divisor: int = MEGATRON_VOCAB_DIVISOR) -> int:
+    """``vocab_size`` rounded up to a multiple of ``divisor``, as Megatron pads the output layer."""
+    return -(-vocab_size // divisor) * divisor
+
+
+def document_lengths_list(seq_length: int, document_lengths: DocumentLengths | None = None) -> list[int]:
+    """The documents of one packed sequence as a list of lengths; ``None`` = one document of ``seq_length``.
+
+    A histogram ``{length: count}`` is expanded. The lengths must be positive and add up to ``seq_length``
+    (padding tokens are not modelled: count a padded tail as its own document if it is attended to).
+    """
+    if document_lengths is None:
+        lengths = [seq_length]
+    elif isinstance(document_lengths, Mapping):
+        lengths = [length for length, count in sorted(document_lengths.items()) for _ in range(count)]
+    else:
+        lengths = list(document_lengths)
+    if any(length <= 0 for length in lengths):
+        raise FlopError(f"document lengths must be positive, got {lengths}")
+    if sum(lengths) != seq_length:
+        raise FlopError(f"document lengths add up to {sum(lengths)}, not seq_length {seq_length}: "
+                        "give every document of one packed sequence")
+    return lengths
+
+
+def causal_pairs_per_token(seq_length: int, document_lengths: DocumentLengths | None = None) -> float:
+    """Query-key pairs a causal kernel computes, per token: ``sum_d L_d (L_d + 1) / 2 / seq_length``."""
+    lengths = document_lengths_list(seq_length, document_lengths)
+    return sum(length * (length + 1) // 2 for length in lengths) / seq_length
+
+
+def forward_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int | None = None,
+                            document_lengths: DocumentLengths | None = None) -> dict[str, float]:
+    """Forward FLOPs per token by component (see the module docstring for what is counted).
+
+    ``padded_vocab`` defaults to the card's vocabulary padded to a multiple of 128 (Megatron's default).
+    """
+    if seq_length <= 0:
+        raise FlopError(f"seq_length must be positive, got {seq_length}")
+    macs: dict[str, float] = {}
+    macs.update(_attention_macs(card, causal_pairs_per_token(seq_length, document_lengths)))
+    if card.linear_mixer == "gdn":
+        macs.update(_gdn_macs(card))
+    elif card.linear_mixer == "ckda":
+        macs.update(_ckda_macs(card))
+    macs.update(_moe_macs(card))
+    macs["logits"] = card.hidden_size * (padded_vocab or pad_vocab(card.vocab_size))
+    return {name: FLOPS_PER_MULTIPLY_ADD * value for name, value in macs.items() if value}
+
+
+def training_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int | None = None,
+                             document_lengths: DocumentLengths | None = None) -> FlopCount:
+    """Corrected training FLOPs per token of ``card`` (3 x :func:`forward_flops_per_token`)."""
+    forward = forward_flops_per_token(card, seq_length, padded_vocab, document_lengths)
+    return FlopCount({name: TRAINING_PASSES * value for name, value in forward.items()})
+
+
+def _attention_macs(card: ModelCard, causal_pairs: float) -> dict[str, float]:
+    """Multiply-adds per token of all softmax-attention layers."""
+    layers = card.num_attention_layers
+    q_width = card.num_attention_heads * card.kv_channels
+    kv_width = card.num_query_groups * card.kv_channels
+    h = card.hidden_size
+    return {
+        "attention_qkv": layers * h * (q_width + 2 * kv_width),
+        "attention_gate": layers * h * q_width if card.attention_output_gate else 0,
+        "attention_core": layers * causal_pairs * 2 * q_width,  # QK^T and PV, every query head
+        "attention_out": layers * q_width * h,
+    }
+
+
+def _linear_mixer_dims(card: ModelCard) -> tuple[int, int, int]:
+    """(layers, key width ``heads_k * d_k``, value width ``heads_v * d_v``) of the linear mixer."""
+    return (card.num_linear_layers, card.linear_num_key_heads * card.linear_key_head_dim,
+            card.linear_num_value_heads * card.linear_value_head_dim)
+
+
+def _delta_rule_macs(card: ModelCard) -> int:
+    """Multiply-adds per token of one layer's delta-rule recurrence: three state products per value head."""
+    return 3 * card.linear_num_value_heads * card.linear_key_head_dim * card.linear_value_head_dim
+
+
+def _gdn_macs(card: ModelCard) -> dict[str, float]:
+    """Multiply-adds per token of all Gated DeltaNet layers (Qwen3-Next / Qwen3.5 layout)."""
+    layers, key_width, value_width = _linear_mixer_dims(card)
+    h = card.hidden_size
+    return {
+        # q, k, v, output gate z, then beta and the decay input a (one scalar per value head each)
+        "gdn_in_proj": layers * h * (2 * key_width + 2 * value_width + 2 * card.linear_num_value_heads),
+        "gdn_conv": layers * card.linear_conv_kernel_dim * (2 * key_width + value_width),
+        "gdn_delta_rule": layers * _delta_rule_macs(card),
+        "gdn_out_proj": layers * value_width * h,
+    }
+
+
+def _ckda_macs(card: ModelCard) -> dict[str, float]:
+    """Multiply-adds per token of all CKDA layers (Kimi-Delta-Attention layout: low-rank decay and output gates)."""
+    layers, key_width, value_width = _linear_mixer_dims(card)
+    h, rank = card.hidden_size, card.linear_gate_low_rank_dim
+    decay_width = card.linear_num_value_heads * card.linear_key_head_dim  # one decay per key channel and head
+    return {
+        "ckda_in_proj": layers * h * (2 * key_width + value_width + card.linear_num_value_heads),  # q, k, v, beta
+        "ckda_decay_gate": layers * rank * (h + decay_width),
+        "ckda_output_gate": layers * rank * (h + value_width),
+        "ckda_conv": layers * card.linear_conv_kernel_dim * (2 * key_width + value_width),
+        "ckda_delta_rule": layers * _delta_rule_macs(card),
+        "ckda_out_proj": layers * value_width * h,
+    }
+
+
+def _moe_macs(card: ModelCard) -> dict[str, float]:
+    """Multiply-adds per token of all MoE blocks (every layer has one)."""
+    layers, h = card.num_layers, card.hidden_size
+    return {
+        "moe_router": layers * h * card.num_experts,
+        "moe_routed_experts": layers * card.moe_router_topk * SWIGLU_MATRICES * h * card.moe_ffn_hidden_size,
+        "moe_shared_expert": layers * SWIGLU_MATRICES * h * card.moe_shared_expert_intermediate_size,
+        "moe_shared_expert_gate": layers * h if card.moe_shared_expert_gate else 0,
+    }
+
+
+def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
+                       **megatron_overrides: FlagValue) -> argparse.Namespace:
+    """The arguments megatron's ``pretrain_gpt`` / ``pretrain_hybrid`` would hand the FLOP function for ``card``.
+
+    Built by Megatron's own parser from :func:`~megatron.oellm.megatron_args.model_flags` plus ``--seq-length``;
+    ``megatron_overrides`` replace or add flags (``group_query_attention=False`` drops the flag, ``None`` removes
+    one, underscores become dashes). Of what Megatron derives after parsing, the FLOP function reads only
+    ``padded_vocab_size`` (set by the tokenizer build, here ``padded_vocab``) and, for hybrid models,
+    ``num_layers`` (``validate_args`` counts it from ``--hybrid-layer-pattern``; our flags already agree), so
+    ``padded_vocab_size`` is the one field set by hand. CKDA has no megatron-core layer and is refused.
+    """
+    if card.linear_mixer == "ckda":
+        raise FlopError(f"{card.name}: megatron-core 0.19.2 has no CKDA layer, so it has no FLOP formula for it; "
+                        "use the corrected count (drop --megatron-compatible)")
+    flags = dict(model_flags(card, vocab_size=padded_vocab))
+    flags["seq-length"] = seq_length
+    flags.update({name.replace("_", "-"): value for name, value in megatron_overrides.items()})
+    args = parse_megatron_argv(flags_to_argv(flags))
+    args.padded_vocab_size = padded_vocab
+    return args
+
+
+def megatron_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int | None = None,
+                             document_lengths: DocumentLengths | None = None,
+                             **megatron_overrides: FlagValue) -> float:
+    """Training FLOPs per token as megatron-core 0.19.2's ``num_floating_point_operations`` counts them.
+
+    One sequence of ``seq_length`` tokens (packed ``document_lengths`` passed on as Megatron's THD sum of squared
+    lengths); see :func:`megatron_namespace` for ``megatron_overrides``.
+    """
+    from megatron.training.training import num_floating_point_operations
+
+    padded_vocab = padded_vocab or pad_vocab(card.vocab_size)
+    args = megatron_namespace(card, seq_length, padded_vocab, **megatron_overrides)
+    lengths = document_lengths_list(seq_length, document_lengths)
+    total = num_floating_point_operations(args, 1, seqlen_squared_sum_in_batch=sum(n * n for n in lengths),
+                                          total_real_tokens_in_batch=seq_length)
+    return total / seq_length
