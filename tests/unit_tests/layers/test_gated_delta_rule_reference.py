@@ -1,0 +1,79 @@
+"""The naive gated delta rule against closed forms on CPU, and fla's chunked kernel against it on the GPU."""
+
+import pytest
+import torch
+
+from megatron.oellm.layers.gated_delta_rule_reference import gated_delta_rule_reference, l2_normalize
+
+
+def _random_inputs(batch, steps, key_heads, heads, key_dim, value_dim, dtype, device, seed=None):
+    gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    q = torch.randn(batch, steps, key_heads, key_dim, generator=gen, dtype=torch.float64)
+    k = l2_normalize(torch.randn(batch, steps, key_heads, key_dim, generator=gen, dtype=torch.float64))
+    v = torch.randn(batch, steps, heads, value_dim, generator=gen, dtype=torch.float64)
+    g = -torch.rand(batch, steps, heads, generator=gen, dtype=torch.float64) * 0.2
+    beta = torch.rand(batch, steps, heads, generator=gen, dtype=torch.float64)
+    return [t.to(dtype=dtype, device=device) for t in (q, k, v, g, beta)]
+
+
+def test_single_step_closed_form():
+    q, k, v, g, beta = _random_inputs(2, 1, 3, 3, 8, 5, torch.float64, "cpu")
+    out, state = gated_delta_rule_reference(q, k, v, g, beta, scale=0.5)
+    expected = 0.5 * beta[..., None] * (q * k).sum(-1, keepdim=True) * v
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(state, (beta[:, 0, :, None, None] * k[:, 0, :, :, None] * v[:, 0, :, None, :]))
+
+
+def test_delta_rule_replaces_instead_of_accumulating():
+    """Orthonormal keys, beta = 1, no decay: the memory holds exactly the last value written under each key."""
+    key_dim, steps = 8, 6
+    keys = torch.linalg.qr(torch.randn(key_dim, key_dim, dtype=torch.float64))[0][:3]
+    order = [0, 1, 2, 0, 1, 0]
+    k = keys[order].reshape(1, steps, 1, key_dim)
+    v = torch.randn(1, steps, 1, 4, dtype=torch.float64)
+    zeros, ones = torch.zeros(1, steps, 1, dtype=torch.float64), torch.ones(1, steps, 1, dtype=torch.float64)
+    _, state = gated_delta_rule_reference(k, k, v, zeros, ones, scale=1.0)
+    for key_index, last_write in ((0, 5), (1, 4), (2, 2)):
+        torch.testing.assert_close(keys[key_index] @ state[0, 0], v[0, last_write, 0], rtol=1e-10, atol=1e-10)
+
+
+def test_decay_scales_the_previous_state():
+    q, k, v, g, beta = _random_inputs(1, 2, 2, 2, 4, 3, torch.float64, "cpu")
+    _, state_one = gated_delta_rule_reference(q[:, :1], k[:, :1], v[:, :1], g[:, :1], beta[:, :1])
+    beta_two = beta.clone()
+    beta_two[:, 1] = 0.0
+    _, state_two = gated_delta_rule_reference(q, k, v, g, beta_two)
+    torch.testing.assert_close(state_two, state_one * g[:, 1].exp()[..., None, None])
+
+
+def test_grouped_values_read_their_key_head():
+    q, k, v, g, beta = _random_inputs(1, 5, 2, 4, 4, 3, torch.float64, "cpu")
+    out, _ = gated_delta_rule_reference(q, k, v, g, beta)
+    expanded, _ = gated_delta_rule_reference(q.repeat_interleave(2, 2), k.repeat_interleave(2, 2), v, g, beta)
+    torch.testing.assert_close(out, expanded)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        gated_delta_rule_reference(q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3])
+
+
+def _relative_error(actual, expected):
+    return ((actual.double() - expected).norm() / expected.norm()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-3), (torch.bfloat16, 2e-2)])
+def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, tolerance):
+    """fla's chunked GDN kernel (the fast path megatron-core's GatedDeltaNet calls) vs the float64 recurrence,
+    with grouped values (2 key heads, 4 value heads) and a length that is not a multiple of the chunk size."""
+    fla_gdn = pytest.importorskip("fla.ops.gated_delta_rule")
+    inputs = _random_inputs(2, 200, 2, 4, 64, 64, torch.float64, "cpu")
+    reference_inputs = [t.clone().requires_grad_(True) for t in inputs]
+    kernel_inputs = [t.to(device="cuda", dtype=dtype).requires_grad_(True) for t in inputs]
+    reference_out, _ = gated_delta_rule_reference(*reference_inputs)
+    kernel_out = fla_gdn.chunk_gated_delta_rule(*kernel_inputs)[0]
+    grad = torch.randn_like(reference_out)
+    reference_out.backward(grad)
+    kernel_out.backward(grad.to(device="cuda", dtype=dtype))
+    assert _relative_error(kernel_out.cpu(), reference_out.detach()) < tolerance
+    for name, ours, ref in zip("q k v g beta".split(), kernel_inputs, reference_inputs, strict=True):
+        error = _relative_error(ours.grad.cpu(), ref.grad)
+        assert error < 2 * tolerance, f"d{name}: relative error {error:.2e}"
