@@ -67,11 +67,9 @@ def layer_spec(card: ModelCard, backend: str | BackendSpecProvider = "auto") -> 
     )
 
 
-def block_spec(card: ModelCard, config: TransformerConfig, backend: str | BackendSpecProvider = "auto",
-               vp_stage: int | None = None, pp_rank: int | None = None) -> TransformerBlockSubmodules:
-    """The decoder layers of one pipeline stage (``pp_rank`` / ``vp_stage``; None = this rank) plus the final norm."""
+def block_spec(card: ModelCard, num_layers: int, backend: str | BackendSpecProvider = "auto") -> TransformerBlockSubmodules:
+    """``num_layers`` decoder layers (one pipeline stage's share) plus the final norm, from ``backend``'s modules."""
     provider = spec_provider(backend)
-    num_layers = get_num_layers_to_build(config, vp_stage=vp_stage, pp_rank=pp_rank)
     return TransformerBlockSubmodules(layer_specs=[layer_spec(card, provider)] * num_layers,
                                       layer_norm=provider.layer_norm(rms_norm=True))
 
@@ -84,7 +82,7 @@ def build_model(card: ModelCard, layout: ParallelLayout = SINGLE_GPU, backend: s
     check_backend(backend, config)
     return GPTModel(
         config=config,
-        transformer_layer_spec=block_spec(card, config, backend, vp_stage=vp_stage),
+        transformer_layer_spec=block_spec(card, get_num_layers_to_build(config, vp_stage=vp_stage), backend),
         vocab_size=card.vocab_size,
         max_sequence_length=card.max_position_embeddings,
         pre_process=pre_process,
