@@ -1,0 +1,121 @@
+"""OEL command-line arguments of the training entry, and the merge of a model card into Megatron's argv.
+
+The entry takes Megatron-LM's own flags (so experiment YAMLs that map keys one-to-one onto Megatron flags keep
+working) plus ``--oellm-model NAME`` and ``--oellm-backend``. The card's architecture flags
+(:func:`megatron.oellm.megatron_args.model_flags`) fill in every flag the user did not pass; a flag the user passed
+with a value that contradicts the card is an error naming both values. ``--vocab-size`` is the one exception: it
+selects the tokenizer's vocabulary and re-vocabularies the card (:meth:`ModelCard.with_vocab`), as recipes do.
+:data:`TRAINING_DEFAULTS` (no dropout) are filled in too when not given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from megatron.oellm.backends.selection import BACKEND_CHOICES
+from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser, model_flags
+
+TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0}
+"""Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
+0.1), yet dropout is a training choice, not architecture, so a given value is no conflict."""
+
+
+class CardFlagConflict(ValueError):
+    """A Megatron flag the user passed contradicts the model card; the message names both values."""
+
+
+def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Megatron ``extra_args_provider``: add the OEL arguments (model card, backend) to Megatron's parser."""
+    group = parser.add_argument_group(title="OpenEuroLLM")
+    group.add_argument("--oellm-model", default=None, metavar="NAME",
+                       help="model card by registry name (e.g. qwen3.5-35b-a3b-proxy-4L); its architecture flags "
+                            "fill in every architecture flag not given on the command line")
+    group.add_argument("--oellm-backend", default="auto", choices=BACKEND_CHOICES,
+                       help="module backend of the spec builders: te (Transformer Engine), torch (no TE), "
+                            "auto (te where installed)")
+    group.add_argument("--oellm-peak-tflops", type=float, default=None, metavar="TFLOPS",
+                       help="peak dense TFLOP/s per GPU for the MFU of the [oellm] throughput line (default: the "
+                            "nominal peak of a known GPU, else no MFU)")
+    return parser
+
+
+class _Unset:
+    """Sentinel default: marks the parser destinations the command line did not set."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+@dataclass(frozen=True)
+class MergedArgv:
+    """The result of :func:`merge_card_flags`."""
+
+    argv: list[str]
+    """The user's argv followed by the card flags (and :data:`TRAINING_DEFAULTS`) the user did not give."""
+    card: ModelCard
+    """The card, re-vocabularied when the user gave ``--vocab-size``."""
+    filled: dict[str, FlagValue]
+    """Flags added to the argv (name without ``--`` -> value)."""
+
+
+def _sentinel_parser() -> argparse.ArgumentParser:
+    """Megatron's parser (plus the OEL arguments) with every default replaced by a sentinel."""
+    parser = megatron_parser(add_oellm_arguments)
+    dests = vars(parser.parse_args([])).keys()
+    parser.set_defaults(**dict.fromkeys(dests, _UNSET))
+    return parser
+
+
+def explicit_destinations(argv: Sequence[str]) -> set[str]:
+    """Parser destinations (e.g. ``num_layers``) that ``argv`` sets explicitly, whatever the value."""
+    return {dest for dest, value in vars(_sentinel_parser().parse_args(list(argv))).items() if value is not _UNSET}
+
+
+def _flag_destinations(parser: argparse.ArgumentParser, name: str, value: FlagValue) -> set[str]:
+    """Destinations that the flag ``--name`` writes (a boolean flag is looked up by its bare form)."""
+    argv = [f"--{name}"] if isinstance(value, bool) else flags_to_argv({name: value})
+    return {dest for dest, got in vars(parser.parse_args(argv)).items() if got is not _UNSET}
+
+
+def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
+    """Fill the ``--oellm-model`` card's architecture flags into ``argv`` where the user gave none.
+
+    Returns None when ``argv`` names no model. Raises :class:`CardFlagConflict` when a flag the user passed has
+    another value than the card's, and :class:`megatron.oellm.cards.CardError` for an unknown model name.
+    """
+    parser = megatron_parser(add_oellm_arguments)
+    user = parser.parse_args(list(argv))
+    if user.oellm_model is None:
+        return None
+    card = get_card(user.oellm_model)
+    explicit = explicit_destinations(argv)
+    if "vocab_size" in explicit:
+        card = card.with_vocab(user.vocab_size)
+    flags = model_flags(card)
+    card_values = vars(parser.parse_args(flags_to_argv(flags)))
+    sentinel = _sentinel_parser()
+    filled: dict[str, FlagValue] = {}
+    for name, value in flags.items():
+        if value is None:
+            continue
+        dests = _flag_destinations(sentinel, name, value)
+        given = dests & explicit
+        if not given:
+            filled[name] = value
+            continue
+        for dest in sorted(given):
+            if getattr(user, dest) != card_values[dest]:
+                raise CardFlagConflict(
+                    f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
+                    f"has {dest}={card_values[dest]!r}; drop --{name} (the card fills it in) or pick a card "
+                    "that matches")
+    for name, value in TRAINING_DEFAULTS.items():
+        if not _flag_destinations(sentinel, name, value) & explicit:
+            filled[name] = value
+    return MergedArgv(argv=list(argv) + flags_to_argv(filled), card=card, filled=filled)

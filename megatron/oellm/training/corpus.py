@@ -1,0 +1,83 @@
+"""A small real-text corpus built offline into megatron's indexed format (``.bin``/``.idx``), one document per file.
+
+The text is what every Python installation carries (the standard library's own sources under ``sys.prefix``),
+optionally plus files the caller names, so a corpus can be built on a machine without internet. Files are read in
+sorted order and tokenized with :class:`ByteTokenizer`; each document ends with the end-of-document token, and the
+index records document boundaries, so megatron's ``GPTDataset`` sees real documents. The result is deterministic
+for a given set of input files.
+"""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy
+
+from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
+
+
+@dataclass(frozen=True)
+class CorpusSummary:
+    """What :func:`build_corpus` wrote; also saved as ``<prefix>.json`` beside the ``.bin``/``.idx`` files."""
+
+    prefix: str
+    """Path prefix of the indexed dataset (pass it to ``--data-path``)."""
+    documents: int
+    """Number of documents (input files that were not empty)."""
+    tokens: int
+    """Tokens written, end-of-document tokens included."""
+    tokenizer: str
+    """Tokenizer of the token ids."""
+    megatron_flags: list[str]
+    """Tokenizer flags to train on this corpus with."""
+
+
+def stdlib_sources(limit_bytes: int) -> list[Path]:
+    """The standard library's ``.py`` files under this interpreter's prefix, sorted, up to ``limit_bytes`` in all."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chosen, total = [], 0
+    for path in sorted(root.rglob("*.py")):
+        if "site-packages" in path.parts or "test" in path.parts or "tests" in path.parts:
+            continue
+        size = path.stat().st_size
+        if total + size > limit_bytes:
+            break
+        chosen.append(path)
+        total += size
+    return chosen
+
+
+def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
+    """Tokenize each file of ``files`` as one document into ``<prefix>.bin``/``.idx`` and write ``<prefix>.json``.
+
+    Files are taken in the given order; empty files (and files that are not UTF-8) are skipped.
+    """
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = ByteTokenizer()
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=numpy.uint16)
+    documents = tokens = 0
+    for path in files:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if not text:
+            continue
+        ids = tokenizer.encode(text) + [tokenizer.eod]
+        builder.add_item(torch.tensor(ids, dtype=torch.int64))
+        builder.end_document()
+        documents += 1
+        tokens += len(ids)
+    builder.finalize(f"{prefix}.idx")
+    summary = CorpusSummary(prefix=str(prefix), documents=documents, tokens=tokens, tokenizer="oellm-byte",
+                            megatron_flags=BYTE_TOKENIZER_FLAGS)
+    Path(f"{prefix}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    return summary

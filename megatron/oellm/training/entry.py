@@ -1,0 +1,64 @@
+"""Training entry point: ``torchrun ... -m megatron.oellm.training.entry <Megatron flags> --oellm-model NAME``.
+
+Takes the flags of Megatron-LM's ``pretrain_gpt.py`` / ``pretrain_hybrid.py`` plus the OEL arguments
+(:mod:`megatron.oellm.training.args`), fills the card's architecture flags into the command line, and runs
+``megatron.training``'s pretrain loop with our model provider, data provider and forward step. Checkpoints are
+Megatron's (``--save``/``--load``, ``--ckpt-format torch_dist`` for megatron-core distributed checkpointing).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Sequence
+
+import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
+from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags
+
+
+def flops_and_peak(args) -> tuple[float, float | None]:
+    """Training FLOPs per token of the run's card and the GPU's peak TFLOP/s (None when unknown)."""
+    import torch
+
+    from megatron.oellm.flops import training_flops_per_token
+    from megatron.oellm.training.model_provider import card_from_args
+    from megatron.oellm.training.throughput import device_peak_tflops
+
+    flops = training_flops_per_token(card_from_args(args), args.seq_length, padded_vocab=args.padded_vocab_size)
+    peak = args.oellm_peak_tflops
+    if peak is None:
+        peak = device_peak_tflops(torch.cuda.get_device_name(), "fp8" if args.fp8 else "bf16")
+    return flops.total, peak
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Merge the card into the command line, parse it with Megatron's parser, train; return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    merged = merge_card_flags(argv)
+    if merged is None:
+        print("error: the oellm training entry needs --oellm-model NAME (see `oellm models`)", file=sys.stderr)
+        return 2
+    sys.argv = [sys.argv[0], *merged.argv]  # Megatron's parser reads sys.argv
+
+    from megatron.core.enums import ModelType
+    from megatron.training import pretrain
+    from megatron.training.argument_utils import pretrain_cfg_container_from_args
+    from megatron.training.arguments import parse_and_validate_args
+
+    from megatron.oellm.training.data import train_valid_test_datasets
+    from megatron.oellm.training.forward_step import forward_step
+    from megatron.oellm.training.model_provider import model_provider
+    from megatron.oellm.training.throughput import install_throughput_logging
+
+    args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
+    install_throughput_logging(*flops_and_peak(args))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*recommended to use a ModelConfig.*")
+        config_container = pretrain_cfg_container_from_args(args)
+    pretrain(config_container, train_valid_test_datasets, ModelType.encoder_or_decoder, forward_step,
+             model_provider=model_provider)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

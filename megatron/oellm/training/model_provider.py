@@ -1,0 +1,71 @@
+"""Megatron ``model_provider``: the ``--oellm-model`` card built by its family's spec builder.
+
+The architecture comes from the card (which the entry has already merged into Megatron's flags); the training
+runtime settings (initialisation, recomputation, fusions, loss reduction, dropout) come from Megatron's own
+arguments, read through Megatron's ``core_transformer_config_from_args`` so that their meaning is Megatron's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.models.parallel import ParallelLayout
+
+RUNTIME_FIELDS = (
+    "init_method_std", "perform_initialization", "use_cpu_initialization", "gradient_accumulation_fusion",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "calculate_per_token_loss", "deallocate_pipeline_outputs", "cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl", "moe_token_dispatcher_type", "moe_permute_fusion", "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity", "overlap_p2p_comm", "batch_p2p_comm", "variable_seq_lengths",
+    "microbatch_group_size_per_vp_stage", "barrier_with_L1_time", "hidden_dropout", "attention_dropout",
+    "masked_softmax_fusion", "bias_dropout_fusion",
+)
+"""TransformerConfig fields taken from Megatron's arguments instead of the family's defaults."""
+
+
+def card_from_args(args: argparse.Namespace) -> ModelCard:
+    """The ``--oellm-model`` card with the padded vocabulary Megatron chose (the embedding's real size)."""
+    if not args.oellm_model:
+        raise ValueError("the oellm training entry needs --oellm-model NAME (see `oellm models` for the names)")
+    return get_card(args.oellm_model).with_vocab(args.padded_vocab_size)
+
+
+def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
+    """The model-parallel layout of Megatron's parallel-size arguments."""
+    custom = args.pipeline_model_parallel_layout
+    return ParallelLayout(
+        tp=args.tensor_model_parallel_size,
+        pp=args.pipeline_model_parallel_size,
+        vpp=args.virtual_pipeline_model_parallel_size,
+        ep=args.expert_model_parallel_size,
+        etp=args.expert_tensor_parallel_size or 1,
+        cp=args.context_parallel_size,
+        sp=args.sequence_parallel,
+        pipeline_layout=custom if isinstance(custom, str) else None,
+    )
+
+
+def runtime_overrides(args: argparse.Namespace) -> dict:
+    """The :data:`RUNTIME_FIELDS` of the TransformerConfig Megatron itself would build from ``args``."""
+    from megatron.training.argument_utils import core_transformer_config_from_args
+
+    megatron_config = core_transformer_config_from_args(args)
+    return {name: getattr(megatron_config, name) for name in RUNTIME_FIELDS if hasattr(megatron_config, name)}
+
+
+def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
+                   config=None, pg_collection=None):
+    """Build this rank's part of the card's model with the ``--oellm-backend`` modules (Megatron calls this)."""
+    from megatron.training import get_args, print_rank_0
+
+    from megatron.oellm.models import spec_builder
+
+    args = get_args()
+    card = card_from_args(args)
+    layout = layout_from_args(args)
+    family = spec_builder(card.family)
+    transformer_config = family.transformer_config(card, layout, args.params_dtype, **runtime_overrides(args))
+    print_rank_0(f"> building {card.name} ({card.family}, backend {args.oellm_backend})")
+    return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,
+                              post_process=post_process, vp_stage=vp_stage, params_dtype=args.params_dtype)

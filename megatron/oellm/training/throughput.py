@@ -1,0 +1,132 @@
+"""Per-interval throughput from our FLOP accounting: one ``[oellm]`` line after each Megatron log line.
+
+Megatron's own line stays as it is; after it, every log interval prints::
+
+    [oellm] iteration 20 | tokens/s/GPU: 123456.7 | TFLOP/s/GPU: 234.5 | MFU: 23.71%
+
+Tokens are the global batch's (``global batch x seq_length``, padding included, as Megatron counts), FLOPs are
+:func:`megatron.oellm.flops.training_flops_per_token` of the card, MFU is against the GPU's nominal dense peak
+(:mod:`megatron.oellm.peaks`; ``n/a`` on a GPU without a known peak). The time is Megatron's ``interval-time``
+timer, the same one its ``elapsed time per iteration`` comes from, read just before Megatron reads and resets it.
+
+megatron 0.19.2 has no hook for extra per-interval metrics, so :func:`install_throughput_logging` wraps
+``megatron.training.training.training_log`` (guarded by its signature); ``patches/training-log-hook.md`` describes
+the upstream change that would replace the wrapper.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+
+from megatron.oellm.peaks import GPU_PEAKS, Precision
+
+LINE_PREFIX = "[oellm]"
+"""Start of every throughput line."""
+
+_LINE = re.compile(r"\[oellm\] iteration (?P<iteration>\d+) \| tokens/s/GPU: (?P<tokens>[0-9.]+) \| "
+                   r"TFLOP/s/GPU: (?P<tflops>[0-9.]+) \| MFU: (?P<mfu>[0-9.]+%|n/a)")
+
+DEVICE_PEAKS = (("GH200", "gh200"), ("H200", "h200-sxm"), ("H100", "h100-sxm"))
+"""Substring of ``torch.cuda.get_device_name()`` -> :data:`megatron.oellm.peaks.GPU_PEAKS` name (first match)."""
+
+HOOKED_FUNCTION = "training_log"
+"""The function of ``megatron.training.training`` that :func:`install_throughput_logging` wraps."""
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Throughput of one log interval, per GPU."""
+
+    iteration: int
+    """Last iteration of the interval."""
+    tokens_per_s_per_gpu: float
+    """Training tokens per second per GPU."""
+    tflops_per_gpu: float
+    """Model TFLOP/s per GPU (our FLOP accounting)."""
+    mfu: float | None
+    """Model-FLOP utilisation (fraction), None without a known peak."""
+
+    def format(self) -> str:
+        """The ``[oellm]`` log line."""
+        mfu = "n/a" if self.mfu is None else f"{100 * self.mfu:.2f}%"
+        return (f"{LINE_PREFIX} iteration {self.iteration} | tokens/s/GPU: {self.tokens_per_s_per_gpu:.1f} | "
+                f"TFLOP/s/GPU: {self.tflops_per_gpu:.2f} | MFU: {mfu}")
+
+
+def parse_throughput_line(line: str) -> Throughput | None:
+    """The :class:`Throughput` of an ``[oellm]`` log line (None for any other line); rounded as printed."""
+    match = _LINE.search(line)
+    if match is None:
+        return None
+    mfu = None if match["mfu"] == "n/a" else float(match["mfu"].rstrip("%")) / 100
+    return Throughput(int(match["iteration"]), float(match["tokens"]), float(match["tflops"]), mfu)
+
+
+def measure(iteration: int, tokens: int, elapsed_s: float, num_gpus: int, flops_per_token: float,
+            peak_tflops: float | None) -> Throughput:
+    """Throughput of ``tokens`` trained by ``num_gpus`` GPUs in ``elapsed_s`` seconds."""
+    if elapsed_s <= 0 or num_gpus <= 0:
+        raise ValueError(f"elapsed time and GPU count must be positive, got {elapsed_s} s on {num_gpus} GPUs")
+    tokens_per_s_per_gpu = tokens / elapsed_s / num_gpus
+    tflops = tokens_per_s_per_gpu * flops_per_token / 1e12
+    return Throughput(iteration, tokens_per_s_per_gpu, tflops, None if peak_tflops is None else tflops / peak_tflops)
+
+
+def device_peak_tflops(device_name: str, precision: Precision = "bf16") -> float | None:
+    """Nominal dense peak of the GPU named ``device_name`` (as CUDA names it), None when it is not known."""
+    for marker, name in DEVICE_PEAKS:
+        if marker in device_name:
+            return GPU_PEAKS[name].tflops(precision)
+    return None
+
+
+def check_hook_point(function) -> inspect.Signature:
+    """The signature of megatron's ``training_log``; raise if it lacks what the wrapper reads (another release)."""
+    signature = inspect.signature(function)
+    missing = {"iteration", "is_first_iteration"} - set(signature.parameters)
+    if missing:
+        raise RuntimeError(f"megatron.training.training.{HOOKED_FUNCTION} has no parameter(s) {sorted(missing)}: "
+                           "this megatron release is not the one the [oellm] throughput line was written for "
+                           "(see patches/training-log-hook.md)")
+    return signature
+
+
+def install_throughput_logging(flops_per_token: float, peak_tflops: float | None) -> None:
+    """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line.
+
+    Idempotent. The wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's
+    ``interval-time`` timer (without resetting it) before megatron's own ``training_log`` reads and resets it.
+    """
+    from megatron.core.num_microbatches_calculator import get_num_microbatches
+    from megatron.training import get_args, get_timers, training
+    from megatron.training.utils import print_rank_last
+
+    original = training.training_log
+    if getattr(original, "oellm_throughput", False):
+        return
+    signature = check_hook_point(original)
+    interval = {"tokens": 0}
+
+    def training_log(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        iteration = bound.arguments["iteration"]
+        first = bound.arguments.get("is_first_iteration", False)
+        megatron_args = get_args()
+        interval["tokens"] += megatron_args.micro_batch_size * megatron_args.data_parallel_size * \
+            get_num_microbatches() * megatron_args.seq_length
+        logging_now = first or iteration % megatron_args.log_interval == 0
+        if logging_now:
+            elapsed = get_timers()("interval-time").elapsed(barrier=True, reset=False)
+        result = original(*args, **kwargs)
+        if logging_now:
+            line = measure(iteration, interval["tokens"], elapsed, megatron_args.world_size, flops_per_token,
+                           peak_tflops)
+            print_rank_last(line.format())
+            if not first:  # megatron keeps the first iteration in the next interval
+                interval["tokens"] = 0
+        return result
+
+    training_log.oellm_throughput = True
+    training.training_log = training_log

@@ -1,0 +1,69 @@
+"""Merging a model card into Megatron's command line: fill, keep, conflict, unknown model."""
+
+import pytest
+
+from megatron.oellm.cards import CardError, get_card
+from megatron.oellm.megatron_args import megatron_parser, parse_megatron_argv
+from megatron.oellm.training.args import CardFlagConflict, add_oellm_arguments, merge_card_flags
+
+TINY = "qwen3.5-35b-a3b-tiny"
+
+
+def parse(argv):
+    return megatron_parser(add_oellm_arguments).parse_args(argv)
+
+
+def test_card_fills_every_unspecified_architecture_flag():
+    merged = merge_card_flags(["--oellm-model", TINY, "--micro-batch-size", "3"])
+    args = parse(merged.argv)
+    card = get_card(TINY)
+    assert (args.hidden_size, args.num_attention_heads, args.num_query_groups) == (64, 4, 2)
+    assert args.kv_channels == card.kv_channels and args.num_experts == card.num_experts
+    assert args.hybrid_layer_pattern == card.hybrid_layer_pattern
+    assert args.qk_layernorm and args.attention_output_gate and not args.add_bias_linear
+    assert args.vocab_size == card.vocab_size
+    assert args.micro_batch_size == 3  # the user's own flags survive
+    assert args.hidden_dropout == 0.0 and args.attention_dropout == 0.0
+
+
+def test_user_flags_equal_to_the_card_are_kept_not_duplicated():
+    merged = merge_card_flags(["--oellm-model", TINY, "--hidden-size", "64", "--disable-bias-linear"])
+    assert "hidden-size" not in merged.filled and "disable-bias-linear" not in merged.filled
+    assert merged.argv.count("--hidden-size") == 1
+
+
+def test_contradicting_value_is_an_error_naming_both_values():
+    with pytest.raises(CardFlagConflict, match=r"hidden_size=96.*hidden_size=64"):
+        merge_card_flags(["--oellm-model", TINY, "--hidden-size", "96"])
+
+
+def test_contradicting_boolean_flag_is_an_error():
+    # Qwen3 MoE has no attention output gate: asking for one contradicts the card.
+    with pytest.raises(CardFlagConflict, match="attention_output_gate"):
+        merge_card_flags(["--oellm-model", "qwen3-30b-a3b-tiny", "--attention-output-gate"])
+
+
+def test_vocab_size_revocabularies_the_card():
+    merged = merge_card_flags(["--oellm-model", TINY, "--vocab-size", "257"])
+    assert merged.card.vocab_size == 257 and parse(merged.argv).vocab_size == 257
+
+
+def test_user_dropout_is_a_training_choice():
+    merged = merge_card_flags(["--oellm-model", TINY, "--hidden-dropout", "0.1"])
+    args = parse(merged.argv)
+    assert args.hidden_dropout == 0.1 and args.attention_dropout == 0.0
+
+
+def test_unknown_model_is_an_error_listing_known_names():
+    with pytest.raises(CardError, match="unknown model.*qwen3.5-35b-a3b"):
+        merge_card_flags(["--oellm-model", "qwen9-nope"])
+
+
+def test_no_model_means_no_merge():
+    assert merge_card_flags(["--micro-batch-size", "2"]) is None
+
+
+def test_merged_argv_is_accepted_by_megatrons_own_parser_plus_ours():
+    merged = merge_card_flags(["--oellm-model", TINY, "--oellm-backend", "torch"])
+    stripped = [a for a in merged.argv if a not in ("--oellm-model", TINY, "--oellm-backend", "torch")]
+    assert parse_megatron_argv(stripped).num_experts == get_card(TINY).num_experts

@@ -1,0 +1,66 @@
+"""End to end on one GPU: the training entry under torchrun on the tiny Qwen3.5 card (torch backend).
+
+Mock data, then a real byte-tokenized corpus with a torch_dist checkpoint, then a resume from that checkpoint:
+the loss falls on both data sets, every log interval has a parseable [oellm] line, and the resumed run starts
+after the saved iteration.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from megatron.oellm.training.corpus import build_corpus, stdlib_sources
+from megatron.oellm.training.throughput import parse_throughput_line
+from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
+
+COMMON = [
+    "--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--transformer-impl", "local",
+    "--micro-batch-size", "4", "--global-batch-size", "8", "--seq-length", "128",
+    "--lr", "3e-3", "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "3",
+    "--bf16", "--log-interval", "1", "--eval-iters", "0", "--eval-interval", "1000",
+    "--no-gradient-accumulation-fusion", "--seed", "1234",
+]
+_LOSS = re.compile(r" iteration\s+(\d+)/\s*\d+ \|.* lm loss: ([0-9.E+-]+) \|")
+
+
+def run_entry(extra: list[str], tmp_path) -> tuple[dict[int, float], list]:
+    """Run the entry with torchrun on one GPU; return iteration -> lm loss and the [oellm] lines."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", "29517",
+               "-m", "megatron.oellm.training.entry", *COMMON, *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    losses = {int(m[1]): float(m[2]) for m in _LOSS.finditer(output)}
+    lines = [t for t in map(parse_throughput_line, output.splitlines()) if t is not None]
+    return losses, lines
+
+
+def assert_learns(losses: dict[int, float], lines: list, iterations: int) -> None:
+    assert sorted(losses) == list(range(1, iterations + 1))
+    first, last = [losses[i] for i in range(1, 4)], [losses[i] for i in range(iterations - 2, iterations + 1)]
+    assert sum(last) / 3 < 0.8 * sum(first) / 3, losses
+    assert [t.iteration for t in lines] == list(range(1, iterations + 1))
+    assert all(t.tokens_per_s_per_gpu > 0 and t.tflops_per_gpu > 0 for t in lines)
+
+
+@pytest.mark.gpu
+def test_mock_then_corpus_then_resume(tmp_path):
+    losses, lines = run_entry(["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "30"], tmp_path)
+    assert_learns(losses, lines, 30)
+
+    prefix = tmp_path / "corpus" / "stdlib"
+    build_corpus(stdlib_sources(2_000_000), prefix)
+    checkpoint = tmp_path / "checkpoint"
+    corpus = ["--data-path", str(prefix), "--split", "100,0,0", *BYTE_TOKENIZER_FLAGS, "--save", str(checkpoint),
+              "--load", str(checkpoint), "--ckpt-format", "torch_dist", "--save-interval", "30"]
+    losses, lines = run_entry([*corpus, "--train-iters", "30"], tmp_path)
+    assert_learns(losses, lines, 30)
+    assert (checkpoint / "latest_checkpointed_iteration.txt").read_text().strip() == "30"
+
+    resumed, _ = run_entry([*corpus, "--train-iters", "36"], tmp_path)
+    assert sorted(resumed) == list(range(31, 37))
+    assert sum(resumed.values()) / 6 < sum(losses[i] for i in range(1, 4)) / 3  # continues, not from scratch
