@@ -74,9 +74,8 @@ def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
 def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: torch.dtype) -> dict[str, Any]:
     """TransformerConfig fields shared by every family: shapes, norms, attention, MoE, parallel sizes, dtype.
 
-    The router maps the card's "softmax over all experts, top-k, renormalise" onto megatron-core's
-    ``moe_router_pre_softmax=False`` (softmax over the chosen k logits), which is the same function; only a
-    pre-softmax router *without* renormalisation needs ``moe_router_pre_softmax=True``.
+    The card's router fields carry megatron-core's semantics (``moe_router_pre_softmax=False``: top-k on the logits,
+    softmax over the chosen k, which equals the Qwen routers' softmax -> top-k -> renormalise).
     """
     validate_layout(card, layout)
     return dict(
@@ -101,7 +100,7 @@ def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: 
         num_moe_experts=card.num_experts,
         moe_ffn_hidden_size=card.moe_ffn_hidden_size,
         moe_router_topk=card.moe_router_topk,
-        moe_router_pre_softmax=card.moe_router_pre_softmax and not card.moe_router_topk_renormalize,
+        moe_router_pre_softmax=card.moe_router_pre_softmax,
         moe_router_load_balancing_type=card.moe_router_load_balancing_type,
         moe_aux_loss_coeff=card.moe_aux_loss_coeff,
         moe_router_dtype="fp32",
