@@ -50,7 +50,8 @@ class SDPACoreAttention(MegatronModule):
     ``cu_seqlens_*_padded`` when given, else ``cu_seqlens_*``. bf16/fp16 packed attention runs on
     ``torch.nn.attention.varlen.varlen_attn`` (flash attention); fp32 has no varlen kernel, so it runs SDPA with a
     block-diagonal document mask built on the device (quadratic memory in the pack length: for tests and small
-    packs). Masks: causal and none (``padding`` without a mask tensor); attention bias, sliding windows and context
+    packs). Masks: causal (an ``attention_mask`` tensor is then ignored: the causal mask is implied) and none
+    (``padding`` without a mask tensor); explicit padding masks, attention bias, sliding windows and context
     parallelism raise.
     """
 
@@ -100,15 +101,16 @@ class SDPACoreAttention(MegatronModule):
         mask_type = self.attn_mask_type if attn_mask_type is None else attn_mask_type
         if mask_type not in _CAUSAL_MASKS + _UNMASKED:
             raise ValueError(f"the torch-native core attention supports causal or unmasked attention, got {mask_type}")
-        if attention_mask is not None and mask_type not in _CAUSAL_MASKS:
+        packed = packed_seq_params is not None and packed_seq_params.qkv_format == "thd"
+        if attention_mask is not None and mask_type != AttnMaskType.causal and not packed:
             raise ValueError(
-                "the torch-native core attention does not apply explicit attention_mask tensors; "
-                "use a causal mask type or packed sequences (packed_seq_params) for document masking"
+                f"the torch-native core attention does not apply explicit attention_mask tensors ({mask_type}); "
+                "use the causal mask type or packed sequences (packed_seq_params) for document masking"
             )
         causal = mask_type in _CAUSAL_MASKS
         scale = self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(query.shape[-1])
         dropout_p = self.dropout_p if self.training else 0.0
-        if packed_seq_params is not None and packed_seq_params.qkv_format == "thd":
+        if packed:
             return self._packed(query, key, value, packed_seq_params, causal, scale, dropout_p)
         return self._batched(query, key, value, causal, scale, dropout_p)
 

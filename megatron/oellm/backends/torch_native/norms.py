@@ -43,14 +43,14 @@ class RMSNorm(torch.nn.Module):
     """RMSNorm module built like megatron's norms (``config``, ``hidden_size``, ``eps``); state key ``weight``.
 
     Matches TE's RMSNorm state dict (``weight``; zero-centred semantics from
-    ``config.layernorm_zero_centered_gamma``). ``has_residual`` is accepted for the spec-provider interface; no
-    residual fusion is done here, so it must stay off unless ``config.fused_residual_rmsnorm`` is off too.
+    ``config.layernorm_zero_centered_gamma``). No residual fusion is done here, so a config asking for
+    ``fused_residual_rmsnorm`` is rejected.
     """
 
-    def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5, has_residual: bool = False):
+    def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5):
         super().__init__()
         require_rms_norm(config)
-        if has_residual and config.fused_residual_rmsnorm:
+        if config.fused_residual_rmsnorm:
             raise ValueError(
                 "fused_residual_rmsnorm is not implemented by the torch-native backend; "
                 "set fused_residual_rmsnorm=False or use the Transformer Engine backend (--backend te)"

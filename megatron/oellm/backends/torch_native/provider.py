@@ -46,9 +46,10 @@ class TorchNativeSpecProvider(BackendSpecProvider):
     def layer_norm(self, rms_norm: bool = False, for_qk: bool = False, has_residual: bool = False) -> LayerNormBuilder:
         """RMSNorm with fp32 compute for every norm slot (``config.normalization`` must be RMSNorm).
 
-        ``has_residual`` is passed on so that a config asking for fused residual norms fails with a clear error.
+        Residual fusion is not implemented, so ``has_residual`` changes nothing (RMSNorm rejects configs that
+        ask for ``fused_residual_rmsnorm``).
         """
-        return partial(RMSNorm, has_residual=has_residual) if has_residual else RMSNorm
+        return RMSNorm
 
     def core_attention(self) -> type:
         """SDPA / varlen flash attention core (causal, GQA, packed documents)."""

@@ -1,0 +1,210 @@
+"""Torch-native modules on the GPU against float64 references (fp32 and bf16), plus checkpoint-layout parity."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from backend_references import (
+    attention_reference,
+    grouped_mlp_reference,
+    packed_attention_reference,
+    relative_error,
+    rms_norm_reference,
+)
+from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+from megatron.core.packed_seq_params import PackedSeqParams
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
+
+from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
+from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
+from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
+
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+"""Max deviation relative to the reference's largest magnitude; a routing, masking or scaling bug gives O(1)."""
+DTYPES = [torch.float32, torch.bfloat16]
+NUM_EXPERTS = 8
+HIDDEN = 128
+FFN = 96
+
+
+def make_config(dtype: torch.dtype, **overrides) -> TransformerConfig:
+    """Small GPU config: SwiGLU MoE, GQA attention, RMSNorm, no dropout, parameters in ``dtype``."""
+    fields = dict(
+        num_layers=1,
+        hidden_size=HIDDEN,
+        num_attention_heads=8,
+        num_query_groups=2,
+        num_moe_experts=NUM_EXPERTS,
+        moe_ffn_hidden_size=FFN,
+        moe_grouped_gemm=True,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        normalization="RMSNorm",
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+    )
+    fields.update(overrides)
+    return TransformerConfig(**fields)
+
+
+def build_experts(config: TransformerConfig, grouped: bool = True):
+    """Experts as the provider builds them for an MoE layer, with megatron's process groups."""
+    builder = TorchNativeSpecProvider().grouped_mlp_modules(grouped)
+    return builder(NUM_EXPERTS, config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+
+
+COUNTS = [0, 37, 0, 91, 5, 0, 60, 2]  # three experts without tokens, ragged others
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_mlp_matches_per_expert_loop(megatron_runtime: None, dtype: torch.dtype) -> None:
+    experts = build_experts(make_config(dtype))
+    hidden = torch.randn(sum(COUNTS), HIDDEN, device="cuda", dtype=dtype)
+    probs = torch.rand(sum(COUNTS), device="cuda", dtype=torch.float32)
+    out, _ = experts(hidden, torch.tensor(COUNTS, device="cuda"), probs)
+    fc1, fc2 = list(experts.linear_fc1.weight), list(experts.linear_fc2.weight)
+    expected = grouped_mlp_reference(hidden, COUNTS, probs, fc1, fc2, gated=True)
+    assert out.dtype == dtype
+    assert relative_error(out, expected) < TOLERANCE[dtype]
+
+
+def test_grouped_mlp_gradients_match_reference(megatron_runtime: None) -> None:
+    experts = build_experts(make_config(torch.float32))
+    hidden = torch.randn(sum(COUNTS), HIDDEN, device="cuda", requires_grad=True)
+    probs = torch.rand(sum(COUNTS), device="cuda", requires_grad=True)
+    grad_out = torch.randn(sum(COUNTS), HIDDEN, device="cuda")
+    out, _ = experts(hidden, torch.tensor(COUNTS, device="cuda"), probs)
+    out.backward(grad_out)
+    leaves = [t.detach().double().requires_grad_() for t in (hidden, probs)]
+    w1 = experts.linear_fc1.weight.detach().double().requires_grad_()
+    w2 = experts.linear_fc2.weight.detach().double().requires_grad_()
+    expected = grouped_mlp_reference(leaves[0], COUNTS, leaves[1], list(w1), list(w2), gated=True)
+    expected.backward(grad_out.double())
+    assert relative_error(hidden.grad, leaves[0].grad) < TOLERANCE[torch.float32]
+    assert relative_error(probs.grad, leaves[1].grad) < TOLERANCE[torch.float32]
+    assert relative_error(experts.linear_fc1.weight.grad, w1.grad) < TOLERANCE[torch.float32]
+    assert relative_error(experts.linear_fc2.weight.grad, w2.grad) < TOLERANCE[torch.float32]
+    assert experts.linear_fc1.weight.grad[0].abs().max() == 0  # expert 0 saw no tokens
+
+
+def test_grouped_mlp_forward_never_waits_on_the_host(megatron_runtime: None) -> None:
+    experts = build_experts(make_config(torch.bfloat16))
+    hidden = torch.randn(sum(COUNTS), HIDDEN, device="cuda", dtype=torch.bfloat16)
+    probs = torch.rand(sum(COUNTS), device="cuda")
+    tokens_per_expert = torch.tensor(COUNTS, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        experts(hidden, tokens_per_expert, probs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def _flat_sharded(sharded: dict) -> dict:
+    """Checkpoint-side view of a sharded state dict: (key, global offset) -> (global shape, fragmentation, data)."""
+    flat = {}
+    for entry in sharded.values():
+        built = entry.build() if isinstance(entry, ShardedTensorFactory) else [entry]
+        for tensor in built if isinstance(built, list) else [built]:
+            if isinstance(tensor, ShardedTensor):
+                flat[(tensor.key, tensor.global_offset)] = (
+                    tensor.global_shape,
+                    tensor.axis_fragmentations,
+                    tensor.data,
+                )
+    return flat
+
+
+def test_grouped_mlp_sharded_layout_matches_sequential_experts(megatron_runtime: None) -> None:
+    config = make_config(torch.float32)
+    grouped, sequential = build_experts(config), build_experts(config, grouped=False)
+    with torch.no_grad():
+        for i, expert in enumerate(sequential.local_experts):
+            grouped.linear_fc1.weight[i].copy_(expert.linear_fc1.weight)
+            grouped.linear_fc2.weight[i].copy_(expert.linear_fc2.weight)
+    prefix = "decoder.layers.0.mlp.experts."
+    ours = grouped.sharded_state_dict(prefix=prefix)
+    assert {k for k in ours if "weight" in k} == {
+        f"{prefix}linear_fc{n}.weight{i}" for n in (1, 2) for i in range(NUM_EXPERTS)
+    }
+    ours_flat, reference_flat = _flat_sharded(ours), _flat_sharded(sequential.sharded_state_dict(prefix=prefix))
+    assert ours_flat.keys() == reference_flat.keys()
+    for where, (shape, fragments, data) in ours_flat.items():
+        ref_shape, ref_fragments, ref_data = reference_flat[where]
+        assert (shape, fragments) == (ref_shape, ref_fragments), where
+        torch.testing.assert_close(data, ref_data, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_norm_linear_matches_reference(megatron_runtime: None, dtype: torch.dtype, zero_centered: bool) -> None:
+    config = make_config(dtype, layernorm_zero_centered_gamma=zero_centered, layernorm_epsilon=1e-6)
+    module = RMSNormColumnParallelLinear(
+        HIDDEN,
+        3 * FFN,
+        config=config,
+        init_method=config.init_method,
+        gather_output=False,
+        bias=False,
+        skip_bias_add=False,
+        is_expert=False,
+    )
+    with torch.no_grad():
+        module.layer_norm_weight.normal_(mean=0.0 if zero_centered else 1.0, std=0.3)
+    x = torch.randn(16, 3, HIDDEN, device="cuda", dtype=dtype) * 3
+    out, bias = module(x)
+    assert bias is None and out.dtype == dtype
+    normed = rms_norm_reference(x, module.layer_norm_weight, 1e-6, zero_centered)
+    if dtype == torch.bfloat16:
+        normed = normed.to(dtype).double()  # the module rounds the norm output before the GEMM, like TE
+    assert relative_error(out, normed @ module.weight.double().T) < TOLERANCE[dtype]
+    assert set(module.state_dict()) == {"weight", "layer_norm_weight", "_extra_state"}
+    prefix = "decoder.layers.0.self_attention.linear_qkv."
+    sharded = module.sharded_state_dict(prefix=prefix, metadata=ensure_metadata_has_dp_cp_group(None))
+    assert set(sharded) == {f"{prefix}{k}" for k in module.state_dict()}
+
+
+def make_attention(dtype: torch.dtype, mask: AttnMaskType, softmax_scale: float | None = None) -> SDPACoreAttention:
+    return SDPACoreAttention(
+        make_config(dtype), layer_number=1, attn_mask_type=mask, attention_type="self", softmax_scale=softmax_scale
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("causal", "scale"), [(True, None), (False, None), (True, 0.05)])
+def test_batched_gqa_attention_matches_reference(
+    megatron_runtime: None, dtype: torch.dtype, causal: bool, scale: float | None
+) -> None:
+    attention = make_attention(dtype, AttnMaskType.causal if causal else AttnMaskType.no_mask, scale)
+    s, b, hq, hkv, d = 96, 2, 8, 2, 64
+    q = torch.randn(s, b, hq, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(s, b, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    out = attention(q, k, v, None)
+    assert out.shape == (s, b, hq * d) and out.dtype == dtype
+    for i in range(b):
+        expected = attention_reference(q[:, i], k[:, i], v[:, i], causal, scale)
+        assert relative_error(out[:, i], expected) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_gqa_attention_matches_per_document_reference(megatron_runtime: None, dtype: torch.dtype) -> None:
+    attention = make_attention(dtype, AttnMaskType.padding_causal)
+    lengths = [17, 64, 1, 46]
+    total, hq, hkv, d = sum(lengths), 8, 2, 64
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    params = PackedSeqParams(
+        qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths)
+    )
+    q = torch.randn(total, hq, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(total, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    out = attention(q, k, v, None, packed_seq_params=params)
+    assert out.shape == (total, hq * d)
+    expected = packed_attention_reference(q, k, v, lengths, causal=True)
+    assert relative_error(out, expected) < TOLERANCE[dtype]
