@@ -1,7 +1,8 @@
 """Training entry point: ``torchrun ... -m megatron.oellm.training.entry <Megatron flags> --oellm-model NAME``.
 
 Takes the flags of Megatron-LM's ``pretrain_gpt.py`` / ``pretrain_hybrid.py`` plus the OEL arguments
-(:mod:`megatron.oellm.training.args`), fills the card's architecture flags into the command line, and runs
+(:mod:`megatron.oellm.training.args`), fills the named card's architecture flags into the command line (without
+``--oellm-model`` the card is read back from Megatron's architecture flags), and runs
 ``megatron.training``'s pretrain loop with our model provider, data provider and forward step. Checkpoints are
 Megatron's (``--save``/``--load``, ``--ckpt-format torch_dist`` for megatron-core distributed checkpointing).
 """
@@ -32,13 +33,10 @@ def flops_and_peak(args) -> tuple[float, float | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Merge the card into the command line, parse it with Megatron's parser, train; return the exit status."""
+    """Merge the card (if named) into the command line, parse it with Megatron's parser, train; return 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     merged = merge_card_flags(argv)
-    if merged is None:
-        print("error: the oellm training entry needs --oellm-model NAME (see `oellm models`)", file=sys.stderr)
-        return 2
-    sys.argv = [sys.argv[0], *merged.argv]  # Megatron's parser reads sys.argv
+    sys.argv = [sys.argv[0], *(merged.argv if merged else argv)]  # Megatron's parser reads sys.argv
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain

@@ -1,6 +1,7 @@
 """Megatron ``model_provider``: the ``--oellm-model`` card built by its family's spec builder.
 
-The architecture comes from the card (which the entry has already merged into Megatron's flags); the training
+The architecture comes from the card (``--oellm-model``, already merged into Megatron's flags by the entry, or
+rebuilt from Megatron's architecture flags when no model is named); the training
 runtime settings (initialisation, recomputation, fusions, loss reduction, dropout) come from Megatron's own
 arguments, read through Megatron's ``core_transformer_config_from_args`` so that their meaning is Megatron's.
 """
@@ -11,6 +12,7 @@ import argparse
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import ParallelLayout
+from megatron.oellm.training.card_from_args import card_from_megatron_args
 
 RUNTIME_FIELDS = (
     "init_method_std", "perform_initialization", "use_cpu_initialization", "gradient_accumulation_fusion",
@@ -25,10 +27,12 @@ RUNTIME_FIELDS = (
 
 
 def card_from_args(args: argparse.Namespace) -> ModelCard:
-    """The ``--oellm-model`` card with the padded vocabulary Megatron chose (the embedding's real size)."""
-    if not args.oellm_model:
-        raise ValueError("the oellm training entry needs --oellm-model NAME (see `oellm models` for the names)")
-    return get_card(args.oellm_model).with_vocab(args.padded_vocab_size)
+    """The run's card with the padded vocabulary Megatron chose (the embedding's real size).
+
+    ``--oellm-model``'s card when given, else the card Megatron's architecture flags describe.
+    """
+    card = get_card(args.oellm_model) if args.oellm_model else card_from_megatron_args(args)
+    return card.with_vocab(args.padded_vocab_size)
 
 
 def layout_from_args(args: argparse.Namespace) -> ParallelLayout:

@@ -1,0 +1,98 @@
+"""A model card read back from Megatron's architecture flags: the entry's answer to runs without ``--oellm-model``.
+
+Experiment YAMLs and recipes may describe the model with Megatron's flags alone (as for ``pretrain_gpt.py`` /
+``pretrain_hybrid.py``). The spec builders and the FLOP accounting take a card, so the card is rebuilt from the
+parsed flags: a hybrid layer pattern with Gated DeltaNet layers (``G``) is the Qwen3.5 family, a plain MoE GPT the
+Qwen3 MoE family. It is the inverse of :func:`megatron.oellm.megatron_args.model_flags`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard
+
+FLAGS_CARD_NAME = "from-megatron-flags"
+"""Name of a card rebuilt from flags (it is in no registry)."""
+
+PATTERN_SEPARATORS = "|/"
+"""Hybrid-pattern characters that are not layers: pipeline stage and MTP separators."""
+
+
+def _single(value):
+    """Megatron parses some MoE flags as per-layer lists; a card holds one value."""
+    if isinstance(value, (list, tuple)):
+        if len(set(value)) != 1:
+            raise ValueError(f"per-layer values {value} cannot be expressed by a model card; give one value")
+        return value[0]
+    return value
+
+
+def mixer_period(pattern: str) -> tuple[str, int]:
+    """(linear mixer name, full-attention interval) of a hybrid pattern of one mixer + ``E`` per decoder layer."""
+    body = pattern.split("/")[0].replace("|", "")
+    mixers = body[0::2]
+    if body[1::2] != HYBRID_SYMBOLS["moe"] * len(mixers) or len(body) % 2:
+        raise ValueError(f"hybrid layer pattern {pattern!r} is not one mixer followed by E (MoE) per layer")
+    symbol_to_mixer = {symbol: name for name, symbol in HYBRID_SYMBOLS.items() if name != "moe"}
+    unknown = set(mixers) - set(symbol_to_mixer)
+    if unknown:
+        raise ValueError(f"hybrid layer pattern {pattern!r} has layer symbols {sorted(unknown)} no card family "
+                         f"builds (known mixers: {symbol_to_mixer})")
+    linear = {symbol_to_mixer[m] for m in mixers} - {"attention"}
+    if len(linear) != 1 or HYBRID_SYMBOLS["attention"] not in mixers:
+        raise ValueError(f"hybrid layer pattern {pattern!r} must mix exactly one linear mixer with attention")
+    interval = mixers.index(HYBRID_SYMBOLS["attention"]) + 1
+    expected = "".join(HYBRID_SYMBOLS["attention"] if (i + 1) % interval == 0 else mixers[0]
+                       for i in range(len(mixers)))
+    if mixers != expected:
+        raise ValueError(f"hybrid layer pattern {pattern!r} is not periodic (every {interval}th layer attention)")
+    return linear.pop(), interval
+
+
+def card_from_megatron_args(args: argparse.Namespace, name: str = FLAGS_CARD_NAME) -> ModelCard:
+    """The card that Megatron's parsed architecture flags describe (raises ``ValueError`` naming what is missing)."""
+    if not args.num_experts:
+        raise ValueError("without --oellm-model the model is read from Megatron's flags, and the card families are "
+                         "MoE models: give --num-experts (or --oellm-model NAME)")
+    linear_fields: dict = {}
+    if args.hybrid_layer_pattern:
+        linear_mixer, interval = mixer_period(args.hybrid_layer_pattern)
+        num_layers = len(args.hybrid_layer_pattern.split("/")[0].replace("|", "")) // 2
+        linear_fields = dict(
+            linear_mixer=linear_mixer, full_attention_interval=interval,
+            linear_num_key_heads=args.linear_num_key_heads, linear_num_value_heads=args.linear_num_value_heads,
+            linear_key_head_dim=args.linear_key_head_dim, linear_value_head_dim=args.linear_value_head_dim,
+            linear_conv_kernel_dim=args.linear_conv_kernel_dim)
+        family = "qwen3_5" if linear_mixer == "gdn" else "ckda_hybrid"
+    else:
+        num_layers, family = args.num_layers, "qwen3_moe"
+    query_groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
+    return ModelCard(
+        name=name,
+        family=family,
+        num_layers=num_layers,
+        hidden_size=args.hidden_size,
+        vocab_size=args.vocab_size,
+        num_attention_heads=args.num_attention_heads,
+        num_query_groups=query_groups,
+        kv_channels=args.kv_channels or args.hidden_size // args.num_attention_heads,
+        qk_layernorm=args.qk_layernorm,
+        attention_output_gate=args.attention_output_gate,
+        rotary_percent=args.rotary_percent,
+        rotary_base=float(args.rotary_base),
+        num_experts=args.num_experts,
+        moe_ffn_hidden_size=args.moe_ffn_hidden_size or args.ffn_hidden_size,
+        moe_router_topk=args.moe_router_topk,
+        moe_aux_loss_coeff=float(_single(args.moe_aux_loss_coeff)),
+        moe_router_load_balancing_type=_single(args.moe_router_load_balancing_type),
+        moe_router_pre_softmax=args.moe_router_pre_softmax,
+        moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size or 0,
+        moe_shared_expert_gate=args.moe_shared_expert_gate,
+        norm_epsilon=args.layernorm_epsilon,
+        zero_centered_norm=args.layernorm_zero_centered_gamma,
+        untie_embeddings=args.untie_embeddings_and_output_weights,
+        max_position_embeddings=args.max_position_embeddings,
+        seq_length=args.seq_length or ModelCard.seq_length,
+        **linear_fields,
+    )
