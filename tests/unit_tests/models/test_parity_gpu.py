@@ -1,0 +1,186 @@
+"""Parity with transformers on the GPU: random HF model -> convert -> megatron model (torch-native) -> same tokens.
+
+For each case a fresh random Hugging Face model is built from the card (fresh seed each run, printed; every 1-D
+parameter such as norm weights, A_log and dt_bias is perturbed so that a wrong norm shift or gate cannot hide behind
+HF's constant initial values), converted with the family's ``hf_to_mcore``, loaded into the megatron model built by
+the spec builder with the torch-native backend, and both run the same random tokens. Compared: logits (relative L2,
+max and mean relative error), the causal-LM loss, and the gradients of a sample of parameters (mapped back to HF
+names with ``mcore_to_hf``). Thresholds: fp32 logits relative L2 <= 1e-3 and loss within 1e-4; bf16 logits relative
+L2 <= 2e-2. The table of all checks is printed at the end of the module and written to ``$PARITY_REPORT`` if set.
+
+Run: ``python -m pytest -s -q tests/unit_tests/models -m gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.convert.family import family_module
+from tests.unit_tests.gpu_utils import init_megatron_runtime, reseed
+
+pytestmark = pytest.mark.gpu
+
+BATCH, SEQ = 2, 128
+FP32_LOGITS_REL_L2, FP32_LOSS_ABS, BF16_LOGITS_REL_L2 = 1e-3, 1e-4, 2e-2
+FP32_GRAD_REL_L2 = 1e-2
+"""fp32 gradients must agree to this relative L2 error (bf16 gradients are reported, not bounded)."""
+
+GRAD_SAMPLE = {
+    "qwen3_5": ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+                "model.layers.0.input_layernorm.weight", "model.layers.0.linear_attn.in_proj_qkv.weight",
+                "model.layers.0.linear_attn.in_proj_a.weight", "model.layers.0.linear_attn.A_log",
+                "model.layers.0.linear_attn.dt_bias", "model.layers.0.linear_attn.conv1d.weight",
+                "model.layers.0.linear_attn.norm.weight", "model.layers.0.linear_attn.out_proj.weight",
+                "model.layers.3.self_attn.q_proj.weight", "model.layers.3.self_attn.k_norm.weight",
+                "model.layers.3.self_attn.o_proj.weight", "model.layers.1.mlp.gate.weight",
+                "model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj",
+                "model.layers.1.mlp.shared_expert.up_proj.weight", "model.layers.1.mlp.shared_expert_gate.weight",
+                "model.layers.2.post_attention_layernorm.weight"],
+    "qwen3_moe": ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+                  "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
+                  "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.q_norm.weight",
+                  "model.layers.0.self_attn.o_proj.weight", "model.layers.1.post_attention_layernorm.weight",
+                  "model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.gate_up_proj",
+                  "model.layers.1.mlp.experts.down_proj"],
+}
+"""Parameters (transformers names) whose gradients are compared."""
+
+
+@dataclass
+class Check:
+    """One compared quantity of one case."""
+
+    case: str
+    dtype: str
+    quantity: str
+    rel_l2: float
+    max_rel: float
+    mean_rel: float
+
+
+RESULTS: list[Check] = []
+
+
+def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, float]:
+    """(relative L2, max |diff| / max |ref|, mean |diff| / mean |ref|) of ``actual`` against ``expected``, in fp64."""
+    a, e = actual.detach().double().flatten(), expected.detach().double().flatten()
+    diff = (a - e).abs()
+    return ((a - e).norm() / e.norm()).item(), (diff.max() / e.abs().max()).item(), (diff.mean() / e.abs().mean()).item()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def parity_report() -> Iterator[None]:
+    """Print every check as a markdown table after the module (and write it to ``$PARITY_REPORT`` if set)."""
+    yield
+    if not RESULTS:
+        return
+    lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}",
+             "", "| case | dtype | check | rel. L2 | max rel. | mean rel. |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.case} | {r.dtype} | {r.quantity} | {r.rel_l2:.2e} | {r.max_rel:.2e} | {r.mean_rel:.2e} |"
+              for r in RESULTS]
+    table = "\n".join(lines)
+    print("\n\nParity with transformers\n" + table)
+    if os.environ.get("PARITY_REPORT"):
+        with open(os.environ["PARITY_REPORT"], "w") as handle:
+            handle.write(table + "\n")
+
+
+def fresh_seed() -> int:
+    """A new seed each run (printed, so a failure can be replayed)."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"\nseed {seed}")
+    return seed
+
+
+def random_hf_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
+    """A freshly initialised transformers model of ``card`` on the GPU with perturbed 1-D parameters."""
+    from transformers import AutoModelForCausalLM
+
+    hf_config = family_module(card).hf_config_from_card(card)
+    hf_config._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+def megatron_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
+    """The megatron model of ``card`` (torch-native backend), without load-balancing loss so gradients compare."""
+    from megatron.oellm.models import spec_builder
+
+    builder = spec_builder(card.family)
+    config = builder.transformer_config(card, params_dtype=dtype, moe_router_load_balancing_type="none",
+                                        moe_aux_loss_coeff=0.0, perform_initialization=False)
+    return builder.build_model(card, backend="torch", config=config).cuda()
+
+
+def run_case(card: ModelCard, dtype: torch.dtype) -> dict[str, tuple[float, float, float]]:
+    """Build both models from one random HF model, run the same tokens; return the error of each check."""
+    init_megatron_runtime()
+    reseed(fresh_seed())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    convert = family_module(card)
+    hf = random_hf_model(card, dtype)
+    mcore = megatron_model(card, dtype)
+    state = convert.hf_to_mcore(card, {k: v.detach() for k, v in hf.state_dict().items()})
+    missing, unexpected = mcore.load_state_dict(state, strict=False)
+    assert not unexpected, unexpected
+    assert all(k.endswith("_extra_state") for k in missing), missing
+
+    tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
+    positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
+    hf_out = hf(input_ids=tokens, labels=tokens)
+    hf_out.loss.backward()
+    mcore.eval()
+    with torch.no_grad():
+        mcore_logits = mcore(tokens, positions, None)
+    mcore.train()
+    per_token = mcore(tokens, positions, None, labels=torch.roll(tokens, -1, dims=1))
+    mcore_loss = per_token[:, :-1].float().mean()
+    mcore_loss.backward()
+
+    checks = {"logits": errors(mcore_logits.float(), hf_out.logits.float())}
+    loss_diff = abs(mcore_loss.item() - hf_out.loss.item())
+    checks["loss"] = (loss_diff / abs(hf_out.loss.item()), loss_diff, loss_diff)
+    grads = {name: p.grad for name, p in mcore.named_parameters() if p.grad is not None}
+    hf_grads = convert.mcore_to_hf(card, grads, fused_experts=True)
+    hf_params = dict(hf.named_parameters())
+    for name in GRAD_SAMPLE[card.family]:
+        checks[f"grad {name.removeprefix('model.')}"] = errors(hf_grads[name], hf_params[name].grad)
+    return checks
+
+
+CASES = [
+    ("qwen3.5-35b-a3b-tiny", torch.float32),
+    ("qwen3.5-35b-a3b-tiny", torch.bfloat16),
+    ("qwen3-30b-a3b-tiny", torch.float32),
+    ("qwen3-30b-a3b-tiny", torch.bfloat16),
+    ("qwen3.5-35b-a3b-proxy-4L", torch.bfloat16),
+    ("qwen3-30b-a3b-proxy-2L", torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{str(d).removeprefix('torch.')}" for n, d in CASES])
+def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dtype) -> None:
+    card = get_card(name)
+    checks = run_case(card, dtype)
+    dtype_name = str(dtype).removeprefix("torch.")
+    RESULTS.extend(Check(name, dtype_name, quantity, *values) for quantity, values in checks.items())
+    logits_rel_l2 = checks["logits"][0]
+    if dtype == torch.float32:
+        assert logits_rel_l2 <= FP32_LOGITS_REL_L2
+        assert checks["loss"][1] <= FP32_LOSS_ABS
+        worst = max((v[0], q) for q, v in checks.items() if q.startswith("grad"))
+        assert worst[0] <= FP32_GRAD_REL_L2, worst
+    else:
+        assert logits_rel_l2 <= BF16_LOGITS_REL_L2
