@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# MN5 #438: OEL CKDA hybrid step table (8k, document-masked, MBS 1, VPP2)
+# Usage: bash examples/oellm/oellm_ckda_hybrid_mn5.sh [--dry-run | --submit | --local] [--row N | --nodes N] [--account A] [--partition P] [--qos Q]
+#        [--image SIF] [--output-dir DIR] [--data-path PREFIX... --tokenizer-model TOK]   (default: --dry-run)
+# Settings: oellm_ckda_hybrid_mn5.toml beside this script. Works from a checkout without pip install.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export PYTHONPATH="$here/../..${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m megatron.oellm recipe "$here/oellm_ckda_hybrid_mn5.toml" "$@"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# MN5 #438: Qwen3-30B-A3B, HybridEP vs all-to-all, seq 4k / 8k / 24k
+# Usage: bash examples/oellm/qwen3_30b_a3b_mn5.sh [--dry-run | --submit | --local] [--row N | --nodes N] [--account A] [--partition P] [--qos Q]
+#        [--image SIF] [--output-dir DIR] [--data-path PREFIX... --tokenizer-model TOK]   (default: --dry-run)
+# Settings: qwen3_30b_a3b_mn5.toml beside this script. Works from a checkout without pip install.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export PYTHONPATH="$here/../..${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m megatron.oellm recipe "$here/qwen3_30b_a3b_mn5.toml" "$@"

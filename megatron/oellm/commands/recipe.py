@@ -1,0 +1,125 @@
+"""``oellm recipe CONFIG [--dry-run|--submit|--local] [--row N|--nodes N] ...``: run one benchmark table's recipe."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import subprocess
+import sys
+
+from megatron.oellm.cards import CardError
+from megatron.oellm.models.parallel import ParallelLayoutError
+from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe
+from megatron.oellm.recipes.local import fit_local, local_blocker, local_environment, torchrun_command, visible_gpus
+from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row, select_rows
+from megatron.oellm.recipes.slurm import run_dir, sbatch_text, submit
+
+HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"
+
+CLUSTER_OVERRIDES = ("partition", "account", "qos", "time", "image", "output_dir")
+"""Cluster settings a user may override on the command line."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``oellm recipe``."""
+    parser.add_argument("config", help="recipe config (examples/oellm/*.toml)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the validated arguments and sbatch scripts, submit nothing (the default)")
+    mode.add_argument("--submit", action="store_true", help="write each row's sbatch script and submit it")
+    mode.add_argument("--local", action="store_true",
+                      help="run the (first selected) row fitted down on this machine's GPUs with torchrun")
+    rows = parser.add_mutually_exclusive_group()
+    rows.add_argument("--row", type=int, help="only this row (1-based, as --dry-run lists them)")
+    rows.add_argument("--nodes", type=int, help="only the rows on this many nodes")
+    for name in CLUSTER_OVERRIDES:
+        parser.add_argument(f"--{name.replace('_', '-')}", help=f"override the config's cluster {name}")
+    parser.add_argument("--data-path", nargs="+", default=[], help="Megatron data prefixes (default: mock data)")
+    parser.add_argument("--tokenizer-model", default="", help="Hugging Face tokenizer for --data-path")
+    parser.add_argument("--save-interval", type=int, default=0,
+                        help="save checkpoints every N iterations under the run directory (default 0: none)")
+
+
+def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
+    """``recipe`` with the cluster settings given on the command line."""
+    given = {name: getattr(args, name) for name in CLUSTER_OVERRIDES if getattr(args, name) is not None}
+    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **given))
+
+
+def describe_recipe(recipe: Recipe) -> str:
+    """Header of ``--dry-run``: the table, model, layout, cluster and the rows with the report's numbers."""
+    layout = recipe.parallel
+    lines = [f"== {recipe.title} ==",
+             f"recipe {recipe.name}: model {recipe.model}"
+             + (f" (vocab {recipe.vocab_size})" if recipe.vocab_size else "")
+             + f", seq {recipe.seq_length}, {recipe.train_iters} iterations",
+             f"parallel: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} ETP{layout.etp} CP{layout.cp}"
+             + (f", layout {layout.pipeline_layout}" if layout.pipeline_layout else ""),
+             f"cluster {recipe.cluster.name}: {recipe.cluster.gpus_per_node} GPUs/node, image {recipe.cluster.image}"]
+    if recipe.notes:
+        lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
+    lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  label / overrides"]
+    for number, row in enumerate(recipe.rows, start=1):
+        overrides = {**row.parallel, **row.flags}
+        text = row.label + (f" {overrides}" if overrides else "")
+        if row.reference:
+            text += "  [report: " + ", ".join(f"{k} {v:g}" for k, v in row.reference.items()) + "]"
+        lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
+                     f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  "
+                     f"{row.seq_length or recipe.seq_length:>5}  {text}")
+    return "\n".join(lines)
+
+
+def describe_row(number: int, resolved: ResolvedRow) -> str:
+    """One line saying the row's layout passed validation and how the batch splits."""
+    layout, row = resolved.layout, resolved.row
+    data_parallel = resolved.world_size // (layout.tp * layout.pp * layout.cp)
+    micro_batches = row.global_batch_size // (row.micro_batch_size * data_parallel)
+    return (f"-- row {number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
+            f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {data_parallel}, {micro_batches} micro-batches "
+            "per step")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the recipe, select rows, then print, submit or run them locally; 2 on a recipe or layout error."""
+    try:
+        recipe = with_cluster_overrides(load_recipe(args.config), args)
+        numbers = select_rows(recipe, args.row, args.nodes)
+        inputs = RunInputs(tuple(args.data_path), args.tokenizer_model, save_interval=args.save_interval)
+        if args.local:
+            status = run_local(recipe, numbers[0], inputs)
+            if status is not None:
+                return status
+        else:
+            print(describe_recipe(recipe))
+        for number in numbers:
+            directory = run_dir(recipe, number)
+            row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
+            resolved = resolve_row(recipe, recipe.row(number), row_inputs)
+            script = sbatch_text(recipe, number, resolved, directory)
+            if args.submit:
+                print(f"row {number}: {submit(script, directory)} ({directory})")
+            else:
+                print(f"\n{describe_row(number, resolved)}\n{script}")
+    except (RecipeError, CardError, ParallelLayoutError) as err:
+        print(f"oellm recipe: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_local(recipe: Recipe, number: int, inputs: RunInputs) -> int | None:
+    """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run."""
+    gpus = visible_gpus()
+    blocker = local_blocker(recipe, gpus)
+    if not blocker:
+        command = torchrun_command(fit_local(recipe, recipe.row(number), gpus, inputs))
+        print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
+        return subprocess.run(command, env=local_environment(recipe), check=False).returncode
+    print(f"{blocker}; falling back to --dry-run.")
+    if gpus == 0:
+        example = fit_local(recipe, recipe.row(number), 1, inputs)
+        print(f"On one GPU, --local would run row {number} as:\n{shlex.join(torchrun_command(example))}")
+    print()
+    print(describe_recipe(recipe))
+    return None

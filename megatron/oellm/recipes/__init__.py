@@ -1,0 +1,13 @@
+"""Benchmark recipes: each table of the scaling reports as a config, resolved to Megatron flags and SLURM jobs.
+
+See :mod:`megatron.oellm.recipes.config` (the :class:`Recipe` dataclass and TOML loading),
+:mod:`megatron.oellm.recipes.resolve` (row -> Megatron flags), :mod:`megatron.oellm.recipes.slurm` (sbatch script)
+and :mod:`megatron.oellm.recipes.local` (fitted-down ``--local`` runs). ``oellm recipe CONFIG`` drives them.
+"""
+
+from megatron.oellm.recipes.config import ClusterSettings, LocalSettings, Recipe, RecipeError, TableRow, load_recipe
+from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve, resolve_row
+from megatron.oellm.recipes.slurm import sbatch_text
+
+__all__ = ["ClusterSettings", "LocalSettings", "Recipe", "RecipeError", "ResolvedRow", "RunInputs", "TableRow",
+           "load_recipe", "resolve", "resolve_row", "sbatch_text"]

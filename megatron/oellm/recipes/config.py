@@ -1,0 +1,202 @@
+"""Recipe configuration: one benchmark table of a report as a frozen dataclass, loaded from a TOML file.
+
+A recipe is a model card name (plus a vocabulary override), a parallel layout, the training settings as Megatron
+flags, the cluster settings, the fitted-down ``--local`` settings and the table's rows (nodes, batch sizes and
+per-row overrides). Configs live beside their ``examples/oellm/*.sh`` wrappers; a config may ``extends`` a base
+config (a path relative to itself) whose tables it deep-merges over, so the tables of one report share one base.
+Pure Python: no torch, no megatron-core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megatron.oellm.megatron_args import FlagValue
+from megatron.oellm.models.parallel import ParallelLayout
+
+
+class RecipeError(ValueError):
+    """A recipe config is malformed or a requested row does not exist; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of a report table: a run at ``nodes`` nodes with its batch sizes and overrides."""
+
+    nodes: int
+    """Nodes of the run (GPUs = nodes x the cluster's ``gpus_per_node``)."""
+    global_batch_size: int
+    """Sequences per optimizer step."""
+    micro_batch_size: int
+    """Sequences per forward/backward pass on one data-parallel rank."""
+    label: str = ""
+    """What distinguishes the row in its table (e.g. ``real routing``, ``attention auto``)."""
+    seq_length: int | None = None
+    """Sequence length of this row; None = the recipe's."""
+    train_iters: int | None = None
+    """Iterations of this row; None = the recipe's."""
+    parallel: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides of :class:`ParallelLayout` fields (e.g. ``{"ep": 32}`` or another ``pipeline_layout``)."""
+    flags: Mapping[str, FlagValue] = field(default_factory=dict)
+    """Megatron flag overrides (name without ``--``); ``false`` removes a flag set by the recipe."""
+    reference: Mapping[str, float] = field(default_factory=dict)
+    """The report's numbers for this row (documentation: listed by ``--dry-run``, never used in a computation)."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Where and how the SLURM job runs."""
+
+    name: str
+    """Cluster name, e.g. ``mn5`` or ``jupiter`` (used in job names only)."""
+    gpus_per_node: int
+    """GPUs per node (MN5 H100 and Jupiter GH200: 4)."""
+    image: str
+    """Apptainer image (``.sif``) the job runs in; build it from the repository's Dockerfile."""
+    partition: str = ""
+    """SLURM partition; empty = the cluster's default (override with ``--partition``)."""
+    account: str = ""
+    """SLURM account / project; empty = the user's default (override with ``--account``)."""
+    qos: str = ""
+    """SLURM quality of service (MN5 needs one, e.g. ``acc_ehpc``); empty = none."""
+    time: str = "00:30:00"
+    """Wall-clock limit of one job (``HH:MM:SS``)."""
+    cpus_per_task: int = 80
+    """CPU cores of the one task per node (torchrun and its workers)."""
+    output_dir: str = "oellm-runs"
+    """Directory for the job scripts, logs and checkpoints (``<output_dir>/<recipe>/<row>/``)."""
+    binds: tuple[str, ...] = ()
+    """Extra Apptainer bind mounts (``SRC[:DST]``), e.g. the data and scratch file systems."""
+    master_port: int = 29500
+    """TCP port of torchrun's c10d rendezvous on the first node."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment exported in the job before ``srun`` (NCCL channels, allocator, connections)."""
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """How ``--local`` fits the recipe onto this machine's GPUs (same code path, smaller model)."""
+
+    num_layers: int
+    """Decoder layers of the proxy card (``<model>-proxy-<N>L``; keep the mixer pattern: a multiple of its period)."""
+    num_experts: int = 0
+    """Routed experts of the fitted-down model; 0 = the card's."""
+    seq_length: int = 0
+    """Sequence length; 0 = the recipe's."""
+    train_iters: int = 10
+    """Iterations of the local run."""
+    global_batch_size_per_dp_rank: int = 4
+    """Micro-batches accumulated per data-parallel rank (global batch = this x data-parallel size, MBS 1)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One report table: model, parallel layout, training settings, cluster settings and the table's rows."""
+
+    name: str
+    """Recipe name (file stem), used in job names and output paths."""
+    title: str
+    """The table it reproduces, e.g. ``MN5 #438: Qwen3.5-35B-A3B strong scaling``."""
+    model: str
+    """Model card name (``megatron.oellm.cards.get_card``)."""
+    parallel: ParallelLayout
+    """Parallel layout of every row (rows may override fields)."""
+    seq_length: int
+    """Training sequence length."""
+    train_iters: int
+    """Iterations per run (the reports: 10, medians over 3-10)."""
+    cluster: ClusterSettings
+    """SLURM and container settings."""
+    local: LocalSettings
+    """Fitted-down settings for ``--local``."""
+    rows: tuple[TableRow, ...]
+    """The table's rows, in report order."""
+    vocab_size: int | None = None
+    """Vocabulary override (e.g. the 262,144 padded OEL vocabulary); None = the card's."""
+    megatron_flags: Mapping[str, FlagValue] = field(default_factory=dict)
+    """Training settings as Megatron flags (name without ``--`` -> value), applied after the model and layout flags."""
+    notes: str = ""
+    """Free text printed by ``--dry-run`` (placement arithmetic, what the reference rows ran with)."""
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            raise RecipeError(f"recipe {self.name}: no [[rows]]; add at least one table row")
+        for number, row in enumerate(self.rows, start=1):
+            for name in ("nodes", "global_batch_size", "micro_batch_size"):
+                if getattr(row, name) < 1:
+                    raise RecipeError(f"recipe {self.name} row {number}: {name} must be >= 1")
+            unknown = set(row.parallel) - {f.name for f in dataclasses.fields(ParallelLayout)}
+            if unknown:
+                raise RecipeError(f"recipe {self.name} row {number}: unknown parallel override(s) {sorted(unknown)}; "
+                                  f"use fields of ParallelLayout: {[f.name for f in dataclasses.fields(ParallelLayout)]}")
+        if self.cluster.gpus_per_node < 1:
+            raise RecipeError(f"recipe {self.name}: cluster.gpus_per_node must be >= 1")
+
+    def row(self, number: int) -> TableRow:
+        """Row ``number`` (1-based, as ``--dry-run`` lists them)."""
+        if not 1 <= number <= len(self.rows):
+            raise RecipeError(f"recipe {self.name} has rows 1..{len(self.rows)}, not {number}; see --dry-run")
+        return self.rows[number - 1]
+
+    def row_numbers_with_nodes(self, nodes: int) -> list[int]:
+        """1-based numbers of the rows that run on ``nodes`` nodes."""
+        return [i for i, row in enumerate(self.rows, start=1) if row.nodes == nodes]
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read a recipe TOML file (following ``extends``) and build the :class:`Recipe`; errors name the file."""
+    path = Path(path)
+    data = _read_with_bases(path, seen=())
+    try:
+        return _build(path.stem, data)
+    except (TypeError, KeyError) as err:
+        raise RecipeError(f"{path}: {err}; compare with the configs in examples/oellm/") from err
+
+
+def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The TOML table of ``path`` deep-merged over its ``extends`` chain."""
+    resolved = path.resolve()
+    if resolved in seen:
+        raise RecipeError(f"{path}: 'extends' loops back to itself")
+    if not path.is_file():
+        raise RecipeError(f"recipe config {path} does not exist; the configs are in examples/oellm/*.toml")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise RecipeError(f"{path}: not valid TOML ({err})") from err
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    return _deep_merge(_read_with_bases(path.parent / base, seen + (resolved,)), data)
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into a copy of ``base``: tables merge key by key, everything else (arrays too) replaces."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _build(name: str, data: dict[str, Any]) -> Recipe:
+    """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
+    data = dict(data)
+    cluster = dict(data.pop("cluster"))
+    cluster["binds"] = tuple(cluster.get("binds", ()))
+    rows = tuple(TableRow(**row) for row in data.pop("rows", ()))
+    return Recipe(
+        name=data.pop("name", name),
+        parallel=ParallelLayout(**data.pop("parallel", {})),
+        cluster=ClusterSettings(**cluster),
+        local=LocalSettings(**data.pop("local")),
+        rows=rows,
+        **data,
+    )

@@ -1,0 +1,88 @@
+"""``--local``: a recipe row fitted onto this machine's GPUs (fewer layers and experts, one node, same code path).
+
+The fitted-down run keeps the recipe's training settings and the row's overrides and swaps only what cannot fit:
+the card becomes ``<model>-proxy-<N>L`` (full width, the mixer pattern kept), optionally with fewer experts; the
+layout becomes TP1 PP1 with the largest expert-parallel size the GPUs allow; MBS 1 and mock data unless a data path
+is given. It is started with ``torchrun --standalone`` on the visible GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+
+from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.models.parallel import ParallelLayout, validate_layout
+from megatron.oellm.recipes.config import Recipe, TableRow
+from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags
+from megatron.oellm.recipes.slurm import ENTRY_MODULE
+
+FLEX_ONLY_FLAGS = ("moe-flex-dispatcher-backend", "moe-hybridep-num-sms")
+"""Flags that only the flex dispatcher reads; dropped when one GPU forces the all-to-all dispatcher."""
+
+
+def visible_gpus() -> int:
+    """CUDA devices torch can see (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def local_blocker(recipe: Recipe, gpus: int) -> str:
+    """Why ``--local`` cannot run here ('' if it can): no GPU, or no spec builder for the model family yet."""
+    if gpus == 0:
+        return "--local needs a CUDA GPU and torch sees none on this machine"
+    family = get_card(recipe.model).family
+    if importlib.util.find_spec(f"megatron.oellm.models.{family}") is None:
+        return (f"--local needs the spec builder of model family {family!r} (megatron/oellm/models/{family}), "
+                "which does not exist yet")
+    return ""
+
+
+def local_card(recipe: Recipe, seq_length: int) -> ModelCard:
+    """The proxy card of the local run: ``local.num_layers`` layers, ``local.num_experts`` experts if set."""
+    card = get_card(f"{recipe.model}-proxy-{recipe.local.num_layers}L")
+    if recipe.vocab_size:
+        card = card.with_vocab(recipe.vocab_size)
+    card = dataclasses.replace(card, seq_length=seq_length)
+    if recipe.local.num_experts:
+        experts = recipe.local.num_experts
+        card = dataclasses.replace(card, num_experts=experts, moe_router_topk=min(card.moe_router_topk, experts))
+    return card
+
+
+def local_expert_parallel(card: ModelCard, gpus: int, recipe_ep: int) -> int:
+    """Largest EP <= the recipe's that divides both the GPU count and the experts."""
+    return max(d for d in range(1, min(gpus, recipe_ep) + 1) if gpus % d == 0 and card.num_experts % d == 0)
+
+
+def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None = None) -> ResolvedRow:
+    """``row`` fitted onto ``gpus`` GPUs of one node (see module docstring); the layout is validated."""
+    local = recipe.local
+    card = local_card(recipe, local.seq_length or row.seq_length or recipe.seq_length)
+    layout = ParallelLayout(ep=local_expert_parallel(card, gpus, recipe.parallel.ep))
+    validate_layout(card, layout, world_size=gpus)
+    global_batch = gpus * local.global_batch_size_per_dp_rank
+    fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})
+    flags = assemble_flags(recipe, fitted, card, layout, global_batch, 1, local.train_iters, inputs or RunInputs())
+    if layout.ep * layout.tp == 1 and flags.get("moe-token-dispatcher-type") == "flex":
+        # megatron-core's flex dispatcher needs TP x EP > 1; one GPU runs the all-to-all dispatcher instead.
+        flags["moe-token-dispatcher-type"] = "alltoall"
+        for name in FLEX_ONLY_FLAGS:
+            flags.pop(name, None)
+    return ResolvedRow(fitted, card, layout, gpus, flags)
+
+
+def torchrun_command(resolved: ResolvedRow) -> list[str]:
+    """``torchrun --standalone`` on the local GPUs running the training entry with the fitted flags."""
+    return ["torchrun", "--standalone", f"--nproc-per-node={resolved.world_size}", "-m", ENTRY_MODULE,
+            *resolved.argv]
+
+
+def local_environment(recipe: Recipe) -> dict[str, str]:
+    """This process's environment plus the recipe's cluster exports (connections, NCCL channels, allocator)."""
+    env = dict(os.environ)
+    env.update({name: str(value) for name, value in recipe.cluster.env.items()})
+    return env
+

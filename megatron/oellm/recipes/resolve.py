@@ -1,0 +1,185 @@
+"""A recipe row -> the Megatron flags of its run: model, parallel layout, batch, data, training settings, overrides.
+
+The model flags come from :func:`megatron.oellm.megatron_args.model_flags`; the layout is checked by
+:func:`megatron.oellm.models.parallel.validate_layout` (the same check the spec builders use) before any flag is
+emitted, so a bad layout never reaches a cluster queue. Hybrid models (a linear mixer) carry their pipeline split as
+``|`` in ``--hybrid-layer-pattern`` (megatron-core rejects ``--pipeline-model-parallel-layout`` for them); GPT models
+get ``--pipeline-model-parallel-layout``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
+from megatron.oellm.models.parallel import ParallelLayout, validate_layout
+from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run reads and writes besides the recipe: data, tokenizer and checkpoints."""
+
+    data_path: tuple[str, ...] = ()
+    """Megatron ``--data-path`` values (prefixes, optionally with weights); empty = mock data."""
+    tokenizer_model: str = ""
+    """Hugging Face tokenizer (name or directory) for real data; needed with ``data_path``."""
+    checkpoint_dir: str = ""
+    """Where checkpoints are saved and resumed from; used only with ``save_interval`` > 0."""
+    save_interval: int = 0
+    """Iterations between checkpoints; 0 = benchmark run, no checkpoints."""
+
+
+@dataclass(frozen=True)
+class ResolvedRow:
+    """One row fully resolved: its card, layout, GPU count and the Megatron flags of the run."""
+
+    row: TableRow
+    card: ModelCard
+    layout: ParallelLayout
+    world_size: int
+    flags: dict[str, FlagValue]
+
+    @property
+    def argv(self) -> list[str]:
+        """The flags as a Megatron argv list."""
+        return flags_to_argv(self.flags)
+
+
+def row_card(recipe: Recipe, row: TableRow) -> ModelCard:
+    """The recipe's card with its vocabulary override and the row's sequence length."""
+    card = get_card(recipe.model)
+    if recipe.vocab_size:
+        card = card.with_vocab(recipe.vocab_size)
+    return dataclasses.replace(card, seq_length=row.seq_length or recipe.seq_length)
+
+
+def row_layout(recipe: Recipe, row: TableRow) -> ParallelLayout:
+    """The recipe's parallel layout with the row's overrides."""
+    return dataclasses.replace(recipe.parallel, **row.parallel)
+
+
+def check_batch(layout: ParallelLayout, world_size: int, global_batch: int, micro_batch: int) -> None:
+    """The global batch must be a whole number of micro-batches on every data-parallel rank."""
+    data_parallel = world_size // (layout.tp * layout.pp * layout.cp)
+    if global_batch % (micro_batch * data_parallel):
+        raise RecipeError(f"global batch {global_batch} is not divisible by micro batch ({micro_batch}) x "
+                          f"data-parallel size ({data_parallel} = {world_size} GPUs / tp x pp x cp); "
+                          f"use a multiple of {micro_batch * data_parallel}")
+
+
+def check_connections(layout: ParallelLayout, env: Mapping[str, str], flags: Mapping[str, FlagValue]) -> None:
+    """megatron-core requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP > 1 on Hopper (MN5, Jupiter) unless
+    EP communication overlap is on; refuse the row here rather than after the job has waited in the queue."""
+    if layout.tp == 1 and layout.cp == 1 or flags.get("overlap-moe-expert-parallel-comm"):
+        return
+    if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+        raise RecipeError(f"tp={layout.tp}, cp={layout.cp} on Hopper needs CUDA_DEVICE_MAX_CONNECTIONS=1 (megatron-core "
+                          f"asserts it), the cluster env sets {env.get('CUDA_DEVICE_MAX_CONNECTIONS')!r}; set it to "
+                          "\"1\" in [cluster.env] or use tp=1 and cp=1")
+
+
+def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagValue]:
+    """Megatron flags of ``layout`` (already validated against ``card``)."""
+    flags: dict[str, FlagValue] = {
+        "tensor-model-parallel-size": layout.tp,
+        "pipeline-model-parallel-size": layout.pp,
+        "expert-model-parallel-size": layout.ep,
+        "expert-tensor-parallel-size": layout.etp,
+        "context-parallel-size": layout.cp,
+        "sequence-parallel": layout.sp,
+    }
+    if card.linear_mixer != "none":
+        flags["hybrid-layer-pattern"] = pipelined_hybrid_pattern(card, layout)
+    elif layout.pipeline_layout is not None:
+        flags["pipeline-model-parallel-layout"] = layout.pipeline_layout
+    elif layout.vpp_size > 1:
+        flags["num-virtual-stages-per-pipeline-rank"] = layout.vpp_size
+    return flags
+
+
+def pipelined_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
+    """``card.hybrid_layer_pattern`` with ``|`` between the pipeline stages of ``layout`` (vpp-major order).
+
+    Each decoder layer is two symbols (mixer, then ``E``); megatron-core places the embedding on the first
+    segment and the loss on the last, which :func:`validate_layout` already requires of a custom layout.
+    """
+    symbols_per_layer = len(card.hybrid_layer_pattern) // card.num_layers
+    segments, start = [], 0
+    for layers in layout.decoder_layers_per_stage(card.num_layers):
+        end = start + layers * symbols_per_layer
+        segments.append(card.hybrid_layer_pattern[start:end])
+        start = end
+    return "|".join(segments)
+
+
+def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
+    """Mock data with Megatron's null tokenizer, or the given data prefixes with a Hugging Face tokenizer."""
+    if not inputs.data_path:
+        return {"mock-data": True, "tokenizer-type": "NullTokenizer"}
+    if not inputs.tokenizer_model:
+        raise RecipeError("--data-path needs --tokenizer-model (a Hugging Face tokenizer name or directory)")
+    return {"data-path": list(inputs.data_path), "tokenizer-type": "HuggingFaceTokenizer",
+            "tokenizer-model": inputs.tokenizer_model}
+
+
+def checkpoint_flags(inputs: RunInputs) -> dict[str, FlagValue]:
+    """``--save/--load/--save-interval`` when checkpoints are wanted (benchmark rows save none)."""
+    if inputs.save_interval <= 0:
+        return {}
+    if not inputs.checkpoint_dir:
+        raise RecipeError("save_interval > 0 needs a checkpoint directory")
+    return {"save": inputs.checkpoint_dir, "load": inputs.checkpoint_dir, "save-interval": inputs.save_interval}
+
+
+def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> ResolvedRow:
+    """Validate ``row``'s layout and batch on its GPUs, then build its Megatron flags (later groups override)."""
+    inputs = inputs or RunInputs()
+    card = row_card(recipe, row)
+    layout = row_layout(recipe, row)
+    world_size = row.nodes * recipe.cluster.gpus_per_node
+    validate_layout(card, layout, world_size=world_size)
+    check_batch(layout, world_size, row.global_batch_size, row.micro_batch_size)
+    flags = assemble_flags(recipe, row, card, layout, row.global_batch_size, row.micro_batch_size,
+                           row.train_iters or recipe.train_iters, inputs)
+    check_connections(layout, recipe.cluster.env, flags)
+    return ResolvedRow(row, card, layout, world_size, flags)
+
+
+def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, global_batch: int,
+                   micro_batch: int, train_iters: int, inputs: RunInputs) -> dict[str, FlagValue]:
+    """Model, layout, batch, data, recipe and row flags in that order (a later group overrides an earlier one)."""
+    flags = model_flags(card, vocab_size=card.vocab_size)
+    flags.update(parallel_flags(card, layout))
+    flags.update({"seq-length": card.seq_length, "micro-batch-size": micro_batch,
+                  "global-batch-size": global_batch, "train-iters": train_iters})
+    flags.update(data_flags(inputs))
+    flags.update(recipe.megatron_flags)
+    flags.update(row.flags)
+    flags.update(checkpoint_flags(inputs))
+    return flags
+
+
+def resolve(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> list[str]:
+    """The Megatron argv of ``row`` (see :func:`resolve_row`)."""
+    return resolve_row(recipe, row, inputs).argv
+
+
+def select_rows(recipe: Recipe, row: int | None = None, nodes: int | None = None) -> list[int]:
+    """1-based row numbers chosen by ``--row`` or ``--nodes`` (all rows if neither)."""
+    if row is not None and nodes is not None:
+        raise RecipeError("give --row or --nodes, not both")
+    if row is not None:
+        recipe.row(row)
+        return [row]
+    if nodes is None:
+        return list(range(1, len(recipe.rows) + 1))
+    numbers = recipe.row_numbers_with_nodes(nodes)
+    if not numbers:
+        raise RecipeError(f"recipe {recipe.name} has no row on {nodes} nodes; rows run on "
+                          f"{sorted({r.nodes for r in recipe.rows})} nodes")
+    return numbers
+

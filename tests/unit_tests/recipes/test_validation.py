@@ -1,0 +1,83 @@
+"""Bad layouts, batches and environments are refused before anything is submitted, with a message naming the fix."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import EXAMPLES
+
+from megatron.oellm.cli import main
+from megatron.oellm.models.parallel import ParallelLayoutError
+from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row
+
+
+def _qwen3_5():
+    return load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+
+
+def _with_row(recipe, **changes):
+    return dataclasses.replace(recipe, rows=(dataclasses.replace(recipe.rows[1], **changes),))
+
+
+def test_layout_with_too_few_layers_is_refused():
+    recipe = _with_row(_qwen3_5(), parallel={"pipeline_layout": "Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*0L"})
+    with pytest.raises(ParallelLayoutError, match=r"places 39 decoder layers.*has 40"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_layout_stages_not_matching_pp_times_vpp_are_refused():
+    recipe = _with_row(_qwen3_5(), parallel={"pipeline_layout": "Et*6|t*6|t*6|t*6|t*6|t*6|t*4L"})
+    with pytest.raises(ParallelLayoutError, match=r"7 stages, not a multiple of pp \(4\)"):
+        resolve_row(recipe, recipe.rows[0])
+    recipe = _with_row(_qwen3_5(), parallel={"vpp": 4})
+    with pytest.raises(ParallelLayoutError, match="vpp=4"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_layers_not_dividing_pp_times_vpp_without_a_layout_are_refused():
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    recipe = _with_row(recipe, parallel={"pipeline_layout": None, "vpp": 4})
+    with pytest.raises(ParallelLayoutError, match=r"num_layers \(94\) is not divisible by pp x vpp \(32\)"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_experts_not_dividing_ep_are_refused():
+    recipe = _with_row(_qwen3_5(), parallel={"ep": 3})
+    with pytest.raises(ParallelLayoutError, match="num_experts"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_global_batch_not_filling_the_data_parallel_ranks_is_refused():
+    recipe = _with_row(_qwen3_5(), global_batch_size=4100)
+    with pytest.raises(RecipeError, match=r"not divisible by micro batch \(4\) x data-parallel size \(8"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_tensor_parallel_on_hopper_needs_one_device_connection():
+    recipe = _with_row(_qwen3_5(), parallel={"tp": 2, "sp": True})
+    with pytest.raises(RecipeError, match="CUDA_DEVICE_MAX_CONNECTIONS=1"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_the_command_reports_a_bad_layout_as_an_error(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "bad"\n'
+                      '[parallel]\npipeline_layout = "Et*10|t*10|t*10|t*9L"\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "oellm recipe: error:" in err and "places 39 decoder layers ('t'), the model has 40" in err
+
+
+def test_unknown_rows_and_keys_are_refused(tmp_path, capsys):
+    strong = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+    assert main(["recipe", strong, "--row", "7"]) == 2
+    assert "rows 1..6, not 7" in capsys.readouterr().err
+    assert main(["recipe", strong, "--nodes", "3"]) == 2
+    assert "no row on 3 nodes" in capsys.readouterr().err
+    config = tmp_path / "typo.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "typo"\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_sise = 4\n')
+    assert main(["recipe", str(config)]) == 2
+    assert "micro_batch_sise" in capsys.readouterr().err
