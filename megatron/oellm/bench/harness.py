@@ -1,0 +1,114 @@
+"""``oellm bench`` end to end: build the sides, sweep micro-batch sizes per side, optionally profile, report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from megatron.oellm.bench.measure import Measurement, best, summary, sweep
+from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch
+from megatron.oellm.bench.timing import profile_step, time_steps
+from megatron.oellm.cards import get_card
+from megatron.oellm.flops import training_flops_per_token
+from megatron.oellm.peaks import peak_tflops
+
+SIDES = ("ours", "hf")
+"""Benchmark sides: ``ours`` (megatron-core, torch-native backend) and ``hf`` (transformers)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to benchmark and how (the ``oellm bench`` arguments)."""
+
+    model: str = "qwen3.5-35b-a3b-proxy-4L"
+    """Card name (a ``qwen3.5-35b-a3b`` flavour: transformers has no model for the other families' hybrids)."""
+    seq_length: int = 4096
+    mbs: tuple[int, ...] = (1, 2, 4, 8)
+    """Micro-batch sizes, swept upwards per side until one runs out of memory."""
+    warmup: int = 3
+    """Untimed steps before timing (kernel autotuning, torch.compile of megatron's fused pieces, allocator)."""
+    steps: int = 10
+    """Timed steps; the median step time is reported."""
+    sides: tuple[str, ...] = SIDES
+    ours_overrides: dict[str, Any] = field(default_factory=lambda: dict(BEST_OURS_SETTINGS))
+    """TransformerConfig fields for our side on top of the spec builder's."""
+    gpu: str = "h200-sxm"
+    """Name in :data:`megatron.oellm.peaks.GPU_PEAKS` whose dense bf16 peak MFU is quoted against."""
+    profile_dir: Path | None = None
+    """Where to write each side's top CUDA kernels of one step at its best micro-batch size (None: no profile)."""
+
+    def __post_init__(self) -> None:
+        card = get_card(self.model)
+        if card.family != "qwen3_5":
+            raise ValueError(f"oellm bench compares against transformers' Qwen3_5MoeForCausalLM; {card.name} is a "
+                             f"{card.family} card: use a qwen3.5-35b-a3b flavour")
+        unknown = [s for s in self.sides if s not in SIDES]
+        if unknown or not self.sides:
+            raise ValueError(f"unknown sides {unknown}; choose from {', '.join(SIDES)}")
+        if self.seq_length < 2:
+            raise ValueError(f"seq_length must be >= 2 (one next-token target at least), got {self.seq_length}")
+        if not self.mbs or min(self.mbs) < 1:
+            raise ValueError(f"micro-batch sizes must be positive, got {self.mbs}")
+        if self.warmup < 1 or self.steps < 1:
+            raise ValueError(f"need warmup >= 1 and steps >= 1, got {self.warmup} and {self.steps}")
+
+
+@dataclass
+class BenchReport:
+    """Everything ``oellm bench`` prints: setup, per side and MBS figures, the best of each side and profiles."""
+
+    config: dict[str, Any]
+    device: str
+    flops_per_token: float
+    peak_tflops: float
+    settings: dict[str, dict[str, Any]]
+    results: list[Measurement]
+    summary: dict[str, Any]
+    profiles: dict[str, list[dict]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = asdict(self)
+        out["results"] = [asdict(r) for r in self.results]
+        return out
+
+
+def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float,
+              peak: float) -> list[Measurement]:
+    """One side's micro-batch sweep, the same batches as the other side (same seed per MBS)."""
+
+    def run(mbs: int):
+        batch = make_batch(vocab_size, mbs, config.seq_length)
+        return time_steps(lambda: side.step(batch), config.warmup, config.steps)
+
+    results = sweep(side.name, config.mbs, config.seq_length, run, flops_per_token, peak, free=side.free)
+    side.free()
+    return results
+
+
+def run_benchmark(config: BenchConfig) -> BenchReport:
+    """Build the sides with shared weights, sweep each (the other parked on the host), profile if asked."""
+    card = get_card(config.model)
+    flops_per_token = training_flops_per_token(card, config.seq_length, padded_vocab=card.vocab_size).total
+    peak = peak_tflops(config.gpu)
+    sides = build_sides(card, list(config.sides), config.ours_overrides)
+    results: list[Measurement] = []
+    profiles: dict[str, list[dict]] = {}
+    for side in sides.values():
+        side.activate()
+        side_results = _run_side(side, config, card.vocab_size, flops_per_token, peak)
+        results += side_results
+        best_run = best(side_results)
+        if config.profile_dir is not None and best_run is not None:
+            batch = make_batch(card.vocab_size, best_run.mbs, config.seq_length)
+            profiles[side.name] = profile_step(lambda s=side, b=batch: s.step(b), config.profile_dir, side.name)
+            side.free()
+        side.park()
+    return BenchReport(
+        config={**asdict(config), "profile_dir": str(config.profile_dir) if config.profile_dir else None},
+        device=torch.cuda.get_device_name(), flops_per_token=flops_per_token, peak_tflops=peak,
+        settings={name: side.settings for name, side in sides.items()}, results=results,
+        summary=summary(results, config.sides), profiles=profiles)

@@ -1,0 +1,144 @@
+"""Benchmark bookkeeping: step times -> tokens/s, TFLOP/s, MFU; the micro-batch sweep with OOM handling; tables.
+
+Pure Python apart from recognising ``torch.OutOfMemoryError``, so every rule here is tested on the CPU. The GPU
+work (building the two models, timing a step) lives in :mod:`megatron.oellm.bench.sides` and
+:mod:`megatron.oellm.bench.timing`; they hand this module plain numbers.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import torch
+
+Status = Literal["ok", "oom", "skipped"]
+"""``ok``: measured; ``oom``: this micro-batch ran out of memory; ``skipped``: a smaller one already did."""
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """What one timed run of a side at one micro-batch size returned."""
+
+    step_ms: tuple[float, ...]
+    """Wall time of each timed step in milliseconds (CUDA events), warm-up steps excluded."""
+    peak_memory_bytes: int
+    """``torch.cuda.max_memory_allocated`` over warm-up and timed steps (peak stats reset before)."""
+    loss: float
+    """Language-model loss of the first warm-up step (the weights never change: no optimizer step)."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One side at one micro-batch size: the throughput figures, or why there are none."""
+
+    side: str
+    mbs: int
+    status: Status
+    tokens_per_step: int
+    step_ms_median: float | None = None
+    step_ms_min: float | None = None
+    step_ms_max: float | None = None
+    tokens_per_s: float | None = None
+    tflops: float | None = None
+    """Achieved model TFLOP/s (corrected FLOP count x tokens/s)."""
+    mfu: float | None = None
+    """``tflops`` over the GPU's nominal dense peak, a fraction."""
+    peak_memory_gib: float | None = None
+    loss: float | None = None
+
+
+def throughput(side: str, mbs: int, seq_length: int, times: StepTimes, flops_per_token: float,
+               peak_tflops: float) -> Measurement:
+    """The :class:`Measurement` of a completed run: median step time -> tokens/s -> TFLOP/s -> MFU.
+
+    The median (not the mean) is used so that a stray slow step (allocator growth, a host hiccup) does not move
+    the figure; min and max are kept to show the spread.
+    """
+    if not times.step_ms:
+        raise ValueError("no timed steps: pass --steps >= 1")
+    tokens = mbs * seq_length
+    median_ms = statistics.median(times.step_ms)
+    tokens_per_s = tokens / (median_ms / 1e3)
+    tflops = tokens_per_s * flops_per_token / 1e12
+    return Measurement(
+        side=side, mbs=mbs, status="ok", tokens_per_step=tokens, step_ms_median=median_ms,
+        step_ms_min=min(times.step_ms), step_ms_max=max(times.step_ms), tokens_per_s=tokens_per_s,
+        tflops=tflops, mfu=tflops / peak_tflops, peak_memory_gib=times.peak_memory_bytes / 2**30, loss=times.loss)
+
+
+def sweep(side: str, mbs_values: Sequence[int], seq_length: int, run: Callable[[int], StepTimes],
+          flops_per_token: float, peak_tflops: float, free: Callable[[], None] = lambda: None) -> list[Measurement]:
+    """Run ``run(mbs)`` for each micro-batch size in increasing order until one runs out of GPU memory.
+
+    The first ``torch.OutOfMemoryError`` is recorded as ``oom`` and every larger size as ``skipped`` (it would
+    need more memory still). After an OOM the exception and its frames are dropped, ``free()`` is called (the side
+    drops its gradients) and the CUDA cache is emptied, so the next side starts from a clean allocator.
+    """
+    results: list[Measurement] = []
+    out_of_memory = False
+    for mbs in sorted(set(mbs_values)):
+        tokens = mbs * seq_length
+        if out_of_memory:
+            results.append(Measurement(side, mbs, "skipped", tokens))
+            continue
+        try:
+            times = run(mbs)
+        except torch.OutOfMemoryError:
+            out_of_memory = True
+        if out_of_memory:
+            release_memory(free)
+            results.append(Measurement(side, mbs, "oom", tokens))
+        else:
+            results.append(throughput(side, mbs, seq_length, times, flops_per_token, peak_tflops))
+    return results
+
+
+def release_memory(free: Callable[[], None]) -> None:
+    """Let the side drop what it holds, collect garbage (reference cycles of the failed step) and empty the cache."""
+    free()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def best(results: Sequence[Measurement]) -> Measurement | None:
+    """The measured result with the highest tokens/s, or None when nothing was measured."""
+    measured = [r for r in results if r.status == "ok"]
+    return max(measured, key=lambda r: r.tokens_per_s) if measured else None
+
+
+def speedup(ours: Measurement | None, theirs: Measurement | None) -> float | None:
+    """tokens/s of ``ours`` over ``theirs`` (each side at its own best micro-batch); None if either is missing."""
+    if ours is None or theirs is None:
+        return None
+    return ours.tokens_per_s / theirs.tokens_per_s
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_table(results: Sequence[Measurement]) -> str:
+    """A fixed-width table (one row per side and micro-batch size) for logs and docs/benchmarks.md."""
+    header = (f"{'side':<6} {'MBS':>4} {'status':>7} {'step ms':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU %':>6} "
+              f"{'peak GiB':>9} {'loss':>8}")
+    rows = [header, "-" * len(header)]
+    for r in results:
+        mfu = None if r.mfu is None else 100 * r.mfu
+        rows.append(f"{r.side:<6} {r.mbs:>4} {r.status:>7} {_cell(r.step_ms_median, '.1f'):>9} "
+                    f"{_cell(r.tokens_per_s, ',.0f'):>10} {_cell(r.tflops, '.1f'):>8} {_cell(mfu, '.1f'):>6} "
+                    f"{_cell(r.peak_memory_gib, '.1f'):>9} {_cell(r.loss, '.4f'):>8}")
+    return "\n".join(rows)
+
+
+def summary(results: Sequence[Measurement], sides: Sequence[str]) -> dict[str, Any]:
+    """Each side's best micro-batch result and, with both ``ours`` and ``hf``, the tokens/s ratio ours / hf."""
+    best_by_side = {side: best([r for r in results if r.side == side]) for side in sides}
+    out: dict[str, Any] = {f"best_{side}": None if m is None else asdict(m) for side, m in best_by_side.items()}
+    if "ours" in best_by_side and "hf" in best_by_side:
+        out["speedup_ours_over_hf"] = speedup(best_by_side["ours"], best_by_side["hf"])
+    return out

@@ -1,0 +1,206 @@
+"""The two sides of ``oellm bench`` on one GPU: transformers' ``Qwen3_5MoeForCausalLM`` and our megatron-core model.
+
+Both hold the same weights: the transformers model is built from :func:`hf_config_from_card` with its own random
+init (bf16, on the GPU), and ours is built by the family spec builder on the torch-native backend and loaded with
+the family converter's ``hf_to_mcore`` of that model's state dict. One training step on either side is forward +
+language-model loss (+ the MoE load-balancing loss each side's config asks for) + backward, with gradients dropped
+at the start of the step; there is no optimizer step on either side (it is the same element-wise update whichever
+model produced the gradients, and its fp32 state would halve the memory left for activations).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from megatron.oellm.cards import ModelCard
+
+BEST_OURS_SETTINGS: dict[str, Any] = {
+    "cross_entropy_loss_fusion": True,
+    "cross_entropy_fusion_impl": "native",
+    "bias_activation_fusion": True,
+}
+"""TransformerConfig fields our side runs with by default (on top of the spec builder's): megatron-core's fused
+cross entropy (native implementation, no Transformer Engine) and the fused SwiGLU of the shared expert. The MoE
+dispatcher stays the spec builder's ``alltoall`` (with EP=1 it only permutes) and activation recompute stays off."""
+
+HF_SETTINGS: dict[str, Any] = {
+    "attn_implementation": "sdpa",
+    "experts_implementation": "grouped_mm",
+    "use_cache": False,
+    "output_router_logits": True,
+}
+"""How the transformers side is built and called: its fastest kernels available without hub downloads (SDPA,
+``torch._grouped_mm`` experts; fla's chunked gated delta rule is picked up by transformers when ``fla`` imports),
+no KV/state cache in training, and the router load-balancing loss on (as ours has it)."""
+
+
+def kernel_availability() -> dict[str, bool]:
+    """Which optional kernel packages transformers' Qwen3.5 model would pick up: ``fla`` (chunked gated delta rule)
+    and ``causal_conv1d`` (the GDN short convolution; without it transformers runs ``F.conv1d``)."""
+    return {name: importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d")}
+
+
+def init_single_gpu_runtime(seed: int = 1234) -> None:
+    """Bring up what megatron-core modules need on one GPU: a one-rank NCCL process group, model-parallel groups of
+    size 1 and the model-parallel CUDA RNG tracker. Idempotent; needs CUDA."""
+    from megatron.core import parallel_state, tensor_parallel
+
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+        torch.cuda.set_device(0)
+        torch.distributed.init_process_group(backend="nccl", world_size=1, rank=0)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel()
+    torch.manual_seed(seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch of random tokens in the forms both sides take."""
+
+    tokens: torch.Tensor
+    """``[mbs, seq]`` int64 input ids; transformers shifts them itself to make its labels."""
+    next_tokens: torch.Tensor
+    """``[mbs, seq]`` the token after each position (last column: a dummy, masked out)."""
+    loss_mask: torch.Tensor
+    """``[mbs, seq]`` float, 0 on the last position, so both sides average the same ``mbs * (seq - 1)`` terms."""
+    position_ids: torch.Tensor
+    """``[mbs, seq]`` positions 0 .. seq-1."""
+
+
+def make_batch(vocab_size: int, mbs: int, seq_length: int, seed: int = 0) -> Batch:
+    """A reproducible random batch on the current GPU (uniform token ids, so the router sees varied inputs)."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (mbs, seq_length), device="cuda", generator=generator)
+    next_tokens = torch.roll(tokens, shifts=-1, dims=1)
+    loss_mask = torch.ones(mbs, seq_length, device="cuda")
+    loss_mask[:, -1] = 0.0
+    positions = torch.arange(seq_length, device="cuda").unsqueeze(0).expand(mbs, -1)
+    return Batch(tokens, next_tokens, loss_mask, positions)
+
+
+class Side(ABC):
+    """A model plus its training step; :meth:`park` / :meth:`activate` move it off / onto the GPU so that each
+    side's sweep has the GPU to itself (peak memory and OOM limits are that side's alone)."""
+
+    name: str
+    model: torch.nn.Module
+    settings: dict[str, Any]
+
+    @abstractmethod
+    def step(self, batch: Batch) -> torch.Tensor:
+        """Forward, loss and backward on ``batch``; returns the detached language-model loss."""
+
+    def free(self) -> None:
+        """Drop the gradients (after a step or an OOM)."""
+        self.model.zero_grad(set_to_none=True)
+
+    def park(self) -> None:
+        """Move the weights to host memory."""
+        self.free()
+        self.model.to("cpu")
+        torch.cuda.empty_cache()
+
+    def activate(self) -> None:
+        """Move the weights back to the GPU."""
+        self.model.to("cuda")
+
+
+class HFSide(Side):
+    """transformers' ``Qwen3_5MoeForCausalLM`` with :data:`HF_SETTINGS`."""
+
+    name = "hf"
+
+    def __init__(self, card: ModelCard):
+        from transformers import Qwen3_5MoeForCausalLM
+
+        from megatron.oellm.models.qwen3_5.convert import hf_config_from_card
+
+        config = hf_config_from_card(card)
+        config.output_router_logits = HF_SETTINGS["output_router_logits"]
+        config.use_cache = HF_SETTINGS["use_cache"]
+        with torch.device("cuda"):
+            self.model = Qwen3_5MoeForCausalLM._from_config(
+                config, dtype=torch.bfloat16, attn_implementation=HF_SETTINGS["attn_implementation"],
+                experts_implementation=HF_SETTINGS["experts_implementation"])
+        self.model.train()
+        self.aux_loss_coeff = config.router_aux_loss_coef
+        import transformers
+
+        self.settings = {**HF_SETTINGS, "transformers": transformers.__version__,
+                         "attn_implementation_used": self.model.config._attn_implementation,
+                         "experts_implementation_used": self.model.config._experts_implementation,
+                         "kernel_packages": kernel_availability()}
+
+    def step(self, batch: Batch) -> torch.Tensor:
+        """transformers' own loss path (bf16 logits upcast, shifted labels) plus its router aux loss."""
+        self.model.zero_grad(set_to_none=True)
+        out = self.model(input_ids=batch.tokens, labels=batch.tokens, use_cache=False)
+        out.loss.backward()
+        return (out.loss - self.aux_loss_coeff * out.aux_loss).detach()
+
+
+class OursSide(Side):
+    """Our ``HybridModel`` on the torch-native backend, loaded with the converted transformers weights."""
+
+    name = "ours"
+
+    def __init__(self, card: ModelCard, hf_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
+        from megatron.oellm.models import spec_builder
+        from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
+
+        builder = spec_builder(card.family)
+        # The weights are overwritten by the converted ones, so megatron's own initialisation is skipped.
+        config = builder.transformer_config(card, **{"perform_initialization": False, **overrides})
+        self.model = builder.build_model(card, backend="torch", config=config)
+        self.model.train()
+        load_converted(self.model, hf_to_mcore(card, hf_state))
+        self.settings = {"backend": "torch", "config_overrides": dict(overrides),
+                         "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
+                         "recompute_granularity": config.recompute_granularity}
+
+    def step(self, batch: Batch) -> torch.Tensor:
+        """megatron-core's per-token loss averaged over the same positions transformers averages over; the MoE
+        aux loss enters the backward through megatron's ``MoEAuxLossAutoScaler``."""
+        self.model.zero_grad(set_to_none=True)
+        per_token = self.model(batch.tokens, batch.position_ids, None, labels=batch.next_tokens)
+        loss = (per_token.float() * batch.loss_mask).sum() / batch.loss_mask.sum()
+        loss.backward()
+        return loss.detach()
+
+
+def load_converted(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """``load_state_dict`` of a converter state dict, requiring every model tensor but ``_extra_state`` to be set."""
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"converted weights do not fit the model: missing {missing[:8]}, "
+                           f"unexpected {result.unexpected_keys[:8]}")
+
+
+def build_sides(card: ModelCard, names: list[str], ours_overrides: dict[str, Any]) -> dict[str, Side]:
+    """The requested sides with shared weights, all parked on the host; ours is always converted from a
+    transformers model (built even when only ``ours`` is benchmarked)."""
+    init_single_gpu_runtime()
+    hf = HFSide(card)
+    sides: dict[str, Side] = {}
+    if "ours" in names:
+        with torch.no_grad():
+            sides["ours"] = OursSide(card, dict(hf.model.state_dict()), ours_overrides)
+        sides["ours"].park()
+    if "hf" in names:
+        sides["hf"] = hf
+    hf.park()
+    return {name: sides[name] for name in names}

@@ -1,0 +1,54 @@
+"""Timing and profiling one side's training step on the GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from megatron.oellm.bench.measure import StepTimes
+
+
+def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> StepTimes:
+    """Run ``warmup`` untimed steps, then ``steps`` steps each bracketed by CUDA events; one sync at the end.
+
+    Peak memory statistics are reset first, so the peak is this run's (warm-up included). The loss of the first
+    warm-up step is read after the final synchronisation, so no step waits on the host.
+    """
+    if warmup < 1 or steps < 1:
+        raise ValueError(f"need warmup >= 1 and steps >= 1, got warmup={warmup}, steps={steps}")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    first_loss = step()
+    for _ in range(warmup - 1):
+        step()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
+    for start, end in events:
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return StepTimes(step_ms=tuple(start.elapsed_time(end) for start, end in events),
+                     peak_memory_bytes=torch.cuda.max_memory_allocated(), loss=float(first_loss))
+
+
+def profile_step(step: Callable[[], torch.Tensor], out_dir: Path, name: str, top: int = 40) -> list[dict]:
+    """Profile one step (after one warm-up step) with ``torch.profiler``; write the ``top`` operators and kernels
+    by CUDA time to ``out_dir/<name>_top_cuda.txt`` and return them as dicts (name, calls, CUDA ms, share)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    averages = prof.key_averages()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}_top_cuda.txt").write_text(
+        averages.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=90))
+    kernels = [e for e in averages if e.self_device_time_total > 0]
+    total = sum(e.self_device_time_total for e in kernels) or 1.0
+    kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    return [{"name": e.key, "calls": e.count, "cuda_ms": e.self_device_time_total / 1e3,
+             "share": e.self_device_time_total / total} for e in kernels[:top]]

@@ -1,0 +1,130 @@
+"""``oellm bench``: one-GPU training-step benchmark of our model against transformers' on the same card."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+HELP = "one-GPU training-step benchmark: ours (megatron-core, torch-native) vs transformers, MBS swept"
+
+SIDE_NAMES = ("ours", "hf")
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``; an argparse type, so bad input is a usage error naming the value."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,2,4, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
+    return values
+
+
+def side_list(text: str) -> tuple[str, ...]:
+    """``"ours,hf"`` -> ``("ours", "hf")``, each checked against the known sides."""
+    sides = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [s for s in sides if s not in SIDE_NAMES]
+    if unknown or not sides:
+        raise argparse.ArgumentTypeError(f"unknown side(s) {unknown or text!r}; choose from {','.join(SIDE_NAMES)}")
+    return tuple(dict.fromkeys(sides))
+
+
+def config_override(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` -> ``(KEY, value)``, the value read as a Python literal when it is one (``True``, ``4``,
+    ``'x'``), else kept as a string (``alltoall``)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a TransformerConfig field), got {text!r}")
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw
+    return key.strip(), value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``oellm bench``."""
+    parser.add_argument("--model", default="qwen3.5-35b-a3b-proxy-4L",
+                        help="card name, a qwen3.5-35b-a3b flavour (default: the 4-layer full-width proxy)")
+    parser.add_argument("--seq-length", type=int, default=4096)
+    parser.add_argument("--mbs", type=int_list, default=(1, 2, 4, 8),
+                        help="micro-batch sizes to sweep per side, until one runs out of memory (default 1,2,4,8)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps; the median is reported (default 10)")
+    parser.add_argument("--sides", type=side_list, default=SIDE_NAMES, help="ours,hf (default both)")
+    parser.add_argument("--ours-config", type=config_override, action="append", default=[], metavar="KEY=VALUE",
+                        help="TransformerConfig field for our side, on top of the benchmark's best settings "
+                             "(repeatable), e.g. moe_token_dispatcher_type=allgather")
+    parser.add_argument("--plain-ours", action="store_true",
+                        help="drop the benchmark's best settings for our side (spec-builder defaults only)")
+    parser.add_argument("--gpu", default="h200-sxm", help="peak table entry MFU is quoted against (default h200-sxm)")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="profile one step per side at its best MBS; top CUDA kernels to DIR/<side>_top_cuda.txt")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    parser.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report here")
+
+
+def ours_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Our side's TransformerConfig overrides: the best settings (unless ``--plain-ours``), then ``--ours-config``."""
+    from megatron.oellm.bench.sides import BEST_OURS_SETTINGS
+
+    overrides = {} if args.plain_ours else dict(BEST_OURS_SETTINGS)
+    overrides.update(dict(args.ours_config))
+    return overrides
+
+
+def _print_report(report) -> None:
+    from megatron.oellm.bench.measure import format_table
+
+    cfg = report.config
+    print(f"oellm bench  {cfg['model']}  seq {cfg['seq_length']}  warm-up {cfg['warmup']}  steps {cfg['steps']}  "
+          f"on {report.device}")
+    print(f"FLOPs        {report.flops_per_token / 1e9:.3f} GFLOP/token (corrected count, training); "
+          f"MFU vs {cfg['gpu']} dense bf16 {report.peak_tflops:.0f} TFLOP/s")
+    for name, settings in report.settings.items():
+        print(f"{name:<12} {json.dumps(settings, sort_keys=True)}")
+    print("step         forward + loss + backward, no optimizer step, gradients dropped per step")
+    print()
+    print(format_table(report.results))
+    speedup = report.summary.get("speedup_ours_over_hf")
+    if speedup is not None:
+        ours, hf = report.summary["best_ours"], report.summary["best_hf"]
+        print(f"\nbest MBS: ours {ours['mbs']} ({ours['tokens_per_s']:,.0f} tokens/s), hf {hf['mbs']} "
+              f"({hf['tokens_per_s']:,.0f} tokens/s): ours / hf = {speedup:.2f}x")
+    for name, kernels in report.profiles.items():
+        print(f"\ntop CUDA time, {name} (one step at its best MBS):")
+        for k in kernels[:15]:
+            print(f"  {100 * k['share']:5.1f} %  {k['cuda_ms']:8.2f} ms  {k['calls']:5d}x  {k['name'][:100]}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark and print it; exit 2 without CUDA or on a bad card/configuration."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("oellm bench: needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
+        return 2
+    from megatron.oellm.bench.harness import BenchConfig, run_benchmark
+    from megatron.oellm.cards import CardError
+
+    try:
+        config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
+                             steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
+                             profile_dir=args.profile)
+    except (CardError, ValueError) as error:
+        print(f"oellm bench: {error}")
+        return 2
+    report = run_benchmark(config)
+    data = report.to_dict()
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(data, indent=2))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_report(report)
+    return 0

@@ -1,0 +1,110 @@
+"""Benchmark bookkeeping on the CPU: throughput arithmetic, the MBS sweep with OOM handling, best/speedup, tables."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from megatron.oellm.bench.measure import Measurement, StepTimes, best, format_table, speedup, summary, sweep, throughput
+
+
+def reference_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@pytest.mark.parametrize("steps", [1, 4, 7])
+def test_throughput_from_median_step_time(steps: int) -> None:
+    rng = random.Random()
+    step_ms = [rng.uniform(50.0, 500.0) for _ in range(steps)]
+    mbs, seq, flops, peak = rng.randint(1, 8), rng.choice([128, 4096]), rng.uniform(1e9, 1e10), 989.0
+    peak_bytes = rng.randint(1, 100) * 2**30 + rng.randint(0, 2**20)
+    m = throughput("ours", mbs, seq, StepTimes(tuple(step_ms), peak_bytes, 6.25), flops, peak)
+    median_s = reference_median(step_ms) / 1000
+    assert m.status == "ok" and m.tokens_per_step == mbs * seq
+    assert m.step_ms_median == pytest.approx(median_s * 1000)
+    assert (m.step_ms_min, m.step_ms_max) == (min(step_ms), max(step_ms))
+    assert m.tokens_per_s == pytest.approx(mbs * seq / median_s)
+    assert m.tflops == pytest.approx(mbs * seq * flops / median_s / 1e12)
+    assert m.mfu == pytest.approx(m.tflops / peak)
+    assert m.peak_memory_gib == pytest.approx(peak_bytes / 1024**3)
+
+
+def test_median_ignores_one_slow_step() -> None:
+    fast = [100.0, 101.0, 99.0, 100.5, 3000.0]
+    m = throughput("hf", 1, 4096, StepTimes(tuple(fast), 0, 0.0), 1e9, 989.0)
+    assert m.step_ms_median == 100.5 and m.step_ms_max == 3000.0
+
+
+def test_no_timed_steps_is_an_error() -> None:
+    with pytest.raises(ValueError, match="--steps"):
+        throughput("ours", 1, 16, StepTimes((), 0, 0.0), 1e9, 989.0)
+
+
+def test_sweep_stops_at_first_oom_and_frees() -> None:
+    rng = random.Random()
+    limit = rng.choice([2, 4, 8])  # the first MBS that no longer fits
+    calls, freed = [], []
+
+    def run(mbs: int) -> StepTimes:
+        calls.append(mbs)
+        held = torch.empty(mbs)  # a tensor the failed step referenced, as a real OOM would leave behind
+        if mbs >= limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory ({held.numel()} elements)")
+        return StepTimes((10.0 * mbs, 11.0 * mbs, 12.0 * mbs), mbs * 2**30, 5.0)
+
+    results = sweep("ours", [8, 1, 4, 2, 16, 4], 128, run, 1e9, 989.0, free=lambda: freed.append(True))
+    assert [r.mbs for r in results] == [1, 2, 4, 8, 16]  # sorted, duplicates removed
+    assert calls == [m for m in (1, 2, 4, 8) if m <= limit]  # nothing attempted past the OOM
+    assert [r.status for r in results] == ["ok" if m < limit else "oom" if m == limit else "skipped"
+                                           for m in (1, 2, 4, 8, 16)]
+    assert freed == [True]
+    for r in results:
+        assert r.tokens_per_step == r.mbs * 128
+        if r.status == "ok":
+            assert r.step_ms_median == 11.0 * r.mbs
+        else:
+            assert r.tokens_per_s is None and r.tflops is None and r.peak_memory_gib is None
+
+
+def test_sweep_other_errors_propagate() -> None:
+    def run(mbs: int) -> StepTimes:
+        raise RuntimeError("a real bug, not memory")
+
+    with pytest.raises(RuntimeError, match="real bug"):
+        sweep("hf", [1], 128, run, 1e9, 989.0)
+
+
+def _measured(side: str, mbs: int, tokens_per_s: float) -> Measurement:
+    return Measurement(side, mbs, "ok", mbs * 4096, tokens_per_s=tokens_per_s)
+
+
+def test_best_speedup_and_summary() -> None:
+    rng = random.Random()
+    ours = [_measured("ours", m, rng.uniform(1e4, 1e5)) for m in (1, 2, 4)] + [Measurement("ours", 8, "oom", 8 * 4096)]
+    hf = [_measured("hf", m, rng.uniform(1e4, 1e5)) for m in (1, 2)] + [Measurement("hf", 4, "oom", 4 * 4096)]
+    best_ours = max(ours[:3], key=lambda r: r.tokens_per_s)
+    best_hf = max(hf[:2], key=lambda r: r.tokens_per_s)
+    assert best(ours) == best_ours and best(hf) == best_hf
+    assert speedup(best_ours, best_hf) == pytest.approx(best_ours.tokens_per_s / best_hf.tokens_per_s)
+    out = summary(ours + hf, ["ours", "hf"])
+    assert out["best_ours"]["mbs"] == best_ours.mbs and out["best_hf"]["mbs"] == best_hf.mbs
+    assert out["speedup_ours_over_hf"] == pytest.approx(best_ours.tokens_per_s / best_hf.tokens_per_s)
+
+
+def test_nothing_measured_gives_no_best_and_no_ratio() -> None:
+    assert best([Measurement("hf", 1, "oom", 4096)]) is None
+    assert speedup(None, _measured("hf", 1, 1.0)) is None
+    assert "speedup_ours_over_hf" not in summary([_measured("ours", 1, 5.0)], ["ours"])
+
+
+def test_table_has_one_row_per_result_with_its_figures() -> None:
+    m = throughput("ours", 2, 4096, StepTimes((200.0,), 3 * 2**30, 12.5), 4.6e9, 989.0)
+    table = format_table([m, Measurement("hf", 4, "oom", 4 * 4096)]).splitlines()
+    assert len(table) == 4
+    assert table[2].split()[:4] == ["ours", "2", "ok", "200.0"]
+    assert f"{2 * 4096 / 0.2:,.0f}" in table[2] and "3.0" in table[2]
+    assert table[3].split()[:4] == ["hf", "4", "oom", "-"]
+    assert not math.isnan(m.mfu)
