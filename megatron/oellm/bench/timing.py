@@ -35,7 +35,8 @@ def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> Ste
 
 def profile_step(step: Callable[[], torch.Tensor], out_dir: Path, name: str, top: int = 40) -> list[dict]:
     """Profile one step (after one warm-up step) with ``torch.profiler``; write the ``top`` operators and kernels
-    by CUDA time to ``out_dir/<name>_top_cuda.txt`` and return them as dicts (name, calls, CUDA ms, share)."""
+    by CUDA time to ``out_dir/<name>_top_cuda.txt`` and return the ``top`` GPU kernels as dicts (name, calls,
+    CUDA ms, share of all kernel time in the step)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -47,7 +48,7 @@ def profile_step(step: Callable[[], torch.Tensor], out_dir: Path, name: str, top
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}_top_cuda.txt").write_text(
         averages.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=90))
-    kernels = [e for e in averages if e.self_device_time_total > 0]
+    kernels = [e for e in averages if e.device_type == torch.autograd.DeviceType.CUDA]  # GPU kernels, not ops
     total = sum(e.self_device_time_total for e in kernels) or 1.0
     kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
     return [{"name": e.key, "calls": e.count, "cuda_ms": e.self_device_time_total / 1e3,
