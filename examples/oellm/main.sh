@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job. Installs what it needs, then:
+#   no GPU:   the Qwen3-235B-A22B Jupiter plan (TP2 PP8 EP16 ETP1, 64 nodes x 4 GH200): model card, validated layout,
+#             parameters and static memory per GPU, FLOPs per token, and the recipe's resolved arguments + sbatch text;
+#   a GPU:    the Qwen3.5-35B-A3B MN5 recipe fitted down (--local): proxy training on this machine's GPUs.
+# Extra arguments go to the recipe (e.g. --data-path PREFIX --tokenizer-model PATH for real text).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  bash tools/install.sh hf,gdn
+  exec bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "$@"
+fi
+bash tools/install.sh dev,hf
+python3 -m megatron.oellm models
+echo
+exec bash examples/oellm/qwen3_235b_a22b_jupiter.sh --dry-run --row 1 "$@"
