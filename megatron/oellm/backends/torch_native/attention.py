@@ -165,7 +165,11 @@ def _varlen(
     scale: float,
     gqa: bool,
 ) -> torch.Tensor:
-    """Call ``varlen_attn`` across the keyword sets torch releases have used (causal flag, scale, GQA)."""
+    """Call ``varlen_attn`` across the keyword sets torch releases have used (causal flag, scale, GQA).
+
+    torch 2.11's ``varlen_attn`` takes ``window_size`` and ``scale`` but no ``enable_gqa``, so there key/value
+    heads are repeated to the query heads; later releases share them in the kernel.
+    """
     accepted = _varlen_parameters()
     if varlen_attn is None:
         raise RuntimeError(

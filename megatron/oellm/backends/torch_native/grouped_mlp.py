@@ -32,7 +32,8 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor)
 
     ``x`` is ``[tokens, in]`` sorted by expert, ``weight`` is ``[experts, out, in]`` and ``offsets`` the int32
     cumulative token counts on ``x``'s device. ``weight.transpose(-2, -1)`` is the column-major ``[E, in, out]``
-    operand ``torch._grouped_mm`` expects, so no copy is made.
+    operand ``torch._grouped_mm`` expects, so no copy is made. bf16 and fp32 both run on it (fp32 checked on
+    H200 with torch 2.11; CPU has torch's own fallback), so no per-expert loop is needed; empty groups are fine.
     """
     return torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
 
