@@ -5,7 +5,8 @@ working) plus ``--oellm-model NAME`` and ``--oellm-backend``. The card's archite
 (:func:`megatron.oellm.megatron_args.model_flags`) fill in every flag the user did not pass; a flag the user passed
 with a value that contradicts the card is an error naming both values. ``--vocab-size`` is the one exception: it
 selects the tokenizer's vocabulary and re-vocabularies the card (:meth:`ModelCard.with_vocab`), as recipes do.
-:data:`TRAINING_DEFAULTS` (no dropout) are filled in too when not given.
+:func:`with_training_defaults` fills in :data:`TRAINING_DEFAULTS` (no dropout) where not given, with or without
+a card.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class MergedArgv:
     """The result of :func:`merge_card_flags`."""
 
     argv: list[str]
-    """The user's argv followed by the card flags (and :data:`TRAINING_DEFAULTS`) the user did not give."""
+    """The user's argv followed by the card flags the user did not give."""
     card: ModelCard
     """The card, re-vocabularied when the user gave ``--vocab-size``."""
     filled: dict[str, FlagValue]
@@ -115,7 +116,13 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
                     f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
                     f"has {dest}={card_values[dest]!r}; drop --{name} (the card fills it in) or pick a card "
                     "that matches")
-    for name, value in TRAINING_DEFAULTS.items():
-        if not _flag_destinations(sentinel, name, value) & explicit:
-            filled[name] = value
     return MergedArgv(argv=list(argv) + flags_to_argv(filled), card=card, filled=filled)
+
+
+def with_training_defaults(argv: Sequence[str]) -> list[str]:
+    """``argv`` followed by the :data:`TRAINING_DEFAULTS` it does not set itself."""
+    explicit = explicit_destinations(argv)
+    sentinel = _sentinel_parser()
+    missing = {name: value for name, value in TRAINING_DEFAULTS.items()
+               if not _flag_destinations(sentinel, name, value) & explicit}
+    return list(argv) + flags_to_argv(missing)

@@ -2,8 +2,8 @@
 
 The architecture comes from the card (``--oellm-model``, already merged into Megatron's flags by the entry, or
 rebuilt from Megatron's architecture flags when no model is named); the training
-runtime settings (initialisation, recomputation, fusions, loss reduction, dropout) come from Megatron's own
-arguments, read through Megatron's ``core_transformer_config_from_args`` so that their meaning is Megatron's.
+runtime settings (initialisation, recomputation, loss reduction, dispatcher, dropout) come from Megatron's own
+arguments of the same names, as Megatron's ``core_transformer_config_from_args`` copies them.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.training.card_from_args import card_from_megatron_args
 
 RUNTIME_FIELDS = (
-    "init_method_std", "perform_initialization", "use_cpu_initialization", "gradient_accumulation_fusion",
-    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
-    "calculate_per_token_loss", "deallocate_pipeline_outputs", "cross_entropy_loss_fusion",
-    "cross_entropy_fusion_impl", "moe_token_dispatcher_type", "moe_permute_fusion", "moe_expert_capacity_factor",
-    "moe_pad_expert_input_to_capacity", "overlap_p2p_comm", "batch_p2p_comm", "variable_seq_lengths",
+    "init_method_std", "perform_initialization", "use_cpu_initialization", "recompute_granularity",
+    "recompute_method", "recompute_num_layers", "recompute_modules", "calculate_per_token_loss",
+    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_token_dispatcher_type", "moe_permute_fusion",
+    "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "overlap_p2p_comm", "variable_seq_lengths",
     "microbatch_group_size_per_vp_stage", "barrier_with_L1_time", "hidden_dropout", "attention_dropout",
-    "masked_softmax_fusion", "bias_dropout_fusion",
 )
-"""TransformerConfig fields taken from Megatron's arguments instead of the family's defaults."""
+"""TransformerConfig fields taken from Megatron's arguments of the same name instead of the family's defaults."""
+
+TE_ONLY_RUNTIME_FIELDS = ("gradient_accumulation_fusion",)
+"""Runtime fields taken from Megatron's arguments only on the TE backend (the kernel comes with TE or apex)."""
 
 
 def card_from_args(args: argparse.Namespace) -> ModelCard:
@@ -51,11 +52,17 @@ def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
 
 
 def runtime_overrides(args: argparse.Namespace) -> dict:
-    """The :data:`RUNTIME_FIELDS` of the TransformerConfig Megatron itself would build from ``args``."""
-    from megatron.training.argument_utils import core_transformer_config_from_args
+    """TransformerConfig runtime fields from ``args``, as Megatron's ``core_transformer_config_from_args`` sets them.
 
-    megatron_config = core_transformer_config_from_args(args)
-    return {name: getattr(megatron_config, name) for name in RUNTIME_FIELDS if hasattr(megatron_config, name)}
+    Only the runtime fields: building Megatron's whole config would also validate Megatron's TE-only defaults
+    (e.g. RoPE fusion), which the torch backend does not use.
+    """
+    from megatron.oellm.backends.selection import resolve_backend
+
+    names = RUNTIME_FIELDS + (TE_ONLY_RUNTIME_FIELDS if resolve_backend(args.oellm_backend) == "te" else ())
+    overrides = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    overrides.update(deallocate_pipeline_outputs=True, batch_p2p_comm=not args.overlap_p2p_comm)
+    return overrides
 
 
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,

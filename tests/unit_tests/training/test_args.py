@@ -4,7 +4,12 @@ import pytest
 
 from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.megatron_args import megatron_parser, parse_megatron_argv
-from megatron.oellm.training.args import CardFlagConflict, add_oellm_arguments, merge_card_flags
+from megatron.oellm.training.args import (
+    CardFlagConflict,
+    add_oellm_arguments,
+    merge_card_flags,
+    with_training_defaults,
+)
 
 TINY = "qwen3.5-35b-a3b-tiny"
 
@@ -23,7 +28,6 @@ def test_card_fills_every_unspecified_architecture_flag():
     assert args.qk_layernorm and args.attention_output_gate and not args.add_bias_linear
     assert args.vocab_size == card.vocab_size
     assert args.micro_batch_size == 3  # the user's own flags survive
-    assert args.hidden_dropout == 0.0 and args.attention_dropout == 0.0
 
 
 def test_user_flags_equal_to_the_card_are_kept_not_duplicated():
@@ -48,9 +52,9 @@ def test_vocab_size_revocabularies_the_card():
     assert merged.card.vocab_size == 257 and parse(merged.argv).vocab_size == 257
 
 
-def test_user_dropout_is_a_training_choice():
-    merged = merge_card_flags(["--oellm-model", TINY, "--hidden-dropout", "0.1"])
-    args = parse(merged.argv)
+def test_training_defaults_fill_dropout_but_keep_a_given_value():
+    assert parse(with_training_defaults(["--micro-batch-size", "2"])).hidden_dropout == 0.0
+    args = parse(with_training_defaults(["--hidden-dropout", "0.1"]))
     assert args.hidden_dropout == 0.1 and args.attention_dropout == 0.0
 
 
