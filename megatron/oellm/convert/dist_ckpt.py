@@ -1,0 +1,184 @@
+"""Write and read megatron-core ``torch_dist`` checkpoints one conversion unit at a time (CPU, no process group).
+
+The files are what ``megatron.core.dist_checkpointing.save`` writes for a model at TP=PP=EP=1: a PyTorch
+Distributed Checkpoint (``.metadata`` + ``__0_0.distcp``) whose tensors sit under the sharded keys of
+:mod:`megatron.oellm.convert.mcore_layout`, the non-tensor "common" state as the byte object
+``common_state/shard_0_1``, and megatron's ``metadata.json``. We drive ``torch.distributed.checkpoint`` with our own
+planners instead of calling ``dist_checkpointing.save`` because that call needs every tensor in memory at once;
+here a tensor is produced when the writer reaches it (items are written in unit order, one unit cached), and
+reading loads only the chunks of one unit.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import Tensor
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    MetadataIndex,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import LoadPlan, SavePlan, TensorWriteData, WriteItem, WriteItemType
+from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+
+from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.mcore_layout import Piece
+
+COMMON_STATE_KEY = "common_state/shard_0_1"
+"""DCP key of megatron's common state (``ShardedObject('common_state', shape (1,), offset (0,))``)."""
+CONTENT_METADATA = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+"""The sharded-state-dict metadata megatron training builds and stores (``content_metadata``); the keys of
+:mod:`mcore_layout` are the ones produced under it."""
+
+
+class _StreamingSavePlanner(DefaultSavePlanner):
+    """Plans one write item per :class:`Piece` plus the common state; tensors are produced on demand."""
+
+    def __init__(self, chunks: list[tuple[Piece, torch.dtype]], fetch: Callable[[Piece], Tensor],
+                 common: dict) -> None:
+        super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
+        self._chunks = chunks
+        self._fetch = fetch
+        self._by_index = {MetadataIndex(p.key, p.offset): p for p, _ in chunks}
+        buffer = io.BytesIO()
+        torch.save([common], buffer)
+        self._common = buffer.getvalue()
+
+    def set_up_planner(self, state_dict, storage_meta=None, is_coordinator: bool = False) -> None:
+        """No state dict: the plan comes from the pieces."""
+        self.state_dict = {}
+        self.is_coordinator = is_coordinator
+
+    def create_local_plan(self) -> SavePlan:
+        """Common state first, then every piece in unit order."""
+        items = [WriteItem(index=MetadataIndex(COMMON_STATE_KEY), type=WriteItemType.BYTE_IO)]
+        for piece, dtype in self._chunks:
+            items.append(WriteItem(
+                index=MetadataIndex(piece.key, piece.offset), type=WriteItemType.SHARD,
+                tensor_data=TensorWriteData(
+                    chunk=ChunkStorageMetadata(offsets=torch.Size(piece.offset), sizes=torch.Size(piece.chunk_shape)),
+                    properties=TensorProperties(dtype=dtype), size=torch.Size(piece.global_shape))))
+        self.plan = SavePlan(items)
+        return self.plan
+
+    def resolve_data(self, write_item: WriteItem) -> Tensor | io.BytesIO:
+        """The common-state bytes, or the tensor chunk of the piece at ``write_item.index``."""
+        if write_item.type == WriteItemType.BYTE_IO:
+            return io.BytesIO(self._common)
+        piece = self._by_index[MetadataIndex(write_item.index.fqn, write_item.index.offset)]
+        return self._fetch(piece)
+
+
+def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], unit_of: Mapping[str, object],
+                   produce: Callable[[object], dict[str, Tensor]], common: dict) -> None:
+    """Write a megatron-core distributed checkpoint to ``directory``.
+
+    ``chunks`` (in unit order) say what goes where; ``produce(unit)`` returns the state-dict tensors of one unit and
+    is called once per unit (``unit_of[name]``), so at most one unit's tensors are held. ``common`` becomes the
+    checkpoint's common state (``content_metadata`` is added).
+    """
+    from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
+
+    cache: dict[str, object] = {"unit": None, "tensors": {}}
+
+    def fetch(piece: Piece) -> Tensor:
+        unit = unit_of[piece.name]
+        if cache["unit"] != unit:
+            cache["tensors"] = {}  # drop the previous unit before producing the next
+            cache["tensors"], cache["unit"] = produce(unit), unit
+        tensor = cache["tensors"][piece.name][piece.rows[0]:piece.rows[1]]
+        return tensor.reshape(piece.chunk_shape).contiguous()
+
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = dcp.FileSystemWriter(directory, single_file_per_rank=True, thread_count=1)
+    planner = _StreamingSavePlanner(chunks, fetch, {**common, "content_metadata": dict(CONTENT_METADATA)})
+    dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
+    save_config(CheckpointingConfig("torch_dist", 1), str(directory))
+
+
+class _RegionLoadPlanner(DefaultLoadPlanner):
+    """Loads one region (offset + buffer) per checkpoint key into the given buffers."""
+
+    def __init__(self, regions: dict[str, tuple[tuple[int, ...], Tensor]]) -> None:
+        super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
+        self._regions = regions
+
+    def create_local_plan(self) -> LoadPlan:
+        """Read items covering each region from whichever saved chunks overlap it."""
+        items = []
+        for key, (offset, buffer) in self._regions.items():
+            chunk = ChunkStorageMetadata(offsets=torch.Size(offset), sizes=buffer.shape)
+            items += create_read_items_for_chunk_list(key, self.metadata.state_dict_metadata[key], [chunk])
+        return LoadPlan(items)
+
+    def resolve_tensor(self, read_item) -> Tensor:
+        """The part of the region buffer a read item fills."""
+        _, buffer = self._regions[read_item.dest_index.fqn]
+        return buffer[tuple(slice(o, o + n) for o, n in zip(read_item.dest_offsets, read_item.lengths, strict=True))]
+
+
+class CheckpointReader:
+    """Reads state-dict tensors of a megatron-core distributed checkpoint by their :class:`Piece` s."""
+
+    def __init__(self, directory: Path) -> None:
+        if not (directory / ".metadata").is_file():
+            raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
+                                  "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
+        self.directory = directory
+        self.metadata = dcp.FileSystemReader(directory).read_metadata()
+
+    def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Checkpoint key -> (global shape, dtype) of every stored tensor."""
+        return {key: (tuple(md.size), md.properties.dtype) for key, md in self.metadata.state_dict_metadata.items()
+                if isinstance(md, TensorStorageMetadata)}
+
+    def common_state(self) -> dict:
+        """The checkpoint's common (non-tensor) state."""
+        if not isinstance(self.metadata.state_dict_metadata.get(COMMON_STATE_KEY), BytesStorageMetadata):
+            raise ConversionError(f"{self.directory}: no common state ({COMMON_STATE_KEY}) in the checkpoint")
+        state = {COMMON_STATE_KEY: io.BytesIO()}
+        dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
+        loaded = state[COMMON_STATE_KEY]
+        if isinstance(loaded, io.BytesIO):
+            loaded.seek(0)
+            loaded = torch.load(loaded, weights_only=False)
+        return loaded[0]
+
+    def read(self, pieces: Iterable[Piece]) -> dict[str, Tensor]:
+        """State-dict tensors assembled from ``pieces`` (all pieces of each wanted name), in one checkpoint read."""
+        shapes = self.tensor_shapes()
+        by_key: dict[str, list[Piece]] = defaultdict(list)
+        for piece in pieces:
+            by_key[piece.key].append(piece)
+        regions = {}
+        for key, key_pieces in by_key.items():
+            if key not in shapes:
+                raise ConversionError(f"{self.directory}: missing tensor {key!r} (for {key_pieces[0].name})")
+            low = [min(p.offset[d] for p in key_pieces) for d in range(len(key_pieces[0].offset))]
+            high = [max(p.offset[d] + p.chunk_shape[d] for p in key_pieces) for d in range(len(low))]
+            regions[key] = (tuple(low), torch.empty([h - lo for lo, h in zip(low, high, strict=True)],
+                                                    dtype=shapes[key][1]))
+        dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory), planner=_RegionLoadPlanner(regions),
+                 no_dist=True)
+        parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
+        for key, key_pieces in by_key.items():
+            low, buffer = regions[key]
+            for p in key_pieces:
+                index = tuple(slice(o - lo, o - lo + s) for o, lo, s in zip(p.offset, low, p.chunk_shape, strict=True))
+                parts[p.name].append((p.rows[0], buffer[index].reshape(p.chunk_shape[p.lead_axes:])))
+        return {name: _assemble(rows) for name, rows in parts.items()}
+
+
+def _assemble(rows: list[tuple[int, Tensor]]) -> Tensor:
+    """Concatenate row sections (start row, tensor) in row order."""
+    ordered = [t for _, t in sorted(rows, key=lambda r: r[0])]
+    return ordered[0].clone() if len(ordered) == 1 else torch.cat(ordered)

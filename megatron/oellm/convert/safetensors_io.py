@@ -1,0 +1,131 @@
+"""Hugging Face safetensors checkpoints, read lazily and written in shards with an index.
+
+Reading opens each file once (memory-mapped by safetensors) and loads a tensor only when it is asked for, so a
+conversion holds one unit's tensors, never the model. Writing buffers tensors until a shard is full, then writes
+``model-0000i-of-0000N.safetensors`` plus ``model.safetensors.index.json`` (a single shard is written as
+``model.safetensors``), the layout ``save_pretrained`` writes and ``from_pretrained`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from megatron.oellm.convert.errors import ConversionError
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
+"""Shard size of HF output (5 GiB, transformers' default ``max_shard_size``)."""
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
+def checkpoint_files(directory: Path) -> dict[str, Path]:
+    """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``)."""
+    if not directory.is_dir():
+        raise ConversionError(f"{directory} is not a directory; pass the HF checkpoint directory "
+                              "(with config.json and *.safetensors)")
+    index = directory / INDEX_NAME
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {name: directory / file for name, file in weight_map.items()}
+        missing = sorted({str(f) for f in files.values() if not f.is_file()})
+        if missing:
+            raise ConversionError(f"{index} lists files that do not exist: {', '.join(missing[:3])}")
+        return files
+    paths = sorted(directory.glob("*.safetensors"))
+    if not paths:
+        raise ConversionError(f"no *.safetensors in {directory}; convert .bin checkpoints with transformers first")
+    files = {}
+    for path in paths:
+        with safe_open(str(path), framework="pt") as handle:
+            files.update(dict.fromkeys(handle.keys(), path))
+    return files
+
+
+class SafetensorsSource(Mapping[str, Tensor]):
+    """The tensors of an HF checkpoint directory, loaded one at a time on access."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._files = checkpoint_files(directory)
+        self._handles: dict[Path, object] = {}
+
+    def _handle(self, path: Path):
+        if path not in self._handles:
+            self._handles[path] = safe_open(str(path), framework="pt")
+        return self._handles[path]
+
+    def shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Name -> (shape, dtype) of every tensor, from the file headers (no tensor data is read)."""
+        out = {}
+        for name, path in self._files.items():
+            piece = self._handle(path).get_slice(name)
+            out[name] = (tuple(piece.get_shape()), _DTYPES[piece.get_dtype()])
+        return out
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self._handle(self._files[name]).get_tensor(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+class ShardedSafetensorsWriter:
+    """Writes tensors to numbered safetensors shards of at most ``max_shard_bytes`` and an index json."""
+
+    def __init__(self, directory: Path, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
+        self.directory = directory
+        self.max_shard_bytes = max_shard_bytes
+        self._buffer: dict[str, Tensor] = {}
+        self._buffer_bytes = 0
+        self._shards: list[tuple[Path, list[str]]] = []
+        self._total_bytes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def add(self, tensors: Mapping[str, Tensor]) -> None:
+        """Queue ``tensors``; a shard is written whenever the queue would exceed the shard size."""
+        for name, tensor in tensors.items():
+            size = tensor.numel() * tensor.element_size()
+            if self._buffer and self._buffer_bytes + size > self.max_shard_bytes:
+                self._flush()
+            # own, contiguous storage: safetensors refuses views sharing memory
+            self._buffer[name] = tensor.detach().contiguous().clone()
+            self._buffer_bytes += size
+            self._total_bytes += size
+
+    def _flush(self) -> None:
+        path = self.directory / f"shard-{len(self._shards):05d}.tmp"
+        save_file(self._buffer, str(path), metadata={"format": "pt"})
+        self._shards.append((path, list(self._buffer)))
+        self._buffer, self._buffer_bytes = {}, 0
+
+    def close(self) -> list[Path]:
+        """Write the last shard, give the shards their final names and write the index; returns the files."""
+        if self._buffer or not self._shards:
+            self._flush()
+        count = len(self._shards)
+        if count == 1:
+            final = self.directory / SINGLE_NAME
+            self._shards[0][0].rename(final)
+            return [final]
+        weight_map, files = {}, []
+        for i, (path, names) in enumerate(self._shards):
+            final = self.directory / f"model-{i + 1:05d}-of-{count:05d}.safetensors"
+            path.rename(final)
+            files.append(final)
+            weight_map.update(dict.fromkeys(names, final.name))
+        index = {"metadata": {"total_size": self._total_bytes}, "weight_map": dict(sorted(weight_map.items()))}
+        (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        return [*files, self.directory / INDEX_NAME]
