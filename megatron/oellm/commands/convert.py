@@ -1,0 +1,69 @@
+"""``oellm convert``: checkpoint conversion between Hugging Face safetensors and megatron-core.
+
+``oellm convert hf-to-mcore --model CARD --hf PATH --out DIR`` writes a megatron-core distributed checkpoint that
+megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CARD --mcore DIR --out PATH`` writes
+sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. Both stream one layer at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+
+HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt) and mcore-to-hf"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def byte_size(text: str) -> int:
+    """``"5GB"`` / ``"500MB"`` / ``"1000"`` -> bytes (powers of 1024); an argparse type."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a size like 5GB or 500MB, got {text!r}")
+    return int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper() or " "))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``oellm convert`` and its two directions."""
+    directions = parser.add_subparsers(dest="direction", required=True, metavar="DIRECTION")
+    to_mcore = directions.add_parser("hf-to-mcore", help="HF safetensors directory -> megatron-core checkpoint",
+                                     description="HF safetensors directory -> megatron-core distributed checkpoint "
+                                                 "(DIR/latest_checkpointed_iteration.txt + DIR/release)")
+    to_mcore.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
+    to_mcore.add_argument("--hf", required=True, type=Path, help="HF checkpoint directory (config.json, *.safetensors)")
+    to_mcore.add_argument("--out", required=True, type=Path, help="output directory for `--load` of megatron training")
+    to_mcore.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
+                                  description="megatron-core distributed checkpoint -> HF safetensors directory")
+    to_hf.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
+    to_hf.add_argument("--mcore", required=True, type=Path,
+                       help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
+    to_hf.add_argument("--out", required=True, type=Path, help="output directory for from_pretrained")
+    to_hf.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", help="safetensors shard size (default 5GB)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one conversion and print a summary; exit 2 with the reason on bad input."""
+    from megatron.oellm.cards import CardError, get_card
+    from megatron.oellm.convert.errors import ConversionError
+    from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+
+    start = time.perf_counter()
+    try:
+        card = get_card(args.model)
+        if args.direction == "hf-to-mcore":
+            summary = hf_to_mcore_checkpoint(card, args.hf, args.out, overwrite=args.overwrite)
+        else:
+            summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
+                                             max_shard_bytes=args.max_shard_size)
+    except (CardError, ConversionError) as error:
+        print(f"oellm convert {args.direction}: {error}")
+        return 2
+    print(f"oellm convert {args.direction}: {card.name}: read {summary.tensors_read} tensors, wrote "
+          f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")
+    if summary.skipped:
+        print(f"  skipped {len(summary.skipped)} tensors outside the text model (e.g. {summary.skipped[0]})")
+    return 0

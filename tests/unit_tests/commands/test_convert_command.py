@@ -1,0 +1,50 @@
+"""``oellm convert``: both directions through the CLI, exit codes and messages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
+from convert_helpers import assert_bitwise_equal, random_hf_tensors  # noqa: E402
+
+from megatron.oellm.cards import get_card  # noqa: E402
+from megatron.oellm.cli import main  # noqa: E402
+from megatron.oellm.commands.convert import byte_size  # noqa: E402
+from megatron.oellm.convert.family import family_module  # noqa: E402
+from megatron.oellm.convert.safetensors_io import SafetensorsSource, ShardedSafetensorsWriter  # noqa: E402
+
+
+def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    hf = random_hf_tensors(card, seed=7)
+    writer = ShardedSafetensorsWriter(tmp_path / "hf")
+    writer.add(hf)
+    writer.close()
+    family_module(card).hf_config_from_card(card).save_pretrained(tmp_path / "hf")
+    assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
+                 "--out", str(tmp_path / "mcore")]) == 0
+    assert main(["convert", "mcore-to-hf", "--model", card.name, "--mcore", str(tmp_path / "mcore"),
+                 "--out", str(tmp_path / "out"), "--max-shard-size", "100KB"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
+    assert len(list((tmp_path / "out").glob("model-*.safetensors"))) > 1
+
+
+def test_cli_errors_exit_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["convert", "hf-to-mcore", "--model", "no-such-model", "--hf", str(tmp_path),
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "unknown model 'no-such-model'" in capsys.readouterr().out
+    assert main(["convert", "mcore-to-hf", "--model", "qwen3-30b-a3b-tiny", "--mcore", str(tmp_path / "missing"),
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "is not a directory" in capsys.readouterr().out
+
+
+def test_byte_size() -> None:
+    assert byte_size("5GB") == 5 * 2**30
+    assert byte_size("100KB") == 100 * 1024
+    assert byte_size("123") == 123
+    with pytest.raises(Exception, match="size like 5GB"):
+        byte_size("five")
