@@ -79,7 +79,7 @@ def test_qwen3_5_settings_are_the_reports(parse_megatron):
 def test_qwen3_5_rows_are_the_reports_tables(parse_megatron):
     for stem, table in (("qwen3_5_35b_a3b_mn5_strong", QWEN3_5_STRONG), ("qwen3_5_35b_a3b_mn5_weak", QWEN3_5_WEAK)):
         recipe, parsed = _parsed_rows(stem, parse_megatron)
-        rows = [(row.nodes, args.global_batch_size, args.micro_batch_size) for row, args in zip(recipe.rows, parsed)]
+        rows = [(row.nodes, args.global_batch_size, args.micro_batch_size) for row, args in zip(recipe.rows, parsed, strict=True)]
         assert rows == table
         assert all(args.moe_router_force_load_balancing and args.attention_backend.name == "flash"
                    for args in parsed)
@@ -150,7 +150,7 @@ def test_235b_sweep_changes_one_knob_per_row(parse_megatron):
     recipe, parsed = _parsed_rows("qwen3_235b_a22b_jupiter_sweep", parse_megatron)
     base = vars(parsed[0])
     assert len(parsed) >= 10
-    for row, args in zip(recipe.rows[1:], parsed[1:]):
+    for row, args in zip(recipe.rows[1:], parsed[1:], strict=True):
         changed = {k for k, v in vars(args).items() if base[k] != v}
         assert changed, f"sweep row {row.label!r} changes nothing"
     knobs = {row.label for row in recipe.rows}

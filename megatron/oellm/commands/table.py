@@ -1,0 +1,53 @@
+"""``oellm table LOG... [--window 3-10] [--gpus-per-node 4] [--baseline-row N|--baseline-nodes N] ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from megatron.oellm.run_log import read_log
+from megatron.oellm.scaling_table import (
+    DEFAULT_PEAK_TFLOPS,
+    TableError,
+    Window,
+    format_csv,
+    format_markdown,
+    plot,
+    summarise,
+    with_efficiency,
+)
+
+HELP = "scaling table (markdown, CSV, PNG) from Megatron stdout logs: medians over an iteration window"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``oellm table``."""
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron stdout log of one run each")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
+    parser.add_argument("--window", default="3-10", help="iterations FIRST-LAST to take medians over (default 3-10)")
+    baseline = parser.add_mutually_exclusive_group()
+    baseline.add_argument("--baseline-row", type=int, help="efficiency relative to this row (1-based)")
+    baseline.add_argument("--baseline-nodes", type=float,
+                          help="efficiency relative to the row on this many nodes (default: the fewest nodes)")
+    parser.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
+                        help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
+    parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
+    parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG")
+    parser.add_argument("--title", default="", help="title of the plot")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse every log, print the table, optionally plot; 2 on bad options or an unreadable log."""
+    try:
+        if args.gpus_per_node < 1:
+            raise TableError("--gpus-per-node must be >= 1")
+        window = Window.parse(args.window)
+        rows = [summarise(read_log(path), window, args.gpus_per_node, args.peak_tflops) for path in args.logs]
+        rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
+        print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
+        if args.plot:
+            plot(rows, args.plot, args.title)
+    except (TableError, OSError) as err:
+        print(f"oellm table: error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,272 @@
+"""Scaling tables from Megatron logs, in the format of the benchmark reports (markdown, CSV, PNG).
+
+One row per log: nodes, GPUs, global and micro batch size, the median step time over an iteration window
+(default 3-10, as the reports), tokens/s/GPU, TFLOP/s/GPU from our FLOP accounting
+(:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
+efficiency against a baseline row. A log that ran out of memory, timed out in NCCL, crashed or stops before the
+window ends gives a row that says so and carries no numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
+from megatron.oellm.flops import pad_vocab, training_flops_per_token
+from megatron.oellm.peaks import GPU_PEAKS
+from megatron.oellm.run_log import RunLog
+
+DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
+"""The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
+
+FlopsPerToken = Callable[[ModelCard, int, int], float]
+"""(card, seq_length, padded vocabulary) -> training FLOPs per token."""
+
+_IDENTITY_EXCLUDED = {"name", "sources", "hf_architecture", "vocab_size", "seq_length", "max_position_embeddings",
+                      "num_layers", "moe_aux_loss_coeff", "moe_router_load_balancing_type"}
+"""Card fields that do not identify a model (training choices, vocabulary, depth of a proxy)."""
+
+
+class TableError(ValueError):
+    """Bad table options (window, baseline, plot); the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Iterations ``first..last`` (inclusive) whose median is reported."""
+
+    first: int = 3
+    last: int = 10
+
+    @classmethod
+    def parse(cls, text: str) -> Window:
+        """``"3-10"`` -> Window(3, 10)."""
+        try:
+            first, last = (int(part) for part in text.split("-"))
+        except ValueError:
+            raise TableError(f"--window {text!r}: give FIRST-LAST iterations, e.g. 3-10") from None
+        if not 1 <= first <= last:
+            raise TableError(f"--window {text!r}: need 1 <= FIRST <= LAST")
+        return cls(first, last)
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    """One log summarised; the numbers are None when ``status`` is not ``ok``."""
+
+    log: str
+    model: str
+    status: str
+    nodes: float | None = None
+    gpus: int | None = None
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    seq_length: int | None = None
+    step_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    """Our FLOP accounting (None when the model is unknown)."""
+    tflops_per_gpu_logged: float | None = None
+    """Megatron's own ``throughput per GPU`` (median over the window)."""
+    mfu: float | None = None
+    """Fraction of the peak, from our TFLOP/s (Megatron's where ours is unknown)."""
+    efficiency: float | None = None
+    """tokens/s/GPU relative to the baseline row."""
+
+    @property
+    def ok(self) -> bool:
+        """The row carries numbers."""
+        return self.status == "ok"
+
+
+def identify_model(args: dict) -> tuple[str, ModelCard | None]:
+    """(display name, card) of a run: ``--oellm-model`` if logged, else the card rebuilt from Megatron's flags and
+    named after the registry card it matches (a proxy if only the depth differs); ('unknown model', None) else."""
+    vocab = args.get("vocab_size")
+    if args.get("oellm_model"):
+        try:
+            card = get_card(args["oellm_model"])
+        except CardError:
+            return "unknown model", None
+        return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
+    from megatron.oellm.training.card_from_args import card_from_megatron_args
+
+    try:
+        card = card_from_megatron_args(argparse.Namespace(**args))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return "unknown model", None
+    return registry_name(card), card
+
+
+def registry_name(card: ModelCard) -> str:
+    """The registry name ``card`` matches (``<model>`` or ``<model>-proxy-<N>L``), else ``unregistered model``."""
+    def identity(c: ModelCard) -> dict:
+        return {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in _IDENTITY_EXCLUDED}
+
+    for published in PUBLISHED_CARDS.values():
+        if identity(published) == identity(card):
+            if published.num_layers == card.num_layers:
+                return published.name
+            return f"{published.name}-proxy-{card.num_layers}L"
+    return "unregistered model"
+
+
+def corrected_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int) -> float:
+    """Training FLOPs per token of our accounting (:func:`megatron.oellm.flops.training_flops_per_token`)."""
+    return training_flops_per_token(card, seq_length, padded_vocab=padded_vocab).total
+
+
+def window_status(log: RunLog, window: Window) -> str:
+    """'ok' when the log has every iteration line the window needs and no failure, else what went wrong."""
+    if log.failure:
+        return f"{log.failure} at iteration {log.last_iteration}" if log.iterations else log.failure
+    if not log.args:
+        return "no arguments block (not a Megatron log, or truncated before it)"
+    if not log.args_complete:
+        return "truncated inside the arguments block"
+    total = log.train_iters
+    if total is not None and total < window.first:
+        return f"run of {total} iterations ends before the window {window}"
+    needed = min(window.last, total) if total is not None else window.last
+    if log.last_iteration < needed:
+        return f"truncated at iteration {log.last_iteration}/{total if total is not None else '?'}"
+    if not [i for i in log.iterations if window.first <= i <= window.last]:
+        return f"no iteration line in the window {window} (log interval larger than the window?)"
+    return "ok"
+
+
+def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
+              flops_per_token: FlopsPerToken = corrected_flops_per_token) -> ScalingRow:
+    """One :class:`ScalingRow` from a parsed log: medians over ``window``, or a status and no numbers."""
+    model, card = identify_model(log.args) if log.args else ("unknown model", None)
+    status = window_status(log, window)
+    if status != "ok":
+        return ScalingRow(log.path, model, status)
+    args = log.args
+    lines = [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
+    step_time = statistics.median(line.elapsed_ms for line in lines) / 1000.0
+    batches = [line.global_batch_size for line in lines if line.global_batch_size]
+    global_batch = int(statistics.median(batches)) if batches else args.get("global_batch_size")
+    world_size, seq_length = args.get("world_size"), args.get("seq_length")
+    if not isinstance(world_size, int) or not isinstance(seq_length, int) or not isinstance(global_batch, int):
+        return ScalingRow(log.path, model, "arguments block lacks world_size, seq_length or global_batch_size")
+    tokens = global_batch * seq_length / step_time / world_size
+    logged = [line.tflops_per_gpu for line in lines if line.tflops_per_gpu is not None]
+    tflops_logged = statistics.median(logged) if logged else None
+    tflops = None
+    if card is not None and isinstance(args.get("vocab_size"), int):
+        divisor = int(args.get("make_vocab_size_divisible_by") or 128) * int(args.get("tensor_model_parallel_size") or 1)
+        tflops = flops_per_token(card, seq_length, pad_vocab(args["vocab_size"], divisor)) * tokens / 1e12
+    achieved = tflops if tflops is not None else tflops_logged
+    return ScalingRow(
+        log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
+        micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
+        tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
+        mfu=None if achieved is None else achieved / peak_tflops)
+
+
+def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
+                    baseline_nodes: float | None = None) -> tuple[list[ScalingRow], ScalingRow | None]:
+    """``rows`` with tokens/s/GPU relative to the baseline, and the baseline: ``baseline_row`` (1-based),
+    else the first ok row on ``baseline_nodes`` nodes, else the ok row on the fewest nodes (None if no row is ok)."""
+    ok = [row for row in rows if row.ok]
+    if baseline_row is not None:
+        if not 1 <= baseline_row <= len(rows):
+            raise TableError(f"--baseline-row {baseline_row}: the table has rows 1..{len(rows)}")
+        baseline = rows[baseline_row - 1]
+        if not baseline.ok:
+            raise TableError(f"--baseline-row {baseline_row} has no numbers ({baseline.status}); pick an ok row")
+    elif baseline_nodes is not None:
+        matching = [row for row in ok if row.nodes == baseline_nodes]
+        if not matching:
+            raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes "
+                             f"(ok rows: {sorted({r.nodes for r in ok})})")
+        baseline = matching[0]
+    else:
+        baseline = min(ok, key=lambda row: row.nodes) if ok else None
+    if baseline is None:
+        return list(rows), None
+    return [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)
+            if row.ok else row for row in rows], baseline
+
+
+def _number(value: float | None, digits: int = 1, thousands: bool = False, percent: bool = False) -> str:
+    """A cell as the reports print it ('' for no number)."""
+    if value is None:
+        return ""
+    if percent:
+        return f"{100 * value:.1f}%"
+    return f"{value:,.0f}" if thousands else f"{value:.{digits}f}"
+
+
+def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
+                    peak_tflops: float = DEFAULT_PEAK_TFLOPS) -> str:
+    """The table in the reports' markdown format, with a footnote on how the numbers were computed."""
+    base = f"{baseline.nodes:g} nodes" if baseline else "baseline"
+    header = ["Nodes", "GPUs", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
+              "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", "Log", "Status"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [f"{row.nodes:g}" if row.nodes is not None else "", str(row.gpus or ""),
+                 str(row.global_batch_size or ""), str(row.micro_batch_size or ""), _number(row.step_time_s),
+                 _number(row.tokens_per_s_per_gpu, thousands=True),
+                 _number(row.tflops_per_gpu) or ("n/a" if row.ok else ""), _number(row.tflops_per_gpu_logged),
+                 _number(row.mfu, percent=True), _number(row.efficiency, percent=True), row.model, row.log,
+                 row.status]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Medians over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP accounting (n/a: model "
+              f"unknown); Megatron TFLOP/s/GPU: the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} "
+              "(Megatron's value where ours is n/a). Efficiency: tokens/s/GPU relative to the baseline row."]
+    return "\n".join(lines)
+
+
+CSV_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)]
+"""CSV columns: every :class:`ScalingRow` field, unrounded."""
+
+
+def format_csv(rows: Sequence[ScalingRow]) -> str:
+    """The table as CSV with unrounded numbers (empty cells where a row has none)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in dataclasses.asdict(row).items()})
+    return out.getvalue()
+
+
+def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
+    """PNG of tokens/s/GPU and efficiency vs nodes (ok rows only); needs matplotlib (the ``plot`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise TableError("--plot needs matplotlib: pip install 'megatron-oellm[plot]' (or pip install "
+                         "matplotlib)") from None
+    ok = sorted((row for row in rows if row.ok), key=lambda row: row.nodes)
+    if not ok:
+        raise TableError("--plot: no row has numbers to plot")
+    nodes = [row.nodes for row in ok]
+    figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(10, 4))
+    throughput.plot(nodes, [row.tokens_per_s_per_gpu for row in ok], marker="o")
+    throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, None), title="throughput")
+    efficiency.plot(nodes, [100 * (row.efficiency or 0) for row in ok], marker="o")
+    efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, 110), title="efficiency")
+    for axis in (throughput, efficiency):
+        axis.set_xticks(nodes, [f"{n:g}" for n in nodes])
+        axis.grid(alpha=0.3)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

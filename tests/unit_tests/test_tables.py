@@ -1,0 +1,265 @@
+"""``oellm table``: synthetic Megatron logs in megatron-core 0.19.2's exact print formats -> the reports' table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import statistics
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.cli import main
+from megatron.oellm.megatron_args import parse_megatron_argv
+from megatron.oellm.recipes import load_recipe, resolve
+from megatron.oellm.run_log import parse_log_text, read_log
+from megatron.oellm.scaling_table import (
+    TableError,
+    Window,
+    format_csv,
+    format_markdown,
+    plot,
+    summarise,
+    with_efficiency,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "oellm"
+_ARGS_CACHE: dict[tuple, dict] = {}
+
+
+def _megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
+    """The argument namespace Megatron would print for a recipe row (parsed by Megatron's own parser)."""
+    key = (stem, row)
+    if key not in _ARGS_CACHE:
+        recipe = load_recipe(EXAMPLES / f"{stem}.toml")
+        _ARGS_CACHE[key] = vars(parse_megatron_argv(resolve(recipe, recipe.rows[row - 1])))
+    return {**_ARGS_CACHE[key], **(overrides or {})}
+
+
+def _args_block(args: dict) -> list[str]:
+    """``_print_args('arguments', args)`` as megatron-core 0.19.2 prints it: dots pad names to 48, sorted."""
+    lines = [f"  {name} {'.' * (48 - len(name))} {value}" for name, value in args.items()]
+    return (["------------------------ arguments ------------------------"]
+            + sorted(lines, key=lambda line: line.lower())
+            + ["-------------------- end of arguments ---------------------"])
+
+
+def _iteration_line(iteration: int, total: int, gbs: int, ms: float, tflops: float) -> str:
+    """One ``training_log`` line in megatron-core 0.19.2's format (MoE metrics left out)."""
+    stamp = datetime(2026, 10, 19, 12, 0, iteration).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return (f" [{stamp}] iteration {iteration:8d}/{total:8d} | consumed samples: {iteration * gbs:12d} | "
+            f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "
+            f"learning rate: {3e-4:.6E} | global batch size: {gbs:5d} | lm loss: {random.uniform(9, 12):.6E} | "
+            f"loss scale: 1.0 | grad norm: {random.uniform(0.5, 5):.3f} | number of skipped iterations:   0 | "
+            "number of nan iterations:   0 |")
+
+
+def _log(args: dict, times_ms: list[float], tflops: list[float], total: int = 10, tail: str = "",
+         prefix: str = "") -> str:
+    """A whole stdout log: noise, the arguments block, the iteration lines, then ``tail``."""
+    lines = [f"using world size: {args['world_size']}", *_args_block(args), "> building datasets ..."]
+    lines += [_iteration_line(i, total, args["global_batch_size"], ms, tf)
+              for i, (ms, tf) in enumerate(zip(times_ms, tflops, strict=True), start=1)]
+    return "\n".join(prefix + line for line in lines) + "\n" + tail
+
+
+def _random_times(n: int, centre_ms: float) -> list[float]:
+    """Iteration times: two slow warm-up iterations, then noise around ``centre_ms`` (rounded as Megatron prints)."""
+    return [round(centre_ms * 3, 1), round(centre_ms * 1.5, 1)] + [
+        round(centre_ms * random.uniform(0.97, 1.03), 1) for _ in range(n - 2)]
+
+
+def _qwen3_5_log(nodes_row: int = 2, centre_ms: float = 75200.0, **kwargs) -> tuple[dict, list[float], str]:
+    recipe_nodes = {1: 4, 2: 8, 3: 16, 4: 32, 5: 64, 6: 128}
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", nodes_row, {"world_size": recipe_nodes[nodes_row] * 4})
+    times = _random_times(10, centre_ms)
+    tflops = [round(random.uniform(100, 140), 1) for _ in times]
+    return args, times, _log(args, times, tflops, **kwargs)
+
+
+def test_arguments_block_and_iteration_lines_are_read_exactly():
+    args, times, text = _qwen3_5_log(prefix="0: ")
+    log = parse_log_text(text)
+    assert log.args["world_size"] == 32 and log.args["global_batch_size"] == 4096
+    assert log.args["hybrid_layer_pattern"] == args["hybrid_layer_pattern"]
+    assert log.args["moe_router_load_balancing_type"] == ["global_aux_loss"]
+    assert log.args["data_path"] is None and log.args["bf16"] is True
+    assert sorted(log.iterations) == list(range(1, 11))
+    assert [log.iterations[i].elapsed_ms for i in range(1, 11)] == times
+    assert log.failure == "" and log.train_iters == 10
+
+
+def test_window_medians_tokens_and_both_tflops():
+    args, times, text = _qwen3_5_log()
+    log = parse_log_text(text, "8n.log")
+    calls = []
+
+    def fake_flops(card, seq_length, padded_vocab):
+        calls.append((card.hybrid_layer_pattern, card.num_experts, card.vocab_size, seq_length, padded_vocab))
+        return 19.5e9
+
+    row = summarise(log, Window(3, 10), gpus_per_node=4, peak_tflops=989.0, flops_per_token=fake_flops)
+    step = statistics.median(times[2:10]) / 1000
+    tokens = 4096 * 4096 / step / 32
+    assert row.status == "ok" and row.model == "qwen3.5-35b-a3b"
+    assert (row.nodes, row.gpus, row.global_batch_size, row.micro_batch_size) == (8, 32, 4096, 4)
+    assert row.step_time_s == pytest.approx(step) and row.tokens_per_s_per_gpu == pytest.approx(tokens)
+    card = get_card("qwen3.5-35b-a3b")
+    assert calls == [(card.hybrid_layer_pattern, 256, 262144, 4096, 262144)]
+    assert row.tflops_per_gpu == pytest.approx(19.5e9 * tokens / 1e12)
+    logged = [log.iterations[i].tflops_per_gpu for i in range(3, 11)]
+    assert row.tflops_per_gpu_logged == pytest.approx(statistics.median(logged))
+    assert row.mfu == pytest.approx(row.tflops_per_gpu / 989.0)
+    narrow = summarise(log, Window(5, 6), 4, flops_per_token=fake_flops)
+    assert narrow.step_time_s == pytest.approx(statistics.median(times[4:6]) / 1000)
+
+
+def test_report_row_is_reproduced_from_its_step_time():
+    """MN5 #438, 8 nodes: 75.2 s per step at GBS 4096 x 4096 on 32 GPUs is 6,971 tokens/s/GPU."""
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = _log(args, [75200.0] * 10, [133.2] * 10)
+    row = summarise(parse_log_text(text), Window(), 4)
+    assert row.tokens_per_s_per_gpu == pytest.approx(6971, abs=5)  # the report rounds the step time to 0.1 s
+    assert row.step_time_s == pytest.approx(75.2)
+    assert row.tflops_per_gpu_logged == pytest.approx(133.2)
+    assert row.tflops_per_gpu is not None and row.tflops_per_gpu > 0
+
+
+@pytest.mark.parametrize("tail, status", [
+    ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n", "out of memory"),
+    ("[rank5]:[E ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+     "OpType=SEND, Timeout(ms)=1800000) ran for 1800046 milliseconds before timing out.\n", "NCCL timeout"),
+    ("Traceback (most recent call last):\n  File \"entry.py\", line 3, in <module>\n"
+     "RuntimeError: expected all tensors to be on the same device\n",
+     "crashed (RuntimeError: expected all tensors to be on the same device)"),
+])
+def test_failed_runs_give_a_status_and_no_numbers(tail, status):
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = _log(args, _random_times(10, 75000.0)[:4], [130.0] * 4, tail=tail)
+    row = summarise(parse_log_text(text), Window(), 4)
+    assert row.status == f"{status} at iteration 4" and not row.ok
+    assert all(getattr(row, name) is None for name in
+               ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_logged", "mfu"))
+
+
+def test_a_crash_after_the_window_still_has_no_numbers():
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = _log(args, _random_times(10, 75000.0), [130.0] * 10,
+                tail="Traceback (most recent call last):\nValueError: bad checkpoint\n")
+    assert summarise(parse_log_text(text), Window(), 4).status == "crashed (ValueError: bad checkpoint) at iteration 10"
+
+
+def test_truncated_logs_say_where_they_stop():
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    cut = _log(args, _random_times(10, 75000.0)[:7], [130.0] * 7)
+    assert summarise(parse_log_text(cut), Window(), 4).status == "truncated at iteration 7/10"
+    head_only = "\n".join(_args_block(args)[:40])
+    assert summarise(parse_log_text(head_only), Window(), 4).status == "truncated inside the arguments block"
+    assert summarise(parse_log_text("srun: error"), Window(), 4).status.startswith("no arguments block")
+    assert summarise(parse_log_text(cut), Window(3, 6), 4).ok
+    short = _log({**args, "train_iters": 2}, [1000.0] * 2, [1.0] * 2, total=2)
+    assert summarise(parse_log_text(short), Window(), 4).status == "run of 2 iterations ends before the window 3-10"
+
+
+def test_unknown_model_keeps_megatrons_tflops_for_mfu():
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "hidden_size": 1000})
+    row = summarise(parse_log_text(_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4)
+    assert row.ok and row.model == "unregistered model"
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "num_experts": None})
+    row = summarise(parse_log_text(_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4, peak_tflops=1000.0)
+    assert row.model == "unknown model" and row.tflops_per_gpu is None
+    assert row.mfu == pytest.approx(0.12)
+    assert "| n/a |" in format_markdown([row], None, Window())
+
+
+def test_proxy_runs_are_named_after_their_card():
+    args = _megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 4, "num_layers": 2,
+                                                     "pipeline_model_parallel_layout": None})
+    row = summarise(parse_log_text(_log(args, [1000.0] * 10, [50.0] * 10)), Window(), 4)
+    assert row.model == "qwen3-30b-a3b-proxy-2L" and row.nodes == 1
+
+
+def _rows(tokens_by_nodes: dict[int, float]) -> list:
+    """Rows of fake runs with the given tokens/s/GPU (step time solved for it)."""
+    rows = []
+    for nodes, tokens in tokens_by_nodes.items():
+        args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
+        step_ms = 4096 * 4096 / tokens / (nodes * 4) * 1000
+        rows.append(summarise(parse_log_text(_log(args, [step_ms] * 10, [100.0] * 10), f"{nodes}n.log"), Window(), 4))
+    return rows
+
+
+def test_efficiency_against_the_chosen_baseline():
+    tokens = {4: random.uniform(5000, 7000), 8: random.uniform(5000, 7000), 16: random.uniform(5000, 7000)}
+    rows = _rows(tokens)
+    by_nodes, baseline = with_efficiency(rows, baseline_nodes=8)
+    assert baseline.nodes == 8
+    for row in by_nodes:
+        assert row.efficiency == pytest.approx(tokens[int(row.nodes)] / tokens[8], rel=1e-4)
+    default, baseline = with_efficiency(rows)
+    assert baseline.nodes == 4 and default[0].efficiency == 1.0
+    assert with_efficiency(rows, baseline_row=3)[1].nodes == 16
+    with pytest.raises(TableError, match="no ok row on that many nodes"):
+        with_efficiency(rows, baseline_nodes=32)
+
+
+def test_markdown_and_csv_formats():
+    rows, baseline = with_efficiency(_rows({4: 6270.0, 8: 6971.0}), baseline_nodes=8)
+    failed = summarise(parse_log_text("nothing"), Window(), 4)
+    markdown = format_markdown([*rows, failed], baseline, Window())
+    lines = markdown.splitlines()
+    assert lines[0].startswith("| Nodes | GPUs | GBS | MBS | Step time (s) | Tokens/s/GPU | TFLOP/s/GPU |")
+    assert "Efficiency vs 8 nodes" in lines[0]
+    assert "| 4 | 16 | 4096 | 4 | 167.2 | 6,270 |" in lines[2] and "| 89.9% |" in lines[2]
+    assert "| 8 | 32 | 4096 | 4 | 75.2 | 6,971 |" in lines[3] and "| 100.0% |" in lines[3]
+    assert lines[4].endswith("no arguments block (not a Megatron log, or truncated before it) |")
+    parsed = list(csv.DictReader(io.StringIO(format_csv([*rows, failed]))))
+    assert float(parsed[1]["tokens_per_s_per_gpu"]) == pytest.approx(6971.0)
+    assert parsed[2]["step_time_s"] == "" and parsed[2]["status"].startswith("no arguments block")
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows, _ = with_efficiency(_rows({4: 6000.0, 8: 6900.0, 16: 6800.0}))
+    plot(rows, str(tmp_path / "scaling.png"), "test")
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(TableError, match=r"megatron-oellm\[plot\]"):
+        plot(_rows({4: 6000.0}), str(tmp_path / "x.png"))
+
+
+def test_window_option_is_checked():
+    assert Window.parse("11-40") == Window(11, 40)
+    for bad in ("3", "10-3", "a-b", "0-4"):
+        with pytest.raises(TableError):
+            Window.parse(bad)
+
+
+def test_command_prints_the_table(tmp_path, capsys):
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    good, oom = tmp_path / "8n.log", tmp_path / "16n.log"
+    good.write_text(_log(args, _random_times(10, 75200.0), [133.0] * 10))
+    oom.write_text(_log({**args, "world_size": 64}, [1.0], [1.0], tail="torch.OutOfMemoryError: CUDA out of memory\n"))
+    assert main(["table", str(good), str(oom), "--baseline-nodes", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "out of memory at iteration 1" in out and "| 8 | 32 | 4096 | 4 |" in out
+    assert main(["table", str(good), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("log,model,status,nodes")
+    assert main(["table", str(good), "--window", "9-2"]) == 2
+    assert main(["table", str(tmp_path / "missing.log")]) == 2
+    assert read_log(good).last_iteration == 10
