@@ -95,11 +95,13 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"{report['model']}  seq {report['seq_length']}  padded vocab {report['padded_vocab']}  "
              f"documents {len(documents)}  mode {report['mode']}",
              f"{'component':<26}{'GFLOP/token':>14}{'share':>9}"]
-    for name, value in report["breakdown"].items() if report["mode"] == "corrected" else ():
-        lines.append(f"{name:<26}{value:>14.4f}{100 * value / total:>8.1f}%")
-    lines.append(f"{'total (training)':<26}{total:>14.4f}{100.0:>8.1f}%")
-    if report["mode"] == "megatron_compatible":
-        lines.append(f"Megatron flags changed: {report['megatron_flags'] or 'none'}")
+    if report["mode"] == "corrected":
+        for name, value in report["breakdown"].items():
+            lines.append(f"{name:<26}{value:>14.4f}{100 * value / total:>8.1f}%")
+        lines.append(f"{'total (training)':<26}{total:>14.4f}{100.0:>8.1f}%")
+    else:
+        lines[1:] = [f"{'Megatron total (training)':<26}{total:>14.4f} GFLOP/token",
+                     f"Megatron flags changed from the card's: {report['megatron_flags'] or 'none'}"]
         corrected = report["corrected_gflops_per_token"]
         lines.append(f"corrected count {corrected:.4f} GFLOP/token: Megatron's is {100 * (total / corrected - 1):+.1f}%")
     if "mfu" in report:
