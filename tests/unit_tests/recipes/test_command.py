@@ -1,0 +1,45 @@
+"""``oellm recipe`` end to end: dry-run output, the .sh wrappers from a bare checkout, the entry's card read-back."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLES
+
+from megatron.oellm.cli import main
+from megatron.oellm.recipes import load_recipe, resolve_row
+from megatron.oellm.training.card_from_args import card_from_megatron_args
+
+
+def test_dry_run_lists_rows_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("layout ok") == 6 and out.count("#!/bin/bash") == 6
+    assert "tokens_per_s_per_gpu 6971" in out and "Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wrapper_runs_from_a_checkout_without_install(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHON"] = sys.executable
+    done = subprocess.run(["bash", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.sh"), "--row", "2",
+                           "--account", "ehpc533"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "--attention-backend auto" in done.stdout and "#SBATCH --account=ehpc533" in done.stdout
+
+
+@pytest.mark.parametrize("stem", ["qwen3_5_35b_a3b_mn5_strong", "qwen3_30b_a3b_mn5", "qwen3_235b_a22b_jupiter"])
+def test_training_entry_reads_back_the_recipes_card(stem, parse_megatron):
+    """The entry rebuilds the card from the emitted flags (no --oellm-model): it must be the recipe's card."""
+    recipe = load_recipe(EXAMPLES / f"{stem}.toml")
+    resolved = resolve_row(recipe, recipe.rows[-1])
+    rebuilt = card_from_megatron_args(parse_megatron(resolved.argv))
+    ignore = {"name", "sources", "hf_architecture"}
+    expected = {f.name: getattr(resolved.card, f.name) for f in dataclasses.fields(resolved.card) if f.name not in ignore}
+    assert {name: getattr(rebuilt, name) for name in expected} == expected

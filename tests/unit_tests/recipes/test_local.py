@@ -1,0 +1,68 @@
+"""``--local``: the fitted-down run (proxy card, one node, same flags) and the fallback without a GPU."""
+
+from __future__ import annotations
+
+import subprocess
+
+from conftest import EXAMPLES
+
+from megatron.oellm.cli import main
+from megatron.oellm.commands import recipe as recipe_command
+from megatron.oellm.recipes import load_recipe
+from megatron.oellm.recipes.local import fit_local, local_blocker, torchrun_command
+
+
+def test_one_gpu_fit_uses_the_proxy_and_all_to_all(parse_megatron):
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+    resolved = fit_local(recipe, recipe.rows[1], gpus=1)
+    args = parse_megatron(resolved.argv)
+    assert resolved.card.num_layers == 4 and resolved.card.num_experts == 32 and resolved.world_size == 1
+    assert args.num_experts == 32 and args.hybrid_layer_pattern == "GEGEGE*E"
+    assert (args.pipeline_model_parallel_size, args.expert_model_parallel_size) == (1, 1)
+    assert args.moe_token_dispatcher_type == "alltoall" and args.moe_hybridep_num_sms is None
+    assert args.recompute_granularity == "full" and args.manual_gc and args.mock_data
+    assert (args.micro_batch_size, args.global_batch_size) == (1, 4)
+    command = torchrun_command(resolved)
+    assert command[:5] == ["torchrun", "--standalone", "--nproc-per-node=1", "-m", "megatron.oellm.training.entry"]
+
+
+def test_four_gpu_fit_keeps_the_flex_dispatcher(parse_megatron):
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    args = parse_megatron(fit_local(recipe, recipe.rows[0], gpus=4).argv)
+    assert args.expert_model_parallel_size == 4 and args.num_experts == 16 and args.num_layers == 2
+    assert (args.moe_token_dispatcher_type, args.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+    assert args.fp8_recipe == "blockwise" and args.tensor_model_parallel_size == 1
+    assert args.pipeline_model_parallel_layout is None and args.global_batch_size == 16 and not args.sequence_parallel
+
+
+def test_without_gpu_local_explains_and_falls_back_to_dry_run(monkeypatch, capsys):
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
+    called = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: called.append(a))
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"), "--local", "--row", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "--local needs a CUDA GPU" in out and "falling back to --dry-run" in out
+    assert "On one GPU, --local would run row 2 as:\ntorchrun --standalone --nproc-per-node=1" in out
+    assert "-- row 2: layout ok" in out and "#SBATCH --nodes=4" in out and not called
+
+
+def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, capsys):
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 2)
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append((command, env)) or Done())
+    assert main(["recipe", str(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), "--local", "--nodes", "8"]) == 0
+    (command, env), = calls
+    assert command[:3] == ["torchrun", "--standalone", "--nproc-per-node=2"]
+    assert "--expert-model-parallel-size" in command and command[command.index("--expert-model-parallel-size") + 1] == "2"
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8" and env["NCCL_NCHANNELS_PER_PEER"] == "4"
+    assert "running row 1 fitted down on 2 GPU(s)" in capsys.readouterr().out
+
+
+def test_ckda_local_waits_for_its_layer():
+    recipe = load_recipe(EXAMPLES / "oellm_ckda_hybrid_mn5.toml")
+    assert "ckda_hybrid" in local_blocker(recipe, gpus=4)
+    assert local_blocker(load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), gpus=4) == ""

@@ -1,0 +1,88 @@
+"""The sbatch script: shell-safe with hostile user values, exact argv round trip through bash, submission."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
+from megatron.oellm.recipes.slurm import submit
+
+HOSTILE = "/scratch/my images/o'ellm $(touch pwned) `touch pwned2`.sif"
+
+
+def _recipe(**cluster):
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml")
+    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
+
+
+def _bash_values(script: str, tmp_path: Path) -> list[str]:
+    """Run the script's variable and array assignments in bash; return $IMAGE, then every MEGATRON_ARGS element."""
+    body = script.split("srun --kill-on-bad-exit")[0]
+    body = "\n".join(line for line in body.splitlines()
+                     if not line.startswith(("MASTER_ADDR", "mkdir")))
+    program = body + '\nprintf "%s\\0" "$IMAGE" "$NCCL_MIN_NCHANNELS" "${MEGATRON_ARGS[@]}"\n'
+    done = subprocess.run(["bash", "-c", program], capture_output=True, cwd=tmp_path, check=True)
+    return done.stdout.decode().split("\0")[:-1]
+
+
+def test_hostile_values_round_trip_through_bash(tmp_path):
+    recipe = _recipe(image=HOSTILE, env={"NCCL_MIN_NCHANNELS": "4; touch pwned3"})
+    inputs = RunInputs(data_path=("1.0", "/data/with space/part $1"), tokenizer_model="/tok/o'el")
+    resolved = resolve_row(recipe, recipe.rows[1], inputs)
+    with pytest.raises(RecipeError, match="#SBATCH cannot carry"):
+        sbatch_text(recipe, 2, resolved, tmp_path / "run dir")
+    script = sbatch_text(recipe, 2, resolved, tmp_path / "run_dir")
+    assert subprocess.run(["bash", "-n"], input=script.encode(), check=False).returncode == 0
+    values = _bash_values(script, tmp_path)
+    assert values == [HOSTILE, "4; touch pwned3", *resolved.argv]
+    assert "--data-path" in resolved.argv and "/data/with space/part $1" in resolved.argv
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_directive_values_that_sbatch_cannot_carry_are_refused():
+    recipe = _recipe(account="my project")
+    with pytest.raises(RecipeError, match="#SBATCH cannot carry"):
+        sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
+    recipe = _recipe(account="ehpc533", partition="acc", qos="acc_ehpc", time="01:00:00")
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
+    for line in ("#SBATCH --account=ehpc533", "#SBATCH --partition=acc", "#SBATCH --qos=acc_ehpc",
+                 "#SBATCH --time=01:00:00"):
+        assert line in script
+
+
+def test_bad_environment_names_are_refused():
+    recipe = _recipe(env={"BAD NAME": "1"})
+    with pytest.raises(RecipeError, match="environment variable name"):
+        sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
+
+
+def test_checkpoints_only_when_asked():
+    recipe = _recipe()
+    assert "--save" not in resolve_row(recipe, recipe.rows[0]).argv
+    argv = resolve_row(recipe, recipe.rows[0], RunInputs(checkpoint_dir="/ckpt", save_interval=5)).argv
+    assert argv[-6:] == ["--save", "/ckpt", "--load", "/ckpt", "--save-interval", "5"]
+    with pytest.raises(RecipeError, match="--tokenizer-model"):
+        resolve_row(recipe, recipe.rows[0], RunInputs(data_path=("/data/x",)))
+
+
+def test_submit_without_sbatch_says_where_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RecipeError, match="sbatch not found"):
+        submit("#!/bin/bash\n", tmp_path / "run")
+
+
+def test_submit_writes_the_script_and_calls_sbatch(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "Submitted batch job 4242 from $1"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    out = submit("#!/bin/bash\necho hi\n", tmp_path / "run")
+    assert out == f"Submitted batch job 4242 from {tmp_path / 'run' / 'job.sbatch'}"
+    assert (tmp_path / "run" / "job.sbatch").read_text() == "#!/bin/bash\necho hi\n"
