@@ -112,6 +112,8 @@ def forward_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int 
     """
     if seq_length <= 0:
         raise FlopError(f"seq_length must be positive, got {seq_length}")
+    if padded_vocab is not None and padded_vocab <= 0:
+        raise FlopError(f"padded_vocab must be positive, got {padded_vocab} (or leave it out for the card's)")
     macs: dict[str, float] = {}
     macs.update(_attention_macs(card, causal_pairs_per_token(seq_length, document_lengths)))
     if card.linear_mixer == "gdn":

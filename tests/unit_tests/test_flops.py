@@ -254,6 +254,8 @@ def test_document_lengths_histogram_and_errors():
         document_lengths_list(10, [4, 5])
     with pytest.raises(FlopError, match="positive"):
         document_lengths_list(4, [5, -1])
+    with pytest.raises(FlopError, match="padded_vocab must be positive"):
+        training_flops_per_token(get_card("qwen3-30b-a3b-tiny"), 64, padded_vocab=0)
 
 
 def test_breakdown_lists_the_model_components_and_total_is_their_sum():
