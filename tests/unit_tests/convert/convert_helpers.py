@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.blocks import bitwise_equal
-from megatron.oellm.convert.family import expected_shapes
+from megatron.oellm.convert.family import expected_shapes, family_module
+from megatron.oellm.convert.safetensors_io import ShardedSafetensorsWriter
 
 
 def random_hf_tensors(card: ModelCard, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict[str, Tensor]:
@@ -43,3 +46,12 @@ def fuse_experts(card: ModelCard, tensors: dict[str, Tensor]) -> dict[str, Tenso
                                                for e in range(card.num_experts)])
         out[f"{p}down_proj"] = torch.stack([tensors[f"{p}{e}.down_proj.weight"] for e in range(card.num_experts)])
     return out
+
+
+def write_hf(card: ModelCard, tensors: dict[str, Tensor], directory: Path, max_shard_bytes: int = 150_000) -> Path:
+    """An HF checkpoint directory: sharded safetensors with index plus the card's config.json."""
+    writer = ShardedSafetensorsWriter(directory, max_shard_bytes)
+    writer.add(tensors)
+    writer.close()
+    family_module(card).hf_config_from_card(card).save_pretrained(directory)
+    return directory

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors
+from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
@@ -24,15 +24,6 @@ from megatron.oellm.convert.pipeline import (
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource, ShardedSafetensorsWriter
 
 TINY_CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
-
-
-def write_hf(card, tensors: dict, directory: Path, max_shard_bytes: int = 150_000) -> Path:
-    """An HF checkpoint directory: sharded safetensors with index plus the card's config.json."""
-    writer = ShardedSafetensorsWriter(directory, max_shard_bytes)
-    writer.add(tensors)
-    writer.close()
-    family_module(card).hf_config_from_card(card).save_pretrained(directory)
-    return directory
 
 
 @pytest.mark.parametrize("name", TINY_CARDS)

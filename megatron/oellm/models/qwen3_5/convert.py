@@ -15,14 +15,17 @@ built from the same config) is zero-centred too: megatron stores ``w - 1``. See 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from transformers import Qwen3_5MoeTextConfig
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import blocks, family
 from megatron.oellm.convert.family import EMBEDDING, HEAD, Unit
+
+if TYPE_CHECKING:
+    from transformers import Qwen3_5MoeTextConfig
 
 MCORE_MODEL = "hybrid"
 FINAL_NORM = "decoder.final_norm.weight"
@@ -32,6 +35,8 @@ GDN_IN_PROJ = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
 
 def hf_config_from_card(card: ModelCard) -> Qwen3_5MoeTextConfig:
     """The transformers ``Qwen3_5MoeTextConfig`` describing ``card`` (text model only)."""
+    from transformers import Qwen3_5MoeTextConfig
+
     layer_types = ["full_attention" if m == "attention" else "linear_attention" for m in card.mixer_types]
     return Qwen3_5MoeTextConfig(
         vocab_size=card.vocab_size, hidden_size=card.hidden_size, num_hidden_layers=card.num_layers,

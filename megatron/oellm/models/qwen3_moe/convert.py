@@ -8,13 +8,16 @@ and the card has ``zero_centered_norm=False``, so norm weights are copied unchan
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from torch import Tensor
-from transformers import Qwen3MoeConfig
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import blocks, family
 from megatron.oellm.convert.family import EMBEDDING, HEAD, Unit
+
+if TYPE_CHECKING:
+    from transformers import Qwen3MoeConfig
 
 MCORE_MODEL = "gpt"
 FINAL_NORM = "decoder.final_layernorm.weight"
@@ -22,6 +25,8 @@ FINAL_NORM = "decoder.final_layernorm.weight"
 
 def hf_config_from_card(card: ModelCard) -> Qwen3MoeConfig:
     """The transformers ``Qwen3MoeConfig`` describing ``card`` (text model, every layer MoE)."""
+    from transformers import Qwen3MoeConfig
+
     return Qwen3MoeConfig(
         vocab_size=card.vocab_size, hidden_size=card.hidden_size, num_hidden_layers=card.num_layers,
         num_attention_heads=card.num_attention_heads, num_key_value_heads=card.num_query_groups,
