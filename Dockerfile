@@ -1,0 +1,67 @@
+# megatron-oellm cluster image: NGC PyTorch with megatron-oellm and its te, gdn and hf extras at pinned versions.
+#
+#   docker build -t megatron-oellm:0.1.0 .                                # default target: oellm
+#   docker build -t megatron-oellm:0.1.0-hybridep --target hybridep .     # + DeepEP with HybridEP (flex dispatcher)
+#   docker build -t megatron-oellm:0.1.0-deepep --target deepep .         # + DeepEP
+#   apptainer build megatron-oellm-0.1.0.sif docker-daemon://megatron-oellm:0.1.0
+#
+# Build on the clusters' architecture (x86_64 for MareNostrum 5, aarch64 for Jupiter's GH200); docs/container.md
+# has the Apptainer steps. The recipes in examples/oellm/ name megatron-oellm-0.1.0.sif.
+ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.03-py3
+
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+WORKDIR /opt/megatron-oellm
+
+# Keep the base's CUDA stack: torch, Triton, Transformer Engine and the NVIDIA wheels stay at the base's versions.
+RUN pip list --format=freeze \
+    | grep -iE '^(torch|torchvision|triton|pytorch-triton|transformer[-_]engine[-_a-z0-9]*|nvidia-[a-z0-9-]+)==' \
+    > /opt/base-constraints.txt
+COPY docker/constraints.txt /opt/oellm-constraints.txt
+COPY setup.py README.md ./
+COPY megatron ./megatron
+
+# te: the base's Transformer Engine (built by NVIDIA against this torch) is the te extra; reinstalling it from PyPI
+# would replace it. gdn and hf come at the versions of docker/constraints.txt.
+RUN python -c "import transformer_engine.pytorch" \
+    && pip install --no-cache-dir --no-build-isolation \
+        -c /opt/base-constraints.txt -c /opt/oellm-constraints.txt ".[gdn,hf]"
+
+# fla 0.6.0's GDN backward on Hopper needs TileLang where Triton < 3.7.1 (fla issue 640; `oellm doctor` checks it).
+RUN if python -c "import sys, triton; from packaging.version import Version; \
+sys.exit(0 if Version(triton.__version__) < Version('3.7.1') else 1)"; then \
+        pip install --no-cache-dir -c /opt/base-constraints.txt tilelang==0.1.15; \
+    fi
+
+# The image's check: versions and known-bad combinations (no GPU at build time: GPU checks are warnings).
+RUN oellm doctor
+
+FROM base AS deepep
+ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
+ARG DEEPEP_REF=main
+ARG TORCH_CUDA_ARCH_LIST=9.0
+RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
+    && git -C /opt/DeepEP checkout "${DEEPEP_REF}" \
+    && pip install --no-cache-dir --no-build-isolation -c /opt/base-constraints.txt /opt/DeepEP \
+    && python -c "import deep_ep" \
+    && oellm doctor
+
+FROM base AS hybridep
+ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
+# HybridEP lives on DeepEP's hybrid-ep branch; the Jupiter runs used deep_ep 1.2.1+7febc6e (pass DEEPEP_REF=7febc6e).
+ARG DEEPEP_REF=hybrid-ep
+ARG TORCH_CUDA_ARCH_LIST=9.0
+RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
+    && git -C /opt/DeepEP checkout "${DEEPEP_REF}" \
+    && pip install --no-cache-dir --no-build-isolation -c /opt/base-constraints.txt /opt/DeepEP \
+    && python -c "import deep_ep" \
+    && oellm doctor
+
+FROM base AS oellm
+LABEL org.opencontainers.image.title="megatron-oellm" \
+      org.opencontainers.image.description="OpenEuroLLM distribution of Megatron-LM on NGC PyTorch" \
+      org.opencontainers.image.version="0.1.0"

