@@ -12,8 +12,10 @@ reading loads only the chunks of one unit.
 from __future__ import annotations
 
 import io
+import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,9 +37,19 @@ from megatron.oellm.convert.mcore_layout import Piece
 
 COMMON_STATE_KEY = "common_state/shard_0_1"
 """DCP key of megatron's common state (``ShardedObject('common_state', shape (1,), offset (0,))``)."""
+LEGACY_COMMON_FILE = "common.pt"
+"""Where older megatron-core releases kept the common state."""
 CONTENT_METADATA = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
 """The sharded-state-dict metadata megatron training builds and stores (``content_metadata``); the keys of
 :mod:`mcore_layout` are the ones produced under it."""
+
+
+@contextmanager
+def _single_process() -> Iterator[None]:
+    """Silence DCP's notice that it runs without a process group (intended: ``no_dist=True``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
 
 
 class _StreamingSavePlanner(DefaultSavePlanner):
@@ -101,7 +113,8 @@ def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], uni
     directory.mkdir(parents=True, exist_ok=True)
     writer = dcp.FileSystemWriter(directory, single_file_per_rank=True, thread_count=1)
     planner = _StreamingSavePlanner(chunks, fetch, {**common, "content_metadata": dict(CONTENT_METADATA)})
-    dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
+    with _single_process():
+        dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
     save_config(CheckpointingConfig("torch_dist", 1), str(directory))
 
 
@@ -142,11 +155,16 @@ class CheckpointReader:
                 if isinstance(md, TensorStorageMetadata)}
 
     def common_state(self) -> dict:
-        """The checkpoint's common (non-tensor) state."""
+        """The checkpoint's common (non-tensor) state: the ``common_state`` object, or a legacy ``common.pt``;
+        empty if there is neither."""
+        legacy = self.directory / LEGACY_COMMON_FILE
+        if legacy.is_file():
+            return torch.load(legacy, map_location="cpu", weights_only=False)
         if not isinstance(self.metadata.state_dict_metadata.get(COMMON_STATE_KEY), BytesStorageMetadata):
-            raise ConversionError(f"{self.directory}: no common state ({COMMON_STATE_KEY}) in the checkpoint")
+            return {}
         state = {COMMON_STATE_KEY: io.BytesIO()}
-        dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
+        with _single_process():
+            dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
         loaded = state[COMMON_STATE_KEY]
         if isinstance(loaded, io.BytesIO):
             loaded.seek(0)
@@ -167,8 +185,9 @@ class CheckpointReader:
             high = [max(p.offset[d] + p.chunk_shape[d] for p in key_pieces) for d in range(len(low))]
             regions[key] = (tuple(low), torch.empty([h - lo for lo, h in zip(low, high, strict=True)],
                                                     dtype=shapes[key][1]))
-        dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory), planner=_RegionLoadPlanner(regions),
-                 no_dist=True)
+        with _single_process():
+            dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory), planner=_RegionLoadPlanner(regions),
+                     no_dist=True)
         parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
         for key, key_pieces in by_key.items():
             low, buffer = regions[key]
