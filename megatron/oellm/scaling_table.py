@@ -258,12 +258,14 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
         raise TableError("--plot: no row has numbers to plot")
     nodes = [row.nodes for row in ok]
     figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(10, 4))
-    throughput.plot(nodes, [row.tokens_per_s_per_gpu for row in ok], marker="o")
-    throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, None), title="throughput")
+    tokens = [row.tokens_per_s_per_gpu for row in ok]
+    throughput.plot(nodes, tokens, marker="o")
+    throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, 1.1 * max(tokens)), title="throughput")
     efficiency.plot(nodes, [100 * (row.efficiency or 0) for row in ok], marker="o")
     efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, 110), title="efficiency")
     for axis in (throughput, efficiency):
         axis.set_xticks(nodes, [f"{n:g}" for n in nodes])
+        axis.minorticks_off()
         axis.grid(alpha=0.3)
     if title:
         figure.suptitle(title)

@@ -43,3 +43,20 @@ def test_training_entry_reads_back_the_recipes_card(stem, parse_megatron):
     ignore = {"name", "sources", "hf_architecture"}
     expected = {f.name: getattr(resolved.card, f.name) for f in dataclasses.fields(resolved.card) if f.name not in ignore}
     assert {name: getattr(rebuilt, name) for name in expected} == expected
+
+
+def test_submit_writes_one_job_per_selected_row(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "Submitted batch job 7"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    config = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
+    assert main(["recipe", config, "--submit", "--nodes", "16", "--output-dir", str(tmp_path / "runs"),
+                 "--account", "ehpc533", "--save-interval", "5"]) == 0
+    job = tmp_path / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row03-16n" / "job.sbatch"
+    script = job.read_text()
+    assert "#SBATCH --nodes=16" in script and "#SBATCH --account=ehpc533" in script
+    assert f"--save {job.parent / 'checkpoints'}" in script and "--save-interval 5" in script
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"row 3: Submitted batch job 7 ({job.parent})"
+    assert len(list((tmp_path / "runs").rglob("job.sbatch"))) == 1
