@@ -1,7 +1,7 @@
 """Write and read megatron-core ``torch_dist`` checkpoints one conversion unit at a time (CPU, no process group).
 
 The files are what ``megatron.core.dist_checkpointing.save`` writes for a model at TP=PP=EP=1: a PyTorch
-Distributed Checkpoint (``.metadata`` + ``__0_0.distcp``) whose tensors sit under the sharded keys of
+Distributed Checkpoint (``.metadata`` + ``__0_<n>.distcp``, one file per unit) whose tensors sit under the sharded keys of
 :mod:`megatron.oellm.convert.mcore_layout`, the non-tensor "common" state as the byte object
 ``common_state/shard_0_1``, and megatron's ``metadata.json``. We drive ``torch.distributed.checkpoint`` with our own
 planners instead of calling ``dist_checkpointing.save`` because that call needs every tensor in memory at once;
@@ -12,6 +12,7 @@ reading loads only the chunks of one unit.
 from __future__ import annotations
 
 import io
+import queue
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -82,12 +83,48 @@ class _StreamingSavePlanner(DefaultSavePlanner):
         self.plan = SavePlan(items)
         return self.plan
 
+    def unit_of_item(self, unit_of: Mapping[str, object]) -> Callable[[WriteItem], object]:
+        """Write item -> unit of its piece (None for the common state)."""
+        def lookup(item: WriteItem) -> object:
+            piece = self._by_index.get(MetadataIndex(item.index.fqn, item.index.offset))
+            return None if piece is None else unit_of[piece.name]
+        return lookup
+
     def resolve_data(self, write_item: WriteItem) -> Tensor | io.BytesIO:
         """The common-state bytes, or the tensor chunk of the piece at ``write_item.index``."""
         if write_item.type == WriteItemType.BYTE_IO:
             return io.BytesIO(self._common)
         piece = self._by_index[MetadataIndex(write_item.index.fqn, write_item.index.offset)]
         return self._fetch(piece)
+
+
+class _OneFilePerUnitWriter(dcp.FileSystemWriter):
+    """``FileSystemWriter`` writing each unit's items to a file of its own, in plan order.
+
+    torch's writer keeps every tensor of a file referenced until the file is closed, and with one file per rank
+    that would be the whole model; one file per unit bounds it to a unit. Relies on ``FileSystemWriter._write_data``
+    (torch 2.13, the version this package pins).
+    """
+
+    def __init__(self, path: Path, unit_of_item: Callable[[WriteItem], object]) -> None:
+        super().__init__(path, single_file_per_rank=True, thread_count=1)
+        self._unit_of_item = unit_of_item
+
+    def write_data(self, plan: SavePlan, planner) -> object:
+        """Queue one file per run of consecutive items of the same unit (the common state gets the first file)."""
+        buckets: list[list[WriteItem]] = []
+        last = object()
+        for item in plan.items:
+            unit = self._unit_of_item(item)
+            if not buckets or (unit is not None and unit != last):
+                buckets.append([])
+                last = unit if unit is not None else last
+            buckets[-1].append(item)
+        files: queue.Queue = queue.Queue()
+        for i, bucket in enumerate(buckets):
+            name = f"{plan.storage_data.prefix}{i}.distcp"
+            files.put((self.fs.concat_path(self.path, name), name, bucket))
+        return self._write_data(planner, files)
 
 
 def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], unit_of: Mapping[str, object],
@@ -111,8 +148,8 @@ def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], uni
         return tensor.reshape(piece.chunk_shape).contiguous()
 
     directory.mkdir(parents=True, exist_ok=True)
-    writer = dcp.FileSystemWriter(directory, single_file_per_rank=True, thread_count=1)
     planner = _StreamingSavePlanner(chunks, fetch, {**common, "content_metadata": dict(CONTENT_METADATA)})
+    writer = _OneFilePerUnitWriter(directory, planner.unit_of_item(unit_of))
     with _single_process():
         dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
     save_config(CheckpointingConfig("torch_dist", 1), str(directory))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
+import pytest
 import torch
 from convert_helpers import assert_bitwise_equal, random_hf_tensors
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
-from megatron.oellm.convert.family import iter_hf_to_mcore, units
+from megatron.oellm.convert.family import family_module, iter_hf_to_mcore, units
 
 
 def test_gpt_layer_and_expert_axes() -> None:
@@ -37,24 +40,34 @@ def test_hybrid_keeps_layer_keys_and_splits_gdn() -> None:
         ("alpha", heads, (2 * qk + 2 * v + heads, 2 * qk + 2 * v + 2 * heads))]
 
 
-def test_writer_produces_each_unit_once_in_order(tmp_path: Path) -> None:
-    card = get_card("qwen3-30b-a3b-tiny")
-    converted = dict(iter_hf_to_mcore(card, random_hf_tensors(card, seed=9)))
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
+def test_writer_streams_one_unit_at_a_time(name: str, tmp_path: Path) -> None:
+    """Each unit is produced once, in order, and earlier units' storage is freed before the next is produced
+    (at most one view, the writer's last item, may outlive its unit briefly)."""
+    card = get_card(name)
+    model = family_module(card).MCORE_MODEL
+    hf = random_hf_tensors(card, seed=9)
+    expected = {unit: {k: v.clone() for k, v in tensors.items()} for unit, tensors in iter_hf_to_mcore(card, hf)}
     chunks, unit_of = [], {}
-    for unit, tensors in converted.items():
-        for name, tensor in tensors.items():
-            unit_of[name] = unit
-            chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, "gpt", name, tuple(tensor.shape))]
-    produced = []
+    for unit, tensors in expected.items():
+        for tensor_name, tensor in tensors.items():
+            unit_of[tensor_name] = unit
+            chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, model, tensor_name, tuple(tensor.shape))]
+    produced, alive = [], []
 
     def produce(unit):
+        gc.collect()
+        earlier = [ref for u, ref in alive if u != produced[-1] and not ref.expired()] if produced else []
+        assert len(earlier) <= 1, f"{len(earlier)} tensors of earlier units still held when producing {unit}"
         produced.append(unit)
-        return converted[unit]
+        tensors = {k: v.clone() for k, v in expected[unit].items()}
+        alive.extend((unit, StorageWeakRef(t.untyped_storage())) for t in tensors.values())
+        return tensors
 
     save_streaming(tmp_path / "ckpt", chunks, unit_of, produce, {"iteration": 0})
     assert produced == units(card)
     reader = CheckpointReader(tmp_path / "ckpt")
     assert reader.common_state()["iteration"] == 0
-    everything = {name: t for tensors in converted.values() for name, t in tensors.items()}
+    everything = {k: t for tensors in expected.values() for k, t in tensors.items()}
     assert_bitwise_equal(everything, reader.read([p for p, _ in chunks]))
-    assert reader.tensor_shapes()["decoder.layers.self_attention.linear_qkv.weight"][1] == torch.bfloat16
+    assert {dtype for _, dtype in reader.tensor_shapes().values()} == {torch.bfloat16}
