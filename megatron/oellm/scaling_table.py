@@ -1,6 +1,6 @@
 """Scaling tables from Megatron logs, in the format of the benchmark reports (markdown, CSV, PNG).
 
-One row per log: nodes, GPUs, global and micro batch size, the median step time over an iteration window
+One row per log: nodes, GPUs, global and micro batch size, the median (or mean) step time over an iteration window
 (default 3-10, as the reports), tokens/s/GPU, TFLOP/s/GPU from our FLOP accounting
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log that ran out of memory, timed out in NCCL, crashed or stops before the
@@ -37,15 +37,21 @@ class TableError(ValueError):
     """Bad table options (window, baseline, plot); the message names the fix."""
 
 
+STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {"median": statistics.median, "mean": statistics.mean}
+"""How a window's per-iteration values are summarised (the reports: medians; the real-routing run: a mean)."""
+
+
 @dataclass(frozen=True)
 class Window:
-    """Iterations ``first..last`` (inclusive) whose median is reported."""
+    """Iterations ``first..last`` (inclusive) and how their values are summarised."""
 
     first: int = 3
     last: int = 10
+    statistic: str = "median"
+    """A key of :data:`STATISTICS`."""
 
     @classmethod
-    def parse(cls, text: str) -> Window:
+    def parse(cls, text: str, statistic: str = "median") -> Window:
         """``"3-10"`` -> Window(3, 10)."""
         try:
             first, last = (int(part) for part in text.split("-"))
@@ -53,7 +59,13 @@ class Window:
             raise TableError(f"--window {text!r}: give FIRST-LAST iterations, e.g. 3-10") from None
         if not 1 <= first <= last:
             raise TableError(f"--window {text!r}: need 1 <= FIRST <= LAST")
-        return cls(first, last)
+        if statistic not in STATISTICS:
+            raise TableError(f"statistic {statistic!r}: use one of {', '.join(STATISTICS)}")
+        return cls(first, last, statistic)
+
+    def summarise(self, values: Sequence[float]) -> float:
+        """The window's statistic of ``values``."""
+        return STATISTICS[self.statistic](values)
 
     def __str__(self) -> str:
         return f"{self.first}-{self.last}"
@@ -76,7 +88,7 @@ class ScalingRow:
     tflops_per_gpu: float | None = None
     """Our FLOP accounting (None when the model is unknown)."""
     tflops_per_gpu_logged: float | None = None
-    """Megatron's own ``throughput per GPU`` (median over the window)."""
+    """Megatron's own ``throughput per GPU`` (the window's median or mean)."""
     mfu: float | None = None
     """Fraction of the peak, from our TFLOP/s (Megatron's where ours is unknown)."""
     efficiency: float | None = None
@@ -146,14 +158,14 @@ def window_status(log: RunLog, window: Window) -> str:
 
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
               flops_per_token: FlopsPerToken = corrected_flops_per_token) -> ScalingRow:
-    """One :class:`ScalingRow` from a parsed log: medians over ``window``, or a status and no numbers."""
+    """One :class:`ScalingRow` from a parsed log: the window's medians (or means), or a status and no numbers."""
     model, card = identify_model(log.args) if log.args else ("unknown model", None)
     status = window_status(log, window)
     if status != "ok":
         return ScalingRow(log.path, model, status)
     args = log.args
     lines = [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
-    step_time = statistics.median(line.elapsed_ms for line in lines) / 1000.0
+    step_time = window.summarise([line.elapsed_ms for line in lines]) / 1000.0
     batches = [line.global_batch_size for line in lines if line.global_batch_size]
     global_batch = int(statistics.median(batches)) if batches else args.get("global_batch_size")
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
@@ -161,7 +173,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         return ScalingRow(log.path, model, "arguments block lacks world_size, seq_length or global_batch_size")
     tokens = global_batch * seq_length / step_time / world_size
     logged = [line.tflops_per_gpu for line in lines if line.tflops_per_gpu is not None]
-    tflops_logged = statistics.median(logged) if logged else None
+    tflops_logged = window.summarise(logged) if logged else None
     tflops = None
     if card is not None and isinstance(args.get("vocab_size"), int):
         divisor = int(args.get("make_vocab_size_divisible_by") or 128) * int(args.get("tensor_model_parallel_size") or 1)
@@ -223,7 +235,7 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                  _number(row.mfu, percent=True), _number(row.efficiency, percent=True), row.model, row.log,
                  row.status]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Medians over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP accounting (n/a: model "
+    lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP accounting (n/a: model "
               f"unknown); Megatron TFLOP/s/GPU: the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} "
               "(Megatron's value where ours is n/a). Efficiency: tokens/s/GPU relative to the baseline row."]
     return "\n".join(lines)

@@ -115,6 +115,9 @@ def test_window_medians_tokens_and_both_tflops():
     assert row.mfu == pytest.approx(row.tflops_per_gpu / 989.0)
     narrow = summarise(log, Window(5, 6), 4, flops_per_token=fake_flops)
     assert narrow.step_time_s == pytest.approx(statistics.median(times[4:6]) / 1000)
+    mean = summarise(log, Window.parse("4-9", "mean"), 4, flops_per_token=fake_flops)
+    assert mean.step_time_s == pytest.approx(statistics.mean(times[3:9]) / 1000)
+    assert mean.tflops_per_gpu_logged == pytest.approx(statistics.mean(logged[1:7]))
 
 
 def test_report_row_is_reproduced_from_its_step_time():
@@ -245,6 +248,9 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
 
 def test_window_option_is_checked():
     assert Window.parse("11-40") == Window(11, 40)
+    assert Window.parse("11-40", "mean") == Window(11, 40, "mean")
+    with pytest.raises(TableError, match="statistic"):
+        Window.parse("3-10", "max")
     for bad in ("3", "10-3", "a-b", "0-4"):
         with pytest.raises(TableError):
             Window.parse(bad)

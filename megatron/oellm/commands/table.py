@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron stdout log of one run each")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
     parser.add_argument("--window", default="3-10", help="iterations FIRST-LAST to take medians over (default 3-10)")
+    parser.add_argument("--statistic", choices=("median", "mean"), default="median",
+                        help="summary of the window's iterations (default median, as the reports)")
     baseline = parser.add_mutually_exclusive_group()
     baseline.add_argument("--baseline-row", type=int, help="efficiency relative to this row (1-based)")
     baseline.add_argument("--baseline-nodes", type=float,
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.gpus_per_node < 1:
             raise TableError("--gpus-per-node must be >= 1")
-        window = Window.parse(args.window)
+        window = Window.parse(args.window, args.statistic)
         rows = [summarise(read_log(path), window, args.gpus_per_node, args.peak_tflops) for path in args.logs]
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
