@@ -154,7 +154,10 @@ def load_recipe(path: str | Path) -> Recipe:
     data = _read_with_bases(path, seen=())
     try:
         return _build(path.stem, data)
-    except (TypeError, KeyError) as err:
+    except KeyError as err:
+        raise RecipeError(f"{path}: the [{err.args[0]}] table is missing (add it here or in the extended base); "
+                          "compare with the configs in examples/oellm/") from err
+    except TypeError as err:
         raise RecipeError(f"{path}: {err}; compare with the configs in examples/oellm/") from err
 
 

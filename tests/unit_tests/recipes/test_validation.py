@@ -81,3 +81,6 @@ def test_unknown_rows_and_keys_are_refused(tmp_path, capsys):
                       '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_sise = 4\n')
     assert main(["recipe", str(config)]) == 2
     assert "micro_batch_sise" in capsys.readouterr().err
+    config.write_text('title = "no cluster"\nmodel = "qwen3-30b-a3b"\nseq_length = 4096\ntrain_iters = 10\n')
+    assert main(["recipe", str(config)]) == 2
+    assert "the [cluster] table is missing" in capsys.readouterr().err
