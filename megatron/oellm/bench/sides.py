@@ -42,9 +42,17 @@ no KV/state cache in training, and the router load-balancing loss on (as ours ha
 
 
 def kernel_availability() -> dict[str, bool]:
-    """Which optional kernel packages transformers' Qwen3.5 model would pick up: ``fla`` (chunked gated delta rule)
-    and ``causal_conv1d`` (the GDN short convolution; without it transformers runs ``F.conv1d``)."""
-    return {name: importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d")}
+    """Which optional kernel packages the GDN layers pick up: ``fla`` (chunked gated delta rule, both sides),
+    ``causal_conv1d`` (transformers' short convolution; without it transformers runs ``F.conv1d``, ours always
+    uses fla's) and whether fla dispatches to its TileLang kernels (``fla_tilelang``) rather than Triton."""
+    found = {name: importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d")}
+    try:
+        from fla.backends import TileLangBackend
+    except ImportError:
+        found["fla_tilelang"] = False
+    else:
+        found["fla_tilelang"] = TileLangBackend.can_use()
+    return found
 
 
 def init_single_gpu_runtime(seed: int = 1234) -> None:

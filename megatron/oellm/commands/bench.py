@@ -6,7 +6,10 @@ import argparse
 import ast
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from megatron.oellm.bench.harness import BenchReport
 
 HELP = "one-GPU training-step benchmark: ours (megatron-core, torch-native) vs transformers, MBS swept"
 
@@ -77,7 +80,8 @@ def ours_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def _print_report(report) -> None:
+def print_report(report: BenchReport) -> None:
+    """The human-readable report: setup, settings of each side, the table, the ratio and the top kernels."""
     from megatron.oellm.bench.measure import format_table
 
     cfg = report.config
@@ -126,5 +130,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        _print_report(report)
+        print_report(report)
     return 0

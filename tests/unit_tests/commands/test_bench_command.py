@@ -1,6 +1,7 @@
 """``oellm bench`` argument parsing, configuration checks and the refusal without CUDA (CPU)."""
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,23 @@ def test_config_rejects_cards_transformers_cannot_mirror_and_bad_values() -> Non
     with pytest.raises(ValueError, match="seq_length"):
         BenchConfig(seq_length=1)
     assert BenchConfig(model="qwen3.5-35b-a3b-tiny", seq_length=128).mbs == (1, 2, 4, 8)
+
+
+def test_report_prints_table_and_ratio_and_is_json(capsys: pytest.CaptureFixture) -> None:
+    from dataclasses import asdict
+
+    from megatron.oellm.bench.harness import BenchReport
+    from megatron.oellm.bench.measure import Measurement, StepTimes, summary, throughput
+
+    config = BenchConfig()
+    results = [throughput("ours", 2, 4096, StepTimes((100.0, 110.0, 90.0), 40 * 2**30, 12.4), 4.6e9, 989.0),
+               Measurement("ours", 4, "oom", 4 * 4096),
+               throughput("hf", 1, 4096, StepTimes((150.0,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
+    report = BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
+                         peak_tflops=989.0, settings={"ours": {"backend": "torch"}, "hf": {}}, results=results,
+                         summary=summary(results, config.sides))
+    bench.print_report(report)
+    out = capsys.readouterr().out
+    ratio = (2 * 4096 / 0.1) / (4096 / 0.15)
+    assert f"ours / hf = {ratio:.2f}x" in out and "oom" in out
+    assert json.loads(json.dumps(report.to_dict()))["summary"]["best_hf"]["mbs"] == 1
