@@ -1,0 +1,51 @@
+"""Use megatron-core's prebuilt dataset helpers instead of ``make`` (see ``patches/dataset-helpers-prebuilt.md``).
+
+``megatron.training``'s initialisation always runs ``megatron.core.datasets.utils.compile_helpers``, which calls
+``make`` in the installed ``megatron/core/datasets`` folder. The megatron-core 0.19.2 wheel ships the compiled
+extension (``helpers_cpp``) but no Makefile there, so every pretrain run from the wheel exits with "Failed to compile
+the C++ dataset helper functions". The patch skips the build when the prebuilt extension imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+PATCHED_RELEASE = "0.19.2"
+"""The megatron-core release whose ``compile_helpers`` this patch replaces."""
+
+
+def megatron_core_release() -> str:
+    """Installed megatron-core version without its local part (``0.19.2+f6a5b40`` -> ``0.19.2``)."""
+    from megatron.core import package_info
+
+    return package_info.__version__.split("+")[0]
+
+
+def prebuilt_helpers_available() -> bool:
+    """Whether megatron-core's compiled dataset helpers (``helpers_cpp``) import."""
+    try:
+        importlib.import_module("megatron.core.datasets.helpers_cpp")
+    except ImportError:
+        return False
+    return True
+
+
+def apply() -> bool:
+    """Make ``compile_helpers`` a no-op when the prebuilt helpers import; True if the patch was applied.
+
+    Only on :data:`PATCHED_RELEASE`; any other release keeps upstream's behaviour. Idempotent.
+    """
+    from megatron.core.datasets import utils
+
+    if megatron_core_release() != PATCHED_RELEASE or not prebuilt_helpers_available():
+        return False
+    original = utils.compile_helpers
+    if getattr(original, "oellm_patched", False):
+        return True
+
+    def compile_helpers() -> None:
+        """Prebuilt ``helpers_cpp`` found: nothing to compile (megatron.oellm patch)."""
+
+    compile_helpers.oellm_patched = True
+    utils.compile_helpers = compile_helpers
+    return True

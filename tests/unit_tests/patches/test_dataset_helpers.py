@@ -1,0 +1,33 @@
+"""The prebuilt-dataset-helpers patch: applies on 0.19.2 with helpers_cpp, leaves other releases alone."""
+
+import pytest
+
+from megatron.oellm.patches import dataset_helpers
+
+
+@pytest.fixture
+def restore_compile_helpers():
+    from megatron.core.datasets import utils
+
+    original = utils.compile_helpers
+    yield utils
+    utils.compile_helpers = original
+
+
+def test_applies_on_the_patched_release_and_skips_make(restore_compile_helpers, monkeypatch):
+    utils = restore_compile_helpers
+    assert dataset_helpers.prebuilt_helpers_available()  # the wheel ships helpers_cpp
+    calls = []
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append(a))
+    assert dataset_helpers.apply() == (dataset_helpers.megatron_core_release() == dataset_helpers.PATCHED_RELEASE)
+    utils.compile_helpers()
+    assert calls == []  # make was not run
+    assert dataset_helpers.apply()  # idempotent
+
+
+def test_other_release_keeps_upstream(restore_compile_helpers, monkeypatch):
+    utils = restore_compile_helpers
+    before = utils.compile_helpers
+    monkeypatch.setattr(dataset_helpers, "megatron_core_release", lambda: "0.20.0")
+    assert not dataset_helpers.apply()
+    assert utils.compile_helpers is before
