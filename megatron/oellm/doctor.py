@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import shutil
+import subprocess
 import sys
 import typing
 from collections.abc import Callable, Mapping
@@ -105,6 +106,9 @@ class EnvironmentReport:
     """Why the GPUs could not be listed, when torch raised while probing them."""
     tilelang_importable: bool = False
     """``tilelang`` can be found on ``sys.path`` (located, not imported)."""
+    tilelang_import_error: str | None = None
+    """Last line of the error a fresh interpreter raised on ``import tilelang`` (e.g. a missing ``libz3.so``), or
+    None when it imported or is not installed. fla only checks that tilelang is findable, then crashes on import."""
     nvcc_path: str | None = None
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
@@ -143,6 +147,19 @@ def _module_findable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def _import_error_in_subprocess(module: str, timeout_s: float = 180.0) -> str | None:
+    """Import ``module`` in a fresh interpreter (it may load native libraries); its last error line, or None."""
+    try:
+        result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                                timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return f"import {module} did not finish within {timeout_s:.0f} s"
+    if result.returncode == 0:
+        return None
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"import {module} exited with status {result.returncode}"
 
 
 def _typing_override_provided() -> bool:
@@ -211,6 +228,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     """
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error = _torch_cuda_facts()
+    tilelang_findable = _module_findable("tilelang")
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
@@ -219,7 +237,8 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         nccl_version=nccl_version,
         gpus=gpus,
         gpu_probe_error=gpu_probe_error,
-        tilelang_importable=_module_findable("tilelang"),
+        tilelang_importable=tilelang_findable,
+        tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
         nvcc_path=_find_nvcc(env),
         hybrid_ep=_deep_ep_declares_hybrid_ep(),
     )
@@ -317,6 +336,9 @@ def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> 
     """Why fla would not use its TileLang kernels here, or None when it would."""
     if not report.tilelang_importable:
         return "tilelang is not installed"
+    if report.tilelang_import_error is not None:
+        return (f"tilelang is installed but does not import ({report.tilelang_import_error}); tilelang 0.1.15 needs "
+                "z3-solver >= 4.13, < 4.15.5 (it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
     if report.nvcc_path is None:
         return "tilelang is installed but no nvcc was found (set CUDA_HOME or load a CUDA module)"
     if env.get("FLA_DISABLE_BACKEND_DISPATCH") == "1":

@@ -344,3 +344,21 @@ def test_find_nvcc_from_cuda_home(tmp_path):
     assert doctor_module._find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
     found_without = doctor_module._find_nvcc({"PATH": ""})
     assert found_without is None or found_without != str(nvcc)
+
+
+def test_fla_rule_tilelang_that_fails_to_import_is_an_error():
+    """The bundle once held z3-solver 5.x: tilelang was findable, fla chose it, and importing it crashed."""
+    error = "OSError: libz3.so.4.15: cannot open shared object file: No such file or directory"
+    report = make_report(versions={"triton": "3.6.0", "tilelang": "0.1.15"}, tilelang_importable=True,
+                         tilelang_import_error=error, nvcc_path="/usr/local/cuda/bin/nvcc")
+    findings = check_fla_hopper_triton(report, {})
+    assert severities(findings) == ["error"] and "libz3.so.4.15" in findings[0].message
+
+
+def test_import_probe_reports_the_last_error_line_of_a_fresh_interpreter(tmp_path, monkeypatch):
+    from megatron.oellm.doctor import _import_error_in_subprocess
+
+    (tmp_path / "broken_module_for_doctor.py").write_text("raise OSError('libfoo.so.1: cannot open shared object')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert "libfoo.so.1" in _import_error_in_subprocess("broken_module_for_doctor")
+    assert _import_error_in_subprocess("json") is None
