@@ -28,7 +28,7 @@ _LOSS = re.compile(r" iteration\s+(\d+)/\s*\d+ \|.* lm loss: ([0-9.E+-]+) \|")
 
 def run_entry(extra: list[str], tmp_path) -> tuple[dict[int, float], list]:
     """Run the entry with torchrun on one GPU; return iteration -> lm loss and the [oellm] lines."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", "29517",
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                "-m", "megatron.oellm.training.entry", *COMMON, *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
