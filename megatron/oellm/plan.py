@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayout, parse_pipeline_layout, validate_layout
 from megatron.oellm.params import (
     attention_layer_params,
     ckda_layer_params,
+    format_count,
     gdn_layer_params,
+    parameter_counts,
     swiglu_params,
 )
 
@@ -108,3 +111,35 @@ def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan
                   + dense * BYTES_PER_PARAM_OPTIMIZER // dp + experts * BYTES_PER_PARAM_OPTIMIZER // edp)
         ranks.append(RankPlan(rank, tuple(layers), embedding, loss, dense, experts, static))
     return Plan(card, layout, world_size, dp, edp, tuple(ranks))
+
+
+def format_plan(plan: Plan, seq_length: int) -> str:
+    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank."""
+    card, layout = plan.card, plan.layout
+    counts = parameter_counts(card)
+    flops = training_flops_per_token(card, seq_length)
+    lines = [
+        f"model        {card.name}  ({card.family}; {card.num_layers} layers, hidden {card.hidden_size}, "
+        f"{card.num_experts}x{card.moe_ffn_hidden_size} top-{card.moe_router_topk}, vocab {card.vocab_size})",
+        f"parameters   total {format_count(counts.total)}, active {format_count(counts.active)}",
+        f"layout       TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} ETP{layout.etp} "
+        f"CP{layout.cp}{' SP' if layout.sp else ''} on {plan.world_size} GPUs: DP {plan.data_parallel}, "
+        f"expert DP {plan.expert_data_parallel}",
+    ]
+    if layout.pipeline_layout:
+        lines.append(f"pipeline     {layout.pipeline_layout}")
+    lines += [
+        "checks       heads/groups vs TP, experts vs EP, expert width vs ETP, layers vs PP x VPP layout, "
+        "world size: OK",
+        f"FLOPs        {flops.total / 1e9:.2f} GFLOP/token (training, seq {seq_length}): "
+        + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in flops.breakdown.items()),
+        "",
+        f"{'PP rank':>7} {'layers':>6} {'emb':>3} {'head':>4} {'dense/GPU':>10} {'experts/GPU':>11} {'static GiB':>10}",
+    ]
+    for r in plan.ranks:
+        lines.append(f"{r.pipeline_rank:>7} {len(r.decoder_layers):>6} {'y' if r.has_embedding else '':>3} "
+                     f"{'y' if r.has_output_layer else '':>4} {format_count(r.dense_params):>10} "
+                     f"{format_count(r.expert_params):>11} {r.static_bytes / 2**30:>10.1f}")
+    lines.append("static = bf16 weights + fp32 grads + distributed-optimizer state (fp32 master + 2 moments / DP); "
+                 "activations not included")
+    return "\n".join(lines)

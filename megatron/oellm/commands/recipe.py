@@ -10,6 +10,7 @@ import sys
 
 from megatron.oellm.cards import CardError
 from megatron.oellm.models.parallel import ParallelLayoutError
+from megatron.oellm.plan import build_plan, format_plan
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe
 from megatron.oellm.recipes.local import fit_local, local_blocker, local_environment, torchrun_command, visible_gpus
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row, select_rows
@@ -72,13 +73,14 @@ def describe_recipe(recipe: Recipe) -> str:
 
 
 def describe_row(number: int, resolved: ResolvedRow) -> str:
-    """One line saying the row's layout passed validation and how the batch splits."""
+    """The row's validated layout, how the batch splits, and the plan (what each GPU holds, FLOPs per token)."""
     layout, row = resolved.layout, resolved.row
     data_parallel = resolved.world_size // (layout.tp * layout.pp * layout.cp)
     micro_batches = row.global_batch_size // (row.micro_batch_size * data_parallel)
+    plan = build_plan(resolved.card, layout, resolved.world_size)
     return (f"-- row {number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
             f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {data_parallel}, {micro_batches} micro-batches "
-            "per step")
+            f"per step\n{format_plan(plan, resolved.card.seq_length)}")
 
 
 def run(args: argparse.Namespace) -> int:
