@@ -42,3 +42,26 @@ def test_bad_layout_is_refused_before_anything_else():
     with pytest.raises(ParallelLayoutError, match="world size"):
         build_plan(get_card("qwen3-235b-a22b"), ParallelLayout(tp=2, pp=8, ep=16, pipeline_layout=JUPITER_235B_LAYOUT),
                    100)
+
+
+def test_recipe_dry_run_prints_the_plan_of_the_jupiter_row(capsys):
+    from pathlib import Path
+
+    from megatron.oellm.cli import main
+
+    config = Path(__file__).parents[2] / "examples/oellm/qwen3_235b_a22b_jupiter.toml"
+    assert main(["recipe", str(config), "--dry-run", "--row", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "layout ok: TP2 PP8" in out and "EP16" in out
+    rank_lines = [line for line in out.splitlines() if line.strip() and line.split()[0].isdigit()
+                  and "GiB" not in line and len(line.split()) == 7]
+    assert "148.34 GFLOP/token" in out
+    assert len(rank_lines) >= 8
+
+
+def test_plan_command_refuses_a_bad_layout(capsys):
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", "--tp", "2", "--pp", "8", "--vpp", "4",
+                 "--ep", "16"]) == 2
+    assert "pp x vpp" in capsys.readouterr().out
