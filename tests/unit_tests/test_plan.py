@@ -53,10 +53,11 @@ def test_recipe_dry_run_prints_the_plan_of_the_jupiter_row(capsys):
     assert main(["recipe", str(config), "--dry-run", "--row", "1"]) == 0
     out = capsys.readouterr().out
     assert "layout ok: TP2 PP8" in out and "EP16" in out
-    rank_lines = [line for line in out.splitlines() if line.strip() and line.split()[0].isdigit()
-                  and "GiB" not in line and len(line.split()) == 7]
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.strip().startswith("PP rank"))
+    ranks = [int(line.split()[0]) for line in lines[header + 1:header + 9]]
+    assert ranks == list(range(8))
     assert "148.34 GFLOP/token" in out
-    assert len(rank_lines) >= 8
 
 
 def test_plan_command_refuses_a_bad_layout(capsys):
