@@ -1,0 +1,26 @@
+#!/bin/bash
+# One-GPU acceptance run (one call on a GPU machine): fla's GDN kernel vs the naive recurrence, the Qwen3.5 proxy
+# trained on offline real text (save + resume) turned into a table by `oellm table` (plus a crashed copy of its log),
+# and `oellm bench`. Everything lands in OUT_DIR; the last lines printed are the summary.
+#
+#   tools/gpu_acceptance.sh OUT_DIR [BENCH_MBS]     # megatron-core 0.19.2, fla, tilelang importable
+set -o pipefail
+OUT_DIR=${1:?usage: tools/gpu_acceptance.sh OUT_DIR [BENCH_MBS]}
+BENCH_MBS=${2:-1,2,4}
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+python3 -m megatron.oellm doctor > "$OUT_DIR/doctor.txt" 2>&1
+echo "== fla GDN kernel vs float64 recurrence"
+timeout 300 python3 -m pytest -q -s -p no:cacheprovider tests/unit_tests/layers -m gpu 2>&1 \
+  | tee "$OUT_DIR/gdn_kernel.log" | grep -E "relative|passed|failed|Error" | tail -6
+echo "== Qwen3.5 proxy on offline real text"
+timeout 600 bash tools/proxy_train_stdlib.sh "$OUT_DIR" > "$OUT_DIR/proxy_stdout.log" 2>&1
+tail -3 "$OUT_DIR/proxy_stdout.log"
+head -c "$(( $(wc -c < "$OUT_DIR/train.log") * 2 / 3 ))" "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
+python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 \
+  --window 3-30 > "$OUT_DIR/table.md" 2>&1
+cat "$OUT_DIR/table.md"
+echo "== oellm bench"
+timeout 900 python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --warmup 2 --steps 6 \
+  --output "$OUT_DIR/bench.json" > "$OUT_DIR/bench.log" 2>&1
+tail -25 "$OUT_DIR/bench.log"
