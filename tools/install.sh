@@ -22,5 +22,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 "${PIP[@]}" "numpy<2.4" triton
 "${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"
-"${PIP[@]}" --ignore-requires-python -e ".[${EXTRAS}]"
+# Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
+# contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
+"${PIP[@]}" -e ".[${EXTRAS}]"
 "$PY" -c "import megatron.oellm, megatron.core; print('megatron-oellm', megatron.oellm.__version__, '+ megatron-core', megatron.core.__version__)"
