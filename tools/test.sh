@@ -4,6 +4,6 @@
 #   bash tools/test.sh [PYTEST ARGS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install.sh dev,hf,plot
+bash tools/install.sh dev,hf,gdn,plot
 python3 -m ruff check .
 python3 -m pytest -q tests/unit_tests "$@"
