@@ -4,14 +4,23 @@
 # and `oellm bench`. Everything lands in OUT_DIR; the last lines printed are the summary.
 #
 #   tools/gpu_acceptance.sh OUT_DIR [BENCH_MBS]     # megatron-core 0.19.2, fla, tilelang importable
+#
+# Kernel caches: fla's Triton kernels autotune and TileLang JIT-compiles on first use, which took over 100 s for one
+# small GDN forward + backward on a fresh H200 machine. The caches (Triton kernels + autotuning results, TileLang
+# kernels) are read from .bundle/kernel-cache.tar.xz when present and written back to OUT_DIR/kernel-cache.tar.xz:
+# copy that file to .bundle/ and carry it on the next call.
 set -o pipefail
 OUT_DIR=${1:?usage: tools/gpu_acceptance.sh OUT_DIR [BENCH_MBS]}
 BENCH_MBS=${2:-1,2,4}
-mkdir -p "$OUT_DIR"
+CACHE=/tmp/oellm-kernel-cache
+mkdir -p "$OUT_DIR" "$CACHE"
+[ -f .bundle/kernel-cache.tar.xz ] && tar -xJf .bundle/kernel-cache.tar.xz -C "$CACHE"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+export TRITON_CACHE_DIR="$CACHE/triton" TRITON_CACHE_AUTOTUNING=1 TILELANG_CACHE_DIR="$CACHE/tilelang"
+trap 'tar -C "$CACHE" -cf - . | xz -1 > "$OUT_DIR/kernel-cache.tar.xz"' EXIT
 python3 -m megatron.oellm doctor > "$OUT_DIR/doctor.txt" 2>&1
 echo "== fla GDN kernel vs float64 recurrence"
-timeout 300 python3 -m pytest -q -s -p no:cacheprovider tests/unit_tests/layers -m gpu 2>&1 \
+timeout 600 python3 -m pytest -q -s -p no:cacheprovider tests/unit_tests/layers -m gpu 2>&1 \
   | tee "$OUT_DIR/gdn_kernel.log" | grep -E "relative|passed|failed|Error" | tail -6
 echo "== Qwen3.5 proxy on offline real text"
 timeout 600 bash tools/proxy_train_stdlib.sh "$OUT_DIR" > "$OUT_DIR/proxy_stdout.log" 2>&1
