@@ -120,12 +120,18 @@ def random_hf_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def megatron_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
-    """The megatron model of ``card`` (torch-native backend), without load-balancing loss so gradients compare."""
+    """The megatron model of ``card`` (torch-native backend), without load-balancing loss so gradients compare.
+
+    The router computes its logits in the model dtype, as transformers does (``moe_router_dtype=None``; production
+    keeps fp32): at real width the top-k scores of a fresh router nearly tie, and router precision alone moves
+    transformers' own bf16 logits by 2.1e-2 relative L2 (5-11 % of tokens change experts; measured on CPU with
+    ``qwen3-30b-a3b-proxy-2L``, docs/benchmarks.md), which would hide any real difference.
+    """
     from megatron.oellm.models import spec_builder
 
     builder = spec_builder(card.family)
     config = builder.transformer_config(card, params_dtype=dtype, moe_router_load_balancing_type="none",
-                                        moe_aux_loss_coeff=0.0, perform_initialization=False)
+                                        moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None)
     return builder.build_model(card, backend="torch", config=config).cuda()
 
 
