@@ -120,6 +120,42 @@ def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int
     return "".join(out), pos
 
 
+def pipelined_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
+    """``card.hybrid_layer_pattern`` with ``|`` between the pipeline stages of ``layout`` (megatron-core's order:
+    segment ``i`` on pipeline rank ``i % pp``, chunk ``i // pp``); no ``|`` with a single stage.
+
+    Each decoder layer is two symbols (mixer, then ``E``); megatron-core places the embedding on the first segment
+    and the loss on the last, as :func:`validate_layout` requires of a custom layout.
+    """
+    per_layer = len(card.hybrid_layer_pattern) // card.num_layers
+    segments, start = [], 0
+    for layers in layout.decoder_layers_per_stage(card.num_layers):
+        end = start + layers * per_layer
+        segments.append(card.hybrid_layer_pattern[start:end])
+        start = end
+    return "|".join(segments)
+
+
+def pipeline_layout_from_hybrid_pattern(pattern: str, symbols_per_layer: int = 2) -> str | None:
+    """The ``--pipeline-model-parallel-layout`` equivalent of a hybrid pattern's ``|`` stages (None without ``|``).
+
+    The inverse of :func:`pipelined_hybrid_pattern`: segment ``i`` holds ``len(segment) / symbols_per_layer``
+    decoder layers; the embedding opens the first stage and the loss closes the last.
+    """
+    segments = pattern.split("|")
+    if len(segments) == 1:
+        return None
+    counts = []
+    for segment in segments:
+        if len(segment) % symbols_per_layer:
+            raise ParallelLayoutError(f"hybrid pattern stage {segment!r} is not whole decoder layers of "
+                                      f"{symbols_per_layer} symbols (mixer, then E)")
+        counts.append(len(segment) // symbols_per_layer)
+    stages = [f"t*{n}" if n else "" for n in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
+
+
 def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | None = None) -> None:
     """Check that ``layout`` fits ``card`` (and ``world_size`` GPUs if given); raise :class:`ParallelLayoutError`.
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
-from megatron.oellm.models.parallel import ParallelLayout, validate_layout
+from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
 
 
@@ -99,21 +99,6 @@ def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagVal
     elif layout.vpp_size > 1:
         flags["num-virtual-stages-per-pipeline-rank"] = layout.vpp_size
     return flags
-
-
-def pipelined_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
-    """``card.hybrid_layer_pattern`` with ``|`` between the pipeline stages of ``layout`` (vpp-major order).
-
-    Each decoder layer is two symbols (mixer, then ``E``); megatron-core places the embedding on the first
-    segment and the loss on the last, which :func:`validate_layout` already requires of a custom layout.
-    """
-    symbols_per_layer = len(card.hybrid_layer_pattern) // card.num_layers
-    segments, start = [], 0
-    for layers in layout.decoder_layers_per_stage(card.num_layers):
-        end = start + layers * symbols_per_layer
-        segments.append(card.hybrid_layer_pattern[start:end])
-        start = end
-    return "|".join(segments)
 
 
 def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.models.parallel import ParallelLayout
+from megatron.oellm.models.parallel import ParallelLayout, pipeline_layout_from_hybrid_pattern
 from megatron.oellm.training.card_from_args import card_from_megatron_args
 
 RUNTIME_FIELDS = (
@@ -37,12 +37,19 @@ def card_from_args(args: argparse.Namespace) -> ModelCard:
 
 
 def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
-    """The model-parallel layout of Megatron's parallel-size arguments."""
+    """The model-parallel layout of Megatron's parallel-size arguments.
+
+    Hybrid models carry their pipeline stages as ``|`` in ``--hybrid-layer-pattern`` (Megatron refuses a
+    ``--pipeline-model-parallel-layout`` for them): those stages become the layout's pipeline layout, so an uneven
+    split such as the MN5 report's 6/6/6/3/6/6/6/1 is built as given.
+    """
     custom = args.pipeline_model_parallel_layout
+    if not isinstance(custom, str) and getattr(args, "hybrid_layer_pattern", None):
+        custom = pipeline_layout_from_hybrid_pattern(args.hybrid_layer_pattern)
     return ParallelLayout(
         tp=args.tensor_model_parallel_size,
         pp=args.pipeline_model_parallel_size,
-        vpp=args.virtual_pipeline_model_parallel_size,
+        vpp=None if isinstance(custom, str) else args.virtual_pipeline_model_parallel_size,
         ep=args.expert_model_parallel_size,
         etp=args.expert_tensor_parallel_size or 1,
         cp=args.context_parallel_size,

@@ -133,3 +133,16 @@ def test_stage_split_matches_megatron(num_layers, pp, vpp, layout) -> None:
     for index, count in enumerate(counts):
         pp_rank, vp_stage = index % pp, index // pp
         assert reference.layout[pp_rank][vp_stage].count(LayerType.decoder) == count
+
+
+@pytest.mark.parametrize("layout_string", ["Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L", "Et*10|t*10|t*10|t*10L"])
+def test_hybrid_pattern_stages_round_trip_to_the_pipeline_layout(layout_string):
+    from megatron.oellm.models.parallel import pipeline_layout_from_hybrid_pattern, pipelined_hybrid_pattern
+
+    card = get_card("qwen3.5-35b-a3b")
+    layout = ParallelLayout(pp=4, ep=4, pipeline_layout=layout_string)
+    pattern = pipelined_hybrid_pattern(card, layout)
+    assert pattern.replace("|", "") == card.hybrid_layer_pattern
+    back = ParallelLayout(pp=4, ep=4, pipeline_layout=pipeline_layout_from_hybrid_pattern(pattern))
+    assert back.decoder_layers_per_stage(40) == layout.decoder_layers_per_stage(40)
+    assert pipeline_layout_from_hybrid_pattern(card.hybrid_layer_pattern) is None

@@ -38,3 +38,24 @@ def test_layout_and_runtime_fields_follow_megatrons_flags():
     overrides = runtime_overrides(args)
     assert overrides["init_method_std"] == pytest.approx(0.0123) and overrides["recompute_granularity"] == "full"
     assert "gradient_accumulation_fusion" not in overrides  # TE-only kernel, torch backend
+
+
+def test_uneven_hybrid_stages_of_the_mn5_recipe_reach_the_model_layout():
+    """The recipe sends the 6/6/6/3/6/6/6/1 split as '|' in --hybrid-layer-pattern; the model must build that split."""
+    from pathlib import Path
+
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
+    args = parsed(resolve_row(recipe, recipe.row(2)).argv)
+    layout = layout_from_args(args)
+    assert layout.decoder_layers_per_stage(40) == [6, 6, 6, 3, 6, 6, 6, 1]
+    assert (layout.pp, layout.vpp_size) == (4, 2)
+
+
+def test_named_card_accepts_a_pattern_with_pipeline_stages():
+    card = get_card("qwen3.5-35b-a3b")
+    staged = "|".join([card.hybrid_layer_pattern[:40], card.hybrid_layer_pattern[40:]])
+    merged = merge_card_flags(["--oellm-model", card.name, "--hybrid-layer-pattern", staged])
+    assert merged is not None and "hybrid-layer-pattern" not in merged.filled

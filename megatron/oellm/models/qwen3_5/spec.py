@@ -21,7 +21,7 @@ from megatron.core.transformer.transformer_layer import (
     TransformerLayerSubmodules,
 )
 
-from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard
+from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.building_blocks import (
     attention_spec,
     check_backend,
@@ -30,7 +30,7 @@ from megatron.oellm.models.building_blocks import (
     norm_and_input_linear,
     spec_provider,
 )
-from megatron.oellm.models.parallel import SINGLE_GPU, ParallelLayout
+from megatron.oellm.models.parallel import SINGLE_GPU, ParallelLayout, pipelined_hybrid_pattern
 
 FAMILY = "qwen3_5"
 
@@ -55,20 +55,8 @@ def check_card(card: ModelCard) -> None:
 
 
 def hybrid_layer_pattern(card: ModelCard, layout: ParallelLayout = SINGLE_GPU) -> str:
-    """The card's hybrid pattern (mixer symbol + ``E`` per decoder layer) with ``|`` between pipeline stages.
-
-    With one stage the pattern has no ``|``. Otherwise the stages follow ``layout.pipeline_layout`` or an even
-    split over PP x VPP, in megatron-core's order (segment ``i`` on pipeline rank ``i % pp``, chunk ``i // pp``).
-    """
-    per_layer = [HYBRID_SYMBOLS[mixer] + HYBRID_SYMBOLS["moe"] for mixer in card.mixer_types]
-    counts = layout.decoder_layers_per_stage(card.num_layers)
-    if len(counts) == 1:
-        return "".join(per_layer)
-    segments, start = [], 0
-    for count in counts:
-        segments.append("".join(per_layer[start:start + count]))
-        start += count
-    return "|".join(segments)
+    """The card's hybrid pattern with ``|`` between pipeline stages (see :func:`pipelined_hybrid_pattern`)."""
+    return pipelined_hybrid_pattern(card, layout)
 
 
 def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
