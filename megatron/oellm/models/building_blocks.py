@@ -71,8 +71,21 @@ def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
     return get_moe_module_spec_for_backend(backend=backend, num_experts=card.num_experts, moe_grouped_gemm=True)
 
 
+SPEC_RUNTIME_DEFAULTS: dict[str, Any] = dict(
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+    bias_activation_fusion=False,
+    apply_rope_fusion=False,
+    moe_router_dtype="fp32",
+    moe_token_dispatcher_type="alltoall",
+)
+"""Runtime settings of a config built from a card alone (tests, bench); a training run takes them from Megatron's
+arguments instead (:mod:`megatron.oellm.training.model_provider`)."""
+
+
 def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: torch.dtype) -> dict[str, Any]:
-    """TransformerConfig fields shared by every family: shapes, norms, attention, MoE, parallel sizes, dtype.
+    """TransformerConfig fields every family derives from the card and layout: shapes, norms, attention, MoE,
+    parallel sizes, dtype. Runtime settings are not among them (see :data:`SPEC_RUNTIME_DEFAULTS`).
 
     The card's router fields carry megatron-core's semantics (``moe_router_pre_softmax=False``: top-k on the logits,
     softmax over the chosen k, which equals the Qwen routers' softmax -> top-k -> renormalise).
@@ -93,21 +106,15 @@ def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: 
         activation_func=F.silu,
         add_bias_linear=False,
         add_qkv_bias=False,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        bias_activation_fusion=False,
-        apply_rope_fusion=False,
         num_moe_experts=card.num_experts,
         moe_ffn_hidden_size=card.moe_ffn_hidden_size,
         moe_router_topk=card.moe_router_topk,
         moe_router_pre_softmax=card.moe_router_pre_softmax,
         moe_router_load_balancing_type=card.moe_router_load_balancing_type,
         moe_aux_loss_coeff=card.moe_aux_loss_coeff,
-        moe_router_dtype="fp32",
         moe_shared_expert_intermediate_size=card.moe_shared_expert_intermediate_size or None,
         moe_shared_expert_gate=card.moe_shared_expert_gate,
         moe_grouped_gemm=True,
-        moe_token_dispatcher_type="alltoall",
         tensor_model_parallel_size=layout.tp,
         pipeline_model_parallel_size=layout.pp,
         expert_model_parallel_size=layout.ep,

@@ -1,30 +1,22 @@
 """Megatron ``model_provider``: the ``--oellm-model`` card built by its family's spec builder.
 
 The architecture comes from the card (``--oellm-model``, already merged into Megatron's flags by the entry, or
-rebuilt from Megatron's architecture flags when no model is named); the training
-runtime settings (initialisation, recomputation, loss reduction, dispatcher, dropout) come from Megatron's own
-arguments of the same names, as Megatron's ``core_transformer_config_from_args`` copies them.
+rebuilt from Megatron's architecture flags when no model is named); every other TransformerConfig field comes from
+Megatron's arguments through Megatron's own ``core_transformer_config_from_args``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import ParallelLayout, pipeline_layout_from_hybrid_pattern
 from megatron.oellm.training.card_from_args import card_from_megatron_args
 
-RUNTIME_FIELDS = (
-    "init_method_std", "perform_initialization", "use_cpu_initialization", "recompute_granularity",
-    "recompute_method", "recompute_num_layers", "recompute_modules", "calculate_per_token_loss",
-    "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_token_dispatcher_type", "moe_permute_fusion",
-    "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "overlap_p2p_comm", "variable_seq_lengths",
-    "microbatch_group_size_per_vp_stage", "barrier_with_L1_time", "hidden_dropout", "attention_dropout",
-)
-"""TransformerConfig fields taken from Megatron's arguments of the same name instead of the family's defaults."""
-
-TE_ONLY_RUNTIME_FIELDS = ("gradient_accumulation_fusion",)
-"""Runtime fields taken from Megatron's arguments only on the TE backend (the kernel comes with TE or apex)."""
+TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion", "persist_layer_norm")
+"""Megatron arguments that default to on and need Transformer Engine (or apex) kernels: off on the torch backend."""
 
 
 def card_from_args(args: argparse.Namespace) -> ModelCard:
@@ -58,18 +50,31 @@ def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
     )
 
 
-def runtime_overrides(args: argparse.Namespace) -> dict:
-    """TransformerConfig runtime fields from ``args``, as Megatron's ``core_transformer_config_from_args`` sets them.
+def megatron_config_kwargs(args: argparse.Namespace, backend: str) -> dict:
+    """Every TransformerConfig field as megatron's own ``core_transformer_config_from_args`` derives it from ``args``.
 
-    Only the runtime fields: building Megatron's whole config would also validate Megatron's TE-only defaults
-    (e.g. RoPE fusion), which the torch backend does not use.
+    Megatron's function, not a list of ours, so that every runtime flag a recipe passes (dispatcher backend, forced
+    balancing, FP8, recompute, attention backend, CUDA graphs, ...) reaches the model. On the torch-native backend
+    the TE-kernel fusions Megatron enables by default (:data:`TE_KERNEL_FUSIONS`) are turned off first.
     """
-    from megatron.oellm.backends.selection import resolve_backend
+    from megatron.training.arguments import core_transformer_config_from_args
 
-    names = RUNTIME_FIELDS + (TE_ONLY_RUNTIME_FIELDS if resolve_backend(args.oellm_backend) == "te" else ())
-    overrides = {name: getattr(args, name) for name in names if hasattr(args, name)}
-    overrides.update(deallocate_pipeline_outputs=True, batch_p2p_comm=not args.overlap_p2p_comm)
-    return overrides
+    source = copy.copy(args)
+    if backend == "torch":
+        for name in TE_KERNEL_FUSIONS:
+            setattr(source, name, False)
+    config = core_transformer_config_from_args(source)
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(config) if field.init}
+
+
+def runtime_overrides(args: argparse.Namespace, card: ModelCard, layout: ParallelLayout) -> dict:
+    """The TransformerConfig fields the run takes from Megatron's arguments: all but those the card and layout own."""
+    from megatron.oellm.backends.selection import resolve_backend
+    from megatron.oellm.models import spec_builder
+
+    owned = spec_builder(card.family).config_kwargs(card, layout, args.params_dtype)
+    megatron = megatron_config_kwargs(args, resolve_backend(args.oellm_backend))
+    return {name: value for name, value in megatron.items() if name not in owned}
 
 
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
@@ -83,7 +88,8 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     card = card_from_args(args)
     layout = layout_from_args(args)
     family = spec_builder(card.family)
-    transformer_config = family.transformer_config(card, layout, args.params_dtype, **runtime_overrides(args))
+    transformer_config = family.transformer_config(card, layout, args.params_dtype,
+                                                   **runtime_overrides(args, card, layout))
     print_rank_0(f"> building {card.name} ({card.family}, backend {args.oellm_backend})")
     return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,
                               post_process=post_process, vp_stage=vp_stage, params_dtype=args.params_dtype)

@@ -9,6 +9,7 @@ from megatron.oellm.training.model_provider import card_from_args, layout_from_a
 
 
 def parsed(argv):
+    """Megatron's parse of ``argv`` (no validation): enough for the card and layout."""
     merged = merge_card_flags(argv)
     args = megatron_parser(add_oellm_arguments).parse_args(merged.argv if merged else argv)
     args.padded_vocab_size = 640  # these two are set by Megatron's validate_args / tokenizer (need CUDA)
@@ -29,15 +30,73 @@ def test_card_without_name_is_read_from_the_flags():
     assert card.num_experts == tiny.num_experts and card.family == "qwen3_moe" and card.vocab_size == 640
 
 
-def test_layout_and_runtime_fields_follow_megatrons_flags():
-    args = parsed(["--oellm-model", "qwen3-30b-a3b-tiny", "--tensor-model-parallel-size", "2",
-                   "--expert-model-parallel-size", "4", "--sequence-parallel", "--recompute-granularity", "full",
-                   "--init-method-std", "0.0123", "--oellm-backend", "torch"])
+def validated(argv, monkeypatch, env=None, world_size=1):
+    """Megatron's arguments after ``validate_args`` (answering its device questions as an H100 would)."""
+    import torch
+
+    import megatron.training.arguments as arguments
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    monkeypatch.setattr(arguments, "get_device_arch_version", lambda: 9)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    merged = merge_card_flags(argv)
+    args = megatron_parser(add_oellm_arguments).parse_args(merged.argv if merged else argv)
+    args.world_size, args.rank = world_size, 0
+    arguments.validate_args(args)
+    args.padded_vocab_size = args.vocab_size
+    return args
+
+
+def test_layout_and_runtime_fields_follow_megatrons_flags(monkeypatch):
+    args = validated(["--oellm-model", "qwen3-30b-a3b-tiny", "--tensor-model-parallel-size", "2",
+                      "--expert-model-parallel-size", "4", "--sequence-parallel", "--recompute-granularity", "full",
+                      "--recompute-method", "uniform", "--recompute-num-layers", "1", "--init-method-std", "0.0123",
+                      "--moe-router-force-load-balancing", "--moe-token-dispatcher-type", "alltoall",
+                      "--oellm-backend", "torch", "--micro-batch-size", "1", "--global-batch-size", "8",
+                      "--seq-length", "128", "--bf16"], monkeypatch, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+                     world_size=8)
+    card = card_from_args(args)
     layout = layout_from_args(args)
     assert (layout.tp, layout.ep, layout.sp, layout.pp) == (2, 4, True, 1)
-    overrides = runtime_overrides(args)
+    overrides = runtime_overrides(args, card, layout)
     assert overrides["init_method_std"] == pytest.approx(0.0123) and overrides["recompute_granularity"] == "full"
-    assert "gradient_accumulation_fusion" not in overrides  # TE-only kernel, torch backend
+    assert overrides["moe_router_force_load_balancing"] is True
+    assert overrides["apply_rope_fusion"] is False and overrides["gradient_accumulation_fusion"] is False
+    assert "num_moe_experts" not in overrides and "hidden_size" not in overrides  # the card owns the architecture
+    from megatron.oellm.models import spec_builder
+
+    config = spec_builder(card.family).transformer_config(card, layout, args.params_dtype, **overrides)
+    assert config.moe_router_force_load_balancing and config.recompute_granularity == "full"
+    assert config.num_moe_experts == card.num_experts and config.tensor_model_parallel_size == 2
+
+
+def test_every_qwen3_5_recipe_flag_reaches_the_transformer_config(monkeypatch):
+    """The MN5 settings that used to be dropped: forced balancing, HybridEP on 16 SMs, flash attention, recompute."""
+    from pathlib import Path
+
+    from megatron.core.transformer.enums import AttnBackend
+
+    from megatron.oellm.models import spec_builder
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
+    resolved = resolve_row(recipe, recipe.row(2))
+    args = validated([*resolved.argv, "--oellm-backend", "torch"], monkeypatch, env=recipe.cluster.env,
+                     world_size=resolved.world_size)
+    card, layout = card_from_args(args), layout_from_args(args)
+    config = spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
+                                                          **runtime_overrides(args, card, layout))
+    assert config.moe_router_force_load_balancing
+    assert (config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend) == ("flex", "hybridep")
+    assert config.moe_hybridep_num_sms == 16
+    assert config.attention_backend == AttnBackend.flash
+    assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == (
+        "full", "uniform", 1)
+    assert config.num_layers == 80 and config.pipeline_model_parallel_size == 4
+    assert config.virtual_pipeline_model_parallel_size == 2
 
 
 def test_uneven_hybrid_stages_of_the_mn5_recipe_reach_the_model_layout():

@@ -23,6 +23,7 @@ from megatron.core.transformer.transformer_layer import (
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.building_blocks import (
+    SPEC_RUNTIME_DEFAULTS,
     attention_spec,
     check_backend,
     common_config_kwargs,
@@ -59,13 +60,9 @@ def hybrid_layer_pattern(card: ModelCard, layout: ParallelLayout = SINGLE_GPU) -
     return pipelined_hybrid_pattern(card, layout)
 
 
-def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
-                       params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
-    """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field.
-
-    ``num_layers`` counts hybrid layers (two per decoder layer); the GDN shape goes into the ``linear_*`` fields.
-    The pipeline layout lives in the hybrid pattern, so ``pipeline_model_parallel_layout`` stays unset.
-    """
+def config_kwargs(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
+                  params_dtype: torch.dtype = torch.bfloat16) -> dict:
+    """The TransformerConfig fields the card and layout own (architecture, parallel sizes, dtype)."""
     check_card(card)
     kwargs = common_config_kwargs(card, layout, params_dtype)
     kwargs.update(
@@ -78,8 +75,17 @@ def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
         linear_num_key_heads=card.linear_num_key_heads,
         linear_num_value_heads=card.linear_num_value_heads,
     )
-    kwargs.update(overrides)
-    return TransformerConfig(**kwargs)
+    return kwargs
+
+
+def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
+                       params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
+    """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field.
+
+    ``num_layers`` counts hybrid layers (two per decoder layer); the GDN shape goes into the ``linear_*`` fields.
+    The pipeline layout lives in the hybrid pattern, so ``pipeline_model_parallel_layout`` stays unset.
+    """
+    return TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **config_kwargs(card, layout, params_dtype), **overrides})
 
 
 def hybrid_stack_spec(card: ModelCard, backend: str | BackendSpecProvider = "auto") -> ModuleSpec:

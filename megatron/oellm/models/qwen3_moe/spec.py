@@ -18,6 +18,7 @@ from megatron.core.transformer.transformer_layer import TransformerLayer, Transf
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.building_blocks import (
+    SPEC_RUNTIME_DEFAULTS,
     attention_spec,
     check_backend,
     common_config_kwargs,
@@ -37,16 +38,21 @@ def check_card(card: ModelCard) -> None:
                          f"linear_mixer={card.linear_mixer!r}); use the spec builder of its family")
 
 
-def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
-                       params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
-    """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field."""
+def config_kwargs(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
+                  params_dtype: torch.dtype = torch.bfloat16) -> dict:
+    """The TransformerConfig fields the card and layout own (architecture, parallel sizes, dtype)."""
     check_card(card)
     kwargs = common_config_kwargs(card, layout, params_dtype)
     kwargs.update(num_layers=card.num_layers, pipeline_model_parallel_layout=layout.pipeline_layout)
     if layout.pipeline_layout is None and layout.vpp_size > 1:
         kwargs.update(virtual_pipeline_model_parallel_size=layout.vpp_size)
-    kwargs.update(overrides)
-    return TransformerConfig(**kwargs)
+    return kwargs
+
+
+def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
+                       params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
+    """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field."""
+    return TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **config_kwargs(card, layout, params_dtype), **overrides})
 
 
 def layer_spec(card: ModelCard, backend: str | BackendSpecProvider = "auto") -> ModuleSpec:
