@@ -52,8 +52,8 @@ def gdn_layer_params(card: ModelCard) -> int:
 
 def ckda_layer_params(card: ModelCard) -> int:
     """One CKDA mixer (placeholder shape until the CKDA layer lands): q/k/v projections, depthwise conv on q/k/v,
-    per-head beta, low-rank per-channel decay gate and low-rank output gate, A_log/dt bias, output norm and
-    output projection."""
+    per-head beta, low-rank decay gate (one per value head and key channel, as fla's KDA with grouped values) and
+    low-rank output gate, A_log/dt bias, output norm and output projection."""
     key_width = card.linear_num_key_heads * card.linear_key_head_dim
     value_width = card.linear_num_value_heads * card.linear_value_head_dim
     heads = card.linear_num_value_heads
@@ -61,7 +61,7 @@ def ckda_layer_params(card: ModelCard) -> int:
     qkv = card.hidden_size * (2 * key_width + value_width)
     conv = (2 * key_width + value_width) * card.linear_conv_kernel_dim
     beta = card.hidden_size * heads
-    decay_gate = card.hidden_size * rank + rank * key_width
+    decay_gate = card.hidden_size * rank + rank * heads * card.linear_key_head_dim  # per value head, per key channel
     output_gate = card.hidden_size * rank + rank * value_width
     return (qkv + conv + beta + decay_gate + output_gate + 2 * heads + card.linear_value_head_dim
             + value_width * card.hidden_size)

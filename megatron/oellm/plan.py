@@ -25,7 +25,8 @@ BYTES_PER_PARAM_WEIGHT = 2
 BYTES_PER_PARAM_GRAD = 4
 """fp32 main gradients (megatron's default with the distributed optimizer)."""
 BYTES_PER_PARAM_OPTIMIZER = 12
-"""fp32 master weights + Adam's two moments, sharded over the data-parallel group (distributed optimizer)."""
+"""fp32 master weights + Adam's two moments, sharded by the distributed optimizer over the data-parallel group
+(with context parallelism: DP x CP for dense parameters; the expert data-parallel group for experts)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan
         dense //= layout.tp
         experts //= layout.ep * layout.etp
         static = ((dense + experts) * (BYTES_PER_PARAM_WEIGHT + BYTES_PER_PARAM_GRAD)
-                  + dense * BYTES_PER_PARAM_OPTIMIZER // dp + experts * BYTES_PER_PARAM_OPTIMIZER // edp)
+                  + dense * BYTES_PER_PARAM_OPTIMIZER // (dp * layout.cp)
+                  + experts * BYTES_PER_PARAM_OPTIMIZER // edp)
         ranks.append(RankPlan(rank, tuple(layers), embedding, loss, dense, experts, static))
     return Plan(card, layout, world_size, dp, edp, tuple(ranks))
 

@@ -50,7 +50,18 @@ def test_published_sizes_are_what_the_names_say():
     assert round(parameter_counts(get_card("qwen3-235b-a22b")).active / 1e9) == 22
 
 
-def test_breakdown_sums_to_total():
-    for name in ("qwen3.5-35b-a3b", "oellm-ckda-hybrid", "qwen3-235b-a22b"):
-        counts = parameter_counts(get_card(name))
-        assert sum(counts.breakdown.values()) == counts.total
+def test_ckda_projection_parameters_are_what_the_flop_count_multiplies():
+    """A linear layer does one multiply-add per weight per token: the CKDA projections of the parameter count and of
+    the FLOP count must agree, also with grouped values (more value than key heads)."""
+    import dataclasses
+
+    from megatron.oellm.flops import forward_flops_per_token
+    from megatron.oellm.params import ckda_layer_params
+
+    card = dataclasses.replace(get_card("oellm-ckda-hybrid-tiny"), linear_num_value_heads=4, linear_num_key_heads=2)
+    flops = forward_flops_per_token(card, 64)
+    per_layer_macs = sum(v for k, v in flops.items() if k.startswith("ckda_") and k != "ckda_delta_rule")
+    per_layer_macs /= 2 * card.num_linear_layers
+    heads, value_dim = card.linear_num_value_heads, card.linear_value_head_dim
+    non_matmul = 2 * heads + value_dim  # A_log, dt bias, output norm: no multiply-add per token
+    assert per_layer_macs == ckda_layer_params(card) - non_matmul

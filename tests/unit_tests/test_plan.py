@@ -66,3 +66,19 @@ def test_plan_command_refuses_a_bad_layout(capsys):
     assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", "--tp", "2", "--pp", "8", "--vpp", "4",
                  "--ep", "16"]) == 2
     assert "pp x vpp" in capsys.readouterr().out
+
+
+def test_context_parallelism_shards_dense_optimizer_state_further():
+    card = get_card("qwen3-30b-a3b")
+    without = build_plan(card, ParallelLayout(tp=2, ep=8), 64).ranks[0]
+    with_cp = build_plan(card, ParallelLayout(tp=2, ep=8, cp=2), 64).ranks[0]
+    assert with_cp.dense_params == without.dense_params
+    # DP halves with CP2, but the optimizer shards over DP x CP: the dense optimizer bytes stay the same
+    assert with_cp.static_bytes == without.static_bytes
+
+
+def test_plan_checks_context_parallelism_against_the_given_sequence_length(capsys):
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2", "--cp", "2", "--seq-length", "4098"]) == 2
+    assert "seq_length (4098)" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import asdict
 
@@ -39,13 +40,15 @@ def run(args: argparse.Namespace) -> int:
         card = get_card(args.model)
         if args.padded_vocab:
             card = card.with_vocab(args.padded_vocab)
+        if args.seq_length:
+            card = dataclasses.replace(card, seq_length=args.seq_length)
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
     except (CardError, ParallelLayoutError) as error:
         print(f"oellm plan: {error}")
         return 2
-    seq_length = args.seq_length or card.seq_length
+    seq_length = card.seq_length
     if args.json:
         count = training_flops_per_token(card, seq_length)
         flops = {"gflops_per_token": count.total / 1e9,

@@ -18,7 +18,11 @@ from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags, 
 
 
 def flops_and_peak(args) -> tuple[float, float | None]:
-    """Training FLOPs per token of the run's card and the GPU's peak TFLOP/s (None when unknown)."""
+    """Training FLOPs per token of the run's card and the GPU's peak TFLOP/s (None when unknown).
+
+    The peak is the dense BF16 one also for FP8 runs, as in the reports' MFU and ``oellm table`` (so a log line and
+    a table agree); ``--oellm-peak-tflops`` sets another.
+    """
     import torch
 
     from megatron.oellm.flops import training_flops_per_token
@@ -28,7 +32,7 @@ def flops_and_peak(args) -> tuple[float, float | None]:
     flops = training_flops_per_token(card_from_args(args), args.seq_length, padded_vocab=args.padded_vocab_size)
     peak = args.oellm_peak_tflops
     if peak is None:
-        peak = device_peak_tflops(torch.cuda.get_device_name(), "fp8" if args.fp8 else "bf16")
+        peak = device_peak_tflops(torch.cuda.get_device_name(), "bf16")
     return flops.total, peak
 
 

@@ -118,7 +118,7 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
             get_num_microbatches() * megatron_args.seq_length
         logging_now = first or iteration % megatron_args.log_interval == 0
         if logging_now:
-            elapsed = get_timers()("interval-time").elapsed(barrier=True, reset=False)
+            elapsed = get_timers()("interval-time").elapsed(barrier=False, reset=False)  # megatron's own log barriers next
         result = original(*args, **kwargs)
         if logging_now:
             line = measure(iteration, interval["tokens"], elapsed, megatron_args.world_size, flops_per_token,

@@ -32,9 +32,8 @@ def test_card_without_name_is_read_from_the_flags():
 
 def validated(argv, monkeypatch, env=None, world_size=1):
     """Megatron's arguments after ``validate_args`` (answering its device questions as an H100 would)."""
-    import torch
-
     import megatron.training.arguments as arguments
+    import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
     monkeypatch.setattr(arguments, "get_device_arch_version", lambda: 9)

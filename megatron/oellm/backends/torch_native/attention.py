@@ -1,5 +1,6 @@
 """Core attention on torch's fused kernels: SDPA for [s, b, h, d] batches, varlen flash attention for packed docs."""
 
+import functools
 import inspect
 import math
 
@@ -21,6 +22,7 @@ _UNMASKED = (AttnMaskType.no_mask, AttnMaskType.padding)
 _VARLEN_DTYPES = (torch.bfloat16, torch.float16)
 
 
+@functools.cache
 def _varlen_parameters() -> frozenset[str]:
     """Keyword parameters of this torch's ``varlen_attn`` (its signature changed between releases)."""
     return frozenset(inspect.signature(varlen_attn).parameters) if varlen_attn is not None else frozenset()
