@@ -18,7 +18,6 @@ from typing import Literal
 
 LinearMixer = Literal["none", "gdn", "ckda"]
 Mixer = Literal["attention", "gdn", "ckda"]
-ProjectionLayout = Literal["fused", "split"]
 
 HYBRID_SYMBOLS: dict[str, str] = {"attention": "*", "gdn": "G", "ckda": "K", "moe": "E"}
 """megatron-core hybrid layer-pattern symbols (``megatron.core.models.hybrid``); ``K`` is ours (CKDA)."""

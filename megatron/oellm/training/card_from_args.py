@@ -15,9 +15,6 @@ from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard
 FLAGS_CARD_NAME = "from-megatron-flags"
 """Name of a card rebuilt from flags (it is in no registry)."""
 
-PATTERN_SEPARATORS = "|/"
-"""Hybrid-pattern characters that are not layers: pipeline stage and MTP separators."""
-
 
 def _single(value):
     """Megatron parses some MoE flags as per-layer lists; a card holds one value."""
