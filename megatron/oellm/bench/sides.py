@@ -11,8 +11,6 @@ model produced the gradients, and its fp32 state would halve the memory left for
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import torch
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.runtime import init_single_gpu_runtime
 
 BEST_OURS_SETTINGS: dict[str, Any] = {
     "cross_entropy_loss_fusion": True,
@@ -53,25 +52,6 @@ def kernel_availability() -> dict[str, bool]:
     else:
         found["fla_tilelang"] = TileLangBackend.can_use()
     return found
-
-
-def init_single_gpu_runtime(seed: int = 1234) -> None:
-    """Bring up what megatron-core modules need on one GPU: a one-rank NCCL process group, model-parallel groups of
-    size 1 and the model-parallel CUDA RNG tracker. Idempotent; needs CUDA."""
-    from megatron.core import parallel_state, tensor_parallel
-
-    if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-        torch.cuda.set_device(0)
-        torch.distributed.init_process_group(backend="nccl", world_size=1, rank=0)
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel()
-    torch.manual_seed(seed)
-    tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 
 import pytest
 import torch
@@ -21,17 +20,13 @@ from convert_helpers import random_hf_tensors, write_hf
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.family import family_module, hf_to_mcore
 from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
+from megatron.oellm.runtime import free_port
 
 TP_AXIS = {"linear_qkv.weight": 0, "linear_proj.weight": 1, "in_proj.weight": 0, "out_proj.weight": 1,
            "linear_fc1.weight": 0, "linear_fc2.weight": 1, "conv1d.weight": 0, "A_log": 0, "dt_bias": 0,
            "word_embeddings.weight": 0, "output_layer.weight": 0}
 """Tensor-parallel axis of each TP-sharded parameter (megatron's column / row parallel layers)."""
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _sharded(card, name: str, local: torch.Tensor, key: str, offsets: list, tp: tuple[int, int]):
@@ -137,9 +132,9 @@ def checkpoints(tmp_path_factory) -> dict[str, str]:
 
 
 def test_megatron_loads_the_whole_model_at_tp1(checkpoints: dict[str, str]) -> None:
-    _load_and_compare(0, 1, _free_port(), checkpoints, seed=11)
+    _load_and_compare(0, 1, free_port(), checkpoints, seed=11)
 
 
 def test_megatron_loads_tp2_shards(checkpoints: dict[str, str]) -> None:
-    mp.start_processes(_load_and_compare, args=(2, _free_port(), checkpoints, 11), nprocs=2, join=True,
+    mp.start_processes(_load_and_compare, args=(2, free_port(), checkpoints, 11), nprocs=2, join=True,
                        start_method="spawn")

@@ -1,0 +1,50 @@
+"""The one-process megatron-core runtime: what megatron-core modules need before they can be built on one GPU.
+
+megatron-core modules ask for ``torch.distributed`` and ``megatron.core.parallel_state`` even on a single GPU
+(parallel linears look up their tensor-parallel group, weight init uses the model-parallel RNG tracker). The bench
+and the GPU tests bring it up here; training runs get it from ``megatron.training``'s own initialisation.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+
+DEFAULT_SEED = 1234
+"""Seed of torch and megatron-core's model-parallel RNG tracker at initialisation."""
+
+
+def free_port() -> int:
+    """A TCP port on localhost that is free right now (for a process-group rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def reseed(seed: int = DEFAULT_SEED) -> None:
+    """Seed torch (CPU and CUDA) and megatron-core's CUDA RNG tracker, so module init is reproducible."""
+    from megatron.core import tensor_parallel
+
+    torch.manual_seed(seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed, force_reset_rng=True)
+
+
+def init_single_gpu_runtime(seed: int = DEFAULT_SEED) -> None:
+    """A one-rank NCCL process group, model-parallel groups of size 1 and seeded RNGs, once per process.
+
+    Idempotent: with the runtime already up it only re-seeds. Raises without CUDA.
+    """
+    from megatron.core import parallel_state
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the megatron-core runtime needs a CUDA device")
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        torch.cuda.set_device(0)
+        torch.distributed.init_process_group(backend="nccl", world_size=1, rank=0)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel()
+    reseed(seed)
