@@ -10,7 +10,7 @@ WORK=${OELLM_WORK:-/tmp/oellm-proxy}
 mkdir -p "$LOGS" "$WORK"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 CUDA_DEVICE_MAX_CONNECTIONS=1
 python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 | tee "$LOGS/corpus.log" || exit 1
-MODEL=(--num-layers 4 --hidden-size 2048 --ffn-hidden-size 512 --num-attention-heads 16 --group-query-attention
+MODEL=(--num-layers 8 --hidden-size 2048 --ffn-hidden-size 512 --num-attention-heads 16 --group-query-attention
   --num-query-groups 2 --kv-channels 256 --qk-layernorm --attention-output-gate --position-embedding-type rope
   --rotary-percent 0.25 --rotary-base 10000000 --normalization RMSNorm --norm-epsilon 1e-06 --apply-layernorm-1p
   --swiglu --disable-bias-linear --untie-embeddings-and-output-weights --max-position-embeddings 262144

@@ -55,6 +55,9 @@ def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, Fla
         flags["moe-shared-expert-intermediate-size"] = card.moe_shared_expert_intermediate_size
         flags["moe-shared-expert-gate"] = card.moe_shared_expert_gate
     if card.linear_mixer != "none":
+        # megatron-core counts hybrid layers (mixer and MoE block each one): --num-layers is the pattern's length,
+        # which validate_args would otherwise overwrite with a warning.
+        flags["num-layers"] = len(card.hybrid_layer_pattern)
         flags["hybrid-layer-pattern"] = card.hybrid_layer_pattern
         flags.update({
             "linear-conv-kernel-dim": card.linear_conv_kernel_dim,

@@ -39,7 +39,7 @@ from megatron.oellm.flops import (
 from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
 
-GPT_PATH_GDN = {"hybrid_layer_pattern": None, "experimental_attention_variant": "gated_delta_net",
+GPT_PATH_GDN = {"hybrid_layer_pattern": None, "num_layers": 40, "experimental_attention_variant": "gated_delta_net",
                 "linear_attention_freq": 4}
 """Megatron flags of a Qwen3.5 run built as a GPTModel with GDN (the MN5 HybridEP runs) instead of a HybridModel."""
 

@@ -58,7 +58,7 @@ def test_qwen3_5_settings_are_the_reports(parse_megatron):
             assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size) == (1, 4)
             assert (args.expert_model_parallel_size, args.expert_tensor_parallel_size) == (4, 1)
             assert args.bf16 and args.fp8 is None
-            assert args.vocab_size == 262144 and args.num_layers == 40 and args.seq_length == 4096
+            assert args.vocab_size == 262144 and args.num_layers == 80 and args.seq_length == 4096
             assert args.moe_token_dispatcher_type == "flex"
             assert args.moe_flex_dispatcher_backend == "hybridep" and args.moe_hybridep_num_sms == 16
             assert (args.recompute_granularity, args.recompute_method, args.recompute_num_layers) == (
