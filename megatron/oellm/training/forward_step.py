@@ -42,11 +42,17 @@ def next_batch(data_iterator) -> dict[str, torch.Tensor | None]:
 
 def forward_step(data_iterator, model):
     """Megatron ``forward_step_func``: run ``model`` on the next micro-batch; return its output and the loss."""
+    from megatron.core.utils import get_attr_wrapped_model
     from megatron.training import get_timers
+    from megatron.training.utils import is_first_or_last_pipeline_stage
 
     timers = get_timers()
     timers("batch-generator", log_level=2).start()
-    batch = next_batch(data_iterator) if data_iterator is not None else dict.fromkeys(BATCH_KEYS)
+    # Only the stages holding the embedding or the loss read a micro-batch (as megatron's pretrain_gpt does):
+    # middle stages would copy tokens, labels and masks to the GPU for nothing.
+    needs_batch = data_iterator is not None and is_first_or_last_pipeline_stage(
+        get_attr_wrapped_model(model, "vp_stage"))
+    batch = next_batch(data_iterator) if needs_batch else dict.fromkeys(BATCH_KEYS)
     timers("batch-generator").stop()
     output_tensor = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"],
                           loss_mask=batch["loss_mask"])
