@@ -48,3 +48,55 @@ def test_hook_guard_accepts_megatron_and_rejects_other_signatures():
 
     with pytest.raises(RuntimeError, match="training-log-hook"):
         check_hook_point(other_release)
+
+
+def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(monkeypatch):
+    """Megatron logs iteration 1 without resetting its interval timer, then every log_interval iterations: the
+    [oellm] line must count the tokens of exactly the iterations the timer covered."""
+    from types import SimpleNamespace
+
+    import megatron.core.num_microbatches_calculator as microbatches
+    import megatron.training
+    import megatron.training.utils
+    from megatron.training import training
+
+    from megatron.oellm.training.throughput import install_throughput_logging
+
+    megatron_calls = []
+
+    def megatron_training_log(loss_dict, iteration, is_first_iteration=False):
+        megatron_calls.append(iteration)
+
+    rng = random.Random()
+    args = SimpleNamespace(micro_batch_size=rng.choice([1, 2]), data_parallel_size=rng.choice([1, 4]),
+                           seq_length=rng.choice([128, 4096]), log_interval=5, world_size=8)
+    num_microbatches = rng.randrange(1, 9)
+    seconds = {"interval": 0.0}
+
+    class IntervalTimer:
+        def elapsed(self, barrier, reset):
+            assert reset is False  # megatron's own training_log reads and resets it afterwards
+            return seconds["interval"]
+
+    printed = []
+    monkeypatch.setattr(training, "training_log", megatron_training_log)
+    monkeypatch.setattr(megatron.training, "get_args", lambda: args)
+    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda name: IntervalTimer()))
+    monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: num_microbatches)
+    monkeypatch.setattr(megatron.training.utils, "print_rank_last", printed.append)
+    install_throughput_logging(flops_per_token=2e9, peak_tflops=989.0)
+    install_throughput_logging(flops_per_token=2e9, peak_tflops=989.0)  # idempotent: one wrapper
+
+    tokens_per_iteration = args.micro_batch_size * args.data_parallel_size * num_microbatches * args.seq_length
+    for iteration in range(1, 11):
+        seconds["interval"] = 1.5 * (iteration if iteration <= 5 else iteration - 5)
+        training.training_log({}, iteration, is_first_iteration=iteration == 1)
+    assert megatron_calls == list(range(1, 11))
+    lines = [parse_throughput_line(line) for line in printed]
+    assert [line.iteration for line in lines] == [1, 5, 10]
+    # iteration 1: 1 iteration in 1.5 s; 1-5: 5 iterations in 7.5 s (timer not reset at 1); 6-10: 5 in 7.5 s
+    expected = tokens_per_iteration / 1.5 / args.world_size
+    for line in lines:
+        # the line prints tokens/s with 1 decimal and TFLOP/s with 2
+        assert line.tokens_per_s_per_gpu == pytest.approx(expected, rel=1e-3, abs=0.06)
+        assert line.tflops_per_gpu == pytest.approx(expected * 2e9 / 1e12, rel=1e-3, abs=0.006)
