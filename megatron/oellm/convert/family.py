@@ -4,12 +4,15 @@ A model is converted in units: ``"embedding"``, each decoder layer ``0 .. num_la
 ``"head"`` (final norm + output layer). Each family module ``megatron.oellm.models.<family>.convert`` provides
 
 * ``hf_config_from_card(card)``: the transformers config of the card;
-* ``unit_shapes(card, unit) -> (hf_shapes, mcore_shapes)``: expected names and shapes of one unit;
-* ``hf_to_mcore_unit(card, unit, hf)`` / ``mcore_to_hf_unit(card, unit, mcore, fused_experts)``;
-* ``MCORE_MODEL``: ``"gpt"`` or ``"hybrid"`` (selects the distributed-checkpoint key layout).
+* ``layer_prefixes(layer) -> (hf, mcore_mixer, mcore_moe)``: where HF layer ``layer``'s tensors live on each side;
+* ``mixer_hf_to_mcore(card, layer, hf, hf_prefix, mcore_prefix)`` / ``mixer_mcore_to_hf(card, layer, mcore,
+  mcore_prefix, hf_prefix)`` / ``mixer_shapes(card, layer, hf_prefix, mcore_prefix)``: the token mixer of a layer
+  with its input norm (the rest of a decoder layer, post-attention norm and MoE, is the same for every family);
+* ``FINAL_NORM``: megatron's final-norm weight name; ``MCORE_MODEL``: ``"gpt"`` or ``"hybrid"`` (selects the
+  distributed-checkpoint key layout).
 
-The whole-model functions here loop over units, so the streaming path (one unit in memory) and the in-memory API
-share the same maps.
+The unit maps and whole-model functions here are shared by every family, so the streaming path (one unit in
+memory) and the in-memory API use the same maps.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from types import ModuleType
 from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.convert import blocks
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.hf_names import CanonicalView
 
@@ -43,12 +47,54 @@ def family_module(card: ModelCard) -> ModuleType:
                               "(megatron/oellm/models/<family>/convert.py)") from error
 
 
+def hf_to_mcore_unit(card: ModelCard, unit: Unit, hf: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Megatron tensors of one unit (``"embedding"``, an HF layer index, ``"head"``) from HF tensors."""
+    module = family_module(card)
+    if unit == EMBEDDING:
+        return blocks.embedding_hf_to_mcore(card, hf)
+    if unit == HEAD:
+        return blocks.head_hf_to_mcore(card, hf, module.FINAL_NORM)
+    hp, mixer, moe = module.layer_prefixes(unit)
+    out = module.mixer_hf_to_mcore(card, unit, hf, hp, f"{mixer}self_attention.")
+    out[f"{moe}pre_mlp_layernorm.weight"] = blocks.take(hf, f"{hp}post_attention_layernorm.weight")
+    out.update(blocks.moe_hf_to_mcore(card, hf, f"{hp}mlp.", f"{moe}mlp."))
+    return out
+
+
+def mcore_to_hf_unit(card: ModelCard, unit: Unit, mcore: Mapping[str, Tensor],
+                     fused_experts: bool = False) -> dict[str, Tensor]:
+    """HF tensors of one unit from megatron tensors (inverse of :func:`hf_to_mcore_unit`)."""
+    module = family_module(card)
+    if unit == EMBEDDING:
+        return blocks.embedding_mcore_to_hf(card, mcore)
+    if unit == HEAD:
+        return blocks.head_mcore_to_hf(card, mcore, module.FINAL_NORM)
+    hp, mixer, moe = module.layer_prefixes(unit)
+    out = module.mixer_mcore_to_hf(card, unit, mcore, f"{mixer}self_attention.", hp)
+    out[f"{hp}post_attention_layernorm.weight"] = blocks.take(mcore, f"{moe}pre_mlp_layernorm.weight")
+    out.update(blocks.moe_mcore_to_hf(card, mcore, f"{moe}mlp.", f"{hp}mlp.", fused_experts))
+    return out
+
+
+def unit_shapes(card: ModelCard, unit: Unit) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """Expected (HF, megatron) names and shapes of one unit; HF experts per expert."""
+    module = family_module(card)
+    if unit == EMBEDDING:
+        return blocks.embedding_shapes(card)
+    if unit == HEAD:
+        return blocks.head_shapes(card, module.FINAL_NORM)
+    hp, mixer, moe = module.layer_prefixes(unit)
+    hf, mcore = module.mixer_shapes(card, unit, hp, f"{mixer}self_attention.")
+    hf[f"{hp}post_attention_layernorm.weight"] = mcore[f"{moe}pre_mlp_layernorm.weight"] = (card.hidden_size,)
+    moe_hf, moe_mcore = blocks.moe_shapes(card, f"{hp}mlp.", f"{moe}mlp.")
+    return hf | moe_hf, mcore | moe_mcore
+
+
 def expected_shapes(card: ModelCard) -> tuple[dict[str, tuple], dict[str, tuple]]:
     """All (HF, megatron) tensor names and shapes of ``card``; HF experts in the per-expert layout."""
-    module = family_module(card)
     hf, mcore = {}, {}
     for unit in units(card):
-        unit_hf, unit_mcore = module.unit_shapes(card, unit)
+        unit_hf, unit_mcore = unit_shapes(card, unit)
         hf.update(unit_hf)
         mcore.update(unit_mcore)
     return hf, mcore
@@ -59,18 +105,16 @@ def iter_hf_to_mcore(card: ModelCard, hf: Mapping[str, Tensor]) -> Iterator[tupl
 
     ``hf`` may use published names (``model.language_model.``, vision tower and MTP ignored).
     """
-    module = family_module(card)
     hf = CanonicalView(hf)
     for unit in units(card):
-        yield unit, module.hf_to_mcore_unit(card, unit, hf)
+        yield unit, hf_to_mcore_unit(card, unit, hf)
 
 
 def iter_mcore_to_hf(card: ModelCard, mcore: Mapping[str, Tensor],
                      fused_experts: bool = False) -> Iterator[tuple[Unit, dict[str, Tensor]]]:
     """HF tensors of each unit in turn; ``fused_experts`` gives transformers' in-memory expert layout."""
-    module = family_module(card)
     for unit in units(card):
-        yield unit, module.mcore_to_hf_unit(card, unit, mcore, fused_experts)
+        yield unit, mcore_to_hf_unit(card, unit, mcore, fused_experts)
 
 
 def hf_to_mcore(card: ModelCard, hf: Mapping[str, Tensor]) -> dict[str, Tensor]:

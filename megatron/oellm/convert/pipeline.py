@@ -30,7 +30,15 @@ from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.family import expected_shapes, family_module, iter_hf_to_mcore, units
+from megatron.oellm.convert.family import (
+    expected_shapes,
+    family_module,
+    hf_to_mcore_unit,
+    iter_hf_to_mcore,
+    mcore_to_hf_unit,
+    unit_shapes,
+    units,
+)
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource, ShardedSafetensorsWriter
 
@@ -153,7 +161,7 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     staging = _prepare_output(out_dir, overwrite, hf_dir)
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, CARD_KEY: card_record(card)}
-    save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: module.hf_to_mcore_unit(card, unit, view), common)
+    save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
     (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     _commit_output(staging, out_dir)
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped)
@@ -192,7 +200,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     stored = reader.tensor_shapes()
     unit_pieces: list[list[mcore_layout.Piece]] = []
     for unit in units(card):
-        pieces = [p for name, shape in module.unit_shapes(card, unit)[1].items()
+        pieces = [p for name, shape in unit_shapes(card, unit)[1].items()
                   for p in mcore_layout.pieces(card, module.MCORE_MODEL, name, shape)]
         for p in pieces:
             if p.key not in stored:
@@ -205,7 +213,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
     written = 0
     for unit, pieces in zip(units(card), unit_pieces, strict=True):
-        tensors: dict[str, Tensor] = module.mcore_to_hf_unit(card, unit, reader.read(pieces))
+        tensors: dict[str, Tensor] = mcore_to_hf_unit(card, unit, reader.read(pieces))
         writer.add(tensors)
         written += len(tensors)
     writer.close()

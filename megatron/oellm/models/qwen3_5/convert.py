@@ -22,7 +22,6 @@ from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import blocks, family
-from megatron.oellm.convert.family import EMBEDDING, HEAD, Unit
 
 if TYPE_CHECKING:
     from transformers import Qwen3_5MoeTextConfig
@@ -66,7 +65,8 @@ def _gdn_sizes(card: ModelCard) -> dict[str, int]:
     return {"in_proj_qkv": 2 * key + value, "in_proj_z": value, "in_proj_b": heads, "in_proj_a": heads}
 
 
-def _prefixes(layer: int) -> tuple[str, str, str]:
+def layer_prefixes(layer: int) -> tuple[str, str, str]:
+    """HF prefix, megatron mixer prefix (layer ``2i``) and megatron MoE prefix (layer ``2i+1``) of HF layer ``i``."""
     return f"model.layers.{layer}.", f"decoder.layers.{2 * layer}.", f"decoder.layers.{2 * layer + 1}."
 
 
@@ -114,56 +114,28 @@ def _gdn_shapes(card: ModelCard, hp: str, mc: str) -> tuple[dict[str, tuple], di
     return hf, mcore
 
 
-def hf_to_mcore_unit(card: ModelCard, unit: Unit, hf: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Megatron tensors of one unit (``"embedding"``, an HF layer index, ``"head"``) from HF tensors."""
-    if unit == EMBEDDING:
-        return blocks.embedding_hf_to_mcore(card, hf)
-    if unit == HEAD:
-        return blocks.head_hf_to_mcore(card, hf, FINAL_NORM)
-    hp, mixer, moe = _prefixes(unit)
-    if card.mixer_types[unit] == "attention":
-        out = blocks.attention_hf_to_mcore(card, hf, f"{hp}self_attn.", f"{hp}input_layernorm.weight",
-                                           f"{mixer}self_attention.")
+def mixer_hf_to_mcore(card: ModelCard, layer: int, hf: Mapping[str, Tensor], hp: str, mc: str) -> dict[str, Tensor]:
+    """Gated attention or Gated DeltaNet, with its input norm, of HF layer ``layer`` -> megatron tensors under ``mc``."""
+    if card.mixer_types[layer] == "attention":
+        return blocks.attention_hf_to_mcore(card, hf, f"{hp}self_attn.", f"{hp}input_layernorm.weight", mc)
+    return _gdn_hf_to_mcore(card, hf, hp, mc)
+
+
+def mixer_mcore_to_hf(card: ModelCard, layer: int, mcore: Mapping[str, Tensor], mc: str, hp: str) -> dict[str, Tensor]:
+    """Inverse of :func:`mixer_hf_to_mcore`."""
+    if card.mixer_types[layer] == "attention":
+        return blocks.attention_mcore_to_hf(card, mcore, mc, f"{hp}self_attn.", f"{hp}input_layernorm.weight")
+    return _gdn_mcore_to_hf(card, mcore, mc, hp)
+
+
+def mixer_shapes(card: ModelCard, layer: int, hp: str, mc: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """Expected (HF, megatron) shapes of the mixer of HF layer ``layer`` and its input norm."""
+    if card.mixer_types[layer] == "attention":
+        hf, mcore = blocks.attention_shapes(card, f"{hp}self_attn.", mc)
     else:
-        out = _gdn_hf_to_mcore(card, hf, hp, f"{mixer}self_attention.")
-    out[f"{moe}pre_mlp_layernorm.weight"] = blocks.take(hf, f"{hp}post_attention_layernorm.weight")
-    out.update(blocks.moe_hf_to_mcore(card, hf, f"{hp}mlp.", f"{moe}mlp."))
-    return out
-
-
-def mcore_to_hf_unit(card: ModelCard, unit: Unit, mcore: Mapping[str, Tensor],
-                     fused_experts: bool = False) -> dict[str, Tensor]:
-    """HF tensors of one unit from megatron tensors (inverse of :func:`hf_to_mcore_unit`)."""
-    if unit == EMBEDDING:
-        return blocks.embedding_mcore_to_hf(card, mcore)
-    if unit == HEAD:
-        return blocks.head_mcore_to_hf(card, mcore, FINAL_NORM)
-    hp, mixer, moe = _prefixes(unit)
-    if card.mixer_types[unit] == "attention":
-        out = blocks.attention_mcore_to_hf(card, mcore, f"{mixer}self_attention.", f"{hp}self_attn.",
-                                           f"{hp}input_layernorm.weight")
-    else:
-        out = _gdn_mcore_to_hf(card, mcore, f"{mixer}self_attention.", hp)
-    out[f"{hp}post_attention_layernorm.weight"] = blocks.take(mcore, f"{moe}pre_mlp_layernorm.weight")
-    out.update(blocks.moe_mcore_to_hf(card, mcore, f"{moe}mlp.", f"{hp}mlp.", fused_experts))
-    return out
-
-
-def unit_shapes(card: ModelCard, unit: Unit) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """Expected (HF, megatron) names and shapes of one unit; HF experts per expert."""
-    if unit == EMBEDDING:
-        return blocks.embedding_shapes(card)
-    if unit == HEAD:
-        return blocks.head_shapes(card, FINAL_NORM)
-    hp, mixer, moe = _prefixes(unit)
-    if card.mixer_types[unit] == "attention":
-        hf, mcore = blocks.attention_shapes(card, f"{hp}self_attn.", f"{mixer}self_attention.")
-    else:
-        hf, mcore = _gdn_shapes(card, hp, f"{mixer}self_attention.")
+        hf, mcore = _gdn_shapes(card, hp, mc)
     hf[f"{hp}input_layernorm.weight"] = (card.hidden_size,)
-    hf[f"{hp}post_attention_layernorm.weight"] = mcore[f"{moe}pre_mlp_layernorm.weight"] = (card.hidden_size,)
-    moe_hf, moe_mcore = blocks.moe_shapes(card, f"{hp}mlp.", f"{moe}mlp.")
-    return hf | moe_hf, mcore | moe_mcore
+    return hf, mcore
 
 
 def hf_to_mcore(card: ModelCard, hf_tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -14,7 +14,6 @@ from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import blocks, family
-from megatron.oellm.convert.family import EMBEDDING, HEAD, Unit
 
 if TYPE_CHECKING:
     from transformers import Qwen3MoeConfig
@@ -40,51 +39,26 @@ def hf_config_from_card(card: ModelCard) -> Qwen3MoeConfig:
     )
 
 
-def _prefixes(layer: int) -> tuple[str, str]:
-    return f"model.layers.{layer}.", f"decoder.layers.{layer}."
+def layer_prefixes(layer: int) -> tuple[str, str, str]:
+    """HF prefix, megatron mixer prefix and megatron MoE prefix of HF layer ``layer`` (one megatron layer)."""
+    return f"model.layers.{layer}.", f"decoder.layers.{layer}.", f"decoder.layers.{layer}."
 
 
-def hf_to_mcore_unit(card: ModelCard, unit: Unit, hf: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Megatron tensors of one unit (``"embedding"``, a layer index, ``"head"``) from HF tensors."""
-    if unit == EMBEDDING:
-        return blocks.embedding_hf_to_mcore(card, hf)
-    if unit == HEAD:
-        return blocks.head_hf_to_mcore(card, hf, FINAL_NORM)
-    hp, mp = _prefixes(unit)
-    out = blocks.attention_hf_to_mcore(card, hf, f"{hp}self_attn.", f"{hp}input_layernorm.weight",
-                                       f"{mp}self_attention.")
-    out[f"{mp}pre_mlp_layernorm.weight"] = blocks.take(hf, f"{hp}post_attention_layernorm.weight")
-    out.update(blocks.moe_hf_to_mcore(card, hf, f"{hp}mlp.", f"{mp}mlp."))
-    return out
+def mixer_hf_to_mcore(card: ModelCard, layer: int, hf: Mapping[str, Tensor], hp: str, mc: str) -> dict[str, Tensor]:
+    """Attention and its input norm of HF layer ``layer`` -> megatron ``SelfAttention`` tensors under ``mc``."""
+    return blocks.attention_hf_to_mcore(card, hf, f"{hp}self_attn.", f"{hp}input_layernorm.weight", mc)
 
 
-def mcore_to_hf_unit(card: ModelCard, unit: Unit, mcore: Mapping[str, Tensor],
-                     fused_experts: bool = False) -> dict[str, Tensor]:
-    """HF tensors of one unit from megatron tensors (inverse of :func:`hf_to_mcore_unit`)."""
-    if unit == EMBEDDING:
-        return blocks.embedding_mcore_to_hf(card, mcore)
-    if unit == HEAD:
-        return blocks.head_mcore_to_hf(card, mcore, FINAL_NORM)
-    hp, mp = _prefixes(unit)
-    out = blocks.attention_mcore_to_hf(card, mcore, f"{mp}self_attention.", f"{hp}self_attn.",
-                                       f"{hp}input_layernorm.weight")
-    out[f"{hp}post_attention_layernorm.weight"] = blocks.take(mcore, f"{mp}pre_mlp_layernorm.weight")
-    out.update(blocks.moe_mcore_to_hf(card, mcore, f"{mp}mlp.", f"{hp}mlp.", fused_experts))
-    return out
+def mixer_mcore_to_hf(card: ModelCard, layer: int, mcore: Mapping[str, Tensor], mc: str, hp: str) -> dict[str, Tensor]:
+    """Inverse of :func:`mixer_hf_to_mcore`."""
+    return blocks.attention_mcore_to_hf(card, mcore, mc, f"{hp}self_attn.", f"{hp}input_layernorm.weight")
 
 
-def unit_shapes(card: ModelCard, unit: Unit) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """Expected (HF, megatron) names and shapes of one unit; HF experts per expert."""
-    if unit == EMBEDDING:
-        return blocks.embedding_shapes(card)
-    if unit == HEAD:
-        return blocks.head_shapes(card, FINAL_NORM)
-    hp, mp = _prefixes(unit)
-    hf, mcore = blocks.attention_shapes(card, f"{hp}self_attn.", f"{mp}self_attention.")
+def mixer_shapes(card: ModelCard, layer: int, hp: str, mc: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """Expected (HF, megatron) shapes of the attention and its input norm."""
+    hf, mcore = blocks.attention_shapes(card, f"{hp}self_attn.", mc)
     hf[f"{hp}input_layernorm.weight"] = (card.hidden_size,)
-    hf[f"{hp}post_attention_layernorm.weight"] = mcore[f"{mp}pre_mlp_layernorm.weight"] = (card.hidden_size,)
-    moe_hf, moe_mcore = blocks.moe_shapes(card, f"{hp}mlp.", f"{mp}mlp.")
-    return hf | moe_hf, mcore | moe_mcore
+    return hf, mcore
 
 
 def hf_to_mcore(card: ModelCard, hf_tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
