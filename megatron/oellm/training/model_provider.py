@@ -15,7 +15,7 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import ParallelLayout, pipeline_layout_from_hybrid_pattern
 from megatron.oellm.training.card_from_args import card_from_megatron_args
 
-TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion", "persist_layer_norm")
+TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion")
 """Megatron arguments that default to on and need Transformer Engine (or apex) kernels: off on the torch backend."""
 
 
