@@ -33,6 +33,22 @@ def spec_provider(backend: str | BackendSpecProvider) -> BackendSpecProvider:
     return backend_spec_provider(backend)
 
 
+def language_model_kwargs(card: ModelCard, pre_process: bool, post_process: bool,
+                          vp_stage: int | None) -> dict[str, Any]:
+    """Constructor arguments ``GPTModel`` and ``HybridModel`` share: vocabulary, RoPE, tied embeddings, stage role."""
+    return dict(
+        vocab_size=card.vocab_size,
+        max_sequence_length=card.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        share_embeddings_and_output_weights=not card.untie_embeddings,
+        position_embedding_type="rope",
+        rotary_percent=card.rotary_percent,
+        rotary_base=int(card.rotary_base),
+        vp_stage=vp_stage,
+    )
+
+
 def check_backend(backend: str | BackendSpecProvider, config: TransformerConfig) -> None:
     """Reject, before allocation, a config that the named backend cannot run (a provider instance is trusted)."""
     if isinstance(backend, str):

@@ -27,6 +27,7 @@ from megatron.oellm.models.building_blocks import (
     attention_spec,
     check_backend,
     common_config_kwargs,
+    language_model_kwargs,
     moe_builder,
     norm_and_input_linear,
     spec_provider,
@@ -132,14 +133,6 @@ def build_model(card: ModelCard, layout: ParallelLayout = SINGLE_GPU, backend: s
     return HybridModel(
         config=config,
         hybrid_stack_spec=hybrid_stack_spec(card, backend),
-        vocab_size=card.vocab_size,
-        max_sequence_length=card.max_position_embeddings,
         hybrid_layer_pattern=hybrid_layer_pattern(card, layout),
-        pre_process=pre_process,
-        post_process=post_process,
-        share_embeddings_and_output_weights=not card.untie_embeddings,
-        position_embedding_type="rope",
-        rotary_percent=card.rotary_percent,
-        rotary_base=int(card.rotary_base),
-        vp_stage=vp_stage,
+        **language_model_kwargs(card, pre_process, post_process, vp_stage),
     )

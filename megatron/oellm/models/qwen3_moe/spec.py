@@ -22,6 +22,7 @@ from megatron.oellm.models.building_blocks import (
     attention_spec,
     check_backend,
     common_config_kwargs,
+    language_model_kwargs,
     moe_builder,
     norm_and_input_linear,
     spec_provider,
@@ -89,13 +90,5 @@ def build_model(card: ModelCard, layout: ParallelLayout = SINGLE_GPU, backend: s
     return GPTModel(
         config=config,
         transformer_layer_spec=block_spec(card, get_num_layers_to_build(config, vp_stage=vp_stage), backend),
-        vocab_size=card.vocab_size,
-        max_sequence_length=card.max_position_embeddings,
-        pre_process=pre_process,
-        post_process=post_process,
-        share_embeddings_and_output_weights=not card.untie_embeddings,
-        position_embedding_type="rope",
-        rotary_percent=card.rotary_percent,
-        rotary_base=int(card.rotary_base),
-        vp_stage=vp_stage,
+        **language_model_kwargs(card, pre_process, post_process, vp_stage),
     )
