@@ -37,9 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in CLUSTER_OVERRIDES:
         parser.add_argument(f"--{name.replace('_', '-')}", help=f"override the config's cluster {name}")
     parser.add_argument("--data-path", nargs="+", default=[], help="Megatron data prefixes (default: mock data)")
-    parser.add_argument("--tokenizer-model", default="", help="Hugging Face tokenizer for --data-path")
+    parser.add_argument("--tokenizer-model", default="",
+                        help="tokenizer of --data-path: a Hugging Face tokenizer, or 'byte' for tools/build_corpus.py")
     parser.add_argument("--save-interval", type=int, default=0,
                         help="save checkpoints every N iterations under the run directory (default 0: none)")
+    parser.add_argument("--train-iters", type=int,
+                        help="--local only: iterations of the fitted-down run (default: the recipe's [local] value); "
+                             "with --save-interval a second, longer run resumes from the saved checkpoint")
 
 
 def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
@@ -89,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
         recipe = with_cluster_overrides(load_recipe(args.config), args)
         numbers = select_rows(recipe, args.row, args.nodes)
         inputs = RunInputs(tuple(args.data_path), args.tokenizer_model, save_interval=args.save_interval)
+        if args.train_iters is not None and not args.local:
+            raise RecipeError("--train-iters applies to --local runs only (table rows keep the report's iterations)")
         if args.local:
-            status = run_local(recipe, numbers[0], inputs)
+            status = run_local(recipe, numbers[0], inputs, args.train_iters)
             if status is not None:
                 return status
         else:
@@ -110,8 +116,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_local(recipe: Recipe, number: int, inputs: RunInputs) -> int | None:
-    """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run."""
+def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | None:
+    """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run.
+
+    Checkpoints (with ``--save-interval``) go to ``<run directory>/local-checkpoints`` and are resumed from there.
+    """
+    if train_iters is not None:
+        if train_iters < 1:
+            raise RecipeError(f"--train-iters must be positive, got {train_iters}")
+        recipe = dataclasses.replace(recipe, local=dataclasses.replace(recipe.local, train_iters=train_iters))
+    inputs = dataclasses.replace(inputs, checkpoint_dir=str(run_dir(recipe, number) / "local-checkpoints"))
     gpus = visible_gpus()
     blocker = local_blocker(recipe, gpus)
     if not blocker:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import sys
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
@@ -75,8 +76,12 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
 
 
 def torchrun_command(resolved: ResolvedRow) -> list[str]:
-    """``torchrun --standalone`` on the local GPUs running the training entry with the fitted flags."""
-    return ["torchrun", "--standalone", f"--nproc-per-node={resolved.world_size}", "-m", ENTRY_MODULE,
+    """``torchrun --standalone`` on the local GPUs running the training entry with the fitted flags.
+
+    torchrun is started as ``python -m torch.distributed.run`` of this interpreter, so the run sees the same
+    packages (a virtual environment or ``PYTHONPATH`` bundle) as ``oellm recipe`` itself.
+    """
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={resolved.world_size}", "-m", ENTRY_MODULE,
             *resolved.argv]
 
 

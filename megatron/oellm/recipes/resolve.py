@@ -17,6 +17,10 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
+from megatron.oellm.training.tokenizer import ByteTokenizer
+
+BYTE_TOKENIZER = "byte"
+"""``--tokenizer-model`` value that selects the byte tokenizer of ``tools/build_corpus.py`` corpora."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,8 @@ class RunInputs:
     data_path: tuple[str, ...] = ()
     """Megatron ``--data-path`` values (prefixes, optionally with weights); empty = mock data."""
     tokenizer_model: str = ""
-    """Hugging Face tokenizer (name or directory) for real data; needed with ``data_path``."""
+    """Tokenizer of the real data, needed with ``data_path``: a Hugging Face tokenizer (name or directory), or
+    ``byte`` for corpora built by ``tools/build_corpus.py`` (UTF-8 bytes, no file needed)."""
     checkpoint_dir: str = ""
     """Where checkpoints are saved and resumed from; used only with ``save_interval`` > 0."""
     save_interval: int = 0
@@ -102,11 +107,15 @@ def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagVal
 
 
 def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
-    """Mock data with Megatron's null tokenizer, or the given data prefixes with a Hugging Face tokenizer."""
+    """Mock data with Megatron's null tokenizer, or the given data prefixes with the byte or a Hugging Face tokenizer."""
     if not inputs.data_path:
         return {"mock-data": True, "tokenizer-type": "NullTokenizer"}
     if not inputs.tokenizer_model:
-        raise RecipeError("--data-path needs --tokenizer-model (a Hugging Face tokenizer name or directory)")
+        raise RecipeError("--data-path needs --tokenizer-model (a Hugging Face tokenizer name or directory, or "
+                          f"{BYTE_TOKENIZER!r} for a corpus built by tools/build_corpus.py)")
+    if inputs.tokenizer_model == BYTE_TOKENIZER:
+        return {"data-path": list(inputs.data_path), "tokenizer-type": "NullTokenizer",
+                "vocab-size": ByteTokenizer.vocab_size}
     return {"data-path": list(inputs.data_path), "tokenizer-type": "HuggingFaceTokenizer",
             "tokenizer-model": inputs.tokenizer_model}
 

@@ -15,13 +15,21 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from megatron.oellm.backends.selection import BACKEND_CHOICES
+from megatron.oellm.backends.selection import BACKEND_CHOICES, resolve_backend
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser, model_flags
 
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0}
 """Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
 0.1), yet dropout is a training choice, not architecture, so a given value is no conflict."""
+
+
+TORCH_BACKEND_IMPL = "local"
+"""Megatron ``--transformer-impl`` of the torch backend (its modules are not Transformer Engine's)."""
+
+
+class BackendFlagConflict(ValueError):
+    """``--transformer-impl`` contradicts the resolved ``--oellm-backend``; the message names both."""
 
 
 class CardFlagConflict(ValueError):
@@ -133,3 +141,23 @@ def with_training_defaults(argv: Sequence[str]) -> list[str]:
     missing = {name: value for name, value in TRAINING_DEFAULTS.items()
                if not _flag_destinations(sentinel, name, value) & explicit}
     return list(argv) + flags_to_argv(missing)
+
+
+def with_backend_implementation(argv: Sequence[str]) -> list[str]:
+    """``argv`` with Megatron's ``--transformer-impl`` matching the resolved ``--oellm-backend``.
+
+    Megatron's default implementation is Transformer Engine, which the torch backend (chosen explicitly, or by
+    ``auto`` where TE does not import) does not use: it gets ``--transformer-impl local`` when the flag is not given,
+    and a :class:`BackendFlagConflict` when the user asked for ``transformer_engine``.
+    """
+    parsed = megatron_parser(add_oellm_arguments).parse_args(list(argv))
+    if resolve_backend(parsed.oellm_backend) != "torch":
+        return list(argv)
+    if "transformer_impl" not in explicit_destinations(argv):
+        return [*argv, "--transformer-impl", TORCH_BACKEND_IMPL]
+    if parsed.transformer_impl != TORCH_BACKEND_IMPL:
+        raise BackendFlagConflict(
+            f"--oellm-backend {parsed.oellm_backend} resolves to the torch backend, which needs --transformer-impl "
+            f"{TORCH_BACKEND_IMPL}, but the command line gives --transformer-impl {parsed.transformer_impl}; drop "
+            "that flag, or install Transformer Engine and use --oellm-backend te")
+    return list(argv)

@@ -14,7 +14,12 @@ import warnings
 from collections.abc import Sequence
 
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
-from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags, with_training_defaults
+from megatron.oellm.training.args import (
+    add_oellm_arguments,
+    merge_card_flags,
+    with_backend_implementation,
+    with_training_defaults,
+)
 
 
 def flops_and_peak(args) -> tuple[float, float | None]:
@@ -37,10 +42,12 @@ def flops_and_peak(args) -> tuple[float, float | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Merge the card (if named) into the command line, parse it with Megatron's parser, train; return 0."""
+    """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
+    parser, train; return 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     merged = merge_card_flags(argv)
-    sys.argv = [sys.argv[0], *with_training_defaults(merged.argv if merged else argv)]  # Megatron reads sys.argv
+    argv = with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
+    sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 from conftest import EXAMPLES
 
@@ -23,7 +24,8 @@ def test_one_gpu_fit_uses_the_proxy_and_all_to_all(parse_megatron):
     assert args.recompute_granularity == "full" and args.manual_gc and args.mock_data
     assert (args.micro_batch_size, args.global_batch_size) == (1, 4)
     command = torchrun_command(resolved)
-    assert command[:5] == ["torchrun", "--standalone", "--nproc-per-node=1", "-m", "megatron.oellm.training.entry"]
+    assert command[:7] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m",
+                           "megatron.oellm.training.entry"]
 
 
 def test_four_gpu_fit_keeps_the_flex_dispatcher(parse_megatron):
@@ -42,7 +44,7 @@ def test_without_gpu_local_explains_and_falls_back_to_dry_run(monkeypatch, capsy
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"), "--local", "--row", "2"]) == 0
     out = capsys.readouterr().out
     assert "--local needs a CUDA GPU" in out and "falling back to --dry-run" in out
-    assert "On one GPU, --local would run row 2 as:\ntorchrun --standalone --nproc-per-node=1" in out
+    assert "On one GPU, --local would run row 2 as:\n" in out and "--standalone --nproc-per-node=1 -m megatron" in out
     assert "-- row 2: layout ok" in out and "#SBATCH --nodes=4" in out and not called
 
 
@@ -56,7 +58,7 @@ def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, 
     monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append((command, env)) or Done())
     assert main(["recipe", str(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), "--local", "--nodes", "8"]) == 0
     (command, env), = calls
-    assert command[:3] == ["torchrun", "--standalone", "--nproc-per-node=2"]
+    assert command[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     assert "--expert-model-parallel-size" in command and command[command.index("--expert-model-parallel-size") + 1] == "2"
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8" and env["NCCL_NCHANNELS_PER_PEER"] == "4"
     assert "running row 1 fitted down on 2 GPU(s)" in capsys.readouterr().out
@@ -66,3 +68,26 @@ def test_ckda_local_waits_for_its_layer():
     recipe = load_recipe(EXAMPLES / "oellm_ckda_hybrid_mn5.toml")
     assert "ckda_hybrid" in local_blocker(recipe, gpus=4)
     assert local_blocker(load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), gpus=4) == ""
+
+
+def test_local_on_a_byte_corpus_saves_and_resumes_under_the_run_directory(monkeypatch, tmp_path, parse_megatron):
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1",
+                 "--output-dir", str(tmp_path), "--data-path", "/data/stdlib", "--tokenizer-model", "byte",
+                 "--save-interval", "30", "--train-iters", "35"]) == 0
+    (command,) = calls
+    args = parse_megatron(command[7:])
+    assert (args.tokenizer_type, args.vocab_size, args.data_path) == ("NullTokenizer", 257, ["/data/stdlib"])
+    assert args.train_iters == 35 and args.save_interval == 30 and not args.mock_data
+    assert args.save == args.load and args.save.startswith(str(tmp_path)) and args.save.endswith("local-checkpoints")
+
+
+def test_train_iters_outside_local_is_refused(capsys):
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--train-iters", "5"]) == 2
+    assert "--train-iters applies to --local runs only" in capsys.readouterr().err

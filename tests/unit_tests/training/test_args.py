@@ -2,12 +2,15 @@
 
 import pytest
 
+from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.megatron_args import megatron_parser, parse_megatron_argv
 from megatron.oellm.training.args import (
+    BackendFlagConflict,
     CardFlagConflict,
     add_oellm_arguments,
     merge_card_flags,
+    with_backend_implementation,
     with_training_defaults,
 )
 
@@ -71,3 +74,20 @@ def test_merged_argv_is_accepted_by_megatrons_own_parser_plus_ours():
     merged = merge_card_flags(["--oellm-model", TINY, "--oellm-backend", "torch"])
     stripped = [a for a in merged.argv if a not in ("--oellm-model", TINY, "--oellm-backend", "torch")]
     assert parse_megatron_argv(stripped).num_experts == get_card(TINY).num_experts
+
+
+def test_torch_backend_gets_the_local_implementation_unless_given():
+    argv = with_backend_implementation(["--oellm-backend", "torch"])
+    assert parse(argv).transformer_impl == "local"
+    given = ["--oellm-backend", "torch", "--transformer-impl", "local"]
+    assert with_backend_implementation(given) == given
+
+
+def test_torch_backend_with_transformer_engine_implementation_is_an_error():
+    with pytest.raises(BackendFlagConflict, match="--transformer-impl transformer_engine"):
+        with_backend_implementation(["--oellm-backend", "torch", "--transformer-impl", "transformer_engine"])
+
+
+@pytest.mark.skipif(transformer_engine_import_error() is None, reason="auto resolves to TE where TE imports")
+def test_auto_backend_without_transformer_engine_runs_the_local_implementation():
+    assert parse(with_backend_implementation([])).transformer_impl == "local"
