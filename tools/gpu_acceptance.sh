@@ -2,16 +2,17 @@
 # One-GPU acceptance stages, written for 10-minute device calls:
 #   tests  every GPU test (fla's GDN kernel vs the float64 recurrence, backends, parity with transformers, model
 #          training, the entry end to end), four pytest processes side by side, one log each;
-#   train  the Qwen3.5 MN5 recipe's `--local` run on offline real text (byte-tokenized Python standard library):
+#   train  the MN5 recipes' `--local` runs on offline real text (byte-tokenized Python standard library): Qwen3.5
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
+#          beside it the Qwen3-30B-A3B recipe, 30 iterations;
 #   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers). Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
-# JIT-compiles on first use, so the caches are read from .bundle/kernel-cache.tar.xz when present and written to
-# OUT_DIR/kernel-cache.tar.xz: copy that file to .bundle/ and carry it on the next call.
+# JIT-compiles on first use (minutes on a fresh machine), so the caches are read from .bundle/kernel-cache/ when
+# present and written to OUT_DIR as kernel-cache.tar.xz.part-*: copy those to .bundle/kernel-cache/ and carry it.
 set -o pipefail
 OUT_DIR=$(realpath -m "${1:?usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]}")
 STAGES=${2:?stages: tests, train, bench (comma-separated)}
@@ -20,10 +21,23 @@ LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room f
 CACHE=/tmp/oellm-kernel-cache
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
 mkdir -p "$OUT_DIR" "$CACHE" "$WORK"
-[ -f .bundle/kernel-cache.tar.xz ] && tar -xJf .bundle/kernel-cache.tar.xz -C "$CACHE"
+if compgen -G ".bundle/kernel-cache/kernel-cache.tar.xz.part-*" > /dev/null; then
+  cat .bundle/kernel-cache/kernel-cache.tar.xz.part-* | tar -xJf - -C "$CACHE"
+fi
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HUB_OFFLINE=1
 export TRITON_CACHE_DIR="$CACHE/triton" TRITON_CACHE_AUTOTUNING=1 TILELANG_CACHE_DIR="$CACHE/tilelang"
-trap 'tar -C "$CACHE" -cf - . | xz -1 > "$OUT_DIR/kernel-cache.tar.xz"' EXIT
+# What comes back from a device call is at most 8 files of 16 MiB: the summary, every log in one archive, and the
+# kernel caches in 15 MiB parts (copied to .bundle/kernel-cache/ and carried, they are restored on the next call).
+pack_results() {
+  (cd "$OUT_DIR" && tar -cJf /tmp/oellm-logs.tar.xz --exclude=summary.txt . \
+    && find . -mindepth 1 -not -name summary.txt -delete && mv /tmp/oellm-logs.tar.xz logs.tar.xz)
+  tar -C "$CACHE" -cf - . | xz -1 | split -b 15M -a 1 - "$OUT_DIR/kernel-cache.tar.xz.part-"
+  if [ "$(find "$OUT_DIR" -name 'kernel-cache.tar.xz.part-*' | wc -l)" -gt 6 ]; then
+    rm -f "$OUT_DIR"/kernel-cache.tar.xz.part-*
+    echo "kernel caches over 90 MiB: not kept" >> "$OUT_DIR/summary.txt"
+  fi
+}
+trap pack_results EXIT
 python3 -m megatron.oellm doctor > "$OUT_DIR/doctor.txt" 2>&1
 
 # pytest of one test folder; a test still running after 240 s dumps every thread's stack into the log.
@@ -41,19 +55,30 @@ stage_tests() {
   wait
 }
 
+# Loss at a few iterations of a Megatron log: "iteration N lm loss: X".
+loss_lines() {
+  grep -E " iteration +(1|2|3|10|20|29|30)/" "$1" | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+}
+
 stage_train() {
   python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 > "$OUT_DIR/corpus.log" 2>&1
-  local recipe=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/runs"
-    --data-path "$WORK/corpus/stdlib" --tokenizer-model byte --save-interval 30)
-  timeout $((LIMIT_S * 2 / 3)) "${recipe[@]}" --train-iters 30 > "$OUT_DIR/train.log" 2>&1
-  echo "train: rc $?"
-  timeout $((LIMIT_S / 4)) "${recipe[@]}" --train-iters 35 > "$OUT_DIR/resume.log" 2>&1
-  echo "resume: rc $? $(grep -c ' iteration ' "$OUT_DIR/resume.log") iteration lines," \
+  local data=(--output-dir "$WORK/runs" --data-path "$WORK/corpus/stdlib" --tokenizer-model byte)
+  local qwen35=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "${data[@]}" --save-interval 30)
+  timeout $((LIMIT_S / 2)) bash examples/oellm/qwen3_30b_a3b_mn5.sh --local --row 1 "${data[@]}" --train-iters 30 \
+    > "$OUT_DIR/train_qwen3.log" 2>&1 &
+  timeout $((LIMIT_S * 2 / 3)) "${qwen35[@]}" --train-iters 30 > "$OUT_DIR/train.log" 2>&1
+  echo "train qwen3.5: rc $?"
+  timeout $((LIMIT_S / 4)) "${qwen35[@]}" --train-iters 35 > "$OUT_DIR/resume.log" 2>&1
+  echo "resume qwen3.5: rc $? $(grep -c ' iteration ' "$OUT_DIR/resume.log") iteration lines," \
     "first $(grep -o ' iteration *[0-9]*' "$OUT_DIR/resume.log" | head -1)"
+  wait
+  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -c ' iteration ' "$OUT_DIR/train_qwen3.log") iterations"
+  loss_lines "$OUT_DIR/train_qwen3.log"
   head -c "$(( $(wc -c < "$OUT_DIR/train.log") * 2 / 3 ))" "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
   python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 \
     --window 3-30 > "$OUT_DIR/table.md" 2>&1
-  grep -E " iteration +(1|2|3|10|20|29|30)/" "$OUT_DIR/train.log" | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+  echo "train qwen3.5 (recipe qwen3_5_35b_a3b_mn5_strong --local):"
+  loss_lines "$OUT_DIR/train.log"
   cat "$OUT_DIR/table.md"
 }
 

@@ -31,6 +31,18 @@ BATCH, SEQ = 2, 128
 FP32_LOGITS_REL_L2, FP32_LOSS_ABS, BF16_LOGITS_REL_L2 = 1e-3, 1e-4, 2e-2
 FP32_GRAD_REL_L2 = 1e-2
 """fp32 gradients must agree to this relative L2 error (bf16 gradients are reported, not bounded)."""
+FP32_DECAY_GRAD_REL_L2 = 5e-2
+"""Bound for the GDN decay parameters (``A_log``, ``dt_bias``, ``in_proj_a``) in fp32. fla's chunk kernels run their
+dot products in TF32 also for fp32 inputs (layer test: dg 1.6e-3 relative to float64 per element), and these
+gradients are sums of dg over every token with cancellation: measured 1.3e-2 on the tiny card (docs/benchmarks.md).
+A wrong sign or a missing term is an O(1) error."""
+DECAY_PARAMETERS = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_proj_a")
+REAL_WIDTH_BF16_SLACK = 1.5
+"""Real-width bf16 cases: our bf16 logits may be at most this many times further from the fp32 reference than
+transformers' own bf16 logits are. With fresh random weights a real-width model is numerically chaotic in bf16:
+its top-8-of-256 routing nearly ties, so bf16 rounding alone flips experts, and transformers' bf16 logits sit 0.25
+(Qwen3.5 proxy-4L) from its fp32 logits on the same weights (CPU, docs/benchmarks.md). Two correct bf16
+implementations then differ by about as much, so the 2e-2 bound is applied to the tiny cards only."""
 
 GRAD_SAMPLE = {
     "qwen3_5": ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
@@ -146,6 +158,35 @@ def state_dict_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return grads
 
 
+def gradients_in_hf_layout(convert, card: ModelCard, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Megatron gradients under transformers' names and layouts: the linear part of ``mcore_to_hf``.
+
+    The weight conversion is affine per tensor: a re-layout plus, for norms stored zero-centred on one side only
+    (the GDN output norm: w - 1 in megatron, w in transformers), a constant offset. A gradient takes the re-layout
+    but not the offset, so it is ``mcore_to_hf(grad) - mcore_to_hf(0)``.
+    """
+    mapped = convert.mcore_to_hf(card, grads, fused_experts=True)
+    offsets = convert.mcore_to_hf(card, {k: torch.zeros_like(v) for k, v in grads.items()}, fused_experts=True)
+    return {name: mapped[name] - offsets[name] for name in mapped}
+
+
+def real_width_bf16(card: ModelCard, dtype: torch.dtype) -> bool:
+    """Whether the case is a real-width (proxy) card in bf16, judged against an fp32 reference."""
+    return dtype == torch.bfloat16 and "-proxy-" in card.name
+
+
+def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of an fp32 copy of ``hf`` (same, bf16-representable weights) on ``tokens``."""
+    import copy
+
+    reference = copy.deepcopy(hf).float()
+    with torch.no_grad():
+        logits = reference(input_ids=tokens).logits.float()
+    del reference
+    torch.cuda.empty_cache()
+    return logits
+
+
 def run_case(card: ModelCard, dtype: torch.dtype) -> dict[str, tuple[float, float, float]]:
     """Build both models from one random HF model, run the same tokens; return the error of each check."""
     init_megatron_runtime()
@@ -162,6 +203,7 @@ def run_case(card: ModelCard, dtype: torch.dtype) -> dict[str, tuple[float, floa
 
     tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
     positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
+    reference_logits = fp32_reference_logits(hf, tokens) if real_width_bf16(card, dtype) else None
     hf_out = hf(input_ids=tokens, labels=tokens)
     hf_out.loss.backward()
     mcore.eval()
@@ -173,9 +215,12 @@ def run_case(card: ModelCard, dtype: torch.dtype) -> dict[str, tuple[float, floa
     mcore_loss.backward()
 
     checks = {"logits": errors(mcore_logits.float(), hf_out.logits.float())}
+    if reference_logits is not None:
+        checks["logits: ours vs fp32 reference"] = errors(mcore_logits.float(), reference_logits)
+        checks["logits: transformers vs fp32 reference"] = errors(hf_out.logits.float(), reference_logits)
     loss_diff = abs(mcore_loss.item() - hf_out.loss.item())
     checks["loss"] = (loss_diff / abs(hf_out.loss.item()), loss_diff, loss_diff)
-    hf_grads = convert.mcore_to_hf(card, state_dict_grads(mcore), fused_experts=True)
+    hf_grads = gradients_in_hf_layout(convert, card, state_dict_grads(mcore))
     hf_params = dict(hf.named_parameters())
     for name in GRAD_SAMPLE[card.family]:
         checks[f"grad {name.removeprefix('model.')}"] = errors(hf_grads[name], hf_params[name].grad)
@@ -204,7 +249,12 @@ def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dt
     if dtype == torch.float32:
         assert logits_rel_l2 <= FP32_LOGITS_REL_L2, checks["logits"]
         assert checks["loss"][1] <= FP32_LOSS_ABS, checks["loss"]
-        worst = max((v[0], q) for q, v in checks.items() if q.startswith("grad"))
-        assert worst[0] <= FP32_GRAD_REL_L2, worst
+        for quantity, values in checks.items():
+            if quantity.startswith("grad"):
+                bound = FP32_DECAY_GRAD_REL_L2 if any(p in quantity for p in DECAY_PARAMETERS) else FP32_GRAD_REL_L2
+                assert values[0] <= bound, (quantity, values)
+    elif real_width_bf16(card, dtype):
+        ours, theirs = checks["logits: ours vs fp32 reference"][0], checks["logits: transformers vs fp32 reference"][0]
+        assert ours <= REAL_WIDTH_BF16_SLACK * theirs, (ours, theirs)
     else:
         assert logits_rel_l2 <= BF16_LOGITS_REL_L2, checks["logits"]

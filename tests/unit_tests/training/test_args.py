@@ -91,3 +91,8 @@ def test_torch_backend_with_transformer_engine_implementation_is_an_error():
 @pytest.mark.skipif(transformer_engine_import_error() is None, reason="auto resolves to TE where TE imports")
 def test_auto_backend_without_transformer_engine_runs_the_local_implementation():
     assert parse(with_backend_implementation([])).transformer_impl == "local"
+
+
+def test_training_defaults_fill_eval_interval_for_real_data():
+    assert parse(with_training_defaults(["--data-path", "/data/corpus"])).eval_interval == 1000
+    assert parse(with_training_defaults(["--eval-interval", "50"])).eval_interval == 50
