@@ -31,6 +31,7 @@ export TRITON_CACHE_DIR="$CACHE/triton" TRITON_CACHE_AUTOTUNING=1 TILELANG_CACHE
 pack_results() {
   (cd "$OUT_DIR" && tar -cJf /tmp/oellm-logs.tar.xz --exclude=summary.txt . \
     && find . -mindepth 1 -not -name summary.txt -delete && mv /tmp/oellm-logs.tar.xz logs.tar.xz)
+  du -sh "$CACHE"/* >> "$OUT_DIR/summary.txt" 2>&1
   tar -C "$CACHE" -cf - . | xz -1 | split -b 15M -a 1 - "$OUT_DIR/kernel-cache.tar.xz.part-"
   if [ "$(find "$OUT_DIR" -name 'kernel-cache.tar.xz.part-*' | wc -l)" -gt 6 ]; then
     rm -f "$OUT_DIR"/kernel-cache.tar.xz.part-*
