@@ -75,7 +75,8 @@ stage_train() {
   wait
   echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -c ' iteration ' "$OUT_DIR/train_qwen3.log") iterations"
   loss_lines "$OUT_DIR/train_qwen3.log"
-  head -c "$(( $(wc -c < "$OUT_DIR/train.log") * 2 / 3 ))" "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
+  # the log of a run killed during iteration 16: everything before that iteration's line
+  sed '/ iteration  *16\//,$d' "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
   python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 \
     --window 3-30 > "$OUT_DIR/table.md" 2>&1
   echo "train qwen3.5 (recipe qwen3_5_35b_a3b_mn5_strong --local):"

@@ -163,8 +163,10 @@ def gradients_in_hf_layout(convert, card: ModelCard, grads: dict[str, torch.Tens
 
     The weight conversion is affine per tensor: a re-layout plus, for norms stored zero-centred on one side only
     (the GDN output norm: w - 1 in megatron, w in transformers), a constant offset. A gradient takes the re-layout
-    but not the offset, so it is ``mcore_to_hf(grad) - mcore_to_hf(0)``.
+    but not the offset, so it is ``mcore_to_hf(grad) - mcore_to_hf(0)``, computed in float64 for 1-D tensors (in
+    bf16, ``grad + 1 - 1`` rounds a small gradient to 0).
     """
+    grads = {name: grad.double() if grad.dim() == 1 else grad for name, grad in grads.items()}
     mapped = convert.mcore_to_hf(card, grads, fused_experts=True)
     offsets = convert.mcore_to_hf(card, {k: torch.zeros_like(v) for k, v in grads.items()}, fused_experts=True)
     return {name: mapped[name] - offsets[name] for name in mapped}
