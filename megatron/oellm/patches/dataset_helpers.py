@@ -10,15 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-PATCHED_RELEASE = "0.19.2"
-"""The megatron-core release whose ``compile_helpers`` this patch replaces."""
-
-
-def megatron_core_release() -> str:
-    """Installed megatron-core version without its local part (``0.19.2+f6a5b40`` -> ``0.19.2``)."""
-    from megatron.core import package_info
-
-    return package_info.__version__.split("+")[0]
+from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
 
 
 def prebuilt_helpers_available() -> bool:

@@ -54,13 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
-    from megatron.oellm.patches import dataset_helpers
+    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
     from megatron.oellm.training.data import train_valid_test_datasets
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.model_provider import model_provider
     from megatron.oellm.training.throughput import install_throughput_logging
 
     dataset_helpers.apply()
+    distrib_optimizer_step.apply()
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
     install_throughput_logging(*flops_and_peak(args))
     with warnings.catch_warnings():

@@ -1,0 +1,13 @@
+"""The installed megatron-core release, which every runtime patch checks before it applies."""
+
+from __future__ import annotations
+
+PATCHED_RELEASE = "0.19.2"
+"""The megatron-core release the runtime patches of this package were written for."""
+
+
+def megatron_core_release() -> str:
+    """Installed megatron-core version without its local part (``0.19.2+f6a5b40`` -> ``0.19.2``)."""
+    from megatron.core import package_info
+
+    return package_info.__version__.split("+")[0]
