@@ -5,6 +5,7 @@
 #   train  the MN5 recipes' `--local` runs on offline real text (byte-tokenized Python standard library): Qwen3.5
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
 #          beside it the Qwen3-30B-A3B recipe, 30 iterations;
+#   resume a short save (iterations 3 and 6) + resume (to 8) of the Qwen3.5 recipe's `--local` run;
 #   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers). Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
@@ -15,7 +16,7 @@
 # present and written to OUT_DIR as kernel-cache.tar.xz.part-*: copy those to .bundle/kernel-cache/ and carry it.
 set -o pipefail
 OUT_DIR=$(realpath -m "${1:?usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]}")
-STAGES=${2:?stages: tests, train, bench (comma-separated)}
+STAGES=${2:?stages: tests, train, resume, bench (comma-separated)}
 BENCH_MBS=${3:-1,2,4}
 LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room for the start and the caches
 CACHE=/tmp/oellm-kernel-cache
@@ -84,6 +85,19 @@ stage_train() {
   cat "$OUT_DIR/table.md"
 }
 
+stage_resume() {
+  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 > "$OUT_DIR/corpus.log" 2>&1
+  local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/resume"
+    --data-path "$WORK/corpus/small" --tokenizer-model byte --save-interval 3)
+  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/resume_first.log" 2>&1
+  echo "first run (save at 3 and 6): rc $?"
+  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/resume.log" 2>&1
+  echo "resumed run to 8: rc $?; loaded: $(grep -c 'successfully loaded checkpoint' "$OUT_DIR/resume.log")"
+  loss_lines "$OUT_DIR/resume_first.log"
+  grep -E " iteration +[0-9]+/" "$OUT_DIR/resume.log" | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+  grep -E "Error|error:" "$OUT_DIR/resume.log" | tail -3
+}
+
 stage_bench() {
   timeout "$LIMIT_S" python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --warmup 2 --steps 6 \
     --output "$OUT_DIR/bench.json" > "$OUT_DIR/bench.log" 2>&1
@@ -94,8 +108,8 @@ stage_bench() {
 IFS=, read -r -a selected <<< "$STAGES"
 for stage in "${selected[@]}"; do
   case $stage in
-    tests|train|bench) ;;
-    *) echo "unknown stage '$stage' (tests, train, bench)" >&2; exit 2 ;;
+    tests|train|resume|bench) ;;
+    *) echo "unknown stage '$stage' (tests, train, resume, bench)" >&2; exit 2 ;;
   esac
 done
 for stage in "${selected[@]}"; do

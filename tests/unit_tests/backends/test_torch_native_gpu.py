@@ -10,7 +10,6 @@ from backend_references import (
     relative_error,
     rms_norm_reference,
 )
-from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.enums import AttnMaskType
@@ -105,41 +104,6 @@ def test_grouped_mlp_forward_never_waits_on_the_host(megatron_runtime: None) -> 
         experts(hidden, tokens_per_expert, probs)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-
-
-def _flat_sharded(sharded: dict) -> dict:
-    """Checkpoint-side view of a sharded state dict: (key, global offset) -> (global shape, fragmentation, data)."""
-    flat = {}
-    for entry in sharded.values():
-        built = entry.build() if isinstance(entry, ShardedTensorFactory) else [entry]
-        for tensor in built if isinstance(built, list) else [built]:
-            if isinstance(tensor, ShardedTensor):
-                flat[(tensor.key, tensor.global_offset)] = (
-                    tensor.global_shape,
-                    tensor.axis_fragmentations,
-                    tensor.data,
-                )
-    return flat
-
-
-def test_grouped_mlp_sharded_layout_matches_sequential_experts(megatron_runtime: None) -> None:
-    config = make_config(torch.float32)
-    grouped, sequential = build_experts(config), build_experts(config, grouped=False)
-    with torch.no_grad():
-        for i, expert in enumerate(sequential.local_experts):
-            grouped.linear_fc1.weight[i].copy_(expert.linear_fc1.weight)
-            grouped.linear_fc2.weight[i].copy_(expert.linear_fc2.weight)
-    prefix = "decoder.layers.0.mlp.experts."
-    ours = grouped.sharded_state_dict(prefix=prefix)
-    assert {k for k in ours if "weight" in k} == {
-        f"{prefix}linear_fc{n}.weight{i}" for n in (1, 2) for i in range(NUM_EXPERTS)
-    }
-    ours_flat, reference_flat = _flat_sharded(ours), _flat_sharded(sequential.sharded_state_dict(prefix=prefix))
-    assert ours_flat.keys() == reference_flat.keys()
-    for where, (shape, fragments, data) in ours_flat.items():
-        ref_shape, ref_fragments, ref_data = reference_flat[where]
-        assert (shape, fragments) == (ref_shape, ref_fragments), where
-        torch.testing.assert_close(data, ref_data, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

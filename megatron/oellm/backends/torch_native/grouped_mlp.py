@@ -1,28 +1,27 @@
 """Grouped-expert MLP on ``torch._grouped_mm``: one stacked weight per projection, TEGroupedMLP's checkpoint layout.
 
 The expert weights live in one ``[num_local_experts, out, in]`` parameter per projection (what the grouped GEMM
-wants), while ``state_dict`` and ``sharded_state_dict`` present TE's per-expert names ``weight0 .. weight{E-1}``
-with the same TP/EP sharding as TEGroupedMLP (interchangeable with SequentialMLP's), so checkpoints and the HF
-converter serve both backends.
+wants). ``state_dict`` presents TE's per-expert names ``weight0 .. weight{E-1}`` (the HF converter's view), and
+``sharded_state_dict`` one tensor per projection that describes the same global checkpoint tensor as TEGroupedMLP's
+(and SequentialMLP's) per-expert shards, so distributed checkpoints load across backends and megatron-core's
+optimizers can map their state to the parameter.
 """
 
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedStateDict
+from megatron.core.dist_checkpointing.mapping import ShardedStateDict, ShardedTensor, ShardedTensorFactory
 from megatron.core.dist_checkpointing.utils import replace_prefix_for_sharding
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, get_expert_parallel_rng_tracker_name
-from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.utils import (
     ensure_metadata_has_dp_cp_group,
     make_sharded_tensors_for_checkpoint,
-    sharded_state_dict_default,
 )
 from megatron.core.utils import divide, get_pg_rank, get_pg_size
 
@@ -126,46 +125,84 @@ class StackedGroupedLinear(torch.nn.Module):
     def sharded_state_dict(
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
     ) -> ShardedStateDict:
-        """Per-expert ShardedTensors keyed ``{prefix}weight{i}`` / ``{prefix}_extra_state{i or ''}``, like TE's.
+        """The stacked ``weight`` as one ShardedTensor ``{prefix}weight``, plus TE's per-expert extra-state objects.
 
-        Each local expert gets the global-expert axis ``(len(sharded_offsets), ep_rank * E + i, ep_size * E)``
-        prepended (or, with ``singleton_local_shards``, its own ``{global_expert}.`` key prefix), the TP axis
-        0 (column) / 1 (row), and an expert-data-parallel replica id.
+        Global tensor: the ``sharded_offsets`` axes, then experts (this rank's start at ``ep_rank * E``), output and
+        input features (expert-TP split on the output for column, the input for row). That is the global tensor TE's
+        per-expert ``weight{i}`` shards describe under the same key with the expert axis prepended, so checkpoints
+        load across backends. The ShardedTensor's data is the parameter itself: megatron-core's optimizers find the
+        model tensor of each parameter by identity. Per-expert singleton shards (``singleton_local_shards``, which
+        megatron's training checkpoints never request) cannot describe one stacked tensor and are refused.
         """
         metadata = ensure_metadata_has_dp_cp_group(metadata)
-        singleton_local_shards = metadata.get("singleton_local_shards", False)
+        if metadata.get("singleton_local_shards", False):
+            raise ValueError("the torch backend's stacked experts cannot be saved as per-expert singleton shards "
+                             "(singleton_local_shards=True); megatron's training checkpoints do not use them")
+        weight = ShardedTensor.from_rank_offsets(
+            f"{prefix}weight",
+            self.weight,
+            *self.weight_rank_offsets(sharded_offsets),
+            replica_id=(0, 0, get_pg_rank(self.expt_dp_group)),
+            prepend_axis_num=len(sharded_offsets),
+        )
+        return {f"{prefix}weight": weight, **self._extra_state_objects(prefix, sharded_offsets, metadata)}
+
+    def weight_rank_offsets(self, sharded_offsets: tuple) -> list[tuple[int, int, int]]:
+        """``(axis, rank offset, fragments)`` of the stacked weight: the given axes, experts over EP, features over TP."""
+        prepend = len(sharded_offsets)
+        return [
+            *sharded_offsets,
+            (prepend, get_pg_rank(self.ep_group), get_pg_size(self.ep_group)),
+            (prepend + 1 + self.tp_axis, get_pg_rank(self.tp_group), get_pg_size(self.tp_group)),
+        ]
+
+    def _extra_state_objects(self, prefix: str, sharded_offsets: tuple, metadata: dict) -> ShardedStateDict:
+        """TE's ``{prefix}_extra_state{i or ''}`` ShardedObjects, one per local expert on the global-expert axis."""
         num_global_experts = get_pg_size(self.ep_group) * self.num_local_experts
         first_global_expert = get_pg_rank(self.ep_group) * self.num_local_experts
-        ep_axis = len(sharded_offsets)
-        sharded: ShardedStateDict = {}
+        objects: ShardedStateDict = {}
         for i in range(self.num_local_experts):
-            global_expert = first_global_expert + i
-            if singleton_local_shards:
-                expert_prefix, expert_offsets = f"{global_expert}.{prefix}", sharded_offsets
-            else:
-                expert_prefix = prefix
-                expert_offsets = (*sharded_offsets, (ep_axis, global_expert, num_global_experts))
-            local = {f"{i}.weight": self.weight[i], f"{i}._extra_state": self.get_extra_state()}
+            expert_offsets = (*sharded_offsets, (len(sharded_offsets), first_global_expert + i, num_global_experts))
             sub = make_sharded_tensors_for_checkpoint(
-                local,
-                "",
-                {f"{i}.weight": self.tp_axis},
-                expert_offsets,
-                tp_group=self.tp_group,
-                dp_cp_group=metadata["dp_cp_group"],
+                {f"{i}._extra_state": self.get_extra_state()}, "", {}, expert_offsets,
+                tp_group=self.tp_group, dp_cp_group=metadata["dp_cp_group"],
             )
-            replace_prefix_for_sharding(sub, f"{i}.", expert_prefix)
-            sharded[f"{prefix}weight{i}"] = sub[f"{i}.weight"]
-            sharded[f"{prefix}_extra_state{'' if i == 0 else i}"] = sub[f"{i}._extra_state"]
-        for entry in sharded.values():
-            if getattr(entry, "is_data_parallel_fully_shard", False):
-                dp_replica = 0
-            elif isinstance(entry, ShardedObject):
-                dp_replica = get_pg_rank(self.expt_dp_object_group)
-            else:
-                dp_replica = get_pg_rank(self.expt_dp_group)
-            entry.replica_id = (*entry.replica_id[:2], dp_replica)
-        return sharded
+            replace_prefix_for_sharding(sub, f"{i}.", prefix)
+            entry = sub[f"{i}._extra_state"]
+            entry.replica_id = (*entry.replica_id[:2], get_pg_rank(self.expt_dp_object_group))
+            objects[f"{prefix}_extra_state{'' if i == 0 else i}"] = entry
+        return objects
+
+
+def stacked_swiglu_factory(
+    weight: ShardedTensor, rank_offsets: list[tuple[int, int, int]], prepend_axis_num: int
+) -> ShardedTensorFactory:
+    """A stacked gated fc1 ``[experts, 2 x ffn, hidden]`` (``rank_offsets`` from ``weight_rank_offsets``, the last
+    being the output-feature TP axis) saved as its two halves, each split over expert TP.
+
+    The same global layout as megatron-core's SwiGLU factory gives one expert's ``[2 x ffn, hidden]`` weight: all TP
+    ranks' first halves, then all second halves, so a checkpoint reshards to another expert-TP size. Flattened
+    (distributed-optimizer ``fully_reshardable``) shards are refused rather than written wrongly.
+    """
+    *other_axes, (out_axis, tp_rank, tp_size) = rank_offsets
+    if out_axis != prepend_axis_num + 1:
+        raise ValueError(f"the gated fc1 must be split over TP on its output features (axis {prepend_axis_num + 1}), "
+                         f"got axis {out_axis}")
+
+    def build(key: str, data: torch.Tensor, replica_id: Any, flattened_range: slice | None) -> list[ShardedTensor]:
+        if flattened_range is not None:
+            raise ValueError("the torch backend's stacked experts do not support flattened optimizer shards; "
+                             "use the distributed optimizer's dp_reshardable checkpoints (megatron's default)")
+        return [
+            ShardedTensor.from_rank_offsets(key, half, *other_axes, (out_axis, tp_rank + part * tp_size, 2 * tp_size),
+                                            replica_id=replica_id, prepend_axis_num=prepend_axis_num)
+            for part, half in enumerate(torch.chunk(data, 2, dim=1))
+        ]
+
+    def merge(halves: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(halves, dim=1)
+
+    return ShardedTensorFactory(weight.key, weight.data, build, merge, weight.replica_id)
 
 
 def _split_stacked_weight(
@@ -180,10 +217,13 @@ def _split_stacked_weight(
 def _stack_expert_weights(
     module: StackedGroupedLinear, state_dict: dict[str, Any], prefix: str, *args: Any
 ) -> None:
-    """Load pre-hook: stack TE-style ``{prefix}weight{i}`` entries back into the one ``{prefix}weight``."""
+    """Load pre-hook: stack TE-style ``{prefix}weight{i}`` entries back into the one ``{prefix}weight``, and drop TE's
+    per-expert ``_extra_state{i}`` (i >= 1) that a distributed checkpoint carries (extra state is ignored here)."""
     names = [f"{prefix}weight{i}" for i in range(module.num_local_experts)]
     if all(name in state_dict for name in names):
         state_dict[f"{prefix}weight"] = torch.stack([state_dict.pop(name) for name in names])
+    for i in range(1, module.num_local_experts):
+        state_dict.pop(f"{prefix}_extra_state{i}", None)
 
 
 class ColumnParallelStackedGroupedLinear(StackedGroupedLinear):
@@ -293,33 +333,17 @@ class TorchGroupedMLP(MegatronModule):
     def sharded_state_dict(
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
     ) -> ShardedStateDict:
-        """TEGroupedMLP's sharded layout: keys ``{prefix}linear_fc{1,2}.weight{i}``, checkpoint names under
-        ``{prefix}experts.linear_fc{1,2}.``, gated fc1 weights split into their two halves for TP resharding."""
+        """TEGroupedMLP's checkpoint layout: tensors under ``{prefix}experts.linear_fc{1,2}.weight`` (one stacked
+        tensor per projection, see :meth:`StackedGroupedLinear.sharded_state_dict`), gated fc1 split into its halves
+        for TP resharding."""
         metadata = ensure_metadata_has_dp_cp_group(metadata)
-        singleton_local_shards = metadata.get("singleton_local_shards", False)
-        num_global_experts = get_pg_size(self.ep_group) * self.num_local_experts
-        first_global_expert = get_pg_rank(self.ep_group) * self.num_local_experts
         sharded: ShardedStateDict = {}
         for name, module in self._modules.items():
-            sub = sharded_state_dict_default(module, f"{name}.", sharded_offsets, metadata, tp_group=self.tp_group)
+            sub = module.sharded_state_dict(f"{name}.", sharded_offsets, metadata)
             if name == "linear_fc1" and self.config.gated_linear_unit:
-                for i in range(self.num_local_experts):
-                    expert_offsets = (
-                        sharded_offsets
-                        if singleton_local_shards
-                        else (*sharded_offsets, (len(sharded_offsets), first_global_expert + i, num_global_experts))
-                    )
-                    key = f"{name}.weight{i}"
-                    sub[key] = apply_swiglu_sharded_factory(
-                        sub[key],
-                        expert_offsets,
-                        singleton_local_shards,
-                        tp_group=self.tp_group,
-                        dp_group=metadata["dp_cp_group"],
-                    )
-            if singleton_local_shards:
-                replace_prefix_for_sharding(sub, "", f"{prefix}experts.")
-            else:
-                replace_prefix_for_sharding(sub, f"{name}.", f"{prefix}experts.{name}.")
+                key = f"{name}.weight"
+                sub[key] = stacked_swiglu_factory(sub[key], module.weight_rank_offsets(sharded_offsets),
+                                                  len(sharded_offsets))
+            replace_prefix_for_sharding(sub, f"{name}.", f"{prefix}experts.{name}.")
             sharded.update({f"{prefix}{k}": v for k, v in sub.items()})
         return sharded
