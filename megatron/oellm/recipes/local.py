@@ -3,7 +3,7 @@
 The fitted-down run keeps the recipe's training settings and the row's overrides and swaps only what cannot fit:
 the card becomes ``<model>-proxy-<N>L`` (full width, the mixer pattern kept), optionally with fewer experts; the
 layout becomes TP1 PP1 with the largest expert-parallel size the GPUs allow; MBS 1 and mock data unless a data path
-is given. It is started with ``torchrun --standalone`` on the visible GPUs.
+is given (then every document trains: ``--split 100,0,0``). It is started with ``torchrun --standalone`` on the visible GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.recipes.config import Recipe, TableRow
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags
 from megatron.oellm.recipes.slurm import ENTRY_MODULE
+
+LOCAL_SPLIT = "100,0,0"
+"""Megatron ``--split`` of local runs on real data: all documents train (the recipes evaluate nothing)."""
 
 FLEX_ONLY_FLAGS = ("moe-flex-dispatcher-backend", "moe-hybridep-num-sms")
 """Flags that only the flex dispatcher reads; dropped when one GPU forces the all-to-all dispatcher."""
@@ -67,6 +70,10 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
     global_batch = gpus * local.global_batch_size_per_dp_rank
     fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})
     flags = assemble_flags(recipe, fitted, card, layout, global_batch, 1, local.train_iters, inputs or RunInputs())
+    if inputs is not None and inputs.data_path:
+        # Every document trains: a small local corpus leaves the default 969,30,1 test split without a document,
+        # and megatron-core 0.19.2 then never finishes building that split's indices (seen with 246 documents).
+        flags["split"] = LOCAL_SPLIT
     if layout.ep * layout.tp == 1 and flags.get("moe-token-dispatcher-type") == "flex":
         # megatron-core's flex dispatcher needs TP x EP > 1; one GPU runs the all-to-all dispatcher instead.
         flags["moe-token-dispatcher-type"] = "alltoall"
