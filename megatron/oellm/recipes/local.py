@@ -71,8 +71,9 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
     fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})
     flags = assemble_flags(recipe, fitted, card, layout, global_batch, 1, local.train_iters, inputs or RunInputs())
     if inputs is not None and inputs.data_path:
-        # Every document trains: a small local corpus leaves the default 969,30,1 test split without a document,
-        # and megatron-core 0.19.2 then never finishes building that split's indices (seen with 246 documents).
+        # Every document trains. With the default 969,30,1 a small corpus leaves the test split without a document;
+        # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until
+        # the run was killed.
         flags["split"] = LOCAL_SPLIT
     if layout.ep * layout.tp == 1 and flags.get("moe-token-dispatcher-type") == "flex":
         # megatron-core's flex dispatcher needs TP x EP > 1; one GPU runs the all-to-all dispatcher instead.
