@@ -120,3 +120,40 @@ def test_singleton_local_shards_are_refused(world_of_one):
     experts = build_experts(grouped=True, gated=True)
     with pytest.raises(ValueError, match="singleton"):
         experts.sharded_state_dict(prefix=PREFIX, metadata={"singleton_local_shards": True})
+
+
+def _compare_on_rank(rank: int, world: int, port: int, ep: int, etp: int, failures) -> None:
+    """One rank of ``world``: ours and SequentialMLP (same weights) write the same part of every global tensor."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        parallel_state.initialize_model_parallel(expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
+        torch.manual_seed(rank)
+        ours, reference = build_experts(grouped=True, gated=True), build_experts(grouped=False, gated=True)
+        with torch.no_grad():
+            for projection in ("linear_fc1", "linear_fc2"):
+                for i, expert in enumerate(reference.local_experts):
+                    getattr(expert, projection).weight.copy_(getattr(ours, projection).weight[i])
+        written = checkpoint_tensors(ours.sharded_state_dict(PREFIX))
+        expected = checkpoint_tensors(reference.sharded_state_dict(PREFIX))
+        for key, tensor in expected.items():
+            covered = ~tensor.isnan()
+            assert covered.sum() * world == tensor.numel(), key  # each rank writes its 1/world of the tensor
+            assert torch.equal(~written[key].isnan(), covered), key
+            torch.testing.assert_close(written[key][covered], tensor[covered], rtol=0, atol=0)
+    except AssertionError as error:
+        failures.put(f"rank {rank}: {error}")
+        raise
+    finally:
+        parallel_state.destroy_model_parallel()
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("ep,etp", [(2, 1), (1, 2)], ids=["EP2", "ETP2"])
+def test_sharded_layout_matches_sequential_experts_on_two_ranks(ep, etp):
+    import torch.multiprocessing as mp
+
+    failures = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_compare_on_rank, args=(2, free_port(), ep, etp, failures), nprocs=2, join=True,
+                       start_method="spawn")
+    assert failures.empty()
