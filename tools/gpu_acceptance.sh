@@ -63,6 +63,7 @@ loss_lines() {
 }
 
 stage_train() {
+  rm -rf "$WORK/runs"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
   python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 > "$OUT_DIR/corpus.log" 2>&1
   local data=(--output-dir "$WORK/runs" --data-path "$WORK/corpus/stdlib" --tokenizer-model byte)
   local qwen35=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "${data[@]}" --save-interval 30)
@@ -86,16 +87,17 @@ stage_train() {
 }
 
 stage_resume() {
-  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 > "$OUT_DIR/corpus.log" 2>&1
-  local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/resume"
+  rm -rf "$WORK/short"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
+  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 > "$OUT_DIR/short_corpus.log" 2>&1
+  local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/short"
     --data-path "$WORK/corpus/small" --tokenizer-model byte --save-interval 3)
-  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/resume_first.log" 2>&1
+  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/short_first.log" 2>&1
   echo "first run (save at 3 and 6): rc $?"
-  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/resume.log" 2>&1
-  echo "resumed run to 8: rc $?; loaded: $(grep -c 'successfully loaded checkpoint' "$OUT_DIR/resume.log")"
-  loss_lines "$OUT_DIR/resume_first.log"
-  grep -E " iteration +[0-9]+/" "$OUT_DIR/resume.log" | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
-  grep -E "Error|error:" "$OUT_DIR/resume.log" | tail -3
+  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/short_resume.log" 2>&1
+  echo "resumed run to 8: rc $?; loaded: $(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")"
+  grep -E " iteration +[0-9]+/" "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log" \
+    | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+  grep -E "Error|error:" "$OUT_DIR/short_resume.log" | tail -3
 }
 
 stage_bench() {

@@ -1,11 +1,18 @@
-"""Let the TE-free distributed optimizer build a checkpoint-load template (see ``patches/distrib-optimizer-step.md``).
+"""Resume the TE-free distributed optimizer with Adam's step intact (see ``patches/distrib-optimizer-step.md``).
 
-Without Apex or Transformer Engine, megatron-core 0.19.2's ``DistributedOptimizer.state_dict`` reads Adam's ``step``
-from the inner optimizer's per-parameter state and asserts that exactly one value is found. When a run resumes,
-``load_checkpoint`` asks for that state dict as the template of what to load before any step was taken: the state is
-empty, no value is found, and the resume stops on ``assert len(steps) == 1``. The patch gives every parameter a
-temporary ``step`` of 0 for that one call (the template's value is replaced by the checkpoint's) and removes it
-again, so the optimizer still initialises its state lazily on the first real step.
+Without Apex or Transformer Engine, megatron-core 0.19.2's ``DistributedOptimizer`` keeps Adam's ``step`` in torch's
+per-parameter state, and three places of its resume path mishandle it:
+
+1. ``state_dict`` asserts that the per-parameter states hold exactly one step value; the checkpoint-load template is
+   built before any step, with no state, so every TE-free resume stops on ``assert len(steps) == 1``;
+2. ``load_state_dict`` gives every parameter the same step tensor, which torch's Adam then increments once per
+   parameter and step;
+3. the parameter-state load (``_set_main_param_and_optimizer_states``) copies a ``step`` from the loaded buckets
+   over the one ``load_state_dict`` restored from the checkpoint's param groups (or fails when there is none).
+
+The patch wraps those three methods: the template gets a temporary step of 0 per parameter (removed afterwards, so
+the optimizer still initialises lazily), each parameter gets its own copy of the restored step, and the
+parameter-state load leaves ``step`` alone. The step restored is the checkpoint's param-group step.
 """
 
 from __future__ import annotations
@@ -17,25 +24,42 @@ import torch
 from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
 
 
-def apply() -> bool:
-    """Wrap ``DistributedOptimizer.state_dict`` on :data:`PATCHED_RELEASE` without Apex/TE; True if applied.
+def has_steps(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether any parameter state of ``optimizer`` holds a ``step`` (reading a defaultdict state adds empty ones)."""
+    return any("step" in state for state in optimizer.state.values())
 
-    Any other release, or an environment with Apex or TE (where upstream reads the step from the param groups),
-    keeps upstream's method. Idempotent.
+
+def apply() -> bool:
+    """Wrap the three methods on :data:`PATCHED_RELEASE` without Apex/TE; True if applied.
+
+    Any other release, or an environment with Apex or TE (where upstream keeps the step in the param groups), keeps
+    upstream's methods. Idempotent.
     """
     from megatron.core.optimizer import distrib_optimizer
 
     if megatron_core_release() != PATCHED_RELEASE or distrib_optimizer.HAVE_APEX_OR_TE:
         return False
-    original = distrib_optimizer.DistributedOptimizer.state_dict
-    if getattr(original, "oellm_patched", False):
+    cls = distrib_optimizer.DistributedOptimizer
+    if getattr(cls.state_dict, "oellm_patched", False):
         return True
+    cls.state_dict = _state_dict_with_template_step(cls.state_dict)
+    cls.load_state_dict = _load_state_dict_with_own_steps(cls.load_state_dict)
+    cls._set_main_param_and_optimizer_states = _param_state_load_keeping_step(cls._set_main_param_and_optimizer_states)
+    return True
 
+
+def _patched(wrapper):
+    """Mark ``wrapper`` as this package's patch (``apply`` checks the mark to stay idempotent)."""
+    wrapper.oellm_patched = True
+    return wrapper
+
+
+def _state_dict_with_template_step(original):
     @functools.wraps(original)
     def state_dict(self):
         """Upstream's state dict; before the first step with a temporary step-0 state (megatron.oellm patch)."""
         inner = self.optimizer
-        if len(inner.state) > 0:
+        if has_steps(inner):
             return original(self)
         params = [param for group in inner.param_groups for param in group["params"]]
         for param in params:
@@ -46,6 +70,25 @@ def apply() -> bool:
             for param in params:
                 inner.state.pop(param, None)
 
-    state_dict.oellm_patched = True
-    distrib_optimizer.DistributedOptimizer.state_dict = state_dict
-    return True
+    return _patched(state_dict)
+
+
+def _load_state_dict_with_own_steps(original):
+    @functools.wraps(original)
+    def load_state_dict(self, state_dict):
+        """Upstream's load; then every parameter's ``step`` is its own tensor (megatron.oellm patch)."""
+        original(self, state_dict)
+        for state in self.optimizer.state.values():
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"] = state["step"].clone()
+
+    return _patched(load_state_dict)
+
+
+def _param_state_load_keeping_step(original):
+    @functools.wraps(original)
+    def set_main_param_and_optimizer_states(self, model_param, tensors):
+        """Upstream's copy of the loaded parameter state, without ``step`` (megatron.oellm patch)."""
+        return original(self, model_param, {**tensors, "step": None})
+
+    return _patched(set_main_param_and_optimizer_states)

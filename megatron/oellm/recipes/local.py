@@ -70,6 +70,10 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
     global_batch = gpus * local.global_batch_size_per_dp_rank
     fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})
     flags = assemble_flags(recipe, fitted, card, layout, global_batch, 1, local.train_iters, inputs or RunInputs())
+    if inputs is not None and inputs.save_interval > 0:
+        # A second, longer local run resumes from the first one's checkpoint: the scheduler follows this command
+        # line (megatron otherwise refuses a decay length that differs from the checkpoint's).
+        flags["override-opt_param-scheduler"] = True
     if inputs is not None and inputs.data_path:
         # Every document trains. With the default 969,30,1 a small corpus leaves the test split without a document;
         # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until

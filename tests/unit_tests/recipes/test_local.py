@@ -85,6 +85,7 @@ def test_local_on_a_byte_corpus_saves_and_resumes_under_the_run_directory(monkey
     args = parse_megatron(command[7:])
     assert (args.tokenizer_type, args.vocab_size, args.data_path) == ("NullTokenizer", 257, ["/data/stdlib"])
     assert args.train_iters == 35 and args.save_interval == 30 and not args.mock_data and args.split == "100,0,0"
+    assert args.override_opt_param_scheduler
     assert args.save == args.load and args.save.startswith(str(tmp_path)) and args.save.endswith("local-checkpoints")
 
 

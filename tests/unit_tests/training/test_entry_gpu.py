@@ -57,7 +57,8 @@ def test_mock_then_corpus_then_resume(tmp_path):
     build_corpus(stdlib_sources(2_000_000), prefix)
     checkpoint = tmp_path / "checkpoint"
     corpus = ["--data-path", str(prefix), "--split", "100,0,0", *BYTE_TOKENIZER_FLAGS, "--save", str(checkpoint),
-              "--load", str(checkpoint), "--ckpt-format", "torch_dist", "--save-interval", "30"]
+              "--load", str(checkpoint), "--ckpt-format", "torch_dist", "--save-interval", "30",
+              "--override-opt_param-scheduler"]  # the resumed run is longer: its schedule follows its command line
     losses, lines = run_entry([*corpus, "--train-iters", "30"], tmp_path)
     assert_learns(losses, lines, 30)
     assert (checkpoint / "latest_checkpointed_iteration.txt").read_text().strip() == "30"

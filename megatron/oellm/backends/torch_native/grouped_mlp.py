@@ -182,7 +182,8 @@ def stacked_swiglu_factory(
 
     The same global layout as megatron-core's SwiGLU factory gives one expert's ``[2 x ffn, hidden]`` weight: all TP
     ranks' first halves, then all second halves, so a checkpoint reshards to another expert-TP size. Flattened
-    (distributed-optimizer ``fully_reshardable``) shards are refused rather than written wrongly.
+    shards (the distributed optimizer's deprecated ``fully_sharded_model_space`` format) are refused rather than
+    written wrongly.
     """
     *other_axes, (out_axis, tp_rank, tp_size) = rank_offsets
     if out_axis != prepend_axis_num + 1:
@@ -191,8 +192,9 @@ def stacked_swiglu_factory(
 
     def build(key: str, data: torch.Tensor, replica_id: Any, flattened_range: slice | None) -> list[ShardedTensor]:
         if flattened_range is not None:
-            raise ValueError("the torch backend's stacked experts do not support flattened optimizer shards; "
-                             "use the distributed optimizer's dp_reshardable checkpoints (megatron's default)")
+            raise ValueError("the torch backend's stacked experts do not support flattened optimizer shards "
+                             "(fully_sharded_model_space); use dp_reshardable (megatron's default) or "
+                             "--dist-ckpt-optim-fully-reshardable")
         return [
             ShardedTensor.from_rank_offsets(key, half, *other_axes, (out_axis, tp_rank + part * tp_size, 2 * tp_size),
                                             replica_id=replica_id, prepend_axis_num=prepend_axis_num)
