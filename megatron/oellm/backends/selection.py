@@ -2,6 +2,7 @@
 
 import importlib
 from functools import lru_cache
+from typing import Any
 
 from megatron.core.models.backends import BackendSpecProvider
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -114,4 +115,23 @@ def check_config_support(backend: str, config: TransformerConfig) -> None:
         fused_residual_rmsnorm=config.fused_residual_rmsnorm,
         moe_expert_bias=bool(config.num_moe_experts) and config.add_bias_linear,
         moe_glu_interleave=config.moe_mlp_glu_interleave_size is not None,
+    )
+
+
+def check_args_support(backend: str, args: Any) -> None:
+    """:func:`check_backend_support` with the features read from Megatron's parsed arguments.
+
+    The training entry calls it right after parsing, so a run the backend cannot do stops before Megatron
+    initialises (no process group, no GPU memory).
+    """
+    check_backend_support(
+        backend,
+        fp8=args.fp8 is not None,
+        fp4=args.fp4 is not None,
+        context_parallel_size=args.context_parallel_size,
+        normalization=args.normalization,
+        sliding_window=args.window_size is not None,
+        fused_residual_rmsnorm=bool(args.fused_residual_rmsnorm),
+        moe_expert_bias=bool(args.num_experts) and args.add_bias_linear,
+        moe_glu_interleave=args.moe_mlp_glu_interleave_size is not None,
     )

@@ -12,7 +12,14 @@ from megatron.oellm.cards import CardError
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe
-from megatron.oellm.recipes.local import fit_local, local_blocker, local_environment, torchrun_command, visible_gpus
+from megatron.oellm.recipes.local import (
+    fit_local,
+    local_backend_problem,
+    local_blocker,
+    local_environment,
+    torchrun_command,
+    visible_gpus,
+)
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row, select_rows
 from megatron.oellm.recipes.slurm import run_dir, sbatch_text, submit
 
@@ -129,7 +136,11 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
     gpus = visible_gpus()
     blocker = local_blocker(recipe, gpus)
     if not blocker:
-        command = torchrun_command(fit_local(recipe, recipe.row(number), gpus, inputs))
+        resolved = fit_local(recipe, recipe.row(number), gpus, inputs)
+        problem = local_backend_problem(resolved)
+        if problem:
+            raise RecipeError(f"--local row {number}: {problem}")
+        command = torchrun_command(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
         return subprocess.run(command, env=local_environment(recipe), check=False).returncode
     print(f"{blocker}; falling back to --dry-run.")

@@ -44,6 +44,21 @@ def local_blocker(recipe: Recipe, gpus: int) -> str:
     return ""
 
 
+def local_backend_problem(resolved: ResolvedRow) -> str:
+    """Why the backend the run would resolve to here cannot run the fitted flags ('' if it can), e.g. FP8 rows
+    where Transformer Engine is missing; checked before torchrun starts anything."""
+    from megatron.oellm.backends.selection import check_args_support
+    from megatron.oellm.megatron_args import megatron_parser
+    from megatron.oellm.training.args import add_oellm_arguments
+
+    args = megatron_parser(add_oellm_arguments).parse_args(resolved.argv)
+    try:
+        check_args_support(args.oellm_backend, args)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
 def local_card(recipe: Recipe, seq_length: int) -> ModelCard:
     """The proxy card of the local run: ``local.num_layers`` layers, ``local.num_experts`` experts if set."""
     card = get_card(f"{recipe.model}-proxy-{recipe.local.num_layers}L")

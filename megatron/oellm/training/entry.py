@@ -54,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
+    from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
     from megatron.oellm.training.data import train_valid_test_datasets
     from megatron.oellm.training.forward_step import forward_step
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dataset_helpers.apply()
     distrib_optimizer_step.apply()
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
+    check_args_support(args.oellm_backend, args)
     install_throughput_logging(*flops_and_peak(args))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*recommended to use a ModelConfig.*")

@@ -99,3 +99,15 @@ def test_config_support_reads_transformer_config() -> None:
         selection.check_config_support("torch", moe_with_bias)
     with pytest.raises(ValueError, match="context parallelism"):
         selection.check_config_support("torch", TransformerConfig(**base, context_parallel_size=2))
+
+
+def test_args_support_reads_megatron_arguments() -> None:
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    parser = megatron_parser()
+    selection.check_args_support("torch", parser.parse_args(card_argv))
+    with pytest.raises(ValueError, match="fp8 training.*context parallelism"):
+        selection.check_args_support(
+            "torch", parser.parse_args([*card_argv, "--fp8-format", "hybrid", "--context-parallel-size", "2"]))

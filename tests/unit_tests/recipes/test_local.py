@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import EXAMPLES
 
 from megatron.oellm.cli import main
@@ -92,3 +93,15 @@ def test_local_on_a_byte_corpus_saves_and_resumes_under_the_run_directory(monkey
 def test_train_iters_outside_local_is_refused(capsys):
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--train-iters", "5"]) == 2
     assert "--train-iters applies to --local runs only" in capsys.readouterr().err
+
+
+def test_local_fp8_row_without_transformer_engine_is_refused_before_torchrun(monkeypatch, capsys):
+    from megatron.oellm.backends.selection import transformer_engine_import_error
+
+    if transformer_engine_import_error() is None:
+        pytest.skip("Transformer Engine imports here: the FP8 row can run")
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    assert main(["recipe", str(EXAMPLES / "qwen3_235b_a22b_jupiter.toml"), "--local", "--row", "1"]) == 2
+    assert "fp8 training (needs Transformer Engine)" in capsys.readouterr().err and not calls

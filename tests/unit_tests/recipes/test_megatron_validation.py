@@ -47,3 +47,27 @@ def test_row_passes_megatron_validate_args(path, number, hopper, monkeypatch):
     validate_args(args)
     assert args.data_parallel_size * args.tensor_model_parallel_size * args.pipeline_model_parallel_size \
         * args.context_parallel_size == resolved.world_size
+
+
+LOCAL = [path for path in RECIPES if not load_recipe(path).model.startswith("oellm-ckda-hybrid")]
+
+
+@pytest.mark.parametrize("path", LOCAL, ids=[p.stem for p in LOCAL])
+def test_local_fit_on_a_byte_corpus_passes_megatron_validate_args(path, hopper, monkeypatch, tmp_path):
+    """What ``--local`` on one GPU hands the entry (real data, checkpoints), after the entry's own argv steps."""
+    from megatron.training.arguments import validate_args
+
+    from megatron.oellm.recipes.local import fit_local
+    from megatron.oellm.recipes.resolve import RunInputs
+    from megatron.oellm.training.args import with_backend_implementation, with_training_defaults
+
+    recipe = load_recipe(path)
+    inputs = RunInputs((str(tmp_path / "corpus"),), "byte", str(tmp_path / "checkpoints"), save_interval=3)
+    resolved = fit_local(recipe, recipe.row(1), 1, inputs)
+    argv = with_backend_implementation(with_training_defaults(resolved.argv))
+    args = megatron_parser(add_oellm_arguments).parse_args(argv)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    args.world_size, args.rank = 1, 0
+    validate_args(args)
+    assert (args.tokenizer_type, args.split, args.eval_interval) == ("NullTokenizer", "100,0,0", 1000)
+    assert args.override_opt_param_scheduler and args.save == args.load
