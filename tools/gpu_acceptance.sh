@@ -12,8 +12,10 @@
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
-# JIT-compiles on first use (minutes on a fresh machine), so the caches are read from .bundle/kernel-cache/ when
-# present and written to OUT_DIR as kernel-cache.tar.xz.part-*: copy those to .bundle/kernel-cache/ and carry it.
+# JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and saves
+# the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
+# configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
+# restored on the next call.
 set -o pipefail
 OUT_DIR=$(realpath -m "${1:?usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]}")
 STAGES=${2:?stages: tests, train, resume, bench (comma-separated)}
@@ -22,21 +24,20 @@ LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room f
 CACHE=/tmp/oellm-kernel-cache
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
 mkdir -p "$OUT_DIR" "$CACHE" "$WORK"
-if compgen -G ".bundle/kernel-cache/kernel-cache.tar.xz.part-*" > /dev/null; then
-  cat .bundle/kernel-cache/kernel-cache.tar.xz.part-* | tar -xJf - -C "$CACHE"
-fi
+[ -f .bundle/kernel-cache/kernel-cache.tar.xz ] && tar -xJf .bundle/kernel-cache/kernel-cache.tar.xz -C "$CACHE"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HUB_OFFLINE=1
 export TRITON_CACHE_DIR="$CACHE/triton" TRITON_CACHE_AUTOTUNING=1 TILELANG_CACHE_DIR="$CACHE/tilelang"
 # What comes back from a device call is at most 8 files of 16 MiB: the summary, every log in one archive, and the
-# kernel caches in 15 MiB parts (copied to .bundle/kernel-cache/ and carried, they are restored on the next call).
+# kernel-cache archive (TileLang + Triton autotuning choices; Triton's compiled kernels are hundreds of MB).
 pack_results() {
   (cd "$OUT_DIR" && tar -cJf /tmp/oellm-logs.tar.xz --exclude=summary.txt . \
     && find . -mindepth 1 -not -name summary.txt -delete && mv /tmp/oellm-logs.tar.xz logs.tar.xz)
   du -sh "$CACHE"/* >> "$OUT_DIR/summary.txt" 2>&1
-  tar -C "$CACHE" -cf - . | xz -1 | split -b 15M -a 1 - "$OUT_DIR/kernel-cache.tar.xz.part-"
-  if [ "$(find "$OUT_DIR" -name 'kernel-cache.tar.xz.part-*' | wc -l)" -gt 6 ]; then
-    rm -f "$OUT_DIR"/kernel-cache.tar.xz.part-*
-    echo "kernel caches over 90 MiB: not kept" >> "$OUT_DIR/summary.txt"
+  (cd "$CACHE" && { find tilelang -type f 2>/dev/null; find triton -name '*.autotune.json' 2>/dev/null; } \
+    | tar -cJf "$OUT_DIR/kernel-cache.tar.xz" -T -)
+  if [ "$(stat -c %s "$OUT_DIR/kernel-cache.tar.xz")" -gt $((15 * 1024 * 1024)) ]; then
+    rm -f "$OUT_DIR/kernel-cache.tar.xz"
+    echo "kernel-cache archive over 15 MiB: not kept" >> "$OUT_DIR/summary.txt"
   fi
 }
 trap pack_results EXIT
