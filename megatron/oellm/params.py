@@ -72,12 +72,26 @@ def swiglu_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
+MIXER_PARAMS = {"attention": attention_layer_params, "gdn": gdn_layer_params, "ckda": ckda_layer_params}
+"""Mixer type (``card.mixer_types``) -> parameters of one such mixer."""
+
+
+def layer_params(card: ModelCard, mixer: str) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of one decoder layer whose mixer is ``mixer``: the mixer, its two
+    norms, the router, the shared expert and its gate; the routed experts."""
+    dense = MIXER_PARAMS[mixer](card) + 2 * card.hidden_size + card.num_experts * card.hidden_size
+    if card.moe_shared_expert_intermediate_size:
+        dense += swiglu_params(card.hidden_size, card.moe_shared_expert_intermediate_size)
+    if card.moe_shared_expert_gate:
+        dense += card.hidden_size
+    return dense, card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size)
+
+
 def parameter_counts(card: ModelCard) -> ParameterCounts:
     """Total, active and per-component parameter counts of ``card``."""
-    mixer_params = {"attention": attention_layer_params, "gdn": gdn_layer_params, "ckda": ckda_layer_params}
     breakdown: dict[str, int] = {}
     for mixer in card.mixer_types:
-        breakdown[mixer] = breakdown.get(mixer, 0) + mixer_params[mixer](card)
+        breakdown[mixer] = breakdown.get(mixer, 0) + MIXER_PARAMS[mixer](card)
     layers = card.num_layers
     routed = layers * card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size)
     breakdown["routed_experts"] = routed

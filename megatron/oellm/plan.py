@@ -11,14 +11,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayout, parse_pipeline_layout, validate_layout
-from megatron.oellm.params import (
-    attention_layer_params,
-    ckda_layer_params,
-    format_count,
-    gdn_layer_params,
-    parameter_counts,
-    swiglu_params,
-)
+from megatron.oellm.params import format_count, layer_params, parameter_counts
 
 BYTES_PER_PARAM_WEIGHT = 2
 """bf16 weights."""
@@ -58,27 +51,12 @@ class Plan:
     ranks: tuple[RankPlan, ...]
 
 
-def _layer_params(card: ModelCard, layer: int) -> tuple[int, int]:
-    """(non-expert, routed-expert) parameters of decoder layer ``layer``."""
-    mixer = card.mixer_types[layer]
-    mixer_params = {"attention": attention_layer_params, "gdn": gdn_layer_params, "ckda": ckda_layer_params}[mixer]
-    dense = mixer_params(card) + 2 * card.hidden_size + card.num_experts * card.hidden_size
-    if card.moe_shared_expert_intermediate_size:
-        dense += swiglu_params(card.hidden_size, card.moe_shared_expert_intermediate_size)
-    if card.moe_shared_expert_gate:
-        dense += card.hidden_size
-    experts = card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size)
-    return dense, experts
-
-
 def _stage_layers(card: ModelCard, layout: ParallelLayout) -> list[tuple[list[int], bool, bool]]:
     """Per virtual stage (layout order): decoder-layer indices, has embedding, has output layer."""
+    counts = layout.decoder_layers_per_stage(card.num_layers)
     if layout.pipeline_layout is not None:
-        stages = parse_pipeline_layout(layout.pipeline_layout)
-        counts = [s.count("decoder") for s in stages]
-        flags = [("embedding" in s, "loss" in s) for s in stages]
+        flags = [("embedding" in s, "loss" in s) for s in parse_pipeline_layout(layout.pipeline_layout)]
     else:
-        counts = layout.decoder_layers_per_stage(card.num_layers)
         flags = [(i == 0, i == len(counts) - 1) for i in range(len(counts))]
     out, start = [], 0
     for count, (embedding, loss) in zip(counts, flags, strict=True):
@@ -98,11 +76,12 @@ def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan
         entry[0] += layers
         entry[1] |= embedding
         entry[2] |= loss
+    per_layer = [layer_params(card, mixer) for mixer in card.mixer_types]
+    vocab_params = card.vocab_size * card.hidden_size
     ranks = []
     for rank, (layers, embedding, loss) in per_rank.items():
-        dense = sum(_layer_params(card, i)[0] for i in layers)
-        experts = sum(_layer_params(card, i)[1] for i in layers)
-        vocab_params = card.vocab_size * card.hidden_size
+        dense = sum(per_layer[i][0] for i in layers)
+        experts = sum(per_layer[i][1] for i in layers)
         dense += vocab_params * embedding
         if loss:
             dense += card.hidden_size + (vocab_params if card.untie_embeddings or not embedding else 0)
