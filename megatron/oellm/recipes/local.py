@@ -48,10 +48,9 @@ def local_backend_problem(resolved: ResolvedRow) -> str:
     """Why the backend the run would resolve to here cannot run the fitted flags ('' if it can), e.g. FP8 rows
     where Transformer Engine is missing; checked before torchrun starts anything."""
     from megatron.oellm.backends.selection import check_args_support
-    from megatron.oellm.megatron_args import megatron_parser
-    from megatron.oellm.training.args import add_oellm_arguments
+    from megatron.oellm.training.args import parse_oellm_argv
 
-    args = megatron_parser(add_oellm_arguments).parse_args(resolved.argv)
+    args = parse_oellm_argv(resolved.argv)
     try:
         check_args_support(args.oellm_backend, args)
     except ValueError as error:

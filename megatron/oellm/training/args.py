@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from megatron.oellm.backends.selection import BACKEND_CHOICES, resolve_backend
 from megatron.oellm.cards import ModelCard, get_card
@@ -75,6 +76,18 @@ class MergedArgv:
     """Flags added to the argv (name without ``--`` -> value)."""
 
 
+@lru_cache(maxsize=1)
+def oellm_parser() -> argparse.ArgumentParser:
+    """Megatron's parser plus the OEL arguments, built once per process (``parse_args`` leaves a parser as it is)."""
+    return megatron_parser(add_oellm_arguments)
+
+
+def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed by :func:`oellm_parser` (no validation): what the training entry's Megatron will read."""
+    return oellm_parser().parse_args(list(argv))
+
+
+@lru_cache(maxsize=1)
 def _sentinel_parser() -> argparse.ArgumentParser:
     """Megatron's parser (plus the OEL arguments) with every default replaced by a sentinel."""
     parser = megatron_parser(add_oellm_arguments)
@@ -107,8 +120,7 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
     Returns None when ``argv`` names no model. Raises :class:`CardFlagConflict` when a flag the user passed has
     another value than the card's, and :class:`megatron.oellm.cards.CardError` for an unknown model name.
     """
-    parser = megatron_parser(add_oellm_arguments)
-    user = parser.parse_args(list(argv))
+    user = parse_oellm_argv(argv)
     if user.oellm_model is None:
         return None
     card = get_card(user.oellm_model)
@@ -116,7 +128,7 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
     if "vocab_size" in explicit:
         card = card.with_vocab(user.vocab_size)
     flags = model_flags(card)
-    card_values = vars(parser.parse_args(flags_to_argv(flags)))
+    card_values = vars(parse_oellm_argv(flags_to_argv(flags)))
     sentinel = _sentinel_parser()
     filled: dict[str, FlagValue] = {}
     for name, value in flags.items():
@@ -152,7 +164,7 @@ def with_backend_implementation(argv: Sequence[str]) -> list[str]:
     ``auto`` where TE does not import) does not use: it gets ``--transformer-impl local`` when the flag is not given,
     and a :class:`BackendFlagConflict` when the user asked for ``transformer_engine``.
     """
-    parsed = megatron_parser(add_oellm_arguments).parse_args(list(argv))
+    parsed = parse_oellm_argv(argv)
     if resolve_backend(parsed.oellm_backend) != "torch":
         return list(argv)
     if "transformer_impl" not in explicit_destinations(argv):
