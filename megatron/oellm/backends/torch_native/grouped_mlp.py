@@ -21,7 +21,7 @@ from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.utils import (
     ensure_metadata_has_dp_cp_group,
-    make_sharded_tensors_for_checkpoint,
+    make_sharded_object_for_checkpoint,
 )
 from megatron.core.utils import divide, get_pg_rank, get_pg_size
 
@@ -145,7 +145,7 @@ class StackedGroupedLinear(torch.nn.Module):
             replica_id=(0, 0, get_pg_rank(self.expt_dp_group)),
             prepend_axis_num=len(sharded_offsets),
         )
-        return {f"{prefix}weight": weight, **self._extra_state_objects(prefix, sharded_offsets, metadata)}
+        return {f"{prefix}weight": weight, **self._extra_state_objects(prefix, sharded_offsets)}
 
     def weight_rank_offsets(self, sharded_offsets: tuple) -> list[tuple[int, int, int]]:
         """``(axis, rank offset, fragments)`` of the stacked weight: the given axes, experts over EP, features over TP."""
@@ -156,22 +156,19 @@ class StackedGroupedLinear(torch.nn.Module):
             (prepend + 1 + self.tp_axis, get_pg_rank(self.tp_group), get_pg_size(self.tp_group)),
         ]
 
-    def _extra_state_objects(self, prefix: str, sharded_offsets: tuple, metadata: dict) -> ShardedStateDict:
+    def _extra_state_objects(self, prefix: str, sharded_offsets: tuple) -> ShardedStateDict:
         """TE's ``{prefix}_extra_state{i or ''}`` ShardedObjects, one per local expert on the global-expert axis."""
         num_global_experts = get_pg_size(self.ep_group) * self.num_local_experts
         first_global_expert = get_pg_rank(self.ep_group) * self.num_local_experts
-        objects: ShardedStateDict = {}
-        for i in range(self.num_local_experts):
-            expert_offsets = (*sharded_offsets, (len(sharded_offsets), first_global_expert + i, num_global_experts))
-            sub = make_sharded_tensors_for_checkpoint(
-                {f"{i}._extra_state": self.get_extra_state()}, "", {}, expert_offsets,
-                tp_group=self.tp_group, dp_cp_group=metadata["dp_cp_group"],
+        replica_id = (0, get_pg_rank(self.tp_group), get_pg_rank(self.expt_dp_object_group))
+        return {
+            f"{prefix}_extra_state{'' if i == 0 else i}": make_sharded_object_for_checkpoint(
+                self.get_extra_state(), f"{prefix}_extra_state",
+                (*sharded_offsets, (len(sharded_offsets), first_global_expert + i, num_global_experts)),
+                replica_id=replica_id,
             )
-            replace_prefix_for_sharding(sub, f"{i}.", prefix)
-            entry = sub[f"{i}._extra_state"]
-            entry.replica_id = (*entry.replica_id[:2], get_pg_rank(self.expt_dp_object_group))
-            objects[f"{prefix}_extra_state{'' if i == 0 else i}"] = entry
-        return objects
+            for i in range(self.num_local_experts)
+        }
 
 
 def stacked_swiglu_factory(
@@ -265,9 +262,8 @@ class TorchGroupedMLP(MegatronModule):
             raise ValueError("the torch-native grouped experts do not support moe_mlp_glu_interleave_size; unset it")
         if config.moe_latent_size is not None:
             raise ValueError("the torch-native grouped experts do not support moe_latent_size; unset it")
-        self.num_local_experts = num_local_experts
-        self.ep_group = pg_collection.ep if pg_collection is not None else None
-        self.tp_group = pg_collection.expt_tp if pg_collection is not None else None
+        if config.moe_apply_probs_on_input and config.moe_router_topk != 1:
+            raise ValueError("moe_apply_probs_on_input only works with moe_router_topk=1")
         ffn_hidden_size = config.moe_ffn_hidden_size
         common = dict(
             config=config,
@@ -320,8 +316,6 @@ class TorchGroupedMLP(MegatronModule):
         offsets = offsets.to(torch.int32)
         probs = permuted_probs.unsqueeze(-1)
         if self.config.moe_apply_probs_on_input:
-            if self.config.moe_router_topk != 1:
-                raise ValueError("moe_apply_probs_on_input only works with moe_router_topk=1")
             hidden = (probs * hidden).to(hidden.dtype)
             probs = None
         intermediate = self.activation(self.linear_fc1(hidden, offsets))
