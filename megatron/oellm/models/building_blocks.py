@@ -99,6 +99,19 @@ SPEC_RUNTIME_DEFAULTS: dict[str, Any] = dict(
 arguments instead (:mod:`megatron.oellm.training.model_provider`)."""
 
 
+def check_family(card: ModelCard, family: str, linear_mixer: str) -> None:
+    """Raise ``ValueError`` unless ``card`` belongs to ``family`` with ``linear_mixer`` (``"none"``: attention only)."""
+    if card.family != family or card.linear_mixer != linear_mixer:
+        raise ValueError(f"{card.name} is not a {family} card with linear_mixer={linear_mixer!r} "
+                         f"(family={card.family!r}, linear_mixer={card.linear_mixer!r}); use the spec builder of "
+                         "its family")
+
+
+def config_with_runtime_defaults(card_kwargs: dict[str, Any], overrides: dict[str, Any]) -> TransformerConfig:
+    """``TransformerConfig`` of a family's card fields over :data:`SPEC_RUNTIME_DEFAULTS`; ``overrides`` win."""
+    return TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **card_kwargs, **overrides})
+
+
 def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: torch.dtype) -> dict[str, Any]:
     """TransformerConfig fields every family derives from the card and layout: shapes, norms, attention, MoE,
     parallel sizes, dtype. Runtime settings are not among them (see :data:`SPEC_RUNTIME_DEFAULTS`).

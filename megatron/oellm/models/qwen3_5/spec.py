@@ -23,10 +23,11 @@ from megatron.core.transformer.transformer_layer import (
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.building_blocks import (
-    SPEC_RUNTIME_DEFAULTS,
     attention_spec,
     check_backend,
+    check_family,
     common_config_kwargs,
+    config_with_runtime_defaults,
     language_model_kwargs,
     moe_builder,
     norm_and_input_linear,
@@ -51,9 +52,7 @@ class BackendHybridStack(HybridStack):
 
 def check_card(card: ModelCard) -> None:
     """Raise ``ValueError`` unless ``card`` is a Qwen3.5-style card (GDN linear mixer)."""
-    if card.family != FAMILY or card.linear_mixer != "gdn":
-        raise ValueError(f"{card.name} is not a {FAMILY} card with linear_mixer='gdn' (family={card.family!r}, "
-                         f"linear_mixer={card.linear_mixer!r}); use the spec builder of its family")
+    check_family(card, FAMILY, "gdn")
 
 
 def hybrid_layer_pattern(card: ModelCard, layout: ParallelLayout = SINGLE_GPU) -> str:
@@ -86,7 +85,7 @@ def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
     ``num_layers`` counts hybrid layers (two per decoder layer); the GDN shape goes into the ``linear_*`` fields.
     The pipeline layout lives in the hybrid pattern, so ``pipeline_model_parallel_layout`` stays unset.
     """
-    return TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **config_kwargs(card, layout, params_dtype), **overrides})
+    return config_with_runtime_defaults(config_kwargs(card, layout, params_dtype), overrides)
 
 
 def hybrid_stack_spec(card: ModelCard, backend: str | BackendSpecProvider = "auto") -> ModuleSpec:

@@ -18,10 +18,11 @@ from megatron.core.transformer.transformer_layer import TransformerLayer, Transf
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.building_blocks import (
-    SPEC_RUNTIME_DEFAULTS,
     attention_spec,
     check_backend,
+    check_family,
     common_config_kwargs,
+    config_with_runtime_defaults,
     language_model_kwargs,
     moe_builder,
     norm_and_input_linear,
@@ -34,9 +35,7 @@ FAMILY = "qwen3_moe"
 
 def check_card(card: ModelCard) -> None:
     """Raise ``ValueError`` unless ``card`` is a Qwen3 MoE-style card (attention only)."""
-    if card.family != FAMILY or card.linear_mixer != "none":
-        raise ValueError(f"{card.name} is not a {FAMILY} card without a linear mixer (family={card.family!r}, "
-                         f"linear_mixer={card.linear_mixer!r}); use the spec builder of its family")
+    check_family(card, FAMILY, "none")
 
 
 def config_kwargs(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
@@ -53,7 +52,7 @@ def config_kwargs(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
 def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
                        params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
     """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field."""
-    return TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **config_kwargs(card, layout, params_dtype), **overrides})
+    return config_with_runtime_defaults(config_kwargs(card, layout, params_dtype), overrides)
 
 
 def layer_spec(card: ModelCard, backend: str | BackendSpecProvider = "auto") -> ModuleSpec:
