@@ -8,15 +8,13 @@ from typing import Any
 
 import torch
 
+from megatron.oellm.bench import SIDES
 from megatron.oellm.bench.measure import Measurement, best, summary, sweep
 from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch
 from megatron.oellm.bench.timing import profile_step, time_steps
 from megatron.oellm.cards import get_card
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.peaks import peak_tflops
-
-SIDES = ("ours", "hf")
-"""Benchmark sides: ``ours`` (megatron-core, torch-native backend) and ``hf`` (transformers)."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +82,7 @@ def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token:
         batch = make_batch(vocab_size, mbs, config.seq_length)
         return time_steps(lambda: side.step(batch), config.warmup, config.steps)
 
-    results = sweep(side.name, config.mbs, config.seq_length, run, flops_per_token, peak, free=side.free)
-    side.free()
-    return results
+    return sweep(side.name, config.mbs, config.seq_length, run, flops_per_token, peak, free=side.free)
 
 
 def run_benchmark(config: BenchConfig) -> BenchReport:
@@ -105,8 +101,7 @@ def run_benchmark(config: BenchConfig) -> BenchReport:
         if config.profile_dir is not None and best_run is not None:
             batch = make_batch(card.vocab_size, best_run.mbs, config.seq_length)
             profiles[side.name] = profile_step(lambda s=side, b=batch: s.step(b), config.profile_dir, side.name)
-            side.free()
-        side.park()
+        side.park()  # frees the gradients, then moves the weights to the host
     return BenchReport(
         config={**asdict(config), "profile_dir": str(config.profile_dir) if config.profile_dir else None},
         device=torch.cuda.get_device_name(), flops_per_token=flops_per_token, peak_tflops=peak,

@@ -66,6 +66,8 @@ class Batch:
     """``[mbs, seq]`` float, 0 on the last position, so both sides average the same ``mbs * (seq - 1)`` terms."""
     position_ids: torch.Tensor
     """``[mbs, seq]`` positions 0 .. seq-1."""
+    loss_tokens: torch.Tensor
+    """``loss_mask.sum()``, computed once here rather than in every timed step."""
 
 
 def make_batch(vocab_size: int, mbs: int, seq_length: int, seed: int = 0) -> Batch:
@@ -76,7 +78,7 @@ def make_batch(vocab_size: int, mbs: int, seq_length: int, seed: int = 0) -> Bat
     loss_mask = torch.ones(mbs, seq_length, device="cuda")
     loss_mask[:, -1] = 0.0
     positions = torch.arange(seq_length, device="cuda").unsqueeze(0).expand(mbs, -1)
-    return Batch(tokens, next_tokens, loss_mask, positions)
+    return Batch(tokens, next_tokens, loss_mask, positions, loss_mask.sum())
 
 
 class Side(ABC):
@@ -164,7 +166,7 @@ class OursSide(Side):
         aux loss enters the backward through megatron's ``MoEAuxLossAutoScaler``."""
         self.model.zero_grad(set_to_none=True)
         per_token = self.model(batch.tokens, batch.position_ids, None, labels=batch.next_tokens)
-        loss = (per_token.float() * batch.loss_mask).sum() / batch.loss_mask.sum()
+        loss = (per_token.float() * batch.loss_mask).sum() / batch.loss_tokens
         loss.backward()
         return loss.detach()
 

@@ -8,13 +8,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from megatron.oellm.bench import SIDES
+
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
 
 HELP = "one-GPU training-step benchmark: ours (megatron-core, torch-native) vs transformers, MBS swept"
-
-SIDE_NAMES = ("ours", "hf")
-
 
 def int_list(text: str) -> tuple[int, ...]:
     """``"1,2,4"`` -> ``(1, 2, 4)``; an argparse type, so bad input is a usage error naming the value."""
@@ -30,9 +29,9 @@ def int_list(text: str) -> tuple[int, ...]:
 def side_list(text: str) -> tuple[str, ...]:
     """``"ours,hf"`` -> ``("ours", "hf")``, each checked against the known sides."""
     sides = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [s for s in sides if s not in SIDE_NAMES]
+    unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:
-        raise argparse.ArgumentTypeError(f"unknown side(s) {unknown or text!r}; choose from {','.join(SIDE_NAMES)}")
+        raise argparse.ArgumentTypeError(f"unknown side(s) {unknown or text!r}; choose from {','.join(SIDES)}")
     return tuple(dict.fromkeys(sides))
 
 
@@ -58,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batch sizes to sweep per side, until one runs out of memory (default 1,2,4,8)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps; the median is reported (default 10)")
-    parser.add_argument("--sides", type=side_list, default=SIDE_NAMES, help="ours,hf (default both)")
+    parser.add_argument("--sides", type=side_list, default=SIDES, help="ours,hf (default both)")
     parser.add_argument("--ours-config", type=config_override, action="append", default=[], metavar="KEY=VALUE",
                         help="TransformerConfig field for our side, on top of the benchmark's best settings "
                              "(repeatable), e.g. moe_token_dispatcher_type=allgather")

@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     seq_length = card.seq_length
     if args.json:
         count = training_flops_per_token(card, seq_length)
-        flops = {"gflops_per_token": count.total / 1e9,
-                 "breakdown": {k: v / 1e9 for k, v in count.breakdown.items()}}
+        flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
         print(json.dumps({"model": card.name, "world_size": plan.world_size, "layout": asdict(layout),
                           "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel,
                           "ranks": [asdict(r) for r in plan.ranks], "flops": flops}, indent=2))
