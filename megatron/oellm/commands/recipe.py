@@ -86,11 +86,10 @@ def describe_recipe(recipe: Recipe) -> str:
 def describe_row(number: int, resolved: ResolvedRow) -> str:
     """The row's validated layout, how the batch splits, and the plan (what each GPU holds, FLOPs per token)."""
     layout, row = resolved.layout, resolved.row
-    data_parallel = resolved.world_size // (layout.tp * layout.pp * layout.cp)
-    micro_batches = row.global_batch_size // (row.micro_batch_size * data_parallel)
     plan = build_plan(resolved.card, layout, resolved.world_size)
+    micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
     return (f"-- row {number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
-            f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {data_parallel}, {micro_batches} micro-batches "
+            f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
             f"per step\n{format_plan(plan, resolved.card.seq_length)}")
 
 

@@ -16,7 +16,7 @@ import sys
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.recipes.config import Recipe, TableRow
-from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags
+from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card
 from megatron.oellm.recipes.slurm import ENTRY_MODULE
 
 LOCAL_SPLIT = "100,0,0"
@@ -60,10 +60,7 @@ def local_backend_problem(resolved: ResolvedRow) -> str:
 
 def local_card(recipe: Recipe, seq_length: int) -> ModelCard:
     """The proxy card of the local run: ``local.num_layers`` layers, ``local.num_experts`` experts if set."""
-    card = get_card(f"{recipe.model}-proxy-{recipe.local.num_layers}L")
-    if recipe.vocab_size:
-        card = card.with_vocab(recipe.vocab_size)
-    card = dataclasses.replace(card, seq_length=seq_length)
+    card = recipe_card(recipe, f"{recipe.model}-proxy-{recipe.local.num_layers}L", seq_length)
     if recipe.local.num_experts:
         experts = recipe.local.num_experts
         card = dataclasses.replace(card, num_experts=experts, moe_router_topk=min(card.moe_router_topk, experts))
@@ -83,7 +80,7 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
     validate_layout(card, layout, world_size=gpus)
     global_batch = gpus * local.global_batch_size_per_dp_rank
     fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})
-    flags = assemble_flags(recipe, fitted, card, layout, global_batch, 1, local.train_iters, inputs or RunInputs())
+    flags = assemble_flags(recipe, fitted, card, layout, local.train_iters, inputs or RunInputs())
     if inputs is not None and inputs.save_interval > 0:
         # A second, longer local run resumes from the first one's checkpoint: the scheduler follows this command
         # line (megatron otherwise refuses a decay length that differs from the checkpoint's).

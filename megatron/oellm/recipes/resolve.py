@@ -54,12 +54,17 @@ class ResolvedRow:
         return flags_to_argv(self.flags)
 
 
-def row_card(recipe: Recipe, row: TableRow) -> ModelCard:
-    """The recipe's card with its vocabulary override and the row's sequence length."""
-    card = get_card(recipe.model)
+def recipe_card(recipe: Recipe, name: str, seq_length: int) -> ModelCard:
+    """Card ``name`` with the recipe's vocabulary override and ``seq_length``."""
+    card = get_card(name)
     if recipe.vocab_size:
         card = card.with_vocab(recipe.vocab_size)
-    return dataclasses.replace(card, seq_length=row.seq_length or recipe.seq_length)
+    return dataclasses.replace(card, seq_length=seq_length)
+
+
+def row_card(recipe: Recipe, row: TableRow) -> ModelCard:
+    """The recipe's card with its vocabulary override and the row's sequence length."""
+    return recipe_card(recipe, recipe.model, row.seq_length or recipe.seq_length)
 
 
 def row_layout(recipe: Recipe, row: TableRow) -> ParallelLayout:
@@ -137,19 +142,18 @@ def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) 
     world_size = row.nodes * recipe.cluster.gpus_per_node
     validate_layout(card, layout, world_size=world_size)
     check_batch(layout, world_size, row.global_batch_size, row.micro_batch_size)
-    flags = assemble_flags(recipe, row, card, layout, row.global_batch_size, row.micro_batch_size,
-                           row.train_iters or recipe.train_iters, inputs)
+    flags = assemble_flags(recipe, row, card, layout, row.train_iters or recipe.train_iters, inputs)
     check_connections(layout, recipe.cluster.env, flags)
     return ResolvedRow(row, card, layout, world_size, flags)
 
 
-def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, global_batch: int,
-                   micro_batch: int, train_iters: int, inputs: RunInputs) -> dict[str, FlagValue]:
+def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, train_iters: int,
+                   inputs: RunInputs) -> dict[str, FlagValue]:
     """Model, layout, batch, data, recipe and row flags in that order (a later group overrides an earlier one)."""
     flags = model_flags(card, vocab_size=card.vocab_size)
     flags.update(parallel_flags(card, layout))
-    flags.update({"seq-length": card.seq_length, "micro-batch-size": micro_batch,
-                  "global-batch-size": global_batch, "train-iters": train_iters})
+    flags.update({"seq-length": card.seq_length, "micro-batch-size": row.micro_batch_size,
+                  "global-batch-size": row.global_batch_size, "train-iters": train_iters})
     flags.update(data_flags(inputs))
     flags.update(recipe.megatron_flags)
     flags.update(row.flags)
