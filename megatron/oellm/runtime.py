@@ -8,19 +8,12 @@ and the GPU tests bring it up here; training runs get it from ``megatron.trainin
 from __future__ import annotations
 
 import os
-import socket
 
 import torch
+from torch.distributed.elastic.utils.distributed import get_free_port as free_port
 
 DEFAULT_SEED = 1234
 """Seed of torch and megatron-core's model-parallel RNG tracker at initialisation."""
-
-
-def free_port() -> int:
-    """A TCP port on localhost that is free right now (for a process-group rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def reseed(seed: int = DEFAULT_SEED) -> None:
