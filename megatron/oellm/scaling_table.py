@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
-from megatron.oellm.flops import pad_vocab, training_flops_per_token
-from megatron.oellm.peaks import GPU_PEAKS
+from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
+from megatron.oellm.peaks import GPU_PEAKS, mfu
 from megatron.oellm.run_log import RunLog
 
 DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
@@ -176,14 +176,14 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     tflops_logged = window.summarise(logged) if logged else None
     tflops = None
     if card is not None and isinstance(args.get("vocab_size"), int):
-        divisor = int(args.get("make_vocab_size_divisible_by") or 128) * int(args.get("tensor_model_parallel_size") or 1)
+        divisor = int(args.get("make_vocab_size_divisible_by") or MEGATRON_VOCAB_DIVISOR) * int(args.get("tensor_model_parallel_size") or 1)
         tflops = flops_per_token(card, seq_length, pad_vocab(args["vocab_size"], divisor)) * tokens / 1e12
     achieved = tflops if tflops is not None else tflops_logged
     return ScalingRow(
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
-        mfu=None if achieved is None else achieved / peak_tflops)
+        mfu=None if achieved is None else mfu(achieved, peak_tflops))
 
 
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,

@@ -20,7 +20,7 @@ import inspect
 import re
 from dataclasses import dataclass
 
-from megatron.oellm.peaks import GPU_PEAKS, Precision
+from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu
 
 LINE_PREFIX = "[oellm]"
 """Start of every throughput line."""
@@ -71,7 +71,7 @@ def measure(iteration: int, tokens: int, elapsed_s: float, num_gpus: int, flops_
         raise ValueError(f"elapsed time and GPU count must be positive, got {elapsed_s} s on {num_gpus} GPUs")
     tokens_per_s_per_gpu = tokens / elapsed_s / num_gpus
     tflops = tokens_per_s_per_gpu * flops_per_token / 1e12
-    return Throughput(iteration, tokens_per_s_per_gpu, tflops, None if peak_tflops is None else tflops / peak_tflops)
+    return Throughput(iteration, tokens_per_s_per_gpu, tflops, None if peak_tflops is None else mfu(tflops, peak_tflops))
 
 
 def device_peak_tflops(device_name: str, precision: Precision = "bf16") -> float | None:
