@@ -151,6 +151,11 @@ def pipeline_layout_from_hybrid_pattern(pattern: str, symbols_per_layer: int = 2
             raise ParallelLayoutError(f"hybrid pattern stage {segment!r} is not whole decoder layers of "
                                       f"{symbols_per_layer} symbols (mixer, then E)")
         counts.append(len(segment) // symbols_per_layer)
+    return layout_from_counts(counts)
+
+
+def layout_from_counts(counts: list[int]) -> str:
+    """A layout string with ``counts[i]`` decoder layers in stage ``i``, the embedding first and the loss last."""
     stages = [f"t*{n}" if n else "" for n in counts]
     stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
     return "|".join(stages)
@@ -267,11 +272,7 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
 def _suggest_layout(num_layers: int, num_stages: int) -> str:
     """A layout string spreading ``num_layers`` over ``num_stages`` stages as evenly as possible."""
     base, extra = divmod(num_layers, num_stages)
-    counts = [base + (1 if i < extra else 0) for i in range(num_stages)]
-    stages = [f"t*{n}" if n else "" for n in counts]
-    stages[0] = "E" + stages[0]
-    stages[-1] += "L"
-    return "|".join(stages)
+    return layout_from_counts([base + (1 if i < extra else 0) for i in range(num_stages)])
 
 
 def _validate_world_size(layout: ParallelLayout, world_size: int) -> None:
