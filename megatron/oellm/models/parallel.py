@@ -157,7 +157,8 @@ def pipeline_layout_from_hybrid_pattern(pattern: str, symbols_per_layer: int = 2
 def layout_from_counts(counts: list[int]) -> str:
     """A layout string with ``counts[i]`` decoder layers in stage ``i``, the embedding first and the loss last."""
     stages = [f"t*{n}" if n else "" for n in counts]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    stages[0] = "E" + stages[0]
+    stages[-1] += "L"
     return "|".join(stages)
 
 
