@@ -185,11 +185,13 @@ class CheckpointReader:
                                   "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
         self.directory = directory
         self.metadata = dcp.FileSystemReader(directory).read_metadata()
+        self._tensor_shapes = {key: (tuple(md.size), md.properties.dtype)
+                               for key, md in self.metadata.state_dict_metadata.items()
+                               if isinstance(md, TensorStorageMetadata)}
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """Checkpoint key -> (global shape, dtype) of every stored tensor."""
-        return {key: (tuple(md.size), md.properties.dtype) for key, md in self.metadata.state_dict_metadata.items()
-                if isinstance(md, TensorStorageMetadata)}
+        """Checkpoint key -> (global shape, dtype) of every stored tensor (from the metadata read at construction)."""
+        return self._tensor_shapes
 
     def common_state(self) -> dict:
         """The checkpoint's common (non-tensor) state: the ``common_state`` object, or a legacy ``common.pt``;
@@ -235,6 +237,7 @@ class CheckpointReader:
 
 
 def _assemble(rows: list[tuple[int, Tensor]]) -> Tensor:
-    """Concatenate row sections (start row, tensor) in row order."""
+    """Concatenate row sections (start row, tensor) in row order; one section stays a view of the read buffer
+    (the writer copies every tensor it keeps)."""
     ordered = [t for _, t in sorted(rows, key=lambda r: r[0])]
-    return ordered[0].clone() if len(ordered) == 1 else torch.cat(ordered)
+    return ordered[0] if len(ordered) == 1 else torch.cat(ordered)

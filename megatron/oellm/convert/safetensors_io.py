@@ -101,7 +101,7 @@ class ShardedSafetensorsWriter:
             if self._buffer and self._buffer_bytes + size > self.max_shard_bytes:
                 self._flush()
             # own, contiguous storage: safetensors refuses views sharing memory
-            self._buffer[name] = tensor.detach().contiguous().clone()
+            self._buffer[name] = tensor.detach().clone(memory_format=torch.contiguous_format)
             self._buffer_bytes += size
             self._total_bytes += size
 
