@@ -2,10 +2,8 @@
 
 from functools import partial
 
-from megatron.core.models.backends import BackendSpecProvider
-from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
-from megatron.core.transformer.mlp import MLPSubmodules, TEActivationFunctionBuilder
-from megatron.core.transformer.moe.experts import GroupedMLPSubmodules, SequentialMLP
+from megatron.core.models.backends import LocalSpecProvider
+from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
 from megatron.core.transformer.moe.moe_layer import ExpertsBuilder
 from megatron.core.transformer.torch_norm import LayerNormBuilder
 
@@ -19,21 +17,14 @@ from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParall
 from megatron.oellm.backends.torch_native.norms import RMSNorm
 
 
-class TorchNativeSpecProvider(BackendSpecProvider):
+class TorchNativeSpecProvider(LocalSpecProvider):
     """Spec submodules built from torch and megatron-core alone, with Transformer Engine's state-dict names.
 
-    Parallel linears are megatron-core's (tensor and sequence parallelism included); the fused input-norm slots
+    megatron-core's local provider gives the parallel linears (tensor and sequence parallelism included), the
+    activation slot and the experts without grouped GEMM (SequentialMLP); the fused input-norm slots
     get :class:`RMSNormColumnParallelLinear`, core attention :class:`SDPACoreAttention`, grouped experts
     :class:`TorchGroupedMLP`, norms :class:`RMSNorm`. A checkpoint written with either backend loads in the other.
     """
-
-    def column_parallel_linear(self) -> type:
-        """megatron-core's ColumnParallelLinear (same ``weight``/``bias``/``_extra_state`` keys as TE's)."""
-        return ColumnParallelLinear
-
-    def row_parallel_linear(self) -> type:
-        """megatron-core's RowParallelLinear."""
-        return RowParallelLinear
 
     def fuse_layernorm_and_linear(self) -> bool:
         """True: input norms fold into the following linear (``layer_norm_weight``), as with TE."""
@@ -57,19 +48,12 @@ class TorchNativeSpecProvider(BackendSpecProvider):
 
     def grouped_mlp_modules(self, moe_use_grouped_gemm: bool) -> ExpertsBuilder:
         """Grouped-GEMM experts on ``torch._grouped_mm``, or megatron's SequentialMLP without grouped GEMM."""
-        if moe_use_grouped_gemm:
-            return partial(
-                TorchGroupedMLP,
-                submodules=GroupedMLPSubmodules(
-                    linear_fc1=ColumnParallelStackedGroupedLinear,
-                    linear_fc2=RowParallelStackedGroupedLinear,
-                ),
-            )
+        if not moe_use_grouped_gemm:
+            return super().grouped_mlp_modules(moe_use_grouped_gemm)
         return partial(
-            SequentialMLP,
-            submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear),
+            TorchGroupedMLP,
+            submodules=GroupedMLPSubmodules(
+                linear_fc1=ColumnParallelStackedGroupedLinear,
+                linear_fc2=RowParallelStackedGroupedLinear,
+            ),
         )
-
-    def activation_func(self) -> TEActivationFunctionBuilder | None:
-        """None: activations come from ``config.activation_func`` (no TE activation modules)."""
-        return None
