@@ -12,14 +12,13 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
+from backend_setup import build_experts as build_provider_experts
+from backend_setup import moe_config
 from megatron.core import parallel_state
 from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
 from megatron.core.dist_checkpointing.optimizer import get_param_id_to_sharded_param_map
 from megatron.core.process_groups_config import ProcessGroupCollection
-from megatron.core.transformer.transformer_config import TransformerConfig
 
-from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
 from megatron.oellm.runtime import free_port
 
 NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
@@ -41,13 +40,9 @@ def world_of_one():
 
 def build_experts(grouped: bool, gated: bool):
     """Experts as the torch-native provider builds them, fp32 on CPU, random weights."""
-    config = TransformerConfig(
-        num_layers=1, hidden_size=HIDDEN, num_attention_heads=4, num_moe_experts=NUM_EXPERTS,
-        moe_ffn_hidden_size=FFN, moe_grouped_gemm=grouped, gated_linear_unit=gated, activation_func=F.silu,
-        add_bias_linear=False, use_cpu_initialization=True,
-    )
-    builder = TorchNativeSpecProvider().grouped_mlp_modules(grouped)
-    experts = builder(NUM_EXPERTS, config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, moe_grouped_gemm=grouped, gated_linear_unit=gated,
+                        use_cpu_initialization=True)
+    experts = build_provider_experts(config, grouped, ProcessGroupCollection.use_mpu_process_groups())
     with torch.no_grad():
         for parameter in experts.parameters():
             parameter.normal_()

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 from backend_references import (
     attention_reference,
     grouped_mlp_reference,
@@ -10,11 +9,11 @@ from backend_references import (
     relative_error,
     rms_norm_reference,
 )
+from backend_setup import build_experts, moe_config
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norms import RMSNorm
 
@@ -25,28 +24,7 @@ FFN = 48
 
 def make_config(**overrides) -> TransformerConfig:
     """A small CPU-initialised config with a SwiGLU MoE."""
-    fields = dict(
-        num_layers=1,
-        hidden_size=HIDDEN,
-        num_attention_heads=4,
-        num_query_groups=2,
-        num_moe_experts=NUM_EXPERTS,
-        moe_ffn_hidden_size=FFN,
-        moe_grouped_gemm=True,
-        gated_linear_unit=True,
-        activation_func=F.silu,
-        add_bias_linear=False,
-        normalization="RMSNorm",
-        use_cpu_initialization=True,
-        attention_dropout=0.0,
-    )
-    fields.update(overrides)
-    return TransformerConfig(**fields)
-
-
-def build_experts(config: TransformerConfig):
-    """Grouped experts as the provider builds them for an MoE layer (no process groups: world of one)."""
-    return TorchNativeSpecProvider().grouped_mlp_modules(True)(NUM_EXPERTS, config, pg_collection=None)
+    return moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, use_cpu_initialization=True, **overrides)
 
 
 def test_grouped_mlp_state_dict_uses_te_names() -> None:

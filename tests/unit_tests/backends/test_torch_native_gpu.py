@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 from backend_references import (
     attention_reference,
     grouped_mlp_reference,
@@ -10,13 +9,14 @@ from backend_references import (
     relative_error,
     rms_norm_reference,
 )
+from backend_setup import build_experts as build_provider_experts
+from backend_setup import moe_config
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
 
-from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
 
@@ -32,31 +32,12 @@ FFN = 96
 
 def make_config(dtype: torch.dtype, **overrides) -> TransformerConfig:
     """Small GPU config: SwiGLU MoE, GQA attention, RMSNorm, no dropout, parameters in ``dtype``."""
-    fields = dict(
-        num_layers=1,
-        hidden_size=HIDDEN,
-        num_attention_heads=8,
-        num_query_groups=2,
-        num_moe_experts=NUM_EXPERTS,
-        moe_ffn_hidden_size=FFN,
-        moe_grouped_gemm=True,
-        gated_linear_unit=True,
-        activation_func=F.silu,
-        add_bias_linear=False,
-        normalization="RMSNorm",
-        attention_dropout=0.0,
-        hidden_dropout=0.0,
-        params_dtype=dtype,
-        bf16=dtype == torch.bfloat16,
-    )
-    fields.update(overrides)
-    return TransformerConfig(**fields)
+    return moe_config(HIDDEN, 8, NUM_EXPERTS, FFN, params_dtype=dtype, bf16=dtype == torch.bfloat16, **overrides)
 
 
 def build_experts(config: TransformerConfig, grouped: bool = True):
     """Experts as the provider builds them for an MoE layer, with megatron's process groups."""
-    builder = TorchNativeSpecProvider().grouped_mlp_modules(grouped)
-    return builder(NUM_EXPERTS, config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+    return build_provider_experts(config, grouped, ProcessGroupCollection.use_mpu_process_groups())
 
 
 COUNTS = [0, 37, 0, 91, 5, 0, 60, 2]  # three experts without tokens, ragged others
