@@ -38,6 +38,7 @@ from megatron.oellm.flops import (
 )
 from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
+from tests.unit_tests.hopper_validation import validate_as_hopper
 
 GPT_PATH_GDN = {"hybrid_layer_pattern": None, "num_layers": 40, "experimental_attention_variant": "gated_delta_net",
                 "linear_attention_freq": 4}
@@ -47,17 +48,12 @@ GPT_PATH_GDN = {"hybrid_layer_pattern": None, "num_layers": 40, "experimental_at
 def validated_megatron_args(card, seq_length, vocab_size, overrides, monkeypatch):
     """What Megatron's training entry holds after ``parse_args`` + ``validate_args`` + the tokenizer's padding."""
     from megatron.core.tokenizers.utils.build_tokenizer import vocab_size_with_padding
-    from megatron.training.arguments import validate_args
 
     flags = dict(model_flags(card, vocab_size=vocab_size))
     flags.update({name.replace("_", "-"): value for name, value in overrides.items()})
     argv = flags_to_argv(flags) + ["--seq-length", str(seq_length), "--micro-batch-size", "1",
                                    "--global-batch-size", "8", "--bf16"]
-    args = megatron_parser().parse_args(argv)
-    args.rank, args.world_size = 0, 1
-    # --moe-grouped-gemm makes validate_args ask the GPU's compute capability: answer as an H100 would.
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
-    validate_args(args)
+    args = validate_as_hopper(megatron_parser().parse_args(argv), monkeypatch)
     args.padded_vocab_size = vocab_size_with_padding(args.vocab_size, args, logging_enabled=False)
     return args
 

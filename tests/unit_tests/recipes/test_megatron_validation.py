@@ -9,42 +9,24 @@ clusters would (H100 / GH200: sm_90; the image's TE, recent enough for every ver
 from pathlib import Path
 
 import pytest
-import torch
 
-from megatron.oellm.megatron_args import megatron_parser
 from megatron.oellm.recipes.config import load_recipe
 from megatron.oellm.recipes.resolve import resolve_row
-from megatron.oellm.training.args import add_oellm_arguments
+from megatron.oellm.training.args import parse_oellm_argv
+from tests.unit_tests.hopper_validation import validate_as_hopper
 
 RECIPES = sorted(p for p in (Path(__file__).parents[3] / "examples/oellm").glob("*.toml")
                  if not p.name.startswith("_"))
 ROWS = [(path, number) for path in RECIPES for number in range(1, len(load_recipe(path).rows) + 1)]
 
 
-@pytest.fixture
-def hopper(monkeypatch):
-    """Answer Megatron's device questions as an H100 / GH200 (sm_90) node with the image's Transformer Engine."""
-    import megatron.training.arguments as arguments
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
-    monkeypatch.setattr(arguments, "get_device_arch_version", lambda: 9)
-    monkeypatch.setattr(arguments, "is_te_min_version", lambda *_args, **_kwargs: True)
-
-
 @pytest.mark.parametrize("path, number", ROWS, ids=[f"{p.stem}-row{n}" for p, n in ROWS])
-def test_row_passes_megatron_validate_args(path, number, hopper, monkeypatch):
-    from megatron.training.arguments import validate_args
-
+def test_row_passes_megatron_validate_args(path, number, monkeypatch):
     recipe = load_recipe(path)
     if recipe.model.startswith("oellm-ckda-hybrid"):
         pytest.skip("the CKDA layer symbol 'K' is not megatron-core's; the CKDA issue adds it")
     resolved = resolve_row(recipe, recipe.row(number))
-    args = megatron_parser(add_oellm_arguments).parse_args(resolved.argv)
-    for name, value in recipe.cluster.env.items():
-        monkeypatch.setenv(name, str(value))
-    monkeypatch.setenv("WORLD_SIZE", str(resolved.world_size))
-    args.world_size, args.rank = resolved.world_size, 0
-    validate_args(args)
+    args = validate_as_hopper(parse_oellm_argv(resolved.argv), monkeypatch, resolved.world_size, recipe.cluster.env)
     assert args.data_parallel_size * args.tensor_model_parallel_size * args.pipeline_model_parallel_size \
         * args.context_parallel_size == resolved.world_size
 
@@ -53,10 +35,8 @@ LOCAL = [path for path in RECIPES if not load_recipe(path).model.startswith("oel
 
 
 @pytest.mark.parametrize("path", LOCAL, ids=[p.stem for p in LOCAL])
-def test_local_fit_on_a_byte_corpus_passes_megatron_validate_args(path, hopper, monkeypatch, tmp_path):
+def test_local_fit_on_a_byte_corpus_passes_megatron_validate_args(path, monkeypatch, tmp_path):
     """What ``--local`` on one GPU hands the entry (real data, checkpoints), after the entry's own argv steps."""
-    from megatron.training.arguments import validate_args
-
     from megatron.oellm.recipes.local import fit_local
     from megatron.oellm.recipes.resolve import RunInputs
     from megatron.oellm.training.args import with_backend_implementation, with_training_defaults
@@ -65,9 +45,6 @@ def test_local_fit_on_a_byte_corpus_passes_megatron_validate_args(path, hopper, 
     inputs = RunInputs((str(tmp_path / "corpus"),), "byte", str(tmp_path / "checkpoints"), save_interval=3)
     resolved = fit_local(recipe, recipe.row(1), 1, inputs)
     argv = with_backend_implementation(with_training_defaults(resolved.argv))
-    args = megatron_parser(add_oellm_arguments).parse_args(argv)
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    args.world_size, args.rank = 1, 0
-    validate_args(args)
+    args = validate_as_hopper(parse_oellm_argv(argv), monkeypatch)
     assert (args.tokenizer_type, args.split, args.eval_interval) == ("NullTokenizer", "100,0,0", 1000)
     assert args.override_opt_param_scheduler and args.save == args.load

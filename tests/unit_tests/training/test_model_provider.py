@@ -4,8 +4,9 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.megatron_args import megatron_parser
-from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags
+from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.model_provider import card_from_args, layout_from_args, runtime_overrides
+from tests.unit_tests.hopper_validation import validate_as_hopper
 
 
 def parsed(argv):
@@ -32,18 +33,8 @@ def test_card_without_name_is_read_from_the_flags():
 
 def validated(argv, monkeypatch, env=None, world_size=1):
     """Megatron's arguments after ``validate_args`` (answering its device questions as an H100 would)."""
-    import megatron.training.arguments as arguments
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
-    monkeypatch.setattr(arguments, "get_device_arch_version", lambda: 9)
-    for name, value in (env or {}).items():
-        monkeypatch.setenv(name, str(value))
-    monkeypatch.setenv("WORLD_SIZE", str(world_size))
     merged = merge_card_flags(argv)
-    args = megatron_parser(add_oellm_arguments).parse_args(merged.argv if merged else argv)
-    args.world_size, args.rank = world_size, 0
-    arguments.validate_args(args)
+    args = validate_as_hopper(parse_oellm_argv(merged.argv if merged else argv), monkeypatch, world_size, env)
     args.padded_vocab_size = args.vocab_size
     return args
 
