@@ -133,15 +133,14 @@ def hf_forward_flops_by_module(card, seq_length, monkeypatch):
     """FlopCounterMode's forward FLOPs of the HF model of ``card`` (eager attention, per-expert loop), by module."""
     from transformers import AutoModelForCausalLM
 
+    from megatron.oellm.convert.family import family_module
+
     if card.family == "qwen3_5":
         from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe
 
-        from megatron.oellm.models.qwen3_5.convert import hf_config_from_card
         monkeypatch.setattr(modeling_qwen3_5_moe, "torch_chunk_gated_delta_rule", recurrent_delta_rule)
-    else:
-        from megatron.oellm.models.qwen3_moe.convert import hf_config_from_card
     torch.manual_seed(random.randint(0, 2**31))
-    model = AutoModelForCausalLM.from_config(hf_config_from_card(card), attn_implementation="eager",
+    model = AutoModelForCausalLM.from_config(family_module(card).hf_config_from_card(card), attn_implementation="eager",
                                              experts_implementation="eager")
     ids = torch.randint(0, card.vocab_size, (1, seq_length))
     with FlopCounterMode(display=False) as counter, torch.no_grad():

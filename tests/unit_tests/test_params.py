@@ -1,26 +1,18 @@
 """Parameter counts from the cards against transformers' own models built on the meta device."""
 
-import importlib
-
 import pytest
 import torch
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.convert.family import family_module
 from megatron.oellm.params import parameter_counts
 
 transformers = pytest.importorskip("transformers")
 
-HF_MODELS = {
-    "qwen3_5": ("megatron.oellm.models.qwen3_5.convert", "Qwen3_5MoeForCausalLM"),
-    "qwen3_moe": ("megatron.oellm.models.qwen3_moe.convert", "Qwen3MoeForCausalLM"),
-}
-
-
 def _hf_meta_model(card):
-    module_name, class_name = HF_MODELS[card.family]
-    config = importlib.import_module(module_name).hf_config_from_card(card)
+    config = family_module(card).hf_config_from_card(card)
     with torch.device("meta"):
-        return getattr(transformers, class_name)(config)
+        return getattr(transformers, card.hf_architecture)(config)
 
 
 def _is_routed_expert(name: str) -> bool:
