@@ -8,22 +8,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-from convert_helpers import assert_bitwise_equal, random_hf_tensors  # noqa: E402
+from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf  # noqa: E402
 
 from megatron.oellm.cards import get_card  # noqa: E402
 from megatron.oellm.cli import main  # noqa: E402
 from megatron.oellm.commands.convert import byte_size  # noqa: E402
-from megatron.oellm.convert.family import family_module  # noqa: E402
-from megatron.oellm.convert.safetensors_io import SafetensorsSource, ShardedSafetensorsWriter  # noqa: E402
+from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource  # noqa: E402
 
 
 def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     card = get_card("qwen3.5-35b-a3b-tiny")
     hf = random_hf_tensors(card, seed=7)
-    writer = ShardedSafetensorsWriter(tmp_path / "hf")
-    writer.add(hf)
-    writer.close()
-    family_module(card).hf_config_from_card(card).save_pretrained(tmp_path / "hf")
+    write_hf(card, hf, tmp_path / "hf", DEFAULT_MAX_SHARD_BYTES)
     assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
                  "--out", str(tmp_path / "mcore")]) == 0
     assert main(["convert", "mcore-to-hf", "--model", card.name, "--mcore", str(tmp_path / "mcore"),
