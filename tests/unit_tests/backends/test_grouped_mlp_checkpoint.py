@@ -9,6 +9,8 @@ CPU and is exercised with a converted checkpoint in ``tests/unit_tests/convert``
 """
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -25,17 +27,25 @@ NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
 PREFIX = "decoder.layers.0.mlp.experts."
 
 
+@contextmanager
+def gloo_world(rank: int = 0, world: int = 1, port: int | None = None, **parallel_sizes) -> Iterator[None]:
+    """A gloo process group of ``world`` ranks (this process: ``rank``) with megatron's parallel state
+    (``parallel_sizes``: ``initialize_model_parallel`` keywords) for the duration of the block."""
+    init = f"tcp://127.0.0.1:{port or free_port()}"
+    torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        parallel_state.initialize_model_parallel(**parallel_sizes)
+        yield
+    finally:
+        parallel_state.destroy_model_parallel()
+        torch.distributed.destroy_process_group()
+
+
 @pytest.fixture
 def world_of_one():
-    """A gloo process group of one rank with megatron's parallel state (TP = PP = EP = 1).
-
-    """
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    torch.distributed.init_process_group("gloo", world_size=1, rank=0)
-    parallel_state.initialize_model_parallel()
-    yield
-    parallel_state.destroy_model_parallel()
-    torch.distributed.destroy_process_group()
+    """A gloo process group of one rank with megatron's parallel state (TP = PP = EP = 1)."""
+    with gloo_world():
+        yield
 
 
 def build_experts(grouped: bool, gated: bool):
@@ -120,28 +130,24 @@ def test_singleton_local_shards_are_refused(world_of_one):
 def _compare_on_rank(rank: int, world: int, port: int, ep: int, etp: int, failures) -> None:
     """One rank of ``world``: ours and SequentialMLP (same weights) write the same part of every global tensor."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        parallel_state.initialize_model_parallel(expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
-        torch.manual_seed(rank)
-        ours, reference = build_experts(grouped=True, gated=True), build_experts(grouped=False, gated=True)
-        with torch.no_grad():
-            for projection in ("linear_fc1", "linear_fc2"):
-                for i, expert in enumerate(reference.local_experts):
-                    getattr(expert, projection).weight.copy_(getattr(ours, projection).weight[i])
-        written = checkpoint_tensors(ours.sharded_state_dict(PREFIX))
-        expected = checkpoint_tensors(reference.sharded_state_dict(PREFIX))
-        for key, tensor in expected.items():
-            covered = ~tensor.isnan()
-            assert covered.sum() * world == tensor.numel(), key  # each rank writes its 1/world of the tensor
-            assert torch.equal(~written[key].isnan(), covered), key
-            torch.testing.assert_close(written[key][covered], tensor[covered], rtol=0, atol=0)
-    except AssertionError as error:
-        failures.put(f"rank {rank}: {error}")
-        raise
-    finally:
-        parallel_state.destroy_model_parallel()
-        torch.distributed.destroy_process_group()
+    with gloo_world(rank, world, port, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp):
+        try:
+            torch.manual_seed(rank)
+            ours, reference = build_experts(grouped=True, gated=True), build_experts(grouped=False, gated=True)
+            with torch.no_grad():
+                for projection in ("linear_fc1", "linear_fc2"):
+                    for i, expert in enumerate(reference.local_experts):
+                        getattr(expert, projection).weight.copy_(getattr(ours, projection).weight[i])
+            written = checkpoint_tensors(ours.sharded_state_dict(PREFIX))
+            expected = checkpoint_tensors(reference.sharded_state_dict(PREFIX))
+            for key, tensor in expected.items():
+                covered = ~tensor.isnan()
+                assert covered.sum() * world == tensor.numel(), key  # each rank writes its 1/world of the tensor
+                assert torch.equal(~written[key].isnan(), covered), key
+                torch.testing.assert_close(written[key][covered], tensor[covered], rtol=0, atol=0)
+        except AssertionError as error:
+            failures.put(f"rank {rank}: {error}")
+            raise
 
 
 @pytest.mark.parametrize("ep,etp", [(2, 1), (1, 2)], ids=["EP2", "ETP2"])
