@@ -128,6 +128,16 @@ class ModelCard:
         return self.num_layers - self.num_attention_layers
 
     @property
+    def linear_key_width(self) -> int:
+        """Query/key width of a linear-attention mixer: key heads x key head dim."""
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def linear_value_width(self) -> int:
+        """Value (and output-gate) width of a linear-attention mixer: value heads x value head dim."""
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
     def hybrid_layer_pattern(self) -> str:
         """megatron-core hybrid pattern: one mixer symbol then ``E`` (MoE) per decoder layer."""
         return "".join(HYBRID_SYMBOLS[m] + HYBRID_SYMBOLS["moe"] for m in self.mixer_types)

@@ -148,8 +148,7 @@ def _attention_macs(card: ModelCard, causal_pairs: float) -> dict[str, float]:
 
 def _linear_mixer_dims(card: ModelCard) -> tuple[int, int, int]:
     """(layers, key width ``heads_k * d_k``, value width ``heads_v * d_v``) of the linear mixer."""
-    return (card.num_linear_layers, card.linear_num_key_heads * card.linear_key_head_dim,
-            card.linear_num_value_heads * card.linear_value_head_dim)
+    return (card.num_linear_layers, card.linear_key_width, card.linear_value_width)
 
 
 def _delta_rule_macs(card: ModelCard) -> int:

@@ -41,8 +41,7 @@ def attention_layer_params(card: ModelCard) -> int:
 def gdn_layer_params(card: ModelCard) -> int:
     """One Gated DeltaNet mixer: fused q/k/v, z (output gate), beta and alpha projections, depthwise conv,
     per-head decay (A_log) and dt bias, gated output norm (per value-head dim) and output projection."""
-    key_width = card.linear_num_key_heads * card.linear_key_head_dim
-    value_width = card.linear_num_value_heads * card.linear_value_head_dim
+    key_width, value_width = card.linear_key_width, card.linear_value_width
     conv_channels = 2 * key_width + value_width
     heads = card.linear_num_value_heads
     in_proj = card.hidden_size * (conv_channels + value_width + 2 * heads)
@@ -54,8 +53,7 @@ def ckda_layer_params(card: ModelCard) -> int:
     """One CKDA mixer (placeholder shape until the CKDA layer lands): q/k/v projections, depthwise conv on q/k/v,
     per-head beta, low-rank decay gate (one per value head and key channel, as fla's KDA with grouped values) and
     low-rank output gate, A_log/dt bias, output norm and output projection."""
-    key_width = card.linear_num_key_heads * card.linear_key_head_dim
-    value_width = card.linear_num_value_heads * card.linear_value_head_dim
+    key_width, value_width = card.linear_key_width, card.linear_value_width
     heads = card.linear_num_value_heads
     rank = card.linear_gate_low_rank_dim
     qkv = card.hidden_size * (2 * key_width + value_width)

@@ -48,8 +48,7 @@ class Piece:
 
 def _gdn_sections(card: ModelCard, name: str) -> list[tuple[str, int]] | None:
     """(suffix, rows) sections of a GDN tensor split by megatron, or None if ``name`` is not split."""
-    qk = card.linear_num_key_heads * card.linear_key_head_dim
-    v = card.linear_num_value_heads * card.linear_value_head_dim
+    qk, v = card.linear_key_width, card.linear_value_width
     if name.endswith(".self_attention.in_proj.weight"):
         sizes = (qk, qk, v, v, card.linear_num_value_heads, card.linear_num_value_heads)
         return list(zip(GDN_IN_PROJ_SECTIONS, sizes, strict=True))

@@ -60,7 +60,7 @@ def _out_norm_shift(card: ModelCard) -> float:
 
 
 def _gdn_sizes(card: ModelCard) -> dict[str, int]:
-    key, value = card.linear_num_key_heads * card.linear_key_head_dim, card.linear_num_value_heads * card.linear_value_head_dim
+    key, value = card.linear_key_width, card.linear_value_width
     heads = card.linear_num_value_heads
     return {"in_proj_qkv": 2 * key + value, "in_proj_z": value, "in_proj_b": heads, "in_proj_a": heads}
 
@@ -103,7 +103,7 @@ def _gdn_mcore_to_hf(card: ModelCard, mcore: Mapping[str, Tensor], mc: str, hp: 
 
 def _gdn_shapes(card: ModelCard, hp: str, mc: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
     la, hidden, sizes = f"{hp}linear_attn.", card.hidden_size, _gdn_sizes(card)
-    heads, value = card.linear_num_value_heads, card.linear_num_value_heads * card.linear_value_head_dim
+    heads, value = card.linear_num_value_heads, card.linear_value_width
     conv = (sizes["in_proj_qkv"], 1, card.linear_conv_kernel_dim)
     hf = {f"{la}{name}.weight": (size, hidden) for name, size in sizes.items()}
     hf.update({f"{la}conv1d.weight": conv, f"{la}A_log": (heads,), f"{la}dt_bias": (heads,),
