@@ -1,12 +1,14 @@
 #!/bin/bash
 # One-GPU acceptance stages, written for 10-minute device calls:
 #   tests  every GPU test (fla's GDN kernel vs the float64 recurrence, backends, parity with transformers, model
-#          training, the entry end to end), four pytest processes side by side, one log each;
+#          training, the entry end to end, converted checkpoints loaded by the entry, the bench harness), one pytest
+#          process per test folder, side by side, one log each;
 #   train  the MN5 recipes' `--local` runs on offline real text (byte-tokenized Python standard library): Qwen3.5
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
 #          beside it the Qwen3-30B-A3B recipe, 30 iterations;
 #   resume a short save (iterations 3 and 6) + resume (to 8) of the Qwen3.5 recipe's `--local` run;
-#   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers). Run it alone: it times the GPU.
+#   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers) with a one-step profile of each side at its best
+#          micro-batch size. Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
 #
@@ -55,6 +57,8 @@ stage_tests() {
   gpu_pytest backends tests/unit_tests/backends &
   PARITY_REPORT="$OUT_DIR/parity.md" gpu_pytest models tests/unit_tests/models &
   gpu_pytest training tests/unit_tests/training &
+  gpu_pytest convert tests/unit_tests/convert &
+  gpu_pytest bench tests/unit_tests/bench &
   wait
 }
 
@@ -103,7 +107,7 @@ stage_resume() {
 
 stage_bench() {
   timeout "$LIMIT_S" python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --warmup 2 --steps 6 \
-    --output "$OUT_DIR/bench.json" > "$OUT_DIR/bench.log" 2>&1
+    --output "$OUT_DIR/bench.json" --profile "$OUT_DIR/profile" > "$OUT_DIR/bench.log" 2>&1
   echo "bench: rc $?"
   tail -25 "$OUT_DIR/bench.log"
 }

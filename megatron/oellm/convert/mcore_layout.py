@@ -8,8 +8,10 @@ TP/PP/EP loads its shards from them by global offset. The keys and global shapes
 * ``GPTModel`` (``TransformerBlock``, homogeneous layers): ``decoder.layers.{i}.X`` is stored under
   ``decoder.layers.X`` with a leading layer axis ``[num_layers, ...]`` (offset ``i``).
 * ``HybridModel`` (``HybridStack``): layer tensors keep their key ``decoder.layers.{j}.X``, no layer axis.
-* ``TEGroupedMLP`` experts: ``...experts.linear_fc{1,2}.weight{e}`` are stored under ``...experts.linear_fc{1,2}.weight``
-  with an expert axis ``[num_experts, ...]`` after the layer axis. The SwiGLU factory of ``linear_fc1`` keeps the
+* ``TEGroupedMLP`` experts: ``...mlp.experts.linear_fc{1,2}.weight{e}`` are stored under
+  ``...mlp.experts.experts.linear_fc{1,2}.weight`` (the module prefix ``mlp.experts.`` plus SequentialMLP's
+  ``experts.``, so both expert implementations share one layout) with an expert axis ``[num_experts, ...]`` after
+  the layer axis. The SwiGLU factory of ``linear_fc1`` keeps the
   ``[gate; up]`` global layout at every TP, so it needs nothing here.
 * ``GatedDeltaNet`` splits ``in_proj.weight`` into keys ``in_proj.weight.{query,key,value,z,beta,alpha}`` and
   ``conv1d.weight`` into ``conv1d.weight.{query,key,value}`` (``_split_tensor_factory``): each section is its own
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import ModelCard
 
 _GPT_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
-_EXPERT = re.compile(r"^(.*\.experts\.linear_fc[12]\.weight)(\d+)$")
+_EXPERT = re.compile(r"^(.*\.experts\.)(linear_fc[12]\.weight)(\d+)$")
 GDN_IN_PROJ_SECTIONS = ("query", "key", "value", "z", "beta", "alpha")
 GDN_CONV_SECTIONS = ("query", "key", "value")
 
@@ -67,8 +69,8 @@ def pieces(card: ModelCard, model: str, name: str, shape: tuple[int, ...]) -> li
         lead_shape, lead_offset = (card.num_layers,), (int(layer[1]),)
     expert = _EXPERT.match(key)
     if expert:
-        key = expert[1]
-        lead_shape, lead_offset = (*lead_shape, card.num_experts), (*lead_offset, int(expert[2]))
+        key = f"{expert[1]}experts.{expert[2]}"
+        lead_shape, lead_offset = (*lead_shape, card.num_experts), (*lead_offset, int(expert[3]))
     ones = (1,) * len(lead_shape)
     sections = _gdn_sections(card, name) if model == "hybrid" else None
     if sections is None:

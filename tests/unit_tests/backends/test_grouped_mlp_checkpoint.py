@@ -9,36 +9,20 @@ CPU and is exercised with a converted checkpoint in ``tests/unit_tests/convert``
 """
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import torch
 from backend_setup import build_experts as build_provider_experts
 from backend_setup import moe_config
-from megatron.core import parallel_state
 from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
 from megatron.core.dist_checkpointing.optimizer import get_param_id_to_sharded_param_map
 from megatron.core.process_groups_config import ProcessGroupCollection
 
 from megatron.oellm.runtime import free_port
+from tests.unit_tests.cpu_megatron import gloo_world
 
 NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
 PREFIX = "decoder.layers.0.mlp.experts."
-
-
-@contextmanager
-def gloo_world(rank: int = 0, world: int = 1, port: int | None = None, **parallel_sizes) -> Iterator[None]:
-    """A gloo process group of ``world`` ranks (this process: ``rank``) with megatron's parallel state
-    (``parallel_sizes``: ``initialize_model_parallel`` keywords) for the duration of the block."""
-    init = f"tcp://127.0.0.1:{port or free_port()}"
-    torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        parallel_state.initialize_model_parallel(**parallel_sizes)
-        yield
-    finally:
-        parallel_state.destroy_model_parallel()
-        torch.distributed.destroy_process_group()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from megatron.oellm.convert.family import family_module, iter_hf_to_mcore, units
 def test_gpt_layer_and_expert_axes() -> None:
     card = get_card("qwen3-30b-a3b-tiny")
     (piece,) = mcore_layout.pieces(card, "gpt", "decoder.layers.1.mlp.experts.linear_fc1.weight5", (64, 64))
-    assert piece.key == "decoder.layers.mlp.experts.linear_fc1.weight"
+    assert piece.key == "decoder.layers.mlp.experts.experts.linear_fc1.weight"
     assert piece.global_shape == (card.num_layers, card.num_experts, 64, 64)
     assert piece.offset == (1, 5, 0, 0) and piece.chunk_shape == (1, 1, 64, 64)
     (norm,) = mcore_layout.pieces(card, "gpt", "decoder.final_layernorm.weight", (64,))
@@ -29,7 +29,7 @@ def test_gpt_layer_and_expert_axes() -> None:
 def test_hybrid_keeps_layer_keys_and_splits_gdn() -> None:
     card = get_card("qwen3.5-35b-a3b-tiny")
     (piece,) = mcore_layout.pieces(card, "hybrid", "decoder.layers.3.mlp.experts.linear_fc2.weight7", (64, 32))
-    assert (piece.key, piece.global_shape, piece.offset) == ("decoder.layers.3.mlp.experts.linear_fc2.weight",
+    assert (piece.key, piece.global_shape, piece.offset) == ("decoder.layers.3.mlp.experts.experts.linear_fc2.weight",
                                                               (card.num_experts, 64, 32), (7, 0, 0))
     qk, v, heads = 2 * 16, 4 * 16, 4
     sections = mcore_layout.pieces(card, "hybrid", "decoder.layers.0.self_attention.in_proj.weight",

@@ -1,9 +1,11 @@
-"""A converted checkpoint loads with megatron-core's own loader (``dist_checkpointing.load``, gloo, CPU).
+"""A converted checkpoint loads into the models our spec builders make, through megatron-core's own loader.
 
-The sharded state dicts here are built the way the models' ``sharded_state_dict()`` builds them, with megatron's
-helpers (``make_sharded_tensors_for_checkpoint``, ``apply_swiglu_sharded_factory``, the GDN split factory), wired
-as ``TransformerBlock`` / ``HybridStack`` / ``TEGroupedMLP`` / ``GatedDeltaNet`` wire them. World size 1 loads the
-whole model (TP=PP=EP=1); two spawned ranks load TP=2 shards, which must be the row blocks of the TP=1 tensors.
+The models are built on the CPU (gloo, torch-native backend, see ``tests/unit_tests/cpu_megatron.py``), so the
+sharded state dict is megatron's own, not a re-statement of it. ``oellm convert hf-to-mcore`` writes no Transformer
+Engine ``_extra_state`` objects while the model asks for them (the torch-native modules mirror TE's layout), so the
+loader runs with ``log_all`` strictness, as the convert README tells users to. Every parameter starts as NaN and must
+end as its rank's block of the converted TP=EP=1 tensor, bit for bit: the whole model at world size 1, and the TP=2
+and EP=2 shards on two spawned ranks, whose blocks are cut here by plain slicing.
 """
 
 from __future__ import annotations
@@ -13,69 +15,25 @@ import re
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from convert_helpers import random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.family import family_module, hf_to_mcore
+from megatron.oellm.convert.family import hf_to_mcore
 from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
 from megatron.oellm.runtime import free_port
+from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world
 
+CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
+SEED = 11
 TP_AXIS = {"linear_qkv.weight": 0, "linear_proj.weight": 1, "in_proj.weight": 0, "out_proj.weight": 1,
            "linear_fc1.weight": 0, "linear_fc2.weight": 1, "conv1d.weight": 0, "A_log": 0, "dt_bias": 0,
            "word_embeddings.weight": 0, "output_layer.weight": 0}
 """Tensor-parallel axis of each TP-sharded parameter (megatron's column / row parallel layers)."""
+_EXPERT = re.compile(r"^(.*\.experts\.linear_fc[12]\.weight)(\d+)$")
 
 
-
-def _sharded(card, name: str, local: torch.Tensor, key: str, offsets: list, tp: tuple[int, int]):
-    """One parameter as its module would shard it: ``offsets`` (layer / expert axes) then the TP axis."""
-    from megatron.core.dist_checkpointing import ShardedTensor
-    from megatron.core.ssm.utils import _split_tensor_factory
-    from megatron.core.transformer.mlp import apply_swiglu_sharded_factory
-
-    rank, size = tp
-    axis = _sharded_axis(name)
-    tp_offset = [] if axis is None or size == 1 else [(len(offsets) + axis, rank, size)]
-    replica_id = (0, rank if axis is None else 0, 0)  # replicated over TP: one writer, the others replicas
-    sh_ten = ShardedTensor.from_rank_offsets(key, local, *offsets, *tp_offset, replica_id=replica_id,
-                                             prepend_axis_num=len(offsets))
-    if re.search(r"(experts|shared_experts)\.linear_fc1\.weight$", key):
-        return apply_swiglu_sharded_factory(sh_ten, tuple(offsets), tp_group=dist.group.WORLD,
-                                            dp_group=dist.group.WORLD)
-    if name.endswith("self_attention.in_proj.weight"):
-        return _split_tensor_factory(sh_ten, *_gdn_sections(card, size), 0)
-    if name.endswith("self_attention.conv1d.weight"):
-        return _split_tensor_factory(sh_ten, _gdn_sections(card, size)[0][:3], ["query", "key", "value"], 0)
-    return sh_ten
-
-
-def _gdn_sections(card, tp: int) -> tuple[list[int], list[str]]:
-    """TP-local GDN ``in_proj`` sections and their names, as ``GatedDeltaNet`` splits them."""
-    qk = card.linear_num_key_heads * card.linear_key_head_dim // tp
-    v = card.linear_num_value_heads * card.linear_value_head_dim // tp
-    heads = card.linear_num_value_heads // tp
-    return [qk, qk, v, v, heads, heads], ["query", "key", "value", "z", "beta", "alpha"]
-
-
-def megatron_sharded_state_dict(card, mcore: dict, model: str, tp: tuple[int, int] = (0, 1)) -> dict:
-    """Empty buffers for every (TP-local) tensor under megatron's sharded keys, like ``model.sharded_state_dict()``."""
-    out = {}
-    for name, full in mcore.items():
-        offsets, key = [], name
-        layer = re.match(r"^decoder\.layers\.(\d+)\.(.+)$", name)
-        if layer and model == "gpt":  # TransformerBlock: homogeneous layers share one key with a layer axis
-            offsets, key = [(0, int(layer[1]), card.num_layers)], f"decoder.layers.{layer[2]}"
-        expert = re.match(r"^(.*\.experts\.linear_fc[12]\.weight)(\d+)$", key)
-        if expert:  # TEGroupedMLP: one key per linear with a global expert axis
-            offsets, key = [*offsets, (len(offsets), int(expert[2]), card.num_experts)], expert[1]
-        local = _expected_local(card, name, full, tp)
-        out[name] = _sharded(card, name, torch.empty_like(local), key, offsets, tp)
-    return out
-
-
-def _sharded_axis(name: str) -> int | None:
+def _tp_axis(name: str) -> int | None:
     """Tensor-parallel axis of a state-dict tensor, None if replicated across TP."""
     if name.endswith("gate_weight") or "layer_norm" in name or "layernorm" in name or name.endswith("norm.weight"):
         return None
@@ -85,56 +43,85 @@ def _sharded_axis(name: str) -> int | None:
     return TP_AXIS.get(leaf)
 
 
-def _expected_local(card, name: str, full: torch.Tensor, tp: tuple[int, int]) -> torch.Tensor:
-    """The TP rank's block of a TP=1 tensor (SwiGLU and GDN sections split one by one)."""
-    rank, size = tp
-    axis = _sharded_axis(name)
+def _tp_block(card, name: str, full: torch.Tensor, rank: int, size: int) -> torch.Tensor:
+    """TP rank ``rank``'s block of a TP=1 tensor (the SwiGLU halves and the GDN sections split one by one)."""
+    axis = _tp_axis(name)
     if axis is None or size == 1:
         return full
     if re.search(r"linear_fc1\.weight\d*$", name):
         gate, up = full.chunk(2)
         return torch.cat([gate.chunk(size)[rank], up.chunk(size)[rank]])
     if name.endswith(("self_attention.in_proj.weight", "self_attention.conv1d.weight")):
-        sections, _ = _gdn_sections(card, 1)
-        sections = sections if name.endswith("in_proj.weight") else sections[:3]
+        qk, v, heads = card.linear_key_width, card.linear_value_width, card.linear_num_value_heads
+        sections = [qk, qk, v, v, heads, heads] if name.endswith("in_proj.weight") else [qk, qk, v]
         return torch.cat([s.chunk(size)[rank] for s in full.split(sections)])
     return full.chunk(size, dim=axis)[rank]
 
 
-def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, str], seed: int) -> None:
-    """In one process of ``world``: load every checkpoint at TP=``world`` (rank ``rank``) and compare."""
+def expected_local(card, mcore: dict[str, torch.Tensor], rank: int, tp: int, ep: int) -> dict[str, torch.Tensor]:
+    """What rank ``rank`` must hold at TP=``tp`` / EP=``ep``: its experts renumbered from 0, TP blocks of the rest
+    (expert tensor parallelism follows TP, megatron's default)."""
+    local_experts = card.num_experts // ep
+    first_expert = (rank % ep) * local_experts
+    out = {}
+    for name, full in mcore.items():
+        expert = _EXPERT.match(name)
+        if expert:
+            index = int(expert[2]) - first_expert
+            if not 0 <= index < local_experts:
+                continue
+            name = f"{expert[1]}{index}"
+        out[name] = _tp_block(card, name, full, rank % tp if tp > 1 else 0, tp)
+    return out
+
+
+def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, str], tp: int, ep: int) -> None:
+    """In one process of ``world``: build each card's model at TP=``tp`` / EP=``ep``, load its checkpoint and compare."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.validation import StrictHandling
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
+    from megatron.oellm.models import spec_builder
+
+    with gloo_world(rank, world, port, tensor_model_parallel_size=tp, expert_model_parallel_size=ep), \
+            cpu_model_building():
         for name, checkpoint in checkpoints.items():
             card = get_card(name)
-            mcore = hf_to_mcore(card, random_hf_tensors(card, seed=seed))
-            sharded = megatron_sharded_state_dict(card, mcore, family_module(card).MCORE_MODEL, tp=(rank, world))
-            loaded = dist_checkpointing.load(sharded, checkpoint, validate_access_integrity=world > 1)
-            for tensor_name, full in mcore.items():
-                expected = _expected_local(card, tensor_name, full, (rank, world))
-                assert torch.equal(loaded[tensor_name], expected), f"{name}: {tensor_name}"
-    finally:
-        dist.destroy_process_group()
+            builder = spec_builder(card.family)
+            config = builder.transformer_config(card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
+                                                perform_initialization=False)
+            model = builder.build_model(card, backend="torch", config=config)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.fill_(float("nan"))
+            request = model.sharded_state_dict()
+            loaded = dist_checkpointing.load(request, checkpoint, strict=StrictHandling.LOG_ALL)
+            # the loader also returns the checkpoint's common entries (iteration, card, ...): not model state
+            result = model.load_state_dict({k: v for k, v in loaded.items() if k in request}, strict=False)
+            assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
+            state = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+            expected = expected_local(card, hf_to_mcore(card, random_hf_tensors(card, seed=SEED)), rank, tp, ep)
+            assert state.keys() == expected.keys(), sorted(state.keys() ^ expected.keys())[:6]
+            for key, tensor in expected.items():
+                assert torch.equal(state[key], tensor), f"{name} rank {rank}: {key}"
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, str]:
     out = {}
-    for name in ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"):
+    for name in CARDS:
         card, tmp = get_card(name), tmp_path_factory.mktemp(name)
-        write_hf(card, random_hf_tensors(card, seed=11), tmp / "hf")
+        write_hf(card, random_hf_tensors(card, seed=SEED), tmp / "hf")
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
         out[name] = str(tmp / "mcore" / RELEASE)
     return out
 
 
-def test_megatron_loads_the_whole_model_at_tp1(checkpoints: dict[str, str]) -> None:
-    _load_and_compare(0, 1, free_port(), checkpoints, seed=11)
+def test_the_whole_model_loads_at_world_size_one(checkpoints: dict[str, str]) -> None:
+    _load_and_compare(0, 1, free_port(), checkpoints, tp=1, ep=1)
 
 
-def test_megatron_loads_tp2_shards(checkpoints: dict[str, str]) -> None:
-    mp.start_processes(_load_and_compare, args=(2, free_port(), checkpoints, 11), nprocs=2, join=True,
+@pytest.mark.parametrize(("tp", "ep"), [(2, 1), (1, 2)], ids=["tp2", "ep2"])
+def test_two_ranks_load_their_shards(checkpoints: dict[str, str], tp: int, ep: int) -> None:
+    mp.start_processes(_load_and_compare, args=(2, free_port(), checkpoints, tp, ep), nprocs=2, join=True,
                        start_method="spawn")
