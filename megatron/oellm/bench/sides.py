@@ -25,8 +25,9 @@ BEST_OURS_SETTINGS: dict[str, Any] = {
     "cross_entropy_fusion_impl": "native",
     "bias_activation_fusion": True,
 }
-"""TransformerConfig fields our side runs with by default (on top of the spec builder's): megatron-core's fused
-cross entropy (native implementation, no Transformer Engine) and the fused SwiGLU of the shared expert. The MoE
+"""TransformerConfig fields our side runs with by default (on top of the spec builder's): the fused native cross
+entropy (our models run :mod:`megatron.oellm.layers.cross_entropy` there, no fp32 copy of the logits) and the fused
+SwiGLU of the shared expert. The MoE
 dispatcher stays the spec builder's ``alltoall`` (with EP=1 it only permutes) and activation recompute stays off."""
 
 HF_SETTINGS: dict[str, Any] = {

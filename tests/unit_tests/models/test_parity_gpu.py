@@ -132,7 +132,8 @@ def random_hf_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def megatron_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
-    """The megatron model of ``card`` (torch-native backend), without load-balancing loss so gradients compare.
+    """The megatron model of ``card`` (torch-native backend), without load-balancing loss so gradients compare, with
+    the fused native cross entropy the recipes use (``megatron.oellm.layers.cross_entropy`` in our models).
 
     The router computes its logits in the model dtype, as transformers does (``moe_router_dtype=None``; production
     keeps fp32): at real width the top-k scores of a fresh router nearly tie, and router precision alone moves
@@ -143,7 +144,8 @@ def megatron_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
 
     builder = spec_builder(card.family)
     config = builder.transformer_config(card, params_dtype=dtype, moe_router_load_balancing_type="none",
-                                        moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None)
+                                        moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None,
+                                        cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native")
     return builder.build_model(card, backend="torch", config=config).cuda()
 
 

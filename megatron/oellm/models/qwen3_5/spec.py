@@ -11,7 +11,6 @@ import torch
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import BackendSpecProvider
 from megatron.core.models.hybrid.hybrid_block import HybridStack, HybridStackSubmodules
-from megatron.core.models.hybrid.hybrid_model import HybridModel
 from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNetSubmodules
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -33,6 +32,7 @@ from megatron.oellm.models.building_blocks import (
     norm_and_input_linear,
     spec_provider,
 )
+from megatron.oellm.models.language_model import OellmHybridModel
 from megatron.oellm.models.parallel import SINGLE_GPU, ParallelLayout, pipelined_hybrid_pattern
 
 FAMILY = "qwen3_5"
@@ -125,11 +125,11 @@ def hybrid_stack_spec(card: ModelCard, backend: str | BackendSpecProvider = "aut
 
 def build_model(card: ModelCard, layout: ParallelLayout = SINGLE_GPU, backend: str | BackendSpecProvider = "auto",
                 *, config: TransformerConfig | None = None, pre_process: bool = True, post_process: bool = True,
-                vp_stage: int | None = None, params_dtype: torch.dtype = torch.bfloat16) -> HybridModel:
+                vp_stage: int | None = None, params_dtype: torch.dtype = torch.bfloat16) -> OellmHybridModel:
     """The ``HybridModel`` (this pipeline rank's part) of ``card``; needs megatron-core's parallel state (a GPU)."""
     config = config or transformer_config(card, layout, params_dtype)
     check_backend(backend, config)
-    return HybridModel(
+    return OellmHybridModel(
         config=config,
         hybrid_stack_spec=hybrid_stack_spec(card, backend),
         hybrid_layer_pattern=hybrid_layer_pattern(card, layout),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import BackendSpecProvider
-from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -28,6 +27,7 @@ from megatron.oellm.models.building_blocks import (
     norm_and_input_linear,
     spec_provider,
 )
+from megatron.oellm.models.language_model import OellmGPTModel
 from megatron.oellm.models.parallel import SINGLE_GPU, ParallelLayout
 
 FAMILY = "qwen3_moe"
@@ -82,11 +82,11 @@ def block_spec(card: ModelCard, num_layers: int, backend: str | BackendSpecProvi
 
 def build_model(card: ModelCard, layout: ParallelLayout = SINGLE_GPU, backend: str | BackendSpecProvider = "auto",
                 *, config: TransformerConfig | None = None, pre_process: bool = True, post_process: bool = True,
-                vp_stage: int | None = None, params_dtype: torch.dtype = torch.bfloat16) -> GPTModel:
+                vp_stage: int | None = None, params_dtype: torch.dtype = torch.bfloat16) -> OellmGPTModel:
     """The ``GPTModel`` (this pipeline rank's part) of ``card``; needs megatron-core's parallel state (a GPU)."""
     config = config or transformer_config(card, layout, params_dtype)
     check_backend(backend, config)
-    return GPTModel(
+    return OellmGPTModel(
         config=config,
         transformer_layer_spec=block_spec(card, get_num_layers_to_build(config, vp_stage=vp_stage), backend),
         **language_model_kwargs(card, pre_process, post_process, vp_stage),

@@ -1,0 +1,124 @@
+"""Our vocabulary-parallel cross entropy against the float64 definition: eager on the CPU (one rank and a vocabulary
+split over two gloo ranks), compiled on the GPU at Qwen3.5's real vocabulary, where megatron-core's fused native
+cross entropy is a second reference."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from megatron.oellm.layers.cross_entropy import cross_entropy_reference, vocab_parallel_cross_entropy
+from megatron.oellm.models.language_model import LeanCrossEntropyMixin
+from megatron.oellm.runtime import free_port
+
+GRAD_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8e-3}
+"""Relative L2 error allowed on the logits gradient: fp32 round-off, or one bf16 rounding of each element."""
+
+
+def random_case(tokens: tuple[int, ...], vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float64 logits with a realistic spread (std 3), targets over the whole vocabulary, an upstream gradient."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(*tokens, vocab, generator=generator, dtype=torch.float64)
+    target = torch.randint(0, vocab, tokens, generator=generator)
+    grad_loss = torch.rand(tokens, generator=generator, dtype=torch.float64) + 0.5
+    return logits, target, grad_loss
+
+
+def reference_loss_and_grad(logits: torch.Tensor, target: torch.Tensor, grad_loss: torch.Tensor):
+    """float64 loss and logits gradient of the definition, from autograd."""
+    logits = logits.double().detach().requires_grad_()
+    loss = cross_entropy_reference(logits, target)
+    loss.backward(grad_loss.double())
+    return loss.detach(), logits.grad
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((actual.double() - expected).norm() / expected.norm())
+
+
+def check_against_reference(logits: torch.Tensor, target: torch.Tensor, grad_loss: torch.Tensor,
+                            group=None, vocab_slice: slice = slice(None)) -> None:
+    """Loss (fp32, from the very logits given) and this rank's gradient slice against the float64 definition."""
+    expected_loss, expected_grad = reference_loss_and_grad(logits, target, grad_loss.double())
+    local = logits[..., vocab_slice].detach().clone().requires_grad_()
+    loss = vocab_parallel_cross_entropy(local, target, group)
+    loss.backward(grad_loss.to(loss.dtype))
+    assert loss.dtype == torch.float32 and local.grad.dtype == logits.dtype
+    torch.testing.assert_close(loss.double(), expected_loss, rtol=1e-5, atol=1e-5)
+    assert relative_error(local.grad, expected_grad[..., vocab_slice]) <= GRAD_TOLERANCE[logits.dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_rank_matches_the_definition(dtype):
+    logits, target, grad_loss = random_case((17, 3), 1000, seed=torch.seed() % 2**31)
+    check_against_reference(logits.to(dtype), target, grad_loss)
+
+
+def _split_vocabulary_rank(rank: int, world: int, port: int, seed: int) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        logits, target, grad_loss = random_case((9, 2), 512, seed)
+        part = logits.shape[-1] // world
+        for dtype in (torch.float32, torch.bfloat16):
+            check_against_reference(logits.to(dtype), target, grad_loss, torch.distributed.group.WORLD,
+                                    slice(rank * part, (rank + 1) * part))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_vocabulary_split_over_two_ranks_matches_the_definition():
+    mp.start_processes(_split_vocabulary_rank, args=(2, free_port(), torch.seed() % 2**31), nprocs=2, join=True,
+                       start_method="spawn")
+
+
+def test_bad_inputs_are_refused():
+    logits = torch.randn(4, 2, 10)
+    with pytest.raises(ValueError, match="token axes"):
+        vocab_parallel_cross_entropy(logits, torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="integer"):
+        vocab_parallel_cross_entropy(logits, torch.zeros(4, 2))
+
+
+class _Megatron:
+    """Stands in for megatron's LanguageModule: its own loss is recognisable."""
+
+    def compute_language_model_loss(self, labels, logits):
+        return "megatron"
+
+
+class _Model(LeanCrossEntropyMixin, _Megatron):
+    def __init__(self, fusion: bool, impl: str):
+        self.config = SimpleNamespace(cross_entropy_loss_fusion=fusion, cross_entropy_fusion_impl=impl)
+        self.pg_collection = SimpleNamespace(tp=None)
+
+
+def test_models_use_it_for_the_fused_native_loss_only():
+    logits, target, _ = random_case((5, 2), 64, seed=3)  # [s, b, V]; megatron hands labels as [b, s]
+    loss = _Model(True, "native").compute_language_model_loss(target.T, logits.float())
+    torch.testing.assert_close(loss.double(), cross_entropy_reference(logits.float(), target).T)
+    assert _Model(True, "te").compute_language_model_loss(target.T, logits) == "megatron"
+    assert _Model(False, "native").compute_language_model_loss(target.T, logits) == "megatron"
+
+
+@pytest.mark.gpu
+def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatron(megatron_runtime):
+    from megatron.core import parallel_state
+    from megatron.core.fusions.fused_cross_entropy import fused_vocab_parallel_cross_entropy
+
+    vocab = 248320  # Qwen3.5
+    logits, target, grad_loss = (t.cuda() for t in random_case((1024, 2), vocab, seed=torch.seed() % 2**31))
+    logits = logits.bfloat16()
+    check_against_reference(logits, target, grad_loss)
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    ours = logits.detach().clone().requires_grad_()
+    theirs = logits.detach().clone().requires_grad_()
+    ours_loss = vocab_parallel_cross_entropy(ours, target, group)
+    theirs_loss = fused_vocab_parallel_cross_entropy(theirs, target, group)
+    (ours_loss * grad_loss).sum().backward()
+    (theirs_loss * grad_loss).sum().backward()
+    torch.testing.assert_close(ours_loss, theirs_loss.float(), rtol=1e-5, atol=1e-5)
+    assert relative_error(ours.grad, theirs.grad.double()) <= GRAD_TOLERANCE[torch.bfloat16]
