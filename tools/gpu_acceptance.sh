@@ -76,8 +76,8 @@ stage_train() {
   timeout $((LIMIT_S * 2 / 3)) "${qwen35[@]}" --train-iters 30 > "$OUT_DIR/train.log" 2>&1
   echo "train qwen3.5: rc $?"
   timeout $((LIMIT_S / 4)) "${qwen35[@]}" --train-iters 35 > "$OUT_DIR/resume.log" 2>&1
-  echo "resume qwen3.5: rc $? $(grep -c ' iteration ' "$OUT_DIR/resume.log") iteration lines," \
-    "first $(grep -o ' iteration *[0-9]*' "$OUT_DIR/resume.log" | head -1)"
+  echo "resume qwen3.5: rc $? $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
+    "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ')"
   wait
   echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -c ' iteration ' "$OUT_DIR/train_qwen3.log") iterations"
   loss_lines "$OUT_DIR/train_qwen3.log"
