@@ -46,7 +46,7 @@ def _logits_grad(logits: Tensor, log_sum_exp: Tensor, local_target: Tensor, grad
 @cache
 def _compiled(function: Callable) -> Callable:
     """``torch.compile`` of one of the kernels above, built on first CUDA use."""
-    return torch.compile(function, dynamic=None)
+    return torch.compile(function)
 
 
 def _kernel(function: Callable, tensor: Tensor) -> Callable:
