@@ -3,55 +3,44 @@
 megatron-core 0.19.2's fused "native" cross entropy casts the ``[s, b, V/TP]`` logits to fp32 and saves the fp32
 exponentials for the backward pass. With Qwen3.5's 248k vocabulary that is 4 bytes x V per token kept alive plus
 several full passes over it: on the H200 bench (MBS 8 x 4096 tokens) five kernels took 96 ms of a 484 ms step and
-32 GB of memory (``docs/benchmarks.md``). Here the forward pass reads the logits twice (row max, then the sum of
-exponentials; fp32 only in registers) and saves the logits themselves (which the output layer does not keep) plus
-one fp32 log-sum-exp per token; the backward pass is one elementwise kernel ``(softmax - onehot) * grad`` written in
-the logits' dtype. On CUDA the reductions and the gradient are ``torch.compile``-d (one Triton kernel each); on the
-CPU they run eagerly, with the same arithmetic.
+32 GB of memory (``docs/benchmarks.md``). Here the forward pass reads the logits once (per-row log-sum-exp by the
+running-max rule, and the target logit; fp32 only in registers) and saves the logits themselves (which the output
+layer does not keep) plus one fp32 log-sum-exp per token; the backward pass writes ``(softmax - onehot) * grad`` in
+the logits' dtype in one pass. On CUDA (or under ``TRITON_INTERPRET=1``) both are the Triton kernels of
+:mod:`megatron.oellm.layers.cross_entropy_kernels`; elsewhere the eager functions below, with the same arithmetic.
 
-Across tensor-parallel ranks each holds a contiguous slice of the vocabulary (megatron's layout): the row max is
-all-reduced with MAX, the sum of exponentials and the target logit with one SUM.
+Across tensor-parallel ranks each holds a contiguous slice of the vocabulary (megatron's layout): the per-rank
+log-sum-exps are combined with one MAX and one SUM all-reduce (the target logit rides in the SUM).
 :func:`cross_entropy_reference` is the float64 definition the tests compare against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import cache
+import os
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 
-def _row_max(logits: Tensor) -> Tensor:
-    """fp32 max over the local vocabulary slice."""
-    return logits.amax(dim=-1).float()
+def _row_stats_eager(logits: Tensor, local_target: Tensor) -> tuple[Tensor, Tensor]:
+    """fp32 ``(log_sum_exp, target_logit)`` per row of ``logits`` ``[rows, vocab]``; target -1 gives 0."""
+    x = logits.float()
+    target_logit = x.gather(-1, local_target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return torch.logsumexp(x, dim=-1), torch.where(local_target >= 0, target_logit, 0.0)
 
 
-def _sum_exp(logits: Tensor, row_max: Tensor) -> Tensor:
-    """``sum_v exp(logit_v - row_max)`` in fp32 over the local slice."""
-    return torch.exp(logits.float() - row_max.unsqueeze(-1)).sum(dim=-1)
-
-
-def _logits_grad(logits: Tensor, log_sum_exp: Tensor, local_target: Tensor, grad_loss: Tensor) -> Tensor:
-    """``(softmax - onehot(target)) * grad_loss`` in the logits' dtype; ``local_target`` is -1 where the target
-    lies on another rank's slice (no onehot term here)."""
+def _logits_grad_eager(logits: Tensor, log_sum_exp: Tensor, local_target: Tensor, grad_loss: Tensor) -> Tensor:
+    """``(softmax - onehot(target)) * grad_loss`` in the logits' dtype (no onehot term where the target is -1)."""
     probs = torch.exp(logits.float() - log_sum_exp.unsqueeze(-1))
     columns = torch.arange(logits.shape[-1], device=logits.device)
     onehot = (columns == local_target.unsqueeze(-1)).float()
     return ((probs - onehot) * grad_loss.unsqueeze(-1)).to(logits.dtype)
 
 
-@cache
-def _compiled(function: Callable) -> Callable:
-    """``torch.compile`` of one of the kernels above, built on first CUDA use."""
-    return torch.compile(function)
-
-
-def _kernel(function: Callable, tensor: Tensor) -> Callable:
-    """The compiled kernel for CUDA tensors, the eager function elsewhere."""
-    return _compiled(function) if tensor.is_cuda else function
+def _use_kernels(tensor: Tensor) -> bool:
+    """The Triton kernels run on CUDA tensors, and on CPU ones when Triton interprets them (``TRITON_INTERPRET=1``)."""
+    return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _all_reduce(tensor: Tensor, op: dist.ReduceOp, group: dist.ProcessGroup | None) -> None:
@@ -60,31 +49,47 @@ def _all_reduce(tensor: Tensor, op: dist.ReduceOp, group: dist.ProcessGroup | No
         dist.all_reduce(tensor, op=op, group=group)
 
 
+def _tensor_parallel(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    """(rank, size) of this process in ``group``; (0, 1) without one."""
+    if group is None:
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Per-token loss ``log_sum_exp - logit[target]`` over a vocabulary split across ``group``."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, group: dist.ProcessGroup | None) -> Tensor:
-        rank = dist.get_rank(group) if group is not None and dist.get_world_size(group) > 1 else 0
-        vocab_start = rank * logits.shape[-1]
-        local_target = target - vocab_start
-        on_this_rank = (local_target >= 0) & (local_target < logits.shape[-1])
-        local_target = torch.where(on_this_rank, local_target, -1)
-
-        row_max = _kernel(_row_max, logits)(logits)
-        _all_reduce(row_max, dist.ReduceOp.MAX, group)
-        target_logit = logits.gather(-1, local_target.clamp(min=0).unsqueeze(-1)).squeeze(-1).float()
-        sums = torch.stack([_kernel(_sum_exp, logits)(logits, row_max), target_logit * on_this_rank])
-        _all_reduce(sums, dist.ReduceOp.SUM, group)
-        log_sum_exp = row_max + torch.log(sums[0])
-        ctx.save_for_backward(logits, log_sum_exp, local_target)
-        return log_sum_exp - sums[1]
+        rank, size = _tensor_parallel(group)
+        vocab = logits.shape[-1]
+        rows = logits.reshape(-1, vocab).contiguous()
+        local_target = target.reshape(-1) - rank * vocab
+        local_target = torch.where((local_target >= 0) & (local_target < vocab), local_target, -1).contiguous()
+        if _use_kernels(rows):
+            from megatron.oellm.layers.cross_entropy_kernels import row_stats
+        else:
+            row_stats = _row_stats_eager
+        log_sum_exp, target_logit = row_stats(rows, local_target)
+        if size > 1:
+            global_max = log_sum_exp.clone()
+            _all_reduce(global_max, dist.ReduceOp.MAX, group)
+            sums = torch.stack([torch.exp(log_sum_exp - global_max), target_logit])
+            _all_reduce(sums, dist.ReduceOp.SUM, group)
+            log_sum_exp, target_logit = global_max + torch.log(sums[0]), sums[1]
+        ctx.save_for_backward(rows, log_sum_exp, local_target)
+        ctx.logits_shape = logits.shape
+        return (log_sum_exp - target_logit).view(target.shape)
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor) -> tuple[Tensor, None, None]:
-        logits, log_sum_exp, local_target = ctx.saved_tensors
-        grad = _kernel(_logits_grad, logits)(logits, log_sum_exp, local_target, grad_loss.float())
-        return grad, None, None
+        rows, log_sum_exp, local_target = ctx.saved_tensors
+        grad_rows = grad_loss.reshape(-1).float().contiguous()
+        if _use_kernels(rows):
+            from megatron.oellm.layers.cross_entropy_kernels import logits_grad
+        else:
+            logits_grad = _logits_grad_eager
+        return logits_grad(rows, log_sum_exp, local_target, grad_rows).view(ctx.logits_shape), None, None
 
 
 def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor,

@@ -1,8 +1,11 @@
-"""Our vocabulary-parallel cross entropy against the float64 definition: eager on the CPU (one rank and a vocabulary
-split over two gloo ranks), compiled on the GPU at Qwen3.5's real vocabulary, where megatron-core's fused native
-cross entropy is a second reference."""
+"""Our vocabulary-parallel cross entropy against the float64 definition on the CPU (one rank and a vocabulary split
+over two gloo ranks), both with the eager functions and with the Triton kernels run by Triton's interpreter, and on
+the GPU at Qwen3.5's real vocabulary, where megatron-core's fused native cross entropy is a second reference."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -50,9 +53,10 @@ def check_against_reference(logits: torch.Tensor, target: torch.Tensor, grad_los
     assert relative_error(local.grad, expected_grad[..., vocab_slice]) <= GRAD_TOLERANCE[logits.dtype]
 
 
+@pytest.mark.parametrize("vocab", [1000, 9000], ids=["one-block", "three-blocks"])  # kernel block: 4096 columns
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_one_rank_matches_the_definition(dtype):
-    logits, target, grad_loss = random_case((17, 3), 1000, seed=torch.seed() % 2**31)
+def test_one_rank_matches_the_definition(dtype, vocab):
+    logits, target, grad_loss = random_case((17, 3), vocab, seed=torch.seed() % 2**31)
     check_against_reference(logits.to(dtype), target, grad_loss)
 
 
@@ -72,6 +76,16 @@ def _split_vocabulary_rank(rank: int, world: int, port: int, seed: int) -> None:
 def test_vocabulary_split_over_two_ranks_matches_the_definition():
     mp.start_processes(_split_vocabulary_rank, args=(2, free_port(), torch.seed() % 2**31), nprocs=2, join=True,
                        start_method="spawn")
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
+def test_the_triton_kernels_pass_the_same_tests_in_the_interpreter():
+    """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels then run instead of the eager code."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
 
 
 def test_bad_inputs_are_refused():
@@ -108,8 +122,8 @@ def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatr
     from megatron.core import parallel_state
     from megatron.core.fusions.fused_cross_entropy import fused_vocab_parallel_cross_entropy
 
-    vocab = 248320  # Qwen3.5
-    logits, target, grad_loss = (t.cuda() for t in random_case((1024, 2), vocab, seed=torch.seed() % 2**31))
+    vocab = 248320  # Qwen3.5; 8,800 rows make 2.19e9 logits, past int32 offsets (the kernels index in int64)
+    logits, target, grad_loss = (t.cuda() for t in random_case((4400, 2), vocab, seed=torch.seed() % 2**31))
     logits = logits.bfloat16()
     check_against_reference(logits, target, grad_loss)
 
