@@ -43,12 +43,6 @@ def _use_kernels(tensor: Tensor) -> bool:
     return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _all_reduce(tensor: Tensor, op: dist.ReduceOp, group: dist.ProcessGroup | None) -> None:
-    """In-place all-reduce over ``group``; nothing to do without one or with a single rank."""
-    if group is not None and dist.get_world_size(group) > 1:
-        dist.all_reduce(tensor, op=op, group=group)
-
-
 def _tensor_parallel(group: dist.ProcessGroup | None) -> tuple[int, int]:
     """(rank, size) of this process in ``group``; (0, 1) without one."""
     if group is None:
@@ -64,7 +58,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         rank, size = _tensor_parallel(group)
         vocab = logits.shape[-1]
         rows = logits.reshape(-1, vocab).contiguous()
-        local_target = target.reshape(-1) - rank * vocab
+        local_target = target.reshape(-1).long() - rank * vocab
         local_target = torch.where((local_target >= 0) & (local_target < vocab), local_target, -1).contiguous()
         if _use_kernels(rows):
             from megatron.oellm.layers.cross_entropy_kernels import row_stats
@@ -73,9 +67,9 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         log_sum_exp, target_logit = row_stats(rows, local_target)
         if size > 1:
             global_max = log_sum_exp.clone()
-            _all_reduce(global_max, dist.ReduceOp.MAX, group)
+            dist.all_reduce(global_max, op=dist.ReduceOp.MAX, group=group)
             sums = torch.stack([torch.exp(log_sum_exp - global_max), target_logit])
-            _all_reduce(sums, dist.ReduceOp.SUM, group)
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
             log_sum_exp, target_logit = global_max + torch.log(sums[0]), sums[1]
         ctx.save_for_backward(rows, log_sum_exp, local_target)
         ctx.logits_shape = logits.shape
