@@ -59,7 +59,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         vocab = logits.shape[-1]
         rows = logits.reshape(-1, vocab).contiguous()
         local_target = target.reshape(-1).long() - rank * vocab
-        local_target = torch.where((local_target >= 0) & (local_target < vocab), local_target, -1).contiguous()
+        local_target = torch.where((local_target >= 0) & (local_target < vocab), local_target, -1)
         if _use_kernels(rows):
             from megatron.oellm.layers.cross_entropy_kernels import row_stats
         else:

@@ -11,10 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.multiprocessing as mp
+from megatron.core import parallel_state
 
 from megatron.oellm.layers.cross_entropy import cross_entropy_reference, vocab_parallel_cross_entropy
 from megatron.oellm.models.language_model import LeanCrossEntropyMixin
 from megatron.oellm.runtime import free_port
+from tests.unit_tests.cpu_megatron import gloo_world
 
 GRAD_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8e-3}
 """Relative L2 error allowed on the logits gradient: fp32 round-off, or one bf16 rounding of each element."""
@@ -62,15 +64,13 @@ def test_one_rank_matches_the_definition(dtype, vocab):
 
 def _split_vocabulary_rank(rank: int, world: int, port: int, seed: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
+    with gloo_world(rank, world, port, tensor_model_parallel_size=world):
         logits, target, grad_loss = random_case((9, 2), 512, seed)
         part = logits.shape[-1] // world
         for dtype in (torch.float32, torch.bfloat16):
-            check_against_reference(logits.to(dtype), target, grad_loss, torch.distributed.group.WORLD,
+            check_against_reference(logits.to(dtype), target, grad_loss,
+                                    parallel_state.get_tensor_model_parallel_group(),
                                     slice(rank * part, (rank + 1) * part))
-    finally:
-        torch.distributed.destroy_process_group()
 
 
 def test_vocabulary_split_over_two_ranks_matches_the_definition():
