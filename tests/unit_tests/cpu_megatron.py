@@ -4,11 +4,13 @@ megatron-core 0.19.2 needs CUDA for two things while it *builds* an MoE layer, n
 sharded state dict: the router allocates its weight on ``torch.cuda.current_device()`` and the all-to-all token
 dispatcher creates a class-wide device-to-host ``torch.cuda.Stream``. :func:`cpu_model_building` points the first at
 the CPU and fills the second with a placeholder for the duration of a block, so whole models build on the CPU and
-their ``sharded_state_dict()`` is megatron's own (nothing here can run a forward pass).
+their ``sharded_state_dict()`` is megatron's own (nothing here can run a forward pass). Transformer Engine's modules
+refuse to be built at all while ``torch.cuda.is_available()`` is False, even with ``use_cpu_initialization`` (their
+parameters then live on the CPU): with ``transformer_engine=True`` that check is answered True for the block.
 """
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from unittest import mock
 
 import torch
@@ -33,8 +35,10 @@ def gloo_world(rank: int = 0, world: int = 1, port: int | None = None, **paralle
 
 
 @contextmanager
-def cpu_model_building() -> Iterator[None]:
-    """Let megatron-core build MoE layers without CUDA (see the module docstring)."""
+def cpu_model_building(transformer_engine: bool = False) -> Iterator[None]:
+    """Let megatron-core build MoE layers, and with ``transformer_engine`` TE's modules, without CUDA (see the module
+    docstring)."""
     with mock.patch.object(torch.cuda, "current_device", return_value="cpu"), \
-            mock.patch.object(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", object()):
+            mock.patch.object(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", object()), \
+            mock.patch.object(torch.cuda, "is_available", return_value=True) if transformer_engine else nullcontext():
         yield

@@ -1,7 +1,7 @@
 """A converted checkpoint loads into the models our spec builders make, through megatron-core's own loader.
 
-The models are built on the CPU (gloo, torch-native backend, see ``tests/unit_tests/cpu_megatron.py``), so the
-sharded state dict is megatron's own, not a re-statement of it. ``oellm convert hf-to-mcore`` writes no Transformer
+The models are built on the CPU (gloo, see ``tests/unit_tests/cpu_megatron.py``) with each backend: torch-native
+always, Transformer Engine where it imports. The sharded state dict is megatron's own, not a re-statement of it. ``oellm convert hf-to-mcore`` writes no Transformer
 Engine ``_extra_state`` objects while the model asks for them (the torch-native modules mirror TE's layout), so the
 loader runs with ``log_all`` strictness, as the convert README tells users to. Every parameter starts as NaN and must
 end as its rank's block of the converted TP=EP=1 tensor, bit for bit: the whole model at world size 1, and the TP=2
@@ -18,6 +18,7 @@ import torch
 import torch.multiprocessing as mp
 from convert_helpers import random_hf_tensors, write_hf
 
+from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.family import hf_to_mcore
 from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
@@ -75,8 +76,10 @@ def expected_local(card, mcore: dict[str, torch.Tensor], rank: int, tp: int, ep:
     return out
 
 
-def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, str], tp: int, ep: int) -> None:
-    """In one process of ``world``: build each card's model at TP=``tp`` / EP=``ep``, load its checkpoint and compare."""
+def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, str], tp: int, ep: int,
+                      backend: str) -> None:
+    """In one process of ``world``: build each card's model with ``backend`` at TP=``tp`` / EP=``ep``, load its
+    checkpoint and compare."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.validation import StrictHandling
@@ -84,13 +87,15 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, s
     from megatron.oellm.models import spec_builder
 
     with gloo_world(rank, world, port, tensor_model_parallel_size=tp, expert_model_parallel_size=ep), \
-            cpu_model_building():
+            cpu_model_building(transformer_engine=backend == "te"):
         for name, checkpoint in checkpoints.items():
             card = get_card(name)
             builder = spec_builder(card.family)
             config = builder.transformer_config(card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
                                                 perform_initialization=False)
-            model = builder.build_model(card, backend="torch", config=config)
+            model = builder.build_model(card, backend=backend, config=config)
+            te_modules = [m for m in model.modules() if type(m).__module__.startswith("transformer_engine")]
+            assert bool(te_modules) is (backend == "te")
             with torch.no_grad():
                 for parameter in model.parameters():
                     parameter.fill_(float("nan"))
@@ -117,11 +122,20 @@ def checkpoints(tmp_path_factory) -> dict[str, str]:
     return out
 
 
-def test_the_whole_model_loads_at_world_size_one(checkpoints: dict[str, str]) -> None:
-    _load_and_compare(0, 1, free_port(), checkpoints, tp=1, ep=1)
+BACKENDS = [
+    "torch",
+    pytest.param("te", marks=pytest.mark.skipif(transformer_engine_import_error() is not None,
+                                                reason="Transformer Engine does not import here")),
+]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_whole_model_loads_at_world_size_one(checkpoints: dict[str, str], backend: str) -> None:
+    _load_and_compare(0, 1, free_port(), checkpoints, 1, 1, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("tp", "ep"), [(2, 1), (1, 2)], ids=["tp2", "ep2"])
-def test_two_ranks_load_their_shards(checkpoints: dict[str, str], tp: int, ep: int) -> None:
-    mp.start_processes(_load_and_compare, args=(2, free_port(), checkpoints, tp, ep), nprocs=2, join=True,
+def test_two_ranks_load_their_shards(checkpoints: dict[str, str], tp: int, ep: int, backend: str) -> None:
+    mp.start_processes(_load_and_compare, args=(2, free_port(), checkpoints, tp, ep, backend), nprocs=2, join=True,
                        start_method="spawn")

@@ -1,7 +1,6 @@
 """Spec construction on CPU: TransformerConfig from every card and layout, layer specs, hybrid patterns, routing."""
 
 import dataclasses
-import importlib.util
 
 import pytest
 import torch
@@ -157,21 +156,6 @@ def test_torch_backend_fuses_input_norms() -> None:
     assert spec.submodules.attention_layer.submodules.self_attention.submodules.linear_qkv is fused
     gpt = spec_builder("qwen3_moe").layer_spec(get_card("qwen3-30b-a3b-tiny"), "torch").submodules
     assert gpt.input_layernorm is IdentityOp and gpt.self_attention.submodules.linear_qkv is fused
-
-
-@pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is None, reason="Transformer Engine not installed")
-@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "qwen3-30b-a3b"])
-def test_te_specs_build(name) -> None:
-    from megatron.core.extensions.transformer_engine import TELayerNormColumnParallelLinear
-
-    card = get_card(name)
-    builder = spec_builder(card.family)
-    if card.family == "qwen3_5":
-        spec = builder.hybrid_stack_spec(card, "te")
-        assert spec.submodules.gdn_layer.submodules.self_attention.submodules.in_proj is TELayerNormColumnParallelLinear
-    else:
-        spec = builder.layer_spec(card, "te")
-        assert spec.submodules.self_attention.submodules.linear_qkv is TELayerNormColumnParallelLinear
 
 
 def test_gpt_block_spec() -> None:

@@ -1,0 +1,184 @@
+"""Model parallelism on two GPUs against transformers, through the user's path: HF checkpoint -> ``oellm convert``
+-> megatron-core checkpoint loaded at a parallel layout -> one training step with megatron-core's schedule.
+
+For each tiny card a fresh random transformers model (fresh seed, printed; 1-D parameters perturbed as in the parity
+test) is written as an HF checkpoint, converted at TP=EP=PP=1 with ``hf_to_mcore_checkpoint``, and transformers
+computes the reference: the causal-LM loss of random tokens and the gradients of the input embedding and of the
+output layer. Two NCCL ranks then build the torch-native model at each layout, load the checkpoint through
+megatron-core's resharding loader, and run forward + backward with ``get_forward_backward_func()`` (the pipeline
+schedule at PP=2). Compared in fp32 (TF32 off): the loss (on the last stage) within 1e-4, the output-layer gradient
+(last stage) and the embedding gradient (first stage: backward through every layer and pipeline stage) within 1e-2
+relative L2, each rank's vocabulary shard gathered over its tensor-parallel group.
+
+Run: ``python -m pytest -s -q tests/unit_tests/models/test_model_parallel_gpu.py -m gpu`` on a two-GPU machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.convert.family import family_module
+from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
+from megatron.oellm.models.parallel import ParallelLayout
+from megatron.oellm.runtime import free_port
+from tests.unit_tests.convert.convert_helpers import write_hf
+from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")]
+
+CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
+BATCH, SEQ = 2, 64
+LOSS_ABS, GRAD_REL_L2 = 1e-4, 1e-2
+
+
+def layouts(num_layers: int) -> dict[str, ParallelLayout]:
+    """The two-GPU layouts checked: tensor + sequence parallel, expert parallel (over data parallel), both with
+    experts folded onto the TP ranks, expert tensor parallel, and a custom uneven pipeline split."""
+    return {
+        "tp2-sp": ParallelLayout(tp=2, sp=True),
+        "ep2": ParallelLayout(ep=2),
+        "tp2-sp-ep2": ParallelLayout(tp=2, sp=True, ep=2),
+        "tp2-sp-etp2": ParallelLayout(tp=2, sp=True, etp=2),
+        "pp2-uneven": ParallelLayout(pp=2, pipeline_layout=f"Et*{num_layers - 1}|tL"),
+    }
+
+
+def write_case(card_name: str, directory: Path) -> None:
+    """A random HF checkpoint of ``card_name``, its conversion, and transformers' loss and gradients on random
+    tokens (``directory/reference.pt``)."""
+    card = get_card(card_name)
+    convert = family_module(card)
+    torch.manual_seed(fresh_seed())
+    hf = random_hf_model(card, torch.float32)
+    state = {name: tensor.detach().cpu() for name, tensor in hf.state_dict().items()}
+    per_expert = convert.mcore_to_hf(card, convert.hf_to_mcore(card, state), fused_experts=False)
+    hf_to_mcore_checkpoint(card, write_hf(card, per_expert, directory / "hf"), directory / "mcore")
+    tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
+    loss = hf(input_ids=tokens, labels=tokens).loss
+    loss.backward()
+    torch.save({"tokens": tokens.cpu(), "loss": loss.item(),
+                "embedding": hf.model.embed_tokens.weight.grad.cpu(), "output": hf.lm_head.weight.grad.cpu()},
+               directory / "reference.pt")
+
+
+def _gather_vocab_shards(shard: torch.Tensor) -> torch.Tensor:
+    """The full ``[vocab, hidden]`` tensor from this rank's vocabulary rows (megatron's contiguous TP split)."""
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    parts = [torch.empty_like(shard) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(parts, shard.contiguous(), group=group)
+    return torch.cat(parts)
+
+
+def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -> dict[str, list[float]]:
+    """Build, load, one forward + backward at ``layout``; this rank's errors against transformers."""
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing.validation import StrictHandling
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from megatron.oellm.models import spec_builder
+    from megatron.oellm.training.forward_step import masked_lm_loss
+
+    card = get_card(card_name)
+    builder = spec_builder(card.family)
+    first = parallel_state.is_pipeline_first_stage()
+    last = parallel_state.is_pipeline_last_stage()
+    config = builder.transformer_config(
+        card, layout, params_dtype=torch.float32, pipeline_dtype=torch.float32, moe_router_load_balancing_type="none",
+        moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None, cross_entropy_loss_fusion=True,
+        cross_entropy_fusion_impl="native")
+    model = builder.build_model(card, layout, backend="torch", config=config, pre_process=first,
+                                post_process=last).cuda()
+    request = model.sharded_state_dict()
+    loaded = dist_checkpointing.load(request, str(directory / "mcore" / RELEASE), strict=StrictHandling.LOG_ALL)
+    result = model.load_state_dict({k: v for k, v in loaded.items() if k in request}, strict=False)
+    assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
+
+    reference = torch.load(directory / "reference.pt")
+    tokens = reference["tokens"].cuda()
+    mask = torch.ones_like(tokens, dtype=torch.float32)
+    mask[:, -1] = 0  # transformers' causal-LM loss has no target for the last position
+    batch = {"tokens": tokens, "positions": torch.arange(SEQ, device="cuda").expand(BATCH, SEQ),
+             "labels": torch.roll(tokens, -1, dims=1), "mask": mask}
+
+    def forward_step(data_iterator, chunk):
+        micro_batch = next(data_iterator)
+        output = chunk(micro_batch["tokens"], micro_batch["positions"], None, labels=micro_batch["labels"])
+        return output, functools.partial(masked_lm_loss, micro_batch["mask"])
+
+    reports = get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter([batch]), model=[model], num_microbatches=1,
+        seq_length=SEQ, micro_batch_size=BATCH, forward_only=False)
+    grads = dict(model.named_parameters())
+    measured = {}
+    if last:
+        loss_sum, count = reports[0]["lm loss"].tolist()
+        measured["loss"] = [abs(loss_sum / count - reference["loss"])] * 3
+        measured["output-layer grad"] = list(errors(
+            _gather_vocab_shards(grads["output_layer.weight"].grad), reference["output"].cuda()))
+    if first:
+        measured["embedding grad"] = list(errors(
+            _gather_vocab_shards(grads["embedding.word_embeddings.weight"].grad), reference["embedding"].cuda()))
+    return measured
+
+
+def _rank(rank: int, world: int, port: int, directories: dict[str, str], out: str) -> None:
+    """One NCCL rank: every layout, every card; writes ``{layout: {card: {check: errors}}}`` to ``out/rank<r>.json``."""
+    from megatron.core import parallel_state, tensor_parallel
+
+    torch.cuda.set_device(rank)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.distributed.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    results: dict[str, dict] = {}
+    try:
+        num_layers = {name: get_card(name).num_layers for name in directories}
+        for name, directory in directories.items():
+            for label, layout in layouts(num_layers[name]).items():
+                parallel_state.initialize_model_parallel(
+                    tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
+                    expert_model_parallel_size=layout.ep, expert_tensor_parallel_size=layout.etp)
+                tensor_parallel.model_parallel_cuda_manual_seed(1234, force_reset_rng=True)
+                try:
+                    results.setdefault(label, {})[name] = _step_and_measure(name, layout, Path(directory))
+                finally:
+                    parallel_state.destroy_model_parallel()
+    finally:
+        Path(out, f"rank{rank}.json").write_text(json.dumps(results))
+        torch.distributed.destroy_process_group()
+
+
+def test_parallel_layouts_match_transformers(tmp_path: Path) -> None:
+    directories = {}
+    for name in CARDS:
+        directories[name] = str(tmp_path / name)
+        write_case(name, tmp_path / name)
+    torch.cuda.empty_cache()
+    os.environ.setdefault("OMP_NUM_THREADS", "4")
+    mp.start_processes(_rank, args=(2, free_port(), directories, str(tmp_path)), nprocs=2, join=True,
+                       start_method="spawn")
+
+    rows = []
+    for rank in range(2):
+        for label, cards in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
+            rows += [(label, name, check, values, rank) for name, checks in cards.items()
+                     for check, values in checks.items()]
+    print("\n| layout | card | check | rank | rel. L2 | max rel. | mean rel. |\n|---|---|---|---|---|---|---|")
+    for label, name, check, values, rank in rows:
+        print(f"| {label} | {name} | {check} | {rank} | " + " | ".join(f"{v:.2e}" for v in values) + " |")
+    expected = {(label, name, check) for name in CARDS for label in layouts(get_card(name).num_layers)
+                for check in ("loss", "output-layer grad", "embedding grad")}
+    assert {(label, name, check) for label, name, check, _, _ in rows} == expected
+    for label, name, check, values, rank in rows:
+        bound = LOSS_ABS if check == "loss" else GRAD_REL_L2
+        assert values[0] <= bound, (label, name, check, rank, values)

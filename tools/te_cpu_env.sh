@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A virtual environment where Transformer Engine imports on a machine without a GPU, then the TE backend's CPU tests.
+#
+#   bash tools/te_cpu_env.sh [VENV_DIR]        # default .te-venv; about 4 GB of wheels, ~10 min on 2 cores
+#
+# TE's PyTorch extension is published as an sdist only (prebuilt wheels come from GitHub, unreachable on compute
+# nodes), and it must be compiled against a CUDA build of torch; TE's modules then build with CPU parameters
+# (tests/unit_tests/cpu_megatron.py) and megatron-core's TE spec provider works. Steps: CUDA torch from PyPI, the
+# CUDA 13 headers the extension includes (crt, cccl) as NVIDIA wheels, TE's Python and core-library wheels, the
+# extension compiled from its sdist, then megatron-oellm through tools/install.sh (which keeps this torch).
+# Nothing runs on a GPU here; what it checks: tests/unit_tests/models/test_te_specs.py (every compute slot of every
+# Qwen card's spec is TE's) and tests/unit_tests/convert/test_convert_megatron_load.py (converted checkpoints load
+# into TE-built models at TP=1, TP=2 and EP=2, bit for bit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=$(realpath -m "${1:-.te-venv}")
+TE_VERSION=${TE_VERSION:-2.20.2}
+TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the H200 device's torch; PyPI's Linux wheel of it is built for CUDA 13.0
+CUDA_WHEELS="13.0.*"
+
+python3 -m venv "$VENV"
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+# A find-links folder with a local +cpu torch wheel would win over PyPI's CUDA wheel of the same version.
+export PIP_FIND_LINKS="" PIP_DISABLE_PIP_VERSION_CHECK=1
+PIP=(python -m pip install -q)
+"${PIP[@]}" "numpy<2.4" "torch==${TORCH_VERSION}" setuptools wheel pybind11 ninja
+python - <<'PYCHECK'
+import sys, torch
+if torch.version.cuda is None or not torch.version.cuda.startswith("13."):
+    sys.exit(f"torch {torch.__version__} is not a CUDA 13 build; TE's extension cannot be compiled against it")
+PYCHECK
+"${PIP[@]}" "nvidia-cuda-crt==${CUDA_WHEELS}" "nvidia-cuda-cccl==${CUDA_WHEELS}" "nvidia-cuda-nvcc==${CUDA_WHEELS}"
+"${PIP[@]}" --no-deps "transformer_engine==${TE_VERSION}" "transformer_engine_cu13==${TE_VERSION}"
+"${PIP[@]}" einops onnx onnxscript pydantic importlib-metadata nvdlfw-inspect "nvidia-cudnn-frontend>=1.29"
+
+SDIST_DIR="$VENV/te-sdist"
+mkdir -p "$SDIST_DIR"
+python -m pip download -q --no-deps --no-build-isolation --no-binary :all: -d "$SDIST_DIR" "transformer_engine_torch==${TE_VERSION}"
+tar -xzf "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}.tar.gz" -C "$SDIST_DIR"
+# FORCE_BUILD: skip the GitHub wheel lookup; USE_NVIDIA_WHEELS: headers from the nvidia-* wheels, not a toolkit.
+NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_BUILD_USE_NVIDIA_WHEELS=1 MAX_JOBS=$(nproc) \
+  "${PIP[@]}" --no-build-isolation --no-deps "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}"
+
+# TE's core library links NCCL, cuDNN and the CUDA 13 libraries, which the wheels keep in their own folders.
+NVIDIA_ROOT=$(python -c "import nvidia; print(list(nvidia.__path__)[0])")
+LIBS=$(find "$NVIDIA_ROOT" -maxdepth 2 -type d -name lib | sort | tr '\n' ':')
+echo "export LD_LIBRARY_PATH=\"${LIBS}\${LD_LIBRARY_PATH:-}\"" >> "$VENV/bin/activate"
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+
+PYTHON="$VENV/bin/python" bash tools/install.sh dev,hf,gdn
+python -c "import transformer_engine.pytorch as te, torch; print('transformer_engine', te.__version__, '| torch', torch.__version__)"
+python -m pytest -q -p no:cacheprovider tests/unit_tests/models/test_te_specs.py \
+  tests/unit_tests/convert/test_convert_megatron_load.py
