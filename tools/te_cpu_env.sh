@@ -34,22 +34,28 @@ PYCHECK
 "${PIP[@]}" --no-deps "transformer_engine==${TE_VERSION}" "transformer_engine_cu13==${TE_VERSION}"
 "${PIP[@]}" einops onnx onnxscript pydantic importlib-metadata nvdlfw-inspect "nvidia-cudnn-frontend>=1.29"
 
-SDIST_DIR="$VENV/te-sdist"
-mkdir -p "$SDIST_DIR"
-python -m pip download -q --no-deps --no-build-isolation --no-binary :all: -d "$SDIST_DIR" "transformer_engine_torch==${TE_VERSION}"
-tar -xzf "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}.tar.gz" -C "$SDIST_DIR"
-# FORCE_BUILD: skip the GitHub wheel lookup; USE_NVIDIA_WHEELS: headers from the nvidia-* wheels, not a toolkit.
-NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_BUILD_USE_NVIDIA_WHEELS=1 MAX_JOBS=$(nproc) \
-  "${PIP[@]}" --no-build-isolation --no-deps "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}"
+if [ "$(python -c 'import importlib.metadata as m; print(m.version("transformer_engine_torch"))' 2>/dev/null)" \
+     != "${TE_VERSION}" ]; then
+  SDIST_DIR="$VENV/te-sdist"
+  mkdir -p "$SDIST_DIR"
+  python -m pip download -q --no-deps --no-build-isolation --no-binary :all: -d "$SDIST_DIR" \
+    "transformer_engine_torch==${TE_VERSION}"
+  tar -xzf "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}.tar.gz" -C "$SDIST_DIR"
+  # FORCE_BUILD: skip the GitHub wheel lookup; USE_NVIDIA_WHEELS: headers from the nvidia-* wheels, not a toolkit.
+  NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_BUILD_USE_NVIDIA_WHEELS=1 MAX_JOBS=$(nproc) \
+    "${PIP[@]}" --no-build-isolation --no-deps "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}"
+fi
 
 # TE's core library links NCCL, cuDNN and the CUDA 13 libraries, which the wheels keep in their own folders.
 NVIDIA_ROOT=$(python -c "import nvidia; print(list(nvidia.__path__)[0])")
 LIBS=$(find "$NVIDIA_ROOT" -maxdepth 2 -type d -name lib | sort | tr '\n' ':')
-echo "export LD_LIBRARY_PATH=\"${LIBS}\${LD_LIBRARY_PATH:-}\"" >> "$VENV/bin/activate"
+grep -q "^export LD_LIBRARY_PATH=\"${LIBS}" "$VENV/bin/activate" \
+  || echo "export LD_LIBRARY_PATH=\"${LIBS}\${LD_LIBRARY_PATH:-}\"" >> "$VENV/bin/activate"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 
 PYTHON="$VENV/bin/python" bash tools/install.sh dev,hf,gdn
-python -c "import transformer_engine.pytorch as te, torch; print('transformer_engine', te.__version__, '| torch', torch.__version__)"
+python -c "import importlib.metadata as m, torch, transformer_engine.pytorch
+print('transformer_engine', m.version('transformer_engine'), '| torch', torch.__version__)"
 python -m pytest -q -p no:cacheprovider tests/unit_tests/models/test_te_specs.py \
   tests/unit_tests/convert/test_convert_megatron_load.py

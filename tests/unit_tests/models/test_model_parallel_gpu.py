@@ -6,7 +6,7 @@ test) is written as an HF checkpoint, converted at TP=EP=PP=1 with ``hf_to_mcore
 computes the reference: the causal-LM loss of random tokens and the gradients of the input embedding and of the
 output layer. Two NCCL ranks then build the torch-native model at each layout, load the checkpoint through
 megatron-core's resharding loader, and run forward + backward with ``get_forward_backward_func()`` (the pipeline
-schedule at PP=2). Compared in fp32 (TF32 off): the loss (on the last stage) within 1e-4, the output-layer gradient
+schedule at PP=2, the interleaved one with virtual stages). Compared in fp32 (TF32 off): the loss (on the last stage) within 1e-4, the output-layer gradient
 (last stage) and the embedding gradient (first stage: backward through every layer and pipeline stage) within 1e-2
 relative L2, each rank's vocabulary shard gathered over its tensor-parallel group.
 
@@ -42,13 +42,16 @@ LOSS_ABS, GRAD_REL_L2 = 1e-4, 1e-2
 
 def layouts(num_layers: int) -> dict[str, ParallelLayout]:
     """The two-GPU layouts checked: tensor + sequence parallel, expert parallel (over data parallel), both with
-    experts folded onto the TP ranks, expert tensor parallel, and a custom uneven pipeline split."""
+    experts folded onto the TP ranks, expert tensor parallel, a custom uneven pipeline split, and interleaved
+    virtual pipeline stages (2 x 2, the outer ones holding only the embedding or the loss and what is left over)."""
+    first_virtual_stage = "E" + (f"t*{num_layers - 2}" if num_layers > 2 else "")
     return {
         "tp2-sp": ParallelLayout(tp=2, sp=True),
         "ep2": ParallelLayout(ep=2),
         "tp2-sp-ep2": ParallelLayout(tp=2, sp=True, ep=2),
         "tp2-sp-etp2": ParallelLayout(tp=2, sp=True, etp=2),
         "pp2-uneven": ParallelLayout(pp=2, pipeline_layout=f"Et*{num_layers - 1}|tL"),
+        "pp2-vpp2": ParallelLayout(pp=2, vpp=2, pipeline_layout=f"{first_virtual_stage}|t|t|L"),
     }
 
 
@@ -91,18 +94,25 @@ def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -
 
     card = get_card(card_name)
     builder = spec_builder(card.family)
-    first = parallel_state.is_pipeline_first_stage()
-    last = parallel_state.is_pipeline_last_stage()
     config = builder.transformer_config(
         card, layout, params_dtype=torch.float32, pipeline_dtype=torch.float32, moe_router_load_balancing_type="none",
         moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None, cross_entropy_loss_fusion=True,
         cross_entropy_fusion_impl="native")
-    model = builder.build_model(card, layout, backend="torch", config=config, pre_process=first,
-                                post_process=last).cuda()
-    request = model.sharded_state_dict()
+    chunks = {}  # model chunk -> (holds the embedding, holds the loss)
+    for vp_stage in range(layout.vpp_size) if layout.vpp else [None]:
+        first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+        last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+        chunk = builder.build_model(card, layout, backend="torch", config=config, pre_process=first,
+                                    post_process=last, vp_stage=vp_stage).cuda()
+        chunks[chunk] = (first, last)
+    # all chunks in one load, as megatron's loader does: a GPTModel's stacked layer objects are only complete over
+    # every chunk of every rank
+    request = {index: chunk.sharded_state_dict() for index, chunk in enumerate(chunks)}
     loaded = dist_checkpointing.load(request, str(directory / "mcore" / RELEASE), strict=StrictHandling.LOG_ALL)
-    result = model.load_state_dict({k: v for k, v in loaded.items() if k in request}, strict=False)
-    assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
+    for index, chunk in enumerate(chunks):
+        state = {k: v for k, v in loaded[index].items() if k in request[index]}
+        result = chunk.load_state_dict(state, strict=False)
+        assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
 
     reference = torch.load(directory / "reference.pt")
     tokens = reference["tokens"].cuda()
@@ -110,30 +120,35 @@ def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -
     mask[:, -1] = 0  # transformers' causal-LM loss has no target for the last position
     batch = {"tokens": tokens, "positions": torch.arange(SEQ, device="cuda").expand(BATCH, SEQ),
              "labels": torch.roll(tokens, -1, dims=1), "mask": mask}
+    # one sequence per micro-batch (equal token counts, so the mean of their means is transformers' mean)
+    micro_batches = [{key: value[i:i + 1] for key, value in batch.items()} for i in range(BATCH)]
 
     def forward_step(data_iterator, chunk):
         micro_batch = next(data_iterator)
         output = chunk(micro_batch["tokens"], micro_batch["positions"], None, labels=micro_batch["labels"])
         return output, functools.partial(masked_lm_loss, micro_batch["mask"])
 
+    data = [iter(micro_batches) for _ in chunks] if layout.vpp else iter(micro_batches)
     reports = get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=iter([batch]), model=[model], num_microbatches=1,
-        seq_length=SEQ, micro_batch_size=BATCH, forward_only=False)
-    grads = dict(model.named_parameters())
+        forward_step_func=forward_step, data_iterator=data, model=list(chunks), num_microbatches=BATCH,
+        seq_length=SEQ, micro_batch_size=1, forward_only=False)
     measured = {}
-    if last:
-        loss_sum, count = reports[0]["lm loss"].tolist()
-        measured["loss"] = [abs(loss_sum / count - reference["loss"])] * 3
-        measured["output-layer grad"] = list(errors(
-            _gather_vocab_shards(grads["output_layer.weight"].grad), reference["output"].cuda()))
-    if first:
-        measured["embedding grad"] = list(errors(
-            _gather_vocab_shards(grads["embedding.word_embeddings.weight"].grad), reference["embedding"].cuda()))
+    for chunk, (first, last) in chunks.items():
+        grads = dict(chunk.named_parameters())
+        if last:
+            loss_sum, count = torch.stack([report["lm loss"] for report in reports]).sum(0).tolist()
+            measured["loss"] = [abs(loss_sum / count - reference["loss"])] * 3
+            measured["output-layer grad"] = list(errors(
+                _gather_vocab_shards(grads["output_layer.weight"].grad), reference["output"].cuda()))
+        if first:
+            measured["embedding grad"] = list(errors(
+                _gather_vocab_shards(grads["embedding.word_embeddings.weight"].grad), reference["embedding"].cuda()))
     return measured
 
 
-def _rank(rank: int, world: int, port: int, directories: dict[str, str], out: str) -> None:
-    """One NCCL rank: every layout, every card; writes ``{layout: {card: {check: errors}}}`` to ``out/rank<r>.json``."""
+def _rank(rank: int, world: int, port: int, name: str, directory: str) -> None:
+    """One NCCL rank: every layout for card ``name``; writes ``{layout: {check: errors}}`` to
+    ``directory/rank<r>.json``."""
     from megatron.core import parallel_state, tensor_parallel
 
     torch.cuda.set_device(rank)
@@ -142,43 +157,38 @@ def _rank(rank: int, world: int, port: int, directories: dict[str, str], out: st
     torch.distributed.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     results: dict[str, dict] = {}
     try:
-        num_layers = {name: get_card(name).num_layers for name in directories}
-        for name, directory in directories.items():
-            for label, layout in layouts(num_layers[name]).items():
-                parallel_state.initialize_model_parallel(
-                    tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
-                    expert_model_parallel_size=layout.ep, expert_tensor_parallel_size=layout.etp)
-                tensor_parallel.model_parallel_cuda_manual_seed(1234, force_reset_rng=True)
-                try:
-                    results.setdefault(label, {})[name] = _step_and_measure(name, layout, Path(directory))
-                finally:
-                    parallel_state.destroy_model_parallel()
+        for label, layout in layouts(get_card(name).num_layers).items():
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
+                virtual_pipeline_model_parallel_size=layout.vpp, expert_model_parallel_size=layout.ep,
+                expert_tensor_parallel_size=layout.etp)
+            tensor_parallel.model_parallel_cuda_manual_seed(1234, force_reset_rng=True)
+            try:
+                results[label] = _step_and_measure(name, layout, Path(directory))
+            finally:
+                parallel_state.destroy_model_parallel()
     finally:
-        Path(out, f"rank{rank}.json").write_text(json.dumps(results))
+        Path(directory, f"rank{rank}.json").write_text(json.dumps(results))
         torch.distributed.destroy_process_group()
 
 
-def test_parallel_layouts_match_transformers(tmp_path: Path) -> None:
-    directories = {}
-    for name in CARDS:
-        directories[name] = str(tmp_path / name)
-        write_case(name, tmp_path / name)
+@pytest.mark.parametrize("name", CARDS)
+def test_parallel_layouts_match_transformers(name: str, tmp_path: Path) -> None:
+    write_case(name, tmp_path)
     torch.cuda.empty_cache()
     os.environ.setdefault("OMP_NUM_THREADS", "4")
-    mp.start_processes(_rank, args=(2, free_port(), directories, str(tmp_path)), nprocs=2, join=True,
-                       start_method="spawn")
+    mp.start_processes(_rank, args=(2, free_port(), name, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
 
     rows = []
     for rank in range(2):
-        for label, cards in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
-            rows += [(label, name, check, values, rank) for name, checks in cards.items()
-                     for check, values in checks.items()]
-    print("\n| layout | card | check | rank | rel. L2 | max rel. | mean rel. |\n|---|---|---|---|---|---|---|")
-    for label, name, check, values, rank in rows:
-        print(f"| {label} | {name} | {check} | {rank} | " + " | ".join(f"{v:.2e}" for v in values) + " |")
-    expected = {(label, name, check) for name in CARDS for label in layouts(get_card(name).num_layers)
+        for label, checks in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
+            rows += [(label, check, values, rank) for check, values in checks.items()]
+    print(f"\n{name}\n| layout | check | rank | rel. L2 | max rel. | mean rel. |\n|---|---|---|---|---|---|")
+    for label, check, values, rank in rows:
+        print(f"| {label} | {check} | {rank} | " + " | ".join(f"{v:.2e}" for v in values) + " |")
+    expected = {(label, check) for label in layouts(get_card(name).num_layers)
                 for check in ("loss", "output-layer grad", "embedding grad")}
-    assert {(label, name, check) for label, name, check, _, _ in rows} == expected
-    for label, name, check, values, rank in rows:
+    assert {(label, check) for label, check, _, _ in rows} == expected
+    for label, check, values, rank in rows:
         bound = LOSS_ABS if check == "loss" else GRAD_REL_L2
-        assert values[0] <= bound, (label, name, check, rank, values)
+        assert values[0] <= bound, (label, check, rank, values)
