@@ -1,9 +1,10 @@
 """A converted checkpoint loads into the models our spec builders make, through megatron-core's own loader.
 
 The models are built on the CPU (gloo, see ``tests/unit_tests/cpu_megatron.py``) with each backend: torch-native
-always, Transformer Engine where it imports. The sharded state dict is megatron's own, not a re-statement of it. ``oellm convert hf-to-mcore`` writes no Transformer
-Engine ``_extra_state`` objects while the model asks for them (the torch-native modules mirror TE's layout), so the
-loader runs with ``log_all`` strictness, as the convert README tells users to. Every parameter starts as NaN and must
+always, Transformer Engine where it imports. The sharded state dict is megatron's own, not a re-statement of it.
+``oellm convert hf-to-mcore`` writes no Transformer Engine ``_extra_state`` objects while the model asks for them
+(the torch-native modules mirror TE's layout), so the loader runs with ``log_all`` strictness, as the convert README
+tells users to. Every parameter starts as NaN and must
 end as its rank's block of the converted TP=EP=1 tensor, bit for bit: the whole model at world size 1, and the TP=2
 and EP=2 shards on two spawned ranks, whose blocks are cut here by plain slicing.
 """
