@@ -3,6 +3,9 @@
 #
 #   bash tools/te_cpu_env.sh [VENV_DIR]        # default .te-venv; about 4 GB of wheels, ~10 min on 2 cores
 #
+# CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked), and the
+# header and TE core wheels are the CUDA 13 ones. Rerunning it on an existing VENV_DIR skips the compilation.
+#
 # TE's PyTorch extension is published as an sdist only (prebuilt wheels come from GitHub, unreachable on compute
 # nodes), and it must be compiled against a CUDA build of torch; TE's modules then build with CPU parameters
 # (tests/unit_tests/cpu_megatron.py) and megatron-core's TE spec provider works. Steps: CUDA torch from PyPI, the
@@ -12,16 +15,17 @@
 # Qwen card's spec is TE's) and tests/unit_tests/convert/test_convert_megatron_load.py (converted checkpoints load
 # into TE-built models at TP=1, TP=2 and EP=2, bit for bit).
 set -euo pipefail
+VENV=$(realpath -m "${1:-$(dirname "$0")/../.te-venv}")
 cd "$(dirname "$0")/.."
-VENV=$(realpath -m "${1:-.te-venv}")
 TE_VERSION=${TE_VERSION:-2.20.2}
 TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the H200 device's torch; PyPI's Linux wheel of it is built for CUDA 13.0
 CUDA_WHEELS="13.0.*"
 
-python3 -m venv "$VENV"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
-# A find-links folder with a local +cpu torch wheel would win over PyPI's CUDA wheel of the same version.
+# A find-links folder with a local +cpu torch wheel would win over PyPI's CUDA wheel of the same version (an index-url
+# pointing at a CPU-only index would too: the check below stops there).
 export PIP_FIND_LINKS="" PIP_DISABLE_PIP_VERSION_CHECK=1
 PIP=(python -m pip install -q)
 "${PIP[@]}" "numpy<2.4" "torch==${TORCH_VERSION}" setuptools wheel pybind11 ninja
@@ -48,9 +52,9 @@ fi
 
 # TE's core library links NCCL, cuDNN and the CUDA 13 libraries, which the wheels keep in their own folders.
 NVIDIA_ROOT=$(python -c "import nvidia; print(list(nvidia.__path__)[0])")
-LIBS=$(find "$NVIDIA_ROOT" -maxdepth 2 -type d -name lib | sort | tr '\n' ':')
-grep -q "^export LD_LIBRARY_PATH=\"${LIBS}" "$VENV/bin/activate" \
-  || echo "export LD_LIBRARY_PATH=\"${LIBS}\${LD_LIBRARY_PATH:-}\"" >> "$VENV/bin/activate"
+LIBS=$(find "$NVIDIA_ROOT" -maxdepth 2 -type d -name lib | sort | paste -sd:)
+LINE="export LD_LIBRARY_PATH=\"${LIBS}\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"  # TE's libraries (te_cpu_env.sh)"
+grep -qxF "$LINE" "$VENV/bin/activate" || echo "$LINE" >> "$VENV/bin/activate"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 

@@ -6,7 +6,7 @@ dispatcher creates a class-wide device-to-host ``torch.cuda.Stream``. :func:`cpu
 the CPU and fills the second with a placeholder for the duration of a block, so whole models build on the CPU and
 their ``sharded_state_dict()`` is megatron's own (nothing here can run a forward pass). Transformer Engine's modules
 refuse to be built at all while ``torch.cuda.is_available()`` is False, even with ``use_cpu_initialization`` (their
-parameters then live on the CPU): with ``transformer_engine=True`` that check is answered True for the block.
+parameters then live on the CPU): :func:`transformer_engine_building` answers that check True around a build only.
 """
 
 from collections.abc import Iterator
@@ -35,10 +35,16 @@ def gloo_world(rank: int = 0, world: int = 1, port: int | None = None, **paralle
 
 
 @contextmanager
-def cpu_model_building(transformer_engine: bool = False) -> Iterator[None]:
-    """Let megatron-core build MoE layers, and with ``transformer_engine`` TE's modules, without CUDA (see the module
-    docstring)."""
+def cpu_model_building() -> Iterator[None]:
+    """Let megatron-core build MoE layers without CUDA (see the module docstring)."""
     with mock.patch.object(torch.cuda, "current_device", return_value="cpu"), \
-            mock.patch.object(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", object()), \
-            mock.patch.object(torch.cuda, "is_available", return_value=True) if transformer_engine else nullcontext():
+            mock.patch.object(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", object()):
+        yield
+
+
+@contextmanager
+def transformer_engine_building(enabled: bool = True) -> Iterator[None]:
+    """Let Transformer Engine's modules be built without CUDA (see the module docstring); wrap the model build only,
+    so that nothing else (checkpoint loading, comparisons) sees a pretended GPU. ``enabled=False``: no change."""
+    with mock.patch.object(torch.cuda, "is_available", return_value=True) if enabled else nullcontext():
         yield

@@ -24,7 +24,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.convert.family import hf_to_mcore
 from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
 from megatron.oellm.runtime import free_port
-from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world
+from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world, transformer_engine_building
 
 CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
 SEED = 11
@@ -88,14 +88,17 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, s
     from megatron.oellm.models import spec_builder
 
     with gloo_world(rank, world, port, tensor_model_parallel_size=tp, expert_model_parallel_size=ep), \
-            cpu_model_building(transformer_engine=backend == "te"):
+            cpu_model_building():
         for name, checkpoint in checkpoints.items():
             card = get_card(name)
             builder = spec_builder(card.family)
             config = builder.transformer_config(card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
                                                 perform_initialization=False)
-            model = builder.build_model(card, backend=backend, config=config)
-            te_modules = [m for m in model.modules() if type(m).__module__.startswith("transformer_engine")]
+            with transformer_engine_building(backend == "te"):
+                model = builder.build_model(card, backend=backend, config=config)
+            # megatron's TE wrappers live in megatron.core.extensions; TE's own module classes are their bases
+            te_modules = [m for m in model.modules()
+                          if any(c.__module__.startswith("transformer_engine.pytorch.module") for c in type(m).__mro__)]
             assert bool(te_modules) is (backend == "te")
             with torch.no_grad():
                 for parameter in model.parameters():

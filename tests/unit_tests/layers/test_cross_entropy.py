@@ -17,6 +17,7 @@ from megatron.oellm.layers.cross_entropy import cross_entropy_reference, vocab_p
 from megatron.oellm.models.language_model import LeanCrossEntropyMixin
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.cpu_megatron import gloo_world
+from tests.unit_tests.models.hf_reference import fresh_seed
 
 GRAD_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8e-3}
 """Relative L2 error allowed on the logits gradient: fp32 round-off, or one bf16 rounding of each element."""
@@ -39,8 +40,20 @@ def reference_loss_and_grad(logits: torch.Tensor, target: torch.Tensor, grad_los
     return loss.detach(), logits.grad
 
 
+def squared_error_and_norm(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    """float64 ``|actual - expected|^2`` and ``|expected|^2``: one chunk's share of a relative L2 error."""
+    expected = expected.double()
+    return float((actual.double() - expected).square().sum()), float(expected.square().sum())
+
+
+def pooled_relative_error(chunks: list[tuple[float, float]]) -> float:
+    """The relative L2 error of the whole tensor from its chunks' :func:`squared_error_and_norm`."""
+    return (sum(d for d, _ in chunks) / sum(n for _, n in chunks)) ** 0.5
+
+
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return float((actual.double() - expected).norm() / expected.norm())
+    """Relative L2 error of ``actual`` against ``expected``, in float64."""
+    return pooled_relative_error([squared_error_and_norm(actual, expected)])
 
 
 def check_against_reference(logits: torch.Tensor, target: torch.Tensor, grad_loss: torch.Tensor,
@@ -80,7 +93,7 @@ def test_vocabulary_split_over_two_ranks_matches_the_definition():
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
 def test_the_triton_kernels_pass_the_same_tests_in_the_interpreter():
-    """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels then run instead of the eager code."""
+    """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels run instead of the eager code."""
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
                           env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
                           capture_output=True, text=True, timeout=600)
@@ -117,17 +130,6 @@ def test_models_use_it_for_the_fused_native_loss_only():
     assert _Model(False, "native").compute_language_model_loss(target.T, logits) == "megatron"
 
 
-def squared_error_and_norm(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
-    """float64 ``|actual - expected|^2`` and ``|expected|^2``: one chunk's share of a relative L2 error."""
-    expected = expected.double()
-    return float((actual.double() - expected).square().sum()), float(expected.square().sum())
-
-
-def pooled_relative_error(chunks: list[tuple[float, float]]) -> float:
-    """The relative L2 error of the whole tensor from its chunks' :func:`squared_error_and_norm`."""
-    return (sum(d for d, _ in chunks) / sum(n for _, n in chunks)) ** 0.5
-
-
 @pytest.mark.gpu
 def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatron(megatron_runtime):
     """Qwen3.5's vocabulary, 8,800 tokens: 2.19e9 bf16 logits, past int32 offsets (the kernels index in int64). The
@@ -136,7 +138,7 @@ def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatr
     from megatron.core.fusions.fused_cross_entropy import fused_vocab_parallel_cross_entropy
 
     tokens, vocab, rows = 8800, 248320, 1100
-    generator = torch.Generator(device="cuda").manual_seed(torch.seed() % 2**31)
+    generator = torch.Generator(device="cuda").manual_seed(fresh_seed())
     logits = torch.randn(tokens, 1, vocab, generator=generator, device="cuda", dtype=torch.bfloat16).mul_(3)
     target = torch.randint(0, vocab, (tokens, 1), generator=generator, device="cuda")
     grad_loss = torch.rand(tokens, 1, generator=generator, device="cuda") + 0.5
@@ -145,6 +147,7 @@ def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatr
     ours = logits.clone().requires_grad_()
     ours_loss = vocab_parallel_cross_entropy(ours, target, group)
     ours_loss.backward(grad_loss)
+    assert ours_loss.dtype == torch.float32 and ours.grad.dtype == torch.bfloat16
     against_definition = []
     for start in range(0, tokens, rows):
         part = slice(start, start + rows)

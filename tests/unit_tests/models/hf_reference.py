@@ -14,7 +14,8 @@ def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, 
     """(relative L2, max |diff| / max |ref|, mean |diff| / mean |ref|) of ``actual`` against ``expected``, in fp64."""
     a, e = actual.detach().double().flatten(), expected.detach().double().flatten()
     diff = (a - e).abs()
-    return ((a - e).norm() / e.norm()).item(), (diff.max() / e.abs().max()).item(), (diff.mean() / e.abs().mean()).item()
+    return ((a - e).norm() / e.norm()).item(), (diff.max() / e.abs().max()).item(), \
+        (diff.mean() / e.abs().mean()).item()
 
 
 def fresh_seed() -> int:

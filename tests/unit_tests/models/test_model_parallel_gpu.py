@@ -6,9 +6,10 @@ test) is written as an HF checkpoint, converted at TP=EP=PP=1 with ``hf_to_mcore
 computes the reference: the causal-LM loss of random tokens and the gradients of the input embedding and of the
 output layer. Two NCCL ranks then build the torch-native model at each layout, load the checkpoint through
 megatron-core's resharding loader, and run forward + backward with ``get_forward_backward_func()`` (the pipeline
-schedule at PP=2, the interleaved one with virtual stages). Compared in fp32 (TF32 off): the loss (on the last stage) within 1e-4, the output-layer gradient
-(last stage) and the embedding gradient (first stage: backward through every layer and pipeline stage) within 1e-2
-relative L2, each rank's vocabulary shard gathered over its tensor-parallel group.
+schedule at PP=2, the interleaved one with virtual stages). Compared in fp32, TF32 off on both sides: the loss (on the
+last stage) within 1e-4, the output-layer gradient (last stage) and the embedding gradient (first stage: backward
+through every layer and pipeline stage) within 1e-2 relative L2, each rank's vocabulary shard gathered over its
+tensor-parallel group.
 
 Run: ``python -m pytest -s -q tests/unit_tests/models/test_model_parallel_gpu.py -m gpu`` on a two-GPU machine.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,11 +56,18 @@ def layouts(num_layers: int) -> dict[str, ParallelLayout]:
     }
 
 
+def no_tf32() -> None:
+    """Full fp32 matmuls and convolutions in this process (the reference and both ranks)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 def write_case(card_name: str, directory: Path) -> None:
     """A random HF checkpoint of ``card_name``, its conversion, and transformers' loss and gradients on random
     tokens (``directory/reference.pt``)."""
     card = get_card(card_name)
     convert = family_module(card)
+    no_tf32()
     torch.manual_seed(fresh_seed())
     hf = random_hf_model(card, torch.float32)
     state = {name: tensor.detach().cpu() for name, tensor in hf.state_dict().items()}
@@ -83,14 +91,14 @@ def _gather_vocab_shards(shard: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -> dict[str, list[float]]:
-    """Build, load, one forward + backward at ``layout``; this rank's errors against transformers."""
+def _build_and_load(card_name: str, layout: ParallelLayout,
+                    directory: Path) -> dict[torch.nn.Module, tuple[bool, bool]]:
+    """This rank's model chunks at ``layout`` (one, or one per virtual stage) with the converted checkpoint loaded;
+    each mapped to (holds the embedding, holds the loss)."""
     from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.dist_checkpointing.validation import StrictHandling
-    from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from megatron.oellm.models import spec_builder
-    from megatron.oellm.training.forward_step import masked_lm_loss
 
     card = get_card(card_name)
     builder = spec_builder(card.family)
@@ -98,7 +106,7 @@ def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -
         card, layout, params_dtype=torch.float32, pipeline_dtype=torch.float32, moe_router_load_balancing_type="none",
         moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None, cross_entropy_loss_fusion=True,
         cross_entropy_fusion_impl="native")
-    chunks = {}  # model chunk -> (holds the embedding, holds the loss)
+    chunks = {}
     for vp_stage in range(layout.vpp_size) if layout.vpp else [None]:
         first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
         last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
@@ -113,31 +121,46 @@ def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -
         state = {k: v for k, v in loaded[index].items() if k in request[index]}
         result = chunk.load_state_dict(state, strict=False)
         assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
+    return chunks
 
-    reference = torch.load(directory / "reference.pt")
-    tokens = reference["tokens"].cuda()
+
+def _train_step(chunks: list[torch.nn.Module], virtual: bool, tokens: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+    """Forward + backward of ``tokens`` (one sequence per micro-batch) through megatron-core's schedule; the loss
+    reports of the last stage (empty elsewhere)."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from megatron.oellm.training.forward_step import masked_lm_loss
+
     mask = torch.ones_like(tokens, dtype=torch.float32)
     mask[:, -1] = 0  # transformers' causal-LM loss has no target for the last position
     batch = {"tokens": tokens, "positions": torch.arange(SEQ, device="cuda").expand(BATCH, SEQ),
              "labels": torch.roll(tokens, -1, dims=1), "mask": mask}
-    # one sequence per micro-batch (equal token counts, so the mean of their means is transformers' mean)
+    # equal token counts per micro-batch, so the schedule's mean of their means is transformers' mean
     micro_batches = [{key: value[i:i + 1] for key, value in batch.items()} for i in range(BATCH)]
 
-    def forward_step(data_iterator, chunk):
+    def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], chunk: torch.nn.Module):
         micro_batch = next(data_iterator)
         output = chunk(micro_batch["tokens"], micro_batch["positions"], None, labels=micro_batch["labels"])
         return output, functools.partial(masked_lm_loss, micro_batch["mask"])
 
-    data = [iter(micro_batches) for _ in chunks] if layout.vpp else iter(micro_batches)
-    reports = get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=data, model=list(chunks), num_microbatches=BATCH,
-        seq_length=SEQ, micro_batch_size=1, forward_only=False)
+    data = [iter(micro_batches) for _ in chunks] if virtual else iter(micro_batches)
+    return get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=data, model=chunks, num_microbatches=BATCH, seq_length=SEQ,
+        micro_batch_size=1, forward_only=False)
+
+
+def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -> dict[str, list[float]]:
+    """Build, load, one forward + backward at ``layout``; this rank's errors against transformers (the loss as
+    ``[|diff|]``, gradients as :func:`errors`)."""
+    chunks = _build_and_load(card_name, layout, directory)
+    reference = torch.load(directory / "reference.pt")
+    reports = _train_step(list(chunks), bool(layout.vpp), reference["tokens"].cuda())
     measured = {}
     for chunk, (first, last) in chunks.items():
         grads = dict(chunk.named_parameters())
         if last:
             loss_sum, count = torch.stack([report["lm loss"] for report in reports]).sum(0).tolist()
-            measured["loss"] = [abs(loss_sum / count - reference["loss"])] * 3
+            measured["loss"] = [abs(loss_sum / count - reference["loss"])]
             measured["output-layer grad"] = list(errors(
                 _gather_vocab_shards(grads["output_layer.weight"].grad), reference["output"].cuda()))
         if first:
@@ -152,8 +175,7 @@ def _rank(rank: int, world: int, port: int, name: str, directory: str) -> None:
     from megatron.core import parallel_state, tensor_parallel
 
     torch.cuda.set_device(rank)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    no_tf32()
     torch.distributed.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     results: dict[str, dict] = {}
     try:
@@ -173,19 +195,23 @@ def _rank(rank: int, world: int, port: int, name: str, directory: str) -> None:
 
 
 @pytest.mark.parametrize("name", CARDS)
-def test_parallel_layouts_match_transformers(name: str, tmp_path: Path) -> None:
+def test_parallel_layouts_match_transformers(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # write_case turns TF32 off in this process: registering the current values restores them after the test
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     write_case(name, tmp_path)
     torch.cuda.empty_cache()
-    os.environ.setdefault("OMP_NUM_THREADS", "4")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
     mp.start_processes(_rank, args=(2, free_port(), name, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
 
     rows = []
     for rank in range(2):
         for label, checks in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
             rows += [(label, check, values, rank) for check, values in checks.items()]
-    print(f"\n{name}\n| layout | check | rank | rel. L2 | max rel. | mean rel. |\n|---|---|---|---|---|---|")
+    print(f"\n{name} (loss: |diff|; gradients: rel. L2, max rel., mean rel.)"
+          "\n| layout | check | rank | errors |\n|---|---|---|---|")
     for label, check, values, rank in rows:
-        print(f"| {label} | {check} | {rank} | " + " | ".join(f"{v:.2e}" for v in values) + " |")
+        print(f"| {label} | {check} | {rank} | " + ", ".join(f"{v:.2e}" for v in values) + " |")
     expected = {(label, check) for label in layouts(get_card(name).num_layers)
                 for check in ("loss", "output-layer grad", "embedding grad")}
     assert {(label, check) for label, check, _, _ in rows} == expected
