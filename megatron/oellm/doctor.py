@@ -109,6 +109,9 @@ class EnvironmentReport:
     tilelang_import_error: str | None = None
     """Last line of the error a fresh interpreter raised on ``import tilelang`` (e.g. a missing ``libz3.so``), or
     None when it imported or is not installed. fla only checks that tilelang is findable, then crashes on import."""
+    transformer_engine_import_error: str | None = None
+    """Last line of the error a fresh interpreter raised on ``import torch, transformer_engine.pytorch`` (e.g. a
+    library missing from LD_LIBRARY_PATH), or None when it imported or Transformer Engine is not installed."""
     nvcc_path: str | None = None
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
@@ -150,7 +153,8 @@ def _module_findable(module: str) -> bool:
 
 
 def _import_error_in_subprocess(module: str, timeout_s: float = 180.0) -> str | None:
-    """Import ``module`` in a fresh interpreter (it may load native libraries); its last error line, or None."""
+    """Import ``module`` (or a comma-separated list, in order) in a fresh interpreter (it may load native
+    libraries); its last error line, or None."""
     try:
         result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                                 timeout=timeout_s, check=False)
@@ -229,6 +233,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error = _torch_cuda_facts()
     tilelang_findable = _module_findable("tilelang")
+    te_findable = _module_findable("transformer_engine")
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
@@ -239,6 +244,9 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         gpu_probe_error=gpu_probe_error,
         tilelang_importable=tilelang_findable,
         tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
+        # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
+        transformer_engine_import_error=(_import_error_in_subprocess("torch, transformer_engine.pytorch")
+                                         if te_findable else None),
         nvcc_path=_find_nvcc(env),
         hybrid_ep=_deep_ep_declares_hybrid_ep(),
     )
@@ -296,6 +304,26 @@ def _same_version(installed: str, wanted: str) -> bool:
 def is_hopper(gpu: GpuInfo) -> bool:
     """Hopper as fla decides it: compute capability 9.x, or a device name containing ``NVIDIA H``."""
     return gpu.capability[0] == 9 or "NVIDIA H" in gpu.name
+
+
+def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Which backend ``--backend auto`` gets, and an error when Transformer Engine is installed but does not import:
+    ``auto`` would then fall back to the torch-native backend (slower, no FP8, no context parallelism) without the
+    user having chosen it."""
+    version = report.versions.get("transformer-engine")
+    if version is None:
+        return [Finding("ok", "transformer-engine",
+                        "Transformer Engine is not installed: --backend auto uses the torch-native backend.")]
+    if report.transformer_engine_import_error is None:
+        return [Finding("ok", "transformer-engine",
+                        f"Transformer Engine {version} imports: --backend auto uses it.")]
+    return [Finding(
+        "error", "transformer-engine",
+        f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
+        f"({report.transformer_engine_import_error}); --backend auto would fall back to the torch-native backend.",
+        "a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
+        "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch, or choose "
+        "--backend torch explicitly")]
 
 
 def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
@@ -432,6 +460,7 @@ RULES: tuple[Rule, ...] = (
     check_python,
     check_gpus,
     check_megatron_core,
+    check_transformer_engine,
     check_fla_hopper_triton,
     check_nccl_channels,
     check_allocator_conf,

@@ -15,6 +15,7 @@ from packaging.version import Version
 
 from megatron.oellm import MEGATRON_CORE_VERSION, cli
 from megatron.oellm import doctor as doctor_module
+from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.commands import doctor as doctor_command
 from megatron.oellm.doctor import (
     EnvironmentReport,
@@ -28,6 +29,7 @@ from megatron.oellm.doctor import (
     check_megatron_core,
     check_nccl_channels,
     check_python,
+    check_transformer_engine,
     collect_environment,
     exit_status,
     format_text,
@@ -319,6 +321,9 @@ def test_collect_environment_on_this_machine():
         torch.cuda.get_device_capability(i) for i in range(expected_gpus)
     ]
     assert report.tilelang_importable is (importlib.util.find_spec("tilelang") is not None)
+    te_installed = importlib.util.find_spec("transformer_engine") is not None
+    assert (report.transformer_engine_import_error is None) is (
+        not te_installed or transformer_engine_import_error() is None)
     findings = check_environment(report, {})
     assert exit_status(findings) == int(any(f.severity == "error" for f in findings))
 
@@ -364,3 +369,18 @@ def test_import_probe_reports_the_last_error_line_of_a_fresh_interpreter(tmp_pat
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     assert "libfoo.so.1" in _import_error_in_subprocess("broken_module_for_doctor")
     assert _import_error_in_subprocess("json") is None
+
+
+# --- Transformer Engine ----------------------------------------------------------------------------------------
+
+
+def test_te_rule_absent_installed_and_broken():
+    assert severities(check_transformer_engine(make_report(), {})) == ["ok"]
+    working = check_transformer_engine(make_report(versions={"transformer-engine": "2.20.2"}), {})
+    assert severities(working) == ["ok"] and "2.20.2 imports" in working[0].message
+    error = "OSError: libnccl.so.2: cannot open shared object file: No such file or directory"
+    broken = check_transformer_engine(
+        make_report(versions={"transformer-engine": "2.20.2"}, transformer_engine_import_error=error), {})
+    assert severities(broken) == ["error"]
+    assert "libnccl.so.2" in broken[0].message and "torch-native" in broken[0].message
+    assert "LD_LIBRARY_PATH" in broken[0].fix

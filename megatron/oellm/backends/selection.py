@@ -1,6 +1,8 @@
 """Choosing the compute backend ("te" = Transformer Engine, "torch" = torch-native) and vetting feature combos."""
 
 import importlib
+import importlib.util
+import warnings
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +25,14 @@ def transformer_engine_import_error() -> str | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def _warn_broken_transformer_engine(te_error: str) -> None:
+    """Say once per process that ``auto`` falls back although Transformer Engine is installed: a broken install
+    (e.g. a library missing from LD_LIBRARY_PATH) would otherwise silently cost the TE backend's speed."""
+    warnings.warn(f"--backend auto: Transformer Engine is installed but does not import ({te_error}); using the "
+                  "torch-native backend (`oellm doctor` explains; --backend te makes this an error)", stacklevel=3)
+
+
 def resolve_backend(name: str) -> str:
     """Turn a ``--backend`` value into ``"te"`` or ``"torch"``; ``"auto"`` means TE when importable.
 
@@ -33,7 +43,11 @@ def resolve_backend(name: str) -> str:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_CHOICES)}")
     te_error = transformer_engine_import_error()
     if name == "auto":
-        return "te" if te_error is None else "torch"
+        if te_error is None:
+            return "te"
+        if importlib.util.find_spec("transformer_engine") is not None:
+            _warn_broken_transformer_engine(te_error)
+        return "torch"
     if name == "te" and te_error is not None:
         raise ValueError(
             f"backend 'te' requested but Transformer Engine does not import ({te_error}); "

@@ -1,5 +1,7 @@
 """Backend choice, spec-provider contents and unsupported-combination errors (CPU only)."""
 
+import warnings
+
 import pytest
 import torch.nn.functional as F
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
@@ -38,6 +40,29 @@ def test_auto_prefers_te_when_importable(te_present: None) -> None:
 def test_auto_falls_back_to_torch_without_te(te_missing: None) -> None:
     assert selection.resolve_backend("auto") == "torch"
     assert isinstance(selection.backend_spec_provider("auto"), TorchNativeSpecProvider)
+
+
+def _pretend_te_installed(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    """``find_spec("transformer_engine")`` as if TE were (or were not) installed; other modules unchanged."""
+    real_find_spec = selection.importlib.util.find_spec
+    monkeypatch.setattr(selection.importlib.util, "find_spec", lambda name, *args: (
+        (object() if installed else None) if name == "transformer_engine" else real_find_spec(name, *args)))
+    selection._warn_broken_transformer_engine.cache_clear()
+
+
+def test_auto_warns_once_when_te_is_installed_but_broken(te_missing: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    _pretend_te_installed(monkeypatch, installed=True)
+    with pytest.warns(UserWarning, match=r"installed but does not import \(ModuleNotFoundError: no TE\)") as caught:
+        assert selection.resolve_backend("auto") == "torch"
+        assert selection.resolve_backend("auto") == "torch"
+    assert len(caught) == 1
+
+
+def test_auto_is_silent_when_te_is_not_installed(te_missing: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    _pretend_te_installed(monkeypatch, installed=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert selection.resolve_backend("auto") == "torch"
 
 
 def test_te_requested_without_te_names_the_fix(te_missing: None) -> None:
