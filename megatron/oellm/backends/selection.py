@@ -117,19 +117,25 @@ def check_backend_support(
         )
 
 
+def _features(source: TransformerConfig | Any) -> dict[str, Any]:
+    """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
+    (the same field names, except the expert count: ``num_moe_experts`` vs ``num_experts``)."""
+    experts = source.num_moe_experts if isinstance(source, TransformerConfig) else source.num_experts
+    return dict(
+        fp8=source.fp8 is not None,
+        fp4=source.fp4 is not None,
+        context_parallel_size=source.context_parallel_size,
+        normalization=source.normalization,
+        sliding_window=source.window_size is not None,
+        fused_residual_rmsnorm=bool(source.fused_residual_rmsnorm),
+        moe_expert_bias=bool(experts) and source.add_bias_linear,
+        moe_glu_interleave=source.moe_mlp_glu_interleave_size is not None,
+    )
+
+
 def check_config_support(backend: str, config: TransformerConfig) -> None:
     """:func:`check_backend_support` with the features read from a megatron-core TransformerConfig."""
-    check_backend_support(
-        backend,
-        fp8=bool(config.fp8),
-        fp4=bool(config.fp4),
-        context_parallel_size=config.context_parallel_size,
-        normalization=config.normalization,
-        sliding_window=config.window_size is not None,
-        fused_residual_rmsnorm=config.fused_residual_rmsnorm,
-        moe_expert_bias=bool(config.num_moe_experts) and config.add_bias_linear,
-        moe_glu_interleave=config.moe_mlp_glu_interleave_size is not None,
-    )
+    check_backend_support(backend, **_features(config))
 
 
 def check_args_support(backend: str, args: Any) -> None:
@@ -138,14 +144,4 @@ def check_args_support(backend: str, args: Any) -> None:
     The training entry calls it right after parsing, so a run the backend cannot do stops before Megatron
     initialises (no process group, no GPU memory).
     """
-    check_backend_support(
-        backend,
-        fp8=args.fp8 is not None,
-        fp4=args.fp4 is not None,
-        context_parallel_size=args.context_parallel_size,
-        normalization=args.normalization,
-        sliding_window=args.window_size is not None,
-        fused_residual_rmsnorm=bool(args.fused_residual_rmsnorm),
-        moe_expert_bias=bool(args.num_experts) and args.add_bias_linear,
-        moe_glu_interleave=args.moe_mlp_glu_interleave_size is not None,
-    )
+    check_backend_support(backend, **_features(args))
