@@ -20,6 +20,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from megatron.core.utils import get_pg_rank, get_pg_size
 from torch import Tensor
 
 
@@ -43,19 +44,12 @@ def _use_kernels(tensor: Tensor) -> bool:
     return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _tensor_parallel(group: dist.ProcessGroup | None) -> tuple[int, int]:
-    """(rank, size) of this process in ``group``; (0, 1) without one."""
-    if group is None:
-        return 0, 1
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Per-token loss ``log_sum_exp - logit[target]`` over a vocabulary split across ``group``."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, group: dist.ProcessGroup | None) -> Tensor:
-        rank, size = _tensor_parallel(group)
+        rank, size = get_pg_rank(group), get_pg_size(group)  # (0, 1) without a group
         vocab = logits.shape[-1]
         rows = logits.reshape(-1, vocab).contiguous()
         local_target = target.reshape(-1).long() - rank * vocab
