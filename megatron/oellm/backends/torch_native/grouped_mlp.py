@@ -20,7 +20,6 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.utils import (
-    ensure_metadata_has_dp_cp_group,
     make_sharded_object_for_checkpoint,
 )
 from megatron.core.utils import divide, get_pg_rank, get_pg_size
@@ -134,8 +133,7 @@ class StackedGroupedLinear(torch.nn.Module):
         model tensor of each parameter by identity. Per-expert singleton shards (``singleton_local_shards``, which
         megatron's training checkpoints never request) cannot describe one stacked tensor and are refused.
         """
-        metadata = ensure_metadata_has_dp_cp_group(metadata)
-        if metadata.get("singleton_local_shards", False):
+        if (metadata or {}).get("singleton_local_shards", False):
             raise ValueError("the torch backend's stacked experts cannot be saved as per-expert singleton shards "
                              "(singleton_local_shards=True); megatron's training checkpoints do not use them")
         weight = ShardedTensor.from_rank_offsets(
@@ -171,9 +169,7 @@ class StackedGroupedLinear(torch.nn.Module):
         }
 
 
-def stacked_swiglu_factory(
-    weight: ShardedTensor, rank_offsets: list[tuple[int, int, int]], prepend_axis_num: int
-) -> ShardedTensorFactory:
+def stacked_swiglu_factory(weight: ShardedTensor, rank_offsets: list[tuple[int, int, int]]) -> ShardedTensorFactory:
     """A stacked gated fc1 ``[experts, 2 x ffn, hidden]`` (``rank_offsets`` from ``weight_rank_offsets``, the last
     being the output-feature TP axis) saved as its two halves, each split over expert TP.
 
@@ -183,9 +179,6 @@ def stacked_swiglu_factory(
     written wrongly.
     """
     *other_axes, (out_axis, tp_rank, tp_size) = rank_offsets
-    if out_axis != prepend_axis_num + 1:
-        raise ValueError(f"the gated fc1 must be split over TP on its output features (axis {prepend_axis_num + 1}), "
-                         f"got axis {out_axis}")
 
     def build(key: str, data: torch.Tensor, replica_id: Any, flattened_range: slice | None) -> list[ShardedTensor]:
         if flattened_range is not None:
@@ -194,7 +187,7 @@ def stacked_swiglu_factory(
                              "--dist-ckpt-optim-fully-reshardable")
         return [
             ShardedTensor.from_rank_offsets(key, half, *other_axes, (out_axis, tp_rank + part * tp_size, 2 * tp_size),
-                                            replica_id=replica_id, prepend_axis_num=prepend_axis_num)
+                                            replica_id=replica_id, prepend_axis_num=weight.prepend_axis_num)
             for part, half in enumerate(torch.chunk(data, 2, dim=1))
         ]
 
@@ -332,14 +325,12 @@ class TorchGroupedMLP(MegatronModule):
         """TEGroupedMLP's checkpoint layout: tensors under ``{prefix}experts.linear_fc{1,2}.weight`` (one stacked
         tensor per projection, see :meth:`StackedGroupedLinear.sharded_state_dict`), gated fc1 split into its halves
         for TP resharding."""
-        metadata = ensure_metadata_has_dp_cp_group(metadata)
         sharded: ShardedStateDict = {}
         for name, module in self._modules.items():
             sub = module.sharded_state_dict(f"{name}.", sharded_offsets, metadata)
             if name == "linear_fc1" and self.config.gated_linear_unit:
                 key = f"{name}.weight"
-                sub[key] = stacked_swiglu_factory(sub[key], module.weight_rank_offsets(sharded_offsets),
-                                                  len(sharded_offsets))
+                sub[key] = stacked_swiglu_factory(sub[key], module.weight_rank_offsets(sharded_offsets))
             replace_prefix_for_sharding(sub, f"{name}.", f"{prefix}experts.{name}.")
             sharded.update({f"{prefix}{k}": v for k, v in sub.items()})
         return sharded
