@@ -74,15 +74,24 @@ MIXER_PARAMS = {"attention": attention_layer_params, "gdn": gdn_layer_params, "c
 """Mixer type (``card.mixer_types``) -> parameters of one such mixer."""
 
 
+def moe_block_params(card: ModelCard) -> dict[str, int]:
+    """Parameters of one decoder layer's MoE block by component: routed experts, router, and where the card has
+    them the shared expert and its gate."""
+    parts = {"routed_experts": card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size),
+             "router": card.num_experts * card.hidden_size}
+    if card.moe_shared_expert_intermediate_size:
+        parts["shared_expert"] = swiglu_params(card.hidden_size, card.moe_shared_expert_intermediate_size)
+    if card.moe_shared_expert_gate:
+        parts["shared_expert_gate"] = card.hidden_size
+    return parts
+
+
 def layer_params(card: ModelCard, mixer: str) -> tuple[int, int]:
     """(non-expert, routed-expert) parameters of one decoder layer whose mixer is ``mixer``: the mixer, its two
     norms, the router, the shared expert and its gate; the routed experts."""
-    dense = MIXER_PARAMS[mixer](card) + 2 * card.hidden_size + card.num_experts * card.hidden_size
-    if card.moe_shared_expert_intermediate_size:
-        dense += swiglu_params(card.hidden_size, card.moe_shared_expert_intermediate_size)
-    if card.moe_shared_expert_gate:
-        dense += card.hidden_size
-    return dense, card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size)
+    moe = moe_block_params(card)
+    routed = moe.pop("routed_experts")
+    return MIXER_PARAMS[mixer](card) + 2 * card.hidden_size + sum(moe.values()), routed
 
 
 def parameter_counts(card: ModelCard) -> ParameterCounts:
@@ -91,13 +100,8 @@ def parameter_counts(card: ModelCard) -> ParameterCounts:
     for mixer in card.mixer_types:
         breakdown[mixer] = breakdown.get(mixer, 0) + MIXER_PARAMS[mixer](card)
     layers = card.num_layers
-    routed = layers * card.num_experts * swiglu_params(card.hidden_size, card.moe_ffn_hidden_size)
-    breakdown["routed_experts"] = routed
-    breakdown["router"] = layers * card.num_experts * card.hidden_size
-    if card.moe_shared_expert_intermediate_size:
-        breakdown["shared_expert"] = layers * swiglu_params(card.hidden_size, card.moe_shared_expert_intermediate_size)
-    if card.moe_shared_expert_gate:
-        breakdown["shared_expert_gate"] = layers * card.hidden_size
+    breakdown.update({name: layers * count for name, count in moe_block_params(card).items()})
+    routed = breakdown["routed_experts"]
     breakdown["norms"] = (2 * layers + 1) * card.hidden_size
     breakdown["embedding"] = card.vocab_size * card.hidden_size
     if card.untie_embeddings:
