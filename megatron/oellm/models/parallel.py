@@ -136,10 +136,14 @@ def pipelined_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
     return "|".join(segments)
 
 
-def pipeline_layout_from_hybrid_pattern(pattern: str, symbols_per_layer: int = 2) -> str | None:
+HYBRID_SYMBOLS_PER_LAYER = 2
+"""Symbols of one decoder layer in a hybrid pattern: the mixer (``G``, ``*``, ...), then its MoE block ``E``."""
+
+
+def pipeline_layout_from_hybrid_pattern(pattern: str) -> str | None:
     """The ``--pipeline-model-parallel-layout`` equivalent of a hybrid pattern's ``|`` stages (None without ``|``).
 
-    The inverse of :func:`pipelined_hybrid_pattern`: segment ``i`` holds ``len(segment) / symbols_per_layer``
+    The inverse of :func:`pipelined_hybrid_pattern`: segment ``i`` holds ``len(segment) / HYBRID_SYMBOLS_PER_LAYER``
     decoder layers; the embedding opens the first stage and the loss closes the last.
     """
     segments = pattern.split("|")
@@ -147,10 +151,10 @@ def pipeline_layout_from_hybrid_pattern(pattern: str, symbols_per_layer: int = 2
         return None
     counts = []
     for segment in segments:
-        if len(segment) % symbols_per_layer:
+        if len(segment) % HYBRID_SYMBOLS_PER_LAYER:
             raise ParallelLayoutError(f"hybrid pattern stage {segment!r} is not whole decoder layers of "
-                                      f"{symbols_per_layer} symbols (mixer, then E)")
-        counts.append(len(segment) // symbols_per_layer)
+                                      f"{HYBRID_SYMBOLS_PER_LAYER} symbols (mixer, then E)")
+        counts.append(len(segment) // HYBRID_SYMBOLS_PER_LAYER)
     return layout_from_counts(counts)
 
 
