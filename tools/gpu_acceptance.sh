@@ -61,9 +61,14 @@ stage_tests() {
   wait
 }
 
-# Loss at a few iterations of a Megatron log: "iteration N lm loss: X".
+# "iteration N lm loss: X" of every iteration in Megatron logs.
+iteration_losses() {
+  grep -hE " iteration +[0-9]+/" "$@" | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+}
+
+# The same, at a few iterations of one log.
 loss_lines() {
-  grep -E " iteration +(1|2|3|10|20|29|30)/" "$1" | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+  iteration_losses "$1" | grep -E "^iteration +(1|2|3|10|20|29|30) "
 }
 
 stage_train() {
@@ -99,8 +104,7 @@ stage_resume() {
   echo "first run (save at 3 and 6): rc $?"
   timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/short_resume.log" 2>&1
   echo "resumed run to 8: rc $?; loaded: $(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")"
-  grep -E " iteration +[0-9]+/" "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log" \
-    | sed -E 's/.*(iteration +[0-9]+).*(lm loss: [^|]*).*/\1 \2/'
+  iteration_losses "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log"
   grep -E "Error|error:" "$OUT_DIR/short_resume.log" | tail -3
 }
 
