@@ -17,10 +17,19 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.runtime import DEFAULT_SEED, reseed
 from megatron.oellm.runtime import init_single_gpu_runtime as init_megatron_runtime
 
-__all__ = ["DEFAULT_SEED", "init_megatron_runtime", "megatron_runtime", "megatron_session", "reseed"]
+__all__ = ["BACKENDS", "DEFAULT_SEED", "init_megatron_runtime", "megatron_runtime", "megatron_session", "reseed"]
+
+BACKENDS = [
+    pytest.param("torch", id="torch"),
+    pytest.param("te", id="te", marks=pytest.mark.skipif(
+        transformer_engine_import_error() is not None,
+        reason="Transformer Engine does not import here (tools/te_site_bundle.sh carries it to a GPU machine)")),
+]
+"""Both compute backends as a pytest parameter; the Transformer Engine one skips where TE does not import."""
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@
 For each tiny card a fresh random transformers model (fresh seed, printed; 1-D parameters perturbed as in the parity
 test) is written as an HF checkpoint, converted at TP=EP=PP=1 with ``hf_to_mcore_checkpoint``, and transformers
 computes the reference: the causal-LM loss of random tokens and the gradients of the input embedding and of the
-output layer. Two NCCL ranks then build the torch-native model at each layout, load the checkpoint through
+output layer. Two NCCL ranks then build the torch-native model at each layout (and, where Transformer Engine
+imports, the TE model at the tensor- and expert-parallel layouts: pipeline splitting is backend-independent), load the checkpoint through
 megatron-core's resharding loader, and run forward + backward with ``get_forward_backward_func()`` (the pipeline
 schedule at PP=2, the interleaved one with virtual stages). Compared in fp32, TF32 off on both sides: the loss (on the
 last stage) within 1e-4, the output-layer gradient (last stage) and the embedding gradient (first stage: backward
@@ -31,6 +32,7 @@ from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
 from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.convert.convert_helpers import write_hf
+from tests.unit_tests.gpu_utils import BACKENDS
 from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model
 
 pytestmark = [pytest.mark.gpu,
@@ -39,14 +41,17 @@ pytestmark = [pytest.mark.gpu,
 CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
 BATCH, SEQ = 2, 64
 LOSS_ABS, GRAD_REL_L2 = 1e-4, 1e-2
+TE_LAYOUTS = ("tp2-sp", "ep2", "tp2-sp-etp2")
+"""Layouts run with the Transformer Engine backend: TE's own tensor-parallel linears, sequence-parallel norms and
+grouped expert GEMMs."""
 
 
-def layouts(num_layers: int) -> dict[str, ParallelLayout]:
+def layouts(num_layers: int, backend: str = "torch") -> dict[str, ParallelLayout]:
     """The two-GPU layouts checked: tensor + sequence parallel, expert parallel (over data parallel), both with
     experts folded onto the TP ranks, expert tensor parallel, a custom uneven pipeline split, and interleaved
     virtual pipeline stages (2 x 2, the outer ones holding only the embedding or the loss and what is left over)."""
     first_virtual_stage = "E" + (f"t*{num_layers - 2}" if num_layers > 2 else "")
-    return {
+    every = {
         "tp2-sp": ParallelLayout(tp=2, sp=True),
         "ep2": ParallelLayout(ep=2),
         "tp2-sp-ep2": ParallelLayout(tp=2, sp=True, ep=2),
@@ -54,6 +59,7 @@ def layouts(num_layers: int) -> dict[str, ParallelLayout]:
         "pp2-uneven": ParallelLayout(pp=2, pipeline_layout=f"Et*{num_layers - 1}|tL"),
         "pp2-vpp2": ParallelLayout(pp=2, vpp=2, pipeline_layout=f"{first_virtual_stage}|t|t|L"),
     }
+    return every if backend == "torch" else {label: every[label] for label in TE_LAYOUTS}
 
 
 def no_tf32() -> None:
@@ -91,7 +97,7 @@ def _gather_vocab_shards(shard: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def _build_and_load(card_name: str, layout: ParallelLayout,
+def _build_and_load(card_name: str, backend: str, layout: ParallelLayout,
                     directory: Path) -> dict[torch.nn.Module, tuple[bool, bool]]:
     """This rank's model chunks at ``layout`` (one, or one per virtual stage) with the converted checkpoint loaded;
     each mapped to (holds the embedding, holds the loss)."""
@@ -110,7 +116,7 @@ def _build_and_load(card_name: str, layout: ParallelLayout,
     for vp_stage in range(layout.vpp_size) if layout.vpp else [None]:
         first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
         last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-        chunk = builder.build_model(card, layout, backend="torch", config=config, pre_process=first,
+        chunk = builder.build_model(card, layout, backend=backend, config=config, pre_process=first,
                                     post_process=last, vp_stage=vp_stage).cuda()
         chunks[chunk] = (first, last)
     # all chunks in one load, as megatron's loader does: a GPTModel's stacked layer objects are only complete over
@@ -149,10 +155,11 @@ def _train_step(chunks: list[torch.nn.Module], virtual: bool, tokens: torch.Tens
         micro_batch_size=1, forward_only=False)
 
 
-def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -> dict[str, list[float]]:
+def _step_and_measure(card_name: str, backend: str, layout: ParallelLayout,
+                      directory: Path) -> dict[str, list[float]]:
     """Build, load, one forward + backward at ``layout``; this rank's errors against transformers (the loss as
     ``[|diff|]``, gradients as :func:`errors`)."""
-    chunks = _build_and_load(card_name, layout, directory)
+    chunks = _build_and_load(card_name, backend, layout, directory)
     reference = torch.load(directory / "reference.pt")
     reports = _train_step(list(chunks), bool(layout.vpp), reference["tokens"].cuda())
     measured = {}
@@ -169,8 +176,8 @@ def _step_and_measure(card_name: str, layout: ParallelLayout, directory: Path) -
     return measured
 
 
-def _rank(rank: int, world: int, port: int, name: str, directory: str) -> None:
-    """One NCCL rank: every layout for card ``name``; writes ``{layout: {check: errors}}`` to
+def _rank(rank: int, world: int, port: int, name: str, backend: str, directory: str) -> None:
+    """One NCCL rank: every layout of ``backend`` for card ``name``; writes ``{layout: {check: errors}}`` to
     ``directory/rank<r>.json``."""
     from megatron.core import parallel_state, tensor_parallel
 
@@ -179,14 +186,14 @@ def _rank(rank: int, world: int, port: int, name: str, directory: str) -> None:
     torch.distributed.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     results: dict[str, dict] = {}
     try:
-        for label, layout in layouts(get_card(name).num_layers).items():
+        for label, layout in layouts(get_card(name).num_layers, backend).items():
             parallel_state.initialize_model_parallel(
                 tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
                 virtual_pipeline_model_parallel_size=layout.vpp, expert_model_parallel_size=layout.ep,
                 expert_tensor_parallel_size=layout.etp)
             tensor_parallel.model_parallel_cuda_manual_seed(1234, force_reset_rng=True)
             try:
-                results[label] = _step_and_measure(name, layout, Path(directory))
+                results[label] = _step_and_measure(name, backend, layout, Path(directory))
             finally:
                 parallel_state.destroy_model_parallel()
     finally:
@@ -194,25 +201,27 @@ def _rank(rank: int, world: int, port: int, name: str, directory: str) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", CARDS)
-def test_parallel_layouts_match_transformers(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_layouts_match_transformers(name: str, backend: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # write_case turns TF32 off in this process: registering the current values restores them after the test
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     write_case(name, tmp_path)
     torch.cuda.empty_cache()
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    mp.start_processes(_rank, args=(2, free_port(), name, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank, args=(2, free_port(), name, backend, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
 
     rows = []
     for rank in range(2):
         for label, checks in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
             rows += [(label, check, values, rank) for check, values in checks.items()]
-    print(f"\n{name} (loss: |diff|; gradients: rel. L2, max rel., mean rel.)"
+    print(f"\n{name}, {backend} backend (loss: |diff|; gradients: rel. L2, max rel., mean rel.)"
           "\n| layout | check | rank | errors |\n|---|---|---|---|")
     for label, check, values, rank in rows:
         print(f"| {label} | {check} | {rank} | " + ", ".join(f"{v:.2e}" for v in values) + " |")
-    expected = {(label, check) for label in layouts(get_card(name).num_layers)
+    expected = {(label, check) for label in layouts(get_card(name).num_layers, backend)
                 for check in ("loss", "output-layer grad", "embedding grad")}
     assert {(label, check) for label, check, _, _ in rows} == expected
     for label, check, values, rank in rows:

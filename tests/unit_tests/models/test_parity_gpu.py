@@ -1,9 +1,10 @@
-"""Parity with transformers on the GPU: random HF model -> convert -> megatron model (torch-native) -> same tokens.
+"""Parity with transformers on the GPU: random HF model -> convert -> megatron model (each backend) -> same tokens.
 
 For each case a fresh random Hugging Face model is built from the card (fresh seed each run, printed; every 1-D
 parameter such as norm weights, A_log and dt_bias is perturbed so that a wrong norm shift or gate cannot hide behind
 HF's constant initial values), converted with the family's ``hf_to_mcore``, loaded into the megatron model built by
-the spec builder with the torch-native backend, and both run the same random tokens. Compared: logits (relative L2,
+the spec builder with the torch-native backend (and with Transformer Engine's, where TE imports: tiny cards), and
+both run the same random tokens. Compared: logits (relative L2,
 max and mean relative error), the causal-LM loss, and the gradients of a sample of parameters (mapped back to HF
 names with ``mcore_to_hf``). Thresholds: fp32 logits relative L2 <= 1e-3 and loss within 1e-4; bf16 logits relative
 L2 <= 2e-2. The table of all checks is printed at the end of the module and written to ``$PARITY_REPORT`` if set.
@@ -23,7 +24,7 @@ import torch
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import family_module
-from tests.unit_tests.gpu_utils import init_megatron_runtime, reseed
+from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, reseed
 from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model
 
 pytestmark = pytest.mark.gpu
@@ -71,6 +72,7 @@ class Check:
     """One compared quantity of one case."""
 
     case: str
+    backend: str
     dtype: str
     quantity: str
     rel_l2: float
@@ -83,7 +85,7 @@ RESULTS: list[Check] = []
 
 def format_row(check: Check) -> str:
     """One markdown table row of a check."""
-    return (f"| {check.case} | {check.dtype} | {check.quantity} | {check.rel_l2:.2e} | {check.max_rel:.2e} "
+    return (f"| {check.case} | {check.backend} | {check.dtype} | {check.quantity} | {check.rel_l2:.2e} | {check.max_rel:.2e} "
             f"| {check.mean_rel:.2e} |")
 
 
@@ -94,7 +96,7 @@ def parity_report() -> Iterator[None]:
     if not RESULTS:
         return
     lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}",
-             "", "| case | dtype | check | rel. L2 | max rel. | mean rel. |", "|---|---|---|---|---|---|"]
+             "", "| case | backend | dtype | check | rel. L2 | max rel. | mean rel. |", "|---|---|---|---|---|---|---|"]
     lines += [format_row(r) for r in RESULTS]
     table = "\n".join(lines)
     print("\n\nParity with transformers\n" + table)
@@ -103,8 +105,8 @@ def parity_report() -> Iterator[None]:
             handle.write(table + "\n")
 
 
-def megatron_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
-    """The megatron model of ``card`` (torch-native backend), without load-balancing loss so gradients compare, with
+def megatron_model(card: ModelCard, dtype: torch.dtype, backend: str) -> torch.nn.Module:
+    """The megatron model of ``card`` with ``backend`` ("torch" or "te"), without load-balancing loss so gradients compare, with
     the fused native cross entropy the recipes use (``megatron.oellm.layers.cross_entropy`` in our models).
 
     The router computes its logits in the model dtype, as transformers does (``moe_router_dtype=None``; production
@@ -118,7 +120,7 @@ def megatron_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
     config = builder.transformer_config(card, params_dtype=dtype, moe_router_load_balancing_type="none",
                                         moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None,
                                         cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native")
-    return builder.build_model(card, backend="torch", config=config).cuda()
+    return builder.build_model(card, backend=backend, config=config).cuda()
 
 
 def state_dict_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -163,7 +165,7 @@ def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor) -> torch.Te
     return logits
 
 
-def run_case(card: ModelCard, dtype: torch.dtype) -> dict[str, tuple[float, float, float]]:
+def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tuple[float, float, float]]:
     """Build both models from one random HF model, run the same tokens; return the error of each check."""
     init_megatron_runtime()
     reseed(fresh_seed())
@@ -171,7 +173,7 @@ def run_case(card: ModelCard, dtype: torch.dtype) -> dict[str, tuple[float, floa
     torch.backends.cudnn.allow_tf32 = False
     convert = family_module(card)
     hf = random_hf_model(card, dtype)
-    mcore = megatron_model(card, dtype)
+    mcore = megatron_model(card, dtype, backend)
     state = convert.hf_to_mcore(card, {k: v.detach() for k, v in hf.state_dict().items()})
     missing, unexpected = mcore.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
@@ -211,14 +213,27 @@ CASES = [
     ("qwen3.5-35b-a3b-proxy-4L", torch.bfloat16),
     ("qwen3-30b-a3b-proxy-2L", torch.bfloat16),
 ]
+"""(card, dtype) cases; the Transformer Engine backend runs the tiny ones (real width adds nothing backend-specific)."""
 
 
-@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{str(d).removeprefix('torch.')}" for n, d in CASES])
-def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dtype) -> None:
+def case_params() -> list:
+    """Every case with each backend that applies to it, as pytest parameters."""
+    params = []
+    for name, dtype in CASES:
+        for backend in BACKENDS:
+            if backend.values[0] == "te" and "-proxy-" in name:
+                continue
+            params.append(pytest.param(name, dtype, backend.values[0], marks=backend.marks,
+                                       id=f"{name}-{str(dtype).removeprefix('torch.')}-{backend.id}"))
+    return params
+
+
+@pytest.mark.parametrize("name,dtype,backend", case_params())
+def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dtype, backend: str) -> None:
     card = get_card(name)
-    checks = run_case(card, dtype)
+    checks = run_case(card, dtype, backend)
     dtype_name = str(dtype).removeprefix("torch.")
-    rows = [Check(name, dtype_name, quantity, *values) for quantity, values in checks.items()]
+    rows = [Check(name, backend, dtype_name, quantity, *values) for quantity, values in checks.items()]
     RESULTS.extend(rows)
     print("\n" + "\n".join(format_row(r) for r in rows))
     logits_rel_l2 = checks["logits"][0]

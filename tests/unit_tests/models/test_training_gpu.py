@@ -1,7 +1,7 @@
-"""The torch-native backend trains: ~30 Adam steps on one fixed batch of random tokens make the loss fall.
+"""Each backend trains: ~30 Adam steps on one fixed batch of random tokens make the loss fall.
 
 Built by the spec builders with the card's own settings (global auxiliary load-balancing loss included), for the
-tiny flavour of each family, fresh seed each run.
+tiny flavour of each family, fresh seed each run; the Transformer Engine backend where TE imports.
 """
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from tests.unit_tests.gpu_utils import init_megatron_runtime, reseed
+from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, reseed
 
 pytestmark = pytest.mark.gpu
 
 STEPS, BATCH, SEQ = 30, 4, 64
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
-def test_loss_falls_with_adam(name: str) -> None:
+def test_loss_falls_with_adam(name: str, backend: str) -> None:
     from megatron.oellm.models import spec_builder
 
     init_megatron_runtime()
@@ -28,7 +29,7 @@ def test_loss_falls_with_adam(name: str) -> None:
     reseed(seed)
     card = get_card(name)
     builder = spec_builder(card.family)
-    model = builder.build_model(card, backend="torch", params_dtype=torch.float32).cuda()
+    model = builder.build_model(card, backend=backend, params_dtype=torch.float32).cuda()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
     positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
@@ -40,6 +41,6 @@ def test_loss_falls_with_adam(name: str) -> None:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    print(f"\n{name} seed {seed}: loss {losses[0]:.3f} -> {losses[-1]:.3f} after {STEPS} Adam steps")
+    print(f"\n{name} ({backend}) seed {seed}: loss {losses[0]:.3f} -> {losses[-1]:.3f} after {STEPS} Adam steps")
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < 0.5 * losses[0], losses

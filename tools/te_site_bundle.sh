@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Transformer Engine as an offline site bundle for a GPU machine without a package index (air-gapped compute nodes,
+# the project's H200 device), cut into parts that fit a size-limited transfer.
+#
+#   bash tools/te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]   # default OUT_DIR .bundle/te-parts, PART_MIB 58
+#
+# VENV_DIR is a virtual environment made by tools/te_cpu_env.sh with the target's Python (the extension module is
+# compiled for one CPython ABI) and a torch of the target's version and CUDA major. The bundle holds TE's Python
+# package with its core library and compiled PyTorch extension, plus TE's pure-Python and small compiled
+# requirements that a stock CUDA torch image lacks (pydantic, nvdlfw-inspect, cudnn-frontend); the CUDA libraries
+# themselves (cuBLAS, cuDNN, NCCL) come from the target's torch wheels. On the target:
+#
+#   cat OUT_DIR/te-site.tar.xz.part-* | tar -xJ -C /tmp/te-site && export PYTHONPATH=/tmp/te-site:$PYTHONPATH
+#   (cd OUT_DIR && sha256sum -c te-site.sha256)   # first, to catch a part lost on the way
+#
+# TE's core library is ~340 MB of CUDA fat binaries that xz shrinks only to ~250 MB, hence the parts.
+set -euo pipefail
+VENV=$(realpath "${1:?usage: te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]}")
+OUT=$(realpath -m "${2:-$(dirname "$0")/../.bundle/te-parts}")
+PART_MIB=${3:-58}
+PY="$VENV/bin/python"
+[ -x "$PY" ] || { echo "error: $VENV has no bin/python (make it with tools/te_cpu_env.sh)" >&2; exit 2; }
+SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+ABI=$("$PY" -c "import sys; print(f'cp{sys.version_info.major}{sys.version_info.minor}')")
+ls "$SITE"/transformer_engine/wheel_lib/transformer_engine_torch.cpython-*.so >/dev/null 2>&1 ||
+  { echo "error: no compiled transformer_engine_torch in $SITE (run tools/te_cpu_env.sh $VENV)" >&2; exit 2; }
+
+PACKAGES=(transformer_engine pydantic pydantic_core annotated_types typing_inspection nvdlfw_inspect cudnn)
+DISTRIBUTIONS=(transformer_engine transformer_engine_cu13 transformer_engine_torch pydantic pydantic_core
+               annotated_types typing_inspection nvdlfw_inspect nvidia_cudnn_frontend)
+MEMBERS=()
+for package in "${PACKAGES[@]}"; do
+  [ -d "$SITE/$package" ] || { echo "error: $SITE/$package missing" >&2; exit 2; }
+  MEMBERS+=("$package")
+done
+for distribution in "${DISTRIBUTIONS[@]}"; do
+  found=("$SITE"/"${distribution}"-*.dist-info)
+  [ -d "${found[0]}" ] || { echo "error: no ${distribution} dist-info in $SITE" >&2; exit 2; }
+  MEMBERS+=("$(basename "${found[0]}")")
+done
+
+mkdir -p "$OUT"
+rm -f "$OUT"/te-site.tar.xz.part-* "$OUT"/te-site.sha256
+tar -C "$SITE" --exclude=__pycache__ -cf - "${MEMBERS[@]}" | xz -9e -T0 |
+  split -b "${PART_MIB}M" - "$OUT/te-site.tar.xz.part-"
+(cd "$OUT" && sha256sum te-site.tar.xz.part-* > te-site.sha256)
+TE_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('transformer_engine'))")
+TORCH_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('torch'))")
+echo "transformer_engine ${TE_VERSION} for ${ABI}, torch ${TORCH_VERSION}: $(ls "$OUT"/te-site.tar.xz.part-* | wc -l)" \
+     "parts of <= ${PART_MIB} MiB in ${OUT}"
+ls -l "$OUT"
