@@ -39,6 +39,12 @@ dot products in TF32 also for fp32 inputs (layer test: dg 1.6e-3 relative to flo
 gradients are sums of dg over every token with cancellation: measured 1.3e-2 on the tiny card (docs/benchmarks.md).
 A wrong sign or a missing term is an O(1) error."""
 DECAY_PARAMETERS = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_proj_a")
+TF32_CONTROL = "TF32 control: "
+"""Prefix of the checks of the torch-native backend run with TF32 matmuls (see :func:`run_case`)."""
+TE_TF32_SLACK = 4.0
+"""Transformer Engine in fp32: each error may be at most this many times the TF32 control's error on the same
+weights and tokens (or the fp32 bound, if larger). Two TF32 runs through different GEMM shapes carry independent
+rounding noise of the same size; a wrong formula is far outside such a factor."""
 REAL_WIDTH_BF16_SLACK = 1.5
 """Real-width bf16 cases: our bf16 logits may be at most this many times further from the fp32 reference than
 transformers' own bf16 logits are. With fresh random weights a real-width model is numerically chaotic in bf16:
@@ -165,44 +171,73 @@ def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor) -> torch.Te
     return logits
 
 
+def megatron_outputs(card: ModelCard, dtype: torch.dtype, backend: str, state: dict[str, torch.Tensor],
+                     tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """Logits (eval mode), mean causal-LM loss and gradients (under transformers' names) of the megatron model of
+    ``card`` with ``backend``, loaded from the converted ``state``, on ``tokens``."""
+    mcore = megatron_model(card, dtype, backend)
+    missing, unexpected = mcore.load_state_dict(state, strict=False)
+    assert not unexpected, unexpected
+    assert all(k.endswith("_extra_state") for k in missing), missing
+    positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
+    mcore.eval()
+    with torch.no_grad():
+        logits = mcore(tokens, positions, None)
+    mcore.train()
+    per_token = mcore(tokens, positions, None, labels=torch.roll(tokens, -1, dims=1))
+    loss = per_token[:, :-1].float().mean()
+    loss.backward()
+    return logits.float(), loss.detach(), gradients_in_hf_layout(family_module(card), card, state_dict_grads(mcore))
+
+
+def compare_with_transformers(card: ModelCard, hf: torch.nn.Module, hf_out, logits: torch.Tensor,
+                              loss: torch.Tensor, grads: dict[str, torch.Tensor]) -> dict[str, tuple[float, ...]]:
+    """Errors of one megatron run against transformers' logits, loss and sampled gradients."""
+    checks = {"logits": errors(logits, hf_out.logits.float())}
+    loss_diff = abs(loss.item() - hf_out.loss.item())
+    checks["loss"] = (loss_diff / abs(hf_out.loss.item()), loss_diff, loss_diff)
+    hf_params = dict(hf.named_parameters())
+    for name in GRAD_SAMPLE[card.family]:
+        checks[f"grad {name.removeprefix('model.')}"] = errors(grads[name], hf_params[name].grad)
+    return checks
+
+
 def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tuple[float, float, float]]:
-    """Build both models from one random HF model, run the same tokens; return the error of each check."""
+    """Build both models from one random HF model, run the same tokens; return the error of each check.
+
+    Transformer Engine runs fp32 GEMMs in TF32 (its cuBLASLt calls ask for ``CUBLAS_COMPUTE_32F_FAST_TF32``
+    whatever torch's ``allow_tf32`` says), so for ``te`` in fp32 the same weights and tokens also go through the
+    torch-native backend with TF32 matmuls: the ``TF32 control`` checks, the noise floor TE is judged against.
+    """
     init_megatron_runtime()
     reseed(fresh_seed())
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    convert = family_module(card)
     hf = random_hf_model(card, dtype)
-    mcore = megatron_model(card, dtype, backend)
-    state = convert.hf_to_mcore(card, {k: v.detach() for k, v in hf.state_dict().items()})
-    missing, unexpected = mcore.load_state_dict(state, strict=False)
-    assert not unexpected, unexpected
-    assert all(k.endswith("_extra_state") for k in missing), missing
-
+    state = family_module(card).hf_to_mcore(card, {k: v.detach() for k, v in hf.state_dict().items()})
     tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
-    positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
     reference_logits = fp32_reference_logits(hf, tokens) if real_width_bf16(card, dtype) else None
     hf_out = hf(input_ids=tokens, labels=tokens)
     hf_out.loss.backward()
-    mcore.eval()
-    with torch.no_grad():
-        mcore_logits = mcore(tokens, positions, None)
-    mcore.train()
-    per_token = mcore(tokens, positions, None, labels=torch.roll(tokens, -1, dims=1))
-    mcore_loss = per_token[:, :-1].float().mean()
-    mcore_loss.backward()
 
-    checks = {"logits": errors(mcore_logits.float(), hf_out.logits.float())}
+    logits, loss, grads = megatron_outputs(card, dtype, backend, state, tokens)
+    checks = compare_with_transformers(card, hf, hf_out, logits, loss, grads)
     if reference_logits is not None:
-        checks["logits: ours vs fp32 reference"] = errors(mcore_logits.float(), reference_logits)
+        checks["logits: ours vs fp32 reference"] = errors(logits, reference_logits)
         checks["logits: transformers vs fp32 reference"] = errors(hf_out.logits.float(), reference_logits)
-    loss_diff = abs(mcore_loss.item() - hf_out.loss.item())
-    checks["loss"] = (loss_diff / abs(hf_out.loss.item()), loss_diff, loss_diff)
-    hf_grads = gradients_in_hf_layout(convert, card, state_dict_grads(mcore))
-    hf_params = dict(hf.named_parameters())
-    for name in GRAD_SAMPLE[card.family]:
-        checks[f"grad {name.removeprefix('model.')}"] = errors(hf_grads[name], hf_params[name].grad)
+    if te_in_fp32(backend, dtype):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            control = compare_with_transformers(card, hf, hf_out, *megatron_outputs(card, dtype, "torch", state, tokens))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+        checks.update({f"{TF32_CONTROL}{quantity}": values for quantity, values in control.items()})
     return checks
+
+
+def te_in_fp32(backend: str, dtype: torch.dtype) -> bool:
+    """Whether the case is the Transformer Engine backend in fp32 (TF32 GEMMs, judged against the TF32 control)."""
+    return backend == "te" and dtype == torch.float32
 
 
 CASES = [
@@ -237,7 +272,13 @@ def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dt
     RESULTS.extend(rows)
     print("\n" + "\n".join(format_row(r) for r in rows))
     logits_rel_l2 = checks["logits"][0]
-    if dtype == torch.float32:
+    if te_in_fp32(backend, dtype):
+        for quantity, values in checks.items():
+            if not quantity.startswith(TF32_CONTROL):
+                floor = FP32_LOSS_ABS if quantity == "loss" else FP32_LOGITS_REL_L2
+                bound = max(TE_TF32_SLACK * checks[TF32_CONTROL + quantity][0], floor)
+                assert values[0] <= bound, (quantity, values, checks[TF32_CONTROL + quantity])
+    elif dtype == torch.float32:
         assert logits_rel_l2 <= FP32_LOGITS_REL_L2, checks["logits"]
         assert checks["loss"][1] <= FP32_LOSS_ABS, checks["loss"]
         for quantity, values in checks.items():
