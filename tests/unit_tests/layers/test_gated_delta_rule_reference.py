@@ -6,12 +6,20 @@ import torch
 from megatron.oellm.layers.gated_delta_rule_reference import gated_delta_rule_reference, l2_normalize
 
 
-def _random_inputs(batch, steps, key_heads, heads, key_dim, value_dim, dtype, device, seed=None):
+def _random_inputs(batch, steps, key_heads, heads, key_dim, value_dim, dtype, device, seed=None, decay="mild"):
+    """Random q, k (unit norm), v, g, beta. ``decay``: "mild" draws g in [-0.2, 0]; "qwen3.5-init" draws it as a
+    freshly initialised Qwen3.5 GDN layer makes it, ``-A * softplus(a + 1)`` with ``A ~ U(0.01, 16)`` per head and
+    ``a ~ N(0, 1)`` (down to about -20 per token: most heads forget within a step)."""
     gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
     q = torch.randn(batch, steps, key_heads, key_dim, generator=gen, dtype=torch.float64)
     k = l2_normalize(torch.randn(batch, steps, key_heads, key_dim, generator=gen, dtype=torch.float64))
     v = torch.randn(batch, steps, heads, value_dim, generator=gen, dtype=torch.float64)
-    g = -torch.rand(batch, steps, heads, generator=gen, dtype=torch.float64) * 0.2
+    if decay == "mild":
+        g = -torch.rand(batch, steps, heads, generator=gen, dtype=torch.float64) * 0.2
+    else:
+        decay_rate = 0.01 + 15.99 * torch.rand(heads, generator=gen, dtype=torch.float64)
+        g = -decay_rate * torch.nn.functional.softplus(
+            torch.randn(batch, steps, heads, generator=gen, dtype=torch.float64) + 1)
     beta = torch.rand(batch, steps, heads, generator=gen, dtype=torch.float64)
     return [t.to(dtype=dtype, device=device) for t in (q, k, v, g, beta)]
 
@@ -60,12 +68,13 @@ def _relative_error(actual, expected):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("decay", ["mild", "qwen3.5-init"])
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-3), (torch.bfloat16, 2e-2)])
-def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, tolerance):
+def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, tolerance, decay):
     """fla's chunked GDN kernel (the fast path megatron-core's GatedDeltaNet calls) vs the float64 recurrence,
     with grouped values (2 key heads, 4 value heads) and a length that is not a multiple of the chunk size."""
     fla_gdn = pytest.importorskip("fla.ops.gated_delta_rule")
-    inputs = _random_inputs(2, 200, 2, 4, 64, 64, torch.float64, "cpu")
+    inputs = _random_inputs(2, 200, 2, 4, 64, 64, torch.float64, "cpu", decay=decay)
     reference_inputs = [t.clone().requires_grad_(True) for t in inputs]
     kernel_inputs = [t.to(device="cuda", dtype=dtype).requires_grad_(True) for t in inputs]
     reference_out, _ = gated_delta_rule_reference(*reference_inputs)
@@ -76,7 +85,11 @@ def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, toleranc
     errors = {"out": _relative_error(kernel_out.detach().cpu(), reference_out.detach())}
     for name, ours, ref in zip("q k v g beta".split(), kernel_inputs, reference_inputs, strict=True):
         errors[f"d{name}"] = _relative_error(ours.grad.cpu(), ref.grad)
-    report = ", ".join(f"{name} {error:.2e}" for name, error in errors.items())
-    print(f"fla chunk_gated_delta_rule vs float64 reference ({dtype}): {report}")
+    # what a decay parameter such as A_log receives: per value head, the sum over tokens of dg * dg/dA_log = dg * g
+    g_kernel, g_reference = kernel_inputs[3], reference_inputs[3]
+    decay_sum = _relative_error((g_kernel.grad * g_kernel.detach()).sum((0, 1)).cpu(),
+                                (g_reference.grad * g_reference.detach()).sum((0, 1)))
+    report = ", ".join(f"{name} {error:.2e}" for name, error in errors.items()) + f"; sum(dg*g) {decay_sum:.2e}"
+    print(f"fla chunk_gated_delta_rule vs float64 reference ({dtype}, {decay} decay): {report}")
     assert errors["out"] < tolerance, report
     assert all(error < 2 * tolerance for error in errors.values()), report

@@ -25,7 +25,7 @@ import torch
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import family_module
 from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, reseed
-from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model
+from tests.unit_tests.models.hf_reference import errors, float64_rule_gradients, fresh_seed, random_hf_model
 
 pytestmark = pytest.mark.gpu
 
@@ -39,6 +39,9 @@ dot products in TF32 also for fp32 inputs (layer test: dg 1.6e-3 relative to flo
 gradients are sums of dg over every token with cancellation: measured 1.3e-2 on the tiny card (docs/benchmarks.md).
 A wrong sign or a missing term is an O(1) error."""
 DECAY_PARAMETERS = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_proj_a")
+TORCH_RULE = "vs float64 rule, "
+"""Prefix of the checks against transformers run with its torch gated delta rule (see
+:func:`decay_gradients_against_torch_rule`)."""
 TF32_CONTROL = "TF32 control: "
 """Prefix of the checks of the torch-native backend run with TF32 matmuls (see :func:`run_case`)."""
 TE_TF32_SLACK = 4.0
@@ -225,6 +228,8 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     if reference_logits is not None:
         checks["logits: ours vs fp32 reference"] = errors(logits, reference_logits)
         checks["logits: transformers vs fp32 reference"] = errors(hf_out.logits.float(), reference_logits)
+    if backend == "torch" and dtype == torch.float32:
+        checks.update(decay_gradients_against_torch_rule(card, hf, tokens, grads))
     if te_in_fp32(backend, dtype):
         torch.backends.cuda.matmul.allow_tf32 = True
         try:
@@ -232,6 +237,23 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
         finally:
             torch.backends.cuda.matmul.allow_tf32 = False
         checks.update({f"{TF32_CONTROL}{quantity}": values for quantity, values in control.items()})
+    return checks
+
+
+def decay_gradients_against_torch_rule(card: ModelCard, hf: torch.nn.Module, tokens: torch.Tensor,
+                                       grads: dict[str, torch.Tensor]) -> dict[str, tuple[float, float, float]]:
+    """Errors of our and of transformers' GDN decay-parameter gradients against transformers run with the float64
+    recurrence of the gated delta rule instead of fla's kernels (TF32 dot products)."""
+    names = [name for name in GRAD_SAMPLE[card.family] if any(p in name for p in DECAY_PARAMETERS)]
+    if not names:
+        return {}
+    exact = float64_rule_gradients(hf, tokens, names)
+    hf_params = dict(hf.named_parameters())
+    checks = {}
+    for name in names:
+        short = name.removeprefix("model.")
+        checks[f"{TORCH_RULE}ours: grad {short}"] = errors(grads[name], exact[name])
+        checks[f"{TORCH_RULE}transformers: grad {short}"] = errors(hf_params[name].grad, exact[name])
     return checks
 
 
