@@ -67,9 +67,19 @@ def _relative_error(actual, expected):
     return ((actual.double() - expected).norm() / expected.norm()).item()
 
 
+FLA_FP32_STRONG_DECAY = pytest.mark.xfail(strict=True, reason=(
+    "fla 0.6.0, fp32, decay of a fresh Qwen3.5 layer: dg 1.4e-2 relative to float64 (1.8e-3 with mild decay, "
+    "7e-3 in bf16) and the decay parameters' sum(dg*g) 0.94 (H200, docs/benchmarks.md); strict: a fixed fla "
+    "makes this test fail, so the mark gets removed"))
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("decay", ["mild", "qwen3.5-init"])
-@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-3), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("dtype, tolerance, decay", [
+    (torch.float32, 2e-3, "mild"),
+    pytest.param(torch.float32, 2e-3, "qwen3.5-init", marks=FLA_FP32_STRONG_DECAY),
+    (torch.bfloat16, 2e-2, "mild"),
+    (torch.bfloat16, 2e-2, "qwen3.5-init"),
+])
 def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, tolerance, decay):
     """fla's chunked GDN kernel (the fast path megatron-core's GatedDeltaNet calls) vs the float64 recurrence,
     with grouped values (2 key heads, 4 value heads) and a length that is not a multiple of the chunk size."""
@@ -93,3 +103,4 @@ def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, toleranc
     print(f"fla chunk_gated_delta_rule vs float64 reference ({dtype}, {decay} decay): {report}")
     assert errors["out"] < tolerance, report
     assert all(error < 2 * tolerance for error in errors.values()), report
+    assert decay_sum < 2 * tolerance, report

@@ -4,10 +4,12 @@ For each case a fresh random Hugging Face model is built from the card (fresh se
 parameter such as norm weights, A_log and dt_bias is perturbed so that a wrong norm shift or gate cannot hide behind
 HF's constant initial values), converted with the family's ``hf_to_mcore``, loaded into the megatron model built by
 the spec builder with the torch-native backend (and with Transformer Engine's, where TE imports: tiny cards), and
-both run the same random tokens. Compared: logits (relative L2,
-max and mean relative error), the causal-LM loss, and the gradients of a sample of parameters (mapped back to HF
-names with ``mcore_to_hf``). Thresholds: fp32 logits relative L2 <= 1e-3 and loss within 1e-4; bf16 logits relative
-L2 <= 2e-2. The table of all checks is printed at the end of the module and written to ``$PARITY_REPORT`` if set.
+both run the same random tokens. Compared: logits (relative L2, max and mean relative error), the causal-LM loss,
+and the gradients of a sample of parameters (mapped back to HF names with ``mcore_to_hf``). Thresholds: fp32 logits
+relative L2 <= 1e-3, loss within 1e-4, gradients <= 1e-2 (the GDN decay parameters' with the float64 gated delta
+rule on both sides, see :func:`gradients_with_float64_rule`); Transformer Engine in fp32 (TF32 GEMMs) within 4x of
+a TF32 control; bf16 logits relative L2 <= 2e-2 (real width: see ``REAL_WIDTH_BF16_SLACK``). The table of all
+checks is printed at the end of the module and written to ``$PARITY_REPORT`` if set.
 
 Run: ``python -m pytest -s -q tests/unit_tests/models -m gpu``.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -25,7 +27,13 @@ import torch
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import family_module
 from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, reseed
-from tests.unit_tests.models.hf_reference import errors, float64_rule_gradients, fresh_seed, random_hf_model
+from tests.unit_tests.models.hf_reference import (
+    errors,
+    float64_gated_delta_rule,
+    float64_rule_gradients,
+    fresh_seed,
+    random_hf_model,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,15 +41,12 @@ BATCH, SEQ = 2, 128
 FP32_LOGITS_REL_L2, FP32_LOSS_ABS, BF16_LOGITS_REL_L2 = 1e-3, 1e-4, 2e-2
 FP32_GRAD_REL_L2 = 1e-2
 """fp32 gradients must agree to this relative L2 error (bf16 gradients are reported, not bounded)."""
-FP32_DECAY_GRAD_REL_L2 = 5e-2
-"""Bound for the GDN decay parameters (``A_log``, ``dt_bias``, ``in_proj_a``) in fp32. fla's chunk kernels run their
-dot products in TF32 also for fp32 inputs (layer test: dg 1.6e-3 relative to float64 per element), and these
-gradients are sums of dg over every token with cancellation: measured 1.3e-2 on the tiny card (docs/benchmarks.md).
-A wrong sign or a missing term is an O(1) error."""
 DECAY_PARAMETERS = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_proj_a")
-TORCH_RULE = "vs float64 rule, "
-"""Prefix of the checks against transformers run with its torch gated delta rule (see
-:func:`decay_gradients_against_torch_rule`)."""
+"""The GDN decay parameters: their fp32 gradients are bounded with the float64 rule on both sides
+(:func:`gradients_with_float64_rule`) and only reported through fla's kernels."""
+FLOAT64_RULE = "float64 rule: "
+"""Prefix of the checks made with the float64 gated-delta-rule recurrence on both sides (see
+:func:`gradients_with_float64_rule`)."""
 TF32_CONTROL = "TF32 control: "
 """Prefix of the checks of the torch-native backend run with TF32 matmuls (see :func:`run_case`)."""
 TE_TF32_SLACK = 4.0
@@ -175,10 +180,16 @@ def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor) -> torch.Te
 
 
 def megatron_outputs(card: ModelCard, dtype: torch.dtype, backend: str, state: dict[str, torch.Tensor],
-                     tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+                     tokens: torch.Tensor, gdn_rule: Callable | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Logits (eval mode), mean causal-LM loss and gradients (under transformers' names) of the megatron model of
-    ``card`` with ``backend``, loaded from the converted ``state``, on ``tokens``."""
+    ``card`` with ``backend``, loaded from the converted ``state``, on ``tokens``; ``gdn_rule`` replaces the
+    gated-delta-rule kernel of every GDN layer (megatron-core's ``GatedDeltaNet.gated_delta_rule``)."""
     mcore = megatron_model(card, dtype, backend)
+    if gdn_rule is not None:
+        for module in mcore.modules():
+            if hasattr(module, "gated_delta_rule"):
+                module.gated_delta_rule = gdn_rule
     missing, unexpected = mcore.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
     assert all(k.endswith("_extra_state") for k in missing), missing
@@ -229,7 +240,7 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
         checks["logits: ours vs fp32 reference"] = errors(logits, reference_logits)
         checks["logits: transformers vs fp32 reference"] = errors(hf_out.logits.float(), reference_logits)
     if backend == "torch" and dtype == torch.float32:
-        checks.update(decay_gradients_against_torch_rule(card, hf, tokens, grads))
+        checks.update(gradients_with_float64_rule(card, hf, tokens, state))
     if te_in_fp32(backend, dtype):
         torch.backends.cuda.matmul.allow_tf32 = True
         try:
@@ -240,21 +251,24 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     return checks
 
 
-def decay_gradients_against_torch_rule(card: ModelCard, hf: torch.nn.Module, tokens: torch.Tensor,
-                                       grads: dict[str, torch.Tensor]) -> dict[str, tuple[float, float, float]]:
-    """Errors of our and of transformers' GDN decay-parameter gradients against transformers run with the float64
-    recurrence of the gated delta rule instead of fla's kernels (TF32 dot products)."""
+def gradients_with_float64_rule(card: ModelCard, hf: torch.nn.Module, tokens: torch.Tensor,
+                                state: dict[str, torch.Tensor]) -> dict[str, tuple[float, float, float]]:
+    """Ours against transformers with the gated delta rule computed by the float64 recurrence on both sides, for
+    the GDN decay parameters (fp32 cases).
+
+    With fla's kernels both sides inherit fla's fp32 error in the decay gradient ``dg``, which at the decay of a
+    freshly initialised Qwen3.5 is far larger than the decay parameters' own tiny gradients (the sum over tokens
+    of ``dg * g`` cancels; tests/unit_tests/layers: 0.94 relative for fla's fp32 kernel): the two then differ by
+    0.4 % to 8 % from seed to seed, which tests fla, not the model. With the exact rule the model's wiring of
+    ``A_log``, ``dt_bias`` and ``in_proj_a`` is compared alone.
+    """
     names = [name for name in GRAD_SAMPLE[card.family] if any(p in name for p in DECAY_PARAMETERS)]
     if not names:
         return {}
-    exact = float64_rule_gradients(hf, tokens, names)
-    hf_params = dict(hf.named_parameters())
-    checks = {}
-    for name in names:
-        short = name.removeprefix("model.")
-        checks[f"{TORCH_RULE}ours: grad {short}"] = errors(grads[name], exact[name])
-        checks[f"{TORCH_RULE}transformers: grad {short}"] = errors(hf_params[name].grad, exact[name])
-    return checks
+    reference = float64_rule_gradients(hf, tokens, names)
+    _, _, grads = megatron_outputs(card, torch.float32, "torch", state, tokens, gdn_rule=float64_gated_delta_rule)
+    return {f"{FLOAT64_RULE}grad {name.removeprefix('model.')}": errors(grads[name], reference[name])
+            for name in names}
 
 
 def te_in_fp32(backend: str, dtype: torch.dtype) -> bool:
@@ -305,9 +319,10 @@ def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dt
         assert logits_rel_l2 <= FP32_LOGITS_REL_L2, checks["logits"]
         assert checks["loss"][1] <= FP32_LOSS_ABS, checks["loss"]
         for quantity, values in checks.items():
-            if quantity.startswith("grad"):
-                bound = FP32_DECAY_GRAD_REL_L2 if any(p in quantity for p in DECAY_PARAMETERS) else FP32_GRAD_REL_L2
-                assert values[0] <= bound, (quantity, values)
+            decay = any(p in quantity for p in DECAY_PARAMETERS)
+            # decay gradients through fla's kernels are reported; they are bounded with the float64 rule
+            if quantity.startswith(FLOAT64_RULE) or (quantity.startswith("grad") and not decay):
+                assert values[0] <= FP32_GRAD_REL_L2, (quantity, values)
     elif real_width_bf16(card, dtype):
         ours, theirs = checks["logits: ours vs fp32 reference"][0], checks["logits: transformers vs fp32 reference"][0]
         assert ours <= REAL_WIDTH_BF16_SLACK * theirs, (ours, theirs)
