@@ -103,4 +103,4 @@ def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, toleranc
     print(f"fla chunk_gated_delta_rule vs float64 reference ({dtype}, {decay} decay): {report}")
     assert errors["out"] < tolerance, report
     assert all(error < 2 * tolerance for error in errors.values()), report
-    assert decay_sum < 2 * tolerance, report
+    assert decay_sum < 4 * tolerance, report  # a sum over tokens: looser than the per-element errors
