@@ -1,0 +1,104 @@
+"""``tools/te_site_bundle.sh``: bad input refused with a clear message; a bundle's parts reassemble into the packed
+site-packages tree, byte for byte.
+
+A stand-in virtual environment (``venv --system-site-packages``, so the system torch is the one it reports) holds
+small fake copies of every package and distribution the script packs; the bundle is cut into 1 MiB parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "te_site_bundle.sh"
+PACKAGES = ["transformer_engine", "pydantic", "pydantic_core", "annotated_types", "typing_inspection",
+            "nvdlfw_inspect", "cudnn"]
+DISTRIBUTIONS = ["transformer_engine", "transformer_engine_cu13", "transformer_engine_torch", "pydantic",
+                 "pydantic_core", "annotated_types", "typing_inspection", "nvdlfw_inspect", "nvidia_cudnn_frontend"]
+
+
+def run_script(*args: str | Path) -> subprocess.CompletedProcess:
+    """The script with ``args``; output captured."""
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def fake_venv(root: Path) -> Path:
+    """A virtual environment whose site-packages holds fake TE packages (the core library as 2.5 MB of random bytes,
+    so that the bundle needs three 1 MiB parts); returns its site-packages folder."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root)], check=True)
+    purelib = subprocess.run([str(root / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    site = Path(purelib)
+    for package in PACKAGES:
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text(f"NAME = {package!r}\n")
+    wheel_lib = site / "transformer_engine" / "wheel_lib"
+    wheel_lib.mkdir()
+    (wheel_lib / "libtransformer_engine.so").write_bytes(os.urandom(2_500_000))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    (wheel_lib / f"transformer_engine_torch{suffix}").write_bytes(os.urandom(1000))
+    (site / "transformer_engine" / "__pycache__").mkdir()
+    (site / "transformer_engine" / "__pycache__" / "stale.pyc").write_bytes(b"not packed")
+    for distribution in DISTRIBUTIONS:
+        info = site / f"{distribution}-2.20.2.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 2.20.2\n")
+    return site
+
+
+def test_missing_environment_is_refused(tmp_path: Path) -> None:
+    result = run_script(tmp_path / "no-venv", tmp_path / "out")
+    assert result.returncode == 2
+    assert "has no bin/python" in result.stderr and "te_cpu_env.sh" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_environment_without_compiled_extension_is_refused(tmp_path: Path) -> None:
+    site = fake_venv(tmp_path / "venv")
+    for extension in (site / "transformer_engine" / "wheel_lib").glob("transformer_engine_torch*"):
+        extension.unlink()
+    result = run_script(tmp_path / "venv", tmp_path / "out")
+    assert result.returncode == 2
+    assert "no compiled transformer_engine_torch" in result.stderr
+
+
+def test_environment_missing_a_requirement_is_refused(tmp_path: Path) -> None:
+    site = fake_venv(tmp_path / "venv")
+    for item in (site / "nvdlfw_inspect").iterdir():
+        item.unlink()
+    (site / "nvdlfw_inspect").rmdir()
+    result = run_script(tmp_path / "venv", tmp_path / "out")
+    assert result.returncode == 2
+    assert "nvdlfw_inspect missing" in result.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split and sha256sum")
+def test_parts_reassemble_into_the_packed_tree(tmp_path: Path) -> None:
+    site = fake_venv(tmp_path / "venv")
+    result = run_script(tmp_path / "venv", tmp_path / "out", 1)
+    assert result.returncode == 0, result.stderr
+    parts = sorted((tmp_path / "out").glob("te-site.tar.xz.part-*"))
+    assert len(parts) == 3, [p.name for p in parts]
+    assert all(p.stat().st_size <= 1024 * 1024 for p in parts)
+    checked = subprocess.run(["sha256sum", "-c", "te-site.sha256"], cwd=tmp_path / "out", capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "transformer_engine 2.20.2" in result.stdout
+
+    archive = tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:xz")
+    members = {m.name: m for m in archive.getmembers() if m.isfile()}
+    expected = {str(path.relative_to(site)) for path in site.rglob("*")
+                if path.is_file() and "__pycache__" not in path.parts}
+    assert set(members) == expected
+    for name in ("transformer_engine/wheel_lib/libtransformer_engine.so", "cudnn/__init__.py"):
+        packed = archive.extractfile(members[name]).read()
+        assert hashlib.sha256(packed).digest() == hashlib.sha256((site / name).read_bytes()).digest()
