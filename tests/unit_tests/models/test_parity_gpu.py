@@ -311,7 +311,7 @@ def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dt
     if te_in_fp32(backend, dtype):
         for quantity, values in checks.items():
             if not quantity.startswith(TF32_CONTROL):
-                # the loss by its absolute difference, as in fp32 above; the rest by relative L2 error
+                # the loss by its absolute difference (as the fp32 branch below), the rest by relative L2 error
                 index, floor = (1, FP32_LOSS_ABS) if quantity == "loss" else (0, FP32_LOGITS_REL_L2)
                 control = checks[TF32_CONTROL + quantity]
                 assert values[index] <= max(TE_TF32_SLACK * control[index], floor), (quantity, values, control)
