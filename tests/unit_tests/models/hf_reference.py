@@ -48,9 +48,13 @@ def random_hf_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
 def float64_gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
                              beta: torch.Tensor, initial_state: torch.Tensor | None = None,
                              output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
-                             **_: object) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The chunked-rule call of transformers' GDN layer, answered by the token-by-token float64 recurrence of
-    :mod:`megatron.oellm.layers.gated_delta_rule_reference` (autograd through it gives float64 gradients)."""
+                             cu_seqlens: torch.Tensor | None = None, **_: object,
+                             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The chunked-rule call of transformers' and megatron-core's GDN layers, answered by the token-by-token
+    float64 recurrence of :mod:`megatron.oellm.layers.gated_delta_rule_reference` (autograd through it gives
+    float64 gradients). Packed sequences (``cu_seqlens``) are refused: the recurrence would run across them."""
+    if cu_seqlens is not None:
+        raise ValueError("float64_gated_delta_rule: packed sequences (cu_seqlens) are not supported")
     out, state = gated_delta_rule_reference(
         query.double(), key.double(), value.double(), g.double(), beta.double(),
         initial_state=None if initial_state is None else initial_state.double(), qk_l2norm=use_qk_l2norm_in_kernel)
@@ -86,3 +90,57 @@ def float64_rule_gradients(hf: torch.nn.Module, tokens: torch.Tensor, names: lis
     del reference, parameters
     torch.cuda.empty_cache()
     return gradients
+
+
+@contextlib.contextmanager
+def captured_routing(mcore: torch.nn.Module, batch: int) -> Iterator[list[torch.Tensor]]:
+    """Inside the block, every megatron-core router of ``mcore`` appends its routing decisions to the yielded list,
+    in layer order: a ``[batch * seq, experts]`` boolean map with tokens in transformers' (batch-major) order
+    (megatron's own order is sequence-major)."""
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    maps: list[torch.Tensor] = []
+
+    def record(_module: torch.nn.Module, _inputs: tuple, output: tuple[torch.Tensor, torch.Tensor]) -> None:
+        routing_map = output[1]
+        maps.append(routing_map.reshape(-1, batch, routing_map.shape[-1]).transpose(0, 1)
+                    .reshape(-1, routing_map.shape[-1]).detach().clone())
+
+    handles = [module.register_forward_hook(record) for module in mcore.modules() if isinstance(module, TopKRouter)]
+    try:
+        yield maps
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def forced_routing(hf: torch.nn.Module, maps: list[torch.Tensor]) -> Iterator[None]:
+    """Inside the block, the MoE routers of transformers' ``hf`` choose the experts of ``maps`` (one per MoE
+    layer, in layer order, from :func:`captured_routing`) instead of their own top-k; the weights of the chosen
+    experts are still their own softmax scores, renormalised as the model's ``norm_topk_prob`` (or always, for the
+    Qwen3.5 router) says. Only the discrete choice is shared: the continuous routing computation stays transformers'.
+    """
+    routers = [module for module in hf.modules() if type(module).__name__.endswith("TopKRouter")]
+    if len(routers) != len(maps):
+        raise ValueError(f"{len(maps)} routing maps for {len(routers)} transformers routers")
+    for router, chosen in zip(routers, maps, strict=True):
+        if not bool((chosen.sum(-1) == router.top_k).all()):
+            raise ValueError(f"a routing map does not choose exactly top_k={router.top_k} experts per token")
+
+    def force(chosen: torch.Tensor):
+        def hook(module: torch.nn.Module, _inputs: tuple, output: tuple) -> tuple:
+            router_logits = output[0]
+            indices = chosen.float().topk(module.top_k, dim=-1).indices  # the k True entries of each row
+            scores = torch.softmax(router_logits, dim=-1, dtype=torch.float).gather(-1, indices)
+            if getattr(module, "norm_topk_prob", True):
+                scores = scores / scores.sum(dim=-1, keepdim=True)
+            return router_logits, scores.to(router_logits.dtype), indices
+        return hook
+
+    handles = [router.register_forward_hook(force(chosen)) for router, chosen in zip(routers, maps, strict=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

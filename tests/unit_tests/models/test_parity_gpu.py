@@ -16,6 +16,7 @@ Run: ``python -m pytest -s -q tests/unit_tests/models -m gpu``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -28,9 +29,11 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import family_module
 from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, reseed
 from tests.unit_tests.models.hf_reference import (
+    captured_routing,
     errors,
     float64_gated_delta_rule,
     float64_rule_gradients,
+    forced_routing,
     fresh_seed,
     random_hf_model,
 )
@@ -47,6 +50,9 @@ DECAY_PARAMETERS = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_
 FLOAT64_RULE = "float64 rule: "
 """Prefix of the checks made with the float64 gated-delta-rule recurrence on both sides (see
 :func:`gradients_with_float64_rule`)."""
+OUR_ROUTING = "logits on our routing: "
+"""Prefix of the real-width checks where transformers uses our routers' expert choices (see
+:func:`logits_on_our_routing`)."""
 TF32_CONTROL = "TF32 control: "
 """Prefix of the checks of the torch-native backend run with TF32 matmuls (see :func:`run_case`)."""
 TE_TF32_SLACK = 4.0
@@ -167,24 +173,46 @@ def real_width_bf16(card: ModelCard, dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and "-proxy-" in card.name
 
 
-def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """Logits of an fp32 copy of ``hf`` (same, bf16-representable weights) on ``tokens``."""
+def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor,
+                          routing: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """Logits of an fp32 copy of ``hf`` (same, bf16-representable weights) on ``tokens``; with ``routing``, its
+    MoE layers choose those experts (:func:`forced_routing`)."""
     import copy
 
     reference = copy.deepcopy(hf).float()
-    with torch.no_grad():
+    with torch.no_grad(), forced_routing(reference, routing) if routing else contextlib.nullcontext():
         logits = reference(input_ids=tokens).logits.float()
     del reference
     torch.cuda.empty_cache()
     return logits
 
 
+def logits_on_our_routing(hf: torch.nn.Module, tokens: torch.Tensor, routing: list[torch.Tensor],
+                          logits: torch.Tensor) -> dict[str, tuple[float, float, float]]:
+    """Our logits against transformers' bf16 and fp32 logits computed with our expert choices (real-width bf16).
+
+    A fresh real-width router nearly ties on its top 8 of 256, so bf16 rounding alone changes which experts some
+    tokens get, and each change moves that token by O(1): logits of two correct bf16 runs then differ by 0.25 (see
+    ``REAL_WIDTH_BF16_SLACK``). Handing transformers the discrete choice our routers made (its own softmax weights
+    for them) leaves every continuous computation to each side, so these checks measure numerical parity at real
+    width; which experts a router picks is compared exactly in fp32 on the tiny cards.
+    """
+    with torch.no_grad(), forced_routing(hf, routing):
+        transformers_logits = hf(input_ids=tokens).logits.float()
+    reference = fp32_reference_logits(hf, tokens, routing)
+    return {f"{OUR_ROUTING}ours vs transformers": errors(logits, transformers_logits),
+            f"{OUR_ROUTING}ours vs fp32 reference": errors(logits, reference),
+            f"{OUR_ROUTING}transformers vs fp32 reference": errors(transformers_logits, reference)}
+
+
 def megatron_outputs(card: ModelCard, dtype: torch.dtype, backend: str, state: dict[str, torch.Tensor],
                      tokens: torch.Tensor, gdn_rule: Callable | None = None,
+                     routing: list[torch.Tensor] | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Logits (eval mode), mean causal-LM loss and gradients (under transformers' names) of the megatron model of
     ``card`` with ``backend``, loaded from the converted ``state``, on ``tokens``; ``gdn_rule`` replaces the
-    gated-delta-rule kernel of every GDN layer (megatron-core's ``GatedDeltaNet.gated_delta_rule``)."""
+    gated-delta-rule kernel of every GDN layer (megatron-core's ``GatedDeltaNet.gated_delta_rule``); ``routing``,
+    a list, receives the routers' choices of the logits forward (:func:`captured_routing`)."""
     mcore = megatron_model(card, dtype, backend)
     if gdn_rule is not None:
         for module in mcore.modules():
@@ -195,8 +223,10 @@ def megatron_outputs(card: ModelCard, dtype: torch.dtype, backend: str, state: d
     assert all(k.endswith("_extra_state") for k in missing), missing
     positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
     mcore.eval()
-    with torch.no_grad():
+    with torch.no_grad(), captured_routing(mcore, BATCH) as maps:
         logits = mcore(tokens, positions, None)
+    if routing is not None:
+        routing.extend(maps)
     mcore.train()
     per_token = mcore(tokens, positions, None, labels=torch.roll(tokens, -1, dims=1))
     loss = per_token[:, :-1].float().mean()
@@ -234,11 +264,13 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     hf_out = hf(input_ids=tokens, labels=tokens)
     hf_out.loss.backward()
 
-    logits, loss, grads = megatron_outputs(card, dtype, backend, state, tokens)
+    routing: list[torch.Tensor] = []
+    logits, loss, grads = megatron_outputs(card, dtype, backend, state, tokens, routing=routing)
     checks = compare_with_transformers(card, hf, hf_out, logits, loss, grads)
     if reference_logits is not None:
         checks["logits: ours vs fp32 reference"] = errors(logits, reference_logits)
         checks["logits: transformers vs fp32 reference"] = errors(hf_out.logits.float(), reference_logits)
+        checks.update(logits_on_our_routing(hf, tokens, routing, logits))
     if backend == "torch" and dtype == torch.float32:
         checks.update(gradients_with_float64_rule(card, hf, tokens, state))
     if te_in_fp32(backend, dtype):
@@ -326,5 +358,7 @@ def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dt
     elif real_width_bf16(card, dtype):
         ours, theirs = checks["logits: ours vs fp32 reference"][0], checks["logits: transformers vs fp32 reference"][0]
         assert ours <= REAL_WIDTH_BF16_SLACK * theirs, (ours, theirs)
+        for quantity in ("ours vs transformers", "ours vs fp32 reference"):
+            assert checks[OUR_ROUTING + quantity][0] <= BF16_LOGITS_REL_L2, (quantity, checks[OUR_ROUTING + quantity])
     else:
         assert logits_rel_l2 <= BF16_LOGITS_REL_L2, checks["logits"]

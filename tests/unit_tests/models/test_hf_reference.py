@@ -1,0 +1,125 @@
+"""The reference-side tools of the GPU parity tests, on the CPU with small random transformers models: the float64
+gated-delta-rule recurrence agrees with transformers' own torch implementation of the chunked rule, and forcing the
+MoE routers' expert choices reproduces the model exactly when the choices are its own and changes it when not."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import sys
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.convert.family import family_module
+from tests.unit_tests.models.hf_reference import errors, float64_gated_delta_rule, float64_rule, forced_routing
+
+pytest.importorskip("transformers")
+
+BATCH, SEQ = 2, 40
+
+
+def cpu_hf_model(name: str, seed: int) -> torch.nn.Module:
+    """A random fp32 transformers model of card ``name`` on the CPU, 1-D parameters perturbed."""
+    from transformers import AutoModelForCausalLM
+
+    card = get_card(name)
+    config = family_module(card).hf_config_from_card(card)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+@contextlib.contextmanager
+def own_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Inside the block, each MoE router of ``model`` appends its choices as a ``[tokens, experts]`` boolean map."""
+    maps: list[torch.Tensor] = []
+
+    def record(module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
+        chosen = torch.zeros(output[0].shape, dtype=torch.bool)
+        maps.append(chosen.scatter(-1, output[2], True))
+
+    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
+    handles = [router.register_forward_hook(record) for router in routers]
+    try:
+        yield maps
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def the_exact_rule_when_gdn(model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """The float64 rule for GDN models (fla's kernels need a GPU), nothing for the others."""
+    return float64_rule(model) if hasattr(sys.modules[type(model).__module__], "torch_chunk_gated_delta_rule") \
+        else contextlib.nullcontext()
+
+
+def test_float64_rule_matches_transformers_torch_rule():
+    model = cpu_hf_model("qwen3.5-35b-a3b-tiny", seed=11)
+    module = sys.modules[type(model).__module__]
+    tokens = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=torch.Generator().manual_seed(3))
+    names = ["model.layers.0.linear_attn.A_log", "model.layers.0.linear_attn.in_proj_a.weight",
+             "model.layers.0.linear_attn.in_proj_qkv.weight"]
+    outputs = {}
+    dispatched = module.torch_chunk_gated_delta_rule
+    for label, context in (("float64", float64_rule(model)), ("torch", contextlib.nullcontext())):
+        copy_ = copy.deepcopy(model)
+        module.torch_chunk_gated_delta_rule = getattr(dispatched, "__wrapped__", dispatched)
+        try:
+            with context:
+                out = copy_(input_ids=tokens, labels=tokens)
+                out.loss.backward()
+        finally:
+            module.torch_chunk_gated_delta_rule = dispatched
+        parameters = dict(copy_.named_parameters())
+        outputs[label] = out.logits.detach(), {n: parameters[n].grad for n in names}
+    assert module.torch_chunk_gated_delta_rule is dispatched
+    assert errors(outputs["float64"][0], outputs["torch"][0])[0] < 1e-5
+    for name in names:
+        assert errors(outputs["float64"][1][name], outputs["torch"][1][name])[0] < 1e-3, name
+
+
+def test_float64_rule_shapes_and_packed_sequences_refused():
+    q = torch.randn(1, 4, 2, 8)
+    out, state = float64_gated_delta_rule(q, q, torch.randn(1, 4, 2, 8), -torch.rand(1, 4, 2), torch.rand(1, 4, 2),
+                                          output_final_state=True)
+    assert out.shape == (1, 4, 2, 8) and state.shape == (1, 2, 8, 8)
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        float64_gated_delta_rule(q, q, q, -torch.rand(1, 4, 2), torch.rand(1, 4, 2), cu_seqlens=torch.tensor([0, 4]))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_forcing_the_models_own_routing_reproduces_it(name):
+    model = cpu_hf_model(name, seed=5)
+    tokens = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad(), the_exact_rule_when_gdn(model):
+        with own_routing(model) as maps:
+            free = model(input_ids=tokens).logits
+        with forced_routing(model, maps):
+            forced = model(input_ids=tokens).logits
+        shifted = [torch.roll(chosen, 1, dims=-1) for chosen in maps]  # every token gets other experts
+        with forced_routing(model, shifted):
+            other = model(input_ids=tokens).logits
+    assert len(maps) == sum(type(m).__name__.endswith("TopKRouter") for m in model.modules()) > 0
+    assert errors(forced, free)[0] < 1e-6  # the same experts, summed in expert order instead of score order
+    assert errors(other, free)[0] > 1e-2
+
+
+def test_forced_routing_refuses_maps_that_do_not_fit():
+    model = cpu_hf_model("qwen3-30b-a3b-tiny", seed=6)
+    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
+    experts = routers[0].num_experts
+    with pytest.raises(ValueError, match="routing maps for"):
+        with forced_routing(model, []):
+            pass
+    too_many = [torch.ones(BATCH * SEQ, experts, dtype=torch.bool)] * len(routers)
+    with pytest.raises(ValueError, match="exactly top_k"):
+        with forced_routing(model, too_many):
+            pass
