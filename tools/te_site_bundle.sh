@@ -10,8 +10,9 @@
 # requirements that a stock CUDA torch image lacks (pydantic, nvdlfw-inspect, cudnn-frontend); the CUDA libraries
 # themselves (cuBLAS, cuDNN, NCCL) come from the target's torch wheels. On the target:
 #
-#   cat OUT_DIR/te-site.tar.xz.part-* | tar -xJ -C /tmp/te-site && export PYTHONPATH=/tmp/te-site:$PYTHONPATH
-#   (cd OUT_DIR && sha256sum -c te-site.sha256)   # first, to catch a part lost on the way
+#   (cd OUT_DIR && sha256sum -c te-site.sha256)   # catches a part lost or cut on the way
+#   mkdir -p /tmp/te-site && cat OUT_DIR/te-site.tar.xz.part-* | tar -xJ -C /tmp/te-site
+#   export PYTHONPATH=/tmp/te-site${PYTHONPATH:+:$PYTHONPATH}
 #
 # TE's core library is ~340 MB of CUDA fat binaries that xz shrinks only to ~250 MB, hence the parts.
 set -euo pipefail
@@ -22,11 +23,12 @@ PY="$VENV/bin/python"
 [ -x "$PY" ] || { echo "error: $VENV has no bin/python (make it with tools/te_cpu_env.sh)" >&2; exit 2; }
 SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 ABI=$("$PY" -c "import sys; print(f'cp{sys.version_info.major}{sys.version_info.minor}')")
-ls "$SITE"/transformer_engine/wheel_lib/transformer_engine_torch.cpython-*.so >/dev/null 2>&1 ||
-  { echo "error: no compiled transformer_engine_torch in $SITE (run tools/te_cpu_env.sh $VENV)" >&2; exit 2; }
+ls "$SITE"/transformer_engine/wheel_lib/transformer_engine_torch.cpython-"${ABI#cp}"-*.so >/dev/null 2>&1 ||
+  { echo "error: no transformer_engine_torch compiled for ${ABI} in $SITE (run tools/te_cpu_env.sh $VENV)" >&2
+    exit 2; }
 
 PACKAGES=(transformer_engine pydantic pydantic_core annotated_types typing_inspection nvdlfw_inspect cudnn)
-DISTRIBUTIONS=(transformer_engine transformer_engine_cu13 transformer_engine_torch pydantic pydantic_core
+DISTRIBUTIONS=(transformer_engine "transformer_engine_cu[0-9]*" transformer_engine_torch pydantic pydantic_core
                annotated_types typing_inspection nvdlfw_inspect nvidia_cudnn_frontend)
 MEMBERS=()
 for package in "${PACKAGES[@]}"; do
@@ -34,7 +36,8 @@ for package in "${PACKAGES[@]}"; do
   MEMBERS+=("$package")
 done
 for distribution in "${DISTRIBUTIONS[@]}"; do
-  found=("$SITE"/"${distribution}"-*.dist-info)
+  # shellcheck disable=SC2206  # the CUDA-major pattern must glob
+  found=("$SITE"/${distribution}-*.dist-info)
   [ -d "${found[0]}" ] || { echo "error: no ${distribution} dist-info in $SITE" >&2; exit 2; }
   MEMBERS+=("$(basename "${found[0]}")")
 done

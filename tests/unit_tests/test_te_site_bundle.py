@@ -68,7 +68,17 @@ def test_environment_without_compiled_extension_is_refused(tmp_path: Path) -> No
         extension.unlink()
     result = run_script(tmp_path / "venv", tmp_path / "out")
     assert result.returncode == 2
-    assert "no compiled transformer_engine_torch" in result.stderr
+    assert "no transformer_engine_torch compiled for" in result.stderr
+
+
+def test_extension_for_another_python_is_refused(tmp_path: Path) -> None:
+    site = fake_venv(tmp_path / "venv")
+    wheel_lib = site / "transformer_engine" / "wheel_lib"
+    for extension in wheel_lib.glob("transformer_engine_torch*"):
+        extension.rename(wheel_lib / "transformer_engine_torch.cpython-39-x86_64-linux-gnu.so")
+    result = run_script(tmp_path / "venv", tmp_path / "out")
+    assert result.returncode == 2
+    assert "no transformer_engine_torch compiled for cp3" in result.stderr
 
 
 def test_environment_missing_a_requirement_is_refused(tmp_path: Path) -> None:

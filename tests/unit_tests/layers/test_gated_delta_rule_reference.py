@@ -67,10 +67,16 @@ def _relative_error(actual, expected):
     return ((actual.double() - expected).norm() / expected.norm()).item()
 
 
-FLA_FP32_STRONG_DECAY = pytest.mark.xfail(strict=True, reason=(
-    "fla 0.6.0, fp32, decay of a fresh Qwen3.5 layer: dg 1.4e-2 relative to float64 (1.8e-3 with mild decay, "
-    "7e-3 in bf16) and the decay parameters' sum(dg*g) 0.94 (H200, docs/benchmarks.md); strict: a fixed fla "
-    "makes this test fail, so the mark gets removed"))
+def _on_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+FLA_FP32_STRONG_DECAY = pytest.mark.xfail(
+    condition=_on_hopper(), raises=AssertionError, strict=True, reason=(
+        "fla 0.6.0, fp32, decay of a fresh Qwen3.5 layer, on Hopper (TileLang backward, Triton 3.6): dg 0.7-1.4e-2 "
+        "relative to float64 (1.8e-3 with mild decay, 3-7e-3 in bf16) and what A_log receives, the sum over tokens "
+        "of dg*g, 0.19-0.94 off (H200, docs/benchmarks.md); strict: a fixed fla makes this test fail, so the mark "
+        "gets removed"))
 
 
 @pytest.mark.gpu
@@ -84,7 +90,8 @@ def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, toleranc
     """fla's chunked GDN kernel (the fast path megatron-core's GatedDeltaNet calls) vs the float64 recurrence,
     with grouped values (2 key heads, 4 value heads) and a length that is not a multiple of the chunk size."""
     fla_gdn = pytest.importorskip("fla.ops.gated_delta_rule")
-    inputs = _random_inputs(2, 200, 2, 4, 64, 64, torch.float64, "cpu", decay=decay)
+    seed = torch.seed() % 2**31
+    inputs = _random_inputs(2, 200, 2, 4, 64, 64, torch.float64, "cpu", seed=seed, decay=decay)
     reference_inputs = [t.clone().requires_grad_(True) for t in inputs]
     kernel_inputs = [t.to(device="cuda", dtype=dtype).requires_grad_(True) for t in inputs]
     reference_out, _ = gated_delta_rule_reference(*reference_inputs)
@@ -95,12 +102,17 @@ def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, toleranc
     errors = {"out": _relative_error(kernel_out.detach().cpu(), reference_out.detach())}
     for name, ours, ref in zip("q k v g beta".split(), kernel_inputs, reference_inputs, strict=True):
         errors[f"d{name}"] = _relative_error(ours.grad.cpu(), ref.grad)
-    # what a decay parameter such as A_log receives: per value head, the sum over tokens of dg * dg/dA_log = dg * g
+    # what a decay parameter such as A_log receives: per value head, the sum over tokens of dg * dg/dA_log = dg * g.
+    # Reported relative to itself (what an optimiser sees; it varies with the seed, as the terms cancel) and bounded
+    # relative to the sum of the terms' magnitudes (the same absolute error, without the seed-dependent cancellation)
     g_kernel, g_reference = kernel_inputs[3], reference_inputs[3]
-    decay_sum = _relative_error((g_kernel.grad * g_kernel.detach()).sum((0, 1)).cpu(),
-                                (g_reference.grad * g_reference.detach()).sum((0, 1)))
-    report = ", ".join(f"{name} {error:.2e}" for name, error in errors.items()) + f"; sum(dg*g) {decay_sum:.2e}"
+    terms = g_reference.grad * g_reference.detach()
+    decay_error = (g_kernel.grad * g_kernel.detach()).sum((0, 1)).cpu().double() - terms.sum((0, 1))
+    decay_sum = (decay_error.norm() / terms.sum((0, 1)).norm()).item()
+    decay_scale = (decay_error.norm() / terms.abs().sum((0, 1)).norm()).item()
+    report = (", ".join(f"{name} {error:.2e}" for name, error in errors.items())
+              + f"; sum(dg*g) {decay_sum:.2e} (of the terms' size {decay_scale:.2e}); seed {seed}")
     print(f"fla chunk_gated_delta_rule vs float64 reference ({dtype}, {decay} decay): {report}")
     assert errors["out"] < tolerance, report
     assert all(error < 2 * tolerance for error in errors.values()), report
-    assert decay_sum < 4 * tolerance, report  # a sum over tokens: looser than the per-element errors
+    assert decay_scale < 2 * tolerance, report

@@ -46,17 +46,18 @@ def random_hf_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def float64_gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
-                             beta: torch.Tensor, initial_state: torch.Tensor | None = None,
+                             beta: torch.Tensor, scale: float | None = None, initial_state: torch.Tensor | None = None,
                              output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
                              cu_seqlens: torch.Tensor | None = None, **_: object,
                              ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The chunked-rule call of transformers' and megatron-core's GDN layers, answered by the token-by-token
     float64 recurrence of :mod:`megatron.oellm.layers.gated_delta_rule_reference` (autograd through it gives
-    float64 gradients). Packed sequences (``cu_seqlens``) are refused: the recurrence would run across them."""
+    float64 gradients). Packed sequences (``cu_seqlens``) are refused: the recurrence would run across them. Other
+    keyword arguments are the ones transformers' layer passes through to any kernel (none changes the rule)."""
     if cu_seqlens is not None:
         raise ValueError("float64_gated_delta_rule: packed sequences (cu_seqlens) are not supported")
     out, state = gated_delta_rule_reference(
-        query.double(), key.double(), value.double(), g.double(), beta.double(),
+        query.double(), key.double(), value.double(), g.double(), beta.double(), scale=scale,
         initial_state=None if initial_state is None else initial_state.double(), qk_l2norm=use_qk_l2norm_in_kernel)
     return out.to(value.dtype), state.to(value.dtype) if output_final_state else None
 
@@ -64,13 +65,12 @@ def float64_gated_delta_rule(query: torch.Tensor, key: torch.Tensor, value: torc
 @contextlib.contextmanager
 def float64_rule(model: torch.nn.Module) -> Iterator[None]:
     """Inside the block, ``model``'s gated-delta-rule layers run :func:`float64_gated_delta_rule` instead of the
-    chunked kernels transformers dispatches to (fla's when installed: TF32 dot products even for fp32 inputs). A
-    model family without the rule is unchanged."""
+    chunked kernels transformers dispatches to (fla's when installed: TF32 dot products even for fp32 inputs).
+    Raises ValueError for a model whose modelling module has no chunked rule (no GDN layers)."""
     module = sys.modules[type(model).__module__]
     dispatched = getattr(module, "torch_chunk_gated_delta_rule", None)
     if dispatched is None:
-        yield
-        return
+        raise ValueError(f"{type(model).__name__} has no gated-delta-rule layers to run in float64")
     module.torch_chunk_gated_delta_rule = float64_gated_delta_rule
     try:
         yield
@@ -131,6 +131,8 @@ def forced_routing(hf: torch.nn.Module, maps: list[torch.Tensor]) -> Iterator[No
     def force(chosen: torch.Tensor):
         def hook(module: torch.nn.Module, _inputs: tuple, output: tuple) -> tuple:
             router_logits = output[0]
+            if chosen.shape != router_logits.shape:
+                raise ValueError(f"routing map {tuple(chosen.shape)} for router logits {tuple(router_logits.shape)}")
             indices = chosen.float().topk(module.top_k, dim=-1).indices  # the k True entries of each row
             scores = torch.softmax(router_logits, dim=-1, dtype=torch.float).gather(-1, indices)
             if getattr(module, "norm_topk_prob", True):

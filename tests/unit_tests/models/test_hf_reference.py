@@ -56,7 +56,8 @@ def own_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
 
 
 def the_exact_rule_when_gdn(model: torch.nn.Module) -> contextlib.AbstractContextManager:
-    """The float64 rule for GDN models (fla's kernels need a GPU), nothing for the others."""
+    """The float64 rule for GDN models (fla's kernels need a GPU; :func:`float64_rule` refuses other models),
+    nothing for the others."""
     return float64_rule(model) if hasattr(sys.modules[type(model).__module__], "torch_chunk_gated_delta_rule") \
         else contextlib.nullcontext()
 
@@ -69,6 +70,7 @@ def test_float64_rule_matches_transformers_torch_rule():
              "model.layers.0.linear_attn.in_proj_qkv.weight"]
     outputs = {}
     dispatched = module.torch_chunk_gated_delta_rule
+    assert hasattr(dispatched, "__wrapped__"), "transformers' dispatcher no longer exposes its torch rule"
     for label, context in (("float64", float64_rule(model)), ("torch", contextlib.nullcontext())):
         copy_ = copy.deepcopy(model)
         module.torch_chunk_gated_delta_rule = getattr(dispatched, "__wrapped__", dispatched)
@@ -112,6 +114,12 @@ def test_forcing_the_models_own_routing_reproduces_it(name):
     assert errors(other, free)[0] > 1e-2
 
 
+def test_float64_rule_refuses_models_without_gdn_layers():
+    with pytest.raises(ValueError, match="no gated-delta-rule layers"):
+        with float64_rule(cpu_hf_model("qwen3-30b-a3b-tiny", seed=7)):
+            pass
+
+
 def test_forced_routing_refuses_maps_that_do_not_fit():
     model = cpu_hf_model("qwen3-30b-a3b-tiny", seed=6)
     routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
@@ -123,3 +131,9 @@ def test_forced_routing_refuses_maps_that_do_not_fit():
     with pytest.raises(ValueError, match="exactly top_k"):
         with forced_routing(model, too_many):
             pass
+    too_few_tokens = [torch.zeros(BATCH * SEQ - 1, experts, dtype=torch.bool)] * len(routers)
+    for chosen in too_few_tokens:
+        chosen[:, :routers[0].top_k] = True
+    tokens = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
+    with pytest.raises(ValueError, match="routing map"), torch.no_grad(), forced_routing(model, too_few_tokens):
+        model(input_ids=tokens)

@@ -5,9 +5,10 @@ For each tiny card a fresh random transformers model (fresh seed, printed; 1-D p
 test) is written as an HF checkpoint, converted at TP=EP=PP=1 with ``hf_to_mcore_checkpoint``, and transformers
 computes the reference: the causal-LM loss of random tokens and the gradients of the input embedding and of the
 output layer. Two NCCL ranks then build the torch-native model at each layout (and, where Transformer Engine
-imports, the TE model at the tensor- and expert-parallel layouts: pipeline splitting is backend-independent), load the checkpoint through
-megatron-core's resharding loader, and run forward + backward with ``get_forward_backward_func()`` (the pipeline
-schedule at PP=2, the interleaved one with virtual stages). Compared in fp32, TF32 off on both sides: the loss (on the
+imports, the TE model at the tensor- and expert-parallel layouts: pipeline splitting is backend-independent), load
+the checkpoint through megatron-core's resharding loader, and run forward + backward with
+``get_forward_backward_func()`` (the pipeline schedule at PP=2, the interleaved one with virtual stages). Compared
+in fp32, TF32 off on both sides (TE's own GEMMs are TF32 whatever torch says): the loss (on the
 last stage) within 1e-4, the output-layer gradient (last stage) and the embedding gradient (first stage: backward
 through every layer and pipeline stage) within 1e-2 relative L2, each rank's vocabulary shard gathered over its
 tensor-parallel group.
@@ -49,7 +50,8 @@ grouped expert GEMMs."""
 def layouts(num_layers: int, backend: str = "torch") -> dict[str, ParallelLayout]:
     """The two-GPU layouts checked: tensor + sequence parallel, expert parallel (over data parallel), both with
     experts folded onto the TP ranks, expert tensor parallel, a custom uneven pipeline split, and interleaved
-    virtual pipeline stages (2 x 2, the outer ones holding only the embedding or the loss and what is left over)."""
+    virtual pipeline stages (2 x 2, the outer ones holding only the embedding or the loss and what is left over);
+    for ``backend`` "te" only the tensor- and expert-parallel ones (``TE_LAYOUTS``)."""
     first_virtual_stage = "E" + (f"t*{num_layers - 2}" if num_layers > 2 else "")
     every = {
         "tp2-sp": ParallelLayout(tp=2, sp=True),
@@ -211,7 +213,8 @@ def test_parallel_layouts_match_transformers(name: str, backend: str, tmp_path: 
     write_case(name, tmp_path)
     torch.cuda.empty_cache()
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    mp.start_processes(_rank, args=(2, free_port(), name, backend, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_rank, args=(2, free_port(), name, backend, str(tmp_path)), nprocs=2, join=True,
+                       start_method="spawn")
 
     rows = []
     for rank in range(2):
