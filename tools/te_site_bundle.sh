@@ -27,6 +27,11 @@ ls "$SITE"/transformer_engine/wheel_lib/transformer_engine_torch.cpython-"${ABI#
   { echo "error: no transformer_engine_torch compiled for ${ABI} in $SITE (run tools/te_cpu_env.sh $VENV)" >&2
     exit 2; }
 
+TE_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('transformer_engine'))" 2>/dev/null) ||
+  { echo "error: no transformer_engine distribution in $VENV (run tools/te_cpu_env.sh $VENV)" >&2; exit 2; }
+TORCH_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null) ||
+  { echo "error: no torch in $VENV: the extension's torch version cannot be reported" >&2; exit 2; }
+
 PACKAGES=(transformer_engine pydantic pydantic_core annotated_types typing_inspection nvdlfw_inspect cudnn)
 DISTRIBUTIONS=(transformer_engine "transformer_engine_cu[0-9]*" transformer_engine_torch pydantic pydantic_core
                annotated_types typing_inspection nvdlfw_inspect nvidia_cudnn_frontend)
@@ -47,8 +52,6 @@ rm -f "$OUT"/te-site.tar.xz.part-* "$OUT"/te-site.sha256
 tar -C "$SITE" --exclude=__pycache__ -cf - "${MEMBERS[@]}" | xz -9e -T0 |
   split -b "${PART_MIB}M" - "$OUT/te-site.tar.xz.part-"
 (cd "$OUT" && sha256sum te-site.tar.xz.part-* > te-site.sha256)
-TE_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('transformer_engine'))")
-TORCH_VERSION=$("$PY" -c "import importlib.metadata as m; print(m.version('torch'))")
 echo "transformer_engine ${TE_VERSION} for ${ABI}, torch ${TORCH_VERSION}: $(ls "$OUT"/te-site.tar.xz.part-* | wc -l)" \
      "parts of <= ${PART_MIB} MiB in ${OUT}"
 ls -l "$OUT"

@@ -1,8 +1,8 @@
 """``tools/te_site_bundle.sh``: bad input refused with a clear message; a bundle's parts reassemble into the packed
 site-packages tree, byte for byte.
 
-A stand-in virtual environment (``venv --system-site-packages``, so the system torch is the one it reports) holds
-small fake copies of every package and distribution the script packs; the bundle is cut into 1 MiB parts.
+A stand-in virtual environment holds small fake copies of every package and distribution the script packs, and a
+torch distribution record (the version the script reports); the bundle is cut into 1 MiB parts.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def run_script(*args: str | Path) -> subprocess.CompletedProcess:
 def fake_venv(root: Path) -> Path:
     """A virtual environment whose site-packages holds fake TE packages (the core library as 2.5 MB of random bytes,
     so that the bundle needs three 1 MiB parts); returns its site-packages folder."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(root)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     purelib = subprocess.run([str(root / "bin" / "python"), "-c",
                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -48,10 +48,10 @@ def fake_venv(root: Path) -> Path:
     (wheel_lib / f"transformer_engine_torch{suffix}").write_bytes(os.urandom(1000))
     (site / "transformer_engine" / "__pycache__").mkdir()
     (site / "transformer_engine" / "__pycache__" / "stale.pyc").write_bytes(b"not packed")
-    for distribution in DISTRIBUTIONS:
-        info = site / f"{distribution}-2.20.2.dist-info"
+    for distribution, version in [*((d, "2.20.2") for d in DISTRIBUTIONS), ("torch", "2.11.0")]:
+        info = site / f"{distribution}-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 2.20.2\n")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
     return site
 
 
@@ -91,6 +91,16 @@ def test_environment_missing_a_requirement_is_refused(tmp_path: Path) -> None:
     assert "nvdlfw_inspect missing" in result.stderr
 
 
+def test_environment_without_torch_is_refused(tmp_path: Path) -> None:
+    site = fake_venv(tmp_path / "venv")
+    for item in (site / "torch-2.11.0.dist-info").iterdir():
+        item.unlink()
+    (site / "torch-2.11.0.dist-info").rmdir()
+    result = run_script(tmp_path / "venv", tmp_path / "out")
+    assert result.returncode == 2
+    assert "no torch in" in result.stderr
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split and sha256sum")
 def test_parts_reassemble_into_the_packed_tree(tmp_path: Path) -> None:
     site = fake_venv(tmp_path / "venv")
@@ -102,12 +112,12 @@ def test_parts_reassemble_into_the_packed_tree(tmp_path: Path) -> None:
     checked = subprocess.run(["sha256sum", "-c", "te-site.sha256"], cwd=tmp_path / "out", capture_output=True,
                              text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "transformer_engine 2.20.2" in result.stdout
+    assert "transformer_engine 2.20.2" in result.stdout and "torch 2.11.0" in result.stdout
 
     archive = tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:xz")
     members = {m.name: m for m in archive.getmembers() if m.isfile()}
     expected = {str(path.relative_to(site)) for path in site.rglob("*")
-                if path.is_file() and "__pycache__" not in path.parts}
+                if path.is_file() and "__pycache__" not in path.parts and not path.parts[-2].startswith("torch-")}
     assert set(members) == expected
     for name in ("transformer_engine/wheel_lib/libtransformer_engine.so", "cudnn/__init__.py"):
         packed = archive.extractfile(members[name]).read()
