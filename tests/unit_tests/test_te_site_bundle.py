@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -62,43 +63,33 @@ def test_missing_environment_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_environment_without_compiled_extension_is_refused(tmp_path: Path) -> None:
-    site = fake_venv(tmp_path / "venv")
+def _remove_extension(site: Path) -> None:
     for extension in (site / "transformer_engine" / "wheel_lib").glob("transformer_engine_torch*"):
         extension.unlink()
-    result = run_script(tmp_path / "venv", tmp_path / "out")
-    assert result.returncode == 2
-    assert "no transformer_engine_torch compiled for" in result.stderr
 
 
-def test_extension_for_another_python_is_refused(tmp_path: Path) -> None:
-    site = fake_venv(tmp_path / "venv")
+def _extension_for_another_python(site: Path) -> None:
     wheel_lib = site / "transformer_engine" / "wheel_lib"
     for extension in wheel_lib.glob("transformer_engine_torch*"):
         extension.rename(wheel_lib / "transformer_engine_torch.cpython-39-x86_64-linux-gnu.so")
+
+
+BROKEN_ENVIRONMENTS = {
+    "no compiled extension": (_remove_extension, "no transformer_engine_torch compiled for"),
+    "extension for another python": (_extension_for_another_python, "no transformer_engine_torch compiled for cp3"),
+    "a requirement missing": (lambda site: shutil.rmtree(site / "nvdlfw_inspect"), "nvdlfw_inspect missing"),
+    "no torch": (lambda site: shutil.rmtree(site / "torch-2.11.0.dist-info"), "no torch in"),
+}
+"""How each refused environment is broken from the complete fake one, and the message the script gives."""
+
+
+@pytest.mark.parametrize("case", BROKEN_ENVIRONMENTS)
+def test_broken_environment_is_refused(tmp_path: Path, case: str) -> None:
+    breakage, message = BROKEN_ENVIRONMENTS[case]
+    breakage(fake_venv(tmp_path / "venv"))
     result = run_script(tmp_path / "venv", tmp_path / "out")
     assert result.returncode == 2
-    assert "no transformer_engine_torch compiled for cp3" in result.stderr
-
-
-def test_environment_missing_a_requirement_is_refused(tmp_path: Path) -> None:
-    site = fake_venv(tmp_path / "venv")
-    for item in (site / "nvdlfw_inspect").iterdir():
-        item.unlink()
-    (site / "nvdlfw_inspect").rmdir()
-    result = run_script(tmp_path / "venv", tmp_path / "out")
-    assert result.returncode == 2
-    assert "nvdlfw_inspect missing" in result.stderr
-
-
-def test_environment_without_torch_is_refused(tmp_path: Path) -> None:
-    site = fake_venv(tmp_path / "venv")
-    for item in (site / "torch-2.11.0.dist-info").iterdir():
-        item.unlink()
-    (site / "torch-2.11.0.dist-info").rmdir()
-    result = run_script(tmp_path / "venv", tmp_path / "out")
-    assert result.returncode == 2
-    assert "no torch in" in result.stderr
+    assert message in result.stderr
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split and sha256sum")
