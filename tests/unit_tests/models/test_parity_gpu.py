@@ -18,6 +18,7 @@ Run: ``python -m pytest -s -q tests/unit_tests/models -m gpu``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -196,8 +197,6 @@ def fp32_reference_logits(hf: torch.nn.Module, tokens: torch.Tensor,
                           routing: list[torch.Tensor] | None = None) -> torch.Tensor:
     """Logits of an fp32 copy of ``hf`` (same, bf16-representable weights) on ``tokens``; with ``routing``, its
     MoE layers choose those experts (:func:`forced_routing`)."""
-    import copy
-
     reference = copy.deepcopy(hf).float()
     with torch.no_grad(), forced_routing(reference, routing) if routing else contextlib.nullcontext():
         logits = reference(input_ids=tokens).logits.float()
@@ -244,7 +243,7 @@ def megatron_outputs(card: ModelCard, dtype: torch.dtype, backend: str, state: d
     assert all(k.endswith("_extra_state") for k in missing), missing
     positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
     mcore.eval()
-    with torch.no_grad(), captured_routing(mcore, BATCH) as maps:
+    with torch.no_grad(), captured_routing(mcore, BATCH) if routing is not None else contextlib.nullcontext() as maps:
         logits = mcore(tokens, positions, None)
     if routing is not None:
         routing.extend(maps)
@@ -285,7 +284,7 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     hf_out = hf(input_ids=tokens, labels=tokens)
     hf_out.loss.backward()
 
-    routing: list[torch.Tensor] = []
+    routing: list[torch.Tensor] | None = [] if reference_logits is not None else None  # only real width uses it
     logits, loss, grads = megatron_outputs(card, dtype, backend, state, tokens, routing=routing)
     checks = compare_with_transformers(card, hf, hf_out, logits, loss, grads)
     if reference_logits is not None:
