@@ -7,11 +7,17 @@ computes the reference: the causal-LM loss of random tokens and the gradients of
 output layer. Two NCCL ranks then build the torch-native model at each layout (and, where Transformer Engine
 imports, the TE model at the tensor- and expert-parallel layouts: pipeline splitting is backend-independent), load
 the checkpoint through megatron-core's resharding loader, and run forward + backward with
-``get_forward_backward_func()`` (the pipeline schedule at PP=2, the interleaved one with virtual stages). Compared
-in fp32, TF32 off on both sides (TE's own GEMMs are TF32 whatever torch says): the loss (on the
-last stage) within 1e-4, the output-layer gradient (last stage) and the embedding gradient (first stage: backward
-through every layer and pipeline stage) within 1e-2 relative L2, each rank's vocabulary shard gathered over its
-tensor-parallel group.
+``get_forward_backward_func()`` (the pipeline schedule at PP=2, the interleaved one with virtual stages) on the
+micro-batches the training entry's ``next_batch`` hands it (split along the sequence under context parallelism),
+with megatron's per-token loss (``calculate_per_token_loss``: loss sums, reduced over the context-parallel group
+and divided by the token count, as ``finalize_model_grads`` does in training). Compared in fp32, TF32 off on both
+sides (TE's own GEMMs are TF32 whatever torch says): the loss (on the last stage) within 1e-4, the output-layer
+gradient (last stage) and the embedding gradient (first stage: backward through every layer and pipeline stage)
+within 1e-2 relative L2, each rank's vocabulary shard gathered over its tensor-parallel group.
+
+Context parallelism (TE only: the torch-native backend refuses it, and TE's attention does it only with its fused
+bf16 kernels) runs in bf16 on a checkpoint of bf16 weights, against transformers' fp32 forward of the same weights:
+CP=2 must be as close to it as the same model at CP=1 on the same ranks (``CP_SLACK``), which is bf16's own noise.
 
 Run: ``python -m pytest -s -q tests/unit_tests/models/test_model_parallel_gpu.py -m gpu`` on a two-GPU machine.
 """
@@ -45,6 +51,16 @@ LOSS_ABS, GRAD_REL_L2 = 1e-4, 1e-2
 TE_LAYOUTS = ("tp2-sp", "ep2", "tp2-sp-etp2")
 """Layouts run with the Transformer Engine backend: TE's own tensor-parallel linears, sequence-parallel norms and
 grouped expert GEMMs."""
+TOKENS_IN_LOSS = BATCH * (SEQ - 1)
+"""Loss tokens of a batch: transformers' causal-LM loss has no target for each sequence's last position."""
+CONTEXT_PARALLEL = {"cp1": ParallelLayout(), "cp2": ParallelLayout(cp=2)}
+"""Context parallelism (bf16, TE) and its control: the same model without it, on the same two ranks."""
+CP_SLACK = 1.5
+"""CP=2 may be at most this many times further from transformers' fp32 forward than CP=1 is (each gradient; both
+are bf16 runs of the same weights, whose rounding differs only in the order of the attention chunks)."""
+BF16_LOSS_ABS, BF16_GRAD_REL_L2 = 1e-3, 5e-2
+"""Bounds of the bf16 runs against transformers' fp32 forward: the loss (absolute; a single number, too noisy for a
+ratio) and, for the CP=1 control, each gradient (bf16 tiny-card parity measures 0.8e-2 to 1.3e-2)."""
 
 
 def layouts(num_layers: int, backend: str = "torch") -> dict[str, ParallelLayout]:
@@ -70,18 +86,19 @@ def no_tf32() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
-def write_case(card_name: str, directory: Path) -> None:
-    """A random HF checkpoint of ``card_name``, its conversion, and transformers' loss and gradients on random
-    tokens (``directory/reference.pt``)."""
+def write_case(card_name: str, directory: Path, dtype: torch.dtype = torch.float32) -> None:
+    """A random HF checkpoint of ``card_name`` with ``dtype`` weights, its conversion, and transformers' fp32 loss
+    and gradients of those weights on random tokens (``directory/reference.pt``)."""
     card = get_card(card_name)
     convert = family_module(card)
     no_tf32()
     torch.manual_seed(fresh_seed())
-    hf = random_hf_model(card, torch.float32)
+    hf = random_hf_model(card, dtype)
     state = {name: tensor.detach().cpu() for name, tensor in hf.state_dict().items()}
     per_expert = convert.mcore_to_hf(card, convert.hf_to_mcore(card, state), fused_experts=False)
     hf_to_mcore_checkpoint(card, write_hf(card, per_expert, directory / "hf"), directory / "mcore")
     tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
+    hf.float()
     loss = hf(input_ids=tokens, labels=tokens).loss
     loss.backward()
     torch.save({"tokens": tokens.cpu(), "loss": loss.item(),
@@ -89,20 +106,24 @@ def write_case(card_name: str, directory: Path) -> None:
                directory / "reference.pt")
 
 
-def _gather_vocab_shards(shard: torch.Tensor) -> torch.Tensor:
-    """The full ``[vocab, hidden]`` tensor from this rank's vocabulary rows (megatron's contiguous TP split)."""
+def _full_gradient(shard: torch.Tensor) -> torch.Tensor:
+    """The mean-loss gradient of a ``[vocab, hidden]`` weight from this rank's per-token-loss gradient of its
+    vocabulary rows: rows gathered over the tensor-parallel group (megatron's contiguous split), summed over the
+    context-parallel group (each rank saw part of every sequence), divided by the loss tokens."""
     from megatron.core import parallel_state
 
     group = parallel_state.get_tensor_model_parallel_group()
     parts = [torch.empty_like(shard) for _ in range(torch.distributed.get_world_size(group))]
     torch.distributed.all_gather(parts, shard.contiguous(), group=group)
-    return torch.cat(parts)
+    full = torch.cat(parts).float()
+    torch.distributed.all_reduce(full, group=parallel_state.get_context_parallel_group())
+    return full / TOKENS_IN_LOSS
 
 
-def _build_and_load(card_name: str, backend: str, layout: ParallelLayout,
-                    directory: Path) -> dict[torch.nn.Module, tuple[bool, bool]]:
-    """This rank's model chunks at ``layout`` (one, or one per virtual stage) with the converted checkpoint loaded;
-    each mapped to (holds the embedding, holds the loss)."""
+def _build_and_load(card_name: str, backend: str, layout: ParallelLayout, directory: Path,
+                    dtype: torch.dtype) -> dict[torch.nn.Module, tuple[bool, bool]]:
+    """This rank's ``dtype`` model chunks at ``layout`` (one, or one per virtual stage) with the converted
+    checkpoint loaded; each mapped to (holds the embedding, holds the loss)."""
     from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.dist_checkpointing.validation import StrictHandling
 
@@ -111,9 +132,9 @@ def _build_and_load(card_name: str, backend: str, layout: ParallelLayout,
     card = get_card(card_name)
     builder = spec_builder(card.family)
     config = builder.transformer_config(
-        card, layout, params_dtype=torch.float32, pipeline_dtype=torch.float32, moe_router_load_balancing_type="none",
-        moe_aux_loss_coeff=0.0, perform_initialization=False, moe_router_dtype=None, cross_entropy_loss_fusion=True,
-        cross_entropy_fusion_impl="native")
+        card, layout, params_dtype=dtype, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+        perform_initialization=False, moe_router_dtype=None, cross_entropy_loss_fusion=True,
+        cross_entropy_fusion_impl="native", calculate_per_token_loss=True)
     chunks = {}
     for vp_stage in range(layout.vpp_size) if layout.vpp else [None]:
         first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
@@ -133,23 +154,23 @@ def _build_and_load(card_name: str, backend: str, layout: ParallelLayout,
 
 
 def _train_step(chunks: list[torch.nn.Module], virtual: bool, tokens: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-    """Forward + backward of ``tokens`` (one sequence per micro-batch) through megatron-core's schedule; the loss
-    reports of the last stage (empty elsewhere)."""
+    """Forward + backward of ``tokens`` (one sequence per micro-batch, this rank's part of it under context
+    parallelism: the training entry's ``next_batch``) through megatron-core's schedule; the loss reports of the last
+    stage (empty elsewhere)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from megatron.oellm.training.forward_step import masked_lm_loss
+    from megatron.oellm.training.forward_step import masked_lm_loss, next_batch
 
     mask = torch.ones_like(tokens, dtype=torch.float32)
     mask[:, -1] = 0  # transformers' causal-LM loss has no target for the last position
-    batch = {"tokens": tokens, "positions": torch.arange(SEQ, device="cuda").expand(BATCH, SEQ),
-             "labels": torch.roll(tokens, -1, dims=1), "mask": mask}
-    # equal token counts per micro-batch, so the schedule's mean of their means is transformers' mean
+    batch = {"tokens": tokens, "position_ids": torch.arange(SEQ, device="cuda").expand(BATCH, SEQ),
+             "labels": torch.roll(tokens, -1, dims=1), "loss_mask": mask}
     micro_batches = [{key: value[i:i + 1] for key, value in batch.items()} for i in range(BATCH)]
 
     def forward_step(data_iterator: Iterator[dict[str, torch.Tensor]], chunk: torch.nn.Module):
-        micro_batch = next(data_iterator)
-        output = chunk(micro_batch["tokens"], micro_batch["positions"], None, labels=micro_batch["labels"])
-        return output, functools.partial(masked_lm_loss, micro_batch["mask"])
+        micro_batch = next_batch(data_iterator)
+        output = chunk(micro_batch["tokens"], micro_batch["position_ids"], None, labels=micro_batch["labels"])
+        return output, functools.partial(masked_lm_loss, micro_batch["loss_mask"])
 
     data = [iter(micro_batches) for _ in chunks] if virtual else iter(micro_batches)
     return get_forward_backward_func()(
@@ -157,45 +178,52 @@ def _train_step(chunks: list[torch.nn.Module], virtual: bool, tokens: torch.Tens
         micro_batch_size=1, forward_only=False)
 
 
-def _step_and_measure(card_name: str, backend: str, layout: ParallelLayout,
-                      directory: Path) -> dict[str, list[float]]:
+def _step_and_measure(card_name: str, backend: str, layout: ParallelLayout, directory: Path,
+                      dtype: torch.dtype) -> dict[str, list[float]]:
     """Build, load, one forward + backward at ``layout``; this rank's errors against transformers (the loss as
     ``[|diff|]``, gradients as :func:`errors`)."""
-    chunks = _build_and_load(card_name, backend, layout, directory)
+    from megatron.core import parallel_state
+
+    chunks = _build_and_load(card_name, backend, layout, directory, dtype)
     reference = torch.load(directory / "reference.pt")
     reports = _train_step(list(chunks), bool(layout.vpp), reference["tokens"].cuda())
     measured = {}
     for chunk, (first, last) in chunks.items():
         grads = dict(chunk.named_parameters())
         if last:
-            loss_sum, count = torch.stack([report["lm loss"] for report in reports]).sum(0).tolist()
+            loss_and_count = torch.stack([report["lm loss"] for report in reports]).sum(0)
+            torch.distributed.all_reduce(loss_and_count, group=parallel_state.get_context_parallel_group())
+            loss_sum, count = loss_and_count.tolist()
+            assert count == TOKENS_IN_LOSS, (count, TOKENS_IN_LOSS)
             measured["loss"] = [abs(loss_sum / count - reference["loss"])]
             measured["output-layer grad"] = list(errors(
-                _gather_vocab_shards(grads["output_layer.weight"].grad), reference["output"].cuda()))
+                _full_gradient(grads["output_layer.weight"].grad), reference["output"].cuda()))
         if first:
             measured["embedding grad"] = list(errors(
-                _gather_vocab_shards(grads["embedding.word_embeddings.weight"].grad), reference["embedding"].cuda()))
+                _full_gradient(grads["embedding.word_embeddings.weight"].grad), reference["embedding"].cuda()))
     return measured
 
 
-def _rank(rank: int, world: int, port: int, name: str, backend: str, directory: str) -> None:
-    """One NCCL rank: every layout of ``backend`` for card ``name``; writes ``{layout: {check: errors}}`` to
-    ``directory/rank<r>.json``."""
+def _rank(rank: int, world: int, port: int, name: str, backend: str, directory: str, context_parallel: bool) -> None:
+    """One NCCL rank: every layout of ``backend`` for card ``name`` in fp32, or with ``context_parallel`` the
+    :data:`CONTEXT_PARALLEL` ones in bf16; writes ``{layout: {check: errors}}`` to ``directory/rank<r>.json``."""
     from megatron.core import parallel_state, tensor_parallel
 
     torch.cuda.set_device(rank)
     no_tf32()
     torch.distributed.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    runs = CONTEXT_PARALLEL if context_parallel else layouts(get_card(name).num_layers, backend)
+    dtype = torch.bfloat16 if context_parallel else torch.float32
     results: dict[str, dict] = {}
     try:
-        for label, layout in layouts(get_card(name).num_layers, backend).items():
+        for label, layout in runs.items():
             parallel_state.initialize_model_parallel(
                 tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
                 virtual_pipeline_model_parallel_size=layout.vpp, expert_model_parallel_size=layout.ep,
-                expert_tensor_parallel_size=layout.etp)
+                expert_tensor_parallel_size=layout.etp, context_parallel_size=layout.cp)
             tensor_parallel.model_parallel_cuda_manual_seed(1234, force_reset_rng=True)
             try:
-                results[label] = _step_and_measure(name, backend, layout, Path(directory))
+                results[label] = _step_and_measure(name, backend, layout, Path(directory), dtype)
             finally:
                 parallel_state.destroy_model_parallel()
     finally:
@@ -203,30 +231,52 @@ def _rank(rank: int, world: int, port: int, name: str, backend: str, directory: 
         torch.distributed.destroy_process_group()
 
 
+def _run_ranks(name: str, backend: str, directory: Path, context_parallel: bool,
+               monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, list[float], int]]:
+    """Write the case, run both ranks (:func:`_rank`), print and return their ``(layout, check, errors, rank)``
+    rows; asserts every layout reported every check."""
+    # write_case turns TF32 off in this process: registering the current values restores them after the test
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    write_case(name, directory, torch.bfloat16 if context_parallel else torch.float32)
+    torch.cuda.empty_cache()
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    mp.start_processes(_rank, args=(2, free_port(), name, backend, str(directory), context_parallel), nprocs=2,
+                       join=True, start_method="spawn")
+
+    rows = []
+    for rank in range(2):
+        for label, checks in json.loads((directory / f"rank{rank}.json").read_text()).items():
+            rows += [(label, check, values, rank) for check, values in checks.items()]
+    print(f"\n{name}, {backend} backend{', bf16' if context_parallel else ''} (loss: |diff|; gradients: rel. L2, "
+          "max rel., mean rel.)\n| layout | check | rank | errors |\n|---|---|---|---|")
+    for label, check, values, rank in rows:
+        print(f"| {label} | {check} | {rank} | " + ", ".join(f"{v:.2e}" for v in values) + " |")
+    runs = CONTEXT_PARALLEL if context_parallel else layouts(get_card(name).num_layers, backend)
+    expected = {(label, check) for label in runs for check in ("loss", "output-layer grad", "embedding grad")}
+    assert {(label, check) for label, check, _, _ in rows} == expected
+    return rows
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", CARDS)
 def test_parallel_layouts_match_transformers(name: str, backend: str, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # write_case turns TF32 off in this process: registering the current values restores them after the test
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
-    write_case(name, tmp_path)
-    torch.cuda.empty_cache()
-    monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    mp.start_processes(_rank, args=(2, free_port(), name, backend, str(tmp_path)), nprocs=2, join=True,
-                       start_method="spawn")
-
-    rows = []
-    for rank in range(2):
-        for label, checks in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
-            rows += [(label, check, values, rank) for check, values in checks.items()]
-    print(f"\n{name}, {backend} backend (loss: |diff|; gradients: rel. L2, max rel., mean rel.)"
-          "\n| layout | check | rank | errors |\n|---|---|---|---|")
-    for label, check, values, rank in rows:
-        print(f"| {label} | {check} | {rank} | " + ", ".join(f"{v:.2e}" for v in values) + " |")
-    expected = {(label, check) for label in layouts(get_card(name).num_layers, backend)
-                for check in ("loss", "output-layer grad", "embedding grad")}
-    assert {(label, check) for label, check, _, _ in rows} == expected
-    for label, check, values, rank in rows:
+    for label, check, values, rank in _run_ranks(name, backend, tmp_path, False, monkeypatch):
         bound = LOSS_ABS if check == "loss" else GRAD_REL_L2
         assert values[0] <= bound, (label, check, rank, values)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.values[0] == "te"])
+@pytest.mark.parametrize("name", CARDS)
+def test_context_parallel_matches_one_gpu_layout(name: str, backend: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _run_ranks(name, backend, tmp_path, True, monkeypatch)
+    control = {(check, rank): values for label, check, values, rank in rows if label == "cp1"}
+    for label, check, values, rank in rows:
+        if check == "loss":
+            assert values[0] <= BF16_LOSS_ABS, (label, check, rank, values)
+        elif label == "cp1":
+            assert values[0] <= BF16_GRAD_REL_L2, (label, check, rank, values)
+        else:
+            assert values[0] <= CP_SLACK * control[check, rank][0], (label, check, rank, values, control[check, rank])
