@@ -63,7 +63,7 @@ are bf16 runs of the same weights, whose rounding differs in how the work is spl
 attention chunks, the GDN all-to-all, gradient sums). Measured ratios 1.00 to 1.13 (session 10)."""
 BF16_LOSS_ABS, BF16_GRAD_REL_L2 = 1e-3, 5e-2
 """Bounds of the bf16 runs against transformers' fp32 forward: the loss (absolute; a single number, too noisy for a
-ratio; measured 1.0e-5 to 1.7e-4) and, for the CP=1 control, each gradient (measured 0.97e-2 to 1.63e-2; the
+ratio; measured 1.0e-5 to 1.7e-4) and, for the CP=1 control, each gradient (measured 0.65e-2 to 1.63e-2; the
 reference's GDN backward is fla's fp32 one, see the Qwen3.5 README)."""
 
 
