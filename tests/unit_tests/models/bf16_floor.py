@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -27,26 +28,7 @@ from typing import NamedTuple
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.family import family_module
-from tests.unit_tests.models.hf_reference import errors, forced_routing
-
-
-def random_model(card_name: str, vocab: int | None, device: str) -> torch.nn.Module:
-    """A fresh bf16 transformers model of the card (1-D parameters perturbed as in the parity test)."""
-    from transformers import AutoModelForCausalLM
-
-    card = get_card(card_name)
-    config = family_module(card).hf_config_from_card(card)
-    if vocab:
-        config.vocab_size = vocab
-    config._attn_implementation = "sdpa"
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 1:
-                parameter.add_(0.1 * torch.randn_like(parameter))
-    return model
+from tests.unit_tests.models.hf_reference import errors, forced_routing, random_hf_model
 
 
 def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -185,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(args.seed)
-    model = random_model(args.card, args.vocab, args.device)
+    card = get_card(args.card)
+    model = random_hf_model(dataclasses.replace(card, vocab_size=args.vocab or card.vocab_size), torch.bfloat16,
+                            args.device)
     tokens = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), device=args.device)
     reference_logits, reference_hidden, maps = fp32_reference(model, tokens)
     print(f"{args.card}, seed {args.seed}, tokens {args.batch} x {args.seq}, {args.device}; relative L2 from fp32 "

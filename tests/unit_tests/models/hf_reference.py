@@ -30,13 +30,13 @@ def fresh_seed() -> int:
     return seed
 
 
-def random_hf_model(card: ModelCard, dtype: torch.dtype) -> torch.nn.Module:
-    """A freshly initialised transformers model of ``card`` on the GPU with perturbed 1-D parameters."""
+def random_hf_model(card: ModelCard, dtype: torch.dtype, device: str = "cuda") -> torch.nn.Module:
+    """A freshly initialised transformers model of ``card`` on ``device`` with perturbed 1-D parameters."""
     from transformers import AutoModelForCausalLM
 
     hf_config = family_module(card).hf_config_from_card(card)
     hf_config._attn_implementation = "sdpa"
-    with torch.device("cuda"):
+    with torch.device(device):
         model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
     with torch.no_grad():
         for parameter in model.parameters():
