@@ -21,15 +21,28 @@ from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.runtime import DEFAULT_SEED, reseed
 from megatron.oellm.runtime import init_single_gpu_runtime as init_megatron_runtime
 
-__all__ = ["BACKENDS", "DEFAULT_SEED", "init_megatron_runtime", "megatron_runtime", "megatron_session", "reseed"]
+__all__ = ["BACKENDS", "DEFAULT_SEED", "TE_BACKEND", "init_megatron_runtime", "megatron_runtime", "megatron_session",
+           "no_tf32", "reseed", "tf32_flags_restored"]
 
-BACKENDS = [
-    pytest.param("torch", id="torch"),
-    pytest.param("te", id="te", marks=pytest.mark.skipif(
-        transformer_engine_import_error() is not None,
-        reason="Transformer Engine does not import here (tools/te_site_bundle.sh carries it to a GPU machine)")),
-]
-"""Both compute backends as a pytest parameter; the Transformer Engine one skips where TE does not import."""
+TE_BACKEND = pytest.param("te", id="te", marks=pytest.mark.skipif(
+    transformer_engine_import_error() is not None,
+    reason="Transformer Engine does not import here (tools/te_site_bundle.sh carries it to a GPU machine)"))
+"""The Transformer Engine backend as a pytest parameter, skipped where TE does not import."""
+BACKENDS = [pytest.param("torch", id="torch"), TE_BACKEND]
+"""Both compute backends as a pytest parameter."""
+
+
+def no_tf32() -> None:
+    """Full fp32 matmuls and convolutions in this process (torch's TF32 switches off)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+@pytest.fixture
+def tf32_flags_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-test fixture: torch's TF32 switches get their current values back after the test, whatever it sets."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
 
 
 @pytest.fixture(scope="session")

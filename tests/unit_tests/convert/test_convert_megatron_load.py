@@ -19,12 +19,12 @@ import torch
 import torch.multiprocessing as mp
 from convert_helpers import random_hf_tensors, write_hf
 
-from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.family import hf_to_mcore
 from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world, transformer_engine_building
+from tests.unit_tests.gpu_utils import BACKENDS
 
 CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
 SEED = 11
@@ -124,13 +124,6 @@ def checkpoints(tmp_path_factory) -> dict[str, str]:
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
         out[name] = str(tmp / "mcore" / RELEASE)
     return out
-
-
-BACKENDS = [
-    "torch",
-    pytest.param("te", marks=pytest.mark.skipif(transformer_engine_import_error() is not None,
-                                                reason="Transformer Engine does not import here")),
-]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

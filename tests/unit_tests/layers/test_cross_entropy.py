@@ -134,7 +134,6 @@ def test_models_use_it_for_the_fused_native_loss_only():
 def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatron(megatron_runtime):
     """Qwen3.5's vocabulary, 8,800 tokens: 2.19e9 bf16 logits, past int32 offsets (the kernels index in int64). The
     float64 definition is evaluated 1,100 tokens at a time so the test fits beside the other GPU tests."""
-    from megatron.core import parallel_state
     from megatron.core.fusions.fused_cross_entropy import fused_vocab_parallel_cross_entropy
 
     tokens, vocab, rows = 8800, 248320, 1100

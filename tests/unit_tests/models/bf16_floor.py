@@ -28,12 +28,8 @@ from typing import NamedTuple
 import torch
 
 from megatron.oellm.cards import get_card
-from tests.unit_tests.models.hf_reference import errors, forced_routing, random_hf_model
-
-
-def routers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """transformers' MoE routers of ``model``, in layer order."""
-    return [module for module in model.modules() if type(module).__name__.endswith("TopKRouter")]
+from tests.unit_tests.gpu_utils import no_tf32
+from tests.unit_tests.models.hf_reference import errors, forced_routing, own_routing, random_hf_model
 
 
 @contextlib.contextmanager
@@ -69,18 +65,8 @@ def fp32_reference(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[torch.
                                                                           list[torch.Tensor]]:
     """Logits, hidden states and expert choices (boolean maps, as :func:`forced_routing` takes them) of ``model``
     run in fp32 (its tensors restored after)."""
-    maps: list[torch.Tensor] = []
-
-    def record(_module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
-        maps.append(torch.zeros_like(output[0], dtype=torch.bool).scatter_(1, output[2], True))
-
-    handles = [router.register_forward_hook(record) for router in routers(model)]
-    try:
-        with torch.no_grad(), fp32_tensors([model]):
-            out = model(input_ids=tokens, output_hidden_states=True, use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.no_grad(), fp32_tensors([model]), own_routing(model) as maps:
+        out = model(input_ids=tokens, output_hidden_states=True, use_cache=False)
     return out.logits.float(), [h.float() for h in out.hidden_states[1:]], maps
 
 
@@ -164,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device == "cpu":
         sys.modules.setdefault("fla", None)  # transformers' torch GDN rule; fla's Triton kernels need a GPU
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    no_tf32()
     torch.manual_seed(args.seed)
     card = get_card(args.card)
     model = random_hf_model(dataclasses.replace(card, vocab_size=args.vocab or card.vocab_size), torch.bfloat16,

@@ -114,6 +114,28 @@ def captured_routing(mcore: torch.nn.Module, batch: int) -> Iterator[list[torch.
             handle.remove()
 
 
+def transformers_routers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The MoE routers of transformers' ``model``, in layer order."""
+    return [module for module in model.modules() if type(module).__name__.endswith("TopKRouter")]
+
+
+@contextlib.contextmanager
+def own_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Inside the block, each MoE router of transformers' ``model`` appends its choices to the yielded list as a
+    ``[tokens, experts]`` boolean map (the form :func:`forced_routing` takes)."""
+    maps: list[torch.Tensor] = []
+
+    def record(_module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
+        maps.append(torch.zeros_like(output[0], dtype=torch.bool).scatter_(-1, output[2], True))
+
+    handles = [router.register_forward_hook(record) for router in transformers_routers(model)]
+    try:
+        yield maps
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @contextlib.contextmanager
 def forced_routing(hf: torch.nn.Module, maps: list[torch.Tensor]) -> Iterator[None]:
     """Inside the block, the MoE routers of transformers' ``hf`` choose the experts of ``maps`` (one per MoE
@@ -121,7 +143,7 @@ def forced_routing(hf: torch.nn.Module, maps: list[torch.Tensor]) -> Iterator[No
     experts are still their own softmax scores, renormalised as the model's ``norm_topk_prob`` (or always, for the
     Qwen3.5 router) says. Only the discrete choice is shared: the continuous routing computation stays transformers'.
     """
-    routers = [module for module in hf.modules() if type(module).__name__.endswith("TopKRouter")]
+    routers = transformers_routers(hf)
     if len(routers) != len(maps):
         raise ValueError(f"{len(maps)} routing maps for {len(routers)} transformers routers")
     for router, chosen in zip(routers, maps, strict=True):

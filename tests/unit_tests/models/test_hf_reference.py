@@ -7,14 +7,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.family import family_module
-from tests.unit_tests.models.hf_reference import errors, float64_gated_delta_rule, float64_rule, forced_routing
+from tests.unit_tests.models.hf_reference import (
+    errors,
+    float64_gated_delta_rule,
+    float64_rule,
+    forced_routing,
+    own_routing,
+    random_hf_model,
+    transformers_routers,
+)
 
 pytest.importorskip("transformers")
 
@@ -23,36 +29,8 @@ BATCH, SEQ = 2, 40
 
 def cpu_hf_model(name: str, seed: int) -> torch.nn.Module:
     """A random fp32 transformers model of card ``name`` on the CPU, 1-D parameters perturbed."""
-    from transformers import AutoModelForCausalLM
-
-    card = get_card(name)
-    config = family_module(card).hf_config_from_card(card)
-    config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 1:
-                parameter.add_(0.1 * torch.randn_like(parameter))
-    return model
-
-
-@contextlib.contextmanager
-def own_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """Inside the block, each MoE router of ``model`` appends its choices as a ``[tokens, experts]`` boolean map."""
-    maps: list[torch.Tensor] = []
-
-    def record(module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
-        chosen = torch.zeros(output[0].shape, dtype=torch.bool)
-        maps.append(chosen.scatter(-1, output[2], True))
-
-    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
-    handles = [router.register_forward_hook(record) for router in routers]
-    try:
-        yield maps
-    finally:
-        for handle in handles:
-            handle.remove()
+    return random_hf_model(get_card(name), torch.float32, "cpu")
 
 
 def the_exact_rule_when_gdn(model: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -109,7 +87,7 @@ def test_forcing_the_models_own_routing_reproduces_it(name):
         shifted = [torch.roll(chosen, 1, dims=-1) for chosen in maps]  # every token gets other experts
         with forced_routing(model, shifted):
             other = model(input_ids=tokens).logits
-    assert len(maps) == sum(type(m).__name__.endswith("TopKRouter") for m in model.modules()) > 0
+    assert len(maps) == len(transformers_routers(model)) > 0
     assert errors(forced, free)[0] < 1e-6  # the same experts, summed in expert order instead of score order
     assert errors(other, free)[0] > 1e-2
 
@@ -122,7 +100,7 @@ def test_float64_rule_refuses_models_without_gdn_layers():
 
 def test_forced_routing_refuses_maps_that_do_not_fit():
     model = cpu_hf_model("qwen3-30b-a3b-tiny", seed=6)
-    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
+    routers = transformers_routers(model)
     experts = routers[0].num_experts
     with pytest.raises(ValueError, match="routing maps for"):
         with forced_routing(model, []):

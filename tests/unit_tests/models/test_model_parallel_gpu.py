@@ -41,11 +41,12 @@ from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
 from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.convert.convert_helpers import write_hf
-from tests.unit_tests.gpu_utils import BACKENDS
+from tests.unit_tests.gpu_utils import BACKENDS, TE_BACKEND, no_tf32
 from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")]
+              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices"),
+              pytest.mark.usefixtures("tf32_flags_restored")]  # write_case switches TF32 off in this process
 
 CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
 BATCH, SEQ = 2, 64
@@ -82,12 +83,6 @@ def layouts(num_layers: int, backend: str = "torch") -> dict[str, ParallelLayout
         "pp2-vpp2": ParallelLayout(pp=2, vpp=2, pipeline_layout=f"{first_virtual_stage}|t|t|L"),
     }
     return every if backend == "torch" else {label: every[label] for label in TE_LAYOUTS}
-
-
-def no_tf32() -> None:
-    """Full fp32 matmuls and convolutions in this process (the reference and both ranks)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
 
 
 def write_case(card_name: str, directory: Path, dtype: torch.dtype = torch.float32) -> None:
@@ -243,9 +238,6 @@ def _run_ranks(name: str, backend: str, directory: Path, context_parallel: bool,
                monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, list[float], int]]:
     """Write the case, run both ranks (:func:`_rank`), print and return their ``(layout, check, errors, rank)``
     rows; asserts every layout reported every check."""
-    # write_case turns TF32 off in this process: registering the current values restores them after the test
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
     write_case(name, directory, torch.bfloat16 if context_parallel else torch.float32)
     torch.cuda.empty_cache()
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
@@ -275,7 +267,7 @@ def test_parallel_layouts_match_transformers(name: str, backend: str, tmp_path: 
         assert values[0] <= bound, (label, check, rank, values)
 
 
-@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.values[0] == "te"])
+@pytest.mark.parametrize("backend", [TE_BACKEND])
 @pytest.mark.parametrize("name", CARDS)
 def test_context_parallel_matches_one_gpu_layout(name: str, backend: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

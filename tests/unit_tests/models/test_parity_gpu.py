@@ -29,7 +29,7 @@ import torch
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import family_module
-from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, reseed
+from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, no_tf32, reseed
 from tests.unit_tests.models.hf_reference import (
     captured_routing,
     errors,
@@ -40,7 +40,7 @@ from tests.unit_tests.models.hf_reference import (
     random_hf_model,
 )
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tf32_flags_restored")]  # cases switch TF32 off and on
 
 BATCH, SEQ = 2, 128
 FP32_LOGITS_REL_L2, FP32_LOSS_ABS, BF16_LOGITS_REL_L2 = 1e-3, 1e-4, 2e-2
@@ -122,13 +122,6 @@ def format_row(check: Check) -> str:
     return (f"| {check.case} | {check.backend} | {check.dtype} | {check.quantity} | {check.rel_l2:.2e} "
             f"| {check.max_rel:.2e} "
             f"| {check.mean_rel:.2e} |")
-
-
-@pytest.fixture(autouse=True)
-def restore_tf32_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each case turns TF32 off (and on for a control run); registering the current values puts them back after."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", torch.backends.cuda.matmul.allow_tf32)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -277,8 +270,7 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     """
     init_megatron_runtime()
     reseed(fresh_seed())
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    no_tf32()
     hf = random_hf_model(card, dtype)
     state = family_module(card).hf_to_mcore(card, {k: v.detach() for k, v in hf.state_dict().items()})
     tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
@@ -343,17 +335,8 @@ CASES = [
 real head dimensions and expert counts)."""
 
 
-def case_params() -> list:
-    """Every case with each backend, as pytest parameters."""
-    params = []
-    for name, dtype in CASES:
-        for backend in BACKENDS:
-            params.append(pytest.param(name, dtype, backend.values[0], marks=backend.marks,
-                                       id=f"{name}-{str(dtype).removeprefix('torch.')}-{backend.id}"))
-    return params
-
-
-@pytest.mark.parametrize("name,dtype,backend", case_params())
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{str(d).removeprefix('torch.')}" for n, d in CASES])
 def test_logits_loss_and_gradients_match_transformers(name: str, dtype: torch.dtype, backend: str) -> None:
     card = get_card(name)
     checks = run_case(card, dtype, backend)
