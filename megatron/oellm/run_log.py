@@ -4,8 +4,13 @@ The formats are megatron-core 0.19.2's: ``_print_args`` writes ``---------------
 ------------------------`` then one ``  name ........ value`` line per argument (dots pad the name to 48 characters)
 and ``-------------------- end of arguments ---------------------``; ``training_log`` writes
 `` [date] iteration       10/      10 | consumed samples: ... | elapsed time per iteration (ms): 75213.4 |
-throughput per GPU (TFLOP/s/GPU): 133.2 | ... | global batch size:  4096 | ...``. Lines may carry a launcher prefix
-(``0: `` from ``srun --label``, ``[rank0]:`` from torchrun); matching is by search, not from the line start.
+throughput per GPU (TFLOP/s/GPU): 133.2 | ... | global batch size:  4096 | ... | number of skipped iterations:   0 |
+number of nan iterations:   0 |``. Lines may carry a launcher prefix (``0: `` from ``srun --label``, ``[rank0]:`` from
+torchrun); matching is by search, not from the line start. An iteration line is read only when it is whole: every
+field read ends with Megatron's `` |`` and the line's last field (``number of nan iterations``) is there, so a line
+cut by a crash or by another rank's output is left out rather than read as a shorter number.
+Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a
+restart or resume appending to the same log) starts the next one.
 A run is *failed* when the log shows an out-of-memory error, an NCCL timeout or a Python traceback.
 """
 
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +26,13 @@ _ARGS_START = re.compile(r"-{3,} arguments -{3,}")
 _ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
 _ARG_LINE = re.compile(r"(?:^|\s)(?P<name>[A-Za-z_]\w*) (?P<dots>\.*) (?P<value>.*)$")
 _ITERATION = re.compile(r"\biteration\s+(?P<iteration>\d+)/\s*(?P<total>\d+) \|")
-_ELAPSED = re.compile(r"elapsed time per iteration \(ms\): (?P<ms>[0-9.]+)")
-_TFLOPS = re.compile(r"throughput per GPU \(TFLOP/s/GPU\): (?P<tflops>[0-9.]+)")
-_BATCH = re.compile(r"global batch size:\s*(?P<gbs>\d+)")
+_NUMBER = r"-?(?:\d+(?:\.\d+)?|nan|inf)"
+"""A float as Megatron's ``{:.1f}`` prints it, ``nan`` and ``inf`` included."""
+_ELAPSED = re.compile(rf"elapsed time per iteration \(ms\): (?P<ms>{_NUMBER}) \|")
+_TFLOPS = re.compile(rf"throughput per GPU \(TFLOP/s/GPU\): (?P<tflops>{_NUMBER}) \|")
+_BATCH = re.compile(r"global batch size:\s*(?P<gbs>\d+) \|")
+_SKIPPED = re.compile(r"number of skipped iterations:\s*(?P<count>\d+) \|")
+_NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
 _EXCEPTION = re.compile(r"^(?:.*?: )?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
 FAILURE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -45,6 +54,12 @@ class IterationLine:
     tflops_per_gpu: float | None
     """Megatron's own TFLOP/s/GPU (``--log-throughput``), None if not logged."""
     global_batch_size: int | None
+    skipped_iterations: int = 0
+    """Iterations of the interval whose optimizer step was skipped (inf/NaN gradients)."""
+    nan_iterations: int = 0
+    """Skipped iterations of the interval whose loss was NaN or inf."""
+    run: int = 0
+    """The start of the program that printed the line (an index into :attr:`RunLog.run_starts`)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,8 @@ class RunLog:
     """``out of memory``, ``NCCL timeout`` or ``crashed (ExceptionName: message)``; empty when none is shown."""
     args_complete: bool = False
     """The arguments block's end line was seen (False: no block, or the log stops inside it)."""
+    run_starts: tuple[int, ...] = ()
+    """The first iteration printed by each run (start of the program) in the log, in log order."""
 
     @property
     def train_iters(self) -> int | None:
@@ -86,10 +103,12 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
     """Parse a Megatron log's text (see module docstring)."""
     args: dict[str, Any] = {}
     iterations: dict[int, IterationLine] = {}
+    run_starts: list[int] = []
     in_args = args_complete = False
+    new_run, previous = True, 0
     for line in text.splitlines():
         if _ARGS_START.search(line):
-            in_args = True
+            in_args = new_run = True
             continue
         if in_args:
             if _ARGS_END.search(line):
@@ -98,18 +117,23 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
                 args[match["name"]] = parse_value(match["value"].strip())
             continue
         if (record := _parse_iteration(line)) is not None:
-            iterations[record.iteration] = record
-    return RunLog(path, args, iterations, detect_failure(text), args_complete)
+            if new_run or record.iteration <= previous:
+                run_starts.append(record.iteration)
+                new_run = False
+            previous = record.iteration
+            iterations[record.iteration] = replace(record, run=len(run_starts) - 1)
+    return RunLog(path, args, iterations, detect_failure(text), args_complete, tuple(run_starts))
 
 
 def _parse_iteration(line: str) -> IterationLine | None:
-    """The numbers of a ``training_log`` line, or None for any other line."""
-    head, elapsed = _ITERATION.search(line), _ELAPSED.search(line)
-    if head is None or elapsed is None:
+    """The numbers of a whole ``training_log`` line, or None for any other line (a cut one included)."""
+    head, elapsed, skipped, nan = (regex.search(line) for regex in (_ITERATION, _ELAPSED, _SKIPPED, _NAN))
+    if head is None or elapsed is None or skipped is None or nan is None:
         return None
     tflops, batch = _TFLOPS.search(line), _BATCH.search(line)
     return IterationLine(int(head["iteration"]), int(head["total"]), float(elapsed["ms"]),
-                         float(tflops["tflops"]) if tflops else None, int(batch["gbs"]) if batch else None)
+                         float(tflops["tflops"]) if tflops else None, int(batch["gbs"]) if batch else None,
+                         int(skipped["count"]), int(nan["count"]))
 
 
 def detect_failure(text: str) -> str:

@@ -4,7 +4,9 @@ One row per log: nodes, GPUs, global and micro batch size, the median (or mean) 
 (default 3-10, as the reports), tokens/s/GPU, TFLOP/s/GPU from our FLOP accounting
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log that ran out of memory, timed out in NCCL, crashed or stops before the
-window ends gives a row that says so and carries no numbers.
+window ends gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its
+own iterations (a line missing or cut, a line that also covers warm-up before the window, a restart inside it) or
+that has skipped steps, a time that is not a positive number, or a change of the global batch size.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import csv
 import dataclasses
 import io
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
 from megatron.oellm.peaks import GPU_PEAKS, mfu
-from megatron.oellm.run_log import RunLog
+from megatron.oellm.run_log import IterationLine, RunLog
 
 DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
 """The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
@@ -138,7 +141,8 @@ def corrected_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: in
 
 
 def window_status(log: RunLog, window: Window) -> str:
-    """'ok' when the log has every iteration line the window needs and no failure, else what went wrong."""
+    """'ok' when the log shows no failure and its lines average exactly the window's iterations (one run, none
+    missing, none reaching before the window) with no skipped step or bad number; else what went wrong."""
     if log.failure:
         return f"{log.failure} at iteration {log.last_iteration}" if log.iterations else log.failure
     if not log.args:
@@ -151,9 +155,70 @@ def window_status(log: RunLog, window: Window) -> str:
     needed = min(window.last, total) if total is not None else window.last
     if log.last_iteration < needed:
         return f"truncated at iteration {log.last_iteration}/{total if total is not None else '?'}"
-    if not [i for i in log.iterations if window.first <= i <= window.last]:
+    lines = window_lines(log, window)
+    if not lines:
         return f"no iteration line in the window {window} (log interval larger than the window?)"
-    return "ok"
+    return _coverage_problem(log, window, lines, needed) or _value_problem(window, lines) or "ok"
+
+
+def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
+    """The log's iteration lines printed at iterations ``window.first..window.last``, in order."""
+    return [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
+
+
+def interval_start(iteration: int, run_start: int, log_interval: int) -> int:
+    """The first iteration that Megatron's line at ``iteration`` averages over, in a run whose first line is at
+    ``run_start``: megatron prints that first iteration without resetting its interval timer, so its next line (at
+    the next multiple of ``log_interval``) covers it too; every later line covers the ``log_interval`` before it."""
+    if iteration <= (run_start // log_interval + 1) * log_interval:
+        return run_start
+    return iteration - log_interval + 1
+
+
+def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine], needed: int) -> str:
+    """'' when ``lines`` come from one run and average every iteration of the window up to ``needed`` exactly once
+    and nothing before it; else what is wrong."""
+    interval = log.args.get("log_interval")
+    if not isinstance(interval, int) or interval < 1:
+        return "arguments block lacks log_interval"
+    runs = {line.run for line in lines}
+    if len(runs) > 1:
+        return f"the window {window} spans a restart: its lines come from {len(runs)} starts of the program"
+    run_start = log.run_starts[lines[0].run]
+    expected = window.first
+    for line in lines:
+        start = interval_start(line.iteration, run_start, interval)
+        if start < window.first:
+            return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
+                    f"begin before the window {window} (log interval {interval})")
+        if start < expected:
+            return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
+                    f"overlap the line of iteration {expected - 1} (megatron does not reset its timer there)")
+        if start > expected:
+            gap = f"iteration {expected}" if start - 1 == expected else f"iterations {expected}-{start - 1}"
+            cause = f"this start of the program begins at {run_start}" if start == run_start else "missing or cut"
+            return f"no line for {gap} of the window {window} ({cause})"
+        expected = line.iteration + 1
+    following = (lines[-1].iteration // interval + 1) * interval
+    if following <= needed:
+        return f"no line for iteration {following} of the window {window} (missing or cut)"
+    return ""
+
+
+def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
+    """'' when no line of the window counts a skipped step, every time is positive and finite, and Megatron's
+    TFLOP/s is finite on every line or absent from all; else what is wrong."""
+    for line in lines:
+        if line.skipped_iterations or line.nan_iterations:
+            return (f"skipped steps in the window {window}: the line of iteration {line.iteration} counts "
+                    f"{line.skipped_iterations} skipped, {line.nan_iterations} NaN")
+        if not 0 < line.elapsed_ms < math.inf:
+            return f"elapsed time per iteration {line.elapsed_ms} ms at iteration {line.iteration}"
+        if line.tflops_per_gpu is not None and not math.isfinite(line.tflops_per_gpu):
+            return f"Megatron TFLOP/s/GPU {line.tflops_per_gpu} at iteration {line.iteration}"
+    if len({line.tflops_per_gpu is None for line in lines}) > 1:
+        return f"Megatron TFLOP/s/GPU is missing from some lines of the window {window}"
+    return ""
 
 
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
@@ -164,13 +229,17 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     if status != "ok":
         return ScalingRow(log.path, model, status)
     args = log.args
-    lines = [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
+    lines = window_lines(log, window)
     step_time = window.summarise([line.elapsed_ms for line in lines]) / 1000.0
-    batches = [line.global_batch_size for line in lines if line.global_batch_size]
-    global_batch = int(statistics.median(batches)) if batches else args.get("global_batch_size")
+    batches = sorted({line.global_batch_size for line in lines if line.global_batch_size is not None})
+    if len(batches) > 1:
+        return ScalingRow(log.path, model, f"global batch size changes in the window {window} "
+                                           f"({', '.join(map(str, batches))}): batch-size ramp-up?")
+    global_batch = batches[0] if batches else args.get("global_batch_size")
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
-    if not isinstance(world_size, int) or not isinstance(seq_length, int) or not isinstance(global_batch, int):
-        return ScalingRow(log.path, model, "arguments block lacks world_size, seq_length or global_batch_size")
+    if not all(isinstance(value, int) and value > 0 for value in (world_size, seq_length, global_batch)):
+        return ScalingRow(log.path, model, "arguments block lacks a positive world_size, seq_length or "
+                                           "global_batch_size")
     tokens = global_batch * seq_length / step_time / world_size
     logged = [line.tflops_per_gpu for line in lines if line.tflops_per_gpu is not None]
     tflops_logged = window.summarise(logged) if logged else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from megatron.oellm.run_log import read_log
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.gpus_per_node < 1:
             raise TableError("--gpus-per-node must be >= 1")
+        if not 0 < args.peak_tflops < math.inf:
+            raise TableError(f"--peak-tflops must be a positive number, got {args.peak_tflops:g}")
         window = Window.parse(args.window, args.statistic)
         rows = [summarise(read_log(path), window, args.gpus_per_node, args.peak_tflops) for path in args.logs]
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)

@@ -1,0 +1,135 @@
+"""``oellm table`` on malformed logs: each gives a marked row (or a clear error), never a silently wrong number."""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron.oellm.cli import main
+from megatron.oellm.run_log import parse_log_text
+from megatron.oellm.scaling_table import Window, interval_start, summarise
+from tests.unit_tests.test_tables import _args_block, _iteration_line, _log, _megatron_args
+
+TIMES = [225000.0, 112000.0, 75000.0, 75400.0, 74800.0, 75100.0, 75300.0, 74900.0, 75200.0, 75000.0]
+"""Two warm-up iterations, then steady steps (ms)."""
+
+
+@pytest.fixture(scope="module")
+def args() -> dict:
+    """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe."""
+    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+
+
+def _lines(args: dict, times: dict[int, float], total: int = 10, block: bool = True) -> list[str]:
+    """The arguments block (optional) and the lines of the given iterations."""
+    head = _args_block(args) if block else []
+    return head + [_iteration_line(i, total, args["global_batch_size"], ms, 130.0) for i, ms in times.items()]
+
+
+def _status(text: str, window: Window | None = None) -> str:
+    """The table row's status for a log's text (default window 3-10)."""
+    return summarise(parse_log_text(text), window or Window(), 4).status
+
+
+def _edit(text: str, iteration: int, old: str, new: str) -> str:
+    """``text`` with ``old`` replaced by ``new`` in the line of ``iteration``."""
+    lines = text.split("\n")
+    index = next(k for k, line in enumerate(lines) if f"iteration {iteration:8d}/" in line)
+    assert old in lines[index]
+    lines[index] = lines[index].replace(old, new)
+    return "\n".join(lines)
+
+
+def test_a_line_cut_mid_number_is_not_read(args):
+    """A killed job's last, half-written line must not give 75 ms (nor 13 TFLOP/s or a GBS of 40)."""
+    text = _log(args, TIMES, [130.0] * 10).rstrip("\n")
+    for cut_after in ("elapsed time per iteration (ms): 75", "throughput per GPU (TFLOP/s/GPU): 13",
+                      "global batch size:  40"):
+        cut = text[:text.rindex(cut_after) + len(cut_after)]
+        log = parse_log_text(cut)
+        assert sorted(log.iterations) == list(range(1, 10))
+        assert summarise(log, Window(), 4).status == "truncated at iteration 9/10"
+
+
+def test_skipped_and_nan_iterations_in_the_window_mark_the_row(args):
+    text = _log(args, TIMES, [130.0] * 10)
+    skipped = _edit(text, 5, "number of skipped iterations:   0", "number of skipped iterations:   1")
+    assert parse_log_text(skipped).iterations[5].skipped_iterations == 1
+    assert _status(skipped) == "skipped steps in the window 3-10: the line of iteration 5 counts 1 skipped, 0 NaN"
+    nan = _edit(skipped, 5, "number of nan iterations:   0", "number of nan iterations:   1")
+    assert _status(nan) == "skipped steps in the window 3-10: the line of iteration 5 counts 1 skipped, 1 NaN"
+    assert summarise(parse_log_text(nan), Window(6, 10), 4).ok  # outside the window: fine
+
+
+def test_a_restart_inside_the_window_marks_the_row(args):
+    """A requeued job appends to its log: the resumed process's first (slow) iterations are not steady steps."""
+    first = _lines(args, dict(enumerate(TIMES[:7], start=1)))
+    overlapping = first + _lines(args, {6: 300000.0, 7: 75000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0})
+    adjacent = first + _lines(args, {8: 300000.0, 9: 75000.0, 10: 75000.0})
+    no_header = first + _lines(args, {6: 300000.0, 7: 75000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0}, block=False)
+    for text in (overlapping, adjacent, no_header):
+        assert _status("\n".join(text)) == "the window 3-10 spans a restart: its lines come from 2 starts of the program"
+    log = parse_log_text("\n".join(adjacent))
+    assert log.run_starts == (1, 8) and log.iterations[8].run == 1 and log.iterations[7].run == 0
+    rerun = first + _lines(args, dict(enumerate(TIMES, start=1)))  # started again from scratch: a whole run
+    assert summarise(parse_log_text("\n".join(rerun)), Window(), 4).step_time_s == pytest.approx(75.05)
+    later = _lines(args, dict(enumerate(TIMES, start=1)), total=20) + _lines(args, {11: 3e5, 12: 75000.0}, total=20)
+    assert summarise(parse_log_text("\n".join(later)), Window(3, 10), 4).ok  # the restart is after the window
+
+
+def test_a_missing_or_garbled_line_in_the_window_marks_the_row(args):
+    text = _log(args, TIMES, [130.0] * 10)
+    garbled = _edit(text, 6, "(ms): 75100.0 |", "(ms): 75[rank3]: UserWarning: x")
+    assert 6 not in parse_log_text(garbled).iterations
+    assert _status(garbled) == "no line for iteration 6 of the window 3-10 (missing or cut)"
+    nan_time = _edit(text, 6, "(ms): 75100.0 |", "(ms): nan |")
+    assert _status(nan_time) == "elapsed time per iteration nan ms at iteration 6"
+    last_missing = "\n".join(_lines(args, {i: 75000.0 for i in range(1, 13) if i != 10}, total=12))
+    assert _status(last_missing) == "no line for iteration 10 of the window 3-10 (missing or cut)"
+    resumed = "\n".join(_lines(args, {5: 300000.0, 6: 75000.0, 7: 75000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0}))
+    assert _status(resumed) == "no line for iterations 3-4 of the window 3-10 (this start of the program begins at 5)"
+
+
+def test_lines_averaging_iterations_before_the_window_mark_the_row(args):
+    """Megatron's line is the mean over its log interval, and the first iteration's timer is not reset."""
+    every_5 = {**args, "log_interval": 5}
+    steady = (225000.0 + 112000.0 + 3 * 75000.0) / 5
+    text = "\n".join(_lines(every_5, {1: 225000.0, 5: steady, 10: 75000.0}))
+    assert _status(text) == ("the line of iteration 5 averages iterations 1-5, which begin before the window 3-10 "
+                             "(log interval 5)")
+    row = summarise(parse_log_text(text), Window(6, 10), 4)
+    assert row.ok and row.step_time_s == pytest.approx(75.0)
+    assert _status(_log(args, TIMES, [130.0] * 10), Window(2, 10)).startswith(
+        "the line of iteration 2 averages iterations 1-2")
+    assert _status(_log(args, TIMES, [130.0] * 10), Window(1, 10)).startswith(
+        "the line of iteration 2 averages iterations 1-2, which overlap the line of iteration 1")
+    assert [interval_start(i, 1, 1) for i in (1, 2, 3)] == [1, 1, 3]
+    assert [interval_start(i, 7, 5) for i in (7, 10, 15)] == [7, 7, 11]
+    assert _status("\n".join(_lines({**args, "log_interval": None}, dict(enumerate(TIMES, start=1))))) == \
+        "arguments block lacks log_interval"
+
+
+def test_zero_and_non_finite_numbers_mark_the_row(args):
+    assert _status(_log(args, [0.0] * 10, [0.0] * 10)) == "elapsed time per iteration 0.0 ms at iteration 3"
+    text = _log(args, TIMES, [130.0] * 10)
+    assert _status(_edit(text, 7, "(TFLOP/s/GPU): 130.0 |", "(TFLOP/s/GPU): inf |")) == \
+        "Megatron TFLOP/s/GPU inf at iteration 7"
+    assert _status(_edit(text, 7, "(TFLOP/s/GPU): 130.0 |", "(TFLOP/s/GPU): 13[rank1]0.0 |")) == \
+        "Megatron TFLOP/s/GPU is missing from some lines of the window 3-10"
+    assert _status(_log({**args, "world_size": 0}, TIMES, [130.0] * 10)) == \
+        "arguments block lacks a positive world_size, seq_length or global_batch_size"
+
+
+def test_a_batch_size_change_in_the_window_marks_the_row(args):
+    text = _log(args, TIMES, [130.0] * 10)
+    for iteration in (3, 4, 5, 6):
+        text = _edit(text, iteration, "global batch size:  4096", "global batch size:  2048")
+    assert _status(text) == "global batch size changes in the window 3-10 (2048, 4096): batch-size ramp-up?"
+    assert summarise(parse_log_text(text), Window(7, 10), 4).global_batch_size == 4096
+
+
+def test_peak_tflops_option_is_checked(args, tmp_path, capsys):
+    log = tmp_path / "8n.log"
+    log.write_text(_log(args, TIMES, [130.0] * 10))
+    for peak in ("0", "-5", "nan"):
+        assert main(["table", str(log), "--peak-tflops", peak]) == 2
+        assert "--peak-tflops must be a positive number" in capsys.readouterr().err
