@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.flops import training_flops_per_token
-from megatron.oellm.models.parallel import ParallelLayout, parse_pipeline_layout, validate_layout
+from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError, parse_pipeline_layout, validate_layout
 from megatron.oellm.params import format_count, layer_params, parameter_counts
 
 BYTES_PER_PARAM_WEIGHT = 2
@@ -67,6 +67,8 @@ def _stage_layers(card: ModelCard, layout: ParallelLayout) -> list[tuple[list[in
 
 def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan:
     """Validate ``layout`` for ``card`` on ``world_size`` GPUs and compute what each pipeline rank holds."""
+    if world_size < 1:
+        raise ParallelLayoutError(f"world size {world_size}: a plan needs at least one GPU (nodes x GPUs per node)")
     validate_layout(card, layout, world_size=world_size)
     dp = world_size // (layout.tp * layout.pp * layout.cp)
     edp = world_size // (layout.etp * layout.ep * layout.pp)

@@ -82,3 +82,20 @@ def test_plan_checks_context_parallelism_against_the_given_sequence_length(capsy
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2", "--cp", "2", "--seq-length", "4098"]) == 2
     assert "seq_length (4098)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("nodes, gpus_per_node", [("0", "4"), ("-1", "4"), ("1", "0")])
+def test_plan_command_refuses_an_empty_or_negative_world(nodes, gpus_per_node, capsys):
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", nodes, "--gpus-per-node", gpus_per_node]) == 2
+    assert "world size" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option, message", [("--seq-length", "seq_length must be positive, got 0"),
+                                             ("--padded-vocab", "vocab_size must be positive, got 0")])
+def test_plan_command_does_not_drop_a_zero_override(option, message, capsys):
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", option, "0"]) == 2
+    assert message in capsys.readouterr().out

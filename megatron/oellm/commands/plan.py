@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         card = get_card(args.model)
-        if args.padded_vocab:
+        if args.padded_vocab is not None:
             card = card.with_vocab(args.padded_vocab)
-        if args.seq_length:
+        if args.seq_length is not None:
             card = dataclasses.replace(card, seq_length=args.seq_length)
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)

@@ -7,6 +7,7 @@ import dataclasses
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from megatron.oellm.cards import CardError
 from megatron.oellm.models.parallel import ParallelLayoutError
@@ -21,7 +22,7 @@ from megatron.oellm.recipes.local import (
     visible_gpus,
 )
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row, select_rows
-from megatron.oellm.recipes.slurm import run_dir, sbatch_text, submit
+from megatron.oellm.recipes.slurm import check_host_paths, run_dir, sbatch_text, submit
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"
 
@@ -107,11 +108,10 @@ def run(args: argparse.Namespace) -> int:
                 return status
         else:
             print(describe_recipe(recipe))
-        for number in numbers:
-            directory = run_dir(recipe, number)
-            row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
-            resolved = resolve_row(recipe, recipe.row(number), row_inputs)
-            script = sbatch_text(recipe, number, resolved, directory)
+        jobs = [resolve_job(recipe, number, inputs) for number in numbers]
+        if args.submit:
+            check_host_paths(recipe.cluster)
+        for number, directory, resolved, script in jobs:
             if args.submit:
                 print(f"row {number}: {submit(script, directory)} ({directory})")
             else:
@@ -120,6 +120,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"oellm recipe: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> tuple[int, Path, ResolvedRow, str]:
+    """Row ``number`` validated and resolved: (number, run directory, resolved row, sbatch script). Every selected
+    row is resolved before any is submitted, so that a bad row leaves no part of the table in the queue."""
+    directory = run_dir(recipe, number)
+    row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
+    try:
+        resolved = resolve_row(recipe, recipe.row(number), row_inputs)
+        return number, directory, resolved, sbatch_text(recipe, number, resolved, directory)
+    except (RecipeError, CardError, ParallelLayoutError) as err:
+        raise RecipeError(f"row {number}: {err}") from err
 
 
 def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,9 +126,14 @@ class Recipe:
     """Free text printed by ``--dry-run`` (placement arithmetic, what the reference rows ran with)."""
 
     def __post_init__(self) -> None:
+        check_field_types(self, f"recipe {self.name}: ")
+        check_field_types(self.cluster, f"recipe {self.name} [cluster]: ")
+        check_field_types(self.local, f"recipe {self.name} [local]: ")
         if not self.rows:
             raise RecipeError(f"recipe {self.name}: no [[rows]]; add at least one table row")
         for number, row in enumerate(self.rows, start=1):
+            check_field_types(row, f"recipe {self.name} row {number}: ")
+            check_layout_types(row.parallel, f"recipe {self.name} row {number}: ")
             for name in ("nodes", "global_batch_size", "micro_batch_size"):
                 if getattr(row, name) < 1:
                     raise RecipeError(f"recipe {self.name} row {number}: {name} must be >= 1")
@@ -146,6 +153,53 @@ class Recipe:
     def row_numbers_with_nodes(self, nodes: int) -> list[int]:
         """1-based numbers of the rows that run on ``nodes`` nodes."""
         return [i for i, row in enumerate(self.rows, start=1) if row.nodes == nodes]
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (read from TOML) has the type ``hint`` of a recipe field; an int fits a float, a bool does
+    not fit an int, and only an array fits a sequence (a string is not one)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_fits(item, args[0]) for item in value)
+    if origin is Sequence:
+        return isinstance(value, (list, tuple)) and all(_fits(item, args[0]) for item in value)
+    if origin is Mapping:
+        return isinstance(value, Mapping) and all(isinstance(k, str) and _fits(v, args[1]) for k, v in value.items())
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    """``hint`` as a config author reads it, e.g. ``int``, ``tuple[str, ...]``, ``Mapping[str, float]``."""
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__name__
+    return str(hint).replace("collections.abc.", "").replace("typing.", "")
+
+
+def check_field_types(settings: Any, where: str) -> None:
+    """Raise :class:`RecipeError` naming the first field of the dataclass ``settings`` whose value does not have its
+    annotated type (e.g. a TOML string where a number goes); ``where`` prefixes the message."""
+    hints = typing.get_type_hints(type(settings))
+    for item in dataclasses.fields(settings):
+        value = getattr(settings, item.name)
+        if not _fits(value, hints[item.name]):
+            raise RecipeError(f"{where}{item.name} = {value!r} is not of type {_type_name(hints[item.name])}")
+
+
+def check_layout_types(values: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`RecipeError` for a known :class:`ParallelLayout` field in ``values`` with a value of the wrong
+    type (unknown fields are refused by :class:`Recipe`)."""
+    hints = typing.get_type_hints(ParallelLayout)
+    for name, value in values.items():
+        if name in hints and not _fits(value, hints[name]):
+            raise RecipeError(f"{where}parallel {name} = {value!r} is not of type {_type_name(hints[name])}")
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -192,12 +246,17 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 def _build(name: str, data: dict[str, Any]) -> Recipe:
     """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
     data = dict(data)
+    name = data.pop("name", name)
     cluster = dict(data.pop("cluster"))
-    cluster["binds"] = tuple(cluster.get("binds", ()))
+    binds = cluster.get("binds", ())
+    cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
     rows = tuple(TableRow(**row) for row in data.pop("rows", ()))
+    parallel = data.pop("parallel", {})
+    if isinstance(parallel, Mapping):  # otherwise ParallelLayout(**parallel) raises the TypeError load_recipe reports
+        check_layout_types(parallel, f"recipe {name}: ")
     return Recipe(
-        name=data.pop("name", name),
-        parallel=ParallelLayout(**data.pop("parallel", {})),
+        name=name,
+        parallel=ParallelLayout(**parallel),
         cluster=ClusterSettings(**cluster),
         local=LocalSettings(**data.pop("local")),
         rows=rows,

@@ -93,7 +93,11 @@ def check_connections(layout: ParallelLayout, env: Mapping[str, str], flags: Map
 
 
 def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagValue]:
-    """Megatron flags of ``layout`` (already validated against ``card``)."""
+    """Megatron flags of ``layout`` (already validated against ``card``).
+
+    Every pipeline-placement flag is listed, None where this layout does not pass it, so that the layout owns it
+    (see :func:`check_overrides`).
+    """
     flags: dict[str, FlagValue] = {
         "tensor-model-parallel-size": layout.tp,
         "pipeline-model-parallel-size": layout.pp,
@@ -101,6 +105,9 @@ def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagVal
         "expert-tensor-parallel-size": layout.etp,
         "context-parallel-size": layout.cp,
         "sequence-parallel": layout.sp,
+        "pipeline-model-parallel-layout": None,
+        "num-virtual-stages-per-pipeline-rank": None,
+        "num-layers-per-virtual-pipeline-stage": None,
     }
     if card.linear_mixer != "none":
         flags["hybrid-layer-pattern"] = pipelined_hybrid_pattern(card, layout)
@@ -114,6 +121,9 @@ def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagVal
 def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
     """Mock data with Megatron's null tokenizer, or the given data prefixes with the byte or a Hugging Face tokenizer."""
     if not inputs.data_path:
+        if inputs.tokenizer_model:
+            raise RecipeError(f"--tokenizer-model needs --data-path (without it the run trains on mock data and "
+                              f"ignores the tokenizer {inputs.tokenizer_model!r})")
         return {"mock-data": True, "tokenizer-type": "NullTokenizer"}
     if not inputs.tokenizer_model:
         raise RecipeError("--data-path needs --tokenizer-model (a Hugging Face tokenizer name or directory, or "
@@ -127,7 +137,9 @@ def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
 
 def checkpoint_flags(inputs: RunInputs) -> dict[str, FlagValue]:
     """``--save/--load/--save-interval`` when checkpoints are wanted (benchmark rows save none)."""
-    if inputs.save_interval <= 0:
+    if inputs.save_interval < 0:
+        raise RecipeError(f"--save-interval must be >= 0 (0: no checkpoints), got {inputs.save_interval}")
+    if inputs.save_interval == 0:
         return {}
     if not inputs.checkpoint_dir:
         raise RecipeError("save_interval > 0 needs a checkpoint directory")
@@ -149,16 +161,40 @@ def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) 
 
 def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, train_iters: int,
                    inputs: RunInputs) -> dict[str, FlagValue]:
-    """Model, layout, batch, data, recipe and row flags in that order (a later group overrides an earlier one)."""
-    flags = model_flags(card, vocab_size=card.vocab_size)
-    flags.update(parallel_flags(card, layout))
-    flags.update({"seq-length": card.seq_length, "micro-batch-size": row.micro_batch_size,
-                  "global-batch-size": row.global_batch_size, "train-iters": train_iters})
-    flags.update(data_flags(inputs))
+    """Model, layout, batch, data, recipe, row and checkpoint flags in that order (a later group overrides an earlier
+    one); the recipe's and the row's flags may not change a flag of the first four groups (:func:`check_overrides`)."""
+    owned: dict[str, dict[str, FlagValue]] = {
+        "the model card (model, vocab_size)": model_flags(card, vocab_size=card.vocab_size),
+        "the parallel layout ([parallel], a row's parallel)": parallel_flags(card, layout),
+        "the row (seq_length, micro_batch_size, global_batch_size, train_iters)": {
+            "seq-length": card.seq_length, "micro-batch-size": row.micro_batch_size,
+            "global-batch-size": row.global_batch_size, "train-iters": train_iters},
+        "the run inputs (--data-path, --tokenizer-model)": data_flags(inputs),
+    }
+    check_overrides("[megatron_flags]", recipe.megatron_flags, owned)
+    check_overrides("the row's flags", row.flags, owned)
+    flags: dict[str, FlagValue] = {}
+    for group in owned.values():
+        flags.update(group)
     flags.update(recipe.megatron_flags)
     flags.update(row.flags)
     flags.update(checkpoint_flags(inputs))
     return flags
+
+
+def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[str, Mapping[str, FlagValue]]) -> None:
+    """Refuse a flag of ``given`` that changes a flag set by one of the ``owned`` groups (the last group naming it
+    owns it): such an override would bypass the layout and batch checks, or contradict the model card. Restating the
+    same value is allowed."""
+    for name, value in given.items():
+        owners = [(owner, group[name]) for owner, group in owned.items() if name in group]
+        if not owners:
+            continue
+        owner, expected = owners[-1]
+        if flags_to_argv({name: value}) != flags_to_argv({name: expected}):
+            shown = "leaves it unset" if expected is None or expected is False else f"sets it to {expected!r}"
+            raise RecipeError(f"--{name} {value!r} in {where} contradicts {owner}, which {shown}; change it "
+                              "there, not as a Megatron flag")
 
 
 def resolve(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> list[str]:

@@ -2,6 +2,8 @@
 
 Every value that comes from a user or a config is shell-quoted (``shlex.quote``) in shell lines; ``#SBATCH``
 directive values are not parsed by a shell, so they are checked to be plain tokens instead and refused otherwise.
+The cluster environment is exported twice: as itself, and as ``APPTAINERENV_<NAME>``, because Apptainer does not let
+a host variable override one the image sets (the repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def _directive(name: str, value: object) -> str:
     return f"#SBATCH --{name}={text}"
 
 
-def _env_line(name: str, value: str) -> str:
-    """One ``export NAME=value`` line with the value shell-quoted."""
+def _env_lines(name: str, value: str) -> list[str]:
+    """``export NAME=value`` and ``export APPTAINERENV_NAME=value`` (wins over the image's own value), value quoted."""
     if not _ENV_NAME.match(name):
         raise RecipeError(f"environment variable name {name!r} is not valid; use letters, digits and _")
-    return f"export {name}={shlex.quote(str(value))}"
+    quoted = shlex.quote(str(value))
+    return [f"export {name}={quoted}", f"export APPTAINERENV_{name}={quoted}"]
 
 
 def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, directory: Path | None = None) -> str:
@@ -67,7 +70,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         if getattr(cluster, name):
             lines.append(_directive(name, getattr(cluster, name)))
     lines += [_directive("output", directory / "slurm-%j.out"), "", "set -euo pipefail", ""]
-    lines += [_env_line(name, value) for name, value in cluster.env.items()]
+    lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
     binds = [str(directory), *cluster.binds]
     lines += [
         "",
@@ -81,7 +84,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         *_argv_lines(resolved.argv),
         ")",
         "",
-        "srun --kill-on-bad-exit=1 \\",
+        # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
+        f"srun --kill-on-bad-exit=1 --cpus-per-task={int(cluster.cpus_per_task)} \\",
         "  apptainer exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
         f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)} \\',
         '    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
@@ -102,14 +106,44 @@ def _argv_lines(argv: list[str]) -> list[str]:
     return lines
 
 
+def check_host_paths(cluster: ClusterSettings) -> None:
+    """Refuse an image or bind source that does not exist here, before a job waits in the queue for nothing.
+
+    A relative path is checked from the current directory, where the job starts; an image URI (``docker://``,
+    ``oras://`` ...) is left to Apptainer.
+    """
+    if "://" not in cluster.image and not Path(cluster.image).exists():
+        raise RecipeError(f"Apptainer image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
+                          "(docs/container.md) or pass --image PATH")
+    for bind in cluster.binds:
+        source = bind.split(":", 1)[0]
+        if not Path(source).exists():
+            raise RecipeError(f"bind source {source!r} of cluster.binds entry {bind!r} does not exist")
+
+
+def _new_script(directory: Path, script: str) -> Path:
+    """Write ``script`` to ``job.sbatch`` in ``directory``, or to ``job-<N>.sbatch`` (smallest free N >= 2) when an
+    earlier submission's script is there; an existing script is never overwritten."""
+    directory.mkdir(parents=True, exist_ok=True)
+    number = 1
+    while True:
+        path = directory / ("job.sbatch" if number == 1 else f"job-{number}.sbatch")
+        try:
+            with path.open("x") as file:
+                file.write(script)
+        except FileExistsError:
+            number += 1
+            continue
+        return path
+
+
 def submit(script: str, directory: Path) -> str:
-    """Write ``script`` to ``<directory>/job.sbatch``, submit it with ``sbatch``; return sbatch's output."""
+    """Write ``script`` to a new job script in ``directory`` (see :func:`_new_script`), submit it with ``sbatch``;
+    return sbatch's output."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise RecipeError("sbatch not found: submit from a SLURM login node, or use --dry-run to print the script")
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "job.sbatch"
-    path.write_text(script)
+    path = _new_script(directory, script)
     done = subprocess.run([sbatch, str(path)], capture_output=True, text=True, check=False)
     if done.returncode:
         raise RecipeError(f"sbatch {path} failed ({done.returncode}): {done.stderr.strip()}")

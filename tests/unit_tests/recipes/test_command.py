@@ -52,11 +52,48 @@ def test_submit_writes_one_job_per_selected_row(tmp_path, monkeypatch, capsys):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     config = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
+    image = tmp_path / "image.sif"
+    image.touch()
     assert main(["recipe", config, "--submit", "--nodes", "16", "--output-dir", str(tmp_path / "runs"),
-                 "--account", "ehpc533", "--save-interval", "5"]) == 0
+                 "--account", "ehpc533", "--save-interval", "5", "--image", str(image)]) == 0
     job = tmp_path / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row03-16n" / "job.sbatch"
     script = job.read_text()
     assert "#SBATCH --nodes=16" in script and "#SBATCH --account=ehpc533" in script
     assert f"--save {job.parent / 'checkpoints'}" in script and "--save-interval 5" in script
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"row 3: Submitted batch job 7 ({job.parent})"
     assert len(list((tmp_path / "runs").rglob("job.sbatch"))) == 1
+
+
+def _fake_sbatch(tmp_path, monkeypatch):
+    """An ``sbatch`` on PATH that records each script it is given; returns the record file."""
+    record = tmp_path / "submitted"
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$1" >> "{record}"\necho "Submitted batch job 7"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+def test_a_bad_row_stops_the_submission_before_any_row_is_submitted(tmp_path, monkeypatch, capsys):
+    record = _fake_sbatch(tmp_path, monkeypatch)
+    image = tmp_path / "image.sif"
+    image.touch()
+    config = tmp_path / "partial.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "partial"\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4100\nmicro_batch_size = 4\n')
+    assert main(["recipe", str(config), "--submit", "--image", str(image), "--output-dir", str(tmp_path / "runs")]) == 2
+    assert "row 2: global batch 4100 is not divisible" in capsys.readouterr().err
+    assert not record.exists() and not (tmp_path / "runs").exists()
+
+
+def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, capsys):
+    record = _fake_sbatch(tmp_path, monkeypatch)
+    config = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
+    missing = tmp_path / "no such.sif"
+    assert main(["recipe", config, "--submit", "--row", "1", "--image", str(missing),
+                 "--output-dir", str(tmp_path / "runs")]) == 2
+    assert f"image {str(missing)!r} does not exist" in capsys.readouterr().err
+    assert not record.exists()
+    assert main(["recipe", config, "--dry-run", "--row", "1", "--image", str(missing)]) == 0

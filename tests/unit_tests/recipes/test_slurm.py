@@ -11,7 +11,7 @@ import pytest
 from conftest import EXAMPLES
 
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
-from megatron.oellm.recipes.slurm import submit
+from megatron.oellm.recipes.slurm import check_host_paths, submit
 
 HOSTILE = "/scratch/my images/o'ellm $(touch pwned) `touch pwned2`.sif"
 
@@ -86,3 +86,48 @@ def test_submit_writes_the_script_and_calls_sbatch(tmp_path, monkeypatch):
     out = submit("#!/bin/bash\necho hi\n", tmp_path / "run")
     assert out == f"Submitted batch job 4242 from {tmp_path / 'run' / 'job.sbatch'}"
     assert (tmp_path / "run" / "job.sbatch").read_text() == "#!/bin/bash\necho hi\n"
+
+
+def test_environment_reaches_the_container_over_the_images_own(tmp_path):
+    """A host export does not override a variable the image sets (the repository's image sets
+    PYTORCH_CUDA_ALLOC_CONF); Apptainer gives APPTAINERENV_<NAME> precedence over the image."""
+    recipe = _recipe(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512",
+                          "NCCL_MIN_NCHANNELS": "4; touch pwned"})
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    body = "\n".join(line for line in script.splitlines() if line.startswith("export "))
+    program = body + '\nprintf "%s\\0" "$APPTAINERENV_PYTORCH_CUDA_ALLOC_CONF" "$APPTAINERENV_NCCL_MIN_NCHANNELS"\n'
+    done = subprocess.run(["bash", "-c", program], capture_output=True, cwd=tmp_path, check=True)
+    assert done.stdout.decode().split("\0")[:-1] == ["expandable_segments:True,max_split_size_mb:512",
+                                                     "4; touch pwned"]
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_resubmitting_keeps_the_previous_job_script(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "Submitted batch job 1 from $1"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    first = submit("#!/bin/bash\necho first\n", tmp_path / "run")
+    second = submit("#!/bin/bash\necho second\n", tmp_path / "run")
+    assert (tmp_path / "run" / "job.sbatch").read_text() == "#!/bin/bash\necho first\n"
+    assert first.endswith("job.sbatch") and second.endswith("job-2.sbatch")
+    assert (tmp_path / "run" / "job-2.sbatch").read_text() == "#!/bin/bash\necho second\n"
+
+
+def test_the_srun_step_gets_the_cpus_of_the_job():
+    """Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: without its own, torchrun and every rank
+    of a node share the step's default single CPU."""
+    recipe = _recipe(cpus_per_task=72)
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--cpus-per-task=72" in srun.split() and "#SBATCH --cpus-per-task=72" in script
+
+
+def test_host_paths_are_checked_before_submission(tmp_path):
+    image = tmp_path / "image.sif"
+    image.touch()
+    check_host_paths(_recipe(image=str(image), binds=(f"{tmp_path}:/data",)).cluster)
+    check_host_paths(_recipe(image="docker://nvcr.io/nvidia/pytorch:26.03-py3").cluster)
+    with pytest.raises(RecipeError, match="bind source '/no/such/dir'"):
+        check_host_paths(_recipe(image=str(image), binds=("/no/such/dir:/data",)).cluster)

@@ -84,3 +84,53 @@ def test_unknown_rows_and_keys_are_refused(tmp_path, capsys):
     config.write_text('title = "no cluster"\nmodel = "qwen3-30b-a3b"\nseq_length = 4096\ntrain_iters = 10\n')
     assert main(["recipe", str(config)]) == 2
     assert "the [cluster] table is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, owner", [
+    ({"pipeline-model-parallel-size": 8}, "parallel layout"),
+    ({"num-virtual-stages-per-pipeline-rank": 4}, "parallel layout"),
+    ({"global-batch-size": 100}, "row"),
+    ({"seq-length": 8192}, "row"),
+    ({"num-experts": 128}, "model card"),
+])
+def test_row_flags_that_contradict_the_recipe_are_refused(flags, owner):
+    recipe = _with_row(_qwen3_5(), flags=flags)
+    with pytest.raises(RecipeError, match=f"--{next(iter(flags))}.*{owner}"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_recipe_flags_that_contradict_the_layout_are_refused_and_restating_a_value_is_not():
+    recipe = _qwen3_5()
+    contradicting = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, "sequence-parallel": True})
+    with pytest.raises(RecipeError, match=r"--sequence-parallel True in \[megatron_flags\] contradicts the parallel layout"):
+        resolve_row(contradicting, contradicting.rows[0])
+    restating = _with_row(recipe, flags={"pipeline-model-parallel-size": 4, "sequence-parallel": False})
+    assert resolve_row(restating, restating.rows[0]).argv == resolve_row(recipe, recipe.rows[1]).argv
+
+
+def test_tokenizer_without_data_and_negative_save_interval_are_refused(capsys):
+    strong = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+    assert main(["recipe", strong, "--row", "1", "--tokenizer-model", "byte"]) == 2
+    assert "--tokenizer-model needs --data-path" in capsys.readouterr().err
+    assert main(["recipe", strong, "--row", "1", "--save-interval", "-5"]) == 2
+    assert "--save-interval must be >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("table, row, message", [
+    ('[cluster]\nbinds = "/scratch"\n', "", "binds = '/scratch' is not of type tuple[str, ...]"),
+    ('[cluster]\ngpus_per_node = "4"\n', "", "gpus_per_node = '4' is not of type int"),
+    ('seq_length = "4096"\n', "", "seq_length = '4096' is not of type int"),
+    ("", "nodes = true\n", "row 2: nodes = True is not of type int"),
+    ("", 'label = 5\n', "row 2: label = 5 is not of type str"),
+    ("", 'reference = { note = "x" }\n', "row 2: reference = {'note': 'x'} is not of type Mapping[str, float]"),
+    ("", 'parallel = { ep = "4" }\n', "row 2: parallel ep = '4' is not of type int"),
+    ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not of type Mapping[str, "),
+])
+def test_values_of_the_wrong_type_are_refused_with_the_field_named(tmp_path, capsys, table, row, message):
+    config = tmp_path / "types.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "types"\n{table}'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                      f'[[rows]]\nglobal_batch_size = 4096\nmicro_batch_size = 4\n{row}'
+                      + ("" if row.startswith("nodes") else "nodes = 8\n"))
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
