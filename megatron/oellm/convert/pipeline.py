@@ -1,8 +1,8 @@
 """On-disk conversion, streamed one unit at a time: HF safetensors directory <-> megatron-core checkpoint.
 
-Every input is checked against the card before any tensor data is read (names and shapes from the safetensors
-headers / the checkpoint metadata); the output is written to a temporary sibling directory and moved into place at
-the end, so a failed conversion leaves nothing half-written.
+Every input is checked against the card before any tensor data is read (names, shapes and dtypes from the
+safetensors headers / the checkpoint metadata); the output is written to a temporary sibling directory that is moved
+into place at the end and deleted if the conversion fails, so a failed conversion leaves nothing half-written.
 
 Memory: the HF -> megatron direction holds one unit (one decoder layer, or the embedding / head) of converted
 tensors plus the source tensors it is built from; megatron -> HF holds one unit plus the HF tensors waiting for the
@@ -20,6 +20,8 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import (
+    Unit,
     expected_shapes,
     family_module,
     hf_to_mcore_unit,
@@ -57,7 +60,11 @@ STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_a
 _HF_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                    "head_dim", "num_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
                    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-                   "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings")
+                   "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
+                   "norm_topk_prob", "rms_norm_eps")
+_WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+_MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
+"""Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
@@ -81,7 +88,10 @@ def check_hf_config(card: ModelCard, hf_dir: Path) -> None:
     path = hf_dir / "config.json"
     if not path.is_file():
         return
-    stored = json.loads(path.read_text())
+    try:
+        stored = json.loads(path.read_text())
+    except ValueError as error:
+        raise ConversionError(f"{path} is not valid JSON: {error}") from error
     stored = stored.get("text_config", stored)
     expected = family_module(card).hf_config_from_card(card).to_dict()
     wrong = [f"{k}: checkpoint {stored[k]!r}, card {expected[k]!r}" for k in _HF_CONFIG_KEYS
@@ -91,14 +101,16 @@ def check_hf_config(card: ModelCard, hf_dir: Path) -> None:
                               "pick the card of this checkpoint with --model")
 
 
-def check_hf_shapes(card: ModelCard, shapes: dict[str, tuple[int, ...]]) -> None:
-    """Raise naming the first missing, unexpected or mis-shaped tensor; fused expert tensors count per expert."""
+def check_hf_tensors(card: ModelCard,
+                     tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, torch.dtype]:
+    """Raise naming the first missing, unexpected, mis-shaped or not floating-point tensor of ``tensors`` (name ->
+    (shape, dtype)); fused expert tensors count per expert. Returns the dtype of every tensor, experts per expert."""
     expected = expected_shapes(card)[0]
     covered = {}
-    for name, shape in shapes.items():
+    for name, (shape, dtype) in tensors.items():
         fused = _FUSED_EXPERTS.match(name)
         if not fused:
-            covered[name] = shape
+            covered[name] = (shape, dtype)
             continue
         prefix, kind = fused[1], fused[2]
         e, f, h = card.num_experts, card.moe_ffn_hidden_size, card.hidden_size
@@ -108,7 +120,7 @@ def check_hf_shapes(card: ModelCard, shapes: dict[str, tuple[int, ...]]) -> None
         parts = ("gate_proj", "up_proj") if kind == "gate_up_proj" else ("down_proj",)
         for i in range(e):
             for part in parts:
-                covered[f"{prefix}{i}.{part}.weight"] = expected.get(f"{prefix}{i}.{part}.weight")
+                covered[f"{prefix}{i}.{part}.weight"] = (expected.get(f"{prefix}{i}.{part}.weight"), dtype)
     missing = [n for n in expected if n not in covered]
     if missing:
         raise ConversionError(f"missing tensor {missing[0]!r} ({len(missing)} missing) for card {card.name}")
@@ -116,22 +128,45 @@ def check_hf_shapes(card: ModelCard, shapes: dict[str, tuple[int, ...]]) -> None
     if unexpected:
         raise ConversionError(f"unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected) for card "
                               f"{card.name}; is --model the right card?")
-    for name, shape in covered.items():
+    for name, (shape, dtype) in covered.items():
         if tuple(shape) != expected[name]:
             raise ConversionError(f"tensor {name!r} has shape {list(shape)}, card {card.name} expects "
                                   f"{list(expected[name])}")
+        if dtype not in _WEIGHT_DTYPES:
+            raise ConversionError(f"tensor {name!r} has dtype {dtype}; weights must be one of "
+                                  f"{', '.join(map(str, _WEIGHT_DTYPES))}")
+    return {name: dtype for name, (_, dtype) in covered.items()}
 
 
-def _prepare_output(out_dir: Path, overwrite: bool, source: Path) -> Path:
-    """A fresh temporary directory beside ``out_dir``; refuses a non-empty ``out_dir`` unless ``overwrite``."""
-    if out_dir.resolve() == source.resolve() or source.resolve().is_relative_to(out_dir.resolve()):
+def check_round_trip_dtypes(card: ModelCard, unit: Unit, mcore: Mapping[str, Tensor],
+                            hf_dtypes: Mapping[str, torch.dtype]) -> None:
+    """Raise if an HF tensor of ``unit`` would come back from its megatron tensors ``mcore`` (``meta`` is enough) in
+    another dtype, i.e. megatron fuses it with a tensor of another dtype (``torch.cat`` promotes)."""
+    for name, tensor in mcore_to_hf_unit(card, unit, mcore).items():
+        if tensor.dtype != hf_dtypes[name]:
+            raise ConversionError(f"tensor {name!r} is {hf_dtypes[name]} but megatron fuses it with tensors of "
+                                  f"another dtype into one {tensor.dtype} tensor; save the checkpoint in one dtype")
+
+
+@contextmanager
+def _staged_output(out_dir: Path, overwrite: bool, source: Path) -> Iterator[Path]:
+    """A fresh temporary directory beside ``out_dir`` to write into: moved to ``out_dir`` (replacing it) when the
+    block succeeds, deleted when it fails. Refuses a non-empty ``out_dir`` unless ``overwrite``, and one that is or
+    holds ``source``."""
+    out_dir, source = out_dir.resolve(), source.resolve()
+    if source.is_relative_to(out_dir):
         raise ConversionError(f"output {out_dir} would overwrite the input {source}; choose another --out")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise ConversionError(f"output {out_dir} exists and is not empty; pass --overwrite to replace it")
     staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    return staging
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _commit_output(staging, out_dir)
 
 
 def _commit_output(staging: Path, out_dir: Path) -> None:
@@ -150,20 +185,20 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     header = source.shapes()
     names, skipped = canonical_hf_names(header)
     check_hf_config(card, hf_dir)
-    check_hf_shapes(card, {canonical: header[stored][0] for canonical, stored in names.items()})
+    dtypes = check_hf_tensors(card, {canonical: header[stored] for canonical, stored in names.items()})
     meta = {name: torch.empty(shape, dtype=dtype, device="meta") for name, (shape, dtype) in header.items()}
     chunks, unit_of = [], {}
     for unit, tensors in iter_hf_to_mcore(card, meta):
+        check_round_trip_dtypes(card, unit, tensors, dtypes)
         for name, tensor in tensors.items():
             unit_of[name] = unit
             chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, module.MCORE_MODEL, name,
                                                                          tuple(tensor.shape))]
-    staging = _prepare_output(out_dir, overwrite, hf_dir)
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, CARD_KEY: card_record(card)}
-    save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
-    (staging / ITERATION_FILE).write_text(RELEASE + "\n")
-    _commit_output(staging, out_dir)
+    with _staged_output(out_dir, overwrite, hf_dir) as staging:
+        save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
+        (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped)
 
 
@@ -175,6 +210,9 @@ def resolve_mcore_dir(path: Path) -> Path:
     marker = path / ITERATION_FILE
     if marker.is_file():
         value = marker.read_text().strip()
+        if value != RELEASE and not value.isdigit():
+            raise ConversionError(f"{marker} holds {value!r}, not {RELEASE!r} or an iteration number; pass the "
+                                  "iteration directory itself with --mcore")
         return path / (RELEASE if value == RELEASE else f"iter_{int(value):07d}")
     return path
 
@@ -209,14 +247,18 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
                 raise ConversionError(f"tensor {p.key!r} has shape {list(stored[p.key][0])}, card {card.name} "
                                       f"expects {list(p.global_shape)}")
         unit_pieces.append(pieces)
-    staging = _prepare_output(out_dir, overwrite, mcore_dir)
-    writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
-    written = 0
-    for unit, pieces in zip(units(card), unit_pieces, strict=True):
-        tensors: dict[str, Tensor] = mcore_to_hf_unit(card, unit, reader.read(pieces))
-        writer.add(tensors)
-        written += len(tensors)
-    writer.close()
-    module.hf_config_from_card(card).save_pretrained(staging)
-    _commit_output(staging, out_dir)
+    wanted = {p.key for ps in unit_pieces for p in ps}
+    unexpected = [key for key in stored if key.startswith(_MODEL_KEY_PREFIXES) and key not in wanted]
+    if unexpected:
+        raise ConversionError(f"unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected) in "
+                              f"{reader.directory} for card {card.name}; is --model the right card?")
+    with _staged_output(out_dir, overwrite, reader.directory) as staging:
+        writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
+        written = 0
+        for unit, pieces in zip(units(card), unit_pieces, strict=True):
+            tensors: dict[str, Tensor] = mcore_to_hf_unit(card, unit, reader.read(pieces))
+            writer.add(tensors)
+            written += len(tensors)
+        writer.close()
+        module.hf_config_from_card(card).save_pretrained(staging)
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), written, [])

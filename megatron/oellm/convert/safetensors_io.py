@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -28,6 +28,27 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "
            "BOOL": torch.bool}
 
 
+def _open(path: Path):
+    """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors) is a
+    :class:`ConversionError` naming it."""
+    try:
+        return safe_open(str(path), framework="pt")
+    except (SafetensorError, OSError) as error:
+        raise ConversionError(f"cannot read {path}: {error}; is the file complete (re-download it)?") from error
+
+
+def _read_index(index: Path) -> dict[str, str]:
+    """The ``weight_map`` of a ``model.safetensors.index.json``; a malformed index is a :class:`ConversionError`."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConversionError(f"{index} is not a safetensors index (JSON with a 'weight_map' of tensor name -> "
+                              f"file): {error!r}") from error
+    if not isinstance(weight_map, dict):
+        raise ConversionError(f"{index}: 'weight_map' must map tensor names to files")
+    return weight_map
+
+
 def checkpoint_files(directory: Path) -> dict[str, Path]:
     """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``)."""
     if not directory.is_dir():
@@ -35,8 +56,7 @@ def checkpoint_files(directory: Path) -> dict[str, Path]:
                               "(with config.json and *.safetensors)")
     index = directory / INDEX_NAME
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = {name: directory / file for name, file in weight_map.items()}
+        files = {name: directory / file for name, file in _read_index(index).items()}
         missing = sorted({str(f) for f in files.values() if not f.is_file()})
         if missing:
             raise ConversionError(f"{index} lists files that do not exist: {', '.join(missing[:3])}")
@@ -46,8 +66,12 @@ def checkpoint_files(directory: Path) -> dict[str, Path]:
         raise ConversionError(f"no *.safetensors in {directory}; convert .bin checkpoints with transformers first")
     files = {}
     for path in paths:
-        with safe_open(str(path), framework="pt") as handle:
-            files.update(dict.fromkeys(handle.keys(), path))
+        with _open(path) as handle:
+            for name in handle.keys():
+                if name in files:
+                    raise ConversionError(f"tensor {name!r} is in both {files[name]} and {path} and there is no "
+                                          f"{INDEX_NAME} to pick one; remove the stale file")
+                files[name] = path
     return files
 
 
@@ -61,15 +85,24 @@ class SafetensorsSource(Mapping[str, Tensor]):
 
     def _handle(self, path: Path):
         if path not in self._handles:
-            self._handles[path] = safe_open(str(path), framework="pt")
+            self._handles[path] = _open(path)
         return self._handles[path]
 
     def shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """Name -> (shape, dtype) of every tensor, from the file headers (no tensor data is read)."""
+        """Name -> (shape, dtype) of every tensor, from the file headers (no tensor data is read); a tensor missing
+        from the file the index names, or of a dtype not in ``_DTYPES`` (e.g. FP8), is a :class:`ConversionError`."""
         out = {}
         for name, path in self._files.items():
-            piece = self._handle(path).get_slice(name)
-            out[name] = (tuple(piece.get_shape()), _DTYPES[piece.get_dtype()])
+            try:
+                piece = self._handle(path).get_slice(name)
+            except SafetensorError as error:
+                raise ConversionError(f"{self.directory / INDEX_NAME} puts tensor {name!r} in {path.name}, "
+                                      "which does not contain it; the index and the shards do not match") from error
+            dtype = _DTYPES.get(piece.get_dtype())
+            if dtype is None:
+                raise ConversionError(f"tensor {name!r} in {path} has dtype {piece.get_dtype()}, which conversion "
+                                      f"does not read ({', '.join(_DTYPES)}); is it a quantized checkpoint?")
+            out[name] = (tuple(piece.get_shape()), dtype)
         return out
 
     def __getitem__(self, name: str) -> Tensor:

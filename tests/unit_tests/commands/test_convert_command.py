@@ -44,3 +44,13 @@ def test_byte_size() -> None:
     assert byte_size("123") == 123
     with pytest.raises(Exception, match="size like 5GB"):
         byte_size("five")
+
+
+def test_cli_output_to_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    card = get_card("qwen3-30b-a3b-tiny")
+    write_hf(card, random_hf_tensors(card, seed=8), tmp_path / "hf")
+    (tmp_path / "mcore").mkdir()
+    monkeypatch.chdir(tmp_path / "mcore")
+    assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", "../hf", "--out", "."]) == 0
+    assert (tmp_path / "mcore" / "latest_checkpointed_iteration.txt").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

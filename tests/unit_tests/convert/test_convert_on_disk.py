@@ -11,6 +11,7 @@ import transformers
 from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
@@ -121,3 +122,125 @@ def test_mcore_checkpoint_of_another_card_is_rejected(tiny_hf) -> None:
     hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
     with pytest.raises(ConversionError, match="num_layers"):
         mcore_to_hf_checkpoint(get_card("qwen3-30b-a3b-proxy-4L"), tmp / "mcore", tmp / "out")
+
+
+def test_unreadable_hf_files_are_named(tiny_hf) -> None:
+    """A truncated shard, a malformed index, an index naming the wrong shard, a tensor in two unindexed files."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    index = json.loads((tmp / "hf" / INDEX_NAME).read_text())
+    shard = tmp / "hf" / index["weight_map"]["model.norm.weight"]
+    data = shard.read_bytes()
+    shard.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ConversionError, match=f"cannot read {shard}"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    shard.write_bytes(data)
+    (tmp / "hf" / INDEX_NAME).write_text('{"weight_map": ')
+    with pytest.raises(ConversionError, match="is not a safetensors index"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    other = next(f for f in sorted(set(index["weight_map"].values())) if f != shard.name)
+    wrong_map = {**index["weight_map"], "model.norm.weight": other}
+    (tmp / "hf" / INDEX_NAME).write_text(json.dumps({"weight_map": wrong_map}))
+    with pytest.raises(ConversionError, match=rf"puts tensor 'model\.norm\.weight' in {other}"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    (tmp / "hf" / INDEX_NAME).unlink()
+    writer = ShardedSafetensorsWriter(tmp / "stale")
+    writer.add({"model.norm.weight": hf["model.norm.weight"] + 1})
+    writer.close()
+    (tmp / "stale" / "model.safetensors").rename(tmp / "hf" / "old.safetensors")
+    with pytest.raises(ConversionError, match=r"tensor 'model\.norm\.weight' is in both"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    assert not (tmp / "mcore").exists()
+
+
+@pytest.mark.parametrize(("name", "dtype", "message"), [
+    ("model.norm.weight", torch.float8_e4m3fn, "F8_E4M3"),
+    ("model.norm.weight", torch.int32, "torch.int32"),
+    ("model.layers.0.self_attn.q_proj.weight", torch.float32,
+     r"'model\.layers\.0\.self_attn\.k_proj\.weight' is torch\.bfloat16 but megatron fuses it")],
+    ids=["fp8", "int", "fused-mixed"])
+def test_weights_of_other_dtypes_are_rejected(tiny_hf, name: str, dtype: torch.dtype, message: str) -> None:
+    """FP8 (a quantized checkpoint), integers, and tensors megatron fuses stored in different dtypes (``torch.cat``
+    would promote them, so the round trip would change a dtype)."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, {**hf, name: hf[name].to(dtype)}, tmp / "hf")
+    with pytest.raises(ConversionError, match=message):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    assert not (tmp / "mcore").exists()
+
+
+def test_standalone_tensor_may_have_its_own_dtype(tmp_path: Path) -> None:
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    hf = random_hf_tensors(card, seed=6)
+    hf["model.layers.0.linear_attn.A_log"] = hf["model.layers.0.linear_attn.A_log"].float()
+    write_hf(card, hf, tmp_path / "hf")
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
+
+
+def test_config_with_another_router_top_k_or_broken_json_is_rejected(tiny_hf) -> None:
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    config = json.loads((tmp / "hf" / "config.json").read_text())
+    (tmp / "hf" / "config.json").write_text(json.dumps({**config, "num_experts_per_tok": card.moe_router_topk + 1}))
+    with pytest.raises(ConversionError, match="num_experts_per_tok"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    (tmp / "hf" / "config.json").write_text('{"vocab_size": ')
+    with pytest.raises(ConversionError, match="config.json is not valid JSON"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_failed_conversion_leaves_nothing_behind(tiny_hf, monkeypatch: pytest.MonkeyPatch, direction: str) -> None:
+    """A conversion that fails while writing (disk full, Ctrl-C) removes its partial output."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    before = sorted(tmp.iterdir())
+    convert = pipeline.hf_to_mcore_unit if direction == "hf-to-mcore" else pipeline.mcore_to_hf_unit
+
+    def fail_at_layer_one(card, unit, tensors):
+        if unit == 1:
+            raise OSError("No space left on device")
+        return convert(card, unit, tensors)
+
+    monkeypatch.setattr(pipeline, convert.__name__, fail_at_layer_one)
+    with pytest.raises(BaseException, match="No space left"):  # torch wraps it in a CheckpointException(BaseException)
+        if direction == "hf-to-mcore":
+            hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
+        else:
+            mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert sorted(tmp.iterdir()) == before
+
+
+def test_output_into_the_input_iteration_is_refused(tiny_hf) -> None:
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    with pytest.raises(ConversionError, match="would overwrite the input"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "mcore" / RELEASE, overwrite=True)
+    assert (tmp / "mcore" / RELEASE / ".metadata").is_file()
+
+
+def test_unreadable_iteration_marker_is_a_clear_error(tiny_hf) -> None:
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    (tmp / "mcore" / ITERATION_FILE).write_text("latest\n")
+    with pytest.raises(ConversionError, match="holds 'latest'"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+
+
+def test_hybrid_checkpoint_with_more_layers_than_the_card_is_rejected(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint that records no card (as megatron training writes) must not lose layers silently: HybridModel
+    keys carry the layer number, so extra layers are extra keys, not a shape mismatch."""
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    deeper = card.with_layers(2 * card.num_layers, name="deeper")
+    write_hf(deeper, random_hf_tensors(deeper, seed=8), tmp_path / "hf")
+    monkeypatch.setattr(pipeline, "card_record", lambda card: {})
+    hf_to_mcore_checkpoint(deeper, tmp_path / "hf", tmp_path / "mcore")
+    with pytest.raises(ConversionError, match=rf"unexpected tensor 'decoder\.layers\.{2 * card.num_layers}\."):
+        mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
