@@ -23,10 +23,15 @@ def errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, 
         (diff.mean() / e.abs().mean()).item()
 
 
+SEED_VARIABLE = "OELLM_TEST_SEED"
+"""Environment variable that replays a printed seed: every :func:`fresh_seed` of the run returns it."""
+
+
 def fresh_seed() -> int:
-    """A new seed each run (printed, so a failure can be replayed)."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"\nseed {seed}")
+    """A new seed each run, or ``$OELLM_TEST_SEED`` when set (printed either way, so a failure can be replayed)."""
+    given = os.environ.get(SEED_VARIABLE)
+    seed = int(given) if given else int.from_bytes(os.urandom(4), "little")
+    print(f"\nseed {seed}{' (from $' + SEED_VARIABLE + ')' if given else ''}")
     return seed
 
 
@@ -117,6 +122,46 @@ def captured_routing(mcore: torch.nn.Module, batch: int) -> Iterator[list[torch.
 def transformers_routers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The MoE routers of transformers' ``model``, in layer order."""
     return [module for module in model.modules() if type(module).__name__.endswith("TopKRouter")]
+
+
+@contextlib.contextmanager
+def smallest_router_margin(model: torch.nn.Module) -> Iterator[list[float]]:
+    """Inside the block, each MoE router of transformers' ``model`` appends to the yielded list its smallest gap
+    between a token's k-th and (k+1)-th largest router logit: how far the closest expert choice is from a tie, which
+    rounding differences between two correct implementations can flip."""
+    margins: list[float] = []
+
+    def record(module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
+        ranked = output[0].detach().topk(module.top_k + 1, dim=-1).values
+        margins.append((ranked[:, -2] - ranked[:, -1]).min().item())
+
+    handles = [router.register_forward_hook(record) for router in transformers_routers(model)]
+    try:
+        yield margins
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: tuple[int, ...], margin: float,
+                                attempts: int = 30) -> tuple[torch.Tensor, float]:
+    """Random tokens (on ``model``'s device) on which every expert choice of transformers' ``model`` is at least
+    ``margin`` (router logits) from a tie, and that smallest margin; draws again otherwise, up to ``attempts`` times.
+
+    At a near-tie two correct implementations choose different experts as soon as their rounding differs by more than
+    the gap (TF32 GEMMs upstream of the router are enough), and the comparison then measures the coin toss, not the
+    model; ``margin`` must exceed the logit error of the side compared."""
+    device = next(model.parameters()).device
+    smallest = []
+    for _ in range(attempts):
+        tokens = torch.randint(0, vocab_size, shape, device=device)
+        with torch.no_grad(), smallest_router_margin(model) as margins:
+            model(input_ids=tokens)
+        smallest.append(min(margins))
+        if smallest[-1] >= margin:
+            return tokens, smallest[-1]
+    raise RuntimeError(f"no draw of {attempts} random token sets keeps every router decision {margin:g} from a tie "
+                       f"(smallest margins {', '.join(f'{m:.1e}' for m in smallest)}): lower the margin")
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The reference-side tools of the GPU parity tests, on the CPU with small random transformers models: the float64
 gated-delta-rule recurrence agrees with transformers' own torch implementation of the chunked rule, and forcing the
-MoE routers' expert choices reproduces the model exactly when the choices are its own and changes it when not."""
+MoE routers' expert choices reproduces the model exactly when the choices are its own and changes it when not; tokens
+drawn clear of router ties are as far from a tie as promised; a printed seed can be replayed."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import torch
 
 from megatron.oellm.cards import get_card
 from tests.unit_tests.models.hf_reference import (
+    SEED_VARIABLE,
     errors,
     float64_gated_delta_rule,
     float64_rule,
     forced_routing,
+    fresh_seed,
     own_routing,
     random_hf_model,
+    tokens_clear_of_router_ties,
     transformers_routers,
 )
 
@@ -115,3 +119,50 @@ def test_forced_routing_refuses_maps_that_do_not_fit():
     tokens = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
     with pytest.raises(ValueError, match="routing map"), torch.no_grad(), forced_routing(model, too_few_tokens):
         model(input_ids=tokens)
+
+
+def router_gaps_float64(model: torch.nn.Module, tokens: torch.Tensor) -> list[float]:
+    """Each router's smallest gap between a token's k-th and (k+1)-th largest logit, computed here in float64 from
+    the router's input and weight (independently of the hooks under test)."""
+    gaps = []
+
+    def record(module: torch.nn.Module, inputs: tuple) -> None:
+        logits = inputs[0].reshape(-1, module.weight.shape[1]).double() @ module.weight.double().T
+        ranked = logits.sort(dim=-1, descending=True).values
+        gaps.append((ranked[:, module.top_k - 1] - ranked[:, module.top_k]).min().item())
+
+    handles = [router.register_forward_pre_hook(record) for router in transformers_routers(model)]
+    try:
+        with torch.no_grad(), the_exact_rule_when_gdn(model):
+            model(input_ids=tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return gaps
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_tokens_clear_of_router_ties_keep_every_choice_that_far_from_a_tie(name):
+    model = cpu_hf_model(name, 5)
+    card = get_card(name)
+    with the_exact_rule_when_gdn(model):
+        tokens, margin = tokens_clear_of_router_ties(model, card.vocab_size, (BATCH, SEQ), 3e-4)
+    assert tokens.shape == (BATCH, SEQ) and 0 <= tokens.min() and tokens.max() < card.vocab_size
+    gaps = router_gaps_float64(model, tokens)
+    assert len(gaps) == len(transformers_routers(model))
+    assert min(gaps) >= 3e-4 * (1 - 1e-4)
+    assert min(gaps) == pytest.approx(margin, rel=1e-4)
+
+
+def test_tokens_clear_of_router_ties_say_when_no_draw_is():
+    model = cpu_hf_model("qwen3-30b-a3b-tiny", 6)
+    with pytest.raises(RuntimeError, match=r"no draw of 3 random token sets .* lower the margin"):
+        tokens_clear_of_router_ties(model, 512, (BATCH, SEQ), 1.0, attempts=3)
+
+
+def test_fresh_seed_replays_the_seed_given(monkeypatch, capsys):
+    monkeypatch.setenv(SEED_VARIABLE, "1234")
+    assert fresh_seed() == 1234
+    assert "seed 1234 (from $OELLM_TEST_SEED)" in capsys.readouterr().out
+    monkeypatch.delenv(SEED_VARIABLE)
+    assert len({fresh_seed() for _ in range(4)}) > 1

@@ -42,7 +42,7 @@ from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.convert.convert_helpers import write_hf
 from tests.unit_tests.gpu_utils import BACKENDS, TE_BACKEND, no_tf32
-from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model
+from tests.unit_tests.models.hf_reference import errors, fresh_seed, random_hf_model, tokens_clear_of_router_ties
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices"),
@@ -54,6 +54,11 @@ LOSS_ABS, GRAD_REL_L2 = 1e-4, 1e-2
 TE_LAYOUTS = ("tp2-sp", "ep2", "tp2-sp-etp2")
 """Layouts run with the Transformer Engine backend: TE's own tensor-parallel linears, sequence-parallel norms and
 grouped expert GEMMs."""
+ROUTER_MARGIN = 1e-4
+"""Every expert choice of the fp32 reference is at least this far (router logits, whose spread is about 0.16 in the
+tiny cards) from a tie (:func:`tokens_clear_of_router_ties`): above the router-logit error of TE's TF32 GEMMs. A
+Qwen3.5 run with TE whose reference had a choice 8.8e-6 from a tie flipped it and failed (loss 2.6e-4, embedding
+gradient 1.46e-2; session 11)."""
 TOKENS_IN_LOSS = BATCH * (SEQ - 1)
 """Loss tokens of a batch: transformers' causal-LM loss has no target for each sequence's last position."""
 CONTEXT_PARALLEL = {"cp1": ParallelLayout(), "cp2": ParallelLayout(cp=2)}
@@ -96,8 +101,9 @@ def write_case(card_name: str, directory: Path, dtype: torch.dtype = torch.float
     state = {name: tensor.detach().cpu() for name, tensor in hf.state_dict().items()}
     per_expert = convert.mcore_to_hf(card, convert.hf_to_mcore(card, state), fused_experts=False)
     hf_to_mcore_checkpoint(card, write_hf(card, per_expert, directory / "hf"), directory / "mcore")
-    tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
     hf.float()
+    tokens, margin = tokens_clear_of_router_ties(hf, card.vocab_size, (BATCH, SEQ), ROUTER_MARGIN)
+    print(f"reference: smallest top-k router-logit margin {margin:.2e}")
     loss = hf(input_ids=tokens, labels=tokens).loss
     loss.backward()
     torch.save({"tokens": tokens.cpu(), "loss": loss.item(),
