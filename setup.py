@@ -29,6 +29,7 @@ setup(
         "typing_extensions>=4.6",
         "safetensors>=0.4",
         "packaging",
+        "psutil",  # megatron-core's torch_dist checkpoint writer imports it (its package does not declare it)
     ],
     extras_require={
         "gdn": ["fla-core==0.6.0", "flash-linear-attention==0.6.0"],

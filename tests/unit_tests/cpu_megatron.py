@@ -48,3 +48,11 @@ def transformer_engine_building(enabled: bool = True) -> Iterator[None]:
     so that nothing else (checkpoint loading, comparisons) sees a pretended GPU. ``enabled=False``: no change."""
     with mock.patch.object(torch.cuda, "is_available", return_value=True) if enabled else nullcontext():
         yield
+
+
+@contextmanager
+def cpu_checkpoint_saving() -> Iterator[None]:
+    """Let megatron-core's ``dist_checkpointing.save`` write CPU tensors: its file writer synchronizes the CUDA
+    device before copying tensors to host memory, a no-op for tensors already there."""
+    with mock.patch.object(torch.cuda, "synchronize", lambda *args, **kwargs: None):
+        yield

@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"oellm convert {args.direction}: {card.name}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")
+    if summary.padding_rows:
+        print(f"  dropped {summary.padding_rows} vocabulary padding rows past the card's {card.vocab_size} (megatron's "
+              "make-vocab-size-divisible-by x TP padding)")
     if summary.skipped:
         print(f"  skipped {len(summary.skipped)} tensors outside the text model (e.g. {summary.skipped[0]})")
     return 0

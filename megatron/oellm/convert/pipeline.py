@@ -44,6 +44,7 @@ from megatron.oellm.convert.family import (
 )
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource, ShardedSafetensorsWriter
+from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
@@ -76,6 +77,8 @@ class ConversionSummary:
     tensors_read: int
     tensors_written: int
     skipped: list[str]
+    padding_rows: int = 0
+    """Vocabulary rows megatron padded past the card's vocabulary, dropped by mcore-to-hf (per vocabulary tensor)."""
 
 
 def card_record(card: ModelCard) -> dict:
@@ -231,14 +234,16 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
 
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
                            max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> ConversionSummary:
-    """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``."""
+    """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``; vocabulary
+    rows megatron padded past the card's vocabulary are dropped."""
     module = family_module(card)
     reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
     check_stored_card(card, reader.common_state())
     stored = reader.tensor_shapes()
+    padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored})
     unit_pieces: list[list[mcore_layout.Piece]] = []
     for unit in units(card):
-        pieces = [p for name, shape in unit_shapes(card, unit)[1].items()
+        pieces = [p for name, shape in unit_shapes(card.with_vocab(padded), unit)[1].items()
                   for p in mcore_layout.pieces(card, module.MCORE_MODEL, name, shape)]
         for p in pieces:
             if p.key not in stored:
@@ -256,9 +261,11 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
         writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
         written = 0
         for unit, pieces in zip(units(card), unit_pieces, strict=True):
-            tensors: dict[str, Tensor] = mcore_to_hf_unit(card, unit, reader.read(pieces))
+            tensors: dict[str, Tensor] = mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces),
+                                                                                       card.vocab_size))
             writer.add(tensors)
             written += len(tensors)
         writer.close()
         module.hf_config_from_card(card).save_pretrained(staging)
-    return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), written, [])
+    return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), written, [],
+                             padded - card.vocab_size)

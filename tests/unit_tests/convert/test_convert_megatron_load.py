@@ -6,24 +6,36 @@ always, Transformer Engine where it imports. The sharded state dict is megatron'
 (the torch-native modules mirror TE's layout), so the loader runs with ``log_all`` strictness, as the convert README
 tells users to. Every parameter starts as NaN and must
 end as its rank's block of the converted TP=EP=1 tensor, bit for bit: the whole model at world size 1, and the TP=2
-and EP=2 shards on two spawned ranks, whose blocks are cut here by plain slicing.
+and EP=2 shards on two spawned ranks, whose blocks are cut here by plain slicing. A vocabulary that megatron pads
+(300 tokens: 384 rows at TP 1, 512 at TP 2) loads with zero padding rows; megatron's own save of that model then
+converts back to the original HF tensors, bit for bit.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-from convert_helpers import random_hf_tensors, write_hf
+from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.family import hf_to_mcore
-from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
+from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS
+from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 from megatron.oellm.runtime import free_port
-from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world, transformer_engine_building
+from tests.unit_tests.cpu_megatron import (
+    cpu_checkpoint_saving,
+    cpu_model_building,
+    gloo_world,
+    transformer_engine_building,
+)
 from tests.unit_tests.gpu_utils import BACKENDS
 
 CARDS = ("qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny")
@@ -33,6 +45,11 @@ TP_AXIS = {"linear_qkv.weight": 0, "linear_proj.weight": 1, "in_proj.weight": 0,
            "word_embeddings.weight": 0, "output_layer.weight": 0}
 """Tensor-parallel axis of each TP-sharded parameter (megatron's column / row parallel layers)."""
 _EXPERT = re.compile(r"^(.*\.experts\.linear_fc[12]\.weight)(\d+)$")
+PADDED_VOCAB = 300
+"""A vocabulary megatron pads at every TP (to 384 rows at TP 1, 512 at TP 2)."""
+Case = tuple[str, int, int]
+"""A converted checkpoint: (iteration directory, HF vocabulary, vocabulary of the model that loads it: megatron's
+padded one)."""
 
 
 def _tp_axis(name: str) -> int | None:
@@ -77,10 +94,12 @@ def expected_local(card, mcore: dict[str, torch.Tensor], rank: int, tp: int, ep:
     return out
 
 
-def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, str], tp: int, ep: int,
-                      backend: str) -> None:
-    """In one process of ``world``: build each card's model with ``backend`` at TP=``tp`` / EP=``ep``, load its
-    checkpoint and compare."""
+def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, Case], tp: int, ep: int,
+                      backend: str, save_root: str | None = None) -> None:
+    """In one process of ``world``: build each card's model (vocabulary as the case says, as the training entry
+    builds it from megatron's ``padded_vocab_size``) with ``backend`` at TP=``tp`` / EP=``ep``, load its checkpoint
+    and compare; then, with ``save_root``, save the model with megatron's ``dist_checkpointing.save`` to
+    ``save_root/<card>``."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.validation import StrictHandling
@@ -89,13 +108,14 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, s
 
     with gloo_world(rank, world, port, tensor_model_parallel_size=tp, expert_model_parallel_size=ep), \
             cpu_model_building():
-        for name, checkpoint in checkpoints.items():
-            card = get_card(name)
+        for name, (checkpoint, vocab, padded) in checkpoints.items():
+            card = get_card(name).with_vocab(vocab)
+            model_card = card.with_vocab(padded)
             builder = spec_builder(card.family)
-            config = builder.transformer_config(card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
+            config = builder.transformer_config(model_card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
                                                 perform_initialization=False)
             with transformer_engine_building(backend == "te"):
-                model = builder.build_model(card, backend=backend, config=config)
+                model = builder.build_model(model_card, backend=backend, config=config)
             # megatron's TE wrappers live in megatron.core.extensions; TE's own module classes are their bases
             te_modules = [m for m in model.modules()
                           if any(c.__module__.startswith("transformer_engine.pytorch.module") for c in type(m).__mro__)]
@@ -109,21 +129,30 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, s
             result = model.load_state_dict({k: v for k, v in loaded.items() if k in request}, strict=False)
             assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
             state = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
-            expected = expected_local(card, hf_to_mcore(card, random_hf_tensors(card, seed=SEED)), rank, tp, ep)
+            converted = hf_to_mcore(card, random_hf_tensors(card, seed=SEED))
+            for key in VOCAB_TENSORS:  # megatron's allow_shape_mismatch: padding rows load as zeros
+                converted[key] = torch.cat([converted[key], converted[key].new_zeros(padded - vocab, card.hidden_size)])
+            expected = expected_local(model_card, converted, rank, tp, ep)
             assert state.keys() == expected.keys(), sorted(state.keys() ^ expected.keys())[:6]
             for key, tensor in expected.items():
                 assert torch.equal(state[key], tensor), f"{name} rank {rank}: {key}"
+            if save_root is not None:
+                with cpu_checkpoint_saving():
+                    dist_checkpointing.save(model.sharded_state_dict(), f"{save_root}/{name}")
+
+
+def convert(name: str, vocab: int, tmp: Path) -> str:
+    """Random HF weights of card ``name`` with vocabulary ``vocab`` converted in ``tmp``; the iteration directory."""
+    card = get_card(name).with_vocab(vocab)
+    write_hf(card, random_hf_tensors(card, seed=SEED), tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    return str(tmp / "mcore" / RELEASE)
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, str]:
-    out = {}
-    for name in CARDS:
-        card, tmp = get_card(name), tmp_path_factory.mktemp(name)
-        write_hf(card, random_hf_tensors(card, seed=SEED), tmp / "hf")
-        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
-        out[name] = str(tmp / "mcore" / RELEASE)
-    return out
+def checkpoints(tmp_path_factory) -> dict[str, Case]:
+    return {name: (convert(name, get_card(name).vocab_size, tmp_path_factory.mktemp(name)), get_card(name).vocab_size,
+                   get_card(name).vocab_size) for name in CARDS}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -136,3 +165,25 @@ def test_the_whole_model_loads_at_world_size_one(checkpoints: dict[str, str], ba
 def test_two_ranks_load_their_shards(checkpoints: dict[str, str], tp: int, ep: int, backend: str) -> None:
     mp.start_processes(_load_and_compare, args=(2, free_port(), checkpoints, tp, ep, backend), nprocs=2, join=True,
                        start_method="spawn")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_padded_vocabulary_loads_and_megatrons_save_converts_back(tp: int, backend: str, tmp_path: Path) -> None:
+    padded = pad_vocab(PADDED_VOCAB, MEGATRON_VOCAB_DIVISOR * tp)
+    assert padded == {1: 384, 2: 512}[tp]
+    cases = {name: (convert(name, PADDED_VOCAB, tmp_path / name), PADDED_VOCAB, padded) for name in CARDS}
+    for name in CARDS:
+        (tmp_path / "saved" / name).mkdir(parents=True)
+    if tp == 1:
+        _load_and_compare(0, 1, free_port(), cases, 1, 1, backend, str(tmp_path / "saved"))
+    else:
+        mp.start_processes(_load_and_compare, args=(2, free_port(), cases, tp, 1, backend, str(tmp_path / "saved")),
+                           nprocs=2, join=True, start_method="spawn")
+    for name in CARDS:
+        card = get_card(name).with_vocab(PADDED_VOCAB)
+        stored = CheckpointReader(tmp_path / "saved" / name).tensor_shapes()
+        assert {stored[key][0] for key in VOCAB_TENSORS} == {(padded, card.hidden_size)}
+        summary = mcore_to_hf_checkpoint(card, tmp_path / "saved" / name, tmp_path / "hf-back" / name)
+        assert summary.padding_rows == padded - PADDED_VOCAB
+        assert_bitwise_equal(random_hf_tensors(card, seed=SEED), dict(SafetensorsSource(tmp_path / "hf-back" / name)))

@@ -103,9 +103,11 @@ def write_case(card_name: str, directory: Path, dtype: torch.dtype = torch.float
     hf_to_mcore_checkpoint(card, write_hf(card, per_expert, directory / "hf"), directory / "mcore")
     hf.float()
     tokens, margin = tokens_clear_of_router_ties(hf, card.vocab_size, (BATCH, SEQ), ROUTER_MARGIN)
-    print(f"reference: smallest top-k router-logit margin {margin:.2e}")
     loss = hf(input_ids=tokens, labels=tokens).loss
     loss.backward()
+    print(f"reference: smallest top-k router-logit margin {margin:.2e}; after its backward TF32 matmul "
+          f"{torch.backends.cuda.matmul.allow_tf32}, cuDNN {torch.backends.cudnn.allow_tf32}, fp32 matmul precision "
+          f"{torch.get_float32_matmul_precision()}")
     torch.save({"tokens": tokens.cpu(), "loss": loss.item(),
                 "embedding": hf.model.embed_tokens.weight.grad.cpu(), "output": hf.lm_head.weight.grad.cpu()},
                directory / "reference.pt")
