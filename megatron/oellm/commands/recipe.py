@@ -123,12 +123,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> tuple[int, Path, ResolvedRow, str]:
-    """Row ``number`` validated and resolved: (number, run directory, resolved row, sbatch script). Every selected
-    row is resolved before any is submitted, so that a bad row leaves no part of the table in the queue."""
+    """Row ``number`` validated and resolved: (number, run directory, resolved row, sbatch script); its Megatron argv
+    must get through the training entry's parser (a misspelt flag in a recipe would otherwise wait in the queue to
+    fail). Every selected row is resolved before any is submitted, so a bad row leaves no part of the table queued."""
+    from megatron.oellm.training.args import argv_refusal  # imports megatron-core's parser: only when resolving
+
     directory = run_dir(recipe, number)
     row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
     try:
         resolved = resolve_row(recipe, recipe.row(number), row_inputs)
+        refusal = argv_refusal(resolved.argv)
+        if refusal:
+            raise RecipeError(f"Megatron's argument parser would stop the job at start: {refusal}")
         return number, directory, resolved, sbatch_text(recipe, number, resolved, directory)
     except (RecipeError, CardError, ParallelLayoutError) as err:
         raise RecipeError(f"row {number}: {err}") from err

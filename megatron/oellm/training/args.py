@@ -12,6 +12,8 @@ a card.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -85,6 +87,23 @@ def oellm_parser() -> argparse.ArgumentParser:
 def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:
     """``argv`` parsed by :func:`oellm_parser` (no validation): what the training entry's Megatron will read."""
     return oellm_parser().parse_args(list(argv))
+
+
+def argv_refusal(argv: Sequence[str]) -> str | None:
+    """What the training entry's parser says against ``argv`` (an unknown or misspelt flag, a value outside a flag's
+    choices), or None when it parses: the check a job makes at start, for making it before the job is queued."""
+    messages = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(messages):
+            parse_oellm_argv(argv)
+    except SystemExit:
+        lines = messages.getvalue().strip().splitlines()
+        return lines[-1].split(" error: ", 1)[-1] if lines else "the argument parser refused the command line"
+    except (KeyError, ValueError) as error:  # megatron's enum-typed flags convert their value outside argparse
+        value = error.args[0] if error.args else ""
+        flags = [argv[i - 1] for i in range(1, len(argv)) if argv[i] == value and argv[i - 1].startswith("--")]
+        return f"invalid value {value!r}" + (f" for {flags[0]}" if flags else "")
+    return None
 
 
 @lru_cache(maxsize=1)

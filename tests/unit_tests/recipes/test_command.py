@@ -97,3 +97,20 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
     assert f"image {str(missing)!r} does not exist" in capsys.readouterr().err
     assert not record.exists()
     assert main(["recipe", config, "--dry-run", "--row", "1", "--image", str(missing)]) == 0
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ('atention-backend = "flash"', "unrecognized arguments: --atention-backend flash"),
+    ('attention-backend = "flashy"', "invalid value 'flashy' for --attention-backend"),
+])
+def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(tmp_path, monkeypatch, capsys, flag,
+                                                                               message):
+    record = _fake_sbatch(tmp_path, monkeypatch)
+    image = tmp_path / "image.sif"
+    image.touch()
+    config = tmp_path / "typo.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n[megatron_flags]\n{flag}\n')
+    for mode in (["--dry-run"], ["--submit", "--image", str(image), "--output-dir", str(tmp_path / "runs")]):
+        assert main(["recipe", str(config), "--row", "1", *mode]) == 2
+        assert f"row 1: Megatron's argument parser would stop the job at start: {message}" in capsys.readouterr().err
+    assert not record.exists() and not (tmp_path / "runs").exists()

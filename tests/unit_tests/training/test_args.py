@@ -9,6 +9,7 @@ from megatron.oellm.training.args import (
     BackendFlagConflict,
     CardFlagConflict,
     add_oellm_arguments,
+    argv_refusal,
     merge_card_flags,
     with_backend_implementation,
     with_training_defaults,
@@ -74,6 +75,15 @@ def test_merged_argv_is_accepted_by_megatrons_own_parser_plus_ours():
     merged = merge_card_flags(["--oellm-model", TINY, "--oellm-backend", "torch"])
     stripped = [a for a in merged.argv if a not in ("--oellm-model", TINY, "--oellm-backend", "torch")]
     assert parse_megatron_argv(stripped).num_experts == get_card(TINY).num_experts
+
+
+def test_argv_refusal_names_what_the_parser_refuses_and_passes_what_it_takes():
+    merged = merge_card_flags(["--oellm-model", TINY, "--oellm-backend", "torch"]).argv
+    assert argv_refusal(merged) is None
+    assert argv_refusal([*merged, "--atention-backend", "flash"]) == "unrecognized arguments: --atention-backend flash"
+    assert argv_refusal([*merged, "--attention-backend", "flashy"]) == "invalid value 'flashy' for --attention-backend"
+    assert argv_refusal([*merged, "--num-layers", "two"]) == "argument --num-layers: invalid int value: 'two'"
+    assert argv_refusal([*merged, "--oellm-backend", "jax"]).startswith("argument --oellm-backend: invalid choice")
 
 
 def test_torch_backend_gets_the_local_implementation_unless_given():
