@@ -116,12 +116,15 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
             elif match := _ARG_LINE.search(line):
                 args[match["name"]] = parse_value(match["value"].strip())
             continue
+        if (head := _ITERATION.search(line)) is None:
+            continue
+        iteration = int(head["iteration"])  # a cut line still marks where a run starts
+        if new_run or iteration <= previous:
+            run_starts.append(iteration)
+            new_run = False
+        previous = iteration
         if (record := _parse_iteration(line)) is not None:
-            if new_run or record.iteration <= previous:
-                run_starts.append(record.iteration)
-                new_run = False
-            previous = record.iteration
-            iterations[record.iteration] = replace(record, run=len(run_starts) - 1)
+            iterations[iteration] = replace(record, run=len(run_starts) - 1)
     return RunLog(path, args, iterations, detect_failure(text), args_complete, tuple(run_starts))
 
 

@@ -202,6 +202,10 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
     following = (lines[-1].iteration // interval + 1) * interval
     if following <= needed:
         return f"no line for iteration {following} of the window {window} (missing or cut)"
+    if lines[-1].iteration < needed:
+        return (f"the window {window} ends between log lines: the last line in it averages up to iteration "
+                f"{lines[-1].iteration}, the next one reaches {following} (log interval {interval}); end the window "
+                "on a logged iteration")
     return ""
 
 

@@ -84,12 +84,12 @@ def test_plan_checks_context_parallelism_against_the_given_sequence_length(capsy
     assert "seq_length (4098)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("nodes, gpus_per_node", [("0", "4"), ("-1", "4"), ("1", "0")])
+@pytest.mark.parametrize("nodes, gpus_per_node", [("0", "4"), ("-1", "4"), ("1", "0"), ("-1", "-4")])
 def test_plan_command_refuses_an_empty_or_negative_world(nodes, gpus_per_node, capsys):
     from megatron.oellm.cli import main
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", nodes, "--gpus-per-node", gpus_per_node]) == 2
-    assert "world size" in capsys.readouterr().out
+    assert f"--nodes {nodes} x --gpus-per-node {gpus_per_node}: both must be >= 1" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("option, message", [("--seq-length", "seq_length must be positive, got 0"),

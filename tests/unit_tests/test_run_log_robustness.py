@@ -133,3 +133,23 @@ def test_peak_tflops_option_is_checked(args, tmp_path, capsys):
     for peak in ("0", "-5", "nan"):
         assert main(["table", str(log), "--peak-tflops", peak]) == 2
         assert "--peak-tflops must be a positive number" in capsys.readouterr().err
+
+
+def test_a_cut_first_line_still_marks_where_the_run_starts(args):
+    """The first line of a run averages only itself; cutting it must not make the next line look like a start."""
+    text = _edit(_log(args, TIMES, [130.0] * 10), 1, "elapsed time per iteration (ms): 225000.0 |",
+                 "elapsed time per iteration (ms): 2250")
+    log = parse_log_text(text)
+    assert 1 not in log.iterations and log.run_starts == (1,)
+    row = summarise(log, Window(), 4)
+    assert row.ok and row.step_time_s == pytest.approx(75.05)
+
+
+def test_a_window_ending_between_log_lines_marks_the_row(args):
+    """log interval 4 over 12 iterations: lines at 1, 4, 8 and 12, so a 5-10 window has no line ending at 10."""
+    every_4 = {**args, "log_interval": 4, "train_iters": 12}
+    text = "\n".join(_lines(every_4, {1: 225000.0, 4: 100000.0, 8: 75000.0, 12: 75000.0}, total=12))
+    assert _status(text, Window(5, 10)) == (
+        "the window 5-10 ends between log lines: the last line in it averages up to iteration 8, the next one "
+        "reaches 12 (log interval 4); end the window on a logged iteration")
+    assert summarise(parse_log_text(text), Window(5, 12), 4).ok

@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from megatron.oellm.flops import training_flops_per_token
 
     try:
+        if args.nodes < 1 or args.gpus_per_node < 1:
+            raise ParallelLayoutError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: both must be >= 1")
         card = get_card(args.model)
         if args.padded_vocab is not None:
             card = card.with_vocab(args.padded_vocab)

@@ -66,6 +66,9 @@ _HF_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attent
 _WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
+_ROUTER_BUFFERS = (".router.expert_bias", ".router.qb_beta")
+"""Persistent buffers of megatron-core 0.19.2's router (expert-bias and quantile balancing): routing state that a
+Hugging Face Qwen model has no tensor for."""
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
@@ -173,7 +176,13 @@ def _staged_output(out_dir: Path, overwrite: bool, source: Path) -> Iterator[Pat
 
 
 def _commit_output(staging: Path, out_dir: Path) -> None:
-    """Move the finished ``staging`` directory to ``out_dir`` (replacing it)."""
+    """Move the finished ``staging`` directory to ``out_dir``: its entries into an empty existing directory (which
+    stays the same directory, e.g. a shell's current one), otherwise in place of ``out_dir``."""
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        for entry in staging.iterdir():
+            entry.rename(out_dir / entry.name)
+        staging.rmdir()
+        return
     if out_dir.is_dir():
         shutil.rmtree(out_dir)
     elif out_dir.exists():
@@ -238,9 +247,11 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     rows megatron padded past the card's vocabulary are dropped."""
     module = family_module(card)
     reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
-    check_stored_card(card, reader.common_state())
     stored = reader.tensor_shapes()
-    padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored})
+    common = reader.common_state()
+    check_stored_card(card, common)
+    padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored},
+                                 common.get("args"))
     unit_pieces: list[list[mcore_layout.Piece]] = []
     for unit in units(card):
         pieces = [p for name, shape in unit_shapes(card.with_vocab(padded), unit)[1].items()
@@ -254,6 +265,11 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
         unit_pieces.append(pieces)
     wanted = {p.key for ps in unit_pieces for p in ps}
     unexpected = [key for key in stored if key.startswith(_MODEL_KEY_PREFIXES) and key not in wanted]
+    router_state = [key for key in unexpected if key.endswith(_ROUTER_BUFFERS)]
+    if router_state:
+        raise ConversionError(f"{reader.directory} holds router state {router_state[0]!r} (e.g. the expert bias of "
+                              "--moe-router-enable-expert-bias) that the Hugging Face model has no place for; "
+                              "without it the converted model would route differently")
     if unexpected:
         raise ConversionError(f"unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected) in "
                               f"{reader.directory} for card {card.name}; is --model the right card?")

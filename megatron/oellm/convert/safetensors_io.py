@@ -28,7 +28,7 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "
            "BOOL": torch.bool}
 
 
-def _open(path: Path):
+def _open(path: Path) -> safe_open:
     """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors) is a
     :class:`ConversionError` naming it."""
     try:

@@ -10,13 +10,17 @@ tensors with ``allow_shape_mismatch`` and fills the padding rows with zeros.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from torch import Tensor
 
 from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 
 VOCAB_TENSORS = ("embedding.word_embeddings.weight", "output_layer.weight")
 """Megatron state-dict tensors with one row per vocabulary entry."""
+PLAUSIBLE_TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+"""Tensor-parallel sizes whose padding is accepted when a checkpoint does not store its run's arguments."""
 
 
 def strip_vocab_rows(tensors: Mapping[str, Tensor], vocab_size: int) -> dict[str, Tensor]:
@@ -24,16 +28,36 @@ def strip_vocab_rows(tensors: Mapping[str, Tensor], vocab_size: int) -> dict[str
     return {name: tensor[:vocab_size] if name in VOCAB_TENSORS else tensor for name, tensor in tensors.items()}
 
 
-def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int]) -> int:
+def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatron_args: Any = None) -> int:
     """The padded vocabulary of a megatron checkpoint from the rows of its stored :data:`VOCAB_TENSORS`
-    (``stored_rows``: tensor -> rows, the ones present); a :class:`ConversionError` when they disagree or hold fewer
-    rows than the card's vocabulary ``vocab_size``."""
+    (``stored_rows``: tensor -> rows, the ones present).
+
+    Extra rows are accepted only as megatron's padding of the card's ``vocab_size``: the padding of the saving run's
+    ``make_vocab_size_divisible_by`` x ``tensor_model_parallel_size`` when the checkpoint holds megatron's ``args``
+    (training checkpoints do), else the default divisor's padding at some tensor-parallel size in
+    :data:`PLAUSIBLE_TP_SIZES`. Anything else (fewer rows, tensors that disagree, a run trained on another
+    vocabulary) is a :class:`ConversionError`: dropping real token rows must not pass as padding.
+    """
     rows = set(stored_rows.values())
     if len(rows) > 1:
         raise ConversionError(f"the vocabulary tensors have different row counts ({dict(stored_rows)}); a megatron "
                               "checkpoint pads both to the same size")
     padded = rows.pop() if rows else vocab_size
+    if padded == vocab_size:
+        return padded
     if padded < vocab_size:
         raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, fewer than the card's "
                               f"vocabulary of {vocab_size}; is --model the right card?")
+    divisor = getattr(megatron_args, "make_vocab_size_divisible_by", None)
+    tp = getattr(megatron_args, "tensor_model_parallel_size", None)
+    if isinstance(divisor, int) and isinstance(tp, int):
+        expected = {pad_vocab(vocab_size, divisor * tp)}
+        how = f"at TP {tp} x make-vocab-size-divisible-by {divisor} (the saving run's arguments)"
+    else:
+        expected = {pad_vocab(vocab_size, MEGATRON_VOCAB_DIVISOR * tp) for tp in PLAUSIBLE_TP_SIZES}
+        how = f"at TP {'/'.join(map(str, PLAUSIBLE_TP_SIZES))} x {MEGATRON_VOCAB_DIVISOR} (no run arguments stored)"
+    if padded not in expected:
+        raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, but megatron pads the card's "
+                              f"{vocab_size} tokens to {' or '.join(map(str, sorted(expected)))} {how}; the run "
+                              "trained another vocabulary (--vocab-size?): pick the card of that vocabulary")
     return padded

@@ -10,6 +10,7 @@ Pure Python: no torch, no megatron-core.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import tomllib
 import types
 import typing
@@ -250,6 +251,13 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
     cluster = dict(data.pop("cluster"))
     binds = cluster.get("binds", ())
     cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
+    if isinstance(cluster.get("time"), datetime.time):  # TOML reads an unquoted 00:30:00 as a local time
+        cluster["time"] = cluster["time"].isoformat()
+    env = cluster.get("env", {})
+    for key, value in env.items() if isinstance(env, Mapping) else ():
+        if not isinstance(value, str):
+            raise RecipeError(f"recipe {name} [cluster.env]: {key} = {value!r} is not a string; quote it "
+                              f"({key} = \"{value}\") so the job exports exactly that text")
     rows = tuple(TableRow(**row) for row in data.pop("rows", ()))
     parallel = data.pop("parallel", {})
     if isinstance(parallel, Mapping):  # otherwise ParallelLayout(**parallel) raises the TypeError load_recipe reports

@@ -108,6 +108,10 @@ def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagVal
         "pipeline-model-parallel-layout": None,
         "num-virtual-stages-per-pipeline-rank": None,
         "num-layers-per-virtual-pipeline-stage": None,
+        "decoder-first-pipeline-num-layers": None,
+        "decoder-last-pipeline-num-layers": None,
+        "account-for-embedding-in-pipeline-split": None,
+        "account-for-loss-in-pipeline-split": None,
     }
     if card.linear_mixer != "none":
         flags["hybrid-layer-pattern"] = pipelined_hybrid_pattern(card, layout)
@@ -162,9 +166,11 @@ def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) 
 def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, train_iters: int,
                    inputs: RunInputs) -> dict[str, FlagValue]:
     """Model, layout, batch, data, recipe, row and checkpoint flags in that order (a later group overrides an earlier
-    one); the recipe's and the row's flags may not change a flag of the first four groups (:func:`check_overrides`)."""
+    one); the recipe's and the row's flags may not change a flag of the first four groups (:func:`check_overrides`)
+    other than the card's :data:`TRAINING_CHOICES`."""
+    card_flags = model_flags(card, vocab_size=card.vocab_size)
     owned: dict[str, dict[str, FlagValue]] = {
-        "the model card (model, vocab_size)": model_flags(card, vocab_size=card.vocab_size),
+        "the model card (model, vocab_size)": {k: v for k, v in card_flags.items() if k not in TRAINING_CHOICES},
         "the parallel layout ([parallel], a row's parallel)": parallel_flags(card, layout),
         "the row (seq_length, micro_batch_size, global_batch_size, train_iters)": {
             "seq-length": card.seq_length, "micro-batch-size": row.micro_batch_size,
@@ -173,13 +179,18 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
     }
     check_overrides("[megatron_flags]", recipe.megatron_flags, owned)
     check_overrides("the row's flags", row.flags, owned)
-    flags: dict[str, FlagValue] = {}
+    flags = dict(card_flags)
     for group in owned.values():
         flags.update(group)
     flags.update(recipe.megatron_flags)
     flags.update(row.flags)
     flags.update(checkpoint_flags(inputs))
     return flags
+
+
+TRAINING_CHOICES = ("moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-grouped-gemm",
+                    "max-position-embeddings")
+"""Flags the card fills in that are training choices, not architecture: a recipe's or row's flags may change them."""
 
 
 def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[str, Mapping[str, FlagValue]]) -> None:

@@ -13,6 +13,7 @@ converts back to the original HF tensors, bit for bit.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from pathlib import Path
@@ -137,8 +138,11 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, C
             for key, tensor in expected.items():
                 assert torch.equal(state[key], tensor), f"{name} rank {rank}: {key}"
             if save_root is not None:
+                # megatron's training checkpoints hold its arguments too; the converter checks the padding with them
+                run = argparse.Namespace(make_vocab_size_divisible_by=MEGATRON_VOCAB_DIVISOR,
+                                         tensor_model_parallel_size=tp, padded_vocab_size=padded)
                 with cpu_checkpoint_saving():
-                    dist_checkpointing.save(model.sharded_state_dict(), f"{save_root}/{name}")
+                    dist_checkpointing.save({**model.sharded_state_dict(), "args": run}, f"{save_root}/{name}")
 
 
 def convert(name: str, vocab: int, tmp: Path) -> str:

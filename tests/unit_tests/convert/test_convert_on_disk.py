@@ -244,3 +244,29 @@ def test_hybrid_checkpoint_with_more_layers_than_the_card_is_rejected(tmp_path: 
     with pytest.raises(ConversionError, match=rf"unexpected tensor 'decoder\.layers\.{2 * card.num_layers}\."):
         mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_router_expert_bias_is_refused_with_what_it_would_change(tiny_hf, monkeypatch: pytest.MonkeyPatch) -> None:
+    """megatron-core stores --moe-router-enable-expert-bias's bias as a persistent router buffer; dropping it would
+    change the routing of the converted model, so it is refused as such (not as a wrong card)."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    shapes = CheckpointReader.tensor_shapes
+    bias = {"decoder.layers.mlp.router.expert_bias": ((card.num_layers, card.num_experts), torch.float32)}
+    monkeypatch.setattr(CheckpointReader, "tensor_shapes", lambda reader: shapes(reader) | bias)
+    with pytest.raises(ConversionError, match=r"router state 'decoder\.layers\.mlp\.router\.expert_bias' .* route "
+                                              r"differently"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert not (tmp / "out").exists()
+
+
+def test_output_into_an_empty_current_directory_keeps_that_directory(tiny_hf, monkeypatch: pytest.MonkeyPatch) -> None:
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    (tmp / "here").mkdir()
+    monkeypatch.chdir(tmp / "here")
+    inode = (tmp / "here").stat().st_ino
+    hf_to_mcore_checkpoint(card, tmp / "hf", Path("."))
+    assert (tmp / "here").stat().st_ino == inode
+    assert sorted(p.name for p in Path(".").iterdir()) == [ITERATION_FILE, RELEASE]

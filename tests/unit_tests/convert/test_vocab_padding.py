@@ -1,7 +1,10 @@
-"""Megatron's vocabulary padding on the way back to Hugging Face: the padded size is read from the stored vocabulary
-tensors, and stripping cuts those tensors only, back to their original rows."""
+"""Megatron's vocabulary padding on the way back to Hugging Face: extra rows pass as padding only when megatron's
+padding of the card's vocabulary explains them, and stripping cuts the vocabulary tensors only, back to their
+original rows."""
 
 from __future__ import annotations
+
+import argparse
 
 import pytest
 import torch
@@ -21,11 +24,30 @@ def test_stripping_cuts_the_vocabulary_tensors_only() -> None:
     assert stripped["decoder.final_layernorm.weight"] is norm
 
 
-def test_stored_padding_is_read_from_the_vocabulary_tensors() -> None:
-    assert stored_padded_vocab(300, {name: 384 for name in VOCAB_TENSORS}) == 384
-    assert stored_padded_vocab(300, {VOCAB_TENSORS[0]: 300}) == 300
+def rows(count: int) -> dict[str, int]:
+    """Both vocabulary tensors stored with ``count`` rows."""
+    return dict.fromkeys(VOCAB_TENSORS, count)
+
+
+def test_rows_megatrons_padding_explains_are_padding() -> None:
+    assert stored_padded_vocab(151936, rows(151936)) == 151936
+    assert stored_padded_vocab(151936, rows(152064)) == 152064  # TP 2, no run arguments stored
+    assert stored_padded_vocab(300, rows(384)) == 384  # TP 1
+    assert stored_padded_vocab(300, {VOCAB_TENSORS[0]: 512}) == 512  # TP 2, tied output layer
     assert stored_padded_vocab(300, {}) == 300
+    run = argparse.Namespace(make_vocab_size_divisible_by=128, tensor_model_parallel_size=2, padded_vocab_size=512)
+    assert stored_padded_vocab(300, rows(512), run) == 512
+
+
+def test_rows_megatrons_padding_does_not_explain_are_refused() -> None:
     with pytest.raises(ConversionError, match="different row counts"):
         stored_padded_vocab(300, {VOCAB_TENSORS[0]: 384, VOCAB_TENSORS[1]: 512})
     with pytest.raises(ConversionError, match="fewer than the card's vocabulary of 300"):
-        stored_padded_vocab(300, {name: 256 for name in VOCAB_TENSORS})
+        stored_padded_vocab(300, rows(256))
+    # a run trained on a 262,144-token vocabulary converted with the 248,320-token Qwen3.5 card
+    with pytest.raises(ConversionError, match=r"262144 rows, but megatron pads the card's 248320 tokens to 248320 "
+                                              r"or 248832 .* pick the card of that vocabulary"):
+        stored_padded_vocab(248320, rows(262144))
+    run = argparse.Namespace(make_vocab_size_divisible_by=128, tensor_model_parallel_size=1, padded_vocab_size=512)
+    with pytest.raises(ConversionError, match=r"to 384 at TP 1 x make-vocab-size-divisible-by 128"):
+        stored_padded_vocab(300, rows(512), run)

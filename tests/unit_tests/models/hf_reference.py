@@ -151,6 +151,8 @@ def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: 
     At a near-tie two correct implementations choose different experts as soon as their rounding differs by more than
     the gap (TF32 GEMMs upstream of the router are enough), and the comparison then measures the coin toss, not the
     model; ``margin`` must exceed the logit error of the side compared."""
+    if not transformers_routers(model):
+        raise ValueError(f"{type(model).__name__} has no MoE router: there is no expert choice to keep from a tie")
     device = next(model.parameters()).device
     smallest = []
     for _ in range(attempts):

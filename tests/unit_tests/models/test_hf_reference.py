@@ -158,6 +158,8 @@ def test_tokens_clear_of_router_ties_say_when_no_draw_is():
     model = cpu_hf_model("qwen3-30b-a3b-tiny", 6)
     with pytest.raises(RuntimeError, match=r"no draw of 3 random token sets .* lower the margin"):
         tokens_clear_of_router_ties(model, 512, (BATCH, SEQ), 1.0, attempts=3)
+    with pytest.raises(ValueError, match="has no MoE router"):
+        tokens_clear_of_router_ties(torch.nn.Linear(2, 2), 512, (BATCH, SEQ), 1e-4)
 
 
 def test_fresh_seed_replays_the_seed_given(monkeypatch, capsys):

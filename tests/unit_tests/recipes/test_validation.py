@@ -108,6 +108,17 @@ def test_recipe_flags_that_contradict_the_layout_are_refused_and_restating_a_val
     assert resolve_row(restating, restating.rows[0]).argv == resolve_row(recipe, recipe.rows[1]).argv
 
 
+def test_training_choices_of_the_card_may_change_but_pipeline_placement_may_not():
+    recipe = _qwen3_5()
+    no_aux = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, "moe-aux-loss-coeff": 0.0})
+    argv = resolve_row(no_aux, no_aux.rows[0]).argv
+    assert argv[argv.index("--moe-aux-loss-coeff") + 1] == "0.0"
+    for flag, value in (("decoder-first-pipeline-num-layers", 2), ("account-for-loss-in-pipeline-split", True)):
+        placed = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, flag: value})
+        with pytest.raises(RecipeError, match=rf"--{flag} .* contradicts the parallel layout"):
+            resolve_row(placed, placed.rows[0])
+
+
 def test_tokenizer_without_data_and_negative_save_interval_are_refused(capsys):
     strong = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
     assert main(["recipe", strong, "--row", "1", "--tokenizer-model", "byte"]) == 2
@@ -125,6 +136,8 @@ def test_tokenizer_without_data_and_negative_save_interval_are_refused(capsys):
     ("", 'reference = { note = "x" }\n', "row 2: reference = {'note': 'x'} is not of type Mapping[str, float]"),
     ("", 'parallel = { ep = "4" }\n', "row 2: parallel ep = '4' is not of type int"),
     ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not of type Mapping[str, "),
+    ("[cluster.env]\nNCCL_MIN_NCHANNELS = 4\n", "",
+     '[cluster.env]: NCCL_MIN_NCHANNELS = 4 is not a string; quote it (NCCL_MIN_NCHANNELS = "4")'),
 ])
 def test_values_of_the_wrong_type_are_refused_with_the_field_named(tmp_path, capsys, table, row, message):
     config = tmp_path / "types.toml"
@@ -134,3 +147,10 @@ def test_values_of_the_wrong_type_are_refused_with_the_field_named(tmp_path, cap
                       + ("" if row.startswith("nodes") else "nodes = 8\n"))
     assert main(["recipe", str(config), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_unquoted_toml_time_is_the_jobs_time_limit(tmp_path, capsys):
+    config = tmp_path / "time.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n[cluster]\ntime = 00:30:00\n')
+    assert main(["recipe", str(config), "--row", "1", "--dry-run"]) == 0
+    assert "#SBATCH --time=00:30:00" in capsys.readouterr().out
