@@ -11,7 +11,8 @@ field read ends with Megatron's `` |`` and the line's last field (``number of na
 cut by a crash or by another rank's output is left out rather than read as a shorter number.
 Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a
 restart or resume appending to the same log) starts the next one.
-A run is *failed* when the log shows an out-of-memory error, an NCCL timeout or a Python traceback.
+A run is *failed* when the log shows an out-of-memory error, an NCCL timeout or a Python traceback, and *finished*
+when megatron's ``[after training is done]`` line follows its last iteration line.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _TFLOPS = re.compile(rf"throughput per GPU \(TFLOP/s/GPU\): (?P<tflops>{_NUMBER}
 _BATCH = re.compile(r"global batch size:\s*(?P<gbs>\d+) \|")
 _SKIPPED = re.compile(r"number of skipped iterations:\s*(?P<count>\d+) \|")
 _NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
+_TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
 _EXCEPTION = re.compile(r"^(?:.*?: )?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
 FAILURE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -77,6 +79,9 @@ class RunLog:
     """The arguments block's end line was seen (False: no block, or the log stops inside it)."""
     run_starts: tuple[int, ...] = ()
     """The first iteration printed by each run (start of the program) in the log, in log order."""
+    finished: bool = False
+    """Megatron's ``[after training is done]`` line follows the last iteration line: the run reached its end, so
+    iterations past the last line were run but not logged (``train_iters`` not a multiple of ``log_interval``)."""
 
     @property
     def train_iters(self) -> int | None:
@@ -104,9 +109,12 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
     args: dict[str, Any] = {}
     iterations: dict[int, IterationLine] = {}
     run_starts: list[int] = []
-    in_args = args_complete = False
+    in_args = args_complete = finished = False
     new_run, previous = True, 0
     for line in text.splitlines():
+        if _TRAINING_DONE.search(line):
+            finished = True
+            continue
         if _ARGS_START.search(line):
             in_args = new_run = True
             continue
@@ -119,13 +127,14 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         if (head := _ITERATION.search(line)) is None:
             continue
         iteration = int(head["iteration"])  # a cut line still marks where a run starts
+        finished = False
         if new_run or iteration <= previous:
             run_starts.append(iteration)
             new_run = False
         previous = iteration
         if (record := _parse_iteration(line)) is not None:
             iterations[iteration] = replace(record, run=len(run_starts) - 1)
-    return RunLog(path, args, iterations, detect_failure(text), args_complete, tuple(run_starts))
+    return RunLog(path, args, iterations, detect_failure(text), args_complete, tuple(run_starts), finished)
 
 
 def _parse_iteration(line: str) -> IterationLine | None:

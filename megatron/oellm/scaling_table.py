@@ -153,7 +153,7 @@ def window_status(log: RunLog, window: Window) -> str:
     if total is not None and total < window.first:
         return f"run of {total} iterations ends before the window {window}"
     needed = min(window.last, total) if total is not None else window.last
-    if log.last_iteration < needed:
+    if log.last_iteration < needed and not log.finished:
         return f"truncated at iteration {log.last_iteration}/{total if total is not None else '?'}"
     lines = window_lines(log, window)
     if not lines:
@@ -202,6 +202,9 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
     following = (lines[-1].iteration // interval + 1) * interval
     if following <= needed:
         return f"no line for iteration {following} of the window {window} (missing or cut)"
+    if lines[-1].iteration < needed and log.finished and lines[-1].iteration == log.last_iteration:
+        return (f"iterations {lines[-1].iteration + 1}-{needed} of the window {window} are in no log line (the run "
+                f"ended between lines, log interval {interval}); end the window at {lines[-1].iteration}")
     if lines[-1].iteration < needed:
         return (f"the window {window} ends between log lines: the last line in it averages up to iteration "
                 f"{lines[-1].iteration}, the next one reaches {following} (log interval {interval}); end the window "

@@ -153,3 +153,18 @@ def test_a_window_ending_between_log_lines_marks_the_row(args):
         "the window 5-10 ends between log lines: the last line in it averages up to iteration 8, the next one "
         "reaches 12 (log interval 4); end the window on a logged iteration")
     assert summarise(parse_log_text(text), Window(5, 12), 4).ok
+
+
+def test_a_finished_run_whose_last_iterations_were_not_logged_is_not_called_truncated(args):
+    """train_iters 10 with log interval 4: lines at 1, 4 and 8; megatron's end-of-training line tells a finished run
+    from one that stopped at iteration 8."""
+    every_4 = {**args, "log_interval": 4, "train_iters": 10}
+    stopped = "\n".join(_lines(every_4, {1: 225000.0, 4: 100000.0, 8: 75000.0}, total=10))
+    done = stopped + "\n[after training is done] datetime: 2026-11-30 12:00:00.000000 "
+    assert _status(stopped, Window(5, 10)) == "truncated at iteration 8/10"
+    assert parse_log_text(done).finished and not parse_log_text(stopped).finished
+    assert _status(done, Window(5, 10)) == ("iterations 9-10 of the window 5-10 are in no log line (the run ended "
+                                            "between lines, log interval 4); end the window at 8")
+    assert summarise(parse_log_text(done), Window(5, 8), 4).ok
+    whole = _log(args, TIMES, [130.0] * 10) + "\n[after training is done] datetime: 2026-11-30 12:00:00.000000 "
+    assert summarise(parse_log_text(whole), Window(), 4).ok
