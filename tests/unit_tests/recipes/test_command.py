@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, fake_sbatch
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import load_recipe, resolve_row
@@ -46,11 +46,7 @@ def test_training_entry_reads_back_the_recipes_card(stem, parse_megatron):
 
 
 def test_submit_writes_one_job_per_selected_row(tmp_path, monkeypatch, capsys):
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\necho "Submitted batch job 7"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     config = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
     image = tmp_path / "image.sif"
     image.touch()
@@ -64,19 +60,8 @@ def test_submit_writes_one_job_per_selected_row(tmp_path, monkeypatch, capsys):
     assert len(list((tmp_path / "runs").rglob("job.sbatch"))) == 1
 
 
-def _fake_sbatch(tmp_path, monkeypatch):
-    """An ``sbatch`` on PATH that records each script it is given; returns the record file."""
-    record = tmp_path / "submitted"
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir()
-    fake.write_text(f'#!/bin/sh\necho "$1" >> "{record}"\necho "Submitted batch job 7"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    return record
-
-
 def test_a_bad_row_stops_the_submission_before_any_row_is_submitted(tmp_path, monkeypatch, capsys):
-    record = _fake_sbatch(tmp_path, monkeypatch)
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     image = tmp_path / "image.sif"
     image.touch()
     config = tmp_path / "partial.toml"
@@ -89,7 +74,7 @@ def test_a_bad_row_stops_the_submission_before_any_row_is_submitted(tmp_path, mo
 
 
 def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, capsys):
-    record = _fake_sbatch(tmp_path, monkeypatch)
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     config = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
     missing = tmp_path / "no such.sif"
     assert main(["recipe", config, "--submit", "--row", "1", "--image", str(missing),
@@ -105,7 +90,7 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
 ])
 def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(tmp_path, monkeypatch, capsys, flag,
                                                                                message):
-    record = _fake_sbatch(tmp_path, monkeypatch)
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     image = tmp_path / "image.sif"
     image.touch()
     config = tmp_path / "typo.toml"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, fake_sbatch
 
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.slurm import check_host_paths, submit
@@ -78,11 +77,7 @@ def test_submit_without_sbatch_says_where_to_run(tmp_path, monkeypatch):
 
 
 def test_submit_writes_the_script_and_calls_sbatch(tmp_path, monkeypatch):
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\necho "Submitted batch job 4242 from $1"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 4242 from $1")
     out = submit("#!/bin/bash\necho hi\n", tmp_path / "run")
     assert out == f"Submitted batch job 4242 from {tmp_path / 'run' / 'job.sbatch'}"
     assert (tmp_path / "run" / "job.sbatch").read_text() == "#!/bin/bash\necho hi\n"
@@ -103,11 +98,7 @@ def test_environment_reaches_the_container_over_the_images_own(tmp_path):
 
 
 def test_resubmitting_keeps_the_previous_job_script(tmp_path, monkeypatch):
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\necho "Submitted batch job 1 from $1"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 1 from $1")
     first = submit("#!/bin/bash\necho first\n", tmp_path / "run")
     second = submit("#!/bin/bash\necho second\n", tmp_path / "run")
     assert (tmp_path / "run" / "job.sbatch").read_text() == "#!/bin/bash\necho first\n"
