@@ -6,7 +6,7 @@ import contextlib
 import copy
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -125,22 +125,30 @@ def transformers_routers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 @contextlib.contextmanager
-def smallest_router_margin(model: torch.nn.Module) -> Iterator[list[float]]:
-    """Inside the block, each MoE router of transformers' ``model`` appends to the yielded list its smallest gap
-    between a token's k-th and (k+1)-th largest router logit: how far the closest expert choice is from a tie, which
-    rounding differences between two correct implementations can flip."""
-    margins: list[float] = []
-
-    def record(module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
-        ranked = output[0].detach().topk(module.top_k + 1, dim=-1).values
-        margins.append((ranked[:, -2] - ranked[:, -1]).min().item())
-
-    handles = [router.register_forward_hook(record) for router in transformers_routers(model)]
+def router_records(model: torch.nn.Module, record: Callable[[torch.nn.Module, tuple], object]
+                   ) -> Iterator[list[object]]:
+    """Inside the block, each MoE router of transformers' ``model`` appends ``record(router, its output)`` to the
+    yielded list on every forward, in layer order."""
+    records: list[object] = []
+    handles = [router.register_forward_hook(lambda module, _inputs, output: records.append(record(module, output)))
+               for router in transformers_routers(model)]
     try:
-        yield margins
+        yield records
     finally:
         for handle in handles:
             handle.remove()
+
+
+def smallest_router_margin(model: torch.nn.Module) -> contextlib.AbstractContextManager[list[float]]:
+    """Inside the block, each MoE router of transformers' ``model`` appends to the yielded list its smallest gap
+    between a token's k-th and (k+1)-th largest router logit: how far the closest expert choice is from a tie, which
+    rounding differences between two correct implementations can flip."""
+
+    def margin(module: torch.nn.Module, output: tuple) -> float:
+        ranked = output[0].detach().topk(module.top_k + 1, dim=-1).values
+        return (ranked[:, -2] - ranked[:, -1]).min().item()
+
+    return router_records(model, margin)
 
 
 def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: tuple[int, ...], margin: float,
@@ -166,21 +174,11 @@ def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: 
                        f"(smallest margins {', '.join(f'{m:.1e}' for m in smallest)}): lower the margin")
 
 
-@contextlib.contextmanager
-def own_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+def own_routing(model: torch.nn.Module) -> contextlib.AbstractContextManager[list[torch.Tensor]]:
     """Inside the block, each MoE router of transformers' ``model`` appends its choices to the yielded list as a
     ``[tokens, experts]`` boolean map (the form :func:`forced_routing` takes)."""
-    maps: list[torch.Tensor] = []
-
-    def record(_module: torch.nn.Module, _inputs: tuple, output: tuple) -> None:
-        maps.append(torch.zeros_like(output[0], dtype=torch.bool).scatter_(-1, output[2], True))
-
-    handles = [router.register_forward_hook(record) for router in transformers_routers(model)]
-    try:
-        yield maps
-    finally:
-        for handle in handles:
-            handle.remove()
+    return router_records(model, lambda _module, output: torch.zeros_like(output[0], dtype=torch.bool)
+                          .scatter_(-1, output[2], True))
 
 
 @contextlib.contextmanager
