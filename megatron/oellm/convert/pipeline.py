@@ -252,9 +252,10 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     check_stored_card(card, common)
     padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored},
                                  common.get("args"))
+    stored_card = card.with_vocab(padded)  # the megatron side's shapes: vocabulary rows as megatron padded them
     unit_pieces: list[list[mcore_layout.Piece]] = []
     for unit in units(card):
-        pieces = [p for name, shape in unit_shapes(card.with_vocab(padded), unit)[1].items()
+        pieces = [p for name, shape in unit_shapes(stored_card, unit)[1].items()
                   for p in mcore_layout.pieces(card, module.MCORE_MODEL, name, shape)]
         for p in pieces:
             if p.key not in stored:
