@@ -7,6 +7,8 @@ norm and attention-kernel classes fill them, so one builder serves Transformer E
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -83,8 +85,14 @@ def attention_spec(backend: BackendSpecProvider, card: ModelCard) -> ModuleSpec:
 
 
 def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
-    """``MoELayer`` with grouped routed experts and (per the config) a gated shared expert, on ``backend``."""
-    return get_moe_module_spec_for_backend(backend=backend, num_experts=card.num_experts, moe_grouped_gemm=True)
+    """``MoELayer`` with grouped routed experts and (per the config) a gated shared expert, on ``backend``; the
+    router is the backend's ``moe_router()`` where it has one (megatron-core's providers do not: ``TopKRouter``)."""
+    builder = get_moe_module_spec_for_backend(backend=backend, num_experts=card.num_experts, moe_grouped_gemm=True)
+    router = getattr(backend, "moe_router", None)
+    if router is None:
+        return builder
+    submodules = dataclasses.replace(builder.keywords["submodules"], router=router())
+    return functools.partial(builder.func, *builder.args, **{**builder.keywords, "submodules": submodules})
 
 
 SPEC_RUNTIME_DEFAULTS: dict[str, Any] = dict(

@@ -19,6 +19,8 @@ from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
 
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
+from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter
+from tests.unit_tests.gpu_utils import no_tf32
 
 pytestmark = pytest.mark.gpu
 
@@ -153,3 +155,29 @@ def test_packed_gqa_attention_matches_per_document_reference(megatron_runtime: N
     assert out.shape == (total, hq * d)
     expected = packed_attention_reference(q, k, v, lengths, causal=True)
     assert relative_error(out, expected) < TOLERANCE[dtype]
+
+
+@pytest.mark.usefixtures("tf32_flags_restored")
+def test_fp32_router_logits_and_gradients_are_fp32_with_or_without_transformer_engine(megatron_runtime: None) -> None:
+    """The torch-native router's fp32 gating product (logits and both gradients) against float64, TF32 off.
+
+    megatron-core's own ``TopKRouter`` computes it with Transformer Engine's GEMM whenever TE imports, which is TF32
+    for fp32 operands (relative error ~1e-4, above this bound); the torch-native router must not, wherever it runs.
+    """
+    no_tf32()
+    router = TorchGatingTopKRouter(config=make_config(torch.float32, moe_router_dtype="fp32"),
+                                   pg_collection=ProcessGroupCollection.use_mpu_process_groups()).cuda()
+    with torch.no_grad():
+        router.weight.copy_(torch.randn_like(router.weight))
+    hidden = torch.randn(256, HIDDEN, device="cuda", requires_grad=True)
+    upstream = torch.randn(256, NUM_EXPERTS, device="cuda")
+    router.gating(hidden).backward(upstream)
+    exact_hidden = hidden.detach().double().requires_grad_()
+    exact_weight = router.weight.detach().double().requires_grad_()
+    logits = exact_hidden @ exact_weight.t()
+    logits.backward(upstream.double())
+    with torch.no_grad():
+        ours = router.gating(hidden)
+    assert relative_error(ours, logits) <= 1e-6
+    assert relative_error(hidden.grad, exact_hidden.grad) <= 1e-6
+    assert relative_error(router.weight.grad, exact_weight.grad) <= 1e-6

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -152,9 +152,13 @@ def smallest_router_margin(model: torch.nn.Module) -> contextlib.AbstractContext
 
 
 def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: tuple[int, ...], margin: float,
-                                attempts: int = 30) -> tuple[torch.Tensor, float]:
+                                attempts: int = 30,
+                                variants: Sequence[Callable[[], contextlib.AbstractContextManager]] = (
+                                    contextlib.nullcontext,)) -> tuple[torch.Tensor, float]:
     """Random tokens (on ``model``'s device) on which every expert choice of transformers' ``model`` is at least
     ``margin`` (router logits) from a tie, and that smallest margin; draws again otherwise, up to ``attempts`` times.
+    Each of ``variants`` (context-manager factories, e.g. ``lambda: float64_rule(model)``) is one forward the margin is
+    taken under: a comparison made under another kernel routes on that kernel's logits.
 
     At a near-tie two correct implementations choose different experts as soon as their rounding differs by more than
     the gap (TF32 GEMMs upstream of the router are enough), and the comparison then measures the coin toss, not the
@@ -165,8 +169,11 @@ def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: 
     smallest = []
     for _ in range(attempts):
         tokens = torch.randint(0, vocab_size, shape, device=device)
-        with torch.no_grad(), smallest_router_margin(model) as margins:
-            model(input_ids=tokens)
+        margins: list[float] = []
+        for variant in variants:
+            with torch.no_grad(), variant(), smallest_router_margin(model) as found:
+                model(input_ids=tokens)
+            margins += found
         smallest.append(min(margins))
         if smallest[-1] >= margin:
             return tokens, smallest[-1]

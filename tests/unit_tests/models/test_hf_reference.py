@@ -154,6 +154,35 @@ def test_tokens_clear_of_router_ties_keep_every_choice_that_far_from_a_tie(name)
     assert min(gaps) == pytest.approx(margin, rel=1e-4)
 
 
+@contextlib.contextmanager
+def shifted_router(model: torch.nn.Module, shift: torch.Tensor):
+    """Inside the block, the first MoE router of ``model`` has ``shift`` added to its weight."""
+    router = transformers_routers(model)[0]
+    original = router.weight.detach().clone()
+    with torch.no_grad():
+        router.weight.add_(shift)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            router.weight.copy_(original)
+
+
+@pytest.mark.parametrize("shifted_first", [True, False])
+def test_tokens_clear_of_router_ties_take_the_smallest_margin_over_the_variants(shifted_first):
+    model = cpu_hf_model("qwen3-30b-a3b-tiny", 8)
+    shift = 0.5 * torch.randn_like(transformers_routers(model)[0].weight)
+    variants = [contextlib.nullcontext, lambda: shifted_router(model, shift)]
+    if shifted_first:
+        variants.reverse()
+    tokens, margin = tokens_clear_of_router_ties(model, 512, (BATCH, SEQ), 1e-6, variants=variants)
+    plain = min(router_gaps_float64(model, tokens))
+    with shifted_router(model, shift):
+        shifted = min(router_gaps_float64(model, tokens))
+    assert abs(plain - shifted) > 1e-3 * max(plain, shifted)  # the variants differ, so the check below can fail
+    assert margin == pytest.approx(min(plain, shifted), rel=1e-4)
+
+
 def test_tokens_clear_of_router_ties_say_when_no_draw_is():
     model = cpu_hf_model("qwen3-30b-a3b-tiny", 6)
     with pytest.raises(RuntimeError, match=r"no draw of 3 random token sets .* lower the margin"):

@@ -34,6 +34,7 @@ from tests.unit_tests.models.hf_reference import (
     captured_routing,
     errors,
     float64_gated_delta_rule,
+    float64_rule,
     float64_rule_gradients,
     forced_routing,
     fresh_seed,
@@ -46,14 +47,15 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tf32_flags_restored")]  
 BATCH, SEQ = 2, 128
 FP32_LOGITS_REL_L2, FP32_LOSS_ABS, BF16_LOGITS_REL_L2 = 1e-3, 1e-4, 2e-2
 FP32_GRAD_REL_L2 = 1e-2
+"""fp32 gradients must agree to this relative L2 error (bf16 gradients are reported, not bounded)."""
 FP32_ROUTER_MARGIN = 1e-4
 """fp32 cases draw tokens on which every expert choice of transformers' fp32 forward is at least this far (router
 logits, whose spread is about 0.16 in the tiny cards) from a tie (:func:`tokens_clear_of_router_ties`): above the
 router-logit error of TF32 GEMMs, so Transformer Engine and its TF32 control cannot flip a choice the reference
-makes (the two-GPU test saw such a flip fail a correct model, session 11). bf16 cases keep a plain draw: their
+makes (the two-GPU test saw such a flip fail a correct model, session 11). For GDN cards the margin is also
+taken with the float64 gated delta rule, whose check routes on that rule's logits. bf16 cases keep a plain draw: their
 router-logit errors are far above any margin a draw of 256 tokens can keep, and their bounds are bf16 bounds (at
 real width the expert choices are shared instead, see ``OUR_ROUTING_SLACK``)."""
-"""fp32 gradients must agree to this relative L2 error (bf16 gradients are reported, not bounded)."""
 DECAY_PARAMETERS = ("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.in_proj_a")
 """The GDN decay parameters: their fp32 gradients are bounded with the float64 rule on both sides
 (:func:`gradients_with_float64_rule`) and only reported through fla's kernels."""
@@ -282,7 +284,11 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     hf = random_hf_model(card, dtype)
     state = family_module(card).hf_to_mcore(card, {k: v.detach() for k, v in hf.state_dict().items()})
     if dtype == torch.float32:
-        tokens, margin = tokens_clear_of_router_ties(hf, card.vocab_size, (BATCH, SEQ), FP32_ROUTER_MARGIN)
+        # the float64-rule check (GDN cards) routes on that rule's logits, which fla's TF32 dot products move
+        variants = (contextlib.nullcontext, lambda: float64_rule(hf)) if decay_parameters(card) else (
+            contextlib.nullcontext,)
+        tokens, margin = tokens_clear_of_router_ties(hf, card.vocab_size, (BATCH, SEQ), FP32_ROUTER_MARGIN,
+                                                     variants=variants)
         print(f"smallest top-k router-logit margin {margin:.2e}")
     else:
         tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
@@ -310,6 +316,11 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     return checks
 
 
+def decay_parameters(card: ModelCard) -> list[str]:
+    """The GDN decay parameters among the compared gradients of ``card`` (none for a model without GDN)."""
+    return [name for name in GRAD_SAMPLE[card.family] if any(p in name for p in DECAY_PARAMETERS)]
+
+
 def gradients_with_float64_rule(card: ModelCard, hf: torch.nn.Module, tokens: torch.Tensor,
                                 state: dict[str, torch.Tensor]) -> dict[str, tuple[float, float, float]]:
     """Ours against transformers with the gated delta rule computed by the float64 recurrence on both sides, for
@@ -321,7 +332,7 @@ def gradients_with_float64_rule(card: ModelCard, hf: torch.nn.Module, tokens: to
     0.4 % to 8 % from seed to seed, which tests fla, not the model. With the exact rule the model's wiring of
     ``A_log``, ``dt_bias`` and ``in_proj_a`` is compared alone.
     """
-    names = [name for name in GRAD_SAMPLE[card.family] if any(p in name for p in DECAY_PARAMETERS)]
+    names = decay_parameters(card)
     if not names:
         return {}
     reference = float64_rule_gradients(hf, tokens, names)

@@ -15,6 +15,7 @@ from megatron.oellm.backends.torch_native.grouped_mlp import (
 )
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
 from megatron.oellm.backends.torch_native.norms import RMSNorm
+from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter
 
 
 class TorchNativeSpecProvider(LocalSpecProvider):
@@ -23,7 +24,8 @@ class TorchNativeSpecProvider(LocalSpecProvider):
     megatron-core's local provider gives the parallel linears (tensor and sequence parallelism included), the
     activation slot and the experts without grouped GEMM (SequentialMLP); the fused input-norm slots
     get :class:`RMSNormColumnParallelLinear`, core attention :class:`SDPACoreAttention`, grouped experts
-    :class:`TorchGroupedMLP`, norms :class:`RMSNorm`. A checkpoint written with either backend loads in the other.
+    :class:`TorchGroupedMLP`, norms :class:`RMSNorm`, the MoE router :class:`TorchGatingTopKRouter`. A checkpoint
+    written with either backend loads in the other.
     """
 
     def fuse_layernorm_and_linear(self) -> bool:
@@ -57,3 +59,8 @@ class TorchNativeSpecProvider(LocalSpecProvider):
                 linear_fc2=RowParallelStackedGroupedLinear,
             ),
         )
+
+    def moe_router(self) -> type:
+        """megatron-core's top-k router with its gating product computed by torch: megatron-core's own router would
+        use Transformer Engine's GEMM (TF32 for fp32 operands) whenever TE is installed."""
+        return TorchGatingTopKRouter

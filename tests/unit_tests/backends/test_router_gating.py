@@ -1,0 +1,82 @@
+"""The torch-native router's gating product (CPU): values and gradients against float64, dtypes, memory, wiring."""
+
+import pytest
+import torch
+from backend_setup import moe_config
+from megatron.core.models.backends import LocalSpecProvider
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.transformer.moe.router import TopKRouter
+
+from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
+from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter, gating_product
+from megatron.oellm.cards import get_card
+from megatron.oellm.models.building_blocks import moe_builder
+from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world
+
+TOKENS, HIDDEN, EXPERTS = 24, 64, 8
+BOUND = {torch.float32: 1e-6, torch.bfloat16: 1e-2}
+"""Relative L2 bound of a product computed in each dtype against float64 (operands exact in both)."""
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Relative L2 error of ``actual`` against ``expected``, in float64."""
+    return ((actual.double() - expected).norm() / expected.norm()).item()
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("operand_dtype,compute_dtype", [(torch.bfloat16, torch.float32),
+                                                         (torch.float32, torch.float32),
+                                                         (torch.bfloat16, torch.bfloat16)])
+def test_gating_product_and_its_gradients_match_float64(operand_dtype: torch.dtype, compute_dtype: torch.dtype,
+                                                        with_bias: bool) -> None:
+    hidden = torch.randn(2, TOKENS // 2, HIDDEN).to(operand_dtype).requires_grad_()
+    weight = (0.1 * torch.randn(EXPERTS, HIDDEN)).to(operand_dtype).requires_grad_()
+    bias = torch.randn(EXPERTS).to(operand_dtype).requires_grad_() if with_bias else None
+    upstream = torch.randn(2, TOKENS // 2, EXPERTS)
+
+    logits = gating_product(hidden, weight, bias, compute_dtype)
+    logits.backward(upstream.to(compute_dtype))
+
+    exact = [t.detach().double().requires_grad_() for t in (hidden, weight) + ((bias,) if with_bias else ())]
+    expected = exact[0] @ exact[1].t() + (exact[2] if with_bias else 0)
+    expected.backward(upstream.to(compute_dtype).double())
+    assert logits.dtype == compute_dtype and logits.shape == (2, TOKENS // 2, EXPERTS)
+    assert relative_error(logits, expected) <= BOUND[compute_dtype]
+    for given, reference in zip((hidden, weight) + ((bias,) if with_bias else ()), exact, strict=True):
+        assert given.grad.dtype == given.dtype
+        assert relative_error(given.grad, reference.grad) <= BOUND[torch.bfloat16 if operand_dtype == torch.bfloat16
+                                                                     else compute_dtype]
+
+
+def test_gating_product_keeps_bf16_activations_for_backward() -> None:
+    """An fp32 router on bf16 activations must not keep an fp32 copy of them for the backward pass."""
+    hidden = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(EXPERTS, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    saved: list[torch.dtype] = []
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor.dtype)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        gating_product(hidden, weight, None, torch.float32).sum().backward()
+    assert saved == [torch.bfloat16, torch.bfloat16]
+
+
+def test_torch_native_router_gates_in_the_configured_router_dtype() -> None:
+    config = moe_config(HIDDEN, 4, EXPERTS, 32, use_cpu_initialization=True, params_dtype=torch.bfloat16,
+                        moe_router_dtype="fp32", moe_router_topk=2)
+    with gloo_world(), cpu_model_building():
+        router = TorchGatingTopKRouter(config=config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(EXPERTS, HIDDEN))
+    hidden = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
+    logits = router.gating(hidden)
+    assert logits.dtype == torch.float32
+    assert relative_error(logits, hidden.double() @ router.weight.double().t()) <= BOUND[torch.float32]
+
+
+def test_torch_native_moe_layers_get_the_torch_router() -> None:
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    assert moe_builder(TorchNativeSpecProvider(), card).keywords["submodules"].router is TorchGatingTopKRouter
+    assert moe_builder(LocalSpecProvider(), card).keywords["submodules"].router is TopKRouter
