@@ -63,17 +63,52 @@ def test_gating_product_keeps_bf16_activations_for_backward() -> None:
     assert saved == [torch.bfloat16, torch.bfloat16]
 
 
-def test_torch_native_router_gates_in_the_configured_router_dtype() -> None:
-    config = moe_config(HIDDEN, 4, EXPERTS, 32, use_cpu_initialization=True, params_dtype=torch.bfloat16,
-                        moe_router_dtype="fp32", moe_router_topk=2)
+def build_router(cls: type, params_dtype: torch.dtype, router_dtype: str | None) -> TopKRouter:
+    """A router of ``cls`` on the CPU with fresh random weights (megatron-core initialises them to zeros here)."""
+    config = moe_config(HIDDEN, 4, EXPERTS, 32, use_cpu_initialization=True, params_dtype=params_dtype,
+                        moe_router_dtype=router_dtype, moe_router_topk=2)
     with gloo_world(), cpu_model_building():
-        router = TorchGatingTopKRouter(config=config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+        router = cls(config=config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
     with torch.no_grad():
         router.weight.copy_(torch.randn(EXPERTS, HIDDEN))
+    return router
+
+
+@pytest.mark.parametrize(("router_dtype", "expected"), [("fp32", torch.float32), ("fp64", torch.float64),
+                                                        (None, torch.bfloat16)])
+def test_torch_native_router_gates_in_the_configured_router_dtype(router_dtype: str | None,
+                                                                  expected: torch.dtype) -> None:
+    router = build_router(TorchGatingTopKRouter, torch.bfloat16, router_dtype)
     hidden = torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)
     logits = router.gating(hidden)
-    assert logits.dtype == torch.float32
-    assert relative_error(logits, hidden.double() @ router.weight.double().t()) <= BOUND[torch.float32]
+    assert logits.dtype == expected
+    bound = BOUND[torch.bfloat16] if expected == torch.bfloat16 else BOUND[torch.float32]
+    assert relative_error(logits, hidden.double() @ router.weight.double().t()) <= bound
+
+
+@pytest.mark.parametrize("router_dtype", ["fp32", "fp64", None])
+def test_torch_native_router_matches_megatron_cores_router_without_transformer_engine(
+        router_dtype: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same logits and gradients as megatron-core's own router where it computes with torch (TE absent), so the
+    override drops nothing megatron-core's gating does."""
+    from megatron.core.transformer.moe import moe_utils
+
+    monkeypatch.setattr(moe_utils, "te_general_gemm", None)
+    ours = build_router(TorchGatingTopKRouter, torch.bfloat16, router_dtype)
+    theirs = build_router(TopKRouter, torch.bfloat16, router_dtype)
+    with torch.no_grad():
+        theirs.weight.copy_(ours.weight)
+    hidden = torch.randn(2, TOKENS // 2, HIDDEN, dtype=torch.bfloat16)
+    results = []
+    for router in (ours, theirs):
+        given = hidden.clone().requires_grad_()
+        with cpu_model_building():  # megatron-core's gating moves CPU weights to torch.cuda.current_device()
+            logits = router.gating(given)
+        logits.backward(torch.ones_like(logits) + torch.arange(EXPERTS, dtype=logits.dtype))
+        results.append((logits, given.grad, router.weight.grad))
+    for mine, megatrons in zip(*results, strict=True):
+        assert mine.dtype == megatrons.dtype and mine.shape == megatrons.shape
+        torch.testing.assert_close(mine, megatrons, rtol=0, atol=0)
 
 
 def test_torch_native_moe_layers_get_the_torch_router() -> None:

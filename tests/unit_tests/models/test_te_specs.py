@@ -32,6 +32,7 @@ ATTENTION_SLOTS = {
 }
 MOE_SLOTS = {
     "pre_mlp_layernorm": "TENorm",
+    "mlp.router": "TopKRouter",  # megatron-core's, whose gating GEMM is TE's; the torch-native one computes it in torch
     "mlp.experts": "TEGroupedMLP",
     "mlp.experts.linear_fc1": "TEColumnParallelGroupedLinear",
     "mlp.experts.linear_fc2": "TERowParallelGroupedLinear",

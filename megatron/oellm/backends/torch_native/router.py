@@ -20,8 +20,9 @@ ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 class GatingProduct(torch.autograd.Function):
     """``hidden @ weight.T (+ bias)`` computed in ``dtype``, with torch's matmuls.
 
-    Only the tensors as given are kept for the backward pass (a bf16 activation stays bf16 in memory); the backward
-    pass casts them to ``dtype`` again and returns each gradient in its input's dtype.
+    Only the tensors as given are kept for the backward pass (a bf16 activation stays bf16 in memory); each pass
+    casts them to ``dtype`` in temporaries (an fp32 router on bf16 activations: one ``[tokens, hidden]`` fp32 copy
+    at a time) and the backward pass returns each gradient in its input's dtype.
     """
 
     @staticmethod
@@ -65,6 +66,11 @@ class TorchGatingTopKRouter(TopKRouter):
     """
 
     def gating(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (megatron-core's parameter name)
-        """Router logits of ``input`` (``[..., hidden]`` -> ``[..., num_experts]``)."""
+        """Router logits of ``input`` (``[..., hidden]`` -> ``[..., num_experts]``). A router whose parameters were
+        left on the CPU (megatron-core allows it) has them moved to the input's GPU first, as megatron-core's does."""
+        if input.is_cuda:
+            for parameter in (self.weight, self.bias):
+                if parameter is not None and not parameter.is_cuda:
+                    parameter.data = parameter.data.to(input.device)
         dtype = ROUTER_DTYPES.get(self.config.moe_router_dtype, input.dtype)
         return gating_product(input, self.weight, self.bias, dtype)
