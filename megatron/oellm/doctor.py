@@ -112,6 +112,10 @@ class EnvironmentReport:
     transformer_engine_import_error: str | None = None
     """Last line of the error a fresh interpreter raised on ``import torch, transformer_engine.pytorch`` (e.g. a
     library missing from LD_LIBRARY_PATH), or None when it imported or Transformer Engine is not installed."""
+    megatron_core_import_error: str | None = None
+    """Only probed when Transformer Engine is installed but does not import: the last error line of a fresh
+    ``import megatron.core.tensor_parallel`` (megatron-core treats only a *missing* TE as absent, so a broken one
+    can stop megatron-core itself, whichever backend is chosen), or None when it imported."""
     nvcc_path: str | None = None
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
@@ -164,6 +168,12 @@ def _import_error_in_subprocess(module: str, timeout_s: float = 180.0) -> str | 
         return None
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     return lines[-1] if lines else f"import {module} exited with status {result.returncode}"
+
+
+MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core.tensor_parallel"
+"""What the doctor imports to see whether megatron-core starts next to a broken Transformer Engine: its tensor-parallel
+package imports TE and catches only ``ModuleNotFoundError`` (megatron-core 0.19.2,
+``megatron/core/tensor_parallel/random.py``); ``megatron.oellm`` first for the Python 3.11 provision."""
 
 
 def _typing_override_provided() -> bool:
@@ -233,7 +243,9 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error = _torch_cuda_facts()
     tilelang_findable = _module_findable("tilelang")
-    te_findable = _module_findable("transformer_engine")
+    # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
+    te_error = (_import_error_in_subprocess("torch, transformer_engine.pytorch")
+                if _module_findable("transformer_engine") else None)
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
@@ -244,9 +256,8 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         gpu_probe_error=gpu_probe_error,
         tilelang_importable=tilelang_findable,
         tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
-        # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
-        transformer_engine_import_error=(_import_error_in_subprocess("torch, transformer_engine.pytorch")
-                                         if te_findable else None),
+        transformer_engine_import_error=te_error,
+        megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
         nvcc_path=_find_nvcc(env),
         hybrid_ep=_deep_ep_declares_hybrid_ep(),
     )
@@ -317,13 +328,20 @@ def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) 
     if report.transformer_engine_import_error is None:
         return [Finding("ok", "transformer-engine",
                         f"Transformer Engine {version} imports: --backend auto uses it.")]
-    return [Finding(
-        "error", "transformer-engine",
-        f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
-        f"({report.transformer_engine_import_error}); --backend auto would fall back to the torch-native backend.",
-        "a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
-        "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch, or choose "
-        "--backend torch explicitly")]
+    repair = ("a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
+              "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch")
+    broken = (f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
+              f"({report.transformer_engine_import_error})")
+    if report.megatron_core_import_error is not None:
+        return [Finding(
+            "error", "transformer-engine",
+            f"{broken}, and megatron-core itself does not import next to it ({report.megatron_core_import_error}): "
+            "it treats only a missing Transformer Engine as absent, so no backend runs, the torch-native one "
+            "included.",
+            f"{repair}; or remove Transformer Engine from this environment (pip uninstall transformer-engine "
+            "transformer-engine-torch, or take it off PYTHONPATH) to run the torch-native backend")]
+    return [Finding("error", "transformer-engine", f"{broken}; --backend auto would fall back to the torch-native "
+                    "backend.", f"{repair}, or choose --backend torch explicitly")]
 
 
 def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:

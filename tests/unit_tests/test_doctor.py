@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 import platform
 import random
 import sys
@@ -382,5 +383,27 @@ def test_te_rule_absent_installed_and_broken():
     broken = check_transformer_engine(
         make_report(versions={"transformer-engine": "2.20.2"}, transformer_engine_import_error=error), {})
     assert severities(broken) == ["error"]
-    assert "libnccl.so.2" in broken[0].message and "torch-native" in broken[0].message
-    assert "LD_LIBRARY_PATH" in broken[0].fix
+    assert "libnccl.so.2" in broken[0].message and "fall back to the torch-native" in broken[0].message
+    assert "LD_LIBRARY_PATH" in broken[0].fix and "--backend torch" in broken[0].fix
+    fatal = check_transformer_engine(make_report(versions={"transformer-engine": "2.20.2"},
+                                                 transformer_engine_import_error=error,
+                                                 megatron_core_import_error=error), {})
+    assert severities(fatal) == ["error"]
+    assert "megatron-core itself does not import" in fatal[0].message and "fall back" not in fatal[0].message
+    assert "pip uninstall transformer-engine" in fatal[0].fix and "--backend torch" not in fatal[0].fix
+
+
+def test_a_broken_transformer_engine_stops_megatron_core_and_the_doctor_says_so(tmp_path, monkeypatch):
+    """A package named transformer_engine whose ``pytorch`` module raises ImportError (as an undefined symbol in
+    its extension does): megatron-core 0.19.2 does not import next to it, and the report carries both errors."""
+    package = tmp_path / "transformer_engine"
+    (package / "pytorch").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "pytorch" / "__init__.py").write_text(
+        "raise ImportError('transformer_engine_torch.so: undefined symbol: oellm_doctor_test')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = collect_environment()
+    assert "oellm_doctor_test" in report.transformer_engine_import_error
+    assert "oellm_doctor_test" in report.megatron_core_import_error
+    assert "megatron-core itself does not import" in check_transformer_engine(report, {})[0].message
