@@ -320,7 +320,7 @@ def is_hopper(gpu: GpuInfo) -> bool:
 def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Which backend ``--backend auto`` gets, and an error when Transformer Engine is installed but does not import:
     ``auto`` would then fall back to the torch-native backend (slower, no FP8, no context parallelism) without the
-    user having chosen it."""
+    user having chosen it, or, when megatron-core does not import next to that TE either, nothing runs at all."""
     version = report.versions.get("transformer-engine")
     if version is None:
         return [Finding("ok", "transformer-engine",
