@@ -114,8 +114,8 @@ class EnvironmentReport:
     library missing from LD_LIBRARY_PATH), or None when it imported or Transformer Engine is not installed."""
     megatron_core_import_error: str | None = None
     """Only probed when Transformer Engine is installed but does not import: the last error line of a fresh
-    ``import megatron.core.tensor_parallel`` (megatron-core treats only a *missing* TE as absent, so a broken one
-    can stop megatron-core itself, whichever backend is chosen), or None when it imported."""
+    ``import megatron.core`` (megatron-core takes TE as present when its top-level package imports, then imports its
+    PyTorch part unguarded, so a broken TE can stop megatron-core itself, whichever backend is chosen), or None."""
     nvcc_path: str | None = None
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
@@ -170,10 +170,10 @@ def _import_error_in_subprocess(module: str, timeout_s: float = 180.0) -> str | 
     return lines[-1] if lines else f"import {module} exited with status {result.returncode}"
 
 
-MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core.tensor_parallel"
-"""What the doctor imports to see whether megatron-core starts next to a broken Transformer Engine: its tensor-parallel
-package imports TE and catches only ``ModuleNotFoundError`` (megatron-core 0.19.2,
-``megatron/core/tensor_parallel/random.py``); ``megatron.oellm`` first for the Python 3.11 provision."""
+MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core"
+"""What the doctor imports to see whether megatron-core starts next to a broken Transformer Engine (megatron-core
+0.19.2 imports ``transformer_engine.pytorch.tensor`` unguarded once the top-level package imports:
+``megatron/core/fp8_utils.py``); ``megatron.oellm`` first for the Python 3.11 provision."""
 
 
 def _typing_override_provided() -> bool:
@@ -339,7 +339,8 @@ def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) 
             "it treats only a missing Transformer Engine as absent, so no backend runs, the torch-native one "
             "included.",
             f"{repair}; or remove Transformer Engine from this environment (pip uninstall transformer-engine "
-            "transformer-engine-torch, or take it off PYTHONPATH) to run the torch-native backend")]
+            "transformer-engine-torch transformer-engine-cu12 transformer-engine-cu13, or take it off PYTHONPATH) to "
+            "run the torch-native backend")]
     return [Finding("error", "transformer-engine", f"{broken}; --backend auto would fall back to the torch-native "
                     "backend.", f"{repair}, or choose --backend torch explicitly")]
 

@@ -390,17 +390,19 @@ def test_te_rule_absent_installed_and_broken():
                                                  megatron_core_import_error=error), {})
     assert severities(fatal) == ["error"]
     assert "megatron-core itself does not import" in fatal[0].message and "fall back" not in fatal[0].message
-    assert "pip uninstall transformer-engine" in fatal[0].fix and "--backend torch" not in fatal[0].fix
+    assert "transformer-engine-cu12 transformer-engine-cu13" in fatal[0].fix and "--backend torch" not in fatal[0].fix
 
 
-def test_a_broken_transformer_engine_stops_megatron_core_and_the_doctor_says_so(tmp_path, monkeypatch):
-    """A package named transformer_engine whose ``pytorch`` module raises ImportError (as an undefined symbol in
-    its extension does): megatron-core 0.19.2 does not import next to it, and the report carries both errors."""
+@pytest.mark.parametrize("error", ["ImportError('transformer_engine_torch.so: undefined symbol: oellm_doctor_test')",
+                                   "OSError('libcudnn.so.9: cannot open shared object file: oellm_doctor_test')",
+                                   "ModuleNotFoundError('No module named transformer_engine_torch: oellm_doctor_test')"])
+def test_a_broken_transformer_engine_stops_megatron_core_and_the_doctor_says_so(tmp_path, monkeypatch, error):
+    """A package named transformer_engine (with a version, as TE's) whose ``pytorch`` module raises as a broken
+    install does: megatron-core 0.19.2 does not import next to it, and the report carries both errors."""
     package = tmp_path / "transformer_engine"
     (package / "pytorch").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "pytorch" / "__init__.py").write_text(
-        "raise ImportError('transformer_engine_torch.so: undefined symbol: oellm_doctor_test')\n")
+    (package / "__init__.py").write_text("__version__ = '2.20.2'\n")
+    (package / "pytorch" / "__init__.py").write_text(f"raise {error}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(tmp_path))
     report = collect_environment()

@@ -83,7 +83,7 @@ def check_backend_support(
     fused_residual_rmsnorm: bool = False,
     moe_expert_bias: bool = False,
     moe_glu_interleave: bool = False,
-    moe_te_fusions: tuple[str, ...] = (),
+    te_kernel_settings: tuple[str, ...] = (),
 ) -> None:
     """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
 
@@ -110,20 +110,26 @@ def check_backend_support(
         unsupported.append("biases in grouped MoE experts (add_bias_linear with MoE): set add_bias_linear=False")
     if moe_glu_interleave:
         unsupported.append("moe_mlp_glu_interleave_size: unset it")
-    if moe_te_fusions:
-        unsupported.append(f"Transformer Engine's MoE kernels ({', '.join(moe_te_fusions)}): unset them")
+    if te_kernel_settings:
+        unsupported.append(f"settings that run Transformer Engine's kernels ({', '.join(te_kernel_settings)}): "
+                           "unset them")
     if unsupported:
         raise ValueError(
             "the torch-native backend cannot run: "
             + "; ".join(unsupported)
-            + f". Otherwise use --backend te ({TE_INSTALL_HINT} if it is missing)."
+            + f". Otherwise use the te backend ({TE_INSTALL_HINT} if it is missing)."
         )
 
 
-MOE_TE_FUSIONS = ("moe_permute_fusion", "moe_router_fusion")
-"""MoE settings (TransformerConfig fields and Megatron arguments of the same name) that run Transformer Engine's fused
-permutation and routing kernels: with TE installed they would bring TE into a torch-native model, without it
-megatron-core raises once it reaches them."""
+TE_KERNEL_SETTINGS: dict[str, object] = {
+    "moe_permute_fusion": True,
+    "moe_router_fusion": True,
+    "cross_entropy_fusion_impl": "te",
+    "cuda_graph_impl": "transformer_engine",
+}
+"""Settings (TransformerConfig fields and Megatron arguments of the same name) and the values that run Transformer
+Engine's kernels (fused MoE permutation and routing, TE's cross entropy, TE's CUDA graphs): with TE installed they
+would bring TE into a torch-native model, without it megatron-core raises once it reaches them."""
 
 
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
@@ -139,7 +145,8 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         fused_residual_rmsnorm=bool(source.fused_residual_rmsnorm),
         moe_expert_bias=bool(experts) and source.add_bias_linear,
         moe_glu_interleave=source.moe_mlp_glu_interleave_size is not None,
-        moe_te_fusions=tuple(name for name in MOE_TE_FUSIONS if getattr(source, name, False)),
+        te_kernel_settings=tuple(f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items()
+                                 if getattr(source, name) == value),
     )
 
 

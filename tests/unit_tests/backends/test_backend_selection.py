@@ -102,7 +102,8 @@ def test_torch_provider_classes() -> None:
         ({"fused_residual_rmsnorm": True}, "fused_residual_rmsnorm"),
         ({"moe_expert_bias": True}, "add_bias_linear=False"),
         ({"moe_glu_interleave": True}, "moe_mlp_glu_interleave_size"),
-        ({"moe_te_fusions": ("moe_permute_fusion",)}, r"Transformer Engine's MoE kernels \(moe_permute_fusion\)"),
+        ({"te_kernel_settings": ("moe_permute_fusion=True",)},
+         r"Transformer Engine's kernels \(moe_permute_fusion=True\)"),
     ],
 )
 def test_torch_backend_rejects_unsupported_features(features: dict, message: str) -> None:
@@ -112,7 +113,7 @@ def test_torch_backend_rejects_unsupported_features(features: dict, message: str
 
 def test_supported_combinations_pass(te_present: None) -> None:
     selection.check_backend_support("torch")
-    selection.check_backend_support("te", fp8=True, context_parallel_size=4, moe_te_fusions=("moe_router_fusion",))
+    selection.check_backend_support("te", fp8=True, context_parallel_size=4, te_kernel_settings=("moe_router_fusion=True",))
 
 
 def test_config_support_reads_transformer_config() -> None:
@@ -137,6 +138,8 @@ def test_args_support_reads_megatron_arguments() -> None:
     with pytest.raises(ValueError, match="fp8 training.*context parallelism"):
         selection.check_args_support(
             "torch", parser.parse_args([*card_argv, "--fp8-format", "hybrid", "--context-parallel-size", "2"]))
-    with pytest.raises(ValueError, match=r"MoE kernels \(moe_permute_fusion, moe_router_fusion\)"):
-        selection.check_args_support(
-            "torch", parser.parse_args([*card_argv, "--moe-permute-fusion", "--moe-router-fusion"]))
+    with pytest.raises(ValueError, match=r"kernels \(moe_permute_fusion=True, moe_router_fusion=True, "
+                                         r"cross_entropy_fusion_impl='te', cuda_graph_impl='transformer_engine'\)"):
+        selection.check_args_support("torch", parser.parse_args(
+            [*card_argv, "--moe-permute-fusion", "--moe-router-fusion", "--cross-entropy-fusion-impl", "te",
+             "--cuda-graph-impl", "transformer_engine"]))
