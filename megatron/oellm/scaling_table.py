@@ -142,7 +142,8 @@ def corrected_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: in
 
 def window_status(log: RunLog, window: Window) -> str:
     """'ok' when the log shows no failure and its lines average exactly the window's iterations (one run, none
-    missing, none reaching before the window) with no skipped step or bad number; else what went wrong."""
+    missing, none reaching before the window) with no skipped step, bad number or batch-size change; else what went
+    wrong."""
     if log.failure:
         return f"{log.failure} at iteration {log.last_iteration}" if log.iterations else log.failure
     if not log.args:
@@ -213,8 +214,8 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
 
 
 def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
-    """'' when no line of the window counts a skipped step, every time is positive and finite, and Megatron's
-    TFLOP/s is finite on every line or absent from all; else what is wrong."""
+    """'' when no line of the window counts a skipped step, every time is positive and finite, Megatron's TFLOP/s is
+    finite on every line or absent from all, and the global batch size does not change; else what is wrong."""
     for line in lines:
         if line.skipped_iterations or line.nan_iterations:
             return (f"skipped steps in the window {window}: the line of iteration {line.iteration} counts "
@@ -225,6 +226,10 @@ def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
             return f"Megatron TFLOP/s/GPU {line.tflops_per_gpu} at iteration {line.iteration}"
     if len({line.tflops_per_gpu is None for line in lines}) > 1:
         return f"Megatron TFLOP/s/GPU is missing from some lines of the window {window}"
+    batches = sorted({line.global_batch_size for line in lines if line.global_batch_size is not None})
+    if len(batches) > 1:
+        return (f"global batch size changes in the window {window} ({', '.join(map(str, batches))}): batch-size "
+                "ramp-up?")
     return ""
 
 
@@ -238,11 +243,8 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     args = log.args
     lines = window_lines(log, window)
     step_time = window.summarise([line.elapsed_ms for line in lines]) / 1000.0
-    batches = sorted({line.global_batch_size for line in lines if line.global_batch_size is not None})
-    if len(batches) > 1:
-        return ScalingRow(log.path, model, f"global batch size changes in the window {window} "
-                                           f"({', '.join(map(str, batches))}): batch-size ramp-up?")
-    global_batch = batches[0] if batches else args.get("global_batch_size")
+    logged_batch = next((line.global_batch_size for line in lines if line.global_batch_size is not None), None)
+    global_batch = logged_batch if logged_batch is not None else args.get("global_batch_size")
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
     if not all(isinstance(value, int) and value > 0 for value in (world_size, seq_length, global_batch)):
         return ScalingRow(log.path, model, "arguments block lacks a positive world_size, seq_length or "
