@@ -91,8 +91,7 @@ def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
     router = getattr(backend, "moe_router", None)
     if router is None:
         return builder
-    submodules = dataclasses.replace(builder.keywords["submodules"], router=router())
-    return functools.partial(builder.func, *builder.args, **{**builder.keywords, "submodules": submodules})
+    return functools.partial(builder, submodules=dataclasses.replace(builder.keywords["submodules"], router=router()))
 
 
 SPEC_RUNTIME_DEFAULTS: dict[str, Any] = dict(

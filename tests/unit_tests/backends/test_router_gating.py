@@ -12,15 +12,11 @@ from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter, g
 from megatron.oellm.cards import get_card
 from megatron.oellm.models.building_blocks import moe_builder
 from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world
+from tests.unit_tests.models.hf_reference import errors
 
 TOKENS, HIDDEN, EXPERTS = 24, 64, 8
 BOUND = {torch.float32: 1e-6, torch.bfloat16: 1e-2}
 """Relative L2 bound of a product computed in each dtype against float64 (operands exact in both)."""
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """Relative L2 error of ``actual`` against ``expected``, in float64."""
-    return ((actual.double() - expected).norm() / expected.norm()).item()
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -41,10 +37,10 @@ def test_gating_product_and_its_gradients_match_float64(operand_dtype: torch.dty
     expected = exact[0] @ exact[1].t() + (exact[2] if with_bias else 0)
     expected.backward(upstream.to(compute_dtype).double())
     assert logits.dtype == compute_dtype and logits.shape == (2, TOKENS // 2, EXPERTS)
-    assert relative_error(logits, expected) <= BOUND[compute_dtype]
+    assert errors(logits, expected)[0] <= BOUND[compute_dtype]
     for given, reference in zip((hidden, weight) + ((bias,) if with_bias else ()), exact, strict=True):
         assert given.grad.dtype == given.dtype
-        assert relative_error(given.grad, reference.grad) <= BOUND[torch.bfloat16 if operand_dtype == torch.bfloat16
+        assert errors(given.grad, reference.grad)[0] <= BOUND[torch.bfloat16 if operand_dtype == torch.bfloat16
                                                                      else compute_dtype]
 
 
@@ -83,7 +79,7 @@ def test_torch_native_router_gates_in_the_configured_router_dtype(router_dtype: 
     logits = router.gating(hidden)
     assert logits.dtype == expected
     bound = BOUND[torch.bfloat16] if expected == torch.bfloat16 else BOUND[torch.float32]
-    assert relative_error(logits, hidden.double() @ router.weight.double().t()) <= bound
+    assert errors(logits, hidden.double() @ router.weight.double().t())[0] <= bound
 
 
 @pytest.mark.parametrize("router_dtype", ["fp32", "fp64", None])
