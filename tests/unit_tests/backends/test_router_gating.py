@@ -40,8 +40,8 @@ def test_gating_product_and_its_gradients_match_float64(operand_dtype: torch.dty
     assert errors(logits, expected)[0] <= BOUND[compute_dtype]
     for given, reference in zip((hidden, weight) + ((bias,) if with_bias else ()), exact, strict=True):
         assert given.grad.dtype == given.dtype
-        assert errors(given.grad, reference.grad)[0] <= BOUND[torch.bfloat16 if operand_dtype == torch.bfloat16
-                                                                     else compute_dtype]
+        bound = BOUND[torch.bfloat16 if operand_dtype == torch.bfloat16 else compute_dtype]
+        assert errors(given.grad, reference.grad)[0] <= bound
 
 
 def test_gating_product_keeps_bf16_activations_for_backward() -> None:
