@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,20 +132,21 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
             run_starts.append(iteration)
             new_run = False
         previous = iteration
-        if (record := _parse_iteration(line)) is not None:
-            iterations[iteration] = replace(record, run=len(run_starts) - 1)
+        if (record := _parse_iteration(line, head, run=len(run_starts) - 1)) is not None:
+            iterations[iteration] = record
     return RunLog(path, args, iterations, detect_failure(text), args_complete, tuple(run_starts), finished)
 
 
-def _parse_iteration(line: str) -> IterationLine | None:
-    """The numbers of a whole ``training_log`` line, or None for any other line (a cut one included)."""
-    head, elapsed, skipped, nan = (regex.search(line) for regex in (_ITERATION, _ELAPSED, _SKIPPED, _NAN))
-    if head is None or elapsed is None or skipped is None or nan is None:
+def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | None:
+    """The numbers of a ``training_log`` line whose ``iteration i/n |`` head is ``head``, printed by start ``run``
+    of the program; None when the line is cut (a field read is incomplete or the last field is missing)."""
+    elapsed, skipped, nan = (regex.search(line) for regex in (_ELAPSED, _SKIPPED, _NAN))
+    if elapsed is None or skipped is None or nan is None:
         return None
     tflops, batch = _TFLOPS.search(line), _BATCH.search(line)
     return IterationLine(int(head["iteration"]), int(head["total"]), float(elapsed["ms"]),
                          float(tflops["tflops"]) if tflops else None, int(batch["gbs"]) if batch else None,
-                         int(skipped["count"]), int(nan["count"]))
+                         int(skipped["count"]), int(nan["count"]), run)
 
 
 def detect_failure(text: str) -> str:
