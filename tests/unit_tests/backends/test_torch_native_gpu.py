@@ -181,3 +181,20 @@ def test_fp32_router_logits_and_gradients_are_fp32_with_or_without_transformer_e
     assert relative_error(ours, logits) <= 1e-6
     assert relative_error(hidden.grad, exact_hidden.grad) <= 1e-6
     assert relative_error(router.weight.grad, exact_weight.grad) <= 1e-6
+
+
+def test_router_left_on_the_cpu_moves_its_parameters_to_the_input_gpu(megatron_runtime: None) -> None:
+    """megatron-core lets a router's parameters stay on the CPU until the first forward; the torch-native router then
+    moves them to the input's GPU (as megatron-core's does) and computes the same logits as a router built there."""
+    config = make_config(torch.float32, moe_router_dtype="fp32", add_bias_linear=True)
+    router = TorchGatingTopKRouter(config=config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+    with torch.no_grad():
+        router.weight.copy_(torch.randn_like(router.weight))
+        router.bias.copy_(torch.randn_like(router.bias))
+    weight, bias = router.weight.detach().clone(), router.bias.detach().clone()
+    assert not router.weight.is_cuda
+    hidden = torch.randn(64, HIDDEN, device="cuda")
+    logits = router.gating(hidden)
+    assert router.weight.device == hidden.device and router.bias.device == hidden.device
+    expected = hidden.double() @ weight.double().cuda().t() + bias.double().cuda()
+    assert relative_error(logits, expected) <= 1e-6
