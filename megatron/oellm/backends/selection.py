@@ -84,6 +84,7 @@ def check_backend_support(
     moe_expert_bias: bool = False,
     moe_glu_interleave: bool = False,
     te_kernel_settings: tuple[str, ...] = (),
+    te_rng_tracker: bool = False,
 ) -> None:
     """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
 
@@ -113,6 +114,9 @@ def check_backend_support(
     if te_kernel_settings:
         unsupported.append(f"settings that run Transformer Engine's kernels ({', '.join(te_kernel_settings)}): "
                            "unset them")
+    if te_rng_tracker:
+        unsupported.append("Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
+                           "used, made CUDA-graphable when CUDA graphs are on)")
     if unsupported:
         raise ValueError(
             "the torch-native backend cannot run: "
@@ -134,7 +138,8 @@ would bring TE into a torch-native model, without it megatron-core raises once i
 
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
-    (the same field names, except the expert count: ``num_moe_experts`` vs ``num_experts``)."""
+    (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, and the RNG tracker,
+    ``use_te_rng_tracker`` vs ``te_rng_tracker``)."""
     experts = source.num_moe_experts if isinstance(source, TransformerConfig) else source.num_experts
     return dict(
         fp8=source.fp8 is not None,
@@ -147,6 +152,8 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         moe_glu_interleave=source.moe_mlp_glu_interleave_size is not None,
         te_kernel_settings=tuple(f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items()
                                  if getattr(source, name) == value),
+        te_rng_tracker=bool(source.use_te_rng_tracker if isinstance(source, TransformerConfig)
+                            else source.te_rng_tracker),
     )
 
 

@@ -104,6 +104,7 @@ def test_torch_provider_classes() -> None:
         ({"moe_glu_interleave": True}, "moe_mlp_glu_interleave_size"),
         ({"te_kernel_settings": ("moe_permute_fusion=True",)},
          r"Transformer Engine's kernels \(moe_permute_fusion=True\)"),
+        ({"te_rng_tracker": True}, "Transformer Engine's RNG tracker"),
     ],
 )
 def test_torch_backend_rejects_unsupported_features(features: dict, message: str) -> None:
@@ -113,7 +114,8 @@ def test_torch_backend_rejects_unsupported_features(features: dict, message: str
 
 def test_supported_combinations_pass(te_present: None) -> None:
     selection.check_backend_support("torch")
-    selection.check_backend_support("te", fp8=True, context_parallel_size=4, te_kernel_settings=("moe_router_fusion=True",))
+    selection.check_backend_support("te", fp8=True, context_parallel_size=4, te_kernel_settings=("moe_router_fusion=True",),
+                                    te_rng_tracker=True)
 
 
 def test_config_support_reads_transformer_config() -> None:
@@ -126,6 +128,8 @@ def test_config_support_reads_transformer_config() -> None:
         selection.check_config_support("torch", moe_with_bias)
     with pytest.raises(ValueError, match="context parallelism"):
         selection.check_config_support("torch", TransformerConfig(**base, context_parallel_size=2))
+    with pytest.raises(ValueError, match="RNG tracker"):
+        selection.check_config_support("torch", TransformerConfig(**base, use_te_rng_tracker=True))
 
 
 def test_args_support_reads_megatron_arguments() -> None:
@@ -143,3 +147,5 @@ def test_args_support_reads_megatron_arguments() -> None:
         selection.check_args_support("torch", parser.parse_args(
             [*card_argv, "--moe-permute-fusion", "--moe-router-fusion", "--cross-entropy-fusion-impl", "te",
              "--cuda-graph-impl", "transformer_engine"]))
+    with pytest.raises(ValueError, match="RNG tracker"):
+        selection.check_args_support("torch", parser.parse_args([*card_argv, "--te-rng-tracker"]))
