@@ -318,16 +318,16 @@ def is_hopper(gpu: GpuInfo) -> bool:
 
 
 def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
-    """Which backend ``--backend auto`` gets, and an error when Transformer Engine is installed but does not import:
+    """Which backend ``--oellm-backend auto`` gets, and an error when Transformer Engine is installed but does not import:
     ``auto`` would then fall back to the torch-native backend (slower, no FP8, no context parallelism) without the
     user having chosen it, or, when megatron-core does not import next to that TE either, nothing runs at all."""
     version = report.versions.get("transformer-engine")
     if version is None:
         return [Finding("ok", "transformer-engine",
-                        "Transformer Engine is not installed: --backend auto uses the torch-native backend.")]
+                        "Transformer Engine is not installed: --oellm-backend auto uses the torch-native backend.")]
     if report.transformer_engine_import_error is None:
         return [Finding("ok", "transformer-engine",
-                        f"Transformer Engine {version} imports: --backend auto uses it.")]
+                        f"Transformer Engine {version} imports: --oellm-backend auto uses it.")]
     repair = ("a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
               "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch")
     broken = (f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
@@ -341,8 +341,8 @@ def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) 
             f"{repair}; or remove Transformer Engine from this environment (pip uninstall transformer-engine "
             "transformer-engine-torch transformer-engine-cu12 transformer-engine-cu13, or take it off PYTHONPATH) to "
             "run the torch-native backend")]
-    return [Finding("error", "transformer-engine", f"{broken}; --backend auto would fall back to the torch-native "
-                    "backend.", f"{repair}, or choose --backend torch explicitly")]
+    return [Finding("error", "transformer-engine", f"{broken}; --oellm-backend auto would fall back to the torch-native "
+                    "backend.", f"{repair}, or choose --oellm-backend torch explicitly")]
 
 
 def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:

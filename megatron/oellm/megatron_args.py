@@ -93,7 +93,28 @@ def megatron_parser(extra_args_provider: Callable[[argparse.ArgumentParser], arg
 
     parser = argparse.ArgumentParser(description="Megatron-LM arguments", allow_abbrev=False)
     parser = add_megatron_arguments(parser)
+    escape_unformattable_help(parser)
     return extra_args_provider(parser) if extra_args_provider else parser
+
+
+def escape_unformattable_help(parser: argparse.ArgumentParser) -> list[str]:
+    """Double the ``%`` of every help text argparse cannot format; return the options changed.
+
+    argparse expands ``%(default)s``-style fields in help texts, so a bare ``%`` makes ``--help`` raise
+    ``ValueError`` for the whole parser. megatron-core 0.19.2 has one (``--moe-paged-stash-buffer-size-factor-cuda``:
+    "... 1.10 = 10%)."), which turned the training entry's ``--help`` into a traceback (patches/help-percent-sign.md).
+    """
+    formatter = parser._get_formatter()
+    changed = []
+    for action in parser._actions:
+        if not action.help or "%" not in action.help:
+            continue
+        try:
+            formatter._expand_help(action)
+        except (ValueError, TypeError, KeyError):
+            action.help = action.help.replace("%", "%%")
+            changed.extend(action.option_strings)
+    return changed
 
 
 def parse_megatron_argv(argv: Sequence[str]) -> argparse.Namespace:

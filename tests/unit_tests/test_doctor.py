@@ -384,13 +384,13 @@ def test_te_rule_absent_installed_and_broken():
         make_report(versions={"transformer-engine": "2.20.2"}, transformer_engine_import_error=error), {})
     assert severities(broken) == ["error"]
     assert "libnccl.so.2" in broken[0].message and "fall back to the torch-native" in broken[0].message
-    assert "LD_LIBRARY_PATH" in broken[0].fix and "--backend torch" in broken[0].fix
+    assert "LD_LIBRARY_PATH" in broken[0].fix and "--oellm-backend torch" in broken[0].fix
     fatal = check_transformer_engine(make_report(versions={"transformer-engine": "2.20.2"},
                                                  transformer_engine_import_error=error,
                                                  megatron_core_import_error=error), {})
     assert severities(fatal) == ["error"]
     assert "megatron-core itself does not import" in fatal[0].message and "fall back" not in fatal[0].message
-    assert "transformer-engine-cu12 transformer-engine-cu13" in fatal[0].fix and "--backend torch" not in fatal[0].fix
+    assert "transformer-engine-cu12 transformer-engine-cu13" in fatal[0].fix and "--oellm-backend torch" not in fatal[0].fix
 
 
 @pytest.mark.parametrize("error", ["ImportError('transformer_engine_torch.so: undefined symbol: oellm_doctor_test')",

@@ -29,12 +29,12 @@ def transformer_engine_import_error() -> str | None:
 def _warn_broken_transformer_engine(te_error: str) -> None:
     """Say once per process that ``auto`` falls back although Transformer Engine is installed: a broken install
     (e.g. a library missing from LD_LIBRARY_PATH) would otherwise silently cost the TE backend's speed."""
-    warnings.warn(f"--backend auto: Transformer Engine is installed but does not import ({te_error}); using the "
-                  "torch-native backend (`oellm doctor` explains; --backend te makes this an error)", stacklevel=3)
+    warnings.warn(f"--oellm-backend auto: Transformer Engine is installed but does not import ({te_error}); using the "
+                  "torch-native backend (`oellm doctor` explains; --oellm-backend te makes this an error)", stacklevel=3)
 
 
 def resolve_backend(name: str) -> str:
-    """Turn a ``--backend`` value into ``"te"`` or ``"torch"``; ``"auto"`` means TE when importable.
+    """Turn a backend name (``--oellm-backend``) into ``"te"`` or ``"torch"``; ``"auto"`` means TE when importable.
 
     Raises ValueError for an unknown name, and for ``"te"`` when Transformer Engine cannot be imported, naming both
     ways out (install it, or choose the torch backend).
@@ -51,7 +51,7 @@ def resolve_backend(name: str) -> str:
     if name == "te" and te_error is not None:
         raise ValueError(
             f"backend 'te' requested but Transformer Engine does not import ({te_error}); "
-            f"{TE_INSTALL_HINT}, or use --backend torch"
+            f"{TE_INSTALL_HINT}, or use --oellm-backend torch"
         )
     return name
 

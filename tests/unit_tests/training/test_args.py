@@ -1,10 +1,12 @@
 """Merging a model card into Megatron's command line: fill, keep, conflict, unknown model."""
 
+import argparse
+
 import pytest
 
 from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.cards import CardError, get_card
-from megatron.oellm.megatron_args import megatron_parser, parse_megatron_argv
+from megatron.oellm.megatron_args import escape_unformattable_help, megatron_parser, parse_megatron_argv
 from megatron.oellm.training.args import (
     BackendFlagConflict,
     CardFlagConflict,
@@ -106,3 +108,21 @@ def test_auto_backend_without_transformer_engine_runs_the_local_implementation()
 def test_training_defaults_fill_eval_interval_for_real_data():
     assert parse(with_training_defaults(["--data-path", "/data/corpus"])).eval_interval == 1000
     assert parse(with_training_defaults(["--eval-interval", "50"])).eval_interval == 50
+
+
+def test_help_of_the_training_entry_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` prints instead of raising on megatron-core 0.19.2's bare ``%`` in one help text."""
+    with pytest.raises(SystemExit) as stop:
+        parse(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "--oellm-backend" in out and "10%)" in out
+
+
+def test_only_unformattable_help_texts_are_escaped() -> None:
+    """A help text with argparse's own ``%(default)s`` field keeps it; a bare ``%`` is doubled."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ratio", default=3, help="share (default %(default)s)")
+    parser.add_argument("--headroom", help="1.10 = 10%)")
+    assert escape_unformattable_help(parser) == ["--headroom"]
+    assert "share (default 3)" in parser.format_help() and "1.10 = 10%)" in parser.format_help()

@@ -74,12 +74,12 @@ class SDPACoreAttention(MegatronModule):
         if config.context_parallel_size > 1:
             raise ValueError(
                 "the torch-native core attention does not implement context parallelism; "
-                "set context_parallel_size=1 or use the Transformer Engine backend (--backend te)"
+                "set context_parallel_size=1 or use the Transformer Engine backend (--oellm-backend te)"
             )
         if config.window_size is not None:
             raise ValueError(
                 "the torch-native core attention does not implement sliding-window attention; "
-                "unset window_size or use the Transformer Engine backend (--backend te)"
+                "unset window_size or use the Transformer Engine backend (--oellm-backend te)"
             )
         self.layer_number = layer_number
         self.attn_mask_type = attn_mask_type
@@ -99,7 +99,7 @@ class SDPACoreAttention(MegatronModule):
     ) -> torch.Tensor:
         """Softmax attention of ``query`` over ``key``/``value``; see the class docstring for layouts."""
         if attention_bias is not None:
-            raise ValueError("the torch-native core attention does not take an attention_bias; use --backend te")
+            raise ValueError("the torch-native core attention does not take an attention_bias; use --oellm-backend te")
         mask_type = self.attn_mask_type if attn_mask_type is None else attn_mask_type
         if mask_type not in _CAUSAL_MASKS + _UNMASKED:
             raise ValueError(f"the torch-native core attention supports causal or unmasked attention, got {mask_type}")
@@ -176,7 +176,7 @@ def _varlen(
     if varlen_attn is None:
         raise RuntimeError(
             "packed-sequence attention on the torch-native backend needs torch.nn.attention.varlen.varlen_attn "
-            f"(torch >= 2.10); this torch is {torch.__version__}. Upgrade torch or use --backend te"
+            f"(torch >= 2.10); this torch is {torch.__version__}. Upgrade torch or use --oellm-backend te"
         )
     max_q, max_k = params.max_seqlen_q, params.max_seqlen_kv
     if max_q is None or max_k is None:
@@ -188,7 +188,7 @@ def _varlen(
     elif "is_causal" in accepted:
         kwargs["is_causal"] = causal
     elif causal:
-        raise RuntimeError(f"torch {torch.__version__}'s varlen_attn takes no causal flag; use --backend te")
+        raise RuntimeError(f"torch {torch.__version__}'s varlen_attn takes no causal flag; use --oellm-backend te")
     if "scale" in accepted:
         kwargs["scale"] = scale
     else:

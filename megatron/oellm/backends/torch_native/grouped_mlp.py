@@ -64,7 +64,7 @@ class StackedGroupedLinear(torch.nn.Module):
         if bias:
             raise ValueError(
                 "the torch-native grouped experts have no bias; set add_bias_linear=False "
-                "or use the Transformer Engine backend (--backend te)"
+                "or use the Transformer Engine backend (--oellm-backend te)"
             )
         if not is_expert:
             raise ValueError("StackedGroupedLinear holds MoE experts; build it with is_expert=True")

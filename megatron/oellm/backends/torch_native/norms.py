@@ -35,7 +35,7 @@ def require_rms_norm(config: TransformerConfig) -> None:
     if config.normalization != "RMSNorm":
         raise ValueError(
             f"the torch-native backend implements RMSNorm only, got normalization={config.normalization!r}; "
-            "set normalization='RMSNorm' or use the Transformer Engine backend (--backend te)"
+            "set normalization='RMSNorm' or use the Transformer Engine backend (--oellm-backend te)"
         )
 
 
@@ -53,7 +53,7 @@ class RMSNorm(torch.nn.Module):
         if config.fused_residual_rmsnorm:
             raise ValueError(
                 "fused_residual_rmsnorm is not implemented by the torch-native backend; "
-                "set fused_residual_rmsnorm=False or use the Transformer Engine backend (--backend te)"
+                "set fused_residual_rmsnorm=False or use the Transformer Engine backend (--oellm-backend te)"
             )
         self.config = config
         self.eps = eps
