@@ -200,7 +200,7 @@ def _find_nvcc(env: Mapping[str, str]) -> str | None:
     return next((str(path) for path in candidates if path.is_file()), None)
 
 
-def _deep_ep_declares_hybrid_ep() -> bool | None:
+def deep_ep_declares_hybrid_ep() -> bool | None:
     """Whether ``deep_ep/__init__.py`` names ``HybridEPBuffer``; read as text because importing it initialises CUDA.
 
     None when deep_ep is not installed (or is not a source package whose ``__init__`` can be read).
@@ -259,7 +259,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         transformer_engine_import_error=te_error,
         megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
         nvcc_path=_find_nvcc(env),
-        hybrid_ep=_deep_ep_declares_hybrid_ep(),
+        hybrid_ep=deep_ep_declares_hybrid_ep(),
     )
 
 

@@ -340,9 +340,9 @@ def test_collect_finds_modules_without_metadata_and_hybrid_ep(tmp_path, monkeypa
     assert doctor_module._distribution_version(probe) == doctor_module.UNKNOWN_VERSION
     missing = PackageProbe("missing", ("no-such-distribution-for-doctor",), "no_such_module_for_doctor")
     assert doctor_module._distribution_version(missing) is None
-    assert doctor_module._deep_ep_declares_hybrid_ep() is True
+    assert doctor_module.deep_ep_declares_hybrid_ep() is True
     (package / "__init__.py").write_text("from .buffer import Buffer\n")
-    assert doctor_module._deep_ep_declares_hybrid_ep() is False
+    assert doctor_module.deep_ep_declares_hybrid_ep() is False
 
 
 def test_find_nvcc_from_cuda_home(tmp_path):

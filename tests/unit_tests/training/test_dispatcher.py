@@ -1,0 +1,54 @@
+"""The flex dispatcher's communication library is checked from the parsed arguments, before Megatron initialises."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.training import dispatcher
+from megatron.oellm.training.args import parse_oellm_argv
+
+FLEX = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend"]
+
+
+def fake_deep_ep(root: Path, monkeypatch: pytest.MonkeyPatch, init: str) -> None:
+    """A ``deep_ep`` package whose ``__init__`` holds ``init``, first on ``sys.path`` (never imported here)."""
+    (root / "deep_ep").mkdir()
+    (root / "deep_ep" / "__init__.py").write_text(init)
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def no_deep_ep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``deep_ep`` not importable, whatever this machine has."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(dispatcher.importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "deep_ep" else real_find_spec(name, *rest))
+
+
+def test_the_all_to_all_dispatcher_needs_nothing(no_deep_ep: None) -> None:
+    assert dispatcher.flex_dispatcher_problem(parse_oellm_argv(["--moe-token-dispatcher-type", "alltoall"])) is None
+
+
+@pytest.mark.parametrize("backend", ["hybridep", "deepep"])
+def test_flex_without_deep_ep_names_the_image_and_the_way_out(no_deep_ep: None, backend: str) -> None:
+    with pytest.raises(ValueError, match=rf"{backend} needs DeepEP .*not installed.*--target hybridep.*alltoall"):
+        dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, backend]))
+
+
+def test_hybridep_needs_deep_eps_hybrid_ep_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_deep_ep(tmp_path, monkeypatch, "from .buffer import Buffer\n")
+    args = parse_oellm_argv([*FLEX, "hybridep"])
+    assert "hybrid-ep branch" in dispatcher.flex_dispatcher_problem(args)
+    assert dispatcher.flex_dispatcher_problem(parse_oellm_argv([*FLEX, "deepep"])) is None
+    (tmp_path / "deep_ep" / "__init__.py").write_text("from .buffer import Buffer\nfrom .hybrid_ep import HybridEPBuffer\n")
+    assert dispatcher.flex_dispatcher_problem(args) is None
+
+
+def test_ncclep_needs_transformer_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = parse_oellm_argv([*FLEX, "ncclep"])
+    monkeypatch.setattr(dispatcher, "transformer_engine_import_error", lambda: "ModuleNotFoundError: no TE")
+    assert "ncclep needs Transformer Engine" in dispatcher.flex_dispatcher_problem(args)
+    monkeypatch.setattr(dispatcher, "transformer_engine_import_error", lambda: None)
+    assert dispatcher.flex_dispatcher_problem(args) is None
