@@ -2,7 +2,8 @@
 
 ``oellm convert hf-to-mcore --model CARD --hf PATH --out DIR`` writes a megatron-core distributed checkpoint that
 megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CARD --mcore DIR --out PATH`` writes
-sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. Both stream one layer at a time.
+sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. Both stream one layer at a time. Bad input
+exits with status 2, a conversion stopped by SIGTERM / SIGHUP with 128 + the signal number.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt) and mcore-to-hf"
 
+_OVERWRITE_HELP = ("replace a previous output of this conversion in a non-empty --out; refused if --out holds "
+                   "anything else (files are named)")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
@@ -34,19 +37,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_mcore.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
     to_mcore.add_argument("--hf", required=True, type=Path, help="HF checkpoint directory (config.json, *.safetensors)")
     to_mcore.add_argument("--out", required=True, type=Path, help="output directory for `--load` of megatron training")
-    to_mcore.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    to_mcore.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
     to_hf.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
     to_hf.add_argument("--mcore", required=True, type=Path,
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
     to_hf.add_argument("--out", required=True, type=Path, help="output directory for from_pretrained")
-    to_hf.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    to_hf.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", help="safetensors shard size (default 5GB)")
+    to_hf.add_argument("--hf-config", type=Path, metavar="DIR",
+                       help="take config.json (and generation_config.json) from this HF model directory, checked "
+                            "against the card (default: those hf-to-mcore kept with the checkpoint, else the card's)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one conversion and print a summary; exit 2 with the reason on bad input."""
+    """Run one conversion and print a summary; on bad input print the reason and exit 2 (128 + the signal number
+    when SIGTERM / SIGHUP stopped it)."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
     from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
@@ -58,10 +65,13 @@ def run(args: argparse.Namespace) -> int:
             summary = hf_to_mcore_checkpoint(card, args.hf, args.out, overwrite=args.overwrite)
         else:
             summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
-                                             max_shard_bytes=args.max_shard_size)
-    except (CardError, ConversionError) as error:
+                                             max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config)
+    except CardError as error:
         print(f"oellm convert {args.direction}: {error}")
         return 2
+    except ConversionError as error:
+        print(f"oellm convert {args.direction}: {error}")
+        return error.exit_status
     print(f"oellm convert {args.direction}: {card.name}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")
     if summary.padding_rows:
@@ -69,4 +79,6 @@ def run(args: argparse.Namespace) -> int:
               "make-vocab-size-divisible-by x TP padding)")
     if summary.skipped:
         print(f"  skipped {len(summary.skipped)} tensors outside the text model (e.g. {summary.skipped[0]})")
+    for note in summary.notes:
+        print(f"  {note}")
     return 0

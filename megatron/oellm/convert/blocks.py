@@ -1,8 +1,9 @@
 """Tensor maps shared by the Qwen families (Hugging Face <-> megatron-core), one block at a time.
 
 Every function is a pure re-arrangement of tensors (views, ``cat``, ``chunk``) except :func:`shift_norm`, which adds
-a constant and checks that the inverse reproduces the input bit for bit. Names are passed in as prefixes so the same
-block maps serve ``GPTModel`` (Qwen3-MoE) and ``HybridModel`` (Qwen3.5) layer numbering.
+a constant and checks that the inverse reproduces the input bit for bit; HF tensors fused into one megatron tensor
+must share a dtype (:func:`take_fused`), so that the round trip gives each back in its own dtype. Names are passed in
+as prefixes so the same block maps serve ``GPTModel`` (Qwen3-MoE) and ``HybridModel`` (Qwen3.5) layer numbering.
 
 megatron-core layouts used here (read from megatron/core 0.19.2):
 
@@ -16,6 +17,7 @@ megatron-core layouts used here (read from megatron/core 0.19.2):
 from __future__ import annotations
 
 import warnings
+from collections import defaultdict
 from collections.abc import Mapping
 
 import torch
@@ -61,6 +63,33 @@ def take(tensors: Mapping[str, Tensor], name: str) -> Tensor:
     return tensors[name]
 
 
+def check_same_dtype(tensors: Mapping[str, Tensor]) -> None:
+    """Raise if ``tensors`` (HF name -> tensor), which megatron fuses into one tensor, differ in dtype, naming the
+    odd one out if there is one: ``torch.cat`` would promote them, and the way back would return one of them in
+    another dtype."""
+    names_by_dtype: dict[torch.dtype, list[str]] = defaultdict(list)
+    for name, tensor in tensors.items():
+        names_by_dtype[tensor.dtype].append(name)
+    if len(names_by_dtype) < 2:
+        return
+    sizes = sorted(len(names) for names in names_by_dtype.values())
+    odd = next(names for names in names_by_dtype.values() if len(names) == sizes[0])
+    if len(odd) == 1 and sizes[1] > 1:
+        others = ", ".join(f"{name!r} ({tensors[name].dtype})" for name in tensors if name not in odd)
+        raise ConversionError(f"tensor {odd[0]!r} is {tensors[odd[0]].dtype} but megatron fuses it with {others} "
+                              "into one tensor; save the checkpoint in one dtype")
+    listed = ", ".join(f"{name!r} ({tensor.dtype})" for name, tensor in tensors.items())
+    raise ConversionError(f"tensors {listed} differ in dtype but megatron fuses them into one tensor; save the "
+                          "checkpoint in one dtype")
+
+
+def take_fused(tensors: Mapping[str, Tensor], names: list[str]) -> list[Tensor]:
+    """``tensors[name]`` for each of ``names``, tensors megatron fuses into one: each present, all of one dtype."""
+    taken = {name: take(tensors, name) for name in names}
+    check_same_dtype(taken)
+    return list(taken.values())
+
+
 def fuse_qkv(card: ModelCard, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """HF ``q_proj`` / ``k_proj`` / ``v_proj`` weights -> megatron ``linear_qkv.weight`` (group-interleaved).
 
@@ -102,9 +131,9 @@ def attention_hf_to_mcore(card: ModelCard, hf: Mapping[str, Tensor], hf_attn: st
 
     Norm weights are copied unchanged: HF and megatron agree on zero-centring for a given card.
     """
+    q, k, v = take_fused(hf, [f"{hf_attn}{part}_proj.weight" for part in "qkv"])
     out = {
-        f"{mc}linear_qkv.weight": fuse_qkv(card, take(hf, f"{hf_attn}q_proj.weight"),
-                                          take(hf, f"{hf_attn}k_proj.weight"), take(hf, f"{hf_attn}v_proj.weight")),
+        f"{mc}linear_qkv.weight": fuse_qkv(card, q, k, v),
         f"{mc}linear_qkv.layer_norm_weight": take(hf, input_norm),
         f"{mc}linear_proj.weight": take(hf, f"{hf_attn}o_proj.weight"),
     }
@@ -159,14 +188,14 @@ def moe_hf_to_mcore(card: ModelCard, hf: Mapping[str, Tensor], hf_mlp: str, mc_m
         if fused:
             fc1, fc2 = gate_up[e], down[e]
         else:
-            fc1 = torch.cat([take(hf, f"{experts}{e}.gate_proj.weight"), take(hf, f"{experts}{e}.up_proj.weight")])
+            fc1 = torch.cat(take_fused(hf, [f"{experts}{e}.gate_proj.weight", f"{experts}{e}.up_proj.weight"]))
             fc2 = take(hf, f"{experts}{e}.down_proj.weight")
         out[f"{mc_mlp}experts.linear_fc1.weight{e}"] = fc1
         out[f"{mc_mlp}experts.linear_fc2.weight{e}"] = fc2
     if card.moe_shared_expert_intermediate_size:
         shared, mc_shared = f"{hf_mlp}shared_expert.", f"{mc_mlp}shared_experts."
-        out[f"{mc_shared}linear_fc1.weight"] = torch.cat([take(hf, f"{shared}gate_proj.weight"),
-                                                         take(hf, f"{shared}up_proj.weight")])
+        out[f"{mc_shared}linear_fc1.weight"] = torch.cat(take_fused(hf, [f"{shared}gate_proj.weight",
+                                                                        f"{shared}up_proj.weight"]))
         out[f"{mc_shared}linear_fc2.weight"] = take(hf, f"{shared}down_proj.weight")
         if card.moe_shared_expert_gate:
             out[f"{mc_shared}gate_weight"] = take(hf, f"{hf_mlp}shared_expert_gate.weight")

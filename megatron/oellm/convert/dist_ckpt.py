@@ -6,7 +6,8 @@ Distributed Checkpoint (``.metadata`` + ``__0_<n>.distcp``, one file per unit) w
 ``common_state/shard_0_1``, and megatron's ``metadata.json``. We drive ``torch.distributed.checkpoint`` with our own
 planners instead of calling ``dist_checkpointing.save`` because that call needs every tensor in memory at once;
 here a tensor is produced when the writer reaches it (items are written in unit order, one unit cached), and
-reading loads only the chunks of one unit.
+reading loads only the chunks of one unit. Before anything is read, every data file the metadata names must exist and
+reach the end of its last item, so that a damaged copy is named up front, not met half-way through a conversion.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import Tensor
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
+    Metadata,
     MetadataIndex,
     TensorProperties,
     TensorStorageMetadata,
@@ -38,6 +41,8 @@ from megatron.oellm.convert.mcore_layout import Piece
 
 COMMON_STATE_KEY = "common_state/shard_0_1"
 """DCP key of megatron's common state (``ShardedObject('common_state', shape (1,), offset (0,))``)."""
+METADATA_FILE = ".metadata"
+"""PyTorch DCP's metadata file: every item's key, shape and place (file, offset, length)."""
 LEGACY_COMMON_FILE = "common.pt"
 """Where older megatron-core releases kept the common state."""
 CONTENT_METADATA = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
@@ -180,14 +185,21 @@ class CheckpointReader:
     """Reads state-dict tensors of a megatron-core distributed checkpoint by their :class:`Piece` s."""
 
     def __init__(self, directory: Path) -> None:
-        if not (directory / ".metadata").is_file():
+        if not (directory / METADATA_FILE).is_file():
             raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
                                   "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
         self.directory = directory
-        self.metadata = dcp.FileSystemReader(directory).read_metadata()
+        self.metadata = _read_metadata(directory)
+        self._data_files = _check_data_files(directory, self.metadata)
         self._tensor_shapes = {key: (tuple(md.size), md.properties.dtype)
                                for key, md in self.metadata.state_dict_metadata.items()
                                if isinstance(md, TensorStorageMetadata)}
+
+    def input_files(self) -> list[Path]:
+        """Every file of the checkpoint a conversion reads: ``.metadata``, the data files it names, a legacy
+        ``common.pt``."""
+        legacy = self.directory / LEGACY_COMMON_FILE
+        return [self.directory / METADATA_FILE, *self._data_files, *([legacy] if legacy.is_file() else [])]
 
     def tensor_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Checkpoint key -> (global shape, dtype) of every stored tensor (from the metadata read at construction)."""
@@ -198,7 +210,10 @@ class CheckpointReader:
         empty if there is neither."""
         legacy = self.directory / LEGACY_COMMON_FILE
         if legacy.is_file():
-            return torch.load(legacy, map_location="cpu", weights_only=False)
+            try:
+                return torch.load(legacy, map_location="cpu", weights_only=False)
+            except Exception as error:  # unpickling a damaged file raises about any type
+                raise ConversionError(f"cannot read {legacy}: {error!r}; is the checkpoint complete?") from error
         if not isinstance(self.metadata.state_dict_metadata.get(COMMON_STATE_KEY), BytesStorageMetadata):
             return {}
         state = {COMMON_STATE_KEY: io.BytesIO()}
@@ -224,9 +239,15 @@ class CheckpointReader:
             high = [max(p.offset[d] + p.chunk_shape[d] for p in key_pieces) for d in range(len(low))]
             regions[key] = (tuple(low), torch.empty([h - lo for lo, h in zip(low, high, strict=True)],
                                                     dtype=shapes[key][1]))
-        with _single_process():
-            dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory), planner=_RegionLoadPlanner(regions),
-                     no_dist=True)
+        try:
+            with _single_process():
+                dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory),
+                         planner=_RegionLoadPlanner(regions), no_dist=True)
+        except CheckpointException as error:
+            files = sorted({str(self.directory / info.relative_path)
+                            for index, info in self.metadata.storage_data.items() if index.fqn in regions})
+            raise ConversionError(f"cannot read the checkpoint data in {', '.join(files)} ({_first_failure(error)}); "
+                                  "the checkpoint is damaged (copy it again)") from error
         parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
         for key, key_pieces in by_key.items():
             low, buffer = regions[key]
@@ -234,6 +255,45 @@ class CheckpointReader:
                 index = tuple(slice(o - lo, o - lo + s) for o, lo, s in zip(p.offset, low, p.chunk_shape, strict=True))
                 parts[p.name].append((p.rows[0], buffer[index].reshape(p.chunk_shape[p.lead_axes:])))
         return {name: _assemble(rows) for name, rows in parts.items()}
+
+
+def _first_failure(error: CheckpointException) -> str:
+    """The type of the first exception behind a DCP ``CheckpointException`` (its message may run over many lines
+    and give advice that does not apply, such as torch.load's on ``weights_only``)."""
+    return type(next(iter(error.failures.values()))[0]).__name__
+
+
+def _read_metadata(directory: Path) -> Metadata:
+    """The DCP metadata of ``directory``; a damaged ``.metadata`` is a :class:`ConversionError`."""
+    path = directory / METADATA_FILE
+    try:
+        metadata = dcp.FileSystemReader(directory).read_metadata()
+    except Exception as error:  # unpickling a damaged file raises about any type
+        raise ConversionError(f"cannot read {path}: {error!r}; is the checkpoint complete?") from error
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
+        raise ConversionError(f"{path} is not the metadata of a file-system distributed checkpoint")
+    return metadata
+
+
+def _check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
+    """The data files ``metadata`` stores items in, each checked to exist and to reach the end of its last item
+    (a copy cut short or a lost file is named here, before any tensor is read)."""
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        name = getattr(info, "relative_path", None)
+        if not isinstance(name, str):
+            raise ConversionError(f"{directory / METADATA_FILE} does not say which file holds each item; not a "
+                                  "file-system distributed checkpoint")
+        needed[name] = max(needed.get(name, 0), info.offset + info.length)
+    for name, end in sorted(needed.items()):
+        path = directory / name
+        if not path.is_file():
+            raise ConversionError(f"{path} is missing; {METADATA_FILE} stores checkpoint data in it")
+        size = path.stat().st_size
+        if size < end:
+            raise ConversionError(f"{path} has {size} bytes, {METADATA_FILE} stores data up to byte {end}; the file "
+                                  "is truncated (copy it again)")
+    return [directory / name for name in sorted(needed)]
 
 
 def _assemble(rows: list[tuple[int, Tensor]]) -> Tensor:

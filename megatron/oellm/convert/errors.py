@@ -1,5 +1,23 @@
-"""The one exception type of checkpoint conversion."""
+"""The exception types of checkpoint conversion."""
+
+import signal
 
 
 class ConversionError(ValueError):
     """A checkpoint cannot be converted: missing tensor, wrong shape, bad path. The message names the tensor/fix."""
+
+    exit_status = 2
+    """Exit status of ``oellm convert`` for this error (2: bad input, as argparse uses)."""
+
+
+class ConversionInterrupted(ConversionError):
+    """SIGTERM or SIGHUP (``scancel``, a Slurm time limit, a closed terminal) stopped a conversion."""
+
+    def __init__(self, signum: int, output_complete: bool = False) -> None:
+        name = signal.Signals(signum).name
+        if output_complete:
+            super().__init__(f"{name} arrived while the finished output was moved into place; the output is complete")
+        else:
+            super().__init__(f"stopped by {name}; the partial output was removed, --out is as it was")
+        self.exit_status = 128 + signum
+        """The shell's status of a process ended by the signal."""

@@ -11,21 +11,26 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from torch import Tensor
 
+from megatron.oellm.convert.errors import ConversionError
+
 SKIPPED_PREFIXES = ("model.visual.", "mtp.")
 """Parts of published checkpoints outside the text model; never converted."""
 _PUBLISHED_TEXT_PREFIX = "model.language_model."
 
 
 def canonical_hf_names(names: Iterable[str]) -> tuple[dict[str, str], list[str]]:
-    """``({canonical name: stored name}, skipped stored names)`` for the tensor names of an HF checkpoint."""
+    """``({canonical name: stored name}, skipped stored names)`` for the tensor names of an HF checkpoint; two stored
+    names of one canonical name (``model.X`` and ``model.language_model.X``) are a :class:`ConversionError`."""
     canonical, skipped = {}, []
     for name in names:
         if name.startswith(SKIPPED_PREFIXES):
             skipped.append(name)
-        elif name.startswith(_PUBLISHED_TEXT_PREFIX):
-            canonical["model." + name[len(_PUBLISHED_TEXT_PREFIX):]] = name
-        else:
-            canonical[name] = name
+            continue
+        short = "model." + name[len(_PUBLISHED_TEXT_PREFIX):] if name.startswith(_PUBLISHED_TEXT_PREFIX) else name
+        if short in canonical:
+            raise ConversionError(f"tensors {canonical[short]!r} and {name!r} are both {short!r} of the text model; "
+                                  "the checkpoint must hold one of them")
+        canonical[short] = name
     return canonical, sorted(skipped)
 
 

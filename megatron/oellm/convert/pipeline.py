@@ -1,8 +1,9 @@
 """On-disk conversion, streamed one unit at a time: HF safetensors directory <-> megatron-core checkpoint.
 
 Every input is checked against the card before any tensor data is read (names, shapes and dtypes from the
-safetensors headers / the checkpoint metadata); the output is written to a temporary sibling directory that is moved
-into place at the end and deleted if the conversion fails, so a failed conversion leaves nothing half-written.
+safetensors headers / the checkpoint metadata, the HF ``config.json``); the output is written to a temporary sibling
+directory that is moved into place at the end and deleted if the conversion fails or is stopped, so a failed
+conversion leaves nothing half-written (:mod:`megatron.oellm.convert.output` has the rules for ``--out``).
 
 Memory: the HF -> megatron direction holds one unit (one decoder layer, or the embedding / head) of converted
 tensors plus the source tensors it is built from; megatron -> HF holds one unit plus the HF tensors waiting for the
@@ -10,19 +11,16 @@ current output shard (at most ``max_shard_bytes``).
 
 A megatron output directory is what megatron training's ``--load`` reads: ``latest_checkpointed_iteration.txt``
 (``release``) and ``release/`` holding the distributed checkpoint, whose common state carries the card
-(``oellm_card``) next to ``checkpoint_version`` and ``iteration``.
+(``oellm_card``) and the source's ``config.json`` / ``generation_config.json`` texts (``oellm_hf_config``) next to
+``checkpoint_version`` and ``iteration``; ``mcore-to-hf`` writes those texts back unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import re
-import shutil
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,7 +31,6 @@ from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import (
-    Unit,
     expected_shapes,
     family_module,
     hf_to_mcore_unit,
@@ -42,13 +39,28 @@ from megatron.oellm.convert.family import (
     unit_shapes,
     units,
 )
+from megatron.oellm.convert.hf_config import (
+    CONFIG_FILES,
+    CONFIG_NAME,
+    check_hf_config,
+    parse_json_object,
+    read_config_files,
+)
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
-from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource, ShardedSafetensorsWriter
+from megatron.oellm.convert.output import check_not_input, staged_output
+from megatron.oellm.convert.safetensors_io import (
+    DEFAULT_MAX_SHARD_BYTES,
+    SafetensorsSource,
+    ShardedSafetensorsWriter,
+    is_written_name,
+)
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 CARD_KEY = "oellm_card"
+HF_CONFIG_KEY = "oellm_hf_config"
+"""Common-state entry holding the source's HF config files: file name -> text, as read."""
 CHECKPOINT_VERSION = 3.0
 """megatron training's current checkpoint version (``set_checkpoint_version``)."""
 STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_query_groups",
@@ -58,11 +70,6 @@ STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_a
                      "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "zero_centered_norm",
                      "untie_embeddings")
 """Card fields that decide tensor names, shapes or values; a checkpoint made for another card must match them."""
-_HF_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                   "head_dim", "num_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
-                   "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-                   "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
-                   "norm_topk_prob", "rms_norm_eps")
 _WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
@@ -82,6 +89,18 @@ class ConversionSummary:
     skipped: list[str]
     padding_rows: int = 0
     """Vocabulary rows megatron padded past the card's vocabulary, dropped by mcore-to-hf (per vocabulary tensor)."""
+    notes: list[str] = field(default_factory=list)
+    """Lines for the report: where the HF config came from or went, or that there was none."""
+
+
+def _is_mcore_output(name: str) -> bool:
+    """Whether ``name`` is an entry hf-to-mcore writes into ``--out``."""
+    return name in (ITERATION_FILE, RELEASE)
+
+
+def _is_hf_output(name: str) -> bool:
+    """Whether ``name`` is an entry mcore-to-hf writes into ``--out``."""
+    return name in CONFIG_FILES or is_written_name(name)
 
 
 def card_record(card: ModelCard) -> dict:
@@ -89,28 +108,9 @@ def card_record(card: ModelCard) -> dict:
     return {k: v for k, v in dataclasses.asdict(card).items() if k != "sources"}
 
 
-def check_hf_config(card: ModelCard, hf_dir: Path) -> None:
-    """Compare the checkpoint's ``config.json`` (``text_config`` if nested) with the card's HF config."""
-    path = hf_dir / "config.json"
-    if not path.is_file():
-        return
-    try:
-        stored = json.loads(path.read_text())
-    except ValueError as error:
-        raise ConversionError(f"{path} is not valid JSON: {error}") from error
-    stored = stored.get("text_config", stored)
-    expected = family_module(card).hf_config_from_card(card).to_dict()
-    wrong = [f"{k}: checkpoint {stored[k]!r}, card {expected[k]!r}" for k in _HF_CONFIG_KEYS
-             if k in stored and k in expected and stored[k] != expected[k]]
-    if wrong:
-        raise ConversionError(f"{path} does not describe card {card.name}: {'; '.join(wrong)}; "
-                              "pick the card of this checkpoint with --model")
-
-
-def check_hf_tensors(card: ModelCard,
-                     tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, torch.dtype]:
+def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
     """Raise naming the first missing, unexpected, mis-shaped or not floating-point tensor of ``tensors`` (name ->
-    (shape, dtype)); fused expert tensors count per expert. Returns the dtype of every tensor, experts per expert."""
+    (shape, dtype)); fused expert tensors count per expert."""
     expected = expected_shapes(card)[0]
     covered = {}
     for name, (shape, dtype) in tensors.items():
@@ -141,53 +141,20 @@ def check_hf_tensors(card: ModelCard,
         if dtype not in _WEIGHT_DTYPES:
             raise ConversionError(f"tensor {name!r} has dtype {dtype}; weights must be one of "
                                   f"{', '.join(map(str, _WEIGHT_DTYPES))}")
-    return {name: dtype for name, (_, dtype) in covered.items()}
 
 
-def check_round_trip_dtypes(card: ModelCard, unit: Unit, mcore: Mapping[str, Tensor],
-                            hf_dtypes: Mapping[str, torch.dtype]) -> None:
-    """Raise if an HF tensor of ``unit`` would come back from its megatron tensors ``mcore`` (``meta`` is enough) in
-    another dtype, i.e. megatron fuses it with a tensor of another dtype (``torch.cat`` promotes)."""
-    for name, tensor in mcore_to_hf_unit(card, unit, mcore).items():
-        if tensor.dtype != hf_dtypes[name]:
-            raise ConversionError(f"tensor {name!r} is {hf_dtypes[name]} but megatron fuses it with tensors of "
-                                  f"another dtype into one {tensor.dtype} tensor; save the checkpoint in one dtype")
-
-
-@contextmanager
-def _staged_output(out_dir: Path, overwrite: bool, source: Path) -> Iterator[Path]:
-    """A fresh temporary directory beside ``out_dir`` to write into: moved to ``out_dir`` (replacing it) when the
-    block succeeds, deleted when it fails. Refuses a non-empty ``out_dir`` unless ``overwrite``, and one that is or
-    holds ``source``."""
-    out_dir, source = out_dir.resolve(), source.resolve()
-    if source.is_relative_to(out_dir):
-        raise ConversionError(f"output {out_dir} would overwrite the input {source}; choose another --out")
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
-        raise ConversionError(f"output {out_dir} exists and is not empty; pass --overwrite to replace it")
-    staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _commit_output(staging, out_dir)
-
-
-def _commit_output(staging: Path, out_dir: Path) -> None:
-    """Move the finished ``staging`` directory to ``out_dir``: its entries into an empty existing directory (which
-    stays the same directory, e.g. a shell's current one), otherwise in place of ``out_dir``."""
-    if out_dir.is_dir() and not any(out_dir.iterdir()):
-        for entry in staging.iterdir():
-            entry.rename(out_dir / entry.name)
-        staging.rmdir()
-        return
-    if out_dir.is_dir():
-        shutil.rmtree(out_dir)
-    elif out_dir.exists():
-        out_dir.unlink()
-    staging.rename(out_dir)
+def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]]) -> None:
+    """Raise naming the odd one out if tensors stored in one checkpoint tensor (the layers of a ``GPTModel``, the
+    experts of a layer) differ in dtype: that tensor has one dtype, so the way back would change some of them."""
+    names: dict[str, dict[torch.dtype, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for piece, dtype in chunks:
+        names[piece.key][dtype].append(piece.name)
+    for key, by_dtype in names.items():
+        if len(by_dtype) > 1:
+            ordered = sorted(by_dtype.items(), key=lambda item: len(item[1]))
+            (odd_dtype, odd), (main_dtype, main) = ordered[0], ordered[-1]
+            raise ConversionError(f"megatron tensor {odd[0]!r} is {odd_dtype} but is stored with {main[0]!r} "
+                                  f"({main_dtype}) in one checkpoint tensor {key!r}; save the checkpoint in one dtype")
 
 
 def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool = False) -> ConversionSummary:
@@ -196,22 +163,36 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     source = SafetensorsSource(hf_dir)
     header = source.shapes()
     names, skipped = canonical_hf_names(header)
-    check_hf_config(card, hf_dir)
-    dtypes = check_hf_tensors(card, {canonical: header[stored] for canonical, stored in names.items()})
+    config_files = read_config_files(hf_dir)
+    if CONFIG_NAME in config_files:
+        check_hf_config(card, config_files[CONFIG_NAME], str(hf_dir / CONFIG_NAME))
+    check_hf_tensors(card, {canonical: header[stored] for canonical, stored in names.items()})
     meta = {name: torch.empty(shape, dtype=dtype, device="meta") for name, (shape, dtype) in header.items()}
     chunks, unit_of = [], {}
     for unit, tensors in iter_hf_to_mcore(card, meta):
-        check_round_trip_dtypes(card, unit, tensors, dtypes)
         for name, tensor in tensors.items():
             unit_of[name] = unit
             chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, module.MCORE_MODEL, name,
                                                                          tuple(tensor.shape))]
+    check_one_dtype_per_key(chunks)
+    check_not_input(out_dir, [hf_dir, *source.input_files(), *(hf_dir / name for name in config_files)])
     view = CanonicalView(source)
-    common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, CARD_KEY: card_record(card)}
-    with _staged_output(out_dir, overwrite, hf_dir) as staging:
+    common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, CARD_KEY: card_record(card),
+              HF_CONFIG_KEY: config_files}
+    with staged_output(out_dir, overwrite, _is_mcore_output) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
-    return ConversionSummary(out_dir, len(names), len(unit_of), skipped)
+    notes = _kept_config_notes(hf_dir, config_files)
+    return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
+
+
+def _kept_config_notes(hf_dir: Path, files: dict[str, str]) -> list[str]:
+    """Report lines on the HF config files (``files``, read from ``hf_dir``) hf-to-mcore keeps with the checkpoint."""
+    notes = [f"kept {' and '.join(files)} with the checkpoint for mcore-to-hf"] if files else []
+    if CONFIG_NAME not in files:
+        notes.append(f"no {CONFIG_NAME} in {hf_dir}: checked against the card by tensor shapes only; mcore-to-hf "
+                     "will write the card's config")
+    return notes
 
 
 def resolve_mcore_dir(path: Path) -> Path:
@@ -241,17 +222,47 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
                               f"{'; '.join(wrong)}")
 
 
-def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
-                           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> ConversionSummary:
-    """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``; vocabulary
-    rows megatron padded past the card's vocabulary are dropped."""
+def _stored_config_files(common: dict, directory: Path) -> dict[str, str]:
+    """The HF config files hf-to-mcore kept in the checkpoint's common state (file name -> text; empty if none)."""
+    files = common.get(HF_CONFIG_KEY)
+    if not files:
+        return {}
+    if not (isinstance(files, dict) and set(files) <= set(CONFIG_FILES)
+            and all(isinstance(text, str) for text in files.values())):
+        raise ConversionError(f"{directory}: the common state's {HF_CONFIG_KEY!r} is not a map of "
+                              f"{' / '.join(CONFIG_FILES)} to their text; the checkpoint is damaged")
+    for name, text in files.items():
+        parse_json_object(text, f"the {name} stored with {directory}")
+    return files
+
+
+def _export_config_files(card: ModelCard, common: dict, directory: Path,
+                         hf_config_dir: Path | None) -> tuple[dict[str, str], str]:
+    """The HF config files mcore-to-hf writes as they are (file name -> text; without ``config.json`` the card's
+    config is written) and a report line saying where they come from: ``hf_config_dir`` if given, else the checkpoint
+    ``directory`` (``common`` is its common state). A ``config.json`` must describe ``card``."""
+    if hf_config_dir is not None:
+        if not hf_config_dir.is_dir():
+            raise ConversionError(f"--hf-config {hf_config_dir} is not a directory")
+        files = read_config_files(hf_config_dir)
+        if CONFIG_NAME not in files:
+            raise ConversionError(f"--hf-config {hf_config_dir} has no {CONFIG_NAME}")
+        check_hf_config(card, files[CONFIG_NAME], str(hf_config_dir / CONFIG_NAME))
+        return files, f"{' and '.join(files)} from --hf-config {hf_config_dir}"
+    files = _stored_config_files(common, directory)
+    if CONFIG_NAME in files:
+        check_hf_config(card, files[CONFIG_NAME], f"the {CONFIG_NAME} stored with {directory}")
+        return files, f"{' and '.join(files)} as hf-to-mcore kept them with the checkpoint"
+    kept = f" ({' and '.join(files)} as kept with the checkpoint)" if files else ""
+    return files, (f"{CONFIG_NAME} derived from the card{kept}: the checkpoint holds no HF config.json (e.g. saved "
+                   "by training); pass --hf-config DIR of the original model to keep its token ids and settings")
+
+
+def _planned_pieces(card: ModelCard, reader: CheckpointReader, padded: int) -> list[list[mcore_layout.Piece]]:
+    """The checkpoint pieces of each unit, every one checked to be stored with the expected shape, and no model
+    tensor stored that the card has no place for."""
     module = family_module(card)
-    reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
     stored = reader.tensor_shapes()
-    common = reader.common_state()
-    check_stored_card(card, common)
-    padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored},
-                                 common.get("args"))
     stored_card = card.with_vocab(padded)  # the megatron side's shapes: vocabulary rows as megatron padded them
     unit_pieces: list[list[mcore_layout.Piece]] = []
     for unit in units(card):
@@ -274,7 +285,27 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     if unexpected:
         raise ConversionError(f"unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected) in "
                               f"{reader.directory} for card {card.name}; is --model the right card?")
-    with _staged_output(out_dir, overwrite, reader.directory) as staging:
+    return unit_pieces
+
+
+def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
+                           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                           hf_config_dir: Path | None = None) -> ConversionSummary:
+    """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``; vocabulary
+    rows megatron padded past the card's vocabulary are dropped. ``config.json`` / ``generation_config.json`` are
+    those of ``hf_config_dir``, else those stored with the checkpoint, else the card's config."""
+    module = family_module(card)
+    reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
+    stored = reader.tensor_shapes()
+    common = reader.common_state()
+    check_stored_card(card, common)
+    config_files, config_note = _export_config_files(card, common, reader.directory, hf_config_dir)
+    padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored},
+                                 common.get("args"))
+    unit_pieces = _planned_pieces(card, reader, padded)
+    config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
+    check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
+    with staged_output(out_dir, overwrite, _is_hf_output) as staging:
         writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
         written = 0
         for unit, pieces in zip(units(card), unit_pieces, strict=True):
@@ -283,6 +314,9 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
             writer.add(tensors)
             written += len(tensors)
         writer.close()
-        module.hf_config_from_card(card).save_pretrained(staging)
+        for name, text in config_files.items():
+            (staging / name).write_bytes(text.encode("utf-8"))
+        if CONFIG_NAME not in config_files:
+            module.hf_config_from_card(card).save_pretrained(staging)
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), written, [],
-                             padded - card.vocab_size)
+                             padded - card.vocab_size, [config_note])

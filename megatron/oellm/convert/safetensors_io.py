@@ -9,6 +9,7 @@ conversion holds one unit's tensors, never the model. Writing buffers tensors un
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from megatron.oellm.convert.errors import ConversionError
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
+_SHARD_NAME = re.compile(r"model-\d{5,}-of-\d{5,}\.safetensors")
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
 """Shard size of HF output (5 GiB, transformers' default ``max_shard_size``)."""
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
@@ -49,12 +51,20 @@ def _read_index(index: Path) -> dict[str, str]:
     return weight_map
 
 
+def is_written_name(name: str) -> bool:
+    """Whether ``name`` is a file name :class:`ShardedSafetensorsWriter` gives (single file, shard or index)."""
+    return name in (SINGLE_NAME, INDEX_NAME) or _SHARD_NAME.fullmatch(name) is not None
+
+
 def checkpoint_files(directory: Path) -> dict[str, Path]:
     """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``)."""
     if not directory.is_dir():
         raise ConversionError(f"{directory} is not a directory; pass the HF checkpoint directory "
                               "(with config.json and *.safetensors)")
     index = directory / INDEX_NAME
+    if index.is_file() and (directory / SINGLE_NAME).exists():
+        raise ConversionError(f"{directory} holds both {INDEX_NAME} and {SINGLE_NAME}: transformers reads "
+                              f"{SINGLE_NAME}, this converter would read the index; remove the stale one")
     if index.is_file():
         files = {name: directory / file for name, file in _read_index(index).items()}
         missing = sorted({str(f) for f in files.values() if not f.is_file()})
@@ -82,6 +92,11 @@ class SafetensorsSource(Mapping[str, Tensor]):
         self.directory = directory
         self._files = checkpoint_files(directory)
         self._handles: dict[Path, object] = {}
+
+    def input_files(self) -> list[Path]:
+        """Every file the tensors are read from, plus the index if there is one."""
+        index = self.directory / INDEX_NAME
+        return sorted(set(self._files.values())) + ([index] if index.is_file() else [])
 
     def _handle(self, path: Path):
         if path not in self._handles:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf  # noqa: E402
+from convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf  # noqa: E402
 
 from megatron.oellm.cards import get_card  # noqa: E402
 from megatron.oellm.cli import main  # noqa: E402
 from megatron.oellm.commands.convert import byte_size  # noqa: E402
+from megatron.oellm.convert import pipeline  # noqa: E402
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource  # noqa: E402
 
 
@@ -54,3 +58,45 @@ def test_cli_output_to_the_current_directory(tmp_path: Path, monkeypatch: pytest
     assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", "../hf", "--out", "."]) == 0
     assert (tmp_path / "mcore" / "latest_checkpointed_iteration.txt").is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_cli_hf_config_and_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--hf-config reaches the export; the report says where config.json came from."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    write_hf(card, random_hf_tensors(card, seed=9), tmp_path / "hf")
+    edit_json(tmp_path / "hf" / "config.json", eos_token_id=7)
+    assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
+                 "--out", str(tmp_path / "mcore")]) == 0
+    assert "kept config.json with the checkpoint for mcore-to-hf" in capsys.readouterr().out
+    edit_json(tmp_path / "hf" / "config.json", eos_token_id=8)
+    assert main(["convert", "mcore-to-hf", "--model", card.name, "--mcore", str(tmp_path / "mcore"),
+                 "--out", str(tmp_path / "out"), "--hf-config", str(tmp_path / "hf")]) == 0
+    assert f"config.json from --hf-config {tmp_path / 'hf'}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["eos_token_id"] == 8
+
+
+def test_cli_sigterm_exits_with_the_signal_status(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line and 128 + 15, as a shell reports a process ended by SIGTERM; nothing left behind."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    write_hf(card, random_hf_tensors(card, seed=9), tmp_path / "hf")
+    convert = pipeline.hf_to_mcore_unit
+
+    def terminated_at_layer_one(card, unit, tensors):
+        if unit == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return convert(card, unit, tensors)
+
+    def not_handled(signum, frame):
+        raise RuntimeError("SIGTERM reached the test's handler")
+
+    monkeypatch.setattr(pipeline, "hf_to_mcore_unit", terminated_at_layer_one)
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
+                     "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "oellm convert hf-to-mcore: stopped by SIGTERM; the partial output was removed, --out is as it was")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -55,3 +56,14 @@ def write_hf(card: ModelCard, tensors: dict[str, Tensor], directory: Path, max_s
     writer.close()
     family_module(card).hf_config_from_card(card).save_pretrained(directory)
     return directory
+
+
+def edit_json(path: Path, **fields: object) -> None:
+    """Set ``fields`` at the top level of the JSON object in ``path``; a field given None is removed."""
+    data = json.loads(path.read_text())
+    for key, value in fields.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data, indent=2))

@@ -14,6 +14,7 @@ converts back to the original HF tensors, bit for bit.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from pathlib import Path
@@ -26,7 +27,7 @@ from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.family import hf_to_mcore
-from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.pipeline import HF_CONFIG_KEY, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
@@ -126,6 +127,8 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, C
                     parameter.fill_(float("nan"))
             request = model.sharded_state_dict()
             loaded = dist_checkpointing.load(request, checkpoint, strict=StrictHandling.LOG_ALL)
+            # megatron's loader reads the HF config kept in the common state (mcore-to-hf writes it back)
+            assert json.loads(loaded[HF_CONFIG_KEY]["config.json"])["num_hidden_layers"] == card.num_layers
             # the loader also returns the checkpoint's common entries (iteration, card, ...): not model state
             result = model.load_state_dict({k: v for k, v in loaded.items() if k in request}, strict=False)
             assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, write_hf
+from convert_helpers import assert_bitwise_equal, edit_json, fuse_experts, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert import pipeline
@@ -29,9 +29,11 @@ TINY_CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
 
 @pytest.mark.parametrize("name", TINY_CARDS)
 def test_round_trip_through_files_is_bit_exact_and_loads_in_transformers(name: str, tmp_path: Path) -> None:
+    """Every tensor bit for bit, and the source config's token ids (which the card does not know) survive."""
     card = get_card(name)
     hf = random_hf_tensors(card, seed=3)
     write_hf(card, hf, tmp_path / "hf")
+    edit_json(tmp_path / "hf" / "config.json", bos_token_id=3, eos_token_id=5, pad_token_id=4)
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     assert (tmp_path / "mcore" / ITERATION_FILE).read_text().strip() == RELEASE
     reader = CheckpointReader(tmp_path / "mcore" / RELEASE)
@@ -41,6 +43,7 @@ def test_round_trip_through_files_is_bit_exact_and_loads_in_transformers(name: s
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
     model = getattr(transformers, card.hf_architecture).from_pretrained(tmp_path / "out", dtype=torch.bfloat16)
     assert_bitwise_equal(fuse_experts(card, hf), dict(model.state_dict()))
+    assert (model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id) == (3, 5, 4)
 
 
 def test_published_layout_is_read(tmp_path: Path) -> None:
@@ -60,12 +63,6 @@ def test_published_layout_is_read(tmp_path: Path) -> None:
     assert summary.skipped == ["model.visual.patch_embed.proj.weight", "mtp.fc.weight"]
     mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
-
-
-@pytest.fixture
-def tiny_hf(tmp_path: Path):
-    card = get_card("qwen3-30b-a3b-tiny")
-    return card, random_hf_tensors(card, seed=5), tmp_path
 
 
 def test_missing_tensor_fails_before_writing(tiny_hf) -> None:
@@ -91,18 +88,6 @@ def test_config_of_another_model_is_rejected(tiny_hf) -> None:
     write_hf(card, hf, tmp / "hf")
     with pytest.raises(ConversionError, match="num_hidden_layers"):
         hf_to_mcore_checkpoint(get_card("qwen3-30b-a3b-proxy-4L"), tmp / "hf", tmp / "mcore")
-
-
-def test_non_empty_output_needs_overwrite(tiny_hf) -> None:
-    card, hf, tmp = tiny_hf
-    write_hf(card, hf, tmp / "hf")
-    (tmp / "mcore").mkdir()
-    (tmp / "mcore" / "keep.txt").write_text("x")
-    with pytest.raises(ConversionError, match="--overwrite"):
-        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
-    assert (tmp / "mcore" / "keep.txt").exists()
-    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
-    assert not (tmp / "mcore" / "keep.txt").exists()
 
 
 def test_bad_paths_are_clear_errors(tmp_path: Path) -> None:
@@ -157,11 +142,22 @@ def test_unreadable_hf_files_are_named(tiny_hf) -> None:
     ("model.norm.weight", torch.float8_e4m3fn, "F8_E4M3"),
     ("model.norm.weight", torch.int32, "torch.int32"),
     ("model.layers.0.self_attn.q_proj.weight", torch.float32,
-     r"'model\.layers\.0\.self_attn\.k_proj\.weight' is torch\.bfloat16 but megatron fuses it")],
-    ids=["fp8", "int", "fused-mixed"])
+     r"'model\.layers\.0\.self_attn\.q_proj\.weight' is torch\.float32 but megatron fuses it with "
+     r"'model\.layers\.0\.self_attn\.k_proj\.weight' \(torch\.bfloat16\)"),
+    ("model.layers.0.self_attn.k_proj.weight", torch.float32,
+     r"'model\.layers\.0\.self_attn\.k_proj\.weight' is torch\.float32 but megatron fuses it with "
+     r"'model\.layers\.0\.self_attn\.q_proj\.weight' \(torch\.bfloat16\)"),
+    ("model.layers.1.mlp.experts.2.up_proj.weight", torch.float16,
+     r"tensors 'model\.layers\.1\.mlp\.experts\.2\.gate_proj\.weight' \(torch\.bfloat16\), "
+     r"'model\.layers\.1\.mlp\.experts\.2\.up_proj\.weight' \(torch\.float16\) differ in dtype"),
+    ("model.layers.1.input_layernorm.weight", torch.float32,
+     r"'decoder\.layers\.\d\.self_attention\.linear_qkv\.layer_norm_weight' .* in one checkpoint tensor "
+     r"'decoder\.layers\.self_attention\.linear_qkv\.layer_norm_weight'; save the checkpoint in one dtype")],
+    ids=["fp8", "int", "fused-q-odd", "fused-k-odd", "fused-gate-up", "stacked-layers"])
 def test_weights_of_other_dtypes_are_rejected(tiny_hf, name: str, dtype: torch.dtype, message: str) -> None:
     """FP8 (a quantized checkpoint), integers, and tensors megatron fuses stored in different dtypes (``torch.cat``
-    would promote them, so the round trip would change a dtype)."""
+    would promote them, so the round trip would change a dtype): the message names the odd one out. The same for
+    tensors megatron stores in one checkpoint tensor (``GPTModel``'s layers, a layer's experts)."""
     card, hf, tmp = tiny_hf
     write_hf(card, {**hf, name: hf[name].to(dtype)}, tmp / "hf")
     with pytest.raises(ConversionError, match=message):
@@ -239,6 +235,7 @@ def test_hybrid_checkpoint_with_more_layers_than_the_card_is_rejected(tmp_path: 
     card = get_card("qwen3.5-35b-a3b-tiny")
     deeper = card.with_layers(2 * card.num_layers, name="deeper")
     write_hf(deeper, random_hf_tensors(deeper, seed=8), tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").unlink()
     monkeypatch.setattr(pipeline, "card_record", lambda card: {})
     hf_to_mcore_checkpoint(deeper, tmp_path / "hf", tmp_path / "mcore")
     with pytest.raises(ConversionError, match=rf"unexpected tensor 'decoder\.layers\.{2 * card.num_layers}\."):
@@ -270,3 +267,54 @@ def test_output_into_an_empty_current_directory_keeps_that_directory(tiny_hf, mo
     hf_to_mcore_checkpoint(card, tmp / "hf", Path("."))
     assert (tmp / "here").stat().st_ino == inode
     assert sorted(p.name for p in Path(".").iterdir()) == [ITERATION_FILE, RELEASE]
+
+
+def test_index_next_to_a_single_file_is_ambiguous(tiny_hf) -> None:
+    """transformers reads ``model.safetensors`` when both are there, the index otherwise: refuse, naming both."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    writer = ShardedSafetensorsWriter(tmp / "single", max_shard_bytes=10**9)
+    writer.add(random_hf_tensors(card, seed=9))
+    writer.close()
+    (tmp / "single" / "model.safetensors").rename(tmp / "hf" / "model.safetensors")
+    with pytest.raises(ConversionError, match=f"holds both {INDEX_NAME} and model.safetensors"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+
+
+def test_a_tensor_under_its_published_and_its_short_name_is_refused(tiny_hf) -> None:
+    card, hf, tmp = tiny_hf
+    norm = "model.layers.0.input_layernorm.weight"
+    write_hf(card, {**hf, "model.language_model.layers.0.input_layernorm.weight": hf[norm] + 1}, tmp / "hf")
+    with pytest.raises(ConversionError, match=r"(?=.*'model\.language_model\.layers\.0\.input_layernorm\.weight')"
+                                              rf"(?=.*'{norm}')tensors .* are both '{norm}'"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+
+
+def _damage(release: Path, how: str) -> str:
+    """Damage the checkpoint in ``release`` as a cut-short or incomplete copy would; the expected message."""
+    data = sorted(release.glob("*.distcp"))[-1]
+    if how == "truncated-data":
+        data.write_bytes(data.read_bytes()[:1000])
+        return rf"{data.name} has 1000 bytes, \.metadata stores data up to byte \d+; the file is truncated"
+    if how == "missing-data":
+        data.unlink()
+        return rf"{data.name} is missing"
+    if how == "truncated-metadata":
+        (release / ".metadata").write_bytes((release / ".metadata").read_bytes()[:100])
+        return r"cannot read .*\.metadata: UnpicklingError"
+    content = bytearray(data.read_bytes())
+    content[:64] = bytes(64)
+    data.write_bytes(bytes(content))
+    return rf"cannot read the checkpoint data in .*{data.name} \(UnpicklingError\); the checkpoint is damaged"
+
+
+@pytest.mark.parametrize("how", ["truncated-data", "missing-data", "truncated-metadata", "garbled-data"])
+def test_damaged_mcore_checkpoint_is_a_clear_error(converted, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Cut, lost and garbled files are named; the first three before any tensor is read."""
+    card, _, tmp = converted
+    message = _damage(tmp / "mcore" / RELEASE, how)
+    if how != "garbled-data":
+        monkeypatch.setattr(CheckpointReader, "read", lambda reader, pieces: pytest.fail("a tensor was read"))
+    with pytest.raises(ConversionError, match=message):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]

@@ -73,7 +73,7 @@ def layer_prefixes(layer: int) -> tuple[str, str, str]:
 def _gdn_hf_to_mcore(card: ModelCard, hf: Mapping[str, Tensor], hp: str, mc: str) -> dict[str, Tensor]:
     la = f"{hp}linear_attn."
     return {
-        f"{mc}in_proj.weight": torch.cat([blocks.take(hf, f"{la}{name}.weight") for name in GDN_IN_PROJ]),
+        f"{mc}in_proj.weight": torch.cat(blocks.take_fused(hf, [f"{la}{name}.weight" for name in GDN_IN_PROJ])),
         f"{mc}in_proj.layer_norm_weight": blocks.take(hf, f"{hp}input_layernorm.weight"),
         f"{mc}conv1d.weight": blocks.take(hf, f"{la}conv1d.weight"),
         f"{mc}A_log": blocks.take(hf, f"{la}A_log"),

@@ -13,6 +13,7 @@ from convert_helpers import random_hf_tensors  # noqa: E402
 
 from megatron.oellm.cards import get_card  # noqa: E402
 from megatron.oellm.convert.blocks import shift_norm  # noqa: E402
+from megatron.oellm.convert.errors import ConversionError  # noqa: E402
 from megatron.oellm.models.qwen3_5 import convert  # noqa: E402
 
 CARD = get_card("qwen3.5-35b-a3b-tiny")
@@ -94,3 +95,14 @@ def test_published_names_with_language_model_prefix_are_accepted() -> None:
     names, skipped = canonical_hf_names(published)
     assert sorted(names) == sorted(hf)
     assert sorted(skipped) == ["model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"]
+
+
+def test_gdn_projections_of_mixed_dtypes_name_the_odd_one() -> None:
+    """megatron fuses the four GDN input projections into ``in_proj``; ``torch.cat`` would promote a lone float32
+    one and the way back would return the others in float32."""
+    hf = random_hf_tensors(CARD)
+    odd = "model.layers.0.linear_attn.in_proj_z.weight"
+    hf[odd] = hf[odd].float()
+    qkv = r"'model\.layers\.0\.linear_attn\.in_proj_qkv\.weight' \(torch\.bfloat16\)"
+    with pytest.raises(ConversionError, match=rf"tensor '{odd}' is torch\.float32 but megatron fuses it with {qkv}"):
+        convert.hf_to_mcore(CARD, hf)

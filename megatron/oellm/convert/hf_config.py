@@ -1,0 +1,83 @@
+"""The Hugging Face ``config.json`` / ``generation_config.json`` of a checkpoint: read, checked against the card.
+
+``hf-to-mcore`` checks the source's ``config.json`` against the card and keeps both files, verbatim, with the
+megatron checkpoint; ``mcore-to-hf`` writes them back (or those of ``--hf-config``) after the same check, so the
+token ids, generation settings and every other field the card does not describe survive the round trip.
+
+The check reads ``config.json`` (its ``text_config`` when nested, as in the published multimodal Qwen3.5) the way
+transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
+``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config: the shape
+fields below when present, the RoPE settings the card's config states (type, base, rotated fraction), the
+activation, and ``model_type`` when present.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.family import family_module
+
+CONFIG_NAME = "config.json"
+GENERATION_CONFIG_NAME = "generation_config.json"
+CONFIG_FILES = (CONFIG_NAME, GENERATION_CONFIG_NAME)
+_SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "num_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
+               "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+               "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
+               "norm_topk_prob", "rms_norm_eps")
+"""Fields compared when the config states them (under their name or the config class's alias)."""
+
+
+def read_config_files(directory: Path) -> dict[str, str]:
+    """File name -> text of the :data:`CONFIG_FILES` present in ``directory``; each must hold a JSON object."""
+    texts = {}
+    for name in CONFIG_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            texts[name] = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConversionError(f"cannot read {path}: {error}") from error
+        parse_json_object(texts[name], str(path))
+    return texts
+
+
+def parse_json_object(text: str, where: str) -> dict:
+    """The JSON object in ``text`` (from ``where``, named in errors)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ConversionError(f"{where} is not valid JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise ConversionError(f"{where} holds a JSON {type(value).__name__}, not an object of config fields")
+    return value
+
+
+def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
+    """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``."""
+    stored = parse_json_object(config_text, where)
+    text = stored.get("text_config", stored)
+    if not isinstance(text, dict):
+        raise ConversionError(f"{where}: 'text_config' is a JSON {type(text).__name__}, not an object")
+    expected = family_module(card).hf_config_from_card(card)
+    try:
+        loaded = type(expected).from_dict(text)
+    except Exception as error:  # transformers' field validation raises its own types
+        raise ConversionError(f"{where} cannot be read as a {type(expected).__name__}: {error}") from error
+    aliases = type(expected).attribute_map
+    wrong = [f"{k}: checkpoint {getattr(loaded, k)!r}, card {getattr(expected, k)!r}" for k in _SHAPE_KEYS
+             if (k in text or aliases.get(k) in text) and getattr(loaded, k) != getattr(expected, k)]
+    if "model_type" in text and text["model_type"] != expected.model_type:
+        wrong.append(f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}")
+    if loaded.hidden_act != expected.hidden_act:
+        wrong.append(f"hidden_act: checkpoint {loaded.hidden_act!r}, card {expected.hidden_act!r}")
+    rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
+    wrong += [f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}" for k, v in card_rope.items()
+              if rope.get(k) != v]
+    if wrong:
+        raise ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; "
+                              "pick the card of this checkpoint with --model")

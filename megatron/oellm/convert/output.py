@@ -1,0 +1,155 @@
+"""Where a conversion writes: a staging directory beside ``--out``, moved into place only when complete.
+
+The rules protect what a user keeps in ``--out``: a missing or empty directory is filled; a non-empty one only with
+``--overwrite``, and only if every entry in it is one the converter writes for that direction (a previous output),
+since replacing the output deletes those entries; a file is never replaced. The rules are applied before the
+conversion and again when the output is moved into place (the user may have written there meanwhile). An ``--out``
+that is or holds any input file (symlinks followed) is refused. SIGTERM / SIGHUP during the conversion remove the
+staging directory and end it with :class:`ConversionInterrupted`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
+
+Owned = Callable[[str], bool]
+"""Whether an entry name in ``--out`` is one the conversion writes (so ``--overwrite`` may replace it)."""
+_TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+_LISTED = 5
+"""Foreign entries named in a refusal (the rest are counted)."""
+
+
+def check_output(out_dir: Path, overwrite: bool, owned: Owned) -> None:
+    """Raise unless ``out_dir`` may receive the output: missing, an empty directory, or with ``overwrite`` a directory
+    holding only entries ``owned`` says the conversion writes; the refusal names the other entries."""
+    try:
+        if not out_dir.exists():
+            return
+        if not out_dir.is_dir():
+            raise ConversionError(f"output {out_dir} is a file; pass a directory with --out")
+        entries = sorted(entry.name for entry in out_dir.iterdir())
+    except OSError as error:
+        raise ConversionError(f"cannot read the output directory {out_dir}: {error}") from error
+    if entries and not overwrite:
+        raise ConversionError(f"output {out_dir} exists and is not empty; pass --overwrite to replace a previous "
+                              "output of this conversion there")
+    foreign = [name for name in entries if not owned(name)]
+    if foreign:
+        more = f" and {len(foreign) - _LISTED} more" if len(foreign) > _LISTED else ""
+        raise ConversionError(f"output {out_dir} holds {', '.join(foreign[:_LISTED])}{more}, which this conversion "
+                              "does not write; --overwrite replaces only a previous output: move them away or choose "
+                              "another --out")
+
+
+def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
+    """Raise if ``out_dir`` is or holds one of ``inputs`` once symlinks are followed (e.g. a Hugging Face cache
+    snapshot whose files link to ``../blobs``): writing the output could delete the input."""
+    out = out_dir.resolve()
+    for path in inputs:
+        real = path.resolve()
+        if real.is_relative_to(out):
+            via = f" (a link to {real})" if real != path.absolute() else ""
+            raise ConversionError(f"output {out} would overwrite the input {path}{via}; choose another --out")
+
+
+class _TerminationGuard:
+    """While entered in the main thread, SIGTERM and SIGHUP raise :class:`ConversionInterrupted` (once) where the
+    conversion is, so that the staging directory is removed on the way out; the previous handlers come back on exit.
+    From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._deferring = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _TerminationGuard:
+        if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in _TERMINATING}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            # None: the handler was set outside Python and cannot be put back; the default is the closest
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        """Record the first signal; raise unless deferring (a second signal while cleaning up is ignored)."""
+        if self.received is None:
+            self.received = signum
+            if not self._deferring:
+                raise ConversionInterrupted(signum)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """From here on only record signals (the finished output must not be left half moved); raise for one that
+        arrived during the block once it is done."""
+        self._deferring = True
+        yield
+        if self.received is not None:
+            raise ConversionInterrupted(self.received, output_complete=True)
+
+
+@contextmanager
+def staged_output(out_dir: Path, overwrite: bool, owned: Owned) -> Iterator[Path]:
+    """A fresh staging directory beside ``out_dir`` to write the output into, moved into ``out_dir`` when the block
+    succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM / SIGHUP (see module doc)."""
+    out_dir = out_dir.resolve()
+    check_output(out_dir, overwrite, owned)
+    staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    with _TerminationGuard() as guard:
+        try:
+            _make_staging(staging, out_dir)
+            yield staging
+            with guard.deferred():
+                check_output(out_dir, overwrite, owned)
+                _commit_output(staging, out_dir, owned)
+        except BaseException as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            if guard.received is not None and not isinstance(error, ConversionInterrupted):
+                # the signal's exception may come wrapped (torch's checkpoint writer re-raises its own)
+                raise ConversionInterrupted(guard.received) from error
+            raise
+
+
+def _make_staging(staging: Path, out_dir: Path) -> None:
+    """Create ``staging`` (and missing parents) afresh; an unwritable place is a :class:`ConversionError`."""
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as error:
+        raise ConversionError(f"cannot write the output {out_dir}: {error}") from error
+
+
+def _commit_output(staging: Path, out_dir: Path, owned: Owned) -> None:
+    """Move the finished ``staging`` directory to ``out_dir``: in place of a missing ``out_dir``, else entry by entry
+    after removing the ``owned`` entries of a previous output (the directory itself stays, e.g. a shell's current
+    one, and nothing else in it is touched)."""
+    try:
+        if not out_dir.exists():
+            staging.rename(out_dir)
+            return
+        for entry in out_dir.iterdir():
+            if owned(entry.name):
+                _remove(entry)
+        for entry in staging.iterdir():
+            entry.rename(out_dir / entry.name)
+        staging.rmdir()
+    except OSError as error:
+        raise ConversionError(f"cannot move the output into {out_dir}: {error}") from error
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, link or directory tree."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()

@@ -1,0 +1,143 @@
+"""The HF ``config.json`` / ``generation_config.json``: checked against the card (shapes, RoPE, activation, model
+type), kept with the megatron checkpoint and written back unchanged, or taken from ``--hf-config``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.convert.dist_ckpt import CheckpointReader
+from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.pipeline import HF_CONFIG_KEY, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.safetensors_io import SafetensorsSource
+
+GENERATION = {"bos_token_id": 3, "eos_token_id": [5, 6], "pad_token_id": 5, "temperature": 0.7, "top_p": 0.8}
+
+
+def _published_like(directory: Path) -> None:
+    """Give the config.json of ``directory`` token ids and a field the card does not know (published checkpoints
+    have both) and add a generation_config.json."""
+    edit_json(directory / "config.json", bos_token_id=3, eos_token_id=5, pad_token_id=5, custom_note="kept")
+    (directory / "generation_config.json").write_text(json.dumps(GENERATION, indent=1) + "\n")
+
+
+@pytest.mark.parametrize(("card_name", "fields", "message"), [
+    ("qwen3-30b-a3b-tiny", {"rope_parameters": {"rope_type": "default", "rope_theta": 12345.0}},
+     r"rope_parameters\.rope_theta: checkpoint 12345\.0, card 1000000\.0"),
+    ("qwen3-30b-a3b-tiny", {"rope_parameters": None, "rope_theta": 12345.0},
+     r"rope_parameters\.rope_theta: checkpoint 12345\.0"),
+    ("qwen3-30b-a3b-tiny", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                                                "original_max_position_embeddings": 1024}},
+     r"rope_parameters\.rope_type: checkpoint 'yarn', card 'default'"),
+    ("qwen3.5-35b-a3b-tiny", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e7,
+                                                  "partial_rotary_factor": 0.5}},
+     r"rope_parameters\.partial_rotary_factor: checkpoint 0\.5, card 0\.25"),
+    ("qwen3-30b-a3b-tiny", {"hidden_act": "gelu"}, r"hidden_act: checkpoint 'gelu', card 'silu'"),
+    ("qwen3-30b-a3b-tiny", {"model_type": "llama"}, r"model_type: checkpoint 'llama', card 'qwen3_moe'"),
+    ("qwen3-30b-a3b-tiny", {"num_local_experts": None, "num_experts": 16}, r"num_experts: checkpoint 16, card 8"),
+    ("qwen3-30b-a3b-tiny", {"num_local_experts": 16}, r"num_experts: checkpoint 16, card 8"),
+    ("qwen3-30b-a3b-tiny", {"hidden_size": "wide"}, r"cannot be read as a Qwen3MoeConfig"),
+], ids=["rope-theta", "rope-theta-top-level", "rope-scaling", "partial-rotary", "activation", "model-type",
+        "experts", "experts-as-transformers-saves-it", "invalid-field"])
+def test_config_that_contradicts_the_card_is_refused(tmp_path: Path, card_name: str, fields: dict,
+                                                     message: str) -> None:
+    """Tensor shapes cannot show RoPE, activation or model type: without this check the checkpoint would convert,
+    megatron would train with the card's values and the export would carry the source's."""
+    card = get_card(card_name)
+    write_hf(card, random_hf_tensors(card, seed=1), tmp_path / "hf")
+    edit_json(tmp_path / "hf" / "config.json", **fields)
+    with pytest.raises(ConversionError, match=message):
+        hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert not (tmp_path / "mcore").exists()
+
+
+@pytest.mark.parametrize(("text", "message"), [("[1, 2]", "holds a JSON list, not an object"),
+                                               ('{"text_config": 7}', "'text_config' is a JSON int, not an object"),
+                                               ('{"vocab_size": ', "is not valid JSON")])
+def test_config_that_is_no_json_object_is_refused(tiny_hf, text: str, message: str) -> None:
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    (tmp / "hf" / "config.json").write_text(text)
+    with pytest.raises(ConversionError, match=message):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
+def test_config_files_survive_the_round_trip_byte_for_byte(name: str, tmp_path: Path) -> None:
+    """config.json (token ids, unknown fields) and generation_config.json come back as they were, with the
+    tensors bit for bit; the checkpoint's common state carries them, read back by our reader."""
+    card = get_card(name)
+    hf = random_hf_tensors(card, seed=2)
+    write_hf(card, hf, tmp_path / "hf")
+    _published_like(tmp_path / "hf")
+    summary = hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert summary.notes == ["kept config.json and generation_config.json with the checkpoint for mcore-to-hf"]
+    stored = CheckpointReader(tmp_path / "mcore" / RELEASE).common_state()[HF_CONFIG_KEY]
+    assert stored["config.json"] == (tmp_path / "hf" / "config.json").read_text()
+    summary = mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert "as hf-to-mcore kept them" in summary.notes[0]
+    for file in ("config.json", "generation_config.json"):
+        assert (tmp_path / "out" / file).read_bytes() == (tmp_path / "hf" / file).read_bytes()
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (3, 5, 5)
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
+
+
+def test_hf_config_option_supplies_the_config_of_a_training_checkpoint(tiny_hf) -> None:
+    """A checkpoint without HF config (as training saves it) exports the card's config and says so; ``--hf-config``
+    takes the original's files instead, after the same check against the card."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    (tmp / "hf" / "config.json").rename(tmp / "config.json")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "bare")
+    (tmp / "config.json").rename(tmp / "hf" / "config.json")
+    _published_like(tmp / "hf")
+    original = {f: (tmp / "hf" / f).read_bytes() for f in ("config.json", "generation_config.json")}
+    summary = mcore_to_hf_checkpoint(card, tmp / "bare", tmp / "card_config")
+    assert summary.notes[0].startswith("config.json derived from the card") and "--hf-config" in summary.notes[0]
+    assert sorted(p.name for p in (tmp / "card_config").iterdir()) == ["config.json", "model.safetensors"]
+    assert json.loads((tmp / "card_config" / "config.json").read_text())["eos_token_id"] is None
+    summary = mcore_to_hf_checkpoint(card, tmp / "bare", tmp / "out", hf_config_dir=tmp / "hf")
+    assert summary.notes == [f"config.json and generation_config.json from --hf-config {tmp / 'hf'}"]
+    assert {f: (tmp / "out" / f).read_bytes() for f in original} == original
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
+    edit_json(tmp / "hf" / "config.json", num_hidden_layers=card.num_layers + 1)
+    with pytest.raises(ConversionError, match=r"hf/config\.json does not describe card .*num_hidden_layers"):
+        mcore_to_hf_checkpoint(card, tmp / "bare", tmp / "out2", hf_config_dir=tmp / "hf")
+    (tmp / "hf" / "config.json").unlink()
+    with pytest.raises(ConversionError, match=r"--hf-config .*hf has no config\.json"):
+        mcore_to_hf_checkpoint(card, tmp / "bare", tmp / "out2", hf_config_dir=tmp / "hf")
+    assert not (tmp / "out2").exists()
+
+
+def test_missing_config_is_reported(tiny_hf) -> None:
+    """Without config.json the conversion goes on from the tensor shapes and the report says so; the export writes
+    the card's config.json next to the kept generation_config.json."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    (tmp / "hf" / "config.json").unlink()
+    (tmp / "hf" / "generation_config.json").write_text(json.dumps(GENERATION))
+    summary = hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    assert summary.notes == ["kept generation_config.json with the checkpoint for mcore-to-hf",
+                             f"no config.json in {tmp / 'hf'}: checked against the card by tensor shapes only; "
+                             "mcore-to-hf will write the card's config"]
+    summary = mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert summary.notes[0].startswith("config.json derived from the card (generation_config.json as kept with the "
+                                       "checkpoint)")
+    assert json.loads((tmp / "out" / "config.json").read_text())["num_hidden_layers"] == card.num_layers
+    assert json.loads((tmp / "out" / "generation_config.json").read_text()) == GENERATION
+
+
+@pytest.mark.parametrize(("stored", "message"), [(["config.json"], "is not a map of config.json"),
+                                                 ({"config.json": "[1]"}, "holds a JSON list")])
+def test_damaged_stored_config_is_refused(converted, monkeypatch: pytest.MonkeyPatch, stored: object,
+                                          message: str) -> None:
+    card, _, tmp = converted
+    common = CheckpointReader(tmp / "mcore" / RELEASE).common_state()
+    monkeypatch.setattr(CheckpointReader, "common_state", lambda reader: {**common, HF_CONFIG_KEY: stored})
+    with pytest.raises(ConversionError, match=message):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")

@@ -1,0 +1,190 @@
+"""What a conversion may do to ``--out``: fill it, replace only a previous output of its own, never an input, and
+leave it as it was when refused, failing or stopped by SIGTERM / SIGHUP."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from convert_helpers import assert_bitwise_equal
+
+from megatron.oellm.convert import output, pipeline
+from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
+from megatron.oellm.convert.pipeline import ITERATION_FILE, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+
+
+def _convert(direction: str, tmp: Path, card, out: Path, **kwargs) -> pipeline.ConversionSummary:
+    """Run one direction on ``tmp/hf`` (hf-to-mcore) or ``tmp/mcore`` (mcore-to-hf)."""
+    if direction == "hf-to-mcore":
+        return hf_to_mcore_checkpoint(card, tmp / "hf", out, **kwargs)
+    return mcore_to_hf_checkpoint(card, tmp / "mcore", out, **kwargs)
+
+
+def _user_files(directory: Path) -> dict[str, str]:
+    """A working directory's own files: a script and a data folder (relative path -> content), created."""
+    files = {"run.sh": "echo train\n", "data/x.txt": "1\n", "tokenizer.json": "{}"}
+    for name, text in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+    return files
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_overwrite_refuses_a_directory_holding_anything_else(converted, direction: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--out . --overwrite`` in a working directory, or a re-export into an HF directory that also holds the
+    tokenizer: refused, naming what it would delete; nothing is touched. Without --overwrite: refused too."""
+    card, _, tmp = converted
+    work = tmp / "work"
+    _convert(direction, tmp, card, work)
+    files = _user_files(work)
+    before = sorted(p.relative_to(work) for p in work.rglob("*"))
+    monkeypatch.chdir(work)
+    with pytest.raises(ConversionError, match=r"holds data, run\.sh, tokenizer\.json, which this conversion does not "
+                                              r"write; --overwrite replaces only a previous output"):
+        _convert(direction, tmp, card, Path("."), overwrite=True)
+    with pytest.raises(ConversionError, match="exists and is not empty; pass --overwrite"):
+        _convert(direction, tmp, card, Path("."))
+    assert sorted(p.relative_to(work) for p in work.rglob("*")) == before
+    assert all((work / name).read_text() == text for name, text in files.items())
+
+
+def test_overwrite_replaces_a_previous_output_and_keeps_the_directory(converted) -> None:
+    """A sharded export replaced by a one-file export: the old shards and index go (no stale files), the directory
+    itself (inode) stays."""
+    card, hf, tmp = converted
+    mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out", max_shard_bytes=100_000)
+    assert (tmp / "out" / INDEX_NAME).is_file()
+    inode = (tmp / "out").stat().st_ino
+    mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out", overwrite=True, max_shard_bytes=10**9)
+    assert sorted(p.name for p in (tmp / "out").iterdir()) == ["config.json", "model.safetensors"]
+    assert (tmp / "out").stat().st_ino == inode
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
+    assert sorted(p.name for p in (tmp / "mcore").iterdir()) == [ITERATION_FILE, RELEASE]
+
+
+@pytest.mark.parametrize(("direction", "overwrite"), [("hf-to-mcore", False), ("mcore-to-hf", True)])
+def test_a_file_written_into_out_during_the_conversion_is_kept(converted, monkeypatch: pytest.MonkeyPatch,
+                                                               direction: str, overwrite: bool) -> None:
+    """The rules are applied again when the output is moved into place: a user's file that appeared meanwhile (in
+    an empty --out, or next to a previous output with --overwrite) refuses the move; staging is removed."""
+    card, _, tmp = converted
+    out = tmp / "out"
+    if overwrite:
+        _convert(direction, tmp, card, out)
+    else:
+        out.mkdir()
+    convert = pipeline.hf_to_mcore_unit if direction == "hf-to-mcore" else pipeline.mcore_to_hf_unit
+
+    def user_writes_at_layer_one(card, unit, tensors):
+        if unit == 1:
+            (out / "tokenizer.json").write_text('{"user": "data"}')
+        return convert(card, unit, tensors)
+
+    monkeypatch.setattr(pipeline, convert.__name__, user_writes_at_layer_one)
+    before = sorted(p.name for p in out.iterdir())
+    message = "holds tokenizer.json, which this conversion does not write" if overwrite else "exists and is not empty"
+    with pytest.raises(ConversionError, match=message):
+        _convert(direction, tmp, card, out, overwrite=overwrite)
+    assert (out / "tokenizer.json").read_text() == '{"user": "data"}'
+    assert sorted(p.name for p in out.iterdir()) == sorted([*before, "tokenizer.json"])
+    assert [p.name for p in tmp.iterdir() if p.name.startswith(".")] == []
+
+
+def test_out_holding_an_input_through_links_is_refused(converted) -> None:
+    """The Hugging Face cache layout: the snapshot's files are links into ``../blobs``. Writing to ``blobs`` would
+    delete the weights the snapshot links to; the same for a megatron checkpoint whose files are links."""
+    card, _, tmp = converted
+    snapshot, blobs = tmp / "cache" / "snapshot", tmp / "cache" / "blobs"
+    snapshot.mkdir(parents=True)
+    (tmp / "hf").rename(blobs)
+    for target in blobs.iterdir():
+        (snapshot / target.name).symlink_to(Path("..") / "blobs" / target.name)
+    with pytest.raises(ConversionError, match=r"would overwrite the input .*snapshot/.* \(a link to .*blobs/"):
+        hf_to_mcore_checkpoint(card, snapshot, blobs, overwrite=True)
+    assert len(list(blobs.iterdir())) == len(list(snapshot.iterdir()))
+    linked = tmp / "linked" / RELEASE
+    linked.mkdir(parents=True)
+    for target in (tmp / "mcore" / RELEASE).iterdir():
+        (linked / target.name).symlink_to(target)
+    with pytest.raises(ConversionError, match=r"would overwrite the input .*linked/release/"):
+        mcore_to_hf_checkpoint(card, linked, tmp / "mcore" / RELEASE, overwrite=True)
+    assert (tmp / "mcore" / RELEASE / ".metadata").is_file()
+
+
+def test_unusable_out_paths_are_named(converted) -> None:
+    card, _, tmp = converted
+    (tmp / "a_file").write_text("x")
+    with pytest.raises(ConversionError, match=r"output .*a_file is a file; pass a directory"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "a_file", overwrite=True)
+    with pytest.raises(ConversionError, match=r"cannot write the output .*a_file/sub: \[Errno 20\] Not a directory"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "a_file" / "sub")
+    with pytest.raises(ConversionError, match=r"cannot write the output /proc/oellm_out: "):
+        hf_to_mcore_checkpoint(card, tmp / "hf", Path("/proc/oellm_out"))
+    assert (tmp / "a_file").read_text() == "x"
+
+
+class _NotHandled(Exception):
+    """Raised by the test's own handler: the conversion did not handle the signal (and pytest lives on)."""
+
+
+@pytest.mark.parametrize(("direction", "signum"), [("hf-to-mcore", signal.SIGTERM), ("mcore-to-hf", signal.SIGHUP)])
+def test_sigterm_and_sighup_remove_the_partial_output(converted, monkeypatch: pytest.MonkeyPatch, direction: str,
+                                                      signum: int) -> None:
+    """``scancel`` / a Slurm time limit (SIGTERM) or a closed terminal (SIGHUP) half-way: the staging directory is
+    removed, --out stays as it was, the exit status is the shell's for the signal, the old handler is back."""
+    card, _, tmp = converted
+    convert = pipeline.hf_to_mcore_unit if direction == "hf-to-mcore" else pipeline.mcore_to_hf_unit
+
+    def signal_at_layer_one(card, unit, tensors):
+        if unit == 1:
+            os.kill(os.getpid(), signum)
+        return convert(card, unit, tensors)
+
+    def not_handled(signum, frame):
+        raise _NotHandled
+
+    monkeypatch.setattr(pipeline, convert.__name__, signal_at_layer_one)
+    previous = signal.signal(signum, not_handled)
+    try:
+        before = sorted(tmp.iterdir())
+        with pytest.raises(ConversionInterrupted, match=f"stopped by {signal.Signals(signum).name}") as raised:
+            _convert(direction, tmp, card, tmp / "out")
+        assert raised.value.exit_status == 128 + signum
+        assert sorted(tmp.iterdir()) == before
+        assert signal.getsignal(signum) is not_handled
+    finally:
+        signal.signal(signum, previous)
+
+
+def test_output_to_a_new_directory_is_a_rename(converted) -> None:
+    """No --out yet: the finished staging directory becomes --out, and nothing is left beside it."""
+    card, hf, tmp = converted
+    mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "new" / "out")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "new" / "out")))
+    assert [p.name for p in (tmp / "new").iterdir()] == ["out"]
+
+
+def test_sigterm_while_the_output_is_moved_into_place_lets_the_move_finish(converted,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal during the final move is held back: the output is complete, and the error says so."""
+    card, hf, tmp = converted
+    (tmp / "out").mkdir()
+    commit = output._commit_output
+
+    def terminated_while_moving(staging, out_dir, owned):
+        os.kill(os.getpid(), signal.SIGTERM)
+        commit(staging, out_dir, owned)
+
+    monkeypatch.setattr(output, "_commit_output", terminated_while_moving)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with pytest.raises(ConversionInterrupted, match="the output is complete"):
+            mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
