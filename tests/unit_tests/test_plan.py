@@ -11,9 +11,9 @@ JUPITER_235B_LAYOUT = "Et*2|" + "|".join(["t*3"] * 30) + "|t*2L"
 
 
 @pytest.mark.parametrize("name, layout, world", [
-    ("qwen3-235b-a22b", ParallelLayout(tp=2, pp=8, ep=16, pipeline_layout=JUPITER_235B_LAYOUT), 256),
+    ("qwen3-235b-a22b", ParallelLayout(tp=2, pp=8, ep=16, sp=True, pipeline_layout=JUPITER_235B_LAYOUT), 256),
     ("qwen3.5-35b-a3b", ParallelLayout(pp=4, ep=4, pipeline_layout="Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L"), 32),
-    ("qwen3-30b-a3b", ParallelLayout(tp=2, pp=2, ep=8, etp=1), 64),
+    ("qwen3-30b-a3b", ParallelLayout(tp=2, pp=2, ep=8, etp=1, sp=True), 64),
 ])
 def test_rank_contents_add_up_to_the_whole_model(name, layout, world):
     card = get_card(name)
@@ -70,8 +70,8 @@ def test_plan_command_refuses_a_bad_layout(capsys):
 
 def test_context_parallelism_shards_dense_optimizer_state_further():
     card = get_card("qwen3-30b-a3b")
-    without = build_plan(card, ParallelLayout(tp=2, ep=8), 64).ranks[0]
-    with_cp = build_plan(card, ParallelLayout(tp=2, ep=8, cp=2), 64).ranks[0]
+    without = build_plan(card, ParallelLayout(tp=2, ep=8, sp=True), 64).ranks[0]
+    with_cp = build_plan(card, ParallelLayout(tp=2, ep=8, cp=2, sp=True), 64).ranks[0]
     assert with_cp.dense_params == without.dense_params
     # DP halves with CP2, but the optimizer shards over DP x CP: the dense optimizer bytes stay the same
     assert with_cp.static_bytes == without.static_bytes
@@ -82,6 +82,15 @@ def test_plan_checks_context_parallelism_against_the_given_sequence_length(capsy
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2", "--cp", "2", "--seq-length", "4098"]) == 2
     assert "seq_length (4098)" in capsys.readouterr().out
+
+
+def test_plan_command_refuses_tensor_parallelism_without_sequence_parallelism(capsys):
+    """Every card is MoE: megatron-core's MoE layer stops a TP > 1 run without SP at its first forward step."""
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2"]) == 2
+    assert "tp=2 without sequence parallelism" in capsys.readouterr().out
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2", "--sp"]) == 0
 
 
 @pytest.mark.parametrize("nodes, gpus_per_node", [("0", "4"), ("-1", "4"), ("1", "0"), ("-1", "-4")])

@@ -59,10 +59,27 @@ def parse_flag_overrides(items: list[str]) -> dict[str, FlagValue]:
     return overrides
 
 
+POSITIVE_OPTIONS = {"seq_length": "a length in tokens",
+                    "padded_vocab": "leave it out for the card's vocabulary",
+                    "tokens_per_second_per_gpu": "a measured throughput",
+                    "peak_tflops": "leave it out for the peak of --gpu"}
+"""Options that must be positive when given (a zero would otherwise mean "the default" or a meaningless MFU), with
+the hint of their error message."""
+
+
+def check_positive_options(args: argparse.Namespace) -> None:
+    """Raise :class:`FlopError` naming the first of :data:`POSITIVE_OPTIONS` given as zero or less."""
+    for name, hint in POSITIVE_OPTIONS.items():
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise FlopError(f"--{name.replace('_', '-')} must be positive, got {value:g} ({hint})")
+
+
 def flops_report(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON report of ``oellm flops``; in megatron-compatible mode the breakdown holds Megatron's one total."""
+    check_positive_options(args)
     card = get_card(args.model)
-    padded_vocab = args.padded_vocab or pad_vocab(card.vocab_size)
+    padded_vocab = pad_vocab(card.vocab_size) if args.padded_vocab is None else args.padded_vocab
     corrected = training_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths)
     report: dict[str, Any] = {"model": card.name, "seq_length": args.seq_length, "padded_vocab": padded_vocab,
                               "document_lengths": args.document_lengths}
@@ -79,7 +96,7 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
         report.update(mode="corrected", gflops_per_token=corrected.gflops_per_token,
                       breakdown=corrected.gflops_breakdown())
     if args.tokens_per_second_per_gpu is not None:
-        peak = args.peak_tflops or peak_tflops(args.gpu, args.precision)
+        peak = peak_tflops(args.gpu, args.precision) if args.peak_tflops is None else args.peak_tflops
         tflops = args.tokens_per_second_per_gpu * report["gflops_per_token"] / 1e3
         report.update(tokens_per_second_per_gpu=args.tokens_per_second_per_gpu, tflops_per_gpu=tflops,
                       peak_tflops=peak, mfu=mfu(tflops, peak))

@@ -7,6 +7,7 @@ import dataclasses
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import CardError
@@ -18,16 +19,44 @@ from megatron.oellm.recipes.local import (
     local_backend_problem,
     local_blocker,
     local_environment,
+    missing_spec_builder,
     torchrun_command,
     visible_gpus,
 )
-from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row, select_rows
-from megatron.oellm.recipes.slurm import check_host_paths, run_dir, sbatch_text, submit
+from megatron.oellm.recipes.resolve import (
+    BYTE_TOKENIZER,
+    ResolvedRow,
+    RunInputs,
+    resolve_row,
+    run_vocab_size,
+    select_rows,
+)
+from megatron.oellm.recipes.slurm import check_data_paths, check_host_paths, run_dir, sbatch_text, submit
+from megatron.oellm.recipes.timing import RunTime, run_time
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"
 
 CLUSTER_OVERRIDES = ("partition", "account", "qos", "time", "image", "output_dir")
 """Cluster settings a user may override on the command line."""
+
+OVERRIDE_HELP = {"time": "time limit of every selected row's job (over the config's cluster and row times)"}
+"""Help texts of the :data:`CLUSTER_OVERRIDES` that do more than replace the cluster setting."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row ready to print or submit."""
+
+    number: int
+    """The row's 1-based number."""
+    directory: Path
+    """Its run directory (job script, log, checkpoints)."""
+    resolved: ResolvedRow
+    """Its validated layout and Megatron flags."""
+    script: str
+    """Its sbatch script."""
+    run_time: RunTime
+    """Its time limit and expected run time."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rows.add_argument("--row", type=int, help="only this row (1-based, as --dry-run lists them)")
     rows.add_argument("--nodes", type=int, help="only the rows on this many nodes")
     for name in CLUSTER_OVERRIDES:
-        parser.add_argument(f"--{name.replace('_', '-')}", help=f"override the config's cluster {name}")
+        parser.add_argument(f"--{name.replace('_', '-')}",
+                            help=OVERRIDE_HELP.get(name, f"override the config's cluster {name}"))
     parser.add_argument("--data-path", nargs="+", default=[], help="Megatron data prefixes (default: mock data)")
     parser.add_argument("--tokenizer-model", default="",
                         help="tokenizer of --data-path: a Hugging Face tokenizer, or 'byte' for tools/build_corpus.py")
@@ -55,43 +85,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
-    """``recipe`` with the cluster settings given on the command line."""
+    """``recipe`` with the cluster settings given on the command line; a ``--time`` also replaces the rows' own."""
     given = {name: getattr(args, name) for name in CLUSTER_OVERRIDES if getattr(args, name) is not None}
-    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **given))
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **given))
+    if args.time is None:
+        return recipe
+    return dataclasses.replace(recipe, rows=tuple(dataclasses.replace(row, time=args.time) for row in recipe.rows))
 
 
-def describe_recipe(recipe: Recipe) -> str:
+def describe_vocab(recipe: Recipe, inputs: RunInputs) -> str:
+    """The run's vocabulary for the header, e.g. `` (vocab 262144)``; '' for the card's."""
+    vocab = run_vocab_size(recipe, inputs)
+    if inputs.tokenizer_model == BYTE_TOKENIZER:
+        return f" (vocab {vocab}: the byte tokenizer's, instead of the recipe's)"
+    return "" if vocab is None else f" (vocab {vocab})"
+
+
+def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
     """Header of ``--dry-run``: the table, model, layout, cluster and the rows with the report's numbers."""
     layout = recipe.parallel
     lines = [f"== {recipe.title} ==",
-             f"recipe {recipe.name}: model {recipe.model}"
-             + (f" (vocab {recipe.vocab_size})" if recipe.vocab_size else "")
-             + f", seq {recipe.seq_length}, {recipe.train_iters} iterations",
+             f"recipe {recipe.name}: model {recipe.model}{describe_vocab(recipe, inputs)}, seq {recipe.seq_length}, "
+             f"{recipe.train_iters} iterations",
              f"parallel: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} ETP{layout.etp} CP{layout.cp}"
              + (f", layout {layout.pipeline_layout}" if layout.pipeline_layout else ""),
              f"cluster {recipe.cluster.name}: {recipe.cluster.gpus_per_node} GPUs/node, image {recipe.cluster.image}"]
+    missing = missing_spec_builder(recipe)
+    if missing:
+        lines.append(f"note: {missing}: --submit refuses this recipe, and megatron's validate_args is not run on it")
     if recipe.notes:
         lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
-    lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  label / overrides"]
+    lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "
+              f"{'time':>8}  label / overrides"]
     for number, row in enumerate(recipe.rows, start=1):
         overrides = {**row.parallel, **row.flags}
         text = row.label + (f" {overrides}" if overrides else "")
         if row.reference:
             text += "  [report: " + ", ".join(f"{k} {v:g}" for k, v in row.reference.items()) + "]"
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
-                     f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  "
-                     f"{row.seq_length or recipe.seq_length:>5}  {text}")
+                     f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  {recipe.row_seq_length(row):>5}  "
+                     f"{recipe.row_train_iters(row):>5}  {recipe.row_time(row):>8}  {text}")
     return "\n".join(lines)
 
 
-def describe_row(number: int, resolved: ResolvedRow) -> str:
-    """The row's validated layout, how the batch splits, and the plan (what each GPU holds, FLOPs per token)."""
-    layout, row = resolved.layout, resolved.row
-    plan = build_plan(resolved.card, layout, resolved.world_size)
+def describe_row(job: Job) -> str:
+    """The row's validated layout, how the batch splits, its time limit, and the plan (what each GPU holds, FLOPs
+    per token) of the model as megatron builds it."""
+    layout, row, resolved = job.resolved.layout, job.resolved.row, job.resolved
+    plan = build_plan(resolved.built_card, layout, resolved.world_size)
     micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
-    return (f"-- row {number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
+    return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
             f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
-            f"per step\n{format_plan(plan, resolved.card.seq_length)}")
+            f"per step\n{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
+
+
+def check_submission(recipe: Recipe, inputs: RunInputs) -> None:
+    """What ``--submit`` needs besides valid rows, checked before anything is resolved: a model the job can build,
+    the image and bind sources, and the data prefixes (the login node sees the compute nodes' file system)."""
+    missing = missing_spec_builder(recipe)
+    if missing:
+        raise RecipeError(f"--submit: {missing}, so every job would stop in megatron's validate_args; --dry-run "
+                          "prints the rows")
+    check_host_paths(recipe.cluster)
+    check_data_paths(inputs.data_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,27 +162,30 @@ def run(args: argparse.Namespace) -> int:
             status = run_local(recipe, numbers[0], inputs, args.train_iters)
             if status is not None:
                 return status
+        elif args.submit:
+            check_submission(recipe, inputs)
         else:
-            print(describe_recipe(recipe))
+            print(describe_recipe(recipe, inputs))
         jobs = [resolve_job(recipe, number, inputs) for number in numbers]
-        if args.submit:
-            check_host_paths(recipe.cluster)
-        for number, directory, resolved, script in jobs:
+        for job in jobs:
             if args.submit:
-                print(f"row {number}: {submit(script, directory)} ({directory})")
+                print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})")
             else:
-                print(f"\n{describe_row(number, resolved)}\n{script}")
+                print(f"\n{describe_row(job)}\n{job.script}")
     except (RecipeError, CardError, ParallelLayoutError) as err:
         print(f"oellm recipe: error: {err}", file=sys.stderr)
         return 2
     return 0
 
 
-def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> tuple[int, Path, ResolvedRow, str]:
-    """Row ``number`` validated and resolved: (number, run directory, resolved row, sbatch script); its Megatron argv
-    must get through the training entry's parser (a misspelt flag in a recipe would otherwise wait in the queue to
-    fail). Every selected row is resolved before any is submitted, so a bad row leaves no part of the table queued."""
-    from megatron.oellm.training.args import argv_refusal  # imports megatron-core's parser: only when resolving
+def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
+    """Row ``number`` validated and resolved. Its Megatron argv must get through the training entry's parser and
+    megatron's ``validate_args`` as the cluster runs it (unless the model has no spec builder yet, see
+    :func:`check_submission`), and its expected run time must fit its time limit: a job that would stop at start
+    or be killed before its last iteration would otherwise wait in the queue for nothing. Every selected row is
+    resolved before any is submitted, so a bad row leaves no part of the table queued."""
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal  # imports megatron-core: only here
+    from megatron.oellm.training.args import argv_refusal
 
     directory = run_dir(recipe, number)
     row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
@@ -135,7 +194,14 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> tuple[int, Pa
         refusal = argv_refusal(resolved.argv)
         if refusal:
             raise RecipeError(f"Megatron's argument parser would stop the job at start: {refusal}")
-        return number, directory, resolved, sbatch_text(recipe, number, resolved, directory)
+        if not missing_spec_builder(recipe):
+            refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env)
+            if refusal:
+                raise RecipeError(f"megatron's validate_args would stop the job at start: {refusal}")
+        timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
+                          resolved.world_size, resolved.built_card)
+        timing.check()
+        return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:
         raise RecipeError(f"row {number}: {err}") from err
 
@@ -165,5 +231,5 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         example = fit_local(recipe, recipe.row(number), 1, inputs)
         print(f"On one GPU, --local would run row {number} as:\n{shlex.join(torchrun_command(example))}")
     print()
-    print(describe_recipe(recipe))
+    print(describe_recipe(recipe, inputs))
     return None

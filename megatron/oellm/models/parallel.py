@@ -172,7 +172,7 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     Every check names the fix. Checked: positive sizes; SP needs TP; heads, query groups, GDN heads, shared-expert
     width vs TP; GDN heads vs TP x CP; experts vs EP; expert width vs ETP; sequence vs CP; layers vs PP x VPP or the
     custom pipeline layout (syntax, PP divides the stage count, VPP agrees, layer count, embedding first, loss last,
-    no MTP); the world size vs TP x PP x CP and ETP x EP x PP.
+    no MTP); the world size vs TP x PP x CP and ETP x EP x PP; last, TP needs SP in an MoE model (every card).
     """
     for name in ("tp", "pp", "ep", "etp", "cp"):
         if getattr(layout, name) < 1:
@@ -187,6 +187,10 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     _validate_pipeline(card, layout)
     if world_size is not None:
         _validate_world_size(layout, world_size)
+    if layout.tp > 1 and not layout.sp and card.num_experts:
+        raise ParallelLayoutError(f"tp={layout.tp} without sequence parallelism: {card.name} is an MoE model, and "
+                                  "megatron-core's MoE layer refuses to train with tp > 1 unless sequence "
+                                  "parallelism is on (at the first forward step); set sp = true or tp = 1")
 
 
 def _divides(what: str, amount: int, by_name: str, by: int, fix: str) -> None:

@@ -2,7 +2,10 @@
 
 See :mod:`megatron.oellm.recipes.config` (the :class:`Recipe` dataclass and TOML loading),
 :mod:`megatron.oellm.recipes.resolve` (row -> Megatron flags), :mod:`megatron.oellm.recipes.slurm` (sbatch script)
-and :mod:`megatron.oellm.recipes.local` (fitted-down ``--local`` runs). ``oellm recipe CONFIG`` drives them.
+and :mod:`megatron.oellm.recipes.local` (fitted-down ``--local`` runs); the checks made before a job is queued:
+:mod:`megatron.oellm.recipes.flag_names` (every flag name, ``false`` included),
+:mod:`megatron.oellm.recipes.megatron_validation` (megatron's ``validate_args`` as the cluster runs it) and
+:mod:`megatron.oellm.recipes.timing` (expected run time vs time limit). ``oellm recipe CONFIG`` drives them.
 """
 
 from megatron.oellm.recipes.config import ClusterSettings, LocalSettings, Recipe, RecipeError, TableRow, load_recipe

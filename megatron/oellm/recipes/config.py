@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 import tomllib
 import types
 import typing
@@ -43,12 +44,16 @@ class TableRow:
     """Sequence length of this row; None = the recipe's."""
     train_iters: int | None = None
     """Iterations of this row; None = the recipe's."""
+    time: str | None = None
+    """SLURM wall-clock limit of this row's job (e.g. ``01:20:00``); None = the cluster's ``time``."""
     parallel: Mapping[str, Any] = field(default_factory=dict)
     """Overrides of :class:`ParallelLayout` fields (e.g. ``{"ep": 32}`` or another ``pipeline_layout``)."""
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     """Megatron flag overrides (name without ``--``); ``false`` removes a flag set by the recipe."""
     reference: Mapping[str, float] = field(default_factory=dict)
-    """The report's numbers for this row (documentation: listed by ``--dry-run``, never used in a computation)."""
+    """The report's numbers for this row, listed by ``--dry-run``; its throughput (``step_time_s``,
+    ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low]``) also gives the run time checked against the time limit
+    (:mod:`megatron.oellm.recipes.timing`)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class ClusterSettings:
     qos: str = ""
     """SLURM quality of service (MN5 needs one, e.g. ``acc_ehpc``); empty = none."""
     time: str = "00:30:00"
-    """Wall-clock limit of one job (``HH:MM:SS``)."""
+    """SLURM wall-clock limit of the job of every row without its own ``time`` (e.g. ``HH:MM:SS``)."""
     cpus_per_task: int = 80
     """CPU cores of the one task per node (torchrun and its workers)."""
     output_dir: str = "oellm-runs"
@@ -132,18 +137,35 @@ class Recipe:
         check_field_types(self.local, f"recipe {self.name} [local]: ")
         if not self.rows:
             raise RecipeError(f"recipe {self.name}: no [[rows]]; add at least one table row")
+        self._check_values()
         for number, row in enumerate(self.rows, start=1):
-            check_field_types(row, f"recipe {self.name} row {number}: ")
-            check_layout_types(row.parallel, f"recipe {self.name} row {number}: ")
-            for name in ("nodes", "global_batch_size", "micro_batch_size"):
-                if getattr(row, name) < 1:
-                    raise RecipeError(f"recipe {self.name} row {number}: {name} must be >= 1")
-            unknown = set(row.parallel) - {f.name for f in dataclasses.fields(ParallelLayout)}
-            if unknown:
-                raise RecipeError(f"recipe {self.name} row {number}: unknown parallel override(s) {sorted(unknown)}; "
-                                  f"use fields of ParallelLayout: {[f.name for f in dataclasses.fields(ParallelLayout)]}")
+            check_row(row, f"recipe {self.name} row {number}: ")
+
+    def _check_values(self) -> None:
+        """Counts, sizes and the time limit of the recipe, its cluster and its local settings: a zero must not fall
+        back to a default, a negative must not reach a job."""
+        check_positive(self, ("seq_length", "train_iters", "vocab_size"), f"recipe {self.name}: ")
+        check_positive(self.local, ("num_layers", "train_iters", "global_batch_size_per_dp_rank"),
+                       f"recipe {self.name} [local]: ")
+        for name in ("num_experts", "seq_length"):
+            if getattr(self.local, name) < 0:
+                raise RecipeError(f"recipe {self.name} [local]: {name} must be >= 0 (0: the recipe's), "
+                                  f"got {getattr(self.local, name)}")
         if self.cluster.gpus_per_node < 1:
             raise RecipeError(f"recipe {self.name}: cluster.gpus_per_node must be >= 1")
+        time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
+
+    def row_seq_length(self, row: TableRow) -> int:
+        """Sequence length of ``row``: its own, else the recipe's."""
+        return self.seq_length if row.seq_length is None else row.seq_length
+
+    def row_train_iters(self, row: TableRow) -> int:
+        """Iterations of ``row``: its own, else the recipe's."""
+        return self.train_iters if row.train_iters is None else row.train_iters
+
+    def row_time(self, row: TableRow) -> str:
+        """SLURM time limit of ``row``'s job: its own, else the cluster's."""
+        return self.cluster.time if row.time is None else row.time
 
     def row(self, number: int) -> TableRow:
         """Row ``number`` (1-based, as ``--dry-run`` lists them)."""
@@ -192,6 +214,57 @@ def check_field_types(settings: Any, where: str) -> None:
         value = getattr(settings, item.name)
         if not _fits(value, hints[item.name]):
             raise RecipeError(f"{where}{item.name} = {value!r} is not of type {_type_name(hints[item.name])}")
+
+
+def check_row(row: TableRow, where: str) -> None:
+    """Types, counts, reference numbers, time limit and parallel overrides of one row; ``where`` prefixes errors."""
+    check_field_types(row, where)
+    check_layout_types(row.parallel, where)
+    check_positive(row, ("nodes", "global_batch_size", "micro_batch_size", "seq_length", "train_iters"), where)
+    for key, value in row.reference.items():
+        if value <= 0:
+            raise RecipeError(f"{where}reference {key} = {value!r} must be positive")
+    if row.time is not None:
+        time_limit_seconds(row.time, where)
+    fields = [item.name for item in dataclasses.fields(ParallelLayout)]
+    unknown = set(row.parallel) - set(fields)
+    if unknown:
+        raise RecipeError(f"{where}unknown parallel override(s) {sorted(unknown)}; use fields of ParallelLayout: "
+                          f"{fields}")
+
+
+def check_positive(settings: Any, names: Sequence[str], where: str) -> None:
+    """Raise :class:`RecipeError` for the first of the fields ``names`` of ``settings`` that is set (not None) but
+    not >= 1: a zero or negative count would otherwise fall back to a default or fail late on the cluster."""
+    optional = {item.name for item in dataclasses.fields(settings) if item.default is None}
+    for name in names:
+        value = getattr(settings, name)
+        if value is not None and value < 1:
+            raise RecipeError(f"{where}{name} must be >= 1, got {value}"
+                              + ("; leave it out for the default" if name in optional else ""))
+
+
+_SLURM_TIME = re.compile(r"^(?:(?P<days>\d+)-)?(?P<first>\d+)(?::(?P<second>\d+))?(?::(?P<third>\d+))?$")
+
+
+def time_limit_seconds(text: str, where: str = "") -> int:
+    """Seconds of a SLURM time limit in one of sbatch's forms: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
+    ``D-HH:MM``, ``D-HH:MM:SS``; anything else, and a zero limit (SLURM: none), raises :class:`RecipeError`."""
+    match = _SLURM_TIME.match(text)
+    if match is None:
+        raise RecipeError(f"{where}time = {text!r} is not a SLURM time limit; write MM, MM:SS, HH:MM:SS, D-HH, "
+                          "D-HH:MM or D-HH:MM:SS")
+    fields = [int(part) for part in match.group("first", "second", "third") if part is not None]
+    if match.group("days") is None:  # MM, MM:SS, HH:MM:SS
+        units = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(fields)]
+        seconds = 0
+    else:  # D-HH, D-HH:MM, D-HH:MM:SS
+        units = (3600, 60, 1)[:len(fields)]
+        seconds = int(match.group("days")) * 86400
+    seconds += sum(field * unit for field, unit in zip(fields, units, strict=True))
+    if seconds == 0:
+        raise RecipeError(f"{where}time = {text!r} is zero; give the job a positive time limit")
+    return seconds
 
 
 def check_layout_types(values: Mapping[str, Any], where: str) -> None:
@@ -244,6 +317,14 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return merged
 
 
+def _quoted_time(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``table`` with an unquoted TOML ``time = 00:30:00`` (read as a local time) turned into its text."""
+    table = dict(table)
+    if isinstance(table.get("time"), datetime.time):
+        table["time"] = table["time"].isoformat()
+    return table
+
+
 def _build(name: str, data: dict[str, Any]) -> Recipe:
     """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
     data = dict(data)
@@ -251,14 +332,13 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
     cluster = dict(data.pop("cluster"))
     binds = cluster.get("binds", ())
     cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
-    if isinstance(cluster.get("time"), datetime.time):  # TOML reads an unquoted 00:30:00 as a local time
-        cluster["time"] = cluster["time"].isoformat()
+    cluster = _quoted_time(cluster)
     env = cluster.get("env", {})
     for key, value in env.items() if isinstance(env, Mapping) else ():
         if not isinstance(value, str):
             raise RecipeError(f"recipe {name} [cluster.env]: {key} = {value!r} is not a string; quote it "
                               f"({key} = \"{value}\") so the job exports exactly that text")
-    rows = tuple(TableRow(**row) for row in data.pop("rows", ()))
+    rows = tuple(TableRow(**_quoted_time(row)) for row in data.pop("rows", ()))
     parallel = data.pop("parallel", {})
     if isinstance(parallel, Mapping):  # otherwise ParallelLayout(**parallel) raises the TypeError load_recipe reports
         check_layout_types(parallel, f"recipe {name}: ")

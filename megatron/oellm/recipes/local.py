@@ -33,15 +33,22 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def missing_spec_builder(recipe: Recipe) -> str:
+    """Why no run of ``recipe`` can build its model ('' if one can): the model family has no spec builder yet
+    (megatron-core then also refuses the family's layer symbols, e.g. CKDA's 'K', in ``validate_args``)."""
+    family = get_card(recipe.model).family
+    if importlib.util.find_spec(f"megatron.oellm.models.{family}") is None:
+        return (f"the spec builder of model family {family!r} (megatron/oellm/models/{family}) does not exist "
+                "yet")
+    return ""
+
+
 def local_blocker(recipe: Recipe, gpus: int) -> str:
     """Why ``--local`` cannot run here ('' if it can): no GPU, or no spec builder for the model family yet."""
     if gpus == 0:
         return "--local needs a CUDA GPU and torch sees none on this machine"
-    family = get_card(recipe.model).family
-    if importlib.util.find_spec(f"megatron.oellm.models.{family}") is None:
-        return (f"--local needs the spec builder of model family {family!r} (megatron/oellm/models/{family}), "
-                "which does not exist yet")
-    return ""
+    missing = missing_spec_builder(recipe)
+    return f"--local cannot build the model: {missing}" if missing else ""
 
 
 def local_backend_problem(resolved: ResolvedRow) -> str:
@@ -58,9 +65,10 @@ def local_backend_problem(resolved: ResolvedRow) -> str:
     return ""
 
 
-def local_card(recipe: Recipe, seq_length: int) -> ModelCard:
-    """The proxy card of the local run: ``local.num_layers`` layers, ``local.num_experts`` experts if set."""
-    card = recipe_card(recipe, f"{recipe.model}-proxy-{recipe.local.num_layers}L", seq_length)
+def local_card(recipe: Recipe, seq_length: int, inputs: RunInputs) -> ModelCard:
+    """The proxy card of the local run: ``local.num_layers`` layers, ``local.num_experts`` experts if set, the
+    run's vocabulary."""
+    card = recipe_card(recipe, f"{recipe.model}-proxy-{recipe.local.num_layers}L", seq_length, inputs)
     if recipe.local.num_experts:
         experts = recipe.local.num_experts
         card = dataclasses.replace(card, num_experts=experts, moe_router_topk=min(card.moe_router_topk, experts))
@@ -75,17 +83,19 @@ def local_expert_parallel(card: ModelCard, gpus: int, recipe_ep: int) -> int:
 def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None = None) -> ResolvedRow:
     """``row`` fitted onto ``gpus`` GPUs of one node (see module docstring); the layout is validated."""
     local = recipe.local
-    card = local_card(recipe, local.seq_length or row.seq_length or recipe.seq_length)
+    inputs = inputs or RunInputs()
+    seq_length = local.seq_length if local.seq_length else recipe.row_seq_length(row)  # [local] 0: the row's
+    card = local_card(recipe, seq_length, inputs)
     layout = ParallelLayout(ep=local_expert_parallel(card, gpus, recipe.parallel.ep))
     validate_layout(card, layout, world_size=gpus)
     global_batch = gpus * local.global_batch_size_per_dp_rank
     fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})
-    flags = assemble_flags(recipe, fitted, card, layout, local.train_iters, inputs or RunInputs())
-    if inputs is not None and inputs.save_interval > 0:
+    flags = assemble_flags(recipe, fitted, card, layout, local.train_iters, inputs)
+    if inputs.save_interval > 0:
         # A second, longer local run resumes from the first one's checkpoint: the scheduler follows this command
         # line (megatron otherwise refuses a decay length that differs from the checkpoint's).
         flags["override-opt_param-scheduler"] = True
-    if inputs is not None and inputs.data_path:
+    if inputs.data_path:
         # Every document trains. With the default 969,30,1 a small corpus leaves the test split without a document;
         # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until
         # the run was killed.

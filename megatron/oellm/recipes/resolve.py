@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
+from megatron.oellm.recipes.flag_names import check_flag_names, check_removals
 from megatron.oellm.training.tokenizer import ByteTokenizer
 
 BYTE_TOKENIZER = "byte"
@@ -53,18 +55,38 @@ class ResolvedRow:
         """The flags as a Megatron argv list."""
         return flags_to_argv(self.flags)
 
+    @property
+    def built_card(self) -> ModelCard:
+        """The card as megatron builds it: the run's vocabulary padded to a multiple of
+        ``--make-vocab-size-divisible-by`` (megatron's default 128 unless the flags set it) x TP, as the embedding
+        and output layer hold it; what the plan's memory and FLOPs count. (A Hugging Face tokenizer's own
+        vocabulary is known only to the run.)"""
+        divisor = self.flags.get("make-vocab-size-divisible-by")
+        if divisor is None or divisor is False:
+            divisor = MEGATRON_VOCAB_DIVISOR
+        return self.card.with_vocab(pad_vocab(self.card.vocab_size, int(divisor) * self.layout.tp))
 
-def recipe_card(recipe: Recipe, name: str, seq_length: int) -> ModelCard:
-    """Card ``name`` with the recipe's vocabulary override and ``seq_length``."""
+
+def run_vocab_size(recipe: Recipe, inputs: RunInputs) -> int | None:
+    """Vocabulary of the run's ``--vocab-size``: the byte tokenizer's with ``--tokenizer-model byte`` (its ids are
+    bytes, whatever the recipe's vocabulary), else the recipe's override (None: the card's)."""
+    if inputs.tokenizer_model == BYTE_TOKENIZER:
+        return ByteTokenizer.vocab_size
+    return recipe.vocab_size
+
+
+def recipe_card(recipe: Recipe, name: str, seq_length: int, inputs: RunInputs) -> ModelCard:
+    """Card ``name`` with the run's vocabulary (:func:`run_vocab_size`) and ``seq_length``."""
     card = get_card(name)
-    if recipe.vocab_size:
-        card = card.with_vocab(recipe.vocab_size)
+    vocab_size = run_vocab_size(recipe, inputs)
+    if vocab_size is not None:
+        card = card.with_vocab(vocab_size)
     return dataclasses.replace(card, seq_length=seq_length)
 
 
-def row_card(recipe: Recipe, row: TableRow) -> ModelCard:
-    """The recipe's card with its vocabulary override and the row's sequence length."""
-    return recipe_card(recipe, recipe.model, row.seq_length or recipe.seq_length)
+def row_card(recipe: Recipe, row: TableRow, inputs: RunInputs) -> ModelCard:
+    """The recipe's card with the run's vocabulary and the row's sequence length."""
+    return recipe_card(recipe, recipe.model, recipe.row_seq_length(row), inputs)
 
 
 def row_layout(recipe: Recipe, row: TableRow) -> ParallelLayout:
@@ -122,20 +144,30 @@ def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagVal
     return flags
 
 
+DATA_SOURCE_FLAGS = ("mock-data", "data-path", "train-data-path", "valid-data-path", "test-data-path",
+                     "data-args-path", "per-split-data-args-path", "tokenizer-type", "tokenizer-model")
+"""Megatron flags that choose the training data and its tokenizer: only ``--data-path`` / ``--tokenizer-model`` of
+``oellm recipe`` set them, so a recipe's flag cannot add a second data source beside the mock data."""
+
+
 def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
-    """Mock data with Megatron's null tokenizer, or the given data prefixes with the byte or a Hugging Face tokenizer."""
+    """Mock data with Megatron's null tokenizer, or the given data prefixes with the byte or a Hugging Face tokenizer.
+
+    Every :data:`DATA_SOURCE_FLAGS` is listed, None where unused, so that the run inputs own them (see
+    :func:`check_overrides`); the byte tokenizer's vocabulary is the card's (:func:`run_vocab_size`).
+    """
+    flags: dict[str, FlagValue] = dict.fromkeys(DATA_SOURCE_FLAGS)
     if not inputs.data_path:
         if inputs.tokenizer_model:
             raise RecipeError(f"--tokenizer-model needs --data-path (without it the run trains on mock data and "
                               f"ignores the tokenizer {inputs.tokenizer_model!r})")
-        return {"mock-data": True, "tokenizer-type": "NullTokenizer"}
+        return {**flags, "mock-data": True, "tokenizer-type": "NullTokenizer"}
     if not inputs.tokenizer_model:
         raise RecipeError("--data-path needs --tokenizer-model (a Hugging Face tokenizer name or directory, or "
                           f"{BYTE_TOKENIZER!r} for a corpus built by tools/build_corpus.py)")
     if inputs.tokenizer_model == BYTE_TOKENIZER:
-        return {"data-path": list(inputs.data_path), "tokenizer-type": "NullTokenizer",
-                "vocab-size": ByteTokenizer.vocab_size}
-    return {"data-path": list(inputs.data_path), "tokenizer-type": "HuggingFaceTokenizer",
+        return {**flags, "data-path": list(inputs.data_path), "tokenizer-type": "NullTokenizer"}
+    return {**flags, "data-path": list(inputs.data_path), "tokenizer-type": "HuggingFaceTokenizer",
             "tokenizer-model": inputs.tokenizer_model}
 
 
@@ -153,12 +185,12 @@ def checkpoint_flags(inputs: RunInputs) -> dict[str, FlagValue]:
 def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> ResolvedRow:
     """Validate ``row``'s layout and batch on its GPUs, then build its Megatron flags (later groups override)."""
     inputs = inputs or RunInputs()
-    card = row_card(recipe, row)
+    card = row_card(recipe, row, inputs)
     layout = row_layout(recipe, row)
     world_size = row.nodes * recipe.cluster.gpus_per_node
     validate_layout(card, layout, world_size=world_size)
     check_batch(layout, world_size, row.global_batch_size, row.micro_batch_size)
-    flags = assemble_flags(recipe, row, card, layout, row.train_iters or recipe.train_iters, inputs)
+    flags = assemble_flags(recipe, row, card, layout, recipe.row_train_iters(row), inputs)
     check_connections(layout, recipe.cluster.env, flags)
     return ResolvedRow(row, card, layout, world_size, flags)
 
@@ -177,6 +209,8 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
             "global-batch-size": row.global_batch_size, "train-iters": train_iters},
         "the run inputs (--data-path, --tokenizer-model)": data_flags(inputs),
     }
+    check_flag_names("[megatron_flags]", recipe.megatron_flags)
+    check_flag_names("the row's flags", row.flags)
     check_overrides("[megatron_flags]", recipe.megatron_flags, owned)
     check_overrides("the row's flags", row.flags, owned)
     flags = dict(card_flags)
@@ -185,6 +219,7 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
     flags.update(recipe.megatron_flags)
     flags.update(row.flags)
     flags.update(checkpoint_flags(inputs))
+    check_removals(flags)
     return flags
 
 

@@ -2,8 +2,10 @@
 
 Every value that comes from a user or a config is shell-quoted (``shlex.quote``) in shell lines; ``#SBATCH``
 directive values are not parsed by a shell, so they are checked to be plain tokens instead and refused otherwise.
-The cluster environment is exported twice: as itself, and as ``APPTAINERENV_<NAME>``, because Apptainer does not let
-a host variable override one the image sets (the repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``).
+The job binds its run directory, the cluster's ``binds`` and the directories of its inputs (data prefixes, a
+tokenizer directory) into the container. The cluster environment is exported twice: as itself, and as
+``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
+repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import megatron.oellm
+from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.recipes.config import ClusterSettings, Recipe, RecipeError
 from megatron.oellm.recipes.resolve import ResolvedRow
 
@@ -63,7 +67,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         _directive("ntasks-per-node", 1),
         _directive("gpus-per-node", cluster.gpus_per_node),
         _directive("cpus-per-task", cluster.cpus_per_task),
-        _directive("time", cluster.time),
+        _directive("time", recipe.row_time(row)),
         "#SBATCH --exclusive",
     ]
     for name in ("partition", "account", "qos"):
@@ -71,7 +75,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
             lines.append(_directive(name, getattr(cluster, name)))
     lines += [_directive("output", directory / "slurm-%j.out"), "", "set -euo pipefail", ""]
     lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
-    binds = [str(directory), *cluster.binds]
+    binds = list(dict.fromkeys([str(directory), *cluster.binds, *input_binds(resolved.flags)]))
     lines += [
         "",
         f"RUN_DIR={shlex.quote(str(directory))}",
@@ -104,6 +108,49 @@ def _argv_lines(argv: list[str]) -> list[str]:
         else:
             lines[-1] += " " + shlex.quote(token)
     return lines
+
+
+def data_prefixes(data_path: Sequence[str]) -> list[str]:
+    """The dataset prefixes of a Megatron ``--data-path`` list (``PREFIX...`` or ``WEIGHT PREFIX...``): every entry
+    that is not a number."""
+    prefixes = []
+    for entry in data_path:
+        try:
+            float(entry)
+        except ValueError:
+            prefixes.append(entry)
+    return prefixes
+
+
+def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
+    """Apptainer binds that make the run's inputs visible in the container at the same absolute paths: the
+    directory of every ``--data-path`` prefix, and the ``--tokenizer-model`` when it is a path here (a Hugging
+    Face hub name is not)."""
+    data_path = flags.get("data-path")
+    entries = [str(entry) for entry in data_path] if isinstance(data_path, (list, tuple)) else []
+    sources = [Path(prefix).absolute().parent for prefix in data_prefixes(entries)]
+    tokenizer = flags.get("tokenizer-model")
+    if isinstance(tokenizer, str) and Path(tokenizer).exists():
+        path = Path(tokenizer).absolute()
+        sources.append(path if path.is_dir() else path.parent)
+    binds = []
+    for source in dict.fromkeys(str(source) for source in sources):
+        if ":" in source or "," in source:
+            raise RecipeError(f"input directory {source!r} has ':' or ',', which an Apptainer --bind cannot carry; "
+                              "move or link the data to a path without them")
+        binds.append(source)
+    return binds
+
+
+def check_data_paths(data_path: Sequence[str]) -> None:
+    """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
+    nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
+    job starts)."""
+    for prefix in data_prefixes(data_path):
+        missing = [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
+        if missing:
+            raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
+                              f"(relative to {Path.cwd()}); give the prefix of a Megatron dataset, without .bin/.idx")
 
 
 def check_host_paths(cluster: ClusterSettings) -> None:

@@ -66,7 +66,7 @@ def test_parser_errors(layout: str, message: str) -> None:
     (QWEN35, ParallelLayout()),
     (QWEN35, ParallelLayout(tp=2, pp=4, vpp=5, ep=8, cp=2, sp=True)),
     (QWEN35, ParallelLayout(pp=2, pipeline_layout="Et*6|t*6|t*6|t*2|t*6|t*6|t*6|t*2L")),
-    (QWEN3, ParallelLayout(tp=4, pp=2, ep=16, etp=1)),
+    (QWEN3, ParallelLayout(tp=4, pp=2, ep=16, etp=1, sp=True)),
     (QWEN3, ParallelLayout(pp=4, pipeline_layout="Et*5|t*7|t*6|t*6|t*6|t*6|t*6|t*6L")),
 ])
 def test_valid_layouts_pass(card, layout) -> None:
@@ -94,6 +94,14 @@ def test_valid_layouts_pass(card, layout) -> None:
 def test_invalid_layouts_name_the_problem(card, layout, message) -> None:
     with pytest.raises(ParallelLayoutError, match=message):
         validate_layout(card, layout)
+
+
+@pytest.mark.parametrize("card", [QWEN3, QWEN35], ids=["qwen3", "qwen3.5"])
+def test_moe_with_tensor_parallelism_needs_sequence_parallelism(card) -> None:
+    """megatron-core's MoE layer raises at the first training forward with TP > 1 and no SP: after the queue."""
+    with pytest.raises(ParallelLayoutError, match=r"tp=2 without sequence parallelism: .* MoE model.*set sp = true"):
+        validate_layout(card, ParallelLayout(tp=2, ep=8), world_size=16)
+    validate_layout(card, ParallelLayout(tp=2, ep=8, sp=True), world_size=16)
 
 
 def test_gdn_heads_vs_tp() -> None:

@@ -85,11 +85,18 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.parametrize(("flag", "message"), [
-    ('atention-backend = "flash"', "unrecognized arguments: --atention-backend flash"),
-    ('attention-backend = "flashy"', "invalid value 'flashy' for --attention-backend"),
+    ('atention-backend = "flash"', "'atention-backend' in [megatron_flags] is not an option of the training entry "
+                                   "(megatron-core 0.19.2's flags and --oellm-*) (did you mean 'attention-backend'?)"),
+    ('attention-backend = "flashy"', "Megatron's argument parser would stop the job at start: invalid value 'flashy' "
+                                     "for --attention-backend"),
+    ('recompute-granularity = "selective"', "megatron's validate_args would stop the job at start: AssertionError: "
+                                            "recompute method is not yet supported for selective recomputing "
+                                            "granularity"),
 ])
 def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(tmp_path, monkeypatch, capsys, flag,
                                                                                message):
+    """A misspelt name, a value outside the choices, a combination megatron's validate_args refuses (selective
+    recompute beside the base's recompute-method): each would stop the job at start, after the queue."""
     record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     image = tmp_path / "image.sif"
     image.touch()
@@ -97,5 +104,74 @@ def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(
     config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n[megatron_flags]\n{flag}\n')
     for mode in (["--dry-run"], ["--submit", "--image", str(image), "--output-dir", str(tmp_path / "runs")]):
         assert main(["recipe", str(config), "--row", "1", *mode]) == 2
-        assert f"row 1: Megatron's argument parser would stop the job at start: {message}" in capsys.readouterr().err
+        assert f"row 1: {message}" in capsys.readouterr().err
     assert not record.exists() and not (tmp_path / "runs").exists()
+
+
+def test_submit_refuses_a_model_without_spec_builder_but_dry_run_prints_it(tmp_path, monkeypatch, capsys):
+    """The CKDA jobs were queued and died in validate_args ("'K' is not a valid layer symbol")."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    config = str(EXAMPLES / "oellm_ckda_hybrid_mn5.toml")
+    assert main(["recipe", config, "--submit", "--image", str(image), "--output-dir", str(tmp_path / "runs")]) == 2
+    assert ("--submit: the spec builder of model family 'ckda_hybrid' (megatron/oellm/models/ckda_hybrid) does not "
+            "exist yet, so every job would stop in megatron's validate_args") in capsys.readouterr().err
+    assert not record.exists() and not (tmp_path / "runs").exists()
+    assert main(["recipe", config, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--submit refuses this recipe" in out and out.count("#!/bin/bash") == 3
+
+
+def test_the_byte_tokenizer_vocabulary_is_the_one_the_header_and_plan_show(capsys):
+    """--tokenizer-model byte trains a 257-token vocabulary (padded to 384): the plan counted the recipe's 262,144."""
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml"), "--row", "1", "--data-path",
+                 "/data/corpus", "--tokenizer-model", "byte"]) == 0
+    out = capsys.readouterr().out
+    assert "model qwen3.5-35b-a3b (vocab 257: the byte tokenizer's, instead of the recipe's)" in out
+    assert "vocab 384)" in out and "vocab 262144" not in out and "logits 0.00" in out
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml")
+    from megatron.oellm.recipes import RunInputs
+
+    resolved = resolve_row(recipe, recipe.rows[0], RunInputs(("/data/corpus",), "byte"))
+    assert resolved.card.vocab_size == 257 and resolved.built_card.vocab_size == 384
+    assert resolved.argv.count("--vocab-size") == 1 and resolved.argv[resolved.argv.index("--vocab-size") + 1] == "257"
+
+
+def _dataset(directory):
+    """A Megatron dataset prefix with its two files in ``directory``."""
+    directory.mkdir(parents=True)
+    for suffix in (".bin", ".idx"):
+        (directory / f"corpus{suffix}").touch()
+    return directory / "corpus"
+
+
+def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypatch, capsys):
+    """The job was queued with a --data-path that did not exist, and the data was not visible in the container."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    submit = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--submit", "--row", "1", "--image",
+              str(image), "--output-dir", str(tmp_path / "runs"), "--tokenizer-model", str(tokenizer)]
+    missing = tmp_path / "nowhere" / "corpus"
+    assert main([*submit, "--data-path", str(missing)]) == 2
+    assert f"--data-path prefix {str(missing)!r}: '{missing}.bin' and '{missing}.idx' not found" in \
+        capsys.readouterr().err
+    assert not record.exists()
+    first, second = _dataset(tmp_path / "a"), _dataset(tmp_path / "b")
+    assert main([*submit, "--data-path", "0.7", str(first), "0.3", str(second)]) == 0
+    script = (tmp_path / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row01-4n" / "job.sbatch").read_text()
+    apptainer = next(line for line in script.splitlines() if "apptainer exec" in line)
+    for directory in (tmp_path / "a", tmp_path / "b", tokenizer):
+        assert f"--bind {directory} " in apptainer
+
+
+def test_an_input_directory_that_a_bind_cannot_carry_is_refused(tmp_path):
+    from megatron.oellm.recipes import RecipeError, RunInputs, sbatch_text
+
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
+    resolved = resolve_row(recipe, recipe.rows[0], RunInputs((str(tmp_path / "a:b" / "corpus"),), "byte"))
+    with pytest.raises(RecipeError, match="Apptainer --bind cannot carry"):
+        sbatch_text(recipe, 1, resolved, tmp_path / "run")

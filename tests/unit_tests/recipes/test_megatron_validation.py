@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.recipes.config import load_recipe
+from megatron.oellm.recipes.megatron_validation import megatron_refusal, validate_args_on_cluster, validate_on_cluster
 from megatron.oellm.recipes.resolve import resolve_row
 from megatron.oellm.training.args import parse_oellm_argv
-from tests.unit_tests.hopper_validation import validate_as_hopper
 
 RECIPES = sorted(p for p in (Path(__file__).parents[3] / "examples/oellm").glob("*.toml")
                  if not p.name.startswith("_"))
@@ -21,14 +21,35 @@ ROWS = [(path, number) for path in RECIPES for number in range(1, len(load_recip
 
 
 @pytest.mark.parametrize("path, number", ROWS, ids=[f"{p.stem}-row{n}" for p, n in ROWS])
-def test_row_passes_megatron_validate_args(path, number, monkeypatch):
+def test_row_passes_megatron_validate_args(path, number):
+    """The check ``--dry-run`` / ``--submit`` make (:func:`validate_on_cluster`) on every shipped row."""
     recipe = load_recipe(path)
     if recipe.model.startswith("oellm-ckda-hybrid"):
         pytest.skip("the CKDA layer symbol 'K' is not megatron-core's; the CKDA issue adds it")
     resolved = resolve_row(recipe, recipe.row(number))
-    args = validate_as_hopper(parse_oellm_argv(resolved.argv), monkeypatch, resolved.world_size, recipe.cluster.env)
+    args = validate_on_cluster(resolved.argv, resolved.world_size, recipe.cluster.env)
     assert args.data_parallel_size * args.tensor_model_parallel_size * args.pipeline_model_parallel_size \
         * args.context_parallel_size == resolved.world_size
+
+
+def test_the_check_leaves_the_process_as_it_found_it(monkeypatch):
+    """The GPU, Transformer Engine and environment answers are undone after the check, whatever it found."""
+    import os
+
+    import torch
+    from megatron.training import arguments
+
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    before = (torch.cuda.get_device_capability, arguments.get_device_arch_version, arguments.is_te_min_version,
+              dict(os.environ))
+    assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) is None
+    assert megatron_refusal([*resolved.argv, "--recompute-granularity", "selective"], resolved.world_size,
+                            recipe.cluster.env) == ("AssertionError: recompute method is not yet supported for "
+                                                    "selective recomputing granularity")
+    assert (torch.cuda.get_device_capability, arguments.get_device_arch_version, arguments.is_te_min_version,
+            dict(os.environ)) == before
 
 
 LOCAL = [path for path in RECIPES if not load_recipe(path).model.startswith("oellm-ckda-hybrid")]
@@ -45,6 +66,6 @@ def test_local_fit_on_a_byte_corpus_passes_megatron_validate_args(path, monkeypa
     inputs = RunInputs((str(tmp_path / "corpus"),), "byte", str(tmp_path / "checkpoints"), save_interval=3)
     resolved = fit_local(recipe, recipe.row(1), 1, inputs)
     argv = with_backend_implementation(with_training_defaults(resolved.argv))
-    args = validate_as_hopper(parse_oellm_argv(argv), monkeypatch)
+    args = validate_args_on_cluster(parse_oellm_argv(argv))
     assert (args.tokenizer_type, args.split, args.eval_interval) == ("NullTokenizer", "100,0,0", 1000)
     assert args.override_opt_param_scheduler and args.save == args.load

@@ -48,11 +48,17 @@ def test_directive_values_that_sbatch_cannot_carry_are_refused():
     recipe = _recipe(account="my project")
     with pytest.raises(RecipeError, match="#SBATCH cannot carry"):
         sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
-    recipe = _recipe(account="ehpc533", partition="acc", qos="acc_ehpc", time="01:00:00")
+    recipe = _recipe(account="ehpc533", partition="acc", qos="acc_ehpc")
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
-    for line in ("#SBATCH --account=ehpc533", "#SBATCH --partition=acc", "#SBATCH --qos=acc_ehpc",
-                 "#SBATCH --time=01:00:00"):
+    for line in ("#SBATCH --account=ehpc533", "#SBATCH --partition=acc", "#SBATCH --qos=acc_ehpc"):
         assert line in script
+
+
+def test_a_rows_own_time_limit_wins_over_the_clusters():
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml")
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, time="00:40:00"))
+    scripts = [sbatch_text(recipe, number, resolve_row(recipe, row)) for number, row in enumerate(recipe.rows, 1)]
+    assert "#SBATCH --time=00:40:00" in scripts[0] and "#SBATCH --time=01:20:00" in scripts[1]
 
 
 def test_bad_environment_names_are_refused():

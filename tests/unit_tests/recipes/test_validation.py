@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from conftest import EXAMPLES
@@ -151,6 +152,96 @@ def test_values_of_the_wrong_type_are_refused_with_the_field_named(tmp_path, cap
 
 def test_an_unquoted_toml_time_is_the_jobs_time_limit(tmp_path, capsys):
     config = tmp_path / "time.toml"
-    config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n[cluster]\ntime = 00:30:00\n')
-    assert main(["recipe", str(config), "--row", "1", "--dry-run"]) == 0
-    assert "#SBATCH --time=00:30:00" in capsys.readouterr().out
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "t"\n[cluster]\ntime = 00:40:00\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\ntime = 01:10:00\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --time=00:40:00" in out and "#SBATCH --time=01:10:00" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"moe_router_force_load_balancing": False},
+     "'moe_router_force_load_balancing' in the row's flags is not an option of the training entry "
+     "(megatron-core 0.19.2's flags and --oellm-*) (did you mean 'moe-router-force-load-balancing'?)"),
+    ({"moe-router-force-load-balacing": False}, "(did you mean 'moe-router-force-load-balancing'?)"),
+    ({"overlap-p2p-communication": False}, "(did you mean 'no-overlap-p2p-communication'?)"),
+    ({"manual-gcc": False}, "'manual-gcc' in the row's flags is not an option of the training entry"),
+])
+def test_a_wrong_flag_name_is_refused_even_with_the_value_false(flags, message):
+    """flags_to_argv leaves a false out of the argv, so no parser ever saw the name: a misspelt removal vanished and
+    the base's flag (here --moe-router-force-load-balancing) stayed on."""
+    recipe = _with_row(_qwen3_5(), flags=flags)
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_a_wrong_flag_name_in_the_recipe_is_refused_for_local_runs_too():
+    from megatron.oellm.recipes.local import fit_local
+
+    recipe = _qwen3_5()
+    recipe = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, "manual_gc": False})
+    with pytest.raises(RecipeError, match=r"'manual_gc' in \[megatron_flags\] is not an option.*'manual-gc'"):
+        fit_local(recipe, recipe.rows[0], gpus=1)
+
+
+def test_false_removes_a_store_true_flag_the_base_turned_on(parse_megatron):
+    recipe = _qwen3_5()
+    assert recipe.megatron_flags["moe-router-force-load-balancing"] is True
+    base = resolve_row(recipe, recipe.rows[1]).argv
+    real = _with_row(recipe, flags={"moe-router-force-load-balancing": False, "manual-gc-interval": False})
+    argv = resolve_row(real, real.rows[0]).argv
+    assert "--moe-router-force-load-balancing" in base and "--moe-router-force-load-balancing" not in argv
+    assert "--manual-gc-interval" not in argv
+    args = parse_megatron(argv)
+    assert not args.moe_router_force_load_balancing and args.manual_gc_interval == 0
+
+
+def test_false_for_one_spelling_of_a_setting_another_spelling_sets_is_refused():
+    """megatron-core has aliases (--override-opt_param-scheduler / --override-opt-param-scheduler): leaving one out
+    of the argv does not remove the setting the other still makes."""
+    recipe = _qwen3_5()
+    recipe = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags,
+                                                         "override-opt-param-scheduler": True})
+    recipe = _with_row(recipe, flags={"override-opt_param-scheduler": False})
+    with pytest.raises(RecipeError, match=r"--override-opt_param-scheduler = false removes the flag, but "
+                                          r"--override-opt-param-scheduler .* still sets 'override_opt_param_scheduler'"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+def test_tensor_parallelism_without_sequence_parallelism_is_refused_for_the_moe_cards():
+    """megatron-core's MoELayer raises at the first forward step; parser and validate_args accept it."""
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    recipe = _with_row(recipe, parallel={"sp": False})
+    with pytest.raises(ParallelLayoutError, match="tp=2 without sequence parallelism: qwen3-235b-a22b is an MoE"):
+        resolve_row(recipe, recipe.rows[0])
+
+
+@pytest.mark.parametrize("flag", ['data-path = ["/gpfs/corpus_text_document"]', 'tokenizer-model = "/tok"',
+                                  'train-data-path = ["/gpfs/train"]'])
+def test_a_data_source_as_a_megatron_flag_is_refused(tmp_path, capsys, flag):
+    """It ended up beside --mock-data (megatron's validate_args: a single data source); --data-path is the way."""
+    config = tmp_path / "data.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml"}"\n[megatron_flags]\n{flag}\n')
+    assert main(["recipe", str(config), "--row", "1", "--dry-run"]) == 2
+    name = flag.split(" = ")[0]
+    assert (f"--{name} " in (err := capsys.readouterr().err)
+            and "contradicts the run inputs (--data-path, --tokenizer-model), which leaves it unset" in err)
+
+
+@pytest.mark.parametrize("top, row, message", [
+    ("vocab_size = 0\n", "", "recipe zero: vocab_size must be >= 1, got 0; leave it out for the default"),
+    ("", "seq_length = 0\n", "recipe zero row 1: seq_length must be >= 1, got 0; leave it out for the default"),
+    ("", "train_iters = 0\n", "recipe zero row 1: train_iters must be >= 1, got 0; leave it out for the default"),
+    ("", "train_iters = -3\n", "recipe zero row 1: train_iters must be >= 1, got -3"),
+    ("train_iters = 0\n", "", "recipe zero: train_iters must be >= 1, got 0"),
+    ("[local]\nnum_experts = -1\n", "", "recipe zero [local]: num_experts must be >= 0"),
+    ("", "reference = { step_time_s = 0 }\n", "recipe zero row 1: reference step_time_s = 0 must be positive"),
+])
+def test_zero_and_negative_values_are_refused_not_replaced_by_a_default(tmp_path, capsys, top, row, message):
+    """``x or default`` turned a recipe's vocab_size = 0 into the card's and a row's 0 into the recipe's."""
+    config = tmp_path / "zero.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "zero"\n{top}'
+                      f'[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n{row}')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err

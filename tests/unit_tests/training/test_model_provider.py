@@ -4,9 +4,9 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.megatron_args import megatron_parser
+from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
 from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.model_provider import card_from_args, layout_from_args, runtime_overrides
-from tests.unit_tests.hopper_validation import validate_as_hopper
 
 
 def parsed(argv):
@@ -34,7 +34,7 @@ def test_card_without_name_is_read_from_the_flags():
 def validated(argv, monkeypatch, env=None, world_size=1):
     """Megatron's arguments after ``validate_args`` (answering its device questions as an H100 would)."""
     merged = merge_card_flags(argv)
-    args = validate_as_hopper(parse_oellm_argv(merged.argv if merged else argv), monkeypatch, world_size, env)
+    args = validate_args_on_cluster(parse_oellm_argv(merged.argv if merged else argv), world_size, env)
     args.padded_vocab_size = args.vocab_size
     return args
 

@@ -1,0 +1,58 @@
+"""The Megatron flag names of a recipe, checked against the training entry's own parser before anything runs.
+
+A flag given as ``false`` is left out of the argv (:func:`megatron.oellm.megatron_args.flags_to_argv`), so the
+parser never sees its name: a misspelt ``moe-router-force-load-balacing = false``, or one written with underscores,
+would vanish without a word and leave the base's flag on. Every name is therefore looked up in the parser whatever
+its value, and a removal is checked to have removed the setting. megatron-core's parser is imported only when a
+check runs (it takes seconds to build; it is built once per process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Mapping
+
+from megatron.oellm.megatron_args import FlagValue
+from megatron.oellm.recipes.config import RecipeError
+
+
+def _option_actions() -> Mapping[str, argparse.Action]:
+    """The training entry's options (``--name`` -> its parser action): megatron-core's plus ``--oellm-*``."""
+    from megatron.oellm.training.args import oellm_parser
+
+    return oellm_parser()._option_string_actions
+
+
+def _suggestion(name: str, options: Mapping[str, argparse.Action]) -> str:
+    """`` (did you mean 'x'?)`` for the closest option name to ``name`` (underscores read as dashes), else ''."""
+    names = [option[2:] for option in options if option.startswith("--")]
+    close = difflib.get_close_matches(name.replace("_", "-"), names, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_flag_names(where: str, flags: Mapping[str, FlagValue]) -> None:
+    """Refuse a name in ``flags`` that is not an option of the training entry, whatever its value (``false``
+    included); the message names the closest option."""
+    options = _option_actions()
+    for name in flags:
+        if f"--{name}" not in options:
+            raise RecipeError(f"{name!r} in {where} is not an option of the training entry (megatron-core 0.19.2's "
+                              f"flags and --oellm-*){_suggestion(name, options)}; write a flag as on the command "
+                              "line, without '--'")
+
+
+def check_removals(flags: Mapping[str, FlagValue]) -> None:
+    """Refuse a flag given as ``false`` whose setting another flag of ``flags`` still sets (an alias such as
+    ``override-opt-param-scheduler`` / ``override-opt_param-scheduler``, or ``--no-X`` for ``--X``): leaving it
+    out of the argv would not remove it. The names must have passed :func:`check_flag_names`."""
+    options = _option_actions()
+    setters: dict[str, list[str]] = {}
+    for name, value in flags.items():
+        if value is not None and value is not False:
+            setters.setdefault(options[f"--{name}"].dest, []).append(f"--{name}")
+    for name, value in flags.items():
+        dest = options[f"--{name}"].dest
+        if value is False and dest in setters:
+            raise RecipeError(f"--{name} = false removes the flag, but {', '.join(setters[dest])} (set by the "
+                              f"recipe, its base or the row) still sets {dest!r}; set that flag to false instead")

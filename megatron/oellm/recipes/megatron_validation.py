@@ -1,0 +1,75 @@
+"""megatron-core's own start-up checks of a recipe row, run where the recipe is resolved (a login node, no GPU).
+
+The training entry hands its argv to megatron's ``validate_args`` first thing; that refuses combinations the
+parser accepts (``--recompute-granularity selective`` beside ``--recompute-method``, two data sources, ...). Running
+it before ``--submit`` turns a job that would wait in the queue to die at start into an error now. ``validate_args``
+asks the GPU's compute capability and Transformer Engine's version: :func:`validate_on_cluster` answers as the
+recipes' clusters would (MareNostrum 5's H100 and Jupiter's GH200 are sm_90; the image's Transformer Engine is
+recent enough for every version gate), on rank 0 of the row's world size with the cluster's environment exported,
+and undoes those answers afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from unittest import mock
+
+CLUSTER_COMPUTE_CAPABILITY = (9, 0)
+"""Compute capability of the recipes' GPUs (H100 and GH200: Hopper, sm_90)."""
+
+
+@contextlib.contextmanager
+def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]:
+    """While inside: megatron sees a Hopper GPU with a recent Transformer Engine, rank 0 of ``world_size`` and
+    ``env`` exported; its printout of the arguments and its warnings are swallowed."""
+    import torch
+    from megatron.training import arguments
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability",
+                                              lambda *_: CLUSTER_COMPUTE_CAPABILITY))
+        stack.enter_context(mock.patch.object(arguments, "get_device_arch_version",
+                                              lambda: CLUSTER_COMPUTE_CAPABILITY[0]))
+        stack.enter_context(mock.patch.object(arguments, "is_te_min_version", lambda *_args, **_kwargs: True))
+        stack.enter_context(mock.patch.dict(os.environ, {**env, "WORLD_SIZE": str(world_size), "RANK": "0"}))
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        yield
+
+
+def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> argparse.Namespace:
+    """``argv`` as the training entry reads it (the ``--oellm-model`` card filled in, the training defaults added),
+    after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster GPUs with ``env`` exported. Raises what
+    the entry would raise at start. The module backend is the image's Transformer Engine."""
+    from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv, with_training_defaults
+
+    merged = merge_card_flags(argv)
+    return validate_args_on_cluster(parse_oellm_argv(with_training_defaults(merged.argv if merged else argv)),
+                                    world_size, env)
+
+
+def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,
+                             env: Mapping[str, object] | None = None) -> argparse.Namespace:
+    """``args`` (parsed, not yet validated) after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster
+    GPUs with ``env`` exported (see the module docstring)."""
+    from megatron.training import arguments
+
+    args.rank, args.world_size = 0, world_size
+    with _as_cluster_rank0(world_size, {name: str(value) for name, value in (env or {}).items()}):
+        arguments.validate_args(args)
+    return args
+
+
+def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> str | None:
+    """What :func:`validate_on_cluster` raises against ``argv`` (type and message), or None when it passes."""
+    try:
+        validate_on_cluster(argv, world_size, env)
+    except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return None

@@ -1,0 +1,90 @@
+"""A row's expected run time from the report's throughput, checked against the row's SLURM time limit.
+
+A job that reaches its time limit is killed before it logs all its iterations, after its wait in the queue. The
+report's numbers of a row give its step time: ``step_time_s`` directly; ``tokens_per_s_per_gpu`` as the step's
+tokens (global batch x sequence) over the GPUs' throughput; ``tflops_per_gpu`` (the low end of a range when
+given) as the step's training FLOPs (our count, :func:`megatron.oellm.flops.training_flops_per_token`) over the
+GPUs' throughput. The expected run time is the iterations x that step time plus :data:`START_UP_S` for the job's
+start, the model build and the slower first iterations. Rows without a reference throughput are not checked.
+Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.flops import training_flops_per_token
+from megatron.oellm.recipes.config import RecipeError, TableRow, time_limit_seconds
+
+START_UP_S = 600
+"""Seconds allowed for everything but the timed iterations: the job's start, imports, process groups, the model
+build and distributed optimizer, and the first iterations (slower than the report's medians)."""
+
+TFLOPS_KEYS = ("tflops_per_gpu_low", "tflops_per_gpu")
+"""Reference keys of a TFLOP/s per GPU throughput, in the order they are used (the low end of a range first: it
+gives the longest step)."""
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """A row's time limit and, when its reference gives a throughput, the run time expected from it."""
+
+    limit: str
+    """The SLURM time limit of the row's job, as written."""
+    limit_s: int
+    """The time limit in seconds."""
+    iterations: int
+    """Training iterations of the row."""
+    step_s: float | None
+    """Seconds per iteration implied by the reference; None without a reference throughput."""
+    source: str
+    """Which reference number gave ``step_s`` ('' without one)."""
+
+    @property
+    def expected_s(self) -> float | None:
+        """Iterations x step time + :data:`START_UP_S`; None without a reference throughput."""
+        return None if self.step_s is None else self.iterations * self.step_s + START_UP_S
+
+    def estimate(self) -> str:
+        """How the expected run time comes about, e.g. ``expected 23 min = 10 iterations x 75.2 s (...) + ...``."""
+        if self.expected_s is None:
+            return "no reference throughput, run time not estimated"
+        return (f"expected {self.expected_s / 60:.0f} min = {self.iterations} iterations x {self.step_s:.1f} s "
+                f"(from the report's {self.source}) + {START_UP_S // 60} min start-up")
+
+    def describe(self) -> str:
+        """One line for ``--dry-run``: the time limit and the expected run time."""
+        return f"time limit {self.limit}; {self.estimate()}"
+
+    def check(self) -> None:
+        """Raise :class:`RecipeError` when the expected run time exceeds the time limit."""
+        if self.expected_s is not None and self.expected_s > self.limit_s:
+            minutes = -(-int(self.expected_s) // 60)
+            raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
+                              f"{self.estimate()}; give the row time = \"{minutes // 60:02d}:{minutes % 60:02d}:00\" "
+                              "or more (or pass --time)")
+
+
+def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[float, str] | None:
+    """(seconds per iteration, the reference it came from) of ``row`` on ``world_size`` GPUs; ``card`` carries the
+    run's sequence length and vocabulary (for a TFLOP/s reference). None when the reference has no throughput."""
+    reference = row.reference
+    if "step_time_s" in reference:
+        return reference["step_time_s"], f"step_time_s {reference['step_time_s']:g}"
+    tokens = row.global_batch_size * card.seq_length
+    if "tokens_per_s_per_gpu" in reference:
+        rate = reference["tokens_per_s_per_gpu"]
+        return tokens / (rate * world_size), f"tokens_per_s_per_gpu {rate:g}"
+    for key in TFLOPS_KEYS:
+        if key in reference:
+            flops = tokens * training_flops_per_token(card, card.seq_length, card.vocab_size).total
+            return flops / (reference[key] * 1e12 * world_size), f"{key} {reference[key]:g}"
+    return None
+
+
+def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: ModelCard) -> RunTime:
+    """The :class:`RunTime` of ``row`` under the time limit ``limit`` (see :func:`reference_step`)."""
+    step = reference_step(row, world_size, card)
+    return RunTime(limit, time_limit_seconds(limit), iterations, None if step is None else step[0],
+                   "" if step is None else step[1])

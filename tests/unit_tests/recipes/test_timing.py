@@ -1,0 +1,102 @@
+"""Row time limits: a row sets its own, and a row whose report numbers imply a longer run than its limit is refused
+before it is queued (it would be killed before its last iteration)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CONFIGS, EXAMPLES, fake_sbatch
+
+from megatron.oellm.cli import main
+from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row
+from megatron.oellm.recipes.config import time_limit_seconds
+from megatron.oellm.recipes.timing import START_UP_S, run_time
+
+ROUTING = EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml"
+
+
+def _real_routing_row(tmp_path, time_line: str = ""):
+    """A config with the routing table's 40-iteration real-routing row (~87 s per step), the time limit as given."""
+    config = tmp_path / "long.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "long"\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\ntrain_iters = 40\n'
+                      f'reference = {{ tokens_per_s_per_gpu = 6016 }}\n{time_line}')
+    return config
+
+
+@pytest.mark.parametrize("text, seconds", [("30", 1800), ("30:15", 1815), ("01:20:00", 4800), ("1-0", 86400),
+                                           ("1-02:30", 95400), ("0-00:00:45", 45)])
+def test_slurm_time_limit_forms(text, seconds):
+    assert time_limit_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text, message", [("1h", "not a SLURM time limit"), ("1:2:3:4", "not a SLURM time limit"),
+                                           ("00:00:00", "is zero")])
+def test_bad_time_limits_are_refused(text, message):
+    with pytest.raises(RecipeError, match=message):
+        time_limit_seconds(text)
+
+
+def test_a_row_that_outlasts_its_time_limit_is_refused_by_dry_run_and_submit(tmp_path, monkeypatch, capsys):
+    """40 iterations at ~87 s (6,016 tokens/s/GPU on 32 GPUs) are ~58 min: the base's 30 minutes kill the job."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    config = _real_routing_row(tmp_path)
+    for mode in (["--dry-run"], ["--submit", "--image", str(image), "--output-dir", str(tmp_path / "runs")]):
+        assert main(["recipe", str(config), *mode]) == 2
+        err = capsys.readouterr().err
+        assert ("row 1: the job would reach its time limit 00:30:00 before its last iteration: expected 68 min = "
+                "40 iterations x 87.1 s (from the report's tokens_per_s_per_gpu 6016) + 10 min start-up; give the "
+                'row time = "01:09:00" or more') in err
+    assert not record.exists()
+    assert main(["recipe", str(_real_routing_row(tmp_path, 'time = "01:20:00"\n')), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --time=01:20:00" in out and "time limit 01:20:00; expected 68 min" in out
+
+
+def test_the_command_line_time_limit_is_every_selected_rows(capsys):
+    assert main(["recipe", str(ROUTING), "--row", "2", "--time", "00:30:00"]) == 2
+    assert "time limit 00:30:00 before its last iteration" in capsys.readouterr().err
+    assert main(["recipe", str(ROUTING), "--time", "02:00:00"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("#SBATCH --time=02:00:00") == 2 and "01:20:00" not in out
+
+
+def test_a_tflops_reference_gives_the_step_time_from_the_flop_count():
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    timing = run_time(resolved.row, recipe.row_time(resolved.row), 10, resolved.world_size, resolved.built_card)
+    tokens = 2048 * 4096
+    assert timing.step_s == pytest.approx(tokens * 148.34e9 / (170e12 * 256), rel=1e-3)
+    assert timing.source == "tflops_per_gpu_low 170" and timing.expected_s == pytest.approx(10 * timing.step_s
+                                                                                               + START_UP_S)
+
+
+def test_a_row_without_reference_throughput_is_not_estimated():
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter_sweep.toml")
+    resolved = resolve_row(recipe, recipe.rows[1])
+    timing = run_time(resolved.row, "00:01:00", 10, resolved.world_size, resolved.built_card)
+    timing.check()
+    assert timing.expected_s is None and "run time not estimated" in timing.describe()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_every_shipped_row_fits_its_time_limit(config):
+    recipe = load_recipe(config)
+    for row in recipe.rows:
+        resolved = resolve_row(recipe, row)
+        timing = run_time(row, recipe.row_time(row), recipe.row_train_iters(row), resolved.world_size,
+                          resolved.built_card)
+        timing.check()
+        if timing.expected_s is not None:
+            assert timing.expected_s <= timing.limit_s
+
+
+def test_the_long_shipped_rows_have_their_own_time_limits():
+    """The routing table's 40-iteration row (~58 min of steps) and the 4-node rows (10 x ~167 s)."""
+    routing = load_recipe(ROUTING)
+    assert [row.time for row in routing.rows] == [None, "01:20:00"]
+    for stem in ("qwen3_5_35b_a3b_mn5_strong", "qwen3_5_35b_a3b_mn5_attention"):
+        recipe = load_recipe(EXAMPLES / f"{stem}.toml")
+        assert all(row.time == "00:50:00" for row in recipe.rows if row.nodes == 4)
+    assert routing.row_time(routing.rows[0]) == routing.cluster.time == "00:30:00"
