@@ -217,13 +217,19 @@ class CheckpointReader:
         if not isinstance(self.metadata.state_dict_metadata.get(COMMON_STATE_KEY), BytesStorageMetadata):
             return {}
         state = {COMMON_STATE_KEY: io.BytesIO()}
-        with _single_process():
-            dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
-        loaded = state[COMMON_STATE_KEY]
-        if isinstance(loaded, io.BytesIO):
-            loaded.seek(0)
-            loaded = torch.load(loaded, weights_only=False)
-        return loaded[0]
+        try:
+            with _single_process():
+                dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
+            loaded = state[COMMON_STATE_KEY]
+            if isinstance(loaded, io.BytesIO):
+                loaded.seek(0)
+                loaded = torch.load(loaded, weights_only=False)
+            return loaded[0]
+        except (CheckpointException, Exception) as error:  # damaged bytes of the right length: unpickling raises
+            # about any type, inside DCP's reader (a CheckpointException, a BaseException) or in the torch.load here
+            cause = _first_failure(error) if isinstance(error, CheckpointException) else type(error).__name__
+            raise ConversionError(f"cannot read the common state of {self.directory} ({cause}); the checkpoint is "
+                                  "damaged (copy it again)") from error
 
     def read(self, pieces: Iterable[Piece]) -> dict[str, Tensor]:
         """State-dict tensors assembled from ``pieces`` (all pieces of each wanted name), in one checkpoint read."""

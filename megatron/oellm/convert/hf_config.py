@@ -2,7 +2,9 @@
 
 ``hf-to-mcore`` checks the source's ``config.json`` against the card and keeps both files, verbatim, with the
 megatron checkpoint; ``mcore-to-hf`` writes them back (or those of ``--hf-config``) after the same check, so the
-token ids, generation settings and every other field the card does not describe survive the round trip.
+token ids, generation settings and every other field the card does not describe survive the round trip. A
+multimodal ``config.json`` (the language model under ``text_config``) is written back as the text model's config
+(:func:`text_model_config`), since the export holds the language model alone.
 
 The check reads ``config.json`` (its ``text_config`` when nested, as in the published multimodal Qwen3.5) the way
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
@@ -81,3 +83,26 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     if wrong:
         raise ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; "
                               "pick the card of this checkpoint with --model")
+
+
+TOP_LEVEL_TEXT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "dtype", "torch_dtype",
+                         "transformers_version")
+"""Fields a multimodal config may state only at its top level that still describe its language model."""
+
+
+def text_model_config(card: ModelCard, config_text: str) -> str | None:
+    """For a multimodal ``config.json`` (``text_config`` nested), the config of its language model alone, as the
+    card's causal-LM class reads it: ``text_config`` with the card's ``architectures`` and ``model_type``, plus the
+    :data:`TOP_LEVEL_TEXT_FIELDS` it lacks. None for a text model's config (written back unchanged).
+
+    The export holds only the language model, under the causal-LM names (``model.layers.*``); the multimodal
+    config's ``architectures`` would make loaders that follow it (``AutoModelForImageTextToText``) expect
+    ``model.language_model.*`` and leave the whole language model randomly initialised.
+    """
+    stored = parse_json_object(config_text, CONFIG_NAME)
+    if "text_config" not in stored:
+        return None
+    expected = family_module(card).hf_config_from_card(card)
+    text = {**{k: stored[k] for k in TOP_LEVEL_TEXT_FIELDS if k in stored}, **stored["text_config"]}
+    text.update(architectures=list(expected.architectures), model_type=expected.model_type)
+    return json.dumps(text, indent=2, sort_keys=True) + "\n"

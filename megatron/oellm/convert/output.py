@@ -73,7 +73,9 @@ class _TerminationGuard:
 
     def __enter__(self) -> _TerminationGuard:
         if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in _TERMINATING}
+            # a signal the process ignores (SIGHUP under nohup) stays ignored
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in _TERMINATING
+                              if signal.getsignal(signum) is not signal.SIG_IGN}
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -97,6 +99,10 @@ class _TerminationGuard:
         if self.received is not None:
             raise ConversionInterrupted(self.received, output_complete=True)
 
+    def defer_for_cleanup(self) -> None:
+        """From here on only record signals: removing the staging directory must not be cut short."""
+        self._deferring = True
+
 
 @contextmanager
 def staged_output(out_dir: Path, overwrite: bool, owned: Owned) -> Iterator[Path]:
@@ -113,6 +119,7 @@ def staged_output(out_dir: Path, overwrite: bool, owned: Owned) -> Iterator[Path
                 check_output(out_dir, overwrite, owned)
                 _commit_output(staging, out_dir, owned)
         except BaseException as error:
+            guard.defer_for_cleanup()
             shutil.rmtree(staging, ignore_errors=True)
             if guard.received is not None and not isinstance(error, ConversionInterrupted):
                 # the signal's exception may come wrapped (torch's checkpoint writer re-raises its own)

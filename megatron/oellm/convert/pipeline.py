@@ -45,6 +45,7 @@ from megatron.oellm.convert.hf_config import (
     check_hf_config,
     parse_json_object,
     read_config_files,
+    text_model_config,
 )
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
 from megatron.oellm.convert.output import check_not_input, staged_output
@@ -248,14 +249,25 @@ def _export_config_files(card: ModelCard, common: dict, directory: Path,
         if CONFIG_NAME not in files:
             raise ConversionError(f"--hf-config {hf_config_dir} has no {CONFIG_NAME}")
         check_hf_config(card, files[CONFIG_NAME], str(hf_config_dir / CONFIG_NAME))
-        return files, f"{' and '.join(files)} from --hf-config {hf_config_dir}"
+        return _text_model_only(card, files, f"{' and '.join(files)} from --hf-config {hf_config_dir}")
     files = _stored_config_files(common, directory)
     if CONFIG_NAME in files:
         check_hf_config(card, files[CONFIG_NAME], f"the {CONFIG_NAME} stored with {directory}")
-        return files, f"{' and '.join(files)} as hf-to-mcore kept them with the checkpoint"
+        return _text_model_only(card, files, f"{' and '.join(files)} as hf-to-mcore kept them with the checkpoint")
     kept = f" ({' and '.join(files)} as kept with the checkpoint)" if files else ""
     return files, (f"{CONFIG_NAME} derived from the card{kept}: the checkpoint holds no HF config.json (e.g. saved "
                    "by training); pass --hf-config DIR of the original model to keep its token ids and settings")
+
+
+def _text_model_only(card: ModelCard, files: dict[str, str], note: str) -> tuple[dict[str, str], str]:
+    """``files`` with a multimodal ``config.json`` replaced by its language model's (:func:`text_model_config`),
+    and ``note`` saying so."""
+    text = text_model_config(card, files[CONFIG_NAME])
+    if text is None:
+        return files, note
+    return ({**files, CONFIG_NAME: text},
+            f"{note}; {CONFIG_NAME} is the text model's part of the multimodal config (the export holds the language "
+            "model only)")
 
 
 def _planned_pieces(card: ModelCard, reader: CheckpointReader, padded: int) -> list[list[mcore_layout.Piece]]:

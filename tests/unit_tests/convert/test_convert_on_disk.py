@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 import transformers
 from convert_helpers import assert_bitwise_equal, edit_json, fuse_experts, random_hf_tensors, write_hf
+from torch.distributed.checkpoint.metadata import MetadataIndex
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert import pipeline
-from megatron.oellm.convert.dist_ckpt import CheckpointReader
+from megatron.oellm.convert.dist_ckpt import COMMON_STATE_KEY, CheckpointReader
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.pipeline import (
@@ -58,11 +60,21 @@ def test_published_layout_is_read(tmp_path: Path) -> None:
     writer.add(published)
     writer.close()
     config = family_module(card).hf_config_from_card(card).to_dict()
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({"text_config": config}))
+    for name in ("architectures", "model_type", "bos_token_id", "eos_token_id"):
+        config.pop(name, None)
+    multimodal = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+                  "eos_token_id": 7, "text_config": {**config, "bos_token_id": 3}, "vision_config": {"depth": 2}}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(multimodal))
     summary = hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     assert summary.skipped == ["model.visual.patch_embed.proj.weight", "mtp.fc.weight"]
-    mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    summary = mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
+    # the export holds the language model alone: its config is the text model's, with the top-level token id
+    assert "text model's part of the multimodal config" in summary.notes[0]
+    exported = transformers.AutoConfig.from_pretrained(tmp_path / "out")
+    assert type(exported).__name__ == "Qwen3_5MoeTextConfig"
+    assert (exported.architectures, exported.bos_token_id, exported.eos_token_id) == (["Qwen3_5MoeForCausalLM"], 3, 7)
+    assert not hasattr(exported, "vision_config")
 
 
 def test_missing_tensor_fails_before_writing(tiny_hf) -> None:
@@ -302,18 +314,26 @@ def _damage(release: Path, how: str) -> str:
     if how == "truncated-metadata":
         (release / ".metadata").write_bytes((release / ".metadata").read_bytes()[:100])
         return r"cannot read .*\.metadata: UnpicklingError"
+    if how == "garbled-common-state":
+        stored = dcp.FileSystemReader(release).read_metadata().storage_data[MetadataIndex(COMMON_STATE_KEY)]
+        data = release / stored.relative_path
+        content = bytearray(data.read_bytes())
+        content[stored.offset:stored.offset + 64] = bytes(64)
+        data.write_bytes(bytes(content))
+        return r"cannot read the common state of .*; the checkpoint is damaged"
     content = bytearray(data.read_bytes())
     content[:64] = bytes(64)
     data.write_bytes(bytes(content))
     return rf"cannot read the checkpoint data in .*{data.name} \(UnpicklingError\); the checkpoint is damaged"
 
 
-@pytest.mark.parametrize("how", ["truncated-data", "missing-data", "truncated-metadata", "garbled-data"])
+@pytest.mark.parametrize("how", ["truncated-data", "missing-data", "truncated-metadata", "garbled-data",
+                                 "garbled-common-state"])
 def test_damaged_mcore_checkpoint_is_a_clear_error(converted, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """Cut, lost and garbled files are named; the first three before any tensor is read."""
     card, _, tmp = converted
     message = _damage(tmp / "mcore" / RELEASE, how)
-    if how != "garbled-data":
+    if not how.startswith("garbled"):
         monkeypatch.setattr(CheckpointReader, "read", lambda reader, pieces: pytest.fail("a tensor was read"))
     with pytest.raises(ConversionError, match=message):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")

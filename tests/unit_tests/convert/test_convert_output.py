@@ -181,10 +181,61 @@ def test_sigterm_while_the_output_is_moved_into_place_lets_the_move_finish(conve
         commit(staging, out_dir, owned)
 
     monkeypatch.setattr(output, "_commit_output", terminated_while_moving)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    previous = signal.signal(signal.SIGTERM, _raise_not_handled)
     try:
         with pytest.raises(ConversionInterrupted, match="the output is complete"):
             mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
+
+
+def _raise_not_handled(signum: int, frame: object) -> None:
+    """A previous handler the conversion's own must replace while it runs."""
+    raise _NotHandled
+
+
+def test_a_signal_the_process_ignores_stays_ignored(converted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``nohup`` SIGHUP is ignored: a closed terminal must not stop the conversion."""
+    card, hf, tmp = converted
+    convert = pipeline.mcore_to_hf_unit
+
+    def hangup_at_layer_one(card, unit, tensors):
+        if unit == 1:
+            os.kill(os.getpid(), signal.SIGHUP)
+        return convert(card, unit, tensors)
+
+    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", hangup_at_layer_one)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
+
+
+def test_a_signal_while_a_failed_conversion_cleans_up_does_not_cut_the_cleanup_short(
+        converted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM arriving while the staging directory of a failed conversion is being removed: it is removed all the
+    same, and the error says the run was stopped."""
+    card, _, tmp = converted
+    real_rmtree = output.shutil.rmtree
+
+    def failing_unit(card, unit, tensors):
+        raise ConversionError("a unit failed")
+
+    def terminated_while_removing(path, *args, **kwargs):
+        if ".partial-" in str(path) and Path(path).exists():
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", failing_unit)
+    monkeypatch.setattr(output.shutil, "rmtree", terminated_while_removing)
+    previous = signal.signal(signal.SIGTERM, _raise_not_handled)
+    try:
+        with pytest.raises(ConversionInterrupted, match="stopped by SIGTERM"):
+            mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]
