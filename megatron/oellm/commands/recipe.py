@@ -197,7 +197,7 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
         if not missing_spec_builder(recipe):
             refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env)
             if refusal:
-                raise RecipeError(f"megatron's validate_args would stop the job at start: {refusal}")
+                raise RecipeError(f"the training entry would stop the job at start: {refusal}")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
                           resolved.world_size, resolved.built_card)
         timing.check()

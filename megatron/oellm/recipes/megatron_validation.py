@@ -46,12 +46,26 @@ def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]
 def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> argparse.Namespace:
     """``argv`` as the training entry reads it (the ``--oellm-model`` card filled in, the training defaults added),
     after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster GPUs with ``env`` exported. Raises what
-    the entry would raise at start. The module backend is the image's Transformer Engine."""
-    from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv, with_training_defaults
+    the entry would raise at start. The module backend is the image's Transformer Engine unless ``argv`` chooses
+    ``--oellm-backend torch``, whose feature check then runs too (``auto`` resolves on the cluster, not here)."""
+    from megatron.oellm.backends.selection import check_args_support
+    from megatron.oellm.training.args import (
+        merge_card_flags,
+        parse_oellm_argv,
+        with_backend_implementation,
+        with_training_defaults,
+    )
 
     merged = merge_card_flags(argv)
-    return validate_args_on_cluster(parse_oellm_argv(with_training_defaults(merged.argv if merged else argv)),
-                                    world_size, env)
+    argv = with_training_defaults(merged.argv if merged else argv)
+    # an explicit torch backend is the same on every machine: the entry's steps for it apply here too
+    torch_backend = parse_oellm_argv(argv).oellm_backend == "torch"
+    if torch_backend:
+        argv = with_backend_implementation(argv)
+    args = validate_args_on_cluster(parse_oellm_argv(argv), world_size, env)
+    if torch_backend:
+        check_args_support("torch", args)
+    return args
 
 
 def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,

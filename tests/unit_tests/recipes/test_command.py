@@ -89,7 +89,7 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
                                    "(megatron-core 0.19.2's flags and --oellm-*) (did you mean 'attention-backend'?)"),
     ('attention-backend = "flashy"', "Megatron's argument parser would stop the job at start: invalid value 'flashy' "
                                      "for --attention-backend"),
-    ('recompute-granularity = "selective"', "megatron's validate_args would stop the job at start: AssertionError: "
+    ('recompute-granularity = "selective"', "the training entry would stop the job at start: AssertionError: "
                                             "recompute method is not yet supported for selective recomputing "
                                             "granularity"),
 ])
