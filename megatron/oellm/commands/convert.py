@@ -3,13 +3,14 @@
 ``oellm convert hf-to-mcore --model CARD --hf PATH --out DIR`` writes a megatron-core distributed checkpoint that
 megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CARD --mcore DIR --out PATH`` writes
 sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. Both stream one layer at a time. Bad input
-exits with status 2, a conversion stopped by SIGTERM / SIGHUP with 128 + the signal number.
+exits with status 2, a conversion stopped by SIGTERM / SIGHUP / SIGINT (Ctrl-C) with 128 + the signal number.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one conversion and print a summary; on bad input print the reason and exit 2 (128 + the signal number
-    when SIGTERM / SIGHUP stopped it)."""
+    when SIGTERM / SIGHUP / Ctrl-C stopped it)."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
     from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     except ConversionError as error:
         print(f"oellm convert {args.direction}: {error}")
         return error.exit_status
+    except KeyboardInterrupt:  # Ctrl-C before the output is staged (while staged it is a ConversionInterrupted)
+        print(f"oellm convert {args.direction}: stopped by SIGINT; --out is as it was")
+        return 128 + signal.SIGINT
     print(f"oellm convert {args.direction}: {card.name}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")
     if summary.padding_rows:

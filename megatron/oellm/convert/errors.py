@@ -11,7 +11,7 @@ class ConversionError(ValueError):
 
 
 class ConversionInterrupted(ConversionError):
-    """SIGTERM or SIGHUP (``scancel``, a Slurm time limit, a closed terminal) stopped a conversion."""
+    """SIGTERM, SIGHUP or SIGINT (``scancel``, a Slurm time limit, a closed terminal, Ctrl-C) stopped a conversion."""
 
     def __init__(self, signum: int, output_complete: bool = False) -> None:
         name = signal.Signals(signum).name

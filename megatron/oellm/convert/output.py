@@ -4,8 +4,8 @@ The rules protect what a user keeps in ``--out``: a missing or empty directory i
 ``--overwrite``, and only if every entry in it is one the converter writes for that direction (a previous output),
 since replacing the output deletes those entries; a file is never replaced. The rules are applied before the
 conversion and again when the output is moved into place (the user may have written there meanwhile). An ``--out``
-that is or holds any input file (symlinks followed) is refused. SIGTERM / SIGHUP during the conversion remove the
-staging directory and end it with :class:`ConversionInterrupted`.
+that is or holds any input file (symlinks followed) is refused. SIGTERM / SIGHUP / SIGINT (Ctrl-C) during the
+conversion remove the staging directory and end it with :class:`ConversionInterrupted`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
 
 Owned = Callable[[str], bool]
 """Whether an entry name in ``--out`` is one the conversion writes (so ``--overwrite`` may replace it)."""
-_TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+_TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _LISTED = 5
 """Foreign entries named in a refusal (the rest are counted)."""
 
@@ -62,7 +62,7 @@ def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
 
 
 class _TerminationGuard:
-    """While entered in the main thread, SIGTERM and SIGHUP raise :class:`ConversionInterrupted` (once) where the
+    """While entered in the main thread, SIGTERM, SIGHUP and SIGINT raise :class:`ConversionInterrupted` (once) where the
     conversion is, so that the staging directory is removed on the way out; the previous handlers come back on exit.
     From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved."""
 
@@ -107,7 +107,7 @@ class _TerminationGuard:
 @contextmanager
 def staged_output(out_dir: Path, overwrite: bool, owned: Owned) -> Iterator[Path]:
     """A fresh staging directory beside ``out_dir`` to write the output into, moved into ``out_dir`` when the block
-    succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM / SIGHUP (see module doc)."""
+    succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM / SIGHUP / SIGINT (see module doc)."""
     out_dir = out_dir.resolve()
     check_output(out_dir, overwrite, owned)
     staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")

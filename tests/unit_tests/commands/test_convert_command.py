@@ -100,3 +100,23 @@ def test_cli_sigterm_exits_with_the_signal_status(tmp_path: Path, capsys: pytest
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "oellm convert hf-to-mcore: stopped by SIGTERM; the partial output was removed, --out is as it was")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_cli_ctrl_c_exits_with_one_line_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C half-way: no traceback, 128 + 2, and no staging directory left beside --out."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    write_hf(card, random_hf_tensors(card, seed=10), tmp_path / "hf")
+    convert = pipeline.hf_to_mcore_unit
+
+    def interrupted_at_layer_one(card, unit, tensors):
+        if unit == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return convert(card, unit, tensors)
+
+    monkeypatch.setattr(pipeline, "hf_to_mcore_unit", interrupted_at_layer_one)
+    assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
+                 "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGINT
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "oellm convert hf-to-mcore: stopped by SIGINT; the partial output was removed, --out is as it was")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
