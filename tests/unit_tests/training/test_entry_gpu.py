@@ -2,16 +2,21 @@
 
 Mock data, then a real byte-tokenized corpus with a torch_dist checkpoint, then a resume from that checkpoint:
 the loss falls on both data sets, every log interval has a parseable [oellm] line, and the resumed run starts
-after the saved iteration.
+after the saved iteration. And a Hugging Face checkpoint converted by ``oellm convert hf-to-mcore``, loaded with
+``--load`` as the convert README says.
 """
 
+import math
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from megatron.oellm.cards import get_card
+from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
 from megatron.oellm.training.throughput import parse_throughput_line
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
@@ -66,3 +71,32 @@ def test_mock_then_corpus_then_resume(tmp_path):
     resumed, _ = run_entry([*corpus, "--train-iters", "36"], tmp_path)
     assert sorted(resumed) == list(range(31, 37))
     assert sum(resumed.values()) / 6 < sum(losses[i] for i in range(1, 4)) / 3  # continues, not from scratch
+
+
+@pytest.mark.gpu
+def test_a_converted_hugging_face_checkpoint_is_what_the_first_iteration_runs(tmp_path):
+    """``--load`` of an ``oellm convert hf-to-mcore`` output: the run starts from the HF weights.
+
+    The HF model's final norm is zeroed (``(1 + w) * x`` with ``w = -1``), so its logits are exactly 0 and the first
+    iteration's loss is exactly ln(vocabulary) whatever the tokens; a model that did not get these weights (a fresh
+    initialisation, or a load that skipped the final norm) sits about 1e-2 above it.
+    """
+    sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
+    from convert_helpers import random_hf_tensors, write_hf
+
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    tensors = {name: value if "norm" in name else value * 0.02 for name, value in random_hf_tensors(card, seed=5).items()}
+    tensors["model.norm.weight"] = -tensors["model.norm.weight"].new_ones(tensors["model.norm.weight"].shape)
+    write_hf(card, tensors, tmp_path / "hf")
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+               "-m", "megatron.oellm.training.entry", *COMMON, "--mock-data", "--tokenizer-type", "NullTokenizer",
+               "--train-iters", "2", "--load", str(tmp_path / "mcore"), "--ckpt-format", "torch_dist",
+               "--dist-ckpt-strictness", "log_unexpected"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert re.search(r"successfully loaded checkpoint from .*mcore.* at iteration 0", output), output[-6000:]
+    losses = {int(m[1]): float(m[2]) for m in _LOSS.finditer(output)}
+    assert abs(losses[1] - math.log(card.vocab_size)) < 1e-4, (losses, math.log(card.vocab_size))
