@@ -12,11 +12,13 @@ current output shard (at most ``max_shard_bytes``).
 A megatron output directory is what megatron training's ``--load`` reads: ``latest_checkpointed_iteration.txt``
 (``release``) and ``release/`` holding the distributed checkpoint, whose common state carries the card
 (``oellm_card``) and the source's ``config.json`` / ``generation_config.json`` texts (``oellm_hf_config``) next to
-``checkpoint_version`` and ``iteration``; ``mcore-to-hf`` writes those texts back unchanged.
+``checkpoint_version``, ``iteration`` and the run arguments megatron's loader reads (``args``,
+:func:`megatron_checkpoint_args`); ``mcore-to-hf`` writes those texts back unchanged.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 from collections import defaultdict
@@ -56,6 +58,7 @@ from megatron.oellm.convert.safetensors_io import (
     is_written_name,
 )
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
+from megatron.oellm.megatron_args import model_flags
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
@@ -107,6 +110,23 @@ def _is_hf_output(name: str) -> bool:
 def card_record(card: ModelCard) -> dict:
     """The card as stored with megatron weights (every field except the free-text ``sources``)."""
     return {k: v for k, v in dataclasses.asdict(card).items() if k != "sources"}
+
+
+def megatron_checkpoint_args(card: ModelCard) -> argparse.Namespace:
+    """The ``args`` entry of the checkpoint's common state: the few run arguments megatron training reads from a
+    checkpoint it loads, as the training entry derives them from ``card`` (:func:`megatron_args.model_flags`).
+
+    megatron-core 0.19.2's ``load_checkpoint`` takes a ``torch_dist`` checkpoint whose ``args`` name no
+    ``hybrid_layer_pattern`` for a GPTModel's and, loading it into a HybridModel, tries to translate GPT layers
+    (failing on GDN ``G`` layers); with ``args`` present it also compares ``num_layers``, ``hidden_size`` and
+    ``num_attention_heads`` with the run's (``check_checkpoint_args``), so those are stored too.
+    """
+    flags = model_flags(card)
+    fields = {"num_layers": flags["num-layers"], "hidden_size": flags["hidden-size"],
+              "num_attention_heads": flags["num-attention-heads"]}
+    if flags.get("hybrid-layer-pattern"):
+        fields["hybrid_layer_pattern"] = flags["hybrid-layer-pattern"]
+    return argparse.Namespace(**fields)
 
 
 def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
@@ -178,8 +198,8 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     check_one_dtype_per_key(chunks)
     check_not_input(out_dir, [hf_dir, *source.input_files(), *(hf_dir / name for name in config_files)])
     view = CanonicalView(source)
-    common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, CARD_KEY: card_record(card),
-              HF_CONFIG_KEY: config_files}
+    common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
+              CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
     with staged_output(out_dir, overwrite, _is_mcore_output) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")

@@ -141,3 +141,22 @@ def test_damaged_stored_config_is_refused(converted, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(CheckpointReader, "common_state", lambda reader: {**common, HF_CONFIG_KEY: stored})
     with pytest.raises(ConversionError, match=message):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
+def test_stored_run_arguments_are_those_the_training_entry_runs_with(name: str, tmp_path: Path) -> None:
+    """megatron's ``load_checkpoint`` compares ``num_layers``, ``hidden_size`` and ``num_attention_heads`` of the
+    checkpoint's ``args`` with the run's, and loads a checkpoint without ``hybrid_layer_pattern`` into a HybridModel
+    as a GPT checkpoint (refusing GDN layers): the stored ones must equal the entry's, the pattern for hybrids."""
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+
+    card = get_card(name)
+    write_hf(card, random_hf_tensors(card, seed=3), tmp_path / "hf")
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    stored = CheckpointReader(tmp_path / "mcore" / RELEASE).common_state()["args"]
+    run = validate_on_cluster(["--oellm-model", name, "--micro-batch-size", "1", "--global-batch-size", "1",
+                               "--seq-length", "64", "--mock-data",
+                               "--tokenizer-type", "NullTokenizer"], world_size=1, env={})
+    for field in ("num_layers", "hidden_size", "num_attention_heads"):
+        assert getattr(stored, field) == getattr(run, field), field
+    assert bool(getattr(stored, "hybrid_layer_pattern", None)) == bool(run.hybrid_layer_pattern)

@@ -91,7 +91,7 @@ def test_a_converted_hugging_face_checkpoint_is_what_the_first_iteration_runs(tm
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                "-m", "megatron.oellm.training.entry", *COMMON, "--mock-data", "--tokenizer-type", "NullTokenizer",
-               "--train-iters", "2", "--load", str(tmp_path / "mcore"), "--ckpt-format", "torch_dist",
+               "--train-iters", "4", "--load", str(tmp_path / "mcore"), "--ckpt-format", "torch_dist",
                "--dist-ckpt-strictness", "log_unexpected"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
