@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -11,12 +10,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-from convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf  # noqa: E402
+from convert_helpers import (  # noqa: E402
+    assert_bitwise_equal,
+    edit_json,
+    random_hf_tensors,
+    signal_at_layer_one,
+    signal_handler,
+    write_hf,
+)
 
 from megatron.oellm.cards import get_card  # noqa: E402
 from megatron.oellm.cli import main  # noqa: E402
 from megatron.oellm.commands.convert import byte_size  # noqa: E402
-from megatron.oellm.convert import pipeline  # noqa: E402
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource  # noqa: E402
 
 
@@ -80,23 +85,14 @@ def test_cli_sigterm_exits_with_the_signal_status(tmp_path: Path, capsys: pytest
     """One line and 128 + 15, as a shell reports a process ended by SIGTERM; nothing left behind."""
     card = get_card("qwen3-30b-a3b-tiny")
     write_hf(card, random_hf_tensors(card, seed=9), tmp_path / "hf")
-    convert = pipeline.hf_to_mcore_unit
-
-    def terminated_at_layer_one(card, unit, tensors):
-        if unit == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return convert(card, unit, tensors)
 
     def not_handled(signum, frame):
         raise RuntimeError("SIGTERM reached the test's handler")
 
-    monkeypatch.setattr(pipeline, "hf_to_mcore_unit", terminated_at_layer_one)
-    previous = signal.signal(signal.SIGTERM, not_handled)
-    try:
+    signal_at_layer_one(monkeypatch, "hf_to_mcore_unit", signal.SIGTERM)
+    with signal_handler(signal.SIGTERM, not_handled):
         assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
                      "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGTERM
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "oellm convert hf-to-mcore: stopped by SIGTERM; the partial output was removed, --out is as it was")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
@@ -107,14 +103,7 @@ def test_cli_ctrl_c_exits_with_one_line_and_leaves_nothing(tmp_path: Path, capsy
     """Ctrl-C half-way: no traceback, 128 + 2, and no staging directory left beside --out."""
     card = get_card("qwen3-30b-a3b-tiny")
     write_hf(card, random_hf_tensors(card, seed=10), tmp_path / "hf")
-    convert = pipeline.hf_to_mcore_unit
-
-    def interrupted_at_layer_one(card, unit, tensors):
-        if unit == 1:
-            os.kill(os.getpid(), signal.SIGINT)
-        return convert(card, unit, tensors)
-
-    monkeypatch.setattr(pipeline, "hf_to_mcore_unit", interrupted_at_layer_one)
+    signal_at_layer_one(monkeypatch, "hf_to_mcore_unit", signal.SIGINT)
     assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
                  "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGINT
     assert capsys.readouterr().out.strip().splitlines()[-1] == (

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import torch
 from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.blocks import bitwise_equal
 from megatron.oellm.convert.family import expected_shapes, family_module
 from megatron.oellm.convert.safetensors_io import ShardedSafetensorsWriter
@@ -67,3 +73,26 @@ def edit_json(path: Path, **fields: object) -> None:
         else:
             data[key] = value
     path.write_text(json.dumps(data, indent=2))
+
+
+def signal_at_layer_one(monkeypatch: pytest.MonkeyPatch, unit_function: str, signum: int) -> None:
+    """Make ``pipeline.<unit_function>`` (``hf_to_mcore_unit`` or ``mcore_to_hf_unit``) send ``signum`` to this
+    process when the conversion reaches unit 1 (the first decoder layer), half-way through the output."""
+    convert = getattr(pipeline, unit_function)
+
+    def signalled(card: ModelCard, unit: object, tensors: object) -> object:
+        if unit == 1:
+            os.kill(os.getpid(), signum)
+        return convert(card, unit, tensors)
+
+    monkeypatch.setattr(pipeline, unit_function, signalled)
+
+
+@contextmanager
+def signal_handler(signum: int, handler: Callable | int) -> Iterator[None]:
+    """``handler`` for ``signum`` while inside (the conversion's own must replace it and put it back)."""
+    previous = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from convert_helpers import assert_bitwise_equal
+from convert_helpers import assert_bitwise_equal, signal_at_layer_one, signal_handler
 
 from megatron.oellm.convert import output, pipeline
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
@@ -132,33 +132,25 @@ class _NotHandled(Exception):
     """Raised by the test's own handler: the conversion did not handle the signal (and pytest lives on)."""
 
 
+def _raise_not_handled(signum: int, frame: object) -> None:
+    """A previous handler the conversion's own must replace while it runs."""
+    raise _NotHandled
+
+
 @pytest.mark.parametrize(("direction", "signum"), [("hf-to-mcore", signal.SIGTERM), ("mcore-to-hf", signal.SIGHUP)])
 def test_sigterm_and_sighup_remove_the_partial_output(converted, monkeypatch: pytest.MonkeyPatch, direction: str,
                                                       signum: int) -> None:
     """``scancel`` / a Slurm time limit (SIGTERM) or a closed terminal (SIGHUP) half-way: the staging directory is
     removed, --out stays as it was, the exit status is the shell's for the signal, the old handler is back."""
     card, _, tmp = converted
-    convert = pipeline.hf_to_mcore_unit if direction == "hf-to-mcore" else pipeline.mcore_to_hf_unit
-
-    def signal_at_layer_one(card, unit, tensors):
-        if unit == 1:
-            os.kill(os.getpid(), signum)
-        return convert(card, unit, tensors)
-
-    def not_handled(signum, frame):
-        raise _NotHandled
-
-    monkeypatch.setattr(pipeline, convert.__name__, signal_at_layer_one)
-    previous = signal.signal(signum, not_handled)
-    try:
+    signal_at_layer_one(monkeypatch, "hf_to_mcore_unit" if direction == "hf-to-mcore" else "mcore_to_hf_unit", signum)
+    with signal_handler(signum, _raise_not_handled):
         before = sorted(tmp.iterdir())
         with pytest.raises(ConversionInterrupted, match=f"stopped by {signal.Signals(signum).name}") as raised:
             _convert(direction, tmp, card, tmp / "out")
         assert raised.value.exit_status == 128 + signum
         assert sorted(tmp.iterdir()) == before
-        assert signal.getsignal(signum) is not_handled
-    finally:
-        signal.signal(signum, previous)
+        assert signal.getsignal(signum) is _raise_not_handled
 
 
 def test_output_to_a_new_directory_is_a_rename(converted) -> None:
@@ -181,37 +173,20 @@ def test_sigterm_while_the_output_is_moved_into_place_lets_the_move_finish(conve
         commit(staging, out_dir, owned)
 
     monkeypatch.setattr(output, "_commit_output", terminated_while_moving)
-    previous = signal.signal(signal.SIGTERM, _raise_not_handled)
-    try:
-        with pytest.raises(ConversionInterrupted, match="the output is complete"):
-            mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with signal_handler(signal.SIGTERM, _raise_not_handled), \
+            pytest.raises(ConversionInterrupted, match="the output is complete"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
 
-
-def _raise_not_handled(signum: int, frame: object) -> None:
-    """A previous handler the conversion's own must replace while it runs."""
-    raise _NotHandled
 
 
 def test_a_signal_the_process_ignores_stays_ignored(converted, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under ``nohup`` SIGHUP is ignored: a closed terminal must not stop the conversion."""
     card, hf, tmp = converted
-    convert = pipeline.mcore_to_hf_unit
-
-    def hangup_at_layer_one(card, unit, tensors):
-        if unit == 1:
-            os.kill(os.getpid(), signal.SIGHUP)
-        return convert(card, unit, tensors)
-
-    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", hangup_at_layer_one)
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
+    signal_at_layer_one(monkeypatch, "mcore_to_hf_unit", signal.SIGHUP)
+    with signal_handler(signal.SIGHUP, signal.SIG_IGN):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGHUP, previous)
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
 
 
@@ -232,10 +207,7 @@ def test_a_signal_while_a_failed_conversion_cleans_up_does_not_cut_the_cleanup_s
 
     monkeypatch.setattr(pipeline, "mcore_to_hf_unit", failing_unit)
     monkeypatch.setattr(output.shutil, "rmtree", terminated_while_removing)
-    previous = signal.signal(signal.SIGTERM, _raise_not_handled)
-    try:
-        with pytest.raises(ConversionInterrupted, match="stopped by SIGTERM"):
-            mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with signal_handler(signal.SIGTERM, _raise_not_handled), \
+            pytest.raises(ConversionInterrupted, match="stopped by SIGTERM"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]
