@@ -4,13 +4,18 @@ The rules protect what a user keeps in ``--out``: a missing or empty directory i
 ``--overwrite``, and only if every entry in it is one the converter writes for that direction (a previous output),
 since replacing the output deletes those entries; a file is never replaced. The rules are applied before the
 conversion and again when the output is moved into place (the user may have written there meanwhile). An ``--out``
-that is or holds any input file (symlinks followed) is refused. SIGTERM / SIGHUP / SIGINT (Ctrl-C) during the
-conversion remove the staging directory and end it with :class:`ConversionInterrupted`.
+that is or holds any input file (symlinks followed) is refused. The file system must have room for the whole output
+before anything is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP /
+SIGINT (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
+failure of the operating system (disk full, quota, I/O error) removes it and ends in a one-line
+:class:`ConversionError`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import signal
 import threading
@@ -19,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from torch.distributed.checkpoint.api import CheckpointException
+
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
 
 Owned = Callable[[str], bool]
@@ -26,6 +33,61 @@ Owned = Callable[[str], bool]
 _TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _LISTED = 5
 """Foreign entries named in a refusal (the rest are counted)."""
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""Operating-system errors that mean the output does not fit (disk full, quota, file size limit)."""
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
+"""How Rust libraries (safetensors) quote an operating-system error in their exception's text."""
+
+
+def format_bytes(count: int) -> str:
+    """``count`` bytes as a person reads a disk size: ``12.3 GiB``, ``456.0 MiB``, ``789 B``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
+def _file_system_of(path: Path) -> Path:
+    """The nearest existing directory at or above ``path``: where ``shutil.disk_usage`` can look."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_free_space(out_dir: Path, needed_bytes: int) -> None:
+    """Raise unless the file system that will hold the output of ``out_dir`` has ``needed_bytes`` free: a disk that
+    fills hours into a conversion wastes those hours. A previous output in ``out_dir`` does not count as free, since
+    it is replaced only once the new output is complete."""
+    where = _file_system_of(out_dir.parent)
+    free = shutil.disk_usage(where).free
+    if free < needed_bytes:
+        raise ConversionError(f"the output needs about {format_bytes(needed_bytes)} but the file system of {where} has "
+                              f"{format_bytes(free)} free (a previous output is replaced only after the new one is "
+                              "complete); free some space or choose another --out")
+
+
+def os_error_behind(error: BaseException) -> tuple[int, str] | None:
+    """(errno, text) of the operating-system error behind a failed conversion, looked for through exception chains,
+    DCP's per-rank failures (torch's checkpoint writer re-raises a disk-full ``OSError`` as a ``RuntimeError``
+    wrapped in a ``CheckpointException``) and safetensors' ``(os error N)`` texts; None where there is none (a defect
+    of the code, whose traceback is the report)."""
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current.errno, str(current)
+        quoted = _OS_ERROR_TEXT.search(str(current))
+        if quoted:
+            number = int(quoted.group(1))
+            return number, f"[Errno {number}] {os.strerror(number)}"
+        if isinstance(current, CheckpointException):
+            pending += [failure[0] for failure in current.failures.values()]
+        pending += [current.__cause__, current.__context__]
+    return None
 
 
 def check_output(out_dir: Path, overwrite: bool, owned: Owned) -> None:
@@ -105,15 +167,17 @@ class _TerminationGuard:
 
 
 @contextmanager
-def staged_output(out_dir: Path, overwrite: bool, owned: Owned) -> Iterator[Path]:
-    """A fresh staging directory beside ``out_dir`` to write the output into, moved into ``out_dir`` when the block
-    succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM / SIGHUP / SIGINT (see module doc)."""
+def staged_output(out_dir: Path, overwrite: bool, owned: Owned, needed_bytes: int) -> Iterator[Path]:
+    """A fresh staging directory beside ``out_dir`` to write the output (about ``needed_bytes``) into, moved into
+    ``out_dir`` when the block succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM /
+    SIGHUP / SIGINT (see module doc)."""
     out_dir = out_dir.resolve()
     check_output(out_dir, overwrite, owned)
     staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
     with _TerminationGuard() as guard:
         try:
             _make_staging(staging, out_dir)
+            check_free_space(out_dir, needed_bytes)  # after: an unwritable place is named as such
             yield staging
             with guard.deferred():
                 check_output(out_dir, overwrite, owned)
@@ -124,7 +188,21 @@ def staged_output(out_dir: Path, overwrite: bool, owned: Owned) -> Iterator[Path
             if guard.received is not None and not isinstance(error, ConversionInterrupted):
                 # the signal's exception may come wrapped (torch's checkpoint writer re-raises its own)
                 raise ConversionInterrupted(guard.received) from error
+            failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else os_error_behind(error)
+            if failure is not None:
+                raise _system_failure(failure, out_dir, needed_bytes) from error
             raise
+
+
+def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) -> ConversionError:
+    """The one-line error for an operating-system failure during the conversion (see :func:`os_error_behind`)."""
+    number, text = failure
+    message = f"the conversion failed: {text}; the partial output was removed, --out is as it was"
+    if number in _NO_ROOM:
+        where = _file_system_of(out_dir.parent)
+        message += (f" (the output needs about {format_bytes(needed_bytes)}; the file system of {where} has "
+                    f"{format_bytes(shutil.disk_usage(where).free)} free now)")
+    return ConversionError(message)
 
 
 def _make_staging(staging: Path, out_dir: Path) -> None:

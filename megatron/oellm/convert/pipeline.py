@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -200,7 +201,8 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
               CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
-    with staged_output(out_dir, overwrite, _is_mcore_output) as staging:
+    needed = sum(math.prod(piece.chunk_shape) * dtype.itemsize for piece, dtype in chunks)
+    with staged_output(out_dir, overwrite, _is_mcore_output, needed) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files)
@@ -337,7 +339,8 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     unit_pieces = _planned_pieces(card, reader, padded)
     config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
-    with staged_output(out_dir, overwrite, _is_hf_output) as staging:
+    needed = sum(math.prod(piece.chunk_shape) * stored[piece.key][1].itemsize for ps in unit_pieces for piece in ps)
+    with staged_output(out_dir, overwrite, _is_hf_output, needed) as staging:
         writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
         written = 0
         for unit, pieces in zip(units(card), unit_pieces, strict=True):

@@ -47,7 +47,8 @@ class TableRow:
     time: str | None = None
     """SLURM wall-clock limit of this row's job (e.g. ``01:20:00``); None = the cluster's ``time``."""
     parallel: Mapping[str, Any] = field(default_factory=dict)
-    """Overrides of :class:`ParallelLayout` fields (e.g. ``{"ep": 32}`` or another ``pipeline_layout``)."""
+    """Overrides of :class:`ParallelLayout` fields (e.g. ``{"ep": 32}`` or another ``pipeline_layout``); ``false``
+    drops a ``vpp`` or ``pipeline_layout`` the recipe set."""
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     """Megatron flag overrides (name without ``--``); ``false`` removes a flag set by the recipe."""
     reference: Mapping[str, float] = field(default_factory=dict)
@@ -267,13 +268,30 @@ def time_limit_seconds(text: str, where: str = "") -> int:
     return seconds
 
 
+def _unsettable_layout_fields() -> set[str]:
+    """:class:`ParallelLayout` fields that ``false`` may reset to their default None (``vpp``, ``pipeline_layout``):
+    TOML has no null, and a row must be able to drop, say, a base's custom pipeline layout."""
+    return {item.name for item in dataclasses.fields(ParallelLayout) if item.default is None}
+
+
 def check_layout_types(values: Mapping[str, Any], where: str) -> None:
     """Raise :class:`RecipeError` for a known :class:`ParallelLayout` field in ``values`` with a value of the wrong
-    type (unknown fields are refused by :class:`Recipe`)."""
+    type (unknown fields are refused by :class:`Recipe`); ``false`` fits the fields :func:`layout_overrides` resets."""
     hints = typing.get_type_hints(ParallelLayout)
+    unsettable = _unsettable_layout_fields()
     for name, value in values.items():
+        if value is False and name in unsettable:
+            continue
         if name in hints and not _fits(value, hints[name]):
-            raise RecipeError(f"{where}parallel {name} = {value!r} is not of type {_type_name(hints[name])}")
+            more = "; write false to drop it" if name in unsettable else ""
+            raise RecipeError(f"{where}parallel {name} = {value!r} is not of type {_type_name(hints[name])}{more}")
+
+
+def layout_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Parallel overrides as :class:`ParallelLayout` takes them: ``false`` on an optional field (``vpp``,
+    ``pipeline_layout``) becomes None, its default, so a row can drop what its base set."""
+    unsettable = _unsettable_layout_fields()
+    return {name: None if value is False and name in unsettable else value for name, value in values.items()}
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -344,7 +362,7 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
         check_layout_types(parallel, f"recipe {name}: ")
     return Recipe(
         name=name,
-        parallel=ParallelLayout(**parallel),
+        parallel=ParallelLayout(**layout_overrides(parallel)),
         cluster=ClusterSettings(**cluster),
         local=LocalSettings(**data.pop("local")),
         rows=rows,

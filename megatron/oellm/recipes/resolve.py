@@ -17,7 +17,7 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
-from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
+from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow, layout_overrides
 from megatron.oellm.recipes.flag_names import check_flag_names, check_removals
 from megatron.oellm.training.tokenizer import ByteTokenizer
 
@@ -91,7 +91,7 @@ def row_card(recipe: Recipe, row: TableRow, inputs: RunInputs) -> ModelCard:
 
 def row_layout(recipe: Recipe, row: TableRow) -> ParallelLayout:
     """The recipe's parallel layout with the row's overrides."""
-    return dataclasses.replace(recipe.parallel, **row.parallel)
+    return dataclasses.replace(recipe.parallel, **layout_overrides(row.parallel))
 
 
 def check_batch(layout: ParallelLayout, world_size: int, global_batch: int, micro_batch: int) -> None:

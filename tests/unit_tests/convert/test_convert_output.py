@@ -4,7 +4,13 @@ leave it as it was when refused, failing or stopped by SIGTERM / SIGHUP."""
 from __future__ import annotations
 
 import os
+import re
+import resource
+import shutil
 import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -211,3 +217,49 @@ def test_a_signal_while_a_failed_conversion_cleans_up_does_not_cut_the_cleanup_s
             pytest.raises(ConversionInterrupted, match="stopped by SIGTERM"):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_an_output_that_does_not_fit_is_refused_before_anything_is_written(converted, monkeypatch: pytest.MonkeyPatch,
+                                                                            direction: str) -> None:
+    """The output's size (the weights, both directions) against the file system's free space, before the staging
+    directory exists."""
+    card, hf, tmp = converted
+    weights = sum(tensor.numel() * tensor.element_size() for tensor in hf.values())
+    free, real_usage = weights - 1, shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=free))
+    before = sorted(tmp.iterdir())
+    with pytest.raises(ConversionError, match=rf"needs about {re.escape(output.format_bytes(weights))} but the file "
+                                              rf"system of {re.escape(str(tmp))} has {output.format_bytes(free)} free"):
+        _convert(direction, tmp, card, tmp / "out")
+    assert sorted(tmp.iterdir()) == before
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=weights))
+    _convert(direction, tmp, card, tmp / "out")
+
+
+def _limit_file_size(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` capping the size of any file the child writes (writes past it fail with EFBIG, as on a full
+    disk, instead of the default SIGXFSZ killing the child)."""
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    return apply
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_a_write_the_operating_system_refuses_ends_in_one_line(converted, direction: str) -> None:
+    """A real failing write (a file-size limit, so that no disk needs filling) through torch's checkpoint writer and
+    safetensors: exit 2, one line naming the system's error, no traceback, the partial output removed."""
+    card, hf, tmp = converted
+    source = ["--hf", str(tmp / "hf")] if direction == "hf-to-mcore" else ["--mcore", str(tmp / "mcore")]
+    before = sorted(tmp.iterdir())
+    done = subprocess.run([sys.executable, "-m", "megatron.oellm", "convert", direction, "--model", card.name, *source,
+                           "--out", str(tmp / "out")], capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limit_file_size(20_000))
+    assert done.returncode == 2, done.stderr[-3000:]
+    weights = output.format_bytes(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
+    assert re.fullmatch(rf"oellm convert {direction}: the conversion failed: \[Errno 27\] File too large; the partial "
+                        rf"output was removed, --out is as it was \(the output needs about {re.escape(weights)}; the "
+                        rf"file system of {re.escape(str(tmp))} has [0-9.]+ [KMGT]?i?B free now\)\n", done.stdout)
+    assert "Traceback" not in done.stderr
+    assert sorted(tmp.iterdir()) == before

@@ -245,3 +245,31 @@ def test_zero_and_negative_values_are_refused_not_replaced_by_a_default(tmp_path
                       f'[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n{row}')
     assert main(["recipe", str(config), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_false_drops_a_pipeline_layout_the_base_set(tmp_path, capsys):
+    config = tmp_path / "uniform.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_30b_a3b_mn5.toml"}"\ntitle = "uniform vpp"\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n'
+                      'parallel = { pipeline_layout = false, vpp = 2 }\n')
+    recipe = load_recipe(config)
+    assert recipe.parallel.pipeline_layout is not None
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert resolved.layout.pipeline_layout is None
+    assert resolved.flags["pipeline-model-parallel-layout"] is None
+    assert resolved.flags["num-virtual-stages-per-pipeline-rank"] == 2
+    assert main(["recipe", str(config), "--dry-run"]) == 0
+    assert "--num-virtual-stages-per-pipeline-rank 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override, message", [
+    ("ep = false", "parallel ep = False is not of type int"),
+    ("pipeline_layout = 4", "parallel pipeline_layout = 4 is not of type str | None; write false to drop it"),
+])
+def test_false_is_refused_where_there_is_nothing_to_drop(tmp_path, capsys, override, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_30b_a3b_mn5.toml"}"\ntitle = "bad"\n'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n'
+                      f'parallel = {{ {override} }}\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
