@@ -7,8 +7,8 @@ conversion and again when the output is moved into place (the user may have writ
 that is or holds any input file (symlinks followed) is refused. The file system must have room for the whole output
 before anything is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP /
 SIGINT (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
-failure of the operating system (disk full, quota, I/O error) removes it and ends in a one-line
-:class:`ConversionError`.
+refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes it and ends in a one-line
+:class:`ConversionError`. A failed conversion also removes the parent directories of ``--out`` it created.
 """
 
 from __future__ import annotations
@@ -33,8 +33,11 @@ Owned = Callable[[str], bool]
 _TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _LISTED = 5
 """Foreign entries named in a refusal (the rest are counted)."""
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-"""Operating-system errors that mean the output does not fit (disk full, quota, file size limit)."""
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+"""Operating-system errors that mean the file system is out of room (disk full, quota)."""
+_STORAGE_ERRORS = (*_NO_ROOM, errno.EFBIG, errno.EIO, errno.EROFS)
+"""Operating-system errors of the storage, reported in one line: no room, a file-size limit, an I/O error, a
+read-only file system. Others (a missing file, a permission) keep their traceback: they are the code's or the paths'."""
 _OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
 """How Rust libraries (safetensors) quote an operating-system error in their exception's text."""
 
@@ -66,11 +69,12 @@ def check_free_space(out_dir: Path, needed_bytes: int) -> None:
                               "complete); free some space or choose another --out")
 
 
-def os_error_behind(error: BaseException) -> tuple[int, str] | None:
-    """(errno, text) of the operating-system error behind a failed conversion, looked for through exception chains,
-    DCP's per-rank failures (torch's checkpoint writer re-raises a disk-full ``OSError`` as a ``RuntimeError``
-    wrapped in a ``CheckpointException``) and safetensors' ``(os error N)`` texts; None where there is none (a defect
-    of the code, whose traceback is the report)."""
+def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
+    """(errno, text) of the storage's refusal (:data:`_STORAGE_ERRORS`) behind a failed conversion, or None (a defect
+    of the code, whose traceback is the report). Looked for in the exception, its explicit causes, DCP's per-rank
+    failures, the exception a plain ``RuntimeError`` was raised while handling (torch's checkpoint writer turns a
+    failed write into ``RuntimeError('[enforce fail ...] unexpected pos ...')``), and safetensors' ``(os error N)``
+    texts."""
     pending: list[BaseException | None] = [error]
     seen: set[int] = set()
     while pending:
@@ -78,15 +82,17 @@ def os_error_behind(error: BaseException) -> tuple[int, str] | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno is not None:
+        if isinstance(current, OSError) and current.errno in _STORAGE_ERRORS:
             return current.errno, str(current)
         quoted = _OS_ERROR_TEXT.search(str(current))
-        if quoted:
+        if quoted and int(quoted.group(1)) in _STORAGE_ERRORS:
             number = int(quoted.group(1))
             return number, f"[Errno {number}] {os.strerror(number)}"
         if isinstance(current, CheckpointException):
             pending += [failure[0] for failure in current.failures.values()]
-        pending += [current.__cause__, current.__context__]
+        pending.append(current.__cause__)
+        if type(current) is RuntimeError:
+            pending.append(current.__context__)
     return None
 
 
@@ -174,6 +180,7 @@ def staged_output(out_dir: Path, overwrite: bool, owned: Owned, needed_bytes: in
     out_dir = out_dir.resolve()
     check_output(out_dir, overwrite, owned)
     staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    created = _missing_directories(out_dir.parent)
     with _TerminationGuard() as guard:
         try:
             _make_staging(staging, out_dir)
@@ -188,21 +195,43 @@ def staged_output(out_dir: Path, overwrite: bool, owned: Owned, needed_bytes: in
             if guard.received is not None and not isinstance(error, ConversionInterrupted):
                 # the signal's exception may come wrapped (torch's checkpoint writer re-raises its own)
                 raise ConversionInterrupted(guard.received) from error
-            failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else os_error_behind(error)
+            _remove_if_empty(created)
+            failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else storage_error_behind(error)
             if failure is not None:
                 raise _system_failure(failure, out_dir, needed_bytes) from error
             raise
 
 
 def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) -> ConversionError:
-    """The one-line error for an operating-system failure during the conversion (see :func:`os_error_behind`)."""
+    """The one-line error for the storage's refusal during the conversion (see :func:`storage_error_behind`)."""
     number, text = failure
     message = f"the conversion failed: {text}; the partial output was removed, --out is as it was"
     if number in _NO_ROOM:
         where = _file_system_of(out_dir.parent)
         message += (f" (the output needs about {format_bytes(needed_bytes)}; the file system of {where} has "
                     f"{format_bytes(shutil.disk_usage(where).free)} free now)")
+    elif number == errno.EFBIG:
+        message += (" (one file may not grow that large there: see `ulimit -f` and the file system's largest file; "
+                    "mcore-to-hf writes smaller files with --max-shard-size)")
     return ConversionError(message)
+
+
+def _missing_directories(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first: what creating ``path`` would create."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_if_empty(directories: list[Path]) -> None:
+    """Remove the ``directories`` (deepest first) a failed conversion created, where still empty."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def _make_staging(staging: Path, out_dir: Path) -> None:

@@ -3,6 +3,7 @@ leave it as it was when refused, failing or stopped by SIGTERM / SIGHUP."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import resource
@@ -250,16 +251,80 @@ def _limit_file_size(limit: int) -> Callable[[], None]:
 def test_a_write_the_operating_system_refuses_ends_in_one_line(converted, direction: str) -> None:
     """A real failing write (a file-size limit, so that no disk needs filling) through torch's checkpoint writer and
     safetensors: exit 2, one line naming the system's error, no traceback, the partial output removed."""
-    card, hf, tmp = converted
+    card, _, tmp = converted
     source = ["--hf", str(tmp / "hf")] if direction == "hf-to-mcore" else ["--mcore", str(tmp / "mcore")]
     before = sorted(tmp.iterdir())
     done = subprocess.run([sys.executable, "-m", "megatron.oellm", "convert", direction, "--model", card.name, *source,
                            "--out", str(tmp / "out")], capture_output=True, text=True, timeout=300,
                           preexec_fn=_limit_file_size(20_000))
     assert done.returncode == 2, done.stderr[-3000:]
-    weights = output.format_bytes(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
-    assert re.fullmatch(rf"oellm convert {direction}: the conversion failed: \[Errno 27\] File too large; the partial "
-                        rf"output was removed, --out is as it was \(the output needs about {re.escape(weights)}; the "
-                        rf"file system of {re.escape(str(tmp))} has [0-9.]+ [KMGT]?i?B free now\)\n", done.stdout)
+    assert done.stdout == (f"oellm convert {direction}: the conversion failed: [Errno 27] File too large; the partial "
+                           "output was removed, --out is as it was (one file may not grow that large there: see `ulimit "
+                           "-f` and the file system's largest file; mcore-to-hf writes smaller files with "
+                           "--max-shard-size)\n")
     assert "Traceback" not in done.stderr
+    assert sorted(tmp.iterdir()) == before
+
+
+@pytest.mark.parametrize("unit_function", ["hf_to_mcore_unit", "mcore_to_hf_unit"])
+def test_a_defect_of_the_code_raising_file_not_found_keeps_its_traceback(converted, monkeypatch: pytest.MonkeyPatch,
+                                                                         unit_function: str) -> None:
+    """A FileNotFoundError from our own code (not the storage refusing a write) is a defect: its traceback is the
+    report, not a one-line 'the conversion failed: [Errno 2] ...' that blames the operating system."""
+    card, _, tmp = converted
+
+    def buggy(*args: object) -> object:
+        raise FileNotFoundError(2, "No such file or directory", "/opt/oellm/internal-table.json")
+
+    monkeypatch.setattr(pipeline, unit_function, buggy)
+    direction = "hf-to-mcore" if unit_function == "hf_to_mcore_unit" else "mcore-to-hf"
+    with pytest.raises(BaseException) as raised:  # hf-to-mcore: DCP wraps it in a CheckpointException (a BaseException)
+        _convert(direction, tmp, card, tmp / "out")
+    assert not isinstance(raised.value, ConversionError), raised.value
+
+
+def test_a_defect_raised_while_handling_an_os_error_is_not_reported_as_that_os_error(
+        converted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyError raised in an ``except OSError`` fallback is the failure, not the OSError it was handling."""
+    card, _, tmp = converted
+
+    def buggy(*args: object) -> object:
+        try:
+            (tmp / "no-such-cache.json").read_text()
+        except FileNotFoundError:
+            return {}["layers"]  # the real defect
+
+    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", buggy)
+    with pytest.raises(KeyError):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+
+
+def test_an_output_that_does_not_fit_leaves_no_new_directories(converted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal removes the missing parents of --out it created."""
+    card, _, tmp = converted
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=1))
+    with pytest.raises(ConversionError, match="needs about"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "new" / "deeper" / "out")
+    assert not (tmp / "new").exists()
+
+
+@pytest.mark.parametrize("unit_function", ["hf_to_mcore_unit", "mcore_to_hf_unit"])
+def test_a_full_disk_is_reported_with_the_output_size_and_the_free_space(converted, monkeypatch: pytest.MonkeyPatch,
+                                                                         unit_function: str) -> None:
+    """ENOSPC half-way (hf-to-mcore: inside DCP's writer, which wraps it): one line with both sizes, nothing left."""
+    card, hf, tmp = converted
+
+    def disk_full(*args: object) -> object:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pipeline, unit_function, disk_full)
+    direction = "hf-to-mcore" if unit_function == "hf_to_mcore_unit" else "mcore-to-hf"
+    weights = output.format_bytes(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
+    before = sorted(tmp.iterdir())
+    with pytest.raises(ConversionError, match=rf"^the conversion failed: \[Errno 28\] No space left on device; the "
+                                              rf"partial output was removed, --out is as it was \(the output needs "
+                                              rf"about {re.escape(weights)}; the file system of {re.escape(str(tmp))} "
+                                              rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
+        _convert(direction, tmp, card, tmp / "new" / "out")
     assert sorted(tmp.iterdir()) == before
