@@ -12,13 +12,6 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.double() - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
 
 
-def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool) -> torch.Tensor:
-    """RMSNorm in float64: ``x / sqrt(mean(x^2) + eps) * gamma`` with gamma = 1 + weight when zero-centred."""
-    x = x.double()
-    gamma = weight.double() + 1.0 if zero_centered else weight.double()
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma
-
-
 def attention_reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None = None
 ) -> torch.Tensor:

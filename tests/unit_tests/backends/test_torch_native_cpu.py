@@ -7,7 +7,6 @@ from backend_references import (
     grouped_mlp_reference,
     packed_attention_reference,
     relative_error,
-    rms_norm_reference,
 )
 from backend_setup import build_experts, moe_config
 from megatron.core.packed_seq_params import PackedSeqParams
@@ -16,6 +15,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norms import RMSNorm
+from megatron.oellm.layers.rms_norm import rms_norm_reference
 
 NUM_EXPERTS = 4
 HIDDEN = 32

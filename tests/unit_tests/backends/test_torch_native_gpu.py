@@ -7,7 +7,6 @@ from backend_references import (
     grouped_mlp_reference,
     packed_attention_reference,
     relative_error,
-    rms_norm_reference,
 )
 from backend_setup import build_experts as build_provider_experts
 from backend_setup import moe_config
@@ -20,6 +19,7 @@ from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
 from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter
+from megatron.oellm.layers.rms_norm import rms_norm_reference
 from tests.unit_tests.gpu_utils import no_tf32
 
 pytestmark = pytest.mark.gpu

@@ -1,19 +1,11 @@
-"""RMSNorm for the torch-native backend: fp32 compute, optional zero-centred gamma, TE-compatible parameter names."""
+"""RMSNorm for the torch-native backend: fp32 compute, optional zero-centred gamma, TE-compatible parameter names.
+
+The arithmetic is :func:`megatron.oellm.layers.rms_norm.rms_norm` (Triton kernels on the GPU)."""
 
 import torch
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool) -> torch.Tensor:
-    """Normalise ``x`` over its last dimension by its root mean square, scale by gamma, return in ``x.dtype``.
-
-    Computed in fp32 whatever the input dtype, like Transformer Engine. With ``zero_centered_gamma`` the stored
-    weight holds ``gamma - 1`` (so weight decay pulls gamma towards 1), and the scale applied is ``1 + weight``.
-    """
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
-    gamma = weight.float() + 1.0 if zero_centered_gamma else weight.float()
-    return (normed * gamma).to(x.dtype)
+from megatron.oellm.layers.rms_norm import rms_norm
 
 
 def make_norm_weight(config: TransformerConfig, hidden_size: int) -> torch.nn.Parameter:

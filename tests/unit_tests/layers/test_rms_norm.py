@@ -1,0 +1,111 @@
+"""RMSNorm (output, input gradient, weight gradient) against the float64 definition: the eager path on the CPU, the
+Triton kernels in Triton's interpreter on the CPU, and the compiled kernels on the GPU at the models' widths, where
+the eager path measured in the same test is the bar the kernels must reach."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from megatron.oellm.layers import rms_norm as rms_norm_module
+from megatron.oellm.layers.rms_norm import rms_norm, rms_norm_eager, rms_norm_reference
+from tests.unit_tests.models.hf_reference import fresh_seed
+
+EPS = 1e-6
+
+
+def random_case(rows: int, columns: int, dtype: torch.dtype, zero_centered: bool, seed: int, device: str = "cpu"):
+    """Input with rows of different scales (0.1 to 10), a gamma away from the identity, an upstream gradient."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    scale = 10 ** (2 * torch.rand(rows, 1, generator=generator, device=device) - 1)
+    x = (torch.randn(rows, columns, generator=generator, device=device) * scale).to(dtype)
+    weight = 0.3 * torch.randn(columns, generator=generator, device=device) + (0.0 if zero_centered else 1.0)
+    grad_y = torch.randn(rows, columns, generator=generator, device=device).to(dtype)
+    return x, weight.to(dtype), grad_y
+
+
+def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Relative L2 error of ``actual`` against ``expected``, in float64."""
+    expected = expected.double()
+    return float((actual.double() - expected).norm() / expected.norm())
+
+
+def output_and_grads(norm, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor, zero_centered: bool):
+    """``(y, grad_x, grad_weight)`` of ``norm`` at ``x``, ``weight`` for the upstream gradient ``grad_y``."""
+    x = x.detach().requires_grad_()
+    weight = weight.detach().requires_grad_()
+    y = norm(x, weight, EPS, zero_centered)
+    y.backward(grad_y.to(y.dtype))
+    return y.detach(), x.grad, weight.grad
+
+
+def errors_against_definition(norm, x, weight, grad_y, zero_centered) -> list[float]:
+    """Relative L2 errors of ``norm``'s output, input gradient and weight gradient from the float64 definition."""
+    actual = output_and_grads(norm, x, weight, grad_y, zero_centered)
+    expected = output_and_grads(rms_norm_reference, x.double(), weight.double(), grad_y.double(), zero_centered)
+    for got, want in zip(actual, expected, strict=True):
+        assert got.dtype == x.dtype and got.shape == want.shape
+    return [relative_l2(got, want) for got, want in zip(actual, expected, strict=True)]
+
+
+TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 8e-3}
+"""Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element."""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("zero_centered", [False, True])
+@pytest.mark.parametrize(("rows", "columns"), [(37, 48), (5, 130), (300, 16)])
+def test_rms_norm_matches_the_definition(dtype, zero_centered, rows, columns):
+    """Widths that are not a power of two (the kernels pad them) and row counts that leave a partial block; on the
+    CPU this is the eager path, under ``TRITON_INTERPRET=1`` the kernels."""
+    x, weight, grad_y = random_case(rows, columns, dtype, zero_centered, fresh_seed())
+    errors = errors_against_definition(rms_norm, x, weight, grad_y, zero_centered)
+    assert max(errors) < TOLERANCE[dtype], errors
+
+
+def test_the_kernels_run_exactly_when_expected(monkeypatch):
+    """CPU tensors take the eager path unless Triton interprets; ``OELLM_EAGER_RMS_NORM=1`` forces it; a weight of
+    the wrong width is refused."""
+    calls = []
+    monkeypatch.setattr(rms_norm_module._FusedRMSNorm, "apply", lambda *args: calls.append(args) or args[0])
+    x, weight, _ = random_case(4, 8, torch.float32, False, seed=1)
+    rms_norm(x, weight, EPS, False)
+    assert len(calls) == (1 if os.environ.get("TRITON_INTERPRET") == "1" else 0)
+    monkeypatch.setenv(rms_norm_module.EAGER_ENV, "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.testing.assert_close(rms_norm(x, weight, EPS, False), rms_norm_eager(x, weight, EPS, False))
+    with pytest.raises(ValueError, match="RMSNorm over 8 features got a weight of 7"):
+        rms_norm(x, weight[:7], EPS, False)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
+def test_the_triton_kernels_pass_the_same_tests_in_the_interpreter():
+    """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels run instead of the eager code."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__],
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "columns", "zero_centered"), [
+    (16384, 2048, True),  # Qwen3.5's input norms: hidden 2048, zero-centred
+    (131072, 128, True),  # a QK norm or the GDN output norm over 128-wide heads
+    (8192, 4096, False),  # Qwen3-235B's hidden 4096
+    (3000, 5120, False),  # a width that is not a power of two
+])
+def test_compiled_kernels_at_model_widths_are_as_close_to_the_definition_as_eager(dtype, rows, columns,
+                                                                                   zero_centered):
+    """Each error of the kernels within 1.25x the eager path's (same inputs, fresh seed) and within the tolerance."""
+    x, weight, grad_y = random_case(rows, columns, dtype, zero_centered, fresh_seed(), device="cuda")
+    fused = errors_against_definition(rms_norm, x, weight, grad_y, zero_centered)
+    eager = errors_against_definition(rms_norm_eager, x, weight, grad_y, zero_centered)
+    print(f"\nrms_norm {rows}x{columns} {dtype}: kernels {fused}, eager {eager}")
+    assert max(fused) < TOLERANCE[dtype], fused
+    for name, ours, theirs in zip(("output", "grad_x", "grad_weight"), fused, eager, strict=True):
+        assert ours <= 1.25 * theirs + 1e-7, (name, ours, theirs)
