@@ -149,6 +149,7 @@ class OursSide(Side):
     name = "ours"
 
     def __init__(self, card: ModelCard, hf_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
+        from megatron.oellm.layers.rms_norm import cuda_path
         from megatron.oellm.models import spec_builder
         from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
 
@@ -160,7 +161,7 @@ class OursSide(Side):
         load_converted(self.model, hf_to_mcore(card, hf_state))
         self.settings = {"backend": "torch", "config_overrides": dict(overrides),
                          "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
-                         "recompute_granularity": config.recompute_granularity}
+                         "recompute_granularity": config.recompute_granularity, "rms_norm": cuda_path()}
 
     def step(self, batch: Batch) -> torch.Tensor:
         """megatron-core's per-token loss averaged over the same positions transformers averages over; the MoE

@@ -11,6 +11,7 @@ runs); :func:`rms_norm_reference` is the float64 definition the tests compare bo
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -41,40 +42,58 @@ def rms_norm_reference(x: Tensor, weight: Tensor, eps: float, zero_centered_gamm
     return x64 / torch.sqrt(x64.pow(2).mean(dim=-1, keepdim=True) + eps) * gamma
 
 
+def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
+    """Make ``x``'s GPU the current one while a kernel is launched (Triton launches on the current device)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
 class _FusedRMSNorm(torch.autograd.Function):
-    """:func:`rms_norm_eager`'s result through the Triton kernels; saves the input rows and one fp32 rstd per row."""
+    """:func:`rms_norm_eager`'s result through the Triton kernels; saves the input rows and one fp32 rstd per row.
+    First order only: a second derivative through it raises."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float, shift: float) -> Tensor:
         from megatron.oellm.layers import rms_norm_kernels
 
         rows = x.reshape(-1, x.shape[-1]).contiguous()
-        y, rstd = rms_norm_kernels.forward(rows, weight.contiguous(), eps, shift)
+        with _on_device(rows):
+            y, rstd = rms_norm_kernels.forward(rows, weight.contiguous(), eps, shift)
         ctx.save_for_backward(rows, weight, rstd)
         ctx.shift = shift
         return y.view(x.shape)
 
     @staticmethod
-    def backward(ctx, grad_y: Tensor) -> tuple[Tensor, Tensor, None, None]:
+    def backward(ctx, grad_y: Tensor) -> tuple[Tensor, Tensor | None, None, None]:
         from megatron.oellm.layers import rms_norm_kernels
 
+        if torch.is_grad_enabled():  # create_graph=True: the kernels' gradient would be a constant of the new graph
+            raise RuntimeError("the RMSNorm kernels' backward is first order: for a second derivative "
+                               f"(create_graph=True) set {EAGER_ENV}=1")
         rows, weight, rstd = ctx.saved_tensors
         grad_rows = grad_y.reshape(rows.shape).contiguous()
-        grad_x, grad_weight = rms_norm_kernels.backward(grad_rows, rows, weight.contiguous(), rstd, ctx.shift)
-        return grad_x.view(grad_y.shape), grad_weight.to(weight.dtype), None, None
+        with _on_device(rows):
+            grad_x, grad_weight = rms_norm_kernels.backward(grad_rows, rows, weight.contiguous(), rstd, ctx.shift)
+        grad_weight = grad_weight.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return grad_x.view(grad_y.shape), grad_weight, None, None
+
+
+def cuda_path() -> str:
+    """The path :func:`rms_norm` takes for CUDA tensors of rows up to :data:`MAX_COLUMNS` wide in this process, for
+    run logs: ``"triton"``, or ``"eager"`` with ``OELLM_EAGER_RMS_NORM=1``."""
+    return "eager" if os.environ.get(EAGER_ENV) == "1" else "triton"
 
 
 def _use_kernels(x: Tensor) -> bool:
     """Whether :func:`rms_norm` takes the Triton kernels for ``x`` (see the module docstring)."""
-    if os.environ.get(EAGER_ENV) == "1" or x.numel() == 0 or x.shape[-1] > MAX_COLUMNS:
+    if cuda_path() == "eager" or x.numel() == 0 or x.shape[-1] > MAX_COLUMNS:
         return False
     return x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, zero_centered_gamma: bool) -> Tensor:
     """RMSNorm of ``x`` over its last dimension with gamma ``weight`` (``1 + weight`` if ``zero_centered_gamma``),
-    fp32 arithmetic, result in ``x.dtype``; differentiable in ``x`` and ``weight``. Same result as
-    :func:`rms_norm_eager` up to fp32 rounding, with the Triton kernels where they apply."""
+    fp32 arithmetic, result in ``x.dtype``; differentiable (first order on the kernels' path) in ``x`` and ``weight``.
+    Same result as :func:`rms_norm_eager` up to fp32 rounding, with the Triton kernels where they apply."""
     if x.shape[-1] != weight.shape[-1]:
         raise ValueError(f"RMSNorm over {x.shape[-1]} features got a weight of {weight.shape[-1]}")
     if not _use_kernels(x):

@@ -57,9 +57,10 @@ TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 8e-3}
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("zero_centered", [False, True])
-@pytest.mark.parametrize(("rows", "columns"), [(37, 48), (5, 130), (300, 16)])
+@pytest.mark.parametrize(("rows", "columns"), [(37, 48), (5, 130), (300, 16), (1000, 48)])
 def test_rms_norm_matches_the_definition(dtype, zero_centered, rows, columns):
-    """Widths that are not a power of two (the kernels pad them) and row counts that leave a partial block; on the
+    """Widths that are not a power of two (the kernels pad them), row counts that leave a partial block, and more
+    row blocks (16) than the interpreter's backward programs (3), so each program's loop accumulates several; on the
     CPU this is the eager path, under ``TRITON_INTERPRET=1`` the kernels."""
     x, weight, grad_y = random_case(rows, columns, dtype, zero_centered, fresh_seed())
     errors = errors_against_definition(rms_norm, x, weight, grad_y, zero_centered)
@@ -67,14 +68,16 @@ def test_rms_norm_matches_the_definition(dtype, zero_centered, rows, columns):
 
 
 def test_the_kernels_run_exactly_when_expected(monkeypatch):
-    """CPU tensors take the eager path unless Triton interprets; ``OELLM_EAGER_RMS_NORM=1`` forces it; a weight of
-    the wrong width is refused."""
+    """CPU tensors take the eager path unless Triton interprets; ``OELLM_EAGER_RMS_NORM=1`` forces it (and run logs
+    say so); a weight of the wrong width is refused."""
     calls = []
     monkeypatch.setattr(rms_norm_module._FusedRMSNorm, "apply", lambda *args: calls.append(args) or args[0])
     x, weight, _ = random_case(4, 8, torch.float32, False, seed=1)
     rms_norm(x, weight, EPS, False)
     assert len(calls) == (1 if os.environ.get("TRITON_INTERPRET") == "1" else 0)
+    assert rms_norm_module.cuda_path() == "triton"
     monkeypatch.setenv(rms_norm_module.EAGER_ENV, "1")
+    assert rms_norm_module.cuda_path() == "eager"
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     torch.testing.assert_close(rms_norm(x, weight, EPS, False), rms_norm_eager(x, weight, EPS, False))
     with pytest.raises(ValueError, match="RMSNorm over 8 features got a weight of 7"):
@@ -109,3 +112,21 @@ def test_compiled_kernels_at_model_widths_are_as_close_to_the_definition_as_eage
     assert max(fused) < TOLERANCE[dtype], fused
     for name, ours, theirs in zip(("output", "grad_x", "grad_weight"), fused, eager, strict=True):
         assert ours <= 1.25 * theirs + 1e-7, (name, ours, theirs)
+
+
+def test_a_second_order_gradient_is_refused_not_wrong():
+    """The kernels' backward is first order: a gradient penalty through it raises instead of silently dropping the
+    second-order term (the eager path, on the CPU, differentiates twice)."""
+    generator = torch.Generator().manual_seed(3)
+    x, weight = torch.randn(6, 48, generator=generator), torch.randn(48, generator=generator)
+
+    def penalty_gradient(norm):
+        leaf = x.clone().requires_grad_()
+        (grad_x,) = torch.autograd.grad(norm(leaf, weight, EPS, False).pow(2).sum(), leaf, create_graph=True)
+        return torch.autograd.grad(grad_x.pow(2).sum() + leaf.sum(), leaf)[0]
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        assert (penalty_gradient(rms_norm) - 1).abs().sum() > 0  # the eager path: a real second-order term
+        return
+    with pytest.raises(RuntimeError, match="backward is first order: for a second derivative .*OELLM_EAGER_RMS_NORM=1"):
+        penalty_gradient(rms_norm)
