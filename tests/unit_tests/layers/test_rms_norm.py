@@ -130,3 +130,14 @@ def test_a_second_order_gradient_is_refused_not_wrong():
         return
     with pytest.raises(RuntimeError, match="backward is first order: for a second derivative .*OELLM_EAGER_RMS_NORM=1"):
         penalty_gradient(rms_norm)
+
+
+def test_a_first_order_backward_called_with_grad_enabled_runs():
+    """Activation recompute (megatron's and torch's reentrant checkpoint) calls ``backward`` inside
+    ``torch.enable_grad()``; without ``create_graph`` that is a first-order backward and must not be refused."""
+    x, weight, grad_y = random_case(40, 48, torch.float32, True, seed=4)
+    expected = output_and_grads(rms_norm_eager, x, weight, grad_y, True)
+    x, weight = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    with torch.enable_grad():
+        torch.autograd.backward(rms_norm(x, weight, EPS, True), grad_y)
+    torch.testing.assert_close((x.grad, weight.grad), expected[1:])
