@@ -77,6 +77,18 @@ def runtime_overrides(args: argparse.Namespace, card: ModelCard, layout: Paralle
     return {name: value for name, value in megatron.items() if name not in owned}
 
 
+def backend_description(name: str) -> str:
+    """The backend as the start-up log states it: the name given, what ``auto`` resolved to, and for the
+    torch-native backend which RMSNorm path runs (``OELLM_EAGER_RMS_NORM``), e.g. ``backend auto -> torch, RMSNorm
+    triton``."""
+    from megatron.oellm.backends.selection import resolve_backend
+    from megatron.oellm.layers.rms_norm import cuda_path
+
+    resolved = resolve_backend(name)
+    text = f"backend {name}" + (f" -> {resolved}" if resolved != name else "")
+    return text + (f", RMSNorm {cuda_path()}" if resolved == "torch" else "")
+
+
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
                    config=None, pg_collection=None):
     """Build this rank's part of the card's model with the ``--oellm-backend`` modules (Megatron calls this)."""
@@ -90,6 +102,6 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     family = spec_builder(card.family)
     transformer_config = family.transformer_config(card, layout, args.params_dtype,
                                                    **runtime_overrides(args, card, layout))
-    print_rank_0(f"> building {card.name} ({card.family}, backend {args.oellm_backend})")
+    print_rank_0(f"> building {card.name} ({card.family}, {backend_description(args.oellm_backend)})")
     return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,
                               post_process=post_process, vp_stage=vp_stage, params_dtype=args.params_dtype)

@@ -108,3 +108,15 @@ def test_named_card_accepts_a_pattern_with_pipeline_stages():
     staged = "|".join([card.hybrid_layer_pattern[:40], card.hybrid_layer_pattern[40:]])
     merged = merge_card_flags(["--oellm-model", card.name, "--hybrid-layer-pattern", staged])
     assert merged is not None and "hybrid-layer-pattern" not in merged.filled
+
+
+def test_the_start_up_log_names_the_backend_and_the_rms_norm_path(monkeypatch):
+    from megatron.oellm.backends import selection
+    from megatron.oellm.training.model_provider import backend_description
+
+    monkeypatch.setattr(selection, "resolve_backend", lambda name: "torch" if name in ("auto", "torch") else "te")
+    monkeypatch.delenv("OELLM_EAGER_RMS_NORM", raising=False)
+    assert backend_description("auto") == "backend auto -> torch, RMSNorm triton"
+    assert backend_description("te") == "backend te"
+    monkeypatch.setenv("OELLM_EAGER_RMS_NORM", "1")
+    assert backend_description("torch") == "backend torch, RMSNorm eager"
