@@ -120,3 +120,22 @@ def test_the_start_up_log_names_the_backend_and_the_rms_norm_path(monkeypatch):
     assert backend_description("te") == "backend te"
     monkeypatch.setenv("OELLM_EAGER_RMS_NORM", "1")
     assert backend_description("torch") == "backend torch, RMSNorm eager"
+
+
+def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(monkeypatch, capsys):
+    """The provider as Megatron calls it, with the GPU-only model build replaced by a recorder."""
+    import megatron.training
+
+    from megatron.oellm.models import spec_builder
+    from megatron.oellm.training.model_provider import model_provider
+
+    args = validated(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--micro-batch-size", "1",
+                      "--global-batch-size", "8", "--seq-length", "128", "--bf16"], monkeypatch)
+    calls = []
+    monkeypatch.setattr(megatron.training, "get_args", lambda: args)
+    monkeypatch.setattr(spec_builder("qwen3_moe"), "build_model", lambda *a, **k: calls.append((a, k)) or "model")
+    monkeypatch.delenv("OELLM_EAGER_RMS_NORM", raising=False)
+    assert model_provider(pre_process=True, post_process=False) == "model"
+    (card, _, backend), kwargs = calls[0]
+    assert card.name == "qwen3-30b-a3b-tiny" and backend == "torch" and kwargs["post_process"] is False
+    assert "> building qwen3-30b-a3b-tiny (qwen3_moe, backend torch, RMSNorm triton)" in capsys.readouterr().out
