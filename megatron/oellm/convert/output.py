@@ -192,10 +192,10 @@ def staged_output(out_dir: Path, overwrite: bool, owned: Owned, needed_bytes: in
         except BaseException as error:
             guard.defer_for_cleanup()
             shutil.rmtree(staging, ignore_errors=True)
+            _remove_if_empty(created)
             if guard.received is not None and not isinstance(error, ConversionInterrupted):
                 # the signal's exception may come wrapped (torch's checkpoint writer re-raises its own)
                 raise ConversionInterrupted(guard.received) from error
-            _remove_if_empty(created)
             failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else storage_error_behind(error)
             if failure is not None:
                 raise _system_failure(failure, out_dir, needed_bytes) from error

@@ -147,14 +147,15 @@ def _raise_not_handled(signum: int, frame: object) -> None:
 @pytest.mark.parametrize(("direction", "signum"), [("hf-to-mcore", signal.SIGTERM), ("mcore-to-hf", signal.SIGHUP)])
 def test_sigterm_and_sighup_remove_the_partial_output(converted, monkeypatch: pytest.MonkeyPatch, direction: str,
                                                       signum: int) -> None:
-    """``scancel`` / a Slurm time limit (SIGTERM) or a closed terminal (SIGHUP) half-way: the staging directory is
-    removed, --out stays as it was, the exit status is the shell's for the signal, the old handler is back."""
+    """``scancel`` / a Slurm time limit (SIGTERM) or a closed terminal (SIGHUP) half-way: the staging directory and
+    the parent directory of --out it created are removed, the exit status is the shell's for the signal, the old
+    handler is back."""
     card, _, tmp = converted
     signal_at_layer_one(monkeypatch, "hf_to_mcore_unit" if direction == "hf-to-mcore" else "mcore_to_hf_unit", signum)
     with signal_handler(signum, _raise_not_handled):
         before = sorted(tmp.iterdir())
         with pytest.raises(ConversionInterrupted, match=f"stopped by {signal.Signals(signum).name}") as raised:
-            _convert(direction, tmp, card, tmp / "out")
+            _convert(direction, tmp, card, tmp / "new" / "out")  # hf-to-mcore: DCP's writer wraps the signal's error
         assert raised.value.exit_status == 128 + signum
         assert sorted(tmp.iterdir()) == before
         assert signal.getsignal(signum) is _raise_not_handled
@@ -223,8 +224,8 @@ def test_a_signal_while_a_failed_conversion_cleans_up_does_not_cut_the_cleanup_s
 @pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
 def test_an_output_that_does_not_fit_is_refused_before_anything_is_written(converted, monkeypatch: pytest.MonkeyPatch,
                                                                             direction: str) -> None:
-    """The output's size (the weights, both directions) against the file system's free space, before the staging
-    directory exists."""
+    """The output's size (the weights, both directions) against the file system's free space, before the first
+    tensor is written (the empty staging directory exists by then and is removed with the refusal)."""
     card, hf, tmp = converted
     weights = sum(tensor.numel() * tensor.element_size() for tensor in hf.values())
     free, real_usage = weights - 1, shutil.disk_usage
