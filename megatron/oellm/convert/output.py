@@ -14,6 +14,7 @@ refusal of the storage (disk full, quota, a file-size limit, an I/O error) remov
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import shutil
@@ -50,19 +51,23 @@ def format_bytes(count: int) -> str:
     return f"{count} B"
 
 
-def _file_system_of(path: Path) -> Path:
-    """The nearest existing directory at or above ``path``: where ``shutil.disk_usage`` can look."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+def _missing_directories(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first: what creating ``path`` would create."""
+    return list(itertools.takewhile(lambda directory: not directory.exists(), (path, *path.parents)))
+
+
+def _free_space(out_dir: Path) -> tuple[Path, int]:
+    """(nearest existing directory holding ``out_dir``, bytes free on its file system)."""
+    missing = _missing_directories(out_dir.parent)
+    where = missing[-1].parent if missing else out_dir.parent
+    return where, shutil.disk_usage(where).free
 
 
 def check_free_space(out_dir: Path, needed_bytes: int) -> None:
     """Raise unless the file system that will hold the output of ``out_dir`` has ``needed_bytes`` free: a disk that
     fills hours into a conversion wastes those hours. A previous output in ``out_dir`` does not count as free, since
     it is replaced only once the new output is complete."""
-    where = _file_system_of(out_dir.parent)
-    free = shutil.disk_usage(where).free
+    where, free = _free_space(out_dir)
     if free < needed_bytes:
         raise ConversionError(f"the output needs about {format_bytes(needed_bytes)} but the file system of {where} has "
                               f"{format_bytes(free)} free (a previous output is replaced only after the new one is "
@@ -207,22 +212,13 @@ def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) 
     number, text = failure
     message = f"the conversion failed: {text}; the partial output was removed, --out is as it was"
     if number in _NO_ROOM:
-        where = _file_system_of(out_dir.parent)
+        where, free = _free_space(out_dir)
         message += (f" (the output needs about {format_bytes(needed_bytes)}; the file system of {where} has "
-                    f"{format_bytes(shutil.disk_usage(where).free)} free now)")
+                    f"{format_bytes(free)} free now)")
     elif number == errno.EFBIG:
         message += (" (one file may not grow that large there: see `ulimit -f` and the file system's largest file; "
                     "mcore-to-hf writes smaller files with --max-shard-size)")
     return ConversionError(message)
-
-
-def _missing_directories(path: Path) -> list[Path]:
-    """``path`` and its ancestors that do not exist yet, deepest first: what creating ``path`` would create."""
-    missing = []
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return missing
 
 
 def _remove_if_empty(directories: list[Path]) -> None:

@@ -23,6 +23,7 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,6 +180,12 @@ def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]]
                                   f"({main_dtype}) in one checkpoint tensor {key!r}; save the checkpoint in one dtype")
 
 
+def _bytes_of(pieces: Iterable[tuple[mcore_layout.Piece, torch.dtype]]) -> int:
+    """Bytes of the tensor data in ``pieces`` (each with its dtype): what the output needs on disk, give or take the
+    format's metadata."""
+    return sum(math.prod(piece.chunk_shape) * dtype.itemsize for piece, dtype in pieces)
+
+
 def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool = False) -> ConversionSummary:
     """Convert the HF checkpoint ``hf_dir`` to a megatron-core checkpoint in ``out_dir`` (see module doc)."""
     module = family_module(card)
@@ -201,8 +208,7 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
               CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
-    needed = sum(math.prod(piece.chunk_shape) * dtype.itemsize for piece, dtype in chunks)
-    with staged_output(out_dir, overwrite, _is_mcore_output, needed) as staging:
+    with staged_output(out_dir, overwrite, _is_mcore_output, _bytes_of(chunks)) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files)
@@ -339,7 +345,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     unit_pieces = _planned_pieces(card, reader, padded)
     config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
-    needed = sum(math.prod(piece.chunk_shape) * stored[piece.key][1].itemsize for ps in unit_pieces for piece in ps)
+    needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     with staged_output(out_dir, overwrite, _is_hf_output, needed) as staging:
         writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
         written = 0

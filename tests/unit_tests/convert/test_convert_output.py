@@ -22,6 +22,9 @@ from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
 from megatron.oellm.convert.pipeline import ITERATION_FILE, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
 
+UNIT_FUNCTION = {"hf-to-mcore": "hf_to_mcore_unit", "mcore-to-hf": "mcore_to_hf_unit"}
+"""The pipeline function each direction calls once per unit (where a test makes the conversion fail half-way)."""
+
 
 def _convert(direction: str, tmp: Path, card, out: Path, **kwargs) -> pipeline.ConversionSummary:
     """Run one direction on ``tmp/hf`` (hf-to-mcore) or ``tmp/mcore`` (mcore-to-hf)."""
@@ -151,7 +154,7 @@ def test_sigterm_and_sighup_remove_the_partial_output(converted, monkeypatch: py
     the parent directory of --out it created are removed, the exit status is the shell's for the signal, the old
     handler is back."""
     card, _, tmp = converted
-    signal_at_layer_one(monkeypatch, "hf_to_mcore_unit" if direction == "hf-to-mcore" else "mcore_to_hf_unit", signum)
+    signal_at_layer_one(monkeypatch, UNIT_FUNCTION[direction], signum)
     with signal_handler(signum, _raise_not_handled):
         before = sorted(tmp.iterdir())
         with pytest.raises(ConversionInterrupted, match=f"stopped by {signal.Signals(signum).name}") as raised:
@@ -267,9 +270,9 @@ def test_a_write_the_operating_system_refuses_ends_in_one_line(converted, direct
     assert sorted(tmp.iterdir()) == before
 
 
-@pytest.mark.parametrize("unit_function", ["hf_to_mcore_unit", "mcore_to_hf_unit"])
+@pytest.mark.parametrize("direction", list(UNIT_FUNCTION))
 def test_a_defect_of_the_code_raising_file_not_found_keeps_its_traceback(converted, monkeypatch: pytest.MonkeyPatch,
-                                                                         unit_function: str) -> None:
+                                                                         direction: str) -> None:
     """A FileNotFoundError from our own code (not the storage refusing a write) is a defect: its traceback is the
     report, not a one-line 'the conversion failed: [Errno 2] ...' that blames the operating system."""
     card, _, tmp = converted
@@ -277,8 +280,7 @@ def test_a_defect_of_the_code_raising_file_not_found_keeps_its_traceback(convert
     def buggy(*args: object) -> object:
         raise FileNotFoundError(2, "No such file or directory", "/opt/oellm/internal-table.json")
 
-    monkeypatch.setattr(pipeline, unit_function, buggy)
-    direction = "hf-to-mcore" if unit_function == "hf_to_mcore_unit" else "mcore-to-hf"
+    monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], buggy)
     with pytest.raises(BaseException) as raised:  # hf-to-mcore: DCP wraps it in a CheckpointException (a BaseException)
         _convert(direction, tmp, card, tmp / "out")
     assert not isinstance(raised.value, ConversionError), raised.value
@@ -310,17 +312,16 @@ def test_an_output_that_does_not_fit_leaves_no_new_directories(converted, monkey
     assert not (tmp / "new").exists()
 
 
-@pytest.mark.parametrize("unit_function", ["hf_to_mcore_unit", "mcore_to_hf_unit"])
+@pytest.mark.parametrize("direction", list(UNIT_FUNCTION))
 def test_a_full_disk_is_reported_with_the_output_size_and_the_free_space(converted, monkeypatch: pytest.MonkeyPatch,
-                                                                         unit_function: str) -> None:
+                                                                         direction: str) -> None:
     """ENOSPC half-way (hf-to-mcore: inside DCP's writer, which wraps it): one line with both sizes, nothing left."""
     card, hf, tmp = converted
 
     def disk_full(*args: object) -> object:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(pipeline, unit_function, disk_full)
-    direction = "hf-to-mcore" if unit_function == "hf_to_mcore_unit" else "mcore-to-hf"
+    monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], disk_full)
     weights = output.format_bytes(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
     before = sorted(tmp.iterdir())
     with pytest.raises(ConversionError, match=rf"^the conversion failed: \[Errno 28\] No space left on device; the "
