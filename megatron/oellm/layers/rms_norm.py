@@ -71,10 +71,11 @@ class _FusedRMSNorm(torch.autograd.Function):
                                f"(create_graph=True) set {EAGER_ENV}=1")
         rows, weight, rstd = ctx.saved_tensors
         grad_rows = grad_y.reshape(rows.shape).contiguous()
+        weight_grad = ctx.needs_input_grad[1]
         with _on_device(rows):
-            grad_x, grad_weight = rms_norm_kernels.backward(grad_rows, rows, weight.contiguous(), rstd, ctx.shift)
-        grad_weight = grad_weight.to(weight.dtype) if ctx.needs_input_grad[1] else None
-        return grad_x.view(grad_y.shape), grad_weight, None, None
+            grad_x, grad_weight = rms_norm_kernels.backward(grad_rows, rows, weight.contiguous(), rstd, ctx.shift,
+                                                            weight_grad)
+        return grad_x.view(grad_y.shape), grad_weight.to(weight.dtype) if weight_grad else None, None, None
 
 
 def cuda_path() -> str:

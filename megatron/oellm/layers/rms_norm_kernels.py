@@ -44,9 +44,9 @@ def _forward_kernel(x_ptr, weight_ptr, y_ptr, rstd_ptr, rows, columns, eps, shif
 
 @triton.jit
 def _backward_kernel(grad_y_ptr, x_ptr, weight_ptr, rstd_ptr, grad_x_ptr, grad_weight_partial_ptr, rows, columns,
-                     shift, BLOCK_ROWS: tl.constexpr, BLOCK_COLUMNS: tl.constexpr):
-    """``grad_x = rstd * (g - x_hat * mean(g * x_hat))`` with ``g = grad_y * gamma`` and ``x_hat = x * rstd``; this
-    program's ``sum(grad_y * x_hat)`` over its rows goes to its row of ``grad_weight_partial``."""
+                     shift, BLOCK_ROWS: tl.constexpr, BLOCK_COLUMNS: tl.constexpr, WEIGHT_GRAD: tl.constexpr):
+    """``grad_x = rstd * (g - x_hat * mean(g * x_hat))`` with ``g = grad_y * gamma`` and ``x_hat = x * rstd``; with
+    ``WEIGHT_GRAD`` this program's ``sum(grad_y * x_hat)`` over its rows goes to its row of ``grad_weight_partial``."""
     program = tl.program_id(0)
     column_ids = tl.arange(0, BLOCK_COLUMNS)
     column_inside = column_ids < columns
@@ -65,8 +65,11 @@ def _backward_kernel(grad_y_ptr, x_ptr, weight_ptr, rstd_ptr, grad_x_ptr, grad_w
         projection = tl.sum(g * x_hat, axis=1) / columns
         grad_x = (g - x_hat * projection[:, None]) * rstd[:, None]
         tl.store(grad_x_ptr + offsets, grad_x.to(grad_x_ptr.dtype.element_ty), mask=inside)
-        grad_weight += tl.sum(grad_y * x_hat, axis=0)
-    tl.store(grad_weight_partial_ptr + program.to(tl.int64) * columns + column_ids, grad_weight, mask=column_inside)
+        if WEIGHT_GRAD:
+            grad_weight += tl.sum(grad_y * x_hat, axis=0)
+    if WEIGHT_GRAD:
+        tl.store(grad_weight_partial_ptr + program.to(tl.int64) * columns + column_ids, grad_weight,
+                 mask=column_inside)
 
 
 def _blocks(columns: int) -> tuple[int, int, int]:
@@ -89,8 +92,10 @@ def forward(x: Tensor, weight: Tensor, eps: float, shift: float) -> tuple[Tensor
     return y, rstd
 
 
-def backward(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, shift: float) -> tuple[Tensor, Tensor]:
-    """``(grad_x, grad_weight)``: ``grad_x`` in ``x.dtype``, ``grad_weight`` fp32 (the caller casts it)."""
+def backward(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, shift: float,
+             weight_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """``(grad_x, grad_weight)``: ``grad_x`` in ``x.dtype``, ``grad_weight`` fp32 (the caller casts it), or None
+    without ``weight_grad`` (a frozen weight: no partial sums are computed)."""
     rows, columns = x.shape
     block_rows, block_columns, num_warps = _blocks(columns)
     row_blocks = triton.cdiv(rows, block_rows)
@@ -99,7 +104,8 @@ def backward(grad_y: Tensor, x: Tensor, weight: Tensor, rstd: Tensor, shift: flo
     else:  # the interpreter: a few programs still exercise the loop and the partial sums
         programs = min(row_blocks, 3)
     grad_x = torch.empty_like(x)
-    partial = torch.empty(programs, columns, dtype=torch.float32, device=x.device)
+    partial = torch.empty(programs if weight_grad else 1, columns, dtype=torch.float32, device=x.device)
     _backward_kernel[(programs,)](grad_y, x, weight, rstd, grad_x, partial, rows, columns, shift,
-                                  BLOCK_ROWS=block_rows, BLOCK_COLUMNS=block_columns, num_warps=num_warps)
-    return grad_x, partial.sum(dim=0)
+                                  BLOCK_ROWS=block_rows, BLOCK_COLUMNS=block_columns, WEIGHT_GRAD=weight_grad,
+                                  num_warps=num_warps)
+    return grad_x, partial.sum(dim=0) if weight_grad else None

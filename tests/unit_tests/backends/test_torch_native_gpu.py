@@ -45,9 +45,11 @@ def build_experts(config: TransformerConfig, grouped: bool = True):
 COUNTS = [0, 37, 0, 91, 5, 0, 60, 2]  # three experts without tokens, ragged others
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused_swiglu"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_grouped_mlp_matches_per_expert_loop(megatron_runtime: None, dtype: torch.dtype) -> None:
-    experts = build_experts(make_config(dtype))
+def test_grouped_mlp_matches_per_expert_loop(megatron_runtime: None, dtype: torch.dtype, fused: bool) -> None:
+    experts = build_experts(make_config(dtype, bias_activation_fusion=fused))
+    assert experts.fused_swiglu == fused
     hidden = torch.randn(sum(COUNTS), HIDDEN, device="cuda", dtype=dtype)
     probs = torch.rand(sum(COUNTS), device="cuda", dtype=torch.float32)
     out, _ = experts(hidden, torch.tensor(COUNTS, device="cuda"), probs)
@@ -57,8 +59,9 @@ def test_grouped_mlp_matches_per_expert_loop(megatron_runtime: None, dtype: torc
     assert relative_error(out, expected) < TOLERANCE[dtype]
 
 
-def test_grouped_mlp_gradients_match_reference(megatron_runtime: None) -> None:
-    experts = build_experts(make_config(torch.float32))
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused_swiglu"])
+def test_grouped_mlp_gradients_match_reference(megatron_runtime: None, fused: bool) -> None:
+    experts = build_experts(make_config(torch.float32, bias_activation_fusion=fused))
     hidden = torch.randn(sum(COUNTS), HIDDEN, device="cuda", requires_grad=True)
     probs = torch.rand(sum(COUNTS), device="cuda", requires_grad=True)
     grad_out = torch.randn(sum(COUNTS), HIDDEN, device="cuda")
@@ -76,11 +79,13 @@ def test_grouped_mlp_gradients_match_reference(megatron_runtime: None) -> None:
     assert experts.linear_fc1.weight.grad[0].abs().max() == 0  # expert 0 saw no tokens
 
 
-def test_grouped_mlp_forward_never_waits_on_the_host(megatron_runtime: None) -> None:
-    experts = build_experts(make_config(torch.bfloat16))
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused_swiglu"])
+def test_grouped_mlp_forward_never_waits_on_the_host(megatron_runtime: None, fused: bool) -> None:
+    experts = build_experts(make_config(torch.bfloat16, bias_activation_fusion=fused))
     hidden = torch.randn(sum(COUNTS), HIDDEN, device="cuda", dtype=torch.bfloat16)
     probs = torch.rand(sum(COUNTS), device="cuda")
     tokens_per_expert = torch.tensor(COUNTS, device="cuda")
+    experts(hidden, tokens_per_expert, probs)  # the fused SwiGLU compiles on its first call
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

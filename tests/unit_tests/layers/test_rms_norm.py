@@ -141,3 +141,14 @@ def test_a_first_order_backward_called_with_grad_enabled_runs():
     with torch.enable_grad():
         torch.autograd.backward(rms_norm(x, weight, EPS, True), grad_y)
     torch.testing.assert_close((x.grad, weight.grad), expected[1:])
+
+
+def test_a_frozen_weight_gets_no_gradient_and_the_input_gradient_is_unchanged():
+    """With ``weight.requires_grad`` off the kernels skip the weight-gradient sums; the input gradient must still
+    be the definition's (the interpreter run covers the kernels' branch, the plain run the eager path)."""
+    x, weight, grad_y = random_case(700, 48, torch.float32, True, seed=fresh_seed())
+    leaf = x.clone().requires_grad_()
+    rms_norm(leaf, weight, EPS, True).backward(grad_y)
+    expected = output_and_grads(rms_norm_reference, x.double(), weight.double(), grad_y.double(), True)[1]
+    assert not weight.requires_grad and weight.grad is None
+    assert relative_l2(leaf.grad, expected) < TOLERANCE[torch.float32]

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from megatron.core.dist_checkpointing.mapping import ShardedStateDict, ShardedTensor, ShardedTensorFactory
 from megatron.core.dist_checkpointing.utils import replace_prefix_for_sharding
+from megatron.core.fusions.fused_bias_swiglu import bias_swiglu_impl, weighted_bias_swiglu_impl
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, get_expert_parallel_rng_tracker_name
@@ -23,6 +25,14 @@ from megatron.core.transformer.utils import (
     make_sharded_object_for_checkpoint,
 )
 from megatron.core.utils import divide, get_pg_rank, get_pg_size
+
+
+def uses_fused_swiglu(config: TransformerConfig) -> bool:
+    """Whether the experts' activation runs megatron-core's fused SwiGLU, as TEGroupedMLP does with
+    ``bias_activation_fusion``: a gated SiLU without ``activation_func_clamp_value`` (the fused kernel has no clamp,
+    so a clamped activation keeps the eager path that honours it; other activations are eager too)."""
+    return (config.bias_activation_fusion and config.gated_linear_unit and config.activation_func is F.silu
+            and config.activation_func_clamp_value is None)
 
 
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -239,7 +249,10 @@ class TorchGroupedMLP(MegatronModule):
     ``(output [tokens, hidden], None)`` like TEGroupedMLP: fc1, (gated) activation, routing probabilities
     multiplied in after the activation (or on the input with ``config.moe_apply_probs_on_input``), fc2. Expert
     offsets are ``cumsum(tokens_per_expert)`` computed on the GPU as int32, so a step never waits on the host.
-    Submodules ``linear_fc1``/``linear_fc2`` and the (sharded) state dict match TEGroupedMLP's.
+    With ``bias_activation_fusion`` a SwiGLU and the probability product run as megatron-core's fused (compiled)
+    weighted SwiGLU, which saves only fc1's output and the probabilities for the backward pass (see
+    :func:`uses_fused_swiglu`). Submodules ``linear_fc1``/``linear_fc2`` and the (sharded) state dict match
+    TEGroupedMLP's.
     """
 
     def __init__(
@@ -257,6 +270,7 @@ class TorchGroupedMLP(MegatronModule):
             raise ValueError("the torch-native grouped experts do not support moe_latent_size; unset it")
         if config.moe_apply_probs_on_input and config.moe_router_topk != 1:
             raise ValueError("moe_apply_probs_on_input only works with moe_router_topk=1")
+        self.fused_swiglu = uses_fused_swiglu(config)
         ffn_hidden_size = config.moe_ffn_hidden_size
         common = dict(
             config=config,
@@ -311,9 +325,16 @@ class TorchGroupedMLP(MegatronModule):
         if self.config.moe_apply_probs_on_input:
             hidden = (probs * hidden).to(hidden.dtype)
             probs = None
-        intermediate = self.activation(self.linear_fc1(hidden, offsets))
-        if probs is not None:
-            intermediate = (intermediate * probs).to(intermediate.dtype)
+        fc1_out = self.linear_fc1(hidden, offsets)
+        fp8_store = self.config.activation_func_fp8_input_store
+        if self.fused_swiglu and probs is not None:
+            intermediate = weighted_bias_swiglu_impl(fc1_out, None, probs, fp8_store)
+        elif self.fused_swiglu:
+            intermediate = bias_swiglu_impl(fc1_out, None, fp8_store)
+        else:
+            intermediate = self.activation(fc1_out)
+            if probs is not None:
+                intermediate = (intermediate * probs).to(intermediate.dtype)
         return self.linear_fc2(intermediate, offsets), None
 
     def backward_dw(self) -> None:
