@@ -152,6 +152,7 @@ class OursSide(Side):
         from megatron.oellm.layers.rms_norm import cuda_path
         from megatron.oellm.models import spec_builder
         from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
+        from megatron.oellm.patches import moe_permutation
 
         builder = spec_builder(card.family)
         # The weights are overwritten by the converted ones, so megatron's own initialisation is skipped.
@@ -161,7 +162,8 @@ class OursSide(Side):
         load_converted(self.model, hf_to_mcore(card, hf_state))
         self.settings = {"backend": "torch", "config_overrides": dict(overrides),
                          "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
-                         "recompute_granularity": config.recompute_granularity, "rms_norm": cuda_path()}
+                         "recompute_granularity": config.recompute_granularity, "rms_norm": cuda_path(),
+                         "moe_permutation": "sorted" if moe_permutation.is_applied() else "upstream"}
 
     def step(self, batch: Batch) -> torch.Tensor:
         """megatron-core's per-token loss averaged over the same positions transformers averages over; the MoE

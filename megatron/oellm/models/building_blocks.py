@@ -24,6 +24,7 @@ from megatron.core.transformer.transformer_layer import MlpBuilder
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
+from megatron.oellm.patches import moe_permutation
 
 
 def spec_provider(backend: str | BackendSpecProvider) -> BackendSpecProvider:
@@ -86,7 +87,11 @@ def attention_spec(backend: BackendSpecProvider, card: ModelCard) -> ModuleSpec:
 
 def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
     """``MoELayer`` with grouped routed experts and (per the config) a gated shared expert, on ``backend``; the
-    router is the backend's ``moe_router()`` where it has one (megatron-core's providers do not: ``TopKRouter``)."""
+    router is the backend's ``moe_router()`` where it has one (megatron-core's providers do not: ``TopKRouter``).
+
+    Applies :mod:`megatron.oellm.patches.moe_permutation` (unfused token permutation without atomic adds; idempotent,
+    0.19.2 only, ``OELLM_UPSTREAM_MOE_PERMUTATION=1`` opts out), so every MoE model built here runs it."""
+    moe_permutation.apply()
     builder = get_moe_module_spec_for_backend(backend=backend, num_experts=card.num_experts, moe_grouped_gemm=True)
     router = getattr(backend, "moe_router", None)
     if router is None:

@@ -78,15 +78,18 @@ def runtime_overrides(args: argparse.Namespace, card: ModelCard, layout: Paralle
 
 
 def backend_description(name: str) -> str:
-    """The backend as the start-up log states it: the name given, what ``auto`` resolved to, and for the
-    torch-native backend which RMSNorm path runs (``OELLM_EAGER_RMS_NORM``), e.g. ``backend auto -> torch, RMSNorm
-    triton``."""
+    """The backend as the start-up log states it: the name given, what ``auto`` resolved to, for the torch-native
+    backend which RMSNorm path runs (``OELLM_EAGER_RMS_NORM``), and which unfused MoE token permutation the model
+    runs (``OELLM_UPSTREAM_MOE_PERMUTATION``), e.g. ``backend auto -> torch, RMSNorm triton, MoE permutation
+    sorted``."""
     from megatron.oellm.backends.selection import resolve_backend
     from megatron.oellm.layers.rms_norm import cuda_path
+    from megatron.oellm.patches import moe_permutation
 
     resolved = resolve_backend(name)
     text = f"backend {name}" + (f" -> {resolved}" if resolved != name else "")
-    return text + (f", RMSNorm {cuda_path()}" if resolved == "torch" else "")
+    text += f", RMSNorm {cuda_path()}" if resolved == "torch" else ""
+    return text + f", MoE permutation {moe_permutation.path()}"
 
 
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,

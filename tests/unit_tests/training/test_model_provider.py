@@ -110,16 +110,18 @@ def test_named_card_accepts_a_pattern_with_pipeline_stages():
     assert merged is not None and "hybrid-layer-pattern" not in merged.filled
 
 
-def test_the_start_up_log_names_the_backend_and_the_rms_norm_path(monkeypatch):
+def test_the_start_up_log_names_the_backend_the_rms_norm_path_and_the_moe_permutation(monkeypatch):
     from megatron.oellm.backends import selection
     from megatron.oellm.training.model_provider import backend_description
 
     monkeypatch.setattr(selection, "resolve_backend", lambda name: "torch" if name in ("auto", "torch") else "te")
     monkeypatch.delenv("OELLM_EAGER_RMS_NORM", raising=False)
-    assert backend_description("auto") == "backend auto -> torch, RMSNorm triton"
-    assert backend_description("te") == "backend te"
+    monkeypatch.delenv("OELLM_UPSTREAM_MOE_PERMUTATION", raising=False)
+    assert backend_description("auto") == "backend auto -> torch, RMSNorm triton, MoE permutation sorted"
+    assert backend_description("te") == "backend te, MoE permutation sorted"
     monkeypatch.setenv("OELLM_EAGER_RMS_NORM", "1")
-    assert backend_description("torch") == "backend torch, RMSNorm eager"
+    monkeypatch.setenv("OELLM_UPSTREAM_MOE_PERMUTATION", "1")
+    assert backend_description("torch") == "backend torch, RMSNorm eager, MoE permutation upstream"
 
 
 def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(monkeypatch, capsys):
@@ -135,7 +137,9 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
     monkeypatch.setattr(megatron.training, "get_args", lambda: args)
     monkeypatch.setattr(spec_builder("qwen3_moe"), "build_model", lambda *a, **k: calls.append((a, k)) or "model")
     monkeypatch.delenv("OELLM_EAGER_RMS_NORM", raising=False)
+    monkeypatch.delenv("OELLM_UPSTREAM_MOE_PERMUTATION", raising=False)
     assert model_provider(pre_process=True, post_process=False) == "model"
     (card, _, backend), kwargs = calls[0]
     assert card.name == "qwen3-30b-a3b-tiny" and backend == "torch" and kwargs["post_process"] is False
-    assert "> building qwen3-30b-a3b-tiny (qwen3_moe, backend torch, RMSNorm triton)" in capsys.readouterr().out
+    assert ("> building qwen3-30b-a3b-tiny (qwen3_moe, backend torch, RMSNorm triton, MoE permutation sorted)"
+            in capsys.readouterr().out)

@@ -1,0 +1,102 @@
+"""MoE token permutation without atomic adds (see ``patches/moe-permutation-without-atomics.md``).
+
+megatron-core 0.19.2's token dispatchers move tokens to their experts' rows with ``moe_utils.permute`` and back with
+``moe_utils.unpermute``. Without ``moe_permute_fusion`` (Transformer Engine's kernels, refused on the torch-native
+backend) the copy is an ``index_select`` whose backward adds bf16 row gradients atomically (``index_add_``), and the
+way back a ``scatter_add_`` of bf16 rows: non-deterministic, rounded after every add, and the largest non-GEMM items
+of a torch-native Qwen3.5 step (20 ms + 8 ms of 363 ms at MBS 8 on an H200). No configuration or spec slot selects
+another implementation, so this patch wraps the two names the dispatchers call (``token_dispatcher.permute`` and
+``token_dispatcher.unpermute``):
+
+* ``permute`` (not fused): upstream computes the permutation and the permuted probabilities as before, on a
+  zero-width view of the tokens, and the tokens are copied by :func:`megatron.oellm.layers.token_permutation.
+  gather_rows`, whose backward sums each token's row gradients in fp32 (one rounding, no atomics);
+* ``unpermute`` (not fused, no probabilities to merge, which the all-to-all and all-gather dispatchers never pass):
+  :func:`~megatron.oellm.layers.token_permutation.scatter_sum_rows`, the same fp32 per-token sum.
+
+Every other call (fused, merging probabilities, padded offsets) goes to upstream unchanged. Exactly 0.19.2;
+``OELLM_UPSTREAM_MOE_PERMUTATION=1`` keeps upstream's functions (A/B runs).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from megatron.oellm.layers.token_permutation import gather_rows, scatter_sum_rows
+from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
+
+UPSTREAM_ENV = "OELLM_UPSTREAM_MOE_PERMUTATION"
+"""Set to ``1`` to keep megatron-core's own permutation (A/B measurements, debugging)."""
+
+
+def enabled() -> bool:
+    """Whether :func:`apply` patches in this process: megatron-core is :data:`PATCHED_RELEASE` and
+    ``OELLM_UPSTREAM_MOE_PERMUTATION`` is not ``1``."""
+    return os.environ.get(UPSTREAM_ENV) != "1" and megatron_core_release() == PATCHED_RELEASE
+
+
+def path() -> str:
+    """The permutation the MoE layers built here run, for run logs: ``"sorted"`` (this patch) or ``"upstream"``."""
+    return "sorted" if enabled() else "upstream"
+
+
+def apply() -> bool:
+    """Wrap the dispatchers' ``permute`` / ``unpermute`` where :func:`enabled`; True if applied (idempotent).
+
+    The MoE spec builder (:func:`megatron.oellm.models.building_blocks.moe_builder`) calls it, so every MoE model
+    built by this package's spec builders runs it.
+    """
+    if not enabled():
+        return False
+    from megatron.core.transformer.moe import token_dispatcher
+
+    if is_applied():
+        return True
+    token_dispatcher.permute = _permute_without_atomics(token_dispatcher.permute)
+    token_dispatcher.unpermute = _unpermute_without_atomics(token_dispatcher.unpermute)
+    return True
+
+
+def is_applied() -> bool:
+    """Whether the dispatchers call this patch's permutation now."""
+    from megatron.core.transformer.moe import token_dispatcher
+
+    return getattr(token_dispatcher.permute, "oellm_patched", False)
+
+
+def _permute_without_atomics(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def permute(tokens: torch.Tensor, routing_map: torch.Tensor, probs: torch.Tensor | None = None,
+                num_out_tokens: int | None = None, fused: bool = False, drop_and_pad: bool = False,
+                tokens_per_expert: torch.Tensor | None = None, align_size: int = 0):
+        """Upstream's permute; unfused, the tokens move by ``gather_rows`` (megatron.oellm patch)."""
+        arguments = dict(probs=probs, num_out_tokens=num_out_tokens, fused=fused, drop_and_pad=drop_and_pad,
+                         tokens_per_expert=tokens_per_expert, align_size=align_size)
+        if fused:
+            return original(tokens, routing_map, **arguments)
+        indices_only = tokens.new_empty(tokens.shape[0], 0)
+        _, permuted_probs, sorted_indices, pad_offsets, counts = original(indices_only, routing_map, **arguments)
+        return gather_rows(tokens, sorted_indices), permuted_probs, sorted_indices, pad_offsets, counts
+
+    permute.oellm_patched = True
+    return permute
+
+
+def _unpermute_without_atomics(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def unpermute(permuted_tokens: torch.Tensor, sorted_indices: torch.Tensor, restore_shape: torch.Size,
+                  probs: torch.Tensor | None = None, routing_map: torch.Tensor | None = None, fused: bool = False,
+                  drop_and_pad: bool = False, pad_offsets: torch.Tensor | None = None):
+        """Upstream's unpermute; unfused without probabilities, ``scatter_sum_rows`` (megatron.oellm patch)."""
+        if fused or probs is not None or pad_offsets is not None:
+            return original(permuted_tokens, sorted_indices, restore_shape, probs=probs, routing_map=routing_map,
+                            fused=fused, drop_and_pad=drop_and_pad, pad_offsets=pad_offsets)
+        return scatter_sum_rows(permuted_tokens, sorted_indices, restore_shape[0]).view(restore_shape)
+
+    unpermute.oellm_patched = True
+    return unpermute

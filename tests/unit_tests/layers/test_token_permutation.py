@@ -1,0 +1,114 @@
+"""The MoE token moves of ``megatron.oellm.layers.token_permutation`` against the float64 definition: the fp32
+``index_add_`` path on the CPU, the Triton kernel in Triton's interpreter on the CPU, and the compiled kernel on the GPU
+at Qwen3.5's shape, where megatron-core's atomic bf16 add measured in the same test is the bar to reach."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from megatron.oellm.layers import token_permutation
+from megatron.oellm.layers.token_permutation import (
+    gather_rows,
+    scatter_sum_rows,
+    sum_rows_by_index,
+    sum_rows_reference,
+)
+from tests.unit_tests.models.hf_reference import fresh_seed
+
+TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 4e-3}
+"""Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element."""
+
+
+def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Relative L2 error of ``actual`` against ``expected``, in float64."""
+    expected = expected.double()
+    return float((actual.double() - expected).norm() / expected.norm())
+
+
+def random_routing(num_tokens: int, rows: int, columns: int, dtype: torch.dtype, seed: int, device: str = "cpu"):
+    """``(row values, index)``: ``rows`` rows with random token ids, so some tokens own many rows and some none."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    index = torch.randint(0, num_tokens, (rows,), generator=generator, device=device)
+    index[: rows // 4] = 3  # one token owns a quarter of the rows
+    index = index[torch.randperm(rows, generator=generator, device=device)]
+    values = torch.randn(rows, columns, generator=generator, device=device).to(dtype)
+    return values, index
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("num_tokens", "rows", "columns"), [(40, 120, 48), (9, 50, 1030), (200, 64, 16)])
+def test_sum_rows_by_index_matches_the_definition(dtype, num_tokens, rows, columns):
+    """Ragged rows per token (none for many of the 200 tokens), a width over one kernel block (1030 > 1024); on the
+    CPU this is the fp32 ``index_add_`` path, under ``TRITON_INTERPRET=1`` the kernel."""
+    values, index = random_routing(num_tokens, rows, columns, dtype, fresh_seed())
+    expected = sum_rows_reference(values, index, num_tokens)
+    actual = sum_rows_by_index(values, index, num_tokens)
+    assert actual.dtype == dtype and actual.shape == (num_tokens, columns)
+    assert relative_l2(actual, expected) < TOLERANCE[dtype]
+    empty = torch.ones(num_tokens, dtype=torch.bool)
+    empty[index] = False
+    assert actual[empty].abs().sum() == 0 and (num_tokens < rows or empty.any())
+
+
+def test_gather_and_scatter_sum_are_each_others_adjoint_with_the_definitions_gradients():
+    """``gather_rows`` copies exactly and its input gradient is the per-token sum; ``scatter_sum_rows`` sums and its
+    input gradient is the gather, both against float64 autograd of the plain definitions."""
+    values, index = random_routing(30, 90, 24, torch.float32, fresh_seed())
+    tokens = torch.randn(30, 24, dtype=torch.float64).float().requires_grad_()
+    gathered = gather_rows(tokens, index)
+    torch.testing.assert_close(gathered, tokens.detach().index_select(0, index), rtol=0, atol=0)
+    gathered.backward(values)
+    assert relative_l2(tokens.grad, sum_rows_reference(values, index, 30)) < TOLERANCE[torch.float32]
+
+    rows = values.clone().requires_grad_()
+    summed = scatter_sum_rows(rows, index, 30)
+    upstream = torch.randn(30, 24)
+    summed.backward(upstream)
+    assert relative_l2(summed, sum_rows_reference(values, index, 30)) < TOLERANCE[torch.float32]
+    torch.testing.assert_close(rows.grad, upstream.index_select(0, index), rtol=0, atol=0)
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match=r"rows \[n, columns\] and an index \[n\]; got \(5, 4\) and \(6,\)"):
+        sum_rows_by_index(torch.randn(5, 4), torch.zeros(6, dtype=torch.long), 3)
+
+
+def test_the_kernel_runs_exactly_when_expected(monkeypatch):
+    """CPU tensors take the fp32 ``index_add_`` unless Triton interprets."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not token_permutation._use_kernel(torch.zeros(1, 1))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert token_permutation._use_kernel(torch.zeros(1, 1))
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
+def test_the_triton_kernel_passes_the_same_tests_in_the_interpreter():
+    """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernel runs instead of ``index_add_``."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__],
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_compiled_kernel_at_qwen3_5_shape_is_deterministic_and_as_close_as_the_atomic_add(dtype):
+    """32,768 tokens x top 8 rows of hidden 2048 (Qwen3.5's MoE layer at MBS 8): within the tolerance, no further
+    from float64 than megatron-core's ``scatter_add_`` in the same dtype, and bit-identical when run twice."""
+    num_tokens, top_k = 32768, 8
+    generator = torch.Generator(device="cuda").manual_seed(fresh_seed())
+    index = torch.argsort(torch.rand(num_tokens * top_k, generator=generator, device="cuda")) % num_tokens
+    values = torch.randn(num_tokens * top_k, 2048, generator=generator, device="cuda").to(dtype)
+    expected = sum_rows_reference(values, index, num_tokens)
+    ours = sum_rows_by_index(values, index, num_tokens)
+    atomic = torch.zeros(num_tokens, 2048, dtype=dtype, device="cuda").scatter_add_(
+        0, index[:, None].expand(-1, 2048), values)
+    ours_error, atomic_error = relative_l2(ours, expected), relative_l2(atomic, expected)
+    print(f"\nsum_rows {dtype}: ours {ours_error:.3e}, scatter_add_ {atomic_error:.3e}")
+    assert ours_error < TOLERANCE[dtype] and ours_error <= atomic_error + 1e-7
+    assert torch.equal(ours, sum_rows_by_index(values, index, num_tokens))

@@ -1,0 +1,89 @@
+"""The MoE permutation patch against megatron-core 0.19.2's own ``permute`` / ``unpermute`` (CPU, fp32): the same
+outputs, indices, probabilities and gradients for dropless top-k and capacity (drop-and-pad) routing; fused calls and
+probability merging left to upstream; the version guard and the opt-out."""
+
+import pytest
+import torch
+from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+from megatron.oellm.patches import moe_permutation
+from megatron.oellm.patches.moe_permutation import _permute_without_atomics, _unpermute_without_atomics
+from tests.unit_tests.models.hf_reference import fresh_seed
+
+patched_permute = _permute_without_atomics(moe_utils.permute)
+patched_unpermute = _unpermute_without_atomics(moe_utils.unpermute)
+
+
+def top_k_routing(num_tokens: int, num_experts: int, top_k: int, hidden: int, seed: int):
+    """Tokens, a routing map with ``top_k`` experts per token, and fp32 probabilities on the chosen experts."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.rand(num_tokens, num_experts, generator=generator)
+    chosen = scores.topk(top_k, dim=1).indices
+    routing_map = torch.zeros(num_tokens, num_experts, dtype=torch.bool).scatter_(1, chosen, True)
+    probs = torch.where(routing_map, scores, torch.zeros(()))
+    tokens = torch.randn(num_tokens, hidden, generator=generator)
+    return tokens, routing_map, probs
+
+
+def permute_and_back(permute, unpermute, tokens, routing_map, probs, **options):
+    """Permute, scale each row by its probability and a fixed per-row factor, unpermute; return the outputs and the
+    gradients of the tokens and probabilities for a fixed upstream gradient."""
+    tokens = tokens.clone().requires_grad_()
+    probs = probs.clone().requires_grad_()
+    rows, row_probs, indices, _, _ = permute(tokens, routing_map, probs=probs, **options)
+    factor = torch.linspace(0.5, 1.5, rows.shape[0])[:, None]
+    out = unpermute(rows * row_probs[:, None] * factor, indices, tokens.shape, routing_map=routing_map,
+                    drop_and_pad=options.get("drop_and_pad", False))
+    out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
+    return rows, row_probs, indices, out, tokens.grad, probs.grad
+
+
+@pytest.mark.parametrize("drop_and_pad", [False, True])
+def test_patched_permutation_gives_upstreams_results_and_gradients(drop_and_pad: bool):
+    tokens, routing_map, probs = top_k_routing(37, 6, 2, 16, fresh_seed())
+    if drop_and_pad:  # capacity 10 per expert: some experts drop tokens, others are padded with repeats
+        options = dict(num_out_tokens=6 * 10, drop_and_pad=True)
+    else:
+        options = dict(num_out_tokens=37 * 2)
+    ours = permute_and_back(patched_permute, patched_unpermute, tokens, routing_map, probs, **options)
+    theirs = permute_and_back(moe_utils.permute, moe_utils.unpermute, tokens, routing_map, probs, **options)
+    for name, got, want in zip(("rows", "row probs", "indices"), ours[:3], theirs[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+    for name, got, want in zip(("output", "token grad", "prob grad"), ours[3:], theirs[3:], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=name)
+    assert ours[4].abs().sum() > 0 and ours[5].abs().sum() > 0
+
+
+def test_merging_probabilities_and_fused_calls_stay_upstreams():
+    tokens, routing_map, probs = top_k_routing(12, 4, 2, 8, fresh_seed())
+    rows, _, indices, _, _ = moe_utils.permute(tokens, routing_map, num_out_tokens=24)
+    merged = dict(probs=probs, routing_map=routing_map)
+    torch.testing.assert_close(patched_unpermute(rows, indices, tokens.shape, **merged),
+                               moe_utils.unpermute(rows, indices, tokens.shape, **merged), rtol=0, atol=0)
+    calls = []
+
+    def upstream(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "upstream's result"
+
+    assert _permute_without_atomics(upstream)(tokens, routing_map, num_out_tokens=24, fused=True) == "upstream's result"
+    assert calls[-1][0][0] is tokens and calls[-1][1]["fused"] is True
+    pad_offsets = torch.zeros(4, dtype=torch.long)
+    for options in (dict(fused=True), dict(pad_offsets=pad_offsets)):
+        assert _unpermute_without_atomics(upstream)(rows, indices, tokens.shape, **options) == "upstream's result"
+        assert calls[-1][0][0] is rows
+
+
+def test_apply_wraps_the_dispatchers_names_once_and_honours_the_guard_and_the_opt_out(monkeypatch):
+    monkeypatch.setattr(token_dispatcher, "permute", moe_utils.permute)
+    monkeypatch.setattr(token_dispatcher, "unpermute", moe_utils.unpermute)
+    monkeypatch.setenv(moe_permutation.UPSTREAM_ENV, "1")
+    assert not moe_permutation.apply() and moe_permutation.path() == "upstream"
+    assert token_dispatcher.permute is moe_utils.permute
+    monkeypatch.delenv(moe_permutation.UPSTREAM_ENV)
+    monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.20.0")
+    assert not moe_permutation.apply() and not moe_permutation.is_applied()
+    monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.19.2")
+    assert moe_permutation.apply() and moe_permutation.apply() and moe_permutation.path() == "sorted"
+    assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
+    assert token_dispatcher.unpermute.__wrapped__ is moe_utils.unpermute
