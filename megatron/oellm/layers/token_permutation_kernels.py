@@ -15,7 +15,7 @@ import triton.language as tl
 from torch import Tensor
 
 _BLOCK_COLUMNS = 1024
-"""Columns per program (hidden 2048: two programs per token). Measured, not tuned: ``tools/bench_experts.py``."""
+"""Columns per program (hidden 2048: two programs per token); not tuned."""
 
 
 @triton.jit
