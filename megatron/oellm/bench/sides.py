@@ -163,7 +163,9 @@ class OursSide(Side):
         self.settings = {"backend": "torch", "config_overrides": dict(overrides),
                          "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
                          "recompute_granularity": config.recompute_granularity, "rms_norm": cuda_path(),
-                         "moe_permutation": "sorted" if moe_permutation.is_applied() else "upstream"}
+                         "moe_permutation": moe_permutation.describe(config.num_moe_experts, config.moe_permute_fusion,
+                                                                     config.moe_token_dispatcher_type,
+                                                                     config.moe_flex_dispatcher_backend)}
 
     def step(self, batch: Batch) -> torch.Tensor:
         """megatron-core's per-token loss averaged over the same positions transformers averages over; the MoE

@@ -30,22 +30,28 @@ def sum_rows_reference(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
 
 
 def sum_rows_by_index_eager(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
-    """:func:`sum_rows_by_index` with torch ops: an fp32 ``index_add_``, rounded once to ``rows.dtype``."""
-    out = torch.zeros(num_tokens, rows.shape[1], dtype=torch.float32, device=rows.device)
-    return out.index_add_(0, index, rows.float()).to(rows.dtype)
+    """:func:`sum_rows_by_index` with torch ops: an ``index_add_`` in fp32 (fp64 for fp64 rows), rounded once to
+    ``rows.dtype``."""
+    accumulator = torch.promote_types(rows.dtype, torch.float32)
+    out = torch.zeros(num_tokens, rows.shape[1], dtype=accumulator, device=rows.device)
+    return out.index_add_(0, index, rows.to(accumulator)).to(rows.dtype)
 
 
 def _use_kernel(rows: Tensor) -> bool:
-    """Whether :func:`sum_rows_by_index` runs the Triton kernel: on CUDA, or on the CPU under ``TRITON_INTERPRET=1``."""
-    return rows.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    """Whether :func:`sum_rows_by_index` runs the Triton kernel (fp32 accumulator): on CUDA, or on the CPU under
+    ``TRITON_INTERPRET=1``, for rows other than fp64 (summed in fp64 by the eager path)."""
+    return rows.dtype != torch.float64 and (rows.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
 
 
 def sum_rows_by_index(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
-    """``[num_tokens, columns]`` in ``rows.dtype``: for each token the fp32 sum of the rows of ``rows`` (``[n,
-    columns]``) whose ``index`` (``n`` token ids in ``[0, num_tokens)``) names it; deterministic, one rounding.
+    """``[num_tokens, columns]`` in ``rows.dtype``: for each token the fp32 (fp64 for fp64 rows) sum of the rows of
+    ``rows`` (``[n, columns]``) whose ``index`` (``n`` token ids in ``[0, num_tokens)``) names it; deterministic, one
+    rounding.
 
-    Tokens may own any number of rows, none included (capacity dropping, padding). Not differentiable by itself;
-    :func:`gather_rows` and :func:`scatter_sum_rows` are the differentiable operations built on it.
+    Tokens may own any number of rows, none included (capacity dropping, padding). The kernel does not check the
+    ids (that would need a host sync): an id outside ``[0, num_tokens)`` is ignored there, while the eager path
+    raises. Not differentiable by itself; :func:`gather_rows` and :func:`scatter_sum_rows` are the differentiable
+    operations built on it.
     """
     if rows.dim() != 2 or index.dim() != 1 or index.shape[0] != rows.shape[0]:
         raise ValueError(f"sum_rows_by_index takes rows [n, columns] and an index [n]; got {tuple(rows.shape)} "
@@ -62,7 +68,8 @@ def sum_rows_by_index(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
 
 
 class _GatherRows(torch.autograd.Function):
-    """``tokens[index]``; the backward sums each token's row gradients with :func:`sum_rows_by_index`."""
+    """``tokens[index]``; the backward sums each token's row gradients (:func:`scatter_sum_rows`, so a second
+    derivative goes through the gather again)."""
 
     @staticmethod
     def forward(ctx, tokens: Tensor, index: Tensor) -> Tensor:
@@ -73,11 +80,11 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_rows: Tensor) -> tuple[Tensor, None]:
         (index,) = ctx.saved_tensors
-        return sum_rows_by_index(grad_rows, index, ctx.num_tokens), None
+        return scatter_sum_rows(grad_rows, index, ctx.num_tokens), None
 
 
 class _ScatterSumRows(torch.autograd.Function):
-    """:func:`sum_rows_by_index`; the backward hands each row its token's gradient (a gather)."""
+    """:func:`sum_rows_by_index`; the backward hands each row its token's gradient (:func:`gather_rows`)."""
 
     @staticmethod
     def forward(ctx, rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
@@ -87,7 +94,7 @@ class _ScatterSumRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_tokens: Tensor) -> tuple[Tensor, None, None]:
         (index,) = ctx.saved_tensors
-        return grad_tokens.index_select(0, index), None, None
+        return gather_rows(grad_tokens, index), None, None
 
 
 def gather_rows(tokens: Tensor, index: Tensor) -> Tensor:

@@ -90,7 +90,8 @@ def moe_builder(backend: BackendSpecProvider, card: ModelCard) -> MlpBuilder:
     router is the backend's ``moe_router()`` where it has one (megatron-core's providers do not: ``TopKRouter``).
 
     Applies :mod:`megatron.oellm.patches.moe_permutation` (unfused token permutation without atomic adds; idempotent,
-    0.19.2 only, ``OELLM_UPSTREAM_MOE_PERMUTATION=1`` opts out), so every MoE model built here runs it."""
+    0.19.2 only, ``OELLM_UPSTREAM_MOE_PERMUTATION=1`` opts out), so the MoE models built here run it wherever
+    megatron-core's unfused permutation would run."""
     moe_permutation.apply()
     builder = get_moe_module_spec_for_backend(backend=backend, num_experts=card.num_experts, moe_grouped_gemm=True)
     router = getattr(backend, "moe_router", None)

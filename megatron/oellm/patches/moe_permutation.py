@@ -9,7 +9,7 @@ another implementation, so this patch wraps the two names the dispatchers call (
 ``token_dispatcher.unpermute``):
 
 * ``permute`` (not fused): upstream computes the permutation and the permuted probabilities as before, on a
-  zero-width view of the tokens, and the tokens are copied by :func:`megatron.oellm.layers.token_permutation.
+  zero-width tensor with the tokens' row count, and the tokens are copied by :func:`megatron.oellm.layers.token_permutation.
   gather_rows`, whose backward sums each token's row gradients in fp32 (one rounding, no atomics);
 * ``unpermute`` (not fused, no probabilities to merge, which the all-to-all and all-gather dispatchers never pass):
   :func:`~megatron.oellm.layers.token_permutation.scatter_sum_rows`, the same fp32 per-token sum.
@@ -40,16 +40,25 @@ def enabled() -> bool:
     return os.environ.get(UPSTREAM_ENV) != "1" and megatron_core_release() == PATCHED_RELEASE
 
 
-def path() -> str:
-    """The permutation the MoE layers built here run, for run logs: ``"sorted"`` (this patch) or ``"upstream"``."""
-    return "sorted" if enabled() else "upstream"
+def describe(num_experts: int | None, permute_fusion: bool, dispatcher: str, flex_backend: str = "deepep") -> str:
+    """Which token permutation a model's MoE layers run, for run logs (the fields of Megatron's arguments or of a
+    TransformerConfig): ``"none"`` without experts, ``"fused"`` with ``moe_permute_fusion`` (Transformer Engine's),
+    ``"in the <backend> dispatcher"`` for a flex dispatcher that permutes by itself (hybridep, ncclep), else
+    ``"sorted"`` where this patch runs and ``"upstream"`` where it does not."""
+    if not num_experts:
+        return "none"
+    if permute_fusion:
+        return "fused"
+    if dispatcher == "flex" and flex_backend != "deepep":
+        return f"in the {flex_backend} dispatcher"
+    return "sorted" if enabled() or is_applied() else "upstream"
 
 
 def apply() -> bool:
     """Wrap the dispatchers' ``permute`` / ``unpermute`` where :func:`enabled`; True if applied (idempotent).
 
-    The MoE spec builder (:func:`megatron.oellm.models.building_blocks.moe_builder`) calls it, so every MoE model
-    built by this package's spec builders runs it.
+    The MoE spec builder (:func:`megatron.oellm.models.building_blocks.moe_builder`) calls it, so the MoE models
+    built by this package's spec builders run it wherever megatron-core's unfused permutation would run.
     """
     if not enabled():
         return False
@@ -74,7 +83,6 @@ def _permute_without_atomics(original: Callable[..., Any]) -> Callable[..., Any]
     def permute(tokens: torch.Tensor, routing_map: torch.Tensor, probs: torch.Tensor | None = None,
                 num_out_tokens: int | None = None, fused: bool = False, drop_and_pad: bool = False,
                 tokens_per_expert: torch.Tensor | None = None, align_size: int = 0):
-        """Upstream's permute; unfused, the tokens move by ``gather_rows`` (megatron.oellm patch)."""
         arguments = dict(probs=probs, num_out_tokens=num_out_tokens, fused=fused, drop_and_pad=drop_and_pad,
                          tokens_per_expert=tokens_per_expert, align_size=align_size)
         if fused:
@@ -83,6 +91,7 @@ def _permute_without_atomics(original: Callable[..., Any]) -> Callable[..., Any]
         _, permuted_probs, sorted_indices, pad_offsets, counts = original(indices_only, routing_map, **arguments)
         return gather_rows(tokens, sorted_indices), permuted_probs, sorted_indices, pad_offsets, counts
 
+    permute.__doc__ = f"megatron.oellm patch: unfused, the tokens move by gather_rows.\n\n{original.__doc__}"
     permute.oellm_patched = True
     return permute
 
@@ -92,11 +101,12 @@ def _unpermute_without_atomics(original: Callable[..., Any]) -> Callable[..., An
     def unpermute(permuted_tokens: torch.Tensor, sorted_indices: torch.Tensor, restore_shape: torch.Size,
                   probs: torch.Tensor | None = None, routing_map: torch.Tensor | None = None, fused: bool = False,
                   drop_and_pad: bool = False, pad_offsets: torch.Tensor | None = None):
-        """Upstream's unpermute; unfused without probabilities, ``scatter_sum_rows`` (megatron.oellm patch)."""
         if fused or probs is not None or pad_offsets is not None:
             return original(permuted_tokens, sorted_indices, restore_shape, probs=probs, routing_map=routing_map,
                             fused=fused, drop_and_pad=drop_and_pad, pad_offsets=pad_offsets)
         return scatter_sum_rows(permuted_tokens, sorted_indices, restore_shape[0]).view(restore_shape)
 
+    unpermute.__doc__ = ("megatron.oellm patch: unfused without probabilities, scatter_sum_rows.\n\n"
+                         f"{original.__doc__}")
     unpermute.oellm_patched = True
     return unpermute

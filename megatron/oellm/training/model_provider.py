@@ -78,18 +78,25 @@ def runtime_overrides(args: argparse.Namespace, card: ModelCard, layout: Paralle
 
 
 def backend_description(name: str) -> str:
-    """The backend as the start-up log states it: the name given, what ``auto`` resolved to, for the torch-native
-    backend which RMSNorm path runs (``OELLM_EAGER_RMS_NORM``), and which unfused MoE token permutation the model
-    runs (``OELLM_UPSTREAM_MOE_PERMUTATION``), e.g. ``backend auto -> torch, RMSNorm triton, MoE permutation
-    sorted``."""
+    """The backend as the start-up log states it: the name given, what ``auto`` resolved to, and for the
+    torch-native backend which RMSNorm path runs (``OELLM_EAGER_RMS_NORM``), e.g. ``backend auto -> torch, RMSNorm
+    triton``."""
     from megatron.oellm.backends.selection import resolve_backend
     from megatron.oellm.layers.rms_norm import cuda_path
-    from megatron.oellm.patches import moe_permutation
 
     resolved = resolve_backend(name)
     text = f"backend {name}" + (f" -> {resolved}" if resolved != name else "")
-    text += f", RMSNorm {cuda_path()}" if resolved == "torch" else ""
-    return text + f", MoE permutation {moe_permutation.path()}"
+    return text + (f", RMSNorm {cuda_path()}" if resolved == "torch" else "")
+
+
+def moe_permutation_description(args: argparse.Namespace) -> str:
+    """The start-up log's ``MoE permutation ...`` clause (:func:`megatron.oellm.patches.moe_permutation.describe`
+    of the run's arguments), empty for a model without experts."""
+    from megatron.oellm.patches import moe_permutation
+
+    path = moe_permutation.describe(args.num_experts, args.moe_permute_fusion, args.moe_token_dispatcher_type,
+                                    getattr(args, "moe_flex_dispatcher_backend", "deepep"))
+    return "" if path == "none" else f", MoE permutation {path}"
 
 
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
@@ -105,6 +112,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     family = spec_builder(card.family)
     transformer_config = family.transformer_config(card, layout, args.params_dtype,
                                                    **runtime_overrides(args, card, layout))
-    print_rank_0(f"> building {card.name} ({card.family}, {backend_description(args.oellm_backend)})")
+    print_rank_0(f"> building {card.name} ({card.family}, {backend_description(args.oellm_backend)}"
+                 f"{moe_permutation_description(args)})")
     return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,
                               post_process=post_process, vp_stage=vp_stage, params_dtype=args.params_dtype)

@@ -72,6 +72,29 @@ def test_gather_and_scatter_sum_are_each_others_adjoint_with_the_definitions_gra
     torch.testing.assert_close(rows.grad, upstream.index_select(0, index), rtol=0, atol=0)
 
 
+def test_second_derivatives_and_float64_gradients_are_exact():
+    """Each backward is the other operation, so a second derivative has a graph (on the kernel's path too), and
+    fp64 rows are summed in fp64 (gradcheck's finite differences need it)."""
+    index = torch.tensor([2, 0, 2, 1, 2, 0], dtype=torch.int32)
+    tokens = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda x: gather_rows(x, index.long()), (tokens,))
+    torch.autograd.gradcheck(lambda x: scatter_sum_rows(x, index, 4), (torch.randn(6, 3, dtype=torch.float64,
+                                                                                    requires_grad=True),))
+    x = tokens.detach().float().requires_grad_()
+    (grad,) = torch.autograd.grad(gather_rows(x, index.long()).pow(2).sum(), x, create_graph=True)
+    (second,) = torch.autograd.grad(grad.sum(), x)
+    rows_per_token = torch.bincount(index.long(), minlength=4).float()[:, None]
+    torch.testing.assert_close(grad, 2 * rows_per_token * x)
+    torch.testing.assert_close(second, 2 * rows_per_token.expand_as(x))
+
+
+def test_empty_inputs_and_int32_ids():
+    assert sum_rows_by_index(torch.randn(0, 5), torch.zeros(0, dtype=torch.long), 3).abs().sum() == 0
+    assert sum_rows_by_index(torch.randn(4, 5), torch.zeros(4, dtype=torch.long), 0).shape == (0, 5)
+    values, index = random_routing(7, 30, 6, torch.float32, fresh_seed())
+    torch.testing.assert_close(sum_rows_by_index(values, index.int(), 7), sum_rows_by_index(values, index, 7))
+
+
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match=r"rows \[n, columns\] and an index \[n\]; got \(5, 4\) and \(6,\)"):
         sum_rows_by_index(torch.randn(5, 4), torch.zeros(6, dtype=torch.long), 3)

@@ -54,6 +54,38 @@ def test_patched_permutation_gives_upstreams_results_and_gradients(drop_and_pad:
     assert ours[4].abs().sum() > 0 and ours[5].abs().sum() > 0
 
 
+def test_the_all_gather_and_deepep_calls_give_upstreams_results():
+    """The all-gather dispatcher's call (no probabilities) and DeepEP's (``tokens_per_expert`` and ``align_size``
+    passed through), bf16 tokens and an expert with no tokens."""
+    tokens, routing_map, probs = top_k_routing(25, 5, 2, 12, fresh_seed())
+    routing_map[:, 4] = False
+    routing_map[:, 0] = True
+    counts = routing_map.sum(dim=0)
+    tokens = tokens.bfloat16()
+    calls = (dict(num_out_tokens=int(counts.sum())),
+             dict(probs=probs, num_out_tokens=int(counts.sum()), tokens_per_expert=counts, align_size=16))
+    for options in calls:
+        ours = patched_permute(tokens, routing_map, **options)
+        theirs = moe_utils.permute(tokens, routing_map, **options)
+        for got, want in zip(ours, theirs, strict=True):
+            assert (got is None and want is None) or torch.equal(got, want)
+        back = dict(restore_shape=tokens.shape, routing_map=routing_map)
+        torch.testing.assert_close(patched_unpermute(ours[0], ours[2], **back),
+                                   moe_utils.unpermute(theirs[0], theirs[2], **back), rtol=1e-2, atol=1e-2)
+
+
+def test_the_log_names_the_permutation_a_model_runs(monkeypatch):
+    monkeypatch.delenv(moe_permutation.UPSTREAM_ENV, raising=False)
+    describe = moe_permutation.describe
+    assert describe(None, False, "alltoall") == "none" and describe(0, False, "alltoall") == "none"
+    assert describe(128, True, "alltoall") == "fused"
+    assert describe(128, False, "flex", "hybridep") == "in the hybridep dispatcher"
+    assert describe(128, False, "flex", "deepep") == describe(128, False, "allgather") == "sorted"
+    monkeypatch.setattr(moe_permutation, "is_applied", lambda: False)
+    monkeypatch.setenv(moe_permutation.UPSTREAM_ENV, "1")
+    assert describe(128, False, "alltoall") == "upstream"
+
+
 def test_merging_probabilities_and_fused_calls_stay_upstreams():
     tokens, routing_map, probs = top_k_routing(12, 4, 2, 8, fresh_seed())
     rows, _, indices, _, _ = moe_utils.permute(tokens, routing_map, num_out_tokens=24)
@@ -78,12 +110,12 @@ def test_apply_wraps_the_dispatchers_names_once_and_honours_the_guard_and_the_op
     monkeypatch.setattr(token_dispatcher, "permute", moe_utils.permute)
     monkeypatch.setattr(token_dispatcher, "unpermute", moe_utils.unpermute)
     monkeypatch.setenv(moe_permutation.UPSTREAM_ENV, "1")
-    assert not moe_permutation.apply() and moe_permutation.path() == "upstream"
+    assert not moe_permutation.apply() and moe_permutation.describe(8, False, "alltoall") == "upstream"
     assert token_dispatcher.permute is moe_utils.permute
     monkeypatch.delenv(moe_permutation.UPSTREAM_ENV)
     monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.20.0")
     assert not moe_permutation.apply() and not moe_permutation.is_applied()
     monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.19.2")
-    assert moe_permutation.apply() and moe_permutation.apply() and moe_permutation.path() == "sorted"
+    assert moe_permutation.apply() and moe_permutation.apply() and moe_permutation.is_applied()
     assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
     assert token_dispatcher.unpermute.__wrapped__ is moe_utils.unpermute

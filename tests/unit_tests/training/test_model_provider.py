@@ -1,5 +1,7 @@
 """Megatron arguments -> card, layout and runtime config fields of the model provider (no GPU needed)."""
 
+import argparse
+
 import pytest
 
 from megatron.oellm.cards import get_card
@@ -110,18 +112,16 @@ def test_named_card_accepts_a_pattern_with_pipeline_stages():
     assert merged is not None and "hybrid-layer-pattern" not in merged.filled
 
 
-def test_the_start_up_log_names_the_backend_the_rms_norm_path_and_the_moe_permutation(monkeypatch):
+def test_the_start_up_log_names_the_backend_and_the_rms_norm_path(monkeypatch):
     from megatron.oellm.backends import selection
     from megatron.oellm.training.model_provider import backend_description
 
     monkeypatch.setattr(selection, "resolve_backend", lambda name: "torch" if name in ("auto", "torch") else "te")
     monkeypatch.delenv("OELLM_EAGER_RMS_NORM", raising=False)
-    monkeypatch.delenv("OELLM_UPSTREAM_MOE_PERMUTATION", raising=False)
-    assert backend_description("auto") == "backend auto -> torch, RMSNorm triton, MoE permutation sorted"
-    assert backend_description("te") == "backend te, MoE permutation sorted"
+    assert backend_description("auto") == "backend auto -> torch, RMSNorm triton"
+    assert backend_description("te") == "backend te"
     monkeypatch.setenv("OELLM_EAGER_RMS_NORM", "1")
-    monkeypatch.setenv("OELLM_UPSTREAM_MOE_PERMUTATION", "1")
-    assert backend_description("torch") == "backend torch, RMSNorm eager, MoE permutation upstream"
+    assert backend_description("torch") == "backend torch, RMSNorm eager"
 
 
 def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(monkeypatch, capsys):
@@ -129,7 +129,7 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
     import megatron.training
 
     from megatron.oellm.models import spec_builder
-    from megatron.oellm.training.model_provider import model_provider
+    from megatron.oellm.training.model_provider import model_provider, moe_permutation_description
 
     args = validated(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--micro-batch-size", "1",
                       "--global-batch-size", "8", "--seq-length", "128", "--bf16"], monkeypatch)
@@ -143,3 +143,7 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
     assert card.name == "qwen3-30b-a3b-tiny" and backend == "torch" and kwargs["post_process"] is False
     assert ("> building qwen3-30b-a3b-tiny (qwen3_moe, backend torch, RMSNorm triton, MoE permutation sorted)"
             in capsys.readouterr().out)
+    fused, dense = argparse.Namespace(**vars(args)), argparse.Namespace(**vars(args))
+    fused.moe_permute_fusion, dense.num_experts = True, None
+    assert moe_permutation_description(fused) == ", MoE permutation fused"
+    assert moe_permutation_description(dense) == ""
