@@ -33,6 +33,8 @@ def median_ms_and_peak_gib(experts: torch.nn.Module, hidden: torch.Tensor, count
                            grad_out: torch.Tensor, warmup: int, steps: int) -> tuple[float, float]:
     """Median milliseconds of forward + backward between CUDA events, and the peak memory above the start, GiB."""
     times = []
+    hidden.grad = probs.grad = None  # a previous run's gradients would count in the base and leave the peak
+    experts.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -70,8 +72,14 @@ def main() -> None:
           f"expert ffn {card.moe_ffn_hidden_size}")
     print(f"{'SwiGLU':<8} {'ms':>8} {'peak GiB':>9}")
     results = {}
+    weights = None
     for name, fused in (("eager", False), ("fused", True)):
         experts = build_experts(card, fused)
+        if weights is None:
+            weights = {key: value.clone() if isinstance(value, torch.Tensor) else value
+                       for key, value in experts.state_dict().items()}
+        else:
+            experts.load_state_dict(weights)
         results[name] = median_ms_and_peak_gib(experts, hidden, counts, probs, grad_out, args.warmup, args.steps)
         print(f"{name:<8} {results[name][0]:>8.3f} {results[name][1]:>9.2f}")
         del experts

@@ -27,7 +27,7 @@ BEST_OURS_SETTINGS: dict[str, Any] = {
 }
 """TransformerConfig fields our side runs with by default (on top of the spec builder's): the fused native cross
 entropy (our models run :mod:`megatron.oellm.layers.cross_entropy` there, no fp32 copy of the logits) and the fused
-SwiGLU of the shared expert. The MoE
+SwiGLU of the shared expert and of the routed experts. The MoE
 dispatcher stays the spec builder's ``alltoall`` (with EP=1 it only permutes) and activation recompute stays off."""
 
 HF_SETTINGS: dict[str, Any] = {

@@ -50,18 +50,21 @@ def grouped_mlp_reference(
     fc1: list[torch.Tensor],
     fc2: list[torch.Tensor],
     gated: bool,
+    probs_on_input: bool = False,
 ) -> torch.Tensor:
-    """Experts one by one in float64: ``fc2_e( swiglu(fc1_e x) * p )`` on each expert's block of rows."""
+    """Experts one by one in float64: ``fc2_e( swiglu(fc1_e x) * p )`` on each expert's block of rows, or
+    ``fc2_e( swiglu(fc1_e (p * x)) )`` with ``probs_on_input`` (megatron's ``moe_apply_probs_on_input``)."""
     outputs, start = [], 0
     for e, count in enumerate(tokens_per_expert):
         x = hidden[start : start + count].double()
-        h = x @ fc1[e].double().T
+        p = probs[start : start + count].double()[:, None]
+        h = (p * x if probs_on_input else x) @ fc1[e].double().T
         if gated:
             gate, linear = h.chunk(2, dim=-1)
             h = F.silu(gate) * linear
         else:
             h = F.silu(h)
-        h = h * probs[start : start + count].double()[:, None]
+        h = h if probs_on_input else h * p
         outputs.append(h @ fc2[e].double().T)
         start += count
     return torch.cat(outputs)

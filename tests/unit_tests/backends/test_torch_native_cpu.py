@@ -66,10 +66,19 @@ def test_grouped_mlp_matches_per_expert_loop(gated: bool) -> None:
     assert relative_error(out, expected) < 1e-5
 
 
-def test_fused_swiglu_experts_match_per_expert_loop_with_gradients() -> None:
-    """``bias_activation_fusion`` runs megatron-core's compiled weighted SwiGLU (about 30 s to compile on 2 cores):
-    output and the gradients of input, probabilities and both weights against the float64 loop."""
-    experts = build_experts(make_config(bias_activation_fusion=True))
+@pytest.mark.parametrize("probs_on_input", [False, True], ids=["weighted", "probs_on_input"])
+def test_fused_swiglu_experts_match_per_expert_loop_with_gradients(monkeypatch, probs_on_input: bool) -> None:
+    """``bias_activation_fusion`` runs megatron-core's compiled SwiGLU, weighted by the probabilities or (top 1
+    with ``moe_apply_probs_on_input``) unweighted (each about 17 s to compile on 2 cores): output and the gradients
+    of input, probabilities and both weights against the float64 loop."""
+    from megatron.oellm.backends.torch_native import grouped_mlp
+
+    called = []
+    for name in ("weighted_bias_swiglu_impl", "bias_swiglu_impl"):
+        fused = getattr(grouped_mlp, name)
+        monkeypatch.setattr(grouped_mlp, name, lambda *args, _fn=fused, _name=name: called.append(_name) or _fn(*args))
+    options = dict(moe_apply_probs_on_input=True, moe_router_topk=1, moe_router_pre_softmax=True) if probs_on_input else {}
+    experts = build_experts(make_config(bias_activation_fusion=True, **options))
     assert experts.fused_swiglu
     counts = [6, 0, 11, 4]
     hidden = torch.randn(sum(counts), HIDDEN, requires_grad=True)
@@ -80,12 +89,14 @@ def test_fused_swiglu_experts_match_per_expert_loop_with_gradients() -> None:
     leaves = [t.detach().double().requires_grad_() for t in (hidden, probs)]
     w1 = experts.linear_fc1.weight.detach().double().requires_grad_()
     w2 = experts.linear_fc2.weight.detach().double().requires_grad_()
-    expected = grouped_mlp_reference(leaves[0], counts, leaves[1], list(w1), list(w2), gated=True)
+    expected = grouped_mlp_reference(leaves[0], counts, leaves[1], list(w1), list(w2), gated=True,
+                                      probs_on_input=probs_on_input)
     expected.backward(grad_out.double())
     assert relative_error(out, expected) < 1e-5
     for got, want in ((hidden.grad, leaves[0].grad), (probs.grad, leaves[1].grad),
                       (experts.linear_fc1.weight.grad, w1.grad), (experts.linear_fc2.weight.grad, w2.grad)):
         assert relative_error(got, want) < 1e-5
+    assert called == ["bias_swiglu_impl" if probs_on_input else "weighted_bias_swiglu_impl"]
 
 
 @pytest.mark.parametrize("overrides", [dict(bias_activation_fusion=False),
