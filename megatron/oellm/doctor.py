@@ -28,6 +28,7 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 
 from megatron.oellm import MEGATRON_CORE_VERSION
+from megatron.oellm.switches import SLOW_PATH_SWITCHES, is_on
 
 Severity = Literal["error", "warning", "ok"]
 
@@ -474,6 +475,15 @@ def _with_expandable_segments(value: str) -> str:
     return ",".join(f"{key}:{option}" for key, option in options.items())
 
 
+def check_slow_path_switches(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """megatron-oellm's A/B switches (:data:`megatron.oellm.switches.SLOW_PATH_SWITCHES`) left on in a job's
+    environment make a production run slower without any error."""
+    findings = [Finding("warning", "oellm-switches", f"{name}=1: {cost}; it is meant for A/B runs.", f"unset {name}")
+                for name, cost in SLOW_PATH_SWITCHES.items() if is_on(name, env)]
+    return findings or [Finding("ok", "oellm-switches", f"no slow-path switch ({', '.join(SLOW_PATH_SWITCHES)}) is "
+                                "set.")]
+
+
 Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
 RULES: tuple[Rule, ...] = (
     check_python,
@@ -483,6 +493,7 @@ RULES: tuple[Rule, ...] = (
     check_fla_hopper_triton,
     check_nccl_channels,
     check_allocator_conf,
+    check_slow_path_switches,
 )
 """Every rule, in report order."""
 

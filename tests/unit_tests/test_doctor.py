@@ -30,6 +30,7 @@ from megatron.oellm.doctor import (
     check_megatron_core,
     check_nccl_channels,
     check_python,
+    check_slow_path_switches,
     check_transformer_engine,
     collect_environment,
     exit_status,
@@ -37,6 +38,7 @@ from megatron.oellm.doctor import (
     parse_allocator_conf,
     to_json,
 )
+from megatron.oellm.switches import SLOW_PATH_SWITCHES
 
 H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 79.1)
 GH200 = GpuInfo(0, "NVIDIA GH200 480GB", (9, 0), 95.0)
@@ -194,6 +196,23 @@ def test_nccl_channels_non_integer_is_an_error_naming_the_variable(raw):
 
 def test_nccl_channels_unset_is_ok():
     assert set(severities(check_nccl_channels(make_report(), {}))) == {"ok"}
+
+
+# --- slow-path switches ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SLOW_PATH_SWITCHES))
+def test_a_slow_path_switch_left_on_is_a_warning_naming_it(name):
+    findings = check_slow_path_switches(make_report(), {name: "1"})
+    assert severities(findings) == ["warning"] and findings[0].fix == f"unset {name}"
+    assert name in findings[0].message and exit_status(findings) == 0
+
+
+def test_switches_off_or_not_one_are_ok():
+    for env in ({}, {name: "0" for name in SLOW_PATH_SWITCHES}):
+        assert severities(check_slow_path_switches(make_report(), env)) == ["ok"]
+    both = check_slow_path_switches(make_report(), {name: "1" for name in SLOW_PATH_SWITCHES})
+    assert severities(both) == ["warning"] * len(SLOW_PATH_SWITCHES)
 
 
 # --- allocator configuration -----------------------------------------------------------------------------------

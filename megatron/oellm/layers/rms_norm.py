@@ -17,9 +17,11 @@ import os
 import torch
 from torch import Tensor
 
+from megatron.oellm import switches
+
 MAX_COLUMNS = 16384
 """Widest row the kernels take in one block of registers; wider norms take the eager path."""
-EAGER_ENV = "OELLM_EAGER_RMS_NORM"
+EAGER_ENV = switches.EAGER_RMS_NORM
 """Set to ``1`` to run :func:`rms_norm_eager` on CUDA too (A/B measurements, debugging)."""
 
 
@@ -81,7 +83,7 @@ class _FusedRMSNorm(torch.autograd.Function):
 def cuda_path() -> str:
     """The path :func:`rms_norm` takes for CUDA tensors of rows up to :data:`MAX_COLUMNS` wide in this process, for
     run logs: ``"triton"``, or ``"eager"`` with ``OELLM_EAGER_RMS_NORM=1``."""
-    return "eager" if os.environ.get(EAGER_ENV) == "1" else "triton"
+    return "eager" if switches.is_on(EAGER_ENV) else "triton"
 
 
 def _use_kernels(x: Tensor) -> bool:

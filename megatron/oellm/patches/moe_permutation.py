@@ -21,23 +21,23 @@ Every other call (fused, merging probabilities, padded offsets) goes to upstream
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from megatron.oellm import switches
 from megatron.oellm.layers.token_permutation import gather_rows, scatter_sum_rows
 from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
 
-UPSTREAM_ENV = "OELLM_UPSTREAM_MOE_PERMUTATION"
+UPSTREAM_ENV = switches.UPSTREAM_MOE_PERMUTATION
 """Set to ``1`` to keep megatron-core's own permutation (A/B measurements, debugging)."""
 
 
 def enabled() -> bool:
     """Whether :func:`apply` patches in this process: megatron-core is :data:`PATCHED_RELEASE` and
     ``OELLM_UPSTREAM_MOE_PERMUTATION`` is not ``1``."""
-    return os.environ.get(UPSTREAM_ENV) != "1" and megatron_core_release() == PATCHED_RELEASE
+    return not switches.is_on(UPSTREAM_ENV) and megatron_core_release() == PATCHED_RELEASE
 
 
 def describe(num_experts: int | None, permute_fusion: bool, dispatcher: str, flex_backend: str = "deepep") -> str:
