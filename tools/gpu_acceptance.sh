@@ -1,8 +1,8 @@
 #!/bin/bash
 # One-GPU acceptance stages, written for 10-minute device calls:
-#   tests  every GPU test (fla's GDN kernel vs the float64 recurrence, backends, parity with transformers, model
-#          training, the entry end to end, the bench harness), one pytest process per test folder, side by side,
-#          one log each;
+#   tests  every GPU test (fla's GDN kernel vs the float64 recurrence, the runtime patches, backends, parity with
+#          transformers, model training, the entry end to end, the bench harness), one pytest process per test
+#          folder, side by side, one log each;
 #   train  the MN5 recipes' `--local` runs on offline real text (byte-tokenized Python standard library): Qwen3.5
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
 #          beside it the Qwen3-30B-A3B recipe, 30 iterations;
@@ -54,6 +54,7 @@ gpu_pytest() {
 
 stage_tests() {
   gpu_pytest layers tests/unit_tests/layers &
+  gpu_pytest patches tests/unit_tests/patches &
   gpu_pytest backends tests/unit_tests/backends &
   PARITY_REPORT="$OUT_DIR/parity.md" gpu_pytest models tests/unit_tests/models &
   gpu_pytest training tests/unit_tests/training &

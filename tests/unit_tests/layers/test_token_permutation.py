@@ -110,8 +110,11 @@ def test_the_kernel_runs_exactly_when_expected(monkeypatch):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
 def test_the_triton_kernel_passes_the_same_tests_in_the_interpreter():
-    """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernel runs instead of ``index_add_``."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__],
+    """This module's CPU tests and those of the permutation patch (megatron-core's own permute / unpermute as the
+    reference) once more, with ``TRITON_INTERPRET=1``: the kernel runs instead of ``index_add_``."""
+    patch_tests = Path(__file__).parents[1] / "patches" / "test_moe_permutation.py"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__,
+                           str(patch_tests)],
                           env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

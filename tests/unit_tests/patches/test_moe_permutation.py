@@ -31,10 +31,10 @@ def permute_and_back(permute, unpermute, tokens, routing_map, probs, **options):
     tokens = tokens.clone().requires_grad_()
     probs = probs.clone().requires_grad_()
     rows, row_probs, indices, _, _ = permute(tokens, routing_map, probs=probs, **options)
-    factor = torch.linspace(0.5, 1.5, rows.shape[0])[:, None]
+    factor = torch.linspace(0.5, 1.5, rows.shape[0], device=rows.device)[:, None]
     out = unpermute(rows * row_probs[:, None] * factor, indices, tokens.shape, routing_map=routing_map,
                     drop_and_pad=options.get("drop_and_pad", False))
-    out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
+    out.backward(torch.linspace(-1, 1, out.numel(), device=out.device).view(out.shape))
     return rows, row_probs, indices, out, tokens.grad, probs.grad
 
 
@@ -119,3 +119,18 @@ def test_apply_wraps_the_dispatchers_names_once_and_honours_the_guard_and_the_op
     assert moe_permutation.apply() and moe_permutation.apply() and moe_permutation.is_applied()
     assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
     assert token_dispatcher.unpermute.__wrapped__ is moe_utils.unpermute
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("drop_and_pad", [False, True])
+def test_patched_permutation_on_the_gpu_gives_upstreams_results_and_gradients(drop_and_pad: bool):
+    """The same comparison with CUDA tensors, so the Triton kernel runs in both directions (fp32: the two differ
+    only in the order of the additions)."""
+    tokens, routing_map, probs = (t.cuda() for t in top_k_routing(4096, 64, 8, 256, fresh_seed()))
+    options = dict(num_out_tokens=64 * 600, drop_and_pad=True) if drop_and_pad else dict(num_out_tokens=4096 * 8)
+    ours = permute_and_back(patched_permute, patched_unpermute, tokens, routing_map, probs, **options)
+    theirs = permute_and_back(moe_utils.permute, moe_utils.unpermute, tokens, routing_map, probs, **options)
+    for name, got, want in zip(("rows", "row probs", "indices"), ours[:3], theirs[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+    for name, got, want in zip(("output", "token grad", "prob grad"), ours[3:], theirs[3:], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
