@@ -16,12 +16,12 @@ log-sum-exps are combined with one MAX and one SUM all-reduce (the target logit 
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 from megatron.core.utils import get_pg_rank, get_pg_size
 from torch import Tensor
+
+from megatron.oellm.layers.triton_launch import runs_on
 
 
 def _row_stats_eager(logits: Tensor, local_target: Tensor) -> tuple[Tensor, Tensor]:
@@ -39,11 +39,6 @@ def _logits_grad_eager(logits: Tensor, log_sum_exp: Tensor, local_target: Tensor
     return ((probs - onehot) * grad_loss.unsqueeze(-1)).to(logits.dtype)
 
 
-def _use_kernels(tensor: Tensor) -> bool:
-    """The Triton kernels run on CUDA tensors, and on CPU ones when Triton interprets them (``TRITON_INTERPRET=1``)."""
-    return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
-
-
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Per-token loss ``log_sum_exp - logit[target]`` over a vocabulary split across ``group``."""
 
@@ -54,7 +49,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         rows = logits.reshape(-1, vocab).contiguous()
         local_target = target.reshape(-1).long() - rank * vocab
         local_target = torch.where((local_target >= 0) & (local_target < vocab), local_target, -1)
-        if _use_kernels(rows):
+        if runs_on(rows):
             from megatron.oellm.layers.cross_entropy_kernels import row_stats
         else:
             row_stats = _row_stats_eager
@@ -73,7 +68,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor) -> tuple[Tensor, None, None]:
         rows, log_sum_exp, local_target = ctx.saved_tensors
         grad_rows = grad_loss.reshape(-1).float().contiguous()
-        if _use_kernels(rows):
+        if runs_on(rows):
             from megatron.oellm.layers.cross_entropy_kernels import logits_grad
         else:
             logits_grad = _logits_grad_eager

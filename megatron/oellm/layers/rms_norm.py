@@ -11,13 +11,11 @@ runs); :func:`rms_norm_reference` is the float64 definition the tests compare bo
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 from torch import Tensor
 
 from megatron.oellm import switches
+from megatron.oellm.layers.triton_launch import on_device, runs_on
 
 MAX_COLUMNS = 16384
 """Widest row the kernels take in one block of registers; wider norms take the eager path."""
@@ -44,11 +42,6 @@ def rms_norm_reference(x: Tensor, weight: Tensor, eps: float, zero_centered_gamm
     return x64 / torch.sqrt(x64.pow(2).mean(dim=-1, keepdim=True) + eps) * gamma
 
 
-def _on_device(x: Tensor) -> contextlib.AbstractContextManager:
-    """Make ``x``'s GPU the current one while a kernel is launched (Triton launches on the current device)."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-
-
 class _FusedRMSNorm(torch.autograd.Function):
     """:func:`rms_norm_eager`'s result through the Triton kernels; saves the input rows and one fp32 rstd per row.
     First order only: a second derivative through it raises."""
@@ -58,7 +51,7 @@ class _FusedRMSNorm(torch.autograd.Function):
         from megatron.oellm.layers import rms_norm_kernels
 
         rows = x.reshape(-1, x.shape[-1]).contiguous()
-        with _on_device(rows):
+        with on_device(rows):
             y, rstd = rms_norm_kernels.forward(rows, weight.contiguous(), eps, shift)
         ctx.save_for_backward(rows, weight, rstd)
         ctx.shift = shift
@@ -74,7 +67,7 @@ class _FusedRMSNorm(torch.autograd.Function):
         rows, weight, rstd = ctx.saved_tensors
         grad_rows = grad_y.reshape(rows.shape).contiguous()
         weight_grad = ctx.needs_input_grad[1]
-        with _on_device(rows):
+        with on_device(rows):
             grad_x, grad_weight = rms_norm_kernels.backward(grad_rows, rows, weight.contiguous(), rstd, ctx.shift,
                                                             weight_grad)
         return grad_x.view(grad_y.shape), grad_weight.to(weight.dtype) if weight_grad else None, None, None
@@ -90,7 +83,7 @@ def _use_kernels(x: Tensor) -> bool:
     """Whether :func:`rms_norm` takes the Triton kernels for ``x`` (see the module docstring)."""
     if cuda_path() == "eager" or x.numel() == 0 or x.shape[-1] > MAX_COLUMNS:
         return False
-    return x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    return runs_on(x)
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float, zero_centered_gamma: bool) -> Tensor:

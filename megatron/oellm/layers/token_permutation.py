@@ -16,11 +16,10 @@ the add with a gather as its backward. On the CPU (unless ``TRITON_INTERPRET=1``
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 from torch import Tensor
+
+from megatron.oellm.layers.triton_launch import on_device, runs_on
 
 
 def sum_rows_reference(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
@@ -40,7 +39,7 @@ def sum_rows_by_index_eager(rows: Tensor, index: Tensor, num_tokens: int) -> Ten
 def _use_kernel(rows: Tensor) -> bool:
     """Whether :func:`sum_rows_by_index` runs the Triton kernel (fp32 accumulator): on CUDA, or on the CPU under
     ``TRITON_INTERPRET=1``, for rows other than fp64 (summed in fp64 by the eager path)."""
-    return rows.dtype != torch.float64 and (rows.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+    return rows.dtype != torch.float64 and runs_on(rows)
 
 
 def sum_rows_by_index(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
@@ -60,10 +59,9 @@ def sum_rows_by_index(rows: Tensor, index: Tensor, num_tokens: int) -> Tensor:
         return sum_rows_by_index_eager(rows, index, num_tokens)
     from megatron.oellm.layers import token_permutation_kernels
 
-    index = index.long()
-    order = torch.argsort(index, stable=True)
-    starts = torch.searchsorted(index[order], torch.arange(num_tokens + 1, device=index.device, dtype=torch.long))
-    with torch.cuda.device(rows.device) if rows.is_cuda else contextlib.nullcontext():  # Triton's current device
+    sorted_index, order = torch.sort(index.long(), stable=True)
+    starts = torch.searchsorted(sorted_index, torch.arange(num_tokens + 1, device=index.device, dtype=torch.long))
+    with on_device(rows):
         return token_permutation_kernels.sum_rows(rows.contiguous(), order, starts, num_tokens)
 
 
