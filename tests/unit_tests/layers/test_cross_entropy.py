@@ -3,9 +3,6 @@ over two gloo ranks), both with the eager functions and with the Triton kernels 
 the GPU at Qwen3.5's real vocabulary, where megatron-core's fused native cross entropy is a second reference."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +15,7 @@ from megatron.oellm.models.language_model import LeanCrossEntropyMixin
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.cpu_megatron import gloo_world
 from tests.unit_tests.models.hf_reference import fresh_seed
+from tests.unit_tests.triton_interpreter import assert_pass_in_the_interpreter, skip_when_interpreting
 
 GRAD_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8e-3}
 """Relative L2 error allowed on the logits gradient: fp32 round-off, or one bf16 rounding of each element."""
@@ -91,14 +89,10 @@ def test_vocabulary_split_over_two_ranks_matches_the_definition():
                        start_method="spawn")
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
+@skip_when_interpreting
 def test_the_triton_kernels_pass_the_same_tests_in_the_interpreter():
     """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels run instead of the eager code."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and "failed" not in done.stdout
+    assert_pass_in_the_interpreter(__file__)
 
 
 def test_bad_inputs_are_refused():

@@ -3,9 +3,6 @@ Triton kernels in Triton's interpreter on the CPU, and the compiled kernels on t
 the eager path measured in the same test is the bar the kernels must reach."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +10,7 @@ import torch
 from megatron.oellm.layers import rms_norm as rms_norm_module
 from megatron.oellm.layers.rms_norm import rms_norm, rms_norm_eager, rms_norm_reference
 from tests.unit_tests.models.hf_reference import fresh_seed
+from tests.unit_tests.triton_interpreter import assert_pass_in_the_interpreter, skip_when_interpreting
 
 EPS = 1e-6
 
@@ -84,14 +82,10 @@ def test_the_kernels_run_exactly_when_expected(monkeypatch):
         rms_norm(x, weight[:7], EPS, False)
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
+@skip_when_interpreting
 def test_the_triton_kernels_pass_the_same_tests_in_the_interpreter():
     """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels run instead of the eager code."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__],
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and "failed" not in done.stdout
+    assert_pass_in_the_interpreter(__file__)
 
 
 @pytest.mark.gpu

@@ -2,9 +2,6 @@
 ``index_add_`` path on the CPU, the Triton kernel in Triton's interpreter on the CPU, and the compiled kernel on the GPU
 at Qwen3.5's shape, where megatron-core's atomic bf16 add measured in the same test is the bar to reach."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from megatron.oellm.layers.token_permutation import (
     sum_rows_reference,
 )
 from tests.unit_tests.models.hf_reference import fresh_seed
+from tests.unit_tests.triton_interpreter import assert_pass_in_the_interpreter, skip_when_interpreting
 
 TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 4e-3}
 """Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element."""
@@ -108,17 +106,11 @@ def test_the_kernel_runs_exactly_when_expected(monkeypatch):
     assert token_permutation._use_kernel(torch.zeros(1, 1))
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="already interpreting")
+@skip_when_interpreting
 def test_the_triton_kernel_passes_the_same_tests_in_the_interpreter():
     """This module's CPU tests and those of the permutation patch (megatron-core's own permute / unpermute as the
     reference) once more, with ``TRITON_INTERPRET=1``: the kernel runs instead of ``index_add_``."""
-    patch_tests = Path(__file__).parents[1] / "patches" / "test_moe_permutation.py"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__,
-                           str(patch_tests)],
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, cwd=Path(__file__).parents[3],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and "failed" not in done.stdout
+    assert_pass_in_the_interpreter(__file__, Path(__file__).parents[1] / "patches" / "test_moe_permutation.py")
 
 
 @pytest.mark.gpu

@@ -38,6 +38,15 @@ def permute_and_back(permute, unpermute, tokens, routing_map, probs, **options):
     return rows, row_probs, indices, out, tokens.grad, probs.grad
 
 
+def assert_same_as_upstream(ours: tuple, theirs: tuple, tolerance: float) -> None:
+    """:func:`permute_and_back` results: the moved rows, their probabilities and the indices bit for bit, the output
+    and both gradients within ``tolerance`` (only the order of the additions differs)."""
+    for name, got, want in zip(("rows", "row probs", "indices"), ours[:3], theirs[:3], strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
+    for name, got, want in zip(("output", "token grad", "prob grad"), ours[3:], theirs[3:], strict=True):
+        torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance, msg=name)
+
+
 @pytest.mark.parametrize("drop_and_pad", [False, True])
 def test_patched_permutation_gives_upstreams_results_and_gradients(drop_and_pad: bool):
     tokens, routing_map, probs = top_k_routing(37, 6, 2, 16, fresh_seed())
@@ -47,10 +56,7 @@ def test_patched_permutation_gives_upstreams_results_and_gradients(drop_and_pad:
         options = dict(num_out_tokens=37 * 2)
     ours = permute_and_back(patched_permute, patched_unpermute, tokens, routing_map, probs, **options)
     theirs = permute_and_back(moe_utils.permute, moe_utils.unpermute, tokens, routing_map, probs, **options)
-    for name, got, want in zip(("rows", "row probs", "indices"), ours[:3], theirs[:3], strict=True):
-        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
-    for name, got, want in zip(("output", "token grad", "prob grad"), ours[3:], theirs[3:], strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=name)
+    assert_same_as_upstream(ours, theirs, tolerance=1e-6)
     assert ours[4].abs().sum() > 0 and ours[5].abs().sum() > 0
 
 
@@ -130,7 +136,4 @@ def test_patched_permutation_on_the_gpu_gives_upstreams_results_and_gradients(dr
     options = dict(num_out_tokens=64 * 600, drop_and_pad=True) if drop_and_pad else dict(num_out_tokens=4096 * 8)
     ours = permute_and_back(patched_permute, patched_unpermute, tokens, routing_map, probs, **options)
     theirs = permute_and_back(moe_utils.permute, moe_utils.unpermute, tokens, routing_map, probs, **options)
-    for name, got, want in zip(("rows", "row probs", "indices"), ours[:3], theirs[:3], strict=True):
-        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=name)
-    for name, got, want in zip(("output", "token grad", "prob grad"), ours[3:], theirs[3:], strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+    assert_same_as_upstream(ours, theirs, tolerance=1e-5)
