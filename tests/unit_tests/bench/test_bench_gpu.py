@@ -25,4 +25,6 @@ def test_both_sides_run_with_finite_figures_and_equal_loss(tmp_path) -> None:
         ours, hf = by_key[("ours", mbs)].loss, by_key[("hf", mbs)].loss
         assert abs(ours - hf) <= BF16_LOSS_REL * abs(hf), (mbs, ours, hf)
     assert report.summary["speedup_ours_over_hf"] > 0
-    assert set(report.profiles) == {"ours", "hf"} and (tmp_path / "ours_top_cuda.txt").exists()
+    assert set(report.profiles) == {"ours", "hf"}
+    for suffix in ("", "_by_shape", "_by_stack"):
+        assert "aten::mm" in (tmp_path / f"ours_top_cuda{suffix}.txt").read_text(), suffix
