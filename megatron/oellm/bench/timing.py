@@ -35,24 +35,22 @@ def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> Ste
 
 def profile_step(step: Callable[[], torch.Tensor], out_dir: Path, name: str, top: int = 40) -> list[dict]:
     """Profile one step (after one warm-up step) with ``torch.profiler`` and write the ``top`` operators by CUDA time
-    three ways: ``out_dir/<name>_top_cuda.txt`` (per operator), ``<name>_top_cuda_by_shape.txt`` (per operator and
-    input shapes) and ``<name>_top_cuda_by_stack.txt`` (per operator and the Python lines that called it), so a
-    copy or concatenation can be traced to the code that makes it. Returns the ``top`` GPU kernels as dicts (name,
-    calls, CUDA ms, share of all kernel time in the step)."""
+    twice: ``out_dir/<name>_top_cuda.txt`` per operator and ``<name>_top_cuda_by_shape.txt`` per operator and input
+    shapes, so a copy or a concatenation can be traced to the tensor it moves. Returns the ``top`` GPU kernels as
+    dicts (name, calls, CUDA ms, share of all kernel time in the step)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_stack=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         step()
         torch.cuda.synchronize()
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = {"": prof.key_averages(), "_by_shape": prof.key_averages(group_by_input_shape=True),
-              "_by_stack": prof.key_averages(group_by_stack_n=6)}
+    tables = {"": prof.key_averages(), "_by_shape": prof.key_averages(group_by_input_shape=True)}
     for suffix, averages in tables.items():
         (out_dir / f"{name}_top_cuda{suffix}.txt").write_text(
             averages.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=90,
-                           max_shapes_column_width=120, max_src_column_width=160))
+                           max_shapes_column_width=160))
     kernels = [e for e in tables[""] if e.device_type == torch.autograd.DeviceType.CUDA]  # GPU kernels, not ops
     total = sum(e.self_device_time_total for e in kernels) or 1.0
     kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)

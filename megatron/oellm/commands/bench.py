@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="h200-sxm", help="peak table entry MFU is quoted against (default h200-sxm)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="profile one step per side at its best MBS; top CUDA operators to DIR/<side>_top_cuda.txt, "
-                             "also grouped by input shape (_by_shape) and by calling Python lines (_by_stack)")
+                             "and grouped by input shape to DIR/<side>_top_cuda_by_shape.txt")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     parser.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report here")
 
