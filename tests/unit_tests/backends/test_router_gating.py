@@ -6,6 +6,7 @@ from backend_setup import moe_config
 from megatron.core.models.backends import LocalSpecProvider
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.moe.router import TopKRouter
+from router_checks import assert_same_as_fp32_copies, bf16_router_gradients
 
 from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
 from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter, gating_product
@@ -111,3 +112,30 @@ def test_torch_native_moe_layers_get_the_torch_router() -> None:
     card = get_card("qwen3.5-35b-a3b-tiny")
     assert moe_builder(TorchNativeSpecProvider(), card).keywords["submodules"].router is TorchGatingTopKRouter
     assert moe_builder(LocalSpecProvider(), card).keywords["submodules"].router is TopKRouter
+
+
+def test_fp32_router_on_bf16_operands_takes_the_tensor_core_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tensor-core path (forced on the CPU, where its products run as upcast arithmetic): seven bf16 products
+    (one forward, three split terms for each gradient) and the fp32-copies path's results."""
+    from megatron.oellm.backends.torch_native import router as router_module
+    from megatron.oellm.layers import fp32_products
+
+    hidden = torch.randn(2, TOKENS // 2, HIDDEN).bfloat16()
+    weight = (0.1 * torch.randn(EXPERTS, HIDDEN)).bfloat16()
+    upstream = torch.randn(2, TOKENS // 2, EXPERTS) * 1e-3
+    upcast = bf16_router_gradients(hidden, weight, upstream)
+    assert not router_module.uses_bf16_tensor_cores(hidden, weight, torch.float32)  # the CPU keeps fp32 copies
+
+    calls: list[tuple[torch.dtype, torch.dtype]] = []
+    product = fp32_products.bf16_matmul_in_fp32
+
+    def counted(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        calls.append((a.dtype, b.dtype))
+        return product(a, b)
+
+    monkeypatch.setattr(router_module, "uses_bf16_tensor_cores", lambda *args: True)
+    monkeypatch.setattr(router_module, "bf16_matmul_in_fp32", counted)
+    monkeypatch.setattr(fp32_products, "bf16_matmul_in_fp32", counted)
+    tensor_cores = bf16_router_gradients(hidden, weight, upstream)
+    assert calls == [(torch.bfloat16, torch.bfloat16)] * 7
+    assert_same_as_fp32_copies(tensor_cores, upcast)

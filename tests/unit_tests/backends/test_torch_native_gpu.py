@@ -15,12 +15,14 @@ from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
+from router_checks import FP32_BOUND, assert_same_as_fp32_copies, bf16_router_gradients
 
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
-from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter
+from megatron.oellm.backends.torch_native.router import TorchGatingTopKRouter, uses_bf16_tensor_cores
 from megatron.oellm.layers.rms_norm import rms_norm_reference
 from tests.unit_tests.gpu_utils import no_tf32
+from tests.unit_tests.models.hf_reference import errors, fresh_seed
 
 pytestmark = pytest.mark.gpu
 
@@ -187,6 +189,27 @@ def test_fp32_router_logits_and_gradients_are_fp32_with_or_without_transformer_e
     assert relative_error(hidden.grad, exact_hidden.grad) <= 1e-6
     assert relative_error(router.weight.grad, exact_weight.grad) <= 1e-6
 
+
+@pytest.mark.usefixtures("tf32_flags_restored")
+def test_fp32_router_of_bf16_operands_on_tensor_cores_at_qwen35_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen3.5's router at 8 x 4096 tokens (32,768 x 2048 bf16 activations, 256 experts, fp32 router): the tensor-core
+    products give fp32 logits within fp32 round-off of float64 and of the fp32-copies path
+    (``OELLM_FP32_OPERAND_ROUTER=1``), and the same bf16 gradients but for rounding-boundary elements."""
+    generator = torch.Generator(device="cuda").manual_seed(fresh_seed())
+    hidden = torch.randn(32768, 2048, device="cuda", generator=generator).bfloat16()
+    weight = (0.02 * torch.randn(256, 2048, device="cuda", generator=generator)).bfloat16()
+    upstream = 1e-4 * torch.randn(32768, 256, device="cuda", generator=generator)
+    assert uses_bf16_tensor_cores(hidden, weight, torch.float32)
+    tensor_cores = bf16_router_gradients(hidden, weight, upstream)
+    monkeypatch.setenv("OELLM_FP32_OPERAND_ROUTER", "1")
+    assert not uses_bf16_tensor_cores(hidden, weight, torch.float32)
+    no_tf32()
+    upcast = bf16_router_gradients(hidden, weight, upstream)
+    exact = hidden.double() @ weight.double().t()
+    print(f"\nrouter logits vs float64: tensor cores {errors(tensor_cores[0], exact)[0]:.3e}, "
+          f"fp32 copies {errors(upcast[0], exact)[0]:.3e}")
+    assert errors(tensor_cores[0], exact)[0] <= FP32_BOUND
+    assert_same_as_fp32_copies(tensor_cores, upcast)
 
 def test_router_left_on_the_cpu_moves_its_parameters_to_the_input_gpu(megatron_runtime: None) -> None:
     """megatron-core lets a router's parameters stay on the CPU until the first forward; the torch-native router then

@@ -6,23 +6,47 @@ operands and ignores torch's TF32 switch, so on a machine with TE a torch-native
 probabilities moved by up to 5e-5 on an H200, every module before the router bit-identical; docs/benchmarks.md,
 session 12), and the same model routes differently with and without TE installed. :class:`TorchGatingTopKRouter`
 keeps megatron-core's routing and replaces only the gating product.
+
+An fp32 router on bf16 activations and weights (the production case: ``moe_router_dtype="fp32"``, bf16 parameters)
+computes its three GEMMs on the GPU's tensor cores as exact bf16 products accumulated in fp32
+(:mod:`megatron.oellm.layers.fp32_products`), not as fp32 GEMMs on upcast copies, which without TF32 run on the
+CUDA cores; ``OELLM_FP32_OPERAND_ROUTER=1`` keeps the upcast copies (A/B runs).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from megatron.core.transformer.moe.router import TopKRouter
+
+from megatron.oellm import switches
+from megatron.oellm.layers.fp32_products import bf16_matmul_in_fp32, fp32_matmul_with_bf16_operand
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 """``TransformerConfig.moe_router_dtype`` values and the dtype the gating product is computed in (None: the input's)."""
 
 
+def uses_bf16_tensor_cores(hidden: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the gating product runs as exact bf16 products accumulated in fp32: an fp32 product of bf16 operands
+    on a GPU, unless ``OELLM_FP32_OPERAND_ROUTER=1``."""
+    return (dtype == torch.float32 and hidden.dtype == weight.dtype == torch.bfloat16 and hidden.is_cuda
+            and not switches.is_on(switches.FP32_OPERAND_ROUTER))
+
+
+def upcast_matmul(left: torch.Tensor, right: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``left @ right`` with ``right`` cast to ``dtype``, the dtype ``left`` is already in."""
+    return left @ right.to(dtype)
+
+
 class GatingProduct(torch.autograd.Function):
     """``hidden @ weight.T (+ bias)`` computed in ``dtype``, with torch's matmuls.
 
-    Only the tensors as given are kept for the backward pass (a bf16 activation stays bf16 in memory); each pass
-    casts them to ``dtype`` in temporaries (an fp32 router on bf16 activations: one ``[tokens, hidden]`` fp32 copy
-    at a time) and the backward pass returns each gradient in its input's dtype.
+    Only the tensors as given are kept for the backward pass (a bf16 activation stays bf16 in memory). Where
+    :func:`uses_bf16_tensor_cores` holds, each GEMM takes the bf16 operands as they are (the fp32 gradient split into
+    exact bf16 terms); otherwise each pass casts them to ``dtype`` in temporaries (an fp32 router on bf16
+    activations: one ``[tokens, hidden]`` fp32 copy at a time). The backward pass returns each gradient in its
+    input's dtype.
     """
 
     @staticmethod
@@ -31,8 +55,12 @@ class GatingProduct(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight)
         ctx.dtype = dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
-        rows = hidden.reshape(-1, hidden.shape[-1]).to(dtype)
-        logits = rows @ weight.to(dtype).t()
+        ctx.tensor_cores = uses_bf16_tensor_cores(hidden, weight, dtype)
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        if ctx.tensor_cores:
+            logits = bf16_matmul_in_fp32(rows, weight.t())
+        else:
+            logits = rows.to(dtype) @ weight.to(dtype).t()
         if bias is not None:
             logits = logits + bias.to(dtype)
         return logits.view(*hidden.shape[:-1], weight.shape[0])
@@ -41,11 +69,13 @@ class GatingProduct(torch.autograd.Function):
     def backward(ctx, grad_logits: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight = ctx.saved_tensors
         grad = grad_logits.reshape(-1, grad_logits.shape[-1]).to(ctx.dtype)
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        product = fp32_matmul_with_bf16_operand if ctx.tensor_cores else partial(upcast_matmul, dtype=ctx.dtype)
         grad_hidden = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_hidden = (grad @ weight.to(ctx.dtype)).to(hidden.dtype).view(hidden.shape)
+            grad_hidden = product(grad, weight).to(hidden.dtype).view(hidden.shape)
         if ctx.needs_input_grad[1]:
-            grad_weight = (grad.t() @ hidden.reshape(-1, hidden.shape[-1]).to(ctx.dtype)).to(weight.dtype)
+            grad_weight = product(grad.t(), rows).to(weight.dtype)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0).to(ctx.bias_dtype)
         return grad_hidden, grad_weight, grad_bias, None

@@ -1,0 +1,57 @@
+"""fp32 matrix products of bf16 operands on tensor cores, without TF32's input rounding.
+
+An fp32 product ``a @ b`` whose operands are bf16 values (an fp32 MoE router on bf16 activations and weights) needs
+no fp32 GEMM: the product of two bf16 numbers is exact in fp32, so a bf16 tensor-core GEMM that accumulates and
+returns fp32 (``torch.mm(..., out_dtype=torch.float32)``) computes the same sums as an fp32 GEMM on the upcast
+operands, differing only in the order of the fp32 additions. TF32, the other tensor-core route, rounds the operands
+to 10 mantissa bits instead. An fp32 operand that is not a bf16 value (a gradient) is first split into three bf16
+terms whose fp32 sum is exactly that operand (:func:`split_into_bf16_terms`), and the three products are added in
+fp32. On the CPU, where ``torch.mm`` has no ``out_dtype``, the same arithmetic runs on upcast operands.
+
+On an H200 an fp32 GEMM without TF32 runs on the CUDA cores; the router's three GEMMs per MoE layer then cost about
+2.4 ms of a Qwen3.5 proxy step at 32,768 tokens (docs/benchmarks.md, session 16).
+"""
+
+from __future__ import annotations
+
+import torch
+
+BF16_TERMS = 3
+"""bf16 terms per fp32 value: 3 x 8 significant bits hold fp32's 24."""
+
+
+def split_into_bf16_terms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Three bf16 tensors whose fp32 sum, largest term first, is ``x`` (fp32) exactly; each term is the
+    round-to-nearest bf16 of what the earlier ones leave. Exact for magnitudes where the last term stays a normal
+    bf16 (above about 1e-33); below that the sum differs from ``x`` by at most bf16's smallest subnormal."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"split_into_bf16_terms takes fp32, got {x.dtype}")
+    terms = []
+    rest = x
+    for _ in range(BF16_TERMS):
+        term = rest.to(torch.bfloat16)
+        terms.append(term)
+        rest = rest - term.float()
+    return tuple(terms)
+
+
+def bf16_matmul_in_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for 2-D bf16 ``a`` and ``b``, accumulated and returned in fp32: one tensor-core GEMM on CUDA; on the
+    CPU the same exact products summed in fp32 on upcast operands."""
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        raise TypeError(f"bf16_matmul_in_fp32 takes bf16 operands, got {a.dtype} and {b.dtype}")
+    if a.is_cuda:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return a.float() @ b.float()
+
+
+def fp32_matmul_with_bf16_operand(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in fp32 for an fp32 ``a`` and a bf16 ``b`` (2-D both): ``a`` split into exact bf16 terms, each
+    term's product from :func:`bf16_matmul_in_fp32`, added smallest first."""
+    if b.dtype != torch.bfloat16:
+        raise TypeError(f"fp32_matmul_with_bf16_operand takes a bf16 right operand, got {b.dtype}")
+    total = None
+    for term in reversed(split_into_bf16_terms(a)):
+        product = bf16_matmul_in_fp32(term, b)
+        total = product if total is None else total + product
+    return total

@@ -1,0 +1,78 @@
+"""fp32 products of bf16 operands (``megatron.oellm.layers.fp32_products``) against float64: the exact bf16 split of
+fp32 values, and the products on the CPU (upcast arithmetic) and on the GPU (tensor cores, Qwen3.5's router shape)."""
+
+import pytest
+import torch
+
+from megatron.oellm.layers.fp32_products import (
+    bf16_matmul_in_fp32,
+    fp32_matmul_with_bf16_operand,
+    split_into_bf16_terms,
+)
+from tests.unit_tests.models.hf_reference import errors, fresh_seed
+
+FP32_BOUND = 1e-6
+"""Relative L2 error of an fp32 product against float64: fp32 accumulation round-off. One bf16 rounding of an fp32
+operand (a split into one term) gives ~2e-3, TF32's operand rounding ~3e-4."""
+
+
+def wide_range_fp32(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """fp32 values of both signs with exponents spread over 1e-30 .. 1e30 (gradients span many decades)."""
+    mantissas = torch.randn(shape, generator=generator)
+    exponents = torch.randint(-30, 31, shape, generator=generator).float()
+    return mantissas * torch.pow(10.0, exponents)
+
+
+def test_three_bf16_terms_sum_to_the_fp32_value_exactly() -> None:
+    generator = torch.Generator().manual_seed(fresh_seed())
+    x = wide_range_fp32((4096,), generator)
+    terms = split_into_bf16_terms(x)
+    assert [t.dtype for t in terms] == [torch.bfloat16] * 3
+    assert torch.equal(terms[0].float() + terms[1].float() + terms[2].float(), x)
+    assert not torch.equal(terms[0].float() + terms[1].float(), x)  # two terms hold 16 bits, not fp32's 24
+    transposed = x.view(64, 64).t()
+    assert torch.equal(sum(t.float() for t in split_into_bf16_terms(transposed)), transposed)
+
+
+def test_the_split_and_the_products_refuse_other_dtypes() -> None:
+    with pytest.raises(TypeError, match="fp32"):
+        split_into_bf16_terms(torch.randn(4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="bf16 operands"):
+        bf16_matmul_in_fp32(torch.randn(2, 3), torch.randn(3, 2).bfloat16())
+    with pytest.raises(TypeError, match="bf16 right operand"):
+        fp32_matmul_with_bf16_operand(torch.randn(2, 3), torch.randn(3, 2))
+
+
+def random_operands(rows: int, inner: int, columns: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(bf16 left, bf16 right, fp32 left) with fresh random values, on ``device``."""
+    generator = torch.Generator().manual_seed(fresh_seed())
+    left = torch.randn(rows, inner, generator=generator).bfloat16()
+    right = (0.02 * torch.randn(inner, columns, generator=generator)).bfloat16()
+    gradient_like = torch.randn(rows, inner, generator=generator) * 1e-5
+    return left.to(device), right.to(device), gradient_like.to(device)
+
+
+def check_products(device: str, rows: int, inner: int, columns: int) -> None:
+    """Both products against float64, plain and with a transposed left operand (the router's weight gradient)."""
+    left, right, fp32_left = random_operands(rows, inner, columns, device)
+    product = bf16_matmul_in_fp32(left, right)
+    assert product.dtype == torch.float32
+    assert errors(product, left.double() @ right.double())[0] <= FP32_BOUND
+    mixed = fp32_matmul_with_bf16_operand(fp32_left, right)
+    assert mixed.dtype == torch.float32
+    assert errors(mixed, fp32_left.double() @ right.double())[0] <= FP32_BOUND
+    one_term = bf16_matmul_in_fp32(fp32_left.bfloat16(), right)  # what a split into one term would give
+    assert errors(one_term, fp32_left.double() @ right.double())[0] > 10 * FP32_BOUND
+    weight_gradient = fp32_matmul_with_bf16_operand(fp32_left.t(), left)  # a non-contiguous fp32 operand
+    assert errors(weight_gradient, fp32_left.double().t() @ left.double())[0] <= FP32_BOUND
+
+
+def test_products_on_the_cpu_match_float64() -> None:
+    check_products("cpu", 96, 64, 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tensor_core_products_at_the_router_shape_match_float64() -> None:
+    """Qwen3.5's router at 8 x 4096 tokens: 32,768 x 2048 activations, 256 experts, on the GPU's tensor cores."""
+    check_products("cuda", 32768, 2048, 256)
