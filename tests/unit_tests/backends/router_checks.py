@@ -7,6 +7,9 @@ from tests.unit_tests.models.hf_reference import errors
 
 FP32_BOUND = 1e-6
 """Relative L2 error of fp32 logits computed two ways from the same bf16 operands: fp32 accumulation round-off."""
+TENSOR_CORE_BOUND = 5e-6
+"""The same on a GPU's tensor cores, whose fp32 accumulation is less exact than fp32 FMA (H200, inner dimension 2048:
+2.1e-6 against float64, fp32 FMA 3.9e-7). One bf16 rounding of the fp32 operand gives ~2e-3, TF32 ~3e-4."""
 
 
 def bf16_router_gradients(hidden: torch.Tensor, weight: torch.Tensor, upstream: torch.Tensor
@@ -18,14 +21,18 @@ def bf16_router_gradients(hidden: torch.Tensor, weight: torch.Tensor, upstream: 
     return logits.detach(), given_hidden.grad, given_weight.grad
 
 
-def assert_same_as_fp32_copies(tensor_cores: tuple[torch.Tensor, ...], upcast: tuple[torch.Tensor, ...]) -> None:
-    """The bf16 tensor-core path against the fp32-copies path: logits within fp32 round-off, and the bf16 gradients
-    equal but for the rare element whose fp32 value sits at a bf16 rounding boundary (a gradient rounded through bf16
-    on the way, an fp32 gradient split into fewer exact terms, differs in a large share of elements)."""
-    assert errors(tensor_cores[0], upcast[0])[0] <= FP32_BOUND
+def assert_same_as_fp32_copies(tensor_cores: tuple[torch.Tensor, ...], upcast: tuple[torch.Tensor, ...],
+                               logits_bound: float = FP32_BOUND, share_bound: float = 1e-3) -> list[float]:
+    """The bf16 tensor-core path against the fp32-copies path: logits within ``logits_bound`` (relative L2), and the
+    bf16 gradients equal but for a share of at most ``share_bound`` of elements whose fp32 values sit at a bf16
+    rounding boundary (a gradient rounded through bf16 on the way, or an fp32 gradient split into fewer exact terms,
+    differs in a large share). Returns the differing shares of the input and weight gradients."""
+    assert errors(tensor_cores[0], upcast[0])[0] <= logits_bound
+    shares = []
     for ours, reference in zip(tensor_cores[1:], upcast[1:], strict=True):
         assert ours.dtype == reference.dtype == torch.bfloat16
-        differing = (ours != reference).float().mean().item()
-        assert differing <= 1e-3, differing
+        shares.append((ours != reference).float().mean().item())
+        assert shares[-1] <= share_bound, shares
         assert errors(ours, reference)[1] <= 2 ** -7  # one bf16 unit in the last place, where they differ
+    return shares
 

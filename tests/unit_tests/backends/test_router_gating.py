@@ -115,8 +115,8 @@ def test_torch_native_moe_layers_get_the_torch_router() -> None:
 
 
 def test_fp32_router_on_bf16_operands_takes_the_tensor_core_products(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tensor-core path (forced on the CPU, where its products run as upcast arithmetic): seven bf16 products
-    (one forward, three split terms for each gradient) and the fp32-copies path's results."""
+    """The tensor-core path (forced on the CPU, where its products run as upcast arithmetic): three bf16 products
+    (the logits and each gradient, the fp32 gradient as three exact bf16 terms) and the fp32-copies path's results."""
     from megatron.oellm.backends.torch_native import router as router_module
     from megatron.oellm.layers import fp32_products
 
@@ -137,5 +137,5 @@ def test_fp32_router_on_bf16_operands_takes_the_tensor_core_products(monkeypatch
     monkeypatch.setattr(router_module, "bf16_matmul_in_fp32", counted)
     monkeypatch.setattr(fp32_products, "bf16_matmul_in_fp32", counted)
     tensor_cores = bf16_router_gradients(hidden, weight, upstream)
-    assert calls == [(torch.bfloat16, torch.bfloat16)] * 7
+    assert calls == [(torch.bfloat16, torch.bfloat16)] * 3
     assert_same_as_fp32_copies(tensor_cores, upcast)

@@ -15,7 +15,7 @@ from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
-from router_checks import FP32_BOUND, assert_same_as_fp32_copies, bf16_router_gradients
+from router_checks import TENSOR_CORE_BOUND, assert_same_as_fp32_copies, bf16_router_gradients
 
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
@@ -193,7 +193,7 @@ def test_fp32_router_logits_and_gradients_are_fp32_with_or_without_transformer_e
 @pytest.mark.usefixtures("tf32_flags_restored")
 def test_fp32_router_of_bf16_operands_on_tensor_cores_at_qwen35_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """Qwen3.5's router at 8 x 4096 tokens (32,768 x 2048 bf16 activations, 256 experts, fp32 router): the tensor-core
-    products give fp32 logits within fp32 round-off of float64 and of the fp32-copies path
+    products give fp32 logits within the tensor cores' fp32 accumulation error of float64 and of the fp32-copies path
     (``OELLM_FP32_OPERAND_ROUTER=1``), and the same bf16 gradients but for rounding-boundary elements."""
     generator = torch.Generator(device="cuda").manual_seed(fresh_seed())
     hidden = torch.randn(32768, 2048, device="cuda", generator=generator).bfloat16()
@@ -208,8 +208,9 @@ def test_fp32_router_of_bf16_operands_on_tensor_cores_at_qwen35_shape(monkeypatc
     exact = hidden.double() @ weight.double().t()
     print(f"\nrouter logits vs float64: tensor cores {errors(tensor_cores[0], exact)[0]:.3e}, "
           f"fp32 copies {errors(upcast[0], exact)[0]:.3e}")
-    assert errors(tensor_cores[0], exact)[0] <= FP32_BOUND
-    assert_same_as_fp32_copies(tensor_cores, upcast)
+    assert errors(tensor_cores[0], exact)[0] <= TENSOR_CORE_BOUND
+    shares = assert_same_as_fp32_copies(tensor_cores, upcast, TENSOR_CORE_BOUND, share_bound=5e-3)
+    print(f"bf16 gradient elements differing from the fp32-copies path: input {shares[0]:.2e}, weight {shares[1]:.2e}")
 
 def test_router_left_on_the_cpu_moves_its_parameters_to_the_input_gpu(megatron_runtime: None) -> None:
     """megatron-core lets a router's parameters stay on the CPU until the first forward; the torch-native router then

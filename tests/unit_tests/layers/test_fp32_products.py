@@ -11,16 +11,19 @@ from megatron.oellm.layers.fp32_products import (
 )
 from tests.unit_tests.models.hf_reference import errors, fresh_seed
 
-FP32_BOUND = 1e-6
-"""Relative L2 error of an fp32 product against float64: fp32 accumulation round-off. One bf16 rounding of an fp32
-operand (a split into one term) gives ~2e-3, TF32's operand rounding ~3e-4."""
+BOUND = {"cpu": 1e-6, "cuda": 5e-6}
+"""Relative L2 error of an fp32 product against float64: fp32 accumulation round-off, larger on tensor cores (H200,
+inner dimension 2048: 2.1e-6, fp32 FMA 3.9e-7). One bf16 rounding of an fp32 operand (a split into one term) gives
+~2e-3, TF32's operand rounding ~3e-4."""
 
 
 def wide_range_fp32(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """fp32 values of both signs with exponents spread over 1e-30 .. 1e30 (gradients span many decades)."""
-    mantissas = torch.randn(shape, generator=generator)
+    """fp32 values of both signs, magnitudes spread over 1e-30 .. 1e31 (gradients span many decades; below ~1e-33
+    the third term would be a bf16 subnormal)."""
+    signs = torch.randint(0, 2, shape, generator=generator).float() * 2 - 1
+    mantissas = 1 + 9 * torch.rand(shape, generator=generator)
     exponents = torch.randint(-30, 31, shape, generator=generator).float()
-    return mantissas * torch.pow(10.0, exponents)
+    return signs * mantissas * torch.pow(10.0, exponents)
 
 
 def test_three_bf16_terms_sum_to_the_fp32_value_exactly() -> None:
@@ -55,16 +58,17 @@ def random_operands(rows: int, inner: int, columns: int, device: str) -> tuple[t
 def check_products(device: str, rows: int, inner: int, columns: int) -> None:
     """Both products against float64, plain and with a transposed left operand (the router's weight gradient)."""
     left, right, fp32_left = random_operands(rows, inner, columns, device)
+    bound = BOUND[device]
     product = bf16_matmul_in_fp32(left, right)
     assert product.dtype == torch.float32
-    assert errors(product, left.double() @ right.double())[0] <= FP32_BOUND
+    assert errors(product, left.double() @ right.double())[0] <= bound
     mixed = fp32_matmul_with_bf16_operand(fp32_left, right)
     assert mixed.dtype == torch.float32
-    assert errors(mixed, fp32_left.double() @ right.double())[0] <= FP32_BOUND
+    assert errors(mixed, fp32_left.double() @ right.double())[0] <= bound
     one_term = bf16_matmul_in_fp32(fp32_left.bfloat16(), right)  # what a split into one term would give
-    assert errors(one_term, fp32_left.double() @ right.double())[0] > 10 * FP32_BOUND
+    assert errors(one_term, fp32_left.double() @ right.double())[0] > 100 * bound
     weight_gradient = fp32_matmul_with_bf16_operand(fp32_left.t(), left)  # a non-contiguous fp32 operand
-    assert errors(weight_gradient, fp32_left.double().t() @ left.double())[0] <= FP32_BOUND
+    assert errors(weight_gradient, fp32_left.double().t() @ left.double())[0] <= bound
 
 
 def test_products_on_the_cpu_match_float64() -> None:
