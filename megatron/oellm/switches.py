@@ -25,9 +25,9 @@ SLOW_PATH_SWITCHES: dict[str, str] = {
     UPSTREAM_MOE_PERMUTATION: "MoE layers keep megatron-core's atomic token permutation (5.6 % of a torch-native "
                               "Qwen3.5 proxy step on an H200)",
     FP32_OPERAND_ROUTER: "the torch-native fp32 router computes on fp32 copies on the CUDA cores instead of the tensor "
-                         "cores (TO MEASURE)",
+                         "cores (2.2 % of a torch-native Qwen3.5 proxy step on an H200)",
 }
-"""Switch -> what it costs when set to ``1`` (measured, docs/benchmarks.md sessions 14 and 15)."""
+"""Switch -> what it costs when set to ``1`` (measured, docs/benchmarks.md sessions 14, 15 and 16)."""
 
 
 def is_on(name: str, environ: Mapping[str, str] | None = None) -> bool:

@@ -10,6 +10,10 @@ FP32_BOUND = 1e-6
 TENSOR_CORE_BOUND = 5e-6
 """The same on a GPU's tensor cores, whose fp32 accumulation is less exact than fp32 FMA (H200, inner dimension 2048:
 2.1e-6 against float64, fp32 FMA 3.9e-7). One bf16 rounding of the fp32 operand gives ~2e-3, TF32 ~3e-4."""
+TENSOR_CORE_SHARE = 2e-2
+"""Share of bf16 gradient elements allowed to differ by one unit from the fp32-copies path on tensor cores: the
+weight gradient sums over every token (32,768: fp32 relative error ~1e-5 before the bf16 rounding, 0.64 % of elements
+rounded the other way on an H200). A gradient rounded through bf16 on the way differs in about half."""
 
 
 def bf16_router_gradients(hidden: torch.Tensor, weight: torch.Tensor, upstream: torch.Tensor
