@@ -2,8 +2,10 @@
 
 ``oellm convert hf-to-mcore --model CARD --hf PATH --out DIR`` writes a megatron-core distributed checkpoint that
 megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CARD --mcore DIR --out PATH`` writes
-sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. Both stream one layer at a time. Bad input
-exits with status 2, a conversion stopped by SIGTERM / SIGHUP / SIGINT (Ctrl-C) with 128 + the signal number.
+sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. ``--vocab-size N`` (either direction)
+converts with the card's vocabulary set to N, for checkpoints of a run trained with ``--vocab-size N``. Both stream
+one layer at a time. Bad input exits with status 2, a conversion stopped by SIGTERM / SIGHUP / SIGINT (Ctrl-C)
+with 128 + the signal number.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt
 
 _OVERWRITE_HELP = ("replace a previous output of this conversion in a non-empty --out; refused if --out holds "
                    "anything else (files are named)")
+_VOCAB_HELP = ("the vocabulary the checkpoint was made with, when not the card's (e.g. a run trained with "
+               "--vocab-size N, or an HF model with an extended vocabulary): converts with the card's vocabulary "
+               "set to N; mcore-to-hf still drops megatron's padding rows past N")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
@@ -27,6 +32,17 @@ def byte_size(text: str) -> int:
     if not match:
         raise argparse.ArgumentTypeError(f"expected a size like 5GB or 500MB, got {text!r}")
     return int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper() or " "))
+
+
+def positive_int(text: str) -> int:
+    """``"1024"`` -> 1024, refusing zero, negative and non-integer values; an argparse type."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_mcore.add_argument("--hf", required=True, type=Path, help="HF checkpoint directory (config.json, *.safetensors)")
     to_mcore.add_argument("--out", required=True, type=Path, help="output directory for `--load` of megatron training")
     to_mcore.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
+    to_mcore.add_argument("--vocab-size", type=positive_int, metavar="N", help=_VOCAB_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
     to_hf.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
@@ -46,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
     to_hf.add_argument("--out", required=True, type=Path, help="output directory for from_pretrained")
     to_hf.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
+    to_hf.add_argument("--vocab-size", type=positive_int, metavar="N", help=_VOCAB_HELP)
     to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", help="safetensors shard size (default 5GB)")
     to_hf.add_argument("--hf-config", type=Path, metavar="DIR",
                        help="take config.json (and generation_config.json) from this HF model directory, checked "
@@ -62,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         card = get_card(args.model)
+        if args.vocab_size is not None:
+            card = card.with_vocab(args.vocab_size)
         if args.direction == "hf-to-mcore":
             summary = hf_to_mcore_checkpoint(card, args.hf, args.out, overwrite=args.overwrite)
         else:
@@ -76,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C before the output is staged (while staged it is a ConversionInterrupted)
         print(f"oellm convert {args.direction}: stopped by SIGINT; --out is as it was")
         return 128 + signal.SIGINT
-    print(f"oellm convert {args.direction}: {card.name}: read {summary.tensors_read} tensors, wrote "
+    vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
+    print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")
     if summary.padding_rows:
         print(f"  dropped {summary.padding_rows} vocabulary padding rows past the card's {card.vocab_size} (megatron's "

@@ -8,9 +8,10 @@ multimodal ``config.json`` (the language model under ``text_config``) is written
 
 The check reads ``config.json`` (its ``text_config`` when nested, as in the published multimodal Qwen3.5) the way
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
-``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config: the shape
-fields below when present, the RoPE settings the card's config states (type, base, rotated fraction), the
-activation, and ``model_type`` when present.
+``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config:
+``model_type`` when present (first, so that a checkpoint of another family is refused on that alone), the shape
+fields below when present, the RoPE settings the card's config states (type, base, rotated fraction) and the
+activation.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ _SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_
                "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
                "norm_topk_prob", "rms_norm_eps")
 """Fields compared when the config states them (under their name or the config class's alias)."""
+_MISSING = object()
+"""Stands for a field a config object does not have (the card's config class may lack one the checkpoint states)."""
 
 
 def read_config_files(directory: Path) -> dict[str, str]:
@@ -60,29 +63,45 @@ def parse_json_object(text: str, where: str) -> dict:
 
 
 def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
-    """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``."""
+    """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
+
+    A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
+    else is read, naming only that field; a shape field the checkpoint states but the card's config class does not
+    have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction.
+    """
     stored = parse_json_object(config_text, where)
     text = stored.get("text_config", stored)
     if not isinstance(text, dict):
         raise ConversionError(f"{where}: 'text_config' is a JSON {type(text).__name__}, not an object")
     expected = family_module(card).hf_config_from_card(card)
+
+    def refuse(wrong: list[str]) -> ConversionError:
+        return ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; "
+                               "pick the card of this checkpoint with --model")
+
+    if "model_type" in text and text["model_type"] != expected.model_type:
+        raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"])
     try:
         loaded = type(expected).from_dict(text)
     except Exception as error:  # transformers' field validation raises its own types
         raise ConversionError(f"{where} cannot be read as a {type(expected).__name__}: {error}") from error
     aliases = type(expected).attribute_map
-    wrong = [f"{k}: checkpoint {getattr(loaded, k)!r}, card {getattr(expected, k)!r}" for k in _SHAPE_KEYS
-             if (k in text or aliases.get(k) in text) and getattr(loaded, k) != getattr(expected, k)]
-    if "model_type" in text and text["model_type"] != expected.model_type:
-        wrong.append(f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}")
+    wrong = []
+    for k in _SHAPE_KEYS:
+        if k not in text and aliases.get(k) not in text:
+            continue
+        have, want = getattr(loaded, k, _MISSING), getattr(expected, k, _MISSING)
+        if want is _MISSING:
+            wrong.append(f"{k}: checkpoint {have!r}, card's {type(expected).__name__} has no such field")
+        elif have != want:
+            wrong.append(f"{k}: checkpoint {have!r}, card {want!r}")
     if loaded.hidden_act != expected.hidden_act:
         wrong.append(f"hidden_act: checkpoint {loaded.hidden_act!r}, card {expected.hidden_act!r}")
     rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
     wrong += [f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}" for k, v in card_rope.items()
               if rope.get(k) != v]
     if wrong:
-        raise ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; "
-                              "pick the card of this checkpoint with --model")
+        raise refuse(wrong)
 
 
 TOP_LEVEL_TEXT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "dtype", "torch_dtype",

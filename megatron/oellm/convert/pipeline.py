@@ -240,15 +240,28 @@ def resolve_mcore_dir(path: Path) -> Path:
 
 
 def check_stored_card(card: ModelCard, common: dict) -> None:
-    """If the checkpoint records its card, its structural fields must match ``card``."""
+    """If the checkpoint records its card, its structural fields must match ``card``.
+
+    The message names the stored card only when it is another card: a checkpoint written for this card with
+    another vocabulary (``with_vocab``, as the recipes' ``--vocab-size`` makes it) keeps the card's name.
+    """
     stored = common.get(CARD_KEY)
     if not stored:
         return
-    wrong = [f"{k}: checkpoint {stored[k]!r}, card {getattr(card, k)!r}" for k in STRUCTURAL_FIELDS
-             if k in stored and stored[k] != getattr(card, k)]
-    if wrong:
-        raise ConversionError(f"checkpoint was written for card {stored.get('name')!r}, not {card.name}: "
-                              f"{'; '.join(wrong)}")
+    differ = [k for k in STRUCTURAL_FIELDS if k in stored and stored[k] != getattr(card, k)]
+    if not differ:
+        return
+    hint = (f"; pass --vocab-size {stored['vocab_size']} for the vocabulary it was written with"
+            if differ == ["vocab_size"] else "")
+    wrong = "; ".join(f"{k}: checkpoint {stored[k]!r}, card {getattr(card, k)!r}" for k in differ)
+    if stored.get("name") != card.name:
+        raise ConversionError(f"checkpoint was written for card {stored.get('name')!r}, not {card.name}: {wrong}"
+                              f"{hint}")
+    if len(differ) == 1:
+        k = differ[0]
+        raise ConversionError(f"the checkpoint's {k} {stored[k]!r} differs from card {card.name}'s "
+                              f"{getattr(card, k)!r}{hint}")
+    raise ConversionError(f"the checkpoint was written for another version of card {card.name}: {wrong}{hint}")
 
 
 def _stored_config_files(common: dict, directory: Path) -> dict[str, str]:
