@@ -149,6 +149,7 @@ class OursSide(Side):
     name = "ours"
 
     def __init__(self, card: ModelCard, hf_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
+        from megatron.oellm.backends.torch_native.router import router_gemm_path
         from megatron.oellm.layers.rms_norm import cuda_path
         from megatron.oellm.models import spec_builder
         from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
@@ -165,7 +166,8 @@ class OursSide(Side):
                          "recompute_granularity": config.recompute_granularity, "rms_norm": cuda_path(),
                          "moe_permutation": moe_permutation.describe(config.num_moe_experts, config.moe_permute_fusion,
                                                                      config.moe_token_dispatcher_type,
-                                                                     config.moe_flex_dispatcher_backend)}
+                                                                     config.moe_flex_dispatcher_backend),
+                         "router_gemms": router_gemm_path(config.moe_router_dtype, config.params_dtype)}
 
     def step(self, batch: Batch) -> torch.Tensor:
         """megatron-core's per-token loss averaged over the same positions transformers averages over; the MoE

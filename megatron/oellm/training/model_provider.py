@@ -99,6 +99,18 @@ def moe_permutation_description(args: argparse.Namespace) -> str:
     return "" if path == "none" else f", MoE permutation {path}"
 
 
+def router_description(args: argparse.Namespace) -> str:
+    """The start-up log's ``router GEMMs ...`` clause for the torch-native backend's MoE router
+    (:func:`megatron.oellm.backends.torch_native.router.router_gemm_path`), empty for TE or a model without experts."""
+    from megatron.oellm.backends.selection import resolve_backend
+
+    if not args.num_experts or resolve_backend(args.oellm_backend) != "torch":
+        return ""
+    from megatron.oellm.backends.torch_native.router import router_gemm_path
+
+    return f", router GEMMs {router_gemm_path(args.moe_router_dtype, args.params_dtype)}"
+
+
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
                    config=None, pg_collection=None):
     """Build this rank's part of the card's model with the ``--oellm-backend`` modules (Megatron calls this)."""
@@ -113,6 +125,6 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     transformer_config = family.transformer_config(card, layout, args.params_dtype,
                                                    **runtime_overrides(args, card, layout))
     print_rank_0(f"> building {card.name} ({card.family}, {backend_description(args.oellm_backend)}"
-                 f"{moe_permutation_description(args)})")
+                 f"{moe_permutation_description(args)}{router_description(args)})")
     return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,
                               post_process=post_process, vp_stage=vp_stage, params_dtype=args.params_dtype)

@@ -139,3 +139,15 @@ def test_fp32_router_on_bf16_operands_takes_the_tensor_core_products(monkeypatch
     tensor_cores = bf16_router_gradients(hidden, weight, upstream)
     assert calls == [(torch.bfloat16, torch.bfloat16)] * 3
     assert_same_as_fp32_copies(tensor_cores, upcast)
+
+
+def test_the_router_gemm_path_names_what_a_gpu_run_computes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from megatron.oellm.backends.torch_native.router import router_gemm_path
+
+    monkeypatch.delenv("OELLM_FP32_OPERAND_ROUTER", raising=False)
+    assert router_gemm_path("fp32", torch.bfloat16) == "tensor cores"
+    assert router_gemm_path("fp32", torch.float32) == "fp32"
+    assert router_gemm_path("fp64", torch.bfloat16) == "fp64"
+    assert router_gemm_path(None, torch.bfloat16) == "bf16"
+    monkeypatch.setenv("OELLM_FP32_OPERAND_ROUTER", "1")
+    assert router_gemm_path("fp32", torch.bfloat16) == "fp32 copies"

@@ -141,7 +141,8 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
     assert model_provider(pre_process=True, post_process=False) == "model"
     (card, _, backend), kwargs = calls[0]
     assert card.name == "qwen3-30b-a3b-tiny" and backend == "torch" and kwargs["post_process"] is False
-    assert ("> building qwen3-30b-a3b-tiny (qwen3_moe, backend torch, RMSNorm triton, MoE permutation sorted)"
+    assert ("> building qwen3-30b-a3b-tiny (qwen3_moe, backend torch, RMSNorm triton, MoE permutation sorted, "
+            "router GEMMs bf16)"
             in capsys.readouterr().out)
     fused, dense = argparse.Namespace(**vars(args)), argparse.Namespace(**vars(args))
     fused.moe_permute_fusion, dense.num_experts = True, None

@@ -27,6 +27,16 @@ ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 """``TransformerConfig.moe_router_dtype`` values and the dtype the gating product is computed in (None: the input's)."""
 
 
+def router_gemm_path(router_dtype: str | None, params_dtype: torch.dtype) -> str:
+    """How the torch-native router computes its gating GEMMs on a GPU in this process, for run logs: ``"tensor
+    cores"`` for an fp32 router of bf16 parameters (``"fp32 copies"`` with ``OELLM_FP32_OPERAND_ROUTER=1``), else the
+    dtype it computes in (``moe_router_dtype``, else the parameters')."""
+    dtype = ROUTER_DTYPES.get(router_dtype, params_dtype)
+    if dtype == torch.float32 and params_dtype == torch.bfloat16:
+        return "fp32 copies" if switches.is_on(switches.FP32_OPERAND_ROUTER) else "tensor cores"
+    return {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
 def uses_bf16_tensor_cores(hidden: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype) -> bool:
     """Whether the gating product runs as exact bf16 products accumulated in fp32: an fp32 product of bf16 operands
     on a GPU, unless ``OELLM_FP32_OPERAND_ROUTER=1``."""
