@@ -59,5 +59,5 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
     if padded not in expected:
         raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, but megatron pads the card's "
                               f"{vocab_size} tokens to {' or '.join(map(str, sorted(expected)))} {how}; the run "
-                              "trained another vocabulary (--vocab-size?): pick the card of that vocabulary")
+                              "trained another vocabulary: pass the run's --vocab-size to oellm convert")
     return padded

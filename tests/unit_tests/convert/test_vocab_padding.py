@@ -46,7 +46,7 @@ def test_rows_megatrons_padding_does_not_explain_are_refused() -> None:
         stored_padded_vocab(300, rows(256))
     # a run trained on a 262,144-token vocabulary converted with the 248,320-token Qwen3.5 card
     with pytest.raises(ConversionError, match=r"262144 rows, but megatron pads the card's 248320 tokens to 248320 "
-                                              r"or 248832 .* pick the card of that vocabulary"):
+                                              r"or 248832 .* pass the run's --vocab-size to oellm convert"):
         stored_padded_vocab(248320, rows(262144))
     run = argparse.Namespace(make_vocab_size_divisible_by=128, tensor_model_parallel_size=1, padded_vocab_size=512)
     with pytest.raises(ConversionError, match=r"to 384 at TP 1 x make-vocab-size-divisible-by 128"):
