@@ -4,13 +4,26 @@
 #             parameters and static memory per GPU, FLOPs per token, and the recipe's resolved arguments + sbatch text;
 #   a GPU:    the Qwen3.5-35B-A3B MN5 recipe fitted down (--local): proxy training on this machine's GPUs.
 # Extra arguments go to the recipe (e.g. --data-path PREFIX --tokenizer-model PATH for real text).
+# Runs in ${PYTHON:-python3}, as tools/install.sh and the recipe wrappers do.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+PY="${PYTHON:-python3}"
+
+# Whether this machine has an NVIDIA GPU: nvidia-smi lists it before anything is installed (a fresh node may have
+# no torch yet); without nvidia-smi, an installed CUDA build of torch is asked instead.
+has_gpu() {
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+    return
+  fi
+  "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
+}
+
+if has_gpu; then
   bash tools/install.sh hf,gdn
   exec bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "$@"
 fi
 bash tools/install.sh dev,hf
-python3 -m megatron.oellm models
+"$PY" -m megatron.oellm models
 echo
 exec bash examples/oellm/qwen3_235b_a22b_jupiter.sh --dry-run --row 1 "$@"

@@ -3,6 +3,7 @@
 # Usage: bash examples/oellm/oellm_ckda_hybrid_mn5.sh [--dry-run | --submit | --local] [--row N | --nodes N] [--account A] [--partition P] [--qos Q]
 #        [--image SIF] [--output-dir DIR] [--data-path PREFIX... --tokenizer-model TOK]   (default: --dry-run)
 # Settings: oellm_ckda_hybrid_mn5.toml beside this script. Works from a checkout without pip install.
+# Rows 1-2 are document-masked, which this release does not wire: they are refused; --row 3 resolves.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PYTHONPATH="$here/../..${PYTHONPATH:+:$PYTHONPATH}"

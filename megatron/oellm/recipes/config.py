@@ -321,6 +321,9 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     base = data.pop("extends", None)
     if base is None:
         return data
+    if not isinstance(base, str):
+        raise RecipeError(f"{path}: extends = {base!r} is not a string; give the base config's path relative to "
+                          f"this file, e.g. extends = \"_mn5.toml\"")
     return _deep_merge(_read_with_bases(path.parent / base, seen + (resolved,)), data)
 
 
@@ -343,11 +346,21 @@ def _quoted_time(table: Mapping[str, Any]) -> dict[str, Any]:
     return table
 
 
+def _table(data: dict[str, Any], key: str, name: str, default: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The TOML table ``key`` popped from ``data`` (``default`` when absent; a missing table without default raises
+    the ``KeyError`` :func:`load_recipe` reports); a value that is not a table raises :class:`RecipeError`."""
+    value = data.pop(key) if default is None else data.pop(key, default)
+    if not isinstance(value, Mapping):
+        raise RecipeError(f"recipe {name}: {key} = {value!r} is not a table; write it as [{key}] with its keys "
+                          "below, as in the configs in examples/oellm/")
+    return dict(value)
+
+
 def _build(name: str, data: dict[str, Any]) -> Recipe:
     """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
     data = dict(data)
     name = data.pop("name", name)
-    cluster = dict(data.pop("cluster"))
+    cluster = _table(data, "cluster", name)
     binds = cluster.get("binds", ())
     cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
     cluster = _quoted_time(cluster)
@@ -357,14 +370,13 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
             raise RecipeError(f"recipe {name} [cluster.env]: {key} = {value!r} is not a string; quote it "
                               f"({key} = \"{value}\") so the job exports exactly that text")
     rows = tuple(TableRow(**_quoted_time(row)) for row in data.pop("rows", ()))
-    parallel = data.pop("parallel", {})
-    if isinstance(parallel, Mapping):  # otherwise ParallelLayout(**parallel) raises the TypeError load_recipe reports
-        check_layout_types(parallel, f"recipe {name}: ")
+    parallel = _table(data, "parallel", name, default={})
+    check_layout_types(parallel, f"recipe {name}: ")
     return Recipe(
         name=name,
         parallel=ParallelLayout(**layout_overrides(parallel)),
         cluster=ClusterSettings(**cluster),
-        local=LocalSettings(**data.pop("local")),
+        local=LocalSettings(**_table(data, "local", name)),
         rows=rows,
         **data,
     )

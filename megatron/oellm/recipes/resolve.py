@@ -13,12 +13,13 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow, layout_overrides
 from megatron.oellm.recipes.flag_names import check_flag_names, check_removals
+from megatron.oellm.training.data import DOCUMENT_MASKING_UNWIRED
 from megatron.oellm.training.tokenizer import ByteTokenizer
 
 BYTE_TOKENIZER = "byte"
@@ -195,14 +196,40 @@ def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) 
     return ResolvedRow(row, card, layout, world_size, flags)
 
 
+def card_name_flag(card: ModelCard) -> dict[str, FlagValue]:
+    """``--oellm-model`` naming ``card`` when the registry card of its name, with the run's vocabulary and sequence
+    length, is ``card`` (None otherwise, e.g. a local proxy with fewer experts).
+
+    With the name the training entry builds exactly this card; without it the entry rebuilds a card from Megatron's
+    architecture flags, which cannot carry every card field (a CKDA card's gate rank, for one).
+    """
+    try:
+        registered = get_card(card.name)
+    except CardError:
+        return {"oellm-model": None}
+    same = dataclasses.replace(registered.with_vocab(card.vocab_size), seq_length=card.seq_length) == card
+    return {"oellm-model": card.name if same else None}
+
+
+UNWIRED_FLAGS: dict[str, str] = {"dataloader-inter-document-masking": DOCUMENT_MASKING_UNWIRED}
+"""Megatron flags the training entry parses but does not honour (name -> why): refused wherever a row sets them."""
+
+
+def check_unwired(flags: Mapping[str, FlagValue]) -> None:
+    """Refuse a set flag of :data:`UNWIRED_FLAGS`: the job would run, but not what the row says."""
+    for name, reason in UNWIRED_FLAGS.items():
+        if flags.get(name) not in (None, False):
+            raise RecipeError(reason)
+
+
 def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, train_iters: int,
                    inputs: RunInputs) -> dict[str, FlagValue]:
     """Model, layout, batch, data, recipe, row and checkpoint flags in that order (a later group overrides an earlier
-    one); the recipe's and the row's flags may not change a flag of the first four groups (:func:`check_overrides`)
-    other than the card's :data:`TRAINING_CHOICES`."""
-    card_flags = model_flags(card, vocab_size=card.vocab_size)
+    one); the recipe's and the row's flags may not change a flag of the first four groups (:func:`check_overrides`):
+    the card owns every flag it fills in, since the run builds the card ``--oellm-model`` names."""
+    card_flags = {**card_name_flag(card), **model_flags(card, vocab_size=card.vocab_size)}
     owned: dict[str, dict[str, FlagValue]] = {
-        "the model card (model, vocab_size)": {k: v for k, v in card_flags.items() if k not in TRAINING_CHOICES},
+        "the model card (model, vocab_size)": card_flags,
         "the parallel layout ([parallel], a row's parallel)": parallel_flags(card, layout),
         "the row (seq_length, micro_batch_size, global_batch_size, train_iters)": {
             "seq-length": card.seq_length, "micro-batch-size": row.micro_batch_size,
@@ -220,12 +247,8 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
     flags.update(row.flags)
     flags.update(checkpoint_flags(inputs))
     check_removals(flags)
+    check_unwired(flags)
     return flags
-
-
-TRAINING_CHOICES = ("moe-aux-loss-coeff", "moe-router-load-balancing-type", "moe-grouped-gemm",
-                    "max-position-embeddings")
-"""Flags the card fills in that are training choices, not architecture: a recipe's or row's flags may change them."""
 
 
 def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[str, Mapping[str, FlagValue]]) -> None:

@@ -10,6 +10,24 @@ from __future__ import annotations
 
 import argparse
 
+DOCUMENT_MASKING_UNWIRED = (
+    "--dataloader-inter-document-masking: document masking is not wired in this release (the datasets are built "
+    "without document boundaries and the forward step passes none to the model), so the run would train without "
+    "it; drop the flag (in a recipe row: dataloader-inter-document-masking = false) and do not compare the run "
+    "with a document-masked one")
+"""Why the training entry and ``oellm recipe`` refuse ``--dataloader-inter-document-masking``: megatron's parser
+accepts it, and on its own it only turns off the dataloader's attention mask."""
+
+
+def check_data_args(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (:data:`DOCUMENT_MASKING_UNWIRED`) for a data flag the run would accept but not honour.
+
+    The training entry calls it right after parsing, before Megatron allocates anything, so the run stops with a
+    message instead of training something other than what its command line says.
+    """
+    if getattr(args, "dataloader_inter_document_masking", False):
+        raise ValueError(DOCUMENT_MASKING_UNWIRED)
+
 
 def dataset_config(args: argparse.Namespace):
     """megatron-core ``GPTDatasetConfig`` from Megatron's parsed and validated arguments."""

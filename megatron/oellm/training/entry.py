@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
-    from megatron.oellm.training.data import train_valid_test_datasets
+    from megatron.oellm.training.data import check_data_args, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.model_provider import model_provider
@@ -67,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
     check_args_support(args.oellm_backend, args)
     check_flex_dispatcher(args)
+    check_data_args(args)
     install_throughput_logging(*flops_and_peak(args))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*recommended to use a ModelConfig.*")

@@ -8,16 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.megatron_args import megatron_parser
+from megatron.oellm.training.args import oellm_parser
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "oellm"
 CONFIGS = sorted(p for p in EXAMPLES.glob("*.toml") if not p.name.startswith("_"))
+REFUSED_ROWS = {"oellm_ckda_hybrid_mn5": (1, 2)}
+"""Shipped rows ``oellm recipe`` refuses (config stem -> 1-based rows): the report's document-masked CKDA rows, since
+document masking is not wired in this release."""
+
+
+def runnable_rows(config: Path, recipe) -> list:
+    """The rows of ``recipe`` (loaded from ``config``) that resolve: all but its :data:`REFUSED_ROWS`."""
+    refused = REFUSED_ROWS.get(config.stem, ())
+    return [row for number, row in enumerate(recipe.rows, start=1) if number not in refused]
 
 
 @pytest.fixture(scope="session")
 def parse_megatron():
-    """Parse an argv with megatron-core 0.19.2's parser (built once: it is slow to build)."""
-    parser = megatron_parser()
+    """Parse an argv with the training entry's parser, megatron-core 0.19.2's plus ``--oellm-*`` (built once: it is
+    slow to build)."""
+    parser = oellm_parser()
     return lambda argv: parser.parse_args(list(argv))
 
 

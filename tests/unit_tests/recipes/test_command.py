@@ -118,9 +118,9 @@ def test_submit_refuses_a_model_without_spec_builder_but_dry_run_prints_it(tmp_p
     assert ("--submit: the spec builder of model family 'ckda_hybrid' (megatron/oellm/models/ckda_hybrid) does not "
             "exist yet, so every job would stop in megatron's validate_args") in capsys.readouterr().err
     assert not record.exists() and not (tmp_path / "runs").exists()
-    assert main(["recipe", config, "--dry-run"]) == 0
+    assert main(["recipe", config, "--dry-run", "--row", "3"]) == 0
     out = capsys.readouterr().out
-    assert "--submit refuses this recipe" in out and out.count("#!/bin/bash") == 3
+    assert "--submit refuses this recipe" in out and out.count("#!/bin/bash") == 1
 
 
 def test_the_byte_tokenizer_vocabulary_is_the_one_the_header_and_plan_show(capsys):

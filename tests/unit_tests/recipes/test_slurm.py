@@ -128,3 +128,16 @@ def test_host_paths_are_checked_before_submission(tmp_path):
     check_host_paths(_recipe(image="docker://nvcr.io/nvidia/pytorch:26.03-py3").cluster)
     with pytest.raises(RecipeError, match="bind source '/no/such/dir'"):
         check_host_paths(_recipe(image=str(image), binds=("/no/such/dir:/data",)).cluster)
+
+
+def test_the_printed_script_says_how_to_create_its_log_directory(tmp_path):
+    """SLURM opens ``--output`` before the script runs and creates no directory: the ``--dry-run`` script, sbatched
+    by hand, lost its log (which ``oellm table`` reads) unless the run directory existed."""
+    recipe = _recipe()
+    directory = tmp_path / "runs" / "row01-4n"
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), directory)
+    header = script.split("\n#SBATCH")[0]
+    command = next(line for line in header.splitlines() if "mkdir -p" in line).lstrip("# ").split(" && ")[0]
+    subprocess.run(["bash", "-c", command], check=True)
+    output = next(line for line in script.splitlines() if line.startswith("#SBATCH --output="))
+    assert Path(output.split("=", 1)[1]).parent == directory and directory.is_dir()

@@ -4,7 +4,7 @@ before it is queued (it would be killed before its last iteration)."""
 from __future__ import annotations
 
 import pytest
-from conftest import CONFIGS, EXAMPLES, fake_sbatch
+from conftest import CONFIGS, EXAMPLES, fake_sbatch, runnable_rows
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row
@@ -83,7 +83,7 @@ def test_a_row_without_reference_throughput_is_not_estimated():
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_every_shipped_row_fits_its_time_limit(config):
     recipe = load_recipe(config)
-    for row in recipe.rows:
+    for row in runnable_rows(config, recipe):
         resolved = resolve_row(recipe, row)
         timing = run_time(row, recipe.row_time(row), recipe.row_train_iters(row), resolved.world_size,
                           resolved.built_card)

@@ -8,9 +8,13 @@ import re
 import pytest
 from conftest import EXAMPLES
 
+from megatron.oellm.cards import get_card
 from megatron.oellm.cli import main
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row
+from megatron.oellm.recipes.local import fit_local
+
+BASE = EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"
 
 
 def _qwen3_5():
@@ -109,11 +113,24 @@ def test_recipe_flags_that_contradict_the_layout_are_refused_and_restating_a_val
     assert resolve_row(restating, restating.rows[0]).argv == resolve_row(recipe, recipe.rows[1]).argv
 
 
-def test_training_choices_of_the_card_may_change_but_pipeline_placement_may_not():
+@pytest.mark.parametrize("flag, value", [
+    ("moe-grouped-gemm", False),  # the spec builders always build grouped experts: an A/B row measured one model
+    ("moe-aux-loss-coeff", 0.0),
+    ("moe-router-load-balancing-type", "aux_loss"),
+    ("max-position-embeddings", 8192),
+    ("oellm-model", "qwen3-30b-a3b"),
+])
+def test_the_card_owns_every_flag_it_fills_in(flag, value):
+    """The run builds the card ``--oellm-model`` names, and the training entry refuses a flag that contradicts it:
+    a change is refused here, before a job waits in the queue."""
     recipe = _qwen3_5()
-    no_aux = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, "moe-aux-loss-coeff": 0.0})
-    argv = resolve_row(no_aux, no_aux.rows[0]).argv
-    assert argv[argv.index("--moe-aux-loss-coeff") + 1] == "0.0"
+    changed = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, flag: value})
+    with pytest.raises(RecipeError, match=rf"--{flag} .* contradicts the model card"):
+        resolve_row(changed, changed.rows[0])
+
+
+def test_pipeline_placement_may_not_change():
+    recipe = _qwen3_5()
     for flag, value in (("decoder-first-pipeline-num-layers", 2), ("account-for-loss-in-pipeline-split", True)):
         placed = dataclasses.replace(recipe, megatron_flags={**recipe.megatron_flags, flag: value})
         with pytest.raises(RecipeError, match=rf"--{flag} .* contradicts the parallel layout"):
@@ -273,3 +290,55 @@ def test_false_is_refused_where_there_is_nothing_to_drop(tmp_path, capsys, overr
                       f'parallel = {{ {override} }}\n')
     assert main(["recipe", str(config), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_every_row_names_its_card_so_the_run_builds_the_planned_one():
+    """Without ``--oellm-model`` the entry rebuilds the card from Megatron's flags, which cannot carry every card
+    field: the CKDA card could not be rebuilt ("ckda needs linear_gate_low_rank_dim > 0")."""
+    from megatron.oellm.training.args import merge_card_flags
+
+    for stem, number in (("qwen3_5_35b_a3b_mn5_strong", 1), ("qwen3_30b_a3b_mn5", 1), ("oellm_ckda_hybrid_mn5", 3)):
+        recipe = load_recipe(EXAMPLES / f"{stem}.toml")
+        resolved = resolve_row(recipe, recipe.row(number))
+        assert resolved.argv[:2] == ["--oellm-model", recipe.model]
+        merged = merge_card_flags(resolved.argv)  # what the entry does first; raises on a contradicting flag
+        assert merged is not None and merged.argv == resolved.argv  # the recipe already gives every card flag
+        assert dataclasses.replace(merged.card, seq_length=resolved.card.seq_length) == resolved.card
+
+
+def test_a_card_the_registry_does_not_hold_is_not_named():
+    """A local proxy with fewer experts has a registry name but not that card: naming it would build another."""
+    from megatron.oellm.recipes.resolve import card_name_flag
+
+    recipe = _qwen3_5()
+    card = get_card(f"{recipe.model}-proxy-4L")
+    assert card_name_flag(card) == {"oellm-model": card.name}
+    assert card_name_flag(dataclasses.replace(card, num_experts=32)) == {"oellm-model": None}
+    assert card_name_flag(dataclasses.replace(card, name="not-registered")) == {"oellm-model": None}
+    local = fit_local(recipe, recipe.rows[0], 1)
+    assert "--oellm-model" not in local.argv and local.card.num_experts == recipe.local.num_experts
+
+
+def test_document_masking_is_refused_on_any_row(tmp_path, capsys):
+    """Megatron's parser and validate_args accept the flag, but nothing builds document boundaries into the run."""
+    config = tmp_path / "masked.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n'
+                      '[megatron_flags]\ndataloader-inter-document-masking = true\n')
+    assert main(["recipe", str(config), "--row", "1"]) == 2
+    assert "row 1: --dataloader-inter-document-masking: document masking is not wired" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("extends = 5\n", "extends = 5 is not a string; give the base config's path"),
+    (f'extends = "{BASE}"\ncluster = "x"\n', "cluster = 'x' is not a table; write it as [cluster]"),
+    (f'extends = "{BASE}"\nparallel = 5\n', "parallel = 5 is not a table; write it as [parallel]"),
+    (f'extends = "{BASE}"\nlocal = 5\n', "local = 5 is not a table; write it as [local]"),
+])
+def test_a_value_where_a_table_or_path_goes_is_an_error_not_a_traceback(tmp_path, capsys, text, message):
+    """``extends``, ``cluster`` and top-level ``parallel`` raised TypeError, ValueError and AttributeError from the
+    config reader (rc 1, a traceback); ``local`` gets the same message."""
+    config = tmp_path / "bad.toml"
+    config.write_text(text + 'title = "bad"\n[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n')
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oellm recipe: error:") and message in err

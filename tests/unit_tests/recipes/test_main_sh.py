@@ -1,0 +1,70 @@
+"""examples/oellm/main.sh picks the GPU or the CPU job before anything is installed, in ``${PYTHON:-python3}``.
+
+The script runs in a copy of its tree whose ``tools/install.sh`` and recipe wrappers are stand-ins that record how
+they were called; ``nvidia-smi`` and the interpreter are stand-ins too, so no package is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+RECORDER = '#!/bin/sh\necho "{name} $* PYTHON=${{PYTHON:-}}" >> "$RECORD"\n'
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool) -> list[str]:
+    """Run a copy of main.sh with the stand-ins; return the recorded calls, one per line."""
+    root = tmp_path / "tree"
+    (root / "examples" / "oellm").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "main.sh", root / "examples" / "oellm" / "main.sh")
+    _executable(root / "tools" / "install.sh", RECORDER.format(name="install"))
+    for stem in ("qwen3_5_35b_a3b_mn5_strong", "qwen3_235b_a22b_jupiter"):
+        _executable(root / "examples" / "oellm" / f"{stem}.sh", RECORDER.format(name=stem))
+    bin_dir = tmp_path / "bin"
+    for tool in ("bash", "dirname", "grep", "sh"):
+        _executable(bin_dir / tool, f'#!/bin/sh\nexec {shutil.which(tool)} "$@"\n')
+    _executable(bin_dir / "python3", RECORDER.format(name="python3"))
+    if nvidia_smi is not None:
+        _executable(bin_dir / "nvidia-smi", f"#!/bin/sh\necho '{nvidia_smi}'\n")
+    python = tmp_path / "venv" / "python"
+    _executable(python, f'#!/bin/sh\n[ "$1" = -c ] && exit {0 if torch_sees_gpu else 1}\n'
+                        + RECORDER.format(name="venv-python"))
+    record = tmp_path / "record"
+    env = {"PATH": str(bin_dir), "PYTHON": str(python), "RECORD": str(record), "HOME": os.environ.get("HOME", "/")}
+    done = subprocess.run([shutil.which("bash"), str(root / "examples" / "oellm" / "main.sh"), "--extra"],
+                          env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return record.read_text().splitlines()
+
+
+def test_a_gpu_that_nvidia_smi_lists_gets_the_gpu_job_before_torch_is_installed(tmp_path):
+    """A fresh GPU node without torch took the CPU branch (the check imported torch first)."""
+    calls = run_main(tmp_path, "GPU 0: NVIDIA H100 (UUID: GPU-0)", torch_sees_gpu=False)
+    python = str(tmp_path / "venv" / "python")
+    assert calls == [f"install hf,gdn PYTHON={python}",
+                     f"qwen3_5_35b_a3b_mn5_strong --local --row 1 --extra PYTHON={python}"]
+
+
+@pytest.mark.parametrize("nvidia_smi", [None, "No devices were found"])
+def test_no_gpu_gets_the_cpu_job_in_the_chosen_interpreter(tmp_path, nvidia_smi):
+    """``python3`` was hard-coded: ``PYTHON=... bash main.sh`` ran ``models`` in another interpreter."""
+    calls = run_main(tmp_path, nvidia_smi, torch_sees_gpu=False)
+    python = str(tmp_path / "venv" / "python")
+    assert calls == [f"install dev,hf PYTHON={python}", f"venv-python -m megatron.oellm models PYTHON={python}",
+                     f"qwen3_235b_a22b_jupiter --dry-run --row 1 --extra PYTHON={python}"]
+
+
+def test_without_nvidia_smi_an_installed_cuda_torch_still_finds_the_gpu(tmp_path):
+    calls = run_main(tmp_path, None, torch_sees_gpu=True)
+    assert calls[0].startswith("install hf,gdn ") and calls[1].startswith("qwen3_5_35b_a3b_mn5_strong --local")
