@@ -10,15 +10,18 @@ torchrun); matching is by search, not from the line start. An iteration line is 
 field read ends with Megatron's `` |`` and the line's last field (``number of nan iterations``) is there, so a line
 cut by a crash or by another rank's output is left out rather than read as a shorter number.
 Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a
-restart or resume appending to the same log) starts the next one.
-A run is *failed* when the log shows an out-of-memory error, an NCCL timeout or a Python traceback, and *finished*
-when megatron's ``[after training is done]`` line follows its last iteration line.
+restart, a resume or a requeued job appending to the same log) starts the next one. Each run keeps its own
+arguments (a run without a block of its own has the previous run's) and its own part of the log: a run is *failed*
+when its part shows an out-of-memory error, an NCCL timeout, a Python traceback, a C++ abort, a fatal Python error, a
+segmentation fault, an NCCL error, a SLURM cancellation or a task that srun reports failed, and *finished* when
+megatron's ``[after training is done]`` line follows its last iteration line.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,12 +40,46 @@ _NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
 _TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
 _EXCEPTION = re.compile(r"^(?:.*?: )?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
-FAILURE_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("out of memory", ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory")),
-    ("NCCL timeout", ("Watchdog caught collective operation timeout", "NCCL timeout", "NCCL communicator was aborted")),
-    ("crashed", ("Traceback (most recent call last)",)),
+FailureStatus = Callable[[re.Match, str], str]
+"""(the marker's match, the run's text) -> the row's status."""
+
+
+def _fixed(status: str) -> FailureStatus:
+    """A :data:`FailureStatus` that is always ``status``."""
+    return lambda match, text: status
+
+
+def _crash_status(match: re.Match, text: str) -> str:
+    """``crashed (Name: message)`` of the last exception after a Python traceback (``crashed`` if none is shown)."""
+    exception = last_exception(text)
+    return f"crashed ({exception})" if exception else "crashed"
+
+
+def _cancel_status(match: re.Match, text: str) -> str:
+    """``cancelled (time limit)`` from SLURM's ``*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***``."""
+    return f"cancelled ({match['reason'].lower()})" if match["reason"] else "cancelled"
+
+
+FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
+    (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), _fixed("out of memory")),
+    (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
+     _fixed("NCCL timeout")),
+    (re.compile(r"Traceback \(most recent call last\)"), _crash_status),
+    (re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'"),
+     lambda match, text: f"crashed (C++ exception {match['type']})"),
+    (re.compile(r"terminate called (?:after throwing|without an active exception)"),
+     _fixed("crashed (C++ exception)")),
+    (re.compile(r"Fatal Python error: (?P<message>[^\n]*)"),
+     lambda match, text: f"crashed (Fatal Python error: {match['message'].strip()})"),
+    (re.compile(r"Segmentation fault"), _fixed("crashed (segmentation fault)")),
+    (re.compile(r"NCCL error"), _fixed("NCCL error")),
+    (re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?) )?\*\*\*"), _cancel_status),
+    (re.compile(r"srun: error: [^\n]*?(?P<tasks>tasks? [\d,-]+): (?P<how>Exited with exit code [1-9]\d*|Aborted|"
+                r"Killed|Segmentation fault)"),
+     lambda match, text: f"{match['tasks']} {match['how'].lower()} (srun)"),
 )
-"""Failure kind -> log substrings that show it, in priority order (an OOM also prints a traceback)."""
+"""Log patterns that show a run failed, in priority order (an OOM also prints a traceback; a C++ abort also makes
+Python and srun report), each with the row status it gives."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +98,36 @@ class IterationLine:
     nan_iterations: int = 0
     """Skipped iterations of the interval whose loss was NaN or inf."""
     run: int = 0
-    """The start of the program that printed the line (an index into :attr:`RunLog.run_starts`)."""
+    """The start of the program that printed the line (an index into :attr:`RunLog.runs`)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One start of the program in a log: its arguments, the iterations it printed and how it ended."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    """The printed arguments, values read as Python literals where they are (else the printed string); a run that
+    printed no arguments block (a restart appending to the log) has the previous run's."""
+    args_complete: bool = False
+    """The arguments block's end line was seen (False: no block, or the log stops inside it)."""
+    start: int | None = None
+    """The first iteration the run printed a line for, cut lines included (None: it printed none)."""
+    last_iteration: int = 0
+    """The last iteration the run printed a whole line for (0 if none)."""
+    logged_train_iters: int | None = None
+    """The largest iteration total (``iteration i/n``) of the run's lines (None if it printed none)."""
+    failure: str = ""
+    """How the run failed (see :data:`FAILURE_MARKERS`), from its own part of the log; empty when none is shown."""
+    finished: bool = False
+    """Megatron's ``[after training is done]`` line follows the run's last iteration line: the run reached its end,
+    so iterations past the last line were run but not logged (``train_iters`` not a multiple of ``log_interval``)."""
+
+    @property
+    def train_iters(self) -> int | None:
+        """Iterations the run was asked for (from its arguments or its iteration lines)."""
+        if isinstance(self.args.get("train_iters"), int):
+            return self.args["train_iters"]
+        return self.logged_train_iters
 
 
 @dataclass(frozen=True)
@@ -69,31 +135,10 @@ class RunLog:
     """One parsed Megatron log."""
 
     path: str
-    args: dict[str, Any] = field(default_factory=dict)
-    """The printed arguments, values read as Python literals where they are (else the printed string)."""
     iterations: dict[int, IterationLine] = field(default_factory=dict)
     """Iteration -> its line (the last one printed wins, e.g. after a restart in the same log)."""
-    failure: str = ""
-    """``out of memory``, ``NCCL timeout`` or ``crashed (ExceptionName: message)``; empty when none is shown."""
-    args_complete: bool = False
-    """The arguments block's end line was seen (False: no block, or the log stops inside it)."""
-    run_starts: tuple[int, ...] = ()
-    """The first iteration printed by each run (start of the program) in the log, in log order."""
-    finished: bool = False
-    """Megatron's ``[after training is done]`` line follows the last iteration line: the run reached its end, so
-    iterations past the last line were run but not logged (``train_iters`` not a multiple of ``log_interval``)."""
-
-    @property
-    def train_iters(self) -> int | None:
-        """Iterations the run was asked for (from the arguments or the iteration lines)."""
-        if isinstance(self.args.get("train_iters"), int):
-            return self.args["train_iters"]
-        return max((line.train_iters for line in self.iterations.values()), default=None)
-
-    @property
-    def last_iteration(self) -> int:
-        """The last iteration that printed a line (0 if none)."""
-        return max(self.iterations, default=0)
+    runs: tuple[Run, ...] = (Run(),)
+    """Each start of the program, in log order (one empty run for a log with neither arguments nor iterations)."""
 
 
 def parse_value(text: str) -> Any:
@@ -104,37 +149,72 @@ def parse_value(text: str) -> Any:
         return text
 
 
+@dataclass
+class _RunText:
+    """A run while its part of the log is read."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    args_complete: bool = False
+    own_block: bool = False
+    """The run printed its own arguments block."""
+    start: int | None = None
+    previous: int = 0
+    """The iteration of the last (possibly cut) iteration line read."""
+    last_iteration: int = 0
+    totals: list[int] = field(default_factory=list)
+    finished: bool = False
+    lines: list[str] = field(default_factory=list)
+
+    def inheritor(self) -> _RunText:
+        """The next run, started without an arguments block of its own: it keeps this run's arguments."""
+        return _RunText(dict(self.args), self.args_complete)
+
+    def frozen(self) -> Run:
+        """The finished :class:`Run`, its failure read from its own lines only."""
+        return Run(self.args, self.args_complete, self.start, self.last_iteration, max(self.totals, default=None),
+                   detect_failure("\n".join(self.lines)), self.finished)
+
+
 def parse_log_text(text: str, path: str = "<log>") -> RunLog:
     """Parse a Megatron log's text (see module docstring)."""
-    args: dict[str, Any] = {}
     iterations: dict[int, IterationLine] = {}
-    run_starts: list[int] = []
-    in_args = args_complete = finished = False
-    new_run, previous = True, 0
+    runs: list[Run] = []
+    current = _RunText()
+    in_args = False
     for line in text.splitlines():
-        if _TRAINING_DONE.search(line):
-            finished = True
-            continue
-        if _ARGS_START.search(line):
-            in_args = new_run = True
+        block = _ARGS_START.search(line) is not None
+        head = None if in_args else _ITERATION.search(line)
+        if block and (current.own_block or current.start is not None):
+            runs.append(current.frozen())
+            current = _RunText()
+        elif head and current.start is not None and int(head["iteration"]) <= current.previous:
+            runs.append(current.frozen())
+            current = current.inheritor()
+        current.lines.append(line)
+        if block:
+            current.own_block = in_args = True
             continue
         if in_args:
             if _ARGS_END.search(line):
-                in_args, args_complete = False, True
+                in_args, current.args_complete = False, True
             elif match := _ARG_LINE.search(line):
-                args[match["name"]] = parse_value(match["value"].strip())
+                current.args[match["name"]] = parse_value(match["value"].strip())
             continue
-        if (head := _ITERATION.search(line)) is None:
+        if _TRAINING_DONE.search(line):
+            current.finished = True
+            continue
+        if head is None:
             continue
         iteration = int(head["iteration"])  # a cut line still marks where a run starts
-        finished = False
-        if new_run or iteration <= previous:
-            run_starts.append(iteration)
-            new_run = False
-        previous = iteration
-        if (record := _parse_iteration(line, head, run=len(run_starts) - 1)) is not None:
+        if current.start is None:
+            current.start = iteration
+        current.previous, current.finished = iteration, False
+        if (record := _parse_iteration(line, head, run=len(runs))) is not None:
             iterations[iteration] = record
-    return RunLog(path, args, iterations, detect_failure(text), args_complete, tuple(run_starts), finished)
+            current.last_iteration = iteration
+            current.totals.append(record.train_iters)
+    runs.append(current.frozen())
+    return RunLog(path, iterations, tuple(runs))
 
 
 def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | None:
@@ -150,13 +230,11 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
 
 
 def detect_failure(text: str) -> str:
-    """The first failure kind of :data:`FAILURE_MARKERS` the log shows ('' if none); a crash names its exception."""
-    for kind, markers in FAILURE_MARKERS:
-        if any(marker in text for marker in markers):
-            if kind == "crashed":
-                exception = last_exception(text)
-                return f"crashed ({exception})" if exception else kind
-            return kind
+    """The status of the first of :data:`FAILURE_MARKERS` that ``text`` (one run's part of a log) shows, '' if
+    none."""
+    for pattern, status in FAILURE_MARKERS:
+        if match := pattern.search(text):
+            return status(match, text)
     return ""
 
 

@@ -3,10 +3,14 @@
 One row per log: nodes, GPUs, global and micro batch size, the median (or mean) step time over an iteration window
 (default 3-10, as the reports), tokens/s/GPU, TFLOP/s/GPU from our FLOP accounting
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
-efficiency against a baseline row. A log that ran out of memory, timed out in NCCL, crashed or stops before the
-window ends gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its
-own iterations (a line missing or cut, a line that also covers warm-up before the window, a restart inside it) or
-that has skipped steps, a time that is not a positive number, or a change of the global batch size.
+efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
+log) is read with the arguments and the failure of the run that printed the window's lines. A run that ran out of
+memory, timed out in NCCL, crashed, was cancelled or stops before the window ends gives a row that says so and carries
+no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
+that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
+positive number, a change of the global batch size, or arguments the numbers need that are not positive integers.
+Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments (Megatron's logged TFLOP/s is
+still shown). Rows with numbers come first, sorted by model, global batch size and nodes (:func:`sorted_rows`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
 from megatron.oellm.peaks import GPU_PEAKS, mfu
-from megatron.oellm.run_log import IterationLine, RunLog
+from megatron.oellm.run_log import IterationLine, Run, RunLog
 
 DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
 """The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
@@ -93,7 +97,7 @@ class ScalingRow:
     tflops_per_gpu_logged: float | None = None
     """Megatron's own ``throughput per GPU`` (the window's median or mean)."""
     mfu: float | None = None
-    """Fraction of the peak, from our TFLOP/s (Megatron's where ours is unknown)."""
+    """Fraction of the peak, from our TFLOP/s (None when the model is unknown)."""
     efficiency: float | None = None
     """tokens/s/GPU relative to the baseline row."""
 
@@ -140,22 +144,30 @@ def corrected_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: in
     return training_flops_per_token(card, seq_length, padded_vocab=padded_vocab).total
 
 
+def window_run(log: RunLog, window: Window) -> Run:
+    """The run the window's row is about: the latest start of the program that printed a line in the window, else
+    (no line in it) the log's last run."""
+    lines = window_lines(log, window)
+    return log.runs[max(line.run for line in lines)] if lines else log.runs[-1]
+
+
 def window_status(log: RunLog, window: Window) -> str:
-    """'ok' when the log shows no failure and its lines average exactly the window's iterations (one run, none
-    missing, none reaching before the window) with no skipped step, bad number or batch-size change; else what went
-    wrong."""
-    if log.failure:
-        return f"{log.failure} at iteration {log.last_iteration}" if log.iterations else log.failure
-    if not log.args:
+    """'ok' when the window's run (:func:`window_run`) shows no failure and the log's lines average exactly the
+    window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
+    batch-size change; else what went wrong."""
+    run = window_run(log, window)
+    if run.failure:
+        return f"{run.failure} at iteration {run.last_iteration}" if run.last_iteration else run.failure
+    if not run.args:
         return "no arguments block (not a Megatron log, or truncated before it)"
-    if not log.args_complete:
+    if not run.args_complete:
         return "truncated inside the arguments block"
-    total = log.train_iters
+    total = run.train_iters
     if total is not None and total < window.first:
         return f"run of {total} iterations ends before the window {window}"
     needed = min(window.last, total) if total is not None else window.last
-    if log.last_iteration < needed and not log.finished:
-        return f"truncated at iteration {log.last_iteration}/{total if total is not None else '?'}"
+    if run.last_iteration < needed and not run.finished:
+        return f"truncated at iteration {run.last_iteration}/{total if total is not None else '?'}"
     lines = window_lines(log, window)
     if not lines:
         return f"no iteration line in the window {window} (log interval larger than the window?)"
@@ -179,13 +191,14 @@ def interval_start(iteration: int, run_start: int, log_interval: int) -> int:
 def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine], needed: int) -> str:
     """'' when ``lines`` come from one run and average every iteration of the window up to ``needed`` exactly once
     and nothing before it; else what is wrong."""
-    interval = log.args.get("log_interval")
-    if not isinstance(interval, int) or interval < 1:
-        return "arguments block lacks log_interval"
     runs = {line.run for line in lines}
     if len(runs) > 1:
         return f"the window {window} spans a restart: its lines come from {len(runs)} starts of the program"
-    run_start = log.run_starts[lines[0].run]
+    run = log.runs[lines[0].run]
+    interval = run.args.get("log_interval")
+    if not isinstance(interval, int) or interval < 1:
+        return "arguments block lacks log_interval"
+    run_start = run.start
     expected = window.first
     for line in lines:
         start = interval_start(line.iteration, run_start, interval)
@@ -203,7 +216,7 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
     following = (lines[-1].iteration // interval + 1) * interval
     if following <= needed:
         return f"no line for iteration {following} of the window {window} (missing or cut)"
-    if lines[-1].iteration < needed and log.finished and lines[-1].iteration == log.last_iteration:
+    if lines[-1].iteration < needed and run.finished and lines[-1].iteration == run.last_iteration:
         return (f"iterations {lines[-1].iteration + 1}-{needed} of the window {window} are in no log line (the run "
                 f"ended between lines, log interval {interval}); end the window at {lines[-1].iteration}")
     if lines[-1].iteration < needed:
@@ -233,14 +246,40 @@ def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
     return ""
 
 
+VOCAB_ARGUMENTS = ("vocab_size", "make_vocab_size_divisible_by", "tensor_model_parallel_size")
+"""The arguments our FLOP count reads to pad the vocabulary as Megatron does."""
+
+
+def garbled_integer(args: dict, names: Sequence[str]) -> str:
+    """What is wrong with the first of ``names`` that is given (not None) but is no positive integer, e.g. a value
+    that another rank's output cut into; '' when all are fine."""
+    for name in names:
+        value = args.get(name)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            return f"arguments block has a {name} that is no positive integer: {str(value)[:40]!r}"
+    return ""
+
+
+def padded_vocab(args: dict) -> int | None:
+    """The output layer's vocabulary as Megatron pads it (to ``make_vocab_size_divisible_by`` x tensor-parallel
+    size; None when the arguments give no vocabulary size). The values must have passed :func:`garbled_integer`."""
+    if args.get("vocab_size") is None:
+        return None
+    divisor = (args.get("make_vocab_size_divisible_by") or MEGATRON_VOCAB_DIVISOR) * (
+        args.get("tensor_model_parallel_size") or 1)
+    return pad_vocab(args["vocab_size"], divisor)
+
+
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
               flops_per_token: FlopsPerToken = corrected_flops_per_token) -> ScalingRow:
-    """One :class:`ScalingRow` from a parsed log: the window's medians (or means), or a status and no numbers."""
-    model, card = identify_model(log.args) if log.args else ("unknown model", None)
+    """One :class:`ScalingRow` from a parsed log, read with the arguments of the window's run (:func:`window_run`):
+    the window's medians (or means), or a status and no numbers. Our TFLOP/s and the MFU need the model's card and
+    are None without it."""
+    args = window_run(log, window).args
+    model, card = identify_model(args) if args else ("unknown model", None)
     status = window_status(log, window)
     if status != "ok":
         return ScalingRow(log.path, model, status)
-    args = log.args
     lines = window_lines(log, window)
     step_time = window.summarise([line.elapsed_ms for line in lines]) / 1000.0
     logged_batch = next((line.global_batch_size for line in lines if line.global_batch_size is not None), None)
@@ -253,15 +292,26 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     logged = [line.tflops_per_gpu for line in lines if line.tflops_per_gpu is not None]
     tflops_logged = window.summarise(logged) if logged else None
     tflops = None
-    if card is not None and isinstance(args.get("vocab_size"), int):
-        divisor = int(args.get("make_vocab_size_divisible_by") or MEGATRON_VOCAB_DIVISOR) * int(args.get("tensor_model_parallel_size") or 1)
-        tflops = flops_per_token(card, seq_length, pad_vocab(args["vocab_size"], divisor)) * tokens / 1e12
-    achieved = tflops if tflops is not None else tflops_logged
+    if card is not None:
+        if problem := garbled_integer(args, VOCAB_ARGUMENTS):
+            return ScalingRow(log.path, model, problem)
+        if (vocab := padded_vocab(args)) is not None:
+            tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
     return ScalingRow(
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
-        mfu=None if achieved is None else mfu(achieved, peak_tflops))
+        mfu=None if tflops is None else mfu(tflops, peak_tflops))
+
+
+def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
+    """``rows`` in the printed order: rows with numbers by model, global batch size and nodes (a scaling series
+    reads top to bottom whatever order the shell listed the logs in), then rows without numbers in their given
+    order."""
+    def key(row: ScalingRow) -> tuple:
+        return (0, row.model, row.global_batch_size, row.nodes) if row.ok else (1,)
+
+    return sorted(rows, key=key)
 
 
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
@@ -310,12 +360,14 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                  str(row.global_batch_size or ""), str(row.micro_batch_size or ""), _number(row.step_time_s),
                  _number(row.tokens_per_s_per_gpu, thousands=True),
                  _number(row.tflops_per_gpu) or ("n/a" if row.ok else ""), _number(row.tflops_per_gpu_logged),
-                 _number(row.mfu, percent=True), _number(row.efficiency, percent=True), row.model, row.log,
+                 _number(row.mfu, percent=True) or ("n/a" if row.ok else ""), _number(row.efficiency, percent=True),
+                 row.model, row.log,
                  row.status]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP accounting (n/a: model "
-              f"unknown); Megatron TFLOP/s/GPU: the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} "
-              "(Megatron's value where ours is n/a). Efficiency: tokens/s/GPU relative to the baseline row."]
+    lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
+              "accounting (n/a: the model cannot be identified from the logged arguments); Megatron TFLOP/s/GPU: the "
+              f"logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
+              "relative to the baseline row."]
     return "\n".join(lines)
 
 

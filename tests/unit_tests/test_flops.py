@@ -320,7 +320,25 @@ def test_cli_json_and_table(capsys):
     table = capsys.readouterr().out
     assert "215.0 TFLOP/s/GPU, MFU 21.7%" in table
     assert cli.main(["flops", "oellm-ckda-hybrid", "--seq-length", "8192", "--megatron-compatible"]) == 2
-    assert "no CKDA layer" in capsys.readouterr().out
+    assert "no CKDA layer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("foo=1", "oellm flops: error: unknown Megatron flag --foo in --megatron-flag\n"),
+    ("num-layer=4", "oellm flops: error: unknown Megatron flag --num-layer in --megatron-flag (did you mean "
+                    "'num-layers'?)\n"),
+    ("foo=false", "oellm flops: error: unknown Megatron flag --foo in --megatron-flag\n"),
+    ("num-layers=abc", "oellm flops: error: --megatron-flag: argument --num-layers: invalid int value: 'abc'\n"),
+])
+def test_cli_reports_a_bad_megatron_flag_in_one_line_on_stderr(flag, message, capsys):
+    """Megatron's parser printed its 700-line usage for an unknown flag; errors went to stdout (a --json reader got
+    non-JSON)."""
+    argv = ["flops", "qwen3-30b-a3b", "--seq-length", "100", "--megatron-compatible", "--json"]
+    assert cli.main([*argv, "--megatron-flag", flag]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == message
+    assert cli.main([*argv, "--megatron-flag", "num_layers=4"]) == 0  # underscores read as dashes
+    assert json.loads(capsys.readouterr().out)["megatron_flags"] == {"num_layers": 4}
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -334,4 +352,4 @@ def test_cli_refuses_a_zero_or_negative_value_instead_of_using_a_default(option,
     printed a negative MFU."""
     argv = ["flops", "qwen3-30b-a3b", "--seq-length", "4096", "--tokens-per-second-per-gpu", "7519"]
     assert cli.main([*argv, option, value]) == 2
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err

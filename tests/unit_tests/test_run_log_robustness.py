@@ -69,7 +69,7 @@ def test_a_restart_inside_the_window_marks_the_row(args):
     for text in (overlapping, adjacent, no_header):
         assert _status("\n".join(text)) == "the window 3-10 spans a restart: its lines come from 2 starts of the program"
     log = parse_log_text("\n".join(adjacent))
-    assert log.run_starts == (1, 8) and log.iterations[8].run == 1 and log.iterations[7].run == 0
+    assert [run.start for run in log.runs] == [1, 8] and log.iterations[8].run == 1 and log.iterations[7].run == 0
     rerun = first + _lines(args, dict(enumerate(TIMES, start=1)))  # started again from scratch: a whole run
     assert summarise(parse_log_text("\n".join(rerun)), Window(), 4).step_time_s == pytest.approx(75.05)
     later = _lines(args, dict(enumerate(TIMES, start=1)), total=20) + _lines(args, {11: 3e5, 12: 75000.0}, total=20)
@@ -140,7 +140,7 @@ def test_a_cut_first_line_still_marks_where_the_run_starts(args):
     text = _edit(_log(args, TIMES, [130.0] * 10), 1, "elapsed time per iteration (ms): 225000.0 |",
                  "elapsed time per iteration (ms): 2250")
     log = parse_log_text(text)
-    assert 1 not in log.iterations and log.run_starts == (1,)
+    assert 1 not in log.iterations and [run.start for run in log.runs] == [1]
     row = summarise(log, Window(), 4)
     assert row.ok and row.step_time_s == pytest.approx(75.05)
 
@@ -162,9 +162,72 @@ def test_a_finished_run_whose_last_iterations_were_not_logged_is_not_called_trun
     stopped = "\n".join(_lines(every_4, {1: 225000.0, 4: 100000.0, 8: 75000.0}, total=10))
     done = stopped + "\n[after training is done] datetime: 2026-11-30 12:00:00.000000 "
     assert _status(stopped, Window(5, 10)) == "truncated at iteration 8/10"
-    assert parse_log_text(done).finished and not parse_log_text(stopped).finished
+    assert parse_log_text(done).runs[-1].finished and not parse_log_text(stopped).runs[-1].finished
     assert _status(done, Window(5, 10)) == ("iterations 9-10 of the window 5-10 are in no log line (the run ended "
                                             "between lines, log interval 4); end the window at 8")
     assert summarise(parse_log_text(done), Window(5, 8), 4).ok
     whole = _log(args, TIMES, [130.0] * 10) + "\n[after training is done] datetime: 2026-11-30 12:00:00.000000 "
     assert summarise(parse_log_text(whole), Window(), 4).ok
+
+
+DONE = "[after training is done] datetime: 2026-10-19 12:00:00"
+
+
+def test_each_run_of_an_appended_log_is_read_with_its_own_arguments(args):
+    """Two jobs in one file: the 8-node run's window must not take the 16-node run's world size (the table said 16
+    nodes and half the tokens/s)."""
+    bigger = {**args, "world_size": 64}
+    cancelled = "slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
+    text = "\n".join(_lines(args, dict(enumerate(TIMES, start=1))) + [DONE]
+                     + _lines(bigger, {1: 200000.0, 2: 100000.0}) + [cancelled])
+    log = parse_log_text(text)
+    assert [run.args["world_size"] for run in log.runs] == [32, 64]
+    assert [run.failure for run in log.runs] == ["", "cancelled (time limit)"]
+    row = summarise(log, Window(), 4)
+    assert row.ok and (row.nodes, row.gpus) == (8, 32)
+    assert row.tokens_per_s_per_gpu == pytest.approx(4096 * 4096 / 75.05 / 32)
+    assert summarise(log, Window(1, 2), 4).status == "cancelled (time limit) at iteration 2"
+
+
+def test_a_restart_without_an_arguments_block_keeps_the_previous_arguments(args):
+    text = "\n".join(_lines(args, {1: 225000.0, 2: 112000.0}) + _lines(args, dict(enumerate(TIMES, 1)), block=False))
+    log = parse_log_text(text)
+    assert len(log.runs) == 2 and log.runs[1].args == log.runs[0].args and log.runs[1].args_complete
+    assert summarise(log, Window(), 4).ok
+
+
+def test_a_failed_attempt_before_a_clean_requeue_does_not_mark_the_row(args):
+    """The requeued job ran 1-10 cleanly; the row said 'out of memory at iteration 10' from the first attempt."""
+    oom = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    first = _lines(args, {1: 225000.0, 2: 112000.0}) + [oom]
+    clean = "\n".join(first + _lines(args, dict(enumerate(TIMES, start=1))) + [DONE])
+    log = parse_log_text(clean)
+    assert [run.failure for run in log.runs] == ["out of memory", ""]
+    assert summarise(log, Window(), 4).ok
+    failed_again = "\n".join(first + _lines(args, dict(enumerate(TIMES[:5], start=1))) + [oom])
+    assert _status(failed_again) == "out of memory at iteration 5"
+
+
+@pytest.mark.parametrize("tail, status", [
+    ("[rank3]:terminate called after throwing an instance of 'c10::DistBackendError'\n[rank3]:  what():  NCCL "
+     "error: unhandled cuda error\n[rank3]:Fatal Python error: Aborted\nsrun: error: as01r1b01: task 3: Aborted "
+     "(core dumped)", "crashed (C++ exception c10::DistBackendError)"),
+    ("Fatal Python error: Segmentation fault\n", "crashed (Fatal Python error: Segmentation fault)"),
+    ("/var/spool/slurmd/job1234/slurm_script: line 9: 4242 Segmentation fault (core dumped) python train.py",
+     "crashed (segmentation fault)"),
+    ("[rank1]: NCCL error in: ProcessGroupNCCL.cpp:1234, unhandled system error", "NCCL error"),
+    ("slurmstepd: error: *** STEP 1234.0 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***",
+     "cancelled (time limit)"),
+    ("slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 ***", "cancelled"),
+    ("srun: error: as01r1b01: task 3: Exited with exit code 1", "task 3 exited with exit code 1 (srun)"),
+    ("srun: error: as01r1b01: tasks 0-3: Killed", "tasks 0-3 killed (srun)"),
+])
+def test_crashes_without_a_python_traceback_mark_the_row(args, tail, status):
+    """A run that dies after the window without a traceback was shown ok (with one it says 'crashed')."""
+    text = "\n".join(_lines(args, dict(enumerate(TIMES + [75000.0, 75000.0], start=1)), total=20)) + "\n" + tail
+    assert _status(text) == f"{status} at iteration 12"
+
+
+def test_a_task_that_exited_cleanly_is_no_failure(args):
+    text = _log(args, TIMES, [130.0] * 10, tail="srun: error: as01r1b01: task 0: Exited with exit code 0\n")
+    assert _status(text) == "ok"

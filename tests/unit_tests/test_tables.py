@@ -13,7 +13,7 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.cli import main
-from megatron.oellm.megatron_args import parse_megatron_argv
+from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.recipes import load_recipe, resolve
 from megatron.oellm.run_log import parse_log_text, read_log
 from megatron.oellm.scaling_table import (
@@ -25,17 +25,20 @@ from megatron.oellm.scaling_table import (
     summarise,
     with_efficiency,
 )
+from megatron.oellm.training.args import parse_oellm_argv
+from tests.unit_tests.test_flops import GPT_PATH_GDN
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "oellm"
 _ARGS_CACHE: dict[tuple, dict] = {}
 
 
 def _megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
-    """The argument namespace Megatron would print for a recipe row (parsed by Megatron's own parser)."""
+    """The argument namespace Megatron would print for a recipe row (parsed by the training entry's parser:
+    megatron-core's flags and ``--oellm-*``)."""
     key = (stem, row)
     if key not in _ARGS_CACHE:
         recipe = load_recipe(EXAMPLES / f"{stem}.toml")
-        _ARGS_CACHE[key] = vars(parse_megatron_argv(resolve(recipe, recipe.rows[row - 1])))
+        _ARGS_CACHE[key] = vars(parse_oellm_argv(resolve(recipe, recipe.rows[row - 1])))
     return {**_ARGS_CACHE[key], **(overrides or {})}
 
 
@@ -83,13 +86,14 @@ def _qwen3_5_log(nodes_row: int = 2, centre_ms: float = 75200.0, **kwargs) -> tu
 def test_arguments_block_and_iteration_lines_are_read_exactly():
     args, times, text = _qwen3_5_log(prefix="0: ")
     log = parse_log_text(text)
-    assert log.args["world_size"] == 32 and log.args["global_batch_size"] == 4096
-    assert log.args["hybrid_layer_pattern"] == args["hybrid_layer_pattern"]
-    assert log.args["moe_router_load_balancing_type"] == ["global_aux_loss"]
-    assert log.args["data_path"] is None and log.args["bf16"] is True
+    (run,) = log.runs
+    assert run.args["world_size"] == 32 and run.args["global_batch_size"] == 4096
+    assert run.args["hybrid_layer_pattern"] == args["hybrid_layer_pattern"]
+    assert run.args["moe_router_load_balancing_type"] == ["global_aux_loss"]
+    assert run.args["data_path"] is None and run.args["bf16"] is True
     assert sorted(log.iterations) == list(range(1, 11))
     assert [log.iterations[i].elapsed_ms for i in range(1, 11)] == times
-    assert log.failure == "" and log.train_iters == 10
+    assert run.failure == "" and run.train_iters == 10 and run.last_iteration == 10
 
 
 def test_window_medians_tokens_and_both_tflops():
@@ -167,20 +171,45 @@ def test_truncated_logs_say_where_they_stop():
     assert summarise(parse_log_text(short), Window(), 4).status == "run of 2 iterations ends before the window 3-10"
 
 
-def test_unknown_model_keeps_megatrons_tflops_for_mfu():
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "hidden_size": 1000})
+FROM_FLAGS = {"oellm_model": None}
+"""A run without ``--oellm-model``: its card is rebuilt from Megatron's flags."""
+
+
+def test_unknown_model_has_megatrons_tflops_but_no_tflops_or_mfu_of_ours():
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "hidden_size": 1000, **FROM_FLAGS})
     row = summarise(parse_log_text(_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4)
-    assert row.ok and row.model == "unregistered model"
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "num_experts": None})
+    assert row.ok and row.model == "unregistered model" and row.tflops_per_gpu > 0
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "num_experts": None, **FROM_FLAGS})
     row = summarise(parse_log_text(_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4, peak_tflops=1000.0)
-    assert row.model == "unknown model" and row.tflops_per_gpu is None
-    assert row.mfu == pytest.approx(0.12)
-    assert "| n/a |" in format_markdown([row], None, Window())
+    assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None and row.mfu is None
+    assert row.tflops_per_gpu_logged == pytest.approx(120.0)
+    assert "| n/a | 120.0 | n/a |" in format_markdown([row], None, Window())
+
+
+def test_gpt_path_gated_deltanet_run_is_counted_as_qwen3_5():
+    """MN5 #438's HybridEP runs: a GPTModel with GDN layers (no hybrid pattern) is Qwen3.5, not all-attention Qwen3
+    MoE (which counted 144.4 instead of 133.4 TFLOP/s/GPU at 75.2 s per step on 8 nodes)."""
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **GPT_PATH_GDN, **FROM_FLAGS})
+    row = summarise(parse_log_text(_log(args, [75200.0] * 10, [133.2] * 10)), Window(), 4)
+    assert row.ok and row.model == "qwen3.5-35b-a3b"
+    gflops = training_flops_per_token(get_card("qwen3.5-35b-a3b"), 4096, 262144).gflops_per_token
+    assert gflops == pytest.approx(19.14, abs=0.01)
+    assert row.tflops_per_gpu == pytest.approx(gflops * row.tokens_per_s_per_gpu / 1e3)
+    assert row.tflops_per_gpu == pytest.approx(133.4, abs=0.1)
+
+
+def test_architecture_flags_no_card_describes_give_no_tflops_of_ours():
+    """A dense first layer (moe_layer_freq) was counted as an all-MoE qwen3-30b-a3b."""
+    args = _megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 32, "moe_layer_freq": [0] + [1] * 47,
+                                                   **FROM_FLAGS})
+    row = summarise(parse_log_text(_log(args, [17400.0] * 10, [215.0] * 10)), Window(), 4)
+    assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None and row.mfu is None
+    assert row.tflops_per_gpu_logged == pytest.approx(215.0)
 
 
 def test_proxy_runs_are_named_after_their_card():
     args = _megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 4, "num_layers": 2,
-                                                     "pipeline_model_parallel_layout": None})
+                                                     "pipeline_model_parallel_layout": None, **FROM_FLAGS})
     row = summarise(parse_log_text(_log(args, [1000.0] * 10, [50.0] * 10)), Window(), 4)
     assert row.model == "qwen3-30b-a3b-proxy-2L" and row.nodes == 1
 
@@ -268,4 +297,60 @@ def test_command_prints_the_table(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("log,model,status,nodes")
     assert main(["table", str(good), "--window", "9-2"]) == 2
     assert main(["table", str(tmp_path / "missing.log")]) == 2
-    assert read_log(good).last_iteration == 10
+    assert read_log(good).runs[-1].last_iteration == 10
+
+
+def test_a_garbled_vocabulary_padding_argument_marks_only_its_row(tmp_path, capsys):
+    """Another rank's output cut into ``tensor_model_parallel_size``: int() raised and the whole table was lost."""
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    good, garbled = tmp_path / "good.log", tmp_path / "garbled.log"
+    good.write_text(_log(args, [75200.0] * 10, [133.2] * 10))
+    garbled.write_text(_log({**args, "tensor_model_parallel_size": "1[rank7]: W1019 warning"}, [75200.0] * 10,
+                            [133.2] * 10))
+    status = ("arguments block has a tensor_model_parallel_size that is no positive integer: "
+              "'1[rank7]: W1019 warning'")
+    assert summarise(read_log(garbled), Window(), 4).status == status
+    assert main(["table", str(garbled), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"| {status} |" in out and "| 8 | 32 | 4096 | 4 | 75.2 | 6,972 |" in out
+
+
+def test_a_log_that_cannot_be_read_keeps_the_other_rows(tmp_path, capsys, monkeypatch):
+    from megatron.oellm.commands import table
+
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    good, bad = tmp_path / "good.log", tmp_path / "bad.log"
+    good.write_text(_log(args, [75200.0] * 10, [133.2] * 10))
+    bad.write_text("anything")
+    real = table.summarise
+
+    def summarise_failing_on_bad(log, *rest):
+        if log.path.endswith("bad.log"):
+            raise ValueError("a value no parser foresaw")
+        return real(log, *rest)
+
+    monkeypatch.setattr(table, "summarise", summarise_failing_on_bad)
+    assert main(["table", str(bad), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "| log not readable: a value no parser foresaw |" in out and "| 6,972 |" in out
+
+
+def test_rows_are_sorted_by_model_batch_and_nodes_failed_rows_last(tmp_path, capsys):
+    """Shell glob order (128, 16, 32, 4, 64, 8 nodes) was printed as given; --baseline-row counts printed rows."""
+    paths = []
+    for nodes in (128, 16, 4, 8):
+        args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
+        paths.append(tmp_path / f"{nodes}n.log")
+        paths[-1].write_text(_log(args, [4096 * 4096 / 6900 / (nodes * 4) * 1000] * 10, [130.0] * 10))
+    failed = tmp_path / "oom.log"
+    failed.write_text("torch.OutOfMemoryError: CUDA out of memory\n")
+    small_batch = tmp_path / "gbs1024.log"
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 64, "global_batch_size": 1024})
+    small_batch.write_text(_log(args, [1024 * 4096 / 6900 / 64 * 1000] * 10, [130.0] * 10))
+    assert main(["table", str(failed), *map(str, paths), str(small_batch), "--baseline-row", "3",
+                 "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(row["global_batch_size"], row["nodes"]) for row in rows] == [
+        ("1024", "16.0"), ("4096", "4.0"), ("4096", "8.0"), ("4096", "16.0"), ("4096", "128.0"), ("", "")]
+    assert rows[-1]["status"].startswith("out of memory")
+    assert float(rows[2]["efficiency"]) == pytest.approx(1.0)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import sys
 from typing import Any
 
 from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.flops import FlopError, megatron_flops_per_token, pad_vocab, training_flops_per_token
-from megatron.oellm.megatron_args import FlagValue
+from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
 
 HELP = "training FLOPs per token of a model (corrected count or Megatron's), with breakdown and MFU"
@@ -59,6 +61,24 @@ def parse_flag_overrides(items: list[str]) -> dict[str, FlagValue]:
     return overrides
 
 
+def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` in one line for an override that is no flag of megatron-core's parser (whatever its
+    value, ``false`` included) or whose value that parser refuses; Megatron's parser would print its whole usage."""
+    parser = megatron_parser()
+    options = parser._option_string_actions
+    flags = {name.replace("_", "-"): value for name, value in overrides.items()}  # as megatron_namespace reads them
+    for name in flags:
+        if f"--{name}" not in options:
+            close = difflib.get_close_matches(name, [option[2:] for option in options if option[:2] == "--"], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise FlopError(f"unknown Megatron flag --{name} in --megatron-flag{hint}")
+    parser.exit_on_error = False
+    try:
+        parser.parse_known_args(flags_to_argv(flags))
+    except argparse.ArgumentError as error:
+        raise FlopError(f"--megatron-flag: {error}") from None
+
+
 POSITIVE_OPTIONS = {"seq_length": "a length in tokens",
                     "padded_vocab": "leave it out for the card's vocabulary",
                     "tokens_per_second_per_gpu": "a measured throughput",
@@ -85,6 +105,7 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
                               "document_lengths": args.document_lengths}
     if args.megatron_compatible:
         overrides = parse_flag_overrides(args.megatron_flag)
+        check_megatron_flags(overrides)
         megatron = megatron_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths,
                                             **overrides) / 1e9
         report["megatron_flags"] = overrides
@@ -134,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = flops_report(args)
     except (CardError, FlopError, ValueError) as error:
-        print(f"oellm flops: {error}")
+        print(f"oellm flops: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0

@@ -9,11 +9,13 @@ import sys
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
     DEFAULT_PEAK_TFLOPS,
+    ScalingRow,
     TableError,
     Window,
     format_csv,
     format_markdown,
     plot,
+    sorted_rows,
     summarise,
     with_efficiency,
 )
@@ -29,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--statistic", choices=("median", "mean"), default="median",
                         help="summary of the window's iterations (default median, as the reports)")
     baseline = parser.add_mutually_exclusive_group()
-    baseline.add_argument("--baseline-row", type=int, help="efficiency relative to this row (1-based)")
+    baseline.add_argument("--baseline-row", type=int,
+                          help="efficiency relative to this row of the printed table (1-based; the rows with numbers "
+                               "come first, sorted by model, global batch size and nodes, then the rows without)")
     baseline.add_argument("--baseline-nodes", type=float,
                           help="efficiency relative to the row on this many nodes (default: the fewest nodes)")
     parser.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
@@ -37,6 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
     parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG")
     parser.add_argument("--title", default="", help="title of the plot")
+
+
+def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
+    """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
+    stopping the table (the other logs' rows are kept)."""
+    try:
+        return summarise(read_log(path), window, gpus_per_node, peak_tflops)
+    except TableError:
+        raise
+    except ValueError as err:
+        return ScalingRow(path, "unknown model", f"log not readable: {err}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0 < args.peak_tflops < math.inf:
             raise TableError(f"--peak-tflops must be a positive number, got {args.peak_tflops:g}")
         window = Window.parse(args.window, args.statistic)
-        rows = [summarise(read_log(path), window, args.gpus_per_node, args.peak_tflops) for path in args.logs]
+        rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
         if args.plot:

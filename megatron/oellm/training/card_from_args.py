@@ -2,13 +2,19 @@
 
 Experiment YAMLs and recipes may describe the model with Megatron's flags alone (as for ``pretrain_gpt.py`` /
 ``pretrain_hybrid.py``). The spec builders and the FLOP accounting take a card, so the card is rebuilt from the
-parsed flags: a hybrid layer pattern with Gated DeltaNet layers (``G``) is the Qwen3.5 family, a plain MoE GPT the
-Qwen3 MoE family. It is the inverse of :func:`megatron.oellm.megatron_args.model_flags`.
+parsed flags: a hybrid layer pattern with Gated DeltaNet layers (``G``) is the Qwen3.5 family, and so is a GPT model
+with ``--experimental-attention-variant gated_delta_net`` and ``--linear-attention-freq`` (megatron-core's other way
+to build Qwen3.5); a plain MoE GPT is the Qwen3 MoE family. It is the inverse of
+:func:`megatron.oellm.megatron_args.model_flags`. Flags that change the architecture in a way no card describes
+(dense layers between the MoE ones, multi-latent attention, multi-token prediction, ...) are refused rather than
+ignored, so that neither a model nor a FLOP count is built for another architecture than the run's.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard
 
@@ -47,23 +53,84 @@ def mixer_period(pattern: str) -> tuple[str, int]:
     return linear.pop(), interval
 
 
-def card_from_megatron_args(args: argparse.Namespace, name: str = FLAGS_CARD_NAME) -> ModelCard:
-    """The card that Megatron's parsed architecture flags describe (raises ``ValueError`` naming what is missing)."""
-    if not args.num_experts:
-        raise ValueError("without --oellm-model the model is read from Megatron's flags, and the card families are "
-                         "MoE models: give --num-experts (or --oellm-model NAME)")
-    linear_fields: dict = {}
+def linear_attention_interval(freq: int | list | None, num_layers: int) -> int:
+    """The full-attention interval of Megatron's ``--linear-attention-freq`` (N: every Nth layer softmax attention,
+    the others linear; a list: 1 = linear, 0 = softmax attention per layer), which must be periodic."""
+    if isinstance(freq, int) and not isinstance(freq, bool) and freq >= 2:
+        return freq
+    if isinstance(freq, list) and 0 in freq:
+        interval = freq.index(0) + 1
+        if freq == [0 if (i + 1) % interval == 0 else 1 for i in range(num_layers)]:
+            return interval
+    raise ValueError(f"--linear-attention-freq {freq!r} is not 'every Nth layer softmax attention' (N >= 2) over "
+                     f"the {num_layers} layers, the one layer mix a model card describes")
+
+
+def _all_moe(freq) -> bool:
+    """Megatron's ``--moe-layer-freq`` puts an MoE block in every layer (1, or a list of ones)."""
+    return freq in (None, 1) or (isinstance(freq, list) and set(freq) == {1})
+
+
+_UNEXPRESSIBLE: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("moe_layer_freq", _all_moe, "dense layers between the MoE layers"),
+    ("multi_latent_attention", lambda value: not value, "multi-latent attention"),
+    ("mtp_num_layers", lambda value: not value, "multi-token prediction layers"),
+    ("experimental_attention_variant", lambda value: value in (None, "gated_delta_net"),
+     "an attention variant other than gated_delta_net"),
+    ("heterogeneous_layers_config_path", lambda value: value is None, "per-layer (heterogeneous) configurations"),
+    ("heterogeneous_layers_config_encoded_json", lambda value: value is None,
+     "per-layer (heterogeneous) configurations"),
+    ("window_size", lambda value: value is None, "sliding-window attention"),
+    ("swiglu", lambda value: value is not False, "an MLP without SwiGLU"),
+    ("add_bias_linear", lambda value: value is not True, "biases on the linear layers"),
+    ("normalization", lambda value: value in (None, "RMSNorm"), "a normalization other than RMSNorm"),
+    ("position_embedding_type", lambda value: value in (None, "rope"), "position embeddings other than RoPE"),
+)
+"""(Megatron argument, test of a value a card describes, what another value means): flags whose other values build
+an architecture no card family has. A missing argument (a log of another Megatron version) is not refused."""
+
+
+def check_expressible(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` naming each of :data:`_UNEXPRESSIBLE`'s flags whose value no card describes."""
+    refused = [f"--{name.replace('_', '-')} {getattr(args, name)!r} ({meaning})"
+               for name, describable, meaning in _UNEXPRESSIBLE
+               if hasattr(args, name) and not describable(getattr(args, name))]
+    pattern = getattr(args, "hybrid_layer_pattern", None)
+    if isinstance(pattern, str) and "/" in pattern:
+        refused.append(f"--hybrid-layer-pattern {pattern!r} (multi-token prediction layers after '/')")
+    if refused:
+        raise ValueError("no model card describes these Megatron flags: " + "; ".join(refused)
+                         + " (the cards are decoder-only MoE models with softmax attention, optionally mixed with "
+                         "one linear mixer, without MTP)")
+
+
+def _linear_fields(args: argparse.Namespace) -> tuple[str, int, dict]:
+    """(family, decoder layers, linear-mixer card fields) of the parsed flags: a hybrid pattern, the GPT path's
+    Gated DeltaNet (``--experimental-attention-variant gated_delta_net``) or plain softmax attention."""
     if args.hybrid_layer_pattern:
         linear_mixer, interval = mixer_period(args.hybrid_layer_pattern)
         num_layers = len(args.hybrid_layer_pattern.split("/")[0].replace("|", "")) // 2
-        linear_fields = dict(
-            linear_mixer=linear_mixer, full_attention_interval=interval,
-            linear_num_key_heads=args.linear_num_key_heads, linear_num_value_heads=args.linear_num_value_heads,
-            linear_key_head_dim=args.linear_key_head_dim, linear_value_head_dim=args.linear_value_head_dim,
-            linear_conv_kernel_dim=args.linear_conv_kernel_dim)
-        family = "qwen3_5" if linear_mixer == "gdn" else "ckda_hybrid"
+    elif getattr(args, "experimental_attention_variant", None) == "gated_delta_net":
+        linear_mixer, num_layers = "gdn", args.num_layers
+        interval = linear_attention_interval(args.linear_attention_freq, num_layers)
     else:
-        num_layers, family = args.num_layers, "qwen3_moe"
+        return "qwen3_moe", args.num_layers, {}
+    fields = dict(
+        linear_mixer=linear_mixer, full_attention_interval=interval,
+        linear_num_key_heads=args.linear_num_key_heads, linear_num_value_heads=args.linear_num_value_heads,
+        linear_key_head_dim=args.linear_key_head_dim, linear_value_head_dim=args.linear_value_head_dim,
+        linear_conv_kernel_dim=args.linear_conv_kernel_dim)
+    return ("qwen3_5" if linear_mixer == "gdn" else "ckda_hybrid"), num_layers, fields
+
+
+def card_from_megatron_args(args: argparse.Namespace, name: str = FLAGS_CARD_NAME) -> ModelCard:
+    """The card that Megatron's parsed architecture flags describe (raises ``ValueError`` naming what is missing
+    or what no card describes)."""
+    if not args.num_experts:
+        raise ValueError("without --oellm-model the model is read from Megatron's flags, and the card families are "
+                         "MoE models: give --num-experts (or --oellm-model NAME)")
+    check_expressible(args)
+    family, num_layers, linear_fields = _linear_fields(args)
     query_groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
     return ModelCard(
         name=name,

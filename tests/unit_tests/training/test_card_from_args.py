@@ -33,3 +33,56 @@ def test_dense_model_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="--num-experts"):
         card_from_megatron_args(parse_megatron_argv(["--num-layers", "2", "--hidden-size", "64",
                                                      "--num-attention-heads", "4"]))
+
+
+def _parsed(card_name: str, **overrides) -> object:
+    """Megatron's parsed flags of ``card_name``'s card with ``overrides`` (flag name -> value; None drops one)."""
+    flags = {**model_flags(get_card(card_name)), **overrides}
+    return parse_megatron_argv(flags_to_argv(flags) + ["--seq-length", "4096"])
+
+
+@pytest.mark.parametrize("freq", ["4", "([1]*3+[0]*1)*10"])
+def test_gpt_path_gated_deltanet_is_the_qwen3_5_card(freq):
+    """MN5 #438's HybridEP runs: megatron-core's GPT model with GDN layers, no hybrid pattern; it was rebuilt as an
+    all-attention qwen3_moe card."""
+    card = get_card("qwen3.5-35b-a3b")
+    args = _parsed("qwen3.5-35b-a3b", **{"hybrid-layer-pattern": None, "num-layers": 40,
+                                         "experimental-attention-variant": "gated_delta_net",
+                                         "linear-attention-freq": freq})
+    assert card_from_megatron_args(args, name=card.name) == dataclasses.replace(card, hf_architecture="")
+
+
+@pytest.mark.parametrize("freq, message", [
+    (1, "is not 'every Nth layer softmax attention'"),
+    ([1, 1, 0, 1, 1, 1, 0, 1] * 5, "is not 'every Nth layer softmax attention'"),
+    (None, "is not 'every Nth layer softmax attention'"),
+])
+def test_gpt_path_gated_deltanet_without_a_periodic_mix_is_refused(freq, message):
+    args = _parsed("qwen3.5-35b-a3b", **{"hybrid-layer-pattern": None, "num-layers": 40,
+                                         "experimental-attention-variant": "gated_delta_net"})
+    args.linear_attention_freq = freq
+    with pytest.raises(ValueError, match=message):
+        card_from_megatron_args(args)
+
+
+@pytest.mark.parametrize("flags, named", [
+    ({"moe-layer-freq": "([0]+[1]*47)"}, "--moe-layer-freq"),
+    ({"multi-latent-attention": True}, "--multi-latent-attention"),
+    ({"mtp-num-layers": 1}, "--mtp-num-layers"),
+    ({"experimental-attention-variant": "dsa"}, "--experimental-attention-variant"),
+    ({"swiglu": False}, "--swiglu"),
+    ({"disable-bias-linear": False}, "--add-bias-linear"),
+    ({"normalization": "LayerNorm"}, "--normalization"),
+    ({"window-size": "(128,0)"}, "--window-size"),
+])
+def test_architecture_flags_no_card_describes_are_refused(flags, named):
+    """They were ignored: a dense first layer was counted and built as an MoE layer."""
+    with pytest.raises(ValueError, match=f"no model card describes these Megatron flags: {named} "):
+        card_from_megatron_args(_parsed("qwen3-30b-a3b", **flags))
+
+
+def test_a_hybrid_pattern_with_mtp_layers_is_refused():
+    pattern = get_card("qwen3.5-35b-a3b").hybrid_layer_pattern
+    args = _parsed("qwen3.5-35b-a3b", **{"hybrid-layer-pattern": pattern + "/*E"})
+    with pytest.raises(ValueError, match="multi-token prediction layers after '/'"):
+        card_from_megatron_args(args)
