@@ -67,7 +67,7 @@ def check_products(device: str, rows: int, inner: int, columns: int) -> None:
     assert mixed.dtype == torch.float32
     assert errors(mixed, fp32_left.double() @ right.double())[0] <= bound
     one_term = bf16_matmul_in_fp32(fp32_left.bfloat16(), right)  # what a split into one term would give
-    assert errors(one_term, fp32_left.double() @ right.double())[0] > 100 * bound
+    assert errors(one_term, fp32_left.double() @ right.double())[0] > 10 * bound
     weight_gradient = fp32_matmul_with_bf16_operand(fp32_left.t(), left)  # a non-contiguous fp32 operand
     assert errors(weight_gradient, fp32_left.double().t() @ left.double())[0] <= bound
 
