@@ -11,11 +11,12 @@ inputs, and the speed-up of the fused path over the eager one.
 from __future__ import annotations
 
 import argparse
-import statistics
+from functools import partial
 
 import torch
 
 from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
+from megatron.oellm.bench.timing import add_kernel_timing_options, median_ms
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models import spec_builder
 from megatron.oellm.runtime import init_single_gpu_runtime
@@ -29,36 +30,32 @@ def build_experts(card: ModelCard, fused: bool) -> torch.nn.Module:
     return experts
 
 
+def forward_backward(experts: torch.nn.Module, hidden: torch.Tensor, counts: torch.Tensor, probs: torch.Tensor,
+                     grad_out: torch.Tensor) -> None:
+    """One forward + backward of the experts from cleared gradients."""
+    hidden.grad = probs.grad = None
+    experts.zero_grad(set_to_none=True)
+    out, _ = experts(hidden, counts, probs)
+    out.backward(grad_out)
+
+
 def median_ms_and_peak_gib(experts: torch.nn.Module, hidden: torch.Tensor, counts: torch.Tensor, probs: torch.Tensor,
                            grad_out: torch.Tensor, warmup: int, steps: int) -> tuple[float, float]:
     """Median milliseconds of forward + backward between CUDA events, and the peak memory above the start, GiB."""
-    times = []
     hidden.grad = probs.grad = None  # a previous run's gradients would count in the base and leave the peak
     experts.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    for step in range(warmup + steps):
-        hidden.grad = probs.grad = None
-        experts.zero_grad(set_to_none=True)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out, _ = experts(hidden, counts, probs)
-        out.backward(grad_out)
-        end.record()
-        torch.cuda.synchronize()
-        if step >= warmup:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times), (torch.cuda.max_memory_allocated() - base) / 2**30
+    ms = median_ms(partial(forward_backward, experts, hidden, counts, probs, grad_out), warmup, steps)
+    return ms, (torch.cuda.max_memory_allocated() - base) / 2**30
 
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--card", default="qwen3.5-35b-a3b")
-    parser.add_argument("--tokens", type=int, default=32768, help="tokens per micro-batch (default 8 x 4096)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
+    add_kernel_timing_options(parser)
     args = parser.parse_args()
     card = get_card(args.card)
     init_single_gpu_runtime()

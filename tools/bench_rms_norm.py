@@ -9,10 +9,11 @@ Prints one row per shape: the median milliseconds of a forward + backward of eac
 from __future__ import annotations
 
 import argparse
-import statistics
+from functools import partial
 
 import torch
 
+from megatron.oellm.bench.timing import add_kernel_timing_options, median_ms
 from megatron.oellm.layers.rms_norm import rms_norm, rms_norm_eager
 
 SHAPES = {
@@ -23,27 +24,16 @@ SHAPES = {
 """Norms of the Qwen3.5-35B-A3B proxy: rows per token and the width normalised over."""
 
 
-def median_ms(norm, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor, warmup: int, steps: int) -> float:
-    """Median milliseconds of ``norm``'s forward + backward between two CUDA events."""
-    times = []
-    for step in range(warmup + steps):
-        x.grad = weight.grad = None
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        norm(x, weight, 1e-6, True).backward(grad_y)
-        end.record()
-        torch.cuda.synchronize()
-        if step >= warmup:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def forward_backward(norm, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor) -> None:
+    """One forward + backward of ``norm`` from cleared gradients."""
+    x.grad = weight.grad = None
+    norm(x, weight, 1e-6, True).backward(grad_y)
 
 
 def main() -> None:
     """Parse the arguments, time both paths per shape, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=32768, help="tokens per micro-batch (default 8 x 4096)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
+    add_kernel_timing_options(parser)
     args = parser.parse_args()
     print(f"{'norm':<46} {'rows x width':>16} {'eager ms':>9} {'kernels ms':>10} {'speed-up':>8}")
     for name, (per_token, width) in SHAPES.items():
@@ -51,8 +41,8 @@ def main() -> None:
         x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         weight = (0.1 * torch.randn(width, device="cuda")).to(torch.bfloat16).requires_grad_()
         grad_y = torch.randn_like(x)
-        eager = median_ms(rms_norm_eager, x, weight, grad_y, args.warmup, args.steps)
-        fused = median_ms(rms_norm, x, weight, grad_y, args.warmup, args.steps)
+        eager, fused = (median_ms(partial(forward_backward, norm, x, weight, grad_y), args.warmup, args.steps)
+                        for norm in (rms_norm_eager, rms_norm))
         print(f"{name:<46} {f'{rows} x {width}':>16} {eager:>9.3f} {fused:>10.3f} {eager / fused:>7.2f}x")
 
 

@@ -12,37 +12,27 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+from functools import partial
 
 import torch
 
 from megatron.oellm import switches
 from megatron.oellm.backends.torch_native.router import gating_product, uses_bf16_tensor_cores
+from megatron.oellm.bench.timing import add_kernel_timing_options, median_ms
 from megatron.oellm.cards import get_card
 
 
-def median_ms(hidden: torch.Tensor, weight: torch.Tensor, upstream: torch.Tensor, warmup: int, steps: int) -> float:
-    """Median milliseconds of the gating product's forward + backward between CUDA events."""
-    times = []
-    for step in range(warmup + steps):
-        hidden.grad = weight.grad = None
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        gating_product(hidden, weight, None, torch.float32).backward(upstream)
-        end.record()
-        torch.cuda.synchronize()
-        if step >= warmup:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def forward_backward(hidden: torch.Tensor, weight: torch.Tensor, upstream: torch.Tensor) -> None:
+    """One forward + backward of the fp32 gating product from cleared gradients."""
+    hidden.grad = weight.grad = None
+    gating_product(hidden, weight, None, torch.float32).backward(upstream)
 
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--card", default="qwen3.5-35b-a3b")
-    parser.add_argument("--tokens", type=int, default=32768, help="tokens per micro-batch (default 8 x 4096)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
+    add_kernel_timing_options(parser)
     args = parser.parse_args()
     card = get_card(args.card)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -59,7 +49,7 @@ def main() -> None:
         with torch.no_grad():
             logits = gating_product(hidden, weight, None, torch.float32)
         error = float((logits.double() - exact).norm() / exact.norm())
-        results[name] = median_ms(hidden, weight, upstream, args.warmup, args.steps)
+        results[name] = median_ms(partial(forward_backward, hidden, weight, upstream), args.warmup, args.steps)
         print(f"{name:<13} {results[name]:>8.3f} {error:>11.2e}")
     os.environ.pop(switches.FP32_OPERAND_ROUTER)
     print(f"speed-up {results['fp32 copies'] / results['tensor cores']:.2f}x")

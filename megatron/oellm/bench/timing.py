@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +33,29 @@ def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> Ste
     torch.cuda.synchronize()
     return StepTimes(step_ms=tuple(start.elapsed_time(end) for start, end in events),
                      peak_memory_bytes=torch.cuda.max_memory_allocated(), loss=float(first_loss))
+
+
+def add_kernel_timing_options(parser: argparse.ArgumentParser) -> None:
+    """The options every kernel benchmark in ``tools/`` takes: ``--tokens`` (per micro-batch), ``--warmup``,
+    ``--steps``."""
+    parser.add_argument("--tokens", type=int, default=32768, help="tokens per micro-batch (default 8 x 4096)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+
+
+def median_ms(step: Callable[[], object], warmup: int, steps: int) -> float:
+    """Median milliseconds of ``step`` between two CUDA events over ``steps`` runs after ``warmup`` untimed ones;
+    each run is synchronised before the next starts, so a run's time is its own (kernel benchmarks in ``tools/``)."""
+    times = []
+    for run in range(warmup + steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        torch.cuda.synchronize()
+        if run >= warmup:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def profile_step(step: Callable[[], torch.Tensor], out_dir: Path, name: str, top: int = 40) -> list[dict]:
