@@ -6,7 +6,8 @@ returns fp32 (``torch.mm(..., out_dtype=torch.float32)``) computes the same sums
 operands, differing only in the order of the fp32 additions. TF32, the other tensor-core route, rounds the operands
 to 10 mantissa bits instead. An fp32 operand that is not a bf16 value (a gradient) is first split into three bf16
 terms whose fp32 sum is exactly that operand (:func:`split_into_bf16_terms`), and the three products are added in
-fp32 (in the same GEMM, :func:`fp32_matmul_with_bf16_operand`). On the CPU, where ``torch.mm`` has no
+fp32 (in the same GEMM, :func:`fp32_matmul_with_bf16_operand`; :func:`bf16_terms_matmul` reuses one split for
+both of a gradient's products). On the CPU, where ``torch.mm`` has no
 ``out_dtype``, the same arithmetic runs on upcast operands.
 
 On an H200 an fp32 GEMM without TF32 runs on the CUDA cores; a Qwen3.5 router's three GEMMs at 32,768 tokens take
@@ -49,16 +50,25 @@ def bf16_matmul_in_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def fp32_matmul_with_bf16_operand(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` in fp32 for an fp32 ``a`` and a bf16 ``b`` (2-D both), as one bf16 GEMM accumulated in fp32:
-    ``a`` is split into exact bf16 terms, which are laid side by side against ``b`` stacked as often (the inner
-    dimension tripled; when ``b`` is the smaller operand, a router's input gradient) or stacked on top of each other
-    and their three products added in fp32 after (the output tripled; a router's weight gradient)."""
+    """``a @ b`` in fp32 for an fp32 ``a`` and a bf16 ``b`` (2-D both), as one bf16 GEMM accumulated in fp32 on the
+    exact bf16 terms of ``a`` (:func:`bf16_terms_matmul`)."""
     if b.dtype != torch.bfloat16:
         raise TypeError(f"fp32_matmul_with_bf16_operand takes a bf16 right operand, got {b.dtype}")
-    terms = split_into_bf16_terms(a)
-    if b.numel() <= a.numel():
+    return bf16_terms_matmul(split_into_bf16_terms(a), b)
+
+
+def bf16_terms_matmul(terms: tuple[torch.Tensor, ...], b: torch.Tensor) -> torch.Tensor:
+    """``sum(terms) @ b`` in fp32 for the bf16 terms of an fp32 matrix (:func:`split_into_bf16_terms`, or their
+    transposes: a caller that needs both ``a @ b`` and ``a.T @ c`` splits ``a`` once) and a bf16 ``b``, as one bf16
+    GEMM accumulated in fp32. The terms are laid side by side against ``b`` stacked as often (the inner dimension
+    tripled; when ``b`` is the smaller operand, a router's input gradient) or stacked on top of each other and their
+    products added in fp32 after (the output tripled; a router's weight gradient)."""
+    if b.dtype != torch.bfloat16 or any(term.dtype != torch.bfloat16 for term in terms):
+        raise TypeError(f"bf16_terms_matmul takes bf16 terms and a bf16 right operand, got {b.dtype}")
+    rows, columns = terms[0].shape[0], b.shape[1]
+    if b.numel() <= terms[0].numel():
         return bf16_matmul_in_fp32(torch.cat(terms, dim=1), b.repeat(len(terms), 1))
-    products = bf16_matmul_in_fp32(torch.cat(terms, dim=0), b).view(len(terms), a.shape[0], b.shape[1])
+    products = bf16_matmul_in_fp32(torch.cat(terms, dim=0), b).view(len(terms), rows, columns)
     total = products[-1]
     for product in reversed(products[:-1]):
         total = total + product

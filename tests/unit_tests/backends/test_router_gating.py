@@ -116,13 +116,15 @@ def test_torch_native_moe_layers_get_the_torch_router() -> None:
 
 def test_fp32_router_on_bf16_operands_takes_the_tensor_core_products(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tensor-core path (forced on the CPU, where its products run as upcast arithmetic): three bf16 products
-    (the logits and each gradient, the fp32 gradient as three exact bf16 terms) and the fp32-copies path's results."""
+    (the logits and each gradient, the fp32 gradient split once into three exact bf16 terms) and the fp32-copies
+    path's results."""
     from megatron.oellm.backends.torch_native import router as router_module
     from megatron.oellm.layers import fp32_products
 
-    hidden = torch.randn(2, TOKENS // 2, HIDDEN).bfloat16()
+    tokens = 512  # enough elements that the share of boundary cases is steady (~1e-4; a split into one term: ~50 %)
+    hidden = torch.randn(2, tokens // 2, HIDDEN).bfloat16()
     weight = (0.1 * torch.randn(EXPERTS, HIDDEN)).bfloat16()
-    upstream = torch.randn(2, TOKENS // 2, EXPERTS) * 1e-3
+    upstream = torch.randn(2, tokens // 2, EXPERTS) * 1e-3
     upcast = bf16_router_gradients(hidden, weight, upstream)
     assert not router_module.uses_bf16_tensor_cores(hidden, weight, torch.float32)  # the CPU keeps fp32 copies
 
@@ -133,12 +135,22 @@ def test_fp32_router_on_bf16_operands_takes_the_tensor_core_products(monkeypatch
         calls.append((a.dtype, b.dtype))
         return product(a, b)
 
+    splits: list[torch.Size] = []
+    split = fp32_products.split_into_bf16_terms
+
+    def counted_split(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        splits.append(x.shape)
+        return split(x)
+
     monkeypatch.setattr(router_module, "uses_bf16_tensor_cores", lambda *args: True)
     monkeypatch.setattr(router_module, "bf16_matmul_in_fp32", counted)
     monkeypatch.setattr(fp32_products, "bf16_matmul_in_fp32", counted)
+    monkeypatch.setattr(router_module, "split_into_bf16_terms", counted_split)
+    monkeypatch.setattr(fp32_products, "split_into_bf16_terms", counted_split)
     tensor_cores = bf16_router_gradients(hidden, weight, upstream)
     assert calls == [(torch.bfloat16, torch.bfloat16)] * 3
-    assert_same_as_fp32_copies(tensor_cores, upcast)
+    assert splits == [torch.Size([tokens, EXPERTS])]  # the gradient is split once, for both of its products
+    assert_same_as_fp32_copies(tensor_cores, upcast, share_bound=1e-2)  # the terms' exactness: test_fp32_products
 
 
 def test_the_router_gemm_path_names_what_a_gpu_run_computes(monkeypatch: pytest.MonkeyPatch) -> None:

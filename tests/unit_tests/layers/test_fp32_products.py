@@ -6,6 +6,7 @@ import torch
 
 from megatron.oellm.layers.fp32_products import (
     bf16_matmul_in_fp32,
+    bf16_terms_matmul,
     fp32_matmul_with_bf16_operand,
     split_into_bf16_terms,
 )
@@ -45,31 +46,47 @@ def test_the_split_and_the_products_refuse_other_dtypes() -> None:
         bf16_matmul_in_fp32(torch.randn(2, 3), torch.randn(3, 2).bfloat16())
     with pytest.raises(TypeError, match="bf16 right operand"):
         fp32_matmul_with_bf16_operand(torch.randn(2, 3), torch.randn(3, 2))
+    with pytest.raises(TypeError, match="bf16 terms"):
+        bf16_terms_matmul((torch.randn(2, 3),), torch.randn(3, 2).bfloat16())
 
 
-def random_operands(rows: int, inner: int, columns: int, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(bf16 left, bf16 right, fp32 left) with fresh random values, on ``device``."""
+def random_operands(tokens: int, hidden: int, experts: int, device: str
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A router's operands with fresh random values on ``device``: bf16 activations ``[tokens, hidden]``, the bf16
+    weight transposed ``[hidden, experts]`` and an fp32 gradient of the logits ``[tokens, experts]``."""
     generator = torch.Generator().manual_seed(fresh_seed())
-    left = torch.randn(rows, inner, generator=generator).bfloat16()
-    right = (0.02 * torch.randn(inner, columns, generator=generator)).bfloat16()
-    gradient_like = torch.randn(rows, inner, generator=generator) * 1e-5
-    return left.to(device), right.to(device), gradient_like.to(device)
+    activations = torch.randn(tokens, hidden, generator=generator).bfloat16()
+    weight_t = (0.02 * torch.randn(hidden, experts, generator=generator)).bfloat16()
+    grad_logits = torch.randn(tokens, experts, generator=generator) * 1e-5
+    return activations.to(device), weight_t.to(device), grad_logits.to(device)
 
 
-def check_products(device: str, rows: int, inner: int, columns: int) -> None:
-    """Both products against float64, plain and with a transposed left operand (the router's weight gradient)."""
-    left, right, fp32_left = random_operands(rows, inner, columns, device)
+def product_errors(device: str, tokens: int, hidden: int, experts: int) -> dict[str, float]:
+    """Relative L2 error against float64 of a router's three products (the logits, the input gradient with the
+    terms side by side, the weight gradient with the terms stacked, its fp32 operand transposed) and of the input
+    gradient through a split into one term (what the products must beat)."""
+    activations, weight_t, grad = random_operands(tokens, hidden, experts, device)
+    logits = bf16_matmul_in_fp32(activations, weight_t)
+    terms = split_into_bf16_terms(grad)
+    grad_input = fp32_matmul_with_bf16_operand(grad, weight_t.t())
+    grad_weight = bf16_terms_matmul(tuple(term.t() for term in terms), activations)
+    assert logits.dtype == grad_input.dtype == grad_weight.dtype == torch.float32
+    one_term = bf16_matmul_in_fp32(grad.bfloat16(), weight_t.t())
+    return {
+        "logits": errors(logits, activations.double() @ weight_t.double())[0],
+        "input gradient": errors(grad_input, grad.double() @ weight_t.double().t())[0],
+        "weight gradient": errors(grad_weight, grad.double().t() @ activations.double())[0],
+        "input gradient, one term": errors(one_term, grad.double() @ weight_t.double().t())[0],
+    }
+
+
+def check_products(device: str, tokens: int, hidden: int, experts: int) -> None:
+    """Every product within the device's bound; a split into one term more than 10x beyond it."""
+    measured = product_errors(device, tokens, hidden, experts)
     bound = BOUND[device]
-    product = bf16_matmul_in_fp32(left, right)
-    assert product.dtype == torch.float32
-    assert errors(product, left.double() @ right.double())[0] <= bound
-    mixed = fp32_matmul_with_bf16_operand(fp32_left, right)
-    assert mixed.dtype == torch.float32
-    assert errors(mixed, fp32_left.double() @ right.double())[0] <= bound
-    one_term = bf16_matmul_in_fp32(fp32_left.bfloat16(), right)  # what a split into one term would give
-    assert errors(one_term, fp32_left.double() @ right.double())[0] > 10 * bound
-    weight_gradient = fp32_matmul_with_bf16_operand(fp32_left.t(), left)  # a non-contiguous fp32 operand
-    assert errors(weight_gradient, fp32_left.double().t() @ left.double())[0] <= bound
+    contrast = measured.pop("input gradient, one term")
+    assert max(measured.values()) <= bound, measured
+    assert contrast > 10 * bound, contrast
 
 
 def test_products_on_the_cpu_match_float64() -> None:

@@ -15,13 +15,11 @@ CUDA cores; ``OELLM_FP32_OPERAND_ROUTER=1`` keeps the upcast copies (A/B runs).
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from megatron.core.transformer.moe.router import TopKRouter
 
 from megatron.oellm import switches
-from megatron.oellm.layers.fp32_products import bf16_matmul_in_fp32, fp32_matmul_with_bf16_operand
+from megatron.oellm.layers.fp32_products import bf16_matmul_in_fp32, bf16_terms_matmul, split_into_bf16_terms
 
 ROUTER_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 """``TransformerConfig.moe_router_dtype`` values and the dtype the gating product is computed in (None: the input's)."""
@@ -53,10 +51,10 @@ class GatingProduct(torch.autograd.Function):
     """``hidden @ weight.T (+ bias)`` computed in ``dtype``, with torch's matmuls.
 
     Only the tensors as given are kept for the backward pass (a bf16 activation stays bf16 in memory). Where
-    :func:`uses_bf16_tensor_cores` holds, each GEMM takes the bf16 operands as they are (the fp32 gradient split into
-    exact bf16 terms); otherwise each pass casts them to ``dtype`` in temporaries (an fp32 router on bf16
-    activations: one ``[tokens, hidden]`` fp32 copy at a time). The backward pass returns each gradient in its
-    input's dtype.
+    :func:`uses_bf16_tensor_cores` holds, each GEMM takes the bf16 operands as they are (the fp32 gradient split once
+    into exact bf16 terms, which both gradient GEMMs take); otherwise each pass casts them to ``dtype`` in
+    temporaries (an fp32 router on bf16 activations: one ``[tokens, hidden]`` fp32 copy at a time). The backward
+    pass returns each gradient in its input's dtype.
     """
 
     @staticmethod
@@ -80,12 +78,20 @@ class GatingProduct(torch.autograd.Function):
         hidden, weight = ctx.saved_tensors
         grad = grad_logits.reshape(-1, grad_logits.shape[-1]).to(ctx.dtype)
         rows = hidden.reshape(-1, hidden.shape[-1])
-        product = fp32_matmul_with_bf16_operand if ctx.tensor_cores else partial(upcast_matmul, dtype=ctx.dtype)
         grad_hidden = grad_weight = grad_bias = None
+        terms = split_into_bf16_terms(grad) if ctx.tensor_cores else None  # one exact split serves both products
         if ctx.needs_input_grad[0]:
-            grad_hidden = product(grad, weight).to(hidden.dtype).view(hidden.shape)
+            if terms is None:
+                grad_hidden = upcast_matmul(grad, weight, ctx.dtype)
+            else:
+                grad_hidden = bf16_terms_matmul(terms, weight)
+            grad_hidden = grad_hidden.to(hidden.dtype).view(hidden.shape)
         if ctx.needs_input_grad[1]:
-            grad_weight = product(grad.t(), rows).to(weight.dtype)
+            if terms is None:
+                grad_weight = upcast_matmul(grad.t(), rows, ctx.dtype)
+            else:
+                grad_weight = bf16_terms_matmul(tuple(term.t() for term in terms), rows)
+            grad_weight = grad_weight.to(weight.dtype)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0).to(ctx.bias_dtype)
         return grad_hidden, grad_weight, grad_bias, None
