@@ -29,8 +29,11 @@ def transformer_engine_import_error() -> str | None:
 def _warn_broken_transformer_engine(te_error: str) -> None:
     """Say once per process that ``auto`` falls back although Transformer Engine is installed: a broken install
     (e.g. a library missing from LD_LIBRARY_PATH) would otherwise silently cost the TE backend's speed."""
-    warnings.warn(f"--oellm-backend auto: Transformer Engine is installed but does not import ({te_error}); using the "
-                  "torch-native backend (`oellm doctor` explains; --oellm-backend te makes this an error)", stacklevel=3)
+    warnings.warn(
+        f"--oellm-backend auto: Transformer Engine is installed but does not import ({te_error}); using the "
+        "torch-native backend (`oellm doctor` explains; --oellm-backend te makes this an error)",
+        stacklevel=3,
+    )
 
 
 def resolve_backend(name: str) -> str:
@@ -80,6 +83,8 @@ def check_backend_support(
     context_parallel_size: int = 1,
     normalization: str = "RMSNorm",
     sliding_window: bool = False,
+    softmax_type: str = "vanilla",
+    max_attention_logit: bool = False,
     fused_residual_rmsnorm: bool = False,
     moe_expert_bias: bool = False,
     moe_glu_interleave: bool = False,
@@ -105,6 +110,10 @@ def check_backend_support(
         unsupported.append(f"normalization={normalization!r}: only RMSNorm is implemented")
     if sliding_window:
         unsupported.append("sliding-window attention (window_size): unset it")
+    if softmax_type != "vanilla":
+        unsupported.append(f"softmax_type={softmax_type!r} (attention softmax offset): use 'vanilla'")
+    if max_attention_logit:
+        unsupported.append("qk_clip / log_max_attention_logit (need the attention's max logits): unset them")
     if fused_residual_rmsnorm:
         unsupported.append("fused_residual_rmsnorm: set it to False")
     if moe_expert_bias:
@@ -112,11 +121,14 @@ def check_backend_support(
     if moe_glu_interleave:
         unsupported.append("moe_mlp_glu_interleave_size: unset it")
     if te_kernel_settings:
-        unsupported.append(f"settings that run Transformer Engine's kernels ({', '.join(te_kernel_settings)}): "
-                           "unset them")
+        unsupported.append(
+            f"settings that run Transformer Engine's kernels ({', '.join(te_kernel_settings)}): unset them"
+        )
     if te_rng_tracker:
-        unsupported.append("Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
-                           "used, made CUDA-graphable when CUDA graphs are on)")
+        unsupported.append(
+            "Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
+            "used, made CUDA-graphable when CUDA graphs are on)"
+        )
     if unsupported:
         raise ValueError(
             "the torch-native backend cannot run: "
@@ -147,13 +159,17 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         context_parallel_size=source.context_parallel_size,
         normalization=source.normalization,
         sliding_window=source.window_size is not None,
+        softmax_type=source.softmax_type,
+        max_attention_logit=bool(source.qk_clip or source.log_max_attention_logit),
         fused_residual_rmsnorm=bool(source.fused_residual_rmsnorm),
         moe_expert_bias=bool(experts) and source.add_bias_linear,
         moe_glu_interleave=source.moe_mlp_glu_interleave_size is not None,
-        te_kernel_settings=tuple(f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items()
-                                 if getattr(source, name) == value),
-        te_rng_tracker=bool(source.use_te_rng_tracker if isinstance(source, TransformerConfig)
-                            else source.te_rng_tracker),
+        te_kernel_settings=tuple(
+            f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items() if getattr(source, name) == value
+        ),
+        te_rng_tracker=bool(
+            source.use_te_rng_tracker if isinstance(source, TransformerConfig) else source.te_rng_tracker
+        ),
     )
 
 

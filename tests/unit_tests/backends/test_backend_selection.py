@@ -45,8 +45,13 @@ def test_auto_falls_back_to_torch_without_te(te_missing: None) -> None:
 def _pretend_te_installed(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
     """``find_spec("transformer_engine")`` as if TE were (or were not) installed; other modules unchanged."""
     real_find_spec = selection.importlib.util.find_spec
-    monkeypatch.setattr(selection.importlib.util, "find_spec", lambda name, *args: (
-        (object() if installed else None) if name == "transformer_engine" else real_find_spec(name, *args)))
+    monkeypatch.setattr(
+        selection.importlib.util,
+        "find_spec",
+        lambda name, *args: (
+            (object() if installed else None) if name == "transformer_engine" else real_find_spec(name, *args)
+        ),
+    )
     selection._warn_broken_transformer_engine.cache_clear()
 
 
@@ -99,11 +104,15 @@ def test_torch_provider_classes() -> None:
         ({"context_parallel_size": 2}, "context parallelism"),
         ({"normalization": "LayerNorm"}, "only RMSNorm"),
         ({"sliding_window": True}, "sliding-window"),
+        ({"softmax_type": "off-by-one"}, "softmax_type='off-by-one'"),
+        ({"max_attention_logit": True}, "qk_clip / log_max_attention_logit"),
         ({"fused_residual_rmsnorm": True}, "fused_residual_rmsnorm"),
         ({"moe_expert_bias": True}, "add_bias_linear=False"),
         ({"moe_glu_interleave": True}, "moe_mlp_glu_interleave_size"),
-        ({"te_kernel_settings": ("moe_permute_fusion=True",)},
-         r"Transformer Engine's kernels \(moe_permute_fusion=True\)"),
+        (
+            {"te_kernel_settings": ("moe_permute_fusion=True",)},
+            r"Transformer Engine's kernels \(moe_permute_fusion=True\)",
+        ),
         ({"te_rng_tracker": True}, "Transformer Engine's RNG tracker"),
     ],
 )
@@ -114,8 +123,9 @@ def test_torch_backend_rejects_unsupported_features(features: dict, message: str
 
 def test_supported_combinations_pass(te_present: None) -> None:
     selection.check_backend_support("torch")
-    selection.check_backend_support("te", fp8=True, context_parallel_size=4, te_kernel_settings=("moe_router_fusion=True",),
-                                    te_rng_tracker=True)
+    selection.check_backend_support(
+        "te", fp8=True, context_parallel_size=4, te_kernel_settings=("moe_router_fusion=True",), te_rng_tracker=True
+    )
 
 
 def test_config_support_reads_transformer_config() -> None:
@@ -130,6 +140,10 @@ def test_config_support_reads_transformer_config() -> None:
         selection.check_config_support("torch", TransformerConfig(**base, context_parallel_size=2))
     with pytest.raises(ValueError, match="RNG tracker"):
         selection.check_config_support("torch", TransformerConfig(**base, use_te_rng_tracker=True))
+    with pytest.raises(ValueError, match="softmax_type='learnable'"):
+        selection.check_config_support("torch", TransformerConfig(**base, softmax_type="learnable"))
+    with pytest.raises(ValueError, match="qk_clip"):
+        selection.check_config_support("torch", TransformerConfig(**base, log_max_attention_logit=True))
 
 
 def test_args_support_reads_megatron_arguments() -> None:
@@ -141,11 +155,30 @@ def test_args_support_reads_megatron_arguments() -> None:
     selection.check_args_support("torch", parser.parse_args(card_argv))
     with pytest.raises(ValueError, match="fp8 training.*context parallelism"):
         selection.check_args_support(
-            "torch", parser.parse_args([*card_argv, "--fp8-format", "hybrid", "--context-parallel-size", "2"]))
-    with pytest.raises(ValueError, match=r"kernels \(moe_permute_fusion=True, moe_router_fusion=True, "
-                                         r"cross_entropy_fusion_impl='te', cuda_graph_impl='transformer_engine'\)"):
-        selection.check_args_support("torch", parser.parse_args(
-            [*card_argv, "--moe-permute-fusion", "--moe-router-fusion", "--cross-entropy-fusion-impl", "te",
-             "--cuda-graph-impl", "transformer_engine"]))
+            "torch", parser.parse_args([*card_argv, "--fp8-format", "hybrid", "--context-parallel-size", "2"])
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"kernels \(moe_permute_fusion=True, moe_router_fusion=True, "
+        r"cross_entropy_fusion_impl='te', cuda_graph_impl='transformer_engine'\)",
+    ):
+        selection.check_args_support(
+            "torch",
+            parser.parse_args(
+                [
+                    *card_argv,
+                    "--moe-permute-fusion",
+                    "--moe-router-fusion",
+                    "--cross-entropy-fusion-impl",
+                    "te",
+                    "--cuda-graph-impl",
+                    "transformer_engine",
+                ]
+            ),
+        )
     with pytest.raises(ValueError, match="RNG tracker"):
         selection.check_args_support("torch", parser.parse_args([*card_argv, "--te-rng-tracker"]))
+    with pytest.raises(ValueError, match=r"softmax_type='off-by-one'.*qk_clip"):
+        selection.check_args_support(
+            "torch", parser.parse_args([*card_argv, "--softmax-type", "off-by-one", "--qk-clip"])
+        )

@@ -77,7 +77,9 @@ def test_fused_swiglu_experts_match_per_expert_loop_with_gradients(monkeypatch, 
     for name in ("weighted_bias_swiglu_impl", "bias_swiglu_impl"):
         fused = getattr(grouped_mlp, name)
         monkeypatch.setattr(grouped_mlp, name, lambda *args, _fn=fused, _name=name: called.append(_name) or _fn(*args))
-    options = dict(moe_apply_probs_on_input=True, moe_router_topk=1, moe_router_pre_softmax=True) if probs_on_input else {}
+    options = (
+        dict(moe_apply_probs_on_input=True, moe_router_topk=1, moe_router_pre_softmax=True) if probs_on_input else {}
+    )
     experts = build_experts(make_config(bias_activation_fusion=True, **options))
     assert experts.fused_swiglu
     counts = [6, 0, 11, 4]
@@ -89,19 +91,29 @@ def test_fused_swiglu_experts_match_per_expert_loop_with_gradients(monkeypatch, 
     leaves = [t.detach().double().requires_grad_() for t in (hidden, probs)]
     w1 = experts.linear_fc1.weight.detach().double().requires_grad_()
     w2 = experts.linear_fc2.weight.detach().double().requires_grad_()
-    expected = grouped_mlp_reference(leaves[0], counts, leaves[1], list(w1), list(w2), gated=True,
-                                      probs_on_input=probs_on_input)
+    expected = grouped_mlp_reference(
+        leaves[0], counts, leaves[1], list(w1), list(w2), gated=True, probs_on_input=probs_on_input
+    )
     expected.backward(grad_out.double())
     assert relative_error(out, expected) < 1e-5
-    for got, want in ((hidden.grad, leaves[0].grad), (probs.grad, leaves[1].grad),
-                      (experts.linear_fc1.weight.grad, w1.grad), (experts.linear_fc2.weight.grad, w2.grad)):
+    for got, want in (
+        (hidden.grad, leaves[0].grad),
+        (probs.grad, leaves[1].grad),
+        (experts.linear_fc1.weight.grad, w1.grad),
+        (experts.linear_fc2.weight.grad, w2.grad),
+    ):
         assert relative_error(got, want) < 1e-5
     assert called == ["bias_swiglu_impl" if probs_on_input else "weighted_bias_swiglu_impl"]
 
 
-@pytest.mark.parametrize("overrides", [dict(bias_activation_fusion=False),
-                                       dict(bias_activation_fusion=True, activation_func_clamp_value=7.0),
-                                       dict(bias_activation_fusion=True, gated_linear_unit=False)])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(bias_activation_fusion=False),
+        dict(bias_activation_fusion=True, activation_func_clamp_value=7.0),
+        dict(bias_activation_fusion=True, gated_linear_unit=False),
+    ],
+)
 def test_experts_keep_the_eager_activation_where_the_fused_swiglu_does_not_apply(overrides: dict) -> None:
     assert not build_experts(make_config(**overrides)).fused_swiglu
 
@@ -154,3 +166,67 @@ def test_attention_rejects_bias_and_context_parallelism() -> None:
         attention(q, q, q, None, attention_bias=torch.zeros(1))
     with pytest.raises(ValueError, match="context parallelism"):
         SDPACoreAttention(make_config(context_parallel_size=2), 1, AttnMaskType.causal, "self")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(softmax_type="off-by-one"),
+        dict(softmax_type="learnable"),
+        dict(qk_clip=True),
+        dict(log_max_attention_logit=True),
+    ],
+    ids=["off-by-one", "learnable", "qk_clip", "log_max_attention_logit"],
+)
+def test_attention_refuses_softmax_offsets_and_max_logit_records(overrides: dict) -> None:
+    """An off-by-one or learnable softmax would be computed as the vanilla one, and qk_clip reads max logits the
+    module does not record: refused when the module is built."""
+    with pytest.raises(ValueError, match="softmax_type|max attention logits"):
+        SDPACoreAttention(make_config(**overrides), 1, AttnMaskType.causal, "self")
+
+
+def _padded_pack() -> tuple[PackedSeqParams, list[int], torch.Tensor]:
+    """Three documents of 3, 5 and 2 tokens padded to 4, 8 and 2: params, real lengths, indices of real tokens."""
+    real, padded = [3, 5, 2], [4, 8, 2]
+    cu = torch.tensor([0, 3, 8, 10], dtype=torch.int32)
+    cu_padded = torch.tensor([0, 4, 12, 14], dtype=torch.int32)
+    params = PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu,
+        cu_seqlens_q_padded=cu_padded,
+        cu_seqlens_kv_padded=cu_padded,
+        max_seqlen_q=max(padded),
+        max_seqlen_kv=max(padded),
+    )
+    starts = cu_padded[:-1].tolist()
+    index = torch.cat([torch.arange(start, start + n) for start, n in zip(starts, real, strict=True)])
+    return params, real, index
+
+
+def test_packed_causal_attention_over_padded_documents_is_exact_for_real_tokens() -> None:
+    params, real, index = _padded_pack()
+    q, k, v = torch.randn(14, 4, 8), torch.randn(14, 2, 8), torch.randn(14, 2, 8)
+    out = make_attention(AttnMaskType.padding_causal)(q, k, v, None, packed_seq_params=params)
+    expected = packed_attention_reference(q[index], k[index], v[index], real, causal=True)
+    assert relative_error(out[index], expected) < 1e-5
+
+
+def test_packed_unmasked_attention_over_padded_documents_is_refused() -> None:
+    """Without a causal mask the real tokens would attend to their document's padding (an O(1) error)."""
+    params, _, _ = _padded_pack()
+    q, kv = torch.randn(14, 4, 8), torch.randn(14, 2, 8)
+    with pytest.raises(ValueError, match="padding of padded documents"):
+        make_attention(AttnMaskType.padding)(q, kv, kv, None, packed_seq_params=params)
+    unpadded = PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=params.cu_seqlens_q,
+        cu_seqlens_kv=params.cu_seqlens_kv,
+        cu_seqlens_q_padded=params.cu_seqlens_q.clone(),
+        cu_seqlens_kv_padded=params.cu_seqlens_kv.clone(),
+        max_seqlen_q=5,
+        max_seqlen_kv=5,
+    )
+    q, kv = q[:10], kv[:10]
+    out = make_attention(AttnMaskType.padding)(q, kv, kv, None, packed_seq_params=unpadded)
+    assert relative_error(out, packed_attention_reference(q, kv, kv, [3, 5, 2], causal=False)) < 1e-5

@@ -49,12 +49,15 @@ class SDPACoreAttention(MegatronModule):
     parameters (so no state beyond ``_extra_state``, which TE also has). Layout: query ``[sq, b, np, hn]``,
     key/value ``[sk, b, ng, hn]`` with ``np % ng == 0`` (GQA), output ``[sq, b, np * hn]``. Packed sequences
     (``packed_seq_params.qkv_format == 'thd'``): ``[t, np, hn]`` in, ``[t, np * hn]`` out, documents delimited by
-    ``cu_seqlens_*_padded`` when given, else ``cu_seqlens_*``. bf16/fp16 packed attention runs on
+    ``cu_seqlens_*_padded`` when given, else ``cu_seqlens_*``; a document's padding follows its tokens, so causal
+    attention over padded documents is exact for the real tokens, while unmasked attention over padded documents
+    (which would attend to the padding) raises. bf16/fp16 packed attention runs on
     ``torch.nn.attention.varlen.varlen_attn`` (flash attention); fp32 has no varlen kernel, so it runs SDPA with a
     block-diagonal document mask built on the device (quadratic memory in the pack length: for tests and small
     packs). Masks: causal (an ``attention_mask`` tensor is then ignored: the causal mask is implied) and none
-    (``padding`` without a mask tensor); explicit padding masks, attention bias, sliding windows and context
-    parallelism raise.
+    (``padding`` without a mask tensor); explicit padding masks, attention bias, sliding windows, context
+    parallelism, softmax offsets (``softmax_type`` other than vanilla) and the max-logit record of ``qk_clip`` /
+    ``log_max_attention_logit`` raise.
     """
 
     def __init__(
@@ -80,6 +83,17 @@ class SDPACoreAttention(MegatronModule):
             raise ValueError(
                 "the torch-native core attention does not implement sliding-window attention; "
                 "unset window_size or use the Transformer Engine backend (--oellm-backend te)"
+            )
+        if config.softmax_type != "vanilla":
+            raise ValueError(
+                "the torch-native core attention implements the vanilla softmax only, got "
+                f"softmax_type={config.softmax_type!r}; unset it or use the Transformer Engine backend "
+                "(--oellm-backend te)"
+            )
+        if config.qk_clip or config.log_max_attention_logit:
+            raise ValueError(
+                "the torch-native core attention does not record the max attention logits that qk_clip and "
+                "log_max_attention_logit read; unset them or use the Transformer Engine backend (--oellm-backend te)"
             )
         self.layer_number = layer_number
         self.attn_mask_type = attn_mask_type
@@ -146,6 +160,15 @@ class SDPACoreAttention(MegatronModule):
             raise ValueError("packed (thd) attention needs packed_seq_params.cu_seqlens_q and cu_seqlens_kv")
         if dropout_p > 0.0:
             raise ValueError("the torch-native packed attention has no dropout; set attention_dropout=0")
+        if not causal and (
+            _pads_documents(params.cu_seqlens_q_padded, params.cu_seqlens_q)
+            or _pads_documents(params.cu_seqlens_kv_padded, params.cu_seqlens_kv)
+        ):
+            raise ValueError(
+                "the torch-native packed attention without a causal mask cannot leave out the padding of padded "
+                "documents (cu_seqlens_*_padded differ from cu_seqlens_*): every token would attend to it; use a "
+                "causal mask type, pack without padding, or use --oellm-backend te"
+            )
         gqa = q.shape[1] != k.shape[1]
         if q.dtype not in _VARLEN_DTYPES:
             mask = packed_document_mask(cu_q, q.shape[0], causal)
@@ -154,6 +177,14 @@ class SDPACoreAttention(MegatronModule):
             )
             return out.transpose(0, 1).reshape(q.shape[0], -1)
         return _varlen(q, k, v, cu_q, cu_kv, params, causal, scale, gqa)
+
+
+def _pads_documents(padded: torch.Tensor | None, actual: torch.Tensor | None) -> bool:
+    """Whether the ``padded`` document boundaries add padding tokens to the ``actual`` ones (a host sync, taken only
+    for unmasked packed attention)."""
+    if padded is None or actual is None or padded is actual:
+        return False
+    return not torch.equal(padded, actual.to(device=padded.device, dtype=padded.dtype))
 
 
 def _varlen(
