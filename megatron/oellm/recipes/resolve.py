@@ -19,7 +19,7 @@ from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow, layout_overrides
 from megatron.oellm.recipes.flag_names import check_flag_names, check_removals
-from megatron.oellm.training.data import DOCUMENT_MASKING_UNWIRED
+from megatron.oellm.training.data import UNWIRED_DATA_FLAGS
 from megatron.oellm.training.tokenizer import ByteTokenizer
 
 BYTE_TOKENIZER = "byte"
@@ -211,7 +211,7 @@ def card_name_flag(card: ModelCard) -> dict[str, FlagValue]:
     return {"oellm-model": card.name if same else None}
 
 
-UNWIRED_FLAGS: dict[str, str] = {"dataloader-inter-document-masking": DOCUMENT_MASKING_UNWIRED}
+UNWIRED_FLAGS: dict[str, str] = dict(UNWIRED_DATA_FLAGS)
 """Megatron flags the training entry parses but does not honour (name -> why): refused wherever a row sets them."""
 
 

@@ -41,18 +41,43 @@ class CardFlagConflict(ValueError):
     """A Megatron flag the user passed contradicts the model card; the message names both values."""
 
 
+def positive_tflops(text: str) -> float:
+    """``--oellm-peak-tflops``'s type: a positive number, refused by the parser otherwise, so that a job stops at
+    start (and ``oellm recipe`` before queueing it) instead of at its first ``[oellm]`` line, whose MFU divides by
+    it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"the peak must be a positive TFLOP/s per GPU, got {text!r}")
+    return value
+
+
 def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Megatron ``extra_args_provider``: add the OEL arguments (model card, backend) to Megatron's parser."""
     group = parser.add_argument_group(title="OpenEuroLLM")
-    group.add_argument("--oellm-model", default=None, metavar="NAME",
-                       help="model card by registry name (e.g. qwen3.5-35b-a3b-proxy-4L); its architecture flags "
-                            "fill in every architecture flag not given on the command line")
-    group.add_argument("--oellm-backend", default="auto", choices=BACKEND_CHOICES,
-                       help="module backend of the spec builders: te (Transformer Engine), torch (no TE), "
-                            "auto (te where installed)")
-    group.add_argument("--oellm-peak-tflops", type=float, default=None, metavar="TFLOPS",
-                       help="peak dense TFLOP/s per GPU for the MFU of the [oellm] throughput line (default: the "
-                            "nominal peak of a known GPU, else no MFU)")
+    group.add_argument(
+        "--oellm-model",
+        default=None,
+        metavar="NAME",
+        help="model card by registry name (e.g. qwen3.5-35b-a3b-proxy-4L); its architecture flags "
+        "fill in every architecture flag not given on the command line",
+    )
+    group.add_argument(
+        "--oellm-backend",
+        default="auto",
+        choices=BACKEND_CHOICES,
+        help="module backend of the spec builders: te (Transformer Engine), torch (no TE), auto (te where installed)",
+    )
+    group.add_argument(
+        "--oellm-peak-tflops",
+        type=positive_tflops,
+        default=None,
+        metavar="TFLOPS",
+        help="peak dense TFLOP/s per GPU for the MFU of the [oellm] throughput line (default: the "
+        "nominal peak of a known GPU, else no MFU)",
+    )
     return parser
 
 
@@ -163,7 +188,8 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
                 raise CardFlagConflict(
                     f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
                     f"has {dest}={card_values[dest]!r}; drop --{name} (the card fills it in) or pick a card "
-                    "that matches")
+                    "that matches"
+                )
     return MergedArgv(argv=list(argv) + flags_to_argv(filled), card=card, filled=filled)
 
 
@@ -171,8 +197,11 @@ def with_training_defaults(argv: Sequence[str]) -> list[str]:
     """``argv`` followed by the :data:`TRAINING_DEFAULTS` it does not set itself."""
     explicit = explicit_destinations(argv)
     sentinel = _sentinel_parser()
-    missing = {name: value for name, value in TRAINING_DEFAULTS.items()
-               if not _flag_destinations(sentinel, name, value) & explicit}
+    missing = {
+        name: value
+        for name, value in TRAINING_DEFAULTS.items()
+        if not _flag_destinations(sentinel, name, value) & explicit
+    }
     return list(argv) + flags_to_argv(missing)
 
 
@@ -192,5 +221,6 @@ def with_backend_implementation(argv: Sequence[str]) -> list[str]:
         raise BackendFlagConflict(
             f"--oellm-backend {parsed.oellm_backend} resolves to the torch backend, which needs --transformer-impl "
             f"{TORCH_BACKEND_IMPL}, but the command line gives --transformer-impl {parsed.transformer_impl}; drop "
-            "that flag, or install Transformer Engine and use --oellm-backend te")
+            "that flag, or install Transformer Engine and use --oellm-backend te"
+        )
     return list(argv)

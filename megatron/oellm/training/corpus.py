@@ -37,11 +37,15 @@ class CorpusSummary:
 
 
 def stdlib_sources(limit_bytes: int) -> list[Path]:
-    """The standard library's ``.py`` files under this interpreter's prefix, sorted, up to ``limit_bytes`` in all."""
+    """The standard library's ``.py`` files under this interpreter's prefix, sorted, up to ``limit_bytes`` in all.
+
+    Installed packages (``site-packages``) and test suites (``test``, ``tests``) are left out; only the directories
+    below the standard library's root count, so an installation under, say, ``/home/me/tests/`` still has sources.
+    """
     root = Path(sysconfig.get_paths()["stdlib"])
     chosen, total = [], 0
     for path in sorted(root.rglob("*.py")):
-        if "site-packages" in path.parts or "test" in path.parts or "tests" in path.parts:
+        if {"site-packages", "test", "tests"} & set(path.relative_to(root).parts):
             continue
         size = path.stat().st_size
         if total + size > limit_bytes:
@@ -77,7 +81,12 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
         documents += 1
         tokens += len(ids)
     builder.finalize(f"{prefix}.idx")
-    summary = CorpusSummary(prefix=str(prefix), documents=documents, tokens=tokens, tokenizer="oellm-byte",
-                            megatron_flags=BYTE_TOKENIZER_FLAGS)
+    summary = CorpusSummary(
+        prefix=str(prefix),
+        documents=documents,
+        tokens=tokens,
+        tokenizer="oellm-byte",
+        megatron_flags=BYTE_TOKENIZER_FLAGS,
+    )
     Path(f"{prefix}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary

@@ -9,28 +9,58 @@ data-parallel rank only.
 from __future__ import annotations
 
 import argparse
+import json
 
 DOCUMENT_MASKING_UNWIRED = (
     "--dataloader-inter-document-masking: document masking is not wired in this release (the datasets are built "
     "without document boundaries and the forward step passes none to the model), so the run would train without "
     "it; drop the flag (in a recipe row: dataloader-inter-document-masking = false) and do not compare the run "
-    "with a document-masked one")
+    "with a document-masked one"
+)
 """Why the training entry and ``oellm recipe`` refuse ``--dataloader-inter-document-masking``: megatron's parser
 accepts it, and on its own it only turns off the dataloader's attention mask."""
 
+RESET_ATTENTION_MASK_UNWIRED = (
+    "--reset-attention-mask: the per-document attention mask it makes is not honoured (both backends' causal "
+    "attention ignores a mask tensor and the GDN layers take none), so tokens would still attend across documents "
+    "while their position ids restart at each one; drop the flag"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--reset-attention-mask``."""
+
+UNWIRED_DATA_FLAGS: dict[str, str] = {
+    "dataloader-inter-document-masking": DOCUMENT_MASKING_UNWIRED,
+    "reset-attention-mask": RESET_ATTENTION_MASK_UNWIRED,
+}
+"""Data flags megatron's parser accepts and this release does not honour (flag name -> why it is refused)."""
+
 
 def check_data_args(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` (:data:`DOCUMENT_MASKING_UNWIRED`) for a data flag the run would accept but not honour.
+    """Raise ``ValueError`` (the reason in :data:`UNWIRED_DATA_FLAGS`) for a data flag the run would accept but not
+    honour.
 
     The training entry calls it right after parsing, before Megatron allocates anything, so the run stops with a
     message instead of training something other than what its command line says.
     """
-    if getattr(args, "dataloader_inter_document_masking", False):
-        raise ValueError(DOCUMENT_MASKING_UNWIRED)
+    for flag, reason in UNWIRED_DATA_FLAGS.items():
+        if getattr(args, flag.replace("-", "_"), False):
+            raise ValueError(reason)
+
+
+def sequences_per_dataset(args: argparse.Namespace) -> dict | None:
+    """The ``--per-dataset-sequences-path`` JSON (dataset prefix -> sequence and document counts), or None."""
+    if args.per_dataset_sequences_path is None:
+        return None
+    with open(args.per_dataset_sequences_path, encoding="utf-8") as file:
+        return json.load(file)
 
 
 def dataset_config(args: argparse.Namespace):
-    """megatron-core ``GPTDatasetConfig`` from Megatron's parsed and validated arguments."""
+    """megatron-core ``GPTDatasetConfig`` from Megatron's parsed and validated arguments.
+
+    Every data flag of Megatron's parser that the config has a field for reaches it: a flag left out here would be
+    accepted on the command line and silently do nothing (``--multiple-validation-sets`` then blended the validation
+    sets into one, and megatron's evaluation, which expects one loader per set, failed at the first evaluation).
+    """
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
     from megatron.training import get_tokenizer
     from megatron.training.utils import get_blend_and_blend_per_split
@@ -41,6 +71,8 @@ def dataset_config(args: argparse.Namespace):
         sequence_length=args.seq_length,
         blend=blend,
         blend_per_split=blend_per_split,
+        multiple_validation_sets=args.multiple_validation_sets,
+        full_validation=args.full_validation,
         split=args.split,
         num_dataset_builder_threads=args.num_dataset_builder_threads,
         path_to_cache=args.data_cache_path,
@@ -50,6 +82,12 @@ def dataset_config(args: argparse.Namespace):
         reset_attention_mask=args.reset_attention_mask,
         eod_mask_loss=args.eod_mask_loss,
         create_attention_mask=args.create_attention_mask_in_dataloader,
+        object_storage_cache_path=args.object_storage_cache_path,
+        mid_level_dataset_surplus=args.mid_level_dataset_surplus,
+        allow_ambiguous_pad_tokens=args.allow_ambiguous_pad_tokens,
+        fast_cache_load=args.dataloader_fast_cache_load,
+        defer_npy_index_mmap=args.dataloader_defer_npy_index_mmap,
+        sequences_per_dataset=sequences_per_dataset(args),
         context_parallel_size=args.context_parallel_size,
         data_parallel_size=args.data_parallel_size,
     )
@@ -65,8 +103,7 @@ def train_valid_test_datasets(train_valid_test_num_samples: list[int], vp_stage:
     config = dataset_config(args)
     dataset_type = MockGPTDataset if args.mock_data else GPTDataset
     print_rank_0(f"> building {dataset_type.__name__} train, validation and test datasets")
-    return BlendedMegatronDatasetBuilder(
-        dataset_type, train_valid_test_num_samples, lambda: True, config).build()
+    return BlendedMegatronDatasetBuilder(dataset_type, train_valid_test_num_samples, lambda: True, config).build()
 
 
 train_valid_test_datasets.is_distributed = True

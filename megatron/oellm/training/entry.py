@@ -21,6 +21,9 @@ from megatron.oellm.training.args import (
     with_training_defaults,
 )
 
+PROG = "megatron.oellm.training.entry"
+"""The entry's name in its one-line error messages (what ``python -m`` runs)."""
+
 
 def flops_and_peak(args) -> tuple[float, float | None]:
     """Training FLOPs per token of the run's card and the GPU's peak TFLOP/s (None when unknown).
@@ -41,12 +44,41 @@ def flops_and_peak(args) -> tuple[float, float | None]:
     return flops.total, peak
 
 
+def check_layout(args) -> None:
+    """Raise :class:`megatron.oellm.models.parallel.ParallelLayoutError` when the run's parallel layout does not fit
+    its card: the spec builders' own check, made before Megatron initialises instead of in the model provider (after
+    process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
+    hybrid pattern whose ``|`` splits a decoder layer between two pipeline stages."""
+    from megatron.oellm.models.parallel import validate_layout
+    from megatron.oellm.training.model_provider import card_from_args, layout_from_args
+
+    validate_layout(card_from_args(args), layout_from_args(args))
+
+
+def refuse(error: ValueError) -> int:
+    """Print a refused command line as one ``error:`` line on stderr (argparse's form) and return its exit status 2.
+
+    The refusals before Megatron allocates anything (a card conflict, an unknown model, a backend or data flag the
+    run cannot honour, flags no card describes) are messages naming the fix; under torchrun a traceback per rank
+    would bury them.
+    """
+    print(f"{PROG}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def command_line(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the named card's flags, the training defaults and the backend's implementation filled in."""
+    merged = merge_card_flags(argv)
+    return with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
-    parser, train; return 0."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    merged = merge_card_flags(argv)
-    argv = with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
+    parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
+    try:
+        argv = command_line(list(sys.argv[1:] if argv is None else argv))
+    except ValueError as error:
+        return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv
 
     from megatron.core.enums import ModelType
@@ -65,15 +97,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     dataset_helpers.apply()
     distrib_optimizer_step.apply()
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
-    check_args_support(args.oellm_backend, args)
-    check_flex_dispatcher(args)
-    check_data_args(args)
-    install_throughput_logging(*flops_and_peak(args))
+    try:
+        check_args_support(args.oellm_backend, args)
+        check_flex_dispatcher(args)
+        check_data_args(args)
+        check_layout(args)
+        flops_per_token, peak_tflops = flops_and_peak(args)
+    except ValueError as error:
+        return refuse(error)
+    install_throughput_logging(flops_per_token, peak_tflops)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*recommended to use a ModelConfig.*")
         config_container = pretrain_cfg_container_from_args(args)
-    pretrain(config_container, train_valid_test_datasets, ModelType.encoder_or_decoder, forward_step,
-             model_provider=model_provider)
+    pretrain(
+        config_container,
+        train_valid_test_datasets,
+        ModelType.encoder_or_decoder,
+        forward_step,
+        model_provider=model_provider,
+    )
     return 0
 
 

@@ -319,13 +319,17 @@ def test_a_card_the_registry_does_not_hold_is_not_named():
     assert "--oellm-model" not in local.argv and local.card.num_experts == recipe.local.num_experts
 
 
-def test_document_masking_is_refused_on_any_row(tmp_path, capsys):
-    """Megatron's parser and validate_args accept the flag, but nothing builds document boundaries into the run."""
+@pytest.mark.parametrize("flag, message", [
+    ("dataloader-inter-document-masking", "document masking is not wired"),
+    ("reset-attention-mask", "the per-document attention mask it makes is not honoured"),
+])
+def test_unwired_data_flags_are_refused_on_any_row(tmp_path, capsys, flag, message):
+    """Megatron's parser and validate_args accept the flags, but nothing builds document boundaries into the run."""
     config = tmp_path / "masked.toml"
     config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n'
-                      '[megatron_flags]\ndataloader-inter-document-masking = true\n')
+                      f'[megatron_flags]\n{flag} = true\n')
     assert main(["recipe", str(config), "--row", "1"]) == 2
-    assert "row 1: --dataloader-inter-document-masking: document masking is not wired" in capsys.readouterr().err
+    assert f"row 1: --{flag}: {message}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, message", [

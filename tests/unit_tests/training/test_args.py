@@ -126,3 +126,13 @@ def test_only_unformattable_help_texts_are_escaped() -> None:
     parser.add_argument("--headroom", help="1.10 = 10%)")
     assert escape_unformattable_help(parser) == ["--headroom"]
     assert "share (default 3)" in parser.format_help() and "1.10 = 10%)" in parser.format_help()
+
+
+@pytest.mark.parametrize("peak", ["0", "-989", "nan"])
+def test_a_peak_that_is_not_positive_is_refused_by_the_parser(peak):
+    """The MFU divides by the peak: 0 passed the parser and stopped the run at its first [oellm] line."""
+    assert argv_refusal(["--oellm-peak-tflops", peak]) == (
+        f"argument --oellm-peak-tflops: the peak must be a positive TFLOP/s per GPU, got {peak!r}"
+    )
+    assert argv_refusal(["--oellm-peak-tflops", "lots"]) == "argument --oellm-peak-tflops: invalid number: 'lots'"
+    assert parse(["--oellm-peak-tflops", "494.5"]).oellm_peak_tflops == 494.5

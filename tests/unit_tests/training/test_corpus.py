@@ -37,3 +37,16 @@ def test_stdlib_sources_are_sorted_deterministic_and_bounded():
     first, second = stdlib_sources(300_000), stdlib_sources(300_000)
     assert first == second == sorted(first) and first
     assert sum(p.stat().st_size for p in first) <= 300_000
+
+
+def test_stdlib_sources_of_an_installation_inside_a_tests_directory(tmp_path, monkeypatch):
+    """Only directories below the standard library's root are skipped: under /.../tests/ every file was."""
+    from megatron.oellm.training import corpus
+
+    root = tmp_path / "tests" / "lib" / "python3"
+    for name in ("json/decoder.py", "os.py", "test/test_os.py", "site-packages/pkg/mod.py", "unittest/tests/t.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x = 1\n")
+    paths = {"stdlib": str(root)}
+    monkeypatch.setattr(corpus.sysconfig, "get_paths", lambda: paths)
+    assert stdlib_sources(10_000) == [root / "json" / "decoder.py", root / "os.py"]

@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from megatron.oellm.cards import get_card
 from megatron.oellm.training import data
 from megatron.oellm.training.args import parse_oellm_argv
 
@@ -17,13 +18,27 @@ def test_document_masking_is_refused_with_the_reason():
     data.check_data_args(parse_oellm_argv([]))
 
 
+def test_reset_attention_mask_is_refused_with_the_reason():
+    """The flag's per-document mask reaches no attention that honours it; only the position ids would restart."""
+    with pytest.raises(ValueError, match="--reset-attention-mask: the per-document attention mask"):
+        data.check_data_args(parse_oellm_argv(["--reset-attention-mask"]))
+    data.check_data_args(parse_oellm_argv(["--reset-position-ids"]))
+
+
 class _Reached(Exception):
     """Raised by the stand-ins of the steps after the argument checks."""
 
 
-@pytest.mark.parametrize("argv, stop", [([MASKING], ValueError), ([], _Reached)])
-def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatch, argv, stop):
-    """The entry's argument checks run before the throughput hook and ``pretrain`` (which set up GPUs)."""
+def parsed_with_padded_vocab(**_kwargs):
+    """``sys.argv`` parsed as Megatron would, with the two fields its validation and tokenizer set."""
+    args = parse_oellm_argv(sys.argv[1:])
+    args.padded_vocab_size, args.virtual_pipeline_model_parallel_size = args.vocab_size, None
+    return args
+
+
+def entry_up_to_pretrain(monkeypatch):
+    """The training entry with Megatron's validation (it needs CUDA) replaced by the plain parse and every step after
+    the argument checks (throughput hook, ``pretrain``: they set up GPUs) raising :class:`_Reached`."""
     import megatron.training
     import megatron.training.arguments
 
@@ -37,11 +52,120 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     monkeypatch.setattr(sys, "argv", ["entry"])
     monkeypatch.setattr(dataset_helpers, "apply", lambda: True)
     monkeypatch.setattr(distrib_optimizer_step, "apply", lambda: True)
-    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args",
-                        lambda **_kwargs: parse_oellm_argv(sys.argv[1:]))
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
     monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
     monkeypatch.setattr(entry, "flops_and_peak", reached)
     monkeypatch.setattr(throughput, "install_throughput_logging", reached)
     monkeypatch.setattr(megatron.training, "pretrain", reached)
-    with pytest.raises(stop):
-        entry.main(["--oellm-backend", "torch", *argv])
+    return entry
+
+
+def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatch, capsys):
+    """The entry's argument checks run before the throughput hook and ``pretrain`` (which set up GPUs), and the
+    refusal is one error line (exit status 2), not a traceback on every rank."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch"]
+    assert entry.main([*argv, MASKING]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.DOCUMENT_MASKING_UNWIRED}"]
+    with pytest.raises(_Reached):
+        entry.main(argv)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--oellm-model", "qwen3.5-35b-a3b-tiny", "--hidden-size", "96"], "--hidden-size: the command line gives"),
+        (["--oellm-model", "qwen9-nope"], "unknown model"),
+        (["--oellm-backend", "torch", "--transformer-impl", "transformer_engine"], "resolves to the torch backend"),
+    ],
+)
+def test_the_entry_refuses_a_bad_command_line_in_one_line(monkeypatch, capsys, argv, message):
+    """Card conflicts, unknown models and backend conflicts were tracebacks (one per rank under torchrun)."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{entry.PROG}: error: ") and message in err[0]
+
+
+def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
+    """Without ``--oellm-model`` the card is read from Megatron's flags after parsing; a refusal there is one line."""
+    import megatron.training.arguments
+
+    from megatron.oellm.megatron_args import flags_to_argv, model_flags
+    from megatron.oellm.training import entry
+
+    flops_and_peak = entry.flops_and_peak  # the real one: it reads the card before it asks CUDA for the GPU
+    entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(entry, "flops_and_peak", flops_and_peak)
+    monkeypatch.setattr(
+        megatron.training.arguments,
+        "parse_and_validate_args",
+        lambda **_kwargs: parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128"]),
+    )
+    flags = {**model_flags(get_card("qwen3-30b-a3b-tiny")), "moe-layer-freq": "([0]+[1]*1)"}
+    assert entry.main(["--oellm-backend", "torch", *flags_to_argv(flags)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "no model card describes these Megatron flags: --moe-layer-freq" in err[0]
+
+
+@pytest.mark.parametrize(
+    "flags, field, value",
+    [
+        (["--multiple-validation-sets"], "multiple_validation_sets", True),
+        (["--full-validation"], "full_validation", True),
+        (["--mid-level-dataset-surplus", "0.25"], "mid_level_dataset_surplus", 0.25),
+        (["--allow-ambiguous-pad-tokens"], "allow_ambiguous_pad_tokens", True),
+        (["--object-storage-cache-path", "/cache/s3"], "object_storage_cache_path", "/cache/s3"),
+        (["--data-cache-path", "/cache", "--dataloader-fast-cache-load"], "fast_cache_load", True),
+        (["--data-cache-path", "/cache", "--dataloader-defer-npy-index-mmap"], "defer_npy_index_mmap", True),
+    ],
+)
+def test_data_flags_reach_the_dataset_config(monkeypatch, flags, field, value):
+    """Megatron's parser accepts these flags; the dataset config ignored them (``--multiple-validation-sets``
+    blended the validation sets into one loader, and megatron's evaluation expects one per set)."""
+    import megatron.training
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
+    argv = ["--seq-length", "128", "--train-data-path", "train", "--valid-data-path", "valid-a", "valid-b", *flags]
+    args = parse_oellm_argv(argv)
+    args.data_parallel_size = 1
+    assert getattr(data.dataset_config(args), field) == value
+
+
+def test_per_dataset_sequences_reach_the_dataset_config(monkeypatch, tmp_path):
+    import json
+
+    import megatron.training
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
+    counts = {"train": [1000, 10], "valid-a": [20, 2]}
+    (tmp_path / "sequences.json").write_text(json.dumps(counts))
+    args = parse_oellm_argv(
+        [
+            "--seq-length",
+            "128",
+            "--train-data-path",
+            "train",
+            "--valid-data-path",
+            "valid-a",
+            "--per-dataset-sequences-path",
+            str(tmp_path / "sequences.json"),
+        ]
+    )
+    args.data_parallel_size = 1
+    assert data.dataset_config(args).sequences_per_dataset == counts
+
+
+def test_a_layout_that_does_not_fit_the_card_is_refused_before_megatron_initialises(monkeypatch, capsys):
+    """Megatron's validation passes a pipeline split inside a decoder layer; the model provider refused it, after
+    process groups and GPU memory were set up on every rank."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    pattern = get_card("qwen3.5-35b-a3b-tiny").hybrid_layer_pattern
+    argv = ["--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--pipeline-model-parallel-size", "2"]
+    assert entry.main([*argv, "--hybrid-layer-pattern", pattern[:3] + "|" + pattern[3:]]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "hybrid pattern stage 'GEG' is not whole decoder layers" in err[0]
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--hybrid-layer-pattern", pattern[:4] + "|" + pattern[4:]])
