@@ -3,21 +3,34 @@
 # into one folder and packed as .bundle/site-<tag>.tar.xz. Untar it anywhere and put the folder on PYTHONPATH.
 # Used for air-gapped compute nodes and for the project's lent GPU machine (no internet there).
 #
-#   tools/build_site_bundle.sh [--python-version 3.12] [--out .bundle]
+#   tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64] [--out .bundle]
 #
 # On the node:  mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+# The wheels are compiled for one architecture: x86_64 (default: MareNostrum 5, the lent H200) writes
+# site-<tag>.tar.xz, aarch64 (Jupiter's GH200) site-<tag>-aarch64.tar.xz; tilelang's and z3's aarch64 wheels need
+# glibc >= 2.34 (manylinux_2_34).
 set -euo pipefail
 PYVER=3.12
+ARCH=x86_64
 OUT=.bundle
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) PYVER="$2"; shift 2 ;;
+    --arch) ARCH="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 TAG="cp${PYVER/./}"
+case "$ARCH" in
+  x86_64) PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+                     manylinux1_x86_64) ;;
+  aarch64) PLATFORMS=(manylinux_2_34_aarch64 manylinux_2_28_aarch64 manylinux_2_27_aarch64 manylinux_2_17_aarch64
+                      manylinux2014_aarch64)
+           TAG="$TAG-aarch64" ;;
+  *) echo "unknown architecture: $ARCH (x86_64 or aarch64)" >&2; exit 2 ;;
+esac
 PACKAGES=(
   "megatron-core==0.19.2"
   "fla-core==0.6.0"
@@ -31,8 +44,7 @@ WHEELS="$OUT/wheels-$TAG"
 SITE="$OUT/site-$TAG"
 mkdir -p "$WHEELS"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d "$WHEELS" "${PACKAGES[@]}"
+  "${PLATFORMS[@]/#/--platform=}" --platform any -d "$WHEELS" "${PACKAGES[@]}"
 rm -rf "$SITE" && mkdir -p "$SITE"
 for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"

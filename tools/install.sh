@@ -5,22 +5,49 @@
 #
 # Python 3.11: megatron-core 0.19.2 declares >= 3.12 but only needs typing.override, which megatron.oellm provides;
 # so we install torch and numpy<2.4 first, then megatron-core with --ignore-requires-python.
-# On a GPU cluster use the container's torch (this script keeps an importable torch as it is).
+# torch: an importable torch (a cluster container's, a venv's) is kept as it is, and so is an importable Triton.
+# Without one: PyPI's Linux wheel of torch 2.13.0, x86_64 and aarch64 (GH200) alike, is a CUDA 13.0 build (with
+# ~3 GB of nvidia-* wheels) that needs an NVIDIA driver >= 580. So a machine where nvidia-smi lists no GPU gets the
+# CPU build 2.13.0+cpu (from the configured indexes or find-links if one has it, else from TORCH_CPU_INDEX_URL,
+# PyTorch's CPU index); a GPU node gets PyPI's CUDA 13.0 build, refused below driver 580, and checked to be a CUDA
+# build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
 PY="${PYTHON:-python3}"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
+TORCH_VERSION=2.13.0
+TORCH_CUDA13_DRIVER=580
 "$PY" - <<'PYCHECK'
 import sys
 if sys.version_info < (3, 11):
     sys.exit(f"megatron-oellm needs Python >= 3.11, this is {sys.version.split()[0]}")
 PYCHECK
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  # CPU machines: the CPU build of torch 2.13.0 (a CUDA build comes from the cluster container instead).
-  "${PIP[@]}" "torch==2.13.0" "numpy<2.4"
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  if [ -z "$DRIVER" ]; then
+    echo "install.sh: no NVIDIA GPU listed by nvidia-smi: installing the CPU build torch==${TORCH_VERSION}+cpu"
+    "${PIP[@]}" "torch==${TORCH_VERSION}+cpu" "numpy<2.4" 2>/dev/null ||
+      "${PIP[@]}" --extra-index-url "${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
+        "torch==${TORCH_VERSION}+cpu" "numpy<2.4"
+  else
+    if [ -z "${TORCH_INDEX_URL:-}" ] && { ! [[ "${DRIVER%%.*}" =~ ^[0-9]+$ ]] ||
+                                          [ "${DRIVER%%.*}" -lt "$TORCH_CUDA13_DRIVER" ]; }; then
+      echo "error: PyPI's torch==${TORCH_VERSION} is a CUDA 13.0 build, which needs an NVIDIA driver >=" \
+           "${TORCH_CUDA13_DRIVER}; this node's is ${DRIVER}. Use the cluster container's torch, or set" \
+           "TORCH_INDEX_URL to a PyTorch index built for this driver's CUDA (https://download.pytorch.org/whl/cu1XX)" >&2
+      exit 1
+    fi
+    echo "install.sh: NVIDIA driver ${DRIVER}: installing a CUDA build of torch==${TORCH_VERSION}"
+    "${PIP[@]}" ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}" "numpy<2.4"
+    "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" ||
+      { echo "error: a CPU build of torch was installed on a GPU node (a find-links folder or index holding" \
+             "torch ${TORCH_VERSION}+cpu wins over PyPI's CUDA wheel): uninstall it and rerun with PIP_FIND_LINKS=''" >&2
+        exit 1; }
+  fi
 fi
-"${PIP[@]}" "numpy<2.4" triton
+"$PY" -c "import triton" 2>/dev/null || "${PIP[@]}" triton
+"${PIP[@]}" "numpy<2.4"
 "${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"
 # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
 # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.

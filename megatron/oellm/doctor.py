@@ -105,6 +105,8 @@ class EnvironmentReport:
     gpus: tuple[GpuInfo, ...] = ()
     gpu_probe_error: str | None = None
     """Why the GPUs could not be listed, when torch raised while probing them."""
+    torch_import_error: str | None = None
+    """``import torch`` raised (e.g. a CUDA library missing from LD_LIBRARY_PATH): its type and message, else None."""
     tilelang_importable: bool = False
     """``tilelang`` can be found on ``sys.path`` (located, not imported)."""
     tilelang_import_error: str | None = None
@@ -187,8 +189,10 @@ def _typing_override_provided() -> bool:
 
 
 def _find_nvcc(env: Mapping[str, str]) -> str | None:
-    """An nvcc TileLang could use: $CUDA_HOME or $CUDA_PATH, PATH, the nvidia-cuda-nvcc wheel, /usr/local/cuda."""
-    candidates = [Path(env[name]) / "bin" / "nvcc" for name in ("CUDA_HOME", "CUDA_PATH") if env.get(name)]
+    """An nvcc TileLang could use, searched as fla 0.6.0 does (``fla.utils.env.has_usable_nvcc``): $CUDA_HOME, or
+    $CUDA_PATH only when CUDA_HOME is unset or empty, PATH, the nvidia-cuda-nvcc wheel, /usr/local/cuda."""
+    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    candidates = [Path(cuda_home) / "bin" / "nvcc"] if cuda_home else []
     on_path = shutil.which("nvcc", path=env.get("PATH"))
     if on_path:
         candidates.append(Path(on_path))
@@ -215,15 +219,19 @@ def deep_ep_declares_hybrid_ep() -> bool | None:
     return re.search(r"\bHybridEPBuffer\b", Path(spec.origin).read_text(errors="replace")) is not None
 
 
-def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None]:
-    """(CUDA build version, NCCL version, GPUs, probe error) from torch; all empty when torch is absent."""
+def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None, str | None]:
+    """(CUDA build version, NCCL version, GPUs, probe error, import error) from torch; all empty when torch is
+    absent, and all but the import error when ``import torch`` raises."""
     if not _module_findable("torch"):
-        return None, None, (), None
-    import torch
+        return None, None, (), None, None
+    try:
+        import torch
+    except Exception as error:  # a broken install raises OSError, ImportError, AttributeError, ...: a finding
+        return None, None, (), None, f"{type(error).__name__}: {error}"
 
     cuda_version = torch.version.cuda
     if cuda_version is None or not torch.cuda.is_available():
-        return cuda_version, None, (), None
+        return cuda_version, None, (), None, None
     try:
         nccl = torch.cuda.nccl.version()
         nccl_version = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
@@ -232,8 +240,8 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
             props = torch.cuda.get_device_properties(index)
             gpus.append(GpuInfo(index, props.name, (props.major, props.minor), props.total_memory / 2**30))
     except RuntimeError as error:
-        return cuda_version, None, (), f"{type(error).__name__}: {error}"
-    return cuda_version, nccl_version, tuple(gpus), None
+        return cuda_version, None, (), f"{type(error).__name__}: {error}", None
+    return cuda_version, nccl_version, tuple(gpus), None, None
 
 
 def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
@@ -242,7 +250,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     ``env`` (default ``os.environ``) is only used to locate nvcc; the rules read their variables separately.
     """
     env = os.environ if env is None else env
-    cuda_version, nccl_version, gpus, gpu_probe_error = _torch_cuda_facts()
+    cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
     tilelang_findable = _module_findable("tilelang")
     # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
     te_error = (_import_error_in_subprocess("torch, transformer_engine.pytorch")
@@ -255,6 +263,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         nccl_version=nccl_version,
         gpus=gpus,
         gpu_probe_error=gpu_probe_error,
+        torch_import_error=torch_import_error,
         tilelang_importable=tilelang_findable,
         tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
         transformer_engine_import_error=te_error,
@@ -277,12 +286,29 @@ def check_python(report: EnvironmentReport, env: Mapping[str, str]) -> list[Find
     return [Finding("ok", "python", message)]
 
 
+def check_torch(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """torch must be installed and import: megatron-core, both backends and every GPU check need it."""
+    version = report.versions.get("torch")
+    if report.torch_import_error is not None:
+        return [Finding("error", "torch", f"torch {version} is installed but `import torch` fails "
+                        f"({report.torch_import_error}).",
+                        "a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
+                        "site-packages/nvidia/*/lib); otherwise reinstall torch, or use the cluster container's")]
+    if version is None:
+        return [Finding("error", "torch", "torch is not installed.",
+                        "use the cluster container's torch, or bash tools/install.sh")]
+    build = f"CUDA {report.cuda_version} build" if report.cuda_version else "CPU build"
+    return [Finding("ok", "torch", f"torch {version} imports ({build}).")]
+
+
 def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Warn when torch sees no GPU: the GPU-dependent rules then cannot tell whether they apply."""
     if report.gpus:
         names = ", ".join(sorted({gpu.name for gpu in report.gpus}))
         return [Finding("ok", "gpus", f"{len(report.gpus)} GPU(s) seen: {names}.")]
-    if report.gpu_probe_error:
+    if report.torch_import_error:
+        reason = "torch does not import"
+    elif report.gpu_probe_error:
         reason = f"torch failed to list the GPUs ({report.gpu_probe_error})"
     elif report.cuda_version is None:
         reason = "torch is a CPU build or not installed"
@@ -487,6 +513,7 @@ def check_slow_path_switches(report: EnvironmentReport, env: Mapping[str, str]) 
 Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
 RULES: tuple[Rule, ...] = (
     check_python,
+    check_torch,
     check_gpus,
     check_megatron_core,
     check_transformer_engine,

@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import random
+import subprocess
 import sys
 
 import pytest
@@ -31,6 +32,7 @@ from megatron.oellm.doctor import (
     check_nccl_channels,
     check_python,
     check_slow_path_switches,
+    check_torch,
     check_transformer_engine,
     collect_environment,
     exit_status,
@@ -257,6 +259,34 @@ def test_python_reports_version_and_provision(provided):
     assert ("megatron.oellm.compat" in findings[0].message) is provided
 
 
+def test_torch_rule_installed_missing_and_broken():
+    working = check_torch(make_report(), {})
+    assert severities(working) == ["ok"] and "2.9.0" in working[0].message and "CUDA 12.8" in working[0].message
+    cpu = check_torch(make_report(cuda_version=None, gpus=()), {})
+    assert severities(cpu) == ["ok"] and "CPU build" in cpu[0].message
+    assert severities(check_torch(make_report(versions={"torch": None}), {})) == ["error"]
+    error = "OSError: libcudnn.so.9: cannot open shared object file: No such file or directory"
+    report = make_report(cuda_version=None, gpus=(), torch_import_error=error)
+    broken = check_torch(report, {})
+    assert severities(broken) == ["error"] and "libcudnn.so.9" in broken[0].message
+    assert "LD_LIBRARY_PATH" in broken[0].fix
+    assert "does not import" in check_gpus(report, {})[0].message and exit_status(check_environment(report, {})) == 1
+
+
+def test_a_torch_that_does_not_import_is_a_finding_not_a_traceback(tmp_path):
+    """A CUDA torch whose libraries are not on LD_LIBRARY_PATH raises on import: the doctor reports it, exit 1."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "raise OSError('libcudnn.so.9: cannot open shared object file: oellm_doctor_test')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "megatron.oellm", "doctor", "--json"], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1
+    findings = {f["name"]: f for f in json.loads(done.stdout)["findings"]}
+    assert findings["torch"]["severity"] == "error" and "oellm_doctor_test" in findings["torch"]["message"]
+
+
 def test_gpus_none_seen_is_a_warning_with_the_reason():
     cpu_build = check_gpus(make_report(gpus=(), cuda_version=None), {})
     no_device = check_gpus(make_report(gpus=()), {})
@@ -371,6 +401,30 @@ def test_find_nvcc_from_cuda_home(tmp_path):
     assert doctor_module._find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
     found_without = doctor_module._find_nvcc({"PATH": ""})
     assert found_without is None or found_without != str(nvcc)
+
+
+@pytest.mark.parametrize("cuda_home", [None, "bad", "good"])
+@pytest.mark.parametrize("cuda_path", [None, "bad", "good"])
+def test_find_nvcc_searches_as_fla_does(tmp_path, monkeypatch, cuda_home, cuda_path):
+    """fla 0.6.0 reads CUDA_PATH only when CUDA_HOME is unset: with CUDA_HOME naming a folder without nvcc and
+    CUDA_PATH one with it, fla keeps Triton, so the doctor must not count that nvcc."""
+    env_utils = pytest.importorskip("fla.utils.env")
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    (good / "bin").mkdir(parents=True)
+    (good / "bin" / "nvcc").write_text("")
+    (bad / "bin").mkdir(parents=True)
+    folders = {"good": str(good), "bad": str(bad)}
+    env = {"PATH": ""}
+    monkeypatch.setenv("PATH", "")
+    for variable, choice in (("CUDA_HOME", cuda_home), ("CUDA_PATH", cuda_path)):
+        monkeypatch.delenv(variable, raising=False)
+        if choice is not None:
+            env[variable] = folders[choice]
+            monkeypatch.setenv(variable, folders[choice])
+    found = doctor_module._find_nvcc(env)
+    assert (found is not None) is env_utils.has_usable_nvcc.__wrapped__()
+    if cuda_home == "bad" and cuda_path == "good":
+        assert found != str(good / "bin" / "nvcc")
 
 
 def test_fla_rule_tilelang_that_fails_to_import_is_an_error():

@@ -1,0 +1,140 @@
+"""``tools/install.sh``: which torch it asks pip for on a CPU machine, an x86_64 or GH200 GPU node and a container
+with torch, run against a stand-in Python whose ``-m pip`` only records its arguments (nothing is installed).
+
+The stand-in runs every other command with this interpreter under ``-S`` (no site-packages), so ``import torch``
+and ``import triton`` see only the fake modules of the test's folder; a recorded ``pip install torch==...`` writes
+a fake torch there (a CUDA or a CPU build, as the case says), and ``nvidia-smi`` is a stand-in printing a driver
+version or failing as on a machine without an NVIDIA driver.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "install.sh"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
+  echo "pip $*" >> "$FAKE_LOG"
+  for arg in "$@"; do
+    case "$arg" in
+      torch==*+cpu) [ "${FAKE_LOCAL_CPU_WHEEL:-1}" = 1 ] || case "$*" in *--extra-index-url*) ;; *) exit 1 ;; esac
+                    CUDA=None ;;
+      torch==*) CUDA="${FAKE_TORCH_CUDA:-None}" ;;
+      *) continue ;;
+    esac
+    mkdir -p "$FAKE_SITE/torch" && printf 'class version:\\n    cuda = %s\\n' "$CUDA" > "$FAKE_SITE/torch/__init__.py"
+  done
+  exit 0
+fi
+case "$*" in *megatron.core*) echo "megatron-oellm (stand-in)"; exit 0 ;; esac
+PYTHONPATH="$FAKE_SITE" exec REAL_PYTHON -S "$@"
+"""
+
+FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+[ -n "${FAKE_DRIVER:-}" ] || { echo "NVIDIA-SMI has failed: no driver" >&2; exit 9; }
+echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
+"""
+
+
+def run_install(
+    tmp_path: Path, *, torch: str | None = None, triton: bool = False, driver: str = "", **env: str
+) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """install.sh against the stand-ins; ``torch`` pre-installs a fake torch ("None" or a CUDA version string).
+
+    Returns the finished process and the recorded pip argument lists."""
+    bin_dir, site = tmp_path / "bin", tmp_path / "site"
+    bin_dir.mkdir()
+    site.mkdir()
+    python = bin_dir / "python"
+    python.write_text(FAKE_PYTHON.replace("REAL_PYTHON", shlex.quote(sys.executable)))
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    for script in bin_dir.iterdir():
+        script.chmod(0o755)
+    if torch is not None:
+        (site / "torch").mkdir()
+        (site / "torch" / "__init__.py").write_text(f"class version:\n    cuda = {torch}\n")
+    if triton:
+        (site / "triton.py").write_text("")
+    log = tmp_path / "pip.log"
+    log.touch()
+    environment = {
+        "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": str(tmp_path),
+        "PYTHON": str(python),
+        "FAKE_LOG": str(log),
+        "FAKE_SITE": str(site),
+        "FAKE_DRIVER": driver,
+        **env,
+    }
+    done = subprocess.run(["bash", str(SCRIPT), "dev"], capture_output=True, text=True, env=environment, timeout=120)
+    return done, [line.split()[1:] for line in log.read_text().splitlines()]
+
+
+def torch_installs(calls: list[list[str]]) -> list[list[str]]:
+    return [call for call in calls if any(arg.startswith("torch==") for arg in call)]
+
+
+def test_an_importable_torch_and_triton_are_kept(tmp_path: Path) -> None:
+    """A container's torch and Triton: neither is reinstalled (pip would replace a pytorch-triton's module)."""
+    done, calls = run_install(tmp_path, torch="'12.9'", triton=True, driver="570.86.15")
+    assert done.returncode == 0, done.stderr
+    assert torch_installs(calls) == []
+    assert not any("triton" in call for call in calls)
+    assert any("megatron-core==0.19.2" in call for call in calls)
+    assert calls[-1][-2:] == ["-e", ".[dev]"]
+
+
+def test_cpu_machine_gets_the_cpu_build_from_its_configured_indexes(tmp_path: Path) -> None:
+    done, calls = run_install(tmp_path)
+    assert done.returncode == 0, done.stderr
+    (install,) = torch_installs(calls)
+    assert "torch==2.13.0+cpu" in install and "--extra-index-url" not in install
+    assert any(call[-1] == "triton" for call in calls)  # the CPU build does not bring Triton; the kernels need it
+
+
+def test_cpu_machine_falls_back_to_pytorchs_cpu_index(tmp_path: Path) -> None:
+    done, calls = run_install(tmp_path, FAKE_LOCAL_CPU_WHEEL="0")
+    assert done.returncode == 0, done.stderr
+    first, second = torch_installs(calls)
+    assert "--extra-index-url" not in first
+    assert second[second.index("--extra-index-url") + 1] == CPU_INDEX and "torch==2.13.0+cpu" in second
+
+
+@pytest.mark.parametrize("driver", ["580.65.06", "590.48.01"])
+def test_gpu_node_with_a_cuda13_driver_gets_pypis_cuda_build(tmp_path: Path, driver: str) -> None:
+    """x86_64 and aarch64 (GH200) alike: PyPI's Linux torch 2.13.0 wheel is the CUDA 13.0 build."""
+    done, calls = run_install(tmp_path, driver=driver, FAKE_TORCH_CUDA="'13.0'")
+    assert done.returncode == 0, done.stderr
+    (install,) = torch_installs(calls)
+    assert "torch==2.13.0" in install and "--extra-index-url" not in install
+
+
+def test_gpu_node_with_an_older_driver_is_refused_before_installing(tmp_path: Path) -> None:
+    done, calls = run_install(tmp_path, driver="570.86.15", FAKE_TORCH_CUDA="'13.0'")
+    assert done.returncode == 1
+    assert "580" in done.stderr and "570.86.15" in done.stderr and "TORCH_INDEX_URL" in done.stderr
+    assert calls == []
+
+
+def test_gpu_node_with_an_older_driver_and_a_chosen_index(tmp_path: Path) -> None:
+    index = "https://download.pytorch.org/whl/cu126"
+    done, calls = run_install(tmp_path, driver="560.35.03", FAKE_TORCH_CUDA="'12.6'", TORCH_INDEX_URL=index)
+    assert done.returncode == 0, done.stderr
+    (install,) = torch_installs(calls)
+    assert install[install.index("--extra-index-url") + 1] == index and "torch==2.13.0" in install
+
+
+def test_gpu_node_that_got_a_cpu_build_is_an_error(tmp_path: Path) -> None:
+    """A find-links folder with torch 2.13.0+cpu (as on the CI machine) wins over PyPI's CUDA wheel."""
+    done, calls = run_install(tmp_path, driver="590.48.01", FAKE_TORCH_CUDA="None")
+    assert done.returncode == 1
+    assert "CPU build" in done.stderr
+    assert not any("megatron-core==0.19.2" in call for call in calls)

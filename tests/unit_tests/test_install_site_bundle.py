@@ -1,0 +1,66 @@
+"""``tools/build_site_bundle.sh``: the wheels it asks pip for match the target's architecture (x86_64 for
+MareNostrum 5, aarch64 for Jupiter's GH200), run against a stand-in ``python3`` whose ``-m pip download`` records
+its arguments and writes one small wheel instead of downloading."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "build_site_bundle.sh"
+
+FAKE_PYTHON3 = """#!/usr/bin/env bash
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
+  echo "$*" > "$FAKE_LOG"
+  while [ $# -gt 0 ]; do [ "$1" = "-d" ] && WHEELS="$2"; shift; done
+  exec REAL_PYTHON -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('stand_in.py', '')" \\
+    "$WHEELS/stand_in-1.0-py3-none-any.whl"
+fi
+exec REAL_PYTHON "$@"
+"""
+
+
+def run_bundle(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The script with ``args`` and ``--out tmp_path/out``; returns the process and the platforms pip was given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON3.replace("REAL_PYTHON", shlex.quote(sys.executable)))
+    (bin_dir / "python3").chmod(0o755)
+    log = tmp_path / "pip.log"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    done = subprocess.run(
+        ["bash", str(SCRIPT), *args, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    words = log.read_text().split() if log.exists() else []
+    platforms = [w.split("=", 1)[1] for w in words if w.startswith("--platform=")]
+    platforms += [words[i + 1] for i, w in enumerate(words) if w == "--platform"]
+    return done, platforms
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar and xz")
+@pytest.mark.parametrize(("arch", "bundle"), [(None, "site-cp312.tar.xz"), ("aarch64", "site-cp312-aarch64.tar.xz")])
+def test_the_wheels_match_the_targets_architecture(tmp_path: Path, arch: str | None, bundle: str) -> None:
+    done, platforms = run_bundle(tmp_path, *(["--arch", arch] if arch else []))
+    assert done.returncode == 0, done.stderr
+    machine = arch or "x86_64"
+    assert "any" in platforms
+    assert all(p == "any" or p.endswith(f"_{machine}") for p in platforms), platforms
+    if arch == "aarch64":  # tilelang 0.1.15 and z3-solver 4.15.4.0 publish aarch64 wheels only as manylinux_2_34
+        assert "manylinux_2_34_aarch64" in platforms
+    with tarfile.open(tmp_path / "out" / bundle) as archive:
+        assert "./stand_in.py" in archive.getnames()
+
+
+def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:
+    done, platforms = run_bundle(tmp_path, "--arch", "ppc64le")
+    assert done.returncode == 2 and "ppc64le" in done.stderr and platforms == []
