@@ -50,9 +50,11 @@ def check_layout(args) -> None:
     process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
     hybrid pattern whose ``|`` splits a decoder layer between two pipeline stages."""
     from megatron.oellm.models.parallel import validate_layout
-    from megatron.oellm.training.model_provider import card_from_args, layout_from_args
+    from megatron.oellm.training.model_provider import card_from_args, check_pipeline_split_flags, layout_from_args
 
-    validate_layout(card_from_args(args), layout_from_args(args))
+    card = card_from_args(args)
+    check_pipeline_split_flags(args, card)
+    validate_layout(card, layout_from_args(args))
 
 
 def refuse(error: ValueError) -> int:

@@ -12,7 +12,12 @@ import copy
 import dataclasses
 
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.models.parallel import ParallelLayout, pipeline_layout_from_hybrid_pattern
+from megatron.oellm.models.parallel import (
+    ParallelLayout,
+    ParallelLayoutError,
+    layout_from_counts,
+    pipeline_layout_from_hybrid_pattern,
+)
 from megatron.oellm.training.card_from_args import card_from_megatron_args
 
 TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion")
@@ -48,6 +53,66 @@ def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
         sp=args.sequence_parallel,
         pipeline_layout=custom if isinstance(custom, str) else None,
     )
+
+
+UNEVEN_SPLIT_FLAGS = {
+    "decoder_first_pipeline_num_layers": "--decoder-first-pipeline-num-layers",
+    "decoder_last_pipeline_num_layers": "--decoder-last-pipeline-num-layers",
+    "account_for_embedding_in_pipeline_split": "--account-for-embedding-in-pipeline-split",
+    "account_for_loss_in_pipeline_split": "--account-for-loss-in-pipeline-split",
+}
+"""Megatron's uneven pipeline-split flags (argument -> flag). The spec builders place decoder layers by an even split
+over PP x VPP or by a pipeline layout (:func:`layout_from_args`), which these flags are not part of."""
+
+
+def check_pipeline_split_flags(args: argparse.Namespace, card: ModelCard) -> None:
+    """Raise :class:`ParallelLayoutError` for Megatron's uneven-split flags (:data:`UNEVEN_SPLIT_FLAGS`), naming the
+    equivalent ``--pipeline-model-parallel-layout`` where there is one (first/last stage sizes without virtual
+    stages), or the ``|`` stage boundaries of ``--hybrid-layer-pattern`` for a hybrid model.
+
+    Without this the layout check judged the even split the flags replace (refusing, for one, Qwen3-235B-A22B's 94
+    layers with ``--pipeline-model-parallel-size 8 --decoder-first-pipeline-num-layers 10
+    --decoder-last-pipeline-num-layers 12`` as "94 is not divisible by 8")."""
+    given = [flag for name, flag in UNEVEN_SPLIT_FLAGS.items() if getattr(args, name, None)]
+    if not given:
+        return
+    if card.linear_mixer != "none":
+        fix = "mark the stage boundaries with '|' in --hybrid-layer-pattern instead"
+    else:
+        layout = _layout_of_first_and_last(args, card.num_layers)
+        if layout is None:
+            fix = ("give the stages as --pipeline-model-parallel-layout instead, one '|'-separated stage per pipeline "
+                   "rank and virtual stage, 'E' before the first layer and 'L' after the last (e.g. "
+                   f"{_even_layout(card.num_layers, args.pipeline_model_parallel_size)!r})")
+        else:
+            fix = f"give --pipeline-model-parallel-layout {layout!r} instead"
+    raise ParallelLayoutError(f"{', '.join(given)}: the layers are placed by an even split or a pipeline layout, "
+                              f"which these flags are not part of; {fix}")
+
+
+def _layout_of_first_and_last(args: argparse.Namespace, num_layers: int) -> str | None:
+    """The pipeline layout that places the decoder layers as ``--decoder-first/last-pipeline-num-layers`` would, when
+    only those are given, there are no virtual stages and the middle stages split the rest evenly; else None."""
+    if args.account_for_embedding_in_pipeline_split or args.account_for_loss_in_pipeline_split:
+        return None
+    virtual = (getattr(args, "virtual_pipeline_model_parallel_size", None)
+               or getattr(args, "num_virtual_stages_per_pipeline_rank", None))
+    if (virtual or 1) > 1:
+        return None
+    pp = args.pipeline_model_parallel_size
+    first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if middle_stages < 1 or rest < 0 or rest % middle_stages:
+        return None
+    counts = [rest // middle_stages] * middle_stages
+    return layout_from_counts(([first] if first is not None else []) + counts + ([last] if last is not None else []))
+
+
+def _even_layout(num_layers: int, stages: int) -> str:
+    """A pipeline layout of ``num_layers`` decoder layers over ``stages`` stages, the first ones one layer longer."""
+    base, extra = divmod(num_layers, stages)
+    return layout_from_counts([base + (i < extra) for i in range(stages)])
 
 
 def megatron_config_kwargs(args: argparse.Namespace, backend: str) -> dict:

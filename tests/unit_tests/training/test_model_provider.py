@@ -1,6 +1,7 @@
 """Megatron arguments -> card, layout and runtime config fields of the model provider (no GPU needed)."""
 
 import argparse
+import re
 
 import pytest
 
@@ -148,3 +149,38 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
     fused.moe_permute_fusion, dense.num_experts = True, None
     assert moe_permutation_description(fused) == ", MoE permutation fused"
     assert moe_permutation_description(dense) == ""
+
+
+UNEVEN_235B = ["--oellm-model", "qwen3-235b-a22b", "--pipeline-model-parallel-size", "8", "--micro-batch-size", "1",
+               "--global-batch-size", "8", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+"""Qwen3-235B-A22B's 94 layers over 8 pipeline ranks: no even split."""
+
+
+def test_megatrons_uneven_split_flags_are_refused_with_the_equivalent_pipeline_layout(monkeypatch):
+    """Megatron accepts 10 + 6 x 12 + 12 layers through its first/last flags; the spec builders place layers by an
+    even split or a pipeline layout, so the entry refuses the flags and names the layout that places the same layers,
+    which Megatron and the layout check then accept."""
+    from megatron.oellm.training.entry import check_layout
+
+    uneven = ["--decoder-first-pipeline-num-layers", "10", "--decoder-last-pipeline-num-layers", "12"]
+    args = validated([*UNEVEN_235B, *uneven], monkeypatch, world_size=8)
+    layout = "Et*10|t*12|t*12|t*12|t*12|t*12|t*12|t*12L"
+    with pytest.raises(ValueError, match=r"--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers: "
+                                         rf".*give --pipeline-model-parallel-layout '{re.escape(layout)}' instead"):
+        check_layout(args)
+    check_layout(validated([*UNEVEN_235B, "--pipeline-model-parallel-layout", layout], monkeypatch, world_size=8))
+
+
+def test_split_flags_without_an_equivalent_layout_get_an_even_example_and_hybrids_their_pattern(monkeypatch):
+    from megatron.oellm.training.entry import check_layout
+
+    qwen3_pp7 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "7", "--micro-batch-size", "1",
+                 "--global-batch-size", "7", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+    accounted = validated([*qwen3_pp7, "--account-for-loss-in-pipeline-split"], monkeypatch, world_size=7)
+    with pytest.raises(ValueError, match=r"--account-for-loss-in-pipeline-split: .*\(e\.g\. "
+                                         r"'Et\*7\|t\*7\|t\*7\|t\*7\|t\*7\|t\*7\|t\*6L'\)"):
+        check_layout(accounted)
+    hybrid = parsed(["--oellm-model", "qwen3.5-35b-a3b-tiny", "--pipeline-model-parallel-size", "2",
+                     "--decoder-first-pipeline-num-layers", "1"])
+    with pytest.raises(ValueError, match="--decoder-first-pipeline-num-layers: .*'|' in --hybrid-layer-pattern"):
+        check_layout(hybrid)
