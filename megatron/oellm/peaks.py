@@ -1,6 +1,7 @@
 """Nominal peak tensor throughput per GPU, and model-FLOP utilisation (MFU) against it.
 
-Peaks are NVIDIA's dense (no 2:4 sparsity) datasheet numbers in TFLOP/s. They are nominal: the Jupiter GH200s run
+Peaks are NVIDIA's dense (no 2:4 sparsity) datasheet numbers in TFLOP/s (half the datasheet's sparsity figure where
+it gives only that: the PCIe and NVL cards run lower clocks and power than the SXM modules). They are nominal: the Jupiter GH200s run
 power-capped at 680 W (rated 900 W), which lowers the clock the GPU sustains under load, yet MFU is still quoted
 against the nominal 989 TFLOP/s so that numbers from different machines stay comparable. Pure Python.
 """
@@ -35,7 +36,10 @@ GPU_PEAKS: dict[str, GpuPeak] = {
     peak.name: peak
     for peak in (
         GpuPeak("h100-sxm", 989.0, 1979.0),
+        GpuPeak("h100-pcie", 756.5, 1513.0),
+        GpuPeak("h100-nvl", 835.5, 1670.5),
         GpuPeak("h200-sxm", 989.0, 1979.0),
+        GpuPeak("h200-nvl", 835.5, 1670.5),
         GpuPeak("gh200", 989.0, 1979.0,
                 "Jupiter runs GH200 power-capped at 680 W (rated 900 W): the nominal peak does not reflect the cap"),
     )

@@ -28,8 +28,10 @@ LINE_PREFIX = "[oellm]"
 _LINE = re.compile(r"\[oellm\] iteration (?P<iteration>\d+) \| tokens/s/GPU: (?P<tokens>[0-9.]+) \| "
                    r"TFLOP/s/GPU: (?P<tflops>[0-9.]+) \| MFU: (?P<mfu>[0-9.]+%|n/a)")
 
-DEVICE_PEAKS = (("GH200", "gh200"), ("H200", "h200-sxm"), ("H100", "h100-sxm"))
-"""Substring of ``torch.cuda.get_device_name()`` -> :data:`megatron.oellm.peaks.GPU_PEAKS` name (first match)."""
+DEVICE_PEAKS = (("GH200", "gh200"), ("H200 NVL", "h200-nvl"), ("H200", "h200-sxm"), ("H100 PCIe", "h100-pcie"),
+                ("H100 NVL", "h100-nvl"), ("H100", "h100-sxm"))
+"""Substring of ``torch.cuda.get_device_name()`` -> :data:`megatron.oellm.peaks.GPU_PEAKS` name (first match: the
+PCIe and NVL cards before the SXM modules, whose names are the bare ``NVIDIA H100 80GB HBM3`` / ``NVIDIA H200``)."""
 
 HOOKED_FUNCTION = "training_log"
 """The function of ``megatron.training.training`` that :func:`install_throughput_logging` wraps."""

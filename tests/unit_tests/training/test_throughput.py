@@ -36,6 +36,14 @@ def test_device_peaks():
     assert device_peak_tflops("NVIDIA H200") == 989.0
     assert device_peak_tflops("NVIDIA GH200 480GB", "fp8") == 1979.0
     assert device_peak_tflops("NVIDIA A100-SXM4-80GB") is None
+    assert device_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+
+
+@pytest.mark.parametrize("device_name, peak", [("NVIDIA H100 PCIe", 756.5), ("NVIDIA H100 NVL", 835.5),
+                                               ("NVIDIA H200 NVL", 835.5)])
+def test_pcie_and_nvl_cards_get_their_own_lower_peaks(device_name, peak):
+    """Their names contain "H100" / "H200": matched by that alone they took the SXM peak and understated MFU."""
+    assert device_peak_tflops(device_name) == peak
 
 
 def test_hook_guard_accepts_megatron_and_rejects_other_signatures():
