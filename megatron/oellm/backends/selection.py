@@ -148,6 +148,20 @@ Engine's kernels (fused MoE permutation and routing, TE's cross entropy, TE's CU
 would bring TE into a torch-native model, without it megatron-core raises once it reaches them."""
 
 
+CONFIG_TE_KERNEL_SETTINGS: dict[str, object] = {"apply_rope_fusion": True}
+"""TransformerConfig settings that run Transformer Engine's kernels (TE's fused RoPE) but that the training entry
+turns off for the torch backend whatever Megatron's arguments say (Megatron's default is on), so they are checked on
+a config only: a config built by hand with them would bring TE into a torch-native model."""
+
+
+def _te_kernel_settings(source: TransformerConfig | Any) -> dict[str, object]:
+    """The settings of :data:`TE_KERNEL_SETTINGS` (and, for a TransformerConfig, :data:`CONFIG_TE_KERNEL_SETTINGS`)
+    that ``source`` is checked for."""
+    if isinstance(source, TransformerConfig):
+        return {**TE_KERNEL_SETTINGS, **CONFIG_TE_KERNEL_SETTINGS}
+    return TE_KERNEL_SETTINGS
+
+
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
     (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, and the RNG tracker,
@@ -165,7 +179,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         moe_expert_bias=bool(experts) and source.add_bias_linear,
         moe_glu_interleave=source.moe_mlp_glu_interleave_size is not None,
         te_kernel_settings=tuple(
-            f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items() if getattr(source, name) == value
+            f"{name}={value!r}" for name, value in _te_kernel_settings(source).items() if getattr(source, name) == value
         ),
         te_rng_tracker=bool(
             source.use_te_rng_tracker if isinstance(source, TransformerConfig) else source.te_rng_tracker

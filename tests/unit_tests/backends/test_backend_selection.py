@@ -144,6 +144,10 @@ def test_config_support_reads_transformer_config() -> None:
         selection.check_config_support("torch", TransformerConfig(**base, softmax_type="learnable"))
     with pytest.raises(ValueError, match="qk_clip"):
         selection.check_config_support("torch", TransformerConfig(**base, log_max_attention_logit=True))
+    rope_fusion = TransformerConfig(**base)  # without TE, TransformerConfig itself refuses apply_rope_fusion=True
+    rope_fusion.apply_rope_fusion = True
+    with pytest.raises(ValueError, match=r"Transformer Engine's kernels \(apply_rope_fusion=True\)"):
+        selection.check_config_support("torch", rope_fusion)
 
 
 def test_args_support_reads_megatron_arguments() -> None:
