@@ -14,7 +14,8 @@ from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, ma
 from megatron.oellm.bench.timing import profile_step, time_steps
 from megatron.oellm.cards import get_card
 from megatron.oellm.flops import training_flops_per_token
-from megatron.oellm.peaks import peak_tflops
+from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
+from megatron.oellm.training.throughput import device_peak_name
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,9 @@ class BenchConfig:
     sides: tuple[str, ...] = SIDES
     ours_overrides: dict[str, Any] = field(default_factory=lambda: dict(BEST_OURS_SETTINGS))
     """TransformerConfig fields for our side on top of the spec builder's."""
-    gpu: str = "h200-sxm"
-    """Name in :data:`megatron.oellm.peaks.GPU_PEAKS` whose dense bf16 peak MFU is quoted against."""
+    gpu: str | None = None
+    """Name in :data:`megatron.oellm.peaks.GPU_PEAKS` whose dense bf16 peak MFU is quoted against; None: the
+    benchmarked GPU's own, from its CUDA name (:func:`peak_gpu_of`)."""
     profile_dir: Path | None = None
     """Where to write each side's top CUDA kernels of one step at its best micro-batch size (None: no profile)."""
 
@@ -52,6 +54,8 @@ class BenchConfig:
             raise ValueError(f"micro-batch sizes must be positive, got {self.mbs}")
         if self.warmup < 1 or self.steps < 1:
             raise ValueError(f"need warmup >= 1 and steps >= 1, got {self.warmup} and {self.steps}")
+        if self.gpu is not None:
+            peak_tflops(self.gpu)  # an unknown name raises here, before any model is built
 
 
 @dataclass
@@ -74,6 +78,15 @@ class BenchReport:
         return out
 
 
+def peak_gpu_of(device_name: str) -> str:
+    """The :data:`megatron.oellm.peaks.GPU_PEAKS` name of the GPU CUDA calls ``device_name`` (the training entry's
+    table, so the bench and training runs quote MFU against the same peak); an unknown GPU raises."""
+    name = device_peak_name(device_name)
+    if name is not None:
+        return name
+    raise ValueError(f"no peak known for {device_name!r}: pass --gpu with one of {', '.join(GPU_PEAKS)}")
+
+
 def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float,
               peak: float) -> list[Measurement]:
     """One side's micro-batch sweep, the same batches as the other side (same seed per MBS)."""
@@ -89,7 +102,9 @@ def run_benchmark(config: BenchConfig) -> BenchReport:
     """Build the sides with shared weights, sweep each (the other parked on the host), profile if asked."""
     card = get_card(config.model)
     flops_per_token = training_flops_per_token(card, config.seq_length, padded_vocab=card.vocab_size).total
-    peak = peak_tflops(config.gpu)
+    device = torch.cuda.get_device_name()
+    gpu = config.gpu or peak_gpu_of(device)
+    peak = peak_tflops(gpu)
     sides = build_sides(card, list(config.sides), config.ours_overrides)
     results: list[Measurement] = []
     profiles: dict[str, list[dict]] = {}
@@ -103,7 +118,7 @@ def run_benchmark(config: BenchConfig) -> BenchReport:
             profiles[side.name] = profile_step(lambda s=side, b=batch: s.step(b), config.profile_dir, side.name)
         side.park()  # frees the gradients, then moves the weights to the host
     return BenchReport(
-        config={**asdict(config), "profile_dir": str(config.profile_dir) if config.profile_dir else None},
-        device=torch.cuda.get_device_name(), flops_per_token=flops_per_token, peak_tflops=peak,
+        config={**asdict(config), "gpu": gpu, "profile_dir": str(config.profile_dir) if config.profile_dir else None},
+        device=device, flops_per_token=flops_per_token, peak_tflops=peak,
         settings={name: side.settings for name, side in sides.items()}, results=results,
         summary=summary(results, config.sides), profiles=profiles)

@@ -71,14 +71,15 @@ class Batch:
     """``loss_mask.sum()``, computed once here rather than in every timed step."""
 
 
-def make_batch(vocab_size: int, mbs: int, seq_length: int, seed: int = 0) -> Batch:
-    """A reproducible random batch on the current GPU (uniform token ids, so the router sees varied inputs)."""
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    tokens = torch.randint(0, vocab_size, (mbs, seq_length), device="cuda", generator=generator)
+def make_batch(vocab_size: int, mbs: int, seq_length: int, seed: int = 0, device: str = "cuda") -> Batch:
+    """A reproducible random batch on ``device`` (the current GPU by default; uniform token ids, so the router sees
+    varied inputs)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (mbs, seq_length), device=device, generator=generator)
     next_tokens = torch.roll(tokens, shifts=-1, dims=1)
-    loss_mask = torch.ones(mbs, seq_length, device="cuda")
+    loss_mask = torch.ones(mbs, seq_length, device=device)
     loss_mask[:, -1] = 0.0
-    positions = torch.arange(seq_length, device="cuda").unsqueeze(0).expand(mbs, -1)
+    positions = torch.arange(seq_length, device=device).unsqueeze(0).expand(mbs, -1)
     return Batch(tokens, next_tokens, loss_mask, positions, loss_mask.sum())
 
 
@@ -136,11 +137,18 @@ class HFSide(Side):
                          "kernel_packages": kernel_availability()}
 
     def step(self, batch: Batch) -> torch.Tensor:
-        """transformers' own loss path (bf16 logits upcast, shifted labels) plus its router aux loss."""
+        """transformers' own loss path (bf16 logits upcast, shifted labels) plus its router aux loss.
+
+        The model output is dropped before the backward, as a training loop (transformers' ``Trainer``, ours) drops
+        it: it holds the ``[mbs, seq, vocab]`` bf16 logits (and the router logits), which the backward does not need
+        and which would otherwise stay allocated through it and count in this side's peak memory.
+        """
         self.model.zero_grad(set_to_none=True)
         out = self.model(input_ids=batch.tokens, labels=batch.tokens, use_cache=False)
-        out.loss.backward()
-        return (out.loss - self.aux_loss_coeff * out.aux_loss).detach()
+        loss, aux_loss = out.loss, out.aux_loss
+        del out
+        loss.backward()
+        return loss.detach() - self.aux_loss_coeff * aux_loss.detach()
 
 
 class OursSide(Side):

@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(repeatable), e.g. moe_token_dispatcher_type=allgather")
     parser.add_argument("--plain-ours", action="store_true",
                         help="drop the benchmark's best settings for our side (spec-builder defaults only)")
-    parser.add_argument("--gpu", default="h200-sxm", help="peak table entry MFU is quoted against (default h200-sxm)")
+    parser.add_argument("--gpu", default=None,
+                        help="peak table entry MFU is quoted against (default: the GPU's own, from its CUDA name)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="profile one step per side at its best MBS; top CUDA operators to DIR/<side>_top_cuda.txt, "
                              "and grouped by input shape to DIR/<side>_top_cuda_by_shape.txt")
@@ -106,18 +107,20 @@ def print_report(report: BenchReport) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark and print it; exit 2 without CUDA or on a bad card/configuration."""
+    """Run the benchmark and print it; exit 2 without CUDA, on a bad card/configuration or on a GPU without a known
+    peak and no ``--gpu``."""
     import torch
 
     if not torch.cuda.is_available():
         print("oellm bench: needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
         return 2
-    from megatron.oellm.bench.harness import BenchConfig, run_benchmark
+    from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark
     from megatron.oellm.cards import CardError
 
     try:
+        gpu = args.gpu or peak_gpu_of(torch.cuda.get_device_name())
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
-                             steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
+                             steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=gpu,
                              profile_dir=args.profile)
     except (CardError, ValueError) as error:
         print(f"oellm bench: {error}")

@@ -76,12 +76,18 @@ def measure(iteration: int, tokens: int, elapsed_s: float, num_gpus: int, flops_
     return Throughput(iteration, tokens_per_s_per_gpu, tflops, None if peak_tflops is None else mfu(tflops, peak_tflops))
 
 
-def device_peak_tflops(device_name: str, precision: Precision = "bf16") -> float | None:
-    """Nominal dense peak of the GPU named ``device_name`` (as CUDA names it), None when it is not known."""
+def device_peak_name(device_name: str) -> str | None:
+    """The :data:`megatron.oellm.peaks.GPU_PEAKS` name of the GPU CUDA calls ``device_name``, None when unknown."""
     for marker, name in DEVICE_PEAKS:
         if marker in device_name:
-            return GPU_PEAKS[name].tflops(precision)
+            return name
     return None
+
+
+def device_peak_tflops(device_name: str, precision: Precision = "bf16") -> float | None:
+    """Nominal dense peak of the GPU named ``device_name`` (as CUDA names it), None when it is not known."""
+    name = device_peak_name(device_name)
+    return None if name is None else GPU_PEAKS[name].tflops(precision)
 
 
 def check_hook_point(function) -> inspect.Signature:

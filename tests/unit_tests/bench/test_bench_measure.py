@@ -2,6 +2,7 @@
 
 import math
 import random
+import weakref
 
 import pytest
 import torch
@@ -46,16 +47,20 @@ def test_no_timed_steps_is_an_error() -> None:
 def test_sweep_stops_at_first_oom_and_frees() -> None:
     rng = random.Random()
     limit = rng.choice([2, 4, 8])  # the first MBS that no longer fits
-    calls, freed = [], []
+    calls, freed, held = [], [], []
 
     def run(mbs: int) -> StepTimes:
         calls.append(mbs)
-        held = torch.empty(mbs)  # a tensor the failed step referenced, as a real OOM would leave behind
+        tensor = torch.empty(mbs)  # a tensor the failed step referenced, as a real OOM would leave behind
+        held.append(weakref.ref(tensor))
         if mbs >= limit:
-            raise torch.OutOfMemoryError(f"CUDA out of memory ({held.numel()} elements)")
+            raise torch.OutOfMemoryError(f"CUDA out of memory ({tensor.numel()} elements)")
         return StepTimes((10.0 * mbs, 11.0 * mbs, 12.0 * mbs), mbs * 2**30, 5.0)
 
-    results = sweep("ours", [8, 1, 4, 2, 16, 4], 128, run, 1e9, 989.0, free=lambda: freed.append(True))
+    def free() -> None:  # the exception and the failed step's frames are gone before the side frees and the cache empties
+        freed.append(held[-1]() is None)
+
+    results = sweep("ours", [8, 1, 4, 2, 16, 4], 128, run, 1e9, 989.0, free=free)
     assert [r.mbs for r in results] == [1, 2, 4, 8, 16]  # sorted, duplicates removed
     assert calls == [m for m in (1, 2, 4, 8) if m <= limit]  # nothing attempted past the OOM
     assert [r.status for r in results] == ["ok" if m < limit else "oom" if m == limit else "skipped"

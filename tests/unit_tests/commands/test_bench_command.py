@@ -22,6 +22,7 @@ def test_defaults() -> None:
     assert args.model == "qwen3.5-35b-a3b-proxy-4L" and args.seq_length == 4096
     assert args.mbs == (1, 2, 4, 8) and (args.warmup, args.steps) == (3, 10)
     assert args.sides == ("ours", "hf") and args.profile is None and not args.json
+    assert args.gpu is None  # the benchmarked GPU's own peak
     assert bench.ours_overrides(args) == BEST_OURS_SETTINGS
 
 
@@ -54,6 +55,35 @@ def test_refuses_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["bench", "--mbs", "1"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("device", "argv", "gpu"), [("NVIDIA H100 PCIe", [], "h100-pcie"),
+                                                     ("NVIDIA H200", [], "h200-sxm"),
+                                                     ("NVIDIA H100 PCIe", ["--gpu", "h100-sxm"], "h100-sxm")])
+def test_mfu_peak_is_the_gpus_own_unless_given(device: str, argv: list[str], gpu: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from megatron.oellm.bench import harness
+
+    configs = []
+
+    def capture(config: BenchConfig):
+        configs.append(config)
+        raise KeyboardInterrupt  # stop before any GPU work
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: device)
+    monkeypatch.setattr(harness, "run_benchmark", capture)
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "--mbs", "1", *argv])
+    assert configs[0].gpu == gpu
+
+
+def test_unknown_gpu_without_gpu_option_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA A100-SXM4-80GB")
+    assert main(["bench", "--mbs", "1"]) == 2
+    assert "pass --gpu" in capsys.readouterr().out
 
 
 def test_config_rejects_cards_transformers_cannot_mirror_and_bad_values() -> None:

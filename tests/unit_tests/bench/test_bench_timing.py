@@ -1,0 +1,191 @@
+"""``time_steps`` and ``run_benchmark`` on the CPU, with a fake ``torch.cuda`` clock and stand-in sides: what is
+inside the timed region, when the peak memory is reset and read, and that both sides are measured alike."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from megatron.oellm.bench import harness
+from megatron.oellm.bench.measure import StepTimes
+from megatron.oellm.bench.timing import time_steps
+
+
+class FakeCuda:
+    """A GPU whose clock advances only inside steps and whose allocator peak the steps set; every call is logged."""
+
+    def __init__(self) -> None:
+        self.clock = 0.0
+        self.allocated = 0
+        self.peak = 0
+        self.log: list[str] = []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                assert enable_timing
+                self.time: float | None = None
+
+            def record(self) -> None:
+                fake.log.append("record")
+                self.time = fake.clock
+
+            def elapsed_time(self, end: Event) -> float:
+                assert fake.log[-1] in ("sync", "elapsed"), "events read before the final synchronisation"
+                fake.log.append("elapsed")
+                return end.time - self.time
+
+        self.Event = Event
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+
+    def reset_peak_memory_stats(self) -> None:
+        self.log.append("reset")
+        self.peak = self.allocated
+
+    def max_memory_allocated(self) -> int:
+        self.log.append("max")
+        return self.peak
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for name in ("Event", "synchronize", "reset_peak_memory_stats", "max_memory_allocated"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+
+
+def test_time_steps_times_only_the_timed_steps_each_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random()
+    warmup, steps = rng.randint(1, 4), rng.randint(1, 6)
+    durations = [rng.uniform(1e3, 1e4) for _ in range(warmup)] + [rng.uniform(10.0, 100.0) for _ in range(steps)]
+    peaks = [rng.randint(1, 2**40) for _ in durations]
+    gpu = FakeCuda()
+    gpu.allocated = 5
+    gpu.install(monkeypatch)
+    calls = iter(range(len(durations)))
+
+    def step() -> torch.Tensor:
+        i = next(calls)
+        gpu.log.append("step")
+        gpu.clock += durations[i]
+        gpu.peak = max(gpu.peak, peaks[i])
+        return torch.tensor(10.0 + i)
+
+    times = time_steps(step, warmup, steps)
+    assert times.step_ms == pytest.approx(durations[warmup:])  # warm-up excluded, one step per event pair
+    assert times.loss == 10.0  # the first warm-up step's loss
+    assert times.peak_memory_bytes == max(peaks)  # this run's peak, warm-up included
+    assert gpu.log == (["sync", "reset"] + ["step"] * warmup + ["record", "step", "record"] * steps
+                       + ["sync"] + ["elapsed"] * steps + ["max"])
+
+
+def test_time_steps_peak_is_this_runs_not_an_earlier_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeCuda()
+    gpu.install(monkeypatch)
+    gpu.peak, gpu.allocated = 100 * 2**30, 2**30  # an earlier, larger run
+
+    def step() -> torch.Tensor:
+        gpu.peak = max(gpu.peak, 3 * 2**30)
+        return torch.tensor(1.0)
+
+    assert time_steps(step, 1, 1).peak_memory_bytes == 3 * 2**30
+
+
+@dataclass
+class FakeSide:
+    """A stand-in :class:`megatron.oellm.bench.sides.Side` that records where it is and what it was asked."""
+
+    name: str
+    gpu: set[str]
+    oom_from: int | None = None
+    freed: int = 0
+    settings: dict | None = None
+
+    def activate(self) -> None:
+        self.gpu.add(self.name)
+
+    def park(self) -> None:
+        self.free()
+        self.gpu.discard(self.name)
+
+    def free(self) -> None:
+        self.freed += 1
+
+    def step(self, batch) -> torch.Tensor:
+        assert self.gpu == {self.name}, f"{self.name} stepped with {sorted(self.gpu)} on the GPU"
+        mbs = batch[0]
+        if self.oom_from is not None and mbs >= self.oom_from:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return torch.tensor(float(mbs))
+
+
+def fake_benchmark(monkeypatch: pytest.MonkeyPatch, order: tuple[str, ...], device: str = "NVIDIA H200",
+                   gpu_name: str | None = None):
+    """``run_benchmark`` of stand-in sides (hf runs out of memory at MBS 8; larger MBS, faster steps) with the GPU
+    work faked: (report, sides, the batches each side stepped on, the batch each side was profiled on)."""
+    gpu: set[str] = set()
+    sides = {"ours": FakeSide("ours", gpu, settings={}), "hf": FakeSide("hf", gpu, oom_from=8, settings={})}
+    batches: dict[str, list[tuple]] = {"ours": [], "hf": []}
+    profiled: dict[str, tuple] = {}
+    current_batch: list[tuple] = []
+
+    def fake_time_steps(step, warmup: int, steps: int) -> StepTimes:
+        loss = step()
+        name = next(iter(gpu))
+        batches[name].append(current_batch[0])
+        return StepTimes((10.0 + current_batch[0][0],) * steps, 2**30, float(loss))  # larger MBS, faster
+
+    def fake_make_batch(vocab: int, mbs: int, seq: int, seed: int = 0) -> tuple:
+        current_batch[:] = [(mbs, seq, seed, vocab)]
+        return current_batch[0]
+
+    def fake_profile(step, out_dir, name: str) -> list[dict]:
+        step()
+        profiled[name] = current_batch[0]
+        return []
+
+    monkeypatch.setattr(harness, "build_sides", lambda card, names, overrides: {n: sides[n] for n in names})
+    monkeypatch.setattr(harness, "make_batch", fake_make_batch)
+    monkeypatch.setattr(harness, "time_steps", fake_time_steps)
+    monkeypatch.setattr(harness, "profile_step", fake_profile)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: device)
+    config = harness.BenchConfig(model="qwen3.5-35b-a3b-tiny", seq_length=64, mbs=(4, 1, 8, 2), sides=order,
+                                 profile_dir=harness.Path("prof"), gpu=gpu_name)
+    return harness.run_benchmark(config), sides, batches, profiled
+
+
+@pytest.mark.parametrize("order", [("ours", "hf"), ("hf", "ours")])
+def test_run_benchmark_measures_each_side_alone_on_the_same_batches(order: tuple[str, ...],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    report, sides, batches, profiled = fake_benchmark(monkeypatch, order)
+    assert [(r.side, r.mbs, r.status) for r in report.results] == [
+        (side, mbs, "oom" if side == "hf" and mbs == 8 else "ok") for side in order for mbs in (1, 2, 4, 8)]
+    assert batches["hf"] == batches["ours"][:3]  # the same batches, MBS by MBS
+    assert not (sides["ours"].gpu or sides["hf"].gpu) and sides["hf"].freed == 2  # the OOM and the park
+    assert profiled == {"ours": (8, 64, 0, 512), "hf": (4, 64, 0, 512)}  # each at its best MBS
+    by_key = {(r.side, r.mbs): r for r in report.results}
+    for mbs in (1, 2, 4):  # the same step time gives the same figures whichever side it is
+        ours, hf = by_key[("ours", mbs)], by_key[("hf", mbs)]
+        assert (ours.tokens_per_step, ours.tokens_per_s, ours.tflops, ours.mfu) == (
+            hf.tokens_per_step, hf.tokens_per_s, hf.tflops, hf.mfu)
+
+
+@pytest.mark.parametrize(("device", "gpu_name", "peak"), [
+    ("NVIDIA H100 PCIe", None, 756.5), ("NVIDIA H200 NVL", None, 835.5), ("NVIDIA GH200 480GB", None, 989.0),
+    ("NVIDIA H100 PCIe", "h100-sxm", 989.0)])
+def test_mfu_is_against_the_benchmarked_gpu_unless_told(device: str, gpu_name: str | None, peak: float,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    report = fake_benchmark(monkeypatch, ("ours",), device, gpu_name)[0]
+    assert report.peak_tflops == peak and report.device == device
+    assert report.config["gpu"] == (gpu_name or harness.peak_gpu_of(device))
+    for r in report.results:
+        assert r.mfu == pytest.approx(r.tflops / peak)
+
+
+def test_an_unknown_gpu_needs_a_named_peak() -> None:
+    with pytest.raises(ValueError, match="pass --gpu"):
+        harness.peak_gpu_of("NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ValueError, match="unknown GPU"):
+        harness.BenchConfig(gpu="h300")
