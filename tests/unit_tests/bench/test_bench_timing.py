@@ -189,3 +189,17 @@ def test_an_unknown_gpu_needs_a_named_peak() -> None:
         harness.peak_gpu_of("NVIDIA A100-SXM4-80GB")
     with pytest.raises(ValueError, match="unknown GPU"):
         harness.BenchConfig(gpu="h300")
+
+
+def test_kernel_tools_refuse_counts_without_a_timed_step() -> None:
+    """``--steps 0`` left the tools' median without a value (a ``StatisticsError`` after the GPU work)."""
+    import argparse
+
+    from megatron.oellm.bench.timing import add_kernel_timing_options
+
+    parser = argparse.ArgumentParser()
+    add_kernel_timing_options(parser)
+    assert vars(parser.parse_args(["--warmup", "0", "--steps", "1"])) == {"tokens": 32768, "warmup": 0, "steps": 1}
+    for bad in (["--steps", "0"], ["--warmup", "-1"], ["--tokens", "0"], ["--steps", "x"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
