@@ -69,7 +69,7 @@ def check_against_reference(logits: torch.Tensor, target: torch.Tensor, grad_los
 @pytest.mark.parametrize("vocab", [1000, 9000], ids=["one-block", "three-blocks"])  # kernel block: 4096 columns
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_one_rank_matches_the_definition(dtype, vocab):
-    logits, target, grad_loss = random_case((17, 3), vocab, seed=torch.seed() % 2**31)
+    logits, target, grad_loss = random_case((17, 3), vocab, seed=fresh_seed())
     check_against_reference(logits.to(dtype), target, grad_loss)
 
 
@@ -85,7 +85,7 @@ def _split_vocabulary_rank(rank: int, world: int, port: int, seed: int) -> None:
 
 
 def test_vocabulary_split_over_two_ranks_matches_the_definition():
-    mp.start_processes(_split_vocabulary_rank, args=(2, free_port(), torch.seed() % 2**31), nprocs=2, join=True,
+    mp.start_processes(_split_vocabulary_rank, args=(2, free_port(), fresh_seed()), nprocs=2, join=True,
                        start_method="spawn")
 
 

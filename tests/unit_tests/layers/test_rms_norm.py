@@ -10,7 +10,7 @@ import torch
 from megatron.oellm.layers import rms_norm as rms_norm_module
 from megatron.oellm.layers.rms_norm import rms_norm, rms_norm_eager, rms_norm_reference
 from tests.unit_tests.models.hf_reference import fresh_seed
-from tests.unit_tests.triton_interpreter import assert_pass_in_the_interpreter, skip_when_interpreting
+from tests.unit_tests.triton_interpreter import INTERPRETING, assert_pass_in_the_interpreter, skip_when_interpreting
 
 EPS = 1e-6
 
@@ -49,8 +49,12 @@ def errors_against_definition(norm, x, weight, grad_y, zero_centered) -> list[fl
     return [relative_l2(got, want) for got, want in zip(actual, expected, strict=True)]
 
 
-TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 8e-3}
-"""Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element."""
+TOLERANCE = {torch.float32: 3e-6 if INTERPRETING else 1e-6, torch.bfloat16: 8e-3}
+"""Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element. In Triton's interpreter the
+kernels' backward sums each program's rows one block after another in fp32 (3 programs on the CPU): the weight
+gradient of the 300 x 16 case reached 9.3e-7 over 1,200 draws (99th percentile 4.9e-7; the eager path 2.4e-7 over
+600), so there 1e-6 had no margin. 3e-6 still fails a weight gradient off by a factor 1 + 1e-5, or rounded through
+bf16 (~1e-3)."""
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

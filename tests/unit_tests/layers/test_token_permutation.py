@@ -15,10 +15,14 @@ from megatron.oellm.layers.token_permutation import (
     sum_rows_reference,
 )
 from tests.unit_tests.models.hf_reference import fresh_seed
-from tests.unit_tests.triton_interpreter import assert_pass_in_the_interpreter, skip_when_interpreting
+from tests.unit_tests.triton_interpreter import INTERPRETING, assert_pass_in_the_interpreter, skip_when_interpreting
 
-TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 4e-3}
-"""Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element."""
+TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 8e-3 if INTERPRETING else 4e-3}
+"""Relative L2 error allowed: fp32 round-off, or one bf16 rounding of each element (at most 2**-8 = 3.9e-3 relative
+to it, round to nearest). Triton's interpreter stores fp32 as bf16 by truncation (the kernel's rows are exactly the
+truncated fp32 sums), up to 2**-7 = 7.8e-3 per element: up to 3.8e-3 over 20,000 draws of the (200, 64, 16) case
+(99.9th percentile 3.1e-3), too close to 4e-3. A kernel that rounds after every add (truncating, as the interpreter
+does) gives 1.0e-2 or more on the two larger cases, beyond the interpreter's bound."""
 
 
 def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:

@@ -1,26 +1,11 @@
-"""Shared fixtures of the recipe tests: the example configs, megatron-core's own argument parser, a fake
-``sbatch``."""
+"""Shared fixtures of the recipe tests: megatron-core's own argument parser (the helpers, the example configs and a
+fake ``sbatch``, are in :mod:`recipe_helpers`)."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 
 from megatron.oellm.training.args import oellm_parser
-
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "oellm"
-CONFIGS = sorted(p for p in EXAMPLES.glob("*.toml") if not p.name.startswith("_"))
-REFUSED_ROWS = {"oellm_ckda_hybrid_mn5": (1, 2)}
-"""Shipped rows ``oellm recipe`` refuses (config stem -> 1-based rows): the report's document-masked CKDA rows, since
-document masking is not wired in this release."""
-
-
-def runnable_rows(config: Path, recipe) -> list:
-    """The rows of ``recipe`` (loaded from ``config``) that resolve: all but its :data:`REFUSED_ROWS`."""
-    refused = REFUSED_ROWS.get(config.stem, ())
-    return [row for number, row in enumerate(recipe.rows, start=1) if number not in refused]
 
 
 @pytest.fixture(scope="session")
@@ -29,15 +14,3 @@ def parse_megatron():
     slow to build)."""
     parser = oellm_parser()
     return lambda argv: parser.parse_args(list(argv))
-
-
-def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str) -> Path:
-    """An ``sbatch`` first on PATH that appends each script path it is given to the returned record file and prints
-    ``reply`` (a shell string: ``$1`` is the script)."""
-    record = tmp_path / "submitted"
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir()
-    fake.write_text(f'#!/bin/sh\necho "$1" >> "{record}"\necho "{reply}"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    return record

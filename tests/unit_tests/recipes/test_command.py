@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, fake_sbatch
+from recipe_helpers import EXAMPLES, fake_sbatch
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import load_recipe, resolve_row

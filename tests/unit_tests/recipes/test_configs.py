@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import CONFIGS, EXAMPLES, runnable_rows
+from recipe_helpers import CONFIGS, EXAMPLES, runnable_rows
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.models.parallel import parse_pipeline_layout

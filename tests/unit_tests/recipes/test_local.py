@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES
+from recipe_helpers import EXAMPLES
 
 from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES
+from recipe_helpers import EXAMPLES
 
 RECORDER = '#!/bin/sh\necho "{name} $* PYTHON=${{PYTHON:-}}" >> "$RECORD"\n'
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, fake_sbatch
+from recipe_helpers import EXAMPLES, fake_sbatch
 
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.slurm import check_host_paths, submit

@@ -4,7 +4,7 @@ before it is queued (it would be killed before its last iteration)."""
 from __future__ import annotations
 
 import pytest
-from conftest import CONFIGS, EXAMPLES, fake_sbatch, runnable_rows
+from recipe_helpers import CONFIGS, EXAMPLES, fake_sbatch, runnable_rows
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row

@@ -6,7 +6,7 @@ import dataclasses
 import re
 
 import pytest
-from conftest import EXAMPLES
+from recipe_helpers import EXAMPLES
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.cli import main
