@@ -18,7 +18,12 @@ BLOCK = 4096
 
 @triton.jit
 def _row_stats_kernel(logits_ptr, target_ptr, log_sum_exp_ptr, target_logit_ptr, vocab, BLOCK: tl.constexpr):
-    """Per row: ``log(sum(exp(x)))`` by the online (running max) rule, and ``x[target]`` (0 if target is -1)."""
+    """Per row: ``log(sum(exp(x)))`` by the online (running max) rule, and ``x[target]`` (0 if target is -1).
+
+    While every logit read so far is -inf (a masked first block, or a rank's whole slice masked) the running max is
+    -inf; the exponentials are then taken relative to 0 instead, since ``exp(-inf - -inf)`` is NaN. A row of -inf
+    alone gives -inf (as ``torch.logsumexp`` does), which the tensor-parallel combination treats as an empty sum.
+    """
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(target_ptr + row)
     row_start = logits_ptr + row * vocab
@@ -30,7 +35,8 @@ def _row_stats_kernel(logits_ptr, target_ptr, log_sum_exp_ptr, target_logit_ptr,
         inside = columns < vocab
         x = tl.load(row_start + columns, mask=inside, other=float("-inf")).to(tl.float32)
         new_max = tl.maximum(running_max, tl.max(x, axis=0))
-        running_sum = running_sum * tl.exp(running_max - new_max) + tl.sum(tl.exp(x - new_max), axis=0)
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # all -inf so far: no NaN from -inf - -inf
+        running_sum = running_sum * tl.exp(running_max - shift) + tl.sum(tl.exp(x - shift), axis=0)
         running_max = new_max
         target_logit += tl.sum(tl.where(columns == target, x, 0.0), axis=0)
     tl.store(log_sum_exp_ptr + row, running_max + tl.log(running_sum))

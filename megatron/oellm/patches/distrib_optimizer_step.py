@@ -10,9 +10,10 @@ per-parameter state, and three places of its resume path mishandle it:
 3. the parameter-state load (``_set_main_param_and_optimizer_states``) copies a ``step`` from the loaded buckets
    over the one ``load_state_dict`` restored from the checkpoint's param groups (or fails when there is none).
 
-The patch wraps those three methods: the template gets a temporary step of 0 per parameter (removed afterwards, so
-the optimizer still initialises lazily), each parameter gets its own copy of the restored step, and the
-parameter-state load leaves ``step`` alone. The step restored is the checkpoint's param-group step.
+The patch wraps those three methods: the template of an optimizer without any state gets a temporary step of 0 per
+parameter (removed afterwards, so the optimizer still initialises lazily; existing state is never replaced), each
+parameter gets its own copy of the restored step, and the parameter-state load leaves ``step`` alone. The step
+restored is the checkpoint's param-group step.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_releas
 def has_steps(optimizer: torch.optim.Optimizer) -> bool:
     """Whether any parameter state of ``optimizer`` holds a ``step`` (reading a defaultdict state adds empty ones)."""
     return any("step" in state for state in optimizer.state.values())
+
+
+def has_state(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether any parameter state of ``optimizer`` holds anything (the empty ones a defaultdict read adds do not
+    count): the template step is only for an optimizer before its first step, never over real state."""
+    return any(len(state) > 0 for state in optimizer.state.values())
 
 
 def apply() -> bool:
@@ -57,9 +64,13 @@ def _patched(wrapper):
 def _state_dict_with_template_step(original):
     @functools.wraps(original)
     def state_dict(self):
-        """Upstream's state dict; before the first step with a temporary step-0 state (megatron.oellm patch)."""
+        """Upstream's state dict; before the first step with a temporary step-0 state (megatron.oellm patch).
+
+        Any state at all (Adam's after a step or a load, or a step-less one such as Lion's ``exp_avg``) takes
+        upstream's path: replacing it by the template and popping it afterwards would discard it.
+        """
         inner = self.optimizer
-        if has_steps(inner):
+        if has_state(inner):
             return original(self)
         params = [param for group in inner.param_groups for param in group["params"]]
         for param in params:

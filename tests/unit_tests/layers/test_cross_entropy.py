@@ -63,7 +63,11 @@ def check_against_reference(logits: torch.Tensor, target: torch.Tensor, grad_los
     loss.backward(grad_loss.to(loss.dtype))
     assert loss.dtype == torch.float32 and local.grad.dtype == logits.dtype
     torch.testing.assert_close(loss.double(), expected_loss, rtol=1e-5, atol=1e-5)
-    assert relative_error(local.grad, expected_grad[..., vocab_slice]) <= GRAD_TOLERANCE[logits.dtype]
+    expected_grad = expected_grad[..., vocab_slice]
+    if not expected_grad.any():  # a slice of -inf logits only: no relative error, the gradient must be exactly 0
+        assert not local.grad.any(), "a zero gradient expected"
+        return
+    assert relative_error(local.grad, expected_grad) <= GRAD_TOLERANCE[logits.dtype]
 
 
 @pytest.mark.parametrize("vocab", [1000, 9000], ids=["one-block", "three-blocks"])  # kernel block: 4096 columns
@@ -73,15 +77,31 @@ def test_one_rank_matches_the_definition(dtype, vocab):
     check_against_reference(logits.to(dtype), target, grad_loss)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_masked_first_block_matches_the_definition(dtype):
+    """The first kernel block (4,096 columns) of every row all -inf (masked logits), the targets beyond it: the
+    running max starts at -inf there, which must not turn ``exp(-inf - -inf)`` into a NaN loss."""
+    seed = fresh_seed()
+    logits, _, grad_loss = random_case((5, 2), 9000, seed)
+    logits[..., :4096] = float("-inf")
+    target = torch.randint(4096, 9000, (5, 2), generator=torch.Generator().manual_seed(seed))
+    check_against_reference(logits.to(dtype), target, grad_loss)
+
+
 def _split_vocabulary_rank(rank: int, world: int, port: int, seed: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with gloo_world(rank, world, port, tensor_model_parallel_size=world):
         logits, target, grad_loss = random_case((9, 2), 512, seed)
         part = logits.shape[-1] // world
+        target[0] = torch.tensor([part - 1, part])  # the last id of rank 0's slice and the first of rank 1's
+        masked = logits.clone()  # rank 0's whole slice -inf (masked logits), every target on rank 1
+        masked[..., :part] = float("-inf")
+        masked_target = target.clamp(min=part)
         for dtype in (torch.float32, torch.bfloat16):
-            check_against_reference(logits.to(dtype), target, grad_loss,
-                                    parallel_state.get_tensor_model_parallel_group(),
-                                    slice(rank * part, (rank + 1) * part))
+            for case_logits, case_target in ((logits, target), (masked, masked_target)):
+                check_against_reference(case_logits.to(dtype), case_target, grad_loss,
+                                        parallel_state.get_tensor_model_parallel_group(),
+                                        slice(rank * part, (rank + 1) * part))
 
 
 def test_vocabulary_split_over_two_ranks_matches_the_definition():

@@ -69,6 +69,24 @@ def test_template_before_the_first_step_leaves_adam_untouched(upstream):
     assert [group["step"] for group in after["optimizer"]["param_groups"]] == [2.0]
 
 
+def test_template_never_replaces_a_state_without_step(upstream):
+    """An optimizer whose state holds no ``step`` (Lion's ``exp_avg``; SGD's momentum stands in for it) keeps its
+    state: the template is only for an optimizer without any state, and upstream's ``KeyError`` stays."""
+    assert distrib_optimizer_step.apply()
+    shell, _, params = bare_optimizer()
+    sgd = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    shell.optimizer = sgd
+    for param in params:
+        param.grad = torch.randn_like(param)
+    sgd.step()
+    momentum = {param: sgd.state[param]["momentum_buffer"].clone() for param in params}
+    with pytest.raises(KeyError, match="step"):
+        Optimizer.state_dict(shell)
+    for param in params:
+        assert list(sgd.state[param]) == ["momentum_buffer"]
+        torch.testing.assert_close(sgd.state[param]["momentum_buffer"], momentum[param], rtol=0, atol=0)
+
+
 def test_load_restores_the_checkpoint_step_per_parameter(upstream):
     assert distrib_optimizer_step.apply()
     saved_shell, saved_adam, saved_params = bare_optimizer()
