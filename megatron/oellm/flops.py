@@ -225,6 +225,8 @@ def megatron_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int
     One sequence of ``seq_length`` tokens (packed ``document_lengths`` passed on as Megatron's THD sum of squared
     lengths); see :func:`megatron_namespace` for ``megatron_overrides``.
     """
+    if padded_vocab is not None and padded_vocab <= 0:
+        raise FlopError(f"padded_vocab must be positive, got {padded_vocab} (or leave it out for the card's)")
     from megatron.training.training import num_floating_point_operations
 
     padded_vocab = padded_vocab or pad_vocab(card.vocab_size)

@@ -94,6 +94,16 @@ def layer_params(card: ModelCard, mixer: str) -> tuple[int, int]:
     return MIXER_PARAMS[mixer](card) + 2 * card.hidden_size + sum(moe.values()), routed
 
 
+def tp_replicated_layer_params(card: ModelCard, mixer: str) -> int:
+    """Parameters of one decoder layer that megatron-core keeps whole on every tensor-parallel rank instead of
+    splitting: the two layer norms, the router, the shared expert's gate, and the mixer's per-head norms (QK norms of
+    attention, the gated output norm of a linear mixer). All are part of :func:`layer_params`'s non-expert count."""
+    mixer_norms = {"attention": 2 * card.kv_channels if card.qk_layernorm else 0,
+                   "gdn": card.linear_value_head_dim, "ckda": card.linear_value_head_dim}[mixer]
+    moe = moe_block_params(card)
+    return 2 * card.hidden_size + moe["router"] + moe.get("shared_expert_gate", 0) + mixer_norms
+
+
 def parameter_counts(card: ModelCard) -> ParameterCounts:
     """Total, active and per-component parameter counts of ``card``."""
     breakdown: dict[str, int] = {}

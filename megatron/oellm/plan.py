@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError, parse_pipeline_layout, validate_layout
-from megatron.oellm.params import format_count, layer_params, parameter_counts
+from megatron.oellm.params import format_count, layer_params, parameter_counts, tp_replicated_layer_params
 
 BYTES_PER_PARAM_WEIGHT = 2
 """bf16 weights."""
@@ -32,7 +32,8 @@ class RankPlan:
     has_embedding: bool
     has_output_layer: bool
     dense_params: int
-    """Non-expert parameters per GPU (after TP sharding)."""
+    """Non-expert parameters per GPU: TP splits the matrices and the embedding / output layer; the norms, the router
+    and the shared expert's gate are whole on every TP rank (:func:`~megatron.oellm.params.tp_replicated_layer_params`)."""
     expert_params: int
     """Routed-expert parameters per GPU (after EP x ETP sharding)."""
     static_bytes: int
@@ -79,15 +80,17 @@ def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan
         entry[1] |= embedding
         entry[2] |= loss
     per_layer = [layer_params(card, mixer) for mixer in card.mixer_types]
+    replicated = [tp_replicated_layer_params(card, mixer) for mixer in card.mixer_types]
     vocab_params = card.vocab_size * card.hidden_size
     ranks = []
     for rank, (layers, embedding, loss) in per_rank.items():
         dense = sum(per_layer[i][0] for i in layers)
         experts = sum(per_layer[i][1] for i in layers)
+        whole = sum(replicated[i] for i in layers) + (card.hidden_size if loss else 0)  # + the final norm
         dense += vocab_params * embedding
         if loss:
             dense += card.hidden_size + (vocab_params if card.untie_embeddings or not embedding else 0)
-        dense //= layout.tp
+        dense = (dense - whole) // layout.tp + whole
         experts //= layout.ep * layout.etp
         static = ((dense + experts) * (BYTES_PER_PARAM_WEIGHT + BYTES_PER_PARAM_GRAD)
                   + dense * BYTES_PER_PARAM_OPTIMIZER // (dp * layout.cp)

@@ -124,6 +124,14 @@ def test_megatron_compatible_reproduces_mn5_report(name, overrides, seq_length, 
     assert tokens_per_s * gflops / 1e3 == pytest.approx(tflops, rel=1e-3)
 
 
+@pytest.mark.parametrize("padded_vocab", [0, -262144])
+def test_megatron_compatible_refuses_a_non_positive_padded_vocab(padded_vocab):
+    """Megatron's count used the card's vocabulary for 0 and counted negative logits for a negative vocabulary; the
+    corrected count refused both."""
+    with pytest.raises(FlopError, match=f"padded_vocab must be positive, got {padded_vocab}"):
+        megatron_flops_per_token(get_card("qwen3-30b-a3b"), 4096, padded_vocab)
+
+
 def test_megatron_compatible_refuses_ckda():
     with pytest.raises(FlopError, match="no CKDA layer"):
         megatron_flops_per_token(get_card("oellm-ckda-hybrid"), 8192, 262144)

@@ -30,8 +30,10 @@ def test_total_and_active_match_transformers(name):
     hf_active = hf_total - hf_routed + hf_routed * card.moe_router_topk // card.num_experts
     ours = parameter_counts(card)
     assert hf_routed > 0
-    assert abs(ours.total - hf_total) <= 1e-3 * hf_total
-    assert abs(ours.active - hf_active) <= 1e-3 * hf_active
+    # exact: a 1e-3 tolerance let the whole router of the full-size cards (21M of 35B) or every shared-expert gate and
+    # QK / GDN output norm of the tiny ones go missing unnoticed
+    assert ours.total == hf_total
+    assert ours.active == hf_active
     assert ours.routed_experts == hf_routed
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
-from megatron.oellm.params import parameter_counts
+from megatron.oellm.params import parameter_counts, tp_replicated_layer_params
 from megatron.oellm.plan import build_plan
 
 JUPITER_235B_LAYOUT = "Et*2|" + "|".join(["t*3"] * 30) + "|t*2L"
@@ -21,7 +21,9 @@ def test_rank_contents_add_up_to_the_whole_model(name, layout, world):
     layers = sorted(i for r in plan.ranks for i in r.decoder_layers)
     assert layers == list(range(card.num_layers))
     counts = parameter_counts(card)
-    dense = sum(r.dense_params for r in plan.ranks) * layout.tp
+    # every TP rank holds the norms, routers and shared-expert gates whole: count them once
+    whole = sum(tp_replicated_layer_params(card, mixer) for mixer in card.mixer_types) + card.hidden_size
+    dense = sum(r.dense_params for r in plan.ranks) * layout.tp - (layout.tp - 1) * whole
     experts = sum(r.expert_params for r in plan.ranks) * layout.ep * layout.etp
     assert experts == counts.routed_experts
     assert dense == counts.total - counts.routed_experts
@@ -108,3 +110,44 @@ def test_plan_command_does_not_drop_a_zero_override(option, message, capsys):
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", option, "0"]) == 2
     assert message in capsys.readouterr().out
+
+
+def test_tensor_parallelism_splits_matrices_but_not_norms_router_or_shared_expert_gate():
+    """megatron-core keeps layer norms, QK norms, the GDN output norm, the router ([experts, hidden]) and the shared
+    expert's gate ([1, hidden]) whole on every TP rank; the plan divided them by TP too. Hand count from the published
+    configs, one pipeline rank holding everything."""
+    h = 2048
+    # Qwen3-30B-A3B: 48 x (q 32x128, k/v 4x128, o) + embedding and output 151,936; whole: 2 norms, QK norms 2 x 128,
+    # router 128 x h per layer, final norm
+    split = 48 * (h * 4096 + 2 * h * 512 + 4096 * h) + 2 * 151936 * h
+    whole = 48 * (2 * h + 2 * 128 + 128 * h) + h
+    plan = build_plan(get_card("qwen3-30b-a3b"), ParallelLayout(tp=2, ep=8, sp=True), 64)
+    assert plan.ranks[0].dense_params == split // 2 + whole
+    # Qwen3.5-35B-A3B: 10 gated attention (q and gate 16x256, k/v 2x256, o) and 30 GDN layers (in_proj q, k 16x128,
+    # v, z 32x128, b, a 32; conv 4 x 8192; A_log, dt_bias 32; out_proj), shared expert 3 x h x 512 per layer;
+    # whole: 2 norms, QK norms 2 x 256 / GDN output norm 128, router 256 x h, shared-expert gate h per layer
+    split = (10 * (2 * h * 4096 + 2 * h * 512 + 4096 * h)
+             + 30 * (h * (2048 + 2048 + 4096 + 4096 + 2 * 32) + 4 * 8192 + 2 * 32 + 4096 * h)
+             + 40 * 3 * h * 512 + 2 * 248320 * h)
+    whole = 10 * 2 * 256 + 30 * 128 + 40 * (2 * h + 256 * h + h) + h
+    plan = build_plan(get_card("qwen3.5-35b-a3b"), ParallelLayout(tp=2, ep=4, sp=True), 8)
+    assert plan.ranks[0].dense_params == split // 2 + whole
+
+
+def test_plan_command_pads_the_vocabulary_to_128_x_tp_as_megatron(capsys):
+    """Megatron pads the output layer to a multiple of 128 x TP (151,936 -> 152,064 at TP2); the plan command used the
+    card's 151,936 (the recipes' --dry-run already padded)."""
+    import json
+
+    from megatron.oellm.cli import main
+
+    layout = ["--tp", "2", "--pp", "8", "--ep", "16", "--sp", "--pipeline-layout", JUPITER_235B_LAYOUT]
+    assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", *layout, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    card = get_card("qwen3-235b-a22b")
+    unpadded = build_plan(card, ParallelLayout(tp=2, pp=8, ep=16, sp=True, pipeline_layout=JUPITER_235B_LAYOUT), 256)
+    extra_rows_per_gpu = (152064 - 151936) // 2
+    assert report["ranks"][0]["dense_params"] == unpadded.ranks[0].dense_params + extra_rows_per_gpu * 4096
+    assert report["flops"]["breakdown"]["logits"] == pytest.approx(3 * 2 * 4096 * 152064 / 1e9)
+    assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", *layout, "--padded-vocab", "151936", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"][0]["dense_params"] == unpadded.ranks[0].dense_params

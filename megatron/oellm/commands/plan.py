@@ -28,13 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sp", action="store_true")
     parser.add_argument("--pipeline-layout", default=None, help="Megatron --pipeline-model-parallel-layout string")
     parser.add_argument("--seq-length", type=int, default=None, help="default: the card's")
-    parser.add_argument("--padded-vocab", type=int, default=None, help="default: the card's vocabulary")
+    parser.add_argument("--padded-vocab", type=int, default=None,
+                        help="default: the card's vocabulary padded to a multiple of 128 x TP, as Megatron pads it")
     parser.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
     """Build, validate and print the plan; exit 2 with the reason on a bad model or layout."""
-    from megatron.oellm.flops import training_flops_per_token
+    from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
 
     try:
         if args.nodes < 1 or args.gpus_per_node < 1:
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
         card = get_card(args.model)
         if args.padded_vocab is not None:
             card = card.with_vocab(args.padded_vocab)
+        elif args.tp >= 1:  # Megatron pads the vocabulary to 128 x TP (tp < 1 is refused by the layout check below)
+            card = card.with_vocab(pad_vocab(card.vocab_size, MEGATRON_VOCAB_DIVISOR * args.tp))
         if args.seq_length is not None:
             card = dataclasses.replace(card, seq_length=args.seq_length)
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
