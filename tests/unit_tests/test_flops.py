@@ -337,6 +337,10 @@ def test_cli_json_and_table(capsys):
                     "'num-layers'?)\n"),
     ("foo=false", "oellm flops: error: unknown Megatron flag --foo in --megatron-flag\n"),
     ("num-layers=abc", "oellm flops: error: --megatron-flag: argument --num-layers: invalid int value: 'abc'\n"),
+    ("seq-length=8192", "oellm flops: error: --megatron-flag seq-length: give it as --seq-length, which both counts "
+                        "use\n"),
+    ("vocab_size=262144", "oellm flops: error: --megatron-flag vocab-size: give it as --padded-vocab, which both "
+                          "counts use\n"),
 ])
 def test_cli_reports_a_bad_megatron_flag_in_one_line_on_stderr(flag, message, capsys):
     """Megatron's parser printed its 700-line usage for an unknown flag; errors went to stdout (a --json reader got

@@ -61,13 +61,21 @@ def parse_flag_overrides(items: list[str]) -> dict[str, FlagValue]:
     return overrides
 
 
+OWN_OPTIONS = {"seq-length": "--seq-length", "vocab-size": "--padded-vocab", "padded-vocab-size": "--padded-vocab"}
+"""Megatron flags this command sets from its own options: as a ``--megatron-flag`` one would be ignored
+(the vocabulary) or count a different length than the corrected count beside it (the sequence)."""
+
+
 def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
     """Raise :class:`FlopError` in one line for an override that is no flag of megatron-core's parser (whatever its
-    value, ``false`` included) or whose value that parser refuses; Megatron's parser would print its whole usage."""
+    value, ``false`` included), that one of this command's own options sets (:data:`OWN_OPTIONS`), or whose value
+    that parser refuses; Megatron's parser would print its whole usage."""
     parser = megatron_parser()
     options = parser._option_string_actions
     flags = {name.replace("_", "-"): value for name, value in overrides.items()}  # as megatron_namespace reads them
     for name in flags:
+        if name in OWN_OPTIONS:
+            raise FlopError(f"--megatron-flag {name}: give it as {OWN_OPTIONS[name]}, which both counts use")
         if f"--{name}" not in options:
             close = difflib.get_close_matches(name, [option[2:] for option in options if option[:2] == "--"], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
