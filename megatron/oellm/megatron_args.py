@@ -8,6 +8,7 @@ megatron's own FLOP function. The flag names are megatron-core 0.19.2's (``megat
 from __future__ import annotations
 
 import argparse
+import decimal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,15 @@ def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, Fla
     return flags
 
 
+def _value_text(value: Any) -> str:
+    """``value`` as one argv token; a negative float in positional notation (``-1e-05`` -> ``-0.00001``), because
+    argparse (Python < 3.13) reads a token starting with ``-`` that is not ``-N`` / ``-N.N`` as an option."""
+    text = str(value)
+    if isinstance(value, float) and text.startswith("-") and "e" in text:
+        return format(decimal.Decimal(text), "f")
+    return text
+
+
 def flags_to_argv(flags: Mapping[str, FlagValue]) -> list[str]:
     """Render flags as an argv list: ``True`` -> bare flag, ``False``/``None`` -> omitted, lists -> several values."""
     argv: list[str] = []
@@ -79,9 +89,9 @@ def flags_to_argv(flags: Mapping[str, FlagValue]) -> list[str]:
         if value is True:
             continue
         if isinstance(value, (list, tuple)):
-            argv.extend(str(v) for v in value)
+            argv.extend(_value_text(v) for v in value)
         else:
-            argv.append(str(value))
+            argv.append(_value_text(value))
     return argv
 
 

@@ -83,16 +83,24 @@ _UNEXPRESSIBLE: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("window_size", lambda value: value is None, "sliding-window attention"),
     ("swiglu", lambda value: value is not False, "an MLP without SwiGLU"),
     ("add_bias_linear", lambda value: value is not True, "biases on the linear layers"),
+    ("add_qkv_bias", lambda value: value is not True, "biases on the query/key/value projections"),
     ("normalization", lambda value: value in (None, "RMSNorm"), "a normalization other than RMSNorm"),
     ("position_embedding_type", lambda value: value in (None, "rope"), "position embeddings other than RoPE"),
+    ("use_rope_scaling", lambda value: not value, "RoPE frequency scaling"),
+    ("rotary_seq_len_interpolation_factor", lambda value: value in (None, 1), "RoPE position interpolation"),
 )
 """(Megatron argument, test of a value a card describes, what another value means): flags whose other values build
 an architecture no card family has. A missing argument (a log of another Megatron version) is not refused."""
 
 
+_REFUSED_AS = {"add_bias_linear": "no --disable-bias-linear"}
+"""How a refusal names an argument whose flag has another name (a ``store_false`` flag's default)."""
+
+
 def check_expressible(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` naming each of :data:`_UNEXPRESSIBLE`'s flags whose value no card describes."""
-    refused = [f"--{name.replace('_', '-')} {getattr(args, name)!r} ({meaning})"
+    refused = [f"{_REFUSED_AS.get(name) or '--' + name.replace('_', '-') + ' ' + repr(getattr(args, name))} "
+               f"({meaning})"
                for name, describable, meaning in _UNEXPRESSIBLE
                if hasattr(args, name) and not describable(getattr(args, name))]
     pattern = getattr(args, "hybrid_layer_pattern", None)

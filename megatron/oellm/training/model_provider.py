@@ -18,7 +18,7 @@ from megatron.oellm.models.parallel import (
     layout_from_counts,
     pipeline_layout_from_hybrid_pattern,
 )
-from megatron.oellm.training.card_from_args import card_from_megatron_args
+from megatron.oellm.training.card_from_args import card_from_megatron_args, check_expressible
 
 TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion")
 """Megatron arguments that default to on and need Transformer Engine (or apex) kernels: off on the torch backend."""
@@ -27,8 +27,12 @@ TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion")
 def card_from_args(args: argparse.Namespace) -> ModelCard:
     """The run's card with the padded vocabulary Megatron chose (the embedding's real size).
 
-    ``--oellm-model``'s card when given, else the card Megatron's architecture flags describe.
+    ``--oellm-model``'s card when given, else the card Megatron's architecture flags describe. Either way a flag no
+    card describes (``--add-qkv-bias``, ``--use-rope-scaling``, ...) is refused: beside a named card the model would
+    be built without it.
     """
+    if args.oellm_model:
+        check_expressible(args)
     card = get_card(args.oellm_model) if args.oellm_model else card_from_megatron_args(args)
     return card.with_vocab(args.padded_vocab_size)
 

@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from megatron.oellm.cards import PUBLISHED_CARDS, get_card
+from megatron.oellm.cards import PUBLISHED_CARDS, get_card, list_card_names
 from megatron.oellm.megatron_args import flags_to_argv, model_flags, parse_megatron_argv
+from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
 from megatron.oellm.training.card_from_args import card_from_megatron_args, mixer_period
 
 NAMES = [n for n in PUBLISHED_CARDS if get_card(n).family != "ckda_hybrid"]  # 'K' is no Megatron pattern symbol
@@ -17,6 +18,16 @@ def test_round_trip_through_megatron_flags(name):
     args = parse_megatron_argv(flags_to_argv(model_flags(card)) + ["--seq-length", str(card.seq_length)])
     rebuilt = card_from_megatron_args(args, name=card.name)
     assert rebuilt == dataclasses.replace(card, hf_architecture="")
+
+
+@pytest.mark.parametrize("name", [n for n in list_card_names() if get_card(n).family != "ckda_hybrid"])
+def test_round_trip_through_megatron_validate_args(name):
+    """Every registered card survives megatron's ``validate_args`` (which rewrites some arguments) unchanged."""
+    card = get_card(name)
+    argv = flags_to_argv(model_flags(card)) + ["--seq-length", str(card.seq_length), "--micro-batch-size", "1",
+                                               "--global-batch-size", "8", "--bf16"]
+    args = validate_args_on_cluster(parse_megatron_argv(argv), world_size=8)
+    assert card_from_megatron_args(args, name=card.name) == dataclasses.replace(card, hf_architecture="")
 
 
 def test_mixer_period_and_bad_patterns():
@@ -71,9 +82,12 @@ def test_gpt_path_gated_deltanet_without_a_periodic_mix_is_refused(freq, message
     ({"mtp-num-layers": 1}, "--mtp-num-layers"),
     ({"experimental-attention-variant": "dsa"}, "--experimental-attention-variant"),
     ({"swiglu": False}, "--swiglu"),
-    ({"disable-bias-linear": False}, "--add-bias-linear"),
+    ({"disable-bias-linear": False}, "no --disable-bias-linear"),
     ({"normalization": "LayerNorm"}, "--normalization"),
     ({"window-size": "(128,0)"}, "--window-size"),
+    ({"add-qkv-bias": True}, "--add-qkv-bias"),
+    ({"use-rope-scaling": True}, "--use-rope-scaling"),
+    ({"rotary-seq-len-interpolation-factor": 4}, "--rotary-seq-len-interpolation-factor"),
 ])
 def test_architecture_flags_no_card_describes_are_refused(flags, named):
     """They were ignored: a dense first layer was counted and built as an MoE layer."""

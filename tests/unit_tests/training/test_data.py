@@ -108,6 +108,15 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
     assert len(err) == 1 and "no model card describes these Megatron flags: --moe-layer-freq" in err[0]
 
 
+@pytest.mark.parametrize("flag", ["--add-qkv-bias", "--use-rope-scaling"])
+def test_flags_no_card_describes_are_refused_beside_a_named_card(monkeypatch, capsys, flag):
+    """With ``--oellm-model`` the model is built from the card: these flags were accepted and did nothing."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", flag]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"no model card describes these Megatron flags: {flag} True" in err[0]
+
+
 @pytest.mark.parametrize(
     "flags, field, value",
     [
