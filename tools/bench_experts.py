@@ -10,13 +10,12 @@ inputs, and the speed-up of the fused path over the eager one.
 
 from __future__ import annotations
 
-import argparse
 from functools import partial
 
 import torch
 
 from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
-from megatron.oellm.bench.timing import add_kernel_timing_options, median_ms
+from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models import spec_builder
 from megatron.oellm.runtime import init_single_gpu_runtime
@@ -53,10 +52,7 @@ def median_ms_and_peak_gib(experts: torch.nn.Module, hidden: torch.Tensor, count
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--card", default="qwen3.5-35b-a3b")
-    add_kernel_timing_options(parser)
-    args = parser.parse_args()
+    args = kernel_tool_parser(__doc__, with_card=True).parse_args()
     card = get_card(args.card)
     init_single_gpu_runtime()
     rows = args.tokens * card.moe_router_topk

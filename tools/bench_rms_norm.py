@@ -8,12 +8,11 @@ Prints one row per shape: the median milliseconds of a forward + backward of eac
 
 from __future__ import annotations
 
-import argparse
 from functools import partial
 
 import torch
 
-from megatron.oellm.bench.timing import add_kernel_timing_options, median_ms
+from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
 from megatron.oellm.layers.rms_norm import rms_norm, rms_norm_eager
 
 SHAPES = {
@@ -32,9 +31,7 @@ def forward_backward(norm, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.
 
 def main() -> None:
     """Parse the arguments, time both paths per shape, print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_kernel_timing_options(parser)
-    args = parser.parse_args()
+    args = kernel_tool_parser(__doc__).parse_args()
     print(f"{'norm':<46} {'rows x width':>16} {'eager ms':>9} {'kernels ms':>10} {'speed-up':>8}")
     for name, (per_token, width) in SHAPES.items():
         rows = args.tokens * per_token

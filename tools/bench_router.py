@@ -10,7 +10,6 @@ float64, then the speed-up.
 
 from __future__ import annotations
 
-import argparse
 import os
 from functools import partial
 
@@ -18,7 +17,7 @@ import torch
 
 from megatron.oellm import switches
 from megatron.oellm.backends.torch_native.router import gating_product, uses_bf16_tensor_cores
-from megatron.oellm.bench.timing import add_kernel_timing_options, median_ms
+from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
 from megatron.oellm.cards import get_card
 
 
@@ -30,10 +29,7 @@ def forward_backward(hidden: torch.Tensor, weight: torch.Tensor, upstream: torch
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--card", default="qwen3.5-35b-a3b")
-    add_kernel_timing_options(parser)
-    args = parser.parse_args()
+    args = kernel_tool_parser(__doc__, with_card=True).parse_args()
     card = get_card(args.card)
     torch.backends.cuda.matmul.allow_tf32 = False
     hidden = torch.randn(args.tokens, card.hidden_size, device="cuda").bfloat16().requires_grad_()

@@ -161,7 +161,8 @@ class _RunText:
     previous: int = 0
     """The iteration of the last (possibly cut) iteration line read."""
     last_iteration: int = 0
-    totals: list[int] = field(default_factory=list)
+    logged_train_iters: int | None = None
+    """The largest iteration total of the run's whole lines so far."""
     finished: bool = False
     lines: list[str] = field(default_factory=list)
 
@@ -171,7 +172,7 @@ class _RunText:
 
     def frozen(self) -> Run:
         """The finished :class:`Run`, its failure read from its own lines only."""
-        return Run(self.args, self.args_complete, self.start, self.last_iteration, max(self.totals, default=None),
+        return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
                    detect_failure("\n".join(self.lines)), self.finished)
 
 
@@ -212,7 +213,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         if (record := _parse_iteration(line, head, run=len(runs))) is not None:
             iterations[iteration] = record
             current.last_iteration = iteration
-            current.totals.append(record.train_iters)
+            current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
     return RunLog(path, iterations, tuple(runs))
 

@@ -56,6 +56,16 @@ def add_kernel_timing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=_count(1), default=20)
 
 
+def kernel_tool_parser(doc: str, with_card: bool = False) -> argparse.ArgumentParser:
+    """The parser of a kernel benchmark in ``tools/``: its docstring's first paragraph as the description, the
+    timing options (:func:`add_kernel_timing_options`) and, ``with_card``, ``--card`` (default Qwen3.5-35B-A3B)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if with_card:
+        parser.add_argument("--card", default="qwen3.5-35b-a3b")
+    add_kernel_timing_options(parser)
+    return parser
+
+
 def median_ms(step: Callable[[], object], warmup: int, steps: int) -> float:
     """Median milliseconds of ``step`` between two CUDA events over ``steps`` runs after ``warmup`` untimed ones;
     each run is synchronised before the next starts, so a run's time is its own (kernel benchmarks in ``tools/``)."""

@@ -252,7 +252,7 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
             raise ParallelLayoutError(f"vpp={vpp} needs pp > 1 (virtual stages interleave pipeline ranks)")
         _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
                  f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline_layout such as "
-                 f"{_suggest_layout(card.num_layers, pp * vpp)!r}")
+                 f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}")
         return
     stages = parse_pipeline_layout(layout.pipeline_layout)
     where = f"pipeline layout {layout.pipeline_layout!r}"
@@ -269,7 +269,7 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
     decoders = flat.count("decoder")
     if decoders != card.num_layers:
         raise ParallelLayoutError(f"{where} places {decoders} decoder layers ('t'), the model has {card.num_layers}; "
-                                  f"e.g. {_suggest_layout(card.num_layers, len(stages))!r}")
+                                  f"e.g. {even_pipeline_layout(card.num_layers, len(stages))!r}")
     if flat.count("mtp"):
         raise ParallelLayoutError(f"{where} places MTP layers ('m'), but {card.name} has no MTP; remove them")
     if flat.count("embedding") != 1 or not stages[0] or stages[0][0] != "embedding":
@@ -278,8 +278,9 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
         raise ParallelLayoutError(f"{where}: the loss 'L' must appear once, at the end of the last stage")
 
 
-def _suggest_layout(num_layers: int, num_stages: int) -> str:
-    """A layout string spreading ``num_layers`` over ``num_stages`` stages as evenly as possible."""
+def even_pipeline_layout(num_layers: int, num_stages: int) -> str:
+    """A layout string spreading ``num_layers`` over ``num_stages`` stages as evenly as possible (the first stages one
+    layer longer)."""
     base, extra = divmod(num_layers, num_stages)
     return layout_from_counts([base + (1 if i < extra else 0) for i in range(num_stages)])
 

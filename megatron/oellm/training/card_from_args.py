@@ -97,11 +97,14 @@ _REFUSED_AS = {"add_bias_linear": "no --disable-bias-linear"}
 """How a refusal names an argument whose flag has another name (a ``store_false`` flag's default)."""
 
 
+def _refused_flag(name: str, value: Any) -> str:
+    """How a refusal names argument ``name`` with ``value``: ``--flag value``, or :data:`_REFUSED_AS`'s text."""
+    return _REFUSED_AS.get(name) or f"--{name.replace('_', '-')} {value!r}"
+
+
 def check_expressible(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` naming each of :data:`_UNEXPRESSIBLE`'s flags whose value no card describes."""
-    refused = [f"{_REFUSED_AS.get(name) or '--' + name.replace('_', '-') + ' ' + repr(getattr(args, name))} "
-               f"({meaning})"
-               for name, describable, meaning in _UNEXPRESSIBLE
+    refused = [f"{_refused_flag(name, getattr(args, name))} ({meaning})" for name, describable, meaning in _UNEXPRESSIBLE
                if hasattr(args, name) and not describable(getattr(args, name))]
     pattern = getattr(args, "hybrid_layer_pattern", None)
     if isinstance(pattern, str) and "/" in pattern:

@@ -15,6 +15,7 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import (
     ParallelLayout,
     ParallelLayoutError,
+    even_pipeline_layout,
     layout_from_counts,
     pipeline_layout_from_hybrid_pattern,
 )
@@ -87,7 +88,7 @@ def check_pipeline_split_flags(args: argparse.Namespace, card: ModelCard) -> Non
         if layout is None:
             fix = ("give the stages as --pipeline-model-parallel-layout instead, one '|'-separated stage per pipeline "
                    "rank and virtual stage, 'E' before the first layer and 'L' after the last (e.g. "
-                   f"{_even_layout(card.num_layers, args.pipeline_model_parallel_size)!r})")
+                   f"{even_pipeline_layout(card.num_layers, args.pipeline_model_parallel_size)!r})")
         else:
             fix = f"give --pipeline-model-parallel-layout {layout!r} instead"
     raise ParallelLayoutError(f"{', '.join(given)}: the layers are placed by an even split or a pipeline layout, "
@@ -111,12 +112,6 @@ def _layout_of_first_and_last(args: argparse.Namespace, num_layers: int) -> str 
         return None
     counts = [rest // middle_stages] * middle_stages
     return layout_from_counts(([first] if first is not None else []) + counts + ([last] if last is not None else []))
-
-
-def _even_layout(num_layers: int, stages: int) -> str:
-    """A pipeline layout of ``num_layers`` decoder layers over ``stages`` stages, the first ones one layer longer."""
-    base, extra = divmod(num_layers, stages)
-    return layout_from_counts([base + (i < extra) for i in range(stages)])
 
 
 def megatron_config_kwargs(args: argparse.Namespace, backend: str) -> dict:
