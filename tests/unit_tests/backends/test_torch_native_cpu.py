@@ -1,5 +1,8 @@
 """Torch-native modules on CPU (fp32): checkpoint names, load round trips and math against float64 loops."""
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 from backend_references import (
@@ -9,6 +12,7 @@ from backend_references import (
     relative_error,
 )
 from backend_setup import build_experts, moe_config
+from megatron.core import tensor_parallel
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -135,6 +139,51 @@ def test_rms_norm_rejects_layer_norm_config() -> None:
 
 def make_attention(mask_type: AttnMaskType) -> SDPACoreAttention:
     return SDPACoreAttention(make_config(), layer_number=1, attn_mask_type=mask_type, attention_type="self")
+
+
+class SeededForkTracker:
+    """CPU stand-in for megatron's CUDA RNG tracker: ``fork()`` swaps torch's CPU generator onto its own stream,
+    as the real tracker swaps the CUDA one, and counts the forks."""
+
+    def __init__(self, seed: int):
+        self.state = torch.Generator().manual_seed(seed).get_state()
+        self.forks = 0
+
+    @contextlib.contextmanager
+    def fork(self) -> Iterator[None]:
+        self.forks += 1
+        outside = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+        try:
+            yield
+        finally:
+            self.state = torch.get_rng_state()
+            torch.set_rng_state(outside)
+
+
+@pytest.mark.parametrize(
+    ("training", "sequence_parallel", "forks"), [(True, False, 1), (False, False, 0), (True, True, 0)]
+)
+def test_attention_dropout_draws_from_the_model_parallel_rng_tracker(
+    monkeypatch: pytest.MonkeyPatch, training: bool, sequence_parallel: bool, forks: int
+) -> None:
+    tracker = SeededForkTracker(seed=2718)
+    monkeypatch.setattr(tensor_parallel, "get_cuda_rng_tracker", lambda: tracker)
+    attention = SDPACoreAttention(
+        make_config(attention_dropout=0.5), layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self"
+    )
+    attention.config.sequence_parallel = sequence_parallel
+    attention.train(training)
+    q, k, v = torch.randn(9, 2, 4, 8), torch.randn(9, 2, 2, 8), torch.randn(9, 2, 2, 8)
+    default_before = torch.get_rng_state()
+    tracker_before = tracker.state.clone()
+    out = attention(q, k, v, None)
+    assert tracker.forks == forks
+    assert torch.equal(tracker.state, tracker_before) == (forks == 0)
+    assert torch.equal(torch.get_rng_state(), default_before) == (forks == 1 or not training)
+    if training:  # the mask was applied: dropout changes the output
+        without = torch.stack([attention_reference(q[:, i], k[:, i], v[:, i], True) for i in range(2)], dim=1)
+        assert relative_error(out, without.to(out.dtype)) > 0.1
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -10,6 +10,7 @@ from backend_references import (
 )
 from backend_setup import build_experts as build_provider_experts
 from backend_setup import moe_config
+from megatron.core import tensor_parallel
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.enums import AttnMaskType
@@ -150,6 +151,23 @@ def test_batched_gqa_attention_matches_reference(
     for i in range(b):
         expected = attention_reference(q[:, i], k[:, i], v[:, i], causal, scale)
         assert relative_error(out[:, i], expected) < TOLERANCE[dtype]
+
+
+def test_attention_dropout_draws_from_the_model_parallel_rng_tracker(megatron_runtime: None) -> None:
+    attention = SDPACoreAttention(
+        make_config(torch.bfloat16, attention_dropout=0.5), layer_number=1, attn_mask_type=AttnMaskType.causal,
+        attention_type="self",
+    )
+    q = torch.randn(64, 2, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(64, 2, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    tracker_before, default_before = tracker.get_states(), torch.cuda.get_rng_state()
+    dropped = attention.train()(q, k, v, None)
+    assert torch.equal(torch.cuda.get_rng_state(), default_before), "dropout drew from torch's default generator"
+    assert any(not torch.equal(tracker_before[n], state) for n, state in tracker.get_states().items())
+    tracker.set_states(tracker_before)
+    assert torch.equal(attention(q, k, v, None), dropped), "the tracker's state does not replay the same masks"
+    assert relative_error(dropped, attention.eval()(q, k, v, None)) > 0.1, "no dropout was applied"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

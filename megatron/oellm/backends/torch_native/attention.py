@@ -1,11 +1,13 @@
 """Core attention on torch's fused kernels: SDPA for [s, b, h, d] batches, varlen flash attention for packed docs."""
 
+import contextlib
 import functools
 import inspect
 import math
 
 import torch
 import torch.nn.functional as F
+from megatron.core import tensor_parallel
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.transformer.enums import AttnMaskType
@@ -128,7 +130,16 @@ class SDPACoreAttention(MegatronModule):
         dropout_p = self.dropout_p if self.training else 0.0
         if packed:
             return self._packed(query, key, value, packed_seq_params, causal, scale, dropout_p)
-        return self._batched(query, key, value, causal, scale, dropout_p)
+        with self._dropout_rng(dropout_p):
+            return self._batched(query, key, value, causal, scale, dropout_p)
+
+    def _dropout_rng(self, dropout_p: float) -> contextlib.AbstractContextManager:
+        """The generator attention dropout draws from, chosen as megatron's DotProductAttention chooses it: the
+        model-parallel RNG tracker's (seeded per tensor-parallel rank, so each rank's heads get their own masks),
+        except under sequence parallelism, where megatron leaves it on torch's default generator."""
+        if dropout_p == 0.0 or self.config.sequence_parallel:
+            return contextlib.nullcontext()
+        return tensor_parallel.get_cuda_rng_tracker().fork()
 
     @staticmethod
     def _batched(
