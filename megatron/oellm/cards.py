@@ -224,7 +224,9 @@ QWEN3_5_35B_A3B = ModelCard(
     seq_length=4096,
     hf_architecture="Qwen3_5MoeForCausalLM",
     sources={
-        "shape": "Qwen/Qwen3.5-35B-A3B config.json text_config (transformers Qwen3_5MoeTextConfig defaults agree)",
+        "shape": "Qwen/Qwen3.5-35B-A3B config.json text_config; transformers' Qwen3_5MoeTextConfig defaults agree "
+                 "except rope_theta (default 1e4; the checkpoint's 1e7) and max_position_embeddings (default 32768; the "
+                 "checkpoint's 262144)",
         "attention": "16 q / 2 kv x 256, sigmoid output gate, QK RMSNorm, partial_rotary_factor 0.25, rope_theta 1e7",
         "gdn": "linear_num_key_heads 16, linear_num_value_heads 32, head dims 128, conv kernel 4; "
                "full_attention_interval 4",

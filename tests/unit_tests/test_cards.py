@@ -66,3 +66,26 @@ def test_with_vocab_overrides_only_the_vocabulary():
     card = get_card("qwen3-30b-a3b")
     padded = card.with_vocab(262144)
     assert padded.vocab_size == 262144 and dataclasses.replace(padded, vocab_size=card.vocab_size) == card
+
+
+def _flat_hf_fields(config) -> dict:
+    """A transformers config's fields, ``rope_parameters`` flattened (``rope_theta``, ``partial_rotary_factor``)."""
+    fields = config.to_dict()
+    fields.update(fields.pop("rope_parameters", None) or {})
+    return fields
+
+
+def test_qwen3_5_source_note_names_every_field_that_differs_from_the_transformers_defaults():
+    """The card cites transformers' ``Qwen3_5MoeTextConfig`` defaults as agreeing with it: every field where they do
+    not must be named in that note (rope_theta and max_position_embeddings are the checkpoint's, not the defaults)."""
+    pytest.importorskip("transformers")
+    from transformers import Qwen3_5MoeTextConfig
+
+    from megatron.oellm.models.qwen3_5.convert import hf_config_from_card
+
+    card = get_card("qwen3.5-35b-a3b")
+    ours, defaults = _flat_hf_fields(hf_config_from_card(card)), _flat_hf_fields(Qwen3_5MoeTextConfig())
+    differing = {name for name in defaults.keys() - {"architectures", "transformers_version"}
+                 if ours.get(name) != defaults[name]}
+    assert differing == {"rope_theta", "max_position_embeddings"}
+    assert all(name in card.sources["shape"] for name in differing), card.sources["shape"]

@@ -6,8 +6,9 @@ is pure Python (no torch, no megatron-core import) so that the check is fast.
 
 Pipeline layouts use the syntax of Megatron's ``--pipeline-model-parallel-layout``: ``E`` embedding, ``t`` one
 decoder layer, ``L`` loss, ``m`` one MTP layer, ``|`` a stage boundary, ``x*N`` repeats ``x`` and ``(...)*N``
-repeats a group, commas are cosmetic. The stages are listed virtual stage by virtual stage: stage ``i`` goes to
-pipeline rank ``i % pp`` and virtual stage ``i // pp``, so ``len(stages) / pp`` is the VPP size.
+repeats a group, commas are cosmetic; whitespace is refused, as megatron-core's parser refuses it. The stages are
+listed virtual stage by virtual stage: stage ``i`` goes to pipeline rank ``i % pp`` and virtual stage ``i // pp``, so
+``len(stages) / pp`` is the VPP size.
 """
 
 from __future__ import annotations
@@ -73,7 +74,11 @@ def parse_pipeline_layout(layout: str) -> list[list[str]]:
     Same semantics as megatron-core's ``PipelineParallelLayerLayout.parse_str_to_list`` (the CPU tests compare the
     two), written without importing megatron-core so that validation stays fast.
     """
-    text = layout.replace(",", "").replace(" ", "")
+    if any(char.isspace() for char in layout):
+        raise ParallelLayoutError(f"pipeline layout {layout!r} contains whitespace, which megatron-core's "
+                                  "--pipeline-model-parallel-layout parser refuses; remove the spaces (commas may "
+                                  "separate groups)")
+    text = layout.replace(",", "")
     expanded, rest = _expand(text, 0, layout, top_level=True)
     if rest != len(text):  # pragma: no cover - _expand consumes everything at top level or raises
         raise ParallelLayoutError(f"pipeline layout {layout!r}: unexpected ')' at position {rest}")
@@ -103,6 +108,9 @@ def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int
             unit, pos = _expand(text, pos + 1, layout, top_level=False)
             if pos >= len(text):
                 raise ParallelLayoutError(f"pipeline layout {layout!r}: '(' without a matching ')'")
+            if not unit:
+                raise ParallelLayoutError(f"pipeline layout {layout!r}: empty group '()' (megatron-core's parser "
+                                          "refuses it); remove it or put layers inside")
             pos += 1
             repeat = _REPEAT.match(text, pos)
             if repeat is None:
@@ -170,9 +178,10 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     """Check that ``layout`` fits ``card`` (and ``world_size`` GPUs if given); raise :class:`ParallelLayoutError`.
 
     Every check names the fix. Checked: positive sizes; SP needs TP; heads, query groups, GDN heads, shared-expert
-    width vs TP; GDN heads vs TP x CP; experts vs EP; expert width vs ETP; sequence vs CP; layers vs PP x VPP or the
-    custom pipeline layout (syntax, PP divides the stage count, VPP agrees, layer count, embedding first, loss last,
-    no MTP); the world size vs TP x PP x CP and ETP x EP x PP; last, TP needs SP in an MoE model (every card).
+    width vs TP; GDN heads vs TP x CP; experts vs EP; expert width vs ETP; sequence vs CP and, under SP, vs TP x CP;
+    layers vs PP x VPP or the custom pipeline layout (syntax, PP divides the stage count, VPP agrees, layer count,
+    embedding first, loss last, no MTP); the world size vs TP x PP x CP and ETP x EP x PP; last, TP needs SP in an
+    MoE model (every card).
     """
     for name in ("tp", "pp", "ep", "etp", "cp"):
         if getattr(layout, name) < 1:
@@ -184,6 +193,7 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     _validate_tensor_parallel(card, layout)
     _validate_experts(card, layout)
     _validate_context_parallel(card, layout)
+    _validate_sequence_parallel(card, layout)
     _validate_pipeline(card, layout)
     if world_size is not None:
         _validate_world_size(layout, world_size)
@@ -241,6 +251,19 @@ def _validate_context_parallel(card: ModelCard, layout: ParallelLayout) -> None:
                  "GDN context parallelism scatters heads over tp x cp GPUs; lower cp or tp")
         _divides("linear_num_value_heads", card.linear_num_value_heads, "tp x cp", tp_cp,
                  "GDN context parallelism scatters heads over tp x cp GPUs; lower cp or tp")
+
+
+def _validate_sequence_parallel(card: ModelCard, layout: ParallelLayout) -> None:
+    """Under SP each CP rank's ``seq_length / cp`` tokens are split over TP (megatron-core scatters the embedding
+    output along the sequence and asserts an even split at the first forward step, on the GPU)."""
+    if not layout.sp:
+        return
+    local = card.seq_length // layout.cp
+    if local % layout.tp:
+        per_rank = f"seq_length / cp = {card.seq_length} / {layout.cp}" if layout.cp > 1 else "seq_length"
+        raise ParallelLayoutError(f"{per_rank} ({local}) is not divisible by tp ({layout.tp}): sequence parallelism "
+                                  "splits each rank's tokens over tp; use a seq_length divisible by tp x cp "
+                                  f"({layout.tp * layout.cp}) or another tp")
 
 
 def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:

@@ -26,7 +26,8 @@ TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion")
 
 
 def card_from_args(args: argparse.Namespace) -> ModelCard:
-    """The run's card with the padded vocabulary Megatron chose (the embedding's real size).
+    """The run's card with the padded vocabulary Megatron chose (the embedding's real size) and the run's
+    ``--seq-length`` (the layout checks judge the split of the run's sequence, not the card's default).
 
     ``--oellm-model``'s card when given, else the card Megatron's architecture flags describe. Either way a flag no
     card describes (``--add-qkv-bias``, ``--use-rope-scaling``, ...) is refused: beside a named card the model would
@@ -35,6 +36,8 @@ def card_from_args(args: argparse.Namespace) -> ModelCard:
     if args.oellm_model:
         check_expressible(args)
     card = get_card(args.oellm_model) if args.oellm_model else card_from_megatron_args(args)
+    if args.seq_length:
+        card = dataclasses.replace(card, seq_length=args.seq_length)
     return card.with_vocab(args.padded_vocab_size)
 
 

@@ -154,3 +154,42 @@ def test_hybrid_pattern_stages_round_trip_to_the_pipeline_layout(layout_string):
     back = ParallelLayout(pp=4, ep=4, pipeline_layout=pipeline_layout_from_hybrid_pattern(pattern))
     assert back.decoder_layers_per_stage(40) == layout.decoder_layers_per_stage(40)
     assert pipeline_layout_from_hybrid_pattern(card.hybrid_layer_pattern) is None
+
+
+@pytest.mark.parametrize("layout", ["Et*24 | t*24L", "Et*24|\tt*24L", "E(t*2)*2|()*3t*20L", "E(,)*2t*24|t*24L"])
+def test_layouts_megatron_refuses_are_refused_before_megatron(layout: str) -> None:
+    """A layout megatron-core's parser refuses (whitespace, an empty group) must not pass the layout check: the GPT
+    spec builder hands the string to megatron-core verbatim, which fails with an AssertionError."""
+    with pytest.raises(Exception):  # noqa: B017 - megatron-core raises a bare AssertionError
+        _megatron_parse(layout)
+    with pytest.raises(ParallelLayoutError, match="whitespace|empty group"):
+        validate_layout(QWEN3, ParallelLayout(pp=2, pipeline_layout=layout))
+
+
+def test_parser_agrees_with_megatron_on_random_strings() -> None:
+    """Fresh random strings over the layout alphabet (commas, spaces, groups; no ``*0``, where megatron-core's regex
+    can delete a bracket): whatever megatron-core parses, ours parses the same, and ours parses nothing more."""
+    rng = random.Random()
+    alphabet = "Ettt||()*123, Lm"
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
+        try:
+            ours = parse_pipeline_layout(text)
+        except ParallelLayoutError:
+            ours = None
+        try:
+            reference = _megatron_parse(text)
+        except AssertionError:
+            reference = None
+        assert ours == reference, text
+
+
+@pytest.mark.parametrize("seq_length,tp,cp", [(4100, 8, 1), (4100, 4, 2), (4108, 4, 2), (130, 4, 1)])
+def test_sequence_parallelism_needs_the_sequence_to_split_over_tp(seq_length: int, tp: int, cp: int) -> None:
+    """Under SP megatron-core scatters each CP rank's ``seq_length / cp`` tokens over TP and asserts an even split at
+    the first forward step (on the GPU): the layout check must refuse it first."""
+    card = dataclasses.replace(QWEN3, name="x", num_query_groups=8, seq_length=seq_length)
+    assert seq_length % (2 * cp) == 0  # the CP rule alone passes
+    with pytest.raises(ParallelLayoutError, match=rf"\({seq_length // cp}\) is not divisible by tp \({tp}\)"):
+        validate_layout(card, ParallelLayout(tp=tp, cp=cp, sp=True))
+    validate_layout(dataclasses.replace(card, seq_length=seq_length * tp), ParallelLayout(tp=tp, cp=cp, sp=True))

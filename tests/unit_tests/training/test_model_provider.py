@@ -184,3 +184,16 @@ def test_split_flags_without_an_equivalent_layout_get_an_even_example_and_hybrid
                      "--decoder-first-pipeline-num-layers", "1"])
     with pytest.raises(ValueError, match="--decoder-first-pipeline-num-layers: .*'|' in --hybrid-layer-pattern"):
         check_layout(hybrid)
+
+
+def test_the_layout_check_judges_the_runs_sequence_length_not_the_cards():
+    """Qwen3-30B-A3B's card says 4096 tokens; a run of 4098 at TP 4 with sequence parallelism cannot split its tokens
+    evenly over TP (megatron-core would assert at the first forward step, on the GPU), 4100 can."""
+    from megatron.oellm.training.entry import check_layout
+
+    run = ["--oellm-model", "qwen3-30b-a3b", "--tensor-model-parallel-size", "4", "--sequence-parallel"]
+    uneven = parsed([*run, "--seq-length", "4098"])
+    assert card_from_args(uneven).seq_length == 4098
+    with pytest.raises(ValueError, match=r"seq_length \(4098\) is not divisible by tp \(4\)"):
+        check_layout(uneven)
+    check_layout(parsed([*run, "--seq-length", "4100"]))
