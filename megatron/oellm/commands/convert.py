@@ -27,11 +27,15 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
 def byte_size(text: str) -> int:
-    """``"5GB"`` / ``"500MB"`` / ``"1000"`` -> bytes (powers of 1024); an argparse type."""
+    """``"5GB"`` / ``"500MB"`` / ``"1000"`` -> bytes (powers of 1024); an argparse type. Zero bytes is refused: it
+    would write every tensor to a file of its own (tens of thousands of files for a large MoE)."""
     match = _SIZE.match(text)
     if not match:
         raise argparse.ArgumentTypeError(f"expected a size like 5GB or 500MB, got {text!r}")
-    return int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper() or " "))
+    size = int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper() or " "))
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size like 5GB or 500MB, got {text!r}")
+    return size
 
 
 def positive_int(text: str) -> int:

@@ -10,8 +10,8 @@ The check reads ``config.json`` (its ``text_config`` when nested, as in the publ
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
 ``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config:
 ``model_type`` when present (first, so that a checkpoint of another family is refused on that alone), the shape
-fields below when present, the RoPE settings the card's config states (type, base, rotated fraction) and the
-activation.
+fields below when present, the RoPE settings the card's config states (type, base, rotated fraction), the
+activation, and the fields the card cannot change (sliding window, attention bias, dense-MLP layers) as read.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ _SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_
                "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
                "norm_topk_prob", "rms_norm_eps")
 """Fields compared when the config states them (under their name or the config class's alias)."""
+_DERIVED_KEYS = ("sliding_window", "attention_bias", "mlp_only_layers", "decoder_sparse_step")
+"""Fields compared as transformers derives them, stated or not: each changes what the HF model computes (Qwen3-MoE's
+``use_sliding_window`` switches on a 4096-token window, which its ``sliding_window`` only shows once read), and the
+card has no way to express another value. Skipped where the card's config class has no such field (its model
+does not read it)."""
 _MISSING = object()
 """Stands for a field a config object does not have (the card's config class may lack one the checkpoint states)."""
 
@@ -94,6 +99,12 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
         if want is _MISSING:
             wrong.append(f"{k}: checkpoint {have!r}, card's {type(expected).__name__} has no such field")
         elif have != want:
+            wrong.append(f"{k}: checkpoint {have!r}, card {want!r}")
+    for k in _DERIVED_KEYS:
+        if not hasattr(expected, k):  # the family's model does not read it
+            continue
+        have, want = getattr(loaded, k, None), getattr(expected, k)
+        if have != want:
             wrong.append(f"{k}: checkpoint {have!r}, card {want!r}")
     if loaded.hidden_act != expected.hidden_act:
         wrong.append(f"hidden_act: checkpoint {loaded.hidden_act!r}, card {expected.hidden_act!r}")

@@ -63,15 +63,49 @@ def _free_space(out_dir: Path) -> tuple[Path, int]:
     return where, shutil.disk_usage(where).free
 
 
+def staging_directory(out_dir: Path) -> Path:
+    """The hidden sibling of ``out_dir`` this process writes the output into before moving it into place."""
+    return out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+
+
+def leftover_staging(out_dir: Path) -> list[Path]:
+    """Staging directories of earlier conversions into ``out_dir`` that were killed before they could remove them
+    (SIGKILL after a Slurm time limit's grace period, the OOM killer, a node failure): hidden siblings of ``out_dir``
+    that hold up to a whole output's disk space."""
+    out_dir = out_dir.resolve()
+    own = staging_directory(out_dir)
+    prefix = f".{out_dir.name}.partial-"
+    try:
+        siblings = list(out_dir.parent.iterdir()) if out_dir.parent.is_dir() else []
+    except OSError:
+        return []
+    return sorted(p for p in siblings if p.name.startswith(prefix) and p.name[len(prefix):].isdigit()
+                  and p != own and p.is_dir())
+
+
+def leftover_staging_note(out_dir: Path) -> str:
+    """A sentence naming :func:`leftover_staging` of ``out_dir``, or ``""`` if there are none."""
+    leftovers = leftover_staging(out_dir)
+    if not leftovers:
+        return ""
+    more = f" and {len(leftovers) - _LISTED} more" if len(leftovers) > _LISTED else ""
+    return (f"partial output(s) of earlier conversions that were killed hold disk space beside --out: "
+            f"{', '.join(str(p) for p in leftovers[:_LISTED])}{more}; remove them unless a conversion into "
+            f"{out_dir.name} is still running")
+
+
 def check_free_space(out_dir: Path, needed_bytes: int) -> None:
     """Raise unless the file system that will hold the output of ``out_dir`` has ``needed_bytes`` free: a disk that
     fills hours into a conversion wastes those hours. A previous output in ``out_dir`` does not count as free, since
-    it is replaced only once the new output is complete."""
+    it is replaced only once the new output is complete. The refusal names partial outputs killed conversions left
+    (hidden directories, easily missed)."""
     where, free = _free_space(out_dir)
     if free < needed_bytes:
+        leftovers = leftover_staging_note(out_dir)
         raise ConversionError(f"the output needs about {format_bytes(needed_bytes)} but the file system of {where} has "
                               f"{format_bytes(free)} free (a previous output is replaced only after the new one is "
-                              "complete); free some space or choose another --out")
+                              "complete); free some space or choose another --out"
+                              + (f"; {leftovers}" if leftovers else ""))
 
 
 def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
@@ -184,7 +218,7 @@ def staged_output(out_dir: Path, overwrite: bool, owned: Owned, needed_bytes: in
     SIGHUP / SIGINT (see module doc)."""
     out_dir = out_dir.resolve()
     check_output(out_dir, overwrite, owned)
-    staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    staging = staging_directory(out_dir)
     created = _missing_directories(out_dir.parent)
     with _TerminationGuard() as guard:
         try:
@@ -215,6 +249,8 @@ def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) 
         where, free = _free_space(out_dir)
         message += (f" (the output needs about {format_bytes(needed_bytes)}; the file system of {where} has "
                     f"{format_bytes(free)} free now)")
+        leftovers = leftover_staging_note(out_dir)
+        message += f"; {leftovers}" if leftovers else ""
     elif number == errno.EFBIG:
         message += (" (one file may not grow that large there: see `ulimit -f` and the file system's largest file; "
                     "mcore-to-hf writes smaller files with --max-shard-size)")

@@ -52,7 +52,7 @@ from megatron.oellm.convert.hf_config import (
     text_model_config,
 )
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
-from megatron.oellm.convert.output import check_not_input, staged_output
+from megatron.oellm.convert.output import check_not_input, leftover_staging_note, staged_output
 from megatron.oellm.convert.safetensors_io import (
     DEFAULT_MAX_SHARD_BYTES,
     SafetensorsSource,
@@ -211,8 +211,14 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     with staged_output(out_dir, overwrite, _is_mcore_output, _bytes_of(chunks)) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
-    notes = _kept_config_notes(hf_dir, config_files)
+    notes = _kept_config_notes(hf_dir, config_files) + _leftover_notes(out_dir)
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
+
+
+def _leftover_notes(out_dir: Path) -> list[str]:
+    """A report line naming partial outputs that killed conversions into ``out_dir`` left beside it, if any."""
+    note = leftover_staging_note(out_dir)
+    return [note] if note else []
 
 
 def _kept_config_notes(hf_dir: Path, files: dict[str, str]) -> list[str]:
@@ -373,4 +379,4 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
         if CONFIG_NAME not in config_files:
             module.hf_config_from_card(card).save_pretrained(staging)
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), written, [],
-                             padded - card.vocab_size, [config_note])
+                             padded - card.vocab_size, [config_note, *_leftover_notes(out_dir)])

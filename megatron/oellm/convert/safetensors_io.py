@@ -48,12 +48,35 @@ def _read_index(index: Path) -> dict[str, str]:
                               f"file): {error!r}") from error
     if not isinstance(weight_map, dict):
         raise ConversionError(f"{index}: 'weight_map' must map tensor names to files")
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or not file:
+            raise ConversionError(f"{index} maps tensor {name!r} to {file!r}, not to a safetensors file name; the "
+                                  "index is damaged (download it again)")
     return weight_map
 
 
 def is_written_name(name: str) -> bool:
     """Whether ``name`` is a file name :class:`ShardedSafetensorsWriter` gives (single file, shard or index)."""
     return name in (SINGLE_NAME, INDEX_NAME) or _SHARD_NAME.fullmatch(name) is not None
+
+
+def _indexed_files(directory: Path, index: Path) -> dict[str, Path]:
+    """Tensor name -> file of a sharded checkpoint, from its ``index``; a shard the index names that is missing, or a
+    shard file beside it that the index does not name (the index and the shards of different saves, e.g. a download
+    cut short or a stale shard of an older revision), is a :class:`ConversionError` naming the files."""
+    files = {name: directory / file for name, file in _read_index(index).items()}
+    listed = set(files.values())
+    missing = sorted(f.name for f in listed if not f.is_file())
+    if missing:
+        raise ConversionError(f"{index} lists {len(missing)} shard(s) that are not in {directory}: "
+                              f"{', '.join(missing[:3])}; download the missing shards")
+    unlisted = sorted(p.name for p in directory.glob("*.safetensors")
+                      if _SHARD_NAME.fullmatch(p.name) and p not in listed)
+    if unlisted:
+        raise ConversionError(f"{directory} holds shard(s) {', '.join(unlisted[:3])} that {index.name} does not list; "
+                              "the index and the shards are of different saves: remove the stale shards or download "
+                              "the checkpoint again")
+    return files
 
 
 def checkpoint_files(directory: Path) -> dict[str, Path]:
@@ -66,11 +89,7 @@ def checkpoint_files(directory: Path) -> dict[str, Path]:
         raise ConversionError(f"{directory} holds both {INDEX_NAME} and {SINGLE_NAME}: transformers reads "
                               f"{SINGLE_NAME}, this converter would read the index; remove the stale one")
     if index.is_file():
-        files = {name: directory / file for name, file in _read_index(index).items()}
-        missing = sorted({str(f) for f in files.values() if not f.is_file()})
-        if missing:
-            raise ConversionError(f"{index} lists files that do not exist: {', '.join(missing[:3])}")
-        return files
+        return _indexed_files(directory, index)
     paths = sorted(directory.glob("*.safetensors"))
     if not paths:
         raise ConversionError(f"no *.safetensors in {directory}; convert .bin checkpoints with transformers first")
@@ -105,7 +124,8 @@ class SafetensorsSource(Mapping[str, Tensor]):
 
     def shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Name -> (shape, dtype) of every tensor, from the file headers (no tensor data is read); a tensor missing
-        from the file the index names, or of a dtype not in ``_DTYPES`` (e.g. FP8), is a :class:`ConversionError`."""
+        from the file the index names, in a shard but not in the index, or of a dtype not in ``_DTYPES`` (e.g. FP8), is
+        a :class:`ConversionError`."""
         out = {}
         for name, path in self._files.items():
             try:
@@ -118,7 +138,20 @@ class SafetensorsSource(Mapping[str, Tensor]):
                 raise ConversionError(f"tensor {name!r} in {path} has dtype {piece.get_dtype()}, which conversion "
                                       f"does not read ({', '.join(_DTYPES)}); is it a quantized checkpoint?")
             out[name] = (tuple(piece.get_shape()), dtype)
+        self._check_shards_hold_only_indexed()
         return out
+
+    def _check_shards_hold_only_indexed(self) -> None:
+        """With an index, raise naming a tensor a shard holds that the index does not list: transformers would load
+        it from the shard while this converter reads the index, so the two would not agree on what the model is."""
+        if not (self.directory / INDEX_NAME).is_file():
+            return
+        for path in sorted(set(self._files.values())):
+            extra = sorted(name for name in self._handle(path).keys() if self._files.get(name) != path)
+            if extra:
+                raise ConversionError(f"{path} holds tensor {extra[0]!r} ({len(extra)} such) that "
+                                      f"{self.directory / INDEX_NAME} does not list in that file; the index and the "
+                                      "shards do not match (download the index again)")
 
     def __getitem__(self, name: str) -> Tensor:
         return self._handle(self._files[name]).get_tensor(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
@@ -53,6 +54,13 @@ def test_byte_size() -> None:
     assert byte_size("123") == 123
     with pytest.raises(Exception, match="size like 5GB"):
         byte_size("five")
+
+
+@pytest.mark.parametrize("text", ["0", "0GB", "0.4"])
+def test_byte_size_of_nothing_is_refused(text: str) -> None:
+    """A zero shard size would put every tensor in a file of its own."""
+    with pytest.raises(argparse.ArgumentTypeError, match="positive size"):
+        byte_size(text)
 
 
 def test_cli_output_to_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

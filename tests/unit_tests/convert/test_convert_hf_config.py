@@ -41,18 +41,36 @@ def _published_like(directory: Path) -> None:
     ("qwen3-30b-a3b-tiny", {"num_local_experts": None, "num_experts": 16}, r"num_experts: checkpoint 16, card 8"),
     ("qwen3-30b-a3b-tiny", {"num_local_experts": 16}, r"num_experts: checkpoint 16, card 8"),
     ("qwen3-30b-a3b-tiny", {"hidden_size": "wide"}, r"cannot be read as a Qwen3MoeConfig"),
+    ("qwen3-30b-a3b-tiny", {"use_sliding_window": True, "sliding_window": None},
+     r"sliding_window: checkpoint 4096, card None"),
+    ("qwen3-30b-a3b-tiny", {"mlp_only_layers": [1]}, r"mlp_only_layers: checkpoint \[1\], card \[\]"),
+    ("qwen3-30b-a3b-tiny", {"decoder_sparse_step": 2}, r"decoder_sparse_step: checkpoint 2, card 1"),
+    ("qwen3.5-35b-a3b-tiny", {"attention_bias": True}, r"attention_bias: checkpoint True, card False"),
 ], ids=["rope-theta", "rope-theta-top-level", "rope-scaling", "partial-rotary", "activation", "model-type",
-        "experts", "experts-as-transformers-saves-it", "invalid-field"])
+        "experts", "experts-as-transformers-saves-it", "invalid-field", "sliding-window", "dense-layers",
+        "sparse-step", "attention-bias"])
 def test_config_that_contradicts_the_card_is_refused(tmp_path: Path, card_name: str, fields: dict,
                                                      message: str) -> None:
-    """Tensor shapes cannot show RoPE, activation or model type: without this check the checkpoint would convert,
-    megatron would train with the card's values and the export would carry the source's."""
+    """Tensor shapes cannot show RoPE, activation, model type or a sliding window: without this check the checkpoint
+    would convert, megatron would train with the card's values and the export would carry the source's."""
     card = get_card(card_name)
     write_hf(card, random_hf_tensors(card, seed=1), tmp_path / "hf")
     edit_json(tmp_path / "hf" / "config.json", **fields)
     with pytest.raises(ConversionError, match=message):
         hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     assert not (tmp_path / "mcore").exists()
+
+
+def test_published_qwen3_moe_settings_are_accepted(tiny_hf) -> None:
+    """The published Qwen3-MoE config states the fields the card cannot change, at the values the card has."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    data = json.loads((tmp / "hf" / "config.json").read_text())
+    published = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": 48, "mlp_only_layers": [],
+                 "decoder_sparse_step": 1, "attention_bias": False}
+    (tmp / "hf" / "config.json").write_text(json.dumps({**data, **published}))
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    assert (tmp / "mcore" / RELEASE).is_dir()
 
 
 @pytest.mark.parametrize(("text", "message"), [("[1, 2]", "holds a JSON list, not an object"),

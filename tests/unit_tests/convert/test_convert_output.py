@@ -330,3 +330,25 @@ def test_a_full_disk_is_reported_with_the_output_size_and_the_free_space(convert
                                               rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
         _convert(direction, tmp, card, tmp / "new" / "out")
     assert sorted(tmp.iterdir()) == before
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_partial_outputs_of_killed_conversions_are_named(converted, monkeypatch: pytest.MonkeyPatch,
+                                                         direction: str) -> None:
+    """SIGKILL (the OOM killer, Slurm after a time limit's grace period) leaves the hidden staging directory behind;
+    the next conversion into the same --out names it, in its report and when the disk is too full."""
+    card, hf, tmp = converted
+    killed = tmp / f".out.partial-{os.getpid() + 1}"
+    (killed / RELEASE).mkdir(parents=True)
+    (killed / RELEASE / "__0_3.distcp").write_bytes(os.urandom(64))
+    (tmp / ".out.partial-notes").mkdir()  # not a staging directory: no process id
+    summary = _convert(direction, tmp, card, tmp / "out")
+    assert any(str(killed) in note and "killed" in note for note in summary.notes), summary.notes
+    assert not any(".out.partial-notes" in note for note in summary.notes)
+    assert killed.is_dir()  # named, never removed: another node may still be writing it
+    weights = sum(tensor.numel() * tensor.element_size() for tensor in hf.values())
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=weights - 1))
+    with pytest.raises(ConversionError, match=rf"free some space.*killed hold disk space beside --out: "
+                                              rf"{re.escape(str(killed))}"):
+        _convert(direction, tmp, card, tmp / "out", overwrite=True)

@@ -1,0 +1,68 @@
+"""A sharded HF checkpoint whose ``model.safetensors.index.json`` and shards disagree is named, not half-read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from convert_helpers import write_hf
+
+from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.safetensors_io import INDEX_NAME, ShardedSafetensorsWriter
+
+
+def _sharded(tiny_hf) -> tuple[Path, dict]:
+    """The tiny card's random tensors as a sharded checkpoint; (directory, its index)."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    index = json.loads((tmp / "hf" / INDEX_NAME).read_text())
+    assert len(set(index["weight_map"].values())) > 2
+    return tmp / "hf", index
+
+
+def _convert(tiny_hf) -> None:
+    card, _, tmp = tiny_hf
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+
+
+def test_a_tensor_the_index_leaves_out_is_named_with_its_shard(tiny_hf) -> None:
+    """The tensor is in a listed shard (transformers would load it): not reported as missing from the checkpoint."""
+    hf_dir, index = _sharded(tiny_hf)
+    name = "model.layers.0.mlp.gate.weight"
+    shard = index["weight_map"].pop(name)
+    (hf_dir / INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(ConversionError, match=rf"{shard} holds tensor '{name}' .*does not list"):
+        _convert(tiny_hf)
+    assert not (tiny_hf[2] / "mcore").exists()
+
+
+def test_a_shard_the_index_does_not_list_is_named(tiny_hf) -> None:
+    """A shard of another save beside the index (an older revision's, a re-download cut short)."""
+    hf_dir, index = _sharded(tiny_hf)
+    card, hf, tmp = tiny_hf
+    writer = ShardedSafetensorsWriter(tmp / "other", max_shard_bytes=1)
+    writer.add({"model.norm.weight": hf["model.norm.weight"] + 1, "lm_head.weight": hf["lm_head.weight"]})
+    written = writer.close()
+    stale = "model-00009-of-00009.safetensors"
+    written[0].rename(hf_dir / stale)
+    with pytest.raises(ConversionError, match=rf"holds shard\(s\) {stale} that {INDEX_NAME} does not list"):
+        _convert(tiny_hf)
+
+
+def test_a_shard_the_index_lists_that_is_missing_is_named(tiny_hf) -> None:
+    hf_dir, index = _sharded(tiny_hf)
+    shard = sorted(set(index["weight_map"].values()))[1]
+    (hf_dir / shard).unlink()
+    with pytest.raises(ConversionError, match=rf"lists 1 shard\(s\) that are not in .*: {shard}; download"):
+        _convert(tiny_hf)
+
+
+@pytest.mark.parametrize("value", [None, 3, ""])
+def test_an_index_entry_that_is_no_file_name_is_a_clear_error(tiny_hf, value: object) -> None:
+    hf_dir, index = _sharded(tiny_hf)
+    index["weight_map"]["model.norm.weight"] = value
+    (hf_dir / INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(ConversionError, match=r"maps tensor 'model\.norm\.weight' to .*not to a safetensors file"):
+        _convert(tiny_hf)
