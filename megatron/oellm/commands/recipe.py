@@ -31,7 +31,14 @@ from megatron.oellm.recipes.resolve import (
     run_vocab_size,
     select_rows,
 )
-from megatron.oellm.recipes.slurm import check_data_paths, check_host_paths, run_dir, sbatch_text, submit
+from megatron.oellm.recipes.slurm import (
+    check_data_paths,
+    check_host_paths,
+    prepare_run_dir,
+    run_dir,
+    sbatch_text,
+    submit,
+)
 from megatron.oellm.recipes.timing import RunTime, run_time
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"
@@ -41,6 +48,10 @@ CLUSTER_OVERRIDES = ("partition", "account", "qos", "time", "image", "output_dir
 
 OVERRIDE_HELP = {"time": "time limit of every selected row's job (over the config's cluster and row times)"}
 """Help texts of the :data:`CLUSTER_OVERRIDES` that do more than replace the cluster setting."""
+
+SLURM_ONLY_OVERRIDES = ("partition", "account", "qos", "time", "image")
+"""The :data:`CLUSTER_OVERRIDES` that only a SLURM job reads; ``--local`` (torchrun on this machine, no container)
+has no use for them (``output_dir`` it does use: its checkpoints go there)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,16 @@ def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
     if args.time is None:
         return recipe
     return dataclasses.replace(recipe, rows=tuple(dataclasses.replace(row, time=args.time) for row in recipe.rows))
+
+
+def check_local_overrides(args: argparse.Namespace) -> None:
+    """Refuse a :data:`SLURM_ONLY_OVERRIDES` option beside ``--local``: the local run would go ahead without it (no
+    queue, no time limit, no container), so an ``--image`` or ``--time`` the user meant to apply would be ignored."""
+    given = [f"--{name}" for name in SLURM_ONLY_OVERRIDES if getattr(args, name) is not None]
+    if given:
+        verb, pronoun = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        raise RecipeError(f"{', '.join(given)} {verb} to SLURM jobs (--dry-run, --submit) only; a --local run has no "
+                          f"queue, time limit or container: drop {pronoun}, or use --dry-run / --submit")
 
 
 def describe_vocab(recipe: Recipe, inputs: RunInputs) -> str:
@@ -159,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         if args.train_iters is not None and not args.local:
             raise RecipeError("--train-iters applies to --local runs only (table rows keep the report's iterations)")
         if args.local:
+            check_local_overrides(args)
             status = run_local(recipe, numbers[0], inputs, args.train_iters)
             if status is not None:
                 return status
@@ -167,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(describe_recipe(recipe, inputs))
         jobs = [resolve_job(recipe, number, inputs) for number in numbers]
+        if args.submit:  # a run directory that cannot be created stops the submission before any row is queued
+            for job in jobs:
+                prepare_run_dir(job.directory)
         for job in jobs:
             if args.submit:
                 print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})")
@@ -206,6 +231,13 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
         raise RecipeError(f"row {number}: {err}") from err
 
 
+def exit_status(returncode: int) -> int:
+    """The shell's exit status of a child that returned ``returncode``: a child killed by signal N (subprocess's
+    ``-N``) becomes ``128 + N`` as a shell reports it (137 for SIGKILL, e.g. the OOM killer); ``sys.exit(-9)``
+    would exit 247."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | None:
     """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run.
 
@@ -225,7 +257,7 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
             raise RecipeError(f"--local row {number}: {problem}")
         command = torchrun_command(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
-        return subprocess.run(command, env=local_environment(recipe), check=False).returncode
+        return exit_status(subprocess.run(command, env=local_environment(recipe), check=False).returncode)
     print(f"{blocker}; falling back to --dry-run.")
     if gpus == 0:
         example = fit_local(recipe, recipe.row(number), 1, inputs)

@@ -28,6 +28,12 @@ class RecipeError(ValueError):
     """A recipe config is malformed or a requested row does not exist; the message names the fix."""
 
 
+REFERENCE_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_low", "tflops_per_gpu_high",
+                  "mfu_percent")
+"""The report numbers a row's ``reference`` may hold. The first four give the row's expected run time
+(:mod:`megatron.oellm.recipes.timing`), so a misspelt one would silently leave the row's time limit unchecked."""
+
+
 @dataclass(frozen=True)
 class TableRow:
     """One row of a report table: a run at ``nodes`` nodes with its batch sizes and overrides."""
@@ -52,9 +58,9 @@ class TableRow:
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     """Megatron flag overrides (name without ``--``); ``false`` removes a flag set by the recipe."""
     reference: Mapping[str, float] = field(default_factory=dict)
-    """The report's numbers for this row, listed by ``--dry-run``; its throughput (``step_time_s``,
-    ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low]``) also gives the run time checked against the time limit
-    (:mod:`megatron.oellm.recipes.timing`)."""
+    """The report's numbers for this row (keys of :data:`REFERENCE_KEYS`), listed by ``--dry-run``; its throughput
+    (``step_time_s``, ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low]``) also gives the run time checked against
+    the time limit (:mod:`megatron.oellm.recipes.timing`)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +229,9 @@ def check_row(row: TableRow, where: str) -> None:
     check_layout_types(row.parallel, where)
     check_positive(row, ("nodes", "global_batch_size", "micro_batch_size", "seq_length", "train_iters"), where)
     for key, value in row.reference.items():
+        if key not in REFERENCE_KEYS:
+            raise RecipeError(f"{where}reference key {key!r} is not one of {list(REFERENCE_KEYS)}; a misspelt "
+                              "throughput would leave the row's run time unchecked against its time limit")
         if value <= 0:
             raise RecipeError(f"{where}reference {key} = {value!r} must be positive")
     if row.time is not None:

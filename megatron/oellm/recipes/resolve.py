@@ -104,10 +104,16 @@ def check_batch(layout: ParallelLayout, world_size: int, global_batch: int, micr
                           f"use a multiple of {micro_batch * data_parallel}")
 
 
+CONNECTIONS_EXEMPT_FLAGS = ("use-torch-fsdp2", "use-megatron-fsdp", "overlap-moe-expert-parallel-comm")
+"""Flags under which megatron-core 0.19.2 only warns about ``CUDA_DEVICE_MAX_CONNECTIONS`` with TP or CP > 1 on
+Hopper (FSDP even requires it to be other than 1)."""
+
+
 def check_connections(layout: ParallelLayout, env: Mapping[str, str], flags: Mapping[str, FlagValue]) -> None:
     """megatron-core requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP > 1 on Hopper (MN5, Jupiter) unless
-    EP communication overlap is on; refuse the row here rather than after the job has waited in the queue."""
-    if layout.tp == 1 and layout.cp == 1 or flags.get("overlap-moe-expert-parallel-comm"):
+    FSDP or EP communication overlap is on (:data:`CONNECTIONS_EXEMPT_FLAGS`); refuse the row here rather than after
+    the job has waited in the queue."""
+    if layout.tp == 1 and layout.cp == 1 or any(flags.get(name) for name in CONNECTIONS_EXEMPT_FLAGS):
         return
     if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
         raise RecipeError(f"tp={layout.tp}, cp={layout.cp} on Hopper needs CUDA_DEVICE_MAX_CONNECTIONS=1 (megatron-core "

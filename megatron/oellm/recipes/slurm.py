@@ -35,13 +35,38 @@ def run_dir(recipe: Recipe, row_number: int) -> Path:
     return Path(recipe.cluster.output_dir).absolute() / recipe.name / f"row{row_number:02d}-{nodes}n"
 
 
+DIRECTIVE_FIXES = {
+    "job-name": "rename the recipe (its file name, or its name key)",
+    "partition": "pass another --partition", "account": "pass another --account", "qos": "pass another --qos",
+}
+"""Where each user-given ``#SBATCH`` value comes from, for the message that refuses it."""
+
+
 def _directive(name: str, value: object) -> str:
     """One ``#SBATCH --name=value`` line; refuses values a directive cannot carry safely."""
     text = str(value)
     if not _DIRECTIVE_VALUE.match(text):
         raise RecipeError(f"SLURM {name} {text!r} has characters #SBATCH cannot carry (spaces, quotes, $ ...); "
-                          "use letters, digits and . _ - : / % @ + , = ~ only")
+                          "use letters, digits and . _ - : / % @ + , = ~ only"
+                          + (f": {DIRECTIVE_FIXES[name]}" if name in DIRECTIVE_FIXES else ""))
     return f"#SBATCH --{name}={text}"
+
+
+def _output_directive(directory: Path) -> str:
+    """``#SBATCH --output`` of the job log in the run directory ``directory``.
+
+    The directory part must be a plain path: SLURM expands ``%`` in it as a file-name pattern (``%j``, ``%u`` ...),
+    so the log would go where ``mkdir -p "$RUN_DIR"`` never created a directory, and ``#SBATCH`` cannot carry a
+    space. The run directory comes from ``--output-dir`` (default: ``oellm-runs`` under the current directory), so
+    the message names that option.
+    """
+    text = str(directory)
+    if "%" in text or not _DIRECTIVE_VALUE.match(text):
+        raise RecipeError(f"run directory {text!r} has characters #SBATCH cannot carry in the job log's --output "
+                          "path (spaces, quotes, $ ..., and %, which SLURM reads as a file-name pattern): pass "
+                          "--output-dir DIR (or set cluster.output_dir) to a path of letters, digits and "
+                          ". _ - : / @ + , = ~ only")
+    return _directive("output", directory / "slurm-%j.out")
 
 
 def _env_lines(name: str, value: str) -> list[str]:
@@ -74,7 +99,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
     for name in ("partition", "account", "qos"):
         if getattr(cluster, name):
             lines.append(_directive(name, getattr(cluster, name)))
-    lines += [_directive("output", directory / "slurm-%j.out"), "", "set -euo pipefail", ""]
+    lines += [_output_directive(directory), "", "set -euo pipefail", ""]
     lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
     binds = list(dict.fromkeys([str(directory), *cluster.binds, *input_binds(resolved.flags)]))
     lines += [
@@ -177,10 +202,20 @@ def check_host_paths(cluster: ClusterSettings) -> None:
             raise RecipeError(f"bind source {source!r} of cluster.binds entry {bind!r} does not exist")
 
 
+def prepare_run_dir(directory: Path) -> None:
+    """Create the run directory ``directory`` (SLURM opens the job log there before the script runs); a directory
+    that cannot be created (a file in the way, no permission) is a :class:`RecipeError` naming ``--output-dir``."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RecipeError(f"cannot create the run directory {str(directory)!r} ({error.strerror or error}); pass "
+                          "--output-dir DIR (or set cluster.output_dir) to a directory you can write") from error
+
+
 def _new_script(directory: Path, script: str) -> Path:
     """Write ``script`` to ``job.sbatch`` in ``directory``, or to ``job-<N>.sbatch`` (smallest free N >= 2) when an
     earlier submission's script is there; an existing script is never overwritten."""
-    directory.mkdir(parents=True, exist_ok=True)
+    prepare_run_dir(directory)
     number = 1
     while True:
         path = directory / ("job.sbatch" if number == 1 else f"job-{number}.sbatch")
@@ -190,6 +225,9 @@ def _new_script(directory: Path, script: str) -> Path:
         except FileExistsError:
             number += 1
             continue
+        except OSError as error:
+            raise RecipeError(f"cannot write the job script {str(path)!r} ({error.strerror or error}); pass "
+                              "--output-dir DIR (or set cluster.output_dir) to a directory you can write") from error
         return path
 
 

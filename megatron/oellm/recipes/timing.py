@@ -11,6 +11,7 @@ Pure Python.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
@@ -60,7 +61,7 @@ class RunTime:
     def check(self) -> None:
         """Raise :class:`RecipeError` when the expected run time exceeds the time limit."""
         if self.expected_s is not None and self.expected_s > self.limit_s:
-            minutes = -(-int(self.expected_s) // 60)
+            minutes = math.ceil(self.expected_s / 60)  # whole minutes at least the expected run time
             raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
                               f"{self.estimate()}; give the row time = \"{minutes // 60:02d}:{minutes % 60:02d}:00\" "
                               "or more (or pass --time)")

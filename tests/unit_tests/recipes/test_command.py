@@ -175,3 +175,18 @@ def test_an_input_directory_that_a_bind_cannot_carry_is_refused(tmp_path):
     resolved = resolve_row(recipe, recipe.rows[0], RunInputs((str(tmp_path / "a:b" / "corpus"),), "byte"))
     with pytest.raises(RecipeError, match="Apptainer --bind cannot carry"):
         sbatch_text(recipe, 1, resolved, tmp_path / "run")
+
+
+def test_a_run_directory_that_cannot_be_created_stops_the_submission_before_any_row(tmp_path, monkeypatch, capsys):
+    """Row 1 was queued, then row 2's directory (a file in the way, no permission) ended in a traceback."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    blocked = tmp_path / "runs" / "qwen3_5_35b_a3b_mn5_attention" / "row02-4n"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("not a directory")
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"), "--submit", "--nodes", "4",
+                 "--image", str(image), "--output-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert f"oellm recipe: error: cannot create the run directory {str(blocked)!r}" in err
+    assert "pass --output-dir DIR" in err and not record.exists()

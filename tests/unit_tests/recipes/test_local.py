@@ -105,3 +105,32 @@ def test_local_fp8_row_without_transformer_engine_is_refused_before_torchrun(mon
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
     assert main(["recipe", str(EXAMPLES / "qwen3_235b_a22b_jupiter.toml"), "--local", "--row", "1"]) == 2
     assert "fp8 training (needs Transformer Engine)" in capsys.readouterr().err and not calls
+
+
+@pytest.mark.parametrize("options", [["--account", "ehpc533"], ["--time", "02:00:00", "--image", "other.sif"]])
+def test_slurm_only_options_beside_local_are_refused_not_ignored(monkeypatch, capsys, options):
+    """--local runs torchrun on this machine: an --account, --time or --image given with it went unused, silently."""
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1",
+                 *options]) == 2
+    given = ", ".join(option for option in options if option.startswith("--"))
+    assert f"oellm recipe: error: {given} appl" in capsys.readouterr().err and not calls
+
+
+def test_a_local_run_killed_by_a_signal_exits_as_the_shell_reports_it(monkeypatch):
+    """torchrun killed by signal N returned -N, which ``sys.exit`` turned into 256 - N (247 for the OOM killer's
+    SIGKILL) instead of the shell's 128 + N."""
+    import random
+
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    signal = random.randint(1, 31)
+    status = random.randint(1, 127)
+    for returncode, expected in ((-signal, 128 + signal), (status, status), (0, 0)):
+        class Done:
+            pass
+
+        Done.returncode = returncode
+        monkeypatch.setattr(subprocess, "run", lambda *a, done=Done, **k: done())
+        assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == expected

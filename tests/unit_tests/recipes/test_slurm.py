@@ -141,3 +141,17 @@ def test_the_printed_script_says_how_to_create_its_log_directory(tmp_path):
     subprocess.run(["bash", "-c", command], check=True)
     output = next(line for line in script.splitlines() if line.startswith("#SBATCH --output="))
     assert Path(output.split("=", 1)[1]).parent == directory and directory.is_dir()
+
+
+@pytest.mark.parametrize("name", ["runs_%u", "my runs"])
+def test_a_run_directory_the_log_directive_cannot_carry_names_output_dir(tmp_path, capsys, name):
+    """SLURM expands % in --output as a pattern (%u: the user), so the log went to a directory the script never
+    created; a space was refused with no word of the option that sets the directory."""
+    from megatron.oellm.cli import main
+
+    config = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml")
+    assert main(["recipe", config, "--row", "1", "--output-dir", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert f"row 1: run directory '{tmp_path / name}" in err and "pass --output-dir DIR" in err
+    assert main(["recipe", config, "--row", "1", "--output-dir", str(tmp_path / "runs")]) == 0
+    assert f"#SBATCH --output={tmp_path / 'runs'}/" in capsys.readouterr().out

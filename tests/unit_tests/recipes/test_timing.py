@@ -100,3 +100,32 @@ def test_the_long_shipped_rows_have_their_own_time_limits():
         recipe = load_recipe(EXAMPLES / f"{stem}.toml")
         assert all(row.time == "00:50:00" for row in recipe.rows if row.nodes == 4)
     assert routing.row_time(routing.rows[0]) == routing.cluster.time == "00:30:00"
+
+
+def test_a_misspelt_reference_throughput_is_refused_not_left_unchecked(tmp_path, capsys):
+    """A reference key the timing does not read left the 40-iteration row (~68 min) under the base's 30 minutes."""
+    config = tmp_path / "typo.toml"
+    config.write_text(_real_routing_row(tmp_path).read_text().replace("tokens_per_s_per_gpu", "tokens_per_sec_per_gpu"))
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "row 1: reference key 'tokens_per_sec_per_gpu' is not one of" in err and "'tokens_per_s_per_gpu'" in err
+
+
+def test_the_suggested_time_limit_covers_the_expected_run_time():
+    """The suggestion rounded the expected seconds down before rounding up to minutes: 68 min + 0.5 s got
+    "01:08:00", which the same check then refused."""
+    import random
+    import re
+
+    from megatron.oellm.recipes.timing import RunTime
+
+    rng = random.Random()
+    for _ in range(20):
+        iterations = rng.randint(5, 50)
+        expected = 60 * rng.randint(40, 300) + rng.uniform(0.01, 0.99)
+        step = (expected - START_UP_S) / iterations
+        with pytest.raises(RecipeError) as refused:
+            RunTime("00:30:00", 1800, iterations, step, "step_time_s").check()
+        suggested = re.search(r'time = "(\d\d:\d\d:00)"', str(refused.value)).group(1)
+        RunTime(suggested, time_limit_seconds(suggested), iterations, step, "step_time_s").check()
+        assert time_limit_seconds(suggested) - expected < 60

@@ -65,6 +65,16 @@ def test_tensor_parallel_on_hopper_needs_one_device_connection():
         resolve_row(recipe, recipe.rows[0])
 
 
+@pytest.mark.parametrize("fsdp", ["use-megatron-fsdp", "use-torch-fsdp2"])
+def test_tensor_parallel_with_fsdp_keeps_more_device_connections(fsdp):
+    """megatron-core only warns about TP > 1 beside FSDP, whose own check refuses CUDA_DEVICE_MAX_CONNECTIONS=1: the
+    recipe demanded 1, so no value of the variable let such a row through."""
+    recipe = _with_row(_qwen3_5(), parallel={"tp": 2, "sp": True}, flags={fsdp: True})
+    assert recipe.cluster.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    argv = resolve_row(recipe, recipe.rows[0]).argv
+    assert f"--{fsdp}" in argv and argv[argv.index("--tensor-model-parallel-size") + 1] == "2"
+
+
 def test_the_command_reports_a_bad_layout_as_an_error(tmp_path, capsys):
     config = tmp_path / "bad.toml"
     config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "bad"\n'
