@@ -8,6 +8,7 @@ against the nominal 989 TFLOP/s so that numbers from different machines stay com
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,6 +57,6 @@ def peak_tflops(gpu: str, precision: Precision = "bf16") -> float:
 
 def mfu(tflops_per_gpu: float, peak: float) -> float:
     """Model-FLOP utilisation: achieved TFLOP/s per GPU over the peak TFLOP/s (a fraction, not a percentage)."""
-    if peak <= 0:
-        raise ValueError(f"peak TFLOP/s must be positive, got {peak}")
+    if not 0 < peak < math.inf:  # NaN and inf pass a "<= 0" test and print as an MFU of nan% or 0.0%
+        raise ValueError(f"peak TFLOP/s must be a positive, finite number, got {peak}")
     return tflops_per_gpu / peak

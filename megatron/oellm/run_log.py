@@ -12,9 +12,12 @@ cut by a crash or by another rank's output is left out rather than read as a sho
 Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a
 restart, a resume or a requeued job appending to the same log) starts the next one. Each run keeps its own
 arguments (a run without a block of its own has the previous run's) and its own part of the log: a run is *failed*
-when its part shows an out-of-memory error, an NCCL timeout, a Python traceback, a C++ abort, a fatal Python error, a
-segmentation fault, an NCCL error, a SLURM cancellation or a task that srun reports failed, and *finished* when
-megatron's ``[after training is done]`` line follows its last iteration line.
+when its part shows an out-of-memory error, an NCCL timeout, a Python traceback (not one of an exception Python
+ignored and went on after), a C++ abort, a fatal Python error, a segmentation fault, an NCCL error, a SLURM
+cancellation or a task that srun reports failed, and *finished* when megatron's ``[after training is done]`` line
+follows its last iteration line. The vocabulary a run built comes from
+the tokenizer's `` > padded vocab (size: N) with K dummy tokens (new size: M)`` line (the arguments block is printed
+before the tokenizer is built, so it has no ``vocab_size`` unless ``--vocab-size`` was given).
 """
 
 from __future__ import annotations
@@ -37,8 +40,13 @@ _TFLOPS = re.compile(rf"throughput per GPU \(TFLOP/s/GPU\): (?P<tflops>{_NUMBER}
 _BATCH = re.compile(r"global batch size:\s*(?P<gbs>\d+) \|")
 _SKIPPED = re.compile(r"number of skipped iterations:\s*(?P<count>\d+) \|")
 _NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
+_PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)")
 _TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
-_EXCEPTION = re.compile(r"^(?:.*?: )?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
+_EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
+
+_IGNORED_TRACEBACK = re.compile(r"(Exception ignored[^\n]*\n[^\n]*?)Traceback \(most recent call last\)")
+"""Python's report of an exception it ignored and went on after (a ``__del__`` or atexit callback, e.g. the DataLoader's
+``AssertionError: can only test a child process`` at shutdown): the header line and the traceback that follows it."""
 
 FailureStatus = Callable[[re.Match, str], str]
 """(the marker's match, the run's text) -> the row's status."""
@@ -121,6 +129,9 @@ class Run:
     finished: bool = False
     """Megatron's ``[after training is done]`` line follows the run's last iteration line: the run reached its end,
     so iterations past the last line were run but not logged (``train_iters`` not a multiple of ``log_interval``)."""
+    vocabulary: tuple[int, int] | None = None
+    """(tokenizer vocabulary, padded vocabulary) of megatron's ``padded vocab`` line; None when the run printed none
+    (a restart without one keeps the previous run's)."""
 
     @property
     def train_iters(self) -> int | None:
@@ -164,16 +175,18 @@ class _RunText:
     logged_train_iters: int | None = None
     """The largest iteration total of the run's whole lines so far."""
     finished: bool = False
+    vocabulary: tuple[int, int] | None = None
     lines: list[str] = field(default_factory=list)
 
     def inheritor(self) -> _RunText:
-        """The next run, started without an arguments block of its own: it keeps this run's arguments."""
-        return _RunText(dict(self.args), self.args_complete)
+        """The next run, started without an arguments block of its own: it keeps this run's arguments and
+        vocabulary."""
+        return _RunText(dict(self.args), self.args_complete, vocabulary=self.vocabulary)
 
     def frozen(self) -> Run:
         """The finished :class:`Run`, its failure read from its own lines only."""
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
-                   detect_failure("\n".join(self.lines)), self.finished)
+                   detect_failure("\n".join(self.lines)), self.finished, self.vocabulary)
 
 
 def parse_log_text(text: str, path: str = "<log>") -> RunLog:
@@ -204,6 +217,9 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         if _TRAINING_DONE.search(line):
             current.finished = True
             continue
+        if vocabulary := _PADDED_VOCAB.search(line):
+            current.vocabulary = (int(vocabulary["size"]), int(vocabulary["padded"]))
+            continue
         if head is None:
             continue
         iteration = int(head["iteration"])  # a cut line still marks where a run starts
@@ -232,7 +248,8 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
 
 def detect_failure(text: str) -> str:
     """The status of the first of :data:`FAILURE_MARKERS` that ``text`` (one run's part of a log) shows, '' if
-    none."""
+    none; the traceback of an exception Python ignored (:data:`_IGNORED_TRACEBACK`) is no crash."""
+    text = _IGNORED_TRACEBACK.sub(r"\1(ignored exception's traceback)", text)
     for pattern, status in FAILURE_MARKERS:
         if match := pattern.search(text):
             return status(match, text)
@@ -240,12 +257,13 @@ def detect_failure(text: str) -> str:
 
 
 def last_exception(text: str) -> str:
-    """``Name: message`` of the last exception line after the last traceback (shortened), '' if none."""
+    """``Name: message`` of the exception the last traceback ends with: the first exception line after it (later ones
+    are other output, e.g. an exception Python ignored at shutdown); shortened, '' if none."""
     tail = text[text.rfind("Traceback (most recent call last)"):]
-    found = [m for line in tail.splitlines() if (m := _EXCEPTION.match(line.strip()))]
-    if not found:
+    found = next((m for line in tail.splitlines() if (m := _EXCEPTION.match(line.strip()))), None)
+    if found is None:
         return ""
-    message = f"{found[-1]['name']}: {found[-1]['message']}".strip().rstrip(":")
+    message = f"{found['name']}: {found['message']}".strip().rstrip(":")
     return message if len(message) <= 80 else message[:77] + "..."
 
 

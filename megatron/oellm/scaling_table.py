@@ -9,8 +9,9 @@ memory, timed out in NCCL, crashed, was cancelled or stops before the window end
 no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers.
-Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments (Megatron's logged TFLOP/s is
-still shown). Rows with numbers come first, sorted by model, global batch size and nodes (:func:`sorted_rows`).
+Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
+gives neither as ``vocab_size`` nor in megatron's ``padded vocab`` line (Megatron's logged TFLOP/s is still shown).
+Rows with numbers come first, sorted by model, global batch size and nodes (:func:`sorted_rows`).
 """
 
 from __future__ import annotations
@@ -165,13 +166,15 @@ def window_status(log: RunLog, window: Window) -> str:
     total = run.train_iters
     if total is not None and total < window.first:
         return f"run of {total} iterations ends before the window {window}"
-    needed = min(window.last, total) if total is not None else window.last
-    if run.last_iteration < needed and not run.finished:
+    if total is not None and total < window.last:
+        return (f"run of {total} iterations ends inside the window {window}: its numbers would cover only "
+                f"{window.first}-{total}; give --window {window.first}-{total} for them")
+    if run.last_iteration < window.last and not run.finished:
         return f"truncated at iteration {run.last_iteration}/{total if total is not None else '?'}"
     lines = window_lines(log, window)
     if not lines:
         return f"no iteration line in the window {window} (log interval larger than the window?)"
-    return _coverage_problem(log, window, lines, needed) or _value_problem(window, lines) or "ok"
+    return _coverage_problem(log, window, lines) or _value_problem(window, lines) or "ok"
 
 
 def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
@@ -188,9 +191,9 @@ def interval_start(iteration: int, run_start: int, log_interval: int) -> int:
     return iteration - log_interval + 1
 
 
-def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine], needed: int) -> str:
-    """'' when ``lines`` come from one run and average every iteration of the window up to ``needed`` exactly once
-    and nothing before it; else what is wrong."""
+def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine]) -> str:
+    """'' when ``lines`` come from one run and average every iteration of the window exactly once and nothing before
+    it; else what is wrong."""
     runs = {line.run for line in lines}
     if len(runs) > 1:
         return f"the window {window} spans a restart: its lines come from {len(runs)} starts of the program"
@@ -213,6 +216,7 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
             cause = f"this start of the program begins at {run_start}" if start == run_start else "missing or cut"
             return f"no line for {gap} of the window {window} ({cause})"
         expected = line.iteration + 1
+    needed = window.last
     following = (lines[-1].iteration // interval + 1) * interval
     if following <= needed:
         return f"no line for iteration {following} of the window {window} (missing or cut)"
@@ -260,6 +264,15 @@ def garbled_integer(args: dict, names: Sequence[str]) -> str:
     return ""
 
 
+def run_arguments(run: Run) -> dict:
+    """The run's arguments, ``vocab_size`` taken from megatron's ``padded vocab`` line when the block has none: a run
+    whose tokenizer sets the vocabulary (no ``--vocab-size``) prints the block before building it, and without the
+    vocabulary neither can its card be rebuilt nor its FLOPs counted."""
+    if run.args.get("vocab_size") is None and run.vocabulary is not None:
+        return {**run.args, "vocab_size": run.vocabulary[0]}
+    return run.args
+
+
 def padded_vocab(args: dict) -> int | None:
     """The output layer's vocabulary as Megatron pads it (to ``make_vocab_size_divisible_by`` x tensor-parallel
     size; None when the arguments give no vocabulary size). The values must have passed :func:`garbled_integer`."""
@@ -275,7 +288,8 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     """One :class:`ScalingRow` from a parsed log, read with the arguments of the window's run (:func:`window_run`):
     the window's medians (or means), or a status and no numbers. Our TFLOP/s and the MFU need the model's card and
     are None without it."""
-    args = window_run(log, window).args
+    run = window_run(log, window)
+    args = run_arguments(run)
     model, card = identify_model(args) if args else ("unknown model", None)
     status = window_status(log, window)
     if status != "ok":
@@ -293,9 +307,12 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     tflops_logged = window.summarise(logged) if logged else None
     tflops = None
     if card is not None:
-        if problem := garbled_integer(args, VOCAB_ARGUMENTS):
-            return ScalingRow(log.path, model, problem)
-        if (vocab := padded_vocab(args)) is not None:
+        vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
+        if vocab is None:
+            if problem := garbled_integer(args, VOCAB_ARGUMENTS):
+                return ScalingRow(log.path, model, problem)
+            vocab = padded_vocab(args)
+        if vocab is not None:
             tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
     return ScalingRow(
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
@@ -314,10 +331,17 @@ def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
     return sorted(rows, key=key)
 
 
+def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
+    """``row`` has numbers and trains the baseline's model at its sequence length: only then is its tokens/s/GPU
+    relative to the baseline's a scaling efficiency (another model's or length's is another workload)."""
+    return row.ok and row.model == baseline.model and row.seq_length == baseline.seq_length
+
+
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
                     baseline_nodes: float | None = None) -> tuple[list[ScalingRow], ScalingRow | None]:
-    """``rows`` with tokens/s/GPU relative to the baseline, and the baseline: ``baseline_row`` (1-based),
-    else the first ok row on ``baseline_nodes`` nodes, else the ok row on the fewest nodes (None if no row is ok)."""
+    """``rows`` with tokens/s/GPU relative to the baseline (the :func:`comparable` rows; the others get none), and the
+    baseline: ``baseline_row`` (1-based), else the first ok row on ``baseline_nodes`` nodes, else the ok row on the
+    fewest nodes (None if no row is ok)."""
     ok = [row for row in rows if row.ok]
     if baseline_row is not None:
         if not 1 <= baseline_row <= len(rows):
@@ -336,7 +360,7 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
     if baseline is None:
         return list(rows), None
     return [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)
-            if row.ok else row for row in rows], baseline
+            if comparable(row, baseline) else row for row in rows], baseline
 
 
 def _number(value: float | None, digits: int = 1, thousands: bool = False, percent: bool = False) -> str:
@@ -365,9 +389,9 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                  row.status]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
-              "accounting (n/a: the model cannot be identified from the logged arguments); Megatron TFLOP/s/GPU: the "
-              f"logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
-              "relative to the baseline row."]
+              "accounting (n/a: the model or its vocabulary cannot be identified from the log); Megatron TFLOP/s/GPU: "
+              f"the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
+              "relative to the baseline row, for the rows of its model and sequence length."]
     return "\n".join(lines)
 
 
@@ -403,7 +427,8 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     tokens = [row.tokens_per_s_per_gpu for row in ok]
     throughput.plot(nodes, tokens, marker="o")
     throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, 1.1 * max(tokens)), title="throughput")
-    efficiency.plot(nodes, [100 * (row.efficiency or 0) for row in ok], marker="o")
+    scaled = [row for row in ok if row.efficiency is not None]
+    efficiency.plot([row.nodes for row in scaled], [100 * row.efficiency for row in scaled], marker="o")
     efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, 110), title="efficiency")
     for axis in (throughput, efficiency):
         axis.set_xticks(nodes, [f"{n:g}" for n in nodes])

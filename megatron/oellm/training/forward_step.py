@@ -3,7 +3,9 @@
 The loss follows megatron's token-averaged reporting: ``loss_func`` returns the masked loss sum, the number of
 loss tokens and ``{"lm loss": [sum, tokens]}``; megatron divides (per micro-batch, or over the global batch with
 ``--calculate-per-token-loss``) and averages the report over data-parallel ranks. Nothing here reads a value back
-to the host, so the step stays free of GPU synchronisation.
+to the host, so the step stays free of GPU synchronisation, except under ``--check-for-spiky-loss``: that check
+hands each micro-batch's mean loss to megatron's rerun state machine, which reads it. A NaN or Inf loss is caught by
+megatron's gradient check (``--check-for-nan-in-loss-and-grad``, on by default), which runs without a loss check.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ def masked_lm_loss(loss_mask: torch.Tensor, output_tensor: torch.Tensor
     return loss_sum, num_tokens, {"lm loss": report}
 
 
+SPIKY_LOSS_FACTOR = 10.0
+"""``--check-for-spiky-loss`` rejects a micro-batch whose mean loss exceeds this multiple of the largest seen so far
+(the threshold of megatron's own pretrain scripts)."""
+
+
+def spiky_checked_lm_loss(loss_mask: torch.Tensor, output_tensor: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`masked_lm_loss`, its mean per token also validated by megatron's rerun state machine as a spiky loss
+    (``--check-for-spiky-loss``; not fatal: megatron re-runs the iteration to tell a hardware fault from data)."""
+    from megatron.core.rerun_state_machine import get_rerun_state_machine
+
+    loss_sum, num_tokens, report = masked_lm_loss(loss_mask, output_tensor)
+    machine = get_rerun_state_machine()
+    machine.validate_result(
+        result=loss_sum.detach() / num_tokens.clamp(min=1),
+        rejection_func=partial(machine.is_unexpectedly_large, threshold=SPIKY_LOSS_FACTOR, context="loss"),
+        message="Spiky loss", tolerance=0.0, fatal=False)
+    return loss_sum, num_tokens, report
+
+
 def next_batch(data_iterator) -> dict[str, torch.Tensor | None]:
     """The next micro-batch on this GPU (non-blocking copies), split along the sequence for context parallelism."""
     from megatron.core import parallel_state
@@ -40,10 +62,15 @@ def next_batch(data_iterator) -> dict[str, torch.Tensor | None]:
     return batch
 
 
-def forward_step(data_iterator, model):
-    """Megatron ``forward_step_func``: run ``model`` on the next micro-batch; return its output and the loss."""
+def forward_step(data_iterator, model, return_schedule_plan: bool = False):
+    """Megatron ``forward_step_func``: run ``model`` on the next micro-batch; return its output and the loss.
+
+    With ``return_schedule_plan`` (what megatron's combined 1F1B schedule passes under
+    ``--overlap-moe-expert-parallel-comm``) the first value is the model's schedule plan for the micro-batch
+    (``GPTModel.build_schedule_plan``, same inputs) instead of its output; the loss is the same.
+    """
     from megatron.core.utils import get_attr_wrapped_model
-    from megatron.training import get_timers
+    from megatron.training import get_args, get_timers
     from megatron.training.utils import is_first_or_last_pipeline_stage
 
     timers = get_timers()
@@ -54,6 +81,8 @@ def forward_step(data_iterator, model):
         get_attr_wrapped_model(model, "vp_stage"))
     batch = next_batch(data_iterator) if needs_batch else dict.fromkeys(BATCH_KEYS)
     timers("batch-generator").stop()
-    output_tensor = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"],
-                          loss_mask=batch["loss_mask"])
-    return output_tensor, partial(masked_lm_loss, batch["loss_mask"])
+    run = model.build_schedule_plan if return_schedule_plan else model
+    output_tensor = run(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"],
+                        loss_mask=batch["loss_mask"])
+    loss = spiky_checked_lm_loss if get_args().check_for_spiky_loss else masked_lm_loss
+    return output_tensor, partial(loss, batch["loss_mask"])

@@ -16,6 +16,7 @@ the upstream change that would replace the wrapper.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import re
 from dataclasses import dataclass
@@ -90,6 +91,15 @@ def device_peak_tflops(device_name: str, precision: Precision = "bf16") -> float
     return None if name is None else GPU_PEAKS[name].tflops(precision)
 
 
+def iteration_tokens(args: argparse.Namespace, num_microbatches: int) -> int:
+    """Tokens of one iteration's global batch, as megatron's ``training_log`` counts its batch: micro-batch x
+    data-parallel size x GTP weight-rematerialisation size (``--tensor-parallel-num-weight-shards``: megatron's
+    ``data_parallel_size`` leaves that axis out, yet each of its ranks draws its own micro-batches) x micro-batches,
+    times the sequence length."""
+    return (args.micro_batch_size * args.data_parallel_size * args.gtp_weight_remat_size * num_microbatches
+            * args.seq_length)
+
+
 def check_hook_point(function) -> inspect.Signature:
     """The signature of megatron's ``training_log``; raise if it lacks what the wrapper reads (another release)."""
     signature = inspect.signature(function)
@@ -122,8 +132,7 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
         iteration = bound.arguments["iteration"]
         first = bound.arguments.get("is_first_iteration", False)
         megatron_args = get_args()
-        interval["tokens"] += megatron_args.micro_batch_size * megatron_args.data_parallel_size * \
-            get_num_microbatches() * megatron_args.seq_length
+        interval["tokens"] += iteration_tokens(megatron_args, get_num_microbatches())
         logging_now = first or iteration % megatron_args.log_interval == 0
         if logging_now:
             elapsed = get_timers()("interval-time").elapsed(barrier=False, reset=False)  # megatron's own log barriers next

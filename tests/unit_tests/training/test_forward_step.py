@@ -1,6 +1,8 @@
 """The masked LM loss against a direct computation, the report shape megatron's train_step reduces, and which
 pipeline stages read micro-batches."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -42,6 +44,7 @@ def test_only_first_and_last_stages_read_a_micro_batch(holds_embedding_or_loss, 
     from megatron.oellm.training import forward_step as module
 
     monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
+    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
     monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage",
                         lambda vp_stage: holds_embedding_or_loss)
     monkeypatch.setattr(module, "next_batch", lambda iterator: dict.fromkeys(module.BATCH_KEYS, next(iterator)))
@@ -61,3 +64,86 @@ def test_only_first_and_last_stages_read_a_micro_batch(holds_embedding_or_loss, 
     assert output == "output"
     assert (seen["tokens"] is not None) == holds_embedding_or_loss
     assert (next(iterator, None) is None) == holds_embedding_or_loss  # middle stages leave the iterator alone
+
+
+class _Model(torch.nn.Module):
+    """Per-token losses of a micro-batch: the model's output when megatron passes labels."""
+
+    vp_stage = None
+
+    def forward(self, tokens, position_ids, attention_mask, labels=None, loss_mask=None):
+        return tokens.float()
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_check_for_spiky_loss_hands_the_mean_loss_to_megatrons_rerun_machine(check, monkeypatch):
+    """--check-for-spiky-loss was accepted and silently ignored: the loss function never asked megatron's rerun state
+    machine to validate the loss."""
+    from functools import partial as partial_type
+
+    import megatron.core.rerun_state_machine as rerun
+    import megatron.training
+    import megatron.training.utils
+
+    from megatron.oellm.training import forward_step as module
+
+    calls = []
+
+    class Machine:
+        def is_unexpectedly_large(self, result, threshold, context):
+            return bool(result > threshold)
+
+        def validate_result(self, result, rejection_func, message, tolerance, fatal):
+            calls.append((float(result), rejection_func, message, fatal))
+
+    monkeypatch.setattr(rerun, "get_rerun_state_machine", lambda: Machine())
+    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
+    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=check))
+    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage", lambda vp_stage: True)
+    losses, mask = torch.rand(2, 9) * 4 + 0.5, (torch.rand(2, 9) > 0.4).float()
+    mask[0, 0] = 1.0
+    monkeypatch.setattr(module, "next_batch", lambda iterator: {**dict.fromkeys(module.BATCH_KEYS), "tokens": losses,
+                                                               "loss_mask": mask})
+    output, loss_func = module.forward_step(iter([None]), _Model())
+    loss_sum, num_tokens, _ = loss_func(output)
+    assert float(loss_sum) == pytest.approx(float((losses * mask).sum()), rel=1e-6)
+    if not check:
+        assert calls == []
+        return
+    ((result, rejection, message, fatal),) = calls
+    assert result == pytest.approx(float((losses * mask).sum() / mask.sum()), rel=1e-6)
+    assert message == "Spiky loss" and fatal is False
+    assert isinstance(rejection, partial_type) and rejection.keywords == {
+        "threshold": module.SPIKY_LOSS_FACTOR, "context": "loss"}
+
+
+def test_the_combined_1f1b_schedule_gets_the_models_schedule_plan(monkeypatch):
+    """--overlap-moe-expert-parallel-comm (the Qwen3-235B Jupiter sweep's overlap row): megatron's combined 1F1B
+    schedule calls forward_step_func(data_iterator, model, return_schedule_plan=True), which raised TypeError at the
+    first step, after the model and optimizer were on the GPUs."""
+    import inspect
+
+    import megatron.core.pipeline_parallel.combined_1f1b as combined_1f1b
+    import megatron.training
+    import megatron.training.utils
+
+    from megatron.oellm.training import forward_step as module
+
+    assert "return_schedule_plan=True" in inspect.getsource(combined_1f1b)  # the call this test stands in for
+    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
+    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
+    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage", lambda vp_stage: True)
+    batch = {key: torch.rand(2, 7) for key in module.BATCH_KEYS}
+    monkeypatch.setattr(module, "next_batch", lambda iterator: next(iterator))
+
+    class Model(_Model):
+        def build_schedule_plan(self, input_ids, position_ids, attention_mask, labels=None, loss_mask=None):
+            return ("plan", input_ids, position_ids, attention_mask, labels, loss_mask)
+
+    plan, loss_func = module.forward_step(iter([batch]), Model(), return_schedule_plan=True)
+    assert plan[0] == "plan" and all(got is batch[key] for got, key in zip(
+        plan[1:], ("tokens", "position_ids", "attention_mask", "labels", "loss_mask"), strict=True))
+    losses = torch.rand(2, 7) + 0.1
+    assert float(loss_func(losses)[0]) == pytest.approx(float((losses * batch["loss_mask"]).sum()), rel=1e-6)
+    output, _ = module.forward_step(iter([batch]), Model())
+    assert torch.equal(output, batch["tokens"])

@@ -58,9 +58,12 @@ def test_hook_guard_accepts_megatron_and_rejects_other_signatures():
         check_hook_point(other_release)
 
 
-def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(monkeypatch):
+@pytest.mark.parametrize("gtp_weight_remat_size", [1, 2])
+def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(gtp_weight_remat_size, monkeypatch):
     """Megatron logs iteration 1 without resetting its interval timer, then every log_interval iterations: the
-    [oellm] line must count the tokens of exactly the iterations the timer covered."""
+    [oellm] line must count the tokens of exactly the iterations the timer covered, with megatron's global batch
+    (its data_parallel_size leaves out the GTP weight-rematerialisation axis, whose ranks each draw micro-batches:
+    the line showed half the tokens/s at --tensor-parallel-num-weight-shards 2 x TP)."""
     from types import SimpleNamespace
 
     import megatron.core.num_microbatches_calculator as microbatches
@@ -77,7 +80,8 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(m
 
     rng = random.Random()
     args = SimpleNamespace(micro_batch_size=rng.choice([1, 2]), data_parallel_size=rng.choice([1, 4]),
-                           seq_length=rng.choice([128, 4096]), log_interval=5, world_size=8)
+                           seq_length=rng.choice([128, 4096]), log_interval=5, world_size=8,
+                           gtp_weight_remat_size=gtp_weight_remat_size)
     num_microbatches = rng.randrange(1, 9)
     seconds = {"interval": 0.0}
 
@@ -95,7 +99,8 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(m
     install_throughput_logging(flops_per_token=2e9, peak_tflops=989.0)
     install_throughput_logging(flops_per_token=2e9, peak_tflops=989.0)  # idempotent: one wrapper
 
-    tokens_per_iteration = args.micro_batch_size * args.data_parallel_size * num_microbatches * args.seq_length
+    tokens_per_iteration = (args.micro_batch_size * args.data_parallel_size * gtp_weight_remat_size
+                            * num_microbatches * args.seq_length)
     for iteration in range(1, 11):
         seconds["interval"] = 1.5 * (iteration if iteration <= 5 else iteration - 5)
         training.training_log({}, iteration, is_first_iteration=iteration == 1)
@@ -108,3 +113,14 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(m
         # the line prints tokens/s with 1 decimal and TFLOP/s with 2
         assert line.tokens_per_s_per_gpu == pytest.approx(expected, rel=1e-3, abs=0.06)
         assert line.tflops_per_gpu == pytest.approx(expected * 2e9 / 1e12, rel=1e-3, abs=0.006)
+
+
+@pytest.mark.parametrize("peak", [float("nan"), float("inf"), 0.0, -1.0])
+def test_mfu_refuses_a_peak_that_is_no_positive_finite_number(peak):
+    """`oellm flops --peak-tflops nan` printed "MFU nan% of nan TFLOP/s" (inf: 0.0%) instead of an error."""
+    from megatron.oellm.peaks import mfu
+
+    with pytest.raises(ValueError, match="positive, finite"):
+        mfu(random.uniform(50, 500), peak)
+    tflops, good = random.uniform(50, 500), random.uniform(100, 2000)
+    assert mfu(tflops, good) == pytest.approx(tflops / good)
