@@ -88,6 +88,8 @@ def check_backend_support(
     fused_residual_rmsnorm: bool = False,
     moe_expert_bias: bool = False,
     moe_glu_interleave: bool = False,
+    moe_latent: bool = False,
+    offloaded_expert_activations: tuple[str, ...] = (),
     te_kernel_settings: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
 ) -> None:
@@ -120,6 +122,13 @@ def check_backend_support(
         unsupported.append("biases in grouped MoE experts (add_bias_linear with MoE): set add_bias_linear=False")
     if moe_glu_interleave:
         unsupported.append("moe_mlp_glu_interleave_size: unset it")
+    if moe_latent:
+        unsupported.append("latent MoE projections (moe_latent_size): unset it")
+    if offloaded_expert_activations:
+        unsupported.append(
+            f"offloading the grouped experts' activations (offload_modules {', '.join(offloaded_expert_activations)}; "
+            "the torch-native experts would keep them on the GPU): remove them from --offload-modules"
+        )
     if te_kernel_settings:
         unsupported.append(
             f"settings that run Transformer Engine's kernels ({', '.join(te_kernel_settings)}): unset them"
@@ -142,10 +151,21 @@ TE_KERNEL_SETTINGS: dict[str, object] = {
     "moe_router_fusion": True,
     "cross_entropy_fusion_impl": "te",
     "cuda_graph_impl": "transformer_engine",
+    "tp_comm_overlap": True,
+    "use_te_activation_func": True,
+    "use_transformer_engine_op_fuser": True,
+    "use_grouped_gemm_for_shared_expert": True,
 }
 """Settings (TransformerConfig fields and Megatron arguments of the same name) and the values that run Transformer
-Engine's kernels (fused MoE permutation and routing, TE's cross entropy, TE's CUDA graphs): with TE installed they
-would bring TE into a torch-native model, without it megatron-core raises once it reaches them."""
+Engine's kernels (fused MoE permutation and routing, TE's cross entropy, TE's CUDA graphs, TE's userbuffer
+communication overlap, TE's activation modules, TE's fused grouped MLP, TE's grouped shared expert): with TE
+installed they would bring TE into a torch-native model or be ignored by its modules (megatron-core's MLP given no
+TE activation module applies the plain activation to a gated unit's whole fc1 output), without it megatron-core
+raises once it reaches them."""
+
+
+EXPERT_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
+"""``offload_modules`` entries that megatron-core's TE grouped experts implement and the torch-native ones do not."""
 
 
 CONFIG_TE_KERNEL_SETTINGS: dict[str, object] = {"apply_rope_fusion": True}
@@ -167,6 +187,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, and the RNG tracker,
     ``use_te_rng_tracker`` vs ``te_rng_tracker``)."""
     experts = source.num_moe_experts if isinstance(source, TransformerConfig) else source.num_experts
+    offloaded = (source.offload_modules or ()) if source.fine_grained_activation_offloading else ()
     return dict(
         fp8=source.fp8 is not None,
         fp4=source.fp4 is not None,
@@ -178,6 +199,8 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         fused_residual_rmsnorm=bool(source.fused_residual_rmsnorm),
         moe_expert_bias=bool(experts) and source.add_bias_linear,
         moe_glu_interleave=source.moe_mlp_glu_interleave_size is not None,
+        moe_latent=source.moe_latent_size is not None,
+        offloaded_expert_activations=tuple(name for name in EXPERT_OFFLOAD_MODULES if name in offloaded),
         te_kernel_settings=tuple(
             f"{name}={value!r}" for name, value in _te_kernel_settings(source).items() if getattr(source, name) == value
         ),

@@ -109,6 +109,8 @@ def test_torch_provider_classes() -> None:
         ({"fused_residual_rmsnorm": True}, "fused_residual_rmsnorm"),
         ({"moe_expert_bias": True}, "add_bias_linear=False"),
         ({"moe_glu_interleave": True}, "moe_mlp_glu_interleave_size"),
+        ({"moe_latent": True}, r"latent MoE projections \(moe_latent_size\)"),
+        ({"offloaded_expert_activations": ("expert_fc1", "moe_act")}, "offload_modules expert_fc1, moe_act"),
         (
             {"te_kernel_settings": ("moe_permute_fusion=True",)},
             r"Transformer Engine's kernels \(moe_permute_fusion=True\)",
@@ -185,4 +187,44 @@ def test_args_support_reads_megatron_arguments() -> None:
     with pytest.raises(ValueError, match=r"softmax_type='off-by-one'.*qk_clip"):
         selection.check_args_support(
             "torch", parser.parse_args([*card_argv, "--softmax-type", "off-by-one", "--qk-clip"])
+        )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tp-comm-overlap"], r"kernels \(tp_comm_overlap=True\)"),
+        (["--use-te-activation-func"], r"kernels \(use_te_activation_func=True\)"),
+        (["--use-transformer-engine-op-fuser"], r"kernels \(use_transformer_engine_op_fuser=True\)"),
+        (["--use-grouped-gemm-for-shared-expert"], r"kernels \(use_grouped_gemm_for_shared_expert=True\)"),
+        (["--moe-latent-size", "32"], r"latent MoE projections \(moe_latent_size\)"),
+        (
+            ["--fine-grained-activation-offloading", "--offload-modules", "core_attn", "expert_fc1", "moe_act"],
+            r"offload_modules expert_fc1, moe_act;",
+        ),
+    ],
+)
+def test_args_support_refuses_settings_the_torch_modules_would_ignore(flags: list[str], message: str) -> None:
+    """TE-only settings the torch-native modules would silently ignore (or crash on at the first forward: a gated
+    shared expert under use_te_activation_func gets SiLU over its whole fc1 output) are refused from the arguments,
+    before Megatron initialises; offloading only non-expert activations stays allowed."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    parser = megatron_parser()
+    with pytest.raises(ValueError, match=message):
+        selection.check_args_support("torch", parser.parse_args([*card_argv, *flags]))
+    selection.check_args_support(
+        "torch", parser.parse_args([*card_argv, "--fine-grained-activation-offloading", "--offload-modules", "core_attn"])
+    )
+
+
+def test_config_support_refuses_te_activation_and_latent_moe() -> None:
+    base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm")
+    with pytest.raises(ValueError, match=r"use_te_activation_func=True"):
+        selection.check_config_support("torch", TransformerConfig(**base, use_te_activation_func=True))
+    with pytest.raises(ValueError, match=r"moe_latent_size"):
+        selection.check_config_support(
+            "torch", TransformerConfig(**base, num_moe_experts=4, moe_ffn_hidden_size=32, moe_latent_size=16)
         )

@@ -17,7 +17,11 @@ from megatron.core.dist_checkpointing.utils import replace_prefix_for_sharding
 from megatron.core.fusions.fused_bias_swiglu import bias_swiglu_impl, weighted_bias_swiglu_impl
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
-from megatron.core.tensor_parallel.random import get_cuda_rng_tracker, get_expert_parallel_rng_tracker_name
+from megatron.core.tensor_parallel.random import (
+    CheckpointWithoutOutput,
+    get_cuda_rng_tracker,
+    get_expert_parallel_rng_tracker_name,
+)
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -108,14 +112,30 @@ class StackedGroupedLinear(torch.nn.Module):
 
     @torch.no_grad()
     def _initialize(self, init_method: Callable[[torch.Tensor], None]) -> None:
-        """Initialise each expert's matrix with ``init_method``, on the expert RNG stream when on GPU."""
+        """Initialise each expert's matrix with ``init_method``: on the GPU its local shard on the expert RNG stream
+        (which differs per expert-parallel and expert-TP rank); on the CPU (``use_cpu_initialization``) as
+        megatron-core's CPU initialisation does, the whole matrix in fp32 on every rank, then this rank's expert-TP
+        part of it, so expert-TP ranks hold different parts of one matrix, which is the same global checkpoint tensor
+        for any expert-TP size."""
         if self.weight.is_cuda:
             with get_cuda_rng_tracker().fork(get_expert_parallel_rng_tracker_name()):
                 for expert in self.weight:
                     init_method(expert)
         else:
             for expert in self.weight:
-                init_method(expert)
+                expert.copy_(self._cpu_initialized_shard(init_method))
+
+    def _cpu_initialized_shard(self, init_method: Callable[[torch.Tensor], None]) -> torch.Tensor:
+        """One expert's full ``[out, in]`` matrix initialised in fp32 on the CPU, cut to this rank's expert-TP part:
+        for a gated fc1 this rank's part of each half (the layout of :func:`stacked_swiglu_factory`)."""
+        tp_size, tp_rank = get_pg_size(self.tp_group), get_pg_rank(self.tp_group)
+        shape = list(self.weight.shape[1:])
+        shape[self.tp_axis] *= tp_size
+        master = torch.empty(shape, dtype=torch.float32)
+        init_method(master)
+        if self.tp_axis == 0 and self.config.gated_linear_unit:
+            return torch.cat([half.chunk(tp_size, dim=0)[tp_rank] for half in master.chunk(2, dim=0)])
+        return master.chunk(tp_size, dim=self.tp_axis)[tp_rank]
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Grouped GEMM of expert-sorted ``x`` (``[tokens, in]``) with int32 cumulative ``offsets`` per expert."""
@@ -251,8 +271,10 @@ class TorchGroupedMLP(MegatronModule):
     offsets are ``cumsum(tokens_per_expert)`` computed on the GPU as int32, so a step never waits on the host.
     With ``bias_activation_fusion`` a SwiGLU and the probability product run as megatron-core's fused (compiled)
     weighted SwiGLU, which saves only fc1's output and the probabilities for the backward pass (see
-    :func:`uses_fused_swiglu`). Submodules ``linear_fc1``/``linear_fc2`` and the (sharded) state dict match
-    TEGroupedMLP's.
+    :func:`uses_fused_swiglu`). With selective recompute of ``moe_act`` (``recompute_granularity='selective'``,
+    ``'moe_act'`` in ``recompute_modules``) the activation's output is freed once fc2 has used it and recomputed
+    in the backward pass, as TEGroupedMLP does. Submodules ``linear_fc1``/``linear_fc2`` and the (sharded) state
+    dict match TEGroupedMLP's.
     """
 
     def __init__(
@@ -271,6 +293,9 @@ class TorchGroupedMLP(MegatronModule):
         if config.moe_apply_probs_on_input and config.moe_router_topk != 1:
             raise ValueError("moe_apply_probs_on_input only works with moe_router_topk=1")
         self.fused_swiglu = uses_fused_swiglu(config)
+        self.activation_recompute = (
+            config.recompute_granularity == "selective" and "moe_act" in (config.recompute_modules or ())
+        )
         ffn_hidden_size = config.moe_ffn_hidden_size
         common = dict(
             config=config,
@@ -326,16 +351,24 @@ class TorchGroupedMLP(MegatronModule):
             hidden = (probs * hidden).to(hidden.dtype)
             probs = None
         fc1_out = self.linear_fc1(hidden, offsets)
+        if not self.activation_recompute:
+            return self.linear_fc2(self.weighted_activation(fc1_out, probs), offsets), None
+        checkpoint = CheckpointWithoutOutput(fp8=self.config.fp8)
+        intermediate = checkpoint.checkpoint(self.weighted_activation, fc1_out, probs)
+        output = self.linear_fc2(intermediate, offsets)
+        checkpoint.discard_output_and_register_recompute(output)
+        return output, None
+
+    def weighted_activation(self, fc1_out: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+        """fc2's input: the activation of ``fc1_out`` times the routing probabilities ``probs`` (``[tokens, 1]``;
+        None when they were applied on the input), fused where :func:`uses_fused_swiglu` holds, else eager."""
         fp8_store = self.config.activation_func_fp8_input_store
         if self.fused_swiglu and probs is not None:
-            intermediate = weighted_bias_swiglu_impl(fc1_out, None, probs, fp8_store)
-        elif self.fused_swiglu:
-            intermediate = bias_swiglu_impl(fc1_out, None, fp8_store)
-        else:
-            intermediate = self.activation(fc1_out)
-            if probs is not None:
-                intermediate = (intermediate * probs).to(intermediate.dtype)
-        return self.linear_fc2(intermediate, offsets), None
+            return weighted_bias_swiglu_impl(fc1_out, None, probs, fp8_store)
+        if self.fused_swiglu:
+            return bias_swiglu_impl(fc1_out, None, fp8_store)
+        intermediate = self.activation(fc1_out)
+        return intermediate if probs is None else (intermediate * probs).to(intermediate.dtype)
 
     def backward_dw(self) -> None:
         """Weight gradients are not deferred by this module; nothing to do."""
