@@ -92,8 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
     from megatron.oellm.training.data import check_data_args, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
-    from megatron.oellm.training.forward_step import forward_step
-    from megatron.oellm.training.model_provider import model_provider
+    from megatron.oellm.training.forward_step import check_schedule_support, forward_step
+    from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.throughput import install_throughput_logging
 
     dataset_helpers.apply()
@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_flex_dispatcher(args)
         check_data_args(args)
         check_layout(args)
+        check_schedule_support(args, card_from_args(args))
         flops_per_token, peak_tflops = flops_and_peak(args)
     except ValueError as error:
         return refuse(error)

@@ -10,9 +10,12 @@ megatron's gradient check (``--check-for-nan-in-loss-and-grad``, on by default),
 
 from __future__ import annotations
 
+import argparse
 from functools import partial
 
 import torch
+
+from megatron.oellm.cards import ModelCard
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask")
 """Fields of a ``GPTDataset`` sample that the model step uses (``attention_mask`` only when the loader makes it)."""
@@ -62,12 +65,27 @@ def next_batch(data_iterator) -> dict[str, torch.Tensor | None]:
     return batch
 
 
-def forward_step(data_iterator, model, return_schedule_plan: bool = False):
+def check_schedule_support(args: argparse.Namespace, card: ModelCard) -> None:
+    """Raise ValueError, before Megatron initialises, for ``--overlap-moe-expert-parallel-comm`` on a model class
+    without ``build_schedule_plan``: the combined 1F1B schedule of that flag asks the model for a schedule plan at
+    the first step, and megatron-core 0.19.2's HybridModel (Qwen3.5) has none."""
+    from megatron.core.models.hybrid.hybrid_model import HybridModel
+
+    if args.overlap_moe_expert_parallel_comm and card.linear_mixer != "none" and not hasattr(
+            HybridModel, "build_schedule_plan"):
+        raise ValueError(f"--overlap-moe-expert-parallel-comm: {card.name} is a megatron-core HybridModel, which has "
+                         "no build_schedule_plan for the combined 1F1B schedule this flag runs; unset it (it works "
+                         "for the GPT models: Qwen3 MoE)")
+
+
+def forward_step(data_iterator, model, *, return_schedule_plan: bool = False):
     """Megatron ``forward_step_func``: run ``model`` on the next micro-batch; return its output and the loss.
 
     With ``return_schedule_plan`` (what megatron's combined 1F1B schedule passes under
     ``--overlap-moe-expert-parallel-comm``) the first value is the model's schedule plan for the micro-batch
-    (``GPTModel.build_schedule_plan``, same inputs) instead of its output; the loss is the same.
+    (``GPTModel.build_schedule_plan``, same inputs) instead of its output; the loss is the same. Keyword-only, so
+    that a third positional argument (megatron's per-micro-batch recompute switch, which no megatron-core model
+    takes) fails instead of asking for a schedule plan.
     """
     from megatron.core.utils import get_attr_wrapped_model
     from megatron.training import get_args, get_timers

@@ -147,3 +147,35 @@ def test_the_combined_1f1b_schedule_gets_the_models_schedule_plan(monkeypatch):
     assert float(loss_func(losses)[0]) == pytest.approx(float((losses * batch["loss_mask"]).sum()), rel=1e-6)
     output, _ = module.forward_step(iter([batch]), Model())
     assert torch.equal(output, batch["tokens"])
+
+
+def test_overlapped_expert_communication_is_refused_for_the_hybrid_model_only():
+    """megatron-core's HybridModel has no build_schedule_plan, which the combined 1F1B schedule of
+    --overlap-moe-expert-parallel-comm calls at the first step; the GPT models have it."""
+    import argparse
+
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.models.hybrid.hybrid_model import HybridModel
+
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.training.forward_step import check_schedule_support
+
+    assert hasattr(GPTModel, "build_schedule_plan") and not hasattr(HybridModel, "build_schedule_plan")
+    overlapped, plain = argparse.Namespace(overlap_moe_expert_parallel_comm=True), argparse.Namespace(
+        overlap_moe_expert_parallel_comm=False)
+    with pytest.raises(ValueError, match="--overlap-moe-expert-parallel-comm: qwen3.5-35b-a3b is a megatron-core "
+                                         "HybridModel"):
+        check_schedule_support(overlapped, get_card("qwen3.5-35b-a3b"))
+    check_schedule_support(plain, get_card("qwen3.5-35b-a3b"))
+    check_schedule_support(overlapped, get_card("qwen3-235b-a22b"))
+
+
+def test_a_third_positional_argument_is_not_taken_for_the_schedule_plan_switch():
+    """megatron passes a per-micro-batch recompute switch as a third positional argument in one configuration;
+    bound to ``return_schedule_plan`` it would silently ask for a schedule plan."""
+    import inspect
+
+    from megatron.oellm.training.forward_step import forward_step
+
+    parameter = inspect.signature(forward_step).parameters["return_schedule_plan"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
