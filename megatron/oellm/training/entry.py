@@ -9,9 +9,11 @@ Megatron's (``--save``/``--load``, ``--ckpt-format torch_dist`` for megatron-cor
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
 from megatron.oellm.training.args import (
@@ -68,6 +70,19 @@ def refuse(error: ValueError) -> int:
     return 2
 
 
+def provenance() -> str:
+    """The start-up line naming the code that runs: megatron-oellm's version and the directory it was imported from,
+    and megatron-core's version. A job inherits the submitting shell's ``PYTHONPATH`` (the recipe wrappers put their
+    checkout first), so a checkout visible in the container shadows the image's installed copy: the log says
+    which one ran."""
+    import megatron.core
+
+    import megatron.oellm as oellm
+
+    return (f"> megatron-oellm {oellm.__version__} from {Path(oellm.__file__).resolve().parent}, "
+            f"megatron-core {megatron.core.__version__}")
+
+
 def command_line(argv: Sequence[str]) -> list[str]:
     """``argv`` with the named card's flags, the training defaults and the backend's implementation filled in."""
     merged = merge_card_flags(argv)
@@ -82,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv
+    if os.environ.get("RANK", "0") == "0":
+        print(provenance(), flush=True)
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain

@@ -136,3 +136,16 @@ def test_a_peak_that_is_not_positive_is_refused_by_the_parser(peak):
     )
     assert argv_refusal(["--oellm-peak-tflops", "lots"]) == "argument --oellm-peak-tflops: invalid number: 'lots'"
     assert parse(["--oellm-peak-tflops", "494.5"]).oellm_peak_tflops == 494.5
+
+
+def test_the_start_up_line_names_the_imported_code_and_its_versions():
+    """A checkout on PYTHONPATH shadows an image's installed copy; the log's first line says which one ran."""
+    import re
+    from pathlib import Path
+
+    from megatron.oellm.training import entry
+
+    line = entry.provenance()
+    package_dir = Path(entry.__file__).resolve().parent.parent  # .../megatron/oellm, wherever it was imported from
+    assert re.fullmatch(rf"> megatron-oellm \d+\.\d+\.\d+\S* from {re.escape(str(package_dir))}, "
+                        r"megatron-core 0\.19\.2\S*", line), line
