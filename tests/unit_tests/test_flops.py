@@ -258,8 +258,19 @@ def test_document_lengths_histogram_and_errors():
         document_lengths_list(10, [4, 5])
     with pytest.raises(FlopError, match="positive"):
         document_lengths_list(4, [5, -1])
+    with pytest.raises(FlopError, match="positive"):  # an empty document adds up, but is no document
+        document_lengths_list(4, [0, 4])
     with pytest.raises(FlopError, match="padded_vocab must be positive"):
         training_flops_per_token(get_card("qwen3-30b-a3b-tiny"), 64, padded_vocab=0)
+
+
+def test_logits_default_to_the_vocabulary_megatron_pads_to_a_multiple_of_128():
+    """Without ``padded_vocab`` the output layer is counted at Megatron's padded size: 50,000 tokens pad to 50,048
+    (391 x 128) rows, one hidden-size multiply-add each, 2 FLOPs, 3 passes."""
+    card = get_card("qwen3-30b-a3b-tiny").with_vocab(50_000)
+    assert training_flops_per_token(card, 64).breakdown["logits"] == 3 * 2 * card.hidden_size * 50_048
+    assert training_flops_per_token(card, 64, padded_vocab=50_176).breakdown["logits"] == (
+        3 * 2 * card.hidden_size * 50_176)
 
 
 def test_breakdown_lists_the_model_components_and_total_is_their_sum():
@@ -279,9 +290,11 @@ def test_ckda_projections_match_the_weight_shapes_of_fla_kda():
     KimiDeltaAttention = pytest.importorskip("fla.layers.kda").KimiDeltaAttention
 
     card = get_card("oellm-ckda-hybrid-tiny")
-    # fla's low-rank gate width is the value head dim: give the card that rank for the comparison
-    card = dataclasses.replace(card, linear_gate_low_rank_dim=card.linear_value_head_dim)
-    layer = KimiDeltaAttention(hidden_size=card.hidden_size, head_dim=card.linear_key_head_dim,
+    # value heads wider than key heads (fla's expand_v), so that a decay gate sized by the value width instead of
+    # value heads x key head dim shows; fla's low-rank gate width is the value head dim: give the card that rank
+    value_head_dim = card.linear_key_head_dim * 3 // 2
+    card = dataclasses.replace(card, linear_value_head_dim=value_head_dim, linear_gate_low_rank_dim=value_head_dim)
+    layer = KimiDeltaAttention(hidden_size=card.hidden_size, head_dim=card.linear_key_head_dim, expand_v=1.5,
                                num_heads=card.linear_num_key_heads, num_v_heads=card.linear_num_value_heads,
                                conv_size=card.linear_conv_kernel_dim, layer_idx=0)
     weights = {name: p.numel() for name, p in layer.named_parameters() if name.endswith("weight") and p.dim() >= 2}

@@ -151,3 +151,40 @@ def test_plan_command_pads_the_vocabulary_to_128_x_tp_as_megatron(capsys):
     assert report["flops"]["breakdown"]["logits"] == pytest.approx(3 * 2 * 4096 * 152064 / 1e9)
     assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", *layout, "--padded-vocab", "151936", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ranks"][0]["dense_params"] == unpadded.ranks[0].dense_params
+
+
+def test_expert_tensor_parallelism_shrinks_the_expert_data_parallel_group():
+    """16 GPUs, EP4 x ETP2 and EP8 x ETP1 both split each layer's 128 x 3 x 2048 x 768 routed weights 8 ways and leave
+    16 / 8 = 2 expert data-parallel replicas to shard the experts' optimizer state over: the same bytes per GPU."""
+    card = get_card("qwen3-30b-a3b")
+    with_etp = build_plan(card, ParallelLayout(ep=4, etp=2), 16)
+    without = build_plan(card, ParallelLayout(ep=8), 16)
+    assert with_etp.expert_data_parallel == without.expert_data_parallel == 2 and with_etp.data_parallel == 16
+    assert with_etp.ranks[0].expert_params == without.ranks[0].expert_params == 48 * 128 * 3 * 2048 * 768 // 8
+    assert with_etp.ranks[0].static_bytes == without.ranks[0].static_bytes
+
+
+def test_tied_embedding_is_copied_to_the_last_pipeline_stage():
+    """With tied embeddings megatron-core keeps a copy of the word embeddings on the last stage for the output layer:
+    on two stages of one layer each, the last holds the first's parameters plus the final norm."""
+    import dataclasses
+
+    card = dataclasses.replace(get_card("qwen3-30b-a3b-tiny"), untie_embeddings=False)
+    first, last = build_plan(card, ParallelLayout(pp=2), 2).ranks
+    assert first.has_embedding and last.has_output_layer
+    assert last.dense_params - first.dense_params == card.hidden_size
+    assert build_plan(card, ParallelLayout(), 1).ranks[0].dense_params == (
+        parameter_counts(card).total - parameter_counts(card).routed_experts)
+
+
+def test_one_gpu_holds_18_bytes_per_parameter_and_the_table_prints_gib():
+    """Megatron's distributed optimizer on one GPU: bf16 weight 2 + fp32 gradient 4 + fp32 master weight and two Adam
+    moments 12 = 18 bytes per parameter; the table's column is GiB (2**30 bytes)."""
+    from megatron.oellm.plan import format_plan
+
+    card = get_card("qwen3-30b-a3b")
+    plan = build_plan(card, ParallelLayout(), 1)
+    total = parameter_counts(card).total
+    assert plan.ranks[0].static_bytes == 18 * total
+    row = format_plan(plan, 4096).splitlines()[-2]
+    assert row.split()[-1] == f"{18 * total / 2**30:.1f}" and 18 * total / 1e9 > 18 * total / 2**30 + 30

@@ -193,3 +193,14 @@ def test_sequence_parallelism_needs_the_sequence_to_split_over_tp(seq_length: in
     with pytest.raises(ParallelLayoutError, match=rf"\({seq_length // cp}\) is not divisible by tp \({tp}\)"):
         validate_layout(card, ParallelLayout(tp=tp, cp=cp, sp=True))
     validate_layout(dataclasses.replace(card, seq_length=seq_length * tp), ParallelLayout(tp=tp, cp=cp, sp=True))
+
+
+def test_divisibility_errors_list_every_size_that_would_work():
+    """Qwen3-30B-A3B has 32 heads and 4 KV heads, 48 layers, 128 experts: the fix lists all divisors, the amount
+    itself included (tp 4 is the largest that gives each rank whole KV heads)."""
+    with pytest.raises(ParallelLayoutError, match=re.escape("use tp in {1, 2, 4} (each TP rank")):
+        validate_layout(QWEN3, ParallelLayout(tp=8, sp=True))
+    with pytest.raises(ParallelLayoutError, match=re.escape("use pp x vpp in {1, 2, 3, 4, 6, 8, 12, 16, 24, 48}")):
+        validate_layout(QWEN3, ParallelLayout(pp=5))
+    with pytest.raises(ParallelLayoutError, match=re.escape("use ep in {1, 2, 4, 8, 16, 32, 64...}")):
+        validate_layout(QWEN3, ParallelLayout(ep=3))
