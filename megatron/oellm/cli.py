@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
+import sys
 from types import ModuleType
 
 import megatron.oellm
@@ -36,7 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_EXIT_STATUS = 128 + 13
+"""Exit status of a command whose reader closed its output (``oellm models | head``), as a shell reports SIGPIPE."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``oellm`` console script; returns the exit status."""
+    """Entry point of the ``oellm`` console script; returns the exit status.
+
+    A reader that stops early (``| head``, ``| grep -q``) ends the command quietly with status 141 instead of a
+    ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
+    again."""
     args = build_parser().parse_args(argv)
-    return args._run(args)
+    try:
+        return args._run(args)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return SIGPIPE_EXIT_STATUS

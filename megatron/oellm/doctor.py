@@ -501,11 +501,23 @@ def _with_expandable_segments(value: str) -> str:
     return ",".join(f"{key}:{option}" for key, option in options.items())
 
 
+SWITCH_OFF_VALUES = ("", "0")
+"""Values of a slow-path switch that say "off" as plainly as leaving it unset."""
+
+
 def check_slow_path_switches(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """megatron-oellm's A/B switches (:data:`megatron.oellm.switches.SLOW_PATH_SWITCHES`) left on in a job's
-    environment make a production run slower without any error."""
-    findings = [Finding("warning", "oellm-switches", f"{name}=1: {cost}; it is meant for A/B runs.", f"unset {name}")
-                for name, cost in SLOW_PATH_SWITCHES.items() if is_on(name, env)]
+    environment make a production run slower without any error; one set to another value than ``1`` (``true``,
+    ``yes``) is silently off, so an A/B run meant to time the slow path would time the fast one twice."""
+    findings = []
+    for name, cost in SLOW_PATH_SWITCHES.items():
+        if is_on(name, env):
+            findings.append(Finding("warning", "oellm-switches", f"{name}=1: {cost}; it is meant for A/B runs.",
+                                    f"unset {name}"))
+        elif env.get(name, "") not in SWITCH_OFF_VALUES:
+            findings.append(Finding("warning", "oellm-switches",
+                                    f"{name}={env[name]!r} leaves the switch off: only the value 1 turns it on.",
+                                    f"export {name}=1 to run the slow path, or unset {name}"))
     return findings or [Finding("ok", "oellm-switches", f"no slow-path switch ({', '.join(SLOW_PATH_SWITCHES)}) is "
                                 "set.")]
 

@@ -210,6 +210,17 @@ def test_a_slow_path_switch_left_on_is_a_warning_naming_it(name):
     assert name in findings[0].message and exit_status(findings) == 0
 
 
+@pytest.mark.parametrize("name", sorted(SLOW_PATH_SWITCHES))
+def test_a_switch_set_to_another_value_than_one_is_a_warning_that_it_stays_off(name):
+    """``OELLM_UPSTREAM_MOE_PERMUTATION=yes`` (or ``true``, ``2``) leaves the switch off, as only ``1`` turns it on;
+    the doctor said no switch was set, so an A/B run would time the fast path twice."""
+    value = random.choice(["yes", "true", "True", "on", str(random.randint(2, 99)), " 1"])
+    findings = check_slow_path_switches(make_report(), {name: value})
+    assert severities(findings) == ["warning"] and exit_status(findings) == 0
+    assert name in findings[0].message and repr(value) in findings[0].message and "off" in findings[0].message
+    assert findings[0].fix == f"export {name}=1 to run the slow path, or unset {name}"
+
+
 def test_switches_off_or_not_one_are_ok():
     for env in ({}, {name: "0" for name in SLOW_PATH_SWITCHES}):
         assert severities(check_slow_path_switches(make_report(), env)) == ["ok"]

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oellm bench``."""
     parser.add_argument("--model", default="qwen3.5-35b-a3b-proxy-4L",
                         help="card name, a qwen3.5-35b-a3b flavour (default: the 4-layer full-width proxy)")
-    parser.add_argument("--seq-length", type=int, default=4096)
+    parser.add_argument("--seq-length", type=int, default=4096, help="sequence length in tokens (default 4096)")
     parser.add_argument("--mbs", type=int_list, default=(1, 2, 4, 8),
                         help="micro-batch sizes to sweep per side, until one runs out of memory (default 1,2,4,8)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")

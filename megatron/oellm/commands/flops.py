@@ -6,9 +6,10 @@ import argparse
 import difflib
 import json
 import sys
+import warnings
 from typing import Any
 
-from megatron.oellm.cards import CardError, get_card
+from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.flops import FlopError, megatron_flops_per_token, pad_vocab, training_flops_per_token
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
@@ -31,8 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lengths of the documents packed into one sequence (sum = --seq-length)")
     parser.add_argument("--tokens-per-second-per-gpu", type=float, default=None,
                         help="measured throughput: also print TFLOP/s/GPU and MFU")
-    parser.add_argument("--gpu", choices=sorted(GPU_PEAKS), default="h100-sxm", help="GPU of the MFU peak")
-    parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16", help="precision of the MFU peak")
+    parser.add_argument("--gpu", choices=sorted(GPU_PEAKS), default="h100-sxm",
+                        help="GPU of the MFU peak (default h100-sxm)")
+    parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16",
+                        help="precision of the MFU peak (default bf16)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak TFLOP/s per GPU (overrides --gpu)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object {model, seq_length, padded_vocab, mode, gflops_per_token, "
@@ -103,6 +106,22 @@ def check_positive_options(args: argparse.Namespace) -> None:
             raise FlopError(f"--{name.replace('_', '-')} must be positive, got {value:g} ({hint})")
 
 
+def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document_lengths: list[int] | None,
+                   overrides: dict[str, FlagValue]) -> float:
+    """Megatron's training FLOPs per token with the ``--megatron-flag`` overrides; a value its formula cannot count
+    with (``num-layers=0``, ``hidden-size=0``) raises :class:`FlopError` naming the overrides, where megatron's
+    ``num_floating_point_operations`` would end in a traceback. Without overrides a failure is a defect of ours and
+    keeps its traceback."""
+    try:
+        return megatron_flops_per_token(card, seq_length, padded_vocab, document_lengths, **overrides)
+    except (ArithmeticError, IndexError, KeyError) as error:
+        if not overrides:
+            raise
+        flags = ", ".join(f"{name}={value}" for name, value in overrides.items())
+        raise FlopError(f"Megatron's count fails with --megatron-flag {flags} ({type(error).__name__}: {error}); "
+                        "give values a training run could have used") from None
+
+
 def flops_report(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON report of ``oellm flops``; in megatron-compatible mode the breakdown holds Megatron's one total."""
     check_positive_options(args)
@@ -113,9 +132,10 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
                               "document_lengths": args.document_lengths}
     if args.megatron_compatible:
         overrides = parse_flag_overrides(args.megatron_flag)
-        check_megatron_flags(overrides)
-        megatron = megatron_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths,
-                                            **overrides) / 1e9
+        with warnings.catch_warnings():  # megatron.training's import warns of every absent fused kernel (TE, Apex):
+            warnings.simplefilter("ignore", UserWarning)  # irrelevant to a FLOP count, a dozen lines on stderr
+            check_megatron_flags(overrides)
+            megatron = megatron_count(card, args.seq_length, padded_vocab, args.document_lengths, overrides) / 1e9
         report["megatron_flags"] = overrides
         report.update(mode="megatron_compatible", gflops_per_token=megatron,
                       breakdown={"megatron_total": megatron}, corrected_gflops_per_token=corrected.gflops_per_token)

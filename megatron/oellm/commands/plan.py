@@ -17,20 +17,24 @@ HELP = "validate a parallel layout for a model and print parameters and memory p
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oellm plan``."""
     parser.add_argument("model", help="card name (see `oellm models`)")
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--gpus-per-node", type=int, default=4)
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--pp", type=int, default=1)
-    parser.add_argument("--vpp", type=int, default=None)
-    parser.add_argument("--ep", type=int, default=1)
-    parser.add_argument("--etp", type=int, default=1)
-    parser.add_argument("--cp", type=int, default=1)
-    parser.add_argument("--sp", action="store_true")
+    parser.add_argument("--nodes", type=int, required=True, help="number of nodes of the run")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size (default 1)")
+    parser.add_argument("--vpp", type=int, default=None,
+                        help="virtual pipeline stages per PP rank (default: none; with --pipeline-layout: its stage "
+                             "count / PP)")
+    parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")
+    parser.add_argument("--etp", type=int, default=1, help="expert tensor-parallel size (default 1)")
+    parser.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
+    parser.add_argument("--sp", action="store_true", help="sequence parallelism (megatron-core's MoE layer needs it with TP > 1)")
     parser.add_argument("--pipeline-layout", default=None, help="Megatron --pipeline-model-parallel-layout string")
     parser.add_argument("--seq-length", type=int, default=None, help="default: the card's")
     parser.add_argument("--padded-vocab", type=int, default=None,
                         help="default: the card's vocabulary padded to a multiple of 128 x TP, as Megatron pads it")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object {model, world_size, layout, data_parallel, expert_data_parallel, "
+                             "ranks, flops}")
 
 
 def run(args: argparse.Namespace) -> int:
