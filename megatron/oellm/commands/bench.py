@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,21 @@ def print_report(report: BenchReport) -> None:
             print(f"  {100 * k['share']:5.1f} %  {k['cuda_ms']:8.2f} ms  {k['calls']:5d}x  {k['name'][:100]}")
 
 
+def check_output_path(output: Path | None) -> None:
+    """Raise ValueError, before any GPU work, when the JSON report could not be written to ``output`` (a directory,
+    or a folder that cannot be created or written): the bench takes minutes, and its report would be lost."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise ValueError(f"--output {output} is a directory; give a file name")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"--output {output}: its folder cannot be created ({error.strerror})") from error
+    if not os.access(output.parent, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise ValueError(f"--output {output} cannot be written (no write permission)")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print it; exit 2 without CUDA, on a bad card/configuration or on a GPU without a known
     peak and no ``--gpu``."""
@@ -122,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
                              steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=gpu,
                              profile_dir=args.profile)
+        check_output_path(args.output)
     except (CardError, ValueError) as error:
         print(f"oellm bench: {error}")
         return 2

@@ -86,6 +86,28 @@ def test_unknown_gpu_without_gpu_option_is_refused(monkeypatch: pytest.MonkeyPat
     assert "pass --gpu" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("kind", ["directory", "read-only folder", "file in the way"])
+def test_an_output_the_report_cannot_be_written_to_is_refused_before_the_gpu_work(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The bench runs for minutes; an --output it could not write at the end is refused before it starts."""
+    from megatron.oellm.bench import harness
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: pytest.fail("the GPU work started"))
+    if kind == "directory":
+        output = tmp_path
+    elif kind == "read-only folder":
+        (tmp_path / "ro").mkdir()
+        monkeypatch.setattr("os.access", lambda path, mode: Path(path) != tmp_path / "ro")
+        output = tmp_path / "ro" / "report.json"
+    else:
+        (tmp_path / "plain").write_text("a file where a folder should be")
+        output = tmp_path / "plain" / "report.json"
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert f"--output {output}" in capsys.readouterr().out
+
+
 def test_config_rejects_cards_transformers_cannot_mirror_and_bad_values() -> None:
     with pytest.raises(ValueError, match="qwen3.5-35b-a3b flavour"):
         BenchConfig(model="qwen3-30b-a3b-proxy-2L")
