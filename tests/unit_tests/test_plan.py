@@ -67,7 +67,18 @@ def test_plan_command_refuses_a_bad_layout(capsys):
 
     assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", "--tp", "2", "--pp", "8", "--vpp", "4",
                  "--ep", "16"]) == 2
-    assert "pp x vpp" in capsys.readouterr().out
+    assert "pp x vpp" in capsys.readouterr().err
+
+
+def test_plan_command_refusal_goes_to_stderr_so_a_redirected_json_stays_clean(capsys):
+    """``oellm plan ... --json > plan.json``: the refusal is on stderr in the form of flops/recipe/table
+    (``oellm plan: error: ...``), and stdout, the file, stays empty."""
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "no-such-model", "--nodes", "1", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("oellm plan: error: ") and "no-such-model" in captured.err
 
 
 def test_context_parallelism_shards_dense_optimizer_state_further():
@@ -83,7 +94,7 @@ def test_plan_checks_context_parallelism_against_the_given_sequence_length(capsy
     from megatron.oellm.cli import main
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2", "--cp", "2", "--seq-length", "4098"]) == 2
-    assert "seq_length (4098)" in capsys.readouterr().out
+    assert "seq_length (4098)" in capsys.readouterr().err
 
 
 def test_plan_command_refuses_tensor_parallelism_without_sequence_parallelism(capsys):
@@ -91,7 +102,8 @@ def test_plan_command_refuses_tensor_parallelism_without_sequence_parallelism(ca
     from megatron.oellm.cli import main
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2"]) == 2
-    assert "tp=2 without sequence parallelism" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert "tp=2 without sequence parallelism" in err and "oellm plan: --sp" in err
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--tp", "2", "--sp"]) == 0
 
 
@@ -100,7 +112,7 @@ def test_plan_command_refuses_an_empty_or_negative_world(nodes, gpus_per_node, c
     from megatron.oellm.cli import main
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", nodes, "--gpus-per-node", gpus_per_node]) == 2
-    assert f"--nodes {nodes} x --gpus-per-node {gpus_per_node}: both must be >= 1" in capsys.readouterr().out
+    assert f"--nodes {nodes} x --gpus-per-node {gpus_per_node}: both must be >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option, message", [("--seq-length", "seq_length must be positive, got 0"),
@@ -109,7 +121,7 @@ def test_plan_command_does_not_drop_a_zero_override(option, message, capsys):
     from megatron.oellm.cli import main
 
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", option, "0"]) == 2
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err
 
 
 def test_tensor_parallelism_splits_matrices_but_not_norms_router_or_shared_expert_gate():

@@ -6,6 +6,7 @@ import argparse
 import ast
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,12 +124,13 @@ def check_output_path(output: Path | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark and print it; exit 2 without CUDA, on a bad card/configuration or on a GPU without a known
-    peak and no ``--gpu``."""
+    """Run the benchmark and print it; exit 2, with the reason on stderr, without CUDA, on a bad card/configuration,
+    on an unwritable ``--output`` or on a GPU without a known peak and no ``--gpu``."""
     import torch
 
     if not torch.cuda.is_available():
-        print("oellm bench: needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
+        print("oellm bench: error: needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node",
+              file=sys.stderr)
         return 2
     from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark
     from megatron.oellm.cards import CardError
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                              profile_dir=args.profile)
         check_output_path(args.output)
     except (CardError, ValueError) as error:
-        print(f"oellm bench: {error}")
+        print(f"oellm bench: error: {error}", file=sys.stderr)
         return 2
     report = run_benchmark(config)
     data = report.to_dict()

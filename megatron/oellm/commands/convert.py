@@ -5,7 +5,7 @@ megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CAR
 sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. ``--vocab-size N`` (either direction)
 converts with the card's vocabulary set to N, for checkpoints of a run trained with ``--vocab-size N``. Both stream
 one layer at a time. Bad input exits with status 2, a conversion stopped by SIGTERM / SIGHUP / SIGINT (Ctrl-C)
-with 128 + the signal number.
+with 128 + the signal number; the reason goes to stderr as ``oellm convert DIRECTION: error: ...``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -75,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one conversion and print a summary; on bad input print the reason and exit 2 (128 + the signal number
-    when SIGTERM / SIGHUP / Ctrl-C stopped it)."""
+    """Run one conversion and print a summary; on bad input print the reason on stderr and exit 2 (128 + the signal
+    number when SIGTERM / SIGHUP / Ctrl-C stopped it)."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
     from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
@@ -92,13 +93,13 @@ def run(args: argparse.Namespace) -> int:
             summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
                                              max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config)
     except CardError as error:
-        print(f"oellm convert {args.direction}: {error}")
+        print(f"oellm convert {args.direction}: error: {error}", file=sys.stderr)
         return 2
     except ConversionError as error:
-        print(f"oellm convert {args.direction}: {error}")
+        print(f"oellm convert {args.direction}: error: {error}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:  # Ctrl-C before the output is staged (while staged it is a ConversionInterrupted)
-        print(f"oellm convert {args.direction}: stopped by SIGINT; --out is as it was")
+        print(f"oellm convert {args.direction}: error: stopped by SIGINT; --out is as it was", file=sys.stderr)
         return 128 + signal.SIGINT
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
     print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from dataclasses import asdict
 
 from megatron.oellm.cards import CardError, get_card
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build, validate and print the plan; exit 2 with the reason on a bad model or layout."""
+    """Build, validate and print the plan; exit 2 with the reason on stderr on a bad model or layout (stdout, which
+    ``--json`` users redirect to a file, holds the plan only)."""
     from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
 
     try:
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
     except (CardError, ParallelLayoutError) as error:
-        print(f"oellm plan: {error}")
+        print(f"oellm plan: error: {error}", file=sys.stderr)
         return 2
     seq_length = card.seq_length
     if args.json:

@@ -13,7 +13,7 @@ from pathlib import Path
 from megatron.oellm.cards import CardError
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan
-from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe
+from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
 from megatron.oellm.recipes.local import (
     fit_local,
     local_backend_problem,
@@ -96,7 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
-    """``recipe`` with the cluster settings given on the command line; a ``--time`` also replaces the rows' own."""
+    """``recipe`` with the cluster settings given on the command line; a ``--time`` also replaces the rows' own. A bad
+    ``--time`` is refused naming the option: the recipe's own check would blame its ``[cluster]`` time."""
+    if args.time is not None:
+        time_limit_seconds(args.time, source="--time ")
     given = {name: getattr(args, name) for name in CLUSTER_OVERRIDES if getattr(args, name) is not None}
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **given))
     if args.time is None:

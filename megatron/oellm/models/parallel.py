@@ -200,7 +200,8 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     if layout.tp > 1 and not layout.sp and card.num_experts:
         raise ParallelLayoutError(f"tp={layout.tp} without sequence parallelism: {card.name} is an MoE model, and "
                                   "megatron-core's MoE layer refuses to train with tp > 1 unless sequence "
-                                  "parallelism is on (at the first forward step); set sp = true or tp = 1")
+                                  "parallelism is on (at the first forward step); turn sequence parallelism on (recipe: sp = "
+                                  "true; oellm plan: --sp; Megatron: --sequence-parallel) or use tp = 1")
 
 
 def _divides(what: str, amount: int, by_name: str, by: int, fix: str) -> None:

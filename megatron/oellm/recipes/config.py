@@ -257,12 +257,13 @@ def check_positive(settings: Any, names: Sequence[str], where: str) -> None:
 _SLURM_TIME = re.compile(r"^(?:(?P<days>\d+)-)?(?P<first>\d+)(?::(?P<second>\d+))?(?::(?P<third>\d+))?$")
 
 
-def time_limit_seconds(text: str, where: str = "") -> int:
+def time_limit_seconds(text: str, where: str = "", source: str = "time = ") -> int:
     """Seconds of a SLURM time limit in one of sbatch's forms: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
-    ``D-HH:MM``, ``D-HH:MM:SS``; anything else, and a zero limit (SLURM: none), raises :class:`RecipeError`."""
+    ``D-HH:MM``, ``D-HH:MM:SS``; anything else, and a zero limit (SLURM: none), raises :class:`RecipeError`. The
+    message names the value as ``where`` + ``source`` (the recipe field by default, ``"--time "`` for the option)."""
     match = _SLURM_TIME.match(text)
     if match is None:
-        raise RecipeError(f"{where}time = {text!r} is not a SLURM time limit; write MM, MM:SS, HH:MM:SS, D-HH, "
+        raise RecipeError(f"{where}{source}{text!r} is not a SLURM time limit; write MM, MM:SS, HH:MM:SS, D-HH, "
                           "D-HH:MM or D-HH:MM:SS")
     fields = [int(part) for part in match.group("first", "second", "third") if part is not None]
     if match.group("days") is None:  # MM, MM:SS, HH:MM:SS
@@ -273,7 +274,7 @@ def time_limit_seconds(text: str, where: str = "") -> int:
         seconds = int(match.group("days")) * 86400
     seconds += sum(field * unit for field, unit in zip(fields, units, strict=True))
     if seconds == 0:
-        raise RecipeError(f"{where}time = {text!r} is zero; give the job a positive time limit")
+        raise RecipeError(f"{where}{source}{text!r} is zero; give the job a positive time limit")
     return seconds
 
 

@@ -52,9 +52,13 @@ def test_bad_values_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixt
 
 
 def test_refuses_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The refusal is on stderr as ``oellm bench: error: ...`` (the form of flops/recipe/table); stdout, which a
+    ``--json`` user redirects to a file, stays empty."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["bench", "--mbs", "1"]) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("oellm bench: error: needs a CUDA GPU")
 
 
 @pytest.mark.parametrize(("device", "argv", "gpu"), [("NVIDIA H100 PCIe", [], "h100-pcie"),
@@ -83,7 +87,7 @@ def test_unknown_gpu_without_gpu_option_is_refused(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA A100-SXM4-80GB")
     assert main(["bench", "--mbs", "1"]) == 2
-    assert "pass --gpu" in capsys.readouterr().out
+    assert "pass --gpu" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["directory", "read-only folder", "file in the way"])
@@ -105,7 +109,7 @@ def test_an_output_the_report_cannot_be_written_to_is_refused_before_the_gpu_wor
         (tmp_path / "plain").write_text("a file where a folder should be")
         output = tmp_path / "plain" / "report.json"
     assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
-    assert f"--output {output}" in capsys.readouterr().out
+    assert f"--output {output}" in capsys.readouterr().err
 
 
 def test_config_rejects_cards_transformers_cannot_mirror_and_bad_values() -> None:

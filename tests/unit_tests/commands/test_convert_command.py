@@ -40,12 +40,18 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 
 
 def test_cli_errors_exit_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The reason is on stderr as ``oellm convert DIRECTION: error: ...`` (the form of flops/recipe/table), and
+    nothing is on stdout."""
     assert main(["convert", "hf-to-mcore", "--model", "no-such-model", "--hf", str(tmp_path),
                  "--out", str(tmp_path / "o")]) == 2
-    assert "unknown model 'no-such-model'" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("oellm convert hf-to-mcore: error: unknown model 'no-such-model'")
     assert main(["convert", "mcore-to-hf", "--model", "qwen3-30b-a3b-tiny", "--mcore", str(tmp_path / "missing"),
                  "--out", str(tmp_path / "o")]) == 2
-    assert "is not a directory" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("oellm convert mcore-to-hf: error: ") and "is not a directory" in captured.err
 
 
 def test_byte_size() -> None:
@@ -101,8 +107,8 @@ def test_cli_sigterm_exits_with_the_signal_status(tmp_path: Path, capsys: pytest
     with signal_handler(signal.SIGTERM, not_handled):
         assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
                      "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGTERM
-    assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        "oellm convert hf-to-mcore: stopped by SIGTERM; the partial output was removed, --out is as it was")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "oellm convert hf-to-mcore: error: stopped by SIGTERM; the partial output was removed, --out is as it was")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
 
 
@@ -114,6 +120,22 @@ def test_cli_ctrl_c_exits_with_one_line_and_leaves_nothing(tmp_path: Path, capsy
     signal_at_layer_one(monkeypatch, "hf_to_mcore_unit", signal.SIGINT)
     assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp_path / "hf"),
                  "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGINT
-    assert capsys.readouterr().out.strip().splitlines()[-1] == (
-        "oellm convert hf-to-mcore: stopped by SIGINT; the partial output was removed, --out is as it was")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "oellm convert hf-to-mcore: error: stopped by SIGINT; the partial output was removed, --out is as it was")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_cli_ctrl_c_before_staging_exits_with_one_line_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C before the output is staged (a plain KeyboardInterrupt): 128 + 2 and the one line on stderr."""
+    from megatron.oellm.convert import pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "hf_to_mcore_checkpoint", interrupted)
+    assert main(["convert", "hf-to-mcore", "--model", "qwen3-30b-a3b-tiny", "--hf", str(tmp_path / "hf"),
+                 "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGINT
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "oellm convert hf-to-mcore: error: stopped by SIGINT; --out is as it was\n"

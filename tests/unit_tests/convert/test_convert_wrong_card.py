@@ -107,14 +107,16 @@ def test_stored_config_of_the_other_family_is_refused(converted, monkeypatch: py
 
 
 def test_wrong_family_on_the_command_line_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    """What the user runs: no traceback, the refusal on stdout, status 2."""
+    """What the user runs: no traceback, the refusal as the last line of stderr, nothing on stdout, status 2."""
     card = get_card(QWEN35)
     write_hf(card, random_hf_tensors(card, seed=13), tmp_path / "hf")
     done = subprocess.run([sys.executable, "-m", "megatron.oellm", "convert", "hf-to-mcore", "--model", QWEN3,
                            "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "mcore")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert done.stdout == f"oellm convert hf-to-mcore: {_refusal(QWEN35, str(tmp_path / 'hf' / 'config.json'))}\n"
+    assert done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (
+        f"oellm convert hf-to-mcore: error: {_refusal(QWEN35, str(tmp_path / 'hf' / 'config.json'))}")
     assert "Traceback" not in done.stderr
 
 
@@ -151,8 +153,9 @@ def test_vocab_size_option_converts_a_checkpoint_of_another_vocabulary(tmp_path:
     assert capsys.readouterr().out.startswith(f"oellm convert hf-to-mcore: {QWEN3} with vocabulary 1024: read ")
     assert main(["convert", "mcore-to-hf", "--model", QWEN3, "--mcore", str(tmp_path / "mcore"), "--out",
                  str(tmp_path / "refused")]) == 2
-    assert capsys.readouterr().out == (f"oellm convert mcore-to-hf: the checkpoint's vocab_size 1024 differs from card "
-                                       f"{QWEN3}'s 512; pass --vocab-size 1024 for the vocabulary it was written with\n")
+    assert capsys.readouterr().err == (f"oellm convert mcore-to-hf: error: the checkpoint's vocab_size 1024 differs "
+                                       f"from card {QWEN3}'s 512; pass --vocab-size 1024 for the vocabulary it was "
+                                       "written with\n")
     assert not (tmp_path / "refused").exists()
     assert main(["convert", "mcore-to-hf", "--model", QWEN3, "--mcore", str(tmp_path / "mcore"), "--out",
                  str(tmp_path / "out"), "--vocab-size", "1024"]) == 0

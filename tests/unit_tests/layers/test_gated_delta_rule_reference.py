@@ -76,20 +76,28 @@ FLA_FP32_STRONG_DECAY = pytest.mark.xfail(
         "fla 0.6.0, fp32, decay of a fresh Qwen3.5 layer, on Hopper (TileLang backward, Triton 3.6): dg 0.7-1.4e-2 "
         "relative to float64 (1.8e-3 with mild decay, 3-7e-3 in bf16) and what A_log receives, the sum over tokens "
         "of dg*g, 0.19-0.94 off (H200, docs/benchmarks.md); strict: a fixed fla makes this test fail, so the mark "
-        "gets removed"))
+        "gets removed; it passes only if three fresh draws are all within the bound (one draw landed within it despite "
+        "the defect in session 18; 40 others did not)"))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, tolerance, decay", [
-    (torch.float32, 2e-3, "mild"),
-    pytest.param(torch.float32, 2e-3, "qwen3.5-init", marks=FLA_FP32_STRONG_DECAY),
-    (torch.bfloat16, 2e-2, "mild"),
-    (torch.bfloat16, 2e-2, "qwen3.5-init"),
+@pytest.mark.parametrize("dtype, tolerance, decay, draws", [
+    (torch.float32, 2e-3, "mild", 1),
+    pytest.param(torch.float32, 2e-3, "qwen3.5-init", 3, marks=FLA_FP32_STRONG_DECAY),
+    (torch.bfloat16, 2e-2, "mild", 1),
+    (torch.bfloat16, 2e-2, "qwen3.5-init", 1),
 ])
-def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, tolerance, decay):
+def test_fla_chunk_kernel_matches_reference_forward_and_backward(dtype, tolerance, decay, draws):
     """fla's chunked GDN kernel (the fast path megatron-core's GatedDeltaNet calls) vs the float64 recurrence,
-    with grouped values (2 key heads, 4 value heads) and a length that is not a multiple of the chunk size."""
+    with grouped values (2 key heads, 4 value heads) and a length that is not a multiple of the chunk size; each of
+    ``draws`` fresh draws must be within the bounds."""
     fla_gdn = pytest.importorskip("fla.ops.gated_delta_rule")
+    for _ in range(draws):
+        _check_fla_draw(fla_gdn, dtype, tolerance, decay)
+
+
+def _check_fla_draw(fla_gdn, dtype: torch.dtype, tolerance: float, decay: str) -> None:
+    """One fresh draw of :func:`test_fla_chunk_kernel_matches_reference_forward_and_backward`; prints its errors."""
     seed = torch.seed() % 2**31
     inputs = _random_inputs(2, 200, 2, 4, 64, 64, torch.float64, "cpu", seed=seed, decay=decay)
     reference_inputs = [t.clone().requires_grad_(True) for t in inputs]

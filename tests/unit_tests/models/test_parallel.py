@@ -99,7 +99,8 @@ def test_invalid_layouts_name_the_problem(card, layout, message) -> None:
 @pytest.mark.parametrize("card", [QWEN3, QWEN35], ids=["qwen3", "qwen3.5"])
 def test_moe_with_tensor_parallelism_needs_sequence_parallelism(card) -> None:
     """megatron-core's MoE layer raises at the first training forward with TP > 1 and no SP: after the queue."""
-    with pytest.raises(ParallelLayoutError, match=r"tp=2 without sequence parallelism: .* MoE model.*set sp = true"):
+    fix = "turn sequence parallelism on (recipe: sp = true; oellm plan: --sp; Megatron: --sequence-parallel)"
+    with pytest.raises(ParallelLayoutError, match=r"tp=2 without sequence parallelism: .* MoE model.*" + re.escape(fix)):
         validate_layout(card, ParallelLayout(tp=2, ep=8), world_size=16)
     validate_layout(card, ParallelLayout(tp=2, ep=8, sp=True), world_size=16)
 

@@ -62,6 +62,15 @@ def test_the_command_line_time_limit_is_every_selected_rows(capsys):
     assert out.count("#SBATCH --time=02:00:00") == 2 and "01:20:00" not in out
 
 
+@pytest.mark.parametrize("text, problem", [("1h", "is not a SLURM time limit"), ("00:00", "is zero")])
+def test_a_bad_command_line_time_limit_is_blamed_on_the_option(text, problem, capsys):
+    """``--time 1h`` names the option, not the recipe's ``[cluster]`` time the user never wrote."""
+    assert main(["recipe", str(ROUTING), "--time", text]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"oellm recipe: error: --time {text!r} {problem}")
+    assert "[cluster]" not in err
+
+
 def test_a_tflops_reference_gives_the_step_time_from_the_flop_count():
     recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
     resolved = resolve_row(recipe, recipe.rows[0])
