@@ -63,8 +63,8 @@ class RunTime:
         if self.expected_s is not None and self.expected_s > self.limit_s:
             minutes = math.ceil(self.expected_s / 60)  # whole minutes at least the expected run time
             raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
-                              f"{self.estimate()}; give the row time = \"{minutes // 60:02d}:{minutes % 60:02d}:00\" "
-                              "or more (or pass --time)")
+                              f"{self.estimate()}; give it at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the "
+                              "row's time = \"...\", or --time, which overrides it)")
 
 
 def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[float, str] | None:

@@ -3,6 +3,8 @@ before it is queued (it would be killed before its last iteration)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from recipe_helpers import CONFIGS, EXAMPLES, fake_sbatch, runnable_rows
 
@@ -46,8 +48,8 @@ def test_a_row_that_outlasts_its_time_limit_is_refused_by_dry_run_and_submit(tmp
         assert main(["recipe", str(config), *mode]) == 2
         err = capsys.readouterr().err
         assert ("row 1: the job would reach its time limit 00:30:00 before its last iteration: expected 68 min = "
-                "40 iterations x 87.1 s (from the report's tokens_per_s_per_gpu 6016) + 10 min start-up; give the "
-                'row time = "01:09:00" or more') in err
+                "40 iterations x 87.1 s (from the report's tokens_per_s_per_gpu 6016) + 10 min start-up; give it at "
+                "least 01:09:00 (the row's time = \"...\", or --time, which overrides it)") in err
     assert not record.exists()
     assert main(["recipe", str(_real_routing_row(tmp_path, 'time = "01:20:00"\n')), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -135,6 +137,35 @@ def test_the_suggested_time_limit_covers_the_expected_run_time():
         step = (expected - START_UP_S) / iterations
         with pytest.raises(RecipeError) as refused:
             RunTime("00:30:00", 1800, iterations, step, "step_time_s").check()
-        suggested = re.search(r'time = "(\d\d:\d\d:00)"', str(refused.value)).group(1)
+        suggested = re.search(r"at least (\d\d:\d\d:00)", str(refused.value)).group(1)
         RunTime(suggested, time_limit_seconds(suggested), iterations, step, "step_time_s").check()
         assert time_limit_seconds(suggested) - expected < 60
+
+
+def _jupiter_row():
+    """(row, world size, card) of the Qwen3-235B-A22B Jupiter recipe's first row (2048 x 4096 tokens, 256 GPUs)."""
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    return resolved.row, resolved.world_size, resolved.built_card
+
+
+def test_a_tflops_range_is_timed_at_its_low_end():
+    """The low end gives the longer step: the one a time limit has to cover."""
+    row, world_size, card = _jupiter_row()
+    row = dataclasses.replace(row, reference={"tflops_per_gpu": 200, "tflops_per_gpu_low": 170})
+    timing = run_time(row, "02:00:00", 10, world_size, card)
+    assert timing.source == "tflops_per_gpu_low 170"
+    assert timing.step_s == pytest.approx(2048 * 4096 * 148.34e9 / (170e12 * 256), rel=1e-3)
+
+
+def test_the_step_time_follows_the_runs_sequence_length():
+    """8192 tokens per sequence: twice the tokens of 4096 and more FLOPs per token (attention grows with the
+    sequence: 94 layers x 64 heads x 128 dims add 1.9e10-3.8e10 training FLOPs per token over 148.3e9, causal or
+    not), so the step is 2.25x-2.51x the 4096 one; a tokens/s reference gives exactly 2x."""
+    row, world_size, card = _jupiter_row()
+    longer = dataclasses.replace(card, seq_length=8192)
+    for reference, low, high in (({"tflops_per_gpu_low": 170}, 2.25, 2.51), ({"tokens_per_s_per_gpu": 900}, 2, 2)):
+        row = dataclasses.replace(row, reference=reference)
+        short, long = (run_time(row, "02:00:00", 10, world_size, c).step_s for c in (card, longer))
+        assert low - 1e-9 <= long / short <= high + 1e-9
+    assert long == pytest.approx(2048 * 8192 / (900 * 256), rel=1e-12)
