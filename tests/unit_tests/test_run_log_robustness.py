@@ -231,3 +231,51 @@ def test_crashes_without_a_python_traceback_mark_the_row(args, tail, status):
 def test_a_task_that_exited_cleanly_is_no_failure(args):
     text = _log(args, TIMES, [130.0] * 10, tail="srun: error: as01r1b01: task 0: Exited with exit code 0\n")
     assert _status(text) == "ok"
+
+
+def test_a_resume_that_repeats_the_last_logged_iteration_is_a_restart(args):
+    """A requeued job resumed from a checkpoint can print the iteration the killed run printed last: that line is the
+    resumed process's slow first step, not a steady one, so the window spans a restart."""
+    first = _lines(args, dict(enumerate(TIMES[:7], start=1)))
+    resumed = first + _lines(args, {7: 300000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0}, block=False)
+    log = parse_log_text("\n".join(resumed))
+    assert [run.start for run in log.runs] == [1, 7] and log.iterations[7].run == 1
+    assert _status("\n".join(resumed)) == "the window 3-10 spans a restart: its lines come from 2 starts of the program"
+
+
+def test_iteration_lines_after_the_end_of_training_line_unmark_the_run_finished(args):
+    """``finished`` means megatron's end-of-training line follows the run's last iteration line; lines printed after
+    it (a resume appended without an arguments block) make the run unfinished again."""
+    text = "\n".join(_lines(args, dict(enumerate(TIMES, start=1))) + [DONE]
+                     + _lines(args, {11: 75000.0, 12: 75000.0}, total=20, block=False))
+    log = parse_log_text(text)
+    assert len(log.runs) == 1 and log.runs[0].last_iteration == 12 and not log.runs[0].finished
+    assert parse_log_text(text + "\n" + DONE).runs[0].finished
+
+
+def test_a_failed_attempt_without_iterations_before_a_requeue_does_not_mark_the_row(args):
+    """A job that ran out of memory while building the model (an arguments block, no iteration line), then a clean
+    requeue appending its own block: the failure belongs to the first start of the program only."""
+    oom = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    text = "\n".join(_args_block(args) + [oom] + _lines(args, dict(enumerate(TIMES, start=1))) + [DONE])
+    log = parse_log_text(text)
+    assert [run.failure for run in log.runs] == ["out of memory", ""] and [run.start for run in log.runs] == [None, 1]
+    assert _status(text) == "ok"
+
+
+@pytest.mark.parametrize("error", ["RuntimeError: CUDA error: out of memory",
+                                   "torch.OutOfMemoryError: Tried to allocate 2.00 GiB"])
+def test_every_form_of_out_of_memory_is_reported_as_such(args, error):
+    """An OOM raised as a CUDA error (or without torch's usual wording) is an OOM, not a generic crash."""
+    tail = f"[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 9\n[rank0]: {error}\n"
+    text = _log(args, TIMES[:4], [130.0] * 4, tail=tail)
+    assert _status(text) == "out of memory at iteration 4"
+
+
+def test_a_chained_exception_is_reported_by_the_exception_raised_last(args):
+    """Python prints the original traceback first and the one that ended the program last."""
+    tail = ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'layers.0'\n\nDuring handling of the "
+            "above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b.py\", "
+            "line 2\nRuntimeError: checkpoint has no layer 0\n")
+    text = _log(args, TIMES[:4], [130.0] * 4, tail=tail)
+    assert _status(text) == "crashed (RuntimeError: checkpoint has no layer 0) at iteration 4"

@@ -354,3 +354,55 @@ def test_rows_are_sorted_by_model_batch_and_nodes_failed_rows_last(tmp_path, cap
         ("1024", "16.0"), ("4096", "4.0"), ("4096", "8.0"), ("4096", "16.0"), ("4096", "128.0"), ("", "")]
     assert rows[-1]["status"].startswith("out of memory")
     assert float(rows[2]["efficiency"]) == pytest.approx(1.0)
+
+
+def test_a_one_iteration_window_is_accepted():
+    assert Window.parse("7-7") == Window(7, 7)
+
+
+def _strong_args(overrides: dict | None = None) -> dict:
+    """The 8-node Qwen3.5 strong-scaling row's arguments with ``overrides``."""
+    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **(overrides or {})})
+
+
+def test_tokens_use_the_logged_global_batch_size_over_the_arguments():
+    """During a batch-size ramp-up the arguments hold the final batch; the window's lines log the one it ran."""
+    args = _strong_args()
+    times = _random_times(10, 75000.0)
+    text = _log(args, times, [130.0] * 10).replace("global batch size:  4096 |", "global batch size:  2048 |")
+    row = summarise(parse_log_text(text), Window(), 4)
+    step_s = statistics.median(times[2:]) / 1000
+    assert row.global_batch_size == 2048
+    assert row.tokens_per_s_per_gpu == pytest.approx(2048 * 4096 / step_s / 32, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp, padded", [(1, 262016), (2, 262144)])
+def test_our_flops_use_the_vocabulary_padded_at_the_runs_tensor_parallel_size(tp, padded):
+    """Without a ``padded vocab`` line the vocabulary is padded as megatron does: 262,000 tokens to a multiple of
+    128 x TP (2047 x 128 at TP 1, 1024 x 256 at TP 2)."""
+    args = _strong_args({"vocab_size": 262000, "tensor_model_parallel_size": tp})
+    seen = []
+
+    def flops(card, seq_length, vocab):
+        seen.append(vocab)
+        return 1e9
+
+    summarise(parse_log_text(_log(args, _random_times(10, 75000.0), [130.0] * 10)), Window(), 4,
+              flops_per_token=flops)
+    assert seen == [padded]
+
+
+def test_mfu_uses_the_given_peak():
+    peak = random.uniform(300.0, 900.0)
+    text = _log(_strong_args(), _random_times(10, 75000.0), [130.0] * 10)
+    row = summarise(parse_log_text(text), Window(), 4, peak_tflops=peak)
+    assert row.mfu == pytest.approx(row.tflops_per_gpu / peak, rel=1e-12)
+
+
+def test_a_run_one_iteration_short_of_the_window_says_so():
+    args = _strong_args({"train_iters": 9})
+    text = _log(args, _random_times(9, 75000.0), [130.0] * 9, total=9,
+                tail="[after training is done] datetime: 2026-10-19 12:00:00\n")
+    assert summarise(parse_log_text(text), Window(), 4).status == (
+        "run of 9 iterations ends inside the window 3-10: its numbers would cover only 3-9; give --window 3-9 for "
+        "them")

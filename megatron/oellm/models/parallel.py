@@ -189,7 +189,8 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     if layout.vpp is not None and layout.vpp < 1:
         raise ParallelLayoutError(f"vpp must be >= 1 or unset, got {layout.vpp}")
     if layout.sp and layout.tp == 1:
-        raise ParallelLayoutError("sequence parallelism (sp) needs tp > 1; drop sp or set tp >= 2")
+        raise ParallelLayoutError("sequence parallelism (recipe: sp = true; oellm plan: --sp; Megatron: "
+                                  "--sequence-parallel) needs tp > 1; turn it off or use tp >= 2")
     _validate_tensor_parallel(card, layout)
     _validate_experts(card, layout)
     _validate_context_parallel(card, layout)

@@ -51,3 +51,12 @@ def test_rows_megatrons_padding_does_not_explain_are_refused() -> None:
     run = argparse.Namespace(make_vocab_size_divisible_by=128, tensor_model_parallel_size=1, padded_vocab_size=512)
     with pytest.raises(ConversionError, match=r"to 384 at TP 1 x make-vocab-size-divisible-by 128"):
         stored_padded_vocab(300, rows(512), run)
+
+
+@pytest.mark.parametrize("stored", [{"make_vocab_size_divisible_by": 128}, {"tensor_model_parallel_size": 2}])
+def test_run_arguments_missing_one_padding_field_fall_back_to_the_plausible_sizes(stored) -> None:
+    """A checkpoint whose stored arguments lack the divisor or the TP size is judged as one without arguments:
+    300 tokens padded at TP 2 x 128 are 512 rows (no crash on the missing field)."""
+    assert stored_padded_vocab(300, rows(512), argparse.Namespace(**stored)) == 512
+    with pytest.raises(ConversionError, match="no run arguments stored"):
+        stored_padded_vocab(300, rows(500), argparse.Namespace(**stored))
