@@ -433,7 +433,9 @@ def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> li
         try:
             value = int(raw.strip())
         except ValueError:
-            findings.append(Finding("error", variable, f"{variable}={raw!r} is not an integer.",
+            value = None
+        if value is None or value < 1:  # NCCL needs at least one channel; a non-number or 0 or less is a typo
+            findings.append(Finding("error", variable, f"{variable}={raw!r} is not a positive integer.",
                                     f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)"))
             continue
         if value > NCCL_CHANNEL_LIMIT:

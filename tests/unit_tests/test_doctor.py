@@ -186,8 +186,9 @@ def test_nccl_channels_warn_above_four(variable):
             assert findings[variable].fix == f"export {variable}=4"
 
 
-@pytest.mark.parametrize("raw", ["four", "4.0", "", "0x8"])
+@pytest.mark.parametrize("raw", ["four", "4.0", "", "0x8", "0", "-3"])
 def test_nccl_channels_non_integer_is_an_error_naming_the_variable(raw):
+    """A non-number, zero or a negative count (NCCL needs at least one channel) is an error naming the variable."""
     findings = check_nccl_channels(make_report(), {"NCCL_MIN_NCHANNELS": raw, "NCCL_NCHANNELS_PER_PEER": "2"})
     by_name = {f.name: f for f in findings}
     assert by_name["NCCL_MIN_NCHANNELS"].severity == "error"
