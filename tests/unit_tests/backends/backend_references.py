@@ -68,3 +68,31 @@ def grouped_mlp_reference(
         outputs.append(h @ fc2[e].double().T)
         start += count
     return torch.cat(outputs)
+
+
+def experts_errors_from_float64(
+    experts: torch.nn.Module,
+    hidden: torch.Tensor,
+    probs: torch.Tensor,
+    grad_out: torch.Tensor,
+    out: torch.Tensor,
+    tokens_per_expert: list[int],
+    gated: bool,
+    probs_on_input: bool = False,
+) -> dict[str, float]:
+    """Relative errors of grouped ``experts``' output ``out`` and, after ``out.backward(grad_out)``, of the gradients
+    of ``hidden``, ``probs`` and both weights, against :func:`grouped_mlp_reference` in float64 on the same weights."""
+    leaves = [t.detach().double().requires_grad_() for t in (hidden, probs)]
+    w1 = experts.linear_fc1.weight.detach().double().requires_grad_()
+    w2 = experts.linear_fc2.weight.detach().double().requires_grad_()
+    expected = grouped_mlp_reference(
+        leaves[0], tokens_per_expert, leaves[1], list(w1), list(w2), gated=gated, probs_on_input=probs_on_input
+    )
+    expected.backward(grad_out.double())
+    return {
+        "out": relative_error(out, expected),
+        "hidden": relative_error(hidden.grad, leaves[0].grad),
+        "probs": relative_error(probs.grad, leaves[1].grad),
+        "fc1": relative_error(experts.linear_fc1.weight.grad, w1.grad),
+        "fc2": relative_error(experts.linear_fc2.weight.grad, w2.grad),
+    }
