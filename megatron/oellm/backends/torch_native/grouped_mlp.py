@@ -16,7 +16,7 @@ from megatron.core.dist_checkpointing.mapping import ShardedStateDict, ShardedTe
 from megatron.core.dist_checkpointing.utils import replace_prefix_for_sharding
 from megatron.core.fusions.fused_bias_swiglu import bias_swiglu_impl, weighted_bias_swiglu_impl
 from megatron.core.process_groups_config import ProcessGroupCollection
-from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+from megatron.core.tensor_parallel.layers import _initialize_affine_weight_cpu, set_tensor_model_parallel_attributes
 from megatron.core.tensor_parallel.random import (
     CheckpointWithoutOutput,
     get_cuda_rng_tracker,
@@ -122,20 +122,16 @@ class StackedGroupedLinear(torch.nn.Module):
                 for expert in self.weight:
                     init_method(expert)
         else:
+            tp_size, tp_rank = get_pg_size(self.tp_group), get_pg_rank(self.tp_group)
+            full = list(self.weight.shape[1:])
+            full[self.tp_axis] *= tp_size
+            # a gated fc1 holds this rank's part of each half (the layout of :func:`stacked_swiglu_factory`): stride 2
+            stride = 2 if self.tp_axis == 0 and self.config.gated_linear_unit else 1
             for expert in self.weight:
-                expert.copy_(self._cpu_initialized_shard(init_method))
-
-    def _cpu_initialized_shard(self, init_method: Callable[[torch.Tensor], None]) -> torch.Tensor:
-        """One expert's full ``[out, in]`` matrix initialised in fp32 on the CPU, cut to this rank's expert-TP part:
-        for a gated fc1 this rank's part of each half (the layout of :func:`stacked_swiglu_factory`)."""
-        tp_size, tp_rank = get_pg_size(self.tp_group), get_pg_rank(self.tp_group)
-        shape = list(self.weight.shape[1:])
-        shape[self.tp_axis] *= tp_size
-        master = torch.empty(shape, dtype=torch.float32)
-        init_method(master)
-        if self.tp_axis == 0 and self.config.gated_linear_unit:
-            return torch.cat([half.chunk(tp_size, dim=0)[tp_rank] for half in master.chunk(2, dim=0)])
-        return master.chunk(tp_size, dim=self.tp_axis)[tp_rank]
+                _initialize_affine_weight_cpu(
+                    expert, full[0], full[1], self.weight.shape[1 + self.tp_axis], self.tp_axis, init_method,
+                    stride=stride, params_dtype=self.weight.dtype, rank=tp_rank, world_size=tp_size,
+                    skip_set_tensor_parallel_attributes=True)
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Grouped GEMM of expert-sorted ``x`` (``[tokens, in]``) with int32 cumulative ``offsets`` per expert."""
