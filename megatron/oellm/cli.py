@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 from types import ModuleType
 
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SIGPIPE_EXIT_STATUS = 128 + 13
+SIGPIPE_EXIT_STATUS = 128 + signal.SIGPIPE
 """Exit status of a command whose reader closed its output (``oellm models | head``), as a shell reports SIGPIPE."""
 
 

@@ -216,14 +216,13 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
             cause = f"this start of the program begins at {run_start}" if start == run_start else "missing or cut"
             return f"no line for {gap} of the window {window} ({cause})"
         expected = line.iteration + 1
-    needed = window.last
     following = (lines[-1].iteration // interval + 1) * interval
-    if following <= needed:
+    if following <= window.last:
         return f"no line for iteration {following} of the window {window} (missing or cut)"
-    if lines[-1].iteration < needed and run.finished and lines[-1].iteration == run.last_iteration:
-        return (f"iterations {lines[-1].iteration + 1}-{needed} of the window {window} are in no log line (the run "
+    if lines[-1].iteration < window.last and run.finished and lines[-1].iteration == run.last_iteration:
+        return (f"iterations {lines[-1].iteration + 1}-{window.last} of the window {window} are in no log line (the run "
                 f"ended between lines, log interval {interval}); end the window at {lines[-1].iteration}")
-    if lines[-1].iteration < needed:
+    if lines[-1].iteration < window.last:
         return (f"the window {window} ends between log lines: the last line in it averages up to iteration "
                 f"{lines[-1].iteration}, the next one reaches {following} (log interval {interval}); end the window "
                 "on a logged iteration")

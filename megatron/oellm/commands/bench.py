@@ -147,7 +147,6 @@ def run(args: argparse.Namespace) -> int:
     report = run_benchmark(config)
     data = report.to_dict()
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(data, indent=2))
     if args.json:
         print(json.dumps(data, indent=2))

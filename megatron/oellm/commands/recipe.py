@@ -49,7 +49,7 @@ CLUSTER_OVERRIDES = ("partition", "account", "qos", "time", "image", "output_dir
 OVERRIDE_HELP = {"time": "time limit of every selected row's job (over the config's cluster and row times)"}
 """Help texts of the :data:`CLUSTER_OVERRIDES` that do more than replace the cluster setting."""
 
-SLURM_ONLY_OVERRIDES = ("partition", "account", "qos", "time", "image")
+SLURM_ONLY_OVERRIDES = tuple(name for name in CLUSTER_OVERRIDES if name != "output_dir")
 """The :data:`CLUSTER_OVERRIDES` that only a SLURM job reads; ``--local`` (torchrun on this machine, no container)
 has no use for them (``output_dir`` it does use: its checkpoints go there)."""
 

@@ -217,13 +217,10 @@ def card_name_flag(card: ModelCard) -> dict[str, FlagValue]:
     return {"oellm-model": card.name if same else None}
 
 
-UNWIRED_FLAGS: dict[str, str] = dict(UNWIRED_DATA_FLAGS)
-"""Megatron flags the training entry parses but does not honour (name -> why): refused wherever a row sets them."""
-
-
 def check_unwired(flags: Mapping[str, FlagValue]) -> None:
-    """Refuse a set flag of :data:`UNWIRED_FLAGS`: the job would run, but not what the row says."""
-    for name, reason in UNWIRED_FLAGS.items():
+    """Refuse a set flag the training entry parses but does not honour
+    (:data:`megatron.oellm.training.data.UNWIRED_DATA_FLAGS`): the job would run, but not what the row says."""
+    for name, reason in UNWIRED_DATA_FLAGS.items():
         if flags.get(name) not in (None, False):
             raise RecipeError(reason)
 
