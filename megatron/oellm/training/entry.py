@@ -14,6 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
 from megatron.oellm.training.args import (
@@ -23,12 +24,16 @@ from megatron.oellm.training.args import (
     with_training_defaults,
 )
 
+if TYPE_CHECKING:
+    from megatron.oellm.cards import ModelCard
+
 PROG = "megatron.oellm.training.entry"
 """The entry's name in its one-line error messages (what ``python -m`` runs)."""
 
 
-def flops_and_peak(args) -> tuple[float, float | None]:
-    """Training FLOPs per token of the run's card and the GPU's peak TFLOP/s (None when unknown).
+def flops_and_peak(args, card: ModelCard | None = None) -> tuple[float, float | None]:
+    """Training FLOPs per token of the run's card (``card``, else read from ``args``) and the GPU's peak TFLOP/s
+    (None when unknown).
 
     The peak is the dense BF16 one also for FP8 runs, as in the reports' MFU and ``oellm table`` (so a log line and
     a table agree); ``--oellm-peak-tflops`` sets another.
@@ -39,22 +44,23 @@ def flops_and_peak(args) -> tuple[float, float | None]:
     from megatron.oellm.training.model_provider import card_from_args
     from megatron.oellm.training.throughput import device_peak_tflops
 
-    flops = training_flops_per_token(card_from_args(args), args.seq_length, padded_vocab=args.padded_vocab_size)
+    card = card_from_args(args) if card is None else card
+    flops = training_flops_per_token(card, args.seq_length, padded_vocab=args.padded_vocab_size)
     peak = args.oellm_peak_tflops
     if peak is None:
         peak = device_peak_tflops(torch.cuda.get_device_name(), "bf16")
     return flops.total, peak
 
 
-def check_layout(args) -> None:
+def check_layout(args, card: ModelCard | None = None) -> None:
     """Raise :class:`megatron.oellm.models.parallel.ParallelLayoutError` when the run's parallel layout does not fit
-    its card: the spec builders' own check, made before Megatron initialises instead of in the model provider (after
+    its card (``card``, else read from ``args``): the spec builders' own check, made before Megatron initialises instead of in the model provider (after
     process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
     hybrid pattern whose ``|`` splits a decoder layer between two pipeline stages."""
     from megatron.oellm.models.parallel import validate_layout
     from megatron.oellm.training.model_provider import card_from_args, check_pipeline_split_flags, layout_from_args
 
-    card = card_from_args(args)
+    card = card_from_args(args) if card is None else card
     check_pipeline_split_flags(args, card)
     validate_layout(card, layout_from_args(args))
 
@@ -120,9 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args_support(args.oellm_backend, args)
         check_flex_dispatcher(args)
         check_data_args(args)
-        check_layout(args)
-        check_schedule_support(args, card_from_args(args))
-        flops_per_token, peak_tflops = flops_and_peak(args)
+        card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
+        check_layout(args, card)
+        check_schedule_support(args, card)
+        flops_per_token, peak_tflops = flops_and_peak(args, card)
     except ValueError as error:
         return refuse(error)
     install_throughput_logging(flops_per_token, peak_tflops)
