@@ -79,19 +79,21 @@ class GatingProduct(torch.autograd.Function):
         grad = grad_logits.reshape(-1, grad_logits.shape[-1]).to(ctx.dtype)
         rows = hidden.reshape(-1, hidden.shape[-1])
         grad_hidden = grad_weight = grad_bias = None
-        terms = split_into_bf16_terms(grad) if ctx.tensor_cores else None  # one exact split serves both products
+        # one exact split serves both products, made only when one of them is needed
+        split = ctx.tensor_cores and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
+        terms = split_into_bf16_terms(grad) if split else None
+
+        def grad_times(right: torch.Tensor, transposed: bool) -> torch.Tensor:
+            """``grad`` (or its transpose) times ``right`` in fp32: from the bf16 terms on the tensor cores, else
+            on fp32 copies."""
+            if terms is None:
+                return upcast_matmul(grad.t() if transposed else grad, right, ctx.dtype)
+            return bf16_terms_matmul(tuple(term.t() for term in terms) if transposed else terms, right)
+
         if ctx.needs_input_grad[0]:
-            if terms is None:
-                grad_hidden = upcast_matmul(grad, weight, ctx.dtype)
-            else:
-                grad_hidden = bf16_terms_matmul(terms, weight)
-            grad_hidden = grad_hidden.to(hidden.dtype).view(hidden.shape)
+            grad_hidden = grad_times(weight, transposed=False).to(hidden.dtype).view(hidden.shape)
         if ctx.needs_input_grad[1]:
-            if terms is None:
-                grad_weight = upcast_matmul(grad.t(), rows, ctx.dtype)
-            else:
-                grad_weight = bf16_terms_matmul(tuple(term.t() for term in terms), rows)
-            grad_weight = grad_weight.to(weight.dtype)
+            grad_weight = grad_times(rows, transposed=True).to(weight.dtype)
         if ctx.bias_dtype is not None and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0).to(ctx.bias_dtype)
         return grad_hidden, grad_weight, grad_bias, None
