@@ -6,11 +6,11 @@ import argparse
 import ast
 import json
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from megatron.oellm.bench import SIDES
+from megatron.oellm.commands import refuse
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
@@ -129,9 +129,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("oellm bench: error: needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node",
-              file=sys.stderr)
-        return 2
+        return refuse("bench", "needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
     from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark
     from megatron.oellm.cards import CardError
 
@@ -142,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
                              profile_dir=args.profile)
         check_output_path(args.output)
     except (CardError, ValueError) as error:
-        print(f"oellm bench: error: {error}", file=sys.stderr)
-        return 2
+        return refuse("bench", error)
     report = run_benchmark(config)
     data = report.to_dict()
     if args.output is not None:

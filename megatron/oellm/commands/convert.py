@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import re
 import signal
-import sys
 import time
 from pathlib import Path
+
+from megatron.oellm.commands import refuse
 
 HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt) and mcore-to-hf"
 
@@ -93,14 +94,11 @@ def run(args: argparse.Namespace) -> int:
             summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
                                              max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config)
     except CardError as error:
-        print(f"oellm convert {args.direction}: error: {error}", file=sys.stderr)
-        return 2
+        return refuse(f"convert {args.direction}", error)
     except ConversionError as error:
-        print(f"oellm convert {args.direction}: error: {error}", file=sys.stderr)
-        return error.exit_status
+        return refuse(f"convert {args.direction}", error, error.exit_status)
     except KeyboardInterrupt:  # Ctrl-C before the output is staged (while staged it is a ConversionInterrupted)
-        print(f"oellm convert {args.direction}: error: stopped by SIGINT; --out is as it was", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
     print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import sys
 import warnings
 from typing import Any
 
 from megatron.oellm.cards import CardError, ModelCard, get_card
+from megatron.oellm.commands import refuse
 from megatron.oellm.flops import FlopError, megatron_flops_per_token, pad_vocab, training_flops_per_token
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
@@ -183,7 +183,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = flops_report(args)
     except (CardError, FlopError, ValueError) as error:
-        print(f"oellm flops: error: {error}", file=sys.stderr)
-        return 2
+        return refuse("flops", error)
     print(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from dataclasses import asdict
 
 from megatron.oellm.cards import CardError, get_card
+from megatron.oellm.commands import refuse
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan
 
@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
     except (CardError, ParallelLayoutError) as error:
-        print(f"oellm plan: error: {error}", file=sys.stderr)
-        return 2
+        return refuse("plan", error)
     seq_length = card.seq_length
     if args.json:
         count = training_flops_per_token(card, seq_length)

@@ -6,11 +6,11 @@ import argparse
 import dataclasses
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import CardError
+from megatron.oellm.commands import refuse
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
@@ -201,8 +201,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(f"\n{describe_row(job)}\n{job.script}")
     except (RecipeError, CardError, ParallelLayoutError) as err:
-        print(f"oellm recipe: error: {err}", file=sys.stderr)
-        return 2
+        return refuse("recipe", err)
     return 0
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
+from megatron.oellm.commands import refuse
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
     DEFAULT_PEAK_TFLOPS,
@@ -68,6 +68,5 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             plot(rows, args.plot, args.title)
     except (TableError, OSError) as err:
-        print(f"oellm table: error: {err}", file=sys.stderr)
-        return 2
+        return refuse("table", err)
     return 0
