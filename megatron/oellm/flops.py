@@ -78,6 +78,12 @@ def pad_vocab(vocab_size: int, divisor: int = MEGATRON_VOCAB_DIVISOR) -> int:
     return -(-vocab_size // divisor) * divisor
 
 
+def megatron_padded_vocab(vocab_size: int, tp: int = 1, divisor: int | None = None) -> int:
+    """The embedding's rows as Megatron builds them: ``vocab_size`` padded to ``--make-vocab-size-divisible-by``
+    (``divisor``; Megatron's default :data:`MEGATRON_VOCAB_DIVISOR` when unset) x tensor-parallel size ``tp``."""
+    return pad_vocab(vocab_size, (divisor or MEGATRON_VOCAB_DIVISOR) * tp)
+
+
 def document_lengths_list(seq_length: int, document_lengths: DocumentLengths | None = None) -> list[int]:
     """The documents of one packed sequence as a list of lengths; ``None`` = one document of ``seq_length``.
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
-from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
+from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
 from megatron.oellm.peaks import GPU_PEAKS, mfu
 from megatron.oellm.run_log import IterationLine, Run, RunLog
 
@@ -277,9 +277,8 @@ def padded_vocab(args: dict) -> int | None:
     size; None when the arguments give no vocabulary size). The values must have passed :func:`garbled_integer`."""
     if args.get("vocab_size") is None:
         return None
-    divisor = (args.get("make_vocab_size_divisible_by") or MEGATRON_VOCAB_DIVISOR) * (
-        args.get("tensor_model_parallel_size") or 1)
-    return pad_vocab(args["vocab_size"], divisor)
+    return megatron_padded_vocab(args["vocab_size"], args.get("tensor_model_parallel_size") or 1,
+                                 args.get("make_vocab_size_divisible_by"))
 
 
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, validate and print the plan; exit 2 with the reason on stderr on a bad model or layout (stdout, which
     ``--json`` users redirect to a file, holds the plan only)."""
-    from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab, training_flops_per_token
+    from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
 
     try:
         if args.nodes < 1 or args.gpus_per_node < 1:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         if args.padded_vocab is not None:
             card = card.with_vocab(args.padded_vocab)
         elif args.tp >= 1:  # Megatron pads the vocabulary to 128 x TP (tp < 1 is refused by the layout check below)
-            card = card.with_vocab(pad_vocab(card.vocab_size, MEGATRON_VOCAB_DIVISOR * args.tp))
+            card = card.with_vocab(megatron_padded_vocab(card.vocab_size, args.tp))
         if args.seq_length is not None:
             card = dataclasses.replace(card, seq_length=args.seq_length)
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,

@@ -15,7 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
+from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
 
 VOCAB_TENSORS = ("embedding.word_embeddings.weight", "output_layer.weight")
 """Megatron state-dict tensors with one row per vocabulary entry."""
@@ -51,10 +51,10 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
     divisor = getattr(megatron_args, "make_vocab_size_divisible_by", None)
     tp = getattr(megatron_args, "tensor_model_parallel_size", None)
     if isinstance(divisor, int) and isinstance(tp, int):
-        expected = {pad_vocab(vocab_size, divisor * tp)}
+        expected = {megatron_padded_vocab(vocab_size, tp, divisor)}
         how = f"at TP {tp} x make-vocab-size-divisible-by {divisor} (the saving run's arguments)"
     else:
-        expected = {pad_vocab(vocab_size, MEGATRON_VOCAB_DIVISOR * tp) for tp in PLAUSIBLE_TP_SIZES}
+        expected = {megatron_padded_vocab(vocab_size, tp) for tp in PLAUSIBLE_TP_SIZES}
         how = f"at TP {'/'.join(map(str, PLAUSIBLE_TP_SIZES))} x {MEGATRON_VOCAB_DIVISOR} (no run arguments stored)"
     if padded not in expected:
         raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, but megatron pads the card's "

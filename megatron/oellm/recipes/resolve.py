@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from megatron.oellm.cards import CardError, ModelCard, get_card
-from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
+from megatron.oellm.flops import megatron_padded_vocab
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow, layout_overrides
@@ -63,9 +63,8 @@ class ResolvedRow:
         and output layer hold it; what the plan's memory and FLOPs count. (A Hugging Face tokenizer's own
         vocabulary is known only to the run.)"""
         divisor = self.flags.get("make-vocab-size-divisible-by")
-        if divisor is None or divisor is False:
-            divisor = MEGATRON_VOCAB_DIVISOR
-        return self.card.with_vocab(pad_vocab(self.card.vocab_size, int(divisor) * self.layout.tp))
+        return self.card.with_vocab(megatron_padded_vocab(self.card.vocab_size, self.layout.tp,
+                                                          int(divisor) if divisor else None))
 
 
 def run_vocab_size(recipe: Recipe, inputs: RunInputs) -> int | None:
