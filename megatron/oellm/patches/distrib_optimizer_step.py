@@ -25,11 +25,6 @@ import torch
 from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
 
 
-def has_steps(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether any parameter state of ``optimizer`` holds a ``step`` (reading a defaultdict state adds empty ones)."""
-    return any("step" in state for state in optimizer.state.values())
-
-
 def has_state(optimizer: torch.optim.Optimizer) -> bool:
     """Whether any parameter state of ``optimizer`` holds anything (the empty ones a defaultdict read adds do not
     count): the template step is only for an optimizer before its first step, never over real state."""
