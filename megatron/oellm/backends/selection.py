@@ -91,12 +91,16 @@ def check_backend_support(
     moe_latent: bool = False,
     offloaded_expert_activations: tuple[str, ...] = (),
     te_kernel_settings: tuple[str, ...] = (),
+    disabled_fusions: tuple[str, ...] = (),
+    deferred_wgrad: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
 ) -> None:
     """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
 
     ``backend`` is a :data:`BACKEND_CHOICES` value (``auto`` is resolved first). The keyword features mirror
-    TransformerConfig fields (see :func:`check_config_support`). The message names the setting to change.
+    TransformerConfig fields (see :func:`check_config_support`); ``disabled_fusions`` holds names of
+    :data:`TORCH_BACKEND_DISABLED_FUSIONS` and ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS`. The message
+    names the setting to change.
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
@@ -133,6 +137,19 @@ def check_backend_support(
         unsupported.append(
             f"settings that run Transformer Engine's kernels ({', '.join(te_kernel_settings)}): unset them"
         )
+    if disabled_fusions:
+        unsupported.append(
+            "fusions whose kernels this backend does not bring, which the training entry turns off for it ("
+            + "; ".join(f"{name}=True: {TORCH_BACKEND_DISABLED_FUSIONS[name]}" for name in disabled_fusions)
+            + "): set them to False"
+        )
+    if deferred_wgrad:
+        unsupported.append(
+            "deferred weight gradients ("
+            + "; ".join(f"{name}: {WGRAD_DEFERRAL_SETTINGS[name]}" for name in deferred_wgrad)
+            + "; the torch-native modules compute every weight gradient in the ordinary backward pass, so the "
+            f"overlap would be lost): drop {', '.join(_flag(name) for name in deferred_wgrad)}"
+        )
     if te_rng_tracker:
         unsupported.append(
             "Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
@@ -168,25 +185,44 @@ EXPERT_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
 """``offload_modules`` entries that megatron-core's TE grouped experts implement and the torch-native ones do not."""
 
 
-CONFIG_TE_KERNEL_SETTINGS: dict[str, object] = {"apply_rope_fusion": True}
-"""TransformerConfig settings that run Transformer Engine's kernels (TE's fused RoPE) but that the training entry
-turns off for the torch backend whatever Megatron's arguments say (Megatron's default is on), so they are checked on
-a config only: a config built by hand with them would bring TE into a torch-native model."""
+TORCH_BACKEND_DISABLED_FUSIONS: dict[str, str] = {
+    "apply_rope_fusion": "Transformer Engine's fused RoPE",
+    "gradient_accumulation_fusion": "apex's fused weight-gradient GEMM (Transformer Engine's GEMM under Megatron-FSDP)",
+}
+"""TransformerConfig fields (and Megatron arguments of the same name, on by default there) that run fused kernels the
+torch-native backend does not bring, and what they run. The training entry turns them off for the torch backend
+whatever the arguments say (:func:`megatron.oellm.training.model_provider.megatron_config_kwargs` reads this table),
+so they are checked on a TransformerConfig only: a config built by hand with one on would bring Transformer Engine
+into a torch-native model, or (gradient accumulation fusion without apex) stop in megatron-core once building the
+model has allocated memory."""
 
 
-def _te_kernel_settings(source: TransformerConfig | Any) -> dict[str, object]:
-    """The settings of :data:`TE_KERNEL_SETTINGS` (and, for a TransformerConfig, :data:`CONFIG_TE_KERNEL_SETTINGS`)
-    that ``source`` is checked for."""
-    if isinstance(source, TransformerConfig):
-        return {**TE_KERNEL_SETTINGS, **CONFIG_TE_KERNEL_SETTINGS}
-    return TE_KERNEL_SETTINGS
+WGRAD_DEFERRAL_SETTINGS: dict[str, str] = {
+    "delay_wgrad_compute": "only Transformer Engine's linears hold weight gradients back for the EP-overlap schedule",
+    "overlap_dispatch_backward_with_experts_wgrad": "only Transformer Engine's grouped experts hold theirs back for "
+    "the dispatch backward",
+    "defer_embedding_wgrad_compute": "the output layer defers its weight gradient only with "
+    "gradient_accumulation_fusion, which the training entry turns off for this backend",
+}
+"""Settings (TransformerConfig fields and Megatron arguments of the same name) that defer weight-gradient GEMMs to
+overlap them with communication, and why the torch-native backend cannot: megatron-core calls the modules'
+``backward_dw`` for the deferred work, which is a no-op on megatron-core's local linears and on our grouped experts,
+so the run would train with the overlap silently lost (or, for the output layer, megatron-core would refuse the
+config only once Megatron has initialised)."""
+
+
+def _flag(name: str) -> str:
+    """Megatron's command-line flag of the argument ``name`` (``delay_wgrad_compute`` -> ``--delay-wgrad-compute``)."""
+    return "--" + name.replace("_", "-")
 
 
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
     (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, and the RNG tracker,
-    ``use_te_rng_tracker`` vs ``te_rng_tracker``)."""
-    experts = source.num_moe_experts if isinstance(source, TransformerConfig) else source.num_experts
+    ``use_te_rng_tracker`` vs ``te_rng_tracker``). :data:`TORCH_BACKEND_DISABLED_FUSIONS` are read from a
+    TransformerConfig only: from the arguments the training entry turns them off."""
+    is_config = isinstance(source, TransformerConfig)
+    experts = source.num_moe_experts if is_config else source.num_experts
     offloaded = (source.offload_modules or ()) if source.fine_grained_activation_offloading else ()
     return dict(
         fp8=source.fp8 is not None,
@@ -202,11 +238,11 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         moe_latent=source.moe_latent_size is not None,
         offloaded_expert_activations=tuple(name for name in EXPERT_OFFLOAD_MODULES if name in offloaded),
         te_kernel_settings=tuple(
-            f"{name}={value!r}" for name, value in _te_kernel_settings(source).items() if getattr(source, name) == value
+            f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items() if getattr(source, name) == value
         ),
-        te_rng_tracker=bool(
-            source.use_te_rng_tracker if isinstance(source, TransformerConfig) else source.te_rng_tracker
-        ),
+        disabled_fusions=tuple(name for name in TORCH_BACKEND_DISABLED_FUSIONS if is_config and getattr(source, name)),
+        deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
+        te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
     )
 
 

@@ -21,9 +21,6 @@ from megatron.oellm.models.parallel import (
 )
 from megatron.oellm.training.card_from_args import card_from_megatron_args, check_expressible
 
-TE_KERNEL_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion")
-"""Megatron arguments that default to on and need Transformer Engine (or apex) kernels: off on the torch backend."""
-
 
 def card_from_args(args: argparse.Namespace) -> ModelCard:
     """The run's card with the padded vocabulary Megatron chose (the embedding's real size) and the run's
@@ -122,13 +119,16 @@ def megatron_config_kwargs(args: argparse.Namespace, backend: str) -> dict:
 
     Megatron's function, not a list of ours, so that every runtime flag a recipe passes (dispatcher backend, forced
     balancing, FP8, recompute, attention backend, CUDA graphs, ...) reaches the model. On the torch-native backend
-    the TE-kernel fusions Megatron enables by default (:data:`TE_KERNEL_FUSIONS`) are turned off first.
+    the fusions Megatron enables by default whose kernels that backend does not bring
+    (:data:`megatron.oellm.backends.selection.TORCH_BACKEND_DISABLED_FUSIONS`) are turned off first.
     """
     from megatron.training.arguments import core_transformer_config_from_args
 
+    from megatron.oellm.backends.selection import TORCH_BACKEND_DISABLED_FUSIONS
+
     source = copy.copy(args)
     if backend == "torch":
-        for name in TE_KERNEL_FUSIONS:
+        for name in TORCH_BACKEND_DISABLED_FUSIONS:
             setattr(source, name, False)
     config = core_transformer_config_from_args(source)
     return {field.name: getattr(config, field.name) for field in dataclasses.fields(config) if field.init}

@@ -3,6 +3,7 @@
 import warnings
 
 import pytest
+import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.moe.experts import SequentialMLP
@@ -116,6 +117,8 @@ def test_torch_provider_classes() -> None:
             r"Transformer Engine's kernels \(moe_permute_fusion=True\)",
         ),
         ({"te_rng_tracker": True}, "Transformer Engine's RNG tracker"),
+        ({"disabled_fusions": ("gradient_accumulation_fusion",)}, r"gradient_accumulation_fusion=True: apex's"),
+        ({"deferred_wgrad": ("delay_wgrad_compute",)}, r"deferred weight gradients.*drop --delay-wgrad-compute"),
     ],
 )
 def test_torch_backend_rejects_unsupported_features(features: dict, message: str) -> None:
@@ -148,7 +151,7 @@ def test_config_support_reads_transformer_config() -> None:
         selection.check_config_support("torch", TransformerConfig(**base, log_max_attention_logit=True))
     rope_fusion = TransformerConfig(**base)  # without TE, TransformerConfig itself refuses apply_rope_fusion=True
     rope_fusion.apply_rope_fusion = True
-    with pytest.raises(ValueError, match=r"Transformer Engine's kernels \(apply_rope_fusion=True\)"):
+    with pytest.raises(ValueError, match=r"apply_rope_fusion=True: Transformer Engine's fused RoPE"):
         selection.check_config_support("torch", rope_fusion)
 
 
@@ -227,4 +230,104 @@ def test_config_support_refuses_te_activation_and_latent_moe() -> None:
     with pytest.raises(ValueError, match=r"moe_latent_size"):
         selection.check_config_support(
             "torch", TransformerConfig(**base, num_moe_experts=4, moe_ffn_hidden_size=32, moe_latent_size=16)
+        )
+
+
+def _tiny_config(**overrides) -> TransformerConfig:
+    """A small bf16 MoE TransformerConfig built by hand (no TE needed), ``overrides`` on top."""
+    return TransformerConfig(
+        num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm", num_moe_experts=4,
+        moe_ffn_hidden_size=32, bf16=True, params_dtype=torch.bfloat16, **overrides,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # megatron-core's local linears need apex for it (else they raise once building has allocated memory)
+        ({"gradient_accumulation_fusion": True}, r"\(gradient_accumulation_fusion=True: apex's fused"),
+        # accepted by TransformerConfig without TE; the torch-native modules' backward_dw does nothing
+        (
+            {"delay_wgrad_compute": True, "overlap_moe_expert_parallel_comm": True, "expert_model_parallel_size": 2,
+             "moe_token_dispatcher_type": "alltoall"},
+            r"deferred weight gradients \(delay_wgrad_compute: .*drop --delay-wgrad-compute\.",
+        ),
+        (
+            {"defer_embedding_wgrad_compute": True, "gradient_accumulation_fusion": True,
+             "pipeline_model_parallel_size": 2, "pipeline_dtype": torch.bfloat16},
+            r"defer_embedding_wgrad_compute: .*drop --defer-embedding-wgrad-compute",
+        ),
+    ],
+)
+def test_config_support_refuses_wgrad_fusion_and_deferral(overrides: dict, message: str) -> None:
+    """A config built by hand asking for fused or deferred weight gradients, which the torch-native modules would not
+    honour (or would fail on after allocating), is refused before building."""
+    with pytest.raises(ValueError, match=message):
+        selection.check_config_support("torch", _tiny_config(**overrides))
+
+
+def test_config_support_keeps_the_te_backend_free_of_these_checks(te_present: None) -> None:
+    selection.check_config_support("te", _tiny_config(gradient_accumulation_fusion=True))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"], r"drop --delay-wgrad-compute\."),
+        (
+            ["--overlap-dispatch-backward-with-experts-wgrad"],
+            r"overlap_dispatch_backward_with_experts_wgrad: only Transformer Engine's grouped experts",
+        ),
+        (
+            ["--pipeline-model-parallel-size", "2", "--defer-embedding-wgrad-compute"],
+            r"defer_embedding_wgrad_compute: .*gradient_accumulation_fusion, which the training entry turns off",
+        ),
+    ],
+)
+def test_args_support_refuses_deferred_weight_gradients(flags: list[str], message: str) -> None:
+    """Weight-gradient deferral the torch-native modules cannot do is refused from the arguments (before Megatron
+    initialises), while Megatron's default gradient accumulation and RoPE fusions, which the entry turns off, are not
+    held against the arguments."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    parser = megatron_parser()
+    default = parser.parse_args(card_argv)
+    assert default.gradient_accumulation_fusion and default.apply_rope_fusion
+    selection.check_args_support("torch", default)
+    with pytest.raises(ValueError, match=message):
+        selection.check_args_support("torch", parser.parse_args([*card_argv, *flags]))
+
+
+def test_entry_config_of_the_torch_backend_passes_the_config_check() -> None:
+    """The entry turns off exactly the fusions the config check refuses (one table), so the TransformerConfig it
+    builds for the torch backend from Megatron's defaults passes the check its model builder applies."""
+    from megatron.oellm.models import spec_builder
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+    from megatron.oellm.training.model_provider import card_from_args, layout_from_args, runtime_overrides
+
+    args = validate_on_cluster(
+        ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--micro-batch-size", "1",
+         "--global-batch-size", "8", "--seq-length", "128", "--bf16"], 1, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+    )
+    args.padded_vocab_size = args.vocab_size
+    card, layout = card_from_args(args), layout_from_args(args)
+    config = spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
+                                                          **runtime_overrides(args, card, layout))
+    assert not any(getattr(config, name) for name in selection.TORCH_BACKEND_DISABLED_FUSIONS)
+    selection.check_config_support("torch", config)
+
+
+def test_entry_refuses_output_layer_wgrad_deferral_before_megatron_initialises() -> None:
+    """--defer-embedding-wgrad-compute on the torch backend used to pass every start-up check and then stop in the
+    model provider (after Megatron initialised) with megatron-core's 'gradient accumulation fusion is not used',
+    a fusion the entry itself had turned off."""
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+
+    with pytest.raises(ValueError, match=r"drop --defer-embedding-wgrad-compute"):
+        validate_on_cluster(
+            ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--pipeline-model-parallel-size", "2",
+             "--defer-embedding-wgrad-compute", "--micro-batch-size", "1", "--global-batch-size", "8",
+             "--seq-length", "128", "--bf16"], 2, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
         )

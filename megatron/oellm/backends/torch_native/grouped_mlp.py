@@ -145,7 +145,8 @@ class StackedGroupedLinear(torch.nn.Module):
         """TE's extra state (fp8 metadata) has no meaning here and is ignored."""
 
     def backward_dw(self) -> None:
-        """Weight gradients are computed in the ordinary backward pass; nothing is deferred."""
+        """Weight gradients are computed in the ordinary backward pass; nothing is deferred (the torch backend
+        refuses the settings that would defer them, see ``selection.WGRAD_DEFERRAL_SETTINGS``)."""
 
     def sharded_state_dict(
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
@@ -367,7 +368,8 @@ class TorchGroupedMLP(MegatronModule):
         return intermediate if probs is None else (intermediate * probs).to(intermediate.dtype)
 
     def backward_dw(self) -> None:
-        """Weight gradients are not deferred by this module; nothing to do."""
+        """Weight gradients are not deferred by this module; nothing to do (see
+        :meth:`StackedGroupedLinear.backward_dw`)."""
 
     def sharded_state_dict(
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
