@@ -403,8 +403,18 @@ def format_csv(rows: Sequence[ScalingRow]) -> str:
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in dataclasses.asdict(row).items()})
+        writer.writerow({k: _csv_cell(k, v) for k, v in dataclasses.asdict(row).items()})
     return out.getvalue()
+
+
+def _csv_cell(field: str, value: object) -> object:
+    """One CSV cell: empty for None; a whole number of nodes as an integer (``4``, not ``4.0``, which a join on
+    a node count read as text would miss), a partial node as its fraction (``0.25``)."""
+    if value is None:
+        return ""
+    if field == "nodes" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:

@@ -378,3 +378,15 @@ def test_cli_refuses_a_zero_or_negative_value_instead_of_using_a_default(option,
     argv = ["flops", "qwen3-30b-a3b", "--seq-length", "4096", "--tokens-per-second-per-gpu", "7519"]
     assert cli.main([*argv, option, value]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [[], ["--megatron-compatible"], ["--tokens-per-second-per-gpu", "6000"],
+                                   ["--megatron-compatible", "--tokens-per-second-per-gpu", "6000"]])
+def test_json_help_names_every_key_the_report_has(extra, capsys):
+    """``--json``'s help is the only description of the report's keys a script writer sees: it must name them all."""
+    with pytest.raises(SystemExit):
+        cli.main(["flops", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert cli.main(["flops", "qwen3-30b-a3b", "--seq-length", "4096", "--json", *extra]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report and all(re.search(rf"\b{key}\b", help_text) for key in report), sorted(report)

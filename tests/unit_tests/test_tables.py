@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import random
 import statistics
@@ -251,6 +252,13 @@ def test_markdown_and_csv_formats():
     parsed = list(csv.DictReader(io.StringIO(format_csv([*rows, failed]))))
     assert float(parsed[1]["tokens_per_s_per_gpu"]) == pytest.approx(6971.0)
     assert parsed[2]["step_time_s"] == "" and parsed[2]["status"].startswith("no arguments block")
+    assert [row["nodes"] for row in parsed[:2]] == ["4", "8"]  # whole nodes as integers, not 4.0
+
+
+def test_csv_keeps_a_partial_node_as_its_fraction():
+    (row,) = _rows({4: 6270.0})
+    partial = dataclasses.replace(row, nodes=0.25, gpus=1)
+    assert list(csv.DictReader(io.StringIO(format_csv([partial]))))[0]["nodes"] == "0.25"
 
 
 def test_plot_writes_a_png(tmp_path):
@@ -351,7 +359,7 @@ def test_rows_are_sorted_by_model_batch_and_nodes_failed_rows_last(tmp_path, cap
                  "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(row["global_batch_size"], row["nodes"]) for row in rows] == [
-        ("1024", "16.0"), ("4096", "4.0"), ("4096", "8.0"), ("4096", "16.0"), ("4096", "128.0"), ("", "")]
+        ("1024", "16"), ("4096", "4"), ("4096", "8"), ("4096", "16"), ("4096", "128"), ("", "")]
     assert rows[-1]["status"].startswith("out of memory")
     assert float(rows[2]["efficiency"]) == pytest.approx(1.0)
 

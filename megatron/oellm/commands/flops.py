@@ -38,8 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="precision of the MFU peak (default bf16)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak TFLOP/s per GPU (overrides --gpu)")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object {model, seq_length, padded_vocab, mode, gflops_per_token, "
-                             "breakdown}")
+                        help="print one JSON object {model, seq_length, padded_vocab, document_lengths, mode, "
+                             "gflops_per_token, breakdown}; --megatron-compatible adds megatron_flags and "
+                             "corrected_gflops_per_token, --tokens-per-second-per-gpu adds tokens_per_second_per_gpu, "
+                             "tflops_per_gpu, peak_tflops, mfu (and peak_note where the peak has one)")
 
 
 def parse_flag_overrides(items: list[str]) -> dict[str, FlagValue]:
