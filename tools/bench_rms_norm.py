@@ -13,7 +13,7 @@ from functools import partial
 import torch
 
 from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
-from megatron.oellm.layers.rms_norm import rms_norm, rms_norm_eager
+from megatron.oellm.layers.rms_norm import EAGER_ENV, cuda_path, rms_norm, rms_norm_eager
 
 SHAPES = {
     "input / pre-MLP / final norm (hidden 2048)": (1, 2048),
@@ -31,7 +31,10 @@ def forward_backward(norm, x: torch.Tensor, weight: torch.Tensor, grad_y: torch.
 
 def main() -> None:
     """Parse the arguments, time both paths per shape, print the table."""
-    args = kernel_tool_parser(__doc__).parse_args()
+    parser = kernel_tool_parser(__doc__)
+    args = parser.parse_args()
+    if cuda_path() != "triton":  # both columns would time the eager path, and the speed-up read 1.00x
+        parser.error(f"{EAGER_ENV}=1 is set, so rms_norm would run the eager path too; unset it to time the kernels")
     print(f"{'norm':<46} {'rows x width':>16} {'eager ms':>9} {'kernels ms':>10} {'speed-up':>8}")
     for name, (per_token, width) in SHAPES.items():
         rows = args.tokens * per_token

@@ -10,9 +10,9 @@ import torch
 
 from megatron.oellm.bench import SIDES
 from megatron.oellm.bench.measure import Measurement, best, summary, sweep
-from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch
+from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch, ours_transformer_config
 from megatron.oellm.bench.timing import profile_step, time_steps
-from megatron.oellm.cards import get_card
+from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
 from megatron.oellm.training.throughput import device_peak_name
@@ -56,6 +56,17 @@ class BenchConfig:
             raise ValueError(f"need warmup >= 1 and steps >= 1, got {self.warmup} and {self.steps}")
         if self.gpu is not None:
             peak_tflops(self.gpu)  # an unknown name raises here, before any model is built
+        if "ours" in self.sides:
+            self._check_ours_overrides(card)
+
+    def _check_ours_overrides(self, card: ModelCard) -> None:
+        """Build our side's TransformerConfig on the CPU now, so that an override megatron-core refuses (a misspelt
+        field, a value its checks reject) is a ValueError here, not a traceback once transformers' model is on the
+        GPU (the config is otherwise first built after it)."""
+        try:
+            ours_transformer_config(card, self.ours_overrides)
+        except (TypeError, ValueError, AssertionError) as error:
+            raise ValueError(f"our side's TransformerConfig overrides (--ours-config) are refused: {error}") from error
 
 
 @dataclass

@@ -13,12 +13,15 @@ from __future__ import annotations
 import importlib.util
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.runtime import init_single_gpu_runtime
+
+if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
 
 BEST_OURS_SETTINGS: dict[str, Any] = {
     "cross_entropy_loss_fusion": True,
@@ -151,6 +154,17 @@ class HFSide(Side):
         return loss.detach() - self.aux_loss_coeff * aux_loss.detach()
 
 
+def ours_transformer_config(card: ModelCard, overrides: dict[str, Any]) -> TransformerConfig:
+    """Our side's megatron-core ``TransformerConfig``: the family spec builder's for ``card`` with ``overrides`` on
+    top and megatron's own weight initialisation skipped (the converted transformers weights overwrite it).
+
+    Built on the CPU, it is also how :class:`megatron.oellm.bench.harness.BenchConfig` checks the overrides before
+    any GPU work: an unknown field or a combination megatron-core refuses raises here."""
+    from megatron.oellm.models import spec_builder
+
+    return spec_builder(card.family).transformer_config(card, **{"perform_initialization": False, **overrides})
+
+
 class OursSide(Side):
     """Our ``HybridModel`` on the torch-native backend, loaded with the converted transformers weights."""
 
@@ -163,10 +177,8 @@ class OursSide(Side):
         from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
         from megatron.oellm.patches import moe_permutation
 
-        builder = spec_builder(card.family)
-        # The weights are overwritten by the converted ones, so megatron's own initialisation is skipped.
-        config = builder.transformer_config(card, **{"perform_initialization": False, **overrides})
-        self.model = builder.build_model(card, backend="torch", config=config)
+        config = ours_transformer_config(card, overrides)
+        self.model = spec_builder(card.family).build_model(card, backend="torch", config=config)
         self.model.train()
         load_converted(self.model, hf_to_mcore(card, hf_state))
         self.settings = {"backend": "torch", "config_overrides": dict(overrides),

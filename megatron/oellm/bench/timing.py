@@ -48,6 +48,18 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _card_name(text: str) -> str:
+    """An argparse type: the name of a known card (``oellm models``), so a misspelt ``--card`` is a usage error that
+    lists the known cards rather than a traceback."""
+    from megatron.oellm.cards import CardError, get_card
+
+    try:
+        get_card(text)
+    except CardError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def add_kernel_timing_options(parser: argparse.ArgumentParser) -> None:
     """The options every kernel benchmark in ``tools/`` takes: ``--tokens`` (per micro-batch), ``--warmup``,
     ``--steps``."""
@@ -61,7 +73,7 @@ def kernel_tool_parser(doc: str, with_card: bool = False) -> argparse.ArgumentPa
     timing options (:func:`add_kernel_timing_options`) and, ``with_card``, ``--card`` (default Qwen3.5-35B-A3B)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if with_card:
-        parser.add_argument("--card", default="qwen3.5-35b-a3b")
+        parser.add_argument("--card", type=_card_name, default="qwen3.5-35b-a3b")
     add_kernel_timing_options(parser)
     return parser
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -123,23 +124,44 @@ def check_output_path(output: Path | None) -> None:
         raise ValueError(f"--output {output} cannot be written (no write permission)")
 
 
+def check_profile_dir(profile: Path | None) -> None:
+    """Raise ValueError, before any GPU work, when the profile tables could not be written to the folder
+    ``profile`` (a file is in the way, or the folder cannot be created or written): they are written after the
+    first side's sweep, and failing there would lose every figure of the run."""
+    if profile is None:
+        return
+    if profile.exists() and not profile.is_dir():
+        raise ValueError(f"--profile {profile} is a file; give a folder for the profile tables")
+    try:
+        profile.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"--profile {profile}: the folder cannot be created ({error.strerror})") from error
+    if not os.access(profile, os.W_OK):
+        raise ValueError(f"--profile {profile} cannot be written (no write permission)")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark and print it; exit 2, with the reason on stderr, without CUDA, on a bad card/configuration,
-    on an unwritable ``--output`` or on a GPU without a known peak and no ``--gpu``."""
+    """Run the benchmark and print it; exit 2, with the reason on stderr, on a bad card/configuration (our side's
+    overrides included), on an unwritable ``--output`` or ``--profile`` (all checked first, so a refusal names the
+    argument even where there is no GPU), without CUDA, or on a GPU without a known peak and no ``--gpu``."""
     import torch
 
-    if not torch.cuda.is_available():
-        return refuse("bench", "needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
     from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark
     from megatron.oellm.cards import CardError
 
     try:
-        gpu = args.gpu or peak_gpu_of(torch.cuda.get_device_name())
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
-                             steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=gpu,
+                             steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
                              profile_dir=args.profile)
         check_output_path(args.output)
+        check_profile_dir(args.profile)
     except (CardError, ValueError) as error:
+        return refuse("bench", error)
+    if not torch.cuda.is_available():
+        return refuse("bench", "needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
+    try:
+        config = dataclasses.replace(config, gpu=config.gpu or peak_gpu_of(torch.cuda.get_device_name()))
+    except ValueError as error:
         return refuse("bench", error)
     report = run_benchmark(config)
     data = report.to_dict()

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from megatron.core.utils import get_pg_rank, get_pg_size
 from torch import Tensor
 
-from megatron.oellm.layers.triton_launch import runs_on
+from megatron.oellm.layers.triton_launch import on_device, runs_on
 
 
 def _row_stats_eager(logits: Tensor, local_target: Tensor) -> tuple[Tensor, Tensor]:
@@ -53,7 +53,8 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
             from megatron.oellm.layers.cross_entropy_kernels import row_stats
         else:
             row_stats = _row_stats_eager
-        log_sum_exp, target_logit = row_stats(rows, local_target)
+        with on_device(rows):  # Triton launches on the current GPU, which need not be the logits'
+            log_sum_exp, target_logit = row_stats(rows, local_target)
         if size > 1:
             global_max = log_sum_exp.clone()
             dist.all_reduce(global_max, op=dist.ReduceOp.MAX, group=group)
@@ -72,7 +73,9 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
             from megatron.oellm.layers.cross_entropy_kernels import logits_grad
         else:
             logits_grad = _logits_grad_eager
-        return logits_grad(rows, log_sum_exp, local_target, grad_rows).view(ctx.logits_shape), None, None
+        with on_device(rows):
+            grad_logits = logits_grad(rows, log_sum_exp, local_target, grad_rows)
+        return grad_logits.view(ctx.logits_shape), None, None
 
 
 def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor,

@@ -30,7 +30,7 @@ def gated_delta_rule_reference(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta:
 
     Shapes: ``q, k: [B, T, H, K]``, ``v: [B, T, HV, V]``, ``g, beta: [B, T, HV]`` with ``HV`` a multiple of ``H``
     (grouped values: value head ``j`` reads key head ``j // (HV / H)``, as Qwen3.5's 16 key / 32 value heads).
-    ``scale`` defaults to ``K**-0.5``.
+    ``scale`` defaults to ``K**-0.5``; ``initial_state``, when given, is ``[B, HV, K, V]``.
     """
     batch, steps, key_heads, key_dim = q.shape
     heads, value_dim = v.shape[2], v.shape[3]
@@ -38,6 +38,10 @@ def gated_delta_rule_reference(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta:
             or g.shape != v.shape[:3] or beta.shape != v.shape[:3]):
         raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
                          f"g {tuple(g.shape)}, beta {tuple(beta.shape)}")
+    if initial_state is not None and initial_state.shape != (batch, heads, key_dim, value_dim):
+        # checked, not broadcast: a state without its batch axis would silently start every sequence alike
+        raise ValueError(f"initial_state must be [B, HV, K, V] = {(batch, heads, key_dim, value_dim)}, "
+                         f"got {tuple(initial_state.shape)}")
     scale = key_dim ** -0.5 if scale is None else scale
     if qk_l2norm:
         q, k = l2_normalize(q), l2_normalize(k)

@@ -203,3 +203,35 @@ def test_kernel_tools_refuse_counts_without_a_timed_step() -> None:
     for bad in (["--steps", "0"], ["--warmup", "-1"], ["--tokens", "0"], ["--steps", "x"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+def test_kernel_tools_refuse_an_unknown_card_as_a_usage_error(capsys: pytest.CaptureFixture) -> None:
+    """A misspelt ``--card`` was a ``CardError`` traceback from the tool's ``get_card``; now argparse names it."""
+    from megatron.oellm.bench.timing import kernel_tool_parser
+
+    parser = kernel_tool_parser("Time something.\n\nMore.", with_card=True)
+    assert parser.parse_args(["--card", "qwen3-30b-a3b-proxy-2L"]).card == "qwen3-30b-a3b-proxy-2L"
+    assert parser.parse_args([]).card == "qwen3.5-35b-a3b"
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["--card", "qwen3.5-35b-a3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --card: unknown model 'qwen3.5-35b-a3'" in err and "qwen3.5-35b-a3b-tiny" in err
+
+
+def test_the_rms_norm_tool_refuses_to_time_eager_against_eager() -> None:
+    """With ``OELLM_EAGER_RMS_NORM=1`` exported, ``rms_norm`` takes the eager path too: the tool timed eager against
+    eager and printed a speed-up of about 1x as the kernels'. It now stops with a usage error before any GPU work."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from megatron.oellm.switches import EAGER_RMS_NORM
+
+    root = Path(__file__).parents[3]
+    env = {**os.environ, EAGER_RMS_NORM: "1", "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, str(root / "tools" / "bench_rms_norm.py"), "--steps", "1"], env=env,
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"error: {EAGER_RMS_NORM}=1 is set" in done.stderr

@@ -2,6 +2,7 @@
 over two gloo ranks), both with the eager functions and with the Triton kernels run by Triton's interpreter, and on
 the GPU at Qwen3.5's real vocabulary, where megatron-core's fused native cross entropy is a second reference."""
 
+import contextlib
 import os
 from types import SimpleNamespace
 
@@ -113,6 +114,52 @@ def test_vocabulary_split_over_two_ranks_matches_the_definition():
 def test_the_triton_kernels_pass_the_same_tests_in_the_interpreter():
     """This module's CPU tests once more, with ``TRITON_INTERPRET=1``: the kernels run instead of the eager code."""
     assert_pass_in_the_interpreter(__file__)
+
+
+def test_the_kernels_launch_inside_the_logits_device_context(monkeypatch):
+    """Triton launches on the current GPU, which need not be the logits' (one process driving two GPUs): forward and
+    backward kernels must run inside ``on_device`` of the logits, as RMSNorm's and the permutation's do. The kernels
+    are stood in for by the eager functions here, which check where they are called from."""
+    from megatron.oellm.layers import cross_entropy, cross_entropy_kernels
+
+    inside: list[torch.Tensor] = []
+    calls: list[str] = []
+
+    @contextlib.contextmanager
+    def recording_on_device(tensor):
+        inside.append(tensor)
+        yield
+        inside.pop()
+
+    def checked(name, eager):
+        def run(logits, *args):
+            assert inside and inside[-1].data_ptr() == logits.data_ptr(), f"{name} launched outside on_device"
+            calls.append(name)
+            return eager(logits, *args)
+        return run
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(cross_entropy, "on_device", recording_on_device, raising=False)
+    monkeypatch.setattr(cross_entropy_kernels, "row_stats", checked("row_stats", cross_entropy._row_stats_eager))
+    monkeypatch.setattr(cross_entropy_kernels, "logits_grad", checked("logits_grad", cross_entropy._logits_grad_eager))
+    logits, target, grad_loss = random_case((6, 2), 300, seed=fresh_seed())
+    check_against_reference(logits.float(), target, grad_loss)
+    assert calls == ["row_stats", "logits_grad"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_compiled_kernels_on_a_gpu_other_than_the_current_one_match_the_definition():
+    """Logits on ``cuda:1`` while ``cuda:0`` is current: the kernels run on the logits' GPU."""
+    logits, target, grad_loss = random_case((64, 2), 9000, seed=fresh_seed())
+    with torch.cuda.device(0):
+        local = logits.to("cuda:1", torch.bfloat16).requires_grad_()
+        loss = vocab_parallel_cross_entropy(local, target.to("cuda:1"))
+        loss.backward(grad_loss.to("cuda:1", torch.float32))
+        torch.cuda.synchronize(1)
+    expected_loss, expected_grad = reference_loss_and_grad(local.detach().cpu(), target, grad_loss)
+    torch.testing.assert_close(loss.cpu().double(), expected_loss, rtol=1e-5, atol=1e-5)
+    assert relative_error(local.grad.cpu(), expected_grad) <= GRAD_TOLERANCE[torch.bfloat16]
 
 
 def test_bad_inputs_are_refused():

@@ -124,3 +124,17 @@ def _check_fla_draw(fla_gdn, dtype: torch.dtype, tolerance: float, decay: str) -
     assert errors["out"] < tolerance, report
     assert all(error < 2 * tolerance for error in errors.values()), report
     assert decay_scale < 2 * tolerance, report
+
+
+def test_an_initial_state_continues_the_recurrence_and_must_have_its_batch_axis():
+    """Running the second half of a sequence from the first half's final state gives the whole run's outputs and
+    state; a state of another shape (no batch axis, which would broadcast) is refused, not silently shared."""
+    q, k, v, g, beta = _random_inputs(2, 9, 2, 4, 4, 3, torch.float64, "cpu")
+    out, state = gated_delta_rule_reference(q, k, v, g, beta)
+    _, half_state = gated_delta_rule_reference(q[:, :4], k[:, :4], v[:, :4], g[:, :4], beta[:, :4])
+    rest_out, rest_state = gated_delta_rule_reference(q[:, 4:], k[:, 4:], v[:, 4:], g[:, 4:], beta[:, 4:],
+                                                      initial_state=half_state)
+    torch.testing.assert_close(rest_out, out[:, 4:], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rest_state, state, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"initial_state must be \[B, HV, K, V\] = \(2, 4, 4, 3\), got \(4, 4, 3\)"):
+        gated_delta_rule_reference(q, k, v, g, beta, initial_state=half_state[0])

@@ -112,6 +112,24 @@ def test_compiled_kernels_at_model_widths_are_as_close_to_the_definition_as_eage
         assert ours <= 1.25 * theirs + 1e-7, (name, ours, theirs)
 
 
+@pytest.mark.gpu
+def test_compiled_kernels_past_int32_offsets_match_the_definition_at_both_ends():
+    """2**31 + 131,072 bf16 elements (hidden 2048): the last rows lie past int32 offsets, where an offset computed
+    in int32 would wrap around into the first rows; both ends are checked against the float64 definition."""
+    rows, columns, ends = 2**31 // 2048 + 64, 2048, 64
+    generator = torch.Generator(device="cuda").manual_seed(fresh_seed())
+    x = torch.randn(rows, columns, generator=generator, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    weight = (0.3 * torch.randn(columns, generator=generator, device="cuda")).to(torch.bfloat16).requires_grad_()
+    grad_y = torch.randn(rows, columns, generator=generator, device="cuda", dtype=torch.bfloat16)
+    y = rms_norm(x, weight, EPS, True)
+    y.backward(grad_y)
+    for part in (slice(0, ends), slice(rows - ends, rows)):
+        expected_y, expected_grad_x, _ = output_and_grads(rms_norm_reference, x[part].double(), weight.double(),
+                                                          grad_y[part].double(), True)
+        assert relative_l2(y[part].detach(), expected_y) < TOLERANCE[torch.bfloat16], part
+        assert relative_l2(x.grad[part], expected_grad_x) < TOLERANCE[torch.bfloat16], part
+
+
 def test_a_second_order_gradient_is_refused_not_wrong():
     """The kernels' backward is first order: a gradient penalty through it raises instead of silently dropping the
     second-order term (the eager path, on the CPU, differentiates twice)."""

@@ -134,3 +134,18 @@ def test_the_compiled_kernel_at_qwen3_5_shape_is_deterministic_and_as_close_as_t
     print(f"\nsum_rows {dtype}: ours {ours_error:.3e}, scatter_add_ {atomic_error:.3e}")
     assert ours_error < TOLERANCE[dtype] and ours_error <= atomic_error + 1e-7
     assert torch.equal(ours, sum_rows_by_index(values, index, num_tokens))
+
+
+@pytest.mark.gpu
+def test_the_compiled_kernel_past_int32_offsets_matches_the_definition():
+    """2**31 + 131,072 bf16 row elements (hidden 2048), about one row per token: the last rows read and the last
+    tokens written lie past int32 offsets; the tokens owning them are checked against the float64 definition."""
+    rows, columns, last = 2**31 // 2048 + 64, 2048, 256
+    num_tokens = rows - 8  # eight tokens own two rows
+    generator = torch.Generator(device="cuda").manual_seed(fresh_seed())
+    index = torch.randperm(rows, generator=generator, device="cuda") % num_tokens
+    values = torch.randn(rows, columns, generator=generator, device="cuda", dtype=torch.bfloat16)
+    actual = sum_rows_by_index(values, index, num_tokens)[-last:]
+    owned = index >= num_tokens - last
+    expected = sum_rows_reference(values[owned], index[owned] - (num_tokens - last), last)
+    assert relative_l2(actual, expected) < TOLERANCE[torch.bfloat16]

@@ -1,0 +1,89 @@
+"""``oellm bench`` refuses what would fail only after GPU work (our side's TransformerConfig overrides, an
+unwritable ``--profile`` folder) with one ``error:`` line before it starts, and names a bad argument even on a
+machine without a GPU (CPU: CUDA and the benchmark itself are faked)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from megatron.oellm.bench import harness
+from megatron.oellm.cli import main
+
+TINY = "qwen3.5-35b-a3b-tiny"
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An H200 that must not be used: reaching ``run_benchmark`` fails the test."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: pytest.fail("the GPU work started"))
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("moe_token_dispatcher_typo=allgather", "moe_token_dispatcher_typo"),  # not a TransformerConfig field
+    ("recompute_granularity='everything'", "everything"),  # a value megatron-core's checks refuse
+])
+def test_an_override_megatron_refuses_is_an_error_line_before_the_gpu_work(
+        override: str, named: str, fake_gpu: None, capsys: pytest.CaptureFixture) -> None:
+    """Our TransformerConfig was first built after transformers' model was on the GPU: a misspelt field was a
+    TypeError traceback there."""
+    assert main(["bench", "--model", TINY, "--mbs", "1", "--ours-config", override]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oellm bench: error: ") and "--ours-config" in err and named in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_overrides_are_checked_only_for_our_side() -> None:
+    with pytest.raises(ValueError, match="--ours-config.*no_such_field"):
+        harness.BenchConfig(model=TINY, ours_overrides={"no_such_field": 1})
+    assert harness.BenchConfig(model=TINY, sides=("hf",), ours_overrides={"no_such_field": 1}).sides == ("hf",)
+    harness.BenchConfig(model=TINY, ours_overrides={"moe_token_dispatcher_type": "allgather"})
+
+
+@pytest.mark.parametrize("kind", ["file", "below a file", "read-only folder"])
+def test_a_profile_folder_that_cannot_be_written_is_refused_before_the_gpu_work(
+        kind: str, tmp_path: Path, fake_gpu: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """The tables are written after the first side's sweep; a failure there lost the whole run's figures."""
+    (tmp_path / "plain").write_text("a file where a folder should be")
+    if kind == "file":
+        profile = tmp_path / "plain"
+    elif kind == "below a file":
+        profile = tmp_path / "plain" / "prof"
+    else:
+        profile = tmp_path / "ro"
+        monkeypatch.setattr("os.access", lambda path, mode: Path(path) != profile)
+    assert main(["bench", "--model", TINY, "--mbs", "1", "--profile", str(profile)]) == 2
+    assert f"oellm bench: error: --profile {profile}" in capsys.readouterr().err
+
+
+def test_a_writable_profile_folder_is_created_and_the_run_goes_on(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+
+    def capture(config: harness.BenchConfig) -> None:
+        configs.append(config)
+        raise KeyboardInterrupt  # stop where the GPU work would start
+
+    monkeypatch.setattr(harness, "run_benchmark", capture)
+    profile = tmp_path / "new" / "prof"
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "--model", TINY, "--mbs", "1", "--profile", str(profile)])
+    assert profile.is_dir() and configs[0].profile_dir == profile and configs[0].gpu == "h200-sxm"
+
+
+@pytest.mark.parametrize(("argv", "named"), [(["--warmup", "0"], "warmup"), (["--seq-length", "1"], "seq_length"),
+                                             (["--model", "qwen3-30b-a3b-proxy-2L"], "qwen3.5-35b-a3b flavour"),
+                                             (["--ours-config", "no_such_field=1"], "no_such_field")])
+def test_a_bad_argument_is_named_without_a_gpu(argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """Checked before CUDA is looked for: on a login node the refusal named the missing GPU, and the bad argument
+    surfaced only once a GPU node had been allocated."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--mbs", "1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "needs a CUDA GPU" not in err
