@@ -19,8 +19,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-mb", type=float, default=16.0, help="standard-library text to take, in MB")
     parser.add_argument("--extra", nargs="*", default=[], type=Path, help="more text files, one document each")
     args = parser.parse_args(argv)
+    if args.max_mb < 0:
+        parser.error(f"--max-mb must be >= 0, got {args.max_mb}")
+    missing = [str(path) for path in args.extra if not path.is_file()]
+    if missing:
+        parser.error(f"--extra: no such file: {', '.join(missing)}")
     files = stdlib_sources(int(args.max_mb * 1e6)) + sorted(args.extra)
+    if not files:
+        parser.error(f"--max-mb {args.max_mb} takes no standard-library file and no --extra file was given: "
+                     "raise --max-mb or name text files with --extra")
     summary = build_corpus(files, args.output_prefix)
+    if summary.documents == 0:  # training on it would fail only after the job has started
+        parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text: {summary.prefix}.bin/.idx hold no "
+                       "document; raise --max-mb or name other --extra files\n")
     print(f"{summary.documents} documents, {summary.tokens} tokens -> {summary.prefix}.bin/.idx")
     print("train with: --data-path", summary.prefix, " ".join(summary.megatron_flags))
     return 0

@@ -5,7 +5,10 @@
 #
 #   tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64] [--out .bundle]
 #
-# On the node:  mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+# On the node:  sha256sum -c site-cp312.tar.xz.sha256   # catches a bundle cut or changed on the way
+#               mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+# Every run downloads into an emptied wheels folder, so a wheel left by an earlier run with other pins never
+# lands in the bundle.
 # The wheels are compiled for one architecture: x86_64 (default: MareNostrum 5, the lent H200) writes
 # site-<tag>.tar.xz, aarch64 (Jupiter's GH200) site-<tag>-aarch64.tar.xz; tilelang's and z3's aarch64 wheels need
 # glibc >= 2.34 (manylinux_2_34).
@@ -15,10 +18,10 @@ ARCH=x86_64
 OUT=.bundle
 while [ $# -gt 0 ]; do
   case "$1" in
-    --python-version) PYVER="$2"; shift 2 ;;
-    --arch) ARCH="$2"; shift 2 ;;
-    --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --python-version) PYVER="${2:?--python-version needs a value}"; shift 2 ;;
+    --arch) ARCH="${2:?--arch needs a value}"; shift 2 ;;
+    --out) OUT="${2:?--out needs a value}"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +45,7 @@ PACKAGES=(
 )
 WHEELS="$OUT/wheels-$TAG"
 SITE="$OUT/site-$TAG"
-mkdir -p "$WHEELS"
+rm -rf "$WHEELS" && mkdir -p "$WHEELS"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
   "${PLATFORMS[@]/#/--platform=}" --platform any -d "$WHEELS" "${PACKAGES[@]}"
 rm -rf "$SITE" && mkdir -p "$SITE"
@@ -50,5 +53,10 @@ for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"
 done
 ls "$WHEELS" > "$SITE/BUNDLE_CONTENTS.txt"
-tar -C "$SITE" -cf - . | xz -9 -T0 > "$OUT/site-$TAG.tar.xz"
+BUNDLE="site-$TAG.tar.xz"
+rm -f "$OUT/$BUNDLE" "$OUT/$BUNDLE.sha256"
+# written under a temporary name: an interrupted run leaves no bundle that looks finished
+tar -C "$SITE" -cf - . | xz -9 -T0 > "$OUT/$BUNDLE.partial"
+mv "$OUT/$BUNDLE.partial" "$OUT/$BUNDLE"
+(cd "$OUT" && sha256sum "$BUNDLE" > "$BUNDLE.sha256")
 echo "wrote $OUT/site-$TAG.tar.xz ($(du -h "$OUT/site-$TAG.tar.xz" | cut -f1)) with: $(tr '\n' ' ' < "$SITE/BUNDLE_CONTENTS.txt")"

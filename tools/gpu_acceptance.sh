@@ -11,6 +11,7 @@
 #          micro-batch size. Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
+#   OUT_DIR: a new or empty folder (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
@@ -23,8 +24,22 @@ OUT_DIR=$(realpath -m "${1:?usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE.
 STAGES=${2:?stages: tests, train, resume, bench (comma-separated)}
 BENCH_MBS=${3:-1,2,4}
 LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room for the start and the caches
-CACHE=/tmp/oellm-kernel-cache
+CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
+IFS=, read -r -a selected <<< "$STAGES"
+for stage in "${selected[@]}"; do
+  case $stage in
+    tests|train|resume|bench) ;;
+    *) echo "unknown stage '$stage' (tests, train, resume, bench)" >&2; exit 2 ;;
+  esac
+done
+# the end of the run packs everything in OUT_DIR into logs.tar.xz and deletes it: never do that to a user's files
+if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
+  echo "error: OUT_DIR $OUT_DIR is not empty; its contents would be packed into logs.tar.xz and deleted." \
+       "Give a new or empty folder" >&2
+  exit 2
+fi
+cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root
 mkdir -p "$OUT_DIR" "$CACHE" "$WORK"
 [ -f .bundle/kernel-cache/kernel-cache.tar.xz ] && tar -xJf .bundle/kernel-cache/kernel-cache.tar.xz -C "$CACHE"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HUB_OFFLINE=1
@@ -120,13 +135,6 @@ stage_bench() {
   tail -25 "$OUT_DIR/bench.log"
 }
 
-IFS=, read -r -a selected <<< "$STAGES"
-for stage in "${selected[@]}"; do
-  case $stage in
-    tests|train|resume|bench) ;;
-    *) echo "unknown stage '$stage' (tests, train, resume, bench)" >&2; exit 2 ;;
-  esac
-done
 for stage in "${selected[@]}"; do
   "stage_$stage" > "$OUT_DIR/stage_$stage.txt" 2>&1 &
 done

@@ -2,6 +2,7 @@
 # Install megatron-oellm and what it needs into the current Python (3.11 or 3.12), idempotently.
 #
 #   bash tools/install.sh [EXTRAS]      EXTRAS defaults to "dev,hf" (add gdn, te, plot as needed)
+#   PYTHON=/path/to/python3.12 bash tools/install.sh ...   installs into that interpreter (default python3)
 #
 # Python 3.11: megatron-core 0.19.2 declares >= 3.12 but only needs typing.override, which megatron.oellm provides;
 # so we install torch and numpy<2.4 first, then megatron-core with --ignore-requires-python.
@@ -24,7 +25,10 @@ if sys.version_info < (3, 11):
     sys.exit(f"megatron-oellm needs Python >= 3.11, this is {sys.version.split()[0]}")
 PYCHECK
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  # only a version counts: nvidia-smi prints its failures ("couldn't communicate with the NVIDIA driver", "No devices
+  # were found") on stdout, and a node where it fails has no GPU torch could use
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
+           grep -m 1 -E '^[0-9]+(\.[0-9]+)*$' || true)
   if [ -z "$DRIVER" ]; then
     echo "install.sh: no NVIDIA GPU listed by nvidia-smi: installing the CPU build torch==${TORCH_VERSION}+cpu"
     "${PIP[@]}" "torch==${TORCH_VERSION}+cpu" "numpy<2.4" 2>/dev/null ||

@@ -19,6 +19,10 @@ set -euo pipefail
 VENV=$(realpath "${1:?usage: te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]}")
 OUT=$(realpath -m "${2:-$(dirname "$0")/../.bundle/te-parts}")
 PART_MIB=${3:-58}
+# checked before anything is removed or compressed: split would refuse it only after minutes of xz, with the earlier
+# bundle's parts already deleted
+[[ "$PART_MIB" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "error: PART_MIB must be a whole number of MiB >= 1, got '$PART_MIB' (e.g. 58)" >&2; exit 2; }
 PY="$VENV/bin/python"
 [ -x "$PY" ] || { echo "error: $VENV has no bin/python (make it with tools/te_cpu_env.sh)" >&2; exit 2; }
 SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

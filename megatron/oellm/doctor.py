@@ -123,6 +123,9 @@ class EnvironmentReport:
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
     """``deep_ep`` declares ``HybridEPBuffer`` (its hybrid-ep branch, which megatron-core imports); None if no deep_ep."""
+    megatron_core_path: str | None = None
+    """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
+    the installed distribution, whose metadata then names another release); None when it is not found."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,35 @@ def _find_nvcc(env: Mapping[str, str]) -> str | None:
     return next((str(path) for path in candidates if path.is_file()), None)
 
 
+PACKAGE_INFO_FIELDS = ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
+"""Assignments of megatron-core's ``package_info.py`` that make up its version."""
+
+
+def megatron_core_module() -> tuple[str | None, str | None]:
+    """(version, folder) of the ``megatron.core`` that ``import megatron.core`` loads, its version read as text from
+    its ``package_info.py`` (importing it would run git); (None, folder) when that file cannot be parsed, (None, None)
+    when megatron.core is not found. The distribution's metadata is not enough: a Megatron-LM checkout on PYTHONPATH
+    is imported instead of the pip-installed megatron-core whose version the metadata gives."""
+    try:
+        spec = importlib.util.find_spec("megatron.core")
+    except (ImportError, ValueError):
+        return None, None
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        text = (folder / "package_info.py").read_text(errors="replace")
+    except OSError:
+        return None, str(folder)
+    fields = {}
+    for field in PACKAGE_INFO_FIELDS:
+        match = re.search(rf"^{field}\s*=\s*(\d+|'[^']*'|\"[^\"]*\")\s*(?:#.*)?$", text, re.M)
+        if match is None:
+            return None, str(folder)
+        fields[field] = match.group(1).strip("'\"")
+    return f"{fields['MAJOR']}.{fields['MINOR']}.{fields['PATCH']}{fields['PRE_RELEASE']}", str(folder)
+
+
 def deep_ep_declares_hybrid_ep() -> bool | None:
     """Whether ``deep_ep/__init__.py`` names ``HybridEPBuffer``; read as text because importing it initialises CUDA.
 
@@ -255,10 +287,14 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
     te_error = (_import_error_in_subprocess("torch, transformer_engine.pytorch")
                 if _module_findable("transformer_engine") else None)
+    versions = {probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES}
+    core_version, core_path = megatron_core_module()
+    if core_version is not None:  # the release that is imported, not the one pip's metadata names
+        versions["megatron-core"] = core_version
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
-        versions={probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES},
+        versions=versions,
         cuda_version=cuda_version,
         nccl_version=nccl_version,
         gpus=gpus,
@@ -270,6 +306,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
         nvcc_path=_find_nvcc(env),
         hybrid_ep=deep_ep_declares_hybrid_ep(),
+        megatron_core_path=core_path,
     )
 
 
@@ -325,9 +362,12 @@ def check_megatron_core(report: EnvironmentReport, env: Mapping[str, str]) -> li
     if installed is None:
         return [Finding("error", "megatron-core", "megatron-core is not installed.", fix)]
     if not _same_version(installed, MEGATRON_CORE_VERSION):
+        where = f" (`import megatron.core` loads {report.megatron_core_path})" if report.megatron_core_path else ""
         return [Finding("error", "megatron-core",
-                        f"megatron-core {installed} is installed; megatron-oellm supports only {MEGATRON_CORE_VERSION}.",
-                        fix)]
+                        f"megatron-core {installed} is installed{where}; megatron-oellm supports only "
+                        f"{MEGATRON_CORE_VERSION}.",
+                        f"{fix}; if {report.megatron_core_path} is a Megatron-LM checkout, take it off PYTHONPATH"
+                        if where else fix)]
     return [Finding("ok", "megatron-core", f"megatron-core {installed} is the supported release.")]
 
 
@@ -479,7 +519,8 @@ def parse_allocator_conf(value: str) -> dict[str, str]:
 
 
 def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
-    """Without expandable segments the caching allocator fragments and long MoE runs OOM with memory still free."""
+    """Without expandable segments the caching allocator fragments and long MoE runs OOM with memory still free; a
+    value other than ``True``/``False`` (``true``, ``1``) makes torch raise when CUDA allocates, so it is an error."""
     name = "pytorch-alloc-conf"
     fix = "export PYTORCH_ALLOC_CONF=expandable_segments:True  (older torch releases read PYTORCH_CUDA_ALLOC_CONF)"
     found = allocator_conf(env)
@@ -487,7 +528,13 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
         return [Finding("warning", name, "neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF is set, so "
                         "expandable segments are off and the caching allocator fragments.", fix)]
     variable, value = found
-    if parse_allocator_conf(value).get("expandable_segments") != "True":
+    expandable = parse_allocator_conf(value).get("expandable_segments")
+    if expandable not in (None, "True", "False"):
+        return [Finding("error", name, f"{variable}={value!r} sets expandable_segments to {expandable!r}: torch "
+                        "accepts only True or False and raises a ValueError at the first CUDA allocation, after the "
+                        "job has started.",
+                        f"export {variable}={_with_expandable_segments(value)}")]
+    if expandable != "True":
         shadowed = " (it takes precedence over PYTORCH_CUDA_ALLOC_CONF)" if variable == "PYTORCH_ALLOC_CONF" else ""
         return [Finding("warning", name, f"{variable}={value!r}{shadowed} lacks expandable_segments:True, so the "
                         "caching allocator fragments.",

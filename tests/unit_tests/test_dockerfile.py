@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,38 @@ def test_hadolint_is_clean():
     done = subprocess.run(["hadolint", "--config", str(ROOT / ".hadolint.yaml"), str(ROOT / "Dockerfile")],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _stage_run(stage: str) -> str:
+    """The shell command of the one ``RUN`` of Dockerfile stage ``stage``, continuation lines joined."""
+    body = re.search(rf"^FROM \S+ AS {stage}\n(.*?)(?=^FROM |\Z)", DOCKERFILE, re.M | re.S).group(1)
+    (command,) = re.findall(r"^RUN (.*?[^\\])\n", body.replace("\\\n", " "), re.M)
+    return command
+
+
+@pytest.mark.parametrize("has_hybrid_ep", [True, False])
+def test_the_hybridep_stage_refuses_a_deepep_without_hybrid_ep(tmp_path: Path, has_hybrid_ep: bool):
+    """The hybridep stage's RUN, with git / pip / oellm as stand-ins and a stand-in ``deep_ep``: a checkout without
+    ``HybridEPBuffer`` (``--build-arg DEEPEP_REF=main``) must fail the build, not give an image whose recipes fail
+    at model build after their queue wait."""
+    bin_dir, site = tmp_path / "bin", tmp_path / "site"
+    bin_dir.mkdir()
+    (site / "deep_ep").mkdir(parents=True)
+    names = ["Buffer"] + (["HybridEPBuffer"] if has_hybrid_ep else [])
+    (site / "deep_ep" / "__init__.py").write_text("".join(f"class {name}: pass\n" for name in names))
+    (bin_dir / "python").symlink_to(sys.executable)
+    for tool in ("git", "pip", "oellm"):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls.log"\n')
+        (bin_dir / tool).chmod(0o755)
+    ref = f"ref{os.getpid()}"
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "PYTHONPATH": str(site),
+           "DEEPEP_REPO": "https://example.invalid/DeepEP.git", "DEEPEP_REF": ref}
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", _stage_run("hybridep")], capture_output=True, text=True,
+                          env=env, timeout=60, check=False)
+    calls = (tmp_path / "calls.log").read_text()
+    if has_hybrid_ep:
+        assert done.returncode == 0, done.stderr
+        assert "oellm doctor" in calls
+    else:
+        assert done.returncode != 0 and "HybridEPBuffer" in done.stderr and ref in done.stderr, done.stderr
+        assert "oellm doctor" not in calls

@@ -158,6 +158,38 @@ def test_fla_rule_unparsable_triton_is_a_warning():
 
 # --- megatron-core pin -----------------------------------------------------------------------------------------
 
+SHADOWING_PROBE = """
+import json
+from megatron.oellm.doctor import collect_environment
+report = collect_environment()
+print(json.dumps([report.versions["megatron-core"], report.megatron_core_path]))
+"""
+
+
+def test_a_megatron_checkout_on_pythonpath_is_the_version_checked(tmp_path):
+    """A Megatron-LM checkout on PYTHONPATH is what ``import megatron.core`` loads, whatever release pip's metadata
+    names: the doctor checks the checkout's version (from its package_info.py) and says where it is."""
+    minor, patch = random.randint(20, 99), random.randint(0, 9)
+    core = tmp_path / "megatron" / "core"
+    core.mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "package_info.py").write_text(f"MAJOR = 0\nMINOR = {minor}\nPATCH = {patch}\nPRE_RELEASE = 'rc1'\n")
+    root = os.path.dirname(os.path.dirname(doctor_module.__file__))  # the megatron folder of this checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.path.dirname(root)])}
+    done = subprocess.run([sys.executable, "-c", SHADOWING_PROBE], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    version, path = json.loads(done.stdout.strip().splitlines()[-1])
+    assert version == f"0.{minor}.{patch}rc1" and path == str(core)
+    (finding,) = check_megatron_core(make_report(versions={"megatron-core": version}, megatron_core_path=path), {})
+    assert finding.severity == "error" and str(core) in finding.message and "PYTHONPATH" in finding.fix
+
+
+def test_the_installed_megatron_core_module_reports_the_pinned_release():
+    """This environment's megatron.core (the pinned wheel) parses to the pin, so a healthy install stays green."""
+    version, path = doctor_module.megatron_core_module()
+    assert version == MEGATRON_CORE_VERSION and path is not None
+
 
 @pytest.mark.parametrize(
     ("installed", "severity"),
@@ -248,6 +280,48 @@ def test_switches_off_or_not_one_are_ok():
 def test_allocator_conf(env, severity):
     findings = check_allocator_conf(make_report(), env)
     assert severities(findings) == [severity]
+
+
+@pytest.mark.parametrize("variable", ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"])
+@pytest.mark.parametrize("spelling", ["true", "1", "TRUE", "yes", "on"])
+def test_allocator_conf_expandable_segments_that_torch_refuses_is_an_error(variable, spelling):
+    """torch parses expandable_segments as exactly True or False and raises a ValueError on anything else, at the
+    first CUDA allocation; a warning ("lacks expandable_segments:True") would let the job start and crash."""
+    split = random.choice([64, 128, 256, 512])
+    findings = check_allocator_conf(make_report(), {variable: f"max_split_size_mb:{split},expandable_segments:{spelling}"})
+    assert severities(findings) == ["error"]
+    suggested = findings[0].fix.split(f"export {variable}=")[1]
+    assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
+
+
+TORCH_REFUSES = """
+import json, sys, torch
+setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+if setter is None:
+    sys.exit(3)
+refused = {}
+for value in sys.argv[1:]:
+    try:
+        setter(value)
+        refused[value] = False
+    except (ValueError, RuntimeError):
+        refused[value] = True
+print(json.dumps(refused))
+"""
+
+
+def test_allocator_conf_errors_are_the_values_torchs_own_parser_refuses():
+    """This torch's allocator-settings parser (in a fresh interpreter, so this process's allocator is untouched)
+    refuses exactly the expandable_segments values the rule calls errors."""
+    values = [f"expandable_segments:{spelling}" for spelling in ("True", "False", "true", "1", "false")]
+    done = subprocess.run([sys.executable, "-c", TORCH_REFUSES, *values], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if done.returncode == 3:
+        pytest.skip("this torch has no _accelerator_setAllocatorSettings")
+    assert done.returncode == 0, done.stderr
+    for value, refused in json.loads(done.stdout.strip().splitlines()[-1]).items():
+        error = severities(check_allocator_conf(make_report(), {"PYTORCH_ALLOC_CONF": value})) == ["error"]
+        assert refused == error, value
 
 
 def test_allocator_conf_fix_keeps_other_options():

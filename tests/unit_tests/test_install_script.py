@@ -39,6 +39,7 @@ PYTHONPATH="$FAKE_SITE" exec REAL_PYTHON -S "$@"
 """
 
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+[ -z "${FAKE_SMI_FAILURE:-}" ] || { echo "$FAKE_SMI_FAILURE"; exit "${FAKE_SMI_STATUS:-9}"; }
 [ -n "${FAKE_DRIVER:-}" ] || { echo "NVIDIA-SMI has failed: no driver" >&2; exit 9; }
 echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
 """
@@ -138,3 +139,18 @@ def test_gpu_node_that_got_a_cpu_build_is_an_error(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "CPU build" in done.stderr
     assert not any("megatron-core==0.19.2" in call for call in calls)
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"),
+    [("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+      "driver is installed and running.", 9),
+     ("No devices were found", 6)],
+)
+def test_nvidia_smi_failing_on_stdout_means_no_gpu(tmp_path: Path, failure: str, status: int) -> None:
+    """nvidia-smi prints its failures on stdout (a login node with the tool but no driver, a node without GPUs): that
+    is a machine without a usable GPU, which gets the CPU build, not a refusal for a driver "older than 580"."""
+    done, calls = run_install(tmp_path, FAKE_SMI_FAILURE=failure, FAKE_SMI_STATUS=str(status))
+    assert done.returncode == 0, done.stderr
+    (install,) = torch_installs(calls)
+    assert "torch==2.13.0+cpu" in install

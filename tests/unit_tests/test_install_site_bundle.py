@@ -5,10 +5,12 @@ its arguments and writes one small wheel instead of downloading."""
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,41 @@ def test_the_wheels_match_the_targets_architecture(tmp_path: Path, arch: str | N
 def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:
     done, platforms = run_bundle(tmp_path, "--arch", "ppc64le")
     assert done.returncode == 2 and "ppc64le" in done.stderr and platforms == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, xz and sha256sum")
+def test_a_rerun_drops_wheels_left_by_an_earlier_run(tmp_path: Path) -> None:
+    """A wheel an earlier run downloaded under other pins (an unpinned z3-solver of another libz3) must not be
+    unpacked beside the pinned one: the later wheel in name order would overwrite the package's files."""
+    wheels = tmp_path / "out" / "wheels-cp312"
+    wheels.mkdir(parents=True)
+    stale = f"z3_solver-4.{random.randint(16, 99)}.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheels / stale, "w") as wheel:
+        wheel.writestr("z3/stale.py", "")
+    done, _ = run_bundle(tmp_path)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "out" / "site-cp312.tar.xz") as archive:
+        names = archive.getnames()
+        contents = archive.extractfile("./BUNDLE_CONTENTS.txt").read().decode()
+    assert "./z3/stale.py" not in names and stale not in contents
+    assert "./stand_in.py" in names
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, xz and sha256sum")
+def test_the_bundle_comes_with_a_checksum_the_node_can_check(tmp_path: Path) -> None:
+    done, _ = run_bundle(tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert not list(out.glob("*.partial"))
+    check = subprocess.run(["sha256sum", "-c", "site-cp312.tar.xz.sha256"], cwd=out, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    with open(out / "site-cp312.tar.xz", "r+b") as bundle:  # a bundle cut on the way is caught
+        bundle.truncate(bundle.seek(0, os.SEEK_END) - 1)
+    check = subprocess.run(["sha256sum", "-c", "site-cp312.tar.xz.sha256"], cwd=out, capture_output=True, text=True)
+    assert check.returncode != 0
+
+
+@pytest.mark.parametrize("flag", ["--python-version", "--arch", "--out"])
+def test_a_flag_without_its_value_names_the_flag(tmp_path: Path, flag: str) -> None:
+    done = subprocess.run(["bash", str(SCRIPT), flag], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and f"{flag} needs a value" in done.stderr, done.stderr

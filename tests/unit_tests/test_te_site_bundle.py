@@ -113,3 +113,17 @@ def test_parts_reassemble_into_the_packed_tree(tmp_path: Path) -> None:
     for name in ("transformer_engine/wheel_lib/libtransformer_engine.so", "cudnn/__init__.py"):
         packed = archive.extractfile(members[name]).read()
         assert hashlib.sha256(packed).digest() == hashlib.sha256((site / name).read_bytes()).digest()
+
+
+@pytest.mark.parametrize("part_mib", ["58M", "0", "-1", "1.5", "abc"])
+def test_a_bad_part_size_is_refused_before_the_earlier_bundle_is_removed(tmp_path: Path, part_mib: str) -> None:
+    """A part size split cannot use is refused at once, and the parts of an earlier bundle in OUT_DIR stay."""
+    fake_venv(tmp_path / "venv")
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = {name: os.urandom(64) for name in ("te-site.tar.xz.part-aa", "te-site.tar.xz.part-ab")}
+    for name, data in earlier.items():
+        (out / name).write_bytes(data)
+    result = run_script(tmp_path / "venv", out, part_mib)
+    assert result.returncode == 2 and "PART_MIB" in result.stderr and part_mib in result.stderr, result.stderr
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == earlier

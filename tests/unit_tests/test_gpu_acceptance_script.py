@@ -1,0 +1,59 @@
+"""``tools/gpu_acceptance.sh`` without a GPU: a stand-in ``python3`` records where and how it is called, so the
+script's own logic (argument checks, the folder it runs in, what it does to OUT_DIR) is tested on CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tools" / "gpu_acceptance.sh"
+FAKE_PYTHON3 = """#!/usr/bin/env bash
+echo "$PWD|$*" >> "$FAKE_LOG"
+"""
+
+
+def run_acceptance(tmp_path: Path, out_dir: Path, stages: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The script from ``tmp_path`` (not the repository root) with the stand-in python3; returns the calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").write_text(FAKE_PYTHON3)
+    (bin_dir / "python3").chmod(0o755)
+    log = tmp_path / "python3.log"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),
+           "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work")}
+    done = subprocess.run(["bash", str(SCRIPT), str(out_dir), stages], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_non_empty_out_dir_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """The run ends by packing OUT_DIR into logs.tar.xz and deleting the rest: a user's folder must not go."""
+    out_dir = tmp_path / "results"
+    out_dir.mkdir()
+    keep = out_dir / "earlier-results.txt"
+    content = os.urandom(32).hex()
+    keep.write_text(content)
+    done, calls = run_acceptance(tmp_path, out_dir, "bench")
+    assert done.returncode == 2 and "not empty" in done.stderr, done.stderr
+    assert keep.read_text() == content and sorted(os.listdir(out_dir)) == ["earlier-results.txt"]
+    assert calls == []
+
+
+@pytest.mark.parametrize("stages", ["bench,typo", "Tests"])
+def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path: Path, stages: str) -> None:
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", stages)
+    assert done.returncode == 2 and "unknown stage" in done.stderr
+    assert calls == []
+
+
+def test_it_runs_from_the_repository_root_wherever_it_is_called(tmp_path: Path) -> None:
+    """The test folders, recipes and .bundle/ are named relative to the repository root."""
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "bench")
+    assert done.returncode == 0, done.stderr
+    assert calls and all(call.split("|")[0] == str(ROOT) for call in calls), calls
+    assert any("megatron.oellm doctor" in call for call in calls) and any("bench" in call for call in calls)
+    assert (tmp_path / "out" / "summary.txt").is_file()

@@ -1,0 +1,46 @@
+"""``tools/test.sh`` (the CI command): lint and tests run with the interpreter ``tools/install.sh`` installed into,
+checked with a stand-in ``install.sh`` and stand-in interpreters that record how they are called."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "test.sh"
+
+RECORDER = """#!/usr/bin/env bash
+echo "NAME $*" >> "$FAKE_LOG"
+"""
+
+
+def run_test_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """tools/test.sh copied into a stand-in checkout whose install.sh only records; returns the process and calls."""
+    checkout, bin_dir = tmp_path / "checkout with space", tmp_path / "bin"
+    (checkout / "tools").mkdir(parents=True)
+    bin_dir.mkdir()
+    shutil.copy(SCRIPT, checkout / "tools" / "test.sh")
+    (checkout / "tools" / "install.sh").write_text(
+        'echo "install.sh $* PYTHON=${PYTHON:-python3}" >> "$FAKE_LOG"\n')
+    for name in ("python3", "chosen-python"):
+        (bin_dir / name).write_text(RECORDER.replace("NAME", name))
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.touch()
+    environment = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "FAKE_LOG": str(log), **env}
+    done = subprocess.run(["bash", str(checkout / "tools" / "test.sh"), "-k", "not gpu"], capture_output=True,
+                          text=True, env=environment, timeout=60, check=False)
+    return done, log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("python", [None, "chosen-python"])
+def test_lint_and_tests_use_the_interpreter_install_sh_installed_into(tmp_path: Path, python: str | None) -> None:
+    done, calls = run_test_script(tmp_path, **({"PYTHON": python} if python else {}))
+    assert done.returncode == 0, done.stderr
+    expected = python or "python3"
+    assert calls == [f"install.sh dev,hf,gdn,plot PYTHON={expected}",
+                     f"{expected} -m ruff check .",
+                     f"{expected} -m pytest -q tests/unit_tests -k not gpu"]
