@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import (
+    Unit,
     expected_shapes,
     family_module,
     hf_to_mcore_unit,
@@ -129,6 +129,24 @@ def megatron_checkpoint_args(card: ModelCard) -> argparse.Namespace:
     if flags.get("hybrid-layer-pattern"):
         fields["hybrid_layer_pattern"] = flags["hybrid-layer-pattern"]
     return argparse.Namespace(**fields)
+
+
+def converted_checkpoint_args(load_dir: Path) -> argparse.Namespace | None:
+    """The run arguments stored with the checkpoint that megatron training's ``--load load_dir`` reads, if
+    ``hf-to-mcore`` wrote it (a ``release`` checkpoint recording its card): the few of
+    :func:`megatron_checkpoint_args`, which megatron's ``check_checkpoint_args`` finds incomplete for some runs (the
+    training entry checks that before it starts). None for any other directory, or one that cannot be read: megatron's
+    loader reports those."""
+    try:
+        if (load_dir / ITERATION_FILE).read_text().strip() != RELEASE:
+            return None
+        common = CheckpointReader(load_dir / RELEASE).common_state()
+    except (OSError, UnicodeDecodeError, ConversionError):
+        return None
+    if not isinstance(common, dict) or CARD_KEY not in common:
+        return None
+    stored = common.get("args")
+    return stored if isinstance(stored, argparse.Namespace) else None
 
 
 def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
@@ -347,6 +365,16 @@ def _planned_pieces(card: ModelCard, reader: CheckpointReader, padded: int) -> l
     return unit_pieces
 
 
+def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: list[mcore_layout.Piece],
+                 writer: ShardedSafetensorsWriter) -> int:
+    """Read one unit's megatron tensors, queue its HF tensors in ``writer`` and return how many. A function of its
+    own so that the unit's read buffers are released when it returns: a loop variable holding them would keep one
+    unit alive while the next one is read (twice the largest unit's bytes)."""
+    tensors = mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces), card.vocab_size))
+    writer.add(tensors)
+    return len(tensors)
+
+
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
                            max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
                            hf_config_dir: Path | None = None) -> ConversionSummary:
@@ -367,12 +395,8 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     with staged_output(out_dir, overwrite, _is_hf_output, needed) as staging:
         writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
-        written = 0
-        for unit, pieces in zip(units(card), unit_pieces, strict=True):
-            tensors: dict[str, Tensor] = mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces),
-                                                                                       card.vocab_size))
-            writer.add(tensors)
-            written += len(tensors)
+        written = sum(_export_unit(card, unit, reader, pieces, writer)
+                      for unit, pieces in zip(units(card), unit_pieces, strict=True))
         writer.close()
         for name, text in config_files.items():
             (staging / name).write_bytes(text.encode("utf-8"))

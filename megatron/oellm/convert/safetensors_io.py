@@ -79,17 +79,19 @@ def _indexed_files(directory: Path, index: Path) -> dict[str, Path]:
     return files
 
 
-def checkpoint_files(directory: Path) -> dict[str, Path]:
-    """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``)."""
+def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:
+    """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``), and
+    the index file if the checkpoint has one. The index is looked up once here, so that the tensors, the check of the
+    shards against it and the input files a conversion protects all describe the same checkpoint."""
     if not directory.is_dir():
         raise ConversionError(f"{directory} is not a directory; pass the HF checkpoint directory "
                               "(with config.json and *.safetensors)")
     index = directory / INDEX_NAME
-    if index.is_file() and (directory / SINGLE_NAME).exists():
-        raise ConversionError(f"{directory} holds both {INDEX_NAME} and {SINGLE_NAME}: transformers reads "
-                              f"{SINGLE_NAME}, this converter would read the index; remove the stale one")
     if index.is_file():
-        return _indexed_files(directory, index)
+        if (directory / SINGLE_NAME).exists():
+            raise ConversionError(f"{directory} holds both {INDEX_NAME} and {SINGLE_NAME}: transformers reads "
+                                  f"{SINGLE_NAME}, this converter would read the index; remove the stale one")
+        return _indexed_files(directory, index), index
     paths = sorted(directory.glob("*.safetensors"))
     if not paths:
         raise ConversionError(f"no *.safetensors in {directory}; convert .bin checkpoints with transformers first")
@@ -101,7 +103,7 @@ def checkpoint_files(directory: Path) -> dict[str, Path]:
                     raise ConversionError(f"tensor {name!r} is in both {files[name]} and {path} and there is no "
                                           f"{INDEX_NAME} to pick one; remove the stale file")
                 files[name] = path
-    return files
+    return files, None
 
 
 class SafetensorsSource(Mapping[str, Tensor]):
@@ -109,13 +111,12 @@ class SafetensorsSource(Mapping[str, Tensor]):
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._files = checkpoint_files(directory)
+        self._files, self._index = checkpoint_files(directory)
         self._handles: dict[Path, object] = {}
 
     def input_files(self) -> list[Path]:
         """Every file the tensors are read from, plus the index if there is one."""
-        index = self.directory / INDEX_NAME
-        return sorted(set(self._files.values())) + ([index] if index.is_file() else [])
+        return sorted(set(self._files.values())) + ([self._index] if self._index is not None else [])
 
     def _handle(self, path: Path):
         if path not in self._handles:
@@ -131,7 +132,7 @@ class SafetensorsSource(Mapping[str, Tensor]):
             try:
                 piece = self._handle(path).get_slice(name)
             except SafetensorError as error:
-                raise ConversionError(f"{self.directory / INDEX_NAME} puts tensor {name!r} in {path.name}, "
+                raise ConversionError(f"{self._index} puts tensor {name!r} in {path.name}, "
                                       "which does not contain it; the index and the shards do not match") from error
             dtype = _DTYPES.get(piece.get_dtype())
             if dtype is None:
@@ -144,13 +145,13 @@ class SafetensorsSource(Mapping[str, Tensor]):
     def _check_shards_hold_only_indexed(self) -> None:
         """With an index, raise naming a tensor a shard holds that the index does not list: transformers would load
         it from the shard while this converter reads the index, so the two would not agree on what the model is."""
-        if not (self.directory / INDEX_NAME).is_file():
+        if self._index is None:
             return
         for path in sorted(set(self._files.values())):
             extra = sorted(name for name in self._handle(path).keys() if self._files.get(name) != path)
             if extra:
                 raise ConversionError(f"{path} holds tensor {extra[0]!r} ({len(extra)} such) that "
-                                      f"{self.directory / INDEX_NAME} does not list in that file; the index and the "
+                                      f"{self._index} does not list in that file; the index and the "
                                       "shards do not match (download the index again)")
 
     def __getitem__(self, name: str) -> Tensor:

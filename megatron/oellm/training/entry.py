@@ -65,6 +65,53 @@ def check_layout(args, card: ModelCard | None = None) -> None:
     validate_layout(card, layout_from_args(args))
 
 
+def resume_compared_args(args) -> dict[str, list[str]]:
+    """Flag -> stored run arguments that megatron-core 0.19.2's ``check_checkpoint_args`` compares with this run's
+    when it loads a checkpoint without ``--finetune``, beyond the model shape every checkpoint records: those it
+    compares only for some flags, and reads from the checkpoint without a default (a missing one is an
+    ``AttributeError`` on every rank after GPU set-up)."""
+    compared: dict[str, list[str]] = {}
+    if args.vocab_file:
+        compared["--vocab-file"] = ["max_position_embeddings", "make_vocab_size_divisible_by", "tokenizer_type"]
+        if args.ckpt_format == "torch":
+            compared["--vocab-file"].append("padded_vocab_size")
+    if args.data_parallel_random_init:
+        compared["--data-parallel-random-init"] = ["data_parallel_random_init"]
+    if getattr(args, "phase_transition_iterations", None):
+        compared["--phase-transition-iterations"] = ["global_batch_size"]
+    return compared
+
+
+def check_converted_load(args) -> None:
+    """Raise ``ValueError`` when ``--load`` names an ``oellm convert hf-to-mcore`` checkpoint that megatron would
+    check against run arguments it does not store (:func:`resume_compared_args`), naming ``--finetune``.
+
+    A converted checkpoint stores only the arguments every load compares (its card's shape), since which tokenizer,
+    divisor or batch size a run will use is not known when converting. Megatron skips the comparison under
+    ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at iteration 0 and reads no
+    optimizer or RNG state either way.
+    """
+    if not args.load or args.finetune or getattr(args, "ckpt_step", None):
+        return
+    compared = resume_compared_args(args)
+    if not compared:
+        return
+    from megatron.oellm.convert.pipeline import converted_checkpoint_args
+
+    stored = converted_checkpoint_args(Path(args.load))
+    if stored is None:
+        return
+    missing = {flag: [name for name in names if not hasattr(stored, name)] for flag, names in compared.items()}
+    missing = {flag: names for flag, names in missing.items() if names}
+    if missing:
+        why = "; ".join(f"{', '.join(names)} for {flag}" for flag, names in missing.items())
+        raise ValueError(f"--load {args.load} is an `oellm convert hf-to-mcore` checkpoint without the run arguments "
+                         f"megatron's check_checkpoint_args compares when it resumes a run ({why}); add --finetune to "
+                         "start from it (iteration 0, no optimizer or RNG state: what a converted checkpoint holds "
+                         "anyway), or pass it as --pretrained-checkpoint with --load / --save naming the run's own "
+                         "directory, so that later jobs of the run resume from their own checkpoints")
+
+
 def refuse(error: ValueError) -> int:
     """Print a refused command line as one ``error:`` line on stderr (argparse's form) and return its exit status 2.
 
@@ -126,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args_support(args.oellm_backend, args)
         check_flex_dispatcher(args)
         check_data_args(args)
+        check_converted_load(args)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_schedule_support(args, card)

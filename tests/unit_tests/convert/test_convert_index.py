@@ -10,7 +10,7 @@ from convert_helpers import write_hf
 
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
-from megatron.oellm.convert.safetensors_io import INDEX_NAME, ShardedSafetensorsWriter
+from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource, ShardedSafetensorsWriter
 
 
 def _sharded(tiny_hf) -> tuple[Path, dict]:
@@ -66,3 +66,18 @@ def test_an_index_entry_that_is_no_file_name_is_a_clear_error(tiny_hf, value: ob
     (hf_dir / INDEX_NAME).write_text(json.dumps(index))
     with pytest.raises(ConversionError, match=r"maps tensor 'model\.norm\.weight' to .*not to a safetensors file"):
         _convert(tiny_hf)
+
+
+def test_the_index_is_looked_up_once_per_source(tiny_hf) -> None:
+    """The source decides once whether the checkpoint is indexed: an index replaced or removed after it was read
+    (another job re-downloading the model) must not turn off the check of the shards against the index that gave
+    the tensor map, nor drop the index from the input files a conversion refuses to write over."""
+    hf_dir, index = _sharded(tiny_hf)
+    name = "model.layers.0.mlp.gate.weight"
+    shard = index["weight_map"].pop(name)
+    (hf_dir / INDEX_NAME).write_text(json.dumps(index))
+    source = SafetensorsSource(hf_dir)
+    (hf_dir / INDEX_NAME).unlink()
+    assert hf_dir / INDEX_NAME in source.input_files()
+    with pytest.raises(ConversionError, match=rf"{shard} holds tensor '{name}' .*does not list"):
+        source.shapes()

@@ -1,0 +1,103 @@
+"""``--load`` of an ``oellm convert hf-to-mcore`` checkpoint with flags that make megatron compare run arguments the
+converted checkpoint does not store: refused before Megatron starts, naming ``--finetune``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.convert.pipeline import converted_checkpoint_args, hf_to_mcore_checkpoint
+from megatron.oellm.training.args import parse_oellm_argv
+from megatron.oellm.training.entry import check_converted_load
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
+from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
+
+CARD = "qwen3-30b-a3b-tiny"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny card's random HF weights converted to a megatron checkpoint directory (what ``--load`` names)."""
+    card = get_card(CARD)
+    tmp = tmp_path_factory.mktemp("converted")
+    write_hf(card, random_hf_tensors(card, seed=11), tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    return tmp / "mcore"
+
+
+def _run_args(load: Path, *flags: str):
+    """The run's arguments as the entry parses them (the card's flags filled in by ``--oellm-model``)."""
+    from megatron.oellm.training.args import merge_card_flags
+
+    argv = ["--oellm-model", CARD, "--load", str(load), "--ckpt-format", "torch_dist", *flags]
+    return parse_oellm_argv(merge_card_flags(argv).argv)
+
+
+def _megatron_accepts(stored, run) -> bool:
+    """Whether megatron-core's own ``check_checkpoint_args`` passes ``stored`` for ``run`` (a missing stored argument
+    raises AttributeError, a different one AssertionError)."""
+    from megatron.training import checkpointing, global_vars
+
+    run.use_dist_ckpt = run.ckpt_format != "torch"
+    global_vars.set_args(run)
+    checkpointing.set_checkpoint_version(3.0)
+    try:
+        checkpointing.check_checkpoint_args(stored)
+    except (AttributeError, AssertionError):
+        return False
+    finally:
+        global_vars.unset_global_variables()
+    return True
+
+
+@pytest.mark.parametrize("flags", [["--vocab-file", "vocab.json", "--merge-file", "merges.txt",
+                                    "--tokenizer-type", "GPT2BPETokenizer"],
+                                   ["--data-parallel-random-init"],
+                                   ["--phase-transition-iterations", "10,20"]])
+def test_a_resume_megatron_cannot_check_is_refused_naming_finetune(converted: Path, flags: list[str]) -> None:
+    """Megatron itself fails on these (after GPU set-up, on every rank); the entry refuses first, naming the flag
+    and the fix, and with ``--finetune`` (which megatron honours by skipping the comparison) it does not refuse."""
+    run = _run_args(converted, *flags)
+    stored = converted_checkpoint_args(converted)
+    assert stored is not None
+    assert not _megatron_accepts(stored, run)
+    with pytest.raises(ValueError, match=rf"--load {converted} is an `oellm convert hf-to-mcore` checkpoint.*"
+                                         rf"for {flags[0]}.*add --finetune"):
+        check_converted_load(run)
+    check_converted_load(_run_args(converted, *flags, "--finetune"))
+
+
+def test_a_plain_load_of_a_converted_checkpoint_is_not_refused(converted: Path) -> None:
+    """Without those flags megatron compares only the shape the converted checkpoint stores: no refusal, and
+    megatron's own check passes."""
+    run = _run_args(converted)
+    check_converted_load(run)
+    assert _megatron_accepts(converted_checkpoint_args(converted), run)
+
+
+def test_other_checkpoints_are_left_to_megatron(tmp_path: Path) -> None:
+    """An empty, missing or training-saved ``--load`` is not read as a converted checkpoint."""
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "latest_checkpointed_iteration.txt").write_text("30\n")
+    for load in (tmp_path, tmp_path / "missing", tmp_path / "saved"):
+        assert converted_checkpoint_args(load) is None
+        check_converted_load(_run_args(load, "--vocab-file", "vocab.json"))
+
+
+def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """One error line and exit status 2 before the throughput hook and ``pretrain``; with --finetune it goes on."""
+    from test_data import _Reached, entry_up_to_pretrain
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
+            "torch_dist", "--vocab-file", "vocab.json"]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--finetune"])
