@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from megatron.oellm.bench.measure import StepTimes
+from megatron.oellm.commands import int_at_least
 
 
 def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> StepTimes:
@@ -35,19 +36,6 @@ def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> Ste
                      peak_memory_bytes=torch.cuda.max_memory_allocated(), loss=float(first_loss))
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``minimum`` (a median of no timed steps has no value)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
-
 def _card_name(text: str) -> str:
     """An argparse type: the name of a known card (``oellm models``), so a misspelt ``--card`` is a usage error that
     lists the known cards rather than a traceback."""
@@ -63,9 +51,10 @@ def _card_name(text: str) -> str:
 def add_kernel_timing_options(parser: argparse.ArgumentParser) -> None:
     """The options every kernel benchmark in ``tools/`` takes: ``--tokens`` (per micro-batch), ``--warmup``,
     ``--steps``."""
-    parser.add_argument("--tokens", type=_count(1), default=32768, help="tokens per micro-batch (default 8 x 4096)")
-    parser.add_argument("--warmup", type=_count(0), default=5)
-    parser.add_argument("--steps", type=_count(1), default=20)
+    parser.add_argument("--tokens", type=int_at_least(1), default=32768,
+                        help="tokens per micro-batch (default 8 x 4096)")
+    parser.add_argument("--warmup", type=int_at_least(0), default=5)
+    parser.add_argument("--steps", type=int_at_least(1), default=20)
 
 
 def kernel_tool_parser(doc: str, with_card: bool = False) -> argparse.ArgumentParser:

@@ -1,6 +1,8 @@
 """One module per ``oellm`` subcommand (see :mod:`megatron.oellm.cli`)."""
 
+import argparse
 import sys
+from collections.abc import Callable
 
 
 def refuse(command: str, reason: object, status: int = 2) -> int:
@@ -8,3 +10,21 @@ def refuse(command: str, reason: object, status: int = 2) -> int:
     out of a ``--json > file`` redirection) and return its exit ``status``."""
     print(f"oellm {command}: error: {reason}", file=sys.stderr)
     return status
+
+
+def int_at_least(minimum: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum``, so a count that would fail (or silently do nothing) only
+    after minutes of work is a usage error naming the flag at once (``argument --steps: expected a positive integer,
+    got '0'``). ``why``, when given, follows the expectation in the message (e.g. ``" (one next-token target)"``)."""
+    wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {wanted}{why}, got {text!r}")
+        return value
+
+    return parse

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from megatron.oellm.bench import SIDES
-from megatron.oellm.commands import refuse
+from megatron.oellm.commands import int_at_least, refuse
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
@@ -55,11 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oellm bench``."""
     parser.add_argument("--model", default="qwen3.5-35b-a3b-proxy-4L",
                         help="card name, a qwen3.5-35b-a3b flavour (default: the 4-layer full-width proxy)")
-    parser.add_argument("--seq-length", type=int, default=4096, help="sequence length in tokens (default 4096)")
+    parser.add_argument("--seq-length", type=int_at_least(2, " (one next-token target at least)"), default=4096,
+                        help="sequence length in tokens (default 4096)")
     parser.add_argument("--mbs", type=int_list, default=(1, 2, 4, 8),
                         help="micro-batch sizes to sweep per side, until one runs out of memory (default 1,2,4,8)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing (default 3)")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps; the median is reported (default 10)")
+    parser.add_argument("--warmup", type=int_at_least(1, " (the first warm-up step's loss is reported)"), default=3,
+                        help="untimed steps before timing, at least 1 (default 3)")
+    parser.add_argument("--steps", type=int_at_least(1), default=10,
+                        help="timed steps; the median is reported (default 10)")
     parser.add_argument("--sides", type=side_list, default=SIDES, help="ours,hf (default both)")
     parser.add_argument("--ours-config", type=config_override, action="append", default=[], metavar="KEY=VALUE",
                         help="TransformerConfig field for our side, on top of the benchmark's best settings "

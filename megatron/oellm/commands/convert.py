@@ -16,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from megatron.oellm.commands import refuse
+from megatron.oellm.commands import int_at_least, refuse
 
 HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt) and mcore-to-hf"
 
@@ -40,17 +40,6 @@ def byte_size(text: str) -> int:
     return size
 
 
-def positive_int(text: str) -> int:
-    """``"1024"`` -> 1024, refusing zero, negative and non-integer values; an argparse type."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oellm convert`` and its two directions."""
     directions = parser.add_subparsers(dest="direction", required=True, metavar="DIRECTION")
@@ -61,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_mcore.add_argument("--hf", required=True, type=Path, help="HF checkpoint directory (config.json, *.safetensors)")
     to_mcore.add_argument("--out", required=True, type=Path, help="output directory for `--load` of megatron training")
     to_mcore.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
-    to_mcore.add_argument("--vocab-size", type=positive_int, metavar="N", help=_VOCAB_HELP)
+    to_mcore.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
     to_hf.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
@@ -69,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
     to_hf.add_argument("--out", required=True, type=Path, help="output directory for from_pretrained")
     to_hf.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
-    to_hf.add_argument("--vocab-size", type=positive_int, metavar="N", help=_VOCAB_HELP)
+    to_hf.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
     to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", help="safetensors shard size (default 5GB)")
     to_hf.add_argument("--hf-config", type=Path, metavar="DIR",
                        help="take config.json (and generation_config.json) from this HF model directory, checked "

@@ -191,7 +191,7 @@ def test_an_unknown_gpu_needs_a_named_peak() -> None:
         harness.BenchConfig(gpu="h300")
 
 
-def test_kernel_tools_refuse_counts_without_a_timed_step() -> None:
+def test_kernel_tools_refuse_counts_without_a_timed_step(capsys: pytest.CaptureFixture) -> None:
     """``--steps 0`` left the tools' median without a value (a ``StatisticsError`` after the GPU work)."""
     import argparse
 
@@ -200,9 +200,11 @@ def test_kernel_tools_refuse_counts_without_a_timed_step() -> None:
     parser = argparse.ArgumentParser()
     add_kernel_timing_options(parser)
     assert vars(parser.parse_args(["--warmup", "0", "--steps", "1"])) == {"tokens": 32768, "warmup": 0, "steps": 1}
-    for bad in (["--steps", "0"], ["--warmup", "-1"], ["--tokens", "0"], ["--steps", "x"]):
+    for flag, bad, wanted in (("--steps", "0", "a positive"), ("--warmup", "-1", "a non-negative"),
+                              ("--tokens", "0", "a positive"), ("--steps", "x", "a positive")):
         with pytest.raises(SystemExit):
-            parser.parse_args(bad)
+            parser.parse_args([flag, bad])
+        assert f"argument {flag}: expected {wanted} integer, got {bad!r}" in capsys.readouterr().err
 
 
 def test_kernel_tools_refuse_an_unknown_card_as_a_usage_error(capsys: pytest.CaptureFixture) -> None:

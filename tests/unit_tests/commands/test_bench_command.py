@@ -51,6 +51,20 @@ def test_bad_values_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixt
     assert "oellm bench: error: argument" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flag", "bad", "least"), [("--seq-length", "1", "2"), ("--seq-length", "-4096", "2"),
+                                                   ("--warmup", "0", "1"), ("--steps", "0", "1"),
+                                                   ("--steps", "-3", "1"), ("--warmup", "2.5", "1")])
+def test_counts_below_their_minimum_are_usage_errors_naming_the_flag(flag: str, bad: str, least: str,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """``--warmup 0`` (and a too short ``--seq-length``, ``--steps 0``) got past argparse and was refused by
+    BenchConfig as ``need warmup >= 1 ...``, naming the field, not the flag; now argparse names the flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse(flag, bad)
+    assert exit_info.value.code == 2
+    assert f"oellm bench: error: argument {flag}: expected a" in capsys.readouterr().err
+    assert getattr(parse(flag, least), flag[2:].replace("-", "_")) == int(least)
+
+
 def test_refuses_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """The refusal is on stderr as ``oellm bench: error: ...`` (the form of flops/recipe/table); stdout, which a
     ``--json`` user redirects to a file, stays empty."""
