@@ -5,6 +5,8 @@
 #
 #   tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64] [--out .bundle]
 #
+# --python-version is the node's MAJOR.MINOR, 3.11 or later; on 3.11 megatron-core 0.19.2 (declared >= 3.12, with
+# cp311 wheels) is fetched with --ignore-requires-python, as tools/install.sh installs it.
 # On the node:  sha256sum -c site-cp312.tar.xz.sha256   # catches a bundle cut or changed on the way
 #               mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
 # Every run downloads into an emptied wheels folder, so a wheel left by an earlier run with other pins never
@@ -21,10 +23,14 @@ while [ $# -gt 0 ]; do
     --python-version) PYVER="${2:?--python-version needs a value}"; shift 2 ;;
     --arch) ARCH="${2:?--arch needs a value}"; shift 2 ;;
     --out) OUT="${2:?--out needs a value}"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+# checked before anything is downloaded: 3.12.1 would name the bundle site-cp3121, 3.10 fails only at import
+[[ "$PYVER" =~ ^3\.([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 11 ] ||
+  { echo "error: --python-version must be the node's MAJOR.MINOR, 3.11 or later, got '$PYVER' (e.g. 3.12)" >&2
+    exit 2; }
 TAG="cp${PYVER/./}"
 case "$ARCH" in
   x86_64) PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
@@ -34,8 +40,10 @@ case "$ARCH" in
            TAG="$TAG-aarch64" ;;
   *) echo "unknown architecture: $ARCH (x86_64 or aarch64)" >&2; exit 2 ;;
 esac
+# megatron-core declares Python >= 3.12 but needs only typing.override, which megatron.oellm provides on 3.11:
+# Requires-Python is ignored for it alone, so a 3.12-only release of another package is still refused
+MEGATRON_CORE="megatron-core==0.19.2"
 PACKAGES=(
-  "megatron-core==0.19.2"
   "fla-core==0.6.0"
   "flash-linear-attention==0.6.0"
   "tilelang==0.1.15"
@@ -46,8 +54,10 @@ PACKAGES=(
 WHEELS="$OUT/wheels-$TAG"
 SITE="$OUT/site-$TAG"
 rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
-  "${PLATFORMS[@]/#/--platform=}" --platform any -d "$WHEELS" "${PACKAGES[@]}"
+DOWNLOAD=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp
+          "${PLATFORMS[@]/#/--platform=}" --platform any -d "$WHEELS")
+"${DOWNLOAD[@]}" --ignore-requires-python "$MEGATRON_CORE"
+"${DOWNLOAD[@]}" "${PACKAGES[@]}"
 rm -rf "$SITE" && mkdir -p "$SITE"
 for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"

@@ -10,10 +10,12 @@
 # requirements that a stock CUDA torch image lacks (pydantic, nvdlfw-inspect, cudnn-frontend); the CUDA libraries
 # themselves (cuBLAS, cuDNN, NCCL) come from the target's torch wheels. On the target:
 #
-#   (cd OUT_DIR && sha256sum -c te-site.sha256)   # catches a part lost or cut on the way
-#   mkdir -p /tmp/te-site && cat OUT_DIR/te-site.tar.xz.part-* | tar -xJ -C /tmp/te-site
+#   cd OUT_DIR && sha256sum -c te-site.sha256 &&   # catches a part lost or cut on the way
+#     mkdir -p /tmp/te-site && awk '{print $2}' te-site.sha256 | xargs cat | tar -xJ -C /tmp/te-site
 #   export PYTHONPATH=/tmp/te-site${PYTHONPATH:+:$PYTHONPATH}
 #
+# Only the parts te-site.sha256 lists are joined, in its order: a part left in OUT_DIR by an earlier, longer bundle
+# (te-site.tar.xz.part-af beside a new five-part one) is neither checked nor unpacked.
 # TE's core library is ~340 MB of CUDA fat binaries that xz shrinks only to ~250 MB, hence the parts.
 set -euo pipefail
 VENV=$(realpath "${1:?usage: te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]}")

@@ -571,6 +571,36 @@ def check_slow_path_switches(report: EnvironmentReport, env: Mapping[str, str]) 
                                 "set.")]
 
 
+HYBRID_EP_RECIPE_BASES = ("_mn5.toml", "_qwen3_235b_a22b_jupiter.toml")
+"""Recipe bases in ``examples/oellm/`` that set ``moe-token-dispatcher-type = "flex"`` with
+``moe-flex-dispatcher-backend = "hybridep"``; every recipe extending them dispatches with HybridEP."""
+
+
+def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """The recipes of ``examples/oellm/`` dispatch MoE tokens with HybridEP (``deep_ep.HybridEPBuffer``, DeepEP's
+    hybrid-ep branch); without it the training entry refuses such a run at start, after its wait in the queue. A
+    warning, not an error: the all-to-all dispatcher, DeepEP's own (``deepep``) and dense models need no HybridEP."""
+    name = "hybrid-ep"
+    deep_ep = report.versions.get("deep-ep")
+    if report.hybrid_ep:
+        return [Finding("ok", name, f"deep_ep {deep_ep} has HybridEPBuffer: the flex dispatcher's hybridep backend "
+                        "(the examples/oellm/ recipes') can run.")]
+    if deep_ep is None:
+        missing = "DeepEP (deep_ep) is not installed"
+    elif report.hybrid_ep is False:
+        missing = f"deep_ep {deep_ep} has no HybridEPBuffer (DeepEP's main branch; HybridEP is on its hybrid-ep branch)"
+    else:
+        missing = f"deep_ep {deep_ep} is installed, but whether it has HybridEPBuffer could not be read"
+    bases = " and ".join(f"examples/oellm/{base}" for base in HYBRID_EP_RECIPE_BASES)
+    return [Finding(
+        "warning", name,
+        f"{missing}, so runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep are "
+        f"refused at start: those of the recipes extending {bases}, except rows that switch to the all-to-all "
+        "dispatcher, which does not need it.",
+        "use the image of the Dockerfile's hybridep target (docker build --target hybridep .; docs/container.md), or "
+        "set moe-token-dispatcher-type = \"alltoall\" in the recipe's flags")]
+
+
 Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
 RULES: tuple[Rule, ...] = (
     check_python,
@@ -582,6 +612,7 @@ RULES: tuple[Rule, ...] = (
     check_nccl_channels,
     check_allocator_conf,
     check_slow_path_switches,
+    check_hybrid_ep,
 )
 """Every rule, in report order."""
 

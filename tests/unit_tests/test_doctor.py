@@ -10,6 +10,8 @@ import platform
 import random
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ from megatron.oellm import doctor as doctor_module
 from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.commands import doctor as doctor_command
 from megatron.oellm.doctor import (
+    HYBRID_EP_RECIPE_BASES,
     EnvironmentReport,
     Finding,
     GpuInfo,
@@ -28,6 +31,7 @@ from megatron.oellm.doctor import (
     check_environment,
     check_fla_hopper_triton,
     check_gpus,
+    check_hybrid_ep,
     check_megatron_core,
     check_nccl_channels,
     check_python,
@@ -50,14 +54,15 @@ GOOD_ENV = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
 
 
 def make_report(**changes) -> EnvironmentReport:
-    """A healthy Hopper node (no findings above ok), with ``changes`` applied; ``versions`` entries are merged."""
+    """A healthy Hopper node in the recipes' image (DeepEP with HybridEP; no findings above ok), with ``changes``
+    applied; ``versions`` entries are merged."""
     versions = {
         "torch": "2.9.0",
         "triton": "3.7.1",
         "megatron-core": MEGATRON_CORE_VERSION,
         "fla": "0.6.0",
         "tilelang": None,
-        "deep-ep": None,
+        "deep-ep": "1.2.1+7febc6e",
     }
     versions.update(changes.pop("versions", {}))
     base = EnvironmentReport(
@@ -69,6 +74,7 @@ def make_report(**changes) -> EnvironmentReport:
         gpus=(H100,),
         tilelang_importable=False,
         nvcc_path=None,
+        hybrid_ep=True,
     )
     return dataclasses.replace(base, **changes)
 
@@ -209,7 +215,7 @@ def test_megatron_core_pin(installed, severity):
 @pytest.mark.parametrize("variable", ["NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS"])
 def test_nccl_channels_warn_above_four(variable):
     rng = random.Random()
-    for value in rng.sample(range(0, 65), 12) + [4, 5]:
+    for value in rng.sample(range(1, 65), 12) + [4, 5]:  # 0 and less are errors (the test below)
         findings = {f.name: f for f in check_nccl_channels(make_report(), {variable: str(value)})}
         expected = "warning" if value > 4 else "ok"
         assert findings[variable].severity == expected, value
@@ -568,3 +574,52 @@ def test_a_broken_transformer_engine_stops_megatron_core_and_the_doctor_says_so(
     assert "oellm_doctor_test" in report.transformer_engine_import_error
     assert "oellm_doctor_test" in report.megatron_core_import_error
     assert "megatron-core itself does not import" in check_transformer_engine(report, {})[0].message
+
+
+# --- HybridEP, which the recipes' flex dispatcher uses ----------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "oellm"
+
+
+@pytest.mark.parametrize(("deep_ep", "hybrid_ep", "reason"), [
+    (None, None, "DeepEP (deep_ep) is not installed"),
+    ("1.2.1", False, "deep_ep 1.2.1 has no HybridEPBuffer"),
+    ("1.2.1", None, "could not be read"),
+])
+def test_hybrid_ep_missing_is_a_warning_naming_the_recipes_and_the_image(deep_ep, hybrid_ep, reason):
+    """The recipes need HybridEP, an all-to-all or torch-backend run does not: a warning, never an exit status 1."""
+    report = make_report(versions={"deep-ep": deep_ep}, hybrid_ep=hybrid_ep)
+    findings = check_hybrid_ep(report, GOOD_ENV)
+    assert [(f.severity, f.name) for f in findings] == [("warning", "hybrid-ep")]
+    assert reason in findings[0].message and "moe-flex-dispatcher-backend hybridep" in findings[0].message
+    assert all(f"examples/oellm/{base}" in findings[0].message for base in HYBRID_EP_RECIPE_BASES)
+    assert "--target hybridep" in findings[0].fix and "alltoall" in findings[0].fix
+    everything = check_environment(report, GOOD_ENV)
+    assert [f.name for f in everything if f.severity != "ok"] == ["hybrid-ep"] and exit_status(everything) == 0
+
+
+def test_hybrid_ep_present_is_ok():
+    findings = check_hybrid_ep(make_report(versions={"deep-ep": "1.2.1+7febc6e"}, hybrid_ep=True), {})
+    assert [(f.severity, f.name) for f in findings] == [("ok", "hybrid-ep")]
+    assert "1.2.1+7febc6e" in findings[0].message
+
+
+def _extends_chain(path: Path) -> list[str]:
+    """File names of ``path``'s ``extends`` bases, nearest first."""
+    chain = []
+    while (base := tomllib.loads(path.read_text()).get("extends")) is not None:
+        path = path.parent / base
+        chain.append(path.name)
+    return chain
+
+
+def test_the_recipe_bases_the_hybrid_ep_warning_names_are_the_ones_that_use_it():
+    """The warning's bases are exactly where examples/oellm/'s recipes get the flex dispatcher with HybridEP."""
+    from megatron.oellm.recipes.config import load_recipe
+
+    recipes = sorted(path for path in EXAMPLES.glob("*.toml") if not path.name.startswith("_"))
+    assert recipes
+    for path in recipes:
+        flags = load_recipe(path).megatron_flags
+        uses = (flags.get("moe-token-dispatcher-type"), flags.get("moe-flex-dispatcher-backend")) == ("flex", "hybridep")
+        assert uses == bool(set(_extends_chain(path)) & set(HYBRID_EP_RECIPE_BASES)), path.name

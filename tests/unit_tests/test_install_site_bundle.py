@@ -1,6 +1,7 @@
 """``tools/build_site_bundle.sh``: the wheels it asks pip for match the target's architecture (x86_64 for
 MareNostrum 5, aarch64 for Jupiter's GH200), run against a stand-in ``python3`` whose ``-m pip download`` records
-its arguments and writes one small wheel instead of downloading."""
+its arguments (one line a call), refuses megatron-core for Python 3.11 as pip does (it declares >= 3.12) unless
+told ``--ignore-requires-python``, and writes one small wheel instead of downloading."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "build_site_bundle.sh"
 
 FAKE_PYTHON3 = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
-  echo "$*" > "$FAKE_LOG"
+  echo "$*" >> "$FAKE_LOG"
+  if [[ " $* " == *" --python-version 3.11 "* && " $* " == *" megatron-core=="* &&
+        " $* " != *" --ignore-requires-python "* ]]; then
+    echo "ERROR: Ignored the following versions that require a different python version: 0.19.2" >&2; exit 1
+  fi
   while [ $# -gt 0 ]; do [ "$1" = "-d" ] && WHEELS="$2"; shift; done
   exec REAL_PYTHON -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('stand_in.py', '')" \\
     "$WHEELS/stand_in-1.0-py3-none-any.whl"
@@ -104,3 +109,27 @@ def test_the_bundle_comes_with_a_checksum_the_node_can_check(tmp_path: Path) -> 
 def test_a_flag_without_its_value_names_the_flag(tmp_path: Path, flag: str) -> None:
     done = subprocess.run(["bash", str(SCRIPT), flag], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and f"{flag} needs a value" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar and xz")
+def test_python_3_11_gets_megatron_core_past_its_declared_3_12(tmp_path: Path) -> None:
+    """megatron-core 0.19.2 declares >= 3.12 but ships cp311 wheels and runs on 3.11 (tools/install.sh installs it
+    with --ignore-requires-python); the bundle asks pip to ignore Requires-Python for megatron-core alone."""
+    done, _ = run_bundle(tmp_path, "--python-version", "3.11")
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "pip.log").read_text().splitlines()
+    ignoring = [call for call in calls if "--ignore-requires-python" in call.split()]
+    assert len(ignoring) == 1 and "megatron-core==0.19.2" in ignoring[0].split(), calls
+    assert all(len([w for w in call.split() if "==" in w]) == 1 for call in ignoring), ignoring
+    assert any("z3-solver==4.15.4.0" in call.split() for call in calls if call not in ignoring), calls
+    assert all("--python-version 3.11" in call for call in calls)
+    with tarfile.open(tmp_path / "out" / "site-cp311.tar.xz") as archive:
+        assert "./stand_in.py" in archive.getnames()
+
+
+@pytest.mark.parametrize("version", ["3.12.1", "312", "3.10", "3", "three"])
+def test_a_python_version_the_bundle_cannot_name_or_serve_is_refused_before_pip(tmp_path: Path, version: str) -> None:
+    done, platforms = run_bundle(tmp_path, "--python-version", version)
+    assert done.returncode == 2, done.stderr
+    assert "--python-version" in done.stderr and repr(version) in done.stderr and "3.11" in done.stderr
+    assert not (tmp_path / "pip.log").exists() and platforms == []

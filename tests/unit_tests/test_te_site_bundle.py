@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -127,3 +129,47 @@ def test_a_bad_part_size_is_refused_before_the_earlier_bundle_is_removed(tmp_pat
     result = run_script(tmp_path / "venv", out, part_mib)
     assert result.returncode == 2 and "PART_MIB" in result.stderr and part_mib in result.stderr, result.stderr
     assert {path.name: path.read_bytes() for path in out.iterdir()} == earlier
+
+
+def documented_unpack(out: Path, target: Path) -> str:
+    """The unpack commands of the script's header (the lines after "On the target:" up to the blank comment line),
+    with OUT_DIR and /tmp/te-site replaced by ``out`` and ``target``: the test runs what a user pastes."""
+    header = [line[1:] for line in SCRIPT.read_text().splitlines() if line.startswith("#")]
+    start = next(i for i, line in enumerate(header) if line.rstrip().endswith("On the target:")) + 2
+    end = header.index("", start)
+    commands = "\n".join(header[start:end])
+    return commands.replace("OUT_DIR", shlex.quote(str(out))).replace("/tmp/te-site", shlex.quote(str(target)))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split, xargs and sha256sum")
+def test_the_documented_unpack_ignores_a_part_left_by_an_earlier_bundle(tmp_path: Path) -> None:
+    """A longer earlier bundle's last part in OUT_DIR (landed there on the target before this bundle's three) is
+    neither joined into the archive nor able to fail the unpack; the unpacked tree is the packed one."""
+    site = fake_venv(tmp_path / "venv")
+    out = tmp_path / "out"
+    result = run_script(tmp_path / "venv", out, 1)
+    assert result.returncode == 0, result.stderr
+    assert len(list(out.glob("te-site.tar.xz.part-*"))) == 3
+    (out / "te-site.tar.xz.part-ad").write_bytes(os.urandom(random.randint(1000, 5000)))
+    target = tmp_path / "te-site"
+    unpacked = subprocess.run(["bash", "-euo", "pipefail", "-c", documented_unpack(out, target)],
+                              capture_output=True, text=True, timeout=120)
+    assert unpacked.returncode == 0, unpacked.stdout + unpacked.stderr
+    name = "transformer_engine/wheel_lib/libtransformer_engine.so"
+    assert (target / name).read_bytes() == (site / name).read_bytes()
+    assert (target / "cudnn" / "__init__.py").read_text() == "NAME = 'cudnn'\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split, xargs and sha256sum")
+def test_the_documented_unpack_stops_at_a_cut_part(tmp_path: Path) -> None:
+    """A part cut on the way fails the checksum line, and nothing is unpacked after it."""
+    fake_venv(tmp_path / "venv")
+    out = tmp_path / "out"
+    assert run_script(tmp_path / "venv", out, 1).returncode == 0
+    part = random.choice(sorted(out.glob("te-site.tar.xz.part-*")))
+    part.write_bytes(part.read_bytes()[:-1])
+    target = tmp_path / "te-site"
+    unpacked = subprocess.run(["bash", "-c", documented_unpack(out, target)], capture_output=True, text=True,
+                              timeout=120)
+    assert "FAILED" in unpacked.stdout + unpacked.stderr
+    assert not target.exists()  # the export line still runs (its status is the block's); the unpack did not
