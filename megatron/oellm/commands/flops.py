@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import warnings
 from typing import Any
 
@@ -101,11 +102,13 @@ the hint of their error message."""
 
 
 def check_positive_options(args: argparse.Namespace) -> None:
-    """Raise :class:`FlopError` naming the first of :data:`POSITIVE_OPTIONS` given as zero or less."""
+    """Raise :class:`FlopError` naming the first of :data:`POSITIVE_OPTIONS` given as zero or less, or as nan or inf
+    (``float('nan')`` passes ``<= 0`` and would print ``MFU nan%`` with exit status 0)."""
     for name, hint in POSITIVE_OPTIONS.items():
         value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise FlopError(f"--{name.replace('_', '-')} must be positive, got {value:g} ({hint})")
+        if value is not None and not 0 < value < math.inf:
+            wanted = "positive" if value <= 0 else "finite"
+            raise FlopError(f"--{name.replace('_', '-')} must be {wanted}, got {value:g} ({hint})")
 
 
 def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document_lengths: list[int] | None,
