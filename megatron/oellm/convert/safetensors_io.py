@@ -49,9 +49,10 @@ def _read_index(index: Path) -> dict[str, str]:
     if not isinstance(weight_map, dict):
         raise ConversionError(f"{index}: 'weight_map' must map tensor names to files")
     for name, file in weight_map.items():
-        if not isinstance(file, str) or not file:
-            raise ConversionError(f"{index} maps tensor {name!r} to {file!r}, not to a safetensors file name; the "
-                                  "index is damaged (download it again)")
+        if not isinstance(file, str) or not file or file in (".", "..") or Path(file).name != file:
+            raise ConversionError(f"{index} maps tensor {name!r} to {file!r}, not to a safetensors file name beside "
+                                  "the index (a path would read outside the checkpoint folder); the index is damaged "
+                                  "(download it again)")
     return weight_map
 
 

@@ -59,7 +59,8 @@ def test_a_shard_the_index_lists_that_is_missing_is_named(tiny_hf) -> None:
         _convert(tiny_hf)
 
 
-@pytest.mark.parametrize("value", [None, 3, ""])
+@pytest.mark.parametrize("value", [None, 3, "", "..", "../model-00001-of-00002.safetensors", "/etc/passwd",
+                                   "sub/model-00001-of-00002.safetensors"])
 def test_an_index_entry_that_is_no_file_name_is_a_clear_error(tiny_hf, value: object) -> None:
     hf_dir, index = _sharded(tiny_hf)
     index["weight_map"]["model.norm.weight"] = value
