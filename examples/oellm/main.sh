@@ -10,10 +10,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY="${PYTHON:-python3}"
 
 # Whether this machine has an NVIDIA GPU: nvidia-smi lists it before anything is installed (a fresh node may have
-# no torch yet); without nvidia-smi, an installed CUDA build of torch is asked instead.
+# no torch yet); without nvidia-smi, an installed CUDA build of torch is asked instead. The listing is read whole
+# before grep looks at it: piped into `grep -q` under pipefail, nvidia-smi killed by SIGPIPE (grep leaves at the
+# first GPU) or failing on another GPU would read as "no GPU".
 has_gpu() {
   if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+    grep -q '^GPU ' <<< "$(nvidia-smi -L 2>/dev/null || true)"
     return
   fi
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null

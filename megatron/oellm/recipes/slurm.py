@@ -3,7 +3,8 @@
 Every value that comes from a user or a config is shell-quoted (``shlex.quote``) in shell lines; ``#SBATCH``
 directive values are not parsed by a shell, so they are checked to be plain tokens instead and refused otherwise.
 The job binds its run directory, the cluster's ``binds`` and the directories of its inputs (data prefixes, a
-tokenizer directory) into the container. The cluster environment is exported twice: as itself, and as
+tokenizer directory) into the container, and runs in the directory the script was made in (where relative paths were
+checked), wherever ``sbatch`` is called. The cluster environment is exported twice: as itself, and as
 ``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
 repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``).
 """
@@ -30,9 +31,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def run_dir(recipe: Recipe, row_number: int) -> Path:
-    """Absolute directory of one row's job script, log and checkpoints: ``<output_dir>/<recipe>/row<N>-<nodes>n``."""
+    """Absolute directory of one row's job script, log and checkpoints: ``<output_dir>/<recipe>/row<N>-<nodes>n``.
+    A leading ``~`` of ``output_dir`` is the home directory, as in a shell (no shell expands it in a TOML value or
+    after ``--output-dir=``; read literally it made a directory named ``~``)."""
     nodes = recipe.row(row_number).nodes
-    return Path(recipe.cluster.output_dir).absolute() / recipe.name / f"row{row_number:02d}-{nodes}n"
+    return Path(recipe.cluster.output_dir).expanduser().absolute() / recipe.name / f"row{row_number:02d}-{nodes}n"
 
 
 DIRECTIVE_FIXES = {
@@ -99,14 +102,18 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
     for name in ("partition", "account", "qos"):
         if getattr(cluster, name):
             lines.append(_directive(name, getattr(cluster, name)))
-    lines += [_output_directive(directory), "", "set -euo pipefail", ""]
+    lines += [_output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
     lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
-    binds = list(dict.fromkeys([str(directory), *cluster.binds, *input_binds(resolved.flags)]))
+    run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
+                            "to a path without them")
+    binds = list(dict.fromkeys([run_bind, *cluster.binds, *input_binds(resolved.flags)]))
     lines += [
         "",
         f"RUN_DIR={shlex.quote(str(directory))}",
         f"IMAGE={shlex.quote(cluster.image)}",
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        # sed reads every host name: `head -n 1` would exit early, and under pipefail the SIGPIPE scontrol then
+        # gets on a long node list (more than one pipe buffer of names) would end the job here.
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
         "",
@@ -123,6 +130,14 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         "",
     ]
     return "\n".join(lines)
+
+
+def _working_directory_lines() -> list[str]:
+    """``cd`` into the directory the script was made in: the image, ``--data-path`` and ``--tokenizer-model`` paths
+    were checked from there and may be relative, so a job submitted by hand from another directory must not read
+    them from where ``sbatch`` ran."""
+    return ["# Relative paths (image, data, tokenizer) are those checked where the script was made.",
+            f"cd {shlex.quote(str(Path.cwd()))}"]
 
 
 def _by_hand_note(directory: Path) -> list[str]:
@@ -167,13 +182,16 @@ def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
     if isinstance(tokenizer, str) and Path(tokenizer).exists():
         path = Path(tokenizer).absolute()
         sources.append(path if path.is_dir() else path.parent)
-    binds = []
-    for source in dict.fromkeys(str(source) for source in sources):
-        if ":" in source or "," in source:
-            raise RecipeError(f"input directory {source!r} has ':' or ',', which an Apptainer --bind cannot carry; "
-                              "move or link the data to a path without them")
-        binds.append(source)
-    return binds
+    return [_bind_source(source, "input directory", "move or link the data to a path without them")
+            for source in dict.fromkeys(str(source) for source in sources)]
+
+
+def _bind_source(source: str, what: str, fix: str) -> str:
+    """``source`` as an Apptainer ``--bind`` value; refused when it holds ':' or ',', which ``--bind`` reads as the
+    separators of ``SRC:DST`` and of a list (the job would stop at start, after its wait in the queue)."""
+    if ":" in source or "," in source:
+        raise RecipeError(f"{what} {source!r} has ':' or ',', which an Apptainer --bind cannot carry; {fix}")
+    return source
 
 
 def check_data_paths(data_path: Sequence[str]) -> None:

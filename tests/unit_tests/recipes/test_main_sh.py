@@ -7,6 +7,7 @@ they were called; ``nvidia-smi`` and the interpreter are stand-ins too, so no pa
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,8 +24,9 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool) -> list[str]:
-    """Run a copy of main.sh with the stand-ins; return the recorded calls, one per line."""
+def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_script: str | None = None) -> list[str]:
+    """Run a copy of main.sh with the stand-ins; return the recorded calls, one per line. ``nvidia-smi`` prints
+    ``nvidia_smi``, or runs ``smi_script`` (a shell script) when given."""
     root = tmp_path / "tree"
     (root / "examples" / "oellm").mkdir(parents=True)
     shutil.copy(EXAMPLES / "main.sh", root / "examples" / "oellm" / "main.sh")
@@ -35,7 +37,9 @@ def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool) -> li
     for tool in ("bash", "dirname", "grep", "sh"):
         _executable(bin_dir / tool, f'#!/bin/sh\nexec {shutil.which(tool)} "$@"\n')
     _executable(bin_dir / "python3", RECORDER.format(name="python3"))
-    if nvidia_smi is not None:
+    if smi_script is not None:
+        _executable(bin_dir / "nvidia-smi", smi_script)
+    elif nvidia_smi is not None:
         _executable(bin_dir / "nvidia-smi", f"#!/bin/sh\necho '{nvidia_smi}'\n")
     python = tmp_path / "venv" / "python"
     _executable(python, f'#!/bin/sh\n[ "$1" = -c ] && exit {0 if torch_sees_gpu else 1}\n'
@@ -67,4 +71,15 @@ def test_no_gpu_gets_the_cpu_job_in_the_chosen_interpreter(tmp_path, nvidia_smi)
 
 def test_without_nvidia_smi_an_installed_cuda_torch_still_finds_the_gpu(tmp_path):
     calls = run_main(tmp_path, None, torch_sees_gpu=True)
+    assert calls[0].startswith("install hf,gdn ") and calls[1].startswith("qwen3_5_35b_a3b_mn5_strong --local")
+
+
+@pytest.mark.parametrize("status", [0, 6])
+def test_a_multi_gpu_listing_gets_the_gpu_job_however_nvidia_smi_ends(tmp_path, status):
+    """``nvidia-smi -L | grep -q`` under pipefail: grep left at the first GPU line, nvidia-smi died of SIGPIPE on
+    the next one (or exited non-zero over another GPU), and a GPU node ran the CPU job."""
+    gpus = random.randint(4, 8)
+    lines = "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'; {shutil.which('sleep')} 0.05\n"
+                    for i in range(gpus))
+    calls = run_main(tmp_path, None, torch_sees_gpu=False, smi_script=f"#!/bin/sh\n{lines}exit {status}\n")
     assert calls[0].startswith("install hf,gdn ") and calls[1].startswith("qwen3_5_35b_a3b_mn5_strong --local")

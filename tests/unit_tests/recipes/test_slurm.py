@@ -24,7 +24,7 @@ def _bash_values(script: str, tmp_path: Path) -> list[str]:
     """Run the script's variable and array assignments in bash; return $IMAGE, then every MEGATRON_ARGS element."""
     body = script.split("srun --kill-on-bad-exit")[0]
     body = "\n".join(line for line in body.splitlines()
-                     if not line.startswith(("MASTER_ADDR", "mkdir")))
+                     if not line.startswith(("MASTER_ADDR", "mkdir", "cd ")))
     program = body + '\nprintf "%s\\0" "$IMAGE" "$NCCL_MIN_NCHANNELS" "${MEGATRON_ARGS[@]}"\n'
     done = subprocess.run(["bash", "-c", program], capture_output=True, cwd=tmp_path, check=True)
     return done.stdout.decode().split("\0")[:-1]

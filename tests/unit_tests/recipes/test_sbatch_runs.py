@@ -1,0 +1,121 @@
+"""The generated sbatch script run end to end under bash with stand-ins for ``scontrol``, ``srun``, ``apptainer``
+and ``torchrun``: the node list it reads, where it runs, the image and binds Apptainer gets, the argv torchrun gets,
+and its exit status."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from recipe_helpers import EXAMPLES
+
+from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch_text
+from megatron.oellm.recipes.slurm import run_dir
+
+SCONTROL = """#!/bin/bash
+# one write per host name, as a long `scontrol show hostnames` fills more than one pipe buffer
+for i in $(seq 1 "$FAKE_NODES"); do echo "node$i"; done
+"""
+SRUN = """#!/bin/bash
+while [[ "$1" == --* ]]; do shift; done
+exec "$@"
+"""
+APPTAINER = """#!/bin/bash
+shift  # exec
+while [[ "$1" == --* ]]; do
+  if [[ "$1" == --bind ]]; then printf 'bind %s\\n' "$2" >> "$FAKE_RECORD"; shift; fi
+  shift
+done
+[ -f "$1" ] || { echo "apptainer: image $1 not found in $PWD" >&2; exit 255; }
+shift
+exec "$@"
+"""
+TORCHRUN = """#!/bin/bash
+printf 'pwd %s\\n' "$PWD" >> "$FAKE_RECORD"
+printf 'torchrun %s\\n' "$*" >> "$FAKE_RECORD"
+exit "$FAKE_EXIT"
+"""
+
+
+def _recipe(**cluster):
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
+    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
+
+
+def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0) -> tuple[int, list[str]]:
+    """Run ``script`` with ``sbatch``'s working directory ``cwd`` and the stand-ins first on PATH; return bash's
+    exit status and the stand-ins' record lines."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN), ("apptainer", APPTAINER), ("torchrun", TORCHRUN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    record = tmp_path / "record"
+    record.write_text("")
+    job = tmp_path / "job.sbatch"
+    job.write_text(script)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": str(nodes),
+           "FAKE_RECORD": str(record), "FAKE_EXIT": str(exit_status), "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
+           "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(random.randint(1, 10**6))}
+    done = subprocess.run([shutil.which("bash"), str(job)], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False)
+    return done.returncode, record.read_text().splitlines()
+
+
+def test_a_long_node_list_reaches_torchrun(tmp_path):
+    """``scontrol show hostnames | head -n 1`` under ``set -o pipefail``: once the node list outgrew one pipe
+    buffer, scontrol died of SIGPIPE after head's exit and the job ended before srun, every node idle."""
+    nodes = random.randint(3000, 5000)
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    script = sbatch_text(recipe, 5, resolve_row(recipe, recipe.rows[4]), tmp_path / "run")
+    status, record = _run_job(script, tmp_path, tmp_path, nodes)
+    assert status == 0, record
+    torchrun = next(line for line in record if line.startswith("torchrun "))
+    assert f"--nnodes {nodes} " in torchrun and "--rdzv-endpoint node1:29500 " in torchrun
+
+
+def test_the_job_runs_where_the_script_was_made(tmp_path, monkeypatch):
+    """The image (relative by default: megatron-oellm-0.1.0-hybridep.sif) and relative data paths were checked from
+    the directory ``oellm recipe`` ran in, but the job read them from wherever ``sbatch`` was called: a script
+    submitted by hand from its run directory stopped at start with the image not found."""
+    made_in = tmp_path / "made here" / "it's"
+    made_in.mkdir(parents=True)
+    (made_in / "image.sif").touch()
+    monkeypatch.chdir(made_in)
+    recipe = _recipe(image="image.sif")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    run = tmp_path / "run"
+    run.mkdir()
+    exit_status = random.randint(1, 120)
+    status, record = _run_job(sbatch_text(recipe, 1, resolved, run), tmp_path, run, 4, exit_status)
+    assert status == exit_status, record  # torchrun's failure is the job's
+    assert f"pwd {made_in}" in record
+    assert f"bind {run}" in record
+    torchrun = next(line for line in record if line.startswith("torchrun "))
+    assert torchrun.endswith(" ".join(resolved.argv))
+
+
+@pytest.mark.parametrize("separator", [":", ","])
+def test_a_run_directory_apptainer_cannot_bind_names_output_dir(tmp_path, separator):
+    """``--bind SRC`` reads ':' as SRC:DST and ',' as a list: a run directory with either passed every check and the
+    job stopped at start in Apptainer, after its wait in the queue."""
+    recipe = _recipe()
+    resolved = resolve_row(recipe, recipe.rows[0])
+    with pytest.raises(RecipeError, match=r"run directory .* Apptainer --bind cannot carry; pass --output-dir"):
+        sbatch_text(recipe, 1, resolved, tmp_path / f"runs{separator}v2" / "row01-4n")
+    sbatch_text(recipe, 1, resolved, tmp_path / "runs_v2" / "row01-4n")
+
+
+def test_a_tilde_output_dir_is_the_home_directory(tmp_path, monkeypatch):
+    """``--output-dir=~/runs`` (no shell expands ~ after '=') and ``output_dir = "~/runs"`` in a config made a
+    directory named '~' under the current one, where nobody looked for the logs."""
+    home = tmp_path / f"home{random.randint(0, 10**6)}"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert run_dir(_recipe(output_dir="~/runs"), 2) == home / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row02-8n"
