@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 DOCUMENT_MASKING_UNWIRED = (
     "--dataloader-inter-document-masking: document masking is not wired in this release (the datasets are built "
@@ -27,9 +28,29 @@ RESET_ATTENTION_MASK_UNWIRED = (
 )
 """Why the training entry and ``oellm recipe`` refuse ``--reset-attention-mask``."""
 
+OTHER_DATASET_UNWIRED = (
+    "--{flag}: {what} needs megatron's {dataset}, but this entry's data provider builds the plain GPTDataset "
+    "(or MockGPTDataset), so the run would pretrain on the corpus as it is; drop the flag, or train with "
+    "Megatron-LM's own {script}"
+)
+"""Why the training entry and ``oellm recipe`` refuse a data flag that selects another megatron dataset."""
+
+HYBRID_CP_UNWIRED = (
+    "--hybrid-context-parallel: megatron's hybrid context parallelism regroups samples by their documents' lengths "
+    "(cu_seqlens) and gives each micro-batch its own context-parallel group, which this entry's datasets (built "
+    "without document boundaries) and forward step do not provide, so the run would fail at its first step, after "
+    "GPU set-up; drop the flag and use --context-parallel-size"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--hybrid-context-parallel``."""
+
 UNWIRED_DATA_FLAGS: dict[str, str] = {
     "dataloader-inter-document-masking": DOCUMENT_MASKING_UNWIRED,
     "reset-attention-mask": RESET_ATTENTION_MASK_UNWIRED,
+    "sft": OTHER_DATASET_UNWIRED.format(flag="sft", what="supervised fine-tuning (loss on answers only)",
+                                        dataset="SFTDataset", script="pretrain_gpt.py --sft"),
+    "fim-data": OTHER_DATASET_UNWIRED.format(flag="fim-data", what="fill-in-the-middle sample rewriting",
+                                             dataset="GPTFIMDataset", script="pretrain_gpt.py --fim-data"),
+    "hybrid-context-parallel": HYBRID_CP_UNWIRED,
 }
 """Data flags megatron's parser accepts and this release does not honour (flag name -> why it is refused)."""
 
@@ -44,6 +65,48 @@ def check_data_args(args: argparse.Namespace) -> None:
     for flag, reason in UNWIRED_DATA_FLAGS.items():
         if getattr(args, flag.replace("-", "_"), False):
             raise ValueError(reason)
+
+
+NO_DATA = ("no training data: give --data-path PREFIX (or --train-data-path / --valid-data-path / --test-data-path, "
+           "--data-args-path, --per-split-data-args-path), PREFIX naming an indexed dataset's .bin/.idx files without "
+           "the suffix, or --mock-data for synthetic tokens")
+"""Why the training entry refuses a run without a data source: megatron then builds real datasets from nothing and
+fails after the model and optimizer are set up."""
+
+
+def data_prefixes(args: argparse.Namespace) -> list[str]:
+    """Every dataset prefix of the run's blend (``--data-path`` / ``--data-args-path``) or per-split blends
+    (``--train/valid/test-data-path`` / ``--per-split-data-args-path``), as megatron reads them."""
+    from megatron.training.utils import get_blend_and_blend_per_split
+
+    blend, blend_per_split = get_blend_and_blend_per_split(args)
+    blends = [blend] if blend is not None else [split for split in blend_per_split or [] if split is not None]
+    return [prefix for prefixes, _weights in blends for prefix in prefixes]
+
+
+def check_data_source(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, or names a local prefix without
+    its ``.bin`` and ``.idx`` files (object-storage prefixes are left to megatron).
+
+    Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
+    checkpoint, on every rank; a mistyped path is a message at start instead.
+    """
+    from megatron.core.datasets.object_storage_utils import is_object_storage_path
+
+    if args.mock_data:
+        return
+    try:
+        prefixes = data_prefixes(args)
+    except OSError as error:
+        raise ValueError(f"--data-args-path / --per-split-data-args-path: cannot read the data paths ({error})") from error
+    if not prefixes:
+        raise ValueError(NO_DATA)
+    missing = [prefix for prefix in prefixes if not is_object_storage_path(prefix)
+               and not all(Path(f"{prefix}{suffix}").is_file() for suffix in (".bin", ".idx"))]
+    if missing:
+        raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "
+                         "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
+                         "--per-split-data-args-path); a prefix names the files without their suffix")
 
 
 def sequences_per_dataset(args: argparse.Namespace) -> dict | None:

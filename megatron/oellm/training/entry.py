@@ -160,10 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
-    from megatron.oellm.training.data import check_data_args, train_valid_test_datasets
+    from megatron.oellm.training.data import check_data_args, check_data_source, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
-    from megatron.oellm.training.model_provider import card_from_args, model_provider
+    from megatron.oellm.training.model_provider import card_from_args, check_model_config, model_provider
     from megatron.oellm.training.throughput import install_throughput_logging
 
     dataset_helpers.apply()
@@ -173,10 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args_support(args.oellm_backend, args)
         check_flex_dispatcher(args)
         check_data_args(args)
+        check_data_source(args)
         check_converted_load(args)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_schedule_support(args, card)
+        check_model_config(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
     except ValueError as error:
         return refuse(error)

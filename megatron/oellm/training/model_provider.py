@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+from typing import TYPE_CHECKING
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models.parallel import (
@@ -20,6 +21,9 @@ from megatron.oellm.models.parallel import (
     pipeline_layout_from_hybrid_pattern,
 )
 from megatron.oellm.training.card_from_args import card_from_megatron_args, check_expressible
+
+if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
 
 
 def card_from_args(args: argparse.Namespace) -> ModelCard:
@@ -144,6 +148,31 @@ def runtime_overrides(args: argparse.Namespace, card: ModelCard, layout: Paralle
     return {name: value for name, value in megatron.items() if name not in owned}
 
 
+def model_config(args: argparse.Namespace, card: ModelCard | None = None) -> TransformerConfig:
+    """The megatron-core ``TransformerConfig`` the run's model is built with: the fields ``card`` (else the card
+    read from ``args``) and the run's layout own, plus :func:`runtime_overrides`."""
+    from megatron.oellm.models import spec_builder
+
+    card = card_from_args(args) if card is None else card
+    layout = layout_from_args(args)
+    return spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
+                                                        **runtime_overrides(args, card, layout))
+
+
+def check_model_config(args: argparse.Namespace, card: ModelCard) -> None:
+    """Raise ``ValueError`` when megatron-core's ``TransformerConfig`` refuses the run's arguments.
+
+    Its ``__post_init__`` checks combinations Megatron's ``validate_args`` lets through (for one,
+    ``--moe-router-padding-for-fp8`` without ``--fp8-format``); the model provider builds the config after process
+    groups and GPU memory are set up, on every rank, so the training entry builds it once before Megatron
+    initialises (the config needs neither CUDA nor process groups)."""
+    try:
+        model_config(args, card)
+    except (AssertionError, ValueError) as error:
+        detail = str(error) or f"{type(error).__name__} without a message"
+        raise ValueError(f"the model's TransformerConfig refuses the run's arguments: {detail}") from error
+
+
 def backend_description(name: str) -> str:
     """The backend as the start-up log states it: the name given, what ``auto`` resolved to, and for the
     torch-native backend which RMSNorm path runs (``OELLM_EAGER_RMS_NORM``), e.g. ``backend auto -> torch, RMSNorm
@@ -189,8 +218,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     card = card_from_args(args)
     layout = layout_from_args(args)
     family = spec_builder(card.family)
-    transformer_config = family.transformer_config(card, layout, args.params_dtype,
-                                                   **runtime_overrides(args, card, layout))
+    transformer_config = model_config(args, card)
     print_rank_0(f"> building {card.name} ({card.family}, {backend_description(args.oellm_backend)}"
                  f"{moe_permutation_description(args)}{router_description(args)})")
     return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,

@@ -1,6 +1,8 @@
 """Data flags the training entry parses but does not honour are refused before Megatron allocates anything."""
 
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,14 +27,32 @@ def test_reset_attention_mask_is_refused_with_the_reason():
     data.check_data_args(parse_oellm_argv(["--reset-position-ids"]))
 
 
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--sft", "--sft: supervised fine-tuning"),
+        ("--fim-data", "--fim-data: fill-in-the-middle"),
+        ("--hybrid-context-parallel", "--hybrid-context-parallel: megatron's hybrid context parallelism"),
+    ],
+)
+def test_flags_that_select_another_dataset_or_sampler_are_refused(flag, message):
+    """Megatron's parser accepts them; the data provider built the plain GPTDataset anyway (SFT and FIM runs
+    pretrained on the raw corpus, hybrid context parallelism failed at the first step after GPU set-up)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        data.check_data_args(parse_oellm_argv([flag]))
+
+
 class _Reached(Exception):
     """Raised by the stand-ins of the steps after the argument checks."""
 
 
 def parsed_with_padded_vocab(**_kwargs):
-    """``sys.argv`` parsed as Megatron would, with the two fields its validation and tokenizer set."""
+    """``sys.argv`` parsed as Megatron would, with the three fields its validation and tokenizer set."""
+    import torch
+
     args = parse_oellm_argv(sys.argv[1:])
     args.padded_vocab_size, args.virtual_pipeline_model_parallel_size = args.vocab_size, None
+    args.params_dtype = torch.bfloat16 if args.bf16 else torch.float32
     return args
 
 
@@ -64,7 +84,7 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     """The entry's argument checks run before the throughput hook and ``pretrain`` (which set up GPUs), and the
     refusal is one error line (exit status 2), not a traceback on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch"]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
     assert entry.main([*argv, MASKING]) == 2
     assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.DOCUMENT_MASKING_UNWIRED}"]
     with pytest.raises(_Reached):
@@ -100,7 +120,7 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(
         megatron.training.arguments,
         "parse_and_validate_args",
-        lambda **_kwargs: parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128"]),
+        lambda **_kwargs: parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128", "--mock-data"]),
     )
     flags = {**model_flags(get_card("qwen3-30b-a3b-tiny")), "moe-layer-freq": "([0]+[1]*1)"}
     assert entry.main(["--oellm-backend", "torch", *flags_to_argv(flags)]) == 2
@@ -112,7 +132,7 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
 def test_flags_no_card_describes_are_refused_beside_a_named_card(monkeypatch, capsys, flag):
     """With ``--oellm-model`` the model is built from the card: these flags were accepted and did nothing."""
     entry = entry_up_to_pretrain(monkeypatch)
-    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", flag]) == 2
+    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", flag]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"no model card describes these Megatron flags: {flag} True" in err[0]
 
@@ -172,9 +192,61 @@ def test_a_layout_that_does_not_fit_the_card_is_refused_before_megatron_initiali
     process groups and GPU memory were set up on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
     pattern = get_card("qwen3.5-35b-a3b-tiny").hybrid_layer_pattern
-    argv = ["--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--pipeline-model-parallel-size", "2"]
+    argv = ["--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--pipeline-model-parallel-size", "2",
+            "--mock-data"]
     assert entry.main([*argv, "--hybrid-layer-pattern", pattern[:3] + "|" + pattern[3:]]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "hybrid pattern stage 'GEG' is not whole decoder layers" in err[0]
     with pytest.raises(_Reached):
         entry.main([*argv, "--hybrid-layer-pattern", pattern[:4] + "|" + pattern[4:]])
+
+
+def test_a_transformer_config_refusal_comes_before_megatron_initialises(monkeypatch, capsys):
+    """megatron-core's TransformerConfig refuses combinations Megatron's validation passes; the model provider
+    built it (and so refused) after process groups and GPU memory were set up on every rank."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128", "--mock-data"]
+    assert entry.main([*argv, "--moe-router-padding-for-fp8"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "TransformerConfig refuses the run's arguments" in err[0]
+    assert "fp8/fp4 must be specified" in err[0]
+    with pytest.raises(_Reached):
+        entry.main(argv)
+
+
+def _corpus(tmp_path, name: str) -> str:
+    """A two-document byte corpus at ``tmp_path / name``; its prefix."""
+    from megatron.oellm.training.corpus import build_corpus
+
+    docs = []
+    for i in range(2):
+        docs.append(tmp_path / f"{name}{i}.txt")
+        docs[-1].write_text(f"document {i} of {name}")
+    return build_corpus(docs, tmp_path / name).prefix
+
+
+def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_initialises(monkeypatch, capsys,
+                                                                                            tmp_path):
+    """Megatron opened the corpus only after building the model and optimizer (a run with no data source built
+    "mock" GPTDatasets and failed there); a mistyped prefix is now one error line at start."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
+    assert entry.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.NO_DATA}"]
+
+    train = _corpus(tmp_path, "train")
+    assert entry.main([*argv, "--data-path", "0.3", train, "0.7", f"{train}-typo"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"no indexed dataset (PREFIX.bin and PREFIX.idx) at '{train}-typo'" in line and f"'{train}'," not in line
+    Path(f"{train}.idx").rename(tmp_path / "moved.idx")
+    assert entry.main([*argv, "--train-data-path", train, "--valid-data-path", _corpus(tmp_path, "valid")]) == 2
+    assert f"at '{train}':" in capsys.readouterr().err
+    (tmp_path / "moved.idx").rename(f"{train}.idx")
+    assert entry.main([*argv, "--data-args-path", str(tmp_path / "no-such-list.txt")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "--data-args-path / --per-split-data-args-path: cannot read the data paths" in line
+    (tmp_path / "data-args.txt").write_text(f"1.0 {train}\n")
+    for source in (["--data-path", train], ["--train-data-path", train, "--valid-data-path", _corpus(tmp_path, "v2")],
+                   ["--data-args-path", str(tmp_path / "data-args.txt")], ["--mock-data"]):
+        with pytest.raises(_Reached):
+            entry.main([*argv, *source])

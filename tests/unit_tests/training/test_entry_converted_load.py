@@ -95,7 +95,7 @@ def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatc
 
     entry = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
-            "torch_dist", "--vocab-file", "vocab.json"]
+            "torch_dist", "--vocab-file", "vocab.json", "--mock-data"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
