@@ -66,11 +66,22 @@ def _stage_layers(card: ModelCard, layout: ParallelLayout) -> list[tuple[list[in
     return out
 
 
+def _check_vocab_splits_over_tp(card: ModelCard, layout: ParallelLayout) -> None:
+    """The (padded) vocabulary must split into whole rows per TP rank: megatron-core's vocab-parallel embedding and
+    output layer refuse any other size while building the model, and the per-GPU counts assume an even split."""
+    if card.vocab_size % layout.tp:
+        raise ParallelLayoutError(f"vocabulary {card.vocab_size} is not divisible by tp ({layout.tp}): megatron-core "
+                                  "splits the embedding and output layer rows evenly over tp; give the vocabulary as "
+                                  "megatron pads it (oellm plan: --padded-vocab, or leave it unset to pad the card's "
+                                  "to 128 x tp)")
+
+
 def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan:
     """Validate ``layout`` for ``card`` on ``world_size`` GPUs and compute what each pipeline rank holds."""
     if world_size < 1:
         raise ParallelLayoutError(f"world size {world_size}: a plan needs at least one GPU (nodes x GPUs per node)")
     validate_layout(card, layout, world_size=world_size)
+    _check_vocab_splits_over_tp(card, layout)
     dp = world_size // (layout.tp * layout.pp * layout.cp)
     edp = world_size // (layout.etp * layout.ep * layout.pp)
     per_rank: dict[int, list] = {r: [[], False, False] for r in range(layout.pp)}

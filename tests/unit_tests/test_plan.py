@@ -200,3 +200,18 @@ def test_one_gpu_holds_18_bytes_per_parameter_and_the_table_prints_gib():
     assert plan.ranks[0].static_bytes == 18 * total
     row = format_plan(plan, 4096).splitlines()[-2]
     assert row.split()[-1] == f"{18 * total / 2**30:.1f}" and 18 * total / 1e9 > 18 * total / 2**30 + 30
+
+
+def test_plan_command_refuses_a_padded_vocabulary_that_does_not_split_over_tp(capsys):
+    """megatron-core splits the embedding and output rows evenly over TP and refuses any other vocabulary while it
+    builds the model; the plan printed floor-divided per-GPU counts for such a ``--padded-vocab``."""
+    import random
+
+    from megatron.oellm.cli import main
+
+    odd = 2 * random.randrange(100_000, 200_000) + 1
+    layout = ["--tp", "2", "--sp", "--ep", "4"]
+    assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd)]) == 2
+    err = capsys.readouterr().err
+    assert f"vocabulary {odd} is not divisible by tp (2)" in err and "--padded-vocab" in err
+    assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd + 1)]) == 0
