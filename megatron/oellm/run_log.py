@@ -38,15 +38,17 @@ _NUMBER = r"-?(?:\d+(?:\.\d+)?|nan|inf)"
 _ELAPSED = re.compile(rf"elapsed time per iteration \(ms\): (?P<ms>{_NUMBER}) \|")
 _TFLOPS = re.compile(rf"throughput per GPU \(TFLOP/s/GPU\): (?P<tflops>{_NUMBER}) \|")
 _BATCH = re.compile(r"global batch size:\s*(?P<gbs>\d+) \|")
+_CONSUMED = re.compile(r"consumed samples:\s*(?P<samples>\d+) \|")
 _SKIPPED = re.compile(r"number of skipped iterations:\s*(?P<count>\d+) \|")
 _NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
 _PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)")
 _TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
 _EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
-_IGNORED_TRACEBACK = re.compile(r"(Exception ignored[^\n]*\n[^\n]*?)Traceback \(most recent call last\)")
+_TRACEBACK = "Traceback (most recent call last)"
+_IGNORED_HEADER = "Exception ignored"
 """Python's report of an exception it ignored and went on after (a ``__del__`` or atexit callback, e.g. the DataLoader's
-``AssertionError: can only test a child process`` at shutdown): the header line and the traceback that follows it."""
+``AssertionError: can only test a child process`` at shutdown) begins with this line, then the traceback."""
 
 FailureStatus = Callable[[re.Match, str], str]
 """(the marker's match, the run's text) -> the row's status."""
@@ -107,6 +109,10 @@ class IterationLine:
     """Skipped iterations of the interval whose loss was NaN or inf."""
     run: int = 0
     """The start of the program that printed the line (an index into :attr:`RunLog.runs`)."""
+    consumed_samples: int | None = None
+    """Samples consumed by the end of the line's iteration (megatron's running count), None if not logged: its
+    change between two lines shows the batches of the iterations between them, which the line's own global batch
+    size (that of its last iteration only) does not."""
 
 
 @dataclass(frozen=True)
@@ -240,27 +246,50 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
     elapsed, skipped, nan = (regex.search(line) for regex in (_ELAPSED, _SKIPPED, _NAN))
     if elapsed is None or skipped is None or nan is None:
         return None
-    tflops, batch = _TFLOPS.search(line), _BATCH.search(line)
+    tflops, batch, consumed = _TFLOPS.search(line), _BATCH.search(line), _CONSUMED.search(line)
     return IterationLine(int(head["iteration"]), int(head["total"]), float(elapsed["ms"]),
                          float(tflops["tflops"]) if tflops else None, int(batch["gbs"]) if batch else None,
-                         int(skipped["count"]), int(nan["count"]), run)
+                         int(skipped["count"]), int(nan["count"]), run,
+                         int(consumed["samples"]) if consumed else None)
 
 
 def detect_failure(text: str) -> str:
     """The status of the first of :data:`FAILURE_MARKERS` that ``text`` (one run's part of a log) shows, '' if
-    none; the traceback of an exception Python ignored (:data:`_IGNORED_TRACEBACK`) is no crash."""
-    text = _IGNORED_TRACEBACK.sub(r"\1(ignored exception's traceback)", text)
+    none; the traceback of an exception Python ignored (:func:`mark_ignored_tracebacks`) is no crash."""
+    text = mark_ignored_tracebacks(text)
     for pattern, status in FAILURE_MARKERS:
         if match := pattern.search(text):
             return status(match, text)
     return ""
 
 
+def mark_ignored_tracebacks(text: str) -> str:
+    """``text`` with the traceback header of each exception Python ignored renamed, so that it reads as no crash: a
+    traceback whose launcher prefix (``0: `` of ``srun --label``, ``[rank3]:``) printed ``Exception ignored ...`` as
+    its previous line. Lines of other prefixes may come between (ranks shutting down at once interleave theirs);
+    in a log without prefixes the header must be the line right before."""
+    pending: set[str] = set()  # prefixes whose last line was an "Exception ignored" header
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        at = line.find(_TRACEBACK)
+        if at >= 0 and line[:at] in pending:
+            lines[k] = line = f"{line[:at]}(ignored exception's traceback){line[at + len(_TRACEBACK):]}"
+        pending = {prefix for prefix in pending if not line.startswith(prefix)}
+        if (at := line.find(_IGNORED_HEADER)) >= 0:
+            pending.add(line[:at])
+    return "\n".join(lines)
+
+
 def last_exception(text: str) -> str:
-    """``Name: message`` of the exception the last traceback ends with: the first exception line after it (later ones
-    are other output, e.g. an exception Python ignored at shutdown); shortened, '' if none."""
-    tail = text[text.rfind("Traceback (most recent call last)"):]
-    found = next((m for line in tail.splitlines() if (m := _EXCEPTION.match(line.strip()))), None)
+    """``Name: message`` of the exception the last traceback ends with: the first exception line after it with the
+    traceback's launcher prefix (later ones are other output, e.g. an exception Python ignored at shutdown; other
+    prefixes are other ranks' lines printed in between); shortened, '' if none."""
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return ""
+    prefix = text[text.rfind("\n", 0, at) + 1:at]
+    tail = (line[len(prefix):] for line in text[at:].splitlines()[1:] if line.startswith(prefix))
+    found = next((m for line in tail if (m := _EXCEPTION.match(line.strip()))), None)
     if found is None:
         return ""
     message = f"{found['name']}: {found['message']}".strip().rstrip(":")

@@ -174,7 +174,8 @@ def window_status(log: RunLog, window: Window) -> str:
     lines = window_lines(log, window)
     if not lines:
         return f"no iteration line in the window {window} (log interval larger than the window?)"
-    return _coverage_problem(log, window, lines) or _value_problem(window, lines) or "ok"
+    return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, lines)
+            or "ok")
 
 
 def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
@@ -246,6 +247,48 @@ def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
     if len(batches) > 1:
         return (f"global batch size changes in the window {window} ({', '.join(map(str, batches))}): batch-size "
                 "ramp-up?")
+    return ""
+
+
+def consumed_before(log: RunLog, line: IterationLine, first: int) -> int | None:
+    """Samples consumed before iteration ``first`` by the run that printed ``line``, from that run's own lines: its
+    line at ``first - 1``, else, when the run starts at ``first``, its first line less that line's batch (the first
+    line covers its one iteration only); None when neither is in the log."""
+    previous = log.iterations.get(first - 1)
+    if previous is not None and previous.run == line.run and previous.consumed_samples is not None:
+        return previous.consumed_samples
+    start = log.iterations.get(first)
+    if (first == log.runs[line.run].start and start is not None and start.run == line.run
+            and start.consumed_samples is not None and start.global_batch_size is not None):
+        return start.consumed_samples - start.global_batch_size
+    return None
+
+
+def _batch_problem(log: RunLog, lines: Sequence[IterationLine]) -> str:
+    """'' when each line's interval consumed exactly its global batch size per iteration; else what is wrong.
+
+    A line prints the batch size of its last iteration only, so a batch that changed inside a line's interval (a
+    ``--step-batch-size-schedule`` step between two lines of ``log_interval`` > 1) leaves the lines' batch sizes equal
+    while the averaged time covers smaller batches. Megatron's running ``consumed samples`` shows it. An interval
+    whose start no line shows is accepted unless the run has a batch-size schedule. ``lines`` must have passed
+    :func:`_coverage_problem` (one run, a valid ``log_interval``)."""
+    run = log.runs[lines[0].run]
+    for line in lines:
+        first = interval_start(line.iteration, run.start, run.args["log_interval"])
+        if first == line.iteration or line.consumed_samples is None or line.global_batch_size is None:
+            continue
+        before = consumed_before(log, line, first)
+        if before is None:
+            if run.args.get("step_batch_size_schedule") is not None:
+                return (f"the line of iteration {line.iteration} averages iterations {first}-{line.iteration} of a "
+                        f"batch-size schedule, and no line shows the samples consumed before iteration {first}: "
+                        "its batch size may have changed inside")
+            continue
+        iterations = line.iteration - first + 1
+        if line.consumed_samples - before != iterations * line.global_batch_size:
+            return (f"global batch size changes inside the line of iteration {line.iteration}: iterations "
+                    f"{first}-{line.iteration} consumed {line.consumed_samples - before} samples, not "
+                    f"{iterations} x {line.global_batch_size} (batch-size schedule?)")
     return ""
 
 
@@ -330,9 +373,14 @@ def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
 
 
 def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
-    """``row`` has numbers and trains the baseline's model at its sequence length: only then is its tokens/s/GPU
-    relative to the baseline's a scaling efficiency (another model's or length's is another workload)."""
-    return row.ok and row.model == baseline.model and row.seq_length == baseline.seq_length
+    """``row`` has numbers, trains the baseline's model at its sequence length, and has either the baseline's global
+    batch size (strong scaling) or its global batch size per GPU (weak scaling): only then is its tokens/s/GPU
+    relative to the baseline's a scaling efficiency (another model, length or batch is another workload, e.g. a
+    strong-scaling run at GBS 4096 against the GBS-256 start of a weak-scaling series in the same table)."""
+    if not (row.ok and row.model == baseline.model and row.seq_length == baseline.seq_length):
+        return False
+    return (row.global_batch_size == baseline.global_batch_size
+            or row.global_batch_size * baseline.gpus == baseline.global_batch_size * row.gpus)
 
 
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
@@ -389,7 +437,8 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
               "accounting (n/a: the model or its vocabulary cannot be identified from the log); Megatron TFLOP/s/GPU: "
               f"the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
-              "relative to the baseline row, for the rows of its model and sequence length."]
+              "relative to the baseline row, for the rows of its model and sequence length and of its global batch size "
+              "(strong scaling) or global batch size per GPU (weak scaling)."]
     return "\n".join(lines)
 
 

@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="efficiency relative to this row of the printed table (1-based; the rows with numbers "
                                "come first, sorted by model, global batch size and nodes, then the rows without)")
     baseline.add_argument("--baseline-nodes", type=float,
-                          help="efficiency relative to the row on this many nodes (default: the fewest nodes)")
+                          help="efficiency relative to the row on this many nodes (default: the fewest nodes); only rows of "
+                               "its model and sequence length with its global batch size (strong scaling) or global "
+                               "batch size per GPU (weak scaling) get one")
     parser.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
                         help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
