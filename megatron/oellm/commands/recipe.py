@@ -89,7 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer-model", default="",
                         help="tokenizer of --data-path: a Hugging Face tokenizer, or 'byte' for tools/build_corpus.py")
     parser.add_argument("--save-interval", type=int, default=0,
-                        help="save checkpoints every N iterations under the run directory (default 0: none)")
+                        help="save checkpoints every N iterations (default 0: none): a SLURM job in "
+                             "<run dir>/checkpoints/job-<job id>, resumed by a requeue of that job, never by a new "
+                             "submission; --local in <run dir>/local-checkpoints, resumed by the next --local run")
     parser.add_argument("--train-iters", type=int,
                         help="--local only: iterations of the fitted-down run (default: the recipe's [local] value); "
                              "with --save-interval a second, longer run resumes from the saved checkpoint")
@@ -215,6 +217,7 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
     from megatron.oellm.training.args import argv_refusal
 
     directory = run_dir(recipe, number)
+    # the job script replaces this --save/--load value with its job's own directory under it (JOB_CHECKPOINT_DIR)
     row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
     try:
         resolved = resolve_row(recipe, recipe.row(number), row_inputs)

@@ -6,7 +6,8 @@ The job binds its run directory, the cluster's ``binds`` and the directories of 
 tokenizer directory) into the container, and runs in the directory the script was made in (where relative paths were
 checked), wherever ``sbatch`` is called. The cluster environment is exported twice: as itself, and as
 ``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
-repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``).
+repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A row with checkpoints (``--save-interval``) saves and resumes
+them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ from megatron.oellm.recipes.resolve import ResolvedRow
 ENTRY_MODULE = "megatron.oellm.training.entry"
 """The training entry point ``torchrun -m`` starts on every GPU."""
 
+JOB_CHECKPOINT_DIR = '"$RUN_DIR/checkpoints/job-$SLURM_JOB_ID"'
+"""The job's ``--save`` and ``--load`` directory, as a shell word: one per SLURM job id, so a requeued job (same id)
+resumes from its own checkpoint, while a new submission of the row measures afresh. With one directory per row, a
+second ``--submit`` loaded the first job's final checkpoint, trained no iteration and logged no throughput."""
+
+CHECKPOINT_FLAGS = ("--save", "--load")
+"""The argv flags whose value the job replaces with :data:`JOB_CHECKPOINT_DIR`."""
+
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_.:/%@+,=~-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def run_dir(recipe: Recipe, row_number: int) -> Path:
-    """Absolute directory of one row's job script, log and checkpoints: ``<output_dir>/<recipe>/row<N>-<nodes>n``.
+    """Absolute directory of one row's job scripts, logs and checkpoints (each job's under :data:`JOB_CHECKPOINT_DIR`):
+    ``<output_dir>/<recipe>/row<N>-<nodes>n``.
     A leading ``~`` of ``output_dir`` is the home directory, as in a shell (no shell expands it in a TOML value or
     after ``--output-dir=``; read literally it made a directory named ``~``)."""
     nodes = recipe.row(row_number).nodes
@@ -116,9 +126,10 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
+        *_checkpoint_lines(resolved),
         "",
         "MEGATRON_ARGS=(",
-        *_argv_lines(resolved.argv),
+        *_argv_lines(resolved.argv, _checkpoint_values(resolved)),
         ")",
         "",
         # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
@@ -148,13 +159,39 @@ def _by_hand_note(directory: Path) -> list[str]:
             f"#   mkdir -p {shlex.quote(str(directory))} && sbatch <this file>"]
 
 
-def _argv_lines(argv: list[str]) -> list[str]:
-    """The argv as bash-array lines, one flag (with its quoted values) per line."""
+def _saves_checkpoints(resolved: ResolvedRow) -> bool:
+    """Whether the row saves checkpoints (``--save-interval`` > 0; benchmark rows save none)."""
+    interval = resolved.flags.get("save-interval")
+    return isinstance(interval, int) and not isinstance(interval, bool) and interval > 0
+
+
+def _checkpoint_lines(resolved: ResolvedRow) -> list[str]:
+    """``CHECKPOINT_DIR=...`` (see :data:`JOB_CHECKPOINT_DIR`) when the row saves checkpoints, else nothing."""
+    if not _saves_checkpoints(resolved):
+        return []
+    return ["# One checkpoint directory per job: a requeue (same job id) resumes, a new submission starts afresh.",
+            f"CHECKPOINT_DIR={JOB_CHECKPOINT_DIR}"]
+
+
+def _checkpoint_values(resolved: ResolvedRow) -> dict[str, str]:
+    """The shell words of the :data:`CHECKPOINT_FLAGS` values in the job's argv: ``"$CHECKPOINT_DIR"`` when the row
+    saves checkpoints, else none (the argv's own values stand)."""
+    return dict.fromkeys(CHECKPOINT_FLAGS, '"$CHECKPOINT_DIR"') if _saves_checkpoints(resolved) else {}
+
+
+def _argv_lines(argv: list[str], shell_values: Mapping[str, str] | None = None) -> list[str]:
+    """The argv as bash-array lines, one flag (with its quoted values) per line; a flag of ``shell_values`` gets that
+    shell word (not quoted: it expands in the job) instead of its one value."""
+    shell_values = shell_values or {}
     lines: list[str] = []
+    replaced = False
     for token in argv:
         if token.startswith("--") or not lines:
             lines.append("  " + shlex.quote(token))
-        else:
+            replaced = token in shell_values
+            if replaced:
+                lines[-1] += " " + shell_values[token]
+        elif not replaced:
             lines[-1] += " " + shlex.quote(token)
     return lines
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from recipe_helpers import EXAMPLES
 
-from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch_text
+from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.slurm import run_dir
 
 SCONTROL = """#!/bin/bash
@@ -41,18 +41,36 @@ printf 'torchrun %s\\n' "$*" >> "$FAKE_RECORD"
 exit "$FAKE_EXIT"
 """
 
+TORCHRUN_CHECKPOINTS = """#!/bin/bash
+# megatron's --load/--save in miniature: resume from the --load directory's latest iteration, train to
+# --train-iters, save there in the --save directory
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --load) load="$2"; shift ;;
+    --save) save="$2"; shift ;;
+    --train-iters) iters="$2"; shift ;;
+  esac
+  shift
+done
+start=0
+[ -f "$load/latest_checkpointed_iteration.txt" ] && start="$(cat "$load/latest_checkpointed_iteration.txt")"
+printf 'trained %s iterations from %s in %s\\n' "$((iters - start))" "$start" "$save" >> "$FAKE_RECORD"
+mkdir -p "$save" && echo "$iters" > "$save/latest_checkpointed_iteration.txt"
+"""
+
 
 def _recipe(**cluster):
     recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
     return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
 
 
-def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0) -> tuple[int, list[str]]:
-    """Run ``script`` with ``sbatch``'s working directory ``cwd`` and the stand-ins first on PATH; return bash's
-    exit status and the stand-ins' record lines."""
+def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,
+             torchrun: str = TORCHRUN) -> tuple[int, list[str]]:
+    """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd`` and the
+    stand-ins (``torchrun`` as given) first on PATH; return bash's exit status and the stand-ins' record lines."""
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN), ("apptainer", APPTAINER), ("torchrun", TORCHRUN)):
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN), ("apptainer", APPTAINER), ("torchrun", torchrun)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     record = tmp_path / "record"
@@ -61,7 +79,7 @@ def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: in
     job.write_text(script)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": str(nodes),
            "FAKE_RECORD": str(record), "FAKE_EXIT": str(exit_status), "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
-           "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(random.randint(1, 10**6))}
+           "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(job_id or random.randint(1, 10**6))}
     done = subprocess.run([shutil.which("bash"), str(job)], cwd=cwd, env=env, capture_output=True, text=True,
                           check=False)
     return done.returncode, record.read_text().splitlines()
@@ -119,3 +137,28 @@ def test_a_tilde_output_dir_is_the_home_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(tmp_path)
     assert run_dir(_recipe(output_dir="~/runs"), 2) == home / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row02-8n"
+
+
+def test_a_new_submission_measures_afresh_and_a_requeue_resumes(tmp_path):
+    """``--save`` and ``--load`` were one ``<run dir>/checkpoints`` per row: a second submission of a row with
+    ``--save-interval`` loaded the first job's final checkpoint, trained no iteration and logged no throughput for
+    ``oellm table``. Each job now has its own directory: a requeue (same job id) resumes, a new job starts at 0."""
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    interval = random.randint(1, 4)
+    run = tmp_path / "run"
+    resolved = resolve_row(recipe, recipe.rows[0], RunInputs(checkpoint_dir=str(run / "checkpoints"),
+                                                             save_interval=interval))
+    script = sbatch_text(recipe, 1, resolved, run)
+    iters = recipe.row_train_iters(recipe.rows[0])
+    first, second = random.sample(range(1, 10**6), 2)
+
+    def trained(job_id: int) -> str:
+        status, record = _run_job(script, tmp_path, tmp_path, 4, job_id=job_id, torchrun=TORCHRUN_CHECKPOINTS)
+        assert status == 0, record
+        return next(line for line in record if line.startswith("trained "))
+
+    assert trained(first) == f"trained {iters} iterations from 0 in {run}/checkpoints/job-{first}"
+    assert trained(second) == f"trained {iters} iterations from 0 in {run}/checkpoints/job-{second}"
+    (run / "checkpoints" / f"job-{first}" / "latest_checkpointed_iteration.txt").write_text(str(interval))
+    assert trained(first) == f"trained {iters - interval} iterations from {interval} in {run}/checkpoints/job-{first}"
