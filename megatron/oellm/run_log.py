@@ -15,7 +15,12 @@ arguments (a run without a block of its own has the previous run's) and its own 
 when its part shows an out-of-memory error, an NCCL timeout, a Python traceback (not one of an exception Python
 ignored and went on after), a C++ abort, a fatal Python error, a segmentation fault, an NCCL error, a SLURM
 cancellation or a task that srun reports failed, and *finished* when megatron's ``[after training is done]`` line
-follows its last iteration line. The vocabulary a run built comes from
+follows its last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
+``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting program
+after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``), ``[exiting
+program after receiving SIGTERM.]`` (``--exit-signal-handler``) and ``Termination requested. Performing orderly
+shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with ``sys.exit`` and prints no ``[after
+training is done]`` line. The vocabulary a run built comes from
 the tokenizer's `` > padded vocab (size: N) with K dummy tokens (new size: M)`` line (the arguments block is printed
 before the tokenizer is built, so it has no ``vocab_size`` unless ``--vocab-size`` was given).
 """
@@ -43,6 +48,15 @@ _SKIPPED = re.compile(r"number of skipped iterations:\s*(?P<count>\d+) \|")
 _NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
 _PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)")
 _TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
+_EXITS: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"\[exiting program at iteration (?P<iteration>\d+)\] datetime:"), "iteration"),
+    (re.compile(r"\[exiting program after \S+ minutes\] datetime:"), "duration"),
+    (re.compile(r"Exiting during evaluation, timelimit reached"), "duration"),
+    (re.compile(r"\[exiting program after receiving SIGTERM\.\] datetime:"), "signal"),
+    (re.compile(r"Termination requested\. Performing orderly shutdown\."), "termination"),
+)
+"""megatron-core 0.19.2's messages of a deliberate early exit (``checkpoint_and_decide_exit``, ``evaluate`` and the
+``--exit-signal-handler-for-training`` handler), each with its :attr:`DeliberateExit.kind`."""
 _EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
 _TRACEBACK = "Traceback (most recent call last)"
@@ -116,6 +130,18 @@ class IterationLine:
 
 
 @dataclass(frozen=True)
+class DeliberateExit:
+    """How a run stopped early on purpose, from megatron's own message (see :data:`_EXITS`)."""
+
+    kind: str
+    """``iteration`` (``--exit-interval`` / ``--phase-transition-iterations``), ``duration``
+    (``--exit-duration-in-mins``), ``signal`` (``--exit-signal-handler``) or ``termination``
+    (``--exit-signal-handler-for-training``)."""
+    iteration: int | None = None
+    """The iteration megatron exited at, when its message names it (``iteration`` only)."""
+
+
+@dataclass(frozen=True)
 class Run:
     """One start of the program in a log: its arguments, the iterations it printed and how it ended."""
 
@@ -138,6 +164,9 @@ class Run:
     vocabulary: tuple[int, int] | None = None
     """(tokenizer vocabulary, padded vocabulary) of megatron's ``padded vocab`` line; None when the run printed none
     (a restart without one keeps the previous run's)."""
+    deliberate_exit: DeliberateExit | None = None
+    """The early exit megatron reports after the run's last iteration line, one it was asked for by a flag (None: no
+    such message; a later iteration line of the same run clears it)."""
 
     @property
     def train_iters(self) -> int | None:
@@ -182,6 +211,7 @@ class _RunText:
     """The largest iteration total of the run's whole lines so far."""
     finished: bool = False
     vocabulary: tuple[int, int] | None = None
+    deliberate_exit: DeliberateExit | None = None
     lines: list[str] = field(default_factory=list)
 
     def inheritor(self) -> _RunText:
@@ -192,7 +222,7 @@ class _RunText:
     def frozen(self) -> Run:
         """The finished :class:`Run`, its failure read from its own lines only."""
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
-                   detect_failure("\n".join(self.lines)), self.finished, self.vocabulary)
+                   detect_failure("\n".join(self.lines)), self.finished, self.vocabulary, self.deliberate_exit)
 
 
 def parse_log_text(text: str, path: str = "<log>") -> RunLog:
@@ -226,18 +256,30 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         if vocabulary := _PADDED_VOCAB.search(line):
             current.vocabulary = (int(vocabulary["size"]), int(vocabulary["padded"]))
             continue
+        if exit_ := deliberate_exit(line):
+            current.deliberate_exit = exit_
+            continue
         if head is None:
             continue
         iteration = int(head["iteration"])  # a cut line still marks where a run starts
         if current.start is None:
             current.start = iteration
-        current.previous, current.finished = iteration, False
+        current.previous, current.finished, current.deliberate_exit = iteration, False, None
         if (record := _parse_iteration(line, head, run=len(runs))) is not None:
             iterations[iteration] = record
             current.last_iteration = iteration
             current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
     return RunLog(path, iterations, tuple(runs))
+
+
+def deliberate_exit(line: str) -> DeliberateExit | None:
+    """The early exit that megatron's message on ``line`` reports (see :data:`_EXITS`), None if the line has none."""
+    for pattern, kind in _EXITS:
+        if match := pattern.search(line):
+            iteration = match.groupdict().get("iteration")
+            return DeliberateExit(kind, int(iteration) if iteration else None)
+    return None
 
 
 def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | None:

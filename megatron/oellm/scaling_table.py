@@ -5,8 +5,9 @@ One row per log: nodes, GPUs, global and micro batch size, the median (or mean) 
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
 log) is read with the arguments and the failure of the run that printed the window's lines. A run that ran out of
-memory, timed out in NCCL, crashed, was cancelled or stops before the window ends gives a row that says so and carries
-no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
+memory, timed out in NCCL, crashed or was cancelled, or that stops before the window ends (``truncated``, or
+``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
+``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers.
 Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
@@ -21,6 +22,7 @@ import csv
 import dataclasses
 import io
 import math
+import signal
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
 from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
 from megatron.oellm.peaks import GPU_PEAKS, mfu
-from megatron.oellm.run_log import IterationLine, Run, RunLog
+from megatron.oellm.run_log import DeliberateExit, IterationLine, Run, RunLog
 
 DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
 """The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
@@ -170,12 +172,65 @@ def window_status(log: RunLog, window: Window) -> str:
         return (f"run of {total} iterations ends inside the window {window}: its numbers would cover only "
                 f"{window.first}-{total}; give --window {window.first}-{total} for them")
     if run.last_iteration < window.last and not run.finished:
-        return f"truncated at iteration {run.last_iteration}/{total if total is not None else '?'}"
+        return stopped_status(run)
     lines = window_lines(log, window)
     if not lines:
         return f"no iteration line in the window {window} (log interval larger than the window?)"
     return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, lines)
             or "ok")
+
+
+def stopped_status(run: Run) -> str:
+    """The status of a run that stopped before the window's end: ``exited ...`` naming the flag when megatron reports
+    an early exit it was asked for (:attr:`Run.deliberate_exit`; the job did not die), else ``truncated ...``."""
+    total = run.train_iters if run.train_iters is not None else "?"
+    exit_ = run.deliberate_exit
+    if exit_ is None:
+        return f"truncated at iteration {run.last_iteration}/{total}"
+    cause = exit_cause(run.args, exit_)
+    if exit_.iteration is None:
+        return f"exited after iteration {run.last_iteration}/{total} ({cause})"
+    if exit_.iteration != run.last_iteration:
+        cause += f"; last line at iteration {run.last_iteration}"
+    return f"exited at iteration {exit_.iteration}/{total} ({cause})"
+
+
+def exit_cause(args: dict, exit_: DeliberateExit) -> str:
+    """The flag (with its value from the arguments block) that made megatron exit early as ``exit_`` reports."""
+    if exit_.kind == "duration":
+        return _flag_with_value("--exit-duration-in-mins", args.get("exit_duration_in_mins"))
+    if exit_.kind == "signal":
+        return f"--exit-signal-handler: {_signal_name(args.get('exit_signal'))} received"
+    if exit_.kind == "termination":
+        return "SIGINT or SIGTERM received, --exit-signal-handler-for-training"
+    interval, phases = args.get("exit_interval"), args.get("phase_transition_iterations")
+    if isinstance(phases, list) and exit_.iteration in phases and not (
+            _positive_int(interval) and exit_.iteration % interval == 0):
+        return "--phase-transition-iterations"
+    return _flag_with_value("--exit-interval", interval)
+
+
+def _positive_int(value: object) -> bool:
+    """``value`` is a positive integer (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _flag_with_value(flag: str, value: object) -> str:
+    """``--flag N`` when the arguments block gives a positive integer N, else the flag alone."""
+    return f"{flag} {value}" if _positive_int(value) else flag
+
+
+def _signal_name(value: object) -> str:
+    """The name of the ``exit_signal`` argument as printed (``15`` from Python >= 3.11, ``Signals.SIGTERM`` before);
+    megatron's default SIGTERM when it cannot be read."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return signal.Signals(value).name
+        except ValueError:
+            return "SIGTERM"
+    if isinstance(value, str) and value.startswith("Signals."):
+        return value.removeprefix("Signals.")
+    return "SIGTERM"
 
 
 def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
