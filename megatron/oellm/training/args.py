@@ -151,7 +151,7 @@ def _flag_destinations(parser: argparse.ArgumentParser, name: str, value: FlagVa
     return {dest for dest, got in vars(parser.parse_args(argv)).items() if got is not _UNSET}
 
 
-def _architecture(dest: str, value: FlagValue) -> FlagValue:
+def architecture_value(dest: str, value: FlagValue) -> FlagValue:
     """The architecture part of a flag value: a hybrid pattern's ``|`` are pipeline stages, not architecture."""
     if dest == "hybrid_layer_pattern" and isinstance(value, str):
         return value.replace("|", "")
@@ -184,7 +184,7 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
             filled[name] = value
             continue
         for dest in sorted(given):
-            if _architecture(dest, getattr(user, dest)) != _architecture(dest, card_values[dest]):
+            if architecture_value(dest, getattr(user, dest)) != architecture_value(dest, card_values[dest]):
                 raise CardFlagConflict(
                     f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
                     f"has {dest}={card_values[dest]!r}; drop --{name} (the card fills it in) or pick a card "

@@ -9,6 +9,7 @@ Megatron's (``--save``/``--load``, ``--ckpt-format torch_dist`` for megatron-cor
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import warnings
@@ -19,7 +20,9 @@ from typing import TYPE_CHECKING
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
 from megatron.oellm.training.args import (
     add_oellm_arguments,
+    architecture_value,
     merge_card_flags,
+    parse_oellm_argv,
     with_backend_implementation,
     with_training_defaults,
 )
@@ -54,8 +57,8 @@ def flops_and_peak(args, card: ModelCard | None = None) -> tuple[float, float | 
 
 def check_layout(args, card: ModelCard | None = None) -> None:
     """Raise :class:`megatron.oellm.models.parallel.ParallelLayoutError` when the run's parallel layout does not fit
-    its card (``card``, else read from ``args``): the spec builders' own check, made before Megatron initialises instead of in the model provider (after
-    process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
+    its card (``card``, else read from ``args``): the spec builders' own check, made before Megatron initialises
+    instead of in the model provider (after process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
     hybrid pattern whose ``|`` splits a decoder layer between two pipeline stages."""
     from megatron.oellm.models.parallel import validate_layout
     from megatron.oellm.training.model_provider import card_from_args, check_pipeline_split_flags, layout_from_args
@@ -110,6 +113,70 @@ def check_converted_load(args) -> None:
                          "start from it (iteration 0, no optimizer or RNG state: what a converted checkpoint holds "
                          "anyway), or pass it as --pretrained-checkpoint with --load / --save naming the run's own "
                          "directory, so that later jobs of the run resume from their own checkpoints")
+
+
+CARD_ARCHITECTURE_ARGS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
+    "num_query_groups", "kv_channels", "max_position_embeddings", "position_embedding_type", "rotary_base",
+    "rotary_percent", "add_bias_linear", "swiglu", "untie_embeddings_and_output_weights", "apply_layernorm_1p",
+    "normalization", "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_router_pre_softmax",
+    "moe_shared_expert_intermediate_size", "hybrid_layer_pattern",
+)
+"""Architecture arguments a card's flags set that megatron-core 0.19.2's ``load_args_from_checkpoint`` takes from
+the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value)."""
+
+
+def oellm_checkpoint_args(load_dir: Path, ckpt_step: int | None = None) -> tuple[argparse.Namespace, str | None] | None:
+    """(run arguments, card name) stored in the checkpoint megatron reads from ``load_dir`` (the iteration its
+    ``latest_checkpointed_iteration.txt`` names, or ``ckpt_step``'s), if megatron-oellm wrote it: an ``oellm convert
+    hf-to-mcore`` checkpoint (it records its card) or one the training entry saved (its arguments hold
+    ``oellm_model``). None for any other checkpoint, one without stored arguments, or one that cannot be read
+    (a ``--ckpt-format torch`` one among them): megatron's loader handles those."""
+    from megatron.oellm.convert.dist_ckpt import CheckpointReader
+    from megatron.oellm.convert.errors import ConversionError
+    from megatron.oellm.convert.pipeline import CARD_KEY, resolve_mcore_dir
+
+    try:
+        directory = load_dir / f"iter_{ckpt_step:07d}" if ckpt_step else resolve_mcore_dir(load_dir)
+        common = CheckpointReader(directory).common_state()
+    except (OSError, UnicodeDecodeError, ConversionError):
+        return None
+    stored = common.get("args") if isinstance(common, dict) else None
+    if not isinstance(stored, argparse.Namespace):
+        return None
+    if isinstance(common.get(CARD_KEY), dict):
+        return stored, common[CARD_KEY].get("name")
+    return (stored, stored.oellm_model) if hasattr(stored, "oellm_model") else None
+
+
+def check_checkpoint_architecture(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when ``--use-checkpoint-args`` with ``--oellm-model`` would take architecture arguments
+    from a megatron-oellm checkpoint that disagree with the card.
+
+    ``args`` are the run's arguments as parsed, before megatron reads the checkpoint: megatron's
+    ``load_args_from_checkpoint`` then overwrites the card's values (:data:`CARD_ARCHITECTURE_ARGS`) with the
+    checkpoint's while the model is still built from the card, so the arguments, the FLOP count and the checkpoint
+    load would describe other models without a word. A hybrid pattern's ``|`` (pipeline stages) may differ, as
+    megatron lets a run re-split the checkpoint's layers. Checkpoints of other programs and ones without stored
+    arguments are left to megatron.
+    """
+    if not (args.use_checkpoint_args and args.oellm_model):
+        return
+    for flag, load_dir in (("--pretrained-checkpoint", args.pretrained_checkpoint), ("--load", args.load)):
+        found = oellm_checkpoint_args(Path(load_dir), getattr(args, "ckpt_step", None)) if load_dir else None
+        if found is None:
+            continue
+        stored, saved_with = found
+        differ = [(name, getattr(stored, name), getattr(args, name)) for name in CARD_ARCHITECTURE_ARGS
+                  if getattr(stored, name, None) is not None and hasattr(args, name)
+                  and architecture_value(name, getattr(stored, name)) != architecture_value(name, getattr(args, name))]
+        if not differ:
+            continue
+        match = f"--oellm-model {saved_with}" if saved_with else "the --oellm-model of the checkpoint's card"
+        fields = "; ".join(f"{name}: checkpoint {ckpt!r}, card {card!r}" for name, ckpt, card in differ)
+        raise ValueError(f"--use-checkpoint-args would take architecture arguments from {flag} {load_dir} that "
+                         f"differ from --oellm-model {args.oellm_model}'s while the model is built from the card "
+                         f"({fields}); pass {match} to train the checkpoint's model, or drop --use-checkpoint-args")
 
 
 def refuse(error: ValueError) -> int:
@@ -168,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     dataset_helpers.apply()
     distrib_optimizer_step.apply()
+    try:
+        check_checkpoint_architecture(parse_oellm_argv(argv))  # before megatron overwrites the card's arguments
+    except ValueError as error:
+        return refuse(error)
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
     try:
         check_args_support(args.oellm_backend, args)
