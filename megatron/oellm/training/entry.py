@@ -227,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
+    from megatron.oellm.training.checkpoint_layout import check_optimizer_resharding
     from megatron.oellm.training.data import check_data_args, check_data_source, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
@@ -246,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_data_args(args)
         check_data_source(args)
         check_converted_load(args)
+        check_optimizer_resharding(args)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_schedule_support(args, card)

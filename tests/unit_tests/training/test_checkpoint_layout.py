@@ -1,0 +1,183 @@
+"""Resuming with another parallel layout: megatron-core 0.19.2's default ``dp_reshardable`` distributed-optimizer
+checkpoint follows only data-parallel changes with unchanged gradient buckets; the entry refuses the others before
+Megatron initialises, naming the changed sizes and the ways out."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from megatron.oellm.training.checkpoint_layout import check_optimizer_resharding, grad_bucket_size
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+LAYOUT = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+          "virtual_pipeline_model_parallel_size": None, "expert_model_parallel_size": 2,
+          "expert_tensor_parallel_size": 2, "context_parallel_size": 1, "data_parallel_size": 4}
+"""A saved run's parallel sizes (validated: ``expert_tensor_parallel_size`` resolved)."""
+
+
+def _stored(**sizes) -> argparse.Namespace:
+    """The arguments a megatron-oellm training run stores in its checkpoint."""
+    defaults = {"oellm_model": "qwen3-30b-a3b-tiny", "num_experts": 8, "use_distributed_optimizer": True,
+                "overlap_grad_reduce": False, "ddp_bucket_size": None, "ddp_num_buckets": None,
+                "overlap_param_gather_with_optimizer_step": False}
+    return argparse.Namespace(**{**defaults, **LAYOUT, **sizes})
+
+
+def _run(load: Path, **changes) -> argparse.Namespace:
+    """A resuming run's validated arguments: the stored layout with ``changes``."""
+    run = _stored(**{k: v for k, v in changes.items() if k in LAYOUT})
+    run.__dict__.update(load=str(load), finetune=False, no_load_optim=None, ckpt_step=None)
+    run.__dict__.update({k: v for k, v in changes.items() if k not in LAYOUT})
+    return run
+
+
+def _save(directory: Path, stored: argparse.Namespace, sharding: str | None = "dp_reshardable",
+          iteration: int | None = None) -> Path:
+    """A training checkpoint directory: ``iter_XXXXXXX`` (``release`` without ``iteration``) holding a distributed
+    checkpoint's ``.metadata`` and a ``common.pt`` with ``stored`` and the content metadata megatron records."""
+    iteration = random.randrange(1, 10**6) if iteration is None else iteration
+    name = f"iter_{iteration:07d}" if iteration else "release"
+    dcp.save({"x": torch.randn(random.randrange(2, 9))}, storage_writer=dcp.FileSystemWriter(directory / name),
+             no_dist=True)
+    metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    if sharding is not None:
+        metadata["distrib_optim_sharding_type"] = sharding
+    torch.save({"args": stored, "iteration": iteration, "content_metadata": metadata}, directory / name / "common.pt")
+    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration or 'release'}\n")
+    return directory
+
+
+@pytest.mark.parametrize(("name", "flag", "value"), [
+    ("tensor_model_parallel_size", "--tensor-model-parallel-size", 4),
+    ("pipeline_model_parallel_size", "--pipeline-model-parallel-size", 1),
+    ("virtual_pipeline_model_parallel_size", "--num-virtual-stages-per-pipeline-rank", 2),
+    ("expert_model_parallel_size", "--expert-model-parallel-size", 8),
+    ("expert_tensor_parallel_size", "--expert-tensor-parallel-size", 1),
+])
+def test_a_model_space_change_is_refused_naming_it_and_the_ways_out(tmp_path: Path, name: str, flag: str,
+                                                                    value: int) -> None:
+    """Each size that changes what a rank's optimizer buckets hold is named with both values and its flag."""
+    load = _save(tmp_path, _stored())
+    with pytest.raises(ValueError) as refused:
+        check_optimizer_resharding(_run(load, **{name: value}))
+    message = str(refused.value)
+    assert f"{name} ({flag}): checkpoint {LAYOUT[name] or 1}, run {value}" in message
+    assert "'dp_reshardable'" in message
+    assert "--no-load-optim" in message and "--dist-ckpt-optim-fully-reshardable" in message
+
+
+def test_an_expert_layout_of_equal_shard_sizes_is_refused(tmp_path: Path) -> None:
+    """EP 2 x ETP 2 saved, EP 4 x ETP 1 loaded: the flat buckets keep their shapes, so megatron may slice them by
+    another parameter layout without a word."""
+    load = _save(tmp_path, _stored())
+    with pytest.raises(ValueError, match="expert_model_parallel_size .*expert_tensor_parallel_size"):
+        check_optimizer_resharding(_run(load, expert_model_parallel_size=4, expert_tensor_parallel_size=1))
+
+
+def test_data_and_context_parallel_changes_with_the_same_buckets_load(tmp_path: Path) -> None:
+    """dp_reshardable follows the data-parallel (and context-parallel, part of the optimizer's shard group) size."""
+    load = _save(tmp_path, _stored(data_parallel_size=random.randrange(1, 41)))
+    check_optimizer_resharding(_run(load, data_parallel_size=random.randrange(1, 41), context_parallel_size=2))
+    overlap = _save(tmp_path / "overlap", _stored(data_parallel_size=random.randrange(1, 21), overlap_grad_reduce=True))
+    check_optimizer_resharding(_run(overlap, data_parallel_size=random.randrange(1, 21), overlap_grad_reduce=True))
+
+
+def test_a_default_bucket_size_change_is_refused_naming_the_saved_size(tmp_path: Path) -> None:
+    """Under --overlap-grad-reduce the default bucket grows with DP x CP above 40: the buckets no longer match."""
+    saved_dp = random.randrange(41, 200)
+    load = _save(tmp_path, _stored(data_parallel_size=saved_dp, overlap_grad_reduce=True))
+    with pytest.raises(ValueError) as refused:
+        check_optimizer_resharding(_run(load, data_parallel_size=saved_dp * 2, overlap_grad_reduce=True))
+    assert f"checkpoint {saved_dp * 1_000_000}, run {saved_dp * 2_000_000}" in str(refused.value)
+    assert f"--ddp-bucket-size {saved_dp * 1_000_000}" in str(refused.value)
+    with pytest.raises(ValueError, match="drop --overlap-grad-reduce"):
+        check_optimizer_resharding(_run(_save(tmp_path / "one", _stored()), overlap_grad_reduce=True))
+    check_optimizer_resharding(_run(load, data_parallel_size=saved_dp * 2, overlap_grad_reduce=True,
+                                    ddp_bucket_size=saved_dp * 1_000_000))
+
+
+def test_the_bucket_size_is_megatrons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`grad_bucket_size` agrees with megatron-core's own ``resolve_ddp_bucket_size``."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.training.training import resolve_ddp_bucket_size
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # else megatron takes any group as size 1
+
+    class Group:
+        """A process group of a given size."""
+
+        def __init__(self, size: int) -> None:
+            self._size = size
+
+        def size(self) -> int:
+            return self._size
+
+    for _ in range(20):
+        dp, cp = random.randrange(1, 300), random.choice([1, 2, 4])
+        explicit = random.choice([None, random.randrange(10**6, 10**8)])
+        overlap = random.random() < 0.7
+        run = _stored(data_parallel_size=dp, context_parallel_size=cp, overlap_grad_reduce=overlap,
+                      ddp_bucket_size=explicit)
+        expected = resolve_ddp_bucket_size(DistributedDataParallelConfig(bucket_size=explicit), Group(dp * cp),
+                                           overlap, random.randrange(10**6, 10**9))
+        assert grad_bucket_size(run) == expected
+
+
+@pytest.mark.parametrize("sharding", ["fully_reshardable", "fully_sharded_model_space", None])
+def test_a_reshardable_or_unrecorded_format_is_left_to_megatron(tmp_path: Path, sharding: str | None) -> None:
+    """fully_reshardable state loads into any layout; a checkpoint without a recorded type is megatron's case."""
+    load = _save(tmp_path, _stored(), sharding=sharding)
+    check_optimizer_resharding(_run(load, tensor_model_parallel_size=4, expert_model_parallel_size=4))
+
+
+@pytest.mark.parametrize("changes", [{"no_load_optim": True}, {"finetune": True}, {"use_distributed_optimizer": False}])
+def test_runs_that_load_no_distributed_optimizer_state_are_not_refused(tmp_path: Path, changes: dict) -> None:
+    """--no-load-optim (the way out), --finetune and a non-distributed optimizer read no such state."""
+    load = _save(tmp_path, _stored())
+    check_optimizer_resharding(_run(load, tensor_model_parallel_size=4, **changes))
+
+
+def test_checkpoints_without_optimizer_state_or_not_ours_are_not_refused(tmp_path: Path) -> None:
+    """A release checkpoint, one saved with --no-save-optim, and one without our stored arguments."""
+    release = _save(tmp_path / "release", _stored(), iteration=0)
+    no_optim = _save(tmp_path / "no_optim", _stored(no_save_optim=True))
+    stored = _stored()
+    del stored.oellm_model
+    other = _save(tmp_path / "other", stored)
+    for load in (release, no_optim, other, tmp_path / "missing"):
+        check_optimizer_resharding(_run(load, tensor_model_parallel_size=4))
+
+
+def test_ckpt_step_selects_the_checked_iteration(tmp_path: Path) -> None:
+    """--ckpt-step names the iteration megatron loads; its stored layout is the one compared."""
+    _save(tmp_path, _stored(), iteration=5)
+    _save(tmp_path, _stored(tensor_model_parallel_size=4), iteration=9)
+    check_optimizer_resharding(_run(tmp_path, tensor_model_parallel_size=4))
+    with pytest.raises(ValueError, match="iter_0000005"):
+        check_optimizer_resharding(_run(tmp_path, tensor_model_parallel_size=4, ckpt_step=5))
+
+
+def test_the_entry_refuses_before_it_starts_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """One error line and exit status 2 from main(), before the steps that set up GPUs; --no-load-optim passes."""
+    from test_data import _Reached, entry_up_to_pretrain
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    load = _save(tmp_path, _stored(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
+                                   expert_model_parallel_size=1, expert_tensor_parallel_size=1))
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
+            "--ckpt-format", "torch_dist", "--use-distributed-optimizer", "--mock-data"]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --load {load} (")
+    assert "tensor_model_parallel_size (--tensor-model-parallel-size): checkpoint 2, run 1" in line
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--no-load-optim"])
