@@ -6,8 +6,9 @@ The job binds its run directory, the cluster's ``binds`` and the directories of 
 tokenizer directory) into the container, and runs in the directory the script was made in (where relative paths were
 checked), wherever ``sbatch`` is called. The cluster environment is exported twice: as itself, and as
 ``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
-repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A row with checkpoints (``--save-interval``) saves and resumes
-them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`).
+repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A row with checkpoints (``oellm recipe --save-interval``) saves and
+resumes them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`); a ``save`` / ``load`` the
+recipe sets itself stands.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ resumes from its own checkpoint, while a new submission of the row measures afre
 second ``--submit`` loaded the first job's final checkpoint, trained no iteration and logged no throughput."""
 
 CHECKPOINT_FLAGS = ("--save", "--load")
-"""The argv flags whose value the job replaces with :data:`JOB_CHECKPOINT_DIR`."""
+"""The argv flags whose value the job replaces with :data:`JOB_CHECKPOINT_DIR` when it is the run directory's
+``checkpoints`` folder (what ``oellm recipe --save-interval`` gives them; a recipe's own ``save`` / ``load`` stand)."""
 
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_.:/%@+,=~-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -117,6 +119,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
     run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
     binds = list(dict.fromkeys([run_bind, *cluster.binds, *input_binds(resolved.flags)]))
+    checkpoint_values = _checkpoint_values(resolved, directory)
     lines += [
         "",
         f"RUN_DIR={shlex.quote(str(directory))}",
@@ -126,10 +129,10 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
-        *_checkpoint_lines(resolved),
+        *_checkpoint_lines(checkpoint_values),
         "",
         "MEGATRON_ARGS=(",
-        *_argv_lines(resolved.argv, _checkpoint_values(resolved)),
+        *_argv_lines(resolved.argv, checkpoint_values),
         ")",
         "",
         # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
@@ -165,18 +168,25 @@ def _saves_checkpoints(resolved: ResolvedRow) -> bool:
     return isinstance(interval, int) and not isinstance(interval, bool) and interval > 0
 
 
-def _checkpoint_lines(resolved: ResolvedRow) -> list[str]:
-    """``CHECKPOINT_DIR=...`` (see :data:`JOB_CHECKPOINT_DIR`) when the row saves checkpoints, else nothing."""
-    if not _saves_checkpoints(resolved):
+def _checkpoint_lines(checkpoint_values: Mapping[str, str]) -> list[str]:
+    """``CHECKPOINT_DIR=...`` (see :data:`JOB_CHECKPOINT_DIR`) when the job's argv names it
+    (``checkpoint_values``, from :func:`_checkpoint_values`), else nothing."""
+    if not checkpoint_values:
         return []
     return ["# One checkpoint directory per job: a requeue (same job id) resumes, a new submission starts afresh.",
             f"CHECKPOINT_DIR={JOB_CHECKPOINT_DIR}"]
 
 
-def _checkpoint_values(resolved: ResolvedRow) -> dict[str, str]:
-    """The shell words of the :data:`CHECKPOINT_FLAGS` values in the job's argv: ``"$CHECKPOINT_DIR"`` when the row
-    saves checkpoints, else none (the argv's own values stand)."""
-    return dict.fromkeys(CHECKPOINT_FLAGS, '"$CHECKPOINT_DIR"') if _saves_checkpoints(resolved) else {}
+def _checkpoint_values(resolved: ResolvedRow, directory: Path) -> dict[str, str]:
+    """The shell words of the :data:`CHECKPOINT_FLAGS` values in the job's argv: ``"$CHECKPOINT_DIR"`` for each one
+    whose value is ``directory``'s ``checkpoints`` folder when the row saves checkpoints, else none. A ``save`` or
+    ``load`` the recipe or the row sets itself (a checkpoint to start from, a shared folder) is the user's and
+    stands as written."""
+    if not _saves_checkpoints(resolved):
+        return {}
+    run_checkpoints = str(directory / "checkpoints")
+    return {flag: '"$CHECKPOINT_DIR"' for flag in CHECKPOINT_FLAGS
+            if resolved.flags.get(flag.removeprefix("--")) == run_checkpoints}
 
 
 def _argv_lines(argv: list[str], shell_values: Mapping[str, str] | None = None) -> list[str]:

@@ -162,3 +162,24 @@ def test_a_new_submission_measures_afresh_and_a_requeue_resumes(tmp_path):
     assert trained(second) == f"trained {iters} iterations from 0 in {run}/checkpoints/job-{second}"
     (run / "checkpoints" / f"job-{first}" / "latest_checkpointed_iteration.txt").write_text(str(interval))
     assert trained(first) == f"trained {iters - interval} iterations from {interval} in {run}/checkpoints/job-{first}"
+
+
+def test_a_recipes_own_save_and_load_stand(tmp_path):
+    """A row that sets ``save``, ``load`` and ``save-interval`` itself (a checkpoint to start from, a folder of its
+    own) had both values swapped for the job's ``checkpoints/job-<id>``: the run started from nothing and saved
+    elsewhere. Only the run directory's ``checkpoints`` folder that ``oellm recipe --save-interval`` gives is swapped."""
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    start, mine = tmp_path / "pretrained", tmp_path / "my checkpoints"
+    done = random.randint(1, 5)
+    start.mkdir()
+    (start / "latest_checkpointed_iteration.txt").write_text(str(done))
+    row = dataclasses.replace(recipe.rows[0], flags={**recipe.rows[0].flags, "save": str(mine), "load": str(start),
+                                                     "save-interval": random.randint(1, 4)})
+    recipe = dataclasses.replace(recipe, rows=(row, *recipe.rows[1:]))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, row), tmp_path / "run")
+    status, record = _run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_CHECKPOINTS)
+    assert status == 0, record
+    iters = recipe.row_train_iters(row)
+    assert next(line for line in record if line.startswith("trained ")) == (
+        f"trained {iters - done} iterations from {done} in {mine}")
