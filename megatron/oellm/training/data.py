@@ -99,6 +99,12 @@ def check_data_source(args: argparse.Namespace) -> None:
         prefixes = data_prefixes(args)
     except OSError as error:
         raise ValueError(f"--data-args-path / --per-split-data-args-path: cannot read the data paths ({error})") from error
+    except (KeyError, TypeError, ValueError) as error:
+        if args.per_split_data_args_path is None:
+            raise
+        raise ValueError(  # a JSON that is no {"train", "valid", "test"} object of data paths
+            f"--per-split-data-args-path {args.per_split_data_args_path}: not a JSON object with 'train', 'valid' and "
+            f"'test' data paths ({type(error).__name__}: {error})") from error
     if not prefixes:
         raise ValueError(NO_DATA)
     missing = [prefix for prefix in prefixes if not is_object_storage_path(prefix)

@@ -250,3 +250,18 @@ def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_
                    ["--data-args-path", str(tmp_path / "data-args.txt")], ["--mock-data"]):
         with pytest.raises(_Reached):
             entry.main([*argv, *source])
+
+
+@pytest.mark.parametrize("content", ['{"train": "PREFIX", "valid": "PREFIX"}', '["PREFIX"]', "not json"])
+def test_a_per_split_data_args_file_without_its_three_splits_is_one_error_line(content, monkeypatch, capsys,
+                                                                               tmp_path):
+    """megatron reads the file's ``train``, ``valid`` and ``test`` keys; a file missing one, or no JSON object, ended
+    in a KeyError / TypeError traceback on every rank."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    path = tmp_path / "splits.json"
+    path.write_text(content.replace("PREFIX", _corpus(tmp_path, "train")))
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+            "--per-split-data-args-path", str(path)]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"--per-split-data-args-path {path}: not a JSON object with 'train', 'valid' and 'test'" in line
