@@ -188,6 +188,14 @@ def checkpoint_flags(inputs: RunInputs) -> dict[str, FlagValue]:
     return {"save": inputs.checkpoint_dir, "load": inputs.checkpoint_dir, "save-interval": inputs.save_interval}
 
 
+def with_own_checkpoint_paths(checkpoint: dict[str, FlagValue], flags: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
+    """``checkpoint`` (:func:`checkpoint_flags`) without the ``save`` / ``load`` the recipe or row already sets: a
+    ``--save-interval`` given on the command line asks for checkpoints, not for another start or save folder than the
+    row's own (a converted checkpoint to start from, a shared folder)."""
+    return {name: value for name, value in checkpoint.items()
+            if name not in ("save", "load") or flags.get(name) in (None, False)}
+
+
 def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> ResolvedRow:
     """Validate ``row``'s layout and batch on its GPUs, then build its Megatron flags (later groups override)."""
     inputs = inputs or RunInputs()
@@ -247,7 +255,7 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
         flags.update(group)
     flags.update(recipe.megatron_flags)
     flags.update(row.flags)
-    flags.update(checkpoint_flags(inputs))
+    flags.update(with_own_checkpoint_paths(checkpoint_flags(inputs), flags))
     check_removals(flags)
     check_unwired(flags)
     return flags

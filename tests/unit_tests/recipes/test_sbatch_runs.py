@@ -183,3 +183,26 @@ def test_a_recipes_own_save_and_load_stand(tmp_path):
     iters = recipe.row_train_iters(row)
     assert next(line for line in record if line.startswith("trained ")) == (
         f"trained {iters - done} iterations from {done} in {mine}")
+
+
+def test_a_rows_own_start_checkpoint_stands_under_a_command_line_save_interval(tmp_path):
+    """``oellm recipe --save-interval N`` replaced a row's own ``load`` (a converted checkpoint to start from) with
+    the run directory's checkpoints: the job started from nothing. The row's folder now stands, and the job saves
+    into its own ``checkpoints/job-<id>``."""
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    start = tmp_path / "converted start"
+    done = random.randint(1, 5)
+    start.mkdir()
+    (start / "latest_checkpointed_iteration.txt").write_text(str(done))
+    row = dataclasses.replace(recipe.rows[0], flags={**recipe.rows[0].flags, "load": str(start)})
+    recipe = dataclasses.replace(recipe, rows=(row, *recipe.rows[1:]))
+    run = tmp_path / "run"
+    resolved = resolve_row(recipe, row, RunInputs(checkpoint_dir=str(run / "checkpoints"),
+                                                  save_interval=random.randint(1, 4)))
+    script = sbatch_text(recipe, 1, resolved, run)
+    status, record = _run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_CHECKPOINTS)
+    assert status == 0, record
+    iters = recipe.row_train_iters(row)
+    [trained] = [line for line in record if line.startswith("trained ")]
+    assert trained.startswith(f"trained {iters - done} iterations from {done} in {run}/checkpoints/job-"), trained
