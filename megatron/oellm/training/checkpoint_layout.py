@@ -43,28 +43,6 @@ DEFAULT_BUCKET_PER_DP_RANK = 1_000_000
 ``max(DEFAULT_BUCKET_MIN, DEFAULT_BUCKET_PER_DP_RANK x data-parallel x context-parallel size)``."""
 
 
-def checkpoint_directory(load_dir: Path, ckpt_step: int | None) -> Path:
-    """The iteration directory megatron loads from ``load_dir``: ``ckpt_step``'s, else the one its
-    ``latest_checkpointed_iteration.txt`` names (``release`` included), else ``load_dir`` itself."""
-    from megatron.oellm.convert.pipeline import resolve_mcore_dir
-
-    return load_dir / f"iter_{ckpt_step:07d}" if ckpt_step else resolve_mcore_dir(load_dir)
-
-
-def optimizer_sharding_type(directory: Path) -> str | None:
-    """``distrib_optim_sharding_type`` of the content metadata a distributed checkpoint stores in its common state;
-    None when it records none (no distributed optimizer, or a megatron-core older than 0.13) or cannot be read."""
-    from megatron.oellm.convert.dist_ckpt import CheckpointReader
-    from megatron.oellm.convert.errors import ConversionError
-
-    try:
-        common = CheckpointReader(directory).common_state()
-    except (OSError, UnicodeDecodeError, ConversionError):
-        return None
-    metadata = common.get("content_metadata") if isinstance(common, dict) else None
-    return metadata.get("distrib_optim_sharding_type") if isinstance(metadata, dict) else None
-
-
 def grad_bucket_size(args: argparse.Namespace) -> int | str | None:
     """The gradient-bucket size the first model chunk of pipeline stage 0 gets under ``args`` (megatron-core
     0.19.2's ``resolve_ddp_bucket_size`` and ``get_model``): None for one bucket, ``"N buckets"`` under
@@ -121,29 +99,29 @@ def check_optimizer_resharding(args: argparse.Namespace) -> None:
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from megatron.oellm.convert.errors import ConversionError
-    from megatron.oellm.training.entry import oellm_checkpoint_args
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args, read_common_state
 
     if not args.load or args.finetune or args.no_load_optim or not args.use_distributed_optimizer:
         return
-    ckpt_step = getattr(args, "ckpt_step", None)
-    found = oellm_checkpoint_args(Path(args.load), ckpt_step)
-    if found is None or getattr(found[0], "no_save_optim", False):
+    read = read_common_state(Path(args.load), getattr(args, "ckpt_step", None))
+    if read is None:
         return
-    try:
-        directory = checkpoint_directory(Path(args.load), ckpt_step)
-    except ConversionError:
+    directory, common = read
+    found = oellm_run_args(common)
+    if found is None or getattr(found[0], "no_save_optim", False):
         return
     if directory.name == "release":  # megatron reads no optimizer state from a release checkpoint
         return
-    sharding = optimizer_sharding_type(directory)
+    metadata = common.get("content_metadata")
+    sharding = metadata.get("distrib_optim_sharding_type") if isinstance(metadata, dict) else None
     if sharding is None or sharding in DistributedOptimizer.checkpoint_fully_reshardable_formats:
         return
     stored = found[0]
     changes = layout_changes(stored, args)
     if not changes:
         return
-    bucket_fix = f"; or {bucket_way_out(stored)}" if changes[-1].startswith("gradient bucket size") else ""
+    bucket_changed = grad_bucket_size(stored) != grad_bucket_size(args)
+    bucket_fix = f"; or {bucket_way_out(stored)}" if bucket_changed else ""
     raise ValueError(
         f"--load {args.load} ({directory.name}) holds distributed-optimizer state in megatron-core's {sharding!r} "
         f"format, which reshards only across data-parallel ranks with unchanged gradient buckets, and this run "

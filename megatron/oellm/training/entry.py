@@ -126,29 +126,6 @@ CARD_ARCHITECTURE_ARGS = (
 the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value)."""
 
 
-def oellm_checkpoint_args(load_dir: Path, ckpt_step: int | None = None) -> tuple[argparse.Namespace, str | None] | None:
-    """(run arguments, card name) stored in the checkpoint megatron reads from ``load_dir`` (the iteration its
-    ``latest_checkpointed_iteration.txt`` names, or ``ckpt_step``'s), if megatron-oellm wrote it: an ``oellm convert
-    hf-to-mcore`` checkpoint (it records its card) or one the training entry saved (its arguments hold
-    ``oellm_model``). None for any other checkpoint, one without stored arguments, or one that cannot be read
-    (a ``--ckpt-format torch`` one among them): megatron's loader handles those."""
-    from megatron.oellm.convert.dist_ckpt import CheckpointReader
-    from megatron.oellm.convert.errors import ConversionError
-    from megatron.oellm.convert.pipeline import CARD_KEY, resolve_mcore_dir
-
-    try:
-        directory = load_dir / f"iter_{ckpt_step:07d}" if ckpt_step else resolve_mcore_dir(load_dir)
-        common = CheckpointReader(directory).common_state()
-    except (OSError, UnicodeDecodeError, ConversionError):
-        return None
-    stored = common.get("args") if isinstance(common, dict) else None
-    if not isinstance(stored, argparse.Namespace):
-        return None
-    if isinstance(common.get(CARD_KEY), dict):
-        return stored, common[CARD_KEY].get("name")
-    return (stored, stored.oellm_model) if hasattr(stored, "oellm_model") else None
-
-
 def check_checkpoint_architecture(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` with ``--oellm-model`` would take architecture arguments
     from a megatron-oellm checkpoint that disagree with the card.
@@ -160,10 +137,13 @@ def check_checkpoint_architecture(args: argparse.Namespace) -> None:
     megatron lets a run re-split the checkpoint's layers. Checkpoints of other programs and ones without stored
     arguments are left to megatron.
     """
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args, read_common_state
+
     if not (args.use_checkpoint_args and args.oellm_model):
         return
     for flag, load_dir in (("--pretrained-checkpoint", args.pretrained_checkpoint), ("--load", args.load)):
-        found = oellm_checkpoint_args(Path(load_dir), getattr(args, "ckpt_step", None)) if load_dir else None
+        read = read_common_state(Path(load_dir), getattr(args, "ckpt_step", None)) if load_dir else None
+        found = oellm_run_args(read[1]) if read is not None else None
         if found is None:
             continue
         stored, saved_with = found
