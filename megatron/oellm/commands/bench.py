@@ -112,6 +112,17 @@ def print_report(report: BenchReport) -> None:
             print(f"  {100 * k['share']:5.1f} %  {k['cuda_ms']:8.2f} ms  {k['calls']:5d}x  {k['name'][:100]}")
 
 
+def _make_writable_folder(flag: str, given: Path, folder: Path, which: str) -> None:
+    """Create ``folder`` (``given`` itself or its parent) or raise ValueError naming ``flag`` when it cannot be
+    created or written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{flag} {given}: {which} cannot be created ({error.strerror})") from error
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {given} cannot be written (no write permission)")
+
+
 def check_output_path(output: Path | None) -> None:
     """Raise ValueError, before any GPU work, when the JSON report could not be written to ``output`` (a directory,
     or a folder that cannot be created or written): the bench takes minutes, and its report would be lost."""
@@ -119,11 +130,8 @@ def check_output_path(output: Path | None) -> None:
         return
     if output.is_dir():
         raise ValueError(f"--output {output} is a directory; give a file name")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ValueError(f"--output {output}: its folder cannot be created ({error.strerror})") from error
-    if not os.access(output.parent, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+    _make_writable_folder("--output", output, output.parent, "its folder")
+    if output.exists() and not os.access(output, os.W_OK):
         raise ValueError(f"--output {output} cannot be written (no write permission)")
 
 
@@ -135,12 +143,7 @@ def check_profile_dir(profile: Path | None) -> None:
         return
     if profile.exists() and not profile.is_dir():
         raise ValueError(f"--profile {profile} is a file; give a folder for the profile tables")
-    try:
-        profile.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ValueError(f"--profile {profile}: the folder cannot be created ({error.strerror})") from error
-    if not os.access(profile, os.W_OK):
-        raise ValueError(f"--profile {profile} cannot be written (no write permission)")
+    _make_writable_folder("--profile", profile, profile, "the folder")
 
 
 def run(args: argparse.Namespace) -> int:
