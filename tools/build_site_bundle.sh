@@ -69,4 +69,4 @@ rm -f "$OUT/$BUNDLE" "$OUT/$BUNDLE.sha256"
 tar -C "$SITE" -cf - . | xz -9 -T0 > "$OUT/$BUNDLE.partial"
 mv "$OUT/$BUNDLE.partial" "$OUT/$BUNDLE"
 (cd "$OUT" && sha256sum "$BUNDLE" > "$BUNDLE.sha256")
-echo "wrote $OUT/site-$TAG.tar.xz ($(du -h "$OUT/site-$TAG.tar.xz" | cut -f1)) with: $(tr '\n' ' ' < "$SITE/BUNDLE_CONTENTS.txt")"
+echo "wrote $OUT/$BUNDLE ($(du -h "$OUT/$BUNDLE" | cut -f1)) with: $(tr '\n' ' ' < "$SITE/BUNDLE_CONTENTS.txt")"

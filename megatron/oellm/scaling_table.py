@@ -356,7 +356,7 @@ def garbled_integer(args: dict, names: Sequence[str]) -> str:
     that another rank's output cut into; '' when all are fine."""
     for name in names:
         value = args.get(name)
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        if value is not None and not _positive_int(value):
             return f"arguments block has a {name} that is no positive integer: {str(value)[:40]!r}"
     return ""
 
