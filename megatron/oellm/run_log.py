@@ -9,20 +9,23 @@ number of nan iterations:   0 |``. Lines may carry a launcher prefix (``0: `` fr
 torchrun); matching is by search, not from the line start. An iteration line is read only when it is whole: every
 field read ends with Megatron's `` |`` and the line's last field (``number of nan iterations``) is there, so a line
 cut by a crash or by another rank's output is left out rather than read as a shorter number.
-Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a
-restart, a resume or a requeued job appending to the same log) starts the next one. Each run keeps its own
-arguments (a run without a block of its own has the previous run's) and its own part of the log: a run is *failed*
-when its part shows an out-of-memory error, an NCCL timeout, a Python traceback (not one of an exception Python
-ignored and went on after), a C++ abort, a fatal Python error, a segmentation fault, an NCCL error, a SLURM
-cancellation or a task that srun reports failed, and *finished* when megatron's ``[after training is done]`` line
-follows its last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
-``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting program
-after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``), ``[exiting
-program after receiving SIGTERM.]`` (``--exit-signal-handler``) and ``Termination requested. Performing orderly
-shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with ``sys.exit`` and prints no ``[after
-training is done]`` line. The vocabulary a run built comes from
-the tokenizer's `` > padded vocab (size: N) with K dummy tokens (new size: M)`` line (the arguments block is printed
-before the tokenizer is built, so it has no ``vocab_size`` unless ``--vocab-size`` was given).
+Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a restart, a
+resume or a requeued job appending to the same log) starts the next one. Each run keeps its own arguments (a run
+without a block of its own has the previous run's) and its own part of the log: a run is *failed* when its part shows
+an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, a Python traceback (not one of an
+exception Python ignored or a thread other than the main one raised: the program went on after those), a C++ abort, a
+fatal Python error, a segmentation fault, an NCCL error, a SLURM cancellation or a task that srun reports failed,
+unless training is seen to go on after it: two iteration lines of the run follow it, or one and then megatron's
+``[after training is done]`` or early-exit line (a handled traceback, e.g. of W&B, a ``logging.exception`` or a retried
+read, is no failure; one in the final checkpoint save, after the last iteration line, is). A run is *finished* when
+megatron's ``[after training is done]`` line follows its last iteration line. A run that stopped early on purpose
+records how (:class:`DeliberateExit`): megatron's ``[exiting program at iteration N]`` (``--exit-interval`` or
+``--phase-transition-iterations``), ``[exiting program after X minutes]`` or ``Exiting during evaluation, timelimit
+reached`` (``--exit-duration-in-mins``), ``[exiting program after receiving SIGTERM.]`` (``--exit-signal-handler``) and
+``Termination requested. Performing orderly shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with
+``sys.exit`` and prints no ``[after training is done]`` line. The vocabulary a run built comes from the tokenizer's
+`` > padded vocab (size: N) with K dummy tokens (new size: M)`` line (the arguments block is printed before the
+tokenizer is built, so it has no ``vocab_size`` unless ``--vocab-size`` was given).
 """
 
 from __future__ import annotations
@@ -60,9 +63,11 @@ _EXITS: tuple[tuple[re.Pattern, str], ...] = (
 _EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
 _TRACEBACK = "Traceback (most recent call last)"
-_IGNORED_HEADER = "Exception ignored"
-"""Python's report of an exception it ignored and went on after (a ``__del__`` or atexit callback, e.g. the DataLoader's
-``AssertionError: can only test a child process`` at shutdown) begins with this line, then the traceback."""
+_IGNORED_HEADER = re.compile(r"Exception ignored|Exception in thread ")
+"""Python's report of an exception it went on after begins with one of these lines, then the traceback: one it ignored
+(a ``__del__`` or atexit callback, e.g. the DataLoader's ``AssertionError: can only test a child process`` at
+shutdown), or one that ended a thread other than the main one (``threading.excepthook``, e.g. W&B's network-status
+thread losing its connection), which the program outlives."""
 
 FailureStatus = Callable[[re.Match, str], str]
 """(the marker's match, the run's text) -> the row's status."""
@@ -86,6 +91,7 @@ def _cancel_status(match: re.Match, text: str) -> str:
 
 FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), _fixed("out of memory")),
+    (re.compile(r"Detected \d+ oom[-_]kill event"), _fixed("host out of memory (OOM killer)")),
     (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
      _fixed("NCCL timeout")),
     (re.compile(r"Traceback \(most recent call last\)"), _crash_status),
@@ -99,11 +105,13 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"NCCL error"), _fixed("NCCL error")),
     (re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?) )?\*\*\*"), _cancel_status),
     (re.compile(r"srun: error: [^\n]*?(?P<tasks>tasks? [\d,-]+): (?P<how>Exited with exit code [1-9]\d*|Aborted|"
-                r"Killed|Segmentation fault)"),
+                r"Killed|Segmentation fault|Bus error|Out Of Memory)"),
      lambda match, text: f"{match['tasks']} {match['how'].lower()} (srun)"),
 )
 """Log patterns that show a run failed, in priority order (an OOM also prints a traceback; a C++ abort also makes
-Python and srun report), each with the row status it gives."""
+Python and srun report; a rank the kernel's OOM killer ended, reported by slurmstepd's ``Detected N oom_kill
+event`` and srun's ``task N: Out Of Memory``, prints nothing itself while the other ranks time out in NCCL), each
+with the row status it gives."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +165,8 @@ class Run:
     logged_train_iters: int | None = None
     """The largest iteration total (``iteration i/n``) of the run's lines (None if it printed none)."""
     failure: str = ""
-    """How the run failed (see :data:`FAILURE_MARKERS`), from its own part of the log; empty when none is shown."""
+    """How the run failed (see :data:`FAILURE_MARKERS`), from its own part of the log after the last point training
+    is seen to go on from (see the module docstring); empty when none is shown."""
     finished: bool = False
     """Megatron's ``[after training is done]`` line follows the run's last iteration line: the run reached its end,
     so iterations past the last line were run but not logged (``train_iters`` not a multiple of ``log_interval``)."""
@@ -213,6 +222,8 @@ class _RunText:
     vocabulary: tuple[int, int] | None = None
     deliberate_exit: DeliberateExit | None = None
     lines: list[str] = field(default_factory=list)
+    heads: list[int] = field(default_factory=list)
+    """Indices into :attr:`lines` of the run's iteration lines, cut ones included."""
 
     def inheritor(self) -> _RunText:
         """The next run, started without an arguments block of its own: it keeps this run's arguments and
@@ -220,9 +231,23 @@ class _RunText:
         return _RunText(dict(self.args), self.args_complete, vocabulary=self.vocabulary)
 
     def frozen(self) -> Run:
-        """The finished :class:`Run`, its failure read from its own lines only."""
+        """The finished :class:`Run`, its failure read from its own lines only, after the last point training is
+        seen to go on from (:meth:`live_from`)."""
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
-                   detect_failure("\n".join(self.lines)), self.finished, self.vocabulary, self.deliberate_exit)
+                   detect_failure("\n".join(self.lines), self.live_from()), self.finished, self.vocabulary,
+                   self.deliberate_exit)
+
+    def live_from(self) -> int:
+        """The index of the first line whose failure markers count: training went on past every marker before it.
+        A marker is followed by proof of that when two iteration lines follow it, or one followed by megatron's
+        end-of-training or early-exit line (both printed after a barrier or collective that every rank reached).
+        One iteration line alone is no proof: with pipeline parallelism the last stage can print iteration N's line
+        after the first stage died in iteration N+1. ``Termination requested`` is no proof either: megatron's
+        signal handler prints it without a collective, e.g. on the SIGTERM srun sends when another task died."""
+        ended = self.finished or (self.deliberate_exit is not None and self.deliberate_exit.kind != "termination")
+        if ended and self.heads:
+            return self.heads[-1]
+        return self.heads[-2] if len(self.heads) >= 2 else 0
 
 
 def parse_log_text(text: str, path: str = "<log>") -> RunLog:
@@ -265,6 +290,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         if current.start is None:
             current.start = iteration
         current.previous, current.finished, current.deliberate_exit = iteration, False, None
+        current.heads.append(len(current.lines) - 1)
         if (record := _parse_iteration(line, head, run=len(runs))) is not None:
             iterations[iteration] = record
             current.last_iteration = iteration
@@ -295,10 +321,14 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
                          int(consumed["samples"]) if consumed else None)
 
 
-def detect_failure(text: str) -> str:
-    """The status of the first of :data:`FAILURE_MARKERS` that ``text`` (one run's part of a log) shows, '' if
-    none; the traceback of an exception Python ignored (:func:`mark_ignored_tracebacks`) is no crash."""
+def detect_failure(text: str, live_from: int = 0) -> str:
+    """The status of the first of :data:`FAILURE_MARKERS` that ``text`` (one run's part of a log) shows from its
+    line ``live_from`` on, '' if none (markers on earlier lines are ones the run went on after, e.g. the traceback
+    of a handled W&B or dataloader error: see :meth:`_RunText.live_from`); the traceback of an exception Python
+    ignored or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
     text = mark_ignored_tracebacks(text)
+    if live_from:
+        text = "\n".join(text.split("\n")[live_from:])
     for pattern, status in FAILURE_MARKERS:
         if match := pattern.search(text):
             return status(match, text)
@@ -306,19 +336,20 @@ def detect_failure(text: str) -> str:
 
 
 def mark_ignored_tracebacks(text: str) -> str:
-    """``text`` with the traceback header of each exception Python ignored renamed, so that it reads as no crash: a
-    traceback whose launcher prefix (``0: `` of ``srun --label``, ``[rank3]:``) printed ``Exception ignored ...`` as
-    its previous line. Lines of other prefixes may come between (ranks shutting down at once interleave theirs);
-    in a log without prefixes the header must be the line right before."""
-    pending: set[str] = set()  # prefixes whose last line was an "Exception ignored" header
+    """``text`` with the traceback header of each exception Python went on after renamed, so that it reads as no
+    crash: a traceback whose launcher prefix (``0: `` of ``srun --label``, ``[rank3]:``) printed ``Exception ignored
+    ...`` or ``Exception in thread ...`` (:data:`_IGNORED_HEADER`) as its previous line. Lines of other prefixes may
+    come between (ranks shutting down at once interleave theirs); in a log without prefixes the header must be the
+    line right before."""
+    pending: set[str] = set()  # prefixes whose last line was such a header
     lines = text.split("\n")
     for k, line in enumerate(lines):
         at = line.find(_TRACEBACK)
         if at >= 0 and line[:at] in pending:
             lines[k] = line = f"{line[:at]}(ignored exception's traceback){line[at + len(_TRACEBACK):]}"
         pending = {prefix for prefix in pending if not line.startswith(prefix)}
-        if (at := line.find(_IGNORED_HEADER)) >= 0:
-            pending.add(line[:at])
+        if header := _IGNORED_HEADER.search(line):
+            pending.add(line[:header.start()])
     return "\n".join(lines)
 
 

@@ -540,8 +540,10 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     throughput.plot(nodes, tokens, marker="o")
     throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, 1.1 * max(tokens)), title="throughput")
     scaled = [row for row in ok if row.efficiency is not None]
-    efficiency.plot([row.nodes for row in scaled], [100 * row.efficiency for row in scaled], marker="o")
-    efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, 110), title="efficiency")
+    percents = [100 * row.efficiency for row in scaled]
+    efficiency.plot([row.nodes for row in scaled], percents, marker="o")
+    top = max([110.0] + [1.05 * percent for percent in percents])  # room above a baseline's 100% or any higher row
+    efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, top), title="efficiency")
     for axis in (throughput, efficiency):
         axis.set_xticks(nodes, [f"{n:g}" for n in nodes])
         axis.minorticks_off()

@@ -221,6 +221,14 @@ def test_a_failed_attempt_before_a_clean_requeue_does_not_mark_the_row(args):
     ("slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 ***", "cancelled"),
     ("srun: error: as01r1b01: task 3: Exited with exit code 1", "task 3 exited with exit code 1 (srun)"),
     ("srun: error: as01r1b01: tasks 0-3: Killed", "tasks 0-3 killed (srun)"),
+    ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed.\n"
+     "[rank5]:[E ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+     "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600046 milliseconds before timing out.\n"
+     "srun: error: as01r1b01: task 3: Out Of Memory", "host out of memory (OOM killer)"),
+    ("slurmstepd: error: Detected 1 oom-kill event(s) in step 1234.0 cgroup. Some of your processes may have been "
+     "killed by the cgroup out-of-memory handler.", "host out of memory (OOM killer)"),
+    ("srun: error: as01r1b01: task 3: Out Of Memory", "task 3 out of memory (srun)"),
+    ("srun: error: as01r1b01: tasks 4-7: Bus error (core dumped)", "tasks 4-7 bus error (srun)"),
 ])
 def test_crashes_without_a_python_traceback_mark_the_row(args, tail, status):
     """A run that dies after the window without a traceback was shown ok (with one it says 'crashed')."""

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
     parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG")
-    parser.add_argument("--title", default="", help="title of the plot")
+    parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
 
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
             raise TableError("--gpus-per-node must be >= 1")
         if not 0 < args.peak_tflops < math.inf:
             raise TableError(f"--peak-tflops must be a positive number, got {args.peak_tflops:g}")
+        if args.title and not args.plot:
+            raise TableError("--title is the plot's title: give --plot PNG too, or drop --title")
         window = Window.parse(args.window, args.statistic)
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)

@@ -1,0 +1,45 @@
+"""``oellm table``'s options and plot: an option that would be ignored is refused at once, naming the fix; the plot
+shows every row."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from megatron.oellm.cli import main
+from tests.unit_tests.test_tables import _log, _megatron_args, _random_times
+
+
+def test_a_title_without_a_plot_is_refused(tmp_path, capsys):
+    """``--title`` without ``--plot`` was dropped without a word (no plot, no title)."""
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    log = tmp_path / "8n.log"
+    log.write_text(_log(args, _random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
+    assert main(["table", str(log), "--title", "strong scaling"]) == 2
+    captured = capsys.readouterr()
+    assert "--title is the plot's title: give --plot PNG too" in captured.err and captured.out == ""
+    assert main(["table", str(tmp_path / "missing.log"), "--title", "x"]) == 2  # refused before any log is read
+    assert "--title" in capsys.readouterr().err
+    assert main(["table", str(log)]) == 0
+
+
+def test_the_plot_shows_efficiencies_above_110_percent(tmp_path, monkeypatch):
+    """Against a slow baseline the other rows reach more than 110%: the efficiency axis stopped at 110% and drew
+    them outside the picture."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from megatron.oellm.scaling_table import plot, with_efficiency
+    from tests.unit_tests.test_tables import _rows
+
+    tokens = {4: random.uniform(6000, 7000), 8: random.uniform(6000, 7000), 16: random.uniform(3000, 3900)}
+    rows, _ = with_efficiency(_rows(tokens), baseline_nodes=16)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot(rows, str(tmp_path / "scaling.png"))
+    (figure,) = figures
+    efficiency = figure.axes[1]
+    highest = 100 * max(tokens.values()) / tokens[16]
+    assert highest > 150 and efficiency.get_ylim()[1] > highest
+    assert max(efficiency.lines[0].get_ydata()) == pytest.approx(highest, rel=1e-4)
