@@ -16,14 +16,30 @@ reshards only across data-parallel ranks, and only while every bucket keeps its 
   default ``max(40000000, 1000000 x DP x CP)`` under ``--overlap-grad-reduce`` when DP x CP crosses 40) fails the
   distributed optimizer's bucket-size assertion.
 
+* a re-split of the pipeline stages at the same sizes (the ``|`` of ``--hybrid-layer-pattern``, or
+  ``--pipeline-model-parallel-layout``) moves parameters between stages, so each stage's buckets hold other
+  parameters: the distributed optimizer's ``per_bucket_numel_unpadded`` assertion fails (or, where the sizes happen
+  to agree, the state of other parameters loads).
+
 All of these happen inside ``load_checkpoint``, after the model and optimizer are allocated on every rank. A changed
 data-parallel or context-parallel size with the same buckets loads.
+
+A ``--ckpt-format torch`` checkpoint is one file per model-parallel rank holding that rank's model shard, loaded by
+the rank of the same name: its weights follow none of these model-parallel changes (:func:`check_rank_file_layout`),
+whatever the optimizer. megatron-core checks only the tensor and pipeline sizes, and only without ``--finetune``;
+another expert size makes ranks miss their files (megatron exits), and another virtual-pipeline size or stage split
+loads some chunks' layers into others, or none, printing only ``load_return`` (its strict load falls back to a
+non-strict one).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from itertools import groupby
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 
 MODEL_SPACE_SIZES = (
     ("tensor_model_parallel_size", "--tensor-model-parallel-size"),
@@ -58,9 +74,47 @@ def grad_bucket_size(args: argparse.Namespace) -> int | str | None:
     return max(DEFAULT_BUCKET_MIN, DEFAULT_BUCKET_PER_DP_RANK * dp_cp)
 
 
-def layout_changes(stored: argparse.Namespace, args: argparse.Namespace) -> list[str]:
-    """``"name (flag): checkpoint X, run Y"`` for each size a ``dp_reshardable`` optimizer checkpoint cannot follow:
-    the model-space sizes of :data:`MODEL_SPACE_SIZES` and the gradient-bucket size (:func:`grad_bucket_size`)."""
+SPLIT_FLAGS = "the '|' of --hybrid-layer-pattern, or --pipeline-model-parallel-layout"
+"""The flags that place decoder layers on pipeline stages (the entry refuses megatron's other uneven-split flags)."""
+
+
+def pipeline_stages(args: argparse.Namespace) -> list[list[str]]:
+    """The layers of each pipeline stage (vpp-major) as ``args`` place them: the stages of a hybrid pattern's ``|``
+    or of ``--pipeline-model-parallel-layout``, else megatron's even split over PP x VPP (embedding first, loss
+    last), so that a layout spelling out the even split compares equal to none."""
+    from megatron.oellm.models.parallel import (
+        HYBRID_SYMBOLS_PER_LAYER,
+        layout_from_counts,
+        parse_pipeline_layout,
+        pipeline_layout_from_hybrid_pattern,
+    )
+
+    pattern = getattr(args, "hybrid_layer_pattern", None)
+    layout = getattr(args, "pipeline_model_parallel_layout", None)
+    if not isinstance(layout, str) and isinstance(pattern, str):
+        layout = pipeline_layout_from_hybrid_pattern(pattern.split("/")[0])
+    if isinstance(layout, str):
+        return parse_pipeline_layout(layout)
+    num_stages = (args.pipeline_model_parallel_size or 1) * (getattr(args, "virtual_pipeline_model_parallel_size",
+                                                                      None) or 1)
+    num_layers = (len(pattern.split("/")[0]) // HYBRID_SYMBOLS_PER_LAYER if isinstance(pattern, str)
+                  else args.num_layers)
+    return parse_pipeline_layout(layout_from_counts([num_layers // num_stages] * num_stages))
+
+
+def stages_text(stages: list[list[str]]) -> str:
+    """``stages`` in ``--pipeline-model-parallel-layout`` syntax (``Et*6|t*6L``)."""
+    from megatron.oellm.models.parallel import LAYOUT_SYMBOLS
+
+    symbol = {name: char for char, name in LAYOUT_SYMBOLS.items()}
+    runs = [[(symbol[name], len(list(group))) for name, group in groupby(stage)] for stage in stages]
+    return "|".join("".join(f"{char}*{count}" if count > 1 else char for char, count in stage) for stage in runs)
+
+
+def model_space_changes(stored: argparse.Namespace, args: argparse.Namespace) -> list[str]:
+    """``"name (flag): checkpoint X, run Y"`` for each change of which parameters a model-parallel rank holds: the
+    sizes of :data:`MODEL_SPACE_SIZES` and, at unchanged numbers of stages and layers, the pipeline stages' split
+    (:func:`pipeline_stages`)."""
     has_experts = bool(getattr(stored, "num_experts", None))
     changes = []
     for name, flag in MODEL_SPACE_SIZES:
@@ -69,6 +123,29 @@ def layout_changes(stored: argparse.Namespace, args: argparse.Namespace) -> list
         saved, run = getattr(stored, name, None), getattr(args, name, None)
         if (saved or 1) != (run or 1):  # None (no virtual pipeline) is one stage
             changes.append(f"{name} ({flag}): checkpoint {saved or 1}, run {run or 1}")
+    saved_stages, run_stages = pipeline_stages(stored), pipeline_stages(args)
+    same_layers = sum(map(len, saved_stages)) == sum(map(len, run_stages))  # else megatron names the model change
+    if len(saved_stages) == len(run_stages) and same_layers and saved_stages != run_stages:
+        changes.append(f"pipeline stage split ({SPLIT_FLAGS}): checkpoint {stages_text(saved_stages)!r}, run "
+                       f"{stages_text(run_stages)!r}")
+    return changes
+
+
+def split_way_out(stored: argparse.Namespace) -> str:
+    """The flag that gives this run the checkpoint's pipeline stages back."""
+    pattern = getattr(stored, "hybrid_layer_pattern", None)
+    if isinstance(pattern, str):
+        return f"pass --hybrid-layer-pattern {pattern!r} (the checkpoint's stages)"
+    layout = getattr(stored, "pipeline_model_parallel_layout", None)
+    if isinstance(layout, str):
+        return f"pass --pipeline-model-parallel-layout {layout!r} (the checkpoint's stages)"
+    return "drop --pipeline-model-parallel-layout (the checkpoint's stages are the even split)"
+
+
+def layout_changes(stored: argparse.Namespace, args: argparse.Namespace) -> list[str]:
+    """``"name (flag): checkpoint X, run Y"`` for each change a ``dp_reshardable`` optimizer checkpoint cannot
+    follow: :func:`model_space_changes` and the gradient-bucket size (:func:`grad_bucket_size`)."""
+    changes = model_space_changes(stored, args)
     saved_bucket, run_bucket = grad_bucket_size(stored), grad_bucket_size(args)
     if saved_bucket != run_bucket:
         changes.append(f"gradient bucket size (--overlap-grad-reduce, --ddp-bucket-size, --ddp-num-buckets; default "
@@ -87,26 +164,27 @@ def bucket_way_out(stored: argparse.Namespace) -> str:
     return f"pass --overlap-grad-reduce --ddp-bucket-size {saved}"
 
 
-def check_optimizer_resharding(args: argparse.Namespace) -> None:
+def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when ``--load`` resumes a megatron-oellm training checkpoint whose distributed-optimizer
     state is stored in a format that cannot follow this run's parallel layout (see the module docstring), naming the
     changed sizes and the ways out, instead of megatron failing (or, for some expert layouts, loading the wrong
     state) inside ``load_checkpoint`` after allocating the model on every rank.
 
-    ``args`` are the run's validated arguments (``data_parallel_size`` computed). Runs that load no optimizer state
-    (``--finetune``, ``--no-load-optim``, no distributed optimizer, a ``release`` checkpoint or one saved with
-    ``--no-save-optim``) and checkpoints other programs wrote are left alone.
+    ``args`` are the run's validated arguments (``data_parallel_size`` computed), ``checkpoint`` the one ``--load``
+    names as read by :func:`megatron.oellm.training.stored_checkpoint.read_stored_checkpoint`. Runs that load no
+    optimizer state (``--finetune``, ``--no-load-optim``, no distributed optimizer, a ``release`` checkpoint or one
+    saved with ``--no-save-optim``) and checkpoints other programs wrote are left alone; so are ``torch`` checkpoints
+    (:func:`check_rank_file_layout`) and ``torch_dcp`` / ``fsdp_dtensor`` ones, whose DTensor state reshards.
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from megatron.oellm.training.stored_checkpoint import oellm_run_args, read_common_state
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args
 
     if not args.load or args.finetune or args.no_load_optim or not args.use_distributed_optimizer:
         return
-    read = read_common_state(Path(args.load), getattr(args, "ckpt_step", None))
-    if read is None:
+    if checkpoint is None or checkpoint.ckpt_format != "torch_dist":
         return
-    directory, common = read
+    directory, common = checkpoint.directory, checkpoint.common
     found = oellm_run_args(common)
     if found is None or getattr(found[0], "no_save_optim", False):
         return
@@ -122,6 +200,7 @@ def check_optimizer_resharding(args: argparse.Namespace) -> None:
         return
     bucket_changed = grad_bucket_size(stored) != grad_bucket_size(args)
     bucket_fix = f"; or {bucket_way_out(stored)}" if bucket_changed else ""
+    split_fix = f"; or {split_way_out(stored)}" if any(c.startswith("pipeline stage split") for c in changes) else ""
     raise ValueError(
         f"--load {args.load} ({directory.name}) holds distributed-optimizer state in megatron-core's {sharding!r} "
         f"format, which reshards only across data-parallel ranks with unchanged gradient buckets, and this run "
@@ -129,4 +208,45 @@ def check_optimizer_resharding(args: argparse.Namespace) -> None:
         f"on every rank (or, for an expert layout of the same shard sizes, may load state of other parameters without a word). "
         f"Pass --no-load-optim to load the weights and start the optimizer state fresh; or resume with the "
         f"checkpoint's layout and --dist-ckpt-optim-fully-reshardable until it saves, which stores the optimizer "
-        f"in the 'fully_reshardable' format that any TP/PP/EP/DP layout loads{bucket_fix}")
+        f"in the 'fully_reshardable' format that any TP/PP/EP/DP layout loads{bucket_fix}{split_fix}")
+
+
+def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when ``--load`` names a ``--ckpt-format torch`` checkpoint (one file per model-parallel
+    rank) and this run changes which parameters a model-parallel rank holds (:func:`model_space_changes`): its
+    weights cannot follow, with or without ``--finetune`` or optimizer state, and megatron-core would fail after
+    allocating the model, exit, or load layers into other ones without a word (see the module docstring)."""
+    if not args.load or checkpoint is None or checkpoint.ckpt_format != "torch":
+        return
+    stored = checkpoint.common.get("args")
+    if not isinstance(stored, argparse.Namespace):
+        return
+    changes = model_space_changes(stored, args)
+    if changes:
+        raise ValueError(
+            f"--load {args.load} ({checkpoint.directory.name}) is a --ckpt-format torch checkpoint, one file per "
+            f"model-parallel rank that only the layout which saved it loads, and this run changes "
+            f"{'; '.join(changes)}. Resume with the checkpoint's layout; to change it, convert the checkpoint once: "
+            f"run with its layout, --ckpt-convert-format torch_dist --ckpt-convert-save DIR and "
+            f"--dist-ckpt-optim-fully-reshardable (megatron saves it as DIR/torch_dist and exits), then --load "
+            f"DIR/torch_dist --ckpt-format torch_dist, whose weights and optimizer state load into any layout")
+
+
+def check_checkpoint_format(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when this run's ``--ckpt-format`` cannot load the format of the checkpoint ``--load``
+    names (megatron-core 0.19.2's ``load_checkpoint`` builds the state dict to load for the run's format, and
+    detects the checkpoint's only on the way): a ``torch_dist`` checkpoint under ``--ckpt-format torch`` without
+    ``--auto-detect-ckpt-format`` stops with a ``RuntimeError``, and a ``torch_dcp`` / ``fsdp_dtensor`` one under
+    ``torch`` or ``torch_dist`` fails on an empty state dict, both after the model is allocated on every rank."""
+    if not args.load or checkpoint is None:
+        return
+    run, stored = args.ckpt_format, checkpoint.ckpt_format
+    if stored == "torch_dist" and run == "torch" and not getattr(args, "auto_detect_ckpt_format", False):
+        fix = "--ckpt-format torch_dist (or --auto-detect-ckpt-format)"
+    elif stored == "torch_dcp" and run in ("torch", "torch_dist"):
+        fix = "the --ckpt-format that saved it (torch_dcp, or fsdp_dtensor for a Megatron-FSDP run)"
+    else:
+        return
+    what = "DCP checkpoint without metadata.json" if stored == "torch_dcp" else f"{stored} checkpoint"
+    raise ValueError(f"--load {args.load} ({checkpoint.directory.name}) is a {what}, which --ckpt-format {run} "
+                     f"cannot load (megatron-core would fail after allocating the model on every rank); pass {fix}")

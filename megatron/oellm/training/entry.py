@@ -29,6 +29,7 @@ from megatron.oellm.training.args import (
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
+    from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 
 PROG = "megatron.oellm.training.entry"
 """The entry's name in its one-line error messages (what ``python -m`` runs)."""
@@ -85,24 +86,24 @@ def resume_compared_args(args) -> dict[str, list[str]]:
     return compared
 
 
-def check_converted_load(args) -> None:
+def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when ``--load`` names an ``oellm convert hf-to-mcore`` checkpoint that megatron would
     check against run arguments it does not store (:func:`resume_compared_args`), naming ``--finetune``.
 
-    A converted checkpoint stores only the arguments every load compares (its card's shape), since which tokenizer,
-    divisor or batch size a run will use is not known when converting. Megatron skips the comparison under
-    ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at iteration 0 and reads no
-    optimizer or RNG state either way.
+    ``checkpoint`` is the one ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.
+    read_stored_checkpoint`). A converted checkpoint stores only the arguments every load compares (its card's
+    shape), since which tokenizer, divisor or batch size a run will use is not known when converting. Megatron skips
+    the comparison under ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at
+    iteration 0 and reads no optimizer or RNG state either way.
     """
-    if not args.load or args.finetune or getattr(args, "ckpt_step", None):
+    from megatron.oellm.convert.pipeline import CARD_KEY, RELEASE
+
+    if not args.load or args.finetune or getattr(args, "ckpt_step", None) or checkpoint is None:
         return
     compared = resume_compared_args(args)
-    if not compared:
-        return
-    from megatron.oellm.convert.pipeline import converted_checkpoint_args
-
-    stored = converted_checkpoint_args(Path(args.load))
-    if stored is None:
+    stored = checkpoint.common.get("args")
+    if (not compared or checkpoint.directory.name != RELEASE or CARD_KEY not in checkpoint.common
+            or not isinstance(stored, argparse.Namespace)):
         return
     missing = {flag: [name for name in names if not hasattr(stored, name)] for flag, names in compared.items()}
     missing = {flag: names for flag, names in missing.items() if names}
@@ -126,24 +127,28 @@ CARD_ARCHITECTURE_ARGS = (
 the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value)."""
 
 
-def check_checkpoint_architecture(args: argparse.Namespace) -> None:
+def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` with ``--oellm-model`` would take architecture arguments
     from a megatron-oellm checkpoint that disagree with the card.
 
-    ``args`` are the run's arguments as parsed, before megatron reads the checkpoint: megatron's
-    ``load_args_from_checkpoint`` then overwrites the card's values (:data:`CARD_ARCHITECTURE_ARGS`) with the
-    checkpoint's while the model is still built from the card, so the arguments, the FLOP count and the checkpoint
-    load would describe other models without a word. A hybrid pattern's ``|`` (pipeline stages) may differ, as
-    megatron lets a run re-split the checkpoint's layers. Checkpoints of other programs and ones without stored
-    arguments are left to megatron.
+    ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint
+    ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.read_stored_checkpoint`; the one of
+    ``--pretrained-checkpoint`` is read here): megatron's ``load_args_from_checkpoint`` then overwrites the card's
+    values (:data:`CARD_ARCHITECTURE_ARGS`) with the checkpoint's while the model is still built from the card, so
+    the arguments, the FLOP count and the checkpoint load would describe other models without a word. A hybrid
+    pattern's ``|`` (pipeline stages) may differ, as megatron lets a run re-split the checkpoint's layers (a
+    resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
+    programs and ones without stored arguments are left to megatron.
     """
-    from megatron.oellm.training.stored_checkpoint import oellm_run_args, read_common_state
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args, read_stored_checkpoint
 
     if not (args.use_checkpoint_args and args.oellm_model):
         return
-    for flag, load_dir in (("--pretrained-checkpoint", args.pretrained_checkpoint), ("--load", args.load)):
-        read = read_common_state(Path(load_dir), getattr(args, "ckpt_step", None)) if load_dir else None
-        found = oellm_run_args(read[1]) if read is not None else None
+    pretrained = (read_stored_checkpoint(Path(args.pretrained_checkpoint), getattr(args, "ckpt_step", None))
+                  if args.pretrained_checkpoint else None)
+    for flag, load_dir, checkpoint in (("--pretrained-checkpoint", args.pretrained_checkpoint, pretrained),
+                                       ("--load", args.load, loaded)):
+        found = oellm_run_args(checkpoint.common) if checkpoint is not None else None
         if found is None:
             continue
         stored, saved_with = found
@@ -172,9 +177,8 @@ def refuse(error: ValueError) -> int:
 
 def provenance() -> str:
     """The start-up line naming the code that runs: megatron-oellm's version and the directory it was imported from,
-    and megatron-core's version. A job inherits the submitting shell's ``PYTHONPATH`` (the recipe wrappers put their
-    checkout first), so a checkout visible in the container shadows the image's installed copy: the log says
-    which one ran."""
+    and megatron-core's version. A recipe job made from a source checkout puts that checkout first on the image's
+    ``PYTHONPATH``, ahead of the image's installed copy; the log says which one ran."""
     import megatron.core
 
     import megatron.oellm as oellm
@@ -207,17 +211,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
-    from megatron.oellm.training.checkpoint_layout import check_optimizer_resharding
+    from megatron.oellm.training.checkpoint_layout import (
+        check_checkpoint_format,
+        check_optimizer_resharding,
+        check_rank_file_layout,
+    )
     from megatron.oellm.training.data import check_data_args, check_data_source, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
     from megatron.oellm.training.model_provider import card_from_args, check_model_config, model_provider
+    from megatron.oellm.training.stored_checkpoint import check_load_directory, read_stored_checkpoint
     from megatron.oellm.training.throughput import install_throughput_logging
 
     dataset_helpers.apply()
     distrib_optimizer_step.apply()
     try:
-        check_checkpoint_architecture(parse_oellm_argv(argv))  # before megatron overwrites the card's arguments
+        parsed = parse_oellm_argv(argv)
+        step = getattr(parsed, "ckpt_step", None)
+        loaded = read_stored_checkpoint(Path(parsed.load), step) if parsed.load else None  # once, for every check
+        check_load_directory(parsed)
+        check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
     except ValueError as error:
         return refuse(error)
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
@@ -226,8 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_flex_dispatcher(args)
         check_data_args(args)
         check_data_source(args)
-        check_converted_load(args)
-        check_optimizer_resharding(args)
+        check_converted_load(args, loaded)
+        check_checkpoint_format(args, loaded)
+        check_rank_file_layout(args, loaded)
+        check_optimizer_resharding(args, loaded)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_schedule_support(args, card)

@@ -1,28 +1,114 @@
-"""The common state of the checkpoint a run will load, read before Megatron initialises, and the megatron-oellm run
-arguments it stores: the one reader behind the entry's checkpoint checks (:func:`megatron.oellm.training.entry.
-check_checkpoint_architecture`, :func:`megatron.oellm.training.checkpoint_layout.check_optimizer_resharding`)."""
+"""The checkpoint a run will load, read before Megatron initialises, and the megatron-oellm run arguments it stores:
+the one reader behind the entry's checkpoint checks (:func:`megatron.oellm.training.entry.check_converted_load`,
+:func:`megatron.oellm.training.entry.check_checkpoint_architecture`,
+:func:`megatron.oellm.training.checkpoint_layout.check_optimizer_resharding`), which the entry calls once per run.
+
+megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per ``--ckpt-format``
+(``_get_checkpoint_format`` tells the formats apart by what the iteration directory holds):
+
+* ``torch_dist`` (``metadata.json``): in the common state (``common.pt``);
+* ``torch`` (``mp_rank_XX[_YYY][_ZZZ]/model_optim_rng.pt``, one file per model-parallel rank): in each rank file,
+  next to that rank's whole model shard; it is read memory-mapped, so its tensors are not read;
+* ``torch_dcp`` / ``fsdp_dtensor`` (only a DCP ``.metadata``): as the ``args`` object of the DCP state dict.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+RELEASE = "release"
+RANK_FILE = "model_optim_rng.pt"
+RANK_ZERO_DIRECTORIES = ("mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000")
+"""Where megatron-core's ``find_checkpoint_rank_0`` looks for a ``torch``-format checkpoint's first rank file:
+without pipeline and expert parallelism, with one of them, with both."""
 
-def read_common_state(load_dir: Path, ckpt_step: int | None = None) -> tuple[Path, dict] | None:
-    """(iteration directory, common state) of the distributed checkpoint megatron loads from ``load_dir``:
-    ``ckpt_step``'s iteration, else the one its ``latest_checkpointed_iteration.txt`` names (``release`` included),
-    else ``load_dir`` itself. None when it cannot be read (a ``--ckpt-format torch`` one among them): megatron's loader
-    reports those."""
-    from megatron.oellm.convert.dist_ckpt import CheckpointReader
-    from megatron.oellm.convert.errors import ConversionError
-    from megatron.oellm.convert.pipeline import resolve_mcore_dir
 
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """The iteration directory megatron loads, its ``--ckpt-format`` (``torch_dist``, ``torch`` or ``torch_dcp``,
+    the last standing also for ``fsdp_dtensor``) and the non-tensor state holding its run arguments."""
+
+    directory: Path
+    ckpt_format: str
+    common: dict
+
+
+def load_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
+    """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for ``--load load_dir``: the one
+    ``latest_checkpointed_iteration.txt`` names (``release`` included), another iteration under ``--ckpt-step``
+    (except for a ``release`` tracker, which megatron keeps). None when megatron loads nothing (no tracker file and
+    no ``--ckpt-step``) or the tracker cannot be read (megatron reports that)."""
     try:
-        directory = load_dir / f"iter_{ckpt_step:07d}" if ckpt_step else resolve_mcore_dir(load_dir)
-        common = CheckpointReader(directory).common_state()
-    except (OSError, UnicodeDecodeError, ConversionError):
+        value = (load_dir / TRACKER_FILE).read_text().strip()
+    except FileNotFoundError:
+        value = None
+    except (OSError, UnicodeDecodeError):
         return None
-    return (directory, common) if isinstance(common, dict) else None
+    if value == RELEASE:
+        return load_dir / RELEASE
+    if ckpt_step:
+        return load_dir / f"iter_{ckpt_step:07d}"
+    return load_dir / f"iter_{int(value):07d}" if value is not None and value.isdigit() else None
+
+
+def checkpoint_format(directory: Path) -> str | None:
+    """``directory``'s format as megatron-core's ``_get_checkpoint_format`` detects it (None if none)."""
+    if (directory / "metadata.json").is_file():
+        return "torch_dist"
+    if any(child.name.startswith("mp_rank_0") for child in directory.iterdir()):
+        return "torch"
+    return "torch_dcp" if (directory / ".metadata").is_file() else None
+
+
+def _rank_zero_state(directory: Path) -> dict:
+    """The first rank file of a ``torch``-format checkpoint, memory-mapped: its pickled structure (run arguments,
+    iteration, optimizer settings) is read, the model shard's tensors are not."""
+    import torch
+
+    for name in RANK_ZERO_DIRECTORIES:
+        path = directory / name / RANK_FILE
+        if path.is_file():
+            return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    raise FileNotFoundError(f"no {RANK_FILE} of rank 0 in {directory}")
+
+
+def _dcp_state(directory: Path) -> dict:
+    """The ``args`` and ``iteration`` objects of a ``torch_dcp`` / ``fsdp_dtensor`` checkpoint (what megatron-core
+    reads from it for ``--use-checkpoint-args``); empty when it stores none."""
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.FileSystemReader(directory)
+    stored = reader.read_metadata().state_dict_metadata
+    state = {key: None for key in ("args", "iteration") if key in stored}
+    if state:
+        dcp.load(state, storage_reader=reader, no_dist=True)
+    return state
+
+
+def read_stored_checkpoint(load_dir: Path, ckpt_step: int | None = None) -> StoredCheckpoint | None:
+    """The checkpoint megatron loads for ``--load load_dir`` (:func:`load_directory`) with its non-tensor state.
+    None when megatron loads none or it cannot be read (megatron's loader reports those)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from megatron.oellm.convert.dist_ckpt import CheckpointReader
+
+    directory = load_directory(load_dir, ckpt_step)
+    try:
+        ckpt_format = checkpoint_format(directory) if directory is not None else None
+        if ckpt_format == "torch_dist":
+            common = CheckpointReader(directory).common_state()
+        elif ckpt_format == "torch":
+            common = _rank_zero_state(directory)
+        elif ckpt_format == "torch_dcp":
+            common = _dcp_state(directory)
+        else:
+            return None
+    except (Exception, CheckpointException):  # a missing, partial or damaged file raises about any type (unpickling)
+        return None
+    return StoredCheckpoint(directory, ckpt_format, common) if isinstance(common, dict) else None
 
 
 def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None:
@@ -37,3 +123,22 @@ def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None
     if isinstance(common.get(CARD_KEY), dict):
         return stored, common[CARD_KEY].get("name")
     return (stored, stored.oellm_model) if hasattr(stored, "oellm_model") else None
+
+
+def check_load_directory(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when ``--load`` names a checkpoint's iteration directory itself (it holds a checkpoint
+    but no ``latest_checkpointed_iteration.txt``) without ``--ckpt-step``: megatron-core finds no tracker there,
+    loads nothing and trains from random weights, printing only a warning."""
+    if not args.load or getattr(args, "ckpt_step", None):
+        return
+    load_dir = Path(args.load)
+    try:
+        if (load_dir / TRACKER_FILE).exists() or checkpoint_format(load_dir) is None:
+            return
+    except OSError:  # not a directory: megatron finds no checkpoint either way (a first job's empty --load)
+        return
+    step = load_dir.name.removeprefix("iter_")
+    fix = (f"--load {load_dir.parent} --ckpt-step {int(step)}" if load_dir.name.startswith("iter_") and step.isdigit()
+           else f"--load {load_dir.parent} with a {TRACKER_FILE} naming {load_dir.name!r}")
+    raise ValueError(f"--load {load_dir} is a checkpoint's iteration directory without {TRACKER_FILE}, where "
+                     f"megatron-core loads nothing and trains from random weights; pass {fix}")

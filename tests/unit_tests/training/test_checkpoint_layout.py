@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
 
-from megatron.oellm.training.checkpoint_layout import check_optimizer_resharding, grad_bucket_size
+from megatron.oellm.cards import get_card
+from megatron.oellm.training import checkpoint_layout
+from megatron.oellm.training.checkpoint_layout import check_rank_file_layout, grad_bucket_size
+from megatron.oellm.training.stored_checkpoint import read_stored_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -26,6 +30,8 @@ LAYOUT = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
 def _stored(**sizes) -> argparse.Namespace:
     """The arguments a megatron-oellm training run stores in its checkpoint."""
     defaults = {"oellm_model": "qwen3-30b-a3b-tiny", "num_experts": 8, "use_distributed_optimizer": True,
+                "num_layers": get_card("qwen3-30b-a3b-tiny").num_layers, "pipeline_model_parallel_layout": None,
+                "hybrid_layer_pattern": None,
                 "overlap_grad_reduce": False, "ddp_bucket_size": None, "ddp_num_buckets": None,
                 "overlap_param_gather_with_optimizer_step": False}
     return argparse.Namespace(**{**defaults, **LAYOUT, **sizes})
@@ -39,6 +45,11 @@ def _run(load: Path, **changes) -> argparse.Namespace:
     return run
 
 
+def check_optimizer_resharding(run: argparse.Namespace) -> None:
+    """The check on the checkpoint ``run`` loads, read as the entry reads it."""
+    checkpoint_layout.check_optimizer_resharding(run, read_stored_checkpoint(Path(run.load), run.ckpt_step))
+
+
 def _save(directory: Path, stored: argparse.Namespace, sharding: str | None = "dp_reshardable",
           iteration: int | None = None) -> Path:
     """A training checkpoint directory: ``iter_XXXXXXX`` (``release`` without ``iteration``) holding a distributed
@@ -47,6 +58,7 @@ def _save(directory: Path, stored: argparse.Namespace, sharding: str | None = "d
     name = f"iter_{iteration:07d}" if iteration else "release"
     dcp.save({"x": torch.randn(random.randrange(2, 9))}, storage_writer=dcp.FileSystemWriter(directory / name),
              no_dist=True)
+    save_config(CheckpointingConfig("torch_dist", 1), str(directory / name))
     metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
     if sharding is not None:
         metadata["distrib_optim_sharding_type"] = sharding
@@ -181,3 +193,109 @@ def test_the_entry_refuses_before_it_starts_anything(tmp_path: Path, monkeypatch
     assert "tensor_model_parallel_size (--tensor-model-parallel-size): checkpoint 2, run 1" in line
     with pytest.raises(_Reached):
         entry.main([*argv, "--no-load-optim"])
+
+
+def test_a_hybrid_pipeline_resplit_at_the_same_sizes_is_refused(tmp_path: Path) -> None:
+    """Moving a hybrid pattern's '|' moves layers (and their optimizer buckets) between stages at the same PP size:
+    refused naming the two splits and the checkpoint's pattern; the same split with another DP size loads."""
+    pattern = get_card("qwen3.5-35b-a3b-tiny").hybrid_layer_pattern
+    saved_cut, run_cut = random.sample(range(2, len(pattern), 2), 2)
+    saved_pattern, run_pattern = (f"{pattern[:cut]}|{pattern[cut:]}" for cut in (saved_cut, run_cut))
+    stored = _stored(hybrid_layer_pattern=saved_pattern, num_experts=8)
+    load = _save(tmp_path, stored)
+    with pytest.raises(ValueError) as refused:
+        check_optimizer_resharding(_run(load, hybrid_layer_pattern=run_pattern))
+    message = str(refused.value)
+    assert (f"pipeline stage split (the '|' of --hybrid-layer-pattern, or --pipeline-model-parallel-layout): "
+            f"checkpoint '{layout_text(saved_cut // 2, len(pattern) // 2)}', run "
+            f"'{layout_text(run_cut // 2, len(pattern) // 2)}'") in message
+    assert f"pass --hybrid-layer-pattern {saved_pattern!r}" in message
+    check_optimizer_resharding(_run(load, hybrid_layer_pattern=saved_pattern, data_parallel_size=random.randrange(1, 9)))
+
+
+def layout_text(first: int, layers: int) -> str:
+    """The two-stage layout with ``first`` of ``layers`` decoder layers on the first stage."""
+    def run(count: int) -> str:
+        return "" if not count else "t" if count == 1 else f"t*{count}"
+    return f"E{run(first)}|{run(layers - first)}L"
+
+
+def test_a_gpt_pipeline_layout_change_is_refused_but_the_spelled_out_even_split_is_not(tmp_path: Path) -> None:
+    """--pipeline-model-parallel-layout placing other layers on a stage than the checkpoint's even split is refused;
+    a layout that spells out the even split places the same layers and loads."""
+    layers = get_card("qwen3-30b-a3b-tiny").num_layers
+    load = _save(tmp_path, _stored(pipeline_model_parallel_size=2))
+    with pytest.raises(ValueError, match=r"pipeline stage split .*drop --pipeline-model-parallel-layout"):
+        check_optimizer_resharding(_run(load, pipeline_model_parallel_layout=f"Et*{layers}|L"))
+    check_optimizer_resharding(_run(load, pipeline_model_parallel_layout=layout_text(layers // 2, layers)))
+
+
+def _save_rank_files(directory: Path, stored: argparse.Namespace, iteration: int) -> Path:
+    """A ``--ckpt-format torch`` checkpoint as megatron-core writes it: ``iter_XXXXXXX/mp_rank_TT_PPP[_EEE]/
+    model_optim_rng.pt`` per model-parallel rank, each holding the run arguments and that rank's model shard."""
+    pp, ep = stored.pipeline_model_parallel_size, stored.expert_model_parallel_size
+    for tp_rank in range(stored.tensor_model_parallel_size):
+        for pp_rank in range(pp):
+            for ep_rank in range(ep):
+                name = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "") + (
+                    f"_{ep_rank:03d}" if ep > 1 else "")
+                (directory / f"iter_{iteration:07d}" / name).mkdir(parents=True)
+                torch.save({"args": stored, "iteration": iteration, "checkpoint_version": 3.0,
+                            "model": {"decoder.layers.0.weight": torch.randn(random.randrange(2, 9), 3)}},
+                           directory / f"iter_{iteration:07d}" / name / "model_optim_rng.pt")
+    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    return directory
+
+
+@pytest.mark.parametrize("changes", [{}, {"finetune": True}, {"no_load_optim": True},
+                                     {"use_distributed_optimizer": False}])
+def test_a_rank_file_checkpoint_refuses_any_model_parallel_change(tmp_path: Path, changes: dict) -> None:
+    """--ckpt-format torch weights are per model-parallel rank: another TP, EP or stage split is refused whatever
+    the optimizer (megatron would exit, crash or load layers into other ones), naming the conversion; another DP
+    size with the checkpoint's layout is not."""
+    iteration = random.randrange(1, 10**6)
+    load = _save_rank_files(tmp_path, _stored(), iteration)
+    checkpoint = read_stored_checkpoint(load)
+    assert checkpoint is not None and checkpoint.ckpt_format == "torch"
+    assert checkpoint.common["iteration"] == iteration
+    name, value = random.choice([("tensor_model_parallel_size", 1), ("expert_model_parallel_size", 4),
+                                 ("virtual_pipeline_model_parallel_size", 2)])
+    with pytest.raises(ValueError) as refused:
+        check_rank_file_layout(_run(load, **{name: value}, **changes), checkpoint)
+    message = str(refused.value)
+    assert f"--load {load} (iter_{iteration:07d}) is a --ckpt-format torch checkpoint" in message
+    assert f"{name} (" in message and f"checkpoint {LAYOUT[name] or 1}, run {value}" in message
+    assert "--ckpt-convert-format torch_dist --ckpt-convert-save DIR" in message
+    check_rank_file_layout(_run(load, data_parallel_size=random.randrange(1, 64), **changes), checkpoint)
+    checkpoint_layout.check_optimizer_resharding(_run(load, tensor_model_parallel_size=1, **changes), checkpoint)
+
+
+def test_the_rank_file_is_read_as_megatron_finds_it(tmp_path: Path) -> None:
+    """megatron-core's own rank-0 lookup (``find_checkpoint_rank_0``) opens the file whose arguments are read."""
+    from megatron.training.checkpointing import find_checkpoint_rank_0
+
+    iteration = random.randrange(1, 10**6)
+    for pp, ep in ((1, 1), (2, 1), (1, 2), (2, 2)):
+        stored = _stored(pipeline_model_parallel_size=pp, expert_model_parallel_size=ep,
+                         tensor_model_parallel_size=1, data_parallel_size=random.randrange(1, 9))
+        load = _save_rank_files(tmp_path / f"{pp}_{ep}", stored, iteration)
+        megatron_state = torch.load(find_checkpoint_rank_0(str(load), iteration), weights_only=False)
+        read = read_stored_checkpoint(load)
+        assert read is not None and vars(read.common["args"]) == vars(megatron_state["args"])
+
+
+def test_the_entry_refuses_a_rank_file_layout_change_before_it_starts_anything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """One error line and exit status 2 from main(), also under --finetune; the checkpoint's layout goes on."""
+    from test_data import _Reached, entry_up_to_pretrain
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    load = _save_rank_files(tmp_path, _stored(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
+                                              expert_model_parallel_size=1, expert_tensor_parallel_size=1), 7)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
+            "--ckpt-format", "torch", "--mock-data", "--finetune"]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --load {load} (iter_0000007) is a --ckpt-format torch checkpoint")
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--tensor-model-parallel-size", "2", "--sequence-parallel"])

@@ -10,8 +10,9 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import converted_checkpoint_args, hf_to_mcore_checkpoint
+from megatron.oellm.training import entry
 from megatron.oellm.training.args import parse_oellm_argv
-from megatron.oellm.training.entry import check_converted_load
+from megatron.oellm.training.stored_checkpoint import read_stored_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
 from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
@@ -35,6 +36,11 @@ def _run_args(load: Path, *flags: str):
 
     argv = ["--oellm-model", CARD, "--load", str(load), "--ckpt-format", "torch_dist", *flags]
     return parse_oellm_argv(merge_card_flags(argv).argv)
+
+
+def check_converted_load(run) -> None:
+    """The check with ``--load``'s checkpoint read as the entry reads it (once, for every check)."""
+    entry.check_converted_load(run, read_stored_checkpoint(Path(run.load), run.ckpt_step))
 
 
 def _megatron_accepts(stored, run) -> bool:
@@ -93,11 +99,30 @@ def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatc
     """One error line and exit status 2 before the throughput hook and ``pretrain``; with --finetune it goes on."""
     from test_data import _Reached, entry_up_to_pretrain
 
-    entry = entry_up_to_pretrain(monkeypatch)
+    main = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
             "torch_dist", "--vocab-file", "vocab.json", "--mock-data"]
-    assert entry.main(argv) == 2
+    assert main.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"{entry.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
+    assert line.startswith(f"{main.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
     with pytest.raises(_Reached):
-        entry.main([*argv, "--finetune"])
+        main.main([*argv, "--finetune"])
+
+
+def test_the_entry_reads_the_checkpoint_once(converted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three checkpoint checks (architecture, converted load, optimizer layout) share one read of the common
+    state; each used to read it again."""
+    from test_data import entry_up_to_pretrain
+
+    from megatron.oellm.convert.dist_ckpt import CheckpointReader
+
+    main = entry_up_to_pretrain(monkeypatch)
+    reads = []
+    common_state = CheckpointReader.common_state
+    monkeypatch.setattr(CheckpointReader, "common_state", lambda self: reads.append(self.directory)
+                        or common_state(self))
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
+            "torch_dist", "--use-checkpoint-args", "--use-distributed-optimizer", "--vocab-file", "vocab.json",
+            "--mock-data"]
+    assert main.main(argv) == 2
+    assert reads == [converted / "release"]

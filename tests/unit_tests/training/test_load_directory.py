@@ -1,0 +1,133 @@
+"""Which checkpoint ``--load`` makes megatron-core 0.19.2 load, and whether the run's ``--ckpt-format`` can load it:
+an iteration directory passed as ``--load`` (megatron finds no tracker, loads nothing and trains from random
+weights) and a format the run's ``--ckpt-format`` cannot load (megatron fails after allocating the model) are
+refused before Megatron initialises."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
+
+from megatron.oellm.training.checkpoint_layout import check_checkpoint_format
+from megatron.oellm.training.stored_checkpoint import check_load_directory, load_directory, read_stored_checkpoint
+
+
+def _save(load: Path, fmt: str, iteration: int) -> Path:
+    """``load/iter_XXXXXXX`` as megatron-core writes a ``torch_dist`` checkpoint (DCP + ``metadata.json`` +
+    ``common.pt``), a ``torch_dcp`` one (DCP with the arguments in the state dict) or a ``torch`` one (rank files),
+    and the tracker naming it."""
+    directory = load / f"iter_{iteration:07d}"
+    args = argparse.Namespace(tensor_model_parallel_size=1, iteration=iteration)
+    tensors = {"x": torch.randn(random.randrange(2, 9))}
+    if fmt == "torch":
+        (directory / "mp_rank_00").mkdir(parents=True)
+        torch.save({"args": args, "iteration": iteration, "model": tensors},
+                   directory / "mp_rank_00" / "model_optim_rng.pt")
+    elif fmt == "torch_dcp":
+        dcp.save({"args": args, "iteration": iteration, "model": tensors},
+                 storage_writer=dcp.FileSystemWriter(directory), no_dist=True)
+    else:
+        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(directory), no_dist=True)
+        save_config(CheckpointingConfig("torch_dist", 1), str(directory))
+        torch.save({"args": args, "iteration": iteration}, directory / "common.pt")
+    (load / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    return directory
+
+
+def _run(load: Path, **flags) -> argparse.Namespace:
+    """A run's arguments as far as these checks read them."""
+    return argparse.Namespace(**{"load": str(load), "ckpt_step": None, "ckpt_format": "torch_dist",
+                                 "auto_detect_ckpt_format": False, **flags})
+
+
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch_dcp", "torch"])
+def test_the_read_directory_and_format_are_megatrons(tmp_path: Path, fmt: str) -> None:
+    """The directory is megatron-core's ``get_load_checkpoint_path_by_args``, the format its
+    ``_get_checkpoint_format``, and the stored iteration is read for each format."""
+    from megatron.training.checkpointing import _get_checkpoint_format, get_load_checkpoint_path_by_args
+
+    iteration = random.randrange(1, 10**6)
+    directory = _save(tmp_path, fmt, iteration)
+    _save(tmp_path, fmt, iteration + 1)
+    for step in (None, iteration):
+        run = _run(tmp_path, ckpt_step=step)
+        assert load_directory(tmp_path, step) == Path(get_load_checkpoint_path_by_args(run))
+    checkpoint = read_stored_checkpoint(tmp_path, iteration)
+    assert checkpoint is not None and checkpoint.directory == directory
+    assert checkpoint.ckpt_format == _get_checkpoint_format(str(directory), _run(tmp_path))
+    assert checkpoint.common["iteration"] == iteration
+
+
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch_dcp", "torch"])
+def test_an_iteration_directory_as_load_is_refused_naming_ckpt_step(tmp_path: Path, fmt: str) -> None:
+    """megatron finds no tracker in the iteration directory and would train from random weights; the parent with
+    --ckpt-step loads it, and so does the parent (tracker) or an empty directory (a first job) as --load."""
+    iteration = random.randrange(1, 10**6)
+    directory = _save(tmp_path, fmt, iteration)
+    assert load_directory(directory) is None
+    with pytest.raises(ValueError, match=rf"--load {directory} is a checkpoint's iteration directory .*trains "
+                                         rf"from random weights; pass --load {tmp_path} --ckpt-step {iteration}$"):
+        check_load_directory(_run(directory))
+    check_load_directory(_run(directory, ckpt_step=iteration))
+    for load in (tmp_path, tmp_path / "empty", tmp_path / "missing"):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        check_load_directory(_run(load))
+
+
+@pytest.mark.parametrize(("fmt", "run", "refused"), [
+    ("torch_dist", "torch", True), ("torch_dcp", "torch_dist", True), ("torch_dcp", "torch", True),
+    ("torch_dist", "torch_dist", False), ("torch", "torch_dist", False), ("torch", "torch", False),
+    ("torch_dcp", "torch_dcp", False), ("torch_dcp", "fsdp_dtensor", False),
+])
+def test_a_format_the_run_cannot_load_is_refused(tmp_path: Path, fmt: str, run: str, refused: bool) -> None:
+    """megatron-core loads a torch_dist checkpoint only under torch_dist (or --auto-detect-ckpt-format), a DCP one
+    only under torch_dcp / fsdp_dtensor; a torch one it detects under torch_dist too."""
+    _save(tmp_path, fmt, random.randrange(1, 10**6))
+    checkpoint = read_stored_checkpoint(tmp_path)
+    if refused:
+        with pytest.raises(ValueError, match=rf"--load {tmp_path} \(iter_\d{{7}}\) is a .*--ckpt-format {run} "
+                                             r"cannot load .*; pass "):
+            check_checkpoint_format(_run(tmp_path, ckpt_format=run), checkpoint)
+    else:
+        check_checkpoint_format(_run(tmp_path, ckpt_format=run), checkpoint)
+    if fmt == "torch_dist":
+        check_checkpoint_format(_run(tmp_path, ckpt_format=run, auto_detect_ckpt_format=True), checkpoint)
+
+
+def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """One error line and exit status 2 from main() for each; the right flags go on."""
+    from test_data import _Reached, entry_up_to_pretrain
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    directory = _save(tmp_path, "torch_dist", 12)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
+    assert entry.main([*argv, "--load", str(directory)]) == 2
+    assert entry.main([*argv, "--load", str(tmp_path), "--ckpt-format", "torch"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(": error: ")[1][:60] for line in lines] == [
+        f"--load {directory} is a checkpoint's iteration directory"[:60],
+        f"--load {tmp_path} (iter_0000012) is a torch_dist checkpoint"[:60]]
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--load", str(tmp_path), "--ckpt-step", "12", "--ckpt-format", "torch",
+                    "--auto-detect-ckpt-format"])
+
+
+def test_a_release_tracker_keeps_release_under_ckpt_step(tmp_path: Path) -> None:
+    """megatron-core loads ``release`` when the tracker names it, whatever ``--ckpt-step`` says; the checks read the
+    same directory, not an ``iter_`` one that megatron does not load."""
+    from megatron.training.checkpointing import get_load_checkpoint_path_by_args
+
+    step = random.randrange(1, 10**6)
+    _save(tmp_path, "torch_dist", step)
+    (tmp_path / "release").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("release\n")
+    assert load_directory(tmp_path, step) == Path(get_load_checkpoint_path_by_args(_run(tmp_path, ckpt_step=step)))
+    assert load_directory(tmp_path, step) == tmp_path / "release"
+    assert read_stored_checkpoint(tmp_path, step) is None  # an empty release directory: megatron reports it
