@@ -6,11 +6,14 @@
 #   apptainer build megatron-oellm-0.1.0-hybridep.sif docker-daemon://megatron-oellm:0.1.0-hybridep
 #   apptainer build megatron-oellm-0.1.0.sif docker-daemon://megatron-oellm:0.1.0
 #
-# Build on the clusters' architecture (x86_64 for MareNostrum 5, aarch64 for Jupiter's GH200); docs/container.md
-# has the Apptainer steps. Every recipe in examples/oellm/ dispatches MoE tokens with the flex dispatcher's
-# HybridEP (some rows with DeepEP or all-to-all) and names megatron-oellm-0.1.0-hybridep.sif: build the hybridep
-# target for them (its DeepEP has HybridEP and DeepEP's own dispatcher). The default target's image runs only the
-# all-to-all dispatcher.
+# An image runs on the CPU architecture it was built for: x86_64 (linux/amd64) for MareNostrum 5, aarch64
+# (linux/arm64) for Jupiter's GH200. The base image has both; build Jupiter's on an aarch64 machine or with
+#   docker buildx build --platform linux/arm64 -t megatron-oellm:0.1.0-hybridep-arm64 --target hybridep --load .
+#   apptainer build megatron-oellm-0.1.0-hybridep-arm64.sif docker-daemon://megatron-oellm:0.1.0-hybridep-arm64
+# (docs/container.md has the Apptainer steps). Every recipe in examples/oellm/ dispatches MoE tokens with the flex
+# dispatcher's HybridEP (some rows with DeepEP or all-to-all) and names the hybridep target's image:
+# megatron-oellm-0.1.0-hybridep.sif on MareNostrum 5, megatron-oellm-0.1.0-hybridep-arm64.sif on Jupiter (its DeepEP
+# has HybridEP and DeepEP's own dispatcher). The default target's image runs only the all-to-all dispatcher.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.03-py3
 
 FROM ${BASE_IMAGE} AS base

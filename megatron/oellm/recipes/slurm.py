@@ -6,7 +6,9 @@ The job binds its run directory, the cluster's ``binds`` and the directories of 
 tokenizer directory) into the container, and runs in the directory the script was made in (where relative paths were
 checked), wherever ``sbatch`` is called. The cluster environment is exported twice: as itself, and as
 ``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
-repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A row with checkpoints (``oellm recipe --save-interval``) saves and
+repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A job made from a source checkout binds it and puts it first on
+the image's own ``PYTHONPATH``; before ``srun``, the job stops with one line when the image does not run on the
+node's CPU architecture. A row with checkpoints (``oellm recipe --save-interval``) saves and
 resumes them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`); a ``save`` / ``load`` the
 recipe sets itself stands.
 """
@@ -115,10 +117,15 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         if getattr(cluster, name):
             lines.append(_directive(name, getattr(cluster, name)))
     lines += [_output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
+    lines += ["# The container's PYTHONPATH is the image's, with this checkout first (below), not the submitting shell's.",
+              "unset PYTHONPATH APPTAINERENV_PYTHONPATH"]
     lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
     run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
-    binds = list(dict.fromkeys([run_bind, *cluster.binds, *input_binds(resolved.flags)]))
+    checkout = source_checkout()
+    checkout_binds = [] if checkout is None else [
+        _bind_source(str(checkout), "megatron-oellm checkout", "move the checkout to a path without them")]
+    binds = list(dict.fromkeys([run_bind, *checkout_binds, *cluster.binds, *input_binds(resolved.flags)]))
     checkpoint_values = _checkpoint_values(resolved, directory)
     lines += [
         "",
@@ -129,6 +136,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
+        *_image_architecture_lines(),
         *_checkpoint_lines(checkpoint_values),
         "",
         "MEGATRON_ARGS=(",
@@ -138,12 +146,50 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
         f"srun --kill-on-bad-exit=1 --cpus-per-task={int(cluster.cpus_per_task)} \\",
         "  apptainer exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
+        *_python_path_lines(checkout),
         f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)} \\',
         '    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f'    -m {ENTRY_MODULE} "${{MEGATRON_ARGS[@]}}"',
         "",
     ]
     return "\n".join(lines)
+
+
+def source_checkout() -> Path | None:
+    """The source checkout (the folder with ``setup.py`` and ``megatron/oellm``) this ``megatron.oellm`` was imported
+    from, or None for an installed copy (the image has its own; a host's site-packages must not enter the
+    container): the job runs the code its dry run validated, not the image's possibly older copy."""
+    root = Path(megatron.oellm.__file__).resolve().parents[2]
+    return root if (root / "setup.py").is_file() else None
+
+
+def _python_path_lines(checkout: Path | None) -> list[str]:
+    """The container-side command prefix that puts ``checkout`` first on the image's own ``PYTHONPATH``.
+
+    Apptainer passes a host ``PYTHONPATH`` only when the image sets none, and ``APPTAINERENV_PYTHONPATH`` replaces
+    the image's value (its site paths) instead of extending it; so the prefix is made inside the container, from the
+    value the container starts with. Nothing for an installed ``megatron.oellm``: the image's copy runs."""
+    if checkout is None:
+        return []
+    return ["  bash -c 'export PYTHONPATH=\"$0${PYTHONPATH:+:$PYTHONPATH}\"; exec \"$@\"' "
+            f"{shlex.quote(str(checkout))} \\"]
+
+
+def _image_architecture_lines() -> list[str]:
+    """Shell lines that stop the job, before ``srun`` starts any rank, when the image cannot run a program of its
+    own on this node: an image built for another CPU architecture (an x86_64 one on Jupiter's aarch64 GH200) would
+    otherwise fail every rank with ``exec format error``. Under an emulator (binfmt) the image's ``uname -m`` names
+    its own architecture, which the check compares with the node's."""
+    return [
+        "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
+        'NODE_ARCH="$(uname -m)"',
+        'IMAGE_ARCH="$(apptainer exec "$IMAGE" uname -m)" || IMAGE_ARCH="none (apptainer exec failed)"',
+        'if [ "$IMAGE_ARCH" != "$NODE_ARCH" ]; then',
+        '  echo "error: image $IMAGE runs as $IMAGE_ARCH, but node $(hostname) is $NODE_ARCH: build the image for'
+        ' $NODE_ARCH (docs/container.md: aarch64 for Jupiter, x86_64 for MareNostrum 5) and pass --image" >&2',
+        "  exit 1",
+        "fi",
+    ]
 
 
 def _working_directory_lines() -> list[str]:

@@ -164,7 +164,7 @@ def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypat
     first, second = _dataset(tmp_path / "a"), _dataset(tmp_path / "b")
     assert main([*submit, "--data-path", "0.7", str(first), "0.3", str(second)]) == 0
     script = (tmp_path / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row01-4n" / "job.sbatch").read_text()
-    apptainer = next(line for line in script.splitlines() if "apptainer exec" in line)
+    apptainer = next(line for line in script.splitlines() if "apptainer exec --nv" in line)
     for directory in (tmp_path / "a", tmp_path / "b", tokenizer):
         assert f"--bind {directory} " in apptainer
 

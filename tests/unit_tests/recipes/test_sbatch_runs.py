@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import random
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from recipe_helpers import EXAMPLES
 
+import megatron.oellm
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.slurm import run_dir
 
@@ -33,10 +35,17 @@ while [[ "$1" == --* ]]; do
 done
 [ -f "$1" ] || { echo "apptainer: image $1 not found in $PWD" >&2; exit 255; }
 shift
+# the image's own environment: APPTAINERENV_PYTHONPATH replaces an image's PYTHONPATH, which replaces the host's
+if [ -n "${APPTAINERENV_PYTHONPATH+x}" ]; then export PYTHONPATH="$APPTAINERENV_PYTHONPATH"
+elif [ -n "${FAKE_IMAGE_PYTHONPATH:-}" ]; then export PYTHONPATH="$FAKE_IMAGE_PYTHONPATH"; fi
+# an image of another architecture: its programs do not start (no emulator), or report their own (an emulator)
+if [ "${FAKE_IMAGE_ARCH:-}" = none ]; then echo "FATAL: $1: exec format error" >&2; exit 255; fi
+if [ -n "${FAKE_IMAGE_ARCH:-}" ] && [ "$1" = uname ]; then echo "$FAKE_IMAGE_ARCH"; exit 0; fi
 exec "$@"
 """
 TORCHRUN = """#!/bin/bash
 printf 'pwd %s\\n' "$PWD" >> "$FAKE_RECORD"
+printf 'pythonpath %s\\n' "${PYTHONPATH-<unset>}" >> "$FAKE_RECORD"
 printf 'torchrun %s\\n' "$*" >> "$FAKE_RECORD"
 exit "$FAKE_EXIT"
 """
@@ -65,9 +74,10 @@ def _recipe(**cluster):
 
 
 def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,
-             torchrun: str = TORCHRUN) -> tuple[int, list[str]]:
-    """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd`` and the
-    stand-ins (``torchrun`` as given) first on PATH; return bash's exit status and the stand-ins' record lines."""
+             torchrun: str = TORCHRUN, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+    """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd``, the
+    stand-ins (``torchrun`` as given) first on PATH and ``env`` over the environment; return bash's exit status and
+    the stand-ins' record lines (the job's stderr is left in ``tmp_path / "stderr"``)."""
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in (("scontrol", SCONTROL), ("srun", SRUN), ("apptainer", APPTAINER), ("torchrun", torchrun)):
@@ -79,9 +89,10 @@ def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: in
     job.write_text(script)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": str(nodes),
            "FAKE_RECORD": str(record), "FAKE_EXIT": str(exit_status), "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
-           "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(job_id or random.randint(1, 10**6))}
+           "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(job_id or random.randint(1, 10**6)), **(env or {})}
     done = subprocess.run([shutil.which("bash"), str(job)], cwd=cwd, env=env, capture_output=True, text=True,
                           check=False)
+    (tmp_path / "stderr").write_text(done.stderr)
     return done.returncode, record.read_text().splitlines()
 
 
@@ -206,3 +217,40 @@ def test_a_rows_own_start_checkpoint_stands_under_a_command_line_save_interval(t
     iters = recipe.row_train_iters(row)
     [trained] = [line for line in record if line.startswith("trained ")]
     assert trained.startswith(f"trained {iters - done} iterations from {done} in {run}/checkpoints/job-"), trained
+
+
+@pytest.mark.parametrize("image_arch", ["none", "x86_64", "aarch64"])
+def test_an_image_of_another_architecture_stops_the_job_before_srun(tmp_path, image_arch):
+    """One image name served x86_64 MareNostrum 5 and aarch64 Jupiter: an image of the other architecture failed
+    every rank with ``exec format error`` once srun had started them. The job now stops first, with one line."""
+    node_arch = platform.machine()
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    status, record = _run_job(script, tmp_path, tmp_path, 2, env={"FAKE_IMAGE_ARCH": image_arch})
+    stderr = (tmp_path / "stderr").read_text()
+    if image_arch == node_arch:
+        assert status == 0 and any(line.startswith("torchrun ") for line in record), stderr
+        return
+    assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
+    (error,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert f"image {tmp_path / 'image.sif'} runs as " in error and f"is {node_arch}: build the image for" in error
+    assert ("apptainer exec failed" if image_arch == "none" else image_arch) in error
+
+
+@pytest.mark.parametrize("image_python_path", ["", "/image/site:/image/te"])
+def test_the_checkout_comes_first_on_the_images_own_python_path(tmp_path, image_python_path):
+    """The job must import the checkout's megatron.oellm (the code the dry run checked) and still reach the image's
+    site paths; Apptainer drops a host PYTHONPATH when the image sets one (the checkout was lost), and passed the
+    submitting shell's host paths into the container when it does not."""
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    checkout = str(Path(megatron.oellm.__file__).resolve().parents[2])
+    host_path = f"{checkout}:/host/site-{random.randint(1, 10**6)}"
+    status, record = _run_job(script, tmp_path, tmp_path, 1,
+                              env={"PYTHONPATH": host_path, "FAKE_IMAGE_PYTHONPATH": image_python_path})
+    assert status == 0, (tmp_path / "stderr").read_text()
+    expected = checkout + (f":{image_python_path}" if image_python_path else "")
+    assert f"pythonpath {expected}" in record
+    assert f"bind {checkout}" in record
