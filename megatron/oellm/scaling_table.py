@@ -113,11 +113,13 @@ class ScalingRow:
 def identify_model(args: dict) -> tuple[str, ModelCard | None]:
     """(display name, card) of a run: ``--oellm-model`` if logged, else the card rebuilt from Megatron's flags and
     named after the registry card it matches (a proxy if only the depth differs); ('unknown model', None) else."""
-    vocab = args.get("vocab_size")
-    if args.get("oellm_model"):
+    vocab, name = args.get("vocab_size"), args.get("oellm_model")
+    if name:
         try:
-            card = get_card(args["oellm_model"])
+            card = get_card(name) if isinstance(name, str) else None  # a garbled block can print a number or list
         except CardError:
+            card = None
+        if card is None:
             return "unknown model", None
         return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
     from megatron.oellm.training.card_from_args import card_from_megatron_args

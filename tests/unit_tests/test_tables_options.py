@@ -43,3 +43,17 @@ def test_the_plot_shows_efficiencies_above_110_percent(tmp_path, monkeypatch):
     highest = 100 * max(tokens.values()) / tokens[16]
     assert highest > 150 and efficiency.get_ylim()[1] > highest
     assert max(efficiency.lines[0].get_ydata()) == pytest.approx(highest, rel=1e-4)
+
+
+@pytest.mark.parametrize("garbled", [7, 3.5, ["qwen3.5-35b-a3b"]])
+def test_a_non_text_oellm_model_reads_as_an_unknown_model(garbled):
+    """A garbled arguments block can print ``oellm_model`` as a number or list: the row reads "unknown model" and
+    keeps Megatron's own numbers, instead of a TypeError ending the whole table."""
+    from megatron.oellm.run_log import parse_log_text
+    from megatron.oellm.scaling_table import Window, summarise
+
+    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "oellm_model": garbled})
+    tflops = round(random.uniform(100.0, 140.0), 1)  # as megatron prints it
+    row = summarise(parse_log_text(_log(args, _random_times(10, 75000.0), [tflops] * 10)), Window(), 4)
+    assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None
+    assert row.tflops_per_gpu_logged == pytest.approx(tflops)
