@@ -262,6 +262,16 @@ class CheckpointReader:
                 parts[p.name].append((p.rows[0], buffer[index].reshape(p.chunk_shape[p.lead_axes:])))
         return {name: _assemble(rows) for name, rows in parts.items()}
 
+    def read_meta(self, pieces: Iterable[Piece]) -> dict[str, Tensor]:
+        """What :meth:`read` returns for ``pieces``, as ``meta`` tensors (shapes and dtypes, no data read): the
+        planning pass of a conversion."""
+        shapes = self.tensor_shapes()
+        parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
+        for p in pieces:
+            parts[p.name].append((p.rows[0], torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1],
+                                                         device="meta")))
+        return {name: _assemble(rows) for name, rows in parts.items()}
+
 
 def _first_failure(error: CheckpointException) -> str:
     """The type of the first exception behind a DCP ``CheckpointException`` (its message may run over many lines
@@ -304,6 +314,6 @@ def _check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
 
 def _assemble(rows: list[tuple[int, Tensor]]) -> Tensor:
     """Concatenate row sections (start row, tensor) in row order; one section stays a view of the read buffer
-    (the writer copies every tensor it keeps)."""
+    (the safetensors writer writes it out before the next unit is read)."""
     ordered = [t for _, t in sorted(rows, key=lambda r: r[0])]
     return ordered[0] if len(ordered) == 1 else torch.cat(ordered)

@@ -6,8 +6,8 @@ directory that is moved into place at the end and deleted if the conversion fail
 conversion leaves nothing half-written (:mod:`megatron.oellm.convert.output` has the rules for ``--out``).
 
 Memory: the HF -> megatron direction holds one unit (one decoder layer, or the embedding / head) of converted
-tensors plus the source tensors it is built from; megatron -> HF holds one unit plus the HF tensors waiting for the
-current output shard (at most ``max_shard_bytes``).
+tensors plus the source tensors it is built from; megatron -> HF holds one unit as read and writes each HF tensor
+straight into its shard file (the shards' layout is planned on ``meta`` tensors first), whatever the shard size.
 
 A megatron output directory is what megatron training's ``--load`` reads: ``latest_checkpointed_iteration.txt``
 (``release``) and ``release/`` holding the distributed checkpoint, whose common state carries the card
@@ -31,7 +31,7 @@ import torch
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
-from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
+from megatron.oellm.convert.dist_ckpt import METADATA_FILE, CheckpointReader, save_streaming
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import (
     Unit,
@@ -39,6 +39,7 @@ from megatron.oellm.convert.family import (
     family_module,
     hf_to_mcore_unit,
     iter_hf_to_mcore,
+    iter_mcore_to_hf,
     mcore_to_hf_unit,
     unit_shapes,
     units,
@@ -55,9 +56,11 @@ from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
 from megatron.oellm.convert.output import check_not_input, leftover_staging_note, staged_output
 from megatron.oellm.convert.safetensors_io import (
     DEFAULT_MAX_SHARD_BYTES,
+    Layout,
     SafetensorsSource,
     ShardedSafetensorsWriter,
     is_written_name,
+    layout_of,
 )
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
 from megatron.oellm.megatron_args import model_flags
@@ -204,9 +207,19 @@ def _bytes_of(pieces: Iterable[tuple[mcore_layout.Piece, torch.dtype]]) -> int:
     return sum(math.prod(piece.chunk_shape) * dtype.itemsize for piece, dtype in pieces)
 
 
+def _refuse_megatron_checkpoint(hf_dir: Path) -> None:
+    """Raise if ``hf_dir`` (``--hf``) is a megatron checkpoint, or one of its iterations: the directions swapped,
+    which would otherwise be refused as a directory without safetensors, with advice about ``.bin`` files."""
+    marker = next((hf_dir / name for name in (ITERATION_FILE, METADATA_FILE) if (hf_dir / name).is_file()), None)
+    if marker is not None:
+        raise ConversionError(f"--hf {hf_dir} is a megatron checkpoint (it holds {marker.name}), not a Hugging Face "
+                              f"model; convert it with `oellm convert mcore-to-hf --mcore {hf_dir}`")
+
+
 def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool = False) -> ConversionSummary:
     """Convert the HF checkpoint ``hf_dir`` to a megatron-core checkpoint in ``out_dir`` (see module doc)."""
     module = family_module(card)
+    _refuse_megatron_checkpoint(hf_dir)
     source = SafetensorsSource(hf_dir)
     header = source.shapes()
     names, skipped = canonical_hf_names(header)
@@ -227,10 +240,20 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
               CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
     with staged_output(out_dir, overwrite, _is_mcore_output, _bytes_of(chunks)) as staging:
-        save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: hf_to_mcore_unit(card, unit, view), common)
+        save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: _import_unit(card, unit, view, source), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files) + _leftover_notes(out_dir)
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
+
+
+def _import_unit(card: ModelCard, unit: Unit, view: CanonicalView,
+                 source: SafetensorsSource) -> dict[str, torch.Tensor]:
+    """The megatron tensors of one unit from ``view`` (of ``source``), whose files are closed afterwards so that
+    the pages read for this unit leave resident memory once its tensors are written (see
+    :meth:`SafetensorsSource.close_files`)."""
+    tensors = hf_to_mcore_unit(card, unit, view)
+    source.close_files()
+    return tensors
 
 
 def _leftover_notes(out_dir: Path) -> list[str]:
@@ -254,13 +277,23 @@ def resolve_mcore_dir(path: Path) -> Path:
     if not path.is_dir():
         raise ConversionError(f"{path} is not a directory; pass a megatron checkpoint directory")
     marker = path / ITERATION_FILE
-    if marker.is_file():
+    if not marker.is_file():
+        return path
+    try:
         value = marker.read_text().strip()
-        if value != RELEASE and not value.isdigit():
-            raise ConversionError(f"{marker} holds {value!r}, not {RELEASE!r} or an iteration number; pass the "
-                                  "iteration directory itself with --mcore")
-        return path / (RELEASE if value == RELEASE else f"iter_{int(value):07d}")
-    return path
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConversionError(f"cannot read {marker}: {error}; pass the iteration directory itself with --mcore"
+                              ) from error
+    if value != RELEASE and not value.isdigit():
+        raise ConversionError(f"{marker} holds {value!r}, not {RELEASE!r} or an iteration number; pass the "
+                              "iteration directory itself with --mcore")
+    iteration = path / (RELEASE if value == RELEASE else f"iter_{int(value):07d}")
+    if not iteration.is_dir():
+        present = sorted(entry.name for entry in path.iterdir()
+                         if entry.is_dir() and (entry.name == RELEASE or entry.name.startswith("iter_")))
+        raise ConversionError(f"{marker} names {value}, but {iteration} is missing (present: "
+                              f"{', '.join(present) or 'none'}); pass the iteration directory itself with --mcore")
+    return iteration
 
 
 def check_stored_card(card: ModelCard, common: dict) -> None:
@@ -365,9 +398,18 @@ def _planned_pieces(card: ModelCard, reader: CheckpointReader, padded: int) -> l
     return unit_pieces
 
 
+def _hf_layout(card: ModelCard, reader: CheckpointReader, unit_pieces: list[list[mcore_layout.Piece]]) -> Layout:
+    """Name, shape and dtype of every HF tensor the export writes, in order: the conversion run on ``meta`` tensors,
+    so that the writer can put each shard's header before its data and never hold a shard."""
+    meta = {}
+    for pieces in unit_pieces:
+        meta.update(strip_vocab_rows(reader.read_meta(pieces), card.vocab_size))
+    return [entry for _, tensors in iter_mcore_to_hf(card, meta) for entry in layout_of(tensors)]
+
+
 def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: list[mcore_layout.Piece],
                  writer: ShardedSafetensorsWriter) -> int:
-    """Read one unit's megatron tensors, queue its HF tensors in ``writer`` and return how many. A function of its
+    """Read one unit's megatron tensors, write its HF tensors with ``writer`` and return how many. A function of its
     own so that the unit's read buffers are released when it returns: a loop variable holding them would keep one
     unit alive while the next one is read (twice the largest unit's bytes)."""
     tensors = mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces), card.vocab_size))
@@ -393,8 +435,9 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
     needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
+    layout = _hf_layout(card, reader, unit_pieces)
     with staged_output(out_dir, overwrite, _is_hf_output, needed) as staging:
-        writer = ShardedSafetensorsWriter(staging, max_shard_bytes)
+        writer = ShardedSafetensorsWriter(staging, layout, max_shard_bytes)
         written = sum(_export_unit(card, unit, reader, pieces, writer)
                       for unit, pieces in zip(units(card), unit_pieces, strict=True))
         writer.close()

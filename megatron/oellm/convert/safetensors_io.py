@@ -1,7 +1,10 @@
 """Hugging Face safetensors checkpoints, read lazily and written in shards with an index.
 
-Reading opens each file once (memory-mapped by safetensors) and loads a tensor only when it is asked for, so a
-conversion holds one unit's tensors, never the model. Writing buffers tensors until a shard is full, then writes
+Reading opens a file (memory-mapped by safetensors) when a tensor of it is first asked for, until
+:meth:`SafetensorsSource.close_files`, and loads a tensor only when it is asked for, so a conversion holds one unit's
+tensors, never the model. Writing streams: the names, shapes and dtypes of every tensor
+are known up front (a planning pass), so each shard's header is written when its first tensor arrives and every
+tensor's bytes go straight to the file; no shard is held in memory. The files are
 ``model-0000i-of-0000N.safetensors`` plus ``model.safetensors.index.json`` (a single shard is written as
 ``model.safetensors``), the layout ``save_pretrained`` writes and ``from_pretrained`` reads.
 """
@@ -9,13 +12,15 @@ conversion holds one unit's tensors, never the model. Writing buffers tensors un
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Iterator, Mapping
+import struct
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import Tensor
 
 from megatron.oellm.convert.errors import ConversionError
@@ -28,6 +33,14 @@ DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}
+_DTYPE_NAMES = {**{dtype: name for name, dtype in _DTYPES.items()},
+                torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2"}
+"""safetensors' dtype names the writer writes: those read, plus FP8 (written as safetensors does; conversion reads
+refuse it, as a quantized checkpoint)."""
+_HEADER_ALIGNMENT = 8
+"""safetensors pads its JSON header with spaces to a multiple of 8 bytes, so that the data that follows is aligned."""
+Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
+"""(name, shape, dtype) of every tensor of a checkpoint, in the order they are written."""
 
 
 def _open(path: Path) -> safe_open:
@@ -158,6 +171,13 @@ class SafetensorsSource(Mapping[str, Tensor]):
     def __getitem__(self, name: str) -> Tensor:
         return self._handle(self._files[name]).get_tensor(name)
 
+    def close_files(self) -> None:
+        """Close the open files; the next access opens them again. safetensors maps a whole file into memory and
+        every page read stays resident while the file is open (once the tensors viewing it are gone too, it is
+        unmapped): a conversion that kept its files open would end up with the whole model in its resident memory,
+        which Slurm's accounting and memory limits count."""
+        self._handles.clear()
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._files)
 
@@ -165,50 +185,121 @@ class SafetensorsSource(Mapping[str, Tensor]):
         return len(self._files)
 
 
-class ShardedSafetensorsWriter:
-    """Writes tensors to numbered safetensors shards of at most ``max_shard_bytes`` and an index json."""
+def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes of a tensor of ``shape`` and ``dtype``."""
+    return math.prod(shape) * dtype.itemsize
 
-    def __init__(self, directory: Path, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
+
+def _plan_shards(layout: Layout, max_shard_bytes: int) -> list[Layout]:
+    """``layout`` cut into shards in order: a new shard starts where a tensor would take the current one past
+    ``max_shard_bytes`` (a tensor larger than that gets a shard of its own); an empty layout is one empty shard."""
+    shards: list[Layout] = [[]]
+    size = 0
+    for entry in layout:
+        nbytes = _nbytes(entry[1], entry[2])
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += nbytes
+    return shards
+
+
+def _header(shard: Layout) -> bytes:
+    """The safetensors header of a file holding ``shard``'s tensors in that order: the little-endian 8-byte length,
+    then the JSON (dtype, shape, byte range of every tensor; ``format: pt`` as ``save_file`` writes it), padded with
+    spaces to :data:`_HEADER_ALIGNMENT`."""
+    entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape, dtype in shard:
+        if dtype not in _DTYPE_NAMES:
+            raise ValueError(f"tensor {name!r} has dtype {dtype}, which safetensors output does not take here "
+                             f"({', '.join(map(str, _DTYPE_NAMES))})")
+        end = offset + _nbytes(shape, dtype)
+        entries[name] = {"dtype": _DTYPE_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, end]}
+        offset = end
+    text = json.dumps(entries, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % _HEADER_ALIGNMENT)
+    return struct.pack("<Q", len(text)) + text
+
+
+def _write_tensor(file: BinaryIO, tensor: Tensor) -> None:
+    """``tensor``'s bytes as stored in safetensors (row-major, little-endian), written from its own memory: a copy
+    is made only of a non-contiguous tensor (one tensor, never a shard)."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    file.write(flat.view(torch.uint8).numpy().data)
+
+
+class ShardedSafetensorsWriter:
+    """Writes the tensors of ``layout``, in its order, to numbered safetensors shards of at most ``max_shard_bytes``
+    and an index json, streaming (see module doc): memory holds the tensor being written, never a shard."""
+
+    def __init__(self, directory: Path, layout: Iterable[tuple[str, tuple[int, ...], torch.dtype]],
+                 max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
         self.directory = directory
-        self.max_shard_bytes = max_shard_bytes
-        self._buffer: dict[str, Tensor] = {}
-        self._buffer_bytes = 0
-        self._shards: list[tuple[Path, list[str]]] = []
-        self._total_bytes = 0
+        self._layout = [(name, tuple(shape), dtype) for name, shape, dtype in layout]
+        self._shards = _plan_shards(self._layout, max_shard_bytes)
+        self._written = 0
+        """How many tensors of ``_layout`` are in their files."""
+        self._file: BinaryIO | None = None
+        self._left_in_shard = 0
+        self._paths: list[Path] = []
         directory.mkdir(parents=True, exist_ok=True)
 
     def add(self, tensors: Mapping[str, Tensor]) -> None:
-        """Queue ``tensors``; a shard is written whenever the queue would exceed the shard size."""
+        """Write ``tensors``, which must be the next ones of the layout (name, shape and dtype): a shard's header,
+        written with its first tensor, already states where each of its tensors is."""
         for name, tensor in tensors.items():
-            size = tensor.numel() * tensor.element_size()
-            if self._buffer and self._buffer_bytes + size > self.max_shard_bytes:
-                self._flush()
-            # own, contiguous storage: safetensors refuses views sharing memory
-            self._buffer[name] = tensor.detach().clone(memory_format=torch.contiguous_format)
-            self._buffer_bytes += size
-            self._total_bytes += size
+            if self._written == len(self._layout):
+                raise ValueError(f"tensor {name!r} is not in the planned layout (all {len(self._layout)} written)")
+            planned = self._layout[self._written]
+            if (name, tuple(tensor.shape), tensor.dtype) != planned:
+                raise ValueError(f"tensor {name!r} {list(tensor.shape)} {tensor.dtype} arrived where the layout "
+                                 f"plans {planned[0]!r} {list(planned[1])} {planned[2]}")
+            if self._file is None:
+                self._open_next_shard()
+            _write_tensor(self._file, tensor)
+            self._written += 1
+            self._left_in_shard -= 1
+            if self._left_in_shard == 0:
+                self._file.close()
+                self._file = None
 
-    def _flush(self) -> None:
-        path = self.directory / f"shard-{len(self._shards):05d}.tmp"
-        save_file(self._buffer, str(path), metadata={"format": "pt"})
-        self._shards.append((path, list(self._buffer)))
-        self._buffer, self._buffer_bytes = {}, 0
+    def _open_next_shard(self) -> None:
+        """Open the next shard's temporary file and write its header."""
+        shard = self._shards[len(self._paths)]
+        path = self.directory / f"shard-{len(self._paths):05d}.tmp"
+        self._file = open(path, "wb")  # closed after the shard's last tensor
+        self._file.write(_header(shard))
+        self._paths.append(path)
+        self._left_in_shard = len(shard)
 
     def close(self) -> list[Path]:
-        """Write the last shard, give the shards their final names and write the index; returns the files."""
-        if self._buffer or not self._shards:
-            self._flush()
-        count = len(self._shards)
+        """Check every planned tensor was written, give the shards their final names and write the index; returns
+        the files."""
+        if self._written != len(self._layout):
+            raise ValueError(f"{len(self._layout) - self._written} tensors of the layout were not written, the first "
+                             f"{self._layout[self._written][0]!r}")
+        if not self._layout:  # an empty checkpoint is one empty file
+            self._open_next_shard()
+            self._file.close()
+        count = len(self._paths)
         if count == 1:
             final = self.directory / SINGLE_NAME
-            self._shards[0][0].rename(final)
+            self._paths[0].rename(final)
             return [final]
         weight_map, files = {}, []
-        for i, (path, names) in enumerate(self._shards):
+        for i, (path, shard) in enumerate(zip(self._paths, self._shards, strict=True)):
             final = self.directory / f"model-{i + 1:05d}-of-{count:05d}.safetensors"
             path.rename(final)
             files.append(final)
-            weight_map.update(dict.fromkeys(names, final.name))
-        index = {"metadata": {"total_size": self._total_bytes}, "weight_map": dict(sorted(weight_map.items()))}
+            weight_map.update(dict.fromkeys((name for name, _, _ in shard), final.name))
+        total = sum(_nbytes(shape, dtype) for _, shape, dtype in self._layout)
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         return [*files, self.directory / INDEX_NAME]
+
+
+def layout_of(tensors: Mapping[str, Tensor]) -> Layout:
+    """The :data:`Layout` of ``tensors`` (in their order)."""
+    return [(name, tuple(tensor.shape), tensor.dtype) for name, tensor in tensors.items()]

@@ -17,7 +17,7 @@ from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.blocks import bitwise_equal
 from megatron.oellm.convert.family import expected_shapes, family_module
-from megatron.oellm.convert.safetensors_io import ShardedSafetensorsWriter
+from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, ShardedSafetensorsWriter, layout_of
 
 
 def random_hf_tensors(card: ModelCard, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict[str, Tensor]:
@@ -55,11 +55,18 @@ def fuse_experts(card: ModelCard, tensors: dict[str, Tensor]) -> dict[str, Tenso
     return out
 
 
+def write_safetensors(directory: Path, tensors: dict[str, Tensor], max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+                      ) -> list[Path]:
+    """``tensors`` as an HF safetensors checkpoint in ``directory`` (shards of ``max_shard_bytes``, with an index when
+    more than one); returns the files."""
+    writer = ShardedSafetensorsWriter(directory, layout_of(tensors), max_shard_bytes)
+    writer.add(tensors)
+    return writer.close()
+
+
 def write_hf(card: ModelCard, tensors: dict[str, Tensor], directory: Path, max_shard_bytes: int = 150_000) -> Path:
     """An HF checkpoint directory: sharded safetensors with index plus the card's config.json."""
-    writer = ShardedSafetensorsWriter(directory, max_shard_bytes)
-    writer.add(tensors)
-    writer.close()
+    write_safetensors(directory, tensors, max_shard_bytes)
     family_module(card).hf_config_from_card(card).save_pretrained(directory)
     return directory
 

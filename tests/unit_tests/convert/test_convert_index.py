@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from convert_helpers import write_hf
+from convert_helpers import write_hf, write_safetensors
 
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
-from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource, ShardedSafetensorsWriter
+from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
 
 
 def _sharded(tiny_hf) -> tuple[Path, dict]:
@@ -42,9 +42,8 @@ def test_a_shard_the_index_does_not_list_is_named(tiny_hf) -> None:
     """A shard of another save beside the index (an older revision's, a re-download cut short)."""
     hf_dir, index = _sharded(tiny_hf)
     card, hf, tmp = tiny_hf
-    writer = ShardedSafetensorsWriter(tmp / "other", max_shard_bytes=1)
-    writer.add({"model.norm.weight": hf["model.norm.weight"] + 1, "lm_head.weight": hf["lm_head.weight"]})
-    written = writer.close()
+    written = write_safetensors(tmp / "other", {"model.norm.weight": hf["model.norm.weight"] + 1,
+                                                "lm_head.weight": hf["lm_head.weight"]}, max_shard_bytes=1)
     stale = "model-00009-of-00009.safetensors"
     written[0].rename(hf_dir / stale)
     with pytest.raises(ConversionError, match=rf"holds shard\(s\) {stale} that {INDEX_NAME} does not list"):

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 import transformers
-from convert_helpers import assert_bitwise_equal, edit_json, fuse_experts, random_hf_tensors, write_hf
+from convert_helpers import (
+    assert_bitwise_equal,
+    edit_json,
+    fuse_experts,
+    random_hf_tensors,
+    write_hf,
+    write_safetensors,
+)
 from torch.distributed.checkpoint.metadata import MetadataIndex
 
 from megatron.oellm.cards import get_card
@@ -24,7 +32,7 @@ from megatron.oellm.convert.pipeline import (
     hf_to_mcore_checkpoint,
     mcore_to_hf_checkpoint,
 )
-from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource, ShardedSafetensorsWriter
+from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
 
 TINY_CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
 
@@ -56,9 +64,7 @@ def test_published_layout_is_read(tmp_path: Path) -> None:
                  for n, t in fuse_experts(card, hf).items()}
     published["model.visual.patch_embed.proj.weight"] = torch.randn(4, 4)
     published["mtp.fc.weight"] = torch.randn(4, 4)
-    writer = ShardedSafetensorsWriter(tmp_path / "hf")
-    writer.add(published)
-    writer.close()
+    write_safetensors(tmp_path / "hf", published)
     config = family_module(card).hf_config_from_card(card).to_dict()
     for name in ("architectures", "model_type", "bos_token_id", "eos_token_id"):
         config.pop(name, None)
@@ -141,9 +147,7 @@ def test_unreadable_hf_files_are_named(tiny_hf) -> None:
     with pytest.raises(ConversionError, match=rf"puts tensor 'model\.norm\.weight' in {other}"):
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
     (tmp / "hf" / INDEX_NAME).unlink()
-    writer = ShardedSafetensorsWriter(tmp / "stale")
-    writer.add({"model.norm.weight": hf["model.norm.weight"] + 1})
-    writer.close()
+    write_safetensors(tmp / "stale", {"model.norm.weight": hf["model.norm.weight"] + 1})
     (tmp / "stale" / "model.safetensors").rename(tmp / "hf" / "old.safetensors")
     with pytest.raises(ConversionError, match=r"tensor 'model\.norm\.weight' is in both"):
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
@@ -240,6 +244,22 @@ def test_unreadable_iteration_marker_is_a_clear_error(tiny_hf) -> None:
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
 
 
+@pytest.mark.parametrize(("marker", "message"), [
+    ("100\n", r"names 100, but .*iter_0000100 is missing \(present: release\); pass the iteration directory"),
+    (b"\xff\xfe100", r"cannot read .*latest_checkpointed_iteration\.txt: 'utf-8' codec can't decode")],
+    ids=["missing-iteration", "not-text"])
+def test_an_iteration_marker_naming_no_directory_is_a_clear_error(converted, marker: str | bytes, message: str) -> None:
+    """A marker naming an iteration whose directory is not there (copied without it) is refused naming both and the
+    iterations that are there, not as a directory without ``.metadata``; a marker that is not text is refused
+    without a traceback."""
+    card, _, tmp = converted
+    path = tmp / "mcore" / ITERATION_FILE
+    path.write_bytes(marker if isinstance(marker, bytes) else marker.encode())
+    with pytest.raises(ConversionError, match=message):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert not (tmp / "out").exists()
+
+
 def test_hybrid_checkpoint_with_more_layers_than_the_card_is_rejected(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint that records no card (as megatron training writes) must not lose layers silently: HybridModel
@@ -285,9 +305,7 @@ def test_index_next_to_a_single_file_is_ambiguous(tiny_hf) -> None:
     """transformers reads ``model.safetensors`` when both are there, the index otherwise: refuse, naming both."""
     card, hf, tmp = tiny_hf
     write_hf(card, hf, tmp / "hf")
-    writer = ShardedSafetensorsWriter(tmp / "single", max_shard_bytes=10**9)
-    writer.add(random_hf_tensors(card, seed=9))
-    writer.close()
+    write_safetensors(tmp / "single", random_hf_tensors(card, seed=9), max_shard_bytes=10**9)
     (tmp / "single" / "model.safetensors").rename(tmp / "hf" / "model.safetensors")
     with pytest.raises(ConversionError, match=f"holds both {INDEX_NAME} and model.safetensors"):
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
@@ -338,3 +356,14 @@ def test_damaged_mcore_checkpoint_is_a_clear_error(converted, monkeypatch: pytes
     with pytest.raises(ConversionError, match=message):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]
+
+
+@pytest.mark.parametrize("given", ["mcore", "mcore/release"])
+def test_a_megatron_checkpoint_given_as_hf_names_the_other_direction(converted, given: str) -> None:
+    """``--hf`` naming a megatron checkpoint (or its iteration) is the directions swapped: the refusal says so and
+    names mcore-to-hf, instead of advising to convert ``.bin`` files."""
+    card, _, tmp = converted
+    with pytest.raises(ConversionError, match=rf"--hf {re.escape(str(tmp / given))} is a megatron checkpoint .*"
+                                              r"oellm convert mcore-to-hf --mcore"):
+        hf_to_mcore_checkpoint(card, tmp / given, tmp / "out")
+    assert not (tmp / "out").exists()
