@@ -117,8 +117,9 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         if getattr(cluster, name):
             lines.append(_directive(name, getattr(cluster, name)))
     lines += [_output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
+    # Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when APPTAINERENV_ is unset.
     lines += ["# The container's PYTHONPATH is the image's, with this checkout first (below), not the submitting shell's.",
-              "unset PYTHONPATH APPTAINERENV_PYTHONPATH"]
+              "unset PYTHONPATH APPTAINERENV_PYTHONPATH SINGULARITYENV_PYTHONPATH"]
     lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
     run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")

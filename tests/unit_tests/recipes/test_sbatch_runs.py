@@ -35,8 +35,10 @@ while [[ "$1" == --* ]]; do
 done
 [ -f "$1" ] || { echo "apptainer: image $1 not found in $PWD" >&2; exit 255; }
 shift
-# the image's own environment: APPTAINERENV_PYTHONPATH replaces an image's PYTHONPATH, which replaces the host's
+# the image's own environment: APPTAINERENV_PYTHONPATH (else the Singularity-era SINGULARITYENV_PYTHONPATH) replaces
+# an image's PYTHONPATH, which replaces the host's
 if [ -n "${APPTAINERENV_PYTHONPATH+x}" ]; then export PYTHONPATH="$APPTAINERENV_PYTHONPATH"
+elif [ -n "${SINGULARITYENV_PYTHONPATH+x}" ]; then export PYTHONPATH="$SINGULARITYENV_PYTHONPATH"
 elif [ -n "${FAKE_IMAGE_PYTHONPATH:-}" ]; then export PYTHONPATH="$FAKE_IMAGE_PYTHONPATH"; fi
 # an image of another architecture: its programs do not start (no emulator), or report their own (an emulator)
 if [ "${FAKE_IMAGE_ARCH:-}" = none ]; then echo "FATAL: $1: exec format error" >&2; exit 255; fi
@@ -238,18 +240,20 @@ def test_an_image_of_another_architecture_stops_the_job_before_srun(tmp_path, im
     assert ("apptainer exec failed" if image_arch == "none" else image_arch) in error
 
 
+@pytest.mark.parametrize("host_variable", ["PYTHONPATH", "APPTAINERENV_PYTHONPATH", "SINGULARITYENV_PYTHONPATH"])
 @pytest.mark.parametrize("image_python_path", ["", "/image/site:/image/te"])
-def test_the_checkout_comes_first_on_the_images_own_python_path(tmp_path, image_python_path):
+def test_the_checkout_comes_first_on_the_images_own_python_path(tmp_path, image_python_path, host_variable):
     """The job must import the checkout's megatron.oellm (the code the dry run checked) and still reach the image's
     site paths; Apptainer drops a host PYTHONPATH when the image sets one (the checkout was lost), and passed the
-    submitting shell's host paths into the container when it does not."""
+    submitting shell's host paths into the container when it does not. A submitting shell's Singularity-era
+    SINGULARITYENV_PYTHONPATH, which Apptainer still reads, replaced the image's value in the container."""
     (tmp_path / "image.sif").touch()
     recipe = _recipe(image=str(tmp_path / "image.sif"))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     checkout = str(Path(megatron.oellm.__file__).resolve().parents[2])
     host_path = f"{checkout}:/host/site-{random.randint(1, 10**6)}"
     status, record = _run_job(script, tmp_path, tmp_path, 1,
-                              env={"PYTHONPATH": host_path, "FAKE_IMAGE_PYTHONPATH": image_python_path})
+                              env={host_variable: host_path, "FAKE_IMAGE_PYTHONPATH": image_python_path})
     assert status == 0, (tmp_path / "stderr").read_text()
     expected = checkout + (f":{image_python_path}" if image_python_path else "")
     assert f"pythonpath {expected}" in record
