@@ -111,6 +111,16 @@ def stages_text(stages: list[list[str]]) -> str:
     return "|".join("".join(f"{char}*{count}" if count > 1 else char for char, count in stage) for stage in runs)
 
 
+def _stored_size(stored: argparse.Namespace, name: str) -> int | None:
+    """The parallel size ``name`` the checkpoint was saved with: an expert tensor size the stored arguments leave
+    unset (a checkpoint of a megatron that did not resolve it, or had none) is the tensor size, as megatron-core's
+    ``validate_args`` resolves it and as older megatron sharded experts."""
+    saved = getattr(stored, name, None)
+    if name == "expert_tensor_parallel_size" and saved is None:
+        return getattr(stored, "tensor_model_parallel_size", None)
+    return saved
+
+
 def model_space_changes(stored: argparse.Namespace, args: argparse.Namespace) -> list[str]:
     """``"name (flag): checkpoint X, run Y"`` for each change of which parameters a model-parallel rank holds: the
     sizes of :data:`MODEL_SPACE_SIZES` and, at unchanged numbers of stages and layers, the pipeline stages' split
@@ -120,7 +130,7 @@ def model_space_changes(stored: argparse.Namespace, args: argparse.Namespace) ->
     for name, flag in MODEL_SPACE_SIZES:
         if name in EXPERT_SIZES and not has_experts:
             continue
-        saved, run = getattr(stored, name, None), getattr(args, name, None)
+        saved, run = _stored_size(stored, name), getattr(args, name, None)
         if (saved or 1) != (run or 1):  # None (no virtual pipeline) is one stage
             changes.append(f"{name} ({flag}): checkpoint {saved or 1}, run {run or 1}")
     saved_stages, run_stages = pipeline_stages(stored), pipeline_stages(args)
@@ -171,7 +181,7 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     state) inside ``load_checkpoint`` after allocating the model on every rank.
 
     ``args`` are the run's validated arguments (``data_parallel_size`` computed), ``checkpoint`` the one ``--load``
-    names as read by :func:`megatron.oellm.training.stored_checkpoint.read_stored_checkpoint`. Runs that load no
+    names as read by :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`. Runs that load no
     optimizer state (``--finetune``, ``--no-load-optim``, no distributed optimizer, a ``release`` checkpoint or one
     saved with ``--no-save-optim``) and checkpoints other programs wrote are left alone; so are ``torch`` checkpoints
     (:func:`check_rank_file_layout`) and ``torch_dcp`` / ``fsdp_dtensor`` ones, whose DTensor state reshards.

@@ -91,7 +91,7 @@ def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
     check against run arguments it does not store (:func:`resume_compared_args`), naming ``--finetune``.
 
     ``checkpoint`` is the one ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.
-    read_stored_checkpoint`). A converted checkpoint stores only the arguments every load compares (its card's
+    read_loaded_checkpoint`). A converted checkpoint stores only the arguments every load compares (its card's
     shape), since which tokenizer, divisor or batch size a run will use is not known when converting. Megatron skips
     the comparison under ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at
     iteration 0 and reads no optimizer or RNG state either way.
@@ -132,7 +132,7 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     from a megatron-oellm checkpoint that disagree with the card.
 
     ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint
-    ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.read_stored_checkpoint`; the one of
+    ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`; the one of
     ``--pretrained-checkpoint`` is read here): megatron's ``load_args_from_checkpoint`` then overwrites the card's
     values (:data:`CARD_ARCHITECTURE_ARGS`) with the checkpoint's while the model is still built from the card, so
     the arguments, the FLOP count and the checkpoint load would describe other models without a word. A hybrid
@@ -220,15 +220,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
     from megatron.oellm.training.model_provider import card_from_args, check_model_config, model_provider
-    from megatron.oellm.training.stored_checkpoint import check_load_directory, read_stored_checkpoint
+    from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
     from megatron.oellm.training.throughput import install_throughput_logging
 
     dataset_helpers.apply()
     distrib_optimizer_step.apply()
     try:
         parsed = parse_oellm_argv(argv)
-        step = getattr(parsed, "ckpt_step", None)
-        loaded = read_stored_checkpoint(Path(parsed.load), step) if parsed.load else None  # once, for every check
+        loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
     except ValueError as error:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
+NON_PERSISTENT = "non_persistent"
+"""megatron-core's default directory of global non-persistent checkpoints under ``--load`` / ``--save``."""
 RANK_FILE = "model_optim_rng.pt"
 RANK_ZERO_DIRECTORIES = ("mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000")
 """Where megatron-core's ``find_checkpoint_rank_0`` looks for a ``torch``-format checkpoint's first rank file:
@@ -88,14 +90,57 @@ def _dcp_state(directory: Path) -> dict:
     return state
 
 
+def _persistent_iteration(load_dir: Path, ckpt_step: int | None) -> int:
+    """The iteration megatron-core's ``_load_base_checkpoint`` weighs a non-persistent checkpoint against:
+    ``--ckpt-step``, else the tracker's (0 for ``release``), else -1 (no persistent checkpoint)."""
+    if ckpt_step:
+        return ckpt_step
+    directory = load_directory(load_dir)
+    if directory is None:
+        return -1
+    return 0 if directory.name == RELEASE else int(directory.name.removeprefix("iter_"))
+
+
+def loaded_directory(args: argparse.Namespace) -> Path | None:
+    """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for the run's ``--load``: under
+    ``--non-persistent-ckpt-type global`` the non-persistent checkpoint (``--non-persistent-global-ckpt-dir``, else
+    ``--load``/non_persistent) when it is at least as new as the persistent one, else :func:`load_directory`. None
+    when megatron loads none, or may load a ``local`` non-persistent checkpoint (its manager is not read here)."""
+    non_persistent = getattr(args, "non_persistent_ckpt_type", None)
+    if non_persistent == "local" or not args.load:
+        return None
+    ckpt_step = getattr(args, "ckpt_step", None)
+    persistent = load_directory(Path(args.load), ckpt_step)
+    if non_persistent != "global":
+        return persistent
+    global_dir = getattr(args, "non_persistent_global_ckpt_dir", None)
+    np_dir = Path(global_dir) if global_dir else Path(args.load) / NON_PERSISTENT
+    latest = load_directory(np_dir)
+    if latest is None or latest.name == RELEASE:  # megatron refuses a release non-persistent checkpoint itself
+        return persistent
+    newer = int(latest.name.removeprefix("iter_")) >= _persistent_iteration(Path(args.load), ckpt_step)
+    return latest if newer else persistent
+
+
+def read_loaded_checkpoint(args: argparse.Namespace) -> StoredCheckpoint | None:
+    """The checkpoint megatron loads for the run's ``--load`` (:func:`loaded_directory`) with its non-tensor state;
+    None as for :func:`read_stored_checkpoint`."""
+    return _read_directory(loaded_directory(args))
+
+
 def read_stored_checkpoint(load_dir: Path, ckpt_step: int | None = None) -> StoredCheckpoint | None:
     """The checkpoint megatron loads for ``--load load_dir`` (:func:`load_directory`) with its non-tensor state.
     None when megatron loads none or it cannot be read (megatron's loader reports those)."""
+    return _read_directory(load_directory(load_dir, ckpt_step))
+
+
+def _read_directory(directory: Path | None) -> StoredCheckpoint | None:
+    """Iteration directory ``directory`` (None: none) with its format and non-tensor state; None when it cannot be
+    read."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     from megatron.oellm.convert.dist_ckpt import CheckpointReader
 
-    directory = load_directory(load_dir, ckpt_step)
     try:
         ckpt_format = checkpoint_format(directory) if directory is not None else None
         if ckpt_format == "torch_dist":

@@ -299,3 +299,18 @@ def test_the_entry_refuses_a_rank_file_layout_change_before_it_starts_anything(
     assert line.startswith(f"{entry.PROG}: error: --load {load} (iter_0000007) is a --ckpt-format torch checkpoint")
     with pytest.raises(_Reached):
         entry.main([*argv, "--tensor-model-parallel-size", "2", "--sequence-parallel"])
+
+
+def test_an_unset_stored_expert_tensor_size_is_the_tensor_size(tmp_path: Path) -> None:
+    """A rank-file checkpoint whose arguments leave the expert tensor size unset sharded its experts over the tensor
+    group (megatron-core resolves an unset size to the tensor size): the same layout resumes, another is refused."""
+    tp = random.choice([2, 4])
+    stored = _stored(tensor_model_parallel_size=tp, expert_tensor_parallel_size=None, pipeline_model_parallel_size=1,
+                     expert_model_parallel_size=1)
+    del stored.expert_tensor_parallel_size
+    load = _save_rank_files(tmp_path, stored, random.randrange(1, 10**6))
+    checkpoint = read_stored_checkpoint(load)
+    run = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1}
+    check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=tp), checkpoint)
+    with pytest.raises(ValueError, match=f"expert_tensor_parallel_size .*checkpoint {tp}, run 1"):
+        check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=1), checkpoint)
