@@ -436,8 +436,8 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
     needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     layout = _hf_layout(card, reader, unit_pieces)
-    with staged_output(out_dir, overwrite, _is_hf_output, needed) as staging:
-        writer = ShardedSafetensorsWriter(staging, layout, max_shard_bytes)
+    with (staged_output(out_dir, overwrite, _is_hf_output, needed) as staging,
+          ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
         written = sum(_export_unit(card, unit, reader, pieces, writer)
                       for unit, pieces in zip(units(card), unit_pieces, strict=True))
         writer.close()

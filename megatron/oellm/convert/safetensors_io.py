@@ -4,7 +4,8 @@ Reading opens a file (memory-mapped by safetensors) when a tensor of it is first
 :meth:`SafetensorsSource.close_files`, and loads a tensor only when it is asked for, so a conversion holds one unit's
 tensors, never the model. Writing streams: the names, shapes and dtypes of every tensor
 are known up front (a planning pass), so each shard's header is written when its first tensor arrives and every
-tensor's bytes go straight to the file; no shard is held in memory. The files are
+tensor's bytes go straight to their place in the file (the order safetensors' own writer gives them, each aligned to
+its element size); no shard is held in memory. The files are
 ``model-0000i-of-0000N.safetensors`` plus ``model.safetensors.index.json`` (a single shard is written as
 ``model.safetensors``), the layout ``save_pretrained`` writes and ``from_pretrained`` reads.
 """
@@ -37,6 +38,8 @@ _DTYPE_NAMES = {**{dtype: name for name, dtype in _DTYPES.items()},
                 torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2"}
 """safetensors' dtype names the writer writes: those read, plus FP8 (written as safetensors does; conversion reads
 refuse it, as a quantized checkpoint)."""
+_DATA_ORDER = ("I64", "F64", "F32", "I32", "BF16", "F16", "I16", "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL")
+"""The order of dtypes in a file ``safetensors.torch.save_file`` writes (widest element first)."""
 _HEADER_ALIGNMENT = 8
 """safetensors pads its JSON header with spaces to a multiple of 8 bytes, so that the data that follows is aligned."""
 Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
@@ -205,13 +208,24 @@ def _plan_shards(layout: Layout, max_shard_bytes: int) -> list[Layout]:
     return shards
 
 
-def _header(shard: Layout) -> bytes:
-    """The safetensors header of a file holding ``shard``'s tensors in that order: the little-endian 8-byte length,
-    then the JSON (dtype, shape, byte range of every tensor; ``format: pt`` as ``save_file`` writes it), padded with
-    spaces to :data:`_HEADER_ALIGNMENT`."""
+def _data_order(shard: Layout) -> Layout:
+    """``shard``'s tensors in the order their bytes lie in its file: by :data:`_DATA_ORDER`, then by name, as
+    safetensors' own writer lays them out. With the header padded to 8 bytes, every tensor then starts at a multiple
+    of its element size, so readers that view the mapped file in place (``torch.UntypedStorage.from_file`` +
+    ``view``, zero-copy loaders) can; in arrival order an fp32 tensor after a bf16 one of odd length would start
+    misaligned."""
+    rank = {dtype: _DATA_ORDER.index(name) for dtype, name in _DTYPE_NAMES.items()}
+    return sorted(shard, key=lambda entry: (rank.get(entry[2], -1), entry[0]))
+
+
+def _header(shard: Layout) -> tuple[bytes, dict[str, int]]:
+    """The safetensors header of a file holding ``shard``'s tensors (the little-endian 8-byte length, then the JSON:
+    ``format: pt`` as ``save_file`` writes it, then dtype, shape and byte range of every tensor in
+    :func:`_data_order`, padded with spaces to :data:`_HEADER_ALIGNMENT`), and the file offset of each tensor's
+    bytes, where they are written whatever order the tensors arrive in."""
     entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
-    for name, shape, dtype in shard:
+    for name, shape, dtype in _data_order(shard):
         if dtype not in _DTYPE_NAMES:
             raise ValueError(f"tensor {name!r} has dtype {dtype}, which safetensors output does not take here "
                              f"({', '.join(map(str, _DTYPE_NAMES))})")
@@ -220,7 +234,9 @@ def _header(shard: Layout) -> bytes:
         offset = end
     text = json.dumps(entries, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % _HEADER_ALIGNMENT)
-    return struct.pack("<Q", len(text)) + text
+    start = 8 + len(text)
+    positions = {name: start + entry["data_offsets"][0] for name, entry in entries.items() if name != "__metadata__"}
+    return struct.pack("<Q", len(text)) + text, positions
 
 
 def _write_tensor(file: BinaryIO, tensor: Tensor) -> None:
@@ -242,6 +258,8 @@ class ShardedSafetensorsWriter:
         self._written = 0
         """How many tensors of ``_layout`` are in their files."""
         self._file: BinaryIO | None = None
+        self._positions: dict[str, int] = {}
+        """File offset of each tensor of the open shard (see :func:`_header`)."""
         self._left_in_shard = 0
         self._paths: list[Path] = []
         directory.mkdir(parents=True, exist_ok=True)
@@ -258,6 +276,7 @@ class ShardedSafetensorsWriter:
                                  f"plans {planned[0]!r} {list(planned[1])} {planned[2]}")
             if self._file is None:
                 self._open_next_shard()
+            self._file.seek(self._positions[name])
             _write_tensor(self._file, tensor)
             self._written += 1
             self._left_in_shard -= 1
@@ -269,10 +288,23 @@ class ShardedSafetensorsWriter:
         """Open the next shard's temporary file and write its header."""
         shard = self._shards[len(self._paths)]
         path = self.directory / f"shard-{len(self._paths):05d}.tmp"
-        self._file = open(path, "wb")  # closed after the shard's last tensor
-        self._file.write(_header(shard))
+        header, self._positions = _header(shard)
+        self._file = open(path, "wb")  # closed after the shard's last tensor, or by __exit__
+        self._file.write(header)
         self._paths.append(path)
         self._left_in_shard = len(shard)
+
+    def __enter__(self) -> ShardedSafetensorsWriter:
+        """The writer, whose open shard file is closed on leaving the block (see :meth:`__exit__`)."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the shard file a failure left open (nothing to do after :meth:`close`): the staging directory that
+        holds it is removed next, and an open file there survives its deletion on NFS (as ``.nfs*``), leaving the
+        partial output behind."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def close(self) -> list[Path]:
         """Check every planned tensor was written, give the shards their final names and write the index; returns

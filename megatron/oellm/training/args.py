@@ -169,6 +169,12 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
         return None
     card = get_card(user.oellm_model)
     explicit = explicit_destinations(argv)
+    if "hybrid_override_pattern" in explicit:
+        raise CardFlagConflict(
+            f"--hybrid-override-pattern: megatron-core deprecates it and refuses it beside --hybrid-layer-pattern, "
+            f"which model card {card.name} fills in (its layer pattern); drop it, or pass the card's pattern with "
+            "other '|' pipeline stages as --hybrid-layer-pattern"
+        )
     if "vocab_size" in explicit:
         card = card.with_vocab(user.vocab_size)
     flags = model_flags(card)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from convert_helpers import assert_bitwise_equal, write_safetensors
-from safetensors.torch import load_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
+from megatron.oellm.convert import pipeline
+from megatron.oellm.convert.family import HEAD
+from megatron.oellm.convert.pipeline import mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, ShardedSafetensorsWriter, layout_of
 
 
@@ -54,3 +60,80 @@ def test_a_tensor_out_of_the_planned_order_is_refused(tmp_path: Path) -> None:
     writer.add({"a.bf16": tensors["a.bf16"]})
     with pytest.raises(ValueError, match=r"7 tensors of the layout were not written, the first 'b.transposed'"):
         writer.close()
+
+
+def _mixed_widths(seed: int) -> dict[str, torch.Tensor]:
+    """Fresh random tensors whose arrival order puts wide elements after narrow tensors of odd length (an fp32 after
+    407 bf16 values, an fp64 after fp8 and bool bytes): written in that order their data would start misaligned."""
+    generator = torch.Generator().manual_seed(seed)
+    return {"m.bf16": torch.randn(37, 11, generator=generator).bfloat16(),
+            "k.fp32": torch.randn(6, 5, generator=generator),
+            "z.e4m3": torch.randn(13, generator=generator).to(torch.float8_e4m3fn),
+            "a.bool": torch.rand(5, generator=generator) > 0.5,
+            "c.fp64": torch.randn(3, 3, generator=generator).double(),
+            "y.e5m2": torch.randn(7, generator=generator).to(torch.float8_e5m2),
+            "b.fp16": torch.randn(9, generator=generator).half(),
+            "e.empty": torch.empty(0, 4),
+            "x.int64": torch.randint(-10**12, 10**12, (3,), generator=generator)}
+
+
+@pytest.mark.parametrize("max_shard_bytes", [200, 10**9])
+def test_each_shard_is_the_file_safetensors_itself_writes(tmp_path: Path, max_shard_bytes: int) -> None:
+    """Every shard is byte for byte what ``safetensors.torch.save_file`` writes for its tensors (header JSON, its
+    padding, tensor order), so every tensor's data starts at a multiple of its element size and a zero-copy view of
+    the mapped file works for every consumer."""
+    tensors = _mixed_widths(seed=int(torch.randint(0, 2**31, ())))
+    files = [f for f in write_safetensors(tmp_path / "out", tensors, max_shard_bytes) if f.name != INDEX_NAME]
+    assert len(files) == (1 if max_shard_bytes > 10**6 else 3)
+    for f in files:
+        names = list(load_file(f))
+        save_file({n: tensors[n] for n in names}, tmp_path / "reference.safetensors", metadata={"format": "pt"})
+        assert f.read_bytes() == (tmp_path / "reference.safetensors").read_bytes(), f.name
+        header_bytes = int.from_bytes(f.read_bytes()[:8], "little")
+        storage = torch.UntypedStorage.from_file(str(f), shared=False, nbytes=f.stat().st_size)
+        mapped = torch.empty(0, dtype=torch.uint8).set_(storage)
+        with safe_open(f, framework="pt") as handle:
+            for name in names:
+                start, end = json.loads(f.read_bytes()[8:8 + header_bytes])[name]["data_offsets"]
+                data = mapped[8 + header_bytes + start:8 + header_bytes + end].view(tensors[name].dtype)
+                assert_bitwise_equal({name: tensors[name]}, {name: data.reshape(tensors[name].shape)})
+                assert_bitwise_equal({name: tensors[name]}, {name: handle.get_tensor(name)})
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    """Paths under ``directory`` this process holds open (Linux ``/proc/self/fd``)."""
+    links = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            links.append(os.readlink(fd))
+        except OSError:  # the descriptor listing the directory itself, closed meanwhile
+            continue
+    return [link for link in links if link.startswith(f"{directory}{os.sep}")]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="open files are listed from Linux's /proc")
+def test_a_failed_export_closes_its_shard_before_the_partial_output_is_removed(converted,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure half-way through a shard (here at the last unit) closes the shard file before the staging
+    directory is removed: on NFS a file still open when deleted lives on as ``.nfs*`` and the partial output stays."""
+    card, _, tmp = converted
+    convert_unit = pipeline.mcore_to_hf_unit
+
+    def fail_at_head(card, unit, mcore, *args):
+        if unit == HEAD:
+            raise RuntimeError("simulated failure at the head")
+        return convert_unit(card, unit, mcore, *args)
+
+    open_at_removal: list[str] = []
+    rmtree = shutil.rmtree
+
+    def recording_rmtree(path, *args, **kwargs):
+        open_at_removal.extend(_open_files_under(Path(path)))
+        rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", fail_at_head)
+    monkeypatch.setattr(shutil, "rmtree", recording_rmtree)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert open_at_removal == []
+    assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]

@@ -53,6 +53,15 @@ def test_contradicting_boolean_flag_is_an_error():
         merge_card_flags(["--oellm-model", "qwen3-30b-a3b-tiny", "--attention-output-gate"])
 
 
+@pytest.mark.parametrize("model", [TINY, "qwen3-30b-a3b-tiny"])
+def test_the_deprecated_hybrid_override_pattern_is_refused_naming_hybrid_layer_pattern(model):
+    """megatron-core copies --hybrid-override-pattern into --hybrid-layer-pattern and raises a traceback on every rank
+    when both are given: the card fills the latter (or, for a GPT card, builds no hybrid model at all)."""
+    pattern = get_card(TINY).hybrid_layer_pattern
+    with pytest.raises(CardFlagConflict, match="--hybrid-override-pattern.*--hybrid-layer-pattern"):
+        merge_card_flags(["--oellm-model", model, "--hybrid-override-pattern", pattern])
+
+
 def test_vocab_size_revocabularies_the_card():
     merged = merge_card_flags(["--oellm-model", TINY, "--vocab-size", "257"])
     assert merged.card.vocab_size == 257 and parse(merged.argv).vocab_size == 257
