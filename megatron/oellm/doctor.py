@@ -123,6 +123,10 @@ class EnvironmentReport:
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
     """``deep_ep`` declares ``HybridEPBuffer`` (its hybrid-ep branch, which megatron-core imports); None if no deep_ep."""
+    grad_accum_fusion_findable: bool = True
+    """apex's ``fused_weight_gradient_mlp_cuda`` extension can be found on ``sys.path`` (located, not imported): the
+    kernel megatron-core's own parallel linears (the output layer) need under Megatron's default
+    ``--gradient-accumulation-fusion``."""
     megatron_core_path: str | None = None
     """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
     the installed distribution, whose metadata then names another release); None when it is not found."""
@@ -306,6 +310,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
         nvcc_path=_find_nvcc(env),
         hybrid_ep=deep_ep_declares_hybrid_ep(),
+        grad_accum_fusion_findable=_module_findable("fused_weight_gradient_mlp_cuda"),
         megatron_core_path=core_path,
     )
 
@@ -392,6 +397,14 @@ def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) 
     if version is None:
         return [Finding("ok", "transformer-engine",
                         "Transformer Engine is not installed: --oellm-backend auto uses the torch-native backend.")]
+    if report.transformer_engine_import_error is None and not report.grad_accum_fusion_findable:
+        return [Finding("warning", "transformer-engine",
+                        f"Transformer Engine {version} imports: --oellm-backend auto uses it; apex's "
+                        "fused_weight_gradient_mlp_cuda extension is missing, which megatron-core's output layer "
+                        "needs under Megatron's default gradient accumulation fusion, so the training entry refuses "
+                        "te-backend runs without --no-gradient-accumulation-fusion (`oellm recipe --local` adds it).",
+                        "install apex with its CUDA extensions (--cpp_ext --cuda_ext), or pass "
+                        "--no-gradient-accumulation-fusion")]
     if report.transformer_engine_import_error is None:
         return [Finding("ok", "transformer-engine",
                         f"Transformer Engine {version} imports: --oellm-backend auto uses it.")]

@@ -544,6 +544,11 @@ def test_te_rule_absent_installed_and_broken():
     assert severities(check_transformer_engine(make_report(), {})) == ["ok"]
     working = check_transformer_engine(make_report(versions={"transformer-engine": "2.20.2"}), {})
     assert severities(working) == ["ok"] and "2.20.2 imports" in working[0].message
+    no_apex = check_transformer_engine(make_report(versions={"transformer-engine": "2.20.2"},
+                                                   grad_accum_fusion_findable=False), {})
+    assert severities(no_apex) == ["warning"] and "fused_weight_gradient_mlp_cuda" in no_apex[0].message
+    assert "--no-gradient-accumulation-fusion" in no_apex[0].fix
+    assert severities(check_transformer_engine(make_report(grad_accum_fusion_findable=False), {})) == ["ok"]
     error = "OSError: libnccl.so.2: cannot open shared object file: No such file or directory"
     broken = check_transformer_engine(
         make_report(versions={"transformer-engine": "2.20.2"}, transformer_engine_import_error=error), {})

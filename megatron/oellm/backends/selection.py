@@ -94,16 +94,26 @@ def check_backend_support(
     disabled_fusions: tuple[str, ...] = (),
     deferred_wgrad: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
+    gradient_accumulation_fusion: bool = False,
 ) -> None:
     """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
 
     ``backend`` is a :data:`BACKEND_CHOICES` value (``auto`` is resolved first). The keyword features mirror
     TransformerConfig fields (see :func:`check_config_support`); ``disabled_fusions`` holds names of
-    :data:`TORCH_BACKEND_DISABLED_FUSIONS` and ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS`. The message
-    names the setting to change.
+    :data:`TORCH_BACKEND_DISABLED_FUSIONS` and ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS`;
+    ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
+    ``disabled_fusions``). The message names the setting to change.
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
+        if gradient_accumulation_fusion and not gradient_accumulation_fusion_available():
+            raise ValueError(
+                "the te backend cannot run gradient_accumulation_fusion=True here: megatron-core's own parallel "
+                "linears (the output layer) need apex's fused_weight_gradient_mlp_cuda extension, which does not "
+                "import, and megatron-core would raise once building the model has allocated memory. Pass "
+                "--no-gradient-accumulation-fusion (Transformer Engine's linears then accumulate weight gradients "
+                "unfused), or install apex with its CUDA extensions"
+            )
         return
     unsupported = []
     if fp8:
@@ -211,6 +221,16 @@ so the run would train with the overlap silently lost (or, for the output layer,
 config only once Megatron has initialised)."""
 
 
+def gradient_accumulation_fusion_available() -> bool:
+    """Whether megatron-core's own parallel linears can fuse weight-gradient accumulation here, as megatron-core
+    decides it when importing them (apex's ``fused_weight_gradient_mlp_cuda`` imports). Without it a model with
+    ``gradient_accumulation_fusion`` (Megatron's default) stops in the output layer's constructor, on either backend:
+    the torch backend turns the fusion off, the te backend refuses it before anything is allocated."""
+    from megatron.core.tensor_parallel import layers
+
+    return layers._grad_accum_fusion_available
+
+
 def _flag(name: str) -> str:
     """Megatron's command-line flag of the argument ``name`` (``delay_wgrad_compute`` -> ``--delay-wgrad-compute``)."""
     return "--" + name.replace("_", "-")
@@ -243,6 +263,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         disabled_fusions=tuple(name for name in TORCH_BACKEND_DISABLED_FUSIONS if is_config and getattr(source, name)),
         deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
         te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
+        gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
     )
 
 

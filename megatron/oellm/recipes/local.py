@@ -100,12 +100,30 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
         # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until
         # the run was killed.
         flags["split"] = LOCAL_SPLIT
+    if without_gradient_accumulation_fusion(flags):
+        # Megatron's default fusion needs apex's extension in megatron-core's own linears (the output layer); a
+        # machine with Transformer Engine but without apex runs the fitted row with TE's unfused accumulation.
+        flags["no-gradient-accumulation-fusion"] = True
     if layout.ep * layout.tp == 1 and flags.get("moe-token-dispatcher-type") == "flex":
         # megatron-core's flex dispatcher needs TP x EP > 1; one GPU runs the all-to-all dispatcher instead.
         flags["moe-token-dispatcher-type"] = "alltoall"
         for name in FLEX_ONLY_FLAGS:
             flags.pop(name, None)
     return ResolvedRow(fitted, card, layout, gpus, flags)
+
+
+def without_gradient_accumulation_fusion(flags: dict) -> bool:
+    """Whether the fitted run must turn gradient-accumulation fusion off here: it resolves to the te backend (the
+    torch one turns it off itself) and apex's extension, which megatron-core's own linears need for it, is missing."""
+    from megatron.oellm.backends.selection import gradient_accumulation_fusion_available, resolve_backend
+
+    if flags.get("no-gradient-accumulation-fusion"):
+        return False
+    try:
+        backend = resolve_backend(str(flags.get("oellm-backend", "auto")))
+    except ValueError:  # te asked for but missing: local_backend_problem reports it
+        return False
+    return backend == "te" and not gradient_accumulation_fusion_available()
 
 
 def torchrun_command(resolved: ResolvedRow) -> list[str]:

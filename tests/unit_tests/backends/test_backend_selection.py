@@ -19,6 +19,7 @@ from megatron.oellm.backends.torch_native.grouped_mlp import (
 )
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
 from megatron.oellm.backends.torch_native.norms import RMSNorm
+from megatron.oellm.training.args import parse_oellm_argv
 
 
 @pytest.fixture
@@ -266,8 +267,29 @@ def test_config_support_refuses_wgrad_fusion_and_deferral(overrides: dict, messa
         selection.check_config_support("torch", _tiny_config(**overrides))
 
 
-def test_config_support_keeps_the_te_backend_free_of_these_checks(te_present: None) -> None:
+def test_config_support_keeps_the_te_backend_free_of_these_checks(te_present: None, monkeypatch) -> None:
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
     selection.check_config_support("te", _tiny_config(gradient_accumulation_fusion=True))
+
+
+def test_te_backend_refuses_gradient_accumulation_fusion_without_apex(te_present: None, monkeypatch) -> None:
+    """megatron-core's own output layer raises in its constructor (after allocation) when the fusion is on and apex's
+    extension is missing, even on the te backend: refused from the arguments and from a config, naming the flag."""
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: False)
+    message = r"te backend cannot run gradient_accumulation_fusion=True.*--no-gradient-accumulation-fusion"
+    with pytest.raises(ValueError, match=message):
+        selection.check_config_support("te", _tiny_config(gradient_accumulation_fusion=True))
+    with pytest.raises(ValueError, match=message):
+        selection.check_args_support("te", parse_oellm_argv(["--oellm-model", "qwen3-30b-a3b-tiny"]))
+    selection.check_args_support("te", parse_oellm_argv(["--oellm-model", "qwen3-30b-a3b-tiny",
+                                                          "--no-gradient-accumulation-fusion"]))
+    selection.check_config_support("te", _tiny_config(gradient_accumulation_fusion=False))
+
+
+def test_the_fusion_probe_is_megatron_cores_own_decision() -> None:
+    from megatron.core.tensor_parallel import layers
+
+    assert selection.gradient_accumulation_fusion_available() is layers._grad_accum_fusion_available
 
 
 @pytest.mark.parametrize(

@@ -134,3 +134,18 @@ def test_a_local_run_killed_by_a_signal_exits_as_the_shell_reports_it(monkeypatc
         Done.returncode = returncode
         monkeypatch.setattr(subprocess, "run", lambda *a, done=Done, **k: done())
         assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == expected
+
+
+@pytest.mark.parametrize(("backend", "apex"), [("te", False), ("te", True), ("torch", False)])
+def test_a_te_fit_without_apex_turns_gradient_accumulation_fusion_off(monkeypatch, parse_megatron, backend, apex):
+    """Megatron's default gradient-accumulation fusion needs apex's extension in megatron-core's own output layer;
+    a machine with Transformer Engine but no apex runs the fitted row without it (the torch backend turns it off
+    in the entry itself)."""
+    from megatron.oellm.backends import selection
+
+    monkeypatch.setattr(selection, "resolve_backend", lambda name: backend)
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: apex)
+    recipe = load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml")
+    args = parse_megatron(fit_local(recipe, recipe.rows[0], gpus=1).argv)
+    assert args.gradient_accumulation_fusion is (backend == "torch" or apex)
+
