@@ -15,6 +15,7 @@ import torch
 from megatron.oellm.cards import get_card
 from tests.unit_tests.models.hf_reference import (
     SEED_VARIABLE,
+    RouterTieError,
     errors,
     float64_gated_delta_rule,
     float64_rule,
@@ -189,6 +190,33 @@ def test_tokens_clear_of_router_ties_say_when_no_draw_is():
         tokens_clear_of_router_ties(model, 512, (BATCH, SEQ), 1.0, attempts=3)
     with pytest.raises(ValueError, match="has no MoE router"):
         tokens_clear_of_router_ties(torch.nn.Linear(2, 2), 512, (BATCH, SEQ), 1e-4)
+
+
+@pytest.mark.parametrize("tied_models", [0, 2, 3])
+def test_the_fp32_parity_case_draws_the_model_again_when_it_routes_near_ties(monkeypatch, tied_models):
+    """A weight draw whose routers sit near ties on every token draw is replaced (up to three models): the case then
+    runs on the first model with clear choices, and fails naming the margins only when every model is tied."""
+    from tests.unit_tests.models import test_parity_gpu
+
+    card = get_card("qwen3-30b-a3b-tiny")
+    models = [cpu_hf_model(card.name, seed) for seed in range(3)]
+    drawn = iter(models)
+    monkeypatch.setattr(test_parity_gpu, "random_hf_model", lambda card, dtype: next(drawn))
+    monkeypatch.setattr(test_parity_gpu, "SEQ", SEQ)
+    margins = {id(model): (1e-6 if k < tied_models else 1.0) for k, model in enumerate(models)}
+
+    def router_margin(model, vocab_size, shape, margin, variants):  # the real draw, with a stand-in margin per model
+        if margins[id(model)] < margin:
+            raise RouterTieError(f"no draw keeps every router decision {margin:g} from a tie")
+        return torch.randint(0, vocab_size, shape), margins[id(model)]
+
+    monkeypatch.setattr(test_parity_gpu, "tokens_clear_of_router_ties", router_margin)
+    if tied_models == len(models):
+        with pytest.raises(RouterTieError, match="from a tie"):
+            test_parity_gpu.fp32_model_and_tokens(card)
+        return
+    hf, tokens = test_parity_gpu.fp32_model_and_tokens(card)
+    assert hf is models[tied_models] and tokens.shape == (test_parity_gpu.BATCH, SEQ)
 
 
 def test_fresh_seed_replays_the_seed_given(monkeypatch, capsys):
