@@ -180,19 +180,20 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     changed sizes and the ways out, instead of megatron failing (or, for some expert layouts, loading the wrong
     state) inside ``load_checkpoint`` after allocating the model on every rank.
 
-    ``args`` are the run's validated arguments (``data_parallel_size`` computed), ``checkpoint`` the one ``--load``
-    names as read by :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`. Runs that load no
-    optimizer state (``--finetune``, ``--no-load-optim``, no distributed optimizer, a ``release`` checkpoint or one
-    saved with ``--no-save-optim``) and checkpoints other programs wrote are left alone; so are ``torch`` checkpoints
-    (:func:`check_rank_file_layout`) and ``torch_dcp`` / ``fsdp_dtensor`` ones, whose DTensor state reshards.
+    ``args`` are the run's validated arguments (``data_parallel_size`` computed), ``checkpoint`` the one it loads as
+    read by :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`. Runs that load no
+    optimizer state (``--finetune``, ``--pretrained-checkpoint`` in place of an empty ``--load``, ``--no-load-optim``,
+    no distributed optimizer, a ``release`` checkpoint or one saved with ``--no-save-optim``) and checkpoints other
+    programs wrote are left alone; so are ``torch`` checkpoints (:func:`check_rank_file_layout`) and ``torch_dcp`` /
+    ``fsdp_dtensor`` ones, whose DTensor state reshards.
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
     from megatron.oellm.training.stored_checkpoint import oellm_run_args
 
-    if not args.load or args.finetune or args.no_load_optim or not args.use_distributed_optimizer:
+    if checkpoint is None or checkpoint.fine_tunes or args.finetune or args.no_load_optim:
         return
-    if checkpoint is None or checkpoint.ckpt_format != "torch_dist":
+    if not args.use_distributed_optimizer or checkpoint.ckpt_format != "torch_dist":
         return
     directory, common = checkpoint.directory, checkpoint.common
     found = oellm_run_args(common)
@@ -212,7 +213,7 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     bucket_fix = f"; or {bucket_way_out(stored)}" if bucket_changed else ""
     split_fix = f"; or {split_way_out(stored)}" if any(c.startswith("pipeline stage split") for c in changes) else ""
     raise ValueError(
-        f"--load {args.load} ({directory.name}) holds distributed-optimizer state in megatron-core's {sharding!r} "
+        f"{checkpoint.named_by} ({directory.name}) holds distributed-optimizer state in megatron-core's {sharding!r} "
         f"format, which reshards only across data-parallel ranks with unchanged gradient buckets, and this run "
         f"changes {'; '.join(changes)}. megatron-core would fail inside load_checkpoint after allocating the model "
         f"on every rank (or, for an expert layout of the same shard sizes, may load state of other parameters without a word). "
@@ -222,11 +223,11 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
 
 
 def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when ``--load`` names a ``--ckpt-format torch`` checkpoint (one file per model-parallel
+    """Raise ``ValueError`` when the run loads a ``--ckpt-format torch`` checkpoint (one file per model-parallel
     rank) and this run changes which parameters a model-parallel rank holds (:func:`model_space_changes`): its
     weights cannot follow, with or without ``--finetune`` or optimizer state, and megatron-core would fail after
     allocating the model, exit, or load layers into other ones without a word (see the module docstring)."""
-    if not args.load or checkpoint is None or checkpoint.ckpt_format != "torch":
+    if checkpoint is None or checkpoint.ckpt_format != "torch":
         return
     stored = checkpoint.common.get("args")
     if not isinstance(stored, argparse.Namespace):
@@ -234,21 +235,22 @@ def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoin
     changes = model_space_changes(stored, args)
     if changes:
         raise ValueError(
-            f"--load {args.load} ({checkpoint.directory.name}) is a --ckpt-format torch checkpoint, one file per "
+            f"{checkpoint.named_by} ({checkpoint.directory.name}) is a --ckpt-format torch checkpoint, one file per "
             f"model-parallel rank that only the layout which saved it loads, and this run changes "
             f"{'; '.join(changes)}. Resume with the checkpoint's layout; to change it, convert the checkpoint once: "
             f"run with its layout, --ckpt-convert-format torch_dist --ckpt-convert-save DIR and "
-            f"--dist-ckpt-optim-fully-reshardable (megatron saves it as DIR/torch_dist and exits), then --load "
-            f"DIR/torch_dist --ckpt-format torch_dist, whose weights and optimizer state load into any layout")
+            f"--dist-ckpt-optim-fully-reshardable (megatron saves it as DIR/torch_dist and exits), then "
+            f"{checkpoint.flag} DIR/torch_dist --ckpt-format torch_dist, whose weights and optimizer state load into any layout")
 
 
 def check_checkpoint_format(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when this run's ``--ckpt-format`` cannot load the format of the checkpoint ``--load``
-    names (megatron-core 0.19.2's ``load_checkpoint`` builds the state dict to load for the run's format, and
-    detects the checkpoint's only on the way): a ``torch_dist`` checkpoint under ``--ckpt-format torch`` without
+    """Raise ``ValueError`` when this run's ``--ckpt-format`` cannot load the format of the checkpoint it loads
+    (``--load``, or ``--pretrained-checkpoint`` in place of an empty one): megatron-core 0.19.2's
+    ``load_checkpoint`` builds the state dict to load for the run's format and detects the checkpoint's only on the
+    way, so a ``torch_dist`` checkpoint under ``--ckpt-format torch`` without
     ``--auto-detect-ckpt-format`` stops with a ``RuntimeError``, and a ``torch_dcp`` / ``fsdp_dtensor`` one under
     ``torch`` or ``torch_dist`` fails on an empty state dict, both after the model is allocated on every rank."""
-    if not args.load or checkpoint is None:
+    if checkpoint is None:
         return
     run, stored = args.ckpt_format, checkpoint.ckpt_format
     if stored == "torch_dist" and run == "torch" and not getattr(args, "auto_detect_ckpt_format", False):
@@ -258,5 +260,5 @@ def check_checkpoint_format(args: argparse.Namespace, checkpoint: StoredCheckpoi
     else:
         return
     what = "DCP checkpoint without metadata.json" if stored == "torch_dcp" else f"{stored} checkpoint"
-    raise ValueError(f"--load {args.load} ({checkpoint.directory.name}) is a {what}, which --ckpt-format {run} "
+    raise ValueError(f"{checkpoint.named_by} ({checkpoint.directory.name}) is a {what}, which --ckpt-format {run} "
                      f"cannot load (megatron-core would fail after allocating the model on every rank); pass {fix}")

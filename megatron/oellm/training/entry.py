@@ -90,7 +90,7 @@ def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when ``--load`` names an ``oellm convert hf-to-mcore`` checkpoint that megatron would
     check against run arguments it does not store (:func:`resume_compared_args`), naming ``--finetune``.
 
-    ``checkpoint`` is the one ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.
+    ``checkpoint`` is the one the run loads (:func:`megatron.oellm.training.stored_checkpoint.
     read_loaded_checkpoint`). A converted checkpoint stores only the arguments every load compares (its card's
     shape), since which tokenizer, divisor or batch size a run will use is not known when converting. Megatron skips
     the comparison under ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at
@@ -98,7 +98,7 @@ def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
     """
     from megatron.oellm.convert.pipeline import CARD_KEY, RELEASE
 
-    if not args.load or args.finetune or getattr(args, "ckpt_step", None) or checkpoint is None:
+    if checkpoint is None or checkpoint.fine_tunes or args.finetune or getattr(args, "ckpt_step", None):
         return
     compared = resume_compared_args(args)
     stored = checkpoint.common.get("args")
@@ -132,7 +132,7 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     from a megatron-oellm checkpoint that disagree with the card.
 
     ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint
-    ``--load`` names (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`; the one of
+    the run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`; the one of
     ``--pretrained-checkpoint`` is read here): megatron's ``load_args_from_checkpoint`` then overwrites the card's
     values (:data:`CARD_ARCHITECTURE_ARGS`) with the checkpoint's while the model is still built from the card, so
     the arguments, the FLOP count and the checkpoint load would describe other models without a word. A hybrid
@@ -140,14 +140,13 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
     programs and ones without stored arguments are left to megatron.
     """
-    from megatron.oellm.training.stored_checkpoint import oellm_run_args, read_stored_checkpoint
+    from megatron.oellm.training.stored_checkpoint import PRETRAINED, oellm_run_args, read_checkpoint_of
 
     if not (args.use_checkpoint_args and args.oellm_model):
         return
-    pretrained = (read_stored_checkpoint(Path(args.pretrained_checkpoint), getattr(args, "ckpt_step", None))
-                  if args.pretrained_checkpoint else None)
-    for flag, load_dir, checkpoint in (("--pretrained-checkpoint", args.pretrained_checkpoint, pretrained),
-                                       ("--load", args.load, loaded)):
+    # megatron reads the arguments of each flag's own checkpoint, --pretrained-checkpoint's first
+    from_load = loaded if loaded is not None and not loaded.fine_tunes else None
+    for checkpoint in (read_checkpoint_of(args, PRETRAINED), from_load):
         found = oellm_run_args(checkpoint.common) if checkpoint is not None else None
         if found is None:
             continue
@@ -159,7 +158,7 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
             continue
         match = f"--oellm-model {saved_with}" if saved_with else "the --oellm-model of the checkpoint's card"
         fields = "; ".join(f"{name}: checkpoint {ckpt!r}, card {card!r}" for name, ckpt, card in differ)
-        raise ValueError(f"--use-checkpoint-args would take architecture arguments from {flag} {load_dir} that "
+        raise ValueError(f"--use-checkpoint-args would take architecture arguments from {checkpoint.named_by} that "
                          f"differ from --oellm-model {args.oellm_model}'s while the model is built from the card "
                          f"({fields}); pass {match} to train the checkpoint's model, or drop --use-checkpoint-args")
 

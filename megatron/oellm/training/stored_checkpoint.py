@@ -28,6 +28,10 @@ RANK_ZERO_DIRECTORIES = ("mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000")
 without pipeline and expert parallelism, with one of them, with both."""
 
 
+LOAD = "--load"
+PRETRAINED = "--pretrained-checkpoint"
+
+
 @dataclass(frozen=True)
 class StoredCheckpoint:
     """The iteration directory megatron loads, its ``--ckpt-format`` (``torch_dist``, ``torch`` or ``torch_dcp``,
@@ -36,6 +40,16 @@ class StoredCheckpoint:
     directory: Path
     ckpt_format: str
     common: dict
+    named_by: str = LOAD
+    """The flag and directory the user gave (``--load DIR`` or ``--pretrained-checkpoint DIR``), for messages."""
+    fine_tunes: bool = False
+    """megatron-core loads it as ``--pretrained-checkpoint`` in place of an empty ``--load`` and so sets
+    ``--finetune`` itself: iteration 0, no optimizer or RNG state, no comparison of run arguments."""
+
+    @property
+    def flag(self) -> str:
+        """``--load`` or ``--pretrained-checkpoint``: the flag that named it."""
+        return self.named_by.split(" ", 1)[0]
 
 
 def load_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
@@ -101,42 +115,71 @@ def _persistent_iteration(load_dir: Path, ckpt_step: int | None) -> int:
     return 0 if directory.name == RELEASE else int(directory.name.removeprefix("iter_"))
 
 
-def loaded_directory(args: argparse.Namespace) -> Path | None:
-    """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for the run's ``--load``: under
-    ``--non-persistent-ckpt-type global`` the non-persistent checkpoint (``--non-persistent-global-ckpt-dir``, else
-    ``--load``/non_persistent) when it is at least as new as the persistent one, else :func:`load_directory`. None
-    when megatron loads none, or may load a ``local`` non-persistent checkpoint (its manager is not read here)."""
+def load_source(args: argparse.Namespace) -> tuple[str, Path] | None:
+    """(flag, directory) megatron-core 0.19.2's ``load_checkpoint`` loads from: ``--load`` unless
+    ``--pretrained-checkpoint`` is given and ``--load`` is unset or holds no ``latest_checkpointed_iteration.txt``
+    (a fine-tuning run's first job), when it loads ``--pretrained-checkpoint`` and sets ``--finetune``. None when
+    neither is given."""
+    pretrained = getattr(args, "pretrained_checkpoint", None)
+    if pretrained and not (args.load and (Path(args.load) / TRACKER_FILE).is_file()):
+        return PRETRAINED, Path(pretrained)
+    return (LOAD, Path(args.load)) if args.load else None
+
+
+def loaded_directory(args: argparse.Namespace, load_dir: Path | None = None) -> Path | None:
+    """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for ``load_dir`` (default: the
+    run's :func:`load_source`): under ``--non-persistent-ckpt-type global`` the non-persistent checkpoint
+    (``--non-persistent-global-ckpt-dir``, else ``load_dir``/non_persistent) when it is at least as new as the
+    persistent one, else :func:`load_directory`. None when megatron loads none, or may load a ``local``
+    non-persistent checkpoint (its manager is not read here)."""
+    if load_dir is None:
+        source = load_source(args)
+        load_dir = source[1] if source else None
     non_persistent = getattr(args, "non_persistent_ckpt_type", None)
-    if non_persistent == "local" or not args.load:
+    if non_persistent == "local" or load_dir is None:
         return None
     ckpt_step = getattr(args, "ckpt_step", None)
-    persistent = load_directory(Path(args.load), ckpt_step)
+    persistent = load_directory(load_dir, ckpt_step)
     if non_persistent != "global":
         return persistent
     global_dir = getattr(args, "non_persistent_global_ckpt_dir", None)
-    np_dir = Path(global_dir) if global_dir else Path(args.load) / NON_PERSISTENT
+    np_dir = Path(global_dir) if global_dir else load_dir / NON_PERSISTENT
     latest = load_directory(np_dir)
     if latest is None or latest.name == RELEASE:  # megatron refuses a release non-persistent checkpoint itself
         return persistent
-    newer = int(latest.name.removeprefix("iter_")) >= _persistent_iteration(Path(args.load), ckpt_step)
+    newer = int(latest.name.removeprefix("iter_")) >= _persistent_iteration(load_dir, ckpt_step)
     return latest if newer else persistent
 
 
 def read_loaded_checkpoint(args: argparse.Namespace) -> StoredCheckpoint | None:
-    """The checkpoint megatron loads for the run's ``--load`` (:func:`loaded_directory`) with its non-tensor state;
-    None as for :func:`read_stored_checkpoint`."""
-    return _read_directory(loaded_directory(args))
+    """The checkpoint megatron loads for the run (:func:`load_source`, :func:`loaded_directory`) with its
+    non-tensor state; None as for :func:`read_stored_checkpoint`."""
+    source = load_source(args)
+    if source is None:
+        return None
+    flag, load_dir = source
+    return _read_directory(loaded_directory(args, load_dir), f"{flag} {load_dir}", fine_tunes=flag == PRETRAINED)
+
+
+def read_checkpoint_of(args: argparse.Namespace, flag: str) -> StoredCheckpoint | None:
+    """The checkpoint megatron-core reads for ``flag`` alone (``--load`` or ``--pretrained-checkpoint``), as
+    ``--use-checkpoint-args`` reads each of them; None when the flag is unset or as for
+    :func:`read_stored_checkpoint`."""
+    value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+    if not value:
+        return None
+    return _read_directory(loaded_directory(args, Path(value)), f"{flag} {value}")
 
 
 def read_stored_checkpoint(load_dir: Path, ckpt_step: int | None = None) -> StoredCheckpoint | None:
     """The checkpoint megatron loads for ``--load load_dir`` (:func:`load_directory`) with its non-tensor state.
     None when megatron loads none or it cannot be read (megatron's loader reports those)."""
-    return _read_directory(load_directory(load_dir, ckpt_step))
+    return _read_directory(load_directory(load_dir, ckpt_step), f"{LOAD} {load_dir}")
 
 
-def _read_directory(directory: Path | None) -> StoredCheckpoint | None:
-    """Iteration directory ``directory`` (None: none) with its format and non-tensor state; None when it cannot be
-    read."""
+def _read_directory(directory: Path | None, named_by: str, fine_tunes: bool = False) -> StoredCheckpoint | None:
+    """Iteration directory ``directory`` (None: none; ``named_by`` the flag and directory the user gave) with its
+    format and non-tensor state; None when it cannot be read."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     from megatron.oellm.convert.dist_ckpt import CheckpointReader
@@ -153,7 +196,9 @@ def _read_directory(directory: Path | None) -> StoredCheckpoint | None:
             return None
     except (Exception, CheckpointException):  # a missing, partial or damaged file raises about any type (unpickling)
         return None
-    return StoredCheckpoint(directory, ckpt_format, common) if isinstance(common, dict) else None
+    if not isinstance(common, dict):
+        return None
+    return StoredCheckpoint(directory, ckpt_format, common, named_by, fine_tunes)
 
 
 def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None:
@@ -171,19 +216,37 @@ def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None
 
 
 def check_load_directory(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` when ``--load`` names a checkpoint's iteration directory itself (it holds a checkpoint
-    but no ``latest_checkpointed_iteration.txt``) without ``--ckpt-step``: megatron-core finds no tracker there,
-    loads nothing and trains from random weights, printing only a warning."""
-    if not args.load or getattr(args, "ckpt_step", None):
+    """Raise ``ValueError`` when megatron-core 0.19.2 would find no checkpoint where the user named one:
+
+    * ``--load`` names a checkpoint's iteration directory itself (it holds a checkpoint but no
+      ``latest_checkpointed_iteration.txt``) without ``--ckpt-step``: megatron finds no tracker there, loads nothing
+      (or ``--pretrained-checkpoint``) and trains from random weights, printing only a warning;
+    * ``--pretrained-checkpoint`` is what megatron loads (:func:`load_source`) and holds no tracker: megatron stops
+      with ``FileNotFoundError`` after allocating the model on every rank.
+    """
+    if args.load and not getattr(args, "ckpt_step", None):
+        _check_iteration_directory(LOAD, Path(args.load), "loads nothing (or --pretrained-checkpoint) and trains "
+                                   "from random weights")
+    source = load_source(args)
+    if source is None or source[0] != PRETRAINED or (source[1] / TRACKER_FILE).is_file():
         return
-    load_dir = Path(args.load)
+    _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model")
+    where = f"--load {args.load} holds none either, so " if args.load else ""
+    raise ValueError(f"--pretrained-checkpoint {source[1]} holds no {TRACKER_FILE}: {where}megatron-core finds no "
+                     "checkpoint to start from and stops with FileNotFoundError after allocating the model on every "
+                     "rank; name the directory megatron saved into (the one holding that file)")
+
+
+def _check_iteration_directory(flag: str, load_dir: Path, outcome: str) -> None:
+    """Raise ``ValueError`` when ``load_dir`` (given as ``flag``) is a checkpoint's iteration directory without
+    ``latest_checkpointed_iteration.txt``, where megatron-core finds no checkpoint and ``outcome`` follows."""
     try:
         if (load_dir / TRACKER_FILE).exists() or checkpoint_format(load_dir) is None:
             return
     except OSError:  # not a directory: megatron finds no checkpoint either way (a first job's empty --load)
         return
     step = load_dir.name.removeprefix("iter_")
-    fix = (f"--load {load_dir.parent} --ckpt-step {int(step)}" if load_dir.name.startswith("iter_") and step.isdigit()
-           else f"--load {load_dir.parent} with a {TRACKER_FILE} naming {load_dir.name!r}")
-    raise ValueError(f"--load {load_dir} is a checkpoint's iteration directory without {TRACKER_FILE}, where "
-                     f"megatron-core loads nothing and trains from random weights; pass {fix}")
+    fix = (f"{flag} {load_dir.parent} --ckpt-step {int(step)}" if load_dir.name.startswith("iter_") and step.isdigit()
+           else f"{flag} {load_dir.parent} with a {TRACKER_FILE} naming {load_dir.name!r}")
+    raise ValueError(f"{flag} {load_dir} is a checkpoint's iteration directory without {TRACKER_FILE}, where "
+                     f"megatron-core {outcome}; pass {fix}")
