@@ -180,9 +180,15 @@ def _image_architecture_lines() -> list[str]:
     """Shell lines that stop the job, before ``srun`` starts any rank, when the image cannot run a program of its
     own on this node: an image built for another CPU architecture (an x86_64 one on Jupiter's aarch64 GH200) would
     otherwise fail every rank with ``exec format error``. Under an emulator (binfmt) the image's ``uname -m`` names
-    its own architecture, which the check compares with the node's."""
+    its own architecture, which the check compares with the node's. A node without ``apptainer`` on its ``PATH``
+    is named as such first, rather than as an image to rebuild."""
     return [
         "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
+        "if ! command -v apptainer > /dev/null; then",
+        '  echo "error: apptainer is not on the PATH of node $(hostname): make it available in the shell that'
+        ' submits this job (e.g. module load apptainer), whose environment sbatch passes on" >&2',
+        "  exit 1",
+        "fi",
         'NODE_ARCH="$(uname -m)"',
         'IMAGE_ARCH="$(apptainer exec "$IMAGE" uname -m)" || IMAGE_ARCH="none (apptainer exec failed)"',
         'if [ "$IMAGE_ARCH" != "$NODE_ARCH" ]; then',

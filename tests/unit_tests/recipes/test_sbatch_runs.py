@@ -76,13 +76,16 @@ def _recipe(**cluster):
 
 
 def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,
-             torchrun: str = TORCHRUN, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+             torchrun: str = TORCHRUN, env: dict[str, str] | None = None,
+             stand_ins: tuple[str, ...] = ("scontrol", "srun", "apptainer", "torchrun")) -> tuple[int, list[str]]:
     """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd``, the
-    stand-ins (``torchrun`` as given) first on PATH and ``env`` over the environment; return bash's exit status and
-    the stand-ins' record lines (the job's stderr is left in ``tmp_path / "stderr"``)."""
+    ``stand_ins`` (``torchrun`` as given) first on PATH and ``env`` over the environment; return bash's exit status
+    and the stand-ins' record lines (the job's stderr is left in ``tmp_path / "stderr"``)."""
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN), ("apptainer", APPTAINER), ("torchrun", torchrun)):
+    texts = {"scontrol": SCONTROL, "srun": SRUN, "apptainer": APPTAINER, "torchrun": torchrun}
+    for name in stand_ins:
+        text = texts[name]
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     record = tmp_path / "record"
@@ -238,6 +241,25 @@ def test_an_image_of_another_architecture_stops_the_job_before_srun(tmp_path, im
     (error,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert f"image {tmp_path / 'image.sif'} runs as " in error and f"is {node_arch}: build the image for" in error
     assert ("apptainer exec failed" if image_arch == "none" else image_arch) in error
+
+
+def test_a_node_without_apptainer_is_named_as_such(tmp_path):
+    """Without apptainer on the node's PATH the architecture check read as an image to rebuild ("runs as none
+    (apptainer exec failed)"); the job now names the missing command, before srun."""
+    system_path = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if Path(p).is_dir())
+    if shutil.which("apptainer", path=system_path):
+        pytest.skip("apptainer is installed on this machine")
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    status, record = _run_job(script, tmp_path, tmp_path, 2)
+    assert status == 0, record  # with the stand-in on PATH the job runs
+    (tmp_path / "fake-bin" / "apptainer").unlink()
+    env = {"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}{system_path}"}
+    status, record = _run_job(script, tmp_path, tmp_path, 2, env=env, stand_ins=("scontrol", "srun", "torchrun"))
+    assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
+    (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: apptainer is not on the PATH of node ") and "module load apptainer" in error
 
 
 @pytest.mark.parametrize("host_variable", ["PYTHONPATH", "APPTAINERENV_PYTHONPATH", "SINGULARITYENV_PYTHONPATH"])
