@@ -23,8 +23,8 @@ def _recipe(**cluster):
 def _bash_values(script: str, tmp_path: Path) -> list[str]:
     """Run the script's variable and array assignments in bash; return $IMAGE, then every MEGATRON_ARGS element."""
     body = script.split("srun --kill-on-bad-exit")[0]
-    before, architecture_check = body.split('NODE_ARCH="$(uname -m)"')  # runs the image: no Apptainer here
-    body = before + architecture_check.split("\nfi\n", 1)[1]
+    before = body.split("if ! command -v apptainer")[0]  # the image checks need Apptainer: none here
+    body = before + body.split('NODE_ARCH="$(uname -m)"')[1].split("\nfi\n", 1)[1]
     body = "\n".join(line for line in body.splitlines()
                      if not line.startswith(("MASTER_ADDR", "mkdir", "cd ")))
     program = body + '\nprintf "%s\\0" "$IMAGE" "$NCCL_MIN_NCHANNELS" "${MEGATRON_ARGS[@]}"\n'
