@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A virtual environment where Transformer Engine imports on a machine without a GPU, then the TE backend's CPU tests.
 #
-#   bash tools/te_cpu_env.sh [VENV_DIR]        # default .te-venv; about 4 GB of wheels, ~10 min on 2 cores
+#   [TE_PYTHON=python3.12] bash tools/te_cpu_env.sh [VENV_DIR]   # default .te-venv; ~4 GB of wheels, ~10 min on 2 cores
+#
+# TE_PYTHON (default python3) makes a new VENV_DIR: the compiled extension loads only on that Python's minor version,
+# so a bundle for another machine (tools/te_site_bundle.sh) needs that machine's, e.g. python3.12 for the H200.
 #
 # CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked), and the
 # header and TE core wheels are the CUDA 13 ones. Rerunning it on an existing VENV_DIR skips the compilation.
@@ -21,7 +24,8 @@ TE_VERSION=${TE_VERSION:-2.20.2}
 TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the H200 device's torch; PyPI's Linux wheel of it is built for CUDA 13.0
 CUDA_WHEELS="13.0.*"
 
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+# The extension is compiled for the venv's CPython ABI: TE_PYTHON names the target's Python (python3.12 for the H200)
+[ -x "$VENV/bin/python" ] || "${TE_PYTHON:-python3}" -m venv "$VENV"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 # A find-links folder with a local +cpu torch wheel would win over PyPI's CUDA wheel of the same version (an index-url
@@ -45,8 +49,10 @@ if [ "$(python -c 'import importlib.metadata as m; print(m.version("transformer_
   python -m pip download -q --no-deps --no-build-isolation --no-binary :all: -d "$SDIST_DIR" \
     "transformer_engine_torch==${TE_VERSION}"
   tar -xzf "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}.tar.gz" -C "$SDIST_DIR"
-  # FORCE_BUILD: skip the GitHub wheel lookup; USE_NVIDIA_WHEELS: headers from the nvidia-* wheels, not a toolkit.
-  NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_BUILD_USE_NVIDIA_WHEELS=1 MAX_JOBS=$(nproc) \
+  # FORCE_BUILD: skip the GitHub wheel lookup; USE_NVIDIA_WHEELS: headers from the nvidia-* wheels, not a toolkit;
+  # NO_LOCAL_VERSION: inside a git checkout (the default VENV_DIR is in this one) TE appends that checkout's commit
+  # to the extension's version (2.20.2+1e5762e), and TE's import then refuses it beside the 2.20.2 core wheel.
+  NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_BUILD_USE_NVIDIA_WHEELS=1 NVTE_NO_LOCAL_VERSION=1 MAX_JOBS=$(nproc) \
     "${PIP[@]}" --no-build-isolation --no-deps "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}"
 fi
 
