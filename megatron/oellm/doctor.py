@@ -70,6 +70,8 @@ PACKAGE_PROBES: tuple[PackageProbe, ...] = (
     PackageProbe("deep-ep", ("deep-ep",), "deep_ep"),
     PackageProbe("apex", ("apex",), "apex"),
     PackageProbe("flash-attn", ("flash-attn",), "flash_attn"),
+    PackageProbe("flash-attn-3", ("flash-attn-3",), "flash_attn_interface"),
+    PackageProbe("flash-attn-4", ("flash-attn-4",), "flash_attn.cute"),
     PackageProbe("transformers", ("transformers",), "transformers"),
 )
 """Every package the doctor reports, in display order."""
@@ -614,6 +616,33 @@ def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[F
         "set moe-token-dispatcher-type = \"alltoall\" in the recipe's flags")]
 
 
+FLASH_ATTENTION_RECIPE_BASES = ("_mn5.toml",)
+"""Recipe bases in ``examples/oellm/`` that set ``attention-backend = "flash"``."""
+
+
+def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """``--attention-backend flash`` on the te backend needs a flash-attn that Transformer Engine supports: the
+    training entry refuses it otherwise (TE's first forward would find no attention backend). Only where TE
+    imports; a warning, as rows with ``attention-backend = "auto"`` run either way."""
+    name = "te-flash-attention"
+    te = report.versions.get("transformer-engine")
+    if te is None or report.transformer_engine_import_error is not None:
+        return []
+    found = [f"{probe} {report.versions[probe]}" for probe in ("flash-attn", "flash-attn-3", "flash-attn-4")
+             if report.versions.get(probe)]
+    if found:
+        return [Finding("ok", name, f"{', '.join(found)} installed beside Transformer Engine {te}: --attention-backend "
+                        "flash can run where TE supports that version (the training entry asks TE at start).")]
+    bases = " and ".join(f"examples/oellm/{base}" for base in FLASH_ATTENTION_RECIPE_BASES)
+    return [Finding(
+        "warning", name,
+        f"no flash-attn is installed beside Transformer Engine {te} (flash-attn, flash-attn-3 and flash-attn-4 are "
+        f"missing), so te-backend runs with --attention-backend flash are refused at start: the rows of the recipes "
+        f"extending {bases} (`oellm recipe --local` runs them with --attention-backend auto).",
+        "install a flash-attn that Transformer Engine supports (NVIDIA's PyTorch containers bring one), or set "
+        "attention-backend = \"auto\" in the recipe's flags")]
+
+
 Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
 RULES: tuple[Rule, ...] = (
     check_python,
@@ -626,6 +655,7 @@ RULES: tuple[Rule, ...] = (
     check_allocator_conf,
     check_slow_path_switches,
     check_hybrid_ep,
+    check_te_flash_attention,
 )
 """Every rule, in report order."""
 

@@ -22,6 +22,7 @@ from megatron.oellm import doctor as doctor_module
 from megatron.oellm.backends.selection import transformer_engine_import_error
 from megatron.oellm.commands import doctor as doctor_command
 from megatron.oellm.doctor import (
+    FLASH_ATTENTION_RECIPE_BASES,
     HYBRID_EP_RECIPE_BASES,
     EnvironmentReport,
     Finding,
@@ -36,6 +37,7 @@ from megatron.oellm.doctor import (
     check_nccl_channels,
     check_python,
     check_slow_path_switches,
+    check_te_flash_attention,
     check_torch,
     check_transformer_engine,
     collect_environment,
@@ -628,3 +630,33 @@ def test_the_recipe_bases_the_hybrid_ep_warning_names_are_the_ones_that_use_it()
         flags = load_recipe(path).megatron_flags
         uses = (flags.get("moe-token-dispatcher-type"), flags.get("moe-flex-dispatcher-backend")) == ("flex", "hybridep")
         assert uses == bool(set(_extends_chain(path)) & set(HYBRID_EP_RECIPE_BASES)), path.name
+
+
+def test_the_recipe_bases_the_flash_attention_warning_names_are_the_ones_that_use_it():
+    """The warning's bases are exactly where examples/oellm/'s recipes get --attention-backend flash (a row of its
+    own may choose another: the attention recipe's second row)."""
+    from megatron.oellm.recipes.config import load_recipe
+
+    for path in sorted(path for path in EXAMPLES.glob("*.toml") if not path.name.startswith("_")):
+        uses = load_recipe(path).megatron_flags.get("attention-backend") == "flash"
+        assert uses == bool(set(_extends_chain(path)) & set(FLASH_ATTENTION_RECIPE_BASES)), path.name
+
+
+@pytest.mark.parametrize("flash", [{}, {"flash-attn": "2.7.4"}, {"flash-attn-3": "3.0.0b1"}])
+def test_te_without_a_flash_attn_is_a_warning_naming_the_recipes_and_the_way_out(flash):
+    """Transformer Engine without any flash-attn: the MN5 rows' --attention-backend flash is refused at start, a
+    warning (auto rows run); with one installed, ok (TE judges its version at start). No finding without TE."""
+    report = make_report(versions={"transformer-engine": "2.20.2", **flash}, grad_accum_fusion_findable=True)
+    findings = check_te_flash_attention(report, GOOD_ENV)
+    if flash:
+        assert [(f.severity, f.name) for f in findings] == [("ok", "te-flash-attention")]
+        assert " ".join(next(iter(flash.items()))) in findings[0].message
+        return
+    assert [(f.severity, f.name) for f in findings] == [("warning", "te-flash-attention")]
+    assert "--attention-backend flash are refused at start" in findings[0].message
+    assert all(f"examples/oellm/{base}" in findings[0].message for base in FLASH_ATTENTION_RECIPE_BASES)
+    assert 'attention-backend = "auto"' in findings[0].fix
+    assert exit_status(check_environment(report, GOOD_ENV)) == 0
+    assert check_te_flash_attention(make_report(), GOOD_ENV) == []
+    broken = make_report(versions={"transformer-engine": "2.20.2"}, transformer_engine_import_error="libcudnn")
+    assert check_te_flash_attention(broken, GOOD_ENV) == []

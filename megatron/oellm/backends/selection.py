@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from megatron.core.models.backends import BackendSpecProvider
+from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 BACKEND_CHOICES = ("auto", "te", "torch")
@@ -95,6 +96,7 @@ def check_backend_support(
     deferred_wgrad: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
     gradient_accumulation_fusion: bool = False,
+    flash_attention_only: bool = False,
 ) -> None:
     """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
 
@@ -102,10 +104,19 @@ def check_backend_support(
     TransformerConfig fields (see :func:`check_config_support`); ``disabled_fusions`` holds names of
     :data:`TORCH_BACKEND_DISABLED_FUSIONS` and ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS`;
     ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
-    ``disabled_fusions``). The message names the setting to change.
+    ``disabled_fusions``), as is ``flash_attention_only`` (``--attention-backend flash``, which only TE's attention
+    reads). The message names the setting to change.
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
+        if flash_attention_only and not te_flash_attention_available():
+            raise ValueError(
+                "the te backend cannot run attention_backend=flash here: Transformer Engine finds no flash-attn it "
+                "supports (flash-attn 2 in its version range, flash-attn-3 or flash-attn-4), so no attention backend "
+                "would be left and the first forward pass would stop with 'No dot product attention backend is "
+                "available' after the model is allocated. Pass --attention-backend auto (TE then picks its cuDNN "
+                "fused attention), or install a flash-attn that TE supports"
+            )
         if gradient_accumulation_fusion and not gradient_accumulation_fusion_available():
             raise ValueError(
                 "the te backend cannot run gradient_accumulation_fusion=True here: megatron-core's own parallel "
@@ -231,6 +242,17 @@ def gradient_accumulation_fusion_available() -> bool:
     return layers._grad_accum_fusion_available
 
 
+def te_flash_attention_available() -> bool:
+    """Whether Transformer Engine's flash-attention backend can run here, as TE itself decides when importing its
+    attention backends (the flags its ``get_attention_backend`` reads): a flash-attn 2 within TE's supported version
+    range, flash-attn-3 or flash-attn-4. Without one, ``--attention-backend flash`` (which turns TE's fused and
+    unfused attention off) leaves TE no backend. Call it only where Transformer Engine imports."""
+    importlib.import_module("transformer_engine.pytorch.attention.dot_product_attention.backends")  # TE's detection
+    utils = importlib.import_module("transformer_engine.pytorch.attention.dot_product_attention.utils")
+    found = utils.FlashAttentionUtils
+    return bool(found.is_installed or found.v3_is_installed or found.v4_is_installed)
+
+
 def _flag(name: str) -> str:
     """Megatron's command-line flag of the argument ``name`` (``delay_wgrad_compute`` -> ``--delay-wgrad-compute``)."""
     return "--" + name.replace("_", "-")
@@ -264,6 +286,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
         te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
+        flash_attention_only=source.attention_backend == AttnBackend.flash,
     )
 
 

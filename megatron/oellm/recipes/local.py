@@ -14,6 +14,7 @@ import os
 import sys
 
 from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.recipes.config import Recipe, TableRow
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card
@@ -100,30 +101,52 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
         # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until
         # the run was killed.
         flags["split"] = LOCAL_SPLIT
-    if without_gradient_accumulation_fusion(flags):
-        # Megatron's default fusion needs apex's extension in megatron-core's own linears (the output layer); a
-        # machine with Transformer Engine but without apex runs the fitted row with TE's unfused accumulation.
-        flags["no-gradient-accumulation-fusion"] = True
+    adjustments = machine_adjustments(flags)
+    notes = tuple(f"--local runs with {_flag_text(name, value)} here (the row: {_flag_text(name, flags.get(name))}): "
+                  f"{why}" for name, (value, why) in adjustments.items())
+    flags.update({name: value for name, (value, _why) in adjustments.items()})
     if layout.ep * layout.tp == 1 and flags.get("moe-token-dispatcher-type") == "flex":
         # megatron-core's flex dispatcher needs TP x EP > 1; one GPU runs the all-to-all dispatcher instead.
         flags["moe-token-dispatcher-type"] = "alltoall"
         for name in FLEX_ONLY_FLAGS:
             flags.pop(name, None)
-    return ResolvedRow(fitted, card, layout, gpus, flags)
+    return ResolvedRow(fitted, card, layout, gpus, flags, notes)
 
 
-def without_gradient_accumulation_fusion(flags: dict) -> bool:
-    """Whether the fitted run must turn gradient-accumulation fusion off here: it resolves to the te backend (the
-    torch one turns it off itself) and apex's extension, which megatron-core's own linears need for it, is missing."""
-    from megatron.oellm.backends.selection import gradient_accumulation_fusion_available, resolve_backend
+def machine_adjustments(flags: dict) -> dict[str, tuple[FlagValue, str]]:
+    """Flag -> (value, why) that the fitted run sets because this machine lacks a kernel the row's flags need on the
+    te backend, which the training entry would otherwise refuse (the torch backend needs neither):
 
-    if flags.get("no-gradient-accumulation-fusion"):
-        return False
+    * ``--no-gradient-accumulation-fusion`` without apex's ``fused_weight_gradient_mlp_cuda`` (megatron-core's own
+      output layer needs it under Megatron's default fusion);
+    * ``--attention-backend auto`` for a row's ``flash`` when Transformer Engine finds no flash-attn it supports
+      (TE then picks its cuDNN fused attention).
+    """
+    from megatron.oellm.backends.selection import (
+        gradient_accumulation_fusion_available,
+        resolve_backend,
+        te_flash_attention_available,
+    )
+
     try:
         backend = resolve_backend(str(flags.get("oellm-backend", "auto")))
     except ValueError:  # te asked for but missing: local_backend_problem reports it
-        return False
-    return backend == "te" and not gradient_accumulation_fusion_available()
+        return {}
+    if backend != "te":
+        return {}
+    adjustments: dict[str, tuple[FlagValue, str]] = {}
+    if not flags.get("no-gradient-accumulation-fusion") and not gradient_accumulation_fusion_available():
+        adjustments["no-gradient-accumulation-fusion"] = (True, "apex's fused_weight_gradient_mlp_cuda is missing")
+    if flags.get("attention-backend") == "flash" and not te_flash_attention_available():
+        adjustments["attention-backend"] = ("auto", "Transformer Engine finds no flash-attn it supports")
+    return adjustments
+
+
+def _flag_text(name: str, value: FlagValue) -> str:
+    """``--name value`` as a command line has it (``--name`` for a switch, "unset" for an absent flag)."""
+    if value is None or value is False:
+        return "unset"
+    return f"--{name}" if value is True else f"--{name} {value}"
 
 
 def torchrun_command(resolved: ResolvedRow) -> list[str]:

@@ -50,6 +50,8 @@ class ResolvedRow:
     layout: ParallelLayout
     world_size: int
     flags: dict[str, FlagValue]
+    notes: tuple[str, ...] = ()
+    """What a ``--local`` fit set differently from the row for this machine (printed before the run)."""
 
     @property
     def argv(self) -> list[str]:

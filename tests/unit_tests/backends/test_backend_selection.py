@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.moe.experts import SequentialMLP
 from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -353,3 +354,39 @@ def test_entry_refuses_output_layer_wgrad_deferral_before_megatron_initialises()
              "--defer-embedding-wgrad-compute", "--micro-batch-size", "1", "--global-batch-size", "8",
              "--seq-length", "128", "--bf16"], 2, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
         )
+
+
+def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_present: None, monkeypatch) -> None:
+    """--attention-backend flash turns TE's fused and unfused attention off; without a flash-attn TE supports the
+    first forward stopped with "No dot product attention backend is available" after the model was allocated (seen
+    on the H200 with the MN5 recipes' --local runs). Refused from the arguments and from a config, naming the fix;
+    auto, and flash with a flash-attn present, go on."""
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
+    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: False)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny"]
+    message = r"te backend cannot run attention_backend=flash here.*Pass --attention-backend auto"
+    with pytest.raises(ValueError, match=message):
+        selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
+    with pytest.raises(ValueError, match=message):
+        selection.check_config_support("te", _tiny_config(attention_backend=AttnBackend.flash))
+    selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "auto"]))
+    selection.check_backend_support("torch", flash_attention_only=True)
+    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: True)
+    selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
+
+
+@pytest.mark.skipif(selection.transformer_engine_import_error() is not None, reason="needs Transformer Engine")
+def test_the_flash_attention_probe_follows_the_installed_packages() -> None:
+    """TE's own detection, against the distributions it looks for: no flash-attn 2, 3 or 4 installed, no flash
+    backend (the device and this repository's TE venv have none)."""
+    import importlib.metadata
+
+    installed = []
+    for name in ("flash-attn", "flash-attn-3", "flash-attn-4"):
+        try:
+            installed.append(importlib.metadata.version(name))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    if installed:
+        pytest.skip(f"a flash-attn is installed ({installed}): its supported range is TE's to judge")
+    assert selection.te_flash_attention_available() is False

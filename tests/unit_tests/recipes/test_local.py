@@ -136,16 +136,37 @@ def test_a_local_run_killed_by_a_signal_exits_as_the_shell_reports_it(monkeypatc
         assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == expected
 
 
-@pytest.mark.parametrize(("backend", "apex"), [("te", False), ("te", True), ("torch", False)])
-def test_a_te_fit_without_apex_turns_gradient_accumulation_fusion_off(monkeypatch, parse_megatron, backend, apex):
-    """Megatron's default gradient-accumulation fusion needs apex's extension in megatron-core's own output layer;
-    a machine with Transformer Engine but no apex runs the fitted row without it (the torch backend turns it off
-    in the entry itself)."""
+@pytest.mark.parametrize(("backend", "apex", "flash_attn"),
+                         [("te", False, False), ("te", True, True), ("te", True, False), ("torch", False, False)])
+def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, capsys, parse_megatron, backend, apex,
+                                                                  flash_attn):
+    """On the te backend the entry refuses Megatron's default gradient-accumulation fusion without apex's extension
+    and the MN5 rows' --attention-backend flash without a flash-attn TE supports (TE would stop at the first forward
+    with no attention backend left); the fitted row runs without them on such a machine, and the run's log says so.
+    The torch backend needs neither (the entry turns the fusion off itself; its attention is SDPA)."""
     from megatron.oellm.backends import selection
 
     monkeypatch.setattr(selection, "resolve_backend", lambda name: backend)
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: apex)
-    recipe = load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml")
-    args = parse_megatron(fit_local(recipe, recipe.rows[0], gpus=1).argv)
+    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: flash_attn)
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+    assert recipe.rows[0].flags.get("attention-backend", "flash") == "flash"
+    resolved = fit_local(recipe, recipe.rows[0], gpus=1)
+    args = parse_megatron(resolved.argv)
     assert args.gradient_accumulation_fusion is (backend == "torch" or apex)
+    assert args.attention_backend.name == ("flash" if backend == "torch" or flash_attn else "auto")
+    expected = []
+    if backend == "te" and not apex:
+        expected.append("--local runs with --no-gradient-accumulation-fusion here (the row: unset): apex's "
+                        "fused_weight_gradient_mlp_cuda is missing")
+    if backend == "te" and not flash_attn:
+        expected.append("--local runs with --attention-backend auto here (the row: --attention-backend flash): "
+                        "Transformer Engine finds no flash-attn it supports")
+    assert list(resolved.notes) == expected
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(recipe_command, "local_backend_problem", lambda resolved: "")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": 0})())
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in printed if line.startswith("note: ")] == [f"note: {note}" for note in expected]
 
