@@ -2,7 +2,7 @@
 # Transformer Engine as an offline site bundle for a GPU machine without a package index (air-gapped compute nodes,
 # the project's H200 device), cut into parts that fit a size-limited transfer.
 #
-#   bash tools/te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]   # default OUT_DIR .bundle/te-parts, PART_MIB 58
+#   bash tools/te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]   # default OUT_DIR .bundle/te-parts, PART_MIB 61
 #
 # VENV_DIR is a virtual environment made by tools/te_cpu_env.sh with the target's Python (the extension module is
 # compiled for one CPython ABI) and a torch of the target's version and CUDA major. The bundle holds TE's Python
@@ -17,14 +17,16 @@
 # Only the parts te-site.sha256 lists are joined, in its order: a part left in OUT_DIR by an earlier, longer bundle
 # (te-site.tar.xz.part-af beside a new five-part one) is neither checked nor unpacked.
 # TE's core library is ~340 MB of CUDA fat binaries that xz shrinks only to ~250 MB, hence the parts.
+# 61 MiB parts plus a ~2 MB working tree stay under the project device's 64 MiB a call, and TE 2.20.2's last part
+# (~15 MiB) then travels with the ~45 MiB site bundle: five calls in all.
 set -euo pipefail
 VENV=$(realpath "${1:?usage: te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]}")
 OUT=$(realpath -m "${2:-$(dirname "$0")/../.bundle/te-parts}")
-PART_MIB=${3:-58}
+PART_MIB=${3:-61}
 # checked before anything is removed or compressed: split would refuse it only after minutes of xz, with the earlier
 # bundle's parts already deleted
 [[ "$PART_MIB" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "error: PART_MIB must be a whole number of MiB >= 1, got '$PART_MIB' (e.g. 58)" >&2; exit 2; }
+  { echo "error: PART_MIB must be a whole number of MiB >= 1, got '$PART_MIB' (e.g. 61)" >&2; exit 2; }
 PY="$VENV/bin/python"
 [ -x "$PY" ] || { echo "error: $VENV has no bin/python (make it with tools/te_cpu_env.sh)" >&2; exit 2; }
 SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
