@@ -26,6 +26,12 @@ CUDA_WHEELS="13.0.*"
 
 # The extension is compiled for the venv's CPython ABI: TE_PYTHON names the target's Python (python3.12 for the H200)
 [ -x "$VENV/bin/python" ] || "${TE_PYTHON:-python3}" -m venv "$VENV"
+if [ -n "${TE_PYTHON:-}" ]; then  # an existing venv keeps its own Python: say so rather than build for another one
+  minor='import sys; print("%d.%d" % sys.version_info[:2])'
+  want=$("$TE_PYTHON" -c "$minor") && have=$("$VENV/bin/python" -c "$minor")
+  [ "$want" = "$have" ] ||
+    { echo "error: $VENV has Python $have but TE_PYTHON is $want: remove $VENV or name another VENV_DIR" >&2; exit 2; }
+fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 # A find-links folder with a local +cpu torch wheel would win over PyPI's CUDA wheel of the same version (an index-url

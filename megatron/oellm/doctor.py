@@ -51,8 +51,9 @@ class PackageProbe:
     """Name shown in the report and used as key of :attr:`EnvironmentReport.versions`."""
     distributions: tuple[str, ...]
     """Distribution names to read the version from with ``importlib.metadata``, in order of preference."""
-    module: str
-    """Top-level module; located (not imported) when no distribution metadata is found."""
+    module: str | None
+    """Top-level module; located (not imported) when no distribution metadata is found. None where only the
+    metadata counts (Transformer Engine looks for flash-attn-3 and flash-attn-4 by their distributions alone)."""
 
 
 PACKAGE_PROBES: tuple[PackageProbe, ...] = (
@@ -70,8 +71,8 @@ PACKAGE_PROBES: tuple[PackageProbe, ...] = (
     PackageProbe("deep-ep", ("deep-ep",), "deep_ep"),
     PackageProbe("apex", ("apex",), "apex"),
     PackageProbe("flash-attn", ("flash-attn",), "flash_attn"),
-    PackageProbe("flash-attn-3", ("flash-attn-3",), "flash_attn_interface"),
-    PackageProbe("flash-attn-4", ("flash-attn-4",), "flash_attn.cute"),
+    PackageProbe("flash-attn-3", ("flash-attn-3",), None),
+    PackageProbe("flash-attn-4", ("flash-attn-4",), None),
     PackageProbe("transformers", ("transformers",), "transformers"),
 )
 """Every package the doctor reports, in display order."""
@@ -157,7 +158,7 @@ def _distribution_version(probe: PackageProbe) -> str | None:
             return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return UNKNOWN_VERSION if _module_findable(probe.module) else None
+    return UNKNOWN_VERSION if probe.module is not None and _module_findable(probe.module) else None
 
 
 def _module_findable(module: str) -> bool:

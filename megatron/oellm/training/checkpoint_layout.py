@@ -238,7 +238,8 @@ def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoin
             f"{checkpoint.named_by} ({checkpoint.directory.name}) is a --ckpt-format torch checkpoint, one file per "
             f"model-parallel rank that only the layout which saved it loads, and this run changes "
             f"{'; '.join(changes)}. Resume with the checkpoint's layout; to change it, convert the checkpoint once: "
-            f"run with its layout, --ckpt-convert-format torch_dist --ckpt-convert-save DIR and "
+            f"run with its layout, --load {checkpoint.given or checkpoint.directory.parent}, "
+            f"--ckpt-convert-format torch_dist --ckpt-convert-save DIR and "
             f"--dist-ckpt-optim-fully-reshardable (megatron saves it as DIR/torch_dist and exits), then "
             f"{checkpoint.flag} DIR/torch_dist --ckpt-format torch_dist, whose weights and optimizer state load into any layout")
 

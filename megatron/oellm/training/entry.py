@@ -140,12 +140,13 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
     programs and ones without stored arguments are left to megatron.
     """
-    from megatron.oellm.training.stored_checkpoint import PRETRAINED, oellm_run_args, read_checkpoint_of
+    from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED, oellm_run_args, read_checkpoint_of
 
     if not (args.use_checkpoint_args and args.oellm_model):
         return
-    # megatron reads the arguments of each flag's own checkpoint, --pretrained-checkpoint's first
-    from_load = loaded if loaded is not None and not loaded.fine_tunes else None
+    # megatron reads the arguments of each flag's own checkpoint, --pretrained-checkpoint's first, --load's also
+    # when the run fine-tunes from the former (a non-persistent or --ckpt-step checkpoint needs no tracker there)
+    from_load = loaded if loaded is not None and loaded.flag == LOAD else read_checkpoint_of(args, LOAD)
     for checkpoint in (read_checkpoint_of(args, PRETRAINED), from_load):
         found = oellm_run_args(checkpoint.common) if checkpoint is not None else None
         if found is None:

@@ -40,16 +40,22 @@ class StoredCheckpoint:
     directory: Path
     ckpt_format: str
     common: dict
-    named_by: str = LOAD
-    """The flag and directory the user gave (``--load DIR`` or ``--pretrained-checkpoint DIR``), for messages."""
-    fine_tunes: bool = False
-    """megatron-core loads it as ``--pretrained-checkpoint`` in place of an empty ``--load`` and so sets
-    ``--finetune`` itself: iteration 0, no optimizer or RNG state, no comparison of run arguments."""
+    flag: str = LOAD
+    """The flag that named it: ``--load``, or ``--pretrained-checkpoint`` (megatron-core loads that one in place of an
+    empty ``--load`` and sets ``--finetune`` itself: iteration 0, no optimizer or RNG state, no comparison of run
+    arguments)."""
+    given: Path | None = None
+    """The directory the user gave that flag (default: ``directory``'s parent)."""
 
     @property
-    def flag(self) -> str:
-        """``--load`` or ``--pretrained-checkpoint``: the flag that named it."""
-        return self.named_by.split(" ", 1)[0]
+    def named_by(self) -> str:
+        """``--load DIR`` / ``--pretrained-checkpoint DIR`` as the user gave it, for messages."""
+        return f"{self.flag} {self.given or self.directory.parent}"
+
+    @property
+    def fine_tunes(self) -> bool:
+        """megatron-core loads it as ``--pretrained-checkpoint`` and so fine-tunes from it."""
+        return self.flag == PRETRAINED
 
 
 def load_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
@@ -158,7 +164,7 @@ def read_loaded_checkpoint(args: argparse.Namespace) -> StoredCheckpoint | None:
     if source is None:
         return None
     flag, load_dir = source
-    return _read_directory(loaded_directory(args, load_dir), f"{flag} {load_dir}", fine_tunes=flag == PRETRAINED)
+    return _read_directory(loaded_directory(args, load_dir), flag, load_dir)
 
 
 def read_checkpoint_of(args: argparse.Namespace, flag: str) -> StoredCheckpoint | None:
@@ -168,18 +174,18 @@ def read_checkpoint_of(args: argparse.Namespace, flag: str) -> StoredCheckpoint 
     value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
     if not value:
         return None
-    return _read_directory(loaded_directory(args, Path(value)), f"{flag} {value}")
+    return _read_directory(loaded_directory(args, Path(value)), flag, Path(value))
 
 
 def read_stored_checkpoint(load_dir: Path, ckpt_step: int | None = None) -> StoredCheckpoint | None:
     """The checkpoint megatron loads for ``--load load_dir`` (:func:`load_directory`) with its non-tensor state.
     None when megatron loads none or it cannot be read (megatron's loader reports those)."""
-    return _read_directory(load_directory(load_dir, ckpt_step), f"{LOAD} {load_dir}")
+    return _read_directory(load_directory(load_dir, ckpt_step), LOAD, load_dir)
 
 
-def _read_directory(directory: Path | None, named_by: str, fine_tunes: bool = False) -> StoredCheckpoint | None:
-    """Iteration directory ``directory`` (None: none; ``named_by`` the flag and directory the user gave) with its
-    format and non-tensor state; None when it cannot be read."""
+def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredCheckpoint | None:
+    """Iteration directory ``directory`` (None: none), found from ``flag given``, with its format and non-tensor
+    state; None when it cannot be read."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     from megatron.oellm.convert.dist_ckpt import CheckpointReader
@@ -198,7 +204,7 @@ def _read_directory(directory: Path | None, named_by: str, fine_tunes: bool = Fa
         return None
     if not isinstance(common, dict):
         return None
-    return StoredCheckpoint(directory, ckpt_format, common, named_by, fine_tunes)
+    return StoredCheckpoint(directory, ckpt_format, common, flag, given)
 
 
 def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None:
@@ -224,29 +230,36 @@ def check_load_directory(args: argparse.Namespace) -> None:
     * ``--pretrained-checkpoint`` is what megatron loads (:func:`load_source`) and holds no tracker: megatron stops
       with ``FileNotFoundError`` after allocating the model on every rank.
     """
+    pretrained = getattr(args, "pretrained_checkpoint", None)
     if args.load and not getattr(args, "ckpt_step", None):
-        _check_iteration_directory(LOAD, Path(args.load), "loads nothing (or --pretrained-checkpoint) and trains "
-                                   "from random weights")
+        outcome = ("fine-tunes from --pretrained-checkpoint instead, without a word" if pretrained else
+                   "loads nothing and trains from random weights")
+        _check_iteration_directory(LOAD, Path(args.load), outcome, plain_step=not pretrained)
     source = load_source(args)
     if source is None or source[0] != PRETRAINED or (source[1] / TRACKER_FILE).is_file():
         return
-    _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model")
+    _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model",
+                               plain_step=False)
     where = f"--load {args.load} holds none either, so " if args.load else ""
     raise ValueError(f"--pretrained-checkpoint {source[1]} holds no {TRACKER_FILE}: {where}megatron-core finds no "
                      "checkpoint to start from and stops with FileNotFoundError after allocating the model on every "
                      "rank; name the directory megatron saved into (the one holding that file)")
 
 
-def _check_iteration_directory(flag: str, load_dir: Path, outcome: str) -> None:
+def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_step: bool) -> None:
     """Raise ``ValueError`` when ``load_dir`` (given as ``flag``) is a checkpoint's iteration directory without
-    ``latest_checkpointed_iteration.txt``, where megatron-core finds no checkpoint and ``outcome`` follows."""
+    ``latest_checkpointed_iteration.txt``, where megatron-core finds no checkpoint and ``outcome`` follows. The fix
+    names ``--ckpt-step`` only where ``plain_step`` (no ``--pretrained-checkpoint`` in the run): megatron applies it
+    to both flags, and looks for the tracker before falling back to ``--pretrained-checkpoint``."""
     try:
         if (load_dir / TRACKER_FILE).exists() or checkpoint_format(load_dir) is None:
             return
     except OSError:  # not a directory: megatron finds no checkpoint either way (a first job's empty --load)
         return
     step = load_dir.name.removeprefix("iter_")
-    fix = (f"{flag} {load_dir.parent} --ckpt-step {int(step)}" if load_dir.name.startswith("iter_") and step.isdigit()
-           else f"{flag} {load_dir.parent} with a {TRACKER_FILE} naming {load_dir.name!r}")
+    numbered = load_dir.name.startswith("iter_") and step.isdigit()
+    naming = str(int(step)) if numbered else repr(load_dir.name)
+    fix = (f"{flag} {load_dir.parent} --ckpt-step {int(step)}" if numbered and plain_step
+           else f"{flag} {load_dir.parent} with a {TRACKER_FILE} naming {naming}")
     raise ValueError(f"{flag} {load_dir} is a checkpoint's iteration directory without {TRACKER_FILE}, where "
                      f"megatron-core {outcome}; pass {fix}")

@@ -108,7 +108,36 @@ def test_a_pretrained_checkpoint_megatron_would_not_find_is_refused(tmp_path: Pa
     with pytest.raises(ValueError, match=f"--load {run} holds none either"):
         check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(typo), "--load", str(run)]))
     step_dir = pretrained / f"iter_{iteration:07d}"
-    with pytest.raises(ValueError, match=f"pass --pretrained-checkpoint {pretrained} --ckpt-step {iteration}$"):
+    # megatron applies --ckpt-step to --load too, and looks for the tracker before it falls back: no --ckpt-step fix
+    with pytest.raises(ValueError, match=f"pass --pretrained-checkpoint {pretrained} with a {TRACKER_FILE} naming "
+                                         f"{iteration}$"):
         check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(step_dir)]))
+    with pytest.raises(ValueError, match=f"--load {step_dir} is a checkpoint's iteration directory .* fine-tunes from "
+                                         f"--pretrained-checkpoint instead, without a word; pass --load {pretrained} "
+                                         f"with a {TRACKER_FILE} naming {iteration}$"):
+        check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(pretrained), "--load", str(step_dir)]))
     check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(pretrained), "--load", str(run)]))
     check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(typo), "--load", str(pretrained)]))
+
+
+def test_use_checkpoint_args_reads_a_load_checkpoint_found_without_a_tracker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fine-tuning from --pretrained-checkpoint (--load holds no tracker), megatron's --use-checkpoint-args still reads
+    --load's arguments where --ckpt-step finds a checkpoint there: those of another model are refused as well."""
+    from test_data import _Reached, entry_up_to_pretrain
+
+    from megatron.oellm.cards import get_card
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    pretrained = _save(tmp_path / "base", _stored(**TP2), iteration=random.randrange(1, 10**5))
+    step = random.randrange(1, 10**5)
+    layers = get_card("qwen3-30b-a3b-tiny").num_layers + random.randrange(1, 4)
+    run = _save(tmp_path / "run", _stored(**TP2, num_layers=layers), iteration=step)
+    (run / TRACKER_FILE).unlink()
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--ckpt-format", "torch_dist",
+            "--pretrained-checkpoint", str(pretrained), "--load", str(run), "--use-checkpoint-args", "--mock-data"]
+    assert entry.main([*argv, "--ckpt-step", str(step)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"from --load {run} that differ" in line and f"num_layers: checkpoint {layers}" in line
+    with pytest.raises(_Reached):  # without --ckpt-step megatron reads no arguments from --load
+        entry.main(argv)
