@@ -180,8 +180,10 @@ def test_tokens_clear_of_router_ties_take_the_smallest_margin_over_the_variants(
     plain = min(router_gaps_float64(model, tokens))
     with shifted_router(model, shift):
         shifted = min(router_gaps_float64(model, tokens))
-    assert abs(plain - shifted) > 1e-3 * max(plain, shifted)  # the variants differ, so the check below can fail
-    assert margin == pytest.approx(min(plain, shifted), rel=1e-4)
+    # the margin is read off float32 logits: ~2e-8 from the float64 gap here (CPU GEMMs), bounded 10x above that
+    float32_error = 2e-7
+    assert abs(plain - shifted) > 10 * float32_error  # the variants differ, so the check below can fail
+    assert margin == pytest.approx(min(plain, shifted), rel=0, abs=float32_error)
 
 
 def test_tokens_clear_of_router_ties_say_when_no_draw_is():
