@@ -7,7 +7,9 @@ PATCHED_RELEASE = "0.19.2"
 
 
 def megatron_core_release() -> str:
-    """Installed megatron-core version without its local part (``0.19.2+f6a5b40`` -> ``0.19.2``)."""
+    """Installed megatron-core version without its local part (``0.19.2+f6a5b40`` -> ``0.19.2``): megatron-core
+    0.19.2's ``package_info`` appends the commit of whatever git repository encloses its installed folder (see
+    ``patches/megatron-core-version-commit.md``)."""
     from megatron.core import package_info
 
     return package_info.__version__.split("+")[0]

@@ -176,15 +176,18 @@ def refuse(error: ValueError) -> int:
 
 
 def provenance() -> str:
-    """The start-up line naming the code that runs: megatron-oellm's version and the directory it was imported from,
-    and megatron-core's version. A recipe job made from a source checkout puts that checkout first on the image's
-    ``PYTHONPATH``, ahead of the image's installed copy; the log says which one ran."""
+    """The start-up line naming the code that runs: megatron-oellm's and megatron-core's versions and the directories
+    they were imported from. A recipe job made from a source checkout puts that checkout first on the image's
+    ``PYTHONPATH``, ahead of the image's installed copy; the log says which one ran. megatron-core's release is
+    printed without the ``+<commit>`` its ``__version__`` gets from whatever git repository encloses its folder
+    (pyenv's, or a checkout holding the virtual environment: not megatron-core's own commit)."""
     import megatron.core
 
     import megatron.oellm as oellm
+    from megatron.oellm.patches.release import megatron_core_release
 
     return (f"> megatron-oellm {oellm.__version__} from {Path(oellm.__file__).resolve().parent}, "
-            f"megatron-core {megatron.core.__version__}")
+            f"megatron-core {megatron_core_release()} from {Path(megatron.core.__file__).resolve().parent}")
 
 
 def command_line(argv: Sequence[str]) -> list[str]:
