@@ -152,9 +152,9 @@ def test_the_start_up_line_names_the_imported_code_and_its_versions():
     import re
     from pathlib import Path
 
-    from megatron.oellm.training import entry
-
     import megatron.core
+
+    from megatron.oellm.training import entry
 
     line = entry.provenance()
     package_dir = Path(entry.__file__).resolve().parent.parent  # .../megatron/oellm, wherever it was imported from
