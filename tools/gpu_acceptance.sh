@@ -87,6 +87,11 @@ loss_lines() {
   iteration_losses "$1" | grep -E "^iteration +(1|2|3|10|20|29|30) "
 }
 
+# The first exception line of a failed run's log (rank 0's, or the launcher's), so the summary says why it stopped.
+first_error() {
+  grep -m1 -E "^(\[rank[0-9]+\]: )?[A-Za-z_.]*(Error|Exception): " "$1" | cut -c1-300
+}
+
 stage_train() {
   rm -rf "$WORK/runs"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
   python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 > "$OUT_DIR/corpus.log" 2>&1
@@ -96,15 +101,16 @@ stage_train() {
     > "$OUT_DIR/train_qwen3.log" 2>&1 &
   local started=$SECONDS
   timeout $((LIMIT_S * 2 / 3)) "${qwen35[@]}" --train-iters 30 > "$OUT_DIR/train.log" 2>&1
-  echo "train qwen3.5: rc $?"
+  echo "train qwen3.5: rc $? $(first_error "$OUT_DIR/train.log")"
   # the resume gets the rest of the stage's limit (at least a minute): its final save slows down when the tests
   # stage shares the machine
   local left=$((LIMIT_S - (SECONDS - started)))
   timeout $((left > 60 ? left : 60)) "${qwen35[@]}" --train-iters 35 > "$OUT_DIR/resume.log" 2>&1
   echo "resume qwen3.5: rc $? $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
-    "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ')"
+    "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ') $(first_error "$OUT_DIR/resume.log")"
   wait
-  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -c ' iteration ' "$OUT_DIR/train_qwen3.log") iterations"
+  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -c ' iteration ' "$OUT_DIR/train_qwen3.log") iterations" \
+    "$(first_error "$OUT_DIR/train_qwen3.log")"
   loss_lines "$OUT_DIR/train_qwen3.log"
   # the log of a run killed during iteration 16: everything before that iteration's line
   sed '/ iteration  *16\//,$d' "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
@@ -121,7 +127,7 @@ stage_resume() {
   local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/short"
     --data-path "$WORK/corpus/small" --tokenizer-model byte --save-interval 3)
   timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/short_first.log" 2>&1
-  echo "first run (save at 3 and 6): rc $?"
+  echo "first run (save at 3 and 6): rc $? $(first_error "$OUT_DIR/short_first.log")"
   timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/short_resume.log" 2>&1
   echo "resumed run to 8: rc $?; loaded: $(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")"
   iteration_losses "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log"

@@ -13,18 +13,23 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_acceptance.sh"
 FAKE_PYTHON3 = """#!/usr/bin/env bash
 echo "$PWD|$*" >> "$FAKE_LOG"
+[[ "$*" == *" recipe "* ]] && printf '%b' "${FAKE_RUN_OUTPUT:-}"
+exit 0
 """
 
 
-def run_acceptance(tmp_path: Path, out_dir: Path, stages: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The script from ``tmp_path`` (not the repository root) with the stand-in python3; returns the calls."""
+def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = ""
+                   ) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The script from ``tmp_path`` (not the repository root) with the stand-in python3, whose recipe runs print
+    ``run_output``; returns the calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(FAKE_PYTHON3)
     (bin_dir / "python3").chmod(0o755)
     log = tmp_path / "python3.log"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),
-           "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work")}
+           "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work"),
+           "FAKE_RUN_OUTPUT": run_output}
     done = subprocess.run(["bash", str(SCRIPT), str(out_dir), stages], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     return done, log.read_text().splitlines() if log.exists() else []
@@ -57,3 +62,16 @@ def test_it_runs_from_the_repository_root_wherever_it_is_called(tmp_path: Path) 
     assert calls and all(call.split("|")[0] == str(ROOT) for call in calls), calls
     assert any("megatron.oellm doctor" in call for call in calls) and any("bench" in call for call in calls)
     assert (tmp_path / "out" / "summary.txt").is_file()
+
+
+def test_a_failed_run_is_summarised_with_its_first_exception(tmp_path: Path) -> None:
+    """A stage's summary line names why a run stopped (its first exception line, rank 0's or the launcher's), so the
+    device call's output says it without unpacking the logs; the arguments block's ``*_error*`` names do not count."""
+    output = ("  logits_load_ignore_errors ....... False\\n  error_injection_type ... transient_error\\n"
+              "[rank0]: ValueError: No dot product attention backend is available\\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \\n")
+    done, _calls = run_acceptance(tmp_path, tmp_path / "out", "resume", run_output=output)
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    [line] = [line for line in summary.splitlines() if line.startswith("first run (save at 3 and 6)")]
+    assert line.endswith("rc 0 [rank0]: ValueError: No dot product attention backend is available"), line
