@@ -56,5 +56,5 @@ fi
 # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
 # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
 "${PIP[@]}" -e ".[${EXTRAS}]"
-"$PY" -c "import megatron.oellm; from megatron.oellm.patches.release import megatron_core_release as core
+"$PY" -c "import megatron.core, megatron.oellm; from megatron.oellm.patches.release import megatron_core_release as core
 print('megatron-oellm', megatron.oellm.__version__, '+ megatron-core', core())"
