@@ -109,22 +109,25 @@ def check_backend_support(
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
+        missing = []  # every kernel this machine lacks, in one message: fixing one must not reveal the next
         if flash_attention_only and not te_flash_attention_available():
-            raise ValueError(
-                "the te backend cannot run attention_backend=flash here: Transformer Engine finds no flash-attn it "
-                "supports (flash-attn 2 in its version range, flash-attn-3 or flash-attn-4), so no attention backend "
-                "would be left and the first forward pass would stop with 'No dot product attention backend is "
-                "available' after the model is allocated. Pass --attention-backend auto (TE then picks its cuDNN "
-                "fused attention), or install a flash-attn that TE supports"
+            missing.append(
+                "attention_backend=flash: Transformer Engine finds no flash-attn it supports (flash-attn 2 in its "
+                "version range, flash-attn-3 or flash-attn-4), so no attention backend would be left and the first "
+                "forward pass would stop with 'No dot product attention backend is available' after the model is "
+                "allocated. Pass --attention-backend auto (TE then picks its cuDNN fused attention), or install a "
+                "flash-attn that TE supports"
             )
         if gradient_accumulation_fusion and not gradient_accumulation_fusion_available():
-            raise ValueError(
-                "the te backend cannot run gradient_accumulation_fusion=True here: megatron-core's own parallel "
-                "linears (the output layer) need apex's fused_weight_gradient_mlp_cuda extension, which does not "
-                "import, and megatron-core would raise once building the model has allocated memory. Pass "
-                "--no-gradient-accumulation-fusion (Transformer Engine's linears then accumulate weight gradients "
-                "unfused), or install apex with its CUDA extensions"
+            missing.append(
+                "gradient_accumulation_fusion=True: megatron-core's own parallel linears (the output layer) need "
+                "apex's fused_weight_gradient_mlp_cuda extension, which does not import, and megatron-core would "
+                "raise once building the model has allocated memory. Pass --no-gradient-accumulation-fusion "
+                "(Transformer Engine's linears then accumulate weight gradients unfused), or install apex with its "
+                "CUDA extensions"
             )
+        if missing:
+            raise ValueError("the te backend cannot run here: " + "; and ".join(missing))
         return
     unsupported = []
     if fp8:

@@ -277,7 +277,7 @@ def test_te_backend_refuses_gradient_accumulation_fusion_without_apex(te_present
     """megatron-core's own output layer raises in its constructor (after allocation) when the fusion is on and apex's
     extension is missing, even on the te backend: refused from the arguments and from a config, naming the flag."""
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: False)
-    message = r"te backend cannot run gradient_accumulation_fusion=True.*--no-gradient-accumulation-fusion"
+    message = r"te backend cannot run here: gradient_accumulation_fusion=True.*--no-gradient-accumulation-fusion"
     with pytest.raises(ValueError, match=message):
         selection.check_config_support("te", _tiny_config(gradient_accumulation_fusion=True))
     with pytest.raises(ValueError, match=message):
@@ -364,7 +364,7 @@ def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
     monkeypatch.setattr(selection, "te_flash_attention_available", lambda: False)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny"]
-    message = r"te backend cannot run attention_backend=flash here.*Pass --attention-backend auto"
+    message = r"te backend cannot run here: attention_backend=flash.*Pass --attention-backend auto"
     with pytest.raises(ValueError, match=message):
         selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
     with pytest.raises(ValueError, match=message):
@@ -373,6 +373,11 @@ def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_
     selection.check_backend_support("torch", flash_attention_only=True)
     monkeypatch.setattr(selection, "te_flash_attention_available", lambda: True)
     selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
+    # both kernels missing: one message names both fixes, so fixing one does not reveal the other a run later
+    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: False)
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: False)
+    with pytest.raises(ValueError, match=r"attention_backend=flash.*; and gradient_accumulation_fusion=True"):
+        selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
 
 
 @pytest.mark.skipif(selection.transformer_engine_import_error() is not None, reason="needs Transformer Engine")
