@@ -94,7 +94,7 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"Detected \d+ oom[-_]kill event"), _fixed("host out of memory (OOM killer)")),
     (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
      _fixed("NCCL timeout")),
-    (re.compile(r"Traceback \(most recent call last\)"), _crash_status),
+    (re.compile(re.escape(_TRACEBACK)), _crash_status),
     (re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'"),
      lambda match, text: f"crashed (C++ exception {match['type']})"),
     (re.compile(r"terminate called (?:after throwing|without an active exception)"),
@@ -234,7 +234,7 @@ class _RunText:
         """The finished :class:`Run`, its failure read from its own lines only, after the last point training is
         seen to go on from (:meth:`live_from`)."""
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
-                   detect_failure("\n".join(self.lines), self.live_from()), self.finished, self.vocabulary,
+                   detect_failure(self.lines, self.live_from()), self.finished, self.vocabulary,
                    self.deliberate_exit)
 
     def live_from(self) -> int:
@@ -321,28 +321,26 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
                          int(consumed["samples"]) if consumed else None)
 
 
-def detect_failure(text: str, live_from: int = 0) -> str:
-    """The status of the first of :data:`FAILURE_MARKERS` that ``text`` (one run's part of a log) shows from its
-    line ``live_from`` on, '' if none (markers on earlier lines are ones the run went on after, e.g. the traceback
-    of a handled W&B or dataloader error: see :meth:`_RunText.live_from`); the traceback of an exception Python
-    ignored or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
-    text = mark_ignored_tracebacks(text)
-    if live_from:
-        text = "\n".join(text.split("\n")[live_from:])
+def detect_failure(lines: list[str], live_from: int) -> str:
+    """The status of the first of :data:`FAILURE_MARKERS` that ``lines`` (one run's part of a log) show from line
+    ``live_from`` on, '' if none (markers on earlier lines are ones the run went on after, e.g. the traceback of a
+    handled W&B or dataloader error: see :meth:`_RunText.live_from`); the traceback of an exception Python ignored
+    or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
+    text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])  # marked first: a header may precede live_from
     for pattern, status in FAILURE_MARKERS:
         if match := pattern.search(text):
             return status(match, text)
     return ""
 
 
-def mark_ignored_tracebacks(text: str) -> str:
-    """``text`` with the traceback header of each exception Python went on after renamed, so that it reads as no
+def mark_ignored_tracebacks(lines: list[str]) -> list[str]:
+    """``lines`` (a copy) with the traceback header of each exception Python went on after renamed, so that it reads as no
     crash: a traceback whose launcher prefix (``0: `` of ``srun --label``, ``[rank3]:``) printed ``Exception ignored
     ...`` or ``Exception in thread ...`` (:data:`_IGNORED_HEADER`) as its previous line. Lines of other prefixes may
     come between (ranks shutting down at once interleave theirs); in a log without prefixes the header must be the
     line right before."""
     pending: set[str] = set()  # prefixes whose last line was such a header
-    lines = text.split("\n")
+    lines = list(lines)
     for k, line in enumerate(lines):
         at = line.find(_TRACEBACK)
         if at >= 0 and line[:at] in pending:
@@ -350,7 +348,7 @@ def mark_ignored_tracebacks(text: str) -> str:
         pending = {prefix for prefix in pending if not line.startswith(prefix)}
         if header := _IGNORED_HEADER.search(line):
             pending.add(line[:header.start()])
-    return "\n".join(lines)
+    return lines
 
 
 def last_exception(text: str) -> str:

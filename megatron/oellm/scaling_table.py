@@ -115,11 +115,11 @@ def identify_model(args: dict) -> tuple[str, ModelCard | None]:
     named after the registry card it matches (a proxy if only the depth differs); ('unknown model', None) else."""
     vocab, name = args.get("vocab_size"), args.get("oellm_model")
     if name:
+        if not isinstance(name, str):  # a garbled block can print a number or list
+            return "unknown model", None
         try:
-            card = get_card(name) if isinstance(name, str) else None  # a garbled block can print a number or list
+            card = get_card(name)
         except CardError:
-            card = None
-        if card is None:
             return "unknown model", None
         return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
     from megatron.oellm.training.card_from_args import card_from_megatron_args
@@ -178,7 +178,7 @@ def window_status(log: RunLog, window: Window) -> str:
     lines = window_lines(log, window)
     if not lines:
         return f"no iteration line in the window {window} (log interval larger than the window?)"
-    return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, lines)
+    return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, window, lines)
             or "ok")
 
 
@@ -288,8 +288,8 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
 
 
 def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
-    """'' when no line of the window counts a skipped step, every time is positive and finite, Megatron's TFLOP/s is
-    finite on every line or absent from all, and the global batch size does not change; else what is wrong."""
+    """'' when no line of the window counts a skipped step, every time is positive and finite, and Megatron's TFLOP/s
+    is finite on every line or absent from all; else what is wrong."""
     for line in lines:
         if line.skipped_iterations or line.nan_iterations:
             return (f"skipped steps in the window {window}: the line of iteration {line.iteration} counts "
@@ -300,41 +300,42 @@ def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
             return f"Megatron TFLOP/s/GPU {line.tflops_per_gpu} at iteration {line.iteration}"
     if len({line.tflops_per_gpu is None for line in lines}) > 1:
         return f"Megatron TFLOP/s/GPU is missing from some lines of the window {window}"
-    batches = sorted({line.global_batch_size for line in lines if line.global_batch_size is not None})
-    if len(batches) > 1:
-        return (f"global batch size changes in the window {window} ({', '.join(map(str, batches))}): batch-size "
-                "ramp-up?")
     return ""
 
 
-def consumed_before(log: RunLog, line: IterationLine, first: int) -> int | None:
-    """Samples consumed before iteration ``first`` by the run that printed ``line``, from that run's own lines: its
+def _consumed_before(log: RunLog, run: int, first: int) -> int | None:
+    """Samples consumed before iteration ``first`` by start ``run`` of the program, from that run's own lines: its
     line at ``first - 1``, else, when the run starts at ``first``, its first line less that line's batch (the first
     line covers its one iteration only); None when neither is in the log."""
     previous = log.iterations.get(first - 1)
-    if previous is not None and previous.run == line.run and previous.consumed_samples is not None:
+    if previous is not None and previous.run == run and previous.consumed_samples is not None:
         return previous.consumed_samples
     start = log.iterations.get(first)
-    if (first == log.runs[line.run].start and start is not None and start.run == line.run
+    if (first == log.runs[run].start and start is not None and start.run == run
             and start.consumed_samples is not None and start.global_batch_size is not None):
         return start.consumed_samples - start.global_batch_size
     return None
 
 
-def _batch_problem(log: RunLog, lines: Sequence[IterationLine]) -> str:
-    """'' when each line's interval consumed exactly its global batch size per iteration; else what is wrong.
+def _batch_problem(log: RunLog, window: Window, lines: Sequence[IterationLine]) -> str:
+    """'' when the global batch size is the same on every line and each line's interval consumed exactly that many
+    samples per iteration; else what is wrong.
 
     A line prints the batch size of its last iteration only, so a batch that changed inside a line's interval (a
     ``--step-batch-size-schedule`` step between two lines of ``log_interval`` > 1) leaves the lines' batch sizes equal
     while the averaged time covers smaller batches. Megatron's running ``consumed samples`` shows it. An interval
     whose start no line shows is accepted unless the run has a batch-size schedule. ``lines`` must have passed
     :func:`_coverage_problem` (one run, a valid ``log_interval``)."""
+    batches = sorted({line.global_batch_size for line in lines if line.global_batch_size is not None})
+    if len(batches) > 1:
+        return (f"global batch size changes in the window {window} ({', '.join(map(str, batches))}): batch-size "
+                "ramp-up?")
     run = log.runs[lines[0].run]
     for line in lines:
         first = interval_start(line.iteration, run.start, run.args["log_interval"])
         if first == line.iteration or line.consumed_samples is None or line.global_batch_size is None:
             continue
-        before = consumed_before(log, line, first)
+        before = _consumed_before(log, line.run, first)
         if before is None:
             if run.args.get("step_batch_size_schedule") is not None:
                 return (f"the line of iteration {line.iteration} averages iterations {first}-{line.iteration} of a "
