@@ -254,23 +254,20 @@ class CheckpointReader:
                             for index, info in self.metadata.storage_data.items() if index.fqn in regions})
             raise ConversionError(f"cannot read the checkpoint data in {', '.join(files)} ({_first_failure(error)}); "
                                   "the checkpoint is damaged (copy it again)") from error
-        parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
+        chunks = []
         for key, key_pieces in by_key.items():
             low, buffer = regions[key]
             for p in key_pieces:
                 index = tuple(slice(o - lo, o - lo + s) for o, lo, s in zip(p.offset, low, p.chunk_shape, strict=True))
-                parts[p.name].append((p.rows[0], buffer[index].reshape(p.chunk_shape[p.lead_axes:])))
-        return {name: _assemble(rows) for name, rows in parts.items()}
+                chunks.append((p, buffer[index].reshape(p.chunk_shape[p.lead_axes:])))
+        return _by_name(chunks)
 
     def read_meta(self, pieces: Iterable[Piece]) -> dict[str, Tensor]:
         """What :meth:`read` returns for ``pieces``, as ``meta`` tensors (shapes and dtypes, no data read): the
         planning pass of a conversion."""
         shapes = self.tensor_shapes()
-        parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
-        for p in pieces:
-            parts[p.name].append((p.rows[0], torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1],
-                                                         device="meta")))
-        return {name: _assemble(rows) for name, rows in parts.items()}
+        return _by_name((p, torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1], device="meta"))
+                        for p in pieces)
 
 
 def _first_failure(error: CheckpointException) -> str:
@@ -310,6 +307,15 @@ def _check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
             raise ConversionError(f"{path} has {size} bytes, {METADATA_FILE} stores data up to byte {end}; the file "
                                   "is truncated (copy it again)")
     return [directory / name for name in sorted(needed)]
+
+
+def _by_name(chunks: Iterable[tuple[Piece, Tensor]]) -> dict[str, Tensor]:
+    """Each state-dict name's tensor assembled (:func:`_assemble`) from the chunks of its pieces, as (piece, chunk
+    without the piece's lead axes): what :meth:`CheckpointReader.read` and ``read_meta`` return."""
+    parts: dict[str, list[tuple[int, Tensor]]] = defaultdict(list)
+    for piece, chunk in chunks:
+        parts[piece.name].append((piece.rows[0], chunk))
+    return {name: _assemble(rows) for name, rows in parts.items()}
 
 
 def _assemble(rows: list[tuple[int, Tensor]]) -> Tensor:

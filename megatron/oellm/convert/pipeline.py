@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -61,6 +60,7 @@ from megatron.oellm.convert.safetensors_io import (
     ShardedSafetensorsWriter,
     is_written_name,
     layout_of,
+    tensor_nbytes,
 )
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
 from megatron.oellm.megatron_args import model_flags
@@ -204,7 +204,7 @@ def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]]
 def _bytes_of(pieces: Iterable[tuple[mcore_layout.Piece, torch.dtype]]) -> int:
     """Bytes of the tensor data in ``pieces`` (each with its dtype): what the output needs on disk, give or take the
     format's metadata."""
-    return sum(math.prod(piece.chunk_shape) * dtype.itemsize for piece, dtype in pieces)
+    return sum(tensor_nbytes(piece.chunk_shape, dtype) for piece, dtype in pieces)
 
 
 def _refuse_megatron_checkpoint(hf_dir: Path) -> None:
@@ -408,13 +408,10 @@ def _hf_layout(card: ModelCard, reader: CheckpointReader, unit_pieces: list[list
 
 
 def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: list[mcore_layout.Piece],
-                 writer: ShardedSafetensorsWriter) -> int:
-    """Read one unit's megatron tensors, write its HF tensors with ``writer`` and return how many. A function of its
-    own so that the unit's read buffers are released when it returns: a loop variable holding them would keep one
+                 writer: ShardedSafetensorsWriter) -> None:
+    """Read one unit's megatron tensors and write its HF tensors with ``writer``. A function of its own so that the unit's read buffers are released when it returns: a loop variable holding them would keep one
     unit alive while the next one is read (twice the largest unit's bytes)."""
-    tensors = mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces), card.vocab_size))
-    writer.add(tensors)
-    return len(tensors)
+    writer.add(mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces), card.vocab_size)))
 
 
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
@@ -438,12 +435,12 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     layout = _hf_layout(card, reader, unit_pieces)
     with (staged_output(out_dir, overwrite, _is_hf_output, needed) as staging,
           ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
-        written = sum(_export_unit(card, unit, reader, pieces, writer)
-                      for unit, pieces in zip(units(card), unit_pieces, strict=True))
-        writer.close()
+        for unit, pieces in zip(units(card), unit_pieces, strict=True):
+            _export_unit(card, unit, reader, pieces, writer)
+        writer.close()  # refuses an export that did not write every tensor of the layout
         for name, text in config_files.items():
             (staging / name).write_bytes(text.encode("utf-8"))
         if CONFIG_NAME not in config_files:
             module.hf_config_from_card(card).save_pretrained(staging)
-    return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), written, [],
+    return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout), [],
                              padded - card.vocab_size, [config_note, *_leftover_notes(out_dir)])

@@ -40,6 +40,8 @@ _DTYPE_NAMES = {**{dtype: name for name, dtype in _DTYPES.items()},
 refuse it, as a quantized checkpoint)."""
 _DATA_ORDER = ("I64", "F64", "F32", "I32", "BF16", "F16", "I16", "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL")
 """The order of dtypes in a file ``safetensors.torch.save_file`` writes (widest element first)."""
+_DATA_RANK = {dtype: _DATA_ORDER.index(name) for dtype, name in _DTYPE_NAMES.items()}
+"""Each writable dtype's place in :data:`_DATA_ORDER`."""
 _HEADER_ALIGNMENT = 8
 """safetensors pads its JSON header with spaces to a multiple of 8 bytes, so that the data that follows is aligned."""
 Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
@@ -188,7 +190,7 @@ class SafetensorsSource(Mapping[str, Tensor]):
         return len(self._files)
 
 
-def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+def tensor_nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     """Bytes of a tensor of ``shape`` and ``dtype``."""
     return math.prod(shape) * dtype.itemsize
 
@@ -199,7 +201,7 @@ def _plan_shards(layout: Layout, max_shard_bytes: int) -> list[Layout]:
     shards: list[Layout] = [[]]
     size = 0
     for entry in layout:
-        nbytes = _nbytes(entry[1], entry[2])
+        nbytes = tensor_nbytes(entry[1], entry[2])
         if shards[-1] and size + nbytes > max_shard_bytes:
             shards.append([])
             size = 0
@@ -214,8 +216,7 @@ def _data_order(shard: Layout) -> Layout:
     of its element size, so readers that view the mapped file in place (``torch.UntypedStorage.from_file`` +
     ``view``, zero-copy loaders) can; in arrival order an fp32 tensor after a bf16 one of odd length would start
     misaligned."""
-    rank = {dtype: _DATA_ORDER.index(name) for dtype, name in _DTYPE_NAMES.items()}
-    return sorted(shard, key=lambda entry: (rank.get(entry[2], -1), entry[0]))
+    return sorted(shard, key=lambda entry: (_DATA_RANK.get(entry[2], -1), entry[0]))  # -1: refused by _header
 
 
 def _header(shard: Layout) -> tuple[bytes, dict[str, int]]:
@@ -229,7 +230,7 @@ def _header(shard: Layout) -> tuple[bytes, dict[str, int]]:
         if dtype not in _DTYPE_NAMES:
             raise ValueError(f"tensor {name!r} has dtype {dtype}, which safetensors output does not take here "
                              f"({', '.join(map(str, _DTYPE_NAMES))})")
-        end = offset + _nbytes(shape, dtype)
+        end = offset + tensor_nbytes(shape, dtype)
         entries[name] = {"dtype": _DTYPE_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, end]}
         offset = end
     text = json.dumps(entries, separators=(",", ":")).encode("utf-8")
@@ -259,8 +260,7 @@ class ShardedSafetensorsWriter:
         """How many tensors of ``_layout`` are in their files."""
         self._file: BinaryIO | None = None
         self._positions: dict[str, int] = {}
-        """File offset of each tensor of the open shard (see :func:`_header`)."""
-        self._left_in_shard = 0
+        """File offset of each tensor of the open shard not written yet (see :func:`_header`)."""
         self._paths: list[Path] = []
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -276,11 +276,10 @@ class ShardedSafetensorsWriter:
                                  f"plans {planned[0]!r} {list(planned[1])} {planned[2]}")
             if self._file is None:
                 self._open_next_shard()
-            self._file.seek(self._positions[name])
+            self._file.seek(self._positions.pop(name))
             _write_tensor(self._file, tensor)
             self._written += 1
-            self._left_in_shard -= 1
-            if self._left_in_shard == 0:
+            if not self._positions:
                 self._file.close()
                 self._file = None
 
@@ -292,7 +291,6 @@ class ShardedSafetensorsWriter:
         self._file = open(path, "wb")  # closed after the shard's last tensor, or by __exit__
         self._file.write(header)
         self._paths.append(path)
-        self._left_in_shard = len(shard)
 
     def __enter__(self) -> ShardedSafetensorsWriter:
         """The writer, whose open shard file is closed on leaving the block (see :meth:`__exit__`)."""
@@ -326,7 +324,7 @@ class ShardedSafetensorsWriter:
             path.rename(final)
             files.append(final)
             weight_map.update(dict.fromkeys((name for name, _, _ in shard), final.name))
-        total = sum(_nbytes(shape, dtype) for _, shape, dtype in self._layout)
+        total = sum(tensor_nbytes(shape, dtype) for _, shape, dtype in self._layout)
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         return [*files, self.directory / INDEX_NAME]
