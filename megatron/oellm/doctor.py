@@ -400,17 +400,17 @@ def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) 
     if version is None:
         return [Finding("ok", "transformer-engine",
                         "Transformer Engine is not installed: --oellm-backend auto uses the torch-native backend.")]
-    if report.transformer_engine_import_error is None and not report.grad_accum_fusion_findable:
+    if report.transformer_engine_import_error is None:
+        imports = f"Transformer Engine {version} imports: --oellm-backend auto uses it"
+        if report.grad_accum_fusion_findable:
+            return [Finding("ok", "transformer-engine", f"{imports}.")]
         return [Finding("warning", "transformer-engine",
-                        f"Transformer Engine {version} imports: --oellm-backend auto uses it; apex's "
-                        "fused_weight_gradient_mlp_cuda extension is missing, which megatron-core's output layer "
-                        "needs under Megatron's default gradient accumulation fusion, so the training entry refuses "
-                        "te-backend runs without --no-gradient-accumulation-fusion (`oellm recipe --local` adds it).",
+                        f"{imports}; apex's fused_weight_gradient_mlp_cuda extension is missing, which megatron-core's "
+                        "output layer needs under Megatron's default gradient accumulation fusion, so the training "
+                        "entry refuses te-backend runs without --no-gradient-accumulation-fusion (`oellm recipe "
+                        "--local` adds it).",
                         "install apex with its CUDA extensions (--cpp_ext --cuda_ext), or pass "
                         "--no-gradient-accumulation-fusion")]
-    if report.transformer_engine_import_error is None:
-        return [Finding("ok", "transformer-engine",
-                        f"Transformer Engine {version} imports: --oellm-backend auto uses it.")]
     repair = ("a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
               "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch")
     broken = (f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
@@ -592,6 +592,11 @@ HYBRID_EP_RECIPE_BASES = ("_mn5.toml", "_qwen3_235b_a22b_jupiter.toml")
 ``moe-flex-dispatcher-backend = "hybridep"``; every recipe extending them dispatches with HybridEP."""
 
 
+def _recipe_bases_text(bases: tuple[str, ...]) -> str:
+    """``examples/oellm/A and examples/oellm/B``: the recipe bases a warning names."""
+    return " and ".join(f"examples/oellm/{base}" for base in bases)
+
+
 def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The recipes of ``examples/oellm/`` dispatch MoE tokens with HybridEP (``deep_ep.HybridEPBuffer``, DeepEP's
     hybrid-ep branch); without it the training entry refuses such a run at start, after its wait in the queue. A
@@ -607,7 +612,7 @@ def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[F
         missing = f"deep_ep {deep_ep} has no HybridEPBuffer (DeepEP's main branch; HybridEP is on its hybrid-ep branch)"
     else:
         missing = f"deep_ep {deep_ep} is installed, but whether it has HybridEPBuffer could not be read"
-    bases = " and ".join(f"examples/oellm/{base}" for base in HYBRID_EP_RECIPE_BASES)
+    bases = _recipe_bases_text(HYBRID_EP_RECIPE_BASES)
     return [Finding(
         "warning", name,
         f"{missing}, so runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep are "
@@ -634,7 +639,7 @@ def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) 
     if found:
         return [Finding("ok", name, f"{', '.join(found)} installed beside Transformer Engine {te}: --attention-backend "
                         "flash can run where TE supports that version (the training entry asks TE at start).")]
-    bases = " and ".join(f"examples/oellm/{base}" for base in FLASH_ATTENTION_RECIPE_BASES)
+    bases = _recipe_bases_text(FLASH_ATTENTION_RECIPE_BASES)
     return [Finding(
         "warning", name,
         f"no flash-attn is installed beside Transformer Engine {te} (flash-attn, flash-attn-3 and flash-attn-4 are "

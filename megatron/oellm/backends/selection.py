@@ -3,6 +3,7 @@
 import importlib
 import importlib.util
 import warnings
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -109,25 +110,11 @@ def check_backend_support(
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
-        missing = []  # every kernel this machine lacks, in one message: fixing one must not reveal the next
-        if flash_attention_only and not te_flash_attention_available():
-            missing.append(
-                "attention_backend=flash: Transformer Engine finds no flash-attn it supports (flash-attn 2 in its "
-                "version range, flash-attn-3 or flash-attn-4), so no attention backend would be left and the first "
-                "forward pass would stop with 'No dot product attention backend is available' after the model is "
-                "allocated. Pass --attention-backend auto (TE then picks its cuDNN fused attention), or install a "
-                "flash-attn that TE supports"
-            )
-        if gradient_accumulation_fusion and not gradient_accumulation_fusion_available():
-            missing.append(
-                "gradient_accumulation_fusion=True: megatron-core's own parallel linears (the output layer) need "
-                "apex's fused_weight_gradient_mlp_cuda extension, which does not import, and megatron-core would "
-                "raise once building the model has allocated memory. Pass --no-gradient-accumulation-fusion "
-                "(Transformer Engine's linears then accumulate weight gradients unfused), or install apex with its "
-                "CUDA extensions"
-            )
-        if missing:
-            raise ValueError("the te backend cannot run here: " + "; and ".join(missing))
+        missing = te_missing_kernels(gradient_accumulation_fusion=gradient_accumulation_fusion,
+                                     flash_attention_only=flash_attention_only)
+        if missing:  # every kernel this machine lacks, in one message: fixing one must not reveal the next
+            raise ValueError("the te backend cannot run here: "
+                             + "; and ".join(missing[setting].message for setting in sorted(missing)))  # by name
         return
     unsupported = []
     if fp8:
@@ -243,6 +230,44 @@ def gradient_accumulation_fusion_available() -> bool:
     from megatron.core.tensor_parallel import layers
 
     return layers._grad_accum_fusion_available
+
+
+@dataclass(frozen=True)
+class MissingKernel:
+    """A kernel the te backend needs for a requested setting and this machine lacks, with the flag that does
+    without it."""
+
+    flag: str
+    """Megatron flag (without ``--``) that runs the setting without the kernel."""
+    value: bool | str
+    """Its value (``True`` for a switch)."""
+    why: str
+    """What is missing, in a few words."""
+    message: str
+    """The refusal: the setting, what would happen, the fix."""
+
+
+def te_missing_kernels(*, gradient_accumulation_fusion: bool, flash_attention_only: bool) -> dict[str, MissingKernel]:
+    """Setting -> :class:`MissingKernel` for each requested setting whose kernel the te backend lacks here: the
+    training entry refuses them (:func:`check_backend_support`), ``oellm recipe --local`` sets their flags instead
+    (:func:`megatron.oellm.recipes.local.machine_adjustments`)."""
+    missing = {}
+    if gradient_accumulation_fusion and not gradient_accumulation_fusion_available():
+        missing["gradient_accumulation_fusion"] = MissingKernel(
+            "no-gradient-accumulation-fusion", True, "apex's fused_weight_gradient_mlp_cuda is missing",
+            "gradient_accumulation_fusion=True: megatron-core's own parallel linears (the output layer) need apex's "
+            "fused_weight_gradient_mlp_cuda extension, which does not import, and megatron-core would raise once "
+            "building the model has allocated memory. Pass --no-gradient-accumulation-fusion (Transformer Engine's "
+            "linears then accumulate weight gradients unfused), or install apex with its CUDA extensions")
+    if flash_attention_only and not te_flash_attention_available():
+        missing["attention_backend"] = MissingKernel(
+            "attention-backend", "auto", "Transformer Engine finds no flash-attn it supports",
+            "attention_backend=flash: Transformer Engine finds no flash-attn it supports (flash-attn 2 in its version "
+            "range, flash-attn-3 or flash-attn-4), so no attention backend would be left and the first forward pass "
+            "would stop with 'No dot product attention backend is available' after the model is allocated. Pass "
+            "--attention-backend auto (TE then picks its cuDNN fused attention), or install a flash-attn that TE "
+            "supports")
+    return missing
 
 
 def te_flash_attention_available() -> bool:

@@ -243,6 +243,12 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _print_notes(resolved: ResolvedRow) -> None:
+    """One ``note:`` line per flag the ``--local`` fit set differently from the row on this machine."""
+    for note in resolved.notes:
+        print(f"note: {note}")
+
+
 def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | None:
     """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run.
 
@@ -261,16 +267,14 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         if problem:
             raise RecipeError(f"--local row {number}: {problem}")
         command = torchrun_command(resolved)
-        for note in resolved.notes:
-            print(f"note: {note}")
+        _print_notes(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
         return exit_status(subprocess.run(command, env=local_environment(recipe), check=False).returncode)
     print(f"{blocker}; falling back to --dry-run.")
     if gpus == 0:
         example = fit_local(recipe, recipe.row(number), 1, inputs)
         print(f"On one GPU, --local would run row {number} as:\n{shlex.join(torchrun_command(example))}")
-        for note in example.notes:
-            print(f"note: {note}")
+        _print_notes(example)
     print()
     print(describe_recipe(recipe, inputs))
     return None

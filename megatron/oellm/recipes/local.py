@@ -14,7 +14,7 @@ import os
 import sys
 
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.megatron_args import FlagValue
+from megatron.oellm.megatron_args import FlagValue, flags_to_argv
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.recipes.config import Recipe, TableRow
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card
@@ -115,18 +115,10 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
 
 def machine_adjustments(flags: dict) -> dict[str, tuple[FlagValue, str]]:
     """Flag -> (value, why) that the fitted run sets because this machine lacks a kernel the row's flags need on the
-    te backend, which the training entry would otherwise refuse (the torch backend needs neither):
-
-    * ``--no-gradient-accumulation-fusion`` without apex's ``fused_weight_gradient_mlp_cuda`` (megatron-core's own
-      output layer needs it under Megatron's default fusion);
-    * ``--attention-backend auto`` for a row's ``flash`` when Transformer Engine finds no flash-attn it supports
-      (TE then picks its cuDNN fused attention).
-    """
-    from megatron.oellm.backends.selection import (
-        gradient_accumulation_fusion_available,
-        resolve_backend,
-        te_flash_attention_available,
-    )
+    te backend (:func:`megatron.oellm.backends.selection.te_missing_kernels`), which the training entry would
+    otherwise refuse: ``--no-gradient-accumulation-fusion`` without apex's extension, ``--attention-backend auto``
+    for a row's ``flash`` without a flash-attn TE supports. The torch backend needs neither."""
+    from megatron.oellm.backends.selection import resolve_backend, te_missing_kernels
 
     try:
         backend = resolve_backend(str(flags.get("oellm-backend", "auto")))
@@ -134,19 +126,14 @@ def machine_adjustments(flags: dict) -> dict[str, tuple[FlagValue, str]]:
         return {}
     if backend != "te":
         return {}
-    adjustments: dict[str, tuple[FlagValue, str]] = {}
-    if not flags.get("no-gradient-accumulation-fusion") and not gradient_accumulation_fusion_available():
-        adjustments["no-gradient-accumulation-fusion"] = (True, "apex's fused_weight_gradient_mlp_cuda is missing")
-    if flags.get("attention-backend") == "flash" and not te_flash_attention_available():
-        adjustments["attention-backend"] = ("auto", "Transformer Engine finds no flash-attn it supports")
-    return adjustments
+    missing = te_missing_kernels(gradient_accumulation_fusion=not flags.get("no-gradient-accumulation-fusion"),
+                                 flash_attention_only=flags.get("attention-backend") == "flash")
+    return {kernel.flag: (kernel.value, kernel.why) for kernel in missing.values()}
 
 
 def _flag_text(name: str, value: FlagValue) -> str:
-    """``--name value`` as a command line has it (``--name`` for a switch, "unset" for an absent flag)."""
-    if value is None or value is False:
-        return "unset"
-    return f"--{name}" if value is True else f"--{name} {value}"
+    """``--name value`` as a command line has it, "unset" for an absent flag."""
+    return " ".join(flags_to_argv({name: value})) or "unset"
 
 
 def torchrun_command(resolved: ResolvedRow) -> list[str]:
