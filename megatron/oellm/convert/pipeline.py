@@ -134,24 +134,6 @@ def megatron_checkpoint_args(card: ModelCard) -> argparse.Namespace:
     return argparse.Namespace(**fields)
 
 
-def converted_checkpoint_args(load_dir: Path) -> argparse.Namespace | None:
-    """The run arguments stored with the checkpoint that megatron training's ``--load load_dir`` reads, if
-    ``hf-to-mcore`` wrote it (a ``release`` checkpoint recording its card): the few of
-    :func:`megatron_checkpoint_args`, which megatron's ``check_checkpoint_args`` finds incomplete for some runs (the
-    training entry checks that before it starts). None for any other directory, or one that cannot be read: megatron's
-    loader reports those."""
-    try:
-        if (load_dir / ITERATION_FILE).read_text().strip() != RELEASE:
-            return None
-        common = CheckpointReader(load_dir / RELEASE).common_state()
-    except (OSError, UnicodeDecodeError, ConversionError):
-        return None
-    if not isinstance(common, dict) or CARD_KEY not in common:
-        return None
-    stored = common.get("args")
-    return stored if isinstance(stored, argparse.Namespace) else None
-
-
 def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
     """Raise naming the first missing, unexpected, mis-shaped or not floating-point tensor of ``tensors`` (name ->
     (shape, dtype)); fused expert tensors count per expert."""

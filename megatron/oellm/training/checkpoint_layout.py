@@ -189,7 +189,7 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from megatron.oellm.training.stored_checkpoint import oellm_run_args
+    from megatron.oellm.training.stored_checkpoint import RELEASE, oellm_run_args
 
     if checkpoint is None or checkpoint.fine_tunes or args.finetune or args.no_load_optim:
         return
@@ -199,7 +199,7 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     found = oellm_run_args(common)
     if found is None or getattr(found[0], "no_save_optim", False):
         return
-    if directory.name == "release":  # megatron reads no optimizer state from a release checkpoint
+    if directory.name == RELEASE:  # megatron reads no optimizer state from a release checkpoint
         return
     metadata = common.get("content_metadata")
     sharding = metadata.get("distrib_optim_sharding_type") if isinstance(metadata, dict) else None
@@ -238,7 +238,7 @@ def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoin
             f"{checkpoint.named_by} ({checkpoint.directory.name}) is a --ckpt-format torch checkpoint, one file per "
             f"model-parallel rank that only the layout which saved it loads, and this run changes "
             f"{'; '.join(changes)}. Resume with the checkpoint's layout; to change it, convert the checkpoint once: "
-            f"run with its layout, --load {checkpoint.given or checkpoint.directory.parent}, "
+            f"run with its layout, --load {checkpoint.given}, "
             f"--ckpt-convert-format torch_dist --ckpt-convert-save DIR and "
             f"--dist-ckpt-optim-fully-reshardable (megatron saves it as DIR/torch_dist and exits), then "
             f"{checkpoint.flag} DIR/torch_dist --ckpt-format torch_dist, whose weights and optimizer state load into any layout")

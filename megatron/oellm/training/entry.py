@@ -96,14 +96,13 @@ def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
     the comparison under ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at
     iteration 0 and reads no optimizer or RNG state either way.
     """
-    from megatron.oellm.convert.pipeline import CARD_KEY, RELEASE
+    from megatron.oellm.training.stored_checkpoint import converted_args
 
     if checkpoint is None or checkpoint.fine_tunes or args.finetune or getattr(args, "ckpt_step", None):
         return
     compared = resume_compared_args(args)
-    stored = checkpoint.common.get("args")
-    if (not compared or checkpoint.directory.name != RELEASE or CARD_KEY not in checkpoint.common
-            or not isinstance(stored, argparse.Namespace)):
+    stored = converted_args(checkpoint)
+    if not compared or stored is None:
         return
     missing = {flag: [name for name in names if not hasattr(stored, name)] for flag, names in compared.items()}
     missing = {flag: names for flag, names in missing.items() if names}
@@ -140,14 +139,22 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
     programs and ones without stored arguments are left to megatron.
     """
-    from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED, oellm_run_args, read_checkpoint_of
+    from megatron.oellm.training.stored_checkpoint import (
+        LOAD,
+        PRETRAINED,
+        load_source,
+        oellm_run_args,
+        read_checkpoint_of,
+    )
 
     if not (args.use_checkpoint_args and args.oellm_model):
         return
     # megatron reads the arguments of each flag's own checkpoint, --pretrained-checkpoint's first, --load's also
-    # when the run fine-tunes from the former (a non-persistent or --ckpt-step checkpoint needs no tracker there)
-    from_load = loaded if loaded is not None and loaded.flag == LOAD else read_checkpoint_of(args, LOAD)
-    for checkpoint in (read_checkpoint_of(args, PRETRAINED), from_load):
+    # when the run fine-tunes from the former (a non-persistent or --ckpt-step checkpoint needs no tracker there);
+    # the one the run loads is ``loaded``, already read
+    loaded_flag = (load_source(args) or (None,))[0]
+    for flag in (PRETRAINED, LOAD):
+        checkpoint = loaded if flag == loaded_flag else read_checkpoint_of(args, flag)
         found = oellm_run_args(checkpoint.common) if checkpoint is not None else None
         if found is None:
             continue

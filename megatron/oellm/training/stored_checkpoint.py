@@ -18,8 +18,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-RELEASE = "release"
+from megatron.oellm.convert.pipeline import CARD_KEY, RELEASE
+from megatron.oellm.convert.pipeline import ITERATION_FILE as TRACKER_FILE
+
 NON_PERSISTENT = "non_persistent"
 """megatron-core's default directory of global non-persistent checkpoints under ``--load`` / ``--save``."""
 RANK_FILE = "model_optim_rng.pt"
@@ -40,17 +41,17 @@ class StoredCheckpoint:
     directory: Path
     ckpt_format: str
     common: dict
-    flag: str = LOAD
+    flag: str
     """The flag that named it: ``--load``, or ``--pretrained-checkpoint`` (megatron-core loads that one in place of an
     empty ``--load`` and sets ``--finetune`` itself: iteration 0, no optimizer or RNG state, no comparison of run
     arguments)."""
-    given: Path | None = None
-    """The directory the user gave that flag (default: ``directory``'s parent)."""
+    given: Path
+    """The directory the user gave that flag."""
 
     @property
     def named_by(self) -> str:
         """``--load DIR`` / ``--pretrained-checkpoint DIR`` as the user gave it, for messages."""
-        return f"{self.flag} {self.given or self.directory.parent}"
+        return f"{self.flag} {self.given}"
 
     @property
     def fine_tunes(self) -> bool:
@@ -110,15 +111,15 @@ def _dcp_state(directory: Path) -> dict:
     return state
 
 
-def _persistent_iteration(load_dir: Path, ckpt_step: int | None) -> int:
+def _persistent_iteration(persistent: Path | None, ckpt_step: int | None) -> int:
     """The iteration megatron-core's ``_load_base_checkpoint`` weighs a non-persistent checkpoint against:
-    ``--ckpt-step``, else the tracker's (0 for ``release``), else -1 (no persistent checkpoint)."""
+    ``--ckpt-step``, else that of the tracker's directory ``persistent`` (0 for ``release``), else -1 (no
+    persistent checkpoint)."""
     if ckpt_step:
         return ckpt_step
-    directory = load_directory(load_dir)
-    if directory is None:
+    if persistent is None:
         return -1
-    return 0 if directory.name == RELEASE else int(directory.name.removeprefix("iter_"))
+    return 0 if persistent.name == RELEASE else int(persistent.name.removeprefix("iter_"))
 
 
 def load_source(args: argparse.Namespace) -> tuple[str, Path] | None:
@@ -153,7 +154,7 @@ def loaded_directory(args: argparse.Namespace, load_dir: Path | None = None) -> 
     latest = load_directory(np_dir)
     if latest is None or latest.name == RELEASE:  # megatron refuses a release non-persistent checkpoint itself
         return persistent
-    newer = int(latest.name.removeprefix("iter_")) >= _persistent_iteration(load_dir, ckpt_step)
+    newer = int(latest.name.removeprefix("iter_")) >= _persistent_iteration(persistent, ckpt_step)
     return latest if newer else persistent
 
 
@@ -161,10 +162,7 @@ def read_loaded_checkpoint(args: argparse.Namespace) -> StoredCheckpoint | None:
     """The checkpoint megatron loads for the run (:func:`load_source`, :func:`loaded_directory`) with its
     non-tensor state; None as for :func:`read_stored_checkpoint`."""
     source = load_source(args)
-    if source is None:
-        return None
-    flag, load_dir = source
-    return _read_directory(loaded_directory(args, load_dir), flag, load_dir)
+    return read_checkpoint_of(args, source[0]) if source is not None else None
 
 
 def read_checkpoint_of(args: argparse.Namespace, flag: str) -> StoredCheckpoint | None:
@@ -207,12 +205,21 @@ def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredChe
     return StoredCheckpoint(directory, ckpt_format, common, flag, given)
 
 
+def converted_args(checkpoint: StoredCheckpoint | None) -> argparse.Namespace | None:
+    """The run arguments stored with ``checkpoint`` if ``oellm convert hf-to-mcore`` wrote it (a ``release``
+    checkpoint recording its card): only those every load compares, which megatron's ``check_checkpoint_args``
+    finds incomplete for some runs (:func:`megatron.oellm.training.entry.check_converted_load`). None for any other
+    checkpoint, or none."""
+    if checkpoint is None or checkpoint.directory.name != RELEASE or CARD_KEY not in checkpoint.common:
+        return None
+    stored = checkpoint.common.get("args")
+    return stored if isinstance(stored, argparse.Namespace) else None
+
+
 def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None:
     """(run arguments, card name) a checkpoint's ``common`` state stores if megatron-oellm wrote it: an ``oellm
     convert hf-to-mcore`` checkpoint (it records its card) or one the training entry saved (its arguments hold
     ``oellm_model``). None for any other checkpoint or one without stored arguments."""
-    from megatron.oellm.convert.pipeline import CARD_KEY
-
     stored = common.get("args")
     if not isinstance(stored, argparse.Namespace):
         return None

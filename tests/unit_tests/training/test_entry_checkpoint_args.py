@@ -17,7 +17,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training import entry
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
-from megatron.oellm.training.stored_checkpoint import read_stored_checkpoint
+from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
 from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
@@ -54,9 +54,8 @@ def _saved(converted: Path, target: Path, stored: argparse.Namespace, iteration:
 
 
 def check_checkpoint_architecture(run: argparse.Namespace) -> None:
-    """The check with ``--load``'s checkpoint read as the entry reads it (once, for every check)."""
-    loaded = read_stored_checkpoint(Path(run.load), run.ckpt_step) if run.load else None
-    entry.check_checkpoint_architecture(run, loaded)
+    """The check with the loaded checkpoint read as the entry reads it (once, for every check)."""
+    entry.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
 
 
 def _megatron_loaded_args(run: argparse.Namespace) -> argparse.Namespace:

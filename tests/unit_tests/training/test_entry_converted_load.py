@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import converted_checkpoint_args, hf_to_mcore_checkpoint
+from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training import entry
 from megatron.oellm.training.args import parse_oellm_argv
-from megatron.oellm.training.stored_checkpoint import read_stored_checkpoint
+from megatron.oellm.training.stored_checkpoint import converted_args, read_stored_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
 from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
@@ -41,6 +41,11 @@ def _run_args(load: Path, *flags: str):
 def check_converted_load(run) -> None:
     """The check with ``--load``'s checkpoint read as the entry reads it (once, for every check)."""
     entry.check_converted_load(run, read_stored_checkpoint(Path(run.load), run.ckpt_step))
+
+
+def converted_checkpoint_args(load: Path):
+    """The run arguments of ``--load load``'s checkpoint if ``hf-to-mcore`` wrote it, read as the entry reads them."""
+    return converted_args(read_stored_checkpoint(load))
 
 
 def _megatron_accepts(stored, run) -> bool:
