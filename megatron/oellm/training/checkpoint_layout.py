@@ -74,6 +74,8 @@ def grad_bucket_size(args: argparse.Namespace) -> int | str | None:
     return max(DEFAULT_BUCKET_MIN, DEFAULT_BUCKET_PER_DP_RANK * dp_cp)
 
 
+SPLIT_CHANGE = "pipeline stage split"
+"""How :func:`model_space_changes` names a change of the stages' split (its entry starts with it)."""
 SPLIT_FLAGS = "the '|' of --hybrid-layer-pattern, or --pipeline-model-parallel-layout"
 """The flags that place decoder layers on pipeline stages (the entry refuses megatron's other uneven-split flags)."""
 
@@ -136,7 +138,7 @@ def model_space_changes(stored: argparse.Namespace, args: argparse.Namespace) ->
     saved_stages, run_stages = pipeline_stages(stored), pipeline_stages(args)
     same_layers = sum(map(len, saved_stages)) == sum(map(len, run_stages))  # else megatron names the model change
     if len(saved_stages) == len(run_stages) and same_layers and saved_stages != run_stages:
-        changes.append(f"pipeline stage split ({SPLIT_FLAGS}): checkpoint {stages_text(saved_stages)!r}, run "
+        changes.append(f"{SPLIT_CHANGE} ({SPLIT_FLAGS}): checkpoint {stages_text(saved_stages)!r}, run "
                        f"{stages_text(run_stages)!r}")
     return changes
 
@@ -152,21 +154,9 @@ def split_way_out(stored: argparse.Namespace) -> str:
     return "drop --pipeline-model-parallel-layout (the checkpoint's stages are the even split)"
 
 
-def layout_changes(stored: argparse.Namespace, args: argparse.Namespace) -> list[str]:
-    """``"name (flag): checkpoint X, run Y"`` for each change a ``dp_reshardable`` optimizer checkpoint cannot
-    follow: :func:`model_space_changes` and the gradient-bucket size (:func:`grad_bucket_size`)."""
-    changes = model_space_changes(stored, args)
-    saved_bucket, run_bucket = grad_bucket_size(stored), grad_bucket_size(args)
-    if saved_bucket != run_bucket:
-        changes.append(f"gradient bucket size (--overlap-grad-reduce, --ddp-bucket-size, --ddp-num-buckets; default "
-                       f"max({DEFAULT_BUCKET_MIN}, {DEFAULT_BUCKET_PER_DP_RANK} x DP x CP)): checkpoint "
-                       f"{saved_bucket or 'one bucket'}, run {run_bucket or 'one bucket'}")
-    return changes
-
-
-def bucket_way_out(stored: argparse.Namespace) -> str:
-    """The flags that give this run the checkpoint's gradient buckets back."""
-    saved = grad_bucket_size(stored)
+def bucket_way_out(stored: argparse.Namespace, saved: int | str | None) -> str:
+    """The flags that give this run the checkpoint's gradient buckets back (``saved``: its
+    :func:`grad_bucket_size`)."""
     if saved is None:
         return "drop --overlap-grad-reduce (the checkpoint's buckets are one per buffer)"
     if isinstance(saved, str):
@@ -206,12 +196,16 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     if sharding is None or sharding in DistributedOptimizer.checkpoint_fully_reshardable_formats:
         return
     stored = found[0]
-    changes = layout_changes(stored, args)
+    changes = model_space_changes(stored, args)
+    saved_bucket, run_bucket = grad_bucket_size(stored), grad_bucket_size(args)
+    if saved_bucket != run_bucket:
+        changes.append(f"gradient bucket size (--overlap-grad-reduce, --ddp-bucket-size, --ddp-num-buckets; default "
+                       f"max({DEFAULT_BUCKET_MIN}, {DEFAULT_BUCKET_PER_DP_RANK} x DP x CP)): checkpoint "
+                       f"{saved_bucket or 'one bucket'}, run {run_bucket or 'one bucket'}")
     if not changes:
         return
-    bucket_changed = grad_bucket_size(stored) != grad_bucket_size(args)
-    bucket_fix = f"; or {bucket_way_out(stored)}" if bucket_changed else ""
-    split_fix = f"; or {split_way_out(stored)}" if any(c.startswith("pipeline stage split") for c in changes) else ""
+    bucket_fix = f"; or {bucket_way_out(stored, saved_bucket)}" if saved_bucket != run_bucket else ""
+    split_fix = f"; or {split_way_out(stored)}" if any(c.startswith(SPLIT_CHANGE) for c in changes) else ""
     raise ValueError(
         f"{checkpoint.named_by} ({directory.name}) holds distributed-optimizer state in megatron-core's {sharding!r} "
         f"format, which reshards only across data-parallel ranks with unchanged gradient buckets, and this run "
