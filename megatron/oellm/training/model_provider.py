@@ -148,13 +148,11 @@ def runtime_overrides(args: argparse.Namespace, card: ModelCard, layout: Paralle
     return {name: value for name, value in megatron.items() if name not in owned}
 
 
-def model_config(args: argparse.Namespace, card: ModelCard | None = None) -> TransformerConfig:
-    """The megatron-core ``TransformerConfig`` the run's model is built with: the fields ``card`` (else the card
-    read from ``args``) and the run's layout own, plus :func:`runtime_overrides`."""
+def model_config(args: argparse.Namespace, card: ModelCard, layout: ParallelLayout) -> TransformerConfig:
+    """The megatron-core ``TransformerConfig`` the run's model is built with: the fields ``card`` and the run's
+    ``layout`` own, plus :func:`runtime_overrides`."""
     from megatron.oellm.models import spec_builder
 
-    card = card_from_args(args) if card is None else card
-    layout = layout_from_args(args)
     return spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
                                                         **runtime_overrides(args, card, layout))
 
@@ -167,7 +165,7 @@ def check_model_config(args: argparse.Namespace, card: ModelCard) -> None:
     groups and GPU memory are set up, on every rank, so the training entry builds it once before Megatron
     initialises (the config needs neither CUDA nor process groups)."""
     try:
-        model_config(args, card)
+        model_config(args, card, layout_from_args(args))
     except (AssertionError, ValueError) as error:
         detail = str(error) or f"{type(error).__name__} without a message"
         raise ValueError(f"the model's TransformerConfig refuses the run's arguments: {detail}") from error
@@ -218,7 +216,7 @@ def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage
     card = card_from_args(args)
     layout = layout_from_args(args)
     family = spec_builder(card.family)
-    transformer_config = model_config(args, card)
+    transformer_config = model_config(args, card, layout)
     print_rank_0(f"> building {card.name} ({card.family}, {backend_description(args.oellm_backend)}"
                  f"{moe_permutation_description(args)}{router_description(args)})")
     return family.build_model(card, layout, args.oellm_backend, config=transformer_config, pre_process=pre_process,
