@@ -298,9 +298,10 @@ def check_data_paths(data_path: Sequence[str]) -> None:
     """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
     nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
     job starts)."""
+    from megatron.oellm.training.data import missing_dataset_files
+
     for prefix in data_prefixes(data_path):
-        missing = [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
-        if missing:
+        if missing := missing_dataset_files(prefix):
             raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
                               f"(relative to {Path.cwd()}); give the prefix of a Megatron dataset, without .bin/.idx")
 

@@ -74,6 +74,11 @@ NO_DATA = ("no training data: give --data-path PREFIX (or --train-data-path / --
 fails after the model and optimizer are set up."""
 
 
+def missing_dataset_files(prefix: str) -> list[str]:
+    """The files of the Megatron indexed dataset ``prefix`` (``PREFIX.bin``, ``PREFIX.idx``) that are not here."""
+    return [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
+
+
 def data_prefixes(args: argparse.Namespace) -> list[str]:
     """Every dataset prefix of the run's blend (``--data-path`` / ``--data-args-path``) or per-split blends
     (``--train/valid/test-data-path`` / ``--per-split-data-args-path``), as megatron reads them."""
@@ -107,8 +112,7 @@ def check_data_source(args: argparse.Namespace) -> None:
             f"'test' data paths ({type(error).__name__}: {error})") from error
     if not prefixes:
         raise ValueError(NO_DATA)
-    missing = [prefix for prefix in prefixes if not is_object_storage_path(prefix)
-               and not all(Path(f"{prefix}{suffix}").is_file() for suffix in (".bin", ".idx"))]
+    missing = [prefix for prefix in prefixes if not is_object_storage_path(prefix) and missing_dataset_files(prefix)]
     if missing:
         raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "
                          "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
