@@ -109,7 +109,7 @@ stage_train() {
   echo "resume qwen3.5: rc $? $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
     "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ') $(first_error "$OUT_DIR/resume.log")"
   wait
-  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -c ' iteration ' "$OUT_DIR/train_qwen3.log") iterations" \
+  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/train_qwen3.log") iteration lines" \
     "$(first_error "$OUT_DIR/train_qwen3.log")"
   loss_lines "$OUT_DIR/train_qwen3.log"
   # the log of a run killed during iteration 16: everything before that iteration's line
