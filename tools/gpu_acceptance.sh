@@ -7,7 +7,8 @@
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
 #          beside it the Qwen3-30B-A3B recipe, 30 iterations;
 #   resume a short save (iterations 3 and 6) + resume (to 8) of the Qwen3.5 recipe's `--local` run;
-#   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers) with a one-step profile of each side at its best
+#   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers; the sides OELLM_BENCH_SIDES names, default ours,hf,
+#          e.g. ours,te,hf with Transformer Engine on the path) with a one-step profile of each side at its best
 #          micro-batch size. Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
@@ -135,7 +136,8 @@ stage_resume() {
 }
 
 stage_bench() {
-  timeout "$LIMIT_S" python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --warmup 2 --steps 6 \
+  timeout "$LIMIT_S" python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --sides "${OELLM_BENCH_SIDES:-ours,hf}" \
+    --warmup 2 --steps 6 \
     --output "$OUT_DIR/bench.json" --profile "$OUT_DIR/profile" > "$OUT_DIR/bench.log" 2>&1
   echo "bench: rc $?"
   tail -25 "$OUT_DIR/bench.log"

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from megatron.oellm.bench import SIDES
+from megatron.oellm.bench import BACKEND_OF_SIDE, DEFAULT_SIDES, SIDES
 from megatron.oellm.bench.measure import Measurement, best, summary, sweep
 from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch, ours_transformer_config
 from megatron.oellm.bench.timing import profile_step, time_steps
@@ -31,9 +31,10 @@ class BenchConfig:
     """Untimed steps before timing (kernel autotuning, torch.compile of megatron's fused pieces, allocator)."""
     steps: int = 10
     """Timed steps; the median step time is reported."""
-    sides: tuple[str, ...] = SIDES
+    sides: tuple[str, ...] = DEFAULT_SIDES
+    """Which of :data:`megatron.oellm.bench.SIDES` to benchmark, in this order."""
     ours_overrides: dict[str, Any] = field(default_factory=lambda: dict(BEST_OURS_SETTINGS))
-    """TransformerConfig fields for our side on top of the spec builder's."""
+    """TransformerConfig fields for our sides (``ours``, ``te``) on top of the spec builder's."""
     gpu: str | None = None
     """Name in :data:`megatron.oellm.peaks.GPU_PEAKS` whose dense bf16 peak MFU is quoted against; None: the
     benchmarked GPU's own, from its CUDA name (:func:`peak_gpu_of`)."""
@@ -56,17 +57,32 @@ class BenchConfig:
             raise ValueError(f"need warmup >= 1 and steps >= 1, got {self.warmup} and {self.steps}")
         if self.gpu is not None:
             peak_tflops(self.gpu)  # an unknown name raises here, before any model is built
-        if "ours" in self.sides:
-            self._check_ours_overrides(card)
+        ours = [side for side in self.sides if side in BACKEND_OF_SIDE]
+        if ours:
+            self._check_our_sides(card, ours)
 
-    def _check_ours_overrides(self, card: ModelCard) -> None:
-        """Build our side's TransformerConfig on the CPU now, so that an override megatron-core refuses (a misspelt
-        field, a value its checks reject) is a ValueError here, not a traceback once transformers' model is on the
-        GPU (the config is otherwise first built after it)."""
+    def _check_our_sides(self, card: ModelCard, ours: list[str]) -> None:
+        """Build our sides' TransformerConfig on the CPU now and check each side's backend can run it, so that an
+        override megatron-core refuses (a misspelt field, a value its checks reject), a setting one backend lacks
+        the kernels for, or a ``te`` side without Transformer Engine is a ValueError here, not a traceback once
+        transformers' model is on the GPU (the models are otherwise first built after it)."""
+        from megatron.oellm.backends import check_config_support
+        from megatron.oellm.backends.selection import transformer_engine_import_error
+
+        te_error = transformer_engine_import_error() if "te" in ours else None
+        if te_error is not None:
+            raise ValueError(f"the te side needs Transformer Engine, which does not import here ({te_error}): "
+                             "drop te from --sides")
         try:
-            ours_transformer_config(card, self.ours_overrides)
+            config = ours_transformer_config(card, self.ours_overrides)
         except (TypeError, ValueError, AssertionError) as error:
-            raise ValueError(f"our side's TransformerConfig overrides (--ours-config) are refused: {error}") from error
+            raise ValueError(f"our sides' TransformerConfig overrides (--ours-config) are refused: {error}") from error
+        for side in ours:
+            try:
+                check_config_support(BACKEND_OF_SIDE[side], config)
+            except ValueError as error:
+                raise ValueError(f"the {side} side cannot run with these settings (--ours-config, or the "
+                                 f"benchmark's best settings unless --plain-ours): {error}") from error
 
 
 @dataclass

@@ -135,10 +135,18 @@ def format_table(results: Sequence[Measurement]) -> str:
     return "\n".join(rows)
 
 
+RATIOS = (("ours", "hf"), ("te", "hf"), ("ours", "te"))
+"""Side pairs whose tokens/s ratio a report gives when both were benchmarked: each of our backends against
+transformers, and the torch-native backend against Transformer Engine's."""
+
+
 def summary(results: Sequence[Measurement], sides: Sequence[str]) -> dict[str, Any]:
-    """Each side's best micro-batch result and, with both ``ours`` and ``hf``, the tokens/s ratio ours / hf."""
+    """Each side's best micro-batch result and, for each pair of :data:`RATIOS` benchmarked, the tokens/s ratio of
+    the two at their own best micro-batch sizes (``speedup_<a>_over_<b>``; None when either measured nothing)."""
     best_by_side = {side: best([r for r in results if r.side == side]) for side in sides}
     out: dict[str, Any] = {f"best_{side}": None if m is None else asdict(m) for side, m in best_by_side.items()}
-    if "ours" in best_by_side and "hf" in best_by_side:
-        out["speedup_ours_over_hf"] = speedup(best_by_side["ours"], best_by_side["hf"])
+    for numerator, denominator in RATIOS:
+        if numerator in best_by_side and denominator in best_by_side:
+            out[f"speedup_{numerator}_over_{denominator}"] = speedup(best_by_side[numerator],
+                                                                    best_by_side[denominator])
     return out

@@ -1,8 +1,10 @@
-"""The two sides of ``oellm bench`` on one GPU: transformers' ``Qwen3_5MoeForCausalLM`` and our megatron-core model.
+"""The sides of ``oellm bench`` on one GPU: transformers' ``Qwen3_5MoeForCausalLM`` and our megatron-core model, on
+the torch-native backend (``ours``) and on Transformer Engine's modules (``te``).
 
-Both hold the same weights: the transformers model is built from :func:`hf_config_from_card` with its own random
-init (bf16, on the GPU), and ours is built by the family spec builder on the torch-native backend and loaded with
-the family converter's ``hf_to_mcore`` of that model's state dict. One training step on either side is forward +
+All hold the same weights: the transformers model is built from :func:`hf_config_from_card` with its own random
+init (bf16, on the GPU), and each of ours is built by the family spec builder on its backend
+(:data:`megatron.oellm.bench.BACKEND_OF_SIDE`) and loaded with the family converter's ``hf_to_mcore`` of that
+model's state dict. One training step on either side is forward +
 language-model loss (+ the MoE load-balancing loss each side's config asks for) + backward, with gradients dropped
 at the start of the step; there is no optimizer step on either side (it is the same element-wise update whichever
 model produced the gradients, and its fp32 state would halve the memory left for activations).
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from megatron.oellm.bench import BACKEND_OF_SIDE
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.runtime import init_single_gpu_runtime
 
@@ -28,7 +31,8 @@ BEST_OURS_SETTINGS: dict[str, Any] = {
     "cross_entropy_fusion_impl": "native",
     "bias_activation_fusion": True,
 }
-"""TransformerConfig fields our side runs with by default (on top of the spec builder's): the fused native cross
+"""TransformerConfig fields our sides (``ours`` and ``te``, the same config) run with by default (on top of the spec
+builder's): the fused native cross
 entropy (our models run :mod:`megatron.oellm.layers.cross_entropy` there, no fp32 copy of the logits) and the fused
 SwiGLU of the shared expert and of the routed experts. The MoE
 dispatcher stays the spec builder's ``alltoall`` (with EP=1 it only permutes) and activation recompute stays off."""
@@ -155,7 +159,7 @@ class HFSide(Side):
 
 
 def ours_transformer_config(card: ModelCard, overrides: dict[str, Any]) -> TransformerConfig:
-    """Our side's megatron-core ``TransformerConfig``: the family spec builder's for ``card`` with ``overrides`` on
+    """Our sides' megatron-core ``TransformerConfig``: the family spec builder's for ``card`` with ``overrides`` on
     top and megatron's own weight initialisation skipped (the converted transformers weights overwrite it).
 
     Built on the CPU, it is also how :class:`megatron.oellm.bench.harness.BenchConfig` checks the overrides before
@@ -166,28 +170,27 @@ def ours_transformer_config(card: ModelCard, overrides: dict[str, Any]) -> Trans
 
 
 class OursSide(Side):
-    """Our ``HybridModel`` on the torch-native backend, loaded with the converted transformers weights."""
+    """Our ``HybridModel`` on one backend (the side's name: ``ours`` torch-native, ``te`` Transformer Engine), loaded
+    with the converted transformers weights."""
 
-    name = "ours"
-
-    def __init__(self, card: ModelCard, hf_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
-        from megatron.oellm.backends.torch_native.router import router_gemm_path
-        from megatron.oellm.layers.rms_norm import cuda_path
+    def __init__(self, name: str, card: ModelCard, hf_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
         from megatron.oellm.models import spec_builder
         from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
         from megatron.oellm.patches import moe_permutation
 
+        self.name = name
+        backend = BACKEND_OF_SIDE[name]
         config = ours_transformer_config(card, overrides)
-        self.model = spec_builder(card.family).build_model(card, backend="torch", config=config)
+        self.model = spec_builder(card.family).build_model(card, backend=backend, config=config)
         self.model.train()
         load_converted(self.model, hf_to_mcore(card, hf_state))
-        self.settings = {"backend": "torch", "config_overrides": dict(overrides),
+        self.settings = {"backend": backend, "config_overrides": dict(overrides),
                          "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
-                         "recompute_granularity": config.recompute_granularity, "rms_norm": cuda_path(),
+                         "recompute_granularity": config.recompute_granularity,
                          "moe_permutation": moe_permutation.describe(config.num_moe_experts, config.moe_permute_fusion,
                                                                      config.moe_token_dispatcher_type,
                                                                      config.moe_flex_dispatcher_backend),
-                         "router_gemms": router_gemm_path(config.moe_router_dtype, config.params_dtype)}
+                         **backend_settings(backend, config)}
 
     def step(self, batch: Batch) -> torch.Tensor:
         """megatron-core's per-token loss averaged over the same positions transformers averages over; the MoE
@@ -197,6 +200,21 @@ class OursSide(Side):
         loss = (per_token.float() * batch.loss_mask).sum() / batch.loss_tokens
         loss.backward()
         return loss.detach()
+
+
+def backend_settings(backend: str, config: TransformerConfig) -> dict[str, Any]:
+    """What a report needs to know of one backend's kernels: for ``torch`` the RMSNorm path and how the router
+    computes its GEMMs; for ``te`` Transformer Engine's version and the attention backend megatron-core asks it for
+    (TE then picks among the flash, fused and unfused kernels it finds)."""
+    if backend == "te":
+        import transformer_engine
+
+        return {"transformer_engine": transformer_engine.__version__,
+                "attention_backend": config.attention_backend.name}
+    from megatron.oellm.backends.torch_native.router import router_gemm_path
+    from megatron.oellm.layers.rms_norm import cuda_path
+
+    return {"rms_norm": cuda_path(), "router_gemms": router_gemm_path(config.moe_router_dtype, config.params_dtype)}
 
 
 def load_converted(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -209,15 +227,16 @@ def load_converted(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> No
 
 
 def build_sides(card: ModelCard, names: list[str], ours_overrides: dict[str, Any]) -> dict[str, Side]:
-    """The requested sides with shared weights, all parked on the host; ours is always converted from a
-    transformers model (built even when only ``ours`` is benchmarked)."""
+    """The requested sides with shared weights, all parked on the host; ours (``ours``, ``te``) are always converted
+    from a transformers model (built even when only they are benchmarked)."""
     init_single_gpu_runtime()
     hf = HFSide(card)
     sides: dict[str, Side] = {}
-    if "ours" in names:
-        with torch.no_grad():
-            sides["ours"] = OursSide(card, dict(hf.model.state_dict()), ours_overrides)
-        sides["ours"].park()
+    for name in BACKEND_OF_SIDE:
+        if name in names:
+            with torch.no_grad():
+                sides[name] = OursSide(name, card, dict(hf.model.state_dict()), ours_overrides)
+            sides[name].park()
     if "hf" in names:
         sides["hf"] = hf
     hf.park()

@@ -10,13 +10,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from megatron.oellm.bench import SIDES
+from megatron.oellm.bench import DEFAULT_SIDES, SIDES
 from megatron.oellm.commands import int_at_least, refuse
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
 
-HELP = "one-GPU training-step benchmark: ours (megatron-core, torch-native) vs transformers, MBS swept"
+HELP = ("one-GPU training-step benchmark: ours (megatron-core, torch-native; te: on Transformer Engine) vs "
+        "transformers, MBS swept")
 
 def int_list(text: str) -> tuple[int, ...]:
     """``"1,2,4"`` -> ``(1, 2, 4)``; an argparse type, so bad input is a usage error naming the value."""
@@ -30,7 +31,7 @@ def int_list(text: str) -> tuple[int, ...]:
 
 
 def side_list(text: str) -> tuple[str, ...]:
-    """``"ours,hf"`` -> ``("ours", "hf")``, each checked against the known sides."""
+    """``"ours,te,hf"`` -> ``("ours", "te", "hf")``, each checked against the known sides, repeats dropped."""
     sides = tuple(part.strip() for part in text.split(",") if part.strip())
     unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:
@@ -63,12 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="untimed steps before timing, at least 1 (default 3)")
     parser.add_argument("--steps", type=int_at_least(1), default=10,
                         help="timed steps; the median is reported (default 10)")
-    parser.add_argument("--sides", type=side_list, default=SIDES, help="ours,hf (default both)")
+    parser.add_argument("--sides", type=side_list, default=DEFAULT_SIDES,
+                        help="comma-separated, benchmarked in this order: ours (megatron-core, torch-native backend), "
+                             "te (the same model on Transformer Engine's modules), hf (transformers); "
+                             f"default {','.join(DEFAULT_SIDES)}")
     parser.add_argument("--ours-config", type=config_override, action="append", default=[], metavar="KEY=VALUE",
-                        help="TransformerConfig field for our side, on top of the benchmark's best settings "
+                        help="TransformerConfig field for our sides (ours, te), on top of the benchmark's best settings "
                              "(repeatable), e.g. moe_token_dispatcher_type=allgather")
     parser.add_argument("--plain-ours", action="store_true",
-                        help="drop the benchmark's best settings for our side (spec-builder defaults only)")
+                        help="drop the benchmark's best settings for our sides (spec-builder defaults only)")
     parser.add_argument("--gpu", default=None,
                         help="peak table entry MFU is quoted against (default: the GPU's own, from its CUDA name)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
@@ -79,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def ours_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """Our side's TransformerConfig overrides: the best settings (unless ``--plain-ours``), then ``--ours-config``."""
+    """Our sides' TransformerConfig overrides: the best settings (unless ``--plain-ours``), then ``--ours-config``."""
     from megatron.oellm.bench.sides import BEST_OURS_SETTINGS
 
     overrides = {} if args.plain_ours else dict(BEST_OURS_SETTINGS)
@@ -101,15 +105,28 @@ def print_report(report: BenchReport) -> None:
     print("step         forward + loss + backward, no optimizer step, gradients dropped per step")
     print()
     print(format_table(report.results))
-    speedup = report.summary.get("speedup_ours_over_hf")
-    if speedup is not None:
-        ours, hf = report.summary["best_ours"], report.summary["best_hf"]
-        print(f"\nbest MBS: ours {ours['mbs']} ({ours['tokens_per_s']:,.0f} tokens/s), hf {hf['mbs']} "
-              f"({hf['tokens_per_s']:,.0f} tokens/s): ours / hf = {speedup:.2f}x")
+    print_ratios(report.summary)
     for name, kernels in report.profiles.items():
         print(f"\ntop CUDA time, {name} (one step at its best MBS):")
         for k in kernels[:15]:
             print(f"  {100 * k['share']:5.1f} %  {k['cuda_ms']:8.2f} ms  {k['calls']:5d}x  {k['name'][:100]}")
+
+
+def print_ratios(summary: dict[str, Any]) -> None:
+    """One line per side pair of :data:`megatron.oellm.bench.measure.RATIOS` that both measured something: each
+    side's best micro-batch size and tokens/s, and their ratio."""
+    from megatron.oellm.bench.measure import RATIOS
+
+    lines = []
+    for numerator, denominator in RATIOS:
+        ratio = summary.get(f"speedup_{numerator}_over_{denominator}")
+        if ratio is None:
+            continue
+        a, b = summary[f"best_{numerator}"], summary[f"best_{denominator}"]
+        lines.append(f"best MBS: {numerator} {a['mbs']} ({a['tokens_per_s']:,.0f} tokens/s), {denominator} {b['mbs']} "
+                     f"({b['tokens_per_s']:,.0f} tokens/s): {numerator} / {denominator} = {ratio:.2f}x")
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
 def _make_writable_folder(flag: str, given: Path, folder: Path, which: str) -> None:

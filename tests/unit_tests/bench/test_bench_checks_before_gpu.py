@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from megatron.oellm.backends import selection
 from megatron.oellm.bench import harness
 from megatron.oellm.cli import main
 
@@ -40,6 +41,31 @@ def test_the_overrides_are_checked_only_for_our_side() -> None:
         harness.BenchConfig(model=TINY, ours_overrides={"no_such_field": 1})
     assert harness.BenchConfig(model=TINY, sides=("hf",), ours_overrides={"no_such_field": 1}).sides == ("hf",)
     harness.BenchConfig(model=TINY, ours_overrides={"moe_token_dispatcher_type": "allgather"})
+
+
+def test_a_te_side_without_transformer_engine_is_refused_before_the_gpu_work(
+        fake_gpu: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(selection, "transformer_engine_import_error",
+                        lambda: "ModuleNotFoundError: No module named 'transformer_engine'")
+    assert main(["bench", "--model", TINY, "--mbs", "1", "--sides", "ours,te"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oellm bench: error: ") and "te side" in err and "drop te from --sides" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("sides", "refused"), [(("ours", "te"), "ours"), (("te",), None), (("hf",), None)])
+def test_a_setting_a_backend_lacks_the_kernels_for_names_that_side(sides: tuple[str, ...], refused: str | None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transformer Engine's cross entropy: the te side runs it, the torch-native one refuses it (before, as a
+    traceback from the model build once transformers' model was on the GPU)."""
+    monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
+    monkeypatch.setattr(selection, "te_missing_kernels", lambda **features: {})
+    overrides = {"cross_entropy_fusion_impl": "te"}
+    if refused is None:
+        assert harness.BenchConfig(model=TINY, sides=sides, ours_overrides=overrides).sides == sides
+        return
+    with pytest.raises(ValueError, match=f"the {refused} side cannot run with these settings.*cross_entropy_fusion_impl"):
+        harness.BenchConfig(model=TINY, sides=sides, ours_overrides=overrides)
 
 
 @pytest.mark.parametrize("kind", ["file", "below a file", "read-only folder"])

@@ -99,6 +99,19 @@ def test_best_speedup_and_summary() -> None:
     assert out["speedup_ours_over_hf"] == pytest.approx(best_ours.tokens_per_s / best_hf.tokens_per_s)
 
 
+def test_summary_gives_a_ratio_for_each_pair_benchmarked() -> None:
+    rng = random.Random()
+    speeds = {side: rng.uniform(1e4, 1e5) for side in ("ours", "te", "hf")}
+    results = [_measured(side, 2, speed) for side, speed in speeds.items()]
+    out = summary(results, ["te", "ours", "hf"])
+    assert {key for key in out if key.startswith("speedup_")} == {
+        "speedup_ours_over_hf", "speedup_te_over_hf", "speedup_ours_over_te"}
+    for a, b in (("ours", "hf"), ("te", "hf"), ("ours", "te")):
+        assert out[f"speedup_{a}_over_{b}"] == pytest.approx(speeds[a] / speeds[b])
+    two = summary([r for r in results if r.side != "hf"], ["ours", "te"])
+    assert [key for key in two if key.startswith("speedup_")] == ["speedup_ours_over_te"]
+
+
 def test_nothing_measured_gives_no_best_and_no_ratio() -> None:
     assert best([Measurement("hf", 1, "oom", 4096)]) is None
     assert speedup(None, _measured("hf", 1, 1.0)) is None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from megatron.oellm.backends import selection
 from megatron.oellm.bench import harness
 from megatron.oellm.bench.measure import StepTimes
 from megatron.oellm.bench.timing import time_steps
@@ -126,8 +127,9 @@ def fake_benchmark(monkeypatch: pytest.MonkeyPatch, order: tuple[str, ...], devi
     """``run_benchmark`` of stand-in sides (hf runs out of memory at MBS 8; larger MBS, faster steps) with the GPU
     work faked: (report, sides, the batches each side stepped on, the batch each side was profiled on)."""
     gpu: set[str] = set()
-    sides = {"ours": FakeSide("ours", gpu, settings={}), "hf": FakeSide("hf", gpu, oom_from=8, settings={})}
-    batches: dict[str, list[tuple]] = {"ours": [], "hf": []}
+    sides = {"ours": FakeSide("ours", gpu, settings={}), "te": FakeSide("te", gpu, settings={}),
+             "hf": FakeSide("hf", gpu, oom_from=8, settings={})}
+    batches: dict[str, list[tuple]] = {"ours": [], "te": [], "hf": []}
     profiled: dict[str, tuple] = {}
     current_batch: list[tuple] = []
 
@@ -151,6 +153,8 @@ def fake_benchmark(monkeypatch: pytest.MonkeyPatch, order: tuple[str, ...], devi
     monkeypatch.setattr(harness, "time_steps", fake_time_steps)
     monkeypatch.setattr(harness, "profile_step", fake_profile)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: device)
+    monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)  # the te side's check passes
+    monkeypatch.setattr(selection, "te_missing_kernels", lambda **features: {})
     config = harness.BenchConfig(model="qwen3.5-35b-a3b-tiny", seq_length=64, mbs=(4, 1, 8, 2), sides=order,
                                  profile_dir=harness.Path("prof"), gpu=gpu_name)
     return harness.run_benchmark(config), sides, batches, profiled
@@ -170,6 +174,15 @@ def test_run_benchmark_measures_each_side_alone_on_the_same_batches(order: tuple
         ours, hf = by_key[("ours", mbs)], by_key[("hf", mbs)]
         assert (ours.tokens_per_step, ours.tokens_per_s, ours.tflops, ours.mfu) == (
             hf.tokens_per_step, hf.tokens_per_s, hf.tflops, hf.mfu)
+
+
+def test_the_te_side_is_measured_alone_on_the_same_batches_in_the_order_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    report, sides, batches, _ = fake_benchmark(monkeypatch, ("te", "ours", "hf"))
+    assert [r.side for r in report.results] == ["te"] * 4 + ["ours"] * 4 + ["hf"] * 4
+    assert batches["te"] == batches["ours"] and batches["hf"] == batches["te"][:3]
+    assert not any(side.gpu for side in sides.values())
+    assert report.summary["speedup_ours_over_te"] == pytest.approx(1.0)  # the same step times
+    assert set(report.summary) >= {"speedup_ours_over_hf", "speedup_te_over_hf"}
 
 
 @pytest.mark.parametrize(("device", "gpu_name", "peak"), [

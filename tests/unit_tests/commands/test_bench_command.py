@@ -37,6 +37,11 @@ def test_lists_and_overrides_are_parsed() -> None:
     assert overrides["cross_entropy_loss_fusion"] is True  # best settings kept underneath
 
 
+def test_the_te_side_is_parsed_in_the_order_given_and_not_a_default() -> None:
+    assert parse("--sides", "te,ours,te").sides == ("te", "ours")
+    assert "te" not in parse().sides  # the default does not follow whether Transformer Engine is installed
+
+
 def test_plain_ours_drops_the_best_settings() -> None:
     args = parse("--plain-ours", "--ours-config", "moe_token_dispatcher_type=allgather")
     assert bench.ours_overrides(args) == {"moe_token_dispatcher_type": "allgather"}
@@ -156,3 +161,16 @@ def test_report_prints_table_and_ratio_and_is_json(capsys: pytest.CaptureFixture
     ratio = (2 * 4096 / 0.1) / (4096 / 0.15)
     assert f"ours / hf = {ratio:.2f}x" in out and "oom" in out
     assert json.loads(json.dumps(report.to_dict()))["summary"]["best_hf"]["mbs"] == 1
+
+
+def test_report_prints_one_ratio_line_per_pair_that_measured(capsys: pytest.CaptureFixture) -> None:
+    from megatron.oellm.bench.measure import Measurement, StepTimes, summary, throughput
+
+    results = [throughput("ours", 2, 4096, StepTimes((100.0,), 2**30, 12.4), 4.6e9, 989.0),
+               throughput("te", 4, 4096, StepTimes((160.0,), 2**30, 12.4), 4.6e9, 989.0),
+               Measurement("hf", 1, "oom", 4096)]
+    bench.print_ratios(summary(results, ["ours", "te", "hf"]))
+    lines = capsys.readouterr().out.strip().splitlines()
+    ratio = (2 * 4096 / 0.1) / (4 * 4096 / 0.16)
+    assert lines == [f"best MBS: ours 2 ({2 * 4096 / 0.1:,.0f} tokens/s), te 4 ({4 * 4096 / 0.16:,.0f} tokens/s): "
+                     f"ours / te = {ratio:.2f}x"]  # hf measured nothing: no ratio against it
