@@ -50,6 +50,10 @@ MODEL_SPACE_SIZES = (
 )
 """(argument, flag) of the parallel sizes that change which parameters a rank's optimizer buckets hold."""
 
+STORED_LAYOUT_ARGS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "num_layers")
+"""Stored run arguments without which a checkpoint's parallel layout cannot be told (megatron's own saves hold them;
+a checkpoint storing fewer is left to megatron's checks)."""
+
 EXPERT_SIZES = {"expert_model_parallel_size", "expert_tensor_parallel_size"}
 """Sizes that matter only for a model with experts (both are 1 / the tensor size otherwise)."""
 
@@ -83,7 +87,8 @@ SPLIT_FLAGS = "the '|' of --hybrid-layer-pattern, or --pipeline-model-parallel-l
 def pipeline_stages(args: argparse.Namespace) -> list[list[str]]:
     """The layers of each pipeline stage (vpp-major) as ``args`` place them: the stages of a hybrid pattern's ``|``
     or of ``--pipeline-model-parallel-layout``, else megatron's even split over PP x VPP (embedding first, loss
-    last), so that a layout spelling out the even split compares equal to none."""
+    last), so that a layout spelling out the even split compares equal to none; no stages where ``args`` give no
+    number of layers."""
     from megatron.oellm.models.parallel import (
         HYBRID_SYMBOLS_PER_LAYER,
         layout_from_counts,
@@ -97,10 +102,12 @@ def pipeline_stages(args: argparse.Namespace) -> list[list[str]]:
         layout = pipeline_layout_from_hybrid_pattern(pattern.split("/")[0])
     if isinstance(layout, str):
         return parse_pipeline_layout(layout)
-    num_stages = (args.pipeline_model_parallel_size or 1) * (getattr(args, "virtual_pipeline_model_parallel_size",
-                                                                      None) or 1)
+    num_stages = (getattr(args, "pipeline_model_parallel_size", None) or 1) * (
+        getattr(args, "virtual_pipeline_model_parallel_size", None) or 1)
     num_layers = (len(pattern.split("/")[0]) // HYBRID_SYMBOLS_PER_LAYER if isinstance(pattern, str)
-                  else args.num_layers)
+                  else getattr(args, "num_layers", None))
+    if not isinstance(num_layers, int):
+        return []
     return parse_pipeline_layout(layout_from_counts([num_layers // num_stages] * num_stages))
 
 
@@ -137,7 +144,7 @@ def model_space_changes(stored: argparse.Namespace, args: argparse.Namespace) ->
             changes.append(f"{name} ({flag}): checkpoint {saved or 1}, run {run or 1}")
     saved_stages, run_stages = pipeline_stages(stored), pipeline_stages(args)
     same_layers = sum(map(len, saved_stages)) == sum(map(len, run_stages))  # else megatron names the model change
-    if len(saved_stages) == len(run_stages) and same_layers and saved_stages != run_stages:
+    if saved_stages and len(saved_stages) == len(run_stages) and same_layers and saved_stages != run_stages:
         changes.append(f"{SPLIT_CHANGE} ({SPLIT_FLAGS}): checkpoint {stages_text(saved_stages)!r}, run "
                        f"{stages_text(run_stages)!r}")
     return changes
@@ -224,8 +231,8 @@ def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoin
     if checkpoint is None or checkpoint.ckpt_format != "torch":
         return
     stored = checkpoint.common.get("args")
-    if not isinstance(stored, argparse.Namespace):
-        return
+    if not isinstance(stored, argparse.Namespace) or not all(hasattr(stored, name) for name in STORED_LAYOUT_ARGS):
+        return  # arguments of another program, or too few to tell the layout: megatron's own checks decide
     changes = model_space_changes(stored, args)
     if changes:
         raise ValueError(
@@ -241,15 +248,17 @@ def check_rank_file_layout(args: argparse.Namespace, checkpoint: StoredCheckpoin
 def check_checkpoint_format(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when this run's ``--ckpt-format`` cannot load the format of the checkpoint it loads
     (``--load``, or ``--pretrained-checkpoint`` in place of an empty one): megatron-core 0.19.2's
-    ``load_checkpoint`` builds the state dict to load for the run's format and detects the checkpoint's only on the
-    way, so a ``torch_dist`` checkpoint under ``--ckpt-format torch`` without
-    ``--auto-detect-ckpt-format`` stops with a ``RuntimeError``, and a ``torch_dcp`` / ``fsdp_dtensor`` one under
-    ``torch`` or ``torch_dist`` fails on an empty state dict, both after the model is allocated on every rank."""
+    ``load_checkpoint`` builds the state dict to load for the run's format (``generate_state_dict`` reads
+    ``args.ckpt_format``) and detects the checkpoint's only on the way, so a ``torch_dist`` checkpoint under
+    ``--ckpt-format torch`` stops with a ``RuntimeError`` or, under ``--auto-detect-ckpt-format`` (which detects the
+    format but still builds plain tensors, which the distributed load drops), with a ``KeyError`` on ``'model'``; a
+    ``torch_dcp`` / ``fsdp_dtensor`` one under ``torch`` or ``torch_dist`` fails on an empty state dict. All of them
+    after the model is allocated on every rank."""
     if checkpoint is None:
         return
     run, stored = args.ckpt_format, checkpoint.ckpt_format
-    if stored == "torch_dist" and run == "torch" and not getattr(args, "auto_detect_ckpt_format", False):
-        fix = "--ckpt-format torch_dist (or --auto-detect-ckpt-format)"
+    if stored == "torch_dist" and run == "torch":
+        fix = "--ckpt-format torch_dist (--auto-detect-ckpt-format does not help: megatron still builds the state dict for torch)"
     elif stored == "torch_dcp" and run in ("torch", "torch_dist"):
         fix = "the --ckpt-format that saved it (torch_dcp, or fsdp_dtensor for a Megatron-FSDP run)"
     else:

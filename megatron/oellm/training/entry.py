@@ -98,7 +98,7 @@ def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
     """
     from megatron.oellm.training.stored_checkpoint import converted_args
 
-    if checkpoint is None or checkpoint.fine_tunes or args.finetune or getattr(args, "ckpt_step", None):
+    if checkpoint is None or checkpoint.fine_tunes or args.finetune:
         return
     compared = resume_compared_args(args)
     stored = converted_args(checkpoint)

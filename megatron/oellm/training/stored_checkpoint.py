@@ -235,22 +235,56 @@ def check_load_directory(args: argparse.Namespace) -> None:
       ``latest_checkpointed_iteration.txt``) without ``--ckpt-step``: megatron finds no tracker there, loads nothing
       (or ``--pretrained-checkpoint``) and trains from random weights, printing only a warning;
     * ``--pretrained-checkpoint`` is what megatron loads (:func:`load_source`) and holds no tracker: megatron stops
-      with ``FileNotFoundError`` after allocating the model on every rank.
+      with ``FileNotFoundError`` after allocating the model on every rank;
+    * under ``--ckpt-step``, the checks of :func:`_check_ckpt_step`.
     """
     pretrained = getattr(args, "pretrained_checkpoint", None)
-    if args.load and not getattr(args, "ckpt_step", None):
+    step = getattr(args, "ckpt_step", None)
+    if args.load and not step:
         outcome = ("fine-tunes from --pretrained-checkpoint instead, without a word" if pretrained else
                    "loads nothing and trains from random weights")
         _check_iteration_directory(LOAD, Path(args.load), outcome, plain_step=not pretrained)
     source = load_source(args)
-    if source is None or source[0] != PRETRAINED or (source[1] / TRACKER_FILE).is_file():
+    if source is not None and source[0] == PRETRAINED and not (source[1] / TRACKER_FILE).is_file():
+        _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model",
+                                   plain_step=False)
+        where = f"--load {args.load} holds none either, so " if args.load else ""
+        raise ValueError(f"--pretrained-checkpoint {source[1]} holds no {TRACKER_FILE}: {where}megatron-core finds "
+                         "no checkpoint to start from and stops with FileNotFoundError after allocating the model on "
+                         "every rank; name the directory megatron saved into (the one holding that file)")
+    if step and source is not None:
+        _check_ckpt_step(args, step, *source)
+
+
+def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path) -> None:
+    """Raise ``ValueError`` where megatron-core 0.19.2 would apply ``--ckpt-step step`` to a checkpoint other than
+    the user's, or to a missing one (``flag given`` is what it loads, :func:`load_source`):
+
+    * ``--load`` holds ``iter_<step>`` but no tracker while ``--pretrained-checkpoint`` is given: megatron falls back
+      to the pretrained checkpoint (it looks for the tracker only) and fine-tunes from that one's iteration ``step``
+      without a word, or stops if it has none;
+    * the iteration directory megatron reads does not exist: ``FileNotFoundError`` after allocating the model.
+    """
+    iteration = f"iter_{step:07d}"
+    if flag == PRETRAINED and args.load and (Path(args.load) / iteration).is_dir():
+        raise ValueError(f"--load {args.load} holds {iteration} but no {TRACKER_FILE}, so megatron-core loads "
+                         f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
+                         f"without a word; to resume --load's iteration {step}, drop --pretrained-checkpoint or write "
+                         f"{Path(args.load) / TRACKER_FILE} naming {step}")
+    directory = loaded_directory(args)
+    if directory is None:
         return
-    _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model",
-                               plain_step=False)
-    where = f"--load {args.load} holds none either, so " if args.load else ""
-    raise ValueError(f"--pretrained-checkpoint {source[1]} holds no {TRACKER_FILE}: {where}megatron-core finds no "
-                     "checkpoint to start from and stops with FileNotFoundError after allocating the model on every "
-                     "rank; name the directory megatron saved into (the one holding that file)")
+    if not directory.is_dir():
+        problem = "which does not exist, and stops with FileNotFoundError"
+    elif checkpoint_format(directory) is None:
+        problem = "which holds no checkpoint, and stops with NotImplementedError (unknown checkpoint format)"
+    else:
+        return
+    held = sorted(int(d.name.removeprefix("iter_")) for d in given.glob("iter_*")
+                  if d.is_dir() and d.name.removeprefix("iter_").isdigit())
+    holds = f"it holds iterations {', '.join(map(str, held))}" if held else "it holds no iteration directory"
+    raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
+                     f"allocating the model on every rank; {holds}")
 
 
 def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_step: bool) -> None:

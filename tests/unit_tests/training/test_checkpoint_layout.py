@@ -308,9 +308,40 @@ def test_an_unset_stored_expert_tensor_size_is_the_tensor_size(tmp_path: Path) -
     stored = _stored(tensor_model_parallel_size=tp, expert_tensor_parallel_size=None, pipeline_model_parallel_size=1,
                      expert_model_parallel_size=1)
     del stored.expert_tensor_parallel_size
-    load = _save_rank_files(tmp_path, stored, random.randrange(1, 10**6))
+    iteration = random.randrange(1, 10**6)
+    (tmp_path / f"iter_{iteration:07d}" / "mp_rank_00").mkdir(parents=True)
+    torch.save({"args": stored, "iteration": iteration, "model": {"w": torch.randn(random.randrange(2, 9))}},
+               tmp_path / f"iter_{iteration:07d}" / "mp_rank_00" / "model_optim_rng.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    load = tmp_path
     checkpoint = read_stored_checkpoint(load)
     run = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1}
     check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=tp), checkpoint)
     with pytest.raises(ValueError, match=f"expert_tensor_parallel_size .*checkpoint {tp}, run 1"):
         check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=1), checkpoint)
+
+
+@pytest.mark.parametrize("kept", [("iteration",), ("tensor_model_parallel_size", "iteration"),
+                                  ("tensor_model_parallel_size", "pipeline_model_parallel_size", "num_layers")])
+def test_a_rank_file_checkpoint_storing_too_few_arguments_is_left_to_megatron(tmp_path: Path,
+                                                                              kept: tuple[str, ...]) -> None:
+    """Arguments of another program, too few to tell its layout (the last: no number of layers, as a hybrid
+    checkpoint without its pattern): no guess, no crash on the missing ones; megatron's own checks decide."""
+    stored = argparse.Namespace(**{name: getattr(_stored(), name, 7) for name in kept})
+    if "num_layers" in kept:
+        stored.num_layers = None
+    iteration = random.randrange(1, 10**6)
+    (tmp_path / f"iter_{iteration:07d}" / "mp_rank_00").mkdir(parents=True)
+    torch.save({"args": stored, "iteration": iteration, "model": {"w": torch.randn(random.randrange(2, 9))}},
+               tmp_path / f"iter_{iteration:07d}" / "mp_rank_00" / "model_optim_rng.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    load = tmp_path
+    checkpoint = read_stored_checkpoint(load)
+    assert checkpoint is not None and checkpoint.ckpt_format == "torch"
+    check_rank_file_layout(_run(load), checkpoint)
+    other_tp = _run(load, tensor_model_parallel_size=LAYOUT["tensor_model_parallel_size"] * 2)
+    if "pipeline_model_parallel_size" in kept:  # the sizes are known: a change of them is still refused
+        with pytest.raises(ValueError, match="tensor_model_parallel_size"):
+            check_rank_file_layout(other_tp, checkpoint)
+    else:
+        check_rank_file_layout(other_tp, checkpoint)

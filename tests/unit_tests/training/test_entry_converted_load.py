@@ -3,6 +3,7 @@ converted checkpoint does not store: refused before Megatron starts, naming ``--
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
@@ -80,6 +81,15 @@ def test_a_resume_megatron_cannot_check_is_refused_naming_finetune(converted: Pa
                                          rf"for {flags[0]}.*add --finetune"):
         check_converted_load(run)
     check_converted_load(_run_args(converted, *flags, "--finetune"))
+
+
+def test_ckpt_step_does_not_skip_the_check_of_a_release_checkpoint(converted: Path) -> None:
+    """megatron keeps a ``release`` tracker's checkpoint under --ckpt-step (it reads ``release``, not iter_<step>),
+    and compares the run arguments all the same: megatron's own check fails, so the entry refuses."""
+    run = _run_args(converted, "--vocab-file", "vocab.json", "--ckpt-step", str(random.randrange(1, 10**6)))
+    assert not _megatron_accepts(converted_checkpoint_args(converted), run)
+    with pytest.raises(ValueError, match="for --vocab-file.*add --finetune"):
+        check_converted_load(run)
 
 
 def test_a_plain_load_of_a_converted_checkpoint_is_not_refused(converted: Path) -> None:

@@ -74,7 +74,7 @@ def test_an_iteration_directory_as_load_is_refused_naming_ckpt_step(tmp_path: Pa
     with pytest.raises(ValueError, match=rf"--load {directory} is a checkpoint's iteration directory .*trains "
                                          rf"from random weights; pass --load {tmp_path} --ckpt-step {iteration}$"):
         check_load_directory(_run(directory))
-    check_load_directory(_run(directory, ckpt_step=iteration))
+    check_load_directory(_run(tmp_path, ckpt_step=iteration))
     for load in (tmp_path, tmp_path / "empty", tmp_path / "missing"):
         (tmp_path / "empty").mkdir(exist_ok=True)
         check_load_directory(_run(load))
@@ -86,8 +86,10 @@ def test_an_iteration_directory_as_load_is_refused_naming_ckpt_step(tmp_path: Pa
     ("torch_dcp", "torch_dcp", False), ("torch_dcp", "fsdp_dtensor", False),
 ])
 def test_a_format_the_run_cannot_load_is_refused(tmp_path: Path, fmt: str, run: str, refused: bool) -> None:
-    """megatron-core loads a torch_dist checkpoint only under torch_dist (or --auto-detect-ckpt-format), a DCP one
-    only under torch_dcp / fsdp_dtensor; a torch one it detects under torch_dist too."""
+    """megatron-core loads a torch_dist checkpoint only under torch_dist, a DCP one only under torch_dcp /
+    fsdp_dtensor; a torch one it detects under torch_dist too. ``--auto-detect-ckpt-format`` does not rescue a
+    torch_dist checkpoint under torch: megatron detects the format but builds the state dict for the run's
+    (``generate_state_dict`` reads ``args.ckpt_format``), and the distributed load drops its plain tensors."""
     _save(tmp_path, fmt, random.randrange(1, 10**6))
     checkpoint = read_stored_checkpoint(tmp_path)
     if refused:
@@ -96,8 +98,9 @@ def test_a_format_the_run_cannot_load_is_refused(tmp_path: Path, fmt: str, run: 
             check_checkpoint_format(_run(tmp_path, ckpt_format=run), checkpoint)
     else:
         check_checkpoint_format(_run(tmp_path, ckpt_format=run), checkpoint)
-    if fmt == "torch_dist":
-        check_checkpoint_format(_run(tmp_path, ckpt_format=run, auto_detect_ckpt_format=True), checkpoint)
+    if fmt == "torch_dist" and refused:
+        with pytest.raises(ValueError, match="--auto-detect-ckpt-format does not help"):
+            check_checkpoint_format(_run(tmp_path, ckpt_format=run, auto_detect_ckpt_format=True), checkpoint)
 
 
 def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -115,8 +118,7 @@ def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkey
         f"--load {directory} is a checkpoint's iteration directory"[:60],
         f"--load {tmp_path} (iter_0000012) is a torch_dist checkpoint"[:60]]
     with pytest.raises(_Reached):
-        entry.main([*argv, "--load", str(tmp_path), "--ckpt-step", "12", "--ckpt-format", "torch",
-                    "--auto-detect-ckpt-format"])
+        entry.main([*argv, "--load", str(tmp_path), "--ckpt-step", "12", "--ckpt-format", "torch_dist"])
 
 
 def test_a_release_tracker_keeps_release_under_ckpt_step(tmp_path: Path) -> None:
@@ -131,3 +133,47 @@ def test_a_release_tracker_keeps_release_under_ckpt_step(tmp_path: Path) -> None
     assert load_directory(tmp_path, step) == Path(get_load_checkpoint_path_by_args(_run(tmp_path, ckpt_step=step)))
     assert load_directory(tmp_path, step) == tmp_path / "release"
     assert read_stored_checkpoint(tmp_path, step) is None  # an empty release directory: megatron reports it
+
+
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch"])
+def test_a_ckpt_step_megatron_finds_no_checkpoint_at_is_refused_naming_those_held(tmp_path: Path, fmt: str) -> None:
+    """megatron-core reads ``--load``/iter_<step> under --ckpt-step whatever the tracker says and stops in
+    ``_get_checkpoint_format`` (FileNotFoundError, or NotImplementedError for a directory holding no checkpoint)
+    after allocating the model; an iteration directory given as ``--load`` with its own step is one such case."""
+    held = sorted(random.sample(range(1, 10**6), 2))
+    for iteration in held:
+        directory = _save(tmp_path, fmt, iteration)
+    missing = held[0] + 1
+    with pytest.raises(ValueError, match=rf"--ckpt-step {missing}: megatron-core reads {tmp_path}/iter_{missing:07d} "
+                                         rf"for --load {tmp_path}, which does not exist.*; it holds iterations "
+                                         rf"{held[0]}, {held[1]}$"):
+        check_load_directory(_run(tmp_path, ckpt_step=missing))
+    (tmp_path / f"iter_{missing:07d}").mkdir()
+    with pytest.raises(ValueError, match="which holds no checkpoint, and stops with NotImplementedError"):
+        check_load_directory(_run(tmp_path, ckpt_step=missing))
+    with pytest.raises(ValueError, match=rf"reads {directory}/iter_{held[1]:07d} for --load {directory}, which does "
+                                         "not exist.*; it holds no iteration directory$"):
+        check_load_directory(_run(directory, ckpt_step=held[1]))
+    for iteration in held:
+        check_load_directory(_run(tmp_path, ckpt_step=iteration))
+
+
+def test_a_ckpt_step_megatron_would_apply_to_the_pretrained_checkpoint_instead_is_refused(tmp_path: Path) -> None:
+    """Without a tracker in ``--load`` megatron-core falls back to ``--pretrained-checkpoint`` and reads its
+    iter_<step>: a resume of ``--load``'s own iter_<step> would fine-tune from the base model without a word (or stop
+    where the base lacks that step)."""
+    step = random.randrange(1, 10**6)
+    run, base = tmp_path / "run", tmp_path / "base"
+    _save(run, "torch_dist", step)
+    (run / "latest_checkpointed_iteration.txt").unlink()
+    _save(base, "torch_dist", step)
+    flags = {"ckpt_step": step, "pretrained_checkpoint": str(base)}
+    with pytest.raises(ValueError, match=rf"--load {run} holds iter_{step:07d} but no latest_checkpointed_iteration"
+                                         rf".txt, so megatron-core loads --pretrained-checkpoint {base} in its place"):
+        check_load_directory(_run(run, **flags))
+    check_load_directory(_run(tmp_path / "fresh", **flags))  # a fine-tuning run's first job at the base's step
+    with pytest.raises(ValueError, match=rf"--ckpt-step {step + 1}: megatron-core reads {base}/iter_{step + 1:07d} "
+                                         rf"for --pretrained-checkpoint {base}, which does not exist"):
+        check_load_directory(_run(tmp_path / "fresh", ckpt_step=step + 1, pretrained_checkpoint=str(base)))
+    (run / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
+    check_load_directory(_run(run, **flags))  # with its tracker --load is what megatron resumes

@@ -120,10 +120,11 @@ def test_a_pretrained_checkpoint_megatron_would_not_find_is_refused(tmp_path: Pa
     check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(typo), "--load", str(pretrained)]))
 
 
-def test_use_checkpoint_args_reads_a_load_checkpoint_found_without_a_tracker(
+def test_a_load_checkpoint_found_only_by_ckpt_step_beside_a_pretrained_one_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Fine-tuning from --pretrained-checkpoint (--load holds no tracker), megatron's --use-checkpoint-args still reads
-    --load's arguments where --ckpt-step finds a checkpoint there: those of another model are refused as well."""
+    """--load holds iter_<step> but no tracker: megatron's --use-checkpoint-args would read --load's arguments (here
+    those of another model) while its load falls back to --pretrained-checkpoint's iter_<step>; the entry refuses the
+    fallback first, naming both ways to resume --load."""
     from test_data import _Reached, entry_up_to_pretrain
 
     from megatron.oellm.cards import get_card
@@ -138,6 +139,12 @@ def test_use_checkpoint_args_reads_a_load_checkpoint_found_without_a_tracker(
             "--pretrained-checkpoint", str(pretrained), "--load", str(run), "--use-checkpoint-args", "--mock-data"]
     assert entry.main([*argv, "--ckpt-step", str(step)]) == 2
     [line] = capsys.readouterr().err.splitlines()
+    assert f"--load {run} holds iter_{step:07d} but no {TRACKER_FILE}" in line
+    assert "drop --pretrained-checkpoint or write" in line
+    (run / TRACKER_FILE).write_text(f"{step}\n")  # with its tracker, --load's arguments of another model are refused
+    assert entry.main([*argv, "--ckpt-step", str(step)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
     assert f"from --load {run} that differ" in line and f"num_layers: checkpoint {layers}" in line
+    (run / TRACKER_FILE).unlink()
     with pytest.raises(_Reached):  # without --ckpt-step megatron reads no arguments from --load
         entry.main(argv)
