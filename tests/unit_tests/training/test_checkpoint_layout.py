@@ -301,6 +301,16 @@ def test_the_entry_refuses_a_rank_file_layout_change_before_it_starts_anything(
         entry.main([*argv, "--tensor-model-parallel-size", "2", "--sequence-parallel"])
 
 
+def _save_rank_zero_file(directory: Path, stored: argparse.Namespace) -> Path:
+    """A one-rank ``--ckpt-format torch`` checkpoint at a random iteration storing ``stored`` as its arguments."""
+    iteration = random.randrange(1, 10**6)
+    (directory / f"iter_{iteration:07d}" / "mp_rank_00").mkdir(parents=True)
+    torch.save({"args": stored, "iteration": iteration, "model": {"w": torch.randn(random.randrange(2, 9))}},
+               directory / f"iter_{iteration:07d}" / "mp_rank_00" / "model_optim_rng.pt")
+    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    return directory
+
+
 def test_an_unset_stored_expert_tensor_size_is_the_tensor_size(tmp_path: Path) -> None:
     """A rank-file checkpoint whose arguments leave the expert tensor size unset sharded its experts over the tensor
     group (megatron-core resolves an unset size to the tensor size): the same layout resumes, another is refused."""
@@ -308,12 +318,7 @@ def test_an_unset_stored_expert_tensor_size_is_the_tensor_size(tmp_path: Path) -
     stored = _stored(tensor_model_parallel_size=tp, expert_tensor_parallel_size=None, pipeline_model_parallel_size=1,
                      expert_model_parallel_size=1)
     del stored.expert_tensor_parallel_size
-    iteration = random.randrange(1, 10**6)
-    (tmp_path / f"iter_{iteration:07d}" / "mp_rank_00").mkdir(parents=True)
-    torch.save({"args": stored, "iteration": iteration, "model": {"w": torch.randn(random.randrange(2, 9))}},
-               tmp_path / f"iter_{iteration:07d}" / "mp_rank_00" / "model_optim_rng.pt")
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
-    load = tmp_path
+    load = _save_rank_zero_file(tmp_path, stored)
     checkpoint = read_stored_checkpoint(load)
     run = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1}
     check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=tp), checkpoint)
@@ -330,12 +335,7 @@ def test_a_rank_file_checkpoint_storing_too_few_arguments_is_left_to_megatron(tm
     stored = argparse.Namespace(**{name: getattr(_stored(), name, 7) for name in kept})
     if "num_layers" in kept:
         stored.num_layers = None
-    iteration = random.randrange(1, 10**6)
-    (tmp_path / f"iter_{iteration:07d}" / "mp_rank_00").mkdir(parents=True)
-    torch.save({"args": stored, "iteration": iteration, "model": {"w": torch.randn(random.randrange(2, 9))}},
-               tmp_path / f"iter_{iteration:07d}" / "mp_rank_00" / "model_optim_rng.pt")
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
-    load = tmp_path
+    load = _save_rank_zero_file(tmp_path, stored)
     checkpoint = read_stored_checkpoint(load)
     assert checkpoint is not None and checkpoint.ckpt_format == "torch"
     check_rank_file_layout(_run(load), checkpoint)
