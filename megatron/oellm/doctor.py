@@ -4,7 +4,8 @@ The work is split so that every rule can be tested without the hardware it is ab
 
 * :func:`collect_environment` probes this process once into an :class:`EnvironmentReport` (package versions from
   distribution metadata, modules located with ``importlib.util.find_spec`` without importing them; only torch is
-  imported, for its CUDA build and the GPUs);
+  imported, for its CUDA build and the GPUs; what may fail to import, Transformer Engine among them, is imported in
+  a fresh interpreter);
 * :func:`check_environment` runs each known-bad rule, a pure function of the report and an environment-variable
   mapping, and returns :class:`Finding` s;
 * :func:`format_text` / :func:`to_json` render them and :func:`exit_status` turns them into the exit status.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -29,6 +31,9 @@ from packaging.version import InvalidVersion, Version
 
 from megatron.oellm import MEGATRON_CORE_VERSION
 from megatron.oellm.switches import SLOW_PATH_SWITCHES, is_on
+
+if typing.TYPE_CHECKING:
+    from megatron.oellm.backends.selection import FlashAttentionFound
 
 Severity = Literal["error", "warning", "ok"]
 
@@ -133,6 +138,12 @@ class EnvironmentReport:
     megatron_core_path: str | None = None
     """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
     the installed distribution, whose metadata then names another release); None when it is not found."""
+    te_flash_attention: FlashAttentionFound | None = None
+    """The flash-attn packages Transformer Engine took up when a fresh interpreter imported its attention backends
+    (:func:`megatron.oellm.backends.selection.te_flash_attention_found`); None where TE does not import or that
+    probe failed (see :attr:`te_flash_attention_error`)."""
+    te_flash_attention_error: str | None = None
+    """Last error line of the probe that reads :attr:`te_flash_attention`, when it failed although TE imports."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +198,35 @@ MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core"
 """What the doctor imports to see whether megatron-core starts next to a broken Transformer Engine (megatron-core
 0.19.2 imports ``transformer_engine.pytorch.tensor`` unguarded once the top-level package imports:
 ``megatron/core/fp8_utils.py``); ``megatron.oellm`` first for the Python 3.11 provision."""
+
+
+TE_FLASH_ATTENTION_PROBE = """
+import json
+import torch  # first, as in training
+from megatron.oellm.backends.selection import te_flash_attention_found
+found = te_flash_attention_found()
+print(json.dumps({"accepted": found.accepted, "rejected": found.rejected}))
+"""
+"""What the doctor runs in a fresh interpreter to read which flash-attn packages Transformer Engine takes up."""
+
+
+def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAttentionFound | None, str | None]:
+    """(the flash-attn packages Transformer Engine takes up, None) read in a fresh interpreter, as the training
+    entry reads them; (None, why) when that probe fails."""
+    try:
+        result = subprocess.run([sys.executable, "-c", TE_FLASH_ATTENTION_PROBE], capture_output=True, text=True,
+                                timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"the probe did not finish within {timeout_s:.0f} s"
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        errors = [line for line in result.stderr.strip().splitlines() if line.strip()]
+        return None, errors[-1] if errors else f"the probe exited with status {result.returncode}"
+    from megatron.oellm.backends.selection import FlashAttentionFound
+
+    data = json.loads(lines[-1])
+    accepted = {int(generation): version for generation, version in data["accepted"].items()}
+    return FlashAttentionFound(accepted, tuple(data["rejected"])), None
 
 
 def _typing_override_provided() -> bool:
@@ -298,6 +338,9 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     core_version, core_path = megatron_core_module()
     if core_version is not None:  # the release that is imported, not the one pip's metadata names
         versions["megatron-core"] = core_version
+    te_flash_attention, te_flash_attention_error = (
+        _te_flash_attention_in_subprocess() if _module_findable("transformer_engine") and te_error is None
+        else (None, None))
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
@@ -315,6 +358,8 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         hybrid_ep=deep_ep_declares_hybrid_ep(),
         grad_accum_fusion_findable=_module_findable("fused_weight_gradient_mlp_cuda"),
         megatron_core_path=core_path,
+        te_flash_attention=te_flash_attention,
+        te_flash_attention_error=te_flash_attention_error,
     )
 
 
@@ -627,26 +672,36 @@ FLASH_ATTENTION_RECIPE_BASES = ("_mn5.toml",)
 
 
 def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
-    """``--attention-backend flash`` on the te backend needs a flash-attn that Transformer Engine supports: the
-    training entry refuses it otherwise (TE's first forward would find no attention backend). Only where TE
-    imports; a warning, as rows with ``attention-backend = "auto"`` run either way."""
+    """``--attention-backend flash`` on the te backend needs a flash attention Transformer Engine can run here: the
+    training entry refuses it otherwise (TE's first forward would find no attention backend), judged as the entry
+    judges it (:func:`megatron.oellm.backends.selection.flash_attention_refusal`) from the flash-attn packages TE
+    took up, the ``NVTE_FLASH_ATTN_V*`` pins in ``env`` and the first GPU; the run's dtype is not known here. Only
+    where TE imports; a warning, as rows with ``attention-backend = "auto"`` run either way."""
     name = "te-flash-attention"
     te = report.versions.get("transformer-engine")
     if te is None or report.transformer_engine_import_error is not None:
         return []
-    found = [f"{probe} {report.versions[probe]}" for probe in ("flash-attn", "flash-attn-3", "flash-attn-4")
-             if report.versions.get(probe)]
-    if found:
-        return [Finding("ok", name, f"{', '.join(found)} installed beside Transformer Engine {te}: --attention-backend "
-                        "flash can run where TE supports that version (the training entry asks TE at start).")]
     bases = _recipe_bases_text(FLASH_ATTENTION_RECIPE_BASES)
-    return [Finding(
-        "warning", name,
-        f"no flash-attn is installed beside Transformer Engine {te} (flash-attn, flash-attn-3 and flash-attn-4 are "
-        f"missing), so te-backend runs with --attention-backend flash are refused at start: the rows of the recipes "
-        f"extending {bases} (`oellm recipe --local` runs them with --attention-backend auto).",
-        "install a flash-attn that Transformer Engine supports (NVIDIA's PyTorch containers bring one), or set "
-        "attention-backend = \"auto\" in the recipe's flags")]
+    refused = (f"te-backend runs with --attention-backend flash are refused at start: the rows of the recipes "
+               f"extending {bases} (`oellm recipe --local` runs them with --attention-backend auto).")
+    way_out = "attention-backend = \"auto\" in the recipe's flags"
+    if report.te_flash_attention is None:
+        why = report.te_flash_attention_error or "not probed"
+        return [Finding("warning", name, f"which flash-attn Transformer Engine {te} takes up could not be read "
+                        f"({why}); if it takes none up, {refused}", f"set {way_out} where in doubt")]
+    from megatron.oellm.backends.selection import FLASH_ATTN_PACKAGES, flash_attention_refusal
+
+    capability = report.gpus[0].capability if report.gpus else None
+    refusal = flash_attention_refusal(report.te_flash_attention, environ=env, dtype=None, capability=capability,
+                                      flash_attention_version=None)
+    if refusal is None:
+        found = ", ".join(f"{FLASH_ATTN_PACKAGES[generation]} {version}"
+                          for generation, version in sorted(report.te_flash_attention.accepted.items()))
+        return [Finding("ok", name, f"Transformer Engine {te} runs {found} here: --attention-backend flash can run "
+                        "(in bf16 or fp16 training).")]
+    container = "" if report.te_flash_attention.accepted else " (NVIDIA's PyTorch containers bring one)"
+    return [Finding("warning", name, f"Transformer Engine {te} has no flash attention here: {refusal.why}, so {refused}",
+                    f"{refusal.fix}{container}, or set {way_out}")]
 
 
 Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]

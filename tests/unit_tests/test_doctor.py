@@ -19,7 +19,11 @@ from packaging.version import Version
 
 from megatron.oellm import MEGATRON_CORE_VERSION, cli
 from megatron.oellm import doctor as doctor_module
-from megatron.oellm.backends.selection import transformer_engine_import_error
+from megatron.oellm.backends.selection import (
+    FlashAttentionFound,
+    te_flash_attention_found,
+    transformer_engine_import_error,
+)
 from megatron.oellm.commands import doctor as doctor_command
 from megatron.oellm.doctor import (
     FLASH_ATTENTION_RECIPE_BASES,
@@ -642,21 +646,79 @@ def test_the_recipe_bases_the_flash_attention_warning_names_are_the_ones_that_us
         assert uses == bool(set(_extends_chain(path)) & set(FLASH_ATTENTION_RECIPE_BASES)), path.name
 
 
-@pytest.mark.parametrize("flash", [{}, {"flash-attn": "2.7.4"}, {"flash-attn-3": "3.0.0b1"}])
-def test_te_without_a_flash_attn_is_a_warning_naming_the_recipes_and_the_way_out(flash):
-    """Transformer Engine without any flash-attn: the MN5 rows' --attention-backend flash is refused at start, a
-    warning (auto rows run); with one installed, ok (TE judges its version at start). No finding without TE."""
-    report = make_report(versions={"transformer-engine": "2.20.2", **flash}, grad_accum_fusion_findable=True)
-    findings = check_te_flash_attention(report, GOOD_ENV)
-    if flash:
-        assert [(f.severity, f.name) for f in findings] == [("ok", "te-flash-attention")]
-        assert " ".join(next(iter(flash.items()))) in findings[0].message
-        return
+TE = {"transformer-engine": "2.20.2"}
+PAST_TE_RANGE = "flash-attn 2.8.4 is installed, but TE takes flash-attn 2 only at versions >= 2.1.1 and < 2.8.4"
+
+
+@pytest.mark.parametrize(("versions", "found", "gpu", "env", "reason"), [
+    ({}, FlashAttentionFound(), H100, {}, "Transformer Engine finds no flash-attn it supports"),
+    # installed, but TE does not take it up: the package alone is no flash attention
+    ({"flash-attn": "2.8.4"}, FlashAttentionFound(rejected=(PAST_TE_RANGE,)), H100, {}, PAST_TE_RANGE),
+    ({"flash-attn-3": "3.0.0b1"}, FlashAttentionFound({3: "3.0.0b1"}), H100, {"NVTE_FLASH_ATTN_V3": "0"},
+     "flash-attn-3 3.0.0b1 is turned off by NVTE_FLASH_ATTN_V3=0"),
+    ({"flash-attn-3": "3.0.0b1"}, FlashAttentionFound({3: "3.0.0b1"}), A100, {},
+     "flash-attn-3 3.0.0b1 does not run on this sm80 GPU"),
+    ({"flash-attn-3": "3.0.0b1"}, FlashAttentionFound({3: "3.0.0b1"}), B200, {}, "does not run on this sm100 GPU"),
+])
+def test_no_flash_attention_te_can_run_is_a_warning_naming_why_the_recipes_and_the_way_out(versions, found, gpu, env,
+                                                                                           reason):
+    """Transformer Engine with no flash attention it can run here (no flash-attn taken up, or each one pinned off or
+    not for this GPU, as the training entry judges it): the MN5 rows' --attention-backend flash is refused at
+    start, a warning (auto rows run)."""
+    report = make_report(versions={**TE, **versions}, gpus=(gpu,), te_flash_attention=found,
+                         grad_accum_fusion_findable=True)
+    findings = check_te_flash_attention(report, {**GOOD_ENV, **env})
     assert [(f.severity, f.name) for f in findings] == [("warning", "te-flash-attention")]
+    assert reason in findings[0].message
     assert "--attention-backend flash are refused at start" in findings[0].message
     assert all(f"examples/oellm/{base}" in findings[0].message for base in FLASH_ATTENTION_RECIPE_BASES)
     assert 'attention-backend = "auto"' in findings[0].fix
-    assert exit_status(check_environment(report, GOOD_ENV)) == 0
+    assert exit_status(check_environment(report, {**GOOD_ENV, **env})) == 0
+
+
+@pytest.mark.parametrize(("found", "gpu", "shown"), [
+    (FlashAttentionFound({2: "2.7.4"}), A100, "flash-attn 2.7.4"),
+    (FlashAttentionFound({3: "3.0.0b1"}), H100, "flash-attn-3 3.0.0b1"),
+    (FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"}), B200, "flash-attn 2.7.4, flash-attn-3 3.0.0b1"),
+])
+def test_a_flash_attention_te_can_run_is_ok(found, gpu, shown):
+    """ok where one flash-attn TE took up runs on this GPU; no finding without TE or where TE does not import."""
+    report = make_report(versions=TE, gpus=(gpu,), te_flash_attention=found)
+    findings = check_te_flash_attention(report, GOOD_ENV)
+    assert [(f.severity, f.name) for f in findings] == [("ok", "te-flash-attention")]
+    assert f"runs {shown} here" in findings[0].message
     assert check_te_flash_attention(make_report(), GOOD_ENV) == []
-    broken = make_report(versions={"transformer-engine": "2.20.2"}, transformer_engine_import_error="libcudnn")
+    broken = make_report(versions=TE, transformer_engine_import_error="libcudnn")
     assert check_te_flash_attention(broken, GOOD_ENV) == []
+
+
+def test_an_unread_flash_attention_probe_is_a_warning_saying_why():
+    report = make_report(versions=TE, te_flash_attention_error="ModuleNotFoundError: oellm_doctor_test")
+    (finding,) = check_te_flash_attention(report, GOOD_ENV)
+    assert finding.severity == "warning" and "could not be read (ModuleNotFoundError: oellm_doctor_test)" in (
+        finding.message)
+
+
+TE_IMPORTS = transformer_engine_import_error() is None
+
+
+@pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
+def test_the_doctor_reads_what_te_took_up_as_the_entry_does():
+    """The fresh interpreter's reading is the training entry's (``te_flash_attention_found``) on this machine."""
+    assert doctor_module._te_flash_attention_in_subprocess() == (te_flash_attention_found(), None)
+
+
+@pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
+@pytest.mark.parametrize("version", ["2.8.4", "2.0.4"])
+def test_a_flash_attn_outside_transformer_engines_range_is_a_warning(tmp_path, monkeypatch, version):
+    """A flash-attn distribution TE 2.20.2 finds but does not take up (2.8.4 past its range, 2.0.4 below it), read
+    through TE's own import-time detection: the old rule said ok as soon as any flash-attn was installed."""
+    info = tmp_path / f"flash_attn-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash-attn\nVersion: {version}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    found, error = doctor_module._te_flash_attention_in_subprocess()
+    assert error is None and found.accepted == {}
+    report = make_report(versions={**TE, "flash-attn": version}, te_flash_attention=found)
+    (finding,) = check_te_flash_attention(report, GOOD_ENV)
+    assert finding.severity == "warning" and f"flash-attn {version} is installed, but TE takes" in finding.message

@@ -126,8 +126,11 @@ def machine_adjustments(flags: dict) -> dict[str, tuple[FlagValue, str]]:
         return {}
     if backend != "te":
         return {}
+    dtype = "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
+    version = flags.get("flash-attention-version")
     missing = te_missing_kernels(gradient_accumulation_fusion=not flags.get("no-gradient-accumulation-fusion"),
-                                 flash_attention_only=flags.get("attention-backend") == "flash")
+                                 flash_attention_only=flags.get("attention-backend") == "flash", dtype=dtype,
+                                 flash_attention_version=int(version) if version is not None else None)
     return {kernel.flag: (kernel.value, kernel.why) for kernel in missing.values()}
 
 

@@ -1,5 +1,6 @@
 """Backend choice, spec-provider contents and unsupported-combination errors (CPU only)."""
 
+import importlib
 import warnings
 
 import pytest
@@ -237,10 +238,9 @@ def test_config_support_refuses_te_activation_and_latent_moe() -> None:
 
 def _tiny_config(**overrides) -> TransformerConfig:
     """A small bf16 MoE TransformerConfig built by hand (no TE needed), ``overrides`` on top."""
-    return TransformerConfig(
-        num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm", num_moe_experts=4,
-        moe_ffn_hidden_size=32, bf16=True, params_dtype=torch.bfloat16, **overrides,
-    )
+    fields = dict(num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm", num_moe_experts=4,
+                  moe_ffn_hidden_size=32, bf16=True, params_dtype=torch.bfloat16)
+    return TransformerConfig(**{**fields, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -356,31 +356,169 @@ def test_entry_refuses_output_layer_wgrad_deferral_before_megatron_initialises()
         )
 
 
-def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_present: None, monkeypatch) -> None:
+FLASH_ATTN_2 = selection.FlashAttentionFound({2: "2.7.4"})
+"""A flash-attn 2 that TE took up."""
+
+
+@pytest.fixture
+def no_flash_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No NVTE_FLASH_ATTN_V* pin in this process's environment, and no GPU seen (the GPU rule left out)."""
+    for generation in selection.FLASH_ATTN_PACKAGES:
+        monkeypatch.delenv(f"NVTE_FLASH_ATTN_V{generation}", raising=False)
+    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+
+
+def _pretend_flash_found(monkeypatch: pytest.MonkeyPatch, found: "selection.FlashAttentionFound") -> None:
+    """TE's import-time flash-attn detection as if it had taken up ``found``; every other rule is the real one."""
+    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: found)
+
+
+def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_present: None, no_flash_pins: None,
+                                                                               monkeypatch) -> None:
     """--attention-backend flash turns TE's fused and unfused attention off; without a flash-attn TE supports the
     first forward stopped with "No dot product attention backend is available" after the model was allocated (seen
     on the H200 with the MN5 recipes' --local runs). Refused from the arguments and from a config, naming the fix;
     auto, and flash with a flash-attn present, go on."""
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
-    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: False)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny"]
-    message = r"te backend cannot run here: attention_backend=flash.*Pass --attention-backend auto"
+    _pretend_flash_found(monkeypatch, selection.FlashAttentionFound())
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--bf16"]
+    message = (r"te backend cannot run here: attention_backend=flash: Transformer Engine finds no flash-attn it "
+               r"supports, .*Pass --attention-backend auto.*install a flash-attn that TE supports")
     with pytest.raises(ValueError, match=message):
         selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
     with pytest.raises(ValueError, match=message):
         selection.check_config_support("te", _tiny_config(attention_backend=AttnBackend.flash))
     selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "auto"]))
     selection.check_backend_support("torch", flash_attention_only=True)
-    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: True)
+    _pretend_flash_found(monkeypatch, FLASH_ATTN_2)
     selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
+    selection.check_config_support("te", _tiny_config(attention_backend=AttnBackend.flash))
     # both kernels missing: one message names both fixes, so fixing one does not reveal the other a run later
-    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: False)
+    _pretend_flash_found(monkeypatch, selection.FlashAttentionFound())
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: False)
     with pytest.raises(ValueError, match=r"attention_backend=flash.*; and gradient_accumulation_fusion=True"):
         selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
 
 
-@pytest.mark.skipif(selection.transformer_engine_import_error() is not None, reason="needs Transformer Engine")
+@pytest.mark.parametrize(("flags", "config", "reason"), [
+    ([], {"bf16": False, "params_dtype": torch.float32}, "fp32 training"),
+    (["--bf16", "--flash-attention-version", "3"], {"flash_attention_version": 3},
+     "flash-attn 2.7.4 is turned off by --flash-attention-version 3"),
+])
+def test_the_entry_judges_flash_attention_with_the_runs_dtype_and_flash_attention_version(
+        te_present: None, no_flash_pins: None, monkeypatch, flags: list[str], config: dict, reason: str) -> None:
+    """TE drops flash attention for fp32 attention inputs, and megatron-core pins TE to the generation of
+    --flash-attention-version (NVTE_FLASH_ATTN_V<other>=0): with only flash-attn 2 taken up, both runs would find no
+    attention backend at the first forward. The arguments and a config carry both into the check."""
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
+    _pretend_flash_found(monkeypatch, FLASH_ATTN_2)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--attention-backend", "flash"]
+    with pytest.raises(ValueError, match=f"attention_backend=flash: {reason}"):
+        selection.check_args_support("te", parse_oellm_argv([*argv, *flags]))
+    with pytest.raises(ValueError, match=f"attention_backend=flash: {reason}"):
+        selection.check_config_support("te", _tiny_config(attention_backend=AttnBackend.flash, **config))
+    selection.check_args_support("te", parse_oellm_argv([*argv, "--bf16", "--flash-attention-version", "2"]))
+    selection.check_args_support("te", parse_oellm_argv([*argv, "--fp16"]))
+
+
+@pytest.mark.parametrize(("accepted", "environ", "dtype", "capability", "version", "reason"), [
+    ({2: "2.7.4"}, {}, "bf16", (9, 0), None, None),
+    ({2: "2.7.4"}, {}, None, None, None, None),  # a login node, dtype not known: only the packages count
+    ({}, {}, "bf16", (9, 0), None, "Transformer Engine finds no flash-attn it supports"),
+    ({2: "2.7.4"}, {"NVTE_FLASH_ATTN_V2": "0"}, "bf16", (9, 0), None, "flash-attn 2.7.4 is turned off by "
+     "NVTE_FLASH_ATTN_V2=0"),
+    ({3: "3.0.0b1"}, {"NVTE_FLASH_ATTN_V3": "0"}, "bf16", (9, 0), None, "turned off by NVTE_FLASH_ATTN_V3=0"),
+    ({2: "2.7.4"}, {"NVTE_FLASH_ATTN_V2": "1"}, "bf16", (9, 0), None, None),
+    ({2: "2.7.4", 3: "3.0.0b1"}, {"NVTE_FLASH_ATTN_V3": "0"}, "bf16", (9, 0), None, None),  # flash-attn 2 is left
+    ({2: "2.7.4"}, {}, "bf16", (7, 5), None, "flash-attn 2.7.4 does not run on this sm75 GPU"),
+    ({2: "2.7.4"}, {}, "bf16", (8, 0), None, None),
+    ({2: "2.7.4"}, {}, "bf16", (12, 0), None, None),
+    ({3: "3.0.0b1"}, {}, "bf16", (9, 0), None, None),
+    ({3: "3.0.0b1"}, {}, "bf16", (8, 0), None, "flash-attn-3 3.0.0b1 does not run on this sm80 GPU"),
+    ({3: "3.0.0b1"}, {}, "bf16", (10, 0), None, "does not run on this sm100 GPU (TE runs it on sm90 only)"),
+    ({4: "4.0.0b11"}, {}, "bf16", (8, 9), None, "flash-attn-4 4.0.0b11 does not run on this sm89 GPU"),
+    ({4: "4.0.0b11"}, {}, "bf16", (9, 0), None, None),
+    ({4: "4.0.0b11"}, {}, "bf16", (10, 0), None, None),
+    ({2: "2.7.4"}, {}, "fp32", (9, 0), None, "fp32 training"),
+    ({2: "2.7.4"}, {}, "fp16", (9, 0), None, None),
+    ({2: "2.7.4"}, {}, "bf16", (9, 0), 3, "flash-attn 2.7.4 is turned off by --flash-attention-version 3"),
+    ({2: "2.7.4", 3: "3.0.0b1"}, {}, "bf16", (9, 0), 3, None),
+    ({2: "2.7.4", 3: "3.0.0b1"}, {}, "bf16", (8, 0), 3, "flash-attn-3 3.0.0b1 does not run on this sm80 GPU"),
+])
+def test_the_flash_attention_rules_follow_transformer_engines(accepted, environ, dtype, capability, version,
+                                                               reason) -> None:
+    """TE's get_attention_backend (2.20.2) drops flash-attn 2 below sm80, flash-attn-3 off sm90, flash-attn-4 below
+    sm90, each one pinned to 0 by its NVTE_FLASH_ATTN_V<n>, and all of them for attention inputs other than bf16 and
+    fp16; flash attention is left while one generation it took up survives."""
+    refusal = selection.flash_attention_refusal(selection.FlashAttentionFound(accepted), environ=environ, dtype=dtype,
+                                                capability=capability, flash_attention_version=version)
+    if reason is None:
+        assert refusal is None
+    else:
+        assert refusal is not None and reason in refusal.why
+
+
+def test_a_flash_attention_refusal_names_every_rule_that_applies_and_only_those() -> None:
+    """Fixing one rule must not reveal the next a run later; a rule that does not decide is not named."""
+    found = selection.FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"})
+    refusal = selection.flash_attention_refusal(found, environ={"NVTE_FLASH_ATTN_V2": "0"}, dtype="fp32",
+                                                capability=(8, 0), flash_attention_version=None)
+    assert refusal.why == ("fp32 training (TE's flash attention takes bf16 or fp16 only); flash-attn 2.7.4 is turned "
+                           "off by NVTE_FLASH_ATTN_V2=0; flash-attn-3 3.0.0b1 does not run on this sm80 GPU (TE runs it "
+                           "on sm90 only)")
+    assert refusal.fix == ("train with --bf16 or --fp16, and unset NVTE_FLASH_ATTN_V2, and install a flash-attn that "
+                           "TE runs on this GPU")
+    # the dtype alone rules flash attention out when flash-attn 2 would otherwise run: only the dtype is named
+    refusal = selection.flash_attention_refusal(found, environ={}, dtype="fp32", capability=(8, 0),
+                                                flash_attention_version=None)
+    assert refusal.why == "fp32 training (TE's flash attention takes bf16 or fp16 only)"
+    refusal = selection.flash_attention_refusal(selection.FlashAttentionFound(), environ={}, dtype="fp32",
+                                                capability=None, flash_attention_version=None)
+    assert "fp32 training" in refusal.why and selection.NO_SUPPORTED_FLASH_ATTN in refusal.why
+
+
+def _te_flags(**changes):
+    """TE 2.20.2's FlashAttentionUtils defaults (nothing taken up), ``changes`` on top."""
+    from types import SimpleNamespace
+
+    from packaging.version import Version
+
+    flags = dict(is_installed=False, version=Version("0"), version_required=Version("2.1.1"),
+                 version_required_blackwell=Version("2.7.3"), max_version=Version("2.8.4"), v3_is_installed=False,
+                 fa3_version=Version("0"), v4_is_installed=False, fa4_version=Version("0"))
+    return SimpleNamespace(**{**flags, **changes})
+
+
+def test_what_te_took_up_is_read_from_its_flags() -> None:
+    """Accepted packages from TE's is_installed flags; a flash-attn 2 or 4 TE found but did not take up is named with
+    TE's own range (the Blackwell minimum on sm100 and newer)."""
+    from packaging.version import Version
+
+    read = selection.flash_attention_found_from
+    assert read(_te_flags(), None) == selection.FlashAttentionFound()
+    assert read(_te_flags(is_installed=True, version=Version("2.7.4"), v3_is_installed=True,
+                          fa3_version=Version("3.0.0b1")), (9, 0)).accepted == {2: "2.7.4", 3: "3.0.0b1"}
+    rejected = read(_te_flags(version=Version("2.8.4")), (9, 0))
+    assert rejected.accepted == {} and rejected.rejected == (
+        "flash-attn 2.8.4 is installed, but TE takes flash-attn 2 only at versions >= 2.1.1 and < 2.8.4",)
+    assert ">= 2.7.3 and < 2.8.4" in read(_te_flags(version=Version("2.6.3")), (10, 0)).rejected[0]
+    assert "flash-attn-4 4.0.0b11 is installed but does not load" in read(
+        _te_flags(fa4_version=Version("4.0.0b11")), None).rejected[0]
+
+
+def test_the_gpu_rule_is_left_out_without_cuda(monkeypatch) -> None:
+    """A login node (``oellm recipe --local --dry-run``) has no GPU to judge: no capability, not a guessed one."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert selection.cuda_capability() is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert selection.cuda_capability() == (7, 5)
+
+
+TE_IMPORTS = selection.transformer_engine_import_error() is None
+
+
+@pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
 def test_the_flash_attention_probe_follows_the_installed_packages() -> None:
     """TE's own detection, against the distributions it looks for: no flash-attn 2, 3 or 4 installed, no flash
     backend (the device and this repository's TE venv have none)."""
@@ -394,4 +532,70 @@ def test_the_flash_attention_probe_follows_the_installed_packages() -> None:
             pass
     if installed:
         pytest.skip(f"a flash-attn is installed ({installed}): its supported range is TE's to judge")
+    assert selection.te_flash_attention_found() == selection.FlashAttentionFound()
     assert selection.te_flash_attention_available() is False
+
+
+@pytest.fixture
+def te_flash_utils(no_flash_pins: None, monkeypatch: pytest.MonkeyPatch):
+    """TE's FlashAttentionUtils with a flash-attn 2 that TE 2.20.2 accepts taken up (restored afterwards)."""
+    from packaging.version import Version
+
+    selection.te_flash_attention_found()  # TE's backends module sets the flags on import: before they are changed
+    utils = importlib.import_module("transformer_engine.pytorch.attention.dot_product_attention.utils")
+    flags = utils.FlashAttentionUtils
+    assert flags.is_version_supported(Version("2.7.4"), flags.version_required)  # in TE's range
+    monkeypatch.setattr(flags, "is_installed", True)
+    monkeypatch.setattr(flags, "version", Version("2.7.4"))
+    return flags
+
+
+@pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
+def test_the_te_probe_reads_transformer_engines_flags_and_applies_each_rule(te_flash_utils, monkeypatch) -> None:
+    """With a flash-attn 2 TE took up, flash runs; each rule TE applies after that rules it out, named."""
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
+    assert selection.te_flash_attention_found() == selection.FlashAttentionFound({2: "2.7.4"})
+    assert selection.te_flash_attention_available(dtype="bf16") is True
+    selection.check_backend_support("te", flash_attention_only=True, dtype="bf16")
+
+    def refused(reason: str, **features) -> None:
+        assert selection.te_flash_attention_available(**features) is False
+        with pytest.raises(ValueError, match=f"attention_backend=flash: {reason}"):
+            selection.check_backend_support("te", flash_attention_only=True, **features)
+
+    refused("fp32 training", dtype="fp32")
+    refused(r"flash-attn 2.7.4 is turned off by --flash-attention-version 3", dtype="bf16", flash_attention_version=3)
+    monkeypatch.setattr(selection, "cuda_capability", lambda: (7, 5))
+    refused(r"flash-attn 2.7.4 does not run on this sm75 GPU", dtype="bf16")
+    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+    monkeypatch.setenv("NVTE_FLASH_ATTN_V2", "0")
+    refused(r"flash-attn 2.7.4 is turned off by NVTE_FLASH_ATTN_V2=0", dtype="bf16")
+    monkeypatch.delenv("NVTE_FLASH_ATTN_V2")
+    monkeypatch.setattr(te_flash_utils, "is_installed", False)  # as TE leaves a flash-attn past its range
+    monkeypatch.setattr(te_flash_utils, "version", te_flash_utils.max_version)
+    refused(rf"Transformer Engine finds no flash-attn it supports \(flash-attn {te_flash_utils.max_version} is "
+            "installed", dtype="bf16")
+
+
+@pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
+@pytest.mark.parametrize("version", ["2.8.4", "2.0.4"])
+def test_a_flash_attn_outside_transformer_engines_range_is_refused(tmp_path, version: str) -> None:
+    """TE's own import-time detection, in a fresh interpreter that finds a flash-attn distribution of ``version``
+    (TE looks it up by its metadata, and imports flash_attn only for a version it accepts): 2.8.4 is past TE
+    2.20.2's range, 2.0.4 below it, so flash attention is refused, naming the version."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    info = tmp_path / f"flash_attn-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash-attn\nVersion: {version}\n")
+    probe = ("import json; from megatron.oellm.backends import selection; "
+             "print(json.dumps(selection.te_flash_attention_refusal(dtype='bf16').why))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    why = json.loads(done.stdout.strip().splitlines()[-1])
+    assert why.startswith(selection.NO_SUPPORTED_FLASH_ATTN) and f"flash-attn {version} is installed" in why

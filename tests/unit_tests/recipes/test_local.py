@@ -148,7 +148,9 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
 
     monkeypatch.setattr(selection, "resolve_backend", lambda name: backend)
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: apex)
-    monkeypatch.setattr(selection, "te_flash_attention_available", lambda: flash_attn)
+    monkeypatch.setattr(selection, "te_flash_attention_found",
+                        lambda: selection.FlashAttentionFound({2: "2.7.4"} if flash_attn else {}))
+    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
     recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
     assert recipe.rows[0].flags.get("attention-backend", "flash") == "flash"
     resolved = fit_local(recipe, recipe.rows[0], gpus=1)
