@@ -13,10 +13,17 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training import entry
 from megatron.oellm.training.args import parse_oellm_argv
-from megatron.oellm.training.stored_checkpoint import converted_args, read_stored_checkpoint
+from megatron.oellm.training.stored_checkpoint import (
+    converted_args,
+    read_loaded_checkpoint,
+    read_stored_checkpoint,
+)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
 from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_checkpoint_layout import _save, _stored  # noqa: E402
 
 CARD = "qwen3-30b-a3b-tiny"
 
@@ -101,12 +108,26 @@ def test_a_plain_load_of_a_converted_checkpoint_is_not_refused(converted: Path) 
 
 
 def test_other_checkpoints_are_left_to_megatron(tmp_path: Path) -> None:
-    """An empty, missing or training-saved ``--load`` is not read as a converted checkpoint."""
-    (tmp_path / "saved").mkdir()
-    (tmp_path / "saved" / "latest_checkpointed_iteration.txt").write_text("30\n")
-    for load in (tmp_path, tmp_path / "missing", tmp_path / "saved"):
+    """An empty or missing ``--load``, and checkpoints a training run saved (an iteration, or a ``release`` without
+    a card), are not read as converted ones: megatron's own checks decide."""
+    saved = _save(tmp_path / "saved", _stored(), iteration=random.randrange(1, 10**6))
+    release = _save(tmp_path / "release", _stored(), iteration=0)
+    for load in (saved, release):
+        assert read_stored_checkpoint(load) is not None  # read: the rest of the test can fail
+    (tmp_path / "empty").mkdir()
+    for load in (tmp_path / "empty", tmp_path / "missing", saved, release):
         assert converted_checkpoint_args(load) is None
         check_converted_load(_run_args(load, "--vocab-file", "vocab.json"))
+
+
+def test_a_converted_checkpoint_given_as_pretrained_is_not_refused(converted: Path, tmp_path: Path) -> None:
+    """megatron-core loads ``--pretrained-checkpoint`` in place of an empty ``--load`` with ``--finetune`` set, which
+    skips the comparison of run arguments (the entry reads the arguments before megatron sets it)."""
+    run = _run_args(tmp_path / "run", "--vocab-file", "vocab.json", "--pretrained-checkpoint", str(converted))
+    checkpoint = read_loaded_checkpoint(run)
+    assert checkpoint is not None and checkpoint.fine_tunes and not run.finetune
+    assert converted_args(checkpoint) is not None
+    entry.check_converted_load(run, checkpoint)
 
 
 def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatch: pytest.MonkeyPatch,
