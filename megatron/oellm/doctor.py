@@ -224,9 +224,13 @@ def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAt
         return None, errors[-1] if errors else f"the probe exited with status {result.returncode}"
     from megatron.oellm.backends.selection import FlashAttentionFound
 
-    data = json.loads(lines[-1])
-    accepted = {int(generation): version for generation, version in data["accepted"].items()}
-    return FlashAttentionFound(accepted, tuple(data["rejected"])), None
+    try:
+        data = json.loads(lines[-1])
+        accepted = {int(generation): str(version) for generation, version in data["accepted"].items()}
+        rejected = tuple(str(reason) for reason in data["rejected"])
+    except (ValueError, KeyError, TypeError, AttributeError):  # something else printed last
+        return None, f"the probe's last line is not its report: {lines[-1][:200]!r}"
+    return FlashAttentionFound(accepted, rejected), None
 
 
 def _typing_override_provided() -> bool:
@@ -689,14 +693,18 @@ def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) 
         why = report.te_flash_attention_error or "not probed"
         return [Finding("warning", name, f"which flash-attn Transformer Engine {te} takes up could not be read "
                         f"({why}); if it takes none up, {refused}", f"set {way_out} where in doubt")]
-    from megatron.oellm.backends.selection import FLASH_ATTN_PACKAGES, flash_attention_refusal
+    from megatron.oellm.backends.selection import (
+        FLASH_ATTN_PACKAGES,
+        flash_attention_refusal,
+        runnable_flash_attention,
+    )
 
     capability = report.gpus[0].capability if report.gpus else None
     refusal = flash_attention_refusal(report.te_flash_attention, environ=env, dtype=None, capability=capability,
                                       flash_attention_version=None)
     if refusal is None:
-        found = ", ".join(f"{FLASH_ATTN_PACKAGES[generation]} {version}"
-                          for generation, version in sorted(report.te_flash_attention.accepted.items()))
+        runnable = runnable_flash_attention(report.te_flash_attention, environ=env, capability=capability)
+        found = ", ".join(f"{FLASH_ATTN_PACKAGES[generation]} {version}" for generation, version in runnable.items())
         return [Finding("ok", name, f"Transformer Engine {te} runs {found} here: --attention-backend flash can run "
                         "(in bf16 or fp16 training).")]
     container = "" if report.te_flash_attention.accepted else " (NVIDIA's PyTorch containers bring one)"

@@ -676,15 +676,18 @@ def test_no_flash_attention_te_can_run_is_a_warning_naming_why_the_recipes_and_t
     assert exit_status(check_environment(report, {**GOOD_ENV, **env})) == 0
 
 
-@pytest.mark.parametrize(("found", "gpu", "shown"), [
-    (FlashAttentionFound({2: "2.7.4"}), A100, "flash-attn 2.7.4"),
-    (FlashAttentionFound({3: "3.0.0b1"}), H100, "flash-attn-3 3.0.0b1"),
-    (FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"}), B200, "flash-attn 2.7.4, flash-attn-3 3.0.0b1"),
+@pytest.mark.parametrize(("found", "gpu", "env", "shown"), [
+    (FlashAttentionFound({2: "2.7.4"}), A100, {}, "flash-attn 2.7.4"),
+    (FlashAttentionFound({3: "3.0.0b1"}), H100, {}, "flash-attn-3 3.0.0b1"),
+    (FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"}), H100, {}, "flash-attn 2.7.4, flash-attn-3 3.0.0b1"),
+    (FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"}), B200, {}, "flash-attn 2.7.4"),  # flash-attn-3: sm90 only
+    (FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"}), H100, {"NVTE_FLASH_ATTN_V3": "0"}, "flash-attn 2.7.4"),
 ])
-def test_a_flash_attention_te_can_run_is_ok(found, gpu, shown):
-    """ok where one flash-attn TE took up runs on this GPU; no finding without TE or where TE does not import."""
+def test_a_flash_attention_te_can_run_is_ok_naming_only_those_that_run(found, gpu, env, shown):
+    """ok where one flash-attn TE took up runs on this GPU, naming those no GPU rule or pin drops; no finding
+    without TE or where TE does not import."""
     report = make_report(versions=TE, gpus=(gpu,), te_flash_attention=found)
-    findings = check_te_flash_attention(report, GOOD_ENV)
+    findings = check_te_flash_attention(report, {**GOOD_ENV, **env})
     assert [(f.severity, f.name) for f in findings] == [("ok", "te-flash-attention")]
     assert f"runs {shown} here" in findings[0].message
     assert check_te_flash_attention(make_report(), GOOD_ENV) == []
@@ -697,6 +700,14 @@ def test_an_unread_flash_attention_probe_is_a_warning_saying_why():
     (finding,) = check_te_flash_attention(report, GOOD_ENV)
     assert finding.severity == "warning" and "could not be read (ModuleNotFoundError: oellm_doctor_test)" in (
         finding.message)
+
+
+def test_a_probe_whose_last_line_is_not_its_report_is_a_reason_not_a_crash(monkeypatch):
+    """Something printed after the probe's JSON line (a library's banner on stdout) is read as a failed probe."""
+    done = type("Done", (), {"returncode": 0, "stdout": '{"accepted": {}, "rejected": []}\nbanner\n', "stderr": ""})
+    monkeypatch.setattr(doctor_module.subprocess, "run", lambda *args, **kwargs: done())
+    found, error = doctor_module._te_flash_attention_in_subprocess()
+    assert found is None and error == "the probe's last line is not its report: 'banner'"
 
 
 TE_IMPORTS = transformer_engine_import_error() is None

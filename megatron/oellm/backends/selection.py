@@ -256,11 +256,13 @@ class MissingKernel:
 
 
 def te_missing_kernels(*, gradient_accumulation_fusion: bool, flash_attention_only: bool, dtype: str | None = None,
-                       flash_attention_version: int | None = None) -> dict[str, MissingKernel]:
+                       flash_attention_version: int | None = None,
+                       environ: Mapping[str, str] | None = None) -> dict[str, MissingKernel]:
     """Setting -> :class:`MissingKernel` for each requested setting whose kernel the te backend lacks here: the
     training entry refuses them (:func:`check_backend_support`), ``oellm recipe --local`` sets their flags instead
-    (:func:`megatron.oellm.recipes.local.machine_adjustments`). ``dtype`` and ``flash_attention_version`` (None when
-    not known) judge ``flash_attention_only`` as :func:`te_flash_attention_refusal` does."""
+    (:func:`megatron.oellm.recipes.local.machine_adjustments`). ``dtype``, ``flash_attention_version`` (None when
+    not known) and ``environ`` (the run's environment, default this process's) judge ``flash_attention_only`` as
+    :func:`te_flash_attention_refusal` does."""
     missing = {}
     if gradient_accumulation_fusion and not gradient_accumulation_fusion_available():
         missing["gradient_accumulation_fusion"] = MissingKernel(
@@ -269,8 +271,8 @@ def te_missing_kernels(*, gradient_accumulation_fusion: bool, flash_attention_on
             "fused_weight_gradient_mlp_cuda extension, which does not import, and megatron-core would raise once "
             "building the model has allocated memory. Pass --no-gradient-accumulation-fusion (Transformer Engine's "
             "linears then accumulate weight gradients unfused), or install apex with its CUDA extensions")
-    refusal = (te_flash_attention_refusal(dtype=dtype, flash_attention_version=flash_attention_version)
-               if flash_attention_only else None)
+    refusal = (te_flash_attention_refusal(dtype=dtype, flash_attention_version=flash_attention_version,
+                                          environ=environ) if flash_attention_only else None)
     if refusal is not None:
         missing["attention_backend"] = MissingKernel(
             "attention-backend", "auto", refusal.why,
@@ -407,28 +409,33 @@ def flash_attention_refusal(found: FlashAttentionFound, *, environ: Mapping[str,
     if not found.accepted:
         detail = f" ({'; '.join(found.rejected)})" if found.rejected else ""
         blockers.append(FlashAttentionRefusal(NO_SUPPORTED_FLASH_ATTN + detail, "install a flash-attn that TE supports"))
-    per_generation = [_generation_blockers(generation, version, environ, capability, flash_attention_version)
-                      for generation, version in sorted(found.accepted.items())]
-    if all(per_generation):  # every generation TE took up is dropped too (none taken up: nothing to add)
-        blockers += [blocker for generation_blockers in per_generation for blocker in generation_blockers]
+    per_generation = {generation: _generation_blockers(generation, version, environ, capability,
+                                                       flash_attention_version)
+                      for generation, version in sorted(found.accepted.items())}
+    if all(per_generation.values()):  # every generation TE took up is dropped too (none taken up: nothing to add)
+        blockers += [blocker for generation_blockers in per_generation.values() for blocker in generation_blockers]
     if not blockers:
         return None
     fixes = dict.fromkeys(blocker.fix for blocker in blockers)  # in order, once each
     return FlashAttentionRefusal("; ".join(blocker.why for blocker in blockers), ", and ".join(fixes))
 
 
-def te_flash_attention_refusal(*, dtype: str | None = None,
-                               flash_attention_version: int | None = None) -> FlashAttentionRefusal | None:
-    """:func:`flash_attention_refusal` for this process: the flash-attn packages Transformer Engine took up, this
-    environment's pins and this GPU's capability (left out without CUDA). Call it only where TE imports."""
-    return flash_attention_refusal(te_flash_attention_found(), environ=os.environ, dtype=dtype,
-                                   capability=cuda_capability(), flash_attention_version=flash_attention_version)
+def runnable_flash_attention(found: FlashAttentionFound, *, environ: Mapping[str, str],
+                             capability: tuple[int, int] | None) -> dict[int, str]:
+    """Generation -> version of each flash-attn Transformer Engine took up that no pin in ``environ`` and no GPU
+    rule (``capability``, None: left out) drops: what ``oellm doctor`` reports as runnable."""
+    return {generation: version for generation, version in sorted(found.accepted.items())
+            if not _generation_blockers(generation, version, environ, capability, None)}
 
 
-def te_flash_attention_available(*, dtype: str | None = None, flash_attention_version: int | None = None) -> bool:
-    """Whether ``--attention-backend flash`` (which turns TE's fused and unfused attention off) leaves Transformer
-    Engine a flash attention to run here (:func:`te_flash_attention_refusal`). Call it only where TE imports."""
-    return te_flash_attention_refusal(dtype=dtype, flash_attention_version=flash_attention_version) is None
+def te_flash_attention_refusal(*, dtype: str | None = None, flash_attention_version: int | None = None,
+                               environ: Mapping[str, str] | None = None) -> FlashAttentionRefusal | None:
+    """:func:`flash_attention_refusal` for this process: the flash-attn packages Transformer Engine took up, the
+    pins of ``environ`` (default: this process's environment; ``oellm recipe --local`` passes the run's) and this
+    GPU's capability (left out without CUDA). Call it only where TE imports."""
+    return flash_attention_refusal(te_flash_attention_found(), environ=os.environ if environ is None else environ,
+                                   dtype=dtype, capability=cuda_capability(),
+                                   flash_attention_version=flash_attention_version)
 
 
 def _flag(name: str) -> str:

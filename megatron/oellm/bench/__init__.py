@@ -1,6 +1,6 @@
-"""One-GPU training-step benchmark: our megatron-core model (torch-native backend, and Transformer Engine's where it
-imports) against transformers' model of the same card, same weights and batches, micro-batch sizes swept
-(``oellm bench``).
+"""One-GPU training-step benchmark: our megatron-core model (torch-native backend, and on request the same model on
+Transformer Engine's modules) against transformers' model of the same card, same weights and batches, micro-batch
+sizes swept (``oellm bench``).
 
 :mod:`measure` holds the arithmetic and sweep bookkeeping (pure, CPU-tested), :mod:`sides` the models and their
 step, :mod:`timing` CUDA-event timing and profiling, :mod:`harness` the whole run.

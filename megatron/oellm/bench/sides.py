@@ -12,6 +12,8 @@ model produced the gradients, and its fp32 state would halve the memory left for
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import importlib.util
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -166,7 +168,26 @@ def ours_transformer_config(card: ModelCard, overrides: dict[str, Any]) -> Trans
     any GPU work: an unknown field or a combination megatron-core refuses raises here."""
     from megatron.oellm.models import spec_builder
 
-    return spec_builder(card.family).transformer_config(card, **{"perform_initialization": False, **overrides})
+    return spec_builder(card.family).transformer_config(
+        card, **{"perform_initialization": False, **enum_overrides(overrides)})
+
+
+def enum_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with a name given for an enum-valued TransformerConfig field turned into that enum member
+    (``attention_backend=flash`` -> ``AttnBackend.flash``), as Megatron's argument parser does: megatron-core compares
+    such fields with the members, so a plain string would match none of them without a word. An unknown name
+    raises ValueError listing the members."""
+    from megatron.core.transformer import TransformerConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+    converted = dict(overrides)
+    for name, value in overrides.items():
+        enum_type = type(defaults.get(name))
+        if isinstance(value, str) and issubclass(enum_type, enum.Enum):
+            if value not in enum_type.__members__:
+                raise ValueError(f"{name}={value!r}: choose one of {', '.join(enum_type.__members__)}")
+            converted[name] = enum_type[value]
+    return converted
 
 
 class OursSide(Side):

@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv
@@ -101,7 +102,7 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
         # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until
         # the run was killed.
         flags["split"] = LOCAL_SPLIT
-    adjustments = machine_adjustments(flags)
+    adjustments = machine_adjustments(flags, local_environment(recipe))
     notes = tuple(f"--local runs with {_flag_text(name, value)} here (the row: {_flag_text(name, flags.get(name))}): "
                   f"{why}" for name, (value, why) in adjustments.items())
     flags.update({name: value for name, (value, _why) in adjustments.items()})
@@ -113,11 +114,13 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
     return ResolvedRow(fitted, card, layout, gpus, flags, notes)
 
 
-def machine_adjustments(flags: dict) -> dict[str, tuple[FlagValue, str]]:
+def machine_adjustments(flags: dict, environ: Mapping[str, str]) -> dict[str, tuple[FlagValue, str]]:
     """Flag -> (value, why) that the fitted run sets because this machine lacks a kernel the row's flags need on the
     te backend (:func:`megatron.oellm.backends.selection.te_missing_kernels`), which the training entry would
     otherwise refuse: ``--no-gradient-accumulation-fusion`` without apex's extension, ``--attention-backend auto``
-    for a row's ``flash`` without a flash-attn TE supports. The torch backend needs neither."""
+    for a row's ``flash`` where Transformer Engine would keep no flash attention (none it supports installed, or
+    dropped by a pin in ``environ``, the run's environment, by the row's dtype or ``--flash-attention-version``, or
+    by the GPU). The torch backend needs neither."""
     from megatron.oellm.backends.selection import resolve_backend, te_missing_kernels
 
     try:
@@ -127,11 +130,19 @@ def machine_adjustments(flags: dict) -> dict[str, tuple[FlagValue, str]]:
     if backend != "te":
         return {}
     dtype = "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
-    version = flags.get("flash-attention-version")
     missing = te_missing_kernels(gradient_accumulation_fusion=not flags.get("no-gradient-accumulation-fusion"),
                                  flash_attention_only=flags.get("attention-backend") == "flash", dtype=dtype,
-                                 flash_attention_version=int(version) if version is not None else None)
+                                 flash_attention_version=_int_or_none(flags.get("flash-attention-version")),
+                                 environ=environ)
     return {kernel.flag: (kernel.value, kernel.why) for kernel in missing.values()}
+
+
+def _int_or_none(value: FlagValue | None) -> int | None:
+    """An integer flag's value, None when unset or not an integer (Megatron's parser then names the bad value)."""
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _flag_text(name: str, value: FlagValue) -> str:

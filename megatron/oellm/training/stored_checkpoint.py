@@ -265,6 +265,9 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
       without a word, or stops if it has none;
     * the iteration directory megatron reads does not exist: ``FileNotFoundError`` after allocating the model.
     """
+    if step < 0:  # megatron takes it as the "no checkpoint" iteration
+        raise ValueError(f"--ckpt-step {step}: megatron-core reads a negative step as no checkpoint, loads nothing "
+                         f"from {flag} {given} and trains from random weights; give the iteration to load (>= 1)")
     iteration = f"iter_{step:07d}"
     if flag == PRETRAINED and args.load and (Path(args.load) / iteration).is_dir():
         raise ValueError(f"--load {args.load} holds {iteration} but no {TRACKER_FILE}, so megatron-core loads "
@@ -280,9 +283,13 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
         problem = "which holds no checkpoint, and stops with NotImplementedError (unknown checkpoint format)"
     else:
         return
-    held = sorted(int(d.name.removeprefix("iter_")) for d in given.glob("iter_*")
-                  if d.is_dir() and d.name.removeprefix("iter_").isdigit())
-    holds = f"it holds iterations {', '.join(map(str, held))}" if held else "it holds no iteration directory"
+    try:
+        held = sorted(int(d.name.removeprefix("iter_")) for d in given.glob("iter_*")
+                      if d.is_dir() and d.name.removeprefix("iter_").isdigit())
+    except OSError as error:  # not listable: say so rather than what it holds
+        holds = f"{given} cannot be listed ({error.strerror})"
+    else:
+        holds = f"it holds iterations {', '.join(map(str, held))}" if held else "it holds no iteration directory"
     raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
                      f"allocating the model on every rank; {holds}")
 

@@ -533,7 +533,7 @@ def test_the_flash_attention_probe_follows_the_installed_packages() -> None:
     if installed:
         pytest.skip(f"a flash-attn is installed ({installed}): its supported range is TE's to judge")
     assert selection.te_flash_attention_found() == selection.FlashAttentionFound()
-    assert selection.te_flash_attention_available() is False
+    assert selection.te_flash_attention_refusal() is not None
 
 
 @pytest.fixture
@@ -555,11 +555,11 @@ def test_the_te_probe_reads_transformer_engines_flags_and_applies_each_rule(te_f
     """With a flash-attn 2 TE took up, flash runs; each rule TE applies after that rules it out, named."""
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
     assert selection.te_flash_attention_found() == selection.FlashAttentionFound({2: "2.7.4"})
-    assert selection.te_flash_attention_available(dtype="bf16") is True
+    assert selection.te_flash_attention_refusal(dtype="bf16") is None
     selection.check_backend_support("te", flash_attention_only=True, dtype="bf16")
 
     def refused(reason: str, **features) -> None:
-        assert selection.te_flash_attention_available(**features) is False
+        assert selection.te_flash_attention_refusal(**features) is not None
         with pytest.raises(ValueError, match=f"attention_backend=flash: {reason}"):
             selection.check_backend_support("te", flash_attention_only=True, **features)
 

@@ -68,6 +68,22 @@ def test_a_setting_a_backend_lacks_the_kernels_for_names_that_side(sides: tuple[
         harness.BenchConfig(model=TINY, sides=sides, ours_overrides=overrides)
 
 
+def test_an_enum_override_is_given_by_name_and_judged_for_the_te_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--ours-config attention_backend=flash`` reached TransformerConfig as the string 'flash', which megatron-core's
+    comparisons with ``AttnBackend`` never match: the te side's flash check passed and the report crashed once
+    transformers' model was on the GPU. The name is now the member, and flash without a flash-attn TE runs is
+    refused for the te side (the torch-native side does not read it)."""
+    monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
+    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: selection.FlashAttentionFound())
+    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+    flash = {**harness.BEST_OURS_SETTINGS, "attention_backend": "flash"}
+    with pytest.raises(ValueError, match="the te side cannot run.*attention_backend=flash: Transformer Engine finds"):
+        harness.BenchConfig(model=TINY, sides=("ours", "te"), ours_overrides=flash)
+    assert harness.BenchConfig(model=TINY, sides=("ours",), ours_overrides=flash).sides == ("ours",)
+    with pytest.raises(ValueError, match="attention_backend='fastest': choose one of flash, fused, unfused"):
+        harness.BenchConfig(model=TINY, sides=("ours",), ours_overrides={"attention_backend": "fastest"})
+
+
 @pytest.mark.parametrize("kind", ["file", "below a file", "read-only folder"])
 def test_a_profile_folder_that_cannot_be_written_is_refused_before_the_gpu_work(
         kind: str, tmp_path: Path, fake_gpu: None, monkeypatch: pytest.MonkeyPatch,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -172,3 +173,26 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
     printed = capsys.readouterr().out.splitlines()
     assert [line for line in printed if line.startswith("note: ")] == [f"note: {note}" for note in expected]
 
+
+
+@pytest.mark.parametrize(("env", "version", "adjusted"), [({}, None, False), ({"NVTE_FLASH_ATTN_V2": "0"}, None, True),
+                                                          ({}, "3", True), ({}, "x", False)])
+def test_the_flash_adjustment_judges_the_runs_environment_and_the_rows_flags(monkeypatch, env, version, adjusted):
+    """The fitted run gets the recipe's cluster exports (``local_environment``), so a pin there drops flash-attn 2
+    for it as for the entry; the row's --flash-attention-version likewise. A value that is not an integer is left to
+    Megatron's parser (it names the value) instead of a traceback here."""
+    from megatron.oellm.backends import selection
+
+    monkeypatch.setattr(selection, "resolve_backend", lambda name: "te")
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
+    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: selection.FlashAttentionFound({2: "2.7.4"}))
+    monkeypatch.setattr(selection, "cuda_capability", lambda: (9, 0))
+    monkeypatch.delenv("NVTE_FLASH_ATTN_V2", raising=False)
+    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, env={**recipe.cluster.env, **env}))
+    row = recipe.rows[0]
+    if version is not None:
+        row = dataclasses.replace(row, flags={**row.flags, "flash-attention-version": version})
+    resolved = fit_local(recipe, row, gpus=1)
+    assert resolved.flags["attention-backend"] == ("auto" if adjusted else "flash")
+    assert bool(resolved.notes) is adjusted

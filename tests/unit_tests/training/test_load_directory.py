@@ -156,6 +156,8 @@ def test_a_ckpt_step_megatron_finds_no_checkpoint_at_is_refused_naming_those_hel
         check_load_directory(_run(directory, ckpt_step=held[1]))
     for iteration in held:
         check_load_directory(_run(tmp_path, ckpt_step=iteration))
+    with pytest.raises(ValueError, match=r"--ckpt-step -1: megatron-core reads a negative step as no checkpoint"):
+        check_load_directory(_run(tmp_path, ckpt_step=-1))
 
 
 def test_a_ckpt_step_megatron_would_apply_to_the_pretrained_checkpoint_instead_is_refused(tmp_path: Path) -> None:
