@@ -712,6 +712,45 @@ def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) 
                     f"{refusal.fix}{container}, or set {way_out}")]
 
 
+def check_attention_switches(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Transformer Engine's attention switches (``NVTE_FLASH_ATTN``, ``NVTE_FUSED_ATTN``, ``NVTE_UNFUSED_ATTN``,
+    ``NVTE_FLASH_ATTN_V2/V3/V4``) preset in ``env``: megatron-core sets them itself when it builds a model and asserts
+    that a preset value agrees (:mod:`megatron.oellm.training.attention_env`), so the training entry refuses runs whose
+    ``--attention-backend`` / ``--flash-attention-version`` disagree. A warning naming the settings that still start,
+    as the doctor does not know which a run will use; ok when none is preset."""
+    from megatron.oellm.training.attention_env import (
+        FLASH_GENERATIONS,
+        SWITCH_VALUES,
+        SWITCHES,
+        attention_env_conflicts,
+    )
+
+    name = "attention-switches"
+    pins = tuple(f"NVTE_FLASH_ATTN_V{generation}" for generation in FLASH_GENERATIONS)
+    preset = {variable: env[variable] for variable in (*SWITCHES, *pins) if variable in env}
+    if not preset:
+        return [Finding("ok", name, "no NVTE attention switch is preset (megatron-core sets them for "
+                        "--attention-backend).")]
+    backends = [backend for backend in SWITCH_VALUES
+                if not set(attention_env_conflicts(env, backend, None)) & set(SWITCHES)]
+    versions = [generation for generation in FLASH_GENERATIONS
+                if not set(attention_env_conflicts(env, "auto", generation)) & set(pins)]
+    shown = ", ".join(f"{variable}={value}" for variable, value in preset.items())
+    starts = (f"--attention-backend {' / '.join(backends)}" if backends else "no --attention-backend")
+    pinned = (f"; with --flash-attention-version only {' / '.join(map(str, versions))}"
+              if set(preset) & set(pins) else "")
+    if "auto" in backends and "flash" in backends and len(versions) == len(FLASH_GENERATIONS):
+        return [Finding("ok", name, f"{shown} preset: it agrees with what megatron-core sets for --attention-backend "
+                        "auto and flash.")]
+    return [Finding(
+        "warning", name,
+        f"{shown} preset: megatron-core sets these itself when it builds a model and asserts that a preset value "
+        f"agrees, so runs start only with {starts}{pinned} (the training entry refuses the others before they start; "
+        f"the default is auto, the MN5 recipes use flash).",
+        f"unset {' '.join(preset)} and choose TE's attention kernels with --attention-backend and "
+        "--flash-attention-version")]
+
+
 Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
 RULES: tuple[Rule, ...] = (
     check_python,
@@ -725,6 +764,7 @@ RULES: tuple[Rule, ...] = (
     check_slow_path_switches,
     check_hybrid_ep,
     check_te_flash_attention,
+    check_attention_switches,
 )
 """Every rule, in report order."""
 

@@ -33,6 +33,7 @@ from megatron.oellm.doctor import (
     GpuInfo,
     PackageProbe,
     check_allocator_conf,
+    check_attention_switches,
     check_environment,
     check_fla_hopper_triton,
     check_gpus,
@@ -733,3 +734,23 @@ def test_a_flash_attn_outside_transformer_engines_range_is_a_warning(tmp_path, m
     report = make_report(versions={**TE, "flash-attn": version}, te_flash_attention=found)
     (finding,) = check_te_flash_attention(report, GOOD_ENV)
     assert finding.severity == "warning" and f"flash-attn {version} is installed, but TE takes" in finding.message
+
+
+@pytest.mark.parametrize(("env", "severity", "shown"), [
+    ({}, "ok", "no NVTE attention switch is preset"),
+    ({"NVTE_FLASH_ATTN": "1"}, "ok", "agrees with what megatron-core sets for --attention-backend auto and flash"),
+    ({"NVTE_FLASH_ATTN_V3": "0"}, "ok", "agrees"),
+    ({"NVTE_FUSED_ATTN": "0"}, "warning", "runs start only with --attention-backend local / flash / unfused"),
+    ({"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1"}, "warning", "runs start only with --attention-backend fused ("),
+    ({"NVTE_FLASH_ATTN_V2": "1"}, "warning", "with --flash-attention-version only 2 ("),
+    ({"NVTE_UNFUSED_ATTN": "yes"}, "warning", "runs start only with no --attention-backend"),
+])
+def test_preset_attention_switches_name_the_settings_megatron_still_starts_with(env, severity, shown):
+    """megatron-core asserts a preset NVTE attention switch agrees with what it sets; the doctor says which
+    --attention-backend / --flash-attention-version still start (a warning where auto or flash does not)."""
+    (finding,) = check_attention_switches(make_report(), {**GOOD_ENV, **env})
+    assert (finding.severity, finding.name) == (severity, "attention-switches")
+    assert shown in finding.message
+    if severity == "warning":
+        assert finding.fix.startswith(f"unset {' '.join(env)}")
+        assert exit_status([finding]) == 0

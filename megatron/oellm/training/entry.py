@@ -221,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
+    from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
         check_optimizer_resharding,
@@ -245,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
     try:
         check_args_support(args.oellm_backend, args)
+        check_attention_env(args)
         check_flex_dispatcher(args)
         check_data_args(args)
         check_data_source(args)
