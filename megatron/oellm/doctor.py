@@ -736,17 +736,22 @@ def check_attention_switches(report: EnvironmentReport, env: Mapping[str, str]) 
     versions = [generation for generation in FLASH_GENERATIONS
                 if not set(attention_env_conflicts(env, "auto", generation)) & set(pins)]
     shown = ", ".join(f"{variable}={value}" for variable, value in preset.items())
-    starts = (f"--attention-backend {' / '.join(backends)}" if backends else "no --attention-backend")
-    pinned = (f"; with --flash-attention-version only {' / '.join(map(str, versions))}"
-              if set(preset) & set(pins) else "")
-    if "auto" in backends and "flash" in backends and len(versions) == len(FLASH_GENERATIONS):
+    starts = (f"with --attention-backend {' / '.join(backends)} only" if backends
+              else "with no --attention-backend (auto, the default, included)")
+    if len(versions) == len(FLASH_GENERATIONS):
+        pinned = ""
+    elif versions:
+        pinned = f", and --flash-attention-version unset or {' / '.join(map(str, versions))}"
+    else:
+        pinned = ", and --flash-attention-version unset"
+    if "auto" in backends and "flash" in backends and not pinned:
         return [Finding("ok", name, f"{shown} preset: it agrees with what megatron-core sets for --attention-backend "
                         "auto and flash.")]
     return [Finding(
         "warning", name,
         f"{shown} preset: megatron-core sets these itself when it builds a model and asserts that a preset value "
-        f"agrees, so runs start only with {starts}{pinned} (the training entry refuses the others before they start; "
-        f"the default is auto, the MN5 recipes use flash).",
+        f"agrees, so runs start {starts}{pinned} (the training entry refuses the others before they start; the "
+        f"default is auto, the MN5 recipes use flash).",
         f"unset {' '.join(preset)} and choose TE's attention kernels with --attention-backend and "
         "--flash-attention-version")]
 

@@ -740,10 +740,11 @@ def test_a_flash_attn_outside_transformer_engines_range_is_a_warning(tmp_path, m
     ({}, "ok", "no NVTE attention switch is preset"),
     ({"NVTE_FLASH_ATTN": "1"}, "ok", "agrees with what megatron-core sets for --attention-backend auto and flash"),
     ({"NVTE_FLASH_ATTN_V3": "0"}, "ok", "agrees"),
-    ({"NVTE_FUSED_ATTN": "0"}, "warning", "runs start only with --attention-backend local / flash / unfused"),
-    ({"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1"}, "warning", "runs start only with --attention-backend fused ("),
-    ({"NVTE_FLASH_ATTN_V2": "1"}, "warning", "with --flash-attention-version only 2 ("),
-    ({"NVTE_UNFUSED_ATTN": "yes"}, "warning", "runs start only with no --attention-backend"),
+    ({"NVTE_FUSED_ATTN": "0"}, "warning", "runs start with --attention-backend local / flash / unfused only ("),
+    ({"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1"}, "warning", "runs start with --attention-backend fused only ("),
+    ({"NVTE_FLASH_ATTN_V2": "1"}, "warning", "only, and --flash-attention-version unset or 2 ("),
+    ({"NVTE_FLASH_ATTN_V2": "1", "NVTE_FLASH_ATTN_V3": "1"}, "warning", "and --flash-attention-version unset ("),
+    ({"NVTE_UNFUSED_ATTN": "yes"}, "warning", "runs start with no --attention-backend (auto, the default, included)"),
 ])
 def test_preset_attention_switches_name_the_settings_megatron_still_starts_with(env, severity, shown):
     """megatron-core asserts a preset NVTE attention switch agrees with what it sets; the doctor says which

@@ -62,8 +62,11 @@ def check_attention_env(args: Any, environ: Mapping[str, str] | None = None) -> 
         return
     found = ", ".join(f"{name}={value!r} (megatron-core sets {expected})" for name, (value, expected)
                       in conflicts.items())
-    raise ValueError(f"the environment sets {found}, which megatron-core's --attention-backend {backend} "
-                     f"asserts against when it builds the model, on every rank after GPU set-up; unset "
+    settings = [f"--attention-backend {backend}"] if set(conflicts) & set(SWITCHES) else []
+    if set(conflicts) - set(SWITCHES):
+        settings.append(f"--flash-attention-version {args.flash_attention_version}")
+    raise ValueError(f"the environment sets {found}, which megatron-core asserts against for "
+                     f"{' and '.join(settings)} when it builds the model, on every rank after GPU set-up; unset "
                      f"{' '.join(conflicts)} (a cluster module or the job script may export them) and choose TE's "
-                     f"attention kernels with --attention-backend flash, fused or unfused and "
+                     f"attention kernels with --attention-backend (flash, fused, unfused) and "
                      f"--flash-attention-version instead")

@@ -17,9 +17,11 @@ VARIABLES = (*SWITCHES, *(f"NVTE_FLASH_ATTN_V{generation}" for generation in FLA
 
 def megatron_accepts(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], backend: AttnBackend,
                      version: int | None) -> bool:
-    """Whether megatron-core's ``_set_attention_backend`` passes with ``environ`` preset."""
+    """Whether megatron-core's ``_set_attention_backend`` passes with ``environ`` preset. megatron-core writes the
+    variables into ``os.environ`` itself: each is set through ``monkeypatch`` first, so that pytest restores it."""
     for name in VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "recorded")
+        monkeypatch.delenv(name)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     model = types.SimpleNamespace(config=types.SimpleNamespace(attention_backend=backend,
@@ -59,14 +61,17 @@ def test_the_entry_refuses_a_conflict_before_it_starts_anything(monkeypatch: pyt
     entry = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
     for name in VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "recorded")  # restored after the test, whatever the entry's run writes
+        monkeypatch.delenv(name)
     monkeypatch.setenv("NVTE_FUSED_ATTN", "0")
     monkeypatch.setenv("NVTE_FLASH_ATTN_V3", "1")
     assert entry.main([*argv, "--flash-attention-version", "2"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert "NVTE_FUSED_ATTN='0' (megatron-core sets 1), NVTE_FLASH_ATTN_V3='1' (megatron-core sets 0)" in line
-    assert "--attention-backend auto" in line and "unset NVTE_FUSED_ATTN NVTE_FLASH_ATTN_V3" in line
+    assert "for --attention-backend auto and --flash-attention-version 2 when it builds" in line
+    assert "unset NVTE_FUSED_ATTN NVTE_FLASH_ATTN_V3" in line
     monkeypatch.delenv("NVTE_FUSED_ATTN")
     monkeypatch.delenv("NVTE_FLASH_ATTN_V3")
     with pytest.raises(_Reached):
         entry.main(argv)
+
