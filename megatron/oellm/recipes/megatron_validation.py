@@ -47,7 +47,9 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     """``argv`` as the training entry reads it (the ``--oellm-model`` card filled in, the training defaults added),
     after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster GPUs with ``env`` exported. Raises what
     the entry would raise at start. The module backend is the image's Transformer Engine unless ``argv`` chooses
-    ``--oellm-backend torch``, whose feature check then runs too (``auto`` resolves on the cluster, not here)."""
+    ``--oellm-backend torch``, whose feature check then runs too (``auto`` resolves on the cluster, not here). The
+    NVTE attention switches ``env`` exports are checked against the row's attention settings as the entry checks
+    them (:func:`megatron.oellm.training.attention_env.check_attention_env`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
         merge_card_flags,
@@ -55,6 +57,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
         with_backend_implementation,
         with_training_defaults,
     )
+    from megatron.oellm.training.attention_env import check_attention_env
 
     merged = merge_card_flags(argv)
     argv = with_training_defaults(merged.argv if merged else argv)
@@ -65,6 +68,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     args = validate_args_on_cluster(parse_oellm_argv(argv), world_size, env)
     if torch_backend:
         check_args_support("torch", args)
+    check_attention_env(args, {name: str(value) for name, value in env.items()})
     return args
 
 

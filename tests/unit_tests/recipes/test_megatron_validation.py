@@ -63,6 +63,19 @@ def test_an_explicit_torch_backend_gets_the_entrys_feature_check():
     assert args.transformer_impl == "local"
 
 
+def test_an_attention_switch_the_recipe_exports_against_its_rows_is_refused_before_submission():
+    """A recipe's ``[cluster.env]`` setting ``NVTE_FUSED_ATTN=0`` against a row of the default ``auto`` backend: the
+    job would stop in megatron-core's assertion when it builds the model; refused with the row instead."""
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    auto = [*resolved.argv, "--attention-backend", "auto"]
+    env = {**recipe.cluster.env, "NVTE_FUSED_ATTN": "0"}
+    refusal = megatron_refusal(auto, resolved.world_size, env)
+    assert refusal is not None and refusal.startswith("ValueError: the environment sets NVTE_FUSED_ATTN='0'")
+    assert megatron_refusal([*resolved.argv, "--attention-backend", "flash"], resolved.world_size, env) is None
+    assert megatron_refusal(auto, resolved.world_size, recipe.cluster.env) is None
+
+
 LOCAL = [path for path in RECIPES if not load_recipe(path).model.startswith("oellm-ckda-hybrid")]
 
 
