@@ -722,19 +722,19 @@ def check_attention_switches(report: EnvironmentReport, env: Mapping[str, str]) 
         FLASH_GENERATIONS,
         SWITCH_VALUES,
         SWITCHES,
+        VERSION_PINS,
         attention_env_conflicts,
     )
 
     name = "attention-switches"
-    pins = tuple(f"NVTE_FLASH_ATTN_V{generation}" for generation in FLASH_GENERATIONS)
-    preset = {variable: env[variable] for variable in (*SWITCHES, *pins) if variable in env}
+    preset = {variable: env[variable] for variable in (*SWITCHES, *VERSION_PINS) if variable in env}
     if not preset:
         return [Finding("ok", name, "no NVTE attention switch is preset (megatron-core sets them for "
                         "--attention-backend).")]
     backends = [backend for backend in SWITCH_VALUES
                 if not set(attention_env_conflicts(env, backend, None)) & set(SWITCHES)]
     versions = [generation for generation in FLASH_GENERATIONS
-                if not set(attention_env_conflicts(env, "auto", generation)) & set(pins)]
+                if not set(attention_env_conflicts(env, "auto", generation)) & set(VERSION_PINS)]
     shown = ", ".join(f"{variable}={value}" for variable, value in preset.items())
     starts = (f"with --attention-backend {' / '.join(backends)} only" if backends
               else "with no --attention-backend (auto, the default, included)")

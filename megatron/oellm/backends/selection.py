@@ -14,6 +14,8 @@ from megatron.core.models.backends import BackendSpecProvider
 from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.oellm.training.attention_env import megatron_version_pins, version_pin
+
 BACKEND_CHOICES = ("auto", "te", "torch")
 """Values accepted by :func:`resolve_backend`; ``auto`` picks ``te`` when Transformer Engine imports."""
 
@@ -376,12 +378,12 @@ def _generation_blockers(generation: int, version: str, environ: Mapping[str, st
     """Each rule that makes TE drop the accepted flash-attn ``generation`` (``version``): an environment pin, the
     pin megatron-core derives from ``--flash-attention-version``, the GPU."""
     name = f"{FLASH_ATTN_PACKAGES[generation]} {version}"
-    variable = f"NVTE_FLASH_ATTN_V{generation}"
+    variable = version_pin(generation)
     blockers = []
     if _switched_off(environ, variable):
         blockers.append(FlashAttentionRefusal(f"{name} is turned off by {variable}={environ[variable]}",
                                               f"unset {variable}"))
-    elif flash_attention_version not in (None, generation):
+    elif variable in megatron_version_pins(flash_attention_version):
         blockers.append(FlashAttentionRefusal(
             f"{name} is turned off by --flash-attention-version {flash_attention_version} (megatron-core sets "
             f"{variable}=0)", f"pass --flash-attention-version {generation} or drop it"))

@@ -29,17 +29,31 @@ SWITCH_VALUES: dict[str, tuple[int, int, int]] = {
 names, so that ``oellm doctor`` uses this table without importing megatron-core)."""
 
 FLASH_GENERATIONS = (2, 3, 4)
-"""flash-attn generations ``--flash-attention-version`` chooses among (``NVTE_FLASH_ATTN_V<n>``)."""
+"""flash-attn generations ``--flash-attention-version`` chooses among."""
+
+
+def version_pin(generation: int) -> str:
+    """TE's switch of flash-attn ``generation`` (``NVTE_FLASH_ATTN_V<generation>``, on unless 0)."""
+    return f"NVTE_FLASH_ATTN_V{generation}"
+
+
+VERSION_PINS = tuple(version_pin(generation) for generation in FLASH_GENERATIONS)
+"""TE's per-generation flash-attn switches, which megatron-core sets for ``--flash-attention-version``."""
+
+
+def megatron_version_pins(flash_attention_version: int | None) -> dict[str, str]:
+    """The per-generation switches megatron-core sets for ``--flash-attention-version``: 0 for every other
+    generation (none without the flag)."""
+    if flash_attention_version is None:
+        return {}
+    return {version_pin(generation): "0" for generation in FLASH_GENERATIONS if generation != flash_attention_version}
 
 
 def megatron_attention_env(attention_backend: str, flash_attention_version: int | None) -> dict[str, str]:
     """The environment variables megatron-core sets when it builds a model with ``--attention-backend
     attention_backend`` and ``--flash-attention-version flash_attention_version``, and their values."""
     expected = {name: str(value) for name, value in zip(SWITCHES, SWITCH_VALUES[attention_backend], strict=True)}
-    if flash_attention_version is not None:
-        expected.update({f"NVTE_FLASH_ATTN_V{generation}": "0" for generation in FLASH_GENERATIONS
-                         if generation != flash_attention_version})
-    return expected
+    return {**expected, **megatron_version_pins(flash_attention_version)}
 
 
 def attention_env_conflicts(environ: Mapping[str, str], attention_backend: str,

@@ -10,9 +10,9 @@ import pytest
 from megatron.core.models.common.language_module.language_module import LanguageModule
 from megatron.core.transformer.enums import AttnBackend
 
-from megatron.oellm.training.attention_env import FLASH_GENERATIONS, SWITCHES, attention_env_conflicts
+from megatron.oellm.training.attention_env import FLASH_GENERATIONS, SWITCHES, VERSION_PINS, attention_env_conflicts
 
-VARIABLES = (*SWITCHES, *(f"NVTE_FLASH_ATTN_V{generation}" for generation in FLASH_GENERATIONS))
+VARIABLES = (*SWITCHES, *VERSION_PINS)
 
 
 def megatron_accepts(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], backend: AttnBackend,
