@@ -180,18 +180,25 @@ def _module_findable(module: str) -> bool:
         return False
 
 
+def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float) -> tuple[str, str | None]:
+    """(stdout, None) of ``code`` run in a fresh interpreter (what may load native libraries or fail to import is
+    kept out of this process), or (stdout, why) when it fails: its last error line, else what happened to ``what``
+    (the probe's name in messages)."""
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
+                                check=False)
+    except subprocess.TimeoutExpired:
+        return "", f"{what} did not finish within {timeout_s:.0f} s"
+    if result.returncode == 0:
+        return result.stdout, None
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return result.stdout, lines[-1] if lines else f"{what} exited with status {result.returncode}"
+
+
 def _import_error_in_subprocess(module: str, timeout_s: float = 180.0) -> str | None:
     """Import ``module`` (or a comma-separated list, in order) in a fresh interpreter (it may load native
     libraries); its last error line, or None."""
-    try:
-        result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
-                                timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return f"import {module} did not finish within {timeout_s:.0f} s"
-    if result.returncode == 0:
-        return None
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else f"import {module} exited with status {result.returncode}"
+    return _run_in_fresh_interpreter(f"import {module}", f"import {module}", timeout_s)[1]
 
 
 MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core"
@@ -213,15 +220,10 @@ print(json.dumps({"accepted": found.accepted, "rejected": found.rejected}))
 def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAttentionFound | None, str | None]:
     """(the flash-attn packages Transformer Engine takes up, None) read in a fresh interpreter, as the training
     entry reads them; (None, why) when that probe fails."""
-    try:
-        result = subprocess.run([sys.executable, "-c", TE_FLASH_ATTENTION_PROBE], capture_output=True, text=True,
-                                timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return None, f"the probe did not finish within {timeout_s:.0f} s"
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        errors = [line for line in result.stderr.strip().splitlines() if line.strip()]
-        return None, errors[-1] if errors else f"the probe exited with status {result.returncode}"
+    stdout, error = _run_in_fresh_interpreter(TE_FLASH_ATTENTION_PROBE, "the probe", timeout_s)
+    lines = stdout.strip().splitlines()
+    if error is not None or not lines:
+        return None, error or "the probe exited with status 0"
     from megatron.oellm.backends.selection import FlashAttentionFound
 
     try:
