@@ -67,6 +67,20 @@ from megatron.oellm.megatron_args import model_flags
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
+ITERATION_PREFIX = "iter_"
+
+
+def iteration_directory_name(iteration: int) -> str:
+    """The name megatron gives the directory of checkpoint ``iteration`` (``iter_0000042``)."""
+    return f"{ITERATION_PREFIX}{iteration:07d}"
+
+
+def iteration_of(name: str) -> int | None:
+    """The iteration an ``iter_XXXXXXX`` directory name holds, None for any other name."""
+    number = name.removeprefix(ITERATION_PREFIX)
+    return int(number) if name.startswith(ITERATION_PREFIX) and number.isdigit() else None
+
+
 CARD_KEY = "oellm_card"
 HF_CONFIG_KEY = "oellm_hf_config"
 """Common-state entry holding the source's HF config files: file name -> text, as read."""
@@ -269,10 +283,10 @@ def resolve_mcore_dir(path: Path) -> Path:
     if value != RELEASE and not value.isdigit():
         raise ConversionError(f"{marker} holds {value!r}, not {RELEASE!r} or an iteration number; pass the "
                               "iteration directory itself with --mcore")
-    iteration = path / (RELEASE if value == RELEASE else f"iter_{int(value):07d}")
+    iteration = path / (RELEASE if value == RELEASE else iteration_directory_name(int(value)))
     if not iteration.is_dir():
         present = sorted(entry.name for entry in path.iterdir()
-                         if entry.is_dir() and (entry.name == RELEASE or entry.name.startswith("iter_")))
+                         if entry.is_dir() and (entry.name == RELEASE or entry.name.startswith(ITERATION_PREFIX)))
         raise ConversionError(f"{marker} names {value}, but {iteration} is missing (present: "
                               f"{', '.join(present) or 'none'}); pass the iteration directory itself with --mcore")
     return iteration

@@ -18,7 +18,13 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron.oellm.convert.pipeline import CARD_KEY, RELEASE
+from megatron.oellm.convert.pipeline import (
+    CARD_KEY,
+    ITERATION_PREFIX,
+    RELEASE,
+    iteration_directory_name,
+    iteration_of,
+)
 from megatron.oellm.convert.pipeline import ITERATION_FILE as TRACKER_FILE
 
 NON_PERSISTENT = "non_persistent"
@@ -73,8 +79,8 @@ def load_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
     if value == RELEASE:
         return load_dir / RELEASE
     if ckpt_step:
-        return load_dir / f"iter_{ckpt_step:07d}"
-    return load_dir / f"iter_{int(value):07d}" if value is not None and value.isdigit() else None
+        return load_dir / iteration_directory_name(ckpt_step)
+    return load_dir / iteration_directory_name(int(value)) if value is not None and value.isdigit() else None
 
 
 def checkpoint_format(directory: Path) -> str | None:
@@ -119,7 +125,7 @@ def _persistent_iteration(persistent: Path | None, ckpt_step: int | None) -> int
         return ckpt_step
     if persistent is None:
         return -1
-    return 0 if persistent.name == RELEASE else int(persistent.name.removeprefix("iter_"))
+    return 0 if persistent.name == RELEASE else iteration_of(persistent.name)
 
 
 def load_source(args: argparse.Namespace) -> tuple[str, Path] | None:
@@ -154,7 +160,7 @@ def loaded_directory(args: argparse.Namespace, load_dir: Path | None = None) -> 
     latest = load_directory(np_dir)
     if latest is None or latest.name == RELEASE:  # megatron refuses a release non-persistent checkpoint itself
         return persistent
-    newer = int(latest.name.removeprefix("iter_")) >= _persistent_iteration(persistent, ckpt_step)
+    newer = iteration_of(latest.name) >= _persistent_iteration(persistent, ckpt_step)
     return latest if newer else persistent
 
 
@@ -268,7 +274,7 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
     if step < 0:  # megatron takes it as the "no checkpoint" iteration
         raise ValueError(f"--ckpt-step {step}: megatron-core reads a negative step as no checkpoint, loads nothing "
                          f"from {flag} {given} and trains from random weights; give the iteration to load (>= 1)")
-    iteration = f"iter_{step:07d}"
+    iteration = iteration_directory_name(step)
     if flag == PRETRAINED and args.load and (Path(args.load) / iteration).is_dir():
         raise ValueError(f"--load {args.load} holds {iteration} but no {TRACKER_FILE}, so megatron-core loads "
                          f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
@@ -284,8 +290,8 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
     else:
         return
     try:
-        held = sorted(int(d.name.removeprefix("iter_")) for d in given.glob("iter_*")
-                      if d.is_dir() and d.name.removeprefix("iter_").isdigit())
+        held = sorted(iteration for d in given.glob(f"{ITERATION_PREFIX}*")
+                      if d.is_dir() and (iteration := iteration_of(d.name)) is not None)
     except OSError as error:  # not listable: say so rather than what it holds
         holds = f"{given} cannot be listed ({error.strerror})"
     else:
@@ -304,10 +310,9 @@ def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_st
             return
     except OSError:  # not a directory: megatron finds no checkpoint either way (a first job's empty --load)
         return
-    step = load_dir.name.removeprefix("iter_")
-    numbered = load_dir.name.startswith("iter_") and step.isdigit()
-    naming = str(int(step)) if numbered else repr(load_dir.name)
-    fix = (f"{flag} {load_dir.parent} --ckpt-step {int(step)}" if numbered and plain_step
+    step = iteration_of(load_dir.name)
+    naming = str(step) if step is not None else repr(load_dir.name)
+    fix = (f"{flag} {load_dir.parent} --ckpt-step {step}" if step is not None and plain_step
            else f"{flag} {load_dir.parent} with a {TRACKER_FILE} naming {naming}")
     raise ValueError(f"{flag} {load_dir} is a checkpoint's iteration directory without {TRACKER_FILE}, where "
                      f"megatron-core {outcome}; pass {fix}")
