@@ -194,9 +194,10 @@ class OursSide(Side):
     """Our ``HybridModel`` on one backend (the side's name: ``ours`` torch-native, ``te`` Transformer Engine), loaded
     with the converted transformers weights."""
 
-    def __init__(self, name: str, card: ModelCard, hf_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
+    def __init__(self, name: str, card: ModelCard, mcore_state: dict[str, torch.Tensor], overrides: dict[str, Any]):
+        """``mcore_state``: the transformers model's weights converted to megatron names (shared by our sides; the
+        load copies them into the model)."""
         from megatron.oellm.models import spec_builder
-        from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
         from megatron.oellm.patches import moe_permutation
 
         self.name = name
@@ -204,7 +205,7 @@ class OursSide(Side):
         config = ours_transformer_config(card, overrides)
         self.model = spec_builder(card.family).build_model(card, backend=backend, config=config)
         self.model.train()
-        load_converted(self.model, hf_to_mcore(card, hf_state))
+        load_converted(self.model, mcore_state)
         self.settings = {"backend": backend, "config_overrides": dict(overrides),
                          "moe_token_dispatcher_type": config.moe_token_dispatcher_type,
                          "recompute_granularity": config.recompute_granularity,
@@ -250,14 +251,19 @@ def load_converted(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> No
 def build_sides(card: ModelCard, names: list[str], ours_overrides: dict[str, Any]) -> dict[str, Side]:
     """The requested sides with shared weights, all parked on the host; ours (``ours``, ``te``) are always converted
     from a transformers model (built even when only they are benchmarked)."""
+    from megatron.oellm.models.qwen3_5.convert import hf_to_mcore
+
     init_single_gpu_runtime()
     hf = HFSide(card)
     sides: dict[str, Side] = {}
-    for name in BACKEND_OF_SIDE:
-        if name in names:
-            with torch.no_grad():
-                sides[name] = OursSide(name, card, dict(hf.model.state_dict()), ours_overrides)
-            sides[name].park()
+    ours = [name for name in BACKEND_OF_SIDE if name in names]
+    if ours:
+        with torch.no_grad():
+            mcore_state = hf_to_mcore(card, dict(hf.model.state_dict()))  # once, whatever the number of our sides
+            for name in ours:
+                sides[name] = OursSide(name, card, mcore_state, ours_overrides)
+                sides[name].park()
+        del mcore_state
     if "hf" in names:
         sides["hf"] = hf
     hf.park()
