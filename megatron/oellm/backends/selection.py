@@ -480,13 +480,15 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
 
 
 def _training_dtype(source: TransformerConfig | Any) -> str:
-    """The dtype a TransformerConfig or Megatron's arguments train in: ``bf16``, ``fp16`` (their switches, or a
-    config's ``params_dtype``) or ``fp32``."""
-    if source.bf16 or getattr(source, "params_dtype", None) == torch.bfloat16:
-        return "bf16"
-    if source.fp16 or getattr(source, "params_dtype", None) == torch.float16:
-        return "fp16"
-    return "fp32"
+    """The dtype a TransformerConfig or Megatron's arguments train in (:func:`training_dtype` of their switches, or
+    of a config's ``params_dtype``)."""
+    params_dtype = getattr(source, "params_dtype", None)
+    return training_dtype(source.bf16 or params_dtype == torch.bfloat16, source.fp16 or params_dtype == torch.float16)
+
+
+def training_dtype(bf16: bool, fp16: bool) -> str:
+    """``bf16``, ``fp16`` or ``fp32``: the training dtype Megatron's ``--bf16`` / ``--fp16`` switches choose."""
+    return "bf16" if bf16 else "fp16" if fp16 else "fp32"
 
 
 def check_config_support(backend: str, config: TransformerConfig) -> None:

@@ -121,7 +121,7 @@ def machine_adjustments(flags: dict, environ: Mapping[str, str]) -> dict[str, tu
     for a row's ``flash`` where Transformer Engine would keep no flash attention (none it supports installed, or
     dropped by a pin in ``environ``, the run's environment, by the row's dtype or ``--flash-attention-version``, or
     by the GPU). The torch backend needs neither."""
-    from megatron.oellm.backends.selection import resolve_backend, te_missing_kernels
+    from megatron.oellm.backends.selection import resolve_backend, te_missing_kernels, training_dtype
 
     try:
         backend = resolve_backend(str(flags.get("oellm-backend", "auto")))
@@ -129,9 +129,9 @@ def machine_adjustments(flags: dict, environ: Mapping[str, str]) -> dict[str, tu
         return {}
     if backend != "te":
         return {}
-    dtype = "bf16" if flags.get("bf16") else "fp16" if flags.get("fp16") else "fp32"
     missing = te_missing_kernels(gradient_accumulation_fusion=not flags.get("no-gradient-accumulation-fusion"),
-                                 flash_attention_only=flags.get("attention-backend") == "flash", dtype=dtype,
+                                 flash_attention_only=flags.get("attention-backend") == "flash",
+                                 dtype=training_dtype(bool(flags.get("bf16")), bool(flags.get("fp16"))),
                                  flash_attention_version=_int_or_none(flags.get("flash-attention-version")),
                                  environ=environ)
     return {kernel.flag: (kernel.value, kernel.why) for kernel in missing.values()}
