@@ -2,7 +2,8 @@
 
 megatron-core modules ask for ``torch.distributed`` and ``megatron.core.parallel_state`` even on a single GPU
 (parallel linears look up their tensor-parallel group, weight init uses the model-parallel RNG tracker). The bench
-and the GPU tests bring it up here; training runs get it from ``megatron.training``'s own initialisation.
+and the GPU tests bring it up here; training runs get it from ``megatron.training``'s own initialisation. The bench
+shuts it down before it exits, so PyTorch's NCCL teardown does not warn about a leaked process group.
 """
 
 from __future__ import annotations
@@ -41,3 +42,17 @@ def init_single_gpu_runtime(seed: int = DEFAULT_SEED) -> None:
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel()
     reseed(seed)
+
+
+def shutdown_single_gpu_runtime() -> None:
+    """Undo :func:`init_single_gpu_runtime`: megatron-core's model-parallel groups, then the process group.
+
+    A process that exits with its NCCL process group alive gets PyTorch's "destroy_process_group() was not called"
+    warning (and may leak NCCL resources). Safe to call when nothing, or only part, is up.
+    """
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

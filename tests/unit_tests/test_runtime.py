@@ -20,3 +20,17 @@ def test_runtime_refuses_without_cuda_before_touching_torch_distributed():
     with pytest.raises(RuntimeError, match="CUDA"):
         init_single_gpu_runtime()
     assert not torch.distributed.is_initialized()
+
+
+def test_shutdown_tears_down_the_process_group_and_megatrons_groups():
+    from megatron.core import parallel_state
+
+    from megatron.oellm.runtime import shutdown_single_gpu_runtime
+
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel()
+    assert parallel_state.model_parallel_is_initialized()
+    shutdown_single_gpu_runtime()
+    assert not parallel_state.model_parallel_is_initialized()
+    assert not torch.distributed.is_initialized()
+    shutdown_single_gpu_runtime()  # nothing up: no error

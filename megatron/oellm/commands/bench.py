@@ -166,11 +166,13 @@ def check_profile_dir(profile: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print it; exit 2, with the reason on stderr, on a bad card/configuration (our side's
     overrides included), on an unwritable ``--output`` or ``--profile`` (all checked first, so a refusal names the
-    argument even where there is no GPU), without CUDA, or on a GPU without a known peak and no ``--gpu``."""
+    argument even where there is no GPU), without CUDA, or on a GPU without a known peak and no ``--gpu``. The
+    one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
     import torch
 
     from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark
     from megatron.oellm.cards import CardError
+    from megatron.oellm.runtime import shutdown_single_gpu_runtime
 
     try:
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
@@ -186,7 +188,10 @@ def run(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, gpu=config.gpu or peak_gpu_of(torch.cuda.get_device_name()))
     except ValueError as error:
         return refuse("bench", error)
-    report = run_benchmark(config)
+    try:
+        report = run_benchmark(config)
+    finally:
+        shutdown_single_gpu_runtime()
     data = report.to_dict()
     if args.output is not None:
         args.output.write_text(json.dumps(data, indent=2))

@@ -101,6 +101,30 @@ def test_mfu_peak_is_the_gpus_own_unless_given(device: str, argv: list[str], gpu
     assert configs[0].gpu == gpu
 
 
+@pytest.mark.parametrize("outcome", ["interrupted", "error"])
+def test_the_runtime_is_shut_down_after_the_measurements(outcome: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's one-rank NCCL group is destroyed before the process exits, also when the measurements fail or are
+    interrupted (a finished report needs a GPU; the GPU test covers it)."""
+    from megatron.oellm import runtime
+    from megatron.oellm.bench import harness
+
+    events = []
+
+    def measure(config: BenchConfig):
+        events.append("measured")
+        if outcome == "error":
+            raise RuntimeError("a side failed")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    monkeypatch.setattr(harness, "run_benchmark", measure)
+    monkeypatch.setattr(runtime, "shutdown_single_gpu_runtime", lambda: events.append("shut down"))
+    with pytest.raises(RuntimeError if outcome == "error" else KeyboardInterrupt):
+        main(["bench", "--mbs", "1"])
+    assert events == ["measured", "shut down"]
+
+
 def test_unknown_gpu_without_gpu_option_is_refused(monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
