@@ -15,6 +15,7 @@ megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per
 from __future__ import annotations
 
 import argparse
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,22 +66,67 @@ class StoredCheckpoint:
         return self.flag == PRETRAINED
 
 
+def has_tracker(load_dir: Path) -> bool:
+    """Whether ``load_dir`` holds a ``latest_checkpointed_iteration.txt`` file, as megatron-core's
+    ``os.path.isfile`` answers it (False for a missing ``load_dir``: a first job). Raises ``ValueError`` when
+    ``load_dir`` cannot be searched: megatron's ``isfile`` then sees no tracker, so the run starts without its
+    checkpoint (from random weights, or from ``--pretrained-checkpoint``) and fails only when it saves."""
+    try:
+        return stat.S_ISREG((load_dir / TRACKER_FILE).stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        raise ValueError(f"{load_dir} cannot be searched ({error.strerror}): megatron-core sees no {TRACKER_FILE} "
+                         "in it and starts without its checkpoint (from random weights, or from "
+                         "--pretrained-checkpoint); make the directory readable by the job's user") from error
+
+
+def tracked_checkpoint(load_dir: Path) -> int | str | None:
+    """What ``load_dir``'s ``latest_checkpointed_iteration.txt`` names, read as megatron-core 0.19.2's
+    ``read_metadata`` reads it: ``int()`` of the stripped text (so ``05`` and ``+5`` both name iteration 5), else
+    ``release``; None without a tracker file (:func:`has_tracker`, whose ``ValueError`` it passes on). megatron
+    reads the tracker whenever it is a file, ``--ckpt-step`` or not. Also raises ``ValueError`` where megatron would
+    fail on the tracker after allocating the model on every rank:
+
+    * it cannot be read: megatron stops with that error;
+    * it names neither an iteration nor ``release``: megatron prints an error and calls ``sys.exit()``, which ends
+      the job with exit status 0, as if it had finished;
+    * it names a negative iteration: megatron fails an assertion.
+    """
+    if not has_tracker(load_dir):
+        return None
+    tracker = load_dir / TRACKER_FILE
+    try:
+        text = tracker.read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not text"
+        raise ValueError(f"{tracker} cannot be read ({reason}): megatron-core stops on it after allocating the "
+                         "model on every rank") from error
+    if text == RELEASE:
+        return RELEASE
+    try:
+        iteration = int(text)
+    except ValueError:
+        raise ValueError(f"{tracker} holds {text[:40]!r}, neither an iteration nor {RELEASE!r}: megatron-core prints "
+                         "an error and ends the job with exit status 0 (as if it had finished) after allocating the "
+                         "model on every rank; write the iteration to resume from into it") from None
+    if iteration < 0:
+        raise ValueError(f"{tracker} names iteration {iteration}: megatron-core fails an assertion on a negative "
+                         "iteration after allocating the model on every rank; write the iteration to resume from")
+    return iteration
+
+
 def load_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
     """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for ``--load load_dir``: the one
     ``latest_checkpointed_iteration.txt`` names (``release`` included), another iteration under ``--ckpt-step``
     (except for a ``release`` tracker, which megatron keeps). None when megatron loads nothing (no tracker file and
-    no ``--ckpt-step``) or the tracker cannot be read (megatron reports that)."""
-    try:
-        value = (load_dir / TRACKER_FILE).read_text().strip()
-    except FileNotFoundError:
-        value = None
-    except (OSError, UnicodeDecodeError):
-        return None
-    if value == RELEASE:
+    no ``--ckpt-step``); ``ValueError`` for a tracker megatron would fail on (:func:`tracked_checkpoint`)."""
+    tracked = tracked_checkpoint(load_dir)
+    if tracked == RELEASE:
         return load_dir / RELEASE
     if ckpt_step:
         return load_dir / iteration_directory_name(ckpt_step)
-    return load_dir / iteration_directory_name(int(value)) if value is not None and value.isdigit() else None
+    return load_dir / iteration_directory_name(tracked) if tracked is not None else None
 
 
 def checkpoint_format(directory: Path) -> str | None:
@@ -134,7 +180,7 @@ def load_source(args: argparse.Namespace) -> tuple[str, Path] | None:
     (a fine-tuning run's first job), when it loads ``--pretrained-checkpoint`` and sets ``--finetune``. None when
     neither is given."""
     pretrained = getattr(args, "pretrained_checkpoint", None)
-    if pretrained and not (args.load and (Path(args.load) / TRACKER_FILE).is_file()):
+    if pretrained and not (args.load and has_tracker(Path(args.load))):
         return PRETRAINED, Path(pretrained)
     return (LOAD, Path(args.load)) if args.load else None
 
@@ -251,7 +297,7 @@ def check_load_directory(args: argparse.Namespace) -> None:
                    "loads nothing and trains from random weights")
         _check_iteration_directory(LOAD, Path(args.load), outcome, plain_step=not pretrained)
     source = load_source(args)
-    if source is not None and source[0] == PRETRAINED and not (source[1] / TRACKER_FILE).is_file():
+    if source is not None and source[0] == PRETRAINED and not has_tracker(source[1]):
         _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model",
                                    plain_step=False)
         where = f"--load {args.load} holds none either, so " if args.load else ""
