@@ -34,6 +34,10 @@ REFERENCE_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflo
 (:mod:`megatron.oellm.recipes.timing`), so a misspelt one would silently leave the row's time limit unchecked."""
 
 
+MAX_TCP_PORT = 65535
+"""The largest ``cluster.master_port``: torchrun's rendezvous listens on a TCP port."""
+
+
 @dataclass(frozen=True)
 class TableRow:
     """One row of a report table: a run at ``nodes`` nodes with its batch sizes and overrides."""
@@ -158,8 +162,13 @@ class Recipe:
             if getattr(self.local, name) < 0:
                 raise RecipeError(f"recipe {self.name} [local]: {name} must be >= 0 (0: the recipe's), "
                                   f"got {getattr(self.local, name)}")
-        if self.cluster.gpus_per_node < 1:
-            raise RecipeError(f"recipe {self.name}: cluster.gpus_per_node must be >= 1")
+        for name in ("gpus_per_node", "cpus_per_task"):
+            if getattr(self.cluster, name) < 1:
+                raise RecipeError(f"recipe {self.name}: cluster.{name} must be >= 1, got "
+                                  f"{getattr(self.cluster, name)}")
+        if not 1 <= self.cluster.master_port <= MAX_TCP_PORT:
+            raise RecipeError(f"recipe {self.name}: cluster.master_port must be a TCP port (1..{MAX_TCP_PORT}), got "
+                              f"{self.cluster.master_port}; torchrun's rendezvous would fail only after the queue")
         time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
 
     def row_seq_length(self, row: TableRow) -> int:
@@ -310,6 +319,8 @@ def load_recipe(path: str | Path) -> Recipe:
     data = _read_with_bases(path, seen=())
     try:
         return _build(path.stem, data)
+    except RecipeError as err:  # the merged recipe's own checks name the key; the file they came from is this one
+        raise RecipeError(f"{path}: {err}") from err
     except KeyError as err:
         raise RecipeError(f"{path}: the [{err.args[0]}] table is missing (add it here or in the extended base); "
                           "compare with the configs in examples/oellm/") from err
@@ -318,10 +329,12 @@ def load_recipe(path: str | Path) -> Recipe:
 
 
 def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
-    """The TOML table of ``path`` deep-merged over its ``extends`` chain."""
+    """The TOML table of ``path`` deep-merged over its ``extends`` chain; ``seen`` holds the configs that extend it,
+    outermost first, so that a cycle is reported with the chain that led to it."""
     resolved = path.resolve()
     if resolved in seen:
-        raise RecipeError(f"{path}: 'extends' loops back to itself")
+        chain = " -> ".join(str(item) for item in (*seen, resolved))
+        raise RecipeError(f"{seen[0]}: 'extends' loops back to a config already in the chain: {chain}")
     if not path.is_file():
         raise RecipeError(f"recipe config {path} does not exist; the configs are in examples/oellm/*.toml")
     try:
@@ -334,7 +347,11 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(base, str):
         raise RecipeError(f"{path}: extends = {base!r} is not a string; give the base config's path relative to "
                           f"this file, e.g. extends = \"_mn5.toml\"")
-    return _deep_merge(_read_with_bases(path.parent / base, seen + (resolved,)), data)
+    base_path = path.parent / base
+    if not base_path.is_file():
+        raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} does not exist; give its "
+                          "path relative to this file")
+    return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -366,6 +383,15 @@ def _table(data: dict[str, Any], key: str, name: str, default: Mapping[str, Any]
     return dict(value)
 
 
+def _row_tables(rows: Any, name: str) -> list[Mapping[str, Any]]:
+    """The ``rows`` value of a config as its list of row tables; anything else (``rows = 5``, ``rows = [1]``) raises
+    :class:`RecipeError` naming ``[[rows]]``, instead of a Python error about iterables or mappings."""
+    if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
+        raise RecipeError(f"recipe {name}: rows = {rows!r} is not a list of tables; write each table row as "
+                          "[[rows]] with its keys below, as in the configs in examples/oellm/")
+    return rows
+
+
 def _build(name: str, data: dict[str, Any]) -> Recipe:
     """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
     data = dict(data)
@@ -379,7 +405,7 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
         if not isinstance(value, str):
             raise RecipeError(f"recipe {name} [cluster.env]: {key} = {value!r} is not a string; quote it "
                               f"({key} = \"{value}\") so the job exports exactly that text")
-    rows = tuple(TableRow(**_quoted_time(row)) for row in data.pop("rows", ()))
+    rows = tuple(TableRow(**_quoted_time(row)) for row in _row_tables(data.pop("rows", []), name))
     parallel = _table(data, "parallel", name, default={})
     check_layout_types(parallel, f"recipe {name}: ")
     return Recipe(
