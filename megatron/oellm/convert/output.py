@@ -4,11 +4,13 @@ The rules protect what a user keeps in ``--out``: a missing or empty directory i
 ``--overwrite``, and only if every entry in it is one the converter writes for that direction (a previous output),
 since replacing the output deletes those entries; a file is never replaced. The rules are applied before the
 conversion and again when the output is moved into place (the user may have written there meanwhile). An ``--out``
-that is or holds any input file (symlinks followed) is refused. The file system must have room for the whole output
-before anything is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP /
-SIGINT (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
-refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes it and ends in a one-line
-:class:`ConversionError`. A failed conversion also removes the parent directories of ``--out`` it created.
+that is or holds any input file (symlinks followed), or an existing one on another file system than its parent (a
+mount point, which the staging directory could not be moved into), is refused. The file system must have room for the
+whole output before anything is written (a previous output being replaced stays until the new one is complete).
+SIGTERM / SIGHUP / SIGINT (Ctrl-C) during the conversion remove the staging directory and end it with
+:class:`ConversionInterrupted`; a refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes
+it and ends in a one-line :class:`ConversionError`. A failed conversion also removes the parent directories of
+``--out`` it created.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
 
-Owned = Callable[[str], bool]
-"""Whether an entry name in ``--out`` is one the conversion writes (so ``--overwrite`` may replace it)."""
+Foreign = Callable[[Path], list[str]]
+"""The names (relative to ``--out``) of what an entry of ``--out`` holds that the conversion does not write: empty
+when the entry, and all it holds, is a previous output's (so ``--overwrite`` may replace it). A directory the
+conversion writes (hf-to-mcore's ``release``) is looked into, since replacing it deletes everything in it."""
 _TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _LISTED = 5
 """Foreign entries named in a refusal (the rest are counted)."""
@@ -135,21 +139,21 @@ def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
     return None
 
 
-def check_output(out_dir: Path, overwrite: bool, owned: Owned) -> None:
+def check_output(out_dir: Path, overwrite: bool, foreign_in: Foreign) -> None:
     """Raise unless ``out_dir`` may receive the output: missing, an empty directory, or with ``overwrite`` a directory
-    holding only entries ``owned`` says the conversion writes; the refusal names the other entries."""
+    holding only what the conversion writes (``foreign_in`` of each entry empty); the refusal names the rest."""
     try:
         if not out_dir.exists():
             return
         if not out_dir.is_dir():
             raise ConversionError(f"output {out_dir} is a file; pass a directory with --out")
-        entries = sorted(entry.name for entry in out_dir.iterdir())
+        entries = sorted(out_dir.iterdir())
+        if entries and not overwrite:
+            raise ConversionError(f"output {out_dir} exists and is not empty; pass --overwrite to replace a previous "
+                                  "output of this conversion there")
+        foreign = [name for entry in entries for name in foreign_in(entry)]
     except OSError as error:
         raise ConversionError(f"cannot read the output directory {out_dir}: {error}") from error
-    if entries and not overwrite:
-        raise ConversionError(f"output {out_dir} exists and is not empty; pass --overwrite to replace a previous "
-                              "output of this conversion there")
-    foreign = [name for name in entries if not owned(name)]
     if foreign:
         more = f" and {len(foreign) - _LISTED} more" if len(foreign) > _LISTED else ""
         raise ConversionError(f"output {out_dir} holds {', '.join(foreign[:_LISTED])}{more}, which this conversion "
@@ -212,22 +216,23 @@ class _TerminationGuard:
 
 
 @contextmanager
-def staged_output(out_dir: Path, overwrite: bool, owned: Owned, needed_bytes: int) -> Iterator[Path]:
+def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_bytes: int) -> Iterator[Path]:
     """A fresh staging directory beside ``out_dir`` to write the output (about ``needed_bytes``) into, moved into
     ``out_dir`` when the block succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM /
     SIGHUP / SIGINT (see module doc)."""
     out_dir = out_dir.resolve()
-    check_output(out_dir, overwrite, owned)
+    check_output(out_dir, overwrite, foreign_in)
     staging = staging_directory(out_dir)
     created = _missing_directories(out_dir.parent)
     with _TerminationGuard() as guard:
         try:
             _make_staging(staging, out_dir)
+            _check_same_file_system(staging, out_dir)
             check_free_space(out_dir, needed_bytes)  # after: an unwritable place is named as such
             yield staging
             with guard.deferred():
-                check_output(out_dir, overwrite, owned)
-                _commit_output(staging, out_dir, owned)
+                check_output(out_dir, overwrite, foreign_in)
+                _commit_output(staging, out_dir, foreign_in)
         except BaseException as error:
             guard.defer_for_cleanup()
             shutil.rmtree(staging, ignore_errors=True)
@@ -275,16 +280,32 @@ def _make_staging(staging: Path, out_dir: Path) -> None:
         raise ConversionError(f"cannot write the output {out_dir}: {error}") from error
 
 
-def _commit_output(staging: Path, out_dir: Path, owned: Owned) -> None:
+def file_system_of(path: Path) -> int:
+    """The device number of the file system holding ``path``."""
+    return path.stat().st_dev
+
+
+def _check_same_file_system(staging: Path, out_dir: Path) -> None:
+    """Raise if an existing ``out_dir`` is on another file system than its sibling ``staging`` (a mount point: a
+    container's bind mount, a job's scratch mount): the finished output could not be renamed into it, and a previous
+    output there would already be deleted when the move fails; the free-space check would also look at the wrong
+    file system."""
+    if out_dir.is_dir() and file_system_of(out_dir) != file_system_of(staging):
+        raise ConversionError(f"output {out_dir} is on another file system than {out_dir.parent} (a mount point), so "
+                              "the output written beside it could not be moved into it; pass a directory inside it "
+                              f"with --out (e.g. {out_dir / 'converted'})")
+
+
+def _commit_output(staging: Path, out_dir: Path, foreign_in: Foreign) -> None:
     """Move the finished ``staging`` directory to ``out_dir``: in place of a missing ``out_dir``, else entry by entry
-    after removing the ``owned`` entries of a previous output (the directory itself stays, e.g. a shell's current
-    one, and nothing else in it is touched)."""
+    after removing the entries of a previous output (those ``foreign_in`` finds nothing foreign in; the directory
+    itself stays, e.g. a shell's current one, and nothing else in it is touched)."""
     try:
         if not out_dir.exists():
             staging.rename(out_dir)
             return
         for entry in out_dir.iterdir():
-            if owned(entry.name):
+            if not foreign_in(entry):
                 _remove(entry)
         for entry in staging.iterdir():
             entry.rename(out_dir / entry.name)

@@ -99,6 +99,10 @@ _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 _ROUTER_BUFFERS = (".router.expert_bias", ".router.qb_beta")
 """Persistent buffers of megatron-core 0.19.2's router (expert-bias and quantile balancing): routing state that a
 Hugging Face Qwen model has no tensor for."""
+_DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
+"""A data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
+CHECKPOINT_CONFIG_FILE = "metadata.json"
+"""megatron-core's description of a distributed checkpoint's format, beside DCP's ``.metadata``."""
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
@@ -116,14 +120,27 @@ class ConversionSummary:
     """Lines for the report: where the HF config came from or went, or that there was none."""
 
 
-def _is_mcore_output(name: str) -> bool:
-    """Whether ``name`` is an entry hf-to-mcore writes into ``--out``."""
-    return name in (ITERATION_FILE, RELEASE)
+def _is_checkpoint_file(name: str) -> bool:
+    """Whether ``name`` is a file :func:`save_streaming` writes into ``release/``."""
+    return name in (METADATA_FILE, CHECKPOINT_CONFIG_FILE) or _DCP_DATA_FILE.fullmatch(name) is not None
 
 
-def _is_hf_output(name: str) -> bool:
-    """Whether ``name`` is an entry mcore-to-hf writes into ``--out``."""
-    return name in CONFIG_FILES or is_written_name(name)
+def _foreign_in_mcore_output(entry: Path) -> list[str]:
+    """What ``entry`` of ``--out`` holds that hf-to-mcore does not write (see :data:`output.Foreign`): anything but
+    the iteration file and a ``release/`` directory of checkpoint files (a user's notes or a checkpoint megatron
+    training saved there would be deleted with it)."""
+    if entry.name == ITERATION_FILE and entry.is_file():
+        return []
+    if entry.name == RELEASE and entry.is_dir() and not entry.is_symlink():
+        names = sorted(path.name for path in entry.iterdir())
+        return [f"{RELEASE}/{name}" for name in names if not _is_checkpoint_file(name)]
+    return [entry.name]
+
+
+def _foreign_in_hf_output(entry: Path) -> list[str]:
+    """What ``entry`` of ``--out`` holds that mcore-to-hf does not write (see :data:`output.Foreign`): anything but
+    its config, safetensors and index files."""
+    return [] if (entry.name in CONFIG_FILES or is_written_name(entry.name)) and entry.is_file() else [entry.name]
 
 
 def card_record(card: ModelCard) -> dict:
@@ -235,7 +252,7 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
               CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
-    with staged_output(out_dir, overwrite, _is_mcore_output, _bytes_of(chunks)) as staging:
+    with staged_output(out_dir, overwrite, _foreign_in_mcore_output, _bytes_of(chunks)) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: _import_unit(card, unit, view, source), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files) + _leftover_notes(out_dir)
@@ -267,6 +284,25 @@ def _kept_config_notes(hf_dir: Path, files: dict[str, str]) -> list[str]:
     return notes
 
 
+def _refuse_wrong_level(path: Path) -> None:
+    """Raise if ``path`` (``--mcore``, without ``latest_checkpointed_iteration.txt``) is no checkpoint but a Hugging
+    Face model (the directions swapped) or holds checkpoints up to two levels below (given one level too high: the
+    folder of the runs, or a run whose ``latest_checkpointed_iteration.txt`` is missing), naming them."""
+    if (path / METADATA_FILE).is_file():
+        return
+    if (path / CONFIG_NAME).is_file() and next(path.glob("*.safetensors"), None) is not None:
+        raise ConversionError(f"--mcore {path} is a Hugging Face model, not a megatron checkpoint; convert it with "
+                              f"`oellm convert hf-to-mcore --hf {path}`")
+    found = sorted({marker.parent for pattern in ("*/", "*/*/") for name in (ITERATION_FILE, METADATA_FILE)
+                    for marker in path.glob(pattern + name) if marker.is_file()})
+    found = [p for p in found if p.parent not in found]  # a run, not also its iterations
+    if found:
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        raise ConversionError(f"{path} is not a megatron-core distributed checkpoint (no {METADATA_FILE} or "
+                              f"{ITERATION_FILE}); pass one of the checkpoints in it with --mcore: "
+                              f"{', '.join(map(str, found[:3]))}{more}")
+
+
 def resolve_mcore_dir(path: Path) -> Path:
     """The distributed-checkpoint directory of ``path``: itself, or the iteration named by its
     ``latest_checkpointed_iteration.txt`` (``release`` or ``iter_XXXXXXX``)."""
@@ -274,6 +310,7 @@ def resolve_mcore_dir(path: Path) -> Path:
         raise ConversionError(f"{path} is not a directory; pass a megatron checkpoint directory")
     marker = path / ITERATION_FILE
     if not marker.is_file():
+        _refuse_wrong_level(path)
         return path
     try:
         value = marker.read_text().strip()
@@ -429,7 +466,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
     needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     layout = _hf_layout(card, reader, unit_pieces)
-    with (staged_output(out_dir, overwrite, _is_hf_output, needed) as staging,
+    with (staged_output(out_dir, overwrite, _foreign_in_hf_output, needed) as staging,
           ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
         for unit, pieces in zip(units(card), unit_pieces, strict=True):
             _export_unit(card, unit, reader, pieces, writer)

@@ -58,9 +58,14 @@ def _open(path: Path) -> safe_open:
 
 
 def _read_index(index: Path) -> dict[str, str]:
-    """The ``weight_map`` of a ``model.safetensors.index.json``; a malformed index is a :class:`ConversionError`."""
+    """The ``weight_map`` of a ``model.safetensors.index.json``; an unreadable or malformed index is a
+    :class:`ConversionError`."""
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
+        text = index.read_text()
+    except OSError as error:  # e.g. a shared cache downloaded with another user's umask
+        raise ConversionError(f"cannot read {index}: {error}") from error
+    try:
+        weight_map = json.loads(text)["weight_map"]
     except (ValueError, KeyError, TypeError) as error:
         raise ConversionError(f"{index} is not a safetensors index (JSON with a 'weight_map' of tensor name -> "
                               f"file): {error!r}") from error
@@ -98,6 +103,18 @@ def _indexed_files(directory: Path, index: Path) -> dict[str, Path]:
     return files
 
 
+def _where_the_weights_are(directory: Path) -> str:
+    """Advice for an ``--hf`` without safetensors: the folders up to two levels below holding them (``--hf`` given one
+    level too high, e.g. a Hugging Face cache entry whose weights are in ``snapshots/<revision>/``), else to convert
+    ``.bin`` weights first."""
+    found = sorted({path.parent for pattern in ("*/*.safetensors", "*/*/*.safetensors")
+                    for path in directory.glob(pattern)})
+    if found:
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        return f"pass the folder of the model with --hf: {', '.join(map(str, found[:3]))}{more}"
+    return "convert .bin checkpoints with transformers first"
+
+
 def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:
     """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``), and
     the index file if the checkpoint has one. The index is looked up once here, so that the tensors, the check of the
@@ -113,7 +130,7 @@ def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:
         return _indexed_files(directory, index), index
     paths = sorted(directory.glob("*.safetensors"))
     if not paths:
-        raise ConversionError(f"no *.safetensors in {directory}; convert .bin checkpoints with transformers first")
+        raise ConversionError(f"no *.safetensors in {directory}; {_where_the_weights_are(directory)}")
     files = {}
     for path in paths:
         with _open(path) as handle:
