@@ -25,7 +25,7 @@ import math
 import signal
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
 from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
@@ -103,6 +103,9 @@ class ScalingRow:
     """Fraction of the peak, from our TFLOP/s (None when the model is unknown)."""
     efficiency: float | None = None
     """tokens/s/GPU relative to the baseline row."""
+    model_key: str = field(default="", repr=False)
+    """What tells the row's model apart from another of the same :attr:`model` name (see :func:`model_key`); not
+    printed, not a CSV column."""
 
     @property
     def ok(self) -> bool:
@@ -128,7 +131,45 @@ def identify_model(args: dict) -> tuple[str, ModelCard | None]:
         card = card_from_megatron_args(argparse.Namespace(**args))
     except (ValueError, TypeError, AttributeError, KeyError):
         return "unknown model", None
+    if not whole_sizes(card):
+        return "unknown model", None
     return registry_name(card), card
+
+
+def whole_sizes(card: ModelCard) -> bool:
+    """Every size of ``card`` (a field that is an integer in the registry's cards) is a non-negative integer: a card
+    rebuilt from a block whose value another rank's output cut into (``512[rank3]: W...``) carries that text, which
+    the FLOP count cannot add."""
+    return all(_non_negative_int(getattr(card, name)) for name in _size_fields())
+
+
+def _non_negative_int(value: object) -> bool:
+    """``value`` is an integer >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _size_fields() -> list[str]:
+    """The :class:`ModelCard` fields that hold an integer (not a bool) in every registry card."""
+    return [f.name for f in dataclasses.fields(ModelCard)
+            if all(_non_negative_int(getattr(card, f.name)) for card in PUBLISHED_CARDS.values())]
+
+
+ARCHITECTURE_ARGUMENTS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_layer_freq", "moe_shared_expert_intermediate_size",
+    "hybrid_layer_pattern", "experimental_attention_variant", "linear_attention_freq", "multi_latent_attention",
+    "mtp_num_layers", "swiglu", "vocab_size")
+"""Megatron arguments that tell apart two models no card describes (both ``unknown model``)."""
+
+
+def model_key(args: dict, card: ModelCard | None) -> str:
+    """What makes two rows the same model: the card's architecture (its depth included), else the architecture
+    arguments of the block. The display names do not: every model that matches no registry card is ``unregistered
+    model``, every one no card describes ``unknown model``, and rows of two such models are no scaling series."""
+    if card is not None:
+        return repr(sorted((f.name, getattr(card, f.name)) for f in dataclasses.fields(card)
+                           if f.name not in _IDENTITY_EXCLUDED or f.name == "num_layers"))
+    return repr([(name, args.get(name)) for name in ARCHITECTURE_ARGUMENTS])
 
 
 def registry_name(card: ModelCard) -> str:
@@ -177,9 +218,18 @@ def window_status(log: RunLog, window: Window) -> str:
         return stopped_status(run)
     lines = window_lines(log, window)
     if not lines:
-        return f"no iteration line in the window {window} (log interval larger than the window?)"
+        return no_line_status(run, window)
     return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, window, lines)
             or "ok")
+
+
+def no_line_status(run: Run, window: Window) -> str:
+    """The status of a window the log has no iteration line in: a run resumed from a checkpoint after the window
+    printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window."""
+    if run.start is not None and run.start > window.last:
+        return (f"no iteration line in the window {window}: this start of the program begins at iteration "
+                f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}")
+    return f"no iteration line in the window {window} (log interval larger than the window?)"
 
 
 def stopped_status(run: Run) -> str:
@@ -393,6 +443,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     status = window_status(log, window)
     if status != "ok":
         return ScalingRow(log.path, model, status)
+    key = model_key(args, card)
     lines = window_lines(log, window)
     step_time = window.summarise([line.elapsed_ms for line in lines]) / 1000.0
     logged_batch = next((line.global_batch_size for line in lines if line.global_batch_size is not None), None)
@@ -400,7 +451,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
     if not all(isinstance(value, int) and value > 0 for value in (world_size, seq_length, global_batch)):
         return ScalingRow(log.path, model, "arguments block lacks a positive world_size, seq_length or "
-                                           "global_batch_size")
+                                           "global_batch_size", model_key=key)
     tokens = global_batch * seq_length / step_time / world_size
     logged = [line.tflops_per_gpu for line in lines if line.tflops_per_gpu is not None]
     tflops_logged = window.summarise(logged) if logged else None
@@ -409,7 +460,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
         if vocab is None:
             if problem := garbled_integer(args, VOCAB_ARGUMENTS):
-                return ScalingRow(log.path, model, problem)
+                return ScalingRow(log.path, model, problem, model_key=key)
             vocab = padded_vocab(args)
         if vocab is not None:
             tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
@@ -417,25 +468,28 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
-        mfu=None if tflops is None else mfu(tflops, peak_tflops))
+        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key)
 
 
 def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
-    """``rows`` in the printed order: rows with numbers by model, global batch size and nodes (a scaling series
+    """``rows`` in the printed order: rows with numbers by model (name, then :attr:`ScalingRow.model_key`), global
+    batch size and nodes (a scaling series
     reads top to bottom whatever order the shell listed the logs in), then rows without numbers in their given
     order."""
     def key(row: ScalingRow) -> tuple:
-        return (0, row.model, row.global_batch_size, row.nodes) if row.ok else (1,)
+        return (0, row.model, row.model_key, row.global_batch_size, row.nodes) if row.ok else (1,)
 
     return sorted(rows, key=key)
 
 
 def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
-    """``row`` has numbers, trains the baseline's model at its sequence length, and has either the baseline's global
+    """``row`` has numbers, trains the baseline's model (name and :attr:`ScalingRow.model_key`: two models that match
+    no card are both ``unregistered model``) at its sequence length, and has either the baseline's global
     batch size (strong scaling) or its global batch size per GPU (weak scaling): only then is its tokens/s/GPU
     relative to the baseline's a scaling efficiency (another model, length or batch is another workload, e.g. a
     strong-scaling run at GBS 4096 against the GBS-256 start of a weak-scaling series in the same table)."""
-    if not (row.ok and row.model == baseline.model and row.seq_length == baseline.seq_length):
+    if not (row.ok and (row.model, row.model_key) == (baseline.model, baseline.model_key)
+            and row.seq_length == baseline.seq_length):
         return False
     return (row.global_batch_size == baseline.global_batch_size
             or row.global_batch_size * baseline.gpus == baseline.global_batch_size * row.gpus)
@@ -476,6 +530,12 @@ def _number(value: float | None, digits: int = 1, thousands: bool = False, perce
     return f"{value:,.0f}" if thousands else f"{value:.{digits}f}"
 
 
+def _markdown_cell(text: str) -> str:
+    """``text`` as one markdown table cell: a pipe (a hybrid layer pattern's pipeline stages in a crash message, a
+    log path) escaped, so it does not end the cell and shift the row's later cells out of their columns."""
+    return text.replace("|", "\\|")
+
+
 def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
                     peak_tflops: float = DEFAULT_PEAK_TFLOPS) -> str:
     """The table in the reports' markdown format, with a footnote on how the numbers were computed."""
@@ -491,7 +551,7 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                  _number(row.mfu, percent=True) or ("n/a" if row.ok else ""), _number(row.efficiency, percent=True),
                  row.model, row.log,
                  row.status]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
     lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
               "accounting (n/a: the model or its vocabulary cannot be identified from the log); Megatron TFLOP/s/GPU: "
               f"the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
@@ -500,8 +560,8 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     return "\n".join(lines)
 
 
-CSV_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)]
-"""CSV columns: every :class:`ScalingRow` field, unrounded."""
+CSV_FIELDS = [f.name for f in dataclasses.fields(ScalingRow) if f.name != "model_key"]
+"""CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`, unrounded."""
 
 
 def format_csv(rows: Sequence[ScalingRow]) -> str:
@@ -510,7 +570,7 @@ def format_csv(rows: Sequence[ScalingRow]) -> str:
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _csv_cell(k, v) for k, v in dataclasses.asdict(row).items()})
+        writer.writerow({k: _csv_cell(k, getattr(row, k)) for k in CSV_FIELDS})
     return out.getvalue()
 
 
