@@ -31,6 +31,12 @@ done
 [[ "$PYVER" =~ ^3\.([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 11 ] ||
   { echo "error: --python-version must be the node's MAJOR.MINOR, 3.11 or later, got '$PYVER' (e.g. 3.12)" >&2
     exit 2; }
+# checked before minutes of downloads: the bundle is packed with tar and xz and checked with sha256sum
+for tool in tar xz sha256sum; do
+  command -v "$tool" >/dev/null ||
+    { echo "error: $tool is not on PATH; it is needed to pack and check the bundle (xz: the xz-utils package)" >&2
+      exit 2; }
+done
 TAG="cp${PYVER/./}"
 case "$ARCH" in
   x86_64) PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64

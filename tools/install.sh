@@ -13,9 +13,12 @@
 # PyTorch's CPU index); a GPU node gets PyPI's CUDA 13.0 build, refused below driver 580, and checked to be a CUDA
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 set -euo pipefail
+PY="${PYTHON:-python3}"
+# a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
+# script changes to: make it absolute first (not resolving symlinks: a venv's python is one)
+if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
-PY="${PYTHON:-python3}"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
 TORCH_VERSION=2.13.0
 TORCH_CUDA13_DRIVER=580

@@ -19,6 +19,8 @@
 # into TE-built models at TP=1, TP=2 and EP=2, bit for bit).
 set -euo pipefail
 VENV=$(realpath -m "${1:-$(dirname "$0")/../.te-venv}")
+# a relative TE_PYTHON names a file under the caller's directory, not under the repository root this script changes to
+if [[ "${TE_PYTHON:-}" == */* && "$TE_PYTHON" != /* ]]; then TE_PYTHON="$PWD/$TE_PYTHON"; fi
 cd "$(dirname "$0")/.."
 TE_VERSION=${TE_VERSION:-2.20.2}
 TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the H200 device's torch; PyPI's Linux wheel of it is built for CUDA 13.0

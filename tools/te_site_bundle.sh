@@ -27,6 +27,12 @@ PART_MIB=${3:-61}
 # bundle's parts already deleted
 [[ "$PART_MIB" =~ ^[1-9][0-9]*$ ]] ||
   { echo "error: PART_MIB must be a whole number of MiB >= 1, got '$PART_MIB' (e.g. 61)" >&2; exit 2; }
+# also before the earlier bundle is removed: without xz the pipeline below would fail only after deleting its parts
+for tool in tar xz split sha256sum; do
+  command -v "$tool" >/dev/null ||
+    { echo "error: $tool is not on PATH; it is needed to pack and check the bundle (xz: the xz-utils package)" >&2
+      exit 2; }
+done
 PY="$VENV/bin/python"
 [ -x "$PY" ] || { echo "error: $VENV has no bin/python (make it with tools/te_cpu_env.sh)" >&2; exit 2; }
 SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

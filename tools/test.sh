@@ -3,8 +3,11 @@
 #
 #   bash tools/test.sh [PYTEST ARGS]      # PYTHON names the interpreter (default python3), as for tools/install.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-bash tools/install.sh dev,hf,gdn,plot
+# a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
+# script changes to: make it absolute first (not resolving symlinks: a venv's python is one)
+if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
+cd "$(dirname "$0")/.."
+PYTHON="$PY" bash tools/install.sh dev,hf,gdn,plot
 "$PY" -m ruff check .
 "$PY" -m pytest -q tests/unit_tests "$@"

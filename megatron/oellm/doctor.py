@@ -163,12 +163,18 @@ class Finding:
 
 
 def _distribution_version(probe: PackageProbe) -> str | None:
-    """Version of the first installed distribution of ``probe``, else UNKNOWN_VERSION if its module is found."""
+    """Version of the first installed distribution of ``probe``, else UNKNOWN_VERSION if its module is found.
+
+    A dist-info folder without its METADATA (an interrupted pip, a package removed by hand) makes
+    ``importlib.metadata.version`` return None: it counts as no metadata, so the next name and the module are tried.
+    """
     for distribution in probe.distributions:
         try:
-            return importlib.metadata.version(distribution)
+            version = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
+        if version:
+            return version
     return UNKNOWN_VERSION if probe.module is not None and _module_findable(probe.module) else None
 
 
@@ -184,11 +190,13 @@ def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float) -> tuple[s
     """(stdout, None) of ``code`` run in a fresh interpreter (what may load native libraries or fail to import is
     kept out of this process), or (stdout, why) when it fails: its last error line, else what happened to ``what``
     (the probe's name in messages)."""
-    try:
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                                check=False)
+    try:  # errors="replace": a native library's message may name a path in another encoding than UTF-8
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace",
+                                timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return "", f"{what} did not finish within {timeout_s:.0f} s"
+    except OSError as error:  # e.g. sys.executable removed or not executable: the probe's outcome, not a crash
+        return "", f"{what} could not start ({type(error).__name__}: {error})"
     if result.returncode == 0:
         return result.stdout, None
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
@@ -258,7 +266,16 @@ def _find_nvcc(env: Mapping[str, str]) -> str | None:
         wheel_files = []
     candidates += [Path(str(f.locate())) for f in wheel_files if f.name == "nvcc"]
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    return next((str(path) for path in candidates if path.is_file()), None)
+    return next((str(path) for path in candidates if _is_file(path)), None)
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where it cannot be looked at: before Python 3.14 ``is_file`` raises PermissionError
+    for a file under a folder this user may not enter (a CUDA_HOME in another group's software tree)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 PACKAGE_INFO_FIELDS = ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
@@ -301,7 +318,11 @@ def deep_ep_declares_hybrid_ep() -> bool | None:
         return None
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
         return None
-    return re.search(r"\bHybridEPBuffer\b", Path(spec.origin).read_text(errors="replace")) is not None
+    try:
+        text = Path(spec.origin).read_text(errors="replace")
+    except OSError:  # unreadable (permissions of a shared install): unknown, which check_hybrid_ep says
+        return None
+    return re.search(r"\bHybridEPBuffer\b", text) is not None
 
 
 def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None, str | None]:
@@ -314,17 +335,20 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
     except Exception as error:  # a broken install raises OSError, ImportError, AttributeError, ...: a finding
         return None, None, (), None, f"{type(error).__name__}: {error}"
 
-    cuda_version = torch.version.cuda
-    if cuda_version is None or not torch.cuda.is_available():
-        return cuda_version, None, (), None, None
     try:
+        cuda_version = torch.version.cuda
+    except AttributeError as error:  # a torch that imports half-installed
+        return None, None, (), f"{type(error).__name__}: {error}", None
+    try:
+        if cuda_version is None or not torch.cuda.is_available():
+            return cuda_version, None, (), None, None
         nccl = torch.cuda.nccl.version()
         nccl_version = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
         gpus = []
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             gpus.append(GpuInfo(index, props.name, (props.major, props.minor), props.total_memory / 2**30))
-    except RuntimeError as error:
+    except Exception as error:  # a broken driver raises RuntimeError, a build without NCCL AttributeError, ...
         return cuda_version, None, (), f"{type(error).__name__}: {error}", None
     return cuda_version, nccl_version, tuple(gpus), None, None
 
@@ -337,16 +361,16 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
     tilelang_findable = _module_findable("tilelang")
-    # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
-    te_error = (_import_error_in_subprocess("torch, transformer_engine.pytorch")
-                if _module_findable("transformer_engine") else None)
     versions = {probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES}
+    # installed by its metadata or its module: a distribution whose package folder is gone does not import either.
+    # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
+    te_installed = versions["transformer-engine"] is not None or _module_findable("transformer_engine")
+    te_error = _import_error_in_subprocess("torch, transformer_engine.pytorch") if te_installed else None
     core_version, core_path = megatron_core_module()
     if core_version is not None:  # the release that is imported, not the one pip's metadata names
         versions["megatron-core"] = core_version
     te_flash_attention, te_flash_attention_error = (
-        _te_flash_attention_in_subprocess() if _module_findable("transformer_engine") and te_error is None
-        else (None, None))
+        _te_flash_attention_in_subprocess() if te_installed and te_error is None else (None, None))
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
