@@ -49,15 +49,19 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     the entry would raise at start. The module backend is the image's Transformer Engine unless ``argv`` chooses
     ``--oellm-backend torch``, whose feature check then runs too (``auto`` resolves on the cluster, not here). The
     NVTE attention switches ``env`` exports are checked against the row's attention settings as the entry checks
-    them (:func:`megatron.oellm.training.attention_env.check_attention_env`)."""
+    them (:func:`megatron.oellm.training.attention_env.check_attention_env`), and so are its data sources and
+    sequence length (:func:`megatron.oellm.training.data.check_single_data_source`,
+    :func:`megatron.oellm.training.args.check_sequence_length`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
+        check_sequence_length,
         merge_card_flags,
         parse_oellm_argv,
         with_backend_implementation,
         with_training_defaults,
     )
     from megatron.oellm.training.attention_env import check_attention_env
+    from megatron.oellm.training.data import check_single_data_source
 
     merged = merge_card_flags(argv)
     argv = with_training_defaults(merged.argv if merged else argv)
@@ -65,7 +69,10 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     torch_backend = parse_oellm_argv(argv).oellm_backend == "torch"
     if torch_backend:
         argv = with_backend_implementation(argv)
-    args = validate_args_on_cluster(parse_oellm_argv(argv), world_size, env)
+    parsed = parse_oellm_argv(argv)
+    check_single_data_source(parsed)
+    check_sequence_length(parsed)
+    args = validate_args_on_cluster(parsed, world_size, env)
     if torch_backend:
         check_args_support("torch", args)
     check_attention_env(args, {name: str(value) for name, value in env.items()})

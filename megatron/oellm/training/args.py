@@ -116,12 +116,15 @@ def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:
 
 def argv_refusal(argv: Sequence[str]) -> str | None:
     """What the training entry's parser says against ``argv`` (an unknown or misspelt flag, a value outside a flag's
-    choices), or None when it parses: the check a job makes at start, for making it before the job is queued."""
+    choices), or None when it parses (or asks for ``--help``): the check a job makes at start, for making it before
+    the job is queued."""
     messages = io.StringIO()
     try:
-        with contextlib.redirect_stderr(messages):
+        with contextlib.redirect_stderr(messages), contextlib.redirect_stdout(io.StringIO()):
             parse_oellm_argv(argv)
-    except SystemExit:
+    except SystemExit as exit_:
+        if exit_.code == 0:  # --help: the parser's answer, not a refusal
+            return None
         lines = messages.getvalue().strip().splitlines()
         return lines[-1].split(" error: ", 1)[-1] if lines else "the argument parser refused the command line"
     except (KeyError, ValueError) as error:  # megatron's enum-typed flags convert their value outside argparse
@@ -230,3 +233,38 @@ def with_backend_implementation(argv: Sequence[str]) -> list[str]:
             "that flag, or install Transformer Engine and use --oellm-backend te"
         )
     return list(argv)
+
+
+YAML_CFG_REFUSED = (
+    "--yaml-cfg: megatron's experimental YAML configuration replaces every command-line argument by the file's "
+    "(the --oellm-model card's flags and --oellm-backend included), so the run would not be the command line's; "
+    "give the settings as Megatron flags (a recipe row maps its keys onto them)"
+)
+"""Why the training entry refuses ``--yaml-cfg``."""
+
+
+def check_command_line(argv: Sequence[str]) -> None:
+    """Raise ``ValueError`` for what the parser refuses in ``argv`` (:func:`argv_refusal`: one line, where argparse
+    prints Megatron's whole usage first and an enum-typed flag's bad value is a ``KeyError`` traceback) and for
+    ``--yaml-cfg`` (:data:`YAML_CFG_REFUSED`)."""
+    refusal = argv_refusal(argv)
+    if refusal:
+        raise ValueError(refusal)
+    if parse_oellm_argv(argv).yaml_cfg is not None:
+        raise ValueError(YAML_CFG_REFUSED)
+
+
+def check_sequence_length(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when the run's ``--seq-length`` (or ``--encoder-seq-length``) exceeds its
+    ``max_position_embeddings``, naming the card that set the latter.
+
+    megatron's ``validate_args`` asserts it with a traceback on every rank; the value under a card is not on the
+    command line. Left to megatron under ``--use-checkpoint-args``, which takes the limit from the checkpoint.
+    """
+    length = args.seq_length if args.seq_length is not None else args.encoder_seq_length
+    limit = args.max_position_embeddings
+    if args.use_checkpoint_args or length is None or limit is None or length <= limit:
+        return
+    source = f"model card {args.oellm_model}'s" if args.oellm_model else "--max-position-embeddings"
+    raise ValueError(f"--seq-length {length} exceeds {source} max_position_embeddings {limit}; train with at most "
+                     f"{limit} tokens per sequence" + ("" if args.oellm_model else " or raise the limit"))

@@ -74,6 +74,71 @@ NO_DATA = ("no training data: give --data-path PREFIX (or --train-data-path / --
 fails after the model and optimizer are set up."""
 
 
+DATA_SOURCE_FLAGS: dict[str, tuple[str, ...]] = {
+    "--mock-data": ("mock_data",),
+    "--data-path": ("data_path",),
+    "--data-args-path": ("data_args_path",),
+    "--train/valid/test-data-path": ("train_data_path", "valid_data_path", "test_data_path"),
+    "--per-split-data-args-path": ("per_split_data_args_path",),
+}
+"""The run's data sources (how a refusal names one -> its arguments): megatron reads one of them and ignores the
+others (it builds mock datasets under ``--mock-data`` whatever else is given, and takes a blend over per-split
+paths), asserting only some pairs in ``validate_args``."""
+
+
+def given_data_sources(args: argparse.Namespace) -> list[str]:
+    """The :data:`DATA_SOURCE_FLAGS` that ``args`` gives (a flag given with no value counts as given)."""
+    return [flag for flag, names in DATA_SOURCE_FLAGS.items()
+            if any(getattr(args, name, None) not in (None, False) for name in names)]
+
+
+def check_single_data_source(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when ``args`` give more than one data source (:data:`DATA_SOURCE_FLAGS`).
+
+    Made on the parsed command line before megatron's ``validate_args``: for some pairs (``--mock-data`` with
+    ``--data-args-path``, ``--data-path`` with ``--per-split-data-args-path``, ...) megatron trains on one source and
+    ignores the other without a word; for the others it stops with an assertion traceback on every rank.
+    """
+    given = given_data_sources(args)
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)}: give one data source, megatron reads only one of them and ignores "
+                         "the others")
+
+
+SPLIT_FORM = "up to three non-negative proportions (train, validation, test) with a positive sum, e.g. 969,30,1"
+"""What ``--split`` takes, for the refusals of :func:`check_split`."""
+
+
+def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
+    """Raise ``ValueError`` when ``--split`` does not fit the run's data (``blend``, ``blend_per_split`` as megatron
+    reads them): megatron-core's dataset config refuses it (or builds NaN split bounds) only when the datasets are
+    built, after the model and optimizer are set up.
+
+    A blend (``--data-path``, ``--data-args-path``) needs a split, which ``validate_args`` fills in for
+    ``--data-path`` only; per-split paths take none.
+    """
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+
+    if blend_per_split is not None:
+        if args.split is not None:
+            raise ValueError(f"--split {args.split!r}: the per-split data paths give each split its own data, and "
+                             "megatron-core refuses a split beside them; drop --split")
+        return
+    if blend is None:
+        return
+    if args.split is None:
+        if args.data_args_path is not None:
+            raise ValueError(f"--data-args-path {args.data_args_path}: give --split, {SPLIT_FORM} (megatron fills "
+                             "it in for --data-path only)")
+        return
+    try:
+        proportions = parse_and_normalize_split(args.split)
+    except (AssertionError, ValueError):
+        proportions = []
+    if len(proportions) != 3 or not all(0 <= value <= 1 for value in proportions):  # NaN for an all-zero split
+        raise ValueError(f"--split {args.split!r}: not {SPLIT_FORM}")
+
+
 def missing_dataset_files(prefix: str) -> list[str]:
     """The files of the Megatron indexed dataset ``prefix`` (``PREFIX.bin``, ``PREFIX.idx``) that are not here."""
     return [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
@@ -84,24 +149,30 @@ def data_prefixes(args: argparse.Namespace) -> list[str]:
     (``--train/valid/test-data-path`` / ``--per-split-data-args-path``), as megatron reads them."""
     from megatron.training.utils import get_blend_and_blend_per_split
 
-    blend, blend_per_split = get_blend_and_blend_per_split(args)
+    return blend_prefixes(*get_blend_and_blend_per_split(args))
+
+
+def blend_prefixes(blend, blend_per_split) -> list[str]:
+    """Every dataset prefix of megatron's ``blend`` or, without one, of its ``blend_per_split``."""
     blends = [blend] if blend is not None else [split for split in blend_per_split or [] if split is not None]
     return [prefix for prefixes, _weights in blends for prefix in prefixes]
 
 
 def check_data_source(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, or names a local prefix without
-    its ``.bin`` and ``.idx`` files (object-storage prefixes are left to megatron).
+    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a ``--split`` that does not fit
+    its data (:func:`check_split`), or a local prefix without its ``.bin`` and ``.idx`` files (object-storage
+    prefixes are left to megatron).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
     checkpoint, on every rank; a mistyped path is a message at start instead.
     """
     from megatron.core.datasets.object_storage_utils import is_object_storage_path
+    from megatron.training.utils import get_blend_and_blend_per_split
 
     if args.mock_data:
         return
     try:
-        prefixes = data_prefixes(args)
+        blends = get_blend_and_blend_per_split(args)
     except OSError as error:
         raise ValueError(f"--data-args-path / --per-split-data-args-path: cannot read the data paths ({error})") from error
     except (KeyError, TypeError, ValueError) as error:
@@ -110,8 +181,10 @@ def check_data_source(args: argparse.Namespace) -> None:
         raise ValueError(  # a JSON that is no {"train", "valid", "test"} object of data paths
             f"--per-split-data-args-path {args.per_split_data_args_path}: not a JSON object with 'train', 'valid' and "
             f"'test' data paths ({type(error).__name__}: {error})") from error
+    prefixes = blend_prefixes(*blends)
     if not prefixes:
         raise ValueError(NO_DATA)
+    check_split(args, *blends)
     missing = [prefix for prefix in prefixes if not is_object_storage_path(prefix) and missing_dataset_files(prefix)]
     if missing:
         raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "

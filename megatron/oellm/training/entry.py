@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,8 @@ import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.trai
 from megatron.oellm.training.args import (
     add_oellm_arguments,
     architecture_value,
+    check_command_line,
+    check_sequence_length,
     merge_card_flags,
     parse_oellm_argv,
     with_backend_implementation,
@@ -198,9 +201,26 @@ def provenance() -> str:
 
 
 def command_line(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the named card's flags, the training defaults and the backend's implementation filled in."""
+    """``argv`` with the named card's flags, the training defaults and the backend's implementation filled in
+    (``ValueError`` for a command line the parser refuses: :func:`check_command_line`)."""
+    check_command_line(argv)
     merged = merge_card_flags(argv)
     return with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
+
+
+def validated_args(parse_and_validate: Callable[..., argparse.Namespace]) -> argparse.Namespace:
+    """Megatron's ``parse_and_validate_args`` (passed in: importing it imports ``megatron.training``) with the OEL
+    arguments; its refusals are ``assert`` statements, raised here as ``ValueError`` naming the failed condition.
+
+    It runs before Megatron sets up any GPU or process group, so a refusal there is a bad command line, which under
+    torchrun was an assertion traceback per rank."""
+    try:
+        return parse_and_validate(extra_args_provider=add_oellm_arguments)
+    except AssertionError as error:
+        frames = traceback.extract_tb(error.__traceback__)
+        detail = " ".join(str(error).split()) or (frames[-1].line if frames and frames[-1].line
+                                                    else "an assertion without a message")
+        raise ValueError(f"megatron's argument validation refuses the command line: {detail}") from error
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,7 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_optimizer_resharding,
         check_rank_file_layout,
     )
-    from megatron.oellm.training.data import check_data_args, check_data_source, train_valid_test_datasets
+    from megatron.oellm.training.data import (
+        check_data_args,
+        check_data_source,
+        check_single_data_source,
+        train_valid_test_datasets,
+    )
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
     from megatron.oellm.training.model_provider import card_from_args, check_model_config, model_provider
@@ -241,9 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
+        check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
+        check_sequence_length(parsed)
+        args = validated_args(parse_and_validate_args)
     except ValueError as error:
         return refuse(error)
-    args = parse_and_validate_args(extra_args_provider=add_oellm_arguments)
     try:
         check_args_support(args.oellm_backend, args)
         check_attention_env(args)

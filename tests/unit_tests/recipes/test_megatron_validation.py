@@ -93,3 +93,22 @@ def test_local_fit_on_a_byte_corpus_passes_megatron_validate_args(path, monkeypa
     args = validate_args_on_cluster(parse_oellm_argv(argv))
     assert (args.tokenizer_type, args.split, args.eval_interval) == ("NullTokenizer", "100,0,0", 1000)
     assert args.override_opt_param_scheduler and args.save == args.load
+
+
+def test_two_data_sources_and_a_too_long_sequence_are_refused_as_the_entry_refuses_them(tmp_path):
+    """The entry's checks made before megatron's validation apply to a row too: a ``--data-path`` added beside the
+    row's mock data (megatron would train on mock data), and a sequence longer than the card's positions."""
+    import random
+
+    from megatron.oellm.cards import get_card
+
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert "--mock-data" in resolved.argv
+    refusal = megatron_refusal([*resolved.argv, "--data-path", str(tmp_path / "corpus")], resolved.world_size,
+                               recipe.cluster.env)
+    assert refusal is not None and "--mock-data and --data-path: give one data source" in refusal
+    too_long = get_card(recipe.model).max_position_embeddings + random.randrange(1, 4096)
+    refusal = megatron_refusal([*resolved.argv, "--seq-length", str(too_long)], resolved.world_size,
+                               recipe.cluster.env)
+    assert refusal is not None and f"--seq-length {too_long} exceeds model card" in refusal

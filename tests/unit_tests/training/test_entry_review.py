@@ -1,0 +1,171 @@
+"""Command lines the training entry let through to a traceback, to Megatron's failure after GPU set-up, or to a run
+that silently did something else than the command line says: each is now one ``error:`` line (exit status 2)."""
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.cards import get_card
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_data import _corpus, _Reached, entry_up_to_pretrain  # noqa: E402
+
+CARD = "qwen3-30b-a3b-tiny"
+BASE = ["--oellm-model", CARD, "--oellm-backend", "torch", "--seq-length", "128"]
+
+
+def one_error_line(capsys) -> str:
+    """The single line the entry printed on stderr (fails on a traceback or argparse's page-long usage)."""
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err[:3]
+    assert err[0].startswith("megatron.oellm.training.entry: error: ")
+    return err[0]
+
+
+@pytest.mark.parametrize("flag, value", [("--attention-backend", "flashh"), ("--exit-signal", "SIGNOPE"),
+                                         ("--cuda-graph-scope", "attnn")])
+def test_a_bad_value_of_an_enum_flag_is_one_error_line(monkeypatch, capsys, flag, value):
+    """megatron's enum-typed flags raise KeyError from argparse, which the entry let out as a traceback."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main([*BASE, "--mock-data", flag, value]) == 2
+    assert f"invalid value {value!r} for {flag}" in one_error_line(capsys)
+
+
+def test_an_unknown_flag_is_one_error_line_not_megatrons_whole_usage(monkeypatch, capsys):
+    """argparse printed Megatron's usage (hundreds of lines, on every rank) before the error."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main([*BASE, "--mock-data", "--oellm-modle", CARD]) == 2
+    assert "unrecognized arguments: --oellm-modle" in one_error_line(capsys)
+
+
+def test_yaml_cfg_is_refused(monkeypatch, capsys, tmp_path):
+    """megatron's --yaml-cfg replaces every command-line argument (the card's, --oellm-model's) by the file's."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    (tmp_path / "run.yaml").write_text("num_layers: 2\n")
+    assert entry.main([*BASE, "--mock-data", "--yaml-cfg", str(tmp_path / "run.yaml")]) == 2
+    assert "--yaml-cfg" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("sources", [
+    ("mock", "data-args"),  # megatron-core builds MockGPTDatasets and ignores the file
+    ("mock", "per-split-args"),
+    ("data-path", "per-split-args"),  # the per-split file is ignored
+    ("data-args", "train"),  # the per-split paths are ignored
+    ("mock", "data-path"),  # validate_args' assertion traceback
+    ("data-path", "train"),
+    ("data-path", "data-args"),
+])
+def test_two_data_sources_are_refused(monkeypatch, capsys, tmp_path, sources):
+    entry = entry_up_to_pretrain(monkeypatch)
+    prefix = _corpus(tmp_path, "train")
+    (tmp_path / "args.txt").write_text(prefix)
+    (tmp_path / "split.json").write_text(f'{{"train": "{prefix}", "valid": "{prefix}", "test": "{prefix}"}}')
+    flags = {"mock": ["--mock-data"], "data-args": ["--data-args-path", str(tmp_path / "args.txt")],
+             "per-split-args": ["--per-split-data-args-path", str(tmp_path / "split.json")],
+             "data-path": ["--data-path", prefix, "--split", "98,2,0"], "train": ["--train-data-path", prefix]}
+    assert entry.main([*BASE, *flags[sources[0]], *flags[sources[1]]]) == 2
+    assert "one data source" in one_error_line(capsys)
+    with pytest.raises(_Reached):
+        entry.main([*BASE, *flags[sources[1]], *(["--split", "98,2,0"] if sources[1] == "data-args" else [])])
+
+
+def test_seq_length_above_the_cards_positions_is_one_error_line(monkeypatch, capsys):
+    """Megatron's validate_args asserts it (a traceback per rank); the card's value is not on the command line."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    limit = get_card(CARD).max_position_embeddings
+    seq = random.randint(limit + 1, 4 * limit)
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data"]
+    assert entry.main([*argv, "--seq-length", str(seq)]) == 2
+    line = one_error_line(capsys)
+    assert f"--seq-length {seq}" in line and str(limit) in line
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--seq-length", str(random.randint(8, limit // 8) * 8)])
+
+
+def test_megatrons_validation_assertion_is_one_error_line(monkeypatch, capsys):
+    """validate_args refuses by ``assert`` (before any GPU is set up); under torchrun a traceback per rank."""
+    import megatron.training.arguments
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    message = f"validation refusal {random.randint(0, 10**6)}"
+
+    def refuse(**_kwargs):
+        raise AssertionError(message)
+
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", refuse)
+    assert entry.main([*BASE, "--mock-data"]) == 2
+    assert message in one_error_line(capsys)
+
+
+def test_data_args_path_without_split_is_refused(monkeypatch, capsys, tmp_path):
+    """validate_args gives --data-path a default split, not --data-args-path: megatron-core's dataset config then
+    asserted "split must be provided" after the model and optimizer were set up."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    (tmp_path / "args.txt").write_text(_corpus(tmp_path, "train"))
+    argv = [*BASE, "--data-args-path", str(tmp_path / "args.txt")]
+    assert entry.main(argv) == 2
+    assert "--split" in one_error_line(capsys)
+    weights = [random.randint(1, 99) for _ in range(3)]
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--split", ",".join(map(str, weights))])
+
+
+@pytest.mark.parametrize("split", ["1,2,3,4", "0,0,0", "train,valid"])
+def test_a_split_megatron_cannot_use_is_refused(monkeypatch, capsys, tmp_path, split):
+    """An unusable --split failed (or gave NaN split bounds) in the dataset builder, after GPU set-up."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main([*BASE, "--data-path", _corpus(tmp_path, "train"), "--split", split]) == 2
+    assert f"--split {split!r}" in one_error_line(capsys)
+
+
+def test_split_beside_per_split_paths_is_refused(monkeypatch, capsys, tmp_path):
+    """megatron-core's dataset config asserts "split and blend_per_split are incompatible" after GPU set-up."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    prefix = _corpus(tmp_path, "train")
+    argv = [*BASE, "--train-data-path", prefix, "--valid-data-path", prefix]
+    assert entry.main([*argv, "--split", "98,2,0"]) == 2
+    assert "--split" in one_error_line(capsys)
+    with pytest.raises(_Reached):
+        entry.main(argv)
+
+
+def test_help_still_prints_once(monkeypatch, capsys):
+    """``--help`` exits 0 with the usage on stdout: the parse that refuses a bad command line must not refuse it."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    with pytest.raises(SystemExit) as exit_:
+        entry.main(["--help"])
+    out = capsys.readouterr()
+    assert exit_.value.code == 0 and out.out.count("usage:") == 1 and "--oellm-model" in out.out and not out.err
+
+
+def test_a_multi_line_validation_message_is_one_error_line(monkeypatch, capsys):
+    import megatron.training.arguments
+
+    entry = entry_up_to_pretrain(monkeypatch)
+
+    def refuse(**_kwargs):
+        raise AssertionError("first line\n    second line")
+
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", refuse)
+    assert entry.main([*BASE, "--mock-data"]) == 2
+    assert "first line second line" in one_error_line(capsys)
+
+
+def test_a_bare_validation_assertion_names_its_condition(monkeypatch, capsys, tmp_path):
+    """Most of validate_args' asserts have no message: the refusal names the failed condition instead."""
+    import importlib.util
+
+    import megatron.training.arguments
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    heads = random.randint(3, 64)
+    (tmp_path / "validation.py").write_text(f"def refuse(**_kwargs):\n    assert {heads} % 2 == 7\n")
+    spec = importlib.util.spec_from_file_location("validation", tmp_path / "validation.py")
+    module = importlib.util.module_from_spec(spec)  # outside pytest's assertion rewriting, like megatron's asserts
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", module.refuse)
+    assert entry.main([*BASE, "--mock-data"]) == 2
+    assert f"refuses the command line: assert {heads} % 2 == 7" in one_error_line(capsys)
