@@ -12,6 +12,7 @@ Pure Python: importing this module never imports torch or megatron-core.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -158,6 +159,14 @@ def validate_card(card: ModelCard) -> None:
     for name in positive:
         if getattr(card, name) <= 0:
             raise CardError(f"{card.name}: {name} must be positive, got {getattr(card, name)}")
+    if card.max_position_embeddings <= 0:
+        raise CardError(f"{card.name}: max_position_embeddings must be positive, got {card.max_position_embeddings}")
+    non_negative = ["moe_shared_expert_intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
+                    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                    "linear_gate_low_rank_dim"]
+    for name in non_negative:  # 0 = absent; a negative width would enter the parameter and FLOP counts
+        if getattr(card, name) < 0:
+            raise CardError(f"{card.name}: {name} must be 0 (none) or positive, got {getattr(card, name)}")
     if card.num_attention_heads % card.num_query_groups:
         raise CardError(f"{card.name}: num_attention_heads ({card.num_attention_heads}) must be a multiple of "
                         f"num_query_groups ({card.num_query_groups})")
@@ -377,7 +386,10 @@ def get_card(name: str) -> ModelCard:
     match = _FLAVOUR.match(name)
     base = PUBLISHED_CARDS.get(match["base"]) if match else None
     if base is None:
-        raise CardError(f"unknown model {name!r}; known: {', '.join(list_card_names())} "
+        known = list_card_names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise CardError(f"unknown model {name!r}{hint}; known: {', '.join(known)} "
                         "(flavours: <model>-tiny, <model>-proxy-<N>L)")
     if match["flavour"] is None:
         return base

@@ -29,8 +29,12 @@ class GpuPeak:
     """What the nominal peak does not reflect on our machines."""
 
     def tflops(self, precision: Precision) -> float:
-        """Peak TFLOP/s at ``precision``."""
-        return self.bf16_tflops if precision == "bf16" else self.fp8_tflops
+        """Peak TFLOP/s at ``precision``; any other precision raises (it returned the FP8 peak, so ``"fp16"`` or
+        ``"BF16"`` halved the MFU)."""
+        peaks = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops}
+        if precision not in peaks:
+            raise ValueError(f"unknown precision {precision!r} for the {self.name} peak; known: {', '.join(peaks)}")
+        return peaks[precision]
 
 
 GPU_PEAKS: dict[str, GpuPeak] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.flops import training_flops_per_token
+from megatron.oellm.flops import FlopCount, training_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError, parse_pipeline_layout, validate_layout
 from megatron.oellm.params import format_count, layer_params, parameter_counts, tp_replicated_layer_params
 
@@ -110,11 +110,17 @@ def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan
     return Plan(card, layout, world_size, dp, edp, tuple(ranks))
 
 
+def plan_flops(plan: Plan, seq_length: int) -> FlopCount:
+    """Training FLOPs per token of the planned model: logits over the vocabulary the plan's embedding holds (already
+    padded as megatron pads it, or as given), not that vocabulary rounded up to 128 once more."""
+    return training_flops_per_token(plan.card, seq_length, padded_vocab=plan.card.vocab_size)
+
+
 def format_plan(plan: Plan, seq_length: int) -> str:
     """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
-    flops = training_flops_per_token(card, seq_length)
+    flops = plan_flops(plan, seq_length)
     lines = [
         f"model        {card.name}  ({card.family}; {card.num_layers} layers, hidden {card.hidden_size}, "
         f"{card.num_experts}x{card.moe_ffn_hidden_size} top-{card.moe_router_topk}, vocab {card.vocab_size})",

@@ -71,6 +71,10 @@ OWN_OPTIONS = {"seq-length": "--seq-length", "vocab-size": "--padded-vocab", "pa
 """Megatron flags this command sets from its own options: as a ``--megatron-flag`` one would be ignored
 (the vocabulary) or count a different length than the corrected count beside it (the sequence)."""
 
+VOCAB_PADDING_FLAGS = ("make-vocab-size-divisible-by", "tensor-model-parallel-size")
+"""Megatron flags that reach its FLOP count only through the padded vocabulary (``--make-vocab-size-divisible-by`` x
+TP): this command takes that vocabulary from ``--padded-vocab``, so as a ``--megatron-flag`` either was ignored."""
+
 
 def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
     """Raise :class:`FlopError` in one line for an override that is no flag of megatron-core's parser (whatever its
@@ -82,6 +86,10 @@ def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
     for name in flags:
         if name in OWN_OPTIONS:
             raise FlopError(f"--megatron-flag {name}: give it as {OWN_OPTIONS[name]}, which both counts use")
+        if name in VOCAB_PADDING_FLAGS:
+            raise FlopError(f"--megatron-flag {name}: it changes Megatron's count only through the vocabulary padding "
+                            "(to make-vocab-size-divisible-by x tensor-model-parallel-size); give the padded "
+                            "vocabulary as --padded-vocab, which both counts use")
         if f"--{name}" not in options:
             close = difflib.get_close_matches(name, [option[2:] for option in options if option[:2] == "--"], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -114,12 +122,13 @@ def check_positive_options(args: argparse.Namespace) -> None:
 def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document_lengths: list[int] | None,
                    overrides: dict[str, FlagValue]) -> float:
     """Megatron's training FLOPs per token with the ``--megatron-flag`` overrides; a value its formula cannot count
-    with (``num-layers=0``, ``hidden-size=0``) raises :class:`FlopError` naming the overrides, where megatron's
-    ``num_floating_point_operations`` would end in a traceback. Without overrides a failure is a defect of ours and
-    keeps its traceback."""
+    with (``num-layers=0``, a ``moe-layer-freq`` list of the wrong length, ``multi-latent-attention`` beside GQA)
+    raises :class:`FlopError` naming the overrides, where megatron's ``num_floating_point_operations`` would end in a
+    traceback (its own checks are asserts). Without overrides a failure is a defect of ours and keeps its
+    traceback."""
     try:
         return megatron_flops_per_token(card, seq_length, padded_vocab, document_lengths, **overrides)
-    except (ArithmeticError, IndexError, KeyError) as error:
+    except (ArithmeticError, AssertionError, IndexError, KeyError, TypeError) as error:
         if not overrides:
             raise
         flags = ", ".join(f"{name}={value}" for name, value in overrides.items())

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.commands import refuse
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
-from megatron.oellm.plan import build_plan, format_plan
+from megatron.oellm.plan import build_plan, format_plan, plan_flops
 
 HELP = "validate a parallel layout for a model and print parameters and memory per GPU, FLOPs per token"
 
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, validate and print the plan; exit 2 with the reason on stderr on a bad model or layout (stdout, which
     ``--json`` users redirect to a file, holds the plan only)."""
-    from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
+    from megatron.oellm.flops import megatron_padded_vocab
 
     try:
         if args.nodes < 1 or args.gpus_per_node < 1:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         return refuse("plan", error)
     seq_length = card.seq_length
     if args.json:
-        count = training_flops_per_token(card, seq_length)
+        count = plan_flops(plan, seq_length)
         flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
         print(json.dumps({"model": card.name, "world_size": plan.world_size, "layout": asdict(layout),
                           "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel,
