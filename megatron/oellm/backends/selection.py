@@ -103,6 +103,7 @@ def check_backend_support(
     te_rng_tracker: bool = False,
     gradient_accumulation_fusion: bool = False,
     flash_attention_only: bool = False,
+    local_attention: bool = False,
     dtype: str | None = None,
     flash_attention_version: int | None = None,
 ) -> None:
@@ -114,17 +115,18 @@ def check_backend_support(
     ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
     ``disabled_fusions``), as is ``flash_attention_only`` (``--attention-backend flash``, which only TE's attention
     reads) with the ``dtype`` (:data:`FLASH_ATTENTION_DTYPES` or another name, None when unknown) and the
-    ``flash_attention_version`` (``--flash-attention-version``) it is judged with. The message names the setting to
-    change.
+    ``flash_attention_version`` (``--flash-attention-version``) it is judged with, and ``local_attention``
+    (``--attention-backend local``, :data:`TE_LOCAL_ATTENTION_REFUSAL`). The message names the setting to change.
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
         missing = te_missing_kernels(gradient_accumulation_fusion=gradient_accumulation_fusion,
                                      flash_attention_only=flash_attention_only, dtype=dtype,
                                      flash_attention_version=flash_attention_version)
-        if missing:  # every kernel this machine lacks, in one message: fixing one must not reveal the next
-            raise ValueError("the te backend cannot run here: "
-                             + "; and ".join(missing[setting].message for setting in sorted(missing)))  # by name
+        refusals = [TE_LOCAL_ATTENTION_REFUSAL] if local_attention else []
+        refusals += [missing[setting].message for setting in sorted(missing)]  # by name
+        if refusals:  # every one in one message: fixing one must not reveal the next
+            raise ValueError("the te backend cannot run here: " + "; and ".join(refusals))
         return
     unsupported = []
     if fp8:
@@ -182,6 +184,17 @@ def check_backend_support(
             + "; ".join(unsupported)
             + f". Otherwise use the te backend ({TE_INSTALL_HINT} if it is missing)."
         )
+
+
+TE_LOCAL_ATTENTION_REFUSAL = (
+    "attention_backend=local: megatron-core then sets NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN to 0, "
+    "but the spec builders take core attention from the backend (Transformer Engine's DotProductAttention, whatever "
+    "--spec says), so the first forward pass would stop with 'No dot product attention backend is available' after "
+    "the model is allocated. Pass --attention-backend unfused (or auto, flash, fused) and drop --spec local, or use "
+    "--oellm-backend torch (its attention reads none of these switches)"
+)
+"""Why the te backend refuses ``--attention-backend local`` (Megatron accepts it only with ``--spec local``, which
+swaps in megatron-core's own attention in Megatron's model builders, not in ours)."""
 
 
 TE_KERNEL_SETTINGS: dict[str, object] = {
@@ -474,6 +487,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
         flash_attention_only=source.attention_backend == AttnBackend.flash,
+        local_attention=source.attention_backend == AttnBackend.local,
         dtype=_training_dtype(source),
         flash_attention_version=source.flash_attention_version,
     )

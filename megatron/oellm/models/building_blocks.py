@@ -121,8 +121,33 @@ def check_family(card: ModelCard, family: str, linear_mixer: str) -> None:
 
 
 def config_with_runtime_defaults(card_kwargs: dict[str, Any], overrides: dict[str, Any]) -> TransformerConfig:
-    """``TransformerConfig`` of a family's card fields over :data:`SPEC_RUNTIME_DEFAULTS`; ``overrides`` win."""
-    return TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **card_kwargs, **overrides})
+    """``TransformerConfig`` of a family's card fields over :data:`SPEC_RUNTIME_DEFAULTS`; ``overrides`` win.
+
+    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`).
+    """
+    config = TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **card_kwargs, **overrides})
+    absent = absent_recompute_modules(config)
+    if absent:
+        raise ValueError("; ".join(f"recompute_modules {name!r}: {why}" for name, why in absent.items()))
+    return config
+
+
+def absent_recompute_modules(config: TransformerConfig) -> dict[str, str]:
+    """Module -> why, for each selective-recompute module the spec builders' models do not have, with the fix.
+
+    megatron-core skips such a module silently (``mlp`` recomputes dense MLPs only, ``shared_experts`` a shared
+    expert), so a run asking for it would train without the memory saving it was sized for. Every layer the spec
+    builders build with experts is an MoE block."""
+    if config.recompute_granularity != "selective":
+        return {}
+    modules = set(config.recompute_modules or ())
+    absent = {}
+    if "mlp" in modules and config.num_moe_experts:
+        absent["mlp"] = ("every layer's MLP is an MoE block, and megatron-core recomputes dense MLPs only; use 'moe' "
+                         "(the whole MoE block) or 'moe_act' (the experts' activation) in --recompute-modules")
+    if "shared_experts" in modules and not config.moe_shared_expert_intermediate_size:
+        absent["shared_experts"] = "the model has no shared expert; remove it from --recompute-modules"
+    return absent
 
 
 def common_config_kwargs(card: ModelCard, layout: ParallelLayout, params_dtype: torch.dtype) -> dict[str, Any]:
