@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import torch
 
 from megatron.oellm.bench import BACKEND_OF_SIDE, DEFAULT_SIDES, SIDES
-from megatron.oellm.bench.measure import Measurement, best, summary, sweep
+from megatron.oellm.bench.measure import Measurement, best, describe, failed_sweep, release_memory, summary, sweep
 from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch, ours_transformer_config
 from megatron.oellm.bench.timing import profile_step, time_steps
 from megatron.oellm.cards import ModelCard, get_card
@@ -97,12 +99,24 @@ class BenchReport:
     results: list[Measurement]
     summary: dict[str, Any]
     profiles: dict[str, list[dict]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    """Failures outside the measurement rows, by side (``profile: Type: message``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         out = asdict(self)
         out["results"] = [asdict(r) for r in self.results]
         return out
+
+    def failures(self) -> list[str]:
+        """One line per failure of the run: each ``failed`` row (side, MBS, error), then :attr:`errors`."""
+        rows = [f"{r.side} MBS {r.mbs}: {r.error}" for r in self.results if r.status == "failed"]
+        return rows + [f"{side} {error}" for side, error in self.errors.items()]
+
+    def failed_sides(self) -> list[str]:
+        """The sides with a failure (:meth:`failures`), each once, in the order benchmarked."""
+        failed = [r.side for r in self.results if r.status == "failed"] + list(self.errors)
+        return list(dict.fromkeys(failed))
 
 
 def peak_gpu_of(device_name: str) -> str:
@@ -114,19 +128,60 @@ def peak_gpu_of(device_name: str) -> str:
     raise ValueError(f"no peak known for {device_name!r}: pass --gpu with one of {', '.join(GPU_PEAKS)}")
 
 
+def _print_failure(side: str, stage: str) -> None:
+    """The traceback of the exception being handled on stderr, headed by the side and stage that raised it: the
+    report keeps only its last line."""
+    print(f"oellm bench: the {side} side failed ({stage}); its other figures are kept:", file=sys.stderr)
+    traceback.print_exc(file=sys.stderr)
+
+
 def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float,
               peak: float) -> list[Measurement]:
-    """One side's micro-batch sweep, the same batches as the other side (same seed per MBS)."""
+    """One side's micro-batch sweep, the same batches as the other side (same seed per MBS); an error other than
+    running out of memory is recorded as that MBS ``failed`` (its traceback printed), not raised."""
 
     def run(mbs: int):
         batch = make_batch(vocab_size, mbs, config.seq_length)
-        return time_steps(lambda: side.step(batch), config.warmup, config.steps)
+        try:
+            return time_steps(lambda: side.step(batch), config.warmup, config.steps)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception:
+            _print_failure(side.name, f"MBS {mbs}")
+            raise
 
-    return sweep(side.name, config.mbs, config.seq_length, run, flops_per_token, peak, free=side.free)
+    return sweep(side.name, config.mbs, config.seq_length, run, flops_per_token, peak, free=side.free,
+                 record_failures=True)
+
+
+def _measure_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float, peak: float,
+                  profiles: dict[str, list[dict]], errors: dict[str, str]) -> list[Measurement]:
+    """Move ``side`` to the GPU, sweep it and profile it at its best MBS if asked; then park it and release what its
+    steps left on the GPU, whatever happened. A failure is recorded (rows ``failed``, a profile's in ``errors``)
+    rather than raised, so the other sides are still measured and the figures already taken reach the report."""
+    try:
+        try:
+            side.activate()
+        except Exception as error:
+            _print_failure(side.name, "moving it to the GPU")
+            return failed_sweep(side.name, config.mbs, config.seq_length, describe(error))
+        side_results = _run_side(side, config, vocab_size, flops_per_token, peak)
+        best_run = best(side_results)
+        if config.profile_dir is not None and best_run is not None:
+            batch = make_batch(vocab_size, best_run.mbs, config.seq_length)
+            try:
+                profiles[side.name] = profile_step(lambda: side.step(batch), config.profile_dir, side.name)
+            except Exception as error:
+                _print_failure(side.name, "profile")
+                errors[side.name] = f"profile: {describe(error)}"
+        return side_results
+    finally:
+        release_memory(side.park)  # frees the gradients, moves the weights to the host, then empties the cache
 
 
 def run_benchmark(config: BenchConfig) -> BenchReport:
-    """Build the sides with shared weights, sweep each (the other parked on the host), profile if asked."""
+    """Build the sides with shared weights, sweep each (the others parked on the host), profile if asked; a side
+    that fails is reported as failed and the others are still measured."""
     card = get_card(config.model)
     flops_per_token = training_flops_per_token(card, config.seq_length, padded_vocab=card.vocab_size).total
     device = torch.cuda.get_device_name()
@@ -135,17 +190,11 @@ def run_benchmark(config: BenchConfig) -> BenchReport:
     sides = build_sides(card, list(config.sides), config.ours_overrides)
     results: list[Measurement] = []
     profiles: dict[str, list[dict]] = {}
+    errors: dict[str, str] = {}
     for side in sides.values():
-        side.activate()
-        side_results = _run_side(side, config, card.vocab_size, flops_per_token, peak)
-        results += side_results
-        best_run = best(side_results)
-        if config.profile_dir is not None and best_run is not None:
-            batch = make_batch(card.vocab_size, best_run.mbs, config.seq_length)
-            profiles[side.name] = profile_step(lambda s=side, b=batch: s.step(b), config.profile_dir, side.name)
-        side.park()  # frees the gradients, then moves the weights to the host
+        results += _measure_side(side, config, card.vocab_size, flops_per_token, peak, profiles, errors)
     return BenchReport(
         config={**asdict(config), "gpu": gpu, "profile_dir": str(config.profile_dir) if config.profile_dir else None},
         device=device, flops_per_token=flops_per_token, peak_tflops=peak,
         settings={name: side.settings for name, side in sides.items()}, results=results,
-        summary=summary(results, config.sides), profiles=profiles)
+        summary=summary(results, config.sides), profiles=profiles, errors=errors)

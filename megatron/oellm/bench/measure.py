@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 import torch
 
-Status = Literal["ok", "oom", "skipped"]
-"""``ok``: measured; ``oom``: this micro-batch ran out of memory; ``skipped``: a smaller one already did."""
+Status = Literal["ok", "oom", "failed", "skipped"]
+"""``ok``: measured; ``oom``: this micro-batch ran out of memory; ``failed``: it raised another error (kept in
+:attr:`Measurement.error`); ``skipped``: a smaller one already ran out of memory or failed."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Measurement:
     """``tflops`` over the GPU's nominal dense peak, a fraction."""
     peak_memory_gib: float | None = None
     loss: float | None = None
+    error: str | None = None
+    """Why a ``failed`` micro-batch failed (exception type and message); None otherwise."""
 
 
 def throughput(side: str, mbs: int, seq_length: int, times: StepTimes, flops_per_token: float,
@@ -71,30 +74,59 @@ def throughput(side: str, mbs: int, seq_length: int, times: StepTimes, flops_per
 
 
 def sweep(side: str, mbs_values: Sequence[int], seq_length: int, run: Callable[[int], StepTimes],
-          flops_per_token: float, peak_tflops: float, free: Callable[[], None] = lambda: None) -> list[Measurement]:
+          flops_per_token: float, peak_tflops: float, free: Callable[[], None] = lambda: None,
+          record_failures: bool = False) -> list[Measurement]:
     """Run ``run(mbs)`` for each micro-batch size in increasing order until one runs out of GPU memory.
 
     The first ``torch.OutOfMemoryError`` is recorded as ``oom`` and every larger size as ``skipped`` (it would
-    need more memory still). After an OOM the exception and its frames are dropped, ``free()`` is called (the side
-    drops its gradients) and the CUDA cache is emptied, so the next side starts from a clean allocator.
+    need more memory still). Any other exception propagates, unless ``record_failures``: then it is recorded as
+    ``failed`` with its message and the larger sizes ``skipped`` in the same way, so a caller benchmarking several
+    sides keeps this side's earlier figures and goes on with the next side. After an OOM or a recorded failure the
+    exception and its frames are dropped, ``free()`` is called (the side drops its gradients) and the CUDA cache is
+    emptied, so the next side starts from a clean allocator.
     """
     results: list[Measurement] = []
-    out_of_memory = False
+    stopped = False
     for mbs in sorted(set(mbs_values)):
         tokens = mbs * seq_length
-        if out_of_memory:
+        if stopped:
             results.append(Measurement(side, mbs, "skipped", tokens))
             continue
-        try:
-            times = run(mbs)
-        except torch.OutOfMemoryError:
-            out_of_memory = True
-        if out_of_memory:
-            release_memory(free)
-            results.append(Measurement(side, mbs, "oom", tokens))
-        else:
+        status, times, error = _attempt(run, mbs, record_failures)
+        if times is not None:
             results.append(throughput(side, mbs, seq_length, times, flops_per_token, peak_tflops))
+            continue
+        stopped = True
+        release_memory(free)  # the exception, and the failed step's frames with it, are gone by now
+        results.append(Measurement(side, mbs, status, tokens, error=error))
     return results
+
+
+def _attempt(run: Callable[[int], StepTimes], mbs: int,
+             record_failures: bool) -> tuple[Status, StepTimes | None, str | None]:
+    """``run(mbs)`` as (status, its times or None, the error message of a recorded failure or None). Returning
+    from the handler drops the exception, so its traceback no longer holds the failed step's tensors."""
+    try:
+        return "ok", run(mbs), None
+    except torch.OutOfMemoryError:
+        return "oom", None, None
+    except Exception as error:
+        if not record_failures:
+            raise
+        return "failed", None, describe(error)
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of an exception, as a report gives a failure."""
+    return f"{type(error).__name__}: {error}"
+
+
+def failed_sweep(side: str, mbs_values: Sequence[int], seq_length: int, error: str) -> list[Measurement]:
+    """The rows of a side that failed before its first micro-batch (e.g. its weights could not be moved to the
+    GPU): the smallest size ``failed`` with ``error``, the others ``skipped``, as :func:`sweep` records it."""
+    sizes = sorted(set(mbs_values))
+    return [Measurement(side, mbs, "failed" if i == 0 else "skipped", mbs * seq_length,
+                        error=error if i == 0 else None) for i, mbs in enumerate(sizes)]
 
 
 def release_memory(free: Callable[[], None]) -> None:

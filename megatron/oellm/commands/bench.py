@@ -105,11 +105,19 @@ def print_report(report: BenchReport) -> None:
     print("step         forward + loss + backward, no optimizer step, gradients dropped per step")
     print()
     print(format_table(report.results))
+    print_failures(report)
     print_ratios(report.summary)
     for name, kernels in report.profiles.items():
         print(f"\ntop CUDA time, {name} (one step at its best MBS):")
         for k in kernels[:15]:
             print(f"  {100 * k['share']:5.1f} %  {k['cuda_ms']:8.2f} ms  {k['calls']:5d}x  {k['name'][:100]}")
+
+
+def print_failures(report: BenchReport) -> None:
+    """One line per failure of the run (a ``failed`` row's error, a failed profile), below the table."""
+    lines = report.failures()
+    if lines:
+        print("\n" + "\n".join(f"failed: {line}" for line in lines))
 
 
 def print_ratios(summary: dict[str, Any]) -> None:
@@ -164,7 +172,8 @@ def check_profile_dir(profile: Path | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark and print it; exit 2, with the reason on stderr, on a bad card/configuration (our side's
+    """Run the benchmark and print (and write) its report, exit 1 when a side failed (its figures so far, and the
+    other sides', are in the report); exit 2, with the reason on stderr, on a bad card/configuration (our side's
     overrides included), on an unwritable ``--output`` or ``--profile`` (all checked first, so a refusal names the
     argument even where there is no GPU), without CUDA, or on a GPU without a known peak and no ``--gpu``. The
     one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
@@ -199,4 +208,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print_report(report)
+    failed = report.failed_sides()
+    if failed:
+        return refuse("bench", f"side(s) {', '.join(failed)} failed (see the report); the other figures stand",
+                      status=1)
     return 0
