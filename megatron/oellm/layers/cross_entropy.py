@@ -5,12 +5,13 @@ exponentials for the backward pass. With Qwen3.5's 248k vocabulary that is 4 byt
 several full passes over it: on the H200 bench (MBS 8 x 4096 tokens) five kernels took 96 ms of a 484 ms step and
 32 GB of memory (``docs/benchmarks.md``). Here the forward pass reads the logits once (per-row log-sum-exp by the
 running-max rule, and the target logit; fp32 only in registers) and saves the logits themselves (which the output
-layer does not keep) plus one fp32 log-sum-exp per token; the backward pass writes ``(softmax - onehot) * grad`` in
+layer does not keep) plus two fp32 numbers per token, the row's max and the log-sum-exp relative to it (kept apart so
+that large logits lose no precision to their sum); the backward pass writes ``(softmax - onehot) * grad`` in
 the logits' dtype in one pass. On CUDA (or under ``TRITON_INTERPRET=1``) both are the Triton kernels of
 :mod:`megatron.oellm.layers.cross_entropy_kernels`; elsewhere the eager functions below, with the same arithmetic.
 
 Across tensor-parallel ranks each holds a contiguous slice of the vocabulary (megatron's layout): the per-rank
-log-sum-exps are combined with one MAX and one SUM all-reduce (the target logit rides in the SUM).
+maxima and sums are combined with one MAX and one SUM all-reduce (the target logit rides in the SUM).
 :func:`cross_entropy_reference` is the float64 definition the tests compare against.
 """
 
@@ -24,16 +25,22 @@ from torch import Tensor
 from megatron.oellm.layers.triton_launch import on_device, runs_on
 
 
-def _row_stats_eager(logits: Tensor, local_target: Tensor) -> tuple[Tensor, Tensor]:
-    """fp32 ``(log_sum_exp, target_logit)`` per row of ``logits`` ``[rows, vocab]``; target -1 gives 0."""
+def _row_stats_eager(logits: Tensor, local_target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """fp32 ``(row_max, log_sum, target_logit)`` per row of ``logits`` ``[rows, vocab]``: the max ``m``,
+    ``log(sum(exp(x - m)))`` (the exponentials relative to 0 in a row of -inf) and ``x[target]`` (0 for target -1)."""
     x = logits.float()
+    row_max = x.amax(dim=-1)
+    shift = torch.where(row_max == float("-inf"), 0.0, row_max)
+    log_sum = torch.exp(x - shift.unsqueeze(-1)).sum(dim=-1).log()
     target_logit = x.gather(-1, local_target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return torch.logsumexp(x, dim=-1), torch.where(local_target >= 0, target_logit, 0.0)
+    return row_max, log_sum, torch.where(local_target >= 0, target_logit, 0.0)
 
 
-def _logits_grad_eager(logits: Tensor, log_sum_exp: Tensor, local_target: Tensor, grad_loss: Tensor) -> Tensor:
-    """``(softmax - onehot(target)) * grad_loss`` in the logits' dtype (no onehot term where the target is -1)."""
-    probs = torch.exp(logits.float() - log_sum_exp.unsqueeze(-1))
+def _logits_grad_eager(logits: Tensor, row_max: Tensor, log_sum: Tensor, local_target: Tensor,
+                       grad_loss: Tensor) -> Tensor:
+    """``(softmax - onehot(target)) * grad_loss`` in the logits' dtype (no onehot term where the target is -1), the
+    softmax as ``exp((x - row_max) - log_sum)``."""
+    probs = torch.exp((logits.float() - row_max.unsqueeze(-1)) - log_sum.unsqueeze(-1))
     columns = torch.arange(logits.shape[-1], device=logits.device)
     onehot = (columns == local_target.unsqueeze(-1)).float()
     return ((probs - onehot) * grad_loss.unsqueeze(-1)).to(logits.dtype)
@@ -54,27 +61,29 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         else:
             row_stats = _row_stats_eager
         with on_device(rows):  # Triton launches on the current GPU, which need not be the logits'
-            log_sum_exp, target_logit = row_stats(rows, local_target)
+            row_max, log_sum, target_logit = row_stats(rows, local_target)
         if size > 1:
-            global_max = log_sum_exp.clone()
+            global_max = row_max.clone()
             dist.all_reduce(global_max, op=dist.ReduceOp.MAX, group=group)
-            sums = torch.stack([torch.exp(log_sum_exp - global_max), target_logit])
+            sums = torch.stack([torch.exp(log_sum + (row_max - global_max)), target_logit])
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
-            log_sum_exp, target_logit = global_max + torch.log(sums[0]), sums[1]
-        ctx.save_for_backward(rows, log_sum_exp, local_target)
+            row_max, log_sum, target_logit = global_max, torch.log(sums[0]), sums[1]
+        # The log-sum-exp stays split as row_max + log_sum: the target logit is taken from the max before the sum,
+        # so large logits (1e4 in fp32) do not leave the loss and the softmax a rounding step of 1e-3 off.
+        ctx.save_for_backward(rows, row_max, log_sum, local_target)
         ctx.logits_shape = logits.shape
-        return (log_sum_exp - target_logit).view(target.shape)
+        return (log_sum - (target_logit - row_max)).view(target.shape)
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor) -> tuple[Tensor, None, None]:
-        rows, log_sum_exp, local_target = ctx.saved_tensors
+        rows, row_max, log_sum, local_target = ctx.saved_tensors
         grad_rows = grad_loss.reshape(-1).float().contiguous()
         if runs_on(rows):
             from megatron.oellm.layers.cross_entropy_kernels import logits_grad
         else:
             logits_grad = _logits_grad_eager
         with on_device(rows):
-            grad_logits = logits_grad(rows, log_sum_exp, local_target, grad_rows)
+            grad_logits = logits_grad(rows, row_max, log_sum, local_target, grad_rows)
         return grad_logits.view(ctx.logits_shape), None, None
 
 
