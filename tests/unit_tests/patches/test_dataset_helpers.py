@@ -3,15 +3,19 @@
 import pytest
 
 from megatron.oellm.patches import dataset_helpers
+from tests.unit_tests.patches.upstream import unpatched
 
 
 @pytest.fixture
 def restore_compile_helpers():
+    """megatron-core's datasets ``utils`` with upstream's ``compile_helpers``, even where the patch was applied
+    earlier in this process; the function found before the test is restored afterwards."""
     from megatron.core.datasets import utils
 
-    original = utils.compile_helpers
+    found = utils.compile_helpers
+    utils.compile_helpers = unpatched(found)
     yield utils
-    utils.compile_helpers = original
+    utils.compile_helpers = found
 
 
 def test_applies_on_the_patched_release_and_skips_make(restore_compile_helpers, monkeypatch):
@@ -28,6 +32,7 @@ def test_applies_on_the_patched_release_and_skips_make(restore_compile_helpers, 
 def test_other_release_keeps_upstream(restore_compile_helpers, monkeypatch):
     utils = restore_compile_helpers
     before = utils.compile_helpers
+    assert not getattr(before, "oellm_patched", False)  # the fixture installed upstream's function
     monkeypatch.setattr(dataset_helpers, "megatron_core_release", lambda: "0.20.0")
     assert not dataset_helpers.apply()
     assert utils.compile_helpers is before

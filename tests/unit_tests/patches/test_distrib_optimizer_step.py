@@ -12,6 +12,7 @@ import torch
 
 from megatron.oellm.patches import distrib_optimizer_step
 from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
+from tests.unit_tests.patches.upstream import unpatched
 
 distrib_optimizer = pytest.importorskip("megatron.core.optimizer.distrib_optimizer")
 pytestmark = pytest.mark.skipif(
@@ -24,10 +25,14 @@ Optimizer = distrib_optimizer.DistributedOptimizer
 
 @pytest.fixture
 def upstream():
-    """Upstream's methods before the test; restored afterwards."""
-    originals = {name: getattr(Optimizer, name) for name in PATCHED_METHODS}
-    yield originals
+    """Upstream's methods, installed for the test even where the patch was applied earlier in this process; the
+    methods found before the test are restored afterwards."""
+    found = {name: getattr(Optimizer, name) for name in PATCHED_METHODS}
+    originals = {name: unpatched(method) for name, method in found.items()}
     for name, method in originals.items():
+        setattr(Optimizer, name, method)
+    yield originals
+    for name, method in found.items():
         setattr(Optimizer, name, method)
 
 
