@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import re
+import warnings
 from dataclasses import dataclass
 
 from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu
@@ -69,11 +71,17 @@ def parse_throughput_line(line: str) -> Throughput | None:
 
 def measure(iteration: int, tokens: int, elapsed_s: float, num_gpus: int, flops_per_token: float,
             peak_tflops: float | None) -> Throughput:
-    """Throughput of ``tokens`` trained by ``num_gpus`` GPUs in ``elapsed_s`` seconds."""
-    if elapsed_s <= 0 or num_gpus <= 0:
+    """Throughput of ``tokens`` trained by ``num_gpus`` GPUs in ``elapsed_s`` seconds.
+
+    Raises ValueError on a time that is no positive, finite number (NaN passes a ``<= 0`` test and would print
+    ``nan``, which no reader of the line parses) or on a non-finite FLOP rate.
+    """
+    if not 0 < elapsed_s < math.inf or num_gpus <= 0:
         raise ValueError(f"elapsed time and GPU count must be positive, got {elapsed_s} s on {num_gpus} GPUs")
     tokens_per_s_per_gpu = tokens / elapsed_s / num_gpus
     tflops = tokens_per_s_per_gpu * flops_per_token / 1e12
+    if not math.isfinite(tflops):
+        raise ValueError(f"TFLOP/s per GPU is not finite ({tflops}) at {flops_per_token} FLOPs per token")
     return Throughput(iteration, tokens_per_s_per_gpu, tflops, None if peak_tflops is None else mfu(tflops, peak_tflops))
 
 
@@ -111,11 +119,64 @@ def check_hook_point(function) -> inspect.Signature:
     return signature
 
 
+@dataclass
+class IntervalCount:
+    """Tokens of the iterations megatron's ``interval-time`` timer has covered since it last reset it.
+
+    ``tokens`` is None when an iteration of the interval could not be counted (the hook failed on it): that
+    interval's line is then left out rather than printed too low.
+    """
+
+    tokens: int | None = 0
+
+    def add(self, tokens: int, first: bool) -> None:
+        """Count one iteration. The first iteration of a ``train`` call starts afresh: megatron starts the timer just
+        before it, so tokens left from an earlier, unlogged ``train`` in this process are no part of its interval."""
+        if first:
+            self.tokens = tokens
+        elif self.tokens is not None:
+            self.tokens += tokens
+
+    def take(self, first: bool) -> int | None:
+        """The interval's tokens at a log iteration; the count restarts except at the first iteration, where megatron
+        leaves its timer running into the next interval."""
+        tokens = self.tokens
+        if not first:
+            self.tokens = 0
+        return tokens
+
+
+@dataclass(frozen=True)
+class PendingLine:
+    """What a log iteration's line needs, read before megatron's ``training_log`` resets its timer."""
+
+    iteration: int
+    tokens: int | None
+    elapsed_s: float
+
+
+class HookWarnings:
+    """Reports each kind of failure of the hook once, as a :class:`RuntimeWarning`: the hook must never raise into
+    megatron's training loop (a bad reading costs one ``[oellm]`` line, not the run), nor flood the log."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def report(self, error: Exception) -> None:
+        """Warn about ``error`` unless one of its type was already reported."""
+        kind = type(error).__name__
+        if kind not in self.seen:
+            self.seen.add(kind)
+            warnings.warn(f"[oellm] throughput line left out: {error!r}", RuntimeWarning, stacklevel=3)
+
+
 def install_throughput_logging(flops_per_token: float, peak_tflops: float | None) -> None:
     """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line.
 
     Idempotent. The wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's
     ``interval-time`` timer (without resetting it) before megatron's own ``training_log`` reads and resets it.
+    Megatron's ``training_log`` is called exactly once per call, whatever happens in the wrapper's own part, which
+    never raises (:class:`HookWarnings`).
     """
     from megatron.core.num_microbatches_calculator import get_num_microbatches
     from megatron.training import get_args, get_timers, training
@@ -125,24 +186,42 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
     if getattr(original, "oellm_throughput", False):
         return
     signature = check_hook_point(original)
-    interval = {"tokens": 0}
+    count = IntervalCount()
+    failures = HookWarnings()
 
-    def training_log(*args, **kwargs):
+    def before(args: tuple, kwargs: dict) -> PendingLine | None:
+        """Count this iteration; at a log iteration, the pending line (None at any other)."""
         bound = signature.bind(*args, **kwargs)
         iteration = bound.arguments["iteration"]
-        first = bound.arguments.get("is_first_iteration", False)
+        first = bool(bound.arguments.get("is_first_iteration", False))
         megatron_args = get_args()
-        interval["tokens"] += iteration_tokens(megatron_args, get_num_microbatches())
-        logging_now = first or iteration % megatron_args.log_interval == 0
-        if logging_now:
-            elapsed = get_timers()("interval-time").elapsed(barrier=False, reset=False)  # megatron's own log barriers next
+        count.add(iteration_tokens(megatron_args, get_num_microbatches()), first)
+        if not (first or iteration % megatron_args.log_interval == 0):
+            return None
+        tokens = count.take(first)
+        elapsed = get_timers()("interval-time").elapsed(barrier=False, reset=False)  # megatron's own log barriers next
+        return PendingLine(iteration, tokens, elapsed)
+
+    def after(pending: PendingLine) -> None:
+        """Print the pending line (left out when an iteration of its interval was not counted)."""
+        if pending.tokens is None:
+            return
+        line = measure(pending.iteration, pending.tokens, pending.elapsed_s, get_args().world_size, flops_per_token,
+                       peak_tflops)
+        print_rank_last(line.format())
+
+    def training_log(*args, **kwargs):
+        try:
+            pending = before(args, kwargs)
+        except Exception as error:  # noqa: BLE001 - the training run must go on
+            count.tokens, pending = None, None
+            failures.report(error)
         result = original(*args, **kwargs)
-        if logging_now:
-            line = measure(iteration, interval["tokens"], elapsed, megatron_args.world_size, flops_per_token,
-                           peak_tflops)
-            print_rank_last(line.format())
-            if not first:  # megatron keeps the first iteration in the next interval
-                interval["tokens"] = 0
+        if pending is not None:
+            try:
+                after(pending)
+            except Exception as error:  # noqa: BLE001 - the training run must go on
+                failures.report(error)
         return result
 
     training_log.oellm_throughput = True
