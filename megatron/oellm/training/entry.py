@@ -211,15 +211,22 @@ def command_line(argv: Sequence[str]) -> list[str]:
 def validated_args(parse_and_validate: Callable[..., argparse.Namespace]) -> argparse.Namespace:
     """Megatron's ``parse_and_validate_args`` (passed in: importing it imports ``megatron.training``) with the OEL
     arguments; its refusals are ``assert`` statements, raised here as ``ValueError`` naming the failed condition.
+    So is a ``TypeError`` raised while an ``assert`` evaluates its condition (``--attention-backend local`` without
+    ``--spec``: ``assert args.spec[0] == 'local', ...`` on None), named by that statement, message included.
 
     It runs before Megatron sets up any GPU or process group, so a refusal there is a bad command line, which under
     torchrun was an assertion traceback per rank."""
     try:
         return parse_and_validate(extra_args_provider=add_oellm_arguments)
-    except AssertionError as error:
+    except (AssertionError, TypeError) as error:
         frames = traceback.extract_tb(error.__traceback__)
-        detail = " ".join(str(error).split()) or (frames[-1].line if frames and frames[-1].line
-                                                    else "an assertion without a message")
+        statement = frames[-1].line if frames and frames[-1].line else ""
+        if isinstance(error, TypeError):
+            if not statement.startswith("assert "):
+                raise  # not a refusal: a defect, with its traceback
+            detail = statement
+        else:
+            detail = " ".join(str(error).split()) or statement or "an assertion without a message"
         raise ValueError(f"megatron's argument validation refuses the command line: {detail}") from error
 
 

@@ -169,3 +169,28 @@ def test_a_bare_validation_assertion_names_its_condition(monkeypatch, capsys, tm
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", module.refuse)
     assert entry.main([*BASE, "--mock-data"]) == 2
     assert f"refuses the command line: assert {heads} % 2 == 7" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("statement, refused", [
+    ("assert spec[0] == 'local', '--attention-backend local is only supported with --spec local'", True),
+    ("return spec[0] == 'local'", False)])
+def test_a_type_error_inside_a_validation_assertion_is_one_error_line(monkeypatch, capsys, tmp_path, statement,
+                                                                      refused):
+    """megatron's ``assert args.spec[0] == 'local', ...`` raises TypeError on ``--spec`` unset: the assertion is the
+    refusal, named with its message. A TypeError elsewhere is a defect and keeps its traceback."""
+    import importlib.util
+
+    import megatron.training.arguments
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    (tmp_path / "validation.py").write_text(f"def refuse(**_kwargs):\n    spec = None\n    {statement}\n")
+    spec = importlib.util.spec_from_file_location("validation", tmp_path / "validation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", module.refuse)
+    if refused:
+        assert entry.main([*BASE, "--mock-data"]) == 2
+        assert "refuses the command line: assert spec[0] == 'local'" in one_error_line(capsys)
+        return
+    with pytest.raises(TypeError):
+        entry.main([*BASE, "--mock-data"])
