@@ -262,6 +262,7 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
     gpus = visible_gpus()
     blocker = local_blocker(recipe, gpus)
     if not blocker:
+        check_data_paths(inputs.data_path)  # else torchrun starts and every rank stops with the same message
         resolved = fit_local(recipe, recipe.row(number), gpus, inputs)
         problem = local_backend_problem(resolved)
         if problem:

@@ -97,21 +97,48 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
         # A second, longer local run resumes from the first one's checkpoint: the scheduler follows this command
         # line (megatron otherwise refuses a decay length that differs from the checkpoint's).
         flags["override-opt_param-scheduler"] = True
-    if inputs.data_path:
-        # Every document trains. With the default 969,30,1 a small corpus leaves the test split without a document;
-        # on the H200, megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until
-        # the run was killed.
-        flags["split"] = LOCAL_SPLIT
-    adjustments = machine_adjustments(flags, local_environment(recipe))
-    notes = tuple(f"--local runs with {_flag_text(name, value)} here (the row: {_flag_text(name, flags.get(name))}): "
-                  f"{why}" for name, (value, why) in adjustments.items())
-    flags.update({name: value for name, (value, _why) in adjustments.items()})
-    if layout.ep * layout.tp == 1 and flags.get("moe-token-dispatcher-type") == "flex":
-        # megatron-core's flex dispatcher needs TP x EP > 1; one GPU runs the all-to-all dispatcher instead.
-        flags["moe-token-dispatcher-type"] = "alltoall"
-        for name in FLEX_ONLY_FLAGS:
+    changes = {**data_split_changes(flags, inputs), **dispatcher_changes(flags, layout, gpus),
+               **machine_adjustments(flags, local_environment(recipe))}
+    notes = tuple(_note(name, value, flags.get(name), why) for name, (value, why) in changes.items() if why)
+    for name, (value, _why) in changes.items():
+        if value is None:
             flags.pop(name, None)
+        else:
+            flags[name] = value
     return ResolvedRow(fitted, card, layout, gpus, flags, notes)
+
+
+def data_split_changes(flags: Mapping[str, FlagValue], inputs: RunInputs) -> dict[str, tuple[FlagValue, str]]:
+    """``--split`` :data:`LOCAL_SPLIT` on real data (why '' when the row left megatron's default): every document
+    trains. With the default 969,30,1 a small corpus leaves the test split without a document; on the H200,
+    megatron-core 0.19.2 sat in building that split's indices for a minute (246 documents) until the run was killed."""
+    if not inputs.data_path:
+        return {}
+    given = flags.get("split")
+    why = ("every document of a local corpus trains (a small corpus can leave a split without a document)"
+           if given not in (None, False, LOCAL_SPLIT) else "")
+    return {"split": (LOCAL_SPLIT, why)}
+
+
+def dispatcher_changes(flags: Mapping[str, FlagValue], layout: ParallelLayout,
+                       gpus: int) -> dict[str, tuple[FlagValue, str]]:
+    """The all-to-all dispatcher, without the flex-only flags (value None: dropped), for a row's flex dispatcher
+    when the fit has TP x EP = 1: megatron-core's flex dispatcher needs TP x EP > 1."""
+    if layout.ep * layout.tp != 1 or flags.get("moe-token-dispatcher-type") != "flex":
+        return {}
+    changes: dict[str, tuple[FlagValue, str]] = {
+        "moe-token-dispatcher-type": ("alltoall", f"megatron-core's flex dispatcher needs TP x EP > 1, and {gpus} "
+                                                  "GPU(s) give TP 1, EP 1 here")}
+    for name in FLEX_ONLY_FLAGS:
+        if flags.get(name) not in (None, False):
+            changes[name] = (None, "only the flex dispatcher reads it")
+    return changes
+
+
+def _note(name: str, value: FlagValue | None, row_value: FlagValue | None, why: str) -> str:
+    """One ``note:`` text: the flag as the local run has it (``without --name`` when dropped), the row's, why."""
+    local = f"with {_flag_text(name, value)}" if value is not None else f"without --{name}"
+    return f"--local runs {local} here (the row: {_flag_text(name, row_value)}): {why}"
 
 
 def machine_adjustments(flags: dict, environ: Mapping[str, str]) -> dict[str, tuple[FlagValue, str]]:

@@ -10,6 +10,7 @@ for a given set of input files.
 from __future__ import annotations
 
 import json
+import os
 import sysconfig
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -58,35 +59,51 @@ def stdlib_sources(limit_bytes: int) -> list[Path]:
 def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
     """Tokenize each file of ``files`` as one document into ``<prefix>.bin``/``.idx`` and write ``<prefix>.json``.
 
-    Files are taken in the given order; empty files (and files that are not UTF-8) are skipped.
+    Files are taken in the given order; empty files (and files that are not UTF-8) are skipped. The files are
+    written under a temporary name and renamed once complete, so a build that stops part-way (an unreadable file,
+    Ctrl-C) leaves any previous corpus at ``prefix`` whole instead of a new partial ``.bin`` beside an old ``.idx``.
     """
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    partial = prefix.parent / f".{prefix.name}.partial-{os.getpid()}"
+    try:
+        documents, tokens = _write_indexed(files, partial)
+        summary = CorpusSummary(prefix=str(prefix), documents=documents, tokens=tokens, tokenizer="oellm-byte",
+                                megatron_flags=BYTE_TOKENIZER_FLAGS)
+        Path(f"{partial}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+        for suffix in CORPUS_SUFFIXES:
+            os.replace(f"{partial}{suffix}", f"{prefix}{suffix}")
+    finally:
+        for suffix in CORPUS_SUFFIXES:
+            Path(f"{partial}{suffix}").unlink(missing_ok=True)
+    return summary
+
+
+CORPUS_SUFFIXES = (".bin", ".idx", ".json")
+"""Files of one corpus, in the order they are put in place (the summary last: it says the build completed)."""
+
+
+def _write_indexed(files: Iterable[Path], prefix: Path) -> tuple[int, int]:
+    """Write the documents of ``files`` (see :func:`build_corpus`) to ``<prefix>.bin``/``.idx``; (documents, tokens)."""
     import torch
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    prefix = Path(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = ByteTokenizer()
     builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=numpy.uint16)
     documents = tokens = 0
-    for path in files:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            continue
-        if not text:
-            continue
-        ids = tokenizer.encode(text) + [tokenizer.eod]
-        builder.add_item(torch.tensor(ids, dtype=torch.int64))
-        builder.end_document()
-        documents += 1
-        tokens += len(ids)
-    builder.finalize(f"{prefix}.idx")
-    summary = CorpusSummary(
-        prefix=str(prefix),
-        documents=documents,
-        tokens=tokens,
-        tokenizer="oellm-byte",
-        megatron_flags=BYTE_TOKENIZER_FLAGS,
-    )
-    Path(f"{prefix}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
-    return summary
+    try:
+        for path in files:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue
+            if not text:
+                continue
+            ids = tokenizer.encode(text) + [tokenizer.eod]
+            builder.add_item(torch.tensor(ids, dtype=torch.int64))
+            builder.end_document()
+            documents += 1
+            tokens += len(ids)
+    finally:
+        builder.finalize(f"{prefix}.idx")  # also closes the .bin file, on failure too
+    return documents, tokens
