@@ -10,8 +10,10 @@ The check reads ``config.json`` (its ``text_config`` when nested, as in the publ
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
 ``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config:
 ``model_type`` when present (first, so that a checkpoint of another family is refused on that alone), the shape
-fields below when present, the RoPE settings the card's config states (type, base, rotated fraction), the
-activation, and the fields the card cannot change (sliding window, attention bias, dense-MLP layers) as read.
+fields below when present (or derived by transformers from present ones: layer types, head size), the RoPE settings
+the card's config states (type, base, rotated fraction), the activation, and the fields the card cannot change
+(sliding window, attention bias, dense-MLP layers) as read. A multimodal config's top-level fields that describe its
+language model (``tie_word_embeddings``, token ids) count where ``text_config`` lacks them, as in the export.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ _DERIVED_KEYS = ("sliding_window", "attention_bias", "mlp_only_layers", "decoder
 ``use_sliding_window`` switches on a 4096-token window, which its ``sliding_window`` only shows once read), and the
 card has no way to express another value. Skipped where the card's config class has no such field (its model
 does not read it)."""
+_DERIVED_FROM = {"layer_types": ("full_attention_interval", "num_hidden_layers"),
+                 "head_dim": ("hidden_size", "num_attention_heads")}
+"""Shape fields transformers derives from other fields when the config leaves them out (Qwen3.5's layer types
+from ``full_attention_interval``, Qwen3-MoE's head size from the width and head count): compared, as derived, when
+any of those is stated, since the stated fields then describe another model than the card."""
 _MISSING = object()
 """Stands for a field a config object does not have (the card's config class may lack one the checkpoint states)."""
 
@@ -74,10 +81,7 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     else is read, naming only that field; a shape field the checkpoint states but the card's config class does not
     have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction.
     """
-    stored = parse_json_object(config_text, where)
-    text = stored.get("text_config", stored)
-    if not isinstance(text, dict):
-        raise ConversionError(f"{where}: 'text_config' is a JSON {type(text).__name__}, not an object")
+    text = _text_fields(parse_json_object(config_text, where), where)
     expected = family_module(card).hf_config_from_card(card)
 
     def refuse(wrong: list[str]) -> ConversionError:
@@ -93,9 +97,9 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     aliases = type(expected).attribute_map
     wrong = []
     for k in _SHAPE_KEYS:
-        if k not in text and aliases.get(k) not in text:
+        have, want = _effective(loaded, k), _effective(expected, k)
+        if not _compared(text, aliases, k, want):
             continue
-        have, want = getattr(loaded, k, _MISSING), getattr(expected, k, _MISSING)
         if want is _MISSING:
             wrong.append(f"{k}: checkpoint {have!r}, card's {type(expected).__name__} has no such field")
         elif have != want:
@@ -113,6 +117,41 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
               if rope.get(k) != v]
     if wrong:
         raise refuse(wrong)
+
+
+def _text_fields(stored: dict, where: str) -> dict:
+    """The fields describing the language model of ``stored`` (a ``config.json`` from ``where``): the config itself,
+    or for a multimodal one its ``text_config`` plus the :data:`TOP_LEVEL_TEXT_FIELDS` it lacks, as
+    :func:`text_model_config` writes them back (a top-level ``tie_word_embeddings`` then decides the export)."""
+    text = stored.get("text_config", stored)
+    if not isinstance(text, dict):
+        raise ConversionError(f"{where}: 'text_config' is a JSON {type(text).__name__}, not an object")
+    if text is stored:
+        return text
+    return {**{k: stored[k] for k in TOP_LEVEL_TEXT_FIELDS if k in stored}, **text}
+
+
+def _stated(text: dict, aliases: dict[str, str], key: str) -> bool:
+    """Whether config fields ``text`` state ``key``, under its name or the config class's alias."""
+    return key in text or aliases.get(key) in text
+
+
+def _compared(text: dict, aliases: dict[str, str], key: str, want: object) -> bool:
+    """Whether shape field ``key`` (the card's value ``want``) is compared: stated, or derived by transformers from
+    stated fields (:data:`_DERIVED_FROM`) where the card's config class has the field."""
+    if _stated(text, aliases, key):
+        return True
+    return want is not _MISSING and any(_stated(text, aliases, source) for source in _DERIVED_FROM.get(key, ()))
+
+
+def _effective(config: object, key: str) -> object:
+    """``config.key`` as the HF model uses it: a missing ``head_dim`` is ``hidden_size // num_attention_heads``
+    (Qwen3-MoE's attention), other missing fields :data:`_MISSING`."""
+    value = getattr(config, key, _MISSING)
+    if key == "head_dim" and value in (_MISSING, None):
+        heads = getattr(config, "num_attention_heads", 0)
+        return config.hidden_size // heads if isinstance(heads, int) and heads > 0 else _MISSING
+    return value
 
 
 TOP_LEVEL_TEXT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "dtype", "torch_dtype",
