@@ -56,3 +56,56 @@ def check_removals(flags: Mapping[str, FlagValue]) -> None:
         if value is False and dest in setters:
             raise RecipeError(f"--{name} = false removes the flag, but {', '.join(setters[dest])} (set by the "
                               f"recipe, its base or the row) still sets {dest!r}; set that flag to false instead")
+
+
+def _takes_several(action: argparse.Action) -> bool:
+    """Whether ``action`` reads several argv tokens (``nargs`` '+', '*' or a count above one)."""
+    return action.nargs in ("+", "*") or isinstance(action.nargs, int) and action.nargs > 1
+
+
+def _value_refusal(name: str, value: FlagValue, action: argparse.Action) -> str | None:
+    """Why Megatron's parser would read ``--name value`` otherwise than the recipe means, or None."""
+    if action.nargs == 0:
+        if value is not True:
+            return (f"--{name} takes no value, but is given {value!r}; write {name} = true to pass it, {name} = false "
+                    "to leave it out")
+        return None
+    if value is True:
+        return (f"--{name} takes a value, but is given true (a bare --{name}: a parser error, or an empty list "
+                "for an option of any number of values); give its value")
+    if _takes_several(action) and isinstance(value, str) and len(value.split()) > 1:
+        array = ", ".join(f'"{word}"' for word in value.split())
+        return (f"--{name} = {value!r} is one value, one argv token, to Megatron ({value!r} itself, not the words "
+                f"in it); write the values as a TOML array: {name} = [{array}]")
+    return None
+
+
+def check_flag_values(where: str, flags: Mapping[str, FlagValue]) -> None:
+    """Refuse a value Megatron's parser would not read as the recipe means it: a value for a flag that takes none
+    (``bf16 = 1``), ``true`` for a flag that takes a value, or several words in one string for a flag of several
+    values (``recompute-modules = "moe_act layernorm"`` reaches Megatron as the one module ``'moe_act layernorm'``,
+    which only the model build at job start refuses). ``false`` (leave the flag out) fits every flag. The names
+    must have passed :func:`check_flag_names`."""
+    options = _option_actions()
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        refusal = _value_refusal(name, value, options[f"--{name}"])
+        if refusal:
+            raise RecipeError(f"{refusal} (in {where})")
+
+
+def apply_flags(flags: dict[str, FlagValue], later: Mapping[str, FlagValue]) -> None:
+    """Update ``flags`` with the ``later`` group of flags, where a later setting under one spelling replaces the
+    earlier spellings of the same setting (``save-interval`` / ``persistent-save-interval``, ``--X`` / ``--no-X``).
+
+    A plain dict update keeps an overridden name at its first place in the argv, so an earlier group's other
+    spelling, placed after it, would be what argparse reads last: the later group's value would be lost. A ``false``
+    replaces nothing (:func:`check_removals` refuses a removal another spelling undoes)."""
+    options = _option_actions()
+    for name, value in later.items():
+        if value is not None and value is not False:
+            dest = options[f"--{name}"].dest
+            for other in [n for n in flags if n != name and getattr(options.get(f"--{n}"), "dest", None) == dest]:
+                del flags[other]
+        flags[name] = value

@@ -18,7 +18,7 @@ from megatron.oellm.flops import megatron_padded_vocab
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow, layout_overrides
-from megatron.oellm.recipes.flag_names import check_flag_names, check_removals
+from megatron.oellm.recipes.flag_names import apply_flags, check_flag_names, check_flag_values, check_removals
 from megatron.oellm.training.data import UNWIRED_DATA_FLAGS
 from megatron.oellm.training.tokenizer import ByteTokenizer
 
@@ -237,8 +237,9 @@ def check_unwired(flags: Mapping[str, FlagValue]) -> None:
 def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: ParallelLayout, train_iters: int,
                    inputs: RunInputs) -> dict[str, FlagValue]:
     """Model, layout, batch, data, recipe, row and checkpoint flags in that order (a later group overrides an earlier
-    one); the recipe's and the row's flags may not change a flag of the first four groups (:func:`check_overrides`):
-    the card owns every flag it fills in, since the run builds the card ``--oellm-model`` names."""
+    one, under whichever spelling of a setting: :func:`apply_flags`); the recipe's and the row's flags may not change
+    a flag of the first four groups (:func:`check_overrides`): the card owns every flag it fills in, since the run
+    builds the card ``--oellm-model`` names. Their values must read as meant (:func:`check_flag_values`)."""
     card_flags = {**card_name_flag(card), **model_flags(card, vocab_size=card.vocab_size)}
     owned: dict[str, dict[str, FlagValue]] = {
         "the model card (model, vocab_size)": card_flags,
@@ -250,14 +251,16 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
     }
     check_flag_names("[megatron_flags]", recipe.megatron_flags)
     check_flag_names("the row's flags", row.flags)
+    check_flag_values("[megatron_flags]", recipe.megatron_flags)
+    check_flag_values("the row's flags", row.flags)
     check_overrides("[megatron_flags]", recipe.megatron_flags, owned)
     check_overrides("the row's flags", row.flags, owned)
     flags = dict(card_flags)
     for group in owned.values():
         flags.update(group)
-    flags.update(recipe.megatron_flags)
-    flags.update(row.flags)
-    flags.update(with_own_checkpoint_paths(checkpoint_flags(inputs), flags))
+    apply_flags(flags, recipe.megatron_flags)
+    apply_flags(flags, row.flags)
+    apply_flags(flags, with_own_checkpoint_paths(checkpoint_flags(inputs), flags))
     check_removals(flags)
     check_unwired(flags)
     return flags

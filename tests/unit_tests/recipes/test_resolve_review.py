@@ -1,0 +1,89 @@
+"""Review of rows -> argv: a row's value reaches Megatron as the recipe means it, whatever spelling or form it has."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from recipe_helpers import EXAMPLES
+
+from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row
+from megatron.oellm.recipes.resolve import RunInputs
+
+BASE = EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"
+ROW = "[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n"
+
+
+def _recipe(tmp_path, flags: str = "", row_flags: str = "", base_flags: str = ""):
+    """A recipe on the Qwen3.5 MN5 base (optionally through a middle base with ``base_flags``) with one 8-node row;
+    ``flags`` are its [megatron_flags] lines, ``row_flags`` its row's inline flags."""
+    base = BASE
+    if base_flags:
+        base = tmp_path / "middle.toml"
+        base.write_text(f'extends = "{BASE}"\n[megatron_flags]\n{base_flags}\n')
+    config = tmp_path / "recipe.toml"
+    config.write_text(f'extends = "{base}"\ntitle = "review"\n[megatron_flags]\n{flags}\n'
+                      f'{ROW}flags = {{ {row_flags} }}\n')
+    recipe = load_recipe(config)
+    return recipe, recipe.rows[0]
+
+
+def test_a_row_override_under_another_spelling_of_a_setting_wins(tmp_path, parse_megatron):
+    """--save-interval and --persistent-save-interval are one setting: a base sets one spelling, the recipe the
+    other, the row the first again. The row's value must be the one Megatron reads (argparse's last wins), not the
+    recipe's, which a dict update left behind the row's in the argv."""
+    base_value, recipe_value, row_value = random.sample(range(10, 10_000), 3)
+    recipe, row = _recipe(tmp_path, base_flags=f"save-interval = {base_value}",
+                          flags=f"persistent-save-interval = {recipe_value}",
+                          row_flags=f"save-interval = {row_value}")
+    assert parse_megatron(resolve_row(recipe, row).argv).save_interval == row_value
+
+
+def test_the_command_lines_save_interval_wins_over_a_recipes_other_spelling(tmp_path, parse_megatron):
+    """``oellm recipe --save-interval N`` is the last group: it must beat a row's --persistent-save-interval even when
+    the recipe set --save-interval before (the dict kept that key's early place in the argv)."""
+    recipe_value, row_value, command_line = random.sample(range(10, 10_000), 3)
+    recipe, row = _recipe(tmp_path, flags=f"save-interval = {recipe_value}",
+                          row_flags=f"persistent-save-interval = {row_value}")
+    inputs = RunInputs(checkpoint_dir=str(tmp_path / "ckpt"), save_interval=command_line)
+    assert parse_megatron(resolve_row(recipe, row, inputs).argv).save_interval == command_line
+
+
+def test_a_row_turning_a_setting_off_under_its_store_false_spelling_wins(tmp_path, parse_megatron):
+    """--yarn-correction-range-round-to-int / --no-yarn-correction-range-round-to-int set one destination."""
+    recipe, row = _recipe(tmp_path, base_flags="no-yarn-correction-range-round-to-int = true",
+                          flags="yarn-correction-range-round-to-int = true",
+                          row_flags='"no-yarn-correction-range-round-to-int" = true')
+    assert parse_megatron(resolve_row(recipe, row).argv).yarn_correction_range_round_to_int is False
+
+
+@pytest.mark.parametrize("flag", ["recompute-modules", "cuda-graph-modules", "offload-modules"])
+def test_a_list_flag_written_as_one_spaced_string_is_refused(tmp_path, flag):
+    """``recompute-modules = "moe_act layernorm"`` (the report's YAML spelling) is one argv token: Megatron reads the
+    one module 'moe_act layernorm', which its parser and validate_args accept and TransformerConfig refuses at job
+    start. The recipe must say so and name the TOML array."""
+    words = random.sample(["moe_act", "layernorm", "core_attn", "mlp", "moe", "attn"], 2)
+    recipe, row = _recipe(tmp_path, row_flags=f'{flag} = "{" ".join(words)}"')
+    with pytest.raises(RecipeError, match=rf"--{flag} .* one value.*\[\"{words[0]}\", \"{words[1]}\"\]"):
+        resolve_row(recipe, row)
+
+
+def test_a_list_flag_as_an_array_or_a_single_word_resolves(tmp_path, parse_megatron):
+    recipe, row = _recipe(tmp_path, flags='recompute-granularity = "selective"\nrecompute-method = false\n'
+                                          'recompute-num-layers = false',
+                          row_flags='recompute-modules = ["moe_act", "layernorm"], offload-modules = "attn_norm"')
+    args = parse_megatron(resolve_row(recipe, row).argv)
+    assert args.recompute_modules == ["moe_act", "layernorm"] and args.offload_modules == ["attn_norm"]
+
+
+@pytest.mark.parametrize("row_flags, message", [
+    ("bf16 = 1", r"--bf16 takes no value.*bf16 = true"),
+    ('moe-router-force-load-balancing = "false"', r"--moe-router-force-load-balancing takes no value"),
+    ("seed = true", r"--seed takes a value"),
+    ("spec = true", r"--spec takes a value"),
+])
+def test_a_boolean_flag_with_a_value_or_a_valued_flag_as_true_is_refused(tmp_path, row_flags, message):
+    """``--bf16 1`` stops the parser; a bare --spec (nargs '*') silently parses as an empty list."""
+    recipe, row = _recipe(tmp_path, row_flags=row_flags)
+    with pytest.raises(RecipeError, match=message):
+        resolve_row(recipe, row)
