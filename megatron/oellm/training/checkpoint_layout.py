@@ -251,14 +251,16 @@ def check_checkpoint_format(args: argparse.Namespace, checkpoint: StoredCheckpoi
     ``load_checkpoint`` builds the state dict to load for the run's format (``generate_state_dict`` reads
     ``args.ckpt_format``) and detects the checkpoint's only on the way, so a ``torch_dist`` checkpoint under
     ``--ckpt-format torch`` stops with a ``RuntimeError`` or, under ``--auto-detect-ckpt-format`` (which detects the
-    format but still builds plain tensors, which the distributed load drops), with a ``KeyError`` on ``'model'``; a
-    ``torch_dcp`` / ``fsdp_dtensor`` one under ``torch`` or ``torch_dist`` fails on an empty state dict. All of them
+    format but still builds plain tensors, which the distributed load drops), with a ``KeyError`` on ``'model'``, and
+    so does one under ``torch_dcp`` or ``fsdp_dtensor`` (their state dicts hold plain tensors too); a ``torch_dcp`` /
+    ``fsdp_dtensor`` one under ``torch`` or ``torch_dist`` fails on an empty state dict. All of them
     after the model is allocated on every rank."""
     if checkpoint is None:
         return
     run, stored = args.ckpt_format, checkpoint.ckpt_format
-    if stored == "torch_dist" and run == "torch":
-        fix = "--ckpt-format torch_dist (--auto-detect-ckpt-format does not help: megatron still builds the state dict for torch)"
+    if stored == "torch_dist" and run != "torch_dist":
+        fix = (f"--ckpt-format torch_dist (--auto-detect-ckpt-format does not help: megatron still builds the state "
+               f"dict for {run})")
     elif stored == "torch_dcp" and run in ("torch", "torch_dist"):
         fix = "the --ckpt-format that saved it (torch_dcp, or fsdp_dtensor for a Megatron-FSDP run)"
     else:

@@ -41,13 +41,13 @@ def test_hybridep_needs_deep_eps_hybrid_ep_branch(tmp_path: Path, monkeypatch: p
     fake_deep_ep(tmp_path, monkeypatch, "from .buffer import Buffer\n")
     args = parse_oellm_argv([*FLEX, "hybridep"])
     assert "hybrid-ep branch" in dispatcher.flex_dispatcher_problem(args)
-    assert dispatcher.flex_dispatcher_problem(parse_oellm_argv([*FLEX, "deepep"])) is None
+    assert dispatcher.flex_dispatcher_problem(parse_oellm_argv([*FLEX, "deepep", "--expert-model-parallel-size", "2"])) is None
     (tmp_path / "deep_ep" / "__init__.py").write_text("from .buffer import Buffer\nfrom .hybrid_ep import HybridEPBuffer\n")
     assert dispatcher.flex_dispatcher_problem(args) is None
 
 
 def test_ncclep_needs_transformer_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    args = parse_oellm_argv([*FLEX, "ncclep"])
+    args = parse_oellm_argv([*FLEX, "ncclep", "--expert-model-parallel-size", "2"])
     monkeypatch.setattr(dispatcher, "transformer_engine_import_error", lambda: "ModuleNotFoundError: no TE")
     assert "ncclep needs Transformer Engine" in dispatcher.flex_dispatcher_problem(args)
     monkeypatch.setattr(dispatcher, "transformer_engine_import_error", lambda: None)
