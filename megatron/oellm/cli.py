@@ -7,9 +7,11 @@ Each subcommand lives in ``megatron.oellm.commands.<name>`` and provides ``HELP`
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import pkgutil
+import re
 import signal
 import sys
 from types import ModuleType
@@ -27,16 +29,43 @@ def _command_modules() -> dict[str, ModuleType]:
     return found
 
 
+_INVALID_COMMAND = re.compile(r"argument COMMAND: invalid choice: '(?P<name>.*?)'")
+"""argparse's (Python 3.11) message for a subcommand name that is none of the choices."""
+
+
+class _OellmParser(argparse.ArgumentParser):
+    """The top-level parser; an unknown subcommand's error line names the closest one (``oellm modles``: did you
+    mean 'models'?), as the card and flag errors do, which argparse before Python 3.14 does not."""
+
+    def error(self, message: str):
+        """Print usage and ``oellm: error: MESSAGE`` (with a suggestion for a mistyped subcommand); exit 2."""
+        match = _INVALID_COMMAND.match(message)
+        if match:
+            close = difflib.get_close_matches(match["name"], _command_modules(), n=1)
+            message += f" (did you mean {close[0]!r}?)" if close else ""
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``oellm`` argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="oellm", description="megatron-oellm tools")
+    parser = _OellmParser(prog="oellm", description="megatron-oellm tools")
     parser.add_argument("--version", action="version", version=f"megatron-oellm {megatron.oellm.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in _command_modules().items():
         sub_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub_parser)
-        sub_parser.set_defaults(_run=module.run)
+        sub_parser.set_defaults(_run=module.run, _oellm_parser=sub_parser)
     return parser
+
+
+def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
+    """``argv`` parsed; an argument no option takes is the subcommand's usage error (``oellm models: error:
+    unrecognized arguments: --bogus``, exit 2), not the top-level parser's, which pointed at the wrong usage."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "_oellm_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 SIGPIPE_EXIT_STATUS = 128 + signal.SIGPIPE
@@ -49,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     A reader that stops early (``| head``, ``| grep -q``) ends the command quietly with status 141 instead of a
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
     again."""
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(argv)
     try:
         return args._run(args)
     except BrokenPipeError:

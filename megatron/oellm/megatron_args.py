@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import decimal
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -70,28 +72,52 @@ def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, Fla
     return flags
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+"""argparse's own test (Python < 3.13) for a token starting with ``-`` that is a value, not an option."""
+
+
+def _reads_as_option(text: str) -> bool:
+    """Whether argparse takes token ``text`` for an option: it starts with ``-``, is longer than ``-`` alone, has no
+    space and is not a plain negative number (``-inf``, ``-1e-05`` and ``-name`` are options to argparse)."""
+    return len(text) > 1 and text.startswith("-") and " " not in text and not _NEGATIVE_NUMBER.match(text)
+
+
 def _value_text(value: Any) -> str:
-    """``value`` as one argv token; a negative float in positional notation (``-1e-05`` -> ``-0.00001``), because
-    argparse (Python < 3.13) reads a token starting with ``-`` that is not ``-N`` / ``-N.N`` as an option."""
+    """``value`` as one argv token; a finite negative float in positional notation (``-1e-05`` -> ``-0.00001``),
+    because argparse (Python < 3.13) reads a token starting with ``-`` that is not ``-N`` / ``-N.N`` as an option."""
     text = str(value)
-    if isinstance(value, float) and text.startswith("-") and "e" in text:
+    if isinstance(value, float) and math.isfinite(value) and _reads_as_option(text):
         return format(decimal.Decimal(text), "f")
     return text
 
 
+def _list_texts(name: str, values: Sequence[Any]) -> list[str]:
+    """The tokens of list flag ``--name``; raises ``ValueError`` for an element argparse would read as an option
+    (``-inf``, ``-text``): a list is written as separate tokens, so no ``--name=value`` form can carry it."""
+    texts = [_value_text(v) for v in values]
+    unreadable = [text for text in texts if _reads_as_option(text)]
+    if unreadable:
+        raise ValueError(f"--{name}: list values {unreadable} cannot be written as separate argv tokens (argparse "
+                         "reads a token starting with '-' that is not a plain negative number as an option)")
+    return texts
+
+
 def flags_to_argv(flags: Mapping[str, FlagValue]) -> list[str]:
-    """Render flags as an argv list: ``True`` -> bare flag, ``False``/``None`` -> omitted, lists -> several values."""
+    """Render flags as an argv list: ``True`` -> bare flag, ``False``/``None`` -> omitted, lists -> several values.
+
+    A single value argparse would take for an option (``-inf``, a string starting with ``-``) is attached as
+    ``--name=value``, the one form in which argparse reads it as the flag's value."""
     argv: list[str] = []
     for name, value in flags.items():
         if value is None or value is False:
             continue
-        argv.append(f"--{name}")
         if value is True:
-            continue
-        if isinstance(value, (list, tuple)):
-            argv.extend(_value_text(v) for v in value)
+            argv.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            argv += [f"--{name}", *_list_texts(name, value)]
         else:
-            argv.append(_value_text(value))
+            text = _value_text(value)
+            argv += [f"--{name}={text}"] if _reads_as_option(text) else [f"--{name}", text]
     return argv
 
 
