@@ -1,6 +1,7 @@
 """The exception types of checkpoint conversion."""
 
 import signal
+from collections.abc import Sequence
 
 
 class ConversionError(ValueError):
@@ -21,3 +22,10 @@ class ConversionInterrupted(ConversionError):
             super().__init__(f"stopped by {name}; the partial output was removed, --out is as it was")
         self.exit_status = 128 + signum
         """The shell's status of a process ended by the signal."""
+
+
+def listed(items: Sequence[object], limit: int) -> str:
+    """The first ``limit`` of ``items``, comma-separated, then `` and N more`` for the rest: a refusal names a few
+    paths or entries, not a whole directory listing."""
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(map(str, items[:limit])) + more

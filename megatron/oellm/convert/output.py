@@ -29,7 +29,7 @@ from types import FrameType
 
 from torch.distributed.checkpoint.api import CheckpointException
 
-from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
+from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, listed
 
 Foreign = Callable[[Path], list[str]]
 """The names (relative to ``--out``) of what an entry of ``--out`` holds that the conversion does not write: empty
@@ -92,9 +92,8 @@ def leftover_staging_note(out_dir: Path) -> str:
     leftovers = leftover_staging(out_dir)
     if not leftovers:
         return ""
-    more = f" and {len(leftovers) - _LISTED} more" if len(leftovers) > _LISTED else ""
     return (f"partial output(s) of earlier conversions that were killed hold disk space beside --out: "
-            f"{', '.join(str(p) for p in leftovers[:_LISTED])}{more}; remove them unless a conversion into "
+            f"{listed(leftovers, _LISTED)}; remove them unless a conversion into "
             f"{out_dir.name} is still running")
 
 
@@ -155,8 +154,7 @@ def check_output(out_dir: Path, overwrite: bool, foreign_in: Foreign) -> None:
     except OSError as error:
         raise ConversionError(f"cannot read the output directory {out_dir}: {error}") from error
     if foreign:
-        more = f" and {len(foreign) - _LISTED} more" if len(foreign) > _LISTED else ""
-        raise ConversionError(f"output {out_dir} holds {', '.join(foreign[:_LISTED])}{more}, which this conversion "
+        raise ConversionError(f"output {out_dir} holds {listed(foreign, _LISTED)}, which this conversion "
                               "does not write; --overwrite replaces only a previous output: move them away or choose "
                               "another --out")
 

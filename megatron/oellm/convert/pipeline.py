@@ -31,7 +31,7 @@ import torch
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import METADATA_FILE, CheckpointReader, save_streaming
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, listed
 from megatron.oellm.convert.family import (
     Unit,
     expected_shapes,
@@ -297,10 +297,8 @@ def _refuse_wrong_level(path: Path) -> None:
                     for marker in path.glob(pattern + name) if marker.is_file()})
     found = [p for p in found if p.parent not in found]  # a run, not also its iterations
     if found:
-        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
         raise ConversionError(f"{path} is not a megatron-core distributed checkpoint (no {METADATA_FILE} or "
-                              f"{ITERATION_FILE}); pass one of the checkpoints in it with --mcore: "
-                              f"{', '.join(map(str, found[:3]))}{more}")
+                              f"{ITERATION_FILE}); pass one of the checkpoints in it with --mcore: {listed(found, 3)}")
 
 
 def resolve_mcore_dir(path: Path) -> Path:

@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, listed
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -110,8 +110,7 @@ def _where_the_weights_are(directory: Path) -> str:
     found = sorted({path.parent for pattern in ("*/*.safetensors", "*/*/*.safetensors")
                     for path in directory.glob(pattern)})
     if found:
-        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-        return f"pass the folder of the model with --hf: {', '.join(map(str, found[:3]))}{more}"
+        return f"pass the folder of the model with --hf: {listed(found, 3)}"
     return "convert .bin checkpoints with transformers first"
 
 
