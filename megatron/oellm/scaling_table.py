@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import io
 import math
 import signal
@@ -148,10 +149,11 @@ def _non_negative_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _size_fields() -> list[str]:
-    """The :class:`ModelCard` fields that hold an integer (not a bool) in every registry card."""
-    return [f.name for f in dataclasses.fields(ModelCard)
-            if all(_non_negative_int(getattr(card, f.name)) for card in PUBLISHED_CARDS.values())]
+@functools.cache
+def _size_fields() -> tuple[str, ...]:
+    """The :class:`ModelCard` fields that hold an integer (not a bool) in every registry card; computed once."""
+    return tuple(f.name for f in dataclasses.fields(ModelCard)
+                 if all(_non_negative_int(getattr(card, f.name)) for card in PUBLISHED_CARDS.values()))
 
 
 ARCHITECTURE_ARGUMENTS = (

@@ -144,14 +144,6 @@ def missing_dataset_files(prefix: str) -> list[str]:
     return [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
 
 
-def data_prefixes(args: argparse.Namespace) -> list[str]:
-    """Every dataset prefix of the run's blend (``--data-path`` / ``--data-args-path``) or per-split blends
-    (``--train/valid/test-data-path`` / ``--per-split-data-args-path``), as megatron reads them."""
-    from megatron.training.utils import get_blend_and_blend_per_split
-
-    return blend_prefixes(*get_blend_and_blend_per_split(args))
-
-
 def blend_prefixes(blend, blend_per_split) -> list[str]:
     """Every dataset prefix of megatron's ``blend`` or, without one, of its ``blend_per_split``."""
     blends = [blend] if blend is not None else [split for split in blend_per_split or [] if split is not None]
