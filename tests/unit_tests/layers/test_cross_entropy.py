@@ -1,6 +1,7 @@
 """Our vocabulary-parallel cross entropy against the float64 definition on the CPU (one rank and a vocabulary split
-over two gloo ranks), both with the eager functions and with the Triton kernels run by Triton's interpreter, and on
-the GPU at Qwen3.5's real vocabulary, where megatron-core's fused native cross entropy is a second reference."""
+over two gloo ranks; fp32 logits around +-1e4 on one and four ranks), both with the eager functions and with the
+Triton kernels run by Triton's interpreter, and on the GPU at Qwen3.5's real vocabulary, where megatron-core's fused
+native cross entropy is a second reference, and at +-1e4."""
 
 import contextlib
 import os
@@ -107,6 +108,62 @@ def _split_vocabulary_rank(rank: int, world: int, port: int, seed: int) -> None:
 
 def test_vocabulary_split_over_two_ranks_matches_the_definition():
     mp.start_processes(_split_vocabulary_rank, args=(2, free_port(), fresh_seed()), nprocs=2, join=True,
+                       start_method="spawn")
+
+
+LOSS_ATOL = 1e-5
+"""Absolute loss error allowed at logits of magnitude 1e4: the loss (about 10) to a few fp32 steps. A log-sum-exp
+held as one fp32 number there is itself rounded to a step of 9.8e-4 (errors up to 4.9e-4 measured)."""
+GRAD_RTOL = 1e-6
+"""Relative L2 error allowed on the fp32 logits gradient; a softmax taken against that rounded log-sum-exp is off
+by a common factor of up to 1 +- 4.9e-4 (6e-5 to 9e-5 measured; the fix: 3e-8)."""
+
+
+def large_logits(tokens: int, vocab: int, offset: float, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 logits ``offset + 3 * randn`` (a realistic spread around a large level), targets, upstream gradient."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = (offset + 3 * torch.randn(tokens, vocab, generator=generator, dtype=torch.float64)).float()
+    target = torch.randint(0, vocab, (tokens,), generator=generator)
+    grad_loss = torch.rand(tokens, generator=generator) + 0.5
+    return logits, target, grad_loss
+
+
+def check_large_logits(logits, target, grad_loss, group=None, vocab_slice: slice = slice(None),
+                       device: str = "cpu") -> None:
+    """Loss and this rank's gradient slice, computed on ``device``, against the float64 definition on the CPU, at
+    :data:`LOSS_ATOL` and :data:`GRAD_RTOL`."""
+    reference = logits.double().requires_grad_()
+    expected = cross_entropy_reference(reference, target)
+    expected.backward(grad_loss.double())
+    local = logits[:, vocab_slice].to(device).clone().requires_grad_()
+    loss = vocab_parallel_cross_entropy(local, target.to(device), group)
+    loss.backward(grad_loss.to(device))
+    torch.testing.assert_close(loss.cpu().double(), expected.detach(), rtol=0, atol=LOSS_ATOL)
+    expected_grad = reference.grad[:, vocab_slice]
+    error = float((local.grad.cpu().double() - expected_grad).norm() / expected_grad.norm())
+    assert error <= GRAD_RTOL, error
+
+
+@pytest.mark.parametrize("offset", [1e4, -1e4])
+def test_cross_entropy_at_large_fp32_logits_keeps_fp32_precision(offset):
+    """Two kernel blocks (4,096 columns each) per row; the targets anywhere."""
+    check_large_logits(*large_logits(24, 5000, offset, fresh_seed()))
+
+
+def _large_logits_rank(rank: int, world: int, port: int, seed: int) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with gloo_world(rank, world, port, tensor_model_parallel_size=world):
+        logits, target, grad_loss = large_logits(16, 4 * 300, 1e4, seed)
+        part = logits.shape[-1] // world
+        logits[:, part:2 * part] -= 6.0  # each rank's maximum differs from the global one
+        logits[:, 2 * part:3 * part] += 4.0
+        target[:4] = torch.tensor([part - 1, part, 2 * part, world * part - 1])  # the slices' edges
+        check_large_logits(logits, target, grad_loss, parallel_state.get_tensor_model_parallel_group(),
+                           slice(rank * part, (rank + 1) * part))
+
+
+def test_cross_entropy_at_large_fp32_logits_over_four_ranks_keeps_fp32_precision():
+    mp.start_processes(_large_logits_rank, args=(4, free_port(), fresh_seed()), nprocs=4, join=True,
                        start_method="spawn")
 
 
@@ -224,3 +281,10 @@ def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatr
     against_megatron = [squared_error_and_norm(a, e)
                         for a, e in zip(ours.grad.split(rows), theirs.grad.split(rows), strict=True)]
     assert pooled_relative_error(against_megatron) <= GRAD_TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [1e4, -1e4])
+def test_compiled_cross_entropy_kernels_at_large_fp32_logits_keep_fp32_precision(offset):
+    """Qwen3.5's vocabulary over TP 8 (31,040 columns), 512 tokens, logits around +-1e4 in fp32."""
+    check_large_logits(*large_logits(512, 248320 // 8, offset, fresh_seed()), device="cuda")
