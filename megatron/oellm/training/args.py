@@ -245,12 +245,15 @@ YAML_CFG_REFUSED = (
 
 def check_command_line(argv: Sequence[str]) -> None:
     """Raise ``ValueError`` for what the parser refuses in ``argv`` (:func:`argv_refusal`: one line, where argparse
-    prints Megatron's whole usage first and an enum-typed flag's bad value is a ``KeyError`` traceback) and for
-    ``--yaml-cfg`` (:data:`YAML_CFG_REFUSED`)."""
+    prints Megatron's whole usage first and an enum-typed flag's bad value is a ``KeyError`` traceback)."""
     refusal = argv_refusal(argv)
     if refusal:
         raise ValueError(refusal)
-    if parse_oellm_argv(argv).yaml_cfg is not None:
+
+
+def check_yaml_cfg(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--yaml-cfg`` in the parsed ``args`` (:data:`YAML_CFG_REFUSED`)."""
+    if args.yaml_cfg is not None:
         raise ValueError(YAML_CFG_REFUSED)
 
 

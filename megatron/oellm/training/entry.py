@@ -24,6 +24,7 @@ from megatron.oellm.training.args import (
     architecture_value,
     check_command_line,
     check_sequence_length,
+    check_yaml_cfg,
     merge_card_flags,
     parse_oellm_argv,
     with_backend_implementation,
@@ -270,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     distrib_optimizer_step.apply()
     try:
         parsed = parse_oellm_argv(argv)
+        check_yaml_cfg(parsed)
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
