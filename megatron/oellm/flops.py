@@ -207,17 +207,21 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
 
     Built by Megatron's own parser from :func:`~megatron.oellm.megatron_args.model_flags` plus ``--seq-length``;
     ``megatron_overrides`` replace or add flags (``group_query_attention=False`` drops the flag, ``None`` removes
-    one, underscores become dashes). Of what Megatron derives after parsing, the FLOP function reads only
-    ``padded_vocab_size`` (set by the tokenizer build, here ``padded_vocab``) and, for hybrid models,
-    ``num_layers`` (``validate_args`` counts it from ``--hybrid-layer-pattern``; our flags already agree), so
-    ``padded_vocab_size`` is the one field set by hand. CKDA has no megatron-core layer and is refused.
+    one, underscores become dashes); dropping a hybrid card's ``hybrid_layer_pattern`` without a ``num_layers``
+    gives the card's decoder layers (a GPT model), not the pattern's length. Of what Megatron derives after parsing,
+    the FLOP function reads only ``padded_vocab_size`` (set by the tokenizer build, here ``padded_vocab``) and, for
+    hybrid models, ``num_layers`` (``validate_args`` counts it from ``--hybrid-layer-pattern``; our flags already
+    agree), so ``padded_vocab_size`` is the one field set by hand. CKDA has no megatron-core layer and is refused.
     """
     if card.linear_mixer == "ckda":
         raise FlopError(f"{card.name}: megatron-core 0.19.2 has no CKDA layer, so it has no FLOP formula for it; "
                         "use the corrected count (drop --megatron-compatible)")
     flags = dict(model_flags(card, vocab_size=padded_vocab))
     flags["seq-length"] = seq_length
-    flags.update({name.replace("_", "-"): value for name, value in megatron_overrides.items()})
+    overrides = {name.replace("_", "-"): value for name, value in megatron_overrides.items()}
+    flags.update(overrides)
+    if flags.get("hybrid-layer-pattern") is None and "num-layers" not in overrides:
+        flags["num-layers"] = card.num_layers  # a GPT model: decoder layers, not the dropped pattern's symbols
     args = parse_megatron_argv(flags_to_argv(flags))
     args.padded_vocab_size = padded_vocab
     return args

@@ -78,8 +78,9 @@ TP): this command takes that vocabulary from ``--padded-vocab``, so as a ``--meg
 
 def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
     """Raise :class:`FlopError` in one line for an override that is no flag of megatron-core's parser (whatever its
-    value, ``false`` included), that one of this command's own options sets (:data:`OWN_OPTIONS`), or whose value
-    that parser refuses; Megatron's parser would print its whole usage."""
+    value, ``false`` included), that one of this command's own options sets (:data:`OWN_OPTIONS`), a switch given
+    a value other than true / false, or whose value that parser refuses; Megatron's parser would print its whole
+    usage."""
     parser = megatron_parser()
     options = parser._option_string_actions
     flags = {name.replace("_", "-"): value for name, value in overrides.items()}  # as megatron_namespace reads them
@@ -94,6 +95,10 @@ def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
             close = difflib.get_close_matches(name, [option[2:] for option in options if option[:2] == "--"], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise FlopError(f"unknown Megatron flag --{name} in --megatron-flag{hint}")
+        if options[f"--{name}"].nargs == 0 and not isinstance(flags[name], bool | None):
+            given = next(item for item in overrides if item.replace("_", "-") == name)
+            raise FlopError(f"--megatron-flag {given}={overrides[given]}: --{name} is a switch; write {given}=true "
+                            f"or {given}=false")
     parser.exit_on_error = False
     try:
         parser.parse_known_args(flags_to_argv(flags))
