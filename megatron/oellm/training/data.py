@@ -150,10 +150,52 @@ def blend_prefixes(blend, blend_per_split) -> list[str]:
     return [prefix for prefixes, _weights in blends for prefix in prefixes]
 
 
+CACHE_FLAGS = {"dataloader_fast_cache_load": "--dataloader-fast-cache-load",
+               "dataloader_defer_npy_index_mmap": "--dataloader-defer-npy-index-mmap"}
+"""Megatron's dataset-cache flags (argument -> flag): both read index caches an earlier run built in
+``--data-cache-path``."""
+
+
+def check_cache_flags(args: argparse.Namespace, blend) -> None:
+    """Raise ``ValueError`` for the :data:`CACHE_FLAGS` megatron-core's dataset config refuses (when the datasets are
+    built): either without ``--data-cache-path``, and ``--dataloader-fast-cache-load`` beside a blend ``blend``
+    (``--data-path`` / ``--data-args-path``), which megatron-core takes only with per-split data paths."""
+    for name, flag in CACHE_FLAGS.items():
+        if getattr(args, name) and args.data_cache_path is None:
+            raise ValueError(f"{flag} reads the dataset index caches an earlier run built in --data-cache-path: give "
+                             "--data-cache-path DIR, or drop the flag")
+    if args.dataloader_fast_cache_load and blend is not None:
+        raise ValueError("--dataloader-fast-cache-load: megatron-core takes it only with per-split data paths "
+                         "(--train-data-path / --valid-data-path / --test-data-path or --per-split-data-args-path), "
+                         "not with --data-path / --data-args-path; give the data per split, or drop the flag")
+
+
+def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
+    """Raise ``ValueError`` when ``--per-dataset-sequences-path`` is unreadable, no JSON object, or lacks one of the
+    local dataset ``prefixes``: megatron-core reads the file and looks every such prefix up in it when it builds the
+    datasets (a ``FileNotFoundError`` or ``KeyError`` there)."""
+    path = args.per_dataset_sequences_path
+    if path is None:
+        return
+    try:
+        counts = sequences_per_dataset(args)
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"--per-dataset-sequences-path {path}: cannot read it as JSON ({error})") from error
+    if not isinstance(counts, dict):
+        raise ValueError(f"--per-dataset-sequences-path {path}: not a JSON object of dataset prefix -> "
+                         "[sequence count, document count]")
+    missing = [prefix for prefix in prefixes if prefix not in counts]
+    if missing:
+        raise ValueError(f"--per-dataset-sequences-path {path} has no counts for {', '.join(map(repr, missing))}: "
+                         "megatron-core looks every dataset prefix up in it; rebuild it for the run's data paths, or "
+                         "drop the flag")
+
+
 def check_data_source(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a ``--split`` that does not fit
     its data (:func:`check_split`), or a local prefix without its ``.bin`` and ``.idx`` files (object-storage
-    prefixes are left to megatron).
+    prefixes are left to megatron); and, with or without ``--mock-data``, for dataset options megatron-core refuses
+    (:func:`check_cache_flags`, :func:`check_sequences_file`).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
     checkpoint, on every rank; a mistyped path is a message at start instead.
@@ -162,6 +204,8 @@ def check_data_source(args: argparse.Namespace) -> None:
     from megatron.training.utils import get_blend_and_blend_per_split
 
     if args.mock_data:
+        check_cache_flags(args, None)
+        check_sequences_file(args, [])
         return
     try:
         blends = get_blend_and_blend_per_split(args)
@@ -177,11 +221,14 @@ def check_data_source(args: argparse.Namespace) -> None:
     if not prefixes:
         raise ValueError(NO_DATA)
     check_split(args, *blends)
-    missing = [prefix for prefix in prefixes if not is_object_storage_path(prefix) and missing_dataset_files(prefix)]
+    local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
+    missing = [prefix for prefix in local if missing_dataset_files(prefix)]
     if missing:
         raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "
                          "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
                          "--per-split-data-args-path); a prefix names the files without their suffix")
+    check_cache_flags(args, blends[0])
+    check_sequences_file(args, local)
 
 
 def sequences_per_dataset(args: argparse.Namespace) -> dict | None:
