@@ -167,7 +167,7 @@ def megatron_checkpoint_args(card: ModelCard) -> argparse.Namespace:
 
 def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
     """Raise naming the first missing, unexpected, mis-shaped or not floating-point tensor of ``tensors`` (name ->
-    (shape, dtype)); fused expert tensors count per expert."""
+    (shape, dtype)); fused expert tensors count per expert, and an expert held in both layouts is refused."""
     expected = expected_shapes(card)[0]
     covered = {}
     for name, (shape, dtype) in tensors.items():
@@ -183,7 +183,12 @@ def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], 
         parts = ("gate_proj", "up_proj") if kind == "gate_up_proj" else ("down_proj",)
         for i in range(e):
             for part in parts:
-                covered[f"{prefix}{i}.{part}.weight"] = (expected.get(f"{prefix}{i}.{part}.weight"), dtype)
+                per_expert = f"{prefix}{i}.{part}.weight"
+                if per_expert in tensors:
+                    raise ConversionError(f"tensors {name!r} and {per_expert!r} both hold expert {i}'s {part} weights "
+                                          "(fused and per-expert layout); the conversion would take one and drop the "
+                                          "other: keep the checkpoint's files of one save")
+                covered[per_expert] = (expected.get(per_expert), dtype)
     missing = [n for n in expected if n not in covered]
     if missing:
         raise ConversionError(f"missing tensor {missing[0]!r} ({len(missing)} missing) for card {card.name}")

@@ -4,7 +4,9 @@ Megatron pads the vocabulary of the input embedding and the output layer to a mu
 ``make_vocab_size_divisible_by x tensor_model_parallel_size`` and saves the padded tensors: Qwen3's 151,936 tokens
 are already a multiple of 128 (TP 1) but are saved as 152,064 rows by a run at TP 2. ``mcore-to-hf`` drops the rows
 past the card's vocabulary (no token id reaches them). The other direction needs nothing: megatron loads these two
-tensors with ``allow_shape_mismatch`` and fills the padding rows with zeros.
+tensors with ``allow_shape_mismatch`` and fills the padding rows with zeros. A run with a Hugging Face tokenizer
+builds them from the tokenizer's length, not the card's vocabulary: with a shorter tokenizer megatron loads only the
+rows it builds, and saves fewer rows than the card has (exported with the run's ``--vocab-size``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
     ``make_vocab_size_divisible_by`` x ``tensor_model_parallel_size`` when the checkpoint holds megatron's ``args``
     (training checkpoints do), else the default divisor's padding at some tensor-parallel size in
     :data:`PLAUSIBLE_TP_SIZES`. Anything else (fewer rows, tensors that disagree, a run trained on another
-    vocabulary) is a :class:`ConversionError`: dropping real token rows must not pass as padding.
+    vocabulary) is a :class:`ConversionError`: dropping real token rows must not pass as padding. Fewer rows that
+    the run's stored ``padded_vocab_size`` explains are named as what they are: megatron sized the vocabulary tensors
+    from a Hugging Face tokenizer's length (shorter than the card's vocabulary, e.g. Qwen3's 151,669 tokens for 151,936
+    rows), and the run's ``--vocab-size`` exports them.
     """
     rows = set(stored_rows.values())
     if len(rows) > 1:
@@ -46,6 +51,12 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
     if padded == vocab_size:
         return padded
     if padded < vocab_size:
+        if getattr(megatron_args, "padded_vocab_size", None) == padded:
+            raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, fewer than the card's "
+                                  f"vocabulary of {vocab_size}: the saving run built them for its tokenizer (megatron "
+                                  f"pads the tokenizer's length, not the card's vocabulary, to the padded_vocab_size "
+                                  f"{padded} its arguments store); pass the run's vocabulary with --vocab-size: the "
+                                  f"tokenizer's length, or {padded} for every row")
         raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, fewer than the card's "
                               f"vocabulary of {vocab_size}; is --model the right card?")
     divisor = getattr(megatron_args, "make_vocab_size_divisible_by", None)
