@@ -217,12 +217,19 @@ def _valid_sizes(amount: int, limit: int | None = None) -> str:
 
 
 def _validate_tensor_parallel(card: ModelCard, layout: ParallelLayout) -> None:
-    """Heads, query groups, GDN heads and the shared expert's width must split evenly over TP."""
+    """Heads, GDN heads and the shared expert's width must split evenly over TP; the query groups too, or TP must be
+    a multiple of them (megatron-core's ``SelfAttention`` then replicates each KV head over ``tp / groups`` ranks)."""
     tp = layout.tp
     _divides("num_attention_heads", card.num_attention_heads, "tp", tp,
              f"use tp in {{{_valid_sizes(card.num_attention_heads)}}}")
-    _divides("num_query_groups (KV heads)", card.num_query_groups, "tp", tp,
-             f"use tp in {{{_valid_sizes(card.num_query_groups)}}} (each TP rank needs whole KV heads)")
+    groups = card.num_query_groups
+    if groups % tp and tp % groups:
+        sizes = [d for d in range(1, card.num_attention_heads + 1)
+                 if card.num_attention_heads % d == 0 and (groups % d == 0 or d % groups == 0)]
+        raise ParallelLayoutError(
+            f"num_query_groups (KV heads) ({groups}) is neither divisible by tp ({tp}) nor a divisor of it; use tp in "
+            f"{{{', '.join(map(str, sizes))}}} (each TP rank holds whole KV heads, or megatron-core replicates each "
+            "KV head over tp / num_query_groups ranks)")
     if card.linear_mixer != "none":
         _divides("linear_num_key_heads", card.linear_num_key_heads, "tp", tp,
                  f"use tp in {{{_valid_sizes(card.linear_num_key_heads)}}}")

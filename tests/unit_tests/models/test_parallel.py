@@ -77,7 +77,7 @@ def test_valid_layouts_pass(card, layout) -> None:
     (QWEN35, ParallelLayout(tp=0), "tp must be >= 1"),
     (QWEN35, ParallelLayout(sp=True), "needs tp > 1"),
     (QWEN3, ParallelLayout(tp=3), r"num_attention_heads \(32\) is not divisible by tp \(3\)"),
-    (QWEN35, ParallelLayout(tp=4), r"num_query_groups \(KV heads\) \(2\) is not divisible by tp \(4\)"),
+    (QWEN35, ParallelLayout(tp=32, sp=True), r"num_attention_heads \(16\) is not divisible by tp \(32\)"),
     (QWEN35, ParallelLayout(ep=3), r"num_experts \(256\) is not divisible by ep \(3\)"),
     (QWEN35, ParallelLayout(etp=3), r"moe_ffn_hidden_size \(512\) is not divisible by etp \(3\)"),
     (QWEN35, ParallelLayout(cp=3), r"seq_length \(4096\) is not divisible by 2 x cp \(6\)"),
@@ -198,9 +198,9 @@ def test_sequence_parallelism_needs_the_sequence_to_split_over_tp(seq_length: in
 
 def test_divisibility_errors_list_every_size_that_would_work():
     """Qwen3-30B-A3B has 32 heads and 4 KV heads, 48 layers, 128 experts: the fix lists all divisors, the amount
-    itself included (tp 4 is the largest that gives each rank whole KV heads)."""
-    with pytest.raises(ParallelLayoutError, match=re.escape("use tp in {1, 2, 4} (each TP rank")):
-        validate_layout(QWEN3, ParallelLayout(tp=8, sp=True))
+    itself included (a tp above the 4 KV heads replicates them, so every divisor of the 32 heads works)."""
+    with pytest.raises(ParallelLayoutError, match=re.escape("use tp in {1, 2, 4, 8, 16, 32}")):
+        validate_layout(QWEN3, ParallelLayout(tp=64, sp=True))
     with pytest.raises(ParallelLayoutError, match=re.escape("use pp x vpp in {1, 2, 3, 4, 6, 8, 12, 16, 24, 48}")):
         validate_layout(QWEN3, ParallelLayout(pp=5))
     with pytest.raises(ParallelLayoutError, match=re.escape("use ep in {1, 2, 4, 8, 16, 32, 64...}")):

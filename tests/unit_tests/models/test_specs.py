@@ -194,8 +194,8 @@ def test_wrong_family_and_bad_layout_are_rejected() -> None:
         spec_builder("qwen3_moe").transformer_config(qwen35)
     with pytest.raises(ValueError, match="not a qwen3_5 card"):
         spec_builder("qwen3_5").hybrid_stack_spec(qwen3, _local_provider())
-    with pytest.raises(ParallelLayoutError, match="num_query_groups"):
-        spec_builder("qwen3_5").transformer_config(qwen35, ParallelLayout(tp=4))
+    with pytest.raises(ParallelLayoutError, match="num_attention_heads"):
+        spec_builder("qwen3_5").transformer_config(qwen35, ParallelLayout(tp=32, sp=True))
     with pytest.raises(KeyError, match="known: qwen3_5, qwen3_moe"):
         spec_builder("ckda_hybrid")
 
