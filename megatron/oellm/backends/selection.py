@@ -87,6 +87,7 @@ def check_backend_support(
     *,
     fp8: bool = False,
     fp4: bool = False,
+    precision_recipe: bool = False,
     context_parallel_size: int = 1,
     normalization: str = "RMSNorm",
     sliding_window: bool = False,
@@ -133,6 +134,11 @@ def check_backend_support(
         unsupported.append("fp8 training (needs Transformer Engine): drop --fp8-format")
     if fp4:
         unsupported.append("fp4 training (needs Transformer Engine): drop --fp4-format")
+    if precision_recipe:
+        unsupported.append(
+            "a per-module precision recipe (quant_recipe; only Transformer Engine's linears apply it, the torch-native "
+            "modules would run in the model's dtype): drop --te-precision-config-file"
+        )
     if context_parallel_size > 1:
         unsupported.append(f"context parallelism (context_parallel_size={context_parallel_size}): set it to 1")
     if normalization != "RMSNorm":
@@ -460,8 +466,9 @@ def _flag(name: str) -> str:
 
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
-    (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, and the RNG tracker,
-    ``use_te_rng_tracker`` vs ``te_rng_tracker``). :data:`TORCH_BACKEND_DISABLED_FUSIONS` are read from a
+    (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, the RNG tracker,
+    ``use_te_rng_tracker`` vs ``te_rng_tracker``, and the per-module precision recipe, ``quant_recipe`` vs
+    ``te_precision_config_file``). :data:`TORCH_BACKEND_DISABLED_FUSIONS` are read from a
     TransformerConfig only: from the arguments the training entry turns them off."""
     is_config = isinstance(source, TransformerConfig)
     experts = source.num_moe_experts if is_config else source.num_experts
@@ -469,6 +476,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     return dict(
         fp8=source.fp8 is not None,
         fp4=source.fp4 is not None,
+        precision_recipe=(source.quant_recipe if is_config else source.te_precision_config_file) is not None,
         context_parallel_size=source.context_parallel_size,
         normalization=source.normalization,
         sliding_window=source.window_size is not None,

@@ -57,6 +57,9 @@ class RMSNormColumnParallelLinear(ColumnParallelLinear):
         self.layer_norm_weight = make_norm_weight(config, input_size)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return ``(linear(rms_norm(x)), bias or None)`` like ColumnParallelLinear."""
+        """Return ``(linear(rms_norm(x)), bias or None)`` like ColumnParallelLinear. An input in another dtype than the
+        weights (megatron-core's fp32 residual stream under ``fp32_residual_connection``) is cast to theirs first, as
+        TELayerNormColumnParallelLinear does."""
+        x = x.to(self.layer_norm_weight.dtype)
         normed = rms_norm(x, self.layer_norm_weight, self.layer_norm_eps, self.zero_centered_gamma)
         return super().forward(normed)

@@ -53,5 +53,7 @@ class RMSNorm(torch.nn.Module):
         self.weight = make_norm_weight(config, hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return RMSNorm(x) over the last dimension, in ``x.dtype``."""
-        return rms_norm(x, self.weight, self.eps, self.zero_centered_gamma)
+        """Return RMSNorm(x) over the last dimension, in the weight's dtype: an input in another dtype (megatron-core's
+        fp32 residual stream under ``fp32_residual_connection``) is cast to it first, as Transformer Engine's norms
+        do."""
+        return rms_norm(x.to(self.weight.dtype), self.weight, self.eps, self.zero_centered_gamma)
