@@ -144,7 +144,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
     lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "
               f"{'time':>8}  label / overrides"]
     for number, row in enumerate(recipe.rows, start=1):
-        overrides = {**row.parallel, **row.flags}
+        overrides = {**row.parallel, **row.flags, **row.env}
         text = row.label + (f" {overrides}" if overrides else "")
         if row.reference:
             text += "  [report: " + ", ".join(f"{k} {v:g}" for k, v in row.reference.items()) + "]"
@@ -225,7 +225,7 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
         if refusal:
             raise RecipeError(f"Megatron's argument parser would stop the job at start: {refusal}")
         if not missing_spec_builder(recipe):
-            refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env)
+            refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.row_env(resolved.row))
             if refusal:
                 raise RecipeError(f"the training entry would stop the job at start: {refusal}")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
@@ -270,7 +270,8 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         command = torchrun_command(resolved)
         _print_notes(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
-        return exit_status(subprocess.run(command, env=local_environment(recipe), check=False).returncode)
+        return exit_status(subprocess.run(command, env=local_environment(recipe, recipe.row(number)),
+                                          check=False).returncode)
     print(f"{blocker}; falling back to --dry-run.")
     if gpus == 0:
         example = fit_local(recipe, recipe.row(number), 1, inputs)

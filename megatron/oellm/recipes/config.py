@@ -61,6 +61,9 @@ class TableRow:
     drops a ``vpp`` or ``pipeline_layout`` the recipe set."""
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     """Megatron flag overrides (name without ``--``); ``false`` removes a flag set by the recipe."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment of this row's job over the cluster's (:meth:`Recipe.row_env`), e.g. the
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` of a row with EP communication overlap beside rows that need 1."""
     reference: Mapping[str, float] = field(default_factory=dict)
     """The report's numbers for this row (keys of :data:`REFERENCE_KEYS`), listed by ``--dry-run``; its throughput
     (``step_time_s``, ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low]``) also gives the run time checked against
@@ -178,6 +181,10 @@ class Recipe:
     def row_train_iters(self, row: TableRow) -> int:
         """Iterations of ``row``: its own, else the recipe's."""
         return self.train_iters if row.train_iters is None else row.train_iters
+
+    def row_env(self, row: TableRow) -> dict[str, str]:
+        """Environment of ``row``'s job: the cluster's ``env`` with the row's own ``env`` over it."""
+        return {**self.cluster.env, **row.env}
 
     def row_time(self, row: TableRow) -> str:
         """SLURM time limit of ``row``'s job: its own, else the cluster's."""
@@ -392,6 +399,15 @@ def _row_tables(rows: Any, name: str) -> list[Mapping[str, Any]]:
     return rows
 
 
+def _check_env_strings(env: Any, where: str) -> None:
+    """Refuse a value of the environment table ``env`` that is not a string (the job exports text; a TOML number
+    would be refused later as a type without saying how to write it); ``where`` prefixes the message."""
+    for key, value in env.items() if isinstance(env, Mapping) else ():
+        if not isinstance(value, str):
+            raise RecipeError(f"{where}{key} = {value!r} is not a string; quote it ({key} = \"{value}\") so the "
+                              "job exports exactly that text")
+
+
 def _build(name: str, data: dict[str, Any]) -> Recipe:
     """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
     data = dict(data)
@@ -400,12 +416,11 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
     binds = cluster.get("binds", ())
     cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
     cluster = _quoted_time(cluster)
-    env = cluster.get("env", {})
-    for key, value in env.items() if isinstance(env, Mapping) else ():
-        if not isinstance(value, str):
-            raise RecipeError(f"recipe {name} [cluster.env]: {key} = {value!r} is not a string; quote it "
-                              f"({key} = \"{value}\") so the job exports exactly that text")
-    rows = tuple(TableRow(**_quoted_time(row)) for row in _row_tables(data.pop("rows", []), name))
+    _check_env_strings(cluster.get("env", {}), f"recipe {name} [cluster.env]: ")
+    rows = _row_tables(data.pop("rows", []), name)
+    for number, row in enumerate(rows, start=1):
+        _check_env_strings(row.get("env", {}), f"recipe {name} row {number} env: ")
+    rows = tuple(TableRow(**_quoted_time(row)) for row in rows)
     parallel = _table(data, "parallel", name, default={})
     check_layout_types(parallel, f"recipe {name}: ")
     return Recipe(

@@ -98,7 +98,7 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
         # line (megatron otherwise refuses a decay length that differs from the checkpoint's).
         flags["override-opt_param-scheduler"] = True
     changes = {**data_split_changes(flags, inputs), **dispatcher_changes(flags, layout, gpus),
-               **machine_adjustments(flags, local_environment(recipe))}
+               **machine_adjustments(flags, local_environment(recipe, row))}
     notes = tuple(_note(name, value, flags.get(name), why) for name, (value, why) in changes.items() if why)
     for name, (value, _why) in changes.items():
         if value is None:
@@ -187,9 +187,10 @@ def torchrun_command(resolved: ResolvedRow) -> list[str]:
             *resolved.argv]
 
 
-def local_environment(recipe: Recipe) -> dict[str, str]:
-    """This process's environment plus the recipe's cluster exports (connections, NCCL channels, allocator)."""
+def local_environment(recipe: Recipe, row: TableRow) -> dict[str, str]:
+    """This process's environment plus the exports of ``row``'s job (:meth:`Recipe.row_env`: connections, NCCL
+    channels, allocator)."""
     env = dict(os.environ)
-    env.update({name: str(value) for name, value in recipe.cluster.env.items()})
+    env.update({name: str(value) for name, value in recipe.row_env(row).items()})
     return env
 

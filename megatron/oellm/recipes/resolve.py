@@ -118,8 +118,8 @@ def check_connections(layout: ParallelLayout, env: Mapping[str, str], flags: Map
         return
     if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
         raise RecipeError(f"tp={layout.tp}, cp={layout.cp} on Hopper needs CUDA_DEVICE_MAX_CONNECTIONS=1 (megatron-core "
-                          f"asserts it), the cluster env sets {env.get('CUDA_DEVICE_MAX_CONNECTIONS')!r}; set it to "
-                          "\"1\" in [cluster.env] or use tp=1 and cp=1")
+                          f"asserts it), the job's env sets {env.get('CUDA_DEVICE_MAX_CONNECTIONS')!r}; set it to "
+                          "\"1\" in [cluster.env] (or the row's env) or use tp=1 and cp=1")
 
 
 def parallel_flags(card: ModelCard, layout: ParallelLayout) -> dict[str, FlagValue]:
@@ -207,7 +207,7 @@ def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) 
     validate_layout(card, layout, world_size=world_size)
     check_batch(layout, world_size, row.global_batch_size, row.micro_batch_size)
     flags = assemble_flags(recipe, row, card, layout, recipe.row_train_iters(row), inputs)
-    check_connections(layout, recipe.cluster.env, flags)
+    check_connections(layout, recipe.row_env(row), flags)
     return ResolvedRow(row, card, layout, world_size, flags)
 
 

@@ -4,8 +4,8 @@ Every value that comes from a user or a config is shell-quoted (``shlex.quote``)
 directive values are not parsed by a shell, so they are checked to be plain tokens instead and refused otherwise.
 The job binds its run directory, the cluster's ``binds`` and the directories of its inputs (data prefixes, a
 tokenizer directory) into the container, and runs in the directory the script was made in (where relative paths were
-checked), wherever ``sbatch`` is called. The cluster environment is exported twice: as itself, and as
-``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
+checked), wherever ``sbatch`` is called. The cluster environment, with the row's own over it, is exported twice: as
+itself, and as ``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
 repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A job made from a source checkout binds it and puts it first on
 the image's own ``PYTHONPATH``; before ``srun``, the job stops with one line when the image does not run on the
 node's CPU architecture. A row with checkpoints (``oellm recipe --save-interval``) saves and
@@ -120,7 +120,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
     # Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when APPTAINERENV_ is unset.
     lines += ["# The container's PYTHONPATH is the image's, with this checkout first (below), not the submitting shell's.",
               "unset PYTHONPATH APPTAINERENV_PYTHONPATH SINGULARITYENV_PYTHONPATH"]
-    lines += [line for name, value in cluster.env.items() for line in _env_lines(name, value)]
+    lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value)]
     run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
     checkout = source_checkout()
