@@ -264,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
     from megatron.oellm.training.model_provider import card_from_args, check_model_config, model_provider
+    from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
     from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
     from megatron.oellm.training.throughput import install_throughput_logging
 
@@ -293,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_schedule_support(args, card)
+        check_interleaved_microbatches(args)
         check_model_config(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
     except ValueError as error:

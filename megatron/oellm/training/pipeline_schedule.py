@@ -1,0 +1,65 @@
+"""The micro-batch counts megatron-core's interleaved pipeline schedule accepts, checked before Megatron initialises.
+
+With pipeline parallelism and virtual stages (``--num-virtual-stages-per-pipeline-rank``, or a custom layout that
+gives each rank several stages) megatron-core 0.19.2 runs ``forward_backward_pipelining_with_interleaving``. At the
+first training step, on every rank, after the model, optimizer and checkpoint are set up, it raises when the
+micro-batches of one step, M = global batch / (micro batch x data-parallel size), do not fit its groups of N
+contiguous micro-batches per virtual stage (``--microbatch-group-size-per-virtual-pipeline-stage``, default the
+pipeline size P): N must lie in [P, M], and the last group, M mod N, must be empty or hold at least P. Megatron's
+``validate_args`` checks none of this.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def step_batch_sizes(args: argparse.Namespace) -> list[int]:
+    """The global batch sizes a run trains with, as megatron-core's micro-batch calculator takes them: each size of
+    ``--step-batch-size-schedule``, else ``--global-batch-size`` (rounded down to a multiple of micro batch x
+    data-parallel size under ``--decrease-batch-size-if-needed``). ``--rampup-batch-size`` is deprecated and
+    ignored by megatron-core 0.19.2's calculator, so it is ignored here too."""
+    from megatron.core.num_microbatches_calculator import StepBatchsizeNumMicroBatchesCalculator
+
+    if args.step_batch_size_schedule is not None:
+        # the thresholds (samples or tokens) do not matter here, only the batch sizes
+        schedule = StepBatchsizeNumMicroBatchesCalculator._parse_schedule(args.step_batch_size_schedule, None)
+        return sorted({batch for _threshold, batch in schedule})
+    per_step = args.micro_batch_size * args.data_parallel_size
+    if args.decrease_batch_size_if_needed:
+        return [args.global_batch_size // per_step * per_step]
+    return [args.global_batch_size]
+
+
+def interleaved_schedule_refusal(microbatches: int, pipeline: int, group: int) -> str | None:
+    """Why megatron-core's interleaved schedule refuses ``microbatches`` per step at pipeline size ``pipeline`` with
+    ``group`` contiguous micro-batches per virtual stage, or None when it runs them."""
+    if not pipeline <= group <= microbatches:
+        return (f"the micro-batch group per virtual stage ({group}) must lie between the pipeline size ({pipeline}) "
+                f"and the micro-batches per step ({microbatches})")
+    last = microbatches % group
+    if 0 < last < pipeline:
+        return (f"the {microbatches} micro-batches per step leave a last group of {last} (of {group} per virtual "
+                f"stage), fewer than the pipeline size {pipeline}")
+    return None
+
+
+def check_interleaved_microbatches(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` in one line, before Megatron initialises, when megatron-core's interleaved pipeline
+    schedule would refuse the run's micro-batches per step at its first training step (module docstring). ``args``
+    are Megatron's validated arguments (``data_parallel_size`` set)."""
+    pipeline = args.pipeline_model_parallel_size
+    if pipeline == 1 or args.virtual_pipeline_model_parallel_size is None:
+        return
+    group = args.microbatch_group_size_per_vp_stage or pipeline
+    per_step = args.micro_batch_size * args.data_parallel_size
+    for batch in step_batch_sizes(args):
+        microbatches = batch // per_step
+        refusal = interleaved_schedule_refusal(microbatches, pipeline, group)
+        if refusal:
+            raise ValueError(
+                f"megatron-core's interleaved pipeline schedule (pipeline size {pipeline} with virtual stages) would "
+                f"stop at the first step: global batch {batch} / (micro batch {args.micro_batch_size} x data-parallel "
+                f"size {args.data_parallel_size}) = {microbatches} micro-batches per step, and {refusal}; use a "
+                f"global batch whose micro-batch count is a multiple of {group} (at least {group}), or set "
+                "--microbatch-group-size-per-virtual-pipeline-stage")

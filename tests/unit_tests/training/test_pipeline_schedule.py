@@ -1,0 +1,168 @@
+"""The interleaved pipeline schedule's micro-batch rules, checked before init, against megatron-core's own schedule."""
+
+from __future__ import annotations
+
+import random
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches, interleaved_schedule_refusal
+
+
+class _PassedTheChecks(Exception):
+    """Raised by the fake config at the first field megatron's schedule reads after its micro-batch checks."""
+
+
+class _Config(types.SimpleNamespace):
+    @property
+    def hidden_size(self):
+        raise _PassedTheChecks
+
+
+class _Group:
+    def __init__(self, size: int):
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return 0
+
+
+def upstream_refusal(microbatches: int, pipeline: int, group: int, monkeypatch) -> str | None:
+    """What megatron-core 0.19.2's ``forward_backward_pipelining_with_interleaving`` raises for these counts before it
+    builds tensor shapes (None when it gets past its checks), run on the CPU with stand-in groups and model chunks."""
+    from megatron.core.enums import ModelType
+    from megatron.core.pipeline_parallel import schedules
+
+    config = _Config(moe_paged_stash=False, overlap_p2p_comm=False, batch_p2p_comm=False,
+                     finalize_model_grads_func=None, timers=None, no_sync_func=None, grad_sync_func=None,
+                     param_sync_func=None, microbatch_group_size_per_vp_stage=group)
+
+    class Chunk(torch.nn.Module):
+        model_type = ModelType.encoder_or_decoder
+
+        def __init__(self):
+            super().__init__()
+            self.config = config
+
+    cpu_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *shape, device=None, **kwargs: cpu_zeros(*shape, **kwargs))
+    try:
+        schedules.forward_backward_pipelining_with_interleaving(
+            forward_step_func=None, data_iterator=[None, None], model=[Chunk(), Chunk()],
+            num_microbatches=microbatches, seq_length=8, micro_batch_size=1,
+            p2p_communicator=types.SimpleNamespace(config=config, pp_group=_Group(pipeline)),
+            pg_collection=types.SimpleNamespace(tp=_Group(1), cp=_Group(1)))
+    except _PassedTheChecks:
+        return None
+    except (ValueError, RuntimeError) as error:
+        return str(error)
+    finally:
+        monkeypatch.undo()
+    raise AssertionError("megatron's schedule got past the point this harness stops it at")
+
+
+def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses(monkeypatch):
+    """Every micro-batch count up to 40 at pipeline sizes 2-8, with the default group (the pipeline size) and a few
+    random larger groups: our predicate and megatron-core's schedule agree on which ones run."""
+    cases = [(m, p, p) for p in range(2, 9) for m in range(1, 41)]
+    cases += [(m, p, random.randint(p, 3 * p)) for p in (2, 4, 8) for m in random.sample(range(1, 49), 12)]
+    refused = 0
+    for microbatches, pipeline, group in cases:
+        ours = interleaved_schedule_refusal(microbatches, pipeline, group)
+        upstream = upstream_refusal(microbatches, pipeline, group, monkeypatch)
+        assert (ours is None) == (upstream is None), (microbatches, pipeline, group, ours, upstream)
+        refused += ours is not None
+    assert 0 < refused < len(cases)
+
+
+def _args(**fields) -> types.SimpleNamespace:
+    defaults = dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, micro_batch_size=1,
+                    data_parallel_size=4, global_batch_size=64, microbatch_group_size_per_vp_stage=None,
+                    step_batch_size_schedule=None, decrease_batch_size_if_needed=False)
+    return types.SimpleNamespace(**{**defaults, **fields})
+
+
+def test_a_global_batch_the_interleaved_schedule_cannot_run_is_refused_in_one_line():
+    """PP 4 with virtual stages, DP 4, MBS 1: GBS 24 gives 6 micro-batches (a last group of 2 < 4), GBS 8 gives 2
+    (fewer than the pipeline size); GBS 64 (16) runs, as does GBS 24 without virtual stages."""
+    check_interleaved_microbatches(_args())
+    check_interleaved_microbatches(_args(global_batch_size=24, virtual_pipeline_model_parallel_size=None))
+    with pytest.raises(ValueError, match=r"global batch 24 / \(micro batch 1 x data-parallel size 4\) = 6 "
+                                         r"micro-batches per step, and the 6 micro-batches per step leave a last "
+                                         r"group of 2") as refused:
+        check_interleaved_microbatches(_args(global_batch_size=24))
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=r"must lie between the pipeline size \(4\) and the micro-batches per "
+                                         r"step \(2\)"):
+        check_interleaved_microbatches(_args(global_batch_size=8))
+
+
+def test_every_size_of_a_step_batch_size_schedule_is_checked():
+    """A schedule ramping 16 -> 24 -> 64 samples: its 24 (6 micro-batches) is refused though the final size runs."""
+    with pytest.raises(ValueError, match="global batch 24 "):
+        check_interleaved_microbatches(_args(step_batch_size_schedule="0:16 1000:24 5000:64"))
+    check_interleaved_microbatches(_args(step_batch_size_schedule="0:16 1000:32 5000:64"))
+
+
+def test_a_larger_micro_batch_group_and_the_rounded_batch_are_what_megatron_runs():
+    """``--microbatch-group-size-per-virtual-pipeline-stage 6`` runs 6 micro-batches at PP 4; under
+    ``--decrease-batch-size-if-needed`` GBS 27 is rounded down to 24 before the count."""
+    check_interleaved_microbatches(_args(global_batch_size=24, microbatch_group_size_per_vp_stage=6))
+    with pytest.raises(ValueError, match="global batch 24 "):
+        check_interleaved_microbatches(_args(global_batch_size=27, decrease_batch_size_if_needed=True))
+
+
+def test_the_recipe_check_refuses_such_a_row_before_submission():
+    """``--dry-run`` / ``--submit`` run the entry's check on the row's validated arguments: a Qwen3.5 MN5 row at
+    PP 4 x VPP 2 whose batch gives 6 micro-batches per step is refused there, not at the job's first step."""
+    from dataclasses import replace
+
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    recipe = load_recipe(Path(__file__).resolve().parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
+    row = recipe.rows[0]
+    resolved = resolve_row(recipe, row)
+    assert resolved.layout.pp > 1 and resolved.layout.pp * 2 > 4  # interleaved, more than 4 stages
+    data_parallel = resolved.world_size // (resolved.layout.tp * resolved.layout.pp * resolved.layout.cp)
+    bad_batch = row.micro_batch_size * data_parallel * (resolved.layout.pp + 2)  # a last group of 2 < PP
+    bad = resolve_row(recipe, replace(row, global_batch_size=bad_batch))
+    validate_on_cluster(resolved.argv, resolved.world_size, recipe.row_env(row))
+    with pytest.raises(ValueError, match="interleaved pipeline schedule"):
+        validate_on_cluster(bad.argv, bad.world_size, recipe.row_env(row))
+
+
+def test_the_training_entry_refuses_it_before_megatron_initialises(monkeypatch, capsys):
+    """The entry runs the check on the validated arguments: one ``error:`` line, exit status 2, before ``pretrain``
+    (here PP 2 with a 4-stage layout, DP 1, GBS 3: a last group of 1 micro-batch)."""
+    import sys
+
+    import megatron.training.arguments
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_data import _Reached, entry_up_to_pretrain, parsed_with_padded_vocab
+
+    entry = entry_up_to_pretrain(monkeypatch)
+
+    def validated(**kwargs):
+        args = parsed_with_padded_vocab(**kwargs)
+        args.data_parallel_size = 1  # what validate_args derives for one node of PP 2 (it needs CUDA here)
+        args.virtual_pipeline_model_parallel_size = 2  # what validate_args derives from the 4-stage layout
+        return args
+
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", validated)
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "128",
+            "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et|t||L",
+            "--micro-batch-size", "1"]
+    assert entry.main([*argv, "--global-batch-size", "3"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "interleaved pipeline schedule" in err[0] and "last group of 1" in err[0], err
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--global-batch-size", "4"])
