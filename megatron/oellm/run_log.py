@@ -13,13 +13,15 @@ Each start of the program is a *run*: a new arguments block or an iteration numb
 resume or a requeued job appending to the same log) starts the next one. Each run keeps its own arguments (a run
 without a block of its own has the previous run's) and its own part of the log: a run is *failed* when its part shows
 an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, a Python traceback (not one of an
-exception Python ignored or a thread other than the main one raised: the program went on after those), a C++ abort, a
-fatal Python error, a segmentation fault, an NCCL error, a SLURM cancellation or a task that srun reports failed,
-unless training is seen to go on after it: two iteration lines of the run follow it, or one and then megatron's
-``[after training is done]`` or early-exit line (a handled traceback, e.g. of W&B, a ``logging.exception`` or a retried
-read, is no failure; one in the final checkpoint save, after the last iteration line, is). A run is *finished* when
-megatron's ``[after training is done]`` line follows its last iteration line. A run that stopped early on purpose
-records how (:class:`DeliberateExit`): megatron's ``[exiting program at iteration N]`` (``--exit-interval`` or
+exception Python ignored or a thread other than the main one raised: the program went on after those; torchrun's own
+only when nothing else shows why the job ended), a C++ abort, a fatal Python error, a segmentation fault, an NCCL
+error, a step SLURM ended (cancelled, a node failure included, an uncorrectable memory error, a failed job, its memory
+limit) or a task that srun reports failed, unless training is seen to go on after it: two iteration lines of the run
+follow it, or one and then megatron's ``[after training is done]`` or early-exit line (a handled traceback, e.g. of
+W&B, a ``logging.exception`` or a retried read, is no failure; one in the final checkpoint save, after the last
+iteration line, is). A run is *finished* when megatron's ``[after training is done]`` line follows its last iteration
+line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's ``[exiting program at
+iteration N]`` (``--exit-interval`` or
 ``--phase-transition-iterations``), ``[exiting program after X minutes]`` or ``Exiting during evaluation, timelimit
 reached`` (``--exit-duration-in-mins``), ``[exiting program after receiving SIGTERM.]`` (``--exit-signal-handler``) and
 ``Termination requested. Performing orderly shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with
@@ -69,8 +71,17 @@ _IGNORED_HEADER = re.compile(r"Exception ignored|Exception in thread ")
 shutdown), or one that ended a thread other than the main one (``threading.excepthook``, e.g. W&B's network-status
 thread losing its connection), which the program outlives."""
 
+_REPORT_HEADING = re.compile(r"Traceback \(most recent call last\)|During handling of the above exception|"
+                             r"The above exception was the direct cause")
+"""A line of Python's exception report that heads a traceback (of a chained exception too)."""
+
+_LAUNCHER_EXCEPTION = re.compile(r"torch\.distributed\.elastic\.[\w.]*\.(?:ChildFailedError|SignalException)\b")
+"""torchrun's own exceptions, each ending its traceback after the job went wrong elsewhere: ``ChildFailedError`` when
+a rank it started failed (that rank's output says why), ``SignalException`` when a signal reached it (SLURM ending the
+step at its time limit, srun ending the other tasks after one failed)."""
+
 FailureStatus = Callable[[re.Match, str], str]
-"""(the marker's match, the run's text) -> the row's status."""
+"""(the marker's match, the run's text) -> the row's status ('': no failure by this marker, read the next one)."""
 
 
 def _fixed(status: str) -> FailureStatus:
@@ -84,6 +95,18 @@ def _crash_status(match: re.Match, text: str) -> str:
     return f"crashed ({exception})" if exception else "crashed"
 
 
+def _program_crash_status(match: re.Match, text: str) -> str:
+    """:func:`_crash_status` of the last traceback that is not torchrun's own (:data:`_LAUNCHER_EXCEPTION`); '' when
+    every traceback is torchrun's, so that the later markers say why the job ended (SLURM's cancellation, srun's
+    report), and only failing those the last one of :data:`FAILURE_MARKERS`, torchrun's traceback itself."""
+    at = len(text)
+    while (at := text.rfind(_TRACEBACK, 0, at)) >= 0:
+        exception = exception_after(text, at)
+        if not _LAUNCHER_EXCEPTION.match(exception):
+            return f"crashed ({exception})" if exception else "crashed"
+    return ""
+
+
 def _cancel_status(match: re.Match, text: str) -> str:
     """``cancelled (time limit)`` from SLURM's ``*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***``."""
     return f"cancelled ({match['reason'].lower()})" if match["reason"] else "cancelled"
@@ -92,9 +115,11 @@ def _cancel_status(match: re.Match, text: str) -> str:
 FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), _fixed("out of memory")),
     (re.compile(r"Detected \d+ oom[-_]kill event"), _fixed("host out of memory (OOM killer)")),
+    (re.compile(r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed"),
+     _fixed("host out of memory (SLURM memory limit)")),
     (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
      _fixed("NCCL timeout")),
-    (re.compile(re.escape(_TRACEBACK)), _crash_status),
+    (re.compile(re.escape(_TRACEBACK)), _program_crash_status),
     (re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'"),
      lambda match, text: f"crashed (C++ exception {match['type']})"),
     (re.compile(r"terminate called (?:after throwing|without an active exception)"),
@@ -103,15 +128,25 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
      lambda match, text: f"crashed (Fatal Python error: {match['message'].strip()})"),
     (re.compile(r"Segmentation fault"), _fixed("crashed (segmentation fault)")),
     (re.compile(r"NCCL error"), _fixed("NCCL error")),
-    (re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?) )?\*\*\*"), _cancel_status),
+    (re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?)(?:, [^*\n]*)? )?\*\*\*"),
+     _cancel_status),
+    (re.compile(r"\bUNCORRECTABLE MEMORY ERROR AT \S+ \*\*\*"), _fixed("cancelled (uncorrectable memory error)")),
+    (re.compile(r"\bFAILED \(non-zero exit code or other failure mode\) \*\*\*"),
+     _fixed("failed (SLURM: non-zero exit code or other failure mode)")),
     (re.compile(r"srun: error: [^\n]*?(?P<tasks>tasks? [\d,-]+): (?P<how>Exited with exit code [1-9]\d*|Aborted|"
                 r"Killed|Segmentation fault|Bus error|Out Of Memory)"),
      lambda match, text: f"{match['tasks']} {match['how'].lower()} (srun)"),
+    (re.compile(re.escape(_TRACEBACK)), _crash_status),
 )
 """Log patterns that show a run failed, in priority order (an OOM also prints a traceback; a C++ abort also makes
 Python and srun report; a rank the kernel's OOM killer ended, reported by slurmstepd's ``Detected N oom_kill
 event`` and srun's ``task N: Out Of Memory``, prints nothing itself while the other ranks time out in NCCL), each
-with the row status it gives."""
+with the row status it gives. slurmstepd reports a step it ends as ``*** STEP|JOB ... CANCELLED AT ... [DUE TO
+TIME LIMIT|PREEMPTION|JOB REQUEUE|NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS] ***``, ``... UNCORRECTABLE MEMORY
+ERROR AT ... ***`` or ``... FAILED (non-zero exit code or other failure mode) ***``, and one its accounting kills
+for memory as ``... exceeded [virtual ]memory limit (N > M), being killed`` (its ``Exceeded step memory limit at
+some point`` kills nothing). torchrun's own traceback (:data:`_LAUNCHER_EXCEPTION`), printed whenever the job ends
+badly, names no cause: it counts last, when nothing else in the log does."""
 
 
 @dataclass(frozen=True)
@@ -328,36 +363,58 @@ def detect_failure(lines: list[str], live_from: int) -> str:
     or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
     text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])  # marked first: a header may precede live_from
     for pattern, status in FAILURE_MARKERS:
-        if match := pattern.search(text):
-            return status(match, text)
+        if (match := pattern.search(text)) and (found := status(match, text)):
+            return found
     return ""
 
 
 def mark_ignored_tracebacks(lines: list[str]) -> list[str]:
     """``lines`` (a copy) with the traceback header of each exception Python went on after renamed, so that it reads as no
-    crash: a traceback whose launcher prefix (``0: `` of ``srun --label``, ``[rank3]:``) printed ``Exception ignored
-    ...`` or ``Exception in thread ...`` (:data:`_IGNORED_HEADER`) as its previous line. Lines of other prefixes may
-    come between (ranks shutting down at once interleave theirs); in a log without prefixes the header must be the
-    line right before."""
-    pending: set[str] = set()  # prefixes whose last line was such a header
+    crash: a traceback that follows an ``Exception ignored ...`` or ``Exception in thread ...`` line
+    (:data:`_IGNORED_HEADER`) of its launcher prefix (``0: `` of ``srun --label``, ``[rank3]:``, or none) whose
+    traceback has not come yet. Lines of other prefixes may come between (ranks shutting down at once interleave
+    theirs), and so may lines of other exception reports of the same prefix: the ranks of a node share one prefix
+    (one srun task running torchrun), or none, and print their reports at once, line by line. Any other line of the
+    prefix ends its waiting headers, and so does the exception line of a report without a traceback."""
+    waiting: dict[str, list[int]] = {}  # prefix -> [headers awaiting their traceback, tracebacks awaiting their end]
     lines = list(lines)
     for k, line in enumerate(lines):
         at = line.find(_TRACEBACK)
-        if at >= 0 and line[:at] in pending:
-            lines[k] = line = f"{line[:at]}(ignored exception's traceback){line[at + len(_TRACEBACK):]}"
-        pending = {prefix for prefix in pending if not line.startswith(prefix)}
+        if at >= 0 and (counts := waiting.get(line[:at])):
+            if counts[0]:
+                counts[0] -= 1
+                lines[k] = f"{line[:at]}(ignored exception's traceback){line[at + len(_TRACEBACK):]}"
+            counts[1] += 1
+        for prefix, counts in list(waiting.items()):
+            kind = _report_line(line[len(prefix):]) if line.startswith(prefix) else "report"
+            if kind == "exception":  # the end of an open traceback, else of a report without one
+                counts[1 if counts[1] else 0] -= 1
+            if kind == "other" or counts == [0, 0]:
+                del waiting[prefix]
         if header := _IGNORED_HEADER.search(line):
-            pending.add(line[:header.start()])
+            waiting.setdefault(line[:header.start()], [0, 0])[0] += 1
     return lines
 
 
+def _report_line(text: str) -> str:
+    """What ``text`` (a line less its launcher prefix) is in Python's report of an exception: ``exception`` (its
+    ``Name: message`` line), ``report`` (a header, a ``Traceback`` line, a frame or source line, a blank line or a
+    chained exception's heading), else ``other``."""
+    if not text.strip() or text[0].isspace() or _IGNORED_HEADER.match(text) or _REPORT_HEADING.match(text):
+        return "report"
+    return "exception" if _EXCEPTION.match(text) else "other"
+
+
 def last_exception(text: str) -> str:
-    """``Name: message`` of the exception the last traceback ends with: the first exception line after it with the
-    traceback's launcher prefix (later ones are other output, e.g. an exception Python ignored at shutdown; other
-    prefixes are other ranks' lines printed in between); shortened, '' if none."""
+    """``Name: message`` of the exception the last traceback ends with (:func:`exception_after`), '' if none."""
     at = text.rfind(_TRACEBACK)
-    if at < 0:
-        return ""
+    return exception_after(text, at) if at >= 0 else ""
+
+
+def exception_after(text: str, at: int) -> str:
+    """``Name: message`` of the exception the traceback whose header begins at ``text[at]`` ends with: the first
+    exception line after it with the traceback's launcher prefix (later ones are other output, e.g. an exception
+    Python ignored at shutdown; other prefixes are other ranks' lines printed in between); shortened, '' if none."""
     prefix = text[text.rfind("\n", 0, at) + 1:at]
     tail = (line[len(prefix):] for line in text[at:].splitlines()[1:] if line.startswith(prefix))
     found = next((m for line in tail if (m := _EXCEPTION.match(line.strip()))), None)
