@@ -27,6 +27,7 @@ class BenchConfig:
     model: str = "qwen3.5-35b-a3b-proxy-4L"
     """Card name (a ``qwen3.5-35b-a3b`` flavour: transformers has no model for the other families' hybrids)."""
     seq_length: int = 4096
+    """Tokens per sequence, 2 to the card's ``max_position_embeddings`` (the longest training accepts)."""
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     """Micro-batch sizes, swept upwards per side until one runs out of memory."""
     warmup: int = 3
@@ -53,6 +54,9 @@ class BenchConfig:
             raise ValueError(f"unknown sides {unknown}; choose from {', '.join(SIDES)}")
         if self.seq_length < 2:
             raise ValueError(f"seq_length must be >= 2 (one next-token target at least), got {self.seq_length}")
+        if self.seq_length > card.max_position_embeddings:
+            raise ValueError(f"--seq-length {self.seq_length} exceeds {card.name}'s max_position_embeddings "
+                             f"{card.max_position_embeddings}, which training refuses; benchmark at most that")
         if not self.mbs or min(self.mbs) < 1:
             raise ValueError(f"micro-batch sizes must be positive, got {self.mbs}")
         if self.warmup < 1 or self.steps < 1:

@@ -187,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
                              steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
                              profile_dir=args.profile)
+        check_profile_dir(args.profile)  # first: the folder it creates may be where --output points
         check_output_path(args.output)
-        check_profile_dir(args.profile)
     except (CardError, ValueError) as error:
         return refuse("bench", error)
     if not torch.cuda.is_available():

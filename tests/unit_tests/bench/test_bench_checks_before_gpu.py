@@ -30,7 +30,7 @@ def test_an_override_megatron_refuses_is_an_error_line_before_the_gpu_work(
         override: str, named: str, fake_gpu: None, capsys: pytest.CaptureFixture) -> None:
     """Our TransformerConfig was first built after transformers' model was on the GPU: a misspelt field was a
     TypeError traceback there."""
-    assert main(["bench", "--model", TINY, "--mbs", "1", "--ours-config", override]) == 2
+    assert main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--ours-config", override]) == 2
     err = capsys.readouterr().err
     assert err.startswith("oellm bench: error: ") and "--ours-config" in err and named in err
     assert len(err.strip().splitlines()) == 1
@@ -38,16 +38,16 @@ def test_an_override_megatron_refuses_is_an_error_line_before_the_gpu_work(
 
 def test_the_overrides_are_checked_only_for_our_side() -> None:
     with pytest.raises(ValueError, match="--ours-config.*no_such_field"):
-        harness.BenchConfig(model=TINY, ours_overrides={"no_such_field": 1})
-    assert harness.BenchConfig(model=TINY, sides=("hf",), ours_overrides={"no_such_field": 1}).sides == ("hf",)
-    harness.BenchConfig(model=TINY, ours_overrides={"moe_token_dispatcher_type": "allgather"})
+        harness.BenchConfig(model=TINY, seq_length=128, ours_overrides={"no_such_field": 1})
+    assert harness.BenchConfig(model=TINY, seq_length=128, sides=("hf",), ours_overrides={"no_such_field": 1}).sides == ("hf",)
+    harness.BenchConfig(model=TINY, seq_length=128, ours_overrides={"moe_token_dispatcher_type": "allgather"})
 
 
 def test_a_te_side_without_transformer_engine_is_refused_before_the_gpu_work(
         fake_gpu: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(selection, "transformer_engine_import_error",
                         lambda: "ModuleNotFoundError: No module named 'transformer_engine'")
-    assert main(["bench", "--model", TINY, "--mbs", "1", "--sides", "ours,te"]) == 2
+    assert main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--sides", "ours,te"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("oellm bench: error: ") and "te side" in err and "drop te from --sides" in err
     assert len(err.strip().splitlines()) == 1
@@ -62,10 +62,10 @@ def test_a_setting_a_backend_lacks_the_kernels_for_names_that_side(sides: tuple[
     monkeypatch.setattr(selection, "te_missing_kernels", lambda **features: {})
     overrides = {"cross_entropy_fusion_impl": "te"}
     if refused is None:
-        assert harness.BenchConfig(model=TINY, sides=sides, ours_overrides=overrides).sides == sides
+        assert harness.BenchConfig(model=TINY, seq_length=128, sides=sides, ours_overrides=overrides).sides == sides
         return
     with pytest.raises(ValueError, match=f"the {refused} side cannot run with these settings.*cross_entropy_fusion_impl"):
-        harness.BenchConfig(model=TINY, sides=sides, ours_overrides=overrides)
+        harness.BenchConfig(model=TINY, seq_length=128, sides=sides, ours_overrides=overrides)
 
 
 def test_an_enum_override_is_given_by_name_and_judged_for_the_te_side(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,10 +78,10 @@ def test_an_enum_override_is_given_by_name_and_judged_for_the_te_side(monkeypatc
     monkeypatch.setattr(selection, "cuda_capability", lambda: None)
     flash = {**harness.BEST_OURS_SETTINGS, "attention_backend": "flash"}
     with pytest.raises(ValueError, match="the te side cannot run.*attention_backend=flash: Transformer Engine finds"):
-        harness.BenchConfig(model=TINY, sides=("ours", "te"), ours_overrides=flash)
-    assert harness.BenchConfig(model=TINY, sides=("ours",), ours_overrides=flash).sides == ("ours",)
+        harness.BenchConfig(model=TINY, seq_length=128, sides=("ours", "te"), ours_overrides=flash)
+    assert harness.BenchConfig(model=TINY, seq_length=128, sides=("ours",), ours_overrides=flash).sides == ("ours",)
     with pytest.raises(ValueError, match="attention_backend='fastest': choose one of flash, fused, unfused"):
-        harness.BenchConfig(model=TINY, sides=("ours",), ours_overrides={"attention_backend": "fastest"})
+        harness.BenchConfig(model=TINY, seq_length=128, sides=("ours",), ours_overrides={"attention_backend": "fastest"})
 
 
 @pytest.mark.parametrize("kind", ["file", "below a file", "read-only folder"])
@@ -97,7 +97,7 @@ def test_a_profile_folder_that_cannot_be_written_is_refused_before_the_gpu_work(
     else:
         profile = tmp_path / "ro"
         monkeypatch.setattr("os.access", lambda path, mode: Path(path) != profile)
-    assert main(["bench", "--model", TINY, "--mbs", "1", "--profile", str(profile)]) == 2
+    assert main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--profile", str(profile)]) == 2
     assert f"oellm bench: error: --profile {profile}" in capsys.readouterr().err
 
 
@@ -114,7 +114,7 @@ def test_a_writable_profile_folder_is_created_and_the_run_goes_on(tmp_path: Path
     monkeypatch.setattr(harness, "run_benchmark", capture)
     profile = tmp_path / "new" / "prof"
     with pytest.raises(KeyboardInterrupt):
-        main(["bench", "--model", TINY, "--mbs", "1", "--profile", str(profile)])
+        main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--profile", str(profile)])
     assert profile.is_dir() and configs[0].profile_dir == profile and configs[0].gpu == "h200-sxm"
 
 
