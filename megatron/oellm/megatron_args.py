@@ -23,7 +23,9 @@ def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, Fla
     """Megatron flags (name without ``--`` -> value) that define ``card``'s architecture.
 
     ``vocab_size`` overrides the card's vocabulary (e.g. the 262,144 padded OEL vocabulary). Hybrid families
-    (a linear mixer) get ``--hybrid-layer-pattern``; the others are GPT models.
+    (a linear mixer) get ``--hybrid-layer-pattern``; the others are GPT models. ``None`` (and ``False``) marks an
+    architecture flag the card leaves unset (no shared expert, no hybrid pattern, no GPT-path attention variant):
+    it renders to nothing, and the training entry refuses it beside the card's name.
     """
     flags: dict[str, FlagValue] = {
         "num-layers": card.num_layers,
@@ -53,11 +55,13 @@ def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, Fla
         "moe-router-load-balancing-type": card.moe_router_load_balancing_type,
         "moe-aux-loss-coeff": card.moe_aux_loss_coeff,
         "moe-grouped-gemm": True,
+        "moe-shared-expert-intermediate-size": card.moe_shared_expert_intermediate_size or None,
+        "moe-shared-expert-gate": card.moe_shared_expert_gate,
+        "experimental-attention-variant": None,  # GDN layers come from the hybrid pattern, not the GPT path
     }
-    if card.moe_shared_expert_intermediate_size:
-        flags["moe-shared-expert-intermediate-size"] = card.moe_shared_expert_intermediate_size
-        flags["moe-shared-expert-gate"] = card.moe_shared_expert_gate
-    if card.linear_mixer != "none":
+    if card.linear_mixer == "none":
+        flags["hybrid-layer-pattern"] = None
+    else:
         # megatron-core counts hybrid layers (mixer and MoE block each one): --num-layers is the pattern's length,
         # which validate_args would otherwise overwrite with a warning.
         flags["num-layers"] = len(card.hybrid_layer_pattern)

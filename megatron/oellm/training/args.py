@@ -149,7 +149,10 @@ def explicit_destinations(argv: Sequence[str]) -> set[str]:
 
 
 def _flag_destinations(parser: argparse.ArgumentParser, name: str, value: FlagValue) -> set[str]:
-    """Destinations that the flag ``--name`` writes (a boolean flag is looked up by its bare form)."""
+    """Destinations that the flag ``--name`` writes (a boolean flag is looked up by its bare form, a ``None`` one,
+    which has no value to parse, by its option)."""
+    if value is None:
+        return {action.dest for action in parser._actions if f"--{name}" in action.option_strings}
     argv = [f"--{name}"] if isinstance(value, bool) else flags_to_argv({name: value})
     return {dest for dest, got in vars(parser.parse_args(argv)).items() if got is not _UNSET}
 
@@ -165,7 +168,9 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
     """Fill the ``--oellm-model`` card's architecture flags into ``argv`` where the user gave none.
 
     Returns None when ``argv`` names no model. Raises :class:`CardFlagConflict` when a flag the user passed has
-    another value than the card's, and :class:`megatron.oellm.cards.CardError` for an unknown model name.
+    another value than the card's, or sets one the card leaves unset (``None`` in
+    :func:`~megatron.oellm.megatron_args.model_flags`: the model is built from the card, without it), and
+    :class:`megatron.oellm.cards.CardError` for an unknown model name.
     """
     user = parse_oellm_argv(argv)
     if user.oellm_model is None:
@@ -185,19 +190,18 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
     sentinel = _sentinel_parser()
     filled: dict[str, FlagValue] = {}
     for name, value in flags.items():
-        if value is None:
-            continue
         dests = _flag_destinations(sentinel, name, value)
         given = dests & explicit
         if not given:
-            filled[name] = value
+            if value is not None:
+                filled[name] = value
             continue
         for dest in sorted(given):
             if architecture_value(dest, getattr(user, dest)) != architecture_value(dest, card_values[dest]):
+                card_has = "leaves it unset" if value is None else f"has {dest}={card_values[dest]!r}"
                 raise CardFlagConflict(
                     f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
-                    f"has {dest}={card_values[dest]!r}; drop --{name} (the card fills it in) or pick a card "
-                    "that matches"
+                    f"{card_has}; drop --{name} (the card fills in its architecture) or pick a card that matches"
                 )
     return MergedArgv(argv=list(argv) + flags_to_argv(filled), card=card, filled=filled)
 

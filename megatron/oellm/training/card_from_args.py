@@ -88,6 +88,13 @@ _UNEXPRESSIBLE: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("position_embedding_type", lambda value: value in (None, "rope"), "position embeddings other than RoPE"),
     ("use_rope_scaling", lambda value: not value, "RoPE frequency scaling"),
     ("rotary_seq_len_interpolation_factor", lambda value: value in (None, 1), "RoPE position interpolation"),
+    ("rotary_interleaved", lambda value: not value, "interleaved RoPE"),
+    ("qk_l2_norm", lambda value: not value, "L2-normalised queries and keys"),
+    ("softmax_type", lambda value: value in (None, "vanilla"), "an attention softmax with an offset or sink"),
+    ("apply_residual_connection_post_layernorm", lambda value: not value, "residual connections after the norm"),
+    ("moe_latent_size", lambda value: value is None, "latent projections around the routed experts"),
+    ("moe_router_score_function", lambda value: value in (None, "softmax"), "a router score other than softmax"),
+    ("moe_router_topk_scaling_factor", lambda value: value in (None, 1), "scaled routing weights"),
 )
 """(Megatron argument, test of a value a card describes, what another value means): flags whose other values build
 an architecture no card family has. A missing argument (a log of another Megatron version) is not refused."""
@@ -141,6 +148,10 @@ def card_from_megatron_args(args: argparse.Namespace, name: str = FLAGS_CARD_NAM
         raise ValueError("without --oellm-model the model is read from Megatron's flags, and the card families are "
                          "MoE models: give --num-experts (or --oellm-model NAME)")
     check_expressible(args)
+    vocab_size = args.vocab_size or getattr(args, "padded_vocab_size", None)  # the tokenizer's, once megatron built it
+    if not vocab_size:
+        raise ValueError("without --oellm-model the model is read from Megatron's flags, and neither they nor a built "
+                         "tokenizer name a vocabulary: give --vocab-size (or --oellm-model NAME)")
     family, num_layers, linear_fields = _linear_fields(args)
     query_groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
     return ModelCard(
@@ -148,7 +159,7 @@ def card_from_megatron_args(args: argparse.Namespace, name: str = FLAGS_CARD_NAM
         family=family,
         num_layers=num_layers,
         hidden_size=args.hidden_size,
-        vocab_size=args.vocab_size,
+        vocab_size=vocab_size,
         num_attention_heads=args.num_attention_heads,
         num_query_groups=query_groups,
         kv_channels=args.kv_channels or args.hidden_size // args.num_attention_heads,
