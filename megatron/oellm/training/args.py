@@ -199,6 +199,9 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
         for dest in sorted(given):
             if architecture_value(dest, getattr(user, dest)) != architecture_value(dest, card_values[dest]):
                 card_has = "leaves it unset" if value is None else f"has {dest}={card_values[dest]!r}"
+                if dest == "num_layers" and card.linear_mixer != "none":
+                    card_has += (f" (megatron counts a hybrid model's mixers and MoE blocks as layers: the card's "
+                                 f"{card.num_layers} decoder layers are {card_values[dest]})")
                 raise CardFlagConflict(
                     f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
                     f"{card_has}; drop --{name} (the card fills in its architecture) or pick a card that matches"

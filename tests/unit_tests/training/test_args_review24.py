@@ -40,3 +40,15 @@ def test_flags_the_card_sets_are_still_filled_in_and_unset_ones_are_not():
     assert merged.argv.count("--num-experts") == 1 and merged.card == get_card(GPT)
     hybrid = merge_card_flags(["--oellm-model", HYBRID, "--moe-shared-expert-intermediate-size", "48"])
     assert hybrid.argv.count("--moe-shared-expert-intermediate-size") == 1
+
+
+def test_a_hybrid_cards_decoder_layer_count_as_num_layers_is_explained():
+    """``--num-layers 40`` beside Qwen3.5 (40 decoder layers) conflicts with megatron's hybrid count of 80 (a mixer
+    and an MoE block per decoder layer); the refusal says so instead of only naming 80."""
+    card = get_card("qwen3.5-35b-a3b")
+    with pytest.raises(CardFlagConflict, match=r"num_layers=80 \(megatron counts a hybrid model's mixers and MoE "
+                                               r"blocks as layers: the card's 40 decoder layers are 80\)"):
+        merge_card_flags(["--oellm-model", card.name, "--num-layers", str(card.num_layers)])
+    with pytest.raises(CardFlagConflict) as plain:
+        merge_card_flags(["--oellm-model", "qwen3-30b-a3b", "--num-layers", "40"])
+    assert "megatron counts" not in str(plain.value)
