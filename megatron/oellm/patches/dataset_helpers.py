@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
+from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
 
 
 def prebuilt_helpers_available() -> bool:
@@ -26,11 +26,15 @@ def prebuilt_helpers_available() -> bool:
 def apply() -> bool:
     """Make ``compile_helpers`` a no-op when the prebuilt helpers import; True if the patch was applied.
 
-    Only on :data:`PATCHED_RELEASE`; any other release keeps upstream's behaviour. Idempotent.
+    Only on :data:`PATCHED_RELEASE`; any other release keeps upstream's behaviour, with a warning. Idempotent.
     """
     from megatron.core.datasets import utils
 
-    if megatron_core_release() != PATCHED_RELEASE or not prebuilt_helpers_available():
+    if not prebuilt_helpers_available():
+        return False
+    release = megatron_core_release()
+    if release != PATCHED_RELEASE:
+        warn_not_applied(release, "dataset-helpers-prebuilt")
         return False
     original = utils.compile_helpers
     if getattr(original, "oellm_patched", False):

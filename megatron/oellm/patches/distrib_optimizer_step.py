@@ -22,7 +22,7 @@ import functools
 
 import torch
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
+from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
 
 
 def has_state(optimizer: torch.optim.Optimizer) -> bool:
@@ -34,12 +34,16 @@ def has_state(optimizer: torch.optim.Optimizer) -> bool:
 def apply() -> bool:
     """Wrap the three methods on :data:`PATCHED_RELEASE` without Apex/TE; True if applied.
 
-    Any other release, or an environment with Apex or TE (where upstream keeps the step in the param groups), keeps
-    upstream's methods. Idempotent.
+    Any other release (with a warning), or an environment with Apex or TE (where upstream keeps the step in the param
+    groups), keeps upstream's methods. Idempotent.
     """
     from megatron.core.optimizer import distrib_optimizer
 
-    if megatron_core_release() != PATCHED_RELEASE or distrib_optimizer.HAVE_APEX_OR_TE:
+    if distrib_optimizer.HAVE_APEX_OR_TE:
+        return False
+    release = megatron_core_release()
+    if release != PATCHED_RELEASE:
+        warn_not_applied(release, "distrib-optimizer-step")
         return False
     cls = distrib_optimizer.DistributedOptimizer
     if getattr(cls.state_dict, "oellm_patched", False):

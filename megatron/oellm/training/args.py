@@ -25,7 +25,7 @@ from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_pars
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0, "eval-interval": 1000}
 """Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
 0.1), yet dropout is a training choice, not architecture, so a given value is no conflict. ``--eval-interval``
-defaults to None in megatron-core 0.19.2, whose sample count for real (non-mock) data then divides by it and fails
+defaults to None in megatron-core 0.19.2, whose sample count for any training run (mock data too) then divides by it and fails
 even with ``--eval-iters 0`` (patches/eval-interval-none.md); 1000 is Megatron-LM's earlier default."""
 
 
