@@ -75,10 +75,12 @@ _REPORT_HEADING = re.compile(r"Traceback \(most recent call last\)|During handli
                              r"The above exception was the direct cause")
 """A line of Python's exception report that heads a traceback (of a chained exception too)."""
 
-_LAUNCHER_EXCEPTION = re.compile(r"torch\.distributed\.elastic\.[\w.]*\.(?:ChildFailedError|SignalException)\b")
-"""torchrun's own exceptions, each ending its traceback after the job went wrong elsewhere: ``ChildFailedError`` when
-a rank it started failed (that rank's output says why), ``SignalException`` when a signal reached it (SLURM ending the
-step at its time limit, srun ending the other tasks after one failed)."""
+_LAUNCHER_EXCEPTION = re.compile(r"torch\.distributed\.elastic\.[\w.]*\.(?:ChildFailedError|SignalException)\b|"
+                                 r"RuntimeError: DataLoader worker \(pid \d+\) is killed by signal: Terminated")
+"""Exceptions that end a traceback after the job went wrong elsewhere: torchrun's own, ``ChildFailedError`` when a
+rank it started failed (that rank's output says why), ``SignalException`` when a signal reached it (SLURM ending the
+step at its time limit, srun ending the other tasks after one failed); and a rank's ``DataLoader worker ... is
+killed by signal: Terminated``, the same SIGTERM reaching its data-loader workers first."""
 
 FailureStatus = Callable[[re.Match, str], str]
 """(the marker's match, the run's text) -> the row's status ('': no failure by this marker, read the next one)."""
@@ -96,9 +98,10 @@ def _crash_status(match: re.Match, text: str) -> str:
 
 
 def _program_crash_status(match: re.Match, text: str) -> str:
-    """:func:`_crash_status` of the last traceback that is not torchrun's own (:data:`_LAUNCHER_EXCEPTION`); '' when
-    every traceback is torchrun's, so that the later markers say why the job ended (SLURM's cancellation, srun's
-    report), and only failing those the last one of :data:`FAILURE_MARKERS`, torchrun's traceback itself."""
+    """:func:`_crash_status` of the last traceback that does not follow from the job ending elsewhere
+    (:data:`_LAUNCHER_EXCEPTION`); '' when every traceback does, so that the later markers say why the job ended
+    (SLURM's cancellation, srun's report), and only failing those the last one of :data:`FAILURE_MARKERS`, such a
+    traceback itself."""
     at = len(text)
     while (at := text.rfind(_TRACEBACK, 0, at)) >= 0:
         exception = exception_after(text, at)
@@ -145,8 +148,8 @@ with the row status it gives. slurmstepd reports a step it ends as ``*** STEP|JO
 TIME LIMIT|PREEMPTION|JOB REQUEUE|NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS] ***``, ``... UNCORRECTABLE MEMORY
 ERROR AT ... ***`` or ``... FAILED (non-zero exit code or other failure mode) ***``, and one its accounting kills
 for memory as ``... exceeded [virtual ]memory limit (N > M), being killed`` (its ``Exceeded step memory limit at
-some point`` kills nothing). torchrun's own traceback (:data:`_LAUNCHER_EXCEPTION`), printed whenever the job ends
-badly, names no cause: it counts last, when nothing else in the log does."""
+some point`` kills nothing). torchrun's own traceback and a data-loader worker's SIGTERM (:data:`_LAUNCHER_EXCEPTION`),
+printed whenever the job ends badly, name no cause: they count last, when nothing else in the log does."""
 
 
 @dataclass(frozen=True)

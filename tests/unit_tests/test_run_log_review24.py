@@ -198,3 +198,26 @@ def test_torchruns_traceback_alone_still_marks_the_row(args):
     status = summarise(parse_log_text(_text(args, times, 20, tail=[TORCHRUN_SIGNAL])), Window(), 4).status
     assert status.startswith("crashed (torch.distributed.elastic.multiprocessing.api.SignalException: Process 111")
     assert status.endswith(" at iteration 12")
+
+
+DATALOADER_SIGTERM = """\
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/dist-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler
+    _error_if_any_worker_fails()
+RuntimeError: DataLoader worker (pid {pid}) is killed by signal: Terminated. """
+
+
+def test_a_data_loader_worker_ended_by_the_jobs_sigterm_does_not_hide_the_cancellation(args):
+    """SLURM's SIGTERM at the time limit reaches a rank's data-loader workers too; the rank then raises 'DataLoader
+    worker (pid N) is killed by signal: Terminated.', which read as the row's crash instead of the time limit. Alone
+    (no SLURM line) it still marks the row; a worker killed by another signal is a crash of its own."""
+    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    worker = DATALOADER_SIGTERM.format(pid=random.randint(1000, 99999))
+    cancelled = "slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
+    assert summarise(parse_log_text(_text(args, times, 20, tail=[worker, cancelled, TORCHRUN_SIGNAL])), Window(),
+                     4).status == "cancelled (time limit) at iteration 12"
+    alone = summarise(parse_log_text(_text(args, times, 20, tail=[worker])), Window(), 4).status
+    assert alone.startswith("crashed (RuntimeError: DataLoader worker (pid ") and alone.endswith(" at iteration 12")
+    killed = worker.replace("Terminated", "Killed")
+    status = summarise(parse_log_text(_text(args, times, 20, tail=[killed, cancelled])), Window(), 4).status
+    assert status.startswith("crashed (RuntimeError: DataLoader worker") and "Killed" in status
