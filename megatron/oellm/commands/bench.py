@@ -202,12 +202,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutdown_single_gpu_runtime()
     data = report.to_dict()
-    if args.output is not None:
-        args.output.write_text(json.dumps(data, indent=2))
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         print_report(report)
+    if args.output is not None:  # after the figures are on stdout: a full disk or a lost quota keeps them there
+        try:
+            args.output.write_text(json.dumps(data, indent=2))
+        except OSError as error:
+            return refuse("bench", f"cannot write the report to --output {args.output} ({error}); the figures are "
+                          "printed above", status=1)
     failed = report.failed_sides()
     if failed:
         return refuse("bench", f"side(s) {', '.join(failed)} failed (see the report); the other figures stand",

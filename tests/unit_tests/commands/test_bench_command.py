@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,37 @@ def test_report_prints_one_ratio_line_per_pair_that_measured(capsys: pytest.Capt
     ratio = (2 * 4096 / 0.1) / (4 * 4096 / 0.16)
     assert lines == [f"best MBS: ours 2 ({2 * 4096 / 0.1:,.0f} tokens/s), te 4 ({4 * 4096 / 0.16:,.0f} tokens/s): "
                      f"ours / te = {ratio:.2f}x"]  # hf measured nothing: no ratio against it
+
+
+def test_a_report_file_that_cannot_be_written_keeps_the_printed_figures(monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture,
+                                                                        tmp_path) -> None:
+    """The figures are printed before the ``--output`` file is written: a write failing after the run (a full disk,
+    a lost quota) is one error line with exit status 1, and the table is on stdout instead of lost to a traceback."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from megatron.oellm import runtime
+    from megatron.oellm.bench import harness
+    from megatron.oellm.bench.harness import BenchReport
+    from megatron.oellm.bench.measure import StepTimes, summary, throughput
+
+    config = BenchConfig(sides=("ours",))
+    step_ms = random.uniform(80.0, 120.0)
+    results = [throughput("ours", 1, 4096, StepTimes((step_ms,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
+    report = BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
+                         peak_tflops=989.0, settings={"ours": {"backend": "torch"}}, results=results,
+                         summary=summary(results, config.sides))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: report)
+    monkeypatch.setattr(runtime, "shutdown_single_gpu_runtime", lambda: None)
+
+    def disk_full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    assert main(["bench", "--sides", "ours", "--mbs", "1", "--output", str(tmp_path / "report.json")]) == 1
+    captured = capsys.readouterr()
+    assert f"{4096 / (step_ms / 1000):,.0f}" in captured.out
+    assert captured.err.count("\n") == 1 and "No space left on device" in captured.err
