@@ -3,10 +3,11 @@
 The entry takes Megatron-LM's own flags (so experiment YAMLs that map keys one-to-one onto Megatron flags keep
 working) plus ``--oellm-model NAME`` and ``--oellm-backend``. The card's architecture flags
 (:func:`megatron.oellm.megatron_args.model_flags`) fill in every flag the user did not pass; a flag the user passed
-with a value that contradicts the card is an error naming both values. ``--vocab-size`` is the one exception: it
-selects the tokenizer's vocabulary and re-vocabularies the card (:meth:`ModelCard.with_vocab`), as recipes do.
-:func:`with_training_defaults` fills in :data:`TRAINING_DEFAULTS` (no dropout) where not given, with or without
-a card.
+with a value that contradicts the card, or that sets one the card leaves unset, is an error naming both.
+``--vocab-size`` is the one exception: it selects the tokenizer's vocabulary and re-vocabularies the card
+(:meth:`ModelCard.with_vocab`), as recipes do.
+:func:`with_training_defaults` fills in :data:`TRAINING_DEFAULTS` (no dropout, ``--eval-interval 1000``) where not
+given, with or without a card.
 """
 
 from __future__ import annotations
