@@ -41,6 +41,9 @@ NCCL_CHANNEL_VARIABLES = ("NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS")
 """NCCL variables whose large values make NCCL reserve GPU memory outside PyTorch's allocator."""
 NCCL_CHANNEL_LIMIT = 4
 """Largest channel count that keeps NCCL's own buffers small (measured on MareNostrum 5 H100 nodes)."""
+NCCL_CHANNEL_SMALLEST = {"NCCL_NCHANNELS_PER_PEER": 1, "NCCL_MIN_NCHANNELS": 0}
+"""Smallest value of each channel variable that NCCL takes as meant: a minimum of 0 channels is NCCL's own default
+(``ncclMinNchannels``), a peer needs at least one channel."""
 
 FLA_BAD_TRITON_FROM = Version("3.4.0")
 """First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
@@ -131,9 +134,10 @@ class EnvironmentReport:
     """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
     hybrid_ep: bool | None = None
     """``deep_ep`` declares ``HybridEPBuffer`` (its hybrid-ep branch, which megatron-core imports); None if no deep_ep."""
-    grad_accum_fusion_findable: bool = True
-    """apex's ``fused_weight_gradient_mlp_cuda`` extension can be found on ``sys.path`` (located, not imported): the
-    kernel megatron-core's own parallel linears (the output layer) need under Megatron's default
+    grad_accum_fusion_available: bool = True
+    """apex's ``fused_weight_gradient_mlp_cuda`` extension imports after torch in a fresh interpreter, as
+    megatron-core decides it (an extension built against another torch is on ``sys.path`` but raises ImportError):
+    the kernel megatron-core's own parallel linears (the output layer) need under Megatron's default
     ``--gradient-accumulation-fusion``."""
     megatron_core_path: str | None = None
     """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
@@ -241,6 +245,17 @@ def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAt
     except (ValueError, KeyError, TypeError, AttributeError):  # something else printed last
         return None, f"the probe's last line is not its report: {lines[-1][:200]!r}"
     return FlashAttentionFound(accepted, rejected), None
+
+
+GRAD_ACCUM_FUSION_MODULE = "fused_weight_gradient_mlp_cuda"
+"""apex's extension whose import decides megatron-core's ``_grad_accum_fusion_available``."""
+
+
+def _grad_accum_fusion_available() -> bool:
+    """Whether apex's :data:`GRAD_ACCUM_FUSION_MODULE` imports after torch, in a fresh interpreter (it loads native
+    libraries); not imported where it cannot be found."""
+    return (_module_findable(GRAD_ACCUM_FUSION_MODULE)
+            and _import_error_in_subprocess(f"torch, {GRAD_ACCUM_FUSION_MODULE}") is None)
 
 
 def _typing_override_provided() -> bool:
@@ -386,7 +401,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
         nvcc_path=_find_nvcc(env),
         hybrid_ep=deep_ep_declares_hybrid_ep(),
-        grad_accum_fusion_findable=_module_findable("fused_weight_gradient_mlp_cuda"),
+        grad_accum_fusion_available=_grad_accum_fusion_available(),
         megatron_core_path=core_path,
         te_flash_attention=te_flash_attention,
         te_flash_attention_error=te_flash_attention_error,
@@ -477,15 +492,15 @@ def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) 
                         "Transformer Engine is not installed: --oellm-backend auto uses the torch-native backend.")]
     if report.transformer_engine_import_error is None:
         imports = f"Transformer Engine {version} imports: --oellm-backend auto uses it"
-        if report.grad_accum_fusion_findable:
+        if report.grad_accum_fusion_available:
             return [Finding("ok", "transformer-engine", f"{imports}.")]
         return [Finding("warning", "transformer-engine",
-                        f"{imports}; apex's fused_weight_gradient_mlp_cuda extension is missing, which megatron-core's "
-                        "output layer needs under Megatron's default gradient accumulation fusion, so the training "
-                        "entry refuses te-backend runs without --no-gradient-accumulation-fusion (`oellm recipe "
-                        "--local` adds it).",
-                        "install apex with its CUDA extensions (--cpp_ext --cuda_ext), or pass "
-                        "--no-gradient-accumulation-fusion")]
+                        f"{imports}; apex's fused_weight_gradient_mlp_cuda extension is missing or does not import "
+                        "(built against another torch?), which megatron-core's output layer needs under Megatron's "
+                        "default gradient accumulation fusion, so the training entry refuses te-backend runs without "
+                        "--no-gradient-accumulation-fusion (`oellm recipe --local` adds it).",
+                        "install apex with its CUDA extensions (--cpp_ext --cuda_ext), built against this torch, or "
+                        "pass --no-gradient-accumulation-fusion")]
     repair = ("a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
               "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch")
     broken = (f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
@@ -558,16 +573,18 @@ def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> li
     findings = []
     for variable in NCCL_CHANNEL_VARIABLES:
         raw = env.get(variable)
-        if raw is None:
-            findings.append(Finding("ok", variable, f"{variable} is unset (NCCL default)."))
+        if not raw:  # NCCL reads an empty variable as an unset one
+            state = "unset" if raw is None else "empty, which NCCL reads as unset"
+            findings.append(Finding("ok", variable, f"{variable} is {state} (NCCL default)."))
             continue
         try:
             value = int(raw.strip())
         except ValueError:
             value = None
-        if value is None or value < 1:  # NCCL needs at least one channel; a non-number or 0 or less is a typo
-            findings.append(Finding("error", variable, f"{variable}={raw!r} is not a positive integer.",
-                                    f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)"))
+        smallest = NCCL_CHANNEL_SMALLEST[variable]
+        if value is None or value < smallest:  # a non-number or a count below the smallest NCCL means is a typo
+            findings.append(Finding("error", variable, f"{variable}={raw!r} is not a whole number of {smallest} or "
+                                    "more.", f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)"))
             continue
         if value > NCCL_CHANNEL_LIMIT:
             findings.append(Finding(
@@ -674,27 +691,41 @@ def _recipe_bases_text(bases: tuple[str, ...]) -> str:
 
 def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The recipes of ``examples/oellm/`` dispatch MoE tokens with HybridEP (``deep_ep.HybridEPBuffer``, DeepEP's
-    hybrid-ep branch); without it the training entry refuses such a run at start, after its wait in the queue. A
-    warning, not an error: the all-to-all dispatcher, DeepEP's own (``deepep``) and dense models need no HybridEP."""
+    hybrid-ep branch), some rows with DeepEP's own ``deepep`` backend (``deep_ep`` alone). Said as the training entry
+    judges it (:func:`megatron.oellm.training.dispatcher.flex_dispatcher_problem`): without deep_ep it refuses both
+    backends at start, after the job's wait in the queue; with DeepEP's main branch only hybridep; where deep_ep's
+    ``__init__`` cannot be read it lets both through, and megatron-core raises on a missing HybridEPBuffer only as it
+    builds the MoE layers. A warning, not an error: the all-to-all dispatcher and dense models need neither."""
     name = "hybrid-ep"
     deep_ep = report.versions.get("deep-ep")
     if report.hybrid_ep:
         return [Finding("ok", name, f"deep_ep {deep_ep} has HybridEPBuffer: the flex dispatcher's hybridep backend "
                         "(the examples/oellm/ recipes') can run.")]
-    if deep_ep is None:
-        missing = "DeepEP (deep_ep) is not installed"
-    elif report.hybrid_ep is False:
-        missing = f"deep_ep {deep_ep} has no HybridEPBuffer (DeepEP's main branch; HybridEP is on its hybrid-ep branch)"
-    else:
-        missing = f"deep_ep {deep_ep} is installed, but whether it has HybridEPBuffer could not be read"
     bases = _recipe_bases_text(HYBRID_EP_RECIPE_BASES)
+    image = "use the image of the Dockerfile's hybridep target (docker build --target hybridep .; docs/container.md)"
+    alltoall = 'moe-token-dispatcher-type = "alltoall"'
+    if deep_ep is None:
+        return [Finding(
+            "warning", name,
+            "DeepEP (deep_ep) is not installed, so runs with --moe-token-dispatcher-type flex "
+            f"--moe-flex-dispatcher-backend hybridep or deepep are refused at start: those of the recipes extending "
+            f"{bases}, except rows that switch to the all-to-all dispatcher, which needs neither.",
+            f"{image}, or set {alltoall} in the recipe's flags")]
+    rows = (f"those of the recipes extending {bases}, except rows that switch to the all-to-all dispatcher or to "
+            "DeepEP's own backend, which need no HybridEP")
+    way_out = f"{image}, or set moe-flex-dispatcher-backend = \"deepep\" or {alltoall} in the recipe's flags"
+    if report.hybrid_ep is False:
+        return [Finding(
+            "warning", name,
+            f"deep_ep {deep_ep} has no HybridEPBuffer (DeepEP's main branch; HybridEP is on its hybrid-ep branch), so "
+            f"runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep are refused at start: "
+            f"{rows}.", way_out)]
     return [Finding(
         "warning", name,
-        f"{missing}, so runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep are "
-        f"refused at start: those of the recipes extending {bases}, except rows that switch to the all-to-all "
-        "dispatcher, which does not need it.",
-        "use the image of the Dockerfile's hybridep target (docker build --target hybridep .; docs/container.md), or "
-        "set moe-token-dispatcher-type = \"alltoall\" in the recipe's flags")]
+        f"deep_ep {deep_ep} is installed, but whether it has HybridEPBuffer could not be read, nor can the training "
+        "entry read it: if it lacks it, runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend "
+        f"hybridep start and fail when megatron-core builds the MoE layers, on every rank after GPU set-up: {rows}.",
+        way_out)]
 
 
 FLASH_ATTENTION_RECIPE_BASES = ("_mn5.toml",)
