@@ -12,6 +12,7 @@ import pytest
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
 from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args, _random_times
+from tests.unit_tests.test_tables_log_formats import _ignored_at_shutdown
 
 DONE = "[after training is done] datetime: 2026-10-19 12:10:00.000000 "
 
@@ -27,16 +28,6 @@ def _text(args: dict, times: list[float], total: int, prefix: str = "", tail: li
     lines = _args_block(args) + [_iteration_line(i, total, args["global_batch_size"], ms, 130.0)
                                  for i, ms in enumerate(times, start=1)]
     return "\n".join([prefix + line for line in lines] + list(tail))
-
-
-def _ignored_report(prefix: str) -> list[str]:
-    """One rank's report of the exception its DataLoader raised in ``__del__`` at interpreter shutdown: Python
-    ignored it and went on (see ``test_tables_megatron_logs.IGNORED``)."""
-    return [f"{prefix}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a2c1e8ca0>",
-            f"{prefix}Traceback (most recent call last):",
-            f'{prefix}  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
-            f"{prefix}    self._shutdown_workers()",
-            f"{prefix}AssertionError: can only test a child process"]
 
 
 def _line_by_line(reports: list[list[str]]) -> list[str]:
@@ -60,8 +51,8 @@ def test_ignored_exceptions_of_ranks_of_one_node_printed_together_are_no_crash(a
     the node's ``srun --label``). A rank's ``Traceback`` then follows another rank's header, not its own, and the
     finished run was 'crashed (AssertionError: can only test a child process)' with no numbers."""
     times = _random_times(10, random.uniform(60_000.0, 90_000.0))
-    reports = [_ignored_report(prefix) for _ in range(random.randint(2, 4))]
-    first, second = _ignored_report(prefix), _ignored_report(prefix)
+    reports = [_ignored_at_shutdown(prefix) for _ in range(random.randint(2, 4))]
+    first, second = _ignored_at_shutdown(prefix), _ignored_at_shutdown(prefix)
     ends_first = [first[0], second[0], *first[1:], *second[1:]]  # one report ends before the other's traceback
     header_late = [*first[:2], second[0], *first[2:], *second[1:]]  # a header after the other's traceback
     for shutdown in (_line_by_line(reports), _shuffled(reports), ends_first, header_late):
@@ -80,12 +71,12 @@ def test_a_crash_among_ignored_exceptions_of_one_node_still_counts(args, prefix)
     times = _random_times(12, random.uniform(60_000.0, 90_000.0))
     crash = [f"{prefix}Traceback (most recent call last):", f'{prefix}  File "train.py", line 9, in <module>',
              f"{prefix}RuntimeError: boom"]
-    reports = [_ignored_report(prefix) for _ in range(random.randint(1, 3))]
+    reports = [_ignored_at_shutdown(prefix) for _ in range(random.randint(1, 3))]
     for shutdown in (_line_by_line([*reports, crash + [f"{prefix}"] * 2]), _shuffled([*reports, crash])):
         log = parse_log_text(_text(args, times, 20, prefix, shutdown))
         assert log.runs[-1].failure.startswith("crashed"), shutdown
         assert summarise(log, Window(), 4).status.endswith(" at iteration 12")
-    header = _ignored_report(prefix)[0]
+    header = _ignored_at_shutdown(prefix)[0]
     ordinary = [header, f"{prefix}INFO:megatron.core.utils:saving the last samples", *crash]
     assert parse_log_text(_text(args, times, 20, prefix, ordinary)).runs[-1].failure == "crashed (RuntimeError: boom)"
     without_traceback = [f"{prefix}Exception ignored in: <_io.TextIOWrapper name='<stdout>' mode='w' encoding='utf-8'>",
