@@ -65,6 +65,7 @@ _EXITS: tuple[tuple[re.Pattern, str], ...] = (
 _EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
 
 _TRACEBACK = "Traceback (most recent call last)"
+_TRACEBACK_MARKER = re.compile(re.escape(_TRACEBACK))
 _IGNORED_HEADER = re.compile(r"Exception ignored|Exception in thread ")
 """Python's report of an exception it went on after begins with one of these lines, then the traceback: one it ignored
 (a ``__del__`` or atexit callback, e.g. the DataLoader's ``AssertionError: can only test a child process`` at
@@ -122,7 +123,7 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
      _fixed("host out of memory (SLURM memory limit)")),
     (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
      _fixed("NCCL timeout")),
-    (re.compile(re.escape(_TRACEBACK)), _program_crash_status),
+    (_TRACEBACK_MARKER, _program_crash_status),
     (re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'"),
      lambda match, text: f"crashed (C++ exception {match['type']})"),
     (re.compile(r"terminate called (?:after throwing|without an active exception)"),
@@ -139,7 +140,7 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"srun: error: [^\n]*?(?P<tasks>tasks? [\d,-]+): (?P<how>Exited with exit code [1-9]\d*|Aborted|"
                 r"Killed|Segmentation fault|Bus error|Out Of Memory)"),
      lambda match, text: f"{match['tasks']} {match['how'].lower()} (srun)"),
-    (re.compile(re.escape(_TRACEBACK)), _crash_status),
+    (_TRACEBACK_MARKER, _crash_status),
 )
 """Log patterns that show a run failed, in priority order (an OOM also prints a traceback; a C++ abort also makes
 Python and srun report; a rank the kernel's OOM killer ended, reported by slurmstepd's ``Detected N oom_kill
