@@ -56,7 +56,8 @@ def positive_tflops(text: str) -> float:
 
 
 def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Megatron ``extra_args_provider``: add the OEL arguments (model card, backend) to Megatron's parser."""
+    """Megatron ``extra_args_provider``: add the OEL arguments (model card, backend) to Megatron's parser, and turn
+    off the data loader's attention mask, which no model built here reads."""
     group = parser.add_argument_group(title="OpenEuroLLM")
     group.add_argument(
         "--oellm-model",
@@ -79,6 +80,10 @@ def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="peak dense TFLOP/s per GPU for the MFU of the [oellm] throughput line (default: the "
         "nominal peak of a known GPU, else no MFU)",
     )
+    # megatron builds a [1, seq, seq] causal mask per sample in the data loader by default (576 MiB at seq 24k),
+    # stacks it per micro-batch and copies it to the GPU; no layer of either backend reads it (causal attention
+    # kernels, GDN takes none), so this entry never makes it. --no-create-attention-mask-in-dataloader stays valid.
+    parser.set_defaults(create_attention_mask_in_dataloader=False)
     return parser
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.megatron_args import megatron_parser
 from megatron.oellm.training import data
 from megatron.oellm.training.args import parse_oellm_argv
 
@@ -160,6 +161,20 @@ def test_data_flags_reach_the_dataset_config(monkeypatch, flags, field, value):
     args = parse_oellm_argv(argv)
     args.data_parallel_size = 1
     assert getattr(data.dataset_config(args), field) == value
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-create-attention-mask-in-dataloader"]])
+def test_the_loader_makes_no_attention_mask(monkeypatch, flags):
+    """megatron's default made a [1, seq, seq] causal mask per sample (576 MiB at seq 24k), stacked it per
+    micro-batch and copied it to the GPU, where no layer of either backend reads it."""
+    import megatron.training
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    assert megatron_parser().parse_args([]).create_attention_mask_in_dataloader  # megatron's own default
+    monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
+    args = parse_oellm_argv(["--seq-length", "128", "--mock-data", *flags])
+    args.data_parallel_size = 1
+    assert data.dataset_config(args).create_attention_mask is False
 
 
 def test_per_dataset_sequences_reach_the_dataset_config(monkeypatch, tmp_path):
