@@ -34,6 +34,10 @@ REFERENCE_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflo
 (:mod:`megatron.oellm.recipes.timing`), so a misspelt one would silently leave the row's time limit unchecked."""
 
 
+CONTAINER_RUNTIMES = ("apptainer", "singularity")
+"""Commands ``cluster.container_runtime`` may name. Both take ``exec --nv --bind``; each passes a host variable
+``<RUNTIME>ENV_<NAME>`` into the container as ``NAME`` (``APPTAINERENV_`` / ``SINGULARITYENV_``)."""
+
 MAX_TCP_PORT = 65535
 """The largest ``cluster.master_port``: torchrun's rendezvous listens on a TCP port."""
 
@@ -79,7 +83,10 @@ class ClusterSettings:
     gpus_per_node: int
     """GPUs per node (MN5 H100 and Jupiter GH200: 4)."""
     image: str
-    """Apptainer image (``.sif``) the job runs in; build it from the repository's Dockerfile."""
+    """Apptainer / Singularity image (``.sif``) the job runs in; build it from the repository's Dockerfile."""
+    container_runtime: str = "apptainer"
+    """Command that runs the image on the nodes: ``apptainer``, or ``singularity`` (SingularityCE) on a site that
+    provides only that; one of :data:`CONTAINER_RUNTIMES`."""
     partition: str = ""
     """SLURM partition; empty = the cluster's default (override with ``--partition``)."""
     account: str = ""
@@ -93,7 +100,7 @@ class ClusterSettings:
     output_dir: str = "oellm-runs"
     """Directory for the job scripts, logs and checkpoints (``<output_dir>/<recipe>/<row>/``)."""
     binds: tuple[str, ...] = ()
-    """Extra Apptainer bind mounts (``SRC[:DST]``), e.g. the data and scratch file systems."""
+    """Extra container bind mounts (``SRC[:DST]``), e.g. the data and scratch file systems."""
     master_port: int = 29500
     """TCP port of torchrun's c10d rendezvous on the first node."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -172,6 +179,9 @@ class Recipe:
         if not 1 <= self.cluster.master_port <= MAX_TCP_PORT:
             raise RecipeError(f"recipe {self.name}: cluster.master_port must be a TCP port (1..{MAX_TCP_PORT}), got "
                               f"{self.cluster.master_port}; torchrun's rendezvous would fail only after the queue")
+        if self.cluster.container_runtime not in CONTAINER_RUNTIMES:
+            raise RecipeError(f"recipe {self.name}: cluster.container_runtime must be one of "
+                              f"{', '.join(CONTAINER_RUNTIMES)}, got {self.cluster.container_runtime!r}")
         time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
 
     def row_seq_length(self, row: TableRow) -> int:

@@ -1,12 +1,13 @@
-"""SLURM job script of one recipe row: ``srun`` one task per node, Apptainer, ``torchrun`` inside it.
+"""SLURM job script of one recipe row: ``srun`` one task per node, Apptainer (or Singularity), ``torchrun`` inside it.
 
 Every value that comes from a user or a config is shell-quoted (``shlex.quote``) in shell lines; ``#SBATCH``
 directive values are not parsed by a shell, so they are checked to be plain tokens instead and refused otherwise.
 The job binds its run directory, the cluster's ``binds`` and the directories of its inputs (data prefixes, a
 tokenizer directory) into the container, and runs in the directory the script was made in (where relative paths were
-checked), wherever ``sbatch`` is called. The cluster environment, with the row's own over it, is exported twice: as
-itself, and as ``APPTAINERENV_<NAME>``, because Apptainer does not let a host variable override one the image sets (the
-repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A job made from a source checkout binds it and puts it first on
+checked), wherever ``sbatch`` is called. The container command is ``cluster.container_runtime`` (``apptainer``, or
+``singularity`` where a site has only that). The cluster environment, with the row's own over it, is exported twice:
+as itself, and as ``APPTAINERENV_<NAME>`` (``SINGULARITYENV_<NAME>``), because neither runtime lets a host variable
+override one the image sets (the repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A job made from a source checkout binds it and puts it first on
 the image's own ``PYTHONPATH``; before ``srun``, the job stops with one line when the image does not run on the
 node's CPU architecture. A row with checkpoints (``oellm recipe --save-interval``) saves and
 resumes them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`); a ``save`` / ``load`` the
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import megatron.oellm
 from megatron.oellm.megatron_args import FlagValue
-from megatron.oellm.recipes.config import ClusterSettings, Recipe, RecipeError
+from megatron.oellm.recipes.config import CONTAINER_RUNTIMES, ClusterSettings, Recipe, RecipeError
 from megatron.oellm.recipes.resolve import ResolvedRow
 
 ENTRY_MODULE = "megatron.oellm.training.entry"
@@ -86,12 +87,13 @@ def _output_directive(directory: Path) -> str:
     return _directive("output", directory / "slurm-%j.out")
 
 
-def _env_lines(name: str, value: str) -> list[str]:
-    """``export NAME=value`` and ``export APPTAINERENV_NAME=value`` (wins over the image's own value), value quoted."""
+def _env_lines(name: str, value: str, runtime: str) -> list[str]:
+    """``export NAME=value`` and ``export <RUNTIME>ENV_NAME=value`` (``APPTAINERENV_NAME``: wins over the image's own
+    value), value quoted."""
     if not _ENV_NAME.match(name):
         raise RecipeError(f"environment variable name {name!r} is not valid; use letters, digits and _")
     quoted = shlex.quote(str(value))
-    return [f"export {name}={quoted}", f"export APPTAINERENV_{name}={quoted}"]
+    return [f"export {name}={quoted}", f"export {runtime.upper()}ENV_{name}={quoted}"]
 
 
 def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, directory: Path | None = None) -> str:
@@ -117,10 +119,12 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         if getattr(cluster, name):
             lines.append(_directive(name, getattr(cluster, name)))
     lines += [_output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
-    # Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when APPTAINERENV_ is unset.
+    # Both prefixes: Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when
+    # APPTAINERENV_PYTHONPATH is unset.
     lines += ["# The container's PYTHONPATH is the image's, with this checkout first (below), not the submitting shell's.",
               "unset PYTHONPATH APPTAINERENV_PYTHONPATH SINGULARITYENV_PYTHONPATH"]
-    lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value)]
+    runtime = cluster.container_runtime
+    lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value, runtime)]
     run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
     checkout = source_checkout()
@@ -137,7 +141,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
-        *_image_architecture_lines(),
+        *_image_architecture_lines(runtime),
         *_checkpoint_lines(checkpoint_values),
         "",
         "MEGATRON_ARGS=(",
@@ -146,7 +150,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         "",
         # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
         f"srun --kill-on-bad-exit=1 --cpus-per-task={int(cluster.cpus_per_task)} \\",
-        "  apptainer exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
+        f"  {runtime} exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
         *_python_path_lines(checkout),
         f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)} \\',
         '    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
@@ -184,21 +188,22 @@ def _python_path_lines(checkout: Path | None) -> list[str]:
             f"{shlex.quote(str(checkout))} \\"]
 
 
-def _image_architecture_lines() -> list[str]:
+def _image_architecture_lines(runtime: str) -> list[str]:
     """Shell lines that stop the job, before ``srun`` starts any rank, when the image cannot run a program of its
     own on this node: an image built for another CPU architecture (an x86_64 one on Jupiter's aarch64 GH200) would
     otherwise fail every rank with ``exec format error``. Under an emulator (binfmt) the image's ``uname -m`` names
-    its own architecture, which the check compares with the node's. A node without ``apptainer`` on its ``PATH``
-    is named as such first, rather than as an image to rebuild."""
+    its own architecture, which the check compares with the node's. A node without the container ``runtime`` on its
+    ``PATH`` is named as such first, rather than as an image to rebuild."""
     return [
         "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
-        "if ! command -v apptainer > /dev/null; then",
-        '  echo "error: apptainer is not on the PATH of node $(hostname): make it available in the shell that'
-        ' submits this job (e.g. module load apptainer), whose environment sbatch passes on" >&2',
+        f"if ! command -v {runtime} > /dev/null; then",
+        f'  echo "error: {runtime} is not on the PATH of node $(hostname): make it available in the shell that'
+        f' submits this job (e.g. module load {runtime}), whose environment sbatch passes on, or set'
+        f' cluster.container_runtime to the one the site provides ({" or ".join(CONTAINER_RUNTIMES)})" >&2',
         "  exit 1",
         "fi",
         'NODE_ARCH="$(uname -m)"',
-        'IMAGE_ARCH="$(apptainer exec "$IMAGE" uname -m)" || IMAGE_ARCH="none (apptainer exec failed)"',
+        f'IMAGE_ARCH="$({runtime} exec "$IMAGE" uname -m)" || IMAGE_ARCH="none ({runtime} exec failed)"',
         'if [ "$IMAGE_ARCH" != "$NODE_ARCH" ]; then',
         '  echo "error: image $IMAGE runs as $IMAGE_ARCH, but node $(hostname) is $NODE_ARCH: build the image for'
         ' $NODE_ARCH (docs/container.md: aarch64 for Jupiter, x86_64 for MareNostrum 5) and pass --image" >&2',

@@ -17,6 +17,7 @@ from recipe_helpers import EXAMPLES
 
 import megatron.oellm
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
+from megatron.oellm.recipes.config import CONTAINER_RUNTIMES
 from megatron.oellm.recipes.slurm import run_dir
 
 SCONTROL = """#!/bin/bash
@@ -52,6 +53,20 @@ printf 'torchrun %s\\n' "$*" >> "$FAKE_RECORD"
 exit "$FAKE_EXIT"
 """
 
+RUNTIME_ENVIRONMENT = """#!/bin/bash
+# a container runtime's environment rules in miniature: the image sets OELLM_PROBE, then every host variable
+# {prefix}ENV_NAME becomes NAME in the container, over the image's value; another runtime's prefix means nothing
+shift  # exec
+while [[ "$1" == --* ]]; do [[ "$1" == --bind ]] && shift; shift; done
+shift  # the image
+export OELLM_PROBE=image-value
+while IFS='=' read -r name value; do export "${{name#{prefix}ENV_}}=$value"; done < <(env | grep '^{prefix}ENV_')
+exec "$@"
+"""
+TORCHRUN_PROBE = """#!/bin/bash
+printf 'probe %s\\n' "${OELLM_PROBE-<unset>}" >> "$FAKE_RECORD"
+"""
+
 TORCHRUN_CHECKPOINTS = """#!/bin/bash
 # megatron's --load/--save in miniature: resume from the --load directory's latest iteration, train to
 # --train-iters, save there in the --save directory
@@ -77,13 +92,15 @@ def _recipe(**cluster):
 
 def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,
              torchrun: str = TORCHRUN, env: dict[str, str] | None = None,
-             stand_ins: tuple[str, ...] = ("scontrol", "srun", "apptainer", "torchrun")) -> tuple[int, list[str]]:
+             stand_ins: tuple[str, ...] = ("scontrol", "srun", "apptainer", "torchrun"),
+             runtimes: dict[str, str] | None = None) -> tuple[int, list[str]]:
     """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd``, the
-    ``stand_ins`` (``torchrun`` as given) first on PATH and ``env`` over the environment; return bash's exit status
-    and the stand-ins' record lines (the job's stderr is left in ``tmp_path / "stderr"``)."""
+    ``stand_ins`` (``torchrun`` as given, container runtimes from ``runtimes`` over the Apptainer one) first on PATH
+    and ``env`` over the environment; return bash's exit status and the stand-ins' record lines (the job's stderr is
+    left in ``tmp_path / "stderr"``)."""
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
-    texts = {"scontrol": SCONTROL, "srun": SRUN, "apptainer": APPTAINER, "torchrun": torchrun}
+    texts = {"scontrol": SCONTROL, "srun": SRUN, "apptainer": APPTAINER, "torchrun": torchrun, **(runtimes or {})}
     for name in stand_ins:
         text = texts[name]
         (bin_dir / name).write_text(text)
@@ -280,3 +297,44 @@ def test_the_checkout_comes_first_on_the_images_own_python_path(tmp_path, image_
     expected = checkout + (f":{image_python_path}" if image_python_path else "")
     assert f"pythonpath {expected}" in record
     assert f"bind {checkout}" in record
+
+
+@pytest.mark.parametrize("runtime", CONTAINER_RUNTIMES)
+def test_the_cluster_environment_reaches_the_container_of_either_runtime(tmp_path, runtime):
+    """A site may provide Singularity instead of Apptainer: the job calls ``cluster.container_runtime`` and passes
+    the cluster environment with that runtime's prefix, so it wins over the image's value; the other runtime is not
+    on the node's PATH."""
+    (tmp_path / "image.sif").touch()
+    value = f"cluster-{random.randint(1, 10**6)}"
+    recipe = _recipe(image=str(tmp_path / "image.sif"), container_runtime=runtime, env={"OELLM_PROBE": value})
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    standin = RUNTIME_ENVIRONMENT.format(prefix=runtime.upper())
+    system_path = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if Path(p).is_dir())
+    if any(shutil.which(other, path=system_path) for other in CONTAINER_RUNTIMES if other != runtime):
+        pytest.skip("the other container runtime is installed on this machine")
+    status, record = _run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_PROBE,
+                              env={"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}{system_path}"},
+                              stand_ins=("scontrol", "srun", runtime, "torchrun"), runtimes={runtime: standin})
+    assert status == 0, (tmp_path / "stderr").read_text()
+    assert record == [f"probe {value}"]
+
+
+def test_a_node_without_the_configured_runtime_names_it_and_the_setting(tmp_path):
+    (tmp_path / "image.sif").touch()
+    recipe = _recipe(image=str(tmp_path / "image.sif"), container_runtime="singularity")
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    system_path = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if Path(p).is_dir())
+    if shutil.which("singularity", path=system_path):
+        pytest.skip("singularity is installed on this machine")
+    status, record = _run_job(script, tmp_path, tmp_path, 2, env={"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}"
+                                                                           f"{system_path}"})
+    assert status == 1 and record == [], record  # the Apptainer stand-in on PATH is not called
+    (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: singularity is not on the PATH of node ") and "module load singularity" in error
+    assert "cluster.container_runtime" in error
+
+
+def test_an_unknown_container_runtime_is_refused_naming_the_choices():
+    with pytest.raises(RecipeError, match=r"cluster.container_runtime must be one of apptainer, singularity, got "
+                                          r"'docker'"):
+        _recipe(container_runtime="docker")._check_values()
