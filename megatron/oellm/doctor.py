@@ -547,7 +547,8 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         "error", name,
         f"fla GDN/KDA backward gives wrong gradients on Hopper ({hopper[0].name}) with Triton {triton} "
         f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
-        f"{tilelang_blocker}.",
+        f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails; the Qwen3 "
+        f"MoE models use no fla kernel.",
         "pip install tilelang (fla then uses its TileLang backward; it needs nvcc) or pip install 'triton>=3.7.1'",
     )]
 

@@ -109,6 +109,7 @@ def test_fla_rule_triton_bounds(triton, bad):
     assert severities(findings) == (["error"] if bad else ["ok"])
     if bad:
         assert "640" in findings[0].message and triton in findings[0].message
+        assert "Qwen3 MoE models use no fla kernel" in findings[0].message  # who is affected: GDN/KDA models only
         assert "tilelang" in findings[0].fix and "3.7.1" in findings[0].fix
 
 
