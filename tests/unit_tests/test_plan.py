@@ -215,3 +215,24 @@ def test_plan_command_refuses_a_padded_vocabulary_that_does_not_split_over_tp(ca
     err = capsys.readouterr().err
     assert f"vocabulary {odd} is not divisible by tp (2)" in err and "--padded-vocab" in err
     assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd + 1)]) == 0
+
+
+@pytest.mark.parametrize("etp_flags", [[], ["--etp", "1"]])
+def test_plan_takes_megatrons_expert_tensor_parallel_default(capsys, etp_flags):
+    """Without --etp the plan split experts as ETP 1 while megatron-core, given no --expert-tensor-parallel-size,
+    runs them at the TP size: the plan described another run than the same sizes on megatron's command line."""
+    import json
+
+    from megatron.oellm.cli import main
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+
+    megatron_etp = ["--expert-tensor-parallel-size", "1"] if etp_flags else []
+    args = validate_on_cluster(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+                                "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                "--expert-model-parallel-size", "2", *megatron_etp,
+                                "--seq-length", "128", "--micro-batch-size", "1", "--global-batch-size", "4"], 8,
+                               {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert main(["plan", "qwen3-30b-a3b-tiny", "--nodes", "2", "--tp", "2", "--sp", "--ep", "2", *etp_flags,
+                 "--json"]) == 0
+    layout = json.loads(capsys.readouterr().out)["layout"]
+    assert layout["etp"] == args.expert_tensor_parallel_size == (1 if etp_flags else 2)

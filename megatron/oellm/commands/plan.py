@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="virtual pipeline stages per PP rank (default: none; with --pipeline-layout: its stage "
                              "count / PP)")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")
-    parser.add_argument("--etp", type=int, default=1, help="expert tensor-parallel size (default 1)")
+    parser.add_argument("--etp", type=int, default=None,
+                        help="expert tensor-parallel size (default: --tp, as megatron-core sets it without "
+                             "--expert-tensor-parallel-size; with EP, --etp 1 is usual)")
     parser.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism (megatron-core's MoE layer needs it with TP > 1)")
     parser.add_argument("--pipeline-layout", default=None, help="Megatron --pipeline-model-parallel-layout string")
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
             card = card.with_vocab(megatron_padded_vocab(card.vocab_size, args.tp))
         if args.seq_length is not None:
             card = dataclasses.replace(card, seq_length=args.seq_length)
-        layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=args.etp, cp=args.cp,
+        etp = args.tp if args.etp is None else args.etp
+        layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=etp, cp=args.cp,
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
     except (CardError, ParallelLayoutError) as error:
