@@ -7,9 +7,18 @@ into megatron's indexed format; prints the ``--data-path`` and tokenizer flags t
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
+
+
+def has_text(path: Path) -> bool:
+    """Whether ``path`` would be a document of the corpus: non-empty UTF-8 text (``build_corpus`` skips the rest)."""
+    try:
+        return bool(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-mb", type=float, default=16.0, help="standard-library text to take, in MB")
     parser.add_argument("--extra", nargs="*", default=[], type=Path, help="more text files, one document each")
     args = parser.parse_args(argv)
-    if args.max_mb < 0:
-        parser.error(f"--max-mb must be >= 0, got {args.max_mb}")
+    if not math.isfinite(args.max_mb) or args.max_mb < 0:
+        parser.error(f"--max-mb must be a finite number >= 0, got {args.max_mb}")
     missing = [str(path) for path in args.extra if not path.is_file()]
     if missing:
         parser.error(f"--extra: no such file: {', '.join(missing)}")
@@ -28,10 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         parser.error(f"--max-mb {args.max_mb} takes no standard-library file and no --extra file was given: "
                      "raise --max-mb or name text files with --extra")
+    # checked before the build: build_corpus would put an empty corpus in place of one already at the prefix, and
+    # training on it would fail only after the job has started
+    if not any(map(has_text, files)):
+        parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text, so the corpus would hold no document "
+                       f"({args.output_prefix} is left as it was); raise --max-mb or name other --extra files\n")
     summary = build_corpus(files, args.output_prefix)
-    if summary.documents == 0:  # training on it would fail only after the job has started
-        parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text: {summary.prefix}.bin/.idx hold no "
-                       "document; raise --max-mb or name other --extra files\n")
     print(f"{summary.documents} documents, {summary.tokens} tokens -> {summary.prefix}.bin/.idx")
     print("train with: --data-path", summary.prefix, " ".join(summary.megatron_flags))
     return 0

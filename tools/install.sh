@@ -13,6 +13,10 @@
 # PyTorch's CPU index); a GPU node gets PyPI's CUDA 13.0 build, refused below driver 580, and checked to be a CUDA
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;; esac
+# checked before any download: a second word (`install.sh dev hf`) would otherwise be dropped silently
+[ $# -le 1 ] ||
+  { echo "error: install.sh takes one comma-separated EXTRAS argument (e.g. dev,hf), got $#: $*" >&2; exit 2; }
 PY="${PYTHON:-python3}"
 # a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
 # script changes to: make it absolute first (not resolving symlinks: a venv's python is one)
@@ -22,10 +26,19 @@ EXTRAS="${1:-dev,hf}"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
 TORCH_VERSION=2.13.0
 TORCH_CUDA13_DRIVER=580
-"$PY" - <<'PYCHECK'
-import sys
+# EXTRAS is checked against setup.py before anything is installed: pip only warns about an extra the package lacks
+# (a typo such as "tee") and installs without it, after minutes of downloads.
+"$PY" - "$EXTRAS" <<'PYCHECK'
+import ast, re, sys
 if sys.version_info < (3, 11):
     sys.exit(f"megatron-oellm needs Python >= 3.11, this is {sys.version.split()[0]}")
+calls = [node for node in ast.walk(ast.parse(open("setup.py").read())) if isinstance(node, ast.Call)]
+declared = next(ast.literal_eval(k.value) for call in calls for k in call.keywords if k.arg == "extras_require")
+unknown = [name for name in sys.argv[1].split(",") if re.sub(r"[-_.]+", "-", name.strip()).lower() not in declared]
+if unknown:
+    print(f"error: install.sh: unknown extra {', '.join(map(repr, unknown))} in EXTRAS {sys.argv[1]!r}; setup.py has:",
+          ", ".join(declared), file=sys.stderr)
+    sys.exit(2)
 PYCHECK
 if ! "$PY" -c "import torch" 2>/dev/null; then
   # only a version counts: nvidia-smi prints its failures ("couldn't communicate with the NVIDIA driver", "No devices

@@ -18,7 +18,14 @@
 # Qwen card's spec is TE's) and tests/unit_tests/convert/test_convert_megatron_load.py (converted checkpoints load
 # into TE-built models at TP=1, TP=2 and EP=2, bit for bit).
 set -euo pipefail
-VENV=$(realpath -m "${1:-$(dirname "$0")/../.te-venv}")
+# checked before realpath sees them: it would print its own help (or refuse an option) and that text would name the
+# new virtual environment, created in the current directory before ~4 GB of downloads
+case "${1:-}" in
+  -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -*) echo "error: unknown option $1 (usage: [TE_PYTHON=python3.12] bash tools/te_cpu_env.sh [VENV_DIR])" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "error: te_cpu_env.sh takes one VENV_DIR, got $#: $*" >&2; exit 2; }
+VENV=$(realpath -m -- "${1:-$(dirname "$0")/../.te-venv}")
 # a relative TE_PYTHON names a file under the caller's directory, not under the repository root this script changes to
 if [[ "${TE_PYTHON:-}" == */* && "$TE_PYTHON" != /* ]]; then TE_PYTHON="$PWD/$TE_PYTHON"; fi
 cd "$(dirname "$0")/.."

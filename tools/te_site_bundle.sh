@@ -20,8 +20,15 @@
 # 61 MiB parts plus a ~2 MB working tree stay under the project device's 64 MiB a call, and TE 2.20.2's last part
 # (~15 MiB) then travels with the ~45 MiB site bundle: five calls in all.
 set -euo pipefail
-VENV=$(realpath "${1:?usage: te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]}")
-OUT=$(realpath -m "${2:-$(dirname "$0")/../.bundle/te-parts}")
+USAGE="usage: bash tools/te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]"
+# checked before realpath sees them: it would print its own help (or refuse an option) in place of the VENV_DIR
+case "${1:-}" in
+  -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -*) echo "error: unknown option $1 ($USAGE)" >&2; exit 2 ;;
+esac
+[ $# -le 3 ] || { echo "error: te_site_bundle.sh takes at most 3 arguments, got $#: $* ($USAGE)" >&2; exit 2; }
+VENV=$(realpath -- "${1:?$USAGE}")
+OUT=$(realpath -m -- "${2:-$(dirname "$0")/../.bundle/te-parts}")
 PART_MIB=${3:-61}
 # checked before anything is removed or compressed: split would refuse it only after minutes of xz, with the earlier
 # bundle's parts already deleted

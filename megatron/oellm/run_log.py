@@ -12,8 +12,9 @@ cut by a crash or by another rank's output is left out rather than read as a sho
 Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a restart, a
 resume or a requeued job appending to the same log) starts the next one. Each run keeps its own arguments (a run
 without a block of its own has the previous run's) and its own part of the log: a run is *failed* when its part shows
-an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, a Python traceback (not one of an
-exception Python ignored or a thread other than the main one raised: the program went on after those; torchrun's own
+an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, megatron's rerun state machine
+exiting on a result its check rejected (a NaN or Inf gradient: ``Unexpected result nan ...`` then ``Exiting now``), a
+Python traceback (not one of an exception Python ignored or a thread other than the main one raised: the program went on after those; torchrun's own
 only when nothing else shows why the job ended), a C++ abort, a fatal Python error, a segmentation fault, an NCCL
 error, a step SLURM ended (cancelled, a node failure included, an uncorrectable memory error, a failed job, its memory
 limit) or a task that srun reports failed, unless training is seen to go on after it: two iteration lines of the run
@@ -111,6 +112,21 @@ def _program_crash_status(match: re.Match, text: str) -> str:
     return ""
 
 
+_REJECTED_RESULT = re.compile(r"Unexpected result (?P<result>[^\s(]+) (?:on rank \d+ at iteration #\d+ invocation #\d+ )?"
+                              r"\(message='(?P<message>[^'\n]*)'")
+"""megatron-core's rerun state machine reporting a result its check rejected (a NaN or Inf gradient or loss)."""
+
+
+def _rejected_result_status(match: re.Match, text: str) -> str:
+    """``stopped by megatron's result validation (nan: found NaN in ...)`` from the last rejected result before
+    megatron's rerun state machine exits (it ends the job with ``sys.exit``: no traceback, no other marker)."""
+    rejected = list(_REJECTED_RESULT.finditer(text, 0, match.start()))
+    if not rejected:
+        return "stopped by megatron's result validation"
+    reason = f"{rejected[-1]['result']}: {rejected[-1]['message']}"
+    return f"stopped by megatron's result validation ({reason if len(reason) <= 60 else reason[:57] + '...'})"
+
+
 def _cancel_status(match: re.Match, text: str) -> str:
     """``cancelled (time limit)`` from SLURM's ``*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***``."""
     return f"cancelled ({match['reason'].lower()})" if match["reason"] else "cancelled"
@@ -123,6 +139,9 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
      _fixed("host out of memory (SLURM memory limit)")),
     (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
      _fixed("NCCL timeout")),
+    (re.compile(r"Saving a checkpoint and exiting now\. Please resume the job|Exiting now\. (?:The job can be resumed "
+                r"from a previous checkpoint|A checkpoint at the last iteration already exists|Please resume the job)"),
+     _rejected_result_status),
     (_TRACEBACK_MARKER, _program_crash_status),
     (re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'"),
      lambda match, text: f"crashed (C++ exception {match['type']})"),

@@ -5,8 +5,8 @@ One row per log: nodes, GPUs, global and micro batch size, the median (or mean) 
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
 log) is read with the arguments and the failure of the run that printed the window's lines. A run that ran out of
-memory, timed out in NCCL, crashed or was cancelled, or that stops before the window ends (``truncated``, or
-``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
+memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled, or
+that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers.

@@ -191,10 +191,17 @@ def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
                          "drop the flag")
 
 
+BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX WEIGHT PREFIX ...), "
+              "each weight a number before its prefix; megatron-core refuses a list that mixes numbers into other "
+              "places with a bare AssertionError")
+"""What megatron-core's ``get_blend_from_list`` takes for a data path list, for the refusal of :func:`check_data_source`."""
+
+
 def check_data_source(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a ``--split`` that does not fit
-    its data (:func:`check_split`), or a local prefix without its ``.bin`` and ``.idx`` files (object-storage
-    prefixes are left to megatron); and, with or without ``--mock-data``, for dataset options megatron-core refuses
+    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
+    prefixes nor weight-prefix pairs (:data:`BLEND_FORM`), a ``--split`` that does not fit its data
+    (:func:`check_split`), or a local prefix without its ``.bin`` and ``.idx`` files (object-storage prefixes are
+    left to megatron); and, with or without ``--mock-data``, for dataset options megatron-core refuses
     (:func:`check_cache_flags`, :func:`check_sequences_file`).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
@@ -211,6 +218,8 @@ def check_data_source(args: argparse.Namespace) -> None:
         blends = get_blend_and_blend_per_split(args)
     except OSError as error:
         raise ValueError(f"--data-args-path / --per-split-data-args-path: cannot read the data paths ({error})") from error
+    except AssertionError as error:  # megatron-core's get_blend_from_list: a number where a weight's prefix goes
+        raise ValueError(f"{' / '.join(given_data_sources(args))}: {BLEND_FORM}") from error
     except (KeyError, TypeError, ValueError) as error:
         if args.per_split_data_args_path is None:
             raise

@@ -263,7 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
-    from megatron.oellm.training.model_provider import card_from_args, check_model_config, model_provider
+    from megatron.oellm.training.model_provider import (
+        card_from_args,
+        check_layer_spec,
+        check_model_config,
+        model_provider,
+    )
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
     from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
     from megatron.oellm.training.throughput import install_throughput_logging
@@ -287,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_flex_dispatcher(args)
         check_data_args(args)
         check_data_source(args)
+        check_layer_spec(args)
         check_converted_load(args, loaded)
         check_checkpoint_format(args, loaded)
         check_rank_file_layout(args, loaded)

@@ -42,6 +42,24 @@ def card_from_args(args: argparse.Namespace) -> ModelCard:
     return card.with_vocab(args.padded_vocab_size)
 
 
+LOCAL_SPEC = ["local"]
+"""``--spec local``: what megatron-core's ``validate_args`` asks for beside ``--attention-backend local``, which the
+backends honour (or refuse) through ``--attention-backend`` itself."""
+
+
+def check_layer_spec(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for a ``--spec MODULE FUNCTION``: Megatron's own model builders import that layer spec,
+    while the model provider builds the card family's layers with the ``--oellm-backend`` modules and reads no
+    ``--spec``, so the layers that spec names would not be built, without a word. ``--spec local`` stays valid
+    (megatron-core requires it for ``--attention-backend local``)."""
+    spec = getattr(args, "spec", None)
+    if spec is None or spec == LOCAL_SPEC:
+        return
+    raise ValueError(f"{' '.join(['--spec', *spec])}: the model is built by the card family's spec builder with the "
+                     "--oellm-backend modules, which read no --spec, so this layer spec would not be used; drop "
+                     "--spec (--spec local stays valid beside --attention-backend local)")
+
+
 def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
     """The model-parallel layout of Megatron's parallel-size arguments.
 

@@ -1,0 +1,73 @@
+"""``tools/te_cpu_env.sh`` and ``tools/te_site_bundle.sh``: ``--help``, an option and extra arguments are answered
+before ``realpath`` sees them (its own help text became the virtual environment's name, created in the current
+directory before ~4 GB of downloads, or the VENV_DIR of an error message).
+
+``TE_PYTHON`` is a stand-in that records how it is called and fails, so a run that gets as far as making the
+virtual environment shows up in its log and stops there.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+RECORDER = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$FAKE_LOG"
+exit 7
+"""
+
+
+def run_tool(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, str, list[str]]:
+    """``script`` with ``args`` in an empty working folder; returns the process, what TE_PYTHON was asked and what
+    the folder holds afterwards."""
+    work = tmp_path / "work"
+    work.mkdir()
+    recorder = tmp_path / "te-python"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.touch()
+    env = {**os.environ, "TE_PYTHON": str(recorder), "FAKE_LOG": str(log)}
+    done = subprocess.run(["bash", str(TOOLS / script), *args], cwd=work, capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    return done, log.read_text(), sorted(path.name for path in work.iterdir())
+
+
+@pytest.mark.parametrize("script", ["te_cpu_env.sh", "te_site_bundle.sh"])
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_prints_the_usage(tmp_path: Path, script: str, flag: str) -> None:
+    done, calls, left = run_tool(tmp_path, script, flag)
+    assert done.returncode == 0, done.stderr
+    assert f"bash tools/{script}" in done.stdout and "realpath" not in done.stdout + done.stderr
+    assert calls == "" and left == []
+
+
+@pytest.mark.parametrize("script", ["te_cpu_env.sh", "te_site_bundle.sh"])
+def test_an_unknown_option_is_refused(tmp_path: Path, script: str) -> None:
+    option = "--" + "".join(random.choices(string.ascii_lowercase, k=8))
+    done, calls, left = run_tool(tmp_path, script, option)
+    assert done.returncode == 2 and option in done.stderr and "usage" in done.stderr, done.stderr
+    assert "realpath" not in done.stderr and calls == "" and left == []
+
+
+@pytest.mark.parametrize(("script", "most"), [("te_cpu_env.sh", 1), ("te_site_bundle.sh", 3)])
+def test_more_arguments_than_the_usage_names_are_refused(tmp_path: Path, script: str, most: int) -> None:
+    words = [f"dir{random.randint(0, 10**6)}-{i}" for i in range(most + 1)]
+    done, calls, left = run_tool(tmp_path, script, *words)
+    assert done.returncode == 2 and words[-1] in done.stderr and str(most + 1) in done.stderr, done.stderr
+    assert calls == "" and left == []
+
+
+def test_te_cpu_env_still_makes_the_named_environment(tmp_path: Path) -> None:
+    """One VENV_DIR goes on to ``TE_PYTHON -m venv`` with its absolute path (the stand-in stops the run there)."""
+    name = f"venv-{random.randint(0, 10**6)}"
+    done, calls, _ = run_tool(tmp_path, "te_cpu_env.sh", name)
+    assert done.returncode == 7
+    assert calls.splitlines() == [f"-m venv {tmp_path / 'work' / name}"]
