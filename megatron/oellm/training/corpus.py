@@ -61,13 +61,17 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
 
     Files are taken in the given order; empty files (and files that are not UTF-8) are skipped. The files are
     written under a temporary name and renamed once complete, so a build that stops part-way (an unreadable file,
-    Ctrl-C) leaves any previous corpus at ``prefix`` whole instead of a new partial ``.bin`` beside an old ``.idx``.
+    Ctrl-C) leaves any previous corpus at ``prefix`` whole instead of a new partial ``.bin`` beside an old ``.idx``;
+    so does a build without a document (``ValueError``): training on an empty corpus fails only after the job starts.
     """
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     partial = prefix.parent / f".{prefix.name}.partial-{os.getpid()}"
     try:
         documents, tokens = _write_indexed(files, partial)
+        if documents == 0:
+            raise ValueError(f"no document for the corpus at {prefix}: every input file is empty or not UTF-8 text "
+                             "(an earlier corpus there is left as it was)")
         summary = CorpusSummary(prefix=str(prefix), documents=documents, tokens=tokens, tokenizer="oellm-byte",
                                 megatron_flags=BYTE_TOKENIZER_FLAGS)
         Path(f"{partial}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")

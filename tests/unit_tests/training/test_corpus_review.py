@@ -65,3 +65,18 @@ def test_a_rebuild_replaces_the_corpus(tmp_path: Path) -> None:
     new_files, new_texts = _documents(tmp_path / "new", rng.randrange(1, 6), rng)
     summary = build_corpus(new_files, prefix)
     assert _read_back(prefix) == new_texts and summary.documents == len(new_texts)
+
+
+def test_a_build_without_a_document_leaves_the_earlier_corpus(tmp_path):
+    """The library call put an empty corpus in place of the one at the prefix when no input had text."""
+    rng = random.Random()
+    prefix = tmp_path / "corpus" / "text"
+    build_corpus(_documents(tmp_path / "old", rng.randrange(3, 9), rng)[0], prefix)
+    before = {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in (".bin", ".idx", ".json")}
+    empty, binary = tmp_path / "empty.txt", tmp_path / "binary.txt"
+    empty.write_text("")
+    binary.write_bytes(bytes([0xff, 0xfe, rng.randrange(0x80, 0xc0)]))
+    with pytest.raises(ValueError, match="no document for the corpus"):
+        build_corpus([empty, binary], prefix)
+    assert {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in before} == before
+    assert sorted(p.name for p in prefix.parent.iterdir()) == ["text.bin", "text.idx", "text.json"]
