@@ -41,7 +41,7 @@ RUN python -c "import transformer_engine.pytorch" \
 # fla 0.6.0's GDN backward on Hopper needs TileLang where Triton < 3.7.1 (fla issue 640; `oellm doctor` checks it).
 RUN if python -c "import sys, triton; from packaging.version import Version; \
 sys.exit(0 if Version(triton.__version__) < Version('3.7.1') else 1)"; then \
-        pip install --no-cache-dir -c /opt/base-constraints.txt tilelang==0.1.15; \
+        pip install --no-cache-dir -c /opt/base-constraints.txt -c /opt/oellm-constraints.txt tilelang==0.1.15; \
     fi
 
 # The image's check: versions and known-bad combinations (no GPU at build time: GPU checks are warnings).

@@ -152,3 +152,14 @@ def test_the_hybridep_stage_refuses_a_deepep_without_hybrid_ep(tmp_path: Path, h
     else:
         assert done.returncode != 0 and "HybridEPBuffer" in done.stderr and ref in done.stderr, done.stderr
         assert "oellm doctor" not in calls
+
+
+def test_the_image_and_the_site_bundle_pin_the_same_kernel_packages():
+    """The image installed tilelang with its requirements floating (a newer z3-solver or apache-tvm-ffi breaks
+    ``import tilelang``), while the offline site bundle pins them: both now take one set of versions."""
+    script = (ROOT / "tools" / "build_site_bundle.sh").read_text()
+    bundle = dict(re.findall(r'^\s+"([A-Za-z0-9_.-]+)==([^"]+)"$', script, re.M))
+    assert {"tilelang", "apache-tvm-ffi", "z3-solver"} <= bundle.keys()
+    pins = _pins()
+    assert {name: pins.get(name) for name in bundle} == bundle
+    assert re.search(r"pip install [^\n]*-c /opt/oellm-constraints.txt tilelang==", DOCKERFILE)
