@@ -13,6 +13,7 @@ reach the end of its last item, so that a damaged copy is named up front, not me
 from __future__ import annotations
 
 import io
+import math
 import queue
 import warnings
 from collections import defaultdict
@@ -33,7 +34,14 @@ from torch.distributed.checkpoint.metadata import (
     TensorProperties,
     TensorStorageMetadata,
 )
-from torch.distributed.checkpoint.planner import LoadPlan, SavePlan, TensorWriteData, WriteItem, WriteItemType
+from torch.distributed.checkpoint.planner import (
+    LoadPlan,
+    ReadItem,
+    SavePlan,
+    TensorWriteData,
+    WriteItem,
+    WriteItemType,
+)
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from megatron.oellm.convert.errors import ConversionError
@@ -160,20 +168,33 @@ def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], uni
     save_config(CheckpointingConfig("torch_dist", 1), str(directory))
 
 
+def region_read_items(metadata: Metadata, key: str, offset: tuple[int, ...], sizes: tuple[int, ...],
+                      name: str) -> list[ReadItem]:
+    """DCP read items filling the region (``offset``, ``sizes``) of checkpoint tensor ``key`` (for state-dict tensor
+    ``name``) from the chunks the checkpoint stores. A region its chunks do not cover is a :class:`ConversionError`:
+    its elements would keep whatever the read buffer held (the checkpoint's ``.metadata`` lists no data for them)."""
+    chunk = ChunkStorageMetadata(offsets=torch.Size(offset), sizes=torch.Size(sizes))
+    items = create_read_items_for_chunk_list(key, metadata.state_dict_metadata[key], [chunk])
+    covered = sum(math.prod(item.lengths) for item in items)
+    if covered < math.prod(sizes):
+        raise ConversionError(f"the checkpoint stores no data for {math.prod(sizes) - covered} of the "
+                              f"{math.prod(sizes)} elements of {name} (tensor {key!r}, offset {list(offset)}); "
+                              "its .metadata lists chunks that do not cover the tensor: the checkpoint is damaged or "
+                              "incomplete")
+    return items
+
+
 class _RegionLoadPlanner(DefaultLoadPlanner):
     """Loads one region (offset + buffer) per checkpoint key into the given buffers."""
 
-    def __init__(self, regions: dict[str, tuple[tuple[int, ...], Tensor]]) -> None:
+    def __init__(self, regions: dict[str, tuple[tuple[int, ...], Tensor]], items: list[ReadItem]) -> None:
         super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
         self._regions = regions
+        self._items = items
 
     def create_local_plan(self) -> LoadPlan:
-        """Read items covering each region from whichever saved chunks overlap it."""
-        items = []
-        for key, (offset, buffer) in self._regions.items():
-            chunk = ChunkStorageMetadata(offsets=torch.Size(offset), sizes=buffer.shape)
-            items += create_read_items_for_chunk_list(key, self.metadata.state_dict_metadata[key], [chunk])
-        return LoadPlan(items)
+        """The read items covering each region (:func:`region_read_items`, planned before the load)."""
+        return LoadPlan(self._items)
 
     def resolve_tensor(self, read_item) -> Tensor:
         """The part of the region buffer a read item fills."""
@@ -237,18 +258,20 @@ class CheckpointReader:
         by_key: dict[str, list[Piece]] = defaultdict(list)
         for piece in pieces:
             by_key[piece.key].append(piece)
-        regions = {}
+        regions: dict[str, tuple[tuple[int, ...], Tensor]] = {}
+        items: list[ReadItem] = []
         for key, key_pieces in by_key.items():
             if key not in shapes:
                 raise ConversionError(f"{self.directory}: missing tensor {key!r} (for {key_pieces[0].name})")
             low = [min(p.offset[d] for p in key_pieces) for d in range(len(key_pieces[0].offset))]
             high = [max(p.offset[d] + p.chunk_shape[d] for p in key_pieces) for d in range(len(low))]
-            regions[key] = (tuple(low), torch.empty([h - lo for lo, h in zip(low, high, strict=True)],
-                                                    dtype=shapes[key][1]))
+            sizes = tuple(h - lo for lo, h in zip(low, high, strict=True))
+            items += region_read_items(self.metadata, key, tuple(low), sizes, key_pieces[0].name)
+            regions[key] = (tuple(low), torch.empty(sizes, dtype=shapes[key][1]))
         try:
             with _single_process():
                 dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory),
-                         planner=_RegionLoadPlanner(regions), no_dist=True)
+                         planner=_RegionLoadPlanner(regions, items), no_dist=True)
         except CheckpointException as error:
             files = sorted({str(self.directory / info.relative_path)
                             for index, info in self.metadata.storage_data.items() if index.fqn in regions})
@@ -266,6 +289,9 @@ class CheckpointReader:
         """What :meth:`read` returns for ``pieces``, as ``meta`` tensors (shapes and dtypes, no data read): the
         planning pass of a conversion."""
         shapes = self.tensor_shapes()
+        pieces = list(pieces)
+        for p in pieces:  # refuse missing data before anything is written, not half-way through the export
+            region_read_items(self.metadata, p.key, p.offset, p.chunk_shape, p.name)
         return _by_name((p, torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1], device="meta"))
                         for p in pieces)
 

@@ -10,7 +10,8 @@ The check reads ``config.json`` (its ``text_config`` when nested, as in the publ
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
 ``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config:
 ``model_type`` when present (first, so that a checkpoint of another family is refused on that alone), the shape
-fields below when present (or derived by transformers from present ones: layer types, head size), the RoPE settings
+fields below when present (or derived by transformers from present ones: layer types, head size; the ones no tensor
+shape shows, such as the top-k and its renormalisation, always), the RoPE settings
 the card's config states (type, base, rotated fraction), the activation, and the fields the card cannot change
 (sliding window, attention bias, dense-MLP layers) as read. A multimodal config's top-level fields that describe its
 language model (``tie_word_embeddings``, token ids) count where ``text_config`` lacks them, as in the export.
@@ -33,7 +34,12 @@ _SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_
                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
                "norm_topk_prob", "rms_norm_eps")
-"""Fields compared when the config states them (under their name or the config class's alias)."""
+"""Fields compared when the config states them (under their name or the config class's alias); those of
+:data:`_UNCHECKED_BY_SHAPES` always."""
+_UNCHECKED_BY_SHAPES = ("tie_word_embeddings", "num_experts_per_tok", "norm_topk_prob", "rms_norm_eps")
+"""Shape fields no tensor shape shows (top-k, top-k renormalisation, norm epsilon, tied output layer): compared as
+transformers reads them, stated or not, where the card's config class has them, since a config that leaves one out
+gets the class default (Qwen3-MoE's ``norm_topk_prob=False``) and the HF model then computes what the card does not."""
 _DERIVED_KEYS = ("sliding_window", "attention_bias", "mlp_only_layers", "decoder_sparse_step")
 """Fields compared as transformers derives them, stated or not: each changes what the HF model computes (Qwen3-MoE's
 ``use_sliding_window`` switches on a 4096-token window, which its ``sliding_window`` only shows once read), and the
@@ -79,14 +85,14 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
 
     A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
     else is read, naming only that field; a shape field the checkpoint states but the card's config class does not
-    have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction.
+    have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction. A vocabulary size that is the only
+    contradiction points to ``--vocab-size`` (no other card would fit).
     """
     text = _text_fields(parse_json_object(config_text, where), where)
     expected = family_module(card).hf_config_from_card(card)
 
-    def refuse(wrong: list[str]) -> ConversionError:
-        return ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; "
-                               "pick the card of this checkpoint with --model")
+    def refuse(wrong: list[str], fix: str = "pick the card of this checkpoint with --model") -> ConversionError:
+        return ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {fix}")
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"])
@@ -115,6 +121,8 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
     wrong += [f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}" for k, v in card_rope.items()
               if rope.get(k) != v]
+    if len(wrong) == 1 and wrong[0].startswith("vocab_size:"):  # a vocabulary of its own, not another card
+        raise refuse(wrong, f"pass --vocab-size {loaded.vocab_size} to convert with the card's vocabulary set to it")
     if wrong:
         raise refuse(wrong)
 
@@ -137,9 +145,10 @@ def _stated(text: dict, aliases: dict[str, str], key: str) -> bool:
 
 
 def _compared(text: dict, aliases: dict[str, str], key: str, want: object) -> bool:
-    """Whether shape field ``key`` (the card's value ``want``) is compared: stated, or derived by transformers from
-    stated fields (:data:`_DERIVED_FROM`) where the card's config class has the field."""
-    if _stated(text, aliases, key):
+    """Whether shape field ``key`` (the card's value ``want``) is compared: stated, one of
+    :data:`_UNCHECKED_BY_SHAPES`, or derived by transformers from stated fields (:data:`_DERIVED_FROM`), the last two
+    where the card's config class has the field."""
+    if _stated(text, aliases, key) or (key in _UNCHECKED_BY_SHAPES and want is not _MISSING):
         return True
     return want is not _MISSING and any(_stated(text, aliases, source) for source in _DERIVED_FROM.get(key, ()))
 

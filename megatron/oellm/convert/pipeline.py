@@ -103,6 +103,8 @@ _DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
 """A data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
 CHECKPOINT_CONFIG_FILE = "metadata.json"
 """megatron-core's description of a distributed checkpoint's format, beside DCP's ``.metadata``."""
+_HF_VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
+"""HF tensors with one row per vocabulary entry."""
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
@@ -198,8 +200,10 @@ def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], 
                               f"{card.name}; is --model the right card?")
     for name, (shape, dtype) in covered.items():
         if tuple(shape) != expected[name]:
+            vocab = (f"; pass --vocab-size {shape[0]} to convert with the card's vocabulary set to it"
+                     if name in _HF_VOCAB_TENSORS and tuple(shape[1:]) == expected[name][1:] else "")
             raise ConversionError(f"tensor {name!r} has shape {list(shape)}, card {card.name} expects "
-                                  f"{list(expected[name])}")
+                                  f"{list(expected[name])}{vocab}")
         if dtype not in _WEIGHT_DTYPES:
             raise ConversionError(f"tensor {name!r} has dtype {dtype}; weights must be one of "
                                   f"{', '.join(map(str, _WEIGHT_DTYPES))}")
