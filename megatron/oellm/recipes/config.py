@@ -41,6 +41,20 @@ CONTAINER_RUNTIMES = ("apptainer", "singularity")
 MAX_TCP_PORT = 65535
 """The largest ``cluster.master_port``: torchrun's rendezvous listens on a TCP port."""
 
+JOB_SCRIPT_VARIABLES: Mapping[str, str] = {
+    "MASTER_PORT": "set cluster.master_port instead",
+    "MASTER_ADDR": "the job's first node is the rendezvous host",
+    "RUN_DIR": "set cluster.output_dir (or pass --output-dir) instead",
+    "IMAGE": "set cluster.image (or pass --image) instead",
+    "CHECKPOINT_DIR": "oellm recipe --save-interval places the checkpoints",
+    "MEGATRON_ARGS": "set Megatron flags in [megatron_flags] or a row's flags instead",
+    "NODE_ARCH": "rename the variable",
+    "IMAGE_ARCH": "rename the variable",
+}
+"""Shell variables the job script assigns after it exports the recipe's environment (name -> what to do instead):
+an ``env`` entry of one of these names would be overwritten without a word (``MASTER_PORT = "29600"`` in
+``[cluster.env]`` still ran the rendezvous on ``cluster.master_port``)."""
+
 
 @dataclass(frozen=True)
 class TableRow:
@@ -183,6 +197,7 @@ class Recipe:
             raise RecipeError(f"recipe {self.name}: cluster.container_runtime must be one of "
                               f"{', '.join(CONTAINER_RUNTIMES)}, got {self.cluster.container_runtime!r}")
         time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
+        check_env_names(self.cluster.env, f"recipe {self.name} [cluster.env]: ")
 
     def row_seq_length(self, row: TableRow) -> int:
         """Sequence length of ``row``: its own, else the recipe's."""
@@ -253,6 +268,7 @@ def check_row(row: TableRow, where: str) -> None:
     """Types, counts, reference numbers, time limit and parallel overrides of one row; ``where`` prefixes errors."""
     check_field_types(row, where)
     check_layout_types(row.parallel, where)
+    check_env_names(row.env, f"{where}env ")
     check_positive(row, ("nodes", "global_batch_size", "micro_batch_size", "seq_length", "train_iters"), where)
     for key, value in row.reference.items():
         if key not in REFERENCE_KEYS:
@@ -267,6 +283,16 @@ def check_row(row: TableRow, where: str) -> None:
     if unknown:
         raise RecipeError(f"{where}unknown parallel override(s) {sorted(unknown)}; use fields of ParallelLayout: "
                           f"{fields}")
+
+
+def check_env_names(env: Mapping[str, str], where: str) -> None:
+    """Refuse a name of the environment table ``env`` that the job script assigns itself
+    (:data:`JOB_SCRIPT_VARIABLES`): the value the user wrote would be silently replaced; ``where`` prefixes the
+    message."""
+    for name in env:
+        if name in JOB_SCRIPT_VARIABLES:
+            raise RecipeError(f"{where}{name} is a variable the job script sets itself after exporting the "
+                              f"environment, so this value would be lost; {JOB_SCRIPT_VARIABLES[name]}")
 
 
 def check_positive(settings: Any, names: Sequence[str], where: str) -> None:

@@ -253,6 +253,8 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
     check_flag_names("the row's flags", row.flags)
     check_flag_values("[megatron_flags]", recipe.megatron_flags)
     check_flag_values("the row's flags", row.flags)
+    check_argv_tokens("[megatron_flags]", recipe.megatron_flags)
+    check_argv_tokens("the row's flags", row.flags)
     check_overrides("[megatron_flags]", recipe.megatron_flags, owned)
     check_overrides("the row's flags", row.flags, owned)
     flags = dict(card_flags)
@@ -263,7 +265,34 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
     apply_flags(flags, with_own_checkpoint_paths(checkpoint_flags(inputs), flags))
     check_removals(flags)
     check_unwired(flags)
+    check_save_target(flags)
     return flags
+
+
+def check_argv_tokens(where: str, given: Mapping[str, FlagValue]) -> None:
+    """Refuse a flag of ``given`` that cannot be written as argv tokens (a list element such as ``"-inf"``, which
+    argparse would read as an option): :func:`flags_to_argv` raises ``ValueError`` for it, which ended ``oellm
+    recipe`` with a traceback instead of a message naming where the flag was set."""
+    for name, value in given.items():
+        try:
+            flags_to_argv({name: value})
+        except ValueError as err:
+            raise RecipeError(f"{err} (in {where})") from err
+
+
+SAVE_INTERVAL_FLAGS = ("save-interval", "persistent-save-interval")
+"""The spellings of megatron's checkpoint interval (one ``save_interval`` setting)."""
+
+
+def check_save_target(flags: Mapping[str, FlagValue]) -> None:
+    """Refuse a checkpoint interval without ``--save``: megatron-core saves only when ``--save`` names a directory,
+    so a ``save-interval`` set in a recipe or row alone would train without saving a checkpoint, silently."""
+    for name in SAVE_INTERVAL_FLAGS:
+        interval = flags.get(name)
+        if interval not in (None, False, 0, "0") and flags.get("save") in (None, False):
+            raise RecipeError(f"--{name} {interval!r} saves nothing without --save (megatron-core saves only to a "
+                              f"--save directory); pass `oellm recipe --save-interval {interval}` instead (checkpoints "
+                              "in the run directory), or set save as well")
 
 
 def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[str, Mapping[str, FlagValue]]) -> None:

@@ -33,7 +33,8 @@ def test_a_row_override_under_another_spelling_of_a_setting_wins(tmp_path, parse
     other, the row the first again. The row's value must be the one Megatron reads (argparse's last wins), not the
     recipe's, which a dict update left behind the row's in the argv."""
     base_value, recipe_value, row_value = random.sample(range(10, 10_000), 3)
-    recipe, row = _recipe(tmp_path, base_flags=f"save-interval = {base_value}",
+    # a save directory beside the interval: without one megatron saves nothing, and the recipe is refused
+    recipe, row = _recipe(tmp_path, base_flags=f'save-interval = {base_value}\nsave = "{tmp_path / "ckpt"}"',
                           flags=f"persistent-save-interval = {recipe_value}",
                           row_flags=f"save-interval = {row_value}")
     assert parse_megatron(resolve_row(recipe, row).argv).save_interval == row_value
