@@ -303,7 +303,7 @@ def _bind_source(source: str, what: str, fix: str) -> str:
     """``source`` as an Apptainer ``--bind`` value; refused when it holds ':' or ',', which ``--bind`` reads as the
     separators of ``SRC:DST`` and of a list (the job would stop at start, after its wait in the queue)."""
     if ":" in source or "," in source:
-        raise RecipeError(f"{what} {source!r} has ':' or ',', which an Apptainer --bind cannot carry; {fix}")
+        raise RecipeError(f"{what} {source!r} has ':' or ',', which a container --bind (Apptainer, Singularity) cannot carry; {fix}")
     return source
 
 
@@ -327,9 +327,9 @@ def check_host_paths(cluster: ClusterSettings) -> None:
     exists.
     """
     if not cluster.image:
-        raise RecipeError("the Apptainer image path is empty (an unset variable in --image?); pass --image PATH")
+        raise RecipeError("the container image path is empty (an unset variable in --image?); pass --image PATH")
     if "://" not in cluster.image and not Path(cluster.image).exists():
-        raise RecipeError(f"Apptainer image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
+        raise RecipeError(f"container image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
                           "(docs/container.md) or pass --image PATH")
     for bind in cluster.binds:
         source = bind.split(":", 1)[0]

@@ -174,7 +174,7 @@ def test_an_input_directory_that_a_bind_cannot_carry_is_refused(tmp_path):
 
     recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
     resolved = resolve_row(recipe, recipe.rows[0], RunInputs((str(tmp_path / "a:b" / "corpus"),), "byte"))
-    with pytest.raises(RecipeError, match="Apptainer --bind cannot carry"):
+    with pytest.raises(RecipeError, match=r"container --bind \(Apptainer, Singularity\) cannot carry"):
         sbatch_text(recipe, 1, resolved, tmp_path / "run")
 
 

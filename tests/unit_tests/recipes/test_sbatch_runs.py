@@ -158,7 +158,7 @@ def test_a_run_directory_apptainer_cannot_bind_names_output_dir(tmp_path, separa
     job stopped at start in Apptainer, after its wait in the queue."""
     recipe = _recipe()
     resolved = resolve_row(recipe, recipe.rows[0])
-    with pytest.raises(RecipeError, match=r"run directory .* Apptainer --bind cannot carry; pass --output-dir"):
+    with pytest.raises(RecipeError, match=r"run directory .* container --bind \(Apptainer, Singularity\) cannot carry; pass --output-dir"):
         sbatch_text(recipe, 1, resolved, tmp_path / f"runs{separator}v2" / "row01-4n")
     sbatch_text(recipe, 1, resolved, tmp_path / "runs_v2" / "row01-4n")
 
