@@ -51,8 +51,9 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     NVTE attention switches ``env`` exports are checked against the row's attention settings as the entry checks
     them (:func:`megatron.oellm.training.attention_env.check_attention_env`), and so are its data sources and
     sequence length (:func:`megatron.oellm.training.data.check_single_data_source`,
-    :func:`megatron.oellm.training.args.check_sequence_length`), and its micro-batches per step against the
-    interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`)."""
+    :func:`megatron.oellm.training.args.check_sequence_length`), its micro-batches per step against the
+    interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`),
+    and a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
         check_sequence_length,
@@ -63,6 +64,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     )
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_single_data_source
+    from megatron.oellm.training.model_provider import check_layer_spec
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
 
     merged = merge_card_flags(argv)
@@ -79,6 +81,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
         check_args_support("torch", args)
     check_attention_env(args, {name: str(value) for name, value in env.items()})
     check_interleaved_microbatches(args)
+    check_layer_spec(args)
     return args
 
 

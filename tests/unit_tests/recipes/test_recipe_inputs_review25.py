@@ -92,3 +92,13 @@ def test_list_value_argparse_reads_as_an_option_is_an_error_line_not_a_traceback
     err = capsys.readouterr().err
     assert err.startswith("oellm recipe: error: row 1: --recompute-modules: list values")
     assert "cannot be written as separate argv tokens" in err
+
+
+def test_a_layer_spec_the_model_provider_ignores_is_refused_before_the_job_is_queued(tmp_path, capsys):
+    """The training entry refuses ``--spec MODULE FUNCTION`` at start (the card family's spec builder reads none);
+    ``--dry-run`` now says so before the job waits in the queue."""
+    config = _config(tmp_path, '[megatron_flags]\nspec = ["megatron.core.models.gpt.gpt_layer_specs", '
+                               '"get_gpt_layer_local_spec"]\n')
+    assert main(["recipe", str(config), "--row", "1", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--spec megatron.core.models.gpt.gpt_layer_specs get_gpt_layer_local_spec: the model is built by" in err
