@@ -46,8 +46,14 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor)
     cumulative token counts on ``x``'s device. ``weight.transpose(-2, -1)`` is the column-major ``[E, in, out]``
     operand ``torch._grouped_mm`` expects, so no copy is made. bf16 and fp32 both run on it (fp32 checked on
     H200 with torch 2.11; CPU has torch's own fallback), so no per-expert loop is needed; empty groups are fine.
+    The gradient reaching the product is made contiguous first: torch's grouped GEMM backward refuses a broadcast
+    one ("Invalid strides/sizes", e.g. from ``out.sum().backward()``); in a MoE layer the unpermutation already hands
+    over a contiguous one, for which ``contiguous`` is free.
     """
-    return torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
+    out = torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
+    if out.requires_grad:
+        out.register_hook(torch.Tensor.contiguous)
+    return out
 
 
 class StackedGroupedLinear(torch.nn.Module):
