@@ -169,24 +169,31 @@ def ours_transformer_config(card: ModelCard, overrides: dict[str, Any]) -> Trans
     from megatron.oellm.models import spec_builder
 
     return spec_builder(card.family).transformer_config(
-        card, **{"perform_initialization": False, **enum_overrides(overrides)})
+        card, **{"perform_initialization": False, **typed_overrides(overrides)})
 
 
-def enum_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+def typed_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` with a name given for an enum-valued TransformerConfig field turned into that enum member
-    (``attention_backend=flash`` -> ``AttnBackend.flash``), as Megatron's argument parser does: megatron-core compares
-    such fields with the members, so a plain string would match none of them without a word. An unknown name
-    raises ValueError listing the members."""
+    (``attention_backend=flash`` -> ``AttnBackend.flash``), and ``true`` / ``false`` (any case) given for a bool field
+    turned into that bool, as Megatron's argument parser does: megatron-core compares enum fields with the members and
+    tests bool fields for truth, so a plain string would match no member, and the string ``"false"`` would turn the
+    setting on, without a word. An unknown name or another string for a bool field raises ValueError."""
     from megatron.core.transformer import TransformerConfig
 
-    defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
     converted = dict(overrides)
     for name, value in overrides.items():
-        enum_type = type(defaults.get(name))
-        if isinstance(value, str) and issubclass(enum_type, enum.Enum):
+        if not isinstance(value, str) or name not in fields:
+            continue
+        enum_type = type(fields[name].default)
+        if issubclass(enum_type, enum.Enum):
             if value not in enum_type.__members__:
                 raise ValueError(f"{name}={value!r}: choose one of {', '.join(enum_type.__members__)}")
             converted[name] = enum_type[value]
+        elif fields[name].type is bool:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"{name}={value!r}: {name} is a bool, give True or False")
+            converted[name] = value.lower() == "true"
     return converted
 
 

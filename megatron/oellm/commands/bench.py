@@ -41,14 +41,15 @@ def side_list(text: str) -> tuple[str, ...]:
 
 def config_override(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` -> ``(KEY, value)``, the value read as a Python literal when it is one (``True``, ``4``,
-    ``'x'``), else kept as a string (``alltoall``)."""
+    ``'x'``), else kept as a string without surrounding blanks (``alltoall``): megatron-core compares such strings
+    exactly, so ``fp32 `` would silently not be ``fp32``."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a TransformerConfig field), got {text!r}")
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
-        value = raw
+        value = raw.strip()
     return key.strip(), value
 
 
