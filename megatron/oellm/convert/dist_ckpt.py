@@ -17,7 +17,7 @@ import math
 import queue
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -184,6 +184,23 @@ def region_read_items(metadata: Metadata, key: str, offset: tuple[int, ...], siz
     return items
 
 
+def pieces_read_items(metadata: Metadata, key: str, key_pieces: Sequence[Piece]
+                      ) -> tuple[tuple[int, ...], tuple[int, ...], list[ReadItem]]:
+    """The region (offset, sizes) spanning ``key_pieces`` (pieces of checkpoint tensor ``key``) and the DCP read items
+    filling it (:func:`region_read_items`). One region per tensor: planning a read scans every chunk the checkpoint
+    stores for it (one per layer and expert of a stacked expert tensor), so one plan per piece made a conversion's
+    planning pass take minutes. Missing data is named by the piece it belongs to."""
+    low = tuple(min(p.offset[d] for p in key_pieces) for d in range(len(key_pieces[0].offset)))
+    high = [max(p.offset[d] + p.chunk_shape[d] for p in key_pieces) for d in range(len(low))]
+    sizes = tuple(h - lo for lo, h in zip(low, high, strict=True))
+    try:
+        return low, sizes, region_read_items(metadata, key, low, sizes, key_pieces[0].name)
+    except ConversionError:
+        for p in key_pieces:  # a damaged checkpoint only: find the piece whose data is missing
+            region_read_items(metadata, key, p.offset, p.chunk_shape, p.name)
+        raise
+
+
 class _RegionLoadPlanner(DefaultLoadPlanner):
     """Loads one region (offset + buffer) per checkpoint key into the given buffers."""
 
@@ -255,19 +272,15 @@ class CheckpointReader:
     def read(self, pieces: Iterable[Piece]) -> dict[str, Tensor]:
         """State-dict tensors assembled from ``pieces`` (all pieces of each wanted name), in one checkpoint read."""
         shapes = self.tensor_shapes()
-        by_key: dict[str, list[Piece]] = defaultdict(list)
-        for piece in pieces:
-            by_key[piece.key].append(piece)
+        by_key = _pieces_by_key(pieces)
         regions: dict[str, tuple[tuple[int, ...], Tensor]] = {}
         items: list[ReadItem] = []
         for key, key_pieces in by_key.items():
             if key not in shapes:
                 raise ConversionError(f"{self.directory}: missing tensor {key!r} (for {key_pieces[0].name})")
-            low = [min(p.offset[d] for p in key_pieces) for d in range(len(key_pieces[0].offset))]
-            high = [max(p.offset[d] + p.chunk_shape[d] for p in key_pieces) for d in range(len(low))]
-            sizes = tuple(h - lo for lo, h in zip(low, high, strict=True))
-            items += region_read_items(self.metadata, key, tuple(low), sizes, key_pieces[0].name)
-            regions[key] = (tuple(low), torch.empty(sizes, dtype=shapes[key][1]))
+            low, sizes, key_items = pieces_read_items(self.metadata, key, key_pieces)
+            items += key_items
+            regions[key] = (low, torch.empty(sizes, dtype=shapes[key][1]))
         try:
             with _single_process():
                 dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory),
@@ -290,10 +303,18 @@ class CheckpointReader:
         planning pass of a conversion."""
         shapes = self.tensor_shapes()
         pieces = list(pieces)
-        for p in pieces:  # refuse missing data before anything is written, not half-way through the export
-            region_read_items(self.metadata, p.key, p.offset, p.chunk_shape, p.name)
+        for key, key_pieces in _pieces_by_key(pieces).items():  # refuse missing data before anything is written
+            pieces_read_items(self.metadata, key, key_pieces)
         return _by_name((p, torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1], device="meta"))
                         for p in pieces)
+
+
+def _pieces_by_key(pieces: Iterable[Piece]) -> dict[str, list[Piece]]:
+    """``pieces`` grouped by the checkpoint tensor (key) they are stored in, in order."""
+    by_key: dict[str, list[Piece]] = defaultdict(list)
+    for piece in pieces:
+        by_key[piece.key].append(piece)
+    return by_key
 
 
 def _first_failure(error: CheckpointException) -> str:

@@ -50,11 +50,17 @@ backends honour (or refuse) through ``--attention-backend`` itself."""
 def check_layer_spec(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for a ``--spec MODULE FUNCTION``: Megatron's own model builders import that layer spec,
     while the model provider builds the card family's layers with the ``--oellm-backend`` modules and reads no
-    ``--spec``, so the layers that spec names would not be built, without a word. ``--spec local`` stays valid
-    (megatron-core requires it for ``--attention-backend local``)."""
+    ``--spec``, so the layers that spec names would not be built, without a word. ``--spec local`` is valid only
+    beside ``--attention-backend local`` (megatron-core requires it there); anywhere else it would ask for Megatron's
+    own non-TE layers and get the backend's (Transformer Engine's with ``--oellm-backend te``) all the same."""
     spec = getattr(args, "spec", None)
-    if spec is None or spec == LOCAL_SPEC:
+    if spec is None or (spec == LOCAL_SPEC and args.attention_backend.name == "local"):
         return
+    if spec == LOCAL_SPEC:
+        raise ValueError(f"--spec local: the model provider reads no --spec (the --oellm-backend modules build the "
+                         f"layers; --oellm-backend torch builds them without Transformer Engine), and megatron-core "
+                         f"needs it only beside --attention-backend local, not {args.attention_backend.name}; drop "
+                         "--spec")
     raise ValueError(f"{' '.join(['--spec', *spec])}: the model is built by the card family's spec builder with the "
                      "--oellm-backend modules, which read no --spec, so this layer spec would not be used; drop "
                      "--spec (--spec local stays valid beside --attention-backend local)")

@@ -27,7 +27,7 @@ def test_a_layer_spec_module_is_refused_before_pretrain(monkeypatch, capsys):
     assert "drop --spec" in error[0]
 
 
-@pytest.mark.parametrize("extra", [[], ["--spec", "local"]])
+@pytest.mark.parametrize("extra", [[], ["--attention-backend", "local", "--spec", "local"]])
 def test_no_spec_and_spec_local_still_train(monkeypatch, extra):
     """Without ``--spec``, and with the ``--spec local`` megatron-core asks for beside ``--attention-backend local``,
     the entry goes on to the steps after its checks."""
