@@ -59,13 +59,19 @@ def parsed_with_padded_vocab(**_kwargs):
 
 def entry_up_to_pretrain(monkeypatch):
     """The training entry with Megatron's validation (it needs CUDA) replaced by the plain parse and every step after
-    the argument checks (throughput hook, ``pretrain``: they set up GPUs) raising :class:`_Reached`."""
+    the argument checks (throughput hook, ``pretrain``: they set up GPUs) raising :class:`_Reached`. TE's attention
+    switches are cleared: megatron-core leaves them in ``os.environ`` when an earlier test builds a model, and the
+    entry refuses a preset one that disagrees with ``--attention-backend``."""
     import megatron.training
     import megatron.training.arguments
 
     from megatron.oellm.backends import selection
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
     from megatron.oellm.training import entry, throughput
+    from megatron.oellm.training.attention_env import SWITCHES, VERSION_PINS
+
+    for name in (*SWITCHES, *VERSION_PINS):
+        monkeypatch.delenv(name, raising=False)
 
     def reached(*_args, **_kwargs):
         raise _Reached
