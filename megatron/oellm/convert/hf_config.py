@@ -25,6 +25,7 @@ from pathlib import Path
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
+from megatron.oellm.convert.vocab_padding import vocab_size_fix
 
 CONFIG_NAME = "config.json"
 GENERATION_CONFIG_NAME = "generation_config.json"
@@ -101,30 +102,30 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     except Exception as error:  # transformers' field validation raises its own types
         raise ConversionError(f"{where} cannot be read as a {type(expected).__name__}: {error}") from error
     aliases = type(expected).attribute_map
-    wrong = []
+    wrong: dict[str, str] = {}  # field -> what the checkpoint and the card say
     for k in _SHAPE_KEYS:
         have, want = _effective(loaded, k), _effective(expected, k)
         if not _compared(text, aliases, k, want):
             continue
         if want is _MISSING:
-            wrong.append(f"{k}: checkpoint {have!r}, card's {type(expected).__name__} has no such field")
+            wrong[k] = f"{k}: checkpoint {have!r}, card's {type(expected).__name__} has no such field"
         elif have != want:
-            wrong.append(f"{k}: checkpoint {have!r}, card {want!r}")
+            wrong[k] = f"{k}: checkpoint {have!r}, card {want!r}"
     for k in _DERIVED_KEYS:
         if not hasattr(expected, k):  # the family's model does not read it
             continue
         have, want = getattr(loaded, k, None), getattr(expected, k)
         if have != want:
-            wrong.append(f"{k}: checkpoint {have!r}, card {want!r}")
+            wrong[k] = f"{k}: checkpoint {have!r}, card {want!r}"
     if loaded.hidden_act != expected.hidden_act:
-        wrong.append(f"hidden_act: checkpoint {loaded.hidden_act!r}, card {expected.hidden_act!r}")
+        wrong["hidden_act"] = f"hidden_act: checkpoint {loaded.hidden_act!r}, card {expected.hidden_act!r}"
     rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
-    wrong += [f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}" for k, v in card_rope.items()
-              if rope.get(k) != v]
-    if len(wrong) == 1 and wrong[0].startswith("vocab_size:"):  # a vocabulary of its own, not another card
-        raise refuse(wrong, f"pass --vocab-size {loaded.vocab_size} to convert with the card's vocabulary set to it")
+    wrong |= {f"rope_parameters.{k}": f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}"
+              for k, v in card_rope.items() if rope.get(k) != v}
+    if list(wrong) == ["vocab_size"]:  # a vocabulary of its own, not another card
+        raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
     if wrong:
-        raise refuse(wrong)
+        raise refuse(list(wrong.values()))
 
 
 def _text_fields(stored: dict, where: str) -> dict:

@@ -62,7 +62,13 @@ from megatron.oellm.convert.safetensors_io import (
     layout_of,
     tensor_nbytes,
 )
-from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
+from megatron.oellm.convert.vocab_padding import (
+    HF_VOCAB_TENSORS,
+    VOCAB_TENSORS,
+    stored_padded_vocab,
+    strip_vocab_rows,
+    vocab_size_fix,
+)
 from megatron.oellm.megatron_args import model_flags
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
@@ -103,8 +109,6 @@ _DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
 """A data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
 CHECKPOINT_CONFIG_FILE = "metadata.json"
 """megatron-core's description of a distributed checkpoint's format, beside DCP's ``.metadata``."""
-_HF_VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
-"""HF tensors with one row per vocabulary entry."""
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
@@ -200,8 +204,8 @@ def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], 
                               f"{card.name}; is --model the right card?")
     for name, (shape, dtype) in covered.items():
         if tuple(shape) != expected[name]:
-            vocab = (f"; pass --vocab-size {shape[0]} to convert with the card's vocabulary set to it"
-                     if name in _HF_VOCAB_TENSORS and tuple(shape[1:]) == expected[name][1:] else "")
+            vocab = (f"; {vocab_size_fix(shape[0])}"
+                     if name in HF_VOCAB_TENSORS and tuple(shape[1:]) == expected[name][1:] else "")
             raise ConversionError(f"tensor {name!r} has shape {list(shape)}, card {card.name} expects "
                                   f"{list(expected[name])}{vocab}")
         if dtype not in _WEIGHT_DTYPES:

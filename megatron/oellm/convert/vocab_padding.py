@@ -21,6 +21,8 @@ from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
 
 VOCAB_TENSORS = ("embedding.word_embeddings.weight", "output_layer.weight")
 """Megatron state-dict tensors with one row per vocabulary entry."""
+HF_VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
+"""Their Hugging Face counterparts."""
 PLAUSIBLE_TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
 """Tensor-parallel sizes whose padding is accepted when a checkpoint does not store its run's arguments."""
 
@@ -72,3 +74,9 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
                               f"{vocab_size} tokens to {' or '.join(map(str, sorted(expected)))} {how}; the run "
                               "trained another vocabulary: pass the run's --vocab-size to oellm convert")
     return padded
+
+
+def vocab_size_fix(vocab_size: int) -> str:
+    """What to do with an HF checkpoint whose only difference from the card is a vocabulary of ``vocab_size``
+    tokens: no other card fits it, the card with that vocabulary does."""
+    return f"pass --vocab-size {vocab_size} to convert with the card's vocabulary set to it"
