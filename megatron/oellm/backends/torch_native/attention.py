@@ -56,7 +56,11 @@ class SDPACoreAttention(MegatronModule):
     (which would attend to the padding) raises. bf16/fp16 packed attention runs on
     ``torch.nn.attention.varlen.varlen_attn`` (flash attention); fp32 has no varlen kernel, so it runs SDPA with a
     block-diagonal document mask built on the device (quadratic memory in the pack length: for tests and small
-    packs). Masks: causal (an ``attention_mask`` tensor is then ignored: the causal mask is implied) and none
+    packs). Rows past the last document (``cu_seqlens_q*[-1]`` up to ``t``: padding at the end of a pack) come out
+    zero in every dtype, and the gradients of query/key/value rows outside every document are zero (the varlen
+    kernel writes neither). Packed attention has no dropout: a config with ``attention_dropout > 0`` is refused at
+    the first packed forward, in training and evaluation alike (packing is known only from ``packed_seq_params``).
+    Masks: causal (an ``attention_mask`` tensor is then ignored: the causal mask is implied) and none
     (``padding`` without a mask tensor); explicit padding masks, attention bias, sliding windows, context
     parallelism, softmax offsets (``softmax_type`` other than vanilla) and the max-logit record of ``qk_clip`` /
     ``log_max_attention_logit`` raise.
@@ -120,6 +124,13 @@ class SDPACoreAttention(MegatronModule):
         if mask_type not in _CAUSAL_MASKS + _UNMASKED:
             raise ValueError(f"the torch-native core attention supports causal or unmasked attention, got {mask_type}")
         packed = packed_seq_params is not None and packed_seq_params.qkv_format == "thd"
+        if packed and self.dropout_p > 0.0:
+            raise ValueError(
+                f"attention_dropout={self.dropout_p} is set, but the torch-native core attention cannot apply "
+                "attention dropout to packed sequences (packed_seq_params with qkv_format='thd'), so it refuses them "
+                "in training and evaluation alike; set attention_dropout=0 (--attention-dropout 0) or use the "
+                "Transformer Engine backend (--oellm-backend te)"
+            )
         if attention_mask is not None and mask_type != AttnMaskType.causal and not packed:
             raise ValueError(
                 f"the torch-native core attention does not apply explicit attention_mask tensors ({mask_type}); "
@@ -129,7 +140,7 @@ class SDPACoreAttention(MegatronModule):
         scale = self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(query.shape[-1])
         dropout_p = self.dropout_p if self.training else 0.0
         if packed:
-            return self._packed(query, key, value, packed_seq_params, causal, scale, dropout_p)
+            return self._packed(query, key, value, packed_seq_params, causal, scale)
         with self._dropout_rng(dropout_p):
             return self._batched(query, key, value, causal, scale, dropout_p)
 
@@ -161,16 +172,14 @@ class SDPACoreAttention(MegatronModule):
         params: PackedSeqParams,
         causal: bool,
         scale: float,
-        dropout_p: float,
     ) -> torch.Tensor:
-        """Packed ``[t, h, d]`` attention, each document attending only to itself; returns ``[t, np * hn]``."""
+        """Packed ``[t, h, d]`` attention, each document attending only to itself; returns ``[t, np * hn]``, zero in
+        the rows past the last document."""
         q, k, v = (t.squeeze(1) if t.dim() == 4 else t for t in (query, key, value))
         cu_q = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None else params.cu_seqlens_q
         cu_kv = params.cu_seqlens_kv_padded if params.cu_seqlens_kv_padded is not None else params.cu_seqlens_kv
         if cu_q is None or cu_kv is None:
             raise ValueError("packed (thd) attention needs packed_seq_params.cu_seqlens_q and cu_seqlens_kv")
-        if dropout_p > 0.0:
-            raise ValueError("the torch-native packed attention has no dropout; set attention_dropout=0")
         if not causal and (
             _pads_documents(params.cu_seqlens_q_padded, params.cu_seqlens_q)
             or _pads_documents(params.cu_seqlens_kv_padded, params.cu_seqlens_kv)
@@ -181,13 +190,49 @@ class SDPACoreAttention(MegatronModule):
                 "causal mask type, pack without padding, or use --oellm-backend te"
             )
         gqa = q.shape[1] != k.shape[1]
+        past_q, past_kv = rows_past(q, cu_q[-1]), rows_past(k, cu_kv[-1])
+        q = GradientRowsZeroed.apply(q, past_q)
+        k, v = (GradientRowsZeroed.apply(t, past_kv) for t in (k, v))
         if q.dtype not in _VARLEN_DTYPES:
             mask = packed_document_mask(cu_q, q.shape[0], causal)
             out = F.scaled_dot_product_attention(
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale, enable_gqa=gqa
-            )
-            return out.transpose(0, 1).reshape(q.shape[0], -1)
-        return _varlen(q, k, v, cu_q, cu_kv, params, causal, scale, gqa)
+            ).transpose(0, 1)
+        else:
+            out = _varlen(q, k, v, cu_q, cu_kv, params, causal, scale, gqa)
+        return out.masked_fill(past_q, 0.0).reshape(q.shape[0], -1)
+
+
+def rows_past(t: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[rows, 1, ...]`` mask (broadcastable to ``t``) of the rows of ``t`` at or after index ``end``.
+
+    ``end`` is the last ``cu_seqlens`` entry, a one-element tensor: the comparison runs on ``t``'s device, so finding
+    the padding rows at the end of a pack takes no host sync.
+    """
+    rows = torch.arange(t.shape[0], device=t.device)
+    return (rows >= end.to(t.device)).view(-1, *([1] * (t.dim() - 1)))
+
+
+class GradientRowsZeroed(torch.autograd.Function):
+    """Identity in the forward pass; the backward pass sets the gradient rows selected by ``rows`` to zero.
+
+    Flash attention's varlen backward leaves the query/key/value gradient rows outside every document unwritten
+    (uninitialised memory, possibly NaN), and those rows reach the QKV projection's weight gradient. Their true
+    gradient is zero (the output does not depend on them); ``masked_fill`` replaces NaN too, where a multiply would
+    not. The forward returns a view, so no activation is copied.
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``t`` unchanged (a view); ``rows`` is a boolean mask broadcastable to ``t``."""
+        ctx.save_for_backward(rows)
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """``grad`` with the masked rows set to zero; no gradient for the mask."""
+        (rows,) = ctx.saved_tensors
+        return grad.masked_fill(rows, 0.0), None
 
 
 def _pads_documents(padded: torch.Tensor | None, actual: torch.Tensor | None) -> bool:
@@ -209,7 +254,8 @@ def _varlen(
     scale: float,
     gqa: bool,
 ) -> torch.Tensor:
-    """Call ``varlen_attn`` across the keyword sets torch releases have used (causal flag, scale, GQA).
+    """Call ``varlen_attn`` across the keyword sets torch releases have used (causal flag, scale, GQA); returns
+    ``[t, np, hn]`` with the rows outside every document unwritten (uninitialised).
 
     torch 2.11's ``varlen_attn`` takes ``window_size`` and ``scale`` but no ``enable_gqa``, so there key/value
     heads are repeated to the query heads; later releases share them in the kernel.
@@ -240,5 +286,4 @@ def _varlen(
     elif gqa:
         repeats = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
-    out = varlen_attn(q, k, v, cu_q.to(torch.int32), cu_kv.to(torch.int32), int(max_q), int(max_k), **kwargs)
-    return out.reshape(q.shape[0], -1)
+    return varlen_attn(q, k, v, cu_q.to(torch.int32), cu_kv.to(torch.int32), int(max_q), int(max_k), **kwargs)
