@@ -27,6 +27,7 @@ import signal
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
 from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
@@ -227,10 +228,15 @@ def window_status(log: RunLog, window: Window) -> str:
 
 def no_line_status(run: Run, window: Window) -> str:
     """The status of a window the log has no iteration line in: a run resumed from a checkpoint after the window
-    printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window."""
+    printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window (named
+    with the interval the arguments block gives, so that the user can pick a window ending on a logged iteration)."""
     if run.start is not None and run.start > window.last:
         return (f"no iteration line in the window {window}: this start of the program begins at iteration "
                 f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}")
+    interval = run.args.get("log_interval")
+    if _positive_int(interval):
+        return (f"no iteration line in the window {window}: the log interval is {interval}, so megatron printed "
+                f"iterations {run.start or 1} and multiples of {interval} only; end the window on one of them")
     return f"no iteration line in the window {window} (log interval larger than the window?)"
 
 
@@ -288,8 +294,21 @@ def _signal_name(value: object) -> str:
 
 
 def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
-    """The log's iteration lines printed at iterations ``window.first..window.last``, in order."""
-    return [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
+    """The log's iteration lines printed at iterations ``window.first..window.last`` that the window's numbers are
+    read from, in order: all but a run's first line when the run's next line, also in the window, averages that
+    first iteration again (:func:`interval_start`), as at ``--window 1-10`` with log interval 10 (lines at 1 and
+    10: the line of 10 alone covers the window, once)."""
+    lines = [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
+    return [line for k, line in enumerate(lines)
+            if not _averaged_again(log, line, lines[k + 1] if k + 1 < len(lines) else None)]
+
+
+def _averaged_again(log: RunLog, line: IterationLine, following: IterationLine | None) -> bool:
+    """``line`` is its run's first line and ``following``, the run's next line, averages from that iteration on."""
+    run = log.runs[line.run]
+    interval = run.args.get("log_interval")
+    return (following is not None and following.run == line.run and line.iteration == run.start
+            and _positive_int(interval) and interval_start(following.iteration, run.start, interval) == run.start)
 
 
 def interval_start(iteration: int, run_start: int, log_interval: int) -> int:
@@ -317,7 +336,8 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
         start = interval_start(line.iteration, run_start, interval)
         if start < window.first:
             return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
-                    f"begin before the window {window} (log interval {interval})")
+                    f"begin before the window {window} (log interval {interval}); start the window at {start}, or "
+                    f"after {line.iteration}")
         if start < expected:
             return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
                     f"overlap the line of iteration {expected - 1} (megatron does not reset its timer there)")
@@ -447,7 +467,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         return ScalingRow(log.path, model, status)
     key = model_key(args, card)
     lines = window_lines(log, window)
-    step_time = window.summarise([line.elapsed_ms for line in lines]) / 1000.0
+    step_time = window.summarise(per_iteration(window, lines, [line.elapsed_ms for line in lines])) / 1000.0
     logged_batch = next((line.global_batch_size for line in lines if line.global_batch_size is not None), None)
     global_batch = logged_batch if logged_batch is not None else args.get("global_batch_size")
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
@@ -455,8 +475,8 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         return ScalingRow(log.path, model, "arguments block lacks a positive world_size, seq_length or "
                                            "global_batch_size", model_key=key)
     tokens = global_batch * seq_length / step_time / world_size
-    logged = [line.tflops_per_gpu for line in lines if line.tflops_per_gpu is not None]
-    tflops_logged = window.summarise(logged) if logged else None
+    logged = [line.tflops_per_gpu for line in lines]  # on every line or none (_value_problem)
+    tflops_logged = window.summarise(per_iteration(window, lines, logged)) if None not in logged else None
     tflops = None
     if card is not None:
         vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
@@ -471,6 +491,16 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
         mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key)
+
+
+def per_iteration(window: Window, lines: Sequence[IterationLine], values: Sequence[float]) -> list[float]:
+    """``values`` (one per line of ``lines``) repeated once for each iteration of the window its line averages, so
+    that the median or mean is one over the window's iterations, not its lines: a run's first averaged line can cover
+    more or fewer iterations than the log interval (e.g. 1-2 at log interval 1). ``lines`` must have passed
+    :func:`_coverage_problem` (they tile the window)."""
+    ends = [window.first - 1, *(line.iteration for line in lines)]
+    return [value for value, before, end in zip(values, ends[:-1], ends[1:], strict=True)
+            for _ in range(end - before)]
 
 
 def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
@@ -586,8 +616,34 @@ def _csv_cell(field: str, value: object) -> object:
     return value
 
 
+def scaling_series(rows: Sequence[ScalingRow]) -> list[tuple[str, list[ScalingRow]]]:
+    """The ok rows as the scaling series the table's efficiencies compare (:func:`comparable`), each a legend label
+    and its rows by nodes: a strong-scaling series (one model, sequence length and global batch size) or a
+    weak-scaling one (one model, sequence length and global batch size per GPU) over two or more node counts, so that
+    a plot draws the report's two tables as two lines, not one zigzag. A run can close both (the report's 64-node
+    run at GBS 4096); a run in neither is a series of its own global batch size."""
+    groups: dict[tuple, list[ScalingRow]] = {}
+    for row in (row for row in rows if row.ok):
+        workload = (row.model, row.model_key, row.seq_length)
+        groups.setdefault(("strong", *workload, row.global_batch_size), []).append(row)
+        groups.setdefault(("weak", *workload, Fraction(row.global_batch_size, row.gpus)), []).append(row)
+    series, in_series = [], set()
+    for (kind, model, _, seq_length, batch), members in groups.items():
+        if len({row.nodes for row in members}) >= 2:
+            size = f"GBS {batch}" if kind == "strong" else f"GBS {float(batch):g} per GPU"
+            series.append((f"{model}, seq {seq_length}, {size} ({kind} scaling)", members))
+            in_series.update(id(row) for row in members)
+    for (kind, model, _, seq_length, batch), members in groups.items():
+        if kind == "strong" and not in_series.intersection(id(row) for row in members):
+            series.append((f"{model}, seq {seq_length}, GBS {batch}", members))
+    return [(label, sorted(members, key=lambda row: row.nodes)) for label, members in series]
+
+
 def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
-    """PNG of tokens/s/GPU and efficiency vs nodes (ok rows only); needs matplotlib (the ``plot`` extra)."""
+    """PNG of tokens/s/GPU and efficiency vs nodes (ok rows only), one line per :func:`scaling_series` with a
+    legend; the efficiency panel draws the series whose rows all have one (the baseline's strong and weak series:
+    another series' row relative to that baseline is no point of its own curve). Needs matplotlib (the ``plot``
+    extra)."""
     try:
         import matplotlib
 
@@ -596,25 +652,31 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     except ImportError:
         raise TableError("--plot needs matplotlib: pip install 'megatron-oellm[plot]' (or pip install "
                          "matplotlib)") from None
-    ok = sorted((row for row in rows if row.ok), key=lambda row: row.nodes)
-    if not ok:
+    series = scaling_series(rows)
+    if not series:
         raise TableError("--plot: no row has numbers to plot")
-    nodes = [row.nodes for row in ok]
-    figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(10, 4))
-    tokens = [row.tokens_per_s_per_gpu for row in ok]
-    throughput.plot(nodes, tokens, marker="o")
-    throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, 1.1 * max(tokens)), title="throughput")
-    scaled = [row for row in ok if row.efficiency is not None]
-    percents = [100 * row.efficiency for row in scaled]
-    efficiency.plot([row.nodes for row in scaled], percents, marker="o")
-    top = max([110.0] + [1.05 * percent for percent in percents])  # room above a baseline's 100% or any higher row
-    efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, top), title="efficiency")
+    nodes = sorted({row.nodes for _, members in series for row in members})
+    figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(12, 5))
+    top_tokens, top_percent = 0.0, 110.0  # room above a baseline's 100% or any higher row
+    for index, (label, members) in enumerate(series):
+        style = {"marker": "o", "color": f"C{index % 10}", "label": label}
+        tokens = [row.tokens_per_s_per_gpu for row in members]
+        throughput.plot([row.nodes for row in members], tokens, **style)
+        top_tokens = max([top_tokens, *tokens])
+        if all(row.efficiency is not None for row in members):
+            percents = [100 * row.efficiency for row in members]
+            efficiency.plot([row.nodes for row in members], percents, **style)
+            top_percent = max([top_percent] + [1.05 * percent for percent in percents])
+    throughput.set(xlabel="nodes", ylabel="tokens/s/GPU", xscale="log", ylim=(0, 1.1 * top_tokens), title="throughput")
+    efficiency.set(xlabel="nodes", ylabel="efficiency (%)", xscale="log", ylim=(0, top_percent), title="efficiency")
     for axis in (throughput, efficiency):
         axis.set_xticks(nodes, [f"{n:g}" for n in nodes])
         axis.minorticks_off()
         axis.grid(alpha=0.3)
+    figure.legend(*throughput.get_legend_handles_labels(), loc="lower center", ncol=min(len(series), 2),
+                  fontsize="small")
     if title:
         figure.suptitle(title)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.06 * math.ceil(len(series) / 2), 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
                         help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
-    parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG")
+    parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG, "
+                                                      "one line per strong- or weak-scaling series")
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
 
 
