@@ -8,8 +8,6 @@ shuts it down before it exits, so PyTorch's NCCL teardown does not warn about a 
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch.distributed.elastic.utils.distributed import get_free_port as free_port
 
@@ -28,17 +26,19 @@ def reseed(seed: int = DEFAULT_SEED) -> None:
 def init_single_gpu_runtime(seed: int = DEFAULT_SEED) -> None:
     """A one-rank NCCL process group, model-parallel groups of size 1 and seeded RNGs, once per process.
 
-    Idempotent: with the runtime already up it only re-seeds. Raises without CUDA.
+    Idempotent: with the runtime already up it only re-seeds. Raises without CUDA. The process group meets on this
+    host at a free port, never at ``MASTER_ADDR``/``MASTER_PORT``: a SLURM job script often presets those for a
+    multi-node run, and this one process would otherwise wait out the rendezvous timeout on another node's address
+    or fail on a port already taken here. The environment is left as it is.
     """
     from megatron.core import parallel_state
 
     if not torch.cuda.is_available():
         raise RuntimeError("the megatron-core runtime needs a CUDA device")
     if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
         torch.cuda.set_device(0)
-        torch.distributed.init_process_group(backend="nccl", world_size=1, rank=0)
+        torch.distributed.init_process_group(
+            backend="nccl", init_method=f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel()
     reseed(seed)

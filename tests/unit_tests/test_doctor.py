@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -57,7 +58,7 @@ H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 79.1)
 GH200 = GpuInfo(0, "NVIDIA GH200 480GB", (9, 0), 95.0)
 A100 = GpuInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), 79.2)
 B200 = GpuInfo(0, "NVIDIA B200", (10, 0), 178.0)
-GOOD_ENV = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+GOOD_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # read by every torch release
 
 
 def make_report(**changes) -> EnvironmentReport:
@@ -290,10 +291,12 @@ def test_switches_off_or_not_one_are_ok():
      ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:512"}, "warning"),
      ({"PYTORCH_ALLOC_CONF": "garbage_collection_threshold:0.8",
        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "warning"),
-     ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "ok")],
+     ({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"},
+      "warning")],
 )
 def test_allocator_conf(env, severity):
-    findings = check_allocator_conf(make_report(), env)
+    """On a torch whose CUDA allocator reads both variables (PYTORCH_CUDA_ALLOC_CONF first)."""
+    findings = check_allocator_conf(make_report(versions={"torch": "2.10.0"}), env)
     assert severities(findings) == [severity]
 
 
@@ -303,7 +306,8 @@ def test_allocator_conf_expandable_segments_that_torch_refuses_is_an_error(varia
     """torch parses expandable_segments as exactly True or False and raises a ValueError on anything else, at the
     first CUDA allocation; a warning ("lacks expandable_segments:True") would let the job start and crash."""
     split = random.choice([64, 128, 256, 512])
-    findings = check_allocator_conf(make_report(), {variable: f"max_split_size_mb:{split},expandable_segments:{spelling}"})
+    findings = check_allocator_conf(make_report(versions={"torch": "2.10.0"}),
+                                    {variable: f"max_split_size_mb:{split},expandable_segments:{spelling}"})
     assert severities(findings) == ["error"]
     suggested = findings[0].fix.split(f"export {variable}=")[1]
     assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
@@ -335,7 +339,8 @@ def test_allocator_conf_errors_are_the_values_torchs_own_parser_refuses():
         pytest.skip("this torch has no _accelerator_setAllocatorSettings")
     assert done.returncode == 0, done.stderr
     for value, refused in json.loads(done.stdout.strip().splitlines()[-1]).items():
-        error = severities(check_allocator_conf(make_report(), {"PYTORCH_ALLOC_CONF": value})) == ["error"]
+        error = severities(check_allocator_conf(make_report(versions={"torch": importlib.metadata.version("torch")}),
+                                                {"PYTORCH_ALLOC_CONF": value})) == ["error"]
         assert refused == error, value
 
 

@@ -12,7 +12,14 @@ import torch
 
 from megatron.oellm.bench import BACKEND_OF_SIDE, DEFAULT_SIDES, SIDES
 from megatron.oellm.bench.measure import Measurement, best, describe, failed_sweep, release_memory, summary, sweep
-from megatron.oellm.bench.sides import BEST_OURS_SETTINGS, Side, build_sides, make_batch, ours_transformer_config
+from megatron.oellm.bench.sides import (
+    BEST_OURS_SETTINGS,
+    Side,
+    build_sides,
+    check_card_overrides,
+    make_batch,
+    ours_transformer_config,
+)
 from megatron.oellm.bench.timing import profile_step, time_steps
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.flops import training_flops_per_token
@@ -79,6 +86,7 @@ class BenchConfig:
         if te_error is not None:
             raise ValueError(f"the te side needs Transformer Engine, which does not import here ({te_error}): "
                              "drop te from --sides")
+        check_card_overrides(card, self.ours_overrides)
         try:
             config = ours_transformer_config(card, self.ours_overrides)
         except (TypeError, ValueError, AssertionError) as error:

@@ -172,6 +172,56 @@ def ours_transformer_config(card: ModelCard, overrides: dict[str, Any]) -> Trans
         card, **{"perform_initialization": False, **typed_overrides(overrides)})
 
 
+CARD_FIELD_OF_OVERRIDE: dict[str, str] = {
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_query_groups": "num_query_groups",
+    "kv_channels": "kv_channels",
+    "qk_layernorm": "qk_layernorm",
+    "attention_output_gate": "attention_output_gate",
+    "num_moe_experts": "num_experts",
+    "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+    "moe_router_topk": "moe_router_topk",
+    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "moe_shared_expert_gate": "moe_shared_expert_gate",
+    "linear_num_key_heads": "linear_num_key_heads",
+    "linear_num_value_heads": "linear_num_value_heads",
+    "linear_key_head_dim": "linear_key_head_dim",
+    "linear_value_head_dim": "linear_value_head_dim",
+    "linear_conv_kernel_dim": "linear_conv_kernel_dim",
+}
+"""TransformerConfig fields our sides take from the model card, with the card field each comes from: an override
+of one is checked by the card's own validation (:func:`megatron.oellm.cards.validate_card`)."""
+
+WEIGHT_SHAPE_OVERRIDES = frozenset(CARD_FIELD_OF_OVERRIDE) - {"moe_router_topk"} | {"num_layers"}
+"""TransformerConfig fields that set the shape or number of our sides' weights."""
+
+
+def check_card_overrides(card: ModelCard, overrides: dict[str, Any]) -> None:
+    """Raise ValueError, on the CPU, when ``overrides`` give a field our sides take from ``card`` a value the card's
+    validation refuses (not positive, heads not a multiple of the query groups, top-k above the experts, ...) or
+    another weight shape than the card's: our sides load the weights of transformers' model of ``card``, so a model
+    of another shape cannot take them, and it would otherwise fail only once transformers' model is on the GPU."""
+    from megatron.oellm.cards import CardError
+    from megatron.oellm.models import spec_builder
+
+    typed = typed_overrides(overrides)
+    on_card = {name: value for name, value in typed.items() if name in CARD_FIELD_OF_OVERRIDE}
+    given = " ".join(f"{name}={value!r}" for name, value in on_card.items())
+    try:
+        dataclasses.replace(card, **{CARD_FIELD_OF_OVERRIDE[name]: value for name, value in on_card.items()})
+    except CardError as error:
+        raise ValueError(f"--ours-config {given}: {error}") from error
+    except TypeError as error:  # e.g. a word where a number belongs
+        raise ValueError(f"--ours-config {given}: not a value these fields take ({error})") from error
+    base = spec_builder(card.family).transformer_config(card, perform_initialization=False)
+    for name in sorted(WEIGHT_SHAPE_OVERRIDES & typed.keys()):
+        if typed[name] != getattr(base, name):
+            raise ValueError(f"--ours-config {name}={overrides[name]!r}: our sides load the weights of transformers' "
+                             f"model of {card.name}, whose {name} is {getattr(base, name)!r}, and a model of another "
+                             "shape cannot take them; benchmark a --model of that shape instead")
+
+
 def typed_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` with a name given for an enum-valued TransformerConfig field turned into that enum member
     (``attention_backend=flash`` -> ``AttnBackend.flash``), and ``true`` / ``false`` (any case) given for a bool field

@@ -1,0 +1,72 @@
+"""``oellm doctor``'s allocator rule judges the variable the installed torch's CUDA allocator reads: torch before 2.10
+reads only PYTORCH_CUDA_ALLOC_CONF, later ones PYTORCH_CUDA_ALLOC_CONF first and PYTORCH_ALLOC_CONF only without it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from megatron.oellm.doctor import allocator_conf, check_allocator_conf, parse_allocator_conf
+from tests.unit_tests.test_doctor import make_report
+
+OLD_TORCH = ["2.4.1", "2.7.0+cu126", "2.8.0", "2.9.0", "2.9.1+cu128"]
+NEW_TORCH = ["2.10.0", "2.10.0a0+b4e4ee81d3.nv25.12", "2.11.0+cu130", "2.13.0+cpu"]
+
+
+@pytest.mark.parametrize("torch_version", OLD_TORCH)
+def test_old_torch_ignores_pytorch_alloc_conf_and_the_fix_names_the_variable_it_reads(torch_version):
+    split = random.choice([64, 128, 256, 512, 1024])
+    env = {"PYTORCH_ALLOC_CONF": f"max_split_size_mb:{split},expandable_segments:True"}
+    findings = check_allocator_conf(make_report(versions={"torch": torch_version}), env)
+    assert [f.severity for f in findings] == ["warning"]
+    assert "ignored" in findings[0].message and torch_version in findings[0].message
+    assert findings[0].fix.startswith("export PYTORCH_CUDA_ALLOC_CONF=")
+    suggested = findings[0].fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
+    assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
+
+
+@pytest.mark.parametrize(("torch_version", "variable"),
+                         [*((v, "PYTORCH_CUDA_ALLOC_CONF") for v in OLD_TORCH),
+                          *((v, "PYTORCH_ALLOC_CONF") for v in NEW_TORCH)])
+def test_nothing_set_suggests_a_variable_the_installed_torch_reads(torch_version, variable):
+    findings = check_allocator_conf(make_report(versions={"torch": torch_version}), {})
+    assert [f.severity for f in findings] == ["warning"]
+    assert findings[0].fix == f"export {variable}=expandable_segments:True"
+
+
+@pytest.mark.parametrize("torch_version", NEW_TORCH)
+def test_pytorch_cuda_alloc_conf_shadows_pytorch_alloc_conf(torch_version):
+    split = random.choice([64, 128, 256, 512, 1024])
+    env = {"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:{split}", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    findings = check_allocator_conf(make_report(versions={"torch": torch_version}), env)
+    assert [f.severity for f in findings] == ["warning"]
+    assert "PYTORCH_ALLOC_CONF='expandable_segments:True' is ignored" in findings[0].message
+    suggested = findings[0].fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
+    assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
+
+
+TORCH_SETTINGS = "import torch; print(torch._C._accelerator_getAllocatorSettings())"
+
+
+def test_allocator_conf_picks_the_variable_this_torch_reads():
+    """The installed torch, in a fresh interpreter, with both variables set to different valid values: the
+    settings it parsed are those of the variable :func:`allocator_conf` names, and an empty PYTORCH_CUDA_ALLOC_CONF
+    still shadows PYTORCH_ALLOC_CONF."""
+    torch_version = importlib.metadata.version("torch")
+    a, b = random.sample([64, 128, 256, 512, 1024, 2048], 2)
+    for cuda_value in (f"max_split_size_mb:{a}", ""):
+        env = {"PYTORCH_CUDA_ALLOC_CONF": cuda_value, "PYTORCH_ALLOC_CONF": f"max_split_size_mb:{b}"}
+        done = subprocess.run([sys.executable, "-c", TORCH_SETTINGS], capture_output=True, text=True, timeout=120,
+                              check=False, env={**os.environ, **env})
+        if "_accelerator_getAllocatorSettings" in done.stderr:
+            pytest.skip("this torch has no _accelerator_getAllocatorSettings")
+        assert done.returncode == 0, done.stderr
+        parsed = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        variable, value = allocator_conf(env, torch_version)
+        assert value == parsed, json.dumps({"torch": torch_version, "named": variable, "parsed": parsed})
