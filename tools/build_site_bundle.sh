@@ -70,9 +70,19 @@ for wheel in "$WHEELS"/*.whl; do
 done
 ls "$WHEELS" > "$SITE/BUNDLE_CONTENTS.txt"
 BUNDLE="site-$TAG.tar.xz"
-rm -f "$OUT/$BUNDLE" "$OUT/$BUNDLE.sha256"
-# written under a temporary name: an interrupted run leaves no bundle that looks finished
-tar -C "$SITE" -cf - . | xz -9 -T0 > "$OUT/$BUNDLE.partial"
-mv "$OUT/$BUNDLE.partial" "$OUT/$BUNDLE"
-(cd "$OUT" && sha256sum "$BUNDLE" > "$BUNDLE.sha256")
+# packed and checksummed under temporary names beside the bundle (one file system: each rename below is atomic);
+# the earlier bundle and its checksum stay whole until both new files are complete, and a run that fails or is
+# interrupted (a full disk, Ctrl-C) removes its temporary files and leaves them as they were
+PARTIAL="$OUT/.$BUNDLE.$$.partial"
+trap 'rm -f "$PARTIAL" "$PARTIAL.sha256"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+tar -C "$SITE" -cf - . | xz -9 -T0 > "$PARTIAL"
+SUM=$(sha256sum < "$PARTIAL")
+echo "${SUM%% *}  $BUNDLE" > "$PARTIAL.sha256"
+# the earlier checksum goes first: a stop between the renames leaves a bundle without a checksum file (sha256sum -c
+# says so), never one whose checksum file names another archive's sum
+rm -f "$OUT/$BUNDLE.sha256"
+mv -f "$PARTIAL" "$OUT/$BUNDLE"
+mv -f "$PARTIAL.sha256" "$OUT/$BUNDLE.sha256"
 echo "wrote $OUT/$BUNDLE ($(du -h "$OUT/$BUNDLE" | cut -f1)) with: $(tr '\n' ' ' < "$SITE/BUNDLE_CONTENTS.txt")"

@@ -69,10 +69,21 @@ for distribution in "${DISTRIBUTIONS[@]}"; do
 done
 
 mkdir -p "$OUT"
-rm -f "$OUT"/te-site.tar.xz.part-* "$OUT"/te-site.sha256
+# packed into a temporary folder inside OUT_DIR (one file system: each rename below is atomic); the earlier bundle's
+# parts and list stay whole until the new ones are complete, and a run that fails or is interrupted (a full disk,
+# Ctrl-C) removes the folder and leaves them as they were
+STAGE=$(mktemp -d "$OUT/.te-site.XXXXXX")
+trap 'rm -rf "$STAGE"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 tar -C "$SITE" --exclude=__pycache__ -cf - "${MEMBERS[@]}" | xz -9e -T0 |
-  split -b "${PART_MIB}M" - "$OUT/te-site.tar.xz.part-"
-(cd "$OUT" && sha256sum te-site.tar.xz.part-* > te-site.sha256)
+  split -b "${PART_MIB}M" - "$STAGE/te-site.tar.xz.part-"
+(cd "$STAGE" && sha256sum te-site.tar.xz.part-* > te-site.sha256)
+# the earlier list goes first and the new one comes last: a stop between the renames leaves parts without a list
+# (sha256sum -c says so), never a list that passes over a mix of two bundles' parts
+rm -f "$OUT"/te-site.sha256 "$OUT"/te-site.tar.xz.part-*
+mv -f "$STAGE"/te-site.tar.xz.part-* "$OUT"/
+mv -f "$STAGE"/te-site.sha256 "$OUT"/te-site.sha256
 echo "transformer_engine ${TE_VERSION} for ${ABI}, torch ${TORCH_VERSION}: $(ls "$OUT"/te-site.tar.xz.part-* | wc -l)" \
      "parts of <= ${PART_MIB} MiB in ${OUT}"
 ls -l "$OUT"

@@ -342,8 +342,17 @@ OELLM_CKDA_HYBRID = ModelCard(
         "shape": "MN5 report #438 (kpoeppel): ~39B total / 2.7B active, CKDA 5:1 with gated attention, "
                  "160 x 768 top-5 + 1 shared 768, 262k vocab, 8k document-masked",
         "placeholder": "attention and CKDA head shapes are placeholders until the CKDA issue completes this card",
+        "params": "38.39B total / 3.28B active counted as the Qwen cards (Hugging Face: input embedding and output "
+                  "layer, 262,144 x 2,048 = 0.54B each); the report's 2.7B active is 2.74B, the same count less the "
+                  "input embedding (ParameterCounts.active_without_input_embedding)",
     },
 )
+"""The OEL CKDA hybrid. Its parameter counts (:mod:`megatron.oellm.params`) differ from the MN5 report's "2.7B active"
+by one vocabulary table: 38,387,820,800 total and 3,281,496,320 active here (``oellm models``: 38.39B / 3.28B), with
+the untied input embedding and output layer (536,870,912 each) both counted, as Hugging Face and the Qwen cards do.
+Leaving the input embedding out of the active count (a token reads one row of it) gives 2,744,625,408, the report's
+2.7B: the routed experts' 5/160 (1,132,462,080), the shared experts, routers, mixers and norms (1,075,292,416) and
+the output layer. The total counts both tables (one table less would be 37.85B, further from the report's ~39B)."""
 
 PUBLISHED_CARDS: dict[str, ModelCard] = {
     c.name: c for c in (QWEN3_5_35B_A3B, QWEN3_30B_A3B, QWEN3_235B_A22B, OELLM_CKDA_HYBRID)

@@ -26,6 +26,16 @@ class ParameterCounts:
     routed_experts: int
     """Parameters of all routed experts (the part that is only top-k/E active)."""
 
+    @property
+    def active_without_input_embedding(self) -> int:
+        """:attr:`active` less the input embedding table, of which a token reads one row (a lookup, no matrix
+        product): the vocabulary matrix is then counted once, as the output layer. The MN5 report #438 quotes the
+        OEL CKDA hybrid's active count this way (its "2.7B active"), while :attr:`active` follows Hugging Face's
+        convention (both tables). With tied embeddings the one table is the output layer: nothing is left out."""
+        if "output_layer" not in self.breakdown:
+            return self.active
+        return self.active - self.breakdown["embedding"]
+
 
 def attention_layer_params(card: ModelCard) -> int:
     """One softmax-attention mixer: q (+ output gate), k, v, o projections and the per-head QK norms."""
