@@ -30,7 +30,7 @@ class RecipeError(ValueError):
 
 REFERENCE_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_low", "tflops_per_gpu_high",
                   "mfu_percent")
-"""The report numbers a row's ``reference`` may hold. The first four give the row's expected run time
+"""The report numbers a row's ``reference`` may hold. All but ``mfu_percent`` give the row's expected run time
 (:mod:`megatron.oellm.recipes.timing`), so a misspelt one would silently leave the row's time limit unchecked."""
 
 
@@ -84,8 +84,8 @@ class TableRow:
     ``CUDA_DEVICE_MAX_CONNECTIONS`` of a row with EP communication overlap beside rows that need 1."""
     reference: Mapping[str, float] = field(default_factory=dict)
     """The report's numbers for this row (keys of :data:`REFERENCE_KEYS`), listed by ``--dry-run``; its throughput
-    (``step_time_s``, ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low]``) also gives the run time checked against
-    the time limit (:mod:`megatron.oellm.recipes.timing`)."""
+    (``step_time_s``, ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low|_high]``) also gives the run time checked
+    against the time limit (:mod:`megatron.oellm.recipes.timing`)."""
 
 
 @dataclass(frozen=True)
@@ -285,11 +285,20 @@ def check_row(row: TableRow, where: str) -> None:
                           f"{fields}")
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""An environment variable name a job script can ``export`` (matched whole: a trailing newline is no part of it)."""
+
+
 def check_env_names(env: Mapping[str, str], where: str) -> None:
-    """Refuse a name of the environment table ``env`` that the job script assigns itself
-    (:data:`JOB_SCRIPT_VARIABLES`): the value the user wrote would be silently replaced; ``where`` prefixes the
+    """Refuse a name of the environment table ``env`` that is not a shell variable name (:data:`ENV_NAME`), or that
+    the job script assigns itself (:data:`JOB_SCRIPT_VARIABLES`): the first cannot be exported by the job script,
+    and ``--local`` would hand it to torchrun unchecked (or stop in a traceback for a ``=``); the second's value would
+    be silently replaced. Checked when the recipe loads, so every mode refuses it first; ``where`` prefixes the
     message."""
     for name in env:
+        if not ENV_NAME.fullmatch(name):
+            raise RecipeError(f"{where}{name!r} is not a valid environment variable name; use letters, digits and _, "
+                              "not starting with a digit")
         if name in JOB_SCRIPT_VARIABLES:
             raise RecipeError(f"{where}{name} is a variable the job script sets itself after exporting the "
                               f"environment, so this value would be lost; {JOB_SCRIPT_VARIABLES[name]}")

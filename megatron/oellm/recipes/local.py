@@ -27,6 +27,13 @@ LOCAL_SPLIT = "100,0,0"
 FLEX_ONLY_FLAGS = ("moe-flex-dispatcher-backend", "moe-hybridep-num-sms")
 """Flags that only the flex dispatcher reads; dropped when one GPU forces the all-to-all dispatcher."""
 
+EP_OVERLAP_FLAG = "overlap-moe-expert-parallel-comm"
+"""megatron-core's overlap of the expert-parallel all-to-all with computation; its ``TransformerConfig`` needs
+EP > 1."""
+
+EP_OVERLAP_ONLY_FLAGS = ("delay-wgrad-compute", "ep-overlap-early-attn-memory-release")
+"""Flags megatron-core's ``TransformerConfig`` accepts only beside :data:`EP_OVERLAP_FLAG`; dropped with it."""
+
 
 def visible_gpus() -> int:
     """CUDA devices torch can see (0 without CUDA)."""
@@ -98,6 +105,7 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
         # line (megatron otherwise refuses a decay length that differs from the checkpoint's).
         flags["override-opt_param-scheduler"] = True
     changes = {**data_split_changes(flags, inputs), **dispatcher_changes(flags, layout, gpus),
+               **expert_overlap_changes(flags, layout, gpus),
                **machine_adjustments(flags, local_environment(recipe, row))}
     notes = tuple(_note(name, value, flags.get(name), why) for name, (value, why) in changes.items() if why)
     for name, (value, _why) in changes.items():
@@ -132,6 +140,23 @@ def dispatcher_changes(flags: Mapping[str, FlagValue], layout: ParallelLayout,
     for name in FLEX_ONLY_FLAGS:
         if flags.get(name) not in (None, False):
             changes[name] = (None, "only the flex dispatcher reads it")
+    return changes
+
+
+def expert_overlap_changes(flags: Mapping[str, FlagValue], layout: ParallelLayout,
+                           gpus: int) -> dict[str, tuple[FlagValue, str]]:
+    """A row's :data:`EP_OVERLAP_FLAG` dropped (value None), with the :data:`EP_OVERLAP_ONLY_FLAGS` it sets, when the
+    fit comes down to EP 1 (one GPU, or no common divisor > 1 of the GPUs, the experts and the row's EP):
+    megatron-core's ``TransformerConfig`` refuses the overlap without expert parallelism, which the training entry
+    reports on every rank only after torchrun has started."""
+    if layout.ep != 1 or flags.get(EP_OVERLAP_FLAG) in (None, False):
+        return {}
+    changes: dict[str, tuple[FlagValue, str]] = {
+        EP_OVERLAP_FLAG: (None, f"megatron-core overlaps expert-parallel communication only with EP > 1, and the fit "
+                                f"has EP 1 on {gpus} GPU(s)")}
+    for name in EP_OVERLAP_ONLY_FLAGS:
+        if flags.get(name) not in (None, False):
+            changes[name] = (None, f"megatron-core needs --{EP_OVERLAP_FLAG} beside it")
     return changes
 
 

@@ -41,7 +41,6 @@ CHECKPOINT_FLAGS = ("--save", "--load")
 ``checkpoints`` folder (what ``oellm recipe --save-interval`` gives them; a recipe's own ``save`` / ``load`` stand)."""
 
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_.:/%@+,=~-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def run_dir(recipe: Recipe, row_number: int) -> Path:
@@ -89,9 +88,7 @@ def _output_directive(directory: Path) -> str:
 
 def _env_lines(name: str, value: str, runtime: str) -> list[str]:
     """``export NAME=value`` and ``export <RUNTIME>ENV_NAME=value`` (``APPTAINERENV_NAME``: wins over the image's own
-    value), value quoted."""
-    if not _ENV_NAME.match(name):
-        raise RecipeError(f"environment variable name {name!r} is not valid; use letters, digits and _")
+    value), value quoted; ``name`` is valid (:func:`megatron.oellm.recipes.config.check_env_names`)."""
     quoted = shlex.quote(str(value))
     return [f"export {name}={quoted}", f"export {runtime.upper()}ENV_{name}={quoted}"]
 

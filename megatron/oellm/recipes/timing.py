@@ -3,9 +3,10 @@
 A job that reaches its time limit is killed before it logs all its iterations, after its wait in the queue. The
 report's numbers of a row give its step time: ``step_time_s`` directly; ``tokens_per_s_per_gpu`` as the step's
 tokens (global batch x sequence) over the GPUs' throughput; ``tflops_per_gpu`` (the low end of a range when
-given) as the step's training FLOPs (our count, :func:`megatron.oellm.flops.training_flops_per_token`) over the
-GPUs' throughput. The expected run time is the iterations x that step time plus :data:`START_UP_S` for the job's
-start, the model build and the slower first iterations. Rows without a reference throughput are not checked.
+given, its high end when that is all the row gives) as the step's training FLOPs (our count,
+:func:`megatron.oellm.flops.training_flops_per_token`) over the GPUs' throughput. The expected run time is the
+iterations x that step time plus :data:`START_UP_S` for the job's start, the model build and the slower first
+iterations. Rows without a reference throughput are not checked.
 Pure Python.
 """
 
@@ -22,9 +23,9 @@ START_UP_S = 600
 """Seconds allowed for everything but the timed iterations: the job's start, imports, process groups, the model
 build and distributed optimizer, and the first iterations (slower than the report's medians)."""
 
-TFLOPS_KEYS = ("tflops_per_gpu_low", "tflops_per_gpu")
+TFLOPS_KEYS = ("tflops_per_gpu_low", "tflops_per_gpu", "tflops_per_gpu_high")
 """Reference keys of a TFLOP/s per GPU throughput, in the order they are used (the low end of a range first: it
-gives the longest step)."""
+gives the longest step; the high end only when the reference gives nothing else, rather than no check at all)."""
 
 
 @dataclass(frozen=True)
