@@ -208,10 +208,14 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     Built by Megatron's own parser from :func:`~megatron.oellm.megatron_args.model_flags` plus ``--seq-length``;
     ``megatron_overrides`` replace or add flags (``group_query_attention=False`` drops the flag, ``None`` removes
     one, underscores become dashes); dropping a hybrid card's ``hybrid_layer_pattern`` without a ``num_layers``
-    gives the card's decoder layers (a GPT model), not the pattern's length. Of what Megatron derives after parsing,
-    the FLOP function reads only ``padded_vocab_size`` (set by the tokenizer build, here ``padded_vocab``) and, for
-    hybrid models, ``num_layers`` (``validate_args`` counts it from ``--hybrid-layer-pattern``; our flags already
-    agree), so ``padded_vocab_size`` is the one field set by hand. CKDA has no megatron-core layer and is refused.
+    gives the card's decoder layers (a GPT model), not the pattern's length. The deprecated
+    ``hybrid_override_pattern`` is the run's layer pattern, as ``validate_args`` reads it (it replaces the card's;
+    beside an explicit ``hybrid_layer_pattern`` it is refused, as megatron-core refuses the pair). Of what Megatron
+    derives after parsing, the FLOP function reads ``padded_vocab_size`` (set by the tokenizer build, here
+    ``padded_vocab``), ``kv_channels`` and ``ffn_hidden_size`` (derived here as ``validate_args`` does when an
+    override drops them) and, for hybrid models, ``num_layers`` (``validate_args`` counts it from
+    ``--hybrid-layer-pattern``; the FLOP function counts the pattern itself). CKDA has no megatron-core layer and is
+    refused.
     """
     if card.linear_mixer == "ckda":
         raise FlopError(f"{card.name}: megatron-core 0.19.2 has no CKDA layer, so it has no FLOP formula for it; "
@@ -219,12 +223,32 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     flags = dict(model_flags(card, vocab_size=padded_vocab))
     flags["seq-length"] = seq_length
     overrides = {name.replace("_", "-"): value for name, value in megatron_overrides.items()}
+    legacy_pattern = overrides.pop("hybrid-override-pattern", None)
+    if legacy_pattern is not None:
+        if overrides.get("hybrid-layer-pattern") is not None:
+            raise FlopError("hybrid-override-pattern and hybrid-layer-pattern both given: megatron-core refuses the "
+                            "pair (the first is the deprecated name of the second); give the run's pattern once")
+        overrides["hybrid-layer-pattern"] = legacy_pattern
     flags.update(overrides)
     if flags.get("hybrid-layer-pattern") is None and "num-layers" not in overrides:
         flags["num-layers"] = card.num_layers  # a GPT model: decoder layers, not the dropped pattern's symbols
     args = parse_megatron_argv(flags_to_argv(flags))
     args.padded_vocab_size = padded_vocab
+    _derive_unset_widths(args)
     return args
+
+
+def _derive_unset_widths(args: argparse.Namespace) -> None:
+    """Fill ``kv_channels`` and ``ffn_hidden_size`` where an override left them unset, with the values megatron-core's
+    ``validate_args`` gives a run without the flag (hidden / heads; 4 x hidden, or its SwiGLU two-thirds rounded down
+    to a multiple of 64): the FLOP function multiplies both, so ``None`` ended in a refusal of a valid run."""
+    if args.kv_channels is None and args.hidden_size and args.num_attention_heads:
+        if args.hidden_size % args.num_attention_heads:
+            raise FlopError(f"kv-channels unset: megatron-core derives it as hidden size / attention heads and refuses "
+                            f"{args.hidden_size} / {args.num_attention_heads}; give kv-channels")
+        args.kv_channels = args.hidden_size // args.num_attention_heads
+    if args.ffn_hidden_size is None and args.hidden_size:
+        args.ffn_hidden_size = (8 * args.hidden_size // 3) // 64 * 64 if args.swiglu else 4 * args.hidden_size
 
 
 def megatron_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int | None = None,

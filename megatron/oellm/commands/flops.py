@@ -46,12 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_flag_overrides(items: list[str]) -> dict[str, FlagValue]:
-    """``NAME=VALUE`` strings -> Megatron flag overrides: true/false/none, integers and floats are converted."""
+    """``NAME=VALUE`` strings -> Megatron flag overrides: true/false/none, integers and floats are converted. A flag
+    given twice (``num-layers`` and ``num_layers`` are one flag) is refused: only one value could be counted."""
     overrides: dict[str, FlagValue] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name:
             raise FlopError(f"--megatron-flag {item!r}: write NAME=VALUE, e.g. group-query-attention=false")
+        earlier = next((given for given in overrides if given.replace("_", "-") == name.replace("_", "-")), None)
+        if earlier is not None:
+            raise FlopError(f"--megatron-flag {item!r}: {earlier} is already set ({earlier}={overrides[earlier]}); "
+                            "give each Megatron flag once")
         words = {"true": True, "false": False, "none": None}
         if text.lower() in words:
             overrides[name] = words[text.lower()]
