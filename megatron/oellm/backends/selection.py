@@ -102,6 +102,7 @@ def check_backend_support(
     disabled_fusions: tuple[str, ...] = (),
     deferred_wgrad: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
+    gtp_weight_shards: tuple[str, ...] = (),
     gradient_accumulation_fusion: bool = False,
     flash_attention_only: bool = False,
     local_attention: bool = False,
@@ -112,7 +113,8 @@ def check_backend_support(
 
     ``backend`` is a :data:`BACKEND_CHOICES` value (``auto`` is resolved first). The keyword features mirror
     TransformerConfig fields (see :func:`check_config_support`); ``disabled_fusions`` holds names of
-    :data:`TORCH_BACKEND_DISABLED_FUSIONS` and ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS`;
+    :data:`TORCH_BACKEND_DISABLED_FUSIONS`, ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS` and
+    ``gtp_weight_shards`` the weight-sharding flags in use (:func:`gtp_weight_shard_flags`);
     ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
     ``disabled_fusions``), as is ``flash_attention_only`` (``--attention-backend flash``, which only TE's attention
     reads) with the ``dtype`` (:data:`FLASH_ATTENTION_DTYPES` or another name, None when unknown) and the
@@ -183,6 +185,12 @@ def check_backend_support(
         unsupported.append(
             "Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
             "used, made CUDA-graphable when CUDA graphs are on)"
+        )
+    if gtp_weight_shards:
+        unsupported.append(
+            f"weights sharded beyond tensor parallelism ({', '.join(gtp_weight_shards)}: megatron-core's GTP weight "
+            "rematerialisation gathers them with Transformer Engine, and the torch-native grouped experts would keep "
+            "whole weights): drop it"
         )
     if unsupported:
         raise ValueError(
@@ -464,6 +472,28 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+GTP_WEIGHT_SHARD_FLAGS: dict[str, str] = {
+    "tensor_parallel_num_weight_shards": "tensor_model_parallel_size",
+    "expert_tensor_parallel_num_weight_shards": "expert_tensor_parallel_size",
+}
+"""Weight-shard settings (TransformerConfig fields and Megatron arguments of the same name) and the tensor-parallel
+size each is compared with: a value above it shards every weight further over a GTP group (megatron-core's
+generalized tensor parallelism with weight rematerialisation), which runs on Transformer Engine."""
+
+
+def gtp_weight_shard_flags(source: TransformerConfig | Any) -> tuple[str, ...]:
+    """``--flag N`` for each :data:`GTP_WEIGHT_SHARD_FLAGS` setting of a TransformerConfig or Megatron's arguments
+    that shards weights beyond tensor parallelism (an unset expert tensor-parallel size is the tensor-parallel size,
+    as megatron-core resolves it)."""
+    flags = []
+    for name, tp_name in GTP_WEIGHT_SHARD_FLAGS.items():
+        shards = getattr(source, name)
+        tp_size = getattr(source, tp_name) or source.tensor_model_parallel_size
+        if shards is not None and shards > tp_size:
+            flags.append(f"{_flag(name)} {shards}")
+    return tuple(flags)
+
+
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
     (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, the RNG tracker,
@@ -493,6 +523,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         disabled_fusions=tuple(name for name in TORCH_BACKEND_DISABLED_FUSIONS if is_config and getattr(source, name)),
         deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
         te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
+        gtp_weight_shards=gtp_weight_shard_flags(source),
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
         flash_attention_only=source.attention_backend == AttnBackend.flash,
         local_attention=source.attention_backend == AttnBackend.local,

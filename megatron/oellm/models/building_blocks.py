@@ -123,12 +123,19 @@ def check_family(card: ModelCard, family: str, linear_mixer: str) -> None:
 def config_with_runtime_defaults(card_kwargs: dict[str, Any], overrides: dict[str, Any]) -> TransformerConfig:
     """``TransformerConfig`` of a family's card fields over :data:`SPEC_RUNTIME_DEFAULTS`; ``overrides`` win.
 
-    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`).
+    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`),
+    and for routing probabilities applied on the experts' input of more than one expert per token, which both
+    backends' grouped experts refuse only once the model is built or running (megatron-core's TEGroupedMLP asserts at
+    the first forward step).
     """
     config = TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **card_kwargs, **overrides})
     absent = absent_recompute_modules(config)
     if absent:
         raise ValueError("; ".join(f"recompute_modules {name!r}: {why}" for name, why in absent.items()))
+    if config.moe_apply_probs_on_input and config.moe_router_topk != 1:
+        raise ValueError(f"moe_apply_probs_on_input scales each expert's input by its routing probability, which "
+                         f"megatron-core's experts do for one expert per token only, and this model routes each "
+                         f"token to moe_router_topk={config.moe_router_topk}; drop --moe-apply-probs-on-input")
     return config
 
 
