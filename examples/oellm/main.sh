@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job. Installs what it needs, then:
-#   no GPU:   the Qwen3-235B-A22B Jupiter plan (TP2 PP8 EP16 ETP1, 64 nodes x 4 GH200): model card, validated layout,
+#   no GPU:   the Qwen3-235B-A22B Jupiter plan (TP2 PP8 VPP3 EP16 ETP1, 64 nodes x 4 GH200): model card, validated layout,
 #             parameters and static memory per GPU, FLOPs per token, and the recipe's resolved arguments + sbatch text;
 #   a GPU:    the Qwen3.5-35B-A3B MN5 recipe fitted down (--local): proxy training on this machine's GPUs.
 # Extra arguments go to the recipe (e.g. --data-path PREFIX --tokenizer-model PATH for real text).

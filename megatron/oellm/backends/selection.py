@@ -19,7 +19,8 @@ from megatron.oellm.training.attention_env import megatron_version_pins, version
 BACKEND_CHOICES = ("auto", "te", "torch")
 """Values accepted by :func:`resolve_backend`; ``auto`` picks ``te`` when Transformer Engine imports."""
 
-TE_INSTALL_HINT = "install Transformer Engine (pip install --no-build-isolation transformer_engine[pytorch])"
+TE_INSTALL_HINT = ("install Transformer Engine (pip install --no-build-isolation 'transformer-engine[core_cu13,pytorch]', "
+                   "core_cu12 for a CUDA 12 torch; PyPI's TE does not import without a core package)")
 
 
 @lru_cache(maxsize=1)
