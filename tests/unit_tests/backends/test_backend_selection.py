@@ -75,7 +75,7 @@ def test_auto_is_silent_when_te_is_not_installed(te_missing: None, monkeypatch: 
 
 
 def test_te_requested_without_te_names_the_fix(te_missing: None) -> None:
-    with pytest.raises(ValueError, match=r"transformer_engine\[pytorch\].*--oellm-backend torch"):
+    with pytest.raises(ValueError, match=r"transformer-engine\[core_cu13,pytorch\].*--oellm-backend torch"):
         selection.resolve_backend("te")
 
 
