@@ -36,6 +36,7 @@ from megatron.oellm.recipes.slurm import (
     check_host_paths,
     prepare_run_dir,
     run_dir,
+    sbatch_command,
     sbatch_text,
     submit,
 )
@@ -194,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(describe_recipe(recipe, inputs))
         jobs = [resolve_job(recipe, number, inputs) for number in numbers]
-        if args.submit:  # a run directory that cannot be created stops the submission before any row is queued
+        if args.submit:  # no sbatch, or a run directory that cannot be created, stops it before any row is queued
+            sbatch_command()
             for job in jobs:
                 prepare_run_dir(job.directory)
         for job in jobs:

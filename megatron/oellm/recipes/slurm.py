@@ -365,12 +365,19 @@ def _new_script(directory: Path, script: str) -> Path:
         return path
 
 
-def submit(script: str, directory: Path) -> str:
-    """Write ``script`` to a new job script in ``directory`` (see :func:`_new_script`), submit it with ``sbatch``;
-    return sbatch's output."""
+def sbatch_command() -> str:
+    """Path of ``sbatch`` on PATH; RecipeError naming the fix when there is none (checked before any run directory
+    is created, so a submission from a machine without SLURM leaves nothing behind)."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise RecipeError("sbatch not found: submit from a SLURM login node, or use --dry-run to print the script")
+    return sbatch
+
+
+def submit(script: str, directory: Path) -> str:
+    """Write ``script`` to a new job script in ``directory`` (see :func:`_new_script`), submit it with ``sbatch``;
+    return sbatch's output."""
+    sbatch = sbatch_command()
     path = _new_script(directory, script)
     done = subprocess.run([sbatch, str(path)], capture_output=True, text=True, check=False)
     if done.returncode:
