@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,14 +44,14 @@ class CardFlagConflict(ValueError):
 
 
 def positive_tflops(text: str) -> float:
-    """``--oellm-peak-tflops``'s type: a positive number, refused by the parser otherwise, so that a job stops at
-    start (and ``oellm recipe`` before queueing it) instead of at its first ``[oellm]`` line, whose MFU divides by
-    it."""
+    """``--oellm-peak-tflops``'s type: a positive, finite number, refused by the parser otherwise, so that a job stops
+    at start (and ``oellm recipe`` before queueing it) instead of leaving out every ``[oellm]`` line, whose MFU
+    divides by it (``inf``, or a number too large for a float, gives no MFU)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not value > 0:
+    if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"the peak must be a positive TFLOP/s per GPU, got {text!r}")
     return value
 

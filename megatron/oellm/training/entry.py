@@ -263,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import check_schedule_support, forward_step
+    from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import (
         card_from_args,
         check_layer_spec,
@@ -303,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_interleaved_microbatches(args)
         check_model_config(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
+        check_lr_schedule(args)
     except ValueError as error:
         return refuse(error)
     install_throughput_logging(flops_per_token, peak_tflops)
