@@ -53,8 +53,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     sequence length (:func:`megatron.oellm.training.data.check_single_data_source`,
     :func:`megatron.oellm.training.args.check_sequence_length`), its micro-batches per step against the
     interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`),
-    a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)
-    and a learning-rate schedule megatron-core would refuse (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`)."""
+    and a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
         check_sequence_length,
@@ -65,7 +64,6 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     )
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_single_data_source
-    from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import check_layer_spec
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
 
@@ -84,7 +82,6 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     check_attention_env(args, {name: str(value) for name, value in env.items()})
     check_interleaved_microbatches(args)
     check_layer_spec(args)
-    check_lr_schedule(args)
     return args
 
 
@@ -101,9 +98,13 @@ def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,
 
 
 def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> str | None:
-    """What :func:`validate_on_cluster` raises against ``argv`` (type and message), or None when it passes."""
+    """What :func:`validate_on_cluster`, then the learning-rate schedule check of a training run
+    (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`), raise against ``argv`` (type and message), or
+    None when both pass."""
+    from megatron.oellm.training.lr_schedule import check_lr_schedule
+
     try:
-        validate_on_cluster(argv, world_size, env)
+        check_lr_schedule(validate_on_cluster(argv, world_size, env))
     except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return None
