@@ -99,6 +99,10 @@ STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_a
                      "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "zero_centered_norm",
                      "untie_embeddings")
 """Card fields that decide tensor names, shapes or values; a checkpoint made for another card must match them."""
+RUN_FLAGS_NO_SHAPE_SHOWS = ("rotary-base", "rotary-percent", "norm-epsilon", "apply-layernorm-1p", "moe-router-topk",
+                            "moe-router-pre-softmax")
+"""Megatron flags of :func:`megatron_args.model_flags` that change what the model computes but no tensor's name or
+shape: RoPE base and rotated fraction, norm epsilon and zero-centring, router top-k and its renormalisation."""
 _WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
@@ -365,6 +369,22 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
     raise ConversionError(f"the checkpoint was written for another version of card {card.name}: {wrong}{hint}")
 
 
+def check_run_arguments(card: ModelCard, run_args: object) -> None:
+    """Raise if the run arguments a training checkpoint stores (megatron's ``args``) give one of
+    :data:`RUN_FLAGS_NO_SHAPE_SHOWS` another value than ``card``: the tensors would pass every shape check, and the
+    exported ``config.json`` (the card's) would describe a model that computes otherwise than the trained one. A run
+    described by megatron's flags alone (no ``--oellm-model``) is free to set them; converted checkpoints store none."""
+    card_flags = model_flags(card)
+    differ = [f"{dest}: run {getattr(run_args, dest)!r}, card {card_flags[flag]!r}"
+              for flag in RUN_FLAGS_NO_SHAPE_SHOWS
+              for dest in [flag.replace("-", "_")]
+              if hasattr(run_args, dest) and getattr(run_args, dest) != card_flags[flag]]
+    if differ:
+        raise ConversionError(f"the checkpoint's run arguments differ from card {card.name} where no tensor shape "
+                              f"shows it: {'; '.join(differ)}; the export would describe another model than the one "
+                              "trained: pass the card the run was trained as with --model")
+
+
 def _stored_config_files(common: dict, directory: Path) -> dict[str, str]:
     """The HF config files hf-to-mcore kept in the checkpoint's common state (file name -> text; empty if none)."""
     files = common.get(HF_CONFIG_KEY)
@@ -469,6 +489,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     stored = reader.tensor_shapes()
     common = reader.common_state()
     check_stored_card(card, common)
+    check_run_arguments(card, common.get("args"))
     config_files, config_note = _export_config_files(card, common, reader.directory, hf_config_dir)
     padded = stored_padded_vocab(card.vocab_size, {n: stored[n][0][0] for n in VOCAB_TENSORS if n in stored},
                                  common.get("args"))

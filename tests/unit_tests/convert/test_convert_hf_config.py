@@ -173,7 +173,7 @@ def test_stored_run_arguments_are_those_the_training_entry_runs_with(name: str, 
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     stored = CheckpointReader(tmp_path / "mcore" / RELEASE).common_state()["args"]
     run = validate_on_cluster(["--oellm-model", name, "--micro-batch-size", "1", "--global-batch-size", "1",
-                               "--seq-length", "64", "--mock-data",
+                               "--seq-length", "64", "--train-iters", "1", "--lr", "1e-4", "--mock-data",
                                "--tokenizer-type", "NullTokenizer"], world_size=1, env={})
     for field in ("num_layers", "hidden_size", "num_attention_heads"):
         assert getattr(stored, field) == getattr(run, field), field

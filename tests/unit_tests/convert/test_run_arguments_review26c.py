@@ -1,0 +1,87 @@
+"""mcore-to-hf compares the run arguments a training checkpoint stores with the card where no tensor shows them.
+
+A run described by megatron's flags alone (no ``--oellm-model``) may train another router top-k, RoPE base, norm
+epsilon, ... than the card it is exported as: every tensor shape still matches, and the export used to write the
+card's ``config.json`` for it without a word, so the HF model computed otherwise than the trained one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
+
+from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.convert import pipeline
+from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.megatron_args import model_flags
+
+CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
+
+
+def _other_value(value: object) -> object:
+    """A value of the same type as ``value`` that differs from it (a random one where numbers are involved)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + random.randint(1, 3)
+    return value * random.choice([0.5, 2.0, 10.0])
+
+
+def _training_checkpoint(card: ModelCard, tmp: Path, monkeypatch: pytest.MonkeyPatch,
+                         changed: dict[str, object]) -> dict:
+    """Random HF tensors of ``card`` converted to ``tmp/mcore`` with the stored run arguments a training run with
+    the card's flags would store, ``changed`` (dest -> value) replacing some; returns the HF tensors."""
+    hf = random_hf_tensors(card, seed=random.randrange(2**31))
+    write_hf(card, hf, tmp / "hf")
+    flags = model_flags(card)
+    run = {flag.replace("-", "_"): flags[flag] for flag in pipeline.RUN_FLAGS_NO_SHAPE_SHOWS} | changed
+    base = pipeline.megatron_checkpoint_args
+    monkeypatch.setattr(pipeline, "megatron_checkpoint_args",
+                        lambda c: argparse.Namespace(**vars(base(c)), **run))
+    pipeline.hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    monkeypatch.setattr(pipeline, "megatron_checkpoint_args", base)
+    return hf
+
+
+@pytest.mark.parametrize("name", CARDS)
+@pytest.mark.parametrize("flag", pipeline.RUN_FLAGS_NO_SHAPE_SHOWS)
+def test_a_run_argument_the_card_does_not_share_is_refused(name: str, flag: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    card = get_card(name)
+    dest = flag.replace("-", "_")
+    value = _other_value(model_flags(card)[flag])
+    _training_checkpoint(card, tmp_path, monkeypatch, {dest: value})
+    with pytest.raises(ConversionError, match=rf"{dest}: run {value!r}, card "):
+        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_the_run_arguments_of_the_card_export_bit_exact(name: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    card = get_card(name)
+    hf = _training_checkpoint(card, tmp_path, monkeypatch, {})
+    pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_the_arguments_megatron_parses_for_the_card_pass(name: str) -> None:
+    """What a training run with ``--oellm-model`` stores (megatron's own parsing and validation of the card's
+    flags) matches the card, and the same arguments are refused for a card that differs in one of them."""
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+
+    run = validate_on_cluster(["--oellm-model", name, "--micro-batch-size", "1", "--global-batch-size", "1",
+                               "--seq-length", "64", "--train-iters", "1", "--lr", "1e-4", "--mock-data",
+                               "--tokenizer-type", "NullTokenizer"], world_size=1, env={})
+    card = get_card(name)
+    pipeline.check_run_arguments(card, run)
+    other = dataclasses.replace(card, moe_router_topk=card.moe_router_topk + random.randint(1, 3))
+    with pytest.raises(ConversionError, match=rf"moe_router_topk: run {card.moe_router_topk}, card "):
+        pipeline.check_run_arguments(other, run)
