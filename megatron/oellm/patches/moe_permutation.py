@@ -14,8 +14,8 @@ another implementation, so this patch wraps the two names the dispatchers call (
 * ``unpermute`` (not fused, no probabilities to merge, which the all-to-all and all-gather dispatchers never pass):
   :func:`~megatron.oellm.layers.token_permutation.scatter_sum_rows`, the same fp32 per-token sum.
 
-Every other call (fused, merging probabilities, padded offsets) goes to upstream unchanged. Exactly 0.19.2;
-``OELLM_UPSTREAM_MOE_PERMUTATION=1`` keeps upstream's functions (A/B runs).
+Every other call (fused, merging probabilities, padded offsets) goes to upstream unchanged. Exactly 0.19.2 (another
+release keeps upstream's functions, with a warning); ``OELLM_UPSTREAM_MOE_PERMUTATION=1`` keeps them too (A/B runs).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 
 from megatron.oellm import switches
 from megatron.oellm.layers.token_permutation import gather_rows, scatter_sum_rows
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release
+from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
 
 UPSTREAM_ENV = switches.UPSTREAM_MOE_PERMUTATION
 """Set to ``1`` to keep megatron-core's own permutation (A/B measurements, debugging)."""
@@ -58,9 +58,13 @@ def apply() -> bool:
     """Wrap the dispatchers' ``permute`` / ``unpermute`` where :func:`enabled`; True if applied (idempotent).
 
     The MoE spec builder (:func:`megatron.oellm.models.building_blocks.moe_builder`) calls it, so the MoE models
-    built by this package's spec builders run it wherever megatron-core's unfused permutation would run.
+    built by this package's spec builders run it wherever megatron-core's unfused permutation would run. Another
+    release than :data:`PATCHED_RELEASE` keeps upstream's functions with a warning, as the other patches do.
     """
     if not enabled():
+        release = megatron_core_release()
+        if release != PATCHED_RELEASE and not switches.is_on(UPSTREAM_ENV):
+            warn_not_applied(release, "moe-permutation-without-atomics")
         return False
     from megatron.core.transformer.moe import token_dispatcher
 
