@@ -44,6 +44,9 @@ NCCL_CHANNEL_LIMIT = 4
 NCCL_CHANNEL_SMALLEST = {"NCCL_NCHANNELS_PER_PEER": 1, "NCCL_MIN_NCHANNELS": 0}
 """Smallest value of each channel variable that NCCL takes as meant: a minimum of 0 channels is NCCL's own default
 (``ncclMinNchannels``), a peer needs at least one channel."""
+NCCL_INTEGER = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+"""An integer as C's ``strtoll`` reads it with base 0, which NCCL's ``ncclLoadParam`` uses for every numeric
+variable: decimal, ``0x`` hexadecimal or ``0``-prefixed octal, after an optional sign."""
 
 FLA_BAD_TRITON_FROM = Version("3.4.0")
 """First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
@@ -569,6 +572,19 @@ def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> 
     return None
 
 
+def nccl_integer(raw: str) -> int | None:
+    """The value NCCL reads from a numeric variable's ``raw`` text (see :data:`NCCL_INTEGER`: ``0x10`` is 16,
+    ``010`` is 8), or None where the whole text is no such number or lies outside int64, whose overflow makes NCCL
+    keep its default. Surrounding whitespace is ignored, as NCCL's parse stops at it."""
+    match = NCCL_INTEGER.fullmatch(raw.strip())
+    if match is None:
+        return None
+    sign, digits = match.groups()
+    base = 16 if digits[:2] in ("0x", "0X") else 8 if digits[0] == "0" else 10
+    value = -int(digits, base) if sign == "-" else int(digits, base)
+    return value if -(2**63) <= value < 2**63 else None
+
+
 def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """NCCL channel counts above 4 make NCCL allocate large buffers outside PyTorch's allocator."""
     findings = []
@@ -578,25 +594,24 @@ def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> li
             state = "unset" if raw is None else "empty, which NCCL reads as unset"
             findings.append(Finding("ok", variable, f"{variable} is {state} (NCCL default)."))
             continue
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            value = None
+        value = nccl_integer(raw)
         smallest = NCCL_CHANNEL_SMALLEST[variable]
         if value is None or value < smallest:  # a non-number or a count below the smallest NCCL means is a typo
             findings.append(Finding("error", variable, f"{variable}={raw!r} is not a whole number of {smallest} or "
-                                    "more.", f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)"))
+                                    "more (NCCL reads decimal, 0x hexadecimal or 0-prefixed octal).",
+                                    f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)"))
             continue
+        shown = str(value) if raw.strip() == str(value) else f"{raw.strip()} (= {value})"
         if value > NCCL_CHANNEL_LIMIT:
             findings.append(Finding(
                 "warning", variable,
-                f"{variable}={value} is above {NCCL_CHANNEL_LIMIT}: NCCL then reserves GPU memory that PyTorch does "
+                f"{variable}={shown} is above {NCCL_CHANNEL_LIMIT}: NCCL then reserves GPU memory that PyTorch does "
                 f"not own (on MareNostrum 5 about 14 GiB per GPU with 32 channels per peer), so training OOMs "
                 f"at a smaller batch than torch.cuda memory statistics suggest.",
                 f"export {variable}={NCCL_CHANNEL_LIMIT}",
             ))
         else:
-            findings.append(Finding("ok", variable, f"{variable}={value}."))
+            findings.append(Finding("ok", variable, f"{variable}={shown}."))
     return findings
 
 

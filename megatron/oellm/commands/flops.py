@@ -17,6 +17,13 @@ from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
 
 HELP = "training FLOPs per token of a model (corrected count or Megatron's), with breakdown and MFU"
 
+DEFAULT_GPU = "h100-sxm"
+"""GPU whose peak the MFU is against without ``--gpu`` (the MN5 tables' peak)."""
+DEFAULT_PRECISION = "bf16"
+"""Precision of the MFU peak without ``--precision``."""
+PEAK_OPTIONS = ("gpu", "precision", "peak_tflops")
+"""Options that only choose the MFU peak: without ``--tokens-per-second-per-gpu`` there is no MFU to print."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm flops``."""
@@ -33,11 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lengths of the documents packed into one sequence (sum = --seq-length)")
     parser.add_argument("--tokens-per-second-per-gpu", type=float, default=None,
                         help="measured throughput: also print TFLOP/s/GPU and MFU")
-    parser.add_argument("--gpu", choices=sorted(GPU_PEAKS), default="h100-sxm",
-                        help="GPU of the MFU peak (default h100-sxm)")
-    parser.add_argument("--precision", choices=["bf16", "fp8"], default="bf16",
-                        help="precision of the MFU peak (default bf16)")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="peak TFLOP/s per GPU (overrides --gpu)")
+    parser.add_argument("--gpu", choices=sorted(GPU_PEAKS), default=None,
+                        help=f"with --tokens-per-second-per-gpu: GPU of the MFU peak (default {DEFAULT_GPU})")
+    parser.add_argument("--precision", choices=["bf16", "fp8"], default=None,
+                        help=f"with --tokens-per-second-per-gpu: precision of the MFU peak (default {DEFAULT_PRECISION})")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="with --tokens-per-second-per-gpu: peak TFLOP/s per GPU (overrides --gpu)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object {model, seq_length, padded_vocab, document_lengths, mode, "
                              "gflops_per_token, breakdown}; --megatron-compatible adds megatron_flags and "
@@ -129,6 +137,15 @@ def check_positive_options(args: argparse.Namespace) -> None:
             raise FlopError(f"--{name.replace('_', '-')} must be {wanted}, got {value:g} ({hint})")
 
 
+def check_peak_options(args: argparse.Namespace) -> None:
+    """Raise :class:`FlopError` when :data:`PEAK_OPTIONS` are given without ``--tokens-per-second-per-gpu``: they
+    choose the peak of an MFU that is only computed from a measured throughput, and would be dropped silently."""
+    given = [f"--{name.replace('_', '-')}" for name in PEAK_OPTIONS if getattr(args, name) is not None]
+    if given and args.tokens_per_second_per_gpu is None:
+        raise FlopError(f"{' / '.join(given)} only choose{'s' if len(given) == 1 else ''} the peak of the MFU, which "
+                        "needs a measured throughput: add --tokens-per-second-per-gpu N")
+
+
 def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document_lengths: list[int] | None,
                    overrides: dict[str, FlagValue]) -> float:
     """Megatron's training FLOPs per token with the ``--megatron-flag`` overrides; a value its formula cannot count
@@ -149,6 +166,7 @@ def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document
 def flops_report(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON report of ``oellm flops``; in megatron-compatible mode the breakdown holds Megatron's one total."""
     check_positive_options(args)
+    check_peak_options(args)
     card = get_card(args.model)
     padded_vocab = pad_vocab(card.vocab_size) if args.padded_vocab is None else args.padded_vocab
     corrected = training_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths)
@@ -169,12 +187,13 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
         report.update(mode="corrected", gflops_per_token=corrected.gflops_per_token,
                       breakdown=corrected.gflops_breakdown())
     if args.tokens_per_second_per_gpu is not None:
-        peak = peak_tflops(args.gpu, args.precision) if args.peak_tflops is None else args.peak_tflops
+        gpu = args.gpu or DEFAULT_GPU
+        peak = peak_tflops(gpu, args.precision or DEFAULT_PRECISION) if args.peak_tflops is None else args.peak_tflops
         tflops = args.tokens_per_second_per_gpu * report["gflops_per_token"] / 1e3
         report.update(tokens_per_second_per_gpu=args.tokens_per_second_per_gpu, tflops_per_gpu=tflops,
                       peak_tflops=peak, mfu=mfu(tflops, peak))
-        if args.peak_tflops is None and GPU_PEAKS[args.gpu].note:
-            report["peak_note"] = GPU_PEAKS[args.gpu].note
+        if args.peak_tflops is None and GPU_PEAKS[gpu].note:
+            report["peak_note"] = GPU_PEAKS[gpu].note
     return report
 
 

@@ -23,6 +23,10 @@ LAYOUT_SYMBOLS: dict[str, str] = {"E": "embedding", "t": "decoder", "L": "loss",
 
 _REPEAT = re.compile(r"\*(\d+)")
 
+MAX_EXPANDED_LAYOUT = 10_000_000
+"""Most symbols a layout may expand to: no model has layers near it, and expanding ``t*100000000000`` as asked would
+end in a MemoryError traceback instead of the layer-count error."""
+
 
 class ParallelLayoutError(ValueError):
     """A parallel layout does not fit the model or is malformed; the message names the fix."""
@@ -121,11 +125,25 @@ def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int
             unit, pos = char, pos + 1
             repeat = _REPEAT.match(text, pos)
         if repeat is not None:
-            unit, pos = unit * int(repeat.group(1)), repeat.end()
+            unit, pos = unit * _repeat_count(repeat.group(1), len(unit), sum(map(len, out)), layout), repeat.end()
         out.append(unit)
     if not top_level:
         raise ParallelLayoutError(f"pipeline layout {layout!r}: '(' without a matching ')'")
     return "".join(out), pos
+
+
+def _repeat_count(digits: str, unit_length: int, expanded: int, layout: str) -> int:
+    """The count of a ``*N`` repeating ``unit_length`` symbols after ``expanded`` others; refused if the expansion
+    would pass :data:`MAX_EXPANDED_LAYOUT` (checked before ``int()``, which refuses over 4300 digits)."""
+    significant = digits.lstrip("0")
+    if len(significant) <= len(str(MAX_EXPANDED_LAYOUT)):
+        count = int(significant or "0")
+        if expanded + unit_length * count <= MAX_EXPANDED_LAYOUT:
+            return count
+    shown = significant if len(significant) <= 20 else f"{significant[:8]}... ({len(significant)} digits)"
+    where = repr(layout) if len(layout) <= 80 else f"{layout[:60]!r}... ({len(layout)} characters)"
+    raise ParallelLayoutError(f"pipeline layout {where}: '*{shown}' expands it past {MAX_EXPANDED_LAYOUT:,} symbols, "
+                              "far more than any model has layers; give one 't' per decoder layer of the model")
 
 
 def pipelined_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:

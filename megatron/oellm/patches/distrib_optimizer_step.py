@@ -35,15 +35,16 @@ def apply() -> bool:
     """Wrap the three methods on :data:`PATCHED_RELEASE` without Apex/TE; True if applied.
 
     Any other release (with a warning), or an environment with Apex or TE (where upstream keeps the step in the param
-    groups), keeps upstream's methods. Idempotent.
+    groups), keeps upstream's methods. The release is checked first: ``HAVE_APEX_OR_TE`` is a 0.19.2 module global
+    that another release need not have. Idempotent.
     """
-    from megatron.core.optimizer import distrib_optimizer
-
-    if distrib_optimizer.HAVE_APEX_OR_TE:
-        return False
     release = megatron_core_release()
     if release != PATCHED_RELEASE:
         warn_not_applied(release, "distrib-optimizer-step")
+        return False
+    from megatron.core.optimizer import distrib_optimizer
+
+    if distrib_optimizer.HAVE_APEX_OR_TE:
         return False
     cls = distrib_optimizer.DistributedOptimizer
     if getattr(cls.state_dict, "oellm_patched", False):

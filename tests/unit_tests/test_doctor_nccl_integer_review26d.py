@@ -1,0 +1,61 @@
+"""NCCL channel variables are read as NCCL reads them (C ``strtoll`` base 0): hex and octal are no errors."""
+
+import ctypes
+import random
+
+import pytest
+
+from megatron.oellm.doctor import EnvironmentReport, Finding, check_nccl_channels, nccl_integer
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.strtoll.restype = ctypes.c_longlong
+LIBC.strtoll.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int]
+
+
+def _strtoll(text: str) -> int | None:
+    """libc's ``strtoll(text, &end, 0)`` as NCCL's ncclLoadParam calls it; None unless it reads the whole text
+    without overflow (NCCL ignores a trailing rest, which the doctor keeps calling a typo)."""
+    data = text.encode()
+    buffer = ctypes.create_string_buffer(data)
+    end = ctypes.c_char_p()
+    ctypes.set_errno(0)
+    value = LIBC.strtoll(buffer, ctypes.byref(end), 0)
+    consumed = ctypes.cast(end, ctypes.c_void_p).value - ctypes.addressof(buffer)
+    if ctypes.get_errno() or consumed != len(data) or not data:
+        return None
+    return value
+
+
+def _finding(variable: str, raw: str) -> Finding:
+    """The doctor's finding on ``variable`` set to ``raw``."""
+    (finding,) = [f for f in check_nccl_channels(EnvironmentReport("3.12.3", False, {}), {variable: raw})
+                  if f.name == variable]
+    return finding
+
+
+@pytest.mark.parametrize("variable", ["NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_PEER"])
+def test_hex_and_octal_counts_are_read_as_nccl_reads_them(variable: str) -> None:
+    """``NCCL_MIN_NCHANNELS=0x10`` was an error ("not a whole number"), and ``010`` was taken as ten, not eight."""
+    rng = random.Random()
+    for _ in range(50):
+        value = rng.randint(1, 64)
+        raw = rng.choice([f"0x{value:x}", f"0X{value:X}", f"0{value:o}"])
+        finding = _finding(variable, raw)
+        assert finding.severity == ("warning" if value > 4 else "ok"), (raw, finding.message)
+        assert f"{variable}={raw} (= {value})" in finding.message
+
+
+def test_values_nccl_reads_differently_are_refused() -> None:
+    """``08`` is no octal number (NCCL would read 0 and ignore the 8), ``0x`` no hex one."""
+    for raw in ("08", "0x", "0o10", "1_0"):
+        assert _finding("NCCL_NCHANNELS_PER_PEER", raw).severity == "error", raw
+
+
+def test_parse_agrees_with_libc_strtoll_on_random_strings() -> None:
+    """Whatever libc's ``strtoll(..., 0)`` reads whole, :func:`nccl_integer` reads the same; nothing else parses."""
+    rng = random.Random()
+    alphabet = "0123456789abcdefxX+- 8"
+    for _ in range(5000):
+        raw = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+        assert nccl_integer(raw) == _strtoll(raw.strip()), raw
+    assert nccl_integer(str(2**63)) is None and _strtoll(str(2**63)) is None
