@@ -2,7 +2,7 @@
 
 The fitted-down run keeps the recipe's training settings and the row's overrides and swaps only what cannot fit:
 the card becomes ``<model>-proxy-<N>L`` (full width, the mixer pattern kept), optionally with fewer experts; the
-layout becomes TP1 PP1 with the largest expert-parallel size the GPUs allow; MBS 1 and mock data unless a data path
+layout becomes TP1 PP1 with the largest expert-parallel size the GPUs allow, up to the row's; MBS 1 and mock data unless a data path
 is given (then every document trains: ``--split 100,0,0``). It is started with ``torchrun --standalone`` on the visible GPUs.
 """
 
@@ -18,7 +18,7 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.recipes.config import Recipe, TableRow
-from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card
+from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card, row_layout
 from megatron.oellm.recipes.slurm import ENTRY_MODULE
 
 LOCAL_SPLIT = "100,0,0"
@@ -84,9 +84,10 @@ def local_card(recipe: Recipe, seq_length: int, inputs: RunInputs) -> ModelCard:
     return card
 
 
-def local_expert_parallel(card: ModelCard, gpus: int, recipe_ep: int) -> int:
-    """Largest EP <= the recipe's that divides both the GPU count and the experts."""
-    return max(d for d in range(1, min(gpus, recipe_ep) + 1) if gpus % d == 0 and card.num_experts % d == 0)
+def local_expert_parallel(card: ModelCard, gpus: int, row_ep: int) -> int:
+    """Largest EP <= the row's (its ``parallel`` over the recipe's ``[parallel]``) that divides both the GPU count
+    and the experts."""
+    return max(d for d in range(1, min(gpus, row_ep) + 1) if gpus % d == 0 and card.num_experts % d == 0)
 
 
 def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None = None) -> ResolvedRow:
@@ -95,7 +96,7 @@ def fit_local(recipe: Recipe, row: TableRow, gpus: int, inputs: RunInputs | None
     inputs = inputs or RunInputs()
     seq_length = local.seq_length if local.seq_length else recipe.row_seq_length(row)  # [local] 0: the row's
     card = local_card(recipe, seq_length, inputs)
-    layout = ParallelLayout(ep=local_expert_parallel(card, gpus, recipe.parallel.ep))
+    layout = ParallelLayout(ep=local_expert_parallel(card, gpus, row_layout(recipe, row).ep))
     validate_layout(card, layout, world_size=gpus)
     global_batch = gpus * local.global_batch_size_per_dp_rank
     fitted = dataclasses.replace(row, nodes=1, global_batch_size=global_batch, micro_batch_size=1, parallel={})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 DOCUMENT_MASKING_UNWIRED = (
@@ -170,6 +171,57 @@ def check_cache_flags(args: argparse.Namespace, blend) -> None:
                          "not with --data-path / --data-args-path; give the data per split, or drop the flag")
 
 
+INDEX_CACHE_FILES = ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")
+"""The files of one GPTDataset index cache (``HASH-GPTDataset-SPLIT-`` + each); megatron-core 0.19.2 reuses a cache
+only when all four exist, and otherwise builds the indices on rank 0 and writes them."""
+
+
+def default_index_cache(prefix: str) -> Path:
+    """The directory where megatron-core 0.19.2's GPTDataset keeps the index cache of dataset ``prefix`` when no
+    ``--data-cache-path`` is given: ``PREFIX/cache/GPTDataset_indices`` (a directory named like the prefix, beside
+    its ``.bin``/``.idx`` files)."""
+    return Path(prefix) / "cache" / "GPTDataset_indices"
+
+
+def can_write_into(directory: Path) -> bool:
+    """Whether this process may create ``directory`` (with missing parents) and write files into it: judged on its
+    nearest existing ancestor, as ``os.makedirs`` and ``open`` would meet it (a read-only mount refuses even root)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def lacks_index_cache(directory: Path) -> bool:
+    """Whether ``directory`` certainly holds no complete GPTDataset index cache (:data:`INDEX_CACHE_FILES`), for any
+    configuration: missing, or listed without one. False when it cannot be listed (megatron may still find one)."""
+    try:
+        names = set(os.listdir(directory))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    first, *rest = INDEX_CACHE_FILES
+    bases = [name.removesuffix(first) for name in names if "-GPTDataset-" in name and name.endswith(first)]
+    return not any(all(base + suffix in names for suffix in rest) for base in bases)
+
+
+def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
+    """Raise ``ValueError`` when, without ``--data-cache-path``, megatron-core would have to write the index cache
+    of one of the local dataset ``prefixes`` into :func:`default_index_cache` and cannot: the directory is not
+    writable (a shared, read-only dataset) and has no cache to reuse. Megatron finds out on rank 0 when it builds the
+    datasets, after the model and optimizer are set up. A directory holding some cache is let through: whether it is
+    this run's depends on the run's sample counts and tokenizer, known only then."""
+    if args.data_cache_path is not None:
+        return
+    for prefix in prefixes:
+        cache = default_index_cache(prefix)
+        if not can_write_into(cache) and lacks_index_cache(cache):
+            raise ValueError(f"dataset {prefix!r}: without --data-cache-path megatron-core writes its index cache to "
+                             f"{cache}, which this process cannot write, and no cache is there to reuse; "
+                             "give --data-cache-path DIR, a writable directory (the cache is reused by later runs)")
+
+
 def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
     """Raise ``ValueError`` when ``--per-dataset-sequences-path`` is unreadable, no JSON object, or lacks one of the
     local dataset ``prefixes``: megatron-core reads the file and looks every such prefix up in it when it builds the
@@ -200,9 +252,10 @@ BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs 
 def check_data_source(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`), a ``--split`` that does not fit its data
-    (:func:`check_split`), or a local prefix without its ``.bin`` and ``.idx`` files (object-storage prefixes are
-    left to megatron); and, with or without ``--mock-data``, for dataset options megatron-core refuses
-    (:func:`check_cache_flags`, :func:`check_sequences_file`).
+    (:func:`check_split`), a local prefix without its ``.bin`` and ``.idx`` files (object-storage prefixes are
+    left to megatron) or whose index cache megatron could neither reuse nor write (:func:`check_index_cache`); and,
+    with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
+    :func:`check_sequences_file`).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
     checkpoint, on every rank; a mistyped path is a message at start instead.
@@ -237,6 +290,7 @@ def check_data_source(args: argparse.Namespace) -> None:
                          "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
                          "--per-split-data-args-path); a prefix names the files without their suffix")
     check_cache_flags(args, blends[0])
+    check_index_cache(args, local)
     check_sequences_file(args, local)
 
 
