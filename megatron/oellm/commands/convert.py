@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  dropped {summary.padding_rows} vocabulary padding rows past the card's {card.vocab_size} (megatron's "
               "make-vocab-size-divisible-by x TP padding)")
     if summary.skipped:
-        print(f"  skipped {len(summary.skipped)} tensors outside the text model (e.g. {summary.skipped[0]})")
+        print(f"  skipped {len(summary.skipped)} tensors outside the causal-LM text model (vision tower, "
+              f"multi-token-prediction head; e.g. {summary.skipped[0]})")
     for note in summary.notes:
         print(f"  {note}")
     return 0

@@ -106,6 +106,9 @@ shape: RoPE base and rotated fraction, norm epsilon and zero-centring, router to
 _WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
+MTP_KEY_PREFIX = "mtp."
+"""Checkpoint keys of megatron-core's multi-token-prediction block (``--mtp-num-layers``): a head the Hugging Face
+causal-LM model has no tensors for, so mcore-to-hf leaves them out and lists them in its report."""
 _ROUTER_BUFFERS = (".router.expert_bias", ".router.qb_beta")
 """Persistent buffers of megatron-core 0.19.2's router (expert-bias and quantile balancing): routing state that a
 Hugging Face Qwen model has no tensor for."""
@@ -124,6 +127,8 @@ class ConversionSummary:
     tensors_read: int
     tensors_written: int
     skipped: list[str]
+    """Source tensors left out: a published HF checkpoint's vision tower and MTP head (hf-to-mcore), a megatron
+    checkpoint's multi-token-prediction block (mcore-to-hf)."""
     padding_rows: int = 0
     """Vocabulary rows megatron padded past the card's vocabulary, dropped by mcore-to-hf (per vocabulary tensor)."""
     notes: list[str] = field(default_factory=list)
@@ -482,7 +487,8 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
                            max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
                            hf_config_dir: Path | None = None) -> ConversionSummary:
     """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``; vocabulary
-    rows megatron padded past the card's vocabulary are dropped. ``config.json`` / ``generation_config.json`` are
+    rows megatron padded past the card's vocabulary are dropped, and so is a multi-token-prediction block
+    (:data:`MTP_KEY_PREFIX`, listed in the summary's ``skipped``). ``config.json`` / ``generation_config.json`` are
     those of ``hf_config_dir``, else those stored with the checkpoint, else the card's config."""
     module = family_module(card)
     reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
@@ -507,5 +513,5 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
             (staging / name).write_bytes(text.encode("utf-8"))
         if CONFIG_NAME not in config_files:
             module.hf_config_from_card(card).save_pretrained(staging)
-    return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout), [],
-                             padded - card.vocab_size, [config_note, *_leftover_notes(out_dir)])
+    return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout),
+                             sorted(key for key in stored if key.startswith(MTP_KEY_PREFIX)), padded - card.vocab_size, [config_note, *_leftover_notes(out_dir)])

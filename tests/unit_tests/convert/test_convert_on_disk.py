@@ -290,6 +290,24 @@ def test_router_expert_bias_is_refused_with_what_it_would_change(tiny_hf, monkey
     assert not (tmp / "out").exists()
 
 
+def test_multi_token_prediction_block_is_left_out_and_reported(tiny_hf, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run trained with --mtp-num-layers stores an ``mtp.`` block the HF causal LM has no tensors for: the export
+    leaves it out and lists every such key in the summary, rather than dropping it unsaid."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    shapes = CheckpointReader.tensor_shapes
+    hidden = card.hidden_size
+    mtp = {"mtp.layers.0.eh_proj.weight": ((hidden, 2 * hidden), torch.bfloat16),
+           "mtp.layers.0.enorm.weight": ((hidden,), torch.bfloat16)}
+    monkeypatch.setattr(CheckpointReader, "tensor_shapes", lambda reader: shapes(reader) | mtp)
+    summary = mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert summary.skipped == sorted(mtp)
+    written = list(SafetensorsSource(tmp / "out"))
+    assert not [name for name in written if "mtp" in name]
+    assert set(written) == set(hf)
+
+
 def test_output_into_an_empty_current_directory_keeps_that_directory(tiny_hf, monkeypatch: pytest.MonkeyPatch) -> None:
     card, hf, tmp = tiny_hf
     write_hf(card, hf, tmp / "hf")
