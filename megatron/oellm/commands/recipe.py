@@ -253,9 +253,14 @@ def _print_notes(resolved: ResolvedRow) -> None:
 
 def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | None:
     """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run.
+    The fitted flags pass megatron's ``validate_args`` and the entry's start-up checks first (as ``--submit``'s rows
+    do, :func:`megatron.oellm.recipes.megatron_validation.megatron_refusal`), so a refusal is printed once, before
+    torchrun starts any rank.
 
     Checkpoints (with ``--save-interval``) go to ``<run directory>/local-checkpoints`` and are resumed from there.
     """
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal  # imports megatron-core: only here
+
     if train_iters is not None:
         if train_iters < 1:
             raise RecipeError(f"--train-iters must be positive, got {train_iters}")
@@ -269,11 +274,14 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         problem = local_backend_problem(resolved)
         if problem:
             raise RecipeError(f"--local row {number}: {problem}")
+        env = local_environment(recipe, recipe.row(number))
+        refusal = megatron_refusal(resolved.argv, resolved.world_size, env)
+        if refusal:  # else torchrun starts every rank, and each stops with it after importing megatron
+            raise RecipeError(f"--local row {number}: the training entry would stop every rank at start: {refusal}")
         command = torchrun_command(resolved)
         _print_notes(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
-        return exit_status(subprocess.run(command, env=local_environment(recipe, recipe.row(number)),
-                                          check=False).returncode)
+        return exit_status(subprocess.run(command, env=env, check=False).returncode)
     print(f"{blocker}; falling back to --dry-run.")
     if gpus == 0:
         example = fit_local(recipe, recipe.row(number), 1, inputs)

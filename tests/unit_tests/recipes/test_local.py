@@ -201,3 +201,24 @@ def test_the_flash_adjustment_judges_the_runs_environment_and_the_rows_flags(mon
     resolved = fit_local(recipe, row, gpus=1)
     assert resolved.flags["attention-backend"] == ("auto" if adjusted else "flash")
     assert any("--attention-backend" in note for note in resolved.notes) is adjusted
+
+
+def test_a_fitted_run_megatron_would_refuse_is_refused_once_before_torchrun(monkeypatch, capsys, tmp_path):
+    """``--train-iters`` shortens the local run below the row's warm-up: megatron-core refuses that schedule on every
+    rank after torchrun started them all; ``--local`` refuses it first, once, naming both lengths."""
+    import random
+
+    warmup = random.randint(4, 9)
+    path = tmp_path / "warmup.toml"
+    path.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "warm-up"\n\n[[rows]]\n'
+                    f'nodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                    f'flags = {{ lr-warmup-iters = {warmup} }}\n')
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    calls = []
+    monkeypatch.setattr(subprocess, "run",
+                        lambda command, **k: calls.append(command) or subprocess.CompletedProcess(command, 0))
+    assert main(["recipe", str(path), "--local", "--train-iters", str(warmup)]) == 2
+    err = capsys.readouterr().err
+    assert "would stop every rank at start" in err and not calls
+    assert f"--lr-warmup-iters {warmup}" in err and f"--train-iters {warmup}" in err
+    assert main(["recipe", str(path), "--local", "--train-iters", str(warmup + 1)]) == 0 and len(calls) == 1
