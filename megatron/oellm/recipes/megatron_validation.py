@@ -53,7 +53,9 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     sequence length (:func:`megatron.oellm.training.data.check_single_data_source`,
     :func:`megatron.oellm.training.args.check_sequence_length`), its micro-batches per step against the
     interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`),
-    and a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)."""
+    a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)
+    and a ``gdn_norm_out`` recompute megatron-core's config would refuse
+    (:func:`megatron.oellm.training.model_provider.check_recompute_modules`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
         check_sequence_length,
@@ -64,7 +66,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     )
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_single_data_source
-    from megatron.oellm.training.model_provider import check_layer_spec
+    from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
 
     merged = merge_card_flags(argv)
@@ -82,6 +84,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     check_attention_env(args, {name: str(value) for name, value in env.items()})
     check_interleaved_microbatches(args)
     check_layer_spec(args)
+    check_recompute_modules(args)
     return args
 
 

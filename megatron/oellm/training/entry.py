@@ -268,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         card_from_args,
         check_layer_spec,
         check_model_config,
+        check_recompute_modules,
         model_provider,
     )
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
@@ -294,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_data_args(args)
         check_data_source(args)
         check_layer_spec(args)
+        check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag
         check_converted_load(args, loaded)
         check_checkpoint_format(args, loaded)
         check_rank_file_layout(args, loaded)

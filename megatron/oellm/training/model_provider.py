@@ -12,7 +12,7 @@ import copy
 import dataclasses
 from typing import TYPE_CHECKING
 
-from megatron.oellm.cards import ModelCard, get_card
+from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard, get_card
 from megatron.oellm.models.parallel import (
     ParallelLayout,
     ParallelLayoutError,
@@ -64,6 +64,36 @@ def check_layer_spec(args: argparse.Namespace) -> None:
     raise ValueError(f"{' '.join(['--spec', *spec])}: the model is built by the card family's spec builder with the "
                      "--oellm-backend modules, which read no --spec, so this layer spec would not be used; drop "
                      "--spec (--spec local stays valid beside --attention-backend local)")
+
+
+GDN_VARIANT = "gated_delta_net"
+"""``--experimental-attention-variant`` of megatron-core's GPT-path Gated DeltaNet: the one setting under which
+megatron-core 0.19.2's ``TransformerConfig`` accepts ``gdn_norm_out`` in ``recompute_modules``."""
+
+
+def check_recompute_modules(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``gdn_norm_out`` in selective ``--recompute-modules`` where megatron-core 0.19.2's
+    ``TransformerConfig`` refuses it: anywhere but ``--experimental-attention-variant gated_delta_net``.
+
+    megatron-core's refusal names only that variant, which a model built from a hybrid layer pattern never sets, and
+    comes once the model's config is built. A hybrid pattern's GDN layers read the setting, but the config check
+    refuses it for them (``patches/gdn-norm-out-hybrid.md``); a model without GDN layers has nothing to recompute.
+    Called on the validated arguments by the training entry and by ``oellm recipe --dry-run`` / ``--submit``."""
+    if args.recompute_granularity != "selective" or "gdn_norm_out" not in (args.recompute_modules or ()):
+        return
+    if args.experimental_attention_variant == GDN_VARIANT:
+        return
+    model = f"model card {args.oellm_model}" if args.oellm_model else "the model of Megatron's flags"
+    if HYBRID_SYMBOLS["gdn"] in (args.hybrid_layer_pattern or ""):
+        raise ValueError(
+            f"--recompute-modules gdn_norm_out: {model} is a HybridModel with Gated DeltaNet layers in its hybrid "
+            f"layer pattern, and megatron-core 0.19.2's TransformerConfig accepts gdn_norm_out only for GPT models "
+            f"with --experimental-attention-variant {GDN_VARIANT}, not for HybridModel's GDN layers, so it would "
+            "refuse the run when it builds the model (patches/gdn-norm-out-hybrid.md); drop gdn_norm_out from "
+            "--recompute-modules")
+    raise ValueError(f"--recompute-modules gdn_norm_out: {model} has no Gated DeltaNet layers, whose output norm it "
+                     "recomputes, and megatron-core would refuse the run when it builds the model; drop gdn_norm_out "
+                     "from --recompute-modules")
 
 
 def layout_from_args(args: argparse.Namespace) -> ParallelLayout:

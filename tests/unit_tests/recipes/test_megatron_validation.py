@@ -112,3 +112,26 @@ def test_two_data_sources_and_a_too_long_sequence_are_refused_as_the_entry_refus
     refusal = megatron_refusal([*resolved.argv, "--seq-length", str(too_long)], resolved.world_size,
                                recipe.cluster.env)
     assert refusal is not None and f"--seq-length {too_long} exceeds model card" in refusal
+
+
+def _selective_recompute(argv: list[str], *modules: str) -> list[str]:
+    """``argv`` with its recompute flags (and their values) replaced by selective recompute of ``modules``."""
+    recompute = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
+    kept = [token for index, token in enumerate(argv)
+            if token not in recompute and (index == 0 or argv[index - 1] not in recompute)]
+    return [*kept, "--recompute-granularity", "selective", "--recompute-modules", *modules]
+
+
+def test_gdn_norm_out_of_a_qwen3_5_row_is_refused_before_submission():
+    """megatron-core's config refuses gdn_norm_out for the HybridModel's GDN layers only once the job builds the model;
+    ``--dry-run`` / ``--submit`` refuse it with the row, and the row's other modules still pass."""
+    path = next(path for path in RECIPES if load_recipe(path).model.startswith("qwen3.5-"))
+    recipe = load_recipe(path)
+    resolved = resolve_row(recipe, recipe.rows[0])
+    refusal = megatron_refusal(_selective_recompute(resolved.argv, "moe_act", "gdn_norm_out"), resolved.world_size,
+                               recipe.cluster.env)
+    assert refusal is not None and refusal.startswith(
+        f"ValueError: --recompute-modules gdn_norm_out: model card {recipe.model} is a HybridModel"), refusal
+    assert refusal.endswith("drop gdn_norm_out from --recompute-modules"), refusal
+    assert megatron_refusal(_selective_recompute(resolved.argv, "moe_act"), resolved.world_size,
+                            recipe.cluster.env) is None

@@ -1,6 +1,7 @@
 """Megatron arguments -> card, layout and runtime config fields of the model provider (no GPU needed)."""
 
 import argparse
+import random
 import re
 
 import pytest
@@ -197,3 +198,65 @@ def test_the_layout_check_judges_the_runs_sequence_length_not_the_cards():
     with pytest.raises(ValueError, match=r"seq_length \(4098\) is not divisible by tp \(4\)"):
         check_layout(uneven)
     check_layout(parsed([*run, "--seq-length", "4100"]))
+
+
+SELECTIVE_RECOMPUTE = ["--micro-batch-size", "1", "--global-batch-size", "8", "--seq-length", "128", "--bf16",
+                       "--oellm-backend", "torch", "--mock-data", "--recompute-granularity", "selective",
+                       "--recompute-modules"]
+"""A run with selective recompute; the modules follow."""
+
+SHARED_RECOMPUTE_MODULES = ["core_attn", "layernorm", "moe", "moe_act"]
+"""Selective-recompute modules that every card family's models have (megatron-core's config and
+``absent_recompute_modules`` accept them for both families)."""
+
+
+def _modules(*required: str) -> list[str]:
+    """A random non-empty selection of :data:`SHARED_RECOMPUTE_MODULES`, with ``required`` at random places."""
+    modules = random.sample(SHARED_RECOMPUTE_MODULES, random.randint(1, len(SHARED_RECOMPUTE_MODULES))) + [*required]
+    random.shuffle(modules)
+    return modules
+
+
+def test_gdn_norm_out_on_a_qwen3_5_card_is_refused_naming_the_hybrid_model_limit(monkeypatch):
+    """The card's GDN layers are a HybridModel's, which megatron-core's config check refuses gdn_norm_out for,
+    naming a GPT-path variant the card never sets; the entry's check says so and what to drop, before the config."""
+    from megatron.oellm.training.model_provider import check_model_config, check_recompute_modules
+
+    args = validated(["--oellm-model", "qwen3.5-35b-a3b-tiny", *SELECTIVE_RECOMPUTE, *_modules("gdn_norm_out")],
+                     monkeypatch)
+    with pytest.raises(ValueError, match=r"^--recompute-modules gdn_norm_out: model card qwen3\.5-35b-a3b-tiny is a "
+                                         r"HybridModel with Gated DeltaNet layers .* only for GPT models with "
+                                         r"--experimental-attention-variant gated_delta_net, not for HybridModel's "
+                                         r"GDN layers.*drop gdn_norm_out from --recompute-modules$"):
+        check_recompute_modules(args)
+    # what it anticipates: megatron-core 0.19.2's own refusal once the config is built (patches/gdn-norm-out-hybrid.md)
+    with pytest.raises(ValueError, match=r"only supported with experimental_attention_variant='gated_delta_net'"):
+        check_model_config(args, card_from_args(args))
+
+
+def test_gdn_norm_out_on_a_qwen3_moe_card_is_refused_by_the_entry_as_absent(monkeypatch, capsys):
+    """A Qwen3 MoE card has no GDN layers: the entry refuses the module in one line before pretrain."""
+    from tests.unit_tests.training.test_data import entry_up_to_pretrain
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", *SELECTIVE_RECOMPUTE, *_modules("gdn_norm_out")]) == 2
+    error = capsys.readouterr().err.splitlines()
+    assert len(error) == 1, error
+    assert error[0].startswith(f"{entry.PROG}: error: --recompute-modules gdn_norm_out: model card qwen3-30b-a3b-tiny "
+                               "has no Gated DeltaNet layers"), error
+    assert error[0].endswith("drop gdn_norm_out from --recompute-modules"), error
+
+
+@pytest.mark.parametrize("model", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
+def test_other_recompute_modules_still_reach_the_model_config(model, monkeypatch):
+    """Only gdn_norm_out is refused: the other modules pass the check and reach megatron-core's config."""
+    from megatron.oellm.models import spec_builder
+    from megatron.oellm.training.model_provider import check_recompute_modules
+
+    modules = _modules()
+    args = validated(["--oellm-model", model, *SELECTIVE_RECOMPUTE, *modules], monkeypatch)
+    check_recompute_modules(args)
+    card, layout = card_from_args(args), layout_from_args(args)
+    config = spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
+                                                          **runtime_overrides(args, card, layout))
+    assert (config.recompute_granularity, config.recompute_modules) == ("selective", modules)
