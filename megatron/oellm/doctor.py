@@ -707,11 +707,24 @@ def _ignored_allocator_conf(env: Mapping[str, str], torch_version: str | None,
     value = env.get("PYTORCH_ALLOC_CONF")
     if value is None or (found is not None and found[1] == value):
         return None
+    since = ".".join(map(str, UNIFIED_ALLOC_CONF_TORCH))
     if "PYTORCH_ALLOC_CONF" not in allocator_variables(torch_version):
+        if not _readable_version(torch_version):
+            return (f"PYTORCH_ALLOC_CONF={value!r} is ignored if torch (its version unknown here) is older than "
+                    f"{since}, whose CUDA allocator reads only PYTORCH_CUDA_ALLOC_CONF")
         return (f"PYTORCH_ALLOC_CONF={value!r} is ignored: the CUDA allocator of torch {torch_version} reads only "
-                f"PYTORCH_CUDA_ALLOC_CONF (PYTORCH_ALLOC_CONF from torch "
-                f"{'.'.join(map(str, UNIFIED_ALLOC_CONF_TORCH))} on)")
+                f"PYTORCH_CUDA_ALLOC_CONF (PYTORCH_ALLOC_CONF from torch {since} on)")
     return f"PYTORCH_ALLOC_CONF={value!r} is ignored: torch reads PYTORCH_CUDA_ALLOC_CONF first, even when empty"
+
+
+def _readable_version(version: str | None) -> bool:
+    """Whether ``version`` is a version number (not None, not :data:`UNKNOWN_VERSION`): only then may a message say
+    which release is installed and what it reads."""
+    try:
+        Version(version or "")
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _with_expandable_segments(value: str) -> str:

@@ -70,3 +70,18 @@ def test_allocator_conf_picks_the_variable_this_torch_reads():
         parsed = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
         variable, value = allocator_conf(env, torch_version)
         assert value == parsed, json.dumps({"torch": torch_version, "named": variable, "parsed": parsed})
+
+
+@pytest.mark.parametrize("torch_version", [None, "unknown"])
+def test_an_unknown_torch_version_is_not_named_as_a_release(torch_version):
+    """Without a readable torch version the rule judges as for an old torch (PYTORCH_CUDA_ALLOC_CONF alone, read by
+    every release), but its message said "the CUDA allocator of torch None reads only PYTORCH_CUDA_ALLOC_CONF": a
+    release that does not exist, and a certainty the doctor does not have."""
+    split = random.choice([64, 128, 256, 512, 1024])
+    env = {"PYTORCH_ALLOC_CONF": f"max_split_size_mb:{split},expandable_segments:True"}
+    findings = check_allocator_conf(make_report(versions={"torch": torch_version}), env)
+    assert [f.severity for f in findings] == ["warning"]
+    assert f"torch {torch_version}" not in findings[0].message
+    assert "version unknown" in findings[0].message and "older than 2.10" in findings[0].message
+    suggested = findings[0].fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
+    assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}

@@ -222,12 +222,18 @@ def check_card_overrides(card: ModelCard, overrides: dict[str, Any]) -> None:
                              "shape cannot take them; benchmark a --model of that shape instead")
 
 
+BOOL_FIELD_TYPES = (bool, bool | None)
+"""Annotations of the TransformerConfig fields that hold a bool (``distribute_saved_activations`` and
+``moe_router_padding_for_fp8`` are ``Optional[bool]``, tested for truth all the same)."""
+
+
 def typed_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` with a name given for an enum-valued TransformerConfig field turned into that enum member
     (``attention_backend=flash`` -> ``AttnBackend.flash``), and ``true`` / ``false`` (any case) given for a bool field
     turned into that bool, as Megatron's argument parser does: megatron-core compares enum fields with the members and
     tests bool fields for truth, so a plain string would match no member, and the string ``"false"`` would turn the
-    setting on, without a word. An unknown name or another string for a bool field raises ValueError."""
+    setting on, without a word. An unknown name or another string for a bool field raises ValueError. An
+    ``Optional[bool]`` field is a bool field (:data:`BOOL_FIELD_TYPES`)."""
     from megatron.core.transformer import TransformerConfig
 
     fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
@@ -240,7 +246,7 @@ def typed_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
             if value not in enum_type.__members__:
                 raise ValueError(f"{name}={value!r}: choose one of {', '.join(enum_type.__members__)}")
             converted[name] = enum_type[value]
-        elif fields[name].type is bool:
+        elif fields[name].type in BOOL_FIELD_TYPES:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"{name}={value!r}: {name} is a bool, give True or False")
             converted[name] = value.lower() == "true"

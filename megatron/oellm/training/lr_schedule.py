@@ -15,7 +15,8 @@ def check_lr_schedule(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for a learning-rate and weight-decay schedule megatron-core 0.19.2's
     ``OptimizerParamScheduler`` refuses: no run length (``--train-iters`` / ``--train-samples``), no ``--lr``, a
     decay of no length, a warm-up not shorter than the decay, ``--lr-decay-style WSD`` without the length of its
-    final decay, ``--lr-warmup-init`` above ``--lr``, or a weight decay that would fall.
+    final decay, ``--lr-warmup-init`` above ``--lr``, a negative ``--min-lr`` or start weight decay, a weight decay
+    that would fall, or ``--override-opt_param-scheduler`` beside ``--use-checkpoint-opt_param-scheduler``.
 
     ``args`` are the validated arguments. Megatron builds the schedule only after the model and optimizer are
     allocated on every rank, and refuses most of these with an ``assert`` that has no message. Warm-up and decay are
@@ -54,10 +55,19 @@ def check_lr_schedule(args: argparse.Namespace) -> None:
     wsd_flag = "--lr-wsd-decay-iters" if args.train_iters else "--lr-wsd-decay-samples"
     if args.lr_decay_style == "WSD" and getattr(args, wsd_flag.removeprefix("--").replace("-", "_")) is None:
         raise ValueError(f"--lr-decay-style WSD: give the length of its final decay as {wsd_flag}; {after}")
+    if args.min_lr < 0:
+        raise ValueError(f"--min-lr {args.min_lr} is negative: the learning rate decays to it; {after}; give 0 or more")
     if args.lr_warmup_init > args.lr:
         raise ValueError(f"--lr-warmup-init {args.lr_warmup_init} exceeds --lr {args.lr}: the warm-up rises to the "
                          f"peak learning rate; {after}")
     start, end = args.start_weight_decay, args.end_weight_decay
+    if start is not None and start < 0:
+        flag = "--weight-decay" if args.weight_decay_incr_style == "constant" else "--start-weight-decay"
+        raise ValueError(f"{flag} {start} is negative: megatron-core's weight decay starts there; {after}; give 0 or "
+                         "more")
     if start is not None and end is not None and start > end:
         raise ValueError(f"--start-weight-decay {start} exceeds --end-weight-decay {end}: megatron-core's weight decay "
                          f"only rises over the run (--weight-decay-incr-style {args.weight_decay_incr_style}); {after}")
+    if args.override_opt_param_scheduler and args.use_checkpoint_opt_param_scheduler:
+        raise ValueError("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler both given: the "
+                         f"schedule comes either from the command line or from the checkpoint, give one; {after}")

@@ -56,3 +56,13 @@ def test_a_string_value_loses_its_surrounding_blanks() -> None:
     blanks = " " * random.randint(1, 3)
     config = _config_of(["--ours-config", f"moe_router_dtype={blanks}fp32{blanks}"])
     assert config.moe_router_dtype == "fp32"
+
+
+@pytest.mark.parametrize("field", ["distribute_saved_activations", "moe_router_padding_for_fp8"])
+def test_an_optional_bool_field_given_as_false_is_off(field: str) -> None:
+    """Both are ``Optional[bool]`` in megatron-core's TransformerConfig, not ``bool``: ``=false`` stayed the truthy
+    string ``"false"``, which turned FP8 router padding on (and its TransformerConfig then refused a run without
+    FP8)."""
+    config = _config_of(["--ours-config", f"{field}={_random_case('false')}"])
+    assert getattr(config, field) is False
+    assert config.moe_router_padding_for_quantization is False

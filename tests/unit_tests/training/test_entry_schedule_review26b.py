@@ -73,6 +73,13 @@ def _bad_schedules() -> list[tuple[list[str], str]]:
          "--lr-warmup-init"),
         (["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
           "--start-weight-decay", "0.1", "--end-weight-decay", str(random.uniform(0, 0.09))], "--start-weight-decay"),
+        # megatron's parser takes a negative number only as --flag=-x; OptimizerParamScheduler asserts min_lr >= 0,
+        # start_wd >= 0 and not both override and use-checkpoint, which the check let through
+        (["--train-iters", str(iters), "--lr", str(lr), f"--min-lr=-{lr * random.uniform(0.01, 0.5)}"], "--min-lr -"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
+          f"--start-weight-decay=-{random.uniform(0.01, 0.1)}", "--end-weight-decay", "0.1"], "--start-weight-decay -"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--override-opt_param-scheduler",
+          "--use-checkpoint-opt_param-scheduler"], "--override-opt_param-scheduler and --use-checkpoint"),
     ]
 
 
@@ -149,3 +156,23 @@ def test_recipe_validation_refuses_a_warm_up_as_long_as_the_run():
     refusal = megatron_refusal([*resolved.argv, "--lr-warmup-iters", str(iters + random.randint(0, 50))],
                                resolved.world_size, recipe.cluster.env)
     assert refusal is not None and "is not shorter than the decay" in refusal
+
+
+def test_recipe_validation_refuses_a_negative_constant_weight_decay():
+    """Under the default ``--weight-decay-incr-style constant`` megatron's ``validate_args`` starts the weight decay
+    at ``--weight-decay``, which ``OptimizerParamScheduler`` asserts is >= 0 after allocating the model: the refusal
+    names the flag the user gave. (The entry tests above parse without ``validate_args``, which fills it in.)"""
+    from pathlib import Path
+
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    decay = random.uniform(0.01, 0.1)
+    with pytest.raises(AssertionError):
+        megatron_schedule([*BASE, "--train-iters", "10", "--lr", "1e-4", f"--weight-decay=-{decay}"])
+    refusal = megatron_refusal([*resolved.argv, f"--weight-decay=-{decay}"], resolved.world_size, recipe.cluster.env)
+    assert refusal is not None and f"--weight-decay -{decay} is negative" in refusal
+
