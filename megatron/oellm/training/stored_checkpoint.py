@@ -6,7 +6,8 @@ the one reader behind the entry's checkpoint checks (:func:`megatron.oellm.train
 megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per ``--ckpt-format``
 (``_get_checkpoint_format`` tells the formats apart by what the iteration directory holds):
 
-* ``torch_dist`` (``metadata.json``): in the common state (``common.pt``);
+* ``torch_dist`` (``metadata.json``): in the common state, stored in the DCP files (a legacy ``common.pt`` in
+  older checkpoints);
 * ``torch`` (``mp_rank_XX[_YYY][_ZZZ]/model_optim_rng.pt``, one file per model-parallel rank): in each rank file,
   next to that rank's whole model shard; it is read memory-mapped, so its tensors are not read;
 * ``torch_dcp`` / ``fsdp_dtensor`` (only a DCP ``.metadata``): as the ``args`` object of the DCP state dict.
