@@ -1,0 +1,25 @@
+"""The per-test environment guard of ``conftest.py``: what a test writes to ``os.environ`` directly does not reach the
+next test (megatron-core's model constructors export Transformer Engine's attention switches there)."""
+
+import os
+import uuid
+
+import pytest
+from process_env import environment_restored
+
+
+def test_a_block_leaves_the_environment_as_it_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Variables set, changed and removed inside the block have their values from its start again, even after an
+    exception; the names are fresh each run so no other setting can make the test pass."""
+    added, changed, removed = (f"OELLM_TEST_{uuid.uuid4().hex.upper()}" for _ in range(3))
+    monkeypatch.setenv(changed, "before")
+    monkeypatch.setenv(removed, "kept")
+    found = dict(os.environ)
+    with pytest.raises(RuntimeError), environment_restored():
+        os.environ[added] = "1"
+        os.environ[changed] = "after"
+        del os.environ[removed]
+        raise RuntimeError("the test's failure")
+    assert dict(os.environ) == found
+    assert added not in os.environ and os.environ[changed] == "before" and os.environ[removed] == "kept"
+
