@@ -29,6 +29,7 @@ from megatron.oellm.commands import doctor as doctor_command
 from megatron.oellm.doctor import (
     FLASH_ATTENTION_RECIPE_BASES,
     HYBRID_EP_RECIPE_BASES,
+    NCCL_CHANNEL_VARIABLES,
     EnvironmentReport,
     Finding,
     GpuInfo,
@@ -41,6 +42,7 @@ from megatron.oellm.doctor import (
     check_hybrid_ep,
     check_megatron_core,
     check_nccl_channels,
+    check_nccl_variable_names,
     check_python,
     check_slow_path_switches,
     check_te_flash_attention,
@@ -221,7 +223,7 @@ def test_megatron_core_pin(installed, severity):
 # --- NCCL channels ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variable", ["NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS"])
+@pytest.mark.parametrize("variable", NCCL_CHANNEL_VARIABLES)
 def test_nccl_channels_warn_above_four(variable):
     rng = random.Random()
     for value in rng.sample(range(1, 65), 12) + [4, 5]:  # 0 and less are errors (the test below)
@@ -229,24 +231,206 @@ def test_nccl_channels_warn_above_four(variable):
         expected = "warning" if value > 4 else "ok"
         assert findings[variable].severity == expected, value
         if expected == "warning":
-            assert "14 GiB" in findings[variable].message
+            assert f"{variable}={value} is above 4" in findings[variable].message
+            assert "GPU memory that PyTorch does not own" in findings[variable].message
+            assert "14 GiB" not in findings[variable].message  # the MN5 figure came with the unread variable
             assert findings[variable].fix == f"export {variable}=4"
+
+
+def test_nccl_channels_cover_the_variables_nccl_reads_that_raise_channels():
+    """The channel variables are those NCCL's libraries name that raise a channel count, not the one they lack."""
+    assert set(NCCL_CHANNEL_VARIABLES) == {"NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_NET_PEER",
+                                           "NCCL_MIN_P2P_NCHANNELS"}
+    assert "NCCL_NCHANNELS_PER_PEER" not in NCCL_CHANNEL_VARIABLES
 
 
 @pytest.mark.parametrize("raw", ["four", "4.0", "0x", "-3"])
 def test_nccl_channels_non_integer_is_an_error_naming_the_variable(raw):
     """A non-number or a negative count is an error naming the variable (an empty value and a minimum of 0 are
     NCCL's defaults: test_doctor_review24)."""
-    findings = check_nccl_channels(make_report(), {"NCCL_MIN_NCHANNELS": raw, "NCCL_NCHANNELS_PER_PEER": "2"})
+    findings = check_nccl_channels(make_report(), {"NCCL_MIN_NCHANNELS": raw, "NCCL_NCHANNELS_PER_NET_PEER": "2"})
     by_name = {f.name: f for f in findings}
     assert by_name["NCCL_MIN_NCHANNELS"].severity == "error"
     assert "NCCL_MIN_NCHANNELS" in by_name["NCCL_MIN_NCHANNELS"].message
-    assert by_name["NCCL_NCHANNELS_PER_PEER"].severity == "ok"
+    assert by_name["NCCL_NCHANNELS_PER_NET_PEER"].severity == "ok"
     assert exit_status(findings) == 1
 
 
 def test_nccl_channels_unset_is_ok():
-    assert set(severities(check_nccl_channels(make_report(), {}))) == {"ok"}
+    findings = check_nccl_channels(make_report(), {})
+    assert set(severities(findings)) == {"ok"} and {f.name for f in findings} == set(NCCL_CHANNEL_VARIABLES)
+
+
+def test_nchannels_per_peer_is_a_warning_that_nccl_does_not_read_it():
+    """``NCCL_NCHANNELS_PER_PEER`` (exported by MN5 report #438) is in no NCCL 2.18-2.28 library: whatever its value,
+    the doctor says it has no effect and names the per-peer variable NCCL reads, instead of calling a large value a
+    GPU memory cost or a small one an error."""
+    rng = random.Random()
+    for raw in [str(rng.randint(5, 64)), str(rng.randint(1, 4)), "0", hex(rng.randint(1, 64)), "many"]:
+        findings = check_nccl_channels(make_report(), {"NCCL_NCHANNELS_PER_PEER": raw})
+        (finding,) = [f for f in findings if f.name == "NCCL_NCHANNELS_PER_PEER"]
+        assert finding.severity == "warning", raw
+        assert "has no effect" in finding.message and "2.18 to 2.28" in finding.message
+        assert "NCCL_NCHANNELS_PER_NET_PEER" in finding.message and "GiB" not in finding.message
+        assert finding.fix.startswith("unset NCCL_NCHANNELS_PER_PEER")
+        assert exit_status(findings) == 0
+    empty = check_nccl_channels(make_report(), {"NCCL_NCHANNELS_PER_PEER": ""})
+    assert "NCCL_NCHANNELS_PER_PEER" not in {f.name for f in empty}  # an empty variable sets nothing
+
+
+def test_the_mn5_recipe_env_gets_the_unread_variable_warning_and_no_other():
+    """The environment ``examples/oellm/_mn5.toml`` exports (report #438's values): one warning, on
+    NCCL_NCHANNELS_PER_PEER; NCCL_MIN_NCHANNELS=4 passes."""
+    env = tomllib.loads((EXAMPLES / "_mn5.toml").read_text())["cluster"]["env"]
+    findings = [f for f in check_environment(make_report(), env) if f.severity != "ok"]
+    assert [(f.severity, f.name) for f in findings] == [("warning", "NCCL_NCHANNELS_PER_PEER")]
+
+
+# --- NCCL_* names neither NCCL nor torch reads ------------------------------------------------------------------
+
+
+def _random_names(rng: random.Random, count: int) -> list[str]:
+    """``count`` distinct random ``NCCL_*`` names (upper-case words joined by ``_``)."""
+    names: set[str] = set()
+    while len(names) < count:
+        words = ["".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") for _ in range(rng.randint(2, 9)))
+                 for _ in range(rng.randint(1, 3))]
+        names.add("NCCL_" + "_".join(words))
+    return sorted(names)
+
+
+def _fake_library(path: Path, strings: list[str], rng: random.Random) -> Path:
+    """A file that stands in for a shared library: ``strings`` as NUL-terminated C strings between random bytes that
+    cannot be part of a name (so the names found are exactly those put in)."""
+    filler = bytes(range(0, 48)) + b":;<=>?@[\\]^`{|}~" + bytes(range(128, 256))
+    chunks = [bytes(rng.choice(filler) for _ in range(rng.randint(0, 300)))]
+    for string in strings:
+        chunks += [string.encode() + b"\0", bytes(rng.choice(filler) for _ in range(rng.randint(0, 300)))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
+def test_library_names_are_found_wherever_they_start(tmp_path):
+    """Names are read from a library's bytes, a name kept only as the tail of a longer string (a linker's merge of
+    ``NCCL_BLOCKING_WAIT`` into ``TORCH_NCCL_BLOCKING_WAIT``) and a format string's name included; a name that is
+    only the head of a longer one is not there."""
+    rng = random.Random()
+    plain, tail, in_format, longer = _random_names(rng, 4)
+    library = _fake_library(tmp_path / "libfake.so", [plain, "TORCH_" + tail, f"{in_format}=%s is set",
+                                                      longer + "_EXTRA"], rng)
+    names = doctor_module.library_nccl_names(library)
+    assert {plain, tail, in_format, longer + "_EXTRA"} <= names
+    assert longer not in names and "TORCH_" + tail not in names
+    library.write_bytes(library.read_bytes().replace(plain.encode(), b"x" * len(plain)))
+    assert plain not in doctor_module.library_nccl_names(library)  # a changed file is read again, not cached
+
+
+def _names(rng: random.Random, nccl: list[str], torch_names: list[str]) -> doctor_module.NcclNames:
+    version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
+    return doctor_module.NcclNames("/site/nvidia/nccl/lib/libnccl.so.2", version, frozenset(nccl),
+                                   frozenset(torch_names))
+
+
+def test_nccl_variables_neither_nccl_nor_torch_reads_are_warnings():
+    rng = random.Random()
+    read_by_nccl, read_by_torch, unread = (_random_names(rng, 9)[i::3] for i in range(3))
+    names = _names(rng, read_by_nccl, read_by_torch)
+    env = {variable: str(rng.randint(1, 9)) for variable in read_by_nccl + read_by_torch + unread}
+    env |= {"PATH": "/usr/bin", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}  # not NCCL_*: not this check's
+    findings = check_nccl_variable_names(make_report(nccl_names=names), env)
+    assert severities(findings) == ["warning"] * len(unread)
+    for variable, finding in zip(unread, findings, strict=True):
+        assert finding.message.startswith(f"{variable}={env[variable]!r} is read by neither NCCL {names.version} ")
+        assert variable in finding.fix
+    assert exit_status(findings) == 0
+    (finding,) = check_nccl_variable_names(make_report(nccl_names=names),
+                                           {v: env[v] for v in read_by_nccl + read_by_torch})
+    assert finding.severity == "ok" and f"{len(read_by_nccl + read_by_torch)} NCCL_* variable(s)" in finding.message
+
+
+def test_nccl_variable_names_skip_empty_unknown_and_preloaded():
+    rng = random.Random()
+    (variable,) = _random_names(rng, 1)
+    names = _names(rng, [], [])
+    assert check_nccl_variable_names(make_report(nccl_names=names), {variable: ""}) == []
+    assert check_nccl_variable_names(make_report(nccl_names=names), {}) == []
+    (finding,) = check_nccl_variable_names(make_report(nccl_names=None, nccl_names_unread="why"), {variable: "1"})
+    assert finding.severity == "ok" and "not checked: why" in finding.message
+    (finding,) = check_nccl_variable_names(make_report(nccl_names=names),
+                                           {variable: "1", "LD_PRELOAD": "/opt/nccl/lib/libnccl.so.2"})
+    assert finding.severity == "ok" and "LD_PRELOAD" in finding.message
+    # NCCL_NCHANNELS_PER_PEER has its own warning (check_nccl_channels), not a second one here
+    assert check_nccl_variable_names(make_report(nccl_names=names), {"NCCL_NCHANNELS_PER_PEER": "4"}) == []
+
+
+def test_check_environment_runs_the_name_check():
+    rng = random.Random()
+    (variable,) = _random_names(rng, 1)
+    findings = check_environment(make_report(nccl_names=_names(rng, [], [])), {**GOOD_ENV, variable: "1"})
+    assert [(f.severity, f.name) for f in findings if f.severity != "ok"] == [("warning", "nccl-variables")]
+
+
+def _fake_nccl_wheel(site: Path, names: list[str], version: str, rng: random.Random) -> Path:
+    """An nvidia-nccl-cu12 wheel of ``version`` installed in ``site``, its library a stand-in holding ``names``."""
+    library = _fake_library(site / "nvidia" / "nccl" / "lib" / "libnccl.so.2", names, rng)
+    info = site / f"nvidia_nccl_cu12-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: {version}\n")
+    (info / "RECORD").write_text("nvidia/nccl/lib/libnccl.so.2,,\n")
+    return library
+
+
+@pytest.fixture
+def fresh_nvidia_namespace():
+    """Leaves ``sys.modules["nvidia"]`` as it was: a namespace package keeps a stale path when its folder leaves
+    sys.path, so one imported from a test's folder would be found by later tests."""
+    before = sys.modules.get("nvidia")
+    yield
+    if before is None:
+        sys.modules.pop("nvidia", None)
+    else:
+        sys.modules["nvidia"] = before
+
+
+def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeypatch, fresh_nvidia_namespace):
+    """torch's CUDA library and an nvidia-nccl wheel, both stand-ins with chosen names: the report holds their names
+    and the wheel's version, and the check warns on exactly the names neither holds. The wheel is found along
+    sys.path, and the one next to torch (its RPATH) is preferred."""
+    rng = random.Random()
+    in_nccl, in_torch, unread, next_to_torch = (_random_names(rng, 8)[i::4] for i in range(4))
+    torch_site, nccl_site = tmp_path / "torch_site", tmp_path / "nccl_site"
+    _fake_library(torch_site / "torch" / "lib" / "libtorch_cuda.so", ["TORCH_" + name for name in in_torch], rng)
+    version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
+    library = _fake_nccl_wheel(nccl_site, in_nccl, version, rng)
+    monkeypatch.syspath_prepend(str(nccl_site))
+    monkeypatch.setattr(doctor_module, "_package_folder", lambda module: torch_site / module)  # torch is imported
+    names, why = doctor_module._nccl_names()
+    assert why is None and names.version == version and Path(names.library) == library
+    assert set(in_nccl) <= names.nccl and set(in_torch) <= names.torch
+    env = {variable: "1" for variable in in_nccl + in_torch + unread}
+    findings = check_nccl_variable_names(make_report(nccl_names=names), env)
+    assert sorted(f.message.split("=", 1)[0] for f in findings) == sorted(unread)
+    adjacent = _fake_nccl_wheel(torch_site, next_to_torch, f"{version}.post1", rng)
+    monkeypatch.syspath_prepend(str(torch_site))  # torch's site-packages, where pip put both
+    names, _ = doctor_module._nccl_names()
+    assert Path(names.library) == adjacent and set(next_to_torch) <= names.nccl and names.version == f"{version}.post1"
+    (torch_site / "torch" / "lib" / "libtorch_cuda.so").unlink()  # a CPU build: nothing read, and the report says why
+    names, why = doctor_module._nccl_names()
+    assert names is None and "libtorch_cuda.so" in why
+
+
+def test_the_installed_nccl_reads_per_net_peer_and_not_per_peer():
+    """Where this environment has the nvidia-nccl wheel (the GPU images), its library holds NCCL_MIN_NCHANNELS and
+    NCCL_NCHANNELS_PER_NET_PEER and, for the releases the doctor's warning names, no NCCL_NCHANNELS_PER_PEER."""
+    library = doctor_module.nccl_wheel_library()
+    if library is None:
+        pytest.skip("no nvidia-nccl wheel here")
+    names = doctor_module.library_nccl_names(library)
+    assert {"NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS"} <= names
+    version = doctor_module._nccl_wheel_version(library)
+    if version is not None and Version("2.18") <= Version(version) < Version("2.29"):
+        assert "NCCL_NCHANNELS_PER_PEER" not in names
 
 
 # --- slow-path switches ---------------------------------------------------------------------------------------
@@ -444,7 +628,7 @@ def test_text_report_is_aligned_and_lists_fixes():
 def test_command_exit_status_and_output(monkeypatch, capsys, json_flag, bad):
     report = make_report(versions={"megatron-core": "0.18.0" if bad else MEGATRON_CORE_VERSION})
     monkeypatch.setattr(doctor_command, "collect_environment", lambda: report)
-    for variable in ("NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_PEER", "PYTORCH_CUDA_ALLOC_CONF"):
+    for variable in [name for name in os.environ if name.startswith("NCCL_")] + ["PYTORCH_CUDA_ALLOC_CONF"]:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
     status = cli.main(["doctor", "--json"] if json_flag else ["doctor"])

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from megatron.oellm.doctor import EnvironmentReport, Finding, check_nccl_channels, nccl_integer
+from megatron.oellm.doctor import NCCL_CHANNEL_VARIABLES, EnvironmentReport, Finding, check_nccl_channels, nccl_integer
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.strtoll.restype = ctypes.c_longlong
@@ -33,7 +33,7 @@ def _finding(variable: str, raw: str) -> Finding:
     return finding
 
 
-@pytest.mark.parametrize("variable", ["NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_PEER"])
+@pytest.mark.parametrize("variable", NCCL_CHANNEL_VARIABLES)
 def test_hex_and_octal_counts_are_read_as_nccl_reads_them(variable: str) -> None:
     """``NCCL_MIN_NCHANNELS=0x10`` was an error ("not a whole number"), and ``010`` was taken as ten, not eight."""
     rng = random.Random()
@@ -48,7 +48,8 @@ def test_hex_and_octal_counts_are_read_as_nccl_reads_them(variable: str) -> None
 def test_values_nccl_reads_differently_are_refused() -> None:
     """``08`` is no octal number (NCCL would read 0 and ignore the 8), ``0x`` no hex one."""
     for raw in ("08", "0x", "0o10", "1_0"):
-        assert _finding("NCCL_NCHANNELS_PER_PEER", raw).severity == "error", raw
+        variable = random.choice(NCCL_CHANNEL_VARIABLES)
+        assert _finding(variable, raw).severity == "error", (variable, raw)
 
 
 def test_parse_agrees_with_libc_strtoll_on_random_strings() -> None:

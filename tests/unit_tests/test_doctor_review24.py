@@ -120,8 +120,11 @@ def test_the_hybrid_ep_warning_says_what_the_entry_does_with_each_flex_backend(t
 
 @pytest.mark.parametrize(("variable", "raw"), [
     ("NCCL_MIN_NCHANNELS", ""),  # NCCL reads an empty variable as unset (its ncclLoadParam skips empty strings)
-    ("NCCL_NCHANNELS_PER_PEER", ""),
+    ("NCCL_NCHANNELS_PER_NET_PEER", ""),
+    ("NCCL_MIN_P2P_NCHANNELS", ""),
     ("NCCL_MIN_NCHANNELS", "0"),  # no minimum: NCCL's own default (ncclMinNchannels starts at 0)
+    ("NCCL_MIN_P2P_NCHANNELS", "0"),  # no minimum: the p2p pool has a channel per NCCL channel anyway
+    ("NCCL_NCHANNELS_PER_NET_PEER", "-1"),  # leaves the count to NCCL (a default; 2.28.9 ignores values below 1)
 ])
 def test_nccl_channel_values_nccl_reads_as_its_default_are_not_errors(variable, raw):
     """``export NCCL_MIN_NCHANNELS=`` (a job script clearing a cluster default) and ``NCCL_MIN_NCHANNELS=0`` leave
@@ -131,8 +134,10 @@ def test_nccl_channel_values_nccl_reads_as_its_default_are_not_errors(variable, 
     assert finding.severity == "ok", finding.message
 
 
-def test_zero_channels_per_peer_stays_an_error():
-    """A peer needs a channel: only the minimum may be 0."""
-    (finding,) = [f for f in check_nccl_channels(EnvironmentReport("3.12.3", False, {}), {"NCCL_NCHANNELS_PER_PEER": "0"})
-                  if f.name == "NCCL_NCHANNELS_PER_PEER"]
-    assert finding.severity == "error" and "NCCL_NCHANNELS_PER_PEER='0'" in finding.message
+@pytest.mark.parametrize("raw", ["0", "-2", "0x0"])
+def test_zero_channels_per_net_peer_stays_an_error(raw):
+    """A peer needs a channel: only the minimums may be 0, and only -1 below it leaves the count to NCCL."""
+    report = EnvironmentReport("3.12.3", False, {})
+    (finding,) = [f for f in check_nccl_channels(report, {"NCCL_NCHANNELS_PER_NET_PEER": raw})
+                  if f.name == "NCCL_NCHANNELS_PER_NET_PEER"]
+    assert finding.severity == "error" and f"NCCL_NCHANNELS_PER_NET_PEER={raw!r}" in finding.message

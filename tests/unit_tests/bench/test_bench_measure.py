@@ -22,7 +22,8 @@ def test_throughput_from_median_step_time(steps: int) -> None:
     step_ms = [rng.uniform(50.0, 500.0) for _ in range(steps)]
     mbs, seq, flops, peak = rng.randint(1, 8), rng.choice([128, 4096]), rng.uniform(1e9, 1e10), 989.0
     peak_bytes = rng.randint(1, 100) * 2**30 + rng.randint(0, 2**20)
-    m = throughput("ours", mbs, seq, StepTimes(tuple(step_ms), peak_bytes, 6.25), flops, peak)
+    loss = rng.uniform(1.0, 12.0)
+    m = throughput("ours", mbs, seq, StepTimes(tuple(step_ms), peak_bytes, loss), flops, peak)
     median_s = reference_median(step_ms) / 1000
     assert m.status == "ok" and m.tokens_per_step == mbs * seq
     assert m.step_ms_median == pytest.approx(median_s * 1000)
@@ -31,6 +32,7 @@ def test_throughput_from_median_step_time(steps: int) -> None:
     assert m.tflops == pytest.approx(mbs * seq * flops / median_s / 1e12)
     assert m.mfu == pytest.approx(m.tflops / peak)
     assert m.peak_memory_gib == pytest.approx(peak_bytes / 1024**3)
+    assert m.loss == loss  # what the report compares between the sides
 
 
 def test_median_ignores_one_slow_step() -> None:

@@ -53,9 +53,11 @@ def test_another_word_for_a_bool_field_is_an_error_line_before_the_gpu_work(
 
 
 def test_a_string_value_loses_its_surrounding_blanks() -> None:
+    """``fp64``, not the spec builder's own ``fp32``: the override, not the default, must be what the config holds."""
+    assert _config_of([]).moe_router_dtype != "fp64"
     blanks = " " * random.randint(1, 3)
-    config = _config_of(["--ours-config", f"moe_router_dtype={blanks}fp32{blanks}"])
-    assert config.moe_router_dtype == "fp32"
+    config = _config_of(["--ours-config", f"moe_router_dtype={blanks}fp64{blanks}"])
+    assert config.moe_router_dtype == "fp64"
 
 
 @pytest.mark.parametrize("field", ["distribute_saved_activations", "moe_router_padding_for_fp8"])

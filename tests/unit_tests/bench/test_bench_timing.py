@@ -13,6 +13,8 @@ from megatron.oellm.backends import selection
 from megatron.oellm.bench import harness
 from megatron.oellm.bench.measure import StepTimes
 from megatron.oellm.bench.timing import time_steps
+from megatron.oellm.cards import get_card
+from megatron.oellm.flops import training_flops_per_token
 
 
 class FakeCuda:
@@ -185,16 +187,22 @@ def test_the_te_side_is_measured_alone_on_the_same_batches_in_the_order_given(mo
     assert set(report.summary) >= {"speedup_ours_over_hf", "speedup_te_over_hf"}
 
 
-@pytest.mark.parametrize(("device", "gpu_name", "peak"), [
-    ("NVIDIA H100 PCIe", None, 756.5), ("NVIDIA H200 NVL", None, 835.5), ("NVIDIA GH200 480GB", None, 989.0),
-    ("NVIDIA H100 PCIe", "h100-sxm", 989.0)])
-def test_mfu_is_against_the_benchmarked_gpu_unless_told(device: str, gpu_name: str | None, peak: float,
+@pytest.mark.parametrize(("device", "gpu_name", "gpu", "peak"), [
+    ("NVIDIA H100 PCIe", None, "h100-pcie", 756.5), ("NVIDIA H200 NVL", None, "h200-nvl", 835.5),
+    ("NVIDIA GH200 480GB", None, "gh200", 989.0), ("NVIDIA H100 PCIe", "h100-sxm", "h100-sxm", 989.0)])
+def test_mfu_is_against_the_benchmarked_gpu_unless_told(device: str, gpu_name: str | None, gpu: str, peak: float,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """MFU and TFLOP/s from the faked step times (``10 + MBS`` ms at 64 tokens per sequence) and the corrected
+    training FLOPs of the card at that length and its unpadded vocabulary (transformers' side does not pad it)."""
     report = fake_benchmark(monkeypatch, ("ours",), device, gpu_name)[0]
     assert report.peak_tflops == peak and report.device == device
-    assert report.config["gpu"] == (gpu_name or harness.peak_gpu_of(device))
+    assert report.config["gpu"] == gpu  # GH200's peak is also H200 SXM's: the name tells them apart
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    flops_per_token = training_flops_per_token(card, 64, padded_vocab=card.vocab_size).total
+    assert report.flops_per_token == pytest.approx(flops_per_token)
     for r in report.results:
-        assert r.mfu == pytest.approx(r.tflops / peak)
+        tflops = r.mbs * 64 / ((10.0 + r.mbs) / 1e3) * flops_per_token / 1e12
+        assert r.tflops == pytest.approx(tflops) and r.mfu == pytest.approx(tflops / peak)
 
 
 def test_an_unknown_gpu_needs_a_named_peak() -> None:

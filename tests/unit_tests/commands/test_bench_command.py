@@ -163,6 +163,8 @@ def test_config_rejects_cards_transformers_cannot_mirror_and_bad_values() -> Non
         BenchConfig(sides=("ours", "deepspeed"))
     with pytest.raises(ValueError, match="warmup"):
         BenchConfig(warmup=0)
+    with pytest.raises(ValueError, match="steps >= 1, got 3 and 0"):
+        BenchConfig(steps=0)
     with pytest.raises(ValueError, match="seq_length"):
         BenchConfig(seq_length=1)
     assert BenchConfig(model="qwen3.5-35b-a3b-tiny", seq_length=128).mbs == (1, 2, 4, 8)

@@ -15,7 +15,6 @@ from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import pipeline
-from megatron.oellm.convert.blocks import bitwise_equal
 from megatron.oellm.convert.family import expected_shapes, family_module
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, ShardedSafetensorsWriter, layout_of
 
@@ -36,10 +35,18 @@ def random_hf_tensors(card: ModelCard, dtype: torch.dtype = torch.bfloat16, seed
     return tensors
 
 
+def same_bits(expected: Tensor, actual: Tensor) -> bool:
+    """True if both tensors have the same dtype, shape and bytes (-0.0 and NaN payloads included). Written here, not
+    taken from the converter's own ``bitwise_equal``: the check of its output must not be the code under test."""
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        return False
+    return torch.equal(*(t.detach().contiguous().reshape(-1).view(torch.uint8) for t in (expected, actual)))
+
+
 def assert_bitwise_equal(expected: dict[str, Tensor], actual: dict[str, Tensor]) -> None:
     """Same names, and every tensor identical bit for bit (dtype and shape included)."""
     assert sorted(actual) == sorted(expected)
-    different = [name for name in expected if not bitwise_equal(expected[name], actual[name])]
+    different = [name for name in expected if not same_bits(expected[name], actual[name])]
     assert not different, f"tensors differ: {different[:5]}"
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
-from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors
+from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, same_bits
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.convert.blocks import bitwise_equal
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import expected_shapes, family_module, hf_to_mcore, mcore_to_hf
 
@@ -66,3 +69,20 @@ def test_float32_round_trip() -> None:
     card = get_card("qwen3.5-35b-a3b-tiny")
     hf = random_hf_tensors(card, dtype=torch.float32, seed=2)
     assert_bitwise_equal(hf, mcore_to_hf(card, hf_to_mcore(card, hf)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.float8_e4m3fn])
+def test_both_bitwise_checks_see_one_flipped_bit(dtype: torch.dtype) -> None:
+    """The round trips are only as strict as their check: one flipped bit (a fresh random byte and bit), another shape
+    or another dtype must be a difference both for the tests' check and for the converter's ``bitwise_equal`` (its
+    norm shift relies on it), and an identical copy none."""
+    rng = random.Random()
+    tensor = torch.randn(7, 5, generator=torch.Generator().manual_seed(rng.randrange(2**31))).to(dtype)
+    flipped = tensor.clone()
+    byte = rng.randrange(tensor.numel() * tensor.element_size())
+    flipped.reshape(-1).view(torch.uint8)[byte] ^= 1 << rng.randrange(8)
+    for check in (same_bits, bitwise_equal):
+        assert check(tensor, tensor.clone()), check
+        assert not check(tensor, flipped), check
+        assert not check(tensor, tensor.view(5, 7)), check
+        assert not check(tensor.float(), tensor.double()), check

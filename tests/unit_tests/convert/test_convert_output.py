@@ -224,6 +224,21 @@ def test_a_signal_while_a_failed_conversion_cleans_up_does_not_cut_the_cleanup_s
     assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]
 
 
+def in_kib(count: int) -> str:
+    """``count`` bytes as the messages give a size between 1 KiB and 1 MiB (the tiny card's weights are ~420 KiB),
+    written out here rather than by :func:`output.format_bytes`, whose messages are under test."""
+    assert 2**10 <= count < 2**20, count
+    return f"{count / 1024:.1f} KiB"
+
+
+@pytest.mark.parametrize(("count", "text"), [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"),
+                                             (456 * 2**20, "456.0 MiB"), (2**20 + 2**19, "1.5 MiB"),
+                                             (int(12.34 * 2**30), "12.3 GiB"), (3 * 2**40 + 2**39, "3.5 TiB")])
+def test_sizes_are_written_in_binary_units(count: int, text: str) -> None:
+    """The disk sizes of the refusals, against sizes written out by hand (the message tests only see KiB)."""
+    assert output.format_bytes(count) == text
+
+
 @pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
 def test_an_output_that_does_not_fit_is_refused_before_anything_is_written(converted, monkeypatch: pytest.MonkeyPatch,
                                                                             direction: str) -> None:
@@ -234,8 +249,8 @@ def test_an_output_that_does_not_fit_is_refused_before_anything_is_written(conve
     free, real_usage = weights - 1, shutil.disk_usage
     monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=free))
     before = sorted(tmp.iterdir())
-    with pytest.raises(ConversionError, match=rf"needs about {re.escape(output.format_bytes(weights))} but the file "
-                                              rf"system of {re.escape(str(tmp))} has {output.format_bytes(free)} free"):
+    with pytest.raises(ConversionError, match=rf"needs about {re.escape(in_kib(weights))} but the file "
+                                              rf"system of {re.escape(str(tmp))} has {re.escape(in_kib(free))} free"):
         _convert(direction, tmp, card, tmp / "out")
     assert sorted(tmp.iterdir()) == before
     monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=weights))
@@ -323,7 +338,7 @@ def test_a_full_disk_is_reported_with_the_output_size_and_the_free_space(convert
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], disk_full)
-    weights = output.format_bytes(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
+    weights = in_kib(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
     before = sorted(tmp.iterdir())
     with pytest.raises(ConversionError, match=rf"^the conversion failed: \[Errno 28\] No space left on device; the "
                                               rf"partial output was removed, --out is as it was \(the output needs "

@@ -25,11 +25,19 @@ def _random_inputs(batch, steps, key_heads, heads, key_dim, value_dim, dtype, de
 
 
 def test_single_step_closed_form():
+    """One step from the zero state: ``S = beta k v^T`` and ``o = scale beta (q . k) v``, with the scale given or the
+    default ``K**-0.5``, and with q and k L2-normalised first when asked (here k is unit already, q is not)."""
     q, k, v, g, beta = _random_inputs(2, 1, 3, 3, 8, 5, torch.float64, "cpu")
     out, state = gated_delta_rule_reference(q, k, v, g, beta, scale=0.5)
     expected = 0.5 * beta[..., None] * (q * k).sum(-1, keepdim=True) * v
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(state, (beta[:, 0, :, None, None] * k[:, 0, :, :, None] * v[:, 0, :, None, :]))
+    out, _ = gated_delta_rule_reference(q, k, v, g, beta)
+    torch.testing.assert_close(out, expected / 0.5 * 8 ** -0.5, rtol=1e-12, atol=1e-12)
+    unit_q = torch.nn.functional.normalize(q, dim=-1)
+    out, _ = gated_delta_rule_reference(3 * q, 2 * k, v, g, beta, scale=0.5, qk_l2norm=True)
+    torch.testing.assert_close(out, 0.5 * beta[..., None] * (unit_q * k).sum(-1, keepdim=True) * v, rtol=1e-6,
+                               atol=1e-6)
 
 
 def test_delta_rule_replaces_instead_of_accumulating():

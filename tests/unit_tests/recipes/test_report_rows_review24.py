@@ -126,5 +126,7 @@ def test_every_moonep_real_routing_point_has_a_hybridep_row_without_gc(parse_meg
             for row, args in rows[point]:
                 assert args.micro_batch_size == 4
                 assert not args.manual_gc and args.mmap_bin_files
-                assert recipe.row_env(row)["NCCL_NCHANNELS_PER_PEER"] == "4"  # the memory settings
+                # the report's NCCL exports (NCCL reads NCCL_MIN_NCHANNELS; it reads no NCCL_NCHANNELS_PER_PEER)
+                env = recipe.row_env(row)
+                assert env["NCCL_MIN_NCHANNELS"] == env["NCCL_NCHANNELS_PER_PEER"] == "4"
                 assert "grouped path" in row.label or not row.reference
