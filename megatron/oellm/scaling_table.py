@@ -639,11 +639,21 @@ def scaling_series(rows: Sequence[ScalingRow]) -> list[tuple[str, list[ScalingRo
     return [(label, sorted(members, key=lambda row: row.nodes)) for label, members in series]
 
 
+PANEL_INCHES = 5.0
+"""Height of the plot's two panels (throughput and efficiency), titles and axis labels included."""
+LEGEND_ROW_INCHES = 0.21
+"""Height of one row of the plot's legend (two series side by side) at its small font."""
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+"""Markers of the plot's series: the first ten series take matplotlib's ten colours with the first marker, the next
+ten the second marker, and so on, so 80 series are told apart before a pair repeats."""
+
+
 def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     """PNG of tokens/s/GPU and efficiency vs nodes (ok rows only), one line per :func:`scaling_series` with a
     legend; the efficiency panel draws the series whose rows all have one (the baseline's strong and weak series:
-    another series' row relative to that baseline is no point of its own curve). Needs matplotlib (the ``plot``
-    extra)."""
+    another series' row relative to that baseline is no point of its own curve). The figure grows by a legend row per
+    two series, so a sweep's many series keep their panels, and every series has its own colour and marker pair.
+    Needs matplotlib (the ``plot`` extra)."""
     try:
         import matplotlib
 
@@ -656,10 +666,11 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     if not series:
         raise TableError("--plot: no row has numbers to plot")
     nodes = sorted({row.nodes for _, members in series for row in members})
-    figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(12, 5))
+    legend_inches = LEGEND_ROW_INCHES * (math.ceil(len(series) / 2) + 1)
+    figure, (throughput, efficiency) = plt.subplots(1, 2, figsize=(12, PANEL_INCHES + legend_inches))
     top_tokens, top_percent = 0.0, 110.0  # room above a baseline's 100% or any higher row
     for index, (label, members) in enumerate(series):
-        style = {"marker": "o", "color": f"C{index % 10}", "label": label}
+        style = {"marker": SERIES_MARKERS[index // 10 % len(SERIES_MARKERS)], "color": f"C{index % 10}", "label": label}
         tokens = [row.tokens_per_s_per_gpu for row in members]
         throughput.plot([row.nodes for row in members], tokens, **style)
         top_tokens = max([top_tokens, *tokens])
@@ -677,6 +688,6 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
                   fontsize="small")
     if title:
         figure.suptitle(title)
-    figure.tight_layout(rect=(0, 0.06 * math.ceil(len(series) / 2), 1, 1))
+    figure.tight_layout(rect=(0, legend_inches / (PANEL_INCHES + legend_inches), 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)

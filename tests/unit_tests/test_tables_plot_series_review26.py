@@ -86,3 +86,33 @@ def test_the_series_are_the_tables_strong_and_weak_workloads(rows):
         256, 512, 1024, 2048, 4096]
     assert series["qwen3.5-35b-a3b, seq 4096, GBS 768"] == [lone]
     assert series["qwen3.5-35b-a3b, seq 8192, GBS 4096"] == [longer]
+
+
+def test_a_sweeps_many_series_keep_their_panels_and_their_own_styles(tmp_path, monkeypatch):
+    """A sweep of 30 to 45 series (lone global batch sizes and weak series over one and two nodes): the legend sits
+    below both panels without covering their labels, the layout is applied (no matplotlib warning), and no two
+    series share a colour and a marker."""
+    pytest.importorskip("matplotlib")
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    from megatron.oellm.scaling_table import scaling_series
+
+    count = random.randint(30, 45)
+    rows = sorted_rows([_row(1 + k % 2, 64 * (k + 1), random.uniform(5000, 7500)) for k in range(count)])
+    series = scaling_series(rows)
+    assert len(series) > 20
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plot(rows, str(tmp_path / "sweep.png"))
+    assert not [str(w.message) for w in caught if "layout" in str(w.message).lower()]
+    (figure,) = figures
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == len(series)
+    renderer = figure.canvas.get_renderer()
+    assert legend.get_window_extent(renderer).y1 <= min(axis.get_tightbbox(renderer).y0 for axis in figure.axes)
+    styles = {(line.get_color(), line.get_marker()) for line in figure.axes[0].lines}
+    assert len(styles) == len(series)

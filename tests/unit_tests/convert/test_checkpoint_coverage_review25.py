@@ -59,3 +59,19 @@ def test_a_missing_expert_chunk_is_named_by_its_expert(converted) -> None:
                                               rf"decoder\.layers\.{layer}\.mlp\.experts\.{fc}\.weight{expert} "):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert not (tmp / "out").exists()
+
+
+def test_a_checkpoint_without_a_whole_tensor_is_refused_in_the_planning_pass(converted) -> None:
+    """A ``.metadata`` without one of the tensors the card needs (a fresh random one each run; a checkpoint of another
+    model, or a damaged one) is a :class:`ConversionError` naming it and the state-dict tensor it was read for, from
+    the planning pass, before anything is written: not a ``KeyError`` from DCP's metadata."""
+    card, _, tmp = converted
+    path = tmp / "mcore" / "release" / ".metadata"
+    metadata = pickle.loads(path.read_bytes())
+    key = random.choice(sorted(key for key in metadata.state_dict_metadata if key.startswith("decoder.")))
+    del metadata.state_dict_metadata[key]
+    metadata.storage_data = {index: info for index, info in metadata.storage_data.items() if index.fqn != key}
+    path.write_bytes(pickle.dumps(metadata))
+    with pytest.raises(ConversionError, match=rf"missing tensor '{key}' \(for \S+\)"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert not (tmp / "out").exists()
