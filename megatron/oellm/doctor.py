@@ -71,6 +71,12 @@ NCCL_UNREAD_VARIABLES = {"NCCL_NCHANNELS_PER_PEER": "NCCL_NCHANNELS_PER_NET_PEER
 """Variables that NCCL 2.18 to 2.28 do not read (no such name in the strings of their ``libnccl.so``, through which
 NCCL names every variable it reads), each with the one NCCL reads for what it seems to set. MN5 report #438
 exported ``NCCL_NCHANNELS_PER_PEER``; the recipes reproduce it."""
+NCCL_INSTALL_VARIABLES = ("NCCL_VERSION", "NCCL_HOME", "NCCL_ROOT", "NCCL_ROOT_DIR", "NCCL_DIR", "NCCL_LIB_DIR",
+                          "NCCL_INCLUDE_DIR")
+"""``NCCL_*`` names that describe an NCCL installation instead of setting NCCL, so the name check passes them: NVIDIA's
+CUDA container images export ``NCCL_VERSION`` (the lent H200's image: ``NCCL_VERSION=2.28.3-1``), environment modules
+export the install folders, which build systems (PyTorch's and apex's builds) read. Nothing reads them at run time,
+and they are no typo."""
 NCCL_CHECKED_RELEASES = "2.18 to 2.28"
 """The NCCL releases whose libraries were searched for :data:`NCCL_UNREAD_VARIABLES`: the nvidia-nccl-cu12 wheels
 2.18.1, 2.20.5, 2.23.4 and 2.27.3, and the 2.28.9 of torch 2.11's CUDA 13 build."""
@@ -799,11 +805,13 @@ def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str])
     variable of another tool, or one that only a network or tuner plugin reads. torch's ``libtorch_cuda.so`` is
     searched too because its ProcessGroupNCCL reads legacy ``NCCL_*`` names NCCL does not (``NCCL_BLOCKING_WAIT``,
     ``NCCL_ASYNC_ERROR_HANDLING``, ``NCCL_DESYNC_DEBUG``, ...). Empty variables are skipped (no setting under any
-    name), as are those :func:`check_nccl_channels` reports. One ok line where the names were not read (no CUDA
-    torch, or an NCCL not from the nvidia-nccl wheel), or where ``LD_PRELOAD`` puts another NCCL first."""
+    name), as are those :func:`check_nccl_channels` reports and the installation's (:data:`NCCL_INSTALL_VARIABLES`).
+    One ok line where the names were not read (no CUDA torch, or an NCCL not from the nvidia-nccl wheel), or where
+    ``LD_PRELOAD`` puts another NCCL first."""
     name = "nccl-variables"
+    passed = {*NCCL_UNREAD_VARIABLES, *NCCL_INSTALL_VARIABLES}
     variables = sorted(variable for variable, value in env.items()
-                       if variable.startswith("NCCL_") and value and variable not in NCCL_UNREAD_VARIABLES)
+                       if variable.startswith("NCCL_") and value and variable not in passed)
     if not variables:
         return []
     names = report.nccl_names

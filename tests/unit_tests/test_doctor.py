@@ -364,6 +364,18 @@ def test_nccl_variable_names_skip_empty_unknown_and_preloaded():
     assert check_nccl_variable_names(make_report(nccl_names=names), {"NCCL_NCHANNELS_PER_PEER": "4"}) == []
 
 
+def test_nccl_variables_of_an_installation_are_no_typos():
+    """NVIDIA's CUDA images export NCCL_VERSION (the lent H200's: 2.28.3-1) and environment modules the install
+    folders: neither library holds those names, yet they are no typo; a misspelt variable beside them still is."""
+    rng = random.Random()
+    (typo,) = _random_names(rng, 1)
+    env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in doctor_module.NCCL_INSTALL_VARIABLES}
+    env |= {"NCCL_VERSION": f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}-1", typo: str(rng.randint(1, 9))}
+    findings = check_nccl_variable_names(make_report(nccl_names=_names(rng, [], [])), env)
+    assert [(f.severity, f.message.split("=")[0]) for f in findings] == [("warning", typo)]
+    assert check_nccl_variable_names(make_report(nccl_names=_names(rng, [], [])), {"NCCL_VERSION": "2.28.3-1"}) == []
+
+
 def test_check_environment_runs_the_name_check():
     rng = random.Random()
     (variable,) = _random_names(rng, 1)
