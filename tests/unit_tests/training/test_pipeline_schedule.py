@@ -142,11 +142,9 @@ def test_the_recipe_check_refuses_such_a_row_before_submission():
 def test_the_training_entry_refuses_it_before_megatron_initialises(monkeypatch, capsys):
     """The entry runs the check on the validated arguments: one ``error:`` line, exit status 2, before ``pretrain``
     (here PP 2 with a 4-stage layout, DP 1, GBS 3: a last group of 1 micro-batch)."""
-    import sys
-
     import megatron.training.arguments
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
     from test_data import _Reached, entry_up_to_pretrain, parsed_with_padded_vocab
 
     entry = entry_up_to_pretrain(monkeypatch)
