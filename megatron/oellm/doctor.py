@@ -146,6 +146,9 @@ longer one (torch 2.11's ``libtorch_cuda.so`` holds ``NCCL_BLOCKING_WAIT``, whic
 NCCL_WHEEL_LIBRARY = "libnccl.so.*[0-9]"
 """The file torch's loader (``_preload_cuda_deps`` in ``torch/__init__.py``) takes in the nvidia-nccl wheel's
 ``nvidia/nccl/lib``."""
+LIBNCCL_FILE = re.compile(r"libnccl\.so(\.|$)")
+"""The file name of an NCCL library (``libnccl.so``, ``libnccl.so.2``, ...), not of a plugin (``libnccl-net.so``,
+``libnccl-tuner-*.so``): what an ``LD_PRELOAD`` entry must be named to load an NCCL before the wheel's."""
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 """The nvidia-nccl wheels whose metadata gives the version of the library in ``nvidia/nccl/lib``."""
 TORCH_CUDA_LIBRARY = Path("lib") / "libtorch_cuda.so"
@@ -802,12 +805,14 @@ def _nccl_channel_finding(variable: str, raw: str | None) -> Finding:
 def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Every ``NCCL_*`` variable set in ``env`` that neither the NCCL library torch loads nor torch's own CUDA library
     names (:attr:`EnvironmentReport.nccl_names`) is a warning: nothing in NCCL or PyTorch reads it, so it is a typo, a
-    variable of another tool, or one that only a network or tuner plugin reads. torch's ``libtorch_cuda.so`` is
+    variable of another tool, or one read only by a plugin NCCL loads (a network, tuner or profiler plugin such as
+    aws-ofi-nccl or a cloud's network plugin, which may well act on it). torch's ``libtorch_cuda.so`` is
     searched too because its ProcessGroupNCCL reads legacy ``NCCL_*`` names NCCL does not (``NCCL_BLOCKING_WAIT``,
     ``NCCL_ASYNC_ERROR_HANDLING``, ``NCCL_DESYNC_DEBUG``, ...). Empty variables are skipped (no setting under any
     name), as are those :func:`check_nccl_channels` reports and the installation's (:data:`NCCL_INSTALL_VARIABLES`).
     One ok line where the names were not read (no CUDA torch, or an NCCL not from the nvidia-nccl wheel), or where
-    ``LD_PRELOAD`` puts another NCCL first."""
+    ``LD_PRELOAD`` puts another NCCL first (a ``libnccl.so.*`` other than the wheel's; a preloaded
+    ``libnccl-net.so`` plugin is no NCCL)."""
     name = "nccl-variables"
     passed = {*NCCL_UNREAD_VARIABLES, *NCCL_INSTALL_VARIABLES}
     variables = sorted(variable for variable, value in env.items()
@@ -817,7 +822,9 @@ def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str])
     names = report.nccl_names
     if names is None:
         return [Finding("ok", name, f"NCCL_* names not checked: {report.nccl_names_unread or 'not probed'}.")]
-    if "libnccl" in env.get("LD_PRELOAD", ""):
+    preloaded = [entry for entry in re.split(r"[\s:]+", env.get("LD_PRELOAD", ""))
+                 if LIBNCCL_FILE.match(Path(entry).name)]
+    if any(not _same_path(Path(entry), Path(names.library)) for entry in preloaded):
         return [Finding("ok", name, f"NCCL_* names not checked: LD_PRELOAD={env['LD_PRELOAD']!r} loads an NCCL "
                         f"before the nvidia-nccl wheel's {names.library}.")]
     nccl = f"NCCL {names.version}" if names.version else f"the NCCL of {names.library}"
@@ -826,10 +833,10 @@ def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str])
     findings = [Finding(
         "warning", name,
         f"{variable}={env[variable]!r} is read by neither {nccl} nor PyTorch (neither {names.library} nor torch's "
-        "libtorch_cuda.so holds the name): a typo, a variable of another tool, or one that only a network or tuner "
-        "plugin reads; NCCL runs as if it were unset.",
+        "libtorch_cuda.so holds the name): a typo, a variable of another tool, or one read only by a plugin NCCL "
+        "loads (network, tuner or profiler, e.g. aws-ofi-nccl); NCCL itself and PyTorch run as if it were unset.",
         "check the name against NCCL's documented variables (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV logs those NCCL "
-        f"takes up); unset {variable} if nothing reads it") for variable in unread]
+        f"takes up) and those of the plugins NCCL loads; unset {variable} if nothing reads it") for variable in unread]
     return findings or [Finding("ok", name, f"{len(variables)} NCCL_* variable(s) set, each read by {nccl} or "
                                 "PyTorch.")]
 

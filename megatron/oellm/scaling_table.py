@@ -652,8 +652,8 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     """PNG of tokens/s/GPU and efficiency vs nodes (ok rows only), one line per :func:`scaling_series` with a
     legend; the efficiency panel draws the series whose rows all have one (the baseline's strong and weak series:
     another series' row relative to that baseline is no point of its own curve). The figure grows by a legend row per
-    two series, so a sweep's many series keep their panels, and every series has its own colour and marker pair.
-    Needs matplotlib (the ``plot`` extra)."""
+    two series, so a sweep's many series keep their panels, and each of the first 80 series has its own colour and
+    marker pair (:data:`SERIES_MARKERS`; the 81st takes the first's again). Needs matplotlib (the ``plot`` extra)."""
     try:
         import matplotlib
 

@@ -364,6 +364,38 @@ def test_nccl_variable_names_skip_empty_unknown_and_preloaded():
     assert check_nccl_variable_names(make_report(nccl_names=names), {"NCCL_NCHANNELS_PER_PEER": "4"}) == []
 
 
+def test_only_another_nccl_in_ld_preload_skips_the_name_check():
+    """A preloaded NCCL plugin (``libnccl-net.so``, ``libnccl-tuner-*.so``) or the wheel's own library loads no other
+    NCCL: the names are still checked. Any other ``libnccl.so*``, wherever it stands in the list, skips the check."""
+    rng = random.Random()
+    (variable,) = _random_names(rng, 1)
+    names = _names(rng, [], [])
+    report, folder = make_report(nccl_names=names), f"/opt/plugin-{rng.randint(1, 999)}/lib"
+    for preload in (f"{folder}/libnccl-net.so", f"{folder}/libnccl-tuner-{rng.randint(1, 9)}.so",
+                    f"/usr/lib/libjemalloc.so:{names.library}"):
+        (finding,) = check_nccl_variable_names(report, {variable: "1", "LD_PRELOAD": preload})
+        assert finding.severity == "warning" and finding.message.startswith(f"{variable}="), preload
+    for preload in (f"{folder}/libnccl-net.so /opt/nccl-{rng.randint(1, 99)}/lib/libnccl.so.2", "libnccl.so.2",
+                    f"{folder}/libnccl.so:{folder}/libnccl-net.so"):
+        (finding,) = check_nccl_variable_names(report, {variable: "1", "LD_PRELOAD": preload})
+        assert finding.severity == "ok" and "LD_PRELOAD" in finding.message, preload
+
+
+def test_the_warning_does_not_say_a_plugins_variable_is_ignored():
+    """A variable neither library names may be read by a plugin NCCL loads (Google's and AWS's network plugins read
+    their own ``NCCL_*`` names): the warning says NCCL itself and PyTorch ignore it, not that NCCL as loaded does, and
+    asks to check the plugins' variables before unsetting it."""
+    rng = random.Random()
+    variables = ["NCCL_FASTRAK_IFNAME", *_random_names(rng, 2)]
+    findings = check_nccl_variable_names(make_report(nccl_names=_names(rng, [], [])), dict.fromkeys(variables, "1"))
+    assert len(findings) == len(variables)
+    for finding in findings:
+        assert finding.severity == "warning"
+        assert "plugin NCCL loads" in finding.message and "NCCL runs as if it were unset" not in finding.message
+        assert "NCCL itself and PyTorch run as if it were unset" in finding.message
+        assert "plugins NCCL loads" in finding.fix
+
+
 def test_nccl_variables_of_an_installation_are_no_typos():
     """NVIDIA's CUDA images export NCCL_VERSION (the lent H200's: 2.28.3-1) and environment modules the install
     folders: neither library holds those names, yet they are no typo; a misspelt variable beside them still is."""
