@@ -802,6 +802,12 @@ def _nccl_channel_finding(variable: str, raw: str | None) -> Finding:
     return Finding("ok", variable, f"{variable}={shown}.")
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version (``2.27.3.post1`` and ``2.27.3`` are both (2, 27, 3)), to compare the
+    nvidia-nccl wheel's version with the NCCL torch reports."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
 def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Every ``NCCL_*`` variable set in ``env`` that neither the NCCL library torch loads nor torch's own CUDA library
     names (:attr:`EnvironmentReport.nccl_names`) is a warning: nothing in NCCL or PyTorch reads it, so it is a typo, a
@@ -810,7 +816,8 @@ def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str])
     searched too because its ProcessGroupNCCL reads legacy ``NCCL_*`` names NCCL does not (``NCCL_BLOCKING_WAIT``,
     ``NCCL_ASYNC_ERROR_HANDLING``, ``NCCL_DESYNC_DEBUG``, ...). Empty variables are skipped (no setting under any
     name), as are those :func:`check_nccl_channels` reports and the installation's (:data:`NCCL_INSTALL_VARIABLES`).
-    One ok line where the names were not read (no CUDA torch, or an NCCL not from the nvidia-nccl wheel), or where
+    One ok line where the names were not read (no CUDA torch, an NCCL not from the nvidia-nccl wheel, or torch
+    reporting another NCCL release than the wheel found, as where torch links a system NCCL), or where
     ``LD_PRELOAD`` puts another NCCL first (a ``libnccl.so.*`` other than the wheel's; a preloaded
     ``libnccl-net.so`` plugin is no NCCL)."""
     name = "nccl-variables"
@@ -822,6 +829,10 @@ def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str])
     names = report.nccl_names
     if names is None:
         return [Finding("ok", name, f"NCCL_* names not checked: {report.nccl_names_unread or 'not probed'}.")]
+    if names.version and report.nccl_version and _release(names.version) != _release(report.nccl_version):
+        return [Finding("ok", name, f"NCCL_* names not checked: torch runs NCCL {report.nccl_version}, not the "
+                        f"nvidia-nccl wheel's {names.version} at {names.library} (a torch linked against another "
+                        "NCCL, the wheel installed for some other package).")]
     preloaded = [entry for entry in re.split(r"[\s:]+", env.get("LD_PRELOAD", ""))
                  if LIBNCCL_FILE.match(Path(entry).name)]
     if any(not _same_path(Path(entry), Path(names.library)) for entry in preloaded):

@@ -326,6 +326,11 @@ def test_library_names_are_found_wherever_they_start(tmp_path):
     assert plain not in doctor_module.library_nccl_names(library)  # a changed file is read again, not cached
 
 
+def nccl_report(names: doctor_module.NcclNames) -> EnvironmentReport:
+    """:func:`make_report` of a node whose torch runs the nvidia-nccl wheel's NCCL, whose names are ``names``."""
+    return make_report(nccl_names=names, nccl_version=names.version)
+
+
 def _names(rng: random.Random, nccl: list[str], torch_names: list[str]) -> doctor_module.NcclNames:
     version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
     return doctor_module.NcclNames("/site/nvidia/nccl/lib/libnccl.so.2", version, frozenset(nccl),
@@ -338,13 +343,13 @@ def test_nccl_variables_neither_nccl_nor_torch_reads_are_warnings():
     names = _names(rng, read_by_nccl, read_by_torch)
     env = {variable: str(rng.randint(1, 9)) for variable in read_by_nccl + read_by_torch + unread}
     env |= {"PATH": "/usr/bin", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}  # not NCCL_*: not this check's
-    findings = check_nccl_variable_names(make_report(nccl_names=names), env)
+    findings = check_nccl_variable_names(nccl_report(names), env)
     assert severities(findings) == ["warning"] * len(unread)
     for variable, finding in zip(unread, findings, strict=True):
         assert finding.message.startswith(f"{variable}={env[variable]!r} is read by neither NCCL {names.version} ")
         assert variable in finding.fix
     assert exit_status(findings) == 0
-    (finding,) = check_nccl_variable_names(make_report(nccl_names=names),
+    (finding,) = check_nccl_variable_names(nccl_report(names),
                                            {v: env[v] for v in read_by_nccl + read_by_torch})
     assert finding.severity == "ok" and f"{len(read_by_nccl + read_by_torch)} NCCL_* variable(s)" in finding.message
 
@@ -353,15 +358,15 @@ def test_nccl_variable_names_skip_empty_unknown_and_preloaded():
     rng = random.Random()
     (variable,) = _random_names(rng, 1)
     names = _names(rng, [], [])
-    assert check_nccl_variable_names(make_report(nccl_names=names), {variable: ""}) == []
-    assert check_nccl_variable_names(make_report(nccl_names=names), {}) == []
+    assert check_nccl_variable_names(nccl_report(names), {variable: ""}) == []
+    assert check_nccl_variable_names(nccl_report(names), {}) == []
     (finding,) = check_nccl_variable_names(make_report(nccl_names=None, nccl_names_unread="why"), {variable: "1"})
     assert finding.severity == "ok" and "not checked: why" in finding.message
-    (finding,) = check_nccl_variable_names(make_report(nccl_names=names),
+    (finding,) = check_nccl_variable_names(nccl_report(names),
                                            {variable: "1", "LD_PRELOAD": "/opt/nccl/lib/libnccl.so.2"})
     assert finding.severity == "ok" and "LD_PRELOAD" in finding.message
     # NCCL_NCHANNELS_PER_PEER has its own warning (check_nccl_channels), not a second one here
-    assert check_nccl_variable_names(make_report(nccl_names=names), {"NCCL_NCHANNELS_PER_PEER": "4"}) == []
+    assert check_nccl_variable_names(nccl_report(names), {"NCCL_NCHANNELS_PER_PEER": "4"}) == []
 
 
 def test_only_another_nccl_in_ld_preload_skips_the_name_check():
@@ -370,7 +375,7 @@ def test_only_another_nccl_in_ld_preload_skips_the_name_check():
     rng = random.Random()
     (variable,) = _random_names(rng, 1)
     names = _names(rng, [], [])
-    report, folder = make_report(nccl_names=names), f"/opt/plugin-{rng.randint(1, 999)}/lib"
+    report, folder = nccl_report(names), f"/opt/plugin-{rng.randint(1, 999)}/lib"
     for preload in (f"{folder}/libnccl-net.so", f"{folder}/libnccl-tuner-{rng.randint(1, 9)}.so",
                     f"/usr/lib/libjemalloc.so:{names.library}"):
         (finding,) = check_nccl_variable_names(report, {variable: "1", "LD_PRELOAD": preload})
@@ -387,13 +392,30 @@ def test_the_warning_does_not_say_a_plugins_variable_is_ignored():
     asks to check the plugins' variables before unsetting it."""
     rng = random.Random()
     variables = ["NCCL_FASTRAK_IFNAME", *_random_names(rng, 2)]
-    findings = check_nccl_variable_names(make_report(nccl_names=_names(rng, [], [])), dict.fromkeys(variables, "1"))
+    findings = check_nccl_variable_names(nccl_report(_names(rng, [], [])), dict.fromkeys(variables, "1"))
     assert len(findings) == len(variables)
     for finding in findings:
         assert finding.severity == "warning"
         assert "plugin NCCL loads" in finding.message and "NCCL runs as if it were unset" not in finding.message
         assert "NCCL itself and PyTorch run as if it were unset" in finding.message
         assert "plugins NCCL loads" in finding.fix
+
+
+def test_a_wheel_of_another_nccl_release_than_torch_runs_is_not_read_as_its():
+    """Where torch reports another NCCL release than the nvidia-nccl wheel found (an NGC torch linked against the
+    system's NCCL, the wheel pulled in by another package), the wheel's names say nothing of what runs: one ok line
+    naming both, no warning. A wheel whose version differs only by a local or post suffix is the same release."""
+    rng = random.Random()
+    (variable,) = _random_names(rng, 1)
+    names = _names(rng, [], [])
+    major, minor, patch = (int(part) for part in names.version.split("."))
+    other = f"{major}.{minor + rng.randint(1, 3)}.{patch}"
+    (finding,) = check_nccl_variable_names(make_report(nccl_names=names, nccl_version=other), {variable: "1"})
+    assert finding.severity == "ok" and f"torch runs NCCL {other}, not the nvidia-nccl wheel's {names.version}" in (
+        finding.message)
+    same = dataclasses.replace(names, version=f"{names.version}.post1")
+    (finding,) = check_nccl_variable_names(make_report(nccl_names=same, nccl_version=names.version), {variable: "1"})
+    assert finding.severity == "warning" and finding.message.startswith(f"{variable}='1' is read by neither")
 
 
 def test_nccl_variables_of_an_installation_are_no_typos():
@@ -403,15 +425,15 @@ def test_nccl_variables_of_an_installation_are_no_typos():
     (typo,) = _random_names(rng, 1)
     env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in doctor_module.NCCL_INSTALL_VARIABLES}
     env |= {"NCCL_VERSION": f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}-1", typo: str(rng.randint(1, 9))}
-    findings = check_nccl_variable_names(make_report(nccl_names=_names(rng, [], [])), env)
+    findings = check_nccl_variable_names(nccl_report(_names(rng, [], [])), env)
     assert [(f.severity, f.message.split("=")[0]) for f in findings] == [("warning", typo)]
-    assert check_nccl_variable_names(make_report(nccl_names=_names(rng, [], [])), {"NCCL_VERSION": "2.28.3-1"}) == []
+    assert check_nccl_variable_names(nccl_report(_names(rng, [], [])), {"NCCL_VERSION": "2.28.3-1"}) == []
 
 
 def test_check_environment_runs_the_name_check():
     rng = random.Random()
     (variable,) = _random_names(rng, 1)
-    findings = check_environment(make_report(nccl_names=_names(rng, [], [])), {**GOOD_ENV, variable: "1"})
+    findings = check_environment(nccl_report(_names(rng, [], [])), {**GOOD_ENV, variable: "1"})
     assert [(f.severity, f.name) for f in findings if f.severity != "ok"] == [("warning", "nccl-variables")]
 
 
@@ -453,7 +475,7 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     assert why is None and names.version == version and Path(names.library) == library
     assert set(in_nccl) <= names.nccl and set(in_torch) <= names.torch
     env = {variable: "1" for variable in in_nccl + in_torch + unread}
-    findings = check_nccl_variable_names(make_report(nccl_names=names), env)
+    findings = check_nccl_variable_names(nccl_report(names), env)
     assert sorted(f.message.split("=", 1)[0] for f in findings) == sorted(unread)
     adjacent = _fake_nccl_wheel(torch_site, next_to_torch, f"{version}.post1", rng)
     monkeypatch.syspath_prepend(str(torch_site))  # torch's site-packages, where pip put both
