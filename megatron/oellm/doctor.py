@@ -765,15 +765,23 @@ def nccl_integer(raw: str) -> int | None:
 def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The channel variables NCCL reads (:data:`NCCL_CHANNEL_VARIABLES`) above :data:`NCCL_CHANNEL_LIMIT` make NCCL set
     up more channels, whose buffers lie in GPU memory outside PyTorch's allocator; one NCCL reads as no number is an
-    error. A variable of :data:`NCCL_UNREAD_VARIABLES` that is set is a warning: it changes nothing."""
+    error. A variable of :data:`NCCL_UNREAD_VARIABLES` that is set is a warning: it changes nothing, unless the NCCL
+    library found here (:attr:`EnvironmentReport.nccl_names`, a later release) holds its name, which is an ok line."""
     findings = [_nccl_channel_finding(variable, env.get(variable)) for variable in NCCL_CHANNEL_VARIABLES]
+    names = report.nccl_names if not _wheel_is_not_torchs_nccl(report) else None
     for variable, instead in NCCL_UNREAD_VARIABLES.items():
-        if env.get(variable):  # an empty one is no setting under any name
+        if not env.get(variable):  # an empty one is no setting under any name
+            continue
+        if names is not None and variable in names.nccl:
+            findings.append(Finding("ok", variable, f"{variable}={env[variable]!r}: {names.library} (NCCL "
+                                    f"{names.version or 'of unknown version'}) holds the name, unlike NCCL "
+                                    f"{NCCL_CHECKED_RELEASES}; its value is not checked."))
+        else:
             findings.append(Finding(
                 "warning", variable,
                 f"{variable}={env[variable]!r} has no effect: NCCL {NCCL_CHECKED_RELEASES} (the releases checked) "
-                f"read no such variable. The per-peer channel count NCCL reads is {instead}, for peers reached over "
-                "the network.",
+                f"read no such variable. The per-peer channel count NCCL reads is {instead}, for peers reached "
+                "over the network.",
                 f"unset {variable} ({instead} sets the channels per network peer)"))
     return findings
 
@@ -808,6 +816,14 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
+def _wheel_is_not_torchs_nccl(report: EnvironmentReport) -> bool:
+    """Whether torch reports another NCCL release than the nvidia-nccl wheel whose names were read: those names then
+    say nothing of the NCCL that runs."""
+    names = report.nccl_names
+    return bool(names is not None and names.version and report.nccl_version
+                and _release(names.version) != _release(report.nccl_version))
+
+
 def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Every ``NCCL_*`` variable set in ``env`` that neither the NCCL library torch loads nor torch's own CUDA library
     names (:attr:`EnvironmentReport.nccl_names`) is a warning: nothing in NCCL or PyTorch reads it, so it is a typo, a
@@ -829,7 +845,7 @@ def check_nccl_variable_names(report: EnvironmentReport, env: Mapping[str, str])
     names = report.nccl_names
     if names is None:
         return [Finding("ok", name, f"NCCL_* names not checked: {report.nccl_names_unread or 'not probed'}.")]
-    if names.version and report.nccl_version and _release(names.version) != _release(report.nccl_version):
+    if _wheel_is_not_torchs_nccl(report):
         return [Finding("ok", name, f"NCCL_* names not checked: torch runs NCCL {report.nccl_version}, not the "
                         f"nvidia-nccl wheel's {names.version} at {names.library} (a torch linked against another "
                         "NCCL, the wheel installed for some other package).")]

@@ -278,6 +278,22 @@ def test_nchannels_per_peer_is_a_warning_that_nccl_does_not_read_it():
     assert "NCCL_NCHANNELS_PER_PEER" not in {f.name for f in empty}  # an empty variable sets nothing
 
 
+def test_nchannels_per_peer_is_ok_where_the_nccl_found_reads_it():
+    """A later NCCL whose library holds ``NCCL_NCHANNELS_PER_PEER`` reads it: an ok line naming that library, no
+    warning; the warning stays where the library lacks the name or is not the NCCL torch runs."""
+    rng = random.Random()
+    raw = str(rng.randint(1, 64))
+    names = _names(rng, ["NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS"], [])
+    (finding,) = [f for f in check_nccl_channels(nccl_report(names), {"NCCL_NCHANNELS_PER_PEER": raw})
+                  if f.name == "NCCL_NCHANNELS_PER_PEER"]
+    assert finding.severity == "ok" and names.library in finding.message and names.version in finding.message
+    for report in (nccl_report(_names(rng, ["NCCL_MIN_NCHANNELS"], [])),
+                   make_report(nccl_names=names, nccl_version=f"{names.version}9")):
+        (finding,) = [f for f in check_nccl_channels(report, {"NCCL_NCHANNELS_PER_PEER": raw})
+                      if f.name == "NCCL_NCHANNELS_PER_PEER"]
+        assert finding.severity == "warning" and "has no effect" in finding.message
+
+
 def test_the_mn5_recipe_env_gets_the_unread_variable_warning_and_no_other():
     """The environment ``examples/oellm/_mn5.toml`` exports (report #438's values): one warning, on
     NCCL_NCHANNELS_PER_PEER; NCCL_MIN_NCHANNELS=4 passes."""
