@@ -379,13 +379,10 @@ def megatron_core_module() -> tuple[str | None, str | None]:
     its ``package_info.py`` (importing it would run git); (None, folder) when that file cannot be parsed, (None, None)
     when megatron.core is not found. The distribution's metadata is not enough: a Megatron-LM checkout on PYTHONPATH
     is imported instead of the pip-installed megatron-core whose version the metadata gives."""
-    try:
-        spec = importlib.util.find_spec("megatron.core")
-    except (ImportError, ValueError):
+    folders = _package_folders("megatron.core")
+    if not folders:
         return None, None
-    if spec is None or not spec.submodule_search_locations:
-        return None, None
-    folder = Path(next(iter(spec.submodule_search_locations)))
+    folder = folders[0]
     try:
         text = (folder / "package_info.py").read_text(errors="replace")
     except OSError:
@@ -443,15 +440,16 @@ def _library_nccl_names(path: str, size: int, mtime_ns: int) -> frozenset[str]:
     return frozenset(names)
 
 
-def _package_folder(module: str) -> Path | None:
-    """The folder of the package ``module``, located without importing it; None where it is not found."""
+def _package_folders(module: str) -> list[Path]:
+    """The folders of the package ``module`` (one, or several for a namespace package), located without importing it
+    (a parent package may be imported); empty where it is not found or is no package."""
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
-        return None
+        return []
     if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+        return []
+    return [Path(folder) for folder in spec.submodule_search_locations]
 
 
 def nccl_wheel_library() -> Path | None:
@@ -460,15 +458,8 @@ def nccl_wheel_library() -> Path | None:
     carries the RPATH ``$ORIGIN/../../nvidia/nccl/lib``, which the loader searches before LD_LIBRARY_PATH), else the
     first along ``sys.path`` (where torch's ``_preload_cuda_deps`` looks when that fails). None without that wheel, as
     in containers whose torch is linked against the system's NCCL."""
-    torch_folder = _package_folder("torch")
-    folders = [torch_folder.parent / "nvidia" / "nccl"] if torch_folder is not None else []
-    try:
-        spec = importlib.util.find_spec("nvidia.nccl")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        folders += [Path(folder) for folder in spec.submodule_search_locations]
-    for folder in folders:
+    folders = [folder.parent / "nvidia" / "nccl" for folder in _package_folders("torch")[:1]]
+    for folder in folders + _package_folders("nvidia.nccl"):
         found = sorted(path for path in (folder / "lib").glob(NCCL_WHEEL_LIBRARY) if _is_file(path))
         if found:
             return found[0]
@@ -501,8 +492,7 @@ def _same_path(first: Path, second: Path) -> bool:
 def _nccl_names() -> tuple[NcclNames | None, str | None]:
     """(the ``NCCL_*`` names of the NCCL library torch loads and of torch's CUDA library, None), or (None, why they
     were not read)."""
-    torch_folder = _package_folder("torch")
-    torch_library = torch_folder / TORCH_CUDA_LIBRARY if torch_folder is not None else None
+    torch_library = next((folder / TORCH_CUDA_LIBRARY for folder in _package_folders("torch")[:1]), None)
     if torch_library is None or not _is_file(torch_library):
         return None, "torch has no lib/libtorch_cuda.so (a CPU build, or no torch), so it runs no NCCL"
     library = nccl_wheel_library()

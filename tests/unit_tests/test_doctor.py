@@ -486,7 +486,9 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
     library = _fake_nccl_wheel(nccl_site, in_nccl, version, rng)
     monkeypatch.syspath_prepend(str(nccl_site))
-    monkeypatch.setattr(doctor_module, "_package_folder", lambda module: torch_site / module)  # torch is imported
+    located = doctor_module._package_folders  # torch is imported here: it is located in the fake site instead
+    monkeypatch.setattr(doctor_module, "_package_folders",
+                        lambda module: [torch_site / module] if module == "torch" else located(module))
     names, why = doctor_module._nccl_names()
     assert why is None and names.version == version and Path(names.library) == library
     assert set(in_nccl) <= names.nccl and set(in_torch) <= names.torch
