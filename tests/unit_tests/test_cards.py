@@ -1,6 +1,7 @@
 """Model cards: registry, flavours, mixer patterns, validation errors."""
 
 import dataclasses
+import random
 
 import pytest
 
@@ -89,3 +90,19 @@ def test_qwen3_5_source_note_names_every_field_that_differs_from_the_transformer
                  if ours.get(name) != defaults[name]}
     assert differing == {"rope_theta", "max_position_embeddings"}
     assert all(name in card.sources["shape"] for name in differing), card.sources["shape"]
+
+
+def test_unknown_model_suggests_the_closest_name():
+    """A one-character typo got the whole list but no suggestion."""
+    name = random.choice(["qwen3-30b-a3b", "qwen3.5-35b-a3b", "qwen3-235b-a22b-tiny"])
+    typo = name[:-1] + "x"
+    with pytest.raises(CardError, match=f"did you mean '{name}'"):
+        get_card(typo)
+
+
+@pytest.mark.parametrize("field", ["moe_shared_expert_intermediate_size", "max_position_embeddings",
+                                   "linear_gate_low_rank_dim"])
+def test_negative_sizes_are_refused(field):
+    """A negative shared-expert width passed validation and gave a negative shared-expert parameter and FLOP count."""
+    with pytest.raises(CardError, match=field):
+        dataclasses.replace(get_card("qwen3.5-35b-a3b"), **{field: -random.randrange(1, 1000)})

@@ -1,4 +1,8 @@
-"""Flags rendered by ``flags_to_argv`` read back by Megatron's own parser as the values they were written from."""
+"""Flags rendered by ``flags_to_argv`` read back by Megatron's own parser as the values they were written from: a
+value argparse would take for an option (a negative number, a string starting with a dash) is still a value, and a
+list element it would misread is refused by name."""
+
+import random
 
 import pytest
 
@@ -23,3 +27,24 @@ def test_negative_numbers_are_values_not_options(name, value):
     """``-1e-05`` was rendered as is, which argparse (Python < 3.13) takes for an option: 'expected one argument'."""
     args = parse_megatron_argv(flags_to_argv({name: value}))
     assert getattr(args, name.replace("-", "_")) == value
+
+
+@pytest.mark.parametrize("value", [float("-inf"), -random.uniform(1, 1e6) * 10.0 ** -random.randint(5, 300),
+                                   -random.uniform(1, 9) * 10.0 ** random.randint(16, 300)])
+def test_negative_floats_argparse_cannot_read_positionally_are_values(value: float) -> None:
+    """``-inf`` was rendered as ``--weight-decay -inf``, which argparse takes for an unknown option (exit 2)."""
+    assert parse_megatron_argv(flags_to_argv({"weight-decay": value})).weight_decay == value
+
+
+def test_a_string_value_starting_with_a_dash_is_a_value() -> None:
+    """A string value such as a run name ``-abc`` was rendered as a separate token that argparse reads as an option."""
+    name = f"-run{random.randint(0, 10**6)}"
+    assert parse_megatron_argv(flags_to_argv({"wandb-exp-name": name})).wandb_exp_name == name
+
+
+def test_a_list_element_argparse_would_read_as_an_option_is_refused() -> None:
+    """A list can only be written as separate tokens: one argparse would take for an option is refused by name."""
+    with pytest.raises(ValueError, match="--moe-aux-loss-coeff"):
+        flags_to_argv({"moe-aux-loss-coeff": [random.random(), float("-inf")]})
+    coeffs = [-random.random() * 1e-9, random.random()]
+    assert parse_megatron_argv(flags_to_argv({"moe-aux-loss-coeff": coeffs})).moe_aux_loss_coeff == coeffs

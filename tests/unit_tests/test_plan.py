@@ -1,11 +1,23 @@
-"""Training plans: per-rank contents add up to the model, and bad layouts are refused."""
+"""Training plans: per-rank contents add up to the model, bad layouts are refused, the expert data-parallel group
+and the FLOP line are megatron-core's."""
+
+import json
+import random
 
 import pytest
 
+from megatron.oellm import cli
 from megatron.oellm.cards import get_card
+from megatron.oellm.flops import pad_vocab
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
 from megatron.oellm.params import parameter_counts, tp_replicated_layer_params
-from megatron.oellm.plan import build_plan
+from megatron.oellm.plan import (
+    BYTES_PER_PARAM_GRAD,
+    BYTES_PER_PARAM_OPTIMIZER,
+    BYTES_PER_PARAM_WEIGHT,
+    build_plan,
+    format_plan,
+)
 
 JUPITER_235B_LAYOUT = "Et*2|" + "|".join(["t*3"] * 30) + "|t*2L"
 
@@ -236,3 +248,70 @@ def test_plan_takes_megatrons_expert_tensor_parallel_default(capsys, etp_flags):
                  "--json"]) == 0
     layout = json.loads(capsys.readouterr().out)["layout"]
     assert layout["etp"] == args.expert_tensor_parallel_size == (1 if etp_flags else 2)
+
+
+def _random_padded_vocab(multiple: int) -> int:
+    """A vocabulary that is a multiple of ``multiple`` but not of 128 (Megatron pads it no further)."""
+    while True:
+        vocab = multiple * random.randrange(10_000, 40_000)
+        if vocab % 128:
+            return vocab
+
+
+def test_plan_counts_logits_over_the_given_padded_vocabulary_not_a_re_padded_one(capsys):
+    """``oellm plan --padded-vocab V`` holds V rows in its memory table but counted logits over V rounded up to 128:
+    its FLOPs disagreed with ``oellm flops --padded-vocab V`` for the same model."""
+    vocab = _random_padded_vocab(8)
+    seq = random.choice([1024, 2048, 4096])
+    common = ["--seq-length", str(seq), "--padded-vocab", str(vocab), "--json"]
+    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", *common]) == 0
+    planned = json.loads(capsys.readouterr().out)["flops"]
+    assert cli.main(["flops", "qwen3-30b-a3b", *common]) == 0
+    counted = json.loads(capsys.readouterr().out)
+    hidden = get_card("qwen3-30b-a3b").hidden_size
+    assert planned["breakdown"]["logits"] == pytest.approx(6 * hidden * vocab / 1e9, rel=1e-12)
+    assert planned["gflops_per_token"] == pytest.approx(counted["gflops_per_token"], rel=1e-12)
+
+
+def test_format_plan_counts_logits_over_the_built_cards_vocabulary(monkeypatch):
+    """A recipe's plan holds the vocabulary padded to its own ``--make-vocab-size-divisible-by`` x TP; the FLOP line
+    must count that vocabulary, not re-pad it to 128 (a difference below the printed digits, hence the spy)."""
+    import megatron.oellm.plan as plan_module
+
+    seen = []
+    real = plan_module.training_flops_per_token
+
+    def spy(card, seq_length, padded_vocab=None, document_lengths=None):
+        seen.append(padded_vocab or pad_vocab(card.vocab_size))
+        return real(card, seq_length, padded_vocab, document_lengths)
+
+    monkeypatch.setattr(plan_module, "training_flops_per_token", spy)
+    card = get_card("qwen3-30b-a3b-tiny").with_vocab(_random_padded_vocab(8))
+    format_plan(build_plan(card, ParallelLayout(), 1), card.seq_length)
+    assert seen == [card.vocab_size]
+
+
+def test_expert_data_parallel_group_is_world_over_etp_ep_and_pp():
+    """megatron-core's expert data-parallel group is world / (ETP x EP x PP): with PP > 1 each routed-expert shard
+    has that many replicas to split its optimizer state over, not world / (ETP x EP). Fresh random layouts of
+    Qwen3-30B-A3B (48 layers, 128 experts of width 768), TP 1."""
+    card = get_card("qwen3-30b-a3b")
+    pp, ep, etp, replicas = random.choice([2, 4, 8]), random.choice([1, 2, 4, 8]), random.choice([1, 2]), \
+        random.randint(1, 4)
+    world = pp * ep * etp * replicas
+    plan = build_plan(card, ParallelLayout(pp=pp, ep=ep, etp=etp), world)
+    assert plan.expert_data_parallel == replicas, (pp, ep, etp, replicas)
+    assert plan.data_parallel == world // pp
+    per_param = BYTES_PER_PARAM_WEIGHT + BYTES_PER_PARAM_GRAD
+    for rank in plan.ranks:
+        assert rank.static_bytes == ((rank.dense_params + rank.expert_params) * per_param
+                                     + rank.dense_params * BYTES_PER_PARAM_OPTIMIZER // (world // pp)
+                                     + rank.expert_params * BYTES_PER_PARAM_OPTIMIZER // replicas)
+
+
+@pytest.mark.parametrize("world", [0, -random.randint(1, 64)])
+def test_a_plan_for_no_gpu_is_refused_in_one_line(world):
+    """``build_plan`` on zero (or fewer) GPUs: its own error naming the fix, not a ZeroDivisionError."""
+    with pytest.raises(ParallelLayoutError, match=rf"world size {world}: a plan needs at least one GPU") as refused:
+        build_plan(get_card("qwen3-30b-a3b-tiny"), ParallelLayout(), world)
+    assert "\n" not in str(refused.value)

@@ -180,3 +180,27 @@ def test_a_threads_traceback_after_the_last_line_is_no_crash(args):
     thread_then_crash = DONE + "\n" + WANDB_THREAD + "\n" + SAVE_CRASH
     assert summarise(parse_log_text(_text(args, times, {}, tail=thread_then_crash)), Window(), 4).status == \
         "crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10"
+
+
+IN_PROGRESS_ARGS = {"train_iters": 10, "log_interval": 1, "global_batch_size": 64, "seq_length": 4096,
+                    "world_size": 8}
+
+
+def _in_progress(handled: str, lines: int) -> str:
+    """A run that printed ``handled`` (a logged traceback it went on after) before its first of ``lines`` iteration lines,
+    then stopped printing (still running, or cut off) with no end line."""
+    text = [*_args_block(IN_PROGRESS_ARGS), handled.format(p="")]
+    text += [_iteration_line(i, 10, 64, round(random.uniform(60_000.0, 90_000.0), 1), 130.0)
+             for i in range(1, lines + 1)]
+    return "\n".join(text)
+
+
+@pytest.mark.parametrize("handled", [LOGGED, RETRIED])
+def test_the_runs_only_two_lines_after_a_traceback_show_training_went_on(handled):
+    """``oellm table`` on a job in progress: a traceback at start-up that training went on after, then the first two
+    iteration lines. Two lines are proof (the rule of every later pair), so the row says truncated, not crashed; one
+    line alone is not."""
+    run = parse_log_text(_in_progress(handled, 2)).runs[-1]
+    assert run.failure == ""
+    assert summarise(parse_log_text(_in_progress(handled, 2)), Window(), 4).status == "truncated at iteration 2/10"
+    assert parse_log_text(_in_progress(handled, 1)).runs[-1].failure.startswith("crashed (")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+import string
+
 import pytest
 
 from megatron.oellm.cli import main
-from megatron.oellm.run_log import parse_log_text
+from megatron.oellm.run_log import last_exception, parse_log_text
 from megatron.oellm.scaling_table import Window, interval_start, summarise
 from tests.unit_tests.test_tables import _args_block, _iteration_line, _log, _megatron_args
 
@@ -287,3 +290,17 @@ def test_a_chained_exception_is_reported_by_the_exception_raised_last(args):
             "line 2\nRuntimeError: checkpoint has no layer 0\n")
     text = _log(args, TIMES[:4], [130.0] * 4, tail=tail)
     assert _status(text) == "crashed (RuntimeError: checkpoint has no layer 0) at iteration 4"
+
+
+def _traceback(message: str) -> str:
+    """A main-thread traceback ending in ``message``."""
+    return "\n".join(["Traceback (most recent call last):", '  File "/opt/venv/train.py", line 7, in <module>',
+                      "    main()", message])
+
+
+def test_a_crash_message_is_shortened_only_past_80_characters():
+    name = random.choice(["ValueError", "RuntimeError", "torch.OutOfMemoryError"]) + ": "
+    exact = name + "".join(random.choices(string.ascii_letters + " ", k=80 - len(name) - 1)) + "x"
+    assert len(exact) == 80 and last_exception(_traceback(exact)) == exact
+    longer = exact + random.choice(string.ascii_letters)
+    assert last_exception(_traceback(longer)) == longer[:77] + "..."

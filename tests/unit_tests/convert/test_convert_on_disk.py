@@ -1,4 +1,5 @@
-"""HF safetensors -> megatron-core distributed checkpoint -> HF safetensors, through files, and the input checks."""
+"""HF safetensors -> megatron-core distributed checkpoint -> HF safetensors, through files, and the input checks
+(among them: a tensor given twice, under two names or in both expert layouts, is refused)."""
 
 from __future__ import annotations
 
@@ -336,6 +337,31 @@ def test_a_tensor_under_its_published_and_its_short_name_is_refused(tiny_hf) -> 
     with pytest.raises(ConversionError, match=r"(?=.*'model\.language_model\.layers\.0\.input_layernorm\.weight')"
                                               rf"(?=.*'{norm}')tensors .* are both '{norm}'"):
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_experts_in_both_layouts_are_refused(tmp_path: Path, name: str) -> None:
+    """Fused ``experts.gate_up_proj`` / ``down_proj`` next to the per-expert tensors of the same layer (two files
+    without an index, e.g. a fused dump beside an older save): the converter would read the fused ones and drop the
+    per-expert ones without a word; which of the two the user meant is unknown, so it is refused, naming both."""
+    card = get_card(name)
+    hf = random_hf_tensors(card, seed=24)
+    per_expert_changed = {n: (t + 1 if ".mlp.experts." in n else t) for n, t in hf.items()}
+    write_hf(card, {**per_expert_changed, **fuse_experts(card, hf)}, tmp_path / "hf")
+    with pytest.raises(ConversionError, match=r"'model\.layers\.0\.mlp\.experts\.(gate_up_proj|down_proj)' and "
+                                              r"'model\.layers\.0\.mlp\.experts\.0\.(gate|up|down)_proj\.weight' "
+                                              r"both hold"):
+        hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert not (tmp_path / "mcore").exists()
+
+
+def test_each_expert_layout_alone_still_converts(tmp_path: Path) -> None:
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    hf = random_hf_tensors(card, seed=25)
+    write_hf(card, fuse_experts(card, hf), tmp_path / "hf")
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
 
 
 def _damage(release: Path, how: str) -> str:

@@ -23,7 +23,8 @@ from megatron.oellm.convert.pipeline import ITERATION_FILE, RELEASE, hf_to_mcore
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
 
 UNIT_FUNCTION = {"hf-to-mcore": "hf_to_mcore_unit", "mcore-to-hf": "mcore_to_hf_unit"}
-"""The pipeline function each direction calls once per unit (where a test makes the conversion fail half-way)."""
+"""The pipeline function each direction calls once per unit (where a test makes the conversion fail half-way, or
+checks that a refused one never starts)."""
 
 
 def _convert(direction: str, tmp: Path, card, out: Path, **kwargs) -> pipeline.ConversionSummary:
@@ -75,6 +76,47 @@ def test_overwrite_replaces_a_previous_output_and_keeps_the_directory(converted)
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
     hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
     assert sorted(p.name for p in (tmp / "mcore").iterdir()) == [ITERATION_FILE, RELEASE]
+
+
+def test_overwrite_keeps_a_users_file_inside_release(converted) -> None:
+    """``--overwrite`` replaces a previous hf-to-mcore output, but ``release/`` replaced as a whole would delete a
+    file the user put there (notes, an eval result): refused, naming it, and the file stays."""
+    card, _, tmp = converted
+    notes = tmp / "mcore" / RELEASE / "eval_results.txt"
+    notes.write_text("loss 1.23\n")
+    with pytest.raises(ConversionError, match=r"holds release/eval_results\.txt, which this conversion does not write"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
+    assert notes.read_text() == "loss 1.23\n"
+
+
+def test_overwrite_keeps_a_training_checkpoint_under_release(converted) -> None:
+    """A ``release/`` directory megatron training saved (its ``common.pt`` / ``mp_rank_00``) is not a previous output
+    of the conversion: refused rather than deleted."""
+    card, _, tmp = converted
+    (tmp / "mcore" / RELEASE / "mp_rank_00").mkdir()
+    (tmp / "mcore" / RELEASE / "mp_rank_00" / "model_optim_rng.pt").write_bytes(b"weights")
+    with pytest.raises(ConversionError, match=r"holds release/mp_rank_00"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
+    assert (tmp / "mcore" / RELEASE / "mp_rank_00" / "model_optim_rng.pt").read_bytes() == b"weights"
+
+
+def test_overwrite_of_a_previous_mcore_output_still_works(converted) -> None:
+    """The nested check does not refuse what hf-to-mcore itself wrote."""
+    card, _, tmp = converted
+    summary = hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
+    assert summary.tensors_written > 0
+    assert sorted(p.name for p in (tmp / "mcore").iterdir()) == ["latest_checkpointed_iteration.txt", RELEASE]
+
+
+def test_a_file_named_release_is_not_a_previous_output(converted, tmp_path: Path) -> None:
+    """``release`` as a plain file of the user's is not the checkpoint directory hf-to-mcore writes."""
+    card, _, tmp = converted
+    out = tmp / "work"
+    out.mkdir()
+    (out / RELEASE).write_text("v1.0 notes\n")
+    with pytest.raises(ConversionError, match=r"holds release, which this conversion does not write"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", out, overwrite=True)
+    assert (out / RELEASE).read_text() == "v1.0 notes\n"
 
 
 @pytest.mark.parametrize(("direction", "overwrite"), [("hf-to-mcore", False), ("mcore-to-hf", True)])
@@ -136,6 +178,29 @@ def test_unusable_out_paths_are_named(converted) -> None:
     with pytest.raises(ConversionError, match=r"cannot write the output /proc/oellm_out: "):
         hf_to_mcore_checkpoint(card, tmp / "hf", Path("/proc/oellm_out"))
     assert (tmp / "a_file").read_text() == "x"
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_out_on_another_file_system_than_its_parent_is_refused_up_front(converted, direction: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``--out`` that is a mount point (a container's bind mount, a job's scratch mount) cannot receive the staging
+    directory beside it by rename: refused before the conversion, and a previous output there is kept (it used to be
+    deleted, then the move failed with EXDEV and the new output was removed too)."""
+    card, _, tmp = converted
+    out = tmp / "mounted"
+    to_mcore = direction == "hf-to-mcore"
+    run = (hf_to_mcore_checkpoint, tmp / "hf") if to_mcore else (mcore_to_hf_checkpoint, tmp / "mcore")
+    run[0](card, run[1], out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real_file_system = output.file_system_of
+    monkeypatch.setattr(output, "file_system_of", lambda path: real_file_system(path) + (path == out.resolve()))
+    called = []
+    monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], lambda *a, **k: called.append(1))
+    with pytest.raises(ConversionError, match=rf"{out} is on another file system than .*; pass a directory inside it"):
+        run[0](card, run[1], out, overwrite=True)
+    assert not called
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not list(tmp.glob(".mounted.partial-*"))
 
 
 class _NotHandled(Exception):

@@ -1,10 +1,11 @@
 """The wrong ``--model`` for a checkpoint: a checkpoint of the other family (Qwen3-MoE vs Qwen3.5) is refused with
 one line naming its ``model_type``, and a checkpoint of this card with another vocabulary is refused naming the
-vocabulary, then converts with ``--vocab-size``."""
+vocabulary, then converts with ``--vocab-size``; any other contradiction still asks for the right card."""
 
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,34 @@ def test_vocab_size_option_converts_a_checkpoint_of_another_vocabulary(tmp_path:
                  str(tmp_path / "out"), "--vocab-size", "1024"]) == 0
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
     assert json.loads((tmp_path / "out" / "config.json").read_text())["eos_token_id"] == 7
+
+
+@pytest.mark.parametrize("with_config", [True, False], ids=["config", "tensor-shapes"])
+def test_an_hf_model_of_another_vocabulary_is_pointed_to_vocab_size(tmp_path: Path, with_config: bool) -> None:
+    """An HF model with an extended vocabulary fits no other card; the refusal names the ``--vocab-size`` that
+    converts it (from its config, else from the embedding rows), and that vocabulary converts bit for bit."""
+    card = get_card(QWEN3)
+    vocab = card.vocab_size + random.randrange(1, 1000)
+    hf = random_hf_tensors(card.with_vocab(vocab), seed=random.randrange(2**31))
+    write_hf(card.with_vocab(vocab), hf, tmp_path / "hf")
+    if not with_config:
+        (tmp_path / "hf" / "config.json").unlink()
+    with pytest.raises(ConversionError) as raised:
+        hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert f"pass --vocab-size {vocab} " in str(raised.value)
+    assert "--model" not in str(raised.value)
+    hf_to_mcore_checkpoint(card.with_vocab(vocab), tmp_path / "hf", tmp_path / "mcore")
+    mcore_to_hf_checkpoint(card.with_vocab(vocab), tmp_path / "mcore", tmp_path / "back")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "back")))
+
+
+def test_a_config_of_another_shape_still_points_to_the_card() -> None:
+    """Other contradictions (here with the vocabulary) still ask for the right card."""
+    card = get_card(QWEN3)
+    config = family_module(card).hf_config_from_card(card.with_vocab(card.vocab_size + 64)).to_dict()
+    config["num_experts_per_tok"] = card.moe_router_topk + 1
+    with pytest.raises(ConversionError, match=r"pick the card of this checkpoint with --model$"):
+        check_hf_config(card, json.dumps(config), "config.json")
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "1e3", "many"])

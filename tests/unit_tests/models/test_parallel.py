@@ -1,14 +1,18 @@
-"""ParallelLayout validation and the pipeline-layout parser (checked against megatron-core's own parser)."""
+"""ParallelLayout validation and the pipeline-layout parser, checked against megatron-core's own parser and its
+``TransformerConfig`` (TP sizes against the KV heads); a vpp below one, or an absurd ``*N`` in a pipeline layout, is
+refused in one line (exit 2), not read as "unset" or expanded into a MemoryError."""
 
 import dataclasses
 import random
 import re
 
 import pytest
+import torch
 
 import megatron.oellm  # noqa: F401  (3.11 provision before megatron-core imports)
 from megatron.oellm.cards import get_card
 from megatron.oellm.models.parallel import (
+    MAX_EXPANDED_LAYOUT,
     ParallelLayout,
     ParallelLayoutError,
     parse_pipeline_layout,
@@ -17,6 +21,7 @@ from megatron.oellm.models.parallel import (
 
 QWEN35 = get_card("qwen3.5-35b-a3b")
 QWEN3 = get_card("qwen3-30b-a3b")
+CARDS = ["qwen3.5-35b-a3b", "qwen3-30b-a3b", "qwen3-235b-a22b"]
 
 LAYOUTS = [
     "Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L",
@@ -205,3 +210,103 @@ def test_divisibility_errors_list_every_size_that_would_work():
         validate_layout(QWEN3, ParallelLayout(pp=5))
     with pytest.raises(ParallelLayoutError, match=re.escape("use ep in {1, 2, 4, 8, 16, 32, 64...}")):
         validate_layout(QWEN3, ParallelLayout(ep=3))
+
+
+def _megatron_refusal(card, tp: int) -> str | None:
+    """What megatron-core's ``TransformerConfig`` says about ``card``'s attention (and GDN) heads at ``tp``: None when
+    it accepts them. The GDN checks of 0.19.2 run under ``experimental_attention_variant="gated_delta_net"``."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    gdn = {}
+    if card.linear_mixer != "none":
+        gdn = dict(experimental_attention_variant="gated_delta_net", linear_attention_freq=4,
+                   linear_conv_kernel_dim=card.linear_conv_kernel_dim, linear_key_head_dim=card.linear_key_head_dim,
+                   linear_value_head_dim=card.linear_value_head_dim, linear_num_key_heads=card.linear_num_key_heads,
+                   linear_num_value_heads=card.linear_num_value_heads)
+    try:
+        TransformerConfig(num_layers=card.num_layers, hidden_size=card.hidden_size,
+                          num_attention_heads=card.num_attention_heads, num_query_groups=card.num_query_groups,
+                          kv_channels=card.kv_channels, tensor_model_parallel_size=tp, sequence_parallel=tp > 1,
+                          params_dtype=torch.bfloat16, bf16=True, **gdn)
+    except (AssertionError, ValueError) as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_tensor_parallel_sizes_match_megatron(name: str) -> None:
+    """megatron-core 0.19.2 accepts a TP size that is a multiple of the KV heads (``TransformerConfig``: "must be a
+    multiple or divisor"), and ``SelfAttention`` replicates each KV head over ``tp / num_query_groups`` ranks. The
+    layout check refused it ("each TP rank needs whole KV heads"): Qwen3-235B-A22B (4 KV heads) at TP 8, Qwen3.5 at
+    TP 4."""
+    card = get_card(name)
+    for tp in range(1, 2 * card.num_attention_heads + 1):
+        try:
+            validate_layout(card, ParallelLayout(tp=tp, sp=tp > 1))
+            ours = None
+        except ParallelLayoutError as error:
+            ours = str(error)
+        theirs = _megatron_refusal(card, tp)
+        assert (ours is None) == (theirs is None), f"tp={tp}: ours {ours!r}, megatron {theirs!r}"
+
+
+def test_tensor_parallel_neither_multiple_nor_divisor_of_kv_heads_is_refused() -> None:
+    """12 heads, 4 KV heads: TP 6 splits the heads but neither holds whole KV heads nor replicates them evenly."""
+    card = dataclasses.replace(get_card("qwen3-30b-a3b"), name="x", num_attention_heads=12, num_query_groups=4,
+                               seq_length=4104)
+    assert _megatron_refusal(card, 6) is not None
+    with pytest.raises(ParallelLayoutError, match=r"num_query_groups \(KV heads\) \(4\).*tp \(6\).*use tp in \{1, 2, 4, 12\}"):
+        validate_layout(card, ParallelLayout(tp=6, sp=True))
+    validate_layout(card, ParallelLayout(tp=12, sp=True))
+
+
+@pytest.mark.parametrize("vpp", [0, -random.randint(1, 8)])
+def test_a_vpp_below_one_is_refused_not_treated_as_unset(vpp):
+    """``vpp = 0`` would otherwise plan and run as one virtual stage: the user's value silently changed."""
+    with pytest.raises(ParallelLayoutError, match=rf"vpp must be >= 1 or unset, got {vpp}"):
+        validate_layout(get_card("qwen3-30b-a3b"), ParallelLayout(pp=2, vpp=vpp), world_size=2)
+
+
+def test_oellm_plan_refuses_vpp_zero(capsys):
+    from megatron.oellm.cli import main
+
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--pp", "2", "--vpp", "0"]) == 2
+    assert "vpp must be >= 1 or unset, got 0" in capsys.readouterr().err
+
+
+def test_plan_refuses_a_huge_repeat_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``t*<twelve or more digits>`` used to be expanded as asked and end in a MemoryError traceback."""
+    from megatron.oellm.cli import main
+
+    count = random.randint(10**12, 10**18)
+    layout = f"Et*{count}|t*24L"
+    assert main(["plan", QWEN3.name, "--nodes", "1", "--pp", "2", "--pipeline-layout", layout]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"'*{count}' expands it past" in err
+
+
+def test_a_count_of_thousands_of_digits_is_refused_before_int() -> None:
+    """Python's ``int()`` refuses more than 4300 digits with a ValueError that named no layout."""
+    rng = random.Random()
+    digits = str(rng.randint(1, 9)) + "".join(str(rng.randint(0, 9)) for _ in range(rng.randint(4400, 6000)))
+    with pytest.raises(ParallelLayoutError, match=rf"'\*{digits[:8]}\.\.\. \({len(digits)} digits\)'"):
+        parse_pipeline_layout(f"(tt|)*{digits}")
+
+
+def test_group_and_total_expansion_count_against_the_limit() -> None:
+    """A group's length times its count, plus what precedes it, is what the limit bounds."""
+    size = random.randint(2, 9)
+    fits = MAX_EXPANDED_LAYOUT // (size + 1)
+    assert len(parse_pipeline_layout(f"({'t' * size}|)*{fits}")) == fits + 1
+    with pytest.raises(ParallelLayoutError, match="expands it past"):
+        parse_pipeline_layout(f"({'t' * size}|)*{fits + 1}")
+    with pytest.raises(ParallelLayoutError, match="expands it past"):
+        parse_pipeline_layout(f"{'E' * (size + 1)}({'t' * size}|)*{fits}")
+
+
+def test_a_plausible_wrong_count_still_gets_the_layer_count_message() -> None:
+    """Below the limit the usual check names the model's layer count; leading zeros are still a plain count."""
+    count = random.randint(QWEN3.num_layers, 100_000)
+    with pytest.raises(ParallelLayoutError, match=f"places {count + 24} decoder layers"):
+        validate_layout(QWEN3, ParallelLayout(pp=2, pipeline_layout=f"Et*{'0' * 5000}{count}|t*24L"))

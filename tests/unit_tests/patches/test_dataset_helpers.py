@@ -1,4 +1,5 @@
-"""The prebuilt-dataset-helpers patch: applies on 0.19.2 with helpers_cpp, leaves other releases alone."""
+"""The prebuilt-dataset-helpers patch: applies on 0.19.2 with helpers_cpp, leaves other releases alone, and keeps
+upstream's function reachable behind it."""
 
 import pytest
 
@@ -37,3 +38,16 @@ def test_other_release_keeps_upstream(restore_compile_helpers, monkeypatch):
     with pytest.warns(RuntimeWarning, match="0.20.0 is not 0.19.2"):
         assert not dataset_helpers.apply()
     assert utils.compile_helpers is before
+
+
+def test_the_dataset_helpers_patch_keeps_upstreams_function_reachable(restore_compile_helpers):
+    """The test fixtures install upstream's function through ``__wrapped__``; without it a patch applied earlier in
+    the process (the training entry applies it) made the "other release keeps upstream" test compare the patch with
+    itself."""
+    datasets_utils = restore_compile_helpers
+    upstream = datasets_utils.compile_helpers
+    if not dataset_helpers.apply():
+        pytest.skip("the patch does not apply here")
+    assert datasets_utils.compile_helpers is not upstream
+    assert unpatched(datasets_utils.compile_helpers) is upstream
+    assert dataset_helpers.apply() and unpatched(datasets_utils.compile_helpers) is upstream  # wrapped once

@@ -2,9 +2,11 @@
 
 No Apex/TE on the CPU machine, so upstream takes the branches that keep Adam's ``step`` in torch's per-parameter
 state. Each test runs upstream's real ``DistributedOptimizer`` methods on a bare instance around a torch Adam,
-with just the attributes those methods read.
+with just the attributes those methods read. The patch keeps upstream's methods reachable behind one wrapper layer
+with upstream's signatures.
 """
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -152,3 +154,25 @@ def test_other_release_keeps_upstream(upstream, monkeypatch):
     with pytest.warns(RuntimeWarning, match="0.20.0 is not 0.19.2"):
         assert not distrib_optimizer_step.apply()
     assert all(getattr(Optimizer, name) is method for name, method in upstream.items())
+
+
+def test_the_optimizer_patch_keeps_upstreams_methods_reachable():
+    distrib_optimizer = pytest.importorskip("megatron.core.optimizer.distrib_optimizer")
+    cls = distrib_optimizer.DistributedOptimizer
+    names = ("state_dict", "load_state_dict", "_set_main_param_and_optimizer_states")
+    found = {name: getattr(cls, name) for name in names}
+    upstream = {name: unpatched(method) for name, method in found.items()}
+    try:
+        for name, method in upstream.items():
+            setattr(cls, name, method)
+        if not distrib_optimizer_step.apply():
+            pytest.skip("the patch does not apply here")
+        assert distrib_optimizer_step.apply()  # idempotent
+        for name, method in upstream.items():
+            assert getattr(cls, name).oellm_patched and unpatched(getattr(cls, name)) is method
+            assert getattr(cls, name).__wrapped__ is method  # one layer
+            ours = inspect.signature(getattr(cls, name), follow_wrapped=False)
+            assert list(ours.parameters) == list(inspect.signature(method).parameters)
+    finally:
+        for name, method in found.items():
+            setattr(cls, name, method)

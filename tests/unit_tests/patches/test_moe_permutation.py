@@ -1,6 +1,14 @@
 """The MoE permutation patch against megatron-core 0.19.2's own ``permute`` / ``unpermute`` (CPU, fp32): the same
 outputs, indices, probabilities and gradients for dropless top-k and capacity (drop-and-pad) routing; fused calls and
-probability merging left to upstream; the version guard and the opt-out."""
+probability merging left to upstream; the wrappers take upstream's arguments; the version guard and the opt-out.
+
+Skipped for another megatron-core release, the patch says so, as the other runtime patches do: the run would otherwise
+lose the sorted permutation (its speed and determinism) with only ``MoE permutation upstream`` in the start-up line and
+no reason."""
+
+import inspect
+import random
+import warnings
 
 import pytest
 import torch
@@ -125,6 +133,57 @@ def test_apply_wraps_the_dispatchers_names_once_and_honours_the_guard_and_the_op
     assert moe_permutation.apply() and moe_permutation.apply() and moe_permutation.is_applied()
     assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
     assert token_dispatcher.unpermute.__wrapped__ is moe_utils.unpermute
+
+
+@pytest.mark.parametrize("name", ["permute", "unpermute"])
+def test_the_permutation_wrappers_take_upstreams_arguments(name):
+    """The dispatchers pass keyword arguments by upstream's names: the wrappers' parameters must be the same (names,
+    order, kinds and defaults)."""
+    original = getattr(moe_utils, name)
+    wrap = {"permute": moe_permutation._permute_without_atomics,
+            "unpermute": moe_permutation._unpermute_without_atomics}[name]
+    ours = inspect.signature(wrap(original), follow_wrapped=False).parameters
+    theirs = inspect.signature(original).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == \
+        [(p.name, p.kind, p.default) for p in theirs.values()]
+
+
+@pytest.fixture
+def upstream_dispatcher(monkeypatch):
+    """The dispatchers call upstream's functions during the test (a patch applied earlier in the process is undone
+    by monkeypatch afterwards), and the opt-out is unset."""
+    monkeypatch.setattr(token_dispatcher, "permute", moe_utils.permute)
+    monkeypatch.setattr(token_dispatcher, "unpermute", moe_utils.unpermute)
+    monkeypatch.delenv(moe_permutation.UPSTREAM_ENV, raising=False)
+
+
+def another_release() -> str:
+    """A random release that is not 0.19.2."""
+    return f"0.{random.randint(20, 40)}.{random.randint(0, 9)}"
+
+
+def test_another_release_keeps_upstream_and_warns_naming_the_release_and_the_note(upstream_dispatcher, monkeypatch):
+    release = another_release()
+    monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: release)
+    with pytest.warns(RuntimeWarning, match=rf"megatron-core {release} is not 0\.19\.2.*"
+                                            r"patches/moe-permutation-without-atomics\.md"):
+        assert not moe_permutation.apply()
+    assert token_dispatcher.permute is moe_utils.permute and token_dispatcher.unpermute is moe_utils.unpermute
+
+
+def test_the_opt_out_and_the_patched_release_do_not_warn(upstream_dispatcher, monkeypatch):
+    """``OELLM_UPSTREAM_MOE_PERMUTATION=1`` is the user's own choice (the doctor warns about it), and 0.19.2 applies."""
+    release = another_release()
+    monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: release)
+    monkeypatch.setenv(moe_permutation.UPSTREAM_ENV, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert not moe_permutation.apply()
+        monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.19.2")
+        assert not moe_permutation.apply()
+        monkeypatch.delenv(moe_permutation.UPSTREAM_ENV)
+        assert moe_permutation.apply() and moe_permutation.apply()
+    assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
 
 
 @pytest.mark.gpu

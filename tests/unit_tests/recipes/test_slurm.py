@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import subprocess
 from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES, fake_sbatch
 
+from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.slurm import check_host_paths, submit
 
@@ -81,6 +83,19 @@ def test_submit_without_sbatch_says_where_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RecipeError, match="sbatch not found"):
         submit("#!/bin/bash\n", tmp_path / "run")
+
+
+def test_submit_without_sbatch_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
+    """``oellm recipe --submit`` on a machine without SLURM is refused before any run directory is created."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no sbatch anywhere on it
+    image = tmp_path / "image.sif"
+    image.touch()
+    runs = tmp_path / f"runs-{random.randint(0, 10**6)}"
+    status = main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--submit", "--row", "2",
+                   "--image", str(image), "--output-dir", str(runs)])
+    assert status == 2
+    assert "sbatch not found: submit from a SLURM login node" in capsys.readouterr().err
+    assert not runs.exists()
 
 
 def test_submit_writes_the_script_and_calls_sbatch(tmp_path, monkeypatch):

@@ -1,7 +1,14 @@
-"""The offline corpus builder: documents read back intact through megatron's IndexedDataset."""
+"""The offline corpus builder: documents read back intact through megatron's IndexedDataset, and a build never leaves
+a ``.bin``/``.idx`` pair that megatron's reader would trust but that does not hold the documents of one complete
+build."""
+
+from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
+
+import pytest
 
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
 from megatron.oellm.training.tokenizer import ByteTokenizer
@@ -50,3 +57,74 @@ def test_stdlib_sources_of_an_installation_inside_a_tests_directory(tmp_path, mo
     paths = {"stdlib": str(root)}
     monkeypatch.setattr(corpus.sysconfig, "get_paths", lambda: paths)
     assert stdlib_sources(10_000) == [root / "json" / "decoder.py", root / "os.py"]
+
+
+def _documents(directory: Path, count: int, rng: random.Random) -> tuple[list[Path], list[str]]:
+    """``count`` random text files under ``directory``; their paths and texts."""
+    directory.mkdir(parents=True, exist_ok=True)
+    texts = ["".join(rng.choice("xyz é\n中") for _ in range(rng.randrange(1, 400))) for _ in range(count)]
+    paths = []
+    for number, text in enumerate(texts):
+        path = directory / f"doc{number}.txt"
+        path.write_text(text, encoding="utf-8")
+        paths.append(path)
+    return paths, texts
+
+
+def _read_back(prefix: Path) -> list[str]:
+    """The documents of the corpus at ``prefix`` as megatron-core's ``IndexedDataset`` reads them, EOD dropped."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    dataset = IndexedDataset(str(prefix))
+    return [bytes(dataset[number].tolist()[:-1]).decode("utf-8") for number in range(len(dataset))]
+
+
+def test_an_interrupted_rebuild_leaves_the_previous_corpus_intact(tmp_path: Path) -> None:
+    """The builder wrote ``<prefix>.bin`` in place: a rebuild stopped part-way (an unreadable file, Ctrl-C) left the
+    new, partial ``.bin`` beside the previous build's ``.idx``, and megatron read documents that were neither."""
+    rng = random.Random()
+    old_files, old_texts = _documents(tmp_path / "old", rng.randrange(3, 9), rng)
+    prefix = tmp_path / "corpus" / "text"
+    build_corpus(old_files, prefix)
+    new_files, _ = _documents(tmp_path / "new", rng.randrange(2, 6), rng)
+    broken = tmp_path / "a-directory"
+    broken.mkdir()
+    with pytest.raises(OSError):
+        build_corpus([*new_files, broken], prefix)
+    assert _read_back(prefix) == old_texts
+    assert sorted(path.name for path in prefix.parent.iterdir()) == ["text.bin", "text.idx", "text.json"]
+
+
+def test_a_first_build_that_fails_leaves_no_corpus(tmp_path: Path) -> None:
+    rng = random.Random()
+    files, _ = _documents(tmp_path / "docs", rng.randrange(1, 5), rng)
+    broken = tmp_path / "a-directory"
+    broken.mkdir()
+    prefix = tmp_path / "corpus" / "text"
+    with pytest.raises(OSError):
+        build_corpus([*files, broken], prefix)
+    assert list(prefix.parent.iterdir()) == []
+
+
+def test_a_rebuild_replaces_the_corpus(tmp_path: Path) -> None:
+    rng = random.Random()
+    prefix = tmp_path / "corpus" / "text"
+    build_corpus(_documents(tmp_path / "old", rng.randrange(3, 9), rng)[0], prefix)
+    new_files, new_texts = _documents(tmp_path / "new", rng.randrange(1, 6), rng)
+    summary = build_corpus(new_files, prefix)
+    assert _read_back(prefix) == new_texts and summary.documents == len(new_texts)
+
+
+def test_a_build_without_a_document_leaves_the_earlier_corpus(tmp_path):
+    """The library call put an empty corpus in place of the one at the prefix when no input had text."""
+    rng = random.Random()
+    prefix = tmp_path / "corpus" / "text"
+    build_corpus(_documents(tmp_path / "old", rng.randrange(3, 9), rng)[0], prefix)
+    before = {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in (".bin", ".idx", ".json")}
+    empty, binary = tmp_path / "empty.txt", tmp_path / "binary.txt"
+    empty.write_text("")
+    binary.write_bytes(bytes([0xff, 0xfe, rng.randrange(0x80, 0xc0)]))
+    with pytest.raises(ValueError, match="no document for the corpus"):
+        build_corpus([empty, binary], prefix)
+    assert {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in before} == before
+    assert sorted(p.name for p in prefix.parent.iterdir()) == ["text.bin", "text.idx", "text.json"]

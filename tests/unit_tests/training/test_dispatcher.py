@@ -1,4 +1,6 @@
-"""The flex dispatcher's communication library is checked from the parsed arguments, before Megatron initialises."""
+"""The flex dispatcher is checked from the parsed arguments, before Megatron initialises: its communication library,
+and the combinations megatron-core 0.19.2 refuses only once it builds the model (DeepEP and NCCL-EP need TP x EP > 1;
+``--moe-enable-deepep`` is the deepep backend)."""
 
 import importlib
 from pathlib import Path
@@ -9,6 +11,7 @@ from megatron.oellm.training import dispatcher
 from megatron.oellm.training.args import parse_oellm_argv
 
 FLEX = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend"]
+EP2 = ["--expert-model-parallel-size", "2"]
 
 
 def fake_deep_ep(root: Path, monkeypatch: pytest.MonkeyPatch, init: str) -> None:
@@ -25,6 +28,16 @@ def no_deep_ep(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(dispatcher.importlib.util, "find_spec",
                         lambda name, *rest: None if name == "deep_ep" else real_find_spec(name, *rest))
+
+
+@pytest.fixture
+def libraries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepEP (with its hybrid-ep branch) and Transformer Engine present, whatever this machine has."""
+    real_find_spec = dispatcher.importlib.util.find_spec
+    monkeypatch.setattr(dispatcher.importlib.util, "find_spec",
+                        lambda name, *rest: object() if name == "deep_ep" else real_find_spec(name, *rest))
+    monkeypatch.setattr(dispatcher, "deep_ep_declares_hybrid_ep", lambda: True)
+    monkeypatch.setattr(dispatcher, "transformer_engine_import_error", lambda: None)
 
 
 def test_the_all_to_all_dispatcher_needs_nothing(no_deep_ep: None) -> None:
@@ -52,3 +65,26 @@ def test_ncclep_needs_transformer_engine(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "ncclep needs Transformer Engine" in dispatcher.flex_dispatcher_problem(args)
     monkeypatch.setattr(dispatcher, "transformer_engine_import_error", lambda: None)
     assert dispatcher.flex_dispatcher_problem(args) is None
+
+
+@pytest.mark.parametrize("backend", ["deepep", "ncclep"])
+def test_deepep_and_ncclep_need_more_than_one_expert_rank(libraries: None, backend: str) -> None:
+    """megatron-core asserts TP x EP > 1 (the expert tensor and expert sizes) when it builds the dispatcher."""
+    with pytest.raises(ValueError, match="expert"):
+        dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, backend]))
+    dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, backend, *EP2]))
+    dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, backend, "--expert-tensor-parallel-size", "2"]))
+    dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, "hybridep"]))  # no such assertion
+
+
+def test_moe_enable_deepep_is_the_deepep_backend(libraries: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TransformerConfig turns --moe-enable-deepep into the deepep backend (so ncclep runs need DeepEP), and refuses
+    it without the flex dispatcher or with hybridep."""
+    with pytest.raises(ValueError, match="moe-enable-deepep"):
+        dispatcher.check_flex_dispatcher(parse_oellm_argv(["--moe-enable-deepep", *EP2]))
+    with pytest.raises(ValueError, match="moe-enable-deepep"):
+        dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, "hybridep", "--moe-enable-deepep", *EP2]))
+    dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, "deepep", "--moe-enable-deepep", *EP2]))
+    monkeypatch.setattr(dispatcher.importlib.util, "find_spec", lambda name, *rest: None)
+    with pytest.raises(ValueError, match="needs DeepEP"):
+        dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, "ncclep", "--moe-enable-deepep", *EP2]))

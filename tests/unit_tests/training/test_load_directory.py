@@ -103,6 +103,21 @@ def test_a_format_the_run_cannot_load_is_refused(tmp_path: Path, fmt: str, run: 
             check_checkpoint_format(_run(tmp_path, ckpt_format=run, auto_detect_ckpt_format=True), checkpoint)
 
 
+@pytest.mark.parametrize("run_format", ["torch_dcp", "fsdp_dtensor"])
+def test_a_torch_dist_checkpoint_is_refused_under_the_dcp_formats(tmp_path: Path, run_format: str) -> None:
+    """Under torch_dcp / fsdp_dtensor megatron builds plain tensors for a torch_dist checkpoint, which the
+    distributed load drops: it fails on 'model' after allocating the model."""
+    from test_checkpoint_layout import _run as layout_run
+    from test_checkpoint_layout import _save as layout_save
+    from test_checkpoint_layout import _stored
+
+    load = layout_save(tmp_path, _stored())
+    checkpoint = read_stored_checkpoint(load)
+    with pytest.raises(ValueError, match=f"--ckpt-format {run_format} cannot load"):
+        check_checkpoint_format(layout_run(load, ckpt_format=run_format), checkpoint)
+    check_checkpoint_format(layout_run(load, ckpt_format="torch_dist"), checkpoint)
+
+
 def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 from main() for each; the right flags go on."""

@@ -1,4 +1,5 @@
-"""The [oellm] throughput line: arithmetic against a hand computation, format/parse round trip, hook guard."""
+"""The [oellm] throughput line: arithmetic against a hand computation (and a ValueError, not a ZeroDivisionError, for
+a time or GPU count that gives no throughput), format/parse round trip, hook guard."""
 
 import random
 
@@ -22,6 +23,14 @@ def test_measure_matches_hand_computation():
     assert got.tokens_per_s_per_gpu == pytest.approx(per_gpu)
     assert got.tflops_per_gpu == pytest.approx(per_gpu * flops / 1e12)
     assert got.mfu == pytest.approx(per_gpu * flops / 1e12 / peak)
+
+
+@pytest.mark.parametrize("elapsed_s, num_gpus", [
+    (0.0, 4), (-random.uniform(0.1, 100), 4), (float("nan"), 4), (float("inf"), 4),
+    (random.uniform(0.1, 100), 0), (random.uniform(0.1, 100), -random.randint(1, 8))])
+def test_no_positive_finite_time_or_gpu_count_is_a_value_error(elapsed_s, num_gpus):
+    with pytest.raises(ValueError, match="elapsed time and GPU count must be positive"):
+        measure(10, random.randrange(1, 10**8), elapsed_s, num_gpus, random.uniform(1e8, 1e11), 989.0)
 
 
 def test_format_parse_round_trip():

@@ -1,0 +1,96 @@
+"""Card -> TransformerConfig overrides that megatron-core would ignore, or refuse only after Megatron has initialised,
+are refused when the config is built and by the entry's config check before Megatron initialises (CPU only; each
+refusal test fails where the mapping accepts the setting, each acceptance test where it refuses a supported one).
+
+- ``recompute_modules`` naming a module the card does not have (dense ``mlp``, an absent shared expert): megatron-core
+  would silently recompute nothing.
+- ``--moe-apply-probs-on-input`` with top-k > 1: megatron-core's grouped experts apply routing probabilities on the
+  input for one expert per token only; TEGroupedMLP asserts it at the first forward step, the torch-native
+  TorchGroupedMLP when the model is built, both after Megatron has initialised.
+"""
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.models import spec_builder
+
+SELECTIVE = dict(recompute_granularity="selective")
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_recompute_of_a_dense_mlp_is_refused_for_all_moe_models(name: str) -> None:
+    """``mlp`` recomputes dense MLPs only; every layer of a card is MoE, so megatron-core would silently recompute
+    nothing. Refused, naming ``moe`` / ``moe_act``."""
+    card = get_card(name)
+    with pytest.raises(ValueError, match=r"recompute_modules 'mlp'.*'moe'"):
+        spec_builder(card.family).transformer_config(card, recompute_modules=["mlp"], **SELECTIVE)
+
+
+def test_recompute_of_an_absent_shared_expert_is_refused() -> None:
+    """``shared_experts`` on a card without a shared expert would recompute nothing."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    assert not card.moe_shared_expert_intermediate_size
+    with pytest.raises(ValueError, match=r"recompute_modules 'shared_experts'"):
+        spec_builder(card.family).transformer_config(card, recompute_modules=["shared_experts"], **SELECTIVE)
+    shared = get_card("qwen3.5-35b-a3b-tiny")
+    spec_builder(shared.family).transformer_config(shared, recompute_modules=["shared_experts"], **SELECTIVE)
+
+
+def test_recompute_modules_are_only_judged_under_selective_recompute() -> None:
+    """Full recompute ignores ``recompute_modules``, so nothing there is refused."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    spec_builder(card.family).transformer_config(card, recompute_granularity="full", recompute_method="uniform",
+                                                 recompute_num_layers=1, recompute_modules=["mlp"])
+
+
+def test_entry_refuses_recompute_of_absent_modules_before_megatron_initialises() -> None:
+    """The entry's config check (built before Megatron initialises) carries the refusal."""
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+    from megatron.oellm.training.model_provider import card_from_args, check_model_config
+
+    def args_of(model: str, modules: list[str]):
+        args = validate_on_cluster(
+            ["--oellm-model", model, "--oellm-backend", "torch", "--micro-batch-size", "1", "--global-batch-size", "8",
+             "--seq-length", "128", "--bf16", "--recompute-granularity", "selective", "--recompute-modules", *modules],
+            1, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+        )
+        args.padded_vocab_size = args.vocab_size
+        return args
+
+    refused = args_of("qwen3-30b-a3b-tiny", ["moe_act", "mlp"])
+    with pytest.raises(ValueError, match=r"refuses the run's arguments: recompute_modules 'mlp'"):
+        check_model_config(refused, card_from_args(refused))
+    accepted = args_of("qwen3-30b-a3b-tiny", ["moe_act", "layernorm", "core_attn"])
+    check_model_config(accepted, card_from_args(accepted))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_probs_on_input_of_several_experts_per_token_is_refused(name: str) -> None:
+    """Every card routes to more than one expert, so the setting is refused naming the top-k and the flag."""
+    card = get_card(name)
+    assert card.moe_router_topk > 1
+    with pytest.raises(ValueError, match=rf"moe_router_topk={card.moe_router_topk}; drop --moe-apply-probs-on-input"):
+        spec_builder(card.family).transformer_config(card, moe_apply_probs_on_input=True)
+
+
+def test_probs_on_input_of_one_expert_per_token_passes() -> None:
+    """Top-1 routing (with the pre-softmax megatron-core requires of it) is what the experts implement: accepted."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    config = spec_builder(card.family).transformer_config(card, moe_apply_probs_on_input=True, moe_router_topk=1,
+                                                          moe_router_pre_softmax=True)
+    assert config.moe_apply_probs_on_input
+
+
+def test_entry_refuses_probs_on_input_before_megatron_initialises() -> None:
+    """The entry's config check (built before Megatron initialises) carries the refusal, on either backend."""
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+    from megatron.oellm.training.model_provider import card_from_args, check_model_config
+
+    args = validate_on_cluster(
+        ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--micro-batch-size", "1",
+         "--global-batch-size", "8", "--seq-length", "128", "--bf16", "--moe-apply-probs-on-input"],
+        1, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+    )
+    args.padded_vocab_size = args.vocab_size
+    with pytest.raises(ValueError, match=r"refuses the run's arguments: moe_apply_probs_on_input"):
+        check_model_config(args, card_from_args(args))

@@ -1,0 +1,126 @@
+"""Recipe config values ``oellm recipe`` must refuse, or carry safely, before a job is queued: a multi-line title or
+label stays inside the sbatch header comment, cluster values a job cannot start with (a port outside 1..65535, no
+CPUs, an empty image or bind source) are refused, and a config error (rows that are not tables, a missing or cyclic
+``extends``, a bad value) names the file and the key at fault."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+
+import pytest
+from recipe_helpers import EXAMPLES
+
+from megatron.oellm.cli import main
+from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch_text
+
+ROW = "[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n"
+
+
+def _config(tmp_path, text: str, name: str = "config.toml"):
+    """A config at ``tmp_path / name`` extending the Qwen3-30B-A3B recipe with ``text`` (rows replace its rows)."""
+    config = tmp_path / name
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_30b_a3b_mn5.toml"}"\n{text}')
+    return config
+
+
+def _header(script: str) -> list[str]:
+    """The script's lines up to its last ``#SBATCH`` directive: sbatch reads directives only up to the first line
+    that is not a comment, so each of these must be one."""
+    lines = script.splitlines()
+    last = max(number for number, line in enumerate(lines) if line.startswith("#SBATCH"))
+    return lines[:last + 1]
+
+
+@pytest.mark.parametrize("where", ["title", "label"])
+def test_a_multi_line_title_or_label_stays_in_the_comment(tmp_path, where):
+    """A TOML multi-line title or label was written verbatim into the header comment: its second line ended the
+    comment, so sbatch ignored every ``#SBATCH`` after it (nodes, GPUs, time, log) and bash ran it as a command."""
+    marker = f"pwned{random.randrange(10**6)}"
+    text = f'"""first line\ntouch {marker}\r\nlast"""'
+    if where == "title":
+        config = _config(tmp_path, f"title = {text}\n{ROW}")
+    else:
+        config = _config(tmp_path, f'title = "t"\n{ROW}label = {text}\n')
+    recipe = load_recipe(config)
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    header = _header(script)
+    assert header[0] == "#!/bin/bash" and all(line.startswith("#") for line in header)
+    assert "#SBATCH --nodes=8" in header
+    assert f"touch {marker}" in script  # kept, on the comment line
+    assert subprocess.run(["bash", "-n"], input=script.encode(), check=False).returncode == 0
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("master_port", 0, "master_port must be a TCP port (1..65535)"),
+    ("master_port", random.randrange(65536, 10**6), "master_port must be a TCP port (1..65535)"),
+    ("cpus_per_task", 0, "cpus_per_task must be >= 1"),
+    ("cpus_per_task", -random.randrange(1, 100), "cpus_per_task must be >= 1"),
+])
+def test_cluster_values_a_job_cannot_start_with_are_refused(tmp_path, capsys, key, value, message):
+    """An out-of-range rendezvous port reached torchrun only after the queue; a zero CPU count went into
+    ``#SBATCH --cpus-per-task`` and ``srun``."""
+    config = _config(tmp_path, f'title = "t"\n[cluster]\n{key} = {value}\n{ROW}')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(config) in err
+
+
+def test_a_valid_port_and_cpu_count_reach_the_script(tmp_path):
+    port, cpus = random.randrange(1, 65536), random.randrange(1, 300)
+    config = _config(tmp_path, f'title = "t"\n[cluster]\nmaster_port = {port}\ncpus_per_task = {cpus}\n{ROW}')
+    recipe = load_recipe(config)
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    assert f"MASTER_PORT={port}\n" in script and f"#SBATCH --cpus-per-task={cpus}\n" in script
+
+
+@pytest.mark.parametrize("rows", ["rows = 5\n", "rows = [1, 2]\n", 'rows = ["a"]\n'])
+def test_rows_that_are_not_tables_are_named(tmp_path, capsys, rows):
+    """``rows = 5`` gave "'int' object is not iterable", ``rows = [1]`` a ``**`` mapping error: neither named rows."""
+    config = _config(tmp_path, f'title = "t"\n{rows}')
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert str(config) in err and "rows" in err and "[[rows]]" in err
+
+
+def test_a_missing_base_names_the_config_that_extends_it(tmp_path, capsys):
+    missing = f"base{random.randrange(10**6)}.toml"
+    config = tmp_path / "child.toml"
+    config.write_text(f'extends = "{missing}"\ntitle = "t"\n{ROW}')
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / missing) in err and f"extends = {missing!r}" in err.replace('"', "'") and str(config) in err
+
+
+def test_an_extends_cycle_names_the_chain(tmp_path):
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text('extends = "b.toml"\n')
+    second.write_text('extends = "a.toml"\n')
+    with pytest.raises(RecipeError, match="loops") as caught:
+        load_recipe(first)
+    assert str(first) in str(caught.value) and str(second) in str(caught.value)
+
+
+def test_a_value_error_names_the_file(tmp_path, capsys):
+    """Errors of the merged recipe named only ``recipe <stem>``; with a ``name`` key, not even the file's stem."""
+    nodes = -random.randrange(1, 100)
+    config = _config(tmp_path, f'name = "other"\ntitle = "t"\n{ROW.replace("nodes = 8", f"nodes = {nodes}")}')
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert str(config) in err and f"nodes must be >= 1, got {nodes}" in err
+
+
+@pytest.mark.parametrize("cluster", [{"image": ""}, {"binds": (":/data",)}, {"binds": ("",)}])
+def test_an_empty_image_or_bind_source_is_refused_before_submission(tmp_path, monkeypatch, cluster):
+    """``--image "$SIF"`` with ``SIF`` unset gives an empty path, which ``Path("").exists()`` read as the current
+    directory: the submission check passed and the job failed in Apptainer after its wait in the queue."""
+    from megatron.oellm.recipes.slurm import check_host_paths
+
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml")
+    image = tmp_path / f"image{random.randrange(10**6)}.sif"
+    image.touch()
+    settings = {"image": str(image), **cluster}
+    with pytest.raises(RecipeError, match="empty"):
+        check_host_paths(dataclasses.replace(recipe.cluster, **settings))

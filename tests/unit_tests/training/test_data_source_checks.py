@@ -1,0 +1,248 @@
+"""Data sources megatron-core's dataset config or builder refuses only when the datasets are built (after the model
+and optimizer are set up and a checkpoint loaded, on every rank): the training entry's ``data.check_data_source``
+refuses them at start, in agreement with megatron-core's own verdict. The dataset cache flags, a
+``--per-dataset-sequences-path`` file, a data path list ``get_blend_from_list`` cannot read (a number where a
+weight's prefix goes: a bare ``AssertionError``), and a ``--data-path`` in a directory the run cannot write (a
+shared, read-only dataset) without ``--data-cache-path``, where megatron-core 0.19.2 writes the dataset index cache
+under the prefix on rank 0 and stops with a permission error, unless a cache is already there to reuse."""
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.training import data
+from megatron.oellm.training.args import parse_oellm_argv
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_data import _corpus, _Reached, entry_up_to_pretrain  # noqa: E402
+
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
+ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
+"""The entry's command line of the index cache tests (:data:`BASE` is the other tests')."""
+
+
+@pytest.fixture
+def null_tokenizer(monkeypatch):
+    """megatron's tokenizer global, as the byte corpus trains with it (the dataset config asks for one)."""
+    import megatron.training
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
+
+
+def validated(argv: list[str]):
+    """``argv`` parsed, with what megatron's ``validate_args`` fills in for the data config."""
+    args = parse_oellm_argv(["--seq-length", "16", *argv])
+    args.data_parallel_size = 1
+    if args.data_path is not None and args.split is None:
+        args.split = "969,30,1"
+    return args
+
+
+def megatron_core_refuses(args) -> bool:
+    """Whether megatron-core 0.19.2's GPTDatasetConfig, built as the data provider builds it, refuses ``args``."""
+    try:
+        data.dataset_config(args)
+    except AssertionError:
+        return True
+    return False
+
+
+CACHE_CASES = {
+    "fast cache beside --data-path": (["--data-path", "TRAIN", "--dataloader-fast-cache-load", "--data-cache-path",
+                                       "CACHE"], "--dataloader-fast-cache-load"),
+    "fast cache without a cache path": (["--train-data-path", "TRAIN", "--dataloader-fast-cache-load"],
+                                        "--dataloader-fast-cache-load"),
+    "deferred index mmap without a cache path": (["--data-path", "TRAIN", "--dataloader-defer-npy-index-mmap"],
+                                                 "--dataloader-defer-npy-index-mmap"),
+    "mock data with fast cache, no cache path": (["--mock-data", "--dataloader-fast-cache-load"],
+                                                 "--dataloader-fast-cache-load"),
+    "fast cache per split with a cache path": (["--train-data-path", "TRAIN", "--dataloader-fast-cache-load",
+                                                "--data-cache-path", "CACHE"], None),
+    "deferred index mmap with a cache path": (["--data-path", "TRAIN", "--dataloader-defer-npy-index-mmap",
+                                               "--data-cache-path", "CACHE"], None),
+}
+
+
+@pytest.mark.parametrize("case", list(CACHE_CASES))
+def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_path, null_tokenizer):
+    """``--dataloader-fast-cache-load`` beside ``--data-path``, or either cache flag without ``--data-cache-path``,
+    passed every check and stopped the run with megatron-core's AssertionError when the datasets were built."""
+    flags, refused_flag = CACHE_CASES[case]
+    train = _corpus(tmp_path, "train")
+    args = validated([{"TRAIN": train, "CACHE": str(tmp_path / "cache")}.get(flag, flag) for flag in flags])
+    assert megatron_core_refuses(args) == (refused_flag is not None)
+    if refused_flag is None:
+        data.check_data_source(args)
+        return
+    with pytest.raises(ValueError, match=refused_flag):
+        data.check_data_source(args)
+
+
+def test_the_entry_refuses_a_fast_cache_load_without_a_cache_path_in_one_line(monkeypatch, capsys, tmp_path):
+    entry = entry_up_to_pretrain(monkeypatch)
+    argv = [*BASE, "--train-data-path", _corpus(tmp_path, "train"), "--dataloader-fast-cache-load"]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --dataloader-fast-cache-load") and "--data-cache-path" in line
+    with pytest.raises(_Reached):
+        entry.main([*argv, "--data-cache-path", str(tmp_path / "cache")])
+
+
+def build_train_dataset(args):
+    """The training dataset megatron-core's builder makes from ``args`` (one process, no torch.distributed)."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    return BlendedMegatronDatasetBuilder(GPTDataset, [4, 0, 0], lambda: True, data.dataset_config(args)).build()[0]
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read it"),
+    ("not json", "cannot read it"),
+    ('["PREFIX"]', "not a JSON object"),
+    ('{"PREFIX-other": [1, 2]}', "has no counts for 'PREFIX'"),
+])
+def test_a_sequences_file_megatron_core_cannot_use_is_refused_before_init(content, message, tmp_path,
+                                                                          null_tokenizer):
+    """megatron-core reads ``--per-dataset-sequences-path`` when the datasets are built and looks every dataset
+    prefix up in it: a missing file (FileNotFoundError) or a prefix it lacks (KeyError) stopped the run there."""
+    train = _corpus(tmp_path, "train")
+    path = tmp_path / "sequences.json"
+    if content is not None:
+        path.write_text(content.replace("PREFIX", train))
+    args = validated(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
+    with pytest.raises((OSError, ValueError, KeyError, TypeError)):
+        build_train_dataset(args)
+    with pytest.raises(ValueError, match=f"--per-dataset-sequences-path {path}") as refused:
+        data.check_data_source(args)
+    assert message.replace("PREFIX", train) in str(refused.value)
+
+
+def test_a_sequences_file_naming_every_prefix_passes_and_builds(tmp_path, null_tokenizer):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    train = _corpus(tmp_path, "train")
+    indexed = IndexedDataset(train)
+    path = tmp_path / "sequences.json"
+    path.write_text(json.dumps({train: [indexed.index.sequence_count, indexed.index.document_count]}))
+    args = validated(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
+    data.check_data_source(args)
+    assert len(build_train_dataset(args)) >= 4
+
+
+def _dataset(tmp_path, name: str) -> str:
+    """An indexed dataset's prefix whose ``.bin`` and ``.idx`` exist (empty: only their presence is checked)."""
+    for suffix in (".bin", ".idx"):
+        (tmp_path / f"{name}{suffix}").touch()
+    return str(tmp_path / name)
+
+
+def _mixed_list(tmp_path) -> list[str]:
+    """Prefix first, then weights out of place: the first pair's weight is not a number, a later one's is."""
+    weight = str(round(random.uniform(0.05, 0.95), 3))
+    return [_dataset(tmp_path, "a"), weight, weight, _dataset(tmp_path, "b")]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (lambda paths: ["--data-path", *paths], "--data-path"),
+    (lambda paths: ["--train-data-path", *paths, "--valid-data-path", paths[0], "--test-data-path", paths[0]],
+     "--train/valid/test-data-path"),
+])
+def test_a_list_mixing_weights_into_prefix_places_is_refused_with_its_form(tmp_path, flags, named):
+    """megatron-core asserts without a message (on every rank, before any other check); the refusal names the flag."""
+    args = parse_oellm_argv(flags(_mixed_list(tmp_path)))
+    with pytest.raises(ValueError, match=rf"^{named}: give dataset prefixes \(PREFIX PREFIX \.\.\.\) or weight-prefix"):
+        data.check_data_source(args)
+
+
+def test_weight_prefix_pairs_and_plain_prefixes_still_pass(tmp_path):
+    """The two forms megatron-core reads pass the check."""
+    a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
+    weights = [str(round(random.uniform(0.05, 0.95), 3)) for _ in range(2)]
+    data.check_data_source(parse_oellm_argv(["--data-path", weights[0], a, weights[1], b]))
+    data.check_data_source(parse_oellm_argv(["--data-path", a, b]))
+
+
+def _name() -> str:
+    return f"corpus{random.randrange(10**6)}"
+
+
+def test_the_check_looks_where_megatron_core_writes_and_reuses_the_cache(tmp_path, null_tokenizer):
+    prefix = _corpus(tmp_path, _name())
+    cache = data.default_index_cache(prefix)
+    assert data.lacks_index_cache(cache)
+    build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
+    assert any(name.endswith("-GPTDataset-train-shuffle_index.npy") for name in os.listdir(cache))
+    assert not data.lacks_index_cache(cache)
+    for name in os.listdir(cache):
+        if name.endswith("sample_index.npy"):
+            (cache / name).unlink()  # incomplete: megatron-core would build the indices again
+    assert data.lacks_index_cache(cache)
+
+
+def _unwritable_under(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.access`` denies writing anywhere under ``root`` (as a read-only mount does, even to root)."""
+    real = os.access
+
+    def access(path, mode, *args, **kwargs):
+        inside = Path(os.path.abspath(path)).is_relative_to(root)
+        return False if inside and mode & os.W_OK else real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_the_entry_refuses_an_unwritable_dataset_directory_without_a_cache(monkeypatch, capsys, tmp_path,
+                                                                            null_tokenizer):
+    entry = entry_up_to_pretrain(monkeypatch)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    prefix = _corpus(shared, _name())
+    _unwritable_under(shared, monkeypatch)
+    assert entry.main([*ARGV, "--data-path", prefix]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"dataset {prefix!r}" in line and str(data.default_index_cache(prefix)) in line
+    assert "give --data-cache-path DIR" in line
+    assert entry.main([*ARGV, "--train-data-path", prefix, "--valid-data-path", prefix]) == 2
+    with pytest.raises(_Reached):
+        entry.main([*ARGV, "--data-path", prefix, "--data-cache-path", str(tmp_path / "cache")])
+    with pytest.raises(_Reached):  # a writable dataset directory: megatron-core writes the cache there
+        entry.main([*ARGV, "--data-path", _corpus(tmp_path, _name())])
+
+
+def test_an_unwritable_dataset_directory_with_a_built_cache_passes(monkeypatch, tmp_path,
+                                                                   null_tokenizer):
+    entry = entry_up_to_pretrain(monkeypatch)
+    prefix = _corpus(tmp_path, _name())
+    build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
+    _unwritable_under(tmp_path, monkeypatch)
+    with pytest.raises(_Reached):
+        entry.main([*ARGV, "--data-path", prefix])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only (chmod) directory")
+def test_the_refusal_agrees_with_megatron_core_on_a_read_only_directory(tmp_path, null_tokenizer):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    prefix = _corpus(shared, _name())
+    args = validated(["--data-path", prefix, "--split", "100,0,0"])
+    shared.chmod(0o555)
+    try:
+        with pytest.raises(ValueError, match="--data-cache-path"):
+            data.check_data_source(args)
+        with pytest.raises(PermissionError):
+            build_train_dataset(args)
+    finally:
+        shared.chmod(0o755)
+    build_train_dataset(args)
+    shared.chmod(0o555)
+    try:
+        data.check_data_source(args)
+        build_train_dataset(args)
+    finally:
+        shared.chmod(0o755)

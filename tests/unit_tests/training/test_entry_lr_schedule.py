@@ -1,0 +1,166 @@
+"""Command lines whose learning-rate schedule megatron-core refuses only after allocating the model and optimizer on
+every rank (``OptimizerParamScheduler``, built in ``setup_model_and_optimizer``) are one ``error:`` line at the
+training entry's start, and ``oellm recipe``'s validation refuses them before the job is queued."""
+
+import random
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_data import _Reached, entry_up_to_pretrain  # noqa: E402
+
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128", "--mock-data",
+        "--micro-batch-size", "1", "--global-batch-size", "8"]
+
+
+def entry_up_to_throughput(monkeypatch):
+    """The entry up to :func:`entry_up_to_pretrain`'s stand-ins, except that the FLOP count answers (the throughput
+    hook raises :class:`_Reached`), so that the checks after it run."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1e9, None))
+    return entry
+
+
+def one_error_line(capsys) -> str:
+    """The single ``error:`` line the entry printed on stderr."""
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err[:3]
+    assert err[0].startswith("megatron.oellm.training.entry: error: ")
+    return err[0]
+
+
+def megatron_schedule(argv: list[str]) -> None:
+    """megatron-core 0.19.2's own learning-rate schedule of ``argv`` (its ``get_optimizer_param_scheduler`` on an
+    optimizer without parameter groups): raises what megatron raises after allocating the model and optimizer."""
+    from unittest import mock
+
+    from megatron.training import training
+
+    from megatron.oellm.training.args import parse_oellm_argv
+
+    args = parse_oellm_argv(argv)
+    if args.weight_decay_incr_style == "constant":  # what validate_args fills in
+        args.start_weight_decay = args.end_weight_decay = args.weight_decay
+    with mock.patch.object(training, "get_args", lambda: args), mock.patch.object(training, "print_rank_0"):
+        training.get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[]))
+
+
+def _bad_schedules() -> list[tuple[list[str], str]]:
+    """(flags, what the refusal names) of schedules megatron refuses, with fresh random numbers."""
+    iters, samples = random.randint(5, 500), random.randint(50, 5000)
+    lr = random.uniform(1e-5, 1e-3)
+    return [
+        (["--lr", str(lr)], "--train-iters N or --train-samples N"),
+        (["--train-iters", str(iters)], "peak learning rate as --lr:"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-iters", str(iters + random.randint(0, 50))],
+         "--lr-warmup-iters"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-iters", str(iters // 2),
+          "--lr-warmup-iters", str(iters // 2)], f"--lr-decay-iters {iters // 2}"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-fraction", str(random.uniform(1, 2))],
+         "--lr-warmup-fraction"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-iters", "0"], "--lr-decay-iters 0"),
+        (["--train-samples", str(samples), "--lr", str(lr), "--lr-warmup-samples", str(samples)],
+         f"--train-samples {samples}"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-style", "WSD"], "--lr-wsd-decay-iters"),
+        (["--train-samples", str(samples), "--lr", str(lr), "--lr-decay-style", "WSD"], "--lr-wsd-decay-samples"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-init", str(lr * random.uniform(1.5, 10))],
+         "--lr-warmup-init"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
+          "--start-weight-decay", "0.1", "--end-weight-decay", str(random.uniform(0, 0.09))], "--start-weight-decay"),
+        # megatron's parser takes a negative number only as --flag=-x; OptimizerParamScheduler asserts min_lr >= 0,
+        # start_wd >= 0 and not both override and use-checkpoint, which the check let through
+        (["--train-iters", str(iters), "--lr", str(lr), f"--min-lr=-{lr * random.uniform(0.01, 0.5)}"], "--min-lr -"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
+          f"--start-weight-decay=-{random.uniform(0.01, 0.1)}", "--end-weight-decay", "0.1"], "--start-weight-decay -"),
+        (["--train-iters", str(iters), "--lr", str(lr), "--override-opt_param-scheduler",
+          "--use-checkpoint-opt_param-scheduler"], "--override-opt_param-scheduler and --use-checkpoint"),
+    ]
+
+
+def _good_schedules() -> list[list[str]]:
+    """Schedules megatron builds, with fresh random numbers."""
+    iters, samples = random.randint(5, 500), random.randint(50, 5000)
+    lr = random.uniform(1e-5, 1e-3)
+    return [
+        ["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-iters", str(iters - 1)],
+        ["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-fraction", str(random.uniform(0, 0.99))],
+        ["--train-samples", str(samples), "--lr", str(lr), "--lr-warmup-samples", str(samples - 1)],
+        ["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-init", str(lr)],
+        ["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-style", "WSD", "--lr-wsd-decay-iters",
+         str(random.randint(1, iters))],
+        ["--train-samples", str(samples), "--lr", str(lr), "--lr-decay-style", "WSD", "--lr-wsd-decay-samples",
+         str(random.randint(1, samples))],
+        ["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
+         "--start-weight-decay", "0.01", "--end-weight-decay", "0.1"],
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_schedules())))
+def test_a_schedule_megatron_refuses_after_allocation_is_one_error_line(monkeypatch, capsys, case):
+    """Each of these reached ``pretrain``, where megatron stopped (mostly on an assert without a message) after
+    building the model and optimizer on every rank."""
+    flags, named = _bad_schedules()[case]
+    with pytest.raises(Exception):  # noqa: B017 - an assert, a TypeError or a bare Exception
+        megatron_schedule([*BASE, *flags])  # megatron's own schedule refuses them
+    entry = entry_up_to_throughput(monkeypatch)
+    assert entry.main([*BASE, *flags]) == 2
+    line = one_error_line(capsys)
+    assert named in line and "learning-rate schedule" in line
+
+
+@pytest.mark.parametrize("case", range(len(_good_schedules())))
+def test_a_schedule_megatron_builds_is_let_through(monkeypatch, case):
+    flags = _good_schedules()[case]
+    megatron_schedule([*BASE, *flags])
+    entry = entry_up_to_throughput(monkeypatch)
+    with pytest.raises(_Reached):
+        entry.main([*BASE, *flags])
+
+
+def test_skip_train_needs_no_schedule(monkeypatch):
+    """megatron builds no optimizer (nor schedule) under ``--skip-train``."""
+    entry = entry_up_to_throughput(monkeypatch)
+    with pytest.raises(_Reached):
+        entry.main([*BASE, "--skip-train"])
+
+
+def test_recipe_validation_refuses_a_warm_up_as_long_as_the_run():
+    """``oellm recipe --dry-run`` / ``--submit`` run the same schedule check, so such a row is refused before it is
+    queued rather than when its job starts."""
+    from pathlib import Path
+
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    iters = int(resolved.argv[resolved.argv.index("--train-iters") + 1])
+    assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) is None
+    refusal = megatron_refusal([*resolved.argv, "--lr-warmup-iters", str(iters + random.randint(0, 50))],
+                               resolved.world_size, recipe.cluster.env)
+    assert refusal is not None and "is not shorter than the decay" in refusal
+
+
+def test_recipe_validation_refuses_a_negative_constant_weight_decay():
+    """Under the default ``--weight-decay-incr-style constant`` megatron's ``validate_args`` starts the weight decay
+    at ``--weight-decay``, which ``OptimizerParamScheduler`` asserts is >= 0 after allocating the model: the refusal
+    names the flag the user gave. (The entry tests above parse without ``validate_args``, which fills it in.)"""
+    from pathlib import Path
+
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    decay = random.uniform(0.01, 0.1)
+    with pytest.raises(AssertionError):
+        megatron_schedule([*BASE, "--train-iters", "10", "--lr", "1e-4", f"--weight-decay=-{decay}"])
+    refusal = megatron_refusal([*resolved.argv, f"--weight-decay=-{decay}"], resolved.world_size, recipe.cluster.env)
+    assert refusal is not None and f"--weight-decay -{decay} is negative" in refusal
+

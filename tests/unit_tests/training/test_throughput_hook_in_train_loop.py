@@ -1,0 +1,189 @@
+"""The [oellm] throughput hook inside megatron's ``train`` loop: ramp-up, resumed runs, NaN-skipped iterations, a
+second ``train`` in one process, and inputs on which the hook must not raise into training."""
+
+from __future__ import annotations
+
+import math
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from megatron.oellm.training.throughput import parse_throughput_line
+
+
+class FakeMegatron:
+    """Megatron's training loop as the hook sees it: args, the interval timer, the micro-batch count, the printer."""
+
+    def __init__(self, monkeypatch, rng: random.Random, log_interval: int, **overrides):
+        import megatron.core.num_microbatches_calculator as microbatches
+        import megatron.training
+        import megatron.training.utils
+        from megatron.training import training
+
+        self.args = SimpleNamespace(micro_batch_size=rng.choice([1, 2, 4]), data_parallel_size=rng.choice([1, 2, 8]),
+                                    gtp_weight_remat_size=1, seq_length=rng.choice([512, 2048, 4096]),
+                                    log_interval=log_interval, world_size=rng.choice([8, 16, 64]))
+        vars(self.args).update(overrides)
+        self.microbatches = rng.randrange(1, 9)
+        self.timer_s = 0.0
+        self.printed: list[str] = []
+        self.megatron_calls: list[int] = []
+        fake = self
+
+        class IntervalTimer:
+            def elapsed(self, barrier=False, reset=True):
+                value = fake.timer_s
+                if reset:
+                    fake.timer_s = 0.0
+                return value
+
+        def megatron_training_log(loss_dict, iteration, skipped_iter=0, is_first_iteration=False):
+            fake.megatron_calls.append(iteration)
+            if is_first_iteration or (fake.args.log_interval and iteration % fake.args.log_interval == 0):
+                IntervalTimer().elapsed(reset=not is_first_iteration)
+
+        monkeypatch.setattr(training, "training_log", megatron_training_log)
+        monkeypatch.setattr(megatron.training, "get_args", lambda: fake.args)
+        monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda name: IntervalTimer()))
+        monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: fake.microbatches)
+        monkeypatch.setattr(megatron.training.utils, "print_rank_last", self.printed.append)
+        self.training = training
+
+    def tokens(self) -> int:
+        """One iteration's global-batch tokens at the current micro-batch count."""
+        a = self.args
+        return a.micro_batch_size * a.data_parallel_size * a.gtp_weight_remat_size * self.microbatches * a.seq_length
+
+    def step(self, iteration: int, seconds: float, first: bool = False, skipped: int = 0) -> None:
+        """One training iteration of ``seconds`` on the interval timer, then megatron's ``training_log`` call."""
+        self.timer_s += seconds
+        self.training.training_log({}, iteration, skipped_iter=skipped, is_first_iteration=first)
+
+    def lines(self):
+        return [parse_throughput_line(line) for line in self.printed if parse_throughput_line(line) is not None]
+
+
+def install(flops: float = 3e9, peak: float | None = 989.0) -> None:
+    from megatron.oellm.training.throughput import install_throughput_logging
+
+    install_throughput_logging(flops_per_token=flops, peak_tflops=peak)
+
+
+def test_rampup_resumed_run_counts_each_iterations_own_batch(monkeypatch):
+    """Resumed at a random iteration, the batch growing mid-interval: tokens/s is the sum of the iterations' own
+    batches over the timer's seconds (not the log iteration's batch times the iteration count)."""
+    rng = random.Random()
+    interval = rng.randrange(3, 8)
+    fake = FakeMegatron(monkeypatch, rng, interval)
+    install()
+    start = rng.randrange(100, 10_000)
+    expected, tokens, seconds = [], 0, 0.0
+    for iteration in range(start + 1, start + 3 * interval + 1):
+        if rng.random() < 0.3:
+            fake.microbatches += 1  # ramp-up: megatron updates the count before the step
+        step_s = rng.uniform(0.5, 3.0)
+        tokens, seconds = tokens + fake.tokens(), seconds + step_s
+        first = iteration == start + 1
+        fake.step(iteration, step_s, first=first)
+        if first or iteration % interval == 0:
+            expected.append((iteration, tokens / seconds / fake.args.world_size))
+            if not first:
+                tokens, seconds = 0, 0.0
+    got = fake.lines()
+    assert [line.iteration for line in got] == [iteration for iteration, _ in expected]
+    for line, (_, rate) in zip(got, expected, strict=True):
+        assert line.tokens_per_s_per_gpu == pytest.approx(rate, rel=1e-4, abs=0.06)
+        assert line.tflops_per_gpu == pytest.approx(rate * 3e9 / 1e12, rel=1e-4, abs=0.006)
+        assert line.mfu == pytest.approx(rate * 3e9 / 1e12 / 989.0, rel=1e-3, abs=6e-5)
+
+
+def test_a_second_train_in_one_process_starts_its_count_afresh(monkeypatch):
+    """A train() that stopped mid-interval (or in-process restart) left tokens in the count; megatron's next first
+    iteration times that one iteration only, so the [oellm] line overstated tokens/s."""
+    rng = random.Random()
+    fake = FakeMegatron(monkeypatch, rng, log_interval=10)
+    install()
+    fake.step(1, 1.0, first=True)
+    for iteration in range(2, 2 + rng.randrange(1, 8)):  # stops before its log iteration
+        fake.step(iteration, 1.0)
+    fake.timer_s = 0.0  # the next train() starts the interval timer afresh
+    step_s = rng.uniform(0.5, 3.0)
+    fake.step(1, step_s, first=True)
+    assert fake.lines()[-1].tokens_per_s_per_gpu == pytest.approx(
+        fake.tokens() / step_s / fake.args.world_size, rel=1e-4, abs=0.06)
+
+
+def test_nan_skipped_iterations_count_as_megatron_times_them(monkeypatch):
+    """Megatron's interval time includes iterations whose step was skipped (inf/NaN grads): their batch was run."""
+    rng = random.Random()
+    fake = FakeMegatron(monkeypatch, rng, log_interval=4)
+    install()
+    fake.step(1, 2.0, first=True)
+    for iteration in range(2, 9):
+        fake.step(iteration, 2.0, skipped=int(rng.random() < 0.5))
+    assert fake.lines()[-1].tokens_per_s_per_gpu == pytest.approx(fake.tokens() / 2.0 / fake.args.world_size,
+                                                                  rel=1e-4, abs=0.06)
+
+
+@pytest.mark.parametrize("breakage", ["zero_time", "nan_time", "no_gpus", "timer_raises", "args_missing",
+                                      "no_log_interval", "microbatches_raise", "print_raises"])
+def test_hook_never_raises_into_megatrons_training_loop(breakage, monkeypatch):
+    """Anything wrong on our side must cost the [oellm] line, not the training run: megatron's own training_log is
+    still called every iteration and the next intervals are measured right."""
+    import megatron.core.num_microbatches_calculator as microbatches
+    import megatron.training
+    import megatron.training.utils
+
+    rng = random.Random()
+    fake = FakeMegatron(monkeypatch, rng, log_interval=2)
+    broken = {}
+    if breakage == "zero_time":
+        broken = {"timer_s": 0.0}
+    elif breakage == "nan_time":
+        broken = {"timer_s": math.nan}
+    elif breakage == "no_gpus":
+        fake.args.world_size = 0
+    elif breakage == "timer_raises":
+        monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda name: None))
+    elif breakage == "args_missing":
+        del fake.args.gtp_weight_remat_size
+    elif breakage == "no_log_interval":
+        fake.args.log_interval = 0
+    elif breakage == "microbatches_raise":
+        monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: 1 // 0)
+    elif breakage == "print_raises":
+        monkeypatch.setattr(megatron.training.utils, "print_rank_last", lambda line: 1 // 0)
+    install()
+
+    calls = []
+
+    def step(iteration, seconds, first=False):
+        fake.timer_s = broken.get("timer_s", fake.timer_s + seconds)
+        calls.append(iteration)
+        fake.training.training_log({}, iteration, is_first_iteration=first)
+
+    fake.step = step
+    with pytest.warns(RuntimeWarning, match=r"\[oellm\] throughput"):
+        fake.step(1, 1.0, first=True)
+        fake.step(2, 1.0)
+    assert calls == fake.megatron_calls == [1, 2]
+
+
+def test_hook_recovers_after_a_broken_interval(monkeypatch):
+    """A bad timer reading at one log iteration drops that line only; the next interval's count starts afresh."""
+    rng = random.Random()
+    fake = FakeMegatron(monkeypatch, rng, log_interval=3)
+    install()
+    fake.step(1, 1.0, first=True)
+    fake.step(2, 1.0)
+    fake.timer_s = -fake.timer_s  # a reading no interval can have
+    with pytest.warns(RuntimeWarning, match=r"\[oellm\] throughput"):
+        fake.step(3, 0.0)
+    fake.timer_s = 0.0
+    step_s = rng.uniform(0.5, 2.0)
+    for iteration in (4, 5, 6):
+        fake.step(iteration, step_s)
+    assert [line.iteration for line in fake.lines()] == [1, 6]
+    assert fake.lines()[-1].tokens_per_s_per_gpu == pytest.approx(fake.tokens() / step_s / fake.args.world_size,
+                                                                  rel=1e-4, abs=0.06)
