@@ -4,8 +4,9 @@ process environment as each test found it."""
 from collections.abc import Iterator
 
 import pytest
-from gpu_utils import megatron_runtime, megatron_session, tf32_flags_restored
-from process_env import environment_restored
+
+from tests.unit_tests.gpu_utils import megatron_runtime, megatron_session, tf32_flags_restored
+from tests.unit_tests.process_env import environment_restored
 
 __all__ = ["megatron_runtime", "megatron_session", "process_environment_restored", "tf32_flags_restored"]
 

@@ -55,38 +55,12 @@ from megatron.oellm.doctor import (
     to_json,
 )
 from megatron.oellm.switches import SLOW_PATH_SWITCHES
+from tests.unit_tests.doctor_reports import H100, make_report
 
-H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 79.1)
 GH200 = GpuInfo(0, "NVIDIA GH200 480GB", (9, 0), 95.0)
 A100 = GpuInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), 79.2)
 B200 = GpuInfo(0, "NVIDIA B200", (10, 0), 178.0)
 GOOD_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # read by every torch release
-
-
-def make_report(**changes) -> EnvironmentReport:
-    """A healthy Hopper node in the recipes' image (DeepEP with HybridEP; no findings above ok), with ``changes``
-    applied; ``versions`` entries are merged."""
-    versions = {
-        "torch": "2.9.0",
-        "triton": "3.7.1",
-        "megatron-core": MEGATRON_CORE_VERSION,
-        "fla": "0.6.0",
-        "tilelang": None,
-        "deep-ep": "1.2.1+7febc6e",
-    }
-    versions.update(changes.pop("versions", {}))
-    base = EnvironmentReport(
-        python_version="3.12.3",
-        typing_override_provided=False,
-        versions=versions,
-        cuda_version="12.8",
-        nccl_version="2.27.3",
-        gpus=(H100,),
-        tilelang_importable=False,
-        nvcc_path=None,
-        hybrid_ep=True,
-    )
-    return dataclasses.replace(base, **changes)
 
 
 def severities(findings: list[Finding]) -> list[str]:

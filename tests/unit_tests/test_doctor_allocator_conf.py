@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from megatron.oellm.doctor import allocator_conf, check_allocator_conf, parse_allocator_conf
-from tests.unit_tests.test_doctor import make_report
+from tests.unit_tests.doctor_reports import make_report
 
 OLD_TORCH = ["2.4.1", "2.7.0+cu126", "2.8.0", "2.9.0", "2.9.1+cu128"]
 NEW_TORCH = ["2.10.0", "2.10.0a0+b4e4ee81d3.nv25.12", "2.11.0+cu130", "2.13.0+cpu"]

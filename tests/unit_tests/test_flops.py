@@ -39,10 +39,7 @@ from megatron.oellm.flops import (
 from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
 from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
-
-GPT_PATH_GDN = {"hybrid_layer_pattern": None, "num_layers": 40, "experimental_attention_variant": "gated_delta_net",
-                "linear_attention_freq": 4}
-"""Megatron flags of a Qwen3.5 run built as a GPTModel with GDN (the MN5 HybridEP runs) instead of a HybridModel."""
+from tests.unit_tests.megatron_flag_sets import GPT_PATH_GDN
 
 
 def validated_megatron_args(card, seq_length, vocab_size, overrides, monkeypatch):

@@ -5,7 +5,8 @@ import os
 import uuid
 
 import pytest
-from process_env import environment_restored
+
+from tests.unit_tests.process_env import environment_restored
 
 
 def test_a_block_leaves_the_environment_as_it_found_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args, _random_times
+from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
 
 LAST = 31
 """The last rank of the 8-node row (32 GPUs): it prints megatron's iteration lines and runs W&B."""
@@ -82,17 +82,17 @@ MARKERS = [
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
 
 
 def _text(args: dict, times: list[float], inserts: dict[int, str], total: int = 10, tail: str = "") -> str:
     """A ``srun --label`` log: the arguments block, the lines of iterations 1..len(times), each of ``inserts``
     printed after the line of its iteration (0: before the first line), then ``tail``."""
     prefix = f"{LAST}: "
-    lines = [prefix + line for line in _args_block(args)]
+    lines = [prefix + line for line in args_block(args)]
     lines += [inserts[0].format(p="0: ")] if 0 in inserts else []
     for i, ms in enumerate(times, start=1):
-        lines.append(prefix + _iteration_line(i, total, args["global_batch_size"], ms, 130.0))
+        lines.append(prefix + iteration_line(i, total, args["global_batch_size"], ms, 130.0))
         if i in inserts:
             lines.append(inserts[i].format(p=random.choice([prefix, "0: ", "7: "])))
     return "\n".join(lines + ([tail.format(p="0: ")] if tail else []))
@@ -102,7 +102,7 @@ def _text(args: dict, times: list[float], inserts: dict[int, str], total: int = 
 @pytest.mark.parametrize("handled", [LOGGED, RETRIED, WANDB_THREAD])
 def test_a_handled_traceback_training_went_on_after_is_no_crash(args, after, handled):
     """A finished run whose W&B thread or a logger printed a traceback on the way was 'crashed' with no numbers."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     log = parse_log_text(_text(args, times, {after: handled}, tail=DONE))
     assert log.runs[-1].failure == ""
     row = summarise(log, Window(), 4)
@@ -111,7 +111,7 @@ def test_a_handled_traceback_training_went_on_after_is_no_crash(args, after, han
 
 def test_a_traceback_after_the_last_iteration_line_is_a_crash(args):
     """The final checkpoint save failing after megatron's end-of-training line: the run did not end well."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     text = _text(args, times, {4: WANDB_THREAD}, tail=DONE + "\n" + SAVE_CRASH)
     assert summarise(parse_log_text(text), Window(), 4).status == \
         "crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10"
@@ -125,7 +125,7 @@ def test_a_marker_followed_by_one_line_only_still_counts(args, marker):
     """With pipeline parallelism the last stage may print iteration 12's line after the first stage died in
     iteration 13: one line after a marker is no proof that training went on, nor is megatron's signal handler's
     ``Termination requested`` (printed on the SIGTERM srun sends when a task died)."""
-    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    times = random_times(12, random.uniform(60_000.0, 90_000.0))
     terminated = "{p}Termination requested. Performing orderly shutdown."
     for tail in ("", terminated):
         log = parse_log_text(_text(args, times, {11: marker}, total=20, tail=tail))
@@ -140,7 +140,7 @@ def test_a_marker_training_went_on_after_is_no_failure(args, marker):
     """Two iteration lines after a marker (or one and megatron's end-of-training line, printed after a barrier of
     every rank) show that every rank went on: e.g. an srun step or a traceback of a preflight command before
     training, or an error some library handled."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     for inserts in ({0: marker}, {random.randrange(1, 9): marker}, {9: marker}):
         text = _text(args, times, inserts, tail=DONE)
         assert summarise(parse_log_text(text), Window(), 4).ok, inserts
@@ -149,7 +149,7 @@ def test_a_marker_training_went_on_after_is_no_failure(args, marker):
 
 def test_a_handled_traceback_before_an_early_exit_is_no_crash(args):
     """``--exit-interval 5``: megatron's exit line (after a barrier) follows the line after the traceback."""
-    times = _random_times(5, random.uniform(60_000.0, 90_000.0))
+    times = random_times(5, random.uniform(60_000.0, 90_000.0))
     exit_args = {**args, "exit_interval": 5}
     text = _text(exit_args, times, {4: WANDB_THREAD}, tail="{p}[exiting program at iteration 5] datetime: "
                  "2026-10-19 12:10:00.000000 ")
@@ -159,7 +159,7 @@ def test_a_handled_traceback_before_an_early_exit_is_no_crash(args):
 def test_an_ignored_exception_interleaved_with_the_last_line_is_no_crash(args):
     """Python's ``Exception ignored`` header before the last iteration line and its traceback after it (another
     rank printing in between): still an ignored exception, not a crash."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     text = _text(args, times, {}, tail=DONE).split("\n")
     last = next(k for k, line in enumerate(text) if "iteration       10/" in line)
     text[last:last] = ["7: Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a2c1e8ca0>"]
@@ -174,7 +174,7 @@ def test_an_ignored_exception_interleaved_with_the_last_line_is_no_crash(args):
 def test_a_threads_traceback_after_the_last_line_is_no_crash(args):
     """W&B's thread dying at shutdown, after megatron's end-of-training line: the program outlives a thread's exception
     (``Exception in thread ...``), so the finished run keeps its numbers; a main-thread traceback there still counts."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     row = summarise(parse_log_text(_text(args, times, {}, tail=DONE + "\n" + WANDB_THREAD)), Window(), 4)
     assert row.ok and row.step_time_s == pytest.approx(statistics.median(times[2:]) / 1000, rel=1e-12)
     thread_then_crash = DONE + "\n" + WANDB_THREAD + "\n" + SAVE_CRASH
@@ -189,8 +189,8 @@ IN_PROGRESS_ARGS = {"train_iters": 10, "log_interval": 1, "global_batch_size": 6
 def _in_progress(handled: str, lines: int) -> str:
     """A run that printed ``handled`` (a logged traceback it went on after) before its first of ``lines`` iteration lines,
     then stopped printing (still running, or cut off) with no end line."""
-    text = [*_args_block(IN_PROGRESS_ARGS), handled.format(p="")]
-    text += [_iteration_line(i, 10, 64, round(random.uniform(60_000.0, 90_000.0), 1), 130.0)
+    text = [*args_block(IN_PROGRESS_ARGS), handled.format(p="")]
+    text += [iteration_line(i, 10, 64, round(random.uniform(60_000.0, 90_000.0), 1), 130.0)
              for i in range(1, lines + 1)]
     return "\n".join(text)
 

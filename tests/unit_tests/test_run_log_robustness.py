@@ -10,7 +10,7 @@ import pytest
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import last_exception, parse_log_text
 from megatron.oellm.scaling_table import Window, interval_start, summarise
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _log, _megatron_args
+from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, megatron_log
 
 TIMES = [225000.0, 112000.0, 75000.0, 75400.0, 74800.0, 75100.0, 75300.0, 74900.0, 75200.0, 75000.0]
 """Two warm-up iterations, then steady steps (ms)."""
@@ -19,13 +19,13 @@ TIMES = [225000.0, 112000.0, 75000.0, 75400.0, 74800.0, 75100.0, 75300.0, 74900.
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
 
 
 def _lines(args: dict, times: dict[int, float], total: int = 10, block: bool = True) -> list[str]:
     """The arguments block (optional) and the lines of the given iterations."""
-    head = _args_block(args) if block else []
-    return head + [_iteration_line(i, total, args["global_batch_size"], ms, 130.0) for i, ms in times.items()]
+    head = args_block(args) if block else []
+    return head + [iteration_line(i, total, args["global_batch_size"], ms, 130.0) for i, ms in times.items()]
 
 
 def _status(text: str, window: Window | None = None) -> str:
@@ -44,7 +44,7 @@ def _edit(text: str, iteration: int, old: str, new: str) -> str:
 
 def test_a_line_cut_mid_number_is_not_read(args):
     """A killed job's last, half-written line must not give 75 ms (nor 13 TFLOP/s or a GBS of 40)."""
-    text = _log(args, TIMES, [130.0] * 10).rstrip("\n")
+    text = megatron_log(args, TIMES, [130.0] * 10).rstrip("\n")
     for cut_after in ("elapsed time per iteration (ms): 75", "throughput per GPU (TFLOP/s/GPU): 13",
                       "global batch size:  40"):
         cut = text[:text.rindex(cut_after) + len(cut_after)]
@@ -54,7 +54,7 @@ def test_a_line_cut_mid_number_is_not_read(args):
 
 
 def test_skipped_and_nan_iterations_in_the_window_mark_the_row(args):
-    text = _log(args, TIMES, [130.0] * 10)
+    text = megatron_log(args, TIMES, [130.0] * 10)
     skipped = _edit(text, 5, "number of skipped iterations:   0", "number of skipped iterations:   1")
     assert parse_log_text(skipped).iterations[5].skipped_iterations == 1
     assert _status(skipped) == "skipped steps in the window 3-10: the line of iteration 5 counts 1 skipped, 0 NaN"
@@ -80,7 +80,7 @@ def test_a_restart_inside_the_window_marks_the_row(args):
 
 
 def test_a_missing_or_garbled_line_in_the_window_marks_the_row(args):
-    text = _log(args, TIMES, [130.0] * 10)
+    text = megatron_log(args, TIMES, [130.0] * 10)
     garbled = _edit(text, 6, "(ms): 75100.0 |", "(ms): 75[rank3]: UserWarning: x")
     assert 6 not in parse_log_text(garbled).iterations
     assert _status(garbled) == "no line for iteration 6 of the window 3-10 (missing or cut)"
@@ -101,9 +101,9 @@ def test_lines_averaging_iterations_before_the_window_mark_the_row(args):
                              "(log interval 5); start the window at 1, or after 5")
     row = summarise(parse_log_text(text), Window(6, 10), 4)
     assert row.ok and row.step_time_s == pytest.approx(75.0)
-    assert _status(_log(args, TIMES, [130.0] * 10), Window(2, 10)).startswith(
+    assert _status(megatron_log(args, TIMES, [130.0] * 10), Window(2, 10)).startswith(
         "the line of iteration 2 averages iterations 1-2")
-    row = summarise(parse_log_text(_log(args, TIMES, [130.0] * 10)), Window(1, 10), 4)  # line 2 covers 1-2 alone
+    row = summarise(parse_log_text(megatron_log(args, TIMES, [130.0] * 10)), Window(1, 10), 4)  # line 2: 1-2 alone
     assert row.ok and row.step_time_s == pytest.approx(75.15)  # median of 10 iterations, 1 and 2 at line 2's time
     assert [interval_start(i, 1, 1) for i in (1, 2, 3)] == [1, 1, 3]
     assert [interval_start(i, 7, 5) for i in (7, 10, 15)] == [7, 7, 11]
@@ -112,18 +112,18 @@ def test_lines_averaging_iterations_before_the_window_mark_the_row(args):
 
 
 def test_zero_and_non_finite_numbers_mark_the_row(args):
-    assert _status(_log(args, [0.0] * 10, [0.0] * 10)) == "elapsed time per iteration 0.0 ms at iteration 3"
-    text = _log(args, TIMES, [130.0] * 10)
+    assert _status(megatron_log(args, [0.0] * 10, [0.0] * 10)) == "elapsed time per iteration 0.0 ms at iteration 3"
+    text = megatron_log(args, TIMES, [130.0] * 10)
     assert _status(_edit(text, 7, "(TFLOP/s/GPU): 130.0 |", "(TFLOP/s/GPU): inf |")) == \
         "Megatron TFLOP/s/GPU inf at iteration 7"
     assert _status(_edit(text, 7, "(TFLOP/s/GPU): 130.0 |", "(TFLOP/s/GPU): 13[rank1]0.0 |")) == \
         "Megatron TFLOP/s/GPU is missing from some lines of the window 3-10"
-    assert _status(_log({**args, "world_size": 0}, TIMES, [130.0] * 10)) == \
+    assert _status(megatron_log({**args, "world_size": 0}, TIMES, [130.0] * 10)) == \
         "arguments block lacks a positive world_size, seq_length or global_batch_size"
 
 
 def test_a_batch_size_change_in_the_window_marks_the_row(args):
-    text = _log(args, TIMES, [130.0] * 10)
+    text = megatron_log(args, TIMES, [130.0] * 10)
     for iteration in (3, 4, 5, 6):
         text = _edit(text, iteration, "global batch size:  4096", "global batch size:  2048")
     assert _status(text) == "global batch size changes in the window 3-10 (2048, 4096): batch-size ramp-up?"
@@ -132,7 +132,7 @@ def test_a_batch_size_change_in_the_window_marks_the_row(args):
 
 def test_peak_tflops_option_is_checked(args, tmp_path, capsys):
     log = tmp_path / "8n.log"
-    log.write_text(_log(args, TIMES, [130.0] * 10))
+    log.write_text(megatron_log(args, TIMES, [130.0] * 10))
     for peak in ("0", "-5", "nan"):
         assert main(["table", str(log), "--peak-tflops", peak]) == 2
         assert "--peak-tflops must be a positive number" in capsys.readouterr().err
@@ -140,7 +140,7 @@ def test_peak_tflops_option_is_checked(args, tmp_path, capsys):
 
 def test_a_cut_first_line_still_marks_where_the_run_starts(args):
     """The first line of a run averages only itself; cutting it must not make the next line look like a start."""
-    text = _edit(_log(args, TIMES, [130.0] * 10), 1, "elapsed time per iteration (ms): 225000.0 |",
+    text = _edit(megatron_log(args, TIMES, [130.0] * 10), 1, "elapsed time per iteration (ms): 225000.0 |",
                  "elapsed time per iteration (ms): 2250")
     log = parse_log_text(text)
     assert 1 not in log.iterations and [run.start for run in log.runs] == [1]
@@ -169,7 +169,7 @@ def test_a_finished_run_whose_last_iterations_were_not_logged_is_not_called_trun
     assert _status(done, Window(5, 10)) == ("iterations 9-10 of the window 5-10 are in no log line (the run ended "
                                             "between lines, log interval 4); end the window at 8")
     assert summarise(parse_log_text(done), Window(5, 8), 4).ok
-    whole = _log(args, TIMES, [130.0] * 10) + "\n[after training is done] datetime: 2026-11-30 12:00:00.000000 "
+    whole = megatron_log(args, TIMES, [130.0] * 10) + "\n[after training is done] datetime: 2026-11-30 12:00:00.000000 "
     assert summarise(parse_log_text(whole), Window(), 4).ok
 
 
@@ -240,7 +240,7 @@ def test_crashes_without_a_python_traceback_mark_the_row(args, tail, status):
 
 
 def test_a_task_that_exited_cleanly_is_no_failure(args):
-    text = _log(args, TIMES, [130.0] * 10, tail="srun: error: as01r1b01: task 0: Exited with exit code 0\n")
+    text = megatron_log(args, TIMES, [130.0] * 10, tail="srun: error: as01r1b01: task 0: Exited with exit code 0\n")
     assert _status(text) == "ok"
 
 
@@ -268,7 +268,7 @@ def test_a_failed_attempt_without_iterations_before_a_requeue_does_not_mark_the_
     """A job that ran out of memory while building the model (an arguments block, no iteration line), then a clean
     requeue appending its own block: the failure belongs to the first start of the program only."""
     oom = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
-    text = "\n".join(_args_block(args) + [oom] + _lines(args, dict(enumerate(TIMES, start=1))) + [DONE])
+    text = "\n".join(args_block(args) + [oom] + _lines(args, dict(enumerate(TIMES, start=1))) + [DONE])
     log = parse_log_text(text)
     assert [run.failure for run in log.runs] == ["out of memory", ""] and [run.start for run in log.runs] == [None, 1]
     assert _status(text) == "ok"
@@ -279,7 +279,7 @@ def test_a_failed_attempt_without_iterations_before_a_requeue_does_not_mark_the_
 def test_every_form_of_out_of_memory_is_reported_as_such(args, error):
     """An OOM raised as a CUDA error (or without torch's usual wording) is an OOM, not a generic crash."""
     tail = f"[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 9\n[rank0]: {error}\n"
-    text = _log(args, TIMES[:4], [130.0] * 4, tail=tail)
+    text = megatron_log(args, TIMES[:4], [130.0] * 4, tail=tail)
     assert _status(text) == "out of memory at iteration 4"
 
 
@@ -288,7 +288,7 @@ def test_a_chained_exception_is_reported_by_the_exception_raised_last(args):
     tail = ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'layers.0'\n\nDuring handling of the "
             "above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b.py\", "
             "line 2\nRuntimeError: checkpoint has no layer 0\n")
-    text = _log(args, TIMES[:4], [130.0] * 4, tail=tail)
+    text = megatron_log(args, TIMES[:4], [130.0] * 4, tail=tail)
     assert _status(text) == "crashed (RuntimeError: checkpoint has no layer 0) at iteration 4"
 
 

@@ -11,8 +11,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args, _random_times
-from tests.unit_tests.test_tables_log_formats import _ignored_at_shutdown
+from tests.unit_tests.megatron_logs import args_block, ignored_at_shutdown, iteration_line, megatron_args, random_times
 
 DONE = "[after training is done] datetime: 2026-10-19 12:10:00.000000 "
 
@@ -20,13 +19,13 @@ DONE = "[after training is done] datetime: 2026-10-19 12:10:00.000000 "
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
 
 
 def _text(args: dict, times: list[float], total: int, prefix: str = "", tail: list[str] = ()) -> str:
     """The arguments block and the lines of iterations 1..len(times) (every line with ``prefix``), then ``tail``."""
-    lines = _args_block(args) + [_iteration_line(i, total, args["global_batch_size"], ms, 130.0)
-                                 for i, ms in enumerate(times, start=1)]
+    lines = args_block(args) + [iteration_line(i, total, args["global_batch_size"], ms, 130.0)
+                                for i, ms in enumerate(times, start=1)]
     return "\n".join([prefix + line for line in lines] + list(tail))
 
 
@@ -50,9 +49,9 @@ def test_ignored_exceptions_of_ranks_of_one_node_printed_together_are_no_crash(a
     stream: at shutdown their DataLoaders' ignored exceptions interleave line by line under one prefix (none, or
     the node's ``srun --label``). A rank's ``Traceback`` then follows another rank's header, not its own, and the
     finished run was 'crashed (AssertionError: can only test a child process)' with no numbers."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
-    reports = [_ignored_at_shutdown(prefix) for _ in range(random.randint(2, 4))]
-    first, second = _ignored_at_shutdown(prefix), _ignored_at_shutdown(prefix)
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
+    reports = [ignored_at_shutdown(prefix) for _ in range(random.randint(2, 4))]
+    first, second = ignored_at_shutdown(prefix), ignored_at_shutdown(prefix)
     ends_first = [first[0], second[0], *first[1:], *second[1:]]  # one report ends before the other's traceback
     header_late = [*first[:2], second[0], *first[2:], *second[1:]]  # a header after the other's traceback
     for shutdown in (_line_by_line(reports), _shuffled(reports), ends_first, header_late):
@@ -68,15 +67,15 @@ def test_a_crash_among_ignored_exceptions_of_one_node_still_counts(args, prefix)
     """A rank's real crash printed while its node's other ranks report ignored exceptions is still a crash: it has no
     ``Exception ignored`` header of its own. Ordinary output of the node between a header and the traceback still
     ends the header (as before: only other exception reports may come between)."""
-    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    times = random_times(12, random.uniform(60_000.0, 90_000.0))
     crash = [f"{prefix}Traceback (most recent call last):", f'{prefix}  File "train.py", line 9, in <module>',
              f"{prefix}RuntimeError: boom"]
-    reports = [_ignored_at_shutdown(prefix) for _ in range(random.randint(1, 3))]
+    reports = [ignored_at_shutdown(prefix) for _ in range(random.randint(1, 3))]
     for shutdown in (_line_by_line([*reports, crash + [f"{prefix}"] * 2]), _shuffled([*reports, crash])):
         log = parse_log_text(_text(args, times, 20, prefix, shutdown))
         assert log.runs[-1].failure.startswith("crashed"), shutdown
         assert summarise(log, Window(), 4).status.endswith(" at iteration 12")
-    header = _ignored_at_shutdown(prefix)[0]
+    header = ignored_at_shutdown(prefix)[0]
     ordinary = [header, f"{prefix}INFO:megatron.core.utils:saving the last samples", *crash]
     assert parse_log_text(_text(args, times, 20, prefix, ordinary)).runs[-1].failure == "crashed (RuntimeError: boom)"
     without_traceback = [f"{prefix}Exception ignored in: <_io.TextIOWrapper name='<stdout>' mode='w' encoding='utf-8'>",
@@ -103,7 +102,7 @@ def test_slurms_messages_of_a_step_it_killed_mark_the_row(args, message, status)
     """slurmstepd's messages (``src/slurmd/slurmstepd/req.c``, ``jobacct_gather``) of a step it ended for a failed
     node, an uncorrectable memory error, a job failure or the memory limit of its accounting: the run's row was
     'ok' (the window was before the kill) or 'truncated', whereas a time-limit cancellation said 'cancelled'."""
-    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    times = random_times(12, random.uniform(60_000.0, 90_000.0))
     tail = ["srun: error: Node failure on as01r1b05",
             "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", message]
     assert summarise(parse_log_text(_text(args, times, 20, tail=tail)), Window(), 4).status == \
@@ -112,7 +111,7 @@ def test_slurms_messages_of_a_step_it_killed_mark_the_row(args, message, status)
 
 def test_slurms_benign_memory_note_is_no_failure(args):
     """cgroup's note that a step touched its memory limit at some point (page cache counts) kills nothing."""
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     tail = [DONE, "slurmstepd: error: Exceeded step memory limit at some point."]
     assert summarise(parse_log_text(_text(args, times, 10, tail=tail)), Window(), 4).ok
 
@@ -169,7 +168,7 @@ def test_torchruns_own_tracebacks_do_not_hide_why_the_job_ended(args):
     rank failed. Being the log's last traceback, it was the row's status: a time-limit cancellation read 'crashed
     (torch.distributed.elastic.multiprocessing.api.SignalException: Process 111 got signal: 15)' and a rank's
     RuntimeError read as torchrun's ChildFailedError or SignalException."""
-    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    times = random_times(12, random.uniform(60_000.0, 90_000.0))
     cancelled = "slurmstepd: error: *** STEP 1234.0 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
     other_node = TORCHRUN_SIGNAL.replace(" 111 ", " 112 ").replace("Process 111", "Process 112")
     timed_out = [cancelled, TORCHRUN_SIGNAL, other_node]
@@ -183,7 +182,7 @@ def test_torchruns_own_tracebacks_do_not_hide_why_the_job_ended(args):
 
 def test_torchruns_traceback_alone_still_marks_the_row(args):
     """With no other sign of the failure, torchrun's own traceback still says the job did not end well."""
-    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    times = random_times(12, random.uniform(60_000.0, 90_000.0))
     status = summarise(parse_log_text(_text(args, times, 20, tail=[TORCHRUN_CHILD_FAILED])), Window(), 4).status
     assert status == "crashed (torch.distributed.elastic.multiprocessing.errors.ChildFailedError) at iteration 12"
     status = summarise(parse_log_text(_text(args, times, 20, tail=[TORCHRUN_SIGNAL])), Window(), 4).status
@@ -202,7 +201,7 @@ def test_a_data_loader_worker_ended_by_the_jobs_sigterm_does_not_hide_the_cancel
     """SLURM's SIGTERM at the time limit reaches a rank's data-loader workers too; the rank then raises 'DataLoader
     worker (pid N) is killed by signal: Terminated.', which read as the row's crash instead of the time limit. Alone
     (no SLURM line) it still marks the row; a worker killed by another signal is a crash of its own."""
-    times = _random_times(12, random.uniform(60_000.0, 90_000.0))
+    times = random_times(12, random.uniform(60_000.0, 90_000.0))
     worker = DATALOADER_SIGTERM.format(pid=random.randint(1000, 99999))
     cancelled = "slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
     assert summarise(parse_log_text(_text(args, times, 20, tail=[worker, cancelled, TORCHRUN_SIGNAL])), Window(),

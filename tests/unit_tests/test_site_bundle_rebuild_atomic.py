@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.test_te_site_bundle import fake_venv
+from tests.unit_tests.te_site_venv import fake_venv
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 

@@ -7,15 +7,12 @@ import dataclasses
 import io
 import random
 import statistics
-from datetime import datetime
-from pathlib import Path
 
 import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.cli import main
 from megatron.oellm.flops import training_flops_per_token
-from megatron.oellm.recipes import load_recipe, resolve
 from megatron.oellm.run_log import parse_log_text, read_log
 from megatron.oellm.scaling_table import (
     CSV_FIELDS,
@@ -27,62 +24,22 @@ from megatron.oellm.scaling_table import (
     summarise,
     with_efficiency,
 )
-from megatron.oellm.training.args import parse_oellm_argv
-from tests.unit_tests.test_flops import GPT_PATH_GDN
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "oellm"
-_ARGS_CACHE: dict[tuple, dict] = {}
-
-
-def _megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
-    """The argument namespace Megatron would print for a recipe row (parsed by the training entry's parser:
-    megatron-core's flags and ``--oellm-*``)."""
-    key = (stem, row)
-    if key not in _ARGS_CACHE:
-        recipe = load_recipe(EXAMPLES / f"{stem}.toml")
-        _ARGS_CACHE[key] = vars(parse_oellm_argv(resolve(recipe, recipe.rows[row - 1])))
-    return {**_ARGS_CACHE[key], **(overrides or {})}
-
-
-def _args_block(args: dict) -> list[str]:
-    """``_print_args('arguments', args)`` as megatron-core 0.19.2 prints it: dots pad names to 48, sorted."""
-    lines = [f"  {name} {'.' * (48 - len(name))} {value}" for name, value in args.items()]
-    return (["------------------------ arguments ------------------------"]
-            + sorted(lines, key=lambda line: line.lower())
-            + ["-------------------- end of arguments ---------------------"])
-
-
-def _iteration_line(iteration: int, total: int, gbs: int, ms: float, tflops: float) -> str:
-    """One ``training_log`` line in megatron-core 0.19.2's format (MoE metrics left out)."""
-    stamp = datetime(2026, 10, 19, 12, 0, iteration).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return (f" [{stamp}] iteration {iteration:8d}/{total:8d} | consumed samples: {iteration * gbs:12d} | "
-            f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "
-            f"learning rate: {3e-4:.6E} | global batch size: {gbs:5d} | lm loss: {random.uniform(9, 12):.6E} | "
-            f"loss scale: 1.0 | grad norm: {random.uniform(0.5, 5):.3f} | number of skipped iterations:   0 | "
-            "number of nan iterations:   0 |")
-
-
-def _log(args: dict, times_ms: list[float], tflops: list[float], total: int = 10, tail: str = "",
-         prefix: str = "") -> str:
-    """A whole stdout log: noise, the arguments block, the iteration lines, then ``tail``."""
-    lines = [f"using world size: {args['world_size']}", *_args_block(args), "> building datasets ..."]
-    lines += [_iteration_line(i, total, args["global_batch_size"], ms, tf)
-              for i, (ms, tf) in enumerate(zip(times_ms, tflops, strict=True), start=1)]
-    return "\n".join(prefix + line for line in lines) + "\n" + tail
-
-
-def _random_times(n: int, centre_ms: float) -> list[float]:
-    """Iteration times: two slow warm-up iterations, then noise around ``centre_ms`` (rounded as Megatron prints)."""
-    return [round(centre_ms * 3, 1), round(centre_ms * 1.5, 1)] + [
-        round(centre_ms * random.uniform(0.97, 1.03), 1) for _ in range(n - 2)]
+from tests.unit_tests.megatron_flag_sets import GPT_PATH_GDN
+from tests.unit_tests.megatron_logs import (
+    args_block,
+    megatron_args,
+    megatron_log,
+    random_times,
+    rows_with_tokens,
+)
 
 
 def _qwen3_5_log(nodes_row: int = 2, centre_ms: float = 75200.0, **kwargs) -> tuple[dict, list[float], str]:
     recipe_nodes = {1: 4, 2: 8, 3: 16, 4: 32, 5: 64, 6: 128}
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", nodes_row, {"world_size": recipe_nodes[nodes_row] * 4})
-    times = _random_times(10, centre_ms)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", nodes_row, {"world_size": recipe_nodes[nodes_row] * 4})
+    times = random_times(10, centre_ms)
     tflops = [round(random.uniform(100, 140), 1) for _ in times]
-    return args, times, _log(args, times, tflops, **kwargs)
+    return args, times, megatron_log(args, times, tflops, **kwargs)
 
 
 def test_arguments_block_and_iteration_lines_are_read_exactly():
@@ -128,8 +85,8 @@ def test_window_medians_tokens_and_both_tflops():
 
 def test_report_row_is_reproduced_from_its_step_time():
     """MN5 #438, 8 nodes: 75.2 s per step at GBS 4096 x 4096 on 32 GPUs is 6,971 tokens/s/GPU."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    text = _log(args, [75200.0] * 10, [133.2] * 10)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = megatron_log(args, [75200.0] * 10, [133.2] * 10)
     row = summarise(parse_log_text(text), Window(), 4)
     assert row.tokens_per_s_per_gpu == pytest.approx(6971, abs=5)  # the report rounds the step time to 0.1 s
     assert row.step_time_s == pytest.approx(75.2)
@@ -146,8 +103,8 @@ def test_report_row_is_reproduced_from_its_step_time():
      "crashed (RuntimeError: expected all tensors to be on the same device)"),
 ])
 def test_failed_runs_give_a_status_and_no_numbers(tail, status):
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    text = _log(args, _random_times(10, 75000.0)[:4], [130.0] * 4, tail=tail)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = megatron_log(args, random_times(10, 75000.0)[:4], [130.0] * 4, tail=tail)
     row = summarise(parse_log_text(text), Window(), 4)
     assert row.status == f"{status} at iteration 4" and not row.ok
     assert all(getattr(row, name) is None for name in
@@ -155,21 +112,21 @@ def test_failed_runs_give_a_status_and_no_numbers(tail, status):
 
 
 def test_a_crash_after_the_window_still_has_no_numbers():
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    text = _log(args, _random_times(10, 75000.0), [130.0] * 10,
-                tail="Traceback (most recent call last):\nValueError: bad checkpoint\n")
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = megatron_log(args, random_times(10, 75000.0), [130.0] * 10,
+                        tail="Traceback (most recent call last):\nValueError: bad checkpoint\n")
     assert summarise(parse_log_text(text), Window(), 4).status == "crashed (ValueError: bad checkpoint) at iteration 10"
 
 
 def test_truncated_logs_say_where_they_stop():
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    cut = _log(args, _random_times(10, 75000.0)[:7], [130.0] * 7)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    cut = megatron_log(args, random_times(10, 75000.0)[:7], [130.0] * 7)
     assert summarise(parse_log_text(cut), Window(), 4).status == "truncated at iteration 7/10"
-    head_only = "\n".join(_args_block(args)[:40])
+    head_only = "\n".join(args_block(args)[:40])
     assert summarise(parse_log_text(head_only), Window(), 4).status == "truncated inside the arguments block"
     assert summarise(parse_log_text("srun: error"), Window(), 4).status.startswith("no arguments block")
     assert summarise(parse_log_text(cut), Window(3, 6), 4).ok
-    short = _log({**args, "train_iters": 2}, [1000.0] * 2, [1.0] * 2, total=2)
+    short = megatron_log({**args, "train_iters": 2}, [1000.0] * 2, [1.0] * 2, total=2)
     assert summarise(parse_log_text(short), Window(), 4).status == "run of 2 iterations ends before the window 3-10"
 
 
@@ -178,11 +135,11 @@ FROM_FLAGS = {"oellm_model": None}
 
 
 def test_unknown_model_has_megatrons_tflops_but_no_tflops_or_mfu_of_ours():
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "hidden_size": 1000, **FROM_FLAGS})
-    row = summarise(parse_log_text(_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "hidden_size": 1000, **FROM_FLAGS})
+    row = summarise(parse_log_text(megatron_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4)
     assert row.ok and row.model == "unregistered model" and row.tflops_per_gpu > 0
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "num_experts": None, **FROM_FLAGS})
-    row = summarise(parse_log_text(_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4, peak_tflops=1000.0)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "num_experts": None, **FROM_FLAGS})
+    row = summarise(parse_log_text(megatron_log(args, [75000.0] * 10, [120.0] * 10)), Window(), 4, peak_tflops=1000.0)
     assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None and row.mfu is None
     assert row.tflops_per_gpu_logged == pytest.approx(120.0)
     assert "| n/a | 120.0 | n/a |" in format_markdown([row], None, Window())
@@ -191,8 +148,8 @@ def test_unknown_model_has_megatrons_tflops_but_no_tflops_or_mfu_of_ours():
 def test_gpt_path_gated_deltanet_run_is_counted_as_qwen3_5():
     """MN5 #438's HybridEP runs: a GPTModel with GDN layers (no hybrid pattern) is Qwen3.5, not all-attention Qwen3
     MoE (which counted 144.4 instead of 133.4 TFLOP/s/GPU at 75.2 s per step on 8 nodes)."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **GPT_PATH_GDN, **FROM_FLAGS})
-    row = summarise(parse_log_text(_log(args, [75200.0] * 10, [133.2] * 10)), Window(), 4)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **GPT_PATH_GDN, **FROM_FLAGS})
+    row = summarise(parse_log_text(megatron_log(args, [75200.0] * 10, [133.2] * 10)), Window(), 4)
     assert row.ok and row.model == "qwen3.5-35b-a3b"
     gflops = training_flops_per_token(get_card("qwen3.5-35b-a3b"), 4096, 262144).gflops_per_token
     assert gflops == pytest.approx(19.14, abs=0.01)
@@ -202,33 +159,23 @@ def test_gpt_path_gated_deltanet_run_is_counted_as_qwen3_5():
 
 def test_architecture_flags_no_card_describes_give_no_tflops_of_ours():
     """A dense first layer (moe_layer_freq) was counted as an all-MoE qwen3-30b-a3b."""
-    args = _megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 32, "moe_layer_freq": [0] + [1] * 47,
-                                                   **FROM_FLAGS})
-    row = summarise(parse_log_text(_log(args, [17400.0] * 10, [215.0] * 10)), Window(), 4)
+    args = megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 32, "moe_layer_freq": [0] + [1] * 47,
+                                                  **FROM_FLAGS})
+    row = summarise(parse_log_text(megatron_log(args, [17400.0] * 10, [215.0] * 10)), Window(), 4)
     assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None and row.mfu is None
     assert row.tflops_per_gpu_logged == pytest.approx(215.0)
 
 
 def test_proxy_runs_are_named_after_their_card():
-    args = _megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 4, "num_layers": 2,
-                                                     "pipeline_model_parallel_layout": None, **FROM_FLAGS})
-    row = summarise(parse_log_text(_log(args, [1000.0] * 10, [50.0] * 10)), Window(), 4)
+    args = megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 4, "num_layers": 2,
+                                                  "pipeline_model_parallel_layout": None, **FROM_FLAGS})
+    row = summarise(parse_log_text(megatron_log(args, [1000.0] * 10, [50.0] * 10)), Window(), 4)
     assert row.model == "qwen3-30b-a3b-proxy-2L" and row.nodes == 1
-
-
-def _rows(tokens_by_nodes: dict[int, float]) -> list:
-    """Rows of fake runs with the given tokens/s/GPU (step time solved for it)."""
-    rows = []
-    for nodes, tokens in tokens_by_nodes.items():
-        args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
-        step_ms = 4096 * 4096 / tokens / (nodes * 4) * 1000
-        rows.append(summarise(parse_log_text(_log(args, [step_ms] * 10, [100.0] * 10), f"{nodes}n.log"), Window(), 4))
-    return rows
 
 
 def test_efficiency_against_the_chosen_baseline():
     tokens = {4: random.uniform(5000, 7000), 8: random.uniform(5000, 7000), 16: random.uniform(5000, 7000)}
-    rows = _rows(tokens)
+    rows = rows_with_tokens(tokens)
     by_nodes, baseline = with_efficiency(rows, baseline_nodes=8)
     assert baseline.nodes == 8
     for row in by_nodes:
@@ -241,7 +188,7 @@ def test_efficiency_against_the_chosen_baseline():
 
 
 def test_markdown_and_csv_formats():
-    rows, baseline = with_efficiency(_rows({4: 6270.0, 8: 6971.0}), baseline_nodes=8)
+    rows, baseline = with_efficiency(rows_with_tokens({4: 6270.0, 8: 6971.0}), baseline_nodes=8)
     failed = summarise(parse_log_text("nothing"), Window(), 4)
     markdown = format_markdown([*rows, failed], baseline, Window())
     lines = markdown.splitlines()
@@ -257,14 +204,14 @@ def test_markdown_and_csv_formats():
 
 
 def test_csv_keeps_a_partial_node_as_its_fraction():
-    (row,) = _rows({4: 6270.0})
+    (row,) = rows_with_tokens({4: 6270.0})
     partial = dataclasses.replace(row, nodes=0.25, gpus=1)
     assert list(csv.DictReader(io.StringIO(format_csv([partial]))))[0]["nodes"] == "0.25"
 
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    rows, _ = with_efficiency(_rows({4: 6000.0, 8: 6900.0, 16: 6800.0}))
+    rows, _ = with_efficiency(rows_with_tokens({4: 6000.0, 8: 6900.0, 16: 6800.0}))
     plot(rows, str(tmp_path / "scaling.png"), "test")
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -281,7 +228,7 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(TableError, match=r"megatron-oellm\[plot\]"):
-        plot(_rows({4: 6000.0}), str(tmp_path / "x.png"))
+        plot(rows_with_tokens({4: 6000.0}), str(tmp_path / "x.png"))
 
 
 def test_window_option_is_checked():
@@ -295,10 +242,11 @@ def test_window_option_is_checked():
 
 
 def test_command_prints_the_table(tmp_path, capsys):
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     good, oom = tmp_path / "8n.log", tmp_path / "16n.log"
-    good.write_text(_log(args, _random_times(10, 75200.0), [133.0] * 10))
-    oom.write_text(_log({**args, "world_size": 64}, [1.0], [1.0], tail="torch.OutOfMemoryError: CUDA out of memory\n"))
+    good.write_text(megatron_log(args, random_times(10, 75200.0), [133.0] * 10))
+    oom.write_text(megatron_log({**args, "world_size": 64}, [1.0], [1.0],
+                                tail="torch.OutOfMemoryError: CUDA out of memory\n"))
     assert main(["table", str(good), str(oom), "--baseline-nodes", "8"]) == 0
     out = capsys.readouterr().out
     assert "out of memory at iteration 1" in out and "| 8 | 32 | 4096 | 4 |" in out
@@ -311,11 +259,11 @@ def test_command_prints_the_table(tmp_path, capsys):
 
 def test_a_garbled_vocabulary_padding_argument_marks_only_its_row(tmp_path, capsys):
     """Another rank's output cut into ``tensor_model_parallel_size``: int() raised and the whole table was lost."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     good, garbled = tmp_path / "good.log", tmp_path / "garbled.log"
-    good.write_text(_log(args, [75200.0] * 10, [133.2] * 10))
-    garbled.write_text(_log({**args, "tensor_model_parallel_size": "1[rank7]: W1019 warning"}, [75200.0] * 10,
-                            [133.2] * 10))
+    good.write_text(megatron_log(args, [75200.0] * 10, [133.2] * 10))
+    garbled.write_text(megatron_log({**args, "tensor_model_parallel_size": "1[rank7]: W1019 warning"}, [75200.0] * 10,
+                                    [133.2] * 10))
     status = ("arguments block has a tensor_model_parallel_size that is no positive integer: "
               "'1[rank7]: W1019 warning'")
     assert summarise(read_log(garbled), Window(), 4).status == status
@@ -327,9 +275,9 @@ def test_a_garbled_vocabulary_padding_argument_marks_only_its_row(tmp_path, caps
 def test_a_log_that_cannot_be_read_keeps_the_other_rows(tmp_path, capsys, monkeypatch):
     from megatron.oellm.commands import table
 
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     good, bad = tmp_path / "good.log", tmp_path / "bad.log"
-    good.write_text(_log(args, [75200.0] * 10, [133.2] * 10))
+    good.write_text(megatron_log(args, [75200.0] * 10, [133.2] * 10))
     bad.write_text("anything")
     real = table.summarise
 
@@ -348,14 +296,14 @@ def test_rows_are_sorted_by_model_batch_and_nodes_failed_rows_last(tmp_path, cap
     """Shell glob order (128, 16, 32, 4, 64, 8 nodes) was printed as given; --baseline-row counts printed rows."""
     paths = []
     for nodes in (128, 16, 4, 8):
-        args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
+        args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
         paths.append(tmp_path / f"{nodes}n.log")
-        paths[-1].write_text(_log(args, [4096 * 4096 / 6900 / (nodes * 4) * 1000] * 10, [130.0] * 10))
+        paths[-1].write_text(megatron_log(args, [4096 * 4096 / 6900 / (nodes * 4) * 1000] * 10, [130.0] * 10))
     failed = tmp_path / "oom.log"
     failed.write_text("torch.OutOfMemoryError: CUDA out of memory\n")
     small_batch = tmp_path / "gbs1024.log"
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 64, "global_batch_size": 1024})
-    small_batch.write_text(_log(args, [1024 * 4096 / 6900 / 64 * 1000] * 10, [130.0] * 10))
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 64, "global_batch_size": 1024})
+    small_batch.write_text(megatron_log(args, [1024 * 4096 / 6900 / 64 * 1000] * 10, [130.0] * 10))
     assert main(["table", str(failed), *map(str, paths), str(small_batch), "--baseline-row", "3",
                  "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
@@ -371,14 +319,14 @@ def test_a_one_iteration_window_is_accepted():
 
 def _strong_args(overrides: dict | None = None) -> dict:
     """The 8-node Qwen3.5 strong-scaling row's arguments with ``overrides``."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **(overrides or {})})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **(overrides or {})})
 
 
 def test_tokens_use_the_logged_global_batch_size_over_the_arguments():
     """During a batch-size ramp-up the arguments hold the final batch; the window's lines log the one it ran."""
     args = _strong_args()
-    times = _random_times(10, 75000.0)
-    text = _log(args, times, [130.0] * 10).replace("global batch size:  4096 |", "global batch size:  2048 |")
+    times = random_times(10, 75000.0)
+    text = megatron_log(args, times, [130.0] * 10).replace("global batch size:  4096 |", "global batch size:  2048 |")
     row = summarise(parse_log_text(text), Window(), 4)
     step_s = statistics.median(times[2:]) / 1000
     assert row.global_batch_size == 2048
@@ -396,22 +344,22 @@ def test_our_flops_use_the_vocabulary_padded_at_the_runs_tensor_parallel_size(tp
         seen.append(vocab)
         return 1e9
 
-    summarise(parse_log_text(_log(args, _random_times(10, 75000.0), [130.0] * 10)), Window(), 4,
+    summarise(parse_log_text(megatron_log(args, random_times(10, 75000.0), [130.0] * 10)), Window(), 4,
               flops_per_token=flops)
     assert seen == [padded]
 
 
 def test_mfu_uses_the_given_peak():
     peak = random.uniform(300.0, 900.0)
-    text = _log(_strong_args(), _random_times(10, 75000.0), [130.0] * 10)
+    text = megatron_log(_strong_args(), random_times(10, 75000.0), [130.0] * 10)
     row = summarise(parse_log_text(text), Window(), 4, peak_tflops=peak)
     assert row.mfu == pytest.approx(row.tflops_per_gpu / peak, rel=1e-12)
 
 
 def test_a_run_one_iteration_short_of_the_window_says_so():
     args = _strong_args({"train_iters": 9})
-    text = _log(args, _random_times(9, 75000.0), [130.0] * 9, total=9,
-                tail="[after training is done] datetime: 2026-10-19 12:00:00\n")
+    text = megatron_log(args, random_times(9, 75000.0), [130.0] * 9, total=9,
+                        tail="[after training is done] datetime: 2026-10-19 12:00:00\n")
     assert summarise(parse_log_text(text), Window(), 4).status == (
         "run of 9 iterations ends inside the window 3-10: its numbers would cover only 3-9; give --window 3-9 for "
         "them")
@@ -419,9 +367,9 @@ def test_a_run_one_iteration_short_of_the_window_says_so():
 
 def _row(overrides: dict, nodes: int, tokens: float, path: str):
     """The row of a run of the MN5 Qwen3.5 recipe with ``overrides`` on ``nodes`` nodes at ``tokens`` tokens/s/GPU."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4, **overrides})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4, **overrides})
     step_ms = args["global_batch_size"] * args["seq_length"] / tokens / (nodes * 4) * 1000
-    return summarise(parse_log_text(_log(args, [step_ms] * 10, [100.0] * 10), path), Window(), 4)
+    return summarise(parse_log_text(megatron_log(args, [step_ms] * 10, [100.0] * 10), path), Window(), 4)
 
 
 def test_two_different_unregistered_models_get_no_efficiency_against_each_other():
@@ -461,7 +409,7 @@ def test_csv_keeps_its_columns():
 def _resumed_log(args: dict, start: int, total: int) -> str:
     """A log of a run resumed from a checkpoint at iteration ``start - 1``: its lines are ``start..total``."""
     times = [round(random.uniform(900, 1100), 1) for _ in range(start, total + 1)]
-    text = _log({**args, "train_iters": total}, times, [100.0] * len(times), total=total)
+    text = megatron_log({**args, "train_iters": total}, times, [100.0] * len(times), total=total)
     for old, new in zip(range(1, total + 1), range(start, total + 1), strict=False):
         text = text.replace(f"iteration {old:8d}/", f"iteration #{new:8d}/", 1)
     return text.replace("iteration #", "iteration ") + "[after training is done] datetime: 2026-10-19 12:00:00\n"
@@ -470,7 +418,7 @@ def _resumed_log(args: dict, start: int, total: int) -> str:
 def test_a_resumed_run_that_starts_after_the_window_says_so():
     """A log of a run resumed at iteration 31 read with the default window 3-10 blamed the log interval."""
     start = random.randint(20, 40)
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     log = parse_log_text(_resumed_log(args, start, start + 9))
     assert log.runs[-1].start == start
     row = summarise(log, Window(), 4)
@@ -486,11 +434,11 @@ def _cells(markdown_row: str) -> list[str]:
 def test_a_pipe_in_a_crash_message_or_path_stays_in_its_cell():
     """A hybrid layer pattern marks pipeline stages with ``|``; a crash message quoting one (or a log path with a
     pipe) split the row into more cells than the header has, shifting the status into no column."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     stages = "|".join("GEGE" for _ in range(random.randint(2, 4)))  # short enough to be shown whole
     crash = f"Traceback (most recent call last):\nValueError: hybrid layer pattern '{stages}' is not periodic\n"
     times = [round(random.uniform(900, 1100), 1) for _ in range(5)]
-    row = summarise(parse_log_text(_log(args, times, [100.0] * 5, tail=crash), "runs|a.log"), Window(), 4)
+    row = summarise(parse_log_text(megatron_log(args, times, [100.0] * 5, tail=crash), "runs|a.log"), Window(), 4)
     assert stages in row.status
     table = format_markdown([row], None, Window()).splitlines()
     assert len(_cells(table[2])) == len(_cells(table[0]))
@@ -503,12 +451,12 @@ def test_a_garbled_architecture_argument_is_an_unknown_model_not_a_traceback(gar
     flags carried the text, and the FLOP count raised a TypeError out of ``oellm table`` (every row lost)."""
     width = random.choice([256, 512, 1024])
     value = garbled.format(width, width)
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **FROM_FLAGS,
-                                                             "moe_shared_expert_intermediate_size": value})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, **FROM_FLAGS,
+                                                           "moe_shared_expert_intermediate_size": value})
     times = [round(random.uniform(70000, 80000), 1) for _ in range(10)]
     tflops = [round(random.uniform(120, 140), 1) for _ in range(10)]
     path = tmp_path / "garbled.log"
-    path.write_text(_log(args, times, tflops))
+    path.write_text(megatron_log(args, times, tflops))
     row = summarise(read_log(path), Window(), 4)
     assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None
     assert row.tflops_per_gpu_logged == statistics.median(tflops[2:])

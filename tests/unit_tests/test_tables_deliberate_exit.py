@@ -13,7 +13,7 @@ import pytest
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import DeliberateExit, parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args, _random_times
+from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
 
 STAMP = "2026-11-30 12:00:00.000000"
 SAVE = "/gpfs/scratch/ckpt/run"
@@ -22,7 +22,7 @@ SAVE = "/gpfs/scratch/ckpt/run"
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe, 40 iterations asked for."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": 40})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": 40})
 
 
 def _saved(iteration: int) -> list[str]:
@@ -35,9 +35,9 @@ def _saved(iteration: int) -> list[str]:
 def _run(args: dict, logged: list[int], tail: list[str], prefix: str = "") -> tuple[str, dict[int, float]]:
     """A log of one run: the arguments block, lines at ``logged`` iterations with fresh random times, then
     ``tail``; and the times by iteration."""
-    times = dict(zip(logged, _random_times(len(logged), random.uniform(60000.0, 90000.0)), strict=True))
-    lines = [*_args_block(args), "> building datasets ..."]
-    lines += [_iteration_line(i, args["train_iters"], args["global_batch_size"], ms, round(random.uniform(100, 140), 1))
+    times = dict(zip(logged, random_times(len(logged), random.uniform(60000.0, 90000.0)), strict=True))
+    lines = [*args_block(args), "> building datasets ..."]
+    lines += [iteration_line(i, args["train_iters"], args["global_batch_size"], ms, round(random.uniform(100, 140), 1))
               for i, ms in times.items()]
     return "\n".join(prefix + line for line in lines + tail) + "\n", times
 
@@ -116,7 +116,7 @@ def test_lines_after_the_exit_message_clear_it(args):
     """A resumed run appended without an arguments block continues the iteration count: its lines make it run on
     past the exit, so stopping later is a truncation again."""
     text, _ = _run({**args, "exit_interval": 7}, list(range(1, 8)), [f"[exiting program at iteration 7] datetime: {STAMP} "])
-    resumed = text + "\n".join(_iteration_line(i, 40, args["global_batch_size"], random.uniform(6e4, 9e4), 120.0)
+    resumed = text + "\n".join(iteration_line(i, 40, args["global_batch_size"], random.uniform(6e4, 9e4), 120.0)
                                for i in range(8, 12))
     log = parse_log_text(resumed)
     assert log.runs[-1].deliberate_exit is None

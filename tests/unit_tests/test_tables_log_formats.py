@@ -11,13 +11,13 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, sorted_rows, summarise, with_efficiency
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args
+from tests.unit_tests.megatron_logs import args_block, ignored_at_shutdown, iteration_line, megatron_args
 
 
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
 
 
 def _scheduled_log(args: dict, small: int, large: int, switch: int, interval: int, total: int,
@@ -29,13 +29,13 @@ def _scheduled_log(args: dict, small: int, large: int, switch: int, interval: in
     run_args = {**args, "log_interval": interval, "train_iters": total,
                 "step_batch_size_schedule": f"0:{small} {(switch - 1) * small}:{large}" if schedule else None}
     times = {i: random.uniform(15000, 25000) * (large / small if i >= switch else 1) for i in range(1, total + 1)}
-    lines, consumed, pending = _args_block(run_args), 0, []
+    lines, consumed, pending = args_block(run_args), 0, []
     for i in range(1, total + 1):
         batch = large if i >= switch else small
         consumed += batch
         pending.append(times[i])
         if i == 1 or i % interval == 0:
-            line = _iteration_line(i, total, batch, statistics.mean(pending), 130.0)
+            line = iteration_line(i, total, batch, statistics.mean(pending), 130.0)
             lines.append(re.sub(r"consumed samples: +\d+", f"consumed samples: {consumed:12d}", line))
             pending = [] if i > 1 else pending  # megatron does not reset its timer after the first iteration
     return "\n".join(lines), times
@@ -92,7 +92,7 @@ def _row(args: dict, nodes: int, batch: int, tokens: float):
     """The row of a fake run on ``nodes`` nodes at global batch ``batch`` with ``tokens`` tokens/s/GPU."""
     run_args = {**args, "world_size": nodes * 4, "global_batch_size": batch}
     step_ms = batch * 4096 / tokens / (nodes * 4) * 1000
-    text = "\n".join(_args_block(run_args) + [_iteration_line(i, 10, batch, step_ms, 120.0) for i in range(1, 11)])
+    text = "\n".join(args_block(run_args) + [iteration_line(i, 10, batch, step_ms, 120.0) for i in range(1, 11)])
     return summarise(parse_log_text(text, f"{nodes}n-gbs{batch}.log"), Window(), 4)
 
 
@@ -117,15 +117,6 @@ def test_efficiency_compares_a_strong_and_a_weak_series_only_within_each(args):
         assert row.efficiency == (pytest.approx(expected, rel=1e-4) if expected else None)
 
 
-def _ignored_at_shutdown(label: str) -> list[str]:
-    """What PyTorch's DataLoader prints at interpreter shutdown on one rank: an exception Python ignored."""
-    return [f"{label}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a2c1e8ca0>",
-            f"{label}Traceback (most recent call last):",
-            f'{label}  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
-            f"{label}    self._shutdown_workers()",
-            f"{label}AssertionError: can only test a child process"]
-
-
 def _interleaved(blocks: list[list[str]]) -> list[str]:
     """The blocks' lines as ranks printing at once reach srun's output: every block's first line, then the rest in
     random order, each block's own order kept (so each header is followed by another rank's line)."""
@@ -141,10 +132,10 @@ def test_ignored_exceptions_of_ranks_shutting_down_together_are_no_crash(args):
     interleave, so a rank's traceback no longer follows its own header line: the finished run was 'crashed
     (AssertionError: can only test a child process)' and lost its numbers."""
     labels = [f"{rank:2d}: " for rank in random.sample(range(32), 4)]
-    blocks = [_ignored_at_shutdown(label) for label in labels]
+    blocks = [ignored_at_shutdown(label) for label in labels]
     times = [random.uniform(60_000.0, 90_000.0) for _ in range(10)]
-    lines = [f" 0: {line}" for line in _args_block(args)]
-    lines += [f"31: {_iteration_line(i, 10, 4096, ms, 130.0)}" for i, ms in enumerate(times, start=1)]
+    lines = [f" 0: {line}" for line in args_block(args)]
+    lines += [f"31: {iteration_line(i, 10, 4096, ms, 130.0)}" for i, ms in enumerate(times, start=1)]
     done = " 0: [after training is done] datetime: 2026-10-19 12:00:00"
     row = summarise(parse_log_text("\n".join([*lines, done, *_interleaved(blocks)])), Window(), 4)
     assert row.ok, row.status

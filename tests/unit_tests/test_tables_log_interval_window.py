@@ -13,13 +13,13 @@ import pytest
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args
+from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args
 
 
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe."""
-    return _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
 
 
 def _times(n: int) -> list[float]:
@@ -35,12 +35,12 @@ def _megatron_log(args: dict, times: list[float], interval: int, start: int = 1)
     line does not reset). Returns the text and iteration -> the time printed (rounded as megatron prints it)."""
     last = start + len(times) - 1
     run_args = {**args, "log_interval": interval, "train_iters": last}
-    lines, printed, since = _args_block(run_args), {}, start
+    lines, printed, since = args_block(run_args), {}, start
     for iteration in range(start, last + 1):
         if iteration == start or iteration % interval == 0:
             ms = round(statistics.mean(times[since - start:iteration - start + 1]), 1)
             printed[iteration] = ms
-            lines.append(_iteration_line(iteration, last, args["global_batch_size"], ms, 130.0))
+            lines.append(iteration_line(iteration, last, args["global_batch_size"], ms, 130.0))
             if iteration != start:
                 since = iteration + 1
     return "\n".join(lines) + "\n", printed

@@ -12,7 +12,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, format_markdown, summarise
-from tests.unit_tests.test_tables import _log, _megatron_args, _random_times
+from tests.unit_tests.megatron_logs import megatron_args, megatron_log, random_times, rows_with_tokens
 
 
 def _padded_vocab_line(vocab: int, padded: int) -> str:
@@ -24,8 +24,8 @@ def _padded_vocab_line(vocab: int, padded: int) -> str:
 def _tokenizer_log(overrides: dict, vocab: int, padded: int, times: list[float]) -> str:
     """A log of the 8-node Qwen3.5 row whose run took its vocabulary from the tokenizer (no ``--vocab-size``): the
     arguments block says ``vocab_size None``, megatron's padded-vocab line follows it."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "vocab_size": None, **overrides})
-    text = _log(args, times, [round(random.uniform(100, 140), 1) for _ in times])
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "vocab_size": None, **overrides})
+    text = megatron_log(args, times, [round(random.uniform(100, 140), 1) for _ in times])
     return text.replace("> building datasets ...", f"{_padded_vocab_line(vocab, padded)}\n> building datasets ...")
 
 
@@ -36,7 +36,7 @@ def test_a_run_whose_tokenizer_set_the_vocabulary_gets_our_tflops_and_mfu(overri
     'unknown model' from Megatron's flags) although megatron logged the vocabulary it built."""
     vocab = random.randrange(150_000, 262_000)
     padded = -(-vocab // 128) * 128
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     row = summarise(parse_log_text(_tokenizer_log(overrides, vocab, padded, times)), Window(), 4, peak_tflops=989.0)
     assert row.ok and row.model == model
     flops = training_flops_per_token(get_card("qwen3.5-35b-a3b"), 4096, padded_vocab=padded).total
@@ -51,8 +51,8 @@ def test_the_logged_padded_vocabulary_is_the_one_counted():
     (e.g. a tokenizer with more tokens than --vocab-size)."""
     vocab = random.randrange(262_145, 270_000)
     padded = -(-vocab // 128) * 128
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    text = _log(args, [75_200.0] * 10, [133.2] * 10).replace(
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = megatron_log(args, [75_200.0] * 10, [133.2] * 10).replace(
         "> building datasets ...", f"{_padded_vocab_line(vocab, padded)}\n> building datasets ...")
     row = summarise(parse_log_text(text), Window(), 4)
     flops = training_flops_per_token(get_card("qwen3.5-35b-a3b"), 4096, padded_vocab=padded).total
@@ -63,7 +63,7 @@ def test_a_restart_without_its_own_arguments_keeps_the_logged_vocabulary():
     vocab = random.randrange(150_000, 262_000)
     padded = -(-vocab // 128) * 128
     text = _tokenizer_log({}, vocab, padded, [225_000.0, 112_000.0])
-    lines = [line for line in _tokenizer_log({}, vocab, padded, _random_times(10, 75_000.0)).splitlines()
+    lines = [line for line in _tokenizer_log({}, vocab, padded, random_times(10, 75_000.0)).splitlines()
              if " iteration " in line]
     log = parse_log_text(text + "\n".join(lines))
     assert len(log.runs) == 2 and log.runs[1].vocabulary == (vocab, padded)
@@ -71,16 +71,16 @@ def test_a_restart_without_its_own_arguments_keeps_the_logged_vocabulary():
 
 
 def test_without_any_vocabulary_the_footnote_says_why_tflops_are_missing():
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "vocab_size": None})
-    row = summarise(parse_log_text(_log(args, [75_200.0] * 10, [133.2] * 10)), Window(), 4)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "vocab_size": None})
+    row = summarise(parse_log_text(megatron_log(args, [75_200.0] * 10, [133.2] * 10)), Window(), 4)
     assert row.ok and row.tflops_per_gpu is None and row.tflops_per_gpu_logged == pytest.approx(133.2)
     assert "n/a: the model or its vocabulary cannot be identified" in format_markdown([row], None, Window())
 
 
 def test_a_window_reaching_past_the_runs_end_marks_the_row():
     """A 10-iteration run under --window 3-40 (or 3-12) was given the medians of 3-10 while the footnote said 3-40."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    text = _log(args, _random_times(10, 75_000.0), [130.0] * 10)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    text = megatron_log(args, random_times(10, 75_000.0), [130.0] * 10)
     last = random.randrange(11, 41)
     row = summarise(parse_log_text(text), Window(3, last), 4)
     assert not row.ok and row.step_time_s is None
@@ -93,14 +93,14 @@ def test_efficiency_compares_only_rows_of_the_baselines_model_and_sequence_lengt
     """A table of Qwen3.5 and Qwen3-30B runs gave the Qwen3 row an 'efficiency' of its tokens/s/GPU over the Qwen3.5
     baseline's (another workload); the plot still draws a table whose rows lack one."""
     from megatron.oellm.scaling_table import plot, with_efficiency
-    from tests.unit_tests.test_tables import _rows
 
     tokens = {4: random.uniform(5000, 7000), 8: random.uniform(5000, 7000)}
-    qwen3_5 = _rows(tokens)
-    args = _megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 8})
-    qwen3 = summarise(parse_log_text(_log(args, [random.uniform(15_000, 20_000)] * 10, [215.0] * 10)), Window(), 4)
-    longer = summarise(parse_log_text(_log({**_megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32}),
-                                            "seq_length": 8192}, [150_000.0] * 10, [130.0] * 10)), Window(), 4)
+    qwen3_5 = rows_with_tokens(tokens)
+    args = megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 8})
+    qwen3 = summarise(parse_log_text(megatron_log(args, [random.uniform(15_000, 20_000)] * 10, [215.0] * 10)),
+                      Window(), 4)
+    longer_args = {**megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32}), "seq_length": 8192}
+    longer = summarise(parse_log_text(megatron_log(longer_args, [150_000.0] * 10, [130.0] * 10)), Window(), 4)
     assert qwen3.ok and qwen3.model == "qwen3-30b-a3b" and qwen3.nodes == 2 and longer.ok
     rows, baseline = with_efficiency([*qwen3_5, qwen3, longer])
     assert baseline.model == "qwen3-30b-a3b" and rows[2].efficiency == 1.0
@@ -126,15 +126,15 @@ IGNORED = ("[rank{rank}]:Exception ignored in: <function _MultiProcessingDataLoa
 def test_an_exception_python_ignored_is_no_crash():
     """A finished run whose DataLoader printed an ignored exception at shutdown was 'crashed (AssertionError: can only
     test a child process)' and lost its numbers."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
-    times = _random_times(10, random.uniform(60_000.0, 90_000.0))
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
     done = "[after training is done] datetime: 2026-10-19 12:00:00\n"
-    text = _log(args, times, [130.0] * 10, tail=done + IGNORED.format(rank=random.randrange(32)))
+    text = megatron_log(args, times, [130.0] * 10, tail=done + IGNORED.format(rank=random.randrange(32)))
     row = summarise(parse_log_text(text), Window(), 4)
     assert row.ok and row.step_time_s == pytest.approx(statistics.median(times[2:]) / 1000)
     # torchrun --tee's line header has no space after the colon: the exception's name was not found ('crashed')
     crash = ("[default3]:Traceback (most recent call last):\n[default3]:  File \"x.py\", line 1\n"
              "[default3]:RuntimeError: boom\n")
     for tail in (IGNORED.format(rank=0) + crash, crash + IGNORED.format(rank=0)):
-        assert summarise(parse_log_text(_log(args, times, [130.0] * 10, tail=tail)), Window(), 4).status == \
+        assert summarise(parse_log_text(megatron_log(args, times, [130.0] * 10, tail=tail)), Window(), 4).status == \
             "crashed (RuntimeError: boom) at iteration 10"

@@ -12,7 +12,7 @@ import random
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.test_tables import _args_block, _iteration_line, _megatron_args
+from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args
 
 EXIT_MESSAGES = [
     "Saving a checkpoint and exiting now. Please resume the job from the checkpoint to rerun the last iteration and "
@@ -27,9 +27,9 @@ EXIT_MESSAGES = [
 
 def _log(last_line: int, total: int, tail: list[str]) -> str:
     """A log whose iteration lines stop at ``last_line`` of ``total``, then ``tail`` (with srun's ``0: `` label)."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": total})
-    lines = ["using world size: 32", *_args_block(args)]
-    lines += [_iteration_line(i, total, 4096, round(random.uniform(74000, 76000), 1), 130.0)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": total})
+    lines = ["using world size: 32", *args_block(args)]
+    lines += [iteration_line(i, total, 4096, round(random.uniform(74000, 76000), 1), 130.0)
               for i in range(1, last_line + 1)]
     return "\n".join(f"0: {line}" for line in lines + tail) + "\n"
 
@@ -70,7 +70,7 @@ def test_a_rejected_result_the_run_went_on_after_is_no_failure():
     text = _log(stop - 1, 10, [])
     rejected = (f"0: WARNING:megatron.core.rerun_state_machine:Unexpected result 97.5 on rank 0 at iteration #{stop} "
                 "invocation #1 (message='Spiky loss')")
-    rest = [f"0: {_iteration_line(i, 10, 4096, 75000.0, 130.0)}" for i in range(stop, 11)]
+    rest = [f"0: {iteration_line(i, 10, 4096, 75000.0, 130.0)}" for i in range(stop, 11)]
     text += "\n".join([rejected, *rest]) + "\n"
     row = summarise(parse_log_text(text, "spiky.log"), Window(3, 10), 4)
     assert row.status == "ok" and row.tokens_per_s_per_gpu is not None

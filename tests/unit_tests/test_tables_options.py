@@ -8,14 +8,14 @@ import random
 import pytest
 
 from megatron.oellm.cli import main
-from tests.unit_tests.test_tables import _log, _megatron_args, _random_times
+from tests.unit_tests.megatron_logs import megatron_args, megatron_log, random_times, rows_with_tokens
 
 
 def test_a_title_without_a_plot_is_refused(tmp_path, capsys):
     """``--title`` without ``--plot`` was dropped without a word (no plot, no title)."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     log = tmp_path / "8n.log"
-    log.write_text(_log(args, _random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
+    log.write_text(megatron_log(args, random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
     assert main(["table", str(log), "--title", "strong scaling"]) == 2
     captured = capsys.readouterr()
     assert "--title is the plot's title: give --plot PNG too" in captured.err and captured.out == ""
@@ -31,10 +31,9 @@ def test_the_plot_shows_efficiencies_above_110_percent(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     from megatron.oellm.scaling_table import plot, with_efficiency
-    from tests.unit_tests.test_tables import _rows
 
     tokens = {4: random.uniform(6000, 7000), 8: random.uniform(6000, 7000), 16: random.uniform(3000, 3900)}
-    rows, _ = with_efficiency(_rows(tokens), baseline_nodes=16)
+    rows, _ = with_efficiency(rows_with_tokens(tokens), baseline_nodes=16)
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
     plot(rows, str(tmp_path / "scaling.png"))
@@ -52,8 +51,8 @@ def test_a_non_text_oellm_model_reads_as_an_unknown_model(garbled):
     from megatron.oellm.run_log import parse_log_text
     from megatron.oellm.scaling_table import Window, summarise
 
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "oellm_model": garbled})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "oellm_model": garbled})
     tflops = round(random.uniform(100.0, 140.0), 1)  # as megatron prints it
-    row = summarise(parse_log_text(_log(args, _random_times(10, 75000.0), [tflops] * 10)), Window(), 4)
+    row = summarise(parse_log_text(megatron_log(args, random_times(10, 75000.0), [tflops] * 10)), Window(), 4)
     assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None
     assert row.tflops_per_gpu_logged == pytest.approx(tflops)

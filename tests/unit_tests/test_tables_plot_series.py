@@ -10,7 +10,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, plot, sorted_rows, summarise, with_efficiency
-from tests.unit_tests.test_tables import _log, _megatron_args
+from tests.unit_tests.megatron_logs import megatron_args, megatron_log
 
 STRONG_NODES = (4, 8, 16, 32, 64, 128)
 WEAK_NODES = (4, 8, 16, 32)
@@ -20,10 +20,10 @@ table's)."""
 
 def _row(nodes: int, global_batch: int, tokens: float):
     """The table row of a generated 10-iteration log on ``nodes`` nodes at ``global_batch`` and ``tokens``/s/GPU."""
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4,
-                                                              "global_batch_size": global_batch})
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4,
+                                                           "global_batch_size": global_batch})
     step_ms = global_batch * 4096 / tokens / (nodes * 4) * 1000
-    row = summarise(parse_log_text(_log(args, [step_ms] * 10, [120.0] * 10), f"{nodes}n_gbs{global_batch}.log"),
+    row = summarise(parse_log_text(megatron_log(args, [step_ms] * 10, [120.0] * 10), f"{nodes}n_gbs{global_batch}.log"),
                     Window(), 4)
     assert row.ok
     return row
@@ -74,8 +74,9 @@ def test_the_series_are_the_tables_strong_and_weak_workloads(rows):
     from megatron.oellm.scaling_table import scaling_series
 
     lone = _row(8, 768, random.uniform(5000, 7500))
-    args = _megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "seq_length": 8192})
-    longer = summarise(parse_log_text(_log(args, [random.uniform(1.4e5, 1.6e5)] * 10, [130.0] * 10)), Window(), 4)
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "seq_length": 8192})
+    longer = summarise(parse_log_text(megatron_log(args, [random.uniform(1.4e5, 1.6e5)] * 10, [130.0] * 10)),
+                       Window(), 4)
     series = dict(scaling_series([*rows, lone, longer]))
     assert sorted(series) == [
         "qwen3.5-35b-a3b, seq 4096, GBS 16 per GPU (weak scaling)",

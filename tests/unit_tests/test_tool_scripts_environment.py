@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit_tests.te_site_venv import fake_venv
+
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 RECORDING_PYTHON = '#!/usr/bin/env bash\necho "$*" >> "$FAKE_LOG"\nexit "${FAKE_STATUS:-0}"\n'
 """A stand-in interpreter: records its arguments and succeeds (``import torch`` too, so nothing is installed)."""
@@ -71,8 +73,6 @@ SHELL_TOOLS = ("bash", "env", "tar", "xz", "split", "sha256sum", "rm", "mkdir", 
 @pytest.mark.skipif(sys.platform != "linux", reason="GNU tools")
 def test_te_site_bundle_without_xz_keeps_the_earlier_bundle(tmp_path):
     """Without xz the script used to delete the earlier bundle's parts and checksums, then fail: now it refuses first."""
-    from test_te_site_bundle import fake_venv
-
     fake_venv(tmp_path / "venv")
     out = tmp_path / "out"
     out.mkdir()

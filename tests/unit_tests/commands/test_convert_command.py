@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-from convert_helpers import (  # noqa: E402
+from megatron.oellm.cards import get_card
+from megatron.oellm.cli import main
+from megatron.oellm.commands.convert import byte_size
+from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource
+from tests.unit_tests.convert.convert_helpers import (
     assert_bitwise_equal,
     edit_json,
     random_hf_tensors,
@@ -19,11 +21,6 @@ from convert_helpers import (  # noqa: E402
     signal_handler,
     write_hf,
 )
-
-from megatron.oellm.cards import get_card  # noqa: E402
-from megatron.oellm.cli import main  # noqa: E402
-from megatron.oellm.commands.convert import byte_size  # noqa: E402
-from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, SafetensorsSource  # noqa: E402
 
 
 def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

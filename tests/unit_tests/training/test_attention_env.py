@@ -11,6 +11,7 @@ from megatron.core.models.common.language_module.language_module import Language
 from megatron.core.transformer.enums import AttnBackend
 
 from megatron.oellm.training.attention_env import FLASH_GENERATIONS, SWITCHES, VERSION_PINS, attention_env_conflicts
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 VARIABLES = (*SWITCHES, *VERSION_PINS)
 
@@ -56,8 +57,6 @@ def test_megatrons_own_values_and_unset_variables_pass(monkeypatch: pytest.Monke
 def test_the_entry_refuses_a_conflict_before_it_starts_anything(monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """One error line naming each variable, what megatron sets and the way out; without the variable it goes on."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
     for name in VARIABLES:
@@ -72,6 +71,6 @@ def test_the_entry_refuses_a_conflict_before_it_starts_anything(monkeypatch: pyt
     assert "unset NVTE_FUSED_ATTN NVTE_FLASH_ATTN_V3" in line
     monkeypatch.delenv("NVTE_FUSED_ATTN")
     monkeypatch.delenv("NVTE_FLASH_ATTN_V3")
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(argv)
 

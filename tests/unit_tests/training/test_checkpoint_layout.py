@@ -6,65 +6,28 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
-from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.training import checkpoint_layout
 from megatron.oellm.training.checkpoint_layout import check_rank_file_layout, grad_bucket_size
 from megatron.oellm.training.stored_checkpoint import read_stored_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-LAYOUT = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
-          "virtual_pipeline_model_parallel_size": None, "expert_model_parallel_size": 2,
-          "expert_tensor_parallel_size": 2, "context_parallel_size": 1, "data_parallel_size": 4}
-"""A saved run's parallel sizes (validated: ``expert_tensor_parallel_size`` resolved)."""
-
-
-def _stored(**sizes) -> argparse.Namespace:
-    """The arguments a megatron-oellm training run stores in its checkpoint."""
-    defaults = {"oellm_model": "qwen3-30b-a3b-tiny", "num_experts": 8, "use_distributed_optimizer": True,
-                "num_layers": get_card("qwen3-30b-a3b-tiny").num_layers, "pipeline_model_parallel_layout": None,
-                "hybrid_layer_pattern": None,
-                "overlap_grad_reduce": False, "ddp_bucket_size": None, "ddp_num_buckets": None,
-                "overlap_param_gather_with_optimizer_step": False}
-    return argparse.Namespace(**{**defaults, **LAYOUT, **sizes})
-
-
-def _run(load: Path, **changes) -> argparse.Namespace:
-    """A resuming run's validated arguments: the stored layout with ``changes``."""
-    run = _stored(**{k: v for k, v in changes.items() if k in LAYOUT})
-    run.__dict__.update(load=str(load), finetune=False, no_load_optim=None, ckpt_step=None)
-    run.__dict__.update({k: v for k, v in changes.items() if k not in LAYOUT})
-    return run
+from tests.unit_tests.training.checkpoint_helpers import (
+    LAYOUT,
+    run_args,
+    save_dist_checkpoint,
+    save_rank_files,
+    stored_args,
+)
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 
 def check_optimizer_resharding(run: argparse.Namespace) -> None:
     """The check on the checkpoint ``run`` loads, read as the entry reads it."""
     checkpoint_layout.check_optimizer_resharding(run, read_stored_checkpoint(Path(run.load), run.ckpt_step))
-
-
-def _save(directory: Path, stored: argparse.Namespace, sharding: str | None = "dp_reshardable",
-          iteration: int | None = None) -> Path:
-    """A training checkpoint directory: ``iter_XXXXXXX`` (``release`` without ``iteration``) holding a distributed
-    checkpoint's ``.metadata`` and a ``common.pt`` with ``stored`` and the content metadata megatron records."""
-    iteration = random.randrange(1, 10**6) if iteration is None else iteration
-    name = f"iter_{iteration:07d}" if iteration else "release"
-    dcp.save({"x": torch.randn(random.randrange(2, 9))}, storage_writer=dcp.FileSystemWriter(directory / name),
-             no_dist=True)
-    save_config(CheckpointingConfig("torch_dist", 1), str(directory / name))
-    metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
-    if sharding is not None:
-        metadata["distrib_optim_sharding_type"] = sharding
-    torch.save({"args": stored, "iteration": iteration, "content_metadata": metadata}, directory / name / "common.pt")
-    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration or 'release'}\n")
-    return directory
 
 
 @pytest.mark.parametrize(("name", "flag", "value"), [
@@ -77,9 +40,9 @@ def _save(directory: Path, stored: argparse.Namespace, sharding: str | None = "d
 def test_a_model_space_change_is_refused_naming_it_and_the_ways_out(tmp_path: Path, name: str, flag: str,
                                                                     value: int) -> None:
     """Each size that changes what a rank's optimizer buckets hold is named with both values and its flag."""
-    load = _save(tmp_path, _stored())
+    load = save_dist_checkpoint(tmp_path, stored_args())
     with pytest.raises(ValueError) as refused:
-        check_optimizer_resharding(_run(load, **{name: value}))
+        check_optimizer_resharding(run_args(load, **{name: value}))
     message = str(refused.value)
     assert f"{name} ({flag}): checkpoint {LAYOUT[name] or 1}, run {value}" in message
     assert "'dp_reshardable'" in message
@@ -89,31 +52,33 @@ def test_a_model_space_change_is_refused_naming_it_and_the_ways_out(tmp_path: Pa
 def test_an_expert_layout_of_equal_shard_sizes_is_refused(tmp_path: Path) -> None:
     """EP 2 x ETP 2 saved, EP 4 x ETP 1 loaded: the flat buckets keep their shapes, so megatron may slice them by
     another parameter layout without a word."""
-    load = _save(tmp_path, _stored())
+    load = save_dist_checkpoint(tmp_path, stored_args())
     with pytest.raises(ValueError, match="expert_model_parallel_size .*expert_tensor_parallel_size"):
-        check_optimizer_resharding(_run(load, expert_model_parallel_size=4, expert_tensor_parallel_size=1))
+        check_optimizer_resharding(run_args(load, expert_model_parallel_size=4, expert_tensor_parallel_size=1))
 
 
 def test_data_and_context_parallel_changes_with_the_same_buckets_load(tmp_path: Path) -> None:
     """dp_reshardable follows the data-parallel (and context-parallel, part of the optimizer's shard group) size."""
-    load = _save(tmp_path, _stored(data_parallel_size=random.randrange(1, 41)))
-    check_optimizer_resharding(_run(load, data_parallel_size=random.randrange(1, 41), context_parallel_size=2))
-    overlap = _save(tmp_path / "overlap", _stored(data_parallel_size=random.randrange(1, 21), overlap_grad_reduce=True))
-    check_optimizer_resharding(_run(overlap, data_parallel_size=random.randrange(1, 21), overlap_grad_reduce=True))
+    load = save_dist_checkpoint(tmp_path, stored_args(data_parallel_size=random.randrange(1, 41)))
+    check_optimizer_resharding(run_args(load, data_parallel_size=random.randrange(1, 41), context_parallel_size=2))
+    overlap = save_dist_checkpoint(tmp_path / "overlap",
+                                   stored_args(data_parallel_size=random.randrange(1, 21), overlap_grad_reduce=True))
+    check_optimizer_resharding(run_args(overlap, data_parallel_size=random.randrange(1, 21), overlap_grad_reduce=True))
 
 
 def test_a_default_bucket_size_change_is_refused_naming_the_saved_size(tmp_path: Path) -> None:
     """Under --overlap-grad-reduce the default bucket grows with DP x CP above 40: the buckets no longer match."""
     saved_dp = random.randrange(41, 200)
-    load = _save(tmp_path, _stored(data_parallel_size=saved_dp, overlap_grad_reduce=True))
+    load = save_dist_checkpoint(tmp_path, stored_args(data_parallel_size=saved_dp, overlap_grad_reduce=True))
     with pytest.raises(ValueError) as refused:
-        check_optimizer_resharding(_run(load, data_parallel_size=saved_dp * 2, overlap_grad_reduce=True))
+        check_optimizer_resharding(run_args(load, data_parallel_size=saved_dp * 2, overlap_grad_reduce=True))
     assert f"checkpoint {saved_dp * 1_000_000}, run {saved_dp * 2_000_000}" in str(refused.value)
     assert f"--ddp-bucket-size {saved_dp * 1_000_000}" in str(refused.value)
     with pytest.raises(ValueError, match="drop --overlap-grad-reduce"):
-        check_optimizer_resharding(_run(_save(tmp_path / "one", _stored()), overlap_grad_reduce=True))
-    check_optimizer_resharding(_run(load, data_parallel_size=saved_dp * 2, overlap_grad_reduce=True,
-                                    ddp_bucket_size=saved_dp * 1_000_000))
+        check_optimizer_resharding(run_args(save_dist_checkpoint(tmp_path / "one", stored_args()),
+                                            overlap_grad_reduce=True))
+    check_optimizer_resharding(run_args(load, data_parallel_size=saved_dp * 2, overlap_grad_reduce=True,
+                                        ddp_bucket_size=saved_dp * 1_000_000))
 
 
 def test_the_bucket_size_is_megatrons(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,8 +101,8 @@ def test_the_bucket_size_is_megatrons(monkeypatch: pytest.MonkeyPatch) -> None:
         dp, cp = random.randrange(1, 300), random.choice([1, 2, 4])
         explicit = random.choice([None, random.randrange(10**6, 10**8)])
         overlap = random.random() < 0.7
-        run = _stored(data_parallel_size=dp, context_parallel_size=cp, overlap_grad_reduce=overlap,
-                      ddp_bucket_size=explicit)
+        run = stored_args(data_parallel_size=dp, context_parallel_size=cp, overlap_grad_reduce=overlap,
+                          ddp_bucket_size=explicit)
         expected = resolve_ddp_bucket_size(DistributedDataParallelConfig(bucket_size=explicit), Group(dp * cp),
                                            overlap, random.randrange(10**6, 10**9))
         assert grad_bucket_size(run) == expected
@@ -146,52 +111,50 @@ def test_the_bucket_size_is_megatrons(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("sharding", ["fully_reshardable", "fully_sharded_model_space", None])
 def test_a_reshardable_or_unrecorded_format_is_left_to_megatron(tmp_path: Path, sharding: str | None) -> None:
     """fully_reshardable state loads into any layout; a checkpoint without a recorded type is megatron's case."""
-    load = _save(tmp_path, _stored(), sharding=sharding)
-    check_optimizer_resharding(_run(load, tensor_model_parallel_size=4, expert_model_parallel_size=4))
+    load = save_dist_checkpoint(tmp_path, stored_args(), sharding=sharding)
+    check_optimizer_resharding(run_args(load, tensor_model_parallel_size=4, expert_model_parallel_size=4))
 
 
 @pytest.mark.parametrize("changes", [{"no_load_optim": True}, {"finetune": True}, {"use_distributed_optimizer": False}])
 def test_runs_that_load_no_distributed_optimizer_state_are_not_refused(tmp_path: Path, changes: dict) -> None:
     """--no-load-optim (the way out), --finetune and a non-distributed optimizer read no such state."""
-    load = _save(tmp_path, _stored())
-    check_optimizer_resharding(_run(load, tensor_model_parallel_size=4, **changes))
+    load = save_dist_checkpoint(tmp_path, stored_args())
+    check_optimizer_resharding(run_args(load, tensor_model_parallel_size=4, **changes))
 
 
 def test_checkpoints_without_optimizer_state_or_not_ours_are_not_refused(tmp_path: Path) -> None:
     """A release checkpoint, one saved with --no-save-optim, and one without our stored arguments."""
-    release = _save(tmp_path / "release", _stored(), iteration=0)
-    no_optim = _save(tmp_path / "no_optim", _stored(no_save_optim=True))
-    stored = _stored()
+    release = save_dist_checkpoint(tmp_path / "release", stored_args(), iteration=0)
+    no_optim = save_dist_checkpoint(tmp_path / "no_optim", stored_args(no_save_optim=True))
+    stored = stored_args()
     del stored.oellm_model
-    other = _save(tmp_path / "other", stored)
+    other = save_dist_checkpoint(tmp_path / "other", stored)
     for load in (release, no_optim, other, tmp_path / "missing"):
-        check_optimizer_resharding(_run(load, tensor_model_parallel_size=4))
+        check_optimizer_resharding(run_args(load, tensor_model_parallel_size=4))
 
 
 def test_ckpt_step_selects_the_checked_iteration(tmp_path: Path) -> None:
     """--ckpt-step names the iteration megatron loads; its stored layout is the one compared."""
-    _save(tmp_path, _stored(), iteration=5)
-    _save(tmp_path, _stored(tensor_model_parallel_size=4), iteration=9)
-    check_optimizer_resharding(_run(tmp_path, tensor_model_parallel_size=4))
+    save_dist_checkpoint(tmp_path, stored_args(), iteration=5)
+    save_dist_checkpoint(tmp_path, stored_args(tensor_model_parallel_size=4), iteration=9)
+    check_optimizer_resharding(run_args(tmp_path, tensor_model_parallel_size=4))
     with pytest.raises(ValueError, match="iter_0000005"):
-        check_optimizer_resharding(_run(tmp_path, tensor_model_parallel_size=4, ckpt_step=5))
+        check_optimizer_resharding(run_args(tmp_path, tensor_model_parallel_size=4, ckpt_step=5))
 
 
 def test_the_entry_refuses_before_it_starts_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 from main(), before the steps that set up GPUs; --no-load-optim passes."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
-    load = _save(tmp_path, _stored(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
-                                   expert_model_parallel_size=1, expert_tensor_parallel_size=1))
+    load = save_dist_checkpoint(tmp_path, stored_args(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
+                                                      expert_model_parallel_size=1, expert_tensor_parallel_size=1))
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
             "--ckpt-format", "torch_dist", "--use-distributed-optimizer", "--mock-data"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --load {load} (")
     assert "tensor_model_parallel_size (--tensor-model-parallel-size): checkpoint 2, run 1" in line
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--no-load-optim"])
 
 
@@ -201,16 +164,17 @@ def test_a_hybrid_pipeline_resplit_at_the_same_sizes_is_refused(tmp_path: Path) 
     pattern = get_card("qwen3.5-35b-a3b-tiny").hybrid_layer_pattern
     saved_cut, run_cut = random.sample(range(2, len(pattern), 2), 2)
     saved_pattern, run_pattern = (f"{pattern[:cut]}|{pattern[cut:]}" for cut in (saved_cut, run_cut))
-    stored = _stored(hybrid_layer_pattern=saved_pattern, num_experts=8)
-    load = _save(tmp_path, stored)
+    stored = stored_args(hybrid_layer_pattern=saved_pattern, num_experts=8)
+    load = save_dist_checkpoint(tmp_path, stored)
     with pytest.raises(ValueError) as refused:
-        check_optimizer_resharding(_run(load, hybrid_layer_pattern=run_pattern))
+        check_optimizer_resharding(run_args(load, hybrid_layer_pattern=run_pattern))
     message = str(refused.value)
     assert (f"pipeline stage split (the '|' of --hybrid-layer-pattern, or --pipeline-model-parallel-layout): "
             f"checkpoint '{layout_text(saved_cut // 2, len(pattern) // 2)}', run "
             f"'{layout_text(run_cut // 2, len(pattern) // 2)}'") in message
     assert f"pass --hybrid-layer-pattern {saved_pattern!r}" in message
-    check_optimizer_resharding(_run(load, hybrid_layer_pattern=saved_pattern, data_parallel_size=random.randrange(1, 9)))
+    check_optimizer_resharding(run_args(load, hybrid_layer_pattern=saved_pattern,
+                                        data_parallel_size=random.randrange(1, 9)))
 
 
 def layout_text(first: int, layers: int) -> str:
@@ -224,27 +188,10 @@ def test_a_gpt_pipeline_layout_change_is_refused_but_the_spelled_out_even_split_
     """--pipeline-model-parallel-layout placing other layers on a stage than the checkpoint's even split is refused;
     a layout that spells out the even split places the same layers and loads."""
     layers = get_card("qwen3-30b-a3b-tiny").num_layers
-    load = _save(tmp_path, _stored(pipeline_model_parallel_size=2))
+    load = save_dist_checkpoint(tmp_path, stored_args(pipeline_model_parallel_size=2))
     with pytest.raises(ValueError, match=r"pipeline stage split .*drop --pipeline-model-parallel-layout"):
-        check_optimizer_resharding(_run(load, pipeline_model_parallel_layout=f"Et*{layers}|L"))
-    check_optimizer_resharding(_run(load, pipeline_model_parallel_layout=layout_text(layers // 2, layers)))
-
-
-def _save_rank_files(directory: Path, stored: argparse.Namespace, iteration: int) -> Path:
-    """A ``--ckpt-format torch`` checkpoint as megatron-core writes it: ``iter_XXXXXXX/mp_rank_TT_PPP[_EEE]/
-    model_optim_rng.pt`` per model-parallel rank, each holding the run arguments and that rank's model shard."""
-    pp, ep = stored.pipeline_model_parallel_size, stored.expert_model_parallel_size
-    for tp_rank in range(stored.tensor_model_parallel_size):
-        for pp_rank in range(pp):
-            for ep_rank in range(ep):
-                name = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "") + (
-                    f"_{ep_rank:03d}" if ep > 1 else "")
-                (directory / f"iter_{iteration:07d}" / name).mkdir(parents=True)
-                torch.save({"args": stored, "iteration": iteration, "checkpoint_version": 3.0,
-                            "model": {"decoder.layers.0.weight": torch.randn(random.randrange(2, 9), 3)}},
-                           directory / f"iter_{iteration:07d}" / name / "model_optim_rng.pt")
-    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
-    return directory
+        check_optimizer_resharding(run_args(load, pipeline_model_parallel_layout=f"Et*{layers}|L"))
+    check_optimizer_resharding(run_args(load, pipeline_model_parallel_layout=layout_text(layers // 2, layers)))
 
 
 @pytest.mark.parametrize("changes", [{}, {"finetune": True}, {"no_load_optim": True},
@@ -254,20 +201,20 @@ def test_a_rank_file_checkpoint_refuses_any_model_parallel_change(tmp_path: Path
     the optimizer (megatron would exit, crash or load layers into other ones), naming the conversion; another DP
     size with the checkpoint's layout is not."""
     iteration = random.randrange(1, 10**6)
-    load = _save_rank_files(tmp_path, _stored(), iteration)
+    load = save_rank_files(tmp_path, stored_args(), iteration)
     checkpoint = read_stored_checkpoint(load)
     assert checkpoint is not None and checkpoint.ckpt_format == "torch"
     assert checkpoint.common["iteration"] == iteration
     name, value = random.choice([("tensor_model_parallel_size", 1), ("expert_model_parallel_size", 4),
                                  ("virtual_pipeline_model_parallel_size", 2)])
     with pytest.raises(ValueError) as refused:
-        check_rank_file_layout(_run(load, **{name: value}, **changes), checkpoint)
+        check_rank_file_layout(run_args(load, **{name: value}, **changes), checkpoint)
     message = str(refused.value)
     assert f"--load {load} (iter_{iteration:07d}) is a --ckpt-format torch checkpoint" in message
     assert f"{name} (" in message and f"checkpoint {LAYOUT[name] or 1}, run {value}" in message
     assert "--ckpt-convert-format torch_dist --ckpt-convert-save DIR" in message
-    check_rank_file_layout(_run(load, data_parallel_size=random.randrange(1, 64), **changes), checkpoint)
-    checkpoint_layout.check_optimizer_resharding(_run(load, tensor_model_parallel_size=1, **changes), checkpoint)
+    check_rank_file_layout(run_args(load, data_parallel_size=random.randrange(1, 64), **changes), checkpoint)
+    checkpoint_layout.check_optimizer_resharding(run_args(load, tensor_model_parallel_size=1, **changes), checkpoint)
 
 
 def test_the_rank_file_is_read_as_megatron_finds_it(tmp_path: Path) -> None:
@@ -276,9 +223,9 @@ def test_the_rank_file_is_read_as_megatron_finds_it(tmp_path: Path) -> None:
 
     iteration = random.randrange(1, 10**6)
     for pp, ep in ((1, 1), (2, 1), (1, 2), (2, 2)):
-        stored = _stored(pipeline_model_parallel_size=pp, expert_model_parallel_size=ep,
-                         tensor_model_parallel_size=1, data_parallel_size=random.randrange(1, 9))
-        load = _save_rank_files(tmp_path / f"{pp}_{ep}", stored, iteration)
+        stored = stored_args(pipeline_model_parallel_size=pp, expert_model_parallel_size=ep,
+                             tensor_model_parallel_size=1, data_parallel_size=random.randrange(1, 9))
+        load = save_rank_files(tmp_path / f"{pp}_{ep}", stored, iteration)
         megatron_state = torch.load(find_checkpoint_rank_0(str(load), iteration), weights_only=False)
         read = read_stored_checkpoint(load)
         assert read is not None and vars(read.common["args"]) == vars(megatron_state["args"])
@@ -287,17 +234,15 @@ def test_the_rank_file_is_read_as_megatron_finds_it(tmp_path: Path) -> None:
 def test_the_entry_refuses_a_rank_file_layout_change_before_it_starts_anything(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 from main(), also under --finetune; the checkpoint's layout goes on."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
-    load = _save_rank_files(tmp_path, _stored(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
-                                              expert_model_parallel_size=1, expert_tensor_parallel_size=1), 7)
+    load = save_rank_files(tmp_path, stored_args(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
+                                                 expert_model_parallel_size=1, expert_tensor_parallel_size=1), 7)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
             "--ckpt-format", "torch", "--mock-data", "--finetune"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --load {load} (iter_0000007) is a --ckpt-format torch checkpoint")
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--tensor-model-parallel-size", "2", "--sequence-parallel"])
 
 
@@ -315,15 +260,15 @@ def test_an_unset_stored_expert_tensor_size_is_the_tensor_size(tmp_path: Path) -
     """A rank-file checkpoint whose arguments leave the expert tensor size unset sharded its experts over the tensor
     group (megatron-core resolves an unset size to the tensor size): the same layout resumes, another is refused."""
     tp = random.choice([2, 4])
-    stored = _stored(tensor_model_parallel_size=tp, expert_tensor_parallel_size=None, pipeline_model_parallel_size=1,
-                     expert_model_parallel_size=1)
+    stored = stored_args(tensor_model_parallel_size=tp, expert_tensor_parallel_size=None,
+                         pipeline_model_parallel_size=1, expert_model_parallel_size=1)
     del stored.expert_tensor_parallel_size
     load = _save_rank_zero_file(tmp_path, stored)
     checkpoint = read_stored_checkpoint(load)
     run = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1}
-    check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=tp), checkpoint)
+    check_rank_file_layout(run_args(load, **run, expert_tensor_parallel_size=tp), checkpoint)
     with pytest.raises(ValueError, match=f"expert_tensor_parallel_size .*checkpoint {tp}, run 1"):
-        check_rank_file_layout(_run(load, **run, expert_tensor_parallel_size=1), checkpoint)
+        check_rank_file_layout(run_args(load, **run, expert_tensor_parallel_size=1), checkpoint)
 
 
 @pytest.mark.parametrize("kept", [("iteration",), ("tensor_model_parallel_size", "iteration"),
@@ -332,14 +277,14 @@ def test_a_rank_file_checkpoint_storing_too_few_arguments_is_left_to_megatron(tm
                                                                               kept: tuple[str, ...]) -> None:
     """Arguments of another program, too few to tell its layout (the last: no number of layers, as a hybrid
     checkpoint without its pattern): no guess, no crash on the missing ones; megatron's own checks decide."""
-    stored = argparse.Namespace(**{name: getattr(_stored(), name, 7) for name in kept})
+    stored = argparse.Namespace(**{name: getattr(stored_args(), name, 7) for name in kept})
     if "num_layers" in kept:
         stored.num_layers = None
     load = _save_rank_zero_file(tmp_path, stored)
     checkpoint = read_stored_checkpoint(load)
     assert checkpoint is not None and checkpoint.ckpt_format == "torch"
-    check_rank_file_layout(_run(load), checkpoint)
-    other_tp = _run(load, tensor_model_parallel_size=LAYOUT["tensor_model_parallel_size"] * 2)
+    check_rank_file_layout(run_args(load), checkpoint)
+    other_tp = run_args(load, tensor_model_parallel_size=LAYOUT["tensor_model_parallel_size"] * 2)
     if "pipeline_model_parallel_size" in kept:  # the sizes are known: a change of them is still refused
         with pytest.raises(ValueError, match="tensor_model_parallel_size"):
             check_rank_file_layout(other_tp, checkpoint)

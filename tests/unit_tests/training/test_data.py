@@ -10,6 +10,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.megatron_args import megatron_parser
 from megatron.oellm.training import data
 from megatron.oellm.training.args import parse_oellm_argv
+from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
 
 MASKING = "--dataloader-inter-document-masking"
 
@@ -43,50 +44,6 @@ def test_flags_that_select_another_dataset_or_sampler_are_refused(flag, message)
         data.check_data_args(parse_oellm_argv([flag]))
 
 
-class _Reached(Exception):
-    """Raised by the stand-ins of the steps after the argument checks."""
-
-
-def parsed_with_padded_vocab(**_kwargs):
-    """``sys.argv`` parsed as Megatron would, with the three fields its validation and tokenizer set."""
-    import torch
-
-    args = parse_oellm_argv(sys.argv[1:])
-    args.padded_vocab_size, args.virtual_pipeline_model_parallel_size = args.vocab_size, None
-    args.params_dtype = torch.bfloat16 if args.bf16 else torch.float32
-    return args
-
-
-def entry_up_to_pretrain(monkeypatch):
-    """The training entry with Megatron's validation (it needs CUDA) replaced by the plain parse and every step after
-    the argument checks (throughput hook, ``pretrain``: they set up GPUs) raising :class:`_Reached`. TE's attention
-    switches are cleared: megatron-core leaves them in ``os.environ`` when an earlier test builds a model, and the
-    entry refuses a preset one that disagrees with ``--attention-backend``."""
-    import megatron.training
-    import megatron.training.arguments
-
-    from megatron.oellm.backends import selection
-    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
-    from megatron.oellm.training import entry, throughput
-    from megatron.oellm.training.attention_env import SWITCHES, VERSION_PINS
-
-    for name in (*SWITCHES, *VERSION_PINS):
-        monkeypatch.delenv(name, raising=False)
-
-    def reached(*_args, **_kwargs):
-        raise _Reached
-
-    monkeypatch.setattr(sys, "argv", ["entry"])
-    monkeypatch.setattr(dataset_helpers, "apply", lambda: True)
-    monkeypatch.setattr(distrib_optimizer_step, "apply", lambda: True)
-    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
-    monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
-    monkeypatch.setattr(entry, "flops_and_peak", reached)
-    monkeypatch.setattr(throughput, "install_throughput_logging", reached)
-    monkeypatch.setattr(megatron.training, "pretrain", reached)
-    return entry
-
-
 def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatch, capsys):
     """The entry's argument checks run before the throughput hook and ``pretrain`` (which set up GPUs), and the
     refusal is one error line (exit status 2), not a traceback on every rank."""
@@ -94,7 +51,7 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
     assert entry.main([*argv, MASKING]) == 2
     assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.DOCUMENT_MASKING_UNWIRED}"]
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(argv)
 
 
@@ -218,7 +175,7 @@ def test_a_layout_that_does_not_fit_the_card_is_refused_before_megatron_initiali
     assert entry.main([*argv, "--hybrid-layer-pattern", pattern[:3] + "|" + pattern[3:]]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "hybrid pattern stage 'GEG' is not whole decoder layers" in err[0]
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--hybrid-layer-pattern", pattern[:4] + "|" + pattern[4:]])
 
 
@@ -231,19 +188,8 @@ def test_a_transformer_config_refusal_comes_before_megatron_initialises(monkeypa
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "TransformerConfig refuses the run's arguments" in err[0]
     assert "fp8/fp4 must be specified" in err[0]
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(argv)
-
-
-def _corpus(tmp_path, name: str) -> str:
-    """A two-document byte corpus at ``tmp_path / name``; its prefix."""
-    from megatron.oellm.training.corpus import build_corpus
-
-    docs = []
-    for i in range(2):
-        docs.append(tmp_path / f"{name}{i}.txt")
-        docs[-1].write_text(f"document {i} of {name}")
-    return build_corpus(docs, tmp_path / name).prefix
 
 
 def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_initialises(monkeypatch, capsys,
@@ -255,21 +201,21 @@ def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_
     assert entry.main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.NO_DATA}"]
 
-    train = _corpus(tmp_path, "train")
+    train = corpus(tmp_path, "train")
     assert entry.main([*argv, "--data-path", "0.3", train, "0.7", f"{train}-typo"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert f"no indexed dataset (PREFIX.bin and PREFIX.idx) at '{train}-typo'" in line and f"'{train}'," not in line
     Path(f"{train}.idx").rename(tmp_path / "moved.idx")
-    assert entry.main([*argv, "--train-data-path", train, "--valid-data-path", _corpus(tmp_path, "valid")]) == 2
+    assert entry.main([*argv, "--train-data-path", train, "--valid-data-path", corpus(tmp_path, "valid")]) == 2
     assert f"at '{train}':" in capsys.readouterr().err
     (tmp_path / "moved.idx").rename(f"{train}.idx")
     assert entry.main([*argv, "--data-args-path", str(tmp_path / "no-such-list.txt")]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert "--data-args-path / --per-split-data-args-path: cannot read the data paths" in line
     (tmp_path / "data-args.txt").write_text(f"1.0 {train}\n")
-    for source in (["--data-path", train], ["--train-data-path", train, "--valid-data-path", _corpus(tmp_path, "v2")],
+    for source in (["--data-path", train], ["--train-data-path", train, "--valid-data-path", corpus(tmp_path, "v2")],
                    ["--data-args-path", str(tmp_path / "data-args.txt"), "--split", "98,2,0"], ["--mock-data"]):
-        with pytest.raises(_Reached):
+        with pytest.raises(Reached):
             entry.main([*argv, *source])
 
 
@@ -280,7 +226,7 @@ def test_a_per_split_data_args_file_without_its_three_splits_is_one_error_line(c
     in a KeyError / TypeError traceback on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
     path = tmp_path / "splits.json"
-    path.write_text(content.replace("PREFIX", _corpus(tmp_path, "train")))
+    path.write_text(content.replace("PREFIX", corpus(tmp_path, "train")))
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
             "--per-split-data-args-path", str(path)]
     assert entry.main(argv) == 2

@@ -9,17 +9,13 @@ under the prefix on rank 0 and stops with a permission error, unless a cache is 
 import json
 import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
 from megatron.oellm.training import data
 from megatron.oellm.training.args import parse_oellm_argv
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from test_data import _corpus, _Reached, entry_up_to_pretrain  # noqa: E402
+from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
 ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
@@ -74,7 +70,7 @@ def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_p
     """``--dataloader-fast-cache-load`` beside ``--data-path``, or either cache flag without ``--data-cache-path``,
     passed every check and stopped the run with megatron-core's AssertionError when the datasets were built."""
     flags, refused_flag = CACHE_CASES[case]
-    train = _corpus(tmp_path, "train")
+    train = corpus(tmp_path, "train")
     args = validated([{"TRAIN": train, "CACHE": str(tmp_path / "cache")}.get(flag, flag) for flag in flags])
     assert megatron_core_refuses(args) == (refused_flag is not None)
     if refused_flag is None:
@@ -86,11 +82,11 @@ def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_p
 
 def test_the_entry_refuses_a_fast_cache_load_without_a_cache_path_in_one_line(monkeypatch, capsys, tmp_path):
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = [*BASE, "--train-data-path", _corpus(tmp_path, "train"), "--dataloader-fast-cache-load"]
+    argv = [*BASE, "--train-data-path", corpus(tmp_path, "train"), "--dataloader-fast-cache-load"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --dataloader-fast-cache-load") and "--data-cache-path" in line
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--data-cache-path", str(tmp_path / "cache")])
 
 
@@ -112,7 +108,7 @@ def test_a_sequences_file_megatron_core_cannot_use_is_refused_before_init(conten
                                                                           null_tokenizer):
     """megatron-core reads ``--per-dataset-sequences-path`` when the datasets are built and looks every dataset
     prefix up in it: a missing file (FileNotFoundError) or a prefix it lacks (KeyError) stopped the run there."""
-    train = _corpus(tmp_path, "train")
+    train = corpus(tmp_path, "train")
     path = tmp_path / "sequences.json"
     if content is not None:
         path.write_text(content.replace("PREFIX", train))
@@ -127,7 +123,7 @@ def test_a_sequences_file_megatron_core_cannot_use_is_refused_before_init(conten
 def test_a_sequences_file_naming_every_prefix_passes_and_builds(tmp_path, null_tokenizer):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    train = _corpus(tmp_path, "train")
+    train = corpus(tmp_path, "train")
     indexed = IndexedDataset(train)
     path = tmp_path / "sequences.json"
     path.write_text(json.dumps({train: [indexed.index.sequence_count, indexed.index.document_count]}))
@@ -174,7 +170,7 @@ def _name() -> str:
 
 
 def test_the_check_looks_where_megatron_core_writes_and_reuses_the_cache(tmp_path, null_tokenizer):
-    prefix = _corpus(tmp_path, _name())
+    prefix = corpus(tmp_path, _name())
     cache = data.default_index_cache(prefix)
     assert data.lacks_index_cache(cache)
     build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
@@ -202,26 +198,26 @@ def test_the_entry_refuses_an_unwritable_dataset_directory_without_a_cache(monke
     entry = entry_up_to_pretrain(monkeypatch)
     shared = tmp_path / "shared"
     shared.mkdir()
-    prefix = _corpus(shared, _name())
+    prefix = corpus(shared, _name())
     _unwritable_under(shared, monkeypatch)
     assert entry.main([*ARGV, "--data-path", prefix]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert f"dataset {prefix!r}" in line and str(data.default_index_cache(prefix)) in line
     assert "give --data-cache-path DIR" in line
     assert entry.main([*ARGV, "--train-data-path", prefix, "--valid-data-path", prefix]) == 2
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*ARGV, "--data-path", prefix, "--data-cache-path", str(tmp_path / "cache")])
-    with pytest.raises(_Reached):  # a writable dataset directory: megatron-core writes the cache there
-        entry.main([*ARGV, "--data-path", _corpus(tmp_path, _name())])
+    with pytest.raises(Reached):  # a writable dataset directory: megatron-core writes the cache there
+        entry.main([*ARGV, "--data-path", corpus(tmp_path, _name())])
 
 
 def test_an_unwritable_dataset_directory_with_a_built_cache_passes(monkeypatch, tmp_path,
                                                                    null_tokenizer):
     entry = entry_up_to_pretrain(monkeypatch)
-    prefix = _corpus(tmp_path, _name())
+    prefix = corpus(tmp_path, _name())
     build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
     _unwritable_under(tmp_path, monkeypatch)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*ARGV, "--data-path", prefix])
 
 
@@ -229,7 +225,7 @@ def test_an_unwritable_dataset_directory_with_a_built_cache_passes(monkeypatch, 
 def test_the_refusal_agrees_with_megatron_core_on_a_read_only_directory(tmp_path, null_tokenizer):
     shared = tmp_path / "shared"
     shared.mkdir()
-    prefix = _corpus(shared, _name())
+    prefix = corpus(shared, _name())
     args = validated(["--data-path", prefix, "--split", "100,0,0"])
     shared.chmod(0o555)
     try:

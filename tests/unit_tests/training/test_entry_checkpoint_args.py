@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,8 @@ from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training import entry
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
+from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 CARD = "qwen3-30b-a3b-tiny"
 OTHER = "qwen3-30b-a3b"
@@ -134,8 +132,6 @@ def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 before Megatron parses (and overwrites) the arguments."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
     saved = _saved(converted, tmp_path, _card_args(OTHER), 3)
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(saved), "--use-checkpoint-args",
@@ -143,7 +139,7 @@ def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path,
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --use-checkpoint-args would take architecture arguments")
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(saved), "--ckpt-format",
                     "torch_dist", "--mock-data"])
 

@@ -4,7 +4,6 @@ converted checkpoint does not store: refused before Megatron starts, naming ``--
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,9 @@ from megatron.oellm.training.stored_checkpoint import (
     read_loaded_checkpoint,
     read_stored_checkpoint,
 )
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-from convert_helpers import random_hf_tensors, write_hf  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_checkpoint_layout import _save, _stored  # noqa: E402
+from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint, stored_args
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 CARD = "qwen3-30b-a3b-tiny"
 
@@ -110,8 +106,8 @@ def test_a_plain_load_of_a_converted_checkpoint_is_not_refused(converted: Path) 
 def test_other_checkpoints_are_left_to_megatron(tmp_path: Path) -> None:
     """An empty or missing ``--load``, and checkpoints a training run saved (an iteration, or a ``release`` without
     a card), are not read as converted ones: megatron's own checks decide."""
-    saved = _save(tmp_path / "saved", _stored(), iteration=random.randrange(1, 10**6))
-    release = _save(tmp_path / "release", _stored(), iteration=0)
+    saved = save_dist_checkpoint(tmp_path / "saved", stored_args(), iteration=random.randrange(1, 10**6))
+    release = save_dist_checkpoint(tmp_path / "release", stored_args(), iteration=0)
     for load in (saved, release):
         assert read_stored_checkpoint(load) is not None  # read: the rest of the test can fail
     (tmp_path / "empty").mkdir()
@@ -133,23 +129,19 @@ def test_a_converted_checkpoint_given_as_pretrained_is_not_refused(converted: Pa
 def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 before the throughput hook and ``pretrain``; with --finetune it goes on."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     main = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
             "torch_dist", "--vocab-file", "vocab.json", "--mock-data"]
     assert main.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{main.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         main.main([*argv, "--finetune"])
 
 
 def test_the_entry_reads_the_checkpoint_once(converted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The three checkpoint checks (architecture, converted load, optimizer layout) share one read of the common
     state; each used to read it again."""
-    from test_data import entry_up_to_pretrain
-
     from megatron.oellm.convert.dist_ckpt import CheckpointReader
 
     main = entry_up_to_pretrain(monkeypatch)

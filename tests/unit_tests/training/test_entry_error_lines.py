@@ -2,16 +2,11 @@
 that silently did something else than the command line says: each is now one ``error:`` line (exit status 2)."""
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
 from megatron.oellm.cards import get_card
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from test_data import _corpus, _Reached, entry_up_to_pretrain  # noqa: E402
+from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
 
 CARD = "qwen3-30b-a3b-tiny"
 BASE = ["--oellm-model", CARD, "--oellm-backend", "torch", "--seq-length", "128"]
@@ -60,7 +55,7 @@ def test_yaml_cfg_is_refused(monkeypatch, capsys, tmp_path):
 ])
 def test_two_data_sources_are_refused(monkeypatch, capsys, tmp_path, sources):
     entry = entry_up_to_pretrain(monkeypatch)
-    prefix = _corpus(tmp_path, "train")
+    prefix = corpus(tmp_path, "train")
     (tmp_path / "args.txt").write_text(prefix)
     (tmp_path / "split.json").write_text(f'{{"train": "{prefix}", "valid": "{prefix}", "test": "{prefix}"}}')
     flags = {"mock": ["--mock-data"], "data-args": ["--data-args-path", str(tmp_path / "args.txt")],
@@ -68,7 +63,7 @@ def test_two_data_sources_are_refused(monkeypatch, capsys, tmp_path, sources):
              "data-path": ["--data-path", prefix, "--split", "98,2,0"], "train": ["--train-data-path", prefix]}
     assert entry.main([*BASE, *flags[sources[0]], *flags[sources[1]]]) == 2
     assert "one data source" in one_error_line(capsys)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*BASE, *flags[sources[1]], *(["--split", "98,2,0"] if sources[1] == "data-args" else [])])
 
 
@@ -81,7 +76,7 @@ def test_seq_length_above_the_cards_positions_is_one_error_line(monkeypatch, cap
     assert entry.main([*argv, "--seq-length", str(seq)]) == 2
     line = one_error_line(capsys)
     assert f"--seq-length {seq}" in line and str(limit) in line
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--seq-length", str(random.randint(8, limit // 8) * 8)])
 
 
@@ -104,12 +99,12 @@ def test_data_args_path_without_split_is_refused(monkeypatch, capsys, tmp_path):
     """validate_args gives --data-path a default split, not --data-args-path: megatron-core's dataset config then
     asserted "split must be provided" after the model and optimizer were set up."""
     entry = entry_up_to_pretrain(monkeypatch)
-    (tmp_path / "args.txt").write_text(_corpus(tmp_path, "train"))
+    (tmp_path / "args.txt").write_text(corpus(tmp_path, "train"))
     argv = [*BASE, "--data-args-path", str(tmp_path / "args.txt")]
     assert entry.main(argv) == 2
     assert "--split" in one_error_line(capsys)
     weights = [random.randint(1, 99) for _ in range(3)]
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--split", ",".join(map(str, weights))])
 
 
@@ -117,18 +112,18 @@ def test_data_args_path_without_split_is_refused(monkeypatch, capsys, tmp_path):
 def test_a_split_megatron_cannot_use_is_refused(monkeypatch, capsys, tmp_path, split):
     """An unusable --split failed (or gave NaN split bounds) in the dataset builder, after GPU set-up."""
     entry = entry_up_to_pretrain(monkeypatch)
-    assert entry.main([*BASE, "--data-path", _corpus(tmp_path, "train"), "--split", split]) == 2
+    assert entry.main([*BASE, "--data-path", corpus(tmp_path, "train"), "--split", split]) == 2
     assert f"--split {split!r}" in one_error_line(capsys)
 
 
 def test_split_beside_per_split_paths_is_refused(monkeypatch, capsys, tmp_path):
     """megatron-core's dataset config asserts "split and blend_per_split are incompatible" after GPU set-up."""
     entry = entry_up_to_pretrain(monkeypatch)
-    prefix = _corpus(tmp_path, "train")
+    prefix = corpus(tmp_path, "train")
     argv = [*BASE, "--train-data-path", prefix, "--valid-data-path", prefix]
     assert entry.main([*argv, "--split", "98,2,0"]) == 2
     assert "--split" in one_error_line(capsys)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(argv)
 
 

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -83,8 +82,7 @@ def test_a_converted_hugging_face_checkpoint_is_what_the_first_iteration_runs(tm
     that did not get these weights (a fresh initialisation, or a load that skipped the final norm) sits about 1e-2
     above it (measured: docs/benchmarks.md, session 13).
     """
-    sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
-    from convert_helpers import random_hf_tensors, write_hf
+    from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
     card = get_card(name)
     tensors = {key: value if "norm" in key else value * 0.02 for key, value in random_hf_tensors(card, seed=5).items()}

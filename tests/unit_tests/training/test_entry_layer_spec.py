@@ -10,7 +10,7 @@ import pytest
 
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.model_provider import check_layer_spec
-from tests.unit_tests.training.test_data import _Reached, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
 
@@ -39,7 +39,7 @@ def test_no_spec_and_spec_local_still_train(monkeypatch, extra):
     """Without ``--spec``, and with the ``--spec local`` megatron-core asks for beside ``--attention-backend local``,
     the entry goes on to the steps after its checks."""
     entry = entry_up_to_pretrain(monkeypatch)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*ARGV, *extra])
 
 
@@ -68,6 +68,6 @@ def test_spec_local_beside_local_attention_still_trains(monkeypatch):
     """megatron-core's ``validate_args`` asks for ``--spec local`` beside ``--attention-backend local``."""
     check_layer_spec(parse_oellm_argv(["--attention-backend", "local", "--spec", "local"]))
     entry = entry_up_to_pretrain(monkeypatch)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
                     "--attention-backend", "local", "--spec", "local"])

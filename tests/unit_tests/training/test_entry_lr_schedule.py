@@ -3,15 +3,11 @@ every rank (``OptimizerParamScheduler``, built in ``setup_model_and_optimizer``)
 training entry's start, and ``oellm recipe``'s validation refuses them before the job is queued."""
 
 import random
-import sys
 import types
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from test_data import _Reached, entry_up_to_pretrain  # noqa: E402
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8"]
@@ -19,7 +15,7 @@ BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--se
 
 def entry_up_to_throughput(monkeypatch):
     """The entry up to :func:`entry_up_to_pretrain`'s stand-ins, except that the FLOP count answers (the throughput
-    hook raises :class:`_Reached`), so that the checks after it run."""
+    hook raises :class:`Reached`), so that the checks after it run."""
     entry = entry_up_to_pretrain(monkeypatch)
     monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1e9, None))
     return entry
@@ -117,14 +113,14 @@ def test_a_schedule_megatron_builds_is_let_through(monkeypatch, case):
     flags = _good_schedules()[case]
     megatron_schedule([*BASE, *flags])
     entry = entry_up_to_throughput(monkeypatch)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*BASE, *flags])
 
 
 def test_skip_train_needs_no_schedule(monkeypatch):
     """megatron builds no optimizer (nor schedule) under ``--skip-train``."""
     entry = entry_up_to_throughput(monkeypatch)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*BASE, "--skip-train"])
 
 

@@ -16,6 +16,8 @@ from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_conf
 
 from megatron.oellm.training.checkpoint_layout import check_checkpoint_format
 from megatron.oellm.training.stored_checkpoint import check_load_directory, load_directory, read_stored_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import run_args, save_dist_checkpoint, stored_args
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 
 def _save(load: Path, fmt: str, iteration: int) -> Path:
@@ -107,22 +109,16 @@ def test_a_format_the_run_cannot_load_is_refused(tmp_path: Path, fmt: str, run: 
 def test_a_torch_dist_checkpoint_is_refused_under_the_dcp_formats(tmp_path: Path, run_format: str) -> None:
     """Under torch_dcp / fsdp_dtensor megatron builds plain tensors for a torch_dist checkpoint, which the
     distributed load drops: it fails on 'model' after allocating the model."""
-    from test_checkpoint_layout import _run as layout_run
-    from test_checkpoint_layout import _save as layout_save
-    from test_checkpoint_layout import _stored
-
-    load = layout_save(tmp_path, _stored())
+    load = save_dist_checkpoint(tmp_path, stored_args())
     checkpoint = read_stored_checkpoint(load)
     with pytest.raises(ValueError, match=f"--ckpt-format {run_format} cannot load"):
-        check_checkpoint_format(layout_run(load, ckpt_format=run_format), checkpoint)
-    check_checkpoint_format(layout_run(load, ckpt_format="torch_dist"), checkpoint)
+        check_checkpoint_format(run_args(load, ckpt_format=run_format), checkpoint)
+    check_checkpoint_format(run_args(load, ckpt_format="torch_dist"), checkpoint)
 
 
 def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 from main() for each; the right flags go on."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
     directory = _save(tmp_path, "torch_dist", 12)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
@@ -132,7 +128,7 @@ def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkey
     assert [line.split(": error: ")[1][:60] for line in lines] == [
         f"--load {directory} is a checkpoint's iteration directory"[:60],
         f"--load {tmp_path} (iter_0000012) is a torch_dist checkpoint"[:60]]
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--load", str(tmp_path), "--ckpt-step", "12", "--ckpt-format", "torch_dist"])
 
 

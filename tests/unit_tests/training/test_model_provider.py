@@ -11,6 +11,7 @@ from megatron.oellm.megatron_args import megatron_parser
 from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
 from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.model_provider import card_from_args, layout_from_args, runtime_overrides
+from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain
 
 
 def parsed(argv):
@@ -236,8 +237,6 @@ def test_gdn_norm_out_on_a_qwen3_5_card_is_refused_naming_the_hybrid_model_limit
 
 def test_gdn_norm_out_on_a_qwen3_moe_card_is_refused_by_the_entry_as_absent(monkeypatch, capsys):
     """A Qwen3 MoE card has no GDN layers: the entry refuses the module in one line before pretrain."""
-    from tests.unit_tests.training.test_data import entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
     assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", *SELECTIVE_RECOMPUTE, *_modules("gdn_norm_out")]) == 2
     error = capsys.readouterr().err.splitlines()

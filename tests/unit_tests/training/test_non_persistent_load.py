@@ -6,17 +6,14 @@ so the entry's checks read that one, not the older persistent checkpoint."""
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import loaded_directory
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from test_checkpoint_layout import _save, _stored  # noqa: E402
+from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint, stored_args
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 SINGLE = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1,
           "expert_tensor_parallel_size": 1}
@@ -26,8 +23,9 @@ SINGLE = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "e
 def _checkpoints(tmp_path: Path, persistent: int, non_persistent: int, global_dir: Path | None) -> Path:
     """``--load`` with a persistent checkpoint saved at TP 2 and a global non-persistent one saved at this run's
     layout (in ``global_dir``, else ``--load``/non_persistent), both ``dp_reshardable``."""
-    load = _save(tmp_path / "run", _stored(**{**SINGLE, "tensor_model_parallel_size": 2}), iteration=persistent)
-    _save(global_dir or load / "non_persistent", _stored(**SINGLE), iteration=non_persistent)
+    load = save_dist_checkpoint(tmp_path / "run", stored_args(**{**SINGLE, "tensor_model_parallel_size": 2}),
+                                iteration=persistent)
+    save_dist_checkpoint(global_dir or load / "non_persistent", stored_args(**SINGLE), iteration=non_persistent)
     return load
 
 
@@ -45,13 +43,11 @@ def test_a_newer_non_persistent_checkpoint_is_the_checked_one(tmp_path: Path, mo
                                                               own_dir: bool) -> None:
     """A resume whose newer non-persistent checkpoint has the run's layout goes on (megatron loads that one); an
     older one leaves the persistent checkpoint checked, and its layout change refused."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
     persistent = random.randrange(2, 10**5)
     newer_dir, older_dir = (tmp_path / "newer_np", tmp_path / "older_np") if own_dir else (None, None)
     newer = _checkpoints(tmp_path / "newer", persistent, persistent + random.randrange(0, 100), newer_dir)
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main(_argv(newer, newer_dir))
     older = _checkpoints(tmp_path / "older", persistent, random.randrange(1, persistent), older_dir)
     assert entry.main(_argv(older, older_dir)) == 2

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches, interleaved_schedule_refusal
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, parsed_with_padded_vocab
 
 
 class _PassedTheChecks(Exception):
@@ -144,9 +145,6 @@ def test_the_training_entry_refuses_it_before_megatron_initialises(monkeypatch, 
     (here PP 2 with a 4-stage layout, DP 1, GBS 3: a last group of 1 micro-batch)."""
     import megatron.training.arguments
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from test_data import _Reached, entry_up_to_pretrain, parsed_with_padded_vocab
-
     entry = entry_up_to_pretrain(monkeypatch)
 
     def validated(**kwargs):
@@ -162,5 +160,5 @@ def test_the_training_entry_refuses_it_before_megatron_initialises(monkeypatch, 
     assert entry.main([*argv, "--global-batch-size", "3"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "interleaved pipeline schedule" in err[0] and "last group of 1" in err[0], err
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--global-batch-size", "4"])

@@ -6,7 +6,6 @@ before Megatron initialises."""
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,8 @@ from megatron.oellm.training.stored_checkpoint import (
     load_source,
     read_loaded_checkpoint,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from test_checkpoint_layout import _save, _save_rank_files, _stored  # noqa: E402
+from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint, save_rank_files, stored_args
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 TP2 = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1,
        "expert_tensor_parallel_size": 1}
@@ -40,12 +37,12 @@ def _megatron_loads(load: Path | None, pretrained: Path) -> Path:
 def test_the_source_is_megatrons(tmp_path: Path, load_state: str) -> None:
     """--pretrained-checkpoint stands in for an unset, empty or missing --load, never for one with a tracker; the
     checkpoint read from it is marked as fine-tuned and named by its flag."""
-    pretrained = _save(tmp_path / "base", _stored(**TP2), iteration=random.randrange(1, 10**5))
+    pretrained = save_dist_checkpoint(tmp_path / "base", stored_args(**TP2), iteration=random.randrange(1, 10**5))
     load = None if load_state == "unset" else tmp_path / "run"
     if load_state == "empty":
         load.mkdir()
     elif load_state == "tracker":
-        _save(load, _stored(**TP2), iteration=random.randrange(1, 10**5))
+        save_dist_checkpoint(load, stored_args(**TP2), iteration=random.randrange(1, 10**5))
     argv = ["--pretrained-checkpoint", str(pretrained), *(["--load", str(load)] if load else [])]
     args = parse_oellm_argv(argv)
     flag, directory = load_source(args)
@@ -62,11 +59,9 @@ def test_a_pretrained_rank_file_checkpoint_of_another_layout_is_refused_naming_i
     """--ckpt-format torch weights of another tensor-parallel size under --pretrained-checkpoint (an empty --load)
     are refused before Megatron initialises, naming --pretrained-checkpoint and its conversion; megatron would fail
     after allocating the model. With its own layout the run goes on."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
     iteration = random.randrange(1, 10**5)
-    pretrained = _save_rank_files(tmp_path / "base", _stored(**TP2), iteration)
+    pretrained = save_rank_files(tmp_path / "base", stored_args(**TP2), iteration)
     run = tmp_path / "run"
     run.mkdir()
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(run),
@@ -76,7 +71,7 @@ def test_a_pretrained_rank_file_checkpoint_of_another_layout_is_refused_naming_i
     assert line.startswith(f"{entry.PROG}: error: --pretrained-checkpoint {pretrained} (iter_{iteration:07d}) is a "
                            "--ckpt-format torch checkpoint")
     assert "then --pretrained-checkpoint DIR/torch_dist --ckpt-format torch_dist" in line
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--tensor-model-parallel-size", "2", "--sequence-parallel"])
 
 
@@ -84,13 +79,11 @@ def test_a_pretrained_checkpoint_loads_no_optimizer_state_so_its_layout_may_chan
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dp_reshardable training checkpoint of another layout as --pretrained-checkpoint goes on: megatron sets
     --finetune for it and reads no optimizer state, so the resharding refusal of a --load resume does not apply."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     entry = entry_up_to_pretrain(monkeypatch)
-    pretrained = _save(tmp_path / "base", _stored(**TP2), iteration=random.randrange(1, 10**5))
+    pretrained = save_dist_checkpoint(tmp_path / "base", stored_args(**TP2), iteration=random.randrange(1, 10**5))
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--ckpt-format", "torch_dist",
             "--use-distributed-optimizer", "--mock-data"]
-    with pytest.raises(_Reached):
+    with pytest.raises(Reached):
         entry.main([*argv, "--load", str(tmp_path / "run"), "--pretrained-checkpoint", str(pretrained)])
     assert entry.main([*argv, "--load", str(pretrained)]) == 2  # the same checkpoint resumed is refused
 
@@ -100,7 +93,7 @@ def test_a_pretrained_checkpoint_megatron_would_not_find_is_refused(tmp_path: Pa
     directory) is refused naming the fix; megatron stops with FileNotFoundError after allocating the model. Beside
     a --load that holds a checkpoint it is never read, and not checked."""
     iteration = random.randrange(1, 10**5)
-    pretrained = _save(tmp_path / "base", _stored(**TP2), iteration=iteration)
+    pretrained = save_dist_checkpoint(tmp_path / "base", stored_args(**TP2), iteration=iteration)
     typo = tmp_path / "bsae"
     with pytest.raises(ValueError, match=f"--pretrained-checkpoint {typo} holds no {TRACKER_FILE}: megatron-core"):
         check_load_directory(parse_oellm_argv(["--pretrained-checkpoint", str(typo)]))
@@ -125,15 +118,13 @@ def test_a_load_checkpoint_found_only_by_ckpt_step_beside_a_pretrained_one_is_re
     """--load holds iter_<step> but no tracker: megatron's --use-checkpoint-args would read --load's arguments (here
     those of another model) while its load falls back to --pretrained-checkpoint's iter_<step>; the entry refuses the
     fallback first, naming both ways to resume --load."""
-    from test_data import _Reached, entry_up_to_pretrain
-
     from megatron.oellm.cards import get_card
 
     entry = entry_up_to_pretrain(monkeypatch)
-    pretrained = _save(tmp_path / "base", _stored(**TP2), iteration=random.randrange(1, 10**5))
+    pretrained = save_dist_checkpoint(tmp_path / "base", stored_args(**TP2), iteration=random.randrange(1, 10**5))
     step = random.randrange(1, 10**5)
     layers = get_card("qwen3-30b-a3b-tiny").num_layers + random.randrange(1, 4)
-    run = _save(tmp_path / "run", _stored(**TP2, num_layers=layers), iteration=step)
+    run = save_dist_checkpoint(tmp_path / "run", stored_args(**TP2, num_layers=layers), iteration=step)
     (run / TRACKER_FILE).unlink()
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--ckpt-format", "torch_dist",
             "--pretrained-checkpoint", str(pretrained), "--load", str(run), "--use-checkpoint-args", "--mock-data"]
@@ -146,5 +137,5 @@ def test_a_load_checkpoint_found_only_by_ckpt_step_beside_a_pretrained_one_is_re
     [line] = capsys.readouterr().err.splitlines()
     assert f"from --load {run} that differ" in line and f"num_layers: checkpoint {layers}" in line
     (run / TRACKER_FILE).unlink()
-    with pytest.raises(_Reached):  # without --ckpt-step megatron reads no arguments from --load
+    with pytest.raises(Reached):  # without --ckpt-step megatron reads no arguments from --load
         entry.main(argv)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,7 @@ from megatron.oellm.training.stored_checkpoint import (
     read_loaded_checkpoint,
     tracked_checkpoint,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 
 def _tracker_texts() -> list[str]:
@@ -109,8 +107,6 @@ def test_a_load_directory_that_cannot_be_searched_is_refused(tmp_path: Path,
 @pytest.mark.parametrize("flag", ["--load", "--pretrained-checkpoint"])
 def test_the_entry_refuses_a_bad_tracker_before_megatron_initialises(
         flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from test_data import _Reached, entry_up_to_pretrain
-
     from megatron.oellm.training.args import parse_oellm_argv
 
     entry = entry_up_to_pretrain(monkeypatch)
@@ -122,5 +118,5 @@ def test_the_entry_refuses_a_bad_tracker_before_megatron_initialises(
     (tmp_path / TRACKER_FILE).unlink()
     if flag == "--load":  # a first job: nothing to load, training starts
         check_load_directory(parse_oellm_argv(argv))
-        with pytest.raises(_Reached):
+        with pytest.raises(Reached):
             entry.main(argv)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "convert"))
-from convert_helpers import random_hf_tensors  # noqa: E402
-
-from megatron.oellm.cards import get_card  # noqa: E402
-from megatron.oellm.convert.blocks import shift_norm  # noqa: E402
-from megatron.oellm.convert.errors import ConversionError  # noqa: E402
-from megatron.oellm.models.qwen3_5 import convert  # noqa: E402
+from megatron.oellm.cards import get_card
+from megatron.oellm.convert.blocks import shift_norm
+from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.models.qwen3_5 import convert
+from tests.unit_tests.convert.convert_helpers import random_hf_tensors
 
 CARD = get_card("qwen3.5-35b-a3b-tiny")
 

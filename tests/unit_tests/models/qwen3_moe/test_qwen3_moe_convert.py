@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "convert"))
-from convert_helpers import random_hf_tensors  # noqa: E402
-
-from megatron.oellm.cards import get_card  # noqa: E402
-from megatron.oellm.models.qwen3_moe import convert  # noqa: E402
+from megatron.oellm.cards import get_card
+from megatron.oellm.models.qwen3_moe import convert
+from tests.unit_tests.convert.convert_helpers import random_hf_tensors
 
 
 def _megatron_qkv(qkv_out: torch.Tensor, groups: int, heads: int, hd: int):

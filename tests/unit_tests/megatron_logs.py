@@ -1,0 +1,81 @@
+"""Synthetic Megatron stdout logs in megatron-core 0.19.2's exact print formats, shared by the ``oellm table`` and
+run-log tests."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from pathlib import Path
+
+from megatron.oellm.recipes import load_recipe, resolve
+from megatron.oellm.run_log import parse_log_text
+from megatron.oellm.scaling_table import Window, summarise
+from megatron.oellm.training.args import parse_oellm_argv
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "oellm"
+"""The recipe folder whose rows give the logs' argument namespaces."""
+
+_ARGS_CACHE: dict[tuple, dict] = {}
+
+
+def megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
+    """The argument namespace Megatron would print for a recipe row (parsed by the training entry's parser:
+    megatron-core's flags and ``--oellm-*``)."""
+    key = (stem, row)
+    if key not in _ARGS_CACHE:
+        recipe = load_recipe(EXAMPLES / f"{stem}.toml")
+        _ARGS_CACHE[key] = vars(parse_oellm_argv(resolve(recipe, recipe.rows[row - 1])))
+    return {**_ARGS_CACHE[key], **(overrides or {})}
+
+
+def args_block(args: dict) -> list[str]:
+    """``_print_args('arguments', args)`` as megatron-core 0.19.2 prints it: dots pad names to 48, sorted."""
+    lines = [f"  {name} {'.' * (48 - len(name))} {value}" for name, value in args.items()]
+    return (["------------------------ arguments ------------------------"]
+            + sorted(lines, key=lambda line: line.lower())
+            + ["-------------------- end of arguments ---------------------"])
+
+
+def iteration_line(iteration: int, total: int, gbs: int, ms: float, tflops: float) -> str:
+    """One ``training_log`` line in megatron-core 0.19.2's format (MoE metrics left out)."""
+    stamp = datetime(2026, 10, 19, 12, 0, iteration).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return (f" [{stamp}] iteration {iteration:8d}/{total:8d} | consumed samples: {iteration * gbs:12d} | "
+            f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "
+            f"learning rate: {3e-4:.6E} | global batch size: {gbs:5d} | lm loss: {random.uniform(9, 12):.6E} | "
+            f"loss scale: 1.0 | grad norm: {random.uniform(0.5, 5):.3f} | number of skipped iterations:   0 | "
+            "number of nan iterations:   0 |")
+
+
+def megatron_log(args: dict, times_ms: list[float], tflops: list[float], total: int = 10, tail: str = "",
+                 prefix: str = "") -> str:
+    """A whole stdout log: noise, the arguments block, the iteration lines, then ``tail``."""
+    lines = [f"using world size: {args['world_size']}", *args_block(args), "> building datasets ..."]
+    lines += [iteration_line(i, total, args["global_batch_size"], ms, tf)
+              for i, (ms, tf) in enumerate(zip(times_ms, tflops, strict=True), start=1)]
+    return "\n".join(prefix + line for line in lines) + "\n" + tail
+
+
+def random_times(n: int, centre_ms: float) -> list[float]:
+    """Iteration times: two slow warm-up iterations, then noise around ``centre_ms`` (rounded as Megatron prints)."""
+    return [round(centre_ms * 3, 1), round(centre_ms * 1.5, 1)] + [
+        round(centre_ms * random.uniform(0.97, 1.03), 1) for _ in range(n - 2)]
+
+
+def rows_with_tokens(tokens_by_nodes: dict[int, float]) -> list:
+    """Rows of fake runs with the given tokens/s/GPU (step time solved for it)."""
+    rows = []
+    for nodes, tokens in tokens_by_nodes.items():
+        args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
+        step_ms = 4096 * 4096 / tokens / (nodes * 4) * 1000
+        rows.append(summarise(parse_log_text(megatron_log(args, [step_ms] * 10, [100.0] * 10), f"{nodes}n.log"),
+                              Window(), 4))
+    return rows
+
+
+def ignored_at_shutdown(label: str) -> list[str]:
+    """What PyTorch's DataLoader prints at interpreter shutdown on one rank: an exception Python ignored."""
+    return [f"{label}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a2c1e8ca0>",
+            f"{label}Traceback (most recent call last):",
+            f'{label}  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
+            f"{label}    self._shutdown_workers()",
+            f"{label}AssertionError: can only test a child process"]

@@ -1,0 +1,72 @@
+"""Stored-checkpoint stand-ins shared by the checkpoint-loading tests: run arguments and checkpoint directories."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
+
+from megatron.oellm.cards import get_card
+
+LAYOUT = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+          "virtual_pipeline_model_parallel_size": None, "expert_model_parallel_size": 2,
+          "expert_tensor_parallel_size": 2, "context_parallel_size": 1, "data_parallel_size": 4}
+"""A saved run's parallel sizes (validated: ``expert_tensor_parallel_size`` resolved)."""
+
+
+def stored_args(**sizes) -> argparse.Namespace:
+    """The arguments a megatron-oellm training run stores in its checkpoint (:data:`LAYOUT` updated by ``sizes``)."""
+    defaults = {"oellm_model": "qwen3-30b-a3b-tiny", "num_experts": 8, "use_distributed_optimizer": True,
+                "num_layers": get_card("qwen3-30b-a3b-tiny").num_layers, "pipeline_model_parallel_layout": None,
+                "hybrid_layer_pattern": None,
+                "overlap_grad_reduce": False, "ddp_bucket_size": None, "ddp_num_buckets": None,
+                "overlap_param_gather_with_optimizer_step": False}
+    return argparse.Namespace(**{**defaults, **LAYOUT, **sizes})
+
+
+def run_args(load: Path, **changes) -> argparse.Namespace:
+    """A resuming run's validated arguments loading ``load``: the stored layout with ``changes``."""
+    run = stored_args(**{k: v for k, v in changes.items() if k in LAYOUT})
+    run.__dict__.update(load=str(load), finetune=False, no_load_optim=None, ckpt_step=None)
+    run.__dict__.update({k: v for k, v in changes.items() if k not in LAYOUT})
+    return run
+
+
+def save_dist_checkpoint(directory: Path, stored: argparse.Namespace, sharding: str | None = "dp_reshardable",
+                         iteration: int | None = None) -> Path:
+    """A ``torch_dist`` training checkpoint holding ``stored`` in ``directory``; returns ``directory``."""
+    # ``iter_XXXXXXX`` (``release`` for iteration 0) holds a distributed checkpoint's ``.metadata`` and a
+    # ``common.pt`` with ``stored`` and the content metadata megatron records; a random iteration without one.
+    iteration = random.randrange(1, 10**6) if iteration is None else iteration
+    name = f"iter_{iteration:07d}" if iteration else "release"
+    dcp.save({"x": torch.randn(random.randrange(2, 9))}, storage_writer=dcp.FileSystemWriter(directory / name),
+             no_dist=True)
+    save_config(CheckpointingConfig("torch_dist", 1), str(directory / name))
+    metadata = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    if sharding is not None:
+        metadata["distrib_optim_sharding_type"] = sharding
+    torch.save({"args": stored, "iteration": iteration, "content_metadata": metadata}, directory / name / "common.pt")
+    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration or 'release'}\n")
+    return directory
+
+
+def save_rank_files(directory: Path, stored: argparse.Namespace, iteration: int) -> Path:
+    """A ``--ckpt-format torch`` checkpoint holding ``stored`` in ``directory``, one file per model-parallel rank."""
+    # As megatron-core writes it: ``iter_XXXXXXX/mp_rank_TT_PPP[_EEE]/model_optim_rng.pt`` per model-parallel rank,
+    # each holding the run arguments and that rank's model shard.
+    pp, ep = stored.pipeline_model_parallel_size, stored.expert_model_parallel_size
+    for tp_rank in range(stored.tensor_model_parallel_size):
+        for pp_rank in range(pp):
+            for ep_rank in range(ep):
+                name = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "") + (
+                    f"_{ep_rank:03d}" if ep > 1 else "")
+                (directory / f"iter_{iteration:07d}" / name).mkdir(parents=True)
+                torch.save({"args": stored, "iteration": iteration, "checkpoint_version": 3.0,
+                            "model": {"decoder.layers.0.weight": torch.randn(random.randrange(2, 9), 3)}},
+                           directory / f"iter_{iteration:07d}" / name / "model_optim_rng.pt")
+    (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    return directory

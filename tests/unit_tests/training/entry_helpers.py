@@ -1,0 +1,69 @@
+"""Stand-ins shared by the training-entry tests: the entry run up to ``pretrain`` on CPU, and a tiny corpus.
+
+Megatron modules (``megatron.training``) are imported inside the functions, so importing this module at collection
+loads no more than ``megatron.oellm.training.args`` and ``.corpus``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from megatron.oellm.training.args import parse_oellm_argv
+from megatron.oellm.training.corpus import build_corpus
+
+
+class Reached(Exception):
+    """Raised by :func:`entry_up_to_pretrain`'s stand-ins for the steps after the entry's argument checks."""
+
+
+def parsed_with_padded_vocab(**_kwargs) -> argparse.Namespace:
+    """``sys.argv`` parsed as Megatron would, with the three fields its validation and tokenizer set."""
+    args = parse_oellm_argv(sys.argv[1:])
+    args.padded_vocab_size, args.virtual_pipeline_model_parallel_size = args.vocab_size, None
+    args.params_dtype = torch.bfloat16 if args.bf16 else torch.float32
+    return args
+
+
+def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
+    """The training entry module, patched to run its argument checks on CPU and raise :class:`Reached` after them."""
+    # Megatron's validation (it needs CUDA) is replaced by the plain parse; every step after the argument checks
+    # (throughput hook, ``pretrain``: they set up GPUs) raises Reached. TE's attention switches are cleared:
+    # megatron-core leaves them in ``os.environ`` when an earlier test builds a model, and the entry refuses a
+    # preset one that disagrees with ``--attention-backend``.
+    import megatron.training
+    import megatron.training.arguments
+
+    from megatron.oellm.backends import selection
+    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
+    from megatron.oellm.training import entry, throughput
+    from megatron.oellm.training.attention_env import SWITCHES, VERSION_PINS
+
+    for name in (*SWITCHES, *VERSION_PINS):
+        monkeypatch.delenv(name, raising=False)
+
+    def reached(*_args, **_kwargs):
+        raise Reached
+
+    monkeypatch.setattr(sys, "argv", ["entry"])
+    monkeypatch.setattr(dataset_helpers, "apply", lambda: True)
+    monkeypatch.setattr(distrib_optimizer_step, "apply", lambda: True)
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
+    monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
+    monkeypatch.setattr(entry, "flops_and_peak", reached)
+    monkeypatch.setattr(throughput, "install_throughput_logging", reached)
+    monkeypatch.setattr(megatron.training, "pretrain", reached)
+    return entry
+
+
+def corpus(tmp_path: Path, name: str) -> str:
+    """A two-document byte corpus built at ``tmp_path / name``; returns its prefix for ``--data-path``."""
+    docs = []
+    for i in range(2):
+        docs.append(tmp_path / f"{name}{i}.txt")
+        docs[-1].write_text(f"document {i} of {name}")
+    return build_corpus(docs, tmp_path / name).prefix
