@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import shutil
@@ -15,6 +14,7 @@ from packaging.requirements import Requirement
 
 import megatron.oellm
 from megatron.oellm.recipes import load_recipe
+from tests.unit_tests.setup_py import setup_keyword
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -57,12 +57,10 @@ def test_the_package_is_installed_with_its_extras_and_checked():
 def test_pins_satisfy_the_package_requirements():
     """Every pinned requirement of megatron-oellm and its gdn / hf extras lies within setup.py's range."""
     pinned = _pins()
-    requirements = [Requirement(r) for r in importlib.metadata.requires("megatron-oellm")]
+    extras = setup_keyword("extras_require")
     for extra in ("", "gdn", "hf"):
-        for requirement in requirements:
-            marker = requirement.marker
-            wanted = marker is None if not extra else marker is not None and marker.evaluate({"extra": extra})
-            if not wanted or requirement.name.lower() not in pinned:
+        for requirement in map(Requirement, extras[extra] if extra else setup_keyword("install_requires")):
+            if requirement.name.lower() not in pinned:
                 continue
             assert requirement.specifier.contains(pinned[requirement.name.lower()], prereleases=True), requirement
     for name in ("megatron-core", "fla-core", "flash-linear-attention", "transformers"):

@@ -7,7 +7,6 @@ under ``-S`` (the checks need only the standard library), with a fake torch and 
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import random
 import shlex
@@ -18,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit_tests.setup_py import declared_extras
+
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "install.sh"
-EXTRAS = importlib.metadata.metadata("megatron-oellm").get_all("Provides-Extra")
+EXTRAS = declared_extras()
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "$*" >> "$FAKE_LOG"; exit 0; fi
