@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from megatron.oellm import MEGATRON_CORE_VERSION
-from megatron.oellm.doctor import EnvironmentReport, GpuInfo
+from megatron.oellm.doctor.report import EnvironmentReport, GpuInfo
 
 H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 79.1)
 """The Hopper GPU of :func:`make_report`'s healthy node."""

@@ -19,40 +19,41 @@ import torch
 from packaging.version import Version
 
 from megatron.oellm import MEGATRON_CORE_VERSION, cli
-from megatron.oellm import doctor as doctor_module
 from megatron.oellm.backends.selection import (
     FlashAttentionFound,
     te_flash_attention_found,
     transformer_engine_import_error,
 )
 from megatron.oellm.commands import doctor as doctor_command
-from megatron.oellm.doctor import (
-    FLASH_ATTENTION_RECIPE_BASES,
-    HYBRID_EP_RECIPE_BASES,
-    NCCL_CHANNEL_VARIABLES,
+from megatron.oellm.doctor import nccl as doctor_nccl
+from megatron.oellm.doctor import probes as doctor_probes
+from megatron.oellm.doctor.allocator import check_allocator_conf, parse_allocator_conf
+from megatron.oellm.doctor.nccl import NCCL_CHANNEL_VARIABLES, check_nccl_channels, check_nccl_variable_names
+from megatron.oellm.doctor.probes import PackageProbe, collect_environment
+from megatron.oellm.doctor.report import (
+    UNKNOWN_VERSION,
     EnvironmentReport,
     Finding,
     GpuInfo,
-    PackageProbe,
-    check_allocator_conf,
+    NcclNames,
+    exit_status,
+    format_text,
+    to_json,
+)
+from megatron.oellm.doctor.rules import (
+    FLASH_ATTENTION_RECIPE_BASES,
+    HYBRID_EP_RECIPE_BASES,
     check_attention_switches,
     check_environment,
     check_fla_hopper_triton,
     check_gpus,
     check_hybrid_ep,
     check_megatron_core,
-    check_nccl_channels,
-    check_nccl_variable_names,
     check_python,
     check_slow_path_switches,
     check_te_flash_attention,
     check_torch,
     check_transformer_engine,
-    collect_environment,
-    exit_status,
-    format_text,
-    parse_allocator_conf,
-    to_json,
 )
 from megatron.oellm.switches import SLOW_PATH_SWITCHES
 from tests.unit_tests.doctor_reports import H100, make_report
@@ -151,7 +152,7 @@ def test_fla_rule_unparsable_triton_is_a_warning():
 
 SHADOWING_PROBE = """
 import json
-from megatron.oellm.doctor import collect_environment
+from megatron.oellm.doctor.probes import collect_environment
 report = collect_environment()
 print(json.dumps([report.versions["megatron-core"], report.megatron_core_path]))
 """
@@ -165,7 +166,7 @@ def test_a_megatron_checkout_on_pythonpath_is_the_version_checked(tmp_path):
     core.mkdir(parents=True)
     (core / "__init__.py").write_text("")
     (core / "package_info.py").write_text(f"MAJOR = 0\nMINOR = {minor}\nPATCH = {patch}\nPRE_RELEASE = 'rc1'\n")
-    root = os.path.dirname(os.path.dirname(doctor_module.__file__))  # the megatron folder of this checkout
+    root = str(Path(doctor_probes.__file__).parents[2])  # the megatron folder of this checkout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.path.dirname(root)])}
     done = subprocess.run([sys.executable, "-c", SHADOWING_PROBE], capture_output=True, text=True, env=env,
                           timeout=120, check=False)
@@ -178,7 +179,7 @@ def test_a_megatron_checkout_on_pythonpath_is_the_version_checked(tmp_path):
 
 def test_the_installed_megatron_core_module_reports_the_pinned_release():
     """This environment's megatron.core (the pinned wheel) parses to the pin, so a healthy install stays green."""
-    version, path = doctor_module.megatron_core_module()
+    version, path = doctor_probes.megatron_core_module()
     assert version == MEGATRON_CORE_VERSION and path is not None
 
 
@@ -309,22 +310,21 @@ def test_library_names_are_found_wherever_they_start(tmp_path):
     plain, tail, in_format, longer = _random_names(rng, 4)
     library = _fake_library(tmp_path / "libfake.so", [plain, "TORCH_" + tail, f"{in_format}=%s is set",
                                                       longer + "_EXTRA"], rng)
-    names = doctor_module.library_nccl_names(library)
+    names = doctor_nccl.library_nccl_names(library)
     assert {plain, tail, in_format, longer + "_EXTRA"} <= names
     assert longer not in names and "TORCH_" + tail not in names
     library.write_bytes(library.read_bytes().replace(plain.encode(), b"x" * len(plain)))
-    assert plain not in doctor_module.library_nccl_names(library)  # a changed file is read again, not cached
+    assert plain not in doctor_nccl.library_nccl_names(library)  # a changed file is read again, not cached
 
 
-def nccl_report(names: doctor_module.NcclNames) -> EnvironmentReport:
+def nccl_report(names: NcclNames) -> EnvironmentReport:
     """:func:`make_report` of a node whose torch runs the nvidia-nccl wheel's NCCL, whose names are ``names``."""
     return make_report(nccl_names=names, nccl_version=names.version)
 
 
-def _names(rng: random.Random, nccl: list[str], torch_names: list[str]) -> doctor_module.NcclNames:
+def _names(rng: random.Random, nccl: list[str], torch_names: list[str]) -> NcclNames:
     version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
-    return doctor_module.NcclNames("/site/nvidia/nccl/lib/libnccl.so.2", version, frozenset(nccl),
-                                   frozenset(torch_names))
+    return NcclNames("/site/nvidia/nccl/lib/libnccl.so.2", version, frozenset(nccl), frozenset(torch_names))
 
 
 def test_nccl_variables_neither_nccl_nor_torch_reads_are_warnings():
@@ -413,7 +413,7 @@ def test_nccl_variables_of_an_installation_are_no_typos():
     folders: neither library holds those names, yet they are no typo; a misspelt variable beside them still is."""
     rng = random.Random()
     (typo,) = _random_names(rng, 1)
-    env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in doctor_module.NCCL_INSTALL_VARIABLES}
+    env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in doctor_nccl.NCCL_INSTALL_VARIABLES}
     env |= {"NCCL_VERSION": f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}-1", typo: str(rng.randint(1, 9))}
     findings = check_nccl_variable_names(nccl_report(_names(rng, [], [])), env)
     assert [(f.severity, f.message.split("=")[0]) for f in findings] == [("warning", typo)]
@@ -460,10 +460,10 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
     library = _fake_nccl_wheel(nccl_site, in_nccl, version, rng)
     monkeypatch.syspath_prepend(str(nccl_site))
-    located = doctor_module._package_folders  # torch is imported here: it is located in the fake site instead
-    monkeypatch.setattr(doctor_module, "_package_folders",
+    located = doctor_nccl._package_folders  # torch is imported here: it is located in the fake site instead
+    monkeypatch.setattr(doctor_nccl, "_package_folders",
                         lambda module: [torch_site / module] if module == "torch" else located(module))
-    names, why = doctor_module._nccl_names()
+    names, why = doctor_nccl._nccl_names()
     assert why is None and names.version == version and Path(names.library) == library
     assert set(in_nccl) <= names.nccl and set(in_torch) <= names.torch
     env = {variable: "1" for variable in in_nccl + in_torch + unread}
@@ -471,22 +471,22 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     assert sorted(f.message.split("=", 1)[0] for f in findings) == sorted(unread)
     adjacent = _fake_nccl_wheel(torch_site, next_to_torch, f"{version}.post1", rng)
     monkeypatch.syspath_prepend(str(torch_site))  # torch's site-packages, where pip put both
-    names, _ = doctor_module._nccl_names()
+    names, _ = doctor_nccl._nccl_names()
     assert Path(names.library) == adjacent and set(next_to_torch) <= names.nccl and names.version == f"{version}.post1"
     (torch_site / "torch" / "lib" / "libtorch_cuda.so").unlink()  # a CPU build: nothing read, and the report says why
-    names, why = doctor_module._nccl_names()
+    names, why = doctor_nccl._nccl_names()
     assert names is None and "libtorch_cuda.so" in why
 
 
 def test_the_installed_nccl_reads_per_net_peer_and_not_per_peer():
     """Where this environment has the nvidia-nccl wheel (the GPU images), its library holds NCCL_MIN_NCHANNELS and
     NCCL_NCHANNELS_PER_NET_PEER and, for the releases the doctor's warning names, no NCCL_NCHANNELS_PER_PEER."""
-    library = doctor_module.nccl_wheel_library()
+    library = doctor_nccl.nccl_wheel_library()
     if library is None:
         pytest.skip("no nvidia-nccl wheel here")
-    names = doctor_module.library_nccl_names(library)
+    names = doctor_nccl.library_nccl_names(library)
     assert {"NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS"} <= names
-    version = doctor_module._nccl_wheel_version(library)
+    version = doctor_nccl._nccl_wheel_version(library)
     if version is not None and Version("2.18") <= Version(version) < Version("2.29"):
         assert "NCCL_NCHANNELS_PER_PEER" not in names
 
@@ -734,20 +734,20 @@ def test_collect_finds_modules_without_metadata_and_hybrid_ep(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     probe = PackageProbe("probe", ("no-such-distribution-for-doctor",), "doctor_probe_only_module")
-    assert doctor_module._distribution_version(probe) == doctor_module.UNKNOWN_VERSION
+    assert doctor_probes._distribution_version(probe) == UNKNOWN_VERSION
     missing = PackageProbe("missing", ("no-such-distribution-for-doctor",), "no_such_module_for_doctor")
-    assert doctor_module._distribution_version(missing) is None
-    assert doctor_module.deep_ep_declares_hybrid_ep() is True
+    assert doctor_probes._distribution_version(missing) is None
+    assert doctor_probes.deep_ep_declares_hybrid_ep() is True
     (package / "__init__.py").write_text("from .buffer import Buffer\n")
-    assert doctor_module.deep_ep_declares_hybrid_ep() is False
+    assert doctor_probes.deep_ep_declares_hybrid_ep() is False
 
 
 def test_find_nvcc_from_cuda_home(tmp_path):
     nvcc = tmp_path / "bin" / "nvcc"
     nvcc.parent.mkdir()
     nvcc.write_text("")
-    assert doctor_module._find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
-    found_without = doctor_module._find_nvcc({"PATH": ""})
+    assert doctor_probes._find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
+    found_without = doctor_probes._find_nvcc({"PATH": ""})
     assert found_without is None or found_without != str(nvcc)
 
 
@@ -769,7 +769,7 @@ def test_find_nvcc_searches_as_fla_does(tmp_path, monkeypatch, cuda_home, cuda_p
         if choice is not None:
             env[variable] = folders[choice]
             monkeypatch.setenv(variable, folders[choice])
-    found = doctor_module._find_nvcc(env)
+    found = doctor_probes._find_nvcc(env)
     assert (found is not None) is env_utils.has_usable_nvcc.__wrapped__()
     if cuda_home == "bad" and cuda_path == "good":
         assert found != str(good / "bin" / "nvcc")
@@ -785,7 +785,7 @@ def test_fla_rule_tilelang_that_fails_to_import_is_an_error():
 
 
 def test_import_probe_reports_the_last_error_line_of_a_fresh_interpreter(tmp_path, monkeypatch):
-    from megatron.oellm.doctor import _import_error_in_subprocess
+    from megatron.oellm.doctor.probes import _import_error_in_subprocess
 
     (tmp_path / "broken_module_for_doctor.py").write_text("raise OSError('libfoo.so.1: cannot open shared object')\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
@@ -955,8 +955,8 @@ def test_an_unread_flash_attention_probe_is_a_warning_saying_why():
 def test_a_probe_whose_last_line_is_not_its_report_is_a_reason_not_a_crash(monkeypatch):
     """Something printed after the probe's JSON line (a library's banner on stdout) is read as a failed probe."""
     done = type("Done", (), {"returncode": 0, "stdout": '{"accepted": {}, "rejected": []}\nbanner\n', "stderr": ""})
-    monkeypatch.setattr(doctor_module.subprocess, "run", lambda *args, **kwargs: done())
-    found, error = doctor_module._te_flash_attention_in_subprocess()
+    monkeypatch.setattr(doctor_probes.subprocess, "run", lambda *args, **kwargs: done())
+    found, error = doctor_probes._te_flash_attention_in_subprocess()
     assert found is None and error == "the probe's last line is not its report: 'banner'"
 
 
@@ -966,7 +966,7 @@ TE_IMPORTS = transformer_engine_import_error() is None
 @pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
 def test_the_doctor_reads_what_te_took_up_as_the_entry_does():
     """The fresh interpreter's reading is the training entry's (``te_flash_attention_found``) on this machine."""
-    assert doctor_module._te_flash_attention_in_subprocess() == (te_flash_attention_found(), None)
+    assert doctor_probes._te_flash_attention_in_subprocess() == (te_flash_attention_found(), None)
 
 
 @pytest.mark.skipif(not TE_IMPORTS, reason="needs Transformer Engine")
@@ -978,7 +978,7 @@ def test_a_flash_attn_outside_transformer_engines_range_is_a_warning(tmp_path, m
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash-attn\nVersion: {version}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    found, error = doctor_module._te_flash_attention_in_subprocess()
+    found, error = doctor_probes._te_flash_attention_in_subprocess()
     assert error is None and found.accepted == {}
     report = make_report(versions={**TE, "flash-attn": version}, te_flash_attention=found)
     (finding,) = check_te_flash_attention(report, GOOD_ENV)

@@ -14,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm import doctor as doctor_module
-from megatron.oellm.doctor import (
-    EnvironmentReport,
-    check_hybrid_ep,
-    check_transformer_engine,
-    collect_environment,
-)
+from megatron.oellm.doctor.probes import collect_environment, deep_ep_declares_hybrid_ep
+from megatron.oellm.doctor.report import EnvironmentReport
+from megatron.oellm.doctor.rules import check_hybrid_ep, check_transformer_engine
 from megatron.oellm.training import dispatcher
 from megatron.oellm.training.args import parse_oellm_argv
 
@@ -101,7 +97,7 @@ def test_the_hybrid_ep_warning_says_what_the_entry_does_with_each_flex_backend(t
                        "compiled": {"hybridep": False, "deepep": False}}[state]
     report = EnvironmentReport(python_version="3.12.3", typing_override_provided=False,
                                versions={"deep-ep": None if state == "missing" else "1.2.1"},
-                               hybrid_ep=doctor_module.deep_ep_declares_hybrid_ep())
+                               hybrid_ep=deep_ep_declares_hybrid_ep())
     (finding,) = check_hybrid_ep(report, {})
     assert finding.severity == "warning"
     claimed_refused = finding.message.partition(" are refused at start")[0] if "refused at start" in (

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from megatron.oellm.doctor import allocator_conf, check_allocator_conf, parse_allocator_conf
+from megatron.oellm.doctor.allocator import allocator_conf, check_allocator_conf, parse_allocator_conf
 from tests.unit_tests.doctor_reports import make_report
 
 OLD_TORCH = ["2.4.1", "2.7.0+cu126", "2.8.0", "2.9.0", "2.9.1+cu128"]

@@ -14,14 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm import doctor as doctor_module
-from megatron.oellm.doctor import (
-    EnvironmentReport,
-    PackageProbe,
-    check_hybrid_ep,
-    check_transformer_engine,
-    collect_environment,
-)
+from megatron.oellm.doctor import probes as doctor_probes
+from megatron.oellm.doctor.probes import PackageProbe, collect_environment
+from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport
+from megatron.oellm.doctor.rules import check_hybrid_ep, check_transformer_engine
 
 
 def _fake_cuda_torch(nccl_version: object) -> types.ModuleType:
@@ -50,14 +46,14 @@ def _raise(error: BaseException):
 def test_a_gpu_probe_that_raises_anything_is_a_probe_error_not_a_traceback(monkeypatch, error):
     """torch imports, but listing its NCCL / GPUs raises something other than RuntimeError: a probe error."""
     monkeypatch.setitem(sys.modules, "torch", _fake_cuda_torch(_raise(error)))
-    cuda, nccl, gpus, probe_error, import_error = doctor_module._torch_cuda_facts()
+    cuda, nccl, gpus, probe_error, import_error = doctor_probes._torch_cuda_facts()
     assert cuda == "12.8" and gpus == () and import_error is None
     assert probe_error is not None and str(error) in probe_error
 
 
 def test_the_gpu_probe_still_lists_gpus_when_nothing_raises(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", _fake_cuda_torch(lambda: (2, 27, 3)))
-    cuda, nccl, gpus, probe_error, _ = doctor_module._torch_cuda_facts()
+    cuda, nccl, gpus, probe_error, _ = doctor_probes._torch_cuda_facts()
     assert (cuda, nccl, probe_error) == ("12.8", "2.27.3", None) and gpus[0].capability == (9, 0)
 
 
@@ -78,13 +74,13 @@ def test_an_unreadable_deep_ep_init_is_unknown_not_a_traceback(tmp_path, monkeyp
         return read_text(self, *args, **kwargs)
 
     monkeypatch.setattr(pathlib.Path, "read_text", unreadable)
-    assert doctor_module.deep_ep_declares_hybrid_ep() is None
+    assert doctor_probes.deep_ep_declares_hybrid_ep() is None
 
 
 def test_a_probe_whose_stderr_is_not_utf8_reports_its_last_line(monkeypatch):
     """A native library's error in another encoding (a Latin-1 path) must not raise UnicodeDecodeError here."""
     code = "import sys; sys.stderr.buffer.write(b'OSError: /opt/caf\\xe9/libz3.so: cannot open\\n'); sys.exit(1)"
-    stdout, error = doctor_module._run_in_fresh_interpreter(code, "the probe", 60)
+    stdout, error = doctor_probes._run_in_fresh_interpreter(code, "the probe", 60)
     assert error is not None and "libz3.so: cannot open" in error
 
 
@@ -105,11 +101,11 @@ def test_a_dist_info_without_metadata_does_not_hide_the_module(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     probe = PackageProbe("half", ("oellm_doctor_half", "no-such-distribution-for-doctor"), "oellm_doctor_half_module")
-    assert doctor_module._distribution_version(probe) == doctor_module.UNKNOWN_VERSION
+    assert doctor_probes._distribution_version(probe) == UNKNOWN_VERSION
     _dist_info(tmp_path, "oellm_doctor_whole", "1.2")
     importlib.invalidate_caches()
     probe = PackageProbe("half", ("oellm_doctor_half", "oellm_doctor_whole"), None)
-    assert doctor_module._distribution_version(probe) == "1.2"
+    assert doctor_probes._distribution_version(probe) == "1.2"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None, reason="TE is installed here")
@@ -154,4 +150,4 @@ def test_an_nvcc_under_a_folder_this_user_may_not_enter_is_not_found_rather_than
     monkeypatch.setattr(pathlib.Path, "is_file", refusing)
     env = {"CUDA_HOME": str(tmp_path / "locked"), "PATH": str(usable.parent)}
     usable.chmod(0o755)
-    assert doctor_module._find_nvcc(env) == str(usable)
+    assert doctor_probes._find_nvcc(env) == str(usable)

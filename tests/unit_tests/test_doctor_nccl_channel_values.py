@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from megatron.oellm.doctor import NCCL_CHANNEL_VARIABLES, EnvironmentReport, Finding, check_nccl_channels, nccl_integer
+from megatron.oellm.doctor.nccl import NCCL_CHANNEL_VARIABLES, check_nccl_channels, nccl_integer
+from megatron.oellm.doctor.report import EnvironmentReport, Finding
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.strtoll.restype = ctypes.c_longlong

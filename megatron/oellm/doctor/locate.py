@@ -1,0 +1,35 @@
+"""Modules, packages and files located without importing them: what the probes and the NCCL name scan start from."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+
+def _module_findable(module: str) -> bool:
+    """Whether ``module`` is on ``sys.path``, without importing it (a parent package may be imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where it cannot be looked at: before Python 3.14 ``is_file`` raises PermissionError
+    for a file under a folder this user may not enter (a CUDA_HOME in another group's software tree)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _package_folders(module: str) -> list[Path]:
+    """The folders of the package ``module`` (one, or several for a namespace package), located without importing it
+    (a parent package may be imported); empty where it is not found or is no package."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(folder) for folder in spec.submodule_search_locations]

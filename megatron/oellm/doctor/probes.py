@@ -1,0 +1,291 @@
+"""Collection: the only part of the doctor that looks at the running process.
+
+:func:`collect_environment` probes this process once into an :class:`~megatron.oellm.doctor.report.EnvironmentReport`:
+package versions from distribution metadata (:data:`PACKAGE_PROBES`), modules located with
+``importlib.util.find_spec`` without importing them; only torch is imported, for its CUDA build and the GPUs; what
+may fail to import, Transformer Engine among them, is imported in a fresh interpreter. The ``NCCL_*`` names of the
+NCCL library torch loads are read by :mod:`megatron.oellm.doctor.nccl`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from megatron.oellm.doctor.locate import _is_file, _module_findable, _package_folders
+from megatron.oellm.doctor.nccl import _nccl_names
+from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
+
+if typing.TYPE_CHECKING:
+    from megatron.oellm.backends.selection import FlashAttentionFound
+
+
+@dataclass(frozen=True)
+class PackageProbe:
+    """Where to find one component: its distribution names (first installed wins) and its top-level module."""
+
+    name: str
+    """Name shown in the report and used as key of :attr:`EnvironmentReport.versions`."""
+    distributions: tuple[str, ...]
+    """Distribution names to read the version from with ``importlib.metadata``, in order of preference."""
+    module: str | None
+    """Top-level module; located (not imported) when no distribution metadata is found. None where only the
+    metadata counts (Transformer Engine looks for flash-attn-3 and flash-attn-4 by their distributions alone)."""
+
+
+PACKAGE_PROBES: tuple[PackageProbe, ...] = (
+    PackageProbe("torch", ("torch",), "torch"),
+    PackageProbe("triton", ("triton", "pytorch-triton"), "triton"),
+    PackageProbe("megatron-core", ("megatron-core",), "megatron.core"),
+    PackageProbe(
+        "transformer-engine",
+        ("transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13"),
+        "transformer_engine",
+    ),
+    PackageProbe("transformer-engine-torch", ("transformer-engine-torch",), "transformer_engine_torch"),
+    PackageProbe("fla", ("fla-core", "flash-linear-attention"), "fla"),
+    PackageProbe("tilelang", ("tilelang",), "tilelang"),
+    PackageProbe("deep-ep", ("deep-ep",), "deep_ep"),
+    PackageProbe("apex", ("apex",), "apex"),
+    PackageProbe("flash-attn", ("flash-attn",), "flash_attn"),
+    PackageProbe("flash-attn-3", ("flash-attn-3",), None),
+    PackageProbe("flash-attn-4", ("flash-attn-4",), None),
+    PackageProbe("transformers", ("transformers",), "transformers"),
+)
+"""Every package the doctor reports, in display order."""
+
+
+def _distribution_version(probe: PackageProbe) -> str | None:
+    """Version of the first installed distribution of ``probe``, else UNKNOWN_VERSION if its module is found.
+
+    A dist-info folder without its METADATA (an interrupted pip, a package removed by hand) makes
+    ``importlib.metadata.version`` return None: it counts as no metadata, so the next name and the module are tried.
+    """
+    for distribution in probe.distributions:
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if version:
+            return version
+    return UNKNOWN_VERSION if probe.module is not None and _module_findable(probe.module) else None
+
+
+def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float) -> tuple[str, str | None]:
+    """(stdout, None) of ``code`` run in a fresh interpreter (what may load native libraries or fail to import is
+    kept out of this process), or (stdout, why) when it fails: its last error line, else what happened to ``what``
+    (the probe's name in messages)."""
+    try:  # errors="replace": a native library's message may name a path in another encoding than UTF-8
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace",
+                                timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return "", f"{what} did not finish within {timeout_s:.0f} s"
+    except OSError as error:  # e.g. sys.executable removed or not executable: the probe's outcome, not a crash
+        return "", f"{what} could not start ({type(error).__name__}: {error})"
+    if result.returncode == 0:
+        return result.stdout, None
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return result.stdout, lines[-1] if lines else f"{what} exited with status {result.returncode}"
+
+
+def _import_error_in_subprocess(module: str, timeout_s: float = 180.0) -> str | None:
+    """Import ``module`` (or a comma-separated list, in order) in a fresh interpreter (it may load native
+    libraries); its last error line, or None."""
+    return _run_in_fresh_interpreter(f"import {module}", f"import {module}", timeout_s)[1]
+
+
+MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core"
+"""What the doctor imports to see whether megatron-core starts next to a broken Transformer Engine (megatron-core
+0.19.2 imports ``transformer_engine.pytorch.tensor`` unguarded once the top-level package imports:
+``megatron/core/fp8_utils.py``); ``megatron.oellm`` first for the Python 3.11 provision."""
+
+
+TE_FLASH_ATTENTION_PROBE = """
+import json
+import torch  # first, as in training
+from megatron.oellm.backends.selection import te_flash_attention_found
+found = te_flash_attention_found()
+print(json.dumps({"accepted": found.accepted, "rejected": found.rejected}))
+"""
+"""What the doctor runs in a fresh interpreter to read which flash-attn packages Transformer Engine takes up."""
+
+
+def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAttentionFound | None, str | None]:
+    """(the flash-attn packages Transformer Engine takes up, None) read in a fresh interpreter, as the training
+    entry reads them; (None, why) when that probe fails."""
+    stdout, error = _run_in_fresh_interpreter(TE_FLASH_ATTENTION_PROBE, "the probe", timeout_s)
+    lines = stdout.strip().splitlines()
+    if error is not None or not lines:
+        return None, error or "the probe exited with status 0"
+    from megatron.oellm.backends.selection import FlashAttentionFound
+
+    try:
+        data = json.loads(lines[-1])
+        accepted = {int(generation): str(version) for generation, version in data["accepted"].items()}
+        rejected = tuple(str(reason) for reason in data["rejected"])
+    except (ValueError, KeyError, TypeError, AttributeError):  # something else printed last
+        return None, f"the probe's last line is not its report: {lines[-1][:200]!r}"
+    return FlashAttentionFound(accepted, rejected), None
+
+
+GRAD_ACCUM_FUSION_MODULE = "fused_weight_gradient_mlp_cuda"
+"""apex's extension whose import decides megatron-core's ``_grad_accum_fusion_available``."""
+
+
+def _grad_accum_fusion_available() -> bool:
+    """Whether apex's :data:`GRAD_ACCUM_FUSION_MODULE` imports after torch, in a fresh interpreter (it loads native
+    libraries); not imported where it cannot be found."""
+    return (_module_findable(GRAD_ACCUM_FUSION_MODULE)
+            and _import_error_in_subprocess(f"torch, {GRAD_ACCUM_FUSION_MODULE}") is None)
+
+
+def _typing_override_provided() -> bool:
+    """True when ``typing.override`` exists only because ``megatron.oellm.compat`` installed it."""
+    if sys.version_info >= (3, 12) or not hasattr(typing, "override"):
+        return False
+    import typing_extensions
+
+    return typing.override is typing_extensions.override  # type: ignore[attr-defined]
+
+
+def _find_nvcc(env: Mapping[str, str]) -> str | None:
+    """An nvcc TileLang could use, searched as fla 0.6.0 does (``fla.utils.env.has_usable_nvcc``): $CUDA_HOME, or
+    $CUDA_PATH only when CUDA_HOME is unset or empty, PATH, the nvidia-cuda-nvcc wheel, /usr/local/cuda."""
+    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    candidates = [Path(cuda_home) / "bin" / "nvcc"] if cuda_home else []
+    on_path = shutil.which("nvcc", path=env.get("PATH"))
+    if on_path:
+        candidates.append(Path(on_path))
+    try:
+        wheel_files = importlib.metadata.files("nvidia-cuda-nvcc") or []
+    except importlib.metadata.PackageNotFoundError:
+        wheel_files = []
+    candidates += [Path(str(f.locate())) for f in wheel_files if f.name == "nvcc"]
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    return next((str(path) for path in candidates if _is_file(path)), None)
+
+
+PACKAGE_INFO_FIELDS = ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
+"""Assignments of megatron-core's ``package_info.py`` that make up its version."""
+
+
+def megatron_core_module() -> tuple[str | None, str | None]:
+    """(version, folder) of the ``megatron.core`` that ``import megatron.core`` loads, its version read as text from
+    its ``package_info.py`` (importing it would run git); (None, folder) when that file cannot be parsed, (None, None)
+    when megatron.core is not found. The distribution's metadata is not enough: a Megatron-LM checkout on PYTHONPATH
+    is imported instead of the pip-installed megatron-core whose version the metadata gives."""
+    folders = _package_folders("megatron.core")
+    if not folders:
+        return None, None
+    folder = folders[0]
+    try:
+        text = (folder / "package_info.py").read_text(errors="replace")
+    except OSError:
+        return None, str(folder)
+    fields = {}
+    for field in PACKAGE_INFO_FIELDS:
+        match = re.search(rf"^{field}\s*=\s*(\d+|'[^']*'|\"[^\"]*\")\s*(?:#.*)?$", text, re.M)
+        if match is None:
+            return None, str(folder)
+        fields[field] = match.group(1).strip("'\"")
+    return f"{fields['MAJOR']}.{fields['MINOR']}.{fields['PATCH']}{fields['PRE_RELEASE']}", str(folder)
+
+
+def deep_ep_declares_hybrid_ep() -> bool | None:
+    """Whether ``deep_ep/__init__.py`` names ``HybridEPBuffer``; read as text because importing it initialises CUDA.
+
+    None when deep_ep is not installed (or is not a source package whose ``__init__`` can be read).
+    """
+    try:
+        spec = importlib.util.find_spec("deep_ep")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    try:
+        text = Path(spec.origin).read_text(errors="replace")
+    except OSError:  # unreadable (permissions of a shared install): unknown, which check_hybrid_ep says
+        return None
+    return re.search(r"\bHybridEPBuffer\b", text) is not None
+
+
+def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None, str | None]:
+    """(CUDA build version, NCCL version, GPUs, probe error, import error) from torch; all empty when torch is
+    absent, and all but the import error when ``import torch`` raises."""
+    if not _module_findable("torch"):
+        return None, None, (), None, None
+    try:
+        import torch
+    except Exception as error:  # a broken install raises OSError, ImportError, AttributeError, ...: a finding
+        return None, None, (), None, f"{type(error).__name__}: {error}"
+
+    try:
+        cuda_version = torch.version.cuda
+    except AttributeError as error:  # a torch that imports half-installed
+        return None, None, (), f"{type(error).__name__}: {error}", None
+    try:
+        if cuda_version is None or not torch.cuda.is_available():
+            return cuda_version, None, (), None, None
+        nccl = torch.cuda.nccl.version()
+        nccl_version = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+        gpus = []
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            gpus.append(GpuInfo(index, props.name, (props.major, props.minor), props.total_memory / 2**30))
+    except Exception as error:  # a broken driver raises RuntimeError, a build without NCCL AttributeError, ...
+        return cuda_version, None, (), f"{type(error).__name__}: {error}", None
+    return cuda_version, nccl_version, tuple(gpus), None, None
+
+
+def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
+    """Probe this process: package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP, the
+    ``NCCL_*`` names NCCL and torch read.
+
+    ``env`` (default ``os.environ``) is only used to locate nvcc; the rules read their variables separately.
+    """
+    env = os.environ if env is None else env
+    cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
+    tilelang_findable = _module_findable("tilelang")
+    versions = {probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES}
+    # installed by its metadata or its module: a distribution whose package folder is gone does not import either.
+    # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
+    te_installed = versions["transformer-engine"] is not None or _module_findable("transformer_engine")
+    te_error = _import_error_in_subprocess("torch, transformer_engine.pytorch") if te_installed else None
+    core_version, core_path = megatron_core_module()
+    if core_version is not None:  # the release that is imported, not the one pip's metadata names
+        versions["megatron-core"] = core_version
+    te_flash_attention, te_flash_attention_error = (
+        _te_flash_attention_in_subprocess() if te_installed and te_error is None else (None, None))
+    nccl_names, nccl_names_unread = _nccl_names()
+    return EnvironmentReport(
+        python_version=".".join(str(part) for part in sys.version_info[:3]),
+        typing_override_provided=_typing_override_provided(),
+        versions=versions,
+        cuda_version=cuda_version,
+        nccl_version=nccl_version,
+        nccl_names=nccl_names,
+        nccl_names_unread=nccl_names_unread,
+        gpus=gpus,
+        gpu_probe_error=gpu_probe_error,
+        torch_import_error=torch_import_error,
+        tilelang_importable=tilelang_findable,
+        tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
+        transformer_engine_import_error=te_error,
+        megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
+        nvcc_path=_find_nvcc(env),
+        hybrid_ep=deep_ep_declares_hybrid_ep(),
+        grad_accum_fusion_available=_grad_accum_fusion_available(),
+        megatron_core_path=core_path,
+        te_flash_attention=te_flash_attention,
+        te_flash_attention_error=te_flash_attention_error,
+    )

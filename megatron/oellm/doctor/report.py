@@ -1,0 +1,176 @@
+"""What the doctor found: the report of this process's environment, the findings of its rules, and their rendering.
+
+:class:`EnvironmentReport` (with :class:`GpuInfo` and :class:`NcclNames`) is what
+:func:`megatron.oellm.doctor.probes.collect_environment` fills in and every rule reads; a :class:`Finding` is the
+outcome of one rule; :func:`format_text` / :func:`to_json` render them and :func:`exit_status` turns them into the exit
+status.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+if typing.TYPE_CHECKING:
+    from megatron.oellm.backends.selection import FlashAttentionFound
+
+
+Severity = Literal["error", "warning", "ok"]
+
+
+UNKNOWN_VERSION = "unknown"
+"""Version shown for a module that is importable but has no distribution metadata (e.g. a source-tree build)."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One CUDA device as torch sees it."""
+
+    index: int
+    name: str
+    capability: tuple[int, int]
+    """Compute capability (major, minor): 9.x is Hopper (H100, H200, GH200)."""
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class NcclNames:
+    """The ``NCCL_*`` names that the NCCL library torch loads and torch's own CUDA library hold (see
+    :func:`library_nccl_names`): every variable either of them reads is among them."""
+
+    library: str
+    """Path of the nvidia-nccl wheel's ``libnccl.so``."""
+    version: str | None
+    """Version of the nvidia-nccl distribution that owns :attr:`library`; None where none or several do."""
+    nccl: frozenset[str]
+    """The names in :attr:`library`."""
+    torch: frozenset[str]
+    """The names in torch's ``lib/libtorch_cuda.so``."""
+
+
+@dataclass(frozen=True)
+class EnvironmentReport:
+    """Everything the doctor knows about this process's software and hardware; the input of every rule."""
+
+    python_version: str
+    typing_override_provided: bool
+    """True when ``megatron.oellm.compat`` had to provide ``typing.override`` (Python < 3.12)."""
+    versions: dict[str, str | None]
+    """Package name (see :data:`PACKAGE_PROBES`) -> version, :data:`UNKNOWN_VERSION`, or None when absent."""
+    cuda_version: str | None = None
+    """CUDA version torch was built with (``torch.version.cuda``); None for a CPU build or without torch."""
+    nccl_version: str | None = None
+    """NCCL version bundled with torch; None for a CPU build or without torch."""
+    nccl_names: NcclNames | None = None
+    """The ``NCCL_*`` names NCCL and torch can read here, or None where they were not read (see
+    :attr:`nccl_names_unread`)."""
+    nccl_names_unread: str | None = None
+    """Why :attr:`nccl_names` is None (no CUDA torch, no nvidia-nccl wheel, an unreadable library)."""
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_probe_error: str | None = None
+    """Why the GPUs could not be listed, when torch raised while probing them."""
+    torch_import_error: str | None = None
+    """``import torch`` raised (e.g. a CUDA library missing from LD_LIBRARY_PATH): its type and message, else None."""
+    tilelang_importable: bool = False
+    """``tilelang`` can be found on ``sys.path`` (located, not imported)."""
+    tilelang_import_error: str | None = None
+    """Last line of the error a fresh interpreter raised on ``import tilelang`` (e.g. a missing ``libz3.so``), or
+    None when it imported or is not installed. fla only checks that tilelang is findable, then crashes on import."""
+    transformer_engine_import_error: str | None = None
+    """Last line of the error a fresh interpreter raised on ``import torch, transformer_engine.pytorch`` (e.g. a
+    library missing from LD_LIBRARY_PATH), or None when it imported or Transformer Engine is not installed."""
+    megatron_core_import_error: str | None = None
+    """Only probed when Transformer Engine is installed but does not import: the last error line of a fresh
+    ``import megatron.core`` (megatron-core takes TE as present when its top-level package imports, then imports its
+    PyTorch part unguarded, so a broken TE can stop megatron-core itself, whichever backend is chosen), or None."""
+    nvcc_path: str | None = None
+    """An ``nvcc`` binary TileLang can JIT-compile with; fla only uses its TileLang kernels when one exists."""
+    hybrid_ep: bool | None = None
+    """``deep_ep`` declares ``HybridEPBuffer`` (its hybrid-ep branch, which megatron-core imports); None if no deep_ep."""
+    grad_accum_fusion_available: bool = True
+    """apex's ``fused_weight_gradient_mlp_cuda`` extension imports after torch in a fresh interpreter, as
+    megatron-core decides it (an extension built against another torch is on ``sys.path`` but raises ImportError):
+    the kernel megatron-core's own parallel linears (the output layer) need under Megatron's default
+    ``--gradient-accumulation-fusion``."""
+    megatron_core_path: str | None = None
+    """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
+    the installed distribution, whose metadata then names another release); None when it is not found."""
+    te_flash_attention: FlashAttentionFound | None = None
+    """The flash-attn packages Transformer Engine took up when a fresh interpreter imported its attention backends
+    (:func:`megatron.oellm.backends.selection.te_flash_attention_found`); None where TE does not import or that
+    probe failed (see :attr:`te_flash_attention_error`)."""
+    te_flash_attention_error: str | None = None
+    """Last error line of the probe that reads :attr:`te_flash_attention`, when it failed although TE imports."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one rule: an error makes ``oellm doctor`` exit 1, a warning is reported only."""
+
+    severity: Severity
+    name: str
+    """Short rule name, e.g. ``megatron-core`` or ``fla-hopper-triton``."""
+    message: str
+    fix: str | None = None
+    """What to run or set to resolve it; None for ``ok`` findings."""
+
+
+def exit_status(findings: list[Finding]) -> int:
+    """1 if any finding is an error, else 0."""
+    return int(any(finding.severity == "error" for finding in findings))
+
+
+def version_rows(report: EnvironmentReport) -> dict[str, str | None]:
+    """Every reported version in display order: python, CUDA and NCCL of torch, packages, HybridEP."""
+    rows: dict[str, str | None] = {"python": report.python_version}
+    rows.update(report.versions)
+    rows["cuda"] = report.cuda_version
+    rows["nccl"] = report.nccl_version
+    rows["hybrid-ep"] = report.versions.get("deep-ep") if report.hybrid_ep else None
+    return rows
+
+
+def format_text(report: EnvironmentReport, findings: list[Finding]) -> str:
+    """Human report: aligned version table, GPU list, then each finding with its fix line."""
+    rows = version_rows(report)
+    width = max(len(name) for name in rows)
+    lines = ["Versions"]
+    for name, version in rows.items():
+        shown = version if version is not None else "-"
+        if name == "python" and report.typing_override_provided:
+            shown += "  (typing.override provided by megatron.oellm.compat)"
+        if name in ("cuda", "nccl") and version is not None:
+            shown += "  (torch build)"
+        if name == "hybrid-ep" and version is not None:
+            shown += "  (deep_ep.HybridEPBuffer)"
+        lines.append(f"  {name:<{width}}  {shown}")
+    lines += ["", "GPUs"]
+    lines += [f"  {gpu.index}  {gpu.name}  sm_{gpu.capability[0]}{gpu.capability[1]}  {gpu.memory_gib:.1f} GiB"
+              for gpu in report.gpus] or ["  none seen by torch"]
+    lines += ["", "Findings"]
+    for finding in findings:
+        lines.append(f"  {'[' + finding.severity + ']':<9}  {finding.name}: {finding.message}")
+        if finding.fix:
+            lines.append(f"  {'':<9}  fix: {finding.fix}")
+    errors = sum(finding.severity == "error" for finding in findings)
+    warnings = sum(finding.severity == "warning" for finding in findings)
+    lines += ["", f"{errors} error(s), {warnings} warning(s)"]
+    return "\n".join(lines)
+
+
+def to_json(report: EnvironmentReport, findings: list[Finding]) -> dict[str, Any]:
+    """Machine report: ``{versions, gpus, findings, ok}``; ``ok`` is False exactly when the exit status is 1."""
+    return {
+        "versions": version_rows(report),
+        "gpus": [
+            {"index": gpu.index, "name": gpu.name, "capability": f"{gpu.capability[0]}.{gpu.capability[1]}",
+             "memory_gib": round(gpu.memory_gib, 2)}
+            for gpu in report.gpus
+        ],
+        "findings": [
+            {"severity": finding.severity, "name": finding.name, "message": finding.message, "fix": finding.fix}
+            for finding in findings
+        ],
+        "ok": exit_status(findings) == 0,
+    }

@@ -1,0 +1,360 @@
+"""The doctor's rules: pure functions of (report, environment variables) -> findings.
+
+The rules on Python, torch, the GPUs, megatron-core, Transformer Engine, fla on Hopper, megatron-oellm's slow-path
+switches, HybridEP, TE's flash attention and TE's attention switches live here; the NCCL ones in
+:mod:`megatron.oellm.doctor.nccl`, the allocator's in :mod:`megatron.oellm.doctor.allocator`. :data:`RULES` lists
+them all in report order; :func:`check_environment` runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from packaging.version import InvalidVersion, Version
+
+from megatron.oellm import MEGATRON_CORE_VERSION
+from megatron.oellm.doctor.allocator import check_allocator_conf
+from megatron.oellm.doctor.nccl import check_nccl_channels, check_nccl_variable_names
+from megatron.oellm.doctor.report import EnvironmentReport, Finding, GpuInfo
+from megatron.oellm.switches import SLOW_PATH_SWITCHES, is_on
+
+FLA_BAD_TRITON_FROM = Version("3.4.0")
+"""First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
+FLA_FIXED_TRITON = Version("3.7.1")
+"""First Triton release with which fla's Triton GDN/KDA backward is right again on Hopper."""
+
+
+def check_python(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Python version and whether ``typing.override`` (needed by ``megatron.training``) had to be provided."""
+    if report.typing_override_provided:
+        message = f"Python {report.python_version}: typing.override provided by megatron.oellm.compat."
+    else:
+        message = f"Python {report.python_version}: typing.override is native."
+    return [Finding("ok", "python", message)]
+
+
+def check_torch(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """torch must be installed and import: megatron-core, both backends and every GPU check need it."""
+    version = report.versions.get("torch")
+    if report.torch_import_error is not None:
+        return [Finding("error", "torch", f"torch {version} is installed but `import torch` fails "
+                        f"({report.torch_import_error}).",
+                        "a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
+                        "site-packages/nvidia/*/lib); otherwise reinstall torch, or use the cluster container's")]
+    if version is None:
+        return [Finding("error", "torch", "torch is not installed.",
+                        "use the cluster container's torch, or bash tools/install.sh")]
+    build = f"CUDA {report.cuda_version} build" if report.cuda_version else "CPU build"
+    return [Finding("ok", "torch", f"torch {version} imports ({build}).")]
+
+
+def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Warn when torch sees no GPU: the GPU-dependent rules then cannot tell whether they apply."""
+    if report.gpus:
+        names = ", ".join(sorted({gpu.name for gpu in report.gpus}))
+        return [Finding("ok", "gpus", f"{len(report.gpus)} GPU(s) seen: {names}.")]
+    if report.torch_import_error:
+        reason = "torch does not import"
+    elif report.gpu_probe_error:
+        reason = f"torch failed to list the GPUs ({report.gpu_probe_error})"
+    elif report.cuda_version is None:
+        reason = "torch is a CPU build or not installed"
+    else:
+        reason = f"torch (CUDA {report.cuda_version}) sees no GPU"
+    return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (fla on Hopper) were not evaluated.",
+                    "run `oellm doctor` inside a job on a compute node")]
+
+
+def check_megatron_core(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """megatron-oellm is written against exactly one megatron-core release."""
+    installed = report.versions.get("megatron-core")
+    fix = f"pip install megatron-core=={MEGATRON_CORE_VERSION}"
+    if installed is None:
+        return [Finding("error", "megatron-core", "megatron-core is not installed.", fix)]
+    if not _same_version(installed, MEGATRON_CORE_VERSION):
+        where = f" (`import megatron.core` loads {report.megatron_core_path})" if report.megatron_core_path else ""
+        return [Finding("error", "megatron-core",
+                        f"megatron-core {installed} is installed{where}; megatron-oellm supports only "
+                        f"{MEGATRON_CORE_VERSION}.",
+                        f"{fix}; if {report.megatron_core_path} is a Megatron-LM checkout, take it off PYTHONPATH"
+                        if where else fix)]
+    return [Finding("ok", "megatron-core", f"megatron-core {installed} is the supported release.")]
+
+
+def _same_version(installed: str, wanted: str) -> bool:
+    """PEP 440 equality (``0.19.2`` == ``0.19.2.0``), falling back to string equality for unparsable versions."""
+    try:
+        return Version(installed) == Version(wanted)
+    except InvalidVersion:
+        return installed == wanted
+
+
+def is_hopper(gpu: GpuInfo) -> bool:
+    """Hopper as fla decides it: compute capability 9.x, or a device name containing ``NVIDIA H``."""
+    return gpu.capability[0] == 9 or "NVIDIA H" in gpu.name
+
+
+def check_transformer_engine(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Which backend ``--oellm-backend auto`` gets, and an error when Transformer Engine is installed but does not import:
+    ``auto`` would then fall back to the torch-native backend (slower, no FP8, no context parallelism) without the
+    user having chosen it, or, when megatron-core does not import next to that TE either, nothing runs at all."""
+    version = report.versions.get("transformer-engine")
+    if version is None:
+        return [Finding("ok", "transformer-engine",
+                        "Transformer Engine is not installed: --oellm-backend auto uses the torch-native backend.")]
+    if report.transformer_engine_import_error is None:
+        imports = f"Transformer Engine {version} imports: --oellm-backend auto uses it"
+        if report.grad_accum_fusion_available:
+            return [Finding("ok", "transformer-engine", f"{imports}.")]
+        return [Finding("warning", "transformer-engine",
+                        f"{imports}; apex's fused_weight_gradient_mlp_cuda extension is missing or does not import "
+                        "(built against another torch?), which megatron-core's output layer needs under Megatron's "
+                        "default gradient accumulation fusion, so the training entry refuses te-backend runs without "
+                        "--no-gradient-accumulation-fusion (`oellm recipe --local` adds it).",
+                        "install apex with its CUDA extensions (--cpp_ext --cuda_ext), built against this torch, or "
+                        "pass --no-gradient-accumulation-fusion")]
+    repair = ("a missing lib*.so: put its folder on LD_LIBRARY_PATH (pip-installed CUDA libraries live in "
+              "site-packages/nvidia/*/lib); otherwise rebuild transformer_engine_torch against this torch")
+    broken = (f"Transformer Engine {version} is installed but `import transformer_engine.pytorch` fails "
+              f"({report.transformer_engine_import_error})")
+    if report.megatron_core_import_error is not None:
+        return [Finding(
+            "error", "transformer-engine",
+            f"{broken}, and megatron-core itself does not import next to it ({report.megatron_core_import_error}): "
+            "it treats only a missing Transformer Engine as absent, so no backend runs, the torch-native one "
+            "included.",
+            f"{repair}; or remove Transformer Engine from this environment (pip uninstall transformer-engine "
+            "transformer-engine-torch transformer-engine-cu12 transformer-engine-cu13, or take it off PYTHONPATH) to "
+            "run the torch-native backend")]
+    return [Finding("error", "transformer-engine", f"{broken}; --oellm-backend auto would fall back to the torch-native "
+                    "backend.", f"{repair}, or choose --oellm-backend torch explicitly")]
+
+
+def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """fla's Triton GDN/KDA backward is wrong on Hopper with 3.4 <= Triton < 3.7.1 unless its TileLang path runs.
+
+    fla 0.6.0 replaces that Triton kernel by a TileLang one when tilelang is importable, an nvcc is found, and
+    neither ``FLA_TILELANG=0`` nor ``FLA_DISABLE_BACKEND_DISPATCH=1`` is set; otherwise it raises in the backward
+    pass (older fla releases silently computed wrong gradients).
+    """
+    name = "fla-hopper-triton"
+    fla, triton = report.versions.get("fla"), report.versions.get("triton")
+    hopper = [gpu for gpu in report.gpus if is_hopper(gpu)]
+    missing = [what for what, absent in (("fla", fla is None), ("Triton", triton is None), ("Hopper GPU", not hopper))
+               if absent]
+    if missing:
+        return [Finding("ok", name, f"not applicable: {', '.join(missing)} not found.")]
+    try:
+        triton_version = Version(triton)
+    except InvalidVersion:
+        return [Finding("warning", name, f"cannot parse the Triton version {triton!r} to check fla issue 640.",
+                        "install a released Triton >= 3.7.1")]
+    if not FLA_BAD_TRITON_FROM <= triton_version < FLA_FIXED_TRITON:
+        return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
+    tilelang_blocker = _fla_tilelang_blocker(report, env)
+    if tilelang_blocker is None:
+        return [Finding("ok", name,
+                        f"Triton {triton} on Hopper is affected by fla issue 640, but fla uses its TileLang backward.")]
+    return [Finding(
+        "error", name,
+        f"fla GDN/KDA backward gives wrong gradients on Hopper ({hopper[0].name}) with Triton {triton} "
+        f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
+        f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails; the Qwen3 "
+        f"MoE models use no fla kernel.",
+        "pip install tilelang (fla then uses its TileLang backward; it needs nvcc) or pip install 'triton>=3.7.1'",
+    )]
+
+
+def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> str | None:
+    """Why fla would not use its TileLang kernels here, or None when it would."""
+    if not report.tilelang_importable:
+        return "tilelang is not installed"
+    if report.tilelang_import_error is not None:
+        return (f"tilelang is installed but does not import ({report.tilelang_import_error}); tilelang 0.1.15 needs "
+                "z3-solver >= 4.13, < 4.15.5 (it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
+    if report.nvcc_path is None:
+        return "tilelang is installed but no nvcc was found (set CUDA_HOME or load a CUDA module)"
+    if env.get("FLA_DISABLE_BACKEND_DISPATCH") == "1":
+        return "FLA_DISABLE_BACKEND_DISPATCH=1 disables fla's backend dispatch"
+    if env.get("FLA_TILELANG", "1") == "0":
+        return "FLA_TILELANG=0 disables fla's TileLang backend"
+    return None
+
+
+SWITCH_OFF_VALUES = ("", "0")
+"""Values of a slow-path switch that say "off" as plainly as leaving it unset."""
+
+
+def check_slow_path_switches(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """megatron-oellm's A/B switches (:data:`megatron.oellm.switches.SLOW_PATH_SWITCHES`) left on in a job's
+    environment make a production run slower without any error; one set to another value than ``1`` (``true``,
+    ``yes``) is silently off, so an A/B run meant to time the slow path would time the fast one twice."""
+    findings = []
+    for name, cost in SLOW_PATH_SWITCHES.items():
+        if is_on(name, env):
+            findings.append(Finding("warning", "oellm-switches", f"{name}=1: {cost}; it is meant for A/B runs.",
+                                    f"unset {name}"))
+        elif env.get(name, "") not in SWITCH_OFF_VALUES:
+            findings.append(Finding("warning", "oellm-switches",
+                                    f"{name}={env[name]!r} leaves the switch off: only the value 1 turns it on.",
+                                    f"export {name}=1 to run the slow path, or unset {name}"))
+    return findings or [Finding("ok", "oellm-switches", f"no slow-path switch ({', '.join(SLOW_PATH_SWITCHES)}) is "
+                                "set.")]
+
+
+HYBRID_EP_RECIPE_BASES = ("_mn5.toml", "_qwen3_235b_a22b_jupiter.toml")
+"""Recipe bases in ``examples/oellm/`` that set ``moe-token-dispatcher-type = "flex"`` with
+``moe-flex-dispatcher-backend = "hybridep"``; every recipe extending them dispatches with HybridEP."""
+
+
+def _recipe_bases_text(bases: tuple[str, ...]) -> str:
+    """``examples/oellm/A and examples/oellm/B``: the recipe bases a warning names."""
+    return " and ".join(f"examples/oellm/{base}" for base in bases)
+
+
+def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """The recipes of ``examples/oellm/`` dispatch MoE tokens with HybridEP (``deep_ep.HybridEPBuffer``, DeepEP's
+    hybrid-ep branch), some rows with DeepEP's own ``deepep`` backend (``deep_ep`` alone). Said as the training entry
+    judges it (:func:`megatron.oellm.training.dispatcher.flex_dispatcher_problem`): without deep_ep it refuses both
+    backends at start, after the job's wait in the queue; with DeepEP's main branch only hybridep; where deep_ep's
+    ``__init__`` cannot be read it lets both through, and megatron-core raises on a missing HybridEPBuffer only as it
+    builds the MoE layers. A warning, not an error: the all-to-all dispatcher and dense models need neither."""
+    name = "hybrid-ep"
+    deep_ep = report.versions.get("deep-ep")
+    if report.hybrid_ep:
+        return [Finding("ok", name, f"deep_ep {deep_ep} has HybridEPBuffer: the flex dispatcher's hybridep backend "
+                        "(the examples/oellm/ recipes') can run.")]
+    bases = _recipe_bases_text(HYBRID_EP_RECIPE_BASES)
+    image = "use the image of the Dockerfile's hybridep target (docker build --target hybridep .; docs/container.md)"
+    alltoall = 'moe-token-dispatcher-type = "alltoall"'
+    if deep_ep is None:
+        return [Finding(
+            "warning", name,
+            "DeepEP (deep_ep) is not installed, so runs with --moe-token-dispatcher-type flex "
+            f"--moe-flex-dispatcher-backend hybridep or deepep are refused at start: those of the recipes extending "
+            f"{bases}, except rows that switch to the all-to-all dispatcher, which needs neither.",
+            f"{image}, or set {alltoall} in the recipe's flags")]
+    rows = (f"those of the recipes extending {bases}, except rows that switch to the all-to-all dispatcher or to "
+            "DeepEP's own backend, which need no HybridEP")
+    way_out = f"{image}, or set moe-flex-dispatcher-backend = \"deepep\" or {alltoall} in the recipe's flags"
+    if report.hybrid_ep is False:
+        return [Finding(
+            "warning", name,
+            f"deep_ep {deep_ep} has no HybridEPBuffer (DeepEP's main branch; HybridEP is on its hybrid-ep branch), so "
+            f"runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep are refused at start: "
+            f"{rows}.", way_out)]
+    return [Finding(
+        "warning", name,
+        f"deep_ep {deep_ep} is installed, but whether it has HybridEPBuffer could not be read, nor can the training "
+        "entry read it: if it lacks it, runs with --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend "
+        f"hybridep start and fail when megatron-core builds the MoE layers, on every rank after GPU set-up: {rows}.",
+        way_out)]
+
+
+FLASH_ATTENTION_RECIPE_BASES = ("_mn5.toml",)
+"""Recipe bases in ``examples/oellm/`` that set ``attention-backend = "flash"``."""
+
+
+def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """``--attention-backend flash`` on the te backend needs a flash attention Transformer Engine can run here: the
+    training entry refuses it otherwise (TE's first forward would find no attention backend), judged as the entry
+    judges it (:func:`megatron.oellm.backends.selection.flash_attention_refusal`) from the flash-attn packages TE
+    took up, the ``NVTE_FLASH_ATTN_V*`` pins in ``env`` and the first GPU; the run's dtype is not known here. Only
+    where TE imports; a warning, as rows with ``attention-backend = "auto"`` run either way."""
+    name = "te-flash-attention"
+    te = report.versions.get("transformer-engine")
+    if te is None or report.transformer_engine_import_error is not None:
+        return []
+    bases = _recipe_bases_text(FLASH_ATTENTION_RECIPE_BASES)
+    refused = (f"te-backend runs with --attention-backend flash are refused at start: the rows of the recipes "
+               f"extending {bases} (`oellm recipe --local` runs them with --attention-backend auto).")
+    way_out = "attention-backend = \"auto\" in the recipe's flags"
+    if report.te_flash_attention is None:
+        why = report.te_flash_attention_error or "not probed"
+        return [Finding("warning", name, f"which flash-attn Transformer Engine {te} takes up could not be read "
+                        f"({why}); if it takes none up, {refused}", f"set {way_out} where in doubt")]
+    from megatron.oellm.backends.selection import (
+        FLASH_ATTN_PACKAGES,
+        flash_attention_refusal,
+        runnable_flash_attention,
+    )
+
+    capability = report.gpus[0].capability if report.gpus else None
+    refusal = flash_attention_refusal(report.te_flash_attention, environ=env, dtype=None, capability=capability,
+                                      flash_attention_version=None)
+    if refusal is None:
+        runnable = runnable_flash_attention(report.te_flash_attention, environ=env, capability=capability)
+        found = ", ".join(f"{FLASH_ATTN_PACKAGES[generation]} {version}" for generation, version in runnable.items())
+        return [Finding("ok", name, f"Transformer Engine {te} runs {found} here: --attention-backend flash can run "
+                        "(in bf16 or fp16 training).")]
+    container = "" if report.te_flash_attention.accepted else " (NVIDIA's PyTorch containers bring one)"
+    return [Finding("warning", name, f"Transformer Engine {te} has no flash attention here: {refusal.why}, so {refused}",
+                    f"{refusal.fix}{container}, or set {way_out}")]
+
+
+def check_attention_switches(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Transformer Engine's attention switches (``NVTE_FLASH_ATTN``, ``NVTE_FUSED_ATTN``, ``NVTE_UNFUSED_ATTN``,
+    ``NVTE_FLASH_ATTN_V2/V3/V4``) preset in ``env``: megatron-core sets them itself when it builds a model and asserts
+    that a preset value agrees (:mod:`megatron.oellm.training.attention_env`), so the training entry refuses runs whose
+    ``--attention-backend`` / ``--flash-attention-version`` disagree. A warning naming the settings that still start,
+    as the doctor does not know which a run will use; ok when none is preset."""
+    from megatron.oellm.training.attention_env import (
+        FLASH_GENERATIONS,
+        SWITCH_VALUES,
+        SWITCHES,
+        VERSION_PINS,
+        attention_env_conflicts,
+    )
+
+    name = "attention-switches"
+    preset = {variable: env[variable] for variable in (*SWITCHES, *VERSION_PINS) if variable in env}
+    if not preset:
+        return [Finding("ok", name, "no NVTE attention switch is preset (megatron-core sets them for "
+                        "--attention-backend).")]
+    backends = [backend for backend in SWITCH_VALUES
+                if not set(attention_env_conflicts(env, backend, None)) & set(SWITCHES)]
+    versions = [generation for generation in FLASH_GENERATIONS
+                if not set(attention_env_conflicts(env, "auto", generation)) & set(VERSION_PINS)]
+    shown = ", ".join(f"{variable}={value}" for variable, value in preset.items())
+    starts = (f"with --attention-backend {' / '.join(backends)} only" if backends
+              else "with no --attention-backend (auto, the default, included)")
+    if len(versions) == len(FLASH_GENERATIONS):
+        pinned = ""
+    elif versions:
+        pinned = f", and --flash-attention-version unset or {' / '.join(map(str, versions))}"
+    else:
+        pinned = ", and --flash-attention-version unset"
+    if "auto" in backends and "flash" in backends and not pinned:
+        return [Finding("ok", name, f"{shown} preset: it agrees with what megatron-core sets for --attention-backend "
+                        "auto and flash.")]
+    return [Finding(
+        "warning", name,
+        f"{shown} preset: megatron-core sets these itself when it builds a model and asserts that a preset value "
+        f"agrees, so runs start {starts}{pinned} (the training entry refuses the others before they start; the "
+        f"default is auto, the MN5 recipes use flash).",
+        f"unset {' '.join(preset)} and choose TE's attention kernels with --attention-backend and "
+        "--flash-attention-version")]
+
+
+Rule = Callable[[EnvironmentReport, Mapping[str, str]], list[Finding]]
+RULES: tuple[Rule, ...] = (
+    check_python,
+    check_torch,
+    check_gpus,
+    check_megatron_core,
+    check_transformer_engine,
+    check_fla_hopper_triton,
+    check_nccl_channels,
+    check_nccl_variable_names,
+    check_allocator_conf,
+    check_slow_path_switches,
+    check_hybrid_ep,
+    check_te_flash_attention,
+    check_attention_switches,
+)
+"""Every rule, in report order."""
+
+
+def check_environment(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """Run every rule of :data:`RULES` on ``report`` and the environment variables ``env``."""
+    return [finding for rule in RULES for finding in rule(report, env)]
