@@ -1,4 +1,5 @@
-"""``oellm table`` on malformed logs: each gives a marked row (or a clear error), never a silently wrong number."""
+"""``oellm table`` on malformed logs: each gives a marked row (or a clear error), never a silently wrong number; and
+a crash message in a row is shortened only past 80 characters."""
 
 from __future__ import annotations
 

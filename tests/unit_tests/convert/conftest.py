@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from convert_helpers import random_hf_tensors, write_hf
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
 
 @pytest.fixture

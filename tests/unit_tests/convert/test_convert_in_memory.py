@@ -7,12 +7,12 @@ import random
 
 import pytest
 import torch
-from convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, same_bits
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.blocks import bitwise_equal
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import expected_shapes, family_module, hf_to_mcore, mcore_to_hf
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, same_bits
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
 TINY_CARDS = [QWEN35, QWEN3]

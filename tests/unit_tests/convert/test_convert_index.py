@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from convert_helpers import write_hf, write_safetensors
 
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from tests.unit_tests.convert.convert_helpers import write_hf, write_safetensors
 
 
 def _sharded(tiny_hf) -> tuple[Path, dict]:

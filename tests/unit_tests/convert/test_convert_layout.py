@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from convert_helpers import assert_bitwise_equal, random_hf_tensors
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CheckpointReader, save_streaming
 from megatron.oellm.convert.family import family_module, iter_hf_to_mcore, units
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors
 
 
 def test_gpt_layer_and_expert_axes() -> None:

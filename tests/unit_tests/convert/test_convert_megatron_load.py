@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
@@ -32,6 +31,7 @@ from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 from megatron.oellm.runtime import free_port
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 from tests.unit_tests.cpu_megatron import (
     cpu_checkpoint_saving,
     cpu_model_building,

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import peak_memory_probe
 import pytest
-from convert_helpers import assert_bitwise_equal, random_hf_tensors
 from safetensors.torch import load_file
 
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.pipeline import mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors
 
 
 @pytest.mark.parametrize("max_shard_bytes", [10_000, 5 * 2**30])
@@ -47,7 +47,7 @@ def test_mcore_to_hf_holds_one_unit_of_read_buffers(converted, monkeypatch: pyte
 def _probe(work: Path, step: str) -> dict:
     """Run ``peak_memory_probe.py``'s ``step`` in a fresh process; its JSON report (None for ``write``)."""
     here = Path(__file__).parent
-    path = os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(here.parents[2]), os.environ.get("PYTHONPATH", "")])  # the root: tests.unit_tests
     done = subprocess.run([sys.executable, str(here / "peak_memory_probe.py"), str(work), step], capture_output=True,
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": path})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -11,14 +11,6 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 import transformers
-from convert_helpers import (
-    assert_bitwise_equal,
-    edit_json,
-    fuse_experts,
-    random_hf_tensors,
-    write_hf,
-    write_safetensors,
-)
 from torch.distributed.checkpoint.metadata import MetadataIndex
 
 from megatron.oellm.cards import get_card
@@ -34,6 +26,14 @@ from megatron.oellm.convert.pipeline import (
     mcore_to_hf_checkpoint,
 )
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from tests.unit_tests.convert.convert_helpers import (
+    assert_bitwise_equal,
+    edit_json,
+    fuse_experts,
+    random_hf_tensors,
+    write_hf,
+    write_safetensors,
+)
 
 TINY_CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
 

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from convert_helpers import assert_bitwise_equal, signal_at_layer_one, signal_handler
 
 from megatron.oellm.convert import output, pipeline
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
 from megatron.oellm.convert.pipeline import ITERATION_FILE, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, signal_at_layer_one, signal_handler
 
 UNIT_FUNCTION = {"hf-to-mcore": "hf_to_mcore_unit", "mcore-to-hf": "mcore_to_hf_unit"}
 """The pipeline function each direction calls once per unit (where a test makes the conversion fail half-way, or

@@ -13,13 +13,13 @@ import random
 from pathlib import Path
 
 import pytest
-from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.megatron_args import model_flags
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from convert_helpers import assert_bitwise_equal, write_safetensors
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -17,6 +16,7 @@ from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.family import HEAD
 from megatron.oellm.convert.pipeline import mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, ShardedSafetensorsWriter, layout_of
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, write_safetensors
 
 
 def _tensors(seed: int) -> dict[str, torch.Tensor]:

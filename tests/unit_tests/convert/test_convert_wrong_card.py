@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.cli import main
@@ -28,6 +27,7 @@ from megatron.oellm.convert.pipeline import (
     mcore_to_hf_checkpoint,
 )
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
 MODEL_TYPE = {QWEN3: "qwen3_moe", QWEN35: "qwen3_5_moe_text"}

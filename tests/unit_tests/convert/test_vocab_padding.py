@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert import pipeline
@@ -20,6 +19,7 @@ from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 
 def test_stripping_cuts_the_vocabulary_tensors_only() -> None:
