@@ -1,12 +1,13 @@
 """Fixtures shared by the unit tests: the one-process megatron-core runtime for GPU tests (see gpu_utils), and the
 process environment as each test found it."""
 
+import os
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
 
 from tests.unit_tests.gpu_utils import megatron_runtime, megatron_session, tf32_flags_restored
-from tests.unit_tests.process_env import environment_restored
 
 __all__ = ["megatron_runtime", "megatron_session", "process_environment_restored", "tf32_flags_restored"]
 
@@ -17,5 +18,5 @@ def process_environment_restored() -> Iterator[None]:
     through ``monkeypatch``: megatron-core's ``LanguageModule`` exports ``NVTE_FLASH_ATTN``, ``NVTE_FUSED_ATTN`` and
     ``NVTE_UNFUSED_ATTN`` for the attention backend of every model it builds, and a later test's start-up check (the
     recipe's ``--local`` refusal, megatron-core's own assertion on those switches) would read them as a job's."""
-    with environment_restored():
+    with mock.patch.dict(os.environ):  # on leaving, every variable has its value from the start again
         yield

@@ -1,12 +1,11 @@
-"""The per-test environment guard of ``conftest.py``: what a test writes to ``os.environ`` directly does not reach the
+"""The per-test environment guard of ``conftest.py`` (``mock.patch.dict(os.environ)``): what a test writes to ``os.environ`` directly does not reach the
 next test (megatron-core's model constructors export Transformer Engine's attention switches there)."""
 
 import os
 import uuid
+from unittest import mock
 
 import pytest
-
-from tests.unit_tests.process_env import environment_restored
 
 
 def test_a_block_leaves_the_environment_as_it_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,7 +15,7 @@ def test_a_block_leaves_the_environment_as_it_found_it(monkeypatch: pytest.Monke
     monkeypatch.setenv(changed, "before")
     monkeypatch.setenv(removed, "kept")
     found = dict(os.environ)
-    with pytest.raises(RuntimeError), environment_restored():
+    with pytest.raises(RuntimeError), mock.patch.dict(os.environ):
         os.environ[added] = "1"
         os.environ[changed] = "after"
         del os.environ[removed]
