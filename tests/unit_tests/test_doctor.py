@@ -460,8 +460,8 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     version = f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}"
     library = _fake_nccl_wheel(nccl_site, in_nccl, version, rng)
     monkeypatch.syspath_prepend(str(nccl_site))
-    located = doctor_nccl._package_folders  # torch is imported here: it is located in the fake site instead
-    monkeypatch.setattr(doctor_nccl, "_package_folders",
+    located = doctor_nccl.package_folders  # torch is imported here: it is located in the fake site instead
+    monkeypatch.setattr(doctor_nccl, "package_folders",
                         lambda module: [torch_site / module] if module == "torch" else located(module))
     names, why = doctor_nccl._nccl_names()
     assert why is None and names.version == version and Path(names.library) == library

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 
-def _module_findable(module: str) -> bool:
+def module_findable(module: str) -> bool:
     """Whether ``module`` is on ``sys.path``, without importing it (a parent package may be imported)."""
     try:
         return importlib.util.find_spec(module) is not None
@@ -14,7 +14,7 @@ def _module_findable(module: str) -> bool:
         return False
 
 
-def _is_file(path: Path) -> bool:
+def is_file(path: Path) -> bool:
     """``path.is_file()``, False where it cannot be looked at: before Python 3.14 ``is_file`` raises PermissionError
     for a file under a folder this user may not enter (a CUDA_HOME in another group's software tree)."""
     try:
@@ -23,7 +23,7 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _package_folders(module: str) -> list[Path]:
+def package_folders(module: str) -> list[Path]:
     """The folders of the package ``module`` (one, or several for a namespace package), located without importing it
     (a parent package may be imported); empty where it is not found or is no package."""
     try:

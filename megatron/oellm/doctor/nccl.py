@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from megatron.oellm.doctor.locate import _is_file, _package_folders
+from megatron.oellm.doctor.locate import is_file, package_folders
 from megatron.oellm.doctor.report import EnvironmentReport, Finding, NcclNames
 
 NCCL_CHANNEL_VARIABLES = ("NCCL_MIN_NCHANNELS", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS")
@@ -117,9 +117,9 @@ def nccl_wheel_library() -> Path | None:
     carries the RPATH ``$ORIGIN/../../nvidia/nccl/lib``, which the loader searches before LD_LIBRARY_PATH), else the
     first along ``sys.path`` (where torch's ``_preload_cuda_deps`` looks when that fails). None without that wheel, as
     in containers whose torch is linked against the system's NCCL."""
-    folders = [folder.parent / "nvidia" / "nccl" for folder in _package_folders("torch")[:1]]
-    for folder in folders + _package_folders("nvidia.nccl"):
-        found = sorted(path for path in (folder / "lib").glob(NCCL_WHEEL_LIBRARY) if _is_file(path))
+    folders = [folder.parent / "nvidia" / "nccl" for folder in package_folders("torch")[:1]]
+    for folder in folders + package_folders("nvidia.nccl"):
+        found = sorted(path for path in (folder / "lib").glob(NCCL_WHEEL_LIBRARY) if is_file(path))
         if found:
             return found[0]
     return None
@@ -151,8 +151,8 @@ def _same_path(first: Path, second: Path) -> bool:
 def _nccl_names() -> tuple[NcclNames | None, str | None]:
     """(the ``NCCL_*`` names of the NCCL library torch loads and of torch's CUDA library, None), or (None, why they
     were not read)."""
-    torch_library = next((folder / TORCH_CUDA_LIBRARY for folder in _package_folders("torch")[:1]), None)
-    if torch_library is None or not _is_file(torch_library):
+    torch_library = next((folder / TORCH_CUDA_LIBRARY for folder in package_folders("torch")[:1]), None)
+    if torch_library is None or not is_file(torch_library):
         return None, "torch has no lib/libtorch_cuda.so (a CPU build, or no torch), so it runs no NCCL"
     library = nccl_wheel_library()
     if library is None:

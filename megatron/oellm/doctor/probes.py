@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron.oellm.doctor.locate import _is_file, _module_findable, _package_folders
+from megatron.oellm.doctor.locate import is_file, module_findable, package_folders
 from megatron.oellm.doctor.nccl import _nccl_names
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 
@@ -78,7 +78,7 @@ def _distribution_version(probe: PackageProbe) -> str | None:
             continue
         if version:
             return version
-    return UNKNOWN_VERSION if probe.module is not None and _module_findable(probe.module) else None
+    return UNKNOWN_VERSION if probe.module is not None and module_findable(probe.module) else None
 
 
 def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float) -> tuple[str, str | None]:
@@ -145,7 +145,7 @@ GRAD_ACCUM_FUSION_MODULE = "fused_weight_gradient_mlp_cuda"
 def _grad_accum_fusion_available() -> bool:
     """Whether apex's :data:`GRAD_ACCUM_FUSION_MODULE` imports after torch, in a fresh interpreter (it loads native
     libraries); not imported where it cannot be found."""
-    return (_module_findable(GRAD_ACCUM_FUSION_MODULE)
+    return (module_findable(GRAD_ACCUM_FUSION_MODULE)
             and _import_error_in_subprocess(f"torch, {GRAD_ACCUM_FUSION_MODULE}") is None)
 
 
@@ -172,7 +172,7 @@ def _find_nvcc(env: Mapping[str, str]) -> str | None:
         wheel_files = []
     candidates += [Path(str(f.locate())) for f in wheel_files if f.name == "nvcc"]
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    return next((str(path) for path in candidates if _is_file(path)), None)
+    return next((str(path) for path in candidates if is_file(path)), None)
 
 
 PACKAGE_INFO_FIELDS = ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
@@ -184,7 +184,7 @@ def megatron_core_module() -> tuple[str | None, str | None]:
     its ``package_info.py`` (importing it would run git); (None, folder) when that file cannot be parsed, (None, None)
     when megatron.core is not found. The distribution's metadata is not enough: a Megatron-LM checkout on PYTHONPATH
     is imported instead of the pip-installed megatron-core whose version the metadata gives."""
-    folders = _package_folders("megatron.core")
+    folders = package_folders("megatron.core")
     if not folders:
         return None, None
     folder = folders[0]
@@ -222,7 +222,7 @@ def deep_ep_declares_hybrid_ep() -> bool | None:
 def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None, str | None]:
     """(CUDA build version, NCCL version, GPUs, probe error, import error) from torch; all empty when torch is
     absent, and all but the import error when ``import torch`` raises."""
-    if not _module_findable("torch"):
+    if not module_findable("torch"):
         return None, None, (), None, None
     try:
         import torch
@@ -255,11 +255,11 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     """
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
-    tilelang_findable = _module_findable("tilelang")
+    tilelang_findable = module_findable("tilelang")
     versions = {probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES}
     # installed by its metadata or its module: a distribution whose package folder is gone does not import either.
     # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
-    te_installed = versions["transformer-engine"] is not None or _module_findable("transformer_engine")
+    te_installed = versions["transformer-engine"] is not None or module_findable("transformer_engine")
     te_error = _import_error_in_subprocess("torch, transformer_engine.pytorch") if te_installed else None
     core_version, core_path = megatron_core_module()
     if core_version is not None:  # the release that is imported, not the one pip's metadata names
