@@ -13,8 +13,9 @@ from megatron.oellm import cli
 from megatron.oellm.cards import get_card
 from megatron.oellm.flops import FlopError, megatron_flops_per_token, megatron_namespace
 
-GPT_PATH_GDN = {"experimental_attention_variant": "gated_delta_net", "linear_attention_freq": 4}
-"""Megatron flags of a Qwen3.5 run built as a GPTModel with GDN, besides dropping the hybrid pattern."""
+GDN_VARIANT_FLAGS = {"experimental_attention_variant": "gated_delta_net", "linear_attention_freq": 4}
+"""The GDN flags of a Qwen3.5 run built as a GPTModel (``megatron_flag_sets.GPT_PATH_GDN`` less the hybrid pattern and
+the depth, which these tests set themselves)."""
 
 
 def test_dropping_the_hybrid_pattern_counts_the_cards_decoder_layers_not_the_patterns_symbols():
@@ -25,8 +26,8 @@ def test_dropping_the_hybrid_pattern_counts_the_cards_decoder_layers_not_the_pat
     user gives still wins."""
     card = get_card("qwen3.5-35b-a3b")
     assert megatron_namespace(card, 4096, 262144, hybrid_layer_pattern=None).num_layers == card.num_layers
-    implicit = megatron_flops_per_token(card, 4096, 262144, hybrid_layer_pattern=None, **GPT_PATH_GDN)
-    explicit = megatron_flops_per_token(card, 4096, 262144, hybrid_layer_pattern=None, num_layers=40, **GPT_PATH_GDN)
+    implicit = megatron_flops_per_token(card, 4096, 262144, hybrid_layer_pattern=None, **GDN_VARIANT_FLAGS)
+    explicit = megatron_flops_per_token(card, 4096, 262144, hybrid_layer_pattern=None, num_layers=40, **GDN_VARIANT_FLAGS)
     assert implicit == explicit
     assert 6971 * implicit / 1e12 == pytest.approx(133.2, rel=1e-3)  # the MN5 report's 8-node row
     layers = random.choice([8, 20, 36])
