@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import io
 import math
+import os
 import signal
 import statistics
 from collections.abc import Callable, Sequence
@@ -648,20 +649,37 @@ SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 ten the second marker, and so on, so 80 series are told apart before a pair repeats."""
 
 
+def check_plot_path(path: str) -> None:
+    """Raise :class:`TableError` unless matplotlib writes the image at ``path`` as named: the extension names a format
+    it writes (it picks the format from the extension, and without one it writes ``path + ".png"``, replacing a file
+    the user never named; an unknown one, e.g. a log's ``.out``, ends in its ValueError) and ``path`` is no folder.
+    Needs matplotlib (the ``plot`` extra)."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise TableError("--plot needs matplotlib: pip install 'megatron-oellm[plot]' (or pip install "
+                         "matplotlib)") from None
+    extension = os.path.splitext(path)[1][1:].lower()
+    if extension not in FigureCanvasBase.get_supported_filetypes():
+        found = (f"matplotlib writes no {extension!r} image" if extension else
+                 f"without an extension matplotlib would write {path + '.png'!r} instead")
+        raise TableError(f"--plot {path!r}: {found}; name the image file, e.g. scaling.png (or .pdf, .svg)")
+    if os.path.isdir(path):
+        raise TableError(f"--plot {path!r} is a folder; name the image file, e.g. {os.path.join(path, 'scaling.png')}")
+
+
 def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     """PNG of tokens/s/GPU and efficiency vs nodes (ok rows only), one line per :func:`scaling_series` with a
     legend; the efficiency panel draws the series whose rows all have one (the baseline's strong and weak series:
     another series' row relative to that baseline is no point of its own curve). The figure grows by a legend row per
     two series, so a sweep's many series keep their panels, and each of the first 80 series has its own colour and
     marker pair (:data:`SERIES_MARKERS`; the 81st takes the first's again). Needs matplotlib (the ``plot`` extra)."""
-    try:
-        import matplotlib
+    check_plot_path(path)
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise TableError("--plot needs matplotlib: pip install 'megatron-oellm[plot]' (or pip install "
-                         "matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     series = scaling_series(rows)
     if not series:
         raise TableError("--plot: no row has numbers to plot")

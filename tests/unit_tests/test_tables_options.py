@@ -56,3 +56,27 @@ def test_a_non_text_oellm_model_reads_as_an_unknown_model(garbled):
     row = summarise(parse_log_text(megatron_log(args, random_times(10, 75000.0), [tflops] * 10)), Window(), 4)
     assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None
     assert row.tflops_per_gpu_logged == pytest.approx(tflops)
+
+
+@pytest.mark.parametrize("name", ["scaling", "slurm-1234.out", "", "plots"])
+def test_a_plot_path_matplotlib_would_not_write_as_named_is_refused(tmp_path, capsys, name):
+    """``--plot scaling`` wrote ``scaling.png`` (matplotlib appends the default format's extension, so an existing
+    ``scaling.png`` the user never named was replaced) and ``--plot plots`` next to a ``plots/`` folder wrote
+    ``plots.png``, both with exit status 0; ``--plot slurm-1234.out`` (the input log's name) ended in matplotlib's
+    ValueError traceback; ``--plot ''`` was ignored. Each is now one ``error:`` line before any log is read, nothing
+    written."""
+    pytest.importorskip("matplotlib")
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    log = tmp_path / "slurm-1234.out"
+    log.write_text(megatron_log(args, random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
+    (tmp_path / "plots").mkdir()
+    kept = tmp_path / "scaling.png"
+    kept.write_bytes(random.randbytes(64))
+    before = {path: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
+    target = str(tmp_path / name) if name else ""
+    assert main(["table", str(log), "--plot", target]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "oellm table: error: --plot" in captured.err
+    assert {path: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} == before
+    assert main(["table", str(log), "--plot", str(tmp_path / "strong.png")]) == 0  # a named image is written
+    assert (tmp_path / "strong.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

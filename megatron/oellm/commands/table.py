@@ -12,6 +12,7 @@ from megatron.oellm.scaling_table import (
     ScalingRow,
     TableError,
     Window,
+    check_plot_path,
     format_csv,
     format_markdown,
     plot,
@@ -64,13 +65,15 @@ def run(args: argparse.Namespace) -> int:
             raise TableError("--gpus-per-node must be >= 1")
         if not 0 < args.peak_tflops < math.inf:
             raise TableError(f"--peak-tflops must be a positive number, got {args.peak_tflops:g}")
-        if args.title and not args.plot:
+        if args.title and args.plot is None:
             raise TableError("--title is the plot's title: give --plot PNG too, or drop --title")
+        if args.plot is not None:
+            check_plot_path(args.plot)
         window = Window.parse(args.window, args.statistic)
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
-        if args.plot:
+        if args.plot is not None:
             plot(rows, args.plot, args.title)
     except (TableError, OSError) as err:
         return refuse("table", err)

@@ -2,7 +2,7 @@
 
 Megatron's own line stays as it is; after it, every log interval prints::
 
-    [oellm] iteration 20 | tokens/s/GPU: 123456.7 | TFLOP/s/GPU: 234.5 | MFU: 23.71%
+    [oellm] iteration 20 | tokens/s/GPU: 123456.7 | TFLOP/s/GPU: 234.50 | MFU: 23.71%
 
 Tokens are the global batch's (``global batch x seq_length``, padding included, as Megatron counts), FLOPs are
 :func:`megatron.oellm.flops.training_flops_per_token` of the card, MFU is against the GPU's nominal dense peak
