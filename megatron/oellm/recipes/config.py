@@ -390,7 +390,12 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not path.is_file():
         raise RecipeError(f"recipe config {path} does not exist; the configs are in examples/oellm/*.toml")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
+    except UnicodeDecodeError as err:
+        raise RecipeError(f"{path}: not UTF-8 text, which TOML is ({err.reason} at byte {err.start}); save it as "
+                          "UTF-8") from err
+    except OSError as err:
+        raise RecipeError(f"cannot read recipe config {path} ({err.strerror or err})") from err
     except tomllib.TOMLDecodeError as err:
         raise RecipeError(f"{path}: not valid TOML ({err})") from err
     base = data.pop("extends", None)

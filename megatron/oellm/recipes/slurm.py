@@ -49,7 +49,12 @@ def run_dir(recipe: Recipe, row_number: int) -> Path:
     A leading ``~`` of ``output_dir`` is the home directory, as in a shell (no shell expands it in a TOML value or
     after ``--output-dir=``; read literally it made a directory named ``~``)."""
     nodes = recipe.row(row_number).nodes
-    return Path(recipe.cluster.output_dir).expanduser().absolute() / recipe.name / f"row{row_number:02d}-{nodes}n"
+    try:
+        output_dir = Path(recipe.cluster.output_dir).expanduser()
+    except RuntimeError as error:  # ~NAME of no user (or ~ without a home directory)
+        raise RecipeError(f"output directory {recipe.cluster.output_dir!r} starts with a ~ that names no home "
+                          "directory; pass --output-dir DIR (or set cluster.output_dir) to a path without it") from error
+    return output_dir.absolute() / recipe.name / f"row{row_number:02d}-{nodes}n"
 
 
 DIRECTIVE_FIXES = {
@@ -269,16 +274,24 @@ def _argv_lines(argv: list[str], shell_values: Mapping[str, str] | None = None) 
     return lines
 
 
+def _is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number (a blend weight)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def data_prefixes(data_path: Sequence[str]) -> list[str]:
-    """The dataset prefixes of a Megatron ``--data-path`` list (``PREFIX...`` or ``WEIGHT PREFIX...``): every entry
-    that is not a number."""
-    prefixes = []
-    for entry in data_path:
-        try:
-            float(entry)
-        except ValueError:
-            prefixes.append(entry)
-    return prefixes
+    """The dataset prefixes megatron-core reads from a ``--data-path`` list: the second of each ``WEIGHT PREFIX``
+    pair when the list is such pairs (an even length, a number at every weight's place), else every entry. A number
+    elsewhere (a weight written after its prefix, a lone weight) is then a prefix to megatron-core too, which the job
+    would stop on at start: taking only the entries that are not numbers let such a list through ``--submit``."""
+    entries = list(data_path)
+    if len(entries) % 2 == 0 and all(_is_number(entry) for entry in entries[0::2]):
+        return entries[1::2]
+    return entries
 
 
 def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
@@ -312,8 +325,11 @@ def check_data_paths(data_path: Sequence[str]) -> None:
 
     for prefix in data_prefixes(data_path):
         if missing := missing_dataset_files(prefix):
+            fix = ("megatron-core reads this number as a dataset prefix: write each weight before its prefix "
+                   "(WEIGHT PREFIX WEIGHT PREFIX ...)" if _is_number(prefix) else
+                   "give the prefix of a Megatron dataset, without .bin/.idx")
             raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
-                              f"(relative to {Path.cwd()}); give the prefix of a Megatron dataset, without .bin/.idx")
+                              f"(relative to {Path.cwd()}); {fix}")
 
 
 def check_host_paths(cluster: ClusterSettings) -> None:

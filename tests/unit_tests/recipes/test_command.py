@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import subprocess
 import sys
 
@@ -167,6 +168,25 @@ def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypat
     apptainer = next(line for line in script.splitlines() if "apptainer exec --nv" in line)
     for directory in (tmp_path / "a", tmp_path / "b", tokenizer):
         assert f"--bind {directory} " in apptainer
+
+
+@pytest.mark.parametrize("order", ["weight after its prefix", "lone weight"])
+def test_submit_checks_every_entry_megatron_reads_as_a_data_prefix(order, tmp_path, monkeypatch, capsys):
+    """A weight written after its prefix (or alone) is a dataset prefix to megatron-core, which has no such files:
+    --submit skipped every number in the list and queued a job that stopped at start."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    corpus = _dataset(tmp_path / "a")
+    weight = f"{random.uniform(0.1, 0.9):.3f}"
+    data_path = [str(corpus), weight] if order == "weight after its prefix" else [weight]
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--submit", "--row", "1", "--image",
+                 str(image), "--output-dir", str(tmp_path / "runs"), "--tokenizer-model", "byte", "--data-path",
+                 *data_path]) == 2
+    err = capsys.readouterr().err
+    assert f"--data-path prefix {weight!r}: '{weight}.bin' and '{weight}.idx' not found" in err
+    assert "write each weight before its prefix" in err
+    assert not record.exists() and not (tmp_path / "runs").exists()
 
 
 def test_an_input_directory_that_a_bind_cannot_carry_is_refused(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES
@@ -124,3 +125,32 @@ def test_an_empty_image_or_bind_source_is_refused_before_submission(tmp_path, mo
     settings = {"image": str(image), **cluster}
     with pytest.raises(RecipeError, match="empty"):
         check_host_paths(dataclasses.replace(recipe.cluster, **settings))
+
+
+def test_a_config_that_is_not_utf8_is_one_error_line(tmp_path, capsys):
+    """A label typed in a Latin-1 editor ('café') ended ``oellm recipe`` in a UnicodeDecodeError traceback."""
+    config = tmp_path / "latin1.toml"
+    label = f"caf\xe9 {random.randrange(10**6)}"
+    config.write_bytes(f'extends = "{EXAMPLES / "qwen3_30b_a3b_mn5.toml"}"\ntitle = "t"\n{ROW}label = "{label}"\n'
+                       .encode("latin-1"))
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"oellm recipe: error: {config}: not UTF-8 text" in err
+    config.write_bytes(config.read_bytes().decode("latin-1").encode("utf-8"))
+    assert load_recipe(config).rows[0].label == label
+
+
+def test_an_unreadable_config_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """A config without read permission (a group's project directory) ended in a PermissionError traceback."""
+    config = _config(tmp_path, f'title = "t"\n{ROW}')
+    read_text = Path.read_text
+
+    def refused(self, *args, **kwargs):
+        if self == config:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refused)
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"oellm recipe: error: cannot read recipe config {config} (Permission denied)\n"

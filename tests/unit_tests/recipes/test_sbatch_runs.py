@@ -16,6 +16,7 @@ import pytest
 from recipe_helpers import EXAMPLES
 
 import megatron.oellm
+from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.config import CONTAINER_RUNTIMES
 from megatron.oellm.recipes.slurm import run_dir
@@ -170,6 +171,17 @@ def test_a_tilde_output_dir_is_the_home_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(tmp_path)
     assert run_dir(_recipe(output_dir="~/runs"), 2) == home / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row02-8n"
+
+
+def test_a_tilde_of_no_user_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """``--output-dir '~NAME/runs'`` for a NAME that is no user ended ``oellm recipe`` in a RuntimeError traceback."""
+    monkeypatch.chdir(tmp_path)
+    output_dir = f"~nouser{random.randint(0, 10**9)}/runs"
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--row", "1", "--output-dir",
+                 output_dir]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"oellm recipe: error: output directory {output_dir!r}") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_new_submission_measures_afresh_and_a_requeue_resumes(tmp_path):
