@@ -586,6 +586,28 @@ def test_allocator_conf_errors_are_the_values_torchs_own_parser_refuses():
         assert refused == error, value
 
 
+@pytest.mark.parametrize("variable", ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"])
+@pytest.mark.parametrize("malformed", ["expandable_segments=True", "expandable_segments", "garbage_collection:",
+                                       ":True"])
+def test_allocator_conf_item_that_is_not_key_value_is_an_error_and_the_fix_drops_it(variable, malformed):
+    """An item that is not ``key:value`` (``expandable_segments=True``, an easy typo) makes torch's allocator-settings
+    parser raise at the first CUDA allocation, after the job has started: the rule said only "lacks
+    expandable_segments:True" (a warning) and its fix kept the item (``expandable_segments=True:,...``), which raises
+    too. This torch's own parser (fresh interpreter) refuses the value and accepts the suggested fix."""
+    split = random.choice([64, 128, 256, 512])
+    value = ",".join(random.sample([f"max_split_size_mb:{split}", malformed], 2))
+    findings = check_allocator_conf(make_report(versions={"torch": "2.10.0"}), {variable: value})
+    assert severities(findings) == ["error"] and repr(malformed) in findings[0].message
+    suggested = findings[0].fix.split(f"export {variable}=")[1]
+    assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
+    done = subprocess.run([sys.executable, "-c", TORCH_REFUSES, value, suggested], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if done.returncode == 3:
+        pytest.skip("this torch has no _accelerator_setAllocatorSettings")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {value: True, suggested: False}
+
+
 def test_allocator_conf_fix_keeps_other_options():
     findings = check_allocator_conf(make_report(), {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256"})
     suggested = findings[0].fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
@@ -993,7 +1015,7 @@ def test_a_flash_attn_outside_transformer_engines_range_is_a_warning(tmp_path, m
     ({"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1"}, "warning", "runs start with --attention-backend fused only ("),
     ({"NVTE_FLASH_ATTN_V2": "1"}, "warning", "only, and --flash-attention-version unset or 2 ("),
     ({"NVTE_FLASH_ATTN_V2": "1", "NVTE_FLASH_ATTN_V3": "1"}, "warning", "and --flash-attention-version unset ("),
-    ({"NVTE_UNFUSED_ATTN": "yes"}, "warning", "runs start with no --attention-backend (auto, the default, included)"),
+    ({"NVTE_UNFUSED_ATTN": "yes"}, "warning", "so no run starts, whatever its --attention-backend (the training"),
 ])
 def test_preset_attention_switches_name_the_settings_megatron_still_starts_with(env, severity, shown):
     """megatron-core asserts a preset NVTE attention switch agrees with what it sets; the doctor says which

@@ -148,7 +148,9 @@ def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], uni
     is called once per unit (``unit_of[name]``), so at most one unit's tensors are held. ``common`` becomes the
     checkpoint's common state (``content_metadata`` is added).
     """
-    from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
+    with warnings.catch_warnings():  # megatron-core's import warns of every absent fused kernel (TE, apex) and of
+        warnings.simplefilter("ignore", UserWarning)  # absl: irrelevant to a conversion, ten lines on a CPU node
+        from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
 
     cache: dict[str, object] = {"unit": None, "tensors": {}}
 

@@ -10,8 +10,9 @@ The check reads ``config.json`` (its ``text_config`` when nested, as in the publ
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
 ``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config:
 ``model_type`` when present (first, so that a checkpoint of another family is refused on that alone), the shape
-fields below when present (or derived by transformers from present ones: layer types, head size; the ones no tensor
-shape shows, such as the top-k and its renormalisation, always), the RoPE settings
+fields below as transformers reads them, stated or not (a field left out takes the config class's default, or is
+derived from stated ones: layer types, head size; the config is kept and written back, so a default that is not the
+card's would make an export ``from_pretrained`` refuses, or one that computes otherwise), the RoPE settings
 the card's config states (type, base, rotated fraction), the activation, and the fields the card cannot change
 (sliding window, attention bias, dense-MLP layers) as read. A multimodal config's top-level fields that describe its
 language model (``tie_word_embeddings``, token ids) count where ``text_config`` lacks them, as in the export.
@@ -35,22 +36,16 @@ _SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_
                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
                "linear_conv_kernel_dim", "layer_types", "tie_word_embeddings", "num_experts_per_tok",
                "norm_topk_prob", "rms_norm_eps")
-"""Fields compared when the config states them (under their name or the config class's alias); those of
-:data:`_UNCHECKED_BY_SHAPES` always."""
-_UNCHECKED_BY_SHAPES = ("tie_word_embeddings", "num_experts_per_tok", "norm_topk_prob", "rms_norm_eps")
-"""Shape fields no tensor shape shows (top-k, top-k renormalisation, norm epsilon, tied output layer): compared as
-transformers reads them, stated or not, where the card's config class has them, since a config that leaves one out
-gets the class default (Qwen3-MoE's ``norm_topk_prob=False``) and the HF model then computes what the card does not."""
+"""Fields compared as transformers reads them, stated or not, where the card's config class has them: a config that
+leaves one out gets the class default (Qwen3-MoE's ``norm_topk_prob=False``, its experts 768 wide) or a value derived
+from other fields (:func:`_effective`), and the HF model then computes what the card does not, or does not load the
+tensors. A field the checkpoint states (under its name or the config class's alias) that the class lacks is compared
+too."""
 _DERIVED_KEYS = ("sliding_window", "attention_bias", "mlp_only_layers", "decoder_sparse_step")
 """Fields compared as transformers derives them, stated or not: each changes what the HF model computes (Qwen3-MoE's
 ``use_sliding_window`` switches on a 4096-token window, which its ``sliding_window`` only shows once read), and the
 card has no way to express another value. Skipped where the card's config class has no such field (its model
 does not read it)."""
-_DERIVED_FROM = {"layer_types": ("full_attention_interval", "num_hidden_layers"),
-                 "head_dim": ("hidden_size", "num_attention_heads")}
-"""Shape fields transformers derives from other fields when the config leaves them out (Qwen3.5's layer types
-from ``full_attention_interval``, Qwen3-MoE's head size from the width and head count): compared, as derived, when
-any of those is stated, since the stated fields then describe another model than the card."""
 _MISSING = object()
 """Stands for a field a config object does not have (the card's config class may lack one the checkpoint states)."""
 
@@ -103,14 +98,18 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
         raise ConversionError(f"{where} cannot be read as a {type(expected).__name__}: {error}") from error
     aliases = type(expected).attribute_map
     wrong: dict[str, str] = {}  # field -> what the checkpoint and the card say
+    left_out = False  # a field the config leaves out contradicts the card as transformers reads it
     for k in _SHAPE_KEYS:
         have, want = _effective(loaded, k), _effective(expected, k)
-        if not _compared(text, aliases, k, want):
+        stated = _stated(text, aliases, k)
+        if not stated and want is _MISSING:
             continue
         if want is _MISSING:
             wrong[k] = f"{k}: checkpoint {have!r}, card's {type(expected).__name__} has no such field"
         elif have != want:
-            wrong[k] = f"{k}: checkpoint {have!r}, card {want!r}"
+            note = "" if stated else f" (not stated in the config: {type(expected).__name__} reads it so)"
+            wrong[k] = f"{k}: checkpoint {have!r}, card {want!r}{note}"
+            left_out |= not stated
     for k in _DERIVED_KEYS:
         if not hasattr(expected, k):  # the family's model does not read it
             continue
@@ -122,10 +121,11 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
     wrong |= {f"rope_parameters.{k}": f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}"
               for k, v in card_rope.items() if rope.get(k) != v}
-    if list(wrong) == ["vocab_size"]:  # a vocabulary of its own, not another card
+    if list(wrong) == ["vocab_size"] and not left_out:  # a vocabulary of its own, not another card
         raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
     if wrong:
-        raise refuse(list(wrong.values()))
+        raise refuse(list(wrong.values()), "pick the card of this checkpoint with --model"
+                     + (", or state the fields it leaves out in config.json" if left_out else ""))
 
 
 def _text_fields(stored: dict, where: str) -> dict:
@@ -143,15 +143,6 @@ def _text_fields(stored: dict, where: str) -> dict:
 def _stated(text: dict, aliases: dict[str, str], key: str) -> bool:
     """Whether config fields ``text`` state ``key``, under its name or the config class's alias."""
     return key in text or aliases.get(key) in text
-
-
-def _compared(text: dict, aliases: dict[str, str], key: str, want: object) -> bool:
-    """Whether shape field ``key`` (the card's value ``want``) is compared: stated, one of
-    :data:`_UNCHECKED_BY_SHAPES`, or derived by transformers from stated fields (:data:`_DERIVED_FROM`), the last two
-    where the card's config class has the field."""
-    if _stated(text, aliases, key) or (key in _UNCHECKED_BY_SHAPES and want is not _MISSING):
-        return True
-    return want is not _MISSING and any(_stated(text, aliases, source) for source in _DERIVED_FROM.get(key, ()))
 
 
 def _effective(config: object, key: str) -> object:

@@ -38,8 +38,9 @@ def allocator_conf(env: Mapping[str, str], torch_version: str | None) -> tuple[s
     return None
 
 
-def parse_allocator_conf(value: str) -> dict[str, str]:
-    """``key:value,key:value`` -> dict; commas inside ``[...]`` (e.g. roundup_power2_divisions) do not split."""
+def _allocator_items(value: str) -> list[str]:
+    """The comma-separated items of ``value``, stripped; commas inside ``[...]`` (e.g. roundup_power2_divisions) do
+    not split."""
     items, depth, current = [], 0, ""
     for char in value:
         depth += {"[": 1, "]": -1}.get(char, 0)
@@ -49,17 +50,35 @@ def parse_allocator_conf(value: str) -> dict[str, str]:
         else:
             current += char
     items.append(current)
+    return [item.strip() for item in items]
+
+
+def parse_allocator_conf(value: str) -> dict[str, str]:
+    """``key:value,key:value`` -> dict; commas inside ``[...]`` (e.g. roundup_power2_divisions) do not split."""
     options = {}
-    for item in items:
+    for item in _allocator_items(value):
         key, _, option = item.partition(":")
         if key.strip():
             options[key.strip()] = option.strip()
     return options
 
 
+def malformed_allocator_items(value: str) -> list[str]:
+    """The items of ``value`` that are not ``key:value`` (no colon, or nothing before or after it, e.g. the typo
+    ``expandable_segments=True``): torch's allocator-settings parser raises on each at the first CUDA allocation.
+    Empty items (a trailing comma) are no item."""
+    malformed = []
+    for item in _allocator_items(value):
+        key, colon, option = item.partition(":")
+        if item and not (colon and key.strip() and option.strip()):
+            malformed.append(item)
+    return malformed
+
+
 def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Without expandable segments the caching allocator fragments and long MoE runs OOM with memory still free; a
-    value other than ``True``/``False`` (``true``, ``1``) makes torch raise when CUDA allocates, so it is an error.
+    value other than ``True``/``False`` (``true``, ``1``), or an item that is not ``key:value``
+    (:func:`malformed_allocator_items`), makes torch raise when CUDA allocates, so it is an error.
     Judged on the variable the installed torch reads (:func:`allocator_variables`): a ``PYTORCH_ALLOC_CONF`` that
     torch ignores (too old a torch, or shadowed by ``PYTORCH_CUDA_ALLOC_CONF``) is a warning, since what it says is
     lost."""
@@ -78,6 +97,12 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
                         f"export {wanted}=expandable_segments:True")]
     variable, value = found
     also = f" ({ignored})" if ignored is not None else ""
+    malformed = malformed_allocator_items(value)
+    if malformed:
+        return [Finding("error", name, f"{variable}={value!r} holds {', '.join(map(repr, malformed))}, not "
+                        "key:value: torch's allocator-settings parser raises on it at the first CUDA allocation, "
+                        f"after the job has started{also}.",
+                        f"export {variable}={_with_expandable_segments(value)}")]
     expandable = parse_allocator_conf(value).get("expandable_segments")
     if expandable not in (None, "True", "False"):
         return [Finding("error", name, f"{variable}={value!r} sets expandable_segments to {expandable!r}: torch "
@@ -122,7 +147,9 @@ def _readable_version(version: str | None) -> bool:
 
 
 def _with_expandable_segments(value: str) -> str:
-    """``value`` with ``expandable_segments:True`` set (replacing any other expandable_segments value)."""
-    options = parse_allocator_conf(value)
+    """``value`` with ``expandable_segments:True`` set (replacing any other expandable_segments value), without its
+    items that are not ``key:value`` (:func:`malformed_allocator_items`)."""
+    malformed = set(malformed_allocator_items(value))
+    options = parse_allocator_conf(",".join(item for item in _allocator_items(value) if item not in malformed))
     options["expandable_segments"] = "True"
     return ",".join(f"{key}:{option}" for key, option in options.items())

@@ -316,8 +316,6 @@ def check_attention_switches(report: EnvironmentReport, env: Mapping[str, str]) 
     versions = [generation for generation in FLASH_GENERATIONS
                 if not set(attention_env_conflicts(env, "auto", generation)) & set(VERSION_PINS)]
     shown = ", ".join(f"{variable}={value}" for variable, value in preset.items())
-    starts = (f"with --attention-backend {' / '.join(backends)} only" if backends
-              else "with no --attention-backend (auto, the default, included)")
     if len(versions) == len(FLASH_GENERATIONS):
         pinned = ""
     elif versions:
@@ -327,11 +325,13 @@ def check_attention_switches(report: EnvironmentReport, env: Mapping[str, str]) 
     if "auto" in backends and "flash" in backends and not pinned:
         return [Finding("ok", name, f"{shown} preset: it agrees with what megatron-core sets for --attention-backend "
                         "auto and flash.")]
+    starts = (f"runs start with --attention-backend {' / '.join(backends)} only{pinned} (the training entry refuses "
+              "the others before they start" if backends
+              else "no run starts, whatever its --attention-backend (the training entry refuses each before it starts")
     return [Finding(
         "warning", name,
         f"{shown} preset: megatron-core sets these itself when it builds a model and asserts that a preset value "
-        f"agrees, so runs start {starts}{pinned} (the training entry refuses the others before they start; the "
-        f"default is auto, the MN5 recipes use flash).",
+        f"agrees, so {starts}; the default is auto, the MN5 recipes use flash).",
         f"unset {' '.join(preset)} and choose TE's attention kernels with --attention-backend and "
         "--flash-attention-version")]
 

@@ -91,3 +91,23 @@ def test_a_config_leaving_out_norm_topk_prob_is_read_as_transformers_reads_it(tm
     with pytest.raises(ConversionError, match=r"norm_topk_prob: checkpoint False, card True"):
         hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     assert not (tmp_path / "mcore").exists()
+
+
+@pytest.mark.parametrize(("name", "field"), [(QWEN35, "shared_expert_intermediate_size"),
+                                             (QWEN35, "linear_num_value_heads"), (QWEN3, "moe_intermediate_size"),
+                                             (QWEN3, "num_key_value_heads")])
+def test_a_shape_field_left_out_is_read_as_transformers_reads_it(tmp_path: Path, name: str, field: str) -> None:
+    """A config that leaves out a shape field gets its config class's default (Qwen3.5's shared expert 512 wide,
+    Qwen3-MoE's experts 768 wide), which the tensors do not have: kept with the checkpoint and written back by
+    mcore-to-hf, it made an export that ``from_pretrained`` refuses on every such tensor. Refused up front instead."""
+    card = get_card(name)
+    write_hf(card, random_hf_tensors(card, seed=random.randrange(2**31)), tmp_path / "hf")
+    config = tmp_path / "hf" / "config.json"
+    data = json.loads(config.read_text())
+    stated = data.pop(field)
+    config.write_text(json.dumps(data))
+    default = getattr(type(family_module(card).hf_config_from_card(card))(), field)
+    assert default != stated
+    with pytest.raises(ConversionError, match=rf"{field}: checkpoint {default}, card {stated} \(not stated"):
+        hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert not (tmp_path / "mcore").exists()

@@ -351,6 +351,22 @@ def test_a_write_the_operating_system_refuses_ends_in_one_line(converted, direct
     assert sorted(tmp.iterdir()) == before
 
 
+def test_megatron_cores_import_warnings_do_not_reach_the_user(converted) -> None:
+    """hf-to-mcore imports megatron-core to write its checkpoint config; without Transformer Engine and apex (a CPU
+    node, where conversions run) that import warned ten lines on stderr (TE, apex, absl fallbacks), none about the
+    conversion: a successful run printed them, a refused one put them before its one-line error."""
+    card, _, tmp = converted
+    command = [sys.executable, "-m", "megatron.oellm", "convert", "hf-to-mcore", "--model", card.name,
+               "--hf", str(tmp / "hf")]
+    done = subprocess.run([*command, "--out", str(tmp / "out")], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (0, "")
+    refused = subprocess.run([*command, "--out", str(tmp / "limited")], capture_output=True, text=True, timeout=300,
+                             preexec_fn=_limit_file_size(20_000))
+    assert refused.returncode == 2
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith("oellm convert hf-to-mcore: error: the conversion failed: [Errno 27]")
+
+
 @pytest.mark.parametrize("direction", list(UNIT_FUNCTION))
 def test_a_defect_of_the_code_raising_file_not_found_keeps_its_traceback(converted, monkeypatch: pytest.MonkeyPatch,
                                                                          direction: str) -> None:
