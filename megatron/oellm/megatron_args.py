@@ -96,8 +96,15 @@ def _value_text(value: Any) -> str:
 
 
 def _list_texts(name: str, values: Sequence[Any]) -> list[str]:
-    """The tokens of list flag ``--name``; raises ``ValueError`` for an element argparse would read as an option
-    (``-inf``, ``-text``): a list is written as separate tokens, so no ``--name=value`` form can carry it."""
+    """The tokens of list flag ``--name``; raises ``ValueError`` for an element that is not a number or a string (a
+    nested list, a table, a date, a boolean would reach Megatron as its Python text, ``"['a']"``), or that argparse
+    would read as an option (``-inf``, ``-text``): a list is written as separate tokens, so no ``--name=value`` form
+    can carry it."""
+    unwritable = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float, str))]
+    if unwritable:
+        raise ValueError(f"--{name}: list values {unwritable!r} are not numbers or strings, and Megatron would read "
+                         "each as its Python text; write the values as one flat array of numbers or strings, e.g. "
+                         f"{name} = [\"a\", \"b\"]")
     texts = [_value_text(v) for v in values]
     unreadable = [text for text in texts if _reads_as_option(text)]
     if unreadable:

@@ -48,3 +48,13 @@ def test_a_list_element_argparse_would_read_as_an_option_is_refused() -> None:
         flags_to_argv({"moe-aux-loss-coeff": [random.random(), float("-inf")]})
     coeffs = [-random.random() * 1e-9, random.random()]
     assert parse_megatron_argv(flags_to_argv({"moe-aux-loss-coeff": coeffs})).moe_aux_loss_coeff == coeffs
+
+
+@pytest.mark.parametrize("element", [["moe_act"], {"module": "moe_act"}, True, None])
+def test_a_list_element_that_is_no_number_or_string_is_refused(element) -> None:
+    """A nested list (``recompute-modules = [["moe_act"]]``) was written as the one token ``['moe_act']``, a module
+    megatron-core knows only when the job builds the model; a table or boolean as its Python text likewise."""
+    modules = random.sample(["moe_act", "layernorm", "mlp", "moe", "core_attn"], 2)
+    with pytest.raises(ValueError, match=r"--recompute-modules: list values .* are not numbers or strings"):
+        flags_to_argv({"recompute-modules": [modules[0], element, modules[1]]})
+    assert parse_megatron_argv(flags_to_argv({"recompute-modules": modules})).recompute_modules == modules

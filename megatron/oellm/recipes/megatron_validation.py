@@ -51,13 +51,15 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     NVTE attention switches ``env`` exports are checked against the row's attention settings as the entry checks
     them (:func:`megatron.oellm.training.attention_env.check_attention_env`), and so are its data sources and
     sequence length (:func:`megatron.oellm.training.data.check_single_data_source`,
-    :func:`megatron.oellm.training.args.check_sequence_length`), its micro-batches per step against the
+    :func:`megatron.oellm.training.args.check_sequence_length`), its iteration intervals and recompute layer count
+    (:func:`megatron.oellm.training.args.check_intervals`), its micro-batches per step against the
     interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`),
     a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)
     and a ``gdn_norm_out`` recompute megatron-core's config would refuse
     (:func:`megatron.oellm.training.model_provider.check_recompute_modules`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
+        check_intervals,
         check_sequence_length,
         merge_card_flags,
         parse_oellm_argv,
@@ -78,6 +80,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     parsed = parse_oellm_argv(argv)
     check_single_data_source(parsed)
     check_sequence_length(parsed)
+    check_intervals(parsed)
     args = validate_args_on_cluster(parsed, world_size, env)
     if torch_backend:
         check_args_support("torch", args)

@@ -195,13 +195,19 @@ def _image_architecture_lines(runtime: str) -> list[str]:
     own on this node: an image built for another CPU architecture (an x86_64 one on Jupiter's aarch64 GH200) would
     otherwise fail every rank with ``exec format error``. Under an emulator (binfmt) the image's ``uname -m`` names
     its own architecture, which the check compares with the node's. A node without the container ``runtime`` on its
-    ``PATH`` is named as such first, rather than as an image to rebuild."""
+    ``PATH``, and an image file that is not there (moved or deleted since the script was made; an image URI such as
+    ``docker://...`` is left to the runtime), are named as such first, rather than as an image to rebuild."""
     return [
         "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
         f"if ! command -v {runtime} > /dev/null; then",
         f'  echo "error: {runtime} is not on the PATH of node $(hostname): make it available in the shell that'
         f' submits this job (e.g. module load {runtime}), whose environment sbatch passes on, or set'
         f' cluster.container_runtime to the one the site provides ({" or ".join(CONTAINER_RUNTIMES)})" >&2',
+        "  exit 1",
+        "fi",
+        'if [[ "$IMAGE" != *://* && ! -e "$IMAGE" ]]; then',
+        '  echo "error: image $IMAGE does not exist on node $(hostname) (relative to $PWD): build it'
+        ' (docs/container.md) or pass --image PATH" >&2',
         "  exit 1",
         "fi",
         'NODE_ARCH="$(uname -m)"',

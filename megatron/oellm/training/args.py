@@ -285,3 +285,43 @@ def check_sequence_length(args: argparse.Namespace) -> None:
     source = f"model card {args.oellm_model}'s" if args.oellm_model else "--max-position-embeddings"
     raise ValueError(f"--seq-length {length} exceeds {source} max_position_embeddings {limit}; train with at most "
                      f"{limit} tokens per sequence" + ("" if args.oellm_model else " or raise the limit"))
+
+
+MODULO_INTERVALS = ("log_memory_interval", "save_params_interval", "save_activations_interval",
+                    "save_tokens_per_expert_interval", "save_wgrads_interval", "save_dgrads_interval",
+                    "check_weight_hash_across_dp_replicas_interval", "gpu_sniff_test_interval")
+"""Intervals megatron-core 0.19.2's training loop takes the iteration modulo whenever they are set (not None): 0 is
+a ``ZeroDivisionError`` at the first iteration."""
+
+
+def check_intervals(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for an iteration interval or a recompute layer count at which megatron-core 0.19.2 stops
+    or stalls the run only once it trains, while its ``validate_args`` lets the value through: a ``--log-interval``
+    below 1 (the loop takes the iteration modulo it and its timers assert a positive normalizer), an
+    ``--eval-interval`` of 0 (the validation sample count divides by it, also with ``--eval-iters 0``), a
+    ``--tensorboard-log-interval`` of 0 beside ``--tensorboard-dir`` or one of :data:`MODULO_INTERVALS` at 0, and a
+    full-recompute ``--recompute-num-layers`` below 1 (``uniform`` steps through the layers by it, never ending;
+    ``block`` recomputes no layer). ``args`` are parsed, not yet validated."""
+    if args.log_interval < 1:
+        raise ValueError(f"--log-interval {args.log_interval}: megatron-core logs the iterations that are multiples "
+                         "of it and divides its timers by it, which stops the run at its first iteration (at 0 a "
+                         "ZeroDivisionError, below 0 its timers' assertion of a positive normalizer); give a positive "
+                         "interval (1: every iteration)")
+    if args.eval_interval == 0:
+        raise ValueError("--eval-interval 0: megatron-core divides the training iterations by it to size the "
+                         "validation set, whatever --eval-iters (a ZeroDivisionError when the job builds its "
+                         "datasets), and a resumed run's validation position too; give a positive interval "
+                         "(--eval-iters 0 trains without validation)")
+    zero = [name for name in MODULO_INTERVALS if getattr(args, name) == 0]
+    if args.tensorboard_dir and args.tensorboard_log_interval == 0:
+        zero.insert(0, "tensorboard_log_interval")
+    if zero:
+        flag = "--" + zero[0].replace("_", "-")
+        raise ValueError(f"{flag} 0: megatron-core's training loop takes the iteration modulo it, a "
+                         f"ZeroDivisionError at the first iteration; give a positive interval, or drop {flag}")
+    layers = args.recompute_num_layers
+    if args.recompute_granularity == "full" and layers is not None and layers < 1:
+        raise ValueError(f"--recompute-num-layers {layers}: full recompute needs at least 1 layer per recomputed "
+                         "chunk (megatron-core checks only that it is set): with --recompute-method uniform its "
+                         "layer loop steps by it and never ends (the job hangs in its first forward pass until its "
+                         "time limit), with block it recomputes no layer; give a positive count")

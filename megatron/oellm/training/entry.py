@@ -23,6 +23,7 @@ from megatron.oellm.training.args import (
     add_oellm_arguments,
     architecture_value,
     check_command_line,
+    check_intervals,
     check_sequence_length,
     check_yaml_cfg,
     merge_card_flags,
@@ -285,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
         check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
         check_sequence_length(parsed)
+        check_intervals(parsed)  # before validate_args, whose own modulo by --log-interval is a traceback
         args = validated_args(parse_and_validate_args)
     except ValueError as error:
         return refuse(error)

@@ -135,3 +135,22 @@ def test_gdn_norm_out_of_a_qwen3_5_row_is_refused_before_submission():
     assert refusal.endswith("drop gdn_norm_out from --recompute-modules"), refusal
     assert megatron_refusal(_selective_recompute(resolved.argv, "moe_act"), resolved.world_size,
                             recipe.cluster.env) is None
+
+
+@pytest.mark.parametrize("flags", [["--recompute-num-layers", "0"], ["--recompute-num-layers", "NEGATIVE"],
+                                   ["--log-interval", "0"], ["--log-interval", "NEGATIVE"],
+                                   ["--eval-interval", "0", "--eval-iters", "POSITIVE"]])
+def test_an_interval_or_recompute_count_the_training_loop_divides_or_steps_by_is_refused_before_submission(flags):
+    """validate_args passed these on an MN5 row (full uniform recompute of 1 layer, a log line every iteration); the
+    job hung in its first forward pass (recompute stepping by 0 or -1 layers) or stopped at its first iteration or
+    dataset build, after its wait in the queue. --dry-run and --submit refuse them as the training entry does."""
+    import random
+
+    path = next(path for path in RECIPES if "mn5" in path.stem and load_recipe(path).model.startswith("qwen3.5-"))
+    recipe = load_recipe(path)
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert "--recompute-num-layers" in resolved.argv
+    values = {"NEGATIVE": str(-random.randint(1, 40)), "POSITIVE": str(random.randint(1, 40))}
+    flags = [values.get(token, token) for token in flags]
+    refusal = megatron_refusal([*resolved.argv, *flags], resolved.world_size, recipe.row_env(recipe.rows[0]))
+    assert refusal is not None and refusal.startswith(f"ValueError: {flags[0]} {flags[1]}: "), refusal

@@ -114,6 +114,24 @@ def test_list_value_argparse_reads_as_an_option_is_an_error_line_not_a_traceback
     assert "cannot be written as separate argv tokens" in err
 
 
+@pytest.mark.parametrize("value", ['[["{module}"]]', '["{module}", ["{module}"]]', '[{{ name = "{module}" }}]',
+                                   '["{module}", true]', '[1979-05-27]'],
+                         ids=["nested", "nested-beside-a-string", "table", "boolean", "date"])
+def test_a_list_value_that_is_no_number_or_string_is_an_error_line_naming_the_flag(tmp_path, monkeypatch, capsys,
+                                                                                   value):
+    """``recompute-modules = [["moe_act"]]`` reached Megatron as the one module ``['moe_act']``: --dry-run and
+    --submit passed it, and the job stopped at start, after its wait in the queue."""
+    monkeypatch.chdir(tmp_path)
+    module = random.choice(["moe_act", "layernorm", "mlp", "core_attn"])
+    table = ("[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n"
+             f"flags = {{ recompute-modules = {value.format(module=module)} }}\n")
+    assert main(["recipe", str(_config(tmp_path, table)), "--dry-run", "--row", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("oellm recipe: error: row 1: --recompute-modules: list values "), err
+    assert "are not numbers or strings" in err and "(in the row's flags)" in err
+
+
 def test_a_layer_spec_the_model_provider_ignores_is_refused_before_the_job_is_queued(tmp_path, capsys):
     """The training entry refuses ``--spec MODULE FUNCTION`` at start (the card family's spec builder reads none);
     ``--dry-run`` now says so before the job waits in the queue."""

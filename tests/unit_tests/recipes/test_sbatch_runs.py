@@ -350,3 +350,34 @@ def test_an_unknown_container_runtime_is_refused_naming_the_choices():
     with pytest.raises(RecipeError, match=r"cluster.container_runtime must be one of apptainer, singularity, got "
                                           r"'docker'"):
         _recipe(container_runtime="docker")._check_values()
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_missing_image_is_named_as_such_not_as_one_to_rebuild(tmp_path, monkeypatch, relative):
+    """An image deleted or moved after the script was made (or a script submitted by hand, which no --submit check
+    saw) read as an image of another architecture: "runs as none (apptainer exec failed) ... build the image for
+    x86_64". The job now says the image is missing, before srun."""
+    monkeypatch.chdir(tmp_path)
+    name = f"image-{random.randint(0, 10**6)}.sif"
+    recipe = _recipe(image=name if relative else str(tmp_path / name))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    assert script.index("does not exist on node") < script.index('apptainer exec "$IMAGE" uname -m') < \
+        script.index("srun ")
+    status, record = _run_job(script, tmp_path, tmp_path, 2)
+    assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
+    (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
+    assert error.startswith(f"error: image {recipe.cluster.image} does not exist on node ") and "runs as" not in error
+    assert f"(relative to {tmp_path})" in error and "pass --image" in error
+    (tmp_path / name).touch()
+    status, record = _run_job(script, tmp_path, tmp_path, 2)
+    assert status == 0 and any(line.startswith("torchrun ") for line in record), record
+
+
+def test_an_image_uri_is_left_to_the_container_runtime(tmp_path):
+    """``docker://``, ``oras://`` ... name no file here: the missing-image check must not refuse them."""
+    uri = f"docker://registry.example/megatron-oellm:{random.randint(0, 10**6)}"
+    recipe = _recipe(image=uri)
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    uri_runtime = APPTAINER.replace('[ -f "$1" ] ||', '[[ "$1" == docker://* ]] ||')
+    status, record = _run_job(script, tmp_path, tmp_path, 2, runtimes={"apptainer": uri_runtime})
+    assert status == 0 and any(line.startswith("torchrun ") for line in record), (tmp_path / "stderr").read_text()

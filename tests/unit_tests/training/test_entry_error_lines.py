@@ -189,3 +189,32 @@ def test_a_type_error_inside_a_validation_assertion_is_one_error_line(monkeypatc
         return
     with pytest.raises(TypeError):
         entry.main([*BASE, "--mock-data"])
+
+
+RECOMPUTE = ["--recompute-granularity", "full", "--recompute-method"]
+
+
+@pytest.mark.parametrize("flag, beside, below", [
+    ("--log-interval", [], "zero"),  # `iteration % log_interval` at the first iteration
+    ("--log-interval", [], "negative"),  # megatron's timers assert a positive normalizer at the first log line
+    ("--eval-interval", ["--eval-iters", "EVAL_ITERS"], "zero"),  # the validation sample count divides by it
+    ("--eval-interval", ["--eval-iters", "0"], "zero"),  # ... also without validation
+    ("--log-memory-interval", [], "zero"),
+    ("--gpu-sniff-test-interval", [], "zero"),
+    ("--tensorboard-log-interval", ["--tensorboard-dir", "TB_DIR"], "zero"),
+    ("--recompute-num-layers", [*RECOMPUTE, "uniform"], "zero"),  # the layer loop steps by 0: never ends
+    ("--recompute-num-layers", [*RECOMPUTE, "uniform"], "negative"),
+    ("--recompute-num-layers", [*RECOMPUTE, "block"], "negative"),  # no layer recomputed
+])
+def test_an_interval_or_recompute_count_megatron_divides_or_steps_by_is_one_error_line(monkeypatch, capsys, tmp_path,
+                                                                                      flag, beside, below):
+    """megatron-core's validate_args passes these; the job stopped (a ZeroDivisionError, an assertion) or hung (full
+    uniform recompute stepping through the layers by 0) only once it trained, after its wait in the queue."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    beside = [{"EVAL_ITERS": str(random.randint(1, 50)), "TB_DIR": str(tmp_path / "tb")}.get(token, token)
+              for token in beside]
+    bad = 0 if below == "zero" else -random.randint(1, 50)
+    assert entry.main([*BASE, "--mock-data", *beside, flag, str(bad)]) == 2
+    assert f"error: {flag} {bad}: " in one_error_line(capsys)
+    with pytest.raises(Reached):
+        entry.main([*BASE, "--mock-data", *beside, flag, str(random.randint(1, 2))])
