@@ -562,10 +562,11 @@ if setter is None:
     sys.exit(3)
 refused = {}
 for value in sys.argv[1:]:
+    setter("large_segment_size_mb:20")  # torch's default; parsing a value does not reset it
     try:
         setter(value)
         refused[value] = False
-    except (ValueError, RuntimeError):
+    except (ValueError, RuntimeError, IndexError):  # IndexError: a std::out_of_range (a number that overflows)
         refused[value] = True
 print(json.dumps(refused))
 """
@@ -606,6 +607,66 @@ def test_allocator_conf_item_that_is_not_key_value_is_an_error_and_the_fix_drops
         pytest.skip("this torch has no _accelerator_setAllocatorSettings")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {value: True, suggested: False}
+
+
+def _allocator_items_with_one_torch_refuses(rng: random.Random) -> tuple[list[str], str]:
+    """Items torch's parser takes, in a random order, with one it refuses at a random place; (items, that one)."""
+    good = ["expandable_segments:True", f"max_split_size_mb:{rng.randint(20, 8192)}",
+            f"garbage_collection_threshold:{rng.uniform(0.05, 0.95):.3f}",
+            f"roundup_power2_divisions:{2 ** rng.randint(0, 6)}"]
+    rng.shuffle(good)
+    bad = rng.choice([f"max_split_size_mb:{rng.choice(['abc', 'x12', 'mb'])}",
+                      f"garbage_collection_threshold:{rng.uniform(1.01, 5):.3f}",
+                      f"roundup_power2_divisions:{rng.choice([3, 5, 6, 7, 12, 24, 100])}"])
+    good.insert(rng.randint(0, len(good)), bad)
+    return good, bad
+
+
+def test_allocator_probe_names_the_item_the_installed_torchs_parser_refuses():
+    """``max_split_size_mb:abc``, ``garbage_collection_threshold:2``, a roundup that is no power of 2: torch's
+    allocator-settings parser raises on each at the first CUDA allocation, after the job has started. The probe asks
+    the installed torch's own parser in a fresh interpreter and names the item (fresh random items and places), and
+    finds nothing in items it takes."""
+    import torch
+
+    if not hasattr(torch._C, "_accelerator_setAllocatorSettings"):
+        pytest.skip("this torch has no _accelerator_setAllocatorSettings")
+    rng = random.Random()
+    items, bad = _allocator_items_with_one_torch_refuses(rng)
+    item, why = doctor_probes.allocator_refusal_in_subprocess(items)
+    assert item == bad and why.split(":")[0] in ("ValueError", "RuntimeError", "IndexError"), (items, why)
+    assert doctor_probes.allocator_refusal_in_subprocess([i for i in items if i != bad]) is None
+
+
+def test_collect_environment_asks_torch_about_the_allocator_configuration_it_reads(monkeypatch):
+    """End to end, with the configuration exported as in a job (``PYTORCH_CUDA_ALLOC_CONF``, which every torch
+    reads): it reaches the probe, and the report names the item torch refuses, not the first item (a probe that
+    inherits the variable has torch parse it first); the rule then is an error."""
+    items, bad = _allocator_items_with_one_torch_refuses(random.Random())
+    env = {"PYTORCH_CUDA_ALLOC_CONF": ",".join(items)}
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", env["PYTORCH_CUDA_ALLOC_CONF"])
+    report = collect_environment(env)
+    if report.versions.get("torch") is None:
+        pytest.skip("needs torch")
+    assert report.allocator_refusal is not None and report.allocator_refusal[0] == bad
+    assert severities(check_allocator_conf(report, env)) == ["error"]
+
+
+def test_an_allocator_item_torch_refuses_is_an_error_naming_it_whose_fix_drops_it():
+    """The rule turns the probe's refusal into an error that names the item and torch's words; the suggested value
+    drops the item, keeps the others and enables expandable segments, and the installed torch takes it."""
+    items, bad = _allocator_items_with_one_torch_refuses(random.Random())
+    value = ",".join(i for i in items if not i.startswith("expandable_segments"))
+    report = make_report(versions={"torch": "2.11.0"}, allocator_refusal=(bad, "ValueError: stoull"))
+    (finding,) = check_allocator_conf(report, {"PYTORCH_CUDA_ALLOC_CONF": value})
+    assert finding.severity == "error" and repr(bad) in finding.message and "ValueError: stoull" in finding.message
+    suggested = finding.fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
+    assert bad not in suggested.split(",") and "expandable_segments:True" in suggested.split(",")
+    assert set(suggested.split(",")) == {i for i in items if i != bad} | {"expandable_segments:True"}
+    assert doctor_probes.allocator_refusal_in_subprocess(suggested.split(",")) is None
+    taken = make_report(versions={"torch": "2.11.0"})
+    assert severities(check_allocator_conf(taken, {"PYTORCH_CUDA_ALLOC_CONF": value + ",expandable_segments:True"})) \
+        == ["ok"]
 
 
 def test_allocator_conf_fix_keeps_other_options():

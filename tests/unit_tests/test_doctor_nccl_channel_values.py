@@ -87,3 +87,28 @@ def test_zero_channels_per_net_peer_stays_an_error(raw):
     (finding,) = [f for f in check_nccl_channels(report, {"NCCL_NCHANNELS_PER_NET_PEER": raw})
                   if f.name == "NCCL_NCHANNELS_PER_NET_PEER"]
     assert finding.severity == "error" and f"NCCL_NCHANNELS_PER_NET_PEER={raw!r}" in finding.message
+
+
+def _strtoll_overflows(text: str) -> bool:
+    """Whether libc's ``strtoll(text, NULL, 0)``, as NCCL's ncclLoadParam calls it, sets errno (ERANGE): NCCL then
+    keeps the variable's default."""
+    ctypes.set_errno(0)
+    LIBC.strtoll(text.encode(), None, 0)
+    return ctypes.get_errno() != 0
+
+
+@pytest.mark.parametrize("variable", NCCL_CHANNEL_VARIABLES)
+def test_a_count_that_overflows_int64_is_called_an_overflow(variable):
+    """``NCCL_MIN_NCHANNELS=99999999999999999999999`` was "not a whole number": it is one, but beyond the int64 NCCL
+    reads it into, which makes NCCL ignore it and keep its default. Fresh random values beyond int64, in decimal,
+    hexadecimal and octal, of either sign; libc's strtoll agrees that they overflow."""
+    rng = random.Random()
+    for _ in range(20):
+        value = rng.randint(2**63 + 1, 2**80)
+        raw = rng.choice(["", "-", "+"]) + rng.choice([str(value), f"0x{value:x}", f"0{value:o}"])
+        assert _strtoll_overflows(raw), raw
+        finding = _finding(variable, raw)
+        assert finding.severity == "error" and "overflows the signed 64-bit integer" in finding.message, raw
+        assert "not a whole number" not in finding.message and "keeps its default" in finding.message
+    largest = str(2**63 - 1)
+    assert not _strtoll_overflows(largest) and "overflows" not in _finding(variable, largest).message

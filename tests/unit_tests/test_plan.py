@@ -315,3 +315,41 @@ def test_a_plan_for_no_gpu_is_refused_in_one_line(world):
     with pytest.raises(ParallelLayoutError, match=rf"world size {world}: a plan needs at least one GPU") as refused:
         build_plan(get_card("qwen3-30b-a3b-tiny"), ParallelLayout(), world)
     assert "\n" not in str(refused.value)
+
+
+def test_plan_says_where_a_defaulted_etp_came_from(capsys):
+    """``oellm plan --tp 2 --ep 8`` on 8 GPUs said "etp x ep x pp = 16" though the user gave no ETP: it defaults to
+    the TP size, and the refusal now says so; with an explicit --etp the message stays as it was."""
+    from megatron.oellm.cli import main
+
+    nodes, tp = random.choice([1, 2]), random.choice([2, 4])
+    world = 4 * nodes
+    sizes = ["--nodes", str(nodes), "--tp", str(tp), "--sp", "--ep", str(world)]
+    assert main(["plan", "qwen3-30b-a3b", *sizes]) == 2
+    err = capsys.readouterr().err
+    assert f"etp x ep x pp = {tp * world}" in err and f"etp is {tp} because --etp was not given" in err
+    assert "defaults to --tp" in err
+    assert main(["plan", "qwen3-30b-a3b", *sizes, "--etp", str(tp)]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(f"etp x ep x pp = {tp * world}; change the GPU count, ep or etp")
+    assert main(["plan", "qwen3-30b-a3b", *sizes, "--etp", "1"]) == 0
+
+
+def test_plan_json_gives_the_virtual_pipeline_size_the_text_shows(capsys):
+    """With a --pipeline-layout of 2 x PP stages the text said VPP2 while the JSON's layout held only the ``vpp``
+    given (null): ``vpp_size`` now holds the one used, as the text's VPP, and ``vpp`` still echoes the input."""
+    from dataclasses import asdict
+
+    from megatron.oellm.cli import main
+    from megatron.oellm.models.parallel import even_pipeline_layout
+
+    pp, vpp = random.choice([2, 4]), random.choice([2, 3])
+    layout = ["--pp", str(pp), "--pipeline-layout", even_pipeline_layout(48, pp * vpp)]
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout]) == 0
+    assert f" PP{pp} VPP{vpp} " in capsys.readouterr().out
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"] == {
+        **asdict(ParallelLayout(pp=pp, pipeline_layout=layout[-1])), "vpp_size": vpp}
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--pp", str(pp), "--vpp", str(vpp), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"] == {
+        **asdict(ParallelLayout(pp=pp, vpp=vpp)), "vpp_size": vpp}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from dataclasses import asdict
 
 from megatron.oellm.cards import CardError, get_card
@@ -60,12 +61,17 @@ def run(args: argparse.Namespace) -> int:
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
     except (CardError, ParallelLayoutError) as error:
+        if args.etp is None and isinstance(error, ParallelLayoutError) and re.search(r"\betp\b", str(error)):
+            return refuse("plan", f"{error} (etp is {args.tp} because --etp was not given: it defaults to --tp, as "
+                                  "megatron-core's expert tensor-parallel size does without "
+                                  "--expert-tensor-parallel-size; with EP, --etp 1 is usual)")
         return refuse("plan", error)
     seq_length = card.seq_length
     if args.json:
         count = plan_flops(plan, seq_length)
         flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
-        print(json.dumps({"model": card.name, "world_size": plan.world_size, "layout": asdict(layout),
+        layout_fields = {**asdict(layout), "vpp_size": layout.vpp_size}  # vpp as given (None: none), vpp_size used
+        print(json.dumps({"model": card.name, "world_size": plan.world_size, "layout": layout_fields,
                           "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel,
                           "ranks": [asdict(r) for r in plan.ranks], "flops": flops}, indent=2))
     else:

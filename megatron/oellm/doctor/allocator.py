@@ -1,9 +1,10 @@
 """The allocator rule: which of ``PYTORCH_CUDA_ALLOC_CONF`` / ``PYTORCH_ALLOC_CONF`` the installed torch reads
-(:func:`allocator_variables`), and whether what it reads enables expandable segments (:func:`check_allocator_conf`)."""
+(:func:`allocator_variables`), and whether what it reads enables expandable segments and is taken by torch's own
+allocator-settings parser (:func:`check_allocator_conf`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from packaging.version import InvalidVersion, Version
 
@@ -38,7 +39,7 @@ def allocator_conf(env: Mapping[str, str], torch_version: str | None) -> tuple[s
     return None
 
 
-def _allocator_items(value: str) -> list[str]:
+def allocator_items(value: str) -> list[str]:
     """The comma-separated items of ``value``, stripped; commas inside ``[...]`` (e.g. roundup_power2_divisions) do
     not split."""
     items, depth, current = [], 0, ""
@@ -56,7 +57,7 @@ def _allocator_items(value: str) -> list[str]:
 def parse_allocator_conf(value: str) -> dict[str, str]:
     """``key:value,key:value`` -> dict; commas inside ``[...]`` (e.g. roundup_power2_divisions) do not split."""
     options = {}
-    for item in _allocator_items(value):
+    for item in allocator_items(value):
         key, _, option = item.partition(":")
         if key.strip():
             options[key.strip()] = option.strip()
@@ -68,7 +69,7 @@ def malformed_allocator_items(value: str) -> list[str]:
     ``expandable_segments=True``): torch's allocator-settings parser raises on each at the first CUDA allocation.
     Empty items (a trailing comma) are no item."""
     malformed = []
-    for item in _allocator_items(value):
+    for item in allocator_items(value):
         key, colon, option = item.partition(":")
         if item and not (colon and key.strip() and option.strip()):
             malformed.append(item)
@@ -77,8 +78,10 @@ def malformed_allocator_items(value: str) -> list[str]:
 
 def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Without expandable segments the caching allocator fragments and long MoE runs OOM with memory still free; a
-    value other than ``True``/``False`` (``true``, ``1``), or an item that is not ``key:value``
-    (:func:`malformed_allocator_items`), makes torch raise when CUDA allocates, so it is an error.
+    value other than ``True``/``False`` (``true``, ``1``), an item that is not ``key:value``
+    (:func:`malformed_allocator_items`), or an item the installed torch's own parser refuses
+    (:attr:`EnvironmentReport.allocator_refusal`: a size that is no number, a threshold out of range, an unknown key
+    to a CUDA build) makes torch raise when CUDA allocates, so it is an error.
     Judged on the variable the installed torch reads (:func:`allocator_variables`): a ``PYTORCH_ALLOC_CONF`` that
     torch ignores (too old a torch, or shadowed by ``PYTORCH_CUDA_ALLOC_CONF``) is a warning, since what it says is
     lost."""
@@ -109,6 +112,13 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
                         "accepts only True or False and raises a ValueError at the first CUDA allocation, after the "
                         f"job has started{also}.",
                         f"export {variable}={_with_expandable_segments(value)}")]
+    if report.allocator_refusal is not None:
+        item, why = report.allocator_refusal
+        return [Finding("error", name, f"{variable}={value!r}: the allocator-settings parser of torch {torch_version} "
+                        f"refuses {item!r} ({why}) and raises at the first CUDA allocation, after the job has "
+                        f"started{also}.",
+                        f"correct or drop {item.partition(':')[0]!r}, e.g. "
+                        f"export {variable}={_with_expandable_segments(value, {item})}")]
     if expandable != "True":
         return [Finding("warning", name, f"{variable}={value!r} lacks expandable_segments:True, so the caching "
                         f"allocator fragments{also}.",
@@ -146,10 +156,10 @@ def _readable_version(version: str | None) -> bool:
     return True
 
 
-def _with_expandable_segments(value: str) -> str:
+def _with_expandable_segments(value: str, drop: Collection[str] = ()) -> str:
     """``value`` with ``expandable_segments:True`` set (replacing any other expandable_segments value), without its
-    items that are not ``key:value`` (:func:`malformed_allocator_items`)."""
-    malformed = set(malformed_allocator_items(value))
-    options = parse_allocator_conf(",".join(item for item in _allocator_items(value) if item not in malformed))
+    items that are not ``key:value`` (:func:`malformed_allocator_items`) and those in ``drop``."""
+    malformed = set(malformed_allocator_items(value)).union(drop)
+    options = parse_allocator_conf(",".join(item for item in allocator_items(value) if item not in malformed))
     options["expandable_segments"] = "True"
     return ",".join(f"{key}:{option}" for key, option in options.items())

@@ -211,6 +211,11 @@ def _nccl_channel_finding(variable: str, raw: str | None) -> Finding:
     if value is not None and value == NCCL_CHANNEL_AUTOMATIC.get(variable):
         return Finding("ok", variable, f"{variable}={raw.strip()} leaves the count to NCCL.")
     smallest = NCCL_CHANNEL_SMALLEST[variable]
+    if value is None and NCCL_INTEGER.fullmatch(raw.strip()):
+        return Finding("error", variable, f"{variable}={raw!r} overflows the signed 64-bit integer NCCL reads it "
+                       "into (strtoll): NCCL ignores it and keeps its default, saying so only at NCCL_DEBUG=INFO "
+                       "(\"Invalid value ..., using default\").",
+                       f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)")
     if value is None or value < smallest:  # a non-number or a count below the smallest NCCL means is a typo
         return Finding("error", variable, f"{variable}={raw!r} is not a whole number of {smallest} or more (NCCL "
                        "reads decimal, 0x hexadecimal or 0-prefixed octal).",

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron.oellm.doctor.allocator import allocator_conf, allocator_items
 from megatron.oellm.doctor.locate import is_file, module_findable, package_folders
 from megatron.oellm.doctor.nccl import _nccl_names
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
@@ -81,13 +82,14 @@ def _distribution_version(probe: PackageProbe) -> str | None:
     return UNKNOWN_VERSION if probe.module is not None and module_findable(probe.module) else None
 
 
-def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float) -> tuple[str, str | None]:
+def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float,
+                              env: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """(stdout, None) of ``code`` run in a fresh interpreter (what may load native libraries or fail to import is
-    kept out of this process), or (stdout, why) when it fails: its last error line, else what happened to ``what``
-    (the probe's name in messages)."""
+    kept out of this process), with ``env`` (default: this process's), or (stdout, why) when it fails: its last error
+    line, else what happened to ``what`` (the probe's name in messages)."""
     try:  # errors="replace": a native library's message may name a path in another encoding than UTF-8
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace",
-                                timeout=timeout_s, check=False)
+                                timeout=timeout_s, check=False, env=None if env is None else dict(env))
     except subprocess.TimeoutExpired:
         return "", f"{what} did not finish within {timeout_s:.0f} s"
     except OSError as error:  # e.g. sys.executable removed or not executable: the probe's outcome, not a crash
@@ -118,6 +120,40 @@ found = te_flash_attention_found()
 print(json.dumps({"accepted": found.accepted, "rejected": found.rejected}))
 """
 """What the doctor runs in a fresh interpreter to read which flash-attn packages Transformer Engine takes up."""
+
+
+ALLOCATOR_SETTINGS_PROBE = """
+import torch
+parse = getattr(torch._C, "_accelerator_setAllocatorSettings", None)  # what torch reads the variables with
+items = {items!r}
+for end in range(1, len(items) + 1) if parse is not None else ():
+    try:
+        parse(",".join(items[:end]))
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        print(items[end - 1])
+        print(type(error).__name__ + (": " + lines[0][:200] if lines else ""))
+        break
+"""
+"""What the doctor runs in a fresh interpreter to ask the installed torch's own allocator-settings parser about an
+allocator configuration: its items in growing prefixes (torch reads them in order), printing the first item refused
+and the error."""
+
+
+ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+"""Unset for the allocator probe: torch parses an exported configuration before the probe's own call, and would
+then refuse its first item for what another item holds."""
+
+
+def allocator_refusal_in_subprocess(items: list[str], timeout_s: float = 180.0) -> tuple[str, str] | None:
+    """(item, torch's error) of the first of ``items`` (an allocator configuration's ``key:value`` items) that the
+    installed torch's allocator-settings parser refuses, asked in a fresh interpreter (the parser sets process-wide
+    state); None when it takes them all, or cannot be asked (torch does not import, has no such parser)."""
+    unset = {key: value for key, value in os.environ.items() if key not in ALLOCATOR_VARIABLES}
+    out, error = _run_in_fresh_interpreter(ALLOCATOR_SETTINGS_PROBE.format(items=items), "the allocator probe",
+                                           timeout_s, unset)
+    lines = out.splitlines()
+    return (lines[0], lines[1]) if error is None and len(lines) >= 2 else None
 
 
 def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAttentionFound | None, str | None]:
@@ -249,9 +285,10 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
 
 def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
     """Probe this process: package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP, the
-    ``NCCL_*`` names NCCL and torch read.
+    ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the allocator configuration.
 
-    ``env`` (default ``os.environ``) is only used to locate nvcc; the rules read their variables separately.
+    ``env`` (default ``os.environ``) is used to locate nvcc and for the allocator configuration torch reads; the
+    rules read their variables separately.
     """
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
@@ -267,6 +304,9 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     te_flash_attention, te_flash_attention_error = (
         _te_flash_attention_in_subprocess() if te_installed and te_error is None else (None, None))
     nccl_names, nccl_names_unread = _nccl_names()
+    torch_imports = module_findable("torch") and torch_import_error is None
+    conf = allocator_conf(env, versions["torch"]) if torch_imports else None
+    items = [item for item in allocator_items(conf[1]) if item] if conf is not None else []
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
@@ -288,4 +328,5 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         megatron_core_path=core_path,
         te_flash_attention=te_flash_attention,
         te_flash_attention_error=te_flash_attention_error,
+        allocator_refusal=allocator_refusal_in_subprocess(items) if items else None,
     )

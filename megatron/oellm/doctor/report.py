@@ -102,6 +102,11 @@ class EnvironmentReport:
     probe failed (see :attr:`te_flash_attention_error`)."""
     te_flash_attention_error: str | None = None
     """Last error line of the probe that reads :attr:`te_flash_attention`, when it failed although TE imports."""
+    allocator_refusal: tuple[str, str] | None = None
+    """(item, torch's error) of the first item of the allocator configuration torch reads that the installed torch's
+    own allocator-settings parser refuses (it raises on it at the first CUDA allocation): run in a fresh interpreter;
+    None when it takes every item, or when nothing was asked (no allocator configuration, no torch, a torch without
+    that parser)."""
 
 
 @dataclass(frozen=True)
