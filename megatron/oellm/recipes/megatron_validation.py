@@ -5,15 +5,19 @@ parser accepts (``--recompute-granularity selective`` beside ``--recompute-metho
 it before ``--submit`` turns a job that would wait in the queue to die at start into an error now. ``validate_args``
 asks the GPU's compute capability and Transformer Engine's version: :func:`validate_on_cluster` answers as the
 recipes' clusters would (MareNostrum 5's H100 and Jupiter's GH200 are sm_90; the image's Transformer Engine is
-recent enough for every version gate), on rank 0 of the row's world size with the cluster's environment exported,
-and undoes those answers afterwards.
+recent enough for every version gate and brings the fused RoPE and MoE permutation kernels megatron-core's
+``TransformerConfig`` asks for; ``--oellm-backend auto`` resolves to it), on rank 0 of the row's world size with the
+cluster's environment exported, and undoes those answers afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import importlib
 import io
+import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,21 +27,56 @@ CLUSTER_COMPUTE_CAPABILITY = (9, 0)
 """Compute capability of the recipes' GPUs (H100 and GH200: Hopper, sm_90)."""
 
 
+_CLUSTER_KERNELS = {
+    "megatron.core.models.common.embeddings.rope_utils": (
+        "fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd"),
+    "megatron.core.transformer.moe.moe_utils": (
+        "fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+        "fused_sort_chunks_by_index_with_probs", "fused_unpermute"),
+}
+"""megatron-core's Transformer Engine kernels (module -> names, None where TE does not import) whose presence its
+``TransformerConfig`` checks: the image's Transformer Engine has them."""
+
+
+def _cluster_kernel(*_args, **_kwargs):
+    """Stands in for a Transformer Engine kernel of the image while a config is checked; never called."""
+    raise RuntimeError("a stand-in for the cluster image's Transformer Engine kernel was called")
+
+
+def _cluster_backend(name: str) -> str:
+    """``--oellm-backend`` as the image resolves it: ``auto`` (and ``te``) is its Transformer Engine."""
+    return "torch" if name == "torch" else "te"
+
+
 @contextlib.contextmanager
 def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]:
     """While inside: megatron sees a Hopper GPU with a recent Transformer Engine, rank 0 of ``world_size`` and
-    ``env`` exported; its printout of the arguments and its warnings are swallowed."""
+    ``env`` exported; its printout of the arguments, its INFO log lines and its warnings are swallowed."""
     import torch
+    from megatron.core.transformer import transformer_config
     from megatron.training import arguments
+
+    from megatron.oellm.backends import selection
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability",
                                               lambda *_: CLUSTER_COMPUTE_CAPABILITY))
         stack.enter_context(mock.patch.object(arguments, "get_device_arch_version",
                                               lambda: CLUSTER_COMPUTE_CAPABILITY[0]))
-        stack.enter_context(mock.patch.object(arguments, "is_te_min_version", lambda *_args, **_kwargs: True))
+        for module in (arguments, transformer_config):
+            stack.enter_context(mock.patch.object(module, "is_te_min_version", lambda *_args, **_kwargs: True))
+        # TransformerConfig refuses apply_rope_fusion / moe_permute_fusion where these kernels did not import
+        for module, names in _CLUSTER_KERNELS.items():
+            kernels = importlib.import_module(module)
+            for name in names:
+                if getattr(kernels, name) is None:
+                    stack.enter_context(mock.patch.object(kernels, name, _cluster_kernel))
+        stack.enter_context(mock.patch.object(selection, "resolve_backend", _cluster_backend))
         stack.enter_context(mock.patch.dict(os.environ, {**env, "WORLD_SIZE": str(world_size), "RANK": "0"}))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        # megatron's root log handler holds the real stdout: its INFO lines (a pipeline layout's table) stay out too
+        stack.callback(logging.disable, logging.root.manager.disable)
+        logging.disable(logging.INFO)
         stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
         yield
@@ -91,6 +130,32 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     return args
 
 
+def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env: Mapping[str, object]) -> None:
+    """The training entry's check of megatron-core's ``TransformerConfig``
+    (:func:`megatron.oellm.training.model_provider.check_model_config`: its ``__post_init__`` refuses combinations
+    ``validate_args`` lets through, e.g. ``--moe-pad-expert-input-to-capacity`` without
+    ``--moe-expert-capacity-factor``) on validated ``args``, with the card the entry reads from them
+    (:func:`megatron.oellm.training.model_provider.card_from_args`), as the cluster builds it (see the module
+    docstring); before it, as in the entry, the check of that card's pipeline schedule
+    (:func:`megatron.oellm.training.forward_step.check_schedule_support`; the card's layout is checked where the row
+    is resolved). Builds a config only: no CUDA, no process group, no tensor.
+
+    Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets
+    ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field)."""
+    from megatron.oellm.flops import megatron_padded_vocab
+    from megatron.oellm.training.forward_step import check_schedule_support
+    from megatron.oellm.training.model_provider import card_from_args, check_model_config
+
+    probe = copy.copy(args)
+    if probe.padded_vocab_size is None:
+        probe.padded_vocab_size = megatron_padded_vocab(probe.vocab_size or 1, probe.tensor_model_parallel_size,
+                                                        probe.make_vocab_size_divisible_by)
+    with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
+        card = card_from_args(probe)
+        check_schedule_support(probe, card)
+        check_model_config(probe, card)
+
+
 def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,
                              env: Mapping[str, object] | None = None) -> argparse.Namespace:
     """``args`` (parsed, not yet validated) after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster
@@ -104,13 +169,16 @@ def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,
 
 
 def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> str | None:
-    """What :func:`validate_on_cluster`, then the learning-rate schedule check of a training run
+    """What :func:`validate_on_cluster`, then the training entry's check of the model's ``TransformerConfig``
+    (:func:`check_model_config_on_cluster`) and of the learning-rate schedule
     (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`), raise against ``argv`` (type and message), or
-    None when both pass."""
+    None when all pass."""
     from megatron.oellm.training.lr_schedule import check_lr_schedule
 
     try:
-        check_lr_schedule(validate_on_cluster(argv, world_size, env))
+        args = validate_on_cluster(argv, world_size, env)
+        check_model_config_on_cluster(args, world_size, env)
+        check_lr_schedule(args)
     except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return None

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.recipes.config import load_recipe
-from megatron.oellm.recipes.megatron_validation import megatron_refusal, validate_args_on_cluster, validate_on_cluster
+from megatron.oellm.recipes.megatron_validation import (
+    check_model_config_on_cluster,
+    megatron_refusal,
+    validate_args_on_cluster,
+    validate_on_cluster,
+)
 from megatron.oellm.recipes.resolve import resolve_row
 from megatron.oellm.training.args import parse_oellm_argv
 
@@ -22,34 +27,46 @@ ROWS = [(path, number) for path in RECIPES for number in range(1, len(load_recip
 
 @pytest.mark.parametrize("path, number", ROWS, ids=[f"{p.stem}-row{n}" for p, n in ROWS])
 def test_row_passes_megatron_validate_args(path, number):
-    """The check ``--dry-run`` / ``--submit`` make (:func:`validate_on_cluster`) on every shipped row."""
+    """The checks ``--dry-run`` / ``--submit`` make (:func:`validate_on_cluster`, then the model's
+    ``TransformerConfig``) on every shipped row."""
     recipe = load_recipe(path)
     if recipe.model.startswith("oellm-ckda-hybrid"):
         pytest.skip("the CKDA layer symbol 'K' is not megatron-core's; the CKDA issue adds it")
     resolved = resolve_row(recipe, recipe.row(number))
     args = validate_on_cluster(resolved.argv, resolved.world_size, recipe.cluster.env)
+    check_model_config_on_cluster(args, resolved.world_size, recipe.cluster.env)
     assert args.data_parallel_size * args.tensor_model_parallel_size * args.pipeline_model_parallel_size \
         * args.context_parallel_size == resolved.world_size
 
 
 def test_the_check_leaves_the_process_as_it_found_it(monkeypatch):
-    """The GPU, Transformer Engine and environment answers are undone after the check, whatever it found."""
+    """The GPU, Transformer Engine, backend, logging and environment answers are undone after the check, whatever it
+    found."""
+    import logging
     import os
 
     import torch
+    from megatron.core.models.common.embeddings import rope_utils
+    from megatron.core.transformer import transformer_config
+    from megatron.core.transformer.moe import moe_utils
     from megatron.training import arguments
+
+    from megatron.oellm.backends import selection
+
+    def answers():
+        return (torch.cuda.get_device_capability, arguments.get_device_arch_version, arguments.is_te_min_version,
+                transformer_config.is_te_min_version, rope_utils.fused_apply_rotary_pos_emb, moe_utils.fused_permute,
+                selection.resolve_backend, logging.root.manager.disable, dict(os.environ))
 
     recipe = load_recipe(RECIPES[-1])
     resolved = resolve_row(recipe, recipe.rows[0])
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
-    before = (torch.cuda.get_device_capability, arguments.get_device_arch_version, arguments.is_te_min_version,
-              dict(os.environ))
+    before = answers()
     assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) is None
     assert megatron_refusal([*resolved.argv, "--recompute-granularity", "selective"], resolved.world_size,
                             recipe.cluster.env) == ("AssertionError: recompute method is not yet supported for "
                                                     "selective recomputing granularity")
-    assert (torch.cuda.get_device_capability, arguments.get_device_arch_version, arguments.is_te_min_version,
-            dict(os.environ)) == before
+    assert answers() == before
 
 
 def test_an_explicit_torch_backend_gets_the_entrys_feature_check():
@@ -154,3 +171,51 @@ def test_an_interval_or_recompute_count_the_training_loop_divides_or_steps_by_is
     flags = [values.get(token, token) for token in flags]
     refusal = megatron_refusal([*resolved.argv, *flags], resolved.world_size, recipe.row_env(recipe.rows[0]))
     assert refusal is not None and refusal.startswith(f"ValueError: {flags[0]} {flags[1]}: "), refusal
+
+
+CONFIG_REFUSES = "ValueError: the model's TransformerConfig refuses the run's arguments: "
+
+
+@pytest.mark.parametrize("stem, flag, message", [
+    ("qwen3_5_35b_a3b_mn5_strong", "moe-pad-expert-input-to-capacity = true",
+     CONFIG_REFUSES + "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"),
+    ("qwen3_5_35b_a3b_mn5_strong", "recompute-method = false",
+     CONFIG_REFUSES + 'Using recompute_granularity: full so recompute_method must be "block" or "uniform"'),
+    ("qwen3_235b_a22b_jupiter", "moe-router-enable-expert-bias = true",
+     CONFIG_REFUSES + "Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' score "
+                      "functions"),
+    ("qwen3_5_35b_a3b_mn5_strong", "overlap-moe-expert-parallel-comm = true",
+     "ValueError: --overlap-moe-expert-parallel-comm: qwen3.5-35b-a3b is a megatron-core HybridModel, which has no "
+     "build_schedule_plan"),
+])
+def test_a_setting_only_the_entrys_model_checks_refuse_is_refused_before_submission(tmp_path, capsys, stem, flag,
+                                                                                   message):
+    """megatron's validate_args passed these on a shipped row; the training entry refuses them once the job has
+    started, after its wait in the queue: megatron-core's TransformerConfig (check_model_config) or, before it, the
+    entry's check of the card's pipeline schedule. --dry-run (and --submit) refuse them with the row, in
+    one error line, with the entry's message."""
+    from megatron.oellm.cli import main
+
+    config = tmp_path / "changed.toml"
+    config.write_text(f'extends = "{RECIPES[0].parent / stem}.toml"\n[megatron_flags]\n{flag}\n')
+    assert main(["recipe", str(config), "--dry-run", "--row", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1, err
+    assert f"oellm recipe: error: row 1: the training entry would stop the job at start: {message}" in err, err
+
+
+def test_the_transformer_config_check_answers_as_the_cluster_image():
+    """The config is built as the image builds it: an FP8 MoE row with megatron's default fused RoPE passes where
+    Transformer Engine is missing (the config asks TE's version and RoPE kernel), and so does a setting the config
+    accepts, a capacity factor beside the padding to capacity."""
+    import random
+
+    recipe = load_recipe(next(path for path in RECIPES if path.stem == "qwen3_235b_a22b_jupiter"))
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert "--fp8-format" in resolved.argv and "--no-rope-fusion" not in resolved.argv
+    env = recipe.row_env(recipe.rows[0])
+    assert megatron_refusal(resolved.argv, resolved.world_size, env) is None
+    padded = [*resolved.argv, "--moe-pad-expert-input-to-capacity"]
+    factor = f"{random.uniform(1.05, 2.0):.3f}"
+    assert megatron_refusal([*padded, "--moe-expert-capacity-factor", factor], resolved.world_size, env) is None
+    assert "moe_expert_capacity_factor must be set" in megatron_refusal(padded, resolved.world_size, env)
