@@ -652,6 +652,27 @@ def test_collect_environment_asks_torch_about_the_allocator_configuration_it_rea
     assert severities(check_allocator_conf(report, env)) == ["error"]
 
 
+def test_empty_allocator_items_are_judged_as_torch_judges_the_exported_value(monkeypatch):
+    """``expandable_segments:True,,`` (an empty item) is refused by torch's tokenizer, ``...,`` (a trailing comma)
+    taken: the probe asks torch about the exported value itself, empty items included, and the rule agrees with
+    torch's own verdict on each (before, empty items were dropped and both were ok)."""
+    size = random.randint(20, 8192)
+    values = [f"max_split_size_mb:{size},expandable_segments:True,,", f"max_split_size_mb:{size},expandable_segments:True,"]
+    done = subprocess.run([sys.executable, "-c", TORCH_REFUSES, *values], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if done.returncode == 3:
+        pytest.skip("this torch has no _accelerator_setAllocatorSettings")
+    refused = json.loads(done.stdout.strip().splitlines()[-1])
+    assert refused[values[0]], "torch takes a doubled comma: the case this test is about is gone"
+    for value in values:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", value)
+        report = collect_environment({"PYTORCH_CUDA_ALLOC_CONF": value})
+        (finding,) = check_allocator_conf(report, {"PYTORCH_CUDA_ALLOC_CONF": value})
+        assert finding.severity == ("error" if refused[value] else "ok"), (value, finding.message)
+        if refused[value]:
+            assert "empty item" in finding.message and finding.fix.endswith("expandable_segments:True")
+
+
 def test_an_allocator_item_torch_refuses_is_an_error_naming_it_whose_fix_drops_it():
     """The rule turns the probe's refusal into an error that names the item and torch's words; the suggested value
     drops the item, keeps the others and enables expandable segments, and the installed torch takes it."""

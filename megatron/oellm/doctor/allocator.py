@@ -114,11 +114,12 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
                         f"export {variable}={_with_expandable_segments(value)}")]
     if report.allocator_refusal is not None:
         item, why = report.allocator_refusal
+        shown = repr(item) if item else "an empty item (two commas in a row, or a trailing one)"
         return [Finding("error", name, f"{variable}={value!r}: the allocator-settings parser of torch {torch_version} "
-                        f"refuses {item!r} ({why}) and raises at the first CUDA allocation, after the job has "
+                        f"refuses {shown} ({why}) and raises at the first CUDA allocation, after the job has "
                         f"started{also}.",
-                        f"correct or drop {item.partition(':')[0]!r}, e.g. "
-                        f"export {variable}={_with_expandable_segments(value, {item})}")]
+                        (f"correct or drop {item.partition(':')[0]!r}" if item else "drop the empty item")
+                        + f", e.g. export {variable}={_with_expandable_segments(value, {item})}")]
     if expandable != "True":
         return [Finding("warning", name, f"{variable}={value!r} lacks expandable_segments:True, so the caching "
                         f"allocator fragments{also}.",

@@ -306,7 +306,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     nccl_names, nccl_names_unread = _nccl_names()
     torch_imports = module_findable("torch") and torch_import_error is None
     conf = allocator_conf(env, versions["torch"]) if torch_imports else None
-    items = [item for item in allocator_items(conf[1]) if item] if conf is not None else []
+    items = allocator_items(conf[1]) if conf is not None else []  # empty ones too: torch may refuse them
     return EnvironmentReport(
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
@@ -328,5 +328,5 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         megatron_core_path=core_path,
         te_flash_attention=te_flash_attention,
         te_flash_attention_error=te_flash_attention_error,
-        allocator_refusal=allocator_refusal_in_subprocess(items) if items else None,
+        allocator_refusal=allocator_refusal_in_subprocess(items) if any(items) else None,
     )

@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
         check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
         check_sequence_length(parsed)
-        check_intervals(parsed)  # before validate_args, whose own modulo by --log-interval is a traceback
+        check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
         args = validated_args(parse_and_validate_args)
     except ValueError as error:
         return refuse(error)
