@@ -290,14 +290,21 @@ def _is_number(text: str) -> bool:
 
 
 def data_prefixes(data_path: Sequence[str]) -> list[str]:
-    """The dataset prefixes megatron-core reads from a ``--data-path`` list: the second of each ``WEIGHT PREFIX``
-    pair when the list is such pairs (an even length, a number at every weight's place), else every entry. A number
-    elsewhere (a weight written after its prefix, a lone weight) is then a prefix to megatron-core too, which the job
-    would stop on at start: taking only the entries that are not numbers let such a list through ``--submit``."""
+    """The dataset prefixes megatron-core reads from a ``--data-path`` list, by its own ``get_blend_from_list``: the
+    second of each ``WEIGHT PREFIX`` pair when the list is such pairs, else every entry. A number elsewhere (a weight
+    written after its prefix, a lone weight) is then a prefix to megatron-core too, which the job would stop on at
+    start. A list megatron-core asserts on (numbers mixed into some weights' places) gives every entry, so that the
+    check names the number."""
+    from megatron.core.datasets.utils import get_blend_from_list
+
     entries = list(data_path)
-    if len(entries) % 2 == 0 and all(_is_number(entry) for entry in entries[0::2]):
-        return entries[1::2]
-    return entries
+    if not entries:
+        return []
+    try:
+        prefixes, _weights = get_blend_from_list(entries)
+    except AssertionError:
+        return entries
+    return list(prefixes)
 
 
 def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
