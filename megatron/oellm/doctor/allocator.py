@@ -16,6 +16,9 @@ UNIFIED_ALLOC_CONF_TORCH = (2, 10)
 its device-generic settings but not into the CUDA allocator's expandable segments (pytorch issue 183387); older
 releases do not read it at all."""
 
+ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+"""Every variable torch reads allocator settings from (the CUDA, device-generic and ROCm names)."""
+
 
 def allocator_variables(torch_version: str | None) -> tuple[str, ...]:
     """The allocator variables the CUDA caching allocator of torch ``torch_version`` reads, in its order (the first

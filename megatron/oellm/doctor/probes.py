@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron.oellm.doctor.allocator import allocator_conf, allocator_items
+from megatron.oellm.doctor.allocator import ALLOCATOR_VARIABLES, allocator_conf, allocator_items
 from megatron.oellm.doctor.locate import is_file, module_findable, package_folders
 from megatron.oellm.doctor.nccl import _nccl_names
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
@@ -140,15 +140,12 @@ allocator configuration: its items in growing prefixes (torch reads them in orde
 and the error."""
 
 
-ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
-"""Unset for the allocator probe: torch parses an exported configuration before the probe's own call, and would
-then refuse its first item for what another item holds."""
-
-
 def allocator_refusal_in_subprocess(items: list[str], timeout_s: float = 180.0) -> tuple[str, str] | None:
     """(item, torch's error) of the first of ``items`` (an allocator configuration's ``key:value`` items) that the
     installed torch's allocator-settings parser refuses, asked in a fresh interpreter (the parser sets process-wide
     state); None when it takes them all, or cannot be asked (torch does not import, has no such parser)."""
+    # torch would parse an exported configuration before the probe's own call, and refuse its first item for what
+    # another item holds
     unset = {key: value for key, value in os.environ.items() if key not in ALLOCATOR_VARIABLES}
     out, error = _run_in_fresh_interpreter(ALLOCATOR_SETTINGS_PROBE.format(items=items), "the allocator probe",
                                            timeout_s, unset)
