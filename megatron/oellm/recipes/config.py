@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import re
 import tomllib
 import types
@@ -274,8 +275,8 @@ def check_row(row: TableRow, where: str) -> None:
         if key not in REFERENCE_KEYS:
             raise RecipeError(f"{where}reference key {key!r} is not one of {list(REFERENCE_KEYS)}; a misspelt "
                               "throughput would leave the row's run time unchecked against its time limit")
-        if value <= 0:
-            raise RecipeError(f"{where}reference {key} = {value!r} must be positive")
+        if not math.isfinite(value) or value <= 0:
+            raise RecipeError(f"{where}reference {key} = {value!r} must be a positive finite number")
     if row.time is not None:
         time_limit_seconds(row.time, where)
     fields = [item.name for item in dataclasses.fields(ParallelLayout)]

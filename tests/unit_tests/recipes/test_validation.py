@@ -263,7 +263,9 @@ def test_a_data_source_as_a_megatron_flag_is_refused(tmp_path, capsys, flag):
     ("", "train_iters = -3\n", "recipe zero row 1: train_iters must be >= 1, got -3"),
     ("train_iters = 0\n", "", "recipe zero: train_iters must be >= 1, got 0"),
     ("[local]\nnum_experts = -1\n", "", "recipe zero [local]: num_experts must be >= 0"),
-    ("", "reference = { step_time_s = 0 }\n", "recipe zero row 1: reference step_time_s = 0 must be positive"),
+    ("", "reference = { step_time_s = 0 }\n", "recipe zero row 1: reference step_time_s = 0 must be a positive finite"),
+    ("", "reference = { step_time_s = nan }\n", "recipe zero row 1: reference step_time_s = nan must be a positive"),
+    ("", "reference = { tflops_per_gpu = inf }\n", "recipe zero row 1: reference tflops_per_gpu = inf must be a positive"),
 ])
 def test_zero_and_negative_values_are_refused_not_replaced_by_a_default(tmp_path, capsys, top, row, message):
     """``x or default`` turned a recipe's vocab_size = 0 into the card's and a row's 0 into the recipe's."""
