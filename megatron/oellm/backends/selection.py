@@ -103,6 +103,7 @@ def check_backend_support(
     disabled_fusions: tuple[str, ...] = (),
     deferred_wgrad: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
+    cpu_offloading: bool = False,
     gtp_weight_shards: tuple[str, ...] = (),
     gradient_accumulation_fusion: bool = False,
     flash_attention_only: bool = False,
@@ -186,6 +187,12 @@ def check_backend_support(
         unsupported.append(
             "Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
             "used, made CUDA-graphable when CUDA graphs are on)"
+        )
+    if cpu_offloading:
+        unsupported.append(
+            "offloading whole layers to the CPU (cpu_offloading: megatron-core's transformer block runs it through "
+            "Transformer Engine's offload context, and without TE stops building the model with 'CPU Offloading is "
+            "enabled when TE is not present'): drop --cpu-offloading-num-layers"
         )
     if gtp_weight_shards:
         unsupported.append(
@@ -498,8 +505,9 @@ def gtp_weight_shard_flags(source: TransformerConfig | Any) -> tuple[str, ...]:
 def _features(source: TransformerConfig | Any) -> dict[str, Any]:
     """:func:`check_backend_support`'s feature keywords read from a TransformerConfig or Megatron's parsed arguments
     (the same field names, except the expert count, ``num_moe_experts`` vs ``num_experts``, the RNG tracker,
-    ``use_te_rng_tracker`` vs ``te_rng_tracker``, and the per-module precision recipe, ``quant_recipe`` vs
-    ``te_precision_config_file``). :data:`TORCH_BACKEND_DISABLED_FUSIONS` are read from a
+    ``use_te_rng_tracker`` vs ``te_rng_tracker``, the per-module precision recipe, ``quant_recipe`` vs
+    ``te_precision_config_file``, and layer CPU offloading, ``cpu_offloading`` vs ``cpu_offloading_num_layers > 0``,
+    the rule by which Megatron's ``validate_args`` sets it). :data:`TORCH_BACKEND_DISABLED_FUSIONS` are read from a
     TransformerConfig only: from the arguments the training entry turns them off."""
     is_config = isinstance(source, TransformerConfig)
     experts = source.num_moe_experts if is_config else source.num_experts
@@ -524,6 +532,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         disabled_fusions=tuple(name for name in TORCH_BACKEND_DISABLED_FUSIONS if is_config and getattr(source, name)),
         deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
         te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
+        cpu_offloading=bool(source.cpu_offloading if is_config else source.cpu_offloading_num_layers > 0),
         gtp_weight_shards=gtp_weight_shard_flags(source),
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
         flash_attention_only=source.attention_backend == AttnBackend.flash,

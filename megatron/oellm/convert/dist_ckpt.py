@@ -53,6 +53,15 @@ METADATA_FILE = ".metadata"
 """PyTorch DCP's metadata file: every item's key, shape and place (file, offset, length)."""
 LEGACY_COMMON_FILE = "common.pt"
 """Where older megatron-core releases kept the common state."""
+CHECKPOINT_CONFIG_FILE = "metadata.json"
+"""megatron-core's description of a ``torch_dist`` checkpoint beside DCP's ``.metadata``: ``_get_checkpoint_format``
+(``check_is_distributed_checkpoint``) tells that format from ``torch_dcp`` / ``fsdp_dtensor`` by it."""
+TORCH_RANK_PREFIX = "mp_rank_"
+"""The per-rank directories of a ``--ckpt-format torch`` checkpoint (``mp_rank_00``, ``mp_rank_00_000``, ...)."""
+_TORCH_DIST_ONLY = ("oellm convert reads torch_dist checkpoints (megatron-core's default --ckpt-format): re-save it "
+                    "once with megatron (load it with the --ckpt-format and layout that saved it, plus "
+                    "--ckpt-convert-format torch_dist --ckpt-convert-save DIR: megatron saves DIR/torch_dist and "
+                    "exits), then pass --mcore DIR/torch_dist")
 CONTENT_METADATA = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
 """The sharded-state-dict metadata megatron training builds and stores (``content_metadata``); the keys of
 :mod:`mcore_layout` are the ones produced under it."""
@@ -226,8 +235,15 @@ class CheckpointReader:
 
     def __init__(self, directory: Path) -> None:
         if not (directory / METADATA_FILE).is_file():
+            if _holds_rank_files(directory):
+                raise ConversionError(f"{directory} is a --ckpt-format torch checkpoint (one {TORCH_RANK_PREFIX}* "
+                                      f"directory per model-parallel rank); {_TORCH_DIST_ONLY}")
             raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
                                   "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
+        if not (directory / CHECKPOINT_CONFIG_FILE).is_file():
+            raise ConversionError(f"{directory} holds PyTorch DCP files but no {CHECKPOINT_CONFIG_FILE}, which "
+                                  "megatron-core reads as --ckpt-format torch_dcp (fsdp_dtensor under Megatron-FSDP), "
+                                  f"not torch_dist; {_TORCH_DIST_ONLY}")
         self.directory = directory
         self.metadata = _read_metadata(directory)
         self._data_files = _check_data_files(directory, self.metadata)
@@ -309,6 +325,15 @@ class CheckpointReader:
             pieces_read_items(self.metadata, key, key_pieces)
         return _by_name((p, torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1], device="meta"))
                         for p in pieces)
+
+
+def _holds_rank_files(directory: Path) -> bool:
+    """Whether ``directory`` holds the per-rank directories of a ``--ckpt-format torch`` checkpoint (False where it
+    cannot be listed: the caller's message about the missing ``.metadata`` then stands)."""
+    try:
+        return any(child.name.startswith(TORCH_RANK_PREFIX) for child in directory.iterdir())
+    except OSError:
+        return False
 
 
 def _pieces_by_key(pieces: Iterable[Piece]) -> dict[str, list[Piece]]:

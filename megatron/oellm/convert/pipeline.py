@@ -30,7 +30,7 @@ import torch
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
-from megatron.oellm.convert.dist_ckpt import METADATA_FILE, CheckpointReader, save_streaming
+from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE, CheckpointReader, save_streaming
 from megatron.oellm.convert.errors import ConversionError, listed
 from megatron.oellm.convert.family import (
     Unit,
@@ -103,6 +103,13 @@ RUN_FLAGS_NO_SHAPE_SHOWS = ("rotary-base", "rotary-percent", "norm-epsilon", "ap
                             "moe-router-pre-softmax")
 """Megatron flags of :func:`megatron_args.model_flags` that change what the model computes but no tensor's name or
 shape: RoPE base and rotated fraction, norm epsilon and zero-centring, router top-k and its renormalisation."""
+INTERLEAVED_GLU_ARGS = (("moe_mlp_glu_interleave_size", "num_experts", None),
+                        ("moe_shared_expert_glu_interleave_size", "moe_shared_expert_intermediate_size",
+                         "use_grouped_gemm_for_shared_expert"))
+"""(run argument, card field, run argument it needs) under which megatron-core 0.19.2 keeps a SwiGLU fc1 weight with
+gate and up rows alternating in blocks of that size within each tensor-parallel shard, and saves it so: the routed
+experts' (TE's grouped experts), and the shared expert's where ``use_grouped_gemm_for_shared_expert`` builds it
+from TE's fused ops. The converter reads fc1 as ``[gate; up]``."""
 _WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
@@ -114,8 +121,6 @@ _ROUTER_BUFFERS = (".router.expert_bias", ".router.qb_beta")
 Hugging Face Qwen model has no tensor for."""
 _DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
 """A data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
-CHECKPOINT_CONFIG_FILE = "metadata.json"
-"""megatron-core's description of a distributed checkpoint's format, beside DCP's ``.metadata``."""
 _FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
@@ -378,7 +383,18 @@ def check_run_arguments(card: ModelCard, run_args: object) -> None:
     """Raise if the run arguments a training checkpoint stores (megatron's ``args``) give one of
     :data:`RUN_FLAGS_NO_SHAPE_SHOWS` another value than ``card``: the tensors would pass every shape check, and the
     exported ``config.json`` (the card's) would describe a model that computes otherwise than the trained one. A run
-    described by megatron's flags alone (no ``--oellm-model``) is free to set them; converted checkpoints store none."""
+    described by megatron's flags alone (no ``--oellm-model``) is free to set them; converted checkpoints store none.
+    A run that kept SwiGLU weights block-interleaved (:data:`INTERLEAVED_GLU_ARGS`) is refused too: its checkpoint
+    holds them in that order."""
+    interleaved = [f"--{dest.replace('_', '-')} {getattr(run_args, dest)}"
+                   for dest, module_size, needs in INTERLEAVED_GLU_ARGS
+                   if getattr(run_args, dest, None) is not None and getattr(card, module_size)
+                   and (needs is None or getattr(run_args, needs, False))]
+    if interleaved:
+        raise ConversionError(f"the checkpoint's run trained with {' and '.join(interleaved)}: megatron-core keeps and "
+                              "saves those SwiGLU weights with gate and up rows alternating in blocks within each "
+                              "tensor-parallel shard, while the Hugging Face model takes [gate; up]; oellm convert "
+                              "does not reorder them, and the export would mix gate and up rows")
     card_flags = model_flags(card)
     differ = [f"{dest}: run {getattr(run_args, dest)!r}, card {card_flags[flag]!r}"
               for flag in RUN_FLAGS_NO_SHAPE_SHOWS

@@ -120,6 +120,7 @@ def test_torch_provider_classes() -> None:
             r"Transformer Engine's kernels \(moe_permute_fusion=True\)",
         ),
         ({"te_rng_tracker": True}, "Transformer Engine's RNG tracker"),
+        ({"cpu_offloading": True}, r"offloading whole layers to the CPU .*drop --cpu-offloading-num-layers"),
         ({"disabled_fusions": ("gradient_accumulation_fusion",)}, r"gradient_accumulation_fusion=True: apex's"),
         ({"deferred_wgrad": ("delay_wgrad_compute",)}, r"deferred weight gradients.*drop --delay-wgrad-compute"),
     ],
@@ -266,6 +267,29 @@ def test_config_support_refuses_wgrad_fusion_and_deferral(overrides: dict, messa
     honour (or would fail on after allocating), is refused before building."""
     with pytest.raises(ValueError, match=message):
         selection.check_config_support("torch", _tiny_config(**overrides))
+
+
+def test_torch_backend_refuses_layer_cpu_offloading() -> None:
+    """``--cpu-offloading-num-layers`` passed every start-up check on the torch backend; megatron-core's transformer
+    block then offloads through Transformer Engine's context, or without TE stops building the model (after Megatron
+    initialised and the embedding was allocated) with 'CPU Offloading is enabled when TE is not present'."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+
+    layers = 1  # the tiny card has 2 layers: megatron-core takes fewer than that
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    with pytest.raises(ValueError, match="drop --cpu-offloading-num-layers"):
+        selection.check_args_support("torch", megatron_parser().parse_args(
+            [*card_argv, "--cpu-offloading-num-layers", str(layers)]))
+    with pytest.raises(ValueError, match="drop --cpu-offloading-num-layers"):
+        validate_on_cluster(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch",
+                             "--cpu-offloading-num-layers", str(layers), "--micro-batch-size", "1",
+                             "--global-batch-size", "8", "--seq-length", "128", "--bf16"],
+                            1, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    with pytest.raises(ValueError, match="offloading whole layers to the CPU"):
+        selection.check_config_support("torch", _tiny_config(cpu_offloading=True, cpu_offloading_num_layers=layers))
+    selection.check_args_support("torch", megatron_parser().parse_args(card_argv))  # the default: no offloading
 
 
 def test_config_support_keeps_the_te_backend_free_of_these_checks(te_present: None, monkeypatch) -> None:

@@ -76,3 +76,42 @@ def test_mcore_given_an_hf_model_says_so(converted) -> None:
     with pytest.raises(ConversionError, match=rf"--mcore {tmp / 'hf'} is a Hugging Face model.*hf-to-mcore --hf"):
         mcore_to_hf_checkpoint(card, tmp / "hf", tmp / "out")
     assert not (tmp / "out").exists()
+
+
+def test_a_torch_format_checkpoint_is_named_as_such(tiny_hf) -> None:
+    """``--mcore`` of a run saved with ``--ckpt-format torch`` (one ``mp_rank_*`` file per model-parallel rank): the
+    refusal names the format and megatron's re-save to ``torch_dist``, instead of asking for the directory that holds
+    ``metadata.json`` (the user gave the right one)."""
+    import torch
+
+    card, hf, tmp = tiny_hf
+    rank = tmp / "run" / "iter_0000010" / "mp_rank_00"
+    rank.mkdir(parents=True)
+    torch.save({"model": {"embedding.word_embeddings.weight": hf["model.embed_tokens.weight"]}},
+               rank / "model_optim_rng.pt")
+    (tmp / "run" / ITERATION_FILE).write_text("10\n")
+    for given in (tmp / "run", rank.parent):
+        with pytest.raises(ConversionError, match=r"iter_0000010 is a --ckpt-format torch checkpoint .*"
+                                                  r"--ckpt-convert-format torch_dist") as info:
+            mcore_to_hf_checkpoint(card, given, tmp / "out")
+        assert "metadata.json" not in str(info.value)
+    assert not (tmp / "out").exists()
+
+
+def test_a_dcp_checkpoint_without_megatron_metadata_is_named_as_such(tiny_hf) -> None:
+    """``--mcore`` of a run saved with ``--ckpt-format torch_dcp`` (or Megatron-FSDP's ``fsdp_dtensor``): PyTorch DCP
+    files without megatron's ``metadata.json``, the model under ``model.`` keys. megatron-core tells the formats apart
+    by that file; the refusal names the format, not a missing tensor the checkpoint holds under another key."""
+    import torch.distributed.checkpoint as dcp
+
+    card, hf, tmp = tiny_hf
+    model = {"embedding.word_embeddings.weight": hf["model.embed_tokens.weight"],
+             "decoder.final_layernorm.weight": hf["model.norm.weight"]}
+    dcp.save({"model": model, "iteration": 10}, storage_writer=dcp.FileSystemWriter(tmp / "run" / "iter_0000010"),
+             no_dist=True)
+    (tmp / "run" / ITERATION_FILE).write_text("10\n")
+    with pytest.raises(ConversionError, match=r"iter_0000010 .*no metadata.json.*torch_dcp.*"
+                                              r"--ckpt-convert-format torch_dist") as info:
+        mcore_to_hf_checkpoint(card, tmp / "run", tmp / "out")
+    assert "missing tensor" not in str(info.value)
+    assert not (tmp / "out").exists()

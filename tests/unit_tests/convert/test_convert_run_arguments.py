@@ -85,3 +85,27 @@ def test_the_arguments_megatron_parses_for_the_card_pass(name: str) -> None:
     other = dataclasses.replace(card, moe_router_topk=card.moe_router_topk + random.randint(1, 3))
     with pytest.raises(ConversionError, match=rf"moe_router_topk: run {card.moe_router_topk}, card "):
         pipeline.check_run_arguments(other, run)
+
+
+@pytest.mark.parametrize("name", CARDS)
+@pytest.mark.parametrize("changed", [{"moe_mlp_glu_interleave_size": None},
+                                     {"moe_shared_expert_glu_interleave_size": None,
+                                      "use_grouped_gemm_for_shared_expert": True}])
+def test_a_run_with_block_interleaved_swiglu_weights_is_refused(name: str, changed: dict, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with ``--moe-mlp-glu-interleave-size N`` (TE's grouped experts; or the shared expert's with
+    ``--use-grouped-gemm-for-shared-expert``) keeps each expert's SwiGLU fc1 with gate and up rows alternating in
+    blocks of N and megatron-core saves it so: every shape matches the card, and the export used to hand the Hugging
+    Face model those rows as ``[gate; up]`` without a word. The shared-expert size alone changes nothing."""
+    card = get_card(name)
+    size = random.choice([16, 32, 64])
+    changed = {k: size if v is None else v for k, v in changed.items()}
+    _training_checkpoint(card, tmp_path, monkeypatch, changed)
+    flag = next(k for k in changed if k.endswith("interleave_size")).replace("_", "-")
+    if "shared" in flag and not card.moe_shared_expert_intermediate_size:
+        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")  # no shared expert
+        return
+    with pytest.raises(ConversionError, match=rf"--{flag} {size}.*\[gate; up\]"):
+        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    pipeline.check_run_arguments(card, argparse.Namespace(moe_shared_expert_glu_interleave_size=size))
