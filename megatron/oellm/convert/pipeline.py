@@ -379,6 +379,16 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
     raise ConversionError(f"the checkpoint was written for another version of card {card.name}: {wrong}{hint}")
 
 
+def interleaved_glu_flags(card: ModelCard, run_args: object) -> list[str]:
+    """``--flag value`` for each of :data:`INTERLEAVED_GLU_ARGS` that ``run_args`` (megatron's arguments, parsed or
+    stored) sets for a module ``card`` has: the SwiGLU weights megatron then keeps block-interleaved, where Hugging
+    Face models and ``oellm convert`` hold ``[gate; up]``."""
+    return [f"--{dest.replace('_', '-')} {getattr(run_args, dest)}"
+            for dest, module_size, needs in INTERLEAVED_GLU_ARGS
+            if getattr(run_args, dest, None) is not None and getattr(card, module_size)
+            and (needs is None or getattr(run_args, needs, False))]
+
+
 def check_run_arguments(card: ModelCard, run_args: object) -> None:
     """Raise if the run arguments a training checkpoint stores (megatron's ``args``) give one of
     :data:`RUN_FLAGS_NO_SHAPE_SHOWS` another value than ``card``: the tensors would pass every shape check, and the
@@ -386,10 +396,7 @@ def check_run_arguments(card: ModelCard, run_args: object) -> None:
     described by megatron's flags alone (no ``--oellm-model``) is free to set them; converted checkpoints store none.
     A run that kept SwiGLU weights block-interleaved (:data:`INTERLEAVED_GLU_ARGS`) is refused too: its checkpoint
     holds them in that order."""
-    interleaved = [f"--{dest.replace('_', '-')} {getattr(run_args, dest)}"
-                   for dest, module_size, needs in INTERLEAVED_GLU_ARGS
-                   if getattr(run_args, dest, None) is not None and getattr(card, module_size)
-                   and (needs is None or getattr(run_args, needs, False))]
+    interleaved = interleaved_glu_flags(card, run_args)
     if interleaved:
         raise ConversionError(f"the checkpoint's run trained with {' and '.join(interleaved)}: megatron-core keeps and "
                               "saves those SwiGLU weights with gate and up rows alternating in blocks within each "

@@ -137,14 +137,15 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
     ``--moe-expert-capacity-factor``) on validated ``args``, with the card the entry reads from them
     (:func:`megatron.oellm.training.model_provider.card_from_args`), as the cluster builds it (see the module
     docstring); before it, as in the entry, the check of that card's pipeline schedule
-    (:func:`megatron.oellm.training.forward_step.check_schedule_support`; the card's layout is checked where the row
-    is resolved). Builds a config only: no CUDA, no process group, no tensor.
+    (:func:`megatron.oellm.training.forward_step.check_schedule_support`) and of its layer offloading
+    (:func:`megatron.oellm.training.model_provider.check_layer_offloading`); the card's layout is checked where the
+    row is resolved. Builds a config only: no CUDA, no process group, no tensor.
 
     Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets
     ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field)."""
     from megatron.oellm.flops import megatron_padded_vocab
     from megatron.oellm.training.forward_step import check_schedule_support
-    from megatron.oellm.training.model_provider import card_from_args, check_model_config
+    from megatron.oellm.training.model_provider import card_from_args, check_layer_offloading, check_model_config
 
     probe = copy.copy(args)
     if probe.padded_vocab_size is None:
@@ -153,6 +154,7 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
     with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
         card = card_from_args(probe)
         check_schedule_support(probe, card)
+        check_layer_offloading(probe, card)
         check_model_config(probe, card)
 
 

@@ -120,6 +120,58 @@ def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
                          "directory, so that later jobs of the run resume from their own checkpoints")
 
 
+CONVERTED_LOAD_STRICTNESS = ("log_unexpected", "log_all", "ignore_all")
+"""``--dist-ckpt-strictness`` values under which megatron loads an ``oellm convert hf-to-mcore`` checkpoint. It holds
+no ``_extra_state`` objects, which the models of both backends ask for; megatron-core 0.19.2 drops those requests
+under these values, while under the default ``assume_ok_unexpected`` PyTorch's loader fails on them ("Missing key in
+checkpoint state_dict"), and the ``raise_*`` values raise on them."""
+RETURNING_STRICTNESS = ("return_unexpected", "return_all")
+"""``--dist-ckpt-strictness`` values under which megatron-core 0.19.2's ``dist_checkpointing.load`` returns (state,
+missing keys, unexpected keys): megatron's ``load_checkpoint`` takes that tuple for the state and fails on it."""
+
+
+def check_load_strictness(args, checkpoint: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when megatron would fail to load ``checkpoint`` (the one the run loads, as
+    :func:`check_converted_load` takes it) under the run's ``--dist-ckpt-strictness``: a ``torch_dist`` checkpoint
+    under :data:`RETURNING_STRICTNESS`, or an ``oellm convert`` one outside :data:`CONVERTED_LOAD_STRICTNESS`. Either
+    fails on every rank once the model is on the GPU."""
+    from megatron.oellm.training.stored_checkpoint import converted_args
+
+    if checkpoint is None or checkpoint.ckpt_format != "torch_dist":
+        return
+    strictness = args.dist_ckpt_strictness
+    if strictness in RETURNING_STRICTNESS:
+        raise ValueError(f"--dist-ckpt-strictness {strictness}: megatron-core's checkpoint loader then returns the "
+                         "mismatched keys beside the state, which megatron's load_checkpoint takes for the state and "
+                         f"fails on, so {checkpoint.named_by} would not load; use log_unexpected or log_all to see "
+                         "mismatched keys")
+    if converted_args(checkpoint) is not None and strictness not in CONVERTED_LOAD_STRICTNESS:
+        raise ValueError(f"{checkpoint.named_by} is an `oellm convert hf-to-mcore` checkpoint, which holds no "
+                         "_extra_state objects (Transformer Engine's FP8 metadata, mirrored by the torch-native "
+                         f"modules) while the model asks for them; --dist-ckpt-strictness {strictness} fails on those "
+                         "keys once the model is on the GPU: pass --dist-ckpt-strictness log_unexpected (megatron "
+                         "logs them and keeps the modules' extra state as built)")
+
+
+def check_converted_glu_layout(args, checkpoint: StoredCheckpoint | None, card: ModelCard) -> None:
+    """Raise ``ValueError`` when the run loads an ``oellm convert hf-to-mcore`` checkpoint (``checkpoint``, as
+    :func:`check_converted_load` takes it) with block-interleaved SwiGLU weights
+    (:func:`megatron.oellm.convert.pipeline.interleaved_glu_flags`):
+    megatron would load the ``[gate; up]`` rows into the interleaved layout, and every expert would compute with gate
+    and up rows mixed, without an error."""
+    from megatron.oellm.convert.pipeline import interleaved_glu_flags
+    from megatron.oellm.training.stored_checkpoint import converted_args
+
+    if converted_args(checkpoint) is None:
+        return
+    interleaved = interleaved_glu_flags(card, args)
+    if interleaved:
+        raise ValueError(f"{checkpoint.named_by} is an `oellm convert hf-to-mcore` checkpoint, whose SwiGLU weights "
+                         f"are stored as [gate; up], while {' and '.join(interleaved)} makes the model read them with "
+                         "gate and up rows alternating in blocks: the loaded experts would mix the two; drop "
+                         f"{' and '.join(flag.split()[0] for flag in interleaved)}")
+
+
 CARD_ARCHITECTURE_ARGS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
     "num_query_groups", "kv_channels", "max_position_embeddings", "position_embedding_type", "rotary_base",
@@ -267,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import (
         card_from_args,
+        check_layer_offloading,
         check_layer_spec,
         check_model_config,
         check_recompute_modules,
@@ -299,12 +352,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_layer_spec(args)
         check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag
         check_converted_load(args, loaded)
+        check_load_strictness(args, loaded)
         check_checkpoint_format(args, loaded)
         check_rank_file_layout(args, loaded)
         check_optimizer_resharding(args, loaded)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
+        check_converted_glu_layout(args, loaded, card)
         check_schedule_support(args, card)
+        check_layer_offloading(args, card)
         check_interleaved_microbatches(args)
         check_model_config(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)

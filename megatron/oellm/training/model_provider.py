@@ -211,6 +211,17 @@ def model_config(args: argparse.Namespace, card: ModelCard, layout: ParallelLayo
                                                         **runtime_overrides(args, card, layout))
 
 
+def check_layer_offloading(args: argparse.Namespace, card: ModelCard) -> None:
+    """Raise ``ValueError`` for ``--cpu-offloading-num-layers`` on a hybrid card (Qwen3.5): megatron-core 0.19.2's
+    ``HybridStack`` never enters the layer-offload context that ``TransformerBlock`` (the GPT models) opens, so the
+    run would keep every layer's activations on the GPU, as without the flag, and say nothing."""
+    if card.linear_mixer != "none" and args.cpu_offloading_num_layers > 0:
+        raise ValueError(f"--cpu-offloading-num-layers {args.cpu_offloading_num_layers}: {card.name} is a "
+                         "megatron-core HybridModel, whose layer stack does not offload layers to the CPU (only the GPT "
+                         "models' TransformerBlock does), so the flag would change nothing; drop it (activation "
+                         "recompute, --recompute-granularity, is the way to save activation memory here)")
+
+
 def check_model_config(args: argparse.Namespace, card: ModelCard) -> None:
     """Raise ``ValueError`` when megatron-core's ``TransformerConfig`` refuses the run's arguments.
 

@@ -194,3 +194,43 @@ def test_a_padded_vocabulary_loads_and_megatrons_save_converts_back(tp: int, bac
         summary = mcore_to_hf_checkpoint(card, tmp_path / "saved" / name, tmp_path / "hf-back" / name)
         assert summary.padding_rows == padded - PADDED_VOCAB
         assert_bitwise_equal(random_hf_tensors(card, seed=SEED), dict(SafetensorsSource(tmp_path / "hf-back" / name)))
+
+
+def _load_under(checkpoint: str, name: str, strictness: str) -> object:
+    """megatron-core's ``dist_checkpointing.load`` of ``checkpoint`` into card ``name``'s torch-native model at world
+    size one under ``--dist-ckpt-strictness strictness``: what it returns, or the exception it raised."""
+    from megatron.core import dist_checkpointing
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from megatron.oellm.models import spec_builder
+
+    card = get_card(name)
+    builder = spec_builder(card.family)
+    with gloo_world(), cpu_model_building():
+        config = builder.transformer_config(card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
+                                            perform_initialization=False)
+        model = builder.build_model(card, backend="torch", config=config)
+        try:
+            return dist_checkpointing.load(model.sharded_state_dict(), checkpoint, strict=strictness)
+        except (Exception, CheckpointException) as error:  # PyTorch's is a BaseException; either is the result
+            return error
+
+
+def test_the_training_entrys_strictness_rule_is_megatron_cores(checkpoints: dict[str, Case]) -> None:
+    """The rule :func:`megatron.oellm.training.entry.check_load_strictness` applies to a converted checkpoint, asked
+    of megatron-core's loader itself: it loads under ``CONVERTED_LOAD_STRICTNESS`` (a dict: the state), fails under
+    the default and the ``raise_*`` values, and returns a tuple (which megatron's ``load_checkpoint`` takes for the
+    state) under ``RETURNING_STRICTNESS``."""
+    from megatron.oellm.training.entry import CONVERTED_LOAD_STRICTNESS, RETURNING_STRICTNESS
+
+    checkpoint = checkpoints[CARDS[1]][0]
+    outcomes = {strictness: _load_under(checkpoint, CARDS[1], strictness)
+                for strictness in ("assume_ok_unexpected", "raise_unexpected", "raise_all", *CONVERTED_LOAD_STRICTNESS,
+                                   *RETURNING_STRICTNESS)}
+    for strictness in CONVERTED_LOAD_STRICTNESS:
+        assert isinstance(outcomes[strictness], dict), (strictness, outcomes[strictness])
+    for strictness in ("assume_ok_unexpected", "raise_unexpected", "raise_all"):
+        assert isinstance(outcomes[strictness], BaseException), (strictness, type(outcomes[strictness]))
+        assert "_extra_state" in str(outcomes[strictness]), (strictness, outcomes[strictness])
+    for strictness in RETURNING_STRICTNESS:
+        assert isinstance(outcomes[strictness], tuple), (strictness, type(outcomes[strictness]))

@@ -128,13 +128,17 @@ def test_a_converted_checkpoint_given_as_pretrained_is_not_refused(converted: Pa
 
 def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """One error line and exit status 2 before the throughput hook and ``pretrain``; with --finetune it goes on."""
+    """One error line and exit status 2 before the throughput hook and ``pretrain`` (for the resume, then for
+    megatron's default strictness); with --finetune and ``log_unexpected`` it goes on."""
     main = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
-            "torch_dist", "--vocab-file", "vocab.json", "--mock-data"]
+            "torch_dist", "--vocab-file", "vocab.json", "--mock-data", "--dist-ckpt-strictness", "log_unexpected"]
     assert main.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{main.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
+    assert main.main([*argv[:-2], "--finetune"]) == 2  # megatron's default strictness
+    [line] = capsys.readouterr().err.splitlines()
+    assert "--dist-ckpt-strictness assume_ok_unexpected fails on those keys" in line
     with pytest.raises(Reached):
         main.main([*argv, "--finetune"])
 
@@ -154,3 +158,61 @@ def test_the_entry_reads_the_checkpoint_once(converted: Path, monkeypatch: pytes
             "--mock-data"]
     assert main.main(argv) == 2
     assert reads == [converted / "release"]
+
+
+def test_a_strictness_megatron_cannot_load_a_converted_checkpoint_with_is_refused(converted: Path) -> None:
+    """The converted checkpoint holds no ``_extra_state`` objects: megatron-core fails on them under the default
+    strictness and the ``raise_*`` values (``test_convert_megatron_load.py`` asks its loader), after the model is on
+    the GPU; the entry refuses first, naming ``log_unexpected``, and passes the values that load it."""
+    for strictness in ("assume_ok_unexpected", "raise_unexpected", "raise_all"):
+        run = _run_args(converted, "--finetune", "--dist-ckpt-strictness", strictness)
+        with pytest.raises(ValueError, match=rf"--load {converted} is an `oellm convert hf-to-mcore` checkpoint.*"
+                                             rf"--dist-ckpt-strictness {strictness} fails.*pass "
+                                             "--dist-ckpt-strictness log_unexpected"):
+            entry.check_load_strictness(run, read_loaded_checkpoint(run))
+    for strictness in entry.CONVERTED_LOAD_STRICTNESS:
+        run = _run_args(converted, "--finetune", "--dist-ckpt-strictness", strictness)
+        entry.check_load_strictness(run, read_loaded_checkpoint(run))
+
+
+def test_a_returning_strictness_is_refused_for_any_distributed_checkpoint(converted: Path, tmp_path: Path) -> None:
+    """Under ``return_*`` megatron-core's loader returns a tuple, which megatron's ``load_checkpoint`` takes for the
+    state: every ``torch_dist`` load fails, a training run's own as well; the default loads a run's own."""
+    saved = save_dist_checkpoint(tmp_path / "saved", stored_args(), iteration=random.randrange(1, 10**6))
+    for load in (converted, saved):
+        for strictness in entry.RETURNING_STRICTNESS:
+            run = _run_args(load, "--dist-ckpt-strictness", strictness)
+            with pytest.raises(ValueError, match=rf"--dist-ckpt-strictness {strictness}: .*--load {load} would not "
+                                                 "load; use log_unexpected or log_all"):
+                entry.check_load_strictness(run, read_loaded_checkpoint(run))
+    entry.check_load_strictness(_run_args(saved), read_loaded_checkpoint(_run_args(saved)))
+    entry.check_load_strictness(_run_args(tmp_path / "empty", "--dist-ckpt-strictness", "return_all"), None)
+
+
+@pytest.mark.parametrize("flags", [["--moe-mlp-glu-interleave-size", "BLOCK"],
+                                   ["--moe-shared-expert-glu-interleave-size", "BLOCK",
+                                    "--use-grouped-gemm-for-shared-expert"]])
+def test_block_interleaved_swiglu_weights_are_refused_for_a_converted_checkpoint(converted: Path, tmp_path: Path,
+                                                                                flags: list[str]) -> None:
+    """The converter writes each SwiGLU fc1 as [gate; up]; a run that reads them block-interleaved would mix gate and
+    up rows without an error. A training run's own checkpoint was saved in the run's layout: left to megatron. The
+    tiny Qwen3.5 card has a shared expert (the Qwen3 one, ``CARD``, has none: its shared flag is not refused)."""
+    from megatron.oellm.training.args import merge_card_flags
+
+    block = str(random.choice([8, 16, 32]))
+    flags = [block if flag == "BLOCK" else flag for flag in flags]
+    name = "qwen3.5-35b-a3b-tiny"
+    card = get_card(name)
+    write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), tmp_path / "hf")
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    run = parse_oellm_argv(merge_card_flags(["--oellm-model", name, "--load", str(tmp_path / "mcore"), "--finetune",
+                                             *flags]).argv)
+    with pytest.raises(ValueError, match=rf"is an `oellm convert hf-to-mcore` checkpoint, whose SwiGLU weights are "
+                                         rf"stored as \[gate; up\], while {flags[0]} {block} .*drop {flags[0]}"):
+        entry.check_converted_glu_layout(run, read_loaded_checkpoint(run), card)
+    saved = save_dist_checkpoint(tmp_path / "saved", stored_args(), iteration=random.randrange(1, 10**6))
+    own = parse_oellm_argv(merge_card_flags(["--oellm-model", name, "--load", str(saved), *flags]).argv)
+    entry.check_converted_glu_layout(own, read_loaded_checkpoint(own), card)
+    shared_on_qwen3 = _run_args(converted, "--finetune", *flags)
+    if flags[0] == "--moe-shared-expert-glu-interleave-size":
+        entry.check_converted_glu_layout(shared_on_qwen3, read_loaded_checkpoint(shared_on_qwen3), get_card(CARD))

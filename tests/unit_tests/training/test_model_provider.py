@@ -259,3 +259,25 @@ def test_other_recompute_modules_still_reach_the_model_config(model, monkeypatch
     config = spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
                                                           **runtime_overrides(args, card, layout))
     assert (config.recompute_granularity, config.recompute_modules) == ("selective", modules)
+
+
+def test_layer_offloading_is_refused_for_the_hybrid_model_only():
+    """megatron-core's TransformerBlock (the GPT models) opens the layer-offload context; HybridStack (Qwen3.5) has no
+    mention of it, so --cpu-offloading-num-layers would change nothing there."""
+    import inspect
+
+    from megatron.core.models.hybrid import hybrid_block
+    from megatron.core.transformer import transformer_block
+
+    from megatron.oellm.training.model_provider import check_layer_offloading
+
+    assert "cpu_offloading" in inspect.getsource(transformer_block.TransformerBlock)
+    assert "offload" not in inspect.getsource(hybrid_block)
+    layers = random.randint(1, 3)
+    hybrid = parsed(["--oellm-model", "qwen3.5-35b-a3b-tiny", "--cpu-offloading-num-layers", str(layers)])
+    with pytest.raises(ValueError, match=rf"--cpu-offloading-num-layers {layers}: qwen3.5-35b-a3b-tiny is a "
+                                         "megatron-core HybridModel, whose layer stack does not offload"):
+        check_layer_offloading(hybrid, card_from_args(hybrid))
+    check_layer_offloading(parsed(["--oellm-model", "qwen3.5-35b-a3b-tiny"]), get_card("qwen3.5-35b-a3b-tiny"))
+    gpt = parsed(["--oellm-model", "qwen3-30b-a3b-tiny", "--cpu-offloading-num-layers", str(layers)])
+    check_layer_offloading(gpt, card_from_args(gpt))
