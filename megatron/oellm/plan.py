@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron.oellm.cards import ModelCard
+from megatron.oellm.cards import CardError, ModelCard
 from megatron.oellm.flops import FlopCount, training_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError, parse_pipeline_layout, validate_layout
 from megatron.oellm.params import format_count, layer_params, parameter_counts, tp_replicated_layer_params
@@ -76,12 +76,22 @@ def _check_vocab_splits_over_tp(card: ModelCard, layout: ParallelLayout) -> None
                                   "to 128 x tp)")
 
 
+def _check_sequence_fits_positions(card: ModelCard) -> None:
+    """The planned sequence must fit the card's ``max_position_embeddings``: megatron's ``validate_args`` asserts it,
+    and the training entry refuses a longer ``--seq-length`` beside the card (whose limit is an architecture flag)."""
+    if card.seq_length > card.max_position_embeddings:
+        raise CardError(f"seq_length {card.seq_length} exceeds {card.name}'s max_position_embeddings "
+                        f"{card.max_position_embeddings}: megatron and the training entry refuse a longer sequence; "
+                        f"plan with --seq-length {card.max_position_embeddings} or less")
+
+
 def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan:
     """Validate ``layout`` for ``card`` on ``world_size`` GPUs and compute what each pipeline rank holds."""
     if world_size < 1:
         raise ParallelLayoutError(f"world size {world_size}: a plan needs at least one GPU (nodes x GPUs per node)")
     validate_layout(card, layout, world_size=world_size)
     _check_vocab_splits_over_tp(card, layout)
+    _check_sequence_fits_positions(card)
     dp = world_size // (layout.tp * layout.pp * layout.cp)
     edp = world_size // (layout.etp * layout.ep * layout.pp)
     per_rank: dict[int, list] = {r: [[], False, False] for r in range(layout.pp)}

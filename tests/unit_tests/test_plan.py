@@ -353,3 +353,17 @@ def test_plan_json_gives_the_virtual_pipeline_size_the_text_shows(capsys):
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--pp", str(pp), "--vpp", str(vpp), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["layout"] == {
         **asdict(ParallelLayout(pp=pp, vpp=vpp)), "vpp_size": vpp}
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "qwen3.5-35b-a3b"])
+def test_plan_refuses_a_sequence_longer_than_the_cards_positions(name, capsys):
+    """megatron's validate_args asserts max_position_embeddings >= seq_length, and the training entry refuses a
+    longer --seq-length beside the card; the plan printed "checks ... OK" and a table for it."""
+    from megatron.oellm.cli import main
+
+    limit = get_card(name).max_position_embeddings
+    longer = limit + 2 * random.randint(1, 4096)
+    assert main(["plan", name, "--nodes", "1", "--seq-length", str(longer)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"seq_length {longer} exceeds {name}'s max_position_embeddings {limit}" in line
+    assert main(["plan", name, "--nodes", "1", "--seq-length", str(limit)]) == 0

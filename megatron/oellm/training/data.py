@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -66,6 +67,24 @@ def check_data_args(args: argparse.Namespace) -> None:
     for flag, reason in UNWIRED_DATA_FLAGS.items():
         if getattr(args, flag.replace("-", "_"), False):
             raise ValueError(reason)
+
+
+def check_validation_sets(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for the validation-set flags megatron-core 0.19.2 refuses only once the run is under way:
+    ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
+    when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded), and
+    ``--validation-set-names`` without ``--multiple-validation-sets`` (an assertion at the first evaluation, after
+    ``--eval-interval`` training iterations)."""
+    if args.multiple_validation_sets and not args.full_validation and not args.skip_train:
+        raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
+                         "with --full-validation (else it stops with NotImplementedError when it builds the data "
+                         "loaders, after the model and optimizer are set up); add --full-validation, or drop "
+                         "--multiple-validation-sets")
+    if args.validation_set_names and not args.multiple_validation_sets:
+        raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
+                         "megatron-core asserts it at the first evaluation, after --eval-interval training "
+                         "iterations; add --multiple-validation-sets --full-validation, or drop "
+                         "--validation-set-names")
 
 
 NO_DATA = ("no training data: give --data-path PREFIX (or --train-data-path / --valid-data-path / --test-data-path, "
@@ -138,6 +157,48 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
         proportions = []
     if len(proportions) != 3 or not all(0 <= value <= 1 for value in proportions):  # NaN for an all-zero split
         raise ValueError(f"--split {args.split!r}: not {SPLIT_FORM}")
+
+
+def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) -> None:
+    """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets ``prefixes`` of ``blend``
+    (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index.
+
+    megatron-core splits each dataset of a blend by ``--split`` and builds every split that gets a share, also one
+    whose share of a small dataset rounds to no sequence (the default 969,30,1 leaves the test split of a dataset of
+    500 sequences or fewer empty). Its GPTDataset then counts epochs of no token forever: rank 0 loops in the dataset
+    build, after the model and optimizer are set up, until the job's time limit (a blend without weights stops there
+    with a bare AssertionError instead)."""
+    from megatron.core.datasets.blended_megatron_dataset_config import (
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.datasets.utils import Split
+
+    if blend is None or args.split is None:
+        return
+    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
+    reader_log = logging.getLogger(IndexedDataset.__module__)
+    for prefix in prefixes:
+        level = reader_log.level
+        reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
+        try:
+            count = GPTDataset.numel_low_level_dataset(IndexedDataset(prefix, mmap=False))
+        except (AssertionError, OSError, ValueError) as error:
+            raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
+                             f"({error or type(error).__name__})") from error
+        finally:
+            reader_log.setLevel(level)
+        # the sequence range of each split, as megatron-core's builder rounds it
+        empty = [split.name for split in Split if matrix[split.value] is not None
+                 and int(round(matrix[split.value][1] * count)) <= int(round(matrix[split.value][0] * count))]
+        if empty:
+            raise ValueError(f"--split {args.split!r} leaves the {' and '.join(empty)} split of dataset {prefix!r} "
+                             f"({count} sequences) without a sequence: megatron-core would build it anyway and never "
+                             "finish (the job hangs in its dataset build until its time limit); give a split whose "
+                             "every positive proportion covers a sequence of each dataset (e.g. 100,0,0 trains on all "
+                             "of it), or larger datasets")
 
 
 def missing_dataset_files(prefix: str) -> list[str]:
@@ -249,10 +310,44 @@ BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs 
 """What megatron-core's ``get_blend_from_list`` takes for a data path list, for the refusal of :func:`check_data_source`."""
 
 
+DATA_PATH_LISTS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
+"""The data path arguments megatron's parser reads as lists (``nargs='*'``): a flag given without a value is ``[]``."""
+
+EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to unpack and fails when it builds the "
+              "datasets; give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX ...)")
+"""Why :func:`check_data_source` refuses a data path list without a word."""
+
+
+def check_training_split(args: argparse.Namespace, blend, blend_per_split) -> None:
+    """Raise ``ValueError`` when a run that trains (no ``--skip-train``) gives the training split no data
+    (``blend``, ``blend_per_split`` as megatron reads them): per-split paths without ``--train-data-path`` (or a
+    ``train`` entry in ``--per-split-data-args-path``), or a ``--split`` whose training proportion is 0.
+
+    megatron-core then builds no training dataset, and megatron's ``pretrain`` skips the training loop, runs the
+    validation and test evaluations, and exits with status 0 without training a step."""
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+
+    if args.skip_train:
+        return
+    if blend_per_split is not None:
+        if blend_per_split[0] is None:
+            raise ValueError("the per-split data paths give no training data (no --train-data-path, or no 'train' "
+                             "in --per-split-data-args-path): megatron-core builds no training dataset and the run "
+                             "ends without training a step, with exit status 0; give the training data, or "
+                             "--skip-train to only evaluate")
+        return
+    if blend is not None and args.split is not None and parse_and_normalize_split(args.split)[0] == 0:
+        raise ValueError(f"--split {args.split!r} gives the training split no share of the data: megatron-core "
+                         "builds no training dataset and the run ends without training a step, with exit status 0; "
+                         "give training the first, positive proportion (e.g. 969,30,1), or --skip-train to only "
+                         "evaluate")
+
+
 def check_data_source(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
-    prefixes nor weight-prefix pairs (:data:`BLEND_FORM`), a ``--split`` that does not fit its data
-    (:func:`check_split`), a local prefix without its ``.bin`` and ``.idx`` files (object-storage prefixes are
+    prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
+    does not fit its data (:func:`check_split`) or leaves a split of a dataset empty (:func:`check_split_sequences`),
+    no training data for a run that trains (:func:`check_training_split`), a local prefix without its ``.bin`` and ``.idx`` files (object-storage prefixes are
     left to megatron) or whose index cache megatron could neither reuse nor write (:func:`check_index_cache`); and,
     with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
     :func:`check_sequences_file`).
@@ -267,6 +362,9 @@ def check_data_source(args: argparse.Namespace) -> None:
         check_cache_flags(args, None)
         check_sequences_file(args, [])
         return
+    empty = [f"--{name.replace('_', '-')}" for name in DATA_PATH_LISTS if getattr(args, name, None) == []]
+    if empty:  # megatron-core's get_blend_from_list fails on an empty list with "not enough values to unpack"
+        raise ValueError(f"{' and '.join(empty)} without a value (an empty shell variable?): {EMPTY_LIST}")
     try:
         blends = get_blend_and_blend_per_split(args)
     except OSError as error:
@@ -275,6 +373,8 @@ def check_data_source(args: argparse.Namespace) -> None:
         raise ValueError(f"{' / '.join(given_data_sources(args))}: {BLEND_FORM}") from error
     except (KeyError, TypeError, ValueError) as error:
         if args.per_split_data_args_path is None:
+            if args.data_args_path is not None:  # a file without a word: get_blend_from_list's empty list
+                raise ValueError(f"--data-args-path {args.data_args_path} is empty: {EMPTY_LIST}") from error
             raise
         raise ValueError(  # a JSON that is no {"train", "valid", "test"} object of data paths
             f"--per-split-data-args-path {args.per_split_data_args_path}: not a JSON object with 'train', 'valid' and "
@@ -283,13 +383,15 @@ def check_data_source(args: argparse.Namespace) -> None:
     if not prefixes:
         raise ValueError(NO_DATA)
     check_split(args, *blends)
+    check_training_split(args, *blends)
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
     missing = [prefix for prefix in local if missing_dataset_files(prefix)]
     if missing:
         raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "
                          "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
                          "--per-split-data-args-path); a prefix names the files without their suffix")
-    check_cache_flags(args, blends[0])
+    check_cache_flags(args, blends[0])  # megatron-core's dataset config refuses these before it builds a split
+    check_split_sequences(args, blends[0], local)
     check_index_cache(args, local)
     check_sequences_file(args, local)
 

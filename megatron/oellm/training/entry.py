@@ -312,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_data_args,
         check_data_source,
         check_single_data_source,
+        check_validation_sets,
         train_valid_test_datasets,
     )
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
@@ -348,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_attention_env(args)
         check_flex_dispatcher(args)
         check_data_args(args)
+        check_validation_sets(args)
         check_data_source(args)
         check_layer_spec(args)
         check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag

@@ -7,6 +7,7 @@ shared, read-only dataset) without ``--data-cache-path``, where megatron-core 0.
 under the prefix on rank 0 and stops with a permission error, unless a cache is already there to reuse."""
 
 import json
+import logging
 import os
 import random
 from pathlib import Path
@@ -61,7 +62,7 @@ CACHE_CASES = {
     "fast cache per split with a cache path": (["--train-data-path", "TRAIN", "--dataloader-fast-cache-load",
                                                 "--data-cache-path", "CACHE"], None),
     "deferred index mmap with a cache path": (["--data-path", "TRAIN", "--dataloader-defer-npy-index-mmap",
-                                               "--data-cache-path", "CACHE"], None),
+                                               "--data-cache-path", "CACHE", "--split", "1,1,0"], None),
 }
 
 
@@ -242,3 +243,100 @@ def test_the_refusal_agrees_with_megatron_core_on_a_read_only_directory(tmp_path
         build_train_dataset(args)
     finally:
         shared.chmod(0o755)
+
+
+def _proportion() -> str:
+    return str(round(random.uniform(0.5, 99.5), 2))
+
+
+def test_a_run_whose_training_split_has_no_data_is_refused_unless_it_skips_training(tmp_path, null_tokenizer):
+    """Per-split paths without ``--train-data-path``, or a ``--split`` whose training proportion is 0: megatron-core
+    builds no training dataset, and megatron's ``pretrain`` then skips the training loop and exits with status 0
+    without training a step. The entry passed both."""
+    train = corpus(tmp_path, "train")
+    no_training = (["--data-path", train, "--split", f"0,{_proportion()},{_proportion()}"],
+                   ["--valid-data-path", train, "--test-data-path", train])
+    for flags in no_training:
+        args = validated(flags)
+        assert build_train_dataset(args) is None
+        with pytest.raises(ValueError, match="no training data|training split no share"):
+            data.check_data_source(args)
+        data.check_data_source(validated([*flags, "--skip-train"]))  # evaluation only: what megatron does
+    args = validated(["--data-path", train, "--split", f"{_proportion()},0,0"])
+    assert build_train_dataset(args) is not None
+    data.check_data_source(args)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--data-path"], "--data-path"),
+    (["--train-data-path", "--valid-data-path", "PREFIX"], "--train-data-path"),
+    (["--train-data-path", "PREFIX", "--test-data-path"], "--test-data-path"),
+])
+def test_a_data_path_flag_without_a_value_is_refused_naming_it(tmp_path, flags, named):
+    """A flag whose value is an unset shell variable parses as an empty list, which megatron-core's
+    ``get_blend_from_list`` fails on when it builds the datasets; the entry's refusal was its bare "not enough values
+    to unpack (expected 2, got 0)"."""
+    args = validated([corpus(tmp_path, "train") if flag == "PREFIX" else flag for flag in flags])
+    with pytest.raises(ValueError, match=rf"^{named} without a value .*give dataset prefixes"):
+        data.check_data_source(args)
+
+
+def test_an_empty_data_args_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / "data-args.txt"
+    path.write_text(" \n")
+    args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},{_proportion()},0"])
+    with pytest.raises(ValueError, match=rf"^--data-args-path {path} is empty: .*give dataset prefixes"):
+        data.check_data_source(args)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--multiple-validation-sets"], "--multiple-validation-sets"),
+    (["--validation-set-names", "wiki", "code"], "--validation-set-names"),
+])
+def test_validation_set_flags_megatron_refuses_mid_run_are_refused_at_start(monkeypatch, capsys, tmp_path, flags,
+                                                                            named):
+    """``--multiple-validation-sets`` without ``--full-validation`` stopped the run with megatron's
+    NotImplementedError when it built the data loaders (after the model and optimizer); ``--validation-set-names``
+    without ``--multiple-validation-sets`` with its assertion at the first evaluation."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    train, valid = corpus(tmp_path, "train"), corpus(tmp_path, "valid")
+    argv = [*BASE, "--train-data-path", train, "--valid-data-path", train, valid, *flags]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: {named}")
+    with pytest.raises(Reached):
+        entry.main([*BASE, "--train-data-path", train, "--valid-data-path", train, valid, "--multiple-validation-sets",
+                    "--full-validation", *flags])
+
+
+def test_a_split_leaving_a_dataset_split_without_a_sequence_is_refused(tmp_path, null_tokenizer, caplog):
+    """megatron-core builds every split that ``--split`` gives a share, also one whose share of a small dataset rounds
+    to no sequence; its GPTDataset then counts epochs of no token forever (rank 0 hangs in the dataset build until
+    the job's time limit), and a blend without weights stops with a bare AssertionError. The default 969,30,1 does
+    that to any dataset of 500 sequences or fewer."""
+    # two sequences each, each longer than a sample (so only an empty split leaves a dataset of a blend no sample)
+    a, b = corpus(tmp_path, "a-corpus-of-two-long-documents"), corpus(tmp_path, "b-corpus-of-two-long-documents")
+    share = _proportion()
+    even = f"{share},{share},{share}"  # rounded: one sequence to train, none to validate, one to test
+    with pytest.raises(AssertionError):
+        build_train_dataset(validated(["--data-path", a, b, "--split", even]))
+    for flags in (["--data-path", a, b, "--split", even], ["--data-path", a, "--split", even],
+                  ["--data-path", a, "--split", even, "--skip-train"]):
+        with pytest.raises(ValueError, match=rf"^--split '{even}' leaves the valid split of dataset '{a}' "
+                                             r"\(2 sequences\) without a sequence"):
+            data.check_data_source(validated(flags))
+    with pytest.raises(ValueError, match=r"leaves the valid and test split of dataset"):
+        data.check_data_source(validated(["--data-path", a]))  # megatron's default split, 969,30,1
+    args = validated(["--data-path", a, b, "--split", f"{share},{share},0"])
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        data.check_data_source(args)
+    assert not caplog.records  # the index reader's INFO lines, which every rank would print before Megatron starts
+    assert build_train_dataset(args) is not None
+
+
+def test_an_unreadable_dataset_index_is_one_refusal(tmp_path):
+    prefix = corpus(tmp_path, "train")
+    Path(f"{prefix}.idx").write_bytes(random.randbytes(64))
+    with pytest.raises(ValueError, match=rf"^dataset '{prefix}': megatron-core cannot read its index"):
+        data.check_data_source(validated(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))

@@ -60,11 +60,11 @@ def test_two_data_sources_are_refused(monkeypatch, capsys, tmp_path, sources):
     (tmp_path / "split.json").write_text(f'{{"train": "{prefix}", "valid": "{prefix}", "test": "{prefix}"}}')
     flags = {"mock": ["--mock-data"], "data-args": ["--data-args-path", str(tmp_path / "args.txt")],
              "per-split-args": ["--per-split-data-args-path", str(tmp_path / "split.json")],
-             "data-path": ["--data-path", prefix, "--split", "98,2,0"], "train": ["--train-data-path", prefix]}
+             "data-path": ["--data-path", prefix, "--split", "1,1,0"], "train": ["--train-data-path", prefix]}
     assert entry.main([*BASE, *flags[sources[0]], *flags[sources[1]]]) == 2
     assert "one data source" in one_error_line(capsys)
     with pytest.raises(Reached):
-        entry.main([*BASE, *flags[sources[1]], *(["--split", "98,2,0"] if sources[1] == "data-args" else [])])
+        entry.main([*BASE, *flags[sources[1]], *(["--split", "1,1,0"] if sources[1] == "data-args" else [])])
 
 
 def test_seq_length_above_the_cards_positions_is_one_error_line(monkeypatch, capsys):
@@ -103,9 +103,9 @@ def test_data_args_path_without_split_is_refused(monkeypatch, capsys, tmp_path):
     argv = [*BASE, "--data-args-path", str(tmp_path / "args.txt")]
     assert entry.main(argv) == 2
     assert "--split" in one_error_line(capsys)
-    weights = [random.randint(1, 99) for _ in range(3)]
+    weight = random.randint(1, 99)  # train and validation one of the corpus' two documents each
     with pytest.raises(Reached):
-        entry.main([*argv, "--split", ",".join(map(str, weights))])
+        entry.main([*argv, "--split", f"{weight},{weight},0"])
 
 
 @pytest.mark.parametrize("split", ["1,2,3,4", "0,0,0", "train,valid"])
