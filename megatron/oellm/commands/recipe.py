@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
             check_submission(recipe, inputs)
         else:
             print(describe_recipe(recipe, inputs))
-        jobs = [resolve_job(recipe, number, inputs) for number in numbers]
+        jobs = [resolve_job(recipe, number, inputs, read_data=args.submit) for number in numbers]
         if args.submit:  # no sbatch, or a run directory that cannot be created, stops it before any row is queued
             sbatch_command()
             for job in jobs:
@@ -209,12 +209,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
+def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bool = False) -> Job:
     """Row ``number`` validated and resolved. Its Megatron argv must get through the training entry's parser and
     megatron's ``validate_args`` as the cluster runs it (unless the model has no spec builder yet, see
-    :func:`check_submission`), and its expected run time must fit its time limit: a job that would stop at start
-    or be killed before its last iteration would otherwise wait in the queue for nothing. Every selected row is
-    resolved before any is submitted, so a bad row leaves no part of the table queued."""
+    :func:`check_submission`), and, with ``read_data`` (``--submit``), the entry's checks of the data it names; its
+    expected run time must fit its time limit: a job that would stop at start or be killed before its last iteration
+    would otherwise wait in the queue for nothing. Every selected row is resolved before any is submitted, so a bad
+    row leaves no part of the table queued."""
     from megatron.oellm.recipes.megatron_validation import megatron_refusal  # imports megatron-core: only here
     from megatron.oellm.training.args import argv_refusal
 
@@ -227,7 +228,8 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs) -> Job:
         if refusal:
             raise RecipeError(f"Megatron's argument parser would stop the job at start: {refusal}")
         if not missing_spec_builder(recipe):
-            refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.row_env(resolved.row))
+            refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.row_env(resolved.row),
+                                       read_data=read_data)
             if refusal:
                 raise RecipeError(f"the training entry would stop the job at start: {refusal}")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
@@ -275,7 +277,7 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         if problem:
             raise RecipeError(f"--local row {number}: {problem}")
         env = local_environment(recipe, recipe.row(number))
-        refusal = megatron_refusal(resolved.argv, resolved.world_size, env)
+        refusal = megatron_refusal(resolved.argv, resolved.world_size, env, read_data=True)
         if refusal:  # else torchrun starts every rank, and each stops with it after importing megatron
             raise RecipeError(f"--local row {number}: the training entry would stop every rank at start: {refusal}")
         command = torchrun_command(resolved)

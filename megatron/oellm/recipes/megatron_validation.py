@@ -93,9 +93,11 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     :func:`megatron.oellm.training.args.check_sequence_length`), its iteration intervals and recompute layer count
     (:func:`megatron.oellm.training.args.check_intervals`), its micro-batches per step against the
     interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`),
-    a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`)
-    and a ``gdn_norm_out`` recompute megatron-core's config would refuse
-    (:func:`megatron.oellm.training.model_provider.check_recompute_modules`)."""
+    a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`),
+    a ``gdn_norm_out`` recompute megatron-core's config would refuse
+    (:func:`megatron.oellm.training.model_provider.check_recompute_modules`), and data and validation-set flags the
+    entry refuses without reading the data (:func:`megatron.oellm.training.data.check_data_args`,
+    :func:`megatron.oellm.training.data.check_validation_sets`)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
         check_intervals,
@@ -106,7 +108,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
         with_training_defaults,
     )
     from megatron.oellm.training.attention_env import check_attention_env
-    from megatron.oellm.training.data import check_single_data_source
+    from megatron.oellm.training.data import check_data_args, check_single_data_source, check_validation_sets
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
 
@@ -127,6 +129,8 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     check_interleaved_microbatches(args)
     check_layer_spec(args)
     check_recompute_modules(args)
+    check_data_args(args)
+    check_validation_sets(args)
     return args
 
 
@@ -170,17 +174,24 @@ def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,
     return args
 
 
-def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> str | None:
+def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str], *,
+                     read_data: bool = False) -> str | None:
     """What :func:`validate_on_cluster`, then the training entry's check of the model's ``TransformerConfig``
     (:func:`check_model_config_on_cluster`) and of the learning-rate schedule
     (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`), raise against ``argv`` (type and message), or
-    None when all pass."""
+    None when all pass. With ``read_data`` (``--submit`` and ``--local``: the data is where the job reads it), also the
+    entry's check of the data itself (:func:`megatron.oellm.training.data.check_data_source`: a ``--split`` that
+    leaves a dataset's split empty, on which megatron-core would hang, no training data, an index cache it could not
+    write)."""
+    from megatron.oellm.training.data import check_data_source
     from megatron.oellm.training.lr_schedule import check_lr_schedule
 
     try:
         args = validate_on_cluster(argv, world_size, env)
         check_model_config_on_cluster(args, world_size, env)
         check_lr_schedule(args)
+        if read_data:
+            check_data_source(args)
     except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return None

@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES, fake_sbatch
@@ -140,12 +141,38 @@ def test_the_byte_tokenizer_vocabulary_is_the_one_the_header_and_plan_show(capsy
     assert resolved.argv.count("--vocab-size") == 1 and resolved.argv[resolved.argv.index("--vocab-size") + 1] == "257"
 
 
-def _dataset(directory):
-    """A Megatron dataset prefix with its two files in ``directory``."""
+DOCUMENTS = 600
+"""Enough documents for megatron's default split 969,30,1 to give its test split one (500 would leave it none)."""
+
+
+def _dataset(directory, documents: int = DOCUMENTS):
+    """A Megatron dataset prefix of ``documents`` short byte documents built in ``directory``."""
+    from megatron.oellm.training.corpus import build_corpus
+
     directory.mkdir(parents=True)
-    for suffix in (".bin", ".idx"):
-        (directory / f"corpus{suffix}").touch()
-    return directory / "corpus"
+    texts = []
+    for number in range(documents):
+        texts.append(directory / f"doc{number}.txt")
+        texts[-1].write_text(f"document {number} {random.random()}")
+    return Path(build_corpus(texts, directory / "corpus").prefix)
+
+
+def test_submit_refuses_a_split_that_leaves_a_dataset_split_empty(tmp_path, monkeypatch, capsys):
+    """megatron-core builds every split --split gives a share and hangs on one without a sequence; the training entry
+    refuses it at start, and --submit now before the job waits in the queue (the default 969,30,1 on 400
+    documents leaves the test split empty). Enough documents pass."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    submit = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--submit", "--row", "1", "--image",
+              str(image), "--output-dir", str(tmp_path / "runs"), "--tokenizer-model", "byte"]
+    small = _dataset(tmp_path / "small", documents=random.randint(100, 400))
+    assert main([*submit, "--data-path", str(small)]) == 2
+    err = capsys.readouterr().err
+    assert "the training entry would stop the job at start: ValueError: --split '969, 30, 1' leaves the test split of " \
+           f"dataset {str(small)!r}" in err, err
+    assert not record.exists() and not (tmp_path / "runs").exists()
+    assert main([*submit, "--data-path", str(_dataset(tmp_path / "large"))]) == 0
 
 
 def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypatch, capsys):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES
@@ -13,6 +15,7 @@ from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command
 from megatron.oellm.recipes import load_recipe
 from megatron.oellm.recipes.local import fit_local, local_blocker, torchrun_command
+from megatron.oellm.training.corpus import build_corpus
 
 
 def test_one_gpu_fit_uses_the_proxy_and_all_to_all(parse_megatron):
@@ -80,10 +83,10 @@ def test_local_on_a_byte_corpus_saves_and_resumes_under_the_run_directory(monkey
         returncode = 0
 
     monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
-    corpus = tmp_path / "data" / "stdlib"  # the data prefix is checked before torchrun starts
-    corpus.parent.mkdir()
-    for suffix in (".bin", ".idx"):
-        corpus.with_suffix(suffix).touch()
+    (tmp_path / "data").mkdir()  # the data, its index included, is checked before torchrun starts
+    document = tmp_path / "data" / "doc.txt"
+    document.write_text(f"one document {random.random()}")
+    corpus = Path(build_corpus([document], tmp_path / "data" / "stdlib").prefix)
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1",
                  "--output-dir", str(tmp_path), "--data-path", str(corpus), "--tokenizer-model", "byte",
                  "--save-interval", "30", "--train-iters", "35"]) == 0

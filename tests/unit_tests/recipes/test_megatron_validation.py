@@ -190,6 +190,9 @@ CONFIG_REFUSES = "ValueError: the model's TransformerConfig refuses the run's ar
     ("qwen3_5_35b_a3b_mn5_strong", "cpu-offloading-num-layers = 2",
      "ValueError: --cpu-offloading-num-layers 2: qwen3.5-35b-a3b is a megatron-core HybridModel, whose layer stack "
      "does not offload layers"),
+    ("qwen3_30b_a3b_mn5", "multiple-validation-sets = true",
+     "ValueError: --multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only with "
+     "--full-validation"),
 ])
 def test_a_setting_only_the_entrys_model_checks_refuse_is_refused_before_submission(tmp_path, capsys, stem, flag,
                                                                                    message):
