@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import shlex
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,8 +178,22 @@ def check_submission(recipe: Recipe, inputs: RunInputs) -> None:
     check_data_paths(inputs.data_path)
 
 
+LOGIN_NODE_IMPORT_WARNINGS = (r"(Transformer Engine and Apex are|Apex is|absl\.logging is) not installed"
+                              r"|Triton is not supported on current platform"
+                              r"|Only transformer-engine>=1\.7\.0 supports MoE experts")
+"""UserWarnings megatron-core and fla give where Transformer Engine, Apex, absl or a GPU is missing (a login node)
+when the rows are checked: the cluster image has them, so they say nothing about a row (22 lines per dry-run)."""
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the recipe, select rows, then print, submit or run them locally; 2 on a recipe or layout error."""
+    with warnings.catch_warnings():  # other warnings, the rows' own, stay visible
+        warnings.filterwarnings("ignore", LOGIN_NODE_IMPORT_WARNINGS, UserWarning)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """:func:`run` without the warning filter."""
     try:
         recipe = with_cluster_overrides(load_recipe(args.config), args)
         numbers = select_rows(recipe, args.row, args.nodes)

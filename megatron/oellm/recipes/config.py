@@ -474,6 +474,13 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
     rows = tuple(TableRow(**_quoted_time(row)) for row in rows)
     parallel = _table(data, "parallel", name, default={})
     check_layout_types(parallel, f"recipe {name}: ")
+    tables = {"name", "parallel", "cluster", "local", "rows"}
+    unset = [item.name for item in dataclasses.fields(Recipe) if item.name not in tables | data.keys()
+             and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+    if unset:
+        base = (f"; {name} is a shared base (its name starts with '_'): run a recipe that extends it"
+                if name.startswith("_") else "")
+        raise RecipeError(f"recipe {name}: {' and '.join(unset)} not set{base}")
     return Recipe(
         name=name,
         parallel=ParallelLayout(**layout_overrides(parallel)),

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import struct
 from pathlib import Path
 
 DOCUMENT_MASKING_UNWIRED = (
@@ -168,24 +169,25 @@ def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) 
     500 sequences or fewer empty). Its GPTDataset then counts epochs of no token forever: rank 0 loops in the dataset
     build, after the model and optimizer are set up, until the job's time limit (a blend without weights stops there
     with a bare AssertionError instead)."""
+    from megatron.core.datasets import indexed_dataset
     from megatron.core.datasets.blended_megatron_dataset_config import (
         convert_split_vector_to_split_matrix,
         parse_and_normalize_split,
     )
-    from megatron.core.datasets.gpt_dataset import GPTDataset
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
     from megatron.core.datasets.utils import Split
 
     if blend is None or args.split is None:
         return
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
-    reader_log = logging.getLogger(IndexedDataset.__module__)
+    reader_log = logging.getLogger(indexed_dataset.__name__)
     for prefix in prefixes:
         level = reader_log.level
         reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
         try:
-            count = GPTDataset.numel_low_level_dataset(IndexedDataset(prefix, mmap=False))
-        except (AssertionError, OSError, ValueError) as error:
+            # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
+            # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
+            count = indexed_dataset._IndexReader(f"{prefix}.idx", False).sequence_count
+        except (AssertionError, OSError, ValueError, IndexError, struct.error) as error:
             raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
                              f"({error or type(error).__name__})") from error
         finally:
@@ -196,7 +198,8 @@ def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) 
         if empty:
             raise ValueError(f"--split {args.split!r} leaves the {' and '.join(empty)} split of dataset {prefix!r} "
                              f"({count} sequences) without a sequence: megatron-core would build it anyway and never "
-                             "finish (the job hangs in its dataset build until its time limit); give a split whose "
+                             "finish (the job hangs in its dataset build until its time limit, or under --full-validation stops at its first "
+                             "evaluation); give a split whose "
                              "every positive proportion covers a sequence of each dataset (e.g. 100,0,0 trains on all "
                              "of it), or larger datasets")
 
@@ -373,6 +376,9 @@ def check_data_source(args: argparse.Namespace) -> None:
         raise ValueError(f"{' / '.join(given_data_sources(args))}: {BLEND_FORM}") from error
     except (KeyError, TypeError, ValueError) as error:
         if args.per_split_data_args_path is None:
+            if isinstance(error, UnicodeDecodeError):
+                raise ValueError(f"--data-args-path {args.data_args_path} is not a text file ({error}): give a file "
+                                 "of dataset prefixes or weight-prefix pairs") from error
             if args.data_args_path is not None:  # a file without a word: get_blend_from_list's empty list
                 raise ValueError(f"--data-args-path {args.data_args_path} is empty: {EMPTY_LIST}") from error
             raise

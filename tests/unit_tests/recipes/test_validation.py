@@ -358,3 +358,13 @@ def test_a_value_where_a_table_or_path_goes_is_an_error_not_a_traceback(tmp_path
     assert main(["recipe", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("oellm recipe: error:") and message in err
+
+
+@pytest.mark.parametrize("base", ["_qwen3_5_35b_a3b_mn5", "_qwen3_235b_a22b_jupiter", "_mn5"])
+def test_a_shared_base_run_as_a_recipe_is_named_as_one(base, capsys):
+    """The examples' _*.toml are bases for recipes to extend; running one printed Python's "Recipe.__init__() missing
+    1 required positional argument: 'title'"."""
+    assert main(["recipe", str(EXAMPLES / f"{base}.toml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"recipe {base}: title" in err and f"{base} is a shared base (its name starts with '_'): run a recipe " \
+        "that extends it" in err and "__init__" not in err, err

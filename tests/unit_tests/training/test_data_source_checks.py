@@ -6,10 +6,12 @@ weight's prefix goes: a bare ``AssertionError``), and a ``--data-path`` in a dir
 shared, read-only dataset) without ``--data-cache-path``, where megatron-core 0.19.2 writes the dataset index cache
 under the prefix on rank 0 and stops with a permission error, unless a cache is already there to reuse."""
 
+import gc
 import json
 import logging
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -336,8 +338,31 @@ def test_a_split_leaving_a_dataset_split_without_a_sequence_is_refused(tmp_path,
     assert build_train_dataset(args) is not None
 
 
-def test_an_unreadable_dataset_index_is_one_refusal(tmp_path):
+@pytest.mark.parametrize("damage", ["random bytes", "cut after the header's magic"])
+def test_an_unreadable_dataset_index_is_one_refusal(tmp_path, damage):
+    """Random bytes fail megatron-core's header assert, and an index cut inside its header fails ``struct.unpack``: the
+    second was a traceback on every rank, and a whole IndexedDataset left half-built printed an "Exception ignored"
+    block after the refusal."""
     prefix = corpus(tmp_path, "train")
-    Path(f"{prefix}.idx").write_bytes(random.randbytes(64))
-    with pytest.raises(ValueError, match=rf"^dataset '{prefix}': megatron-core cannot read its index"):
-        data.check_data_source(validated(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))
+    index = Path(f"{prefix}.idx")
+    good = index.read_bytes()
+    if damage == "random bytes":
+        index.write_bytes(random.randbytes(64))
+    else:
+        index.write_bytes(good[:random.choice([9, 17, 18])])
+    unraisable = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "unraisablehook", unraisable.append)
+        with pytest.raises(ValueError, match=rf"^dataset '{prefix}': megatron-core cannot read its index"):
+            data.check_data_source(validated(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))
+        gc.collect()
+    assert not unraisable, [str(item.exc_value) for item in unraisable]
+
+
+def test_a_binary_data_args_file_is_named_as_such(tmp_path):
+    """Passing the dataset's .idx as --data-args-path was reported as an empty file."""
+    path = tmp_path / "data-args.bin"
+    path.write_bytes(b"\xff\xfe" + random.randbytes(62))
+    args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},0,0"])
+    with pytest.raises(ValueError, match=rf"^--data-args-path {path} is not a text file"):
+        data.check_data_source(args)
