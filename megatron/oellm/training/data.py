@@ -137,6 +137,11 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
 
     A blend (``--data-path``, ``--data-args-path``) needs a split, which ``validate_args`` fills in for
     ``--data-path`` only; per-split paths take none.
+
+    A run that trains (no ``--skip-train``) must also give the training split data: per-split paths need
+    ``--train-data-path`` (or a ``train`` entry in ``--per-split-data-args-path``), a blend's split a positive training
+    proportion. Else megatron-core builds no training dataset, and megatron's ``pretrain`` skips the training loop,
+    runs the validation and test evaluations, and exits with status 0 without training a step.
     """
     from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
 
@@ -144,6 +149,11 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
         if args.split is not None:
             raise ValueError(f"--split {args.split!r}: the per-split data paths give each split its own data, and "
                              "megatron-core refuses a split beside them; drop --split")
+        if blend_per_split[0] is None and not args.skip_train:
+            raise ValueError("the per-split data paths give no training data (no --train-data-path, or no 'train' "
+                             "in --per-split-data-args-path): megatron-core builds no training dataset and the run "
+                             "ends without training a step, with exit status 0; give the training data, or "
+                             "--skip-train to only evaluate")
         return
     if blend is None:
         return
@@ -158,6 +168,11 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
         proportions = []
     if len(proportions) != 3 or not all(0 <= value <= 1 for value in proportions):  # NaN for an all-zero split
         raise ValueError(f"--split {args.split!r}: not {SPLIT_FORM}")
+    if proportions[0] == 0 and not args.skip_train:
+        raise ValueError(f"--split {args.split!r} gives the training split no share of the data: megatron-core "
+                         "builds no training dataset and the run ends without training a step, with exit status 0; "
+                         "give training the first, positive proportion (e.g. 969,30,1), or --skip-train to only "
+                         "evaluate")
 
 
 def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) -> None:
@@ -198,10 +213,10 @@ def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) 
         if empty:
             raise ValueError(f"--split {args.split!r} leaves the {' and '.join(empty)} split of dataset {prefix!r} "
                              f"({count} sequences) without a sequence: megatron-core would build it anyway and never "
-                             "finish (the job hangs in its dataset build until its time limit, or under --full-validation stops at its first "
-                             "evaluation); give a split whose "
-                             "every positive proportion covers a sequence of each dataset (e.g. 100,0,0 trains on all "
-                             "of it), or larger datasets")
+                             "finish (the job hangs in its dataset build until its time limit, or under "
+                             "--full-validation stops at its first evaluation); give a split whose every positive "
+                             "proportion covers a sequence of each dataset (e.g. 100,0,0 trains on all of it), or "
+                             "larger datasets")
 
 
 def missing_dataset_files(prefix: str) -> list[str]:
@@ -321,37 +336,12 @@ EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to un
 """Why :func:`check_data_source` refuses a data path list without a word."""
 
 
-def check_training_split(args: argparse.Namespace, blend, blend_per_split) -> None:
-    """Raise ``ValueError`` when a run that trains (no ``--skip-train``) gives the training split no data
-    (``blend``, ``blend_per_split`` as megatron reads them): per-split paths without ``--train-data-path`` (or a
-    ``train`` entry in ``--per-split-data-args-path``), or a ``--split`` whose training proportion is 0.
-
-    megatron-core then builds no training dataset, and megatron's ``pretrain`` skips the training loop, runs the
-    validation and test evaluations, and exits with status 0 without training a step."""
-    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
-
-    if args.skip_train:
-        return
-    if blend_per_split is not None:
-        if blend_per_split[0] is None:
-            raise ValueError("the per-split data paths give no training data (no --train-data-path, or no 'train' "
-                             "in --per-split-data-args-path): megatron-core builds no training dataset and the run "
-                             "ends without training a step, with exit status 0; give the training data, or "
-                             "--skip-train to only evaluate")
-        return
-    if blend is not None and args.split is not None and parse_and_normalize_split(args.split)[0] == 0:
-        raise ValueError(f"--split {args.split!r} gives the training split no share of the data: megatron-core "
-                         "builds no training dataset and the run ends without training a step, with exit status 0; "
-                         "give training the first, positive proportion (e.g. 969,30,1), or --skip-train to only "
-                         "evaluate")
-
-
 def check_data_source(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
-    does not fit its data (:func:`check_split`) or leaves a split of a dataset empty (:func:`check_split_sequences`),
-    no training data for a run that trains (:func:`check_training_split`), a local prefix without its ``.bin`` and ``.idx`` files (object-storage prefixes are
-    left to megatron) or whose index cache megatron could neither reuse nor write (:func:`check_index_cache`); and,
+    does not fit its data or gives a run that trains no training data (:func:`check_split`), or leaves a split of a
+    dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
+    (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write (:func:`check_index_cache`); and,
     with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
     :func:`check_sequences_file`).
 
@@ -389,7 +379,6 @@ def check_data_source(args: argparse.Namespace) -> None:
     if not prefixes:
         raise ValueError(NO_DATA)
     check_split(args, *blends)
-    check_training_split(args, *blends)
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
     missing = [prefix for prefix in local if missing_dataset_files(prefix)]
     if missing:
