@@ -85,32 +85,19 @@ def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]
 def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> argparse.Namespace:
     """``argv`` as the training entry reads it (the ``--oellm-model`` card filled in, the training defaults added),
     after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster GPUs with ``env`` exported. Raises what
-    the entry would raise at start. The module backend is the image's Transformer Engine unless ``argv`` chooses
-    ``--oellm-backend torch``, whose feature check then runs too (``auto`` resolves on the cluster, not here). The
-    NVTE attention switches ``env`` exports are checked against the row's attention settings as the entry checks
-    them (:func:`megatron.oellm.training.attention_env.check_attention_env`), and so are its data sources and
-    sequence length (:func:`megatron.oellm.training.data.check_single_data_source`,
-    :func:`megatron.oellm.training.args.check_sequence_length`), its iteration intervals and recompute layer count
-    (:func:`megatron.oellm.training.args.check_intervals`), its micro-batches per step against the
-    interleaved pipeline schedule (:func:`megatron.oellm.training.pipeline_schedule.check_interleaved_microbatches`),
-    a ``--spec`` the model provider would not read (:func:`megatron.oellm.training.model_provider.check_layer_spec`),
-    a ``gdn_norm_out`` recompute megatron-core's config would refuse
-    (:func:`megatron.oellm.training.model_provider.check_recompute_modules`), and data and validation-set flags the
-    entry refuses without reading the data (:func:`megatron.oellm.training.data.check_data_args`,
-    :func:`megatron.oellm.training.data.check_validation_sets`)."""
+    the entry would raise at start: before the validation, the entry's checks of the parsed command line
+    (:func:`megatron.oellm.training.startup_checks.check_parsed_args`); after it, those of the validated arguments
+    (:func:`megatron.oellm.training.startup_checks.check_validated_args`), with the NVTE attention switches ``env``
+    exports. The module backend is the image's Transformer Engine unless ``argv`` chooses ``--oellm-backend torch``,
+    whose feature check then runs too (``auto`` resolves on the cluster, not here)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
-        check_intervals,
-        check_sequence_length,
         merge_card_flags,
         parse_oellm_argv,
         with_backend_implementation,
         with_training_defaults,
     )
-    from megatron.oellm.training.attention_env import check_attention_env
-    from megatron.oellm.training.data import check_data_args, check_single_data_source, check_validation_sets
-    from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
-    from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
+    from megatron.oellm.training.startup_checks import check_parsed_args, check_validated_args
 
     merged = merge_card_flags(argv)
     argv = with_training_defaults(merged.argv if merged else argv)
@@ -119,47 +106,35 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     if torch_backend:
         argv = with_backend_implementation(argv)
     parsed = parse_oellm_argv(argv)
-    check_single_data_source(parsed)
-    check_sequence_length(parsed)
-    check_intervals(parsed)
+    check_parsed_args(parsed)
     args = validate_args_on_cluster(parsed, world_size, env)
     if torch_backend:
         check_args_support("torch", args)
-    check_attention_env(args, {name: str(value) for name, value in env.items()})
-    check_interleaved_microbatches(args)
-    check_layer_spec(args)
-    check_recompute_modules(args)
-    check_data_args(args)
-    check_validation_sets(args)
+    check_validated_args(args, {name: str(value) for name, value in env.items()})
     return args
 
 
 def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env: Mapping[str, object]) -> None:
-    """The training entry's check of megatron-core's ``TransformerConfig``
-    (:func:`megatron.oellm.training.model_provider.check_model_config`: its ``__post_init__`` refuses combinations
-    ``validate_args`` lets through, e.g. ``--moe-pad-expert-input-to-capacity`` without
-    ``--moe-expert-capacity-factor``) on validated ``args``, with the card the entry reads from them
-    (:func:`megatron.oellm.training.model_provider.card_from_args`), as the cluster builds it (see the module
-    docstring); before it, as in the entry, the check of that card's pipeline schedule
-    (:func:`megatron.oellm.training.forward_step.check_schedule_support`) and of its layer offloading
-    (:func:`megatron.oellm.training.model_provider.check_layer_offloading`); the card's layout is checked where the
-    row is resolved. Builds a config only: no CUDA, no process group, no tensor.
+    """The training entry's checks of validated ``args`` against the run's model card
+    (:func:`megatron.oellm.training.startup_checks.check_model_args`: the pipeline schedule, layer offloading, and
+    megatron-core's ``TransformerConfig``, whose ``__post_init__`` refuses combinations ``validate_args`` lets through,
+    e.g. ``--moe-pad-expert-input-to-capacity`` without ``--moe-expert-capacity-factor``), with the card the entry reads
+    from them (:func:`megatron.oellm.training.model_provider.card_from_args`), as the cluster builds it (see the module
+    docstring); the card's layout is checked where the row is resolved. Builds a config only: no CUDA, no process
+    group, no tensor.
 
     Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets
     ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field)."""
     from megatron.oellm.flops import megatron_padded_vocab
-    from megatron.oellm.training.forward_step import check_schedule_support
-    from megatron.oellm.training.model_provider import card_from_args, check_layer_offloading, check_model_config
+    from megatron.oellm.training.model_provider import card_from_args
+    from megatron.oellm.training.startup_checks import check_model_args
 
     probe = copy.copy(args)
     if probe.padded_vocab_size is None:
         probe.padded_vocab_size = megatron_padded_vocab(probe.vocab_size or 1, probe.tensor_model_parallel_size,
                                                         probe.make_vocab_size_divisible_by)
     with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
-        card = card_from_args(probe)
-        check_schedule_support(probe, card)
-        check_layer_offloading(probe, card)
-        check_model_config(probe, card)
+        check_model_args(probe, card_from_args(probe))
 
 
 def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,

@@ -23,9 +23,6 @@ from megatron.oellm.training.args import (
     add_oellm_arguments,
     architecture_value,
     check_command_line,
-    check_intervals,
-    check_sequence_length,
-    check_yaml_cfg,
     merge_card_flags,
     parse_oellm_argv,
     with_backend_implementation,
@@ -302,31 +299,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
-    from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
         check_optimizer_resharding,
         check_rank_file_layout,
     )
-    from megatron.oellm.training.data import (
-        check_data_args,
-        check_data_source,
-        check_single_data_source,
-        check_validation_sets,
-        train_valid_test_datasets,
-    )
+    from megatron.oellm.training.data import check_data_source, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
-    from megatron.oellm.training.forward_step import check_schedule_support, forward_step
+    from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.lr_schedule import check_lr_schedule
-    from megatron.oellm.training.model_provider import (
-        card_from_args,
-        check_layer_offloading,
-        check_layer_spec,
-        check_model_config,
-        check_recompute_modules,
-        model_provider,
-    )
-    from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
+    from megatron.oellm.training.model_provider import card_from_args, model_provider
+    from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
     from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
     from megatron.oellm.training.throughput import install_throughput_logging
 
@@ -334,25 +317,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     distrib_optimizer_step.apply()
     try:
         parsed = parse_oellm_argv(argv)
-        check_yaml_cfg(parsed)
+        check_parsed_args(parsed)
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
-        check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
-        check_sequence_length(parsed)
-        check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
         args = validated_args(parse_and_validate_args)
     except ValueError as error:
         return refuse(error)
     try:
         check_args_support(args.oellm_backend, args)
-        check_attention_env(args)
         check_flex_dispatcher(args)
-        check_data_args(args)
-        check_validation_sets(args)
+        check_validated_args(args)
         check_data_source(args)
-        check_layer_spec(args)
-        check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag
         check_converted_load(args, loaded)
         check_load_strictness(args, loaded)
         check_checkpoint_format(args, loaded)
@@ -361,10 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_converted_glu_layout(args, loaded, card)
-        check_schedule_support(args, card)
-        check_layer_offloading(args, card)
-        check_interleaved_microbatches(args)
-        check_model_config(args, card)
+        check_model_args(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
         check_lr_schedule(args)
     except ValueError as error:

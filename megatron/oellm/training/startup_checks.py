@@ -1,0 +1,63 @@
+"""The start-up checks of a training command line that need neither its data, nor a checkpoint, nor a GPU.
+
+The training entry runs them before Megatron sets anything up; ``oellm recipe`` runs the same ones on every row where
+the recipe is resolved (a login node, :mod:`megatron.oellm.recipes.megatron_validation`), so a row the entry would
+refuse at start is refused before it waits in the queue. Keeping the one list here stops the two from drifting apart:
+a check added to a phase below runs in both places. The entry adds what needs its node (the backend it resolves, the
+dispatcher's kernels, the ``--load`` checkpoint, the data), and the recipe checks the row's layout where it resolves
+it. Both run :func:`megatron.oellm.training.lr_schedule.check_lr_schedule` last.
+
+Three phases, in the order the entry runs them: the parsed command line (before megatron's ``validate_args``),
+megatron's validated arguments, then those with the run's model card.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from megatron.oellm.cards import ModelCard
+
+
+def check_parsed_args(parsed: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for what the parsed (not yet validated) command line holds that megatron's
+    ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
+    sources, a sequence longer than the positions, intervals megatron takes a modulo by."""
+    from megatron.oellm.training.args import check_intervals, check_sequence_length, check_yaml_cfg
+    from megatron.oellm.training.data import check_single_data_source
+
+    check_yaml_cfg(parsed)
+    check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
+    check_sequence_length(parsed)
+    check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
+
+
+def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
+    """Raise ``ValueError`` for what megatron's validated ``args`` hold that megatron-core refuses later, after GPU
+    set-up or at the first step: NVTE attention switches in ``environ`` (default: this process's) against the
+    attention backend, data and validation-set flags, a ``--spec`` the model provider would not read, a recompute
+    megatron-core's config refuses without naming the flag, micro-batches per step the interleaved pipeline schedule
+    refuses."""
+    from megatron.oellm.training.attention_env import check_attention_env
+    from megatron.oellm.training.data import check_data_args, check_validation_sets
+    from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
+    from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
+
+    check_attention_env(args, environ)
+    check_data_args(args)
+    check_validation_sets(args)
+    check_layer_spec(args)
+    check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag
+    check_interleaved_microbatches(args)
+
+
+def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
+    """Raise ``ValueError`` for what validated ``args`` ask of the run's model ``card`` that megatron-core refuses or
+    ignores once it builds it: a pipeline schedule the model class lacks, layer offloading the hybrid stack never
+    applies, a ``TransformerConfig`` its ``__post_init__`` refuses. Builds a config only: no CUDA, no tensor."""
+    from megatron.oellm.training.forward_step import check_schedule_support
+    from megatron.oellm.training.model_provider import check_layer_offloading, check_model_config
+
+    check_schedule_support(args, card)
+    check_layer_offloading(args, card)
+    check_model_config(args, card)

@@ -1,0 +1,52 @@
+"""The training entry and ``oellm recipe``'s validation run one list of start-up checks
+(:mod:`megatron.oellm.training.startup_checks`): a check added to a phase refuses a command line in both places."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.recipes.config import load_recipe
+from megatron.oellm.recipes.megatron_validation import megatron_refusal
+from megatron.oellm.recipes.resolve import resolve_row
+from megatron.oellm.training import startup_checks
+from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain
+
+RECIPE = Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml"
+ENTRY_ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "128",
+              "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters", "10"]
+
+
+@pytest.mark.parametrize("phase", ["check_parsed_args", "check_validated_args", "check_model_args"])
+def test_each_phase_runs_in_the_entry_and_in_the_recipe_validation(phase, monkeypatch, capsys):
+    """A refusal planted in one phase stops both the entry (one ``error:`` line, exit 2) and a shipped recipe row."""
+    reason = f"planted refusal {random.randrange(10**6)}"
+
+    def refuse(*_args, **_kwargs):
+        raise ValueError(reason)
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(startup_checks, phase, refuse)
+    assert entry.main(ENTRY_ARGV) == 2
+    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {reason}"]
+
+    recipe = load_recipe(RECIPE)
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) == f"ValueError: {reason}"
+
+
+def test_a_recipe_row_with_yaml_cfg_is_refused_as_the_entry_refuses_it(tmp_path, capsys):
+    """``--yaml-cfg`` (megatron replaces every command-line argument by the file's) passed ``--dry-run`` while the
+    entry refused it at the job's start; the parsed-arguments phase is now the recipe's too."""
+    from megatron.oellm.cli import main
+
+    yaml = tmp_path / "run.yaml"
+    yaml.write_text(f"lr: {random.uniform(1e-5, 1e-3)}\n")
+    config = tmp_path / "yaml_row.toml"
+    config.write_text(f'extends = "{RECIPE}"\n[megatron_flags]\nyaml-cfg = "{yaml}"\n')
+    assert main(["recipe", str(config), "--dry-run", "--row", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1, err
+    assert "row 1: the training entry would stop the job at start: ValueError: --yaml-cfg: " in err, err
