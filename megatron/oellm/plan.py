@@ -126,8 +126,24 @@ def plan_flops(plan: Plan, seq_length: int) -> FlopCount:
     return training_flops_per_token(plan.card, seq_length, padded_vocab=plan.card.vocab_size)
 
 
-def format_plan(plan: Plan, seq_length: int) -> str:
-    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank."""
+GIB = 2**30
+"""Bytes per GiB: the plan's memory columns and ``--gpu-memory-gib`` are binary, as nvidia-smi's MiB / 1024."""
+
+
+def gpu_memory_bytes(gpu_memory_gib: float) -> int:
+    """One GPU's memory, given in GiB, in whole bytes (rounded down)."""
+    return int(gpu_memory_gib * GIB)
+
+
+def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
+    """What is left on each GPU of ``rank`` after its static state; negative when the static state alone does not fit
+    (out of memory before the first step)."""
+    return gpu_memory_bytes(gpu_memory_gib) - rank.static_bytes
+
+
+def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None) -> str:
+    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank; with
+    ``gpu_memory_gib``, a column of what is left per GPU after the static state."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
     flops = plan_flops(plan, seq_length)
@@ -147,12 +163,17 @@ def format_plan(plan: Plan, seq_length: int) -> str:
         f"FLOPs        {flops.total / 1e9:.2f} GFLOP/token (training, seq {seq_length}): "
         + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in flops.breakdown.items()),
         "",
-        f"{'PP rank':>7} {'layers':>6} {'emb':>3} {'head':>4} {'dense/GPU':>10} {'experts/GPU':>11} {'static GiB':>10}",
+        f"{'PP rank':>7} {'layers':>6} {'emb':>3} {'head':>4} {'dense/GPU':>10} {'experts/GPU':>11} {'static GiB':>10}"
+        + ("" if gpu_memory_gib is None else f" {'free GiB':>9}"),
     ]
     for r in plan.ranks:
         lines.append(f"{r.pipeline_rank:>7} {len(r.decoder_layers):>6} {'y' if r.has_embedding else '':>3} "
                      f"{'y' if r.has_output_layer else '':>4} {format_count(r.dense_params):>10} "
-                     f"{format_count(r.expert_params):>11} {r.static_bytes / 2**30:>10.1f}")
+                     f"{format_count(r.expert_params):>11} {r.static_bytes / GIB:>10.1f}"
+                     + ("" if gpu_memory_gib is None else f" {free_bytes(r, gpu_memory_gib) / GIB:>9.1f}"))
     lines.append("static = bf16 weights + fp32 grads + distributed-optimizer state (fp32 master + 2 moments / DP); "
                  "activations not included")
+    if gpu_memory_gib is not None:
+        lines.append(f"free = {gpu_memory_gib:g} GiB per GPU - static: activations, NCCL buffers and the CUDA context "
+                     "must fit in it")
     return "\n".join(lines)

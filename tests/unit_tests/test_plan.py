@@ -367,3 +367,93 @@ def test_plan_refuses_a_sequence_longer_than_the_cards_positions(name, capsys):
     [line] = capsys.readouterr().err.splitlines()
     assert f"seq_length {longer} exceeds {name}'s max_position_embeddings {limit}" in line
     assert main(["plan", name, "--nodes", "1", "--seq-length", str(limit)]) == 0
+
+
+JUPITER_235B_FLAGS = ["--nodes", "64", "--tp", "2", "--pp", "8", "--ep", "16", "--sp",
+                      "--pipeline-layout", JUPITER_235B_LAYOUT]
+
+
+def _static_bytes(capsys, flags):
+    """Each PP rank's static bytes per GPU, from the plain ``--json`` plan."""
+    assert cli.main(["plan", *flags, "--json"]) == 0
+    return [rank["static_bytes"] for rank in json.loads(capsys.readouterr().out)["ranks"]]
+
+
+def test_plan_with_gpu_memory_adds_a_free_column_and_keeps_the_rest(capsys):
+    """``--gpu-memory-gib G`` (an H100 80GB reports 81559 MiB: G = 79.6) adds what is left per GPU after the static
+    state, G x 2**30 bytes minus static, and a footer line; every other line is the plan without the option."""
+    flags = ["qwen3-235b-a22b", *JUPITER_235B_FLAGS]
+    static = _static_bytes(capsys, flags)
+    gib = round(random.uniform(20, 140), 2)
+    assert cli.main(["plan", *flags]) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert cli.main(["plan", *flags, "--gpu-memory-gib", str(gib)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    lines = captured.out.splitlines()
+    header = plain.index(next(line for line in plain if line.lstrip().startswith("PP rank")))
+    table = range(header + 1, header + 1 + len(static))
+    assert lines[header] == plain[header] + "  free GiB"
+    for i, row in zip(table, static, strict=True):
+        assert lines[i] == plain[i] + f" {(int(gib * 2**30) - row) / 2**30:>9.1f}"
+    assert [line for i, line in enumerate(lines) if i != header and i not in table][:-1] == \
+        [line for i, line in enumerate(plain) if i != header and i not in table]
+    assert lines[-1] == (f"free = {gib:g} GiB per GPU - static: activations, NCCL buffers and the CUDA context must "
+                         "fit in it")
+    assert cli.main(["plan", *flags, "--gpu-memory-gib", str(gib), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["gpu_memory_gib"] == gib
+    assert [rank["free_bytes"] for rank in report["ranks"]] == [int(gib * 2**30) - row for row in static]
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_plan_exits_1_when_the_static_state_alone_does_not_fit_the_gpu(capsys, as_json):
+    """Qwen3-235B-A22B on 8 nodes at PP2 x EP16 holds ~144 GiB of static state per GPU: on a GPU of fewer GiB it runs
+    out of memory at start. The plan still goes to stdout, then one error line naming the worst PP rank goes to
+    stderr, and the exit status is 1 (2 stays for bad arguments or layouts)."""
+    flags = ["qwen3-235b-a22b", "--nodes", "8", "--pp", "2", "--ep", "16"]
+    static = _static_bytes(capsys, flags)
+    gib = round(random.uniform(40, 140), 1)
+    assert max(static) > gib * 2**30
+    assert cli.main(["plan", *flags, "--gpu-memory-gib", str(gib), *(["--json"] if as_json else [])]) == 1
+    captured = capsys.readouterr()
+    if as_json:
+        assert [r["free_bytes"] for r in json.loads(captured.out)["ranks"]] == [int(gib * 2**30) - s for s in static]
+    else:
+        assert captured.out.splitlines()[-1].startswith(f"free = {gib:g} GiB per GPU")
+    worst = max(range(len(static)), key=lambda r: static[r])
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"oellm plan: error: PP rank {worst} holds {static[worst] / 2**30:.2f} GiB of static state "
+                           f"per GPU, more than the GPU's {gib:g} GiB (2 of 2 PP ranks do not fit)")
+    assert "more EP" in line and "more PP" in line and "more DP" in line and "bigger GPU" in line
+
+
+def test_plan_names_the_worst_pipeline_rank_when_only_some_do_not_fit(capsys):
+    """The Jupiter layout puts the embedding on PP rank 0 and the output layer and final norm on PP rank 7: on a GPU
+    between the middle ranks' static state and theirs, those two do not fit and rank 7, the larger, is named."""
+    flags = ["qwen3-235b-a22b", *JUPITER_235B_FLAGS]
+    static = _static_bytes(capsys, flags)
+    assert static[7] > static[0] > max(static[1:7])
+    gib = random.uniform(max(static[1:7]), static[0]) / 2**30
+    assert cli.main(["plan", *flags, "--gpu-memory-gib", repr(gib)]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"PP rank 7 holds {static[7] / 2**30:.2f} GiB" in line and "(2 of 8 PP ranks do not fit)" in line
+
+
+@pytest.mark.parametrize("value", ["0", f"-{random.randint(1, 96)}", "nan", "inf", "1e400", "64GB", ""])
+def test_plan_refuses_a_gpu_memory_that_is_not_a_positive_finite_number(value, capsys):
+    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--gpu-memory-gib", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"oellm plan: error: --gpu-memory-gib: expected a positive finite number of GiB "
+                            f"(nvidia-smi's memory.total in MiB / 1024), got {value!r}\n")
+
+
+def test_plan_without_gpu_memory_has_no_free_column_nor_json_fields(capsys):
+    """Without ``--gpu-memory-gib`` the plan is as before: no free column or footer, no JSON memory fields."""
+    assert cli.main(["plan", "qwen3-235b-a22b", *JUPITER_235B_FLAGS]) == 0
+    out = capsys.readouterr().out
+    assert "free" not in out and out.splitlines()[-1].startswith("static = ")
+    assert cli.main(["plan", "qwen3-235b-a22b", *JUPITER_235B_FLAGS, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "gpu_memory_gib" not in report and all("free_bytes" not in rank for rank in report["ranks"])

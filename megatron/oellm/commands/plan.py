@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 from dataclasses import asdict
 
 from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.commands import refuse
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
-from megatron.oellm.plan import build_plan, format_plan, plan_flops
+from megatron.oellm.plan import GIB, build_plan, format_plan, free_bytes, plan_flops
 
 HELP = "validate a parallel layout for a model and print parameters and memory per GPU, FLOPs per token"
 
@@ -36,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-length", type=int, default=None, help="default: the card's")
     parser.add_argument("--padded-vocab", type=int, default=None,
                         help="default: the card's vocabulary padded to a multiple of 128 x TP, as Megatron pads it")
+    parser.add_argument("--gpu-memory-gib", metavar="GIB", default=None,
+                        help="memory of one GPU in GiB (2**30 bytes): nvidia-smi's memory.total in MiB / 1024 "
+                             "(NVIDIA's 'GB' are close to GiB, not 10**9 bytes: an H100 80GB reports 81559 MiB, "
+                             "79.6 GiB). Adds a column of what is left per GPU after the static state (--json: "
+                             "gpu_memory_gib, and free_bytes per rank); when a PP rank's static state alone exceeds "
+                             "it, prints the plan, then an error line on stderr, and exits 1")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object {model, world_size, layout, data_parallel, expert_data_parallel, "
                              "ranks, flops}")
@@ -43,9 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build, validate and print the plan; exit 2 with the reason on stderr on a bad model or layout (stdout, which
-    ``--json`` users redirect to a file, holds the plan only)."""
+    ``--json`` users redirect to a file, holds the plan only); with ``--gpu-memory-gib``, exit 1 after the plan when
+    a pipeline rank's static state alone does not fit the GPU."""
     from megatron.oellm.flops import megatron_padded_vocab
 
+    gpu_gib = None
+    if args.gpu_memory_gib is not None:
+        try:
+            gpu_gib = float(args.gpu_memory_gib)
+        except ValueError:
+            pass
+        if gpu_gib is None or not math.isfinite(gpu_gib) or gpu_gib <= 0:
+            return refuse("plan", f"--gpu-memory-gib: expected a positive finite number of GiB (nvidia-smi's "
+                                  f"memory.total in MiB / 1024), got {args.gpu_memory_gib!r}")
     try:
         if args.nodes < 1 or args.gpus_per_node < 1:
             raise ParallelLayoutError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: both must be >= 1")
@@ -71,9 +88,25 @@ def run(args: argparse.Namespace) -> int:
         count = plan_flops(plan, seq_length)
         flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
         layout_fields = {**asdict(layout), "vpp_size": layout.vpp_size}  # vpp as given (None: none), vpp_size used
+        ranks = [asdict(r) for r in plan.ranks]
+        memory = {}
+        if gpu_gib is not None:
+            memory = {"gpu_memory_gib": gpu_gib}
+            for rank, fields in zip(plan.ranks, ranks, strict=True):
+                fields["free_bytes"] = free_bytes(rank, gpu_gib)
         print(json.dumps({"model": card.name, "world_size": plan.world_size, "layout": layout_fields,
                           "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel,
-                          "ranks": [asdict(r) for r in plan.ranks], "flops": flops}, indent=2))
+                          **memory, "ranks": ranks, "flops": flops}, indent=2))
     else:
-        print(format_plan(plan, seq_length))
+        print(format_plan(plan, seq_length, gpu_gib))
+    if gpu_gib is not None:
+        worst = max(plan.ranks, key=lambda r: r.static_bytes)
+        if free_bytes(worst, gpu_gib) < 0:
+            over = sum(free_bytes(r, gpu_gib) < 0 for r in plan.ranks)
+            return refuse("plan", f"PP rank {worst.pipeline_rank} holds {worst.static_bytes / GIB:.2f} GiB of static "
+                                  f"state per GPU, more than the GPU's {gpu_gib:g} GiB ({over} of {len(plan.ranks)} "
+                                  "PP ranks do not fit): out of memory at start with bf16 weights, fp32 gradients and the "
+                                  "distributed optimizer; shard it over more GPUs (more EP for "
+                                  "the experts, more PP for the layers, more DP to split the optimizer state) or use "
+                                  "a bigger GPU", status=1)
     return 0
