@@ -74,14 +74,16 @@ def check_validation_sets(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for the validation-set flags megatron-core 0.19.2 refuses only once the run is under way:
     ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
     when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded), and
-    ``--validation-set-names`` without ``--multiple-validation-sets`` (an assertion at the first evaluation, after
-    ``--eval-interval`` training iterations)."""
+    ``--validation-set-names`` without ``--multiple-validation-sets`` in a run that evaluates (an assertion at the
+    first evaluation, after ``--eval-interval`` training iterations; megatron reads the names nowhere else, and
+    evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
     if args.multiple_validation_sets and not args.full_validation and not args.skip_train:
         raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
                          "with --full-validation (else it stops with NotImplementedError when it builds the data "
                          "loaders, after the model and optimizer are set up); add --full-validation, or drop "
                          "--multiple-validation-sets")
-    if args.validation_set_names and not args.multiple_validation_sets:
+    evaluates = args.full_validation or args.eval_iters > 0  # megatron's do_valid and do_test
+    if args.validation_set_names and not args.multiple_validation_sets and evaluates:
         raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
                          "megatron-core asserts it at the first evaluation, after --eval-interval training "
                          "iterations; add --multiple-validation-sets --full-validation, or drop "
@@ -177,7 +179,9 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
 
 def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) -> None:
     """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets ``prefixes`` of ``blend``
-    (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index.
+    (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index
+    or the index counts no sequence (also for per-split paths, ``blend`` None): megatron-core then fails to map the
+    empty ``.bin`` or, when it maps one, hangs as on an empty split.
 
     megatron-core splits each dataset of a blend by ``--split`` and builds every split that gets a share, also one
     whose share of a small dataset rounds to no sequence (the default 969,30,1 leaves the test split of a dataset of
@@ -191,9 +195,9 @@ def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) 
     )
     from megatron.core.datasets.utils import Split
 
-    if blend is None or args.split is None:
+    if blend is not None and args.split is None:
         return
-    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
+    matrix = None if blend is None else convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
     reader_log = logging.getLogger(indexed_dataset.__name__)
     for prefix in prefixes:
         level = reader_log.level
@@ -207,6 +211,13 @@ def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) 
                              f"({error or type(error).__name__})") from error
         finally:
             reader_log.setLevel(level)
+        if count == 0:
+            raise ValueError(f"dataset {prefix!r} holds no documents (its index {prefix}.idx counts 0 sequences): "
+                             "megatron-core fails on it when it builds the datasets, after the model and optimizer "
+                             "are set up (or hangs there until the job's time limit); drop it from the data paths, "
+                             "or rebuild it from input that has text")
+        if matrix is None:
+            continue
         # the sequence range of each split, as megatron-core's builder rounds it
         empty = [split.name for split in Split if matrix[split.value] is not None
                  and int(round(matrix[split.value][1] * count)) <= int(round(matrix[split.value][0] * count))]

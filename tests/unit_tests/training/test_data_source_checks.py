@@ -14,6 +14,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy
 import pytest
 
 from megatron.oellm.training import data
@@ -336,6 +337,63 @@ def test_a_split_leaving_a_dataset_split_without_a_sequence_is_refused(tmp_path,
         data.check_data_source(args)
     assert not caplog.records  # the index reader's INFO lines, which every rank would print before Megatron starts
     assert build_train_dataset(args) is not None
+
+
+def test_validation_set_names_pass_when_megatron_does_not_evaluate(monkeypatch, capsys, tmp_path):
+    """megatron-core reads ``--validation-set-names`` only when it evaluates (``evaluate_and_print_results``), which
+    ``--eval-iters 0`` turns off unless ``--full-validation`` is given: the entry refused the names there too."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    train, valid = corpus(tmp_path, _name()), corpus(tmp_path, _name())
+    argv = [*BASE, "--train-data-path", train, "--valid-data-path", train, valid, "--validation-set-names",
+            _name(), _name(), "--eval-interval", str(random.randint(1, 50))]
+    for off in (["--eval-iters", "0"], ["--eval-iters", "0", "--skip-train"]):
+        with pytest.raises(Reached):
+            entry.main([*argv, *off])
+    for evaluates in (["--eval-iters", str(random.randint(1, 50))], ["--eval-iters", "0", "--full-validation"]):
+        assert entry.main([*argv, *evaluates]) == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"{entry.PROG}: error: --validation-set-names")
+
+
+def _without_documents(directory: Path) -> str:
+    """The prefix of an indexed dataset megatron-core's own builder wrote without a document (its index counts 0
+    sequences, its ``.bin`` is empty), as a tokenizer run over empty or filtered-out input leaves one."""
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    prefix = str(directory / _name())
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=random.choice([numpy.uint8, numpy.uint16, numpy.int32]))
+    builder.finalize(f"{prefix}.idx")
+    return prefix
+
+
+def test_megatron_core_fails_on_a_dataset_without_documents(tmp_path, null_tokenizer):
+    """Built as the data provider builds it, after the model and optimizer are set up: its IndexedDataset cannot map
+    the empty ``.bin`` (with ``--no-mmap-bin-files``, or a ``.bin`` that is not empty, GPTDataset counts epochs of no
+    token forever instead, as on an empty split)."""
+    unraisable = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "unraisablehook", unraisable.append)  # its half-built IndexedDataset's "Exception ignored"
+        with pytest.raises(ValueError, match="cannot mmap an empty file"):
+            build_train_dataset(validated(["--train-data-path", _without_documents(tmp_path)]))
+        gc.collect()
+
+
+def test_a_dataset_without_documents_is_refused_naming_it(monkeypatch, capsys, tmp_path, null_tokenizer):
+    """Per-split paths passed the check (it read no index without a blend), and a blend's refusal was that the split
+    left the dataset's splits without a sequence, suggesting --split 100,0,0, which fails the same way."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    train, empty = corpus(tmp_path, _name()), _without_documents(tmp_path)
+    weights = [_proportion(), _proportion()]
+    for flags in (["--train-data-path", empty], ["--train-data-path", train, "--valid-data-path", empty],
+                  ["--train-data-path", train, "--valid-data-path", train, empty, "--multiple-validation-sets",
+                   "--full-validation"],
+                  ["--data-path", weights[0], train, weights[1], empty, "--split", "100,0,0"],
+                  ["--data-path", empty, "--split", f"{_proportion()},{_proportion()},0", "--skip-train"]):
+        assert entry.main([*ARGV, *flags]) == 2, flags
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"{entry.PROG}: error: dataset {empty!r} holds no documents"), line
+    with pytest.raises(Reached):
+        entry.main([*ARGV, "--train-data-path", train, "--valid-data-path", train])
 
 
 @pytest.mark.parametrize("damage", ["random bytes", "cut after the header's magic"])
