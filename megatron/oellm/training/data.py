@@ -75,7 +75,7 @@ def check_validation_sets(args: argparse.Namespace) -> None:
     ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
     when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded), and
     ``--validation-set-names`` without ``--multiple-validation-sets`` in a run that evaluates (an assertion at the
-    first evaluation, after ``--eval-interval`` training iterations; megatron reads the names nowhere else, and
+    first evaluation, after ``--eval-interval`` training iterations or at the end of a shorter run; megatron reads the names nowhere else, and
     evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
     if args.multiple_validation_sets and not args.full_validation and not args.skip_train:
         raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
@@ -85,8 +85,8 @@ def check_validation_sets(args: argparse.Namespace) -> None:
     evaluates = args.full_validation or args.eval_iters > 0  # megatron's do_valid and do_test
     if args.validation_set_names and not args.multiple_validation_sets and evaluates:
         raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
-                         "megatron-core asserts it at the first evaluation, after --eval-interval training "
-                         "iterations; add --multiple-validation-sets --full-validation, or drop "
+                         "megatron-core asserts it at the first evaluation (after --eval-interval training "
+                         "iterations, or at the end of a shorter run); add --multiple-validation-sets --full-validation, or drop "
                          "--validation-set-names")
 
 
