@@ -6,6 +6,9 @@
 # Extra arguments go to the recipe (e.g. --data-path PREFIX --tokenizer-model PATH for real text).
 # Runs in ${PYTHON:-python3}, as tools/install.sh and the recipe wrappers do.
 set -euo pipefail
+# a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
+# script changes to: make it absolute first, for install.sh and the recipe wrapper too
+if [[ "${PYTHON:-}" == */* && "$PYTHON" != /* ]]; then export PYTHON="$PWD/$PYTHON"; fi
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY="${PYTHON:-python3}"
 

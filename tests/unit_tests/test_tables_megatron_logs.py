@@ -34,7 +34,7 @@ def _tokenizer_log(overrides: dict, vocab: int, padded: int, times: list[float])
 def test_a_run_whose_tokenizer_set_the_vocabulary_gets_our_tflops_and_mfu(overrides, model):
     """The reports' runs use a HuggingFace tokenizer and no --vocab-size: the table gave n/a TFLOP/s and MFU (and
     'unknown model' from Megatron's flags) although megatron logged the vocabulary it built."""
-    vocab = random.randrange(150_000, 262_000)
+    vocab = random.randrange(150_000, 250_000)  # 262,144 (the card's) is far away
     padded = -(-vocab // 128) * 128
     times = random_times(10, random.uniform(60_000.0, 90_000.0))
     row = summarise(parse_log_text(_tokenizer_log(overrides, vocab, padded, times)), Window(), 4, peak_tflops=989.0)

@@ -32,6 +32,7 @@ def _recording_python(folder: Path) -> Path:
     ("install.sh", "PYTHON", ["dev"]),
     ("test.sh", "PYTHON", ["-k", "nothing"]),
     ("te_cpu_env.sh", "TE_PYTHON", []),
+    ("../examples/oellm/main.sh", "PYTHON", []),
 ])
 def test_a_relative_interpreter_names_the_callers_file(tmp_path, script, variable, args):
     """``PYTHON=.venv/bin/python bash /path/to/tools/install.sh`` from the venv's folder: the scripts change to the
@@ -51,6 +52,9 @@ def test_a_relative_interpreter_names_the_callers_file(tmp_path, script, variabl
         assert done.returncode == 3 and "-m venv" in log.read_text()
     else:
         assert done.returncode == 0, done.stderr
+    if script.endswith("main.sh"):  # install.sh, then the recipe wrapper, both in the caller's interpreter
+        calls = log.read_text().splitlines()
+        assert any("-e .[" in call for call in calls) and "-m megatron.oellm recipe" in calls[-1], calls
     if script == "test.sh":  # the interpreter install.sh used is the one ruff and pytest then run under
         calls = log.read_text().splitlines()
         assert any(".[dev,hf,gdn,plot]" in call for call in calls) and calls[-1] == "-m pytest -q tests/unit_tests -k nothing"
