@@ -52,7 +52,10 @@ def median_ms_and_peak_gib(experts: torch.nn.Module, hidden: torch.Tensor, count
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
-    args = kernel_tool_parser(__doc__, with_card=True).parse_args()
+    parser = kernel_tool_parser(__doc__, with_card=True)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():  # it would stop at its first CUDA tensor with a traceback
+        parser.error("needs a CUDA GPU to time on (torch.cuda.is_available() is False); run it on a GPU node")
     card = get_card(args.card)
     init_single_gpu_runtime()
     rows = args.tokens * card.moe_router_topk

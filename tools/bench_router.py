@@ -29,7 +29,10 @@ def forward_backward(hidden: torch.Tensor, weight: torch.Tensor, upstream: torch
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
-    args = kernel_tool_parser(__doc__, with_card=True).parse_args()
+    parser = kernel_tool_parser(__doc__, with_card=True)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():  # it would stop at its first CUDA tensor with a traceback
+        parser.error("needs a CUDA GPU to time on (torch.cuda.is_available() is False); run it on a GPU node")
     card = get_card(args.card)
     torch.backends.cuda.matmul.allow_tf32 = False
     hidden = torch.randn(args.tokens, card.hidden_size, device="cuda").bfloat16().requires_grad_()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
-from megatron.oellm.training.corpus import build_corpus, stdlib_sources
+from megatron.oellm.training.corpus import CORPUS_SUFFIXES, build_corpus, stdlib_sources
 
 
 def has_text(path: Path) -> bool:
@@ -27,22 +28,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-prefix", required=True, help="path prefix of the .bin/.idx/.json files")
     parser.add_argument("--max-mb", type=float, default=16.0, help="standard-library text to take, in MB")
     parser.add_argument("--extra", nargs="*", default=[], type=Path, help="more text files, one document each")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the .bin/.idx/.json files already at the prefix (refused without it)")
     args = parser.parse_args(argv)
     if not math.isfinite(args.max_mb) or args.max_mb < 0:
         parser.error(f"--max-mb must be a finite number >= 0, got {args.max_mb}")
     missing = [str(path) for path in args.extra if not path.is_file()]
     if missing:
         parser.error(f"--extra: no such file: {', '.join(missing)}")
+    existing = [path for path in (f"{Path(args.output_prefix)}{suffix}" for suffix in CORPUS_SUFFIXES)
+                if os.path.lexists(path)]
+    if existing and not args.overwrite:  # a corpus built from other files, or files of the user's own
+        parser.error(f"--output-prefix {args.output_prefix}: would replace {', '.join(existing)}; pass --overwrite "
+                     "to replace them, or choose another prefix")
     files = stdlib_sources(int(args.max_mb * 1e6)) + sorted(args.extra)
     if not files:
         parser.error(f"--max-mb {args.max_mb} takes no standard-library file and no --extra file was given: "
                      "raise --max-mb or name text files with --extra")
     # checked before the build: build_corpus would put an empty corpus in place of one already at the prefix, and
     # training on it would fail only after the job has started
-    if not any(map(has_text, files)):
-        parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text, so the corpus would hold no document "
-                       f"({args.output_prefix} is left as it was); raise --max-mb or name other --extra files\n")
-    summary = build_corpus(files, args.output_prefix)
+    try:
+        if not any(map(has_text, files)):
+            parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text, so the corpus would hold no "
+                           f"document ({args.output_prefix} is left as it was); raise --max-mb or name other --extra "
+                           "files\n")
+        summary = build_corpus(files, args.output_prefix)
+    except OSError as error:  # an unreadable input, an output directory that cannot be made or written
+        parser.exit(1, f"error: no corpus written at {args.output_prefix}: {error}\n")
     print(f"{summary.documents} documents, {summary.tokens} tokens -> {summary.prefix}.bin/.idx")
     print("train with: --data-path", summary.prefix, " ".join(summary.megatron_flags))
     return 0

@@ -27,6 +27,12 @@ BENCH_MBS=${3:-1,2,4}
 LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room for the start and the caches
 CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
+# the stages time out at LIMIT_S, LIMIT_S/2 and 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
+# sets no limit, and a stage that overruns the device call is killed before its logs are packed
+if ! [[ $LIMIT_S =~ ^[1-9][0-9]*$ ]] || [ "$LIMIT_S" -lt 2 ]; then
+  echo "error: OELLM_STAGE_LIMIT_S must be a whole number of seconds >= 2, got '$LIMIT_S'" >&2
+  exit 2
+fi
 IFS=, read -r -a selected <<< "$STAGES"
 for stage in "${selected[@]}"; do
   case $stage in
@@ -95,7 +101,8 @@ first_error() {
 
 stage_train() {
   rm -rf "$WORK/runs"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
-  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 > "$OUT_DIR/corpus.log" 2>&1
+  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 --overwrite \
+    > "$OUT_DIR/corpus.log" 2>&1
   local data=(--output-dir "$WORK/runs" --data-path "$WORK/corpus/stdlib" --tokenizer-model byte)
   local qwen35=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "${data[@]}" --save-interval 30)
   timeout $((LIMIT_S / 2)) bash examples/oellm/qwen3_30b_a3b_mn5.sh --local --row 1 "${data[@]}" --train-iters 30 \
@@ -124,7 +131,8 @@ stage_train() {
 
 stage_resume() {
   rm -rf "$WORK/short"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
-  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 > "$OUT_DIR/short_corpus.log" 2>&1
+  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 --overwrite \
+    > "$OUT_DIR/short_corpus.log" 2>&1
   local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/short"
     --data-path "$WORK/corpus/small" --tokenizer-model byte --save-interval 3)
   timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/short_first.log" 2>&1

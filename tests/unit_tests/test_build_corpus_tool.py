@@ -66,7 +66,7 @@ def test_a_build_without_documents_keeps_the_earlier_corpus(tmp_path: Path) -> N
     empty, binary = tmp_path / "empty.txt", tmp_path / "binary.dat"
     empty.write_text("")
     binary.write_bytes(b"\xff\xfe" + os.urandom(random.randint(16, 256)))
-    failed = run_tool(prefix, "--max-mb", "0", "--extra", str(empty), str(binary))
+    failed = run_tool(prefix, "--max-mb", "0", "--overwrite", "--extra", str(empty), str(binary))
     assert failed.returncode == 1 and "no document" in failed.stderr, failed.stdout + failed.stderr
     assert {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in SUFFIXES} == earlier
     assert sorted(path.name for path in prefix.parent.iterdir()) == [f"text{suffix}" for suffix in SUFFIXES]
@@ -85,3 +85,97 @@ def test_a_non_finite_max_mb_is_refused(tmp_path: Path, max_mb: str) -> None:
     done = run_tool(tmp_path / "corpus" / "text", "--max-mb", max_mb)
     assert done.returncode == 2 and "--max-mb" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "corpus").exists()
+
+
+def random_documents(directory: Path, count: int, rng: random.Random) -> list[Path]:
+    """``count`` files of random text under ``directory``: non-ASCII, blank lines, CRLF and lone CR line ends."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pieces = ["a", "z", " ", "\t", "\n", "\n\n", "\r\n", "\r", "é", "中", "🙂", "\u2028", "\ufeff"]
+    paths = []
+    for number in range(count):
+        path = directory / f"doc{number:03d}.txt"
+        chosen = [rng.choice(pieces) for _ in range(rng.randint(1, 400))]
+        chosen.insert(rng.randint(0, len(chosen)), rng.choice(["\r", "\r\n"]))
+        path.write_bytes("".join(chosen).encode("utf-8"))
+        paths.append(path)
+    return paths
+
+
+def test_the_corpus_holds_each_files_bytes_as_megatron_reads_it(tmp_path: Path) -> None:
+    """Files were read in text mode, which turns "\r\n" and "\r" into "\n": the corpus did not hold the files' bytes
+    (and the token count was not their size). megatron-core's IndexedDataset now reads back each file's exact bytes
+    and one end-of-document token, empty files skipped."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    rng = random.Random()
+    files = random_documents(tmp_path / "docs", rng.randint(2, 8), rng)
+    (tmp_path / "docs" / "empty.txt").write_bytes(b"")
+    prefix = tmp_path / "corpus" / "text"
+    done = run_tool(prefix, "--max-mb", "0", "--extra", *map(str, files), str(tmp_path / "docs" / "empty.txt"))
+    assert done.returncode == 0, done.stderr
+    dataset = IndexedDataset(str(prefix))
+    assert [dataset[number].tolist() for number in range(len(dataset))] == [[*path.read_bytes(), 256] for path in files]
+    tokens = sum(path.stat().st_size + 1 for path in files)
+    assert f"{len(files)} documents, {tokens} tokens" in done.stdout
+
+
+@pytest.mark.parametrize("existing", [".bin", ".idx", ".json"])
+def test_files_at_the_prefix_are_replaced_only_with_overwrite(tmp_path: Path, existing: str) -> None:
+    """A second build at a prefix silently replaced the corpus there (or a file of the user's named like one)."""
+    rng = random.Random()
+    prefix = tmp_path / "corpus" / "text"
+    prefix.parent.mkdir()
+    content = os.urandom(rng.randint(1, 256))
+    Path(f"{prefix}{existing}").write_bytes(content)
+    [text] = random_documents(tmp_path / "docs", 1, rng)
+    refused = run_tool(prefix, "--max-mb", "0", "--extra", str(text))
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr, refused.stdout + refused.stderr
+    assert f"{prefix}{existing}" in refused.stderr and "Traceback" not in refused.stderr
+    assert Path(f"{prefix}{existing}").read_bytes() == content
+    assert sorted(path.name for path in prefix.parent.iterdir()) == [f"text{existing}"]
+    replaced = run_tool(prefix, "--max-mb", "0", "--extra", str(text), "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert sorted(path.name for path in prefix.parent.iterdir()) == [f"text{suffix}" for suffix in SUFFIXES]
+
+
+def gpt_samples(prefix: Path, samples: int) -> list[list[int]]:
+    """Every sample of megatron-core's GPTDataset over the corpus at ``prefix`` (index cache in its default place)."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    config = GPTDatasetConfig(random_seed=1234, sequence_length=32, blend=([str(prefix)], None), split="100,0,0",
+                              tokenizer=NullTokenizer(257), reset_position_ids=False, reset_attention_mask=False,
+                              eod_mask_loss=False)
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, None, None], lambda: True, config).build()
+    return [train[number]["tokens"].tolist() for number in range(len(train))]
+
+
+def test_a_rebuild_drops_megatrons_index_cache_of_the_earlier_corpus(tmp_path: Path) -> None:
+    """megatron-core keys its index cache (PREFIX/cache/GPTDataset_indices) on the prefix and the run's settings, not
+    on the corpus: after a rebuild a run took the earlier corpus's document and sample indices, an IndexError on a
+    corpus with fewer documents. A run on the rebuilt corpus now reads the samples a first run on it would."""
+    rng = random.Random()
+    prefix = tmp_path / "corpus" / "text"
+    old = random_documents(tmp_path / "old", rng.randint(30, 60), rng)
+    assert run_tool(prefix, "--max-mb", "0", "--extra", *map(str, old)).returncode == 0
+    samples = rng.randint(8, 24)
+    gpt_samples(prefix, samples)
+    assert any((prefix / "cache" / "GPTDataset_indices").iterdir())
+    new = random_documents(tmp_path / "new", rng.randint(2, 6), rng)
+    rebuilt = run_tool(prefix, "--max-mb", "0", "--overwrite", "--extra", *map(str, new))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    after_rebuild = gpt_samples(prefix, samples)
+    fresh = tmp_path / "fresh" / "text"
+    assert run_tool(fresh, "--max-mb", "0", "--extra", *map(str, new)).returncode == 0
+    assert after_rebuild == gpt_samples(fresh, samples)
+
+
+def test_an_output_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:
+    """An --output-prefix below a file (or an unwritable place) was a FileExistsError/PermissionError traceback."""
+    blocker = tmp_path / f"a-file-{random.randint(0, 10**6)}"
+    blocker.write_bytes(os.urandom(16))
+    [text] = random_documents(tmp_path / "docs", 1, random.Random())
+    done = run_tool(blocker / "corpus" / "text", "--max-mb", "0", "--extra", str(text))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"error: no corpus written at {blocker}" in done.stderr and "Not a directory" in done.stderr

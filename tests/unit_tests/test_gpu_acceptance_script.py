@@ -75,3 +75,25 @@ def test_a_failed_run_is_summarised_with_its_first_exception(tmp_path: Path) -> 
     summary = (tmp_path / "out" / "summary.txt").read_text()
     [line] = [line for line in summary.splitlines() if line.startswith("first run (save at 3 and 6)")]
     assert line.endswith("rc 0 [rank0]: ValueError: No dot product attention backend is available"), line
+
+
+@pytest.mark.parametrize("limit", ["0", "1", "-300", "abc", "nan", "8m", ""])
+def test_a_stage_limit_that_sets_no_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     limit: str) -> None:
+    """``timeout 0`` sets no limit, and bash arithmetic reads a non-number as 0 (``$((LIMIT_S / 2))``): with
+    ``OELLM_STAGE_LIMIT_S=0`` or ``abc`` the train stage ran unbounded, past the device call that packs its logs."""
+    monkeypatch.setenv("OELLM_STAGE_LIMIT_S", limit)
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "train")
+    if limit == "":  # unset in effect: the default limit
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 2 and "error: OELLM_STAGE_LIMIT_S must be" in done.stderr, done.stderr
+    assert f"'{limit}'" in done.stderr and calls == [] and not (tmp_path / "out").exists()
+
+
+def test_the_stages_rebuild_their_corpus_on_a_warm_machine(tmp_path: Path) -> None:
+    """A warm machine keeps the corpus of an earlier call: the stages ask build_corpus to replace it."""
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "train,resume")
+    assert done.returncode == 0, done.stderr
+    builds = [call for call in calls if "tools/build_corpus.py" in call]
+    assert len(builds) == 2 and all(call.endswith(" --overwrite") for call in builds), builds

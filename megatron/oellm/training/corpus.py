@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy
 
+from megatron.oellm.training.data import INDEX_CACHE_FILES, default_index_cache
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
 
 
@@ -63,6 +64,8 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
     written under a temporary name and renamed once complete, so a build that stops part-way (an unreadable file,
     Ctrl-C) leaves any previous corpus at ``prefix`` whole instead of a new partial ``.bin`` beside an old ``.idx``;
     so does a build without a document (``ValueError``): training on an empty corpus fails only after the job starts.
+    Before the new files are put in place, megatron-core's index caches in their default directory
+    (:func:`~megatron.oellm.training.data.default_index_cache`) are deleted (:func:`_drop_index_caches`).
     """
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -75,12 +78,29 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
         summary = CorpusSummary(prefix=str(prefix), documents=documents, tokens=tokens, tokenizer="oellm-byte",
                                 megatron_flags=BYTE_TOKENIZER_FLAGS)
         Path(f"{partial}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+        _drop_index_caches(prefix)
         for suffix in CORPUS_SUFFIXES:
             os.replace(f"{partial}{suffix}", f"{prefix}{suffix}")
     finally:
         for suffix in CORPUS_SUFFIXES:
             Path(f"{partial}{suffix}").unlink(missing_ok=True)
     return summary
+
+
+def _drop_index_caches(prefix: Path) -> None:
+    """Delete the GPTDataset index caches megatron-core keeps for dataset ``prefix`` when no ``--data-cache-path`` is
+    given. Their key is the prefix and the run's settings, not the corpus's contents: after a rebuild megatron-core
+    would take an earlier corpus's document and sample indices for the new one (an ``IndexError`` mid-run on a corpus
+    with fewer documents, else samples cut at the old documents' lengths). Caches under a ``--data-cache-path`` are
+    not found here."""
+    cache = default_index_cache(str(prefix))
+    try:
+        names = os.listdir(cache)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if "-GPTDataset-" in name and name.endswith(INDEX_CACHE_FILES):
+            (cache / name).unlink(missing_ok=True)
 
 
 CORPUS_SUFFIXES = (".bin", ".idx", ".json")
@@ -98,7 +118,7 @@ def _write_indexed(files: Iterable[Path], prefix: Path) -> tuple[int, int]:
     try:
         for path in files:
             try:
-                text = Path(path).read_text(encoding="utf-8")
+                text = Path(path).read_bytes().decode("utf-8")  # read_text would turn "\r\n" and "\r" into "\n"
             except UnicodeDecodeError:
                 continue
             if not text:

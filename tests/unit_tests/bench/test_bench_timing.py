@@ -258,3 +258,28 @@ def test_the_rms_norm_tool_refuses_to_time_eager_against_eager() -> None:
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"error: {EAGER_RMS_NORM}=1 is set" in done.stderr
+
+
+@pytest.mark.parametrize("tool", ["bench_experts", "bench_router", "bench_rms_norm"])
+def test_the_kernel_tools_without_cuda_say_so_in_one_line(tool: str) -> None:
+    """Without a GPU each tool stopped at its first CUDA tensor (or the runtime's start) with a traceback; now a usage
+    error says it needs one, after the argument checks (a bad ``--steps`` is still named first)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from megatron.oellm.switches import EAGER_RMS_NORM
+
+    root = Path(__file__).parents[3]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop(EAGER_RMS_NORM, None)
+    script = str(root / "tools" / f"{tool}.py")
+    tokens = str(random.randint(1, 64))
+    done = subprocess.run([sys.executable, script, "--tokens", tokens, "--warmup", "0", "--steps", "1"], env=env,
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"{tool}.py: error: needs a CUDA GPU" in done.stderr and done.stdout == ""
+    bad = subprocess.run([sys.executable, script, "--steps", "0"], env=env, cwd=root, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "argument --steps" in bad.stderr and "CUDA" not in bad.stderr, bad.stderr[-2000:]
