@@ -6,10 +6,9 @@
 # Extra arguments go to the recipe (e.g. --data-path PREFIX --tokenizer-model PATH for real text).
 # Runs in ${PYTHON:-python3}, as tools/install.sh and the recipe wrappers do.
 set -euo pipefail
-# a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
-# script changes to: make it absolute first, for install.sh and the recipe wrapper too
-if [[ "${PYTHON:-}" == */* && "$PYTHON" != /* ]]; then export PYTHON="$PWD/$PYTHON"; fi
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# stays in the caller's directory: a relative PYTHON (.venv/bin/python), --data-path or --tokenizer-model names the
+# caller's file, as it does for the recipe wrappers and tools/install.sh
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 
 # Whether this machine has an NVIDIA GPU: nvidia-smi lists it before anything is installed (a fresh node may have
@@ -25,10 +24,10 @@ has_gpu() {
 }
 
 if has_gpu; then
-  bash tools/install.sh hf,gdn
-  exec bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "$@"
+  bash "$root/tools/install.sh" hf,gdn
+  exec bash "$root/examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh" --local --row 1 "$@"
 fi
-bash tools/install.sh dev,hf
-"$PY" -m megatron.oellm models
+bash "$root/tools/install.sh" dev,hf
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m megatron.oellm models
 echo
-exec bash examples/oellm/qwen3_235b_a22b_jupiter.sh --dry-run --row 1 "$@"
+exec bash "$root/examples/oellm/qwen3_235b_a22b_jupiter.sh" --dry-run --row 1 "$@"

@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
             over = sum(free_bytes(r, gpu_gib) < 0 for r in plan.ranks)
             return refuse("plan", f"PP rank {worst.pipeline_rank} holds {worst.static_bytes / GIB:.2f} GiB of static "
                                   f"state per GPU, more than the GPU's {gpu_gib:g} GiB ({over} of {len(plan.ranks)} "
-                                  "PP ranks do not fit): out of memory at start with bf16 weights, fp32 gradients and the "
-                                  "distributed optimizer; shard it over more GPUs (more EP for "
-                                  "the experts, more PP for the layers, more DP to split the optimizer state) or use "
-                                  "a bigger GPU", status=1)
+                                  "PP ranks do not fit): out of memory at start with bf16 weights, fp32 gradients "
+                                  "and the distributed optimizer; shard it over more GPUs (more EP for the experts, "
+                                  "more PP for the layers, more DP to split the optimizer state) or use a bigger GPU",
+                          status=1)
     return 0

@@ -75,8 +75,8 @@ def check_validation_sets(args: argparse.Namespace) -> None:
     ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
     when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded), and
     ``--validation-set-names`` without ``--multiple-validation-sets`` in a run that evaluates (an assertion at the
-    first evaluation, after ``--eval-interval`` training iterations or at the end of a shorter run; megatron reads the names nowhere else, and
-    evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
+    first evaluation, after ``--eval-interval`` training iterations or at the end of a shorter run; megatron reads
+    the names nowhere else, and evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
     if args.multiple_validation_sets and not args.full_validation and not args.skip_train:
         raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
                          "with --full-validation (else it stops with NotImplementedError when it builds the data "
@@ -86,8 +86,8 @@ def check_validation_sets(args: argparse.Namespace) -> None:
     if args.validation_set_names and not args.multiple_validation_sets and evaluates:
         raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
                          "megatron-core asserts it at the first evaluation (after --eval-interval training "
-                         "iterations, or at the end of a shorter run); add --multiple-validation-sets --full-validation, or drop "
-                         "--validation-set-names")
+                         "iterations, or at the end of a shorter run); add --multiple-validation-sets "
+                         "--full-validation, or drop --validation-set-names")
 
 
 NO_DATA = ("no training data: give --data-path PREFIX (or --train-data-path / --valid-data-path / --test-data-path, "

@@ -5,7 +5,7 @@ the recipe is resolved (a login node, :mod:`megatron.oellm.recipes.megatron_vali
 refuse at start is refused before it waits in the queue. Keeping the one list here stops the two from drifting apart:
 a check added to a phase below runs in both places. The entry adds what needs its node (the backend it resolves, the
 dispatcher's kernels, the ``--load`` checkpoint, the data), and the recipe checks the row's layout where it resolves
-it. Both run :func:`megatron.oellm.training.lr_schedule.check_lr_schedule` last.
+it. Both run :func:`megatron.oellm.training.lr_schedule.check_lr_schedule` after these phases.
 
 Three phases, in the order the entry runs them: the parsed command line (before megatron's ``validate_args``),
 megatron's validated arguments, then those with the run's model card.

@@ -272,7 +272,8 @@ def test_the_kernel_tools_without_cuda_say_so_in_one_line(tool: str) -> None:
     from megatron.oellm.switches import EAGER_RMS_NORM
 
     root = Path(__file__).parents[3]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop(EAGER_RMS_NORM, None)
     script = str(root / "tools" / f"{tool}.py")
     tokens = str(random.randint(1, 64))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from recipe_helpers import EXAMPLES
 
-RECORDER = '#!/bin/sh\necho "{name} $* PYTHON=${{PYTHON:-}}" >> "$RECORD"\n'
+RECORDER = '#!/bin/sh\necho "{name} $* PYTHON=${{PYTHON:-}}${{RECORD_PWD:+ PWD=$(pwd)}}" >> "$RECORD"\n'
 
 
 def _executable(path: Path, text: str) -> None:
@@ -24,9 +24,11 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_script: str | None = None) -> list[str]:
-    """Run a copy of main.sh with the stand-ins; return the recorded calls, one per line. ``nvidia-smi`` prints
-    ``nvidia_smi``, or runs ``smi_script`` (a shell script) when given."""
+def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_script: str | None = None,
+             args: tuple[str, ...] = ("--extra",), cwd: Path | None = None) -> list[str]:
+    """Run a copy of main.sh with ``args`` and the stand-ins; return the recorded calls, one per line (with the
+    directory each ran in when ``cwd``, the caller's directory, is given). ``nvidia-smi`` prints ``nvidia_smi``, or
+    runs ``smi_script`` (a shell script) when given."""
     root = tmp_path / "tree"
     (root / "examples" / "oellm").mkdir(parents=True)
     shutil.copy(EXAMPLES / "main.sh", root / "examples" / "oellm" / "main.sh")
@@ -46,8 +48,10 @@ def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_s
                         + RECORDER.format(name="venv-python"))
     record = tmp_path / "record"
     env = {"PATH": str(bin_dir), "PYTHON": str(python), "RECORD": str(record), "HOME": os.environ.get("HOME", "/")}
-    done = subprocess.run([shutil.which("bash"), str(root / "examples" / "oellm" / "main.sh"), "--extra"],
-                          env=env, capture_output=True, text=True, check=False)
+    if cwd is not None:
+        env["RECORD_PWD"] = "1"
+    done = subprocess.run([shutil.which("bash"), str(root / "examples" / "oellm" / "main.sh"), *args],
+                          env=env, capture_output=True, text=True, check=False, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return record.read_text().splitlines()
 
@@ -83,3 +87,15 @@ def test_a_multi_gpu_listing_gets_the_gpu_job_however_nvidia_smi_ends(tmp_path, 
                     for i in range(gpus))
     calls = run_main(tmp_path, None, torch_sees_gpu=False, smi_script=f"#!/bin/sh\n{lines}exit {status}\n")
     assert calls[0].startswith("install hf,gdn ") and calls[1].startswith("qwen3_5_35b_a3b_mn5_strong --local")
+
+
+@pytest.mark.parametrize("listing", ["GPU 0: NVIDIA H100 (UUID: GPU-0)", None])
+def test_relative_paths_stay_the_callers(tmp_path, listing):
+    """main.sh changed to the repository root before it ran the recipe, so a relative ``--data-path`` (or
+    ``--tokenizer-model``) named a path under the checkout, not the caller's corpus."""
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    data = f"corpus{random.randrange(10**6)}/text"
+    calls = run_main(tmp_path, listing, torch_sees_gpu=False, args=("--data-path", data), cwd=caller)
+    assert all(call.endswith(f" PWD={caller}") for call in calls), calls
+    assert f"--data-path {data} " in calls[-1], calls
