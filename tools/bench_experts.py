@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
-from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
+from megatron.oellm.bench.timing import kernel_tool_parser, median_ms, require_cuda
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.models import spec_builder
 from megatron.oellm.runtime import init_single_gpu_runtime
@@ -54,8 +54,7 @@ def main() -> None:
     """Parse the arguments, time both paths, print the table."""
     parser = kernel_tool_parser(__doc__, with_card=True)
     args = parser.parse_args()
-    if not torch.cuda.is_available():  # it would stop at its first CUDA tensor with a traceback
-        parser.error("needs a CUDA GPU to time on (torch.cuda.is_available() is False); run it on a GPU node")
+    require_cuda(parser)
     card = get_card(args.card)
     init_single_gpu_runtime()
     rows = args.tokens * card.moe_router_topk

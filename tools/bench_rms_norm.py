@@ -12,7 +12,7 @@ from functools import partial
 
 import torch
 
-from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
+from megatron.oellm.bench.timing import kernel_tool_parser, median_ms, require_cuda
 from megatron.oellm.layers.rms_norm import EAGER_ENV, cuda_path, rms_norm, rms_norm_eager
 
 SHAPES = {
@@ -35,8 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     if cuda_path() != "triton":  # both columns would time the eager path, and the speed-up read 1.00x
         parser.error(f"{EAGER_ENV}=1 is set, so rms_norm would run the eager path too; unset it to time the kernels")
-    if not torch.cuda.is_available():  # it would stop at its first CUDA tensor with a traceback
-        parser.error("needs a CUDA GPU to time on (torch.cuda.is_available() is False); run it on a GPU node")
+    require_cuda(parser)
     print(f"{'norm':<46} {'rows x width':>16} {'eager ms':>9} {'kernels ms':>10} {'speed-up':>8}")
     for name, (per_token, width) in SHAPES.items():
         rows = args.tokens * per_token

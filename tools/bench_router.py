@@ -17,7 +17,7 @@ import torch
 
 from megatron.oellm import switches
 from megatron.oellm.backends.torch_native.router import gating_product, uses_bf16_tensor_cores
-from megatron.oellm.bench.timing import kernel_tool_parser, median_ms
+from megatron.oellm.bench.timing import kernel_tool_parser, median_ms, require_cuda
 from megatron.oellm.cards import get_card
 
 
@@ -31,8 +31,7 @@ def main() -> None:
     """Parse the arguments, time both paths, print the table."""
     parser = kernel_tool_parser(__doc__, with_card=True)
     args = parser.parse_args()
-    if not torch.cuda.is_available():  # it would stop at its first CUDA tensor with a traceback
-        parser.error("needs a CUDA GPU to time on (torch.cuda.is_available() is False); run it on a GPU node")
+    require_cuda(parser)
     card = get_card(args.card)
     torch.backends.cuda.matmul.allow_tf32 = False
     hidden = torch.randn(args.tokens, card.hidden_size, device="cuda").bfloat16().requires_grad_()

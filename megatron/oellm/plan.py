@@ -130,15 +130,10 @@ GIB = 2**30
 """Bytes per GiB: the plan's memory columns and ``--gpu-memory-gib`` are binary, as nvidia-smi's MiB / 1024."""
 
 
-def gpu_memory_bytes(gpu_memory_gib: float) -> int:
-    """One GPU's memory, given in GiB, in whole bytes (rounded down)."""
-    return int(gpu_memory_gib * GIB)
-
-
 def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
-    """What is left on each GPU of ``rank`` after its static state; negative when the static state alone does not fit
-    (out of memory before the first step)."""
-    return gpu_memory_bytes(gpu_memory_gib) - rank.static_bytes
+    """What is left on each GPU of ``rank`` (``gpu_memory_gib``, in whole bytes rounded down) after its static state;
+    negative when the static state alone does not fit (out of memory before the first step)."""
+    return int(gpu_memory_gib * GIB) - rank.static_bytes
 
 
 def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None) -> str:

@@ -67,6 +67,14 @@ def kernel_tool_parser(doc: str, with_card: bool = False) -> argparse.ArgumentPa
     return parser
 
 
+
+def require_cuda(parser: argparse.ArgumentParser) -> None:
+    """Stop a kernel benchmark in ``tools/`` with ``parser``'s one-line usage error when there is no CUDA device to
+    time on (called after its argument checks): its first CUDA tensor would stop it with a traceback."""
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU to time on (torch.cuda.is_available() is False); run it on a GPU node")
+
+
 def median_ms(step: Callable[[], object], warmup: int, steps: int) -> float:
     """Median milliseconds of ``step`` between two CUDA events over ``steps`` runs after ``warmup`` untimed ones;
     each run is synchronised before the next starts, so a run's time is its own (kernel benchmarks in ``tools/``)."""

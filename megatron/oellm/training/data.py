@@ -177,6 +177,16 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
                          "evaluate")
 
 
+def _sequence_count(indexed_dataset, prefix: str) -> int:
+    """The sequence count of dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in:
+    importing it imports megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
+    try:
+        return indexed_dataset._IndexReader(f"{prefix}.idx", False).sequence_count
+    except (AssertionError, OSError, ValueError, IndexError, struct.error) as error:
+        raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
+                         f"({error or type(error).__name__})") from error
+
+
 def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) -> None:
     """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets ``prefixes`` of ``blend``
     (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index
@@ -199,18 +209,15 @@ def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) 
         return
     matrix = None if blend is None else convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
     reader_log = logging.getLogger(indexed_dataset.__name__)
-    for prefix in prefixes:
-        level = reader_log.level
-        reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
-        try:
-            # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
-            # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
-            count = indexed_dataset._IndexReader(f"{prefix}.idx", False).sequence_count
-        except (AssertionError, OSError, ValueError, IndexError, struct.error) as error:
-            raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
-                             f"({error or type(error).__name__})") from error
-        finally:
-            reader_log.setLevel(level)
+    level = reader_log.level
+    reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
+    try:
+        # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
+        # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
+        counts = {prefix: _sequence_count(indexed_dataset, prefix) for prefix in prefixes}
+    finally:
+        reader_log.setLevel(level)
+    for prefix, count in counts.items():
         if count == 0:
             raise ValueError(f"dataset {prefix!r} holds no documents (its index {prefix}.idx counts 0 sequences): "
                              "megatron-core fails on it when it builds the datasets, after the model and optimizer "
@@ -352,7 +359,8 @@ def check_data_source(args: argparse.Namespace) -> None:
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
     does not fit its data or gives a run that trains no training data (:func:`check_split`), or leaves a split of a
     dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
-    (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write (:func:`check_index_cache`); and,
+    (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write
+    (:func:`check_index_cache`); and,
     with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
     :func:`check_sequences_file`).
 
