@@ -225,3 +225,15 @@ def test_the_transformer_config_check_answers_as_the_cluster_image():
     factor = f"{random.uniform(1.05, 2.0):.3f}"
     assert megatron_refusal([*padded, "--moe-expert-capacity-factor", factor], resolved.world_size, env) is None
     assert "moe_expert_capacity_factor must be set" in megatron_refusal(padded, resolved.world_size, env)
+
+
+def test_a_kernel_name_the_installed_megatron_lacks_does_not_stop_the_check(monkeypatch):
+    """A megatron-core release that renames one of the Transformer Engine kernels its config checks gives the row's
+    verdict, not an ``AttributeError`` from the stand-in for the image's kernels."""
+    from megatron.core.transformer.moe import moe_utils
+
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    monkeypatch.delattr(moe_utils, "fused_sort_chunks_by_index_with_probs")
+    assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) is None
+    assert not hasattr(moe_utils, "fused_sort_chunks_by_index_with_probs")
