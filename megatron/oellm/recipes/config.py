@@ -378,7 +378,7 @@ def load_recipe(path: str | Path) -> Recipe:
         raise RecipeError(f"{path}: the [{err.args[0]}] table is missing (add it here or in the extended base); "
                           "compare with the configs in examples/oellm/") from err
     except TypeError as err:
-        raise RecipeError(f"{path}: {err}; compare with the configs in examples/oellm/") from err
+        raise RecipeError(f"{path}: {err}; compare with the repository's examples/oellm/*.toml") from err
 
 
 def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
@@ -389,7 +389,8 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         chain = " -> ".join(str(item) for item in (*seen, resolved))
         raise RecipeError(f"{seen[0]}: 'extends' loops back to a config already in the chain: {chain}")
     if not path.is_file():
-        raise RecipeError(f"recipe config {path} does not exist; the configs are in examples/oellm/*.toml")
+        raise RecipeError(f"recipe config {path} does not exist; the shipped configs are examples/oellm/*.toml "
+                          "of the repository (a checkout, not the wheel)")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
     except UnicodeDecodeError as err:
