@@ -232,13 +232,33 @@ def no_line_status(run: Run, window: Window) -> str:
     printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window (named
     with the interval the arguments block gives, so that the user can pick a window ending on a logged iteration)."""
     if run.start is not None and run.start > window.last:
+        advice = _window_after_warm_up(run)
+        advice = f"; e.g. --window {advice}, which leaves out the warm-up after the start" if advice else ""
         return (f"no iteration line in the window {window}: this start of the program begins at iteration "
-                f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}")
+                f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}"
+                f"{advice}")
     interval = run.args.get("log_interval")
     if _positive_int(interval):
         return (f"no iteration line in the window {window}: the log interval is {interval}, so megatron printed "
                 f"iterations {run.start or 1} and multiples of {interval} only; end the window on one of them")
     return f"no iteration line in the window {window} (log interval larger than the window?)"
+
+
+def _window_after_warm_up(run: Run) -> Window | None:
+    """A window of ``run`` whose lines leave out the first two iterations after its start, as the default 3-10 does
+    for a run from iteration 1: a resumed run's first steps also pay for compilation and allocation. With log
+    interval 1 it spans eight iterations; with a longer interval, one whole interval after the line that averages
+    the start. None when the run has no such window or its log interval cannot be read."""
+    interval = run.args.get("log_interval")
+    if run.start is None or not _positive_int(interval):
+        return None
+    if interval == 1:
+        first = run.start + 2
+        last = min(run.last_iteration, first + 7)
+    else:
+        first = (run.start // interval + 1) * interval + 1
+        last = first - 1 + interval
+    return Window(first, last) if first <= last <= run.last_iteration else None
 
 
 def stopped_status(run: Run) -> str:

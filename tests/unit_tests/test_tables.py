@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import random
+import re
 import statistics
 
 import pytest
@@ -424,6 +425,27 @@ def test_a_resumed_run_that_starts_after_the_window_says_so():
     row = summarise(log, Window(), 4)
     assert not row.ok and "log interval" not in row.status
     assert f"begins at iteration {start}" in row.status
+
+
+@pytest.mark.parametrize("interval", [1, 5])
+def test_a_resumed_runs_window_advice_leaves_out_its_warm_up_and_gives_a_row(interval):
+    """The advice for a resumed run names a window that starts two iterations after the restart (as 3-10 does after
+    iteration 1) and that the table then reads without complaint."""
+    start = random.randint(21, 39)
+    total = start + 30
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "log_interval": interval})
+    # megatron prints the run's first iteration, then every multiple of the interval
+    kept = [line for line in _resumed_log(args, start, total).splitlines(keepends=True)
+            if (found := re.search(r"iteration\s+(\d+)/", line)) is None
+            or int(found[1]) == start or int(found[1]) % interval == 0]
+    log = parse_log_text("".join(kept))
+    status = summarise(log, Window(), 4).status
+    # interval 1: iterations start, start+1 are the warm-up; interval 5: the line at the first multiple of 5 after
+    # the start averages from the start, so the next interval is the first without it
+    first = start + 2 if interval == 1 else 5 * (start // 5 + 1) + 1
+    last = first + 7 if interval == 1 else first + 4
+    assert f"e.g. --window {first}-{last}," in status, status
+    assert summarise(log, Window(first, last), 4).ok
 
 
 def _cells(markdown_row: str) -> list[str]:
