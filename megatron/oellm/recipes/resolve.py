@@ -112,13 +112,24 @@ Hopper (FSDP even requires it to be other than 1)."""
 
 def check_connections(layout: ParallelLayout, env: Mapping[str, str], flags: Mapping[str, FlagValue]) -> None:
     """megatron-core requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP > 1 on Hopper (MN5, Jupiter) unless
-    FSDP or EP communication overlap is on (:data:`CONNECTIONS_EXEMPT_FLAGS`); refuse the row here rather than after
-    the job has waited in the queue."""
-    if layout.tp == 1 and layout.cp == 1 or any(flags.get(name) for name in CONNECTIONS_EXEMPT_FLAGS):
-        return
-    if env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1":
+    FSDP or EP communication overlap is on (:data:`CONNECTIONS_EXEMPT_FLAGS`), and a value other than 1 for the UCC
+    pipeline backend (asserted where it builds the pipeline groups); refuse the row here rather than after the job
+    has waited in the queue."""
+    connections = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    needs_one = not (layout.tp == 1 and layout.cp == 1 or any(flags.get(name) for name in CONNECTIONS_EXEMPT_FLAGS))
+    if flags.get("pipeline-model-parallel-comm-backend") == "ucc":
+        if needs_one:
+            raise RecipeError(f"--pipeline-model-parallel-comm-backend ucc with tp={layout.tp}, cp={layout.cp}: "
+                              "megatron-core asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for this tensor/context "
+                              "parallelism and a value other than 1 for UCC; use the nccl backend, tp=1 and cp=1, or "
+                              "one of --" + ", --".join(CONNECTIONS_EXEMPT_FLAGS))
+        if connections == "1":
+            raise RecipeError("--pipeline-model-parallel-comm-backend ucc needs CUDA_DEVICE_MAX_CONNECTIONS unset or "
+                              "other than 1 (megatron-core asserts it), the job's env sets '1'; change it in "
+                              "[cluster.env] (or the row's env) or use the nccl backend")
+    if needs_one and connections != "1":
         raise RecipeError(f"tp={layout.tp}, cp={layout.cp} on Hopper needs CUDA_DEVICE_MAX_CONNECTIONS=1 (megatron-core "
-                          f"asserts it), the job's env sets {env.get('CUDA_DEVICE_MAX_CONNECTIONS')!r}; set it to "
+                          f"asserts it), the job's env sets {connections!r}; set it to "
                           "\"1\" in [cluster.env] (or the row's env) or use tp=1 and cp=1")
 
 
