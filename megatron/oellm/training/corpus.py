@@ -92,7 +92,8 @@ def _drop_index_caches(prefix: Path) -> None:
     given. Their key is the prefix and the run's settings, not the corpus's contents: after a rebuild megatron-core
     would take an earlier corpus's document and sample indices for the new one (an ``IndexError`` mid-run on a corpus
     with fewer documents, else samples cut at the old documents' lengths). Caches under a ``--data-cache-path`` are
-    not found here."""
+    not found here; the training entry warns about them
+    (:func:`~megatron.oellm.training.data.stale_cache_warnings`)."""
     cache = default_index_cache(str(prefix))
     try:
         names = os.listdir(cache)

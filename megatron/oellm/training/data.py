@@ -319,6 +319,56 @@ def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
                              "give --data-cache-path DIR, a writable directory (the cache is reused by later runs)")
 
 
+def stale_index_caches(prefix: str, cache_dir: Path) -> list[Path]:
+    """The GPTDataset index caches in ``cache_dir`` (their ``description.txt``) that megatron-core 0.19.2 built for
+    dataset ``prefix`` before the dataset's ``.idx`` was last written. megatron-core reuses a cache whose description
+    matches the run without looking at the dataset, so after a rebuild at the same prefix it reads the new tokens
+    through the old indices: an ``IndexError`` when the dataset shrank, samples cut at the old documents' bounds
+    otherwise. A dataset copied or touched after its cache was built looks the same, so this only finds candidates."""
+    try:
+        index_written = os.stat(f"{prefix}.idx").st_mtime
+        names = sorted(os.listdir(cache_dir))
+    except OSError:
+        return []
+    suffix = INDEX_CACHE_FILES[0]
+    stale = []
+    for name in names:
+        if "-GPTDataset-" not in name or not name.endswith(suffix):
+            continue
+        try:
+            description = json.loads((cache_dir / name).read_text(encoding="utf-8"))
+            built = (cache_dir / f"{name.removesuffix(suffix)}{INDEX_CACHE_FILES[1]}").stat().st_mtime
+        except (OSError, ValueError):  # not a cache megatron-core would reuse either
+            continue
+        if isinstance(description, dict) and description.get("dataset_path") == prefix and built < index_written:
+            stale.append(cache_dir / name)
+    return stale
+
+
+def stale_cache_warnings(args: argparse.Namespace) -> list[str]:
+    """One warning per local dataset of the run with index caches older than its ``.idx``
+    (:func:`stale_index_caches`), in ``--data-cache-path`` or the dataset's default cache directory, naming them
+    and the fix. A warning, not a refusal: only the user knows whether the dataset was rebuilt or just copied."""
+    from megatron.core.datasets.object_storage_utils import is_object_storage_path
+    from megatron.training.utils import get_blend_and_blend_per_split
+
+    if args.mock_data:
+        return []
+    lines = []
+    for prefix in dict.fromkeys(blend_prefixes(*get_blend_and_blend_per_split(args))):
+        if is_object_storage_path(prefix):
+            continue
+        cache_dir = Path(args.data_cache_path) if args.data_cache_path is not None else default_index_cache(prefix)
+        stale = stale_index_caches(prefix, cache_dir)
+        if stale:
+            bases = ", ".join(str(path).removesuffix(INDEX_CACHE_FILES[0]) + "*" for path in stale)
+            lines.append(f"dataset {prefix!r} was written after {len(stale)} of its index caches were built "
+                            f"({bases}); megatron-core reuses them without checking the dataset, so if it was rebuilt "
+                            "the run reads the new tokens through the old indices: delete those files to have them "
+                            "rebuilt (if the dataset was only copied, they are still right)")
+    return lines
+
+
 def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
     """Raise ``ValueError`` when ``--per-dataset-sequences-path`` is unreadable, no JSON object, or lacks one of the
     local dataset ``prefixes``: megatron-core reads the file and looks every such prefix up in it when it builds the

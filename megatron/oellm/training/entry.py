@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_optimizer_resharding,
         check_rank_file_layout,
     )
-    from megatron.oellm.training.data import check_data_source, train_valid_test_datasets
+    from megatron.oellm.training.data import check_data_source, stale_cache_warnings, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.lr_schedule import check_lr_schedule
@@ -329,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_flex_dispatcher(args)
         check_validated_args(args)
         check_data_source(args)
+        if os.environ.get("RANK", "0") == "0":  # megatron-core reuses these caches when it builds the datasets
+            for warning in stale_cache_warnings(args):
+                print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_converted_load(args, loaded)
         check_load_strictness(args, loaded)
         check_checkpoint_format(args, loaded)
