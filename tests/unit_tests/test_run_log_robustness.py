@@ -47,11 +47,33 @@ def test_a_line_cut_mid_number_is_not_read(args):
     """A killed job's last, half-written line must not give 75 ms (nor 13 TFLOP/s or a GBS of 40)."""
     text = megatron_log(args, TIMES, [130.0] * 10).rstrip("\n")
     for cut_after in ("elapsed time per iteration (ms): 75", "throughput per GPU (TFLOP/s/GPU): 13",
-                      "global batch size:  40"):
+                      "global batch size:  40", "number of skipped iterations:   0 |", "number of nan iterations:   0"):
         cut = text[:text.rindex(cut_after) + len(cut_after)]
         log = parse_log_text(cut)
         assert sorted(log.iterations) == list(range(1, 10))
         assert summarise(log, Window(), 4).status == "truncated at iteration 9/10"
+
+
+def test_a_field_another_rank_cut_into_is_not_read_as_its_first_digits(args):
+    """A whole line whose global batch size or consumed samples another rank's output cut into: the field counts as
+    not logged (the arguments' batch is used, the consumed-samples check skipped), not as the digits before the cut,
+    which would give a global batch of 40 (1% of the tokens/s) or a batch-size change that never happened."""
+    gbs, seq = args["global_batch_size"], args["seq_length"]
+    text = megatron_log(args, TIMES, [130.0] * 10)
+    cut_batch = _edit(text, 7, f"global batch size: {gbs:5d} |", f"global batch size: {str(gbs)[:2]}[rank3]: x")
+    log = parse_log_text(cut_batch)
+    assert 7 in log.iterations and log.iterations[7].global_batch_size is None
+    row = summarise(log, Window(7, 7), 4)
+    # one iteration of gbs x seq tokens in TIMES[6] ms on the 32 GPUs of the arguments block
+    assert row.ok and row.tokens_per_s_per_gpu == pytest.approx(gbs * seq / (TIMES[6] / 1000) / 32, rel=1e-12)
+    every_5 = {**args, "log_interval": 5}
+    lines = "\n".join(_lines(every_5, {1: 225000.0, 5: 90000.0, 10: 75000.0}))
+    cut_samples = _edit(lines, 5, f"consumed samples: {5 * gbs:12d} |", f"consumed samples: {str(5 * gbs)[:2]}[rank3]")
+    assert parse_log_text(cut_samples).iterations[5].consumed_samples is None
+    assert summarise(parse_log_text(cut_samples), Window(6, 10), 4).step_time_s == pytest.approx(75.0)
+    # a time with a dot and no decimal is no number megatron prints ({:.1f}): the line is cut, not read
+    cut_time = _edit(text, 6, "(ms): 75100.0 |", "(ms): 75100. |")
+    assert 6 not in parse_log_text(cut_time).iterations
 
 
 def test_skipped_and_nan_iterations_in_the_window_mark_the_row(args):
@@ -103,7 +125,8 @@ def test_lines_averaging_iterations_before_the_window_mark_the_row(args):
     row = summarise(parse_log_text(text), Window(6, 10), 4)
     assert row.ok and row.step_time_s == pytest.approx(75.0)
     assert _status(megatron_log(args, TIMES, [130.0] * 10), Window(2, 10)).startswith(
-        "the line of iteration 2 averages iterations 1-2")
+        "the line of iteration 2 averages iterations 1-2, which begin before the window 2-10 (log interval 1); "
+        "start the window at 1")
     row = summarise(parse_log_text(megatron_log(args, TIMES, [130.0] * 10)), Window(1, 10), 4)  # line 2: 1-2 alone
     assert row.ok and row.step_time_s == pytest.approx(75.15)  # median of 10 iterations, 1 and 2 at line 2's time
     assert [interval_start(i, 1, 1) for i in (1, 2, 3)] == [1, 1, 3]

@@ -210,6 +210,16 @@ def test_csv_keeps_a_partial_node_as_its_fraction():
     assert list(csv.DictReader(io.StringIO(format_csv([partial]))))[0]["nodes"] == "0.25"
 
 
+def test_a_run_on_part_of_a_node_or_not_whole_nodes_keeps_its_fraction_of_nodes():
+    """A smoke run on 1-3 GPUs of a 4-GPU node, or on 6 GPUs, is 0.25-0.75 or 1.5 nodes: nodes = GPUs / GPUs per
+    node, not its floor (0 nodes would print "0" in the Nodes column and win the fewest-nodes baseline)."""
+    world_size = random.choice([1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15])
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": world_size})
+    row = summarise(parse_log_text(megatron_log(args, random_times(10, 75000.0), [130.0] * 10)), Window(), 4)
+    assert row.ok and row.gpus == world_size and row.nodes == pytest.approx(world_size / 4, rel=1e-12)
+    assert f"| {world_size / 4:g} | {world_size} |" in format_markdown([row], row, Window())
+
+
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     rows, _ = with_efficiency(rows_with_tokens({4: 6000.0, 8: 6900.0, 16: 6800.0}))
