@@ -46,9 +46,11 @@ def _published_like(directory: Path) -> None:
     ("qwen3-30b-a3b-tiny", {"mlp_only_layers": [1]}, r"mlp_only_layers: checkpoint \[1\], card \[\]"),
     ("qwen3-30b-a3b-tiny", {"decoder_sparse_step": 2}, r"decoder_sparse_step: checkpoint 2, card 1"),
     ("qwen3.5-35b-a3b-tiny", {"attention_bias": True}, r"attention_bias: checkpoint True, card False"),
+    ("qwen3-30b-a3b-tiny", {"rms_norm_eps": 1e-5}, r"rms_norm_eps: checkpoint 1e-05, card 1e-06"),
+    ("qwen3.5-35b-a3b-tiny", {"rms_norm_eps": 1e-5}, r"rms_norm_eps: checkpoint 1e-05, card 1e-06"),
 ], ids=["rope-theta", "rope-theta-top-level", "rope-scaling", "partial-rotary", "activation", "model-type",
         "experts", "experts-as-transformers-saves-it", "invalid-field", "sliding-window", "dense-layers",
-        "sparse-step", "attention-bias"])
+        "sparse-step", "attention-bias", "norm-epsilon", "norm-epsilon-qwen3.5"])
 def test_config_that_contradicts_the_card_is_refused(tmp_path: Path, card_name: str, fields: dict,
                                                      message: str) -> None:
     """Tensor shapes cannot show RoPE, activation, model type or a sliding window: without this check the checkpoint

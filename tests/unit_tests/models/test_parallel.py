@@ -91,6 +91,8 @@ def test_valid_layouts_pass(card, layout) -> None:
     (QWEN35, ParallelLayout(vpp=2), "needs pp > 1"),
     (QWEN3, ParallelLayout(pp=3, pipeline_layout="Et*24|t*24L"), "2 stages, not a multiple of pp"),
     (QWEN3, ParallelLayout(pp=2, vpp=3, pipeline_layout="Et*24|t*24L"), "set vpp=1"),
+    # megatron's validate_args: an interleaved schedule (a layout of 2 stages at pp=1 is vpp=2) needs pp > 1
+    (QWEN3, ParallelLayout(pipeline_layout="Et*24|t*24L"), "2 stages for pp=1; virtual stages need pp > 1"),
     (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|t*23L"), "places 47 decoder layers"),
     (QWEN3, ParallelLayout(pp=2, pipeline_layout="t*24|Et*24L"), "embedding 'E' must appear once, at the start"),
     (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|Lt*24"), "loss 'L' must appear once, at the end"),

@@ -101,3 +101,29 @@ def test_gdn_projections_of_mixed_dtypes_name_the_odd_one() -> None:
     qkv = r"'model\.layers\.0\.linear_attn\.in_proj_qkv\.weight' \(torch\.bfloat16\)"
     with pytest.raises(ConversionError, match=rf"tensor '{odd}' is torch\.float32 but megatron fuses it with {qkv}"):
         convert.hf_to_mcore(CARD, hf)
+
+
+def test_shared_expert_fc1_is_gate_then_up_as_megatron_swiglu_expects() -> None:
+    """megatron's ``SharedExpertMLP`` computes ``silu(first half of fc1) * second half`` (``mlp.glu``), then
+    ``sigmoid(x @ gate_weight.T)`` times its output; transformers' shared expert ``down(silu(gate(x)) * up(x))`` times
+    ``sigmoid(shared_expert_gate(x))``. A ``[up; gate]`` fc1 in both directions passed the round trips and the load
+    into megatron: the expectation here is transformers' own modules, fresh random float64 weights and inputs."""
+    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as hf_modeling
+
+    seed = int(torch.randint(0, 2**31, ()))
+    hf = random_hf_tensors(CARD, dtype=torch.float64, seed=seed)
+    mcore = convert.hf_to_mcore(CARD, hf)
+    config = convert.hf_config_from_card(CARD)
+    x = torch.randn(5, CARD.hidden_size, dtype=torch.float64)
+    for layer in range(CARD.num_layers):
+        p, m = f"model.layers.{layer}.mlp.", f"decoder.layers.{2 * layer + 1}.mlp.shared_experts."
+        expert = hf_modeling.Qwen3_5MoeMLP(config, intermediate_size=CARD.moe_shared_expert_intermediate_size)
+        expert.load_state_dict({k: hf[f"{p}shared_expert.{k}"] for k in expert.state_dict()})
+        gate = torch.nn.Linear(CARD.hidden_size, 1, bias=False)
+        gate.load_state_dict({"weight": hf[f"{p}shared_expert_gate.weight"]})
+        with torch.no_grad():
+            expected = torch.sigmoid(gate.double()(x)) * expert.double()(x)
+        first, second = torch.chunk(x @ mcore[f"{m}linear_fc1.weight"].T, 2, dim=-1)
+        actual = (torch.sigmoid(x @ mcore[f"{m}gate_weight"].T)
+                  * ((torch.nn.functional.silu(first) * second) @ mcore[f"{m}linear_fc2.weight"].T))
+        torch.testing.assert_close(actual, expected, msg=f"layer {layer}, seed {seed}")
