@@ -42,6 +42,17 @@ def test_four_gpu_fit_keeps_the_flex_dispatcher(parse_megatron):
     assert args.pipeline_model_parallel_layout is None and args.global_batch_size == 16 and not args.sequence_parallel
 
 
+def test_the_local_sequence_length_is_the_local_tables_else_the_rows(parse_megatron):
+    """``[local] seq_length`` fits a long-sequence row onto a smaller GPU; 0 (the default) keeps the row's own."""
+    recipe = load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml")
+    row = recipe.rows[6]  # the report's 24k row: seq_length = 24576 in the config
+    assert parse_megatron(fit_local(recipe, row, gpus=1).argv).seq_length == 24576
+    local_seq = random.randrange(1, 16) * 256
+    fitted = dataclasses.replace(recipe, local=dataclasses.replace(recipe.local, seq_length=local_seq))
+    resolved = fit_local(fitted, row, gpus=1)
+    assert parse_megatron(resolved.argv).seq_length == local_seq and resolved.card.seq_length == local_seq
+
+
 def test_without_gpu_local_explains_and_falls_back_to_dry_run(monkeypatch, capsys):
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
     called = []

@@ -131,6 +131,18 @@ def test_two_data_sources_and_a_too_long_sequence_are_refused_as_the_entry_refus
     assert refusal is not None and f"--seq-length {too_long} exceeds model card" in refusal
 
 
+def test_a_sequence_as_long_as_the_cards_positions_is_let_through():
+    """megatron-core's ``validate_args`` asserts ``max_position_embeddings >= seq_length``: a row trained at the card's
+    full context (262,144 positions for Qwen3.5-35B-A3B) is a valid job, not one to refuse."""
+    from megatron.oellm.cards import get_card
+
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    limit = get_card(recipe.model).max_position_embeddings
+    assert megatron_refusal([*resolved.argv, "--seq-length", str(limit)], resolved.world_size,
+                            recipe.cluster.env) is None
+
+
 def _selective_recompute(argv: list[str], *modules: str) -> list[str]:
     """``argv`` with its recompute flags (and their values) replaced by selective recompute of ``modules``."""
     recompute = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}

@@ -139,6 +139,23 @@ def test_the_card_owns_every_flag_it_fills_in(flag, value):
         resolve_row(changed, changed.rows[0])
 
 
+def test_a_hybrid_pattern_without_the_layouts_stages_is_refused_and_the_staged_one_restates_it():
+    """A hybrid model's ``--hybrid-layer-pattern`` is the card's layers with the layout's ``|`` stages in it, so both
+    the card and the layout set it: the layout's (the later group) is the one a row must match. Matched against the
+    card's, a row restating the card's pattern replaced the staged one, and the job ran megatron-core's even pipeline
+    split instead of the report's layout that was validated and planned (megatron-core accepts either)."""
+    recipe = _qwen3_5()
+    staged = resolve_row(recipe, recipe.rows[1]).flags["hybrid-layer-pattern"]
+    # the report's layout Et*6|t*6|t*6|t*3|t*6|t*6|t*6|t*1L: 8 stages of 6, 6, 6, 3, 6, 6, 6, 1 decoder layers, each
+    # a mixer symbol and an MoE symbol
+    assert [len(stage) for stage in staged.split("|")] == [2 * n for n in (6, 6, 6, 3, 6, 6, 6, 1)]
+    unstaged = _with_row(recipe, flags={"hybrid-layer-pattern": staged.replace("|", "")})
+    with pytest.raises(RecipeError, match=r"--hybrid-layer-pattern .* contradicts the parallel layout .*\|"):
+        resolve_row(unstaged, unstaged.rows[0])
+    restating = _with_row(recipe, flags={"hybrid-layer-pattern": staged})
+    assert resolve_row(restating, restating.rows[0]).argv == resolve_row(recipe, recipe.rows[1]).argv
+
+
 def test_pipeline_placement_may_not_change():
     recipe = _qwen3_5()
     for flag, value in (("decoder-first-pipeline-num-layers", 2), ("account-for-loss-in-pipeline-split", True)):

@@ -48,6 +48,7 @@ def megatron_schedule(argv: list[str]) -> None:
 def _bad_schedules() -> list[tuple[list[str], str]]:
     """(flags, what the refusal names) of schedules megatron refuses, with fresh random numbers."""
     iters, samples = random.randint(5, 500), random.randint(50, 5000)
+    longer_decay = 2 * iters + random.randint(0, iters)
     lr = random.uniform(1e-5, 1e-3)
     return [
         (["--lr", str(lr)], "--train-iters N or --train-samples N"),
@@ -59,6 +60,10 @@ def _bad_schedules() -> list[tuple[list[str], str]]:
         (["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-fraction", str(random.uniform(1, 2))],
          "--lr-warmup-fraction"),
         (["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-iters", "0"], "--lr-decay-iters 0"),
+        # megatron takes the warm-up fraction of the decay, not of the run: a fraction above 1 of a decay 2-3x the run
+        # is a warm-up longer than the decay, though shorter than the run
+        (["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-iters", str(longer_decay),
+          "--lr-warmup-fraction", str(random.uniform(1.05, 1.9))], f"--lr-decay-iters {longer_decay}"),
         (["--train-samples", str(samples), "--lr", str(lr), "--lr-warmup-samples", str(samples)],
          f"--train-samples {samples}"),
         (["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-style", "WSD"], "--lr-wsd-decay-iters"),
@@ -80,10 +85,14 @@ def _bad_schedules() -> list[tuple[list[str], str]]:
 def _good_schedules() -> list[list[str]]:
     """Schedules megatron builds, with fresh random numbers."""
     iters, samples = random.randint(5, 500), random.randint(50, 5000)
+    long_run = random.randint(20, 500)
     lr = random.uniform(1e-5, 1e-3)
     return [
         ["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-iters", str(iters - 1)],
         ["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-fraction", str(random.uniform(0, 0.99))],
+        # a fraction below 1 of a decay a quarter of the run: shorter than the decay, though longer than a quarter run
+        ["--train-iters", str(long_run), "--lr", str(lr), "--lr-decay-iters", str(long_run // 4),
+         "--lr-warmup-fraction", str(random.uniform(0.5, 0.99))],
         ["--train-samples", str(samples), "--lr", str(lr), "--lr-warmup-samples", str(samples - 1)],
         ["--train-iters", str(iters), "--lr", str(lr), "--lr-warmup-init", str(lr)],
         ["--train-iters", str(iters), "--lr", str(lr), "--lr-decay-style", "WSD", "--lr-wsd-decay-iters",
