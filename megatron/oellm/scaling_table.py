@@ -232,8 +232,8 @@ def no_line_status(run: Run, window: Window) -> str:
     printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window (named
     with the interval the arguments block gives, so that the user can pick a window ending on a logged iteration)."""
     if run.start is not None and run.start > window.last:
-        advice = _window_after_warm_up(run)
-        advice = f"; e.g. --window {advice}, which leaves out the warm-up after the start" if advice else ""
+        after_warm_up = _window_after_warm_up(run)
+        advice = f"; e.g. --window {after_warm_up}, which leaves out the warm-up after the start" if after_warm_up else ""
         return (f"no iteration line in the window {window}: this start of the program begins at iteration "
                 f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}"
                 f"{advice}")

@@ -298,9 +298,15 @@ def lacks_index_cache(directory: Path) -> bool:
         return True
     except OSError:
         return False
-    first, *rest = INDEX_CACHE_FILES
-    bases = [name.removesuffix(first) for name in names if "-GPTDataset-" in name and name.endswith(first)]
-    return not any(all(base + suffix in names for suffix in rest) for base in bases)
+    rest = INDEX_CACHE_FILES[1:]
+    return not any(all(base + suffix in names for suffix in rest) for base in _cache_bases(names))
+
+
+def _cache_bases(names) -> list[str]:
+    """The ``HASH-GPTDataset-SPLIT-`` bases of the GPTDataset index caches whose description is among the file
+    ``names`` of a cache directory, sorted."""
+    first = INDEX_CACHE_FILES[0]
+    return sorted(name.removesuffix(first) for name in names if "-GPTDataset-" in name and name.endswith(first))
 
 
 def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
@@ -327,45 +333,37 @@ def stale_index_caches(prefix: str, cache_dir: Path) -> list[Path]:
     otherwise. A dataset copied or touched after its cache was built looks the same, so this only finds candidates."""
     try:
         index_written = os.stat(f"{prefix}.idx").st_mtime
-        names = sorted(os.listdir(cache_dir))
+        names = os.listdir(cache_dir)
     except OSError:
         return []
-    suffix = INDEX_CACHE_FILES[0]
     stale = []
-    for name in names:
-        if "-GPTDataset-" not in name or not name.endswith(suffix):
-            continue
+    for base in _cache_bases(names):
+        description_file = cache_dir / f"{base}{INDEX_CACHE_FILES[0]}"
         try:
-            description = json.loads((cache_dir / name).read_text(encoding="utf-8"))
-            built = (cache_dir / f"{name.removesuffix(suffix)}{INDEX_CACHE_FILES[1]}").stat().st_mtime
+            description = json.loads(description_file.read_text(encoding="utf-8"))
+            built = (cache_dir / f"{base}{INDEX_CACHE_FILES[1]}").stat().st_mtime
         except (OSError, ValueError):  # not a cache megatron-core would reuse either
             continue
         if isinstance(description, dict) and description.get("dataset_path") == prefix and built < index_written:
-            stale.append(cache_dir / name)
+            stale.append(description_file)
     return stale
 
 
-def stale_cache_warnings(args: argparse.Namespace) -> list[str]:
-    """One warning per local dataset of the run with index caches older than its ``.idx``
-    (:func:`stale_index_caches`), in ``--data-cache-path`` or the dataset's default cache directory, naming them
-    and the fix. A warning, not a refusal: only the user knows whether the dataset was rebuilt or just copied."""
-    from megatron.core.datasets.object_storage_utils import is_object_storage_path
-    from megatron.training.utils import get_blend_and_blend_per_split
-
-    if args.mock_data:
-        return []
+def stale_cache_warnings(args: argparse.Namespace, local_prefixes: list[str]) -> list[str]:
+    """One warning per dataset of ``local_prefixes`` (what :func:`check_data_source` returns) with index caches older
+    than its ``.idx`` (:func:`stale_index_caches`), in ``--data-cache-path`` or the dataset's default cache
+    directory, naming them and the fix. A warning, not a refusal: only the user knows whether the dataset was
+    rebuilt or just copied."""
     lines = []
-    for prefix in dict.fromkeys(blend_prefixes(*get_blend_and_blend_per_split(args))):
-        if is_object_storage_path(prefix):
-            continue
+    for prefix in dict.fromkeys(local_prefixes):
         cache_dir = Path(args.data_cache_path) if args.data_cache_path is not None else default_index_cache(prefix)
         stale = stale_index_caches(prefix, cache_dir)
         if stale:
             bases = ", ".join(str(path).removesuffix(INDEX_CACHE_FILES[0]) + "*" for path in stale)
             lines.append(f"dataset {prefix!r} was written after {len(stale)} of its index caches were built "
-                            f"({bases}); megatron-core reuses them without checking the dataset, so if it was rebuilt "
-                            "the run reads the new tokens through the old indices: delete those files to have them "
-                            "rebuilt (if the dataset was only copied, they are still right)")
+                         f"({bases}); megatron-core reuses them without checking the dataset, so if it was rebuilt "
+                         "the run reads the new tokens through the old indices: delete those files to have them "
+                         "rebuilt (if the dataset was only copied, they are still right)")
     return lines
 
 
@@ -404,7 +402,7 @@ EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to un
 """Why :func:`check_data_source` refuses a data path list without a word."""
 
 
-def check_data_source(args: argparse.Namespace) -> None:
+def check_data_source(args: argparse.Namespace) -> list[str]:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
     does not fit its data or gives a run that trains no training data (:func:`check_split`), or leaves a split of a
@@ -415,7 +413,8 @@ def check_data_source(args: argparse.Namespace) -> None:
     :func:`check_sequences_file`).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
-    checkpoint, on every rank; a mistyped path is a message at start instead.
+    checkpoint, on every rank; a mistyped path is a message at start instead. Returns the run's local dataset
+    prefixes (none with ``--mock-data``), for the entry's :func:`stale_cache_warnings`.
     """
     from megatron.core.datasets.object_storage_utils import is_object_storage_path
     from megatron.training.utils import get_blend_and_blend_per_split
@@ -423,7 +422,7 @@ def check_data_source(args: argparse.Namespace) -> None:
     if args.mock_data:
         check_cache_flags(args, None)
         check_sequences_file(args, [])
-        return
+        return []
     empty = [f"--{name.replace('_', '-')}" for name in DATA_PATH_LISTS if getattr(args, name, None) == []]
     if empty:  # megatron-core's get_blend_from_list fails on an empty list with "not enough values to unpack"
         raise ValueError(f"{' and '.join(empty)} without a value (an empty shell variable?): {EMPTY_LIST}")
@@ -458,6 +457,7 @@ def check_data_source(args: argparse.Namespace) -> None:
     check_split_sequences(args, blends[0], local)
     check_index_cache(args, local)
     check_sequences_file(args, local)
+    return local
 
 
 def sequences_per_dataset(args: argparse.Namespace) -> dict | None:

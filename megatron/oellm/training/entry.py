@@ -328,9 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args_support(args.oellm_backend, args)
         check_flex_dispatcher(args)
         check_validated_args(args)
-        check_data_source(args)
+        local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # megatron-core reuses these caches when it builds the datasets
-            for warning in stale_cache_warnings(args):
+            for warning in stale_cache_warnings(args, local_prefixes):
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_converted_load(args, loaded)
         check_load_strictness(args, loaded)
