@@ -70,6 +70,7 @@ from megatron.oellm.convert.vocab_padding import (
     vocab_size_fix,
 )
 from megatron.oellm.megatron_args import model_flags
+from megatron.oellm.training.card_from_args import CARD_SCOPE, inexpressible_flags
 
 ITERATION_FILE = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
@@ -395,7 +396,13 @@ def check_run_arguments(card: ModelCard, run_args: object) -> None:
     exported ``config.json`` (the card's) would describe a model that computes otherwise than the trained one. A run
     described by megatron's flags alone (no ``--oellm-model``) is free to set them; converted checkpoints store none.
     A run that kept SwiGLU weights block-interleaved (:data:`INTERLEAVED_GLU_ARGS`) is refused too: its checkpoint
-    holds them in that order."""
+    holds them in that order. So is a run with a flag no card describes (a sigmoid router, scaled routing weights,
+    interleaved RoPE, ...: :func:`inexpressible_flags`), as Megatron's own training scripts can save one; its
+    multi-token-prediction head passes, as the export drops it."""
+    inexpressible = inexpressible_flags(run_args, allow_mtp=True)
+    if inexpressible:
+        raise ConversionError(f"the checkpoint's run trained with {'; '.join(inexpressible)}: {CARD_SCOPE}, and the "
+                              f"export would describe it as card {card.name}, another model than the one trained")
     interleaved = interleaved_glu_flags(card, run_args)
     if interleaved:
         raise ConversionError(f"the checkpoint's run trained with {' and '.join(interleaved)}: megatron-core keeps and "

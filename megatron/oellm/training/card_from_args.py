@@ -109,17 +109,34 @@ def _refused_flag(name: str, value: Any) -> str:
     return _REFUSED_AS.get(name) or f"--{name.replace('_', '-')} {value!r}"
 
 
+MTP_ARGS = ("mtp_num_layers",)
+"""Arguments of :data:`_UNEXPRESSIBLE` that add multi-token prediction: a head beside the model, not a change of it.
+A checkpoint export drops that head (``mcore-to-hf``), so it passes them."""
+
+
+def inexpressible_flags(args: argparse.Namespace, *, allow_mtp: bool = False) -> list[str]:
+    """``--flag value (meaning)`` for each of :data:`_UNEXPRESSIBLE`'s flags in ``args`` whose value no card
+    describes, and a hybrid pattern's multi-token-prediction part; ``allow_mtp`` leaves out multi-token prediction
+    (:data:`MTP_ARGS` and the pattern's ``/`` part), for a reader that drops that head."""
+    refused = [f"{_refused_flag(name, getattr(args, name))} ({meaning})" for name, describable, meaning in _UNEXPRESSIBLE
+               if hasattr(args, name) and not describable(getattr(args, name))
+               and not (allow_mtp and name in MTP_ARGS)]
+    pattern = getattr(args, "hybrid_layer_pattern", None)
+    if isinstance(pattern, str) and "/" in pattern and not allow_mtp:
+        refused.append(f"--hybrid-layer-pattern {pattern!r} (multi-token prediction layers after '/')")
+    return refused
+
+
+CARD_SCOPE = ("the cards are decoder-only MoE models with softmax attention, optionally mixed with one linear mixer, "
+              "without MTP")
+"""What every model card describes: the reason given beside a refusal of :func:`inexpressible_flags`."""
+
+
 def check_expressible(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` naming each of :data:`_UNEXPRESSIBLE`'s flags whose value no card describes."""
-    refused = [f"{_refused_flag(name, getattr(args, name))} ({meaning})" for name, describable, meaning in _UNEXPRESSIBLE
-               if hasattr(args, name) and not describable(getattr(args, name))]
-    pattern = getattr(args, "hybrid_layer_pattern", None)
-    if isinstance(pattern, str) and "/" in pattern:
-        refused.append(f"--hybrid-layer-pattern {pattern!r} (multi-token prediction layers after '/')")
+    refused = inexpressible_flags(args)
     if refused:
-        raise ValueError("no model card describes these Megatron flags: " + "; ".join(refused)
-                         + " (the cards are decoder-only MoE models with softmax attention, optionally mixed with "
-                         "one linear mixer, without MTP)")
+        raise ValueError(f"no model card describes these Megatron flags: {'; '.join(refused)} ({CARD_SCOPE})")
 
 
 def _linear_fields(args: argparse.Namespace) -> tuple[str, int, dict]:

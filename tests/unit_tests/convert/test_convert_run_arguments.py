@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,38 @@ def test_a_run_with_block_interleaved_swiglu_weights_is_refused(name: str, chang
         pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert not (tmp_path / "out").exists()
     pipeline.check_run_arguments(card, argparse.Namespace(moe_shared_expert_glu_interleave_size=size))
+
+
+INEXPRESSIBLE_RUNS = [
+    ({"moe_router_score_function": "sigmoid"}, "--moe-router-score-function 'sigmoid'"),
+    ({"moe_router_topk_scaling_factor": 2.5}, "--moe-router-topk-scaling-factor 2.5"),
+    ({"rotary_interleaved": True}, "--rotary-interleaved True"),
+    ({"position_embedding_type": "none"}, "--position-embedding-type 'none'"),
+]
+"""Run arguments of Megatron's own training scripts that change what a Qwen model computes and no tensor's shape,
+with how the refusal names them: no card describes them, so no export may name a card for them."""
+
+
+@pytest.mark.parametrize("name", CARDS)
+@pytest.mark.parametrize(("changed", "named"), INEXPRESSIBLE_RUNS)
+def test_a_run_with_a_flag_no_card_describes_is_refused(name: str, changed: dict, named: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint saved by ``pretrain_gpt.py`` with a sigmoid router, scaled routing weights, interleaved RoPE or
+    no position embedding matches every tensor shape of a Qwen card; the export used to write the card's
+    ``config.json`` for it without a word."""
+    card = get_card(name)
+    _training_checkpoint(card, tmp_path, monkeypatch, changed)
+    with pytest.raises(ConversionError, match=rf"trained with {re.escape(named)} \(.*card {card.name}, another model"):
+        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", CARDS)
+def test_a_run_with_a_multi_token_prediction_head_exports(name: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--mtp-num-layers`` adds a head the export drops (its tensors are left out and listed): the stored argument
+    alone is no reason to refuse, while the training entry refuses it."""
+    card = get_card(name)
+    hf = _training_checkpoint(card, tmp_path, monkeypatch, {"mtp_num_layers": random.randint(1, 2)})
+    pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
