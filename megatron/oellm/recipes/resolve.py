@@ -10,7 +10,8 @@ get ``--pipeline-model-parallel-layout``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from megatron.oellm.cards import CardError, ModelCard, get_card
@@ -24,6 +25,10 @@ from megatron.oellm.training.tokenizer import ByteTokenizer
 
 BYTE_TOKENIZER = "byte"
 """``--tokenizer-model`` value that selects the byte tokenizer of ``tools/build_corpus.py`` corpora."""
+
+
+URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""The start of a URL (``s3://``, ``msc://``, ``https://``): a ``--data-path`` entry no file system holds."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,17 @@ DATA_SOURCE_FLAGS = ("mock-data", "data-path", "train-data-path", "valid-data-pa
 ``oellm recipe`` set them, so a recipe's flag cannot add a second data source beside the mock data."""
 
 
+def check_file_system_data(data_path: Sequence[str]) -> None:
+    """Refuse ``--data-path`` entries that are URLs (``s3://``, ``msc://``): a recipe binds each prefix's directory
+    into the container and checks its files on the login node, so it reads a shared file system only (megatron-core's
+    object storage also needs ``--object-storage-cache-path``, which the recipes do not set)."""
+    if urls := [entry for entry in data_path if URL_SCHEME.match(entry)]:
+        raise RecipeError(f"--data-path {' '.join(urls)}: the recipes read datasets from the file system the compute "
+                          "nodes share (each prefix's directory is bound into the container), not from object storage "
+                          "or URLs; copy the dataset there, or run python -m megatron.oellm.training.entry with "
+                          "megatron-core's --object-storage-cache-path")
+
+
 def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
     """Mock data with Megatron's null tokenizer, or the given data prefixes with the byte or a Hugging Face tokenizer.
 
@@ -184,6 +200,7 @@ def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
     if not inputs.tokenizer_model:
         raise RecipeError("--data-path needs --tokenizer-model (a Hugging Face tokenizer name or directory, or "
                           f"{BYTE_TOKENIZER!r} for a corpus built by tools/build_corpus.py)")
+    check_file_system_data(inputs.data_path)
     if inputs.tokenizer_model == BYTE_TOKENIZER:
         return {**flags, "data-path": list(inputs.data_path), "tokenizer-type": "NullTokenizer"}
     return {**flags, "data-path": list(inputs.data_path), "tokenizer-type": "HuggingFaceTokenizer",

@@ -26,7 +26,7 @@ from pathlib import Path
 import megatron.oellm
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.recipes.config import CONTAINER_RUNTIMES, ClusterSettings, Recipe, RecipeError
-from megatron.oellm.recipes.resolve import ResolvedRow
+from megatron.oellm.recipes.resolve import ResolvedRow, check_file_system_data
 
 ENTRY_MODULE = "megatron.oellm.training.entry"
 """The training entry point ``torchrun -m`` starts on every GPU."""
@@ -336,6 +336,7 @@ def check_data_paths(data_path: Sequence[str]) -> None:
     job starts)."""
     from megatron.oellm.training.data import missing_dataset_files
 
+    check_file_system_data(data_path)
     for prefix in data_prefixes(data_path):
         if missing := missing_dataset_files(prefix):
             fix = ("megatron-core reads this number as a dataset prefix: write each weight before its prefix "

@@ -172,6 +172,24 @@ def test_tokenizer_without_data_and_negative_save_interval_are_refused(capsys):
     assert "--save-interval must be >= 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("mode", ["--dry-run", "--submit", "--local"])
+def test_object_storage_data_is_refused_with_what_to_do_instead(mode, tmp_path, capsys):
+    """An ``s3://`` / ``msc://`` prefix used to be refused as a container bind source ``<cwd>/s3:/bucket`` with ':'
+    in it, a message about a directory the user never named. The message now names the prefixes and the way out;
+    a file-system prefix beside them is not named."""
+    local = tmp_path / "corpus_text_document"
+    image = tmp_path / "oellm.sif"
+    image.write_bytes(b"")
+    strong = str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
+    cluster = [] if mode == "--local" else ["--image", str(image), "--output-dir", str(tmp_path / "runs")]
+    assert main(["recipe", strong, "--row", "1", mode, *cluster, "--tokenizer-model", "byte", "--data-path",
+                 "0.3", str(local), "0.7", "s3://bucket/web_text_document", "0.1", "msc://profile/code"]) == 2
+    err = capsys.readouterr().err
+    assert "--data-path s3://bucket/web_text_document msc://profile/code: the recipes read datasets from the file " \
+           "system the compute nodes share" in err
+    assert "--object-storage-cache-path" in err and str(local) not in err and "bind source" not in err
+
+
 @pytest.mark.parametrize("table, row, message", [
     ('[cluster]\nbinds = "/scratch"\n', "", "binds = '/scratch' is not of type tuple[str, ...]"),
     ('[cluster]\ngpus_per_node = "4"\n', "", "gpus_per_node = '4' is not of type int"),
