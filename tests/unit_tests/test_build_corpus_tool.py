@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "build_corpus.py"
 SUFFIXES = (".bin", ".idx", ".json")
@@ -138,19 +140,6 @@ def test_files_at_the_prefix_are_replaced_only_with_overwrite(tmp_path: Path, ex
     assert sorted(path.name for path in prefix.parent.iterdir()) == [f"text{suffix}" for suffix in SUFFIXES]
 
 
-def gpt_samples(prefix: Path, samples: int) -> list[list[int]]:
-    """Every sample of megatron-core's GPTDataset over the corpus at ``prefix`` (index cache in its default place)."""
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
-
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=32, blend=([str(prefix)], None), split="100,0,0",
-                              tokenizer=NullTokenizer(257), reset_position_ids=False, reset_attention_mask=False,
-                              eod_mask_loss=False)
-    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, None, None], lambda: True, config).build()
-    return [train[number]["tokens"].tolist() for number in range(len(train))]
-
-
 def test_a_rebuild_drops_megatrons_index_cache_of_the_earlier_corpus(tmp_path: Path) -> None:
     """megatron-core keys its index cache (PREFIX/cache/GPTDataset_indices) on the prefix and the run's settings, not
     on the corpus: after a rebuild a run took the earlier corpus's document and sample indices, an IndexError on a
@@ -160,15 +149,15 @@ def test_a_rebuild_drops_megatrons_index_cache_of_the_earlier_corpus(tmp_path: P
     old = random_documents(tmp_path / "old", rng.randint(30, 60), rng)
     assert run_tool(prefix, "--max-mb", "0", "--extra", *map(str, old)).returncode == 0
     samples = rng.randint(8, 24)
-    gpt_samples(prefix, samples)
+    gpt_train_samples(prefix, samples, 32)
     assert any((prefix / "cache" / "GPTDataset_indices").iterdir())
     new = random_documents(tmp_path / "new", rng.randint(2, 6), rng)
     rebuilt = run_tool(prefix, "--max-mb", "0", "--overwrite", "--extra", *map(str, new))
     assert rebuilt.returncode == 0, rebuilt.stderr
-    after_rebuild = gpt_samples(prefix, samples)
+    after_rebuild = gpt_train_samples(prefix, samples, 32)
     fresh = tmp_path / "fresh" / "text"
     assert run_tool(fresh, "--max-mb", "0", "--extra", *map(str, new)).returncode == 0
-    assert after_rebuild == gpt_samples(fresh, samples)
+    assert after_rebuild == gpt_train_samples(fresh, samples, 32)
 
 
 def test_an_output_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:

@@ -14,7 +14,11 @@ import pytest
 
 from megatron.oellm.training import data
 from megatron.oellm.training.corpus import build_corpus
+from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
+
+SEQUENCE = 16
+"""Tokens per sample of the runs here: short, so that a small corpus gives many samples."""
 
 
 def random_corpus(folder: Path, documents: int, rng: random.Random) -> str:
@@ -25,20 +29,6 @@ def random_corpus(folder: Path, documents: int, rng: random.Random) -> str:
         files.append(folder / f"doc{number}.txt")
         files[-1].write_text("".join(rng.choice("abcdefghij ") for _ in range(rng.randint(40, 120))))
     return build_corpus(files, folder / "text").prefix
-
-
-def gpt_train_samples(prefix: str, samples: int, cache: str | None = None) -> list[list[int]]:
-    """Every training sample of megatron-core's GPTDataset over ``prefix``, its index cache in ``cache`` (default:
-    the dataset's own cache directory), built or reused as megatron-core does."""
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
-
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=16, blend=([prefix], None), split="100,0,0",
-                              tokenizer=NullTokenizer(257), reset_position_ids=False, reset_attention_mask=False,
-                              eod_mask_loss=False, path_to_cache=cache)
-    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, None, None], lambda: True, config).build()
-    return [train[number]["tokens"].tolist() for number in range(len(train))]
 
 
 def rewrite_at(prefix: str, other: str) -> None:
@@ -58,8 +48,8 @@ def test_a_cache_built_before_the_dataset_was_rewritten_is_named_and_is_really_s
     cache = str(tmp_path / "cache") if own_cache_dir else None
     cache_dir = Path(cache) if cache else data.default_index_cache(prefix)
     samples = rng.randint(10, 20)
-    gpt_train_samples(prefix, samples, cache)
-    gpt_train_samples(bystander, samples, cache if own_cache_dir else None)
+    gpt_train_samples(prefix, samples, SEQUENCE, cache)
+    gpt_train_samples(bystander, samples, SEQUENCE, cache if own_cache_dir else None)
     assert data.stale_index_caches(prefix, cache_dir) == []
 
     rewrite_at(prefix, random_corpus(tmp_path / "new", rng.randint(31, 50), rng))
@@ -70,16 +60,16 @@ def test_a_cache_built_before_the_dataset_was_rewritten_is_named_and_is_really_s
     # the warning is real: megatron-core reads the rewritten dataset through the old indices, which fails or gives
     # other samples than a cache built for it
     try:
-        through_old_indices = gpt_train_samples(prefix, samples, cache)
+        through_old_indices = gpt_train_samples(prefix, samples, SEQUENCE, cache)
     except (IndexError, ValueError, RuntimeError):
         through_old_indices = None
-    assert through_old_indices != gpt_train_samples(prefix, samples, str(tmp_path / "fresh-cache"))
+    assert through_old_indices != gpt_train_samples(prefix, samples, SEQUENCE, str(tmp_path / "fresh-cache"))
 
 
 def test_the_entry_warns_once_on_rank_0_and_goes_on(monkeypatch, capsys, tmp_path):
     rng = random.Random()
     prefix = random_corpus(tmp_path / "data", rng.randint(30, 50), rng)
-    gpt_train_samples(prefix, rng.randint(10, 20))
+    gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE)
     rewrite_at(prefix, random_corpus(tmp_path / "new", rng.randint(5, 10), rng))
     entry = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
