@@ -149,7 +149,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
         overrides = {**row.parallel, **row.flags, **row.env}
         text = row.label + (f" {overrides}" if overrides else "")
         if row.reference:
-            text += "  [report: " + ", ".join(f"{k} {v:g}" for k, v in row.reference.items()) + "]"
+            text += "  [report: " + ", ".join(f"{k} {v}" for k, v in row.reference.items()) + "]"
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
                      f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  {recipe.row_seq_length(row):>5}  "
                      f"{recipe.row_train_iters(row):>5}  {recipe.row_time(row):>8}  {text}")

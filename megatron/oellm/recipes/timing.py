@@ -73,15 +73,15 @@ def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[flo
     run's sequence length and vocabulary (for a TFLOP/s reference). None when the reference has no throughput."""
     reference = row.reference
     if "step_time_s" in reference:
-        return reference["step_time_s"], f"step_time_s {reference['step_time_s']:g}"
+        return reference["step_time_s"], f"step_time_s {reference['step_time_s']}"
     tokens = row.global_batch_size * card.seq_length
     if "tokens_per_s_per_gpu" in reference:
         rate = reference["tokens_per_s_per_gpu"]
-        return tokens / (rate * world_size), f"tokens_per_s_per_gpu {rate:g}"
+        return tokens / (rate * world_size), f"tokens_per_s_per_gpu {rate}"
     for key in TFLOPS_KEYS:
         if key in reference:
             flops = tokens * training_flops_per_token(card, card.seq_length, card.vocab_size).total
-            return flops / (reference[key] * 1e12 * world_size), f"{key} {reference[key]:g}"
+            return flops / (reference[key] * 1e12 * world_size), f"{key} {reference[key]}"
     return None
 
 

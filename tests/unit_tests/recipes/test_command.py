@@ -26,6 +26,22 @@ def test_dry_run_lists_rows_and_writes_nothing(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_dry_run_prints_the_report_numbers_as_the_config_writes_them(tmp_path, capsys):
+    """A reference number is shown as the TOML holds it: ``118.0`` stayed ``118`` and a large or precise value lost
+    digits to ``:g`` (``1234567`` printed as ``1.23457e+06``)."""
+    rng = random.Random()
+    tflops = round(rng.uniform(100, 200), 1) // 1 + 0.0  # a whole number written as a float
+    tokens = rng.randint(1_000_000, 9_999_999)
+    config = tmp_path / "written.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "written"\n[[rows]]\n'
+                      'nodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                      f'reference = {{ tokens_per_s_per_gpu = {tokens}, tflops_per_gpu = {tflops!r} }}\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"[report: tokens_per_s_per_gpu {tokens}, tflops_per_gpu {tflops!r}]" in out
+    assert f"from the report's tokens_per_s_per_gpu {tokens}" in out
+
+
 def test_wrapper_runs_from_a_checkout_without_install(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHON"] = sys.executable

@@ -164,7 +164,7 @@ def test_a_tflops_only_reference_gives_the_step_from_the_flop_count(key):
         step = row.global_batch_size * card.seq_length * flops / (tflops * 1e12 * world_size)
         assert timing.step_s == pytest.approx(step, rel=1e-12)
         assert timing.expected_s == pytest.approx(iterations * step + START_UP_S, rel=1e-12)
-        assert timing.source == f"{key} {tflops:g}"
+        assert timing.source == f"{key} {tflops}"
 
 
 def test_the_low_end_still_wins_over_the_high_end():
