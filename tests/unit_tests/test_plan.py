@@ -333,6 +333,10 @@ def test_plan_says_where_a_defaulted_etp_came_from(capsys):
     err = capsys.readouterr().err
     assert err.rstrip().endswith(f"etp x ep x pp = {tp * world}; change the GPU count, ep or etp")
     assert main(["plan", "qwen3-30b-a3b", *sizes, "--etp", "1"]) == 0
+    ep = 2 * world  # twice the GPUs: an expert layout that does not fit, whatever the etp
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", str(nodes), "--ep", str(ep)]) == 2
+    err = capsys.readouterr().err
+    assert "etp" in err and "--etp was not given" not in err  # at --tp 1 the default etp 1 is not the cause
 
 
 def test_plan_json_gives_the_virtual_pipeline_size_the_text_shows(capsys):

@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
     except (CardError, ParallelLayoutError) as error:
-        if args.etp is None and isinstance(error, ParallelLayoutError) and re.search(r"\betp\b", str(error)):
+        if (args.etp is None and args.tp > 1 and isinstance(error, ParallelLayoutError)
+                and re.search(r"\betp\b", str(error))):
             return refuse("plan", f"{error} (etp is {args.tp} because --etp was not given: it defaults to --tp, as "
                                   "megatron-core's expert tensor-parallel size does without "
                                   "--expert-tensor-parallel-size; with EP, --etp 1 is usual)")
