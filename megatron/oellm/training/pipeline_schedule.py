@@ -3,7 +3,8 @@
 With pipeline parallelism and virtual stages (``--num-virtual-stages-per-pipeline-rank``, or a custom layout that
 gives each rank several stages) megatron-core 0.19.2 runs ``forward_backward_pipelining_with_interleaving``. At the
 first training step, on every rank, after the model, optimizer and checkpoint are set up, it raises when the
-micro-batches of one step, M = global batch / (micro batch x data-parallel size), do not fit its groups of N
+micro-batches of one step, M = global batch / (micro batch x data-parallel size, with the weight-shard replicas of
+``--tensor-parallel-num-weight-shards``), do not fit its groups of N
 contiguous micro-batches per virtual stage (``--microbatch-group-size-per-virtual-pipeline-stage``, default the
 pipeline size P): N must lie in [P, M], and the last group, M mod N, must be empty or hold at least P. Megatron's
 ``validate_args`` checks none of this.
@@ -12,6 +13,21 @@ pipeline size P): N must lie in [P, M], and the last group, M mod N, must be emp
 from __future__ import annotations
 
 import argparse
+
+
+def calculator_data_parallel_size(args: argparse.Namespace) -> int:
+    """The data-parallel size megatron-core's micro-batch calculator divides the global batch by: Megatron's
+    ``data_parallel_size`` times ``gtp_weight_remat_size`` (from ``--tensor-parallel-num-weight-shards``), whose
+    ranks each draw their own micro-batches though ``data_parallel_size`` leaves them out."""
+    return args.data_parallel_size * getattr(args, "gtp_weight_remat_size", 1)
+
+
+def _weight_shards_note(args: argparse.Namespace) -> str:
+    """How the refusal names the weight-shard factor of :func:`calculator_data_parallel_size` (empty without one)."""
+    remat = getattr(args, "gtp_weight_remat_size", 1)
+    if remat == 1:
+        return ""
+    return f": {args.data_parallel_size} x {remat} weight-shard replicas of --tensor-parallel-num-weight-shards"
 
 
 def step_batch_sizes(args: argparse.Namespace) -> list[int]:
@@ -25,7 +41,7 @@ def step_batch_sizes(args: argparse.Namespace) -> list[int]:
         # the thresholds (samples or tokens) do not matter here, only the batch sizes
         schedule = StepBatchsizeNumMicroBatchesCalculator._parse_schedule(args.step_batch_size_schedule, None)
         return sorted({batch for _threshold, batch in schedule})
-    per_step = args.micro_batch_size * args.data_parallel_size
+    per_step = args.micro_batch_size * calculator_data_parallel_size(args)
     if args.decrease_batch_size_if_needed:
         return [args.global_batch_size // per_step * per_step]
     return [args.global_batch_size]
@@ -52,7 +68,8 @@ def check_interleaved_microbatches(args: argparse.Namespace) -> None:
     if pipeline == 1 or args.virtual_pipeline_model_parallel_size is None:
         return
     group = args.microbatch_group_size_per_vp_stage or pipeline
-    per_step = args.micro_batch_size * args.data_parallel_size
+    data_parallel = calculator_data_parallel_size(args)
+    per_step = args.micro_batch_size * data_parallel
     for batch in step_batch_sizes(args):
         microbatches = batch // per_step
         refusal = interleaved_schedule_refusal(microbatches, pipeline, group)
@@ -60,6 +77,6 @@ def check_interleaved_microbatches(args: argparse.Namespace) -> None:
             raise ValueError(
                 f"megatron-core's interleaved pipeline schedule (pipeline size {pipeline} with virtual stages) would "
                 f"stop at the first step: global batch {batch} / (micro batch {args.micro_batch_size} x data-parallel "
-                f"size {args.data_parallel_size}) = {microbatches} micro-batches per step, and {refusal}; use a "
+                f"size {data_parallel}{_weight_shards_note(args)}) = {microbatches} micro-batches per step, and {refusal}; use a "
                 f"global batch whose micro-batch count is a multiple of {group} (at least {group}), or set "
                 "--microbatch-group-size-per-virtual-pipeline-stage")

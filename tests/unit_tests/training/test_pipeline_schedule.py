@@ -162,3 +162,31 @@ def test_the_training_entry_refuses_it_before_megatron_initialises(monkeypatch, 
     assert len(err) == 1 and "interleaved pipeline schedule" in err[0] and "last group of 1" in err[0], err
     with pytest.raises(Reached):
         entry.main([*argv, "--global-batch-size", "4"])
+
+
+def _megatrons_microbatches(args: types.SimpleNamespace) -> int:
+    """Micro-batches per step as megatron's ``global_vars`` builds its calculator: the global batch over micro batch
+    x ``data_parallel_size * gtp_weight_remat_size``."""
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+
+    return ConstantNumMicroBatchesCalculator(args.global_batch_size, args.micro_batch_size,
+                                             args.data_parallel_size * args.gtp_weight_remat_size,
+                                             args.decrease_batch_size_if_needed, rank=0).get()
+
+
+def test_weight_shard_replicas_divide_the_batch_as_in_megatrons_calculator(monkeypatch):
+    """With ``--tensor-parallel-num-weight-shards`` megatron's ``data_parallel_size`` leaves out the weight-shard
+    replicas, yet its calculator divides the batch by them too. The check counted ``remat`` times the micro-batches:
+    PP 4, DP 2 x 2, GBS 8 (2 micro-batches, which megatron's schedule refuses) passed, and PP 2 with groups of 3,
+    GBS 20 (5 micro-batches: 3 + 2, which it runs) was refused as 10 (a last group of 1)."""
+    remat = random.choice([2, 4])
+    short = _args(data_parallel_size=2, gtp_weight_remat_size=remat, global_batch_size=2 * remat * 2)
+    assert _megatrons_microbatches(short) == 2
+    assert upstream_refusal(2, 4, 4, monkeypatch) is not None
+    with pytest.raises(ValueError, match=rf"micro batch 1 x data-parallel size {2 * remat}: 2 x {remat} weight-shard "
+                                         r"replicas .*\) = 2 micro-batches per step"):
+        check_interleaved_microbatches(short)
+    runs = _args(pipeline_model_parallel_size=2, microbatch_group_size_per_vp_stage=3, data_parallel_size=2,
+                 gtp_weight_remat_size=remat, global_batch_size=2 * remat * 5)
+    assert _megatrons_microbatches(runs) == 5 and upstream_refusal(5, 2, 3, monkeypatch) is None
+    check_interleaved_microbatches(runs)
