@@ -40,6 +40,17 @@ def test_other_release_keeps_upstream(restore_compile_helpers, monkeypatch):
     assert utils.compile_helpers is before
 
 
+def test_without_prebuilt_helpers_upstream_compiles_them(restore_compile_helpers, monkeypatch):
+    """A megatron-core without ``helpers_cpp`` (a source checkout) needs upstream's ``make``: the patch stays out,
+    on the patched release too."""
+    utils = restore_compile_helpers
+    before = utils.compile_helpers
+    monkeypatch.setattr(dataset_helpers, "megatron_core_release", lambda: dataset_helpers.PATCHED_RELEASE)
+    monkeypatch.setattr(dataset_helpers, "prebuilt_helpers_available", lambda: False)
+    assert dataset_helpers.apply() is False
+    assert utils.compile_helpers is before
+
+
 def test_the_dataset_helpers_patch_keeps_upstreams_function_reachable(restore_compile_helpers):
     """The test fixtures install upstream's function through ``__wrapped__``; without it a patch applied earlier in
     the process (the training entry applies it) made the "other release keeps upstream" test compare the patch with

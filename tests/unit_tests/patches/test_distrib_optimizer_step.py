@@ -156,6 +156,15 @@ def test_other_release_keeps_upstream(upstream, monkeypatch):
     assert all(getattr(Optimizer, name) is method for name, method in upstream.items())
 
 
+def test_apex_or_te_keeps_upstream(upstream, monkeypatch):
+    """With Apex or Transformer Engine, upstream keeps Adam's step in the param groups (the bug the patch fixes
+    cannot occur): on the patched release too, its methods stay as they are, without a warning."""
+    monkeypatch.setattr(distrib_optimizer_step, "megatron_core_release", lambda: PATCHED_RELEASE)
+    monkeypatch.setattr(distrib_optimizer, "HAVE_APEX_OR_TE", True)
+    assert distrib_optimizer_step.apply() is False
+    assert all(getattr(Optimizer, name) is method for name, method in upstream.items())
+
+
 def test_the_optimizer_patch_keeps_upstreams_methods_reachable():
     distrib_optimizer = pytest.importorskip("megatron.core.optimizer.distrib_optimizer")
     cls = distrib_optimizer.DistributedOptimizer

@@ -94,6 +94,7 @@ def test_the_log_names_the_permutation_a_model_runs(monkeypatch):
     assert describe(None, False, "alltoall") == "none" and describe(0, False, "alltoall") == "none"
     assert describe(128, True, "alltoall") == "fused"
     assert describe(128, False, "flex", "hybridep") == "in the hybridep dispatcher"
+    assert describe(128, False, "flex", "ncclep") == "in the ncclep dispatcher"  # _NCCLEPManager calls no permute
     assert describe(128, False, "flex", "deepep") == describe(128, False, "allgather") == "sorted"
     monkeypatch.setattr(moe_permutation, "is_applied", lambda: False)
     monkeypatch.setenv(moe_permutation.UPSTREAM_ENV, "1")

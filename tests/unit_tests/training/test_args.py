@@ -220,3 +220,41 @@ def test_the_start_up_line_names_the_imported_code_and_its_versions():
     # no "+<commit>": megatron-core takes it from the git repository around its folder, not from its own source
     assert re.fullmatch(rf"> megatron-oellm \d+\.\d+\.\d+\S* from {re.escape(str(package_dir))}, "
                         rf"megatron-core 0\.19\.2 from {re.escape(str(core_dir))}", line), line
+
+
+def test_a_hybrid_pattern_cut_into_pipeline_stages_is_the_cards_architecture():
+    """The '|' of --hybrid-layer-pattern place layers on pipeline stages: the card's pattern with a cut is no
+    conflict (and stays as given); another layer in it still is."""
+    pattern = get_card(TINY).hybrid_layer_pattern
+    cut = random.randrange(2, len(pattern), 2)  # between decoder layers (a mixer and its MoE block)
+    staged = f"{pattern[:cut]}|{pattern[cut:]}"
+    merged = merge_card_flags(["--oellm-model", TINY, "--hybrid-layer-pattern", staged])
+    assert parse(merged.argv).hybrid_layer_pattern == staged and "hybrid-layer-pattern" not in merged.filled
+    other = "E" if pattern[0] != "E" else "G"
+    with pytest.raises(CardFlagConflict, match="hybrid_layer_pattern"):
+        merge_card_flags(["--oellm-model", TINY, "--hybrid-layer-pattern", f"{other}{staged[1:]}"])
+
+
+def test_the_sequence_check_leaves_use_checkpoint_args_to_megatron():
+    """Under --use-checkpoint-args megatron-core takes max_position_embeddings from the checkpoint, so the command
+    line's limit decides nothing; without it the same command line is refused."""
+    from megatron.oellm.training.args import check_sequence_length, parse_oellm_argv
+
+    limit = random.randint(64, 4096)
+    argv = ["--seq-length", str(limit + random.randint(1, 4096)), "--max-position-embeddings", str(limit)]
+    check_sequence_length(parse_oellm_argv([*argv, "--use-checkpoint-args"]))
+    with pytest.raises(ValueError, match=f"exceeds --max-position-embeddings max_position_embeddings {limit}"):
+        check_sequence_length(parse_oellm_argv(argv))
+
+
+@pytest.mark.parametrize("flags", [
+    # megatron-core 0.19.2 takes the iteration modulo --tensorboard-log-interval only with a tensorboard writer,
+    # which it makes only under --tensorboard-dir (training.py: `if writer and (iteration % ... == 0)`)
+    ["--tensorboard-log-interval", "0"],
+    # --recompute-num-layers counts layers only under --recompute-granularity full (TransformerConfig)
+    ["--recompute-num-layers", "0"],
+])
+def test_an_interval_or_count_megatron_never_divides_by_is_let_through(flags):
+    from megatron.oellm.training.args import check_intervals, parse_oellm_argv
+
+    check_intervals(parse_oellm_argv(flags))

@@ -74,3 +74,13 @@ def test_the_entry_refuses_a_conflict_before_it_starts_anything(monkeypatch: pyt
     with pytest.raises(Reached):
         entry.main(argv)
 
+
+@pytest.mark.parametrize("generation", [2, 3, 4])
+def test_each_flash_generation_megatron_pins_is_checked(generation: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """megatron-core 0.19.2 sets NVTE_FLASH_ATTN_V2, _V3 and _V4 (its literal ``for version in (2, 3, 4)``) to 0 for
+    each generation other than --flash-attention-version: a preset 1 on any of them is a conflict."""
+    version = random.choice([other for other in (2, 3, 4) if other != generation])
+    environ = {f"NVTE_FLASH_ATTN_V{generation}": "1"}
+    backend = random.choice(list(AttnBackend))
+    assert not megatron_accepts(monkeypatch, environ, backend, version)
+    assert attention_env_conflicts(environ, backend.name, version) == {f"NVTE_FLASH_ATTN_V{generation}": ("1", "0")}

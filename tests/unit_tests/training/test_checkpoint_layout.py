@@ -290,3 +290,32 @@ def test_a_rank_file_checkpoint_storing_too_few_arguments_is_left_to_megatron(tm
             check_rank_file_layout(other_tp, checkpoint)
     else:
         check_rank_file_layout(other_tp, checkpoint)
+
+
+def test_a_ddp_num_buckets_change_is_refused_naming_that_flag(tmp_path: Path) -> None:
+    """megatron-core's ``resolve_ddp_bucket_size`` takes ``--ddp-num-buckets`` first (parameters // N): buckets
+    saved that way differ from the default size of a run without it; the way out passes the saved count back."""
+    buckets = random.randrange(2, 16)
+    saved_dp = random.randrange(1, 9)
+    load = save_dist_checkpoint(tmp_path, stored_args(data_parallel_size=saved_dp, overlap_grad_reduce=True,
+                                                      ddp_num_buckets=buckets))
+    with pytest.raises(ValueError) as refused:
+        check_optimizer_resharding(run_args(load, overlap_grad_reduce=True))
+    message = str(refused.value)
+    assert f"checkpoint {buckets} buckets, run 40000000" in message  # max(40M, 1M x DP x CP) at DP x CP <= 40
+    assert f"pass --overlap-grad-reduce --ddp-num-buckets {buckets}" in message
+    check_optimizer_resharding(run_args(load, data_parallel_size=random.randrange(1, 9), overlap_grad_reduce=True,
+                                        ddp_num_buckets=buckets))
+
+
+def test_overlap_param_gather_with_optimizer_step_saves_one_bucket(tmp_path: Path) -> None:
+    """megatron-core 0.19.2's ``get_model`` disables bucketing of every chunk under
+    ``--overlap-param-gather-with-optimizer-step`` (``per_chunk_disable_bucketing``), whatever
+    ``--overlap-grad-reduce`` gives: a checkpoint saved so holds one bucket per buffer, which a run bucketing by the
+    default size does not load."""
+    load = save_dist_checkpoint(tmp_path, stored_args(overlap_grad_reduce=True,
+                                                      overlap_param_gather_with_optimizer_step=True))
+    with pytest.raises(ValueError, match="checkpoint one bucket, run 40000000"):
+        check_optimizer_resharding(run_args(load, overlap_grad_reduce=True))
+    check_optimizer_resharding(run_args(load, overlap_grad_reduce=True, overlap_param_gather_with_optimizer_step=True,
+                                        data_parallel_size=random.randrange(1, 41)))

@@ -128,3 +128,19 @@ def test_a_build_without_a_document_leaves_the_earlier_corpus(tmp_path):
         build_corpus([empty, binary], prefix)
     assert {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in before} == before
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["text.bin", "text.idx", "text.json"]
+
+
+def test_a_rebuild_makes_megatron_read_the_new_corpus_through_fresh_indices(tmp_path: Path) -> None:
+    """megatron-core reuses a GPTDataset index cache in the dataset's default cache directory by a key that ignores
+    the corpus's contents: after a rebuild at the same prefix it must read the same samples as with an empty cache
+    directory (its indices built for the new documents), not the old corpus's document and sample indices."""
+    from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
+
+    rng = random.Random()
+    prefix = tmp_path / "corpus" / "text"
+    build_corpus(_documents(tmp_path / "old", rng.randrange(30, 50), rng)[0], prefix)
+    samples, sequence = rng.randrange(10, 20), 16
+    gpt_train_samples(prefix, samples, sequence)  # megatron-core writes its index cache beside the corpus
+    build_corpus(_documents(tmp_path / "new", rng.randrange(30, 50), rng)[0], prefix)
+    fresh = gpt_train_samples(prefix, samples, sequence, str(tmp_path / "fresh-cache"))
+    assert gpt_train_samples(prefix, samples, sequence) == fresh

@@ -88,3 +88,14 @@ def test_moe_enable_deepep_is_the_deepep_backend(libraries: None, monkeypatch: p
     monkeypatch.setattr(dispatcher.importlib.util, "find_spec", lambda name, *rest: None)
     with pytest.raises(ValueError, match="needs DeepEP"):
         dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, "ncclep", "--moe-enable-deepep", *EP2]))
+
+
+def test_hybridep_is_let_through_where_deep_eps_init_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deep_ep installed without a readable ``__init__.py`` (a compiled-only install): whether it has HybridEPBuffer
+    is unknown (None), so the run is not refused at start; only a known lack (False) is."""
+    monkeypatch.setattr(dispatcher.importlib.util, "find_spec", lambda name, *rest: object())
+    args = parse_oellm_argv([*FLEX, "hybridep"])
+    monkeypatch.setattr(dispatcher, "deep_ep_declares_hybrid_ep", lambda: None)
+    assert dispatcher.flex_dispatcher_problem(args) is None
+    monkeypatch.setattr(dispatcher, "deep_ep_declares_hybrid_ep", lambda: False)
+    assert "hybrid-ep branch" in dispatcher.flex_dispatcher_problem(args)

@@ -80,6 +80,14 @@ def test_seq_length_above_the_cards_positions_is_one_error_line(monkeypatch, cap
         entry.main([*argv, "--seq-length", str(random.randint(8, limit // 8) * 8)])
 
 
+def test_seq_length_equal_to_the_cards_positions_is_let_through(monkeypatch):
+    """megatron's validate_args asserts ``max_position_embeddings >= seq_length``: the card's full length trains."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    limit = get_card(CARD).max_position_embeddings
+    with pytest.raises(Reached):
+        entry.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--seq-length", str(limit)])
+
+
 def test_megatrons_validation_assertion_is_one_error_line(monkeypatch, capsys):
     """validate_args refuses by ``assert`` (before any GPU is set up); under torchrun a traceback per rank."""
     import megatron.training.arguments

@@ -79,6 +79,11 @@ def _bad_schedules() -> list[tuple[list[str], str]]:
           f"--start-weight-decay=-{random.uniform(0.01, 0.1)}", "--end-weight-decay", "0.1"], "--start-weight-decay -"),
         (["--train-iters", str(iters), "--lr", str(lr), "--override-opt_param-scheduler",
           "--use-checkpoint-opt_param-scheduler"], "--override-opt_param-scheduler and --use-checkpoint"),
+        # under --train-samples megatron decays over --lr-decay-samples when given, not over the run: a warm-up
+        # shorter than the run but not than that decay
+        (["--train-samples", str(samples), "--lr", str(lr), "--lr-decay-samples", str(samples // 2),
+          "--lr-warmup-samples", str(samples // 2 + random.randint(0, samples // 4))],
+         f"--lr-decay-samples {samples // 2}"),
     ]
 
 
@@ -101,6 +106,12 @@ def _good_schedules() -> list[list[str]]:
          str(random.randint(1, samples))],
         ["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
          "--start-weight-decay", "0.01", "--end-weight-decay", "0.1"],
+        # a weight decay rising from 0: megatron asserts only start >= 0
+        ["--train-iters", str(iters), "--lr", str(lr), "--weight-decay-incr-style", "linear",
+         "--start-weight-decay", "0", "--end-weight-decay", str(random.uniform(0.01, 0.1))],
+        # a warm-up longer than a --train-samples run but shorter than its --lr-decay-samples (2-3x the run)
+        ["--train-samples", str(samples), "--lr", str(lr), "--lr-decay-samples", str(2 * samples + 2),
+         "--lr-warmup-samples", str(samples + random.randint(1, samples))],
     ]
 
 
@@ -169,3 +180,17 @@ def test_recipe_validation_refuses_a_negative_constant_weight_decay():
     refusal = megatron_refusal([*resolved.argv, f"--weight-decay=-{decay}"], resolved.world_size, recipe.cluster.env)
     assert refusal is not None and f"--weight-decay -{decay} is negative" in refusal
 
+
+def test_recipe_validation_lets_a_zero_weight_decay_through():
+    """``--weight-decay 0`` (no weight decay) under the default constant style: ``validate_args`` starts and ends the
+    decay at 0, which megatron-core's ``OptimizerParamScheduler`` accepts (it asserts start >= 0)."""
+    from pathlib import Path
+
+    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal
+    from megatron.oellm.recipes.resolve import resolve_row
+
+    megatron_schedule([*BASE, "--train-iters", str(random.randint(5, 500)), "--lr", "1e-4", "--weight-decay", "0"])
+    recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert megatron_refusal([*resolved.argv, "--weight-decay", "0"], resolved.world_size, recipe.cluster.env) is None

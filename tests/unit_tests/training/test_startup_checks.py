@@ -50,3 +50,14 @@ def test_a_recipe_row_with_yaml_cfg_is_refused_as_the_entry_refuses_it(tmp_path,
     err = capsys.readouterr().err
     assert err.count("error:") == 1, err
     assert "row 1: the training entry would stop the job at start: ValueError: --yaml-cfg: " in err, err
+
+
+def test_layer_offloading_on_a_hybrid_card_is_refused_by_the_model_phase(monkeypatch, capsys):
+    """megatron-core's HybridStack never offloads layers: ``--cpu-offloading-num-layers`` on a Qwen3.5 card would
+    change nothing, without a word. The model-argument phase refuses it (one ``error:`` line), naming the flag."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    layers = random.randint(1, 3)
+    argv = [*ENTRY_ARGV[:1], "qwen3.5-35b-a3b-tiny", *ENTRY_ARGV[2:], "--cpu-offloading-num-layers", str(layers)]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --cpu-offloading-num-layers {layers}: ") and "HybridModel" in line

@@ -187,3 +187,31 @@ def test_hook_recovers_after_a_broken_interval(monkeypatch):
     assert [line.iteration for line in fake.lines()] == [1, 6]
     assert fake.lines()[-1].tokens_per_s_per_gpu == pytest.approx(fake.tokens() / step_s / fake.args.world_size,
                                                                   rel=1e-4, abs=0.06)
+
+
+def test_an_iteration_the_hook_could_not_count_drops_its_intervals_line(monkeypatch):
+    """An iteration whose tokens could not be read (here an argument the count reads was missing) is in megatron's
+    interval time but not in the count: that interval's line is left out rather than printed with too few tokens,
+    and the next interval is measured whole."""
+    rng = random.Random()
+    interval = rng.randrange(3, 7)
+    fake = FakeMegatron(monkeypatch, rng, log_interval=interval)
+    install()
+    fake.step(1, rng.uniform(0.5, 2.0), first=True)
+    broken = rng.randrange(2, interval)  # a non-log iteration inside the first interval
+    for iteration in range(2, interval + 1):
+        if iteration == broken:
+            seq_length = fake.args.seq_length
+            del fake.args.seq_length
+            with pytest.warns(RuntimeWarning, match=r"\[oellm\] throughput"):
+                fake.step(iteration, 1.0)
+            fake.args.seq_length = seq_length
+        else:
+            fake.step(iteration, 1.0)
+    step_s = rng.uniform(0.5, 2.0)
+    for iteration in range(interval + 1, 2 * interval + 1):
+        fake.step(iteration, step_s)
+    assert [line.iteration for line in fake.lines()] == [1, 2 * interval]
+    # the second interval: `interval` iterations of fake.tokens() each in interval * step_s seconds on world_size GPUs
+    assert fake.lines()[-1].tokens_per_s_per_gpu == pytest.approx(fake.tokens() / step_s / fake.args.world_size,
+                                                                  rel=1e-4, abs=0.06)

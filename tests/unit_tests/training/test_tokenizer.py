@@ -40,3 +40,14 @@ def test_megatron_null_tokenizer_flags_give_the_same_eod_and_vocabulary():
     vocab_size = int(BYTE_TOKENIZER_FLAGS[BYTE_TOKENIZER_FLAGS.index("--vocab-size") + 1])
     null = NullTokenizer(vocab_size)
     assert null.eod == ByteTokenizer.eod and null.vocab_size == ByteTokenizer.vocab_size
+
+
+def test_every_byte_id_decodes_as_utf8_decodes_that_byte():
+    """Ids 0-255 are bytes, NUL (0) included: ``decode`` agrees with Python's UTF-8 decoder on random byte strings
+    (invalid sequences replaced)."""
+    rng = random.Random()
+    tokenizer = ByteTokenizer()
+    for _ in range(20):
+        data = bytes([0, *(rng.randrange(256) for _ in range(rng.randrange(1, 64)))])
+        ids = rng.sample(list(data), len(data))
+        assert tokenizer.decode(ids) == bytes(ids).decode("utf-8", errors="replace")
