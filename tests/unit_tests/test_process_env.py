@@ -23,3 +23,22 @@ def test_a_block_leaves_the_environment_as_it_found_it(monkeypatch: pytest.Monke
     assert dict(os.environ) == found
     assert added not in os.environ and os.environ[changed] == "before" and os.environ[removed] == "kept"
 
+
+
+@pytest.mark.parametrize("name", ["OELLM_EAGER_RMS_NORM", "OELLM_UPSTREAM_MOE_PERMUTATION", "OELLM_FP32_OPERAND_ROUTER"])
+def test_a_slow_path_switch_is_on_only_when_set_to_1_in_the_environment_asked(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OELLM_*=0`` (a job script turning a switch off explicitly) must keep the fast kernels, and ``oellm doctor``
+    judges the environment it is given (a job's), not its own: the process's is set to the opposite each time."""
+    from megatron.oellm import switches
+
+    assert name in switches.SLOW_PATH_SWITCHES
+    for value, on in (("1", True), ("0", False), ("", False), ("true", False), (None, False)):
+        given = {} if value is None else {name: value}
+        monkeypatch.setenv(name, "0" if on else "1")
+        assert switches.is_on(name, given) is on
+        if value is None:
+            monkeypatch.delenv(name)
+        else:
+            monkeypatch.setenv(name, value)
+        assert switches.is_on(name) is on

@@ -10,6 +10,8 @@ sharding (the whole stacked weights on every rank of the GTP group, under replic
 ranks apart) and dense linears whose first forward step fails, after Megatron had initialised.
 """
 
+import random
+
 import pytest
 from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -48,6 +50,17 @@ def test_shards_equal_to_the_tensor_parallel_size_shard_nothing_more_and_pass() 
                                                   "--expert-tensor-parallel-size", "2",
                                                   "--expert-tensor-parallel-num-weight-shards", "2"))
     selection.check_args_support("torch", _parsed())
+
+
+def test_expert_shards_equal_to_the_tensor_parallel_size_pass_with_the_expert_size_unset() -> None:
+    """The entry checks the arguments before Megatron resolves an unset ``--expert-tensor-parallel-size`` to the
+    tensor-parallel size, so expert shards equal to that size (megatron-core's validation accepts them: no GTP group)
+    must be compared with it, not with 1."""
+    tp = random.choice([2, 4])
+    args = _parsed("--tensor-model-parallel-size", str(tp), "--sequence-parallel",
+                   "--expert-tensor-parallel-num-weight-shards", str(tp))
+    assert args.expert_tensor_parallel_size is None
+    selection.check_args_support("torch", args)
 
 
 def test_config_support_refuses_the_resolved_gtp_sizes() -> None:

@@ -1,6 +1,7 @@
 """Backend choice, spec-provider contents and unsupported-combination errors (CPU only)."""
 
 import importlib
+import random
 import warnings
 
 import pytest
@@ -290,6 +291,56 @@ def test_torch_backend_refuses_layer_cpu_offloading() -> None:
     with pytest.raises(ValueError, match="offloading whole layers to the CPU"):
         selection.check_config_support("torch", _tiny_config(cpu_offloading=True, cpu_offloading_num_layers=layers))
     selection.check_args_support("torch", megatron_parser().parse_args(card_argv))  # the default: no offloading
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "message"),
+    [
+        ({"window_size": (128, 0)}, ["--window-size", "128,0"], r"sliding-window attention \(window_size\)"),
+        ({"fused_residual_rmsnorm": True}, ["--fused-residual-rmsnorm"], r"fused_residual_rmsnorm: set it to False"),
+        ({"moe_mlp_glu_interleave_size": 16}, ["--moe-mlp-glu-interleave-size", "16"],
+         r"moe_mlp_glu_interleave_size: unset it"),
+    ],
+)
+def test_settings_the_torch_modules_refuse_at_build_time_are_read_from_config_and_arguments(
+        config: dict, flags: list[str], message: str) -> None:
+    """Sliding windows and a fused residual norm are refused by the torch-native attention and RMSNorm only when the
+    model is built (after Megatron initialised); interleaved GLU halves would be read by the grouped experts as plain
+    halves (a silently different activation). Each must be read from a TransformerConfig and from the arguments, so
+    the check that runs before anything is allocated refuses it."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+
+    with pytest.raises(ValueError, match=message):
+        selection.check_config_support("torch", _tiny_config(add_bias_linear=False, **config))
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    with pytest.raises(ValueError, match=message):
+        selection.check_args_support("torch", megatron_parser().parse_args([*card_argv, *flags]))
+
+
+def test_expert_offload_modules_without_fine_grained_offloading_pass() -> None:
+    """``--offload-modules`` is read only under ``--fine-grained-activation-offloading`` (megatron-core's validation
+    accepts the list alone and offloads nothing): a job script that switched offloading off but kept the list is a
+    run the torch backend can do."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    modules = random.sample(list(selection.EXPERT_OFFLOAD_MODULES), 2)
+    selection.check_args_support("torch", megatron_parser().parse_args([*card_argv, "--offload-modules", *modules]))
+    selection.check_config_support("torch", _tiny_config(add_bias_linear=False, offload_modules=modules))
+
+
+def test_a_config_of_bf16_parameters_is_judged_as_bf16_training(te_present: None, no_flash_pins: None,
+                                                                monkeypatch) -> None:
+    """A TransformerConfig built by hand with ``params_dtype=torch.bfloat16`` and the ``bf16`` switch left off feeds
+    bf16 attention inputs to Transformer Engine, so flash attention runs with a flash-attn 2 taken up; judging it
+    by the switch alone refused it as fp32 training."""
+    monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
+    _pretend_flash_found(monkeypatch, FLASH_ATTN_2)
+    config = _tiny_config(bf16=False, attention_backend=AttnBackend.flash)
+    assert config.params_dtype == torch.bfloat16 and not config.bf16
+    selection.check_config_support("te", config)
 
 
 def test_config_support_keeps_the_te_backend_free_of_these_checks(te_present: None, monkeypatch) -> None:

@@ -1,6 +1,7 @@
 """Torch-native modules on CPU (fp32): checkpoint names, load round trips and math against float64 loops."""
 
 import contextlib
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -121,6 +122,47 @@ def test_rms_norm_matches_reference(zero_centered: bool) -> None:
     assert relative_error(norm(x), rms_norm_reference(x, norm.weight, 1e-6, zero_centered)) < 1e-6
 
 
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_a_new_rms_norm_scales_by_one_and_is_marked_for_sequence_parallel_reduction(zero_centered: bool) -> None:
+    """A freshly built norm is the identity scale (gamma 1, or 0 when zero-centred: the kernel adds 1), so its output
+    is ``x / rms(x)``, computed here in float64; its gamma carries ``sequence_parallel`` as the config says, which is
+    what makes megatron all-reduce the gamma gradient over the tensor-parallel ranks when each holds a token shard."""
+    for sequence_parallel in (False, True):
+        config = make_config(layernorm_zero_centered_gamma=zero_centered, sequence_parallel=sequence_parallel,
+                             tensor_model_parallel_size=2 if sequence_parallel else 1)
+        norm = RMSNorm(config, HIDDEN, eps=1e-6)
+        assert norm.weight.sequence_parallel is sequence_parallel
+    x = torch.randn(3, 2, HIDDEN, dtype=torch.float64) * random.uniform(0.5, 4.0)
+    expected = x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    assert relative_error(norm(x.float()), expected) < 1e-6
+
+
+def test_attention_refuses_a_sliding_window_when_built() -> None:
+    """The torch-native attention has no sliding window: built with one it would attend to the whole causal past."""
+    window = (random.randint(1, 64), 0)
+    with pytest.raises(ValueError, match="sliding-window attention"):
+        SDPACoreAttention(make_config(window_size=window), 1, AttnMaskType.causal, "self")
+
+
+@pytest.mark.parametrize(("parallel", "reduced_over_all_data_parallel_ranks"), [
+    ({}, True), ({"expert_model_parallel_size": 2}, False), ({"expert_tensor_parallel_size": 2}, False)])
+def test_expert_weights_take_the_expert_gradient_reduction_as_te_grouped_linears_do(
+        parallel: dict, reduced_over_all_data_parallel_ranks: bool) -> None:
+    """``allreduce`` tells megatron's DDP which group reduces a parameter's gradient: experts split by expert
+    parallelism, or by an expert tensor-parallel size other than the tensor-parallel one, reduce over the expert
+    data-parallel group only (TEGroupedLinear: ``allreduce = not (EP > 1 or ETP != TP)``); all-reducing them over the
+    whole data-parallel group would sum the gradients of different experts."""
+    from megatron.oellm.backends.torch_native.grouped_mlp import StackedGroupedLinear
+
+    config = make_config(**parallel)  # CPU-initialised
+    common = dict(parallel_mode="column", config=config, init_method=torch.nn.init.zeros_, skip_bias_add=False,
+                  is_expert=True, tp_comm_buffer_name=None, pg_collection=None)
+    linear = StackedGroupedLinear(2, HIDDEN, 2 * FFN, bias=False, **common)
+    assert linear.weight.allreduce is reduced_over_all_data_parallel_ranks
+    with pytest.raises(ValueError, match="grouped experts have no bias"):  # never silently dropped
+        StackedGroupedLinear(2, HIDDEN, 2 * FFN, bias=True, **common)
+
+
 def test_rms_norm_rejects_layer_norm_config() -> None:
     with pytest.raises(ValueError, match="RMSNorm only"):
         RMSNorm(make_config(normalization="LayerNorm"), HIDDEN)
@@ -184,6 +226,38 @@ def test_batched_gqa_attention_matches_reference(causal: bool) -> None:
     assert out.shape == (s, b, hq * d)
     for i in range(b):
         assert relative_error(out[:, i], attention_reference(q[:, i], k[:, i], v[:, i], causal)) < 1e-5
+
+
+def test_attention_applies_the_softmax_scale_it_is_given() -> None:
+    """megatron-core builds core attention with ``softmax_scale=config.softmax_scale`` (``--softmax-scale``); the
+    batched and the packed paths must use it, not ``1/sqrt(head_dim)`` (0.354 here), against a float64 softmax."""
+    scale = random.choice([random.uniform(0.05, 0.2), random.uniform(0.6, 1.0)])
+    attention = SDPACoreAttention(make_config(), 1, AttnMaskType.causal, "self", softmax_scale=scale)
+    s, b, d = 7, 2, 8
+    q, k, v = torch.randn(s, b, 4, d), torch.randn(s, b, 2, d), torch.randn(s, b, 2, d)
+    out = attention(q, k, v, None)
+    for i in range(b):
+        assert relative_error(out[:, i], attention_reference(q[:, i], k[:, i], v[:, i], True, scale)) < 1e-5
+    lengths = [3, 4]
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=4, max_seqlen_kv=4)
+    packed = attention(q[:, 0], k[:, 0], v[:, 0], None, packed_seq_params=params)
+    expected = packed_attention_reference(q[:, 0], k[:, 0], v[:, 0], lengths, causal=True, scale=scale)
+    assert relative_error(packed, expected) < 1e-5
+
+
+def test_an_explicit_mask_is_refused_unless_the_mask_type_is_causal() -> None:
+    """With ``padding_causal`` an ``attention_mask`` tensor carries padding the causal mask does not imply: applied as
+    plain causal attention, padded positions would be attended to without a word. Only ``causal`` may pass (and
+    ignore) one."""
+    q, kv = torch.randn(5, 2, 4, 8), torch.randn(5, 2, 2, 8)
+    mask = torch.zeros(2, 1, 5, 5, dtype=torch.bool)
+    mask[..., -random.randint(1, 2):] = True  # megatron's convention: True = masked out
+    for mask_type in (AttnMaskType.padding_causal, AttnMaskType.padding):
+        with pytest.raises(ValueError, match="explicit attention_mask"):
+            make_attention(mask_type)(q, kv, kv, mask)
+    causal = make_attention(AttnMaskType.causal)(q, kv, kv, mask)
+    assert relative_error(causal[:, 0], attention_reference(q[:, 0], kv[:, 0], kv[:, 0], True)) < 1e-5
 
 
 def test_packed_fp32_attention_keeps_documents_apart() -> None:

@@ -3,6 +3,7 @@ overrides, an unwritable ``--profile`` folder, a sequence longer than the card's
 that ``--profile`` turns into a folder) with one ``error:`` line before it starts, and names a bad argument even on
 a machine without a GPU (CPU: CUDA and the benchmark itself are faked)."""
 
+import random
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,12 @@ def test_a_bad_argument_is_named_without_a_gpu(argv: list[str], named: str, monk
     assert status == 2
     err = capsys.readouterr().err
     assert named in err and "needs a CUDA GPU" not in err
+
+
+def test_a_micro_batch_size_of_zero_is_refused_by_the_config() -> None:
+    """``BenchConfig`` is the check for callers that do not go through the command line (whose ``--mbs`` parser refuses
+    0 too): a size 0 would time empty batches and report 0 tokens/s beside the real sizes."""
+    sizes = (0, *sorted(random.sample([1, 2, 4, 8], 2)))
+    with pytest.raises(ValueError, match=r"micro-batch sizes must be positive"):
+        harness.BenchConfig(model=TINY, seq_length=128, mbs=sizes, sides=("hf",))
+

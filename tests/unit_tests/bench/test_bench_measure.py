@@ -128,3 +128,14 @@ def test_table_has_one_row_per_result_with_its_figures() -> None:
     assert f"{2 * 4096 / 0.2:,.0f}" in table[2] and "3.0" in table[2]
     assert table[3].split()[:4] == ["hf", "4", "oom", "-"]
     assert not math.isnan(m.mfu)
+
+
+def test_table_mfu_column_is_a_percentage_of_the_peak() -> None:
+    """The ``MFU %`` column (``Measurement.mfu`` is a fraction): 2 x 4096 tokens in ``step`` ms at 4.6 GFLOP/token
+    against 989 TFLOP/s, by hand, is 100 * 8192 / step_s * 4.6e9 / 1e12 / 989 percent (19.05 % at 200 ms)."""
+    step = random.uniform(150.0, 250.0)  # 15.2 % to 25.4 %: a fraction printed as is would read 0.2
+    m = throughput("ours", 2, 4096, StepTimes((step,), 2**30, 11.0), 4.6e9, 989.0)
+    mfu_percent = 100 * (8192 / (step / 1000)) * 4.6e9 / 1e12 / 989.0
+    row = format_table([m]).splitlines()[2].split()
+    assert row[6] == f"{mfu_percent:.1f}" and 15.0 < mfu_percent < 26.0
+

@@ -5,6 +5,7 @@ ratios survive."""
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,17 @@ def test_a_side_failing_to_reach_the_gpu_is_reported(monkeypatch: pytest.MonkeyP
     assert report.results[0].error == "RuntimeError: ours could not be moved to the GPU"
     assert not gpu and report.summary["best_ours"] is None and report.summary["speedup_ours_over_hf"] is None
     assert set(report.profiles) == {"hf"}
+
+
+def test_a_side_that_never_ran_fails_at_its_smallest_mbs_whatever_the_order_given() -> None:
+    """``failed_sweep`` rows are in increasing MBS order like :func:`sweep`'s, the smallest one ``failed`` with the
+    error and the larger ones ``skipped``, also when ``--mbs`` lists the sizes out of order or twice."""
+    sizes = random.sample([1, 2, 4, 8, 16], 3)
+    rows = measure.failed_sweep("te", [*sizes, sizes[0]], 64, "RuntimeError: no GPU memory left to move to")
+    low, mid, high = sorted(sizes)
+    assert [(r.mbs, r.status, r.error, r.tokens_per_step) for r in rows] == [
+        (low, "failed", "RuntimeError: no GPU memory left to move to", 64 * low),
+        (mid, "skipped", None, 64 * mid), (high, "skipped", None, 64 * high)]
 
 
 def test_a_failed_profile_keeps_the_sides_figures(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,9 +59,13 @@ class FakeCuda:
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
 
 
-def test_time_steps_times_only_the_timed_steps_each_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("several_warmups", [False, True], ids=["one warm-up", "several warm-ups"])
+def test_time_steps_times_only_the_timed_steps_each_alone(several_warmups: bool,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both warm-up counts every run: with one drawn from 1..4, a loop that ran one warm-up step too few passed
+    whenever 1 was drawn (there is nothing to drop from one)."""
     rng = random.Random()
-    warmup, steps = rng.randint(1, 4), rng.randint(1, 6)
+    warmup, steps = rng.randint(2, 4) if several_warmups else 1, rng.randint(1, 6)
     durations = [rng.uniform(1e3, 1e4) for _ in range(warmup)] + [rng.uniform(10.0, 100.0) for _ in range(steps)]
     peaks = [rng.randint(1, 2**40) for _ in durations]
     gpu = FakeCuda()
@@ -94,6 +98,82 @@ def test_time_steps_peak_is_this_runs_not_an_earlier_one(monkeypatch: pytest.Mon
         return torch.tensor(1.0)
 
     assert time_steps(step, 1, 1).peak_memory_bytes == 3 * 2**30
+
+
+@pytest.mark.parametrize("steps", [1, 4, 7])
+def test_kernel_tools_median_is_of_the_timed_runs_each_synchronised(steps: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``median_ms`` (the ``tools/`` kernel benchmarks) had no CPU test: its median must leave the warm-up runs out
+    (they are 10 to 100 times slower here, as a first call that compiles or autotunes is), be a median, not a mean, and
+    read each run's events only after the synchronisation that ends that run."""
+    from megatron.oellm.bench.timing import median_ms
+
+    rng = random.Random()
+    warmup = rng.randint(1, 4)
+    durations = [rng.uniform(1e3, 1e4) for _ in range(warmup)] + [rng.uniform(10.0, 100.0) for _ in range(steps)]
+    durations[-1] = 1e5  # one stray slow timed run: a median ignores it, a mean does not
+    gpu = FakeCuda()
+    gpu.install(monkeypatch)
+    calls = iter(durations)
+
+    def step() -> None:
+        gpu.log.append("step")
+        gpu.clock += next(calls)
+
+    timed = sorted(durations[warmup:])
+    mid = len(timed) // 2
+    expected = timed[mid] if len(timed) % 2 else (timed[mid - 1] + timed[mid]) / 2
+    assert median_ms(step, warmup, steps) == pytest.approx(expected)
+    assert gpu.log == ["record", "step", "record", "sync"] * warmup + ["record", "step", "record", "sync",
+                                                                       "elapsed"] * steps
+
+
+def test_profile_shares_are_of_the_gpu_kernels_alone(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``profile_step`` with torch's profiler faked (CPU): an operator such as ``aten::mm`` carries the CUDA time of
+    the kernel it launched as its own, so the shares and milliseconds the report prints must come from the GPU kernels
+    only (profiler times are in microseconds), largest first, and both tables must be written."""
+    from types import SimpleNamespace
+
+    from megatron.oellm.bench.timing import profile_step
+
+    rng = random.Random()
+    big_us, small_us = rng.uniform(2e3, 5e3), rng.uniform(1e2, 1e3)
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [SimpleNamespace(key="small_kernel", count=3, self_device_time_total=small_us, device_type=cuda),
+              SimpleNamespace(key="aten::mm", count=2, self_device_time_total=big_us, device_type=cpu),
+              SimpleNamespace(key="big_kernel", count=2, self_device_time_total=big_us, device_type=cuda)]
+
+    class Averages(list):
+        def table(self, **kwargs) -> str:
+            return f"table sorted by {kwargs['sort_by']}"
+
+    class FakeProfile:
+        def __init__(self, **kwargs) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+        def key_averages(self, group_by_input_shape: bool = False) -> Averages:
+            return Averages(events)
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    stepped = []
+    kernels = profile_step(lambda: stepped.append(1), tmp_path / "prof", "ours")
+    total = big_us + small_us
+    assert kernels == [
+        {"name": "big_kernel", "calls": 2, "cuda_ms": pytest.approx(big_us / 1000),
+         "share": pytest.approx(big_us / total)},
+        {"name": "small_kernel", "calls": 3, "cuda_ms": pytest.approx(small_us / 1000),
+         "share": pytest.approx(small_us / total)}]
+    assert len(stepped) == 2  # one warm-up step, one profiled
+    for suffix in ("", "_by_shape"):
+        written = (tmp_path / "prof" / f"ours_top_cuda{suffix}.txt").read_text()
+        assert written == "table sorted by self_device_time_total"
 
 
 @dataclass
@@ -176,6 +256,14 @@ def test_run_benchmark_measures_each_side_alone_on_the_same_batches(order: tuple
         ours, hf = by_key[("ours", mbs)], by_key[("hf", mbs)]
         assert (ours.tokens_per_step, ours.tokens_per_s, ours.tflops, ours.mfu) == (
             hf.tokens_per_step, hf.tokens_per_s, hf.tflops, hf.mfu)
+
+
+def test_running_out_of_memory_is_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep goes up until a micro-batch size runs out of memory, so an ``oom`` row (and the ``skipped`` ones after
+    it) is the normal end of a side's sweep: no ``failed:`` line, and no failed side to make ``oellm bench`` exit 1."""
+    report = fake_benchmark(monkeypatch, ("ours", "hf"))[0]
+    assert [r.status for r in report.results if r.side == "hf"] == ["ok", "ok", "ok", "oom"]
+    assert report.failures() == [] and report.failed_sides() == []
 
 
 def test_the_te_side_is_measured_alone_on_the_same_batches_in_the_order_given(monkeypatch: pytest.MonkeyPatch) -> None:
