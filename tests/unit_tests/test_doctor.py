@@ -307,11 +307,12 @@ def test_library_names_are_found_wherever_they_start(tmp_path):
     ``NCCL_BLOCKING_WAIT`` into ``TORCH_NCCL_BLOCKING_WAIT``) and a format string's name included; a name that is
     only the head of a longer one is not there."""
     rng = random.Random()
-    plain, tail, in_format, longer = _random_names(rng, 4)
+    plain, tail, in_format, longer, outer, inner = _random_names(rng, 6)
     library = _fake_library(tmp_path / "libfake.so", [plain, "TORCH_" + tail, f"{in_format}=%s is set",
-                                                      longer + "_EXTRA"], rng)
+                                                      longer + "_EXTRA", f"{outer}_{inner}"], rng)
     names = doctor_nccl.library_nccl_names(library)
-    assert {plain, tail, in_format, longer + "_EXTRA"} <= names
+    assert {plain, tail, in_format, longer + "_EXTRA", f"{outer}_{inner}", inner} <= names  # inner: a tail of an
+    # NCCL_ name, which the search's match (starting at the first NCCL_) holds but does not start with
     assert longer not in names and "TORCH_" + tail not in names
     library.write_bytes(library.read_bytes().replace(plain.encode(), b"x" * len(plain)))
     assert plain not in doctor_nccl.library_nccl_names(library)  # a changed file is read again, not cached
@@ -413,11 +414,26 @@ def test_nccl_variables_of_an_installation_are_no_typos():
     folders: neither library holds those names, yet they are no typo; a misspelt variable beside them still is."""
     rng = random.Random()
     (typo,) = _random_names(rng, 1)
-    env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in doctor_nccl.NCCL_INSTALL_VARIABLES}
+    installation = ("NCCL_HOME", "NCCL_ROOT", "NCCL_ROOT_DIR", "NCCL_DIR", "NCCL_LIB_DIR", "NCCL_INCLUDE_DIR")
+    env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in installation}
     env |= {"NCCL_VERSION": f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}-1", typo: str(rng.randint(1, 9))}
     findings = check_nccl_variable_names(nccl_report(_names(rng, [], [])), env)
     assert [(f.severity, f.message.split("=")[0]) for f in findings] == [("warning", typo)]
     assert check_nccl_variable_names(nccl_report(_names(rng, [], [])), {"NCCL_VERSION": "2.28.3-1"}) == []
+
+
+def test_check_environment_runs_every_rule_in_report_order():
+    """Each rule's finding is in the report, in the documented order (python, torch, GPUs, megatron-core, TE, fla,
+    NCCL, allocator, switches, HybridEP, TE's flash attention, attention switches): a rule left out of RULES drops
+    its check from ``oellm doctor`` without any other test noticing."""
+    switch = random.choice(sorted(SLOW_PATH_SWITCHES))
+    report = make_report(versions=TE, te_flash_attention=FlashAttentionFound({3: "3.0.0b1"}), nccl_names=None,
+                         nccl_names_unread="no nvidia-nccl wheel")
+    env = {**GOOD_ENV, "NCCL_DEBUG": "INFO", switch: "1", "NVTE_FUSED_ATTN": "0"}
+    assert [f.name for f in check_environment(report, env)] == [
+        "python", "torch", "gpus", "megatron-core", "transformer-engine", "fla-hopper-triton", *NCCL_CHANNEL_VARIABLES,
+        "nccl-variables", "pytorch-alloc-conf", "oellm-switches", "hybrid-ep", "te-flash-attention",
+        "attention-switches"]
 
 
 def test_check_environment_runs_the_name_check():
@@ -476,6 +492,26 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     (torch_site / "torch" / "lib" / "libtorch_cuda.so").unlink()  # a CPU build: nothing read, and the report says why
     names, why = doctor_nccl._nccl_names()
     assert names is None and "libtorch_cuda.so" in why
+
+
+def test_the_nccl_wheel_next_to_torch_wins_over_one_earlier_on_sys_path(tmp_path, monkeypatch,
+                                                                          fresh_nvidia_namespace):
+    """torch's libtorch_cuda.so loads the nvidia-nccl wheel next to it (its RPATH), whatever other nvidia-nccl wheel
+    sys.path lists first (a user-site or PYTHONPATH install): the names read are those of the wheel next to torch."""
+    rng = random.Random()
+    beside, elsewhere = (_random_names(rng, 6)[i::2] for i in range(2))
+    torch_site, other_site = tmp_path / "torch_site", tmp_path / "other_site"
+    _fake_library(torch_site / "torch" / "lib" / "libtorch_cuda.so", [], rng)
+    adjacent = _fake_library(torch_site / "nvidia" / "nccl" / "lib" / "libnccl.so.2", beside, rng)
+    _fake_nccl_wheel(other_site, elsewhere, f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}", rng)
+    monkeypatch.syspath_prepend(str(other_site))
+    located = doctor_nccl.package_folders
+    monkeypatch.setattr(doctor_nccl, "package_folders",
+                        lambda module: [torch_site / module] if module == "torch" else located(module))
+    assert doctor_nccl.nccl_wheel_library() == adjacent
+    names, why = doctor_nccl._nccl_names()
+    assert why is None and Path(names.library) == adjacent
+    assert set(beside) <= names.nccl and not set(elsewhere) & names.nccl
 
 
 def test_the_installed_nccl_reads_per_net_peer_and_not_per_peer():
@@ -771,6 +807,29 @@ def test_json_shape():
     assert all(set(f) == {"severity", "name", "message", "fix"} for f in document["findings"])
 
 
+def test_version_rows_show_torchs_nccl_and_hybrid_ep_only_where_deep_ep_has_it():
+    """The nccl row is the NCCL torch reports (not its CUDA), and the hybrid-ep row names deep_ep's version only where
+    its ``__init__`` declares HybridEPBuffer: "-" on DeepEP's main branch and where that could not be read. The
+    python row says typing.override was provided only where it was; a GPU of n + 0.5 GiB shows as n.5 GiB."""
+    rng = random.Random()
+    cuda, nccl = f"12.{rng.randint(1, 9)}", f"2.{rng.randint(18, 29)}.{rng.randint(1, 9)}"
+    deep_ep = f"1.{rng.randint(0, 9)}.{rng.randint(0, 9)}+{rng.randint(0, 0xFFFFFF):06x}"
+    gib = rng.randint(16, 191)
+    for (hybrid_ep, shown), provided in zip(((True, deep_ep), (False, None), (None, None)), (True, False, True),
+                                            strict=True):
+        report = make_report(versions={"deep-ep": deep_ep}, hybrid_ep=hybrid_ep, cuda_version=cuda,
+                             nccl_version=nccl, typing_override_provided=provided,
+                             gpus=(dataclasses.replace(H100, memory_gib=gib + 0.5),))
+        rows = to_json(report, [])["versions"]
+        assert (rows["cuda"], rows["nccl"], rows["hybrid-ep"]) == (cuda, nccl, shown), hybrid_ep
+        text = format_text(report, [])
+        lines = text.split("\n\n")[0].splitlines()[1:]
+        table = {line.split()[0]: line.split()[1] for line in lines}
+        assert (table["cuda"], table["nccl"], table["hybrid-ep"]) == (cuda, nccl, shown or "-"), hybrid_ep
+        assert ("typing.override provided" in next(line for line in lines if "python" in line)) is provided
+        assert f"  {gib}.5 GiB" in text
+
+
 def test_text_report_is_aligned_and_lists_fixes():
     report = make_report(versions={"triton": "3.5.0"})
     findings = check_environment(report, {})
@@ -800,6 +859,23 @@ def test_command_exit_status_and_output(monkeypatch, capsys, json_flag, bad):
         assert json.loads(out)["ok"] is (not bad)
     else:
         assert ("megatron-core 0.18.0" in out) is bad
+
+
+def test_command_judges_the_environment_it_runs_in(monkeypatch, capsys):
+    """``oellm doctor`` runs its rules on the variables exported in the job that starts it: a channel count NCCL
+    cannot read is an error (exit 1), a large one a warning (exit 0)."""
+    monkeypatch.setattr(doctor_command, "collect_environment", lambda: make_report())
+    for variable in [name for name in os.environ if name.startswith(("NCCL_", "NVTE_", "OELLM_", "PYTORCH_"))]:
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.setenv("NCCL_MIN_NCHANNELS", random.choice(["four", "4.0", "0x"]))
+    assert cli.main(["doctor", "--json"]) == 1
+    findings = {f["name"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert findings["NCCL_MIN_NCHANNELS"]["severity"] == "error"
+    count = random.randint(5, 64)
+    monkeypatch.setenv("NCCL_MIN_NCHANNELS", str(count))
+    assert cli.main(["doctor"]) == 0
+    assert f"NCCL_MIN_NCHANNELS={count} is above 4" in capsys.readouterr().out
 
 
 # --- the real probe --------------------------------------------------------------------------------------------
@@ -877,6 +953,27 @@ def test_find_nvcc_searches_as_fla_does(tmp_path, monkeypatch, cuda_home, cuda_p
     assert (found is not None) is env_utils.has_usable_nvcc.__wrapped__()
     if cuda_home == "bad" and cuda_path == "good":
         assert found != str(good / "bin" / "nvcc")
+
+
+def test_find_nvcc_falls_back_to_the_nvcc_wheel_then_usr_local_cuda(tmp_path, monkeypatch):
+    """Without CUDA_HOME, CUDA_PATH or an nvcc on PATH, fla 0.6.0 (``fla.utils.env.has_usable_nvcc``) still takes the
+    nvcc of the nvidia-cuda-nvcc wheel, else /usr/local/cuda/bin/nvcc, and runs its TileLang backward: the doctor
+    must find both, or it calls such a node an fla issue 640 error. The wheel is a stand-in (its RECORD lists
+    bin/nvcc); /usr/local/cuda is made to hold the only nvcc by the file test."""
+    version = f"13.{random.randint(0, 9)}.{random.randint(1, 99)}"
+    site = tmp_path / "site"
+    nvcc = site / "nvidia" / "cuda_nvcc" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("")
+    info = site / f"nvidia_cuda_nvcc-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-cuda-nvcc\nVersion: {version}\n")
+    (info / "RECORD").write_text("nvidia/cuda_nvcc/bin/nvcc,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert doctor_probes._find_nvcc({"PATH": ""}) == str(nvcc)
+    usr_local = Path("/usr/local/cuda/bin/nvcc")
+    monkeypatch.setattr(doctor_probes, "is_file", lambda path: Path(path) == usr_local)
+    assert doctor_probes._find_nvcc({"PATH": ""}) == str(usr_local)
 
 
 def test_fla_rule_tilelang_that_fails_to_import_is_an_error():
@@ -1098,6 +1195,10 @@ def test_a_flash_attn_outside_transformer_engines_range_is_a_warning(tmp_path, m
     ({"NVTE_FLASH_ATTN_V2": "1"}, "warning", "only, and --flash-attention-version unset or 2 ("),
     ({"NVTE_FLASH_ATTN_V2": "1", "NVTE_FLASH_ATTN_V3": "1"}, "warning", "and --flash-attention-version unset ("),
     ({"NVTE_UNFUSED_ATTN": "yes"}, "warning", "so no run starts, whatever its --attention-backend (the training"),
+    # auto sets (1, 1, 1) and agrees, flash sets NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN to 0 and asserts: the MN5
+    # recipes' flash rows are refused, so no ok line
+    ({"NVTE_FUSED_ATTN": "1"}, "warning", "runs start with --attention-backend fused / auto only ("),
+    ({"NVTE_UNFUSED_ATTN": "1"}, "warning", "runs start with --attention-backend unfused / auto only ("),
 ])
 def test_preset_attention_switches_name_the_settings_megatron_still_starts_with(env, severity, shown):
     """megatron-core asserts a preset NVTE attention switch agrees with what it sets; the doctor says which

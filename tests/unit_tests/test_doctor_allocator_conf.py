@@ -85,3 +85,23 @@ def test_an_unknown_torch_version_is_not_named_as_a_release(torch_version):
     assert "version unknown" in findings[0].message and "older than 2.10" in findings[0].message
     suggested = findings[0].fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
     assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
+
+
+@pytest.mark.parametrize("torch_version", [*OLD_TORCH[-1:], *NEW_TORCH[:1]])
+def test_the_fix_for_an_item_torch_refuses_drops_that_item_and_keeps_the_others(torch_version):
+    """The error on an item the installed torch's parser refuses (a garbage_collection_threshold above 1, a
+    max_split_size_mb that is no number) suggests the same configuration without that item and with expandable
+    segments: following the fix must not export the refused item again. Fresh random values, items in random
+    order."""
+    rng = random.Random()
+    keep = f"roundup_power2_divisions:{2 ** rng.randint(1, 6)}"
+    refused = rng.choice([f"garbage_collection_threshold:{rng.uniform(1.01, 5):.3f}",
+                          f"max_split_size_mb:{rng.choice(['abc', 'x12', 'mb'])}"])
+    items = rng.sample([keep, refused, "expandable_segments:True"], 3)
+    value = ",".join(items)
+    report = make_report(versions={"torch": torch_version}, allocator_refusal=(refused, "ValueError: refused"))
+    (finding,) = check_allocator_conf(report, {"PYTORCH_CUDA_ALLOC_CONF": value})
+    assert finding.severity == "error" and repr(refused) in finding.message
+    suggested = finding.fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
+    key, _, option = keep.partition(":")
+    assert parse_allocator_conf(suggested) == {key: option, "expandable_segments": "True"}, finding.fix

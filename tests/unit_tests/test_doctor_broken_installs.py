@@ -8,6 +8,7 @@ import importlib
 import importlib.machinery
 import os
 import pathlib
+import random
 import sys
 import types
 from pathlib import Path
@@ -55,6 +56,18 @@ def test_the_gpu_probe_still_lists_gpus_when_nothing_raises(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", _fake_cuda_torch(lambda: (2, 27, 3)))
     cuda, nccl, gpus, probe_error, _ = doctor_probes._torch_cuda_facts()
     assert (cuda, nccl, probe_error) == ("12.8", "2.27.3", None) and gpus[0].capability == (9, 0)
+
+
+def test_the_gpu_probe_reports_memory_in_gib(monkeypatch):
+    """torch gives ``total_memory`` in bytes; the report's memory (the table's "GiB", the JSON's memory_gib) is in
+    GiB of 2**30 bytes: (2n + 1) * 2**29 bytes are n + 0.5 GiB (fresh random n), not n + 0.5 decimal GB."""
+    gib = random.randint(16, 191)
+    torch = _fake_cuda_torch(lambda: (2, 27, 3))
+    props = types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0, total_memory=(2 * gib + 1) * 2**29)
+    torch.cuda.get_device_properties = lambda index: props
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    _, _, (gpu,), _, _ = doctor_probes._torch_cuda_facts()
+    assert gpu.memory_gib == gib + 0.5
 
 
 def test_an_unreadable_deep_ep_init_is_unknown_not_a_traceback(tmp_path, monkeypatch):
