@@ -55,6 +55,16 @@ def _training_checkpoint(card: ModelCard, tmp: Path, monkeypatch: pytest.MonkeyP
     return hf
 
 
+def _assert_export_refused(card: ModelCard, tmp: Path, monkeypatch: pytest.MonkeyPatch, changed: dict[str, object],
+                           match: str) -> None:
+    """mcore-to-hf of a training checkpoint of ``card`` with run arguments ``changed`` raises ``match`` and writes
+    nothing."""
+    _training_checkpoint(card, tmp, monkeypatch, changed)
+    with pytest.raises(ConversionError, match=match):
+        pipeline.mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert not (tmp / "out").exists()
+
+
 @pytest.mark.parametrize("name", CARDS)
 @pytest.mark.parametrize("flag", NO_SHAPE_FLAGS)
 def test_a_run_argument_the_card_does_not_share_is_refused(name: str, flag: str, tmp_path: Path,
@@ -62,10 +72,7 @@ def test_a_run_argument_the_card_does_not_share_is_refused(name: str, flag: str,
     card = get_card(name)
     dest = flag.replace("-", "_")
     value = _other_value(model_flags(card)[flag])
-    _training_checkpoint(card, tmp_path, monkeypatch, {dest: value})
-    with pytest.raises(ConversionError, match=rf"{dest}: run {value!r}, card "):
-        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    _assert_export_refused(card, tmp_path, monkeypatch, {dest: value}, rf"{dest}: run {value!r}, card ")
 
 
 @pytest.mark.parametrize("name", CARDS)
@@ -135,10 +142,8 @@ def test_a_run_with_a_flag_no_card_describes_is_refused(name: str, changed: dict
     no position embedding matches every tensor shape of a Qwen card; the export used to write the card's
     ``config.json`` for it without a word."""
     card = get_card(name)
-    _training_checkpoint(card, tmp_path, monkeypatch, changed)
-    with pytest.raises(ConversionError, match=rf"trained with {re.escape(named)} \(.*card {card.name}, another model"):
-        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    _assert_export_refused(card, tmp_path, monkeypatch, changed,
+                           rf"trained with {re.escape(named)} \(.*card {card.name}, another model")
 
 
 @pytest.mark.parametrize("name", CARDS)
