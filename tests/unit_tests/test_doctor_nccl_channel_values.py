@@ -89,6 +89,23 @@ def test_zero_channels_per_net_peer_stays_an_error(raw):
     assert finding.severity == "error" and f"NCCL_NCHANNELS_PER_NET_PEER={raw!r}" in finding.message
 
 
+@pytest.mark.parametrize("variable", ["NCCL_MIN_NCHANNELS", "NCCL_MIN_P2P_NCHANNELS"])
+def test_a_negative_minimum_says_nccl_takes_it_as_no_minimum(variable: str) -> None:
+    """NCCL raises a negative ``NCCL_MIN_NCHANNELS`` to 0 (``ncclMinNchannels``) and takes the larger of its own
+    p2p count and ``NCCL_MIN_P2P_NCHANNELS``, so a negative minimum is no minimum. The error said only "not a whole
+    number of 0 or more", which -3 is not wrong about but which does not say what NCCL does with it. Fresh random
+    negatives, in decimal and hexadecimal; a non-number keeps the old words."""
+    rng = random.Random()
+    for _ in range(10):
+        value = rng.randint(1, 2**40)
+        raw = rng.choice([f"-{value}", f"-0x{value:x}"])
+        finding = _finding(variable, raw)
+        assert finding.severity == "error", raw
+        assert f"{variable}={raw!r} is a negative minimum, which NCCL takes as no minimum at all (as 0)" \
+            in finding.message
+    assert "not a whole number of 0 or more" in _finding(variable, "four").message
+
+
 def _strtoll_overflows(text: str) -> bool:
     """Whether libc's ``strtoll(text, NULL, 0)``, as NCCL's ncclLoadParam calls it, sets errno (ERANGE): NCCL then
     keeps the variable's default."""
