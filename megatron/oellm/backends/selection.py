@@ -237,6 +237,14 @@ TE activation module applies the plain activation to a gated unit's whole fc1 ou
 raises once it reaches them."""
 
 
+TE_KERNEL_SETTING_SWITCHES: dict[str, str] = {"cross_entropy_fusion_impl": "cross_entropy_loss_fusion"}
+"""Settings of :data:`TE_KERNEL_SETTINGS` that choose a kernel only while a switch is on, with that switch: without
+``cross_entropy_loss_fusion`` megatron-core computes the loss with its own unfused vocab-parallel cross entropy
+whatever ``cross_entropy_fusion_impl`` says, and Megatron's ``validate_args`` refuses ``--cross-entropy-fusion-impl te``
+with the fusion, so on Megatron's arguments the ``te`` value is harmless (it reaches the torch backend from a script
+written for a TE container)."""
+
+
 EXPERT_OFFLOAD_MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
 """``offload_modules`` entries that megatron-core's TE grouped experts implement and the torch-native ones do not."""
 
@@ -527,7 +535,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         moe_latent=source.moe_latent_size is not None,
         offloaded_expert_activations=tuple(name for name in EXPERT_OFFLOAD_MODULES if name in offloaded),
         te_kernel_settings=tuple(
-            f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items() if getattr(source, name) == value
+            f"{name}={value!r}" for name, value in TE_KERNEL_SETTINGS.items() if _runs_te_kernel(source, name, value)
         ),
         disabled_fusions=tuple(name for name in TORCH_BACKEND_DISABLED_FUSIONS if is_config and getattr(source, name)),
         deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
@@ -540,6 +548,13 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         dtype=_training_dtype(source),
         flash_attention_version=source.flash_attention_version,
     )
+
+
+def _runs_te_kernel(source: TransformerConfig | Any, name: str, value: object) -> bool:
+    """Whether ``source`` sets :data:`TE_KERNEL_SETTINGS` entry ``name`` to its TE ``value`` and, for an entry of
+    :data:`TE_KERNEL_SETTING_SWITCHES`, turns on the switch under which it chooses a kernel."""
+    switch = TE_KERNEL_SETTING_SWITCHES.get(name)
+    return getattr(source, name) == value and (switch is None or bool(getattr(source, switch)))
 
 
 def _training_dtype(source: TransformerConfig | Any) -> str:

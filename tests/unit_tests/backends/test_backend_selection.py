@@ -1,6 +1,7 @@
 """Backend choice, spec-provider contents and unsupported-combination errors (CPU only)."""
 
 import importlib
+import inspect
 import random
 import warnings
 
@@ -183,6 +184,7 @@ def test_args_support_reads_megatron_arguments() -> None:
                     *card_argv,
                     "--moe-permute-fusion",
                     "--moe-router-fusion",
+                    "--cross-entropy-loss-fusion",
                     "--cross-entropy-fusion-impl",
                     "te",
                     "--cuda-graph-impl",
@@ -196,6 +198,26 @@ def test_args_support_reads_megatron_arguments() -> None:
         selection.check_args_support(
             "torch", parser.parse_args([*card_argv, "--softmax-type", "off-by-one", "--qk-clip"])
         )
+
+
+def test_args_support_passes_a_te_cross_entropy_choice_without_the_fusion() -> None:
+    """``--cross-entropy-fusion-impl te`` without ``--cross-entropy-loss-fusion`` chooses no kernel: megatron-core's
+    loss then runs its unfused vocab-parallel cross entropy (no Transformer Engine), and Megatron's own validate_args
+    refuses the te choice with the fusion. The torch backend refused it as a TE kernel setting."""
+    from megatron.core.models.common.language_module import language_module
+
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.megatron_args import flags_to_argv, megatron_parser, model_flags
+
+    card_argv = flags_to_argv(model_flags(get_card("qwen3-30b-a3b-tiny")))
+    parser = megatron_parser()
+    selection.check_args_support("torch", parser.parse_args([*card_argv, "--cross-entropy-fusion-impl", "te"]))
+    with pytest.raises(ValueError, match=r"kernels \(cross_entropy_fusion_impl='te'\)"):
+        selection.check_args_support("torch", parser.parse_args(
+            [*card_argv, "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]))
+    # megatron-core's loss reads the choice only under the fusion (the premise of the pass above)
+    source = inspect.getsource(language_module.LanguageModule.compute_language_model_loss)
+    assert source.index("if self.config.cross_entropy_loss_fusion:") < source.index("cross_entropy_fusion_impl == 'te'")
 
 
 @pytest.mark.parametrize(

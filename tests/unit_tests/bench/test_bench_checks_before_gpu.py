@@ -82,7 +82,7 @@ def test_a_setting_a_backend_lacks_the_kernels_for_names_that_side(sides: tuple[
     traceback from the model build once transformers' model was on the GPU)."""
     monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
     monkeypatch.setattr(selection, "te_missing_kernels", lambda **features: {})
-    overrides = {"cross_entropy_fusion_impl": "te"}
+    overrides = {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}
     if refused is None:
         assert harness.BenchConfig(model=TINY, seq_length=128, sides=sides, ours_overrides=overrides).sides == sides
         return
