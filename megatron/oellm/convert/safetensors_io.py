@@ -30,7 +30,8 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 _SHARD_NAME = re.compile(r"model-\d{5,}-of-\d{5,}\.safetensors")
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
-"""Shard size of HF output (5 GiB, transformers' default ``max_shard_size``)."""
+"""Shard size of HF output: 5 GiB, the ``5GB`` (powers of 1024) of ``oellm convert mcore-to-hf --max-shard-size``
+(transformers 4.x's ``save_pretrained`` wrote 5 GB shards, powers of 1000; 5.x writes 50 GB ones)."""
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}

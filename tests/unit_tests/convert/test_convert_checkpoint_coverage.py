@@ -98,3 +98,23 @@ def test_checkpoint_data_the_metadata_does_not_cover_is_refused(converted) -> No
                                               rf"of decoder\.layers\.{layer}\.pre_mlp_layernorm\.weight"):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert not (tmp / "out").exists()
+
+
+def test_a_region_missing_a_single_element_is_refused() -> None:
+    """Chunks covering all but the last element of a random-length vector (n - 1 of n): that one element would keep
+    the read buffer's uninitialised memory, so the region is refused, counting 1 missing element of n."""
+    import torch
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    n = random.randrange(3, 1000)
+    stored = TensorStorageMetadata(properties=TensorProperties(dtype=torch.float32), size=torch.Size([n]),
+                                   chunks=[ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([n - 1]))])
+    metadata = Metadata(state_dict_metadata={"w": stored})
+    with pytest.raises(ConversionError, match=rf"no data for 1 of the {n} elements of layer\.w"):
+        dist_ckpt.region_read_items(metadata, "w", (0,), (n,), "layer.w")
+    assert sum(item.lengths[0] for item in dist_ckpt.region_read_items(metadata, "w", (0,), (n - 1,), "layer.w")) == n - 1

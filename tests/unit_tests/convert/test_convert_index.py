@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
@@ -81,3 +82,19 @@ def test_the_index_is_looked_up_once_per_source(tiny_hf) -> None:
     assert hf_dir / INDEX_NAME in source.input_files()
     with pytest.raises(ConversionError, match=rf"{shard} holds tensor '{name}' .*does not list"):
         source.shapes()
+
+
+def test_a_tensor_also_in_a_shard_the_index_does_not_name_for_it_is_named(tiny_hf) -> None:
+    """A shard holding a second copy (other values) of a tensor the index places in another shard: transformers
+    and this converter could read different weights for it, so the checkpoint is refused, naming that shard."""
+    from safetensors.torch import load_file, save_file
+
+    hf_dir, index = _sharded(tiny_hf)
+    name = "model.layers.0.mlp.gate.weight"
+    listed_in = index["weight_map"][name]
+    other = next(f for f in sorted(set(index["weight_map"].values())) if f != listed_in)
+    held = load_file(hf_dir / other)
+    held[name] = tiny_hf[1][name] + torch.rand_like(tiny_hf[1][name]) + 0.5
+    save_file(held, hf_dir / other, metadata={"format": "pt"})
+    with pytest.raises(ConversionError, match=rf"{other} holds tensor '{name}' .*does not list in that file"):
+        SafetensorsSource(hf_dir).shapes()

@@ -411,3 +411,16 @@ def test_a_megatron_checkpoint_given_as_hf_names_the_other_direction(converted, 
                                               r"oellm convert mcore-to-hf --mcore"):
         hf_to_mcore_checkpoint(card, tmp / given, tmp / "out")
     assert not (tmp / "out").exists()
+
+
+def test_a_data_file_one_byte_short_is_named_before_any_tensor_is_read(converted) -> None:
+    """Each data file ends with its last item (offset + length); one byte cut off the end of the last is refused up
+    front, naming the file's size and the byte its data reaches (the complete file's size)."""
+    _, _, tmp = converted
+    release = tmp / "mcore" / RELEASE
+    data = sorted(release.glob("*.distcp"))[-1]
+    content = data.read_bytes()
+    data.write_bytes(content[:-1])
+    with pytest.raises(ConversionError, match=rf"{data.name} has {len(content) - 1} bytes, \.metadata stores data up "
+                                              rf"to byte {len(content)}; the file is truncated"):
+        CheckpointReader(release)

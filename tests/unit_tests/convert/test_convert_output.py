@@ -449,3 +449,19 @@ def test_partial_outputs_of_killed_conversions_are_named(converted, monkeypatch:
     with pytest.raises(ConversionError, match=rf"free some space.*killed hold disk space beside --out: "
                                               rf"{re.escape(str(killed))}"):
         _convert(direction, tmp, card, tmp / "out", overwrite=True)
+
+
+def test_a_full_disk_under_several_new_parents_names_the_nearest_existing_directory(
+        converted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--out two missing levels deep (tmp/new/deeper/out): the failed conversion removes the parents it created,
+    then reports the free space of the file system of tmp, the nearest directory that still exists, in one line."""
+    card, _, tmp = converted
+
+    def disk_full(*args: object) -> object:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pipeline, UNIT_FUNCTION["hf-to-mcore"], disk_full)
+    with pytest.raises(ConversionError, match=rf"No space left on device; .* the file system of {re.escape(str(tmp))} "
+                                              rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
+        _convert("hf-to-mcore", tmp, card, tmp / "new" / "deeper" / "out")
+    assert not (tmp / "new").exists()

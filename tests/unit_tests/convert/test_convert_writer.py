@@ -137,3 +137,22 @@ def test_a_failed_export_closes_its_shard_before_the_partial_output_is_removed(c
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert open_at_removal == []
     assert sorted(p.name for p in tmp.iterdir()) == ["hf", "mcore"]
+
+
+def test_a_tensor_of_another_dtype_than_planned_is_refused(tmp_path: Path) -> None:
+    """The header states each tensor's dtype and byte range before its data arrives: a tensor of the planned name and
+    shape but another dtype (4 bytes an element where the header planned 2) would spill into its neighbour's bytes."""
+    tensors = _tensors(seed=int(torch.randint(0, 2**31, ())))
+    writer = ShardedSafetensorsWriter(tmp_path, layout_of(tensors))
+    with pytest.raises(ValueError, match=r"'a.bf16' \[37, 11\] torch.float32 arrived where the layout plans "
+                                         r"'a.bf16' \[37, 11\] torch.bfloat16"):
+        writer.add({"a.bf16": tensors["a.bf16"].float()})
+
+
+def test_shards_are_numbered_from_one_as_save_pretrained_names_them(tmp_path: Path) -> None:
+    """``model-00001-of-0000N.safetensors`` ... ``model-0000N-of-0000N.safetensors`` (transformers' names, counted
+    from one): at one byte per shard each of the 8 tensors gets a shard of its own, in layout order."""
+    tensors = _tensors(seed=int(torch.randint(0, 2**31, ())))
+    files = write_safetensors(tmp_path, tensors, max_shard_bytes=1)
+    assert [f.name for f in files] == [f"model-0000{i}-of-00008.safetensors" for i in range(1, 9)] + [INDEX_NAME]
+    assert [list(load_file(f)) for f in files[:-1]] == [[name] for name in tensors]

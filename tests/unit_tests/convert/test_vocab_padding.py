@@ -129,3 +129,13 @@ def test_a_run_with_a_shorter_tokenizer_exports_with_the_advised_vocabulary(tmp_
     exported = dict(SafetensorsSource(tmp_path / "out300"))
     assert summary.padding_rows == 84
     assert torch.equal(exported["model.embed_tokens.weight"], hf["model.embed_tokens.weight"][:300])
+
+
+def test_the_saving_runs_own_divisor_sets_the_padding() -> None:
+    """A run with --make-vocab-size-divisible-by 100 at TP 3 pads 1001 tokens to a multiple of 300: 1200 rows (by
+    hand: ceil(1001 / 300) = 4). The default divisor's 1152 (3 x 384) is not that run's padding."""
+    run = argparse.Namespace(make_vocab_size_divisible_by=100, tensor_model_parallel_size=3, padded_vocab_size=1200)
+    assert stored_padded_vocab(1001, rows(1200), run) == 1200
+    with pytest.raises(ConversionError, match=r"1152 rows, but megatron pads the card's 1001 tokens to 1200 at TP 3 "
+                                              r"x make-vocab-size-divisible-by 100"):
+        stored_padded_vocab(1001, rows(1152), run)

@@ -319,3 +319,42 @@ def test_overlap_param_gather_with_optimizer_step_saves_one_bucket(tmp_path: Pat
         check_optimizer_resharding(run_args(load, overlap_grad_reduce=True))
     check_optimizer_resharding(run_args(load, overlap_grad_reduce=True, overlap_param_gather_with_optimizer_step=True,
                                         data_parallel_size=random.randrange(1, 41)))
+
+
+def test_a_pretrained_checkpoint_is_fine_tuned_so_its_optimizer_state_is_not_checked(tmp_path: Path) -> None:
+    """megatron-core loads --pretrained-checkpoint in place of an empty --load with --finetune set by itself (no
+    optimizer state read): its dp_reshardable state does not refuse another TP/EP, though the run's own
+    ``args.finetune`` is still False when the entry checks."""
+    from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
+
+    pretrained = save_dist_checkpoint(tmp_path / "pretrained", stored_args())
+    run = run_args(tmp_path / "fresh", tensor_model_parallel_size=4, expert_model_parallel_size=4,
+                   pretrained_checkpoint=str(pretrained))
+    checkpoint = read_loaded_checkpoint(run)
+    assert checkpoint is not None and checkpoint.fine_tunes and not run.finetune
+    checkpoint_layout.check_optimizer_resharding(run, checkpoint)
+
+
+def test_an_interleaved_even_split_is_compared_over_all_virtual_stages(tmp_path: Path) -> None:
+    """PP 2 x VPP 2 without a layout places 8 layers as 2 per virtual stage (Et*2|t*2|t*2|t*2L); a run's layout of
+    the same 4 stages that moves a layer is refused, one spelling out that even split loads."""
+    stored = stored_args(num_layers=8, virtual_pipeline_model_parallel_size=2)
+    load = save_dist_checkpoint(tmp_path, stored)
+    with pytest.raises(ValueError) as refused:
+        check_optimizer_resharding(run_args(load, num_layers=8, virtual_pipeline_model_parallel_size=2,
+                                            pipeline_model_parallel_layout="Et*3|t|t*2|t*2L"))
+    assert "checkpoint 'Et*2|t*2|t*2|t*2L', run 'Et*3|t|t*2|t*2L'" in str(refused.value)
+    check_optimizer_resharding(run_args(load, num_layers=8, virtual_pipeline_model_parallel_size=2,
+                                        pipeline_model_parallel_layout="Et*2|t*2|t*2|t*2L"))
+
+
+def test_ddp_num_buckets_wins_over_ddp_bucket_size(tmp_path: Path) -> None:
+    """megatron-core 0.19.2's ``resolve_ddp_bucket_size`` takes ``--ddp-num-buckets`` before ``--ddp-bucket-size``
+    when both are given (parameters // N): a checkpoint saved with both is not loaded by a run giving the same
+    ``--ddp-bucket-size`` alone."""
+    buckets, size = random.randrange(2, 16), random.randrange(10**6, 10**8)
+    both = stored_args(overlap_grad_reduce=True, ddp_num_buckets=buckets, ddp_bucket_size=size)
+    assert grad_bucket_size(both) == f"{buckets} buckets"
+    load = save_dist_checkpoint(tmp_path, both)
+    with pytest.raises(ValueError, match=f"checkpoint {buckets} buckets, run {size}"):
+        check_optimizer_resharding(run_args(load, overlap_grad_reduce=True, ddp_bucket_size=size))

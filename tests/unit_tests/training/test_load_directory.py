@@ -190,3 +190,20 @@ def test_a_ckpt_step_megatron_would_apply_to_the_pretrained_checkpoint_instead_i
         check_load_directory(_run(tmp_path / "fresh", ckpt_step=step + 1, pretrained_checkpoint=str(base)))
     (run / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
     check_load_directory(_run(run, **flags))  # with its tracker --load is what megatron resumes
+
+
+def test_a_directory_holding_both_torch_dist_and_rank_files_is_torch_dist(tmp_path: Path) -> None:
+    """megatron-core's ``_get_checkpoint_format`` asks for ``metadata.json`` before the ``mp_rank_0*`` rank
+    directories: an iteration directory holding both (rank files copied beside a re-saved torch_dist checkpoint) is
+    read as torch_dist, its common state the one checked."""
+    from megatron.training.checkpointing import _get_checkpoint_format
+
+    iteration = random.randrange(1, 10**6)
+    directory = _save(tmp_path, "torch_dist", iteration)
+    (directory / "mp_rank_00").mkdir()
+    torch.save({"args": argparse.Namespace(tensor_model_parallel_size=2), "iteration": iteration + 1},
+               directory / "mp_rank_00" / "model_optim_rng.pt")
+    checkpoint = read_stored_checkpoint(tmp_path)
+    assert checkpoint is not None
+    assert checkpoint.ckpt_format == _get_checkpoint_format(str(directory), _run(tmp_path)) == "torch_dist"
+    assert checkpoint.common["iteration"] == iteration

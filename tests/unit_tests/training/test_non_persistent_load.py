@@ -68,3 +68,23 @@ def test_the_loaded_directory_follows_megatron(tmp_path: Path) -> None:
     assert loaded_directory(args) == load / f"iter_{persistent:07d}"
     args.non_persistent_ckpt_type = "local"
     assert loaded_directory(args) is None
+
+
+def test_a_non_persistent_checkpoint_of_the_same_iteration_is_the_loaded_one(tmp_path: Path) -> None:
+    """megatron-core loads the non-persistent checkpoint when its iteration is at least the persistent one's
+    (``non_persistent_iteration >= iteration``): at equal iterations that one, not the persistent one."""
+    iteration = random.randrange(1, 10**5)
+    load = _checkpoints(tmp_path, iteration, iteration, None)
+    args = parse_oellm_argv(["--load", str(load), "--non-persistent-ckpt-type", "global"])
+    assert loaded_directory(args) == load / "non_persistent" / f"iter_{iteration:07d}"
+
+
+def test_a_release_non_persistent_tracker_leaves_the_persistent_checkpoint(tmp_path: Path) -> None:
+    """megatron-core refuses a ``release`` non-persistent checkpoint itself (RuntimeError); the entry checks the
+    persistent one rather than failing on the tracker."""
+    iteration = random.randrange(1, 10**5)
+    load = save_dist_checkpoint(tmp_path / "run", stored_args(**SINGLE), iteration=iteration)
+    (load / "non_persistent").mkdir()
+    (load / "non_persistent" / "latest_checkpointed_iteration.txt").write_text("release\n")
+    args = parse_oellm_argv(["--load", str(load), "--non-persistent-ckpt-type", "global"])
+    assert loaded_directory(args) == load / f"iter_{iteration:07d}"
