@@ -40,6 +40,21 @@ def test_documents_read_back_intact_with_boundaries(tmp_path):
     assert written["documents"] == len(texts) and "--tokenizer-type" in written["megatron_flags"]
 
 
+def test_line_endings_reach_the_corpus_byte_for_byte(tmp_path):
+    """A document's CR LF and lone CR line endings are its bytes: reading it as text with newline translation (what
+    ``Path.read_text`` does) would train on LF where the file has CR LF or CR."""
+    rng = random.Random()
+    texts = ["".join(rng.choice(["a", "é", " ", "\r\n", "\r", "\n", "中"]) for _ in range(rng.randrange(20, 200)))
+             + "\r\n" for _ in range(rng.randrange(2, 6))]
+    files = []
+    for number, text in enumerate(texts):
+        files.append(tmp_path / f"doc{number}.txt")
+        files[-1].write_bytes(text.encode("utf-8"))
+    summary = build_corpus(files, tmp_path / "corpus")
+    assert _read_back(tmp_path / "corpus") == texts
+    assert summary.tokens == sum(len(text.encode("utf-8")) + 1 for text in texts)  # each document's bytes + EOD
+
+
 def test_stdlib_sources_are_sorted_deterministic_and_bounded():
     first, second = stdlib_sources(300_000), stdlib_sources(300_000)
     assert first == second == sorted(first) and first

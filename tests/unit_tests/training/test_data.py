@@ -126,6 +126,74 @@ def test_data_flags_reach_the_dataset_config(monkeypatch, flags, field, value):
     assert getattr(data.dataset_config(args), field) == value
 
 
+def test_the_runs_sample_settings_reach_the_dataset_config(monkeypatch, tmp_path):
+    """The blend, split, seed, sample length, cache place and sample options of the command line are what
+    megatron-core builds the samples from: one left at a default would train on other samples than the run names."""
+    import random
+
+    import megatron.training
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
+    rng = random.Random()
+    seed, seq_length, threads = rng.randrange(1235, 10**6), rng.randrange(17, 4096), rng.randrange(2, 9)  # not 1234, the default
+    cp, dp = rng.choice([2, 4]), rng.choice([2, 8])
+    split = f"{rng.randrange(50, 100)},{rng.randrange(1, 10)},{rng.randrange(1, 10)}"
+    weight = rng.randrange(1, 9) / 10
+    args = parse_oellm_argv(["--seed", str(seed), "--seq-length", str(seq_length), "--data-path", str(weight), "a",
+                             str(1 - weight), "b", "--split", split, "--data-cache-path", str(tmp_path),
+                             "--no-mmap-bin-files", "--reset-position-ids", "--eod-mask-loss",
+                             "--num-dataset-builder-threads", str(threads), "--context-parallel-size", str(cp)])
+    args.data_parallel_size = dp
+    config = data.dataset_config(args)
+    assert config.blend == (["a", "b"], [weight, 1 - weight]) and config.blend_per_split is None
+    assert (config.random_seed, config.sequence_length, config.split) == (seed, seq_length, split)
+    assert (config.path_to_cache, config.mmap_bin_files, config.num_dataset_builder_threads) == (str(tmp_path), False,
+                                                                                                  threads)
+    assert (config.reset_position_ids, config.eod_mask_loss) == (True, True)
+    assert (config.context_parallel_size, config.data_parallel_size) == (cp, dp)
+
+    args = parse_oellm_argv(["--seq-length", str(seq_length), "--train-data-path", "t", "--valid-data-path", "v",
+                             "w", "--test-data-path", "x"])
+    args.data_parallel_size = dp
+    config = data.dataset_config(args)
+    assert config.blend is None and config.split is None
+    assert config.blend_per_split == [(["t"], None), (["v", "w"], None), (["x"], None)]
+
+
+@pytest.mark.parametrize("mock", [True, False])
+def test_the_provider_builds_the_runs_datasets_on_every_rank(monkeypatch, mock):
+    """``--mock-data`` builds MockGPTDataset, a corpus GPTDataset, with megatron's sample counts; every rank builds
+    its own (megatron reads ``is_distributed``: without it only tensor-parallel rank 0 gets data loaders, and the
+    forward step broadcasts no batch to the others)."""
+    import random
+
+    import megatron.training
+    from megatron.core.datasets import blended_megatron_dataset_builder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, MockGPTDataset
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    built = []
+
+    class Builder:
+        def __init__(self, cls, sizes, is_built_on_rank, config):
+            built.append((cls, sizes, is_built_on_rank(), config.mock))
+
+        def build(self):
+            return "train", "valid", "test"
+
+    args = parse_oellm_argv(["--seq-length", "16", *(["--mock-data"] if mock else ["--data-path", "corpus", "--split", "1,0,0"])])
+    args.data_parallel_size = 1
+    monkeypatch.setattr(blended_megatron_dataset_builder, "BlendedMegatronDatasetBuilder", Builder)
+    monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
+    monkeypatch.setattr(megatron.training, "get_args", lambda: args)
+    monkeypatch.setattr(megatron.training, "print_rank_0", lambda *_args: None)
+    sizes = [random.randrange(1, 10**6), random.randrange(1, 10**4), random.randrange(1, 10**3)]
+    assert data.train_valid_test_datasets(sizes) == ("train", "valid", "test")
+    assert built == [(MockGPTDataset if mock else GPTDataset, sizes, True, mock)]
+    assert data.train_valid_test_datasets.is_distributed is True
+
+
 @pytest.mark.parametrize("flags", [[], ["--no-create-attention-mask-in-dataloader"]])
 def test_the_loader_makes_no_attention_mask(monkeypatch, flags):
     """megatron's default made a [1, seq, seq] causal mask per sample (576 MiB at seq 24k), stacked it per

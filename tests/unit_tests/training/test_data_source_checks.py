@@ -180,10 +180,13 @@ def test_the_check_looks_where_megatron_core_writes_and_reuses_the_cache(tmp_pat
     build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
     assert any(name.endswith("-GPTDataset-train-shuffle_index.npy") for name in os.listdir(cache))
     assert not data.lacks_index_cache(cache)
-    for name in os.listdir(cache):
-        if name.endswith("sample_index.npy"):
-            (cache / name).unlink()  # incomplete: megatron-core would build the indices again
-    assert data.lacks_index_cache(cache)
+    # incomplete without any one of its index files: megatron-core's cache_hit needs all four, else builds them again
+    for suffix in ("document_index.npy", "sample_index.npy", "shuffle_index.npy"):
+        [name] = [name for name in os.listdir(cache) if name.endswith(f"-train-{suffix}")]
+        (cache / name).rename(tmp_path / name)
+        assert data.lacks_index_cache(cache), suffix
+        (tmp_path / name).rename(cache / name)
+        assert not data.lacks_index_cache(cache)
 
 
 def _unwritable_under(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -424,3 +427,137 @@ def test_a_binary_data_args_file_is_named_as_such(tmp_path):
     args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},0,0"])
     with pytest.raises(ValueError, match=rf"^--data-args-path {path} is not a text file"):
         data.check_data_source(args)
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_a_dataset_whose_bin_file_is_missing_is_refused_naming_it(tmp_path, null_tokenizer, split):
+    """megatron-core reads a dataset's ``.idx`` alone until it maps the ``.bin``, when it builds the datasets after the
+    model and optimizer are set up: a prefix whose ``.bin`` is missing (a copy stopped part-way) is refused at start,
+    also as a validation or test path."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    paths = {name: corpus(tmp_path, f"{name}-{_name()}") for name in ("train", "valid", "test")}
+    Path(f"{paths[split]}.bin").unlink()
+    with pytest.raises(AssertionError, match="cannot be found"):
+        IndexedDataset(paths[split])  # megatron-core's own reader
+    args = validated([item for name in paths for item in (f"--{name}-data-path", paths[name])])
+    with pytest.raises(ValueError, match=rf"^no indexed dataset \(PREFIX.bin and PREFIX.idx\) at '{paths[split]}':"):
+        data.check_data_source(args)
+    args = validated(["--data-path", paths[split], "--split", f"{_proportion()},0,0"])
+    with pytest.raises(ValueError, match=rf"^no indexed dataset \(PREFIX.bin and PREFIX.idx\) at '{paths[split]}':"):
+        data.check_data_source(args)
+
+
+def test_a_sequences_file_lacking_any_one_prefix_of_a_blend_is_refused_naming_it(tmp_path, null_tokenizer):
+    """megatron-core looks each dataset of the blend up in ``--per-dataset-sequences-path``: a file with counts for
+    only some of them (here all but a random one, not the first) stops the dataset build with a KeyError."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    prefixes = [corpus(tmp_path, f"{number}-{_name()}") for number in range(3)]
+    left_out = prefixes[random.randrange(1, 3)]
+    counts = {}
+    for prefix in prefixes:
+        if prefix != left_out:
+            index = IndexedDataset(prefix).index
+            counts[prefix] = [index.sequence_count, index.document_count]
+    path = tmp_path / "sequences.json"
+    path.write_text(json.dumps(counts))
+    args = validated(["--data-path", *prefixes, "--split", "100,0,0", "--per-dataset-sequences-path", str(path)])
+    with pytest.raises(KeyError):
+        build_train_dataset(args)
+    with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path} has no counts for '{left_out}':"):
+        data.check_data_source(args)
+
+
+def test_object_storage_prefixes_pass_the_local_file_checks(tmp_path, null_tokenizer):
+    """megatron-core reads ``s3://`` and ``msc://`` prefixes through its object-storage client: the checks of local
+    files (``.bin``/``.idx`` present, index readable, cache directory writable) leave them to it."""
+    from megatron.core.datasets.object_storage_utils import is_object_storage_path
+
+    local = corpus(tmp_path, _name())
+    remote = [f"s3://bucket-{_name()}/text", f"msc://profile/{_name()}/text"]
+    assert all(map(is_object_storage_path, remote)) and not is_object_storage_path(local)
+    flags = ["--data-path", *random.sample([local, *remote], 3), "--split", "100,0,0"]
+    assert data.check_data_source(validated(flags)) == [local]
+
+
+def test_mock_data_with_a_sequences_file_that_cannot_be_read_is_refused(tmp_path, null_tokenizer):
+    """The data provider reads ``--per-dataset-sequences-path`` for the dataset config under ``--mock-data`` too,
+    after the model and optimizer are set up."""
+    path = tmp_path / f"{_name()}.json"
+    args = validated(["--mock-data", "--per-dataset-sequences-path", str(path)])
+    with pytest.raises(FileNotFoundError):
+        data.dataset_config(args)
+    with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path}: cannot read it as JSON"):
+        data.check_data_source(args)
+
+
+def _megatron_evaluation_error(data_iterators, eval_iters: int | list[int], full_validation: bool) -> Exception:
+    """What megatron 0.19.2's ``evaluate_and_print_results`` raises for ``--multiple-validation-sets`` given these
+    loaders and ``args.eval_iters`` (get_args and its writers stubbed; it fails before it touches a GPU)."""
+    import types
+    from unittest import mock
+
+    from megatron.training import training
+
+    megatron_args = types.SimpleNamespace(multiple_validation_sets=True, eval_iters=eval_iters,
+                                          full_validation=full_validation, validation_set_names=None)
+    with mock.patch.object(training, "get_args", lambda: megatron_args), \
+            mock.patch.object(training, "get_tensorboard_writer", lambda: None), \
+            mock.patch.object(training, "get_wandb_writer", lambda: None), \
+            pytest.raises(TypeError) as raised:
+        training.evaluate_and_print_results("valid", None, data_iterators, None, 0, None, None)
+    return raised.value
+
+
+def test_multiple_validation_sets_without_full_validation_are_refused_in_an_evaluating_skip_train_run(
+        monkeypatch, capsys, tmp_path):
+    """Under ``--skip-train`` megatron builds the loaders without its NotImplementedError, but its evaluation pairs
+    the sets with ``args.eval_iters``, a number unless ``--full-validation`` made it one count per set: a TypeError
+    at the evaluation, after the model is set up and the checkpoint loaded. With ``--eval-iters 0`` nothing is
+    evaluated and the run is let through. Found by a mutation audit helper."""
+    from megatron.core.rerun_state_machine import RerunDataIterator
+
+    iters = random.randint(1, 50)
+    assert "not iterable" in str(_megatron_evaluation_error([RerunDataIterator(iter([]))] * 2, iters, False))
+    entry = entry_up_to_pretrain(monkeypatch)
+    train, valid = corpus(tmp_path, _name()), corpus(tmp_path, _name())
+    argv = [*BASE, "--train-data-path", train, "--valid-data-path", train, valid, "--multiple-validation-sets",
+            "--skip-train"]
+    assert entry.main([*argv, "--eval-iters", str(iters)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --multiple-validation-sets: megatron-core 0.19.2 evaluates")
+    assert "with a TypeError at the first evaluation under --skip-train" in line
+    for passes in (["--eval-iters", "0"], ["--full-validation"]):
+        with pytest.raises(Reached):
+            entry.main([*argv, *passes])
+
+
+def test_a_test_set_beside_multiple_validation_sets_is_refused_naming_where_it_comes_from(monkeypatch, capsys,
+                                                                                          tmp_path):
+    """megatron evaluates the test set at the end of the run with the same function, which under
+    ``--multiple-validation-sets`` takes the test set's one loader for the list of validation loaders: ``len()`` of
+    it is a TypeError after the whole run has trained. A test set from per-split paths, a blend's ``--split`` or
+    ``--mock-data`` is refused at start; per-split paths without a test path and a split without a test share pass."""
+    from megatron.core.rerun_state_machine import RerunDataIterator
+
+    sets = random.randint(2, 4)
+    error = _megatron_evaluation_error(RerunDataIterator(iter([])), [random.randint(1, 50)] * sets, True)
+    assert "has no len()" in str(error)
+    entry = entry_up_to_pretrain(monkeypatch)
+    train, valid, test = (corpus(tmp_path, _name()) for _ in range(3))
+    multiple = ["--multiple-validation-sets", "--full-validation"]
+    per_split = ["--train-data-path", train, "--valid-data-path", *[valid] * sets]
+    refused = {  # the corpus holds two sequences: one to train, one to test
+        "--test-data-path": [*per_split, "--test-data-path", test],
+        "--split '1,0,1' (its test share)": ["--data-path", train, "--split", "1,0,1"],
+        "--mock-data (megatron-core's mock datasets always have a test split)": ["--mock-data"],
+    }
+    for source, flags in refused.items():
+        assert entry.main([*BASE, *flags, *multiple]) == 2, source
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"{entry.PROG}: error: --multiple-validation-sets with a test set from {source}: "
+                               "megatron-core 0.19.2 evaluates the test set as if"), line
+    for flags in (per_split, ["--data-path", train, "--split", "1,1,0"]):
+        with pytest.raises(Reached):
+            entry.main([*BASE, *flags, *multiple])

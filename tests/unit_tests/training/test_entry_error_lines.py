@@ -67,6 +67,17 @@ def test_two_data_sources_are_refused(monkeypatch, capsys, tmp_path, sources):
         entry.main([*BASE, *flags[sources[1]], *(["--split", "1,1,0"] if sources[1] == "data-args" else [])])
 
 
+@pytest.mark.parametrize("flag, named", [("--data-path", "--data-path"),
+                                         ("--train-data-path", "--train/valid/test-data-path")])
+def test_mock_data_beside_a_data_path_flag_without_a_value_is_refused(monkeypatch, capsys, flag, named):
+    """``--data-path $DATA`` with an empty shell variable parses as ``[]``, which megatron's ``validate_args`` reads as
+    no data path: beside ``--mock-data`` the run trained on mock tokens instead of the data the command line names."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    assert entry.main([*BASE, "--mock-data", flag]) == 2
+    line = one_error_line(capsys)
+    assert f"--mock-data and {named}: give one data source" in line
+
+
 def test_seq_length_above_the_cards_positions_is_one_error_line(monkeypatch, capsys):
     """Megatron's validate_args asserts it (a traceback per rank); the card's value is not on the command line."""
     entry = entry_up_to_pretrain(monkeypatch)

@@ -112,6 +112,9 @@ def _good_schedules() -> list[list[str]]:
         # a warm-up longer than a --train-samples run but shorter than its --lr-decay-samples (2-3x the run)
         ["--train-samples", str(samples), "--lr", str(lr), "--lr-decay-samples", str(2 * samples + 2),
          "--lr-warmup-samples", str(samples + random.randint(1, samples))],
+        # megatron-core asserts only against both together: either alone picks where a resumed run's schedule comes from
+        ["--train-iters", str(iters), "--lr", str(lr), "--override-opt_param-scheduler"],
+        ["--train-samples", str(samples), "--lr", str(lr), "--use-checkpoint-opt_param-scheduler"],
     ]
 
 

@@ -85,3 +85,34 @@ def test_the_entry_warns_once_on_rank_0_and_goes_on(monkeypatch, capsys, tmp_pat
     with pytest.raises(Reached):
         entry.main(argv)
     assert capsys.readouterr().err == ""
+
+
+def test_the_entry_looks_for_stale_caches_in_the_runs_data_cache_path(monkeypatch, capsys, tmp_path):
+    """With ``--data-cache-path`` megatron-core keeps (and reuses) the caches there, not beside the dataset."""
+    rng = random.Random()
+    prefix = random_corpus(tmp_path / "data", rng.randint(30, 50), rng)
+    cache = tmp_path / f"cache-{rng.randrange(10**6)}"
+    gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE, str(cache))
+    rewrite_at(prefix, random_corpus(tmp_path / "new", rng.randint(5, 10), rng))
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(Reached):
+        entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+                    "--data-path", prefix, "--split", "100,0,0", "--data-cache-path", str(cache)])
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: warning: dataset {prefix!r} was written after 1 of its index caches")
+    assert f"({cache}/" in line and "-GPTDataset-train-*)" in line
+
+
+def test_each_dataset_of_a_blend_is_looked_at(tmp_path):
+    """A blend whose later dataset was rewritten: the warning names that one (not only the blend's first)."""
+    import argparse
+
+    rng = random.Random()
+    first = random_corpus(tmp_path / "first", rng.randint(5, 10), rng)
+    later = random_corpus(tmp_path / "later", rng.randint(30, 50), rng)
+    for prefix in (first, later):
+        gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE)
+    rewrite_at(later, random_corpus(tmp_path / "new", rng.randint(5, 10), rng))
+    [line] = data.stale_cache_warnings(argparse.Namespace(data_cache_path=None), [first, later])
+    assert line.startswith(f"dataset {later!r} was written after 1 of its index caches")

@@ -215,3 +215,25 @@ def test_an_iteration_the_hook_could_not_count_drops_its_intervals_line(monkeypa
     # the second interval: `interval` iterations of fake.tokens() each in interval * step_s seconds on world_size GPUs
     assert fake.lines()[-1].tokens_per_s_per_gpu == pytest.approx(fake.tokens() / step_s / fake.args.world_size,
                                                                   rel=1e-4, abs=0.06)
+
+
+def test_a_failure_that_persists_is_reported_once(monkeypatch):
+    """A hook failure on every iteration (here the micro-batch count) is one warning, not one per iteration on every
+    rank for the rest of the run."""
+    import warnings
+
+    import megatron.core.num_microbatches_calculator as microbatches
+
+    rng = random.Random()
+    fake = FakeMegatron(monkeypatch, rng, log_interval=rng.randrange(2, 5))
+    monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: 1 // 0)
+    install()
+    steps = rng.randrange(6, 20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fake.step(1, 1.0, first=True)
+        for iteration in range(2, steps + 1):
+            fake.step(iteration, 1.0)
+    assert fake.megatron_calls == list(range(1, steps + 1))
+    assert [str(warning.message) for warning in caught] == [
+        "[oellm] throughput line left out: ZeroDivisionError('integer division or modulo by zero')"]
