@@ -73,16 +73,19 @@ def check_data_args(args: argparse.Namespace) -> None:
 def check_validation_sets(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for the validation-set flags megatron-core 0.19.2 refuses only once the run is under way:
     ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
-    when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded), and
+    when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded) or, under
+    ``--skip-train``, evaluates (a ``TypeError`` at the first evaluation, which pairs the sets with
+    ``--eval-iters``, a number where ``--full-validation`` makes it one count per set), and
     ``--validation-set-names`` without ``--multiple-validation-sets`` in a run that evaluates (an assertion at the
     first evaluation, after ``--eval-interval`` training iterations or at the end of a shorter run; megatron reads
     the names nowhere else, and evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
-    if args.multiple_validation_sets and not args.full_validation and not args.skip_train:
-        raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
-                         "with --full-validation (else it stops with NotImplementedError when it builds the data "
-                         "loaders, after the model and optimizer are set up); add --full-validation, or drop "
-                         "--multiple-validation-sets")
     evaluates = args.full_validation or args.eval_iters > 0  # megatron's do_valid and do_test
+    if args.multiple_validation_sets and not args.full_validation and (evaluates or not args.skip_train):
+        raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
+                         "with --full-validation (else it stops after the model and optimizer are set up: with "
+                         "NotImplementedError when it builds the data loaders of a run that trains, with a TypeError "
+                         "at the first evaluation under --skip-train); add --full-validation, or drop "
+                         "--multiple-validation-sets")
     if args.validation_set_names and not args.multiple_validation_sets and evaluates:
         raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
                          "megatron-core asserts it at the first evaluation (after --eval-interval training "
@@ -175,6 +178,34 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
                          "builds no training dataset and the run ends without training a step, with exit status 0; "
                          "give training the first, positive proportion (e.g. 969,30,1), or --skip-train to only "
                          "evaluate")
+
+
+def check_test_set_beside_validation_sets(args: argparse.Namespace, blend, blend_per_split) -> None:
+    """Raise ``ValueError`` for ``--multiple-validation-sets`` in a run that evaluates and has a test set
+    (``blend``, ``blend_per_split`` as megatron reads them): megatron-core 0.19.2's evaluation takes the test set's
+    one loader for the list of validation loaders and stops with a ``TypeError`` (``len()`` of the loader) at the
+    test evaluation that ends the run, after training and its last checkpoint save, so the job fails. A test set
+    exists with ``--mock-data`` (megatron-core's mock datasets split 1,1,1 whatever ``--split`` says), with test
+    paths beside the per-split ones, and with a blend whose ``--split`` gives the test split a share."""
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+
+    if not args.multiple_validation_sets or not (args.full_validation or args.eval_iters > 0):
+        return
+    if args.mock_data:
+        test_set, way_out = "--mock-data (megatron-core's mock datasets always have a test split)", "drop"
+    elif blend_per_split is not None:
+        if blend_per_split[2] is None:
+            return
+        given = "--test-data-path" if args.test_data_path else "the 'test' paths of --per-split-data-args-path"
+        test_set, way_out = given, f"drop {given}, or drop"
+    elif blend is not None and args.split is not None and parse_and_normalize_split(args.split)[2] > 0:
+        test_set, way_out = f"--split {args.split!r} (its test share)", "give the test split no share, or drop"
+    else:
+        return
+    raise ValueError(f"--multiple-validation-sets with a test set from {test_set}: megatron-core 0.19.2 evaluates "
+                     "the test set as if its one loader were the list of validation loaders and stops with a "
+                     "TypeError at the test evaluation that ends the run, after training; "
+                     f"{way_out} --multiple-validation-sets")
 
 
 def _sequence_count(indexed_dataset, prefix: str) -> int:
@@ -405,7 +436,8 @@ EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to un
 def check_data_source(args: argparse.Namespace) -> list[str]:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
-    does not fit its data or gives a run that trains no training data (:func:`check_split`), or leaves a split of a
+    does not fit its data or gives a run that trains no training data (:func:`check_split`), a test set beside
+    ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), or leaves a split of a
     dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
     (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write
     (:func:`check_index_cache`); and,
@@ -420,6 +452,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     from megatron.training.utils import get_blend_and_blend_per_split
 
     if args.mock_data:
+        check_test_set_beside_validation_sets(args, None, None)
         check_cache_flags(args, None)
         check_sequences_file(args, [])
         return []
@@ -447,6 +480,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     if not prefixes:
         raise ValueError(NO_DATA)
     check_split(args, *blends)
+    check_test_set_beside_validation_sets(args, *blends)
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
     missing = [prefix for prefix in local if missing_dataset_files(prefix)]
     if missing:
