@@ -288,3 +288,21 @@ def test_compiled_kernels_at_the_real_vocabulary_match_the_definition_and_megatr
 def test_compiled_cross_entropy_kernels_at_large_fp32_logits_keep_fp32_precision(offset):
     """Qwen3.5's vocabulary over TP 8 (31,040 columns), 512 tokens, logits around +-1e4 in fp32."""
     check_large_logits(*large_logits(512, 248320 // 8, offset, fresh_seed()), device="cuda")
+
+
+def test_every_collective_goes_to_the_given_tensor_parallel_group(monkeypatch):
+    """With a tensor-parallel size of 2 both all-reduces must name the group given: without it they would span every
+    rank of the job (other tensor-parallel groups' tokens, or a hang where pipeline stages do not all compute a
+    loss), which a test whose world is one tensor-parallel group cannot tell apart. The other rank is simulated as
+    holding a slice of -inf logits and no target (its MAX and SUM contributions change nothing), so the loss and
+    gradient are still the definition's over this rank's slice."""
+    from megatron.oellm.layers import cross_entropy
+
+    group = object()
+    groups = []
+    monkeypatch.setattr(cross_entropy, "get_pg_rank", lambda g: 0)
+    monkeypatch.setattr(cross_entropy, "get_pg_size", lambda g: 2)
+    monkeypatch.setattr(cross_entropy.dist, "all_reduce", lambda tensor, op=None, group=None: groups.append(group))
+    logits, target, grad_loss = random_case((7, 2), 300, seed=fresh_seed())
+    check_against_reference(logits.float(), target, grad_loss, group)
+    assert len(groups) == 2 and all(g is group for g in groups)

@@ -146,3 +146,30 @@ def test_an_initial_state_continues_the_recurrence_and_must_have_its_batch_axis(
     torch.testing.assert_close(rest_state, state, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match=r"initial_state must be \[B, HV, K, V\] = \(2, 4, 4, 3\), got \(4, 4, 3\)"):
         gated_delta_rule_reference(q, k, v, g, beta, initial_state=half_state[0])
+
+
+def test_two_steps_with_decay_and_partial_writes_match_the_written_out_recurrence():
+    """Two steps from the zero state with a real decay (g in [-2, -0.1]), beta in (0.2, 1) and keys that overlap,
+    against the recurrence expanded by hand per head: ``S1 = b1 k1 v1^T``, ``o1 = s b1 (q1.k1) v1``; the second step
+    decays first, ``u2 = v2 - e^g2 b1 (k1.k2) v1``, ``o2 = s (e^g2 b1 (k1.q2) v1 + b2 (k2.q2) u2)`` and
+    ``S2 = e^g2 S1 + b2 k2 u2^T``. The other tests have no decay before a write that reads the memory (the delta rule
+    test has g = 0 and beta = 1, the decay test beta = 0 at its second step), so a decay applied after the error, or a
+    beta on the read, passed them."""
+    generator = torch.Generator().manual_seed(torch.seed() % 2**31)
+    batch, heads, key_dim, value_dim, scale = 2, 3, 5, 4, 0.7
+    q = torch.randn(batch, 2, heads, key_dim, generator=generator, dtype=torch.float64)
+    k = l2_normalize(torch.randn(batch, 2, heads, key_dim, generator=generator, dtype=torch.float64))
+    v = torch.randn(batch, 2, heads, value_dim, generator=generator, dtype=torch.float64)
+    g = -0.1 - 1.9 * torch.rand(batch, 2, heads, generator=generator, dtype=torch.float64)
+    beta = 0.2 + 0.8 * torch.rand(batch, 2, heads, generator=generator, dtype=torch.float64)
+    out, state = gated_delta_rule_reference(q, k, v, g, beta, scale=scale)
+    for b in range(batch):
+        for h in range(heads):
+            (q1, q2), (k1, k2), (v1, v2) = q[b, :, h], k[b, :, h], v[b, :, h]
+            (g2,), (b1, b2) = g[b, 1:, h].exp(), beta[b, :, h]
+            u2 = v2 - g2 * b1 * torch.dot(k1, k2) * v1
+            expected_out = torch.stack([scale * b1 * torch.dot(q1, k1) * v1,
+                                        scale * (g2 * b1 * torch.dot(k1, q2) * v1 + b2 * torch.dot(k2, q2) * u2)])
+            expected_state = g2 * b1 * torch.outer(k1, v1) + b2 * torch.outer(k2, u2)
+            torch.testing.assert_close(out[b, :, h], expected_out, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(state[b, h], expected_state, rtol=1e-12, atol=1e-12)

@@ -59,11 +59,12 @@ bf16 (~1e-3)."""
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("zero_centered", [False, True])
-@pytest.mark.parametrize(("rows", "columns"), [(37, 48), (5, 130), (300, 16), (1000, 48)])
+@pytest.mark.parametrize(("rows", "columns"), [(37, 48), (5, 130), (300, 16), (1000, 48), (3, 5000)])
 def test_rms_norm_matches_the_definition(dtype, zero_centered, rows, columns):
     """Widths that are not a power of two (the kernels pad them), row counts that leave a partial block, and more
-    row blocks (16) than the interpreter's backward programs (3), so each program's loop accumulates several; on the
-    CPU this is the eager path, under ``TRITON_INTERPRET=1`` the kernels."""
+    row blocks (16) than the interpreter's backward programs (3), so each program's loop accumulates several, and a
+    width padded past 4,096 columns (one row per program); on the CPU this is the eager path, under
+    ``TRITON_INTERPRET=1`` the kernels."""
     x, weight, grad_y = random_case(rows, columns, dtype, zero_centered, fresh_seed())
     errors = errors_against_definition(rms_norm, x, weight, grad_y, zero_centered)
     assert max(errors) < TOLERANCE[dtype], errors

@@ -154,3 +154,13 @@ def test_the_compiled_kernel_past_int32_offsets_matches_the_definition():
     owned = index >= num_tokens - last
     expected = sum_rows_reference(values[owned], index[owned] - (num_tokens - last), last)
     assert relative_l2(actual, expected) < TOLERANCE[torch.bfloat16]
+
+
+def test_non_contiguous_rows_are_summed_as_their_values():
+    """Rows that are a strided view (every other column of a wider tensor, as a gradient or a slice can arrive) give
+    the definition's sums: the kernel indexes rows as ``row * columns``, so it must be handed a contiguous copy."""
+    wide, index = random_routing(11, 60, 2 * 40, torch.float32, fresh_seed())
+    rows = wide[:, ::2]
+    assert not rows.is_contiguous()
+    assert relative_l2(sum_rows_by_index(rows, index, 11), sum_rows_reference(rows, index, 11)) < TOLERANCE[
+        torch.float32]

@@ -99,3 +99,14 @@ def test_hybridep_is_let_through_where_deep_eps_init_cannot_be_read(monkeypatch:
     assert dispatcher.flex_dispatcher_problem(args) is None
     monkeypatch.setattr(dispatcher, "deep_ep_declares_hybrid_ep", lambda: False)
     assert "hybrid-ep branch" in dispatcher.flex_dispatcher_problem(args)
+
+
+@pytest.mark.parametrize("backend", ["deepep", "ncclep"])
+def test_the_expert_tensor_size_defaults_to_the_tensor_parallel_size(libraries: None, backend: str) -> None:
+    """megatron's validate_args sets an unset --expert-tensor-parallel-size to --tensor-model-parallel-size, so TP 2
+    alone gives the dispatcher's TP x EP group two ranks (accepted); an explicit --expert-tensor-parallel-size 1
+    next to TP 2 leaves it one rank, which megatron-core's assertion refuses."""
+    tp2 = ["--tensor-model-parallel-size", "2"]
+    dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, backend, *tp2]))
+    with pytest.raises(ValueError, match="--expert-tensor-parallel-size 1 and --expert-model-parallel-size 1"):
+        dispatcher.check_flex_dispatcher(parse_oellm_argv([*FLEX, backend, *tp2, "--expert-tensor-parallel-size", "1"]))

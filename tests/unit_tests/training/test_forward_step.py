@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from megatron.oellm.training.forward_step import masked_lm_loss
+from megatron.oellm.training.forward_step import BATCH_KEYS, masked_lm_loss
 
 
 def test_masked_loss_sum_count_and_report():
@@ -94,7 +94,7 @@ def test_check_for_spiky_loss_hands_the_mean_loss_to_megatrons_rerun_machine(che
             return bool(result > threshold)
 
         def validate_result(self, result, rejection_func, message, tolerance, fatal):
-            calls.append((float(result), rejection_func, message, fatal))
+            calls.append((float(result), rejection_func, message, fatal, tolerance))
 
     monkeypatch.setattr(rerun, "get_rerun_state_machine", lambda: Machine())
     monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
@@ -110,11 +110,13 @@ def test_check_for_spiky_loss_hands_the_mean_loss_to_megatrons_rerun_machine(che
     if not check:
         assert calls == []
         return
-    ((result, rejection, message, fatal),) = calls
+    ((result, rejection, message, fatal, tolerance),) = calls
     assert result == pytest.approx(float((losses * mask).sum() / mask.sum()), rel=1e-6)
     assert message == "Spiky loss" and fatal is False
-    assert isinstance(rejection, partial_type) and rejection.keywords == {
-        "threshold": module.SPIKY_LOSS_FACTOR, "context": "loss"}
+    # megatron's own spiky-loss check (RerunStateMachine.validate_result's docstring, pretrain_gpt): a loss 10x the
+    # largest so far is rejected, and the re-run must reproduce the loss exactly (tolerance 0)
+    assert isinstance(rejection, partial_type) and rejection.keywords == {"threshold": 10, "context": "loss"}
+    assert tolerance == 0.0
 
 
 def test_the_combined_1f1b_schedule_gets_the_models_schedule_plan(monkeypatch):
@@ -179,3 +181,61 @@ def test_a_third_positional_argument_is_not_taken_for_the_schedule_plan_switch()
 
     parameter = inspect.signature(forward_step).parameters["return_schedule_plan"]
     assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("vp_stage", [None, 1])
+def test_the_stage_check_gets_the_chunks_virtual_stage_and_no_iterator_reads_nothing(vp_stage, monkeypatch):
+    """Under virtual pipelining the first/last-stage test must be asked about this model chunk's ``vp_stage`` (a middle
+    chunk on the first rank reads no micro-batch); a stage without a data iterator (None) reads none either."""
+    import megatron.training
+    import megatron.training.utils
+
+    from megatron.oellm.training import forward_step as module
+
+    asked = []
+    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
+    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
+    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage",
+                        lambda vp_stage: asked.append(vp_stage) or True)
+    monkeypatch.setattr(module, "next_batch", lambda iterator: dict.fromkeys(module.BATCH_KEYS, next(iterator)))
+
+    class Model(_Model):
+        def forward(self, tokens, position_ids, attention_mask, labels=None, loss_mask=None):
+            return tokens
+
+    model = Model()
+    model.vp_stage = vp_stage
+    tokens = torch.rand(2, 3)
+    output, _ = module.forward_step(iter([tokens]), model)
+    assert output is tokens and asked == [vp_stage]
+    output, _ = module.forward_step(None, model)
+    assert output is None and asked == [vp_stage]  # not asked again: no iterator, no micro-batch
+
+
+@pytest.mark.parametrize(("cp_size", "cp_rank"), [(1, 0), (2, 0), (2, 1)])
+def test_next_batch_moves_every_field_and_splits_the_sequence_for_context_parallelism(cp_size, cp_rank, monkeypatch):
+    """Every field of the sample reaches the model (``attention_mask`` stays None); under context parallelism 2 the
+    sequence of 8 is cut into 4 chunks of 2 and rank 0 keeps chunks 0 and 3, rank 1 chunks 1 and 2 (megatron's
+    load-balanced layout for causal attention), the same columns of every field."""
+    import torch.distributed
+    from megatron.core import parallel_state
+
+    from megatron.oellm.training.forward_step import next_batch
+
+    moved = []
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, non_blocking=False: moved.append(non_blocking) or self)
+    monkeypatch.setattr(parallel_state, "get_context_parallel_world_size", lambda: cp_size)
+    monkeypatch.setattr(parallel_state, "get_context_parallel_group", lambda: "cp group")
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: cp_size)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: cp_rank)
+    generator = torch.Generator().manual_seed(torch.seed() % 2**31)
+    sample = {"tokens": torch.randint(0, 1000, (2, 8), generator=generator),
+              "labels": torch.randint(0, 1000, (2, 8), generator=generator),
+              "loss_mask": (torch.rand(2, 8, generator=generator) > 0.3).float(),
+              "position_ids": torch.arange(8).repeat(2, 1), "attention_mask": None, "unused": torch.ones(2, 8)}
+    batch = next_batch(iter([sample]))
+    assert set(batch) == set(BATCH_KEYS) and batch["attention_mask"] is None
+    assert moved == [True] * 4  # non-blocking copies of the four tensors the model step uses
+    columns = {(1, 0): list(range(8)), (2, 0): [0, 1, 6, 7], (2, 1): [2, 3, 4, 5]}[(cp_size, cp_rank)]
+    for key in ("tokens", "labels", "loss_mask", "position_ids"):
+        assert torch.equal(batch[key], sample[key][:, columns]), key
