@@ -208,6 +208,24 @@ def check_test_set_beside_validation_sets(args: argparse.Namespace, blend, blend
                      f"{way_out} --multiple-validation-sets")
 
 
+def check_validation_set_names(args: argparse.Namespace, blend_per_split) -> None:
+    """Raise ``ValueError`` when ``--validation-set-names`` names another number of sets than
+    ``--multiple-validation-sets`` evaluates (one per prefix of the validation paths, their weights ignored; one for a
+    blend or mock data): megatron-core 0.19.2 asserts the counts equal at the first evaluation, after
+    ``--eval-interval`` training iterations."""
+    if not (args.validation_set_names and args.multiple_validation_sets
+            and (args.full_validation or args.eval_iters > 0)):
+        return
+    if blend_per_split is not None and blend_per_split[1] is None:
+        return  # no validation set: nothing is evaluated
+    sets = len(blend_per_split[1][0]) if blend_per_split is not None else 1
+    names = len(args.validation_set_names)
+    if names != sets:
+        raise ValueError(f"--validation-set-names gives {names} name(s) for {sets} validation set(s) (one per prefix of "
+                         "the validation data paths): megatron-core asserts the counts equal at the first evaluation, "
+                         "after --eval-interval training iterations; give one name per validation set")
+
+
 def _sequence_count(indexed_dataset, prefix: str) -> int:
     """The sequence count of dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in:
     importing it imports megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
@@ -437,7 +455,8 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
     does not fit its data or gives a run that trains no training data (:func:`check_split`), a test set beside
-    ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), or leaves a split of a
+    ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), validation set names that do not
+    count its sets (:func:`check_validation_set_names`), or leaves a split of a
     dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
     (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write
     (:func:`check_index_cache`); and,
@@ -453,6 +472,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
 
     if args.mock_data:
         check_test_set_beside_validation_sets(args, None, None)
+        check_validation_set_names(args, None)
         check_cache_flags(args, None)
         check_sequences_file(args, [])
         return []
@@ -481,6 +501,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
         raise ValueError(NO_DATA)
     check_split(args, *blends)
     check_test_set_beside_validation_sets(args, *blends)
+    check_validation_set_names(args, blends[1])
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
     missing = [prefix for prefix in local if missing_dataset_files(prefix)]
     if missing:

@@ -561,3 +561,35 @@ def test_a_test_set_beside_multiple_validation_sets_is_refused_naming_where_it_c
     for flags in (per_split, ["--data-path", train, "--split", "1,1,0"]):
         with pytest.raises(Reached):
             entry.main([*BASE, *flags, *multiple])
+
+
+def test_validation_set_names_that_do_not_count_the_sets_are_refused(monkeypatch, capsys, tmp_path):
+    """megatron asserts one ``--validation-set-names`` name per validation set at the first evaluation, after
+    ``--eval-interval`` training iterations: a name too many or too few is refused at start. The sets are the
+    validation paths' prefixes, their weights ignored."""
+    import types
+    from unittest import mock
+
+    from megatron.core.rerun_state_machine import RerunDataIterator
+    from megatron.training import training
+
+    sets = random.randint(2, 4)
+    names = [_name() for _ in range(sets + random.choice([-1, 1]))]
+    megatron_args = types.SimpleNamespace(multiple_validation_sets=True, eval_iters=[1] * sets, full_validation=False,
+                                          validation_set_names=names)
+    with mock.patch.object(training, "get_args", lambda: megatron_args), \
+            mock.patch.object(training, "get_tensorboard_writer", lambda: None), \
+            mock.patch.object(training, "get_wandb_writer", lambda: None), \
+            pytest.raises(AssertionError, match="Number of --validation-set-names"):
+        training.evaluate_and_print_results("valid", None, [RerunDataIterator(iter([]))] * sets, None, 0, None, None)
+    entry = entry_up_to_pretrain(monkeypatch)
+    train = corpus(tmp_path, _name())
+    valid = [item for _ in range(sets) for item in (_proportion(), corpus(tmp_path, _name()))]
+    argv = [*BASE, "--train-data-path", train, "--valid-data-path", *valid, "--multiple-validation-sets",
+            "--full-validation"]
+    assert entry.main([*argv, "--validation-set-names", *names]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --validation-set-names gives {len(names)} name(s) for {sets} "
+                           "validation set(s)"), line
+    with pytest.raises(Reached):
+        entry.main([*argv, "--validation-set-names", *names[:sets], *[_name() for _ in range(sets - len(names))]])
