@@ -1,0 +1,53 @@
+"""Checks of the run's schedule flags (checkpoint saves, data phases, profiler steps) that megatron's
+``validate_args`` accepts and megatron 0.19.2 fails on only once the run is under way: at the first save, when it
+builds the datasets, or when training starts. The training entry runs them on the validated arguments, before
+Megatron allocates anything."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def check_save_flags(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for save flags megatron 0.19.2 refuses at its first save, after ``--save-interval`` (or
+    ``--non-persistent-save-interval``) iterations of training: ``--async-save`` with the legacy ``torch`` checkpoint
+    format (``validate_args`` turns it off for the distributed formats without a persistent worker, not for this one;
+    ``save_checkpoint`` then raises ``NotImplementedError``), and ``--non-persistent-save-interval`` without
+    ``--non-persistent-ckpt-type`` (``save_checkpoint`` knows only ``global`` and ``local``)."""
+    if not args.save:
+        return
+    if args.async_save and args.ckpt_format == "torch":
+        raise ValueError("--async-save with --ckpt-format torch: megatron-core 0.19.2 saves torch-format checkpoints "
+                         "only synchronously and stops with NotImplementedError at the first save, after "
+                         "--save-interval iterations of training; use --ckpt-format torch_dist with "
+                         "--use-persistent-ckpt-worker, or drop --async-save")
+    if args.non_persistent_save_interval and args.non_persistent_ckpt_type is None:
+        raise ValueError(f"--non-persistent-save-interval {args.non_persistent_save_interval} without "
+                         "--non-persistent-ckpt-type: megatron-core 0.19.2 stops with NotImplementedError at its "
+                         f"first non-persistent save (iteration {args.non_persistent_save_interval}, unless a "
+                         "persistent save falls there); add --non-persistent-ckpt-type global (or local), or drop "
+                         "--non-persistent-save-interval")
+
+
+def check_phase_transitions(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--phase-transition-iterations`` in a run sized by ``--train-iters``: megatron 0.19.2
+    sizes each phase's training samples up to ``args.train_samples``, which is None then, and stops with a
+    ``TypeError`` when it builds the datasets (after the model and optimizer are set up, also under
+    ``--skip-train``)."""
+    if args.phase_transition_iterations and args.train_samples is None:
+        raise ValueError("--phase-transition-iterations needs the run's length as --train-samples: megatron-core "
+                         "0.19.2 sizes each phase's data up to it and, with --train-iters, stops with a TypeError "
+                         "when it builds the datasets, after the model is set up; give --train-samples (the "
+                         "iterations x --global-batch-size) instead of --train-iters")
+
+
+def check_profiler_steps(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--profile --use-pytorch-profiler`` with ``--profile-step-end`` not after
+    ``--profile-step-start``: megatron 0.19.2 hands torch's profiler schedule ``end - start`` active steps, which it
+    refuses (an ``AssertionError``) when training starts, on the profiled ranks only."""
+    if args.profile and args.use_pytorch_profiler and args.profile_step_end <= args.profile_step_start:
+        raise ValueError(f"--profile-step-end {args.profile_step_end} is not after --profile-step-start "
+                         f"{args.profile_step_start}: megatron-core 0.19.2 asks torch's profiler for "
+                         f"{args.profile_step_end - args.profile_step_start} active steps, which it refuses when "
+                         "training starts (on the --profile-ranks only, leaving the other ranks waiting); give an "
+                         "end step after the start step")

@@ -1,0 +1,114 @@
+"""Save, data-phase and profiler flags that megatron's ``validate_args`` accepts and megatron 0.19.2 fails on mid-run:
+each premise is shown on megatron's (or torch's) own function on the CPU, then the training entry refuses the run in
+one error line before Megatron allocates anything, and lets the neighbouring valid run through."""
+
+import random
+import types
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
+
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
+        "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4"]
+
+
+def _refused(entry, capsys: pytest.CaptureFixture, argv: list[str]) -> str:
+    """The entry's one error line for ``argv`` (exit status 2)."""
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: "), line
+    return line
+
+
+def _save_checkpoint_error(tmp_path: Path, non_persistent: bool, **megatron_args) -> Exception:
+    """What megatron's ``save_checkpoint`` raises before it writes anything, for these arguments (its globals
+    stubbed: no process group, no GPU)."""
+    from megatron.training import checkpointing
+
+    args = types.SimpleNamespace(save=str(tmp_path / "save"), non_persistent_ckpt_type=None,
+                                 non_persistent_global_ckpt_dir=None, use_distributed_optimizer=False,
+                                 no_save_optim=False, dataloader_save=None, **megatron_args)
+    name = str(tmp_path / "save" / "iter_0000007" / "mp_rank_00" / "model_optim_rng.pt")
+    with mock.patch.object(checkpointing, "get_args", lambda: args), \
+            mock.patch.object(checkpointing, "get_rng_state", lambda *_args, **_kwargs: None), \
+            mock.patch.object(checkpointing, "get_rerun_state_machine",
+                              lambda: types.SimpleNamespace(state_dict=lambda **_kwargs: {})), \
+            mock.patch.object(checkpointing, "get_checkpoint_name", lambda *_args, **_kwargs: name), \
+            pytest.raises(NotImplementedError) as raised:
+        checkpointing.save_checkpoint(7, [], None, None, 0, checkpointing_context={}, non_persistent_ckpt=non_persistent,
+                                      tp_group=object(), pp_group=object())
+    return raised.value
+
+
+def test_async_save_in_the_torch_format_is_refused(monkeypatch, capsys, tmp_path):
+    """``validate_args`` turns ``--async-save`` off for the distributed formats without a persistent worker, not for
+    the legacy torch format, whose save then raises NotImplementedError after --save-interval iterations."""
+    error = _save_checkpoint_error(tmp_path, False, async_save=True, use_dist_ckpt=False, ckpt_format="torch")
+    assert "Async checkpoint save not implemented for legacy checkpoints" in str(error)
+    entry = entry_up_to_pretrain(monkeypatch)
+    save = ["--train-iters", "500", "--save", str(tmp_path / "save"), "--save-interval", str(random.randint(1, 400))]
+    line = _refused(entry, capsys, [*BASE, *save, "--async-save", "--ckpt-format", "torch"])
+    assert "--async-save with --ckpt-format torch: megatron-core 0.19.2 saves torch-format checkpoints only" in line
+    for passes in (["--ckpt-format", "torch"], ["--async-save", "--ckpt-format", "torch_dist"]):
+        with pytest.raises(Reached):
+            entry.main([*BASE, *save, *passes])
+    with pytest.raises(Reached):  # nothing is saved
+        entry.main([*BASE, "--train-iters", "500", "--async-save", "--ckpt-format", "torch"])
+
+
+def test_a_non_persistent_save_interval_without_its_type_is_refused(monkeypatch, capsys, tmp_path):
+    """megatron's ``save_checkpoint`` knows the non-persistent types ``global`` and ``local`` only: without
+    ``--non-persistent-ckpt-type`` its first non-persistent save raises NotImplementedError."""
+    error = _save_checkpoint_error(tmp_path, True, async_save=False, use_dist_ckpt=True, ckpt_format="torch_dist")
+    assert "Please use local or global non-persistent checkpoints (got: None)" in str(error)
+    entry = entry_up_to_pretrain(monkeypatch)
+    interval = random.randint(1, 99)
+    save = ["--train-iters", "500", "--save", str(tmp_path / "save"), "--save-interval", "100",
+            "--non-persistent-save-interval", str(interval)]
+    line = _refused(entry, capsys, [*BASE, *save])
+    assert (f"--non-persistent-save-interval {interval} without --non-persistent-ckpt-type: megatron-core 0.19.2 "
+            f"stops with NotImplementedError at its first non-persistent save (iteration {interval}") in line
+    with pytest.raises(Reached):
+        entry.main([*BASE, *save, "--non-persistent-ckpt-type", "global"])
+
+
+def test_phase_transitions_in_a_run_sized_by_iterations_are_refused(monkeypatch, capsys):
+    """megatron sizes each data phase up to ``args.train_samples``; with ``--train-iters`` it is None and building
+    the datasets raises a TypeError (comparing None with the current sample)."""
+    from megatron.training import training
+
+    iters, transition = 500, random.randint(1, 499)
+    megatron_args = types.SimpleNamespace(train_samples=None, train_iters=iters, global_batch_size=8,
+                                          full_validation=False, skip_train=False, eval_interval=100,
+                                          start_eval_at_iter=None, eval_iters=10,
+                                          phase_transition_iterations=[transition], iteration=0)
+    with mock.patch.object(training, "get_args", lambda: megatron_args), pytest.raises(TypeError, match="NoneType"):
+        training.get_train_valid_test_num_samples()
+    entry = entry_up_to_pretrain(monkeypatch)
+    phases = ["--phase-transition-iterations", str(transition)]
+    line = _refused(entry, capsys, [*BASE, "--train-iters", str(iters), *phases])
+    assert "--phase-transition-iterations needs the run's length as --train-samples" in line
+    with pytest.raises(Reached):
+        entry.main([*BASE, "--train-samples", str(iters * 8), "--lr-decay-samples", str(iters * 8), *phases])
+
+
+@pytest.mark.parametrize("steps_after_start", [0, -1])
+def test_a_pytorch_profiler_window_without_a_step_is_refused(monkeypatch, capsys, steps_after_start):
+    """megatron hands torch's profiler schedule ``--profile-step-end`` minus ``--profile-step-start`` active steps,
+    which torch refuses below 1 when training starts."""
+    start = random.randint(2, 50)
+    end = start + steps_after_start
+    with pytest.raises(AssertionError, match="active"):
+        torch.profiler.schedule(wait=start - 1, warmup=1, active=end - start, repeat=1)
+    entry = entry_up_to_pretrain(monkeypatch)
+    profile = ["--train-iters", "500", "--profile", "--profile-step-start", str(start)]
+    line = _refused(entry, capsys, [*BASE, *profile, "--profile-step-end", str(end), "--use-pytorch-profiler"])
+    assert f"--profile-step-end {end} is not after --profile-step-start {start}" in line
+    with pytest.raises(Reached):
+        entry.main([*BASE, *profile, "--profile-step-end", str(start + 1), "--use-pytorch-profiler"])
+    with pytest.raises(Reached):  # nsys profiling (no torch profiler schedule)
+        entry.main([*BASE, *profile, "--profile-step-end", str(end)])
