@@ -70,6 +70,12 @@ def check_data_args(args: argparse.Namespace) -> None:
             raise ValueError(reason)
 
 
+def evaluates(args: argparse.Namespace) -> bool:
+    """Whether the run evaluates its validation and test sets: megatron's ``do_valid`` and ``do_test`` (given the
+    data), with ``--full-validation`` or a positive ``--eval-iters``."""
+    return bool(args.full_validation or args.eval_iters > 0)
+
+
 def check_validation_sets(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for the validation-set flags megatron-core 0.19.2 refuses only once the run is under way:
     ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
@@ -79,14 +85,13 @@ def check_validation_sets(args: argparse.Namespace) -> None:
     ``--validation-set-names`` without ``--multiple-validation-sets`` in a run that evaluates (an assertion at the
     first evaluation, after ``--eval-interval`` training iterations or at the end of a shorter run; megatron reads
     the names nowhere else, and evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
-    evaluates = args.full_validation or args.eval_iters > 0  # megatron's do_valid and do_test
-    if args.multiple_validation_sets and not args.full_validation and (evaluates or not args.skip_train):
+    if args.multiple_validation_sets and not args.full_validation and (evaluates(args) or not args.skip_train):
         raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
                          "with --full-validation (else it stops after the model and optimizer are set up: with "
                          "NotImplementedError when it builds the data loaders of a run that trains, with a TypeError "
                          "at the first evaluation under --skip-train); add --full-validation, or drop "
                          "--multiple-validation-sets")
-    if args.validation_set_names and not args.multiple_validation_sets and evaluates:
+    if args.validation_set_names and not args.multiple_validation_sets and evaluates(args):
         raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
                          "megatron-core asserts it at the first evaluation (after --eval-interval training "
                          "iterations, or at the end of a shorter run); add --multiple-validation-sets "
@@ -189,7 +194,7 @@ def check_test_set_beside_validation_sets(args: argparse.Namespace, blend, blend
     paths beside the per-split ones, and with a blend whose ``--split`` gives the test split a share."""
     from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
 
-    if not args.multiple_validation_sets or not (args.full_validation or args.eval_iters > 0):
+    if not args.multiple_validation_sets or not evaluates(args):
         return
     if args.mock_data:
         test_set, way_out = "--mock-data (megatron-core's mock datasets always have a test split)", "drop"
@@ -213,8 +218,7 @@ def check_validation_set_names(args: argparse.Namespace, blend_per_split) -> Non
     ``--multiple-validation-sets`` evaluates (one per prefix of the validation paths, their weights ignored; one for a
     blend or mock data): megatron-core 0.19.2 asserts the counts equal at the first evaluation, after
     ``--eval-interval`` training iterations."""
-    if not (args.validation_set_names and args.multiple_validation_sets
-            and (args.full_validation or args.eval_iters > 0)):
+    if not (args.validation_set_names and args.multiple_validation_sets and evaluates(args)):
         return
     if blend_per_split is not None and blend_per_split[1] is None:
         return  # no validation set: nothing is evaluated

@@ -15,16 +15,22 @@ from __future__ import annotations
 import argparse
 
 
+def _weight_shard_replicas(args: argparse.Namespace) -> int:
+    """Megatron's ``gtp_weight_remat_size`` (from ``--tensor-parallel-num-weight-shards``; 1 where the arguments lack
+    it)."""
+    return getattr(args, "gtp_weight_remat_size", 1)
+
+
 def calculator_data_parallel_size(args: argparse.Namespace) -> int:
     """The data-parallel size megatron-core's micro-batch calculator divides the global batch by: Megatron's
     ``data_parallel_size`` times ``gtp_weight_remat_size`` (from ``--tensor-parallel-num-weight-shards``), whose
     ranks each draw their own micro-batches though ``data_parallel_size`` leaves them out."""
-    return args.data_parallel_size * getattr(args, "gtp_weight_remat_size", 1)
+    return args.data_parallel_size * _weight_shard_replicas(args)
 
 
 def _weight_shards_note(args: argparse.Namespace) -> str:
     """How the refusal names the weight-shard factor of :func:`calculator_data_parallel_size` (empty without one)."""
-    remat = getattr(args, "gtp_weight_remat_size", 1)
+    remat = _weight_shard_replicas(args)
     if remat == 1:
         return ""
     return f": {args.data_parallel_size} x {remat} weight-shard replicas of --tensor-parallel-num-weight-shards"

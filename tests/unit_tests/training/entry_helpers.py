@@ -67,3 +67,12 @@ def corpus(tmp_path: Path, name: str) -> str:
         docs.append(tmp_path / f"{name}{i}.txt")
         docs[-1].write_text(f"document {i} of {name}")
     return build_corpus(docs, tmp_path / name).prefix
+
+
+def one_error_line(capsys: pytest.CaptureFixture) -> str:
+    """The single line the entry printed on stderr, its ``error:`` line (fails on a traceback or argparse's page-long
+    usage)."""
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err[:3]
+    assert err[0].startswith("megatron.oellm.training.entry: error: ")
+    return err[0]

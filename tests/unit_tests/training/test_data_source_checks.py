@@ -492,20 +492,23 @@ def test_mock_data_with_a_sequences_file_that_cannot_be_read_is_refused(tmp_path
         data.check_data_source(args)
 
 
-def _megatron_evaluation_error(data_iterators, eval_iters: int | list[int], full_validation: bool) -> Exception:
-    """What megatron 0.19.2's ``evaluate_and_print_results`` raises for ``--multiple-validation-sets`` given these
-    loaders and ``args.eval_iters`` (get_args and its writers stubbed; it fails before it touches a GPU)."""
+def _megatron_evaluation_error(data_iterators, eval_iters: int | list[int], full_validation: bool,
+                               validation_set_names: list[str] | None = None,
+                               raises: type[Exception] = TypeError) -> Exception:
+    """What megatron 0.19.2's ``evaluate_and_print_results`` raises (``raises``) for ``--multiple-validation-sets``
+    given these loaders, ``args.eval_iters`` and names (get_args and its writers stubbed; it fails before it touches
+    a GPU)."""
     import types
     from unittest import mock
 
     from megatron.training import training
 
     megatron_args = types.SimpleNamespace(multiple_validation_sets=True, eval_iters=eval_iters,
-                                          full_validation=full_validation, validation_set_names=None)
+                                          full_validation=full_validation, validation_set_names=validation_set_names)
     with mock.patch.object(training, "get_args", lambda: megatron_args), \
             mock.patch.object(training, "get_tensorboard_writer", lambda: None), \
             mock.patch.object(training, "get_wandb_writer", lambda: None), \
-            pytest.raises(TypeError) as raised:
+            pytest.raises(raises) as raised:
         training.evaluate_and_print_results("valid", None, data_iterators, None, 0, None, None)
     return raised.value
 
@@ -567,21 +570,12 @@ def test_validation_set_names_that_do_not_count_the_sets_are_refused(monkeypatch
     """megatron asserts one ``--validation-set-names`` name per validation set at the first evaluation, after
     ``--eval-interval`` training iterations: a name too many or too few is refused at start. The sets are the
     validation paths' prefixes, their weights ignored."""
-    import types
-    from unittest import mock
-
     from megatron.core.rerun_state_machine import RerunDataIterator
-    from megatron.training import training
 
     sets = random.randint(2, 4)
     names = [_name() for _ in range(sets + random.choice([-1, 1]))]
-    megatron_args = types.SimpleNamespace(multiple_validation_sets=True, eval_iters=[1] * sets, full_validation=False,
-                                          validation_set_names=names)
-    with mock.patch.object(training, "get_args", lambda: megatron_args), \
-            mock.patch.object(training, "get_tensorboard_writer", lambda: None), \
-            mock.patch.object(training, "get_wandb_writer", lambda: None), \
-            pytest.raises(AssertionError, match="Number of --validation-set-names"):
-        training.evaluate_and_print_results("valid", None, [RerunDataIterator(iter([]))] * sets, None, 0, None, None)
+    error = _megatron_evaluation_error([RerunDataIterator(iter([]))] * sets, [1] * sets, False, names, AssertionError)
+    assert "Number of --validation-set-names" in str(error)
     entry = entry_up_to_pretrain(monkeypatch)
     train = corpus(tmp_path, _name())
     valid = [item for _ in range(sets) for item in (_proportion(), corpus(tmp_path, _name()))]

@@ -6,18 +6,10 @@ import random
 import pytest
 
 from megatron.oellm.cards import get_card
-from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain, one_error_line
 
 CARD = "qwen3-30b-a3b-tiny"
 BASE = ["--oellm-model", CARD, "--oellm-backend", "torch", "--seq-length", "128"]
-
-
-def one_error_line(capsys) -> str:
-    """The single line the entry printed on stderr (fails on a traceback or argparse's page-long usage)."""
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1, err[:3]
-    assert err[0].startswith("megatron.oellm.training.entry: error: ")
-    return err[0]
 
 
 @pytest.mark.parametrize("flag, value", [("--attention-backend", "flashh"), ("--exit-signal", "SIGNOPE"),

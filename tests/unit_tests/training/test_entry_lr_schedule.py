@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, one_error_line
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8"]
@@ -19,14 +19,6 @@ def entry_up_to_throughput(monkeypatch):
     entry = entry_up_to_pretrain(monkeypatch)
     monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1e9, None))
     return entry
-
-
-def one_error_line(capsys) -> str:
-    """The single ``error:`` line the entry printed on stderr."""
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1, err[:3]
-    assert err[0].startswith("megatron.oellm.training.entry: error: ")
-    return err[0]
 
 
 def megatron_schedule(argv: list[str]) -> None:

@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, one_error_line
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4"]
@@ -19,9 +19,7 @@ BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--se
 def _refused(entry, capsys: pytest.CaptureFixture, argv: list[str]) -> str:
     """The entry's one error line for ``argv`` (exit status 2)."""
     assert entry.main(argv) == 2
-    [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"{entry.PROG}: error: "), line
-    return line
+    return one_error_line(capsys)
 
 
 def _save_checkpoint_error(tmp_path: Path, non_persistent: bool, **megatron_args) -> Exception:
