@@ -1,11 +1,26 @@
-"""Checks of the run's schedule flags (checkpoint saves, data phases, profiler steps) that megatron's
-``validate_args`` accepts and megatron 0.19.2 fails on only once the run is under way: at the first save, when it
-builds the datasets, or when training starts. The training entry runs them on the validated arguments, before
+"""Checks of the run's schedule flags (run length, checkpoint saves, data phases, profiler steps) that megatron's
+``validate_args`` accepts and megatron 0.19.2 fails on, or silently skips, only once the run is under way: at the
+first save, when it builds the datasets, or when training starts. The training entry runs them on the validated arguments, before
 Megatron allocates anything."""
 
 from __future__ import annotations
 
 import argparse
+
+
+def check_run_length(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--train-samples`` below ``--global-batch-size`` (without
+    ``--step-batch-size-schedule``): megatron 0.19.2 sets the run's iterations to ``train_samples //
+    global_batch_size``, which is 0, builds the model, optimizer and data loaders, skips training and exits 0, so a
+    job that waited in the queue trains nothing and reports success. ``--skip-train`` asks for no training and is
+    left alone."""
+    if args.skip_train or not args.train_samples or args.step_batch_size_schedule is not None:
+        return
+    if args.train_samples < args.global_batch_size:
+        raise ValueError(f"--train-samples {args.train_samples} is less than one step of --global-batch-size "
+                         f"{args.global_batch_size}: megatron-core 0.19.2 rounds the run down to "
+                         f"{args.train_samples} // {args.global_batch_size} = 0 iterations, sets up the model and "
+                         "data, trains nothing and exits with success; give at least one global batch of samples")
 
 
 def check_save_flags(args: argparse.Namespace) -> None:

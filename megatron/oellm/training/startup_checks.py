@@ -37,12 +37,18 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     set-up or at the first step: NVTE attention switches in ``environ`` (default: this process's) against the
     attention backend, data and validation-set flags, a ``--spec`` the model provider would not read, a recompute
     megatron-core's config refuses without naming the flag, micro-batches per step the interleaved pipeline schedule
-    refuses, save, data-phase and profiler flags megatron fails on mid-run (:mod:`.run_schedule`)."""
+    refuses, a run length megatron rounds to no step, save, data-phase and profiler flags megatron fails on mid-run
+    (:mod:`.run_schedule`)."""
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_data_args, check_validation_sets
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
-    from megatron.oellm.training.run_schedule import check_phase_transitions, check_profiler_steps, check_save_flags
+    from megatron.oellm.training.run_schedule import (
+        check_phase_transitions,
+        check_profiler_steps,
+        check_run_length,
+        check_save_flags,
+    )
 
     check_attention_env(args, environ)
     check_data_args(args)
@@ -50,6 +56,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     check_layer_spec(args)
     check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag
     check_interleaved_microbatches(args)
+    check_run_length(args)
     check_save_flags(args)
     check_phase_transitions(args)
     check_profiler_steps(args)

@@ -110,3 +110,24 @@ def test_a_pytorch_profiler_window_without_a_step_is_refused(monkeypatch, capsys
         entry.main([*BASE, *profile, "--profile-step-end", str(start + 1), "--use-pytorch-profiler"])
     with pytest.raises(Reached):  # nsys profiling (no torch profiler schedule)
         entry.main([*BASE, *profile, "--profile-step-end", str(end)])
+
+
+def test_fewer_training_samples_than_one_global_batch_are_refused(monkeypatch, capsys):
+    """megatron rounds a ``--train-samples`` run down to whole global batches; below one batch that is 0 iterations,
+    and ``pretrain`` then skips training (``args.train_iters > 0`` is false) and returns as if it had finished."""
+    from megatron.training import training
+
+    batch = 8
+    samples = random.randint(1, batch - 1)
+    megatron_args = types.SimpleNamespace(train_iters=None, train_samples=samples, global_batch_size=batch,
+                                          step_batch_size_schedule=None)
+    with mock.patch.object(training, "print_rank_0"):
+        training.update_train_iters(megatron_args)
+    assert megatron_args.train_iters == 0
+    entry = entry_up_to_pretrain(monkeypatch)
+    line = _refused(entry, capsys, [*BASE, "--train-samples", str(samples)])
+    assert (f"--train-samples {samples} is less than one step of --global-batch-size {batch}: megatron-core 0.19.2 "
+            f"rounds the run down to {samples} // {batch} = 0 iterations") in line
+    for passes in (["--train-samples", str(batch)], ["--train-samples", str(samples), "--skip-train"]):
+        with pytest.raises(Reached):
+            entry.main([*BASE, *passes])
