@@ -309,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
+    from megatron.oellm.training.run_schedule import profiler_trace_warnings
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
     from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
     from megatron.oellm.training.throughput import install_throughput_logging
@@ -329,8 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_flex_dispatcher(args)
         check_validated_args(args)
         local_prefixes = check_data_source(args)
-        if os.environ.get("RANK", "0") == "0":  # megatron-core reuses these caches when it builds the datasets
-            for warning in stale_cache_warnings(args, local_prefixes):
+        if os.environ.get("RANK", "0") == "0":  # stale index caches megatron-core would reuse, misplaced traces
+            for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd())]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_converted_load(args, loaded)
         check_load_strictness(args, loaded)

@@ -6,6 +6,7 @@ Megatron allocates anything."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def check_run_length(args: argparse.Namespace) -> None:
@@ -66,3 +67,18 @@ def check_profiler_steps(args: argparse.Namespace) -> None:
                          f"{args.profile_step_end - args.profile_step_start} active steps, which it refuses when "
                          "training starts (on the --profile-ranks only, leaving the other ranks waiting); give an "
                          "end step after the start step")
+
+
+def profiler_trace_warnings(args: argparse.Namespace, cwd: Path) -> list[str]:
+    """One warning for ``--profile --use-pytorch-profiler`` without ``--tensorboard-dir``, naming where the traces
+    go: megatron 0.19.2 writes them to ``<tensorboard_dir>/../torch_profile`` (Chakra traces to ``../chakra``), which
+    without the flag is ``None/../torch_profile``: the traces land in ``torch_profile`` under the working directory
+    ``cwd`` (often the container's or the submit directory) beside an empty ``None`` directory. A warning, not a
+    refusal: the traces are written, only not where the user looks."""
+    if not (args.profile and args.use_pytorch_profiler) or args.tensorboard_dir is not None:
+        return []
+    chakra = (f" (and the Chakra execution traces to {cwd / 'chakra'})" if args.pytorch_profiler_collect_chakra
+              else "")
+    return [f"--use-pytorch-profiler without --tensorboard-dir: megatron-core 0.19.2 writes the profiler traces to "
+            f"{cwd / 'torch_profile'}{chakra}, under the working directory, and leaves an empty directory "
+            f"{cwd / 'None'} there; give --tensorboard-dir DIR to have them written to DIR/../torch_profile"]

@@ -131,3 +131,41 @@ def test_fewer_training_samples_than_one_global_batch_are_refused(monkeypatch, c
     for passes in (["--train-samples", str(batch)], ["--train-samples", str(samples), "--skip-train"]):
         with pytest.raises(Reached):
             entry.main([*BASE, *passes])
+
+
+@pytest.mark.parametrize("chakra", [False, True])
+def test_pytorch_profiler_traces_without_a_tensorboard_dir_are_warned_of_once_on_rank_0(monkeypatch, capsys, tmp_path,
+                                                                                         chakra):
+    """megatron writes the torch profiler's traces to ``<tensorboard_dir>/../torch_profile`` (Chakra's to
+    ``../chakra``); without ``--tensorboard-dir`` that is ``None/../torch_profile``, which lands under the working
+    directory beside an empty ``None`` directory. The entry names the place in one warning and goes on."""
+    import inspect
+
+    from megatron.training import training
+
+    source = inspect.getsource(training.train)
+    assert 'Path(f"{args.tensorboard_dir}/../torch_profile")' in source
+    assert 'Path(f"{args.tensorboard_dir}/../chakra")' in source
+    monkeypatch.chdir(tmp_path)
+    Path(f"{None}/../torch_profile").mkdir(parents=True, exist_ok=True)  # what megatron does with the default
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["None", "torch_profile"]
+    entry = entry_up_to_pretrain(monkeypatch)
+    start = random.randint(2, 50)
+    profile = ["--train-iters", "500", "--profile", "--use-pytorch-profiler", "--profile-step-start", str(start),
+               "--profile-step-end", str(start + random.randint(1, 5)),
+               *(["--pytorch-profiler-collect-chakra"] if chakra else [])]
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(Reached):
+        entry.main([*BASE, *profile])
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: warning: --use-pytorch-profiler without --tensorboard-dir: megatron-core "
+                           f"0.19.2 writes the profiler traces to {tmp_path / 'torch_profile'}")
+    assert f"leaves an empty directory {tmp_path / 'None'} there" in line
+    assert (f"(and the Chakra execution traces to {tmp_path / 'chakra'})" in line) == chakra
+    for quiet_rank, quiet in (("1", profile), ("0", [*profile, "--tensorboard-dir", str(tmp_path / "tb")]),
+                              ("0", ["--train-iters", "500", "--profile", "--profile-step-start", str(start),
+                                     "--profile-step-end", str(start + 1)])):
+        monkeypatch.setenv("RANK", quiet_rank)
+        with pytest.raises(Reached):
+            entry.main([*BASE, *quiet])
+        assert capsys.readouterr().err == ""
