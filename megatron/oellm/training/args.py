@@ -325,3 +325,15 @@ def check_intervals(args: argparse.Namespace) -> None:
                          "chunk (megatron-core checks only that it is set): with --recompute-method uniform its "
                          "layer loop steps by it and never ends (the job hangs in its first forward pass until its "
                          "time limit), with block it recomputes no layer; give a positive count")
+
+
+def check_wandb_directory(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--wandb-project`` with neither ``--wandb-save-dir`` nor ``--save``: megatron-core
+    0.19.2 puts the Weights & Biases files under ``--save``'s ``wandb`` directory by default, joins None with it
+    while it validates the arguments, and stops there with a ``TypeError`` on the last rank only, the other ranks
+    waiting for it. ``args`` are parsed, not yet validated."""
+    if args.wandb_project and not args.wandb_save_dir and not args.save:
+        raise ValueError(f"--wandb-project {args.wandb_project} without --wandb-save-dir or --save: megatron-core "
+                         "0.19.2 writes the wandb files to --save's wandb directory by default and, without one, "
+                         "stops with a TypeError on the last rank while the other ranks wait; give --wandb-save-dir "
+                         "DIR")

@@ -57,6 +57,14 @@ UNWIRED_DATA_FLAGS: dict[str, str] = {
 }
 """Data flags megatron's parser accepts and this release does not honour (flag name -> why it is refused)."""
 
+EXTERNAL_LOADER_UNWIRED = (
+    "--dataloader-type external: megatron-core 0.19.2 then hands each dataset over as its own loader, and this "
+    "entry's datasets (GPTDataset, MockGPTDataset) are not iterators, so the run stops with a TypeError at its "
+    "first step, after the model, optimizer and checkpoint are set up; use --dataloader-type single (the default) "
+    "or cyclic"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--dataloader-type external``."""
+
 
 def check_data_args(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` (the reason in :data:`UNWIRED_DATA_FLAGS`) for a data flag the run would accept but not
@@ -68,6 +76,8 @@ def check_data_args(args: argparse.Namespace) -> None:
     for flag, reason in UNWIRED_DATA_FLAGS.items():
         if getattr(args, flag.replace("-", "_"), False):
             raise ValueError(reason)
+    if args.dataloader_type == "external":
+        raise ValueError(EXTERNAL_LOADER_UNWIRED)
 
 
 def evaluates(args: argparse.Namespace) -> bool:

@@ -309,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
+    from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import profiler_trace_warnings
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
     from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
@@ -319,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parsed = parse_oellm_argv(argv)
         check_parsed_args(parsed)
+        check_parsed_packages(parsed)  # before validate_args: it imports wandb on the last rank
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
@@ -329,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args_support(args.oellm_backend, args)
         check_flex_dispatcher(args)
         check_validated_args(args)
+        check_validated_packages(args)
         local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches megatron-core would reuse, misplaced traces
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd())]:

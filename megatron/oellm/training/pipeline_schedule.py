@@ -66,23 +66,45 @@ def interleaved_schedule_refusal(microbatches: int, pipeline: int, group: int) -
     return None
 
 
-def check_interleaved_microbatches(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` in one line, before Megatron initialises, when megatron-core's interleaved pipeline
-    schedule would refuse the run's micro-batches per step at its first training step (module docstring). ``args``
-    are Megatron's validated arguments (``data_parallel_size`` set)."""
+def _interleaved_refusal_line(args: argparse.Namespace, when: str, sizes: tuple[str, int, str, int]) -> str | None:
+    """The one-line refusal for a step of ``sizes`` (how the batch is named, its samples, how the micro batch is
+    named, its samples) that megatron-core's interleaved schedule refuses ``when`` (at the first step or
+    evaluation), or None when it runs them."""
+    batch_text, batch, micro_text, micro = sizes
     pipeline = args.pipeline_model_parallel_size
-    if pipeline == 1 or args.virtual_pipeline_model_parallel_size is None:
-        return
     group = args.microbatch_group_size_per_vp_stage or pipeline
     data_parallel = calculator_data_parallel_size(args)
-    per_step = args.micro_batch_size * data_parallel
-    for batch in step_batch_sizes(args):
-        microbatches = batch // per_step
-        refusal = interleaved_schedule_refusal(microbatches, pipeline, group)
+    microbatches = batch // (micro * data_parallel)
+    refusal = interleaved_schedule_refusal(microbatches, pipeline, group)
+    if refusal is None:
+        return None
+    return (f"megatron-core's interleaved pipeline schedule (pipeline size {pipeline} with virtual stages) would stop "
+            f"{when}: {batch_text} {batch} / ({micro_text} {micro} x data-parallel size {data_parallel}"
+            f"{_weight_shards_note(args)}) = {microbatches} micro-batches per step, and {refusal}; use a batch whose "
+            f"micro-batch count is a multiple of {group} (at least {group}), or set "
+            "--microbatch-group-size-per-virtual-pipeline-stage")
+
+
+def check_interleaved_microbatches(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` in one line, before Megatron initialises, when megatron-core's interleaved pipeline
+    schedule would refuse the run's micro-batches per step at its first training step (module docstring), or, in a
+    run that evaluates, the micro-batches of one evaluation step: ``--eval-global-batch-size`` over
+    ``--eval-micro-batch-size`` times the data-parallel size, which megatron runs through the same schedule at the
+    first evaluation (after ``--eval-interval`` steps, at the end of the run, or at once under ``--skip-train``).
+    ``args`` are Megatron's validated arguments (``data_parallel_size`` set; the evaluation batch sizes default to
+    the training ones)."""
+    from megatron.oellm.training.data import evaluates
+
+    if args.pipeline_model_parallel_size == 1 or args.virtual_pipeline_model_parallel_size is None:
+        return
+    refusals = [_interleaved_refusal_line(args, "at the first step",
+                                          ("global batch", batch, "micro batch", args.micro_batch_size))
+                for batch in step_batch_sizes(args)]
+    if evaluates(args):
+        eval_batch = args.eval_global_batch_size or args.global_batch_size
+        eval_micro = args.eval_micro_batch_size or args.micro_batch_size
+        refusals.append(_interleaved_refusal_line(args, "at the first evaluation", (
+            "--eval-global-batch-size", eval_batch, "--eval-micro-batch-size", eval_micro)))
+    for refusal in refusals:
         if refusal:
-            raise ValueError(
-                f"megatron-core's interleaved pipeline schedule (pipeline size {pipeline} with virtual stages) would "
-                f"stop at the first step: global batch {batch} / (micro batch {args.micro_batch_size} x data-parallel "
-                f"size {data_parallel}{_weight_shards_note(args)}) = {microbatches} micro-batches per step, and {refusal}; use a "
-                f"global batch whose micro-batch count is a multiple of {group} (at least {group}), or set "
-                "--microbatch-group-size-per-virtual-pipeline-stage")
+            raise ValueError(refusal)

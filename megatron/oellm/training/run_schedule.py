@@ -36,7 +36,8 @@ def check_save_flags(args: argparse.Namespace) -> None:
         raise ValueError("--async-save with --ckpt-format torch: megatron-core 0.19.2 saves torch-format checkpoints "
                          "only synchronously and stops with NotImplementedError at the first save, after "
                          "--save-interval iterations of training; use --ckpt-format torch_dist with "
-                         "--use-persistent-ckpt-worker, or drop --async-save")
+                         "--use-persistent-ckpt-worker (and --async-strategy mcore where nvidia-resiliency-ext is not "
+                         "installed), or drop --async-save")
     if args.non_persistent_save_interval and args.non_persistent_ckpt_type is None:
         raise ValueError(f"--non-persistent-save-interval {args.non_persistent_save_interval} without "
                          "--non-persistent-ckpt-type: megatron-core 0.19.2 stops with NotImplementedError at its "
@@ -57,16 +58,44 @@ def check_phase_transitions(args: argparse.Namespace) -> None:
                          "iterations x --global-batch-size) instead of --train-iters")
 
 
+def _run_iterations(args: argparse.Namespace) -> int | None:
+    """The iterations the run trains, as megatron 0.19.2 counts them: ``--train-iters``, or ``--train-samples`` over
+    ``--global-batch-size`` rounded down; None where a ``--step-batch-size-schedule`` sets the steps."""
+    if args.train_iters:
+        return args.train_iters
+    if args.train_samples and args.step_batch_size_schedule is None:
+        return args.train_samples // args.global_batch_size
+    return None
+
+
 def check_profiler_steps(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` for ``--profile --use-pytorch-profiler`` with ``--profile-step-end`` not after
-    ``--profile-step-start``: megatron 0.19.2 hands torch's profiler schedule ``end - start`` active steps, which it
-    refuses (an ``AssertionError``) when training starts, on the profiled ranks only."""
-    if args.profile and args.use_pytorch_profiler and args.profile_step_end <= args.profile_step_start:
-        raise ValueError(f"--profile-step-end {args.profile_step_end} is not after --profile-step-start "
-                         f"{args.profile_step_start}: megatron-core 0.19.2 asks torch's profiler for "
-                         f"{args.profile_step_end - args.profile_step_start} active steps, which it refuses when "
-                         "training starts (on the --profile-ranks only, leaving the other ranks waiting); give an "
-                         "end step after the start step")
+    """Raise ``ValueError`` for ``--profile`` steps megatron 0.19.2 never profiles or never finishes profiling, in a
+    run that trains: with ``--use-pytorch-profiler``, ``--profile-step-end`` not after ``--profile-step-start``
+    (megatron hands torch's profiler schedule ``end - start`` active steps, which it refuses, an ``AssertionError``,
+    when training starts, on the profiled ranks only) or after the run's last iteration (megatron stops the
+    profiler, and torch writes the trace, only when the iteration reaches the end step: no trace, no message); and
+    a ``--profile-step-start`` at or past the run's last iteration (megatron starts profiling, nsys or torch, only
+    when the iteration reaches it: nothing profiled)."""
+    if not args.profile or args.skip_train:
+        return
+    start, end = args.profile_step_start, args.profile_step_end
+    if args.use_pytorch_profiler and end <= start:
+        raise ValueError(f"--profile-step-end {end} is not after --profile-step-start {start}: megatron-core 0.19.2 "
+                         f"asks torch's profiler for {end - start} active steps, which it refuses when training "
+                         "starts (on the --profile-ranks only, leaving the other ranks waiting); give an end step "
+                         "after the start step")
+    iterations = _run_iterations(args)
+    if iterations is None:
+        return
+    if start >= iterations:
+        raise ValueError(f"--profile-step-start {start} is not before the run's end at iteration {iterations}: "
+                         "megatron-core 0.19.2 starts profiling when the iteration reaches the start step, so "
+                         f"nothing would be profiled; give a start step below {iterations} (the default is 10)")
+    if args.use_pytorch_profiler and end > iterations:
+        raise ValueError(f"--profile-step-end {end} is past the run's end at iteration {iterations}: megatron-core "
+                         "0.19.2 stops torch's profiler, which then writes the trace, only when the iteration "
+                         f"reaches the end step, so no trace would be written; give an end step of at most "
+                         f"{iterations}")
 
 
 def profiler_trace_warnings(args: argparse.Namespace, cwd: Path) -> list[str]:

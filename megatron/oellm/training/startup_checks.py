@@ -22,14 +22,21 @@ from megatron.oellm.cards import ModelCard
 def check_parsed_args(parsed: argparse.Namespace) -> None:
     """Raise ``ValueError`` for what the parsed (not yet validated) command line holds that megatron's
     ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
-    sources, a sequence longer than the positions, intervals megatron takes a modulo by."""
-    from megatron.oellm.training.args import check_intervals, check_sequence_length, check_yaml_cfg
+    sources, a sequence longer than the positions, intervals megatron takes a modulo by, a wandb project without a
+    directory."""
+    from megatron.oellm.training.args import (
+        check_intervals,
+        check_sequence_length,
+        check_wandb_directory,
+        check_yaml_cfg,
+    )
     from megatron.oellm.training.data import check_single_data_source
 
     check_yaml_cfg(parsed)
     check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
     check_sequence_length(parsed)
     check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
+    check_wandb_directory(parsed)  # before validate_args: it sets up the wandb writer
 
 
 def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:

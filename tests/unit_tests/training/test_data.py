@@ -1,5 +1,6 @@
 """Data flags the training entry parses but does not honour are refused before Megatron allocates anything."""
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -42,6 +43,28 @@ def test_flags_that_select_another_dataset_or_sampler_are_refused(flag, message)
     pretrained on the raw corpus, hybrid context parallelism failed at the first step after GPU set-up)."""
     with pytest.raises(ValueError, match=re.escape(message)):
         data.check_data_args(parse_oellm_argv([flag]))
+
+
+def test_an_external_dataloader_type_is_refused_as_the_datasets_are_not_loaders(monkeypatch):
+    """Under ``--dataloader-type external`` megatron's ``build_pretraining_data_loader`` hands the dataset back as
+    its loader; the provider's GPTDataset and MockGPTDataset are not iterators, so megatron's first ``next`` (the
+    first training step, after set-up) raises TypeError. single and cyclic build a loader and pass."""
+    from unittest import mock
+
+    from megatron.core.datasets.gpt_dataset import GPTDataset, MockGPTDataset
+    from megatron.training.datasets import data_samplers
+
+    for cls in (GPTDataset, MockGPTDataset):
+        dataset = object.__new__(cls)
+        with mock.patch.object(data_samplers, "get_args", lambda: argparse.Namespace(dataloader_type="external")):
+            assert data_samplers.build_pretraining_data_loader(dataset, 0) is dataset
+        with pytest.raises(TypeError, match="is not an iterator"):
+            next(dataset)
+    with pytest.raises(ValueError, match=re.escape("--dataloader-type external: megatron-core 0.19.2 then hands each "
+                                                   "dataset over as its own loader")):
+        data.check_data_args(parse_oellm_argv(["--dataloader-type", "external"]))
+    for kind in ("single", "cyclic"):
+        data.check_data_args(parse_oellm_argv(["--dataloader-type", kind]))
 
 
 def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatch, capsys):

@@ -85,7 +85,8 @@ def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses(monkeypat
 def _args(**fields) -> types.SimpleNamespace:
     defaults = dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, micro_batch_size=1,
                     data_parallel_size=4, global_batch_size=64, microbatch_group_size_per_vp_stage=None,
-                    step_batch_size_schedule=None, decrease_batch_size_if_needed=False)
+                    step_batch_size_schedule=None, decrease_batch_size_if_needed=False, full_validation=False,
+                    eval_iters=100, eval_global_batch_size=None, eval_micro_batch_size=None)
     return types.SimpleNamespace(**{**defaults, **fields})
 
 
@@ -117,6 +118,34 @@ def test_a_larger_micro_batch_group_and_the_rounded_batch_are_what_megatron_runs
     check_interleaved_microbatches(_args(global_batch_size=24, microbatch_group_size_per_vp_stage=6))
     with pytest.raises(ValueError, match="global batch 24 "):
         check_interleaved_microbatches(_args(global_batch_size=27, decrease_batch_size_if_needed=True))
+
+
+def test_an_evaluation_batch_the_interleaved_schedule_cannot_run_is_refused_when_the_run_evaluates(monkeypatch):
+    """megatron's ``evaluate`` runs ``--eval-global-batch-size`` / (``--eval-micro-batch-size`` x data-parallel size)
+    micro-batches through the same interleaved schedule at the first evaluation; the training batch is checked
+    alone before. PP 4 x VPP 2, DP 4: an evaluation batch of 8 (2 micro-batches) or 40 (10: a last group of 2) is
+    refused, 16 or 64 runs, and a run that never evaluates (``--eval-iters 0``) is left alone."""
+    import inspect
+
+    from megatron.training import training
+
+    assert ("eval_num_microbatches = eval_batch_size // (\n        eval_micro_batch_size * args.data_parallel_size * "
+            "args.gtp_weight_remat_size") in inspect.getsource(training.evaluate)
+    for eval_batch, microbatches in ((8, 2), (40, 10)):
+        assert upstream_refusal(microbatches, 4, 4, monkeypatch) is not None
+        refused = _args(eval_global_batch_size=eval_batch)
+        with pytest.raises(ValueError, match=rf"would stop at the first evaluation: --eval-global-batch-size "
+                                             rf"{eval_batch} / \(--eval-micro-batch-size 1 x data-parallel size 4\) "
+                                             rf"= {microbatches} micro-batches per step"):
+            check_interleaved_microbatches(refused)
+        check_interleaved_microbatches(_args(eval_global_batch_size=eval_batch, eval_iters=0))
+    assert upstream_refusal(16, 4, 4, monkeypatch) is None
+    check_interleaved_microbatches(_args(eval_global_batch_size=16))
+    check_interleaved_microbatches(_args(eval_global_batch_size=64, full_validation=True))
+    micro = random.choice([2, 4])  # 64 / (micro x 4): 8 or 4 micro-batches, both run
+    check_interleaved_microbatches(_args(eval_micro_batch_size=micro))
+    with pytest.raises(ValueError, match=r"--eval-micro-batch-size 8 x data-parallel size 4\) = 2 micro-batches"):
+        check_interleaved_microbatches(_args(eval_micro_batch_size=8, full_validation=True, eval_iters=0))
 
 
 def test_the_recipe_check_refuses_such_a_row_before_submission():

@@ -51,7 +51,7 @@ def test_async_save_in_the_torch_format_is_refused(monkeypatch, capsys, tmp_path
     save = ["--train-iters", "500", "--save", str(tmp_path / "save"), "--save-interval", str(random.randint(1, 400))]
     line = _refused(entry, capsys, [*BASE, *save, "--async-save", "--ckpt-format", "torch"])
     assert "--async-save with --ckpt-format torch: megatron-core 0.19.2 saves torch-format checkpoints only" in line
-    for passes in (["--ckpt-format", "torch"], ["--async-save", "--ckpt-format", "torch_dist"]):
+    for passes in (["--ckpt-format", "torch"], ["--async-save", "--ckpt-format", "torch_dist", "--async-strategy", "mcore"]):
         with pytest.raises(Reached):
             entry.main([*BASE, *save, *passes])
     with pytest.raises(Reached):  # nothing is saved
@@ -169,3 +169,39 @@ def test_pytorch_profiler_traces_without_a_tensorboard_dir_are_warned_of_once_on
         with pytest.raises(Reached):
             entry.main([*BASE, *quiet])
         assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("torch_profiler", [False, True])
+def test_profile_steps_past_the_runs_end_are_refused(monkeypatch, capsys, tmp_path, torch_profiler):
+    """megatron starts profiling (nsys or torch) when the iteration reaches ``--profile-step-start`` and stops torch's
+    profiler, which then writes the trace, only when it reaches ``--profile-step-end``; both compare the iteration
+    for equality inside the loop ``while iteration < train_iters``. A start at or past the run's last iteration
+    profiles nothing, and a torch-profiler end past it writes no trace, without a word."""
+    import inspect
+
+    from megatron.training import training
+
+    source = inspect.getsource(training.train)
+    assert "while iteration < args.train_iters:" in source
+    assert "iteration == args.profile_step_start" in source
+    assert "and iteration == args.profile_step_end" in inspect.getsource(training.post_training_step_callbacks)
+    iterations = random.randint(5, 60)
+    kind = ["--use-pytorch-profiler", "--tensorboard-dir", str(tmp_path / "tb")] if torch_profiler else []
+    for length in (["--train-iters", str(iterations)], ["--train-samples", str(iterations * 8 + random.randint(0, 7))]):
+        entry = entry_up_to_pretrain(monkeypatch)
+        start = iterations  # the first step past the run: the loop ends at iteration == train_iters
+        line = _refused(entry, capsys, [*BASE, *length, "--profile", *kind, "--profile-step-start", str(start),
+                                        "--profile-step-end", str(start + 2)])
+        assert f"--profile-step-start {start} is not before the run's end at iteration {iterations}" in line
+        late_end = ["--profile", *kind, "--profile-step-start", str(iterations - 2), "--profile-step-end",
+                    str(iterations + random.randint(1, 3))]
+        if torch_profiler:
+            line = _refused(entry, capsys, [*BASE, *length, *late_end])
+            assert f"is past the run's end at iteration {iterations}: megatron-core 0.19.2 stops torch's" in line
+        else:  # nsys records from the start step to the end of the process
+            with pytest.raises(Reached):
+                entry.main([*BASE, *length, *late_end])
+        for passes in (["--profile", *kind, "--profile-step-start", str(iterations - 2), "--profile-step-end",
+                        str(iterations)], [*late_end, "--skip-train"]):
+            with pytest.raises(Reached):
+                entry.main([*BASE, *length, *passes])
