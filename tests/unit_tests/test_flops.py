@@ -147,6 +147,10 @@ def hf_forward_flops_by_module(card, seq_length, monkeypatch):
     torch.manual_seed(random.randint(0, 2**31))
     model = AutoModelForCausalLM.from_config(family_module(card).hf_config_from_card(card), attn_implementation="eager",
                                              experts_implementation="eager")
+    # forward FLOPs only: no parameter asks for a gradient (FlopCounterMode's module tracker asserts on a leaf that
+    # does when transformers passes it into a module, as its hub-kernel wrappers (transformers 5.25) do with the GDN
+    # convolution's parameters)
+    model.requires_grad_(False)
     ids = torch.randint(0, card.vocab_size, (1, seq_length))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(ids)

@@ -155,7 +155,8 @@ def check_pipeline_split_flags(args: argparse.Namespace, card: ModelCard) -> Non
 
 def _layout_of_first_and_last(args: argparse.Namespace, num_layers: int) -> str | None:
     """The pipeline layout that places the decoder layers as ``--decoder-first/last-pipeline-num-layers`` would, when
-    only those are given, there are no virtual stages and the middle stages split the rest evenly; else None."""
+    only those are given, there are no virtual stages and the middle stages split the rest evenly (or, as
+    megatron-core allows, there are neither middle stages nor middle layers); else None."""
     if args.account_for_embedding_in_pipeline_split or args.account_for_loss_in_pipeline_split:
         return None
     virtual = (getattr(args, "virtual_pipeline_model_parallel_size", None)
@@ -166,9 +167,10 @@ def _layout_of_first_and_last(args: argparse.Namespace, num_layers: int) -> str 
     first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
     middle_stages = pp - (first is not None) - (last is not None)
     rest = num_layers - (first or 0) - (last or 0)
-    if middle_stages < 1 or rest < 0 or rest % middle_stages:
+    # megatron-core takes middle stages and middle layers together or neither (first + last = pp: no middle layers)
+    if middle_stages < 0 or rest < 0 or bool(rest) != bool(middle_stages) or (middle_stages and rest % middle_stages):
         return None
-    counts = [rest // middle_stages] * middle_stages
+    counts = [rest // middle_stages] * middle_stages if middle_stages else []
     return layout_from_counts(([first] if first is not None else []) + counts + ([last] if last is not None else []))
 
 

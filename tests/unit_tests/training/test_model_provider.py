@@ -5,6 +5,7 @@ import random
 import re
 
 import pytest
+import torch
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.megatron_args import megatron_parser
@@ -171,6 +172,32 @@ def test_megatrons_uneven_split_flags_are_refused_with_the_equivalent_pipeline_l
                                          rf".*give --pipeline-model-parallel-layout '{re.escape(layout)}' instead"):
         check_layout(args)
     check_layout(validated([*UNEVEN_235B, "--pipeline-model-parallel-layout", layout], monkeypatch, world_size=8))
+
+
+def test_first_and_last_stage_sizes_over_two_stages_get_their_own_layout(monkeypatch):
+    """At PP 2 the first and last stage sizes are the whole split, with no middle stage and no middle layer, which
+    megatron-core's config accepts; the refusal names that layout (not an even example), and Megatron and the
+    layout check accept it. Sizes that leave layers to no middle stage get the even example."""
+    import random
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from megatron.oellm.training.entry import check_layout
+
+    first = random.randint(1, 47)
+    qwen3_pp2 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1",
+                 "--global-batch-size", "2", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+    TransformerConfig(num_layers=48, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
+                      num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=48 - first,
+                      pipeline_dtype=torch.bfloat16)
+    split = ["--decoder-first-pipeline-num-layers", str(first), "--decoder-last-pipeline-num-layers", str(48 - first)]
+    layout = f"Et*{first}|t*{48 - first}L"
+    with pytest.raises(ValueError, match=rf"give --pipeline-model-parallel-layout '{re.escape(layout)}' instead"):
+        check_layout(validated([*qwen3_pp2, *split], monkeypatch, world_size=2))
+    check_layout(validated([*qwen3_pp2, "--pipeline-model-parallel-layout", layout], monkeypatch, world_size=2))
+    short = ["--decoder-first-pipeline-num-layers", str(first), "--decoder-last-pipeline-num-layers", str(47 - first)]
+    with pytest.raises(ValueError, match=r"\(e\.g\. 'Et\*24\|t\*24L'\)"):
+        check_layout(parsed([*qwen3_pp2, *short]))
 
 
 def test_split_flags_without_an_equivalent_layout_get_an_even_example_and_hybrids_their_pattern(monkeypatch):
