@@ -14,7 +14,7 @@ import pytest
 import torch
 from backend_setup import build_experts as build_provider_experts
 from backend_setup import moe_config
-from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory, is_main_replica
 from megatron.core.dist_checkpointing.optimizer import get_param_id_to_sharded_param_map
 from megatron.core.process_groups_config import ProcessGroupCollection
 
@@ -57,14 +57,16 @@ def test_every_expert_parameter_is_found_by_the_optimizer_map(world_of_one, gate
     assert all(found[i].data is parameter for i, parameter in enumerate(parameters))
 
 
-def checkpoint_tensors(sharded: dict) -> dict[str, torch.Tensor]:
+def checkpoint_tensors(sharded: dict, main_replicas_only: bool = False) -> dict[str, torch.Tensor]:
     """What a distributed checkpoint of ``sharded`` holds: each key's dense global tensor assembled from its shards
-    (factories built first, prepended axes of size 1 in each shard), extra-state objects left out."""
+    (factories built first, prepended axes of size 1 in each shard), extra-state objects left out; with
+    ``main_replicas_only`` only the shards this rank writes (megatron-core's main replicas: the others are copies a
+    rank with replica id 0 writes)."""
     dense: dict[str, torch.Tensor] = {}
     for entry in sharded.values():
         shards = entry.build() if isinstance(entry, ShardedTensorFactory) else [entry]
         for shard in shards if isinstance(shards, list) else [shards]:
-            if not isinstance(shard, ShardedTensor):
+            if not isinstance(shard, ShardedTensor) or (main_replicas_only and not is_main_replica(shard.replica_id)):
                 continue
             target = dense.setdefault(shard.key, torch.full(shard.global_shape, float("nan")))
             sizes = (1,) * shard.prepend_axis_num + tuple(shard.local_shape)
@@ -112,7 +114,8 @@ def test_singleton_local_shards_are_refused(world_of_one):
 
 
 def _compare_on_rank(rank: int, world: int, port: int, ep: int, etp: int, failures) -> None:
-    """One rank of ``world``: ours and SequentialMLP (same weights) write the same part of every global tensor."""
+    """One rank of ``world``: ours and SequentialMLP (same weights) hold the same part of every global tensor, and
+    write (as main replica) the same part of it: a shard marked a copy on every rank holding it is never saved."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with gloo_world(rank, world, port, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp):
         try:
@@ -124,6 +127,11 @@ def _compare_on_rank(rank: int, world: int, port: int, ep: int, etp: int, failur
                         getattr(expert, projection).weight.copy_(getattr(ours, projection).weight[i])
             written = checkpoint_tensors(ours.sharded_state_dict(PREFIX))
             expected = checkpoint_tensors(reference.sharded_state_dict(PREFIX))
+            saved = checkpoint_tensors(ours.sharded_state_dict(PREFIX), main_replicas_only=True)
+            expected_saved = checkpoint_tensors(reference.sharded_state_dict(PREFIX), main_replicas_only=True)
+            assert set(saved) == set(expected_saved) == set(expected)
+            for key, tensor in expected_saved.items():
+                assert torch.equal(saved[key].isnan(), tensor.isnan()), f"{key}: main replicas differ"
             for key, tensor in expected.items():
                 covered = ~tensor.isnan()
                 assert covered.sum() * world == tensor.numel(), key  # each rank writes its 1/world of the tensor
