@@ -200,6 +200,21 @@ def test_wrong_family_and_bad_layout_are_rejected() -> None:
         spec_builder("ckda_hybrid")
 
 
+def test_a_card_of_the_family_with_another_linear_mixer_is_rejected() -> None:
+    """Family and linear mixer are each checked: a card that matches the builder's family but not its mixer (or the
+    mixer but not the family) is refused, naming both, and not built with the other layer kind."""
+    from megatron.oellm.models.building_blocks import check_family
+
+    qwen35, qwen3 = get_card("qwen3.5-35b-a3b-tiny"), get_card("qwen3-30b-a3b-tiny")
+    for card, family, mixer in ((qwen35, "qwen3_5", "none"), (qwen35, "qwen3_moe", "gdn"),
+                                (qwen3, "qwen3_moe", "gdn"), (qwen3, "qwen3_5", "none")):
+        with pytest.raises(ValueError, match=f"is not a {family} card with linear_mixer={mixer!r} "
+                                             f"\\(family={card.family!r}, linear_mixer={card.linear_mixer!r}\\)"):
+            check_family(card, family, mixer)
+    check_family(qwen35, "qwen3_5", "gdn")
+    check_family(qwen3, "qwen3_moe", "none")
+
+
 def test_config_overrides_win() -> None:
     card = dataclasses.replace(get_card("qwen3-30b-a3b-tiny"), name="t")
     config = spec_builder(card.family).transformer_config(card, moe_aux_loss_coeff=0.0, init_method_std=0.01)
