@@ -187,6 +187,22 @@ def test_the_opt_out_and_the_patched_release_do_not_warn(upstream_dispatcher, mo
     assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
 
 
+@pytest.mark.parametrize("card_name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
+def test_building_a_models_moe_layer_spec_applies_the_patch(upstream_dispatcher, monkeypatch, card_name):
+    """The spec builders' MoE layer applies the patch itself, so every MoE model built here (training entry, bench,
+    parity tests) permutes without atomic adds on 0.19.2, whoever builds it."""
+    from megatron.oellm.backends.torch_native.provider import TorchNativeSpecProvider
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.models.building_blocks import moe_builder
+
+    monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.19.2")
+    assert token_dispatcher.permute is moe_utils.permute
+    moe_builder(TorchNativeSpecProvider(), get_card(card_name))
+    assert moe_permutation.is_applied()
+    assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
+    assert token_dispatcher.unpermute.__wrapped__ is moe_utils.unpermute
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("drop_and_pad", [False, True])
 def test_patched_permutation_on_the_gpu_gives_upstreams_results_and_gradients(drop_and_pad: bool):
