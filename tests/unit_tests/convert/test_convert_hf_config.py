@@ -152,8 +152,12 @@ def test_missing_config_is_reported(tiny_hf) -> None:
     assert json.loads((tmp / "out" / "generation_config.json").read_text()) == GENERATION
 
 
-@pytest.mark.parametrize(("stored", "message"), [(["config.json"], "is not a map of config.json"),
-                                                 ({"config.json": "[1]"}, "holds a JSON list")])
+@pytest.mark.parametrize(("stored", "message"), [
+    (["config.json"], "is not a map of config.json"),
+    ({"config.json": "[1]"}, "holds a JSON list"),
+    # no config.json: the card's is written, so only this check keeps a damaged one from being exported as it is
+    ({"generation_config.json": '{"eos_token_id": 5,'}, "the generation_config.json stored with .* is not valid JSON"),
+], ids=["not-a-map", "config-list", "generation-config-cut"])
 def test_damaged_stored_config_is_refused(converted, monkeypatch: pytest.MonkeyPatch, stored: object,
                                           message: str) -> None:
     card, _, tmp = converted
@@ -161,6 +165,7 @@ def test_damaged_stored_config_is_refused(converted, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(CheckpointReader, "common_state", lambda reader: {**common, HF_CONFIG_KEY: stored})
     with pytest.raises(ConversionError, match=message):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+    assert not (tmp / "out").exists()
 
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
