@@ -42,6 +42,18 @@ def cpu_model_building() -> Iterator[None]:
         yield
 
 
+def cpu_torch_model(card, params_dtype: torch.dtype = torch.float32, **build_kwargs) -> torch.nn.Module:
+    """``card``'s torch-native model as its family's spec builder makes it, parameters on the CPU and left as
+    allocated (megatron-core's GDN initialiser needs the CUDA RNG; tests fill what they read); ``build_kwargs`` go
+    to ``build_model``. Call inside :func:`gloo_world` and :func:`cpu_model_building`."""
+    from megatron.oellm.models import spec_builder
+
+    builder = spec_builder(card.family)
+    config = builder.transformer_config(card, params_dtype=params_dtype, use_cpu_initialization=True,
+                                        perform_initialization=False)
+    return builder.build_model(card, backend="torch", config=config, **build_kwargs)
+
+
 @contextmanager
 def transformer_engine_building(enabled: bool = True) -> Iterator[None]:
     """Let Transformer Engine's modules be built without CUDA (see the module docstring); wrap the model build only,

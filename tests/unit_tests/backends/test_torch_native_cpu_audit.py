@@ -20,7 +20,7 @@ from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.norm_linear import RMSNormColumnParallelLinear
 from megatron.oellm.backends.torch_native.norms import RMSNorm
 from megatron.oellm.layers.rms_norm import rms_norm_reference
-from tests.unit_tests.cpu_megatron import cpu_model_building, gloo_world
+from tests.unit_tests.cpu_megatron import cpu_model_building, cpu_torch_model, gloo_world
 
 HQ, HKV, D = 4, 2, 8
 BF16_BOUND = 2e-2
@@ -234,13 +234,10 @@ def test_the_hybrid_stack_ends_in_the_cards_final_norm_on_the_last_stage_only(la
     the card's epsilon (1e-6, zero-centred gamma): its output equals the float64 RMSNorm of rows where the epsilon
     matters. A final norm on an earlier stage would add parameters no checkpoint has."""
     from megatron.oellm.cards import get_card
-    from megatron.oellm.models.qwen3_5 import spec
 
     card = get_card("qwen3.5-35b-a3b-tiny")
     with gloo_world(), cpu_model_building():
-        config = spec.transformer_config(card, params_dtype=torch.float32, use_cpu_initialization=True,
-                                         perform_initialization=False)  # the GDN initialiser needs the CUDA RNG
-        model = spec.build_model(card, backend="torch", config=config, post_process=last_stage)
+        model = cpu_torch_model(card, post_process=last_stage)
     final_norm = getattr(model.decoder, "final_norm", None)
     if not last_stage:
         assert final_norm is None
@@ -295,14 +292,10 @@ def test_built_models_take_the_cards_rope_and_swiglu_experts(name: str) -> None:
     SwiGLU, ``silu(gate) * linear``, on random fc1 outputs (float64 reference)."""
     from megatron.oellm.backends.torch_native.grouped_mlp import TorchGroupedMLP
     from megatron.oellm.cards import get_card
-    from megatron.oellm.models import spec_builder
 
     card = get_card(name)
-    builder = spec_builder(card.family)
     with gloo_world(), cpu_model_building():
-        config = builder.transformer_config(card, params_dtype=torch.float32, use_cpu_initialization=True,
-                                            perform_initialization=False)
-        model = builder.build_model(card, backend="torch", config=config)
+        model = cpu_torch_model(card)
     rotated = int(card.kv_channels * card.rotary_percent)
     expected = card.rotary_base ** (-torch.arange(0, rotated, 2, dtype=torch.float64) / rotated)
     assert relative_error(model.rotary_pos_emb.inv_freq, expected) < 1e-6

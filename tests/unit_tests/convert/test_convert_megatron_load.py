@@ -35,6 +35,7 @@ from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, rando
 from tests.unit_tests.cpu_megatron import (
     cpu_checkpoint_saving,
     cpu_model_building,
+    cpu_torch_model,
     gloo_world,
     transformer_engine_building,
 )
@@ -202,14 +203,8 @@ def _load_under(checkpoint: str, name: str, strictness: str) -> object:
     from megatron.core import dist_checkpointing
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from megatron.oellm.models import spec_builder
-
-    card = get_card(name)
-    builder = spec_builder(card.family)
     with gloo_world(), cpu_model_building():
-        config = builder.transformer_config(card, params_dtype=torch.bfloat16, use_cpu_initialization=True,
-                                            perform_initialization=False)
-        model = builder.build_model(card, backend="torch", config=config)
+        model = cpu_torch_model(get_card(name), torch.bfloat16)
         try:
             return dist_checkpointing.load(model.sharded_state_dict(), checkpoint, strict=strictness)
         except (Exception, CheckpointException) as error:  # PyTorch's is a BaseException; either is the result
