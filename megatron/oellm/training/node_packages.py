@@ -59,8 +59,7 @@ def check_validated_packages(args: argparse.Namespace, find_spec: SpecFinder = i
         except ImportError as error:
             raise ValueError(f"--async-save with --async-strategy {args.async_strategy}: megatron-core 0.19.2 cannot "
                              f"load that strategy in this environment ({error}) and stops there when it initialises or "
-                             "first saves; "
-                             "add --async-strategy mcore or install nvidia-resiliency-ext") from error
+                             "first saves; add --async-strategy mcore or install nvidia-resiliency-ext") from error
     if args.non_persistent_ckpt_type == "local" and not _installed(
             "nvidia_resiliency_ext.checkpointing.local.ckpt_managers.local_manager", find_spec):
         raise ValueError("--non-persistent-ckpt-type local needs the nvidia-resiliency-ext package, which is not "

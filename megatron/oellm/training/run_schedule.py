@@ -1,7 +1,7 @@
 """Checks of the run's schedule flags (run length, checkpoint saves, data phases, profiler steps) that megatron's
 ``validate_args`` accepts and megatron 0.19.2 fails on, or silently skips, only once the run is under way: at the
-first save, when it builds the datasets, or when training starts. The training entry runs them on the validated arguments, before
-Megatron allocates anything."""
+first save, when it builds the datasets, or when training starts. The training entry runs them on the validated
+arguments, before Megatron allocates anything; it also prints :func:`profiler_trace_warnings`."""
 
 from __future__ import annotations
 
