@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -152,8 +154,20 @@ class ModelCard:
         return dataclasses.replace(self, num_layers=num_layers, name=name or f"{self.name}-proxy-{num_layers}L")
 
 
+@functools.cache
+def literal_choices() -> dict[str, tuple[str, ...]]:
+    """The values each ``Literal``-typed :class:`ModelCard` field may take (field name -> choices): a card built from
+    Megatron's flags carries whatever value the flag had, which the type alone does not stop."""
+    hints = typing.get_type_hints(ModelCard)
+    return {name: typing.get_args(hint) for name, hint in hints.items() if typing.get_origin(hint) is Literal}
+
+
 def validate_card(card: ModelCard) -> None:
     """All cross-field checks of a card, in one place; raises :class:`CardError` naming the fix."""
+    for name, choices in literal_choices().items():
+        if getattr(card, name) not in choices:
+            raise CardError(f"{card.name}: {name} must be one of {', '.join(choices)} (what this release models and "
+                            f"counts), got {getattr(card, name)!r}")
     positive = ["num_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_query_groups",
                 "kv_channels", "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "seq_length"]
     for name in positive:

@@ -259,6 +259,23 @@ def command_line(argv: Sequence[str]) -> list[str]:
     return with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
 
 
+def training_config(args: argparse.Namespace) -> object:
+    """megatron's configuration container of the run (what ``pretrain`` takes), its refusals raised as one
+    ``ValueError``. Building it runs megatron-core's ``OptimizerConfig`` checks, which ``validate_args`` leaves to it
+    (optimizer state and main-parameter dtypes other than fp32 without ``--use-precision-aware-optimizer``, that
+    optimizer without ``--use-distributed-optimizer`` or without Transformer Engine's FusedAdam on this node): built
+    here, before Megatron initialises, they end in one line instead of a traceback on every rank."""
+    from megatron.training.argument_utils import pretrain_cfg_container_from_args
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"\s*It is recommended to use a ModelConfig")
+            return pretrain_cfg_container_from_args(args)
+    except (AssertionError, ValueError, RuntimeError) as error:
+        detail = " ".join(str(error).split()) or f"{type(error).__name__} without a message"
+        raise ValueError(f"megatron's training configuration refuses the run's arguments: {detail}") from error
+
+
 def validated_args(parse_and_validate: Callable[..., argparse.Namespace]) -> argparse.Namespace:
     """Megatron's ``parse_and_validate_args`` (passed in: importing it imports ``megatron.training``) with the OEL
     arguments; its refusals are ``assert`` statements, raised here as ``ValueError`` naming the failed condition.
@@ -294,7 +311,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain
-    from megatron.training.argument_utils import pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
     from megatron.oellm.backends.selection import check_args_support
@@ -312,7 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import profiler_trace_warnings
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
-    from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
+    from megatron.oellm.training.stored_checkpoint import (
+        check_exit_on_missing_checkpoint,
+        check_load_directory,
+        read_loaded_checkpoint,
+    )
     from megatron.oellm.training.throughput import install_throughput_logging
 
     dataset_helpers.apply()
@@ -336,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("RANK", "0") == "0":  # stale index caches megatron-core would reuse, misplaced traces
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd())]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+        check_exit_on_missing_checkpoint(args)
         check_converted_load(args, loaded)
         check_load_strictness(args, loaded)
         check_checkpoint_format(args, loaded)
@@ -347,12 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_model_args(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
         check_lr_schedule(args)
+        config_container = training_config(args)
     except ValueError as error:
         return refuse(error)
     install_throughput_logging(flops_per_token, peak_tflops)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*recommended to use a ModelConfig.*")
-        config_container = pretrain_cfg_container_from_args(args)
     pretrain(
         config_container,
         train_valid_test_datasets,

@@ -363,3 +363,23 @@ def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_st
            else f"{flag} {load_dir.parent} with a {TRACKER_FILE} naming {naming}")
     raise ValueError(f"{flag} {load_dir} is a checkpoint's iteration directory without {TRACKER_FILE}, where "
                      f"megatron-core {outcome}; pass {fix}")
+
+
+def check_exit_on_missing_checkpoint(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--exit-on-missing-checkpoint`` (which megatron's ``validate_args`` also turns on for
+    ``--ckpt-convert-format``) in a run with no checkpoint to load: without ``--load`` and
+    ``--pretrained-checkpoint`` megatron-core 0.19.2 never looks for one, so the flag does nothing and the run trains
+    from random weights; with a ``--load`` that holds none (no ``latest_checkpointed_iteration.txt``, no newer
+    non-persistent checkpoint) it builds the model and optimizer on every rank, then ends the job with ``sys.exit()``:
+    exit status 0, as if it had trained or converted. ``args`` are megatron's validated arguments."""
+    if not args.exit_on_missing_checkpoint:
+        return
+    flag = "--exit-on-missing-checkpoint" + (" (on for --ckpt-convert-format)" if args.ckpt_convert_format else "")
+    source = load_source(args)
+    if source is None:
+        raise ValueError(f"{flag} without --load: megatron-core loads no checkpoint, so the flag does nothing and the "
+                         "run trains from random weights; give --load DIR of the checkpoint")
+    if getattr(args, "non_persistent_ckpt_type", None) != "local" and loaded_directory(args) is None:
+        raise ValueError(f"{flag} with {source[0]} {source[1]}, which holds no checkpoint ({TRACKER_FILE}): "
+                         "megatron-core builds the model on every rank, then ends the job with exit status 0 without "
+                         "training or converting anything; name the directory megatron saved into")

@@ -32,9 +32,9 @@ def parsed_with_padded_vocab(**_kwargs) -> argparse.Namespace:
 def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     """The training entry module, patched to run its argument checks on CPU and raise :class:`Reached` after them."""
     # Megatron's validation (it needs CUDA) is replaced by the plain parse; every step after the argument checks
-    # (throughput hook, ``pretrain``: they set up GPUs) raises Reached. TE's attention switches are cleared:
-    # megatron-core leaves them in ``os.environ`` when an earlier test builds a model, and the entry refuses a
-    # preset one that disagrees with ``--attention-backend``.
+    # (FLOP count, megatron's config container, throughput hook, ``pretrain``) raises Reached. TE's attention
+    # switches are cleared: megatron-core leaves them in ``os.environ`` when an earlier test builds a model, and the
+    # entry refuses a preset one that disagrees with ``--attention-backend``.
     import megatron.training
     import megatron.training.arguments
 
@@ -55,6 +55,7 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
     monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
     monkeypatch.setattr(entry, "flops_and_peak", reached)
+    monkeypatch.setattr(entry, "training_config", reached)  # megatron's container needs validated arguments
     monkeypatch.setattr(throughput, "install_throughput_logging", reached)
     monkeypatch.setattr(megatron.training, "pretrain", reached)
     return entry

@@ -150,3 +150,27 @@ def test_flags_that_change_the_models_math_or_shapes_are_refused(flags, named, n
     args.padded_vocab_size = card.vocab_size
     with pytest.raises(ValueError, match=f"no model card describes these Megatron flags: {named} "):
         card_from_args(args)
+
+
+@pytest.mark.parametrize("balancing", ["sinkhorn", "quantile_balancing"])
+def test_a_load_balancing_type_no_card_models_is_refused_from_flags(balancing):
+    """Megatron's flags may name routings the card type does not list (its ``Literal``): the card rebuilt from them
+    carried the value anyway, and with an aux-loss coefficient megatron-core's sinkhorn routing asserts at the first
+    training step. The card refuses it, naming the values it models; the listed ones pass."""
+    import inspect
+
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    from megatron.oellm.cards import CardError
+
+    assert "Sinkhorn routing does not support aux loss." in inspect.getsource(TopKRouter)
+    card = get_card("qwen3-30b-a3b-tiny")
+    flags = {**model_flags(card), "moe-router-load-balancing-type": balancing}
+    args = parse_megatron_argv(flags_to_argv(flags) + ["--seq-length", str(card.seq_length)])
+    with pytest.raises(CardError, match=f"moe_router_load_balancing_type must be one of aux_loss, seq_aux_loss, "
+                                        f"global_aux_loss, none .*got '{balancing}'"):
+        card_from_megatron_args(args)
+    for listed in ("aux_loss", "seq_aux_loss", "global_aux_loss", "none"):
+        flags = {**model_flags(card), "moe-router-load-balancing-type": listed}
+        args = parse_megatron_argv(flags_to_argv(flags) + ["--seq-length", str(card.seq_length)])
+        assert card_from_megatron_args(args).moe_router_load_balancing_type == listed
