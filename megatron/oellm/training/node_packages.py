@@ -11,34 +11,22 @@ container's).
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from collections.abc import Callable
-from importlib.machinery import ModuleSpec
 
-SpecFinder = Callable[[str], "ModuleSpec | None"]
+from megatron.oellm.doctor.locate import module_findable
 
 
-def _installed(module: str, find_spec: SpecFinder) -> bool:
-    """Whether ``module`` (a dotted name) can be imported, by ``find_spec``, without importing it; a missing parent
-    package counts as not installed."""
-    try:
-        return find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def check_parsed_packages(parsed: argparse.Namespace, find_spec: SpecFinder = importlib.util.find_spec) -> None:
+def check_parsed_packages(parsed: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--wandb-project`` without the ``wandb`` package: megatron-core 0.19.2 imports it
     while it validates the arguments, on the last rank only, which stops there with an ``ImportError`` while the
     other ranks wait for it at initialisation. Runs on the parsed command line, before that validation."""
-    if parsed.wandb_project and not _installed("wandb", find_spec):
+    if parsed.wandb_project and not module_findable("wandb"):
         raise ValueError(f"--wandb-project {parsed.wandb_project}: the wandb package is not installed in this "
                          "environment; megatron-core 0.19.2 imports it while it validates the arguments, on the last "
                          "rank only, which stops with an ImportError while the other ranks wait; install wandb or "
                          "drop --wandb-project")
 
 
-def check_validated_packages(args: argparse.Namespace, find_spec: SpecFinder = importlib.util.find_spec) -> None:
+def check_validated_packages(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for validated ``args`` that need a package this environment lacks: an optimizer other
     than adam or sgd without ``emerging-optimizers`` >= 0.2 (megatron-core's own test of it,
     ``megatron.core.optimizer.HAVE_EMERGING_OPTIMIZERS``; it fails after the model is built), ``--async-save`` whose
@@ -60,8 +48,8 @@ def check_validated_packages(args: argparse.Namespace, find_spec: SpecFinder = i
             raise ValueError(f"--async-save with --async-strategy {args.async_strategy}: megatron-core 0.19.2 cannot "
                              f"load that strategy in this environment ({error}) and stops there when it initialises or "
                              "first saves; add --async-strategy mcore or install nvidia-resiliency-ext") from error
-    if args.non_persistent_ckpt_type == "local" and not _installed(
-            "nvidia_resiliency_ext.checkpointing.local.ckpt_managers.local_manager", find_spec):
+    if args.non_persistent_ckpt_type == "local" and not module_findable(
+            "nvidia_resiliency_ext.checkpointing.local.ckpt_managers.local_manager"):
         raise ValueError("--non-persistent-ckpt-type local needs the nvidia-resiliency-ext package, which is not "
                          "installed in this environment: megatron-core 0.19.2 stops with a RuntimeError once the "
                          "process groups are up; install nvidia-resiliency-ext or use --non-persistent-ckpt-type "

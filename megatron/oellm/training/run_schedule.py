@@ -9,15 +9,23 @@ import argparse
 from pathlib import Path
 
 
+def _run_iterations(args: argparse.Namespace) -> int | None:
+    """The iterations the run trains, as megatron 0.19.2 counts them: ``--train-iters``, or ``--train-samples`` over
+    ``--global-batch-size`` rounded down; None where a ``--step-batch-size-schedule`` sets the steps."""
+    if args.train_iters:
+        return args.train_iters
+    if args.train_samples and args.step_batch_size_schedule is None:
+        return args.train_samples // args.global_batch_size
+    return None
+
+
 def check_run_length(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--train-samples`` below ``--global-batch-size`` (without
     ``--step-batch-size-schedule``): megatron 0.19.2 sets the run's iterations to ``train_samples //
     global_batch_size``, which is 0, builds the model, optimizer and data loaders, skips training and exits 0, so a
     job that waited in the queue trains nothing and reports success. ``--skip-train`` asks for no training and is
     left alone."""
-    if args.skip_train or not args.train_samples or args.step_batch_size_schedule is not None:
-        return
-    if args.train_samples < args.global_batch_size:
+    if not args.skip_train and args.train_samples and _run_iterations(args) == 0:
         raise ValueError(f"--train-samples {args.train_samples} is less than one step of --global-batch-size "
                          f"{args.global_batch_size}: megatron-core 0.19.2 rounds the run down to "
                          f"{args.train_samples} // {args.global_batch_size} = 0 iterations, sets up the model and "
@@ -56,16 +64,6 @@ def check_phase_transitions(args: argparse.Namespace) -> None:
                          "0.19.2 sizes each phase's data up to it and, with --train-iters, stops with a TypeError "
                          "when it builds the datasets, after the model is set up; give --train-samples (the "
                          "iterations x --global-batch-size) instead of --train-iters")
-
-
-def _run_iterations(args: argparse.Namespace) -> int | None:
-    """The iterations the run trains, as megatron 0.19.2 counts them: ``--train-iters``, or ``--train-samples`` over
-    ``--global-batch-size`` rounded down; None where a ``--step-batch-size-schedule`` sets the steps."""
-    if args.train_iters:
-        return args.train_iters
-    if args.train_samples and args.step_batch_size_schedule is None:
-        return args.train_samples // args.global_batch_size
-    return None
 
 
 def check_profiler_steps(args: argparse.Namespace) -> None:

@@ -379,7 +379,7 @@ def check_exit_on_missing_checkpoint(args: argparse.Namespace) -> None:
     if source is None:
         raise ValueError(f"{flag} without --load: megatron-core loads no checkpoint, so the flag does nothing and the "
                          "run trains from random weights; give --load DIR of the checkpoint")
-    if getattr(args, "non_persistent_ckpt_type", None) != "local" and loaded_directory(args) is None:
+    if getattr(args, "non_persistent_ckpt_type", None) != "local" and loaded_directory(args, source[1]) is None:
         raise ValueError(f"{flag} with {source[0]} {source[1]}, which holds no checkpoint ({TRACKER_FILE}): "
                          "megatron-core builds the model on every rank, then ends the job with exit status 0 without "
                          "training or converting anything; name the directory megatron saved into")

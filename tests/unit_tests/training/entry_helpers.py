@@ -77,3 +77,9 @@ def one_error_line(capsys: pytest.CaptureFixture) -> str:
     assert len(err) == 1, err[:3]
     assert err[0].startswith("megatron.oellm.training.entry: error: ")
     return err[0]
+
+
+def refused_line(entry, capsys: pytest.CaptureFixture, argv: list[str]) -> str:
+    """The entry's one error line for ``argv``, which it must refuse with exit status 2."""
+    assert entry.main(argv) == 2
+    return one_error_line(capsys)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, one_error_line
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4", "--train-iters", "100"]
@@ -37,15 +37,14 @@ def test_a_load_directory_without_a_checkpoint_is_refused(monkeypatch, capsys, t
     assert _megatron_loads(load, True) == ("exit", None)
     assert _megatron_loads(load, False) == (None, "", False, None)
     entry = entry_up_to_pretrain(monkeypatch)
-    assert entry.main([*BASE, "--load", str(load), "--exit-on-missing-checkpoint"]) == 2
-    line = one_error_line(capsys)
+    line = refused_line(entry, capsys, [*BASE, "--load", str(load), "--exit-on-missing-checkpoint"])
     assert (f"--exit-on-missing-checkpoint with --load {load}, which holds no checkpoint "
             "(latest_checkpointed_iteration.txt): megatron-core builds the model on every rank, then ends the job "
             "with exit status 0") in line
     with pytest.raises(Reached):  # a first job
         entry.main([*BASE, "--load", str(load)])
-    assert entry.main([*BASE, "--load", str(tmp_path / "missing"), "--exit-on-missing-checkpoint"]) == 2
-    assert "which holds no checkpoint" in one_error_line(capsys)
+    missing = [*BASE, "--load", str(tmp_path / "missing"), "--exit-on-missing-checkpoint"]
+    assert "which holds no checkpoint" in refused_line(entry, capsys, missing)
 
 
 def test_the_flag_without_a_checkpoint_to_load_is_refused(monkeypatch, capsys):
@@ -56,9 +55,8 @@ def test_the_flag_without_a_checkpoint_to_load_is_refused(monkeypatch, capsys):
     assert "args.load is not None or args.pretrained_checkpoint is not None" in inspect.getsource(
         training.setup_model_and_optimizer)
     entry = entry_up_to_pretrain(monkeypatch)
-    assert entry.main([*BASE, "--exit-on-missing-checkpoint"]) == 2
     assert ("--exit-on-missing-checkpoint without --load: megatron-core loads no checkpoint, so the flag does "
-            "nothing") in one_error_line(capsys)
+            "nothing") in refused_line(entry, capsys, [*BASE, "--exit-on-missing-checkpoint"])
 
 
 def test_a_saved_checkpoint_passes_and_the_conversion_flag_is_named(tmp_path):

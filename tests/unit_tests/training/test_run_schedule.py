@@ -10,16 +10,10 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, one_error_line
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4"]
-
-
-def _refused(entry, capsys: pytest.CaptureFixture, argv: list[str]) -> str:
-    """The entry's one error line for ``argv`` (exit status 2)."""
-    assert entry.main(argv) == 2
-    return one_error_line(capsys)
 
 
 def _save_checkpoint_error(tmp_path: Path, non_persistent: bool, **megatron_args) -> Exception:
@@ -42,14 +36,14 @@ def _save_checkpoint_error(tmp_path: Path, non_persistent: bool, **megatron_args
     return raised.value
 
 
-def test_async_save_in_the_torch_format_is_refused(monkeypatch, capsys, tmp_path):
+def test_async_save_in_the_torch_format_isrefused_line(monkeypatch, capsys, tmp_path):
     """``validate_args`` turns ``--async-save`` off for the distributed formats without a persistent worker, not for
     the legacy torch format, whose save then raises NotImplementedError after --save-interval iterations."""
     error = _save_checkpoint_error(tmp_path, False, async_save=True, use_dist_ckpt=False, ckpt_format="torch")
     assert "Async checkpoint save not implemented for legacy checkpoints" in str(error)
     entry = entry_up_to_pretrain(monkeypatch)
     save = ["--train-iters", "500", "--save", str(tmp_path / "save"), "--save-interval", str(random.randint(1, 400))]
-    line = _refused(entry, capsys, [*BASE, *save, "--async-save", "--ckpt-format", "torch"])
+    line = refused_line(entry, capsys, [*BASE, *save, "--async-save", "--ckpt-format", "torch"])
     assert "--async-save with --ckpt-format torch: megatron-core 0.19.2 saves torch-format checkpoints only" in line
     for passes in (["--ckpt-format", "torch"], ["--async-save", "--ckpt-format", "torch_dist", "--async-strategy", "mcore"]):
         with pytest.raises(Reached):
@@ -58,7 +52,7 @@ def test_async_save_in_the_torch_format_is_refused(monkeypatch, capsys, tmp_path
         entry.main([*BASE, "--train-iters", "500", "--async-save", "--ckpt-format", "torch"])
 
 
-def test_a_non_persistent_save_interval_without_its_type_is_refused(monkeypatch, capsys, tmp_path):
+def test_a_non_persistent_save_interval_without_its_type_isrefused_line(monkeypatch, capsys, tmp_path):
     """megatron's ``save_checkpoint`` knows the non-persistent types ``global`` and ``local`` only: without
     ``--non-persistent-ckpt-type`` its first non-persistent save raises NotImplementedError."""
     error = _save_checkpoint_error(tmp_path, True, async_save=False, use_dist_ckpt=True, ckpt_format="torch_dist")
@@ -67,14 +61,14 @@ def test_a_non_persistent_save_interval_without_its_type_is_refused(monkeypatch,
     interval = random.randint(1, 99)
     save = ["--train-iters", "500", "--save", str(tmp_path / "save"), "--save-interval", "100",
             "--non-persistent-save-interval", str(interval)]
-    line = _refused(entry, capsys, [*BASE, *save])
+    line = refused_line(entry, capsys, [*BASE, *save])
     assert (f"--non-persistent-save-interval {interval} without --non-persistent-ckpt-type: megatron-core 0.19.2 "
             f"stops with NotImplementedError at its first non-persistent save (iteration {interval}") in line
     with pytest.raises(Reached):
         entry.main([*BASE, *save, "--non-persistent-ckpt-type", "global"])
 
 
-def test_phase_transitions_in_a_run_sized_by_iterations_are_refused(monkeypatch, capsys):
+def test_phase_transitions_in_a_run_sized_by_iterations_arerefused_line(monkeypatch, capsys):
     """megatron sizes each data phase up to ``args.train_samples``; with ``--train-iters`` it is None and building
     the datasets raises a TypeError (comparing None with the current sample)."""
     from megatron.training import training
@@ -88,14 +82,14 @@ def test_phase_transitions_in_a_run_sized_by_iterations_are_refused(monkeypatch,
         training.get_train_valid_test_num_samples()
     entry = entry_up_to_pretrain(monkeypatch)
     phases = ["--phase-transition-iterations", str(transition)]
-    line = _refused(entry, capsys, [*BASE, "--train-iters", str(iters), *phases])
+    line = refused_line(entry, capsys, [*BASE, "--train-iters", str(iters), *phases])
     assert "--phase-transition-iterations needs the run's length as --train-samples" in line
     with pytest.raises(Reached):
         entry.main([*BASE, "--train-samples", str(iters * 8), "--lr-decay-samples", str(iters * 8), *phases])
 
 
 @pytest.mark.parametrize("steps_after_start", [0, -1])
-def test_a_pytorch_profiler_window_without_a_step_is_refused(monkeypatch, capsys, steps_after_start):
+def test_a_pytorch_profiler_window_without_a_step_isrefused_line(monkeypatch, capsys, steps_after_start):
     """megatron hands torch's profiler schedule ``--profile-step-end`` minus ``--profile-step-start`` active steps,
     which torch refuses below 1 when training starts."""
     start = random.randint(2, 50)
@@ -104,7 +98,7 @@ def test_a_pytorch_profiler_window_without_a_step_is_refused(monkeypatch, capsys
         torch.profiler.schedule(wait=start - 1, warmup=1, active=end - start, repeat=1)
     entry = entry_up_to_pretrain(monkeypatch)
     profile = ["--train-iters", "500", "--profile", "--profile-step-start", str(start)]
-    line = _refused(entry, capsys, [*BASE, *profile, "--profile-step-end", str(end), "--use-pytorch-profiler"])
+    line = refused_line(entry, capsys, [*BASE, *profile, "--profile-step-end", str(end), "--use-pytorch-profiler"])
     assert f"--profile-step-end {end} is not after --profile-step-start {start}" in line
     with pytest.raises(Reached):
         entry.main([*BASE, *profile, "--profile-step-end", str(start + 1), "--use-pytorch-profiler"])
@@ -112,7 +106,7 @@ def test_a_pytorch_profiler_window_without_a_step_is_refused(monkeypatch, capsys
         entry.main([*BASE, *profile, "--profile-step-end", str(end)])
 
 
-def test_fewer_training_samples_than_one_global_batch_are_refused(monkeypatch, capsys):
+def test_fewer_training_samples_than_one_global_batch_arerefused_line(monkeypatch, capsys):
     """megatron rounds a ``--train-samples`` run down to whole global batches; below one batch that is 0 iterations,
     and ``pretrain`` then skips training (``args.train_iters > 0`` is false) and returns as if it had finished."""
     from megatron.training import training
@@ -125,7 +119,7 @@ def test_fewer_training_samples_than_one_global_batch_are_refused(monkeypatch, c
         training.update_train_iters(megatron_args)
     assert megatron_args.train_iters == 0
     entry = entry_up_to_pretrain(monkeypatch)
-    line = _refused(entry, capsys, [*BASE, "--train-samples", str(samples)])
+    line = refused_line(entry, capsys, [*BASE, "--train-samples", str(samples)])
     assert (f"--train-samples {samples} is less than one step of --global-batch-size {batch}: megatron-core 0.19.2 "
             f"rounds the run down to {samples} // {batch} = 0 iterations") in line
     for passes in (["--train-samples", str(batch)], ["--train-samples", str(samples), "--skip-train"]):
@@ -172,7 +166,7 @@ def test_pytorch_profiler_traces_without_a_tensorboard_dir_are_warned_of_once_on
 
 
 @pytest.mark.parametrize("torch_profiler", [False, True])
-def test_profile_steps_past_the_runs_end_are_refused(monkeypatch, capsys, tmp_path, torch_profiler):
+def test_profile_steps_past_the_runs_end_arerefused_line(monkeypatch, capsys, tmp_path, torch_profiler):
     """megatron starts profiling (nsys or torch) when the iteration reaches ``--profile-step-start`` and stops torch's
     profiler, which then writes the trace, only when it reaches ``--profile-step-end``; both compare the iteration
     for equality inside the loop ``while iteration < train_iters``. A start at or past the run's last iteration
@@ -190,13 +184,13 @@ def test_profile_steps_past_the_runs_end_are_refused(monkeypatch, capsys, tmp_pa
     for length in (["--train-iters", str(iterations)], ["--train-samples", str(iterations * 8 + random.randint(0, 7))]):
         entry = entry_up_to_pretrain(monkeypatch)
         start = iterations  # the first step past the run: the loop ends at iteration == train_iters
-        line = _refused(entry, capsys, [*BASE, *length, "--profile", *kind, "--profile-step-start", str(start),
+        line = refused_line(entry, capsys, [*BASE, *length, "--profile", *kind, "--profile-step-start", str(start),
                                         "--profile-step-end", str(start + 2)])
         assert f"--profile-step-start {start} is not before the run's end at iteration {iterations}" in line
         late_end = ["--profile", *kind, "--profile-step-start", str(iterations - 2), "--profile-step-end",
                     str(iterations + random.randint(1, 3))]
         if torch_profiler:
-            line = _refused(entry, capsys, [*BASE, *length, *late_end])
+            line = refused_line(entry, capsys, [*BASE, *length, *late_end])
             assert f"is past the run's end at iteration {iterations}: megatron-core 0.19.2 stops torch's" in line
         else:  # nsys records from the start step to the end of the process
             with pytest.raises(Reached):
