@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.training.arguments import parse_and_validate_args
 
     from megatron.oellm.backends.selection import check_args_support
-    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
+    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, moe_log_names
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
         check_optimizer_resharding,
@@ -371,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config_container = training_config(args)
     except ValueError as error:
         return refuse(error)
+    if args.num_experts:
+        moe_log_names.apply(args.moe_router_load_balancing_type)
     install_throughput_logging(flops_per_token, peak_tflops)
     pretrain(
         config_container,

@@ -38,6 +38,9 @@ def run_entry(extra: list[str], tmp_path) -> tuple[dict[int, float], list]:
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
+    # the router records only the global aux loss: megatron's phantom load_balancing_loss 0 must not be logged
+    log_lines = [line for line in output.splitlines() if _LOSS.search(line)]
+    assert all("global_load_balancing_loss:" in line and " load_balancing_loss:" not in line for line in log_lines)
     losses = {int(m[1]): float(m[2]) for m in _LOSS.finditer(output)}
     lines = [t for t in map(parse_throughput_line, output.splitlines()) if t is not None]
     return losses, lines
