@@ -136,8 +136,25 @@ def argv_refusal(argv: Sequence[str]) -> str | None:
         return lines[-1].split(" error: ", 1)[-1] if lines else "the argument parser refused the command line"
     except (KeyError, ValueError) as error:  # megatron's enum-typed flags convert their value outside argparse
         value = error.args[0] if error.args else ""
-        flags = [argv[i - 1] for i in range(1, len(argv)) if argv[i] == value and argv[i - 1].startswith("--")]
-        return f"invalid value {value!r}" + (f" for {flags[0]}" if flags else "")
+        flag = _flag_refusing(argv, value)
+        return f"invalid value {value!r}" + (f" for {flag}" if flag else "")
+    return None
+
+
+def _flag_refusing(argv: Sequence[str], value: str) -> str | None:
+    """The flag of ``argv`` whose conversion of ``value`` raises (None if none does alone). Each flag followed by
+    ``value`` is parsed on its own, because the same word may follow several flags (``--train-iters 10 --exit-signal
+    10``) and only the converting one refuses it."""
+    for i in range(1, len(argv)):
+        if argv[i] != value or not argv[i - 1].startswith("--"):
+            continue
+        try:
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                parse_oellm_argv([argv[i - 1], value])
+        except (KeyError, ValueError):
+            return argv[i - 1]
+        except SystemExit:
+            continue
     return None
 
 

@@ -23,6 +23,7 @@ from megatron.oellm.training.args import (
     add_oellm_arguments,
     architecture_value,
     check_command_line,
+    explicit_destinations,
     merge_card_flags,
     parse_oellm_argv,
     with_backend_implementation,
@@ -323,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.data import check_data_source, stale_cache_warnings, train_valid_test_datasets
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import forward_step
+    from megatron.oellm.training.ignored_flags import ignored_flag_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
@@ -353,8 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_validated_args(args)
         check_validated_packages(args)
         local_prefixes = check_data_source(args)
-        if os.environ.get("RANK", "0") == "0":  # stale index caches megatron-core would reuse, misplaced traces
-            for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd())]:
+        if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
+            for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),
+                            *ignored_flag_warnings(args, explicit_destinations(argv))]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_exit_on_missing_checkpoint(args)
         check_converted_load(args, loaded)

@@ -45,9 +45,10 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     attention backend, data and validation-set flags, a ``--spec`` the model provider would not read, a recompute
     megatron-core's config refuses without naming the flag, micro-batches per step the interleaved pipeline schedule
     refuses, a run length megatron rounds to no step, save, data-phase and profiler flags megatron fails on mid-run
-    (:mod:`.run_schedule`)."""
+    (:mod:`.run_schedule`), fault-handling flags it does not act on (:mod:`.fault_handling`)."""
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_data_args, check_validation_sets
+    from megatron.oellm.training.fault_handling import check_error_injection, check_exit_signal_handlers
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
     from megatron.oellm.training.run_schedule import (
@@ -67,6 +68,8 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     check_save_flags(args)
     check_phase_transitions(args)
     check_profiler_steps(args)
+    check_exit_signal_handlers(args)
+    check_error_injection(args)
 
 
 def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:

@@ -145,6 +145,15 @@ def test_argv_refusal_names_what_the_parser_refuses_and_passes_what_it_takes():
     assert argv_refusal([*merged, "--oellm-backend", "jax"]).startswith("argument --oellm-backend: invalid choice")
 
 
+def test_argv_refusal_names_the_flag_that_refused_a_word_several_flags_are_given():
+    """``--exit-signal`` takes a signal name (megatron converts it outside argparse); a number there must be blamed
+    on it, not on an earlier flag that took the same word."""
+    merged = merge_card_flags(["--oellm-model", TINY, "--oellm-backend", "torch"]).argv
+    number = str(random.randrange(2, 64))
+    refused = argv_refusal([*merged, "--train-iters", number, "--log-interval", number, "--exit-signal", number])
+    assert refused == f"invalid value {number!r} for --exit-signal"
+
+
 def test_torch_backend_gets_the_local_implementation_unless_given():
     argv = with_backend_implementation(["--oellm-backend", "torch"])
     assert parse(argv).transformer_impl == "local"

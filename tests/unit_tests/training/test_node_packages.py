@@ -30,7 +30,7 @@ def _project() -> str:
     return f"oellm-{random.randint(0, 10**6)}"
 
 
-def test_a_wandb_project_without_a_directory_isrefused_line(monkeypatch, capsys, tmp_path):
+def test_a_wandb_project_without_a_directory_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """megatron puts the wandb files under ``--save``'s ``wandb`` directory by default; with neither ``--save`` nor
     ``--wandb-save-dir`` it joins None while it validates the arguments, a TypeError on the last rank."""
     from megatron.training import global_vars
@@ -51,7 +51,7 @@ def test_a_wandb_project_without_a_directory_isrefused_line(monkeypatch, capsys,
             entry.main([*BASE, "--wandb-project", project, *directory])
 
 
-def test_a_wandb_project_without_the_wandb_package_isrefused_line(monkeypatch, capsys, tmp_path):
+def test_a_wandb_project_without_the_wandb_package_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """megatron imports wandb on the last rank while it validates the arguments: without the package that rank
     stops with an ImportError and the others wait."""
     from megatron.training import global_vars
@@ -73,7 +73,7 @@ def test_a_wandb_project_without_the_wandb_package_isrefused_line(monkeypatch, c
 
 
 @pytest.mark.parametrize("name", ["muon", "dist_muon", "lion", "soap", "adaptive_muon"])
-def test_an_emerging_optimizer_without_its_package_isrefused_line(monkeypatch, capsys, name):
+def test_an_emerging_optimizer_without_its_package_is_refused_in_one_line(monkeypatch, capsys, name):
     """megatron builds every optimizer but adam and sgd from emerging-optimizers, and raises ImportError there, after
     the model is built, when its own test of the package (``HAVE_EMERGING_OPTIMIZERS``) failed."""
     from megatron.core import optimizer
@@ -94,7 +94,7 @@ def test_an_emerging_optimizer_without_its_package_isrefused_line(monkeypatch, c
         entry.main([*BASE, "--optimizer", name])
 
 
-def test_an_async_save_strategy_megatron_cannot_load_isrefused_line(monkeypatch, capsys, tmp_path):
+def test_an_async_save_strategy_megatron_cannot_load_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """``--async-strategy`` defaults to nvrx, whose loader megatron asks for at initialisation when the persistent
     checkpoint worker starts: without nvidia-resiliency-ext it raises ModuleNotFoundError; mcore loads everywhere."""
     from megatron.core.dist_checkpointing.strategies.torch import get_async_strategy
@@ -116,7 +116,7 @@ def test_an_async_save_strategy_megatron_cannot_load_isrefused_line(monkeypatch,
         entry.main([*BASE, "--async-save", "--ckpt-format", "torch_dist"])
 
 
-def test_local_non_persistent_checkpoints_without_nvidia_resiliency_ext_arerefused_line(monkeypatch, capsys, tmp_path):
+def test_local_non_persistent_checkpoints_without_nvidia_resiliency_ext_are_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """megatron builds the local checkpoint manager from nvidia-resiliency-ext once the process groups are up and
     raises RuntimeError without it; global non-persistent checkpoints need no package."""
     from megatron.training import training

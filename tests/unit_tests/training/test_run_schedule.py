@@ -36,7 +36,7 @@ def _save_checkpoint_error(tmp_path: Path, non_persistent: bool, **megatron_args
     return raised.value
 
 
-def test_async_save_in_the_torch_format_isrefused_line(monkeypatch, capsys, tmp_path):
+def test_async_save_in_the_torch_format_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """``validate_args`` turns ``--async-save`` off for the distributed formats without a persistent worker, not for
     the legacy torch format, whose save then raises NotImplementedError after --save-interval iterations."""
     error = _save_checkpoint_error(tmp_path, False, async_save=True, use_dist_ckpt=False, ckpt_format="torch")
@@ -52,7 +52,7 @@ def test_async_save_in_the_torch_format_isrefused_line(monkeypatch, capsys, tmp_
         entry.main([*BASE, "--train-iters", "500", "--async-save", "--ckpt-format", "torch"])
 
 
-def test_a_non_persistent_save_interval_without_its_type_isrefused_line(monkeypatch, capsys, tmp_path):
+def test_a_non_persistent_save_interval_without_its_type_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """megatron's ``save_checkpoint`` knows the non-persistent types ``global`` and ``local`` only: without
     ``--non-persistent-ckpt-type`` its first non-persistent save raises NotImplementedError."""
     error = _save_checkpoint_error(tmp_path, True, async_save=False, use_dist_ckpt=True, ckpt_format="torch_dist")
@@ -68,7 +68,7 @@ def test_a_non_persistent_save_interval_without_its_type_isrefused_line(monkeypa
         entry.main([*BASE, *save, "--non-persistent-ckpt-type", "global"])
 
 
-def test_phase_transitions_in_a_run_sized_by_iterations_arerefused_line(monkeypatch, capsys):
+def test_phase_transitions_in_a_run_sized_by_iterations_are_refused_in_one_line(monkeypatch, capsys):
     """megatron sizes each data phase up to ``args.train_samples``; with ``--train-iters`` it is None and building
     the datasets raises a TypeError (comparing None with the current sample)."""
     from megatron.training import training
@@ -89,7 +89,7 @@ def test_phase_transitions_in_a_run_sized_by_iterations_arerefused_line(monkeypa
 
 
 @pytest.mark.parametrize("steps_after_start", [0, -1])
-def test_a_pytorch_profiler_window_without_a_step_isrefused_line(monkeypatch, capsys, steps_after_start):
+def test_a_pytorch_profiler_window_without_a_step_is_refused_in_one_line(monkeypatch, capsys, steps_after_start):
     """megatron hands torch's profiler schedule ``--profile-step-end`` minus ``--profile-step-start`` active steps,
     which torch refuses below 1 when training starts."""
     start = random.randint(2, 50)
@@ -106,7 +106,7 @@ def test_a_pytorch_profiler_window_without_a_step_isrefused_line(monkeypatch, ca
         entry.main([*BASE, *profile, "--profile-step-end", str(end)])
 
 
-def test_fewer_training_samples_than_one_global_batch_arerefused_line(monkeypatch, capsys):
+def test_fewer_training_samples_than_one_global_batch_are_refused_in_one_line(monkeypatch, capsys):
     """megatron rounds a ``--train-samples`` run down to whole global batches; below one batch that is 0 iterations,
     and ``pretrain`` then skips training (``args.train_iters > 0`` is false) and returns as if it had finished."""
     from megatron.training import training
@@ -166,7 +166,7 @@ def test_pytorch_profiler_traces_without_a_tensorboard_dir_are_warned_of_once_on
 
 
 @pytest.mark.parametrize("torch_profiler", [False, True])
-def test_profile_steps_past_the_runs_end_arerefused_line(monkeypatch, capsys, tmp_path, torch_profiler):
+def test_profile_steps_past_the_runs_end_are_refused_in_one_line(monkeypatch, capsys, tmp_path, torch_profiler):
     """megatron starts profiling (nsys or torch) when the iteration reaches ``--profile-step-start`` and stops torch's
     profiler, which then writes the trace, only when it reaches ``--profile-step-end``; both compare the iteration
     for equality inside the loop ``while iteration < train_iters``. A start at or past the run's last iteration

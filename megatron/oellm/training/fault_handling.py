@@ -1,0 +1,50 @@
+"""Fault-handling flags that megatron-core 0.19.2 accepts and then does not act on: its signal handlers and its
+error injection. Refused before Megatron starts, because the user finds out only when the fault comes: a preempted
+job that saved nothing, or a resilience test that injected nothing."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+HANDLERS_REPLACED_BY_TRAINING_SHUTDOWN = (signal.SIGINT, signal.SIGTERM)
+"""The signals whose handler ``--exit-signal-handler-for-training`` installs, after (so over) the one of
+``--exit-signal-handler`` (megatron's ``set_global_variables``)."""
+
+
+def check_exit_signal_handlers(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--exit-signal-handler`` together with ``--exit-signal-handler-for-training`` when
+    ``--exit-signal`` is SIGTERM (the default) or SIGINT.
+
+    Megatron installs the saving handler first and the shutdown handler second, on the same signal. On that signal the
+    run then exits with status 0 without the checkpoint ``--exit-signal-handler`` promises, for example on a SLURM
+    preemption or time limit, and the job reports success."""
+    if not (args.exit_signal_handler and args.exit_signal_handler_for_training):
+        return
+    exit_signal = signal.Signals(args.exit_signal)
+    if exit_signal in HANDLERS_REPLACED_BY_TRAINING_SHUTDOWN:
+        raise ValueError(f"--exit-signal-handler with --exit-signal-handler-for-training: megatron-core 0.19.2 "
+                         f"installs the second's shutdown handler for SIGINT and SIGTERM over the first's, so on "
+                         f"{exit_signal.name} the run exits with status 0 without saving a checkpoint; drop "
+                         "--exit-signal-handler-for-training, or give --exit-signal another signal (e.g. SIGUSR1)")
+
+
+def check_error_injection(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--error-injection-rate`` in a run where megatron injects nothing.
+
+    Megatron injects errors only into the results its rerun state machine validates. It validates none under
+    ``--rerun-mode disabled``. Without any of the checks that validate results, none is made either: the NaN/Inf check
+    of the gradients (``--check-for-nan-in-loss-and-grad``, which ``--fp16`` without ``--loss-scale`` turns off),
+    ``--check-for-spiky-loss`` and ``--check-for-large-grads``."""
+    rate = args.error_injection_rate
+    if not rate:
+        return
+    if args.rerun_mode == "disabled":
+        raise ValueError(f"--error-injection-rate {rate} with --rerun-mode disabled: megatron-core 0.19.2 injects "
+                         "errors only into the results its rerun state machine validates, which it skips when "
+                         "disabled, so the run injects nothing; use --rerun-mode validate_results")
+    if not (args.check_for_nan_in_loss_and_grad or args.check_for_spiky_loss or args.check_for_large_grads):
+        why = " (--fp16 without --loss-scale turned the NaN check off)" if args.fp16 and not args.loss_scale else ""
+        raise ValueError(f"--error-injection-rate {rate}: megatron-core 0.19.2 injects errors only into validated "
+                         f"results, and this run validates none{why}, so it injects nothing; add "
+                         "--check-for-spiky-loss or --check-for-large-grads")

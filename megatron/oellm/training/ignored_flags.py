@@ -1,0 +1,37 @@
+"""Flags that megatron-core 0.19.2 parses and then ignores, in the run a command line describes: the training entry
+prints one warning line each on rank 0, so that nothing a user wrote is dropped without a word."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Set
+
+DYNAMIC_LOSS_SCALER_FLAGS = {
+    "initial_loss_scale": "--initial-loss-scale",
+    "min_loss_scale": "--min-loss-scale",
+    "loss_scale_window": "--loss-scale-window",
+    "hysteresis": "--hysteresis",
+}
+"""Destinations -> flags that only fp16's dynamic loss scaler reads (megatron-core's ``get_megatron_optimizer``)."""
+
+
+def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[str]:
+    """One warning per ignored flag among megatron's validated ``args``.
+
+    ``explicit`` holds the parser destinations the command line sets; flags with defaults are named only when given.
+    Two cases:
+    - ``--exit-signal-handler-for-dataloader``: megatron-core 0.19.2 defines it and reads it nowhere.
+    - The dynamic loss scaler's flags in a run without that scaler: not ``--fp16``, or ``--fp16`` with a constant
+      ``--loss-scale``.
+    """
+    warnings = []
+    if args.exit_signal_handler_for_dataloader:
+        warnings.append("--exit-signal-handler-for-dataloader does nothing: megatron-core 0.19.2 defines the flag "
+                        "and never reads it (the data loader's workers get no signal handler)")
+    given = [flag for dest, flag in DYNAMIC_LOSS_SCALER_FLAGS.items() if dest in explicit]
+    if given and not (args.fp16 and not args.loss_scale):
+        scaler = (f"--loss-scale {args.loss_scale:g} sets a constant scale" if args.loss_scale
+                  else "only --fp16 runs scale the loss")
+        warnings.append(f"{', '.join(given)} tune fp16's dynamic loss scaler, which this run does not have "
+                        f"({scaler}): ignored")
+    return warnings
