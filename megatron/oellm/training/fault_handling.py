@@ -1,6 +1,7 @@
-"""Fault-handling flags that megatron-core 0.19.2 accepts and then does not act on: its signal handlers and its
-error injection. Refused before Megatron starts, because the user finds out only when the fault comes: a preempted
-job that saved nothing, or a resilience test that injected nothing."""
+"""Fault-handling flags that megatron-core 0.19.2 accepts and then does not act on, or fails on: its signal handlers,
+its error injection and its rerun mode. Refused before Megatron starts: otherwise the user finds out only when the
+fault comes (a preempted job that saved nothing, a resilience test that injected nothing), or from a traceback on
+every rank."""
 
 from __future__ import annotations
 
@@ -48,3 +49,18 @@ def check_error_injection(args: argparse.Namespace) -> None:
         raise ValueError(f"--error-injection-rate {rate}: megatron-core 0.19.2 injects errors only into validated "
                          f"results, and this run validates none{why}, so it injects nothing; add "
                          "--check-for-spiky-loss or --check-for-large-grads")
+
+
+def check_rerun_mode(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--rerun-mode report_stats``.
+
+    megatron-core 0.19.2's parser offers that choice, but ``initialize_megatron`` converts the value with
+    ``RerunMode(args.rerun_mode)``, whose member for it is ``report_determinism_stats``. So the run stops with a
+    ``ValueError`` traceback on every rank, and the determinism report cannot be run from the command line."""
+    from megatron.core.rerun_state_machine import RerunMode
+
+    if args.rerun_mode not in {mode.value for mode in RerunMode}:
+        raise ValueError(f"--rerun-mode {args.rerun_mode}: megatron-core 0.19.2 offers the choice but has no rerun "
+                         f"mode of that name (its modes: {', '.join(mode.value for mode in RerunMode)}) and stops "
+                         "with a ValueError on every rank when it initialises; use --rerun-mode validate_results "
+                         "(the default) or disabled")

@@ -48,7 +48,11 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     (:mod:`.run_schedule`), fault-handling flags it does not act on (:mod:`.fault_handling`)."""
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_data_args, check_validation_sets
-    from megatron.oellm.training.fault_handling import check_error_injection, check_exit_signal_handlers
+    from megatron.oellm.training.fault_handling import (
+        check_error_injection,
+        check_exit_signal_handlers,
+        check_rerun_mode,
+    )
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
     from megatron.oellm.training.run_schedule import (
@@ -69,6 +73,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     check_phase_transitions(args)
     check_profiler_steps(args)
     check_exit_signal_handlers(args)
+    check_rerun_mode(args)
     check_error_injection(args)
 
 

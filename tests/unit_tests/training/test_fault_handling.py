@@ -1,8 +1,8 @@
 """Fault-handling flags megatron-core 0.19.2 accepts and does not act on, and flags it ignores.
 
 Each premise is shown on megatron's own code on the CPU: the SIGTERM handler its ``set_global_variables`` leaves
-installed, its rerun state machine injecting an error or not, and the one place its sources name the data loader's
-signal flag. Then the entry refuses the combination in one line, ``oellm recipe``'s validation refuses it too, and the
+installed, its rerun state machine injecting an error or not, the rerun mode its parser offers and its state machine
+lacks, and the one place its sources name the data loader's signal flag. Then the entry refuses the combination in one line, ``oellm recipe``'s validation refuses it too, and the
 entry warns about flags megatron ignores.
 """
 
@@ -18,7 +18,11 @@ import torch
 
 from megatron.oellm.recipes.megatron_validation import megatron_refusal, validate_args_on_cluster
 from megatron.oellm.training.args import explicit_destinations, merge_card_flags, parse_oellm_argv
-from megatron.oellm.training.fault_handling import check_error_injection, check_exit_signal_handlers
+from megatron.oellm.training.fault_handling import (
+    check_error_injection,
+    check_exit_signal_handlers,
+    check_rerun_mode,
+)
 from megatron.oellm.training.ignored_flags import DYNAMIC_LOSS_SCALER_FLAGS, ignored_flag_warnings
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
@@ -145,6 +149,26 @@ def test_error_injection_into_a_run_that_validates_nothing_is_refused(extra, why
                                    ["--no-check-for-nan-in-loss-and-grad", "--check-for-large-grads"]])
 def test_error_injection_into_a_run_that_validates_results_is_accepted(extra):
     check_error_injection(validated(["--error-injection-rate", str(random.randrange(1, 1000)), *extra]))
+
+
+def test_premise_megatron_parses_a_rerun_mode_its_state_machine_has_no_member_for():
+    """The value ``validate_args`` passes on is the one ``initialize_megatron`` hands to ``RerunMode``."""
+    from megatron.core.rerun_state_machine import RerunMode
+
+    args = validated(["--rerun-mode", "report_stats"])
+    assert args.rerun_mode == "report_stats"
+    with pytest.raises(ValueError, match="report_stats"):
+        RerunMode(args.rerun_mode)
+
+
+def test_the_rerun_mode_megatron_cannot_start_is_refused_and_its_modes_pass(monkeypatch, capsys):
+    with pytest.raises(ValueError, match=r"--rerun-mode report_stats: .*no rerun mode of that name.*"
+                                         "report_determinism_stats"):
+        check_rerun_mode(validated(["--rerun-mode", "report_stats"]))
+    for mode in ("validate_results", "disabled"):
+        check_rerun_mode(validated(["--rerun-mode", mode]))
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*BASE, "--rerun-mode", "report_stats"])
+    assert "--rerun-mode report_stats" in line
 
 
 def test_premise_megatron_never_reads_the_data_loaders_signal_flag():
