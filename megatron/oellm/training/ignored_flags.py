@@ -27,7 +27,8 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
     warnings = []
     if args.exit_signal_handler_for_dataloader:
         warnings.append("--exit-signal-handler-for-dataloader does nothing: megatron-core 0.19.2 defines the flag "
-                        "and never reads it (the data loader's workers get no signal handler)")
+                        "and never reads it (its data loader workers install the signal handler when "
+                        "--exit-signal-handler is given)")
     given = [flag for dest, flag in DYNAMIC_LOSS_SCALER_FLAGS.items() if dest in explicit]
     if given and not (args.fp16 and not args.loss_scale):
         scaler = (f"--loss-scale {args.loss_scale:g} sets a constant scale" if args.loss_scale
