@@ -123,20 +123,46 @@ def check_family(card: ModelCard, family: str, linear_mixer: str) -> None:
 def config_with_runtime_defaults(card_kwargs: dict[str, Any], overrides: dict[str, Any]) -> TransformerConfig:
     """``TransformerConfig`` of a family's card fields over :data:`SPEC_RUNTIME_DEFAULTS`; ``overrides`` win.
 
-    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`),
-    and for routing probabilities applied on the experts' input of more than one expert per token, which both
-    backends' grouped experts refuse only once the model is built or running (megatron-core's TEGroupedMLP asserts at
-    the first forward step).
+    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`)
+    and for the MoE settings :func:`moe_setting_problems` names.
     """
     config = TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **card_kwargs, **overrides})
-    absent = absent_recompute_modules(config)
-    if absent:
-        raise ValueError("; ".join(f"recompute_modules {name!r}: {why}" for name, why in absent.items()))
-    if config.moe_apply_probs_on_input and config.moe_router_topk != 1:
-        raise ValueError(f"moe_apply_probs_on_input scales each expert's input by its routing probability, which "
-                         f"megatron-core's experts do for one expert per token only, and this model routes each "
-                         f"token to moe_router_topk={config.moe_router_topk}; drop --moe-apply-probs-on-input")
+    problems = [f"recompute_modules {name!r}: {why}" for name, why in absent_recompute_modules(config).items()]
+    problems += moe_setting_problems(config)
+    if problems:
+        raise ValueError("; ".join(problems))
     return config
+
+
+def moe_setting_problems(config: TransformerConfig) -> list[str]:
+    """Why each MoE setting of ``config`` that megatron-core's ``TransformerConfig`` accepts fails or does nothing
+    once the model runs, with the fix:
+
+    - routing probabilities applied on the experts' input of more than one expert per token, which both backends'
+      grouped experts refuse only once the model is built or running (TEGroupedMLP asserts at the first step);
+    - the shared expert's overlap in a model without a shared expert (megatron-core ignores it);
+    - inputs padded to an expert capacity above the tokens routed (``moe_router_topk`` x capacity factor > experts)
+      in the all-to-all dispatcher: its router then keeps every token while the dispatcher pads to the larger
+      capacity, and the permutation fails at the first step.
+    """
+    problems = []
+    if config.moe_apply_probs_on_input and config.moe_router_topk != 1:
+        problems.append(f"moe_apply_probs_on_input scales each expert's input by its routing probability, which "
+                        f"megatron-core's experts do for one expert per token only, and this model routes each "
+                        f"token to moe_router_topk={config.moe_router_topk}; drop --moe-apply-probs-on-input")
+    if config.moe_shared_expert_overlap and not config.moe_shared_expert_intermediate_size:
+        problems.append("moe_shared_expert_overlap overlaps the shared expert with the token dispatch, and this model "
+                        "has no shared expert, so megatron-core ignores it; drop --moe-shared-expert-overlap")
+    factor = config.moe_expert_capacity_factor
+    if (config.moe_pad_expert_input_to_capacity and factor is not None and config.num_moe_experts
+            and config.moe_token_dispatcher_type == "alltoall"
+            and config.moe_router_topk * factor > config.num_moe_experts):
+        problems.append(f"moe_pad_expert_input_to_capacity with moe_expert_capacity_factor={factor:g}: each expert's "
+                        f"capacity ({config.moe_router_topk} experts per token x {factor:g} / "
+                        f"{config.num_moe_experts} experts) exceeds the tokens, and megatron-core's all-to-all "
+                        "dispatcher then fails in its permutation at the first step; give "
+                        f"--moe-expert-capacity-factor at most {config.num_moe_experts / config.moe_router_topk:g}")
+    return problems
 
 
 def absent_recompute_modules(config: TransformerConfig) -> dict[str, str]:

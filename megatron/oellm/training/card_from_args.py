@@ -95,6 +95,8 @@ _UNEXPRESSIBLE: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("moe_latent_size", lambda value: value is None, "latent projections around the routed experts"),
     ("moe_router_score_function", lambda value: value in (None, "softmax"), "a router score other than softmax"),
     ("moe_router_topk_scaling_factor", lambda value: value in (None, 1), "scaled routing weights"),
+    ("moe_router_num_groups", lambda value: value is None, "group-limited routing"),
+    ("moe_router_group_topk", lambda value: value is None, "group-limited routing"),
 )
 """(Megatron argument, test of a value a card describes, what another value means): flags whose other values build
 an architecture no card family has. A missing argument (a log of another Megatron version) is not refused."""

@@ -7,9 +7,16 @@ refusal test fails where the mapping accepts the setting, each acceptance test w
 - ``--moe-apply-probs-on-input`` with top-k > 1: megatron-core's grouped experts apply routing probabilities on the
   input for one expert per token only; TEGroupedMLP asserts it at the first forward step, the torch-native
   TorchGroupedMLP when the model is built, both after Megatron has initialised.
+- ``--moe-shared-expert-overlap`` on a card without a shared expert: megatron-core ignores it.
+- ``--moe-pad-expert-input-to-capacity`` with a capacity above the tokens (top-k x capacity factor > experts) in the
+  all-to-all dispatcher: megatron-core's permutation fails at the first step (shown on its own functions).
 """
 
+import math
+import random
+
 import pytest
+import torch
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.models import spec_builder
@@ -94,3 +101,74 @@ def test_entry_refuses_probs_on_input_before_megatron_initialises() -> None:
     args.padded_vocab_size = args.vocab_size
     with pytest.raises(ValueError, match=r"refuses the run's arguments: moe_apply_probs_on_input"):
         check_model_config(args, card_from_args(args))
+
+
+def test_the_shared_expert_overlap_of_a_card_without_a_shared_expert_is_refused() -> None:
+    """megatron-core's config accepts it (its checks apply to a shared expert only); Qwen3.5's shared expert takes
+    it."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, num_moe_experts=8, moe_ffn_hidden_size=32,
+                      moe_shared_expert_overlap=True, moe_token_dispatcher_type="alltoall")
+    card = get_card("qwen3-30b-a3b-tiny")
+    assert not card.moe_shared_expert_intermediate_size
+    with pytest.raises(ValueError, match="no shared expert, so megatron-core ignores it; drop --moe-shared-expert"):
+        spec_builder(card.family).transformer_config(card, moe_shared_expert_overlap=True)
+    hybrid = get_card("qwen3.5-35b-a3b-tiny")
+    assert spec_builder(hybrid.family).transformer_config(hybrid, moe_shared_expert_overlap=True)
+
+
+def test_premise_a_padded_capacity_above_the_tokens_fails_megatrons_permutation() -> None:
+    """Router and dispatcher of megatron-core on the same routing: with top-k x factor > experts the router keeps
+    every token (capacity above the tokens), the all-to-all dispatcher pads to that capacity, and the permutation
+    cannot take that many rows per expert. At exactly experts / top-k it works."""
+    from megatron.core.transformer.moe.moe_utils import apply_router_token_dropping, get_capacity, permute
+
+    experts, topk, tokens = 8, 2, random.randrange(8, 64)
+    logits = torch.randn(tokens, experts)
+    chosen = logits.topk(topk, dim=1).indices
+    routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter(1, chosen, True)
+    probs = torch.softmax(logits, dim=1) * routing_map
+    hidden = torch.randn(tokens, 16)
+    for factor, fails in ((experts / topk, False), (experts / topk + random.uniform(0.2, 2.0), True)):
+        kept_probs, kept_map = apply_router_token_dropping(probs, routing_map, topk, factor, pad_to_capacity=True)
+        capacity = get_capacity(tokens * topk, experts, factor)
+        assert (capacity > tokens) == fails
+        if fails:
+            assert bool(kept_map.all())  # no token dropped: every (token, expert) pair kept
+            with pytest.raises(RuntimeError):
+                permute(hidden, kept_map, kept_probs, num_out_tokens=capacity * experts, drop_and_pad=True)
+        else:
+            permuted = permute(hidden, kept_map, kept_probs, num_out_tokens=capacity * experts, drop_and_pad=True)
+            assert permuted[0].shape[0] == capacity * experts
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_a_padded_capacity_above_the_tokens_is_refused_naming_the_largest_factor(name: str) -> None:
+    card = get_card(name)
+    builder = spec_builder(card.family)
+    limit = card.num_experts / card.moe_router_topk
+    padded = dict(moe_pad_expert_input_to_capacity=True, moe_token_drop_policy="probs")
+    with pytest.raises(ValueError, match=rf"capacity-factor at most {limit:g}"):
+        builder.transformer_config(card, moe_expert_capacity_factor=limit + random.uniform(0.1, 3.0), **padded)
+    assert builder.transformer_config(card, moe_expert_capacity_factor=limit, **padded)
+    # the all-gather dispatcher runs it (every token then reaches every expert); unpadded capacities never pad
+    assert builder.transformer_config(card, moe_expert_capacity_factor=math.ceil(limit) + 1,
+                                      moe_token_dispatcher_type="allgather", **padded)
+    assert builder.transformer_config(card, moe_expert_capacity_factor=math.ceil(limit) + 1)
+
+
+def test_the_recipe_check_refuses_the_padded_capacity_for_the_all_to_all_dispatcher_only() -> None:
+    """From megatron's flags, as ``oellm recipe`` and the entry check them: megatron's default dispatcher (all-gather)
+    runs the setting, the all-to-all one is refused."""
+    from megatron.oellm.recipes.megatron_validation import megatron_refusal
+
+    card = get_card("qwen3-30b-a3b-tiny")
+    argv = ["--oellm-model", card.name, "--oellm-backend", "torch", "--micro-batch-size", "1", "--global-batch-size",
+            "8", "--seq-length", "128", "--bf16", "--lr", "1e-4", "--train-iters", "10", "--mock-data",
+            "--tokenizer-type", "NullTokenizer", "--moe-pad-expert-input-to-capacity", "--moe-expert-capacity-factor",
+            str(card.num_experts // card.moe_router_topk + 1)]
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert megatron_refusal([*argv, "--moe-token-dispatcher-type", "allgather"], 8, env) is None
+    refusal = megatron_refusal([*argv, "--moe-token-dispatcher-type", "alltoall"], 8, env)
+    assert refusal is not None and "moe_pad_expert_input_to_capacity" in refusal

@@ -4,6 +4,7 @@ card describes are refused, and the vocabulary is the tokenizer's when no ``--vo
 import dataclasses
 
 import pytest
+import torch
 
 from megatron.oellm.cards import PUBLISHED_CARDS, get_card, list_card_names
 from megatron.oellm.megatron_args import flags_to_argv, model_flags, parse_megatron_argv
@@ -134,6 +135,10 @@ def test_without_any_vocabulary_the_error_names_the_fix():
     (["--moe-latent-size", "32"], "--moe-latent-size"),
     (["--moe-router-score-function", "sigmoid"], "--moe-router-score-function"),
     (["--moe-router-topk-scaling-factor", "2.5"], "--moe-router-topk-scaling-factor"),
+    (["--moe-router-num-groups", "4", "--moe-router-group-topk", "2"], "--moe-router-num-groups 4 "
+                                                                       r"\(group-limited routing\); "
+                                                                       "--moe-router-group-topk"),
+    (["--moe-router-num-groups", "4"], "--moe-router-num-groups"),
     (["--rotary-interleaved"], "--rotary-interleaved"),
     (["--qk-l2-norm"], "--qk-l2-norm"),
     (["--apply-residual-connection-post-layernorm"], "--apply-residual-connection-post-layernorm"),
@@ -150,6 +155,24 @@ def test_flags_that_change_the_models_math_or_shapes_are_refused(flags, named, n
     args.padded_vocab_size = card.vocab_size
     with pytest.raises(ValueError, match=f"no model card describes these Megatron flags: {named} "):
         card_from_args(args)
+
+
+@pytest.mark.parametrize(("groups", "group_topk"), [(4, 3), (8, 1)])
+def test_premise_group_limited_routing_starves_experts_or_fails_where_the_card_routes_freely(groups, group_topk):
+    """megatron-core's routing with expert groups (8 experts, top 2): more groups kept than the top-k scores every
+    group 0, so every token picks the same groups and the other groups' experts get no token; one group kept of 8
+    asks each group for more top scores than it has experts and fails. The card's free top-k reaches every expert."""
+    from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
+
+    logits = torch.randn(2048, 8)
+    _, free = topk_routing_with_score_function(logits, 2)
+    assert bool((free.sum(0) > 0).all())
+    if group_topk > 2:
+        _, grouped = topk_routing_with_score_function(logits, 2, num_groups=groups, group_topk=group_topk)
+        assert int((grouped.sum(0) == 0).sum()) == 8 // groups  # one group's experts never routed to
+    else:
+        with pytest.raises(RuntimeError, match="out of range"):
+            topk_routing_with_score_function(logits, 2, num_groups=groups, group_topk=group_topk)
 
 
 @pytest.mark.parametrize("balancing", ["sinkhorn", "quantile_balancing"])
