@@ -314,8 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.training import pretrain
     from megatron.training.arguments import parse_and_validate_args
 
-    from megatron.oellm.backends.selection import check_args_support
+    from megatron.oellm.backends.selection import check_args_support, resolve_backend
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, moe_log_names
+    from megatron.oellm.training.activation_logs import check_activation_logging
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
         check_optimizer_resharding,
@@ -354,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_flex_dispatcher(args)
         check_validated_args(args)
         check_validated_packages(args)
+        check_activation_logging(args, resolve_backend(args.oellm_backend))
         local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),

@@ -61,6 +61,23 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     return entry
 
 
+TINY_MOE_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--micro-batch-size", "1", "--global-batch-size", "8",
+                "--seq-length", "64", "--train-iters", "10", "--lr", "1e-4", "--mock-data", "--tokenizer-type",
+                "NullTokenizer"]
+"""A short mock-data run of the tiny Qwen3 MoE card that the entry's checks pass."""
+
+
+def validated_tiny_moe_run(extra: list[str]) -> argparse.Namespace:
+    """Megatron's validated arguments of :data:`TINY_MOE_RUN` with ``extra`` (``validate_args`` answered as on an
+    H100 node), with the padded vocabulary its tokenizer would set."""
+    from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
+    from megatron.oellm.training.args import merge_card_flags
+
+    args = validate_args_on_cluster(parse_oellm_argv(merge_card_flags([*TINY_MOE_RUN, *extra]).argv), 1, None)
+    args.padded_vocab_size = args.vocab_size
+    return args
+
+
 def corpus(tmp_path: Path, name: str) -> str:
     """A two-document byte corpus built at ``tmp_path / name``; returns its prefix for ``--data-path``."""
     docs = []

@@ -16,31 +16,29 @@ from unittest import mock
 import pytest
 import torch
 
-from megatron.oellm.recipes.megatron_validation import megatron_refusal, validate_args_on_cluster
-from megatron.oellm.training.args import explicit_destinations, merge_card_flags, parse_oellm_argv
+from megatron.oellm.recipes.megatron_validation import megatron_refusal
+from megatron.oellm.training.args import explicit_destinations, merge_card_flags
 from megatron.oellm.training.fault_handling import (
     check_error_injection,
     check_exit_signal_handlers,
     check_rerun_mode,
 )
 from megatron.oellm.training.ignored_flags import DYNAMIC_LOSS_SCALER_FLAGS, ignored_flag_warnings
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
+from tests.unit_tests.training.entry_helpers import (
+    TINY_MOE_RUN,
+    Reached,
+    entry_up_to_pretrain,
+    refused_line,
+    validated_tiny_moe_run,
+)
 
-CARD = "qwen3-30b-a3b-tiny"
-BASE = ["--oellm-model", CARD, "--micro-batch-size", "1", "--global-batch-size", "8", "--seq-length", "64",
-        "--train-iters", "10", "--lr", "1e-4", "--mock-data", "--tokenizer-type", "NullTokenizer"]
+BASE = TINY_MOE_RUN
 BOTH_HANDLERS = ["--exit-signal-handler", "--exit-signal-handler-for-training"]
+validated = validated_tiny_moe_run
 
 
 def command(extra: list[str]) -> list[str]:
     return merge_card_flags([*BASE, *extra]).argv
-
-
-def validated(extra: list[str]):
-    """Megatron's validated arguments of the tiny Qwen3 MoE card with ``extra`` (as on an H100 node)."""
-    args = validate_args_on_cluster(parse_oellm_argv(command(extra)), 1, None)
-    args.padded_vocab_size = args.vocab_size
-    return args
 
 
 @pytest.fixture
