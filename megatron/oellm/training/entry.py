@@ -328,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.ignored_flags import ignored_flag_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
+    from megatron.oellm.training.moe_log_layout import per_layer_log_warnings
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import profiler_trace_warnings
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
@@ -359,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),
-                            *ignored_flag_warnings(args, explicit_destinations(argv))]:
+                            *ignored_flag_warnings(args, explicit_destinations(argv)), *per_layer_log_warnings(args)]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_exit_on_missing_checkpoint(args)
         check_converted_load(args, loaded)

@@ -67,13 +67,20 @@ TINY_MOE_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--micro-batch-size", "1"
 """A short mock-data run of the tiny Qwen3 MoE card that the entry's checks pass."""
 
 
-def validated_tiny_moe_run(extra: list[str]) -> argparse.Namespace:
-    """Megatron's validated arguments of :data:`TINY_MOE_RUN` with ``extra`` (``validate_args`` answered as on an
-    H100 node), with the padded vocabulary its tokenizer would set."""
+def tiny_moe_run(card: str = "qwen3-30b-a3b-tiny") -> list[str]:
+    """:data:`TINY_MOE_RUN` of another tiny MoE ``card``."""
+    run = list(TINY_MOE_RUN)
+    run[run.index("--oellm-model") + 1] = card
+    return run
+
+
+def validated_tiny_moe_run(extra: list[str], card: str = "qwen3-30b-a3b-tiny") -> argparse.Namespace:
+    """Megatron's validated arguments of :func:`tiny_moe_run` of ``card`` with ``extra`` (``validate_args`` answered
+    as on an H100 node), with the padded vocabulary its tokenizer would set."""
     from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
     from megatron.oellm.training.args import merge_card_flags
 
-    args = validate_args_on_cluster(parse_oellm_argv(merge_card_flags([*TINY_MOE_RUN, *extra]).argv), 1, None)
+    args = validate_args_on_cluster(parse_oellm_argv(merge_card_flags([*tiny_moe_run(card), *extra]).argv), 1, None)
     args.padded_vocab_size = args.vocab_size
     return args
 
