@@ -352,11 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         return refuse(error)
     try:
-        check_args_support(args.oellm_backend, args)
+        backend = resolve_backend(args.oellm_backend)
+        check_args_support(backend, args)
         check_flex_dispatcher(args)
         check_validated_args(args)
         check_validated_packages(args)
-        check_activation_logging(args, resolve_backend(args.oellm_backend))
+        check_activation_logging(args, backend)
         local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),

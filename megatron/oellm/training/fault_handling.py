@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import signal
 
+from megatron.oellm.training.ignored_flags import has_dynamic_loss_scaler
+
 HANDLERS_REPLACED_BY_TRAINING_SHUTDOWN = (signal.SIGINT, signal.SIGTERM)
 """The signals whose handler ``--exit-signal-handler-for-training`` installs, after (so over) the one of
 ``--exit-signal-handler`` (megatron's ``set_global_variables``)."""
@@ -45,7 +47,7 @@ def check_error_injection(args: argparse.Namespace) -> None:
                          "errors only into the results its rerun state machine validates, which it skips when "
                          "disabled, so the run injects nothing; use --rerun-mode validate_results")
     if not (args.check_for_nan_in_loss_and_grad or args.check_for_spiky_loss or args.check_for_large_grads):
-        why = " (--fp16 without --loss-scale turned the NaN check off)" if args.fp16 and not args.loss_scale else ""
+        why = " (--fp16 without --loss-scale turned the NaN check off)" if has_dynamic_loss_scaler(args) else ""
         raise ValueError(f"--error-injection-rate {rate}: megatron-core 0.19.2 injects errors only into validated "
                          f"results, and this run validates none{why}, so it injects nothing; add "
                          "--check-for-spiky-loss or --check-for-large-grads")

@@ -15,6 +15,12 @@ DYNAMIC_LOSS_SCALER_FLAGS = {
 """Destinations -> flags that only fp16's dynamic loss scaler reads (megatron-core's ``get_megatron_optimizer``)."""
 
 
+def has_dynamic_loss_scaler(args: argparse.Namespace) -> bool:
+    """Whether megatron-core builds fp16's dynamic loss scaler for ``args``: ``--fp16`` without a constant
+    ``--loss-scale``. ``validate_args`` then also turns the NaN check of the loss and gradients off."""
+    return bool(args.fp16 and not args.loss_scale)
+
+
 def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[str]:
     """One warning per ignored flag among megatron's validated ``args``.
 
@@ -30,7 +36,7 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
                         "and never reads it (its data loader workers install the signal handler when "
                         "--exit-signal-handler is given)")
     given = [flag for dest, flag in DYNAMIC_LOSS_SCALER_FLAGS.items() if dest in explicit]
-    if given and not (args.fp16 and not args.loss_scale):
+    if given and not has_dynamic_loss_scaler(args):
         scaler = (f"--loss-scale {args.loss_scale:g} sets a constant scale" if args.loss_scale
                   else "only --fp16 runs scale the loss")
         warnings.append(f"{', '.join(given)} tune fp16's dynamic loss scaler, which this run does not have "

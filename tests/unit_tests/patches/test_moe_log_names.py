@@ -19,14 +19,11 @@ import torch
 
 from megatron.oellm.patches import moe_log_names
 from megatron.oellm.patches.moe_log_names import LOSS_NAME_OF_TYPE, unrecorded_loss_names
-from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
-from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from tests.unit_tests.cpu_megatron import gloo_world
 from tests.unit_tests.patches.upstream import unpatched
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, Reached, entry_up_to_pretrain, validated_tiny_moe_run
 
 _LOGGED = re.compile(r" (\w+): ([0-9.E+-]+) \|")
-CARD = "qwen3-30b-a3b-tiny"
 
 
 @pytest.fixture
@@ -41,11 +38,7 @@ def upstream_report(monkeypatch):
 @pytest.fixture(scope="module")
 def validated_args():
     """Megatron's validated arguments of the tiny Qwen3 MoE card (validate_args answered as on an H100 node)."""
-    argv = ["--oellm-model", CARD, "--micro-batch-size", "1", "--global-batch-size", "8", "--seq-length", "64",
-            "--train-iters", "10", "--log-interval", "1"]
-    args = validate_args_on_cluster(parse_oellm_argv(merge_card_flags(argv).argv), 1, None)
-    args.padded_vocab_size = args.vocab_size  # set by megatron's tokenizer, which this test does not build
-    return args
+    return validated_tiny_moe_run(["--log-interval", "1"])
 
 
 def logged_values(args, monkeypatch, recorded: dict[str, list[float]], microbatches: int) -> dict[str, float]:
@@ -166,9 +159,7 @@ def test_the_training_entry_applies_it_with_the_runs_type_before_training(upstre
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(Reached):  # the throughput hook, installed after the patch
-            entry.main(["--oellm-model", CARD, "--micro-batch-size", "1", "--global-batch-size", "8",
-                        "--seq-length", "64", "--train-iters", "10", "--lr", "1e-4", "--mock-data", "--tokenizer-type",
-                        "NullTokenizer"])
+            entry.main(TINY_MOE_RUN)
     assert upstream_report.report.__wrapped__ is spy
     upstream_report.report(None, 1.0, 1, track_names=ALL_NAMES)
     assert spy.asked == [["global_load_balancing_loss", "z_loss"]]  # the card's global_aux_loss

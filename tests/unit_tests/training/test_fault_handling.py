@@ -32,13 +32,11 @@ from tests.unit_tests.training.entry_helpers import (
     validated_tiny_moe_run,
 )
 
-BASE = TINY_MOE_RUN
 BOTH_HANDLERS = ["--exit-signal-handler", "--exit-signal-handler-for-training"]
-validated = validated_tiny_moe_run
 
 
 def command(extra: list[str]) -> list[str]:
-    return merge_card_flags([*BASE, *extra]).argv
+    return merge_card_flags([*TINY_MOE_RUN, *extra]).argv
 
 
 @pytest.fixture
@@ -71,11 +69,11 @@ SAVING_HANDLER = "DistributedSignalHandler.__enter__"
 
 
 def test_premise_the_training_shutdown_handler_replaces_the_checkpoint_saving_one(monkeypatch, signal_handlers):
-    assert handler_after_megatron_setup(monkeypatch, validated(["--exit-signal-handler"]), signal.SIGTERM
+    assert handler_after_megatron_setup(monkeypatch, validated_tiny_moe_run(["--exit-signal-handler"]), signal.SIGTERM
                                         ).startswith(SAVING_HANDLER)
-    assert not handler_after_megatron_setup(monkeypatch, validated(BOTH_HANDLERS), signal.SIGTERM
+    assert not handler_after_megatron_setup(monkeypatch, validated_tiny_moe_run(BOTH_HANDLERS), signal.SIGTERM
                                             ).startswith(SAVING_HANDLER)
-    other_signal = validated([*BOTH_HANDLERS, "--exit-signal", "SIGUSR1"])
+    other_signal = validated_tiny_moe_run([*BOTH_HANDLERS, "--exit-signal", "SIGUSR1"])
     assert handler_after_megatron_setup(monkeypatch, other_signal, signal.SIGUSR1).startswith(SAVING_HANDLER)
 
 
@@ -83,18 +81,18 @@ def test_premise_the_training_shutdown_handler_replaces_the_checkpoint_saving_on
 def test_both_signal_handlers_on_a_signal_the_shutdown_takes_over_are_refused(exit_signal):
     with pytest.raises(ValueError, match=rf"--exit-signal-handler-for-training.*on {exit_signal} the run exits "
                                          "with status 0 without saving"):
-        check_exit_signal_handlers(validated([*BOTH_HANDLERS, "--exit-signal", exit_signal]))
+        check_exit_signal_handlers(validated_tiny_moe_run([*BOTH_HANDLERS, "--exit-signal", exit_signal]))
 
 
 @pytest.mark.parametrize("extra", [["--exit-signal-handler"], ["--exit-signal-handler-for-training"],
                                    [*BOTH_HANDLERS, "--exit-signal", "SIGUSR1"]])
 def test_one_handler_or_a_signal_the_shutdown_leaves_alone_is_accepted(extra):
-    check_exit_signal_handlers(validated(extra))
+    check_exit_signal_handlers(validated_tiny_moe_run(extra))
 
 
 def test_the_entry_and_recipe_validation_refuse_both_handlers(monkeypatch, capsys):
     entry = entry_up_to_pretrain(monkeypatch)
-    line = refused_line(entry, capsys, [*BASE, *BOTH_HANDLERS])
+    line = refused_line(entry, capsys, [*TINY_MOE_RUN, *BOTH_HANDLERS])
     assert "--exit-signal-handler-for-training" in line and "SIGTERM" in line
     refusal = megatron_refusal(command(BOTH_HANDLERS), 8, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     assert refusal is not None and "without saving a checkpoint" in refusal
@@ -129,7 +127,7 @@ def test_error_injection_with_reruns_disabled_is_refused():
     rate = random.randrange(1, 1000)
     with pytest.raises(ValueError, match=rf"--error-injection-rate {rate} with --rerun-mode disabled.*injects "
                                          "nothing"):
-        check_error_injection(validated(["--error-injection-rate", str(rate), "--rerun-mode", "disabled"]))
+        check_error_injection(validated_tiny_moe_run(["--error-injection-rate", str(rate), "--rerun-mode", "disabled"]))
 
 
 @pytest.mark.parametrize(("extra", "why"), [
@@ -139,21 +137,21 @@ def test_error_injection_with_reruns_disabled_is_refused():
 def test_error_injection_into_a_run_that_validates_nothing_is_refused(extra, why):
     rate = random.randrange(1, 1000)
     with pytest.raises(ValueError, match=rf"--error-injection-rate {rate}: .*validates none.*injects nothing") as error:
-        check_error_injection(validated(["--error-injection-rate", str(rate), *extra]))
+        check_error_injection(validated_tiny_moe_run(["--error-injection-rate", str(rate), *extra]))
     assert why in str(error.value)
 
 
 @pytest.mark.parametrize("extra", [[], ["--fp16", "--loss-scale", "1024"], ["--fp16", "--check-for-spiky-loss"],
                                    ["--no-check-for-nan-in-loss-and-grad", "--check-for-large-grads"]])
 def test_error_injection_into_a_run_that_validates_results_is_accepted(extra):
-    check_error_injection(validated(["--error-injection-rate", str(random.randrange(1, 1000)), *extra]))
+    check_error_injection(validated_tiny_moe_run(["--error-injection-rate", str(random.randrange(1, 1000)), *extra]))
 
 
 def test_premise_megatron_parses_a_rerun_mode_its_state_machine_has_no_member_for():
     """The value ``validate_args`` passes on is the one ``initialize_megatron`` hands to ``RerunMode``."""
     from megatron.core.rerun_state_machine import RerunMode
 
-    args = validated(["--rerun-mode", "report_stats"])
+    args = validated_tiny_moe_run(["--rerun-mode", "report_stats"])
     assert args.rerun_mode == "report_stats"
     with pytest.raises(ValueError, match="report_stats"):
         RerunMode(args.rerun_mode)
@@ -162,10 +160,10 @@ def test_premise_megatron_parses_a_rerun_mode_its_state_machine_has_no_member_fo
 def test_the_rerun_mode_megatron_cannot_start_is_refused_and_its_modes_pass(monkeypatch, capsys):
     with pytest.raises(ValueError, match=r"--rerun-mode report_stats: .*no rerun mode of that name.*"
                                          "report_determinism_stats"):
-        check_rerun_mode(validated(["--rerun-mode", "report_stats"]))
+        check_rerun_mode(validated_tiny_moe_run(["--rerun-mode", "report_stats"]))
     for mode in ("validate_results", "disabled"):
-        check_rerun_mode(validated(["--rerun-mode", mode]))
-    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*BASE, "--rerun-mode", "report_stats"])
+        check_rerun_mode(validated_tiny_moe_run(["--rerun-mode", mode]))
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*TINY_MOE_RUN, "--rerun-mode", "report_stats"])
     assert "--rerun-mode report_stats" in line
 
 
@@ -181,7 +179,7 @@ def test_premise_megatron_never_reads_the_data_loaders_signal_flag():
 
 def warnings_for(extra: list[str]) -> list[str]:
     argv = command(extra)
-    return ignored_flag_warnings(validated(extra), explicit_destinations(argv))
+    return ignored_flag_warnings(validated_tiny_moe_run(extra), explicit_destinations(argv))
 
 
 def test_the_data_loaders_signal_flag_is_named_as_doing_nothing():
@@ -205,11 +203,11 @@ def test_loss_scaler_flags_without_the_dynamic_scaler_are_named_as_ignored():
 def test_the_entry_prints_the_warnings_on_rank_zero_and_goes_on(monkeypatch, capsys):
     entry = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):
-        entry.main([*BASE, "--bf16", "--hysteresis", "3", "--exit-signal-handler-for-dataloader"])
+        entry.main([*TINY_MOE_RUN, "--bf16", "--hysteresis", "3", "--exit-signal-handler-for-dataloader"])
     err = capsys.readouterr().err.splitlines()
     warnings = [line for line in err if line.startswith("megatron.oellm.training.entry: warning: ")]
     assert len(warnings) == 2 and "--hysteresis" in warnings[1] and "for-dataloader" in warnings[0]
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(Reached):
-        entry.main([*BASE, "--bf16", "--hysteresis", "3"])
+        entry.main([*TINY_MOE_RUN, "--bf16", "--hysteresis", "3"])
     assert "warning" not in capsys.readouterr().err
