@@ -1,0 +1,115 @@
+"""Activation recompute, set as the recipes set it, keeps the gradients of the same model without recompute (GPU).
+
+The MN5 recipes run full uniform recompute of one layer together with ``--moe-router-force-load-balancing`` (random
+router logits, drawn again when a layer is recomputed); the Jupiter recipe recomputes ``moe_act`` and ``layernorm``;
+its sweep and megatron's ``--moe-layer-recompute`` recompute the whole MoE block (``moe``). Each case builds the tiny
+card twice with the same weights, once with the case's recompute settings, runs one forward and backward from the
+same RNG state, and checks that the recomputed module really ran twice, the loss is the same and every parameter's
+gradient matches (fp32, TF32 off: only the order of atomic adds may differ). Fresh seed each run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from megatron.oellm.cards import get_card
+from tests.unit_tests.gpu_utils import BACKENDS, no_tf32, reseed
+
+pytestmark = pytest.mark.gpu
+
+BATCH, SEQ = 2, 64
+GRADIENT_BOUND = 1e-5
+"""Relative L2 bound on each parameter's gradient: fp32 with TF32 off, where only the order of the expert
+permutation's atomic adds may differ; a recompute that routes differently or drops a branch is off by O(1)."""
+
+
+def _first(model: torch.nn.Module, kind: Callable[[str, torch.nn.Module], bool]) -> torch.nn.Module:
+    """The first sub-module of ``model`` (in registration order) that ``kind(name, module)`` accepts."""
+    return next(module for name, module in model.named_modules() if kind(name, module))
+
+
+def _first_layer(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder's first layer (what full recompute checkpoints first)."""
+    return model.decoder.layers[0]
+
+
+def _first_router(model: torch.nn.Module) -> torch.nn.Module:
+    """The first MoE block's router (``moe`` recompute checkpoints the block's inside, router included)."""
+    return _first(model, lambda _name, module: type(module).__name__ == "MoELayer").router
+
+
+def _first_pre_mlp_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """The first real norm in front of an MLP or MoE block (``layernorm`` recompute checkpoints it; a layer
+    without one holds an ``IdentityOp`` there)."""
+    return _first(model, lambda name, module: name.endswith("pre_mlp_layernorm")
+                  and type(module).__name__ != "IdentityOp")
+
+
+CASES = {
+    "full-uniform-1": (dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+                       _first_layer),
+    "full-block-2": (dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=2),
+                     _first_layer),
+    "selective-moe_act-layernorm": (dict(recompute_granularity="selective", recompute_modules=["moe_act", "layernorm"]),
+                                    _first_pre_mlp_norm),
+    "selective-moe": (dict(recompute_granularity="selective", recompute_modules=["moe"]), _first_router),
+}
+"""Recompute settings by name, with the module each one must run twice per step."""
+
+
+def _step(model: torch.nn.Module, tokens: torch.Tensor, seed: int,
+          counted: torch.nn.Module) -> tuple[float, dict[str, torch.Tensor], int]:
+    """Loss, gradients by parameter name and how often ``counted`` ran, for one forward and backward from ``seed``."""
+    calls = []
+    handle = counted.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        reseed(seed)
+        positions = torch.arange(SEQ, device="cuda").expand(BATCH, SEQ)
+        loss = model(tokens, positions, None, labels=torch.roll(tokens, -1, dims=1))[:, :-1].mean()
+        loss.backward()
+    finally:
+        handle.remove()
+    gradients = {name: parameter.grad.detach().clone() for name, parameter in model.named_parameters()
+                 if parameter.grad is not None}
+    return loss.item(), gradients, len(calls)
+
+
+@pytest.mark.parametrize("force_load_balancing", [False, True], ids=["learned_routing", "force_load_balancing"])
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
+def test_recompute_keeps_the_gradients(megatron_runtime: None, tf32_flags_restored: None, name: str, backend: str,
+                                       case: str, force_load_balancing: bool) -> None:
+    from megatron.oellm.models import spec_builder
+
+    no_tf32()
+    seed = int.from_bytes(os.urandom(4), "little")
+    card = get_card(name)
+    builder = spec_builder(card.family)
+    settings, recomputed_module = CASES[case]
+    routing = dict(moe_router_force_load_balancing=force_load_balancing)
+    reseed(seed)
+    stored = builder.build_model(card, backend=backend, params_dtype=torch.float32,
+                                 config=builder.transformer_config(card, params_dtype=torch.float32, **routing)).cuda()
+    recomputed = builder.build_model(
+        card, backend=backend, params_dtype=torch.float32,
+        config=builder.transformer_config(card, params_dtype=torch.float32, **routing, **settings)).cuda()
+    recomputed.load_state_dict(stored.state_dict())
+    tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")
+
+    stored_loss, stored_gradients, stored_calls = _step(stored, tokens, seed + 1, recomputed_module(stored))
+    loss, gradients, calls = _step(recomputed, tokens, seed + 1, recomputed_module(recomputed))
+
+    print(f"\n{name} ({backend}, {case}, {'forced' if force_load_balancing else 'learned'} routing) seed {seed}: "
+          f"loss {stored_loss:.6f} / {loss:.6f}")
+    assert (stored_calls, calls) == (1, 2), "the case's module must run once without recompute and twice with it"
+    assert loss == pytest.approx(stored_loss, rel=1e-6)
+    assert gradients.keys() == stored_gradients.keys()
+    assert len(gradients) == sum(1 for _ in recomputed.parameters()), "every parameter gets a gradient"
+    worst = max(((gradients[key] - stored_gradients[key]).norm() / stored_gradients[key].norm().clamp_min(1e-30)).item()
+                for key in gradients)
+    assert worst <= GRADIENT_BOUND, f"largest gradient relative L2 error {worst:.2e} (seed {seed})"
