@@ -24,11 +24,15 @@ from megatron.core.transformer.transformer_layer import MlpBuilder
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
-from megatron.oellm.patches import moe_permutation
+from megatron.oellm.patches import moe_permutation, recompute_without_te
 
 
 def spec_provider(backend: str | BackendSpecProvider) -> BackendSpecProvider:
-    """The spec provider for ``backend``: a provider instance as is, a name (te, torch, auto) via the backends."""
+    """The spec provider for ``backend``: a provider instance as is, a name (te, torch, auto) via the backends.
+
+    Applies :mod:`megatron.oellm.patches.recompute_without_te` (idempotent, only where Transformer Engine does not
+    import), so the layers of every model built here can recompute their norms without TE."""
+    recompute_without_te.apply()
     if not isinstance(backend, str):
         return backend
     from megatron.oellm.backends import backend_spec_provider
