@@ -2,7 +2,8 @@
 
 The MN5 recipes run full uniform recompute of one layer together with ``--moe-router-force-load-balancing`` (random
 router logits, drawn again when a layer is recomputed); the Jupiter recipe recomputes ``moe_act`` and ``layernorm``;
-its sweep and megatron's ``--moe-layer-recompute`` recompute the whole MoE block (``moe``). Each case builds the tiny
+megatron's ``--moe-layer-recompute`` recomputes the whole MoE block (``moe``); ``core_attn`` is megatron's default
+selective module, ``shared_experts`` the other MoE choice. Each case builds the tiny
 card twice with the same weights, once with the case's recompute settings, runs one forward and backward from the
 same RNG state, and checks that the recomputed module really ran twice, the loss is the same and every parameter's
 gradient matches (fp32, TF32 off, the same kernels on both sides). Fresh seed each run. Without Transformer Engine the
@@ -51,6 +52,16 @@ def _first_pre_mlp_norm(model: torch.nn.Module) -> torch.nn.Module:
                   and type(module).__name__ != "IdentityOp")
 
 
+def _first_core_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """The first softmax attention's core (``core_attn`` recompute checkpoints it)."""
+    return _first(model, lambda name, _module: name.endswith("self_attention.core_attention"))
+
+
+def _first_shared_expert(model: torch.nn.Module) -> torch.nn.Module:
+    """The first MoE block's shared expert (``shared_experts`` recompute checkpoints it)."""
+    return _first(model, lambda _name, module: type(module).__name__ == "MoELayer").shared_experts
+
+
 CASES = {
     "full-uniform-1": (dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
                        _first_layer),
@@ -59,6 +70,10 @@ CASES = {
     "selective-moe_act-layernorm": (dict(recompute_granularity="selective", recompute_modules=["moe_act", "layernorm"]),
                                     _first_pre_mlp_norm),
     "selective-moe": (dict(recompute_granularity="selective", recompute_modules=["moe"]), _first_router),
+    "selective-core_attn": (dict(recompute_granularity="selective", recompute_modules=["core_attn"]),
+                            _first_core_attention),
+    "selective-shared_experts": (dict(recompute_granularity="selective", recompute_modules=["shared_experts"]),
+                                 _first_shared_expert),
 }
 """Recompute settings by name, with the module each one must run twice per step."""
 
