@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.training.arguments import parse_and_validate_args
 
     from megatron.oellm.backends.selection import check_args_support, resolve_backend
-    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, moe_log_names
+    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, moe_log_names, moe_per_layer_series
     from megatron.oellm.training.activation_logs import check_activation_logging
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
@@ -328,7 +328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.ignored_flags import ignored_flag_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
-    from megatron.oellm.training.moe_log_layout import per_layer_log_warnings
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import profiler_trace_warnings
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
@@ -361,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),
-                            *ignored_flag_warnings(args, explicit_destinations(argv)), *per_layer_log_warnings(args)]:
+                            *ignored_flag_warnings(args, explicit_destinations(argv))]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_exit_on_missing_checkpoint(args)
         check_converted_load(args, loaded)
@@ -380,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refuse(error)
     if args.num_experts:
         moe_log_names.apply(args.moe_router_load_balancing_type)
+        if args.moe_per_layer_logging and getattr(args, "hybrid_layer_pattern", None):
+            moe_per_layer_series.apply(args.hybrid_layer_pattern)
     install_throughput_logging(flops_per_token, peak_tflops)
     pretrain(
         config_container,

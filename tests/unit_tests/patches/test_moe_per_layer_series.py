@@ -1,0 +1,159 @@
+"""The per-layer MoE series patch (``patches/moe-per-layer-series-hybrid.md``), on our built tiny Qwen3.5 (CPU)
+and megatron-core's own metrics tracker.
+
+Premise: the MoE blocks sit at the 'E' positions of the hybrid pattern among all its layers, and upstream's tracker
+writes one series per position, so the mixers' series are 0 and an MoE block's series carries the position of its
+'E'. Patched: one series per MoE block, ``layer_<i>`` the i-th block, with the value its router recorded.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import pytest
+import torch
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.patches import moe_per_layer_series
+from megatron.oellm.patches.moe_per_layer_series import moe_positions
+from tests.unit_tests.cpu_megatron import cpu_model_building, cpu_torch_model, gloo_world
+from tests.unit_tests.patches.upstream import unpatched
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, tiny_moe_run
+
+HYBRID = get_card("qwen3.5-35b-a3b-tiny")
+METRIC = "global_load_balancing_loss"
+
+
+class SeriesWriter:
+    """Stands in for TensorBoard's writer: keeps the last value of each series."""
+
+    def __init__(self):
+        self.series: dict[str, float] = {}
+
+    def add_scalar(self, name: str, value: float, iteration: int) -> None:
+        self.series[name] = float(value)
+
+
+@pytest.fixture
+def upstream_tracker(monkeypatch):
+    """megatron-core's ``MoEMetricsTracker`` with its own ``_log_per_layer`` and ``report`` for the test; whatever
+    was installed is put back after."""
+    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
+
+    monkeypatch.setattr(MoEMetricsTracker, "_log_per_layer", unpatched(MoEMetricsTracker._log_per_layer))
+    monkeypatch.setattr(MoEMetricsTracker, "report", unpatched(MoEMetricsTracker.report))
+    return MoEMetricsTracker
+
+
+@pytest.fixture(scope="module")
+def moe_layer_numbers() -> tuple[list[int], int]:
+    """1-based layer numbers of the built tiny Qwen3.5's MoE blocks, and the per-layer tensor size they record with."""
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    with gloo_world(), cpu_model_building():
+        model = cpu_torch_model(HYBRID)
+        moe_layers = [module for module in model.modules() if isinstance(module, MoELayer)]
+        return [layer.layer_number for layer in moe_layers], moe_layers[0].config.num_layers
+
+
+def _written_series(tracker_cls, layer_numbers: list[int], num_layers: int) -> tuple[dict[int, float], list[float]]:
+    """Per-layer series the tracker writes after each MoE block recorded a fresh random value (by series index),
+    and the recorded values in block order."""
+    tracker = tracker_cls()
+    recorded = [random.uniform(0.5, 2.0) for _ in layer_numbers]
+    for layer_number, value in zip(layer_numbers, recorded, strict=True):
+        tracker.record(METRIC, torch.tensor(value), layer_number, num_layers)
+    writer = SeriesWriter()
+    with gloo_world():
+        line = tracker.report(loss_scale=1.0, iteration=1, writer=writer, per_layer_logging=True,
+                              force_initialize=True, track_names=[METRIC], num_layers=len(layer_numbers),
+                              moe_layer_freq=1)
+    assert writer.series[METRIC] == pytest.approx(sum(recorded) / len(recorded), rel=1e-6), line
+    series = {int(name.rsplit("_", 1)[1]): value for name, value in writer.series.items() if "_layer_" in name}
+    return series, recorded
+
+
+def test_premise_upstream_numbers_the_series_by_pattern_position(upstream_tracker, moe_layer_numbers):
+    layer_numbers, num_layers = moe_layer_numbers
+    positions, main_layers = moe_positions(HYBRID.hybrid_layer_pattern)
+    assert [number - 1 for number in layer_numbers] == positions and num_layers == main_layers
+    series, recorded = _written_series(upstream_tracker, layer_numbers, num_layers)
+    assert sorted(series) == list(range(num_layers))
+    by_position = dict(zip(positions, recorded, strict=True))
+    for position, value in series.items():
+        assert value == pytest.approx(by_position.get(position, 0.0), rel=1e-6)
+
+
+def test_patched_series_are_the_moe_blocks_in_order(upstream_tracker, moe_layer_numbers):
+    """One series per MoE block, numbered 0.. in block order, each with its recorded value; the tracker's own
+    tensor keeps its pattern-position layout (the all-reduces and the next interval use it)."""
+    layer_numbers, num_layers = moe_layer_numbers
+    assert moe_per_layer_series.apply(HYBRID.hybrid_layer_pattern)
+    series, recorded = _written_series(upstream_tracker, layer_numbers, num_layers)
+    assert sorted(series) == list(range(len(layer_numbers)))
+    assert [series[index] for index in range(len(layer_numbers))] == pytest.approx(recorded, rel=1e-6)
+    tracker = upstream_tracker()
+    tracker.record(METRIC, torch.tensor(1.0), layer_numbers[-1], num_layers)
+    tracker._log_per_layer(1.0, [METRIC], 1, SeriesWriter(), None)
+    assert tracker._metrics[METRIC].values.numel() == num_layers
+    assert tracker._metrics[METRIC].values[layer_numbers[-1] - 1].item() == 1.0
+
+
+@pytest.mark.parametrize(("pattern", "positions", "main_layers"), [
+    ("GEGE*E", [1, 3, 5], 6),
+    ("GE|GE|*E", [1, 3, 5], 6),  # pipeline boundaries are not layers
+    ("GEGE/*E", [1, 3], 4),  # the multi-token-prediction part is not in the main pattern
+    ("EEE", [0, 1, 2], 3),
+])
+def test_moe_positions(pattern: str, positions: list[int], main_layers: int):
+    assert moe_positions(pattern) == (positions, main_layers)
+
+
+def test_entries_after_the_main_pattern_are_kept_behind_the_moe_blocks(upstream_tracker):
+    """A multi-token-prediction block records past the main pattern's layers: its series follows the MoE blocks'."""
+    assert moe_per_layer_series.apply("GE*E/E")
+    values = [random.uniform(0.5, 2.0) for _ in range(3)]
+    tracker = upstream_tracker()
+    for layer_number, value in zip([2, 4, 5], values, strict=True):
+        tracker.record(METRIC, torch.tensor(value), layer_number, 5)
+    writer = SeriesWriter()
+    tracker._log_per_layer(1.0, [METRIC], 1, writer, None)
+    assert writer.series == pytest.approx({f"moe/{METRIC}_layer_{index}": value for index, value in enumerate(values)})
+
+
+def test_reapplying_replaces_the_pattern(upstream_tracker):
+    upstream = upstream_tracker._log_per_layer
+    assert moe_per_layer_series.apply("GEGE")
+    assert moe_per_layer_series.apply("EGEG")
+    assert upstream_tracker._log_per_layer.__wrapped__ is upstream
+    tracker = upstream_tracker()
+    tracker.record(METRIC, torch.tensor(3.0), 3, 4)  # the second MoE block of EGEG
+    writer = SeriesWriter()
+    tracker._log_per_layer(1.0, [METRIC], 1, writer, None)
+    assert writer.series == {f"moe/{METRIC}_layer_0": 0.0, f"moe/{METRIC}_layer_1": 3.0}
+
+
+def test_other_release_keeps_upstream_and_warns(upstream_tracker, monkeypatch):
+    upstream = upstream_tracker._log_per_layer
+    monkeypatch.setattr(moe_per_layer_series, "megatron_core_release", lambda: "0.20.0")
+    with pytest.warns(RuntimeWarning, match="moe-per-layer-series-hybrid"):
+        assert not moe_per_layer_series.apply("GEGE")
+    assert upstream_tracker._log_per_layer is upstream
+
+
+@pytest.mark.parametrize(("card", "per_layer", "applied"), [
+    ("qwen3.5-35b-a3b-tiny", True, True),
+    ("qwen3.5-35b-a3b-tiny", False, False),
+    ("qwen3-30b-a3b-tiny", True, False),  # a GPT model's layers are its MoE blocks already
+])
+def test_the_training_entry_applies_it_for_hybrid_per_layer_logging(upstream_tracker, monkeypatch, card, per_layer,
+                                                                    applied):
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
+    monkeypatch.setattr(entry, "training_config", lambda _args: object())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(Reached):  # the throughput hook, installed after the patches
+            entry.main([*tiny_moe_run(card), *(["--moe-per-layer-logging"] if per_layer else [])])
+    assert getattr(upstream_tracker._log_per_layer, "oellm_patched", False) is applied
