@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.training.arguments import parse_and_validate_args
 
     from megatron.oellm.backends.selection import check_args_support, resolve_backend
-    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, moe_log_names, moe_per_layer_series
+    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, hybrid_moe_metrics, moe_log_names
     from megatron.oellm.training.activation_logs import check_activation_logging
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
@@ -379,8 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refuse(error)
     if args.num_experts:
         moe_log_names.apply(args.moe_router_load_balancing_type)
-        if args.moe_per_layer_logging and getattr(args, "hybrid_layer_pattern", None):
-            moe_per_layer_series.apply(args.hybrid_layer_pattern)
+        if getattr(args, "hybrid_layer_pattern", None):
+            hybrid_moe_metrics.apply(args.hybrid_layer_pattern)
     install_throughput_logging(flops_per_token, peak_tflops)
     pretrain(
         config_container,

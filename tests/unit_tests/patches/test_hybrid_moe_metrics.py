@@ -1,22 +1,27 @@
-"""The per-layer MoE series patch (``patches/moe-per-layer-series-hybrid.md``), on our built tiny Qwen3.5 (CPU)
-and megatron-core's own metrics tracker.
+"""The hybrid MoE metrics patch (``patches/hybrid-moe-metrics.md``), on our built tiny Qwen3.5 (CPU), megatron-core's
+own metrics tracker and, for pipeline parallelism, two gloo ranks.
 
-Premise: the MoE blocks sit at the 'E' positions of the hybrid pattern among all its layers, and upstream's tracker
+Premises: the MoE blocks sit at the 'E' positions of the hybrid pattern among all its layers, and upstream's tracker
 writes one series per position, so the mixers' series are 0 and an MoE block's series carries the position of its
-'E'. Patched: one series per MoE block, ``layer_<i>`` the i-th block, with the value its router recorded.
+'E'; a pipeline rank without MoE blocks pre-creates its metrics with the 'E' count, so the pipeline all-reduce meets
+tensors of two sizes. Patched: one series per MoE block, ``layer_<i>`` the i-th block, with the value its router
+recorded, and every rank's tensors have the routers' size.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.patches import moe_per_layer_series
-from megatron.oellm.patches.moe_per_layer_series import moe_positions
+from megatron.oellm.patches import hybrid_moe_metrics
+from megatron.oellm.patches.hybrid_moe_metrics import moe_positions
 from tests.unit_tests.cpu_megatron import cpu_model_building, cpu_torch_model, gloo_world
 from tests.unit_tests.patches.upstream import unpatched
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, tiny_moe_run
@@ -37,11 +42,12 @@ class SeriesWriter:
 
 @pytest.fixture
 def upstream_tracker(monkeypatch):
-    """megatron-core's ``MoEMetricsTracker`` with its own ``_log_per_layer`` and ``report`` for the test; whatever
-    was installed is put back after."""
+    """megatron-core's ``MoEMetricsTracker`` with its own ``_log_per_layer``, ``ensure_initialized`` and ``report``
+    for the test; whatever was installed is put back after."""
     from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
 
     monkeypatch.setattr(MoEMetricsTracker, "_log_per_layer", unpatched(MoEMetricsTracker._log_per_layer))
+    monkeypatch.setattr(MoEMetricsTracker, "ensure_initialized", unpatched(MoEMetricsTracker.ensure_initialized))
     monkeypatch.setattr(MoEMetricsTracker, "report", unpatched(MoEMetricsTracker.report))
     return MoEMetricsTracker
 
@@ -89,7 +95,7 @@ def test_patched_series_are_the_moe_blocks_in_order(upstream_tracker, moe_layer_
     """One series per MoE block, numbered 0.. in block order, each with its recorded value; the tracker's own
     tensor keeps its pattern-position layout (the all-reduces and the next interval use it)."""
     layer_numbers, num_layers = moe_layer_numbers
-    assert moe_per_layer_series.apply(HYBRID.hybrid_layer_pattern)
+    assert hybrid_moe_metrics.apply(HYBRID.hybrid_layer_pattern)
     series, recorded = _written_series(upstream_tracker, layer_numbers, num_layers)
     assert sorted(series) == list(range(len(layer_numbers)))
     assert [series[index] for index in range(len(layer_numbers))] == pytest.approx(recorded, rel=1e-6)
@@ -112,7 +118,7 @@ def test_moe_positions(pattern: str, positions: list[int], main_layers: int):
 
 def test_entries_after_the_main_pattern_are_kept_behind_the_moe_blocks(upstream_tracker):
     """A multi-token-prediction block records past the main pattern's layers: its series follows the MoE blocks'."""
-    assert moe_per_layer_series.apply("GE*E/E")
+    assert hybrid_moe_metrics.apply("GE*E/E")
     values = [random.uniform(0.5, 2.0) for _ in range(3)]
     tracker = upstream_tracker()
     for layer_number, value in zip([2, 4, 5], values, strict=True):
@@ -122,10 +128,61 @@ def test_entries_after_the_main_pattern_are_kept_behind_the_moe_blocks(upstream_
     assert writer.series == pytest.approx({f"moe/{METRIC}_layer_{index}": value for index, value in enumerate(values)})
 
 
+def test_unrecorded_metrics_get_the_routers_size(upstream_tracker):
+    """A metric no router of this rank recorded is pre-created with the all-layer size the routers record with (plus
+    multi-token-prediction entries), not with the 'E' count ``training_log`` passes."""
+    assert hybrid_moe_metrics.apply("GEGE*E/E")
+    tracker = upstream_tracker()
+    with gloo_world():
+        tracker.report(loss_scale=1.0, iteration=1, force_initialize=True, track_names=[METRIC], num_layers=3,
+                       moe_layer_freq=1, mtp_num_layers=1)
+    assert tracker._metrics[METRIC].values.numel() == 7
+
+
+def _pipeline_ranks(*options: str) -> subprocess.CompletedProcess:
+    """:mod:`tests.unit_tests.patches.pipeline_tracker_ranks` run with ``options`` (two gloo ranks)."""
+    return subprocess.run([sys.executable, "-m", "tests.unit_tests.patches.pipeline_tracker_ranks", *options],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _reports(run: subprocess.CompletedProcess) -> dict[int, dict]:
+    """Each rank's JSON report line, by rank."""
+    reports = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return {report["rank"]: report for report in reports}
+
+
+def test_premise_a_pipeline_rank_without_moe_blocks_breaks_the_all_reduce():
+    """Upstream: rank 0 (no MoE block) all-reduces a 2-entry tensor against rank 1's 4 entries. Rank 1 never
+    finishes (gloo stops it on the size mismatch, or on rank 0 leaving), and rank 0's average, where it prints one,
+    is not the mean of the recorded values (it read the first two of rank 1's four entries)."""
+    values = [random.uniform(0.5, 2.0) for _ in range(2)]
+    run = _pipeline_ranks(*map(str, values))
+    assert run.returncode != 0
+    reports = _reports(run)
+    assert 1 not in reports
+    assert "size doesn't match" in run.stderr or "Connection closed by peer" in run.stderr, run.stderr[-2000:]
+    if 0 in reports:
+        assert reports[0]["series"][METRIC] != pytest.approx(sum(values) / 2, rel=1e-6)
+
+
+def test_patched_pipeline_ranks_agree_on_the_recorded_values():
+    """Patched: both ranks finish, each with the mean of the recorded values and one series per MoE block."""
+    values = [random.uniform(0.5, 2.0) for _ in range(2)]
+    run = _pipeline_ranks("--patched", *map(str, values))
+    assert run.returncode == 0, run.stderr[-2000:]
+    reports = _reports(run)
+    assert sorted(reports) == [0, 1]
+    for report in reports.values():
+        series = report["series"]
+        assert series[METRIC] == pytest.approx(sum(values) / 2, rel=1e-6)
+        assert [series[f"moe/{METRIC}_layer_{index}"] for index in range(2)] == pytest.approx(values, rel=1e-6)
+        assert len(series) == 3
+
+
 def test_reapplying_replaces_the_pattern(upstream_tracker):
     upstream = upstream_tracker._log_per_layer
-    assert moe_per_layer_series.apply("GEGE")
-    assert moe_per_layer_series.apply("EGEG")
+    assert hybrid_moe_metrics.apply("GEGE")
+    assert hybrid_moe_metrics.apply("EGEG")
     assert upstream_tracker._log_per_layer.__wrapped__ is upstream
     tracker = upstream_tracker()
     tracker.record(METRIC, torch.tensor(3.0), 3, 4)  # the second MoE block of EGEG
@@ -135,20 +192,19 @@ def test_reapplying_replaces_the_pattern(upstream_tracker):
 
 
 def test_other_release_keeps_upstream_and_warns(upstream_tracker, monkeypatch):
-    upstream = upstream_tracker._log_per_layer
-    monkeypatch.setattr(moe_per_layer_series, "megatron_core_release", lambda: "0.20.0")
-    with pytest.warns(RuntimeWarning, match="moe-per-layer-series-hybrid"):
-        assert not moe_per_layer_series.apply("GEGE")
-    assert upstream_tracker._log_per_layer is upstream
+    upstream = upstream_tracker._log_per_layer, upstream_tracker.ensure_initialized
+    monkeypatch.setattr(hybrid_moe_metrics, "megatron_core_release", lambda: "0.20.0")
+    with pytest.warns(RuntimeWarning, match="hybrid-moe-metrics"):
+        assert not hybrid_moe_metrics.apply("GEGE")
+    assert (upstream_tracker._log_per_layer, upstream_tracker.ensure_initialized) == upstream
 
 
 @pytest.mark.parametrize(("card", "per_layer", "applied"), [
     ("qwen3.5-35b-a3b-tiny", True, True),
-    ("qwen3.5-35b-a3b-tiny", False, False),
+    ("qwen3.5-35b-a3b-tiny", False, True),  # the pipeline sizes matter without per-layer logging too
     ("qwen3-30b-a3b-tiny", True, False),  # a GPT model's layers are its MoE blocks already
 ])
-def test_the_training_entry_applies_it_for_hybrid_per_layer_logging(upstream_tracker, monkeypatch, card, per_layer,
-                                                                    applied):
+def test_the_training_entry_applies_it_for_hybrid_models(upstream_tracker, monkeypatch, card, per_layer, applied):
     entry = entry_up_to_pretrain(monkeypatch)
     monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
     monkeypatch.setattr(entry, "training_config", lambda _args: object())
@@ -157,3 +213,4 @@ def test_the_training_entry_applies_it_for_hybrid_per_layer_logging(upstream_tra
         with pytest.raises(Reached):  # the throughput hook, installed after the patches
             entry.main([*tiny_moe_run(card), *(["--moe-per-layer-logging"] if per_layer else [])])
     assert getattr(upstream_tracker._log_per_layer, "oellm_patched", False) is applied
+    assert getattr(upstream_tracker.ensure_initialized, "oellm_patched", False) is applied

@@ -1,0 +1,72 @@
+"""Two gloo ranks of a pipeline-parallel hybrid model reporting megatron-core's MoE metrics (CPU).
+
+Pipeline rank 0 holds no MoE block (hybrid pattern ``|GEGE``: its stage is empty), rank 1 holds both, whose routers
+record the values given on the command line. Each rank then reports as ``training_log`` does (``force_initialize``,
+``num_layers`` the ``E`` count, per-layer logging) and prints one JSON line: its console string and the per-layer
+series its writer got. ``--patched`` applies :mod:`megatron.oellm.patches.hybrid_moe_metrics` first.
+
+``python -m tests.unit_tests.patches.pipeline_tracker_ranks [--patched] VALUE VALUE``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+import torch.multiprocessing
+
+PATTERN = "|GEGE"
+MOE_LAYER_NUMBERS = (2, 4)
+"""1-based layer numbers of rank 1's MoE blocks among the pattern's four layers."""
+METRIC = "global_load_balancing_loss"
+
+
+class SeriesWriter:
+    """Stands in for TensorBoard's writer: keeps the last value of each series."""
+
+    def __init__(self):
+        self.series: dict[str, float] = {}
+
+    def add_scalar(self, name: str, value: float, iteration: int) -> None:
+        self.series[name] = float(value)
+
+
+def rank_main(rank: int, port: int, patched: bool, values: list[float]) -> None:
+    """One pipeline rank: record (rank 1 only), report, print the JSON line."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
+
+    import megatron.oellm.compat  # noqa: F401  (Python 3.11: typing.override for megatron.training)
+    from megatron.oellm.patches import hybrid_moe_metrics
+
+    if patched:
+        hybrid_moe_metrics.apply(PATTERN)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    parallel_state.initialize_model_parallel(pipeline_model_parallel_size=2)
+    tracker, writer = MoEMetricsTracker(), SeriesWriter()
+    if rank == 1:
+        for layer_number, value in zip(MOE_LAYER_NUMBERS, values, strict=True):
+            tracker.record(METRIC, torch.tensor(value), layer_number, len(PATTERN) - 1)
+    line = tracker.report(loss_scale=1.0, iteration=1, writer=writer, per_layer_logging=True, force_initialize=True,
+                          track_names=[METRIC], num_layers=len(MOE_LAYER_NUMBERS), moe_layer_freq=1)
+    print(json.dumps({"rank": rank, "line": line, "series": writer.series}), flush=True)
+    parallel_state.destroy_model_parallel()
+    torch.distributed.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Spawn both ranks; non-zero if either fails."""
+    from torch.distributed.elastic.utils.distributed import get_free_port
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--patched", action="store_true")
+    parser.add_argument("values", type=float, nargs=len(MOE_LAYER_NUMBERS))
+    args = parser.parse_args(argv)
+    torch.multiprocessing.spawn(rank_main, args=(get_free_port(), args.patched, args.values), nprocs=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
