@@ -1,9 +1,10 @@
-"""Megatron's activation and tokens-per-expert logs (``--save-activations-interval``,
-``--save-tokens-per-expert-interval``), checked against this node's Transformer Engine and the run's backend.
+"""Megatron's activation, activation-gradient and tokens-per-expert logs (``--save-activations-interval``,
+``--save-dgrads-interval``, ``--save-tokens-per-expert-interval``), checked against this node's Transformer Engine
+and the run's backend.
 
-megatron-core 0.19.2 finds the modules to log by their classes (``megatron.training.activation_logging``): its list
-holds Transformer Engine's, which are placeholders where TE does not import, and its tokens-per-expert hook goes on
-TE's grouped linears only. Both turn on at the logging iteration, after the model and optimizer are set up, so the
+megatron-core 0.19.2 finds the modules to log by their classes (``megatron.training.activation_logging``,
+``megatron.training.dgrad_logging``): its lists hold Transformer Engine's, which are placeholders where TE does not
+import, and its tokens-per-expert hook goes on TE's grouped linears only. Both turn on at the logging iteration, after the model and optimizer are set up, so the
 entry refuses what would fail or write nothing there, on its node (a login node's TE is not the container's).
 """
 
@@ -15,18 +16,22 @@ import argparse
 def check_activation_logging(args: argparse.Namespace, backend: str) -> None:
     """Raise ``ValueError`` for:
 
-    - ``--save-activations-interval`` where megatron's module classes include TE placeholders (TE does not import):
-      its ``isinstance`` test then raises a ``TypeError`` at the first logging iteration, on every rank;
+    - ``--save-activations-interval`` or ``--save-dgrads-interval`` where megatron's module classes include TE
+      placeholders (TE does not import): its ``isinstance`` test then raises a ``TypeError`` at the first logging
+      iteration, on every rank;
     - ``--save-tokens-per-expert-interval`` on the torch-native ``backend`` (its stacked expert linears are not TE's)
       or without TE's grouped linears: megatron hooks nothing, and the run writes no tokens-per-expert file.
     """
-    from megatron.training import activation_logging
+    from megatron.training import activation_logging, dgrad_logging
 
-    if args.save_activations_interval and not all(isinstance(kind, type) for kind in activation_logging.LINEAR_TYPES):
-        raise ValueError(f"--save-activations-interval {args.save_activations_interval}: megatron-core 0.19.2 picks "
-                         "the modules to log by class, including Transformer Engine's, which does not import here; "
-                         "it stops with a TypeError at the first logging iteration, after setting up the model; run "
-                         "where Transformer Engine imports or drop the flag")
+    for flag, interval, kinds in (("--save-activations-interval", args.save_activations_interval,
+                                   activation_logging.LINEAR_TYPES),
+                                  ("--save-dgrads-interval", args.save_dgrads_interval, dgrad_logging.LINEAR_TYPES)):
+        if interval and not all(isinstance(kind, type) for kind in kinds):
+            raise ValueError(f"{flag} {interval}: megatron-core 0.19.2 picks the modules to log by class, including "
+                             "Transformer Engine's, which does not import here; it stops with a TypeError at the "
+                             "first logging iteration, after setting up the model; run where Transformer Engine "
+                             "imports or drop the flag")
     grouped = getattr(activation_logging, "_GROUPED_LINEAR_TYPES", ())
     if args.save_tokens_per_expert_interval and (backend == "torch" or not grouped):
         reason = ("the torch-native backend's experts are not those" if backend == "torch"

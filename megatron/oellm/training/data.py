@@ -354,10 +354,11 @@ def can_write_into(directory: Path) -> bool:
 
 def lacks_index_cache(directory: Path) -> bool:
     """Whether ``directory`` certainly holds no complete GPTDataset index cache (:data:`INDEX_CACHE_FILES`), for any
-    configuration: missing, or listed without one. False when it cannot be listed (megatron may still find one)."""
+    configuration: missing (a file in its path included), or listed without one. False when it cannot be listed
+    (megatron may still find one)."""
     try:
         names = set(os.listdir(directory))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError:
         return False

@@ -382,12 +382,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "hybrid_layer_pattern", None):
             hybrid_moe_metrics.apply(args.hybrid_layer_pattern)
     install_throughput_logging(flops_per_token, peak_tflops)
+    store = None
+    if args.inprocess_restart:  # megatron's own restart wrapper, which its pretrain_gpt.py launcher applies too
+        from megatron.training.inprocess_restart import maybe_wrap_for_inprocess_restart
+
+        pretrain, store = maybe_wrap_for_inprocess_restart(pretrain)
     pretrain(
         config_container,
         train_valid_test_datasets,
         ModelType.encoder_or_decoder,
         forward_step,
         model_provider=model_provider,
+        store=store,
     )
     return 0
 

@@ -224,6 +224,19 @@ def check_layer_offloading(args: argparse.Namespace, card: ModelCard) -> None:
                          "recompute, --recompute-granularity, is the way to save activation memory here)")
 
 
+def check_meta_device_init(args: argparse.Namespace, card: ModelCard) -> None:
+    """Raise ``ValueError`` for ``--init-model-with-meta-device`` without Megatron-FSDP or FSDP2: megatron-core 0.19.2
+    then builds the model under ``torch.device("meta")`` and later fills every tensor left there with ``torch.empty``,
+    initialising none of them. The parallel linears name their device and escape the meta device, but the MoE
+    routers' weights (and the shared-expert gates) do not, so they would start training from uninitialised memory,
+    silently."""
+    if args.init_model_with_meta_device and not (args.use_megatron_fsdp or args.use_torch_fsdp2):
+        raise ValueError(f"--init-model-with-meta-device without --use-megatron-fsdp or --use-torch-fsdp2: megatron-core "
+                         "0.19.2 then fills the tensors built on the meta device with uninitialised memory and "
+                         f"initialises none of them; {card.name}'s MoE router weights are built there, so training "
+                         "would start from garbage; drop the flag")
+
+
 def check_model_config(args: argparse.Namespace, card: ModelCard) -> None:
     """Raise ``ValueError`` when megatron-core's ``TransformerConfig`` refuses the run's arguments.
 

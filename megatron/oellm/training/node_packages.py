@@ -14,6 +14,20 @@ import argparse
 
 from megatron.oellm.doctor.locate import module_findable
 
+NODE_PACKAGE_FLAGS = (
+    ("--log-straggler", "log_straggler", "nvidia-ml-py", "pynvml",
+     "megatron-core 0.19.2's straggler report reads GPU temperatures through it and stops every rank with a "
+     "ModuleNotFoundError at the first log interval"),
+    ("--log-energy", "log_energy", "nvidia-ml-py", "pynvml",
+     "megatron-core 0.19.2's energy monitor reads GPU energy through it and logs 0 J and 0 W every interval without it"),
+    ("--enable-ft-package", "enable_ft_package", "nvidia-resiliency-ext", "nvidia_resiliency_ext.fault_tolerance",
+     "megatron-core 0.19.2 imports its fault-tolerance client when training starts and stops there"),
+    ("--inprocess-restart", "inprocess_restart", "nvidia-resiliency-ext", "nvidia_resiliency_ext.inprocess",
+     "megatron-core 0.19.2's in-process restart wrapper is built from it"),
+)
+"""(flag, argument, package, module megatron imports, what happens without it) for flags megatron-core 0.19.2 serves
+with a package it imports only once the run is under way."""
+
 
 def check_parsed_packages(parsed: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--wandb-project`` without the ``wandb`` package: megatron-core 0.19.2 imports it
@@ -32,8 +46,9 @@ def check_validated_packages(args: argparse.Namespace) -> None:
     ``megatron.core.optimizer.HAVE_EMERGING_OPTIMIZERS``; it fails after the model is built), ``--async-save`` whose
     strategy megatron-core cannot load (``nvrx``, the default, needs ``nvidia-resiliency-ext``; megatron-core's own
     loader is asked), which it loads when it starts the persistent checkpoint worker at initialisation, or else at
-    the first save (a run without ``--save`` never loads it), and ``--non-persistent-ckpt-type local`` without
-    ``nvidia-resiliency-ext`` (it fails once the process groups are up)."""
+    the first save (a run without ``--save`` never loads it), ``--non-persistent-ckpt-type local`` without
+    ``nvidia-resiliency-ext`` (it fails once the process groups are up), and the flags of
+    :data:`NODE_PACKAGE_FLAGS` without their package."""
     from megatron.core import optimizer
     from megatron.core.dist_checkpointing.strategies.torch import get_async_strategy
 
@@ -48,6 +63,10 @@ def check_validated_packages(args: argparse.Namespace) -> None:
             raise ValueError(f"--async-save with --async-strategy {args.async_strategy}: megatron-core 0.19.2 cannot "
                              f"load that strategy in this environment ({error}) and stops there when it initialises or "
                              "first saves; add --async-strategy mcore or install nvidia-resiliency-ext") from error
+    for flag, asked, package, module, consequence in NODE_PACKAGE_FLAGS:
+        if getattr(args, asked) and not module_findable(module):
+            raise ValueError(f"{flag} needs the {package} package, which is not installed in this environment: "
+                             f"{consequence}; install {package} or drop {flag}")
     if args.non_persistent_ckpt_type == "local" and not module_findable(
             "nvidia_resiliency_ext.checkpointing.local.ckpt_managers.local_manager"):
         raise ValueError("--non-persistent-ckpt-type local needs the nvidia-resiliency-ext package, which is not "

@@ -54,6 +54,26 @@ def check_save_flags(args: argparse.Namespace) -> None:
                          "--non-persistent-save-interval")
 
 
+DUMP_INTERVALS = ("save_wgrads_interval", "save_dgrads_interval", "save_params_interval")
+"""Intervals at which megatron-core 0.19.2 writes weight gradients, activation gradients or parameters into the
+``--save`` directory."""
+
+
+def check_dump_directory(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for one of :data:`DUMP_INTERVALS` without ``--save``: megatron-core 0.19.2 checks the
+    intervals only beside ``--save`` and, without it, asserts a save directory at the interval's first iteration,
+    after the model is set up and that many iterations have trained."""
+    if args.save:
+        return
+    for name in DUMP_INTERVALS:
+        interval = getattr(args, name, None)
+        if interval:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {interval} without --save: megatron-core 0.19.2 writes these tensors under the "
+                             f"--save directory and stops with an AssertionError at iteration {interval}, after "
+                             f"training that far; add --save DIR or drop {flag}")
+
+
 def check_phase_transitions(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--phase-transition-iterations`` in a run sized by ``--train-iters``: megatron 0.19.2
     sizes each phase's training samples up to ``args.train_samples``, which is None then, and stops with a

@@ -56,6 +56,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
     from megatron.oellm.training.run_schedule import (
+        check_dump_directory,
         check_phase_transitions,
         check_profiler_steps,
         check_run_length,
@@ -70,6 +71,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     check_interleaved_microbatches(args)
     check_run_length(args)
     check_save_flags(args)
+    check_dump_directory(args)
     check_phase_transitions(args)
     check_profiler_steps(args)
     check_exit_signal_handlers(args)
@@ -80,10 +82,16 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
 def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
     """Raise ``ValueError`` for what validated ``args`` ask of the run's model ``card`` that megatron-core refuses or
     ignores once it builds it: a pipeline schedule the model class lacks, layer offloading the hybrid stack never
-    applies, a ``TransformerConfig`` its ``__post_init__`` refuses. Builds a config only: no CUDA, no tensor."""
+    applies, meta-device initialisation that leaves the routers uninitialised, a ``TransformerConfig`` its
+    ``__post_init__`` refuses. Builds a config only: no CUDA, no tensor."""
     from megatron.oellm.training.forward_step import check_schedule_support
-    from megatron.oellm.training.model_provider import check_layer_offloading, check_model_config
+    from megatron.oellm.training.model_provider import (
+        check_layer_offloading,
+        check_meta_device_init,
+        check_model_config,
+    )
 
     check_schedule_support(args, card)
     check_layer_offloading(args, card)
+    check_meta_device_init(args, card)
     check_model_config(args, card)
