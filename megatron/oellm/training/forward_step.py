@@ -90,18 +90,24 @@ def forward_step(data_iterator, model, *, return_schedule_plan: bool = False):
     """
     from megatron.core.utils import get_attr_wrapped_model
     from megatron.training import get_args, get_timers
+    from megatron.training.training import stimer as straggler_timer
     from megatron.training.utils import is_first_or_last_pipeline_stage
 
+    # megatron's straggler detector, the instance its training loop configures and reports (calling the class again
+    # would re-initialise it, disabled): under --log-straggler the report divides by the time spent in these two
+    # sections, so they are timed as megatron's own pretrain_gpt times them; otherwise entering them does nothing
     timers = get_timers()
     timers("batch-generator", log_level=2).start()
-    # Only the stages holding the embedding or the loss read a micro-batch (as megatron's pretrain_gpt does):
-    # middle stages would copy tokens, labels and masks to the GPU for nothing.
-    needs_batch = data_iterator is not None and is_first_or_last_pipeline_stage(
-        get_attr_wrapped_model(model, "vp_stage"))
-    batch = next_batch(data_iterator) if needs_batch else dict.fromkeys(BATCH_KEYS)
+    with straggler_timer(bdata=True):
+        # Only the stages holding the embedding or the loss read a micro-batch (as megatron's pretrain_gpt does):
+        # middle stages would copy tokens, labels and masks to the GPU for nothing.
+        needs_batch = data_iterator is not None and is_first_or_last_pipeline_stage(
+            get_attr_wrapped_model(model, "vp_stage"))
+        batch = next_batch(data_iterator) if needs_batch else dict.fromkeys(BATCH_KEYS)
     timers("batch-generator").stop()
     run = model.build_schedule_plan if return_schedule_plan else model
-    output_tensor = run(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"],
-                        loss_mask=batch["loss_mask"])
+    with straggler_timer:
+        output_tensor = run(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"],
+                            loss_mask=batch["loss_mask"])
     loss = spiky_checked_lm_loss if get_args().check_for_spiky_loss else masked_lm_loss
     return output_tensor, partial(loss, batch["loss_mask"])

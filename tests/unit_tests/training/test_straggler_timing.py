@@ -1,0 +1,107 @@
+"""``--log-straggler`` needs the forward step to time its batch fetch and its model call in megatron's straggler
+detector, as megatron's own ``pretrain_gpt`` does; without those sections the detector's report divides by zero at
+the first log interval (seen on the H200: ``ZeroDivisionError: float division by zero`` on every rank).
+
+On the CPU the detector's CUDA events and GPU readings are stood in (an event records the host time); the detector
+itself, its bookkeeping and its report are megatron-core's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import ExitStack
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import torch
+
+from tests.unit_tests.cpu_megatron import gloo_world
+
+
+class _Event:
+    """Stands in for a timing ``torch.cuda.Event``: records the host clock, returns milliseconds between two."""
+
+    def __init__(self, **_kwargs):
+        self.at = None
+
+    def record(self) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, other: _Event) -> float:
+        return (other.at - self.at) * 1e3
+
+
+class _Timer:
+    def start(self):
+        return None
+
+    def stop(self):
+        return None
+
+
+@pytest.fixture
+def detector(monkeypatch):
+    """megatron's straggler detector (the training loop's instance), configured and enabled as ``--log-straggler``
+    configures it on a GPU node, with its CUDA events and readings stood in and without rank 0's control server; its
+    earlier state is put back after."""
+    from megatron.core.utils import StragglerDetector
+    from megatron.training.training import stimer as instance
+
+    saved = dict(vars(instance))
+    monkeypatch.setattr(StragglerDetector, "_configured", False)
+    monkeypatch.setattr(StragglerDetector, "_controller", lambda self: None)
+    with ExitStack() as stack:
+        for name, value in (("is_available", True), ("temperature", 60), ("power_draw", 500_000), ("utilization", 90),
+                            ("clock_rate", 1980)):
+            stack.enter_context(mock.patch.object(torch.cuda, name, return_value=value))
+        stack.enter_context(mock.patch.object(torch.cuda, "Event", _Event))
+        stack.enter_context(mock.patch.object(torch.cuda, "synchronize", lambda *args: None))
+        stack.enter_context(mock.patch.object(torch.distributed, "get_backend", return_value="gloo"))
+        instance.configure(world=1, rank=0, enabled=True, prefill=4)
+        yield instance
+    vars(instance).clear()
+    vars(instance).update(saved)
+
+
+def test_premise_the_report_divides_by_the_timed_sections(detector):
+    """Nothing timed since the last report: megatron's report divides the interval's FLOPs by zero time."""
+    with pytest.raises(ZeroDivisionError):
+        detector.report(total_flops=random.uniform(1e12, 1e15), log_interval=1)
+
+
+def test_the_forward_step_times_its_batch_and_model_call(detector, monkeypatch):
+    """One forward step records one data section (around the batch fetch) and one compute section (around the
+    model call), and megatron's report then runs."""
+    import megatron.training
+    import megatron.training.utils
+
+    from megatron.oellm.training import forward_step as module
+
+    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
+    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
+    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage", lambda vp_stage: True)
+    sections = []
+
+    def fetch(iterator):
+        sections.append(("batch", len(detector.start_data_ev), len(detector.stop_data_ev)))
+        return dict.fromkeys(module.BATCH_KEYS, next(iterator))
+
+    monkeypatch.setattr(module, "next_batch", fetch)
+
+    class Model(torch.nn.Module):
+        vp_stage = None
+
+        def forward(self, tokens, position_ids, attention_mask, labels=None, loss_mask=None):
+            sections.append(("model", len(detector.start_gemm_ev), len(detector.stop_gemm_ev)))
+            return tokens.float()
+
+    module.forward_step(iter([torch.randint(0, 100, (2, 8))]), Model())
+    # inside each section its start is recorded and its stop not yet
+    assert sections == [("batch", 1, 1), ("model", 1, 1)]
+    assert [event.at is not None for event in (*detector.start_data_ev, *detector.stop_data_ev)] == [True, True]
+    assert [event.at is not None for event in (*detector.start_gemm_ev, *detector.stop_gemm_ev)] == [True, True]
+    with gloo_world():
+        detector.report(total_flops=random.uniform(1e12, 1e15), log_interval=1)
+    assert detector.start_gemm_ev == [] and detector.start_data_ev == []  # read and reset for the next interval
