@@ -1,0 +1,54 @@
+"""megatron-core's own CUDA graph capture against our models: refused where it failed on the H200 at the first step
+(the premises are GPU-only; the runs are in docs/benchmarks.md, session 38), let through where it was not measured
+to fail (drop-and-pad MoE routing on the GPT card)."""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.training.cuda_graphs import check_cuda_graphs
+from tests.unit_tests.training.entry_helpers import (
+    Reached,
+    entry_up_to_pretrain,
+    refused_line,
+    tiny_moe_run,
+    validated_tiny_moe_run,
+)
+
+QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
+FULL_ITERATION = ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+DROP_AND_PAD = ["--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"]
+
+
+@pytest.mark.parametrize("card", [QWEN3, QWEN35])
+@pytest.mark.parametrize("impl", [["--cuda-graph-impl", "local"], FULL_ITERATION,
+                                  ["--cuda-graph-impl", "local", "--cuda-graph-modules", "attn", "moe_router"]])
+def test_capture_of_dropless_moe_layers_is_refused(card, impl):
+    args = validated_tiny_moe_run(impl, card=card)
+    if card == QWEN35 and impl[1] == "local":
+        message = "Gated DeltaNet layers fail in megatron-core 0.19.2's CUDA graph capture"
+    else:
+        message = f"--cuda-graph-impl {impl[1]}: {card}'s MoE layers are dropless"
+    with pytest.raises(ValueError, match=message):
+        check_cuda_graphs(args, get_card(card))
+
+
+def test_local_capture_of_a_hybrid_model_is_refused_whatever_the_routing():
+    args = validated_tiny_moe_run(["--cuda-graph-impl", "local", *DROP_AND_PAD], card=QWEN35)
+    with pytest.raises(ValueError, match="Gated DeltaNet layers"):
+        check_cuda_graphs(args, get_card(QWEN35))
+
+
+@pytest.mark.parametrize("extra", [[], ["--cuda-graph-impl", "local", *DROP_AND_PAD], [*FULL_ITERATION, *DROP_AND_PAD]])
+def test_what_was_not_seen_failing_passes(extra):
+    """No CUDA graphs, or drop-and-pad routing on the GPT card (megatron's documented MoE capture)."""
+    check_cuda_graphs(validated_tiny_moe_run(extra, card=QWEN3), get_card(QWEN3))
+
+
+def test_the_entry_refuses_it_in_one_line(monkeypatch, capsys):
+    entry = entry_up_to_pretrain(monkeypatch)
+    line = refused_line(entry, capsys, [*tiny_moe_run(QWEN35), "--cuda-graph-impl", "local"])
+    assert "--cuda-graph-impl local: qwen3.5-35b-a3b-tiny's Gated DeltaNet layers" in line
+    with pytest.raises(Reached):
+        entry.main(tiny_moe_run(QWEN35))
