@@ -25,10 +25,12 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
     """One warning per ignored flag among megatron's validated ``args``.
 
     ``explicit`` holds the parser destinations the command line sets; flags with defaults are named only when given.
-    Two cases:
+    Three cases:
     - ``--exit-signal-handler-for-dataloader``: megatron-core 0.19.2 defines it and reads it nowhere.
     - The dynamic loss scaler's flags in a run without that scaler: not ``--fp16``, or ``--fp16`` with a constant
       ``--loss-scale``.
+    - ``--moe-token-drop-policy`` without ``--moe-expert-capacity-factor``: megatron's router applies the policy only
+      when it drops tokens at a capacity, and dropless routing drops none.
     """
     warnings = []
     if args.exit_signal_handler_for_dataloader:
@@ -41,4 +43,8 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
                   else "only --fp16 runs scale the loss")
         warnings.append(f"{', '.join(given)} tune fp16's dynamic loss scaler, which this run does not have "
                         f"({scaler}): ignored")
+    if "moe_token_drop_policy" in explicit and args.moe_expert_capacity_factor is None:
+        warnings.append(f"--moe-token-drop-policy {args.moe_token_drop_policy} does nothing without "
+                        "--moe-expert-capacity-factor: megatron-core 0.19.2's router drops tokens, by that policy, only "
+                        "at a capacity, and this run's routing is dropless")
     return warnings

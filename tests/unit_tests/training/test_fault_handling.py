@@ -211,3 +211,11 @@ def test_the_entry_prints_the_warnings_on_rank_zero_and_goes_on(monkeypatch, cap
     with pytest.raises(Reached):
         entry.main([*TINY_MOE_RUN, "--bf16", "--hysteresis", "3"])
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_token_drop_policy_without_a_capacity_is_named_as_ignored():
+    """megatron's router reads the drop policy only when ``--moe-expert-capacity-factor`` is set."""
+    policy = random.choice(["probs", "position"])
+    (warning,) = warnings_for(["--moe-token-drop-policy", policy])
+    assert warning.startswith(f"--moe-token-drop-policy {policy} does nothing without --moe-expert-capacity-factor")
+    assert warnings_for(["--moe-token-drop-policy", policy, "--moe-expert-capacity-factor", "1.5"]) == []
