@@ -4,9 +4,10 @@ megatron-core 0.19.2's routers record each metric (load-balancing loss, z-loss) 
 of the stack, in a per-layer tensor of ``config.num_layers`` entries. In a hybrid model (Qwen3.5: ``G E G E G E * E
 ...``) both count the mixer layers too. Two things follow:
 
-* **Pipeline ranks without MoE blocks.** ``training_log`` passes the count of ``E`` symbols as ``num_layers``, so a
-  pipeline rank whose stages hold no MoE block (a layout such as ``E|t*20|t*20|L``) pre-creates each metric with that
-  many entries, while the other ranks recorded all-layer tensors. The tracker's all-reduce over the pipeline group
+* **Pipeline ranks without MoE blocks.** ``training_log`` passes the count of ``E`` symbols (its
+  ``get_hybrid_layer_counts``) as ``num_layers``, so a pipeline rank whose stages hold no MoE block (a layout such
+  as ``E|t*20|t*20|L``) pre-creates each metric with that many entries, while the other ranks recorded all-layer
+  tensors. The tracker's all-reduce over the pipeline group
   then gets tensors of different sizes at the first log interval: gloo aborts on it, NCCL reads past the shorter one.
 * **Per-layer series** (``--moe-per-layer-logging``) are written one per tensor entry, ``moe/<metric>_layer_<i>``, so
   they are numbered by position in ``--hybrid-layer-pattern`` and every mixer position writes a series of zeros:
@@ -52,11 +53,13 @@ def apply(hybrid_layer_pattern: str) -> bool:
     if release != PATCHED_RELEASE:
         warn_not_applied(release, "hybrid-moe-metrics")
         return False
+    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
     from megatron.core.transformer.moe import moe_logging
 
     cls = moe_logging.MoEMetricsTracker
     positions, main_layers = moe_positions(hybrid_layer_pattern)
-    cls.ensure_initialized = _all_layers_size(len(positions), main_layers, _upstream(cls.ensure_initialized))
+    counted_by_training_log = get_hybrid_layer_counts(hybrid_layer_pattern)[MOE_SYMBOL]
+    cls.ensure_initialized = _all_layers_size(counted_by_training_log, main_layers, _upstream(cls.ensure_initialized))
     cls._log_per_layer = _by_moe_block(positions, main_layers, _upstream(cls._log_per_layer))
     return True
 
@@ -69,6 +72,8 @@ def _upstream(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _all_layers_size(moe_blocks: int, main_layers: int, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (``ensure_initialized``) pre-creating ``main_layers`` entries plus the multi-token-prediction ones
+    where ``training_log`` asks for ``moe_blocks`` (its ``E`` count) plus them."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -84,6 +89,8 @@ def _all_layers_size(moe_blocks: int, main_layers: int, original: Callable[..., 
 
 
 def _by_moe_block(positions: list[int], main_layers: int, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (``_log_per_layer``) writing each metric's entries at ``positions``, then those past
+    ``main_layers``, as series 0, 1, ..."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)

@@ -4,9 +4,9 @@ megatron-core 0.19.2's ``CheckpointWithoutOutput(fp8=False)`` sets ``self.fp8 = 
 its default ``False``. Its forward then asks Transformer Engine's ``FP8GlobalStateManager`` whether FP8 is on, a name
 ``tensor_parallel.random`` defines only where TE imports. So every recompute that ``TransformerLayer`` and
 ``GatedDeltaNet`` build with the default (``--recompute-modules layernorm``, the Jupiter recipe's setting beside
-``moe_act``, and ``gdn_norm_out``) fails without TE with ``NameError: name 'FP8GlobalStateManager' is not defined`` at the first
-training step, after the whole start-up. Where TE imports, the same ``True`` makes the checkpoint follow TE's FP8
-state, which FP8 runs rely on, so this patch leaves that case alone.
+``moe_act``, and ``gdn_norm_out``) fails without TE with ``NameError: name 'FP8GlobalStateManager' is not defined``
+at the first training step, after the whole start-up. Where TE imports, the same ``True`` makes the checkpoint
+follow TE's FP8 state, which FP8 runs rely on, so this patch leaves that case alone.
 
 No configuration or spec slot builds these checkpoints, so where ``FP8GlobalStateManager`` is missing this patch wraps
 ``CheckpointWithoutOutput.__init__`` to set ``fp8`` False after upstream's: without TE there is no FP8 to follow.

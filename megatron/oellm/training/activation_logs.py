@@ -4,8 +4,9 @@ and the run's backend.
 
 megatron-core 0.19.2 finds the modules to log by their classes (``megatron.training.activation_logging``,
 ``megatron.training.dgrad_logging``): its lists hold Transformer Engine's, which are placeholders where TE does not
-import, and its tokens-per-expert hook goes on TE's grouped linears only. Both turn on at the logging iteration, after the model and optimizer are set up, so the
-entry refuses what would fail or write nothing there, on its node (a login node's TE is not the container's).
+import, and its tokens-per-expert hook goes on TE's grouped linears only. They turn on at the logging iteration,
+after the model and optimizer are set up, so the entry refuses what would fail or write nothing there, on its node (a
+login node's TE is not the container's).
 """
 
 from __future__ import annotations

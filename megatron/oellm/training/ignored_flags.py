@@ -45,6 +45,6 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
                         f"({scaler}): ignored")
     if "moe_token_drop_policy" in explicit and args.moe_expert_capacity_factor is None:
         warnings.append(f"--moe-token-drop-policy {args.moe_token_drop_policy} does nothing without "
-                        "--moe-expert-capacity-factor: megatron-core 0.19.2's router drops tokens, by that policy, only "
-                        "at a capacity, and this run's routing is dropless")
+                        "--moe-expert-capacity-factor: megatron-core 0.19.2's router drops tokens, by that policy, "
+                        "only at a capacity, and this run's routing is dropless")
     return warnings

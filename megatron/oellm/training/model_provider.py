@@ -231,9 +231,10 @@ def check_meta_device_init(args: argparse.Namespace, card: ModelCard) -> None:
     routers' weights (and the shared-expert gates) do not, so they would start training from uninitialised memory,
     silently."""
     if args.init_model_with_meta_device and not (args.use_megatron_fsdp or args.use_torch_fsdp2):
-        raise ValueError(f"--init-model-with-meta-device without --use-megatron-fsdp or --use-torch-fsdp2: megatron-core "
-                         "0.19.2 then fills the tensors built on the meta device with uninitialised memory and "
-                         f"initialises none of them; {card.name}'s MoE router weights are built there, so training "
+        raise ValueError("--init-model-with-meta-device without --use-megatron-fsdp or --use-torch-fsdp2: "
+                         "megatron-core 0.19.2 then fills the tensors built on the meta device with uninitialised "
+                         f"memory and initialises none of them; {card.name}'s MoE router weights are built there, so "
+                         "training "
                          "would start from garbage; drop the flag")
 
 

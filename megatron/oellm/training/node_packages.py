@@ -19,7 +19,8 @@ NODE_PACKAGE_FLAGS = (
      "megatron-core 0.19.2's straggler report reads GPU temperatures through it and stops every rank with a "
      "ModuleNotFoundError at the first log interval"),
     ("--log-energy", "log_energy", "nvidia-ml-py", "pynvml",
-     "megatron-core 0.19.2's energy monitor reads GPU energy through it and logs 0 J and 0 W every interval without it"),
+     "megatron-core 0.19.2's energy monitor reads GPU energy through it and logs 0 J and 0 W every interval "
+     "without it"),
     ("--enable-ft-package", "enable_ft_package", "nvidia-resiliency-ext", "nvidia_resiliency_ext.fault_tolerance",
      "megatron-core 0.19.2 imports its fault-tolerance client when training starts and stops there"),
     ("--inprocess-restart", "inprocess_restart", "nvidia-resiliency-ext", "nvidia_resiliency_ext.inprocess",

@@ -106,6 +106,8 @@ def test_recompute_keeps_the_gradients(megatron_runtime: None, tf32_flags_restor
     no_tf32()
     seed = int.from_bytes(os.urandom(4), "little")
     card = get_card(name)
+    if case == "selective-shared_experts" and not card.moe_shared_expert_intermediate_size:
+        pytest.skip(f"{name} has no shared expert")
     builder = spec_builder(card.family)
     settings, recomputed_module = CASES[case]
     routing = dict(moe_router_force_load_balancing=force_load_balancing)

@@ -11,10 +11,12 @@ recorded, and every rank's tensors have the routers' size.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -23,21 +25,12 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.patches import hybrid_moe_metrics
 from megatron.oellm.patches.hybrid_moe_metrics import moe_positions
 from tests.unit_tests.cpu_megatron import cpu_model_building, cpu_torch_model, gloo_world
+from tests.unit_tests.patches.pipeline_tracker_ranks import SeriesWriter
 from tests.unit_tests.patches.upstream import unpatched
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, tiny_moe_run
 
 HYBRID = get_card("qwen3.5-35b-a3b-tiny")
 METRIC = "global_load_balancing_loss"
-
-
-class SeriesWriter:
-    """Stands in for TensorBoard's writer: keeps the last value of each series."""
-
-    def __init__(self):
-        self.series: dict[str, float] = {}
-
-    def add_scalar(self, name: str, value: float, iteration: int) -> None:
-        self.series[name] = float(value)
 
 
 @pytest.fixture
@@ -57,7 +50,8 @@ def moe_layer_numbers() -> tuple[list[int], int]:
     """1-based layer numbers of the built tiny Qwen3.5's MoE blocks, and the per-layer tensor size they record with."""
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
-    with gloo_world(), cpu_model_building():
+    # module-scoped, so outside the per-test environment restore: megatron exports NVTE_* switches when it builds
+    with mock.patch.dict(os.environ), gloo_world(), cpu_model_building():
         model = cpu_torch_model(HYBRID)
         moe_layers = [module for module in model.modules() if isinstance(module, MoELayer)]
         return [layer.layer_number for layer in moe_layers], moe_layers[0].config.num_layers
@@ -129,13 +123,17 @@ def test_entries_after_the_main_pattern_are_kept_behind_the_moe_blocks(upstream_
 
 
 def test_unrecorded_metrics_get_the_routers_size(upstream_tracker):
-    """A metric no router of this rank recorded is pre-created with the all-layer size the routers record with (plus
-    multi-token-prediction entries), not with the 'E' count ``training_log`` passes."""
-    assert hybrid_moe_metrics.apply("GEGE*E/E")
+    """A metric no router of this rank recorded is pre-created with the all-layer size the routers record with (six
+    main layers plus the multi-token-prediction layer), not with the 'E' count ``training_log`` passes (its
+    ``get_hybrid_layer_counts``: three main blocks and the MTP one)."""
+    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
+
+    pattern = "GEGE*E/E"
+    assert hybrid_moe_metrics.apply(pattern)
     tracker = upstream_tracker()
     with gloo_world():
-        tracker.report(loss_scale=1.0, iteration=1, force_initialize=True, track_names=[METRIC], num_layers=3,
-                       moe_layer_freq=1, mtp_num_layers=1)
+        tracker.report(loss_scale=1.0, iteration=1, force_initialize=True, track_names=[METRIC],
+                       num_layers=get_hybrid_layer_counts(pattern)["E"], moe_layer_freq=1, mtp_num_layers=1)
     assert tracker._metrics[METRIC].values.numel() == 7
 
 

@@ -7,7 +7,9 @@ loads no more than ``megatron.oellm.training.args`` and ``.corpus``.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,13 @@ import torch
 
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.corpus import build_corpus
+
+
+def installed_stand_in(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make ``name`` importable as an empty module with a spec, as an installed package would be to ``find_spec``."""
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    monkeypatch.setitem(sys.modules, name, module)
 
 
 class Reached(Exception):

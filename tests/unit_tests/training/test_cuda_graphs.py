@@ -1,6 +1,7 @@
 """megatron-core's own CUDA graph capture against our models: refused where it failed on the H200 at the first step
-(the premises are GPU-only; the runs are in docs/benchmarks.md, session 38), let through where it was not measured
-to fail (drop-and-pad MoE routing on the GPT card)."""
+(the premises are GPU-only; the runs are in docs/benchmarks.md, session 38) or where the all-to-all dispatcher's
+source copies to the host; let through with the all-to-all dispatcher's drop-and-pad routing on the GPT card, which
+megatron documents for MoE capture."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from tests.unit_tests.training.entry_helpers import (
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
 FULL_ITERATION = ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
-DROP_AND_PAD = ["--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"]
+DROP_AND_PAD = ["--moe-token-dispatcher-type", "alltoall", "--moe-expert-capacity-factor", "1.0",
+                "--moe-pad-expert-input-to-capacity"]
 
 
 @pytest.mark.parametrize("card", [QWEN3, QWEN35])
@@ -29,7 +31,7 @@ def test_capture_of_dropless_moe_layers_is_refused(card, impl):
     if card == QWEN35 and impl[1] == "local":
         message = "Gated DeltaNet layers fail in megatron-core 0.19.2's CUDA graph capture"
     else:
-        message = f"--cuda-graph-impl {impl[1]}: {card}'s MoE layers are dropless"
+        message = f"--cuda-graph-impl {impl[1]}: {card}'s MoE layers run the allgather token dispatcher"
     with pytest.raises(ValueError, match=message):
         check_cuda_graphs(args, get_card(card))
 
@@ -40,9 +42,21 @@ def test_local_capture_of_a_hybrid_model_is_refused_whatever_the_routing():
         check_cuda_graphs(args, get_card(QWEN35))
 
 
+@pytest.mark.parametrize("routing", [
+    ["--moe-token-dispatcher-type", "allgather", *DROP_AND_PAD[2:]],  # all-gather copies whatever the routing
+    ["--moe-token-dispatcher-type", "alltoall"],  # dropless
+    ["--moe-token-dispatcher-type", "alltoall", "--moe-expert-capacity-factor", "1.0"],  # drops, does not pad
+])
+def test_capture_of_moe_layers_whose_dispatcher_copies_to_the_host_is_refused(routing):
+    args = validated_tiny_moe_run([*FULL_ITERATION, *routing], card=QWEN3)
+    with pytest.raises(ValueError, match="without drop-and-pad routing, which copies the tokens-per-expert counts"):
+        check_cuda_graphs(args, get_card(QWEN3))
+
+
 @pytest.mark.parametrize("extra", [[], ["--cuda-graph-impl", "local", *DROP_AND_PAD], [*FULL_ITERATION, *DROP_AND_PAD]])
 def test_what_was_not_seen_failing_passes(extra):
-    """No CUDA graphs, or drop-and-pad routing on the GPT card (megatron's documented MoE capture)."""
+    """No CUDA graphs, or the all-to-all dispatcher's drop-and-pad routing on the GPT card (megatron's documented MoE
+    capture)."""
     check_cuda_graphs(validated_tiny_moe_run(extra, card=QWEN3), get_card(QWEN3))
 
 

@@ -19,10 +19,10 @@ from tests.unit_tests.training.entry_helpers import (
     TINY_MOE_RUN,
     Reached,
     entry_up_to_pretrain,
+    installed_stand_in,
     refused_line,
     tiny_moe_run,
 )
-from tests.unit_tests.training.test_node_packages import _installed_stand_in
 
 
 def _interval() -> int:
@@ -103,21 +103,6 @@ def test_dgrad_logging_without_te_is_refused(monkeypatch, capsys, tmp_path):
     assert f"--save-dgrads-interval {interval}: megatron-core 0.19.2 picks the modules to log by class" in line
 
 
-def test_premise_straggler_report_needs_pynvml(monkeypatch):
-    """megatron's straggler detector, configured as on a GPU node, reads GPU temperatures at its report: without
-    pynvml a ``ModuleNotFoundError``."""
-    from megatron.core.utils import StragglerDetector
-
-    monkeypatch.setitem(sys.modules, "pynvml", None)
-    detector = StragglerDetector()
-    with mock.patch.object(torch.cuda, "is_available", return_value=True), \
-            mock.patch.object(torch.distributed, "get_backend", return_value="gloo"), \
-            mock.patch.object(torch.cuda, "Event", lambda **_kwargs: object()):
-        detector.configure(world=1, rank=0, enabled=True, prefill=1)
-    with pytest.raises(ModuleNotFoundError):
-        detector.report(total_flops=1e12, log_interval=1)
-
-
 def test_premise_energy_monitor_reads_zero_without_pynvml():
     """Without pynvml megatron's energy monitor measures nothing and reports 0 J."""
     from megatron.core import energy_monitor
@@ -144,7 +129,7 @@ def test_flags_needing_a_package_are_refused_without_it(monkeypatch, capsys, fla
 
 
 def test_log_straggler_passes_with_pynvml(monkeypatch):
-    _installed_stand_in(monkeypatch, "pynvml")
+    installed_stand_in(monkeypatch, "pynvml")
     entry = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):
         entry.main([*TINY_MOE_RUN, "--log-straggler"])
@@ -176,7 +161,7 @@ def test_inprocess_restart_runs_pretrain_through_megatrons_wrapper(monkeypatch):
 
     for name in ("nvidia_resiliency_ext", "nvidia_resiliency_ext.inprocess",
                  "nvidia_resiliency_ext.fault_tolerance"):
-        _installed_stand_in(monkeypatch, name)
+        installed_stand_in(monkeypatch, name)
     entry = entry_up_to_pretrain(monkeypatch)
     calls = _pretrain_recorder(monkeypatch, entry)
     store = types.SimpleNamespace(name=f"store-{random.random()}")

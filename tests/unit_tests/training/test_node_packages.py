@@ -3,7 +3,6 @@ nvidia-resiliency-ext): each premise is shown on megatron's own function with th
 (``sys.modules[name] = None``), then the training entry refuses the run in one error line before Megatron starts and
 lets it through once the package is there (a stand-in module) or the flag is changed."""
 
-import importlib.machinery
 import inspect
 import random
 import sys
@@ -12,18 +11,11 @@ import warnings
 
 import pytest
 
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, installed_stand_in, refused_line
 
 BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4", "--train-iters", "500"]
 RESILIENCY = "nvidia_resiliency_ext"
-
-
-def _installed_stand_in(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Make ``name`` importable as an empty module with a spec, as an installed package would be to ``find_spec``."""
-    module = types.ModuleType(name)
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    monkeypatch.setitem(sys.modules, name, module)
 
 
 def _project() -> str:
@@ -35,7 +27,7 @@ def test_a_wandb_project_without_a_directory_is_refused_in_one_line(monkeypatch,
     ``--wandb-save-dir`` it joins None while it validates the arguments, a TypeError on the last rank."""
     from megatron.training import global_vars
 
-    _installed_stand_in(monkeypatch, "wandb")
+    installed_stand_in(monkeypatch, "wandb")
     project = _project()
     megatron_args = types.SimpleNamespace(wandb_project=project, wandb_exp_name="run", wandb_save_dir=None, save=None,
                                           rank=3, world_size=4)
@@ -67,7 +59,7 @@ def test_a_wandb_project_without_the_wandb_package_is_refused_in_one_line(monkey
     argv = [*BASE, "--wandb-project", project, "--wandb-save-dir", str(tmp_path / "wandb")]
     line = refused_line(entry, capsys, argv)
     assert f"--wandb-project {project}: the wandb package is not installed in this environment" in line
-    _installed_stand_in(monkeypatch, "wandb")
+    installed_stand_in(monkeypatch, "wandb")
     with pytest.raises(Reached):
         entry.main(argv)
 

@@ -9,8 +9,10 @@ itself, its bookkeeping and its report are megatron-core's.
 from __future__ import annotations
 
 import random
+import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from types import SimpleNamespace
 from unittest import mock
 
@@ -41,28 +43,46 @@ class _Timer:
         return None
 
 
-@pytest.fixture
-def detector(monkeypatch):
+@contextmanager
+def configured_detector(gpu_readings: bool = True) -> Iterator[object]:
     """megatron's straggler detector (the training loop's instance), configured and enabled as ``--log-straggler``
-    configures it on a GPU node, with its CUDA events and readings stood in and without rank 0's control server; its
-    earlier state is put back after."""
+    configures it on a GPU node: CUDA events stood in, rank 0's control server left out, and with ``gpu_readings``
+    the temperature, power, utilisation and clock readings stood in too. Its class flag, state and methods are put
+    back after (the detector is a process-wide singleton that other tests' forward steps enter)."""
     from megatron.core.utils import StragglerDetector
     from megatron.training.training import stimer as instance
 
     saved = dict(vars(instance))
-    monkeypatch.setattr(StragglerDetector, "_configured", False)
-    monkeypatch.setattr(StragglerDetector, "_controller", lambda self: None)
     with ExitStack() as stack:
-        for name, value in (("is_available", True), ("temperature", 60), ("power_draw", 500_000), ("utilization", 90),
-                            ("clock_rate", 1980)):
+        stack.enter_context(mock.patch.object(StragglerDetector, "_configured", False))
+        stack.enter_context(mock.patch.object(StragglerDetector, "_controller", lambda self: None))
+        readings = (("temperature", 60), ("power_draw", 500_000), ("utilization", 90), ("clock_rate", 1980))
+        for name, value in (("is_available", True), *(readings if gpu_readings else ())):
             stack.enter_context(mock.patch.object(torch.cuda, name, return_value=value))
         stack.enter_context(mock.patch.object(torch.cuda, "Event", _Event))
         stack.enter_context(mock.patch.object(torch.cuda, "synchronize", lambda *args: None))
         stack.enter_context(mock.patch.object(torch.distributed, "get_backend", return_value="gloo"))
-        instance.configure(world=1, rank=0, enabled=True, prefill=4)
+        try:
+            instance.configure(world=1, rank=0, enabled=True, prefill=4)
+            yield instance
+        finally:
+            vars(instance).clear()
+            vars(instance).update(saved)
+
+
+@pytest.fixture
+def detector() -> Iterator[object]:
+    """:func:`configured_detector` with its GPU readings stood in."""
+    with configured_detector() as instance:
         yield instance
-    vars(instance).clear()
-    vars(instance).update(saved)
+
+
+def test_premise_the_report_reads_gpu_temperatures_through_pynvml(monkeypatch):
+    """Without pynvml (nvidia-ml-py) megatron's report stops at its temperature reading, which is why the entry
+    refuses ``--log-straggler`` there."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with configured_detector(gpu_readings=False) as instance, pytest.raises(ModuleNotFoundError):
+        instance.report(total_flops=random.uniform(1e12, 1e15), log_interval=1)
 
 
 def test_premise_the_report_divides_by_the_timed_sections(detector):
