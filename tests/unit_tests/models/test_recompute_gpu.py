@@ -6,7 +6,8 @@ megatron's ``--moe-layer-recompute`` recomputes the whole MoE block (``moe``); `
 selective module, ``shared_experts`` the other MoE choice. Each case builds the tiny
 card twice with the same weights, once with the case's recompute settings, runs one forward and backward from the
 same RNG state, and checks that the recomputed module really ran twice, the loss is the same and every parameter's
-gradient matches (fp32, TF32 off, the same kernels on both sides). Fresh seed each run. Without Transformer Engine the
+gradient matches (fp32, TF32 off, the same kernels on both sides; fla's GDN kernels use TF32 inside). Fresh seed
+each run. Without Transformer Engine the
 ``layernorm`` case needs ``patches/recompute-without-transformer-engine.md`` (megatron's checkpoint fails with a
 ``NameError`` otherwise).
 """
@@ -28,6 +29,11 @@ BATCH, SEQ = 2, 64
 GRADIENT_BOUND = 1e-5
 """Relative L2 bound on each parameter's gradient: fp32 with TF32 off and the same kernels on both sides, so any
 difference is summation order; a recompute that routes differently or drops a branch is off by O(1)."""
+GDN_GRADIENT_BOUND = 1e-3
+"""The same bound for a model with Gated DeltaNet layers: fla's kernels take TF32 dot products even for fp32 inputs, so
+one rounding of difference in front of them (``shared_experts`` recompute adds the shared and routed paths' input
+gradients in another order) can move their results by a TF32 step (about 1e-3 relative). Measured on the H200: up to
+5.5e-05 for ``shared_experts`` on the tiny Qwen3.5 card, in 2 of 4 runs."""
 
 
 def _first(model: torch.nn.Module, kind: Callable[[str, torch.nn.Module], bool]) -> torch.nn.Module:
@@ -134,4 +140,5 @@ def test_recompute_keeps_the_gradients(megatron_runtime: None, tf32_flags_restor
     worst = max(errors, key=errors.get)
     print("  largest gradient errors: " + ", ".join(f"{key} {errors[key]:.1e}"
                                                    for key in sorted(errors, key=errors.get)[-3:]))
-    assert errors[worst] <= GRADIENT_BOUND, f"largest gradient relative L2 error {errors[worst]:.2e} at {worst} (seed {seed})"
+    bound = GRADIENT_BOUND if card.linear_mixer == "none" else GDN_GRADIENT_BOUND
+    assert errors[worst] <= bound, f"largest gradient relative L2 error {errors[worst]:.2e} at {worst} (seed {seed})"
