@@ -33,7 +33,8 @@ GDN_GRADIENT_BOUND = 1e-3
 """The same bound for a model with Gated DeltaNet layers: fla's kernels take TF32 dot products even for fp32 inputs, so
 one rounding of difference in front of them (``shared_experts`` recompute adds the shared and routed paths' input
 gradients in another order) can move their results by a TF32 step (about 1e-3 relative). Measured on the H200: up to
-5.5e-05 for ``shared_experts`` on the tiny Qwen3.5 card, in 2 of 4 runs."""
+7.7e-05 for ``shared_experts`` on the tiny Qwen3.5 card (above 1e-5 in 4 of 6 runs), largest in the first GDN layer's
+parameters; every other case gave bit-identical gradients (docs/benchmarks.md, session 38)."""
 
 
 def _first(model: torch.nn.Module, kind: Callable[[str, torch.nn.Module], bool]) -> torch.nn.Module:
