@@ -27,7 +27,7 @@ from megatron.oellm.patches.hybrid_moe_metrics import moe_positions
 from tests.unit_tests.cpu_megatron import cpu_model_building, cpu_torch_model, gloo_world
 from tests.unit_tests.patches.pipeline_tracker_ranks import SeriesWriter
 from tests.unit_tests.patches.upstream import unpatched
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, tiny_moe_run
+from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_throughput_hook, tiny_moe_run
 
 HYBRID = get_card("qwen3.5-35b-a3b-tiny")
 METRIC = "global_load_balancing_loss"
@@ -203,9 +203,7 @@ def test_other_release_keeps_upstream_and_warns(upstream_tracker, monkeypatch):
     ("qwen3-30b-a3b-tiny", True, False),  # a GPT model's layers are its MoE blocks already
 ])
 def test_the_training_entry_applies_it_for_hybrid_models(upstream_tracker, monkeypatch, card, per_layer, applied):
-    entry = entry_up_to_pretrain(monkeypatch)
-    monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
-    monkeypatch.setattr(entry, "training_config", lambda _args: object())
+    entry = entry_up_to_throughput_hook(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(Reached):  # the throughput hook, installed after the patches

@@ -21,7 +21,12 @@ from megatron.oellm.patches import moe_log_names
 from megatron.oellm.patches.moe_log_names import LOSS_NAME_OF_TYPE, unrecorded_loss_names
 from tests.unit_tests.cpu_megatron import gloo_world
 from tests.unit_tests.patches.upstream import unpatched
-from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, Reached, entry_up_to_pretrain, validated_tiny_moe_run
+from tests.unit_tests.training.entry_helpers import (
+    TINY_MOE_RUN,
+    Reached,
+    entry_up_to_throughput_hook,
+    validated_tiny_moe_run,
+)
 
 _LOGGED = re.compile(r" (\w+): ([0-9.E+-]+) \|")
 
@@ -153,9 +158,7 @@ def test_another_release_keeps_upstreams_report_and_says_so(upstream_report, mon
 
 def test_the_training_entry_applies_it_with_the_runs_type_before_training(upstream_report, monkeypatch):
     spy = installed_filter(upstream_report, monkeypatch)
-    entry = entry_up_to_pretrain(monkeypatch)
-    monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
-    monkeypatch.setattr(entry, "training_config", lambda _args: object())
+    entry = entry_up_to_throughput_hook(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(Reached):  # the throughput hook, installed after the patch

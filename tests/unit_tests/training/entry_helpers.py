@@ -70,6 +70,15 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     return entry
 
 
+def entry_up_to_throughput_hook(monkeypatch: pytest.MonkeyPatch):
+    """:func:`entry_up_to_pretrain` with the FLOP count and megatron's config container answered, so that every step
+    before the throughput hook (which raises :class:`Reached`) runs, the application of the runtime patches included."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
+    monkeypatch.setattr(entry, "training_config", lambda _args: object())
+    return entry
+
+
 TINY_MOE_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--micro-batch-size", "1", "--global-batch-size", "8",
                 "--seq-length", "64", "--train-iters", "10", "--lr", "1e-4", "--mock-data", "--tokenizer-type",
                 "NullTokenizer"]

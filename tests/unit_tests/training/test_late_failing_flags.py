@@ -19,6 +19,7 @@ from tests.unit_tests.training.entry_helpers import (
     TINY_MOE_RUN,
     Reached,
     entry_up_to_pretrain,
+    entry_up_to_throughput_hook,
     installed_stand_in,
     refused_line,
     tiny_moe_run,
@@ -135,9 +136,9 @@ def test_log_straggler_passes_with_pynvml(monkeypatch):
         entry.main([*TINY_MOE_RUN, "--log-straggler"])
 
 
-def _pretrain_recorder(monkeypatch, entry) -> list[tuple[object, dict]]:
-    """Let the entry reach ``pretrain`` (its FLOP count, config container and throughput hook stood in) and record
-    each call's function and keywords."""
+def _pretrain_recorder(monkeypatch) -> list[tuple[object, dict]]:
+    """Let the entry of :func:`entry_up_to_throughput_hook` reach ``pretrain`` (its throughput hook stood in too) and
+    record each call's function and keywords."""
     import megatron.training
 
     from megatron.oellm.training import throughput
@@ -147,8 +148,6 @@ def _pretrain_recorder(monkeypatch, entry) -> list[tuple[object, dict]]:
     def pretrain(*_args, **kwargs):
         calls.append((pretrain, kwargs))
 
-    monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
-    monkeypatch.setattr(entry, "training_config", lambda _args: object())
     monkeypatch.setattr(throughput, "install_throughput_logging", lambda *_args: None)
     monkeypatch.setattr(megatron.training, "pretrain", pretrain)
     return calls
@@ -162,8 +161,8 @@ def test_inprocess_restart_runs_pretrain_through_megatrons_wrapper(monkeypatch):
     for name in ("nvidia_resiliency_ext", "nvidia_resiliency_ext.inprocess",
                  "nvidia_resiliency_ext.fault_tolerance"):
         installed_stand_in(monkeypatch, name)
-    entry = entry_up_to_pretrain(monkeypatch)
-    calls = _pretrain_recorder(monkeypatch, entry)
+    entry = entry_up_to_throughput_hook(monkeypatch)
+    calls = _pretrain_recorder(monkeypatch)
     store = types.SimpleNamespace(name=f"store-{random.random()}")
     wrapped_calls = []
 
