@@ -35,3 +35,22 @@ def make_report(**changes) -> EnvironmentReport:
         hybrid_ep=True,
     )
     return dataclasses.replace(base, **changes)
+
+
+TORCH_REFUSES = """
+import json, sys, torch
+setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+if setter is None:
+    sys.exit(3)
+refused = {}
+for value in sys.argv[1:]:
+    setter("large_segment_size_mb:20")  # torch's default; parsing a value does not reset it
+    try:
+        setter(value)
+        refused[value] = False
+    except (ValueError, RuntimeError, IndexError):  # IndexError: a std::out_of_range (a number that overflows)
+        refused[value] = True
+print(json.dumps(refused))
+"""
+"""A script for a fresh interpreter: which of its arguments this torch's allocator-settings parser refuses (a JSON
+object value -> bool; exit status 3 where torch has no such parser)."""

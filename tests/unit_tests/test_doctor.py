@@ -56,7 +56,7 @@ from megatron.oellm.doctor.rules import (
     check_transformer_engine,
 )
 from megatron.oellm.switches import SLOW_PATH_SWITCHES
-from tests.unit_tests.doctor_reports import H100, make_report
+from tests.unit_tests.doctor_reports import H100, TORCH_REFUSES, make_report
 
 GH200 = GpuInfo(0, "NVIDIA GH200 480GB", (9, 0), 95.0)
 A100 = GpuInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), 79.2)
@@ -589,23 +589,6 @@ def test_allocator_conf_expandable_segments_that_torch_refuses_is_an_error(varia
     assert severities(findings) == ["error"]
     suggested = findings[0].fix.split(f"export {variable}=")[1]
     assert parse_allocator_conf(suggested) == {"max_split_size_mb": str(split), "expandable_segments": "True"}
-
-
-TORCH_REFUSES = """
-import json, sys, torch
-setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
-if setter is None:
-    sys.exit(3)
-refused = {}
-for value in sys.argv[1:]:
-    setter("large_segment_size_mb:20")  # torch's default; parsing a value does not reset it
-    try:
-        setter(value)
-        refused[value] = False
-    except (ValueError, RuntimeError, IndexError):  # IndexError: a std::out_of_range (a number that overflows)
-        refused[value] = True
-print(json.dumps(refused))
-"""
 
 
 def test_allocator_conf_errors_are_the_values_torchs_own_parser_refuses():

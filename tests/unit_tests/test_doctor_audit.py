@@ -29,7 +29,7 @@ from megatron.oellm.doctor.rules import (
     check_megatron_core,
     check_te_flash_attention,
 )
-from tests.unit_tests.doctor_reports import make_report
+from tests.unit_tests.doctor_reports import TORCH_REFUSES, make_report
 
 
 def _word(rng: random.Random, length: int = 8) -> str:
@@ -220,20 +220,6 @@ def test_a_configuration_without_expandable_segments_is_quoted_in_the_warning():
                                                    "expandable_segments": "True"}
 
 
-TORCH_TAKES = """
-import json, sys, torch
-setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
-if setter is None:
-    sys.exit(3)
-taken = {}
-for value in sys.argv[1:]:
-    try:
-        setter(value)
-        taken[value] = True
-    except Exception:
-        taken[value] = False
-print(json.dumps(taken))
-"""
 
 
 def test_spaces_around_allocator_items_and_values_are_no_error():
@@ -248,11 +234,11 @@ def test_spaces_around_allocator_items_and_values_are_no_error():
         (finding,) = check_allocator_conf(make_report(versions={"torch": "2.10.0"}), {"PYTORCH_CUDA_ALLOC_CONF": value})
         assert (finding.severity, finding.message) == ("ok", "PYTORCH_CUDA_ALLOC_CONF enables expandable segments."), \
             value
-    done = subprocess.run([sys.executable, "-c", TORCH_TAKES, *values], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", TORCH_REFUSES, *values], capture_output=True, text=True, timeout=120,
                           check=False)
     if done.returncode != 3:
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(values, True)
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == dict.fromkeys(values, False)
 
 
 def test_an_ignored_pytorch_alloc_conf_beside_a_good_one_says_where_its_options_go():
