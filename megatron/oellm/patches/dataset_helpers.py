@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
+from megatron.oellm.patches.release import applies_to, megatron_core_release
 
 
 def prebuilt_helpers_available() -> bool:
@@ -32,9 +32,7 @@ def apply() -> bool:
 
     if not prebuilt_helpers_available():
         return False
-    release = megatron_core_release()
-    if release != PATCHED_RELEASE:
-        warn_not_applied(release, "dataset-helpers-prebuilt")
+    if not applies_to(megatron_core_release(), "dataset-helpers-prebuilt"):
         return False
     original = utils.compile_helpers
     if getattr(original, "oellm_patched", False):

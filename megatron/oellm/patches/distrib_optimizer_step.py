@@ -22,7 +22,7 @@ import functools
 
 import torch
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
+from megatron.oellm.patches.release import applies_to, megatron_core_release
 
 
 def has_state(optimizer: torch.optim.Optimizer) -> bool:
@@ -38,9 +38,7 @@ def apply() -> bool:
     groups), keeps upstream's methods. The release is checked first: ``HAVE_APEX_OR_TE`` is a 0.19.2 module global
     that another release need not have. Idempotent.
     """
-    release = megatron_core_release()
-    if release != PATCHED_RELEASE:
-        warn_not_applied(release, "distrib-optimizer-step")
+    if not applies_to(megatron_core_release(), "distrib-optimizer-step"):
         return False
     from megatron.core.optimizer import distrib_optimizer
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
+from megatron.oellm.patches.release import applies_to, megatron_core_release, without_patch_layers
 
 MOE_SYMBOL = "E"
 PIPE_SEPARATOR = "|"
@@ -49,9 +49,7 @@ def apply(hybrid_layer_pattern: str) -> bool:
     """Make ``MoEMetricsTracker`` size and write the metrics of a model with ``hybrid_layer_pattern`` as described
     above; True if applied. Applying again (another run in one process) replaces the earlier pattern instead of
     stacking."""
-    release = megatron_core_release()
-    if release != PATCHED_RELEASE:
-        warn_not_applied(release, "hybrid-moe-metrics")
+    if not applies_to(megatron_core_release(), "hybrid-moe-metrics"):
         return False
     from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
     from megatron.core.transformer.moe import moe_logging
@@ -59,16 +57,9 @@ def apply(hybrid_layer_pattern: str) -> bool:
     cls = moe_logging.MoEMetricsTracker
     positions, main_layers = moe_positions(hybrid_layer_pattern)
     counted_by_training_log = get_hybrid_layer_counts(hybrid_layer_pattern)[MOE_SYMBOL]
-    cls.ensure_initialized = _all_layers_size(counted_by_training_log, main_layers, _upstream(cls.ensure_initialized))
-    cls._log_per_layer = _by_moe_block(positions, main_layers, _upstream(cls._log_per_layer))
+    cls.ensure_initialized = _all_layers_size(counted_by_training_log, main_layers, without_patch_layers(cls.ensure_initialized))
+    cls._log_per_layer = _by_moe_block(positions, main_layers, without_patch_layers(cls._log_per_layer))
     return True
-
-
-def _upstream(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` without this package's patch layers."""
-    while getattr(method, "oellm_patched", False):
-        method = method.__wrapped__
-    return method
 
 
 def _all_layers_size(moe_blocks: int, main_layers: int, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
+from megatron.oellm.patches.release import applies_to, megatron_core_release, without_patch_layers
 
 LOSS_NAME_OF_TYPE = {
     "aux_loss": "load_balancing_loss",
@@ -44,17 +44,12 @@ def apply(load_balancing_type: str | Sequence[str]) -> bool:
     Only on :data:`PATCHED_RELEASE`: another release keeps upstream's method and warns. Applying again, for example
     for a second run in one process, replaces the earlier filter instead of stacking another one.
     """
-    release = megatron_core_release()
-    if release != PATCHED_RELEASE:
-        warn_not_applied(release, "moe-load-balancing-log-names")
+    if not applies_to(megatron_core_release(), "moe-load-balancing-log-names"):
         return False
     from megatron.core.transformer.moe import moe_logging
 
     cls = moe_logging.MoEMetricsTracker
-    original = cls.report
-    while getattr(original, "oellm_patched", False):
-        original = original.__wrapped__
-    cls.report = _report_without(unrecorded_loss_names(load_balancing_type), original)
+    cls.report = _report_without(unrecorded_loss_names(load_balancing_type), without_patch_layers(cls.report))
     return True
 
 

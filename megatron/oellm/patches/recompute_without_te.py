@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from megatron.oellm.patches.release import PATCHED_RELEASE, megatron_core_release, warn_not_applied
+from megatron.oellm.patches.release import applies_to, megatron_core_release
 
 
 def needed() -> bool:
@@ -38,9 +38,7 @@ def apply() -> bool:
     """
     if not needed():
         return False
-    release = megatron_core_release()
-    if release != PATCHED_RELEASE:
-        warn_not_applied(release, "recompute-without-transformer-engine")
+    if not applies_to(megatron_core_release(), "recompute-without-transformer-engine"):
         return False
     from megatron.core.tensor_parallel import random as tp_random
 

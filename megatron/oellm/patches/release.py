@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 PATCHED_RELEASE = "0.19.2"
 """The megatron-core release the runtime patches of this package were written for."""
@@ -17,8 +19,27 @@ def megatron_core_release() -> str:
     return package_info.__version__.split("+")[0]
 
 
-def warn_not_applied(release: str, note: str) -> None:
+def warn_not_applied(release: str, note: str, stacklevel: int = 3) -> None:
     """Say (``RuntimeWarning``) that the patch described in ``patches/<note>.md`` is skipped on ``release``, another
-    release than :data:`PATCHED_RELEASE`: upstream's code runs, with or without the bug the patch fixes."""
+    release than :data:`PATCHED_RELEASE`: upstream's code runs, with or without the bug the patch fixes.
+    ``stacklevel`` as ``warnings.warn`` takes it (the default names the caller of the patch's ``apply``)."""
     warnings.warn(f"megatron-core {release} is not {PATCHED_RELEASE}: the runtime patch of patches/{note}.md is not "
-                  "applied, upstream's code runs unchanged", RuntimeWarning, stacklevel=3)
+                  "applied, upstream's code runs unchanged", RuntimeWarning, stacklevel=stacklevel)
+
+
+def applies_to(release: str, note: str) -> bool:
+    """Whether the runtime patch of ``patches/<note>.md`` applies to megatron-core ``release``: only on
+    :data:`PATCHED_RELEASE`; on another it warns (:func:`warn_not_applied`) and upstream's code stays. Each patch passes
+    its own module's ``megatron_core_release()``, which its tests stand in for another release."""
+    if release == PATCHED_RELEASE:
+        return True
+    warn_not_applied(release, note, stacklevel=4)
+    return False
+
+
+def without_patch_layers(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with this package's patch layers (``oellm_patched`` wrappers, which keep upstream's function as
+    ``__wrapped__``) peeled off, so that re-applying a patch replaces its wrapper instead of stacking another."""
+    while getattr(function, "oellm_patched", False):
+        function = function.__wrapped__
+    return function

@@ -4,6 +4,7 @@ upstream's function reachable behind it."""
 import pytest
 
 from megatron.oellm.patches import dataset_helpers
+from megatron.oellm.patches.release import PATCHED_RELEASE
 from tests.unit_tests.patches.upstream import unpatched
 
 
@@ -24,7 +25,7 @@ def test_applies_on_the_patched_release_and_skips_make(restore_compile_helpers, 
     assert dataset_helpers.prebuilt_helpers_available()  # the wheel ships helpers_cpp
     calls = []
     monkeypatch.setattr("subprocess.run", lambda *a, **k: calls.append(a))
-    assert dataset_helpers.apply() == (dataset_helpers.megatron_core_release() == dataset_helpers.PATCHED_RELEASE)
+    assert dataset_helpers.apply() == (dataset_helpers.megatron_core_release() == PATCHED_RELEASE)
     utils.compile_helpers()
     assert calls == []  # make was not run
     assert dataset_helpers.apply()  # idempotent
@@ -45,7 +46,7 @@ def test_without_prebuilt_helpers_upstream_compiles_them(restore_compile_helpers
     on the patched release too."""
     utils = restore_compile_helpers
     before = utils.compile_helpers
-    monkeypatch.setattr(dataset_helpers, "megatron_core_release", lambda: dataset_helpers.PATCHED_RELEASE)
+    monkeypatch.setattr(dataset_helpers, "megatron_core_release", lambda: PATCHED_RELEASE)
     monkeypatch.setattr(dataset_helpers, "prebuilt_helpers_available", lambda: False)
     assert dataset_helpers.apply() is False
     assert utils.compile_helpers is before
