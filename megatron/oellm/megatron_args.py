@@ -19,6 +19,12 @@ from megatron.oellm.cards import ModelCard
 FlagValue = bool | int | float | str | Sequence[Any] | None
 
 
+def megatron_flag(destination: str) -> str:
+    """Megatron's command-line flag of the argument ``destination`` (``delay_wgrad_compute`` ->
+    ``--delay-wgrad-compute``), for messages that name the flag a user wrote."""
+    return "--" + destination.replace("_", "-")
+
+
 def model_flags(card: ModelCard, vocab_size: int | None = None) -> dict[str, FlagValue]:
     """Megatron flags (name without ``--`` -> value) that define ``card``'s architecture.
 

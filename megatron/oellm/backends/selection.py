@@ -14,6 +14,7 @@ from megatron.core.models.backends import BackendSpecProvider
 from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from megatron.oellm.megatron_args import megatron_flag
 from megatron.oellm.training.attention_env import megatron_version_pins, version_pin
 
 BACKEND_CHOICES = ("auto", "te", "torch")
@@ -181,7 +182,7 @@ def check_backend_support(
             "deferred weight gradients ("
             + "; ".join(f"{name}: {WGRAD_DEFERRAL_SETTINGS[name]}" for name in deferred_wgrad)
             + "; the torch-native modules compute every weight gradient in the ordinary backward pass, so the "
-            f"overlap would be lost): drop {', '.join(_flag(name) for name in deferred_wgrad)}"
+            f"overlap would be lost): drop {', '.join(megatron_flag(name) for name in deferred_wgrad)}"
         )
     if te_rng_tracker:
         unsupported.append(
@@ -483,11 +484,6 @@ def te_flash_attention_refusal(*, dtype: str | None = None, flash_attention_vers
                                    flash_attention_version=flash_attention_version)
 
 
-def _flag(name: str) -> str:
-    """Megatron's command-line flag of the argument ``name`` (``delay_wgrad_compute`` -> ``--delay-wgrad-compute``)."""
-    return "--" + name.replace("_", "-")
-
-
 GTP_WEIGHT_SHARD_FLAGS: dict[str, str] = {
     "tensor_parallel_num_weight_shards": "tensor_model_parallel_size",
     "expert_tensor_parallel_num_weight_shards": "expert_tensor_parallel_size",
@@ -506,7 +502,7 @@ def gtp_weight_shard_flags(source: TransformerConfig | Any) -> tuple[str, ...]:
         shards = getattr(source, name)
         tp_size = getattr(source, tp_name) or source.tensor_model_parallel_size
         if shards is not None and shards > tp_size:
-            flags.append(f"{_flag(name)} {shards}")
+            flags.append(f"{megatron_flag(name)} {shards}")
     return tuple(flags)
 
 

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from megatron.oellm.backends.selection import BACKEND_CHOICES, resolve_backend
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser, model_flags
+from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_flag, megatron_parser, model_flags
 
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0, "eval-interval": 1000}
 """Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
@@ -333,7 +333,7 @@ def check_intervals(args: argparse.Namespace) -> None:
     if args.tensorboard_dir and args.tensorboard_log_interval == 0:
         zero.insert(0, "tensorboard_log_interval")
     if zero:
-        flag = "--" + zero[0].replace("_", "-")
+        flag = megatron_flag(zero[0])
         raise ValueError(f"{flag} 0: megatron-core's training loop takes the iteration modulo it, a "
                          f"ZeroDivisionError at the first iteration; give a positive interval, or drop {flag}")
     layers = args.recompute_num_layers

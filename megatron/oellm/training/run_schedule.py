@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from megatron.oellm.megatron_args import megatron_flag
+
 
 def _run_iterations(args: argparse.Namespace) -> int | None:
     """The iterations the run trains, as megatron 0.19.2 counts them: ``--train-iters``, or ``--train-samples`` over
@@ -68,7 +70,7 @@ def check_dump_directory(args: argparse.Namespace) -> None:
     for name in DUMP_INTERVALS:
         interval = getattr(args, name, None)
         if interval:
-            flag = "--" + name.replace("_", "-")
+            flag = megatron_flag(name)
             raise ValueError(f"{flag} {interval} without --save: megatron-core 0.19.2 writes these tensors under the "
                              f"--save directory and stops with an AssertionError at iteration {interval}, after "
                              f"training that far; add --save DIR or drop {flag}")
