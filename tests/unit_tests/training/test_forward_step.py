@@ -1,12 +1,12 @@
 """The masked LM loss against a direct computation, the report shape megatron's train_step reduces, and which
 pipeline stages read micro-batches."""
 
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from megatron.oellm.training.forward_step import BATCH_KEYS, masked_lm_loss
+from tests.unit_tests.training.forward_step_helpers import forward_step_stand_ins
 
 
 def test_masked_loss_sum_count_and_report():
@@ -28,25 +28,12 @@ def test_loss_keeps_the_graph_but_report_is_detached():
     assert torch.equal(losses.grad, mask) and not report["lm loss"].requires_grad
 
 
-class _Timer:
-    def start(self):
-        return None
-
-    def stop(self):
-        return None
-
-
 @pytest.mark.parametrize("holds_embedding_or_loss", [True, False])
 def test_only_first_and_last_stages_read_a_micro_batch(holds_embedding_or_loss, monkeypatch):
-    import megatron.training
-    import megatron.training.utils
 
     from megatron.oellm.training import forward_step as module
 
-    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
-    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
-    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage",
-                        lambda vp_stage: holds_embedding_or_loss)
+    forward_step_stand_ins(monkeypatch, reads_batch=lambda vp_stage: holds_embedding_or_loss)
     monkeypatch.setattr(module, "next_batch", lambda iterator: dict.fromkeys(module.BATCH_KEYS, next(iterator)))
     seen = {}
 
@@ -82,8 +69,6 @@ def test_check_for_spiky_loss_hands_the_mean_loss_to_megatrons_rerun_machine(che
     from functools import partial as partial_type
 
     import megatron.core.rerun_state_machine as rerun
-    import megatron.training
-    import megatron.training.utils
 
     from megatron.oellm.training import forward_step as module
 
@@ -97,9 +82,7 @@ def test_check_for_spiky_loss_hands_the_mean_loss_to_megatrons_rerun_machine(che
             calls.append((float(result), rejection_func, message, fatal, tolerance))
 
     monkeypatch.setattr(rerun, "get_rerun_state_machine", lambda: Machine())
-    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
-    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=check))
-    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage", lambda vp_stage: True)
+    forward_step_stand_ins(monkeypatch, check_for_spiky_loss=check)
     losses, mask = torch.rand(2, 9) * 4 + 0.5, (torch.rand(2, 9) > 0.4).float()
     mask[0, 0] = 1.0
     monkeypatch.setattr(module, "next_batch", lambda iterator: {**dict.fromkeys(module.BATCH_KEYS), "tokens": losses,
@@ -126,15 +109,11 @@ def test_the_combined_1f1b_schedule_gets_the_models_schedule_plan(monkeypatch):
     import inspect
 
     import megatron.core.pipeline_parallel.combined_1f1b as combined_1f1b
-    import megatron.training
-    import megatron.training.utils
 
     from megatron.oellm.training import forward_step as module
 
     assert "return_schedule_plan=True" in inspect.getsource(combined_1f1b)  # the call this test stands in for
-    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
-    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
-    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage", lambda vp_stage: True)
+    forward_step_stand_ins(monkeypatch)
     batch = {key: torch.rand(2, 7) for key in module.BATCH_KEYS}
     monkeypatch.setattr(module, "next_batch", lambda iterator: next(iterator))
 
@@ -187,16 +166,11 @@ def test_a_third_positional_argument_is_not_taken_for_the_schedule_plan_switch()
 def test_the_stage_check_gets_the_chunks_virtual_stage_and_no_iterator_reads_nothing(vp_stage, monkeypatch):
     """Under virtual pipelining the first/last-stage test must be asked about this model chunk's ``vp_stage`` (a middle
     chunk on the first rank reads no micro-batch); a stage without a data iterator (None) reads none either."""
-    import megatron.training
-    import megatron.training.utils
 
     from megatron.oellm.training import forward_step as module
 
     asked = []
-    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
-    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
-    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage",
-                        lambda vp_stage: asked.append(vp_stage) or True)
+    forward_step_stand_ins(monkeypatch, reads_batch=lambda vp_stage: asked.append(vp_stage) or True)
     monkeypatch.setattr(module, "next_batch", lambda iterator: dict.fromkeys(module.BATCH_KEYS, next(iterator)))
 
     class Model(_Model):

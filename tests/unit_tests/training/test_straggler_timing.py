@@ -13,13 +13,13 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 import torch
 
 from tests.unit_tests.cpu_megatron import gloo_world
+from tests.unit_tests.training.forward_step_helpers import forward_step_stand_ins
 
 
 class _Event:
@@ -33,14 +33,6 @@ class _Event:
 
     def elapsed_time(self, other: _Event) -> float:
         return (other.at - self.at) * 1e3
-
-
-class _Timer:
-    def start(self):
-        return None
-
-    def stop(self):
-        return None
 
 
 @contextmanager
@@ -94,14 +86,10 @@ def test_premise_the_report_divides_by_the_timed_sections(detector):
 def test_the_forward_step_times_its_batch_and_model_call(detector, monkeypatch):
     """One forward step records one data section (around the batch fetch) and one compute section (around the
     model call), and megatron's report then runs."""
-    import megatron.training
-    import megatron.training.utils
 
     from megatron.oellm.training import forward_step as module
 
-    monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda *args, **kwargs: _Timer()))
-    monkeypatch.setattr(megatron.training, "get_args", lambda: SimpleNamespace(check_for_spiky_loss=False))
-    monkeypatch.setattr(megatron.training.utils, "is_first_or_last_pipeline_stage", lambda vp_stage: True)
+    forward_step_stand_ins(monkeypatch)
     sections = []
 
     def fetch(iterator):
