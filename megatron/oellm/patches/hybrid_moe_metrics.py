@@ -35,13 +35,14 @@ from megatron.oellm.patches.release import applies_to, megatron_core_release, wi
 
 MOE_SYMBOL = "E"
 PIPE_SEPARATOR = "|"
-MTP_SEPARATOR = "/"
 
 
 def moe_positions(hybrid_layer_pattern: str) -> tuple[list[int], int]:
-    """0-based positions of the MoE blocks among the layers of ``hybrid_layer_pattern``'s main part (pipeline ``|``
-    removed, the multi-token-prediction part after ``/`` left out), and the main part's layer count."""
-    main = hybrid_layer_pattern.split(MTP_SEPARATOR)[0].replace(PIPE_SEPARATOR, "")
+    """0-based positions of the MoE blocks among the layers of ``hybrid_layer_pattern``'s main part (megatron-core's
+    parse, pipeline ``|`` removed, the multi-token-prediction part after ``/`` left out), and its layer count."""
+    from megatron.core.models.hybrid.hybrid_layer_allocation import parse_hybrid_pattern
+
+    main = parse_hybrid_pattern(hybrid_layer_pattern).main_pattern.replace(PIPE_SEPARATOR, "")
     return [position for position, symbol in enumerate(main) if symbol == MOE_SYMBOL], len(main)
 
 
@@ -57,7 +58,8 @@ def apply(hybrid_layer_pattern: str) -> bool:
     cls = moe_logging.MoEMetricsTracker
     positions, main_layers = moe_positions(hybrid_layer_pattern)
     counted_by_training_log = get_hybrid_layer_counts(hybrid_layer_pattern)[MOE_SYMBOL]
-    cls.ensure_initialized = _all_layers_size(counted_by_training_log, main_layers, without_patch_layers(cls.ensure_initialized))
+    cls.ensure_initialized = _all_layers_size(counted_by_training_log, main_layers,
+                                              without_patch_layers(cls.ensure_initialized))
     cls._log_per_layer = _by_moe_block(positions, main_layers, without_patch_layers(cls._log_per_layer))
     return True
 

@@ -53,6 +53,6 @@ def check_cuda_graphs(args: argparse.Namespace, card: ModelCard) -> None:
                          f"{args.moe_token_dispatcher_type} token dispatcher without drop-and-pad routing, which "
                          "copies the tokens-per-expert counts to the host, and CUDA graph capture forbids that: "
                          "megatron-core 0.19.2 stops with a RuntimeError at the first captured step; drop "
-                         "--cuda-graph-impl, or "
-                         "capture with --moe-token-dispatcher-type alltoall --moe-expert-capacity-factor F "
+                         "--cuda-graph-impl, or capture with --moe-token-dispatcher-type alltoall "
+                         "--moe-expert-capacity-factor F "
                          "--moe-pad-expert-input-to-capacity (megatron captures MoE layers with drop-and-pad only)")

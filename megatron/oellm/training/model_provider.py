@@ -234,8 +234,7 @@ def check_meta_device_init(args: argparse.Namespace, card: ModelCard) -> None:
         raise ValueError("--init-model-with-meta-device without --use-megatron-fsdp or --use-torch-fsdp2: "
                          "megatron-core 0.19.2 then fills the tensors built on the meta device with uninitialised "
                          f"memory and initialises none of them; {card.name}'s MoE router weights are built there, so "
-                         "training "
-                         "would start from garbage; drop the flag")
+                         "training would start from garbage; drop the flag")
 
 
 def check_model_config(args: argparse.Namespace, card: ModelCard) -> None:
