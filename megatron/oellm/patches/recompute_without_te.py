@@ -49,6 +49,8 @@ def apply() -> bool:
 
 
 def _without_fp8(original: Callable[..., None]) -> Callable[..., None]:
+    """``original`` (``CheckpointWithoutOutput.__init__``) followed by turning the FP8 path off."""
+
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         """Upstream's constructor, then no FP8 path: Transformer Engine is absent (megatron.oellm patch)."""
