@@ -56,6 +56,23 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor)
     return out
 
 
+def expert_end_offsets(tokens_per_expert: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Each local expert's end row among the permuted tokens (the running sum of ``tokens_per_expert``), as the int32
+    offsets on ``device`` that :func:`grouped_matmul` takes.
+
+    Counts on the GPU are summed there, without a host sync. Counts on the host come from dispatchers that have
+    synchronised already; where each expert has the same count (drop-and-pad dispatch pads every expert to its
+    capacity) the offsets are made on ``device`` from that one number instead of copied: CUDA graph capture forbids
+    copies from pageable host memory, and drop-and-pad is the mode in which megatron-core captures MoE layers.
+    """
+    if tokens_per_expert.device.type == "cpu" and tokens_per_expert.numel():
+        count = int(tokens_per_expert[0])
+        if bool((tokens_per_expert == count).all()):
+            experts = torch.arange(1, tokens_per_expert.numel() + 1, device=device, dtype=torch.int32)
+            return experts * count
+    return torch.cumsum(tokens_per_expert.to(device=device, non_blocking=True), dim=0).to(torch.int32)
+
+
 class StackedGroupedLinear(torch.nn.Module):
     """The linears of all local experts as one ``weight`` of shape ``[experts, out_per_partition, in_per_partition]``.
 
@@ -347,8 +364,7 @@ class TorchGroupedMLP(MegatronModule):
         self, hidden: torch.Tensor, tokens_per_expert: torch.Tensor, permuted_probs: torch.Tensor
     ) -> tuple[torch.Tensor, None]:
         """Run every local expert on its contiguous block of ``hidden``; see the class docstring."""
-        offsets = torch.cumsum(tokens_per_expert.to(device=hidden.device, non_blocking=True), dim=0)
-        offsets = offsets.to(torch.int32)
+        offsets = expert_end_offsets(tokens_per_expert, hidden.device)
         probs = permuted_probs.unsqueeze(-1)
         if self.config.moe_apply_probs_on_input:
             hidden = (probs * hidden).to(hidden.dtype)
