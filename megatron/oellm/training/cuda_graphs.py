@@ -30,7 +30,6 @@ import argparse
 import torch
 from megatron.core.transformer.enums import CudaGraphModule
 
-from megatron.oellm.backends.selection import resolve_backend
 from megatron.oellm.cards import ModelCard
 
 CAPTURING_IMPLS = ("local", "full_iteration")
@@ -58,6 +57,8 @@ def check_cuda_graphs(args: argparse.Namespace, card: ModelCard) -> None:
     fails at the first steps: ``local`` on a hybrid model with Gated DeltaNet layers; either on an MoE model whose
     dispatcher copies counts to the host (:func:`copies_counts_to_host`), or whose torch-native experts are captured
     (:func:`captures_experts`) in a dtype other than bf16."""
+    from megatron.oellm.backends.selection import resolve_backend  # looked up per call: `oellm recipe` patches it
+
     impl = args.cuda_graph_impl
     if impl not in CAPTURING_IMPLS:
         return

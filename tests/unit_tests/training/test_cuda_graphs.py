@@ -88,8 +88,22 @@ def test_fp32_capture_that_leaves_the_experts_out_passes():
 
 def test_fp32_expert_capture_on_transformer_engine_is_not_refused(monkeypatch):
     """The dtype refusal is the torch-native experts' (TE's grouped GEMM takes host splits by design)."""
-    monkeypatch.setattr("megatron.oellm.training.cuda_graphs.resolve_backend", lambda name: "te")
+    monkeypatch.setattr("megatron.oellm.backends.selection.resolve_backend", lambda name: "te")
     check_cuda_graphs(validated_tiny_moe_run([*FULL_ITERATION, *DROP_AND_PAD]), get_card(QWEN3))
+
+
+@pytest.mark.parametrize(("backend", "refused"), [("auto", False), ("torch", True)])
+def test_recipe_checks_judge_the_backend_the_cluster_resolves(backend, refused):
+    """``oellm recipe`` checks on a login node without TE: ``auto`` is the image's Transformer Engine there, so an fp32
+    capture of the experts passes; an explicit torch backend is refused as on the cluster."""
+    from megatron.oellm.recipes.megatron_validation import check_model_config_on_cluster
+
+    args = validated_tiny_moe_run([*FULL_ITERATION, *DROP_AND_PAD, "--oellm-backend", backend])
+    if not refused:
+        check_model_config_on_cluster(args, 1, {})
+        return
+    with pytest.raises(ValueError, match="the torch-native experts in torch.float32"):
+        check_model_config_on_cluster(args, 1, {})
 
 
 def test_the_entry_refuses_it_in_one_line(monkeypatch, capsys):
