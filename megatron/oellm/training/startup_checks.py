@@ -83,8 +83,8 @@ def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
     """Raise ``ValueError`` for what validated ``args`` ask of the run's model ``card`` that megatron-core refuses or
     ignores once it builds it: a pipeline schedule the model class lacks, layer offloading the hybrid stack never
     applies, meta-device initialisation that leaves the routers uninitialised, CUDA graph capture the model's layers
-    fail in (:mod:`.cuda_graphs`), a ``TransformerConfig`` its ``__post_init__`` refuses. Builds a config only: no
-    CUDA, no tensor."""
+    fail in (:mod:`.cuda_graphs`), FSDP checkpoint saves of the torch-native experts (:mod:`.sharded_checkpoints`),
+    a ``TransformerConfig`` its ``__post_init__`` refuses. Builds a config only: no CUDA, no tensor."""
     from megatron.oellm.training.cuda_graphs import check_cuda_graphs
     from megatron.oellm.training.forward_step import check_schedule_support
     from megatron.oellm.training.model_provider import (
@@ -92,9 +92,11 @@ def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
         check_meta_device_init,
         check_model_config,
     )
+    from megatron.oellm.training.sharded_checkpoints import check_sharded_data_parallel_saves
 
     check_schedule_support(args, card)
     check_layer_offloading(args, card)
     check_meta_device_init(args, card)
     check_cuda_graphs(args, card)
+    check_sharded_data_parallel_saves(args, card)
     check_model_config(args, card)

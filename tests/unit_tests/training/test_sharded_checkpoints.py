@@ -1,0 +1,71 @@
+"""FSDP checkpoint saves of the torch-native experts: refused before Megatron starts, since megatron-core 0.19.2's
+first save stops the run (measured on the H200, docs/benchmarks.md, session 39; the premises are GPU-only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.training.sharded_checkpoints import check_sharded_data_parallel_saves
+from tests.unit_tests.training.entry_helpers import (
+    Reached,
+    entry_up_to_pretrain,
+    refused_line,
+    tiny_moe_run,
+    validated_tiny_moe_run,
+)
+
+QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
+MEGATRON_FSDP = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                 "--ckpt-format", "fsdp_dtensor"]
+TORCH_FSDP2 = ["--use-torch-fsdp2", "--ckpt-format", "torch_dist", "--no-gradient-accumulation-fusion"]
+
+
+def saving(directory) -> list[str]:
+    """Flags of a run that saves checkpoints to ``directory`` every 5 iterations."""
+    return ["--save", str(directory), "--save-interval", "5"]
+
+
+@pytest.fixture(autouse=True)
+def fsdp_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """megatron's validation refuses either FSDP under ``CUDA_DEVICE_MAX_CONNECTIONS=1``."""
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+
+
+@pytest.mark.parametrize("card", [QWEN3, QWEN35])
+@pytest.mark.parametrize(("fsdp", "failure"), [(MEGATRON_FSDP, "an AssertionError"), (TORCH_FSDP2, "a KeyError")],
+                         ids=["megatron-fsdp", "torch-fsdp2"])
+def test_saves_under_fsdp_are_refused(card, fsdp, failure, tmp_path):
+    args = validated_tiny_moe_run([*fsdp, *saving(tmp_path), "--oellm-backend", "torch"], card=card)
+    with pytest.raises(ValueError, match=f"^{fsdp[0]} with --save: .* {card}'s torch-native MoE experts stops the run "
+                                         f"with {failure}"):
+        check_sharded_data_parallel_saves(args, get_card(card))
+
+
+@pytest.mark.parametrize("fsdp", [MEGATRON_FSDP, TORCH_FSDP2], ids=["megatron-fsdp", "torch-fsdp2"])
+def test_fsdp_training_without_saves_passes(fsdp):
+    """Training under either FSDP ran on the H200; only the save fails."""
+    check_sharded_data_parallel_saves(validated_tiny_moe_run([*fsdp, "--oellm-backend", "torch"]), get_card(QWEN3))
+
+
+def test_saves_with_the_distributed_optimizer_pass(tmp_path):
+    """The advised way out saves (the acceptance's resume runs)."""
+    args = validated_tiny_moe_run(["--use-distributed-optimizer", *saving(tmp_path), "--oellm-backend", "torch"])
+    check_sharded_data_parallel_saves(args, get_card(QWEN3))
+
+
+def test_transformer_engine_experts_are_left_alone(monkeypatch, tmp_path):
+    """TE's per-expert weights are what megatron's FSDP checkpoint code expects; the refusal is the torch backend's."""
+    monkeypatch.setattr("megatron.oellm.backends.selection.resolve_backend", lambda name: "te")
+    args = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path)])
+    check_sharded_data_parallel_saves(args, get_card(QWEN3))
+
+
+def test_the_entry_refuses_it_in_one_line(monkeypatch, capsys, tmp_path):
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    run = [*tiny_moe_run(QWEN3), "--oellm-backend", "torch", *TORCH_FSDP2]
+    line = refused_line(entry, capsys, [*run, *saving(tmp_path)])
+    assert line.startswith("megatron.oellm.training.entry: error: --use-torch-fsdp2 with --save: ")
+    with pytest.raises(Reached):
+        entry.main(run)
