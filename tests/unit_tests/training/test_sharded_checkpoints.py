@@ -1,5 +1,6 @@
-"""FSDP checkpoint saves of the torch-native experts: refused before Megatron starts, since megatron-core 0.19.2's
-first save stops the run (measured on the H200, docs/benchmarks.md, session 39; the premises are GPU-only)."""
+"""FSDP checkpoint saves of the torch-native experts: Megatron-FSDP's refused before Megatron starts, since
+megatron-core 0.19.2's first save stops the run (measured on the H200, docs/benchmarks.md, session 39); FSDP2's where
+the experts do not split evenly over the data-parallel ranks (the checkpoint stores equal expert blocks)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,33 @@ def fsdp_connections(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("card", [QWEN3, QWEN35])
-@pytest.mark.parametrize(("fsdp", "failure"), [(MEGATRON_FSDP, "an AssertionError"), (TORCH_FSDP2, "a KeyError")],
-                         ids=["megatron-fsdp", "torch-fsdp2"])
-def test_saves_under_fsdp_are_refused(card, fsdp, failure, tmp_path):
-    args = validated_tiny_moe_run([*fsdp, *saving(tmp_path), "--oellm-backend", "torch"], card=card)
-    with pytest.raises(ValueError, match=f"^{fsdp[0]} with --save: .* {card}'s torch-native MoE experts stops the run "
-                                         f"with {failure}"):
+def test_saves_under_megatron_fsdp_are_refused(card, tmp_path):
+    args = validated_tiny_moe_run([*MEGATRON_FSDP, *saving(tmp_path), "--oellm-backend", "torch"], card=card)
+    with pytest.raises(ValueError, match=f"^--use-megatron-fsdp with --save: .* {card}'s torch-native MoE experts "
+                                         "stops the run with an AssertionError"):
         check_sharded_data_parallel_saves(args, get_card(card))
+
+
+@pytest.mark.parametrize("card", [QWEN3, QWEN35])
+def test_fsdp2_saves_of_evenly_split_experts_pass(card, tmp_path):
+    """One data-parallel rank (the H200's save and resume) holds every expert."""
+    args = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path), "--oellm-backend", "torch"], card=card)
+    check_sharded_data_parallel_saves(args, get_card(card))
+
+
+@pytest.mark.parametrize(("ranks", "refused"), [(3, True), (2, False), (4, False)])
+def test_fsdp2_saves_need_the_data_parallel_ranks_to_divide_the_experts(ranks, refused, tmp_path):
+    """The tiny Qwen3 card's 8 experts split evenly over 2 or 4 ranks, not over 3."""
+    args = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path), "--oellm-backend", "torch"])
+    args.data_parallel_size = ranks
+    card = get_card(QWEN3)
+    assert card.num_experts == 8
+    if not refused:
+        check_sharded_data_parallel_saves(args, card)
+        return
+    with pytest.raises(ValueError, match="FSDP2 would split qwen3-30b-a3b-tiny's 8 experts unevenly over 3 "
+                                         "data-parallel ranks"):
+        check_sharded_data_parallel_saves(args, card)
 
 
 @pytest.mark.parametrize("fsdp", [MEGATRON_FSDP, TORCH_FSDP2], ids=["megatron-fsdp", "torch-fsdp2"])
@@ -57,15 +78,15 @@ def test_saves_with_the_distributed_optimizer_pass(tmp_path):
 def test_transformer_engine_experts_are_left_alone(monkeypatch, tmp_path):
     """TE's per-expert weights are what megatron's FSDP checkpoint code expects; the refusal is the torch backend's."""
     monkeypatch.setattr("megatron.oellm.backends.selection.resolve_backend", lambda name: "te")
-    args = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path)])
+    args = validated_tiny_moe_run([*MEGATRON_FSDP, *saving(tmp_path)])
     check_sharded_data_parallel_saves(args, get_card(QWEN3))
 
 
 def test_the_entry_refuses_it_in_one_line(monkeypatch, capsys, tmp_path):
     entry = entry_up_to_pretrain(monkeypatch)
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
-    run = [*tiny_moe_run(QWEN3), "--oellm-backend", "torch", *TORCH_FSDP2]
+    run = [*tiny_moe_run(QWEN3), "--oellm-backend", "torch", *MEGATRON_FSDP]
     line = refused_line(entry, capsys, [*run, *saving(tmp_path)])
-    assert line.startswith("megatron.oellm.training.entry: error: --use-torch-fsdp2 with --save: ")
+    assert line.startswith("megatron.oellm.training.entry: error: --use-megatron-fsdp with --save: ")
     with pytest.raises(Reached):
         entry.main(run)

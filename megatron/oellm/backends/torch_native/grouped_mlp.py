@@ -29,6 +29,7 @@ from megatron.core.transformer.utils import (
     make_sharded_object_for_checkpoint,
 )
 from megatron.core.utils import divide, get_pg_rank, get_pg_size
+from torch.distributed.tensor import DTensor
 
 
 def uses_fused_swiglu(config: TransformerConfig) -> bool:
@@ -186,21 +187,31 @@ class StackedGroupedLinear(torch.nn.Module):
         if (metadata or {}).get("singleton_local_shards", False):
             raise ValueError("the torch backend's stacked experts cannot be saved as per-expert singleton shards "
                              "(singleton_local_shards=True); megatron's training checkpoints do not use them")
+        fsdp2 = fsdp2_mesh(self.weight)
         weight = ShardedTensor.from_rank_offsets(
             f"{prefix}weight",
-            self.weight,
+            self.weight if fsdp2 is None else self.weight._local_tensor,
             *self.weight_rank_offsets(sharded_offsets),
-            replica_id=(0, 0, get_pg_rank(self.expt_dp_group)),
+            replica_id=(0, 0, get_pg_rank(self.expt_dp_group) if fsdp2 is None else 0),
             prepend_axis_num=len(sharded_offsets),
         )
         return {f"{prefix}weight": weight, **self._extra_state_objects(prefix, sharded_offsets)}
 
     def weight_rank_offsets(self, sharded_offsets: tuple) -> list[tuple[int, int, int]]:
-        """``(axis, rank offset, fragments)`` of the stacked weight: the given axes, experts over EP, features over TP."""
+        """``(axis, rank offset, fragments)`` of the stacked weight: the given axes, experts over EP (and over the
+        data-parallel ranks within, where FSDP2 shards the parameter), features over TP."""
         prepend = len(sharded_offsets)
+        expert_rank, expert_fragments = get_pg_rank(self.ep_group), get_pg_size(self.ep_group)
+        fsdp2 = fsdp2_mesh(self.weight)
+        if fsdp2 is not None:
+            dp_rank, dp_size = fsdp2
+            if self.weight.shape[0] % dp_size:
+                raise ValueError(f"FSDP2 splits {self.weight.shape[0]} local experts unevenly over {dp_size} "
+                                 "data-parallel ranks; a checkpoint can only describe equal expert blocks")
+            expert_rank, expert_fragments = expert_rank * dp_size + dp_rank, expert_fragments * dp_size
         return [
             *sharded_offsets,
-            (prepend, get_pg_rank(self.ep_group), get_pg_size(self.ep_group)),
+            (prepend, expert_rank, expert_fragments),
             (prepend + 1 + self.tp_axis, get_pg_rank(self.tp_group), get_pg_size(self.tp_group)),
         ]
 
@@ -217,6 +228,17 @@ class StackedGroupedLinear(torch.nn.Module):
             )
             for i in range(self.num_local_experts)
         }
+
+
+def fsdp2_mesh(weight: torch.Tensor) -> tuple[int, int] | None:
+    """``(rank, ranks)`` of the data-parallel mesh over which torch FSDP2 shards ``weight`` along its first (expert)
+    axis, or None for a parameter FSDP2 does not hold. megatron-core marks FSDP2's DTensor parameters
+    ``is_torch_fsdp2_param``; its optimizers find a parameter's checkpoint tensor by the identity of its local shard,
+    so that shard is what the checkpoint tensor must carry."""
+    if not (getattr(weight, "is_torch_fsdp2_param", False) and isinstance(weight, DTensor)):
+        return None
+    mesh = weight.device_mesh
+    return mesh.get_local_rank(), mesh.size()
 
 
 def stacked_swiglu_factory(weight: ShardedTensor, rank_offsets: list[tuple[int, int, int]]) -> ShardedTensorFactory:
