@@ -10,6 +10,13 @@ Qwen3.5 cards on an H200, docs/benchmarks.md, session 39); saving differs:
 * Torch FSDP2 (``--use-torch-fsdp2``): the stacked weights are sharded along the expert axis and checkpointed as
   equal expert blocks, so the experts must split evenly over the data-parallel ranks. Refused where they do not.
 
+Resuming under FSDP2 from a ``torch_dist`` checkpoint fails for any model where megatron-core 0.19.2 trains with
+torch's own Adam (neither Transformer Engine nor Apex imports): megatron loads that checkpoint's tensors in place and
+skips the optimizer's ``load_state_dict`` (``skip_load_to_model_and_opt``), which is where the saved step count goes
+back into each parameter's Adam state; the state it set up for loading holds the moments but no ``step``, and the
+first step stops with ``KeyError: 'step'`` (the tiny Qwen3 card on an H200, session 39). Refused by
+:func:`check_fsdp2_resume`.
+
 Transformer Engine's experts were not run with either here, so the check leaves that backend alone.
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 
 
 def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard) -> None:
@@ -38,3 +46,20 @@ def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard)
                          f"unevenly over {args.data_parallel_size} data-parallel ranks, and the checkpoint stores "
                          "equal expert blocks; use a data-parallel size that divides the expert count, or "
                          "--use-distributed-optimizer")
+
+
+def check_fsdp2_resume(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when validated ``args`` resume a ``torch_dist`` ``checkpoint`` under FSDP2 with its Adam
+    state, on a node where megatron-core trains with torch's Adam, whose first step then fails (see the module
+    docstring). A first job (no checkpoint yet), ``--no-load-optim`` and fine-tuning pass."""
+    from megatron.core import optimizer
+
+    if (not args.use_torch_fsdp2 or checkpoint is None or checkpoint.fine_tunes or args.finetune
+            or args.no_load_optim or args.ckpt_format != "torch_dist" or args.optimizer != "adam"
+            or not optimizer.USING_PYTORCH_OPTIMIZER):
+        return
+    raise ValueError(f"--use-torch-fsdp2: resuming from {checkpoint.named_by} fails at the first step with "
+                     "KeyError: 'step': megatron-core 0.19.2 loads an FSDP2 torch_dist checkpoint in place and never "
+                     "restores the step count of torch's Adam, which this node uses (neither Transformer Engine nor "
+                     "Apex imports); add --no-load-optim to resume the weights with a fresh optimizer state, or "
+                     "train with --use-distributed-optimizer, whose resume restores it")

@@ -1,13 +1,15 @@
 """FSDP checkpoint saves of the torch-native experts: Megatron-FSDP's refused before Megatron starts, since
 megatron-core 0.19.2's first save stops the run (measured on the H200, docs/benchmarks.md, session 39); FSDP2's where
-the experts do not split evenly over the data-parallel ranks (the checkpoint stores equal expert blocks)."""
+the experts do not split evenly over the data-parallel ranks (the checkpoint stores equal expert blocks); and FSDP2
+resumes of torch's Adam state, which megatron never restores (``KeyError: 'step'`` at the first step on the H200)."""
 
 from __future__ import annotations
 
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.training.sharded_checkpoints import check_sharded_data_parallel_saves
+from megatron.oellm.training.sharded_checkpoints import check_fsdp2_resume, check_sharded_data_parallel_saves
+from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 from tests.unit_tests.training.entry_helpers import (
     Reached,
     entry_up_to_pretrain,
@@ -90,3 +92,38 @@ def test_the_entry_refuses_it_in_one_line(monkeypatch, capsys, tmp_path):
     assert line.startswith("megatron.oellm.training.entry: error: --use-megatron-fsdp with --save: ")
     with pytest.raises(Reached):
         entry.main(run)
+
+
+def stored_torch_dist(tmp_path, flag: str = "--load") -> StoredCheckpoint:
+    """A ``torch_dist`` checkpoint the run loads (only its format and naming flag matter here)."""
+    return StoredCheckpoint(directory=tmp_path / "iter_0000003", ckpt_format="torch_dist", common={}, flag=flag,
+                            given=tmp_path)
+
+
+@pytest.fixture
+def torch_adam(monkeypatch: pytest.MonkeyPatch) -> None:
+    """megatron-core trains with torch's own Adam (neither TE nor Apex imports), as on the H200 of the premise."""
+    monkeypatch.setattr("megatron.core.optimizer.USING_PYTORCH_OPTIMIZER", True)
+
+
+def test_an_fsdp2_resume_with_torch_adam_state_is_refused(torch_adam, tmp_path):
+    args = validated_tiny_moe_run([*TORCH_FSDP2, "--load", str(tmp_path), "--oellm-backend", "torch"])
+    with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2: resuming from --load {tmp_path} fails at the first "
+                                         r"step with KeyError: 'step'.*add --no-load-optim"):
+        check_fsdp2_resume(args, stored_torch_dist(tmp_path))
+
+
+@pytest.mark.parametrize("case", ["first job", "no-load-optim", "finetune", "pretrained", "fused adam", "no fsdp2",
+                                  "torch_dcp format", "sgd"])
+def test_fsdp2_resumes_megatron_does_not_break_pass(torch_adam, monkeypatch, tmp_path, case):
+    """No checkpoint yet, no optimizer state loaded, fine-tuning, an Adam that keeps its step with the parameter
+    groups, or no in-place FSDP2 load: nothing to refuse."""
+    flags = {"no fsdp2": ["--use-distributed-optimizer"], "torch_dcp format": ["--use-torch-fsdp2", "--ckpt-format", "torch_dcp",
+                                                                        "--no-gradient-accumulation-fusion"]}
+    extra = {"no-load-optim": ["--no-load-optim"], "finetune": ["--finetune"], "sgd": ["--optimizer", "sgd"]}
+    args = validated_tiny_moe_run([*flags.get(case, TORCH_FSDP2), *extra.get(case, []), "--load", str(tmp_path)])
+    if case == "fused adam":
+        monkeypatch.setattr("megatron.core.optimizer.USING_PYTORCH_OPTIMIZER", False)
+    checkpoint = {"first job": None, "pretrained": stored_torch_dist(tmp_path, "--pretrained-checkpoint")}.get(
+        case, stored_torch_dist(tmp_path))
+    check_fsdp2_resume(args, checkpoint)
