@@ -40,7 +40,7 @@ def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard)
         raise ValueError(f"--use-megatron-fsdp with --save: megatron-core 0.19.2's first checkpoint save of "
                          f"{card.name}'s torch-native MoE experts stops the run with an AssertionError (it reads an "
                          "expert index from Transformer Engine's per-expert weight names, which the stacked weights "
-                         "do not have); train with --use-distributed-optimizer or --use-torch-fsdp2 instead")
+                         "do not have); train with --use-distributed-optimizer instead")
     if args.use_torch_fsdp2 and card.num_experts % args.data_parallel_size:
         raise ValueError(f"--use-torch-fsdp2 with --save: FSDP2 would split {card.name}'s {card.num_experts} experts "
                          f"unevenly over {args.data_parallel_size} data-parallel ranks, and the checkpoint stores "
