@@ -53,7 +53,9 @@ def rank_main(rank: int, port: int, patched: bool, values: list[float]) -> None:
             tracker.record(METRIC, torch.tensor(value), layer_number, len(PATTERN) - 1)
     line = tracker.report(loss_scale=1.0, iteration=1, writer=writer, per_layer_logging=True, force_initialize=True,
                           track_names=[METRIC], num_layers=len(MOE_LAYER_NUMBERS), moe_layer_freq=1)
-    print(json.dumps({"rank": rank, "line": line, "series": writer.series}), flush=True)
+    # one write per line: the forked ranks share stdout, and print's separate newline write can interleave
+    sys.stdout.write(json.dumps({"rank": rank, "line": line, "series": writer.series}) + "\n")
+    sys.stdout.flush()
     parallel_state.destroy_model_parallel()
     torch.distributed.destroy_process_group()
 
