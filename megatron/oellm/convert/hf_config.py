@@ -147,9 +147,10 @@ def _stated(text: dict, aliases: dict[str, str], key: str) -> bool:
 
 def _effective(config: object, key: str) -> object:
     """``config.key`` as the HF model uses it: a missing ``head_dim`` is ``hidden_size // num_attention_heads``
-    (Qwen3-MoE's attention), other missing fields :data:`_MISSING`."""
+    (Qwen3-MoE's attention), other missing fields :data:`_MISSING`. A ``head_dim`` stated as null stays None:
+    Qwen3-MoE's attention takes it as the head size and cannot be built."""
     value = getattr(config, key, _MISSING)
-    if key == "head_dim" and value in (_MISSING, None):
+    if key == "head_dim" and value is _MISSING:
         heads = getattr(config, "num_attention_heads", 0)
         return config.hidden_size // heads if isinstance(heads, int) and heads > 0 else _MISSING
     return value

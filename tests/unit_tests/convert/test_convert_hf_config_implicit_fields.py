@@ -60,6 +60,15 @@ def test_head_dim_stated_as_the_card_has_it_is_accepted() -> None:
     _check(QWEN3, _card_config(QWEN3))
 
 
+def test_a_null_head_dim_is_compared_as_given() -> None:
+    """``"head_dim": null`` is no missing field: Qwen3-MoE's attention takes the ``None`` as its head size and cannot
+    be built, so it is refused as stated, not replaced by ``hidden_size // num_attention_heads``."""
+    config = _card_config(QWEN3)
+    config["head_dim"] = None
+    with pytest.raises(ConversionError, match=r"head_dim: checkpoint None, card 32"):
+        _check(QWEN3, config)
+
+
 def test_top_level_tie_word_embeddings_of_a_multimodal_config_is_compared() -> None:
     """The export's text config takes ``tie_word_embeddings`` from the multimodal top level when ``text_config``
     lacks it; tied, transformers would drop the converted ``lm_head`` for the embedding."""
