@@ -25,12 +25,6 @@ NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
 PREFIX = "decoder.layers.0.mlp.experts."
 
 
-@pytest.fixture
-def world_of_one():
-    """A gloo process group of one rank with megatron's parallel state (TP = PP = EP = 1)."""
-    with gloo_world():
-        yield
-
 
 def build_experts(grouped: bool, gated: bool):
     """Experts as the torch-native provider builds them, fp32 on CPU, random weights."""

@@ -13,17 +13,9 @@ from megatron.core.utils import make_sharded_tensor_for_checkpoint
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
-from tests.unit_tests.cpu_megatron import gloo_world
-
 NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
 PREFIX = "decoder.layers.0.mlp.experts."
 
-
-@pytest.fixture
-def world_of_one():
-    """A gloo process group of one rank with megatron's parallel state (TP = PP = EP = 1)."""
-    with gloo_world():
-        yield
 
 
 def fsdp2_experts(gated: bool) -> torch.nn.Module:

@@ -18,12 +18,6 @@ BF16_BOUND = 2e-2
 """Max deviation relative to the reference's largest magnitude for bf16 outputs (a wrong input or scale: O(1))."""
 
 
-@pytest.fixture
-def world_of_one():
-    """A gloo process group of one rank with megatron's parallel state (the linear needs a TP group)."""
-    with gloo_world():
-        yield
-
 
 @pytest.mark.parametrize("zero_centered", [False, True])
 def test_norms_take_the_fp32_residual_stream_of_a_bf16_model(world_of_one, zero_centered: bool) -> None:
