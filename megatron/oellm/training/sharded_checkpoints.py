@@ -1,4 +1,4 @@
-"""Checkpoint saves of fully sharded data-parallel runs with the torch-native experts.
+"""FSDP checkpoints megatron-core 0.19.2 fails on: Megatron-FSDP saves of the torch-native experts, FSDP2 resumes.
 
 The torch-native backend keeps each MoE layer's experts in one stacked weight per projection
 (:mod:`megatron.oellm.backends.torch_native.grouped_mlp`). Training under either FSDP works (the tiny Qwen3 and
@@ -8,7 +8,8 @@ Qwen3.5 cards on an H200, docs/benchmarks.md, session 39); saving differs:
   an expert index from each expert weight's name (Transformer Engine's ``linear_fc1.weight<N>``) and the first save
   stops with ``AssertionError: Failed to parse expert index from key``. Refused.
 * Torch FSDP2 (``--use-torch-fsdp2``): the stacked weights are sharded along the expert axis and checkpointed as
-  equal expert blocks, so the experts must split evenly over the data-parallel ranks. Refused where they do not.
+  equal expert blocks, so the experts must split evenly over the ranks FSDP2 shards over (data parallel times context
+  parallel, megatron's FSDP2 mesh). Refused where they do not.
 
 Resuming under FSDP2 from a ``torch_dist`` checkpoint fails for any model where megatron-core 0.19.2 trains with
 torch's own Adam (neither Transformer Engine nor Apex imports): megatron loads that checkpoint's tensors in place and
@@ -41,22 +42,26 @@ def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard)
                          f"{card.name}'s torch-native MoE experts stops the run with an AssertionError (it reads an "
                          "expert index from Transformer Engine's per-expert weight names, which the stacked weights "
                          "do not have); train with --use-distributed-optimizer instead")
-    if args.use_torch_fsdp2 and card.num_experts % args.data_parallel_size:
+    shards = args.data_parallel_size * args.context_parallel_size  # megatron's FSDP2 mesh: DP with CP
+    if args.use_torch_fsdp2 and card.num_experts % shards:
         raise ValueError(f"--use-torch-fsdp2 with --save: FSDP2 would split {card.name}'s {card.num_experts} experts "
-                         f"unevenly over {args.data_parallel_size} data-parallel ranks, and the checkpoint stores "
-                         "equal expert blocks; use a data-parallel size that divides the expert count, or "
-                         "--use-distributed-optimizer")
+                         f"unevenly over its {shards} ranks (data parallel {args.data_parallel_size} x context "
+                         f"parallel {args.context_parallel_size}), and the checkpoint stores equal expert blocks; use "
+                         "sizes whose product divides the expert count, or --use-distributed-optimizer")
 
 
 def check_fsdp2_resume(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when validated ``args`` resume a ``torch_dist`` ``checkpoint`` under FSDP2 with its Adam
     state, on a node where megatron-core trains with torch's Adam, whose first step then fails (see the module
-    docstring). A first job (no checkpoint yet), ``--no-load-optim`` and fine-tuning pass."""
+    docstring). Runs that load no optimizer state pass: a first job (no checkpoint yet), ``--no-load-optim``,
+    fine-tuning, a ``release`` checkpoint (``oellm convert hf-to-mcore``'s) and one saved with ``--no-save-optim``."""
     from megatron.core import optimizer
 
     if (not args.use_torch_fsdp2 or checkpoint is None or checkpoint.fine_tunes or args.finetune
             or args.no_load_optim or args.ckpt_format != "torch_dist" or args.optimizer != "adam"
             or not optimizer.USING_PYTORCH_OPTIMIZER):
+        return
+    if checkpoint.directory.name == "release" or getattr(checkpoint.common.get("args"), "no_save_optim", False):
         return
     raise ValueError(f"--use-torch-fsdp2: resuming from {checkpoint.named_by} fails at the first step with "
                      "KeyError: 'step': megatron-core 0.19.2 loads an FSDP2 torch_dist checkpoint in place and never "

@@ -35,6 +35,13 @@ def test_equal_host_counts_give_the_running_sum_without_a_copy(experts: int, mon
     assert offsets.tolist() == _running_sum([capacity] * experts)
 
 
+def test_equal_host_counts_become_offsets_on_the_target_device() -> None:
+    """The offsets are made on the device asked for (the experts' GPU), not where the counts live."""
+    counts = torch.full((5,), random.randint(1, 500), dtype=torch.long)
+    offsets = expert_end_offsets(counts, torch.device("meta"))
+    assert offsets.device.type == "meta" and offsets.dtype == torch.int32 and offsets.shape == (5,)
+
+
 def test_ragged_host_counts_give_the_running_sum() -> None:
     """Unequal host counts (a dispatcher that synchronised, empty experts included) are summed as given."""
     counts = [random.randint(0, 300) for _ in range(7)] + [0]

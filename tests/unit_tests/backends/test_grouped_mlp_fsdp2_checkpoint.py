@@ -8,13 +8,14 @@ helpers store for FSDP2 parameters; the stacked weights stored the DTensor, and 
 import pytest
 import torch
 from backend_setup import build_experts, moe_config
+from megatron.core.dist_checkpointing.mapping import ShardedTensorFactory
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.utils import make_sharded_tensor_for_checkpoint
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
-PREFIX = "decoder.layers.0.mlp.experts."
+PREFIX = "decoder.layers.0.mlp."
 
 
 
@@ -71,3 +72,43 @@ def test_plain_parameters_keep_their_checkpoint_entry(world_of_one):
     entry = experts.linear_fc2.sharded_state_dict(prefix="linear_fc2.")["linear_fc2.weight"]
     assert entry.data is experts.linear_fc2.weight
 
+
+class _ExpertDataParallelRank:
+    """Stand-in for the expert data-parallel group of a second rank (megatron asks groups for ``rank()``)."""
+
+    def rank(self) -> int:
+        return 1
+
+    def size(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_second_fsdp2_rank_writes_its_own_expert_block(world_of_one, monkeypatch, gated):
+    """With FSDP2 over two data-parallel ranks, rank 1 holds experts ``E .. 2E-1`` of its ``2E``-expert shard view
+    and is a main replica (written, not a copy of rank 0's block), for fc2 and for both halves of a gated fc1."""
+    experts = fsdp2_experts(gated)
+    monkeypatch.setattr("megatron.oellm.backends.torch_native.grouped_mlp.fsdp2_mesh", lambda weight: (1, 2))
+    for projection in (experts.linear_fc1, experts.linear_fc2):
+        projection.expt_dp_group = _ExpertDataParallelRank()
+    sharded = experts.sharded_state_dict(prefix=PREFIX)
+    entries = [sharded[f"{PREFIX}linear_fc2.weight"]]
+    fc1 = sharded[f"{PREFIX}linear_fc1.weight"]
+    entries += fc1.build() if isinstance(fc1, ShardedTensorFactory) else [fc1]
+    assert len(entries) == (3 if gated else 2)
+    for entry in entries:
+        assert entry.replica_id == (0, 0, 0)
+        assert entry.global_offset[0] == NUM_EXPERTS
+        assert entry.axis_fragmentations[0] == 2
+        assert entry.global_shape[0] == 2 * NUM_EXPERTS
+
+
+def test_a_placement_other_than_the_expert_axis_is_refused(world_of_one):
+    """A weight FSDP2 would shard on another axis (or a mesh of more dimensions) has no expert-block checkpoint."""
+    experts = fsdp2_experts(gated=False)
+    mesh = init_device_mesh("cpu", (1,))
+    weight = torch.nn.Parameter(distribute_tensor(torch.randn(NUM_EXPERTS, HIDDEN, FFN), mesh, [Shard(1)]))
+    weight.is_torch_fsdp2_param = True
+    experts.linear_fc2.weight = weight
+    with pytest.raises(ValueError, match=r"FSDP2 holds the stacked experts as \(Shard\(dim=1\),\)"):
+        experts.linear_fc2.sharded_state_dict(prefix="linear_fc2.")

@@ -5,6 +5,8 @@ resumes of torch's Adam state, which megatron never restores (``KeyError: 'step'
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from megatron.oellm.cards import get_card
@@ -50,18 +52,20 @@ def test_fsdp2_saves_of_evenly_split_experts_pass(card, tmp_path):
     check_sharded_data_parallel_saves(args, get_card(card))
 
 
-@pytest.mark.parametrize(("ranks", "refused"), [(3, True), (2, False), (4, False)])
-def test_fsdp2_saves_need_the_data_parallel_ranks_to_divide_the_experts(ranks, refused, tmp_path):
-    """The tiny Qwen3 card's 8 experts split evenly over 2 or 4 ranks, not over 3."""
+@pytest.mark.parametrize(("dp", "cp", "refused"), [(3, 1, True), (2, 3, True), (2, 1, False), (4, 1, False),
+                                                   (2, 2, False)])
+def test_fsdp2_saves_need_the_fsdp2_ranks_to_divide_the_experts(dp, cp, refused, tmp_path):
+    """megatron's FSDP2 shards over data parallel x context parallel: the tiny Qwen3 card's 8 experts split evenly
+    over 2 or 4 such ranks, not over 3 or 6."""
     args = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path), "--oellm-backend", "torch"])
-    args.data_parallel_size = ranks
+    args.data_parallel_size, args.context_parallel_size = dp, cp
     card = get_card(QWEN3)
     assert card.num_experts == 8
     if not refused:
         check_sharded_data_parallel_saves(args, card)
         return
-    with pytest.raises(ValueError, match="FSDP2 would split qwen3-30b-a3b-tiny's 8 experts unevenly over 3 "
-                                         "data-parallel ranks"):
+    with pytest.raises(ValueError, match=rf"FSDP2 would split qwen3-30b-a3b-tiny's 8 experts unevenly over its "
+                                         rf"{dp * cp} ranks \(data parallel {dp} x context parallel {cp}\)"):
         check_sharded_data_parallel_saves(args, card)
 
 
@@ -94,9 +98,11 @@ def test_the_entry_refuses_it_in_one_line(monkeypatch, capsys, tmp_path):
         entry.main(run)
 
 
-def stored_torch_dist(tmp_path, flag: str = "--load") -> StoredCheckpoint:
-    """A ``torch_dist`` checkpoint the run loads (only its format and naming flag matter here)."""
-    return StoredCheckpoint(directory=tmp_path / "iter_0000003", ckpt_format="torch_dist", common={}, flag=flag,
+def stored_torch_dist(tmp_path, flag: str = "--load", name: str = "iter_0000003",
+                      stored: argparse.Namespace | None = None) -> StoredCheckpoint:
+    """A ``torch_dist`` checkpoint the run loads from directory ``name``, saved with run arguments ``stored``."""
+    common = {} if stored is None else {"args": stored}
+    return StoredCheckpoint(directory=tmp_path / name, ckpt_format="torch_dist", common=common, flag=flag,
                             given=tmp_path)
 
 
@@ -113,17 +119,20 @@ def test_an_fsdp2_resume_with_torch_adam_state_is_refused(torch_adam, tmp_path):
         check_fsdp2_resume(args, stored_torch_dist(tmp_path))
 
 
-@pytest.mark.parametrize("case", ["first job", "no-load-optim", "finetune", "pretrained", "fused adam", "no fsdp2",
-                                  "torch_dcp format", "sgd"])
+@pytest.mark.parametrize("case", ["first job", "no-load-optim", "finetune", "pretrained", "release", "no-save-optim",
+                                  "fused adam", "no fsdp2", "torch_dcp format", "sgd"])
 def test_fsdp2_resumes_megatron_does_not_break_pass(torch_adam, monkeypatch, tmp_path, case):
-    """No checkpoint yet, no optimizer state loaded, fine-tuning, an Adam that keeps its step with the parameter
-    groups, or no in-place FSDP2 load: nothing to refuse."""
-    flags = {"no fsdp2": ["--use-distributed-optimizer"], "torch_dcp format": ["--use-torch-fsdp2", "--ckpt-format", "torch_dcp",
-                                                                        "--no-gradient-accumulation-fusion"]}
+    """No checkpoint yet, no optimizer state loaded (by flag, fine-tuning, a converted ``release`` checkpoint, one
+    saved without it), an Adam that keeps its step with the parameter groups, or no in-place FSDP2 load: nothing to
+    refuse."""
+    flags = {"no fsdp2": ["--use-distributed-optimizer"],
+             "torch_dcp format": ["--use-torch-fsdp2", "--ckpt-format", "torch_dcp", "--no-gradient-accumulation-fusion"]}
     extra = {"no-load-optim": ["--no-load-optim"], "finetune": ["--finetune"], "sgd": ["--optimizer", "sgd"]}
     args = validated_tiny_moe_run([*flags.get(case, TORCH_FSDP2), *extra.get(case, []), "--load", str(tmp_path)])
     if case == "fused adam":
         monkeypatch.setattr("megatron.core.optimizer.USING_PYTORCH_OPTIMIZER", False)
-    checkpoint = {"first job": None, "pretrained": stored_torch_dist(tmp_path, "--pretrained-checkpoint")}.get(
-        case, stored_torch_dist(tmp_path))
+    checkpoint = {"first job": None, "pretrained": stored_torch_dist(tmp_path, "--pretrained-checkpoint"),
+                  "release": stored_torch_dist(tmp_path, name="release"),
+                  "no-save-optim": stored_torch_dist(tmp_path, stored=argparse.Namespace(no_save_optim=True)),
+                  }.get(case, stored_torch_dist(tmp_path, stored=argparse.Namespace(no_save_optim=None)))
     check_fsdp2_resume(args, checkpoint)

@@ -29,7 +29,7 @@ from megatron.core.transformer.utils import (
     make_sharded_object_for_checkpoint,
 )
 from megatron.core.utils import divide, get_pg_rank, get_pg_size
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 
 
 def uses_fused_swiglu(config: TransformerConfig) -> bool:
@@ -180,8 +180,9 @@ class StackedGroupedLinear(torch.nn.Module):
         Global tensor: the ``sharded_offsets`` axes, then experts (this rank's start at ``ep_rank * E``), output and
         input features (expert-TP split on the output for column, the input for row). That is the global tensor TE's
         per-expert ``weight{i}`` shards describe under the same key with the expert axis prepended, so checkpoints
-        load across backends. The ShardedTensor's data is the parameter itself: megatron-core's optimizers find the
-        model tensor of each parameter by identity. Per-expert singleton shards (``singleton_local_shards``, which
+        load across backends. The ShardedTensor's data is the parameter itself (under FSDP2 its local shard, every
+        data-parallel rank a main replica): megatron-core's optimizers find the model tensor of each parameter by
+        identity. Per-expert singleton shards (``singleton_local_shards``, which
         megatron's training checkpoints never request) cannot describe one stacked tensor and are refused.
         """
         if (metadata or {}).get("singleton_local_shards", False):
@@ -237,6 +238,9 @@ def fsdp2_mesh(weight: torch.Tensor) -> tuple[int, int] | None:
     so that shard is what the checkpoint tensor must carry."""
     if not (getattr(weight, "is_torch_fsdp2_param", False) and isinstance(weight, DTensor)):
         return None
+    if tuple(weight.placements) != (Shard(0),):
+        raise ValueError(f"FSDP2 holds the stacked experts as {tuple(weight.placements)}; their checkpoint describes "
+                         "only a one-dimensional mesh sharding the expert axis (Shard(0), FSDP2's default)")
     mesh = weight.device_mesh
     return mesh.get_local_rank(), mesh.size()
 
@@ -310,7 +314,8 @@ class TorchGroupedMLP(MegatronModule):
     ``forward(hidden [tokens, hidden] sorted by expert, tokens_per_expert [E], probs [tokens])`` returns
     ``(output [tokens, hidden], None)`` like TEGroupedMLP: fc1, (gated) activation, routing probabilities
     multiplied in after the activation (or on the input with ``config.moe_apply_probs_on_input``), fc2. Expert
-    offsets are ``cumsum(tokens_per_expert)`` computed on the GPU as int32, so a step never waits on the host.
+    offsets are the running sum of ``tokens_per_expert`` computed on the GPU as int32 (:func:`expert_end_offsets`), so
+    a step never waits on the host.
     With ``bias_activation_fusion`` a SwiGLU and the probability product run as megatron-core's fused (compiled)
     weighted SwiGLU, which saves only fc1's output and the probabilities for the backward pass (see
     :func:`uses_fused_swiglu`). With selective recompute of ``moe_act`` (``recompute_granularity='selective'``,
