@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import profiler_trace_warnings
-    from megatron.oellm.training.sharded_checkpoints import check_fsdp2_resume
+    from megatron.oellm.training.sharded_checkpoints import check_fsdp2_resume, check_fsdp2_saves_on_this_torch
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
     from megatron.oellm.training.stored_checkpoint import (
         check_exit_on_missing_checkpoint,
@@ -370,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_rank_file_layout(args, loaded)
         check_optimizer_resharding(args, loaded)
         check_fsdp2_resume(args, loaded)
+        check_fsdp2_saves_on_this_torch(args)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_converted_glu_layout(args, loaded, card)

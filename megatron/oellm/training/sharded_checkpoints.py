@@ -18,12 +18,21 @@ back into each parameter's Adam state; the state it set up for loading holds the
 first step stops with ``KeyError: 'step'`` (the tiny Qwen3 card on an H200, session 39). Refused by
 :func:`check_fsdp2_resume`.
 
-Transformer Engine's experts were not run with either here, so the check leaves that backend alone.
+Saving under FSDP2 fails for any model on torch 2.13: its ``DTensor.to_local()`` returns a fresh view for a parameter
+(pytorch#184422), so megatron-core 0.19.2's optimizer, which finds each parameter's checkpoint tensor by the identity
+of ``to_local()``, finds none (its own helpers' entries included; shown on the CPU with torch 2.13.0), and the first
+save stops with a ``KeyError``. torch 2.11 (the H200's) returns the stored local tensor. Refused by
+:func:`check_fsdp2_saves_on_this_torch`, on the training entry's node (its torch is the run's).
+
+Transformer Engine's experts were not run with Megatron-FSDP or FSDP2 here, so those checks leave that backend alone.
 """
 
 from __future__ import annotations
 
 import argparse
+
+import torch
+from packaging.version import Version
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
@@ -68,3 +77,21 @@ def check_fsdp2_resume(args: argparse.Namespace, checkpoint: StoredCheckpoint | 
                      "restores the step count of torch's Adam, which this node uses (neither Transformer Engine nor "
                      "Apex imports); add --no-load-optim to resume the weights with a fresh optimizer state, or "
                      "train with --use-distributed-optimizer, whose resume restores it")
+
+
+FRESH_LOCAL_VIEW_TORCH = (2, 13)
+"""The first torch release seen whose ``DTensor.to_local()`` returns a fresh view for a parameter (2.13.0 here; 2.11
+keeps the identity, 2.12 was not run)."""
+
+
+def check_fsdp2_saves_on_this_torch(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--use-torch-fsdp2`` with ``--save`` on a torch from :data:`FRESH_LOCAL_VIEW_TORCH`
+    on, whose first checkpoint save megatron-core 0.19.2 fails (see the module docstring)."""
+    if not (args.use_torch_fsdp2 and args.save):
+        return
+    if Version(torch.__version__).release[:2] < FRESH_LOCAL_VIEW_TORCH:
+        return
+    raise ValueError(f"--use-torch-fsdp2 with --save: on torch {torch.__version__} DTensor.to_local() returns a new "
+                     "view for every parameter, so megatron-core 0.19.2's optimizer finds no parameter's checkpoint "
+                     "tensor and the first save stops with a KeyError; train with --use-distributed-optimizer, or "
+                     "with a torch before 2.13")

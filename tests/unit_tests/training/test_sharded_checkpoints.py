@@ -1,17 +1,31 @@
 """FSDP checkpoint saves of the torch-native experts: Megatron-FSDP's refused before Megatron starts, since
 megatron-core 0.19.2's first save stops the run (measured on the H200, docs/benchmarks.md, session 39); FSDP2's where
 the experts do not split evenly over the data-parallel ranks (the checkpoint stores equal expert blocks); and FSDP2
-resumes of torch's Adam state, which megatron never restores (``KeyError: 'step'`` at the first step on the H200)."""
+resumes of torch's Adam state, which megatron never restores (``KeyError: 'step'`` at the first step on the H200);
+and FSDP2 saves on torch 2.13, whose ``to_local()`` hides every parameter from megatron's optimizer map."""
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
+import torch
+from megatron.core.dist_checkpointing.optimizer import get_param_id_to_sharded_param_map
+from megatron.core.utils import make_sharded_tensor_for_checkpoint
+from packaging.version import Version
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.training.sharded_checkpoints import check_fsdp2_resume, check_sharded_data_parallel_saves
+from megatron.oellm.training.sharded_checkpoints import (
+    FRESH_LOCAL_VIEW_TORCH,
+    check_fsdp2_resume,
+    check_fsdp2_saves_on_this_torch,
+    check_sharded_data_parallel_saves,
+)
 from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
+from tests.unit_tests.cpu_megatron import gloo_world
 from tests.unit_tests.training.entry_helpers import (
     Reached,
     entry_up_to_pretrain,
@@ -136,3 +150,29 @@ def test_fsdp2_resumes_megatron_does_not_break_pass(torch_adam, monkeypatch, tmp
                   "no-save-optim": stored_torch_dist(tmp_path, stored=argparse.Namespace(no_save_optim=True)),
                   }.get(case, stored_torch_dist(tmp_path, stored=argparse.Namespace(no_save_optim=None)))
     check_fsdp2_resume(args, checkpoint)
+
+
+def test_megatrons_fsdp2_checkpoint_entries_are_found_only_before_torch_2_13():
+    """The premise of the torch refusal, on megatron's own helper: an FSDP2 parameter's checkpoint entry is found by
+    megatron's optimizer map on torch 2.11 (the H200 saved with it) and not on torch 2.13 (this CPU), where
+    ``to_local()`` returns a fresh view."""
+    with gloo_world():
+        mesh = init_device_mesh("cpu", (1,))
+        parameter = torch.nn.Parameter(distribute_tensor(torch.randn(4, 3), mesh, [Shard(0)]))
+        parameter.is_torch_fsdp2_param = True
+        entry = {"weight": make_sharded_tensor_for_checkpoint(parameter, "weight")}
+        found = get_param_id_to_sharded_param_map(entry, [parameter])
+    assert bool(found) == (Version(torch.__version__).release[:2] < FRESH_LOCAL_VIEW_TORCH)
+
+
+@pytest.mark.parametrize(("version", "save", "refused"), [("2.13.0+cpu", True, True), ("2.14.1", True, True),
+                                                           ("2.11.0+cu130", True, False), ("2.13.0", False, False)])
+def test_fsdp2_saves_are_refused_from_torch_2_13(monkeypatch, tmp_path, version, save, refused):
+    args = validated_tiny_moe_run([*TORCH_FSDP2, *(saving(tmp_path) if save else [])])
+    monkeypatch.setattr(torch, "__version__", version)
+    if not refused:
+        check_fsdp2_saves_on_this_torch(args)
+        return
+    with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 with --save: on torch {re.escape(version)} "
+                                         r"DTensor.to_local\(\) returns a new view"):
+        check_fsdp2_saves_on_this_torch(args)
