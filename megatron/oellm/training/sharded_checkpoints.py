@@ -51,8 +51,10 @@ def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard)
                          f"{card.name}'s torch-native MoE experts stops the run with an AssertionError (it reads an "
                          "expert index from Transformer Engine's per-expert weight names, which the stacked weights "
                          "do not have); train with --use-distributed-optimizer instead")
+    if not args.use_torch_fsdp2:
+        return
     shards = args.data_parallel_size * args.context_parallel_size  # megatron's FSDP2 mesh: DP with CP
-    if args.use_torch_fsdp2 and card.num_experts % shards:
+    if card.num_experts % shards:
         raise ValueError(f"--use-torch-fsdp2 with --save: FSDP2 would split {card.name}'s {card.num_experts} experts "
                          f"unevenly over its {shards} ranks (data parallel {args.data_parallel_size} x context "
                          f"parallel {args.context_parallel_size}), and the checkpoint stores equal expert blocks; use "
