@@ -18,7 +18,8 @@ back into each parameter's Adam state; the state it set up for loading holds the
 first step stops with ``KeyError: 'step'`` (the tiny Qwen3 card on an H200, session 39). Refused by
 :func:`check_fsdp2_resume`.
 
-Saving under FSDP2 fails for any model on torch 2.13: its ``DTensor.to_local()`` returns a fresh view for a parameter
+Saving ``torch_dist`` checkpoints with optimizer state under FSDP2 fails for any model on torch 2.13: its
+``DTensor.to_local()`` returns a fresh view for a parameter
 (pytorch#184422), so megatron-core 0.19.2's optimizer, which finds each parameter's checkpoint tensor by the identity
 of ``to_local()``, finds none (its own helpers' entries included; shown on the CPU with torch 2.13.0), and the first
 save stops with a ``KeyError``. torch 2.11 (the H200's) returns the stored local tensor. Refused by
@@ -87,13 +88,14 @@ keeps the identity, 2.12 was not run)."""
 
 
 def check_fsdp2_saves_on_this_torch(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` for ``--use-torch-fsdp2`` with ``--save`` on a torch from :data:`FRESH_LOCAL_VIEW_TORCH`
-    on, whose first checkpoint save megatron-core 0.19.2 fails (see the module docstring)."""
-    if not (args.use_torch_fsdp2 and args.save):
+    """Raise ``ValueError`` for ``--use-torch-fsdp2`` saving ``torch_dist`` checkpoints with their optimizer state (the
+    only saves that go through megatron's identity map) on a torch from :data:`FRESH_LOCAL_VIEW_TORCH` on, whose first
+    checkpoint save megatron-core 0.19.2 then fails (see the module docstring)."""
+    if not (args.use_torch_fsdp2 and args.save and args.ckpt_format == "torch_dist" and not args.no_save_optim):
         return
     if Version(torch.__version__).release[:2] < FRESH_LOCAL_VIEW_TORCH:
         return
     raise ValueError(f"--use-torch-fsdp2 with --save: on torch {torch.__version__} DTensor.to_local() returns a new "
                      "view for every parameter, so megatron-core 0.19.2's optimizer finds no parameter's checkpoint "
-                     "tensor and the first save stops with a KeyError; train with --use-distributed-optimizer, or "
-                     "with a torch before 2.13")
+                     "tensor and the first torch_dist save stops with a KeyError; train with "
+                     "--use-distributed-optimizer, or with a torch before 2.13")

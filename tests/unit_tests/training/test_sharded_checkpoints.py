@@ -165,10 +165,12 @@ def test_megatrons_fsdp2_checkpoint_entries_are_found_only_before_torch_2_13():
     assert bool(found) == (Version(torch.__version__).release[:2] < FRESH_LOCAL_VIEW_TORCH)
 
 
-@pytest.mark.parametrize(("version", "save", "refused"), [("2.13.0+cpu", True, True), ("2.14.1", True, True),
-                                                           ("2.11.0+cu130", True, False), ("2.13.0", False, False)])
-def test_fsdp2_saves_are_refused_from_torch_2_13(monkeypatch, tmp_path, version, save, refused):
-    args = validated_tiny_moe_run([*TORCH_FSDP2, *(saving(tmp_path) if save else [])])
+@pytest.mark.parametrize(("version", "extra", "refused"), [
+    ("2.13.0+cpu", [], True), ("2.14.1", [], True), ("2.11.0+cu130", [], False), ("2.13.0", None, False),
+    ("2.13.0", ["--no-save-optim"], False), ("2.13.0", ["--ckpt-format", "torch_dcp"], False)])
+def test_fsdp2_saves_are_refused_from_torch_2_13(monkeypatch, tmp_path, version, extra, refused):
+    """Only ``torch_dist`` saves with optimizer state go through megatron's identity map (``extra`` None: no save)."""
+    args = validated_tiny_moe_run([*TORCH_FSDP2, *([] if extra is None else [*saving(tmp_path), *extra])])
     monkeypatch.setattr(torch, "__version__", version)
     if not refused:
         check_fsdp2_saves_on_this_torch(args)
