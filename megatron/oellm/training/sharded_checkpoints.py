@@ -9,7 +9,8 @@ Qwen3.5 cards on an H200, docs/benchmarks.md, session 39); saving differs:
   stops with ``AssertionError: Failed to parse expert index from key``. Refused.
 * Torch FSDP2 (``--use-torch-fsdp2``): the stacked weights are sharded along the expert axis and checkpointed as
   equal expert blocks, so the experts must split evenly over the ranks FSDP2 shards over (data parallel times context
-  parallel, megatron's FSDP2 mesh). Refused where they do not.
+  parallel, megatron's FSDP2 mesh). Refused where they do not, for ``torch_dist`` saves (``torch_dcp`` saves take the
+  model's plain state dict instead; not run here).
 
 Resuming under FSDP2 from a ``torch_dist`` checkpoint fails for any model where megatron-core 0.19.2 trains with
 torch's own Adam (neither Transformer Engine nor Apex imports): megatron loads that checkpoint's tensors in place and
@@ -52,7 +53,7 @@ def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard)
                          f"{card.name}'s torch-native MoE experts stops the run with an AssertionError (it reads an "
                          "expert index from Transformer Engine's per-expert weight names, which the stacked weights "
                          "do not have); train with --use-distributed-optimizer instead")
-    if not args.use_torch_fsdp2:
+    if not args.use_torch_fsdp2 or args.ckpt_format != "torch_dist":  # only torch_dist saves take our entries
         return
     shards = args.data_parallel_size * args.context_parallel_size  # megatron's FSDP2 mesh: DP with CP
     if card.num_experts % shards:

@@ -73,6 +73,10 @@ def test_fsdp2_saves_need_the_fsdp2_ranks_to_divide_the_experts(dp, cp, refused,
     over 2 or 4 such ranks, not over 3 or 6."""
     args = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path), "--oellm-backend", "torch"])
     args.data_parallel_size, args.context_parallel_size = dp, cp
+    dcp = validated_tiny_moe_run([*TORCH_FSDP2, *saving(tmp_path), "--oellm-backend", "torch", "--ckpt-format",
+                                  "torch_dcp"])
+    dcp.data_parallel_size, dcp.context_parallel_size = dp, cp
+    check_sharded_data_parallel_saves(dcp, get_card(QWEN3))  # torch_dcp takes no sharded entries (not run here)
     card = get_card(QWEN3)
     assert card.num_experts == 8
     if not refused:
