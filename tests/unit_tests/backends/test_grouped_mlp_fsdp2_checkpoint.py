@@ -7,7 +7,7 @@ helpers store for FSDP2 parameters; the stacked weights stored the DTensor, and 
 
 import pytest
 import torch
-from backend_setup import build_experts, moe_config
+from backend_setup import GroupStandIn, as_fsdp2_parameters, build_experts, moe_config
 from megatron.core.dist_checkpointing.mapping import ShardedTensorFactory
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.utils import make_sharded_tensor_for_checkpoint
@@ -23,13 +23,7 @@ def fsdp2_experts(gated: bool) -> torch.nn.Module:
     """Provider-built experts whose stacked weights are FSDP2-style parameters: DTensors sharded on the expert axis
     over a one-rank CPU mesh, marked as megatron-core marks FSDP2's parameters, with fresh random values."""
     config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, gated_linear_unit=gated, use_cpu_initialization=True)
-    experts = build_experts(config, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
-    mesh = init_device_mesh("cpu", (1,))
-    for projection in (experts.linear_fc1, experts.linear_fc2):
-        sharded = torch.nn.Parameter(distribute_tensor(torch.randn_like(projection.weight), mesh, [Shard(0)]))
-        sharded.is_torch_fsdp2_param = True
-        projection.weight = sharded
-    return experts
+    return as_fsdp2_parameters(build_experts(config, pg_collection=ProcessGroupCollection.use_mpu_process_groups()))
 
 
 @pytest.mark.parametrize("gated", [True, False])
@@ -73,15 +67,6 @@ def test_plain_parameters_keep_their_checkpoint_entry(world_of_one):
     assert entry.data is experts.linear_fc2.weight
 
 
-class _ExpertDataParallelRank:
-    """Stand-in for the expert data-parallel group of a second rank (megatron asks groups for ``rank()``)."""
-
-    def rank(self) -> int:
-        return 1
-
-    def size(self) -> int:
-        return 2
-
 
 @pytest.mark.parametrize("gated", [True, False])
 def test_the_second_fsdp2_rank_writes_its_own_expert_block(world_of_one, monkeypatch, gated):
@@ -90,7 +75,7 @@ def test_the_second_fsdp2_rank_writes_its_own_expert_block(world_of_one, monkeyp
     experts = fsdp2_experts(gated)
     monkeypatch.setattr("megatron.oellm.backends.torch_native.grouped_mlp.fsdp2_mesh", lambda weight: (1, 2))
     for projection in (experts.linear_fc1, experts.linear_fc2):
-        projection.expt_dp_group = _ExpertDataParallelRank()
+        projection.expt_dp_group = GroupStandIn(1, 2)
     sharded = experts.sharded_state_dict(prefix=PREFIX)
     entries = [sharded[f"{PREFIX}linear_fc2.weight"]]
     fc1 = sharded[f"{PREFIX}linear_fc1.weight"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from backend_references import attention_reference, packed_attention_reference, relative_error
-from backend_setup import moe_config
+from backend_setup import GroupStandIn, moe_config
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.transformer.enums import AttnMaskType
 
@@ -192,18 +192,6 @@ def test_grouped_experts_refuse_probabilities_on_the_input_of_several_experts() 
                              moe_router_topk=1, moe_router_pre_softmax=True))
 
 
-class _Group:
-    """A process-group stand-in of a given rank and size (what megatron's ``get_pg_rank/size`` read)."""
-
-    def __init__(self, rank: int, size: int):
-        self._rank, self._size = rank, size
-
-    def rank(self) -> int:
-        return self._rank
-
-    def size(self) -> int:
-        return self._size
-
 
 def test_expert_extra_states_sit_on_the_global_expert_axis_once_per_checkpoint(monkeypatch) -> None:
     """TE's per-expert ``_extra_state{i}`` objects of every (EP rank, expert-TP rank) of a layout: expert i of EP rank
@@ -220,7 +208,7 @@ def test_expert_extra_states_sit_on_the_global_expert_axis_once_per_checkpoint(m
     owners: dict[tuple, list] = {}
     for ep_rank, tp_rank in itertools.product(range(ep), range(etp)):
         groups = ProcessGroupCollection()
-        groups.ep, groups.expt_tp, groups.expt_dp = _Group(ep_rank, ep), _Group(tp_rank, etp), _Group(0, 1)
+        groups.ep, groups.expt_tp, groups.expt_dp = GroupStandIn(ep_rank, ep), GroupStandIn(tp_rank, etp), GroupStandIn(0, 1)
         linear = StackedGroupedLinear(local, 8, 4 * etp, parallel_mode="column", config=config, init_method=None,
                                       bias=False, skip_bias_add=False, is_expert=True, tp_comm_buffer_name=None,
                                       pg_collection=groups)

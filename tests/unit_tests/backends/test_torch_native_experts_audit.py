@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 from backend_references import grouped_mlp_reference, relative_error
-from backend_setup import build_experts, moe_config
+from backend_setup import GroupStandIn, as_fsdp2_parameters, build_experts, moe_config
 from megatron.core.dist_checkpointing.mapping import (
     ShardedObject,
     ShardedTensor,
@@ -22,27 +22,13 @@ from megatron.core.dist_checkpointing.mapping import (
     is_main_replica,
 )
 from megatron.core.process_groups_config import ProcessGroupCollection
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
 
 HIDDEN, FFN = 16, 24
 PREFIX = "decoder.layers.0.mlp."
 
 
-class _Group:
-    """Stand-in for one rank's process group of ``size`` ranks."""
 
-    def __init__(self, rank: int, size: int):
-        self._rank, self._size = rank, size
-
-    def rank(self) -> int:
-        return self._rank
-
-    def size(self) -> int:
-        return self._size
-
-
-def _groups(**stand_ins: _Group) -> ProcessGroupCollection:
+def _groups(**stand_ins: GroupStandIn) -> ProcessGroupCollection:
     """megatron's process groups of the world of one, with ``stand_ins`` (``ep``, ``expt_tp``, ``expt_dp``) replacing
     some of them."""
     groups = ProcessGroupCollection.use_mpu_process_groups()
@@ -98,7 +84,7 @@ def test_a_gated_checkpoint_loads_into_every_expert_tp_layout_and_computes_the_g
                             expert_tensor_parallel_size=tp_size)
         total = torch.zeros_like(expected)
         for tp_rank in range(tp_size):
-            experts = build_experts(config, pg_collection=_groups(expt_tp=_Group(tp_rank, tp_size)))
+            experts = build_experts(config, pg_collection=_groups(expt_tp=GroupStandIn(tp_rank, tp_size)))
             _load(experts, checkpoint, layer_offsets)
             assert not experts.linear_fc1.weight.isnan().any() and not experts.linear_fc2.weight.isnan().any()
             with torch.no_grad():
@@ -130,8 +116,8 @@ def test_expert_data_parallel_ranks_write_the_expert_weights_once_as_sequential_
     config = moe_config(HIDDEN, 4, random.randint(2, 4), FFN, gated_linear_unit=gated, use_cpu_initialization=True)
     written = {}
     for dp_rank in (0, 1):
-        ours = build_experts(config, pg_collection=_groups(expt_dp=_Group(dp_rank, 2)))
-        reference = build_experts(config, grouped=False, pg_collection=_groups(expt_dp=_Group(dp_rank, 2)))
+        ours = build_experts(config, pg_collection=_groups(expt_dp=GroupStandIn(dp_rank, 2)))
+        reference = build_experts(config, grouped=False, pg_collection=_groups(expt_dp=GroupStandIn(dp_rank, 2)))
         written[dp_rank] = _written_elements(ours.sharded_state_dict(PREFIX))
         expected = _written_elements(reference.sharded_state_dict(PREFIX))
         assert written[dp_rank].keys() == expected.keys() == {f"{PREFIX}experts.linear_fc{n}.weight" for n in (1, 2)}
@@ -144,13 +130,7 @@ def _fsdp2_experts(experts_count: int, ep_rank: int, ep_size: int) -> torch.nn.M
     """Experts of EP rank ``ep_rank`` of ``ep_size`` whose stacked weights are FSDP2-style parameters (DTensors on
     the expert axis of a one-rank CPU mesh, marked as megatron-core marks FSDP2's parameters)."""
     config = moe_config(HIDDEN, 4, experts_count, FFN, use_cpu_initialization=True)
-    experts = build_experts(config, pg_collection=_groups(ep=_Group(ep_rank, ep_size)))
-    mesh = init_device_mesh("cpu", (1,))
-    for projection in (experts.linear_fc1, experts.linear_fc2):
-        weight = torch.nn.Parameter(distribute_tensor(torch.randn_like(projection.weight), mesh, [Shard(0)]))
-        weight.is_torch_fsdp2_param = True
-        projection.weight = weight
-    return experts
+    return as_fsdp2_parameters(build_experts(config, pg_collection=_groups(ep=GroupStandIn(ep_rank, ep_size))))
 
 
 def test_fsdp2_expert_blocks_follow_the_expert_parallel_rank(world_of_one, monkeypatch) -> None:
