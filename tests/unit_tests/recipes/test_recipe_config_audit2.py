@@ -83,7 +83,9 @@ def test_a_learning_rate_schedule_megatron_would_refuse_is_reported_before_submi
     resolved = resolve_row(recipe, row)
     assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) is None
     min_lr = -round(random.uniform(1e-6, 1e-3), 7)
-    refusal = megatron_refusal([*resolved.argv, "--min-lr", str(min_lr)], resolved.world_size, recipe.cluster.env)
+    # fixed-point digits: argparse reads "-1e-05" as an option, not a negative number
+    refusal = megatron_refusal([*resolved.argv, "--min-lr", f"{min_lr:.7f}"], resolved.world_size,
+                               recipe.cluster.env)
     assert refusal is not None and refusal.startswith("ValueError: --min-lr") and "is negative" in refusal
 
 
