@@ -186,17 +186,15 @@ def check_optimizer_resharding(args: argparse.Namespace, checkpoint: StoredCheck
     """
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from megatron.oellm.training.stored_checkpoint import RELEASE, oellm_run_args
+    from megatron.oellm.training.stored_checkpoint import loads_optimizer_state, oellm_run_args
 
-    if checkpoint is None or checkpoint.fine_tunes or args.finetune or args.no_load_optim:
+    if not loads_optimizer_state(args, checkpoint):
         return
     if not args.use_distributed_optimizer or checkpoint.ckpt_format != "torch_dist":
         return
     directory, common = checkpoint.directory, checkpoint.common
     found = oellm_run_args(common)
-    if found is None or getattr(found[0], "no_save_optim", False):
-        return
-    if directory.name == RELEASE:  # megatron reads no optimizer state from a release checkpoint
+    if found is None:
         return
     metadata = common.get("content_metadata")
     sharding = metadata.get("distrib_optim_sharding_type") if isinstance(metadata, dict) else None

@@ -37,13 +37,13 @@ import torch
 from packaging.version import Version
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
+from megatron.oellm.training.stored_checkpoint import StoredCheckpoint, loads_optimizer_state
 
 
 def check_sharded_data_parallel_saves(args: argparse.Namespace, card: ModelCard) -> None:
     """Raise ``ValueError`` when validated ``args`` save checkpoints of ``card``'s torch-native MoE experts under
-    Megatron-FSDP, or under FSDP2 with an expert count the data-parallel ranks do not divide (see the module
-    docstring)."""
+    Megatron-FSDP, or ``torch_dist`` ones under FSDP2 with an expert count its ranks (data parallel x context
+    parallel) do not divide (see the module docstring)."""
     from megatron.oellm.backends.selection import resolve_backend  # looked up per call: `oellm recipe` patches it
 
     if not args.save or not card.num_experts or resolve_backend(args.oellm_backend) != "torch":
@@ -70,11 +70,8 @@ def check_fsdp2_resume(args: argparse.Namespace, checkpoint: StoredCheckpoint | 
     fine-tuning, a ``release`` checkpoint (``oellm convert hf-to-mcore``'s) and one saved with ``--no-save-optim``."""
     from megatron.core import optimizer
 
-    if (not args.use_torch_fsdp2 or checkpoint is None or checkpoint.fine_tunes or args.finetune
-            or args.no_load_optim or args.ckpt_format != "torch_dist" or args.optimizer != "adam"
-            or not optimizer.USING_PYTORCH_OPTIMIZER):
-        return
-    if checkpoint.directory.name == "release" or getattr(checkpoint.common.get("args"), "no_save_optim", False):
+    if (not args.use_torch_fsdp2 or args.ckpt_format != "torch_dist" or args.optimizer != "adam"
+            or not optimizer.USING_PYTORCH_OPTIMIZER or not loads_optimizer_state(args, checkpoint)):
         return
     raise ValueError(f"--use-torch-fsdp2: resuming from {checkpoint.named_by} fails at the first step with "
                      "KeyError: 'step': megatron-core 0.19.2 loads an FSDP2 torch_dist checkpoint in place and never "

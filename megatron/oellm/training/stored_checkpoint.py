@@ -67,6 +67,16 @@ class StoredCheckpoint:
         return self.flag == PRETRAINED
 
 
+def loads_optimizer_state(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> bool:
+    """Whether megatron-core 0.19.2 reads optimizer state from ``checkpoint`` (the one the run loads) for validated
+    ``args``: not without one (a first job), when fine-tuning (``--finetune``, or ``--pretrained-checkpoint`` in place
+    of an empty ``--load``), under ``--no-load-optim``, from a ``release`` checkpoint, or from one saved with
+    ``--no-save-optim``."""
+    if checkpoint is None or checkpoint.fine_tunes or args.finetune or args.no_load_optim:
+        return False
+    return checkpoint.directory.name != RELEASE and not getattr(checkpoint.common.get("args"), "no_save_optim", False)
+
+
 def has_tracker(load_dir: Path) -> bool:
     """Whether ``load_dir`` holds a ``latest_checkpointed_iteration.txt`` file, as megatron-core's
     ``os.path.isfile`` answers it (False for a missing ``load_dir``: a first job). Raises ``ValueError`` when
