@@ -77,15 +77,15 @@ def test_the_second_fsdp2_rank_writes_its_own_expert_block(world_of_one, monkeyp
     for projection in (experts.linear_fc1, experts.linear_fc2):
         projection.expt_dp_group = GroupStandIn(1, 2)
     sharded = experts.sharded_state_dict(prefix=PREFIX)
-    entries = [sharded[f"{PREFIX}linear_fc2.weight"]]
-    fc1 = sharded[f"{PREFIX}linear_fc1.weight"]
-    entries += fc1.build() if isinstance(fc1, ShardedTensorFactory) else [fc1]
-    assert len(entries) == (3 if gated else 2)
-    for entry in entries:
+    fc2, fc1 = sharded[f"{PREFIX}linear_fc2.weight"], sharded[f"{PREFIX}linear_fc1.weight"]
+    fc1_entries = fc1.build() if isinstance(fc1, ShardedTensorFactory) else [fc1]
+    for entry in (fc2, *fc1_entries):
         assert entry.replica_id == (0, 0, 0)
-        assert entry.global_offset[0] == NUM_EXPERTS
-        assert entry.axis_fragmentations[0] == 2
         assert entry.global_shape[0] == 2 * NUM_EXPERTS
+    assert (fc2.global_offset[0], fc2.axis_fragmentations[0]) == (NUM_EXPERTS, 2)
+    # a gated fc1 is written per expert (gate and up half each), experts E .. 2E-1; otherwise as one block
+    fc1_experts = sorted(entry.global_offset[0] for entry in fc1_entries)
+    assert fc1_experts == (sorted(2 * list(range(NUM_EXPERTS, 2 * NUM_EXPERTS))) if gated else [NUM_EXPERTS])
 
 
 def test_a_placement_other_than_the_expert_axis_is_refused(world_of_one):

@@ -133,6 +133,11 @@ def _fsdp2_experts(experts_count: int, ep_rank: int, ep_size: int) -> torch.nn.M
     return as_fsdp2_parameters(build_experts(config, pg_collection=_groups(ep=GroupStandIn(ep_rank, ep_size))))
 
 
+def covered_experts(*entries) -> set[int]:
+    """The global experts the checkpoint shards ``entries`` hold (their first axis)."""
+    return {entry.global_offset[0] + i for entry in entries for i in range(entry.local_shape[0])}
+
+
 def test_fsdp2_expert_blocks_follow_the_expert_parallel_rank(world_of_one, monkeypatch) -> None:
     """With EP 2 and FSDP2 over 2 data-parallel ranks, each EP rank's ``2 x B`` experts are split into two blocks of
     ``B``: block d of EP rank r holds global experts ``(2r + d) x B ..`` of ``4 x B``, so every (r, d) writes a
@@ -149,9 +154,11 @@ def test_fsdp2_expert_blocks_follow_the_expert_parallel_rank(world_of_one, monke
             sharded = experts.sharded_state_dict(PREFIX)
             fc1 = sharded[f"{PREFIX}linear_fc1.weight"]
             entries = [sharded[f"{PREFIX}linear_fc2.weight"], *fc1.build()]
+            start = (2 * ep_rank + dp_rank) * block
             for entry in entries:
                 assert entry.global_shape[0] == 4 * block
-                assert entry.global_offset[0] == (2 * ep_rank + dp_rank) * block, (ep_rank, dp_rank)
+                assert covered_experts(entry) <= set(range(start, start + block)), (ep_rank, dp_rank)
+            assert covered_experts(*entries[1:]) == set(range(start, start + block))  # fc1, per expert and half
             starts.append(entries[0].global_offset[0])
     assert sorted(starts) == [d * block for d in range(4)]
 
@@ -168,7 +175,8 @@ def test_fsdp2_blocks_are_placed_by_the_ranks_position_in_its_mesh(world_of_one,
         monkeypatch.setattr(mesh, "get_local_rank", lambda *args, **kwargs: 1)
         monkeypatch.setattr(mesh, "size", lambda *args, **kwargs: 2)
     sharded = experts.sharded_state_dict(PREFIX)
-    for entry in [sharded[f"{PREFIX}linear_fc2.weight"], *sharded[f"{PREFIX}linear_fc1.weight"].build()]:
+    fc2, fc1_entries = sharded[f"{PREFIX}linear_fc2.weight"], sharded[f"{PREFIX}linear_fc1.weight"].build()
+    assert covered_experts(fc2) == covered_experts(*fc1_entries) == set(range(block, 2 * block))
+    for entry in [fc2, *fc1_entries]:
         assert entry.global_shape[0] == 2 * block
-        assert entry.global_offset[0] == block
         assert is_main_replica(entry.replica_id)

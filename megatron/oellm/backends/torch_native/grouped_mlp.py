@@ -246,29 +246,39 @@ def fsdp2_mesh(weight: torch.Tensor) -> tuple[int, int] | None:
 
 
 def stacked_swiglu_factory(weight: ShardedTensor, rank_offsets: list[tuple[int, int, int]]) -> ShardedTensorFactory:
-    """A stacked gated fc1 ``[experts, 2 x ffn, hidden]`` (``rank_offsets`` from ``weight_rank_offsets``, the last
-    being the output-feature TP axis) saved as its two halves, each split over expert TP.
+    """A stacked gated fc1 ``[experts, 2 x ffn, hidden]`` (``rank_offsets`` from ``weight_rank_offsets``: the given
+    axes, the expert axis, then the output-feature TP axis) saved as each expert's two halves, each split over expert
+    TP.
 
     The same global layout as megatron-core's SwiGLU factory gives one expert's ``[2 x ffn, hidden]`` weight: all TP
-    ranks' first halves, then all second halves, so a checkpoint reshards to another expert-TP size. Flattened
-    shards (the distributed optimizer's deprecated ``fully_sharded_model_space`` format) are refused rather than
-    written wrongly.
+    ranks' first halves, then all second halves, so a checkpoint reshards to another expert-TP size. Each shard is one
+    expert's half, a contiguous view of the weight: megatron-core's loader makes a non-contiguous shard contiguous
+    (a copy) where the layer axis is prepended (GPTModel's blocks), and a load that writes into the model's tensors
+    in place (FSDP2 ``torch_dist`` resumes, which skip ``load_state_dict``) then never reached the weight (the tiny
+    Qwen3 card on an H200, session 40). Flattened shards (the distributed optimizer's deprecated
+    ``fully_sharded_model_space`` format) are refused rather than written wrongly.
     """
-    *other_axes, (out_axis, tp_rank, tp_size) = rank_offsets
+    *given_axes, (expert_axis, expert_rank, expert_fragments), (out_axis, tp_rank, tp_size) = rank_offsets
 
     def build(key: str, data: torch.Tensor, replica_id: Any, flattened_range: slice | None) -> list[ShardedTensor]:
         if flattened_range is not None:
             raise ValueError("the torch backend's stacked experts do not support flattened optimizer shards "
                              "(fully_sharded_model_space); use dp_reshardable (megatron's default) or "
                              "--dist-ckpt-optim-fully-reshardable")
+        num_local_experts = data.shape[0]
         return [
-            ShardedTensor.from_rank_offsets(key, half, *other_axes, (out_axis, tp_rank + part * tp_size, 2 * tp_size),
-                                            replica_id=replica_id, prepend_axis_num=weight.prepend_axis_num)
-            for part, half in enumerate(torch.chunk(data, 2, dim=1))
+            ShardedTensor.from_rank_offsets(
+                key, half, *given_axes,
+                (expert_axis, expert_rank * num_local_experts + expert, expert_fragments * num_local_experts),
+                (out_axis, tp_rank + part * tp_size, 2 * tp_size),
+                replica_id=replica_id, prepend_axis_num=weight.prepend_axis_num)
+            for expert in range(num_local_experts)
+            for part, half in enumerate(torch.chunk(data[expert:expert + 1], 2, dim=1))
         ]
 
     def merge(halves: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat(halves, dim=1)
+        experts = [torch.cat(halves[i:i + 2], dim=1) for i in range(0, len(halves), 2)]
+        return torch.cat(experts, dim=0)
 
     return ShardedTensorFactory(weight.key, weight.data, build, merge, weight.replica_id)
 

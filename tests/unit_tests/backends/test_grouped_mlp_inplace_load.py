@@ -1,0 +1,90 @@
+"""A distributed checkpoint loads into the torch-native experts' own tensors (CPU, gloo, world of one).
+
+FSDP2 ``torch_dist`` resumes never call ``load_state_dict``: megatron-core 0.19.2 relies on ``dist_checkpointing.load``
+writing into the tensors the sharded state dict carries. With GPTModel's prepended layer axis, megatron's loader made
+each non-contiguous half of a gated fc1 contiguous (a copy), and the resumed tiny Qwen3 card trained on with its
+initial fc1 weights (an H200, session 40). Each test saves random weights with megatron-core's own writer, puts fresh
+random values in the same tensors and loads: the tensors must hold the saved values again, without ``load_state_dict``.
+megatron's writer calls CUDA only to synchronise and to place one flag tensor; those two calls are stood in for here.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+from backend_setup import build_experts as build_provider_experts
+from backend_setup import moe_config
+from megatron.core import dist_checkpointing
+from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
+from megatron.core.process_groups_config import ProcessGroupCollection
+
+NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
+PREFIX = "decoder.layers.mlp.experts."
+LAYER_AXIS = ((0, 0, 1),)
+"""GPTModel's blocks prepend the layer axis (here one layer, so the checkpoint is complete); the hybrid stack names
+each layer instead."""
+
+
+@pytest.fixture
+def cpu_writer() -> Iterator[None]:
+    """megatron-core's checkpoint writer on the CPU: its two CUDA calls stood in for."""
+    with mock.patch("torch.cuda.synchronize"), mock.patch("torch.cuda.current_device", return_value="cpu"):
+        yield
+
+
+def random_experts(gated: bool):
+    """The torch-native grouped experts, fp32 on CPU, random weights."""
+    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, moe_grouped_gemm=True, gated_linear_unit=gated,
+                        use_cpu_initialization=True)
+    experts = build_provider_experts(config, True, ProcessGroupCollection.use_mpu_process_groups())
+    with torch.no_grad():
+        for parameter in experts.parameters():
+            parameter.normal_()
+    return experts
+
+
+def refill(tensors: list[torch.Tensor]) -> None:
+    """Fresh random values in ``tensors``, in place (what a resumed run holds before its load)."""
+    with torch.no_grad():
+        for tensor in tensors:
+            tensor.normal_()
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "plain"])
+@pytest.mark.parametrize("layer_offsets", [(), LAYER_AXIS], ids=["no-layer-axis", "layer-axis"])
+def test_a_load_writes_the_saved_weights_into_the_parameters(world_of_one, cpu_writer, tmp_path: Path, gated,
+                                                             layer_offsets):
+    experts = random_experts(gated)
+    weights = [experts.linear_fc1.weight, experts.linear_fc2.weight]
+    saved = [weight.detach().clone() for weight in weights]
+    dist_checkpointing.save(experts.sharded_state_dict(PREFIX, layer_offsets), str(tmp_path))
+    refill(weights)
+    assert not torch.equal(weights[0], saved[0])
+    loaded = dist_checkpointing.load(experts.sharded_state_dict(PREFIX, layer_offsets), str(tmp_path))
+    for n, (weight, expected) in enumerate(zip(weights, saved, strict=True), start=1):
+        torch.testing.assert_close(weight.detach(), expected, rtol=0, atol=0, msg=f"fc{n} not restored in place")
+        torch.testing.assert_close(loaded[f"{PREFIX}linear_fc{n}.weight"], expected, rtol=0, atol=0)
+
+
+def test_optimizer_state_of_a_gated_fc1_loads_into_the_state_not_the_weight(world_of_one, cpu_writer,
+                                                                             tmp_path: Path):
+    """megatron-core builds each optimizer state's checkpoint entry from the weight's factory with the state as its
+    data: a load must fill that state and leave the weight alone."""
+    experts = random_experts(gated=True)
+    weight = experts.linear_fc1.weight
+    key = f"{PREFIX}linear_fc1.weight"
+
+    def moment_entries(moment: torch.Tensor) -> dict:
+        return {key: make_sharded_optimizer_tensor(experts.sharded_state_dict(PREFIX, LAYER_AXIS)[key], moment,
+                                                   "optimizer.state.exp_avg")}
+
+    moment = torch.randn_like(weight)
+    saved_moment = moment.clone()
+    dist_checkpointing.save(moment_entries(moment), str(tmp_path))
+    refill([moment])
+    weight_before = weight.detach().clone()
+    dist_checkpointing.load(moment_entries(moment), str(tmp_path))
+    torch.testing.assert_close(moment, saved_moment, rtol=0, atol=0)
+    torch.testing.assert_close(weight.detach(), weight_before, rtol=0, atol=0)
