@@ -330,7 +330,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import profiler_trace_warnings
-    from megatron.oellm.training.sharded_checkpoints import check_fsdp2_resume, check_fsdp2_saves_on_this_torch
+    from megatron.oellm.training.sharded_checkpoints import (
+        check_fsdp2_resume,
+        check_fsdp2_saves_on_this_torch,
+        check_fsdp2_torch_dcp,
+    )
     from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
     from megatron.oellm.training.stored_checkpoint import (
         check_exit_on_missing_checkpoint,
@@ -374,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
         check_layout(args, card)
         check_converted_glu_layout(args, loaded, card)
+        check_fsdp2_torch_dcp(args, card, loaded)
         check_model_args(args, card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
         check_lr_schedule(args)

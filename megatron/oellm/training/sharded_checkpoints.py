@@ -10,7 +10,7 @@ Qwen3.5 cards on an H200, docs/benchmarks.md, session 39); saving differs:
 * Torch FSDP2 (``--use-torch-fsdp2``): the stacked weights are sharded along the expert axis and checkpointed as
   equal expert blocks, so the experts must split evenly over the ranks FSDP2 shards over (data parallel times context
   parallel, megatron's FSDP2 mesh). Refused where they do not, for ``torch_dist`` saves (``torch_dcp`` saves take the
-  model's plain state dict instead; not run here).
+  model's plain state dict instead, and are refused for MoE models below).
 
 Resuming under FSDP2 from a ``torch_dist`` checkpoint fails for any model where megatron-core 0.19.2 trains with
 torch's own Adam (neither Transformer Engine nor Apex imports): megatron loads that checkpoint's tensors in place and
@@ -18,6 +18,13 @@ skips the optimizer's ``load_state_dict`` (``skip_load_to_model_and_opt``), whic
 back into each parameter's Adam state; the state it set up for loading holds the moments but no ``step``, and the
 first step stops with ``KeyError: 'step'`` (the tiny Qwen3 card on an H200, session 39). Refused by
 :func:`check_fsdp2_resume`.
+
+FSDP2 with ``--ckpt-format torch_dcp`` saves an MoE model but cannot resume it: megatron-core 0.19.2 trains the dense
+and the expert parameters of an MoE model with two optimizers joined in its ``ChainedOptimizer``, and its
+``torch_dcp`` load asks the optimizer for ``state_dict(is_loading=True)``, an argument only its single optimizers
+take. Every resume stops with a ``TypeError`` after the model is built (the tiny Qwen3 and Qwen3.5 cards on an H200,
+session 40), with or without optimizer state: the call does not depend on ``--no-load-optim``. Saves and resumes are
+refused by :func:`check_fsdp2_torch_dcp`, so no run writes checkpoints it cannot come back from.
 
 Saving ``torch_dist`` checkpoints with optimizer state under FSDP2 fails for any model on torch 2.13: its
 ``DTensor.to_local()`` returns a fresh view for a parameter
@@ -78,6 +85,25 @@ def check_fsdp2_resume(args: argparse.Namespace, checkpoint: StoredCheckpoint | 
                      "restores the step count of torch's Adam, which this node uses (neither Transformer Engine nor "
                      "Apex imports); add --no-load-optim to resume the weights with a fresh optimizer state, or "
                      "train with --use-distributed-optimizer, whose resume restores it")
+
+
+def check_fsdp2_torch_dcp(args: argparse.Namespace, card: ModelCard, checkpoint: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when validated ``args`` save ``torch_dcp`` checkpoints of ``card`` (every card is an MoE
+    model) under FSDP2, or resume from one (``checkpoint``, the one the run loads): megatron-core 0.19.2 cannot load
+    them (see the module docstring)."""
+    if not (args.use_torch_fsdp2 and args.ckpt_format == "torch_dcp"):
+        return
+    cause = ("megatron-core 0.19.2 cannot load an FSDP2 torch_dcp checkpoint of an MoE model (its torch_dcp load "
+             "calls state_dict(is_loading=True) on the ChainedOptimizer that holds the dense and the expert "
+             "parameters, which takes no such argument: a TypeError, with or without --no-load-optim)")
+    fix = ("use --ckpt-format torch_dist (resumed under FSDP2 with --no-load-optim), or train with "
+           "--use-distributed-optimizer instead of FSDP2")
+    if checkpoint is not None:
+        raise ValueError(f"--use-torch-fsdp2 --ckpt-format torch_dcp: resuming {card.name} from "
+                         f"{checkpoint.named_by} fails after the model is built: {cause}; {fix}")
+    if args.save:
+        raise ValueError(f"--use-torch-fsdp2 --ckpt-format torch_dcp with --save: no run could resume from "
+                         f"{card.name}'s checkpoints: {cause}; {fix}")
 
 
 FRESH_LOCAL_VIEW_TORCH = (2, 13)

@@ -2,7 +2,9 @@
 megatron-core 0.19.2's first save stops the run (measured on the H200, docs/benchmarks.md, session 39); FSDP2's where
 the experts do not split evenly over the data-parallel ranks (the checkpoint stores equal expert blocks); and FSDP2
 resumes of torch's Adam state, which megatron never restores (``KeyError: 'step'`` at the first step on the H200);
-and FSDP2 saves on torch 2.13, whose ``to_local()`` hides every parameter from megatron's optimizer map."""
+FSDP2 saves on torch 2.13, whose ``to_local()`` hides every parameter from megatron's optimizer map; and FSDP2
+``torch_dcp`` saves and resumes of MoE models, which megatron's ``torch_dcp`` load cannot resume (``TypeError`` from its
+``ChainedOptimizer`` on the H200, session 40)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from megatron.oellm.training.sharded_checkpoints import (
     FRESH_LOCAL_VIEW_TORCH,
     check_fsdp2_resume,
     check_fsdp2_saves_on_this_torch,
+    check_fsdp2_torch_dcp,
     check_sharded_data_parallel_saves,
 )
 from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
@@ -182,3 +185,50 @@ def test_fsdp2_saves_are_refused_from_torch_2_13(monkeypatch, tmp_path, version,
     with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 with --save: on torch {re.escape(version)} "
                                          r"DTensor.to_local\(\) returns a new view"):
         check_fsdp2_saves_on_this_torch(args)
+
+
+TORCH_DCP_FSDP2 = ["--use-torch-fsdp2", "--ckpt-format", "torch_dcp", "--no-gradient-accumulation-fusion"]
+
+
+def stored_torch_dcp(tmp_path) -> StoredCheckpoint:
+    """A ``torch_dcp`` checkpoint the run loads from ``--load tmp_path``."""
+    return StoredCheckpoint(directory=tmp_path / "iter_0000003", ckpt_format="torch_dcp", common={}, flag="--load",
+                            given=tmp_path)
+
+
+@pytest.mark.parametrize("card", [QWEN3, QWEN35])
+@pytest.mark.parametrize("extra", [[], ["--no-load-optim"], ["--finetune"]], ids=["optimizer", "no-load-optim",
+                                                                                    "finetune"])
+def test_fsdp2_torch_dcp_resumes_of_moe_models_are_refused(card, extra, tmp_path):
+    """megatron's ``torch_dcp`` load calls ``state_dict(is_loading=True)`` whatever optimizer state it then reads."""
+    args = validated_tiny_moe_run([*TORCH_DCP_FSDP2, "--load", str(tmp_path), *extra], card=card)
+    with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 --ckpt-format torch_dcp: resuming {re.escape(card)} "
+                                         rf"from --load {tmp_path} fails after the model is built: .*ChainedOptimizer"
+                                         r".*use --ckpt-format torch_dist"):
+        check_fsdp2_torch_dcp(args, get_card(card), stored_torch_dcp(tmp_path))
+
+
+def test_fsdp2_torch_dcp_saves_of_moe_models_are_refused(tmp_path):
+    """A checkpoint no run can resume from is refused when the run would start writing it."""
+    args = validated_tiny_moe_run([*TORCH_DCP_FSDP2, *saving(tmp_path), "--load", str(tmp_path)])
+    with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 --ckpt-format torch_dcp with --save: no run could "
+                                         rf"resume from {QWEN3}'s checkpoints: .*TypeError"):
+        check_fsdp2_torch_dcp(args, get_card(QWEN3), None)  # a first job: nothing to load yet
+
+
+@pytest.mark.parametrize("case", ["no save, no checkpoint", "torch_dist", "distributed optimizer"])
+def test_fsdp2_torch_dcp_runs_megatron_can_resume_pass(case, tmp_path):
+    """Training without checkpoints, and checkpoints in the formats megatron resumes (FSDP2 ``torch_dist``, the
+    distributed optimizer's ``torch_dist``), are left alone."""
+    flags = {"no save, no checkpoint": TORCH_DCP_FSDP2, "torch_dist": [*TORCH_FSDP2, *saving(tmp_path)],
+             "distributed optimizer": ["--use-distributed-optimizer", *saving(tmp_path)]}[case]
+    args = validated_tiny_moe_run(flags)
+    check_fsdp2_torch_dcp(args, get_card(QWEN3), stored_torch_dist(tmp_path) if case != "no save, no checkpoint"
+                          else None)
+
+
+def test_the_entry_refuses_an_fsdp2_torch_dcp_save_in_one_line(monkeypatch, capsys, tmp_path):
+    entry = entry_up_to_pretrain(monkeypatch)
+    line = refused_line(entry, capsys, [*tiny_moe_run(QWEN35), *TORCH_DCP_FSDP2, *saving(tmp_path)])
+    assert line.startswith("megatron.oellm.training.entry: error: --use-torch-fsdp2 --ckpt-format torch_dcp with "
+                           "--save: ")
