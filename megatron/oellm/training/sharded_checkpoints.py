@@ -33,7 +33,8 @@ of ``to_local()``, finds none (its own helpers' entries included; shown on the C
 save stops with a ``KeyError``. torch 2.11 (the H200's) returns the stored local tensor. Refused by
 :func:`check_fsdp2_saves_on_this_torch`, on the training entry's node (its torch is the run's).
 
-Transformer Engine's experts were not run with Megatron-FSDP or FSDP2 here, so those checks leave that backend alone.
+Transformer Engine's experts were not run with Megatron-FSDP or FSDP2 here, so the checks of the stacked experts'
+saves leave that backend alone; the ``torch_dcp`` refusal comes from megatron's optimizers and covers both backends.
 """
 
 from __future__ import annotations
