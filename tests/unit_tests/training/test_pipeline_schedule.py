@@ -7,65 +7,10 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 
 from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches, interleaved_schedule_refusal
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, parsed_with_padded_vocab
-
-
-class _PassedTheChecks(Exception):
-    """Raised by the fake config at the first field megatron's schedule reads after its micro-batch checks."""
-
-
-class _Config(types.SimpleNamespace):
-    @property
-    def hidden_size(self):
-        raise _PassedTheChecks
-
-
-class _Group:
-    def __init__(self, size: int):
-        self._size = size
-
-    def size(self) -> int:
-        return self._size
-
-    def rank(self) -> int:
-        return 0
-
-
-def upstream_refusal(microbatches: int, pipeline: int, group: int, monkeypatch) -> str | None:
-    """What megatron-core 0.19.2's ``forward_backward_pipelining_with_interleaving`` raises for these counts before it
-    builds tensor shapes (None when it gets past its checks), run on the CPU with stand-in groups and model chunks."""
-    from megatron.core.enums import ModelType
-    from megatron.core.pipeline_parallel import schedules
-
-    config = _Config(moe_paged_stash=False, overlap_p2p_comm=False, batch_p2p_comm=False,
-                     finalize_model_grads_func=None, timers=None, no_sync_func=None, grad_sync_func=None,
-                     param_sync_func=None, microbatch_group_size_per_vp_stage=group)
-
-    class Chunk(torch.nn.Module):
-        model_type = ModelType.encoder_or_decoder
-
-        def __init__(self):
-            super().__init__()
-            self.config = config
-
-    cpu_zeros = torch.zeros
-    monkeypatch.setattr(torch, "zeros", lambda *shape, device=None, **kwargs: cpu_zeros(*shape, **kwargs))
-    try:
-        schedules.forward_backward_pipelining_with_interleaving(
-            forward_step_func=None, data_iterator=[None, None], model=[Chunk(), Chunk()],
-            num_microbatches=microbatches, seq_length=8, micro_batch_size=1,
-            p2p_communicator=types.SimpleNamespace(config=config, pp_group=_Group(pipeline)),
-            pg_collection=types.SimpleNamespace(tp=_Group(1), cp=_Group(1)))
-    except _PassedTheChecks:
-        return None
-    except (ValueError, RuntimeError) as error:
-        return str(error)
-    finally:
-        monkeypatch.undo()
-    raise AssertionError("megatron's schedule got past the point this harness stops it at")
+from tests.unit_tests.training.pipeline_schedule_helpers import interleaved_args, upstream_refusal
 
 
 def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses(monkeypatch):
@@ -82,42 +27,34 @@ def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses(monkeypat
     assert 0 < refused < len(cases)
 
 
-def _args(**fields) -> types.SimpleNamespace:
-    defaults = dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, micro_batch_size=1,
-                    data_parallel_size=4, global_batch_size=64, microbatch_group_size_per_vp_stage=None,
-                    step_batch_size_schedule=None, decrease_batch_size_if_needed=False, full_validation=False,
-                    eval_iters=100, eval_global_batch_size=None, eval_micro_batch_size=None)
-    return types.SimpleNamespace(**{**defaults, **fields})
-
-
 def test_a_global_batch_the_interleaved_schedule_cannot_run_is_refused_in_one_line():
     """PP 4 with virtual stages, DP 4, MBS 1: GBS 24 gives 6 micro-batches (a last group of 2 < 4), GBS 8 gives 2
     (fewer than the pipeline size); GBS 64 (16) runs, as does GBS 24 without virtual stages."""
-    check_interleaved_microbatches(_args())
-    check_interleaved_microbatches(_args(global_batch_size=24, virtual_pipeline_model_parallel_size=None))
+    check_interleaved_microbatches(interleaved_args())
+    check_interleaved_microbatches(interleaved_args(global_batch_size=24, virtual_pipeline_model_parallel_size=None))
     with pytest.raises(ValueError, match=r"global batch 24 / \(micro batch 1 x data-parallel size 4\) = 6 "
                                          r"micro-batches per step, and the 6 micro-batches per step leave a last "
                                          r"group of 2") as refused:
-        check_interleaved_microbatches(_args(global_batch_size=24))
+        check_interleaved_microbatches(interleaved_args(global_batch_size=24))
     assert "\n" not in str(refused.value)
     with pytest.raises(ValueError, match=r"must lie between the pipeline size \(4\) and the micro-batches per "
                                          r"step \(2\)"):
-        check_interleaved_microbatches(_args(global_batch_size=8))
+        check_interleaved_microbatches(interleaved_args(global_batch_size=8))
 
 
 def test_every_size_of_a_step_batch_size_schedule_is_checked():
     """A schedule ramping 16 -> 24 -> 64 samples: its 24 (6 micro-batches) is refused though the final size runs."""
     with pytest.raises(ValueError, match="global batch 24 "):
-        check_interleaved_microbatches(_args(step_batch_size_schedule="0:16 1000:24 5000:64"))
-    check_interleaved_microbatches(_args(step_batch_size_schedule="0:16 1000:32 5000:64"))
+        check_interleaved_microbatches(interleaved_args(step_batch_size_schedule="0:16 1000:24 5000:64"))
+    check_interleaved_microbatches(interleaved_args(step_batch_size_schedule="0:16 1000:32 5000:64"))
 
 
 def test_a_larger_micro_batch_group_and_the_rounded_batch_are_what_megatron_runs():
     """``--microbatch-group-size-per-virtual-pipeline-stage 6`` runs 6 micro-batches at PP 4; under
     ``--decrease-batch-size-if-needed`` GBS 27 is rounded down to 24 before the count."""
-    check_interleaved_microbatches(_args(global_batch_size=24, microbatch_group_size_per_vp_stage=6))
+    check_interleaved_microbatches(interleaved_args(global_batch_size=24, microbatch_group_size_per_vp_stage=6))
     with pytest.raises(ValueError, match="global batch 24 "):
-        check_interleaved_microbatches(_args(global_batch_size=27, decrease_batch_size_if_needed=True))
+        check_interleaved_microbatches(interleaved_args(global_batch_size=27, decrease_batch_size_if_needed=True))
 
 
 def test_an_evaluation_batch_the_interleaved_schedule_cannot_run_is_refused_when_the_run_evaluates(monkeypatch):
@@ -133,19 +70,19 @@ def test_an_evaluation_batch_the_interleaved_schedule_cannot_run_is_refused_when
             "args.gtp_weight_remat_size") in inspect.getsource(training.evaluate)
     for eval_batch, microbatches in ((8, 2), (40, 10)):
         assert upstream_refusal(microbatches, 4, 4, monkeypatch) is not None
-        refused = _args(eval_global_batch_size=eval_batch)
+        refused = interleaved_args(eval_global_batch_size=eval_batch)
         with pytest.raises(ValueError, match=rf"would stop at the first evaluation: --eval-global-batch-size "
                                              rf"{eval_batch} / \(--eval-micro-batch-size 1 x data-parallel size 4\) "
                                              rf"= {microbatches} micro-batches per step"):
             check_interleaved_microbatches(refused)
-        check_interleaved_microbatches(_args(eval_global_batch_size=eval_batch, eval_iters=0))
+        check_interleaved_microbatches(interleaved_args(eval_global_batch_size=eval_batch, eval_iters=0))
     assert upstream_refusal(16, 4, 4, monkeypatch) is None
-    check_interleaved_microbatches(_args(eval_global_batch_size=16))
-    check_interleaved_microbatches(_args(eval_global_batch_size=64, full_validation=True))
+    check_interleaved_microbatches(interleaved_args(eval_global_batch_size=16))
+    check_interleaved_microbatches(interleaved_args(eval_global_batch_size=64, full_validation=True))
     micro = random.choice([2, 4])  # 64 / (micro x 4): 8 or 4 micro-batches, both run
-    check_interleaved_microbatches(_args(eval_micro_batch_size=micro))
+    check_interleaved_microbatches(interleaved_args(eval_micro_batch_size=micro))
     with pytest.raises(ValueError, match=r"--eval-micro-batch-size 8 x data-parallel size 4\) = 2 micro-batches"):
-        check_interleaved_microbatches(_args(eval_micro_batch_size=8, full_validation=True, eval_iters=0))
+        check_interleaved_microbatches(interleaved_args(eval_micro_batch_size=8, full_validation=True, eval_iters=0))
 
 
 def test_the_recipe_check_refuses_such_a_row_before_submission():
@@ -209,13 +146,13 @@ def test_weight_shard_replicas_divide_the_batch_as_in_megatrons_calculator(monke
     PP 4, DP 2 x 2, GBS 8 (2 micro-batches, which megatron's schedule refuses) passed, and PP 2 with groups of 3,
     GBS 20 (5 micro-batches: 3 + 2, which it runs) was refused as 10 (a last group of 1)."""
     remat = random.choice([2, 4])
-    short = _args(data_parallel_size=2, gtp_weight_remat_size=remat, global_batch_size=2 * remat * 2)
+    short = interleaved_args(data_parallel_size=2, gtp_weight_remat_size=remat, global_batch_size=2 * remat * 2)
     assert _megatrons_microbatches(short) == 2
     assert upstream_refusal(2, 4, 4, monkeypatch) is not None
     with pytest.raises(ValueError, match=rf"micro batch 1 x data-parallel size {2 * remat}: 2 x {remat} weight-shard "
                                          r"replicas .*\) = 2 micro-batches per step"):
         check_interleaved_microbatches(short)
-    runs = _args(pipeline_model_parallel_size=2, microbatch_group_size_per_vp_stage=3, data_parallel_size=2,
+    runs = interleaved_args(pipeline_model_parallel_size=2, microbatch_group_size_per_vp_stage=3, data_parallel_size=2,
                  gtp_weight_remat_size=remat, global_batch_size=2 * remat * 5)
     assert _megatrons_microbatches(runs) == 5 and upstream_refusal(5, 2, 3, monkeypatch) is None
     check_interleaved_microbatches(runs)

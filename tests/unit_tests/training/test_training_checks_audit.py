@@ -37,8 +37,7 @@ from tests.unit_tests.training.entry_helpers import (
     installed_stand_in,
     validated_tiny_moe_run,
 )
-from tests.unit_tests.training.test_pipeline_schedule import _args as interleaved_args
-from tests.unit_tests.training.test_pipeline_schedule import upstream_refusal
+from tests.unit_tests.training.pipeline_schedule_helpers import interleaved_args, upstream_refusal
 
 QWEN3 = "qwen3-30b-a3b-tiny"
 CAPTURES = {"local": ["--cuda-graph-impl", "local"],
