@@ -1,16 +1,13 @@
-"""A distributed checkpoint loads into the torch-native experts' own tensors (CPU, gloo, world of one).
+"""A distributed checkpoint loads into the torch-native models' own tensors (CPU, gloo, world of one).
 
 FSDP2 ``torch_dist`` resumes never call ``load_state_dict``: megatron-core 0.19.2 relies on ``dist_checkpointing.load``
 writing into the tensors the sharded state dict carries. With GPTModel's prepended layer axis, megatron's loader made
 each non-contiguous half of a gated fc1 contiguous (a copy), and the resumed tiny Qwen3 card trained on with its
 initial fc1 weights (an H200, session 40). Each test saves random weights with megatron-core's own writer, puts fresh
 random values in the same tensors and loads: the tensors must hold the saved values again, without ``load_state_dict``.
-megatron's writer calls CUDA only to synchronise and to place one flag tensor; those two calls are stood in for here.
 """
 
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
@@ -20,6 +17,9 @@ from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
 from megatron.core.process_groups_config import ProcessGroupCollection
 
+from megatron.oellm.cards import get_card
+from tests.unit_tests.cpu_megatron import cpu_checkpoint_saving, cpu_model_building, cpu_torch_model
+
 NUM_EXPERTS, HIDDEN, FFN = 4, 16, 24
 PREFIX = "decoder.layers.mlp.experts."
 LAYER_AXIS = ((0, 0, 1),)
@@ -28,9 +28,9 @@ each layer instead."""
 
 
 @pytest.fixture
-def cpu_writer() -> Iterator[None]:
-    """megatron-core's checkpoint writer on the CPU: its two CUDA calls stood in for."""
-    with mock.patch("torch.cuda.synchronize"), mock.patch("torch.cuda.current_device", return_value="cpu"):
+def cpu_checkpoints() -> None:
+    """megatron-core's checkpoint writer and reader on the CPU (their CUDA calls stood in for, see cpu_megatron)."""
+    with cpu_model_building(), cpu_checkpoint_saving():
         yield
 
 
@@ -39,9 +39,7 @@ def random_experts(gated: bool):
     config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, moe_grouped_gemm=True, gated_linear_unit=gated,
                         use_cpu_initialization=True)
     experts = build_provider_experts(config, True, ProcessGroupCollection.use_mpu_process_groups())
-    with torch.no_grad():
-        for parameter in experts.parameters():
-            parameter.normal_()
+    refill(list(experts.parameters()))
     return experts
 
 
@@ -54,7 +52,7 @@ def refill(tensors: list[torch.Tensor]) -> None:
 
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "plain"])
 @pytest.mark.parametrize("layer_offsets", [(), LAYER_AXIS], ids=["no-layer-axis", "layer-axis"])
-def test_a_load_writes_the_saved_weights_into_the_parameters(world_of_one, cpu_writer, tmp_path: Path, gated,
+def test_a_load_writes_the_saved_weights_into_the_parameters(world_of_one, cpu_checkpoints, tmp_path: Path, gated,
                                                              layer_offsets):
     experts = random_experts(gated)
     weights = [experts.linear_fc1.weight, experts.linear_fc2.weight]
@@ -68,7 +66,7 @@ def test_a_load_writes_the_saved_weights_into_the_parameters(world_of_one, cpu_w
         torch.testing.assert_close(loaded[f"{PREFIX}linear_fc{n}.weight"], expected, rtol=0, atol=0)
 
 
-def test_optimizer_state_of_a_gated_fc1_loads_into_the_state_not_the_weight(world_of_one, cpu_writer,
+def test_optimizer_state_of_a_gated_fc1_loads_into_the_state_not_the_weight(world_of_one, cpu_checkpoints,
                                                                              tmp_path: Path):
     """megatron-core builds each optimizer state's checkpoint entry from the weight's factory with the state as its
     data: a load must fill that state and leave the weight alone."""
@@ -88,3 +86,18 @@ def test_optimizer_state_of_a_gated_fc1_loads_into_the_state_not_the_weight(worl
     dist_checkpointing.load(moment_entries(moment), str(tmp_path))
     torch.testing.assert_close(moment, saved_moment, rtol=0, atol=0)
     torch.testing.assert_close(weight.detach(), weight_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("card", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_every_parameter_of_a_whole_model_is_restored_in_place(world_of_one, cpu_checkpoints, tmp_path: Path, card):
+    """The whole torch-native model as its spec builder makes it (GPTModel for Qwen3, the hybrid stack for Qwen3.5):
+    what an FSDP2 resume relies on for every module, not only the experts."""
+    model = cpu_torch_model(get_card(card))
+    parameters = dict(model.named_parameters())
+    refill(list(parameters.values()))
+    saved = {name: parameter.detach().clone() for name, parameter in parameters.items()}
+    dist_checkpointing.save(model.sharded_state_dict(), str(tmp_path))
+    refill(list(parameters.values()))
+    dist_checkpointing.load(model.sharded_state_dict(), str(tmp_path))
+    not_restored = [name for name, parameter in parameters.items() if not torch.equal(parameter.detach(), saved[name])]
+    assert not not_restored
