@@ -63,7 +63,9 @@ _EXITS: tuple[tuple[re.Pattern, str], ...] = (
 )
 """megatron-core 0.19.2's messages of a deliberate early exit (``checkpoint_and_decide_exit``, ``evaluate`` and the
 ``--exit-signal-handler-for-training`` handler), each with its :attr:`DeliberateExit.kind`."""
-_EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): ?(?P<message>.*)$")
+_EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt))(?:: ?(?P<message>.*))?$")
+"""An exception line of a traceback: ``Name: message``, or the bare ``Name`` Python prints for one without a message
+(a bare ``assert``, ``KeyboardInterrupt``), after a launcher prefix or none."""
 
 _TRACEBACK = "Traceback (most recent call last)"
 _TRACEBACK_MARKER = re.compile(re.escape(_TRACEBACK))
@@ -443,7 +445,7 @@ def exception_after(text: str, at: int) -> str:
     found = next((m for line in tail if (m := _EXCEPTION.match(line.strip()))), None)
     if found is None:
         return ""
-    message = f"{found['name']}: {found['message']}".strip().rstrip(":")
+    message = f"{found['name']}: {found['message'] or ''}".strip().rstrip(":")
     return message if len(message) <= 80 else message[:77] + "..."
 
 

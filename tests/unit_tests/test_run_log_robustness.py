@@ -316,6 +316,18 @@ def test_a_chained_exception_is_reported_by_the_exception_raised_last(args):
     assert _status(text) == "crashed (RuntimeError: checkpoint has no layer 0) at iteration 4"
 
 
+@pytest.mark.parametrize("prefix", ["", "[rank0]: ", "3: "])
+@pytest.mark.parametrize("name", ["AssertionError", "KeyboardInterrupt", "torch.OutOfMemoryError"])
+def test_an_exception_without_a_message_is_named(args, prefix, name):
+    """Python prints a bare ``Name`` for an exception raised without a message (a bare ``assert``, Ctrl-C): the row
+    names it as it does ``Name: message``."""
+    tail = "".join(f"{prefix}{line}\n" for line in
+                   ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', "    assert ok", name])
+    text = megatron_log(args, TIMES[:4], [130.0] * 4, tail=tail)
+    expected = "out of memory" if "OutOfMemory" in name else f"crashed ({name})"
+    assert _status(text) == f"{expected} at iteration 4"
+
+
 def _traceback(message: str) -> str:
     """A main-thread traceback ending in ``message``."""
     return "\n".join(["Traceback (most recent call last):", '  File "/opt/venv/train.py", line 7, in <module>',
