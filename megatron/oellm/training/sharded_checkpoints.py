@@ -19,12 +19,14 @@ back into each parameter's Adam state; the state it set up for loading holds the
 first step stops with ``KeyError: 'step'`` (the tiny Qwen3 card on an H200, session 39). Refused by
 :func:`check_fsdp2_resume`.
 
-FSDP2 with ``--ckpt-format torch_dcp`` saves an MoE model but cannot resume it: megatron-core 0.19.2 trains the dense
-and the expert parameters of an MoE model with two optimizers joined in its ``ChainedOptimizer``, and its
-``torch_dcp`` load asks the optimizer for ``state_dict(is_loading=True)``, an argument only its single optimizers
-take. Every resume stops with a ``TypeError`` after the model is built (the tiny Qwen3 and Qwen3.5 cards on an H200,
-session 40), with or without optimizer state: the call does not depend on ``--no-load-optim``. Saves and resumes are
-refused by :func:`check_fsdp2_torch_dcp`, so no run writes checkpoints it cannot come back from.
+FSDP2 with ``--ckpt-format torch_dcp`` saves our models but cannot resume them: megatron-core 0.19.2 wraps the
+optimizer of every run outside Megatron-FSDP in its ``ChainedOptimizer`` (an MoE model's dense and expert optimizers
+together), and its ``torch_dcp`` load asks that optimizer for ``state_dict(is_loading=True)``, an argument only its
+mixed-precision optimizer takes. Every resume stops with a ``TypeError`` after the model is built (the tiny Qwen3 and
+Qwen3.5 cards on an H200, session 40), with or without ``--no-load-optim``, which that branch never reads. The call
+comes before megatron finds whether ``--load`` holds a checkpoint at all, so an empty ``--load`` fails the same way
+(read from its ``load_checkpoint``; not run). :func:`check_fsdp2_torch_dcp` refuses ``torch_dcp`` saves and loads,
+so no run writes checkpoints it cannot come back from.
 
 Saving ``torch_dist`` checkpoints with optimizer state under FSDP2 fails for any model on torch 2.13: its
 ``DTensor.to_local()`` returns a fresh view for a parameter
@@ -89,19 +91,23 @@ def check_fsdp2_resume(args: argparse.Namespace, checkpoint: StoredCheckpoint | 
 
 
 def check_fsdp2_torch_dcp(args: argparse.Namespace, card: ModelCard, checkpoint: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when validated ``args`` save ``torch_dcp`` checkpoints of ``card`` (every card is an MoE
-    model) under FSDP2, or resume from one (``checkpoint``, the one the run loads): megatron-core 0.19.2 cannot load
-    them (see the module docstring)."""
+    """Raise ``ValueError`` when validated ``args`` save ``torch_dcp`` checkpoints of ``card`` under FSDP2, or load in
+    that format (``checkpoint``: the one the run loads, None for an empty ``--load``): megatron-core 0.19.2 loads
+    none of them (see the module docstring)."""
     if not (args.use_torch_fsdp2 and args.ckpt_format == "torch_dcp"):
         return
-    cause = ("megatron-core 0.19.2 cannot load an FSDP2 torch_dcp checkpoint of an MoE model (its torch_dcp load "
-             "calls state_dict(is_loading=True) on the ChainedOptimizer that holds the dense and the expert "
-             "parameters, which takes no such argument: a TypeError, with or without --no-load-optim)")
+    cause = ("megatron-core 0.19.2's torch_dcp load calls state_dict(is_loading=True) on the ChainedOptimizer it wraps "
+             "the optimizer in, which takes no such argument: a TypeError after the model is built, with or without "
+             "--no-load-optim")
     fix = ("use --ckpt-format torch_dist (resumed under FSDP2 with --no-load-optim), or train with "
            "--use-distributed-optimizer instead of FSDP2")
     if checkpoint is not None:
         raise ValueError(f"--use-torch-fsdp2 --ckpt-format torch_dcp: resuming {card.name} from "
-                         f"{checkpoint.named_by} fails after the model is built: {cause}; {fix}")
+                         f"{checkpoint.named_by} fails: {cause}; {fix}")
+    if args.load or args.pretrained_checkpoint:
+        given = f"--load {args.load}" if args.load else f"--pretrained-checkpoint {args.pretrained_checkpoint}"
+        raise ValueError(f"--use-torch-fsdp2 --ckpt-format torch_dcp with {given}: the load fails before megatron "
+                         f"finds that there is no checkpoint to load yet: {cause}; {fix}")
     if args.save:
         raise ValueError(f"--use-torch-fsdp2 --ckpt-format torch_dcp with --save: no run could resume from "
                          f"{card.name}'s checkpoints: {cause}; {fix}")

@@ -203,17 +203,27 @@ def test_fsdp2_torch_dcp_resumes_of_moe_models_are_refused(card, extra, tmp_path
     """megatron's ``torch_dcp`` load calls ``state_dict(is_loading=True)`` whatever optimizer state it then reads."""
     args = validated_tiny_moe_run([*TORCH_DCP_FSDP2, "--load", str(tmp_path), *extra], card=card)
     with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 --ckpt-format torch_dcp: resuming {re.escape(card)} "
-                                         rf"from --load {tmp_path} fails after the model is built: .*ChainedOptimizer"
+                                         rf"from --load {tmp_path} fails: .*ChainedOptimizer.*after the model is built"
                                          r".*use --ckpt-format torch_dist"):
         check_fsdp2_torch_dcp(args, get_card(card), stored_torch_dcp(tmp_path))
 
 
 def test_fsdp2_torch_dcp_saves_of_moe_models_are_refused(tmp_path):
-    """A checkpoint no run can resume from is refused when the run would start writing it."""
-    args = validated_tiny_moe_run([*TORCH_DCP_FSDP2, *saving(tmp_path), "--load", str(tmp_path)])
+    """A checkpoint no run can resume from is refused when the run would start writing it (a run that loads nothing:
+    with ``--load`` too, the load's refusal comes first)."""
+    args = validated_tiny_moe_run([*TORCH_DCP_FSDP2, *saving(tmp_path)])
     with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 --ckpt-format torch_dcp with --save: no run could "
                                          rf"resume from {QWEN3}'s checkpoints: .*TypeError"):
-        check_fsdp2_torch_dcp(args, get_card(QWEN3), None)  # a first job: nothing to load yet
+        check_fsdp2_torch_dcp(args, get_card(QWEN3), None)
+
+
+@pytest.mark.parametrize("flag", ["--load", "--pretrained-checkpoint"])
+def test_an_fsdp2_torch_dcp_load_of_an_empty_directory_is_refused(flag, tmp_path):
+    """megatron's torch_dcp load builds the optimizer's state dict before it finds that there is nothing to load."""
+    args = validated_tiny_moe_run([*TORCH_DCP_FSDP2, flag, str(tmp_path)])
+    with pytest.raises(ValueError, match=rf"^--use-torch-fsdp2 --ckpt-format torch_dcp with {flag} {tmp_path}: the "
+                                         r"load fails before megatron finds that there is no checkpoint to load yet"):
+        check_fsdp2_torch_dcp(args, get_card(QWEN3), None)
 
 
 @pytest.mark.parametrize("case", ["no save, no checkpoint", "torch_dist", "distributed optimizer"])

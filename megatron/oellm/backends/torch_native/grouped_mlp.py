@@ -434,8 +434,8 @@ class TorchGroupedMLP(MegatronModule):
         self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
     ) -> ShardedStateDict:
         """TEGroupedMLP's checkpoint layout: tensors under ``{prefix}experts.linear_fc{1,2}.weight`` (one stacked
-        tensor per projection, see :meth:`StackedGroupedLinear.sharded_state_dict`), gated fc1 split into its halves
-        for TP resharding."""
+        tensor per projection, see :meth:`StackedGroupedLinear.sharded_state_dict`), gated fc1 written as each expert's
+        two halves (:func:`stacked_swiglu_factory`) for TP resharding and in-place loads."""
         sharded: ShardedStateDict = {}
         for name, module in self._modules.items():
             sub = module.sharded_state_dict(f"{name}.", sharded_offsets, metadata)
