@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 
 
@@ -29,7 +30,7 @@ class _Group:
         return 0
 
 
-def upstream_refusal(microbatches: int, pipeline: int, group: int, monkeypatch) -> str | None:
+def upstream_refusal(microbatches: int, pipeline: int, group: int) -> str | None:
     """What megatron-core 0.19.2's ``forward_backward_pipelining_with_interleaving`` raises for these counts before it
     builds tensor shapes (None when it gets past its checks), run on the CPU with stand-in groups and model chunks."""
     from megatron.core.enums import ModelType
@@ -47,19 +48,18 @@ def upstream_refusal(microbatches: int, pipeline: int, group: int, monkeypatch) 
             self.config = config
 
     cpu_zeros = torch.zeros
-    monkeypatch.setattr(torch, "zeros", lambda *shape, device=None, **kwargs: cpu_zeros(*shape, **kwargs))
-    try:
-        schedules.forward_backward_pipelining_with_interleaving(
-            forward_step_func=None, data_iterator=[None, None], model=[Chunk(), Chunk()],
-            num_microbatches=microbatches, seq_length=8, micro_batch_size=1,
-            p2p_communicator=types.SimpleNamespace(config=config, pp_group=_Group(pipeline)),
-            pg_collection=types.SimpleNamespace(tp=_Group(1), cp=_Group(1)))
-    except _PassedTheChecks:
-        return None
-    except (ValueError, RuntimeError) as error:
-        return str(error)
-    finally:
-        monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as patch:  # its own context: the caller's patches stay
+        patch.setattr(torch, "zeros", lambda *shape, device=None, **kwargs: cpu_zeros(*shape, **kwargs))
+        try:
+            schedules.forward_backward_pipelining_with_interleaving(
+                forward_step_func=None, data_iterator=[None, None], model=[Chunk(), Chunk()],
+                num_microbatches=microbatches, seq_length=8, micro_batch_size=1,
+                p2p_communicator=types.SimpleNamespace(config=config, pp_group=_Group(pipeline)),
+                pg_collection=types.SimpleNamespace(tp=_Group(1), cp=_Group(1)))
+        except _PassedTheChecks:
+            return None
+        except (ValueError, RuntimeError) as error:
+            return str(error)
     raise AssertionError("megatron's schedule got past the point this harness stops it at")
 
 

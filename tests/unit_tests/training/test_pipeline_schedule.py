@@ -13,7 +13,7 @@ from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrai
 from tests.unit_tests.training.pipeline_schedule_helpers import interleaved_args, upstream_refusal
 
 
-def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses(monkeypatch):
+def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses():
     """Every micro-batch count up to 40 at pipeline sizes 2-8, with the default group (the pipeline size) and a few
     random larger groups: our predicate and megatron-core's schedule agree on which ones run."""
     cases = [(m, p, p) for p in range(2, 9) for m in range(1, 41)]
@@ -21,7 +21,7 @@ def test_the_rule_refuses_exactly_what_megatron_cores_schedule_refuses(monkeypat
     refused = 0
     for microbatches, pipeline, group in cases:
         ours = interleaved_schedule_refusal(microbatches, pipeline, group)
-        upstream = upstream_refusal(microbatches, pipeline, group, monkeypatch)
+        upstream = upstream_refusal(microbatches, pipeline, group)
         assert (ours is None) == (upstream is None), (microbatches, pipeline, group, ours, upstream)
         refused += ours is not None
     assert 0 < refused < len(cases)
@@ -57,7 +57,7 @@ def test_a_larger_micro_batch_group_and_the_rounded_batch_are_what_megatron_runs
         check_interleaved_microbatches(interleaved_args(global_batch_size=27, decrease_batch_size_if_needed=True))
 
 
-def test_an_evaluation_batch_the_interleaved_schedule_cannot_run_is_refused_when_the_run_evaluates(monkeypatch):
+def test_an_evaluation_batch_the_interleaved_schedule_cannot_run_is_refused_when_the_run_evaluates():
     """megatron's ``evaluate`` runs ``--eval-global-batch-size`` / (``--eval-micro-batch-size`` x data-parallel size)
     micro-batches through the same interleaved schedule at the first evaluation; the training batch is checked
     alone before. PP 4 x VPP 2, DP 4: an evaluation batch of 8 (2 micro-batches) or 40 (10: a last group of 2) is
@@ -69,14 +69,14 @@ def test_an_evaluation_batch_the_interleaved_schedule_cannot_run_is_refused_when
     assert ("eval_num_microbatches = eval_batch_size // (\n        eval_micro_batch_size * args.data_parallel_size * "
             "args.gtp_weight_remat_size") in inspect.getsource(training.evaluate)
     for eval_batch, microbatches in ((8, 2), (40, 10)):
-        assert upstream_refusal(microbatches, 4, 4, monkeypatch) is not None
+        assert upstream_refusal(microbatches, 4, 4) is not None
         refused = interleaved_args(eval_global_batch_size=eval_batch)
         with pytest.raises(ValueError, match=rf"would stop at the first evaluation: --eval-global-batch-size "
                                              rf"{eval_batch} / \(--eval-micro-batch-size 1 x data-parallel size 4\) "
                                              rf"= {microbatches} micro-batches per step"):
             check_interleaved_microbatches(refused)
         check_interleaved_microbatches(interleaved_args(eval_global_batch_size=eval_batch, eval_iters=0))
-    assert upstream_refusal(16, 4, 4, monkeypatch) is None
+    assert upstream_refusal(16, 4, 4) is None
     check_interleaved_microbatches(interleaved_args(eval_global_batch_size=16))
     check_interleaved_microbatches(interleaved_args(eval_global_batch_size=64, full_validation=True))
     micro = random.choice([2, 4])  # 64 / (micro x 4): 8 or 4 micro-batches, both run
@@ -140,7 +140,7 @@ def _megatrons_microbatches(args: types.SimpleNamespace) -> int:
                                              args.decrease_batch_size_if_needed, rank=0).get()
 
 
-def test_weight_shard_replicas_divide_the_batch_as_in_megatrons_calculator(monkeypatch):
+def test_weight_shard_replicas_divide_the_batch_as_in_megatrons_calculator():
     """With ``--tensor-parallel-num-weight-shards`` megatron's ``data_parallel_size`` leaves out the weight-shard
     replicas, yet its calculator divides the batch by them too. The check counted ``remat`` times the micro-batches:
     PP 4, DP 2 x 2, GBS 8 (2 micro-batches, which megatron's schedule refuses) passed, and PP 2 with groups of 3,
@@ -148,11 +148,11 @@ def test_weight_shard_replicas_divide_the_batch_as_in_megatrons_calculator(monke
     remat = random.choice([2, 4])
     short = interleaved_args(data_parallel_size=2, gtp_weight_remat_size=remat, global_batch_size=2 * remat * 2)
     assert _megatrons_microbatches(short) == 2
-    assert upstream_refusal(2, 4, 4, monkeypatch) is not None
+    assert upstream_refusal(2, 4, 4) is not None
     with pytest.raises(ValueError, match=rf"micro batch 1 x data-parallel size {2 * remat}: 2 x {remat} weight-shard "
                                          r"replicas .*\) = 2 micro-batches per step"):
         check_interleaved_microbatches(short)
     runs = interleaved_args(pipeline_model_parallel_size=2, microbatch_group_size_per_vp_stage=3, data_parallel_size=2,
                  gtp_weight_remat_size=remat, global_batch_size=2 * remat * 5)
-    assert _megatrons_microbatches(runs) == 5 and upstream_refusal(5, 2, 3, monkeypatch) is None
+    assert _megatrons_microbatches(runs) == 5 and upstream_refusal(5, 2, 3) is None
     check_interleaved_microbatches(runs)

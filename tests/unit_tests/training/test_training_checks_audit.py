@@ -145,14 +145,14 @@ def test_an_attention_switch_conflict_names_only_the_setting_megatron_asserts_fo
             in str(both.value))
 
 
-def test_a_micro_batch_group_below_the_pipeline_size_is_refused_as_megatrons_schedule_refuses_it(monkeypatch):
+def test_a_micro_batch_group_below_the_pipeline_size_is_refused_as_megatrons_schedule_refuses_it():
     """megatron-core's interleaved schedule refuses ``--microbatch-group-size-per-virtual-pipeline-stage`` below the
     pipeline size at the first step, whatever the micro-batch count; the check refuses it before init."""
     pipeline = random.choice([4, 8])
     group = random.randint(1, pipeline - 1)
     microbatches = pipeline * random.randint(2, 4)  # a count the default group (the pipeline size) runs
-    assert upstream_refusal(microbatches, pipeline, pipeline, monkeypatch) is None
-    assert upstream_refusal(microbatches, pipeline, group, monkeypatch) is not None
+    assert upstream_refusal(microbatches, pipeline, pipeline) is None
+    assert upstream_refusal(microbatches, pipeline, group) is not None
     assert interleaved_schedule_refusal(microbatches, pipeline, group) is not None
     args = interleaved_args(pipeline_model_parallel_size=pipeline, microbatch_group_size_per_vp_stage=group,
                             data_parallel_size=1, global_batch_size=microbatches, eval_iters=0)
