@@ -14,6 +14,7 @@ import torch
 from backend_setup import build_experts as build_provider_experts
 from backend_setup import moe_config
 from megatron.core import dist_checkpointing
+from megatron.core.dist_checkpointing.mapping import ShardedTensor
 from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
 from megatron.core.process_groups_config import ProcessGroupCollection
 
@@ -86,6 +87,40 @@ def test_optimizer_state_of_a_gated_fc1_loads_into_the_state_not_the_weight(worl
     dist_checkpointing.load(moment_entries(moment), str(tmp_path))
     torch.testing.assert_close(moment, saved_moment, rtol=0, atol=0)
     torch.testing.assert_close(weight.detach(), weight_before, rtol=0, atol=0)
+
+
+def previous_layout(experts, layer_offsets: tuple, halves: list[torch.Tensor]) -> dict:
+    """The experts' checkpoint entries as releases before session 40 wrote them: a gated fc1 as its two halves along
+    the feature axis, each one shard of all local experts (world of one), carrying ``halves``."""
+    sharded = experts.sharded_state_dict(PREFIX, layer_offsets)
+    entry, axis = f"{PREFIX}linear_fc1.weight", len(layer_offsets)
+    key = sharded[entry].key  # the checkpoint's name of the tensor
+    sharded[entry] = [ShardedTensor.from_rank_offsets(key, half, *layer_offsets, (axis, 0, 1), (axis + 1, part, 2),
+                                                      replica_id=(0, 0, 0), prepend_axis_num=axis)
+                      for part, half in enumerate(halves)]
+    return sharded
+
+
+@pytest.mark.parametrize("layer_offsets", [(), LAYER_AXIS], ids=["no-layer-axis", "layer-axis"])
+def test_checkpoints_of_the_previous_layout_load_in_place_and_back(world_of_one, cpu_checkpoints, tmp_path: Path,
+                                                                   layer_offsets):
+    """A gated fc1 saved as two halves (earlier releases) loads into this release's per-expert shards in place, and
+    one this release saves reads back through the two halves: both describe one global tensor."""
+    experts = random_experts(gated=True)
+    weight = experts.linear_fc1.weight
+    saved = weight.detach().clone()
+    (tmp_path / "previous").mkdir()
+    (tmp_path / "this").mkdir()
+    dist_checkpointing.save(previous_layout(experts, layer_offsets, list(torch.chunk(saved, 2, dim=1))),
+                            str(tmp_path / "previous"))
+    refill([weight])
+    dist_checkpointing.load(experts.sharded_state_dict(PREFIX, layer_offsets), str(tmp_path / "previous"))
+    torch.testing.assert_close(weight.detach(), saved, rtol=0, atol=0)
+
+    dist_checkpointing.save(experts.sharded_state_dict(PREFIX, layer_offsets), str(tmp_path / "this"))
+    halves = [torch.randn_like(half) for half in torch.chunk(saved, 2, dim=1)]
+    loaded = dist_checkpointing.load(previous_layout(experts, layer_offsets, halves), str(tmp_path / "this"))
+    torch.testing.assert_close(torch.cat(loaded[f"{PREFIX}linear_fc1.weight"], dim=1), saved, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("card", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
