@@ -10,7 +10,7 @@ Qwen3.5 cards on an H200, docs/benchmarks.md, session 39); saving differs:
 * Torch FSDP2 (``--use-torch-fsdp2``): the stacked weights are sharded along the expert axis and checkpointed as
   equal expert blocks, so the experts must split evenly over the ranks FSDP2 shards over (data parallel times context
   parallel, megatron's FSDP2 mesh). Refused where they do not, for ``torch_dist`` saves (``torch_dcp`` saves take the
-  model's plain state dict instead, and are refused for MoE models below).
+  model's plain state dict instead, and are refused below).
 
 Resuming under FSDP2 from a ``torch_dist`` checkpoint fails for any model where megatron-core 0.19.2 trains with
 torch's own Adam (neither Transformer Engine nor Apex imports): megatron loads that checkpoint's tensors in place and
