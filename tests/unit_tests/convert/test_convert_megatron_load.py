@@ -130,6 +130,8 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, C
             loaded = dist_checkpointing.load(request, checkpoint, strict=StrictHandling.LOG_ALL)
             # megatron's loader reads the HF config kept in the common state (mcore-to-hf writes it back)
             assert json.loads(loaded[HF_CONFIG_KEY]["config.json"])["num_hidden_layers"] == card.num_layers
+            # what the load wrote into the model's own tensors (FSDP2 resumes read nothing else)
+            in_place = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
             # the loader also returns the checkpoint's common entries (iteration, card, ...): not model state
             result = model.load_state_dict({k: v for k, v in loaded.items() if k in request}, strict=False)
             assert all(key.endswith("_extra_state") for key in result.missing_keys), result.missing_keys
@@ -141,6 +143,8 @@ def _load_and_compare(rank: int, world: int, port: int, checkpoints: dict[str, C
             assert state.keys() == expected.keys(), sorted(state.keys() ^ expected.keys())[:6]
             for key, tensor in expected.items():
                 assert torch.equal(state[key], tensor), f"{name} rank {rank}: {key}"
+                if key not in VOCAB_TENSORS:  # padding rows are filled by load_state_dict only
+                    assert torch.equal(in_place[key], tensor), f"{name} rank {rank}: {key} not loaded in place"
             if save_root is not None:
                 # megatron's training checkpoints hold its arguments too; the converter checks the padding with them
                 run = argparse.Namespace(make_vocab_size_divisible_by=MEGATRON_VOCAB_DIVISOR,
