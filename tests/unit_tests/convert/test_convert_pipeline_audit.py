@@ -24,9 +24,12 @@ from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, fuse_
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
 MOE_BLOCKS = {QWEN3: ("qwen3_moe", "Qwen3MoeSparseMoeBlock"), QWEN35: ("qwen3_5_moe", "Qwen3_5MoeSparseMoeBlock")}
 """transformers module and class of each tiny card's sparse-MoE block."""
-ROUTER_TOLERANCE = {"rtol": 1e-5, "atol": 1e-4}
-"""transformers' router takes its softmax in float32 whatever the weights' dtype, so the routing weights agree to
-float32 precision only (outputs are O(10)); a token sent to another expert differs by O(1)."""
+def router_tolerance(expected: torch.Tensor) -> dict:
+    """transformers' router takes its softmax in float32 whatever the weights' dtype, so the routing weights agree to
+    float32 precision only: each output may be off by a few float32 steps of the largest expert output (random
+    weights give outputs from O(10) to O(1000); 2e-6 is about 16 steps). A token sent to another expert differs by a
+    sizeable part of that output."""
+    return {"rtol": 1e-5, "atol": 2e-6 * expected.abs().max().item()}
 
 
 def _megatron_moe(card, mcore: dict, prefix: str, x: torch.Tensor) -> torch.Tensor:
@@ -79,7 +82,7 @@ def test_every_moe_block_computes_what_the_hf_block_computes(name: str) -> None:
         with torch.no_grad():
             expected = block(x.unsqueeze(0)).squeeze(0)
         actual = _megatron_moe(card, mcore, f"{moe}mlp.", x)
-        torch.testing.assert_close(actual, expected, **ROUTER_TOLERANCE, msg=f"layer {layer}, seed {seed}")
+        torch.testing.assert_close(actual, expected, **router_tolerance(expected), msg=f"layer {layer}, seed {seed}")
 
 
 @pytest.mark.parametrize("name", [QWEN3, QWEN35])
