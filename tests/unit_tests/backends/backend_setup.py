@@ -25,6 +25,18 @@ def build_experts(config: TransformerConfig, grouped: bool = True, pg_collection
     return builder(config.num_moe_experts, config, pg_collection=pg_collection)
 
 
+def random_cpu_experts(experts: int, hidden: int, ffn: int, *, grouped: bool = True, gated: bool = True):
+    """Experts as the torch-native provider builds them (SwiGLU when ``gated``), fp32 on CPU in megatron's parallel
+    state (a gloo world must be up), with fresh random weights."""
+    config = moe_config(hidden, 4, experts, ffn, moe_grouped_gemm=grouped, gated_linear_unit=gated,
+                        use_cpu_initialization=True)
+    built = build_experts(config, grouped, ProcessGroupCollection.use_mpu_process_groups())
+    with torch.no_grad():
+        for parameter in built.parameters():
+            parameter.normal_()
+    return built
+
+
 class GroupStandIn:
     """A process-group stand-in of a given rank and size (what megatron's ``get_pg_rank`` / ``get_pg_size`` read):
     plays another rank's group inside a world of one."""

@@ -12,11 +12,9 @@ import os
 
 import pytest
 import torch
-from backend_setup import build_experts as build_provider_experts
-from backend_setup import moe_config
+from backend_setup import random_cpu_experts
 from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory, is_main_replica
 from megatron.core.dist_checkpointing.optimizer import get_param_id_to_sharded_param_map
-from megatron.core.process_groups_config import ProcessGroupCollection
 
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.cpu_megatron import gloo_world
@@ -28,13 +26,7 @@ PREFIX = "decoder.layers.0.mlp.experts."
 
 def build_experts(grouped: bool, gated: bool):
     """Experts as the torch-native provider builds them, fp32 on CPU, random weights."""
-    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, moe_grouped_gemm=grouped, gated_linear_unit=gated,
-                        use_cpu_initialization=True)
-    experts = build_provider_experts(config, grouped, ProcessGroupCollection.use_mpu_process_groups())
-    with torch.no_grad():
-        for parameter in experts.parameters():
-            parameter.normal_()
-    return experts
+    return random_cpu_experts(NUM_EXPERTS, HIDDEN, FFN, grouped=grouped, gated=gated)
 
 
 def sequential_weights(experts, projection: str) -> torch.Tensor:

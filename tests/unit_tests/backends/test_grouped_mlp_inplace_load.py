@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from backend_setup import build_experts as build_provider_experts
-from backend_setup import moe_config
+from backend_setup import random_cpu_experts
 from megatron.core import dist_checkpointing
 from megatron.core.dist_checkpointing.mapping import ShardedTensor
 from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor
-from megatron.core.process_groups_config import ProcessGroupCollection
 
 from megatron.oellm.cards import get_card
 from tests.unit_tests.cpu_megatron import cpu_checkpoint_saving, cpu_model_building, cpu_torch_model
@@ -37,11 +35,7 @@ def cpu_checkpoints() -> None:
 
 def random_experts(gated: bool):
     """The torch-native grouped experts, fp32 on CPU, random weights."""
-    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, moe_grouped_gemm=True, gated_linear_unit=gated,
-                        use_cpu_initialization=True)
-    experts = build_provider_experts(config, True, ProcessGroupCollection.use_mpu_process_groups())
-    refill(list(experts.parameters()))
-    return experts
+    return random_cpu_experts(NUM_EXPERTS, HIDDEN, FFN, gated=gated)
 
 
 def refill(tensors: list[torch.Tensor]) -> None:
