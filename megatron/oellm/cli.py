@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 from types import ModuleType
+from typing import NoReturn
 
 import megatron.oellm
 from megatron.oellm import commands
@@ -37,7 +38,7 @@ class _OellmParser(argparse.ArgumentParser):
     """The top-level parser; an unknown subcommand's error line names the closest one (``oellm modles``: did you
     mean 'models'?), as the card and flag errors do, which argparse before Python 3.14 does not."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         """Print usage and ``oellm: error: MESSAGE`` (with a suggestion for a mistyped subcommand); exit 2."""
         match = _INVALID_COMMAND.match(message)
         if match:

@@ -14,6 +14,17 @@ import logging
 import os
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+Blend = tuple[list[str], list[float] | None]
+"""megatron's blend of one data source: dataset prefixes and their weights (None: weighted by size)."""
+
+BlendPerSplit = list[Blend | None]
+"""megatron's blends of the train, validation and test splits (None for a split without paths)."""
+
 
 DOCUMENT_MASKING_UNWIRED = (
     "--dataloader-inter-document-masking: document masking is not wired in this release (the datasets are built "
@@ -150,7 +161,7 @@ SPLIT_FORM = "up to three non-negative proportions (train, validation, test) wit
 """What ``--split`` takes, for the refusals of :func:`check_split`."""
 
 
-def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
+def check_split(args: argparse.Namespace, blend: Blend | None, blend_per_split: BlendPerSplit | None) -> None:
     """Raise ``ValueError`` when ``--split`` does not fit the run's data (``blend``, ``blend_per_split`` as megatron
     reads them): megatron-core's dataset config refuses it (or builds NaN split bounds) only when the datasets are
     built, after the model and optimizer are set up.
@@ -195,7 +206,9 @@ def check_split(args: argparse.Namespace, blend, blend_per_split) -> None:
                          "evaluate")
 
 
-def check_test_set_beside_validation_sets(args: argparse.Namespace, blend, blend_per_split) -> None:
+def check_test_set_beside_validation_sets(
+    args: argparse.Namespace, blend: Blend | None, blend_per_split: BlendPerSplit | None
+) -> None:
     """Raise ``ValueError`` for ``--multiple-validation-sets`` in a run that evaluates and has a test set
     (``blend``, ``blend_per_split`` as megatron reads them): megatron-core 0.19.2's evaluation takes the test set's
     one loader for the list of validation loaders and stops with a ``TypeError`` (``len()`` of the loader) at the
@@ -223,7 +236,7 @@ def check_test_set_beside_validation_sets(args: argparse.Namespace, blend, blend
                      f"{way_out} --multiple-validation-sets")
 
 
-def check_validation_set_names(args: argparse.Namespace, blend_per_split) -> None:
+def check_validation_set_names(args: argparse.Namespace, blend_per_split: BlendPerSplit | None) -> None:
     """Raise ``ValueError`` when ``--validation-set-names`` names another number of sets than
     ``--multiple-validation-sets`` evaluates (one per prefix of the validation paths, their weights ignored; one for a
     blend or mock data): megatron-core 0.19.2 asserts the counts equal at the first evaluation, after
@@ -250,7 +263,7 @@ def _sequence_count(indexed_dataset, prefix: str) -> int:
                          f"({error or type(error).__name__})") from error
 
 
-def check_split_sequences(args: argparse.Namespace, blend, prefixes: list[str]) -> None:
+def check_split_sequences(args: argparse.Namespace, blend: Blend | None, prefixes: list[str]) -> None:
     """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets ``prefixes`` of ``blend``
     (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index
     or the index counts no sequence (also for per-split paths, ``blend`` None): megatron-core then fails to map the
@@ -305,7 +318,7 @@ def missing_dataset_files(prefix: str) -> list[str]:
     return [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
 
 
-def blend_prefixes(blend, blend_per_split) -> list[str]:
+def blend_prefixes(blend: Blend | None, blend_per_split: BlendPerSplit | None) -> list[str]:
     """Every dataset prefix of megatron's ``blend`` or, without one, of its ``blend_per_split``."""
     blends = [blend] if blend is not None else [split for split in blend_per_split or [] if split is not None]
     return [prefix for prefixes, _weights in blends for prefix in prefixes]
@@ -317,7 +330,7 @@ CACHE_FLAGS = {"dataloader_fast_cache_load": "--dataloader-fast-cache-load",
 ``--data-cache-path``."""
 
 
-def check_cache_flags(args: argparse.Namespace, blend) -> None:
+def check_cache_flags(args: argparse.Namespace, blend: Blend | None) -> None:
     """Raise ``ValueError`` for the :data:`CACHE_FLAGS` megatron-core's dataset config refuses (when the datasets are
     built): either without ``--data-cache-path``, and ``--dataloader-fast-cache-load`` beside a blend ``blend``
     (``--data-path`` / ``--data-args-path``), which megatron-core takes only with per-split data paths."""
@@ -538,7 +551,7 @@ def sequences_per_dataset(args: argparse.Namespace) -> dict | None:
         return json.load(file)
 
 
-def dataset_config(args: argparse.Namespace):
+def dataset_config(args: argparse.Namespace) -> GPTDatasetConfig:
     """megatron-core ``GPTDatasetConfig`` from Megatron's parsed and validated arguments.
 
     Every data flag of Megatron's parser that the config has a field for reaches it: a flag left out here would be
@@ -577,7 +590,9 @@ def dataset_config(args: argparse.Namespace):
     )
 
 
-def train_valid_test_datasets(train_valid_test_num_samples: list[int], vp_stage: int | None = None):
+def train_valid_test_datasets(
+    train_valid_test_num_samples: list[int], vp_stage: int | None = None
+) -> list[GPTDataset | None]:
     """Megatron dataset provider: the train, validation and test datasets of the current arguments."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, MockGPTDataset

@@ -38,7 +38,7 @@ PROG = "megatron.oellm.training.entry"
 """The entry's name in its one-line error messages (what ``python -m`` runs)."""
 
 
-def flops_and_peak(args, card: ModelCard | None = None) -> tuple[float, float | None]:
+def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> tuple[float, float | None]:
     """Training FLOPs per token of the run's card (``card``, else read from ``args``) and the GPU's peak TFLOP/s
     (None when unknown).
 
@@ -59,7 +59,7 @@ def flops_and_peak(args, card: ModelCard | None = None) -> tuple[float, float | 
     return flops.total, peak
 
 
-def check_layout(args, card: ModelCard | None = None) -> None:
+def check_layout(args: argparse.Namespace, card: ModelCard | None = None) -> None:
     """Raise :class:`megatron.oellm.models.parallel.ParallelLayoutError` when the run's parallel layout does not fit
     its card (``card``, else read from ``args``): the spec builders' own check, made before Megatron initialises
     instead of in the model provider (after process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
@@ -72,7 +72,7 @@ def check_layout(args, card: ModelCard | None = None) -> None:
     validate_layout(card, layout_from_args(args))
 
 
-def resume_compared_args(args) -> dict[str, list[str]]:
+def resume_compared_args(args: argparse.Namespace) -> dict[str, list[str]]:
     """Flag -> stored run arguments that megatron-core 0.19.2's ``check_checkpoint_args`` compares with this run's
     when it loads a checkpoint without ``--finetune``, beyond the model shape every checkpoint records: those it
     compares only for some flags, and reads from the checkpoint without a default (a missing one is an
@@ -89,7 +89,7 @@ def resume_compared_args(args) -> dict[str, list[str]]:
     return compared
 
 
-def check_converted_load(args, checkpoint: StoredCheckpoint | None) -> None:
+def check_converted_load(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when ``--load`` names an ``oellm convert hf-to-mcore`` checkpoint that megatron would
     check against run arguments it does not store (:func:`resume_compared_args`), naming ``--finetune``.
 
@@ -128,7 +128,7 @@ RETURNING_STRICTNESS = ("return_unexpected", "return_all")
 missing keys, unexpected keys): megatron's ``load_checkpoint`` takes that tuple for the state and fails on it."""
 
 
-def check_load_strictness(args, checkpoint: StoredCheckpoint | None) -> None:
+def check_load_strictness(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when megatron would fail to load ``checkpoint`` (the one the run loads, as
     :func:`check_converted_load` takes it) under the run's ``--dist-ckpt-strictness``: a ``torch_dist`` checkpoint
     under :data:`RETURNING_STRICTNESS`, or an ``oellm convert`` one outside :data:`CONVERTED_LOAD_STRICTNESS`. Either
@@ -151,7 +151,7 @@ def check_load_strictness(args, checkpoint: StoredCheckpoint | None) -> None:
                          "logs them and keeps the modules' extra state as built)")
 
 
-def check_converted_glu_layout(args, checkpoint: StoredCheckpoint | None, card: ModelCard) -> None:
+def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheckpoint | None, card: ModelCard) -> None:
     """Raise ``ValueError`` when the run loads an ``oellm convert hf-to-mcore`` checkpoint (``checkpoint``, as
     :func:`check_converted_load` takes it) with block-interleaved SwiGLU weights
     (:func:`megatron.oellm.convert.pipeline.interleaved_glu_flags`):
