@@ -11,6 +11,7 @@ megatron's gradient check (``--check-for-nan-in-loss-and-grad``, on by default),
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
@@ -52,7 +53,7 @@ def spiky_checked_lm_loss(loss_mask: torch.Tensor, output_tensor: torch.Tensor
     return loss_sum, num_tokens, report
 
 
-def next_batch(data_iterator) -> dict[str, torch.Tensor | None]:
+def next_batch(data_iterator: Iterator[dict[str, torch.Tensor | None]]) -> dict[str, torch.Tensor | None]:
     """The next micro-batch on this GPU (non-blocking copies), split along the sequence for context parallelism."""
     from megatron.core import parallel_state
     from megatron.core.utils import get_batch_on_this_cp_rank
@@ -79,7 +80,8 @@ def check_schedule_support(args: argparse.Namespace, card: ModelCard) -> None:
                          "for the GPT models: Qwen3 MoE)")
 
 
-def forward_step(data_iterator, model, *, return_schedule_plan: bool = False):
+def forward_step(data_iterator: Iterator[dict[str, torch.Tensor | None]] | None, model: torch.nn.Module, *,
+                 return_schedule_plan: bool = False) -> tuple[object, Callable[[torch.Tensor], tuple]]:
     """Megatron ``forward_step_func``: run ``model`` on the next micro-batch; return its output and the loss.
 
     With ``return_schedule_plan`` (what megatron's combined 1F1B schedule passes under

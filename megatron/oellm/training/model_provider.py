@@ -23,6 +23,7 @@ from megatron.oellm.models.parallel import (
 from megatron.oellm.training.card_from_args import card_from_megatron_args, check_expressible
 
 if TYPE_CHECKING:
+    import torch
     from megatron.core.transformer import TransformerConfig
 
 
@@ -286,8 +287,11 @@ def router_description(args: argparse.Namespace) -> str:
 
 
 def model_provider(pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
-                   config=None, pg_collection=None):
-    """Build this rank's part of the card's model with the ``--oellm-backend`` modules (Megatron calls this)."""
+                   config: TransformerConfig | None = None, pg_collection: object | None = None) -> torch.nn.Module:
+    """Build this rank's part of the card's model with the ``--oellm-backend`` modules (Megatron calls this).
+
+    ``config`` and ``pg_collection`` (what megatron's training loop may pass) are not read: the config comes from
+    the card and the run's arguments, the process groups from megatron-core's parallel state."""
     from megatron.training import get_args, print_rank_0
 
     from megatron.oellm.models import spec_builder

@@ -21,6 +21,7 @@ import inspect
 import math
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu
@@ -108,7 +109,7 @@ def iteration_tokens(args: argparse.Namespace, num_microbatches: int) -> int:
             * args.seq_length)
 
 
-def check_hook_point(function) -> inspect.Signature:
+def check_hook_point(function: Callable[..., object]) -> inspect.Signature:
     """The signature of megatron's ``training_log``; raise if it lacks what the wrapper reads (another release)."""
     signature = inspect.signature(function)
     missing = {"iteration", "is_first_iteration"} - set(signature.parameters)
