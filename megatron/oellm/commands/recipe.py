@@ -80,7 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="print the validated arguments and sbatch scripts, submit nothing (the default)")
     mode.add_argument("--submit", action="store_true", help="write each row's sbatch script and submit it")
     mode.add_argument("--local", action="store_true",
-                      help="run the (first selected) row fitted down on this machine's GPUs with torchrun")
+                      help="run the (first selected) row fitted down on this machine's GPUs with torchrun; where "
+                           "it cannot (no GPU, no layer for the model yet) print what it would run and the dry "
+                           "run, and exit 2")
     rows = parser.add_mutually_exclusive_group()
     rows.add_argument("--row", type=int, help="only this row (1-based, as --dry-run lists them)")
     rows.add_argument("--nodes", type=int, help="only the rows on this many nodes")
@@ -200,11 +202,13 @@ def _run(args: argparse.Namespace) -> int:
         inputs = RunInputs(tuple(args.data_path), args.tokenizer_model, save_interval=args.save_interval)
         if args.train_iters is not None and not args.local:
             raise RecipeError("--train-iters applies to --local runs only (table rows keep the report's iterations)")
+        local_blocker_text = ""
         if args.local:
             check_local_overrides(args)
             status = run_local(recipe, numbers[0], inputs, args.train_iters)
-            if status is not None:
+            if isinstance(status, int):
                 return status
+            local_blocker_text = status
         elif args.submit:
             check_submission(recipe, inputs)
         else:
@@ -219,6 +223,8 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})")
             else:
                 print(f"\n{describe_row(job)}\n{job.script}")
+        if local_blocker_text:  # a script that asked for training must not read the dry run as success
+            raise RecipeError(f"--local ran nothing: {local_blocker_text} (the dry run above shows the rows)")
     except (RecipeError, CardError, ParallelLayoutError) as err:
         return refuse("recipe", err)
     return 0
@@ -268,8 +274,9 @@ def _print_notes(resolved: ResolvedRow) -> None:
         print(f"note: {note}")
 
 
-def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | None:
-    """Run row ``number`` fitted down with torchrun; None (after explaining why) when it falls back to --dry-run.
+def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | str:
+    """Run row ``number`` fitted down with torchrun and return its exit status; where it cannot run here, explain
+    why, print what it would run on one GPU, and return the reason (the caller prints the dry run, then refuses).
     The fitted flags pass megatron's ``validate_args`` and the entry's start-up checks first (as ``--submit``'s rows
     do, :func:`megatron.oellm.recipes.megatron_validation.megatron_refusal`), so a refusal is printed once, before
     torchrun starts any rank.
@@ -299,11 +306,11 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         _print_notes(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
         return exit_status(subprocess.run(command, env=env, check=False).returncode)
-    print(f"{blocker}; falling back to --dry-run.")
-    if gpus == 0:
+    print(f"{blocker}; printing the dry run instead.")
+    if gpus == 0 and not missing_spec_builder(recipe):
         example = fit_local(recipe, recipe.row(number), 1, inputs)
         print(f"On one GPU, --local would run row {number} as:\n{shlex.join(torchrun_command(example))}")
         _print_notes(example)
     print()
     print(describe_recipe(recipe, inputs))
-    return None
+    return blocker

@@ -53,11 +53,12 @@ def missing_spec_builder(recipe: Recipe) -> str:
 
 
 def local_blocker(recipe: Recipe, gpus: int) -> str:
-    """Why ``--local`` cannot run here ('' if it can): no GPU, or no spec builder for the model family yet."""
-    if gpus == 0:
-        return "--local needs a CUDA GPU and torch sees none on this machine"
+    """Why ``--local`` cannot run here ('' if it can): no spec builder for the model family yet (which no GPU would
+    change, so it is named first), or no GPU."""
     missing = missing_spec_builder(recipe)
-    return f"--local cannot build the model: {missing}" if missing else ""
+    if missing:
+        return f"--local cannot build the model: {missing}"
+    return "--local needs a CUDA GPU and torch sees none on this machine" if gpus == 0 else ""
 
 
 def local_backend_problem(resolved: ResolvedRow) -> str:

@@ -1,4 +1,4 @@
-"""``--local``: the fitted-down run (proxy card, one node, same flags) and the fallback without a GPU."""
+"""``--local``: the fitted-down run (proxy card, one node, same flags) and its refusal where it cannot run."""
 
 from __future__ import annotations
 
@@ -53,15 +53,30 @@ def test_the_local_sequence_length_is_the_local_tables_else_the_rows(parse_megat
     assert parse_megatron(resolved.argv).seq_length == local_seq and resolved.card.seq_length == local_seq
 
 
-def test_without_gpu_local_explains_and_falls_back_to_dry_run(monkeypatch, capsys):
+def test_without_gpu_local_explains_prints_the_dry_run_and_fails(monkeypatch, capsys):
+    """Without a GPU, ``--local`` shows what it would run and the dry run, but exits 2 with one error line: a batch
+    script that asked for training must not take the printout for a finished run."""
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
     called = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: called.append(a))
-    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"), "--local", "--row", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "--local needs a CUDA GPU" in out and "falling back to --dry-run" in out
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"), "--local", "--row", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "--local needs a CUDA GPU" in out and "printing the dry run instead" in out
     assert "On one GPU, --local would run row 2 as:\n" in out and "--standalone --nproc-per-node=1 -m megatron" in out
     assert "-- row 2: layout ok" in out and "#SBATCH --nodes=4" in out and not called
+    assert err == "oellm recipe: error: --local ran nothing: --local needs a CUDA GPU and torch sees none on this " \
+                  "machine (the dry run above shows the rows)\n"
+
+
+def test_without_gpu_local_of_a_model_without_layers_names_the_missing_layer(monkeypatch, capsys):
+    """The CKDA hybrid has no spec builder yet: on a machine without a GPU, ``--local`` names that (a GPU would not
+    help) and offers no one-GPU command that could not run either."""
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
+    assert main(["recipe", str(EXAMPLES / "oellm_ckda_hybrid_mn5.toml"), "--local", "--row", "3"]) == 2
+    out, err = capsys.readouterr()
+    assert "--local cannot build the model" in out and "ckda_hybrid" in out and "CUDA GPU" not in out
+    assert "would run row" not in out
+    assert err.startswith("oellm recipe: error: --local ran nothing: --local cannot build the model") and "\n" == err[-1]
 
 
 def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, capsys):
@@ -82,7 +97,7 @@ def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, 
 
 def test_ckda_local_waits_for_its_layer():
     recipe = load_recipe(EXAMPLES / "oellm_ckda_hybrid_mn5.toml")
-    assert "ckda_hybrid" in local_blocker(recipe, gpus=4)
+    assert "ckda_hybrid" in local_blocker(recipe, gpus=4) and "ckda_hybrid" in local_blocker(recipe, gpus=0)
     assert local_blocker(load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), gpus=4) == ""
 
 
