@@ -161,6 +161,7 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
     write)."""
     from megatron.oellm.training.data import check_data_source
     from megatron.oellm.training.lr_schedule import check_lr_schedule
+    from megatron.oellm.training.startup_checks import refusal_detail
 
     try:
         args = validate_on_cluster(argv, world_size, env)
@@ -169,5 +170,8 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
         if read_data:
             check_data_source(args)
     except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
-        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        detail = refusal_detail(error) if isinstance(error, (AssertionError, TypeError)) else None
+        if detail is None:
+            detail = str(error)
+        return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
     return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from megatron.oellm.training.args import (
     with_backend_implementation,
     with_training_defaults,
 )
+from megatron.oellm.training.startup_checks import refusal_detail
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -288,14 +288,9 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace]) -> arg
     try:
         return parse_and_validate(extra_args_provider=add_oellm_arguments)
     except (AssertionError, TypeError) as error:
-        frames = traceback.extract_tb(error.__traceback__)
-        statement = frames[-1].line if frames and frames[-1].line else ""
-        if isinstance(error, TypeError):
-            if not statement.startswith("assert "):
-                raise  # not a refusal: a defect, with its traceback
-            detail = statement
-        else:
-            detail = " ".join(str(error).split()) or statement or "an assertion without a message"
+        detail = refusal_detail(error)
+        if detail is None:
+            raise  # not a refusal: a defect, with its traceback
         raise ValueError(f"megatron's argument validation refuses the command line: {detail}") from error
 
 

@@ -14,6 +14,7 @@ megatron's validated arguments, then those with the run's model card.
 from __future__ import annotations
 
 import argparse
+import traceback
 from collections.abc import Mapping
 
 from megatron.oellm.cards import ModelCard
@@ -100,3 +101,15 @@ def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
     check_cuda_graphs(args, card)
     check_sharded_data_parallel_saves(args, card)
     check_model_config(args, card)
+
+
+def refusal_detail(error: AssertionError | TypeError) -> str | None:
+    """What megatron's ``validate_args`` refused in ``error``: an assertion's message, else the failed ``assert``
+    statement itself (many of megatron's have no message, and the bare ``AssertionError`` names nothing); for a
+    ``TypeError``, raised while an ``assert`` evaluates its condition (``assert args.spec[0] == ...`` on None), that
+    statement. None for a ``TypeError`` outside an ``assert``: a defect, not a refusal."""
+    frames = traceback.extract_tb(error.__traceback__)
+    statement = frames[-1].line if frames and frames[-1].line else ""
+    if isinstance(error, TypeError):
+        return statement if statement.startswith("assert ") else None
+    return " ".join(str(error).split()) or statement or "an assertion without a message"

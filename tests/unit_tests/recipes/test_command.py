@@ -112,11 +112,13 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
     ('recompute-granularity = "selective"', "the training entry would stop the job at start: AssertionError: "
                                             "recompute method is not yet supported for selective recomputing "
                                             "granularity"),
+    ("lr = -1.0", "the training entry would stop the job at start: AssertionError: assert args.min_lr <= args.lr"),
 ])
 def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(tmp_path, monkeypatch, capsys, flag,
                                                                                message):
     """A misspelt name, a value outside the choices, a combination megatron's validate_args refuses (selective
-    recompute beside the base's recompute-method): each would stop the job at start, after the queue."""
+    recompute beside the base's recompute-method), a value one of its message-less asserts refuses (named by the
+    assert statement, not a bare ``AssertionError``): each would stop the job at start, after the queue."""
     record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     image = tmp_path / "image.sif"
     image.touch()
