@@ -35,6 +35,7 @@ from megatron.oellm.recipes.resolve import (
 from megatron.oellm.recipes.slurm import (
     check_data_paths,
     check_host_paths,
+    check_tokenizer_path,
     prepare_run_dir,
     run_dir,
     sbatch_command,
@@ -171,13 +172,15 @@ def describe_row(job: Job) -> str:
 
 def check_submission(recipe: Recipe, inputs: RunInputs) -> None:
     """What ``--submit`` needs besides valid rows, checked before anything is resolved: a model the job can build,
-    the image and bind sources, and the data prefixes (the login node sees the compute nodes' file system)."""
+    the image and bind sources, the data prefixes and a tokenizer path (the login node sees the compute nodes' file
+    system)."""
     missing = missing_spec_builder(recipe)
     if missing:
         raise RecipeError(f"--submit: {missing}, so every job would stop in megatron's validate_args; --dry-run "
                           "prints the rows")
     check_host_paths(recipe.cluster)
     check_data_paths(inputs.data_path)
+    check_tokenizer_path(inputs.tokenizer_model)
 
 
 LOGIN_NODE_IMPORT_WARNINGS = (r"(Transformer Engine and Apex are|Apex is|absl\.logging is) not installed"
@@ -294,6 +297,7 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
     blocker = local_blocker(recipe, gpus)
     if not blocker:
         check_data_paths(inputs.data_path)  # else torchrun starts and every rank stops with the same message
+        check_tokenizer_path(inputs.tokenizer_model)
         resolved = fit_local(recipe, recipe.row(number), gpus, inputs)
         problem = local_backend_problem(resolved)
         if problem:

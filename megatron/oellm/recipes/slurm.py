@@ -346,6 +346,17 @@ def check_data_paths(data_path: Sequence[str]) -> None:
                               f"(relative to {Path.cwd()}); {fix}")
 
 
+def check_tokenizer_path(tokenizer_model: str) -> None:
+    """Refuse a ``--tokenizer-model`` written as a path (absolute, or starting with ``./`` or ``../``) that
+    does not exist here: it can be no Hugging Face hub name, the login node shares the compute nodes' file system,
+    and the job would stop at its first tokenizer call, after the queue (relative paths: from the current directory,
+    where the job starts). Hub names (``org/name``) are left to the run."""
+    if tokenizer_model.startswith(("/", "./", "../")) and not Path(tokenizer_model).exists():
+        raise RecipeError(f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give "
+                          "a tokenizer directory or file on the shared file system, a Hugging Face hub name "
+                          "(org/name), or 'byte'")
+
+
 def check_host_paths(cluster: ClusterSettings) -> None:
     """Refuse an image or bind source that does not exist here, before a job waits in the queue for nothing.
 

@@ -216,6 +216,27 @@ def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypat
         assert f"--bind {directory} " in apptainer
 
 
+@pytest.mark.parametrize("written", ["absolute", "./", "../"])
+def test_submit_refuses_a_tokenizer_path_that_does_not_exist(written, tmp_path, monkeypatch, capsys):
+    """A ``--tokenizer-model`` written as a path that does not exist was taken for a Hugging Face hub name: the job
+    was queued, unbound, and stopped at its first tokenizer call. A hub name (``org/name``) still goes through."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    monkeypatch.chdir(tmp_path)
+    corpus = _dataset(tmp_path / "data")
+    name = f"tok-{random.randrange(10**6)}"
+    tokenizer = {"absolute": str(tmp_path / name), "./": f"./{name}", "../": f"../{tmp_path.name}/{name}"}[written]
+    submit = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--submit", "--row", "1", "--image",
+              str(image), "--output-dir", str(tmp_path / "runs"), "--data-path", str(corpus)]
+    assert main([*submit, "--tokenizer-model", tokenizer]) == 2
+    assert f"--tokenizer-model {tokenizer!r} does not exist (relative to {tmp_path})" in capsys.readouterr().err
+    assert not record.exists() and not (tmp_path / "runs").exists()
+    (tmp_path / name).mkdir()
+    assert main([*submit, "--tokenizer-model", tokenizer]) == 0
+    assert main([*submit, "--tokenizer-model", "Qwen/Qwen3-30B-A3B"]) == 0
+
+
 @pytest.mark.parametrize("order", ["weight after its prefix", "lone weight"])
 def test_submit_checks_every_entry_megatron_reads_as_a_data_prefix(order, tmp_path, monkeypatch, capsys):
     """A weight written after its prefix (or alone) is a dataset prefix to megatron-core, which has no such files:
