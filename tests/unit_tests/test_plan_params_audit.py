@@ -47,7 +47,7 @@ def test_plan_text_names_the_models_shape_counts_layout_and_each_ranks_stages():
     plan = build_plan(card, ParallelLayout(pp=pp, ep=ep, pipeline_layout=pipeline), world)
     lines = format_plan(plan, card.seq_length).splitlines()
     total = parameter_counts(card)
-    assert f"{experts}x{card.moe_ffn_hidden_size} top-{topk}, vocab {card.vocab_size})" in lines[0]
+    assert f"{experts}x{card.moe_ffn_hidden_size} top-{topk}, padded vocab {card.vocab_size})" in lines[0]
     assert lines[1] == f"parameters   total {format_count(total.total)}, active {format_count(total.active)}"
     assert lines[2].endswith(f"on {world} GPUs: DP {world // pp}, expert DP {replicas}")
     assert f"pipeline     {pipeline}" in lines
