@@ -673,19 +673,24 @@ def check_plot_path(path: str) -> None:
     """Raise :class:`TableError` unless matplotlib writes the image at ``path`` as named: the extension names a format
     it writes (it picks the format from the extension, and without one it writes ``path + ".png"``, replacing a file
     the user never named; an unknown one, e.g. a log's ``.out``, ends in its ValueError) and ``path`` is no folder.
-    Needs matplotlib (the ``plot`` extra)."""
+    Its folder must exist, checked before any log is read, as the other checks are. Needs matplotlib (the ``plot``
+    extra)."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         raise TableError("--plot needs matplotlib: pip install 'megatron-oellm[plot]' (or pip install "
                          "matplotlib)") from None
+    if os.path.isdir(path):
+        raise TableError(f"--plot {path!r} is a folder; name the image file, e.g. {os.path.join(path, 'scaling.png')}")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise TableError(f"--plot {path!r}: folder {folder!r} does not exist; create it or name an image in an "
+                         "existing folder")
     extension = os.path.splitext(path)[1][1:].lower()
     if extension not in FigureCanvasBase.get_supported_filetypes():
         found = (f"matplotlib writes no {extension!r} image" if extension else
                  f"without an extension matplotlib would write {path + '.png'!r} instead")
         raise TableError(f"--plot {path!r}: {found}; name the image file, e.g. scaling.png (or .pdf, .svg)")
-    if os.path.isdir(path):
-        raise TableError(f"--plot {path!r} is a folder; name the image file, e.g. {os.path.join(path, 'scaling.png')}")
 
 
 def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import random
 
 import pytest
@@ -133,3 +134,41 @@ def test_impossible_option_values_are_one_error_line(tmp_path, capsys, option):
     assert status == 2 and captured.out == ""
     assert len([line for line in captured.err.splitlines() if "error:" in line]) == 1, captured.err
     assert "Traceback" not in captured.err
+
+
+def test_a_plot_in_a_missing_folder_or_named_as_a_folder_is_refused_before_the_table(tmp_path, capsys):
+    """``--plot missing/x.png`` printed the whole table, then ``[Errno 2] No such file or directory`` (exit 2, the
+    option not named); ``--plot FOLDER`` was told it lacked an extension. Both are now one ``error:`` line naming
+    ``--plot`` and the fix, before any log is read."""
+    pytest.importorskip("matplotlib")
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    log = tmp_path / "slurm-1.out"
+    log.write_text(megatron_log(args, random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
+    missing = tmp_path / f"plots-{random.randrange(10**6)}"
+    assert main(["table", str(log), "--plot", str(missing / "scaling.png")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not missing.exists()
+    assert captured.err == (f"oellm table: error: --plot {str(missing / 'scaling.png')!r}: folder {str(missing)!r} "
+                            "does not exist; create it or name an image in an existing folder\n")
+    folder = tmp_path / "figures.png"  # a folder whose name matplotlib would take for a PNG
+    folder.mkdir()
+    assert main(["table", str(log), "--plot", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"--plot {str(folder)!r} is a folder; name the image file" in captured.err
+
+
+def test_a_missing_log_or_a_folder_of_logs_is_named_before_any_log_is_read(tmp_path, capsys):
+    """A missing log ended in Python's ``[Errno 2] No such file or directory`` and a folder in ``[Errno 21] Is a
+    directory``; each is now one ``error:`` line that names the path and the fix, whatever the order of the logs."""
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    log = tmp_path / "slurm-1.out"
+    log.write_text(megatron_log(args, random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
+    missing = tmp_path / f"slurm-{random.randrange(2, 10**6)}.out"
+    assert main(["table", str(log), str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"oellm table: error: log {str(missing)!r} does not exist " \
+                                                  f"(relative to {os.getcwd()})\n"
+    assert main(["table", str(tmp_path), str(log)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (f"oellm table: error: log {str(tmp_path)!r} is a folder; give its "
+                                                   f"log files, e.g. {str(tmp_path / '*.out')}\n")

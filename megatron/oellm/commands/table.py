@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from megatron.oellm.commands import refuse
 from megatron.oellm.run_log import read_log
@@ -47,6 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
 
 
+def check_log_paths(paths: list[str]) -> None:
+    """Raise :class:`TableError` for a log path that does not exist or is a folder, before any log is read (a
+    folder of logs is given as its files, e.g. ``logs/*.out``)."""
+    for path in paths:
+        if os.path.isdir(path):
+            raise TableError(f"log {path!r} is a folder; give its log files, e.g. {os.path.join(path, '*.out')}")
+        if not os.path.exists(path):
+            raise TableError(f"log {path!r} does not exist (relative to {os.getcwd()})")
+
+
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
     """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
     stopping the table (the other logs' rows are kept)."""
@@ -69,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             raise TableError("--title is the plot's title: give --plot PNG too, or drop --title")
         if args.plot is not None:
             check_plot_path(args.plot)
+        check_log_paths(args.logs)
         window = Window.parse(args.window, args.statistic)
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
