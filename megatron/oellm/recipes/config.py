@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
 import math
 import re
 import tomllib
@@ -19,10 +20,13 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.models.parallel import ParallelLayout
+
+SettingsT = TypeVar("SettingsT")
+"""One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""
 
 
 class RecipeError(ValueError):
@@ -249,10 +253,41 @@ def _fits(value: Any, hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
-    """``hint`` as a config author reads it, e.g. ``int``, ``tuple[str, ...]``, ``Mapping[str, float]``."""
-    if isinstance(hint, type) and not typing.get_args(hint):
-        return hint.__name__
-    return str(hint).replace("collections.abc.", "").replace("typing.", "")
+    """``hint`` in TOML's words, as a config author reads it: ``integer``, ``array of strings``, ``table of
+    numbers``. A None in a union is left out (TOML has no null: a key is set or absent)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return "any value"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in args if arg is not type(None))
+    if origin in (tuple, Sequence):
+        return f"array of {_plural(_type_name(args[0]))}"
+    if origin is Mapping:
+        return f"table of {_plural(_type_name(args[1]))}"
+    return TOML_TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+TOML_TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+"""TOML's name of each scalar type a recipe field takes (an integer also fits a number field)."""
+
+
+def _with_article(name: str) -> str:
+    """``integer`` -> ``an integer``, ``table of numbers`` -> ``a table of numbers``."""
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _plural(name: str) -> str:
+    """The plural of a :func:`_type_name` (every word of an ``a or b`` name): ``strings``, ``integers or numbers``,
+    ``arrays of values``."""
+    return " or ".join(_plural_word(word) for word in name.split(" or "))
+
+
+def _plural_word(name: str) -> str:
+    """``integer`` -> ``integers``, ``array of strings`` -> ``arrays of strings``, ``any value`` -> ``values``."""
+    if name == "any value":
+        return "values"
+    head, _, tail = name.partition(" of ")
+    return f"{head}s of {tail}" if tail else f"{name}s"
 
 
 def check_field_types(settings: Any, where: str) -> None:
@@ -262,7 +297,7 @@ def check_field_types(settings: Any, where: str) -> None:
     for item in dataclasses.fields(settings):
         value = getattr(settings, item.name)
         if not _fits(value, hints[item.name]):
-            raise RecipeError(f"{where}{item.name} = {value!r} is not of type {_type_name(hints[item.name])}")
+            raise RecipeError(f"{where}{item.name} = {value!r} is not {_with_article(_type_name(hints[item.name]))}")
 
 
 def check_row(row: TableRow, where: str) -> None:
@@ -356,7 +391,7 @@ def check_layout_types(values: Mapping[str, Any], where: str) -> None:
             continue
         if name in hints and not _fits(value, hints[name]):
             more = "; write false to drop it" if name in unsettable else ""
-            raise RecipeError(f"{where}parallel {name} = {value!r} is not of type {_type_name(hints[name])}{more}")
+            raise RecipeError(f"{where}parallel {name} = {value!r} is not {_with_article(_type_name(hints[name]))}{more}")
 
 
 def layout_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -388,6 +423,10 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if resolved in seen:
         chain = " -> ".join(str(item) for item in (*seen, resolved))
         raise RecipeError(f"{seen[0]}: 'extends' loops back to a config already in the chain: {chain}")
+    if path.is_dir():
+        configs = sorted(item.name for item in path.glob("*.toml") if not item.name.startswith("_"))
+        found = f"one of its configs: {', '.join(configs)}" if configs else "a config; it holds no .toml recipe"
+        raise RecipeError(f"recipe config {path} is a folder; name {found}")
     if not path.is_file():
         raise RecipeError(f"recipe config {path} does not exist; the shipped configs are examples/oellm/*.toml "
                           "of the repository (a checkout, not the wheel)")
@@ -460,6 +499,23 @@ def _check_env_strings(env: Any, where: str) -> None:
                               "job exports exactly that text")
 
 
+def _settings(cls: type[SettingsT], values: Mapping[str, Any], where: str) -> SettingsT:
+    """``cls(**values)`` for one table of a recipe, with an unknown or missing key named as the config author wrote
+    it (an unknown one with the closest known key) instead of Python's ``__init__() got an unexpected keyword
+    argument``; ``where`` prefixes the message."""
+    known = {item.name: item for item in dataclasses.fields(cls) if item.init}
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"the keys are {', '.join(sorted(known))}"
+            raise RecipeError(f"{where}unknown key {key!r} ({hint})")
+    missing = [name for name, item in known.items() if name not in values
+               and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+    if missing:
+        raise RecipeError(f"{where}{' and '.join(missing)} not set")
+    return cls(**values)
+
+
 def _build(name: str, data: dict[str, Any]) -> Recipe:
     """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
     data = dict(data)
@@ -472,7 +528,8 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
     rows = _row_tables(data.pop("rows", []), name)
     for number, row in enumerate(rows, start=1):
         _check_env_strings(row.get("env", {}), f"recipe {name} row {number} env: ")
-    rows = tuple(TableRow(**_quoted_time(row)) for row in rows)
+    rows = tuple(_settings(TableRow, _quoted_time(row), f"recipe {name} row {number}: ")
+                 for number, row in enumerate(rows, start=1))
     parallel = _table(data, "parallel", name, default={})
     check_layout_types(parallel, f"recipe {name}: ")
     tables = {"name", "parallel", "cluster", "local", "rows"}
@@ -482,11 +539,11 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
         base = (f"; {name} is a shared base (its name starts with '_'): run a recipe that extends it"
                 if name.startswith("_") else "")
         raise RecipeError(f"recipe {name}: {' and '.join(unset)} not set{base}")
-    return Recipe(
-        name=name,
-        parallel=ParallelLayout(**layout_overrides(parallel)),
-        cluster=ClusterSettings(**cluster),
-        local=LocalSettings(**_table(data, "local", name)),
-        rows=rows,
+    return _settings(Recipe, {
+        "name": name,
+        "parallel": ParallelLayout(**layout_overrides(parallel)),
+        "cluster": _settings(ClusterSettings, cluster, f"recipe {name} [cluster]: "),
+        "local": _settings(LocalSettings, _table(data, "local", name), f"recipe {name} [local]: "),
+        "rows": rows,
         **data,
-    )
+    }, f"recipe {name}: ")

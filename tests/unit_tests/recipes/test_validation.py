@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 
 import pytest
@@ -191,14 +192,15 @@ def test_object_storage_data_is_refused_with_what_to_do_instead(mode, tmp_path, 
 
 
 @pytest.mark.parametrize("table, row, message", [
-    ('[cluster]\nbinds = "/scratch"\n', "", "binds = '/scratch' is not of type tuple[str, ...]"),
-    ('[cluster]\ngpus_per_node = "4"\n', "", "gpus_per_node = '4' is not of type int"),
-    ('seq_length = "4096"\n', "", "seq_length = '4096' is not of type int"),
-    ("", "nodes = true\n", "row 2: nodes = True is not of type int"),
-    ("", 'label = 5\n', "row 2: label = 5 is not of type str"),
-    ("", 'reference = { note = "x" }\n', "row 2: reference = {'note': 'x'} is not of type Mapping[str, float]"),
-    ("", 'parallel = { ep = "4" }\n', "row 2: parallel ep = '4' is not of type int"),
-    ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not of type Mapping[str, "),
+    ('[cluster]\nbinds = "/scratch"\n', "", "binds = '/scratch' is not an array of strings"),
+    ('[cluster]\ngpus_per_node = "4"\n', "", "gpus_per_node = '4' is not an integer"),
+    ('seq_length = "4096"\n', "", "seq_length = '4096' is not an integer"),
+    ("", "nodes = true\n", "row 2: nodes = True is not an integer"),
+    ("", 'label = 5\n', "row 2: label = 5 is not a string"),
+    ("", 'reference = { note = "x" }\n', "row 2: reference = {'note': 'x'} is not a table of numbers"),
+    ("", 'parallel = { ep = "4" }\n', "row 2: parallel ep = '4' is not an integer"),
+    ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not a table of booleans or integers or "
+                                         "numbers or strings or arrays of values"),
     ("[cluster.env]\nNCCL_MIN_NCHANNELS = 4\n", "",
      '[cluster.env]: NCCL_MIN_NCHANNELS = 4 is not a string; quote it (NCCL_MIN_NCHANNELS = "4")'),
 ])
@@ -327,8 +329,8 @@ def test_false_drops_a_pipeline_layout_the_base_set(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("ep = false", "parallel ep = False is not of type int"),
-    ("pipeline_layout = 4", "parallel pipeline_layout = 4 is not of type str | None; write false to drop it"),
+    ("ep = false", "parallel ep = False is not an integer"),
+    ("pipeline_layout = 4", "parallel pipeline_layout = 4 is not a string; write false to drop it"),
 ])
 def test_false_is_refused_where_there_is_nothing_to_drop(tmp_path, capsys, override, message):
     config = tmp_path / "bad.toml"
@@ -403,3 +405,42 @@ def test_a_shared_base_run_as_a_recipe_is_named_as_one(base, capsys):
     err = capsys.readouterr().err
     assert f"recipe {base}: title" in err and f"{base} is a shared base (its name starts with '_'): run a recipe " \
         "that extends it" in err and "__init__" not in err, err
+
+
+@pytest.mark.parametrize("table, row, message", [
+    ("", "nodez = 8\n", "recipe types row 2: unknown key 'nodez' (did you mean 'nodes'?)"),
+    ("", "frobnicate = 1\n", "recipe types row 2: unknown key 'frobnicate' (the keys are env, flags, global_batch_size"),
+    ("[cluster]\ngpus_per_nod = 4\n", "", "recipe types [cluster]: unknown key 'gpus_per_nod' (did you mean "
+                                          "'gpus_per_node'?)"),
+    ("[local]\nnum_layer = 2\n", "", "recipe types [local]: unknown key 'num_layer' (did you mean 'num_layers'?)"),
+    ("sequence_length = 4096\n", "", "recipe types: unknown key 'sequence_length' (did you mean 'seq_length'?)"),
+    ("", "DELETE", "recipe types row 2: global_batch_size not set"),
+])
+def test_unknown_and_missing_keys_are_named_as_the_config_writes_them(tmp_path, capsys, table, row, message):
+    """A misspelt or missing key of a row, ``[cluster]``, ``[local]`` or the recipe itself printed Python's
+    ``TableRow.__init__() got an unexpected keyword argument 'nodez'`` (or ``missing 1 required positional
+    argument``); the message now names the table, the key and the closest known one."""
+    second = "micro_batch_size = 4\nnodes = 8\n" if row == "DELETE" else \
+        f"global_batch_size = 4096\nmicro_batch_size = 4\n{row}" + ("" if "nodez" in row else "nodes = 8\n")
+    config = tmp_path / "types.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "types"\n{table}'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                      f'[[rows]]\n{second}')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "__init__" not in err and err.count("\n") == 1, err
+
+
+def test_a_folder_given_as_the_config_lists_its_recipes(tmp_path, capsys):
+    """``oellm recipe examples/oellm`` said the config "does not exist" although the folder does; it now names the
+    recipes in it (not the ``_*.toml`` bases), or that it holds none."""
+    names = sorted(f"r{random.randrange(10**6)}-{i}.toml" for i in range(3))
+    for name in [*names, "_base.toml"]:
+        (tmp_path / name).write_text("")
+    assert main(["recipe", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {tmp_path} is a folder; name one of its "
+                                       f"configs: {', '.join(names)}\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["recipe", str(empty)]) == 2
+    assert "is a folder; name a config; it holds no .toml recipe" in capsys.readouterr().err
