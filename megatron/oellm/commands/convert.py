@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import re
 import signal
+import sys
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from megatron.oellm.commands import int_at_least, refuse
@@ -67,12 +70,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one conversion and print a summary; on bad input print the reason on stderr and exit 2 (128 + the signal
-    number when SIGTERM / SIGHUP / Ctrl-C stopped it)."""
+    number when SIGTERM / SIGHUP / Ctrl-C stopped it); warnings are one ``warning:`` line each."""
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line(f"oellm convert {args.direction}")
+        return _convert(args, start)
+
+
+def _warning_line(prefix: str) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints one ``PREFIX: warning: MESSAGE`` line on stderr (the category named
+    unless a ``UserWarning``), without Python's file, line number and source line: the conversion's own warnings
+    (e.g. norm weights whose shift to megatron's zero-centred form rounds in their dtype) are for the user, not a
+    trace."""
+    def show(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+        kind = "" if category is UserWarning else f"{category.__name__}: "
+        print(f"{prefix}: warning: {kind}{message}", file=sys.stderr)
+    return show
+
+
+def _convert(args: argparse.Namespace, start: float) -> int:
+    """:func:`run` within its warning format."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
     from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 
-    start = time.perf_counter()
     try:
         card = get_card(args.model)
         if args.vocab_size is not None:
