@@ -334,6 +334,10 @@ def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[s
         owner, expected = owners[-1]
         if flags_to_argv({name: value}) != flags_to_argv({name: expected}):
             shown = "leaves it unset" if expected is None or expected is False else f"sets it to {expected!r}"
+            pattern = owned[owner].get("hybrid-layer-pattern")
+            if name == "num-layers" and isinstance(pattern, str):
+                shown += (f" (megatron counts each symbol of the hybrid pattern {pattern!r} as a layer: "
+                          f"{sum(symbol not in 'E|' for symbol in pattern)} mixer and {pattern.count('E')} MoE layers)")
             raise RecipeError(f"--{name} {value!r} in {where} contradicts {owner}, which {shown}; change it "
                               "there, not as a Megatron flag")
 

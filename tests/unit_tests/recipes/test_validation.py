@@ -444,3 +444,17 @@ def test_a_folder_given_as_the_config_lists_its_recipes(tmp_path, capsys):
     empty.mkdir()
     assert main(["recipe", str(empty)]) == 2
     assert "is a folder; name a config; it holds no .toml recipe" in capsys.readouterr().err
+
+
+def test_a_hybrid_cards_layer_count_given_as_a_flag_says_how_megatron_counts_layers(tmp_path, capsys):
+    """``num-layers = 40`` on the 40-layer Qwen3.5 card was refused as contradicting "80" with no word on why:
+    megatron counts the mixer and the MoE block of each layer as one layer each; the message now says so."""
+    card = get_card("qwen3.5-35b-a3b")
+    config = tmp_path / "layers.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n[megatron_flags]\n'
+                      f"num-layers = {card.num_layers}\n")
+    assert main(["recipe", str(config), "--row", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"--num-layers {card.num_layers} in [megatron_flags] contradicts the model card" in err
+    assert f"which sets it to {2 * card.num_layers} (megatron counts each symbol of the hybrid pattern " \
+           f"{card.hybrid_layer_pattern!r} as a layer: {card.num_layers} mixer and {card.num_layers} MoE layers)" in err
