@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 import subprocess
 import warnings
@@ -233,6 +234,23 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+RECIPE_OPTIONS = ("data-path", "tokenizer-model", "save-interval", "train-iters")
+"""Options of ``oellm recipe`` that carry a Megatron flag of the same name into the run."""
+
+REFUSED_FLAG = re.compile(r"^\w+: --(?P<name>[a-z0-9][a-z0-9-]*)\b")
+"""A refusal about one Megatron flag: ``ValueError: --split '99,1,0' leaves ...``."""
+
+
+def where_to_set(refusal: str) -> str:
+    """Where a recipe sets the Megatron flag a refusal begins with, when ``oellm recipe`` has no option of that name
+    (``--split``: the entry's message says to give another value, and the recipe command has no ``--split``); ''
+    otherwise."""
+    match = REFUSED_FLAG.match(refusal)
+    if match is None or match["name"] in RECIPE_OPTIONS:
+        return ""
+    return f" (a recipe sets --{match['name']} in its [megatron_flags] or a row's flags)"
+
+
 def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bool = False) -> Job:
     """Row ``number`` validated and resolved. Its Megatron argv must get through the training entry's parser and
     megatron's ``validate_args`` as the cluster runs it (unless the model has no spec builder yet, see
@@ -255,7 +273,8 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
             refusal = megatron_refusal(resolved.argv, resolved.world_size, recipe.row_env(resolved.row),
                                        read_data=read_data)
             if refusal:
-                raise RecipeError(f"the training entry would stop the job at start: {refusal}")
+                raise RecipeError(f"the training entry would stop the job at start: {refusal}"
+                                  f"{where_to_set(refusal)}")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
                           resolved.world_size, resolved.built_card)
         timing.check()

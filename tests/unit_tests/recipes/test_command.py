@@ -190,6 +190,8 @@ def test_submit_refuses_a_split_that_leaves_a_dataset_split_empty(tmp_path, monk
     err = capsys.readouterr().err
     assert "the training entry would stop the job at start: ValueError: --split '969, 30, 1' leaves the test split of " \
            f"dataset {str(small)!r}" in err, err
+    # the message says to give another --split, which oellm recipe has no option for: it says where a recipe sets it
+    assert err.endswith("larger datasets (a recipe sets --split in its [megatron_flags] or a row's flags)\n"), err
     assert not record.exists() and not (tmp_path / "runs").exists()
     assert main([*submit, "--data-path", str(_dataset(tmp_path / "large"))]) == 0
 
