@@ -300,6 +300,10 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
         vpp = layout.vpp or 1
         if vpp > 1 and pp == 1:
             raise ParallelLayoutError(f"vpp={vpp} needs pp > 1 (virtual stages interleave pipeline ranks)")
+        if pp * vpp > card.num_layers:
+            raise ParallelLayoutError(f"pp x vpp ({pp * vpp}) exceeds num_layers ({card.num_layers}): a stage "
+                                      f"without a layer computes nothing; use pp x vpp in "
+                                      f"{{{_valid_sizes(card.num_layers)}}}")
         _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
                  f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline_layout such as "
                  f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}")

@@ -89,6 +89,10 @@ def test_valid_layouts_pass(card, layout) -> None:
     (QWEN35, ParallelLayout(tp=2, cp=16), r"linear_num_key_heads \(16\) is not divisible by tp x cp \(32\)"),
     (QWEN35, ParallelLayout(pp=3), r"num_layers \(40\) is not divisible by pp x vpp \(3\).*Et\*14\|t\*13\|t\*13L"),
     (QWEN35, ParallelLayout(vpp=2), "needs pp > 1"),
+    # more stages than layers: no layout of empty stages is suggested
+    (QWEN35, ParallelLayout(pp=41), r"pp x vpp \(41\) exceeds num_layers \(40\): a stage without a layer computes "
+                                    r"nothing; use pp x vpp in \{1, 2, 4, 5, 8, 10, 20, 40\}$"),
+    (QWEN3, ParallelLayout(pp=25, vpp=2), r"pp x vpp \(50\) exceeds num_layers \(48\)"),
     (QWEN3, ParallelLayout(pp=3, pipeline_layout="Et*24|t*24L"), "2 stages, not a multiple of pp"),
     (QWEN3, ParallelLayout(pp=2, vpp=3, pipeline_layout="Et*24|t*24L"), "set vpp=1"),
     # megatron's validate_args: an interleaved schedule (a layout of 2 stages at pp=1 is vpp=2) needs pp > 1
