@@ -563,8 +563,9 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
     elif baseline_nodes is not None:
         matching = [row for row in ok if row.nodes == baseline_nodes]
         if not matching:
-            raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes "
-                             f"(ok rows: {sorted({r.nodes for r in ok})})")
+            nodes = ", ".join(f"{n:g}" for n in sorted({row.nodes for row in ok}))
+            found = f"the ok rows run on {nodes} nodes" if ok else "the table has no ok row"
+            raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes ({found})")
         baseline = matching[0]
     else:
         baseline = min(ok, key=lambda row: row.nodes) if ok else None
