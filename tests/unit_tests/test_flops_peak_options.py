@@ -48,3 +48,24 @@ def test_peak_of_an_unknown_precision_is_refused_not_the_fp8_peak(precision):
     """Any precision but ``"bf16"`` returned the FP8 peak: ``fp16`` (dense FP16 = BF16 on Hopper) halved the MFU."""
     with pytest.raises(ValueError, match="precision"):
         peak_tflops(random.choice(["h100-sxm", "h200-sxm", "gh200"]), precision)  # type: ignore[arg-type]
+
+
+def test_an_mfu_above_100_percent_is_flagged(capsys: pytest.CaptureFixture[str]) -> None:
+    """A throughput per node or per job given as per GPU printed an MFU of thousands of percent without a word; the
+    table now ends in a ``warning:`` line naming the option to check. A plausible throughput gets none."""
+    peak = random.uniform(500, 1500)
+    gflops = json.loads(_flops_json([*ARGV, "--json"], capsys))["gflops_per_token"]
+    over = peak * 1e3 / gflops * random.uniform(1.01, 50)  # tokens/s/GPU above the peak
+    assert cli.main([*ARGV, "--tokens-per-second-per-gpu", f"{over:.3f}", "--peak-tflops", f"{peak:.3f}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("warning: MFU above 100 %: the throughput exceeds the GPU's peak; check "
+                                "--tokens-per-second-per-gpu (per GPU, not per node or job)")
+    under = over / random.uniform(60, 100)
+    assert cli.main([*ARGV, "--tokens-per-second-per-gpu", f"{under:.3f}", "--peak-tflops", f"{peak:.3f}"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
+def _flops_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The stdout of ``oellm ARGV`` (which must succeed)."""
+    assert cli.main(argv) == 0
+    return capsys.readouterr().out

@@ -219,6 +219,10 @@ def format_table(report: dict[str, Any]) -> str:
                      f"TFLOP/s/GPU, MFU {100 * report['mfu']:.1f}% of {report['peak_tflops']:.0f} TFLOP/s")
         if "peak_note" in report:
             lines.append(f"note: {report['peak_note']}")
+        if report["mfu"] > 1:
+            lines.append("warning: MFU above 100 %: the throughput exceeds the GPU's peak; check "
+                         "--tokens-per-second-per-gpu (per GPU, not per node or job) and the peak (--gpu, "
+                         "--precision, --peak-tflops)")
     return "\n".join(lines)
 
 
