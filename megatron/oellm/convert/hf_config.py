@@ -76,19 +76,21 @@ def parse_json_object(text: str, where: str) -> dict:
     return value
 
 
-def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
+def check_hf_config(card: ModelCard, config_text: str, where: str,
+                    fix: str = "pick the card of this checkpoint with --model") -> None:
     """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
 
     A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
     else is read, naming only that field; a shape field the checkpoint states but the card's config class does not
     have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction. A vocabulary size that is the only
-    contradiction points to ``--vocab-size`` (no other card would fit).
+    contradiction points to ``--vocab-size`` (no other card would fit). ``fix`` ends every other refusal: what to
+    change when the config is another model's (by default the card, for a config that came with the checkpoint).
     """
     text = _text_fields(parse_json_object(config_text, where), where)
     expected = family_module(card).hf_config_from_card(card)
 
-    def refuse(wrong: list[str], fix: str = "pick the card of this checkpoint with --model") -> ConversionError:
-        return ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {fix}")
+    def refuse(wrong: list[str], remedy: str = fix) -> ConversionError:
+        return ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {remedy}")
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"])
@@ -124,8 +126,8 @@ def check_hf_config(card: ModelCard, config_text: str, where: str) -> None:
     if list(wrong) == ["vocab_size"] and not left_out:  # a vocabulary of its own, not another card
         raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
     if wrong:
-        raise refuse(list(wrong.values()), "pick the card of this checkpoint with --model"
-                     + (", or state the fields it leaves out in config.json" if left_out else ""))
+        raise refuse(list(wrong.values()), fix + (", or state the fields it leaves out in config.json" if left_out
+                                                  else ""))
 
 
 def _text_fields(stored: dict, where: str) -> dict:

@@ -40,10 +40,10 @@ def _config_text(name: str) -> str:
     return family_module(card).hf_config_from_card(card).to_json_string()
 
 
-def _refusal(checkpoint: str, where: str) -> str:
+def _refusal(checkpoint: str, where: str, fix: str = "pick the card of this checkpoint with --model") -> str:
     """The exact refusal of a ``config.json`` of card ``checkpoint`` (from ``where``) under the other family's card."""
     return (f"{where} does not describe card {OTHER[checkpoint]}: model_type: checkpoint {MODEL_TYPE[checkpoint]!r}, "
-            f"card {MODEL_TYPE[OTHER[checkpoint]]!r}; pick the card of this checkpoint with --model")
+            f"card {MODEL_TYPE[OTHER[checkpoint]]!r}; {fix}")
 
 
 @pytest.mark.parametrize("checkpoint", [QWEN3, QWEN35])
@@ -84,7 +84,8 @@ def test_field_the_cards_config_class_lacks_is_a_contradiction(checkpoint: str, 
 
 @pytest.mark.parametrize("checkpoint", [QWEN3, QWEN35])
 def test_hf_config_option_of_the_other_family_is_refused(tmp_path: Path, checkpoint: str) -> None:
-    """``mcore-to-hf --hf-config`` with the other family's model directory."""
+    """``mcore-to-hf --hf-config`` with the other family's model directory: the fix names ``--hf-config`` first (the
+    checkpoint's card is right; the config given beside it is another model's)."""
     card = get_card(OTHER[checkpoint])
     write_hf(card, random_hf_tensors(card, seed=12), tmp_path / "hf")
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
@@ -92,7 +93,9 @@ def test_hf_config_option_of_the_other_family_is_refused(tmp_path: Path, checkpo
     (tmp_path / "other" / "config.json").write_text(_config_text(checkpoint))
     with pytest.raises(ConversionError) as raised:
         mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out", hf_config_dir=tmp_path / "other")
-    assert str(raised.value) == _refusal(checkpoint, str(tmp_path / "other" / "config.json"))
+    assert str(raised.value) == _refusal(checkpoint, str(tmp_path / "other" / "config.json"),
+                                         "give --hf-config the directory of this checkpoint's own HF model, or "
+                                         "--model the card this config describes")
     assert not (tmp_path / "out").exists()
 
 
