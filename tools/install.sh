@@ -72,5 +72,7 @@ fi
 # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
 # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
 "${PIP[@]}" -e ".[${EXTRAS}]"
-"$PY" -c "import megatron.core, megatron.oellm; from megatron.oellm.patches.release import megatron_core_release as core
+# The import check prints the versions only: megatron-core's UserWarnings about packages a CPU or login node lacks
+# (Transformer Engine, Apex: ten lines) are `oellm doctor`'s to report, with what they mean for a run.
+"$PY" -W ignore::UserWarning -c "import megatron.core, megatron.oellm; from megatron.oellm.patches.release import megatron_core_release as core
 print('megatron-oellm', megatron.oellm.__version__, '+ megatron-core', core())"
