@@ -168,7 +168,8 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
         check_model_config_on_cluster(args, world_size, env)
         check_lr_schedule(args)
         if read_data:
-            check_data_source(args)
+            with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
+                check_data_source(args)  # as rank 0, which megatron's dataset code asks for (else it warns)
     except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
         detail = refusal_detail(error) if isinstance(error, (AssertionError, TypeError)) else None
         if detail is None:

@@ -218,6 +218,18 @@ def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypat
         assert f"--bind {directory} " in apptainer
 
 
+@pytest.mark.filterwarnings("error:Could not determine rank")
+def test_submit_checks_the_data_as_rank_0_without_megatrons_rank_warning(tmp_path, monkeypatch, capsys):
+    """The data check of ``--submit`` ran outside the cluster-rank context, so megatron-core's dataset code warned
+    "Could not determine rank ... Defaulting to rank 0" on the login node (here that warning is an error)."""
+    fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--submit", "--row", "1", "--image",
+                 str(image), "--output-dir", str(tmp_path / "runs"), "--tokenizer-model", "byte", "--data-path",
+                 str(_dataset(tmp_path / "data"))]) == 0, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("written", ["absolute", "./", "../"])
 def test_submit_refuses_a_tokenizer_path_that_does_not_exist(written, tmp_path, monkeypatch, capsys):
     """A ``--tokenizer-model`` written as a path that does not exist was taken for a Hugging Face hub name: the job
