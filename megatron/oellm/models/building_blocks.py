@@ -111,9 +111,12 @@ SPEC_RUNTIME_DEFAULTS: dict[str, Any] = dict(
     apply_rope_fusion=False,
     moe_router_dtype="fp32",
     moe_token_dispatcher_type="alltoall",
+    cuda_graph_modules=[],
 )
 """Runtime settings of a config built from a card alone (tests, bench); a training run takes them from Megatron's
-arguments instead (:mod:`megatron.oellm.training.model_provider`)."""
+arguments instead (:mod:`megatron.oellm.training.model_provider`). ``cuda_graph_modules=[]`` is what megatron-core
+0.19.2's default ``"full"`` becomes (a graph captures the whole layer), without the deprecation warning that default
+gives on every config."""
 
 
 def check_family(card: ModelCard, family: str, linear_mixer: str) -> None:
