@@ -15,6 +15,7 @@ from megatron.oellm.bench.measure import StepTimes
 from megatron.oellm.bench.timing import time_steps
 from megatron.oellm.cards import get_card
 from megatron.oellm.flops import training_flops_per_token
+from tests.unit_tests.bench.fake_profiler import install_fake_profiler
 
 
 class FakeCuda:
@@ -143,25 +144,7 @@ def test_profile_shares_are_of_the_gpu_kernels_alone(tmp_path, monkeypatch: pyte
               SimpleNamespace(key="aten::mm", count=2, self_device_time_total=big_us, device_type=cpu),
               SimpleNamespace(key="big_kernel", count=2, self_device_time_total=big_us, device_type=cuda)]
 
-    class Averages(list):
-        def table(self, **kwargs) -> str:
-            return f"table sorted by {kwargs['sort_by']}"
-
-    class FakeProfile:
-        def __init__(self, **kwargs) -> None:
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            pass
-
-        def key_averages(self, group_by_input_shape: bool = False) -> Averages:
-            return Averages(events)
-
-    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    install_fake_profiler(monkeypatch, events, lambda kwargs: f"table sorted by {kwargs['sort_by']}")
     stepped = []
     kernels = profile_step(lambda: stepped.append(1), tmp_path / "prof", "ours")
     total = big_us + small_us
