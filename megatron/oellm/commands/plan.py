@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-length", type=int, default=None, help="default: the card's")
     parser.add_argument("--padded-vocab", type=int, default=None,
                         help="the run tokenizer's vocabulary as megatron pads it, e.g. 384 for the recipes' "
-                             "--tokenizer-model byte (default: the card's padded to a multiple of 128 x TP)")
+                             "--tokenizer-model byte at TP 1 (default: the card's padded to a multiple of 128 x TP)")
     parser.add_argument("--gpu-memory-gib", metavar="GIB", default=None,
                         help="memory of one GPU in GiB (2**30 bytes): nvidia-smi's memory.total in MiB / 1024 "
                              "(NVIDIA's 'GB' are close to GiB, not 10**9 bytes: an H100 80GB reports 81559 MiB, "

@@ -228,27 +228,28 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 print(f"\n{describe_row(job)}\n{job.script}")
         if local_blocker_text:  # a script that asked for training must not read the dry run as success
-            raise RecipeError(f"--local ran nothing: {local_blocker_text} (the dry run above shows the rows)")
+            raise RecipeError(f"{local_blocker_text}, so it ran nothing (the dry run above shows the rows)")
     except (RecipeError, CardError, ParallelLayoutError) as err:
         return refuse("recipe", err)
     return 0
 
 
-RECIPE_OPTIONS = ("data-path", "tokenizer-model", "save-interval", "train-iters")
-"""Options of ``oellm recipe`` that carry a Megatron flag of the same name into the run."""
-
 REFUSED_FLAG = re.compile(r"^\w+: --(?P<name>[a-z0-9][a-z0-9-]*)\b")
 """A refusal about one Megatron flag: ``ValueError: --split '99,1,0' leaves ...``."""
 
 
-def where_to_set(refusal: str) -> str:
-    """Where a recipe sets the Megatron flag a refusal begins with, when ``oellm recipe`` has no option of that name
-    (``--split``: the entry's message says to give another value, and the recipe command has no ``--split``); ''
-    otherwise."""
+def where_to_set(refusal: str, recipe: Recipe, resolved: ResolvedRow) -> str:
+    """Where a recipe sets the Megatron flag a refusal begins with, when the flag is the recipe's to set: given in its
+    ``[megatron_flags]`` or the row's ``flags``, or set by nothing else (``--split``: the entry's message says to give
+    another value, and ``oellm recipe`` has no ``--split``); '' for a flag the card, layout, row keys or run inputs
+    set (``--seq-length`` comes from the row's ``seq_length``, where the message's own fix applies)."""
     match = REFUSED_FLAG.match(refusal)
-    if match is None or match["name"] in RECIPE_OPTIONS:
+    if match is None:
         return ""
-    return f" (a recipe sets --{match['name']} in its [megatron_flags] or a row's flags)"
+    name = match["name"]
+    if name in resolved.flags and name not in recipe.megatron_flags and name not in resolved.row.flags:
+        return ""
+    return f" (a recipe sets --{name} in its [megatron_flags] or a row's flags)"
 
 
 def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bool = False) -> Job:
@@ -274,7 +275,7 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
                                        read_data=read_data)
             if refusal:
                 raise RecipeError(f"the training entry would stop the job at start: {refusal}"
-                                  f"{where_to_set(refusal)}")
+                                  f"{where_to_set(refusal, recipe, resolved)}")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
                           resolved.world_size, resolved.built_card)
         timing.check()
@@ -298,7 +299,8 @@ def _print_notes(resolved: ResolvedRow) -> None:
 
 def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | str:
     """Run row ``number`` fitted down with torchrun and return its exit status; where it cannot run here, explain
-    why, print what it would run on one GPU, and return the reason (the caller prints the dry run, then refuses).
+    why (without a GPU, for a model that has its layers, also what it would run on one GPU) and return the reason
+    (the caller prints the dry run, then refuses).
     The fitted flags pass megatron's ``validate_args`` and the entry's start-up checks first (as ``--submit``'s rows
     do, :func:`megatron.oellm.recipes.megatron_validation.megatron_refusal`), so a refusal is printed once, before
     torchrun starts any rank.

@@ -446,8 +446,7 @@ def _export_config_files(card: ModelCard, common: dict, directory: Path,
         if CONFIG_NAME not in files:
             raise ConversionError(f"--hf-config {hf_config_dir} has no {CONFIG_NAME}")
         check_hf_config(card, files[CONFIG_NAME], str(hf_config_dir / CONFIG_NAME),
-                        fix="give --hf-config the directory of this checkpoint's own HF model, or --model the card "
-                            "this config describes")
+                        fix="give --hf-config the directory of this checkpoint's own HF model")
         return _text_model_only(card, files, f"{' and '.join(files)} from --hf-config {hf_config_dir}")
     files = _stored_config_files(common, directory)
     if CONFIG_NAME in files:

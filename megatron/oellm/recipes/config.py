@@ -258,8 +258,9 @@ def _type_name(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return "any value"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(arg) for arg in args if arg is not type(None))
+    if origin in (typing.Union, types.UnionType):  # an integer is a number too: named once
+        kinds = [arg for arg in args if arg is not type(None) and not (arg is int and float in args)]
+        return " or ".join(_type_name(arg) for arg in kinds)
     if origin in (tuple, Sequence):
         return f"array of {_plural(_type_name(args[0]))}"
     if origin is Mapping:
@@ -517,7 +518,8 @@ def _settings(cls: type[SettingsT], values: Mapping[str, Any], where: str) -> Se
 
 
 def _build(name: str, data: dict[str, Any]) -> Recipe:
-    """The :class:`Recipe` of a merged TOML table (unknown keys raise ``TypeError`` naming them)."""
+    """The :class:`Recipe` of a merged TOML table; an unknown or missing key raises :class:`RecipeError` naming its
+    table (:func:`_settings`)."""
     data = dict(data)
     name = data.pop("name", name)
     cluster = _table(data, "cluster", name)
@@ -541,7 +543,7 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
         raise RecipeError(f"recipe {name}: {' and '.join(unset)} not set{base}")
     return _settings(Recipe, {
         "name": name,
-        "parallel": ParallelLayout(**layout_overrides(parallel)),
+        "parallel": _settings(ParallelLayout, layout_overrides(parallel), f"recipe {name} [parallel]: "),
         "cluster": _settings(ClusterSettings, cluster, f"recipe {name} [cluster]: "),
         "local": _settings(LocalSettings, _table(data, "local", name), f"recipe {name} [local]: "),
         "rows": rows,

@@ -21,9 +21,10 @@ QWEN35 = "qwen3.5-35b-a3b-tiny"
 @pytest.mark.filterwarnings("default::UserWarning")  # pytest.ini ignores them; a user's Python shows them
 def test_a_gain_the_shift_rounds_is_one_warning_line_naming_the_tensor(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture) -> None:
-    """A gain below 0.5 with a low mantissa bit set (``0.25 + 2**-9`` in bf16) becomes ``-0.75 + 2**-9`` minus 1,
-    which bf16 cannot hold: the converter warns once for that tensor, names it and the count, and the other layers'
-    gains (around 1) convert silently."""
+    """A gain below 0.5 with its lowest mantissa bit set (``0.25 + 2**-9`` in bf16): its zero-centred form
+    ``-0.75 + 2**-9`` needs a bit bf16 lacks near 0.75, so it rounds. The converter warns once for that tensor, names
+    it and the count, and the other layers' gains (around 1) convert silently; on the way back exactly the rounded
+    elements differ."""
     card = get_card(QWEN35)
     hf = random_hf_tensors(card, seed=random.randrange(10**6))
     name = next(key for key in hf if key.endswith("linear_attn.norm.weight"))

@@ -94,8 +94,7 @@ def test_hf_config_option_of_the_other_family_is_refused(tmp_path: Path, checkpo
     with pytest.raises(ConversionError) as raised:
         mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out", hf_config_dir=tmp_path / "other")
     assert str(raised.value) == _refusal(checkpoint, str(tmp_path / "other" / "config.json"),
-                                         "give --hf-config the directory of this checkpoint's own HF model, or "
-                                         "--model the card this config describes")
+                                         "give --hf-config the directory of this checkpoint's own HF model")
     assert not (tmp_path / "out").exists()
 
 

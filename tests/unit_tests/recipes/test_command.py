@@ -218,6 +218,18 @@ def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypat
         assert f"--bind {directory} " in apptainer
 
 
+def test_a_refusal_about_a_flag_the_row_sets_does_not_send_the_user_to_the_megatron_flags(tmp_path, capsys):
+    """A row's ``seq_length`` beyond the card's positions is refused by the entry's check of ``--seq-length``; the
+    hint "a recipe sets --seq-length in [megatron_flags]" would be refused in turn (the row owns the flag), so none
+    is given and the message's own fix stands."""
+    config = tmp_path / "long.toml"
+    config.write_text(f'extends = "{EXAMPLES / "qwen3_30b_a3b_mn5.toml"}"\ntitle = "long"\n[[rows]]\nnodes = 8\n'
+                      f"global_batch_size = 1024\nmicro_batch_size = 1\nseq_length = {2**random.randint(17, 20)}\n")
+    assert main(["recipe", str(config), "--row", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "exceeds model card qwen3-30b-a3b's max_position_embeddings" in err and "[megatron_flags]" not in err, err
+
+
 @pytest.mark.filterwarnings("error:Could not determine rank")
 def test_submit_checks_the_data_as_rank_0_without_megatrons_rank_warning(tmp_path, monkeypatch, capsys):
     """The data check of ``--submit`` ran outside the cluster-rank context, so megatron-core's dataset code warned

@@ -64,8 +64,8 @@ def test_without_gpu_local_explains_prints_the_dry_run_and_fails(monkeypatch, ca
     assert "--local needs a CUDA GPU" in out and "printing the dry run instead" in out
     assert "On one GPU, --local would run row 2 as:\n" in out and "--standalone --nproc-per-node=1 -m megatron" in out
     assert "-- row 2: layout ok" in out and "#SBATCH --nodes=4" in out and not called
-    assert err == "oellm recipe: error: --local ran nothing: --local needs a CUDA GPU and torch sees none on this " \
-                  "machine (the dry run above shows the rows)\n"
+    assert err == "oellm recipe: error: --local needs a CUDA GPU and torch sees none on this machine, so it ran " \
+                  "nothing (the dry run above shows the rows)\n"
 
 
 def test_without_gpu_local_of_a_model_without_layers_names_the_missing_layer(monkeypatch, capsys):
@@ -76,7 +76,8 @@ def test_without_gpu_local_of_a_model_without_layers_names_the_missing_layer(mon
     out, err = capsys.readouterr()
     assert "--local cannot build the model" in out and "ckda_hybrid" in out and "CUDA GPU" not in out
     assert "would run row" not in out
-    assert err.startswith("oellm recipe: error: --local ran nothing: --local cannot build the model") and "\n" == err[-1]
+    assert err.startswith("oellm recipe: error: --local cannot build the model") and "ckda_hybrid" in err
+    assert err.endswith(", so it ran nothing (the dry run above shows the rows)\n")
 
 
 def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, capsys):

@@ -199,7 +199,7 @@ def test_object_storage_data_is_refused_with_what_to_do_instead(mode, tmp_path, 
     ("", 'label = 5\n', "row 2: label = 5 is not a string"),
     ("", 'reference = { note = "x" }\n', "row 2: reference = {'note': 'x'} is not a table of numbers"),
     ("", 'parallel = { ep = "4" }\n', "row 2: parallel ep = '4' is not an integer"),
-    ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not a table of booleans or integers or "
+    ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not a table of booleans or "
                                          "numbers or strings or arrays of values"),
     ("[cluster.env]\nNCCL_MIN_NCHANNELS = 4\n", "",
      '[cluster.env]: NCCL_MIN_NCHANNELS = 4 is not a string; quote it (NCCL_MIN_NCHANNELS = "4")'),
@@ -414,6 +414,7 @@ def test_a_shared_base_run_as_a_recipe_is_named_as_one(base, capsys):
                                           "'gpus_per_node'?)"),
     ("[local]\nnum_layer = 2\n", "", "recipe types [local]: unknown key 'num_layer' (did you mean 'num_layers'?)"),
     ("sequence_length = 4096\n", "", "recipe types: unknown key 'sequence_length' (did you mean 'seq_length'?)"),
+    ("[parallel]\nttp = 2\n", "", "recipe types [parallel]: unknown key 'ttp' (did you mean 'tp'?)"),
     ("", "DELETE", "recipe types row 2: global_batch_size not set"),
 ])
 def test_unknown_and_missing_keys_are_named_as_the_config_writes_them(tmp_path, capsys, table, row, message):
