@@ -13,6 +13,8 @@
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
 #   OUT_DIR: a new or empty folder (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
+#   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it), 2 on
+#   bad arguments.
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
@@ -21,8 +23,14 @@
 # configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
 # restored on the next call.
 set -o pipefail
-OUT_DIR=$(realpath -m "${1:?usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]}")
-STAGES=${2:?stages: tests, train, resume, bench (comma-separated)}
+USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]  (stages: tests, train, resume, bench)"
+if [ $# -lt 2 ] || [ $# -gt 3 ] || [[ $1 == -* ]]; then
+  echo "$USAGE" >&2
+  [[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
+  exit 2
+fi
+OUT_DIR=$(realpath -m "$1")
+STAGES=$2
 BENCH_MBS=${3:-1,2,4}
 LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room for the start and the caches
 CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
@@ -41,21 +49,31 @@ for stage in "${selected[@]}"; do
   esac
 done
 # the end of the run packs everything in OUT_DIR into logs.tar.xz and deletes it: never do that to a user's files
+if [ -e "$OUT_DIR" ] && [ ! -d "$OUT_DIR" ]; then
+  echo "error: OUT_DIR $OUT_DIR is a file, not a folder; give a new or empty folder" >&2
+  exit 2
+fi
 if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
   echo "error: OUT_DIR $OUT_DIR is not empty; its contents would be packed into logs.tar.xz and deleted." \
        "Give a new or empty folder" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root
-mkdir -p "$OUT_DIR" "$CACHE" "$WORK"
+if ! mkdir -p "$OUT_DIR" "$CACHE" "$WORK" 2>/dev/null || [ ! -w "$OUT_DIR" ]; then
+  echo "error: cannot write to OUT_DIR $OUT_DIR (or the caches $CACHE, $WORK); give a folder you can write" >&2
+  exit 2
+fi
 [ -f .bundle/kernel-cache/kernel-cache.tar.xz ] && tar -xJf .bundle/kernel-cache/kernel-cache.tar.xz -C "$CACHE"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True HF_HUB_OFFLINE=1
 export TRITON_CACHE_DIR="$CACHE/triton" TRITON_CACHE_AUTOTUNING=1 TILELANG_CACHE_DIR="$CACHE/tilelang"
 # What comes back from a device call is at most 8 files of 16 MiB: the summary, every log in one archive, and the
 # kernel-cache archive (TileLang + Triton autotuning choices; Triton's compiled kernels are hundreds of MB).
 pack_results() {
-  (cd "$OUT_DIR" && tar -cJf /tmp/oellm-logs.tar.xz --exclude=summary.txt . \
-    && find . -mindepth 1 -not -name summary.txt -delete && mv /tmp/oellm-logs.tar.xz logs.tar.xz)
+  local archive
+  archive=$(mktemp /tmp/oellm-logs.XXXXXX)  # outside OUT_DIR while it is packed; one per run
+  (cd "$OUT_DIR" && tar -cJf "$archive" --exclude=summary.txt . \
+    && find . -mindepth 1 -not -name summary.txt -delete && mv "$archive" logs.tar.xz)
+  rm -f "$archive"
   du -sh "$CACHE"/* >> "$OUT_DIR/summary.txt" 2>&1
   (cd "$CACHE" && { find tilelang -type f 2>/dev/null; find triton -name '*.autotune.json' 2>/dev/null; } \
     | tar -cJf "$OUT_DIR/kernel-cache.tar.xz" -T -)
@@ -160,3 +178,9 @@ wait
   grep -E "^ +\[(warning|error)\]" "$OUT_DIR/doctor.txt"; tail -1 "$OUT_DIR/doctor.txt"
   for stage in "${selected[@]}"; do echo "== $stage"; cat "$OUT_DIR/stage_$stage.txt"; done
 } | tee "$OUT_DIR/summary.txt"
+# every run's summary line reads "...: rc N ..."; a non-zero one fails the acceptance
+if grep -qE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt"; then
+  echo "acceptance failed: $(grep -cE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt") run(s) with a non-zero rc" \
+    | tee -a "$OUT_DIR/summary.txt" >&2
+  exit 1
+fi

@@ -4,6 +4,7 @@ script's own logic (argument checks, the folder it runs in, what it does to OUT_
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -14,14 +15,15 @@ SCRIPT = ROOT / "tools" / "gpu_acceptance.sh"
 FAKE_PYTHON3 = """#!/usr/bin/env bash
 echo "$PWD|$*" >> "$FAKE_LOG"
 [[ "$*" == *" recipe "* ]] && printf '%b' "${FAKE_RUN_OUTPUT:-}"
+[[ "$*" == *" bench "* ]] && exit "${FAKE_BENCH_RC:-0}"
 exit 0
 """
 
 
-def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = ""
+def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = "", bench_rc: int = 0
                    ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The script from ``tmp_path`` (not the repository root) with the stand-in python3, whose recipe runs print
-    ``run_output``; returns the calls."""
+    ``run_output`` and whose ``oellm bench`` exits ``bench_rc``; returns the calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(FAKE_PYTHON3)
@@ -29,7 +31,7 @@ def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str =
     log = tmp_path / "python3.log"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),
            "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work"),
-           "FAKE_RUN_OUTPUT": run_output}
+           "FAKE_RUN_OUTPUT": run_output, "FAKE_BENCH_RC": str(bench_rc)}
     done = subprocess.run(["bash", str(SCRIPT), str(out_dir), stages], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     return done, log.read_text().splitlines() if log.exists() else []
@@ -97,3 +99,37 @@ def test_the_stages_rebuild_their_corpus_on_a_warm_machine(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     builds = [call for call in calls if "tools/build_corpus.py" in call]
     assert len(builds) == 2 and all(call.endswith(" --overwrite") for call in builds), builds
+
+
+def test_a_failed_run_fails_the_acceptance(tmp_path: Path) -> None:
+    """The script exited 0 whatever its runs returned (its last command was the summary's ``tee``), so nothing could
+    gate on it; a run with a non-zero rc now makes it exit 1 with a line saying how many, after packing the logs."""
+    rc = random.randint(1, 125)
+    done, _calls = run_acceptance(tmp_path, tmp_path / "out", "bench", bench_rc=rc)
+    assert done.returncode == 1, done.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert f"bench: rc {rc}\nacceptance failed: 1 run(s) with a non-zero rc\n" in summary, summary
+    assert done.stderr.endswith("acceptance failed: 1 run(s) with a non-zero rc\n"), done.stderr
+    assert (tmp_path / "out" / "logs.tar.xz").is_file()
+    again, _calls = run_acceptance(tmp_path, tmp_path / "again", "bench", bench_rc=0)
+    assert again.returncode == 0 and "acceptance failed" not in (tmp_path / "again" / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("argv", [[], ["out"], ["--help"], ["out", "tests", "1,2", "extra"]])
+def test_usage_is_one_line_and_help_exits_0(tmp_path: Path, argv: list[str]) -> None:
+    """``--help`` printed bash's ``line N: 2: stages ...`` and a missing argument the same; now the usage line, exit
+    0 for ``--help`` and 2 for a wrong argument count, before anything runs or is created."""
+    done = subprocess.run(["bash", str(SCRIPT), *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.stderr == "usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]  (stages: tests, " \
+                          "train, resume, bench)\n"
+    assert done.returncode == (0 if argv == ["--help"] else 2) and not (tmp_path / "out").exists()
+
+
+def test_an_out_dir_that_is_a_file_is_named_as_one(tmp_path: Path) -> None:
+    """A file given as OUT_DIR was reported as a folder that "is not empty"."""
+    target = tmp_path / "results.txt"
+    target.write_text(os.urandom(8).hex())
+    done, calls = run_acceptance(tmp_path, target, "bench")
+    assert done.returncode == 2 and f"error: OUT_DIR {target} is a file, not a folder" in done.stderr
+    assert calls == [] and target.is_file()
