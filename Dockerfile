@@ -62,10 +62,15 @@ ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
 # HybridEP lives on DeepEP's hybrid-ep branch; the Jupiter runs used deep_ep 1.2.1+7febc6e (pass DEEPEP_REF=7febc6e).
 ARG DEEPEP_REF=hybrid-ep
 ARG TORCH_CUDA_ARCH_LIST=9.0
+# HybridEP across nodes (an expert-parallel group larger than one node's NVLink domain: the Jupiter recipes) needs
+# DeepEP built with HYBRID_EP_MULTINODE=1, which also needs the RDMA core headers and libraries (RDMA_CORE_HOME);
+# the default build is single-node (docs/container.md, "HybridEP across nodes").
+ARG HYBRID_EP_MULTINODE=0
 # A DEEPEP_REF without HybridEP (e.g. main) would build an image whose recipes fail at model build: refuse it here.
 RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
     && git -C /opt/DeepEP checkout "${DEEPEP_REF}" \
-    && pip install --no-cache-dir --no-build-isolation -c /opt/base-constraints.txt /opt/DeepEP \
+    && HYBRID_EP_MULTINODE="${HYBRID_EP_MULTINODE}" \
+       pip install --no-cache-dir --no-build-isolation -c /opt/base-constraints.txt /opt/DeepEP \
     && { python -c "from deep_ep import Buffer, HybridEPBuffer" \
          || { echo "error: DeepEP ${DEEPEP_REF} has no HybridEPBuffer: pass --build-arg DEEPEP_REF=<a commit of" \
                    "DeepEP's hybrid-ep branch>, or build --target deepep for DeepEP without HybridEP" >&2; exit 1; }; } \

@@ -166,9 +166,28 @@ def describe_row(job: Job) -> str:
     layout, row, resolved = job.resolved.layout, job.resolved.row, job.resolved
     plan = build_plan(resolved.built_card, layout, resolved.world_size)
     micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
+    note = cross_node_dispatch_note(resolved)
     return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
             f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
-            f"per step\n{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
+            f"per step\n{note}{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
+
+
+def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
+    """A ``note:`` line (with its newline) when the row's flex dispatcher (HybridEP or DeepEP) has an expert-parallel
+    group larger than one node: those kernels then need a DeepEP built for RDMA between nodes (HybridEP's multinode
+    build, DeepEP's with NVSHMEM), which the Dockerfile's default ``hybridep`` build is not (docs/container.md,
+    "HybridEP across nodes"); '' otherwise."""
+    backend = resolved.flags.get("moe-flex-dispatcher-backend")
+    if resolved.flags.get("moe-token-dispatcher-type") != "flex" or backend not in ("hybridep", "deepep"):
+        return ""
+    group, per_node = resolved.layout.ep * resolved.layout.etp, resolved.world_size // resolved.row.nodes
+    if group <= per_node:
+        return ""
+    build = {"hybridep": "Dockerfile: --build-arg HYBRID_EP_MULTINODE=1",
+             "deepep": "DeepEP's internode kernels: NVSHMEM"}[backend]
+    return (f"note: the {backend} expert-parallel group ({group} GPUs) spans {group // per_node} nodes of {per_node} "
+            f"GPUs: the image's DeepEP must be built for RDMA between nodes ({build}; docs/container.md, \"HybridEP "
+            "across nodes\")\n")
 
 
 def check_submission(recipe: Recipe, inputs: RunInputs) -> None:

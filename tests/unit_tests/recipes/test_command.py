@@ -304,3 +304,20 @@ def test_a_run_directory_that_cannot_be_created_stops_the_submission_before_any_
     err = capsys.readouterr().err
     assert f"oellm recipe: error: cannot create the run directory {str(blocked)!r}" in err
     assert "pass --output-dir DIR" in err and not record.exists()
+
+
+def test_a_dry_run_notes_each_row_whose_flex_dispatcher_crosses_nodes(capsys):
+    """HybridEP and DeepEP reach other nodes only in a DeepEP built for RDMA, which the Dockerfile's default hybridep
+    build is not: the Jupiter rows (ep 16 and 32 on 4-GPU nodes) get a ``note:`` naming what each backend's build
+    needs, the MN5 rows (expert groups within a node) none."""
+    assert main(["recipe", str(EXAMPLES / "qwen3_235b_a22b_jupiter.toml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    rows = out.count("\n-- row ")
+    notes = [line for line in out.splitlines() if line.startswith("note: the ") and "expert-parallel group" in line]
+    assert rows > 0 and len(notes) == rows, (rows, notes)
+    for note in notes:  # what each backend's build needs to cross nodes
+        assert ("--build-arg HYBRID_EP_MULTINODE=1" in note) == note.startswith("note: the hybridep "), note
+        assert ("NVSHMEM" in note) == note.startswith("note: the deepep "), note
+    assert "note: the hybridep expert-parallel group (16 GPUs) spans 4 nodes of 4 GPUs" in out
+    assert main(["recipe", str(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), "--dry-run"]) == 0
+    assert "expert-parallel group" not in capsys.readouterr().out
