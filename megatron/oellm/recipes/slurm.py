@@ -123,7 +123,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
     lines += [_output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
     # Both prefixes: Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when
     # APPTAINERENV_PYTHONPATH is unset.
-    lines += ["# The container's PYTHONPATH is the image's, with this checkout first (below), not the submitting shell's.",
+    lines += ["# The container's PYTHONPATH is the image's (or [cluster.env]'s), with a checkout first (below), not the "
+              "submitting shell's.",
               "unset PYTHONPATH APPTAINERENV_PYTHONPATH SINGULARITYENV_PYTHONPATH"]
     runtime = cluster.container_runtime
     lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value, runtime)]
