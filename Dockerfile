@@ -17,6 +17,10 @@
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.03-py3
 
 FROM ${BASE_IMAGE} AS base
+# in the base stage, so that every target's image (the recipes' hybridep one too) carries them
+LABEL org.opencontainers.image.title="megatron-oellm" \
+      org.opencontainers.image.description="OpenEuroLLM distribution of Megatron-LM on NGC PyTorch" \
+      org.opencontainers.image.version="0.1.0"
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -77,6 +81,3 @@ RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
     && oellm doctor
 
 FROM base AS oellm
-LABEL org.opencontainers.image.title="megatron-oellm" \
-      org.opencontainers.image.description="OpenEuroLLM distribution of Megatron-LM on NGC PyTorch" \
-      org.opencontainers.image.version="0.1.0"

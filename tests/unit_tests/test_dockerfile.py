@@ -161,3 +161,14 @@ def test_the_image_and_the_site_bundle_pin_the_same_kernel_packages():
     pins = _pins()
     assert {name: pins.get(name) for name in bundle} == bundle
     assert re.search(r"pip install [^\n]*-c /opt/oellm-constraints.txt tilelang==", DOCKERFILE)
+
+
+def test_every_target_carries_the_version_label():
+    """The OCI labels sat on the default ``oellm`` stage only, so the recipes' ``hybridep`` image had no version; in
+    the base stage, which every target builds on, they reach each image, with the package's version."""
+    base = DOCKERFILE.split("\nFROM base AS ")[0]
+    assert "AS base" in base
+    assert f'org.opencontainers.image.version="{megatron.oellm.__version__}"' in base
+    targets = re.findall(r"^FROM (\S+) AS (\S+)", DOCKERFILE, flags=re.MULTILINE)
+    assert [name for source, name in targets if name != "base"] == ["deepep", "hybridep", "oellm"]
+    assert all(source == "base" for source, name in targets if name != "base")
