@@ -89,6 +89,12 @@ def test_fla_rule_triton_bounds(triton, bad):
         assert "640" in findings[0].message and triton in findings[0].message
         assert "Qwen3 MoE models use no fla kernel" in findings[0].message  # who is affected: GDN/KDA models only
         assert "tilelang" in findings[0].fix and "3.7.1" in findings[0].fix
+        # the fix installs the TileLang stack the image pins (tilelang's own requirements float)
+        pins = dict(line.split("==") for line in (Path(__file__).resolve().parents[2] / "docker" /
+                                                  "constraints.txt").read_text().splitlines()
+                    if "==" in line and not line.startswith("#"))
+        for name in ("tilelang", "apache-tvm-ffi", "z3-solver"):
+            assert f"{name}=={pins[name]}" in findings[0].fix, findings[0].fix
 
 
 @pytest.mark.parametrize(("gpu", "bad"), [(H100, True), (GH200, True), (A100, False), (B200, False)])

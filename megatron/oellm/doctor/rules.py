@@ -161,7 +161,8 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
         f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails; the Qwen3 "
         f"MoE models use no fla kernel.",
-        "pip install tilelang (fla then uses its TileLang backward; it needs nvcc) or pip install 'triton>=3.7.1'",
+        "pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 (the versions tested; fla then uses "
+        "its TileLang backward, which needs nvcc), or, where this torch allows it, pip install 'triton>=3.7.1'",
     )]
 
 
