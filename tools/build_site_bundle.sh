@@ -18,13 +18,15 @@ set -euo pipefail
 PYVER=3.12
 ARCH=x86_64
 OUT=.bundle
+USAGE="usage: tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64] [--out .bundle]"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --python-version) PYVER="${2:?--python-version needs a value}"; shift 2 ;;
-    --arch) ARCH="${2:?--arch needs a value}"; shift 2 ;;
-    --out) OUT="${2:?--out needs a value}"; shift 2 ;;
+    --python-version|--arch|--out)
+      [ $# -ge 2 ] && [[ $2 != -* ]] || { echo "error: $1 needs a value; $USAGE" >&2; exit 2; }
+      case "$1" in --python-version) PYVER=$2 ;; --arch) ARCH=$2 ;; --out) OUT=$2 ;; esac
+      shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
+    *) echo "error: unknown argument $1; $USAGE" >&2; exit 2 ;;
   esac
 done
 # checked before anything is downloaded: 3.12.1 would name the bundle site-cp3121, 3.10 fails only at import
@@ -41,10 +43,11 @@ TAG="cp${PYVER/./}"
 case "$ARCH" in
   x86_64) PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
                      manylinux1_x86_64) ;;
-  aarch64) PLATFORMS=(manylinux_2_34_aarch64 manylinux_2_28_aarch64 manylinux_2_27_aarch64 manylinux_2_17_aarch64
+  aarch64|arm64) ARCH=aarch64  # arm64: Docker's and the image names' word for it
+           PLATFORMS=(manylinux_2_34_aarch64 manylinux_2_28_aarch64 manylinux_2_27_aarch64 manylinux_2_17_aarch64
                       manylinux2014_aarch64)
            TAG="$TAG-aarch64" ;;
-  *) echo "unknown architecture: $ARCH (x86_64 or aarch64)" >&2; exit 2 ;;
+  *) echo "error: unknown architecture $ARCH (x86_64, or aarch64 / arm64 for Jupiter's GH200)" >&2; exit 2 ;;
 esac
 # megatron-core declares Python >= 3.12 but needs only typing.override, which megatron.oellm provides on 3.11:
 # Requires-Python is ignored for it alone, so a 3.12-only release of another package is still refused

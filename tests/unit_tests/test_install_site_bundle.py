@@ -55,14 +55,15 @@ def run_bundle(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess,
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="GNU tar and xz")
-@pytest.mark.parametrize(("arch", "bundle"), [(None, "site-cp312.tar.xz"), ("aarch64", "site-cp312-aarch64.tar.xz")])
+@pytest.mark.parametrize(("arch", "bundle"), [(None, "site-cp312.tar.xz"), ("aarch64", "site-cp312-aarch64.tar.xz"),
+                                             ("arm64", "site-cp312-aarch64.tar.xz")])  # Docker's word, the image's
 def test_the_wheels_match_the_targets_architecture(tmp_path: Path, arch: str | None, bundle: str) -> None:
     done, platforms = run_bundle(tmp_path, *(["--arch", arch] if arch else []))
     assert done.returncode == 0, done.stderr
-    machine = arch or "x86_64"
+    machine = {"arm64": "aarch64"}.get(arch, arch) or "x86_64"
     assert "any" in platforms
     assert all(p == "any" or p.endswith(f"_{machine}") for p in platforms), platforms
-    if arch == "aarch64":  # tilelang 0.1.15 and z3-solver 4.15.4.0 publish aarch64 wheels only as manylinux_2_34
+    if machine == "aarch64":  # tilelang 0.1.15 and z3-solver 4.15.4.0 publish aarch64 wheels only as manylinux_2_34
         assert "manylinux_2_34_aarch64" in platforms
     with tarfile.open(tmp_path / "out" / bundle) as archive:
         assert "./stand_in.py" in archive.getnames()
@@ -107,8 +108,11 @@ def test_the_bundle_comes_with_a_checksum_the_node_can_check(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("flag", ["--python-version", "--arch", "--out"])
 def test_a_flag_without_its_value_names_the_flag(tmp_path: Path, flag: str) -> None:
-    done = subprocess.run(["bash", str(SCRIPT), flag], capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0 and f"{flag} needs a value" in done.stderr, done.stderr
+    """Also when the next word is another option: ``--out --arch aarch64`` took ``--arch`` as the output folder."""
+    for argv in ([flag], [flag, "--arch", "aarch64"]):
+        done = subprocess.run(["bash", str(SCRIPT), *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.startswith(f"error: {flag} needs a value; usage:"), done.stderr
+        assert not (tmp_path / "--arch").exists()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="GNU tar and xz")
