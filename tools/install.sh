@@ -21,6 +21,9 @@ PY="${PYTHON:-python3}"
 # a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
 # script changes to: make it absolute first (not resolving symlinks: a venv's python is one)
 if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
+command -v "$PY" >/dev/null ||
+  { echo "error: install.sh: no Python '$PY' (PYTHON names the interpreter to install into, e.g. PYTHON=python3.12)" >&2
+    exit 2; }
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
@@ -31,7 +34,8 @@ TORCH_CUDA13_DRIVER=580
 "$PY" - "$EXTRAS" <<'PYCHECK'
 import ast, re, sys
 if sys.version_info < (3, 11):
-    sys.exit(f"megatron-oellm needs Python >= 3.11, this is {sys.version.split()[0]}")
+    sys.exit(f"error: install.sh: megatron-oellm needs Python >= 3.11, {sys.executable} is {sys.version.split()[0]}; "
+             "name another with PYTHON=python3.12")
 calls = [node for node in ast.walk(ast.parse(open("setup.py").read())) if isinstance(node, ast.Call)]
 declared = next(ast.literal_eval(k.value) for call in calls for k in call.keywords if k.arg == "extras_require")
 unknown = [name for name in sys.argv[1].split(",") if re.sub(r"[-_.]+", "-", name.strip()).lower() not in declared]

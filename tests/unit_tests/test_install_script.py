@@ -10,6 +10,7 @@ version or failing as on a machine without an NVIDIA driver.
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import subprocess
 import sys
@@ -154,3 +155,13 @@ def test_nvidia_smi_failing_on_stdout_means_no_gpu(tmp_path: Path, failure: str,
     assert done.returncode == 0, done.stderr
     (install,) = torch_installs(calls)
     assert "torch==2.13.0+cpu" in install
+
+
+def test_a_python_that_does_not_exist_is_one_error_line(tmp_path: Path) -> None:
+    """``PYTHON=python3.21`` (a typo, or a version the machine lacks) ended in bash's ``command not found`` with
+    status 127; it is now one ``error:`` line naming the interpreter and how to pick another, status 2."""
+    name = f"python3.{random.randint(20, 99)}"
+    done = subprocess.run(["bash", str(SCRIPT), "dev"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHON": name}, check=False)
+    assert done.returncode == 2 and done.stderr == (f"error: install.sh: no Python '{name}' (PYTHON names the "
+                                                    "interpreter to install into, e.g. PYTHON=python3.12)\n")
