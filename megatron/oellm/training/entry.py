@@ -62,14 +62,17 @@ def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> t
 def check_layout(args: argparse.Namespace, card: ModelCard | None = None) -> None:
     """Raise :class:`megatron.oellm.models.parallel.ParallelLayoutError` when the run's parallel layout does not fit
     its card (``card``, else read from ``args``): the spec builders' own check, made before Megatron initialises
-    instead of in the model provider (after process groups and GPU memory are set up, on every rank). Megatron's ``validate_args`` passes, for instance, a
-    hybrid pattern whose ``|`` splits a decoder layer between two pipeline stages."""
+    instead of in the model provider (after process groups and GPU memory are set up, on every rank), with the run's
+    world size. Megatron's ``validate_args`` passes, for instance, a hybrid pattern whose ``|`` splits a decoder
+    layer between two pipeline stages, and a world size that ETP x EP x PP does not divide."""
     from megatron.oellm.models.parallel import validate_layout
     from megatron.oellm.training.model_provider import card_from_args, check_pipeline_split_flags, layout_from_args
 
     card = card_from_args(args) if card is None else card
     check_pipeline_split_flags(args, card)
-    validate_layout(card, layout_from_args(args))
+    # with the world size: megatron's validate_args checks TP x PP x CP against it, but not ETP x EP x PP, on which
+    # megatron-core's parallel state fails on every rank after torch.distributed is up
+    validate_layout(card, layout_from_args(args), world_size=getattr(args, "world_size", None))
 
 
 def resume_compared_args(args: argparse.Namespace) -> dict[str, list[str]]:

@@ -308,3 +308,18 @@ def test_layer_offloading_is_refused_for_the_hybrid_model_only():
     check_layer_offloading(parsed(["--oellm-model", "qwen3.5-35b-a3b-tiny"]), get_card("qwen3.5-35b-a3b-tiny"))
     gpt = parsed(["--oellm-model", "qwen3-30b-a3b-tiny", "--cpu-offloading-num-layers", str(layers)])
     check_layer_offloading(gpt, card_from_args(gpt))
+
+
+def test_a_world_size_the_expert_layout_does_not_divide_is_refused_before_megatron_starts(monkeypatch):
+    """Megatron's validate_args checks the world size against TP x PP x CP only: 12 GPUs at PP 2 and EP 4 (ETP x EP x
+    PP = 8) passed it, and megatron-core's parallel state then raised on every rank after torch.distributed was up.
+    The entry's layout check now takes the world size; 16 GPUs pass."""
+    from megatron.oellm.models.parallel import ParallelLayoutError
+    from megatron.oellm.training.entry import check_layout
+
+    qwen3 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "2", "--expert-model-parallel-size",
+             "4", "--micro-batch-size", "1", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+    with pytest.raises(ParallelLayoutError, match=r"^world size 12 is not divisible by etp x ep x pp = 8; change the "
+                                                  r"GPU count, ep or etp$"):
+        check_layout(validated([*qwen3, "--global-batch-size", "6"], monkeypatch, world_size=12))
+    check_layout(validated([*qwen3, "--global-batch-size", "8"], monkeypatch, world_size=16))
