@@ -299,7 +299,8 @@ def check_load_directory(args: argparse.Namespace) -> None:
       (or ``--pretrained-checkpoint``) and trains from random weights, printing only a warning;
     * ``--pretrained-checkpoint`` is what megatron loads (:func:`load_source`) and holds no tracker: megatron stops
       with ``FileNotFoundError`` after allocating the model on every rank;
-    * under ``--ckpt-step``, the checks of :func:`_check_ckpt_step`.
+    * under ``--ckpt-step``, the checks of :func:`_check_ckpt_step`; without it, the tracker of what megatron loads
+      names an iteration directory that is missing or holds no checkpoint (:func:`_check_tracked_directory`).
     """
     pretrained = getattr(args, "pretrained_checkpoint", None)
     step = getattr(args, "ckpt_step", None)
@@ -317,6 +318,8 @@ def check_load_directory(args: argparse.Namespace) -> None:
                          "every rank; name the directory megatron saved into (the one holding that file)")
     if step and source is not None:
         _check_ckpt_step(args, step, *source)
+    elif source is not None:
+        _check_tracked_directory(args, *source)
 
 
 def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path) -> None:
@@ -337,15 +340,36 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
                          f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
                          f"without a word; to resume --load's iteration {step}, drop --pretrained-checkpoint or write "
                          f"{Path(args.load) / TRACKER_FILE} naming {step}")
-    directory = loaded_directory(args)
+    missing = _missing_checkpoint(loaded_directory(args), given)
+    if missing is not None:
+        directory, problem, holds = missing
+        raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
+                         f"allocating the model on every rank; {holds}")
+
+
+def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -> None:
+    """Raise ``ValueError`` when the ``latest_checkpointed_iteration.txt`` of ``flag given`` (what megatron loads,
+    without ``--ckpt-step``) names an iteration whose directory does not exist or holds no checkpoint (a copy or
+    clean-up that left the tracker behind): megatron-core stops there after allocating the model on every rank."""
+    missing = _missing_checkpoint(loaded_directory(args), given)
+    if missing is not None:
+        directory, problem, holds = missing
+        raise ValueError(f"{flag} {given}: megatron-core reads {directory}, the iteration its {TRACKER_FILE} names, "
+                         f"{problem} after allocating the model on every rank; {holds}: restore that directory, or "
+                         f"write an iteration it holds into {given / TRACKER_FILE}")
+
+
+def _missing_checkpoint(directory: Path | None, given: Path) -> tuple[Path, str, str] | None:
+    """``(directory, what megatron-core does with it, what given holds)`` when the iteration ``directory`` megatron
+    reads for ``given`` does not exist or holds no checkpoint; None when it holds one, or megatron reads none."""
     if directory is None:
-        return
+        return None
     if not directory.is_dir():
         problem = "which does not exist, and stops with FileNotFoundError"
     elif checkpoint_format(directory) is None:
         problem = "which holds no checkpoint, and stops with NotImplementedError (unknown checkpoint format)"
     else:
-        return
+        return None
     try:
         held = sorted(iteration for d in given.glob(f"{ITERATION_PREFIX}*")
                       if d.is_dir() and (iteration := iteration_of(d.name)) is not None)
@@ -353,8 +377,7 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
         holds = f"{given} cannot be listed ({error.strerror})"
     else:
         holds = f"it holds iterations {', '.join(map(str, held))}" if held else "it holds no iteration directory"
-    raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
-                     f"allocating the model on every rank; {holds}")
+    return directory, problem, holds
 
 
 def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_step: bool) -> None:

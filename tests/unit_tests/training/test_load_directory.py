@@ -171,6 +171,31 @@ def test_a_ckpt_step_megatron_finds_no_checkpoint_at_is_refused_naming_those_hel
         check_load_directory(_run(tmp_path, ckpt_step=-1))
 
 
+@pytest.mark.parametrize("flag", ["load", "pretrained_checkpoint"])
+def test_a_tracker_naming_a_missing_or_empty_iteration_is_refused_naming_those_held(tmp_path: Path, flag: str) -> None:
+    """Without ``--ckpt-step`` megatron-core reads the iteration the tracker names and stopped there after allocating
+    the model (FileNotFoundError, or NotImplementedError for an empty directory) when a copy or clean-up had left the
+    tracker behind; the refusal names the directory, what is held, and both fixes. A tracker naming a held
+    iteration passes."""
+    held = random.randrange(1, 10**6)
+    _save(tmp_path, "torch_dist", held)
+    named = held + random.randrange(1, 1000)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{named}\n")
+    given = f"--{flag.replace('_', '-')} {tmp_path}"
+    run = argparse.Namespace(**{"load": None, "pretrained_checkpoint": None, "ckpt_step": None, flag: str(tmp_path)})
+    with pytest.raises(ValueError, match=rf"^{given}: megatron-core reads {tmp_path}/iter_{named:07d}, the iteration "
+                                         rf"its latest_checkpointed_iteration.txt names, which does not exist, and "
+                                         rf"stops with FileNotFoundError .*; it holds iterations {held}: restore that "
+                                         rf"directory, or write an iteration it holds into "
+                                         rf"{tmp_path}/latest_checkpointed_iteration.txt$"):
+        check_load_directory(run)
+    (tmp_path / f"iter_{named:07d}").mkdir()
+    with pytest.raises(ValueError, match="which holds no checkpoint, and stops with NotImplementedError"):
+        check_load_directory(run)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{held}\n")
+    check_load_directory(run)
+
+
 def test_a_ckpt_step_megatron_would_apply_to_the_pretrained_checkpoint_instead_is_refused(tmp_path: Path) -> None:
     """Without a tracker in ``--load`` megatron-core falls back to ``--pretrained-checkpoint`` and reads its
     iter_<step>: a resume of ``--load``'s own iter_<step> would fine-tune from the base model without a word (or stop
