@@ -14,6 +14,13 @@ DYNAMIC_LOSS_SCALER_FLAGS = {
 }
 """Destinations -> flags that only fp16's dynamic loss scaler reads (megatron-core's ``get_megatron_optimizer``)."""
 
+RECOMPUTE_FLAGS = {
+    "recompute_method": "--recompute-method",
+    "recompute_num_layers": "--recompute-num-layers",
+    "recompute_modules": "--recompute-modules",
+}
+"""Destinations -> flags that megatron-core reads only under a ``--recompute-granularity``."""
+
 
 def has_dynamic_loss_scaler(args: argparse.Namespace) -> bool:
     """Whether megatron-core builds fp16's dynamic loss scaler for ``args``: ``--fp16`` without a constant
@@ -31,6 +38,9 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
       ``--loss-scale``.
     - ``--moe-token-drop-policy`` without ``--moe-expert-capacity-factor``: megatron's router applies the policy only
       when it drops tokens at a capacity, and dropless routing drops none.
+    - The recompute flags without ``--recompute-granularity`` (megatron-core's config checks them only with one, and
+      nothing recomputes), and ``--recompute-modules`` under ``full`` (only selective recompute reads it): a run
+      that meant to save memory would find out by running out of it.
     """
     warnings = []
     if args.exit_signal_handler_for_dataloader:
@@ -47,4 +57,12 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
         warnings.append(f"--moe-token-drop-policy {args.moe_token_drop_policy} does nothing without "
                         "--moe-expert-capacity-factor: megatron-core 0.19.2's router drops tokens, by that policy, "
                         "only at a capacity, and this run's routing is dropless")
+    recompute = [flag for dest, flag in RECOMPUTE_FLAGS.items() if dest in explicit]
+    if recompute and args.recompute_granularity is None:
+        warnings.append(f"{', '.join(recompute)} do{'es' if len(recompute) == 1 else ''} nothing without "
+                        "--recompute-granularity (full or selective): this run recomputes no activations")
+    elif "recompute_modules" in explicit and args.recompute_granularity == "full":
+        warnings.append("--recompute-modules does nothing under --recompute-granularity full, which recomputes whole "
+                        "layers (by --recompute-method and --recompute-num-layers); the modules are selective "
+                        "recompute's")
     return warnings

@@ -219,3 +219,22 @@ def test_a_token_drop_policy_without_a_capacity_is_named_as_ignored():
     (warning,) = warnings_for(["--moe-token-drop-policy", policy])
     assert warning.startswith(f"--moe-token-drop-policy {policy} does nothing without --moe-expert-capacity-factor")
     assert warnings_for(["--moe-token-drop-policy", policy, "--moe-expert-capacity-factor", "1.5"]) == []
+
+
+def test_recompute_flags_without_a_granularity_are_named_as_ignored():
+    """megatron-core's config checks ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules``
+    only under a ``--recompute-granularity``, and without one nothing is recomputed: the run that meant to save
+    memory found out by running out of it. ``--recompute-modules`` under ``full`` is selective recompute's list."""
+    given = random.sample([["--recompute-method", "uniform"], ["--recompute-num-layers", "1"],
+                           ["--recompute-modules", "moe_act"]], k=random.randint(1, 3))
+    (warning,) = warnings_for([word for flag in given for word in flag])
+    names = ", ".join(flag for flag, _value in sorted(given, key=lambda f: ["--recompute-method",
+                                                                           "--recompute-num-layers",
+                                                                           "--recompute-modules"].index(f[0])))
+    assert warning.startswith(f"{names} do{'es' if len(given) == 1 else ''} nothing without --recompute-granularity "
+                              "(full or selective): this run recomputes no activations"), warning
+    full = ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    assert warnings_for(full) == []
+    (modules,) = warnings_for([*full, "--recompute-modules", "moe_act"])
+    assert modules.startswith("--recompute-modules does nothing under --recompute-granularity full")
+    assert warnings_for(["--recompute-granularity", "selective", "--recompute-modules", "moe_act"]) == []
