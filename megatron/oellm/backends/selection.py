@@ -184,7 +184,8 @@ def check_backend_support(
             + "; the torch-native modules compute every weight gradient in the ordinary backward pass, so the "
             f"overlap would be lost): drop {', '.join(megatron_flag(name) for name in deferred_wgrad)}"
         )
-    if te_rng_tracker:
+    # megatron's validate_args turns the TE RNG tracker on itself for TE's CUDA graphs: unsetting those is the fix
+    if te_rng_tracker and "cuda_graph_impl='transformer_engine'" not in te_kernel_settings:
         unsupported.append(
             "Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
             "used, made CUDA-graphable when CUDA graphs are on)"

@@ -696,3 +696,15 @@ def test_a_flash_attn_outside_transformer_engines_range_is_refused(tmp_path, ver
     assert done.returncode == 0, done.stderr
     why = json.loads(done.stdout.strip().splitlines()[-1])
     assert why.startswith(selection.NO_SUPPORTED_FLASH_ATTN) and f"flash-attn {version} is installed" in why
+
+
+def test_te_cuda_graphs_are_named_once_not_with_the_rng_tracker_megatron_turned_on() -> None:
+    """``--cuda-graph-impl transformer_engine`` makes megatron's validate_args turn the TE RNG tracker on; the torch
+    backend's refusal told the user to unset both, one of which they never set. Now the graphs alone are named; a
+    tracker the user asked for is still named."""
+    graphs = ("cuda_graph_impl='transformer_engine'",)
+    with pytest.raises(ValueError) as refused:
+        selection.check_backend_support("torch", te_kernel_settings=graphs, te_rng_tracker=True)
+    assert "cuda_graph_impl='transformer_engine'" in str(refused.value) and "RNG tracker" not in str(refused.value)
+    with pytest.raises(ValueError, match="RNG tracker"):
+        selection.check_backend_support("torch", te_kernel_settings=("moe_router_fusion=True",), te_rng_tracker=True)
