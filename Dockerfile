@@ -67,17 +67,20 @@ ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
 ARG DEEPEP_REF=hybrid-ep
 ARG TORCH_CUDA_ARCH_LIST=9.0
 # HybridEP across nodes (an expert-parallel group larger than one node's NVLink domain: the Jupiter recipes) needs
-# DeepEP built with HYBRID_EP_MULTINODE=1, which also needs the RDMA core headers and libraries (RDMA_CORE_HOME);
-# the default build is single-node (docs/container.md, "HybridEP across nodes").
+# DeepEP built with HYBRID_EP_MULTINODE=1, which also needs the RDMA core headers and libraries (RDMA_CORE_HOME, where
+# the base keeps them outside the default paths); the default build is single-node (docs/container.md, "HybridEP
+# across nodes").
 ARG HYBRID_EP_MULTINODE=0
+ARG RDMA_CORE_HOME=
 # A DEEPEP_REF without HybridEP (e.g. main) would build an image whose recipes fail at model build: refuse it here.
 RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
     && git -C /opt/DeepEP checkout "${DEEPEP_REF}" \
-    && HYBRID_EP_MULTINODE="${HYBRID_EP_MULTINODE}" \
+    && HYBRID_EP_MULTINODE="${HYBRID_EP_MULTINODE}" RDMA_CORE_HOME="${RDMA_CORE_HOME}" \
        pip install --no-cache-dir --no-build-isolation -c /opt/base-constraints.txt /opt/DeepEP \
     && { python -c "from deep_ep import Buffer, HybridEPBuffer" \
-         || { echo "error: DeepEP ${DEEPEP_REF} has no HybridEPBuffer: pass --build-arg DEEPEP_REF=<a commit of" \
-                   "DeepEP's hybrid-ep branch>, or build --target deepep for DeepEP without HybridEP" >&2; exit 1; }; } \
+         || { echo "error: DeepEP ${DEEPEP_REF} does not import HybridEPBuffer (the ImportError above): a ref without" \
+                   "it needs --build-arg DEEPEP_REF=<a commit of DeepEP's hybrid-ep branch>, or --target deepep for" \
+                   "DeepEP without HybridEP; a missing library is the build's" >&2; exit 1; }; } \
     && oellm doctor
 
 FROM base AS oellm

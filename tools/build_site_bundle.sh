@@ -3,7 +3,7 @@
 # into one folder and packed as .bundle/site-<tag>.tar.xz. Untar it anywhere and put the folder on PYTHONPATH.
 # Used for air-gapped compute nodes and for the project's lent GPU machine (no internet there).
 #
-#   tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64] [--out .bundle]
+#   tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64|arm64] [--out .bundle]
 #
 # --python-version is the node's MAJOR.MINOR, 3.11 or later; on 3.11 megatron-core 0.19.2 (declared >= 3.12, with
 # cp311 wheels) is fetched with --ignore-requires-python, as tools/install.sh installs it.
@@ -18,11 +18,11 @@ set -euo pipefail
 PYVER=3.12
 ARCH=x86_64
 OUT=.bundle
-USAGE="usage: tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64] [--out .bundle]"
+USAGE="usage: tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64|arm64] [--out .bundle]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version|--arch|--out)
-      [ $# -ge 2 ] && [[ $2 != -* ]] || { echo "error: $1 needs a value; $USAGE" >&2; exit 2; }
+      [[ $# -ge 2 && -n $2 && $2 != -* ]] || { echo "error: $1 needs a value; $USAGE" >&2; exit 2; }
       case "$1" in --python-version) PYVER=$2 ;; --arch) ARCH=$2 ;; --out) OUT=$2 ;; esac
       shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
@@ -47,7 +47,7 @@ case "$ARCH" in
            PLATFORMS=(manylinux_2_34_aarch64 manylinux_2_28_aarch64 manylinux_2_27_aarch64 manylinux_2_17_aarch64
                       manylinux2014_aarch64)
            TAG="$TAG-aarch64" ;;
-  *) echo "error: unknown architecture $ARCH (x86_64, or aarch64 / arm64 for Jupiter's GH200)" >&2; exit 2 ;;
+  *) echo "error: unknown architecture '$ARCH' (x86_64, or aarch64 / arm64 for Jupiter's GH200)" >&2; exit 2 ;;
 esac
 # megatron-core declares Python >= 3.12 but needs only typing.override, which megatron.oellm provides on 3.11:
 # Requires-Python is ignored for it alone, so a 3.12-only release of another package is still refused

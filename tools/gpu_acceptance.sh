@@ -24,7 +24,7 @@
 # restored on the next call.
 set -o pipefail
 USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]  (stages: tests, train, resume, bench)"
-if [ $# -lt 2 ] || [ $# -gt 3 ] || [[ $1 == -* ]]; then
+if [ $# -lt 2 ] || [ $# -gt 3 ] || [ -z "$1" ] || [ -z "$2" ] || [[ $1 == -* ]]; then
   echo "$USAGE" >&2
   [[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
   exit 2
@@ -125,7 +125,7 @@ stage_train() {
   local qwen35=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "${data[@]}" --save-interval 30)
   timeout $((LIMIT_S / 2)) bash examples/oellm/qwen3_30b_a3b_mn5.sh --local --row 1 "${data[@]}" --train-iters 30 \
     > "$OUT_DIR/train_qwen3.log" 2>&1 &
-  local started=$SECONDS
+  local qwen3_pid=$! started=$SECONDS
   timeout $((LIMIT_S * 2 / 3)) "${qwen35[@]}" --train-iters 30 > "$OUT_DIR/train.log" 2>&1
   echo "train qwen3.5: rc $? $(first_error "$OUT_DIR/train.log")"
   # the resume gets the rest of the stage's limit (at least a minute): its final save slows down when the tests
@@ -134,14 +134,15 @@ stage_train() {
   timeout $((left > 60 ? left : 60)) "${qwen35[@]}" --train-iters 35 > "$OUT_DIR/resume.log" 2>&1
   echo "resume qwen3.5: rc $? $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
     "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ') $(first_error "$OUT_DIR/resume.log")"
-  wait
-  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/train_qwen3.log") iteration lines" \
-    "$(first_error "$OUT_DIR/train_qwen3.log")"
+  wait "$qwen3_pid"
+  echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): rc $?" \
+    "$(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/train_qwen3.log") iteration lines $(first_error "$OUT_DIR/train_qwen3.log")"
   loss_lines "$OUT_DIR/train_qwen3.log"
   # the log of a run killed during iteration 16: everything before that iteration's line
   sed '/ iteration  *16\//,$d' "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
   python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 \
     --window 3-30 > "$OUT_DIR/table.md" 2>&1
+  echo "table of the qwen3.5 logs: rc $?"
   echo "train qwen3.5 (recipe qwen3_5_35b_a3b_mn5_strong --local):"
   loss_lines "$OUT_DIR/train.log"
   cat "$OUT_DIR/table.md"
@@ -156,7 +157,11 @@ stage_resume() {
   timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/short_first.log" 2>&1
   echo "first run (save at 3 and 6): rc $? $(first_error "$OUT_DIR/short_first.log")"
   timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/short_resume.log" 2>&1
-  echo "resumed run to 8: rc $?; loaded: $(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")"
+  local rc=$? loaded
+  loaded=$(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")
+  # a resume that loaded nothing trained from scratch: a failure of this stage, whatever the run returned
+  [ "$rc" -eq 0 ] && [ "$loaded" -eq 0 ] && rc="1 (no checkpoint loaded)"
+  echo "resumed run to 8: rc $rc; loaded: $loaded"
   iteration_losses "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log"
   grep -E "Error|error:" "$OUT_DIR/short_resume.log" | tail -3
 }

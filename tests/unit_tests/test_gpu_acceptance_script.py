@@ -71,7 +71,8 @@ def test_a_failed_run_is_summarised_with_its_first_exception(tmp_path: Path) -> 
     device call's output says it without unpacking the logs; the arguments block's ``*_error*`` names do not count."""
     output = ("  logits_load_ignore_errors ....... False\\n  error_injection_type ... transient_error\\n"
               "[rank0]: ValueError: No dot product attention backend is available\\n"
-              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \\n")
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \\n"
+              " > successfully loaded checkpoint from /x [ t 1/1, p 1/1 ] at iteration 6\\n")
     done, _calls = run_acceptance(tmp_path, tmp_path / "out", "resume", run_output=output)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "out" / "summary.txt").read_text()
@@ -95,7 +96,8 @@ def test_a_stage_limit_that_sets_no_limit_is_refused(tmp_path: Path, monkeypatch
 
 def test_the_stages_rebuild_their_corpus_on_a_warm_machine(tmp_path: Path) -> None:
     """A warm machine keeps the corpus of an earlier call: the stages ask build_corpus to replace it."""
-    done, calls = run_acceptance(tmp_path, tmp_path / "out", "train,resume")
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "train,resume",
+                                 run_output=" > successfully loaded checkpoint from /x at iteration 6\\n")
     assert done.returncode == 0, done.stderr
     builds = [call for call in calls if "tools/build_corpus.py" in call]
     assert len(builds) == 2 and all(call.endswith(" --overwrite") for call in builds), builds
@@ -115,7 +117,8 @@ def test_a_failed_run_fails_the_acceptance(tmp_path: Path) -> None:
     assert again.returncode == 0 and "acceptance failed" not in (tmp_path / "again" / "summary.txt").read_text()
 
 
-@pytest.mark.parametrize("argv", [[], ["out"], ["--help"], ["out", "tests", "1,2", "extra"]])
+@pytest.mark.parametrize("argv", [[], ["out"], ["--help"], ["out", "tests", "1,2", "extra"], ["", "tests"],
+                                  ["out", ""]])
 def test_usage_is_one_line_and_help_exits_0(tmp_path: Path, argv: list[str]) -> None:
     """``--help`` printed bash's ``line N: 2: stages ...`` and a missing argument the same; now the usage line, exit
     0 for ``--help`` and 2 for a wrong argument count, before anything runs or is created."""
@@ -133,3 +136,22 @@ def test_an_out_dir_that_is_a_file_is_named_as_one(tmp_path: Path) -> None:
     done, calls = run_acceptance(tmp_path, target, "bench")
     assert done.returncode == 2 and f"error: OUT_DIR {target} is a file, not a folder" in done.stderr
     assert calls == [] and target.is_file()
+
+
+def test_a_resume_that_loaded_nothing_fails_the_acceptance(tmp_path: Path) -> None:
+    """A resume run that returned 0 but loaded no checkpoint trained from scratch: the stage counts it as failed
+    (``rc 1 (no checkpoint loaded)``), and the script exits 1."""
+    done, _calls = run_acceptance(tmp_path, tmp_path / "out", "resume")
+    assert done.returncode == 1, done.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "resumed run to 8: rc 1 (no checkpoint loaded); loaded: 0" in summary, summary
+
+
+def test_the_background_qwen3_run_and_the_table_report_their_rc(tmp_path: Path) -> None:
+    """The train stage's Qwen3 run ran in the background and its exit status was never printed, so a crash there
+    could not fail the acceptance; it and the table command now print theirs."""
+    done, _calls = run_acceptance(tmp_path, tmp_path / "out", "train")
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): rc 0 " in summary
+    assert "table of the qwen3.5 logs: rc 0" in summary

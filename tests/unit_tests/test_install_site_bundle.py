@@ -108,8 +108,9 @@ def test_the_bundle_comes_with_a_checksum_the_node_can_check(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("flag", ["--python-version", "--arch", "--out"])
 def test_a_flag_without_its_value_names_the_flag(tmp_path: Path, flag: str) -> None:
-    """Also when the next word is another option: ``--out --arch aarch64`` took ``--arch`` as the output folder."""
-    for argv in ([flag], [flag, "--arch", "aarch64"]):
+    """Also when the next word is another option (``--out --arch aarch64`` took ``--arch`` as the output folder) or
+    empty (``--out ""`` would put the wheels and the bundle under ``/``)."""
+    for argv in ([flag], [flag, "--arch", "aarch64"], [flag, ""]):
         done = subprocess.run(["bash", str(SCRIPT), *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert done.returncode == 2 and done.stderr.startswith(f"error: {flag} needs a value; usage:"), done.stderr
         assert not (tmp_path / "--arch").exists()

@@ -185,7 +185,7 @@ def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
         return ""
     build = {"hybridep": "Dockerfile: --build-arg HYBRID_EP_MULTINODE=1",
              "deepep": "DeepEP's internode kernels: NVSHMEM"}[backend]
-    return (f"note: the {backend} expert-parallel group ({group} GPUs) spans {group // per_node} nodes of {per_node} "
+    return (f"note: the {backend} expert-parallel group ({group} GPUs) spans {-(-group // per_node)} nodes of {per_node} "
             f"GPUs: the image's DeepEP must be built for RDMA between nodes ({build}; docs/container.md, \"HybridEP "
             "across nodes\")\n")
 

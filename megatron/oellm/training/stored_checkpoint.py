@@ -354,9 +354,10 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     missing = _missing_checkpoint(loaded_directory(args), given)
     if missing is not None:
         directory, problem, holds = missing
-        raise ValueError(f"{flag} {given}: megatron-core reads {directory}, the iteration its {TRACKER_FILE} names, "
-                         f"{problem} after allocating the model on every rank; {holds}: restore that directory, or "
-                         f"write an iteration it holds into {given / TRACKER_FILE}")
+        tracker = directory.parent / TRACKER_FILE  # given's, or a global non-persistent checkpoint's
+        raise ValueError(f"{flag} {given}: megatron-core reads {directory}, the iteration {tracker} names, {problem} "
+                         f"after allocating the model on every rank; {holds}: restore that directory, or write an "
+                         f"iteration it holds into {tracker}")
 
 
 def _missing_checkpoint(directory: Path | None, given: Path) -> tuple[Path, str, str] | None:

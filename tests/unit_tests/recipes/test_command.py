@@ -321,3 +321,18 @@ def test_a_dry_run_notes_each_row_whose_flex_dispatcher_crosses_nodes(capsys):
     assert "note: the hybridep expert-parallel group (16 GPUs) spans 4 nodes of 4 GPUs" in out
     assert main(["recipe", str(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), "--dry-run"]) == 0
     assert "expert-parallel group" not in capsys.readouterr().out
+
+
+def test_the_cross_node_note_counts_a_partly_used_node():
+    """An expert-parallel group of 6 GPUs on 4-GPU nodes spans 2 nodes (the note said 1, rounding down)."""
+    import dataclasses
+
+    from megatron.oellm.commands.recipe import cross_node_dispatch_note
+
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    resolved = resolve_row(recipe, recipe.rows[0])
+    six = dataclasses.replace(resolved, layout=dataclasses.replace(resolved.layout, ep=6, etp=1))
+    assert cross_node_dispatch_note(six).startswith("note: the hybridep expert-parallel group (6 GPUs) spans 2 nodes "
+                                                    "of 4 GPUs")
+    four = dataclasses.replace(resolved, layout=dataclasses.replace(resolved.layout, ep=4, etp=1))
+    assert cross_node_dispatch_note(four) == ""

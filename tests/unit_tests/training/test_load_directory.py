@@ -184,9 +184,9 @@ def test_a_tracker_naming_a_missing_or_empty_iteration_is_refused_naming_those_h
     given = f"--{flag.replace('_', '-')} {tmp_path}"
     run = argparse.Namespace(**{"load": None, "pretrained_checkpoint": None, "ckpt_step": None, flag: str(tmp_path)})
     with pytest.raises(ValueError, match=rf"^{given}: megatron-core reads {tmp_path}/iter_{named:07d}, the iteration "
-                                         rf"its latest_checkpointed_iteration.txt names, which does not exist, and "
-                                         rf"stops with FileNotFoundError .*; it holds iterations {held}: restore that "
-                                         rf"directory, or write an iteration it holds into "
+                                         rf"{tmp_path}/latest_checkpointed_iteration.txt names, which does not exist, "
+                                         rf"and stops with FileNotFoundError .*; it holds iterations {held}: restore "
+                                         rf"that directory, or write an iteration it holds into "
                                          rf"{tmp_path}/latest_checkpointed_iteration.txt$"):
         check_load_directory(run)
     (tmp_path / f"iter_{named:07d}").mkdir()
