@@ -185,7 +185,8 @@ def check_backend_support(
             f"overlap would be lost): drop {', '.join(megatron_flag(name) for name in deferred_wgrad)}"
         )
     # megatron's validate_args turns the TE RNG tracker on itself for TE's CUDA graphs: unsetting those is the fix
-    if te_rng_tracker and "cuda_graph_impl='transformer_engine'" not in te_kernel_settings:
+    te_graphs = any(setting.startswith("cuda_graph_impl=") for setting in te_kernel_settings)  # TE's only
+    if te_rng_tracker and not te_graphs:
         unsupported.append(
             "Transformer Engine's RNG tracker (te_rng_tracker): unset it (megatron-core's tracker is "
             "used, made CUDA-graphable when CUDA graphs are on)"
