@@ -39,9 +39,18 @@ def check_save_flags(args: argparse.Namespace) -> None:
     ``--non-persistent-save-interval``) iterations of training: ``--async-save`` with the legacy ``torch`` checkpoint
     format (``validate_args`` turns it off for the distributed formats without a persistent worker, not for this one;
     ``save_checkpoint`` then raises ``NotImplementedError``), and ``--non-persistent-save-interval`` without
-    ``--non-persistent-ckpt-type`` (``save_checkpoint`` knows only ``global`` and ``local``)."""
+    ``--non-persistent-ckpt-type`` (``save_checkpoint`` knows only ``global`` and ``local``); and a ``--save`` that
+    cannot be a folder, because it or the nearest existing path above it is a file (megatron creates it at the first
+    save)."""
     if not args.save:
         return
+    save = Path(args.save)
+    existing = next((path for path in (save, *save.parents) if path.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "is a file" if existing == save else f"lies under {existing}, which is a file"
+        raise ValueError(f"--save {args.save} {where}: megatron-core saves each checkpoint into a folder there and "
+                         "stops at its first save, after --save-interval iterations of training, when it cannot "
+                         "create it; name a folder")
     if args.async_save and args.ckpt_format == "torch":
         raise ValueError("--async-save with --ckpt-format torch: megatron-core 0.19.2 saves torch-format checkpoints "
                          "only synchronously and stops with NotImplementedError at the first save, after "

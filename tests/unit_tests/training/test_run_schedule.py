@@ -68,6 +68,24 @@ def test_a_non_persistent_save_interval_without_its_type_is_refused_in_one_line(
         entry.main([*BASE, *save, "--non-persistent-ckpt-type", "global"])
 
 
+def test_a_save_path_that_cannot_be_a_folder_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
+    """``--save`` naming a file, or a path under one, passed every check; megatron creates the folder only at its
+    first save and stopped there, after --save-interval iterations of training. A new folder, or one under an
+    existing folder, passes."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    afile = tmp_path / f"notes-{random.randrange(10**6)}.txt"
+    afile.write_text("a user's file")
+    save = ["--train-iters", "500", "--save-interval", str(random.randint(1, 400))]
+    line = refused_line(entry, capsys, [*BASE, *save, "--save", str(afile)])
+    assert f"--save {afile} is a file: megatron-core saves each checkpoint into a folder there" in line
+    line = refused_line(entry, capsys, [*BASE, *save, "--save", str(afile / "checkpoints")])
+    assert f"--save {afile / 'checkpoints'} lies under {afile}, which is a file" in line
+    assert afile.read_text() == "a user's file"
+    for folder in (tmp_path / "new" / "checkpoints", tmp_path):
+        with pytest.raises(Reached):
+            entry.main([*BASE, *save, "--save", str(folder)])
+
+
 def test_phase_transitions_in_a_run_sized_by_iterations_are_refused_in_one_line(monkeypatch, capsys):
     """megatron sizes each data phase up to ``args.train_samples``; with ``--train-iters`` it is None and building
     the datasets raises a TypeError (comparing None with the current sample)."""
