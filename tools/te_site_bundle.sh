@@ -27,7 +27,8 @@ case "${1:-}" in
   -*) echo "error: unknown option $1 ($USAGE)" >&2; exit 2 ;;
 esac
 [ $# -le 3 ] || { echo "error: te_site_bundle.sh takes at most 3 arguments, got $#: $* ($USAGE)" >&2; exit 2; }
-VENV=$(realpath -- "${1:?$USAGE}")
+[ -n "${1:-}" ] || { echo "error: no VENV_DIR ($USAGE)" >&2; exit 2; }
+VENV=$(realpath -m -- "$1")  # -m: a missing folder is refused below, naming te_cpu_env.sh, not by realpath
 OUT=$(realpath -m -- "${2:-$(dirname "$0")/../.bundle/te-parts}")
 PART_MIB=${3:-61}
 # checked before anything is removed or compressed: split would refuse it only after minutes of xz, with the earlier

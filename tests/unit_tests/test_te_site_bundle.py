@@ -30,10 +30,12 @@ def run_script(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
-def test_missing_environment_is_refused(tmp_path: Path) -> None:
-    result = run_script(tmp_path / "no-venv", tmp_path / "out")
+@pytest.mark.parametrize("venv", ["no-venv", "missing/parent/venv"])
+def test_missing_environment_is_refused(tmp_path: Path, venv: str) -> None:
+    """Also a VENV_DIR under a missing folder, which printed realpath's own error instead of naming te_cpu_env.sh."""
+    result = run_script(tmp_path / venv, tmp_path / "out")
     assert result.returncode == 2
-    assert "has no bin/python" in result.stderr and "te_cpu_env.sh" in result.stderr
+    assert result.stderr == f"error: {tmp_path / venv} has no bin/python (make it with tools/te_cpu_env.sh)\n"
     assert not (tmp_path / "out").exists()
 
 

@@ -17,8 +17,9 @@ echo "NAME $*" >> "$FAKE_LOG"
 """
 
 
-def run_test_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """tools/test.sh copied into a stand-in checkout whose install.sh only records; returns the process and calls."""
+def run_test_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """tools/test.sh copied into a stand-in checkout whose install.sh only records, run with ``args`` (default
+    ``-k "not gpu"``); returns the process and calls."""
     checkout, bin_dir = tmp_path / "checkout with space", tmp_path / "bin"
     (checkout / "tools").mkdir(parents=True)
     bin_dir.mkdir()
@@ -31,7 +32,7 @@ def run_test_script(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedPro
     log = tmp_path / "calls.log"
     log.touch()
     environment = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "FAKE_LOG": str(log), **env}
-    done = subprocess.run(["bash", str(checkout / "tools" / "test.sh"), "-k", "not gpu"], capture_output=True,
+    done = subprocess.run(["bash", str(checkout / "tools" / "test.sh"), *(args or ("-k", "not gpu"))], capture_output=True,
                           text=True, env=environment, timeout=60, check=False)
     return done, log.read_text().splitlines()
 
@@ -44,3 +45,12 @@ def test_lint_and_tests_use_the_interpreter_install_sh_installed_into(tmp_path: 
     assert calls == [f"install.sh dev,hf,gdn,plot PYTHON={expected}",
                      f"{expected} -m ruff check .",
                      f"{expected} -m pytest -q tests/unit_tests -k not gpu"]
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_is_printed_before_anything_is_installed(tmp_path: Path, flag: str) -> None:
+    """``tools/test.sh --help`` ran the whole install (minutes) before pytest printed its help; it now prints the
+    script's usage and exits 0, calling nothing."""
+    done, calls = run_test_script(tmp_path, flag)
+    assert done.returncode == 0 and "bash tools/test.sh [PYTEST ARGS]" in done.stdout, done.stderr
+    assert calls == []
