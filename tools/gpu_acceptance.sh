@@ -184,8 +184,8 @@ wait
   for stage in "${selected[@]}"; do echo "== $stage"; cat "$OUT_DIR/stage_$stage.txt"; done
 } | tee "$OUT_DIR/summary.txt"
 # every run's summary line reads "...: rc N ..."; a non-zero one fails the acceptance
-if grep -qE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt"; then
-  echo "acceptance failed: $(grep -cE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt") run(s) with a non-zero rc" \
-    | tee -a "$OUT_DIR/summary.txt" >&2
+failed=$(grep -cE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt")
+if [ "$failed" -gt 0 ]; then
+  echo "acceptance failed: $failed run(s) with a non-zero rc" | tee -a "$OUT_DIR/summary.txt" >&2
   exit 1
 fi

@@ -71,10 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run one conversion and print a summary; on bad input print the reason on stderr and exit 2 (128 + the signal
     number when SIGTERM / SIGHUP / Ctrl-C stopped it); warnings are one ``warning:`` line each."""
-    start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.showwarning = _warning_line(f"oellm convert {args.direction}")
-        return _convert(args, start)
+        return _convert(args)
 
 
 def _warning_line(prefix: str) -> Callable[..., None]:
@@ -88,12 +87,13 @@ def _warning_line(prefix: str) -> Callable[..., None]:
     return show
 
 
-def _convert(args: argparse.Namespace, start: float) -> int:
+def _convert(args: argparse.Namespace) -> int:
     """:func:`run` within its warning format."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
     from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 
+    start = time.perf_counter()
     try:
         card = get_card(args.model)
         if args.vocab_size is not None:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from megatron.oellm.cards import HYBRID_SYMBOLS, CardError, ModelCard, get_card
+from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.flops import megatron_padded_vocab
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
@@ -335,12 +335,10 @@ def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[s
         if flags_to_argv({name: value}) != flags_to_argv({name: expected}):
             shown = "leaves it unset" if expected is None or expected is False else f"sets it to {expected!r}"
             pattern = owned[owner].get("hybrid-layer-pattern")
-            if name == "num-layers" and isinstance(pattern, str):
-                mixers = {symbol for kind, symbol in HYBRID_SYMBOLS.items() if kind != "moe"}
-                mixer_layers = sum(symbol in mixers for symbol in pattern)
-                moe_layers = pattern.count(HYBRID_SYMBOLS["moe"])
+            if name == "num-layers" and isinstance(pattern, str):  # a card's pattern: a mixer and an MoE per layer
+                layers = len(pattern) // 2
                 shown += (f" (megatron counts each symbol of the hybrid pattern {pattern!r} as a layer: "
-                          f"{mixer_layers} mixer and {moe_layers} MoE layers)")
+                          f"{layers} mixer and {layers} MoE layers)")
             raise RecipeError(f"--{name} {value!r} in {where} contradicts {owner}, which {shown}; change it "
                               "there, not as a Megatron flag")
 

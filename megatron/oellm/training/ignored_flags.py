@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Set
 
+from megatron.oellm.megatron_args import megatron_flag
+
 DYNAMIC_LOSS_SCALER_FLAGS = {
     "initial_loss_scale": "--initial-loss-scale",
     "min_loss_scale": "--min-loss-scale",
@@ -14,12 +16,8 @@ DYNAMIC_LOSS_SCALER_FLAGS = {
 }
 """Destinations -> flags that only fp16's dynamic loss scaler reads (megatron-core's ``get_megatron_optimizer``)."""
 
-RECOMPUTE_FLAGS = {
-    "recompute_method": "--recompute-method",
-    "recompute_num_layers": "--recompute-num-layers",
-    "recompute_modules": "--recompute-modules",
-}
-"""Destinations -> flags that megatron-core reads only under a ``--recompute-granularity``."""
+RECOMPUTE_SETTINGS = ("recompute_method", "recompute_num_layers", "recompute_modules")
+"""Destinations of the flags that megatron-core reads only under a ``--recompute-granularity``."""
 
 
 def has_dynamic_loss_scaler(args: argparse.Namespace) -> bool:
@@ -57,7 +55,7 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
         warnings.append(f"--moe-token-drop-policy {args.moe_token_drop_policy} does nothing without "
                         "--moe-expert-capacity-factor: megatron-core 0.19.2's router drops tokens, by that policy, "
                         "only at a capacity, and this run's routing is dropless")
-    recompute = [flag for dest, flag in RECOMPUTE_FLAGS.items() if dest in explicit]
+    recompute = [megatron_flag(dest) for dest in RECOMPUTE_SETTINGS if dest in explicit]
     if recompute and args.recompute_granularity is None:
         warnings.append(f"{', '.join(recompute)} do{'es' if len(recompute) == 1 else ''} nothing without "
                         "--recompute-granularity (full or selective): this run recomputes no activations")

@@ -191,6 +191,16 @@ def test_object_storage_data_is_refused_with_what_to_do_instead(mode, tmp_path, 
     assert "--object-storage-cache-path" in err and str(local) not in err and "bind source" not in err
 
 
+def _two_row_config(tmp_path, table: str, second_row: str):
+    """A recipe "types" on the Qwen3.5 MN5 base with ``table`` (TOML text before the rows), one valid row and a second
+    row of the keys ``second_row`` writes."""
+    config = tmp_path / "types.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "types"\n{table}'
+                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
+                      f'[[rows]]\n{second_row}')
+    return config
+
+
 @pytest.mark.parametrize("table, row, message", [
     ('[cluster]\nbinds = "/scratch"\n', "", "binds = '/scratch' is not an array of strings"),
     ('[cluster]\ngpus_per_node = "4"\n', "", "gpus_per_node = '4' is not an integer"),
@@ -205,12 +215,8 @@ def test_object_storage_data_is_refused_with_what_to_do_instead(mode, tmp_path, 
      '[cluster.env]: NCCL_MIN_NCHANNELS = 4 is not a string; quote it (NCCL_MIN_NCHANNELS = "4")'),
 ])
 def test_values_of_the_wrong_type_are_refused_with_the_field_named(tmp_path, capsys, table, row, message):
-    config = tmp_path / "types.toml"
-    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "types"\n{table}'
-                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
-                      f'[[rows]]\nglobal_batch_size = 4096\nmicro_batch_size = 4\n{row}'
-                      + ("" if row.startswith("nodes") else "nodes = 8\n"))
-    assert main(["recipe", str(config), "--dry-run"]) == 2
+    second = f"global_batch_size = 4096\nmicro_batch_size = 4\n{row}" + ("" if row.startswith("nodes") else "nodes = 8\n")
+    assert main(["recipe", str(_two_row_config(tmp_path, table, second)), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -423,11 +429,7 @@ def test_unknown_and_missing_keys_are_named_as_the_config_writes_them(tmp_path, 
     argument``); the message now names the table, the key and the closest known one."""
     second = "micro_batch_size = 4\nnodes = 8\n" if row == "DELETE" else \
         f"global_batch_size = 4096\nmicro_batch_size = 4\n{row}" + ("" if "nodez" in row else "nodes = 8\n")
-    config = tmp_path / "types.toml"
-    config.write_text(f'extends = "{EXAMPLES / "_qwen3_5_35b_a3b_mn5.toml"}"\ntitle = "types"\n{table}'
-                      '[[rows]]\nnodes = 8\nglobal_batch_size = 4096\nmicro_batch_size = 4\n'
-                      f'[[rows]]\n{second}')
-    assert main(["recipe", str(config), "--dry-run"]) == 2
+    assert main(["recipe", str(_two_row_config(tmp_path, table, second)), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert message in err and "__init__" not in err and err.count("\n") == 1, err
 
