@@ -7,7 +7,8 @@
 # so a bundle for another machine (tools/te_site_bundle.sh) needs that machine's, e.g. python3.12 for the H200.
 #
 # CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked), and the
-# header and TE core wheels are the CUDA 13 ones. Rerunning it on an existing VENV_DIR skips the compilation.
+# header and TE core wheels are the CUDA 13 ones. Rerunning it on an existing VENV_DIR skips the compilation; a
+# VENV_DIR that is a file or a non-empty folder other than a virtual environment is refused.
 #
 # TE's PyTorch extension is published as an sdist only (prebuilt wheels come from GitHub, unreachable on compute
 # nodes), and it must be compiled against a CUDA build of torch; TE's modules then build with CPU parameters
@@ -21,7 +22,7 @@ set -euo pipefail
 # checked before realpath sees them: it would print its own help (or refuse an option) and that text would name the
 # new virtual environment, created in the current directory before ~4 GB of downloads
 case "${1:-}" in
-  -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
   -*) echo "error: unknown option $1 (usage: [TE_PYTHON=python3.12] bash tools/te_cpu_env.sh [VENV_DIR])" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "error: te_cpu_env.sh takes one VENV_DIR, got $#: $*" >&2; exit 2; }
@@ -33,6 +34,13 @@ TE_VERSION=${TE_VERSION:-2.20.2}
 TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the H200 device's torch; PyPI's Linux wheel of it is built for CUDA 13.0
 CUDA_WHEELS="13.0.*"
 
+# `python -m venv` would turn any existing folder into an environment (bin/, lib/, pyvenv.cfg among the user's files)
+if [ ! -x "$VENV/bin/python" ]; then
+  [ ! -e "$VENV" ] || [ -d "$VENV" ] || { echo "error: VENV_DIR $VENV is a file; name a new folder" >&2; exit 2; }
+  [ ! -d "$VENV" ] || [ -z "$(ls -A -- "$VENV")" ] ||
+    { echo "error: VENV_DIR $VENV is a folder that is not a virtual environment (no bin/python); name a new" \
+        "or empty folder" >&2; exit 2; }
+fi
 # The extension is compiled for the venv's CPython ABI: TE_PYTHON names the target's Python (python3.12 for the H200)
 [ -x "$VENV/bin/python" ] || "${TE_PYTHON:-python3}" -m venv "$VENV"
 if [ -n "${TE_PYTHON:-}" ]; then  # an existing venv keeps its own Python: say so rather than build for another one

@@ -71,3 +71,36 @@ def test_te_cpu_env_still_makes_the_named_environment(tmp_path: Path) -> None:
     done, calls, _ = run_tool(tmp_path, "te_cpu_env.sh", name)
     assert done.returncode == 7
     assert calls.splitlines() == [f"-m venv {tmp_path / 'work' / name}"]
+
+
+def test_te_cpu_env_refuses_a_folder_that_is_not_a_virtual_environment(tmp_path: Path) -> None:
+    """An existing folder with the user's files is refused before ``venv`` adds bin/, lib/ and pyvenv.cfg to it."""
+    folder = tmp_path / "work" / f"data-{random.randint(0, 10**6)}"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(folder)], capture_output=True, text=True,
+                          env={**os.environ, "TE_PYTHON": "false"}, timeout=60, check=False)
+    assert done.returncode == 2 and str(folder) in done.stderr and "not a virtual environment" in done.stderr
+    assert sorted(path.name for path in folder.iterdir()) == ["notes.txt"]
+
+
+def test_te_cpu_env_refuses_a_file(tmp_path: Path) -> None:
+    """A VENV_DIR that is a file is named in one line rather than in venv's traceback."""
+    path = tmp_path / f"file-{random.randint(0, 10**6)}"
+    path.write_text("x")
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(path)], capture_output=True, text=True,
+                          env={**os.environ, "TE_PYTHON": "false"}, timeout=60, check=False)
+    assert done.returncode == 2 and f"{path} is a file" in done.stderr, done.stderr
+
+
+def test_te_cpu_env_takes_an_empty_folder(tmp_path: Path) -> None:
+    """An empty folder (made ahead, e.g. on a scratch file system) still goes on to ``venv``."""
+    (tmp_path / "work" / "empty").mkdir(parents=True)
+    log = tmp_path / "calls.log"
+    recorder = tmp_path / "te-python"
+    recorder.write_text(RECORDER)
+    recorder.chmod(0o755)
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), "empty"], cwd=tmp_path / "work", capture_output=True,
+                          text=True, env={**os.environ, "TE_PYTHON": str(recorder), "FAKE_LOG": str(log)}, timeout=60,
+                          check=False)
+    assert done.returncode == 7 and log.read_text().splitlines() == [f"-m venv {tmp_path / 'work' / 'empty'}"]
