@@ -344,6 +344,32 @@ def check_intervals(args: argparse.Namespace) -> None:
                          "time limit), with block it recomputes no layer; give a positive count")
 
 
+def check_precision(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--fp16`` beside ``--bf16``: megatron-core 0.19.2's ``validate_args`` stops on a bare
+    ``assert not args.fp16`` on every rank, naming neither flag. ``args`` are parsed, not yet validated."""
+    if args.fp16 and args.bf16:
+        raise ValueError("--fp16 and --bf16 together: a run trains in one of them; keep --bf16 (the recipes' "
+                         "precision) or --fp16")
+
+
+def check_save_interval(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for a ``--save`` without a positive ``--save-interval``, or a ``--save-retain-interval``
+    that is not a positive multiple of it: megatron-core 0.19.2's ``validate_args`` asserts each without a message,
+    and without ``--save`` it ignores them. ``args`` are parsed, not yet validated."""
+    if args.save is None:
+        return
+    interval, retain = args.save_interval, args.save_retain_interval
+    if interval is None or interval < 1:
+        given = "without --save-interval" if interval is None else f"with --save-interval {interval}"
+        raise ValueError(f"--save {args.save} {given}: megatron saves every --save-interval iterations, so it needs "
+                         "a positive one (e.g. --save-interval 1000), or drop --save to train without checkpoints")
+    if retain is not None and (retain < 1 or retain % interval):
+        multiple = interval * max(1, math.ceil(retain / interval))
+        raise ValueError(f"--save-retain-interval {retain} is not a positive multiple of --save-interval {interval}: "
+                         "megatron keeps the checkpoints at multiples of it and deletes the others, so it must be "
+                         f"one of the saved iterations (e.g. --save-retain-interval {multiple})")
+
+
 def check_wandb_directory(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--wandb-project`` with neither ``--wandb-save-dir`` nor ``--save``: megatron-core
     0.19.2 puts the Weights & Biases files under ``--save``'s ``wandb`` directory by default, joins None with it

@@ -267,3 +267,44 @@ def test_an_interval_or_count_megatron_never_divides_by_is_let_through(flags):
     from megatron.oellm.training.args import check_intervals, parse_oellm_argv
 
     check_intervals(parse_oellm_argv(flags))
+
+
+def test_a_save_without_a_positive_interval_is_refused_naming_both_flags():
+    """megatron-core's validate_args asserts a --save-interval beside --save without a message; the entry names the
+    folder, the interval and the fix. Without --save the interval decides nothing and is let through."""
+    from megatron.oellm.training.args import check_save_interval, parse_oellm_argv
+
+    folder = f"/scratch/ckpt-{random.randint(0, 10**6)}"
+    with pytest.raises(ValueError, match=f"--save {folder} without --save-interval: .*positive one"):
+        check_save_interval(parse_oellm_argv(["--save", folder]))
+    bad = random.choice([0, -random.randint(1, 100)])
+    with pytest.raises(ValueError, match=f"--save {folder} with --save-interval {bad}: "):
+        check_save_interval(parse_oellm_argv(["--save", folder, "--save-interval", str(bad)]))
+    check_save_interval(parse_oellm_argv(["--save-interval", str(bad)]))
+    check_save_interval(parse_oellm_argv(["--save", folder, "--save-interval", str(random.randint(1, 5000))]))
+
+
+def test_a_retain_interval_off_the_save_grid_is_refused_with_the_next_multiple():
+    """Megatron keeps the checkpoints whose iteration is a multiple of --save-retain-interval; one that is not a
+    multiple of --save-interval would keep none but the last, so it is refused, suggesting the next multiple."""
+    from megatron.oellm.training.args import check_save_interval, parse_oellm_argv
+
+    interval = random.randint(2, 500)
+    times = random.randint(1, 9)
+    argv = ["--save", "/ckpt", "--save-interval", str(interval), "--save-retain-interval"]
+    check_save_interval(parse_oellm_argv([*argv, str(interval * times)]))
+    off = interval * times + random.randint(1, interval - 1)
+    with pytest.raises(ValueError, match=rf"--save-retain-interval {off} is not a positive multiple of --save-interval "
+                                         rf"{interval}: .*\(e\.g\. --save-retain-interval {interval * (times + 1)}\)"):
+        check_save_interval(parse_oellm_argv([*argv, str(off)]))
+    with pytest.raises(ValueError, match=rf"--save-retain-interval 0 .*--save-retain-interval {interval}\)"):
+        check_save_interval(parse_oellm_argv([*argv, "0"]))
+
+
+def test_fp16_beside_bf16_is_refused_before_megatron():
+    """megatron-core's validate_args stops on a bare `assert not args.fp16` on every rank; either flag alone passes."""
+    from megatron.oellm.training.args import check_precision, parse_oellm_argv
+
+    with pytest.raises(ValueError, match="--fp16 and --bf16 together"):
+        check_precision(parse_oellm_argv(random.sample(["--fp16", "--bf16"], 2)))
+    check_precision(parse_oellm_argv([random.choice(["--fp16", "--bf16"])]))
