@@ -28,7 +28,7 @@ from megatron.oellm.training.args import (
     with_backend_implementation,
     with_training_defaults,
 )
-from megatron.oellm.training.startup_checks import refusal_detail
+from megatron.oellm.training.startup_checks import refusal_detail, training_batch_detail
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -280,11 +280,14 @@ def training_config(args: argparse.Namespace) -> object:
         raise ValueError(f"megatron's training configuration refuses the run's arguments: {detail}") from error
 
 
-def validated_args(parse_and_validate: Callable[..., argparse.Namespace]) -> argparse.Namespace:
+def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
+                   parsed: argparse.Namespace) -> argparse.Namespace:
     """Megatron's ``parse_and_validate_args`` (passed in: importing it imports ``megatron.training``) with the OEL
     arguments; its refusals are ``assert`` statements, raised here as ``ValueError`` naming the failed condition.
     So is a ``TypeError`` raised while an ``assert`` evaluates its condition (``--attention-backend local`` without
-    ``--spec``: ``assert args.spec[0] == 'local', ...`` on None), named by that statement, message included.
+    ``--spec``: ``assert args.spec[0] == 'local', ...`` on None), named by that statement, message included. A
+    training batch megatron refuses through the evaluation batch sizes is named as the training batch of ``parsed``
+    (the command line before validation; :func:`training_batch_detail`).
 
     It runs before Megatron sets up any GPU or process group, so a refusal there is a bad command line, which under
     torchrun was an assertion traceback per rank."""
@@ -294,7 +297,8 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace]) -> arg
         detail = refusal_detail(error)
         if detail is None:
             raise  # not a refusal: a defect, with its traceback
-        raise ValueError(f"megatron's argument validation refuses the command line: {detail}") from error
+        raise ValueError("megatron's argument validation refuses the command line: "
+                         f"{training_batch_detail(detail, parsed)}") from error
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -350,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
-        args = validated_args(parse_and_validate_args)
+        args = validated_args(parse_and_validate_args, parsed)
     except ValueError as error:
         return refuse(error)
     try:

@@ -14,6 +14,7 @@ megatron's validated arguments, then those with the run's model card.
 from __future__ import annotations
 
 import argparse
+import re
 import traceback
 from collections.abc import Mapping
 
@@ -117,3 +118,23 @@ def refusal_detail(error: AssertionError | TypeError) -> str | None:
     if isinstance(error, TypeError):
         return statement if statement.startswith("assert ") else None
     return " ".join(str(error).split()) or statement or "an assertion without a message"
+
+
+_EVAL_BATCH_REFUSAL = re.compile(r"eval_global_batch_size \((\d+)\) must be divisible by eval_micro_batch_size "
+                                 r"\((\d+)\) \* data_parallel_size \((\d+)\)")
+
+
+def training_batch_detail(detail: str, parsed: argparse.Namespace) -> str:
+    """``detail`` of a ``validate_args`` refusal, said of the training batch where megatron-core 0.19.2 checks it
+    through the evaluation batch sizes: those default to ``--global-batch-size`` and ``--micro-batch-size`` and are
+    checked first, so a command line setting neither evaluation size was told of an evaluation batch it never wrote.
+    ``parsed`` is the command line before validation; any other ``detail`` is returned as it is."""
+    match = _EVAL_BATCH_REFUSAL.search(detail)
+    if match is None or parsed.eval_global_batch_size is not None or parsed.eval_micro_batch_size is not None:
+        return detail
+    batch, micro, data_parallel = map(int, match.groups())
+    samples = micro * data_parallel
+    return (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel size "
+            f"{data_parallel} = {samples}: every step runs a whole number of micro-batches on each data-parallel "
+            f"rank; use a multiple of {samples} (e.g. {samples * max(1, round(batch / samples))}), or another "
+            "--micro-batch-size")

@@ -229,3 +229,42 @@ def test_an_interval_or_recompute_count_megatron_divides_or_steps_by_is_one_erro
     assert f"error: {flag} {bad}: " in one_error_line(capsys)
     with pytest.raises(Reached):
         entry.main([*BASE, "--mock-data", *beside, flag, str(random.randint(1, 2))])
+
+
+def megatrons_refusal(argv: list[str], world_size: int) -> AssertionError:
+    """What megatron-core's own ``validate_args`` raises for ``argv`` on rank 0 of ``world_size`` GPUs (run on the
+    CPU as ``oellm recipe`` runs it)."""
+    from megatron.oellm.recipes.megatron_validation import validate_on_cluster
+
+    with pytest.raises(AssertionError) as refused:
+        validate_on_cluster(argv, world_size, {})
+    return refused.value
+
+
+def test_a_training_batch_off_the_micro_batch_grid_is_named_as_the_training_batch(monkeypatch, capsys):
+    """megatron-core checks --global-batch-size against --micro-batch-size first through the evaluation batch sizes
+    they default to, so its refusal named ``eval_global_batch_size``, a flag the command line never set. Where the
+    command line sets an evaluation size, that is what megatron's refusal is about, and it stays as megatron says.
+    megatron's refusal is its own (its validate_args on the CPU), passed to the entry, whose validation needs CUDA."""
+    import megatron.training.arguments
+
+    data_parallel = random.choice([1, 2, 4])
+    micro = random.randint(2, 8)
+    batch = micro * data_parallel * random.randint(1, 20) + random.randint(1, micro * data_parallel - 1)
+    sizes = ["--global-batch-size", str(batch), "--micro-batch-size", str(micro)]
+    for extra in ([], ["--eval-micro-batch-size", str(micro)]):
+        refusal = megatrons_refusal([*BASE, "--mock-data", *sizes, *extra], data_parallel)
+        entry = entry_up_to_pretrain(monkeypatch)
+
+        def refuse(refusal=refusal, **_kwargs):
+            raise refusal
+
+        monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", refuse)
+        assert entry.main([*BASE, "--mock-data", *sizes, *extra]) == 2
+        line = one_error_line(capsys)
+        if extra:
+            assert f"eval_global_batch_size ({batch}) must be divisible by eval_micro_batch_size ({micro})" in line
+        else:
+            samples = micro * data_parallel
+            assert (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel "
+                    f"size {data_parallel} = {samples}: ") in line and "eval" not in line, line
