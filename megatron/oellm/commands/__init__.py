@@ -4,6 +4,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
+MISSING_PACKAGE_WARNINGS = (r"(Transformer Engine and Apex are|Apex is|absl\.logging is) not installed"
+                            r"|Triton is not supported on current platform"
+                            r"|Only transformer-engine>=1\.7\.0 supports MoE experts")
+"""UserWarnings megatron-core and fla give on import where Transformer Engine, Apex, absl or a GPU is missing (a
+login node, a TE-free environment): a dozen lines on stderr before a command's own output, none about its input."""
+
 
 def refuse(command: str, reason: object, status: int = 2) -> int:
     """Print why ``oellm COMMAND`` stops as one ``oellm COMMAND: error: REASON`` line on stderr (argparse's form, and

@@ -7,11 +7,12 @@ import ast
 import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from megatron.oellm.bench import DEFAULT_SIDES, SIDES
-from megatron.oellm.commands import int_at_least, refuse
+from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, int_at_least, refuse
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
@@ -178,6 +179,13 @@ def run(args: argparse.Namespace) -> int:
     overrides included), on an unwritable ``--output`` or ``--profile`` (all checked first, so a refusal names the
     argument even where there is no GPU), without CUDA, or on a GPU without a known peak and no ``--gpu``. The
     one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
+    with warnings.catch_warnings():  # megatron-core's import notes of absent packages came before any refusal
+        warnings.filterwarnings("ignore", MISSING_PACKAGE_WARNINGS, UserWarning)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """:func:`run` without the warning filter."""
     import torch
 
     from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import CardError
-from megatron.oellm.commands import refuse
+from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
@@ -203,17 +203,11 @@ def check_submission(recipe: Recipe, inputs: RunInputs) -> None:
     check_tokenizer_path(inputs.tokenizer_model)
 
 
-LOGIN_NODE_IMPORT_WARNINGS = (r"(Transformer Engine and Apex are|Apex is|absl\.logging is) not installed"
-                              r"|Triton is not supported on current platform"
-                              r"|Only transformer-engine>=1\.7\.0 supports MoE experts")
-"""UserWarnings megatron-core and fla give where Transformer Engine, Apex, absl or a GPU is missing (a login node)
-when the rows are checked: the cluster image has them, so they say nothing about a row (22 lines per dry-run)."""
-
-
 def run(args: argparse.Namespace) -> int:
     """Load the recipe, select rows, then print, submit or run them locally; 2 on a recipe or layout error."""
     with warnings.catch_warnings():  # other warnings, the rows' own, stay visible
-        warnings.filterwarnings("ignore", LOGIN_NODE_IMPORT_WARNINGS, UserWarning)
+        # the cluster image has what a login node lacks: those say nothing about a row (22 lines per dry run)
+        warnings.filterwarnings("ignore", MISSING_PACKAGE_WARNINGS, UserWarning)
         return _run(args)
 
 

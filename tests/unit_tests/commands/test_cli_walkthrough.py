@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from megatron.oellm.cli import SIGPIPE_EXIT_STATUS, build_parser, main
 
@@ -85,3 +86,15 @@ def test_megatron_compatible_mode_prints_no_import_warnings() -> None:
                             capture_output=True, text=True, env=_subprocess_env(), cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal without a GPU")
+def test_bench_without_a_gpu_is_one_error_line_without_import_warnings() -> None:
+    """``oellm bench`` on a CPU node printed a dozen import UserWarnings of megatron-core and fla (no TE, no Apex, no
+    GPU for Triton) before its one-line refusal."""
+    seq_length = random.choice([1024, 2048, 4096])
+    result = subprocess.run([sys.executable, "-m", "megatron.oellm", "bench", "--seq-length", str(seq_length)],
+                            capture_output=True, text=True, env=_subprocess_env(), cwd=REPO, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr == ("oellm bench: error: needs a CUDA GPU (torch.cuda.is_available() is False); run it on "
+                             "a GPU node\n"), result.stderr
