@@ -608,7 +608,8 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
         lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
     lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
               "accounting (n/a: the model or its vocabulary cannot be identified from the log); Megatron TFLOP/s/GPU: "
-              f"the logged value. MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
+              "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
+              f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model and sequence length and of its global batch size "
               "(strong scaling) or global batch size per GPU (weak scaling)."]
     return "\n".join(lines)

@@ -8,13 +8,14 @@ import re
 import shlex
 import subprocess
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import CardError
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.models.parallel import ParallelLayoutError
-from megatron.oellm.plan import build_plan, format_plan
+from megatron.oellm.plan import build_plan, format_plan, plan_flops
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
 from megatron.oellm.recipes.local import (
     fit_local,
@@ -166,10 +167,35 @@ def describe_row(job: Job) -> str:
     layout, row, resolved = job.resolved.layout, job.resolved.row, job.resolved
     plan = build_plan(resolved.built_card, layout, resolved.world_size)
     micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
-    note = cross_node_dispatch_note(resolved)
+    note = cross_node_dispatch_note(resolved) + reference_flops_note(
+        row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)
     return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
             f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
             f"per step\n{note}{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
+
+
+REFERENCE_FLOPS_TOLERANCE = 0.01
+"""Relative difference between the FLOPs per token a row's reference implies and the plan's above which the dry run
+says that the report's TFLOP/s and MFU do not compare: its one-decimal TFLOP/s alone are exact to ~0.05 %."""
+
+
+def reference_flops_note(reference: Mapping[str, float], gflops_per_token: float) -> str:
+    """A ``note:`` line (with its newline) when a row's ``reference`` TFLOP/s over its tokens/s imply a FLOP count
+    per token more than :data:`REFERENCE_FLOPS_TOLERANCE` off ``gflops_per_token`` (the count ``oellm table`` and
+    the ``[oellm]`` log line use): the report counted another way (docs/flops.md), so at the same throughput its
+    TFLOP/s and MFU read that much apart, and only tokens/s compare; '' otherwise."""
+    if "tflops_per_gpu" not in reference or "tokens_per_s_per_gpu" not in reference:
+        return ""
+    tflops, tokens = reference["tflops_per_gpu"], reference["tokens_per_s_per_gpu"]
+    implied = tflops * 1e3 / tokens
+    off = implied / gflops_per_token - 1
+    if abs(off) <= REFERENCE_FLOPS_TOLERANCE:
+        return ""
+    side, reads, percent = ("above", "higher", off * 100) if off > 0 else ("below", "lower", -off * 100)
+    return (f"note: the report's {tflops} TFLOP/s/GPU at {tokens} tokens/s/GPU count {implied:.2f} GFLOP/token, "
+            f"{percent:.1f} % {side} this plan's {gflops_per_token:.2f}: its TFLOP/s and MFU read {percent:.1f} % "
+            f"{reads} than oellm table's at the same throughput; compare tokens/s/GPU "
+            "(docs/flops.md, \"How far the MN5 tables are from the corrected count\")\n")
 
 
 def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
