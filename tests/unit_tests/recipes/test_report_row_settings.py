@@ -45,6 +45,10 @@ def test_the_model_zoo_row_is_run_235b_sh_with_its_a2a_overlap(parse_megatron):
     assert (args.recompute_granularity, args.recompute_modules) == ("selective", ["moe_act", "layernorm"])
     assert args.moe_router_force_load_balancing
     assert args.overlap_moe_expert_parallel_comm and args.delay_wgrad_compute
+    # model_configs/benchmarking/Qwen3-235B-A22B.yaml, which sbatch_benchmarking.sh runs: fused permutation and
+    # routing, the fused loss (its "te" impl is refused by megatron-core 0.19.2) and manual GC every 5 iterations
+    assert args.moe_permute_fusion and args.moe_router_fusion and args.cross_entropy_loss_fusion
+    assert (args.manual_gc, args.manual_gc_interval) == (True, 5)
     assert row.reference == {"tflops_per_gpu": 276}
     script = sbatch_text(recipe, number, resolved)
     for name, value in MODEL_ZOO_ENV.items():
