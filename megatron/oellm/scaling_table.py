@@ -675,8 +675,8 @@ def check_plot_path(path: str) -> None:
     """Raise :class:`TableError` unless matplotlib writes the image at ``path`` as named: the extension names a format
     it writes (it picks the format from the extension, and without one it writes ``path + ".png"``, replacing a file
     the user never named; an unknown one, e.g. a log's ``.out``, ends in its ValueError) and ``path`` is no folder.
-    Its folder must exist, checked before any log is read, as the other checks are. Needs matplotlib (the ``plot``
-    extra)."""
+    Its folder must exist and be writable, checked before any log is read, as the other checks are. Needs matplotlib
+    (the ``plot`` extra)."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
@@ -688,6 +688,9 @@ def check_plot_path(path: str) -> None:
     if not os.path.isdir(folder):
         raise TableError(f"--plot {path!r}: folder {folder!r} does not exist; create it or name an image in an "
                          "existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TableError(f"--plot {path!r}: folder {folder!r} is not writable; name an image in a folder you can "
+                         "write to")
     extension = os.path.splitext(path)[1][1:].lower()
     if extension not in FigureCanvasBase.get_supported_filetypes():
         found = (f"matplotlib writes no {extension!r} image" if extension else

@@ -172,3 +172,20 @@ def test_a_missing_log_or_a_folder_of_logs_is_named_before_any_log_is_read(tmp_p
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == (f"oellm table: error: log {str(tmp_path)!r} is a folder; give its "
                                                    f"log files, e.g. {str(tmp_path / '*.out')}\n")
+
+
+def test_a_plot_in_a_folder_the_user_cannot_write_is_refused_before_any_log_is_read(tmp_path, monkeypatch, capsys):
+    """matplotlib failed only after every log was read and the table printed; the folder's write permission is
+    checked with the other --plot checks. (The suite may run as root, whom permissions do not stop: os.access
+    answers as for another user, for the plot's folder only.)"""
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / f"shared-{random.randint(0, 10**6)}"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (False if os.fspath(path) == str(folder)
+                                                                 else real_access(path, mode, **kw)))
+    missing_log = tmp_path / "never-read.out"  # a log error would come next: the plot's folder is named first
+    assert main(["table", str(missing_log), "--plot", str(folder / "scaling.png")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"oellm table: error: --plot {str(folder / 'scaling.png')!r}: folder {str(folder)!r} "
+                                 "is not writable; name an image in a folder you can write to\n")

@@ -70,7 +70,8 @@ def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -
 
 
 def run(args: argparse.Namespace) -> int:
-    """Parse every log, print the table, optionally plot; 2 on bad options or an unreadable log."""
+    """Parse every log, print the table, optionally plot; 2 on bad options or an unreadable log, 1 when the plot
+    cannot be written after the table is printed."""
     try:
         if args.gpus_per_node < 1:
             raise TableError("--gpus-per-node must be >= 1")
@@ -85,8 +86,12 @@ def run(args: argparse.Namespace) -> int:
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
-        if args.plot is not None:
-            plot(rows, args.plot, args.title)
     except (TableError, OSError) as err:
         return refuse("table", err)
+    if args.plot is not None:
+        try:
+            plot(rows, args.plot, args.title)
+        except OSError as err:  # after the table is on stdout: a name too long, a full disk, a lost quota
+            return refuse("table", f"cannot write --plot {args.plot} ({err.strerror or err}); the table is printed "
+                          "above", status=1)
     return 0
