@@ -37,6 +37,9 @@ CUDA_WHEELS="13.0.*"
 # `python -m venv` would turn any existing folder into an environment (bin/, lib/, pyvenv.cfg among the user's files)
 if [ ! -x "$VENV/bin/python" ]; then
   [ ! -e "$VENV" ] || [ -d "$VENV" ] || { echo "error: VENV_DIR $VENV is a file; name a new folder" >&2; exit 2; }
+  [ ! -e "$VENV/pyvenv.cfg" ] ||
+    { echo "error: VENV_DIR $VENV is a virtual environment without a working bin/python (its Python moved or was" \
+        "removed?): remove $VENV and rerun" >&2; exit 2; }
   [ ! -d "$VENV" ] || [ -z "$(ls -A -- "$VENV")" ] ||
     { echo "error: VENV_DIR $VENV is a folder that is not a virtual environment (no bin/python); name a new" \
         "or empty folder" >&2; exit 2; }

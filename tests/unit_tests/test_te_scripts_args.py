@@ -104,3 +104,41 @@ def test_te_cpu_env_takes_an_empty_folder(tmp_path: Path) -> None:
                           text=True, env={**os.environ, "TE_PYTHON": str(recorder), "FAKE_LOG": str(log)}, timeout=60,
                           check=False)
     assert done.returncode == 7 and log.read_text().splitlines() == [f"-m venv {tmp_path / 'work' / 'empty'}"]
+
+
+def _venv_stub(folder: Path) -> None:
+    """A virtual environment's shape in ``folder``: ``bin/python`` (a stub) and an ``activate`` that ends the script
+    with status 7, where a real one would go on to the downloads."""
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")
+    (folder / "bin" / "python").chmod(0o755)
+    (folder / "bin" / "activate").write_text("exit 7\n")
+    (folder / "pyvenv.cfg").write_text("home = /usr/bin\n")
+
+
+@pytest.mark.parametrize("form", ["absolute", "relative", "symlink"])
+def test_te_cpu_env_takes_an_existing_virtual_environment_again(tmp_path: Path, form: str) -> None:
+    """A rerun on the environment an earlier run made goes past the folder check (to its ``activate``), given by
+    absolute or relative path or through a symbolic link."""
+    venv = tmp_path / "work" / f"venv-{random.randint(0, 10**6)}"
+    _venv_stub(venv)
+    given = {"absolute": str(venv), "relative": venv.name, "symlink": str(tmp_path / "link")}[form]
+    if form == "symlink":
+        (tmp_path / "link").symlink_to(venv)
+    env = {key: value for key, value in os.environ.items() if key != "TE_PYTHON"}
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), given], cwd=tmp_path / "work", capture_output=True,
+                          text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 7 and "error" not in done.stderr, done.stderr
+
+
+def test_te_cpu_env_names_a_virtual_environment_whose_python_is_gone(tmp_path: Path) -> None:
+    """An environment whose ``bin/python`` no longer runs (the Python it linked to was removed) is named as one, with
+    removing it as the way out, rather than as a folder that is no environment."""
+    venv = tmp_path / f"venv-{random.randint(0, 10**6)}"
+    _venv_stub(venv)
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").symlink_to(tmp_path / "removed-python3.12")
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(venv)], capture_output=True, text=True,
+                          env={**os.environ, "TE_PYTHON": "false"}, timeout=60, check=False)
+    assert done.returncode == 2 and f"{venv} is a virtual environment without a working bin/python" in done.stderr
+    assert f"remove {venv} and rerun" in done.stderr

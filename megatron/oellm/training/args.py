@@ -346,7 +346,7 @@ def check_intervals(args: argparse.Namespace) -> None:
 
 def check_precision(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--fp16`` beside ``--bf16``: megatron-core 0.19.2's ``validate_args`` stops on a bare
-    ``assert not args.fp16`` on every rank, naming neither flag. ``args`` are parsed, not yet validated."""
+    ``assert not args.bf16`` on every rank, naming neither flag. ``args`` are parsed, not yet validated."""
     if args.fp16 and args.bf16:
         raise ValueError("--fp16 and --bf16 together: a run trains in one of them; keep --bf16 (the recipes' "
                          "precision) or --fp16")

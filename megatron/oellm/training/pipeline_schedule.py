@@ -53,6 +53,30 @@ def step_batch_sizes(args: argparse.Namespace) -> list[int]:
     return [args.global_batch_size]
 
 
+def check_training_batch(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` in one line, before Megatron initialises, when megatron-core's micro-batch calculator would
+    refuse the run's global batch on every rank after start-up: not a multiple of micro batch x data-parallel size
+    (:func:`calculator_data_parallel_size`), or, under ``--decrease-batch-size-if-needed``, smaller than one
+    (rounded down to no micro-batch). ``validate_args`` checks the evaluation batch only, which passes where the
+    command line gives evaluation sizes of their own. The sizes of ``--step-batch-size-schedule`` are left to
+    megatron-core, which checks the current one at run time by design (a run may grow its GPU count)."""
+    if args.step_batch_size_schedule is not None:
+        return
+    per_step = args.micro_batch_size * calculator_data_parallel_size(args)
+    batch = args.global_batch_size
+    sizes = (f"--global-batch-size {batch} over --micro-batch-size {args.micro_batch_size} x data-parallel size "
+             f"{calculator_data_parallel_size(args)}{_weight_shards_note(args)} = {per_step}")
+    if args.decrease_batch_size_if_needed:
+        if batch < per_step:
+            raise ValueError(f"{sizes}: --decrease-batch-size-if-needed rounds it down to no micro-batch, and "
+                             f"megatron-core stops at start-up; give at least {per_step}")
+        return
+    if batch % per_step:
+        raise ValueError(f"{sizes}: every step runs a whole number of micro-batches on each data-parallel rank, and "
+                         f"megatron-core's micro-batch calculator stops at start-up; use a multiple of {per_step} "
+                         f"(e.g. {per_step * max(1, round(batch / per_step))}), or another --micro-batch-size")
+
+
 def interleaved_schedule_refusal(microbatches: int, pipeline: int, group: int) -> str | None:
     """Why megatron-core's interleaved schedule refuses ``microbatches`` per step at pipeline size ``pipeline`` with
     ``group`` contiguous micro-batches per virtual stage, or None when it runs them."""

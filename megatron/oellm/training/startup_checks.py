@@ -49,9 +49,10 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     """Raise ``ValueError`` for what megatron's validated ``args`` hold that megatron-core refuses later, after GPU
     set-up or at the first step: NVTE attention switches in ``environ`` (default: this process's) against the
     attention backend, data and validation-set flags, a ``--spec`` the model provider would not read, a recompute
-    megatron-core's config refuses without naming the flag, micro-batches per step the interleaved pipeline schedule
-    refuses, a run length megatron rounds to no step, save, data-phase and profiler flags megatron fails on mid-run
-    (:mod:`.run_schedule`), fault-handling flags it does not act on (:mod:`.fault_handling`)."""
+    megatron-core's config refuses without naming the flag, a global batch megatron-core's micro-batch calculator
+    refuses, micro-batches per step the interleaved pipeline schedule refuses, a run length megatron rounds to no
+    step, save, data-phase and profiler flags megatron fails on mid-run (:mod:`.run_schedule`), fault-handling flags
+    it does not act on (:mod:`.fault_handling`)."""
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data import check_data_args, check_validation_sets
     from megatron.oellm.training.fault_handling import (
@@ -60,7 +61,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
         check_rerun_mode,
     )
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
-    from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches
+    from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches, check_training_batch
     from megatron.oellm.training.run_schedule import (
         check_dump_directory,
         check_phase_transitions,
@@ -74,6 +75,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     check_validation_sets(args)
     check_layer_spec(args)
     check_recompute_modules(args)  # before check_model_config: megatron-core's refusal names no flag
+    check_training_batch(args)  # validate_args checks the evaluation batch only
     check_interleaved_microbatches(args)
     check_run_length(args)
     check_save_flags(args)
@@ -127,10 +129,15 @@ _EVAL_BATCH_REFUSAL = re.compile(r"eval_global_batch_size \((\d+)\) must be divi
 def training_batch_detail(detail: str, parsed: argparse.Namespace) -> str:
     """``detail`` of a ``validate_args`` refusal, said of the training batch where megatron-core 0.19.2 checks it
     through the evaluation batch sizes: those default to ``--global-batch-size`` and ``--micro-batch-size`` and are
-    checked first, so a command line setting neither evaluation size was told of an evaluation batch it never wrote.
-    ``parsed`` is the command line before validation; any other ``detail`` is returned as it is."""
+    checked first, so a command line whose evaluation sizes are unset (or the training ones) was told of an
+    evaluation batch it never wrote, and fixing that alone left the training batch to fail. ``parsed`` is the command
+    line before validation. Any other ``detail`` is returned as it is, as is the refusal under
+    ``--decrease-batch-size-if-needed`` (megatron rounds the training batch down; only the evaluation batch must
+    divide) or with evaluation sizes of their own (the refusal is theirs)."""
     match = _EVAL_BATCH_REFUSAL.search(detail)
-    if match is None or parsed.eval_global_batch_size is not None or parsed.eval_micro_batch_size is not None:
+    if (match is None or parsed.decrease_batch_size_if_needed
+            or parsed.eval_global_batch_size not in (None, parsed.global_batch_size)
+            or parsed.eval_micro_batch_size not in (None, parsed.micro_batch_size)):
         return detail
     batch, micro, data_parallel = map(int, match.groups())
     samples = micro * data_parallel

@@ -31,9 +31,19 @@ class Reached(Exception):
 
 
 def parsed_with_padded_vocab(**_kwargs) -> argparse.Namespace:
-    """``sys.argv`` parsed as Megatron would, with the three fields its validation and tokenizer set."""
-    args = parse_oellm_argv(sys.argv[1:])
+    """``sys.argv`` parsed as Megatron would, with the fields its validation and tokenizer set: the data-parallel
+    size as on one process (the tests run none of megatron's distributed set-up), and the batch sizes (a micro batch
+    of 1 where the command line gives none, which megatron would refuse; the global batch one micro batch per
+    data-parallel rank, megatron's default)."""
+    return with_validated_fields(parse_oellm_argv(sys.argv[1:]))
+
+
+def with_validated_fields(args: argparse.Namespace) -> argparse.Namespace:
+    """Parsed ``args`` with the fields :func:`parsed_with_padded_vocab` says megatron's validation sets."""
     args.padded_vocab_size, args.virtual_pipeline_model_parallel_size = args.vocab_size, None
+    args.data_parallel_size = 1
+    args.micro_batch_size = args.micro_batch_size or 1
+    args.global_batch_size = args.global_batch_size or args.micro_batch_size * args.data_parallel_size
     args.params_dtype = torch.bfloat16 if args.bf16 else torch.float32
     return args
 

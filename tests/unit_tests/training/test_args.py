@@ -302,7 +302,7 @@ def test_a_retain_interval_off_the_save_grid_is_refused_with_the_next_multiple()
 
 
 def test_fp16_beside_bf16_is_refused_before_megatron():
-    """megatron-core's validate_args stops on a bare `assert not args.fp16` on every rank; either flag alone passes."""
+    """megatron-core's validate_args stops on a bare `assert not args.bf16` on every rank; either flag alone passes."""
     from megatron.oellm.training.args import check_precision, parse_oellm_argv
 
     with pytest.raises(ValueError, match="--fp16 and --bf16 together"):

@@ -11,7 +11,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.megatron_args import megatron_parser
 from megatron.oellm.training import data
 from megatron.oellm.training.args import parse_oellm_argv
-from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain, with_validated_fields
 
 MASKING = "--dataloader-inter-document-masking"
 
@@ -107,7 +107,7 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(
         megatron.training.arguments,
         "parse_and_validate_args",
-        lambda **_kwargs: parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128", "--mock-data"]),
+        lambda **_kwargs: with_validated_fields(parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128", "--mock-data"])),
     )
     flags = {**model_flags(get_card("qwen3-30b-a3b-tiny")), "moe-layer-freq": "([0]+[1]*1)"}
     assert entry.main(["--oellm-backend", "torch", *flags_to_argv(flags)]) == 2

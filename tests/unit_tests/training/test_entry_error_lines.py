@@ -2,6 +2,7 @@
 that silently did something else than the command line says: each is now one ``error:`` line (exit status 2)."""
 
 import random
+import re
 
 import pytest
 
@@ -243,16 +244,23 @@ def megatrons_refusal(argv: list[str], world_size: int) -> AssertionError:
 
 def test_a_training_batch_off_the_micro_batch_grid_is_named_as_the_training_batch(monkeypatch, capsys):
     """megatron-core checks --global-batch-size against --micro-batch-size first through the evaluation batch sizes
-    they default to, so its refusal named ``eval_global_batch_size``, a flag the command line never set. Where the
-    command line sets an evaluation size, that is what megatron's refusal is about, and it stays as megatron says.
-    megatron's refusal is its own (its validate_args on the CPU), passed to the entry, whose validation needs CUDA."""
+    they default to, so its refusal named ``eval_global_batch_size``, a flag the command line never set (or set to
+    the training values). Where the evaluation batch is the command line's own (another size), or the training batch
+    may be rounded down (``--decrease-batch-size-if-needed``), the refusal is about the evaluation batch and stays as
+    megatron says. megatron's refusal is its own (its validate_args on the CPU), passed to the entry, whose
+    validation needs CUDA."""
     import megatron.training.arguments
 
     data_parallel = random.choice([1, 2, 4])
     micro = random.randint(2, 8)
-    batch = micro * data_parallel * random.randint(1, 20) + random.randint(1, micro * data_parallel - 1)
+    samples = micro * data_parallel
+    batch = samples * random.randint(0, 20) + random.randint(1, samples - 1)  # below one step's samples too
     sizes = ["--global-batch-size", str(batch), "--micro-batch-size", str(micro)]
-    for extra in ([], ["--eval-micro-batch-size", str(micro)]):
+    own_eval = str(batch + 1 if (batch + 1) % samples else batch + 2)  # off the grid, so megatron refuses it
+    for extra, renamed in (([], True), (["--eval-micro-batch-size", str(micro)], True),
+                           (["--eval-global-batch-size", str(batch)], True),
+                           (["--eval-global-batch-size", own_eval], False),
+                           (["--decrease-batch-size-if-needed"], False)):
         refusal = megatrons_refusal([*BASE, "--mock-data", *sizes, *extra], data_parallel)
         entry = entry_up_to_pretrain(monkeypatch)
 
@@ -262,9 +270,40 @@ def test_a_training_batch_off_the_micro_batch_grid_is_named_as_the_training_batc
         monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", refuse)
         assert entry.main([*BASE, "--mock-data", *sizes, *extra]) == 2
         line = one_error_line(capsys)
-        if extra:
-            assert f"eval_global_batch_size ({batch}) must be divisible by eval_micro_batch_size ({micro})" in line
-        else:
-            samples = micro * data_parallel
-            assert (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel "
-                    f"size {data_parallel} = {samples}: ") in line and "eval" not in line, line
+        if not renamed:
+            assert "eval_global_batch_size (" in line and f"eval_micro_batch_size ({micro})" in line, (extra, line)
+            continue
+        assert (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel "
+                f"size {data_parallel} = {samples}: ") in line and "eval" not in line, (extra, line)
+        suggested = int(re.search(r"\(e\.g\. (\d+)\)", line).group(1))
+        assert suggested > 0 and suggested % samples == 0 and abs(suggested - batch) <= samples, (batch, line)
+
+
+def test_a_training_batch_megatron_validates_through_other_evaluation_sizes_is_refused_at_the_entry(monkeypatch,
+                                                                                                   capsys):
+    """With evaluation sizes of its own on the grid, megatron's validate_args passes a training batch off the grid,
+    and its micro-batch calculator stopped every rank after start-up; the entry refuses it in one line."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    micro = random.randint(2, 8)
+    batch = micro * random.randint(1, 20) + random.randint(1, micro - 1)
+    evaluation = ["--micro-batch-size", str(micro), "--eval-global-batch-size", str(micro * random.randint(1, 20))]
+    assert entry.main([*BASE, "--mock-data", "--global-batch-size", str(batch), *evaluation]) == 2
+    assert (f"--global-batch-size {batch} over --micro-batch-size {micro} x data-parallel size 1 = {micro}: "
+            "every step runs a whole number of micro-batches") in one_error_line(capsys)
+    with pytest.raises(Reached):
+        entry.main([*BASE, "--mock-data", "--global-batch-size", str(batch - batch % micro), *evaluation])
+
+
+def test_megatron_refuses_fp16_beside_bf16_with_a_bare_assert_the_entry_refuses_first():
+    """The claim behind the entry's --fp16/--bf16 refusal (patches/validate-args-bare-asserts.md): megatron's own
+    validate_args stops on an assert that names no flag; the entry's parsed-arguments check refuses it first."""
+    from megatron.oellm.recipes.megatron_validation import validate_args_on_cluster
+    from megatron.oellm.training.args import parse_oellm_argv
+    from megatron.oellm.training.startup_checks import check_parsed_args, refusal_detail
+
+    argv = [*BASE, "--mock-data", "--micro-batch-size", "1", *random.sample(["--fp16", "--bf16"], 2)]
+    with pytest.raises(AssertionError) as refused:
+        validate_args_on_cluster(parse_oellm_argv(argv), 1, {})
+    assert refusal_detail(refused.value) == "assert not args.bf16"
+    with pytest.raises(ValueError, match="--fp16 and --bf16 together"):
+        check_parsed_args(parse_oellm_argv(argv))

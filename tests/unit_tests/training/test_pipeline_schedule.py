@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import random
 import types
 from pathlib import Path
@@ -156,3 +157,43 @@ def test_weight_shard_replicas_divide_the_batch_as_in_megatrons_calculator():
                  gtp_weight_remat_size=remat, global_batch_size=2 * remat * 5)
     assert _megatrons_microbatches(runs) == 5 and upstream_refusal(5, 2, 3) is None
     check_interleaved_microbatches(runs)
+
+
+def test_the_training_batch_check_refuses_exactly_what_megatrons_calculator_refuses():
+    """validate_args checks only the evaluation batch, which passes where the command line gives evaluation sizes of
+    their own; megatron-core's micro-batch calculator then stopped every rank at start-up on the training batch. The
+    entry's check refuses exactly the batches that calculator refuses (run here on fresh random sizes), and its
+    suggestion is one the calculator takes."""
+    import re
+
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+
+    from megatron.oellm.training.pipeline_schedule import check_training_batch
+
+    for _ in range(200):
+        micro, data_parallel = random.randint(1, 8), random.choice([1, 2, 3, 4, 8])
+        batch, decrease = random.randint(1, 120), random.random() < 0.3
+        args = argparse.Namespace(global_batch_size=batch, micro_batch_size=micro, data_parallel_size=data_parallel,
+                                  decrease_batch_size_if_needed=decrease, step_batch_size_schedule=None)
+        try:
+            ConstantNumMicroBatchesCalculator(batch, micro, data_parallel, decrease, rank=1)
+            megatron_refuses = False
+        except AssertionError:
+            megatron_refuses = True
+        if not megatron_refuses:
+            check_training_batch(args)
+            continue
+        with pytest.raises(ValueError, match=f"--global-batch-size {batch} over --micro-batch-size {micro} x "
+                                             f"data-parallel size {data_parallel} = {micro * data_parallel}: ") as error:
+            check_training_batch(args)
+        suggested = re.search(r"(?:e\.g\. |at least )(\d+)", str(error.value)).group(1)
+        ConstantNumMicroBatchesCalculator(int(suggested), micro, data_parallel, decrease, rank=1)
+
+
+def test_the_training_batch_check_leaves_a_step_schedule_to_megatron():
+    """megatron-core checks a --step-batch-size-schedule's current size at run time, by design (a run may grow its GPU
+    count between sizes): the check leaves it, whatever --global-batch-size says."""
+    from megatron.oellm.training.pipeline_schedule import check_training_batch
+
+    check_training_batch(argparse.Namespace(global_batch_size=7, micro_batch_size=2, data_parallel_size=3,
+                                            decrease_batch_size_if_needed=False, step_batch_size_schedule="0:6"))

@@ -18,7 +18,7 @@ ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mo
 
 def test_fp16_beside_bf16_is_refused_at_the_entry(monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """megatron asserts ``not args.fp16`` under ``--bf16`` with no message: the entry names both flags."""
+    """megatron asserts ``not args.bf16`` under ``--fp16`` with no message: the entry names both flags."""
     entry = entry_up_to_pretrain(monkeypatch)
     line = refused_line(entry, capsys, [*ARGV, *random.sample(["--fp16", "--bf16"], 2)])
     assert line.endswith("error: --fp16 and --bf16 together: a run trains in one of them; keep --bf16 (the recipes' "
