@@ -48,7 +48,9 @@ fi
 [ -x "$VENV/bin/python" ] || "${TE_PYTHON:-python3}" -m venv "$VENV"
 if [ -n "${TE_PYTHON:-}" ]; then  # an existing venv keeps its own Python: say so rather than build for another one
   minor='import sys; print("%d.%d" % sys.version_info[:2])'
-  want=$("$TE_PYTHON" -c "$minor") && have=$("$VENV/bin/python" -c "$minor")
+  want=$("$TE_PYTHON" -c "$minor") ||
+    { echo "error: TE_PYTHON=$TE_PYTHON does not run; name a Python, e.g. TE_PYTHON=python3.12" >&2; exit 2; }
+  have=$("$VENV/bin/python" -c "$minor")
   [ "$want" = "$have" ] ||
     { echo "error: $VENV has Python $have but TE_PYTHON is $want: remove $VENV or name another VENV_DIR" >&2; exit 2; }
 fi

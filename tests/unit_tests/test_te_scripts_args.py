@@ -142,3 +142,13 @@ def test_te_cpu_env_names_a_virtual_environment_whose_python_is_gone(tmp_path: P
                           env={**os.environ, "TE_PYTHON": "false"}, timeout=60, check=False)
     assert done.returncode == 2 and f"{venv} is a virtual environment without a working bin/python" in done.stderr
     assert f"remove {venv} and rerun" in done.stderr
+
+
+def test_te_cpu_env_names_a_te_python_that_does_not_run_beside_an_existing_environment(tmp_path: Path) -> None:
+    """With an existing environment, a TE_PYTHON that fails to run ended in bash's ``have: unbound variable``."""
+    venv = tmp_path / f"venv-{random.randint(0, 10**6)}"
+    _venv_stub(venv)
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(venv)], capture_output=True, text=True,
+                          env={**os.environ, "TE_PYTHON": "false"}, timeout=60, check=False)
+    assert done.returncode == 2 and "error: TE_PYTHON=false does not run" in done.stderr, done.stderr
+    assert "unbound" not in done.stderr
