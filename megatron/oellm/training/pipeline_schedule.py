@@ -53,6 +53,18 @@ def step_batch_sizes(args: argparse.Namespace) -> list[int]:
     return [args.global_batch_size]
 
 
+def off_grid_batch_refusal(batch: int, micro: int, data_parallel: int, shards_note: str = "") -> str:
+    """The one-line refusal of a global ``batch`` that is not a multiple of ``micro`` x ``data_parallel`` (the
+    calculator's data-parallel size; ``shards_note`` says how it counts weight-shard replicas), with the nearest
+    multiple as the way out: one wording for the entry's check and for megatron's refusal said of the training
+    batch (:func:`megatron.oellm.training.startup_checks.training_batch_detail`)."""
+    per_step = micro * data_parallel
+    return (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel size "
+            f"{data_parallel}{shards_note} = {per_step}: every step runs a whole number of micro-batches on each "
+            f"data-parallel rank; use a multiple of {per_step} (e.g. {per_step * max(1, round(batch / per_step))}), "
+            "or another --micro-batch-size")
+
+
 def check_training_batch(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` in one line, before Megatron initialises, when megatron-core's micro-batch calculator would
     refuse the run's global batch on every rank after start-up: not a multiple of micro batch x data-parallel size
@@ -62,19 +74,17 @@ def check_training_batch(args: argparse.Namespace) -> None:
     megatron-core, which checks the current one at run time by design (a run may grow its GPU count)."""
     if args.step_batch_size_schedule is not None:
         return
-    per_step = args.micro_batch_size * calculator_data_parallel_size(args)
-    batch = args.global_batch_size
-    sizes = (f"--global-batch-size {batch} over --micro-batch-size {args.micro_batch_size} x data-parallel size "
-             f"{calculator_data_parallel_size(args)}{_weight_shards_note(args)} = {per_step}")
+    batch, micro, data_parallel = args.global_batch_size, args.micro_batch_size, calculator_data_parallel_size(args)
+    per_step = micro * data_parallel
     if args.decrease_batch_size_if_needed:
         if batch < per_step:
-            raise ValueError(f"{sizes}: --decrease-batch-size-if-needed rounds it down to no micro-batch, and "
-                             f"megatron-core stops at start-up; give at least {per_step}")
+            raise ValueError(f"--global-batch-size {batch} is below --micro-batch-size {micro} x data-parallel size "
+                             f"{data_parallel}{_weight_shards_note(args)} = {per_step}: --decrease-batch-size-if-needed "
+                             f"rounds it down to no micro-batch, and megatron-core stops at start-up; give at least "
+                             f"{per_step}")
         return
     if batch % per_step:
-        raise ValueError(f"{sizes}: every step runs a whole number of micro-batches on each data-parallel rank, and "
-                         f"megatron-core's micro-batch calculator stops at start-up; use a multiple of {per_step} "
-                         f"(e.g. {per_step * max(1, round(batch / per_step))}), or another --micro-batch-size")
+        raise ValueError(off_grid_batch_refusal(batch, micro, data_parallel, _weight_shards_note(args)))
 
 
 def interleaved_schedule_refusal(microbatches: int, pipeline: int, group: int) -> str | None:

@@ -139,9 +139,6 @@ def training_batch_detail(detail: str, parsed: argparse.Namespace) -> str:
             or parsed.eval_global_batch_size not in (None, parsed.global_batch_size)
             or parsed.eval_micro_batch_size not in (None, parsed.micro_batch_size)):
         return detail
-    batch, micro, data_parallel = map(int, match.groups())
-    samples = micro * data_parallel
-    return (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel size "
-            f"{data_parallel} = {samples}: every step runs a whole number of micro-batches on each data-parallel "
-            f"rank; use a multiple of {samples} (e.g. {samples * max(1, round(batch / samples))}), or another "
-            "--micro-batch-size")
+    from megatron.oellm.training.pipeline_schedule import off_grid_batch_refusal
+
+    return off_grid_batch_refusal(*map(int, match.groups()))

@@ -288,7 +288,8 @@ def test_a_training_batch_megatron_validates_through_other_evaluation_sizes_is_r
     batch = micro * random.randint(1, 20) + random.randint(1, micro - 1)
     evaluation = ["--micro-batch-size", str(micro), "--eval-global-batch-size", str(micro * random.randint(1, 20))]
     assert entry.main([*BASE, "--mock-data", "--global-batch-size", str(batch), *evaluation]) == 2
-    assert (f"--global-batch-size {batch} over --micro-batch-size {micro} x data-parallel size 1 = {micro}: "
+    assert (f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x data-parallel size 1 = "
+            f"{micro}: "
             "every step runs a whole number of micro-batches") in one_error_line(capsys)
     with pytest.raises(Reached):
         entry.main([*BASE, "--mock-data", "--global-batch-size", str(batch - batch % micro), *evaluation])

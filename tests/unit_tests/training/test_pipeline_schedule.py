@@ -183,7 +183,8 @@ def test_the_training_batch_check_refuses_exactly_what_megatrons_calculator_refu
         if not megatron_refuses:
             check_training_batch(args)
             continue
-        with pytest.raises(ValueError, match=f"--global-batch-size {batch} over --micro-batch-size {micro} x "
+        relation = "is below" if decrease else "is not a multiple of"
+        with pytest.raises(ValueError, match=f"--global-batch-size {batch} {relation} --micro-batch-size {micro} x "
                                              f"data-parallel size {data_parallel} = {micro * data_parallel}: ") as error:
             check_training_batch(args)
         suggested = re.search(r"(?:e\.g\. |at least )(\d+)", str(error.value)).group(1)
