@@ -21,7 +21,7 @@ from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.hf_config import check_hf_config
 from megatron.oellm.convert.output import storage_error_behind
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
-from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+from tests.unit_tests.convert.convert_helpers import raised_while_writing, random_hf_tensors, write_hf
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
 
@@ -181,13 +181,7 @@ def test_an_io_error_or_a_read_only_file_system_behind_a_failed_write_is_the_sto
     runs (it re-raises a plain ``RuntimeError`` while handling the ``OSError``) is the storage's refusal, reported in
     one line; a missing file (ENOENT) is not (the code's or the paths' defect keeps its traceback)."""
     def failed_write(code: int) -> RuntimeError:
-        try:
-            try:
-                raise OSError(code, os.strerror(code), f"/scratch/out/__{random.randrange(99)}_0.distcp")
-            except OSError:
-                raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos") from None
-        except RuntimeError as error:
-            return error
+        return raised_while_writing(code, f"/scratch/out/__{random.randrange(99)}_0.distcp")
 
     found = storage_error_behind(failed_write(number))
     assert found is not None and found[0] == number and os.strerror(number) in found[1]

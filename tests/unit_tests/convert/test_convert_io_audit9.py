@@ -23,7 +23,7 @@ from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.output import staged_output, staging_directory, storage_error_behind
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
-from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, write_safetensors
+from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, raised_while_writing, write_safetensors
 
 
 def test_a_shard_may_reach_exactly_the_size_limit(tmp_path: Path) -> None:
@@ -91,13 +91,8 @@ def test_a_runtime_error_subclass_raised_while_handling_a_storage_error_is_a_def
     ``RuntimeError`` subclass: the code's defect) raised while handling a full disk keeps its traceback instead of
     being reported as the disk's refusal; the plain re-raise of the same error is the storage's."""
     def raised_while_handling(kind: type[RuntimeError]) -> RuntimeError:
-        try:
-            try:
-                raise OSError(number, os.strerror(number), f"/scratch/out/model-{random.randrange(99)}.safetensors")
-            except OSError:
-                raise kind("while handling the write failure") from None
-        except RuntimeError as error:
-            return error
+        return raised_while_writing(number, f"/scratch/out/model-{random.randrange(99)}.safetensors", kind,
+                                    "while handling the write failure")
 
     assert storage_error_behind(raised_while_handling(NotImplementedError)) is None
     assert storage_error_behind(raised_while_handling(RuntimeError))[0] == number
