@@ -139,25 +139,40 @@ def print_ratios(summary: dict[str, Any]) -> None:
         print("\n" + "\n".join(lines))
 
 
-def _make_writable_folder(flag: str, given: Path, folder: Path, which: str) -> None:
-    """Create ``folder`` (``given`` itself or its parent) or raise ValueError naming ``flag`` when it cannot be
-    created or written."""
+def _check_folder_can_be_made(flag: str, given: Path, folder: Path, which: str) -> None:
+    """Raise ValueError naming ``flag`` when ``folder`` (``given`` itself or its parent) could not be created or
+    written. Nothing is created: a refused run (no GPU on this node, a bad card) leaves no empty folders behind."""
+    folder = folder.absolute()
+    existing = next(candidate for candidate in (folder, *folder.parents) if candidate.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {given}: {which} cannot be created ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == folder:
+            raise ValueError(f"{flag} {given} cannot be written (no write permission)")
+        raise ValueError(f"{flag} {given}: {which} cannot be created (no write permission in {existing})")
+
+
+def _make_folder(flag: str, given: Path, folder: Path, which: str) -> None:
+    """Create ``folder`` once the run is going to start, or raise ValueError naming ``flag`` (a folder removed or
+    made read-only since the check)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ValueError(f"{flag} {given}: {which} cannot be created ({error.strerror})") from error
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"{flag} {given} cannot be written (no write permission)")
 
 
-def check_output_path(output: Path | None) -> None:
+def check_output_path(output: Path | None, profile: Path | None = None) -> None:
     """Raise ValueError, before any GPU work, when the JSON report could not be written to ``output`` (a directory,
-    or a folder that cannot be created or written): the bench takes minutes, and its report would be lost."""
+    a path the ``profile`` folder will take, or a folder that cannot be created or written): the bench takes
+    minutes, and its report would be lost."""
     if output is None:
         return
     if output.is_dir():
         raise ValueError(f"--output {output} is a directory; give a file name")
-    _make_writable_folder("--output", output, output.parent, "its folder")
+    if profile is not None and (output.absolute() == profile.absolute() or output.absolute() in
+                                profile.absolute().parents):
+        raise ValueError(f"--output {output} is where --profile {profile} puts its folder; give another file name")
+    _check_folder_can_be_made("--output", output, output.parent, "its folder")
     if output.exists() and not os.access(output, os.W_OK):
         raise ValueError(f"--output {output} cannot be written (no write permission)")
 
@@ -170,7 +185,16 @@ def check_profile_dir(profile: Path | None) -> None:
         return
     if profile.exists() and not profile.is_dir():
         raise ValueError(f"--profile {profile} is a file; give a folder for the profile tables")
-    _make_writable_folder("--profile", profile, profile, "the folder")
+    _check_folder_can_be_made("--profile", profile, profile, "the folder")
+
+
+def make_output_folders(output: Path | None, profile: Path | None) -> None:
+    """Create the folders of ``--profile`` and ``--output`` that :func:`check_profile_dir` and
+    :func:`check_output_path` found missing, once nothing else refuses the run."""
+    if profile is not None:
+        _make_folder("--profile", profile, profile, "the folder")
+    if output is not None:
+        _make_folder("--output", output, output.parent, "its folder")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -196,14 +220,15 @@ def _run(args: argparse.Namespace) -> int:
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
                              steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
                              profile_dir=args.profile)
-        check_profile_dir(args.profile)  # first: the folder it creates may be where --output points
-        check_output_path(args.output)
+        check_profile_dir(args.profile)
+        check_output_path(args.output, args.profile)
     except (CardError, ValueError) as error:
         return refuse("bench", error)
     if not torch.cuda.is_available():
         return refuse("bench", "needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
     try:
         config = dataclasses.replace(config, gpu=config.gpu or peak_gpu_of(torch.cuda.get_device_name()))
+        make_output_folders(args.output, args.profile)
     except ValueError as error:
         return refuse("bench", error)
     try:

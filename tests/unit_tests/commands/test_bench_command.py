@@ -235,3 +235,62 @@ def test_a_report_file_that_cannot_be_written_keeps_the_printed_figures(monkeypa
     captured = capsys.readouterr()
     assert f"{4096 / (step_ms / 1000):,.0f}" in captured.out
     assert captured.err.count("\n") == 1 and "No space left on device" in captured.err
+
+
+def test_a_refused_run_creates_no_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture) -> None:
+    """On a node without a GPU the bench refuses to start; the folders its --output and --profile would need are
+    checked there but made only once the run starts, so a refused run leaves no empty folders behind."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    output = tmp_path / "reports" / f"run-{random.randint(0, 999)}" / "bench.json"
+    profile = tmp_path / "profiles" / "deep"
+    assert main(["bench", "--mbs", "1", "--output", str(output), "--profile", str(profile)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_the_folders_are_made_when_the_run_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once nothing refuses the run, the missing folders of --output and --profile exist before the GPU work, so
+    the profile tables and the report can be written into them."""
+    from megatron.oellm.bench import harness
+
+    output = tmp_path / "reports" / "bench.json"
+    profile = tmp_path / "profiles" / "deep"
+    seen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+
+    def measure(config: BenchConfig):
+        seen.append((output.parent.is_dir(), profile.is_dir()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(harness, "run_benchmark", measure)
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "--mbs", "1", "--output", str(output), "--profile", str(profile)])
+    assert seen == [(True, True)]
+
+
+@pytest.mark.parametrize("overlap", ["same path", "output above the profile folder"])
+def test_an_output_where_the_profile_folder_goes_is_refused(overlap: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    """``--profile`` makes a folder; an ``--output`` at that path (or above it) could never be written as a file,
+    which the bench would find only after minutes of GPU work."""
+    output = tmp_path / "bench"
+    profile = output if overlap == "same path" else output / "profile"
+    assert main(["bench", "--mbs", "1", "--output", str(output), "--profile", str(profile)]) == 2
+    assert f"--output {output} is where --profile {profile} puts its folder" in capsys.readouterr().err
+    assert not output.exists()
+
+
+def test_a_folder_that_cannot_be_made_names_the_read_only_ancestor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """A report two folders below a read-only one is refused before the run, naming the folder that lacks the
+    permission (the one the user has to fix), not only the file."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr("os.access", lambda path, mode: Path(path) != locked)
+    output = locked / "a" / "b" / "bench.json"
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert f"--output {output}: its folder cannot be created (no write permission in {locked})" in \
+        capsys.readouterr().err
+    assert list(locked.iterdir()) == []
