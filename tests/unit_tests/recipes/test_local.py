@@ -252,3 +252,34 @@ def test_a_fitted_run_megatron_would_refuse_is_refused_once_before_torchrun(monk
     assert "would stop every rank at start" in err and not calls
     assert f"--lr-warmup-iters {warmup}" in err and f"--train-iters {warmup}" in err
     assert main(["recipe", str(path), "--local", "--train-iters", str(warmup + 1)]) == 0 and len(calls) == 1
+
+
+def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun(monkeypatch, tmp_path, capsys):
+    """``--local`` runs the training entry's check of the data itself before torchrun starts (as ``--submit`` does):
+    a corpus in a folder this process cannot write, with no index cache there to reuse, would stop rank 0 only after
+    the model and optimizer are built; a writable folder runs."""
+    from megatron.oellm.training import data
+
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    (tmp_path / "data").mkdir()
+    document = tmp_path / "data" / "doc.txt"
+    document.write_text(f"one document {random.random()}")
+    corpus = Path(build_corpus([document], tmp_path / "data" / "shared").prefix)
+    local = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1", "--output-dir",
+             str(tmp_path), "--data-path", str(corpus), "--tokenizer-model", "byte"]
+    monkeypatch.setattr(data, "can_write_into", lambda folder: False)
+    assert main(local) == 2
+    err = capsys.readouterr().err
+    assert "--local row 1: the training entry would stop every rank at start: ValueError: dataset " \
+           f"{str(corpus)!r}: without --data-cache-path megatron-core writes its index cache" in err, err
+    assert not calls
+    monkeypatch.undo()
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    assert main(local) == 0 and len(calls) == 1
