@@ -1,9 +1,10 @@
 """Nominal peak tensor throughput per GPU, and model-FLOP utilisation (MFU) against it.
 
 Peaks are NVIDIA's dense (no 2:4 sparsity) datasheet numbers in TFLOP/s (half the datasheet's sparsity figure where
-it gives only that: the PCIe and NVL cards run lower clocks and power than the SXM modules). They are nominal: the Jupiter GH200s run
-power-capped at 680 W (rated 900 W), which lowers the clock the GPU sustains under load, yet MFU is still quoted
-against the nominal 989 TFLOP/s so that numbers from different machines stay comparable. Pure Python.
+it gives only that: the PCIe and NVL cards run lower clocks and power than the SXM modules). They are nominal: the
+Jupiter GH200s run power-capped at 680 W for the whole superchip, Grace CPU and memory included (rated 900 W), which
+lowers the clock the GPU sustains under load, yet MFU is still quoted against the nominal 989 TFLOP/s so that
+numbers from different machines stay comparable. Pure Python.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ GPU_PEAKS: dict[str, GpuPeak] = {
         GpuPeak("h200-sxm", 989.0, 1979.0),
         GpuPeak("h200-nvl", 835.5, 1670.5),
         GpuPeak("gh200", 989.0, 1979.0,
-                "Jupiter runs GH200 power-capped at 680 W (rated 900 W): the nominal peak does not reflect the cap"),
+                "Jupiter runs GH200 power-capped at 680 W for the whole superchip, Grace CPU included (rated 900 W): "
+                "the nominal peak does not reflect the cap"),
     )
 }
 """Known GPUs by name."""
