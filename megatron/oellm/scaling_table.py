@@ -551,8 +551,8 @@ def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
                     baseline_nodes: float | None = None) -> tuple[list[ScalingRow], ScalingRow | None]:
     """``rows`` with tokens/s/GPU relative to the baseline (the :func:`comparable` rows; the others get none), and the
-    baseline: ``baseline_row`` (1-based), else the first ok row on ``baseline_nodes`` nodes, else the ok row on the
-    fewest nodes (None if no row is ok)."""
+    baseline (the returned list's row): ``baseline_row`` (1-based), else the first ok row on ``baseline_nodes``
+    nodes, else the ok row on the fewest nodes (None if no row is ok)."""
     ok = [row for row in rows if row.ok]
     if baseline_row is not None:
         if not 1 <= baseline_row <= len(rows):
@@ -571,8 +571,26 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
         baseline = min(ok, key=lambda row: row.nodes) if ok else None
     if baseline is None:
         return list(rows), None
-    return [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)
-            if comparable(row, baseline) else row for row in rows], baseline
+    rated = [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)
+             if comparable(row, baseline) else row for row in rows]
+    return rated, next(new for old, new in zip(rows, rated, strict=True) if old is baseline)
+
+
+def baseline_ties_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
+    """One ``note:`` line naming the baseline among the printed ``rows`` and the other rows that run its workload
+    (:func:`comparable`) on as many nodes, or None when there are none. Such a row (a resubmitted job's second log,
+    a rerun) would give other efficiencies, and the baseline was picked over it by order alone."""
+    if baseline is None:
+        return None
+    ties = [number for number, row in enumerate(rows, 1)
+            if row is not baseline and row.nodes == baseline.nodes and comparable(row, baseline)]
+    if not ties:
+        return None
+    number = next(number for number, row in enumerate(rows, 1) if row is baseline)
+    others = ", ".join(f"row {tie} ({rows[tie - 1].log})" for tie in ties)
+    return (f"note: the efficiency baseline is row {number} ({baseline.log}); {others} also run"
+            f"{'s' if len(ties) == 1 else ''} its workload on {baseline.nodes:g} nodes and would give other "
+            "efficiencies: --baseline-row N picks one (rows numbered as printed)")
 
 
 def _number(value: float | None, digits: int = 1, thousands: bool = False, percent: bool = False) -> str:

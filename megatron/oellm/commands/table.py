@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 
 from megatron.oellm.commands import refuse
 from megatron.oellm.run_log import read_log
@@ -13,6 +14,7 @@ from megatron.oellm.scaling_table import (
     ScalingRow,
     TableError,
     Window,
+    baseline_ties_note,
     check_plot_path,
     format_csv,
     format_markdown,
@@ -86,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
+        ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)
+        if ties:  # the baseline was picked by order among equals: say which, and how to pick another
+            print(ties, file=sys.stderr)
     except (TableError, OSError) as err:
         return refuse("table", err)
     if args.plot is not None:
