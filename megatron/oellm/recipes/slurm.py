@@ -8,7 +8,8 @@ checked), wherever ``sbatch`` is called. The container command is ``cluster.cont
 ``singularity`` where a site has only that). The cluster environment, with the row's own over it, is exported twice:
 as itself, and as ``APPTAINERENV_<NAME>`` (``SINGULARITYENV_<NAME>``), because neither runtime lets a host variable
 override one the image sets (the repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A job made from a source checkout binds it and puts it first on
-the image's own ``PYTHONPATH``; before ``srun``, the job stops with one line when the image does not run on the
+the image's own ``PYTHONPATH``; the user's own site-packages (``~/.local``, which would come before the image's) are
+off; before ``srun``, the job stops with one line when the image does not run on the
 node's CPU architecture. A row with checkpoints (``oellm recipe --save-interval``) saves and
 resumes them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`); a ``save`` / ``load`` the
 recipe sets itself stands.
@@ -127,6 +128,9 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
               "submitting shell's.",
               "unset PYTHONPATH APPTAINERENV_PYTHONPATH SINGULARITYENV_PYTHONPATH"]
     runtime = cluster.container_runtime
+    lines += ["# The user's own site-packages (~/.local, in the $HOME the container mounts) would come before the "
+              "image's: off (PYTHONNOUSERSITE = \"\" in [cluster.env] turns them back on).",
+              *_env_lines("PYTHONNOUSERSITE", "1", runtime)]
     lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value, runtime)]
     run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
