@@ -304,6 +304,24 @@ def check_sequence_length(args: argparse.Namespace) -> None:
                      f"{limit} tokens per sequence" + ("" if args.oellm_model else " or raise the limit"))
 
 
+POSITIVE_SIZES = ("seq_length", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                  "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+                  "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank")
+"""Sizes a run needs at least 1 of when set: megatron-core 0.19.2's ``validate_args`` takes the world size modulo
+the parallel ones (a ``ZeroDivisionError`` traceback at 0, a refusal about micro-batch counts or ``total_model_size``
+below 0; its ``TransformerConfig`` takes one modulo the expert tensor-parallel size), and a ``--seq-length`` of 0
+passed it and stopped the job when it built its datasets."""
+
+
+def check_positive_sizes(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` naming the first of :data:`POSITIVE_SIZES` the parsed ``args`` set below 1."""
+    for name in POSITIVE_SIZES:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"{megatron_flag(name)} {value}: give a size of at least 1"
+                             + (" (1: none of that parallelism)" if name.endswith("parallel_size") else ""))
+
+
 MODULO_INTERVALS = ("log_memory_interval", "save_params_interval", "save_activations_interval",
                     "save_tokens_per_expert_interval", "save_wgrads_interval", "save_dgrads_interval",
                     "check_weight_hash_across_dp_replicas_interval", "gpu_sniff_test_interval")

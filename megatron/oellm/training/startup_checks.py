@@ -24,10 +24,12 @@ from megatron.oellm.cards import ModelCard
 def check_parsed_args(parsed: argparse.Namespace) -> None:
     """Raise ``ValueError`` for what the parsed (not yet validated) command line holds that megatron's
     ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
-    sources, a sequence longer than the positions, intervals megatron takes a modulo by, a ``--save`` without a save
-    interval, ``--fp16`` beside ``--bf16``, a wandb project without a directory."""
+    sources, a size below 1 (sequence length, parallel sizes), a sequence longer than the positions, intervals megatron
+    takes a modulo by, a ``--save`` without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a
+    directory."""
     from megatron.oellm.training.args import (
         check_intervals,
+        check_positive_sizes,
         check_precision,
         check_save_interval,
         check_sequence_length,
@@ -38,6 +40,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
 
     check_yaml_cfg(parsed)
     check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
+    check_positive_sizes(parsed)  # before validate_args: it takes the world size modulo the parallel sizes
     check_sequence_length(parsed)
     check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
     check_save_interval(parsed)  # validate_args asserts it without a message
