@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import struct
 from pathlib import Path
@@ -324,6 +325,30 @@ def blend_prefixes(blend: Blend | None, blend_per_split: BlendPerSplit | None) -
     return [prefix for prefixes, _weights in blends for prefix in prefixes]
 
 
+def check_blend_weights(args: argparse.Namespace, blend: Blend | None, blend_per_split: BlendPerSplit | None) -> None:
+    """Raise ``ValueError`` for a weight of a data blend (``blend``, or each split's of ``blend_per_split``) that is
+    not a finite number >= 0, or for a blend whose weights add up to 0. megatron-core normalises the weights when it
+    builds the datasets, after the model and optimizer: a NaN or a zero sum stopped the job on an ``assert`` without
+    a message, a negative weight gave datasets of negative sizes."""
+    if blend is not None:
+        named = [(" / ".join(given_data_sources(args)), blend)]
+    else:
+        named = [(f"--per-split-data-args-path {args.per_split_data_args_path} ({split})"
+                  if args.per_split_data_args_path else f"--{split}-data-path", split_blend)
+                 for split, split_blend in zip(("train", "valid", "test"), blend_per_split or [], strict=False)
+                 if split_blend is not None]
+    for sources, (prefixes, weights) in named:
+        if weights is None:
+            continue
+        for prefix, weight in zip(prefixes, weights, strict=True):
+            if not (math.isfinite(weight) and weight >= 0):
+                raise ValueError(f"{sources}: the weight {weight:g} of dataset {prefix!r} is not a finite number >= 0; "
+                                 "a blend is weight-prefix pairs, each weight its share of the samples")
+        if sum(weights) <= 0:
+            raise ValueError(f"{sources}: the weights of datasets {', '.join(map(repr, prefixes))} add up to 0, so "
+                             "no dataset has a share of the samples; give at least one a positive weight")
+
+
 CACHE_FLAGS = {"dataloader_fast_cache_load": "--dataloader-fast-cache-load",
                "dataloader_defer_npy_index_mmap": "--dataloader-defer-npy-index-mmap"}
 """Megatron's dataset-cache flags (argument -> flag): both read index caches an earlier run built in
@@ -481,7 +506,8 @@ EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to un
 
 def check_data_source(args: argparse.Namespace) -> list[str]:
     """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
-    prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), a ``--split`` that
+    prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), blend weights
+    megatron-core cannot make shares of (:func:`check_blend_weights`), a ``--split`` that
     does not fit its data or gives a run that trains no training data (:func:`check_split`), a test set beside
     ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), validation set names that do not
     count its sets (:func:`check_validation_set_names`), or leaves a split of a
@@ -527,6 +553,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     prefixes = blend_prefixes(*blends)
     if not prefixes:
         raise ValueError(NO_DATA)
+    check_blend_weights(args, *blends)
     check_split(args, *blends)
     check_test_set_beside_validation_sets(args, *blends)
     check_validation_set_names(args, blends[1])
