@@ -294,6 +294,8 @@ def oellm_run_args(common: dict) -> tuple[argparse.Namespace, str | None] | None
 def check_load_directory(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when megatron-core 0.19.2 would find no checkpoint where the user named one:
 
+    * ``--load`` names a file: megatron finds no tracker in it and trains from random weights, printing only a
+      warning;
     * ``--load`` names a checkpoint's iteration directory itself (it holds a checkpoint but no
       ``latest_checkpointed_iteration.txt``) without ``--ckpt-step``: megatron finds no tracker there, loads nothing
       (or ``--pretrained-checkpoint``) and trains from random weights, printing only a warning;
@@ -304,6 +306,10 @@ def check_load_directory(args: argparse.Namespace) -> None:
     """
     pretrained = getattr(args, "pretrained_checkpoint", None)
     step = getattr(args, "ckpt_step", None)
+    if args.load and Path(args.load).is_file():
+        raise ValueError(f"--load {args.load} is a file: megatron-core looks for {TRACKER_FILE} in the folder --load "
+                         "names, finds none here and trains from random weights, printing only a warning; name the "
+                         "folder megatron saved the checkpoint into")
     if args.load and not step:
         outcome = ("fine-tunes from --pretrained-checkpoint instead, without a word" if pretrained else
                    "loads nothing and trains from random weights")
