@@ -50,23 +50,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
 
 
-def check_log_paths(paths: list[str]) -> None:
+def check_log_paths(paths: list[str], plot: str | None = None) -> None:
     """Raise :class:`TableError` for a log path that does not exist or is a folder, before any log is read (a
-    folder of logs is given as its files, e.g. ``logs/*.out``)."""
+    folder of logs is given as its files, e.g. ``logs/*.out``), or that is the ``--plot`` file, which the plot would
+    replace (a shell glob such as ``row*/*`` picks up an earlier plot, and a mistyped ``--plot`` names a log)."""
     for path in paths:
         if os.path.isdir(path):
             raise TableError(f"log {path!r} is a folder; give its log files, e.g. {os.path.join(path, '*.out')}")
         if not os.path.exists(path):
             raise TableError(f"log {path!r} does not exist (relative to {os.getcwd()})")
+        if plot is not None and os.path.exists(plot) and os.path.samefile(path, plot):
+            raise TableError(f"--plot {plot!r} is the log {path!r}: the plot would replace it; name another image "
+                             "file, or leave the image out of the logs")
 
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
     """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
-    stopping the table (the other logs' rows are kept)."""
+    stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it."""
     try:
         return summarise(read_log(path), window, gpus_per_node, peak_tflops)
     except TableError:
         raise
+    except OSError as err:  # after the paths were checked: no permission, an I/O error of the file system
+        raise TableError(f"log {path!r} cannot be read ({err.strerror or err})") from err
     except ValueError as err:
         return ScalingRow(path, "unknown model", f"log not readable: {err}")
 
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             raise TableError("--title is the plot's title: give --plot PNG too, or drop --title")
         if args.plot is not None:
             check_plot_path(args.plot)
-        check_log_paths(args.logs)
+        check_log_paths(args.logs, args.plot)
         window = Window.parse(args.window, args.statistic)
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
