@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 from collections.abc import Iterable, Iterator, Mapping
@@ -50,8 +51,11 @@ Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
 
 
 def _open(path: Path) -> safe_open:
-    """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors) is a
-    :class:`ConversionError` naming it."""
+    """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors, or without read
+    permission, which safetensors reports as a missing file) is a :class:`ConversionError` naming it."""
+    if path.is_file() and not os.access(path, os.R_OK):
+        raise ConversionError(f"cannot read {path}: no read permission (e.g. a shared cache downloaded with another "
+                              "user's umask); make it readable (chmod a+r) or convert a copy")
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError) as error:
