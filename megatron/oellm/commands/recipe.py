@@ -35,6 +35,7 @@ from megatron.oellm.recipes.resolve import (
     select_rows,
 )
 from megatron.oellm.recipes.slurm import (
+    check_cluster_directives,
     check_data_paths,
     check_host_paths,
     check_tokenizer_path,
@@ -106,11 +107,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
     """``recipe`` with the cluster settings given on the command line; a ``--time`` also replaces the rows' own. A bad
-    ``--time`` is refused naming the option: the recipe's own check would blame its ``[cluster]`` time."""
+    ``--time`` is refused naming the option: the recipe's own check would blame its ``[cluster]`` time. A partition,
+    account or QOS ``#SBATCH`` cannot carry is refused here, before any output."""
     if args.time is not None:
         time_limit_seconds(args.time, source="--time ")
     given = {name: getattr(args, name) for name in CLUSTER_OVERRIDES if getattr(args, name) is not None}
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **given))
+    check_cluster_directives(recipe.cluster)
     if args.time is None:
         return recipe
     return dataclasses.replace(recipe, rows=tuple(dataclasses.replace(row, time=args.time) for row in recipe.rows))
@@ -254,9 +257,9 @@ def _run(args: argparse.Namespace) -> int:
             local_blocker_text = status
         elif args.submit:
             check_submission(recipe, inputs)
-        else:
-            print(describe_recipe(recipe, inputs))
         jobs = [resolve_job(recipe, number, inputs, read_data=args.submit) for number in numbers]
+        if not (args.local or args.submit):  # after the rows resolved: a refusal is the only output, not its tail
+            print(describe_recipe(recipe, inputs))
         if args.submit:  # no sbatch, or a run directory that cannot be created, stops it before any row is queued
             sbatch_command()
             for job in jobs:

@@ -75,6 +75,14 @@ def _directive(name: str, value: object) -> str:
     return f"#SBATCH --{name}={text}"
 
 
+def check_cluster_directives(cluster: ClusterSettings) -> None:
+    """Refuse a ``partition``, ``account`` or ``qos`` of ``cluster`` that ``#SBATCH`` cannot carry, as every row's
+    script would (:func:`_directive`): checked once, before anything is printed, and not blamed on a row."""
+    for name in ("partition", "account", "qos"):
+        if getattr(cluster, name):
+            _directive(name, getattr(cluster, name))
+
+
 def _output_directive(directory: Path) -> str:
     """``#SBATCH --output`` of the job log in the run directory ``directory``.
 
