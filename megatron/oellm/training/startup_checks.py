@@ -26,7 +26,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
     ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
     sources, a size below 1 (sequence length, parallel sizes), a sequence longer than the positions, intervals megatron
     takes a modulo by, a ``--save`` without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a
-    directory."""
+    directory, optimizer, initialisation and loader values out of their range (:mod:`.value_ranges`)."""
     from megatron.oellm.training.args import (
         check_intervals,
         check_positive_sizes,
@@ -37,6 +37,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
         check_yaml_cfg,
     )
     from megatron.oellm.training.data import check_single_data_source
+    from megatron.oellm.training.value_ranges import check_value_ranges
 
     check_yaml_cfg(parsed)
     check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
@@ -46,6 +47,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
     check_save_interval(parsed)  # validate_args asserts it without a message
     check_precision(parsed)  # likewise
     check_wandb_directory(parsed)  # before validate_args: it sets up the wandb writer
+    check_value_ranges(parsed)  # torch's optimizer, dropout and init, megatron's seeding refuse these late
 
 
 def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
