@@ -53,4 +53,6 @@ def test_the_built_models_native_fused_loss_is_this_packages_over_the_models_tp_
         loss = model.compute_language_model_loss(labels, logits)
         assert len(groups) == 1 and groups[0] is model.pg_collection.tp
     assert loss.shape == (batch, seq)
-    torch.testing.assert_close(loss.double(), cross_entropy_reference(logits, labels.T).T)
+    # an fp32 loss against the float64 reference: fp32's rounding over the vocabulary's sum (up to 4e-6 relative
+    # seen), far below the error of a wrong formula or group
+    torch.testing.assert_close(loss.double(), cross_entropy_reference(logits, labels.T).T, rtol=2e-5, atol=1e-5)

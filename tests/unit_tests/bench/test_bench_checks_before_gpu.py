@@ -118,6 +118,7 @@ def test_a_profile_folder_that_cannot_be_written_is_refused_before_the_gpu_work(
         profile = tmp_path / "plain" / "prof"
     else:
         profile = tmp_path / "ro"
+        profile.mkdir()
         monkeypatch.setattr("os.access", lambda path, mode: Path(path) != profile)
     assert main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--profile", str(profile)]) == 2
     assert f"oellm bench: error: --profile {profile}" in capsys.readouterr().err
@@ -159,13 +160,15 @@ def test_an_output_that_the_profile_folder_would_be_is_refused_before_the_gpu_wo
         layout: str, tmp_path: Path, recording_gpu: list, capsys: pytest.CaptureFixture) -> None:
     """``--output`` was checked before ``--profile`` created its folder: ``--output X --profile X`` passed both
     checks, and at the end of the run writing the report to the folder X raised ``IsADirectoryError`` before the
-    table was printed, losing every figure of the run."""
+    table was printed, losing every figure of the run. Refused before any folder is made."""
     output = tmp_path / "bench"
     profile = output if layout == "same path" else output / "prof"
     status = main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--output", str(output),
                    "--profile", str(profile)])
     assert status == 2 and not recording_gpu
-    assert f"oellm bench: error: --output {output} is a directory" in capsys.readouterr().err
+    assert (f"oellm bench: error: --output {output} is where --profile {profile} puts its folder; give another "
+            "file name") in capsys.readouterr().err
+    assert not output.exists()
 
 
 def test_a_report_file_inside_the_profile_folder_is_accepted(tmp_path: Path, recording_gpu: list) -> None:

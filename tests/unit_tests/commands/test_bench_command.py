@@ -270,18 +270,6 @@ def test_the_folders_are_made_when_the_run_starts(tmp_path: Path, monkeypatch: p
     assert seen == [(True, True)]
 
 
-@pytest.mark.parametrize("overlap", ["same path", "output above the profile folder"])
-def test_an_output_where_the_profile_folder_goes_is_refused(overlap: str, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture) -> None:
-    """``--profile`` makes a folder; an ``--output`` at that path (or above it) could never be written as a file,
-    which the bench would find only after minutes of GPU work."""
-    output = tmp_path / "bench"
-    profile = output if overlap == "same path" else output / "profile"
-    assert main(["bench", "--mbs", "1", "--output", str(output), "--profile", str(profile)]) == 2
-    assert f"--output {output} is where --profile {profile} puts its folder" in capsys.readouterr().err
-    assert not output.exists()
-
-
 def test_a_folder_that_cannot_be_made_names_the_read_only_ancestor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture) -> None:
     """A report two folders below a read-only one is refused before the run, naming the folder that lacks the
