@@ -6,8 +6,8 @@
 # TE_PYTHON (default python3) makes a new VENV_DIR: the compiled extension loads only on that Python's minor version,
 # so a bundle for another machine (tools/te_site_bundle.sh) needs that machine's, e.g. python3.12 for the H200.
 #
-# CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked), and the
-# header and TE core wheels are the CUDA 13 ones. Rerunning it on an existing VENV_DIR skips the compilation; a
+# CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked once it is
+# installed), and the header and TE core wheels are the CUDA 13 ones; TE_VERSION (default 2.20.2) picks TE's release. Rerunning it on an existing VENV_DIR skips the compilation; a
 # VENV_DIR that is a file or a non-empty folder other than a virtual environment is refused.
 #
 # TE's PyTorch extension is published as an sdist only (prebuilt wheels come from GitHub, unreachable on compute
@@ -44,12 +44,27 @@ if [ ! -x "$VENV/bin/python" ]; then
     { echo "error: VENV_DIR $VENV is a folder that is not a virtual environment (no bin/python); name a new" \
         "or empty folder" >&2; exit 2; }
 fi
-# The extension is compiled for the venv's CPython ABI: TE_PYTHON names the target's Python (python3.12 for the H200)
-[ -x "$VENV/bin/python" ] || "${TE_PYTHON:-python3}" -m venv "$VENV"
-if [ -n "${TE_PYTHON:-}" ]; then  # an existing venv keeps its own Python: say so rather than build for another one
-  minor='import sys; print("%d.%d" % sys.version_info[:2])'
-  want=$("$TE_PYTHON" -c "$minor") ||
-    { echo "error: TE_PYTHON=$TE_PYTHON does not run; name a Python, e.g. TE_PYTHON=python3.12" >&2; exit 2; }
+# The extension is compiled for the venv's CPython ABI: TE_PYTHON names the target's Python (python3.12 for the H200).
+# Checked before the venv is made: a missing or too old Python was found only by `-m venv` (a bash error) or by
+# install.sh at the very end, after ~4 GB of downloads and the compilation.
+minor='import sys; print("%d.%d" % sys.version_info[:2])'
+if [ ! -x "$VENV/bin/python" ] || [ -n "${TE_PYTHON:-}" ]; then  # an existing venv without TE_PYTHON keeps its own
+  want=$("${TE_PYTHON:-python3}" -c "$minor" 2>/dev/null) ||
+    { echo "error: TE_PYTHON=${TE_PYTHON:-python3} does not run; name a Python, e.g. TE_PYTHON=python3.12" >&2
+      exit 2; }
+  "${TE_PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    { echo "error: TE_PYTHON=${TE_PYTHON:-python3} is Python $want; megatron-oellm needs 3.11 or later" >&2; exit 2; }
+fi
+# a venv an interrupted first run (or a Python without ensurepip) left without its activate script cannot be used
+if [ -x "$VENV/bin/python" ] && [ ! -f "$VENV/bin/activate" ]; then
+  echo "error: $VENV is an incomplete virtual environment (no bin/activate: an interrupted first run, or a Python" \
+    "without ensurepip, e.g. Debian's without python3-venv): remove $VENV and rerun" >&2
+  exit 2
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  "${TE_PYTHON:-python3}" -m venv "$VENV" ||
+    { echo "error: ${TE_PYTHON:-python3} -m venv $VENV failed (above); remove $VENV and rerun once fixed" >&2; exit 2; }
+elif [ -n "${TE_PYTHON:-}" ]; then  # an existing venv keeps its own Python: say so rather than build for another one
   have=$("$VENV/bin/python" -c "$minor")
   [ "$want" = "$have" ] ||
     { echo "error: $VENV has Python $have but TE_PYTHON is $want: remove $VENV or name another VENV_DIR" >&2; exit 2; }

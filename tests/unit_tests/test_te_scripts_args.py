@@ -2,8 +2,9 @@
 before ``realpath`` sees them (its own help text became the virtual environment's name, created in the current
 directory before ~4 GB of downloads, or the VENV_DIR of an error message).
 
-``TE_PYTHON`` is a stand-in that records how it is called and fails, so a run that gets as far as making the
-virtual environment shows up in its log and stops there.
+``TE_PYTHON`` is a stand-in that answers the version probes as a Python 3.12, records every other call and fails,
+so a run that gets as far as making the virtual environment shows up in its log and stops there (the script then
+exits 2, naming the failed ``-m venv``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import random
 import string
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 RECORDER = """#!/usr/bin/env bash
+if [ "$1" = -c ]; then echo 3.12; exit 0; fi  # the version probes: a Python 3.12
 printf '%s\\n' "$*" >> "$FAKE_LOG"
 exit 7
 """
@@ -69,7 +72,7 @@ def test_te_cpu_env_still_makes_the_named_environment(tmp_path: Path) -> None:
     """One VENV_DIR goes on to ``TE_PYTHON -m venv`` with its absolute path (the stand-in stops the run there)."""
     name = f"venv-{random.randint(0, 10**6)}"
     done, calls, _ = run_tool(tmp_path, "te_cpu_env.sh", name)
-    assert done.returncode == 7
+    assert done.returncode == 2 and f"-m venv {tmp_path / 'work' / name} failed" in done.stderr, done.stderr
     assert calls.splitlines() == [f"-m venv {tmp_path / 'work' / name}"]
 
 
@@ -103,7 +106,7 @@ def test_te_cpu_env_takes_an_empty_folder(tmp_path: Path) -> None:
     done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), "empty"], cwd=tmp_path / "work", capture_output=True,
                           text=True, env={**os.environ, "TE_PYTHON": str(recorder), "FAKE_LOG": str(log)}, timeout=60,
                           check=False)
-    assert done.returncode == 7 and log.read_text().splitlines() == [f"-m venv {tmp_path / 'work' / 'empty'}"]
+    assert done.returncode == 2 and log.read_text().splitlines() == [f"-m venv {tmp_path / 'work' / 'empty'}"]
 
 
 def _venv_stub(folder: Path) -> None:
@@ -152,3 +155,40 @@ def test_te_cpu_env_names_a_te_python_that_does_not_run_beside_an_existing_envir
                           env={**os.environ, "TE_PYTHON": "false"}, timeout=60, check=False)
     assert done.returncode == 2 and "error: TE_PYTHON=false does not run" in done.stderr, done.stderr
     assert "unbound" not in done.stderr
+
+
+def test_te_cpu_env_refuses_a_python_that_does_not_run_before_making_anything(tmp_path: Path) -> None:
+    """``TE_PYTHON=nosuch``: the venv step failed with bash's ``command not found`` (exit 127)."""
+    name = f"python3.{random.randint(20, 99)}-missing"
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(tmp_path / "venv")], capture_output=True,
+                          text=True, env={**os.environ, "TE_PYTHON": name}, timeout=60, check=False)
+    assert done.returncode == 2 and done.stderr == (f"error: TE_PYTHON={name} does not run; name a Python, e.g. "
+                                                    "TE_PYTHON=python3.12\n")
+    assert not (tmp_path / "venv").exists()
+
+
+def test_te_cpu_env_refuses_a_python_older_than_3_11_before_making_anything(tmp_path: Path) -> None:
+    """A Python 3.10 made the venv and downloaded ~4 GB before install.sh refused it at the end."""
+    old = tmp_path / "python3.10"
+    old.write_text('#!/usr/bin/env bash\nif [[ "$2" == *"version_info <"* ]]; then exit 1; fi\necho 3.10\n')
+    old.chmod(0o755)
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(tmp_path / "venv")], capture_output=True,
+                          text=True, env={**os.environ, "TE_PYTHON": str(old)}, timeout=60, check=False)
+    assert done.returncode == 2 and done.stderr == (f"error: TE_PYTHON={old} is Python 3.10; megatron-oellm needs 3.11 "
+                                                    "or later\n")
+    assert not (tmp_path / "venv").exists()
+
+
+def test_te_cpu_env_names_a_venv_an_interrupted_run_left_incomplete(tmp_path: Path) -> None:
+    """An interrupted first run (or a Python without ensurepip) leaves bin/python without bin/activate; every rerun
+    then stopped on bash's ``activate: No such file or directory``. It is named, with what to do."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(Path(sys.executable))
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    done = subprocess.run(["bash", str(TOOLS / "te_cpu_env.sh"), str(venv)], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "TE_PYTHON"}, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {venv} is an incomplete virtual environment (no bin/activate") and \
+        f"remove {venv} and rerun" in done.stderr
+    assert sorted(path.name for path in (venv / "bin").iterdir()) == ["python"]

@@ -15,8 +15,10 @@ import pytest
 from tests.unit_tests.te_site_venv import fake_venv
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
-RECORDING_PYTHON = '#!/usr/bin/env bash\necho "$*" >> "$FAKE_LOG"\nexit "${FAKE_STATUS:-0}"\n'
-"""A stand-in interpreter: records its arguments and succeeds (``import torch`` too, so nothing is installed)."""
+RECORDING_PYTHON = ('#!/usr/bin/env bash\nif [ "$1" = -c ] && [ -n "${FAKE_PROBE:-}" ]; then echo "$FAKE_PROBE"; exit 0; fi\n'
+                    'echo "$*" >> "$FAKE_LOG"\nexit "${FAKE_STATUS:-0}"\n')
+"""A stand-in interpreter: records its arguments and succeeds (``import torch`` too, so nothing is installed), or
+exits ``FAKE_STATUS``; with ``FAKE_PROBE`` it answers ``-c`` version probes with that version, unrecorded."""
 
 
 def _recording_python(folder: Path) -> Path:
@@ -42,14 +44,14 @@ def test_a_relative_interpreter_names_the_callers_file(tmp_path, script, variabl
     log = tmp_path / "log"
     env = {**os.environ, variable: "bin/python", "FAKE_LOG": str(log)}
     if script == "te_cpu_env.sh":  # the stand-in makes no venv: stop right after it was called to make one
-        env["FAKE_STATUS"] = "3"
+        env["FAKE_STATUS"], env["FAKE_PROBE"] = "3", "3.12"
         args = [str(tmp_path / "venv")]
     done = subprocess.run(["bash", str(TOOLS / script), *args], cwd=caller, env=env, capture_output=True, text=True,
                           timeout=120)
     assert "No such file" not in done.stderr, done.stderr
     assert log.exists() and log.read_text().strip(), done.stderr
     if script == "te_cpu_env.sh":
-        assert done.returncode == 3 and "-m venv" in log.read_text()
+        assert done.returncode == 2 and "-m venv" in log.read_text() and "-m venv" in done.stderr
     else:
         assert done.returncode == 0, done.stderr
     if script.endswith("main.sh"):  # install.sh, then the recipe wrapper, both in the caller's interpreter
