@@ -15,6 +15,10 @@
 #   OUT_DIR: a new or empty folder (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
 #   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it), 2 on
 #   bad arguments.
+#   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
+#   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train and resume stages,
+#   deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make is
+#   refused).
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
@@ -41,12 +45,21 @@ if ! [[ $LIMIT_S =~ ^[1-9][0-9]*$ ]] || [ "$LIMIT_S" -lt 2 ]; then
   echo "error: OELLM_STAGE_LIMIT_S must be a whole number of seconds >= 2, got '$LIMIT_S'" >&2
   exit 2
 fi
+# an empty item (a stray comma) or a stage given twice: two copies of a stage would run side by side, writing the
+# same logs and summary lines and removing each other's runs
+if [[ $STAGES == ,* || $STAGES == *, || $STAGES == *,,* ]]; then
+  echo "error: empty stage name in '$STAGES' (a stray comma); give STAGE[,STAGE...]" >&2
+  exit 2
+fi
 IFS=, read -r -a selected <<< "$STAGES"
+seen=","
 for stage in "${selected[@]}"; do
   case $stage in
     tests|train|resume|bench) ;;
     *) echo "unknown stage '$stage' (tests, train, resume, bench)" >&2; exit 2 ;;
   esac
+  [[ $seen != *",$stage,"* ]] || { echo "error: stage '$stage' given twice in '$STAGES'; give each once" >&2; exit 2; }
+  seen="$seen$stage,"
 done
 # the end of the run packs everything in OUT_DIR into logs.tar.xz and deletes it: never do that to a user's files
 if [ -e "$OUT_DIR" ] && [ ! -d "$OUT_DIR" ]; then
@@ -59,7 +72,14 @@ if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root
-if ! mkdir -p "$OUT_DIR" "$CACHE" "$WORK" 2>/dev/null || [ ! -w "$OUT_DIR" ]; then
+# the train and resume stages delete and rebuild runs/, short/ and corpus/ in WORK: only in a folder this script made
+WORK_MARK="$WORK/.oellm-acceptance-work"
+if [ -e "$WORK" ] && { [ ! -d "$WORK" ] || { [ -n "$(ls -A "$WORK" 2>/dev/null)" ] && [ ! -e "$WORK_MARK" ]; }; }; then
+  echo "error: OELLM_WORK $WORK is not a folder this script made (its stages delete and rebuild runs/, short/ and" \
+       "corpus/ in it); give a new or empty folder" >&2
+  exit 2
+fi
+if ! mkdir -p "$OUT_DIR" "$CACHE" "$WORK" 2>/dev/null || [ ! -w "$OUT_DIR" ] || ! touch "$WORK_MARK" 2>/dev/null; then
   echo "error: cannot write to OUT_DIR $OUT_DIR (or the caches $CACHE, $WORK); give a folder you can write" >&2
   exit 2
 fi

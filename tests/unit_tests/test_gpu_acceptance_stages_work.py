@@ -1,0 +1,50 @@
+"""``tools/gpu_acceptance.sh``: a stage list with a stage twice or an empty item, and an ``OELLM_WORK`` folder of
+someone else's files, are refused before anything runs (two copies of a stage ran side by side over the same logs,
+and the train and resume stages delete and rebuild folders in ``OELLM_WORK``)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from test_gpu_acceptance_script import run_acceptance
+
+
+@pytest.mark.parametrize("stages", ["tests,tests", "bench,train,bench", "train,resume,train"])
+def test_a_stage_given_twice_is_refused(tmp_path, stages):
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", stages)
+    twice = next(stage for stage in stages.split(",") if stages.split(",").count(stage) > 1)
+    assert done.returncode == 2 and done.stderr == (f"error: stage '{twice}' given twice in '{stages}'; give each "
+                                                    "once\n")
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stages", ["tests,", ",bench", "tests,,train"])
+def test_an_empty_stage_name_is_refused(tmp_path, stages):
+    """``read -a`` drops a trailing empty item, so ``tests,`` passed as ``tests``; a typo is refused instead."""
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", stages)
+    assert done.returncode == 2 and f"empty stage name in '{stages}'" in done.stderr
+    assert calls == []
+
+
+def test_a_work_folder_of_other_files_is_refused_and_kept(tmp_path):
+    work = tmp_path / "work"  # run_acceptance's OELLM_WORK
+    (work / "runs").mkdir(parents=True)
+    keep = work / "runs" / "important.txt"
+    content = os.urandom(16).hex()
+    keep.write_text(content)
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", random.choice(["train", "resume", "tests,train"]))
+    assert done.returncode == 2 and f"OELLM_WORK {work} is not a folder this script made" in done.stderr
+    assert keep.read_text() == content and calls == []
+
+
+def test_the_scripts_own_work_folder_is_reused(tmp_path):
+    """A second call on a warm machine finds the folder the first made (its mark) and goes on."""
+    first, _ = run_acceptance(tmp_path, tmp_path / "out1", "bench")
+    assert first.returncode == 0, first.stderr
+    assert (tmp_path / "work" / ".oellm-acceptance-work").exists()
+    (tmp_path / "work" / "runs").mkdir()
+    second, calls = run_acceptance(tmp_path, tmp_path / "out2", "bench")
+    assert second.returncode == 0, second.stderr
+    assert any(" bench " in call for call in calls)
