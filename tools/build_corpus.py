@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the .bin/.idx/.json files already at the prefix (refused without it)")
     args = parser.parse_args(argv)
+    if Path(args.output_prefix).name in ("", "..") or args.output_prefix.endswith(("/", os.sep)):
+        # '' wrote hidden ..bin/..idx files here; 'dir/' wrote dir.bin beside the folder, not in it
+        parser.error(f"--output-prefix {args.output_prefix!r} names no file prefix; give a folder and a name, e.g. "
+                     f"{os.path.join(args.output_prefix or 'corpus', 'text')}")
     if not math.isfinite(args.max_mb) or args.max_mb < 0:
         parser.error(f"--max-mb must be a finite number >= 0, got {args.max_mb}")
     missing = [str(path) for path in args.extra if not path.is_file()]
