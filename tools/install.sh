@@ -24,6 +24,14 @@ if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
 command -v "$PY" >/dev/null ||
   { echo "error: install.sh: no Python '$PY' (PYTHON names the interpreter to install into, e.g. PYTHON=python3.12)" >&2
     exit 2; }
+# in syntax every Python 3 (and 2) reads: the checks below use f-strings, a Python 2 stopped on them with a traceback,
+# and a program that is no Python (PYTHON=/bin/true) "installed" nothing with exit status 0
+version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+[[ $version =~ ^[0-9]+\.[0-9]+$ ]] ||
+  { echo "error: install.sh: PYTHON=$PY does not run as a Python; name one, e.g. PYTHON=python3.12" >&2; exit 2; }
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  { echo "error: install.sh: megatron-oellm needs Python >= 3.11, PYTHON=$PY is $version; name another with" \
+      "PYTHON=python3.12" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
 PIP=("$PY" -m pip install -q --disable-pip-version-check)
@@ -33,9 +41,6 @@ TORCH_CUDA13_DRIVER=580
 # (a typo such as "tee") and installs without it, after minutes of downloads.
 "$PY" - "$EXTRAS" <<'PYCHECK'
 import ast, re, sys
-if sys.version_info < (3, 11):
-    sys.exit(f"error: install.sh: megatron-oellm needs Python >= 3.11, {sys.executable} is {sys.version.split()[0]}; "
-             "name another with PYTHON=python3.12")
 calls = [node for node in ast.walk(ast.parse(open("setup.py").read())) if isinstance(node, ast.Call)]
 declared = next(ast.literal_eval(k.value) for call in calls for k in call.keywords if k.arg == "extras_require")
 unknown = [name for name in sys.argv[1].split(",") if re.sub(r"[-_.]+", "-", name.strip()).lower() not in declared]

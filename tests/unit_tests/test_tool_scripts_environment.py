@@ -42,9 +42,9 @@ def test_a_relative_interpreter_names_the_callers_file(tmp_path, script, variabl
     caller = tmp_path / "with space"
     _recording_python(caller)
     log = tmp_path / "log"
-    env = {**os.environ, variable: "bin/python", "FAKE_LOG": str(log)}
+    env = {**os.environ, variable: "bin/python", "FAKE_LOG": str(log), "FAKE_PROBE": "3.12"}
     if script == "te_cpu_env.sh":  # the stand-in makes no venv: stop right after it was called to make one
-        env["FAKE_STATUS"], env["FAKE_PROBE"] = "3", "3.12"
+        env["FAKE_STATUS"] = "3"
         args = [str(tmp_path / "venv")]
     done = subprocess.run(["bash", str(TOOLS / script), *args], cwd=caller, env=env, capture_output=True, text=True,
                           timeout=120)
