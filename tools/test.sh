@@ -2,9 +2,11 @@
 # The project's test command: install what is needed, lint, run the unit tests (GPU tests skip without CUDA).
 #
 #   bash tools/test.sh [PYTEST ARGS]      # PYTHON names the interpreter (default python3), as for tools/install.sh
+#   Test paths among the arguments (tests/unit_tests/test_cards.py, also with ::name) are read from the repository
+#   root and run instead of the whole tree; without one, tests/unit_tests runs.
 set -euo pipefail
 case "${1:-}" in  # before the install: its minutes are not what help asks for
-  -h|--help) sed -n '2,4p' "$0"; echo "  (other arguments go to pytest; see: python3 -m pytest --help)"; exit 0 ;;
+  -h|--help) sed -n '2,6p' "$0"; echo "  (other arguments go to pytest; see: python3 -m pytest --help)"; exit 0 ;;
 esac
 PY="${PYTHON:-python3}"
 # a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this
@@ -13,4 +15,13 @@ if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
 cd "$(dirname "$0")/.."
 PYTHON="$PY" bash tools/install.sh dev,hf,gdn,plot
 "$PY" -m ruff check .
-"$PY" -m pytest -q tests/unit_tests "$@"
+# an argument naming a test file or folder (under tests/, a .py file, or with ::) narrows the run (it was added to the
+# whole tree); an option's value (-k nothing, --junitxml report.xml, --basetemp /tmp/t) does not
+targets=(tests/unit_tests)
+for arg in "$@"; do
+  if [[ $arg != -* && ( $arg == tests/* || $arg == *.py || $arg == *::* ) && -e ${arg%%::*} ]]; then
+    targets=()
+    break
+  fi
+done
+"$PY" -m pytest -q ${targets[@]+"${targets[@]}"} "$@"

@@ -54,3 +54,27 @@ def test_help_is_printed_before_anything_is_installed(tmp_path: Path, flag: str)
     done, calls = run_test_script(tmp_path, flag)
     assert done.returncode == 0 and "bash tools/test.sh [PYTEST ARGS]" in done.stdout, done.stderr
     assert calls == []
+
+
+@pytest.mark.parametrize("path", ["tests/unit_tests/test_cards.py", "tests/unit_tests/test_cards.py::test_x",
+                                  "tests/unit_tests/recipes"])
+def test_a_test_path_narrows_the_run_instead_of_adding_to_the_whole_tree(tmp_path: Path, path: str) -> None:
+    """``bash tools/test.sh tests/unit_tests/test_cards.py`` ran the whole tree and the file again; a test path read
+    from the repository root now runs alone, with the other arguments."""
+    checkout = tmp_path / "checkout with space"
+    target = checkout / path.split("::")[0]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.suffix == ".py":
+        target.write_text("def test_x():\n    pass\n")
+    else:
+        target.mkdir()
+    done, calls = run_test_script(tmp_path, "-x", path)
+    assert done.returncode == 0, done.stderr
+    assert calls[-1] == f"python3 -m pytest -q -x {path}"
+
+
+@pytest.mark.parametrize("args", [("-k", "nothing"), ("--basetemp", "/tmp"), ("-p", "no:cacheprovider")])
+def test_option_values_that_are_no_test_paths_keep_the_whole_tree(tmp_path: Path, args: tuple[str, ...]) -> None:
+    done, calls = run_test_script(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert calls[-1] == f"python3 -m pytest -q tests/unit_tests {' '.join(args)}"
