@@ -41,8 +41,8 @@ CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
 # the stages time out at LIMIT_S, LIMIT_S/2 and 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
 # sets no limit, and a stage that overruns the device call is killed before its logs are packed
-if ! [[ $LIMIT_S =~ ^[1-9][0-9]*$ ]] || [ "$LIMIT_S" -lt 2 ]; then
-  echo "error: OELLM_STAGE_LIMIT_S must be a whole number of seconds >= 2, got '$LIMIT_S'" >&2
+if ! [[ $LIMIT_S =~ ^[1-9][0-9]{0,6}$ ]] || [ "$LIMIT_S" -lt 2 ]; then  # at most 7 digits: bash's test overflows
+  echo "error: OELLM_STAGE_LIMIT_S must be a whole number of seconds from 2 to 9999999, got '$LIMIT_S'" >&2
   exit 2
 fi
 # an empty item (a stray comma) or a stage given twice: two copies of a stage would run side by side, writing the
@@ -92,7 +92,7 @@ pack_results() {
   local archive
   archive=$(mktemp /tmp/oellm-logs.XXXXXX)  # outside OUT_DIR while it is packed; one per run
   (cd "$OUT_DIR" && tar -cJf "$archive" --exclude=summary.txt . \
-    && find . -mindepth 1 -not -name summary.txt -delete && mv "$archive" logs.tar.xz)
+    && find . -mindepth 1 -not -name summary.txt -delete && chmod 644 "$archive" && mv "$archive" logs.tar.xz)
   rm -f "$archive"
   du -sh "$CACHE"/* >> "$OUT_DIR/summary.txt" 2>&1
   (cd "$CACHE" && { find tilelang -type f 2>/dev/null; find triton -name '*.autotune.json' 2>/dev/null; } \

@@ -48,3 +48,20 @@ def test_the_scripts_own_work_folder_is_reused(tmp_path):
     second, calls = run_acceptance(tmp_path, tmp_path / "out2", "bench")
     assert second.returncode == 0, second.stderr
     assert any(" bench " in call for call in calls)
+
+
+def test_a_stage_limit_beyond_bashs_numbers_is_refused(tmp_path, monkeypatch):
+    """``OELLM_STAGE_LIMIT_S=99999999999999999999`` printed bash's ``integer expression expected`` and went on."""
+    limit = "9" * random.randint(8, 30)
+    monkeypatch.setenv("OELLM_STAGE_LIMIT_S", limit)
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "train")
+    assert done.returncode == 2 and done.stderr == ("error: OELLM_STAGE_LIMIT_S must be a whole number of seconds "
+                                                    f"from 2 to 9999999, got '{limit}'\n")
+    assert calls == []
+
+
+def test_the_logs_archive_is_readable_by_others(tmp_path):
+    """It was made with mktemp (mode 0600), unlike the summary beside it."""
+    done, _ = run_acceptance(tmp_path, tmp_path / "out", "bench")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "logs.tar.xz").stat().st_mode & 0o777 == 0o644
