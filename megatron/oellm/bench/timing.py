@@ -37,14 +37,19 @@ def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> Ste
 
 
 def _card_name(text: str) -> str:
-    """An argparse type: the name of a known card (``oellm models``), so a misspelt ``--card`` is a usage error that
-    lists the known cards rather than a traceback."""
+    """An argparse type: the name of a known card (``oellm models``) whose family has a spec builder, so a misspelt
+    ``--card``, or one whose layers do not exist yet (the CKDA hybrid), is a usage error rather than a traceback on
+    the GPU."""
     from megatron.oellm.cards import CardError, get_card
+    from megatron.oellm.models import SPEC_MODULES
 
     try:
-        get_card(text)
+        card = get_card(text)
     except CardError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    if card.family not in SPEC_MODULES:
+        raise argparse.ArgumentTypeError(f"{text}: model family {card.family!r} has no spec builder yet, so there is "
+                                         f"nothing to time; give a card of {', '.join(sorted(SPEC_MODULES))}")
     return text
 
 
