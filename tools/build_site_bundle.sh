@@ -4,6 +4,7 @@
 # Used for air-gapped compute nodes and for the project's lent GPU machine (no internet there).
 #
 #   tools/build_site_bundle.sh [--python-version 3.12] [--arch x86_64|aarch64|arm64] [--out .bundle]
+#   (--out is read from the current folder: run it from the repository root for the .bundle the other tools use)
 #
 # --python-version is the node's MAJOR.MINOR, 3.11 or later; on 3.11 megatron-core 0.19.2 (declared >= 3.12, with
 # cp311 wheels) is fetched with --ignore-requires-python, as tools/install.sh installs it.
@@ -25,12 +26,12 @@ while [ $# -gt 0 ]; do
       [[ $# -ge 2 && -n $2 && $2 != -* ]] || { echo "error: $1 needs a value; $USAGE" >&2; exit 2; }
       case "$1" in --python-version) PYVER=$2 ;; --arch) ARCH=$2 ;; --out) OUT=$2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1; $USAGE" >&2; exit 2 ;;
   esac
 done
 # checked before anything is downloaded: 3.12.1 would name the bundle site-cp3121, 3.10 fails only at import
-[[ "$PYVER" =~ ^3\.([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 11 ] ||
+[[ "$PYVER" =~ ^3\.([1-9][0-9]?)$ ]] && [ "${BASH_REMATCH[1]}" -ge 11 ] ||  # 3.011 would name it site-cp3011
   { echo "error: --python-version must be the node's MAJOR.MINOR, 3.11 or later, got '$PYVER' (e.g. 3.12)" >&2
     exit 2; }
 # checked before minutes of downloads: the bundle is packed with tar and xz and checked with sha256sum
@@ -39,6 +40,9 @@ for tool in tar xz sha256sum; do
     { echo "error: $tool is not on PATH; it is needed to pack and check the bundle (xz: the xz-utils package)" >&2
       exit 2; }
 done
+[ ! -e "$OUT" ] || [ -d "$OUT" ] ||
+  { echo "error: --out $OUT is a file; give the folder the bundle goes into (default .bundle, under the current" \
+      "folder)" >&2; exit 2; }
 TAG="cp${PYVER/./}"
 case "$ARCH" in
   x86_64) PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
