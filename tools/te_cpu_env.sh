@@ -26,6 +26,8 @@ case "${1:-}" in
   -*) echo "error: unknown option $1 (usage: [TE_PYTHON=python3.12] bash tools/te_cpu_env.sh [VENV_DIR])" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "error: te_cpu_env.sh takes one VENV_DIR, got $#: $*" >&2; exit 2; }
+[ $# -eq 0 ] || [ -n "$1" ] ||
+  { echo "error: VENV_DIR is empty (an unset shell variable?); leave it out for .te-venv" >&2; exit 2; }
 VENV=$(realpath -m -- "${1:-$(dirname "$0")/../.te-venv}")
 # a relative TE_PYTHON names a file under the caller's directory, not under the repository root this script changes to
 if [[ "${TE_PYTHON:-}" == */* && "$TE_PYTHON" != /* ]]; then TE_PYTHON="$PWD/$TE_PYTHON"; fi

@@ -192,3 +192,18 @@ def test_te_cpu_env_names_a_venv_an_interrupted_run_left_incomplete(tmp_path: Pa
     assert done.stderr.startswith(f"error: {venv} is an incomplete virtual environment (no bin/activate") and \
         f"remove {venv} and rerun" in done.stderr
     assert sorted(path.name for path in (venv / "bin").iterdir()) == ["python"]
+
+
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("te_cpu_env.sh", [""], "error: VENV_DIR is empty (an unset shell variable?); leave it out for .te-venv"),
+    ("te_site_bundle.sh", ["venv", ""], "error: OUT_DIR is empty (an unset shell variable?)"),
+    ("te_site_bundle.sh", ["venv", "out", "9" * 12], "error: PART_MIB must be a whole number of MiB from 1 to 9999999"),
+])
+def test_an_empty_folder_argument_or_a_part_size_beyond_split_is_refused(tmp_path: Path, script: str, args: list[str],
+                                                                          message: str) -> None:
+    """``bash tools/te_cpu_env.sh "$VENV"`` with VENV unset meant the repository's .te-venv (te_site_bundle.sh's
+    OUT_DIR: its .bundle/te-parts), silently; a part size of 12 digits passed the check and failed in split after
+    minutes of xz."""
+    done, calls, left = run_tool(tmp_path, script, *args)
+    assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
+    assert calls == "" and left == []
