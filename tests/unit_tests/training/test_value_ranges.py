@@ -41,9 +41,10 @@ def test_a_value_the_library_refuses_later_is_refused_at_start(flag, monkeypatch
     text = str(int(value)) if counts else repr(value)
     shown = text if counts else f"{value:g}"
     kind = "an integer" if counts else "a finite number"
+    given = f"{flag}={text}"  # one word: argparse takes a separate '-5e-05' for an option, not a negative number
     with pytest.raises(ValueError, match=rf"^{re.escape(flag)} {re.escape(shown)}: give {kind}"):
-        check_value_ranges(parse_oellm_argv([flag, text]))
-    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*TINY_MOE_RUN, flag, text])
+        check_value_ranges(parse_oellm_argv([given]))
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*TINY_MOE_RUN, given])
     assert f"error: {flag} {shown}: give {kind}" in line
 
 

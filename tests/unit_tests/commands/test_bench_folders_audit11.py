@@ -1,0 +1,126 @@
+"""``oellm bench``: the ``--output`` / ``--profile`` folder checks that run before the GPU work (audit 11).
+
+Each test pins one refusal a user relies on: it comes before the CUDA check (so a login node says what is wrong with
+the path), it names the path the user has to fix, and the folders made once the run starts take the report as a
+file."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from megatron.oellm.bench.harness import BenchConfig
+from megatron.oellm.cli import main
+
+
+def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def _gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from megatron.oellm import runtime
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    monkeypatch.setattr(runtime, "shutdown_single_gpu_runtime", lambda: None)
+
+
+def _nested(base: Path) -> Path:
+    """A random chain of one to three folder names below ``base``."""
+    return base.joinpath(*(f"d{random.randint(0, 999)}" for _ in range(random.randint(1, 3))))
+
+
+def test_a_file_in_the_way_of_the_output_folder_is_named_before_the_cuda_check(tmp_path, monkeypatch, capsys):
+    """``--output plain/x/report.json`` where ``plain`` is a file: refused on a node without a GPU too (checked
+    before the CUDA test), naming the file that blocks the folder rather than a missing GPU or a permission."""
+    _no_gpu(monkeypatch)
+    plain = tmp_path / f"notes-{random.randint(0, 999)}.txt"
+    plain.write_text(f"{random.random()}\n")
+    output = _nested(plain) / "report.json"
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"error: --output {output}: its folder cannot be created ({plain} is a file)")
+
+
+def test_a_folder_that_can_be_written_but_not_entered_is_refused(tmp_path, monkeypatch, capsys):
+    """A folder with write but no search (x) permission (mode rw-) cannot take a new entry: the report's folder
+    below it could never be made, so it is refused before the run like a read-only one."""
+    _no_gpu(monkeypatch)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: not (Path(path) == locked and mode & os.X_OK))
+    output = _nested(locked) / "bench.json"
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {output}: its folder cannot be created (no write permission in {locked})" in err, err
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("overlap", ["same path", "output above the profile folder"])
+def test_a_relative_output_where_an_absolute_profile_goes_is_refused(overlap, tmp_path, monkeypatch, capsys):
+    """``--output bench --profile $PWD/bench``: the same path spelt once relative, once absolute, is still the
+    folder the profile tables go to."""
+    _no_gpu(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    output = f"bench-{random.randint(0, 999)}"
+    profile = tmp_path / output if overlap == "same path" else tmp_path / output / "tables"
+    assert main(["bench", "--mbs", "1", "--output", output, "--profile", str(profile)]) == 2
+    assert f"--output {output} is where --profile {profile} puts its folder" in capsys.readouterr().err
+    assert not (tmp_path / output).exists()
+
+
+def test_a_read_only_profile_folder_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """An existing ``--profile`` folder the user cannot write is refused before the run (its parent being writable
+    does not help: the tables go into the folder itself)."""
+    _no_gpu(monkeypatch)
+    profile = tmp_path / f"profile-{random.randint(0, 999)}"
+    profile.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != profile)
+    assert main(["bench", "--mbs", "1", "--profile", str(profile)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: --profile {profile} cannot be written (no write "
+                                                    "permission)")
+
+
+def test_the_report_is_written_as_a_file_into_the_folders_made_for_it(tmp_path, monkeypatch, capsys):
+    """Missing folders of ``--output`` are made when the run starts, and the report lands in them as a JSON file
+    (the folder made is the report's parent, never the report path itself)."""
+    from megatron.oellm.bench import harness
+    from megatron.oellm.bench.harness import BenchReport
+    from megatron.oellm.bench.measure import StepTimes, summary, throughput
+
+    config = BenchConfig(sides=("ours",))
+    step_ms = random.uniform(80.0, 120.0)
+    results = [throughput("ours", 1, 4096, StepTimes((step_ms,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
+    report = BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
+                         peak_tflops=989.0, settings={"ours": {"backend": "torch"}}, results=results,
+                         summary=summary(results, config.sides))
+    _gpu(monkeypatch)
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: report)
+    output = _nested(tmp_path) / "report.json"
+    assert main(["bench", "--sides", "ours", "--mbs", "1", "--output", str(output)]) == 0
+    assert output.is_file()
+    assert json.loads(output.read_text())["device"] == "GPU"
+
+
+def test_a_folder_that_cannot_be_made_when_the_run_starts_is_refused_naming_the_flag(tmp_path, monkeypatch, capsys):
+    """A folder that passed the check but cannot be made at the start (made read-only, or its file system full, in
+    between) is one refusal naming ``--output``, before any GPU work, not a traceback."""
+    from megatron.oellm.bench import harness
+
+    _gpu(monkeypatch)
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: pytest.fail("the GPU work started"))
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    output = _nested(tmp_path) / "report.json"
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"error: --output {output}: its folder cannot be created (Permission denied)")
