@@ -493,16 +493,11 @@ def _row_tables(rows: Any, name: str) -> list[Mapping[str, Any]]:
 
 def _check_env_strings(env: Any, where: str) -> None:
     """Refuse a value of the environment table ``env`` that is not a string (the job exports text; a TOML number
-    would be refused later as a type without saying how to write it), or that holds a ``$``: the job script and
-    ``--local`` export each value as written, so ``"$TMPDIR/triton"`` reached the program as that text, not as the
-    node's folder. ``where`` prefixes the message."""
+    would be refused later as a type without saying how to write it); ``where`` prefixes the message."""
     for key, value in env.items() if isinstance(env, Mapping) else ():
         if not isinstance(value, str):
             raise RecipeError(f"{where}{key} = {value!r} is not a string; quote it ({key} = \"{value}\") so the "
                               "job exports exactly that text")
-        if "$" in value:
-            raise RecipeError(f"{where}{key} = {value!r}: the job exports values as written, without shell "
-                              f"expansion, so the program would see the text {value!r}; write the value out")
 
 
 def _settings(cls: type[SettingsT], values: Mapping[str, Any], where: str) -> SettingsT:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
-from megatron.oellm.recipes.config import Recipe, TableRow
+from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card, row_layout
 from megatron.oellm.recipes.slurm import ENTRY_MODULE
 
@@ -216,8 +216,14 @@ def torchrun_command(resolved: ResolvedRow) -> list[str]:
 
 def local_environment(recipe: Recipe, row: TableRow) -> dict[str, str]:
     """This process's environment plus the exports of ``row``'s job (:meth:`Recipe.row_env`: connections, NCCL
-    channels, allocator)."""
-    env = dict(os.environ)
-    env.update({name: str(value) for name, value in recipe.row_env(row).items()})
-    return env
+    channels, allocator). A value with a ``$`` is refused: a SLURM job's container runtime evaluates its
+    ``APPTAINERENV_`` copy in the container (``"$TMPDIR/triton"`` becomes the node's folder), but torchrun here gets
+    the text as written."""
+    exports = {name: str(value) for name, value in recipe.row_env(row).items()}
+    for name, value in exports.items():
+        if "$" in value:
+            raise RecipeError(f"--local: {name} = {value!r} in the recipe's env is handed to torchrun as written (only "
+                              "a SLURM job's container runtime evaluates it), so the run would see that text; export "
+                              f"{name} in your shell and leave it out of the recipe, or write the value out")
+    return {**os.environ, **exports}
 

@@ -213,10 +213,6 @@ def _two_row_config(tmp_path, table: str, second_row: str):
                                          "numbers or strings or arrays of values"),
     ("[cluster.env]\nNCCL_MIN_NCHANNELS = 4\n", "",
      '[cluster.env]: NCCL_MIN_NCHANNELS = 4 is not a string; quote it (NCCL_MIN_NCHANNELS = "4")'),
-    ('[cluster.env]\nTRITON_CACHE_DIR = "$TMPDIR/triton"\n', "",
-     "[cluster.env]: TRITON_CACHE_DIR = '$TMPDIR/triton': the job exports values as written, without shell "
-     "expansion, so the program would see the text '$TMPDIR/triton'; write the value out"),
-    ("", 'env = { NCCL_SOCKET_IFNAME = "${IFACE}" }\n', "row 2 env: NCCL_SOCKET_IFNAME = '${IFACE}': the job exports"),
 ])
 def test_values_of_the_wrong_type_are_refused_with_the_field_named(tmp_path, capsys, table, row, message):
     second = f"global_batch_size = 4096\nmicro_batch_size = 4\n{row}" + ("" if row.startswith("nodes") else "nodes = 8\n")
