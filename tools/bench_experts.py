@@ -52,7 +52,7 @@ def median_ms_and_peak_gib(experts: torch.nn.Module, hidden: torch.Tensor, count
 
 def main() -> None:
     """Parse the arguments, time both paths, print the table."""
-    parser = kernel_tool_parser(__doc__, with_card=True)
+    parser = kernel_tool_parser(__doc__, with_card=True, builds_layers=True)
     args = parser.parse_args()
     require_cuda(parser)
     card = get_card(args.card)

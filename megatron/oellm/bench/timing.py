@@ -37,19 +37,27 @@ def time_steps(step: Callable[[], torch.Tensor], warmup: int, steps: int) -> Ste
 
 
 def _card_name(text: str) -> str:
-    """An argparse type: the name of a known card (``oellm models``) whose family has a spec builder, so a misspelt
-    ``--card``, or one whose layers do not exist yet (the CKDA hybrid), is a usage error rather than a traceback on
-    the GPU."""
+    """An argparse type: the name of a known card (``oellm models``), so a misspelt ``--card`` is a usage error that
+    lists the known cards rather than a traceback."""
     from megatron.oellm.cards import CardError, get_card
-    from megatron.oellm.models import SPEC_MODULES
 
     try:
-        card = get_card(text)
+        get_card(text)
     except CardError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    if card.family not in SPEC_MODULES:
-        raise argparse.ArgumentTypeError(f"{text}: model family {card.family!r} has no spec builder yet, so there is "
-                                         f"nothing to time; give a card of {', '.join(sorted(SPEC_MODULES))}")
+    return text
+
+
+def _card_with_layers(text: str) -> str:
+    """:func:`_card_name`, of a card whose family has a spec builder: a tool that builds the card's layers would stop
+    on the GPU for one without (the CKDA hybrid's) with a ``KeyError``."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.models import SPEC_MODULES
+
+    family = get_card(_card_name(text)).family
+    if family not in SPEC_MODULES:
+        raise argparse.ArgumentTypeError(f"{text}: model family {family!r} has no spec builder yet, so this tool "
+                                         f"cannot build its layers; give a card of {', '.join(sorted(SPEC_MODULES))}")
     return text
 
 
@@ -62,12 +70,14 @@ def add_kernel_timing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int_at_least(1), default=20)
 
 
-def kernel_tool_parser(doc: str, with_card: bool = False) -> argparse.ArgumentParser:
+def kernel_tool_parser(doc: str, with_card: bool = False, builds_layers: bool = False) -> argparse.ArgumentParser:
     """The parser of a kernel benchmark in ``tools/``: its docstring's first paragraph as the description, the
-    timing options (:func:`add_kernel_timing_options`) and, ``with_card``, ``--card`` (default Qwen3.5-35B-A3B)."""
+    timing options (:func:`add_kernel_timing_options`) and, ``with_card``, ``--card`` (default Qwen3.5-35B-A3B; with
+    ``builds_layers``, a card with a spec builder only)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if with_card:
-        parser.add_argument("--card", type=_card_name, default="qwen3.5-35b-a3b")
+        parser.add_argument("--card", type=_card_with_layers if builds_layers else _card_name,
+                            default="qwen3.5-35b-a3b")
     add_kernel_timing_options(parser)
     return parser
 
