@@ -2,8 +2,8 @@
 refuses (or trains on without a word): checked on the parsed command line, before Megatron initialises.
 
 Each is refused late otherwise: torch's Adam and dropout, ``torch.nn.init``, the data loader and megatron's seeding
-raise when the model, optimizer or loader is built, on every rank; a learning rate or clipping norm that is not a
-finite number trains on NaNs.
+raise when the model, optimizer or loader is built, on every rank; a learning rate that is not a finite number trains
+on NaNs, and a negative or NaN clipping norm turns clipping off without a word.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ class ValueRange:
     """Who refuses a value outside the range, and when (for the message)."""
     integer: bool = False
     """Whether the flag counts (its values and bounds printed as integers)."""
+    infinite: bool = False
+    """Whether an infinite ``high`` (with ``high_inclusive``) is a value."""
 
     def holds(self, value: float) -> bool:
         """Whether ``value`` is in the range."""
-        return (math.isfinite(value) and value >= self.low
+        return ((math.isfinite(value) or (self.infinite and value == math.inf)) and value >= self.low
                 and (value <= self.high if self.high_inclusive else value < self.high))
 
     def show(self, value: float) -> str:
@@ -41,7 +43,7 @@ class ValueRange:
 
     def describe(self) -> str:
         """The range as the message gives it, e.g. ``a finite number in [0, 1)``."""
-        kind = "an integer" if self.integer else "a finite number"
+        kind = "an integer" if self.integer else "a number" if self.infinite else "a finite number"
         if self.high == math.inf:
             return kind if self.low == -math.inf else f"{kind} >= {self.show(self.low)}"
         return f"{kind} in [{self.show(self.low)}, {self.show(self.high)}{']' if self.high_inclusive else ')'}"
@@ -54,7 +56,9 @@ VALUE_RANGES: dict[str, ValueRange] = {
     "lr": ValueRange(-math.inf),
     "min_lr": ValueRange(-math.inf),
     "lr_warmup_init": ValueRange(-math.inf),
-    "clip_grad": ValueRange(0.0, refuses="megatron-core clips the gradients to NaN (0 turns clipping off)"),
+    "clip_grad": ValueRange(0.0, math.inf, high_inclusive=True, infinite=True,
+                            refuses="megatron-core clips only at a positive norm and turns clipping off for any other "
+                                    "value without a word (0 turns it off, inf logs the norm without clipping)"),
     "weight_decay": ValueRange(-math.inf),
     "adam_beta1": ValueRange(0.0, 1.0, refuses=_ADAM),
     "adam_beta2": ValueRange(0.0, 1.0, refuses=_ADAM),

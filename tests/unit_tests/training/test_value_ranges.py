@@ -1,6 +1,6 @@
 """Optimizer, initialisation and loader values the training entry refuses before Megatron initialises, each checked
 against the library that would refuse it later (torch's Adam, dropout, ``normal_`` and data loader, numpy's
-seeding), and the non-finite learning rate and clipping norm megatron would train on."""
+seeding), the non-finite learning rate megatron would train on and the clipping norm it would ignore."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ def test_a_value_the_library_refuses_later_is_refused_at_start(flag, monkeypatch
     assert f"error: {flag} {shown}: give {kind}" in line
 
 
-@pytest.mark.parametrize("flag", ["--lr", "--clip-grad", "--min-lr", "--weight-decay", "--adam-beta2"])
+@pytest.mark.parametrize("flag", ["--lr", "--min-lr", "--weight-decay", "--adam-beta2"])
 @pytest.mark.parametrize("text", ["nan", "inf"])
 def test_a_value_that_is_not_a_finite_number_is_refused(flag, text):
-    """``--lr inf`` or ``--clip-grad nan`` passed megatron's checks and trained on NaNs."""
+    """``--lr inf`` or ``--weight-decay nan`` passed megatron's checks and trained on NaNs."""
     with pytest.raises(ValueError, match=rf"^{flag} {float(text):g}: give a finite number"):
         check_value_ranges(parse_oellm_argv([flag, text]))
 
@@ -75,3 +75,14 @@ def test_values_in_range_pass_and_the_bounds_are_the_librarys():
     torch.nn.functional.dropout(torch.randn(4), p=1.0)
     torch.empty(4).normal_(0, 0.0)
     numpy.random.seed(2**32 - 1)
+
+
+def test_a_clipping_norm_megatron_would_ignore_is_refused_and_inf_passes():
+    """megatron-core 0.19.2 clips only when ``clip_grad > 0``: a negative or NaN norm turned clipping off without a
+    word. 0 (off) and inf (the norm logged, nothing clipped) are settings and pass."""
+    for text in ("nan", f"-{random.uniform(0.1, 10):.3f}"):
+        with pytest.raises(ValueError, match=rf"^--clip-grad {re.escape(f'{float(text):g}')}: give a number >= 0; "
+                                             "megatron-core clips only at a positive norm"):
+            check_value_ranges(parse_oellm_argv([f"--clip-grad={text}"]))
+    for text in ("0", "inf", repr(random.uniform(0.1, 10))):
+        check_value_ranges(parse_oellm_argv([f"--clip-grad={text}"]))
