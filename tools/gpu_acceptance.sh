@@ -41,7 +41,7 @@ CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
 # the stages time out at LIMIT_S, LIMIT_S/2 and 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
 # sets no limit, and a stage that overruns the device call is killed before its logs are packed
-if ! [[ $LIMIT_S =~ ^[1-9][0-9]{0,6}$ ]] || [ "$LIMIT_S" -lt 2 ]; then  # at most 7 digits: bash's test overflows
+if ! [[ $LIMIT_S =~ ^[1-9][0-9]{0,6}$ ]] || [ "$LIMIT_S" -lt 2 ]; then  # 7 digits (115 days); 20 overflowed bash
   echo "error: OELLM_STAGE_LIMIT_S must be a whole number of seconds from 2 to 9999999, got '$LIMIT_S'" >&2
   exit 2
 fi
@@ -75,8 +75,9 @@ cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from
 # the train and resume stages delete and rebuild runs/, short/ and corpus/ in WORK: only in a folder this script made
 WORK_MARK="$WORK/.oellm-acceptance-work"
 if [ -e "$WORK" ] && { [ ! -d "$WORK" ] || { [ -n "$(ls -A "$WORK" 2>/dev/null)" ] && [ ! -e "$WORK_MARK" ]; }; }; then
-  echo "error: OELLM_WORK $WORK is not a folder this script made (its stages delete and rebuild runs/, short/ and" \
-       "corpus/ in it); give a new or empty folder" >&2
+  echo "error: OELLM_WORK $WORK holds files and no mark of this script (its stages delete and rebuild runs/, short/" \
+       "and corpus/ in it); give a new or empty folder, or, if a version of this script before the mark made it" \
+       "(runs/, short/, corpus/ only), remove it: rm -rf $WORK" >&2
   exit 2
 fi
 if ! mkdir -p "$OUT_DIR" "$CACHE" "$WORK" 2>/dev/null || [ ! -w "$OUT_DIR" ] || ! touch "$WORK_MARK" 2>/dev/null; then

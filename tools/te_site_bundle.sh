@@ -33,9 +33,9 @@ OUT=$(realpath -m -- "${2:-$(dirname "$0")/../.bundle/te-parts}")
 PART_MIB=${3:-61}
 # checked before anything is removed or compressed: split would refuse it only after minutes of xz, with the earlier
 # bundle's parts already deleted
-[[ "$PART_MIB" =~ ^[1-9][0-9]{0,6}$ ]] ||  # split takes at most 7 digits of MiB (9.5 TiB) here, beyond bash's sums
+[[ "$PART_MIB" =~ ^[1-9][0-9]{0,6}$ ]] ||  # at most 7 digits (9.5 TiB a part): more failed in split, after xz
   { echo "error: PART_MIB must be a whole number of MiB from 1 to 9999999, got '$PART_MIB' (e.g. 61)" >&2; exit 2; }
-[ -z "${2+x}" ] || [ -n "$2" ] ||
+[ $# -ne 2 ] || [ -n "$2" ] ||  # "" before a PART_MIB stands for the default folder (the arguments are positional)
   { echo "error: OUT_DIR is empty (an unset shell variable?); leave it out for .bundle/te-parts ($USAGE)" >&2; exit 2; }
 # also before the earlier bundle is removed: without xz the pipeline below would fail only after deleting its parts
 for tool in tar xz split sha256sum; do

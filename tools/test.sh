@@ -15,10 +15,14 @@ if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
 cd "$(dirname "$0")/.."
 PYTHON="$PY" bash tools/install.sh dev,hf,gdn,plot
 "$PY" -m ruff check .
-# an argument naming a test file or folder (under tests/, a .py file, or with ::) narrows the run (it was added to the
-# whole tree); an option's value (-k nothing, --junitxml report.xml, --basetemp /tmp/t) does not
+# an argument naming a test file or folder (under tests/, a .py file, or with ::; also as ./tests/... or an absolute
+# path in the checkout) narrows the run (it was added to the whole tree); an option's value that names none (-k
+# nothing, --junitxml report.xml) does not, one that names a test path (--ignore tests/x.py) does, which is harmless:
+# pytest.ini's testpaths then stands in for tests/unit_tests
 targets=(tests/unit_tests)
 for arg in "$@"; do
+  arg=${arg#./}
+  arg=${arg#"$PWD"/}  # the repository root, where this script runs
   if [[ $arg != -* && ( $arg == tests/* || $arg == *.py || $arg == *::* ) && -e ${arg%%::*} ]]; then
     targets=()
     break

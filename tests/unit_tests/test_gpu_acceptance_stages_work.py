@@ -35,7 +35,8 @@ def test_a_work_folder_of_other_files_is_refused_and_kept(tmp_path):
     content = os.urandom(16).hex()
     keep.write_text(content)
     done, calls = run_acceptance(tmp_path, tmp_path / "out", random.choice(["train", "resume", "tests,train"]))
-    assert done.returncode == 2 and f"OELLM_WORK {work} is not a folder this script made" in done.stderr
+    assert done.returncode == 2 and f"OELLM_WORK {work} holds files and no mark of this script" in done.stderr
+    assert f"remove it: rm -rf {work}" in done.stderr
     assert keep.read_text() == content and calls == []
 
 
@@ -65,3 +66,4 @@ def test_the_logs_archive_is_readable_by_others(tmp_path):
     done, _ = run_acceptance(tmp_path, tmp_path / "out", "bench")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "logs.tar.xz").stat().st_mode & 0o777 == 0o644
+

@@ -207,3 +207,11 @@ def test_an_empty_folder_argument_or_a_part_size_beyond_split_is_refused(tmp_pat
     done, calls, left = run_tool(tmp_path, script, *args)
     assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
     assert calls == "" and left == []
+
+
+def test_an_empty_out_dir_before_a_part_size_means_the_default_folder(tmp_path: Path) -> None:
+    """The arguments are positional: ``VENV "" 30`` is how a part size goes with the default folder, so it reaches
+    the next check (the missing venv), not the empty-argument refusal."""
+    done, calls, left = run_tool(tmp_path, "te_site_bundle.sh", "venv", "", "30")
+    assert done.returncode == 2 and "has no bin/python" in done.stderr, done.stderr
+    assert "OUT_DIR is empty" not in done.stderr and calls == "" and left == []

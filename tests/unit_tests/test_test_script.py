@@ -57,7 +57,7 @@ def test_help_is_printed_before_anything_is_installed(tmp_path: Path, flag: str)
 
 
 @pytest.mark.parametrize("path", ["tests/unit_tests/test_cards.py", "tests/unit_tests/test_cards.py::test_x",
-                                  "tests/unit_tests/recipes"])
+                                  "tests/unit_tests/recipes", "./tests/unit_tests/recipes"])
 def test_a_test_path_narrows_the_run_instead_of_adding_to_the_whole_tree(tmp_path: Path, path: str) -> None:
     """``bash tools/test.sh tests/unit_tests/test_cards.py`` ran the whole tree and the file again; a test path read
     from the repository root now runs alone, with the other arguments."""

@@ -113,7 +113,8 @@ def with_cluster_overrides(recipe: Recipe, args: argparse.Namespace) -> Recipe:
         time_limit_seconds(args.time, source="--time ")
     given = {name: getattr(args, name) for name in CLUSTER_OVERRIDES if getattr(args, name) is not None}
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **given))
-    check_cluster_directives(recipe.cluster)
+    if not args.local:  # a --local run writes no #SBATCH line
+        check_cluster_directives(recipe.cluster)
     if args.time is None:
         return recipe
     return dataclasses.replace(recipe, rows=tuple(dataclasses.replace(row, time=args.time) for row in recipe.rows))
