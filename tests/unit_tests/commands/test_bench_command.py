@@ -14,6 +14,21 @@ from megatron.oellm.cli import build_parser, main
 from megatron.oellm.commands import bench
 
 
+def ours_report(step_ms: float):
+    """A finished bench report of our side alone, one MBS-1 step of ``step_ms`` milliseconds (what a GPU run would
+    return), for the tests of what the command does with it."""
+    from dataclasses import asdict
+
+    from megatron.oellm.bench.harness import BenchReport
+    from megatron.oellm.bench.measure import StepTimes, summary, throughput
+
+    config = BenchConfig(sides=("ours",))
+    results = [throughput("ours", 1, 4096, StepTimes((step_ms,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
+    return BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
+                       peak_tflops=989.0, settings={"ours": {"backend": "torch"}}, results=results,
+                       summary=summary(results, config.sides))
+
+
 def parse(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["bench", *argv])
 
@@ -208,20 +223,13 @@ def test_a_report_file_that_cannot_be_written_keeps_the_printed_figures(monkeypa
                                                                         tmp_path) -> None:
     """The figures are printed before the ``--output`` file is written: a write failing after the run (a full disk,
     a lost quota) is one error line with exit status 1, and the table is on stdout instead of lost to a traceback."""
-    from dataclasses import asdict
     from pathlib import Path
 
     from megatron.oellm import runtime
     from megatron.oellm.bench import harness
-    from megatron.oellm.bench.harness import BenchReport
-    from megatron.oellm.bench.measure import StepTimes, summary, throughput
 
-    config = BenchConfig(sides=("ours",))
     step_ms = random.uniform(80.0, 120.0)
-    results = [throughput("ours", 1, 4096, StepTimes((step_ms,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
-    report = BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
-                         peak_tflops=989.0, settings={"ours": {"backend": "torch"}}, results=results,
-                         summary=summary(results, config.sides))
+    report = ours_report(step_ms)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
     monkeypatch.setattr(harness, "run_benchmark", lambda config: report)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 
-from megatron.oellm.bench.harness import BenchConfig
 from megatron.oellm.cli import main
+from tests.unit_tests.commands.test_bench_command import ours_report
 
 
 def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,15 +90,8 @@ def test_the_report_is_written_as_a_file_into_the_folders_made_for_it(tmp_path, 
     """Missing folders of ``--output`` are made when the run starts, and the report lands in them as a JSON file
     (the folder made is the report's parent, never the report path itself)."""
     from megatron.oellm.bench import harness
-    from megatron.oellm.bench.harness import BenchReport
-    from megatron.oellm.bench.measure import StepTimes, summary, throughput
 
-    config = BenchConfig(sides=("ours",))
-    step_ms = random.uniform(80.0, 120.0)
-    results = [throughput("ours", 1, 4096, StepTimes((step_ms,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
-    report = BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
-                         peak_tflops=989.0, settings={"ours": {"backend": "torch"}}, results=results,
-                         summary=summary(results, config.sides))
+    report = ours_report(random.uniform(80.0, 120.0))
     _gpu(monkeypatch)
     monkeypatch.setattr(harness, "run_benchmark", lambda config: report)
     output = _nested(tmp_path) / "report.json"
