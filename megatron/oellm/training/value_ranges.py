@@ -67,8 +67,8 @@ VALUE_RANGES: dict[str, ValueRange] = {
     "hidden_dropout": ValueRange(0.0, 1.0, high_inclusive=True, refuses=_DROPOUT),
     "attention_dropout": ValueRange(0.0, 1.0, high_inclusive=True, refuses=_DROPOUT),
     "seed": ValueRange(1, 2**32 - 1, high_inclusive=True, integer=True,
-                       refuses="megatron refuses a seed below 1, and numpy one of 2**32 or more, after setting up "
-                               "the process groups, on every rank"),
+                       refuses="megatron refuses a seed below 1, and numpy one of 2**32 or more (megatron adds 100 "
+                               "x the pipeline rank to it first), after setting up the process groups, on every rank"),
     "num_workers": ValueRange(0, integer=True, refuses="torch's data loader refuses it when the first batch is loaded"),
 }
 """Megatron argument -> the values it may take (megatron-core 0.19.2, torch 2.11-2.13)."""
