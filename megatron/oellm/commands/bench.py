@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from megatron.oellm.bench import DEFAULT_SIDES, SIDES
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, int_at_least, refuse
+from megatron.oellm.paths import nearest_existing
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
@@ -143,7 +144,7 @@ def _check_folder_can_be_made(flag: str, given: Path, folder: Path, which: str) 
     """Raise ValueError naming ``flag`` when ``folder`` (``given`` itself or its parent) could not be created or
     written. Nothing is created: a refused run (no GPU on this node, a bad card) leaves no empty folders behind."""
     folder = folder.absolute()
-    existing = next(candidate for candidate in (folder, *folder.parents) if candidate.exists())
+    existing = nearest_existing(folder)
     if not existing.is_dir():
         raise ValueError(f"{flag} {given}: {which} cannot be created ({existing} is a file)")
     if not os.access(existing, os.W_OK | os.X_OK):

@@ -17,6 +17,8 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from megatron.oellm.paths import nearest_existing
+
 if TYPE_CHECKING:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
@@ -384,9 +386,7 @@ def default_index_cache(prefix: str) -> Path:
 def can_write_into(directory: Path) -> bool:
     """Whether this process may create ``directory`` (with missing parents) and write files into it: judged on its
     nearest existing ancestor, as ``os.makedirs`` and ``open`` would meet it (a read-only mount refuses even root)."""
-    existing = directory
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = nearest_existing(directory)
     return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
 
 

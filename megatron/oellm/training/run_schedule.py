@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from megatron.oellm.megatron_args import megatron_flag
+from megatron.oellm.paths import nearest_existing
 
 
 def _run_iterations(args: argparse.Namespace) -> int | None:
@@ -45,8 +46,8 @@ def check_save_flags(args: argparse.Namespace) -> None:
     if not args.save:
         return
     save = Path(args.save)
-    existing = next((path for path in (save, *save.parents) if path.exists()), None)
-    if existing is not None and not existing.is_dir():
+    existing = nearest_existing(save)
+    if not existing.is_dir():
         where = "is a file" if existing == save else f"lies under {existing}, which is a file"
         raise ValueError(f"--save {args.save} {where}: megatron-core saves each checkpoint into a folder there and "
                          "stops at its first save, after --save-interval iterations of training, when it cannot "
