@@ -75,12 +75,17 @@ def _directive(name: str, value: object) -> str:
     return f"#SBATCH --{name}={text}"
 
 
+def cluster_directives(cluster: ClusterSettings) -> list[str]:
+    """The ``#SBATCH`` lines of the ``partition``, ``account`` and ``qos`` ``cluster`` sets; refuses a value
+    ``#SBATCH`` cannot carry (:func:`_directive`)."""
+    return [_directive(name, getattr(cluster, name)) for name in ("partition", "account", "qos")
+            if getattr(cluster, name)]
+
+
 def check_cluster_directives(cluster: ClusterSettings) -> None:
     """Refuse a ``partition``, ``account`` or ``qos`` of ``cluster`` that ``#SBATCH`` cannot carry, as every row's
-    script would (:func:`_directive`): checked once, before anything is printed, and not blamed on a row."""
-    for name in ("partition", "account", "qos"):
-        if getattr(cluster, name):
-            _directive(name, getattr(cluster, name))
+    script would (:func:`cluster_directives`): checked once, before anything is printed, and not blamed on a row."""
+    cluster_directives(cluster)
 
 
 def _output_directive(directory: Path) -> str:
@@ -126,10 +131,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         _directive("time", recipe.row_time(row)),
         "#SBATCH --exclusive",
     ]
-    for name in ("partition", "account", "qos"):
-        if getattr(cluster, name):
-            lines.append(_directive(name, getattr(cluster, name)))
-    lines += [_output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
+    lines += [*cluster_directives(cluster), _output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
     # Both prefixes: Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when
     # APPTAINERENV_PYTHONPATH is unset.
     lines += ["# The container's PYTHONPATH is the image's (or [cluster.env]'s), with a checkout first (below), not the "

@@ -29,12 +29,15 @@ class ValueRange:
     """Who refuses a value outside the range, and when (for the message)."""
     integer: bool = False
     """Whether the flag counts (its values and bounds printed as integers)."""
-    infinite: bool = False
-    """Whether an infinite ``high`` (with ``high_inclusive``) is a value."""
+
+    @property
+    def takes_infinity(self) -> bool:
+        """Whether infinity is a value: an infinite ``high`` that is inclusive."""
+        return self.high == math.inf and self.high_inclusive
 
     def holds(self, value: float) -> bool:
         """Whether ``value`` is in the range."""
-        return ((math.isfinite(value) or (self.infinite and value == math.inf)) and value >= self.low
+        return ((math.isfinite(value) or (self.takes_infinity and value == math.inf)) and value >= self.low
                 and (value <= self.high if self.high_inclusive else value < self.high))
 
     def show(self, value: float) -> str:
@@ -43,7 +46,7 @@ class ValueRange:
 
     def describe(self) -> str:
         """The range as the message gives it, e.g. ``a finite number in [0, 1)``."""
-        kind = "an integer" if self.integer else "a number" if self.infinite else "a finite number"
+        kind = "an integer" if self.integer else "a number" if self.takes_infinity else "a finite number"
         if self.high == math.inf:
             return kind if self.low == -math.inf else f"{kind} >= {self.show(self.low)}"
         return f"{kind} in [{self.show(self.low)}, {self.show(self.high)}{']' if self.high_inclusive else ')'}"
@@ -56,7 +59,7 @@ VALUE_RANGES: dict[str, ValueRange] = {
     "lr": ValueRange(-math.inf),
     "min_lr": ValueRange(-math.inf),
     "lr_warmup_init": ValueRange(-math.inf),
-    "clip_grad": ValueRange(0.0, math.inf, high_inclusive=True, infinite=True,
+    "clip_grad": ValueRange(0.0, math.inf, high_inclusive=True,
                             refuses="megatron-core clips only at a positive norm and turns clipping off for any other "
                                     "value without a word (0 turns it off, inf logs the norm without clipping)"),
     "weight_decay": ValueRange(-math.inf),
