@@ -29,7 +29,7 @@ command -v "$PY" >/dev/null ||
 version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
 [[ $version =~ ^[0-9]+\.[0-9]+$ ]] ||
   { echo "error: install.sh: PYTHON=$PY does not run as a Python; name one, e.g. PYTHON=python3.12" >&2; exit 2; }
-"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+[[ ${version%%.*} -gt 3 || ( ${version%%.*} -eq 3 && ${version#*.} -ge 11 ) ]] ||
   { echo "error: install.sh: megatron-oellm needs Python >= 3.11, PYTHON=$PY is $version; name another with" \
       "PYTHON=python3.12" >&2; exit 2; }
 cd "$(dirname "$0")/.."

@@ -7,7 +7,8 @@
 # so a bundle for another machine (tools/te_site_bundle.sh) needs that machine's, e.g. python3.12 for the H200.
 #
 # CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked once it is
-# installed), and the header and TE core wheels are the CUDA 13 ones; TE_VERSION (default 2.20.2) picks TE's release. Rerunning it on an existing VENV_DIR skips the compilation; a
+# installed), and the header and TE core wheels are the CUDA 13 ones; TE_VERSION (default 2.20.2) picks TE's release.
+# Rerunning it on an existing VENV_DIR skips the compilation; a
 # VENV_DIR that is a file or a non-empty folder other than a virtual environment is refused.
 #
 # TE's PyTorch extension is published as an sdist only (prebuilt wheels come from GitHub, unreachable on compute
@@ -54,7 +55,7 @@ if [ ! -x "$VENV/bin/python" ] || [ -n "${TE_PYTHON:-}" ]; then  # an existing v
   want=$("${TE_PYTHON:-python3}" -c "$minor" 2>/dev/null) ||
     { echo "error: TE_PYTHON=${TE_PYTHON:-python3} does not run; name a Python, e.g. TE_PYTHON=python3.12" >&2
       exit 2; }
-  "${TE_PYTHON:-python3}" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  [[ $want =~ ^[0-9]+\.[0-9]+$ ]] && [[ ${want%%.*} -gt 3 || ( ${want%%.*} -eq 3 && ${want#*.} -ge 11 ) ]] ||
     { echo "error: TE_PYTHON=${TE_PYTHON:-python3} is Python $want; megatron-oellm needs 3.11 or later" >&2; exit 2; }
 fi
 # a venv an interrupted first run (or a Python without ensurepip) left without its activate script cannot be used

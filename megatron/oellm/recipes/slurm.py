@@ -131,7 +131,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         _directive("time", recipe.row_time(row)),
         "#SBATCH --exclusive",
     ]
-    lines += [*cluster_directives(cluster), _output_directive(directory), "", "set -euo pipefail", *_working_directory_lines(), ""]
+    lines += [*cluster_directives(cluster), _output_directive(directory), "", "set -euo pipefail",
+              *_working_directory_lines(), ""]
     # Both prefixes: Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when
     # APPTAINERENV_PYTHONPATH is unset.
     lines += ["# The container's PYTHONPATH is the image's (or [cluster.env]'s), with a checkout first (below), not the "
