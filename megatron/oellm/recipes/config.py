@@ -43,6 +43,10 @@ CONTAINER_RUNTIMES = ("apptainer", "singularity")
 """Commands ``cluster.container_runtime`` may name. Both take ``exec --nv --bind``; each passes a host variable
 ``<RUNTIME>ENV_<NAME>`` into the container as ``NAME`` (``APPTAINERENV_`` / ``SINGULARITYENV_``)."""
 
+NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
+"""Values of ``cluster.numa_binding``: the modes of torchrun's ``--numa-binding`` (it pins each worker to the CPUs
+near its GPU)."""
+
 MAX_TCP_PORT = 65535
 """The largest ``cluster.master_port``: torchrun's rendezvous listens on a TCP port."""
 
@@ -122,6 +126,10 @@ class ClusterSettings:
     """Extra container bind mounts (``SRC[:DST]``), e.g. the data and scratch file systems."""
     master_port: int = 29500
     """TCP port of torchrun's c10d rendezvous on the first node."""
+    numa_binding: str = ""
+    """torchrun's ``--numa-binding`` mode (one of :data:`NUMA_BINDINGS`) for the workers of every node; empty = no
+    binding (torchrun's default). Binding keeps a rank's host threads (data loading, kernel launches) on the socket
+    of its GPU on two-socket nodes; the image's torchrun must know the flag (PyTorch 2.11 does)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment exported in the job before ``srun`` (NCCL channels, allocator, connections)."""
 
@@ -201,6 +209,10 @@ class Recipe:
         if self.cluster.container_runtime not in CONTAINER_RUNTIMES:
             raise RecipeError(f"recipe {self.name}: cluster.container_runtime must be one of "
                               f"{', '.join(CONTAINER_RUNTIMES)}, got {self.cluster.container_runtime!r}")
+        if self.cluster.numa_binding and self.cluster.numa_binding not in NUMA_BINDINGS:
+            raise RecipeError(f"recipe {self.name}: cluster.numa_binding must be one of {', '.join(NUMA_BINDINGS)} "
+                              f"(or empty for none), got {self.cluster.numa_binding!r}; torchrun would refuse it "
+                              "only after the queue")
         time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
         check_env_names(self.cluster.env, f"recipe {self.name} [cluster.env]: ")
 

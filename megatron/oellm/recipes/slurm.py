@@ -170,7 +170,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         f"srun --kill-on-bad-exit=1 --cpus-per-task={int(cluster.cpus_per_task)} \\",
         f"  {runtime} exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
         *_python_path_lines(checkout),
-        f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)} \\',
+        f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)}'
+        + (f" --numa-binding {cluster.numa_binding}" if cluster.numa_binding else "") + " \\",
         '    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
         f'    -m {ENTRY_MODULE} "${{MEGATRON_ARGS[@]}}"',
         "",
