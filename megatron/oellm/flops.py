@@ -67,11 +67,6 @@ class FlopCount:
         """Component -> training GFLOP per token."""
         return {name: value / 1e9 for name, value in self.breakdown.items()}
 
-    def shares(self) -> dict[str, float]:
-        """Component -> fraction of the total."""
-        total = self.total
-        return {name: value / total for name, value in self.breakdown.items()}
-
 
 def pad_vocab(vocab_size: int, divisor: int = MEGATRON_VOCAB_DIVISOR) -> int:
     """``vocab_size`` rounded up to a multiple of ``divisor``, as Megatron pads the output layer."""

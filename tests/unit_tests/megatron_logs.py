@@ -7,7 +7,7 @@ import random
 from datetime import datetime
 from pathlib import Path
 
-from megatron.oellm.recipes import load_recipe, resolve
+from megatron.oellm.recipes import load_recipe, resolve_row
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
 from megatron.oellm.training.args import parse_oellm_argv
@@ -24,7 +24,7 @@ def megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
     key = (stem, row)
     if key not in _ARGS_CACHE:
         recipe = load_recipe(EXAMPLES / f"{stem}.toml")
-        _ARGS_CACHE[key] = vars(parse_oellm_argv(resolve(recipe, recipe.rows[row - 1])))
+        _ARGS_CACHE[key] = vars(parse_oellm_argv(resolve_row(recipe, recipe.rows[row - 1]).argv))
     return {**_ARGS_CACHE[key], **(overrides or {})}
 
 

@@ -6,9 +6,8 @@ returns fp32 (``torch.mm(..., out_dtype=torch.float32)``) computes the same sums
 operands, differing only in the order of the fp32 additions. TF32, the other tensor-core route, rounds the operands
 to 10 mantissa bits instead. An fp32 operand that is not a bf16 value (a gradient) is first split into three bf16
 terms whose fp32 sum is exactly that operand (:func:`split_into_bf16_terms`), and the three products are added in
-fp32 (in the same GEMM, :func:`fp32_matmul_with_bf16_operand`; :func:`bf16_terms_matmul` reuses one split for
-both of a gradient's products). On the CPU, where ``torch.mm`` has no
-``out_dtype``, the same arithmetic runs on upcast operands.
+fp32 in the same GEMM (:func:`bf16_terms_matmul`, which takes the split so that a gradient's two products reuse
+one). On the CPU, where ``torch.mm`` has no ``out_dtype``, the same arithmetic runs on upcast operands.
 
 On an H200 an fp32 GEMM without TF32 runs on the CUDA cores; a Qwen3.5 router's three GEMMs at 32,768 tokens take
 1.48 ms this way against 2.65 ms there. The tensor cores' fp32 accumulation is less exact than fp32 FMA, the more so
@@ -47,14 +46,6 @@ def bf16_matmul_in_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.is_cuda:
         return torch.mm(a, b, out_dtype=torch.float32)
     return a.float() @ b.float()
-
-
-def fp32_matmul_with_bf16_operand(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` in fp32 for an fp32 ``a`` and a bf16 ``b`` (2-D both), as one bf16 GEMM accumulated in fp32 on the
-    exact bf16 terms of ``a`` (:func:`bf16_terms_matmul`)."""
-    if b.dtype != torch.bfloat16:
-        raise TypeError(f"fp32_matmul_with_bf16_operand takes a bf16 right operand, got {b.dtype}")
-    return bf16_terms_matmul(split_into_bf16_terms(a), b)
 
 
 def bf16_terms_matmul(terms: tuple[torch.Tensor, ...], b: torch.Tensor) -> torch.Tensor:

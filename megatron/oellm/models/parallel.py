@@ -83,9 +83,7 @@ def parse_pipeline_layout(layout: str) -> list[list[str]]:
                                   "--pipeline-model-parallel-layout parser refuses; remove the spaces (commas may "
                                   "separate groups)")
     text = layout.replace(",", "")
-    expanded, rest = _expand(text, 0, layout, top_level=True)
-    if rest != len(text):  # pragma: no cover - _expand consumes everything at top level or raises
-        raise ParallelLayoutError(f"pipeline layout {layout!r}: unexpected ')' at position {rest}")
+    expanded, _ = _expand(text, 0, layout, top_level=True)
     stages: list[list[str]] = []
     for stage in expanded.split("|"):
         unknown = sorted(set(stage) - set(LAYOUT_SYMBOLS))
@@ -98,7 +96,10 @@ def parse_pipeline_layout(layout: str) -> list[list[str]]:
 
 
 def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int]:
-    """Expand repeats from ``pos`` up to a closing ``)`` (or the end at top level); return (expansion, next pos)."""
+    """Expand repeats from ``pos`` up to a closing ``)`` (or the end at top level); return (expansion, next pos).
+
+    A group (``top_level`` False) returns at its ``)``, the top level at the end of ``text``; a stray ``)`` at top
+    level and a group without one are refused here, so callers need not check the position."""
     out: list[str] = []
     while pos < len(text):
         char = text[pos]
@@ -110,8 +111,6 @@ def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int
             if not top_level:
                 raise ParallelLayoutError(f"pipeline layout {layout!r}: nested parentheses are not supported")
             unit, pos = _expand(text, pos + 1, layout, top_level=False)
-            if pos >= len(text):
-                raise ParallelLayoutError(f"pipeline layout {layout!r}: '(' without a matching ')'")
             if not unit:
                 raise ParallelLayoutError(f"pipeline layout {layout!r}: empty group '()' (megatron-core's parser "
                                           "refuses it); remove it or put layers inside")

@@ -9,7 +9,7 @@ and :mod:`megatron.oellm.recipes.local` (fitted-down ``--local`` runs); the chec
 """
 
 from megatron.oellm.recipes.config import ClusterSettings, LocalSettings, Recipe, RecipeError, TableRow, load_recipe
-from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve, resolve_row
+from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row
 from megatron.oellm.recipes.slurm import sbatch_text
 
 __all__ = ["ClusterSettings", "LocalSettings", "Recipe", "RecipeError", "ResolvedRow", "RunInputs", "TableRow",

@@ -343,11 +343,6 @@ def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[s
                               "there, not as a Megatron flag")
 
 
-def resolve(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> list[str]:
-    """The Megatron argv of ``row`` (see :func:`resolve_row`)."""
-    return resolve_row(recipe, row, inputs).argv
-
-
 def select_rows(recipe: Recipe, row: int | None = None, nodes: int | None = None) -> list[int]:
     """1-based row numbers chosen by ``--row`` or ``--nodes`` (all rows if neither)."""
     if row is not None and nodes is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
-import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,9 +27,6 @@ from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu
 
 LINE_PREFIX = "[oellm]"
 """Start of every throughput line."""
-
-_LINE = re.compile(r"\[oellm\] iteration (?P<iteration>\d+) \| tokens/s/GPU: (?P<tokens>[0-9.]+) \| "
-                   r"TFLOP/s/GPU: (?P<tflops>[0-9.]+) \| MFU: (?P<mfu>[0-9.]+%|n/a)")
 
 DEVICE_PEAKS = (("GH200", "gh200"), ("H200 NVL", "h200-nvl"), ("H200", "h200-sxm"), ("H100 PCIe", "h100-pcie"),
                 ("H100 NVL", "h100-nvl"), ("H100", "h100-sxm"))
@@ -59,15 +55,6 @@ class Throughput:
         mfu = "n/a" if self.mfu is None else f"{100 * self.mfu:.2f}%"
         return (f"{LINE_PREFIX} iteration {self.iteration} | tokens/s/GPU: {self.tokens_per_s_per_gpu:.1f} | "
                 f"TFLOP/s/GPU: {self.tflops_per_gpu:.2f} | MFU: {mfu}")
-
-
-def parse_throughput_line(line: str) -> Throughput | None:
-    """The :class:`Throughput` of an ``[oellm]`` log line (None for any other line); rounded as printed."""
-    match = _LINE.search(line)
-    if match is None:
-        return None
-    mfu = None if match["mfu"] == "n/a" else float(match["mfu"].rstrip("%")) / 100
-    return Throughput(int(match["iteration"]), float(match["tokens"]), float(match["tflops"]), mfu)
 
 
 def measure(iteration: int, tokens: int, elapsed_s: float, num_gpus: int, flops_per_token: float,

@@ -7,7 +7,6 @@ import torch
 from megatron.oellm.layers.fp32_products import (
     bf16_matmul_in_fp32,
     bf16_terms_matmul,
-    fp32_matmul_with_bf16_operand,
     split_into_bf16_terms,
 )
 from tests.unit_tests.models.hf_reference import errors, fresh_seed
@@ -44,8 +43,8 @@ def test_the_split_and_the_products_refuse_other_dtypes() -> None:
         split_into_bf16_terms(torch.randn(4, dtype=torch.float64))
     with pytest.raises(TypeError, match="bf16 operands"):
         bf16_matmul_in_fp32(torch.randn(2, 3), torch.randn(3, 2).bfloat16())
-    with pytest.raises(TypeError, match="bf16 right operand"):
-        fp32_matmul_with_bf16_operand(torch.randn(2, 3), torch.randn(3, 2))
+    with pytest.raises(TypeError, match="bf16 terms and a bf16 right operand"):
+        bf16_terms_matmul(split_into_bf16_terms(torch.randn(2, 3)), torch.randn(3, 2))
     with pytest.raises(TypeError, match="bf16 terms"):
         bf16_terms_matmul((torch.randn(2, 3),), torch.randn(3, 2).bfloat16())
 
@@ -68,7 +67,7 @@ def product_errors(device: str, tokens: int, hidden: int, experts: int) -> dict[
     activations, weight_t, grad = random_operands(tokens, hidden, experts, device)
     logits = bf16_matmul_in_fp32(activations, weight_t)
     terms = split_into_bf16_terms(grad)
-    grad_input = fp32_matmul_with_bf16_operand(grad, weight_t.t())
+    grad_input = bf16_terms_matmul(terms, weight_t.t())
     grad_weight = bf16_terms_matmul(tuple(term.t() for term in terms), activations)
     assert logits.dtype == grad_input.dtype == grad_weight.dtype == torch.float32
     one_term = bf16_matmul_in_fp32(grad.bfloat16(), weight_t.t())

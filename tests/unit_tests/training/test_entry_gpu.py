@@ -17,8 +17,8 @@ import pytest
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
-from megatron.oellm.training.throughput import parse_throughput_line
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
+from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
 COMMON = [
     "--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--transformer-impl", "local",

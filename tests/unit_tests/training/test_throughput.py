@@ -10,8 +10,8 @@ from megatron.oellm.training.throughput import (
     check_hook_point,
     device_peak_tflops,
     measure,
-    parse_throughput_line,
 )
+from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
 
 def test_measure_matches_hand_computation():

@@ -15,8 +15,8 @@ from megatron.oellm.training.throughput import (
     device_peak_name,
     device_peak_tflops,
     measure,
-    parse_throughput_line,
 )
+from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
 # torch.cuda.get_device_name() of the GPUs we run on -> (peak name, dense BF16, dense FP8 TFLOP/s of its datasheet)
 CUDA_NAMES = {

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from megatron.oellm.training.throughput import parse_throughput_line
+from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
 
 class FakeMegatron:
