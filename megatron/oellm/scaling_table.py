@@ -447,7 +447,7 @@ VOCAB_ARGUMENTS = ("vocab_size", "make_vocab_size_divisible_by", "tensor_model_p
 """The arguments our FLOP count reads to pad the vocabulary as Megatron does."""
 
 
-def garbled_integer(args: dict, names: Sequence[str]) -> str:
+def garbled_integer_problem(args: dict, names: Sequence[str]) -> str:
     """What is wrong with the first of ``names`` that is given (not None) but is no positive integer, e.g. a value
     that another rank's output cut into; '' when all are fine."""
     for name in names:
@@ -466,9 +466,10 @@ def run_arguments(run: Run) -> dict:
     return run.args
 
 
-def padded_vocab(args: dict) -> int | None:
+def logged_padded_vocab(args: dict) -> int | None:
     """The output layer's vocabulary as Megatron pads it (to ``make_vocab_size_divisible_by`` x tensor-parallel
-    size; None when the arguments give no vocabulary size). The values must have passed :func:`garbled_integer`."""
+    size; None when the arguments give no vocabulary size). The values must have passed
+    :func:`garbled_integer_problem`."""
     if args.get("vocab_size") is None:
         return None
     return megatron_padded_vocab(args["vocab_size"], args.get("tensor_model_parallel_size") or 1,
@@ -502,9 +503,9 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     if card is not None:
         vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
         if vocab is None:
-            if problem := garbled_integer(args, VOCAB_ARGUMENTS):
+            if problem := garbled_integer_problem(args, VOCAB_ARGUMENTS):
                 return ScalingRow(log.path, model, problem, model_key=key)
-            vocab = padded_vocab(args)
+            vocab = logged_padded_vocab(args)
         if vocab is not None:
             tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
     return ScalingRow(

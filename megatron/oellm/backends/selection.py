@@ -543,7 +543,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
         flash_attention_only=source.attention_backend == AttnBackend.flash,
         local_attention=source.attention_backend == AttnBackend.local,
-        dtype=_training_dtype(source),
+        dtype=_dtype_of_config_or_args(source),
         flash_attention_version=source.flash_attention_version,
     )
 
@@ -555,7 +555,7 @@ def _runs_te_kernel(source: TransformerConfig | Any, name: str, value: object) -
     return getattr(source, name) == value and (switch is None or bool(getattr(source, switch)))
 
 
-def _training_dtype(source: TransformerConfig | Any) -> str:
+def _dtype_of_config_or_args(source: TransformerConfig | Any) -> str:
     """The dtype a TransformerConfig or Megatron's arguments train in (:func:`training_dtype` of their switches, or
     of a config's ``params_dtype``)."""
     params_dtype = getattr(source, "params_dtype", None)

@@ -11,7 +11,16 @@ from typing import Any
 import torch
 
 from megatron.oellm.bench import BACKEND_OF_SIDE, DEFAULT_SIDES, SIDES
-from megatron.oellm.bench.measure import Measurement, best, describe, failed_sweep, release_memory, summary, sweep
+from megatron.oellm.bench.measure import (
+    Measurement,
+    StepTimes,
+    best,
+    describe,
+    failed_sweep,
+    release_memory,
+    summary,
+    sweep,
+)
 from megatron.oellm.bench.sides import (
     BEST_OURS_SETTINGS,
     Side,
@@ -152,7 +161,7 @@ def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token:
     """One side's micro-batch sweep, the same batches as the other side (same seed per MBS); an error other than
     running out of memory is recorded as that MBS ``failed`` (its traceback printed), not raised."""
 
-    def run(mbs: int):
+    def run(mbs: int) -> StepTimes:
         batch = make_batch(vocab_size, mbs, config.seq_length)
         try:
             return time_steps(lambda: side.step(batch), config.warmup, config.steps)

@@ -158,7 +158,8 @@ class SafetensorsSource(Mapping[str, Tensor]):
         """Every file the tensors are read from, plus the index if there is one."""
         return sorted(set(self._files.values())) + ([self._index] if self._index is not None else [])
 
-    def _handle(self, path: Path):
+    def _handle(self, path: Path) -> object:
+        """The open safetensors file at ``path``, opened once and kept for the conversion's later reads."""
         if path not in self._handles:
             self._handles[path] = _open(path)
         return self._handles[path]

@@ -19,6 +19,8 @@ restored is the checkpoint's param-group step.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -53,15 +55,15 @@ def apply() -> bool:
     return True
 
 
-def _patched(wrapper):
+def _patched(wrapper: Callable[..., Any]) -> Callable[..., Any]:
     """Mark ``wrapper`` as this package's patch (``apply`` checks the mark to stay idempotent)."""
     wrapper.oellm_patched = True
     return wrapper
 
 
-def _state_dict_with_template_step(original):
+def _state_dict_with_template_step(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def state_dict(self):
+    def state_dict(self: Any) -> dict[str, Any]:
         """Upstream's state dict; before the first step with a temporary step-0 state (megatron.oellm patch).
 
         Any state at all (Adam's after a step or a load, or a step-less one such as Lion's ``exp_avg``) takes
@@ -82,9 +84,9 @@ def _state_dict_with_template_step(original):
     return _patched(state_dict)
 
 
-def _load_state_dict_with_own_steps(original):
+def _load_state_dict_with_own_steps(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
         """Upstream's load; then every parameter's ``step`` is its own tensor (megatron.oellm patch)."""
         original(self, state_dict)
         for state in self.optimizer.state.values():
@@ -94,9 +96,10 @@ def _load_state_dict_with_own_steps(original):
     return _patched(load_state_dict)
 
 
-def _param_state_load_keeping_step(original):
+def _param_state_load_keeping_step(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def set_main_param_and_optimizer_states(self, model_param, tensors):
+    def set_main_param_and_optimizer_states(self: Any, model_param: torch.nn.Parameter,
+                                            tensors: dict[str, Any]) -> Any:
         """Upstream's copy of the loaded parameter state, without ``step`` (megatron.oellm patch)."""
         return original(self, model_param, {**tensors, "step": None})
 

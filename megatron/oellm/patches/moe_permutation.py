@@ -86,7 +86,7 @@ def _permute_without_atomics(original: Callable[..., Any]) -> Callable[..., Any]
     @functools.wraps(original)
     def permute(tokens: torch.Tensor, routing_map: torch.Tensor, probs: torch.Tensor | None = None,
                 num_out_tokens: int | None = None, fused: bool = False, drop_and_pad: bool = False,
-                tokens_per_expert: torch.Tensor | None = None, align_size: int = 0):
+                tokens_per_expert: torch.Tensor | None = None, align_size: int = 0) -> tuple[Any, ...]:
         arguments = dict(probs=probs, num_out_tokens=num_out_tokens, fused=fused, drop_and_pad=drop_and_pad,
                          tokens_per_expert=tokens_per_expert, align_size=align_size)
         if fused:
@@ -104,7 +104,7 @@ def _unpermute_without_atomics(original: Callable[..., Any]) -> Callable[..., An
     @functools.wraps(original)
     def unpermute(permuted_tokens: torch.Tensor, sorted_indices: torch.Tensor, restore_shape: torch.Size,
                   probs: torch.Tensor | None = None, routing_map: torch.Tensor | None = None, fused: bool = False,
-                  drop_and_pad: bool = False, pad_offsets: torch.Tensor | None = None):
+                  drop_and_pad: bool = False, pad_offsets: torch.Tensor | None = None) -> torch.Tensor:
         if fused or probs is not None or pad_offsets is not None:
             return original(permuted_tokens, sorted_indices, restore_shape, probs=probs, routing_map=routing_map,
                             fused=fused, drop_and_pad=drop_and_pad, pad_offsets=pad_offsets)

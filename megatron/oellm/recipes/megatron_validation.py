@@ -21,6 +21,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from typing import NoReturn
 from unittest import mock
 
 CLUSTER_COMPUTE_CAPABILITY = (9, 0)
@@ -38,7 +39,7 @@ _CLUSTER_KERNELS = {
 ``TransformerConfig`` checks: the image's Transformer Engine has them."""
 
 
-def _cluster_kernel(*_args, **_kwargs):
+def _cluster_kernel(*_args: object, **_kwargs: object) -> NoReturn:
     """Stands in for a Transformer Engine kernel of the image while a config is checked; never called."""
     raise RuntimeError("a stand-in for the cluster image's Transformer Engine kernel was called")
 

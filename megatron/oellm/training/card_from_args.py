@@ -22,7 +22,7 @@ FLAGS_CARD_NAME = "from-megatron-flags"
 """Name of a card rebuilt from flags (it is in no registry)."""
 
 
-def _single(value):
+def _single(value: Any) -> Any:
     """Megatron parses some MoE flags as per-layer lists; a card holds one value."""
     if isinstance(value, (list, tuple)):
         if len(set(value)) != 1:
@@ -66,7 +66,7 @@ def linear_attention_interval(freq: int | list | None, num_layers: int) -> int:
                      f"the {num_layers} layers, the one layer mix a model card describes")
 
 
-def _all_moe(freq) -> bool:
+def _all_moe(freq: int | list[int] | None) -> bool:
     """Megatron's ``--moe-layer-freq`` puts an MoE block in every layer (1, or a list of ones)."""
     return freq in (None, 1) or (isinstance(freq, list) and set(freq) == {1})
 

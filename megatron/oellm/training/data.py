@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING
 from megatron.oellm.paths import nearest_existing
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import ModuleType
+
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
 Blend = tuple[list[str], list[float] | None]
@@ -256,7 +259,7 @@ def check_validation_set_names(args: argparse.Namespace, blend_per_split: BlendP
                          "after --eval-interval training iterations; give one name per validation set")
 
 
-def _sequence_count(indexed_dataset, prefix: str) -> int:
+def _sequence_count(indexed_dataset: ModuleType, prefix: str) -> int:
     """The sequence count of dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in:
     importing it imports megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
     try:
@@ -404,7 +407,7 @@ def lacks_index_cache(directory: Path) -> bool:
     return not any(all(base + suffix in names for suffix in rest) for base in _cache_bases(names))
 
 
-def _cache_bases(names) -> list[str]:
+def _cache_bases(names: Iterable[str]) -> list[str]:
     """The ``HASH-GPTDataset-SPLIT-`` bases of the GPTDataset index caches whose description is among the file
     ``names`` of a cache directory, sorted."""
     first = INDEX_CACHE_FILES[0]

@@ -255,7 +255,7 @@ def provenance() -> str:
             f"megatron-core {megatron_core_release()} from {Path(megatron.core.__file__).resolve().parent}")
 
 
-def command_line(argv: Sequence[str]) -> list[str]:
+def expanded_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` with the named card's flags, the training defaults and the backend's implementation filled in
     (``ValueError`` for a command line the parser refuses: :func:`check_command_line`)."""
     check_command_line(argv)
@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
     parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
     try:
-        argv = command_line(list(sys.argv[1:] if argv is None else argv))
+        argv = expanded_argv(list(sys.argv[1:] if argv is None else argv))
     except ValueError as error:
         return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv

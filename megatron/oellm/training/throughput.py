@@ -22,6 +22,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu
 
@@ -198,7 +199,7 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
                        peak_tflops)
         print_rank_last(line.format())
 
-    def training_log(*args, **kwargs):
+    def training_log(*args: Any, **kwargs: Any) -> Any:
         try:
             pending = before(args, kwargs)
         except Exception as error:  # noqa: BLE001 - the training run must go on

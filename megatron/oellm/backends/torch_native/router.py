@@ -60,6 +60,7 @@ class GatingProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 dtype: torch.dtype) -> torch.Tensor:
+        """``hidden @ weight.T (+ bias)`` in ``dtype``; keeps the operands, not a ``dtype`` copy, for the backward."""
         ctx.save_for_backward(hidden, weight)
         ctx.dtype = dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
@@ -75,6 +76,7 @@ class GatingProduct(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logits: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """Gradients of ``hidden``, ``weight`` and ``bias`` in their own dtypes, computed in the forward's dtype."""
         hidden, weight = ctx.saved_tensors
         grad = grad_logits.reshape(-1, grad_logits.shape[-1]).to(ctx.dtype)
         rows = hidden.reshape(-1, hidden.shape[-1])

@@ -7,6 +7,8 @@ into the pattern as ``|`` (megatron-core's fVPP syntax), so PP, VPP and custom l
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import BackendSpecProvider
@@ -42,7 +44,7 @@ class BackendHybridStack(HybridStack):
     """``HybridStack`` whose final norm comes from the backend (megatron-core's stack always builds a TE norm)."""
 
     def __init__(self, config: TransformerConfig, submodules: HybridStackSubmodules, *, final_norm: type,
-                 post_layer_norm: bool = True, **kwargs) -> None:
+                 post_layer_norm: bool = True, **kwargs: Any) -> None:
         """Build the stack without its final norm, then add ``final_norm`` where the stack ends the model."""
         super().__init__(config, submodules, post_layer_norm=False, **kwargs)
         self.post_layer_norm = post_layer_norm
@@ -79,7 +81,7 @@ def config_kwargs(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
 
 
 def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
-                       params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
+                       params_dtype: torch.dtype = torch.bfloat16, **overrides: Any) -> TransformerConfig:
     """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field.
 
     ``num_layers`` counts hybrid layers (two per decoder layer); the GDN shape goes into the ``linear_*`` fields.

@@ -7,6 +7,8 @@ Every decoder layer is one ``TransformerLayer``: pre-norm, GQA ``SelfAttention``
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import BackendSpecProvider
@@ -50,7 +52,7 @@ def config_kwargs(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
 
 
 def transformer_config(card: ModelCard, layout: ParallelLayout = SINGLE_GPU,
-                       params_dtype: torch.dtype = torch.bfloat16, **overrides) -> TransformerConfig:
+                       params_dtype: torch.dtype = torch.bfloat16, **overrides: Any) -> TransformerConfig:
     """megatron-core ``TransformerConfig`` of ``card`` under ``layout``; ``overrides`` replace any field."""
     return config_with_runtime_defaults(config_kwargs(card, layout, params_dtype), overrides)
 
