@@ -14,6 +14,7 @@ from pathlib import Path
 
 from megatron.oellm.cards import CardError
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
+from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan, plan_flops
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
@@ -171,8 +172,9 @@ def describe_row(job: Job) -> str:
     layout, row, resolved = job.resolved.layout, job.resolved.row, job.resolved
     plan = build_plan(resolved.built_card, layout, resolved.world_size)
     micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
-    note = cross_node_dispatch_note(resolved) + reference_flops_note(
-        row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)
+    note = (cross_node_dispatch_note(resolved)
+            + reference_flops_note(row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)
+            + megatron_column_note(row.reference, _megatron_gflops_per_token(resolved)))
     return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
             f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
             f"per step\n{note}{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
@@ -200,6 +202,36 @@ def reference_flops_note(reference: Mapping[str, float], gflops_per_token: float
             f"{percent:.1f} % {side} this plan's {gflops_per_token:.2f}: its TFLOP/s and MFU read {percent:.1f} % "
             f"{reads} than oellm table's at the same throughput; compare tokens/s/GPU "
             "(docs/flops.md, \"How far the MN5 tables are from the corrected count\")\n")
+
+
+def _megatron_gflops_per_token(resolved: ResolvedRow) -> float | None:
+    """megatron-core's own count for the row's model (what its job log's TFLOP/s use), in GFLOP per token; None
+    for a model megatron-core has no formula for (the CKDA layer)."""
+    try:
+        return megatron_flops_per_token(resolved.built_card, resolved.card.seq_length) / 1e9
+    except FlopError:
+        return None
+
+
+def megatron_column_note(reference: Mapping[str, float], megatron_gflops_per_token: float | None) -> str:
+    """A ``note:`` line (with its newline) when a row's ``reference`` TFLOP/s over its tokens/s imply a FLOP count
+    per token more than :data:`REFERENCE_FLOPS_TOLERANCE` off megatron-core's count for the model the row builds:
+    at the same throughput the job log's own TFLOP/s (``oellm table``'s "Megatron TFLOP/s/GPU") then read that much
+    apart from the report's. The Qwen3.5 rows: the report's runs built a GPTModel (19.11 GFLOP/token), the recipes a
+    HybridModel, whose formula leaves out the attention output gate (18.60). '' otherwise."""
+    if megatron_gflops_per_token is None or not {"tflops_per_gpu", "tokens_per_s_per_gpu"} <= reference.keys():
+        return ""
+    tflops, tokens = reference["tflops_per_gpu"], reference["tokens_per_s_per_gpu"]
+    implied = tflops * 1e3 / tokens
+    off = implied / megatron_gflops_per_token - 1
+    if abs(off) <= REFERENCE_FLOPS_TOLERANCE:
+        return ""
+    side, reads = ("above", "higher") if off > 0 else ("below", "lower")
+    return (f"note: the report's {tflops} TFLOP/s/GPU at {tokens} tokens/s/GPU count {implied:.2f} GFLOP/token, "
+            f"{abs(off) * 100:.1f} % {side} megatron-core's {megatron_gflops_per_token:.2f} for the model this row "
+            f"builds: they read {abs(off) * 100:.1f} % {reads} than the job log's own TFLOP/s (oellm table's "
+            "Megatron TFLOP/s/GPU) at the same throughput (docs/flops.md, \"How far the MN5 tables are from the "
+            "corrected count\")\n")
 
 
 def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
