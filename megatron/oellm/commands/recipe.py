@@ -339,7 +339,8 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
 
     directory = run_dir(recipe, number)
     # the job script replaces this --save/--load value with its job's own directory under it (JOB_CHECKPOINT_DIR)
-    row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"))
+    row_inputs = dataclasses.replace(inputs, checkpoint_dir=str(directory / "checkpoints"),
+                                     time_limit_s=time_limit_seconds(recipe.row_time(recipe.row(number))))
     try:
         resolved = resolve_row(recipe, recipe.row(number), row_inputs)
         refusal = argv_refusal(resolved.argv)

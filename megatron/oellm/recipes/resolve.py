@@ -44,6 +44,26 @@ class RunInputs:
     """Where checkpoints are saved and resumed from; used only with ``save_interval`` > 0."""
     save_interval: int = 0
     """Iterations between checkpoints; 0 = benchmark run, no checkpoints."""
+    time_limit_s: int | None = None
+    """The job's SLURM time limit; with checkpoints, the job stops and saves before it (:func:`exit_duration_minutes`).
+    None = no limit (``--local``)."""
+
+
+SAVE_MARGIN_S = 300
+"""The least time a checkpointing job keeps before its time limit for its last iteration, its final save and the
+job's start before Python runs (SLURM kills it at the limit; megatron's clock starts with the training process)."""
+
+SAVE_MARGIN_FRACTION = 0.05
+"""The share of a longer time limit kept for the same (a larger model, whose saves take longer, runs longer jobs;
+a 4-hour job keeps 12 minutes)."""
+
+
+def exit_duration_minutes(time_limit_s: int) -> int | None:
+    """megatron's ``--exit-duration-in-mins`` for a checkpointing job under ``time_limit_s``: the limit less the larger
+    of :data:`SAVE_MARGIN_S` and :data:`SAVE_MARGIN_FRACTION` of it, so the job saves and exits instead of being
+    killed with everything since its last periodic save lost; None when the limit leaves no whole minute."""
+    minutes = int((time_limit_s - max(SAVE_MARGIN_S, SAVE_MARGIN_FRACTION * time_limit_s)) // 60)
+    return minutes if minutes >= 1 else None
 
 
 @dataclass(frozen=True)
@@ -208,22 +228,29 @@ def data_flags(inputs: RunInputs) -> dict[str, FlagValue]:
 
 
 def checkpoint_flags(inputs: RunInputs) -> dict[str, FlagValue]:
-    """``--save/--load/--save-interval`` when checkpoints are wanted (benchmark rows save none)."""
+    """``--save/--load/--save-interval`` when checkpoints are wanted (benchmark rows save none), and under a time
+    limit ``--exit-duration-in-mins`` (:func:`exit_duration_minutes`)."""
     if inputs.save_interval < 0:
         raise RecipeError(f"--save-interval must be >= 0 (0: no checkpoints), got {inputs.save_interval}")
     if inputs.save_interval == 0:
         return {}
     if not inputs.checkpoint_dir:
         raise RecipeError("save_interval > 0 needs a checkpoint directory")
-    return {"save": inputs.checkpoint_dir, "load": inputs.checkpoint_dir, "save-interval": inputs.save_interval}
+    flags: dict[str, FlagValue] = {"save": inputs.checkpoint_dir, "load": inputs.checkpoint_dir,
+                                   "save-interval": inputs.save_interval}
+    exit_minutes = None if inputs.time_limit_s is None else exit_duration_minutes(inputs.time_limit_s)
+    if exit_minutes is not None:
+        flags["exit-duration-in-mins"] = exit_minutes
+    return flags
 
 
 def with_own_checkpoint_paths(checkpoint: dict[str, FlagValue], flags: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
-    """``checkpoint`` (:func:`checkpoint_flags`) without the ``save`` / ``load`` the recipe or row already sets: a
-    ``--save-interval`` given on the command line asks for checkpoints, not for another start or save folder than the
-    row's own (a converted checkpoint to start from, a shared folder)."""
+    """``checkpoint`` (:func:`checkpoint_flags`) without the ``save`` / ``load`` / ``exit-duration-in-mins`` the
+    recipe or row already sets: a ``--save-interval`` given on the command line asks for checkpoints, not for another
+    start or save folder than the row's own (a converted checkpoint to start from, a shared folder), nor for another
+    stop."""
     return {name: value for name, value in checkpoint.items()
-            if name not in ("save", "load") or flags.get(name) in (None, False)}
+            if name not in ("save", "load", "exit-duration-in-mins") or flags.get(name) in (None, False)}
 
 
 def resolve_row(recipe: Recipe, row: TableRow, inputs: RunInputs | None = None) -> ResolvedRow:
