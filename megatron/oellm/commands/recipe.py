@@ -6,13 +6,13 @@ import argparse
 import dataclasses
 import re
 import shlex
-import subprocess
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import CardError
+from megatron.oellm.child_process import run_forwarding_signals
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
@@ -297,15 +297,32 @@ def _run(args: argparse.Namespace) -> int:
             sbatch_command()
             for job in jobs:
                 prepare_run_dir(job.directory)
+        if args.submit:
+            return submit_jobs(jobs, args.config)
         for job in jobs:
-            if args.submit:
-                print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})")
-            else:
-                print(f"\n{describe_row(job)}\n{job.script}")
+            print(f"\n{describe_row(job)}\n{job.script}")
         if local_blocker_text:  # a script that asked for training must not read the dry run as success
             raise RecipeError(f"{local_blocker_text}, so it ran nothing (the dry run above shows the rows)")
     except (RecipeError, CardError, ParallelLayoutError) as err:
         return refuse("recipe", err)
+    return 0
+
+
+def submit_jobs(jobs: list[Job], config: str) -> int:
+    """Submit ``jobs`` in row order, one line per queued row; 0, or 130 when interrupted (Ctrl-C), after naming the
+    rows that were queued, the one whose ``sbatch`` may or may not have queued it, and the command that submits the
+    rest: a rerun of the whole command would queue the queued rows a second time."""
+    queued: list[int] = []
+    try:
+        for job in jobs:
+            print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})", flush=True)
+            queued.append(job.number)
+    except KeyboardInterrupt:
+        rest = [job.number for job in jobs if job.number not in queued]
+        rows = f"rows {', '.join(map(str, queued))} are queued" if queued else "no row is queued"
+        return refuse("recipe", f"interrupted: {rows}; row {rest[0]} may be (see squeue --me); submit each "
+                      f"remaining row with `oellm recipe {shlex.quote(str(config))} --submit --row N` and the same "
+                      f"options (N: {', '.join(map(str, rest))})", status=130)
     return 0
 
 
@@ -406,7 +423,7 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         command = torchrun_command(resolved)
         _print_notes(resolved)
         print(f"running row {number} fitted down on {gpus} GPU(s):\n{shlex.join(command)}", flush=True)
-        return exit_status(subprocess.run(command, env=env, check=False).returncode)
+        return exit_status(run_forwarding_signals(command, env))
     print(f"{blocker}; printing the dry run instead.")
     if gpus == 0 and not missing_spec_builder(recipe):
         example = fit_local(recipe, recipe.row(number), 1, inputs)

@@ -15,6 +15,7 @@ import pytest
 
 import megatron.oellm
 from megatron.oellm.cli import main
+from tests.unit_tests.recipes.recipe_helpers import fake_local_launch
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -67,7 +68,7 @@ def test_a_finished_local_run_prints_no_job_scripts_after_it(monkeypatch: pytest
     class Done:
         returncode = 0
 
-    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
     config = REPO / "examples" / "oellm" / "qwen3_5_35b_a3b_mn5_strong.toml"
     assert main(["recipe", str(config), "--local", "--row", "1"]) == 0
     out = capsys.readouterr().out

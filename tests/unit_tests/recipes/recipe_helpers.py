@@ -6,7 +6,9 @@ tests/unit_tests/convert``, a shuffled order)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,3 +35,15 @@ def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str) -> 
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     return record
+
+
+def fake_local_launch(monkeypatch: pytest.MonkeyPatch, fake_run: Callable[..., Any]) -> None:
+    """Make ``oellm recipe --local``'s torchrun launch call ``fake_run(command, env=env, check=False)`` (the call of
+    ``subprocess.run`` it stands in for) and return the ``returncode`` of what that returns, so a test sees the
+    command and environment, and no torchrun starts."""
+    import megatron.oellm.commands.recipe as recipe_command
+
+    def launch(command: list[str], env: dict[str, str] | None = None) -> int:
+        return fake_run(command, env=env, check=False).returncode
+
+    monkeypatch.setattr(recipe_command, "run_forwarding_signals", launch)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command
@@ -58,7 +58,7 @@ def test_without_gpu_local_explains_prints_the_dry_run_and_fails(monkeypatch, ca
     script that asked for training must not take the printout for a finished run."""
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
     called = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: called.append(a))
+    fake_local_launch(monkeypatch, lambda *a, **k: called.append(a))
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"), "--local", "--row", "2"]) == 2
     out, err = capsys.readouterr()
     assert "--local needs a CUDA GPU" in out and "printing the dry run instead" in out
@@ -87,7 +87,7 @@ def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, 
     class Done:
         returncode = 0
 
-    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append((command, env)) or Done())
+    fake_local_launch(monkeypatch, lambda command, env, check: calls.append((command, env)) or Done())
     assert main(["recipe", str(EXAMPLES / "qwen3_30b_a3b_mn5.toml"), "--local", "--nodes", "8"]) == 0
     (command, env), = calls
     assert command[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -109,7 +109,7 @@ def test_local_on_a_byte_corpus_saves_and_resumes_under_the_run_directory(monkey
     class Done:
         returncode = 0
 
-    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
     (tmp_path / "data").mkdir()  # the data, its index included, is checked before torchrun starts
     document = tmp_path / "data" / "doc.txt"
     document.write_text(f"one document {random.random()}")
@@ -137,7 +137,7 @@ def test_local_fp8_row_without_transformer_engine_is_refused_before_torchrun(mon
         pytest.skip("Transformer Engine imports here: the FP8 row can run")
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    fake_local_launch(monkeypatch, lambda *a, **k: calls.append(a))
     assert main(["recipe", str(EXAMPLES / "qwen3_235b_a22b_jupiter.toml"), "--local", "--row", "1"]) == 2
     assert "fp8 training (needs Transformer Engine)" in capsys.readouterr().err and not calls
 
@@ -147,7 +147,7 @@ def test_slurm_only_options_beside_local_are_refused_not_ignored(monkeypatch, ca
     """--local runs torchrun on this machine: an --account, --time or --image given with it went unused, silently."""
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    fake_local_launch(monkeypatch, lambda *a, **k: calls.append(a))
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1",
                  *options]) == 2
     given = ", ".join(option for option in options if option.startswith("--"))
@@ -167,7 +167,7 @@ def test_a_local_run_killed_by_a_signal_exits_as_the_shell_reports_it(monkeypatc
             pass
 
         Done.returncode = returncode
-        monkeypatch.setattr(subprocess, "run", lambda *a, done=Done, **k: done())
+        fake_local_launch(monkeypatch, lambda *a, done=Done, **k: done())
         assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == expected
 
 
@@ -202,7 +202,7 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
     assert [note for note in resolved.notes if "dispatcher" not in note] == expected  # one GPU: all-to-all, noted too
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     monkeypatch.setattr(recipe_command, "local_backend_problem", lambda resolved: "")
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": 0})())
+    fake_local_launch(monkeypatch, lambda *a, **k: type("Done", (), {"returncode": 0})())
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert [line for line in printed if line.startswith("note: ") and "dispatcher" not in line] == [
@@ -245,8 +245,8 @@ def test_a_fitted_run_megatron_would_refuse_is_refused_once_before_torchrun(monk
                     f'flags = {{ lr-warmup-iters = {warmup} }}\n')
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     calls = []
-    monkeypatch.setattr(subprocess, "run",
-                        lambda command, **k: calls.append(command) or subprocess.CompletedProcess(command, 0))
+    fake_local_launch(monkeypatch,
+                      lambda command, **k: calls.append(command) or subprocess.CompletedProcess(command, 0))
     assert main(["recipe", str(path), "--local", "--train-iters", str(warmup)]) == 2
     err = capsys.readouterr().err
     assert "would stop every rank at start" in err and not calls
@@ -266,7 +266,7 @@ def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun
     class Done:
         returncode = 0
 
-    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
     (tmp_path / "data").mkdir()
     document = tmp_path / "data" / "doc.txt"
     document.write_text(f"one document {random.random()}")
@@ -281,5 +281,5 @@ def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun
     assert not calls
     monkeypatch.undo()
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
-    monkeypatch.setattr(subprocess, "run", lambda command, env, check: calls.append(command) or Done())
+    fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
     assert main(local) == 0 and len(calls) == 1

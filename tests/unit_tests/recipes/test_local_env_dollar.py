@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import subprocess
 
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command
@@ -28,7 +27,7 @@ def test_local_refuses_a_value_with_a_dollar_before_torchrun(tmp_path, monkeypat
     key, value = f"OELLM_PROBE_{random.randint(0, 999)}", random.choice(VALUES)
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    fake_local_launch(monkeypatch, lambda *a, **k: calls.append(a))
     assert main(["recipe", str(_recipe_with(tmp_path, key, value)), "--local", "--row", "1"]) == 2
     err = capsys.readouterr().err
     assert f"--local: {key} = {value!r} in the recipe's env is handed to torchrun as written" in err, err

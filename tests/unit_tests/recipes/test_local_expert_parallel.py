@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command
@@ -60,8 +60,8 @@ def test_the_local_command_line_has_the_rows_ep(tmp_path, monkeypatch):
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: GPUS)
     monkeypatch.setattr(recipe_command, "local_backend_problem", lambda resolved: "")
     commands = []
-    monkeypatch.setattr(subprocess, "run",
-                        lambda command, **k: commands.append(command) or subprocess.CompletedProcess(command, 0))
+    fake_local_launch(monkeypatch,
+                      lambda command, **k: commands.append(command) or subprocess.CompletedProcess(command, 0))
     assert main(["recipe", str(config), "--local", "--row", "2"]) == 0
     (command,) = commands
     assert command[command.index("--expert-model-parallel-size") + 1] == str(row_ep)
@@ -94,8 +94,8 @@ def test_the_one_gpu_run_prints_the_notes_and_starts_without_the_overlap(monkeyp
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     monkeypatch.setattr(recipe_command, "local_backend_problem", lambda resolved: "")
     commands = []
-    monkeypatch.setattr(subprocess, "run",
-                        lambda command, **k: commands.append(command) or subprocess.CompletedProcess(command, 0))
+    fake_local_launch(monkeypatch,
+                      lambda command, **k: commands.append(command) or subprocess.CompletedProcess(command, 0))
     assert main(["recipe", str(JUPITER), "--local", "--row", str(OVERLAP_ROW)]) == 0
     (command,) = commands
     assert command[command.index("--expert-model-parallel-size") + 1] == "1"

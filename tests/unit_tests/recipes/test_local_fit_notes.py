@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.recipes import load_recipe
 from megatron.oellm.recipes.local import fit_local
@@ -63,14 +63,13 @@ def test_the_default_split_is_replaced_without_a_note():
 
 def test_a_missing_local_data_path_is_refused_before_torchrun(monkeypatch, tmp_path, capsys):
     """A mistyped --data-path started torchrun, and every rank then stopped with the same error."""
-    import subprocess
 
     from megatron.oellm.cli import main
     from megatron.oellm.commands import recipe as recipe_command
 
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: random.choice([1, 2, 4, 8]))
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    fake_local_launch(monkeypatch, lambda *a, **k: calls.append(a))
     prefix = tmp_path / f"corpus-{random.randint(0, 10**6)}"
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1",
                  "--output-dir", str(tmp_path), "--data-path", str(prefix), "--tokenizer-model", "byte"]) == 2

@@ -5,9 +5,8 @@ after the explanation, so it must not be printed a second time."""
 from __future__ import annotations
 
 import random
-import subprocess
 
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command
@@ -15,7 +14,7 @@ from megatron.oellm.commands import recipe as recipe_command
 
 def test_local_without_a_gpu_prints_the_recipe_header_once_after_the_explanation(monkeypatch, capsys):
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("torchrun ran")))
+    fake_local_launch(monkeypatch, lambda *a, **k: (_ for _ in ()).throw(AssertionError("torchrun ran")))
     row = random.choice([1, 2])
     config = EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml"
     assert main(["recipe", str(config), "--local", "--row", str(row)]) == 2

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.cli import main
 from megatron.oellm.commands import recipe as recipe_command
@@ -48,7 +48,7 @@ def test_local_refuses_an_invalid_env_name_before_torchrun(tmp_path, monkeypatch
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     monkeypatch.setattr(recipe_command, "local_backend_problem", lambda resolved: "")
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 0))
+    fake_local_launch(monkeypatch, lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 0))
     assert main(["recipe", str(_config(tmp_path, table, name)), "--local", "--row", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{name!r} is not a valid environment variable name" in err and not calls
@@ -71,7 +71,7 @@ def test_a_valid_name_reaches_the_local_run(tmp_path, monkeypatch, name):
     class Done:
         returncode = 0
 
-    monkeypatch.setattr(subprocess, "run", lambda command, env, check: envs.append(env) or Done())
+    fake_local_launch(monkeypatch, lambda command, env, check: envs.append(env) or Done())
     assert main(["recipe", str(_config(tmp_path, "row", name)), "--local", "--row", "1"]) == 0
     assert envs[0][name] == "x"
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import EXAMPLES
+from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.slurm import submit
@@ -143,7 +143,7 @@ def test_a_local_run_of_no_iteration_is_refused_before_torchrun(monkeypatch, cap
 
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    fake_local_launch(monkeypatch, lambda *a, **k: calls.append(a))
     value = train_iters * random.randint(1, 50)
     assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1",
                  "--train-iters", str(value)]) == 2
