@@ -18,6 +18,7 @@ Rows with numbers come first, sorted by model, global batch size and nodes (:fun
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import functools
@@ -29,6 +30,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
 from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
@@ -756,5 +758,22 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
     if title:
         figure.suptitle(title)
     figure.tight_layout(rect=(0, legend_inches / (PANEL_INCHES + legend_inches), 1, 1))
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    try:
+        save_replacing(figure, path)
+    finally:
+        plt.close(figure)
+
+
+def save_replacing(figure: Any, path: str) -> None:
+    """Save ``figure`` to ``path`` through a temporary file beside it, renamed over ``path`` only once complete: a
+    full disk, a lost quota or a killed job mid-write left a truncated image under the name, which passes for a
+    plot, with the earlier good one gone. The format is ``path``'s extension (the temporary name has another)."""
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name}.partial-{os.getpid()}")  # created under the umask, as path would be
+    try:
+        figure.savefig(temporary, dpi=120, format=os.path.splitext(path)[1][1:].lower())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise

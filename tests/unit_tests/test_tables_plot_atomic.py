@@ -1,0 +1,75 @@
+"""``oellm table --plot`` replaces the image only once the new one is complete: a write that fails midway (a full
+disk, a lost quota, a job killed during ``savefig``) left a truncated image under the name, which passes for a plot,
+with the earlier good one gone. Rows from generated Megatron logs, fresh random throughputs."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+
+import pytest
+
+from megatron.oellm.run_log import parse_log_text
+from megatron.oellm.scaling_table import Window, plot, summarise
+from tests.unit_tests.megatron_logs import megatron_args, megatron_log
+
+pytest.importorskip("matplotlib")
+
+
+def _rows() -> list:
+    rows = []
+    for nodes in (4, 8, 16):
+        args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": nodes * 4})
+        step_ms = 4096 * 4096 / random.uniform(5000, 7500) / (nodes * 4) * 1000
+        rows.append(summarise(parse_log_text(megatron_log(args, [step_ms] * 10, [120.0] * 10), f"{nodes}n.log"),
+                              Window(), 4))
+    return rows
+
+
+def _fail_midway(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every figure's ``savefig`` write part of an image, then fail as a full disk does."""
+    from matplotlib.figure import Figure
+
+    def savefig(self, fname, **kwargs):
+        with open(fname, "wb") as file:
+            file.write(b"\x89PNG\r\n\x1a\n" + os.urandom(64))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+
+
+def test_a_failed_write_keeps_the_earlier_plot_and_leaves_no_partial(tmp_path, monkeypatch):
+    path = tmp_path / "scaling.png"
+    plot(_rows(), str(path))
+    earlier = path.read_bytes()
+    _fail_midway(monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        plot(_rows(), str(path))
+    assert path.read_bytes() == earlier
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scaling.png"]
+
+
+def test_a_failed_first_write_leaves_no_image(tmp_path, monkeypatch):
+    _fail_midway(monkeypatch)
+    with pytest.raises(OSError):
+        plot(_rows(), str(tmp_path / "scaling.pdf"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("extension", ["png", "pdf", "svg"])
+def test_the_image_is_complete_in_its_own_format_with_the_usual_permissions(tmp_path, extension):
+    """The temporary name has no image extension: the format still follows the name given; the mode is what a
+    file created in the folder gets (the umask), not a temporary file's 0600."""
+    path = tmp_path / f"scaling.{extension}"
+    plot(_rows(), str(path))
+    data = path.read_bytes()
+    magic = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}[extension]
+    assert data.startswith(magic) and len(data) > 1000
+    if extension == "png":
+        from matplotlib.image import imread
+
+        assert imread(str(path)).shape[0] > 100
+    (tmp_path / "reference").write_bytes(b"")
+    assert path.stat().st_mode & 0o777 == (tmp_path / "reference").stat().st_mode & 0o777
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reference", path.name]
