@@ -1,0 +1,32 @@
+"""Scaling tables from Megatron logs, in the format of the benchmark reports (markdown, CSV, PNG).
+
+One row per log: nodes, GPUs, global and micro batch size, the median (or mean) step time over an iteration window
+(default 3-10, as the reports), tokens/s/GPU, TFLOP/s/GPU from our FLOP accounting
+(:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
+efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
+log) is read with the arguments and the failure of the run that printed the window's lines. A run that ran out of
+memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled, or
+that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
+``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
+that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
+positive number, a change of the global batch size, or arguments the numbers need that are not positive integers.
+Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
+gives neither as ``vocab_size`` nor in megatron's ``padded vocab`` line (Megatron's logged TFLOP/s is still shown).
+Rows with numbers come first, sorted by model, global batch size and nodes (:func:`sorted_rows`).
+
+Modules: ``rows`` (the row and window types), ``identify`` (the model and vocabulary from a run's arguments),
+``window`` (which lines a row reads, and why a run gives none), ``summary`` (a log -> a row; order, baseline and
+efficiency), ``formats`` (markdown, CSV), ``plot`` (PNG).
+"""
+
+from megatron.oellm.scaling_table.formats import CSV_FIELDS, format_csv, format_markdown
+from megatron.oellm.scaling_table.plot import check_plot_path, plot, scaling_series
+from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, ScalingRow, TableError, Window
+from megatron.oellm.scaling_table.summary import baseline_ties_note, sorted_rows, summarise, with_efficiency
+from megatron.oellm.scaling_table.window import interval_start
+
+__all__ = [
+    "CSV_FIELDS", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note", "check_plot_path",
+    "format_csv", "format_markdown", "interval_start", "plot", "scaling_series", "sorted_rows", "summarise",
+    "with_efficiency",
+]

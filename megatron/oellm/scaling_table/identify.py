@@ -1,0 +1,130 @@
+"""The model and vocabulary of a run from its logged arguments: which card it is (or a card rebuilt from
+them), the key rows are grouped by, and our FLOP count per token for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card
+from megatron.oellm.flops import megatron_padded_vocab, training_flops_per_token
+from megatron.oellm.run_log import Run
+from megatron.oellm.scaling_table.rows import is_positive_int
+
+_IDENTITY_EXCLUDED = {"name", "sources", "hf_architecture", "vocab_size", "seq_length", "max_position_embeddings",
+                      "num_layers", "moe_aux_loss_coeff", "moe_router_load_balancing_type"}
+"""Card fields that do not identify a model (training choices, vocabulary, depth of a proxy)."""
+
+
+def identify_model(args: dict) -> tuple[str, ModelCard | None]:
+    """(display name, card) of a run: ``--oellm-model`` if logged, else the card rebuilt from Megatron's flags and
+    named after the registry card it matches (a proxy if only the depth differs); ('unknown model', None) else."""
+    vocab, name = args.get("vocab_size"), args.get("oellm_model")
+    if name:
+        if not isinstance(name, str):  # a garbled block can print a number or list
+            return "unknown model", None
+        try:
+            card = get_card(name)
+        except CardError:
+            return "unknown model", None
+        return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
+    from megatron.oellm.training.card_from_args import card_from_megatron_args
+
+    try:
+        card = card_from_megatron_args(argparse.Namespace(**args))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return "unknown model", None
+    if not whole_sizes(card):
+        return "unknown model", None
+    return registry_name(card), card
+
+
+def whole_sizes(card: ModelCard) -> bool:
+    """Every size of ``card`` (a field that is an integer in the registry's cards) is a non-negative integer: a card
+    rebuilt from a block whose value another rank's output cut into (``512[rank3]: W...``) carries that text, which
+    the FLOP count cannot add."""
+    return all(_non_negative_int(getattr(card, name)) for name in _size_fields())
+
+
+def _non_negative_int(value: object) -> bool:
+    """``value`` is an integer >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@functools.cache
+def _size_fields() -> tuple[str, ...]:
+    """The :class:`ModelCard` fields that hold an integer (not a bool) in every registry card; computed once."""
+    return tuple(f.name for f in dataclasses.fields(ModelCard)
+                 if all(_non_negative_int(getattr(card, f.name)) for card in PUBLISHED_CARDS.values()))
+
+
+ARCHITECTURE_ARGUMENTS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_layer_freq", "moe_shared_expert_intermediate_size",
+    "hybrid_layer_pattern", "experimental_attention_variant", "linear_attention_freq", "multi_latent_attention",
+    "mtp_num_layers", "swiglu", "vocab_size")
+"""Megatron arguments that tell apart two models no card describes (both ``unknown model``)."""
+
+
+def model_key(args: dict, card: ModelCard | None) -> str:
+    """What makes two rows the same model: the card's architecture (its depth included), else the architecture
+    arguments of the block. The display names do not: every model that matches no registry card is ``unregistered
+    model``, every one no card describes ``unknown model``, and rows of two such models are no scaling series."""
+    if card is not None:
+        return repr(sorted((f.name, getattr(card, f.name)) for f in dataclasses.fields(card)
+                           if f.name not in _IDENTITY_EXCLUDED or f.name == "num_layers"))
+    return repr([(name, args.get(name)) for name in ARCHITECTURE_ARGUMENTS])
+
+
+def registry_name(card: ModelCard) -> str:
+    """The registry name ``card`` matches (``<model>`` or ``<model>-proxy-<N>L``), else ``unregistered model``."""
+    def identity(c: ModelCard) -> dict:
+        return {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in _IDENTITY_EXCLUDED}
+
+    for published in PUBLISHED_CARDS.values():
+        if identity(published) == identity(card):
+            if published.num_layers == card.num_layers:
+                return published.name
+            return f"{published.name}-proxy-{card.num_layers}L"
+    return "unregistered model"
+
+
+def corrected_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int) -> float:
+    """Training FLOPs per token of our accounting (:func:`megatron.oellm.flops.training_flops_per_token`)."""
+    return training_flops_per_token(card, seq_length, padded_vocab=padded_vocab).total
+
+
+VOCAB_ARGUMENTS = ("vocab_size", "make_vocab_size_divisible_by", "tensor_model_parallel_size")
+"""The arguments our FLOP count reads to pad the vocabulary as Megatron does."""
+
+
+def garbled_integer_problem(args: dict, names: Sequence[str]) -> str:
+    """What is wrong with the first of ``names`` that is given (not None) but is no positive integer, e.g. a value
+    that another rank's output cut into; '' when all are fine."""
+    for name in names:
+        value = args.get(name)
+        if value is not None and not is_positive_int(value):
+            return f"arguments block has a {name} that is no positive integer: {str(value)[:40]!r}"
+    return ""
+
+
+def run_arguments(run: Run) -> dict:
+    """The run's arguments, ``vocab_size`` taken from megatron's ``padded vocab`` line when the block has none: a run
+    whose tokenizer sets the vocabulary (no ``--vocab-size``) prints the block before building it, and without the
+    vocabulary neither can its card be rebuilt nor its FLOPs counted."""
+    if run.args.get("vocab_size") is None and run.vocabulary is not None:
+        return {**run.args, "vocab_size": run.vocabulary[0]}
+    return run.args
+
+
+def logged_padded_vocab(args: dict) -> int | None:
+    """The output layer's vocabulary as Megatron pads it (to ``make_vocab_size_divisible_by`` x tensor-parallel
+    size; None when the arguments give no vocabulary size). The values must have passed
+    :func:`garbled_integer_problem`."""
+    if args.get("vocab_size") is None:
+        return None
+    return megatron_padded_vocab(args["vocab_size"], args.get("tensor_model_parallel_size") or 1,
+                                 args.get("make_vocab_size_divisible_by"))

@@ -1,0 +1,94 @@
+"""The types of a scaling table: a row (one log's numbers or why it has none), the iteration window it reads,
+the statistic over it, and the error of bad table options.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.peaks import GPU_PEAKS
+
+DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
+"""The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
+
+
+FlopsPerToken = Callable[[ModelCard, int, int], float]
+"""(card, seq_length, padded vocabulary) -> training FLOPs per token."""
+
+
+class TableError(ValueError):
+    """Bad table options (window, baseline, plot); the message names the fix."""
+
+
+STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {"median": statistics.median, "mean": statistics.mean}
+"""How a window's per-iteration values are summarised (the reports: medians; the real-routing run: a mean)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Iterations ``first..last`` (inclusive) and how their values are summarised."""
+
+    first: int = 3
+    last: int = 10
+    statistic: str = "median"
+    """A key of :data:`STATISTICS`."""
+
+    @classmethod
+    def parse(cls, text: str, statistic: str = "median") -> Window:
+        """``"3-10"`` -> Window(3, 10)."""
+        try:
+            first, last = (int(part) for part in text.split("-"))
+        except ValueError:
+            raise TableError(f"--window {text!r}: give FIRST-LAST iterations, e.g. 3-10") from None
+        if not 1 <= first <= last:
+            raise TableError(f"--window {text!r}: need 1 <= FIRST <= LAST")
+        if statistic not in STATISTICS:
+            raise TableError(f"statistic {statistic!r}: use one of {', '.join(STATISTICS)}")
+        return cls(first, last, statistic)
+
+    def summarise(self, values: Sequence[float]) -> float:
+        """The window's statistic of ``values``."""
+        return STATISTICS[self.statistic](values)
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    """One log summarised; the numbers are None when ``status`` is not ``ok``."""
+
+    log: str
+    model: str
+    status: str
+    nodes: float | None = None
+    gpus: int | None = None
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    seq_length: int | None = None
+    step_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None
+    """Our FLOP accounting (None when the model is unknown)."""
+    tflops_per_gpu_logged: float | None = None
+    """Megatron's own ``throughput per GPU`` (the window's median or mean)."""
+    mfu: float | None = None
+    """Fraction of the peak, from our TFLOP/s (None when the model is unknown)."""
+    efficiency: float | None = None
+    """tokens/s/GPU relative to the baseline row."""
+    model_key: str = field(default="", repr=False)
+    """What tells the row's model apart from another of the same :attr:`model` name (see :func:`model_key`); not
+    printed, not a CSV column."""
+
+    @property
+    def ok(self) -> bool:
+        """The row carries numbers."""
+        return self.status == "ok"
+
+
+def is_positive_int(value: object) -> bool:
+    """``value`` is a positive integer (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -1,0 +1,267 @@
+"""Which logged lines a row reads: the window's run (a log may hold several starts), its lines, and the
+status that says why a window gives no numbers (a failed or stopped run, missing, cut or extra lines, skipped
+steps, a changed batch).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Sequence
+
+from megatron.oellm.run_log import DeliberateExit, IterationLine, Run, RunLog
+from megatron.oellm.scaling_table.rows import Window, is_positive_int
+
+
+def window_run(log: RunLog, window: Window) -> Run:
+    """The run the window's row is about: the latest start of the program that printed a line in the window, else
+    (no line in it) the log's last run."""
+    lines = window_lines(log, window)
+    return log.runs[max(line.run for line in lines)] if lines else log.runs[-1]
+
+
+def window_status(log: RunLog, window: Window) -> str:
+    """'ok' when the window's run (:func:`window_run`) shows no failure and the log's lines average exactly the
+    window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
+    batch-size change; else what went wrong."""
+    run = window_run(log, window)
+    if run.failure:
+        return f"{run.failure} at iteration {run.last_iteration}" if run.last_iteration else run.failure
+    if not run.args:
+        return "no arguments block (not a Megatron log, or truncated before it)"
+    if not run.args_complete:
+        return "truncated inside the arguments block"
+    total = run.train_iters
+    if total is not None and total < window.first:
+        return f"run of {total} iterations ends before the window {window}"
+    if total is not None and total < window.last:
+        return (f"run of {total} iterations ends inside the window {window}: its numbers would cover only "
+                f"{window.first}-{total}; give --window {window.first}-{total} for them")
+    if run.last_iteration < window.last and not run.finished:
+        return stopped_status(run)
+    lines = window_lines(log, window)
+    if not lines:
+        return no_line_status(run, window)
+    return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, window, lines)
+            or "ok")
+
+
+def no_line_status(run: Run, window: Window) -> str:
+    """The status of a window the log has no iteration line in: a run resumed from a checkpoint after the window
+    printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window (named
+    with the interval the arguments block gives, so that the user can pick a window ending on a logged iteration)."""
+    if run.start is not None and run.start > window.last:
+        after_warm_up = _window_after_warm_up(run)
+        advice = f"; e.g. --window {after_warm_up}, which leaves out the warm-up after the start" if after_warm_up else ""
+        return (f"no iteration line in the window {window}: this start of the program begins at iteration "
+                f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}"
+                f"{advice}")
+    interval = run.args.get("log_interval")
+    if is_positive_int(interval):
+        return (f"no iteration line in the window {window}: the log interval is {interval}, so megatron printed "
+                f"iterations {run.start or 1} and multiples of {interval} only; end the window on one of them")
+    return f"no iteration line in the window {window} (log interval larger than the window?)"
+
+
+def _window_after_warm_up(run: Run) -> Window | None:
+    """A window of ``run`` whose lines leave out the first two iterations after its start, as the default 3-10 does
+    for a run from iteration 1: a resumed run's first steps also pay for compilation and allocation. With log
+    interval 1 it spans eight iterations; with a longer interval, one whole interval after the line that averages
+    the start. None when the run has no such window or its log interval cannot be read."""
+    interval = run.args.get("log_interval")
+    if run.start is None or not is_positive_int(interval):
+        return None
+    if interval == 1:
+        first = run.start + 2
+        last = min(run.last_iteration, first + 7)
+    else:
+        first = (run.start // interval + 1) * interval + 1
+        last = first - 1 + interval
+    return Window(first, last) if first <= last <= run.last_iteration else None
+
+
+def stopped_status(run: Run) -> str:
+    """The status of a run that stopped before the window's end: ``exited ...`` naming the flag when megatron reports
+    an early exit it was asked for (:attr:`Run.deliberate_exit`; the job did not die), else ``truncated ...``."""
+    total = run.train_iters if run.train_iters is not None else "?"
+    exit_ = run.deliberate_exit
+    if exit_ is None:
+        return f"truncated at iteration {run.last_iteration}/{total}"
+    cause = exit_cause(run.args, exit_)
+    if exit_.iteration is None:
+        return f"exited after iteration {run.last_iteration}/{total} ({cause})"
+    if exit_.iteration != run.last_iteration:
+        cause += f"; last line at iteration {run.last_iteration}"
+    return f"exited at iteration {exit_.iteration}/{total} ({cause})"
+
+
+def exit_cause(args: dict, exit_: DeliberateExit) -> str:
+    """The flag (with its value from the arguments block) that made megatron exit early as ``exit_`` reports."""
+    if exit_.kind == "duration":
+        return _flag_with_value("--exit-duration-in-mins", args.get("exit_duration_in_mins"))
+    if exit_.kind == "signal":
+        return f"--exit-signal-handler: {_signal_name(args.get('exit_signal'))} received"
+    if exit_.kind == "termination":
+        return "SIGINT or SIGTERM received, --exit-signal-handler-for-training"
+    interval, phases = args.get("exit_interval"), args.get("phase_transition_iterations")
+    if isinstance(phases, list) and exit_.iteration in phases and not (
+            is_positive_int(interval) and exit_.iteration % interval == 0):
+        return "--phase-transition-iterations"
+    return _flag_with_value("--exit-interval", interval)
+
+
+def _flag_with_value(flag: str, value: object) -> str:
+    """``--flag N`` when the arguments block gives a positive integer N, else the flag alone."""
+    return f"{flag} {value}" if is_positive_int(value) else flag
+
+
+def _signal_name(value: object) -> str:
+    """The name of the ``exit_signal`` argument as printed (``15`` from Python >= 3.11, ``Signals.SIGTERM`` before);
+    megatron's default SIGTERM when it cannot be read."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return signal.Signals(value).name
+        except ValueError:
+            return "SIGTERM"
+    if isinstance(value, str) and value.startswith("Signals."):
+        return value.removeprefix("Signals.")
+    return "SIGTERM"
+
+
+def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
+    """The log's iteration lines printed at iterations ``window.first..window.last`` that the window's numbers are
+    read from, in order: all but a run's first line when the run's next line, also in the window, averages that
+    first iteration again (:func:`interval_start`), as at ``--window 1-10`` with log interval 10 (lines at 1 and
+    10: the line of 10 alone covers the window, once)."""
+    lines = [line for i, line in sorted(log.iterations.items()) if window.first <= i <= window.last]
+    return [line for k, line in enumerate(lines)
+            if not _averaged_again(log, line, lines[k + 1] if k + 1 < len(lines) else None)]
+
+
+def _averaged_again(log: RunLog, line: IterationLine, following: IterationLine | None) -> bool:
+    """``line`` is its run's first line and ``following``, the run's next line, averages from that iteration on."""
+    run = log.runs[line.run]
+    interval = run.args.get("log_interval")
+    return (following is not None and following.run == line.run and line.iteration == run.start
+            and is_positive_int(interval) and interval_start(following.iteration, run.start, interval) == run.start)
+
+
+def interval_start(iteration: int, run_start: int, log_interval: int) -> int:
+    """The first iteration that Megatron's line at ``iteration`` averages over, in a run whose first line is at
+    ``run_start``: megatron prints that first iteration without resetting its interval timer, so its next line (at
+    the next multiple of ``log_interval``) covers it too; every later line covers the ``log_interval`` before it."""
+    if iteration <= (run_start // log_interval + 1) * log_interval:
+        return run_start
+    return iteration - log_interval + 1
+
+
+def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine]) -> str:
+    """'' when ``lines`` come from one run and average every iteration of the window exactly once and nothing before
+    it; else what is wrong."""
+    runs = {line.run for line in lines}
+    if len(runs) > 1:
+        return f"the window {window} spans a restart: its lines come from {len(runs)} starts of the program"
+    run = log.runs[lines[0].run]
+    interval = run.args.get("log_interval")
+    if not isinstance(interval, int) or interval < 1:
+        return "arguments block lacks log_interval"
+    run_start = run.start
+    expected = window.first
+    for line in lines:
+        start = interval_start(line.iteration, run_start, interval)
+        if start < window.first:
+            return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
+                    f"begin before the window {window} (log interval {interval}); start the window at {start}, or "
+                    f"after {line.iteration}")
+        if start < expected:
+            return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
+                    f"overlap the line of iteration {expected - 1} (megatron does not reset its timer there)")
+        if start > expected:
+            gap = f"iteration {expected}" if start - 1 == expected else f"iterations {expected}-{start - 1}"
+            cause = f"this start of the program begins at {run_start}" if start == run_start else "missing or cut"
+            return f"no line for {gap} of the window {window} ({cause})"
+        expected = line.iteration + 1
+    following = (lines[-1].iteration // interval + 1) * interval
+    if following <= window.last:
+        return f"no line for iteration {following} of the window {window} (missing or cut)"
+    if lines[-1].iteration < window.last and run.finished and lines[-1].iteration == run.last_iteration:
+        return (f"iterations {lines[-1].iteration + 1}-{window.last} of the window {window} are in no log line (the run "
+                f"ended between lines, log interval {interval}); end the window at {lines[-1].iteration}")
+    if lines[-1].iteration < window.last:
+        return (f"the window {window} ends between log lines: the last line in it averages up to iteration "
+                f"{lines[-1].iteration}, the next one reaches {following} (log interval {interval}); end the window "
+                "on a logged iteration")
+    return ""
+
+
+def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
+    """'' when no line of the window counts a skipped step, every time is positive and finite, and Megatron's TFLOP/s
+    is finite on every line or absent from all; else what is wrong."""
+    for line in lines:
+        if line.skipped_iterations or line.nan_iterations:
+            return (f"skipped steps in the window {window}: the line of iteration {line.iteration} counts "
+                    f"{line.skipped_iterations} skipped, {line.nan_iterations} NaN")
+        if not 0 < line.elapsed_ms < math.inf:
+            return f"elapsed time per iteration {line.elapsed_ms} ms at iteration {line.iteration}"
+        if line.tflops_per_gpu is not None and not math.isfinite(line.tflops_per_gpu):
+            return f"Megatron TFLOP/s/GPU {line.tflops_per_gpu} at iteration {line.iteration}"
+    if len({line.tflops_per_gpu is None for line in lines}) > 1:
+        return f"Megatron TFLOP/s/GPU is missing from some lines of the window {window}"
+    return ""
+
+
+def _consumed_before(log: RunLog, run: int, first: int) -> int | None:
+    """Samples consumed before iteration ``first`` by start ``run`` of the program, from that run's own lines: its
+    line at ``first - 1``, else, when the run starts at ``first``, its first line less that line's batch (the first
+    line covers its one iteration only); None when neither is in the log."""
+    previous = log.iterations.get(first - 1)
+    if previous is not None and previous.run == run and previous.consumed_samples is not None:
+        return previous.consumed_samples
+    start = log.iterations.get(first)
+    if (first == log.runs[run].start and start is not None and start.run == run
+            and start.consumed_samples is not None and start.global_batch_size is not None):
+        return start.consumed_samples - start.global_batch_size
+    return None
+
+
+def _batch_problem(log: RunLog, window: Window, lines: Sequence[IterationLine]) -> str:
+    """'' when the global batch size is the same on every line and each line's interval consumed exactly that many
+    samples per iteration; else what is wrong.
+
+    A line prints the batch size of its last iteration only, so a batch that changed inside a line's interval (a
+    ``--step-batch-size-schedule`` step between two lines of ``log_interval`` > 1) leaves the lines' batch sizes equal
+    while the averaged time covers smaller batches. Megatron's running ``consumed samples`` shows it. An interval
+    whose start no line shows is accepted unless the run has a batch-size schedule. ``lines`` must have passed
+    :func:`_coverage_problem` (one run, a valid ``log_interval``)."""
+    batches = sorted({line.global_batch_size for line in lines if line.global_batch_size is not None})
+    if len(batches) > 1:
+        return (f"global batch size changes in the window {window} ({', '.join(map(str, batches))}): batch-size "
+                "ramp-up?")
+    run = log.runs[lines[0].run]
+    for line in lines:
+        first = interval_start(line.iteration, run.start, run.args["log_interval"])
+        if first == line.iteration or line.consumed_samples is None or line.global_batch_size is None:
+            continue
+        before = _consumed_before(log, line.run, first)
+        if before is None:
+            if run.args.get("step_batch_size_schedule") is not None:
+                return (f"the line of iteration {line.iteration} averages iterations {first}-{line.iteration} of a "
+                        f"batch-size schedule, and no line shows the samples consumed before iteration {first}: "
+                        "its batch size may have changed inside")
+            continue
+        iterations = line.iteration - first + 1
+        if line.consumed_samples - before != iterations * line.global_batch_size:
+            return (f"global batch size changes inside the line of iteration {line.iteration}: iterations "
+                    f"{first}-{line.iteration} consumed {line.consumed_samples - before} samples, not "
+                    f"{iterations} x {line.global_batch_size} (batch-size schedule?)")
+    return ""
+
+
+def per_iteration(window: Window, lines: Sequence[IterationLine], values: Sequence[float]) -> list[float]:
+    """``values`` (one per line of ``lines``) repeated once for each iteration of the window its line averages, so
+    that the median or mean is one over the window's iterations, not its lines: a run's first averaged line can cover
+    more or fewer iterations than the log interval (e.g. 1-2 at log interval 1). ``lines`` must have passed
+    :func:`_coverage_problem` (they tile the window)."""
+    ends = [window.first - 1, *(line.iteration for line in lines)]
+    return [value for value, before, end in zip(values, ends[:-1], ends[1:], strict=True)
+            for _ in range(end - before)]
