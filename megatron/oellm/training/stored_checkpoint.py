@@ -127,7 +127,7 @@ def tracked_checkpoint(load_dir: Path) -> int | str | None:
     return iteration
 
 
-def load_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
+def persistent_iteration_directory(load_dir: Path, ckpt_step: int | None = None) -> Path | None:
     """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for ``--load load_dir``: the one
     ``latest_checkpointed_iteration.txt`` names (``release`` included), another iteration under ``--ckpt-step``
     (except for a ``release`` tracker, which megatron keeps). None when megatron loads nothing (no tracker file and
@@ -196,11 +196,11 @@ def load_source(args: argparse.Namespace) -> tuple[str, Path] | None:
     return (LOAD, Path(args.load)) if args.load else None
 
 
-def loaded_directory(args: argparse.Namespace, load_dir: Path | None = None) -> Path | None:
+def iteration_directory_loaded(args: argparse.Namespace, load_dir: Path | None = None) -> Path | None:
     """The iteration directory megatron-core's ``_load_base_checkpoint`` reads for ``load_dir`` (default: the
     run's :func:`load_source`): under ``--non-persistent-ckpt-type global`` the non-persistent checkpoint
     (``--non-persistent-global-ckpt-dir``, else ``load_dir``/non_persistent) when it is at least as new as the
-    persistent one, else :func:`load_directory`. None when megatron loads none, or may load a ``local``
+    persistent one, else :func:`persistent_iteration_directory`. None when megatron loads none, or may load a ``local``
     non-persistent checkpoint (its manager is not read here)."""
     if load_dir is None:
         source = load_source(args)
@@ -209,12 +209,12 @@ def loaded_directory(args: argparse.Namespace, load_dir: Path | None = None) -> 
     if non_persistent == "local" or load_dir is None:
         return None
     ckpt_step = getattr(args, "ckpt_step", None)
-    persistent = load_directory(load_dir, ckpt_step)
+    persistent = persistent_iteration_directory(load_dir, ckpt_step)
     if non_persistent != "global":
         return persistent
     global_dir = getattr(args, "non_persistent_global_ckpt_dir", None)
     np_dir = Path(global_dir) if global_dir else load_dir / NON_PERSISTENT
-    latest = load_directory(np_dir)
+    latest = persistent_iteration_directory(np_dir)
     if latest is None or latest.name == RELEASE:  # megatron refuses a release non-persistent checkpoint itself
         return persistent
     newer = iteration_of(latest.name) >= _persistent_iteration(persistent, ckpt_step)
@@ -222,7 +222,7 @@ def loaded_directory(args: argparse.Namespace, load_dir: Path | None = None) -> 
 
 
 def read_loaded_checkpoint(args: argparse.Namespace) -> StoredCheckpoint | None:
-    """The checkpoint megatron loads for the run (:func:`load_source`, :func:`loaded_directory`) with its
+    """The checkpoint megatron loads for the run (:func:`load_source`, :func:`iteration_directory_loaded`) with its
     non-tensor state; None as for :func:`read_stored_checkpoint`."""
     source = load_source(args)
     return read_checkpoint_of(args, source[0]) if source is not None else None
@@ -235,13 +235,13 @@ def read_checkpoint_of(args: argparse.Namespace, flag: str) -> StoredCheckpoint 
     value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
     if not value:
         return None
-    return _read_directory(loaded_directory(args, Path(value)), flag, Path(value))
+    return _read_directory(iteration_directory_loaded(args, Path(value)), flag, Path(value))
 
 
 def read_stored_checkpoint(load_dir: Path, ckpt_step: int | None = None) -> StoredCheckpoint | None:
-    """The checkpoint megatron loads for ``--load load_dir`` (:func:`load_directory`) with its non-tensor state.
-    None when megatron loads none or it cannot be read (megatron's loader reports those)."""
-    return _read_directory(load_directory(load_dir, ckpt_step), LOAD, load_dir)
+    """The checkpoint megatron loads for ``--load load_dir`` (:func:`persistent_iteration_directory`) with its
+    non-tensor state. None when megatron loads none or it cannot be read (megatron's loader reports those)."""
+    return _read_directory(persistent_iteration_directory(load_dir, ckpt_step), LOAD, load_dir)
 
 
 def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredCheckpoint | None:
@@ -346,7 +346,7 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
                          f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
                          f"without a word; to resume --load's iteration {step}, drop --pretrained-checkpoint or write "
                          f"{Path(args.load) / TRACKER_FILE} naming {step}")
-    missing = _missing_checkpoint(loaded_directory(args), given)
+    missing = _missing_checkpoint(iteration_directory_loaded(args), given)
     if missing is not None:
         directory, problem, holds = missing
         raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
@@ -357,7 +357,7 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     """Raise ``ValueError`` when the ``latest_checkpointed_iteration.txt`` of ``flag given`` (what megatron loads,
     without ``--ckpt-step``) names an iteration whose directory does not exist or holds no checkpoint (a copy or
     clean-up that left the tracker behind): megatron-core stops there after allocating the model on every rank."""
-    missing = _missing_checkpoint(loaded_directory(args), given)
+    missing = _missing_checkpoint(iteration_directory_loaded(args), given)
     if missing is not None:
         directory, problem, holds = missing
         tracker = directory.parent / TRACKER_FILE  # given's, or a global non-persistent checkpoint's
@@ -419,7 +419,8 @@ def check_exit_on_missing_checkpoint(args: argparse.Namespace) -> None:
     if source is None:
         raise ValueError(f"{flag} without --load: megatron-core loads no checkpoint, so the flag does nothing and the "
                          "run trains from random weights; give --load DIR of the checkpoint")
-    if getattr(args, "non_persistent_ckpt_type", None) != "local" and loaded_directory(args, source[1]) is None:
+    loads_local = getattr(args, "non_persistent_ckpt_type", None) == "local"
+    if not loads_local and iteration_directory_loaded(args, source[1]) is None:
         raise ValueError(f"{flag} with {source[0]} {source[1]}, which holds no checkpoint ({TRACKER_FILE}): "
                          "megatron-core builds the model on every rank, then ends the job with exit status 0 without "
                          "training or converting anything; name the directory megatron saved into")

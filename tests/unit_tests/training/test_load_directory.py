@@ -15,7 +15,11 @@ import torch.distributed.checkpoint as dcp
 from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
 
 from megatron.oellm.training.checkpoint_layout import check_checkpoint_format
-from megatron.oellm.training.stored_checkpoint import check_load_directory, load_directory, read_stored_checkpoint
+from megatron.oellm.training.stored_checkpoint import (
+    check_load_directory,
+    persistent_iteration_directory,
+    read_stored_checkpoint,
+)
 from tests.unit_tests.training.checkpoint_helpers import run_args, save_dist_checkpoint, stored_args
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
@@ -59,7 +63,7 @@ def test_the_read_directory_and_format_are_megatrons(tmp_path: Path, fmt: str) -
     _save(tmp_path, fmt, iteration + 1)
     for step in (None, iteration):
         run = _run(tmp_path, ckpt_step=step)
-        assert load_directory(tmp_path, step) == Path(get_load_checkpoint_path_by_args(run))
+        assert persistent_iteration_directory(tmp_path, step) == Path(get_load_checkpoint_path_by_args(run))
     checkpoint = read_stored_checkpoint(tmp_path, iteration)
     assert checkpoint is not None and checkpoint.directory == directory
     assert checkpoint.ckpt_format == _get_checkpoint_format(str(directory), _run(tmp_path))
@@ -72,7 +76,7 @@ def test_an_iteration_directory_as_load_is_refused_naming_ckpt_step(tmp_path: Pa
     --ckpt-step loads it, and so does the parent (tracker) or an empty directory (a first job) as --load."""
     iteration = random.randrange(1, 10**6)
     directory = _save(tmp_path, fmt, iteration)
-    assert load_directory(directory) is None
+    assert persistent_iteration_directory(directory) is None
     with pytest.raises(ValueError, match=rf"--load {directory} is a checkpoint's iteration directory .*trains "
                                          rf"from random weights; pass --load {tmp_path} --ckpt-step {iteration}$"):
         check_load_directory(_run(directory))
@@ -141,8 +145,9 @@ def test_a_release_tracker_keeps_release_under_ckpt_step(tmp_path: Path) -> None
     _save(tmp_path, "torch_dist", step)
     (tmp_path / "release").mkdir()
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("release\n")
-    assert load_directory(tmp_path, step) == Path(get_load_checkpoint_path_by_args(_run(tmp_path, ckpt_step=step)))
-    assert load_directory(tmp_path, step) == tmp_path / "release"
+    megatrons = Path(get_load_checkpoint_path_by_args(_run(tmp_path, ckpt_step=step)))
+    assert persistent_iteration_directory(tmp_path, step) == megatrons
+    assert persistent_iteration_directory(tmp_path, step) == tmp_path / "release"
     assert read_stored_checkpoint(tmp_path, step) is None  # an empty release directory: megatron reports it
 
 

@@ -89,8 +89,9 @@ def test_every_qwen3_5_recipe_flag_reaches_the_transformer_config(monkeypatch):
     assert (config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend) == ("flex", "hybridep")
     assert config.moe_hybridep_num_sms == 16
     assert config.attention_backend == AttnBackend.flash
+    # 2 HybridModel layers (mixer, MoE) per unit: the report's GPTModel layer (test_hybrid_recompute_units.py)
     assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == (
-        "full", "uniform", 1)
+        "full", "uniform", 2)
     assert config.num_layers == 80 and config.pipeline_model_parallel_size == 4
     assert config.virtual_pipeline_model_parallel_size == 2
 

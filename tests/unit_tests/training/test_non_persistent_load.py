@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.training.args import parse_oellm_argv
-from megatron.oellm.training.stored_checkpoint import loaded_directory
+from megatron.oellm.training.stored_checkpoint import iteration_directory_loaded
 from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint, stored_args
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
@@ -54,20 +54,20 @@ def test_a_newer_non_persistent_checkpoint_is_the_checked_one(tmp_path: Path, mo
 
 
 def test_the_loaded_directory_follows_megatron(tmp_path: Path) -> None:
-    """``loaded_directory`` names the directory megatron-core's ``_load_base_checkpoint`` reads: the non-persistent
-    iteration when at least as new (also over --ckpt-step and a release), the persistent one otherwise, none for
-    a local non-persistent checkpoint (its manager is not read here)."""
+    """``iteration_directory_loaded`` names the directory megatron-core's ``_load_base_checkpoint`` reads: the
+    non-persistent iteration when at least as new (also over --ckpt-step and a release), the persistent one
+    otherwise, none for a local non-persistent checkpoint (its manager is not read here)."""
     persistent = random.randrange(10, 10**5)
     load = _checkpoints(tmp_path, persistent, persistent + random.randrange(0, 100), None)
     newer = int((load / "non_persistent" / "latest_checkpointed_iteration.txt").read_text())
     args = parse_oellm_argv(["--load", str(load), "--non-persistent-ckpt-type", "global"])
-    assert loaded_directory(args) == load / "non_persistent" / f"iter_{newer:07d}"
+    assert iteration_directory_loaded(args) == load / "non_persistent" / f"iter_{newer:07d}"
     args.ckpt_step = newer + 1
-    assert loaded_directory(args) == load / f"iter_{newer + 1:07d}"
+    assert iteration_directory_loaded(args) == load / f"iter_{newer + 1:07d}"
     args.non_persistent_ckpt_type, args.ckpt_step = None, None
-    assert loaded_directory(args) == load / f"iter_{persistent:07d}"
+    assert iteration_directory_loaded(args) == load / f"iter_{persistent:07d}"
     args.non_persistent_ckpt_type = "local"
-    assert loaded_directory(args) is None
+    assert iteration_directory_loaded(args) is None
 
 
 def test_a_non_persistent_checkpoint_of_the_same_iteration_is_the_loaded_one(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_a_non_persistent_checkpoint_of_the_same_iteration_is_the_loaded_one(tmp
     iteration = random.randrange(1, 10**5)
     load = _checkpoints(tmp_path, iteration, iteration, None)
     args = parse_oellm_argv(["--load", str(load), "--non-persistent-ckpt-type", "global"])
-    assert loaded_directory(args) == load / "non_persistent" / f"iter_{iteration:07d}"
+    assert iteration_directory_loaded(args) == load / "non_persistent" / f"iter_{iteration:07d}"
 
 
 def test_a_release_non_persistent_tracker_leaves_the_persistent_checkpoint(tmp_path: Path) -> None:
@@ -87,4 +87,4 @@ def test_a_release_non_persistent_tracker_leaves_the_persistent_checkpoint(tmp_p
     (load / "non_persistent").mkdir()
     (load / "non_persistent" / "latest_checkpointed_iteration.txt").write_text("release\n")
     args = parse_oellm_argv(["--load", str(load), "--non-persistent-ckpt-type", "global"])
-    assert loaded_directory(args) == load / f"iter_{iteration:07d}"
+    assert iteration_directory_loaded(args) == load / f"iter_{iteration:07d}"

@@ -16,9 +16,9 @@ from megatron.oellm.training.stored_checkpoint import (
     TRACKER_FILE,
     check_exit_on_missing_checkpoint,
     check_load_directory,
-    load_directory,
+    iteration_directory_loaded,
     load_source,
-    loaded_directory,
+    persistent_iteration_directory,
     read_stored_checkpoint,
     tracked_checkpoint,
 )
@@ -52,7 +52,7 @@ def test_a_directory_named_like_the_tracker_is_no_tracker(tmp_path: Path) -> Non
     (load / TRACKER_FILE).mkdir(parents=True)
     assert not checkpoint_exists(str(load))
     assert tracked_checkpoint(load) is None
-    assert load_directory(load) is None
+    assert persistent_iteration_directory(load) is None
     pretrained = tmp_path / f"base{random.randrange(10**6)}"
     args = parse_oellm_argv([*BASE, "--load", str(load), "--pretrained-checkpoint", str(pretrained)])
     assert load_source(args) == (PRETRAINED, pretrained)
@@ -71,10 +71,10 @@ def test_a_release_checkpoint_under_ckpt_step_is_weighed_at_that_step_against_a_
     args = parse_oellm_argv(["--load", str(load), "--non-persistent-ckpt-type", "global", "--ckpt-step", str(step)])
     older = random.randrange(1, step)
     (load / "non_persistent" / TRACKER_FILE).write_text(f"{older}\n")
-    assert loaded_directory(args) == load / "release"
+    assert iteration_directory_loaded(args) == load / "release"
     newer = step + random.randrange(0, 100)
     (load / "non_persistent" / TRACKER_FILE).write_text(f"{newer}\n")
-    assert loaded_directory(args) == load / "non_persistent" / f"iter_{newer:07d}"
+    assert iteration_directory_loaded(args) == load / "non_persistent" / f"iter_{newer:07d}"
 
 
 def test_a_rank_file_that_holds_no_state_dict_is_left_to_megatron(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from megatron.oellm.training.stored_checkpoint import (
     TRACKER_FILE,
     check_load_directory,
     has_tracker,
-    load_directory,
+    persistent_iteration_directory,
     read_loaded_checkpoint,
     tracked_checkpoint,
 )
@@ -50,7 +50,7 @@ def test_a_tracker_is_read_as_megatron_reads_it(tmp_path: Path, text: str) -> No
     outcome, value = _megatron_reads(tmp_path / TRACKER_FILE)
     if outcome == "iteration":
         assert tracked_checkpoint(tmp_path) == value
-        assert load_directory(tmp_path) == tmp_path / f"iter_{value:07d}"
+        assert persistent_iteration_directory(tmp_path) == tmp_path / f"iter_{value:07d}"
     elif outcome == "release":
         assert tracked_checkpoint(tmp_path) == RELEASE
     elif outcome == "exit":
@@ -66,7 +66,7 @@ def test_a_bad_tracker_fails_under_ckpt_step_too(tmp_path: Path) -> None:
     """megatron reads the tracker whenever it is a file, before it applies --ckpt-step."""
     (tmp_path / TRACKER_FILE).write_text("latest")
     with pytest.raises(ValueError, match="exit status 0"):
-        load_directory(tmp_path, random.randrange(1, 100))
+        persistent_iteration_directory(tmp_path, random.randrange(1, 100))
 
 
 def test_an_undecodable_tracker_is_refused(tmp_path: Path) -> None:
