@@ -3,9 +3,11 @@
 The rules protect what a user keeps in ``--out``: a missing or empty directory is filled; a non-empty one only with
 ``--overwrite``, and only if every entry in it is one the converter writes for that direction (a previous output),
 since replacing the output deletes those entries; a file is never replaced. The rules are applied before the
-conversion and again when the output is moved into place (the user may have written there meanwhile). An ``--out``
-that is or holds any input file (symlinks followed), or an existing one on another file system than its parent (a
-mount point, which the staging directory could not be moved into), is refused. The file system must have room for the
+conversion and again when the output is moved into place (the user may have written there meanwhile). The entries of
+a previous output are moved aside (a hidden sibling ``.<name>.replaced-<pid>``) while the new ones are moved in, and
+deleted only once all are in; a failed move puts them back, so a previous output is never lost. An ``--out`` that is
+or holds any input file (symlinks followed), or an existing one on another file system than its parent (a mount
+point, which the staging directory could not be moved into), is refused. The file system must have room for the
 whole output before anything is written (a previous output being replaced stays until the new one is complete).
 SIGTERM / SIGHUP / SIGINT (Ctrl-C) during the conversion remove the staging directory and end it with
 :class:`ConversionInterrupted`; a refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes
@@ -22,10 +24,12 @@ import re
 import shutil
 import signal
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 from torch.distributed.checkpoint.api import CheckpointException
 
@@ -233,8 +237,9 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
                 _commit_output(staging, out_dir, foreign_in)
         except BaseException as error:
             guard.defer_for_cleanup()
-            shutil.rmtree(staging, ignore_errors=True)
-            _remove_if_empty(created)
+            if not isinstance(error, _PreviousOutputAside):  # then staging holds part of the new output
+                shutil.rmtree(staging, ignore_errors=True)
+                _remove_if_empty(created)
             if guard.received is not None and not isinstance(error, ConversionInterrupted):
                 # the signal's exception may come wrapped (torch's checkpoint writer re-raises its own)
                 raise ConversionInterrupted(guard.received) from error
@@ -294,27 +299,76 @@ def _check_same_file_system(staging: Path, out_dir: Path) -> None:
                               f"with --out (e.g. {out_dir / 'converted'})")
 
 
+class _PreviousOutputAside(ConversionError):
+    """Moving the new output into ``--out`` failed and so did putting the previous output back: nothing may be
+    deleted, the message says where each part is."""
+
+
+def trash_directory(out_dir: Path) -> Path:
+    """The hidden sibling of ``out_dir`` a previous output is moved into while the new one is moved in (beside the
+    staging directory, so on its file system: each move is a rename); deleted once the new output is in place."""
+    return out_dir.with_name(f".{out_dir.name}.replaced-{os.getpid()}")
+
+
 def _commit_output(staging: Path, out_dir: Path, foreign_in: Foreign) -> None:
     """Move the finished ``staging`` directory to ``out_dir``: in place of a missing ``out_dir``, else entry by entry
-    after removing the entries of a previous output (those ``foreign_in`` finds nothing foreign in; the directory
-    itself stays, e.g. a shell's current one, and nothing else in it is touched)."""
-    try:
-        if not out_dir.exists():
+    after moving the entries of a previous output (those ``foreign_in`` finds nothing foreign in) aside into
+    :func:`trash_directory` (the directory itself stays, e.g. a shell's current one, and nothing else in it is
+    touched). The previous output is deleted only once every new entry is in; a failed move puts it back first."""
+    if not out_dir.exists():
+        try:
             staging.rename(out_dir)
-            return
-        for entry in out_dir.iterdir():
-            if not foreign_in(entry):
-                _remove(entry)
-        for entry in staging.iterdir():
-            entry.rename(out_dir / entry.name)
-        staging.rmdir()
+        except OSError as error:
+            raise ConversionError(f"cannot move the output into {out_dir}: {error}; --out is as it was and the new "
+                                  "output was removed") from error
+        return
+    trash = trash_directory(out_dir)
+    try:
+        previous = [entry.name for entry in out_dir.iterdir() if not foreign_in(entry)]
+        trash.mkdir()
     except OSError as error:
-        raise ConversionError(f"cannot move the output into {out_dir}: {error}") from error
+        raise ConversionError(f"cannot move the output into {out_dir}: {error}; --out is as it was and the new "
+                              "output was removed") from error
+    aside: list[str] = []
+    moved_in: list[str] = []
+    try:
+        for name in previous:
+            (out_dir / name).rename(trash / name)
+            aside.append(name)
+        for entry in sorted(staging.iterdir()):
+            entry.rename(out_dir / entry.name)
+            moved_in.append(entry.name)
+    except OSError as error:
+        _undo_commit(error, staging, out_dir, trash, aside, moved_in)
+    _delete_replaced(trash, staging)
 
 
-def _remove(path: Path) -> None:
-    """Delete a file, link or directory tree."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+def _undo_commit(error: OSError, staging: Path, out_dir: Path, trash: Path, aside: list[str],
+                 moved_in: list[str]) -> NoReturn:
+    """After ``error`` stopped :func:`_commit_output`, move the new entries ``moved_in`` back into ``staging`` and the
+    previous output's entries ``aside`` back from ``trash`` into ``out_dir``, then raise the error saying so (the
+    caller removes ``staging``). If that fails too, nothing is deleted and the error names where each part is."""
+    try:
+        for name in reversed(moved_in):
+            (out_dir / name).rename(staging / name)
+        for name in reversed(aside):
+            (trash / name).rename(out_dir / name)
+        trash.rmdir()
+    except OSError as undo_error:
+        raise _PreviousOutputAside(
+            f"cannot move the output into {out_dir}: {error}; putting the previous output back failed too "
+            f"({undo_error}). Nothing was deleted: the previous output's entries missing from {out_dir} are in "
+            f"{trash}, the new output's entries missing from {out_dir} are in {staging}; move them by hand") from error
+    raise ConversionError(f"cannot move the output into {out_dir}: {error}; the previous output is back in place, "
+                          "unchanged, and the new output was removed") from error
+
+
+def _delete_replaced(trash: Path, staging: Path) -> None:
+    """Delete ``trash`` (the previous output) and the emptied ``staging`` once the new output is in place; one that
+    cannot be deleted is a warning naming it (the new output is complete, the conversion succeeded)."""
+    for directory in (trash, staging):
+        try:
+            shutil.rmtree(directory)
+        except OSError as error:
+            warnings.warn(f"the new output is in place, but {directory} could not be deleted ({error}); delete it to "
+                          "free its disk space", stacklevel=2)
