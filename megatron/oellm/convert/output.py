@@ -2,17 +2,17 @@
 
 The rules protect what a user keeps in ``--out``: a missing or empty directory is filled; a non-empty one only with
 ``--overwrite``, and only if every entry in it is one the converter writes for that direction (a previous output),
-since replacing the output deletes those entries; a file is never replaced. The rules are applied before the
-conversion and again when the output is moved into place (the user may have written there meanwhile). The entries of
-a previous output are moved aside (a hidden sibling ``.<name>.replaced-<pid>``) while the new ones are moved in, and
-deleted only once all are in; a failed move puts them back, so a previous output is never lost. An ``--out`` that is
-or holds any input file (symlinks followed), or an existing one on another file system than its parent (a mount
-point, which the staging directory could not be moved into), is refused. The file system must have room for the
-whole output before anything is written (a previous output being replaced stays until the new one is complete).
-SIGTERM / SIGHUP / SIGINT (Ctrl-C) during the conversion remove the staging directory and end it with
-:class:`ConversionInterrupted`; a refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes
-it and ends in a one-line :class:`ConversionError`. A failed conversion also removes the parent directories of
-``--out`` it created.
+since replacing the output deletes those entries; a file is never replaced. An existing ``--out``, and the entries
+``--overwrite`` replaces, must be writable. The rules are applied before the conversion and again when the output is
+moved into place (the user may have written there meanwhile). The entries of a previous output are moved aside (a
+hidden sibling ``.<name>.replaced-<pid>``) while the new ones are moved in, and deleted only once all are in; a
+failed move puts them back, so a previous output is never lost. An ``--out`` that is or holds any input file
+(symlinks followed), or an existing one on another file system than its parent (a mount point, which the staging
+directory could not be moved into), is refused. The file system must have room for the whole output before anything
+is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP / SIGINT
+(Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
+refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes it and ends in a one-line
+:class:`ConversionError`. A failed conversion also removes the parent directories of ``--out`` it created.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
 
 def check_output(out_dir: Path, overwrite: bool, foreign_in: Foreign) -> None:
     """Raise unless ``out_dir`` may receive the output: missing, an empty directory, or with ``overwrite`` a directory
-    holding only what the conversion writes (``foreign_in`` of each entry empty); the refusal names the rest."""
+    holding only what the conversion writes (``foreign_in`` of each entry empty); the refusal names the rest. An
+    existing ``out_dir``, and the entries ``overwrite`` replaces, must be writable by this process."""
     try:
         if not out_dir.exists():
             return
@@ -161,6 +162,21 @@ def check_output(out_dir: Path, overwrite: bool, foreign_in: Foreign) -> None:
         raise ConversionError(f"output {out_dir} holds {listed(foreign, _LISTED)}, which this conversion "
                               "does not write; --overwrite replaces only a previous output: move them away or choose "
                               "another --out")
+    _check_writable(out_dir, entries)
+
+
+def _check_writable(out_dir: Path, replaced: list[Path]) -> None:
+    """Raise unless this process may move entries into the existing ``out_dir`` and move the previous output's
+    entries ``replaced`` out of it (a directory among them is renamed and then emptied, which needs its own write
+    permission): found before the conversion, not after it (minutes to hours on a real model)."""
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ConversionError(f"cannot write into the output directory {out_dir} (no write permission for this user, "
+                              "or a read-only file system); make it writable (chmod u+w) or choose another --out")
+    for entry in replaced:
+        if entry.is_dir() and not entry.is_symlink() and not os.access(entry, os.W_OK | os.X_OK):
+            raise ConversionError(f"--overwrite cannot replace {entry}: this user may not write to that directory "
+                                  "(it is moved away and emptied when the new output is in place); make it writable "
+                                  "(chmod u+w) or choose another --out")
 
 
 def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
