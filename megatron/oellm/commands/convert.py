@@ -31,15 +31,25 @@ _VOCAB_HELP = ("the vocabulary the checkpoint was made with, when not the card's
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
+MIN_SHARD_BYTES = 2**20
+"""The smallest ``--max-shard-size``: a shard holds at least one tensor, so a size below a tensor's writes one file
+per tensor (18,867 files for qwen3-30b-a3b), and a unit left out (``5`` for 5 GB) is bytes."""
+_SIZE_UNITS = "units are powers of 1024 (5GB = 5 GiB, 500MB = 500 MiB) and a number without a unit is bytes"
+
+
 def byte_size(text: str) -> int:
-    """``"5GB"`` / ``"500MB"`` / ``"1000"`` -> bytes (powers of 1024); an argparse type. Zero bytes is refused: it
-    would write every tensor to a file of its own (tens of thousands of files for a large MoE)."""
+    """``"5GB"`` / ``"500MB"`` / ``"1048576"`` -> bytes (powers of 1024); an argparse type. Below
+    :data:`MIN_SHARD_BYTES` is refused: it would write every tensor to a file of its own (tens of thousands of files
+    for a large MoE, which parallel file systems serve slowly), almost always by a unit left out."""
     match = _SIZE.match(text)
     if not match:
         raise argparse.ArgumentTypeError(f"expected a size like 5GB or 500MB, got {text!r}")
     size = int(float(match[1]) * 1024 ** " KMGT".index(match[2].upper() or " "))
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive size like 5GB or 500MB, got {text!r}")
+    if size < MIN_SHARD_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {size} bytes, below the 1MB minimum: a shard holds at least one tensor, so a smaller size "
+            "writes a file per tensor (18,867 files for qwen3-30b-a3b), which parallel file systems (Lustre, GPFS) "
+            f"serve slowly; {_SIZE_UNITS}")
     return size
 
 
@@ -62,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_hf.add_argument("--out", required=True, type=Path, help="output directory for from_pretrained")
     to_hf.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     to_hf.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
-    to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", help="safetensors shard size (default 5GB)")
+    to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", metavar="SIZE",
+                       help=f"safetensors shard size, at least 1MB (default 5GB); {_SIZE_UNITS}")
     to_hf.add_argument("--hf-config", type=Path, metavar="DIR",
                        help="take config.json (and generation_config.json) from this HF model directory, checked "
                             "against the card (default: those hf-to-mcore kept with the checkpoint, else the card's)")

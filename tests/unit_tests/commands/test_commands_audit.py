@@ -83,7 +83,7 @@ def test_a_shard_size_is_read_whatever_the_case_of_its_unit(unit: str, power: in
     ``500MB``: a lower-case unit must not be refused."""
     from megatron.oellm.commands.convert import byte_size
 
-    count = random.randint(1, 999)
+    count = random.randint(1024 if power == 1 else 1, 999_999)  # at least the 1 MiB minimum
     assert byte_size(f"{count}{unit}") == count * 1024 ** power
 
 
