@@ -53,6 +53,18 @@ def byte_size(text: str) -> int:
     return size
 
 
+def path_argument(text: str) -> Path:
+    """A path flag's value with a leading ``~`` expanded (``--out=~/x`` reaches no shell that would expand it, and
+    became a folder named ``~``); an empty value (an unset variable in an sbatch script) is refused, since it would
+    read or write the current directory. An argparse type."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path (an unset shell variable?); give a directory")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError as error:  # no home directory known for ``~`` or ``~user``
+        raise argparse.ArgumentTypeError(f"cannot expand {text!r}: {error}") from error
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oellm convert`` and its two directions."""
     directions = parser.add_subparsers(dest="direction", required=True, metavar="DIRECTION")
@@ -60,21 +72,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                      description="HF safetensors directory -> megatron-core distributed checkpoint "
                                                  "(DIR/latest_checkpointed_iteration.txt + DIR/release)")
     to_mcore.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
-    to_mcore.add_argument("--hf", required=True, type=Path, help="HF checkpoint directory (config.json, *.safetensors)")
-    to_mcore.add_argument("--out", required=True, type=Path, help="output directory for `--load` of megatron training")
+    to_mcore.add_argument("--hf", required=True, type=path_argument,
+                          help="HF checkpoint directory (config.json, *.safetensors)")
+    to_mcore.add_argument("--out", required=True, type=path_argument,
+                          help="output directory for `--load` of megatron training")
     to_mcore.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     to_mcore.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
     to_hf.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
-    to_hf.add_argument("--mcore", required=True, type=Path,
+    to_hf.add_argument("--mcore", required=True, type=path_argument,
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
-    to_hf.add_argument("--out", required=True, type=Path, help="output directory for from_pretrained")
+    to_hf.add_argument("--out", required=True, type=path_argument, help="output directory for from_pretrained")
     to_hf.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     to_hf.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
     to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", metavar="SIZE",
                        help=f"safetensors shard size, at least 1MB (default 5GB); {_SIZE_UNITS}")
-    to_hf.add_argument("--hf-config", type=Path, metavar="DIR",
+    to_hf.add_argument("--hf-config", type=path_argument, metavar="DIR",
                        help="take config.json (and generation_config.json) from this HF model directory, checked "
                             "against the card (default: those hf-to-mcore kept with the checkpoint, else the card's)")
 
