@@ -9,8 +9,9 @@ multimodal ``config.json`` (the language model under ``text_config``) is written
 The check reads ``config.json`` (its ``text_config`` when nested, as in the published multimodal Qwen3.5) the way
 transformers does (``from_dict`` of the family's config class: ``rope_theta`` may sit at the top level or in
 ``rope_parameters``, ``num_experts`` is an alias on Qwen3-MoE) and compares it with the card's config:
-``model_type`` when present (first, so that a checkpoint of another family is refused on that alone), the shape
-fields below as transformers reads them, stated or not (a field left out takes the config class's default, or is
+``model_type`` (first, so that a checkpoint of another family is refused on that alone; required in a text model's
+config, which is written back verbatim, with ``architectures`` naming the card's causal-LM class where stated), the
+shape fields below as transformers reads them, stated or not (a field left out takes the config class's default, or is
 derived from stated ones: layer types, head size; the config is kept and written back, so a default that is not the
 card's would make an export ``from_pretrained`` refuses, or one that computes otherwise), the RoPE settings
 the card's config states (type, base, rotated fraction), the activation, and the fields the card cannot change
@@ -22,11 +23,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.vocab_padding import vocab_size_fix
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 CONFIG_NAME = "config.json"
 GENERATION_CONFIG_NAME = "generation_config.json"
@@ -81,12 +86,15 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
 
     A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
-    else is read, naming only that field; a shape field the checkpoint states but the card's config class does not
+    else is read, naming only that field; a text model's config (written back verbatim) must state ``model_type``,
+    and ``architectures``, where stated, must name the card's causal-LM class (the export would not load, or load as
+    another model); a shape field the checkpoint states but the card's config class does not
     have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction. A vocabulary size that is the only
     contradiction points to ``--vocab-size`` (no other card would fit). ``fix`` ends every other refusal: what to
     change when the config is another model's (by default the card, for a config that came with the checkpoint).
     """
-    text = _text_fields(parse_json_object(config_text, where), where)
+    stored = parse_json_object(config_text, where)
+    text = _text_fields(stored, where)
     expected = family_module(card).hf_config_from_card(card)
 
     def refuse(wrong: list[str], remedy: str = fix) -> ConversionError:
@@ -99,7 +107,7 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     except Exception as error:  # transformers' field validation raises its own types
         raise ConversionError(f"{where} cannot be read as a {type(expected).__name__}: {error}") from error
     aliases = type(expected).attribute_map
-    wrong: dict[str, str] = {}  # field -> what the checkpoint and the card say
+    wrong = _model_class_fields(stored, expected)  # field -> what the checkpoint and the card say
     left_out = False  # a field the config leaves out contradicts the card as transformers reads it
     for k in _SHAPE_KEYS:
         have, want = _effective(loaded, k), _effective(expected, k)
@@ -125,9 +133,29 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
               for k, v in card_rope.items() if rope.get(k) != v}
     if list(wrong) == ["vocab_size"] and not left_out:  # a vocabulary of its own, not another card
         raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
+    if wrong and set(wrong) <= {"model_type", "architectures"}:  # this card's model, its class misnamed
+        raise refuse(list(wrong.values()), f"state \"model_type\": {json.dumps(expected.model_type)} and "
+                                           f"\"architectures\": {json.dumps(expected.architectures)} in it, as the "
+                                           "card's config does (transformers picks the model class by them)")
     if wrong:
         raise refuse(list(wrong.values()), fix + (", or state the fields it leaves out in config.json" if left_out
                                                   else ""))
+
+
+def _model_class_fields(stored: dict, expected: PretrainedConfig) -> dict[str, str]:
+    """Contradictions of the card's ``expected`` config in the fields by which transformers picks the model class, in
+    a text model's config ``stored`` (written back verbatim): a ``model_type`` left out (``from_pretrained`` cannot
+    read the export) and ``architectures`` naming another class than the card's causal-LM class. A multimodal
+    config's are not compared: its export states the card's (:func:`text_model_config`)."""
+    if "text_config" in stored:
+        return {}
+    wrong = {}
+    if "model_type" not in stored:
+        wrong["model_type"] = f"model_type: not stated (transformers needs it), card {expected.model_type!r}"
+    architectures = stored.get("architectures")
+    if architectures and architectures != list(expected.architectures):
+        wrong["architectures"] = f"architectures: checkpoint {architectures!r}, card {list(expected.architectures)!r}"
+    return wrong
 
 
 def _text_fields(stored: dict, where: str) -> dict:
