@@ -71,6 +71,8 @@ def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
 
 SIGPIPE_EXIT_STATUS = 128 + signal.SIGPIPE
 """Exit status of a command whose reader closed its output (``oellm models | head``), as a shell reports SIGPIPE."""
+INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
+"""Exit status of a command stopped by Ctrl-C (SIGINT), as a shell reports it."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +80,19 @@ def main(argv: list[str] | None = None) -> int:
 
     A reader that stops early (``| head``, ``| grep -q``) ends the command quietly with status 141 instead of a
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
-    again."""
-    args = parse_command_line(argv)
+    again. Ctrl-C that reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends
+    it with one ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that
+    cleans up on Ctrl-C (``convert`` removes its partial output) does so first and reports it itself."""
+    command = "oellm"
     try:
+        args = parse_command_line(argv)
+        command = f"oellm {args.command}"
         return args._run(args)
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return SIGPIPE_EXIT_STATUS
+    except KeyboardInterrupt:
+        print(f"{command}: error: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_STATUS

@@ -12,7 +12,7 @@ import torch
 from megatron.oellm.backends import selection
 from megatron.oellm.bench import harness
 from megatron.oellm.cards import get_card
-from megatron.oellm.cli import main
+from megatron.oellm.cli import INTERRUPTED_EXIT_STATUS, main
 
 TINY = "qwen3.5-35b-a3b-tiny"
 
@@ -136,8 +136,8 @@ def test_a_writable_profile_folder_is_created_and_the_run_goes_on(tmp_path: Path
 
     monkeypatch.setattr(harness, "run_benchmark", capture)
     profile = tmp_path / "new" / "prof"
-    with pytest.raises(KeyboardInterrupt):
-        main(["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--profile", str(profile)])
+    argv = ["bench", "--model", TINY, "--seq-length", "128", "--mbs", "1", "--profile", str(profile)]
+    assert main(argv) == INTERRUPTED_EXIT_STATUS
     assert profile.is_dir() and configs[0].profile_dir == profile and configs[0].gpu == "h200-sxm"
 
 
