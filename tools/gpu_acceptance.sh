@@ -14,7 +14,8 @@
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
 #   OUT_DIR: a new or empty folder (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
 #   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it), 2 on
-#   bad arguments.
+#   bad arguments, 130 on Ctrl-C (SIGINT) and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later),
+#   no further run starts, and once they have ended summary.txt says "interrupted by SIG..." and the logs are packed.
 #   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
 #   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train and resume stages,
 #   deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make is
@@ -41,6 +42,7 @@ CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
 # the stages time out at LIMIT_S, LIMIT_S/2 and 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
 # sets no limit, and a stage that overruns the device call is killed before its logs are packed
+KILL_AFTER_S=20  # a run still going this long after its SIGTERM (its limit, or an interrupt) gets SIGKILL
 if ! [[ $LIMIT_S =~ ^[1-9][0-9]{0,6}$ ]] || [ "$LIMIT_S" -lt 2 ]; then  # 7 digits (115 days); 20 overflowed bash
   echo "error: OELLM_STAGE_LIMIT_S must be a whole number of seconds from 2 to 9999999, got '$LIMIT_S'" >&2
   exit 2
@@ -91,6 +93,8 @@ export TRITON_CACHE_DIR="$CACHE/triton" TRITON_CACHE_AUTOTUNING=1 TILELANG_CACHE
 # kernel-cache archive (TileLang + Triton autotuning choices; Triton's compiled kernels are hundreds of MB).
 pack_results() {
   local archive
+  trap '' INT TERM  # a half-packed OUT_DIR would lose logs: packing takes seconds, let it finish
+  rm -rf "$RUNNING"  # the record of runs in progress: none is left
   archive=$(mktemp /tmp/oellm-logs.XXXXXX)  # outside OUT_DIR while it is packed; one per run
   (cd "$OUT_DIR" && tar -cJf "$archive" --exclude=summary.txt . \
     && find . -mindepth 1 -not -name summary.txt -delete && chmod 644 "$archive" && mv "$archive" logs.tar.xz)
@@ -103,13 +107,68 @@ pack_results() {
     echo "kernel-cache archive over 15 MiB: not kept" >> "$OUT_DIR/summary.txt"
   fi
 }
+# Runs in progress: a file named after the PID of each one's `timeout` (run_bounded), and `stop` once interrupted.
+RUNNING=$(mktemp -d /tmp/oellm-acceptance-runs.XXXXXX)
+stage_pids=()
+
+# Run "${@:2}" (LIMIT COMMAND...) under `timeout`, its output to the log $1, recorded in RUNNING while it runs so an
+# interrupt can stop it: `timeout` puts the command in a process group of its own, which the terminal's Ctrl-C does
+# not reach. Once the script is interrupted no run starts (status 143). It runs in the background so that the INT/TERM
+# trap runs at once (`wait` returns to it), and not inside this function's redirection.
+run_bounded() {
+  [ -e "$RUNNING/stop" ] && { echo "not started: the script was interrupted" > "$1"; return 143; }
+  timeout -k "$KILL_AFTER_S" "${@:2}" > "$1" 2>&1 &
+  local pid=$! rc
+  : > "$RUNNING/$pid"
+  [ -e "$RUNNING/stop" ] && kill -TERM "$pid" 2>/dev/null  # started while the trap was listing the runs
+  wait "$pid"
+  rc=$?
+  rm -f "$RUNNING/$pid"
+  return "$rc"
+}
+
+# Whether any of the processes "$@" is still running.
+any_running() {
+  local pid
+  for pid; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}
+
+# OUT_DIR/summary.txt (and stdout): the doctor's warnings and what each stage printed.
+summarise() {
+  {
+    [ "${#selected[@]}" -gt 1 ] && echo "stages ${STAGES} ran side by side on one GPU: their timings are not exclusive"
+    grep -E "^ +\[(warning|error)\]" "$OUT_DIR/doctor.txt"; tail -1 "$OUT_DIR/doctor.txt"
+    for stage in "${selected[@]}"; do
+      echo "== $stage"; cat "$OUT_DIR/stage_$stage.txt" 2>/dev/null || echo "not started"
+    done
+  } | tee "$OUT_DIR/summary.txt"
+}
+
+# The INT/TERM trap: stop every run (SIGTERM to its `timeout`, which passes it on to the run's process group), wait
+# for the runs and stages to end (bounded: SIGKILL follows after KILL_AFTER_S), summarise what they printed, say why
+# the script stopped, and exit $2; the EXIT trap then packs the logs.
+stop_on_signal() {
+  trap '' INT TERM  # a second Ctrl-C must not cut the stopping short
+  : > "$RUNNING/stop"
+  local runs deadline=$((SECONDS + KILL_AFTER_S + 10))
+  mapfile -t runs < <(ls "$RUNNING" | grep -E '^[0-9]+$')
+  [ "${#runs[@]}" -gt 0 ] && kill -TERM "${runs[@]}" 2>/dev/null
+  while any_running "${runs[@]}" "${stage_pids[@]}" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+  summarise
+  echo "interrupted by SIG$1: the runs still going were stopped and no further run started" \
+    | tee -a "$OUT_DIR/summary.txt" >&2
+  exit "$2"
+}
 trap pack_results EXIT
-python3 -m megatron.oellm doctor > "$OUT_DIR/doctor.txt" 2>&1
+trap 'stop_on_signal INT 130' INT
+trap 'stop_on_signal TERM 143' TERM
+run_bounded "$OUT_DIR/doctor.txt" "$LIMIT_S" python3 -m megatron.oellm doctor
 
 # pytest of one test folder; a test still running after 240 s dumps every thread's stack into the log.
 gpu_pytest() {
-  timeout "$LIMIT_S" python3 -m pytest -q -s -p no:cacheprovider -o faulthandler_timeout=240 -m gpu "$2" \
-    > "$OUT_DIR/pytest_$1.log" 2>&1
+  run_bounded "$OUT_DIR/pytest_$1.log" "$LIMIT_S" \
+    python3 -m pytest -q -s -p no:cacheprovider -o faulthandler_timeout=240 -m gpu "$2"
   echo "pytest $1: rc $? $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$OUT_DIR/pytest_$1.log" | tail -1)"
 }
 
@@ -140,19 +199,19 @@ first_error() {
 
 stage_train() {
   rm -rf "$WORK/runs"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
-  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 --overwrite \
-    > "$OUT_DIR/corpus.log" 2>&1
+  run_bounded "$OUT_DIR/corpus.log" "$LIMIT_S" \
+    python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 --overwrite
   local data=(--output-dir "$WORK/runs" --data-path "$WORK/corpus/stdlib" --tokenizer-model byte)
   local qwen35=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "${data[@]}" --save-interval 30)
-  timeout $((LIMIT_S / 2)) bash examples/oellm/qwen3_30b_a3b_mn5.sh --local --row 1 "${data[@]}" --train-iters 30 \
-    > "$OUT_DIR/train_qwen3.log" 2>&1 &
+  run_bounded "$OUT_DIR/train_qwen3.log" $((LIMIT_S / 2)) \
+    bash examples/oellm/qwen3_30b_a3b_mn5.sh --local --row 1 "${data[@]}" --train-iters 30 &
   local qwen3_pid=$! started=$SECONDS
-  timeout $((LIMIT_S * 2 / 3)) "${qwen35[@]}" --train-iters 30 > "$OUT_DIR/train.log" 2>&1
+  run_bounded "$OUT_DIR/train.log" $((LIMIT_S * 2 / 3)) "${qwen35[@]}" --train-iters 30
   echo "train qwen3.5: rc $? $(first_error "$OUT_DIR/train.log")"
   # the resume gets the rest of the stage's limit (at least a minute): its final save slows down when the tests
   # stage shares the machine
   local left=$((LIMIT_S - (SECONDS - started)))
-  timeout $((left > 60 ? left : 60)) "${qwen35[@]}" --train-iters 35 > "$OUT_DIR/resume.log" 2>&1
+  run_bounded "$OUT_DIR/resume.log" $((left > 60 ? left : 60)) "${qwen35[@]}" --train-iters 35
   echo "resume qwen3.5: rc $? $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
     "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ') $(first_error "$OUT_DIR/resume.log")"
   wait "$qwen3_pid"
@@ -161,8 +220,8 @@ stage_train() {
   loss_lines "$OUT_DIR/train_qwen3.log"
   # the log of a run killed during iteration 16: everything before that iteration's line
   sed '/ iteration  *16\//,$d' "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
-  python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 \
-    --window 3-30 > "$OUT_DIR/table.md" 2>&1
+  run_bounded "$OUT_DIR/table.md" "$LIMIT_S" \
+    python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 --window 3-30
   echo "table of the qwen3.5 logs: rc $?"
   echo "train qwen3.5 (recipe qwen3_5_35b_a3b_mn5_strong --local):"
   loss_lines "$OUT_DIR/train.log"
@@ -171,13 +230,13 @@ stage_train() {
 
 stage_resume() {
   rm -rf "$WORK/short"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
-  python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 --overwrite \
-    > "$OUT_DIR/short_corpus.log" 2>&1
+  run_bounded "$OUT_DIR/short_corpus.log" "$LIMIT_S" \
+    python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 --overwrite
   local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/short"
     --data-path "$WORK/corpus/small" --tokenizer-model byte --save-interval 3)
-  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 6 > "$OUT_DIR/short_first.log" 2>&1
+  run_bounded "$OUT_DIR/short_first.log" $((LIMIT_S / 2)) "${run[@]}" --train-iters 6
   echo "first run (save at 3 and 6): rc $? $(first_error "$OUT_DIR/short_first.log")"
-  timeout $((LIMIT_S / 2)) "${run[@]}" --train-iters 8 > "$OUT_DIR/short_resume.log" 2>&1
+  run_bounded "$OUT_DIR/short_resume.log" $((LIMIT_S / 2)) "${run[@]}" --train-iters 8
   local rc=$? loaded
   loaded=$(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")
   # a resume that loaded nothing trained from scratch: a failure of this stage, whatever the run returned
@@ -188,22 +247,20 @@ stage_resume() {
 }
 
 stage_bench() {
-  timeout "$LIMIT_S" python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --sides "${OELLM_BENCH_SIDES:-ours,hf}" \
-    --warmup 2 --steps 6 \
-    --output "$OUT_DIR/bench.json" --profile "$OUT_DIR/profile" > "$OUT_DIR/bench.log" 2>&1
+  run_bounded "$OUT_DIR/bench.log" "$LIMIT_S" \
+    python3 -m megatron.oellm bench --mbs "$BENCH_MBS" --sides "${OELLM_BENCH_SIDES:-ours,hf}" --warmup 2 --steps 6 \
+    --output "$OUT_DIR/bench.json" --profile "$OUT_DIR/profile"
   echo "bench: rc $?"
   tail -25 "$OUT_DIR/bench.log"
 }
 
+# the stages ignore Ctrl-C and SIGTERM (their runs do not): they go on to print each stopped run's rc for the summary
 for stage in "${selected[@]}"; do
-  "stage_$stage" > "$OUT_DIR/stage_$stage.txt" 2>&1 &
+  { trap '' INT TERM; "stage_$stage"; } > "$OUT_DIR/stage_$stage.txt" 2>&1 &
+  stage_pids+=($!)
 done
 wait
-{
-  [ "${#selected[@]}" -gt 1 ] && echo "stages ${STAGES} ran side by side on one GPU: their timings are not exclusive"
-  grep -E "^ +\[(warning|error)\]" "$OUT_DIR/doctor.txt"; tail -1 "$OUT_DIR/doctor.txt"
-  for stage in "${selected[@]}"; do echo "== $stage"; cat "$OUT_DIR/stage_$stage.txt"; done
-} | tee "$OUT_DIR/summary.txt"
+summarise
 # every run's summary line reads "...: rc N ..."; a non-zero one fails the acceptance
 failed=$(grep -cE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt")
 if [ "$failed" -gt 0 ]; then
