@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sysconfig
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,6 +23,9 @@ import numpy
 
 from megatron.oellm.training.data import INDEX_CACHE_FILES, default_index_cache
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
+
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+"""``kill``/``scancel``/a time limit, a closed terminal, Ctrl-C: held while a finished corpus is put in place."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +67,12 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
     """Tokenize each file of ``files`` as one document into ``<prefix>.bin``/``.idx`` and write ``<prefix>.json``.
 
     Files are taken in the given order; empty files (and files that are not UTF-8) are skipped. The files are
-    written under a temporary name and renamed once complete, so a build that stops part-way (an unreadable file,
-    Ctrl-C) leaves any previous corpus at ``prefix`` whole instead of a new partial ``.bin`` beside an old ``.idx``;
-    so does a build without a document (``ValueError``): training on an empty corpus fails only after the job starts.
+    written under a temporary name and renamed once complete, so a build that stops part-way with an exception (an
+    unreadable file, Ctrl-C, a signal the caller's handler turns into one) leaves any previous corpus at ``prefix``
+    whole instead of a new partial ``.bin`` beside an old ``.idx``; so does a build without a document
+    (``ValueError``): training on an empty corpus fails only after the job starts. SIGTERM, SIGHUP and SIGINT are
+    held while the three files are renamed (:func:`_stopping_signals_held`), so none leaves a new ``.bin`` beside the
+    earlier ``.idx``.
     Before the new files are put in place, megatron-core's index caches in their default directory
     (:func:`~megatron.oellm.training.data.default_index_cache`) are deleted (:func:`_drop_index_caches`).
     """
@@ -79,12 +88,37 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
                                 megatron_flags=BYTE_TOKENIZER_FLAGS)
         Path(f"{partial}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         _drop_index_caches(prefix)
-        for suffix in CORPUS_SUFFIXES:
-            os.replace(f"{partial}{suffix}", f"{prefix}{suffix}")
+        with _stopping_signals_held():
+            for suffix in CORPUS_SUFFIXES:
+                os.replace(f"{partial}{suffix}", f"{prefix}{suffix}")
     finally:
         for suffix in CORPUS_SUFFIXES:
             Path(f"{partial}{suffix}").unlink(missing_ok=True)
     return summary
+
+
+@contextmanager
+def _stopping_signals_held() -> Iterator[None]:
+    """While entered in the main thread, the :data:`STOPPING_SIGNALS` are only recorded; on leaving, the previous
+    handlers come back and the first signal recorded is raised again, so its handler runs (or its default action ends
+    the process) once the block's work is whole. Blocking them (``pthread_sigmask``) would not hold them: the kernel
+    hands a signal to any thread that does not block it (torch's), and Python runs the handler all the same. Signal
+    handlers can only be set in the main thread; elsewhere nothing is held. An ignored signal stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {signum: signal.signal(signum, lambda number, frame: arrived.append(number))
+                for signum in STOPPING_SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            # None: a handler set outside Python, which cannot be put back; the default is the closest
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 def _drop_index_caches(prefix: Path) -> None:
