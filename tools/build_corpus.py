@@ -1,7 +1,9 @@
 """Build a small real-text training corpus offline: ``python tools/build_corpus.py --output-prefix runs/corpus/text``.
 
 Reads the Python standard library's sources (and any ``--extra`` files), one document per file, byte-tokenized,
-into megatron's indexed format; prints the ``--data-path`` and tokenizer flags to train on it.
+into megatron's indexed format; prints the ``--data-path`` and tokenizer flags to train on it. SIGTERM, SIGHUP or
+SIGINT (Ctrl-C) stops it with one ``error: interrupted by SIG...`` line and status 128 + the signal, its partial files
+removed and a corpus already at the prefix left as it was.
 """
 
 from __future__ import annotations
@@ -9,9 +11,45 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
-from megatron.oellm.training.corpus import CORPUS_SUFFIXES, build_corpus, stdlib_sources
+from megatron.oellm.training.corpus import CORPUS_SUFFIXES, STOPPING_SIGNALS, build_corpus, stdlib_sources
+
+
+class Interrupted(BaseException):
+    """One of :data:`STOPPING_SIGNALS` arrived while the corpus was being built. A ``BaseException``, as
+    ``KeyboardInterrupt`` is: an ``except Exception`` in a library the build imports must not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stopping_signals_raise() -> Iterator[None]:
+    """While entered, the first of :data:`STOPPING_SIGNALS` raises :class:`Interrupted` where the build is, so that
+    ``build_corpus`` removes its partial files on the way out (SIGTERM and SIGHUP killed the process and left them);
+    later ones are ignored, so the clean-up is not cut short. A signal the process ignores (SIGHUP under ``nohup``)
+    stays ignored; the previous handlers come back on leaving."""
+    received: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if not received:
+            received.append(signum)
+            raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOPPING_SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            # None: a handler set outside Python, which cannot be put back; the default is the closest
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def has_text(path: Path) -> bool:
@@ -52,13 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     # checked before the build: build_corpus would put an empty corpus in place of one already at the prefix, and
     # training on it would fail only after the job has started
     try:
-        if not any(map(has_text, files)):
-            parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text, so the corpus would hold no "
-                           f"document ({args.output_prefix} is left as it was); raise --max-mb or name other --extra "
-                           "files\n")
-        summary = build_corpus(files, args.output_prefix)
+        with stopping_signals_raise():
+            if not any(map(has_text, files)):
+                parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text, so the corpus would hold no "
+                               f"document ({args.output_prefix} is left as it was); raise --max-mb or name other "
+                               "--extra files\n")
+            summary = build_corpus(files, args.output_prefix)
     except OSError as error:  # an unreadable input, an output directory that cannot be made or written
         parser.exit(1, f"error: no corpus written at {args.output_prefix}: {error}\n")
+    except Interrupted as stop:
+        parser.exit(128 + stop.signum, f"error: interrupted by {stop}; no partial corpus is left at "
+                                       f"{args.output_prefix}\n")
     print(f"{summary.documents} documents, {summary.tokens} tokens -> {summary.prefix}.bin/.idx")
     print("train with: --data-path", summary.prefix, " ".join(summary.megatron_flags))
     return 0
