@@ -157,10 +157,10 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
     (:func:`check_model_config_on_cluster`) and of the learning-rate schedule
     (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`), raise against ``argv`` (type and message), or
     None when all pass. With ``read_data`` (``--submit`` and ``--local``: the data is where the job reads it), also the
-    entry's check of the data itself (:func:`megatron.oellm.training.data.check_data_source`: a ``--split`` that
+    entry's check of the data itself (:func:`megatron.oellm.training.data_sources.check_data_source`: a ``--split`` that
     leaves a dataset's split empty, on which megatron-core would hang, no training data, an index cache it could not
     write)."""
-    from megatron.oellm.training.data import check_data_source
+    from megatron.oellm.training.data_sources import check_data_source
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.startup_checks import refusal_detail
 

@@ -20,7 +20,7 @@ from megatron.oellm.megatron_args import FlagValue, flags_to_argv, model_flags
 from megatron.oellm.models.parallel import ParallelLayout, pipelined_hybrid_pattern, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow, layout_overrides
 from megatron.oellm.recipes.flag_names import apply_flags, check_flag_names, check_flag_values, check_removals
-from megatron.oellm.training.data import UNWIRED_DATA_FLAGS
+from megatron.oellm.training.data_sources import UNWIRED_DATA_FLAGS
 from megatron.oellm.training.tokenizer import ByteTokenizer
 
 BYTE_TOKENIZER = "byte"
@@ -283,7 +283,7 @@ def card_name_flag(card: ModelCard) -> dict[str, FlagValue]:
 
 def check_unwired(flags: Mapping[str, FlagValue]) -> None:
     """Refuse a set flag the training entry parses but does not honour
-    (:data:`megatron.oellm.training.data.UNWIRED_DATA_FLAGS`): the job would run, but not what the row says."""
+    (:data:`megatron.oellm.training.data_sources.UNWIRED_DATA_FLAGS`): the job would run, but not what the row says."""
     for name, reason in UNWIRED_DATA_FLAGS.items():
         if flags.get(name) not in (None, False):
             raise RecipeError(reason)

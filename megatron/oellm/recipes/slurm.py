@@ -351,7 +351,7 @@ def check_data_paths(data_path: Sequence[str]) -> None:
     """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
     nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
     job starts)."""
-    from megatron.oellm.training.data import missing_dataset_files
+    from megatron.oellm.training.data_sources import missing_dataset_files
 
     check_file_system_data(data_path)
     for prefix in data_prefixes(data_path):

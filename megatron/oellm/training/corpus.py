@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy
 
-from megatron.oellm.training.data import INDEX_CACHE_FILES, default_index_cache
+from megatron.oellm.training.index_cache import INDEX_CACHE_FILES, default_index_cache
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
 
 STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -74,7 +74,7 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
     held while the three files are renamed (:func:`_stopping_signals_held`), so none leaves a new ``.bin`` beside the
     earlier ``.idx``.
     Before the new files are put in place, megatron-core's index caches in their default directory
-    (:func:`~megatron.oellm.training.data.default_index_cache`) are deleted (:func:`_drop_index_caches`).
+    (:func:`~megatron.oellm.training.index_cache.default_index_cache`) are deleted (:func:`_drop_index_caches`).
     """
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +127,7 @@ def _drop_index_caches(prefix: Path) -> None:
     would take an earlier corpus's document and sample indices for the new one (an ``IndexError`` mid-run on a corpus
     with fewer documents, else samples cut at the old documents' lengths). Caches under a ``--data-cache-path`` are
     not found here; the training entry warns about them
-    (:func:`~megatron.oellm.training.data.stale_cache_warnings`)."""
+    (:func:`~megatron.oellm.training.index_cache.stale_cache_warnings`)."""
     cache = default_index_cache(str(prefix))
     try:
         names = os.listdir(cache)

@@ -324,10 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_optimizer_resharding,
         check_rank_file_layout,
     )
-    from megatron.oellm.training.data import check_data_source, stale_cache_warnings, train_valid_test_datasets
+    from megatron.oellm.training.data import train_valid_test_datasets
+    from megatron.oellm.training.data_sources import check_data_source
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.ignored_flags import ignored_flag_warnings
+    from megatron.oellm.training.index_cache import stale_cache_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages

@@ -127,7 +127,7 @@ def check_interleaved_microbatches(args: argparse.Namespace) -> None:
     first evaluation (after ``--eval-interval`` steps, at the end of the run, or at once under ``--skip-train``).
     ``args`` are Megatron's validated arguments (``data_parallel_size`` set; the evaluation batch sizes default to
     the training ones)."""
-    from megatron.oellm.training.data import evaluates
+    from megatron.oellm.training.data_sources import evaluates
 
     if args.pipeline_model_parallel_size == 1 or args.virtual_pipeline_model_parallel_size is None:
         return

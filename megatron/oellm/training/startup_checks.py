@@ -36,7 +36,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
         check_wandb_directory,
         check_yaml_cfg,
     )
-    from megatron.oellm.training.data import check_single_data_source
+    from megatron.oellm.training.data_sources import check_single_data_source
     from megatron.oellm.training.value_ranges import check_value_ranges
 
     check_yaml_cfg(parsed)
@@ -59,7 +59,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     step, save, data-phase and profiler flags megatron fails on mid-run (:mod:`.run_schedule`), fault-handling flags
     it does not act on (:mod:`.fault_handling`)."""
     from megatron.oellm.training.attention_env import check_attention_env
-    from megatron.oellm.training.data import check_data_args, check_validation_sets
+    from megatron.oellm.training.data_sources import check_data_args, check_validation_sets
     from megatron.oellm.training.fault_handling import (
         check_error_injection,
         check_exit_signal_handlers,

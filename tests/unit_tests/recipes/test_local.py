@@ -258,7 +258,7 @@ def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun
     """``--local`` runs the training entry's check of the data itself before torchrun starts (as ``--submit`` does):
     a corpus in a folder this process cannot write, with no index cache there to reuse, would stop rank 0 only after
     the model and optimizer are built; a writable folder runs."""
-    from megatron.oellm.training import data
+    from megatron.oellm.training import index_cache
 
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     calls = []
@@ -273,7 +273,7 @@ def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun
     corpus = Path(build_corpus([document], tmp_path / "data" / "shared").prefix)
     local = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1", "--output-dir",
              str(tmp_path), "--data-path", str(corpus), "--tokenizer-model", "byte"]
-    monkeypatch.setattr(data, "can_write_into", lambda folder: False)
+    monkeypatch.setattr(index_cache, "can_write_into", lambda folder: False)
     assert main(local) == 2
     err = capsys.readouterr().err
     assert "--local row 1: the training entry would stop every rank at start: ValueError: dataset " \

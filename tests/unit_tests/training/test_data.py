@@ -9,7 +9,7 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.megatron_args import megatron_parser
-from megatron.oellm.training import data
+from megatron.oellm.training import data, data_sources
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain, with_validated_fields
 
@@ -19,15 +19,15 @@ MASKING = "--dataloader-inter-document-masking"
 def test_document_masking_is_refused_with_the_reason():
     """Megatron accepts the flag and only drops the dataloader's attention mask: the run trained unmasked."""
     with pytest.raises(ValueError, match="document masking is not wired in this release"):
-        data.check_data_args(parse_oellm_argv([MASKING]))
-    data.check_data_args(parse_oellm_argv([]))
+        data_sources.check_data_args(parse_oellm_argv([MASKING]))
+    data_sources.check_data_args(parse_oellm_argv([]))
 
 
 def test_reset_attention_mask_is_refused_with_the_reason():
     """The flag's per-document mask reaches no attention that honours it; only the position ids would restart."""
     with pytest.raises(ValueError, match="--reset-attention-mask: the per-document attention mask"):
-        data.check_data_args(parse_oellm_argv(["--reset-attention-mask"]))
-    data.check_data_args(parse_oellm_argv(["--reset-position-ids"]))
+        data_sources.check_data_args(parse_oellm_argv(["--reset-attention-mask"]))
+    data_sources.check_data_args(parse_oellm_argv(["--reset-position-ids"]))
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_flags_that_select_another_dataset_or_sampler_are_refused(flag, message)
     """Megatron's parser accepts them; the data provider built the plain GPTDataset anyway (SFT and FIM runs
     pretrained on the raw corpus, hybrid context parallelism failed at the first step after GPU set-up)."""
     with pytest.raises(ValueError, match=re.escape(message)):
-        data.check_data_args(parse_oellm_argv([flag]))
+        data_sources.check_data_args(parse_oellm_argv([flag]))
 
 
 def test_an_external_dataloader_type_is_refused_as_the_datasets_are_not_loaders(monkeypatch):
@@ -62,9 +62,9 @@ def test_an_external_dataloader_type_is_refused_as_the_datasets_are_not_loaders(
             next(dataset)
     with pytest.raises(ValueError, match=re.escape("--dataloader-type external: megatron-core 0.19.2 then hands each "
                                                    "dataset over as its own loader")):
-        data.check_data_args(parse_oellm_argv(["--dataloader-type", "external"]))
+        data_sources.check_data_args(parse_oellm_argv(["--dataloader-type", "external"]))
     for kind in ("single", "cyclic"):
-        data.check_data_args(parse_oellm_argv(["--dataloader-type", kind]))
+        data_sources.check_data_args(parse_oellm_argv(["--dataloader-type", kind]))
 
 
 def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatch, capsys):
@@ -73,7 +73,7 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     entry = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
     assert entry.main([*argv, MASKING]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.DOCUMENT_MASKING_UNWIRED}"]
+    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data_sources.DOCUMENT_MASKING_UNWIRED}"]
     with pytest.raises(Reached):
         entry.main(argv)
 
@@ -290,7 +290,7 @@ def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_
     entry = entry_up_to_pretrain(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
     assert entry.main(argv) == 2
-    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data.NO_DATA}"]
+    assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data_sources.NO_DATA}"]
 
     train = corpus(tmp_path, "train")
     assert entry.main([*argv, "--data-path", "0.3", train, "0.7", f"{train}-typo"]) == 2

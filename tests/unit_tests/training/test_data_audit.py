@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.training import data
+from megatron.oellm.training import data_sources, index_cache
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain, one_error_line
 
@@ -54,14 +54,14 @@ def test_a_test_set_beside_multiple_validation_sets_names_the_flag_that_gave_it(
     args = _validated(["--train-data-path", train, "--test-data-path", test, *multiple])
     with pytest.raises(ValueError, match=r"^--multiple-validation-sets with a test set from --test-data-path: .*; "
                                          r"drop --test-data-path, or drop --multiple-validation-sets$"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
     split_file = tmp_path / f"{_name()}.json"
     split_file.write_text(f'{{"train": ["{train}"], "valid": ["{train}", "{test}"], "test": ["{test}"]}}')
     args = _validated(["--per-split-data-args-path", str(split_file), *multiple])
     with pytest.raises(ValueError, match=r"^--multiple-validation-sets with a test set from the 'test' paths of "
                                          r"--per-split-data-args-path: .*; drop the 'test' paths of "
                                          r"--per-split-data-args-path, or drop --multiple-validation-sets$"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def test_an_index_cache_directory_that_cannot_be_listed_is_let_through(monkeypatch, tmp_path):
@@ -69,7 +69,7 @@ def test_an_index_cache_directory_that_cannot_be_listed_is_let_through(monkeypat
     cache there by opening its files by name, so the entry must not refuse the run for a cache it cannot see (as
     root, a chmod does not stop listing: the refusal of ``os.listdir`` is stood in)."""
     prefix = corpus(tmp_path, _name())
-    cache = data.default_index_cache(prefix)
+    cache = index_cache.default_index_cache(prefix)
     cache.mkdir(parents=True)
     listdir = os.listdir
 
@@ -79,12 +79,12 @@ def test_an_index_cache_directory_that_cannot_be_listed_is_let_through(monkeypat
         return listdir(path, *rest)
 
     monkeypatch.setattr(os, "listdir", unlistable)
-    assert data.lacks_index_cache(cache) is False
-    monkeypatch.setattr(data, "can_write_into", lambda _directory: False)  # the read-only dataset directory
-    data.check_index_cache(_validated(["--data-path", prefix]), [prefix])
+    assert index_cache.lacks_index_cache(cache) is False
+    monkeypatch.setattr(index_cache, "can_write_into", lambda _directory: False)  # the read-only dataset directory
+    index_cache.check_index_cache(_validated(["--data-path", prefix]), [prefix])
     other = corpus(tmp_path, _name())  # no cache directory at all: nothing to reuse, so refused
     with pytest.raises(ValueError, match=rf"^dataset '{other}': without --data-cache-path .* cannot write"):
-        data.check_index_cache(_validated(["--data-path", prefix, other]), [prefix, other])
+        index_cache.check_index_cache(_validated(["--data-path", prefix, other]), [prefix, other])
 
 
 def test_a_file_at_the_dataset_prefix_is_no_index_cache(tmp_path):
@@ -93,6 +93,6 @@ def test_a_file_at_the_dataset_prefix_is_no_index_cache(tmp_path):
     refused instead of failing with ``NotADirectoryError`` when megatron builds the datasets."""
     prefix = corpus(tmp_path, _name())
     Path(prefix).write_text(f"raw text {random.random()} kept next to the indexed dataset\n")
-    assert data.lacks_index_cache(data.default_index_cache(prefix)) is True
+    assert index_cache.lacks_index_cache(index_cache.default_index_cache(prefix)) is True
     with pytest.raises(ValueError, match=rf"^dataset '{prefix}': without --data-cache-path .* cannot write"):
-        data.check_index_cache(_validated(["--data-path", prefix]), [prefix])
+        index_cache.check_index_cache(_validated(["--data-path", prefix]), [prefix])

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from megatron.oellm.training import data
+from megatron.oellm.training import data_sources
 from tests.unit_tests.training.entry_helpers import corpus, entry_up_to_pretrain
 from tests.unit_tests.training.test_data_source_checks import BASE, validated
 
@@ -41,7 +41,7 @@ def test_bad_weights_are_refused_naming_the_flag_and_the_weight(case, flag, tmp_
     else:
         message = f"{flag}: the weight {float(weights[0]):g} of dataset {first!r} is not a finite number >= 0"
     with pytest.raises(ValueError) as refusal:
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
     assert str(refusal.value).startswith(message), refusal.value
 
 
@@ -60,4 +60,4 @@ def test_positive_weights_and_a_muted_dataset_pass(tmp_path):
     first, second = corpus(tmp_path, "first"), corpus(tmp_path, "second")
     for weights in ([random.uniform(0.01, 100), random.uniform(0.01, 100)], [0, random.uniform(0.01, 100)]):
         args = validated(["--data-path", str(weights[0]), first, str(weights[1]), second, "--split", "100,0,0"])
-        data.check_blend_weights(args, (([first, second]), [float(w) for w in weights]), None)
+        data_sources.check_blend_weights(args, (([first, second]), [float(w) for w in weights]), None)

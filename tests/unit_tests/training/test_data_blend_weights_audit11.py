@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from megatron.oellm.training import data
+from megatron.oellm.training import data_sources
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.training.entry_helpers import corpus
 
@@ -24,7 +24,7 @@ def test_a_bad_weight_in_a_per_split_file_names_the_split(split, tmp_path):
     args = parse_oellm_argv(["--seq-length", "16", "--per-split-data-args-path", str(split_file)])
     args.data_parallel_size = 1
     with pytest.raises(ValueError) as refusal:
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
     assert str(refusal.value).startswith(f"--per-split-data-args-path {split_file} ({split}): the weight "
                                          f"{float(bad):g} of dataset {first!r} is not a finite number >= 0"), \
         refusal.value

@@ -1,5 +1,5 @@
 """Data sources megatron-core's dataset config or builder refuses only when the datasets are built (after the model
-and optimizer are set up and a checkpoint loaded, on every rank): the training entry's ``data.check_data_source``
+and optimizer are set up and a checkpoint loaded, on every rank): the training entry's ``data_sources.check_data_source``
 refuses them at start, in agreement with megatron-core's own verdict. The dataset cache flags, a
 ``--per-dataset-sequences-path`` file, a data path list ``get_blend_from_list`` cannot read (a number where a
 weight's prefix goes: a bare ``AssertionError``), and a ``--data-path`` in a directory the run cannot write (a
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from megatron.oellm.training import data
+from megatron.oellm.training import data, data_sources, index_cache
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
 
@@ -78,10 +78,10 @@ def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_p
     args = validated([{"TRAIN": train, "CACHE": str(tmp_path / "cache")}.get(flag, flag) for flag in flags])
     assert megatron_core_refuses(args) == (refused_flag is not None)
     if refused_flag is None:
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
         return
     with pytest.raises(ValueError, match=refused_flag):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def test_the_entry_refuses_a_fast_cache_load_without_a_cache_path_in_one_line(monkeypatch, capsys, tmp_path):
@@ -120,7 +120,7 @@ def test_a_sequences_file_megatron_core_cannot_use_is_refused_before_init(conten
     with pytest.raises((OSError, ValueError, KeyError, TypeError)):
         build_train_dataset(args)
     with pytest.raises(ValueError, match=f"--per-dataset-sequences-path {path}") as refused:
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
     assert message.replace("PREFIX", train) in str(refused.value)
 
 
@@ -132,7 +132,7 @@ def test_a_sequences_file_naming_every_prefix_passes_and_builds(tmp_path, null_t
     path = tmp_path / "sequences.json"
     path.write_text(json.dumps({train: [indexed.index.sequence_count, indexed.index.document_count]}))
     args = validated(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
-    data.check_data_source(args)
+    data_sources.check_data_source(args)
     assert len(build_train_dataset(args)) >= 4
 
 
@@ -158,15 +158,15 @@ def test_a_list_mixing_weights_into_prefix_places_is_refused_with_its_form(tmp_p
     """megatron-core asserts without a message (on every rank, before any other check); the refusal names the flag."""
     args = parse_oellm_argv(flags(_mixed_list(tmp_path)))
     with pytest.raises(ValueError, match=rf"^{named}: give dataset prefixes \(PREFIX PREFIX \.\.\.\) or weight-prefix"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def test_weight_prefix_pairs_and_plain_prefixes_still_pass(tmp_path):
     """The two forms megatron-core reads pass the check."""
     a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
     weights = [str(round(random.uniform(0.05, 0.95), 3)) for _ in range(2)]
-    data.check_data_source(parse_oellm_argv(["--data-path", weights[0], a, weights[1], b]))
-    data.check_data_source(parse_oellm_argv(["--data-path", a, b]))
+    data_sources.check_data_source(parse_oellm_argv(["--data-path", weights[0], a, weights[1], b]))
+    data_sources.check_data_source(parse_oellm_argv(["--data-path", a, b]))
 
 
 def _name() -> str:
@@ -175,18 +175,18 @@ def _name() -> str:
 
 def test_the_check_looks_where_megatron_core_writes_and_reuses_the_cache(tmp_path, null_tokenizer):
     prefix = corpus(tmp_path, _name())
-    cache = data.default_index_cache(prefix)
-    assert data.lacks_index_cache(cache)
+    cache = index_cache.default_index_cache(prefix)
+    assert index_cache.lacks_index_cache(cache)
     build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
     assert any(name.endswith("-GPTDataset-train-shuffle_index.npy") for name in os.listdir(cache))
-    assert not data.lacks_index_cache(cache)
+    assert not index_cache.lacks_index_cache(cache)
     # incomplete without any one of its index files: megatron-core's cache_hit needs all four, else builds them again
     for suffix in ("document_index.npy", "sample_index.npy", "shuffle_index.npy"):
         [name] = [name for name in os.listdir(cache) if name.endswith(f"-train-{suffix}")]
         (cache / name).rename(tmp_path / name)
-        assert data.lacks_index_cache(cache), suffix
+        assert index_cache.lacks_index_cache(cache), suffix
         (tmp_path / name).rename(cache / name)
-        assert not data.lacks_index_cache(cache)
+        assert not index_cache.lacks_index_cache(cache)
 
 
 def _unwritable_under(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +209,7 @@ def test_the_entry_refuses_an_unwritable_dataset_directory_without_a_cache(monke
     _unwritable_under(shared, monkeypatch)
     assert entry.main([*ARGV, "--data-path", prefix]) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert f"dataset {prefix!r}" in line and str(data.default_index_cache(prefix)) in line
+    assert f"dataset {prefix!r}" in line and str(index_cache.default_index_cache(prefix)) in line
     assert "give --data-cache-path DIR" in line
     assert entry.main([*ARGV, "--train-data-path", prefix, "--valid-data-path", prefix]) == 2
     with pytest.raises(Reached):
@@ -237,7 +237,7 @@ def test_the_refusal_agrees_with_megatron_core_on_a_read_only_directory(tmp_path
     shared.chmod(0o555)
     try:
         with pytest.raises(ValueError, match="--data-cache-path"):
-            data.check_data_source(args)
+            data_sources.check_data_source(args)
         with pytest.raises(PermissionError):
             build_train_dataset(args)
     finally:
@@ -245,7 +245,7 @@ def test_the_refusal_agrees_with_megatron_core_on_a_read_only_directory(tmp_path
     build_train_dataset(args)
     shared.chmod(0o555)
     try:
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
         build_train_dataset(args)
     finally:
         shared.chmod(0o755)
@@ -267,11 +267,11 @@ def test_a_run_whose_training_split_has_no_data_is_refused_unless_it_skips_train
         args = validated(flags)
         assert build_train_dataset(args) is None
         with pytest.raises(ValueError, match="no training data|training split no share"):
-            data.check_data_source(args)
-        data.check_data_source(validated([*flags, "--skip-train"]))  # evaluation only: what megatron does
+            data_sources.check_data_source(args)
+        data_sources.check_data_source(validated([*flags, "--skip-train"]))  # evaluation only: what megatron does
     args = validated(["--data-path", train, "--split", f"{_proportion()},0,0"])
     assert build_train_dataset(args) is not None
-    data.check_data_source(args)
+    data_sources.check_data_source(args)
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -285,7 +285,7 @@ def test_a_data_path_flag_without_a_value_is_refused_naming_it(tmp_path, flags, 
     to unpack (expected 2, got 0)"."""
     args = validated([corpus(tmp_path, "train") if flag == "PREFIX" else flag for flag in flags])
     with pytest.raises(ValueError, match=rf"^{named} without a value .*give dataset prefixes"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def test_an_empty_data_args_file_is_refused_naming_it(tmp_path):
@@ -293,7 +293,7 @@ def test_an_empty_data_args_file_is_refused_naming_it(tmp_path):
     path.write_text(" \n")
     args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},{_proportion()},0"])
     with pytest.raises(ValueError, match=rf"^--data-args-path {path} is empty: .*give dataset prefixes"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -331,13 +331,13 @@ def test_a_split_leaving_a_dataset_split_without_a_sequence_is_refused(tmp_path,
                   ["--data-path", a, "--split", even, "--skip-train"]):
         with pytest.raises(ValueError, match=rf"^--split '{even}' leaves the valid split of dataset '{a}' "
                                              r"\(2 sequences\) without a sequence"):
-            data.check_data_source(validated(flags))
+            data_sources.check_data_source(validated(flags))
     with pytest.raises(ValueError, match=r"leaves the valid and test split of dataset"):
-        data.check_data_source(validated(["--data-path", a]))  # megatron's default split, 969,30,1
+        data_sources.check_data_source(validated(["--data-path", a]))  # megatron's default split, 969,30,1
     args = validated(["--data-path", a, b, "--split", f"{share},{share},0"])
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
     assert not caplog.records  # the index reader's INFO lines, which every rank would print before Megatron starts
     assert build_train_dataset(args) is not None
 
@@ -415,7 +415,7 @@ def test_an_unreadable_dataset_index_is_one_refusal(tmp_path, damage):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "unraisablehook", unraisable.append)
         with pytest.raises(ValueError, match=rf"^dataset '{prefix}': megatron-core cannot read its index"):
-            data.check_data_source(validated(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))
+            data_sources.check_data_source(validated(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))
         gc.collect()
     assert not unraisable, [str(item.exc_value) for item in unraisable]
 
@@ -426,7 +426,7 @@ def test_a_binary_data_args_file_is_named_as_such(tmp_path):
     path.write_bytes(b"\xff\xfe" + random.randbytes(62))
     args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},0,0"])
     with pytest.raises(ValueError, match=rf"^--data-args-path {path} is not a text file"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 @pytest.mark.parametrize("split", ["train", "valid", "test"])
@@ -442,10 +442,10 @@ def test_a_dataset_whose_bin_file_is_missing_is_refused_naming_it(tmp_path, null
         IndexedDataset(paths[split])  # megatron-core's own reader
     args = validated([item for name in paths for item in (f"--{name}-data-path", paths[name])])
     with pytest.raises(ValueError, match=rf"^no indexed dataset \(PREFIX.bin and PREFIX.idx\) at '{paths[split]}':"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
     args = validated(["--data-path", paths[split], "--split", f"{_proportion()},0,0"])
     with pytest.raises(ValueError, match=rf"^no indexed dataset \(PREFIX.bin and PREFIX.idx\) at '{paths[split]}':"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def test_a_sequences_file_lacking_any_one_prefix_of_a_blend_is_refused_naming_it(tmp_path, null_tokenizer):
@@ -466,7 +466,7 @@ def test_a_sequences_file_lacking_any_one_prefix_of_a_blend_is_refused_naming_it
     with pytest.raises(KeyError):
         build_train_dataset(args)
     with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path} has no counts for '{left_out}':"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def test_object_storage_prefixes_pass_the_local_file_checks(tmp_path, null_tokenizer):
@@ -478,7 +478,7 @@ def test_object_storage_prefixes_pass_the_local_file_checks(tmp_path, null_token
     remote = [f"s3://bucket-{_name()}/text", f"msc://profile/{_name()}/text"]
     assert all(map(is_object_storage_path, remote)) and not is_object_storage_path(local)
     flags = ["--data-path", *random.sample([local, *remote], 3), "--split", "100,0,0"]
-    assert data.check_data_source(validated(flags)) == [local]
+    assert data_sources.check_data_source(validated(flags)) == [local]
 
 
 def test_mock_data_with_a_sequences_file_that_cannot_be_read_is_refused(tmp_path, null_tokenizer):
@@ -489,7 +489,7 @@ def test_mock_data_with_a_sequences_file_that_cannot_be_read_is_refused(tmp_path
     with pytest.raises(FileNotFoundError):
         data.dataset_config(args)
     with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path}: cannot read it as JSON"):
-        data.check_data_source(args)
+        data_sources.check_data_source(args)
 
 
 def _megatron_evaluation_error(data_iterators, eval_iters: int | list[int], full_validation: bool,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.training import data
+from megatron.oellm.training import index_cache
 from megatron.oellm.training.corpus import build_corpus
 from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
@@ -46,17 +46,17 @@ def test_a_cache_built_before_the_dataset_was_rewritten_is_named_and_is_really_s
     prefix = random_corpus(tmp_path / "data", rng.randint(30, 50), rng)
     bystander = random_corpus(tmp_path / "bystander", rng.randint(5, 10), rng)
     cache = str(tmp_path / "cache") if own_cache_dir else None
-    cache_dir = Path(cache) if cache else data.default_index_cache(prefix)
+    cache_dir = Path(cache) if cache else index_cache.default_index_cache(prefix)
     samples = rng.randint(10, 20)
     gpt_train_samples(prefix, samples, SEQUENCE, cache)
     gpt_train_samples(bystander, samples, SEQUENCE, cache if own_cache_dir else None)
-    assert data.stale_index_caches(prefix, cache_dir) == []
+    assert index_cache.stale_index_caches(prefix, cache_dir) == []
 
     rewrite_at(prefix, random_corpus(tmp_path / "new", rng.randint(31, 50), rng))
-    [stale] = data.stale_index_caches(prefix, cache_dir)
+    [stale] = index_cache.stale_index_caches(prefix, cache_dir)
     assert stale.parent == cache_dir and stale.name.endswith("-GPTDataset-train-description.txt")
     if own_cache_dir:  # the bystander's cache in the same folder is not named: its dataset did not change
-        assert data.stale_index_caches(bystander, cache_dir) == []
+        assert index_cache.stale_index_caches(bystander, cache_dir) == []
     # the warning is real: megatron-core reads the rewritten dataset through the old indices, which fails or gives
     # other samples than a cache built for it
     try:
@@ -78,7 +78,7 @@ def test_the_entry_warns_once_on_rank_0_and_goes_on(monkeypatch, capsys, tmp_pat
     with pytest.raises(Reached):
         entry.main(argv)
     [line] = capsys.readouterr().err.splitlines()
-    cache_dir = data.default_index_cache(prefix)
+    cache_dir = index_cache.default_index_cache(prefix)
     assert line.startswith(f"{entry.PROG}: warning: dataset {prefix!r} was written after 1 of its index caches")
     assert f"({cache_dir}/" in line and "-GPTDataset-train-*)" in line and "delete those files" in line
     monkeypatch.setenv("RANK", "1")
@@ -114,5 +114,5 @@ def test_each_dataset_of_a_blend_is_looked_at(tmp_path):
     for prefix in (first, later):
         gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE)
     rewrite_at(later, random_corpus(tmp_path / "new", rng.randint(5, 10), rng))
-    [line] = data.stale_cache_warnings(argparse.Namespace(data_cache_path=None), [first, later])
+    [line] = index_cache.stale_cache_warnings(argparse.Namespace(data_cache_path=None), [first, later])
     assert line.startswith(f"dataset {later!r} was written after 1 of its index caches")

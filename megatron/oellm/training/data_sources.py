@@ -1,0 +1,465 @@
+"""The training entry's checks of its data flags, before megatron initialises: one data source, data path lists
+megatron-core can read, blend weights, ``--split`` and the sequences each split gets, validation and test sets, and
+the dataset flags this release does not honour; each refusal is one ``ValueError`` naming the flag (megatron-core
+would fail later, on every rank, or not at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+from megatron.oellm.training.index_cache import check_cache_flags, check_index_cache
+
+Blend = tuple[list[str], list[float] | None]
+"""megatron's blend of one data source: dataset prefixes and their weights (None: weighted by size)."""
+
+
+BlendPerSplit = list[Blend | None]
+"""megatron's blends of the train, validation and test splits (None for a split without paths)."""
+
+
+DOCUMENT_MASKING_UNWIRED = (
+    "--dataloader-inter-document-masking: document masking is not wired in this release (the datasets are built "
+    "without document boundaries and the forward step passes none to the model), so the run would train without "
+    "it; drop the flag (in a recipe row: dataloader-inter-document-masking = false) and do not compare the run "
+    "with a document-masked one"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--dataloader-inter-document-masking``: megatron's parser
+accepts it, and on its own it only turns off the dataloader's attention mask."""
+
+
+RESET_ATTENTION_MASK_UNWIRED = (
+    "--reset-attention-mask: the per-document attention mask it makes is not honoured (both backends' causal "
+    "attention ignores a mask tensor and the GDN layers take none), so tokens would still attend across documents "
+    "while their position ids restart at each one; drop the flag"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--reset-attention-mask``."""
+
+
+OTHER_DATASET_UNWIRED = (
+    "--{flag}: {what} needs megatron's {dataset}, but this entry's data provider builds the plain GPTDataset "
+    "(or MockGPTDataset), so the run would pretrain on the corpus as it is; drop the flag, or train with "
+    "Megatron-LM's own {script}"
+)
+"""Why the training entry and ``oellm recipe`` refuse a data flag that selects another megatron dataset."""
+
+
+HYBRID_CP_UNWIRED = (
+    "--hybrid-context-parallel: megatron's hybrid context parallelism regroups samples by their documents' lengths "
+    "(cu_seqlens) and gives each micro-batch its own context-parallel group, which this entry's datasets (built "
+    "without document boundaries) and forward step do not provide, so the run would fail at its first step, after "
+    "GPU set-up; drop the flag and use --context-parallel-size"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--hybrid-context-parallel``."""
+
+
+UNWIRED_DATA_FLAGS: dict[str, str] = {
+    "dataloader-inter-document-masking": DOCUMENT_MASKING_UNWIRED,
+    "reset-attention-mask": RESET_ATTENTION_MASK_UNWIRED,
+    "sft": OTHER_DATASET_UNWIRED.format(flag="sft", what="supervised fine-tuning (loss on answers only)",
+                                        dataset="SFTDataset", script="pretrain_gpt.py --sft"),
+    "fim-data": OTHER_DATASET_UNWIRED.format(flag="fim-data", what="fill-in-the-middle sample rewriting",
+                                             dataset="GPTFIMDataset", script="pretrain_gpt.py --fim-data"),
+    "hybrid-context-parallel": HYBRID_CP_UNWIRED,
+}
+"""Data flags megatron's parser accepts and this release does not honour (flag name -> why it is refused)."""
+
+
+EXTERNAL_LOADER_UNWIRED = (
+    "--dataloader-type external: megatron-core 0.19.2 then hands each dataset over as its own loader, and this "
+    "entry's datasets (GPTDataset, MockGPTDataset) are not iterators, so the run stops with a TypeError at its "
+    "first step, after the model, optimizer and checkpoint are set up; use --dataloader-type single (the default) "
+    "or cyclic"
+)
+"""Why the training entry and ``oellm recipe`` refuse ``--dataloader-type external``."""
+
+
+def check_data_args(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` (the reason in :data:`UNWIRED_DATA_FLAGS`) for a data flag the run would accept but not
+    honour.
+
+    The training entry calls it right after parsing, before Megatron allocates anything, so the run stops with a
+    message instead of training something other than what its command line says.
+    """
+    for flag, reason in UNWIRED_DATA_FLAGS.items():
+        if getattr(args, flag.replace("-", "_"), False):
+            raise ValueError(reason)
+    if args.dataloader_type == "external":
+        raise ValueError(EXTERNAL_LOADER_UNWIRED)
+
+
+def evaluates(args: argparse.Namespace) -> bool:
+    """Whether the run evaluates its validation and test sets: megatron's ``do_valid`` and ``do_test`` (given the
+    data), with ``--full-validation`` or a positive ``--eval-iters``."""
+    return bool(args.full_validation or args.eval_iters > 0)
+
+
+def check_validation_sets(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for the validation-set flags megatron-core 0.19.2 refuses only once the run is under way:
+    ``--multiple-validation-sets`` without ``--full-validation`` in a run that trains (a ``NotImplementedError``
+    when the data loaders are built, after the model and optimizer are set up and a checkpoint loaded) or, under
+    ``--skip-train``, evaluates (a ``TypeError`` at the first evaluation, which pairs the sets with
+    ``--eval-iters``, a number where ``--full-validation`` makes it one count per set), and
+    ``--validation-set-names`` without ``--multiple-validation-sets`` in a run that evaluates (an assertion at the
+    first evaluation, after ``--eval-interval`` training iterations or at the end of a shorter run; megatron reads
+    the names nowhere else, and evaluates only with ``--full-validation`` or a positive ``--eval-iters``)."""
+    if args.multiple_validation_sets and not args.full_validation and (evaluates(args) or not args.skip_train):
+        raise ValueError("--multiple-validation-sets: megatron-core 0.19.2 evaluates separate validation sets only "
+                         "with --full-validation (else it stops after the model and optimizer are set up: with "
+                         "NotImplementedError when it builds the data loaders of a run that trains, with a TypeError "
+                         "at the first evaluation under --skip-train); add --full-validation, or drop "
+                         "--multiple-validation-sets")
+    if args.validation_set_names and not args.multiple_validation_sets and evaluates(args):
+        raise ValueError("--validation-set-names names the sets of --multiple-validation-sets, which is not given: "
+                         "megatron-core asserts it at the first evaluation (after --eval-interval training "
+                         "iterations, or at the end of a shorter run); add --multiple-validation-sets "
+                         "--full-validation, or drop --validation-set-names")
+
+
+NO_DATA = ("no training data: give --data-path PREFIX (or --train-data-path / --valid-data-path / --test-data-path, "
+           "--data-args-path, --per-split-data-args-path), PREFIX naming an indexed dataset's .bin/.idx files without "
+           "the suffix, or --mock-data for synthetic tokens")
+"""Why the training entry refuses a run without a data source: megatron then builds real datasets from nothing and
+fails after the model and optimizer are set up."""
+
+
+DATA_SOURCE_FLAGS: dict[str, tuple[str, ...]] = {
+    "--mock-data": ("mock_data",),
+    "--data-path": ("data_path",),
+    "--data-args-path": ("data_args_path",),
+    "--train/valid/test-data-path": ("train_data_path", "valid_data_path", "test_data_path"),
+    "--per-split-data-args-path": ("per_split_data_args_path",),
+}
+"""The run's data sources (how a refusal names one -> its arguments): megatron reads one of them and ignores the
+others (it builds mock datasets under ``--mock-data`` whatever else is given, and takes a blend over per-split
+paths), asserting only some pairs in ``validate_args``."""
+
+
+def given_data_sources(args: argparse.Namespace) -> list[str]:
+    """The :data:`DATA_SOURCE_FLAGS` that ``args`` gives (a flag given with no value counts as given)."""
+    return [flag for flag, names in DATA_SOURCE_FLAGS.items()
+            if any(getattr(args, name, None) not in (None, False) for name in names)]
+
+
+def check_single_data_source(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when ``args`` give more than one data source (:data:`DATA_SOURCE_FLAGS`).
+
+    Made on the parsed command line before megatron's ``validate_args``: for some pairs (``--mock-data`` with
+    ``--data-args-path``, ``--data-path`` with ``--per-split-data-args-path``, ...) megatron trains on one source and
+    ignores the other without a word; for the others it stops with an assertion traceback on every rank.
+    """
+    given = given_data_sources(args)
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)}: give one data source, megatron reads only one of them and ignores "
+                         "the others")
+
+
+SPLIT_FORM = "up to three non-negative proportions (train, validation, test) with a positive sum, e.g. 969,30,1"
+"""What ``--split`` takes, for the refusals of :func:`check_split`."""
+
+
+def check_split(args: argparse.Namespace, blend: Blend | None, blend_per_split: BlendPerSplit | None) -> None:
+    """Raise ``ValueError`` when ``--split`` does not fit the run's data (``blend``, ``blend_per_split`` as megatron
+    reads them): megatron-core's dataset config refuses it (or builds NaN split bounds) only when the datasets are
+    built, after the model and optimizer are set up.
+
+    A blend (``--data-path``, ``--data-args-path``) needs a split, which ``validate_args`` fills in for
+    ``--data-path`` only; per-split paths take none.
+
+    A run that trains (no ``--skip-train``) must also give the training split data: per-split paths need
+    ``--train-data-path`` (or a ``train`` entry in ``--per-split-data-args-path``), a blend's split a positive training
+    proportion. Else megatron-core builds no training dataset, and megatron's ``pretrain`` skips the training loop,
+    runs the validation and test evaluations, and exits with status 0 without training a step.
+    """
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+
+    if blend_per_split is not None:
+        if args.split is not None:
+            raise ValueError(f"--split {args.split!r}: the per-split data paths give each split its own data, and "
+                             "megatron-core refuses a split beside them; drop --split")
+        if blend_per_split[0] is None and not args.skip_train:
+            raise ValueError("the per-split data paths give no training data (no --train-data-path, or no 'train' "
+                             "in --per-split-data-args-path): megatron-core builds no training dataset and the run "
+                             "ends without training a step, with exit status 0; give the training data, or "
+                             "--skip-train to only evaluate")
+        return
+    if blend is None:
+        return
+    if args.split is None:
+        if args.data_args_path is not None:
+            raise ValueError(f"--data-args-path {args.data_args_path}: give --split, {SPLIT_FORM} (megatron fills "
+                             "it in for --data-path only)")
+        return
+    try:
+        proportions = parse_and_normalize_split(args.split)
+    except (AssertionError, ValueError):
+        proportions = []
+    if len(proportions) != 3 or not all(0 <= value <= 1 for value in proportions):  # NaN for an all-zero split
+        raise ValueError(f"--split {args.split!r}: not {SPLIT_FORM}")
+    if proportions[0] == 0 and not args.skip_train:
+        raise ValueError(f"--split {args.split!r} gives the training split no share of the data: megatron-core "
+                         "builds no training dataset and the run ends without training a step, with exit status 0; "
+                         "give training the first, positive proportion (e.g. 969,30,1), or --skip-train to only "
+                         "evaluate")
+
+
+def check_test_set_beside_validation_sets(
+    args: argparse.Namespace, blend: Blend | None, blend_per_split: BlendPerSplit | None
+) -> None:
+    """Raise ``ValueError`` for ``--multiple-validation-sets`` in a run that evaluates and has a test set
+    (``blend``, ``blend_per_split`` as megatron reads them): megatron-core 0.19.2's evaluation takes the test set's
+    one loader for the list of validation loaders and stops with a ``TypeError`` (``len()`` of the loader) at the
+    test evaluation that ends the run, after training and its last checkpoint save, so the job fails. A test set
+    exists with ``--mock-data`` (megatron-core's mock datasets split 1,1,1 whatever ``--split`` says), with test
+    paths beside the per-split ones, and with a blend whose ``--split`` gives the test split a share."""
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+
+    if not args.multiple_validation_sets or not evaluates(args):
+        return
+    if args.mock_data:
+        test_set, way_out = "--mock-data (megatron-core's mock datasets always have a test split)", "drop"
+    elif blend_per_split is not None:
+        if blend_per_split[2] is None:
+            return
+        given = "--test-data-path" if args.test_data_path else "the 'test' paths of --per-split-data-args-path"
+        test_set, way_out = given, f"drop {given}, or drop"
+    elif blend is not None and args.split is not None and parse_and_normalize_split(args.split)[2] > 0:
+        test_set, way_out = f"--split {args.split!r} (its test share)", "give the test split no share, or drop"
+    else:
+        return
+    raise ValueError(f"--multiple-validation-sets with a test set from {test_set}: megatron-core 0.19.2 evaluates "
+                     "the test set as if its one loader were the list of validation loaders and stops with a "
+                     "TypeError at the test evaluation that ends the run, after training; "
+                     f"{way_out} --multiple-validation-sets")
+
+
+def check_validation_set_names(args: argparse.Namespace, blend_per_split: BlendPerSplit | None) -> None:
+    """Raise ``ValueError`` when ``--validation-set-names`` names another number of sets than
+    ``--multiple-validation-sets`` evaluates (one per prefix of the validation paths, their weights ignored; one for a
+    blend or mock data): megatron-core 0.19.2 asserts the counts equal at the first evaluation, after
+    ``--eval-interval`` training iterations."""
+    if not (args.validation_set_names and args.multiple_validation_sets and evaluates(args)):
+        return
+    if blend_per_split is not None and blend_per_split[1] is None:
+        return  # no validation set: nothing is evaluated
+    sets = len(blend_per_split[1][0]) if blend_per_split is not None else 1
+    names = len(args.validation_set_names)
+    if names != sets:
+        raise ValueError(f"--validation-set-names gives {names} name(s) for {sets} validation set(s) (one per prefix of "
+                         "the validation data paths): megatron-core asserts the counts equal at the first evaluation, "
+                         "after --eval-interval training iterations; give one name per validation set")
+
+
+def _sequence_count(indexed_dataset: ModuleType, prefix: str) -> int:
+    """The sequence count of dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in:
+    importing it imports megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
+    try:
+        return indexed_dataset._IndexReader(f"{prefix}.idx", False).sequence_count
+    except (AssertionError, OSError, ValueError, IndexError, struct.error) as error:
+        raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
+                         f"({error or type(error).__name__})") from error
+
+
+def check_split_sequences(args: argparse.Namespace, blend: Blend | None, prefixes: list[str]) -> None:
+    """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets ``prefixes`` of ``blend``
+    (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index
+    or the index counts no sequence (also for per-split paths, ``blend`` None): megatron-core then fails to map the
+    empty ``.bin`` or, when it maps one, hangs as on an empty split.
+
+    megatron-core splits each dataset of a blend by ``--split`` and builds every split that gets a share, also one
+    whose share of a small dataset rounds to no sequence (the default 969,30,1 leaves the test split of a dataset of
+    500 sequences or fewer empty). Its GPTDataset then counts epochs of no token forever: rank 0 loops in the dataset
+    build, after the model and optimizer are set up, until the job's time limit (a blend without weights stops there
+    with a bare AssertionError instead)."""
+    from megatron.core.datasets import indexed_dataset
+    from megatron.core.datasets.blended_megatron_dataset_config import (
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
+    from megatron.core.datasets.utils import Split
+
+    if blend is not None and args.split is None:
+        return
+    matrix = None if blend is None else convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
+    reader_log = logging.getLogger(indexed_dataset.__name__)
+    level = reader_log.level
+    reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
+    try:
+        # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
+        # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
+        counts = {prefix: _sequence_count(indexed_dataset, prefix) for prefix in prefixes}
+    finally:
+        reader_log.setLevel(level)
+    for prefix, count in counts.items():
+        if count == 0:
+            raise ValueError(f"dataset {prefix!r} holds no documents (its index {prefix}.idx counts 0 sequences): "
+                             "megatron-core fails on it when it builds the datasets, after the model and optimizer "
+                             "are set up (or hangs there until the job's time limit); drop it from the data paths, "
+                             "or rebuild it from input that has text")
+        if matrix is None:
+            continue
+        # the sequence range of each split, as megatron-core's builder rounds it
+        empty = [split.name for split in Split if matrix[split.value] is not None
+                 and int(round(matrix[split.value][1] * count)) <= int(round(matrix[split.value][0] * count))]
+        if empty:
+            raise ValueError(f"--split {args.split!r} leaves the {' and '.join(empty)} split of dataset {prefix!r} "
+                             f"({count} sequences) without a sequence: megatron-core would build it anyway and never "
+                             "finish (the job hangs in its dataset build until its time limit, or under "
+                             "--full-validation stops at its first evaluation); give a split whose every positive "
+                             "proportion covers a sequence of each dataset (e.g. 100,0,0 trains on all of it), or "
+                             "larger datasets")
+
+
+def missing_dataset_files(prefix: str) -> list[str]:
+    """The files of the Megatron indexed dataset ``prefix`` (``PREFIX.bin``, ``PREFIX.idx``) that are not here."""
+    return [f"{prefix}{suffix}" for suffix in (".bin", ".idx") if not Path(f"{prefix}{suffix}").is_file()]
+
+
+def blend_prefixes(blend: Blend | None, blend_per_split: BlendPerSplit | None) -> list[str]:
+    """Every dataset prefix of megatron's ``blend`` or, without one, of its ``blend_per_split``."""
+    blends = [blend] if blend is not None else [split for split in blend_per_split or [] if split is not None]
+    return [prefix for prefixes, _weights in blends for prefix in prefixes]
+
+
+def check_blend_weights(args: argparse.Namespace, blend: Blend | None, blend_per_split: BlendPerSplit | None) -> None:
+    """Raise ``ValueError`` for a weight of a data blend (``blend``, or each split's of ``blend_per_split``) that is
+    not a finite number >= 0, or for a blend whose weights add up to 0. megatron-core normalises the weights when it
+    builds the datasets, after the model and optimizer: a NaN or a zero sum stopped the job on an ``assert`` without
+    a message, a negative weight gave datasets of negative sizes."""
+    if blend is not None:
+        named = [(" / ".join(given_data_sources(args)), blend)]
+    else:
+        named = [(f"--per-split-data-args-path {args.per_split_data_args_path} ({split})"
+                  if args.per_split_data_args_path else f"--{split}-data-path", split_blend)
+                 for split, split_blend in zip(("train", "valid", "test"), blend_per_split or [], strict=False)
+                 if split_blend is not None]
+    for sources, (prefixes, weights) in named:
+        if weights is None:
+            continue
+        for prefix, weight in zip(prefixes, weights, strict=True):
+            if not (math.isfinite(weight) and weight >= 0):
+                raise ValueError(f"{sources}: the weight {weight:g} of dataset {prefix!r} is not a finite number >= 0; "
+                                 "a blend is weight-prefix pairs, each weight its share of the samples")
+        if sum(weights) <= 0:
+            raise ValueError(f"{sources}: the weights of datasets {', '.join(map(repr, prefixes))} add up to 0, so "
+                             "no dataset has a share of the samples; give at least one a positive weight")
+
+
+def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
+    """Raise ``ValueError`` when ``--per-dataset-sequences-path`` is unreadable, no JSON object, or lacks one of the
+    local dataset ``prefixes``: megatron-core reads the file and looks every such prefix up in it when it builds the
+    datasets (a ``FileNotFoundError`` or ``KeyError`` there)."""
+    path = args.per_dataset_sequences_path
+    if path is None:
+        return
+    try:
+        counts = sequences_per_dataset(args)
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"--per-dataset-sequences-path {path}: cannot read it as JSON ({error})") from error
+    if not isinstance(counts, dict):
+        raise ValueError(f"--per-dataset-sequences-path {path}: not a JSON object of dataset prefix -> "
+                         "[sequence count, document count]")
+    missing = [prefix for prefix in prefixes if prefix not in counts]
+    if missing:
+        raise ValueError(f"--per-dataset-sequences-path {path} has no counts for {', '.join(map(repr, missing))}: "
+                         "megatron-core looks every dataset prefix up in it; rebuild it for the run's data paths, or "
+                         "drop the flag")
+
+
+BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX WEIGHT PREFIX ...), "
+              "each weight a number before its prefix; megatron-core refuses a list that mixes numbers into other "
+              "places with a bare AssertionError")
+"""What megatron-core's ``get_blend_from_list`` takes for a data path list, for the refusal of :func:`check_data_source`."""
+
+
+DATA_PATH_LISTS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
+"""The data path arguments megatron's parser reads as lists (``nargs='*'``): a flag given without a value is ``[]``."""
+
+
+EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to unpack and fails when it builds the "
+              "datasets; give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX ...)")
+"""Why :func:`check_data_source` refuses a data path list without a word."""
+
+
+def check_data_source(args: argparse.Namespace) -> list[str]:
+    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
+    prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), blend weights
+    megatron-core cannot make shares of (:func:`check_blend_weights`), a ``--split`` that
+    does not fit its data or gives a run that trains no training data (:func:`check_split`), a test set beside
+    ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), validation set names that do not
+    count its sets (:func:`check_validation_set_names`), or leaves a split of a
+    dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
+    (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write
+    (:func:`check_index_cache`); and,
+    with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
+    :func:`check_sequences_file`).
+
+    Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
+    checkpoint, on every rank; a mistyped path is a message at start instead. Returns the run's local dataset
+    prefixes (none with ``--mock-data``), for the entry's :func:`stale_cache_warnings`.
+    """
+    from megatron.core.datasets.object_storage_utils import is_object_storage_path
+    from megatron.training.utils import get_blend_and_blend_per_split
+
+    if args.mock_data:
+        check_test_set_beside_validation_sets(args, None, None)
+        check_validation_set_names(args, None)
+        check_cache_flags(args, None)
+        check_sequences_file(args, [])
+        return []
+    empty = [f"--{name.replace('_', '-')}" for name in DATA_PATH_LISTS if getattr(args, name, None) == []]
+    if empty:  # megatron-core's get_blend_from_list fails on an empty list with "not enough values to unpack"
+        raise ValueError(f"{' and '.join(empty)} without a value (an empty shell variable?): {EMPTY_LIST}")
+    try:
+        blends = get_blend_and_blend_per_split(args)
+    except OSError as error:
+        raise ValueError(f"--data-args-path / --per-split-data-args-path: cannot read the data paths ({error})") from error
+    except AssertionError as error:  # megatron-core's get_blend_from_list: a number where a weight's prefix goes
+        raise ValueError(f"{' / '.join(given_data_sources(args))}: {BLEND_FORM}") from error
+    except (KeyError, TypeError, ValueError) as error:
+        if args.per_split_data_args_path is None:
+            if isinstance(error, UnicodeDecodeError):
+                raise ValueError(f"--data-args-path {args.data_args_path} is not a text file ({error}): give a file "
+                                 "of dataset prefixes or weight-prefix pairs") from error
+            if args.data_args_path is not None:  # a file without a word: get_blend_from_list's empty list
+                raise ValueError(f"--data-args-path {args.data_args_path} is empty: {EMPTY_LIST}") from error
+            raise
+        raise ValueError(  # a JSON that is no {"train", "valid", "test"} object of data paths
+            f"--per-split-data-args-path {args.per_split_data_args_path}: not a JSON object with 'train', 'valid' and "
+            f"'test' data paths ({type(error).__name__}: {error})") from error
+    prefixes = blend_prefixes(*blends)
+    if not prefixes:
+        raise ValueError(NO_DATA)
+    check_blend_weights(args, *blends)
+    check_split(args, *blends)
+    check_test_set_beside_validation_sets(args, *blends)
+    check_validation_set_names(args, blends[1])
+    local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
+    missing = [prefix for prefix in local if missing_dataset_files(prefix)]
+    if missing:
+        raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "
+                         "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
+                         "--per-split-data-args-path); a prefix names the files without their suffix")
+    check_cache_flags(args, blends[0])  # megatron-core's dataset config refuses these before it builds a split
+    check_split_sequences(args, blends[0], local)
+    check_index_cache(args, local)
+    check_sequences_file(args, local)
+    return local
+
+
+def sequences_per_dataset(args: argparse.Namespace) -> dict | None:
+    """The ``--per-dataset-sequences-path`` JSON (dataset prefix -> sequence and document counts), or None."""
+    if args.per_dataset_sequences_path is None:
+        return None
+    with open(args.per_dataset_sequences_path, encoding="utf-8") as file:
+        return json.load(file)

@@ -1,0 +1,138 @@
+"""megatron-core's GPTDataset index caches: where a run finds them, whether rank 0 can write them beside a
+dataset, stale ones a rebuilt corpus would be read through, and the cache flags megatron-core refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from megatron.oellm.paths import nearest_existing
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from megatron.oellm.training.data_sources import Blend
+
+
+
+
+CACHE_FLAGS = {"dataloader_fast_cache_load": "--dataloader-fast-cache-load",
+               "dataloader_defer_npy_index_mmap": "--dataloader-defer-npy-index-mmap"}
+"""Megatron's dataset-cache flags (argument -> flag): both read index caches an earlier run built in
+``--data-cache-path``."""
+
+
+def check_cache_flags(args: argparse.Namespace, blend: Blend | None) -> None:
+    """Raise ``ValueError`` for the :data:`CACHE_FLAGS` megatron-core's dataset config refuses (when the datasets are
+    built): either without ``--data-cache-path``, and ``--dataloader-fast-cache-load`` beside a blend ``blend``
+    (``--data-path`` / ``--data-args-path``), which megatron-core takes only with per-split data paths."""
+    for name, flag in CACHE_FLAGS.items():
+        if getattr(args, name) and args.data_cache_path is None:
+            raise ValueError(f"{flag} reads the dataset index caches an earlier run built in --data-cache-path: give "
+                             "--data-cache-path DIR, or drop the flag")
+    if args.dataloader_fast_cache_load and blend is not None:
+        raise ValueError("--dataloader-fast-cache-load: megatron-core takes it only with per-split data paths "
+                         "(--train-data-path / --valid-data-path / --test-data-path or --per-split-data-args-path), "
+                         "not with --data-path / --data-args-path; give the data per split, or drop the flag")
+
+
+INDEX_CACHE_FILES = ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")
+"""The files of one GPTDataset index cache (``HASH-GPTDataset-SPLIT-`` + each); megatron-core 0.19.2 reuses a cache
+only when all four exist, and otherwise builds the indices on rank 0 and writes them."""
+
+
+def default_index_cache(prefix: str) -> Path:
+    """The directory where megatron-core 0.19.2's GPTDataset keeps the index cache of dataset ``prefix`` when no
+    ``--data-cache-path`` is given: ``PREFIX/cache/GPTDataset_indices`` (a directory named like the prefix, beside
+    its ``.bin``/``.idx`` files)."""
+    return Path(prefix) / "cache" / "GPTDataset_indices"
+
+
+def can_write_into(directory: Path) -> bool:
+    """Whether this process may create ``directory`` (with missing parents) and write files into it: judged on its
+    nearest existing ancestor, as ``os.makedirs`` and ``open`` would meet it (a read-only mount refuses even root)."""
+    existing = nearest_existing(directory)
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def lacks_index_cache(directory: Path) -> bool:
+    """Whether ``directory`` certainly holds no complete GPTDataset index cache (:data:`INDEX_CACHE_FILES`), for any
+    configuration: missing (a file in its path included), or listed without one. False when it cannot be listed
+    (megatron may still find one)."""
+    try:
+        names = set(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    rest = INDEX_CACHE_FILES[1:]
+    return not any(all(base + suffix in names for suffix in rest) for base in _cache_bases(names))
+
+
+def _cache_bases(names: Iterable[str]) -> list[str]:
+    """The ``HASH-GPTDataset-SPLIT-`` bases of the GPTDataset index caches whose description is among the file
+    ``names`` of a cache directory, sorted."""
+    first = INDEX_CACHE_FILES[0]
+    return sorted(name.removesuffix(first) for name in names if "-GPTDataset-" in name and name.endswith(first))
+
+
+def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
+    """Raise ``ValueError`` when, without ``--data-cache-path``, megatron-core would have to write the index cache
+    of one of the local dataset ``prefixes`` into :func:`default_index_cache` and cannot: the directory is not
+    writable (a shared, read-only dataset) and has no cache to reuse. Megatron finds out on rank 0 when it builds the
+    datasets, after the model and optimizer are set up. A directory holding some cache is let through: whether it is
+    this run's depends on the run's sample counts and tokenizer, known only then."""
+    if args.data_cache_path is not None:
+        return
+    for prefix in prefixes:
+        cache = default_index_cache(prefix)
+        if not can_write_into(cache) and lacks_index_cache(cache):
+            raise ValueError(f"dataset {prefix!r}: without --data-cache-path megatron-core writes its index cache to "
+                             f"{cache}, which this process cannot write, and no cache is there to reuse; "
+                             "give --data-cache-path DIR, a writable directory (the cache is reused by later runs)")
+
+
+def stale_index_caches(prefix: str, cache_dir: Path) -> list[Path]:
+    """The GPTDataset index caches in ``cache_dir`` (their ``description.txt``) that megatron-core 0.19.2 built for
+    dataset ``prefix`` before the dataset's ``.idx`` was last written. megatron-core reuses a cache whose description
+    matches the run without looking at the dataset, so after a rebuild at the same prefix it reads the new tokens
+    through the old indices: an ``IndexError`` when the dataset shrank, samples cut at the old documents' bounds
+    otherwise. A dataset copied or touched after its cache was built looks the same, so this only finds candidates."""
+    try:
+        index_written = os.stat(f"{prefix}.idx").st_mtime
+        names = os.listdir(cache_dir)
+    except OSError:
+        return []
+    stale = []
+    for base in _cache_bases(names):
+        description_file = cache_dir / f"{base}{INDEX_CACHE_FILES[0]}"
+        try:
+            description = json.loads(description_file.read_text(encoding="utf-8"))
+            built = (cache_dir / f"{base}{INDEX_CACHE_FILES[1]}").stat().st_mtime
+        except (OSError, ValueError):  # not a cache megatron-core would reuse either
+            continue
+        if isinstance(description, dict) and description.get("dataset_path") == prefix and built < index_written:
+            stale.append(description_file)
+    return stale
+
+
+def stale_cache_warnings(args: argparse.Namespace, local_prefixes: list[str]) -> list[str]:
+    """One warning per dataset of ``local_prefixes`` (what :func:`check_data_source` returns) with index caches older
+    than its ``.idx`` (:func:`stale_index_caches`), in ``--data-cache-path`` or the dataset's default cache
+    directory, naming them and the fix. A warning, not a refusal: only the user knows whether the dataset was
+    rebuilt or just copied."""
+    lines = []
+    for prefix in dict.fromkeys(local_prefixes):
+        cache_dir = Path(args.data_cache_path) if args.data_cache_path is not None else default_index_cache(prefix)
+        stale = stale_index_caches(prefix, cache_dir)
+        if stale:
+            bases = ", ".join(str(path).removesuffix(INDEX_CACHE_FILES[0]) + "*" for path in stale)
+            lines.append(f"dataset {prefix!r} was written after {len(stale)} of its index caches were built "
+                         f"({bases}); megatron-core reuses them without checking the dataset, so if it was rebuilt "
+                         "the run reads the new tokens through the old indices: delete those files to have them "
+                         "rebuilt (if the dataset was only copied, they are still right)")
+    return lines
