@@ -18,6 +18,7 @@ from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan, plan_flops
 from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
+from megatron.oellm.recipes.host_paths import check_data_paths, check_host_paths, check_tokenizer_path
 from megatron.oellm.recipes.local import (
     fit_local,
     local_backend_problem,
@@ -35,17 +36,8 @@ from megatron.oellm.recipes.resolve import (
     run_vocab_size,
     select_rows,
 )
-from megatron.oellm.recipes.slurm import (
-    check_cluster_directives,
-    check_data_paths,
-    check_host_paths,
-    check_tokenizer_path,
-    prepare_run_dir,
-    run_dir,
-    sbatch_command,
-    sbatch_text,
-    submit,
-)
+from megatron.oellm.recipes.slurm import check_cluster_directives, run_dir, sbatch_text
+from megatron.oellm.recipes.submission import prepare_run_dir, sbatch_command, submit
 from megatron.oellm.recipes.timing import RunTime, run_time
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"

@@ -19,27 +19,28 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import megatron.oellm
-from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.recipes.config import CONTAINER_RUNTIMES, ClusterSettings, Recipe, RecipeError
-from megatron.oellm.recipes.resolve import ResolvedRow, check_file_system_data
+from megatron.oellm.recipes.host_paths import bind_source, input_binds
+from megatron.oellm.recipes.resolve import ResolvedRow
 
 ENTRY_MODULE = "megatron.oellm.training.entry"
 """The training entry point ``torchrun -m`` starts on every GPU."""
+
 
 JOB_CHECKPOINT_DIR = '"$RUN_DIR/checkpoints/job-$SLURM_JOB_ID"'
 """The job's ``--save`` and ``--load`` directory, as a shell word: one per SLURM job id, so a requeued job (same id)
 resumes from its own checkpoint, while a new submission of the row measures afresh. With one directory per row, a
 second ``--submit`` loaded the first job's final checkpoint, trained no iteration and logged no throughput."""
 
+
 CHECKPOINT_FLAGS = ("--save", "--load")
 """The argv flags whose value the job replaces with :data:`JOB_CHECKPOINT_DIR` when it is the run directory's
 ``checkpoints`` folder (what ``oellm recipe --save-interval`` gives them; a recipe's own ``save`` / ``load`` stand)."""
+
 
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_.:/%@+,=~-]+$")
 
@@ -143,11 +144,11 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
               "image's: off (PYTHONNOUSERSITE = \"\" in [cluster.env] turns them back on).",
               *_env_lines("PYTHONNOUSERSITE", "1", runtime)]
     lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value, runtime)]
-    run_bind = _bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
+    run_bind = bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
     checkout = source_checkout()
     checkout_binds = [] if checkout is None else [
-        _bind_source(str(checkout), "megatron-oellm checkout", "move the checkout to a path without them")]
+        bind_source(str(checkout), "megatron-oellm checkout", "move the checkout to a path without them")]
     binds = list(dict.fromkeys([run_bind, *checkout_binds, *cluster.binds, *input_binds(resolved.flags)]))
     checkpoint_values = _checkpoint_values(resolved, directory)
     lines += [
@@ -295,149 +296,3 @@ def _argv_lines(argv: list[str], shell_values: Mapping[str, str] | None = None) 
         elif not replaced:
             lines[-1] += " " + shlex.quote(token)
     return lines
-
-
-def _is_number(text: str) -> bool:
-    """Whether ``text`` reads as a number (a blend weight)."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def data_prefixes(data_path: Sequence[str]) -> list[str]:
-    """The dataset prefixes megatron-core reads from a ``--data-path`` list, by its own ``get_blend_from_list``: the
-    second of each ``WEIGHT PREFIX`` pair when the list is such pairs, else every entry. A number elsewhere (a weight
-    written after its prefix, a lone weight) is then a prefix to megatron-core too, which the job would stop on at
-    start. A list megatron-core asserts on (numbers mixed into some weights' places) gives every entry, so that the
-    check names the number."""
-    from megatron.core.datasets.utils import get_blend_from_list
-
-    entries = list(data_path)
-    if not entries:
-        return []
-    try:
-        prefixes, _weights = get_blend_from_list(entries)
-    except AssertionError:
-        return entries
-    return list(prefixes)
-
-
-def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
-    """Apptainer binds that make the run's inputs visible in the container at the same absolute paths: the
-    directory of every ``--data-path`` prefix, and the ``--tokenizer-model`` when it is a path here (a Hugging
-    Face hub name is not)."""
-    data_path = flags.get("data-path")
-    entries = [str(entry) for entry in data_path] if isinstance(data_path, (list, tuple)) else []
-    sources = [Path(prefix).absolute().parent for prefix in data_prefixes(entries)]
-    tokenizer = flags.get("tokenizer-model")
-    if isinstance(tokenizer, str) and Path(tokenizer).exists():
-        path = Path(tokenizer).absolute()
-        sources.append(path if path.is_dir() else path.parent)
-    return [_bind_source(source, "input directory", "move or link the data to a path without them")
-            for source in dict.fromkeys(str(source) for source in sources)]
-
-
-def _bind_source(source: str, what: str, fix: str) -> str:
-    """``source`` as an Apptainer ``--bind`` value; refused when it holds ':' or ',', which ``--bind`` reads as the
-    separators of ``SRC:DST`` and of a list (the job would stop at start, after its wait in the queue)."""
-    if ":" in source or "," in source:
-        raise RecipeError(f"{what} {source!r} has ':' or ',', which a container --bind (Apptainer, Singularity) cannot carry; {fix}")
-    return source
-
-
-def check_data_paths(data_path: Sequence[str]) -> None:
-    """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
-    nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
-    job starts)."""
-    from megatron.oellm.training.data_sources import missing_dataset_files
-
-    check_file_system_data(data_path)
-    for prefix in data_prefixes(data_path):
-        if missing := missing_dataset_files(prefix):
-            fix = ("megatron-core reads this number as a dataset prefix: write each weight before its prefix "
-                   "(WEIGHT PREFIX WEIGHT PREFIX ...)" if _is_number(prefix) else
-                   "give the prefix of a Megatron dataset, without .bin/.idx")
-            raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
-                              f"(relative to {Path.cwd()}); {fix}")
-
-
-def check_tokenizer_path(tokenizer_model: str) -> None:
-    """Refuse a ``--tokenizer-model`` written as a path (absolute, or starting with ``./`` or ``../``) that
-    does not exist here: it can be no Hugging Face hub name, the login node shares the compute nodes' file system,
-    and the job would stop at its first tokenizer call, after the queue (relative paths: from the current directory,
-    where the job starts). Hub names (``org/name``) are left to the run."""
-    if tokenizer_model.startswith(("/", "./", "../")) and not Path(tokenizer_model).exists():
-        raise RecipeError(f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give "
-                          "a tokenizer directory or file on the shared file system, a Hugging Face hub name "
-                          "(org/name), or 'byte'")
-
-
-def check_host_paths(cluster: ClusterSettings) -> None:
-    """Refuse an image or bind source that does not exist here, before a job waits in the queue for nothing.
-
-    A relative path is checked from the current directory, where the job starts; an image URI (``docker://``,
-    ``oras://`` ...) is left to Apptainer. An empty path is refused: ``Path("")`` is the current directory, which
-    exists.
-    """
-    if not cluster.image:
-        raise RecipeError("the container image path is empty (an unset variable in --image?); pass --image PATH")
-    if "://" not in cluster.image and not Path(cluster.image).exists():
-        raise RecipeError(f"container image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
-                          "(docs/container.md) or pass --image PATH")
-    for bind in cluster.binds:
-        source = bind.split(":", 1)[0]
-        if not source:
-            raise RecipeError(f"cluster.binds entry {bind!r} has an empty source path; write SRC[:DST]")
-        if not Path(source).exists():
-            raise RecipeError(f"bind source {source!r} of cluster.binds entry {bind!r} does not exist")
-
-
-def prepare_run_dir(directory: Path) -> None:
-    """Create the run directory ``directory`` (SLURM opens the job log there before the script runs); a directory
-    that cannot be created (a file in the way, no permission) is a :class:`RecipeError` naming ``--output-dir``."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise RecipeError(f"cannot create the run directory {str(directory)!r} ({error.strerror or error}); pass "
-                          "--output-dir DIR (or set cluster.output_dir) to a directory you can write") from error
-
-
-def _new_script(directory: Path, script: str) -> Path:
-    """Write ``script`` to ``job.sbatch`` in ``directory``, or to ``job-<N>.sbatch`` (smallest free N >= 2) when an
-    earlier submission's script is there; an existing script is never overwritten."""
-    prepare_run_dir(directory)
-    number = 1
-    while True:
-        path = directory / ("job.sbatch" if number == 1 else f"job-{number}.sbatch")
-        try:
-            with path.open("x") as file:
-                file.write(script)
-        except FileExistsError:
-            number += 1
-            continue
-        except OSError as error:
-            raise RecipeError(f"cannot write the job script {str(path)!r} ({error.strerror or error}); pass "
-                              "--output-dir DIR (or set cluster.output_dir) to a directory you can write") from error
-        return path
-
-
-def sbatch_command() -> str:
-    """Path of ``sbatch`` on PATH; RecipeError naming the fix when there is none (checked before any run directory
-    is created, so a submission from a machine without SLURM leaves nothing behind)."""
-    sbatch = shutil.which("sbatch")
-    if sbatch is None:
-        raise RecipeError("sbatch not found: submit from a SLURM login node, or use --dry-run to print the script")
-    return sbatch
-
-
-def submit(script: str, directory: Path) -> str:
-    """Write ``script`` to a new job script in ``directory`` (see :func:`_new_script`), submit it with ``sbatch``;
-    return sbatch's output."""
-    sbatch = sbatch_command()
-    path = _new_script(directory, script)
-    done = subprocess.run([sbatch, str(path)], capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise RecipeError(f"sbatch {path} failed ({done.returncode}): {done.stderr.strip()}")
-    return done.stdout.strip()

@@ -116,7 +116,7 @@ def test_a_value_error_names_the_file(tmp_path, capsys):
 def test_an_empty_image_or_bind_source_is_refused_before_submission(tmp_path, monkeypatch, cluster):
     """``--image "$SIF"`` with ``SIF`` unset gives an empty path, which ``Path("").exists()`` read as the current
     directory: the submission check passed and the job failed in Apptainer after its wait in the queue."""
-    from megatron.oellm.recipes.slurm import check_host_paths
+    from megatron.oellm.recipes.host_paths import check_host_paths
 
     monkeypatch.chdir(tmp_path)
     recipe = load_recipe(EXAMPLES / "qwen3_30b_a3b_mn5.toml")

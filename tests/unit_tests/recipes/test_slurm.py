@@ -12,7 +12,8 @@ from recipe_helpers import EXAMPLES, fake_sbatch
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
-from megatron.oellm.recipes.slurm import check_host_paths, submit
+from megatron.oellm.recipes.host_paths import check_host_paths
+from megatron.oellm.recipes.submission import submit
 
 HOSTILE = "/scratch/my images/o'ellm $(touch pwned) `touch pwned2`.sif"
 

@@ -16,7 +16,7 @@ import pytest
 from recipe_helpers import EXAMPLES, fake_local_launch
 
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
-from megatron.oellm.recipes.slurm import submit
+from megatron.oellm.recipes.submission import submit
 
 STAND_INS = {
     "scontrol": '#!/bin/bash\nfor i in $(seq 1 "$SLURM_NNODES"); do echo "node$i"; done\n',

@@ -1,0 +1,110 @@
+"""What a job reads on the cluster, checked from the login node before it is queued (which shares the compute
+nodes' file system): the image and bind sources, the ``--data-path`` prefixes and a ``--tokenizer-model`` path; and
+the container binds that make those inputs visible at the same paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from megatron.oellm.megatron_args import FlagValue
+from megatron.oellm.recipes.config import ClusterSettings, RecipeError
+from megatron.oellm.recipes.resolve import check_file_system_data
+
+
+def _is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number (a blend weight)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def data_prefixes(data_path: Sequence[str]) -> list[str]:
+    """The dataset prefixes megatron-core reads from a ``--data-path`` list, by its own ``get_blend_from_list``: the
+    second of each ``WEIGHT PREFIX`` pair when the list is such pairs, else every entry. A number elsewhere (a weight
+    written after its prefix, a lone weight) is then a prefix to megatron-core too, which the job would stop on at
+    start. A list megatron-core asserts on (numbers mixed into some weights' places) gives every entry, so that the
+    check names the number."""
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    entries = list(data_path)
+    if not entries:
+        return []
+    try:
+        prefixes, _weights = get_blend_from_list(entries)
+    except AssertionError:
+        return entries
+    return list(prefixes)
+
+
+def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
+    """Apptainer binds that make the run's inputs visible in the container at the same absolute paths: the
+    directory of every ``--data-path`` prefix, and the ``--tokenizer-model`` when it is a path here (a Hugging
+    Face hub name is not)."""
+    data_path = flags.get("data-path")
+    entries = [str(entry) for entry in data_path] if isinstance(data_path, (list, tuple)) else []
+    sources = [Path(prefix).absolute().parent for prefix in data_prefixes(entries)]
+    tokenizer = flags.get("tokenizer-model")
+    if isinstance(tokenizer, str) and Path(tokenizer).exists():
+        path = Path(tokenizer).absolute()
+        sources.append(path if path.is_dir() else path.parent)
+    return [bind_source(source, "input directory", "move or link the data to a path without them")
+            for source in dict.fromkeys(str(source) for source in sources)]
+
+
+def bind_source(source: str, what: str, fix: str) -> str:
+    """``source`` as an Apptainer ``--bind`` value; refused when it holds ':' or ',', which ``--bind`` reads as the
+    separators of ``SRC:DST`` and of a list (the job would stop at start, after its wait in the queue)."""
+    if ":" in source or "," in source:
+        raise RecipeError(f"{what} {source!r} has ':' or ',', which a container --bind (Apptainer, Singularity) cannot carry; {fix}")
+    return source
+
+
+def check_data_paths(data_path: Sequence[str]) -> None:
+    """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
+    nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
+    job starts)."""
+    from megatron.oellm.training.data_sources import missing_dataset_files
+
+    check_file_system_data(data_path)
+    for prefix in data_prefixes(data_path):
+        if missing := missing_dataset_files(prefix):
+            fix = ("megatron-core reads this number as a dataset prefix: write each weight before its prefix "
+                   "(WEIGHT PREFIX WEIGHT PREFIX ...)" if _is_number(prefix) else
+                   "give the prefix of a Megatron dataset, without .bin/.idx")
+            raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
+                              f"(relative to {Path.cwd()}); {fix}")
+
+
+def check_tokenizer_path(tokenizer_model: str) -> None:
+    """Refuse a ``--tokenizer-model`` written as a path (absolute, or starting with ``./`` or ``../``) that
+    does not exist here: it can be no Hugging Face hub name, the login node shares the compute nodes' file system,
+    and the job would stop at its first tokenizer call, after the queue (relative paths: from the current directory,
+    where the job starts). Hub names (``org/name``) are left to the run."""
+    if tokenizer_model.startswith(("/", "./", "../")) and not Path(tokenizer_model).exists():
+        raise RecipeError(f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give "
+                          "a tokenizer directory or file on the shared file system, a Hugging Face hub name "
+                          "(org/name), or 'byte'")
+
+
+def check_host_paths(cluster: ClusterSettings) -> None:
+    """Refuse an image or bind source that does not exist here, before a job waits in the queue for nothing.
+
+    A relative path is checked from the current directory, where the job starts; an image URI (``docker://``,
+    ``oras://`` ...) is left to Apptainer. An empty path is refused: ``Path("")`` is the current directory, which
+    exists.
+    """
+    if not cluster.image:
+        raise RecipeError("the container image path is empty (an unset variable in --image?); pass --image PATH")
+    if "://" not in cluster.image and not Path(cluster.image).exists():
+        raise RecipeError(f"container image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
+                          "(docs/container.md) or pass --image PATH")
+    for bind in cluster.binds:
+        source = bind.split(":", 1)[0]
+        if not source:
+            raise RecipeError(f"cluster.binds entry {bind!r} has an empty source path; write SRC[:DST]")
+        if not Path(source).exists():
+            raise RecipeError(f"bind source {source!r} of cluster.binds entry {bind!r} does not exist")
