@@ -13,7 +13,8 @@ A megatron output directory is what megatron training's ``--load`` reads: ``late
 (``release``) and ``release/`` holding the distributed checkpoint, whose common state carries the card
 (``oellm_card``) and the source's ``config.json`` / ``generation_config.json`` texts (``oellm_hf_config``) next to
 ``checkpoint_version``, ``iteration`` and the run arguments megatron's loader reads (``args``,
-:func:`megatron_checkpoint_args`); ``mcore-to-hf`` writes those texts back unchanged.
+:func:`megatron_checkpoint_args`); ``mcore-to-hf`` writes those texts back unchanged, and with ``--tokenizer`` the
+tokenizer files of that folder (:mod:`megatron.oellm.convert.tokenizer_files`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ from megatron.oellm.convert.safetensors_io import (
     is_written_name,
     layout_of,
     tensor_nbytes,
+)
+from megatron.oellm.convert.tokenizer_files import (
+    check_tokenizer_dir,
+    copy_tokenizer_files,
+    foreign_in_tokenizer_entry,
 )
 from megatron.oellm.convert.vocab_padding import (
     HF_VOCAB_TENSORS,
@@ -162,6 +168,12 @@ def _foreign_in_hf_output(entry: Path) -> list[str]:
     """What ``entry`` of ``--out`` holds that mcore-to-hf does not write (see :data:`output.Foreign`): anything but
     its config, safetensors and index files."""
     return [] if (entry.name in CONFIG_FILES or is_written_name(entry.name)) and entry.is_file() else [entry.name]
+
+
+def _foreign_in_hf_output_with_tokenizer(entry: Path) -> list[str]:
+    """:func:`_foreign_in_hf_output` for an export given ``--tokenizer``, which writes the tokenizer files too: a
+    previous export's tokenizer files are replaced by the new ones."""
+    return _foreign_in_hf_output(entry) and foreign_in_tokenizer_entry(entry)
 
 
 def card_record(card: ModelCard) -> dict:
@@ -515,12 +527,15 @@ def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: 
 
 
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
-                           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-                           hf_config_dir: Path | None = None) -> ConversionSummary:
+                           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, hf_config_dir: Path | None = None,
+                           tokenizer_dir: Path | None = None) -> ConversionSummary:
     """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``; vocabulary
     rows megatron padded past the card's vocabulary are dropped, and so is a multi-token-prediction block
     (:data:`MTP_KEY_PREFIX`, listed in the summary's ``skipped``). ``config.json`` / ``generation_config.json`` are
-    those of ``hf_config_dir``, else those stored with the checkpoint, else the card's config."""
+    those of ``hf_config_dir``, else those stored with the checkpoint, else the card's config. With
+    ``tokenizer_dir`` the export also holds that folder's tokenizer files (:mod:`tokenizer_files`), and a previous
+    export's tokenizer files in ``out_dir`` are replaced rather than refused as foreign."""
+    tokenizer_names = check_tokenizer_dir(tokenizer_dir, card.vocab_size) if tokenizer_dir is not None else []
     module = family_module(card)
     reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
     stored = reader.tensor_shapes()
@@ -532,11 +547,15 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
                                  common.get("args"))
     unit_pieces = _planned_pieces(card, reader, padded)
     config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
-    check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs])
+    tokenizer_inputs = [tokenizer_dir / name for name in tokenizer_names] if tokenizer_dir is not None else []
+    check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs, *tokenizer_inputs])
     needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     layout = _hf_layout(card, reader, unit_pieces)
-    with (staged_output(out_dir, overwrite, _foreign_in_hf_output, needed) as staging,
+    foreign = _foreign_in_hf_output_with_tokenizer if tokenizer_dir is not None else _foreign_in_hf_output
+    with (staged_output(out_dir, overwrite, foreign, needed) as staging,
           ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(tokenizer_dir, tokenizer_names, staging)
         for unit, pieces in zip(units(card), unit_pieces, strict=True):
             _export_unit(card, unit, reader, pieces, writer)
         writer.close()  # refuses an export that did not write every tensor of the layout
@@ -544,5 +563,8 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
             (staging / name).write_bytes(text.encode("utf-8"))
         if CONFIG_NAME not in config_files:
             module.hf_config_from_card(card).save_pretrained(staging)
+    tokenizer_note = ([f"copied {len(tokenizer_names)} tokenizer files from --tokenizer {tokenizer_dir}: "
+                       f"{', '.join(tokenizer_names)}"] if tokenizer_dir is not None else [])
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout),
-                             sorted(key for key in stored if key.startswith(MTP_KEY_PREFIX)), padded - card.vocab_size, [config_note, *_leftover_notes(out_dir)])
+                             sorted(key for key in stored if key.startswith(MTP_KEY_PREFIX)), padded - card.vocab_size,
+                             [config_note, *tokenizer_note, *_leftover_notes(out_dir)])

@@ -1,13 +1,16 @@
-"""Test helpers for checkpoint conversion: random HF tensors for a card and a bitwise comparison."""
+"""Test helpers for checkpoint conversion: random HF tensors for a card, a bitwise comparison, a tiny tokenizer."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -17,6 +20,9 @@ from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.family import expected_shapes, family_module
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, ShardedSafetensorsWriter, layout_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def random_hf_tensors(card: ModelCard, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict[str, Tensor]:
@@ -123,3 +129,27 @@ def raised_while_writing(code: int, path: str, kind: type[RuntimeError] = Runtim
             raise kind(message) from None
     except RuntimeError as error:
         return error
+
+
+def save_tiny_tokenizer(directory: Path, vocab_size: int, seed: int,
+                        chat_template: str | dict[str, str] | None = None) -> PreTrainedTokenizerBase:
+    """A byte-level BPE tokenizer of exactly ``vocab_size`` tokens (ids 0 to ``vocab_size - 1``, the last an added
+    special token), trained on fresh random text and saved with transformers' ``save_pretrained`` into
+    ``directory`` (no download); returns it. ``chat_template`` (one, or named ones with a ``default``) is saved too."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(seed)
+    text = ["".join(rng.choices(string.ascii_letters + string.digits + " .,", k=400)) for _ in range(100)]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator(text, trainers.BpeTrainer(vocab_size=vocab_size - 1, show_progress=False,
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    assert backend.get_vocab_size() == vocab_size - 1, "random text too short for the merges asked for"
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>")
+    assert len(tokenizer) == vocab_size
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(directory)
+    return tokenizer
