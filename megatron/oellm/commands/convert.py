@@ -2,7 +2,8 @@
 
 ``oellm convert hf-to-mcore --model CARD --hf PATH --out DIR`` writes a megatron-core distributed checkpoint that
 megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CARD --mcore DIR --out PATH`` writes
-sharded safetensors plus ``config.json`` that ``from_pretrained`` loads. ``--vocab-size N`` (either direction)
+sharded safetensors plus ``config.json`` that ``from_pretrained`` loads (with ``--tokenizer DIR``, also that folder's
+tokenizer files, for ``AutoTokenizer`` and evaluation harnesses). ``--vocab-size N`` (either direction)
 converts with the card's vocabulary set to N, for checkpoints of a run trained with ``--vocab-size N``. Both stream
 one layer at a time. Bad input exits with status 2, a conversion stopped by SIGTERM / SIGHUP / SIGINT (Ctrl-C)
 with 128 + the signal number; the reason goes to stderr as ``oellm convert DIRECTION: error: ...``.
@@ -28,6 +29,12 @@ _OVERWRITE_HELP = ("replace a previous output of this conversion in a non-empty 
 _VOCAB_HELP = ("the vocabulary the checkpoint was made with, when not the card's (e.g. a run trained with "
                "--vocab-size N, or an HF model with an extended vocabulary): converts with the card's vocabulary "
                "set to N; mcore-to-hf still drops megatron's padding rows past N")
+_TOKENIZER_HELP = ("copy the Hugging Face tokenizer files of this folder (tokenizer_config.json with tokenizer.json, "
+                   "tokenizer.model or vocab.json; merges.txt, special_tokens_map.json, added_tokens.json, chat "
+                   "templates) into the export, byte for byte, so that AutoTokenizer, lm-eval and vLLM load it as is; "
+                   "never the folder's config.json or weights. Its token ids must be below the model's vocabulary "
+                   "size. With --overwrite, a previous export's tokenizer files are replaced (without --tokenizer "
+                   "they are refused, as any file this conversion does not write)")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
@@ -91,6 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_hf.add_argument("--hf-config", type=path_argument, metavar="DIR",
                        help="take config.json (and generation_config.json) from this HF model directory, checked "
                             "against the card (default: those hf-to-mcore kept with the checkpoint, else the card's)")
+    to_hf.add_argument("--tokenizer", type=path_argument, metavar="DIR", help=_TOKENIZER_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,7 +135,8 @@ def _convert(args: argparse.Namespace) -> int:
             summary = hf_to_mcore_checkpoint(card, args.hf, args.out, overwrite=args.overwrite)
         else:
             summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
-                                             max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config)
+                                             max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config,
+                                             tokenizer_dir=args.tokenizer)
     except CardError as error:
         return refuse(f"convert {args.direction}", error)
     except ConversionError as error:
