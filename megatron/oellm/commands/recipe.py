@@ -192,8 +192,9 @@ def reference_flops_note(reference: Mapping[str, float], gflops_per_token: float
     side, reads, percent = ("above", "higher", off * 100) if off > 0 else ("below", "lower", -off * 100)
     return (f"note: the report's {tflops} TFLOP/s/GPU at {tokens} tokens/s/GPU count {implied:.2f} GFLOP/token, "
             f"{percent:.1f} % {side} this plan's {gflops_per_token:.2f}: its TFLOP/s and MFU read {percent:.1f} % "
-            f"{reads} than oellm table's at the same throughput; compare tokens/s/GPU "
-            "(docs/flops.md, \"How far the MN5 tables are from the corrected count\")\n")
+            f"{reads} than oellm table's at the same throughput; compare tokens/s/GPU, if the report's run built this "
+            "model (a count that only another model fits says it may not: docs/flops.md, \"How far the MN5 tables "
+            "are from the corrected count\")\n")
 
 
 def _megatron_gflops_per_token(resolved: ResolvedRow) -> float | None:
