@@ -155,7 +155,17 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
                      f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  {recipe.row_seq_length(row):>5}  "
                      f"{recipe.row_train_iters(row):>5}  {recipe.row_time(row):>8}  {text}")
+    lines += ["", table_command(recipe)]
     return "\n".join(lines)
+
+
+def table_command(recipe: Recipe) -> str:
+    """The ``oellm table`` command that reads the logs of every row's jobs (run directories of the recipe's output
+    folder), with the report's efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's
+    own default, its smallest run, is another row for the strong-scaling tables)."""
+    logs = shlex.quote(str(run_dir(recipe, 1).parent)) + "/row*/slurm-*.out"
+    baseline = "" if recipe.table_baseline_nodes is None else f" --baseline-nodes {recipe.table_baseline_nodes}"
+    return f"table of the jobs' logs once they have run: oellm table {logs}{baseline}"
 
 
 def describe_row(job: Job) -> str:
@@ -291,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
             for job in jobs:
                 prepare_run_dir(job.directory)
         if args.submit:
-            return submit_jobs(jobs, args.config)
+            return submit_jobs(recipe, jobs, args.config)
         for job in jobs:
             print(f"\n{describe_row(job)}\n{job.script}")
         if local_blocker_text:  # a script that asked for training must not read the dry run as success
@@ -301,8 +311,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def submit_jobs(jobs: list[Job], config: str) -> int:
-    """Submit ``jobs`` in row order, one line per queued row; 0, or 130 when interrupted (Ctrl-C), after naming the
+def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
+    """Submit ``jobs`` (rows of ``recipe``) in row order, one line per queued row, then the ``oellm table`` command
+    of their logs (:func:`table_command`); 0, or 130 when interrupted (Ctrl-C), after naming the
     rows that were queued, the one whose ``sbatch`` may or may not have queued it, and the command that submits the
     rest: a rerun of the whole command would queue the queued rows a second time."""
     queued: list[int] = []
@@ -310,6 +321,7 @@ def submit_jobs(jobs: list[Job], config: str) -> int:
         for job in jobs:
             print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})", flush=True)
             queued.append(job.number)
+        print(table_command(recipe))
     except KeyboardInterrupt:
         rest = [job.number for job in jobs if job.number not in queued]
         rows = f"rows {', '.join(map(str, queued))} are queued" if queued else "no row is queued"

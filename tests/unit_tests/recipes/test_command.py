@@ -76,7 +76,7 @@ def test_submit_writes_one_job_per_selected_row(tmp_path, monkeypatch, capsys):
     assert "#SBATCH --nodes=16" in script and "#SBATCH --account=ehpc533" in script
     assert '--save "$CHECKPOINT_DIR"' in script and '--load "$CHECKPOINT_DIR"' in script
     assert 'CHECKPOINT_DIR="$RUN_DIR/checkpoints/job-$SLURM_JOB_ID"' in script and "--save-interval 5" in script
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"row 3: Submitted batch job 7 ({job.parent})"
+    assert capsys.readouterr().out.strip().splitlines()[-2] == f"row 3: Submitted batch job 7 ({job.parent})"
     assert len(list((tmp_path / "runs").rglob("job.sbatch"))) == 1
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -24,10 +25,11 @@ QWEN3_30B = EXAMPLES / "qwen3_30b_a3b_mn5.toml"  # vocab_size = 262144
 
 
 def _row_lines(text: str) -> list[list[str]]:
-    """The whitespace-split row lines of a dry-run header's table (after its ``row  nodes ...`` title line)."""
+    """The whitespace-split row lines of a dry-run header's table (after its ``row  nodes ...`` title line, up to the
+    blank line before the table command)."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["row", "nodes"]) + 1
-    return [line.split() for line in lines[start:]]
+    return [line.split() for line in itertools.takewhile(bool, lines[start:])]
 
 
 def test_the_dry_run_table_shows_each_rows_own_sequence_iterations_and_time_limit():

@@ -1,0 +1,76 @@
+"""``oellm recipe`` prints the ``oellm table`` command of its jobs' logs, with the report's efficiency baseline
+(``table_baseline_nodes``): the strong-scaling table's efficiency column is relative to its 8-node row, while
+``oellm table`` on its own takes the smallest run (4 nodes) and printed "Efficiency vs 4 nodes"."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import glob
+import random
+import shlex
+from pathlib import Path
+
+from recipe_helpers import EXAMPLES, fake_sbatch
+
+from megatron.oellm.cli import main
+from megatron.oellm.recipes import load_recipe
+from megatron.oellm.recipes.slurm import run_dir
+from tests.unit_tests.megatron_logs import megatron_args, megatron_log
+
+STRONG = EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"
+PREFIX = "table of the jobs' logs once they have run: "
+
+
+def _table_command(out: str) -> list[str]:
+    (line,) = [line for line in out.splitlines() if line.startswith(PREFIX)]
+    return shlex.split(line.removeprefix(PREFIX))
+
+
+def test_the_command_reads_every_rows_log_against_the_reports_baseline(tmp_path, capsys):
+    assert main(["recipe", str(STRONG), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    command = _table_command(capsys.readouterr().out)
+    assert command[:2] == ["oellm", "table"] and command[-2:] == ["--baseline-nodes", "8"]
+    recipe = load_recipe(STRONG)
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
+    for number in range(1, len(recipe.rows) + 1):
+        log = run_dir(recipe, number) / f"slurm-{random.randrange(10**6)}.out"  # where each row's job writes it
+        assert fnmatch.fnmatch(str(log), command[2])
+
+
+def test_the_printed_command_gives_the_reports_efficiency_column(tmp_path, capsys):
+    """Logs of rows 1 and 2 (4 and 8 nodes) where the printed command looks: efficiency against the 8-node row."""
+    assert main(["recipe", str(STRONG), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    command = _table_command(capsys.readouterr().out)
+    folder = Path(command[2].removesuffix("/row*/slurm-*.out"))
+    tokens = {4: random.uniform(5000, 7000), 8: random.uniform(5000, 7000)}
+    for row, nodes in ((1, 4), (2, 8)):
+        args = megatron_args("qwen3_5_35b_a3b_mn5_strong", row, {"world_size": nodes * 4})
+        step_ms = 4096 * 4096 / tokens[nodes] / (nodes * 4) * 1000
+        directory = folder / f"row{row:02d}-{nodes}n"
+        directory.mkdir(parents=True)
+        (directory / "slurm-1.out").write_text(megatron_log(args, [step_ms] * 10, [120.0] * 10))
+    logs = sorted(glob.glob(command[2]))
+    assert len(logs) == 2
+    assert main(["table", *logs, "--gpus-per-node", "4", *command[3:]]) == 0
+    table = capsys.readouterr().out
+    assert "Efficiency vs 8 nodes" in table
+
+
+def test_a_baseline_no_row_runs_on_is_refused(tmp_path, capsys):
+    nodes = random.choice([3, 5, 12, 256])
+    config = tmp_path / "strong_other.toml"
+    config.write_text(f'extends = "{STRONG}"\ntable_baseline_nodes = {nodes}\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"table_baseline_nodes = {nodes} names no row (the rows run on [4, 8, 16, 32, 64, 128] nodes)" in err
+
+
+def test_a_submission_ends_with_the_command(tmp_path, monkeypatch, capsys):
+    fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 9")
+    image = tmp_path / "image.sif"
+    image.touch()
+    assert main(["recipe", str(STRONG), "--submit", "--row", "2", "--output-dir", str(tmp_path / "runs"),
+                 "--image", str(image)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(PREFIX) and last.endswith(" --baseline-nodes 8") and str(tmp_path / "runs") in last
