@@ -43,10 +43,18 @@ RUN python -c "import transformer_engine.pytorch" \
         -c /opt/base-constraints.txt -c /opt/oellm-constraints.txt ".[gdn,hf]"
 
 # fla 0.6.0's GDN backward on Hopper needs TileLang where Triton < 3.7.1 (fla issue 640; `oellm doctor` checks it).
-RUN if python -c "import sys, triton; from packaging.version import Version; \
-sys.exit(0 if Version(triton.__version__) < Version('3.7.1') else 1)"; then \
-        pip install --no-cache-dir -c /opt/base-constraints.txt -c /opt/oellm-constraints.txt tilelang==0.1.15; \
-    fi
+# The Triton check is its own step: a triton that does not import fails the build (it used to read as "new enough").
+# TileLang and the requirements pinned with it come as wheels only: their source builds (TileLang's builds TVM) take
+# hours or need toolchains the base may lack, so a missing wheel fails in seconds. The import then proves the stack.
+RUN needs_tilelang="$(python -c "import triton; from packaging.version import Version; \
+print(int(Version(triton.__version__) < Version('3.7.1')))")" \
+    && case "${needs_tilelang}" in \
+        1) PIP_ONLY_BINARY=tilelang,apache-tvm-ffi,z3-solver,torch-c-dlpack-ext \
+           pip install --no-cache-dir -c /opt/base-constraints.txt -c /opt/oellm-constraints.txt tilelang==0.1.15 \
+           && python -c "import tilelang" ;; \
+        0) ;; \
+        *) echo "error: the Triton check printed '${needs_tilelang}', not 0 or 1" >&2; exit 1 ;; \
+    esac
 
 # The image's check: versions and known-bad combinations (no GPU at build time: GPU checks are warnings).
 RUN oellm doctor
