@@ -22,6 +22,10 @@ FLA_BAD_TRITON_FROM = Version("3.4.0")
 """First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
 FLA_FIXED_TRITON = Version("3.7.1")
 """First Triton release with which fla's Triton GDN/KDA backward is right again on Hopper."""
+FLA_TILELANG_FIX = ("pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 (the versions tested; fla "
+                    "then uses its TileLang backward, which needs nvcc), or, where this torch allows it, pip install "
+                    "'triton>=3.7.1'")
+"""The fix of an fla issue 640 error: the TileLang stack the image pins, or a Triton without the bug."""
 
 
 def check_python(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
@@ -135,21 +139,25 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
 
     fla 0.6.0 replaces that Triton kernel by a TileLang one when tilelang is importable, an nvcc is found, and
     neither ``FLA_TILELANG=0`` nor ``FLA_DISABLE_BACKEND_DISPATCH=1`` is set; otherwise it raises in the backward
-    pass (older fla releases silently computed wrong gradients).
+    pass (older fla releases silently computed wrong gradients). Where no Hopper GPU is seen (an image build, a login
+    node) the rule does not apply, except to a tilelang that is installed but does not import with such a Triton: that
+    install fails on the Hopper nodes too, so it is an error wherever the doctor runs.
     """
     name = "fla-hopper-triton"
     fla, triton = report.versions.get("fla"), report.versions.get("triton")
     hopper = [gpu for gpu in report.gpus if is_hopper(gpu)]
     missing = [what for what, absent in (("fla", fla is None), ("Triton", triton is None), ("Hopper GPU", not hopper))
                if absent]
+    broken_tilelang = _tilelang_import_problem(report)
+    if missing == ["Hopper GPU"] and broken_tilelang is not None and _fla_affected(triton):
+        return [_broken_tilelang_without_hopper(triton, broken_tilelang)]
     if missing:
         return [Finding("ok", name, f"not applicable: {', '.join(missing)} not found.")]
-    try:
-        triton_version = Version(triton)
-    except InvalidVersion:
+    affected = _fla_affected(triton)
+    if affected is None:
         return [Finding("warning", name, f"cannot parse the Triton version {triton!r} to check fla issue 640.",
                         "install a released Triton >= 3.7.1")]
-    if not FLA_BAD_TRITON_FROM <= triton_version < FLA_FIXED_TRITON:
+    if not affected:
         return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
     tilelang_blocker = _fla_tilelang_blocker(report, env)
     if tilelang_blocker is None:
@@ -161,18 +169,47 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
         f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails; the Qwen3 "
         f"MoE models use no fla kernel.",
-        "pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 (the versions tested; fla then uses "
-        "its TileLang backward, which needs nvcc), or, where this torch allows it, pip install 'triton>=3.7.1'",
+        FLA_TILELANG_FIX,
     )]
+
+
+def _fla_affected(triton: str) -> bool | None:
+    """Whether Triton release ``triton`` is in the range where fla's Triton GDN/KDA backward is wrong on Hopper (fla
+    issue 640), so that fla needs its TileLang backward there; None when the version cannot be parsed."""
+    try:
+        return FLA_BAD_TRITON_FROM <= Version(triton) < FLA_FIXED_TRITON
+    except InvalidVersion:
+        return None
+
+
+def _broken_tilelang_without_hopper(triton: str, problem: str) -> Finding:
+    """The error for a tilelang that is installed but does not import (``problem``) where no Hopper GPU is seen (an
+    image build, a login node): Hopper nodes need it with this Triton, and an install that fails to import here fails
+    there too, so waiting for a GPU would only move the error into a queued job."""
+    return Finding(
+        "error", "fla-hopper-triton",
+        f"no Hopper GPU is seen here, but with Triton {triton} fla needs its TileLang backward on Hopper (fla issue "
+        f"640), and {problem}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) on a Hopper "
+        "node with this environment fails; the Qwen3 MoE models use no fla kernel.",
+        FLA_TILELANG_FIX,
+    )
+
+
+def _tilelang_import_problem(report: EnvironmentReport) -> str | None:
+    """Why an installed tilelang does not import (what fla then crashes on), or None when it imports or is absent."""
+    if not report.tilelang_importable or report.tilelang_import_error is None:
+        return None
+    return (f"tilelang is installed but does not import ({report.tilelang_import_error}); tilelang 0.1.15 needs "
+            "z3-solver >= 4.13, < 4.15.5 (it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
 
 
 def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> str | None:
     """Why fla would not use its TileLang kernels here, or None when it would."""
     if not report.tilelang_importable:
         return "tilelang is not installed"
-    if report.tilelang_import_error is not None:
-        return (f"tilelang is installed but does not import ({report.tilelang_import_error}); tilelang 0.1.15 needs "
-                "z3-solver >= 4.13, < 4.15.5 (it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
+    import_problem = _tilelang_import_problem(report)
+    if import_problem is not None:
+        return import_problem
     if report.nvcc_path is None:
         return "tilelang is installed but no nvcc was found (set CUDA_HOME or load a CUDA module)"
     if env.get("FLA_DISABLE_BACKEND_DISPATCH") == "1":
