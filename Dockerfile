@@ -8,7 +8,8 @@
 #
 # An image runs on the CPU architecture it was built for: x86_64 (linux/amd64) for MareNostrum 5, aarch64
 # (linux/arm64) for Jupiter's GH200. The base image has both; build Jupiter's on an aarch64 machine or with
-#   docker buildx build --platform linux/arm64 -t megatron-oellm:0.1.0-hybridep-arm64 --target hybridep --load .
+#   docker buildx build --platform linux/arm64 -t megatron-oellm:0.1.0-hybridep-arm64 --target hybridep \
+#     --build-arg HYBRID_EP_MULTINODE=1 --load .   # the Jupiter recipes' HybridEP groups span nodes
 #   apptainer build megatron-oellm-0.1.0-hybridep-arm64.sif docker-daemon://megatron-oellm:0.1.0-hybridep-arm64
 # (docs/container.md has the Apptainer steps). Every recipe in examples/oellm/ dispatches MoE tokens with the flex
 # dispatcher's HybridEP (some rows with DeepEP or all-to-all) and names the hybridep target's image:
@@ -80,6 +81,9 @@ ARG TORCH_CUDA_ARCH_LIST=9.0
 # across nodes").
 ARG HYBRID_EP_MULTINODE=0
 ARG RDMA_CORE_HOME=
+# The setting, readable in the image: `docker inspect` shows the label; `oellm doctor` warns where it is not 1.
+LABEL org.openeurollm.hybrid-ep-multinode="${HYBRID_EP_MULTINODE}"
+ENV OELLM_HYBRID_EP_MULTINODE=${HYBRID_EP_MULTINODE}
 # A DEEPEP_REF without HybridEP (e.g. main) would build an image whose recipes fail at model build: refuse it here.
 RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
     && git -C /opt/DeepEP checkout "${DEEPEP_REF}" \

@@ -1,8 +1,9 @@
-"""The Dockerfile's TileLang step, run with stand-ins.
+"""The Dockerfile's TileLang step, run with stand-ins, and the build settings the Jupiter image needs.
 
-It read any Python error in its Triton check (a triton that does not import) as "Triton is new enough" and skipped
-TileLang, never checked that the TileLang it installed imports, and let pip fall back to source builds of TileLang
-(which builds TVM) and its pinned requirements.
+The TileLang step read any Python error in its Triton check (a triton that does not import) as "Triton is new enough"
+and skipped TileLang, never checked that the TileLang it installed imports, and let pip fall back to source builds of
+TileLang (which builds TVM) and its pinned requirements; the Jupiter build commands left HybridEP single-node although
+every Jupiter recipe row's expert-parallel group spans nodes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import megatron.oellm
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -94,3 +97,33 @@ def test_only_the_tilelang_step_is_wheel_only():
     """megatron-core and fla build from source where no wheel fits: the wheel-only list stays on the TileLang step."""
     assert DOCKERFILE.count("PIP_ONLY_BINARY") == 1 and "--only-binary" not in DOCKERFILE
     assert "PIP_ONLY_BINARY" in _tilelang_run()
+
+
+def _stage(name: str) -> str:
+    """The text of Dockerfile stage ``name``, up to the next ``FROM``."""
+    return re.search(rf"^FROM \S+ AS {name}\n(.*?)(?=^FROM |\Z)", DOCKERFILE, re.M | re.S).group(1)
+
+
+def test_the_hybridep_image_records_its_multinode_setting():
+    """Whether DeepEP was built for HybridEP between nodes could not be read from an image; the hybridep stage now
+    records the build argument as a label and as the variable ``oellm doctor`` reads."""
+    stage = _stage("hybridep")
+    argument = stage.index("ARG HYBRID_EP_MULTINODE=0")
+    label = stage.index('LABEL org.openeurollm.hybrid-ep-multinode="${HYBRID_EP_MULTINODE}"')
+    env = stage.index("ENV OELLM_HYBRID_EP_MULTINODE=${HYBRID_EP_MULTINODE}")
+    assert argument < label and argument < env < stage.index("RUN ")
+    assert "OELLM_HYBRID_EP_MULTINODE" not in _stage("base") + _stage("deepep") + _stage("oellm")
+
+
+def test_the_jupiter_build_commands_build_hybrid_ep_for_several_nodes():
+    """Every Jupiter recipe row's HybridEP group spans nodes, so the documented Jupiter builds pass
+    ``HYBRID_EP_MULTINODE=1``; the MareNostrum 5 ones (groups within a node) keep the default."""
+    version = megatron.oellm.__version__
+    docs = (ROOT / "docs" / "container.md").read_text()
+    for text in (DOCKERFILE, docs):
+        joined = re.sub(r"\\\n#?\s*", " ", text)  # shell continuations, in comments too
+        jupiter = re.findall(rf"docker buildx build [^\n]*-t megatron-oellm:{re.escape(version)}-hybridep-arm64[^\n]*",
+                             joined)
+        assert jupiter and all("--build-arg HYBRID_EP_MULTINODE=1" in command for command in jupiter), jupiter
+        mn5 = re.findall(rf"docker build -t megatron-oellm:{re.escape(version)}-hybridep [^\n]*", joined)
+        assert mn5 and not any("HYBRID_EP_MULTINODE" in command for command in mn5), mn5

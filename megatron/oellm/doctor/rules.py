@@ -289,6 +289,32 @@ def check_hybrid_ep(report: EnvironmentReport, env: Mapping[str, str]) -> list[F
         way_out)]
 
 
+HYBRID_EP_MULTINODE_VARIABLE = "OELLM_HYBRID_EP_MULTINODE"
+"""Set by the Dockerfile's hybridep stage to its ``HYBRID_EP_MULTINODE`` build argument, so that a job can tell
+whether the image's HybridEP was built to send tokens between nodes."""
+
+
+def check_hybrid_ep_multinode(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """The hybridep image's DeepEP built without ``HYBRID_EP_MULTINODE=1`` keeps HybridEP within one NVLink domain
+    (one node here), while the Jupiter recipes' expert-parallel groups span several nodes: a warning where the image
+    says so, since rows whose groups fit a node (the MareNostrum 5 recipes) run in it. Nothing outside that image
+    (the variable is unset)."""
+    value = env.get(HYBRID_EP_MULTINODE_VARIABLE)
+    if value is None:
+        return []
+    name = "hybrid-ep-multinode"
+    if value == "1":
+        return [Finding("ok", name, f"{HYBRID_EP_MULTINODE_VARIABLE}=1: this image's DeepEP was built with "
+                        "HYBRID_EP_MULTINODE=1 (HybridEP between nodes over RDMA).")]
+    return [Finding(
+        "warning", name,
+        f"{HYBRID_EP_MULTINODE_VARIABLE}={value!r}: this image's DeepEP was built without HYBRID_EP_MULTINODE=1, so "
+        "its HybridEP stays within one node's NVLink domain; rows whose expert-parallel group spans nodes (every row "
+        "of the Jupiter recipes: `oellm recipe --dry-run` prints a note for each) need a multi-node build.",
+        "rebuild the hybridep target with --build-arg HYBRID_EP_MULTINODE=1 on a base with rdma-core "
+        "(docs/container.md, \"HybridEP across nodes\")")]
+
+
 FLASH_ATTENTION_RECIPE_BASES = ("_mn5.toml",)
 """Recipe bases in ``examples/oellm/`` that set ``attention-backend = "flash"``."""
 
@@ -387,6 +413,7 @@ RULES: tuple[Rule, ...] = (
     check_allocator_conf,
     check_slow_path_switches,
     check_hybrid_ep,
+    check_hybrid_ep_multinode,
     check_te_flash_attention,
     check_attention_switches,
 )
