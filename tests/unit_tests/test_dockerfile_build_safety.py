@@ -127,3 +127,13 @@ def test_the_jupiter_build_commands_build_hybrid_ep_for_several_nodes():
         assert jupiter and all("--build-arg HYBRID_EP_MULTINODE=1" in command for command in jupiter), jupiter
         mn5 = re.findall(rf"docker build -t megatron-oellm:{re.escape(version)}-hybridep [^\n]*", joined)
         assert mn5 and not any("HYBRID_EP_MULTINODE" in command for command in mn5), mn5
+
+
+def test_the_container_docs_tell_how_to_submit_and_where_kernels_are_cached():
+    """The login node needs torch and megatron-core for ``--dry-run`` / ``--submit``; the JIT caches default to the
+    home folder that every rank shares, and a recipe's ``[cluster.env]`` moves them per job."""
+    docs = (ROOT / "docs" / "container.md").read_text()
+    assert "## Submitting from the login node" in docs and "bash tools/install.sh dev,hf" in docs
+    caches = docs[docs.index("## Kernel caches"):]
+    for variable in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "HYBRID_EP_CACHE_DIR"):
+        assert re.search(rf'^{variable} = "\$TMPDIR/', caches, re.M), variable
