@@ -1,5 +1,6 @@
 """``oellm doctor`` reads the hybridep image's ``OELLM_HYBRID_EP_MULTINODE`` (its DeepEP build setting): a single-node
-HybridEP build is a warning, since the Jupiter recipes' expert-parallel groups span nodes."""
+build is ``ok`` and says which recipes it serves (right for MareNostrum 5's groups within a node, wrong for Jupiter's,
+which span nodes: the image cannot know the run's), an unknown value a warning naming the rebuild."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ from tests.unit_tests.doctor_reports import make_report
 VARIABLE = "OELLM_HYBRID_EP_MULTINODE"
 
 
-def test_a_single_node_build_is_a_warning_naming_the_rebuild():
+def test_a_single_node_build_says_which_recipes_it_serves():
     (finding,) = check_hybrid_ep_multinode(make_report(), {VARIABLE: "0"})
-    assert finding.severity == "warning" and f"{VARIABLE}='0'" in finding.message and "Jupiter" in finding.message
-    assert "--build-arg HYBRID_EP_MULTINODE=1" in finding.fix
+    assert finding.severity == "ok" and f"{VARIABLE}=0" in finding.message
+    assert "MareNostrum 5" in finding.message and "Jupiter" in finding.message
+    assert "--build-arg HYBRID_EP_MULTINODE=1" in finding.message
 
 
 def test_another_value_is_reported_as_it_is():
     value = "".join(random.choices(string.ascii_lowercase, k=8))
     (finding,) = check_hybrid_ep_multinode(make_report(), {VARIABLE: value})
     assert finding.severity == "warning" and repr(value) in finding.message
+    assert "--build-arg HYBRID_EP_MULTINODE=1" in finding.fix
 
 
 def test_a_multinode_build_is_ok_and_outside_the_image_nothing_is_said():

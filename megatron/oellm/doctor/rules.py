@@ -295,10 +295,11 @@ whether the image's HybridEP was built to send tokens between nodes."""
 
 
 def check_hybrid_ep_multinode(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
-    """The hybridep image's DeepEP built without ``HYBRID_EP_MULTINODE=1`` keeps HybridEP within one NVLink domain
-    (one node here), while the Jupiter recipes' expert-parallel groups span several nodes: a warning where the image
-    says so, since rows whose groups fit a node (the MareNostrum 5 recipes) run in it. Nothing outside that image
-    (the variable is unset)."""
+    """The hybridep image's DeepEP build setting: built with ``HYBRID_EP_MULTINODE=1`` it sends tokens between nodes;
+    built without (``0``), HybridEP stays within one node's NVLink domain, right for the MareNostrum 5 recipes (their
+    expert-parallel groups fit a node) and wrong for the Jupiter ones (theirs span nodes): said as ``ok`` with which
+    recipes it serves, since the image cannot know the run's groups (``oellm recipe --dry-run`` notes each row whose
+    group spans nodes). Another value is a warning; nothing outside that image (the variable is unset)."""
     value = env.get(HYBRID_EP_MULTINODE_VARIABLE)
     if value is None:
         return []
@@ -306,12 +307,17 @@ def check_hybrid_ep_multinode(report: EnvironmentReport, env: Mapping[str, str])
     if value == "1":
         return [Finding("ok", name, f"{HYBRID_EP_MULTINODE_VARIABLE}=1: this image's DeepEP was built with "
                         "HYBRID_EP_MULTINODE=1 (HybridEP between nodes over RDMA).")]
+    if value == "0":
+        return [Finding("ok", name, f"{HYBRID_EP_MULTINODE_VARIABLE}=0: this image's HybridEP stays within one node's "
+                        "NVLink domain: right for expert-parallel groups within a node (the MareNostrum 5 recipes); "
+                        "groups that span nodes (every Jupiter row) need an image built with --build-arg "
+                        "HYBRID_EP_MULTINODE=1 (docs/container.md, \"HybridEP across nodes\").")]
     return [Finding(
         "warning", name,
-        f"{HYBRID_EP_MULTINODE_VARIABLE}={value!r}: this image's DeepEP was built without HYBRID_EP_MULTINODE=1, so "
-        "its HybridEP stays within one node's NVLink domain; rows whose expert-parallel group spans nodes (every row "
-        "of the Jupiter recipes: `oellm recipe --dry-run` prints a note for each) need a multi-node build.",
-        "rebuild the hybridep target with --build-arg HYBRID_EP_MULTINODE=1 on a base with rdma-core "
+        f"{HYBRID_EP_MULTINODE_VARIABLE}={value!r} is neither 0 nor 1, so whether this image's HybridEP sends tokens "
+        "between nodes is unknown; rows whose expert-parallel group spans nodes (every row of the Jupiter recipes) "
+        "need a multi-node build.",
+        "rebuild the hybridep target with --build-arg HYBRID_EP_MULTINODE=1 (multi-node) or 0 (within a node) "
         "(docs/container.md, \"HybridEP across nodes\")")]
 
 
