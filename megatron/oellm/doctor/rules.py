@@ -65,7 +65,8 @@ def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Findin
         reason = "torch is a CPU build or not installed"
     else:
         reason = f"torch (CUDA {report.cuda_version}) sees no GPU"
-    return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (fla on Hopper) were not evaluated.",
+    return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (whether fla on Hopper needs TileLang) "
+                    "were not evaluated.",
                     "run `oellm doctor` inside a job on a compute node")]
 
 
