@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from megatron.oellm.signal_handlers import handling
 from megatron.oellm.training.corpus import CORPUS_SUFFIXES, STOPPING_SIGNALS, build_corpus, stdlib_sources
 
 
@@ -42,14 +43,8 @@ def stopping_signals_raise() -> Iterator[None]:
             received.append(signum)
             raise Interrupted(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in STOPPING_SIGNALS
-                if signal.getsignal(signum) is not signal.SIG_IGN}
-    try:
+    with handling(STOPPING_SIGNALS, stop):
         yield
-    finally:
-        for signum, handler in previous.items():
-            # None: a handler set outside Python, which cannot be put back; the default is the closest
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def has_text(path: Path) -> bool:

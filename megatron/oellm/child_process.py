@@ -14,6 +14,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from megatron.oellm.signal_handlers import handling
+
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals passed on to the child: Ctrl-C, ``kill``/``scancel``, and the closing of the terminal."""
 
@@ -30,16 +32,12 @@ def run_forwarding_signals(command: Sequence[str], env: Mapping[str, str] | None
         if children:
             _signal_child(children[0], signum, command[0])
 
-    previous = {number: signal.signal(number, pass_on) for number in FORWARDED_SIGNALS}
-    try:
+    with handling(FORWARDED_SIGNALS, pass_on):
         children.append(subprocess.Popen(list(command), env=None if env is None else dict(env),
                                          start_new_session=True))
         for signum in received:  # arrived while the child was starting
             _signal_child(children[0], signum, command[0])
         returncode = children[0].wait()
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
     return 128 + received[0] if received else returncode
 
 

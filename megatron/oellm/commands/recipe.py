@@ -187,24 +187,36 @@ REFERENCE_FLOPS_TOLERANCE = 0.01
 says that the report's TFLOP/s and MFU do not compare: its one-decimal TFLOP/s alone are exact to ~0.05 %."""
 
 
+def _count_apart(reference: Mapping[str, float], gflops_per_token: float) -> tuple[str, float, str, str] | None:
+    """How far the FLOP count per token that a row's ``reference`` TFLOP/s over its tokens/s imply is from
+    ``gflops_per_token``: (the notes' opening ``note: the report's ... count N GFLOP/token``, the percentage apart,
+    ``above``/``below``, ``higher``/``lower``); None within :data:`REFERENCE_FLOPS_TOLERANCE` or without both
+    numbers."""
+    if "tflops_per_gpu" not in reference or "tokens_per_s_per_gpu" not in reference:
+        return None
+    tflops, tokens = reference["tflops_per_gpu"], reference["tokens_per_s_per_gpu"]
+    implied = tflops * 1e3 / tokens
+    off = implied / gflops_per_token - 1
+    if abs(off) <= REFERENCE_FLOPS_TOLERANCE:
+        return None
+    side, reads = ("above", "higher") if off > 0 else ("below", "lower")
+    counted = f"note: the report's {tflops} TFLOP/s/GPU at {tokens} tokens/s/GPU count {implied:.2f} GFLOP/token"
+    return counted, abs(off) * 100, side, reads
+
+
 def reference_flops_note(reference: Mapping[str, float], gflops_per_token: float) -> str:
     """A ``note:`` line (with its newline) when a row's ``reference`` TFLOP/s over its tokens/s imply a FLOP count
     per token more than :data:`REFERENCE_FLOPS_TOLERANCE` off ``gflops_per_token`` (the count ``oellm table`` and
     the ``[oellm]`` log line use): the report counted another way (docs/flops.md), so at the same throughput its
     TFLOP/s and MFU read that much apart, and only tokens/s compare; '' otherwise."""
-    if "tflops_per_gpu" not in reference or "tokens_per_s_per_gpu" not in reference:
+    apart = _count_apart(reference, gflops_per_token)
+    if apart is None:
         return ""
-    tflops, tokens = reference["tflops_per_gpu"], reference["tokens_per_s_per_gpu"]
-    implied = tflops * 1e3 / tokens
-    off = implied / gflops_per_token - 1
-    if abs(off) <= REFERENCE_FLOPS_TOLERANCE:
-        return ""
-    side, reads, percent = ("above", "higher", off * 100) if off > 0 else ("below", "lower", -off * 100)
-    return (f"note: the report's {tflops} TFLOP/s/GPU at {tokens} tokens/s/GPU count {implied:.2f} GFLOP/token, "
-            f"{percent:.1f} % {side} this plan's {gflops_per_token:.2f}: its TFLOP/s and MFU read {percent:.1f} % "
-            f"{reads} than oellm table's at the same throughput; compare tokens/s/GPU, if the report's run built this "
-            "model (a count that only another model fits says it may not: docs/flops.md, \"How far the MN5 tables "
-            "are from the corrected count\")\n")
+    counted, percent, side, reads = apart
+    return (f"{counted}, {percent:.1f} % {side} this plan's {gflops_per_token:.2f}: its TFLOP/s and MFU read "
+            f"{percent:.1f} % {reads} than oellm table's at the same throughput; compare tokens/s/GPU, if the report's "
+            "run built this model (a count that only another model fits says it may not: docs/flops.md, \"How far "
+            "the MN5 tables are from the corrected count\")\n")
 
 
 def _megatron_gflops_per_token(resolved: ResolvedRow) -> float | None:
@@ -222,17 +234,12 @@ def megatron_column_note(reference: Mapping[str, float], megatron_gflops_per_tok
     at the same throughput the job log's own TFLOP/s (``oellm table``'s "Megatron TFLOP/s/GPU") then read that much
     apart from the report's. The Qwen3.5 rows: the report's runs built a GPTModel (19.11 GFLOP/token), the recipes a
     HybridModel, whose formula leaves out the attention output gate (18.60). '' otherwise."""
-    if megatron_gflops_per_token is None or not {"tflops_per_gpu", "tokens_per_s_per_gpu"} <= reference.keys():
+    apart = None if megatron_gflops_per_token is None else _count_apart(reference, megatron_gflops_per_token)
+    if apart is None:
         return ""
-    tflops, tokens = reference["tflops_per_gpu"], reference["tokens_per_s_per_gpu"]
-    implied = tflops * 1e3 / tokens
-    off = implied / megatron_gflops_per_token - 1
-    if abs(off) <= REFERENCE_FLOPS_TOLERANCE:
-        return ""
-    side, reads = ("above", "higher") if off > 0 else ("below", "lower")
-    return (f"note: the report's {tflops} TFLOP/s/GPU at {tokens} tokens/s/GPU count {implied:.2f} GFLOP/token, "
-            f"{abs(off) * 100:.1f} % {side} megatron-core's {megatron_gflops_per_token:.2f} for the model this row "
-            f"builds: they read {abs(off) * 100:.1f} % {reads} than the job log's own TFLOP/s (oellm table's "
+    counted, percent, side, reads = apart
+    return (f"{counted}, {percent:.1f} % {side} megatron-core's {megatron_gflops_per_token:.2f} for the model this "
+            f"row builds: they read {percent:.1f} % {reads} than the job log's own TFLOP/s (oellm table's "
             "Megatron TFLOP/s/GPU) at the same throughput (docs/flops.md, \"How far the MN5 tables are from the "
             "corrected count\")\n")
 

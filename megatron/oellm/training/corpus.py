@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy
 
+from megatron.oellm.signal_handlers import handling
 from megatron.oellm.training.index_cache import INDEX_CACHE_FILES, default_index_cache
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
 
@@ -108,15 +109,10 @@ def _stopping_signals_held() -> Iterator[None]:
         yield
         return
     arrived: list[int] = []
-    previous = {signum: signal.signal(signum, lambda number, frame: arrived.append(number))
-                for signum in STOPPING_SIGNALS
-                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
-        yield
+        with handling(STOPPING_SIGNALS, lambda number, frame: arrived.append(number)):
+            yield
     finally:
-        for signum, handler in previous.items():
-            # None: a handler set outside Python, which cannot be put back; the default is the closest
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         if arrived:
             signal.raise_signal(arrived[0])
 
