@@ -2,8 +2,9 @@
 
 Reads the Python standard library's sources (and any ``--extra`` files), one document per file, byte-tokenized,
 into megatron's indexed format; prints the ``--data-path`` and tokenizer flags to train on it. SIGTERM, SIGHUP or
-SIGINT (Ctrl-C) stops it with one ``error: interrupted by SIG...`` line and status 128 + the signal, its partial files
-removed and a corpus already at the prefix left as it was.
+SIGINT (Ctrl-C) stops it with one ``error: interrupted by SIG...`` line and status 128 + the signal: during the build
+its partial files are removed and a corpus already at the prefix is left as it was; a signal while the finished files
+are renamed into place takes effect once they are (the line then says the new corpus is in place).
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ def has_text(path: Path) -> bool:
         return False
 
 
+def _inodes(prefix: str) -> list[int | None]:
+    """The inode of each corpus file at ``prefix`` (None where there is none): a build puts its files in place by
+    renaming, which changes them, so they tell whether an interrupted build had finished."""
+    inodes: list[int | None] = []
+    for suffix in CORPUS_SUFFIXES:
+        try:
+            inodes.append(os.stat(f"{prefix}{suffix}").st_ino)
+        except OSError:
+            inodes.append(None)
+    return inodes
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments, build the corpus, print where it is and how to train on it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                      "raise --max-mb or name text files with --extra")
     # checked before the build: build_corpus would put an empty corpus in place of one already at the prefix, and
     # training on it would fail only after the job has started
+    before = _inodes(args.output_prefix)
     try:
         with stopping_signals_raise():
             if not any(map(has_text, files)):
@@ -94,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # an unreadable input, an output directory that cannot be made or written
         parser.exit(1, f"error: no corpus written at {args.output_prefix}: {error}\n")
     except Interrupted as stop:
+        if _inodes(args.output_prefix) != before and all(_inodes(args.output_prefix)):
+            # the signal was held while the finished files were renamed into place, and taken after
+            parser.exit(128 + stop.signum, f"error: interrupted by {stop} once the new corpus was complete at "
+                                           f"{args.output_prefix}: it is in place, but its summary was not printed\n")
         parser.exit(128 + stop.signum, f"error: interrupted by {stop}; no partial corpus is left at "
-                                       f"{args.output_prefix}\n")
+                                       f"{args.output_prefix}, and a corpus already there is as it was\n")
     print(f"{summary.documents} documents, {summary.tokens} tokens -> {summary.prefix}.bin/.idx")
     print("train with: --data-path", summary.prefix, " ".join(summary.megatron_flags))
     return 0

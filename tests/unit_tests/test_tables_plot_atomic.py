@@ -73,3 +73,22 @@ def test_the_image_is_complete_in_its_own_format_with_the_usual_permissions(tmp_
     (tmp_path / "reference").write_bytes(b"")
     assert path.stat().st_mode & 0o777 == (tmp_path / "reference").stat().st_mode & 0o777
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reference", path.name]
+
+
+def test_a_symlinked_plot_stays_a_link_to_the_new_image_with_its_mode(tmp_path):
+    """A plot linked into a shared folder kept being updated through the link before the image was written under a
+    temporary name; replacing the link itself left the shared image stale, and the group lost its write access."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = shared / "scaling.png"
+    plot(_rows(), str(target))
+    mode = random.choice([0o664, 0o640, 0o600])
+    target.chmod(mode)
+    earlier = target.read_bytes()
+    link = tmp_path / "plot.png"
+    link.symlink_to(target)
+    plot(_rows(), str(link))
+    assert link.is_symlink() and link.resolve() == target
+    assert target.read_bytes() != earlier and target.read_bytes().startswith(b"\x89PNG")
+    assert target.stat().st_mode & 0o777 == mode
+    assert sorted(p.name for p in shared.iterdir()) == ["scaling.png"]

@@ -331,10 +331,11 @@ def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
         print(table_command(recipe))
     except KeyboardInterrupt:
         rest = [job.number for job in jobs if job.number not in queued]
-        rows = f"rows {', '.join(map(str, queued))} are queued" if queued else "no row is queued"
+        rows = ("no row is queued" if not queued else f"row {queued[0]} is queued" if len(queued) == 1
+                else f"rows {', '.join(map(str, queued))} are queued")
         return refuse("recipe", f"interrupted: {rows}; row {rest[0]} may be (see squeue --me); submit each "
                       f"remaining row with `oellm recipe {shlex.quote(str(config))} --submit --row N` and the same "
-                      f"options (N: {', '.join(map(str, rest))})", status=130)
+                      f"options but --nodes (N: {', '.join(map(str, rest))})", status=130)
     return 0
 
 
@@ -381,8 +382,10 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
             if refusal:
                 raise RecipeError(f"the training entry would stop the job at start: {refusal}"
                                   f"{where_to_set(refusal, recipe, resolved)}")
+        stop = resolved.flags.get("exit-duration-in-mins")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
-                          resolved.world_size, resolved.built_card)
+                          resolved.world_size, resolved.built_card,
+                          stop if isinstance(stop, int) and not isinstance(stop, bool) and stop > 0 else None)
         timing.check()
         return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:

@@ -78,17 +78,18 @@ def staging_directory(out_dir: Path) -> Path:
 
 def leftover_staging(out_dir: Path) -> list[Path]:
     """Staging directories of earlier conversions into ``out_dir`` that were killed before they could remove them
-    (SIGKILL after a Slurm time limit's grace period, the OOM killer, a node failure): hidden siblings of ``out_dir``
-    that hold up to a whole output's disk space."""
+    (SIGKILL after a Slurm time limit's grace period, the OOM killer, a node failure), and previous outputs an
+    ``--overwrite`` had moved aside (:func:`trash_directory`) when it was killed: hidden siblings of ``out_dir`` that
+    hold up to a whole output's disk space."""
     out_dir = out_dir.resolve()
-    own = staging_directory(out_dir)
-    prefix = f".{out_dir.name}.partial-"
+    own = {staging_directory(out_dir), trash_directory(out_dir)}
+    prefixes = (f".{out_dir.name}.partial-", f".{out_dir.name}.replaced-")
     try:
         siblings = list(out_dir.parent.iterdir()) if out_dir.parent.is_dir() else []
     except OSError:
         return []
-    return sorted(p for p in siblings if p.name.startswith(prefix) and p.name[len(prefix):].isdigit()
-                  and p != own and p.is_dir())
+    return sorted(p for p in siblings for prefix in prefixes if p.name.startswith(prefix)
+                  and p.name[len(prefix):].isdigit() and p not in own and p.is_dir())
 
 
 def leftover_staging_note(out_dir: Path) -> str:
@@ -97,8 +98,9 @@ def leftover_staging_note(out_dir: Path) -> str:
     if not leftovers:
         return ""
     return (f"partial output(s) of earlier conversions that were killed hold disk space beside --out: "
-            f"{listed(leftovers, _LISTED)}; remove them unless a conversion into "
-            f"{out_dir.name} is still running")
+            f"{listed(leftovers, _LISTED)}; remove them unless a conversion into {out_dir.name} is still running "
+            "(a .replaced- one holds the previous output an --overwrite moved aside: check first that --out is "
+            "whole)")
 
 
 def check_free_space(out_dir: Path, needed_bytes: int) -> None:

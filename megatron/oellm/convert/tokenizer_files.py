@@ -5,8 +5,8 @@ files a tokenizer is saved as (:data:`TOKENIZER_FILES`, and the named chat templ
 are copied, byte for byte: a tokenizer folder is often a whole HF model, whose ``config.json`` and weights must not
 replace the export's. The folder is checked first: it must hold ``tokenizer_config.json`` and a vocabulary
 (:data:`VOCABULARY_FILES`), and the largest token id its ``tokenizer.json`` defines (model vocabulary and added
-tokens) must be below the model's vocabulary size, since a tokenizer of another vocabulary loads and runs without
-an error and only shows in the evaluation's scores.
+tokens) must be below the model's vocabulary size (a tokenizer far smaller than it gets a warning), since a tokenizer
+of another vocabulary loads and runs without an error and only shows in the evaluation's scores.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 from megatron.oellm.convert.errors import ConversionError
@@ -71,9 +72,22 @@ def check_tokenizer_dir(directory: Path, vocab_size: int) -> list[str]:
     return names
 
 
+TOKENIZER_COVERAGE = 0.95
+"""The least share of the model's vocabulary rows a tokenizer's ids are expected to cover: models pad their
+vocabulary by well under 5 % (Qwen3: 151,669 tokens in 151,936 rows), so a tokenizer far smaller is likely another
+vocabulary's (the Qwen tokenizer on a 262,144-row OpenEuroLLM checkpoint covers 58 %)."""
+
+
 def _check_token_ids(path: Path, vocab_size: int) -> None:
-    """Raise unless every token id ``path`` (a ``tokenizer.json``) defines is below ``vocab_size``."""
+    """Raise unless every token id ``path`` (a ``tokenizer.json``) defines is below ``vocab_size``; warn when its
+    ids cover less than :data:`TOKENIZER_COVERAGE` of the rows (a smaller vocabulary loads and runs, and shows only in
+    the scores; but it cannot be told for sure from a far padded vocabulary, so it is not refused)."""
     largest = largest_token_id(path)
+    if largest + 1 < TOKENIZER_COVERAGE * vocab_size:
+        warnings.warn(f"--tokenizer {path.parent}: {TOKENIZER_JSON} defines ids 0 to {largest}, "
+                      f"{100 * (largest + 1) / vocab_size:.0f} % of the model's {vocab_size} vocabulary rows: check "
+                      "that it is the tokenizer the checkpoint was trained with (another vocabulary's evaluates "
+                      "without an error)", stacklevel=2)
     if largest >= vocab_size:
         raise ConversionError(f"--tokenizer {path.parent}: {TOKENIZER_JSON} defines token id {largest}, but the model's "
                               f"vocabulary has {vocab_size} rows (ids 0 to {vocab_size - 1}): it is another model's "

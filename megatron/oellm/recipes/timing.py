@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.recipes.config import RecipeError, TableRow, time_limit_seconds
+from megatron.oellm.recipes.resolve import exit_duration_minutes
 
 START_UP_S = 600
 """Seconds allowed for everything but the timed iterations: the job's start, imports, process groups, the model
@@ -42,6 +43,9 @@ class RunTime:
     """Seconds per iteration implied by the reference; None without a reference throughput."""
     source: str
     """Which reference number gave ``step_s`` ('' without one)."""
+    stop_minutes: int | None = None
+    """megatron's ``--exit-duration-in-mins`` of the run (a checkpointing job stops and saves then, before its time
+    limit); None without one."""
 
     @property
     def expected_s(self) -> float | None:
@@ -56,8 +60,9 @@ class RunTime:
                 f"(from the report's {self.source}) + {START_UP_S // 60} min start-up")
 
     def describe(self) -> str:
-        """One line for ``--dry-run``: the time limit and the expected run time."""
-        return f"time limit {self.limit}; {self.estimate()}"
+        """One line for ``--dry-run``: the time limit (and the run's own stop before it) and the expected run time."""
+        stop = "" if self.stop_minutes is None else f" (the run stops and saves after {self.stop_minutes} min)"
+        return f"time limit {self.limit}{stop}; {self.estimate()}"
 
     def check(self) -> None:
         """Raise :class:`RecipeError` when the expected run time exceeds the time limit."""
@@ -66,6 +71,22 @@ class RunTime:
             raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
                               f"{self.estimate()}; give it at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the "
                               "row's time = \"...\", or --time, which overrides it)")
+        if self.expected_s is not None and self.stop_minutes is not None and self.expected_s > 60 * self.stop_minutes:
+            raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it saves and exits "
+                              f"before its time limit {self.limit}) before its last iteration: {self.estimate()}; "
+                              f"{self._stop_fix()}")
+
+    def _stop_fix(self) -> str:
+        """How to let the run reach its last iteration before its own stop: a time limit whose
+        :func:`~megatron.oellm.recipes.resolve.exit_duration_minutes` covers the expected run time when the stop is
+        the one ``oellm recipe`` derives from the limit, else a later stop."""
+        if self.stop_minutes != exit_duration_minutes(self.limit_s):
+            return "set a later exit-duration-in-mins in the recipe, or none"
+        minutes = math.ceil(self.expected_s / 60)
+        while (exit_duration_minutes(60 * minutes) or 0) * 60 < self.expected_s:
+            minutes += 1
+        return (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
+                "\"...\", or --time, which overrides it)")
 
 
 def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[float, str] | None:
@@ -85,8 +106,10 @@ def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[flo
     return None
 
 
-def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: ModelCard) -> RunTime:
-    """The :class:`RunTime` of ``row`` under the time limit ``limit`` (see :func:`reference_step`)."""
+def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: ModelCard,
+             stop_minutes: int | None = None) -> RunTime:
+    """The :class:`RunTime` of ``row`` under the time limit ``limit`` and megatron's ``--exit-duration-in-mins``
+    ``stop_minutes`` (see :func:`reference_step`)."""
     step = reference_step(row, world_size, card)
     return RunTime(limit, time_limit_seconds(limit), iterations, None if step is None else step[0],
-                   "" if step is None else step[1])
+                   "" if step is None else step[1], stop_minutes)

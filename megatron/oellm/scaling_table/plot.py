@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -63,7 +64,7 @@ def check_plot_path(path: str) -> None:
                          "matplotlib)") from None
     if os.path.isdir(path):
         raise TableError(f"--plot {path!r} is a folder; name the image file, e.g. {os.path.join(path, 'scaling.png')}")
-    folder = os.path.dirname(path) or "."
+    folder = os.path.dirname(os.path.realpath(path))  # where the image is written (beside a symlink's target)
     if not os.path.isdir(folder):
         raise TableError(f"--plot {path!r}: folder {folder!r} does not exist; create it or name an image in an "
                          "existing folder")
@@ -125,12 +126,17 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
 def save_replacing(figure: Any, path: str) -> None:
     """Save ``figure`` to ``path`` through a temporary file beside it, renamed over ``path`` only once complete: a
     full disk, a lost quota or a killed job mid-write left a truncated image under the name, which passes for a
-    plot, with the earlier good one gone. The format is ``path``'s extension (the temporary name has another)."""
-    folder, name = os.path.split(path)
+    plot, with the earlier good one gone. A symlink at ``path`` keeps pointing at the image (the file it names is
+    replaced), and an earlier image's permissions carry over (a group-writable plot stays so). The format is
+    ``path``'s extension (the temporary name has another)."""
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
     temporary = os.path.join(folder, f".{name}.partial-{os.getpid()}")  # created under the umask, as path would be
     try:
         figure.savefig(temporary, dpi=120, format=os.path.splitext(path)[1][1:].lower())
-        os.replace(temporary, path)
+        if os.path.exists(target):
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)

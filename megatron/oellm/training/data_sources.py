@@ -406,7 +406,8 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
     checkpoint, on every rank; a mistyped path is a message at start instead. Returns the run's local dataset
-    prefixes (none with ``--mock-data``), for the entry's :func:`stale_cache_warnings`.
+    prefixes (none with ``--mock-data``), for the entry's
+    :func:`~megatron.oellm.training.index_cache.stale_cache_warnings`.
     """
     from megatron.core.datasets.object_storage_utils import is_object_storage_path
     from megatron.training.utils import get_blend_and_blend_per_split

@@ -465,3 +465,23 @@ def test_a_full_disk_under_several_new_parents_names_the_nearest_existing_direct
                                               rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
         _convert("hf-to-mcore", tmp, card, tmp / "new" / "deeper" / "out")
     assert not (tmp / "new").exists()
+
+
+def test_a_previous_output_a_killed_overwrite_moved_aside_is_named_with_what_to_check(tmp_path):
+    """SIGKILL during ``--overwrite`` may leave the previous output in ``.NAME.replaced-PID`` (moved aside while the
+    new one moved in): the note on leftovers named only ``.partial-`` folders, so that one went unseen."""
+    import random
+
+    from megatron.oellm.convert.output import leftover_staging, leftover_staging_note, trash_directory
+
+    out = tmp_path / "out"
+    out.mkdir()
+    pids = random.sample([pid for pid in range(2, 10**5) if pid != os.getpid()], 2)
+    replaced = tmp_path / f".out.replaced-{pids[0]}"
+    partial = tmp_path / f".out.partial-{pids[1]}"
+    for folder in (replaced, partial, tmp_path / ".out.replaced-x", tmp_path / ".other.replaced-1"):
+        folder.mkdir()
+    trash_directory(out).mkdir()  # this process's own: not a leftover
+    assert leftover_staging(out) == sorted([partial, replaced])
+    note = leftover_staging_note(out)
+    assert replaced.name in note and partial.name in note and "check first that --out is whole" in note

@@ -250,3 +250,23 @@ def test_an_unreadable_tokenizer_file_is_refused_naming_it(converted, monkeypatc
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != denied and access(path, mode))
     _refused_before_any_work(card, tmp, monkeypatch, f"--tokenizer {tmp / 'tok'}: this user may not read "
                                                      f"{denied.name}; make them readable \\(chmod u\\+r\\)")
+
+
+def test_a_tokenizer_far_smaller_than_the_vocabulary_gets_a_warning(tmp_path: Path) -> None:
+    """Another vocabulary's tokenizer with fewer tokens than the model has rows (the Qwen tokenizer on an
+    OpenEuroLLM checkpoint) passes the id check; it gets a warning naming the share of rows it covers, while a
+    vocabulary padded by under 5 % (as models pad theirs) gets none."""
+    import warnings
+
+    from megatron.oellm.convert.tokenizer_files import TOKENIZER_COVERAGE, check_tokenizer_dir
+
+    tokens = random.randrange(300, 400)
+    save_tiny_tokenizer(tmp_path, tokens, seed=random.randrange(2**31))
+    far = int(tokens / TOKENIZER_COVERAGE) + random.randrange(2, 1000)
+    with pytest.warns(UserWarning, match=rf"defines ids 0 to {tokens - 1}, \d+ % of the model's {far} vocabulary "
+                                         r"rows: check that it is the tokenizer the checkpoint was trained with"):
+        check_tokenizer_dir(tmp_path, far)
+    padded = tokens + random.randrange(0, int(tokens * (1 / TOKENIZER_COVERAGE - 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "tokenizer.json" in check_tokenizer_dir(tmp_path, padded)

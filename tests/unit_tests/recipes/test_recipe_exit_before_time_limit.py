@@ -41,13 +41,18 @@ def test_a_benchmark_row_gets_no_exit(capsys):
 
 
 def test_a_recipes_own_exit_stands(tmp_path, capsys):
-    own = random.randrange(1, 20)
+    """Row 2 expects 23 min under its 30-minute limit: an own stop after it stands; one before it is refused."""
+    own = random.randrange(24, 30)
     config = tmp_path / "own_exit.toml"
     config.write_text(f'extends = "{RECIPE}"\n[megatron_flags]\nexit-duration-in-mins = {own}\n')
     assert main(["recipe", str(config), "--dry-run", "--row", "2", "--save-interval", "5"]) == 0
     out = capsys.readouterr().out
     assert [line.strip() for line in out.splitlines() if "--exit-duration-in-mins" in line] == [
         f"--exit-duration-in-mins {own}"]
+    early = random.randrange(1, 23)
+    config.write_text(f'extends = "{RECIPE}"\n[megatron_flags]\nexit-duration-in-mins = {early}\n')
+    assert main(["recipe", str(config), "--dry-run", "--row", "2", "--save-interval", "5"]) == 2
+    assert "set a later exit-duration-in-mins in the recipe, or none" in capsys.readouterr().err
 
 
 def test_a_run_without_a_time_limit_gets_no_exit(tmp_path):
@@ -56,3 +61,31 @@ def test_a_run_without_a_time_limit_gets_no_exit(tmp_path):
     inputs = RunInputs(save_interval=random.randrange(1, 100), checkpoint_dir=str(tmp_path))
     flags = resolve_row(recipe, recipe.rows[1], inputs).flags
     assert flags["save-interval"] == inputs.save_interval and "exit-duration-in-mins" not in flags
+
+
+def test_a_job_its_own_stop_would_cut_short_is_refused_naming_the_limit_that_fits(capsys):
+    """The time check compared the expected run time with the SLURM limit only, so a row that fits its limit but not
+    the earlier stop (which exits with status 0 after saving) was queued to end short of its iterations."""
+    recipe = EXAMPLES / "qwen3_30b_a3b_mn5.toml"  # row 1 expects 13 min (10 x 17.4 s + 10 min start-up)
+    options = ["recipe", str(recipe), "--dry-run", "--row", "1", "--save-interval", str(random.randrange(1, 10))]
+    assert main([*options, "--time", "00:16:00"]) == 2  # fits 16 min, not the stop after 11
+    err = capsys.readouterr().err
+    assert "would stop (--exit-duration-in-mins 11: it saves and exits before its time limit 00:16:00)" in err
+    assert "give it a time limit of at least 00:18:00" in err
+    assert main([*options, "--time", "00:18:00"]) == 0
+    assert "(the run stops and saves after 13 min)" in capsys.readouterr().out
+
+
+def test_a_local_run_gets_no_exit(monkeypatch, tmp_path):
+    """``--local`` runs on this machine with no time limit: its torchrun command has no exit duration."""
+    from recipe_helpers import fake_local_launch
+
+    import megatron.oellm.commands.recipe as recipe_command
+
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    commands = []
+    fake_local_launch(monkeypatch, lambda command, **_: commands.append(command) or type("Done", (), {"returncode": 0}))
+    assert main(["recipe", str(RECIPE), "--local", "--row", "1", "--output-dir", str(tmp_path),
+                 "--save-interval", "5"]) == 0
+    (command,) = commands
+    assert "--save-interval" in command and "--exit-duration-in-mins" not in command

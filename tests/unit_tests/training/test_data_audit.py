@@ -1,5 +1,5 @@
-"""Data-source checks of the training entry (``megatron.oellm.training.data``) that a mutation audit found untested:
-each test fails when the check it names is dropped or inverted."""
+"""Data-source checks of the training entry (``megatron.oellm.training.data_sources`` and ``index_cache``) that a
+mutation audit found untested: each test fails when the check it names is dropped or inverted."""
 
 import errno
 import os
