@@ -84,3 +84,19 @@ def test_our_own_handlers_are_restored():
     before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     run_forwarding_signals([sys.executable, "-c", "pass"])
     assert {number: signal.getsignal(number) for number in before} == before
+
+
+def test_a_signal_we_ignore_is_not_passed_on(tmp_path):
+    """Under ``nohup`` (SIGHUP ignored) a logout must not stop the launcher: it runs in a session of its own, so only
+    we could pass the hang-up on, and an ignored signal stays ignored, as everywhere in this package."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(STAND_IN.replace("time.sleep(60)", "time.sleep(1.5)"))
+    parent_code = ("import signal, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+                   "from megatron.oellm.child_process import run_forwarding_signals as run; sys.exit(run(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    parent = subprocess.Popen([sys.executable, "-c", parent_code, sys.executable, str(stand_in), str(tmp_path), "0.1"],
+                              start_new_session=True, env=env)
+    _wait_for(tmp_path / "started")
+    parent.send_signal(signal.SIGHUP)
+    assert parent.wait(timeout=30) == 0  # the stand-in slept on and ended on its own
+    assert not (tmp_path / "stopped").exists()
