@@ -81,7 +81,7 @@ ARG TORCH_CUDA_ARCH_LIST=9.0
 # across nodes").
 ARG HYBRID_EP_MULTINODE=0
 ARG RDMA_CORE_HOME=
-# The setting, readable in the image: `docker inspect` shows the label; `oellm doctor` warns where it is not 1.
+# The setting, readable in the image: `docker inspect` shows the label; `oellm doctor` names it (hybrid-ep-multinode).
 LABEL org.openeurollm.hybrid-ep-multinode="${HYBRID_EP_MULTINODE}"
 ENV OELLM_HYBRID_EP_MULTINODE=${HYBRID_EP_MULTINODE}
 # A DEEPEP_REF without HybridEP (e.g. main) would build an image whose recipes fail at model build: refuse it here.

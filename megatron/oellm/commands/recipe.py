@@ -161,11 +161,13 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
 
 def table_command(recipe: Recipe) -> str:
     """The ``oellm table`` command that reads the logs of every row's jobs (run directories of the recipe's output
-    folder), with the report's efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's
-    own default, its smallest run, is another row for the strong-scaling tables)."""
+    folder), with the cluster's GPUs per node (the table counts nodes as GPUs / 4 otherwise) and the report's
+    efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's own default, its smallest
+    run, is another row for the strong-scaling tables)."""
     logs = shlex.quote(str(run_dir(recipe, 1).parent)) + "/row*/slurm-*.out"
-    baseline = "" if recipe.table_baseline_nodes is None else f" --baseline-nodes {recipe.table_baseline_nodes}"
-    return f"table of the jobs' logs once they have run: oellm table {logs}{baseline}"
+    baseline = f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes else ""
+    return (f"table of the jobs' logs once they have run: oellm table {logs} --gpus-per-node "
+            f"{recipe.cluster.gpus_per_node}{baseline}")
 
 
 def describe_row(job: Job) -> str:
@@ -385,7 +387,8 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
         stop = resolved.flags.get("exit-duration-in-mins")
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
                           resolved.world_size, resolved.built_card,
-                          stop if isinstance(stop, int) and not isinstance(stop, bool) and stop > 0 else None)
+                          stop if isinstance(stop, int) and not isinstance(stop, bool) and stop > 0 else None,
+                          saves=resolved.flags.get("save") not in (None, False))
         timing.check()
         return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:

@@ -180,7 +180,8 @@ class Recipe:
     """Free text printed by ``--dry-run`` (placement arithmetic, what the reference rows ran with)."""
     table_baseline_nodes: int | None = None
     """Nodes of the row the report's efficiency column is relative to (``oellm table --baseline-nodes``, which the
-    printed table command passes); None = ``oellm table``'s default, its smallest run."""
+    printed table command passes); None or 0 (what a recipe extending one that sets it writes) = ``oellm table``'s
+    default, its smallest run."""
 
     def __post_init__(self) -> None:
         check_field_types(self, f"recipe {self.name}: ")
@@ -218,10 +219,10 @@ class Recipe:
                               "only after the queue")
         time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
         nodes = sorted({row.nodes for row in self.rows})
-        if self.table_baseline_nodes is not None and self.table_baseline_nodes not in nodes:
+        if self.table_baseline_nodes and self.table_baseline_nodes not in nodes:
             raise RecipeError(f"recipe {self.name}: table_baseline_nodes = {self.table_baseline_nodes} names no row "
                               f"(the rows run on {nodes} nodes); set it to the nodes of the efficiency column's "
-                              "baseline row")
+                              "baseline row, or to 0 for the table's default (its smallest run)")
         check_env_names(self.cluster.env, f"recipe {self.name} [cluster.env]: ")
 
     def row_seq_length(self, row: TableRow) -> int:

@@ -46,6 +46,8 @@ class RunTime:
     stop_minutes: int | None = None
     """megatron's ``--exit-duration-in-mins`` of the run (a checkpointing job stops and saves then, before its time
     limit); None without one."""
+    saves: bool = False
+    """Whether the run saves checkpoints (``--save``): megatron saves one when it stops at ``stop_minutes``."""
 
     @property
     def expected_s(self) -> float | None:
@@ -61,7 +63,7 @@ class RunTime:
 
     def describe(self) -> str:
         """One line for ``--dry-run``: the time limit (and the run's own stop before it) and the expected run time."""
-        stop = "" if self.stop_minutes is None else f" (the run stops and saves after {self.stop_minutes} min)"
+        stop = "" if self.stop_minutes is None else f" (the run stops{self._saving} after {self.stop_minutes} min)"
         return f"time limit {self.limit}{stop}; {self.estimate()}"
 
     def check(self) -> None:
@@ -72,9 +74,14 @@ class RunTime:
                               f"{self.estimate()}; give it at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the "
                               "row's time = \"...\", or --time, which overrides it)")
         if self.expected_s is not None and self.stop_minutes is not None and self.expected_s > 60 * self.stop_minutes:
-            raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it saves and exits "
-                              f"before its time limit {self.limit}) before its last iteration: {self.estimate()}; "
-                              f"{self._stop_fix()}")
+            raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it exits"
+                              f"{self._saving} after {self.stop_minutes} min) before its last iteration: "
+                              f"{self.estimate()}; {self._stop_fix()}")
+
+    @property
+    def _saving(self) -> str:
+        """`` and saves`` for a run that saves checkpoints (megatron saves one when it stops), else ''."""
+        return " and saves" if self.saves else ""
 
     def _stop_fix(self) -> str:
         """How to let the run reach its last iteration before its own stop: a time limit whose
@@ -107,9 +114,9 @@ def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[flo
 
 
 def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: ModelCard,
-             stop_minutes: int | None = None) -> RunTime:
+             stop_minutes: int | None = None, saves: bool = False) -> RunTime:
     """The :class:`RunTime` of ``row`` under the time limit ``limit`` and megatron's ``--exit-duration-in-mins``
-    ``stop_minutes`` (see :func:`reference_step`)."""
+    ``stop_minutes``, for a run that saves checkpoints or not (see :func:`reference_step`)."""
     step = reference_step(row, world_size, card)
     return RunTime(limit, time_limit_seconds(limit), iterations, None if step is None else step[0],
-                   "" if step is None else step[1], stop_minutes)
+                   "" if step is None else step[1], stop_minutes, saves)

@@ -52,7 +52,11 @@ def test_a_recipes_own_exit_stands(tmp_path, capsys):
     early = random.randrange(1, 23)
     config.write_text(f'extends = "{RECIPE}"\n[megatron_flags]\nexit-duration-in-mins = {early}\n')
     assert main(["recipe", str(config), "--dry-run", "--row", "2", "--save-interval", "5"]) == 2
-    assert "set a later exit-duration-in-mins in the recipe, or none" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "set a later exit-duration-in-mins in the recipe, or none" in err
+    assert f"(--exit-duration-in-mins {early}: it exits and saves after {early} min)" in err
+    assert main(["recipe", str(config), "--dry-run", "--row", "2"]) == 2  # no checkpoints: it saves nothing
+    assert f"(--exit-duration-in-mins {early}: it exits after {early} min)" in capsys.readouterr().err
 
 
 def test_a_run_without_a_time_limit_gets_no_exit(tmp_path):
@@ -70,7 +74,7 @@ def test_a_job_its_own_stop_would_cut_short_is_refused_naming_the_limit_that_fit
     options = ["recipe", str(recipe), "--dry-run", "--row", "1", "--save-interval", str(random.randrange(1, 10))]
     assert main([*options, "--time", "00:16:00"]) == 2  # fits 16 min, not the stop after 11
     err = capsys.readouterr().err
-    assert "would stop (--exit-duration-in-mins 11: it saves and exits before its time limit 00:16:00)" in err
+    assert "would stop (--exit-duration-in-mins 11: it exits and saves after 11 min) before its last iteration" in err
     assert "give it a time limit of at least 00:18:00" in err
     assert main([*options, "--time", "00:18:00"]) == 0
     assert "(the run stops and saves after 13 min)" in capsys.readouterr().out

@@ -30,7 +30,7 @@ def _table_command(out: str) -> list[str]:
 def test_the_command_reads_every_rows_log_against_the_reports_baseline(tmp_path, capsys):
     assert main(["recipe", str(STRONG), "--dry-run", "--output-dir", str(tmp_path)]) == 0
     command = _table_command(capsys.readouterr().out)
-    assert command[:2] == ["oellm", "table"] and command[-2:] == ["--baseline-nodes", "8"]
+    assert command[:2] == ["oellm", "table"] and command[3:] == ["--gpus-per-node", "4", "--baseline-nodes", "8"]
     recipe = load_recipe(STRONG)
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
     for number in range(1, len(recipe.rows) + 1):
@@ -52,7 +52,7 @@ def test_the_printed_command_gives_the_reports_efficiency_column(tmp_path, capsy
         (directory / "slurm-1.out").write_text(megatron_log(args, [step_ms] * 10, [120.0] * 10))
     logs = sorted(glob.glob(command[2]))
     assert len(logs) == 2
-    assert main(["table", *logs, "--gpus-per-node", "4", *command[3:]]) == 0
+    assert main(["table", *logs, *command[3:]]) == 0  # the printed options, as printed
     table = capsys.readouterr().out
     assert "Efficiency vs 8 nodes" in table
 
@@ -64,6 +64,7 @@ def test_a_baseline_no_row_runs_on_is_refused(tmp_path, capsys):
     assert main(["recipe", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"table_baseline_nodes = {nodes} names no row (the rows run on [4, 8, 16, 32, 64, 128] nodes)" in err
+    assert "or to 0 for the table's default" in err
 
 
 def test_a_submission_ends_with_the_command(tmp_path, monkeypatch, capsys):
@@ -74,3 +75,13 @@ def test_a_submission_ends_with_the_command(tmp_path, monkeypatch, capsys):
                  "--image", str(image)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith(PREFIX) and last.endswith(" --baseline-nodes 8") and str(tmp_path / "runs") in last
+
+
+def test_the_command_counts_nodes_with_the_clusters_gpus_and_a_zero_baseline_is_the_tables_default(tmp_path, capsys):
+    """``oellm table`` counts nodes as GPUs / 4 unless told: on a cluster of 8 GPUs per node the printed command's
+    node counts (and its baseline) were twice the runs'. A recipe extending one with a baseline clears it with 0."""
+    config = tmp_path / "eight.toml"
+    config.write_text(f'extends = "{STRONG}"\ntable_baseline_nodes = 0\n[cluster]\ngpus_per_node = 8\n')
+    assert main(["recipe", str(config), "--dry-run", "--row", "2"]) == 0
+    command = _table_command(capsys.readouterr().out)
+    assert command[3:] == ["--gpus-per-node", "8"]
