@@ -36,7 +36,7 @@ from megatron.oellm.recipes.resolve import (
     run_vocab_size,
     select_rows,
 )
-from megatron.oellm.recipes.slurm import check_cluster_directives, run_dir, sbatch_text
+from megatron.oellm.recipes.slurm import check_cluster_directives, cross_node_dispatch, run_dir, sbatch_text
 from megatron.oellm.recipes.submission import prepare_run_dir, sbatch_command, submit
 from megatron.oellm.recipes.timing import RunTime, run_time
 
@@ -248,18 +248,17 @@ def megatron_column_note(reference: Mapping[str, float], megatron_gflops_per_tok
 
 def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
     """A ``note:`` line (with its newline) when the row's flex dispatcher (HybridEP or DeepEP) has an expert-parallel
-    group larger than one node: those kernels then need a DeepEP built for RDMA between nodes (HybridEP's multinode
-    build, DeepEP's with NVSHMEM), which the Dockerfile's default ``hybridep`` build is not (docs/container.md,
-    "HybridEP across nodes"); '' otherwise."""
-    backend = resolved.flags.get("moe-flex-dispatcher-backend")
-    if resolved.flags.get("moe-token-dispatcher-type") != "flex" or backend not in ("hybridep", "deepep"):
+    group larger than one node (:func:`~megatron.oellm.recipes.slurm.cross_node_dispatch`): those kernels then need a
+    DeepEP built for RDMA between nodes (HybridEP's multinode build, DeepEP's with NVSHMEM), which the Dockerfile's
+    default ``hybridep`` build is not (docs/container.md, "HybridEP across nodes"); '' otherwise."""
+    spans = cross_node_dispatch(resolved)
+    if spans is None:
         return ""
-    group, per_node = resolved.layout.ep * resolved.layout.etp, resolved.world_size // resolved.row.nodes
-    if group <= per_node:
-        return ""
+    backend, group, nodes = spans
+    per_node = resolved.world_size // resolved.row.nodes
     build = {"hybridep": "Dockerfile: --build-arg HYBRID_EP_MULTINODE=1",
              "deepep": "DeepEP's internode kernels: NVSHMEM"}[backend]
-    return (f"note: the {backend} expert-parallel group ({group} GPUs) spans {-(-group // per_node)} nodes of {per_node} "
+    return (f"note: the {backend} expert-parallel group ({group} GPUs) spans {nodes} nodes of {per_node} "
             f"GPUs: the image's DeepEP must be built for RDMA between nodes ({build}; docs/container.md, \"HybridEP "
             "across nodes\")\n")
 

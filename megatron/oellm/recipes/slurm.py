@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import megatron.oellm
+from megatron.oellm.doctor.rules import HYBRID_EP_MULTINODE_VARIABLE
 from megatron.oellm.recipes.config import CONTAINER_RUNTIMES, ClusterSettings, Recipe, RecipeError
 from megatron.oellm.recipes.host_paths import bind_source, input_binds
 from megatron.oellm.recipes.resolve import ResolvedRow
@@ -161,6 +162,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
         *_image_architecture_lines(runtime),
+        *_hybrid_ep_build_lines(runtime, resolved),
         *_checkpoint_lines(checkpoint_values),
         "",
         "MEGATRON_ARGS=(",
@@ -233,6 +235,36 @@ def _image_architecture_lines(runtime: str) -> list[str]:
         'if [ "$IMAGE_ARCH" != "$NODE_ARCH" ]; then',
         '  echo "error: image $IMAGE runs as $IMAGE_ARCH, but node $(hostname) is $NODE_ARCH: build the image for'
         ' $NODE_ARCH (docs/container.md: aarch64 for Jupiter, x86_64 for MareNostrum 5) and pass --image" >&2',
+        "  exit 1",
+        "fi",
+    ]
+
+
+def cross_node_dispatch(resolved: ResolvedRow) -> tuple[str, int, int] | None:
+    """(backend, expert-parallel group in GPUs, nodes it spans) when the row's flex dispatcher (HybridEP or DeepEP)
+    has an expert-parallel group larger than one node, whose kernels then need a DeepEP built for RDMA between nodes;
+    None otherwise."""
+    backend = resolved.flags.get("moe-flex-dispatcher-backend")
+    if resolved.flags.get("moe-token-dispatcher-type") != "flex" or backend not in ("hybridep", "deepep"):
+        return None
+    group, per_node = resolved.layout.ep * resolved.layout.etp, resolved.world_size // resolved.row.nodes
+    return None if group <= per_node else (str(backend), group, -(-group // per_node))
+
+
+def _hybrid_ep_build_lines(runtime: str, resolved: ResolvedRow) -> list[str]:
+    """Shell lines that stop the job before ``srun`` when its HybridEP group spans nodes and the image says its
+    DeepEP was built for one node (:data:`HYBRID_EP_MULTINODE_VARIABLE` ``0``): every rank would otherwise build the
+    model and fail or hang at its first dispatch. An image that does not say (another build) is left to run."""
+    spans = cross_node_dispatch(resolved)
+    if spans is None or spans[0] != "hybridep":
+        return []
+    _, group, nodes = spans
+    return [
+        f"# This row's HybridEP group ({group} GPUs) spans {nodes} nodes: an image built for one node cannot run it.",
+        f'if [ "$({runtime} exec "$IMAGE" printenv {HYBRID_EP_MULTINODE_VARIABLE})" = 0 ]; then',
+        f'  echo "error: image $IMAGE was built with HYBRID_EP_MULTINODE=0 (HybridEP within one node), but this row\'s'
+        f' HybridEP group of {group} GPUs spans {nodes} nodes: build the hybridep image with --build-arg'
+        ' HYBRID_EP_MULTINODE=1 (docs/container.md) and pass --image" >&2',
         "  exit 1",
         "fi",
     ]

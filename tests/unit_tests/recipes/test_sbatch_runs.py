@@ -381,3 +381,30 @@ def test_an_image_uri_is_left_to_the_container_runtime(tmp_path):
     uri_runtime = APPTAINER.replace('[ -f "$1" ] ||', '[[ "$1" == docker://* ]] ||')
     status, record = _run_job(script, tmp_path, tmp_path, 2, runtimes={"apptainer": uri_runtime})
     assert status == 0 and any(line.startswith("torchrun ") for line in record), (tmp_path / "stderr").read_text()
+
+
+@pytest.mark.parametrize("build", ["0", "1", None])
+def test_a_single_node_hybrid_ep_image_stops_a_row_whose_group_spans_nodes_before_srun(tmp_path, build):
+    """Every Jupiter row's HybridEP group spans nodes: in an image whose DeepEP was built for one node
+    (``OELLM_HYBRID_EP_MULTINODE=0``) its 256 ranks built the model and failed or hung at the first dispatch. The
+    job now stops before srun; a multi-node image, or one that does not say, runs."""
+    (tmp_path / "image.sif").touch()
+    recipe = load_recipe(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, image=str(tmp_path / "image.sif")))
+    row = recipe.rows[0]
+    script = sbatch_text(recipe, 1, resolve_row(recipe, row), tmp_path / "run")
+    env = {"FAKE_IMAGE_ARCH": platform.machine(), **({} if build is None else {"OELLM_HYBRID_EP_MULTINODE": build})}
+    status, record = _run_job(script, tmp_path, tmp_path, row.nodes, env=env)
+    stderr = (tmp_path / "stderr").read_text()
+    if build != "0":
+        assert status == 0 and any(line.startswith("torchrun ") for line in record), stderr
+        return
+    assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
+    (error,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert error.startswith(f"error: image {tmp_path / 'image.sif'} was built with HYBRID_EP_MULTINODE=0")
+    assert "HybridEP group of 16 GPUs spans 4 nodes" in error and "--build-arg HYBRID_EP_MULTINODE=1" in error
+
+
+def test_a_row_whose_hybrid_ep_group_fits_a_node_has_no_build_check(tmp_path):
+    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    assert "OELLM_HYBRID_EP_MULTINODE" not in sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path)
