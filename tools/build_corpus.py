@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from megatron.oellm.signal_handlers import handling
-from megatron.oellm.training.corpus import CORPUS_SUFFIXES, STOPPING_SIGNALS, build_corpus, stdlib_sources
+from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
+from megatron.oellm.training.corpus import CORPUS_SUFFIXES, build_corpus, stdlib_sources
 
 
 class Interrupted(BaseException):

@@ -14,14 +14,11 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from megatron.oellm.signal_handlers import handling
-
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""The signals passed on to the child: Ctrl-C, ``kill``/``scancel``, and the closing of the terminal."""
+from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
 
 def run_forwarding_signals(command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
-    """Run ``command`` to its end, passing on the :data:`FORWARDED_SIGNALS` we receive meanwhile; its return code
+    """Run ``command`` to its end, passing on the :data:`STOPPING_SIGNALS` we receive meanwhile; its return code
     (``-N`` when a signal ended it), or ``128 + N`` for the first signal N we passed on, as a shell reports an
     interrupted command. A line on stderr says that the child was signalled and is being waited for."""
     received: list[int] = []
@@ -32,7 +29,7 @@ def run_forwarding_signals(command: Sequence[str], env: Mapping[str, str] | None
         if children:
             _signal_child(children[0], signum, command[0])
 
-    with handling(FORWARDED_SIGNALS, pass_on):
+    with handling(STOPPING_SIGNALS, pass_on):
         children.append(subprocess.Popen(list(command), env=None if env is None else dict(env),
                                          start_new_session=True))
         for signum in received:  # arrived while the child was starting

@@ -22,8 +22,6 @@ import itertools
 import os
 import re
 import shutil
-import signal
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -34,12 +32,12 @@ from typing import NoReturn
 from torch.distributed.checkpoint.api import CheckpointException
 
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, listed
+from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
 Foreign = Callable[[Path], list[str]]
 """The names (relative to ``--out``) of what an entry of ``--out`` holds that the conversion does not write: empty
 when the entry, and all it holds, is a previous output's (so ``--overwrite`` may replace it). A directory the
 conversion writes (hf-to-mcore's ``release``) is looked into, since replacing it deletes everything in it."""
-_TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _LISTED = 5
 """Foreign entries named in a refusal (the rest are counted)."""
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
@@ -200,19 +198,14 @@ class _TerminationGuard:
     def __init__(self) -> None:
         self.received: int | None = None
         self._deferring = False
-        self._previous: dict[int, object] = {}
+        self._handlers = handling(STOPPING_SIGNALS, self._handle)  # main thread only; an ignored signal stays ignored
 
     def __enter__(self) -> _TerminationGuard:
-        if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
-            # a signal the process ignores (SIGHUP under nohup) stays ignored
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in _TERMINATING
-                              if signal.getsignal(signum) is not signal.SIG_IGN}
+        self._handlers.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._previous.items():
-            # None: the handler was set outside Python and cannot be put back; the default is the closest
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._handlers.__exit__(*exc_info)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Record the first signal; raise unless deferring (a second signal while cleaning up is ignored)."""

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import sysconfig
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -21,12 +20,9 @@ from pathlib import Path
 
 import numpy
 
-from megatron.oellm.signal_handlers import handling
+from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 from megatron.oellm.training.index_cache import INDEX_CACHE_FILES, default_index_cache
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
-
-STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-"""``kill``/``scancel``/a time limit, a closed terminal, Ctrl-C: held while a finished corpus is put in place."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +100,8 @@ def _stopping_signals_held() -> Iterator[None]:
     handlers come back and the first signal recorded is raised again, so its handler runs (or its default action ends
     the process) once the block's work is whole. Blocking them (``pthread_sigmask``) would not hold them: the kernel
     hands a signal to any thread that does not block it (torch's), and Python runs the handler all the same. Signal
-    handlers can only be set in the main thread; elsewhere nothing is held. An ignored signal stays ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    handlers can only be set in the main thread; elsewhere nothing is held
+    (:func:`~megatron.oellm.signal_handlers.handling`). An ignored signal stays ignored."""
     arrived: list[int] = []
     try:
         with handling(STOPPING_SIGNALS, lambda number, frame: arrived.append(number)):
