@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # an unreadable input, an output directory that cannot be made or written
         parser.exit(1, f"error: no corpus written at {args.output_prefix}: {error}\n")
     except Interrupted as stop:
-        if _inodes(args.output_prefix) != before and all(_inodes(args.output_prefix)):
+        after = _inodes(args.output_prefix)
+        if after != before and all(after):
             # the signal was held while the finished files were renamed into place, and taken after
             parser.exit(128 + stop.signum, f"error: interrupted by {stop} once the new corpus was complete at "
                                            f"{args.output_prefix}: it is in place, but its summary was not printed\n")

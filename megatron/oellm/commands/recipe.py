@@ -36,7 +36,13 @@ from megatron.oellm.recipes.resolve import (
     run_vocab_size,
     select_rows,
 )
-from megatron.oellm.recipes.slurm import check_cluster_directives, cross_node_dispatch, run_dir, sbatch_text
+from megatron.oellm.recipes.slurm import (
+    check_cluster_directives,
+    cross_node_dispatch,
+    recipe_dir,
+    run_dir,
+    sbatch_text,
+)
 from megatron.oellm.recipes.submission import prepare_run_dir, sbatch_command, submit
 from megatron.oellm.recipes.timing import RunTime, run_time
 
@@ -164,7 +170,7 @@ def table_command(recipe: Recipe) -> str:
     folder), with the cluster's GPUs per node (the table counts nodes as GPUs / 4 otherwise) and the report's
     efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's own default, its smallest
     run, is another row for the strong-scaling tables)."""
-    logs = shlex.quote(str(run_dir(recipe, 1).parent)) + "/row*/slurm-*.out"
+    logs = shlex.quote(str(recipe_dir(recipe))) + "/row*/slurm-*.out"
     baseline = f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes else ""
     return (f"table of the jobs' logs once they have run: oellm table {logs} --gpus-per-node "
             f"{recipe.cluster.gpus_per_node}{baseline}")
@@ -176,9 +182,10 @@ def describe_row(job: Job) -> str:
     layout, row, resolved = job.resolved.layout, job.resolved.row, job.resolved
     plan = build_plan(resolved.built_card, layout, resolved.world_size)
     micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
+    megatron = _megatron_gflops_per_token(resolved) if _has_throughput(row.reference) else None
     note = (cross_node_dispatch_note(resolved)
             + reference_flops_note(row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)
-            + megatron_column_note(row.reference, _megatron_gflops_per_token(resolved)))
+            + megatron_column_note(row.reference, megatron))
     return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
             f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
             f"per step\n{note}{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
@@ -189,12 +196,17 @@ REFERENCE_FLOPS_TOLERANCE = 0.01
 says that the report's TFLOP/s and MFU do not compare: its one-decimal TFLOP/s alone are exact to ~0.05 %."""
 
 
+def _has_throughput(reference: Mapping[str, float]) -> bool:
+    """Whether a row's ``reference`` gives both TFLOP/s and tokens/s per GPU, whose ratio is a FLOP count per token."""
+    return "tflops_per_gpu" in reference and "tokens_per_s_per_gpu" in reference
+
+
 def _count_apart(reference: Mapping[str, float], gflops_per_token: float) -> tuple[str, float, str, str] | None:
     """How far the FLOP count per token that a row's ``reference`` TFLOP/s over its tokens/s imply is from
     ``gflops_per_token``: (the notes' opening ``note: the report's ... count N GFLOP/token``, the percentage apart,
     ``above``/``below``, ``higher``/``lower``); None within :data:`REFERENCE_FLOPS_TOLERANCE` or without both
     numbers."""
-    if "tflops_per_gpu" not in reference or "tokens_per_s_per_gpu" not in reference:
+    if not _has_throughput(reference):
         return None
     tflops, tokens = reference["tflops_per_gpu"], reference["tokens_per_s_per_gpu"]
     implied = tflops * 1e3 / tokens

@@ -51,13 +51,18 @@ def run_dir(recipe: Recipe, row_number: int) -> Path:
     ``<output_dir>/<recipe>/row<N>-<nodes>n``.
     A leading ``~`` of ``output_dir`` is the home directory, as in a shell (no shell expands it in a TOML value or
     after ``--output-dir=``; read literally it made a directory named ``~``)."""
-    nodes = recipe.row(row_number).nodes
+    return recipe_dir(recipe) / f"row{row_number:02d}-{recipe.row(row_number).nodes}n"
+
+
+def recipe_dir(recipe: Recipe) -> Path:
+    """Absolute directory of all the recipe's run directories: ``<output_dir>/<recipe>``, a leading ``~`` the home
+    directory (see :func:`run_dir`)."""
     try:
         output_dir = Path(recipe.cluster.output_dir).expanduser()
     except RuntimeError as error:  # ~NAME of no user (or ~ without a home directory)
         raise RecipeError(f"output directory {recipe.cluster.output_dir!r} starts with a ~ that names no home "
                           "directory; pass --output-dir DIR (or set cluster.output_dir) to a path without it") from error
-    return output_dir.absolute() / recipe.name / f"row{row_number:02d}-{nodes}n"
+    return output_dir.absolute() / recipe.name
 
 
 DIRECTIVE_FIXES = {
