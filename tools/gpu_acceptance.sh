@@ -7,6 +7,8 @@
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
 #          beside it the Qwen3-30B-A3B recipe, 30 iterations;
 #   resume a short save (iterations 3 and 6) + resume (to 8) of the Qwen3.5 recipe's `--local` run;
+#   interrupt  Ctrl-C (SIGINT to its process group, as a terminal sends it) at iteration 3 of the Qwen3.5 recipe's
+#          `--local` run (tools/check_interrupt.py): it must end with status 130 and leave no rank running;
 #   bench  `oellm bench` (Qwen3.5 proxy, ours vs transformers; the sides OELLM_BENCH_SIDES names, default ours,hf,
 #          e.g. ours,te,hf with Transformer Engine on the path) with a one-step profile of each side at its best
 #          micro-batch size. Run it alone: it times the GPU.
@@ -17,9 +19,9 @@
 #   bad arguments, 130 on Ctrl-C (SIGINT) and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later),
 #   no further run starts, and once they have ended summary.txt says "interrupted by SIG..." and the logs are packed.
 #   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
-#   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train and resume stages,
-#   deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make is
-#   refused).
+#   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train, resume and interrupt
+#   stages, deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make
+#   is refused).
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
@@ -28,7 +30,8 @@
 # configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
 # restored on the next call.
 set -o pipefail
-USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]  (stages: tests, train, resume, bench)"
+USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]"
+USAGE+="  (stages: tests, train, resume, interrupt, bench)"
 if [ $# -lt 2 ] || [ $# -gt 3 ] || [ -z "$1" ] || [ -z "$2" ] || [[ $1 == -* ]]; then
   echo "$USAGE" >&2
   [[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
@@ -57,8 +60,8 @@ IFS=, read -r -a selected <<< "$STAGES"
 seen=","
 for stage in "${selected[@]}"; do
   case $stage in
-    tests|train|resume|bench) ;;
-    *) echo "unknown stage '$stage' (tests, train, resume, bench)" >&2; exit 2 ;;
+    tests|train|resume|interrupt|bench) ;;
+    *) echo "unknown stage '$stage' (tests, train, resume, interrupt, bench)" >&2; exit 2 ;;
   esac
   [[ $seen != *",$stage,"* ]] || { echo "error: stage '$stage' given twice in '$STAGES'; give each once" >&2; exit 2; }
   seen="$seen$stage,"
@@ -74,7 +77,8 @@ if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root
-# the train and resume stages delete and rebuild runs/, short/ and corpus/ in WORK: only in a folder this script made
+# the train, resume and interrupt stages delete and rebuild runs/, short/, interrupt/ and corpus/ in WORK: only in
+# a folder this script made
 WORK_MARK="$WORK/.oellm-acceptance-work"
 if [ -e "$WORK" ] && { [ ! -d "$WORK" ] || { [ -n "$(ls -A "$WORK" 2>/dev/null)" ] && [ ! -e "$WORK_MARK" ]; }; }; then
   echo "error: OELLM_WORK $WORK holds files and no mark of this script (its stages delete and rebuild runs/, short/" \
@@ -244,6 +248,21 @@ stage_resume() {
   echo "resumed run to 8: rc $rc; loaded: $loaded"
   iteration_losses "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log"
   grep -E "Error|error:" "$OUT_DIR/short_resume.log" | tail -3
+}
+
+stage_interrupt() {
+  rm -rf "$WORK/interrupt"
+  run_bounded "$OUT_DIR/interrupt_corpus.log" "$LIMIT_S" \
+    python3 tools/build_corpus.py --output-prefix "$WORK/corpus/interrupt" --max-mb 4 --overwrite
+  # the marker is the corpus path: every process of the run (the launcher, torchrun, each rank) carries it
+  run_bounded "$OUT_DIR/interrupt_check.log" "$LIMIT_S" \
+    python3 tools/check_interrupt.py --log "$OUT_DIR/interrupt.log" --marker "$WORK/corpus/interrupt" \
+    --after-iteration 3 --start-timeout $((LIMIT_S * 2 / 3)) --grace 120 -- \
+    bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/interrupt" \
+    --data-path "$WORK/corpus/interrupt" --tokenizer-model byte --train-iters 100000
+  echo "interrupt (Ctrl-C at iteration 3 of a --local run): rc $?"
+  cat "$OUT_DIR/interrupt_check.log"
+  grep -m1 "passed on to" "$OUT_DIR/interrupt.log"
 }
 
 stage_bench() {

@@ -103,6 +103,23 @@ def test_the_stages_rebuild_their_corpus_on_a_warm_machine(tmp_path: Path) -> No
     assert len(builds) == 2 and all(call.endswith(" --overwrite") for call in builds), builds
 
 
+def test_the_interrupt_stage_presses_ctrl_c_on_a_local_run_marked_by_its_own_corpus(tmp_path: Path) -> None:
+    """The check's marker (what every process of the run carries) is the stage's own corpus: the train stage, side
+    by side, runs on another, so its ranks are not taken for ones the interrupted run left."""
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "interrupt,train")
+    assert done.returncode == 0, done.stderr
+    work = tmp_path / "work"
+    [build] = [call for call in calls if f"--output-prefix {work}/corpus/interrupt " in call]
+    [check] = [call for call in calls if "tools/check_interrupt.py" in call]
+    assert f"--marker {work}/corpus/interrupt --after-iteration 3 " in check, check
+    run = check.split(" -- ", 1)[1]
+    assert run.startswith("bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "), run
+    assert f"--data-path {work}/corpus/interrupt " in run and f"--output-dir {work}/interrupt " in run, run
+    assert not any(f"{work}/corpus/interrupt" in call for call in calls if call not in (build, check)), calls
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "interrupt (Ctrl-C at iteration 3 of a --local run): rc 0" in summary, summary
+
+
 def test_a_failed_run_fails_the_acceptance(tmp_path: Path) -> None:
     """The script exited 0 whatever its runs returned (its last command was the summary's ``tee``), so nothing could
     gate on it; a run with a non-zero rc now makes it exit 1 with a line saying how many, after packing the logs."""
@@ -125,7 +142,7 @@ def test_usage_is_one_line_and_help_exits_0(tmp_path: Path, argv: list[str]) -> 
     done = subprocess.run(["bash", str(SCRIPT), *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.stderr == "usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]  (stages: tests, " \
-                          "train, resume, bench)\n"
+                          "train, resume, interrupt, bench)\n"
     assert done.returncode == (0 if argv == ["--help"] else 2) and not (tmp_path / "out").exists()
 
 
