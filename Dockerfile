@@ -34,8 +34,12 @@ RUN pip list --format=freeze \
     | grep -iE '^(torch|torchvision|triton|pytorch-triton|transformer[-_]engine[-_a-z0-9]*|nvidia-[a-z0-9-]+)==' \
     > /opt/base-constraints.txt
 COPY docker/constraints.txt /opt/oellm-constraints.txt
+
+# Layer order: the requirements and DeepEP (a long CUDA build) come before the package's code, so a change to the code
+# rebuilds only each target's last two layers. Here the package is installed from setup.py and its version file
+# alone, which brings every requirement; each target then installs the whole package over it (--no-deps).
 COPY setup.py README.md ./
-COPY megatron ./megatron
+COPY megatron/oellm/__init__.py ./megatron/oellm/__init__.py
 
 # te: the base's Transformer Engine (built by NVIDIA against this torch) is the te extra; reinstalling it from PyPI
 # would replace it. gdn and hf come at the versions of docker/constraints.txt.
@@ -57,20 +61,16 @@ print(int(Version(triton.__version__) < Version('3.7.1')))")" \
         *) echo "error: the Triton check printed '${needs_tilelang}', not 0 or 1" >&2; exit 1 ;; \
     esac
 
-# The image's check: versions and known-bad combinations (no GPU at build time: GPU checks are warnings).
-RUN oellm doctor
-
-FROM base AS deepep
+FROM base AS deepep-build
 ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
 ARG DEEPEP_REF=main
 ARG TORCH_CUDA_ARCH_LIST=9.0
 RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
     && git -C /opt/DeepEP checkout "${DEEPEP_REF}" \
     && pip install --no-cache-dir --no-build-isolation -c /opt/base-constraints.txt /opt/DeepEP \
-    && python -c "import deep_ep" \
-    && oellm doctor
+    && python -c "import deep_ep"
 
-FROM base AS hybridep
+FROM base AS hybridep-build
 ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
 # HybridEP lives on DeepEP's hybrid-ep branch; the Jupiter runs used deep_ep 1.2.1+7febc6e (pass DEEPEP_REF=7febc6e).
 ARG DEEPEP_REF=hybrid-ep
@@ -92,7 +92,18 @@ RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
     && { python -c "from deep_ep import Buffer, HybridEPBuffer" \
          || { echo "error: DeepEP ${DEEPEP_REF} does not import HybridEPBuffer (the ImportError above): a ref without" \
                    "it needs --build-arg DEEPEP_REF=<a commit of DeepEP's hybrid-ep branch>, or --target deepep for" \
-                   "DeepEP without HybridEP; a missing library is the build's" >&2; exit 1; }; } \
-    && oellm doctor
+                   "DeepEP without HybridEP; a missing library is the build's" >&2; exit 1; }; }
+
+# The targets: the package's code over the stage below it, then the image's check (versions and known-bad
+# combinations; no GPU at build time, so GPU checks are warnings).
+FROM deepep-build AS deepep
+COPY megatron ./megatron
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . && oellm doctor
+
+FROM hybridep-build AS hybridep
+COPY megatron ./megatron
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . && oellm doctor
 
 FROM base AS oellm
+COPY megatron ./megatron
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . && oellm doctor

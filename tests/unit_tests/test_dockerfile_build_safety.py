@@ -107,12 +107,13 @@ def _stage(name: str) -> str:
 def test_the_hybridep_image_records_its_multinode_setting():
     """Whether DeepEP was built for HybridEP between nodes could not be read from an image; the hybridep stage now
     records the build argument as a label and as the variable ``oellm doctor`` reads."""
-    stage = _stage("hybridep")
+    stage = _stage("hybridep-build")
     argument = stage.index("ARG HYBRID_EP_MULTINODE=0")
     label = stage.index('LABEL org.openeurollm.hybrid-ep-multinode="${HYBRID_EP_MULTINODE}"')
     env = stage.index("ENV OELLM_HYBRID_EP_MULTINODE=${HYBRID_EP_MULTINODE}")
     assert argument < label and argument < env < stage.index("RUN ")
-    assert "OELLM_HYBRID_EP_MULTINODE" not in _stage("base") + _stage("deepep") + _stage("oellm")
+    assert "OELLM_HYBRID_EP_MULTINODE" not in "".join(map(_stage, ("base", "deepep-build", "deepep", "hybridep",
+                                                                   "oellm")))
 
 
 def test_the_jupiter_build_commands_build_hybrid_ep_for_several_nodes():
