@@ -10,6 +10,7 @@
 # cp311 wheels) is fetched with --ignore-requires-python, as tools/install.sh installs it.
 # On the node:  sha256sum -c site-cp312.tar.xz.sha256   # catches a bundle cut or changed on the way
 #               mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
+#               python3 -m pip check   # names a requirement the node lacks (BUNDLE_REQUIRES.txt lists them all)
 # Every run downloads into an emptied wheels folder, so a wheel left by an earlier run with other pins never
 # lands in the bundle.
 # The wheels are compiled for one architecture: x86_64 (default: MareNostrum 5, the lent H200) writes
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
       [[ $# -ge 2 && -n $2 && $2 != -* ]] || { echo "error: $1 needs a value; $USAGE" >&2; exit 2; }
       case "$1" in --python-version) PYVER=$2 ;; --arch) ARCH=$2 ;; --out) OUT=$2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1; $USAGE" >&2; exit 2 ;;
   esac
 done
@@ -76,6 +77,9 @@ for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"
 done
 ls "$WHEELS" > "$SITE/BUNDLE_CONTENTS.txt"
+# what the bundled packages need and the bundle does not carry: the node's Python must have it
+python3 "$(dirname "$0")/bundle_requirements.py" "$SITE" --python-version "$PYVER" --arch "$ARCH" \
+  > "$SITE/BUNDLE_REQUIRES.txt"
 BUNDLE="site-$TAG.tar.xz"
 # packed and checksummed under temporary names beside the bundle (one file system: each rename below is atomic);
 # the earlier bundle and its checksum stay whole until both new files are complete, and a run that fails or is
@@ -93,3 +97,5 @@ rm -f "$OUT/$BUNDLE.sha256"
 mv -f "$PARTIAL" "$OUT/$BUNDLE"
 mv -f "$PARTIAL.sha256" "$OUT/$BUNDLE.sha256"
 echo "wrote $OUT/$BUNDLE ($(du -h "$OUT/$BUNDLE" | cut -f1)) with: $(tr '\n' ' ' < "$SITE/BUNDLE_CONTENTS.txt")"
+echo "the node's Python must provide (BUNDLE_REQUIRES.txt in the bundle; check a node with" \
+  "PYTHONPATH=<unpacked bundle> python3 -m pip check): $(cut -d' ' -f1 "$SITE/BUNDLE_REQUIRES.txt" | tr '\n' ' ')"

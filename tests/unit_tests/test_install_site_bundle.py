@@ -26,7 +26,9 @@ if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
     echo "ERROR: Ignored the following versions that require a different python version: 0.19.2" >&2; exit 1
   fi
   while [ $# -gt 0 ]; do [ "$1" = "-d" ] && WHEELS="$2"; shift; done
-  exec REAL_PYTHON -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('stand_in.py', '')" \\
+  exec REAL_PYTHON -c "import sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1], 'w'); \\
+wheel.writestr('stand_in.py', ''); \\
+wheel.writestr('stand_in-1.0.dist-info/METADATA', 'Name: stand-in\\nRequires-Dist: einops>=0.8\\n')" \\
     "$WHEELS/stand_in-1.0-py3-none-any.whl"
 fi
 exec REAL_PYTHON "$@"
@@ -67,6 +69,11 @@ def test_the_wheels_match_the_targets_architecture(tmp_path: Path, arch: str | N
         assert "manylinux_2_34_aarch64" in platforms
     with tarfile.open(tmp_path / "out" / bundle) as archive:
         assert "./stand_in.py" in archive.getnames()
+        requires = archive.extractfile("./BUNDLE_REQUIRES.txt").read().decode()
+    # the stand-in wheel's one requirement, which the bundle does not carry: listed, and named on the last line
+    assert requires.startswith("einops >=0.8 ") and requires.count("\n") == 1, requires
+    assert "the node's Python must provide" in done.stdout.splitlines()[-1]
+    assert done.stdout.splitlines()[-1].endswith("pip check): einops "), done.stdout
 
 
 def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:

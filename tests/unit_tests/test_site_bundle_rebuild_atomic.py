@@ -31,8 +31,9 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, xz, sp
 FAKE_PYTHON3 = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
   while [ $# -gt 0 ]; do [ "$1" = "-d" ] && WHEELS="$2"; shift; done
-  exec REAL_PYTHON -c "import os, sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('stand_in.py', \\
-os.urandom(64).hex())" "$WHEELS/stand_in-1.0-py3-none-any.whl"
+  exec REAL_PYTHON -c "import os, sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1], 'w'); \\
+wheel.writestr('stand_in.py', os.urandom(64).hex()); \\
+wheel.writestr('stand_in-1.0.dist-info/METADATA', 'Name: stand-in\\n')" "$WHEELS/stand_in-1.0-py3-none-any.whl"
 fi
 exec REAL_PYTHON "$@"
 """
