@@ -1,10 +1,11 @@
 """Build a small real-text training corpus offline: ``python tools/build_corpus.py --output-prefix runs/corpus/text``.
 
 Reads the Python standard library's sources (and any ``--extra`` files), one document per file, byte-tokenized,
-into megatron's indexed format; prints the ``--data-path`` and tokenizer flags to train on it. SIGTERM, SIGHUP or
-SIGINT (Ctrl-C) stops it with one ``error: interrupted by SIG...`` line and status 128 + the signal: during the build
-its partial files are removed and a corpus already at the prefix is left as it was; a signal while the finished files
-are renamed into place takes effect once they are (the line then says the new corpus is in place).
+into megatron's indexed format; prints the ``--data-path`` and tokenizer flags to train on it (the training entry's
+and a recipe's). SIGTERM, SIGHUP or SIGINT (Ctrl-C) stops it with one ``error: interrupted by SIG...`` line and status
+128 + the signal: during the build its partial files are removed and a corpus already at the prefix is left as it
+was; a signal while the finished files are renamed into place takes effect once they are (the line then says the new
+corpus is in place).
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                                        f"{args.output_prefix}, and a corpus already there is as it was\n")
     print(f"{summary.documents} documents, {summary.tokens} tokens -> {summary.prefix}.bin/.idx")
     print("train with: --data-path", summary.prefix, " ".join(summary.megatron_flags))
+    print(f"or a recipe: bash examples/oellm/<recipe>.sh --local --data-path {summary.prefix} --tokenizer-model byte")
     return 0
 
 

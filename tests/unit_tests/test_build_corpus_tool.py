@@ -56,6 +56,11 @@ def test_an_extra_text_file_is_one_document(tmp_path: Path) -> None:
     done = run_tool(tmp_path / "corpus" / "text", "--max-mb", "0", "--extra", str(text))
     assert done.returncode == 0, done.stderr
     assert f"1 documents, {len(words.encode()) + 1} tokens" in done.stdout
+    # the entry's flags, and the recipe form (a recipe has --tokenizer-model, not --tokenizer-type / --vocab-size)
+    prefix = tmp_path / "corpus" / "text"
+    assert f"train with: --data-path {prefix} --tokenizer-type" in done.stdout
+    assert done.stdout.splitlines()[-1] == (f"or a recipe: bash examples/oellm/<recipe>.sh --local --data-path {prefix} "
+                                            "--tokenizer-model byte")
 
 
 def test_a_build_without_documents_keeps_the_earlier_corpus(tmp_path: Path) -> None:

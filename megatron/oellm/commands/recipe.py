@@ -313,7 +313,8 @@ def _run(args: argparse.Namespace) -> int:
             local_blocker_text = status
         elif args.submit:
             check_submission(recipe, inputs)
-        jobs = [resolve_job(recipe, number, inputs, read_data=args.submit) for number in numbers]
+        jobs = (resolve_jobs_for_dry_run(recipe, numbers, inputs) if not (args.local or args.submit)
+                else [resolve_job(recipe, number, inputs, read_data=args.submit) for number in numbers])
         if not (args.local or args.submit):  # after the rows resolved: a refusal is the only output, not its tail
             print(describe_recipe(recipe, inputs))
         if args.submit:  # no sbatch, or a run directory that cannot be created, stops it before any row is queued
@@ -332,13 +333,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
-    """Submit ``jobs`` (rows of ``recipe``) in row order, one line per queued row, then the ``oellm table`` command
-    of their logs (:func:`table_command`); 0, or 130 when interrupted (Ctrl-C), after naming the
-    rows that were queued, the one whose ``sbatch`` may or may not have queued it, and the command that submits the
-    rest: a rerun of the whole command would queue the queued rows a second time."""
+    """Submit ``jobs`` (rows of ``recipe``) in row order, one line per queued row (after the row's
+    :func:`cross_node_dispatch_note`, which the dry run also prints: a user who goes straight to ``--submit`` must
+    see that the image needs a multi-node DeepEP build), then the ``oellm table`` command of their logs
+    (:func:`table_command`); 0, or 130 when interrupted (Ctrl-C), after naming the rows that were queued, the one
+    whose ``sbatch`` may or may not have queued it, and the command that submits the rest: a rerun of the whole
+    command would queue the queued rows a second time."""
     queued: list[int] = []
     try:
         for job in jobs:
+            note = cross_node_dispatch_note(job.resolved)
+            if note:
+                print(f"row {job.number}: {note}", end="")
             print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})", flush=True)
             queued.append(job.number)
         print(table_command(recipe))
@@ -404,6 +410,36 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
         return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:
         raise RecipeError(f"row {number}: {err}") from err
+
+
+def resolve_jobs_for_dry_run(recipe: Recipe, numbers: list[int], inputs: RunInputs) -> list[Job]:
+    """Each of rows ``numbers`` resolved (:func:`resolve_job`). Where one is refused and more than one was selected,
+    the rest are resolved too, and the first refusal ends by naming the other refused rows and those that resolve,
+    with the ``--row`` that prints one: a recipe with a refused row (the CKDA table's document-masked rows) printed
+    one error and no row."""
+    jobs, refused = [], []
+    for number in numbers:
+        try:
+            jobs.append(resolve_job(recipe, number, inputs))
+        except RecipeError as err:
+            if len(numbers) == 1:
+                raise
+            refused.append((number, err))
+    if not refused:
+        return jobs
+    message = str(refused[0][1])
+    others = [number for number, _err in refused[1:]]
+    if others:
+        message += (f"; row {others[0]} is refused too" if len(others) == 1
+                    else f"; rows {', '.join(map(str, others))} are refused too")
+    resolving = [job.number for job in jobs]
+    if not resolving:
+        message += "; no row resolves"
+    elif len(resolving) == 1:
+        message += f"; row {resolving[0]} resolves (--row {resolving[0]} prints it)"
+    else:
+        message += f"; rows {', '.join(map(str, resolving))} resolve (--row N prints one)"
+    raise RecipeError(message)
 
 
 def exit_status(returncode: int) -> int:

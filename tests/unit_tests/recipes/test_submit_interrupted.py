@@ -45,3 +45,26 @@ def test_an_interrupted_submission_names_the_queued_rows_and_the_rest(tmp_path, 
     assert f"error: interrupted: {rows}; row {stop_at} may be (see squeue --me)" in err
     assert f"`oellm recipe {CONFIG} --submit --row N` and the same options but --nodes" in err
     assert err.rstrip().endswith(f"(N: {', '.join(map(str, range(stop_at, 7)))})")
+
+
+def test_a_submission_names_the_rows_whose_dispatch_group_spans_nodes(tmp_path, monkeypatch, capsys):
+    """The dry run's note that a row's DeepEP group spans nodes (the image then needs DeepEP built for RDMA between
+    nodes) was not printed by ``--submit``: a user going straight to it queued 64-node jobs without seeing it."""
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 11")
+    config = str(EXAMPLES / "qwen3_235b_a22b_jupiter.toml")
+    status = main(["recipe", config, "--submit", "--row", "2", "--account", "a", "--output-dir",
+                   str(tmp_path / "runs"), "--image", str(_image(tmp_path))])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("row 2: note: the deepep expert-parallel group (32 GPUs) spans 8 nodes of 4 GPUs"), out
+    assert lines[1].startswith("row 2: Submitted batch job 11 (") and len(record.read_text().splitlines()) == 1
+
+
+def test_a_submission_within_nodes_prints_no_note(tmp_path, monkeypatch, capsys):
+    fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 12")
+    status = main(["recipe", CONFIG, "--submit", "--row", "1", "--output-dir", str(tmp_path / "runs"), "--image",
+                   str(_image(tmp_path))])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "note:" not in out and out.startswith("row 1: Submitted batch job 12 (")
