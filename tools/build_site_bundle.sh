@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
       [[ $# -ge 2 && -n $2 && $2 != -* ]] || { echo "error: $1 needs a value; $USAGE" >&2; exit 2; }
       case "$1" in --python-version) PYVER=$2 ;; --arch) ARCH=$2 ;; --out) OUT=$2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1; $USAGE" >&2; exit 2 ;;
   esac
 done

@@ -32,9 +32,12 @@
 set -o pipefail
 USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]"
 USAGE+="  (stages: tests, train, resume, interrupt, bench)"
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  awk 'NR > 1 { if (!/^#/) exit; print }' "$0"  # this header: the stages, exit statuses and environment
+  exit 0
+fi
 if [ $# -lt 2 ] || [ $# -gt 3 ] || [ -z "$1" ] || [ -z "$2" ] || [[ $1 == -* ]]; then
   echo "$USAGE" >&2
-  [[ ${1:-} == -h || ${1:-} == --help ]] && exit 0
   exit 2
 fi
 OUT_DIR=$(realpath -m "$1")

@@ -13,7 +13,7 @@
 # PyTorch's CPU index); a GPU node gets PyPI's CUDA 13.0 build, refused below driver 580, and checked to be a CUDA
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 set -euo pipefail
-case "${1:-}" in -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;; esac
+case "${1:-}" in -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 # checked before any download: a second word (`install.sh dev hf`) would otherwise be dropped silently
 [ $# -le 1 ] ||
   { echo "error: install.sh takes one comma-separated EXTRAS argument (e.g. dev,hf), got $#: $*" >&2; exit 2; }

@@ -6,8 +6,9 @@
 # TE_PYTHON (default python3) makes a new VENV_DIR: the compiled extension loads only on that Python's minor version,
 # so a bundle for another machine (tools/te_site_bundle.sh) needs that machine's, e.g. python3.12 for the H200.
 #
-# CUDA 13 throughout: TORCH_VERSION must name a torch whose PyPI Linux wheel is a CUDA 13 build (checked once it is
-# installed), and the header and TE core wheels are the CUDA 13 ones; TE_VERSION (default 2.20.2) picks TE's release.
+# CUDA 13 throughout: TORCH_VERSION (default 2.11.0, the lent H200's torch) must name a torch whose PyPI Linux wheel
+# is a CUDA 13 build (checked once it is installed), and the header and TE core wheels are the CUDA 13 ones;
+# TE_VERSION (default 2.20.2) picks TE's release.
 # Rerunning it on an existing VENV_DIR skips the compilation; a
 # VENV_DIR that is a file or a non-empty folder other than a virtual environment is refused.
 #
@@ -23,7 +24,7 @@ set -euo pipefail
 # checked before realpath sees them: it would print its own help (or refuse an option) and that text would name the
 # new virtual environment, created in the current directory before ~4 GB of downloads
 case "${1:-}" in
-  -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;;
   -*) echo "error: unknown option $1 (usage: [TE_PYTHON=python3.12] bash tools/te_cpu_env.sh [VENV_DIR])" >&2; exit 2 ;;
 esac
 [ $# -le 1 ] || { echo "error: te_cpu_env.sh takes one VENV_DIR, got $#: $*" >&2; exit 2; }

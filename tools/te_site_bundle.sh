@@ -23,7 +23,7 @@ set -euo pipefail
 USAGE="usage: bash tools/te_site_bundle.sh VENV_DIR [OUT_DIR] [PART_MIB]"
 # checked before realpath sees them: it would print its own help (or refuse an option) in place of the VENV_DIR
 case "${1:-}" in
-  -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;;
   -*) echo "error: unknown option $1 ($USAGE)" >&2; exit 2 ;;
 esac
 [ $# -le 3 ] || { echo "error: te_site_bundle.sh takes at most 3 arguments, got $#: $* ($USAGE)" >&2; exit 2; }

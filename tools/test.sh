@@ -6,7 +6,7 @@
 #   root and run instead of the whole tree; without one, tests/unit_tests runs.
 set -euo pipefail
 case "${1:-}" in  # before the install: its minutes are not what help asks for
-  -h|--help) sed -n '2,6p' "$0"; echo "  (other arguments go to pytest; see: python3 -m pytest --help)"; exit 0 ;;
+  -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "$0"; echo "  (other arguments go to pytest; see: python3 -m pytest --help)"; exit 0 ;;
 esac
 PY="${PYTHON:-python3}"
 # a relative PYTHON (.venv/bin/python) names a file under the caller's directory, not under the repository root this

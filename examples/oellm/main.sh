@@ -6,7 +6,7 @@
 # Extra arguments go to the recipe (e.g. --data-path PREFIX --tokenizer-model PATH for real text).
 # Runs in ${PYTHON:-python3}, as tools/install.sh and the recipe wrappers do.
 set -euo pipefail
-case "${1:-}" in -h|--help) sed -n '2,7p' "${BASH_SOURCE[0]}"; exit 0 ;; esac  # before any install
+case "${1:-}" in -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac  # before any install
 # stays in the caller's directory: a relative PYTHON (.venv/bin/python), --data-path or --tokenizer-model names the
 # caller's file, as it does for the recipe wrappers and tools/install.sh
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

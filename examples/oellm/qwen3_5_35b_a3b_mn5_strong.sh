@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MN5 #438: Qwen3.5-35B-A3B strong scaling (GBS 4096)
 # Usage: bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh [--dry-run | --submit | --local] [--row N | --nodes N] [--account A] [--partition P] [--qos Q]
-#        [--image SIF] [--output-dir DIR] [--data-path PREFIX... --tokenizer-model TOK]   (default: --dry-run)
+#        [--time HH:MM:SS] [--image SIF] [--output-dir DIR] [--data-path PREFIX... --tokenizer-model TOK]
+#        [--save-interval N] [--train-iters N (--local)]   (default: --dry-run; --help lists every option)
 # Settings: qwen3_5_35b_a3b_mn5_strong.toml beside this script. Works from a checkout without pip install.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

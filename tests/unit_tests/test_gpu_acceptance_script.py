@@ -134,16 +134,32 @@ def test_a_failed_run_fails_the_acceptance(tmp_path: Path) -> None:
     assert again.returncode == 0 and "acceptance failed" not in (tmp_path / "again" / "summary.txt").read_text()
 
 
-@pytest.mark.parametrize("argv", [[], ["out"], ["--help"], ["out", "tests", "1,2", "extra"], ["", "tests"],
-                                  ["out", ""]])
-def test_usage_is_one_line_and_help_exits_0(tmp_path: Path, argv: list[str]) -> None:
-    """``--help`` printed bash's ``line N: 2: stages ...`` and a missing argument the same; now the usage line, exit
-    0 for ``--help`` and 2 for a wrong argument count, before anything runs or is created."""
+@pytest.mark.parametrize("argv", [[], ["out"], ["out", "tests", "1,2", "extra"], ["", "tests"], ["out", ""]])
+def test_a_wrong_argument_count_gets_the_usage_line(tmp_path: Path, argv: list[str]) -> None:
+    """A missing argument printed bash's ``line N: 2: stages ...``; now the usage line and exit 2, before anything
+    runs or is created."""
     done = subprocess.run(["bash", str(SCRIPT), *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.stderr == "usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]  (stages: tests, " \
                           "train, resume, interrupt, bench)\n"
-    assert done.returncode == (0 if argv == ["--help"] else 2) and not (tmp_path / "out").exists()
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_prints_the_whole_header(tmp_path: Path, flag: str) -> None:
+    """``--help`` printed only the usage line, on stderr: the stages, exit statuses and environment variables were in
+    the script's header alone. Now the header, on stdout, exit 0, nothing created."""
+    done = subprocess.run(["bash", str(SCRIPT), flag, "out"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    header = []
+    for line in SCRIPT.read_text().splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    assert done.returncode == 0 and done.stderr == "" and done.stdout == "\n".join(header) + "\n"
+    for text in ("interrupt  Ctrl-C", "OELLM_STAGE_LIMIT_S", "OELLM_WORK", "130 on Ctrl-C"):
+        assert text in done.stdout, text
+    assert os.listdir(tmp_path) == []
 
 
 def test_an_out_dir_that_is_a_file_is_named_as_one(tmp_path: Path) -> None:
