@@ -24,7 +24,9 @@
 #   is refused).
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
-# stages share the GPU says so in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
+# stages share the GPU says so in OUT_DIR/summary.txt). On an 80 GB H100, tests,train,interrupt together ran the train
+# stage's resume out of memory and, on a fresh machine, the slower test folders past 420 s: there, give tests,interrupt
+# and then train. Kernel caches: fla's Triton kernels autotune and TileLang
 # JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and saves
 # the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
 # configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
