@@ -72,8 +72,10 @@ RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
 
 FROM base AS hybridep-build
 ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
-# HybridEP lives on DeepEP's hybrid-ep branch; the Jupiter runs used deep_ep 1.2.1+7febc6e (pass DEEPEP_REF=7febc6e).
-ARG DEEPEP_REF=hybrid-ep
+# HybridEP lives on DeepEP's hybrid-ep branch. The default is the commit of that branch the Jupiter reference runs used
+# (deep_ep 1.2.1+7febc6e), so that two builds of this file give the same DeepEP; --build-arg DEEPEP_REF=hybrid-ep
+# takes the branch's head instead.
+ARG DEEPEP_REF=7febc6e25660af0f54d95dd781ecdcd62265ecca
 ARG TORCH_CUDA_ARCH_LIST=9.0
 # HybridEP across nodes (an expert-parallel group larger than one node's NVLink domain: the Jupiter recipes) needs
 # DeepEP built with HYBRID_EP_MULTINODE=1, which also needs the RDMA core headers and libraries (RDMA_CORE_HOME, where

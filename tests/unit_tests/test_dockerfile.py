@@ -208,3 +208,11 @@ def test_every_target_carries_the_version_label():
     assert [name for _source, name in targets] == ["base", "deepep-build", "hybridep-build", "deepep", "hybridep",
                                                    "oellm"]
     assert all("base" in _chain(name) for _source, name in targets)
+
+
+def test_the_hybridep_build_pins_the_reference_runs_deepep_commit():
+    """The hybridep stage built the head of DeepEP's moving hybrid-ep branch, so two builds a month apart held
+    different DeepEPs; its default is now the full commit the Jupiter reference runs report (deep_ep 1.2.1+7febc6e)."""
+    stage = _stages()["hybridep-build"][1]
+    [ref] = re.findall(r"^ARG DEEPEP_REF=(\S+)$", stage, re.M)
+    assert re.fullmatch(r"[0-9a-f]{40}", ref) and ref.startswith("7febc6e"), ref
