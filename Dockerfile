@@ -35,11 +35,13 @@ RUN pip list --format=freeze \
     > /opt/base-constraints.txt
 COPY docker/constraints.txt /opt/oellm-constraints.txt
 
-# Layer order: the requirements and DeepEP (a long CUDA build) come before the package's code, so a change to the code
-# rebuilds only each target's last two layers. Here the package is installed from setup.py and its version file
-# alone, which brings every requirement; each target then installs the whole package over it (--no-deps).
-COPY setup.py README.md ./
+# Layer order: the requirements and DeepEP (a long CUDA build) come before the package's code and README, so a change
+# to them rebuilds only each target's last layers. Here the package is installed from setup.py and its version file
+# alone (an empty README stands in for the one setup.py reads), which brings every requirement; each target then
+# installs the whole package over it (--no-deps).
+COPY setup.py ./
 COPY megatron/oellm/__init__.py ./megatron/oellm/__init__.py
+RUN touch README.md
 
 # te: the base's Transformer Engine (built by NVIDIA against this torch) is the te extra; reinstalling it from PyPI
 # would replace it. gdn and hf come at the versions of docker/constraints.txt.
@@ -99,13 +101,16 @@ RUN git clone "${DEEPEP_REPO}" /opt/DeepEP \
 # The targets: the package's code over the stage below it, then the image's check (versions and known-bad
 # combinations; no GPU at build time, so GPU checks are warnings).
 FROM deepep-build AS deepep
+COPY README.md ./
 COPY megatron ./megatron
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . && oellm doctor
 
 FROM hybridep-build AS hybridep
+COPY README.md ./
 COPY megatron ./megatron
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . && oellm doctor
 
 FROM base AS oellm
+COPY README.md ./
 COPY megatron ./megatron
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . && oellm doctor

@@ -1,15 +1,16 @@
 """Press Ctrl-C on a training run the way a terminal does, and check that it stopped everything it started.
 
-    python tools/check_interrupt.py --log run.log --marker /tmp/run-dir -- bash examples/oellm/<recipe>.sh --local ...
+    python tools/check_interrupt.py --log run.log -- bash examples/oellm/<recipe>.sh --local ...
 
 Starts the command in a session of its own (its own foreground process group), with SIGINT, SIGTERM and SIGHUP at
-their default actions whatever this script inherited (a background job of a shell ignores SIGINT), and its output
-to ``--log``. Once the log shows iteration ``--after-iteration``, SIGINT goes to the whole process group, as the
-terminal's Ctrl-C does. Passes (status 0) when the command then ends within ``--grace`` seconds with status 130 and
-no process whose command line holds ``--marker`` is left (the ranks: torchrun starts them in sessions of their own,
-outside the group the SIGINT reached); this process and its ancestors (a ``timeout`` wrapping it) are not counted.
-A process left behind is named and killed; any failure exits 1. Stopped itself (SIGTERM, SIGHUP, SIGINT), it ends
-the run and what it left the same way and exits 128 + the signal.
+their default actions whatever this script inherited (a background job of a shell ignores SIGINT), its output to
+``--log``, and a fresh token in its environment (``OELLM_INTERRUPT_CHECK``), which every process it starts inherits:
+torchrun's ranks, their workers. Once the log shows iteration ``--after-iteration``, SIGINT goes to the whole process
+group, as the terminal's Ctrl-C does. Passes (status 0) when the command then ends within ``--grace`` seconds with
+status 130 (128 + the signal, as a shell reports a command a signal ended) and no process carrying the token is left
+(the ranks run in sessions of their own, outside the group the SIGINT reached). A process left behind is named and
+killed; any failure exits 1. Stopped itself (SIGTERM, SIGHUP, SIGINT), it ends the run and what it left the same way,
+within :data:`END_WAIT_S` seconds and a moment (a caller's ``timeout -k`` must allow more), and exits 128 + the signal.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
 from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
+TOKEN_VARIABLE = "OELLM_INTERRUPT_CHECK"
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # what a shell reports for a command Ctrl-C ended
 POLL_S = 0.5
-END_WAIT_S = 20.0  # how long a run this script ends (it was stopped itself) gets between SIGTERM and SIGKILL
+END_WAIT_S = 10.0  # between SIGTERM and SIGKILL when this script ends the run (the acceptance script kills after 20)
 
 
 class Stopped(BaseException):
@@ -40,11 +45,9 @@ class Stopped(BaseException):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options, and the command after ``--``; refuses a missing command or a marker that is empty."""
+    """The options, and the command after ``--``; refuses a missing command and values below 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", type=Path, required=True, help="file the command's stdout and stderr go to")
-    parser.add_argument("--marker", required=True,
-                        help="text in the command line of every process the run starts (e.g. its output folder)")
     parser.add_argument("--after-iteration", type=int, default=3,
                         help="interrupt once the log shows this iteration (default 3)")
     parser.add_argument("--start-timeout", type=float, default=300.0,
@@ -57,10 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.command = args.command[1:]
     if not args.command:
         parser.error("give the command to run after --")
-    if not args.marker.strip():
-        parser.error("--marker must not be empty (every process would match it)")
-    if args.after_iteration < 1:
-        parser.error(f"--after-iteration must be 1 or more, got {args.after_iteration}")
+    for name in ("after_iteration", "start_timeout", "grace"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be 1 or more, got {getattr(args, name)}")
     return args
 
 
@@ -70,11 +72,17 @@ def _default_signal_actions() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
-def start(command: list[str], log: Path) -> subprocess.Popen:
-    """``command`` in a new session, its output to ``log``."""
+def start(command: list[str], log: Path, token: str) -> subprocess.Popen:
+    """``command`` in a new session, its output to ``log``, ``token`` in its environment."""
     with log.open("wb") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_default_signal_actions)
+                                env={**os.environ, TOKEN_VARIABLE: token}, start_new_session=True,
+                                preexec_fn=_default_signal_actions)
+
+
+def shell_status(returncode: int) -> int:
+    """``returncode`` as a shell reports it: 128 + N for a process signal N ended (subprocess's ``-N``)."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def wait_for_iteration(child: subprocess.Popen, log: Path, iteration: int, timeout: float) -> str | None:
@@ -86,52 +94,45 @@ def wait_for_iteration(child: subprocess.Popen, log: Path, iteration: int, timeo
         if any(int(n) >= iteration for n in pattern.findall(log.read_bytes())):
             return None
         if child.poll() is not None:
-            return f"the command ended (status {child.returncode}) before iteration {iteration}"
+            return f"the command ended (status {shell_status(child.returncode)}) before iteration {iteration}"
         time.sleep(POLL_S)
     return f"no iteration {iteration} within {timeout:g} s"
 
 
-def ancestors() -> set[int]:
-    """This process and every process above it, up to init: they hold the marker in their command lines too."""
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; the name may hold spaces
-    return pids
-
-
-def processes_matching(marker: str) -> dict[int, str]:
-    """PID -> command line of every process, but this one and its :func:`ancestors`, whose command line contains
-    ``marker``."""
-    found, own = {}, ancestors()
+def processes_with(token: str) -> dict[int, str]:
+    """PID -> command line of every process whose environment holds ``token`` (only this user's environments are
+    readable: other users' processes are never matched)."""
+    wanted = f"{TOKEN_VARIABLE}={token}".encode()
+    found = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in own:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
+            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:  # ended while we looked
+        except OSError:  # ended while we looked, or not ours
             continue
-        if marker in cmdline:
-            found[int(entry.name)] = cmdline
+        found[int(entry.name)] = cmdline
     return found
 
 
-def kill_all(pids: list[int]) -> None:
-    """SIGKILL each of ``pids`` that still exists."""
+def kill_all(pids: list[int]) -> list[str]:
+    """SIGKILL each of ``pids`` that still exists; a line for each one that could not be killed."""
+    problems = []
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        except PermissionError as err:
+            problems.append(f"could not kill pid {pid}: {err.strerror}")
+    return problems
 
 
-def end_run(child: subprocess.Popen, marker: str) -> None:
+def end_run(child: subprocess.Popen, token: str) -> list[str]:
     """End the run and what it started, whatever state it is in: SIGTERM to its group, SIGKILL after
-    :data:`END_WAIT_S`, then SIGKILL to every process still carrying ``marker``."""
+    :data:`END_WAIT_S`, then SIGKILL to every process still carrying ``token``; a line for each that resisted."""
     if child.poll() is None:
         os.killpg(child.pid, signal.SIGTERM)
         try:
@@ -139,20 +140,35 @@ def end_run(child: subprocess.Popen, marker: str) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-    kill_all(list(processes_matching(marker)))
+    return kill_all(list(processes_with(token)))
+
+
+@contextmanager
+def stopping_signals_held() -> Iterator[None]:
+    """While entered, :data:`STOPPING_SIGNALS` wait (blocked, not lost): a signal in the middle of the clean-up would
+    cut it short and leave the ranks on the GPU. One that came meanwhile is handled on leaving."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
 
 
 def check(args: argparse.Namespace) -> list[str]:
     """Run, interrupt and inspect; the failures found (empty when the run stopped as it should). The run is ended
     on the way out in every case, also when this script is stopped."""
-    child = start(args.command, args.log)
+    token = uuid.uuid4().hex
+    child = start(args.command, args.log, token)
+    failures: list[str] = []
     try:
-        return interrupt_and_inspect(child, args)
+        failures = interrupt_and_inspect(child, args, token)
     finally:
-        end_run(child, args.marker)
+        with stopping_signals_held():
+            failures += end_run(child, token)
+    return failures
 
 
-def interrupt_and_inspect(child: subprocess.Popen, args: argparse.Namespace) -> list[str]:
+def interrupt_and_inspect(child: subprocess.Popen, args: argparse.Namespace, token: str) -> list[str]:
     """Ctrl-C once the run reached the iteration, then the failures: a status other than 130, a run still going
     after the grace period, processes left."""
     problem = wait_for_iteration(child, args.log, args.after_iteration, args.start_timeout)
@@ -160,18 +176,14 @@ def interrupt_and_inspect(child: subprocess.Popen, args: argparse.Namespace) -> 
         return [problem]
     sent = time.monotonic()
     os.killpg(child.pid, signal.SIGINT)
-    failures = []
     try:
-        status = child.wait(timeout=args.grace)
-        print(f"stopped {time.monotonic() - sent:.1f} s after SIGINT, status {status}")
-        if status != INTERRUPTED_STATUS:
-            failures.append(f"status {status}, not {INTERRUPTED_STATUS}")
+        status = shell_status(child.wait(timeout=args.grace))
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-        return [f"still running {args.grace:g} s after SIGINT (killed)"]
+        return [f"still running {args.grace:g} s after SIGINT (ended)"]
+    print(f"stopped {time.monotonic() - sent:.1f} s after SIGINT, status {status}")
+    failures = [] if status == INTERRUPTED_STATUS else [f"status {status}, not {INTERRUPTED_STATUS}"]
     time.sleep(1.0)  # a rank that torchrun has just signalled may still be on its way out
-    for pid, cmdline in sorted(processes_matching(args.marker).items()):
+    for pid, cmdline in sorted(processes_with(token).items()):
         failures.append(f"left running: pid {pid}: {cmdline[:200]}")
     return failures
 
@@ -179,7 +191,6 @@ def interrupt_and_inspect(child: subprocess.Popen, args: argparse.Namespace) -> 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when the interrupted run stopped everything with status 130, 1 otherwise (each failure on a line)."""
     args = parse_args(argv)
-
     stopped: list[int] = []
 
     def stop(signum: int, _frame: FrameType | None) -> None:

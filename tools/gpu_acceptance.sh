@@ -259,10 +259,12 @@ stage_interrupt() {
   rm -rf "$WORK/interrupt"
   run_bounded "$OUT_DIR/interrupt_corpus.log" "$LIMIT_S" \
     python3 tools/build_corpus.py --output-prefix "$WORK/corpus/interrupt" --max-mb 4 --overwrite
-  # the marker is the corpus path: every process of the run (the launcher, torchrun, each rank) carries it
+  # the waits fit the stage's limit: half of it to reach iteration 3, a quarter (at most 120 s) to stop, then the
+  # check's own clean-up (10 s, under KILL_AFTER_S)
+  local grace=$((LIMIT_S / 4 < 120 ? LIMIT_S / 4 : 120))
   run_bounded "$OUT_DIR/interrupt_check.log" "$LIMIT_S" \
-    python3 tools/check_interrupt.py --log "$OUT_DIR/interrupt.log" --marker "$WORK/corpus/interrupt" \
-    --after-iteration 3 --start-timeout $((LIMIT_S * 2 / 3)) --grace 120 -- \
+    python3 tools/check_interrupt.py --log "$OUT_DIR/interrupt.log" \
+    --after-iteration 3 --start-timeout $((LIMIT_S / 2)) --grace $((grace > 1 ? grace : 1)) -- \
     bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/interrupt" \
     --data-path "$WORK/corpus/interrupt" --tokenizer-model byte --train-iters 100000
   echo "interrupt (Ctrl-C at iteration 3 of a --local run): rc $?"

@@ -15,13 +15,13 @@ SCRIPTS = ["tools/build_site_bundle.sh", "tools/gpu_acceptance.sh", "tools/insta
 
 
 def header(script: Path) -> str:
-    """The comment lines after the shebang, up to the first line that is not one."""
-    lines = []
-    for line in script.read_text().splitlines()[1:]:
-        if not line.startswith("#"):
-            break
-        lines.append(line)
-    return "\n".join(lines) + "\n"
+    """The comment lines after the shebang, up to the first line that is not one, which must be the script's ``set``
+    line: a blank line or a command inside the header would otherwise cut ``--help`` (and this test's expectation
+    with it) short."""
+    lines = script.read_text().splitlines()[1:]
+    end = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    assert lines[end].startswith("set -"), f"{script.name}: the header ends at line {end + 2}: {lines[end]!r}"
+    return "\n".join(lines[:end]) + "\n"
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
