@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from megatron.oellm.child_process import exit_status
 from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
 TOKEN_VARIABLE = "OELLM_INTERRUPT_CHECK"
@@ -80,11 +81,6 @@ def start(command: list[str], log: Path, token: str) -> subprocess.Popen:
                                 preexec_fn=_default_signal_actions)
 
 
-def shell_status(returncode: int) -> int:
-    """``returncode`` as a shell reports it: 128 + N for a process signal N ended (subprocess's ``-N``)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def wait_for_iteration(child: subprocess.Popen, log: Path, iteration: int, timeout: float) -> str | None:
     """None once ``log`` shows a megatron iteration line at ``iteration`` or later; otherwise why not (the command
     ended, or ``timeout`` passed)."""
@@ -94,7 +90,7 @@ def wait_for_iteration(child: subprocess.Popen, log: Path, iteration: int, timeo
         if any(int(n) >= iteration for n in pattern.findall(log.read_bytes())):
             return None
         if child.poll() is not None:
-            return f"the command ended (status {shell_status(child.returncode)}) before iteration {iteration}"
+            return f"the command ended (status {exit_status(child.returncode)}) before iteration {iteration}"
         time.sleep(POLL_S)
     return f"no iteration {iteration} within {timeout:g} s"
 
@@ -177,7 +173,7 @@ def interrupt_and_inspect(child: subprocess.Popen, args: argparse.Namespace, tok
     sent = time.monotonic()
     os.killpg(child.pid, signal.SIGINT)
     try:
-        status = shell_status(child.wait(timeout=args.grace))
+        status = exit_status(child.wait(timeout=args.grace))
     except subprocess.TimeoutExpired:
         return [f"still running {args.grace:g} s after SIGINT (ended)"]
     print(f"stopped {time.monotonic() - sent:.1f} s after SIGINT, status {status}")

@@ -44,3 +44,10 @@ def _signal_child(child: subprocess.Popen, signum: int, name: str) -> None:
     print(f"{signal.Signals(signum).name}: passed on to {name} (pid {child.pid}); waiting for it to stop its "
           "processes", file=sys.stderr, flush=True)
     child.send_signal(signum)
+
+
+def exit_status(returncode: int) -> int:
+    """The shell's exit status of a child that returned ``returncode``: a child killed by signal N (subprocess's
+    ``-N``) becomes ``128 + N`` as a shell reports it (137 for SIGKILL, e.g. the OOM killer); ``sys.exit(-9)``
+    would exit 247."""
+    return 128 - returncode if returncode < 0 else returncode

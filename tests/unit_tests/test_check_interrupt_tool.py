@@ -190,7 +190,7 @@ def test_a_run_that_ends_before_the_iteration_fails(tmp_path: Path) -> None:
     (["--log", "x.log", "--grace", "0.5", "--", "true"], "--grace must be 1"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path: Path, args: list[str], message: str) -> None:
-    result = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, cwd=tmp_path, env=ENV)
     assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "x.log").exists()
     assert os.listdir(tmp_path) == []

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import CardError
-from megatron.oellm.child_process import run_forwarding_signals
+from megatron.oellm.child_process import exit_status, run_forwarding_signals
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
@@ -440,13 +440,6 @@ def resolve_jobs_for_dry_run(recipe: Recipe, numbers: list[int], inputs: RunInpu
     else:
         message += f"; rows {', '.join(map(str, resolving))} resolve (--row N prints one)"
     raise RecipeError(message)
-
-
-def exit_status(returncode: int) -> int:
-    """The shell's exit status of a child that returned ``returncode``: a child killed by signal N (subprocess's
-    ``-N``) becomes ``128 + N`` as a shell reports it (137 for SIGKILL, e.g. the OOM killer); ``sys.exit(-9)``
-    would exit 247."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def _print_notes(resolved: ResolvedRow) -> None:
