@@ -495,3 +495,16 @@ def test_a_garbled_architecture_argument_is_an_unknown_model_not_a_traceback(gar
     assert row.tflops_per_gpu_logged == statistics.median(tflops[2:])
     assert main(["table", str(path), "--format", "csv"]) == 0
     assert "unknown model" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("overrides, name", [
+    ({"num_experts": 32}, "qwen3.5-35b-a3b, 32 experts"),
+    ({"num_experts": 32, "num_layers": 8, "hybrid_layer_pattern": "GEGEGE*E"}, "qwen3.5-35b-a3b-proxy-4L, 32 experts"),
+    ({"num_experts": 32, "hidden_size": 1000}, "unregistered model"),
+])
+def test_a_local_fit_with_fewer_experts_is_named_after_its_card(overrides, name):
+    """``oellm recipe --local`` runs a recipe's card with ``[local] num_experts`` experts: its table row said
+    ``unregistered model``; it now names the card, the depth of a proxy and the expert count. Another change (the
+    hidden size) is still no registry card's."""
+    row = _row({**overrides, **FROM_FLAGS}, 1, random.uniform(5000, 7000), "local.log")
+    assert row.ok and row.model == name

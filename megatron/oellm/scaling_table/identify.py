@@ -79,16 +79,27 @@ def model_key(args: dict, card: ModelCard | None) -> str:
     return repr([(name, args.get(name)) for name in ARCHITECTURE_ARGUMENTS])
 
 
+_FITTED_EXPERT_FIELDS = ("num_experts", "moe_router_topk")
+"""What ``oellm recipe --local`` changes of a card besides its depth (``[local] num_experts``, the top-k capped to
+it): a card that differs from a registry card only there is that card's local fit."""
+
+
 def registry_name(card: ModelCard) -> str:
-    """The registry name ``card`` matches (``<model>`` or ``<model>-proxy-<N>L``), else ``unregistered model``."""
-    def identity(c: ModelCard) -> dict:
-        return {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.name not in _IDENTITY_EXCLUDED}
+    """The registry name ``card`` matches (``<model>`` or ``<model>-proxy-<N>L``; with ``, <E> experts`` added for
+    a ``--local`` fit with fewer experts), else ``unregistered model``."""
+    def identity(c: ModelCard, ignored: tuple[str, ...] = ()) -> dict:
+        return {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
+                if f.name not in _IDENTITY_EXCLUDED and f.name not in ignored}
 
     for published in PUBLISHED_CARDS.values():
         if identity(published) == identity(card):
             if published.num_layers == card.num_layers:
                 return published.name
             return f"{published.name}-proxy-{card.num_layers}L"
+    for published in PUBLISHED_CARDS.values():
+        if identity(published, _FITTED_EXPERT_FIELDS) == identity(card, _FITTED_EXPERT_FIELDS):
+            depth = f"-proxy-{card.num_layers}L" if card.num_layers != published.num_layers else ""
+            return f"{published.name}{depth}, {card.num_experts} experts"
     return "unregistered model"
 
 
