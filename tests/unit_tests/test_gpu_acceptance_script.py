@@ -106,14 +106,15 @@ def test_the_stages_rebuild_their_corpus_on_a_warm_machine(tmp_path: Path) -> No
 def test_the_interrupt_stage_presses_ctrl_c_on_a_local_run_of_its_own_corpus(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The interrupted run trains on the stage's own corpus in its own folder (the train stage, side by side, runs
-    on another), and the check's waits fit the stage's limit: half of it to reach the iteration, a quarter to stop."""
+    on another), and the check's waits fit the stage's limit: two thirds of it to reach the iteration, a sixth to
+    stop."""
     monkeypatch.setenv("OELLM_STAGE_LIMIT_S", "400")
     done, calls = run_acceptance(tmp_path, tmp_path / "out", "interrupt,train")
     assert done.returncode == 0, done.stderr
     work = tmp_path / "work"
     [build] = [call for call in calls if f"--output-prefix {work}/corpus/interrupt " in call]
     [check] = [call for call in calls if "tools/check_interrupt.py" in call]
-    assert " --after-iteration 3 --start-timeout 200 --grace 100 -- " in check, check
+    assert " --after-iteration 3 --start-timeout 266 --grace 66 -- " in check, check
     run = check.split(" -- ", 1)[1]
     assert run.startswith("bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "), run
     assert f"--data-path {work}/corpus/interrupt " in run and f"--output-dir {work}/interrupt " in run, run
