@@ -154,7 +154,10 @@ def check(args: argparse.Namespace) -> list[str]:
     """Run, interrupt and inspect; the failures found (empty when the run stopped as it should). The run is ended
     on the way out in every case, also when this script is stopped."""
     token = uuid.uuid4().hex
-    child = start(args.command, args.log, token)
+    try:
+        child = start(args.command, args.log, token)
+    except OSError as err:  # no such program, not executable, a --log that cannot be written
+        return [f"could not start {args.command[0]}: {err.strerror} ({err.filename or args.log})"]
     failures: list[str] = []
     try:
         failures = interrupt_and_inspect(child, args, token)

@@ -194,3 +194,11 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path: Path, args: li
     assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "x.log").exists()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_command_that_cannot_start_is_one_failure_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-launcher"
+    result = subprocess.run([sys.executable, str(TOOL), "--log", str(tmp_path / "run.log"), "--", str(missing)],
+                            capture_output=True, text=True, timeout=60, env=ENV)
+    assert result.returncode == 1 and result.stderr == "", result.stderr
+    assert result.stdout.splitlines()[0] == f"FAIL: could not start {missing}: No such file or directory ({missing})"
