@@ -13,40 +13,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
-from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
+from megatron.oellm.signal_handlers import StopSignal, raising_on_stop
 from megatron.oellm.training.corpus import CORPUS_SUFFIXES, build_corpus, stdlib_sources
-
-
-class Interrupted(BaseException):
-    """One of :data:`STOPPING_SIGNALS` arrived while the corpus was being built. A ``BaseException``, as
-    ``KeyboardInterrupt`` is: an ``except Exception`` in a library the build imports must not swallow it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextmanager
-def stopping_signals_raise() -> Iterator[None]:
-    """While entered, the first of :data:`STOPPING_SIGNALS` raises :class:`Interrupted` where the build is, so that
-    ``build_corpus`` removes its partial files on the way out (SIGTERM and SIGHUP killed the process and left them);
-    later ones are ignored, so the clean-up is not cut short. A signal the process ignores (SIGHUP under ``nohup``)
-    stays ignored; the previous handlers come back on leaving."""
-    received: list[int] = []
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        if not received:
-            received.append(signum)
-            raise Interrupted(signum)
-
-    with handling(STOPPING_SIGNALS, stop):
-        yield
 
 
 def has_text(path: Path) -> bool:
@@ -100,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     # training on it would fail only after the job has started
     before = _inodes(args.output_prefix)
     try:
-        with stopping_signals_raise():
+        with raising_on_stop():  # build_corpus removes its partial files on the way out
             if not any(map(has_text, files)):
                 parser.exit(1, f"error: none of the {len(files)} files has UTF-8 text, so the corpus would hold no "
                                f"document ({args.output_prefix} is left as it was); raise --max-mb or name other "
@@ -108,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = build_corpus(files, args.output_prefix)
     except OSError as error:  # an unreadable input, an output directory that cannot be made or written
         parser.exit(1, f"error: no corpus written at {args.output_prefix}: {error}\n")
-    except Interrupted as stop:
+    except StopSignal as stop:
         after = _inodes(args.output_prefix)
         if after != before and all(after):
             # the signal was held while the finished files were renamed into place, and taken after

@@ -23,26 +23,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
 from megatron.oellm.child_process import exit_status
-from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
+from megatron.oellm.signal_handlers import StopSignal, held, raising_on_stop
 
 TOKEN_VARIABLE = "OELLM_INTERRUPT_CHECK"
 INTERRUPTED_STATUS = 128 + signal.SIGINT  # what a shell reports for a command Ctrl-C ended
 POLL_S = 0.5
 END_WAIT_S = 10.0  # between SIGTERM and SIGKILL when this script ends the run (the acceptance script kills after 20)
-
-
-class Stopped(BaseException):
-    """This script got one of :data:`STOPPING_SIGNALS`; a ``BaseException``, as ``KeyboardInterrupt`` is."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,17 +128,6 @@ def end_run(child: subprocess.Popen, token: str) -> list[str]:
     return kill_all(list(processes_with(token)))
 
 
-@contextmanager
-def stopping_signals_held() -> Iterator[None]:
-    """While entered, :data:`STOPPING_SIGNALS` wait (blocked, not lost): a signal in the middle of the clean-up would
-    cut it short and leave the ranks on the GPU. One that came meanwhile is handled on leaving."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
-
-
 def check(args: argparse.Namespace) -> list[str]:
     """Run, interrupt and inspect; the failures found (empty when the run stopped as it should). The run is ended
     on the way out in every case, also when this script is stopped."""
@@ -162,7 +140,7 @@ def check(args: argparse.Namespace) -> list[str]:
     try:
         failures = interrupt_and_inspect(child, args, token)
     finally:
-        with stopping_signals_held():
+        with held():  # a signal here would cut the clean-up short and leave the ranks on the GPU
             failures += end_run(child, token)
     return failures
 
@@ -190,17 +168,10 @@ def interrupt_and_inspect(child: subprocess.Popen, args: argparse.Namespace, tok
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when the interrupted run stopped everything with status 130, 1 otherwise (each failure on a line)."""
     args = parse_args(argv)
-    stopped: list[int] = []
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        if not stopped:  # later ones must not cut the ending of the run short
-            stopped.append(signum)
-            raise Stopped(signum)
-
     try:
-        with handling(STOPPING_SIGNALS, stop):
+        with raising_on_stop():
             failures = check(args)
-    except Stopped as interrupted:
+    except StopSignal as interrupted:
         print(f"interrupt check: stopped by {interrupted}; the run and the processes it left were ended")
         return 128 + interrupted.signum
     for failure in failures:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sysconfig
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy
 
-from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
+from megatron.oellm.signal_handlers import held
 from megatron.oellm.training.index_cache import INDEX_CACHE_FILES, default_index_cache
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS, ByteTokenizer
 
@@ -68,8 +66,8 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
     unreadable file, Ctrl-C, a signal the caller's handler turns into one) leaves any previous corpus at ``prefix``
     whole instead of a new partial ``.bin`` beside an old ``.idx``; so does a build without a document
     (``ValueError``): training on an empty corpus fails only after the job starts. SIGTERM, SIGHUP and SIGINT are
-    held while the three files are renamed (:func:`_stopping_signals_held`), so none leaves a new ``.bin`` beside the
-    earlier ``.idx``.
+    held while the three files are renamed (:func:`~megatron.oellm.signal_handlers.held`), so none leaves a new
+    ``.bin`` beside the earlier ``.idx``.
     Before the new files are put in place, megatron-core's index caches in their default directory
     (:func:`~megatron.oellm.training.index_cache.default_index_cache`) are deleted (:func:`_drop_index_caches`).
     """
@@ -85,30 +83,13 @@ def build_corpus(files: Iterable[Path], prefix: str | Path) -> CorpusSummary:
                                 megatron_flags=BYTE_TOKENIZER_FLAGS)
         Path(f"{partial}.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
         _drop_index_caches(prefix)
-        with _stopping_signals_held():
+        with held():
             for suffix in CORPUS_SUFFIXES:
                 os.replace(f"{partial}{suffix}", f"{prefix}{suffix}")
     finally:
         for suffix in CORPUS_SUFFIXES:
             Path(f"{partial}{suffix}").unlink(missing_ok=True)
     return summary
-
-
-@contextmanager
-def _stopping_signals_held() -> Iterator[None]:
-    """While entered in the main thread, the :data:`STOPPING_SIGNALS` are only recorded; on leaving, the previous
-    handlers come back and the first signal recorded is raised again, so its handler runs (or its default action ends
-    the process) once the block's work is whole. Blocking them (``pthread_sigmask``) would not hold them: the kernel
-    hands a signal to any thread that does not block it (torch's), and Python runs the handler all the same. Signal
-    handlers can only be set in the main thread; elsewhere nothing is held
-    (:func:`~megatron.oellm.signal_handlers.handling`). An ignored signal stays ignored."""
-    arrived: list[int] = []
-    try:
-        with handling(STOPPING_SIGNALS, lambda number, frame: arrived.append(number)):
-            yield
-    finally:
-        if arrived:
-            signal.raise_signal(arrived[0])
 
 
 def _drop_index_caches(prefix: Path) -> None:
