@@ -350,8 +350,7 @@ def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
         print(table_command(recipe))
     except KeyboardInterrupt:
         rest = [job.number for job in jobs if job.number not in queued]
-        rows = ("no row is queued" if not queued else f"row {queued[0]} is queued" if len(queued) == 1
-                else f"rows {', '.join(map(str, queued))} are queued")
+        rows = _rows_phrase(queued, "is queued", "are queued") if queued else "no row is queued"
         return refuse("recipe", f"interrupted: {rows}; row {rest[0]} may be (see squeue --me); submit each "
                       f"remaining row with `oellm recipe {shlex.quote(str(config))} --submit --row N` and the same "
                       f"options but --nodes (N: {', '.join(map(str, rest))})", status=130)
@@ -430,16 +429,19 @@ def resolve_jobs_for_dry_run(recipe: Recipe, numbers: list[int], inputs: RunInpu
     message = str(refused[0][1])
     others = [number for number, _err in refused[1:]]
     if others:
-        message += (f"; row {others[0]} is refused too" if len(others) == 1
-                    else f"; rows {', '.join(map(str, others))} are refused too")
+        message += f"; {_rows_phrase(others, 'is refused too', 'are refused too')}"
     resolving = [job.number for job in jobs]
-    if not resolving:
-        message += "; no row resolves"
-    elif len(resolving) == 1:
-        message += f"; row {resolving[0]} resolves (--row {resolving[0]} prints it)"
+    if resolving:
+        one = f"resolves (--row {resolving[0]} prints it)"
+        message += f"; {_rows_phrase(resolving, one, 'resolve (--row N prints one)')}"
     else:
-        message += f"; rows {', '.join(map(str, resolving))} resolve (--row N prints one)"
+        message += "; no row resolves"
     raise RecipeError(message)
+
+
+def _rows_phrase(numbers: list[int], one: str, many: str) -> str:
+    """``row 3 <one>`` for one row number, ``rows 1, 2 <many>`` for several."""
+    return f"row {numbers[0]} {one}" if len(numbers) == 1 else f"rows {', '.join(map(str, numbers))} {many}"
 
 
 def _print_notes(resolved: ResolvedRow) -> None:

@@ -91,13 +91,14 @@ def registry_name(card: ModelCard) -> str:
         return {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
                 if f.name not in _IDENTITY_EXCLUDED and f.name not in ignored}
 
+    exact, fitted = identity(card), identity(card, _FITTED_EXPERT_FIELDS)
     for published in PUBLISHED_CARDS.values():
-        if identity(published) == identity(card):
+        if identity(published) == exact:
             if published.num_layers == card.num_layers:
                 return published.name
             return f"{published.name}-proxy-{card.num_layers}L"
     for published in PUBLISHED_CARDS.values():
-        if identity(published, _FITTED_EXPERT_FIELDS) == identity(card, _FITTED_EXPERT_FIELDS):
+        if identity(published, _FITTED_EXPERT_FIELDS) == fitted:
             depth = f"-proxy-{card.num_layers}L" if card.num_layers != published.num_layers else ""
             return f"{published.name}{depth}, {card.num_experts} experts"
     return "unregistered model"
