@@ -20,16 +20,11 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 try:
-    from packaging.markers import Marker
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 except ImportError:  # a machine with pip but not packaging: pip carries its own copy
-    from pip._vendor.packaging.markers import Marker
     from pip._vendor.packaging.requirements import Requirement
-
-
-def canonical_name(name: str) -> str:
-    """A distribution name as pip compares them: lower case, runs of ``-``, ``_`` and ``.`` as one ``-``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    from pip._vendor.packaging.utils import canonicalize_name
 
 
 def marker_environment(python_version: str, arch: str) -> dict[str, str]:
@@ -44,7 +39,7 @@ def bundled_metadata(site: Path) -> dict[str, list[str]]:
     found = {}
     for metadata in sorted(site.glob("*.dist-info/METADATA")):
         headers = HeaderParser().parsestr(metadata.read_text(encoding="utf-8"))
-        found[canonical_name(headers["Name"])] = headers.get_all("Requires-Dist") or []
+        found[canonicalize_name(headers["Name"])] = headers.get_all("Requires-Dist") or []
     return found
 
 
@@ -57,9 +52,9 @@ def node_requirements(site: Path, python_version: str, arch: str) -> dict[str, t
     for package, requirements in bundled.items():
         for text in requirements:
             requirement = Requirement(text)
-            if requirement.marker is not None and not Marker(str(requirement.marker)).evaluate(environment):
+            if requirement.marker is not None and not requirement.marker.evaluate(environment):
                 continue
-            name = canonical_name(requirement.name)
+            name = canonicalize_name(requirement.name)
             if name in bundled:
                 continue
             specifiers, askers = needed[name]

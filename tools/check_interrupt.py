@@ -90,7 +90,7 @@ def processes_with(token: str) -> dict[int, str]:
     wanted = f"{TOKEN_VARIABLE}={token}".encode()
     found = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit():  # this process holds no token: only its child's environment has it
             continue
         try:
             if wanted not in (entry / "environ").read_bytes().split(b"\0"):
