@@ -19,11 +19,8 @@ import torch
 from packaging.version import Version
 
 from megatron.oellm import MEGATRON_CORE_VERSION, cli
-from megatron.oellm.backends.selection import (
-    FlashAttentionFound,
-    te_flash_attention_found,
-    transformer_engine_import_error,
-)
+from megatron.oellm.backends.selection import transformer_engine_import_error
+from megatron.oellm.backends.te_flash_attention import FlashAttentionFound, te_flash_attention_found
 from megatron.oellm.commands import doctor as doctor_command
 from megatron.oellm.doctor import nccl as doctor_nccl
 from megatron.oellm.doctor import probes as doctor_probes

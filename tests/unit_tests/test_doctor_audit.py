@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from megatron.oellm import MEGATRON_CORE_VERSION
-from megatron.oellm.backends.selection import FlashAttentionFound
+from megatron.oellm.backends.te_flash_attention import FlashAttentionFound
 from megatron.oellm.doctor import nccl as doctor_nccl
 from megatron.oellm.doctor import probes as doctor_probes
 from megatron.oellm.doctor.allocator import check_allocator_conf, parse_allocator_conf

@@ -28,7 +28,7 @@ from megatron.oellm.doctor.nccl import _nccl_names
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 
 if typing.TYPE_CHECKING:
-    from megatron.oellm.backends.selection import FlashAttentionFound
+    from megatron.oellm.backends.te_flash_attention import FlashAttentionFound
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ MEGATRON_CORE_PROBE = "megatron.oellm, megatron.core"
 TE_FLASH_ATTENTION_PROBE = """
 import json
 import torch  # first, as in training
-from megatron.oellm.backends.selection import te_flash_attention_found
+from megatron.oellm.backends.te_flash_attention import te_flash_attention_found
 found = te_flash_attention_found()
 print(json.dumps({"accepted": found.accepted, "rejected": found.rejected}))
 """
@@ -160,7 +160,7 @@ def _te_flash_attention_in_subprocess(timeout_s: float = 180.0) -> tuple[FlashAt
     lines = stdout.strip().splitlines()
     if error is not None or not lines:
         return None, error or "the probe exited with status 0"
-    from megatron.oellm.backends.selection import FlashAttentionFound
+    from megatron.oellm.backends.te_flash_attention import FlashAttentionFound
 
     try:
         data = json.loads(lines[-1])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 if typing.TYPE_CHECKING:
-    from megatron.oellm.backends.selection import FlashAttentionFound
+    from megatron.oellm.backends.te_flash_attention import FlashAttentionFound
 
 
 Severity = Literal["error", "warning", "ok"]
@@ -98,7 +98,7 @@ class EnvironmentReport:
     the installed distribution, whose metadata then names another release); None when it is not found."""
     te_flash_attention: FlashAttentionFound | None = None
     """The flash-attn packages Transformer Engine took up when a fresh interpreter imported its attention backends
-    (:func:`megatron.oellm.backends.selection.te_flash_attention_found`); None where TE does not import or that
+    (:func:`megatron.oellm.backends.te_flash_attention.te_flash_attention_found`); None where TE does not import or that
     probe failed (see :attr:`te_flash_attention_error`)."""
     te_flash_attention_error: str | None = None
     """Last error line of the probe that reads :attr:`te_flash_attention`, when it failed although TE imports."""

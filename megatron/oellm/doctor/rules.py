@@ -329,9 +329,9 @@ FLASH_ATTENTION_RECIPE_BASES = ("_mn5.toml",)
 def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """``--attention-backend flash`` on the te backend needs a flash attention Transformer Engine can run here: the
     training entry refuses it otherwise (TE's first forward would find no attention backend), judged as the entry
-    judges it (:func:`megatron.oellm.backends.selection.flash_attention_refusal`) from the flash-attn packages TE
-    took up, the ``NVTE_FLASH_ATTN_V*`` pins in ``env`` and the first GPU; the run's dtype is not known here. Only
-    where TE imports; a warning, as rows with ``attention-backend = "auto"`` run either way."""
+    judges it (:func:`megatron.oellm.backends.te_flash_attention.flash_attention_refusal`) from the flash-attn
+    packages TE took up, the ``NVTE_FLASH_ATTN_V*`` pins in ``env`` and the first GPU; the run's dtype is not known
+    here. Only where TE imports; a warning, as rows with ``attention-backend = "auto"`` run either way."""
     name = "te-flash-attention"
     te = report.versions.get("transformer-engine")
     if te is None or report.transformer_engine_import_error is not None:
@@ -344,7 +344,7 @@ def check_te_flash_attention(report: EnvironmentReport, env: Mapping[str, str]) 
         why = report.te_flash_attention_error or "not probed"
         return [Finding("warning", name, f"which flash-attn Transformer Engine {te} takes up could not be read "
                         f"({why}); if it takes none up, {refused}", f"set {way_out} where in doubt")]
-    from megatron.oellm.backends.selection import (
+    from megatron.oellm.backends.te_flash_attention import (
         FLASH_ATTN_PACKAGES,
         flash_attention_refusal,
         runnable_flash_attention,

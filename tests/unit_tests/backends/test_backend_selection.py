@@ -14,6 +14,7 @@ from megatron.core.transformer.moe.experts import SequentialMLP
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.oellm.backends import selection
+from megatron.oellm.backends import te_flash_attention as te_flash
 from megatron.oellm.backends.torch_native import TorchNativeSpecProvider
 from megatron.oellm.backends.torch_native.attention import SDPACoreAttention
 from megatron.oellm.backends.torch_native.grouped_mlp import (
@@ -453,21 +454,21 @@ def test_entry_refuses_output_layer_wgrad_deferral_before_megatron_initialises()
         )
 
 
-FLASH_ATTN_2 = selection.FlashAttentionFound({2: "2.7.4"})
+FLASH_ATTN_2 = te_flash.FlashAttentionFound({2: "2.7.4"})
 """A flash-attn 2 that TE took up."""
 
 
 @pytest.fixture
 def no_flash_pins(monkeypatch: pytest.MonkeyPatch) -> None:
     """No NVTE_FLASH_ATTN_V* pin in this process's environment, and no GPU seen (the GPU rule left out)."""
-    for generation in selection.FLASH_ATTN_PACKAGES:
+    for generation in te_flash.FLASH_ATTN_PACKAGES:
         monkeypatch.delenv(f"NVTE_FLASH_ATTN_V{generation}", raising=False)
-    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: None)
 
 
-def _pretend_flash_found(monkeypatch: pytest.MonkeyPatch, found: "selection.FlashAttentionFound") -> None:
+def _pretend_flash_found(monkeypatch: pytest.MonkeyPatch, found: "te_flash.FlashAttentionFound") -> None:
     """TE's import-time flash-attn detection as if it had taken up ``found``; every other rule is the real one."""
-    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: found)
+    monkeypatch.setattr(te_flash, "te_flash_attention_found", lambda: found)
 
 
 def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_present: None, no_flash_pins: None,
@@ -477,7 +478,7 @@ def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_
     on the H200 with the MN5 recipes' --local runs). Refused from the arguments and from a config, naming the fix;
     auto, and flash with a flash-attn present, go on."""
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
-    _pretend_flash_found(monkeypatch, selection.FlashAttentionFound())
+    _pretend_flash_found(monkeypatch, te_flash.FlashAttentionFound())
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--bf16"]
     message = (r"te backend cannot run here: attention_backend=flash: Transformer Engine finds no flash-attn it "
                r"supports, .*Pass --attention-backend auto.*install a flash-attn that TE supports")
@@ -491,7 +492,7 @@ def test_te_backend_refuses_flash_attention_without_a_flash_attn_te_supports(te_
     selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
     selection.check_config_support("te", _tiny_config(attention_backend=AttnBackend.flash))
     # both kernels missing: one message names both fixes, so fixing one does not reveal the other a run later
-    _pretend_flash_found(monkeypatch, selection.FlashAttentionFound())
+    _pretend_flash_found(monkeypatch, te_flash.FlashAttentionFound())
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: False)
     with pytest.raises(ValueError, match=r"attention_backend=flash.*; and gradient_accumulation_fusion=True"):
         selection.check_args_support("te", parse_oellm_argv([*argv, "--attention-backend", "flash"]))
@@ -547,7 +548,7 @@ def test_the_flash_attention_rules_follow_transformer_engines(accepted, environ,
     """TE's get_attention_backend (2.20.2) drops flash-attn 2 below sm80, flash-attn-3 off sm90, flash-attn-4 below
     sm90, each one pinned to 0 by its NVTE_FLASH_ATTN_V<n>, and all of them for attention inputs other than bf16 and
     fp16; flash attention is left while one generation it took up survives."""
-    refusal = selection.flash_attention_refusal(selection.FlashAttentionFound(accepted), environ=environ, dtype=dtype,
+    refusal = te_flash.flash_attention_refusal(te_flash.FlashAttentionFound(accepted), environ=environ, dtype=dtype,
                                                 capability=capability, flash_attention_version=version)
     if reason is None:
         assert refusal is None
@@ -557,8 +558,8 @@ def test_the_flash_attention_rules_follow_transformer_engines(accepted, environ,
 
 def test_a_flash_attention_refusal_names_every_rule_that_applies_and_only_those() -> None:
     """Fixing one rule must not reveal the next a run later; a rule that does not decide is not named."""
-    found = selection.FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"})
-    refusal = selection.flash_attention_refusal(found, environ={"NVTE_FLASH_ATTN_V2": "0"}, dtype="fp32",
+    found = te_flash.FlashAttentionFound({2: "2.7.4", 3: "3.0.0b1"})
+    refusal = te_flash.flash_attention_refusal(found, environ={"NVTE_FLASH_ATTN_V2": "0"}, dtype="fp32",
                                                 capability=(8, 0), flash_attention_version=None)
     assert refusal.why == ("fp32 training (TE's flash attention takes bf16 or fp16 only); flash-attn 2.7.4 is turned "
                            "off by NVTE_FLASH_ATTN_V2=0; flash-attn-3 3.0.0b1 does not run on this sm80 GPU (TE runs it "
@@ -566,12 +567,12 @@ def test_a_flash_attention_refusal_names_every_rule_that_applies_and_only_those(
     assert refusal.fix == ("train with --bf16 or --fp16, and unset NVTE_FLASH_ATTN_V2, and install a flash-attn that "
                            "TE runs on this GPU")
     # the dtype alone rules flash attention out when flash-attn 2 would otherwise run: only the dtype is named
-    refusal = selection.flash_attention_refusal(found, environ={}, dtype="fp32", capability=(8, 0),
+    refusal = te_flash.flash_attention_refusal(found, environ={}, dtype="fp32", capability=(8, 0),
                                                 flash_attention_version=None)
     assert refusal.why == "fp32 training (TE's flash attention takes bf16 or fp16 only)"
-    refusal = selection.flash_attention_refusal(selection.FlashAttentionFound(), environ={}, dtype="fp32",
+    refusal = te_flash.flash_attention_refusal(te_flash.FlashAttentionFound(), environ={}, dtype="fp32",
                                                 capability=None, flash_attention_version=None)
-    assert "fp32 training" in refusal.why and selection.NO_SUPPORTED_FLASH_ATTN in refusal.why
+    assert "fp32 training" in refusal.why and te_flash.NO_SUPPORTED_FLASH_ATTN in refusal.why
 
 
 def _te_flags(**changes):
@@ -591,8 +592,8 @@ def test_what_te_took_up_is_read_from_its_flags() -> None:
     TE's own range (the Blackwell minimum on sm100 and newer)."""
     from packaging.version import Version
 
-    read = selection.flash_attention_found_from
-    assert read(_te_flags(), None) == selection.FlashAttentionFound()
+    read = te_flash.flash_attention_found_from
+    assert read(_te_flags(), None) == te_flash.FlashAttentionFound()
     assert read(_te_flags(is_installed=True, version=Version("2.7.4"), v3_is_installed=True,
                           fa3_version=Version("3.0.0b1")), (9, 0)).accepted == {2: "2.7.4", 3: "3.0.0b1"}
     rejected = read(_te_flags(version=Version("2.8.4")), (9, 0))
@@ -606,10 +607,10 @@ def test_what_te_took_up_is_read_from_its_flags() -> None:
 def test_the_gpu_rule_is_left_out_without_cuda(monkeypatch) -> None:
     """A login node (``oellm recipe --local --dry-run``) has no GPU to judge: no capability, not a guessed one."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert selection.cuda_capability() is None
+    assert te_flash.cuda_capability() is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    assert selection.cuda_capability() == (7, 5)
+    assert te_flash.cuda_capability() == (7, 5)
 
 
 TE_IMPORTS = selection.transformer_engine_import_error() is None
@@ -629,8 +630,8 @@ def test_the_flash_attention_probe_follows_the_installed_packages() -> None:
             pass
     if installed:
         pytest.skip(f"a flash-attn is installed ({installed}): its supported range is TE's to judge")
-    assert selection.te_flash_attention_found() == selection.FlashAttentionFound()
-    assert selection.te_flash_attention_refusal() is not None
+    assert te_flash.te_flash_attention_found() == te_flash.FlashAttentionFound()
+    assert te_flash.te_flash_attention_refusal() is not None
 
 
 @pytest.fixture
@@ -638,7 +639,7 @@ def te_flash_utils(no_flash_pins: None, monkeypatch: pytest.MonkeyPatch):
     """TE's FlashAttentionUtils with a flash-attn 2 that TE 2.20.2 accepts taken up (restored afterwards)."""
     from packaging.version import Version
 
-    selection.te_flash_attention_found()  # TE's backends module sets the flags on import: before they are changed
+    te_flash.te_flash_attention_found()  # TE's backends module sets the flags on import: before they are changed
     utils = importlib.import_module("transformer_engine.pytorch.attention.dot_product_attention.utils")
     flags = utils.FlashAttentionUtils
     assert flags.is_version_supported(Version("2.7.4"), flags.version_required)  # in TE's range
@@ -651,20 +652,20 @@ def te_flash_utils(no_flash_pins: None, monkeypatch: pytest.MonkeyPatch):
 def test_the_te_probe_reads_transformer_engines_flags_and_applies_each_rule(te_flash_utils, monkeypatch) -> None:
     """With a flash-attn 2 TE took up, flash runs; each rule TE applies after that rules it out, named."""
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
-    assert selection.te_flash_attention_found() == selection.FlashAttentionFound({2: "2.7.4"})
-    assert selection.te_flash_attention_refusal(dtype="bf16") is None
+    assert te_flash.te_flash_attention_found() == te_flash.FlashAttentionFound({2: "2.7.4"})
+    assert te_flash.te_flash_attention_refusal(dtype="bf16") is None
     selection.check_backend_support("te", flash_attention_only=True, dtype="bf16")
 
     def refused(reason: str, **features) -> None:
-        assert selection.te_flash_attention_refusal(**features) is not None
+        assert te_flash.te_flash_attention_refusal(**features) is not None
         with pytest.raises(ValueError, match=f"attention_backend=flash: {reason}"):
             selection.check_backend_support("te", flash_attention_only=True, **features)
 
     refused("fp32 training", dtype="fp32")
     refused(r"flash-attn 2.7.4 is turned off by --flash-attention-version 3", dtype="bf16", flash_attention_version=3)
-    monkeypatch.setattr(selection, "cuda_capability", lambda: (7, 5))
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: (7, 5))
     refused(r"flash-attn 2.7.4 does not run on this sm75 GPU", dtype="bf16")
-    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: None)
     monkeypatch.setenv("NVTE_FLASH_ATTN_V2", "0")
     refused(r"flash-attn 2.7.4 is turned off by NVTE_FLASH_ATTN_V2=0", dtype="bf16")
     monkeypatch.delenv("NVTE_FLASH_ATTN_V2")
@@ -688,14 +689,14 @@ def test_a_flash_attn_outside_transformer_engines_range_is_refused(tmp_path, ver
     info = tmp_path / f"flash_attn-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash-attn\nVersion: {version}\n")
-    probe = ("import json; from megatron.oellm.backends import selection; "
-             "print(json.dumps(selection.te_flash_attention_refusal(dtype='bf16').why))")
+    probe = ("import json; from megatron.oellm.backends import te_flash_attention as te_flash; "
+             "print(json.dumps(te_flash.te_flash_attention_refusal(dtype='bf16').why))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300,
                           check=False)
     assert done.returncode == 0, done.stderr
     why = json.loads(done.stdout.strip().splitlines()[-1])
-    assert why.startswith(selection.NO_SUPPORTED_FLASH_ATTN) and f"flash-attn {version} is installed" in why
+    assert why.startswith(te_flash.NO_SUPPORTED_FLASH_ATTN) and f"flash-attn {version} is installed" in why
 
 
 def test_te_cuda_graphs_are_named_once_not_with_the_rng_tracker_megatron_turned_on() -> None:

@@ -309,12 +309,13 @@ def test_a_config_of_half_precision_parameters_is_judged_by_its_parameters(monke
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     from megatron.oellm.backends import selection
+    from megatron.oellm.backends import te_flash_attention as te_flash
 
     monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
-    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: selection.FlashAttentionFound({2: "2.7.4"}))
-    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
-    for generation in selection.FLASH_ATTN_PACKAGES:
+    monkeypatch.setattr(te_flash, "te_flash_attention_found", lambda: te_flash.FlashAttentionFound({2: "2.7.4"}))
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: None)
+    for generation in te_flash.FLASH_ATTN_PACKAGES:
         monkeypatch.delenv(f"NVTE_FLASH_ATTN_V{generation}", raising=False)
     base = dict(num_layers=2, hidden_size=64, num_attention_heads=4, normalization="RMSNorm",
                 attention_backend=AttnBackend.flash)
@@ -355,31 +356,31 @@ def test_a_cuda_error_while_reading_the_gpu_leaves_the_gpu_rule_out(monkeypatch)
     """``cuda_capability`` answers None (the flash-attention GPU rule left out) when CUDA is missing or reading the
     device's properties raises a CUDA error, rather than stopping the backend check; a readable GPU gives its
     ``(major, minor)`` tuple."""
-    from megatron.oellm.backends import selection
+    from megatron.oellm.backends import te_flash_attention as te_flash
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA error: unspecified launch failure")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", broken)
-    assert selection.cuda_capability() is None
+    assert te_flash.cuda_capability() is None
     capability = (random.randint(7, 12), random.randint(0, 9))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args, **kwargs: capability)
-    assert selection.cuda_capability() == capability
+    assert te_flash.cuda_capability() == capability
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert selection.cuda_capability() is None
+    assert te_flash.cuda_capability() is None
 
 
 def test_a_flash_attention_pin_turns_off_at_zero_only() -> None:
     """Transformer Engine reads ``NVTE_FLASH_ATTN_V*`` as an integer and keeps a generation on for any non-zero
     value: only a value equal to 0 ("0", "00") drops it from what ``oellm doctor`` reports runnable, and a value
     that is not a number is left for TE to judge."""
-    from megatron.oellm.backends import selection
+    from megatron.oellm.backends import te_flash_attention as te_flash
     from megatron.oellm.training.attention_env import version_pin
 
-    found = selection.FlashAttentionFound({2: "2.7.4"})
+    found = te_flash.FlashAttentionFound({2: "2.7.4"})
     variable = version_pin(2)
     for value in (str(random.randint(1, 9)), str(-random.randint(1, 9)), "1", "on"):
-        assert selection.runnable_flash_attention(found, environ={variable: value}, capability=None) == {2: "2.7.4"}
+        assert te_flash.runnable_flash_attention(found, environ={variable: value}, capability=None) == {2: "2.7.4"}
     for value in ("0", "00"):
-        assert selection.runnable_flash_attention(found, environ={variable: value}, capability=None) == {}
+        assert te_flash.runnable_flash_attention(found, environ={variable: value}, capability=None) == {}

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megatron.oellm.backends import selection
+from megatron.oellm.backends import te_flash_attention as te_flash
 from megatron.oellm.bench import harness
 from megatron.oellm.cards import get_card
 from megatron.oellm.cli import INTERRUPTED_EXIT_STATUS, main
@@ -96,8 +97,8 @@ def test_an_enum_override_is_given_by_name_and_judged_for_the_te_side(monkeypatc
     transformers' model was on the GPU. The name is now the member, and flash without a flash-attn TE runs is
     refused for the te side (the torch-native side does not read it)."""
     monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
-    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: selection.FlashAttentionFound())
-    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+    monkeypatch.setattr(te_flash, "te_flash_attention_found", lambda: te_flash.FlashAttentionFound())
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: None)
     flash = {**harness.BEST_OURS_SETTINGS, "attention_backend": "flash"}
     with pytest.raises(ValueError, match="the te side cannot run.*attention_backend=flash: Transformer Engine finds"):
         harness.BenchConfig(model=TINY, seq_length=128, sides=("ours", "te"), ours_overrides=flash)

@@ -180,12 +180,13 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
     with no attention backend left); the fitted row runs without them on such a machine, and the run's log says so.
     The torch backend needs neither (the entry turns the fusion off itself; its attention is SDPA)."""
     from megatron.oellm.backends import selection
+    from megatron.oellm.backends import te_flash_attention as te_flash
 
     monkeypatch.setattr(selection, "resolve_backend", lambda name: backend)
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: apex)
-    monkeypatch.setattr(selection, "te_flash_attention_found",
-                        lambda: selection.FlashAttentionFound({2: "2.7.4"} if flash_attn else {}))
-    monkeypatch.setattr(selection, "cuda_capability", lambda: None)
+    monkeypatch.setattr(te_flash, "te_flash_attention_found",
+                        lambda: te_flash.FlashAttentionFound({2: "2.7.4"} if flash_attn else {}))
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: None)
     recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
     assert recipe.rows[0].flags.get("attention-backend", "flash") == "flash"
     resolved = fit_local(recipe, recipe.rows[0], gpus=1)
@@ -217,11 +218,12 @@ def test_the_flash_adjustment_judges_the_runs_environment_and_the_rows_flags(mon
     for it as for the entry; the row's --flash-attention-version likewise. A value that is not an integer is left to
     Megatron's parser (it names the value) instead of a traceback here."""
     from megatron.oellm.backends import selection
+    from megatron.oellm.backends import te_flash_attention as te_flash
 
     monkeypatch.setattr(selection, "resolve_backend", lambda name: "te")
     monkeypatch.setattr(selection, "gradient_accumulation_fusion_available", lambda: True)
-    monkeypatch.setattr(selection, "te_flash_attention_found", lambda: selection.FlashAttentionFound({2: "2.7.4"}))
-    monkeypatch.setattr(selection, "cuda_capability", lambda: (9, 0))
+    monkeypatch.setattr(te_flash, "te_flash_attention_found", lambda: te_flash.FlashAttentionFound({2: "2.7.4"}))
+    monkeypatch.setattr(te_flash, "cuda_capability", lambda: (9, 0))
     monkeypatch.delenv("NVTE_FLASH_ATTN_V2", raising=False)
     recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml")
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, env={**recipe.cluster.env, **env}))
