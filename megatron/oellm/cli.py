@@ -96,3 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{command}: error: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT_STATUS
+
+
+if __name__ == "__main__":  # ``python -m megatron.oellm.cli``, beside the documented ``python -m megatron.oellm``
+    sys.exit(main())

@@ -98,3 +98,17 @@ def test_bench_without_a_gpu_is_one_error_line_without_import_warnings() -> None
     assert result.returncode == 2
     assert result.stderr == ("oellm bench: error: needs a CUDA GPU (torch.cuda.is_available() is False); run it on "
                              "a GPU node\n"), result.stderr
+
+
+@pytest.mark.parametrize("module", ["megatron.oellm", "megatron.oellm.cli"])
+def test_both_module_forms_run_the_command_line(module: str) -> None:
+    """``python -m megatron.oellm.cli recipe X.toml --dry-run`` printed nothing and exited 0: the module had no
+    ``__main__`` guard, so a user read the silence as a dry run that passed."""
+    card = random.choice(["qwen3-30b-a3b", "qwen3.5-35b-a3b", "qwen3-235b-a22b"])
+    result = subprocess.run([sys.executable, "-m", module, "flops", card, "--seq-length", "4096", "--json"],
+                            capture_output=True, text=True, env=_subprocess_env(), cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f'"{card}"' in result.stdout, result.stdout
+    refused = subprocess.run([sys.executable, "-m", module, "flops", "no-such-card", "--seq-length", "4096"],
+                             capture_output=True, text=True, env=_subprocess_env(), cwd=REPO, timeout=300)
+    assert refused.returncode == 2 and "no-such-card" in refused.stderr, refused.stderr
