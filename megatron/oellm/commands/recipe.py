@@ -183,7 +183,7 @@ def describe_row(job: Job) -> str:
     plan = build_plan(resolved.built_card, layout, resolved.world_size)
     micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
     megatron = _megatron_gflops_per_token(resolved) if _has_throughput(row.reference) else None
-    note = (cross_node_dispatch_note(resolved)
+    note = (cross_node_dispatch_note(resolved) + mock_data_routing_note(resolved)
             + reference_flops_note(row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)
             + megatron_column_note(row.reference, megatron))
     return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
@@ -256,6 +256,19 @@ def megatron_column_note(reference: Mapping[str, float], megatron_gflops_per_tok
             f"row builds: they read {percent:.1f} % {reads} than the job log's own TFLOP/s (oellm table's "
             "Megatron TFLOP/s/GPU) at the same throughput (docs/flops.md, \"How far the MN5 tables are from the "
             "corrected count\")\n")
+
+
+def mock_data_routing_note(resolved: ResolvedRow) -> str:
+    """A ``note:`` line (with its newline) when the row routes tokens by the router's choice
+    (``moe-router-force-load-balancing`` off) on mock data: the experts' loads, and so the step time, then follow
+    megatron's mock token ids instead of text, and the row's throughput does not compare with a report run on text
+    (report #438's real-routing runs: the nemotron-cc sample); '' otherwise."""
+    flags = resolved.flags
+    if not flags.get("mock-data") or flags.get("moe-router-force-load-balancing") or not resolved.card.num_experts:
+        return ""
+    return ("note: real routing on mock data: the router spreads megatron's mock tokens, not text, over the experts, "
+            "so expert loads and throughput differ from a run on text; pass --data-path PREFIX --tokenizer-model NAME "
+            "to compare it with the report\n")
 
 
 def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
@@ -334,17 +347,18 @@ def _run(args: argparse.Namespace) -> int:
 
 def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
     """Submit ``jobs`` (rows of ``recipe``) in row order, one line per queued row (after the row's
-    :func:`cross_node_dispatch_note`, which the dry run also prints: a user who goes straight to ``--submit`` must
-    see that the image needs a multi-node DeepEP build), then the ``oellm table`` command of their logs
+    :func:`cross_node_dispatch_note` and :func:`mock_data_routing_note`, which the dry run also prints: a user who goes
+    straight to ``--submit`` must see that the image needs a multi-node DeepEP build, or that the run's routing
+    follows mock tokens), then the ``oellm table`` command of their logs
     (:func:`table_command`); 0, or 130 when interrupted (Ctrl-C), after naming the rows that were queued, the one
     whose ``sbatch`` may or may not have queued it, and the command that submits the rest: a rerun of the whole
     command would queue the queued rows a second time."""
     queued: list[int] = []
     try:
         for job in jobs:
-            note = cross_node_dispatch_note(job.resolved)
-            if note:
-                print(f"row {job.number}: {note}", end="")
+            for note in (cross_node_dispatch_note(job.resolved), mock_data_routing_note(job.resolved)):
+                if note:
+                    print(f"row {job.number}: {note}", end="")
             print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})", flush=True)
             queued.append(job.number)
         print(table_command(recipe))

@@ -144,24 +144,26 @@ def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
 
 def check_output(out_dir: Path, overwrite: bool, foreign_in: Foreign) -> None:
     """Raise unless ``out_dir`` may receive the output: missing, an empty directory, or with ``overwrite`` a directory
-    holding only what the conversion writes (``foreign_in`` of each entry empty); the refusal names the rest. An
-    existing ``out_dir``, and the entries ``overwrite`` replaces, must be writable by this process."""
+    holding only what the conversion writes (``foreign_in`` of each entry empty). A directory holding anything else
+    is refused naming it, with or without ``overwrite`` (the user learns at once what stands in the way, not after a
+    second try with ``--overwrite``). An existing ``out_dir``, and the entries ``overwrite`` replaces, must be
+    writable by this process."""
     try:
         if not out_dir.exists():
             return
         if not out_dir.is_dir():
             raise ConversionError(f"output {out_dir} is a file; pass a directory with --out")
         entries = sorted(out_dir.iterdir())
-        if entries and not overwrite:
-            raise ConversionError(f"output {out_dir} exists and is not empty; pass --overwrite to replace a previous "
-                                  "output of this conversion there")
         foreign = [name for entry in entries for name in foreign_in(entry)]
     except OSError as error:
         raise ConversionError(f"cannot read the output directory {out_dir}: {error}") from error
-    if foreign:
+    if foreign:  # named first, with or without --overwrite: that option would not replace them either
         raise ConversionError(f"output {out_dir} holds {listed(foreign, _LISTED)}, which this conversion "
                               "does not write; --overwrite replaces only a previous output: move them away or choose "
                               "another --out")
+    if entries and not overwrite:
+        raise ConversionError(f"output {out_dir} holds a previous output of this conversion; pass --overwrite to "
+                              "replace it")
     _check_writable(out_dir, entries)
 
 

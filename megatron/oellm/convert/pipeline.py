@@ -56,9 +56,12 @@ from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
 from megatron.oellm.convert.output import check_not_input, leftover_staging_note, staged_output
 from megatron.oellm.convert.safetensors_io import (
     DEFAULT_MAX_SHARD_BYTES,
+    INDEX_NAME,
+    SINGLE_NAME,
     Layout,
     SafetensorsSource,
     ShardedSafetensorsWriter,
+    carries_export_mark,
     is_written_name,
     layout_of,
     tensor_nbytes,
@@ -166,8 +169,15 @@ def _foreign_in_mcore_output(entry: Path) -> list[str]:
 
 def _foreign_in_hf_output(entry: Path) -> list[str]:
     """What ``entry`` of ``--out`` holds that mcore-to-hf does not write (see :data:`output.Foreign`): anything but
-    its config, safetensors and index files."""
-    return [] if (entry.name in CONFIG_FILES or is_written_name(entry.name)) and entry.is_file() else [entry.name]
+    the safetensors and index files it marks (:func:`carries_export_mark`) and the config files beside them. A
+    Hugging Face checkpoint's files have the same names, but no mark: ``--overwrite`` must not delete a model
+    given as ``--out`` by mistake (the source of an export, a download, a cache snapshot's links)."""
+    if is_written_name(entry.name):
+        return [] if carries_export_mark(entry) else [f"{entry.name} (not an export of mcore-to-hf: no oellm_export mark)"]
+    if entry.name in CONFIG_FILES and entry.is_file() and not entry.is_symlink() and any(
+            carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME)):
+        return []
+    return [entry.name]
 
 
 def _foreign_in_hf_output_with_tokenizer(entry: Path) -> list[str]:

@@ -48,6 +48,13 @@ _HEADER_ALIGNMENT = 8
 """safetensors pads its JSON header with spaces to a multiple of 8 bytes, so that the data that follows is aligned."""
 Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
 """(name, shape, dtype) of every tensor of a checkpoint, in the order they are written."""
+EXPORT_MARK = {"oellm_export": "mcore-to-hf"}
+"""What every file :class:`ShardedSafetensorsWriter` writes carries in its metadata (a shard's ``__metadata__``, the
+index's ``metadata``; readers, transformers' included, ignore keys they do not know): ``--overwrite`` replaces only
+marked files (:func:`carries_export_mark`), so a Hugging Face checkpoint of the same file names is never taken for
+a previous export and deleted."""
+_MAX_HEADER_BYTES = 100 * 2**20
+"""safetensors' own limit on a header's length: a larger length field is not a safetensors file."""
 
 
 def _open(path: Path) -> safe_open:
@@ -87,6 +94,30 @@ def _read_index(index: Path) -> dict[str, str]:
 def is_written_name(name: str) -> bool:
     """Whether ``name`` is a file name :class:`ShardedSafetensorsWriter` gives (single file, shard or index)."""
     return name in (SINGLE_NAME, INDEX_NAME) or _SHARD_NAME.fullmatch(name) is not None
+
+
+def _file_metadata(path: Path) -> object:
+    """The metadata of a safetensors file (its header's ``__metadata__``) or of an index (its ``metadata``); None
+    where ``path`` is neither, or cannot be read."""
+    try:
+        if path.name == INDEX_NAME:
+            return json.loads(path.read_text()).get("metadata")
+        with open(path, "rb") as file:
+            length = struct.unpack("<Q", file.read(8))[0]
+            if length > _MAX_HEADER_BYTES:
+                return None
+            return json.loads(file.read(length)).get("__metadata__")
+    except (OSError, ValueError, struct.error, AttributeError):  # unreadable, not JSON, too short, not an object
+        return None
+
+
+def carries_export_mark(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link: a Hugging Face cache snapshot links into its blobs) that
+    :class:`ShardedSafetensorsWriter` wrote: a shard or index whose metadata holds :data:`EXPORT_MARK`."""
+    if path.is_symlink() or not path.is_file() or not is_written_name(path.name):
+        return False
+    metadata = _file_metadata(path)
+    return isinstance(metadata, dict) and all(metadata.get(key) == value for key, value in EXPORT_MARK.items())
 
 
 def _indexed_files(directory: Path, index: Path) -> dict[str, Path]:
@@ -243,10 +274,10 @@ def _data_order(shard: Layout) -> Layout:
 
 def _header(shard: Layout) -> tuple[bytes, dict[str, int]]:
     """The safetensors header of a file holding ``shard``'s tensors (the little-endian 8-byte length, then the JSON:
-    ``format: pt`` as ``save_file`` writes it, then dtype, shape and byte range of every tensor in
+    ``format: pt`` as ``save_file`` writes it and :data:`EXPORT_MARK`, then dtype, shape and byte range of every tensor in
     :func:`_data_order`, padded with spaces to :data:`_HEADER_ALIGNMENT`), and the file offset of each tensor's
     bytes, where they are written whatever order the tensors arrive in."""
-    entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    entries: dict[str, object] = {"__metadata__": {"format": "pt", **EXPORT_MARK}}
     offset = 0
     for name, shape, dtype in _data_order(shard):
         if dtype not in _DTYPE_NAMES:
@@ -347,7 +378,7 @@ class ShardedSafetensorsWriter:
             files.append(final)
             weight_map.update(dict.fromkeys((name for name, _, _ in shard), final.name))
         total = sum(tensor_nbytes(shape, dtype) for _, shape, dtype in self._layout)
-        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        index = {"metadata": {"total_size": total, **EXPORT_MARK}, "weight_map": dict(sorted(weight_map.items()))}
         (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         return [*files, self.directory / INDEX_NAME]
 

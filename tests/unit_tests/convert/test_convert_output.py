@@ -4,6 +4,7 @@ leave it as it was when refused, failing or stopped by SIGTERM / SIGHUP."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import resource
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from megatron.oellm.convert import output, pipeline
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
@@ -54,13 +56,58 @@ def test_overwrite_refuses_a_directory_holding_anything_else(converted, directio
     files = _user_files(work)
     before = sorted(p.relative_to(work) for p in work.rglob("*"))
     monkeypatch.chdir(work)
-    with pytest.raises(ConversionError, match=r"holds data, run\.sh, tokenizer\.json, which this conversion does not "
-                                              r"write; --overwrite replaces only a previous output"):
-        _convert(direction, tmp, card, Path("."), overwrite=True)
-    with pytest.raises(ConversionError, match="exists and is not empty; pass --overwrite"):
-        _convert(direction, tmp, card, Path("."))
+    for overwrite in (True, False):  # named at once: no second try with --overwrite to learn what stands in the way
+        with pytest.raises(ConversionError, match=r"holds data, run\.sh, tokenizer\.json, which this conversion does "
+                                                  r"not write; --overwrite replaces only a previous output"):
+            _convert(direction, tmp, card, Path("."), overwrite=overwrite)
     assert sorted(p.relative_to(work) for p in work.rglob("*")) == before
     assert all((work / name).read_text() == text for name, text in files.items())
+
+
+@pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
+def test_a_previous_output_is_replaced_only_with_overwrite(converted, direction: str) -> None:
+    """Without --overwrite a previous output is named as such and kept; the refusal says how to replace it."""
+    card, _, tmp = converted
+    out = tmp / "again"
+    _convert(direction, tmp, card, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ConversionError, match="holds a previous output of this conversion; pass --overwrite to "
+                                              "replace it"):
+        _convert(direction, tmp, card, out)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("max_shard_bytes", [100_000, 10**9])
+def test_overwrite_never_replaces_a_hugging_face_checkpoint(converted, max_shard_bytes: int) -> None:
+    """``mcore-to-hf --out <the HF model> --overwrite`` (the export's source, or any download, given as ``--out`` by
+    mistake) deleted that model and put the export in its place: its files have the names an export writes. They
+    carry no export mark, so the model is refused and kept, plain or as a cache snapshot's links into its blobs;
+    a marked export of either layout is still replaced."""
+    card, hf, tmp = converted
+    original = tmp / "original"
+    mcore_to_hf_checkpoint(card, tmp / "mcore", original, max_shard_bytes=max_shard_bytes)
+    for path in original.iterdir():  # the same files as transformers' save_pretrained writes them: no mark
+        if path.suffix == ".safetensors":
+            tensors = load_file(path)
+            save_file(tensors, path, metadata={"format": "pt"})
+        elif path.name == INDEX_NAME:
+            index = json.loads(path.read_text())
+            index["metadata"] = {"total_size": index["metadata"]["total_size"]}
+            path.write_text(json.dumps(index))
+    snapshot = tmp / "snapshot"
+    snapshot.mkdir()
+    for path in original.iterdir():
+        (snapshot / path.name).symlink_to(path)
+    for model in (original, snapshot):
+        before = {p.name: p.read_bytes() for p in model.iterdir()}
+        with pytest.raises(ConversionError, match=r"not an export of mcore-to-hf: no oellm_export mark"):
+            mcore_to_hf_checkpoint(card, tmp / "mcore", model, overwrite=True, max_shard_bytes=max_shard_bytes)
+        assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+        assert all(p.is_symlink() for p in snapshot.iterdir())
+    export = tmp / "export"
+    mcore_to_hf_checkpoint(card, tmp / "mcore", export, max_shard_bytes=max_shard_bytes)
+    mcore_to_hf_checkpoint(card, tmp / "mcore", export, overwrite=True, max_shard_bytes=max_shard_bytes)
+    assert_bitwise_equal(hf, dict(SafetensorsSource(export)))
 
 
 def test_overwrite_replaces_a_previous_output_and_keeps_the_directory(converted) -> None:
@@ -139,8 +186,7 @@ def test_a_file_written_into_out_during_the_conversion_is_kept(converted, monkey
 
     monkeypatch.setattr(pipeline, convert.__name__, user_writes_at_layer_one)
     before = sorted(p.name for p in out.iterdir())
-    message = "holds tokenizer.json, which this conversion does not write" if overwrite else "exists and is not empty"
-    with pytest.raises(ConversionError, match=message):
+    with pytest.raises(ConversionError, match="holds tokenizer.json, which this conversion does not write"):
         _convert(direction, tmp, card, out, overwrite=overwrite)
     assert (out / "tokenizer.json").read_text() == '{"user": "data"}'
     assert sorted(p.name for p in out.iterdir()) == sorted([*before, "tokenizer.json"])

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from megatron.oellm.convert import pipeline
 from megatron.oellm.convert.family import HEAD
 from megatron.oellm.convert.pipeline import mcore_to_hf_checkpoint
-from megatron.oellm.convert.safetensors_io import INDEX_NAME, ShardedSafetensorsWriter, layout_of
+from megatron.oellm.convert.safetensors_io import EXPORT_MARK, INDEX_NAME, ShardedSafetensorsWriter, layout_of
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, write_safetensors
 
 
@@ -79,17 +79,23 @@ def _mixed_widths(seed: int) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("max_shard_bytes", [200, 10**9])
 def test_each_shard_is_the_file_safetensors_itself_writes(tmp_path: Path, max_shard_bytes: int) -> None:
-    """Every shard is byte for byte what ``safetensors.torch.save_file`` writes for its tensors (header JSON, its
-    padding, tensor order), so every tensor's data starts at a multiple of its element size and a zero-copy view of
-    the mapped file works for every consumer."""
+    """Every shard is what ``safetensors.torch.save_file`` writes for its tensors and metadata (header length and
+    JSON, its padding, tensor order, data bytes; save_file orders the metadata's keys at random, so the header is
+    compared as JSON), so every tensor's data starts at a multiple of its element size and a zero-copy view of the
+    mapped file works for every consumer."""
     tensors = _mixed_widths(seed=int(torch.randint(0, 2**31, ())))
     files = [f for f in write_safetensors(tmp_path / "out", tensors, max_shard_bytes) if f.name != INDEX_NAME]
     assert len(files) == (1 if max_shard_bytes > 10**6 else 3)
     for f in files:
         names = list(load_file(f))
-        save_file({n: tensors[n] for n in names}, tmp_path / "reference.safetensors", metadata={"format": "pt"})
-        assert f.read_bytes() == (tmp_path / "reference.safetensors").read_bytes(), f.name
-        header_bytes = int.from_bytes(f.read_bytes()[:8], "little")
+        save_file({n: tensors[n] for n in names}, tmp_path / "reference.safetensors",
+                  metadata={"format": "pt", **EXPORT_MARK})
+        ours, reference = f.read_bytes(), (tmp_path / "reference.safetensors").read_bytes()
+        header_bytes = int.from_bytes(ours[:8], "little")
+        assert ours[:8] == reference[:8], f.name
+        header, reference_header = (json.loads(data[8:8 + header_bytes]) for data in (ours, reference))
+        assert header == reference_header and list(header) == list(reference_header), f.name
+        assert ours[8 + header_bytes:] == reference[8 + header_bytes:], f.name
         storage = torch.UntypedStorage.from_file(str(f), shared=False, nbytes=f.stat().st_size)
         mapped = torch.empty(0, dtype=torch.uint8).set_(storage)
         with safe_open(f, framework="pt") as handle:
