@@ -37,9 +37,13 @@ def test_a_resubmitted_rows_second_log_is_named_beside_the_baseline(tmp_path, ca
 
 def test_rows_of_another_workload_on_the_same_nodes_are_no_ties(tmp_path, capsys):
     """Rows on the baseline's node count that train another global batch (another workload: no efficiency against
-    it) are not candidates for the baseline, and a single row per node count gets no note."""
+    it) are not candidates for the baseline, and a single row per node count gets no ties note; the row left
+    without an efficiency is named instead."""
     base = _log(tmp_path / "a.out", 8, random.uniform(70000, 80000))
     other_batch = _log(tmp_path / "b.out", 8, random.uniform(70000, 80000), global_batch_size=2048)
     larger = _log(tmp_path / "c.out", 16, random.uniform(40000, 45000))
     assert main(["table", base, other_batch, larger]) == 0
-    assert capsys.readouterr().err == ""
+    err = capsys.readouterr().err
+    assert "also run" not in err
+    assert err.startswith("note: row 2 has no efficiency: another model, sequence length or global batch size (per "
+                          "GPU) than the baseline, row 1 (qwen3.5-35b-a3b, seq 4096, GBS 2048 on 8 nodes)"), err

@@ -102,7 +102,11 @@ def test_efficiency_compares_only_rows_of_the_baselines_model_and_sequence_lengt
     longer_args = {**megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32}), "seq_length": 8192}
     longer = summarise(parse_log_text(megatron_log(longer_args, [150_000.0] * 10, [130.0] * 10)), Window(), 4)
     assert qwen3.ok and qwen3.model == "qwen3-30b-a3b" and qwen3.nodes == 2 and longer.ok
-    rows, baseline = with_efficiency([*qwen3_5, qwen3, longer])
+    rows, baseline = with_efficiency([*qwen3_5, qwen3, longer])  # the two-row series, not the 2-node Qwen3 run
+    assert baseline.model == "qwen3.5-35b-a3b" and baseline.nodes == 4 and rows[0].efficiency == 1.0
+    assert rows[1].efficiency == pytest.approx(tokens[8] / tokens[4], rel=1e-4)
+    assert rows[2].efficiency is None and rows[3].efficiency is None
+    rows, baseline = with_efficiency([*qwen3_5, qwen3, longer], baseline_row=3)
     assert baseline.model == "qwen3-30b-a3b" and rows[2].efficiency == 1.0
     assert [row.efficiency for row in rows[:2]] == [None, None] and rows[3].efficiency is None
     rows, baseline = with_efficiency([*qwen3_5, qwen3, longer], baseline_nodes=8)

@@ -21,6 +21,7 @@ from megatron.oellm.scaling_table import (
     plot,
     sorted_rows,
     summarise,
+    unrated_rows_note,
     with_efficiency,
 )
 
@@ -39,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="efficiency relative to this row of the printed table (1-based; the rows with numbers "
                                "come first, sorted by model, global batch size and nodes, then the rows without)")
     baseline.add_argument("--baseline-nodes", type=float,
-                          help="efficiency relative to the row on this many nodes (default: the fewest nodes); only rows of "
-                               "its model and sequence length with its global batch size (strong scaling) or global "
-                               "batch size per GPU (weak scaling) get one")
+                          help="efficiency relative to the row on this many nodes (default: the first run of the "
+                               "largest series); only rows of its model and sequence length with its global batch "
+                               "size (strong scaling) or global batch size per GPU (weak scaling) get one, the others "
+                               "are named on stderr")
     parser.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
                         help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
@@ -97,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
         ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)
         if ties:  # the baseline was picked by order among equals: say which, and how to pick another
             print(ties, file=sys.stderr)
+        unrated = unrated_rows_note(rows, baseline)
+        if unrated:
+            print(unrated, file=sys.stderr)
     except (TableError, OSError) as err:
         return refuse("table", err)
     if args.plot is not None:

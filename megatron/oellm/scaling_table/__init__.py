@@ -22,11 +22,17 @@ efficiency), ``formats`` (markdown, CSV), ``plot`` (PNG).
 from megatron.oellm.scaling_table.formats import CSV_FIELDS, format_csv, format_markdown
 from megatron.oellm.scaling_table.plot import check_plot_path, plot, scaling_series
 from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, ScalingRow, TableError, Window
-from megatron.oellm.scaling_table.summary import baseline_ties_note, sorted_rows, summarise, with_efficiency
+from megatron.oellm.scaling_table.summary import (
+    baseline_ties_note,
+    sorted_rows,
+    summarise,
+    unrated_rows_note,
+    with_efficiency,
+)
 from megatron.oellm.scaling_table.window import interval_start
 
 __all__ = [
     "CSV_FIELDS", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note", "check_plot_path",
     "format_csv", "format_markdown", "interval_start", "plot", "scaling_series", "sorted_rows", "summarise",
-    "with_efficiency",
+    "unrated_rows_note", "with_efficiency",
 ]

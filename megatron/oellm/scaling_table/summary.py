@@ -85,11 +85,24 @@ def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
             or row.global_batch_size * baseline.gpus == baseline.global_batch_size * row.gpus)
 
 
+def _rated(row: ScalingRow, ok: Sequence[ScalingRow]) -> list[ScalingRow]:
+    """The ``ok`` rows that ``row`` as the baseline would rate (:func:`comparable`), ``row`` included."""
+    return [other for other in ok if comparable(other, row)]
+
+
+def _largest_series_first(candidates: Sequence[ScalingRow], ok: Sequence[ScalingRow]) -> ScalingRow:
+    """The first of ``candidates`` that rates the most ``ok`` rows: in a table of several models or batch sizes (a
+    glob over every recipe's runs, a ``--local`` smoke test beside the cluster rows) the baseline belongs to the
+    largest series, not to whichever run has the fewest nodes."""
+    return max(candidates, key=lambda row: len(_rated(row, ok)))  # max keeps the first of equals
+
+
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
                     baseline_nodes: float | None = None) -> tuple[list[ScalingRow], ScalingRow | None]:
     """``rows`` with tokens/s/GPU relative to the baseline (the :func:`comparable` rows; the others get none), and the
-    baseline (the returned list's row): ``baseline_row`` (1-based), else the first ok row on ``baseline_nodes``
-    nodes, else the ok row on the fewest nodes (None if no row is ok)."""
+    baseline (the returned list's row): ``baseline_row`` (1-based), else the row on ``baseline_nodes`` nodes that
+    rates the most rows, else, of the rows on the fewest nodes of the rows they rate (a series' start), the one that
+    rates the most (None if no row is ok); the first of equals."""
     ok = [row for row in rows if row.ok]
     if baseline_row is not None:
         if not 1 <= baseline_row <= len(rows):
@@ -103,14 +116,31 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
             nodes = ", ".join(f"{n:g}" for n in sorted({row.nodes for row in ok}))
             found = f"the ok rows run on {nodes} nodes" if ok else "the table has no ok row"
             raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes ({found})")
-        baseline = matching[0]
+        baseline = _largest_series_first(matching, ok)
     else:
-        baseline = min(ok, key=lambda row: row.nodes) if ok else None
+        starts = [row for row in ok if row.nodes == min(other.nodes for other in _rated(row, ok))]
+        baseline = _largest_series_first(starts, ok) if ok else None
     if baseline is None:
         return list(rows), None
     rated = [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)
              if comparable(row, baseline) else row for row in rows]
     return rated, next(new for old, new in zip(rows, rated, strict=True) if old is baseline)
+
+
+def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
+    """One ``note:`` line naming the ok rows of the printed ``rows`` that got no efficiency, being no workload of the
+    baseline's (:func:`comparable`), or None when every ok row is rated: an empty cell must not read as a lost
+    number."""
+    if baseline is None:
+        return None
+    unrated = [number for number, row in enumerate(rows, 1) if row.ok and row.efficiency is None]
+    if not unrated:
+        return None
+    number = next(number for number, row in enumerate(rows, 1) if row is baseline)
+    listed_rows = f"row {unrated[0]} has" if len(unrated) == 1 else f"rows {', '.join(map(str, unrated))} have"
+    return (f"note: {listed_rows} no efficiency: another model, sequence length or global batch size (per GPU) than "
+            f"the baseline, row {number} ({baseline.model}, seq {baseline.seq_length}, GBS "
+            f"{baseline.global_batch_size} on {baseline.nodes:g} nodes); --baseline-row N rates another series")
 
 
 def baseline_ties_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
