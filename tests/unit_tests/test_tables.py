@@ -508,3 +508,16 @@ def test_a_local_fit_with_fewer_experts_is_named_after_its_card(overrides, name)
     hidden size) is still no registry card's."""
     row = _row({**overrides, **FROM_FLAGS}, 1, random.uniform(5000, 7000), "local.log")
     assert row.ok and row.model == name
+
+
+def test_a_mean_tables_footnote_says_how_each_column_is_averaged():
+    """With --statistic mean the Megatron column (the mean of the logged rates) and ours (from the mean step time)
+    differ by more than the two FLOP counts; the footnote says so, a median table's does not need to."""
+    args, times, text = _qwen3_5_log()
+    log = parse_log_text(text, "8n.log")
+    sentence = "Megatron TFLOP/s/GPU is the mean of the logged per-iteration values"
+    for statistic in ("mean", "median"):
+        window = Window.parse("3-10", statistic)
+        row = summarise(log, window, 4)
+        assert row.ok
+        assert (sentence in format_markdown([row], row, window)) is (statistic == "mean")

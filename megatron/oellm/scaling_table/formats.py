@@ -49,6 +49,11 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
               f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model and sequence length and of its global batch size "
               "(strong scaling) or global batch size per GPU (weak scaling)."]
+    if window.statistic == "mean":  # the median of the rates is the rate of the median step time; means differ
+        lines[-1] += (" Step time, tokens/s/GPU and TFLOP/s/GPU come from the mean step time, Megatron TFLOP/s/GPU is "
+                      "the mean of the logged per-iteration values (as the reports' mean rows give it): a slow "
+                      "iteration lowers the first more, so the two TFLOP/s columns differ by more than the two FLOP "
+                      "counts do.")
     return "\n".join(lines)
 
 
