@@ -41,18 +41,26 @@ def shift_norm(weight: Tensor, delta: float, name: str) -> Tensor:
     """``weight + delta`` in ``weight``'s dtype (computed in float64), for zero-centred <-> plain norm weights.
 
     The round trip ``(w + d) - d`` is bit-exact whenever ``w + d`` is representable (always for ``w`` in
-    ``[0.5, 2]`` with ``d = -1``: Sterbenz); elements where it is not are reported with a warning naming ``name``.
+    ``[0.5, 2]`` with ``d = -1``: Sterbenz); elements where it is not are reported with a warning naming ``name``
+    and the largest change of ``w + d``, the gain the norm computes with. With ``d = +1`` (a trained zero-centred
+    ``w`` near 0 exported as ``1 + w``) that is the trained model's own gain rounded to the dtype's step near 1
+    (2^-7 in bfloat16): the exported model computes with other gains there, not only a later round trip.
     """
     if delta == 0:
         return weight
-    shifted = (weight.double() + delta).to(weight.dtype)
+    exact = weight.double() + delta
+    shifted = exact.to(weight.dtype)
     if weight.is_meta:  # planning pass: shapes and dtypes only
         return shifted
     back = (shifted.double() - delta).to(weight.dtype)
     if not bitwise_equal(back, weight):
         lost = int((back != weight).sum())
+        change = float((shifted.double() - exact).abs().max())
+        effect = ("the exported model's norm gains differ there from the trained model's" if delta > 0
+                  else "the round trip will differ there")
         warnings.warn(f"{name}: adding {delta:+g} is not exactly invertible for {lost} of {weight.numel()} "
-                      f"elements in {weight.dtype}; the round trip will differ there", stacklevel=2)
+                      f"elements in {weight.dtype} (each changed by up to {change:.3g}); {effect}",
+                      stacklevel=2)
     return shifted
 
 

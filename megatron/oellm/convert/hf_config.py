@@ -82,7 +82,7 @@ def parse_json_object(text: str, where: str) -> dict:
 
 
 def check_hf_config(card: ModelCard, config_text: str, where: str,
-                    fix: str = "pick the card of this checkpoint with --model") -> None:
+                    fix: str = "pick the card of this checkpoint with --model", embedding_rows: int | None = None) -> None:
     """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
 
     A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
@@ -92,6 +92,10 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction. A vocabulary size that is the only
     contradiction points to ``--vocab-size`` (no other card would fit). ``fix`` ends every other refusal: what to
     change when the config is another model's (by default the card, for a config that came with the checkpoint).
+    ``embedding_rows`` (the rows of the weights' ``model.embed_tokens.weight``, where the config came with them): a
+    ``vocab_size`` stating another count is refused first, naming both; the config then contradicts its own weights,
+    and the card's refusal (pass ``--vocab-size`` = the config's) and the weights' (= the rows) would send the user
+    back and forth.
     """
     stored = parse_json_object(config_text, where)
     text = _text_fields(stored, where)
@@ -102,6 +106,11 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"])
+    stated_vocab = text.get("vocab_size")
+    if embedding_rows is not None and isinstance(stated_vocab, int) and stated_vocab != embedding_rows:
+        raise ConversionError(f"{where} says vocab_size {stated_vocab}, but the checkpoint's model.embed_tokens.weight "
+                              f"has {embedding_rows} rows: the config contradicts its own weights (a config.json of "
+                              "another save, or an edited one); set vocab_size to the rows in it")
     try:
         loaded = type(expected).from_dict(text)
     except Exception as error:  # transformers' field validation raises its own types

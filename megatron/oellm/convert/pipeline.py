@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -288,7 +289,9 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     names, skipped = canonical_hf_names(header)
     config_files = read_config_files(hf_dir)
     if CONFIG_NAME in config_files:
-        check_hf_config(card, config_files[CONFIG_NAME], str(hf_dir / CONFIG_NAME))
+        embedding = names.get(HF_VOCAB_TENSORS[0])
+        check_hf_config(card, config_files[CONFIG_NAME], str(hf_dir / CONFIG_NAME),
+                        embedding_rows=header[embedding][0][0] if embedding is not None and header[embedding][0] else None)
     check_hf_tensors(card, {canonical: header[stored] for canonical, stored in names.items()})
     meta = {name: torch.empty(shape, dtype=dtype, device="meta") for name, (shape, dtype) in header.items()}
     chunks, unit_of = [], {}
@@ -309,13 +312,34 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
 
 
+_COUNT_CHUNK = 2**24
+"""Elements counted at a time by :func:`warn_non_finite` (a 16 MiB mask, whatever the tensor's size)."""
+
+
+def warn_non_finite(tensors: dict[str, torch.Tensor]) -> None:
+    """One warning per tensor of ``tensors`` holding NaN or infinity, with how many elements: the conversion keeps
+    them (it reproduces what it reads), and a run from such weights stops at its first NaN loss, after its wait in
+    the queue. A sum finds them in one pass without a copy (a cast to float32 would copy the tensor); only a tensor
+    it flags is counted, in chunks of :data:`_COUNT_CHUNK` elements."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and tensor.numel() and not torch.isfinite(tensor.sum()):
+            flat = tensor.reshape(-1)
+            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK])).sum())
+                      for start in range(0, flat.numel(), _COUNT_CHUNK))
+            if bad:  # a float16 sum past its range is no damage
+                warnings.warn(f"{name}: {bad} of {tensor.numel()} elements are NaN or infinite (kept as they are: "
+                              "a run from these weights stops at its first NaN loss); check the source checkpoint",
+                              stacklevel=2)
+
+
 def _import_unit(card: ModelCard, unit: Unit, view: CanonicalView,
                  source: SafetensorsSource) -> dict[str, torch.Tensor]:
     """The megatron tensors of one unit from ``view`` (of ``source``), whose files are closed afterwards so that
     the pages read for this unit leave resident memory once its tensors are written (see
-    :meth:`SafetensorsSource.close_files`)."""
+    :meth:`SafetensorsSource.close_files`); NaN and infinity are named (:func:`warn_non_finite`)."""
     tensors = hf_to_mcore_unit(card, unit, view)
     source.close_files()
+    warn_non_finite(tensors)
     return tensors
 
 
@@ -533,7 +557,9 @@ def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: 
                  writer: ShardedSafetensorsWriter) -> None:
     """Read one unit's megatron tensors and write its HF tensors with ``writer``. A function of its own so that the unit's read buffers are released when it returns: a loop variable holding them would keep one
     unit alive while the next one is read (twice the largest unit's bytes)."""
-    writer.add(mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces), card.vocab_size)))
+    tensors = mcore_to_hf_unit(card, unit, strip_vocab_rows(reader.read(pieces), card.vocab_size))
+    warn_non_finite(tensors)
+    writer.add(tensors)
 
 
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,

@@ -64,3 +64,18 @@ def test_the_inexact_shift_warning_counts_only_the_changed_elements() -> None:
     with pytest.warns(UserWarning, match=rf"x\.out_norm\.weight: adding -1 is not exactly invertible for 1 of "
                                          rf"{exact + 1} elements in torch\.bfloat16"):
         shift_norm(weight, -1.0, "x.out_norm.weight")
+
+
+def test_an_export_that_rounds_trained_gains_says_the_exported_model_differs() -> None:
+    """A trained zero-centred gain near 0 (e.g. 0.00284) becomes 1 + w in bf16, whose step near 1 is 2**-7: it
+    rounds to 1.0, so the exported model computes with other gains than the trained one, which the warning must say
+    (not only that a round trip would differ), with the largest change."""
+    small = torch.empty(random.randint(4, 40)).uniform_(-0.0039, 0.0039)  # all within half a step of 1
+    weight = small.bfloat16()
+    largest = float((1 + weight.double() - (1 + weight.double()).bfloat16().double()).abs().max())
+    with pytest.warns(UserWarning, match=rf"x\.out_norm\.weight: adding \+1 is not exactly invertible for "
+                                         rf"\d+ of {weight.numel()} elements in torch\.bfloat16 \(each changed by up "
+                                         rf"to {largest:.3g}\); the exported model's norm gains differ there from "
+                                         r"the trained model's"):
+        shifted = shift_norm(weight, 1.0, "x.out_norm.weight")
+    assert float((shifted.double() - (1 + weight.double())).abs().max()) == pytest.approx(largest)

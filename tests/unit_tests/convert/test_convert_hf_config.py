@@ -3,7 +3,9 @@ type), kept with the megatron checkpoint and written back unchanged, or taken fr
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -185,3 +187,27 @@ def test_stored_run_arguments_are_those_the_training_entry_runs_with(name: str, 
     for field in ("num_layers", "hidden_size", "num_attention_heads"):
         assert getattr(stored, field) == getattr(run, field), field
     assert bool(getattr(stored, "hybrid_layer_pattern", None)) == bool(run.hybrid_layer_pattern)
+
+
+@pytest.mark.parametrize("card_name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_a_config_whose_vocabulary_contradicts_its_own_embedding_is_named_as_such(tmp_path: Path,
+                                                                                    card_name: str) -> None:
+    """A config.json stating another vocab_size than its embedding's rows got "pass --vocab-size <config's>", and
+    with that "pass --vocab-size <rows>", and so on in turn: neither fits both. The refusal names the contradiction;
+    with the config's count set to the rows, --vocab-size converts it."""
+    card = get_card(card_name)
+    stated = card.vocab_size * random.choice([2, 3])
+    hf = random_hf_tensors(card, seed=random.randrange(2**31))
+    write_hf(card, hf, tmp_path / "hf")
+    edit_json(tmp_path / "hf" / "config.json", vocab_size=stated)
+    for vocab in (None, stated, card.vocab_size):
+        chosen = card if vocab is None else dataclasses.replace(card, vocab_size=vocab)
+        with pytest.raises(ConversionError, match=rf"says vocab_size {stated}, but the checkpoint's "
+                                                  rf"model\.embed_tokens\.weight has {card.vocab_size} rows: the config "
+                                                  r"contradicts its own weights"):
+            hf_to_mcore_checkpoint(chosen, tmp_path / "hf", tmp_path / "mcore")
+    assert not (tmp_path / "mcore").exists()
+    edit_json(tmp_path / "hf" / "config.json", vocab_size=card.vocab_size)
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "back")
+    assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "back")))
