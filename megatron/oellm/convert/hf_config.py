@@ -22,10 +22,11 @@ language model (``tie_word_embeddings``, token ids) count where ``text_config`` 
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.oellm.cards import ModelCard
+from megatron.oellm.cards import PUBLISHED_CARDS, ModelCard
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.vocab_padding import vocab_size_fix
@@ -46,6 +47,10 @@ leaves one out gets the class default (Qwen3-MoE's ``norm_topk_prob=False``, its
 from other fields (:func:`_effective`), and the HF model then computes what the card does not, or does not load the
 tensors. A field the checkpoint states (under its name or the config class's alias) that the class lacks is compared
 too."""
+_TENSOR_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_experts", "moe_intermediate_size",
+                     "shared_expert_intermediate_size", "linear_conv_kernel_dim")
+"""Fields of :data:`_SHAPE_KEYS` that tensor sizes alone give (rows, widths, counts, the kernel): a config stating
+another value for one while every tensor has the card's shape contradicts its own weights."""
 _DERIVED_KEYS = ("sliding_window", "attention_bias", "mlp_only_layers", "decoder_sparse_step")
 """Fields compared as transformers derives them, stated or not: each changes what the HF model computes (Qwen3-MoE's
 ``use_sliding_window`` switches on a 4096-token window, which its ``sliding_window`` only shows once read), and the
@@ -81,6 +86,14 @@ def parse_json_object(text: str, where: str) -> dict:
     return value
 
 
+class CardContradiction(ConversionError):
+    """A ``config.json`` whose fields contradict the card (:func:`check_hf_config`): the checkpoint's tensors may
+    still fit the card, when the config is the part that is wrong."""
+
+    sizes_only = False
+    """Whether every contradicted field is one of :data:`_TENSOR_SIZE_KEYS`, which the tensors' shapes also give."""
+
+
 def check_hf_config(card: ModelCard, config_text: str, where: str,
                     fix: str = "pick the card of this checkpoint with --model", embedding_rows: int | None = None) -> None:
     """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
@@ -102,10 +115,18 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     expected = family_module(card).hf_config_from_card(card)
 
     def refuse(wrong: list[str], remedy: str = fix) -> ConversionError:
-        return ConversionError(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {remedy}")
+        return CardContradiction(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {remedy}")
+
+    def refuse_fields(wrong: dict[str, str], remedy: str) -> CardContradiction:
+        refusal = refuse(list(wrong.values()), remedy)
+        refusal.sizes_only = set(wrong) <= set(_TENSOR_SIZE_KEYS)
+        return refusal
 
     if "model_type" in text and text["model_type"] != expected.model_type:
-        raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"])
+        types = convertible_model_types()
+        other_model = (f"oellm convert converts {' and '.join(map(repr, types))} checkpoints only: this is another "
+                       "model" if text["model_type"] not in types else fix)
+        raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"], other_model)
     stated_vocab = text.get("vocab_size")
     if embedding_rows is not None and isinstance(stated_vocab, int) and stated_vocab != embedding_rows:
         raise ConversionError(f"{where} says vocab_size {stated_vocab}, but the checkpoint's model.embed_tokens.weight "
@@ -146,9 +167,24 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
         raise refuse(list(wrong.values()), f"state \"model_type\": {json.dumps(expected.model_type)} and "
                                            f"\"architectures\": {json.dumps(expected.architectures)} in it, as the "
                                            "card's config does (transformers picks the model class by them)")
+    if wrong.get("tie_word_embeddings") and loaded.tie_word_embeddings:
+        raise refuse(list(wrong.values()), "no card of megatron-oellm ties the output layer to the embedding, so no "
+                                           "--model converts this checkpoint")
     if wrong:
-        raise refuse(list(wrong.values()), fix + (", or state the fields it leaves out in config.json" if left_out
-                                                  else ""))
+        raise refuse_fields(wrong, fix + (", or state the fields it leaves out in config.json" if left_out else ""))
+
+
+@lru_cache(maxsize=1)
+def convertible_model_types() -> tuple[str, ...]:
+    """The Hugging Face ``model_type`` of each published card's family that has a converter, sorted: what a
+    checkpoint of another type is told ``oellm convert`` reads."""
+    types = set()
+    for card in PUBLISHED_CARDS.values():
+        try:
+            types.add(family_module(card).hf_config_from_card(card).model_type)
+        except ConversionError:  # a family without a converter (the CKDA hybrid)
+            continue
+    return tuple(sorted(types))
 
 
 def _model_class_fields(stored: dict, expected: PretrainedConfig) -> dict[str, str]:

@@ -48,6 +48,7 @@ from megatron.oellm.convert.family import (
 from megatron.oellm.convert.hf_config import (
     CONFIG_FILES,
     CONFIG_NAME,
+    CardContradiction,
     check_hf_config,
     parse_json_object,
     read_config_files,
@@ -271,6 +272,26 @@ def _bytes_of(pieces: Iterable[tuple[mcore_layout.Piece, torch.dtype]]) -> int:
     return sum(tensor_nbytes(piece.chunk_shape, dtype) for piece, dtype in pieces)
 
 
+def _check_config_of_weights(card: ModelCard, config_text: str, where: str,
+                             tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
+    """:func:`check_hf_config` of the ``config.json`` that came with the weights ``tensors`` (canonical name ->
+    (shape, dtype)): a vocabulary other than the embedding's rows is named as such, and a refusal of a config's
+    sizes (:attr:`CardContradiction.sizes_only`) whose weights have the card's shapes says that the config, not the
+    card, is what disagrees (it told the user to pick another card, which no card would fit)."""
+    embedding = tensors.get(HF_VOCAB_TENSORS[0])
+    try:
+        check_hf_config(card, config_text, where, embedding_rows=embedding[0][0] if embedding and embedding[0] else None)
+    except CardContradiction as refusal:
+        if not refusal.sizes_only:  # RoPE, activation, norms: tensor shapes cannot tell who is right
+            raise
+        try:
+            check_hf_tensors(card, tensors)
+        except ConversionError:
+            raise refusal from None
+        raise ConversionError(f"{refusal} (every tensor of the checkpoint has card {card.name}'s shape: its "
+                              "config.json may contradict its own weights)") from None
+
+
 def _refuse_megatron_checkpoint(hf_dir: Path) -> None:
     """Raise if ``hf_dir`` (``--hf``) is a megatron checkpoint, or one of its iterations: the directions swapped,
     which would otherwise be refused as a directory without safetensors, with advice about ``.bin`` files."""
@@ -288,11 +309,10 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     header = source.shapes()
     names, skipped = canonical_hf_names(header)
     config_files = read_config_files(hf_dir)
+    tensors = {canonical: header[stored] for canonical, stored in names.items()}
     if CONFIG_NAME in config_files:
-        embedding = names.get(HF_VOCAB_TENSORS[0])
-        check_hf_config(card, config_files[CONFIG_NAME], str(hf_dir / CONFIG_NAME),
-                        embedding_rows=header[embedding][0][0] if embedding is not None and header[embedding][0] else None)
-    check_hf_tensors(card, {canonical: header[stored] for canonical, stored in names.items()})
+        _check_config_of_weights(card, config_files[CONFIG_NAME], str(hf_dir / CONFIG_NAME), tensors)
+    check_hf_tensors(card, tensors)
     meta = {name: torch.empty(shape, dtype=dtype, device="meta") for name, (shape, dtype) in header.items()}
     chunks, unit_of = [], {}
     for unit, tensors in iter_hf_to_mcore(card, meta):

@@ -211,3 +211,28 @@ def test_a_config_whose_vocabulary_contradicts_its_own_embedding_is_named_as_suc
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "back")
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "back")))
+
+
+@pytest.mark.parametrize(("fields", "says", "not_says"), [
+    ({"model_type": "llama"}, r"oellm convert converts 'qwen3_5_moe_text' and 'qwen3_moe' checkpoints only: this is "
+                              r"another model", "pick the card"),
+    ({"tie_word_embeddings": True}, r"no card of megatron-oellm ties the output layer to the embedding, so no --model "
+                                    r"converts this checkpoint", "pick the card"),
+    ({"moe_intermediate_size": 4096}, r"moe_intermediate_size: checkpoint 4096, card \d+; pick the card of this "
+                                      r"checkpoint with --model \(every tensor of the checkpoint has card "
+                                      r"qwen3-30b-a3b-tiny's shape: its config\.json may contradict its own weights\)",
+     None),
+    ({"rope_parameters": None, "rope_theta": 1234.0}, r"rope_parameters\.rope_theta: checkpoint 1234\.0",
+     "its own weights"),
+], ids=["another-model-type", "tied-embeddings", "sizes-the-weights-contradict", "rope-the-weights-cannot-show"])
+def test_a_refusal_no_card_can_answer_says_why(tmp_path: Path, fields: dict, says: str, not_says: str | None) -> None:
+    """"pick the card of this checkpoint with --model" sent the user looking for a card that does not exist: for
+    another model type, for tied embeddings (no card ties them), and for a config whose sizes contradict its own
+    weights (which have the card's shapes). A field tensor shapes cannot show (RoPE) keeps the plain refusal."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    write_hf(card, random_hf_tensors(card, seed=random.randrange(2**31)), tmp_path / "hf")
+    edit_json(tmp_path / "hf" / "config.json", **fields)
+    with pytest.raises(ConversionError, match=says) as refused:
+        hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert not_says is None or not_says not in str(refused.value)
+    assert not (tmp_path / "mcore").exists()
