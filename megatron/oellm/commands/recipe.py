@@ -45,6 +45,7 @@ from megatron.oellm.recipes.slurm import (
 )
 from megatron.oellm.recipes.submission import prepare_run_dir, sbatch_command, submit
 from megatron.oellm.recipes.timing import RunTime, run_time
+from megatron.oellm.scaling_table.rows import Window
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"
 
@@ -169,11 +170,25 @@ def table_command(recipe: Recipe) -> str:
     """The ``oellm table`` command that reads the logs of every row's jobs (run directories of the recipe's output
     folder), with the cluster's GPUs per node (the table counts nodes as GPUs / 4 otherwise) and the report's
     efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's own default, its smallest
-    run, is another row for the strong-scaling tables)."""
-    logs = shlex.quote(str(recipe_dir(recipe))) + "/row*/slurm-*.out"
+    run, is another row for the strong-scaling tables). Rows the report summarised over other iterations, or by their
+    mean (``table_window`` / ``table_statistic``), get a command of their own with those options, one line each."""
+    windows: dict[tuple[str, str], list[int]] = {}
+    for number, row in enumerate(recipe.rows, start=1):
+        windows.setdefault((row.table_window, row.table_statistic), []).append(number)
+    directory = shlex.quote(str(recipe_dir(recipe)))
     baseline = f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes else ""
-    return (f"table of the jobs' logs once they have run: oellm table {logs} --gpus-per-node "
-            f"{recipe.cluster.gpus_per_node}{baseline}")
+    lines = []
+    for (window, statistic), numbers in windows.items():
+        logs = (f"{directory}/row*/slurm-*.out" if len(windows) == 1
+                else " ".join(f"{directory}/row{number:02d}-*/slurm-*.out" for number in numbers))
+        options = (f" --window {window}" if window else "") + (f" --statistic {statistic}" if statistic else "")
+        command = f"oellm table {logs} --gpus-per-node {recipe.cluster.gpus_per_node}{baseline}{options}"
+        read = f"{statistic or 'median'} of iterations {window or Window()}"
+        lines.append(command if len(windows) == 1 else f"  {_rows_phrase(numbers, f'({read})', f'({read})')}: "
+                     f"{command}")
+    if len(windows) == 1:
+        return f"table of the jobs' logs once they have run: {lines[0]}"
+    return "\n".join(["tables of the jobs' logs once they have run:", *lines])
 
 
 def describe_row(job: Job) -> str:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.models.parallel import ParallelLayout
+from megatron.oellm.scaling_table.rows import TableError, Window
 
 SettingsT = TypeVar("SettingsT")
 """One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""
@@ -95,6 +96,11 @@ class TableRow:
     """The report's numbers for this row (keys of :data:`REFERENCE_KEYS`), listed by ``--dry-run``; its throughput
     (``step_time_s``, ``tokens_per_s_per_gpu`` or ``tflops_per_gpu[_low|_high]``) also gives the run time checked
     against the time limit (:mod:`megatron.oellm.recipes.timing`)."""
+    table_window: str = ""
+    """Iterations ``FIRST-LAST`` the report summarised for this row, where not ``oellm table``'s default 3-10 (e.g.
+    ``11-40`` for a 40-iteration real-routing run); the printed ``oellm table`` command reads the row's logs with it."""
+    table_statistic: str = ""
+    """The report's summary of this row's iterations where not the median: ``mean``."""
 
 
 @dataclass(frozen=True)
@@ -336,6 +342,11 @@ def check_row(row: TableRow, where: str) -> None:
             raise RecipeError(f"{where}reference {key} = {value!r} must be a positive finite number")
     if row.time is not None:
         time_limit_seconds(row.time, where)
+    if row.table_window or row.table_statistic:
+        try:
+            Window.parse(row.table_window or str(Window()), row.table_statistic or "median")
+        except TableError as error:
+            raise RecipeError(f"{where}table_window / table_statistic: {error}") from None
     fields = [item.name for item in dataclasses.fields(ParallelLayout)]
     unknown = set(row.parallel) - set(fields)
     if unknown:

@@ -85,3 +85,37 @@ def test_the_command_counts_nodes_with_the_clusters_gpus_and_a_zero_baseline_is_
     assert main(["recipe", str(config), "--dry-run", "--row", "2"]) == 0
     command = _table_command(capsys.readouterr().out)
     assert command[3:] == ["--gpus-per-node", "8"]
+
+
+ROUTING = EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml"
+
+
+def test_a_row_the_report_read_over_other_iterations_gets_a_command_of_its_own(tmp_path, capsys):
+    """The routing table's row 2 is the report's mean over iterations 11-40; one command for all rows read it as the
+    median of 3-10, which the notes alone warned about. Each window gets its own command, whose globs match exactly
+    its rows' logs."""
+    assert main(["recipe", str(ROUTING), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("tables of the jobs' logs once they have run:")
+    default, row_2 = out[start + 1], out[start + 2]
+    assert default.startswith("  rows 1, 3, 4, 5 (median of iterations 3-10): oellm table ")
+    assert row_2.startswith("  row 2 (mean of iterations 11-40): oellm table ")
+    recipe = load_recipe(ROUTING)
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
+    for line, numbers, options in ((default, [1, 3, 4, 5], []), (row_2, [2], ["--window", "11-40", "--statistic",
+                                                                                 "mean"])):
+        command = shlex.split(line.split(": ", 1)[1])
+        logs = [word for word in command[2:] if word.endswith(".out")]
+        assert command[2 + len(logs):] == ["--gpus-per-node", "4", *options]
+        for number in range(1, len(recipe.rows) + 1):
+            log = str(run_dir(recipe, number) / f"slurm-{random.randrange(10**6)}.out")
+            assert any(fnmatch.fnmatch(log, pattern) for pattern in logs) is (number in numbers), (number, logs)
+
+
+def test_a_bad_table_window_is_refused_naming_the_row(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text(f'extends = "{ROUTING}"\nname = "bad"\n[[rows]]\nnodes = 8\nglobal_batch_size = 4096\n'
+                      'micro_batch_size = 4\ntable_window = "40-11"\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    assert ("recipe bad row 1: table_window / table_statistic: --window '40-11': need 1 <= FIRST <= LAST"
+            in capsys.readouterr().err)
