@@ -92,8 +92,11 @@ def test_a_restart_inside_the_window_marks_the_row(args):
     overlapping = first + _lines(args, {6: 300000.0, 7: 75000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0})
     adjacent = first + _lines(args, {8: 300000.0, 9: 75000.0, 10: 75000.0})
     no_header = first + _lines(args, {6: 300000.0, 7: 75000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0}, block=False)
-    for text in (overlapping, adjacent, no_header):
-        assert _status("\n".join(text)) == "the window 3-10 spans a restart: its lines come from 2 starts of the program"
+    for text, suggested in ((overlapping, "8-10"), (adjacent, "10-10"), (no_header, "8-10")):
+        assert _status("\n".join(text)) == ("the window 3-10 spans a restart: its lines come from 2 starts of the "
+                                           f"program; e.g. --window {suggested}, the last start's lines after its "
+                                           "warm-up")
+        assert summarise(parse_log_text("\n".join(text)), Window.parse(suggested), 4).ok  # the advice works
     log = parse_log_text("\n".join(adjacent))
     assert [run.start for run in log.runs] == [1, 8] and log.iterations[8].run == 1 and log.iterations[7].run == 0
     rerun = first + _lines(args, dict(enumerate(TIMES, start=1)))  # started again from scratch: a whole run
@@ -275,7 +278,8 @@ def test_a_resume_that_repeats_the_last_logged_iteration_is_a_restart(args):
     resumed = first + _lines(args, {7: 300000.0, 8: 75000.0, 9: 75000.0, 10: 75000.0}, block=False)
     log = parse_log_text("\n".join(resumed))
     assert [run.start for run in log.runs] == [1, 7] and log.iterations[7].run == 1
-    assert _status("\n".join(resumed)) == "the window 3-10 spans a restart: its lines come from 2 starts of the program"
+    assert _status("\n".join(resumed)) == ("the window 3-10 spans a restart: its lines come from 2 starts of the "
+                                          "program; e.g. --window 9-10, the last start's lines after its warm-up")
 
 
 def test_iteration_lines_after_the_end_of_training_line_unmark_the_run_finished(args):

@@ -160,7 +160,11 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
     it; else what is wrong."""
     runs = {line.run for line in lines}
     if len(runs) > 1:
-        return f"the window {window} spans a restart: its lines come from {len(runs)} starts of the program"
+        after_warm_up = _window_after_warm_up(log.runs[max(runs)])
+        advice = (f"; e.g. --window {after_warm_up}, the last start's lines after its warm-up" if after_warm_up
+                  else "")
+        return (f"the window {window} spans a restart: its lines come from {len(runs)} starts of the program"
+                f"{advice}")
     run = log.runs[lines[0].run]
     interval = run.args.get("log_interval")
     if not isinstance(interval, int) or interval < 1:
