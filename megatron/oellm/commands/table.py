@@ -8,6 +8,7 @@ import os
 import sys
 
 from megatron.oellm.commands import refuse
+from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
     DEFAULT_PEAK_TFLOPS,
@@ -44,8 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "largest series); only rows of its model and sequence length with its global batch "
                                "size (strong scaling) or global batch size per GPU (weak scaling) get one, the others "
                                "are named on stderr")
-    parser.add_argument("--peak-tflops", type=float, default=DEFAULT_PEAK_TFLOPS,
-                        help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
+    peak = parser.add_mutually_exclusive_group()
+    peak.add_argument("--peak-tflops", type=float, default=None,
+                      help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
+    peak.add_argument("--gpu", choices=sorted(GPU_PEAKS),
+                      help="GPU of the MFU denominator (its dense BF16 peak), with its note in the footnote, e.g. "
+                           "gh200 for Jupiter's power-capped superchips")
     parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
     parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG, "
                                                       "one line per strong- or weak-scaling series")
@@ -85,17 +90,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.gpus_per_node < 1:
             raise TableError("--gpus-per-node must be >= 1")
-        if not 0 < args.peak_tflops < math.inf:
+        if args.peak_tflops is not None and not 0 < args.peak_tflops < math.inf:
             raise TableError(f"--peak-tflops must be a positive number, got {args.peak_tflops:g}")
+        peak = (args.peak_tflops if args.peak_tflops is not None
+                else peak_tflops(args.gpu) if args.gpu else DEFAULT_PEAK_TFLOPS)
         if args.title and args.plot is None:
             raise TableError("--title is the plot's title: give --plot PNG too, or drop --title")
         if args.plot is not None:
             check_plot_path(args.plot)
         check_log_paths(args.logs, args.plot)
         window = Window.parse(args.window, args.statistic)
-        rows = sorted_rows([log_row(path, window, args.gpus_per_node, args.peak_tflops) for path in args.logs])
+        rows = sorted_rows([log_row(path, window, args.gpus_per_node, peak) for path in args.logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
-        print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, args.peak_tflops))
+        note = GPU_PEAKS[args.gpu].note if args.gpu else ""
+        print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note))
         ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)
         if ties:  # the baseline was picked by order among equals: say which, and how to pick another
             print(ties, file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.models.parallel import ParallelLayout
+from megatron.oellm.peaks import GPU_PEAKS
 from megatron.oellm.scaling_table.rows import TableError, Window
 
 SettingsT = TypeVar("SettingsT")
@@ -113,6 +114,10 @@ class ClusterSettings:
     """GPUs per node (MN5 H100 and Jupiter GH200: 4)."""
     image: str
     """Apptainer / Singularity image (``.sif``) the job runs in; build it from the repository's Dockerfile."""
+    gpu: str = ""
+    """GPU model of the nodes, a name of :data:`megatron.oellm.peaks.GPU_PEAKS` (``h100-sxm`` on MN5, ``gh200`` on
+    Jupiter): the printed ``oellm table`` command passes it as ``--gpu``, so the MFU has that GPU's peak and its
+    footnote names what the peak does not reflect (Jupiter's 680 W cap); empty = the table's default peak."""
     container_runtime: str = "apptainer"
     """Command that runs the image on the nodes: ``apptainer``, or ``singularity`` (SingularityCE) on a site that
     provides only that; one of :data:`CONTAINER_RUNTIMES`."""
@@ -216,6 +221,9 @@ class Recipe:
         if not 1 <= self.cluster.master_port <= MAX_TCP_PORT:
             raise RecipeError(f"recipe {self.name}: cluster.master_port must be a TCP port (1..{MAX_TCP_PORT}), got "
                               f"{self.cluster.master_port}; torchrun's rendezvous would fail only after the queue")
+        if self.cluster.gpu and self.cluster.gpu not in GPU_PEAKS:
+            raise RecipeError(f"recipe {self.name}: cluster.gpu must be one of {', '.join(sorted(GPU_PEAKS))} (or "
+                              f"empty for the table's default peak), got {self.cluster.gpu!r}")
         if self.cluster.container_runtime not in CONTAINER_RUNTIMES:
             raise RecipeError(f"recipe {self.name}: cluster.container_runtime must be one of "
                               f"{', '.join(CONTAINER_RUNTIMES)}, got {self.cluster.container_runtime!r}")

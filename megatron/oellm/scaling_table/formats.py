@@ -28,8 +28,9 @@ def _markdown_cell(text: str) -> str:
 
 
 def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
-                    peak_tflops: float = DEFAULT_PEAK_TFLOPS) -> str:
-    """The table in the reports' markdown format, with a footnote on how the numbers were computed."""
+                    peak_tflops: float = DEFAULT_PEAK_TFLOPS, peak_note: str = "") -> str:
+    """The table in the reports' markdown format, with a footnote on how the numbers were computed; ``peak_note``
+    (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator."""
     base = f"{baseline.nodes:g} nodes" if baseline else "baseline"
     header = ["Nodes", "GPUs", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
               "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", "Log", "Status"]
@@ -46,7 +47,8 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
               "accounting (n/a: the model or its vocabulary cannot be identified from the log); Megatron TFLOP/s/GPU: "
               "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
-              f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g} (n/a with our TFLOP/s). Efficiency: tokens/s/GPU "
+              f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g}{f' ({peak_note})' if peak_note else ''} (n/a with "
+              "our TFLOP/s). Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model and sequence length and of its global batch size "
               "(strong scaling) or global batch size per GPU (weak scaling)."]
     if window.statistic == "mean":  # the median of the rates is the rate of the median step time; means differ

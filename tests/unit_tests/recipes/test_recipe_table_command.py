@@ -30,7 +30,8 @@ def _table_command(out: str) -> list[str]:
 def test_the_command_reads_every_rows_log_against_the_reports_baseline(tmp_path, capsys):
     assert main(["recipe", str(STRONG), "--dry-run", "--output-dir", str(tmp_path)]) == 0
     command = _table_command(capsys.readouterr().out)
-    assert command[:2] == ["oellm", "table"] and command[3:] == ["--gpus-per-node", "4", "--baseline-nodes", "8"]
+    assert command[:2] == ["oellm", "table"]
+    assert command[3:] == ["--gpus-per-node", "4", "--baseline-nodes", "8", "--gpu", "h100-sxm"]
     recipe = load_recipe(STRONG)
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
     for number in range(1, len(recipe.rows) + 1):
@@ -74,7 +75,7 @@ def test_a_submission_ends_with_the_command(tmp_path, monkeypatch, capsys):
     assert main(["recipe", str(STRONG), "--submit", "--row", "2", "--output-dir", str(tmp_path / "runs"),
                  "--image", str(image)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith(PREFIX) and last.endswith(" --baseline-nodes 8") and str(tmp_path / "runs") in last
+    assert last.startswith(PREFIX) and last.endswith(" --baseline-nodes 8 --gpu h100-sxm") and str(tmp_path / "runs") in last
 
 
 def test_the_command_counts_nodes_with_the_clusters_gpus_and_a_zero_baseline_is_the_tables_default(tmp_path, capsys):
@@ -84,7 +85,7 @@ def test_the_command_counts_nodes_with_the_clusters_gpus_and_a_zero_baseline_is_
     config.write_text(f'extends = "{STRONG}"\ntable_baseline_nodes = 0\n[cluster]\ngpus_per_node = 8\n')
     assert main(["recipe", str(config), "--dry-run", "--row", "2"]) == 0
     command = _table_command(capsys.readouterr().out)
-    assert command[3:] == ["--gpus-per-node", "8"]
+    assert command[3:] == ["--gpus-per-node", "8", "--gpu", "h100-sxm"]
 
 
 ROUTING = EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml"
@@ -106,7 +107,7 @@ def test_a_row_the_report_read_over_other_iterations_gets_a_command_of_its_own(t
                                                                                  "mean"])):
         command = shlex.split(line.split(": ", 1)[1])
         logs = [word for word in command[2:] if word.endswith(".out")]
-        assert command[2 + len(logs):] == ["--gpus-per-node", "4", *options]
+        assert command[2 + len(logs):] == ["--gpus-per-node", "4", "--gpu", "h100-sxm", *options]
         for number in range(1, len(recipe.rows) + 1):
             log = str(run_dir(recipe, number) / f"slurm-{random.randrange(10**6)}.out")
             assert any(fnmatch.fnmatch(log, pattern) for pattern in logs) is (number in numbers), (number, logs)
@@ -119,3 +120,26 @@ def test_a_bad_table_window_is_refused_naming_the_row(tmp_path, capsys):
     assert main(["recipe", str(config), "--dry-run"]) == 2
     assert ("recipe bad row 1: table_window / table_statistic: --window '40-11': need 1 <= FIRST <= LAST"
             in capsys.readouterr().err)
+
+
+def test_the_jupiter_command_names_its_gpu_and_the_table_footnotes_the_power_cap(tmp_path, capsys):
+    """Jupiter's GH200s run capped at 680 W: its MFU against the nominal peak reads as comparable with MN5's unless
+    the table says so. The recipe's command passes its cluster's GPU, and the table's footnote gives that GPU's note."""
+    jupiter = EXAMPLES / "qwen3_235b_a22b_jupiter.toml"
+    assert main(["recipe", str(jupiter), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    command = _table_command(capsys.readouterr().out)
+    assert command[-2:] == ["--gpu", "gh200"]
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    log = tmp_path / "slurm-1.out"
+    log.write_text(megatron_log(args, [75200.0] * 10, [133.2] * 10))
+    assert main(["table", str(log), "--gpu", "gh200"]) == 0
+    assert "MFU = TFLOP/s/GPU / 989 (Jupiter runs GH200 power-capped at 680 W" in capsys.readouterr().out
+    assert main(["table", str(log), "--gpu", "h100-sxm"]) == 0
+    assert "MFU = TFLOP/s/GPU / 989 (n/a with our TFLOP/s)" in capsys.readouterr().out
+
+
+def test_a_cluster_gpu_without_a_peak_is_refused(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text(f'extends = "{STRONG}"\nname = "bad"\n[cluster]\ngpu = "h100-sxm5"\n')
+    assert main(["recipe", str(config), "--dry-run"]) == 2
+    assert "recipe bad: cluster.gpu must be one of gh200, h100-nvl" in capsys.readouterr().err
