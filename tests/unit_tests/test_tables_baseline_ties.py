@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from megatron.oellm.cli import main
+from megatron.oellm.scaling_table import ScalingRow, sorted_rows, with_efficiency
 from tests.unit_tests.megatron_logs import megatron_args, megatron_log, random_times
 
 
@@ -47,3 +48,19 @@ def test_rows_of_another_workload_on_the_same_nodes_are_no_ties(tmp_path, capsys
     assert "also run" not in err
     assert err.startswith("note: row 2 has no efficiency: another model, sequence length or global batch size (per "
                           "GPU) than the baseline, row 1 (qwen3.5-35b-a3b, seq 4096, GBS 2048 on 8 nodes)"), err
+
+
+def _row(nodes: int, global_batch_size: int) -> ScalingRow:
+    return ScalingRow(f"{nodes}n-{global_batch_size}.out", "qwen3.5-35b-a3b", "ok", nodes=float(nodes), gpus=nodes * 4,
+                      global_batch_size=global_batch_size, micro_batch_size=4, seq_length=4096, step_time_s=10.0,
+                      tokens_per_s_per_gpu=random.uniform(5000, 7000), model_key="k")
+
+
+def test_the_default_baseline_starts_the_largest_strong_scaling_series():
+    """A weak-scaling start (4 nodes, GBS 512) before a strong series (8 to 64 nodes, GBS 1024) took the baseline as
+    the run on the fewest nodes and left three of the strong series' rows unrated; the strong series' first run
+    rates all five (the 4-node run as its weak-scaling point)."""
+    rows = sorted_rows([_row(4, 512), _row(8, 1024), _row(16, 1024), _row(32, 1024), _row(64, 1024)])
+    rated, baseline = with_efficiency(rows)
+    assert (baseline.nodes, baseline.global_batch_size) == (8, 1024)
+    assert all(row.efficiency is not None for row in rated)

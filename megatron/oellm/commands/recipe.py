@@ -170,21 +170,22 @@ def table_command(recipe: Recipe) -> str:
     """The ``oellm table`` command that reads the logs of every row's jobs (run directories of the recipe's output
     folder), with the cluster's GPUs per node (the table counts nodes as GPUs / 4 otherwise) and the report's
     efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's own default, its smallest
-    run, is another row for the strong-scaling tables) and the cluster's GPU model (``--gpu``: the MFU's peak and
-    its note). Rows the report summarised over other iterations, or by their
+    run, is another row for the strong-scaling tables; given only to the commands whose rows run on that many nodes)
+    and the cluster's GPU model (``--gpu``: the MFU's peak and its note). Rows the report summarised over other iterations, or by their
     mean (``table_window`` / ``table_statistic``), get a command of their own with those options, one line each."""
     windows: dict[tuple[str, str], list[int]] = {}
     for number, row in enumerate(recipe.rows, start=1):
         windows.setdefault((row.table_window, row.table_statistic), []).append(number)
     directory = shlex.quote(str(recipe_dir(recipe)))
-    baseline = f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes else ""
-    baseline += f" --gpu {recipe.cluster.gpu}" if recipe.cluster.gpu else ""
+    gpu = f" --gpu {recipe.cluster.gpu}" if recipe.cluster.gpu else ""
     lines = []
     for (window, statistic), numbers in windows.items():
         logs = (f"{directory}/row*/slurm-*.out" if len(windows) == 1
                 else " ".join(f"{directory}/row{number:02d}-*/slurm-*.out" for number in numbers))
+        baseline = (f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes
+                    in {recipe.rows[number - 1].nodes for number in numbers} else "")  # a group without it: default
         options = (f" --window {window}" if window else "") + (f" --statistic {statistic}" if statistic else "")
-        command = f"oellm table {logs} --gpus-per-node {recipe.cluster.gpus_per_node}{baseline}{options}"
+        command = f"oellm table {logs} --gpus-per-node {recipe.cluster.gpus_per_node}{baseline}{gpu}{options}"
         read = f"{statistic or 'median'} of iterations {window or Window()}"
         lines.append(command if len(windows) == 1 else f"  {_rows_phrase(numbers, f'({read})', f'({read})')}: "
                      f"{command}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import math
 import os
 import sys
@@ -57,6 +58,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
 
 
+def expand_log_patterns(paths: list[str]) -> tuple[list[str], list[str]]:
+    """``paths`` with each one that names no file but is a shell pattern (``*``, ``?``, ``[``) replaced by the files
+    it matches, sorted, and the patterns that match none. A shell passes a pattern that matches nothing as typed:
+    the printed command of a recipe names one pattern per row group, and a row whose job has not run yet left the
+    whole table refused as "does not exist"; a quoted pattern is expanded here as the shell would have."""
+    logs, unmatched = [], []
+    for path in paths:
+        if os.path.exists(path) or not glob.has_magic(path):
+            logs.append(path)
+        elif matches := sorted(glob.glob(path)):
+            logs += matches
+        else:
+            unmatched.append(path)
+    return logs, unmatched
+
+
 def check_log_paths(paths: list[str], plot: str | None = None) -> None:
     """Raise :class:`TableError` for a log path that does not exist or is a folder, before any log is read (a
     folder of logs is given as its files, e.g. ``logs/*.out``), or that is the ``--plot`` file, which the plot would
@@ -98,9 +115,15 @@ def run(args: argparse.Namespace) -> int:
             raise TableError("--title is the plot's title: give --plot PNG too, or drop --title")
         if args.plot is not None:
             check_plot_path(args.plot)
-        check_log_paths(args.logs, args.plot)
+        logs, unmatched = expand_log_patterns(args.logs)
+        for pattern in unmatched:
+            print(f"note: no log matches {pattern!r} (relative to {os.getcwd()}): left out (a row whose job has not "
+                  "run yet?)", file=sys.stderr)
+        if not logs:
+            raise TableError(f"no log to read: {', '.join(map(repr, unmatched))} match no file")
+        check_log_paths(logs, args.plot)
         window = Window.parse(args.window, args.statistic)
-        rows = sorted_rows([log_row(path, window, args.gpus_per_node, peak) for path in args.logs])
+        rows = sorted_rows([log_row(path, window, args.gpus_per_node, peak) for path in logs])
         rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note))

@@ -42,9 +42,10 @@ def shift_norm(weight: Tensor, delta: float, name: str) -> Tensor:
 
     The round trip ``(w + d) - d`` is bit-exact whenever ``w + d`` is representable (always for ``w`` in
     ``[0.5, 2]`` with ``d = -1``: Sterbenz); elements where it is not are reported with a warning naming ``name``
-    and the largest change of ``w + d``, the gain the norm computes with. With ``d = +1`` (a trained zero-centred
-    ``w`` near 0 exported as ``1 + w``) that is the trained model's own gain rounded to the dtype's step near 1
-    (2^-7 in bfloat16): the exported model computes with other gains there, not only a later round trip.
+    and the largest change of ``w + d``: the gain the norm computes with changes by as much, so the converted model
+    computes with other gains there, not only a later round trip. With ``d = +1`` (a trained zero-centred ``w`` near
+    0 exported as ``1 + w``) the step is the dtype's near 1 (2^-7 in bfloat16); with ``d = -1`` a gain far below 1
+    (e.g. 0.01 becomes 0.0117 in bfloat16) loses its bits in ``w - 1``.
     """
     if delta == 0:
         return weight
@@ -57,7 +58,7 @@ def shift_norm(weight: Tensor, delta: float, name: str) -> Tensor:
         lost = int((back != weight).sum())
         change = float((shifted.double() - exact).abs().max())
         effect = ("the exported model's norm gains differ there from the trained model's" if delta > 0
-                  else "the round trip will differ there")
+                  else "the converted model's norm gains differ there from the checkpoint's, and so will a round trip")
         warnings.warn(f"{name}: adding {delta:+g} is not exactly invertible for {lost} of {weight.numel()} "
                       f"elements in {weight.dtype} (each changed by up to {change:.3g}); {effect}",
                       stacklevel=2)

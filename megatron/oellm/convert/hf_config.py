@@ -86,6 +86,11 @@ def parse_json_object(text: str, where: str) -> dict:
     return value
 
 
+PICK_THE_CARD = "pick the card of this checkpoint with --model"
+"""What :func:`check_hf_config` tells the user by default: the config came with the checkpoint, so the card is what
+to change (an ``--hf-config`` of another model gets its own remedy instead)."""
+
+
 class CardContradiction(ConversionError):
     """A ``config.json`` whose fields contradict the card (:func:`check_hf_config`): the checkpoint's tensors may
     still fit the card, when the config is the part that is wrong."""
@@ -95,7 +100,7 @@ class CardContradiction(ConversionError):
 
 
 def check_hf_config(card: ModelCard, config_text: str, where: str,
-                    fix: str = "pick the card of this checkpoint with --model", embedding_rows: int | None = None) -> None:
+                    fix: str = PICK_THE_CARD, embedding_rows: int | None = None) -> None:
     """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
 
     A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
@@ -124,8 +129,9 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         types = convertible_model_types()
-        other_model = (f"oellm convert converts {' and '.join(map(repr, types))} checkpoints only: this is another "
-                       "model" if text["model_type"] not in types else fix)
+        other_model = (f"oellm convert converts {' and '.join(map(repr, types))} checkpoints only (for a multimodal "
+                       "one, the model_type of its text_config): this is another model"
+                       if fix == PICK_THE_CARD and text["model_type"] not in types else fix)
         raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"], other_model)
     stated_vocab = text.get("vocab_size")
     if embedding_rows is not None and isinstance(stated_vocab, int) and stated_vocab != embedding_rows:
@@ -167,7 +173,7 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
         raise refuse(list(wrong.values()), f"state \"model_type\": {json.dumps(expected.model_type)} and "
                                            f"\"architectures\": {json.dumps(expected.architectures)} in it, as the "
                                            "card's config does (transformers picks the model class by them)")
-    if wrong.get("tie_word_embeddings") and loaded.tie_word_embeddings:
+    if wrong.get("tie_word_embeddings") and loaded.tie_word_embeddings and fix == PICK_THE_CARD:
         raise refuse(list(wrong.values()), "no card of megatron-oellm ties the output layer to the embedding, so no "
                                            "--model converts this checkpoint")
     if wrong:

@@ -175,11 +175,34 @@ def _foreign_in_hf_output(entry: Path) -> list[str]:
     Hugging Face checkpoint's files have the same names, but no mark: ``--overwrite`` must not delete a model
     given as ``--out`` by mistake (the source of an export, a download, a cache snapshot's links)."""
     if is_written_name(entry.name):
-        return [] if carries_export_mark(entry) else [f"{entry.name} (not an export of mcore-to-hf: no oellm_export mark)"]
-    if entry.name in CONFIG_FILES and entry.is_file() and not entry.is_symlink() and any(
-            carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME)):
-        return []
+        if carries_export_mark(entry):
+            return []
+        return [f"{entry.name} ({'a link' if entry.is_symlink() else 'no oellm_export mark'})"]
+    if entry.name in CONFIG_FILES:
+        if entry.is_symlink() or not entry.is_file():
+            return [f"{entry.name} (a link)" if entry.is_symlink() else entry.name]
+        if any(carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME)):
+            return []
+        return [f"{entry.name} (no marked {SINGLE_NAME} or {INDEX_NAME} beside it)"]
     return [entry.name]
+
+
+def _refuse_unmarked_model(out_dir: Path) -> None:
+    """Raise if ``--out`` holds model files (the names mcore-to-hf writes) without its mark, with or without
+    ``--overwrite``: another model's files (the export's source, a download), or an export of megatron-oellm 0.1.0 or
+    earlier, written before the mark. Either way the conversion must not replace them, and the refusal says why
+    rather than that they are files "this conversion does not write"."""
+    try:
+        unmarked = sorted(entry.name for entry in out_dir.iterdir()
+                          if is_written_name(entry.name) and not carries_export_mark(entry))
+    except OSError:  # not a directory, or unreadable: the output checks name it
+        return
+    if unmarked:
+        raise ConversionError(f"output {out_dir} holds a model ({listed(unmarked, 3)}) without the oellm_export mark "
+                              "that mcore-to-hf writes into its files: another model's (the export's source? a "
+                              "download?), or an export of megatron-oellm 0.1.0 or earlier, which had no mark; "
+                              "--overwrite replaces only marked exports: choose another --out, or delete an old "
+                              "export yourself")
 
 
 def _foreign_in_hf_output_with_tokenizer(entry: Path) -> list[str]:
@@ -340,11 +363,15 @@ def warn_non_finite(tensors: dict[str, torch.Tensor]) -> None:
     """One warning per tensor of ``tensors`` holding NaN or infinity, with how many elements: the conversion keeps
     them (it reproduces what it reads), and a run from such weights stops at its first NaN loss, after its wait in
     the queue. A sum finds them in one pass without a copy (a cast to float32 would copy the tensor); only a tensor
-    it flags is counted, in chunks of :data:`_COUNT_CHUNK` elements."""
+    it flags, or an FP8 one (which has no such kernels), is counted, in chunks of :data:`_COUNT_CHUNK` elements."""
     for name, tensor in tensors.items():
-        if tensor.is_floating_point() and tensor.numel() and not torch.isfinite(tensor.sum()):
+        if not tensor.is_floating_point() or not tensor.numel():
+            continue
+        one_byte = tensor.element_size() == 1  # FP8: no sum or isfinite kernels; read in float16 chunks
+        if one_byte or not torch.isfinite(tensor.sum()):
             flat = tensor.reshape(-1)
-            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK])).sum())
+            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK].to(torch.float16) if one_byte
+                                           else flat[start:start + _COUNT_CHUNK])).sum())
                       for start in range(0, flat.numel(), _COUNT_CHUNK))
             if bad:  # a float16 sum past its range is no damage
                 warnings.warn(f"{name}: {bad} of {tensor.numel()} elements are NaN or infinite (kept as they are: "
@@ -608,6 +635,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     needed = _bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     layout = _hf_layout(card, reader, unit_pieces)
     foreign = _foreign_in_hf_output_with_tokenizer if tokenizer_dir is not None else _foreign_in_hf_output
+    _refuse_unmarked_model(out_dir)
     with (staged_output(out_dir, overwrite, foreign, needed) as staging,
           ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
         if tokenizer_dir is not None:

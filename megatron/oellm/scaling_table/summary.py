@@ -101,8 +101,8 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
                     baseline_nodes: float | None = None) -> tuple[list[ScalingRow], ScalingRow | None]:
     """``rows`` with tokens/s/GPU relative to the baseline (the :func:`comparable` rows; the others get none), and the
     baseline (the returned list's row): ``baseline_row`` (1-based), else the row on ``baseline_nodes`` nodes that
-    rates the most rows, else, of the rows on the fewest nodes of the rows they rate (a series' start), the one that
-    rates the most (None if no row is ok); the first of equals."""
+    rates the most rows, else, of the first runs of each strong-scaling series (fewest nodes at one model, sequence
+    length and global batch size), the one that rates the most (None if no row is ok); the first of equals."""
     ok = [row for row in rows if row.ok]
     if baseline_row is not None:
         if not 1 <= baseline_row <= len(rows):
@@ -118,7 +118,12 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
             raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes ({found})")
         baseline = _largest_series_first(matching, ok)
     else:
-        starts = [row for row in ok if row.nodes == min(other.nodes for other in _rated(row, ok))]
+        fewest: dict[tuple, float] = {}  # per strong-scaling series: model, sequence length, global batch size
+        for row in ok:
+            series = (row.model, row.model_key, row.seq_length, row.global_batch_size)
+            fewest[series] = min(row.nodes, fewest.get(series, row.nodes))
+        starts = [row for row in ok
+                  if row.nodes == fewest[(row.model, row.model_key, row.seq_length, row.global_batch_size)]]
         baseline = _largest_series_first(starts, ok) if ok else None
     if baseline is None:
         return list(rows), None

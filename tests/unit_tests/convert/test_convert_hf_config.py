@@ -214,8 +214,9 @@ def test_a_config_whose_vocabulary_contradicts_its_own_embedding_is_named_as_suc
 
 
 @pytest.mark.parametrize(("fields", "says", "not_says"), [
-    ({"model_type": "llama"}, r"oellm convert converts 'qwen3_5_moe_text' and 'qwen3_moe' checkpoints only: this is "
-                              r"another model", "pick the card"),
+    ({"model_type": "llama"}, r"oellm convert converts 'qwen3_5_moe_text' and 'qwen3_moe' checkpoints only \(for a "
+                              r"multimodal one, the model_type of its text_config\): this is another model",
+     "pick the card"),
     ({"tie_word_embeddings": True}, r"no card of megatron-oellm ties the output layer to the embedding, so no --model "
                                     r"converts this checkpoint", "pick the card"),
     ({"moe_intermediate_size": 4096}, r"moe_intermediate_size: checkpoint 4096, card \d+; pick the card of this "
@@ -236,3 +237,32 @@ def test_a_refusal_no_card_can_answer_says_why(tmp_path: Path, fields: dict, say
         hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     assert not_says is None or not_says not in str(refused.value)
     assert not (tmp_path / "mcore").exists()
+
+
+@pytest.mark.parametrize("fields", [{"model_type": "llama"}, {"tie_word_embeddings": True}],
+                         ids=["another-model-type", "tied-embeddings"])
+def test_an_hf_config_of_another_model_is_blamed_not_the_checkpoint(converted, fields: dict) -> None:
+    """With --hf-config the megatron checkpoint is fine and the folder given is another model's: the refusal says to
+    give the checkpoint's own config, not that no card converts the checkpoint."""
+    card, _, tmp = converted
+    other = tmp / "other"
+    other.mkdir()
+    (other / "config.json").write_text((tmp / "hf" / "config.json").read_text())
+    edit_json(other / "config.json", **fields)
+    with pytest.raises(ConversionError, match="give --hf-config the directory of this checkpoint's own HF model") as refused:
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "back", hf_config_dir=other)
+    assert "no card" not in str(refused.value) and "checkpoints only" not in str(refused.value)
+    assert not (tmp / "back").exists()
+
+
+def test_a_config_and_weights_that_both_differ_from_the_card_get_no_contradiction_note(tmp_path: Path) -> None:
+    """Only weights of the card's shapes make a size refusal the config's fault; weights of another width point to
+    another model, and the refusal must not say the config contradicts them."""
+    card = get_card("qwen3-30b-a3b-tiny")
+    other = dataclasses.replace(card, moe_ffn_hidden_size=card.moe_ffn_hidden_size * 2)
+    write_hf(card, random_hf_tensors(other, seed=random.randrange(2**31)), tmp_path / "hf")
+    edit_json(tmp_path / "hf" / "config.json", moe_intermediate_size=other.moe_ffn_hidden_size)
+    with pytest.raises(ConversionError, match=rf"moe_intermediate_size: checkpoint {other.moe_ffn_hidden_size}, "
+                                              rf"card {card.moe_ffn_hidden_size}; pick the card") as refused:
+        hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    assert "its own weights" not in str(refused.value)

@@ -55,3 +55,17 @@ def test_finite_weights_give_no_warning_and_a_large_float16_sum_is_no_damage(dty
     tensors["w"][3, 7] = float("nan")
     with pytest.warns(UserWarning, match=r"^w: 1 of 3072 elements are NaN or infinite"):
         warn_non_finite(tensors)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_weights_are_checked_without_a_traceback(dtype: torch.dtype) -> None:
+    """FP8 has no sum or isfinite kernel on the CPU: the check stopped an export with a NotImplementedError."""
+    tensor = (torch.randn(300, generator=torch.Generator().manual_seed(random.randrange(2**31))) * 4).to(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_non_finite({"w": tensor})
+    position = random.randrange(tensor.numel())
+    raw = tensor.view(torch.uint8)
+    raw[position] = 0x7F if dtype == torch.float8_e4m3fn else 0x7C  # e4m3fn: NaN; e5m2: +inf
+    with pytest.warns(UserWarning, match=r"^w: 1 of 300 elements are NaN or infinite"):
+        warn_non_finite({"w": tensor})

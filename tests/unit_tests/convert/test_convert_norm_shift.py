@@ -38,7 +38,7 @@ def test_a_gain_the_shift_rounds_is_one_warning_line_naming_the_tensor(tmp_path:
     err = capsys.readouterr().err
     assert err == (f"oellm convert hf-to-mcore: warning: {name}: adding -1 is not exactly invertible for "
                    f"{len(rounded)} of {gain.numel()} elements in torch.bfloat16 (each changed by up to 0.00195); "
-                   "the round trip will differ there\n")
+                   "the converted model's norm gains differ there from the checkpoint's, and so will a round trip\n")
     assert main(["convert", "mcore-to-hf", "--model", QWEN35, "--mcore", str(tmp_path / "mcore"), "--out",
                  str(tmp_path / "back")]) == 0
     back = {key: value for path in sorted((tmp_path / "back").glob("*.safetensors")) for key, value in

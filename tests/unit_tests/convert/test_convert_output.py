@@ -100,7 +100,8 @@ def test_overwrite_never_replaces_a_hugging_face_checkpoint(converted, max_shard
         (snapshot / path.name).symlink_to(path)
     for model in (original, snapshot):
         before = {p.name: p.read_bytes() for p in model.iterdir()}
-        with pytest.raises(ConversionError, match=r"not an export of mcore-to-hf: no oellm_export mark"):
+        with pytest.raises(ConversionError, match=r"holds a model \(model[-.].*\) without the oellm_export mark that "
+                                                  r"mcore-to-hf writes into its files: another model's"):
             mcore_to_hf_checkpoint(card, tmp / "mcore", model, overwrite=True, max_shard_bytes=max_shard_bytes)
         assert {p.name: p.read_bytes() for p in model.iterdir()} == before
         assert all(p.is_symlink() for p in snapshot.iterdir())
@@ -531,3 +532,29 @@ def test_a_previous_output_a_killed_overwrite_moved_aside_is_named_with_what_to_
     assert leftover_staging(out) == sorted([partial, replaced])
     note = leftover_staging_note(out)
     assert replaced.name in note and partial.name in note and "check first that --out is whole" in note
+
+
+def test_overwrite_keeps_config_files_without_marked_weights_and_links_to_an_export(converted) -> None:
+    """A folder holding only a config.json and generation_config.json (a model's config kept apart, or the rest of a
+    download) is no previous export: --overwrite refused it before, by name, and must still. A link to a marked
+    export's file is no previous output either: replacing it would write through or drop a file elsewhere."""
+    card, _, tmp = converted
+    configs = tmp / "configs"
+    configs.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        (configs / name).write_text((tmp / "hf" / name).read_text() if (tmp / "hf" / name).exists() else "{}\n")
+    before = {p.name: p.read_bytes() for p in configs.iterdir()}
+    with pytest.raises(ConversionError, match=r"holds config\.json \(no marked model\.safetensors or "
+                                              r"model\.safetensors\.index\.json beside it\)"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", configs, overwrite=True)
+    assert {p.name: p.read_bytes() for p in configs.iterdir()} == before
+    export = tmp / "export"
+    mcore_to_hf_checkpoint(card, tmp / "mcore", export)
+    linked = tmp / "linked"
+    linked.mkdir()
+    for path in export.iterdir():
+        (linked / path.name).symlink_to(path)
+    with pytest.raises(ConversionError, match=r"without the oellm_export mark"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", linked, overwrite=True)
+    assert all(p.is_symlink() for p in linked.iterdir())
+    assert sorted(p.name for p in linked.iterdir()) == sorted(p.name for p in export.iterdir())

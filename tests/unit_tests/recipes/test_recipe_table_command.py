@@ -143,3 +143,43 @@ def test_a_cluster_gpu_without_a_peak_is_refused(tmp_path, capsys):
     config.write_text(f'extends = "{STRONG}"\nname = "bad"\n[cluster]\ngpu = "h100-sxm5"\n')
     assert main(["recipe", str(config), "--dry-run"]) == 2
     assert "recipe bad: cluster.gpu must be one of gh200, h100-nvl" in capsys.readouterr().err
+
+
+def test_a_printed_command_reads_the_rows_that_have_run_and_names_the_others(tmp_path, capsys):
+    """The routing recipe's per-window command names one pattern per row; a shell passes a pattern that matches
+    nothing as typed (rows 4 and 5 still queued), and the table refused it all as "does not exist". The rows that
+    ran are tabled, each pattern that matched nothing is named on stderr; a quoted pattern is expanded as the shell
+    would have; with no log at all the table is refused."""
+    assert main(["recipe", str(ROUTING), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = out[out.index("tables of the jobs' logs once they have run:") + 1]
+    command = shlex.split(line.split(": ", 1)[1])
+    patterns = [word for word in command[2:] if word.endswith(".out")]
+    recipe = load_recipe(ROUTING)
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
+    for number in (1, 3):
+        row = recipe.rows[number - 1]
+        args = megatron_args("qwen3_5_35b_a3b_mn5_routing", number, {"world_size": row.nodes * 4})
+        run_dir(recipe, number).mkdir(parents=True)
+        (run_dir(recipe, number) / "slurm-7.out").write_text(megatron_log(args, [80000.0] * 10, [120.0] * 10))
+    shell_words = [match for pattern in patterns for match in (sorted(glob.glob(pattern)) or [pattern])]
+    assert main(["table", *shell_words, *command[2 + len(patterns):]]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.count("slurm-7.out") == 2
+    assert [line for line in captured.err.splitlines() if line.startswith("note: no log matches")] == [
+        f"note: no log matches {pattern!r} (relative to {Path.cwd()}): left out (a row whose job has not run yet?)"
+        for pattern in patterns[2:]]
+    assert main(["table", patterns[0], "--gpus-per-node", "4"]) == 0  # quoted: expanded here
+    assert capsys.readouterr().out.count("slurm-7.out") == 1
+    assert main(["table", patterns[2], patterns[3]]) == 2
+    assert "no log to read:" in capsys.readouterr().err
+
+
+def test_the_baseline_goes_only_to_the_commands_whose_rows_run_on_its_nodes(tmp_path, capsys):
+    """A recipe's baseline of 16 nodes given to row 2's command (8 nodes only) made that table refuse it."""
+    config = tmp_path / "routing_16.toml"
+    config.write_text(f'extends = "{ROUTING}"\nname = "routing_16"\ntable_baseline_nodes = 16\n')
+    assert main(["recipe", str(config), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("tables of the jobs' logs once they have run:")
+    assert "--baseline-nodes 16" in out[start + 1] and "--baseline-nodes" not in out[start + 2]
