@@ -171,8 +171,9 @@ def table_command(recipe: Recipe) -> str:
     folder), with the cluster's GPUs per node (the table counts nodes as GPUs / 4 otherwise) and the report's
     efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's own default, its smallest
     run, is another row for the strong-scaling tables; given only to the commands whose rows run on that many nodes)
-    and the cluster's GPU model (``--gpu``: the MFU's peak and its note). Rows the report summarised over other iterations, or by their
-    mean (``table_window`` / ``table_statistic``), get a command of their own with those options, one line each."""
+    and the cluster's GPU model (``--gpu``: the MFU's peak and its note). Rows the report summarised over other
+    iterations, or by their mean (``table_window`` / ``table_statistic``), get a command of their own with those
+    options, one line each."""
     windows: dict[tuple[str, str], list[int]] = {}
     for number, row in enumerate(recipe.rows, start=1):
         windows.setdefault((row.table_window, row.table_statistic), []).append(number)

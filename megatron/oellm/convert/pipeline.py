@@ -302,8 +302,9 @@ def _check_config_of_weights(card: ModelCard, config_text: str, where: str,
     sizes (:attr:`CardContradiction.sizes_only`) whose weights have the card's shapes says that the config, not the
     card, is what disagrees (it told the user to pick another card, which no card would fit)."""
     embedding = tensors.get(HF_VOCAB_TENSORS[0])
+    rows = embedding[0][0] if embedding and embedding[0] else None
     try:
-        check_hf_config(card, config_text, where, embedding_rows=embedding[0][0] if embedding and embedding[0] else None)
+        check_hf_config(card, config_text, where, embedding_rows=rows)
     except CardContradiction as refusal:
         if not refusal.sizes_only:  # RoPE, activation, norms: tensor shapes cannot tell who is right
             raise

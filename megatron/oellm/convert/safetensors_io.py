@@ -274,9 +274,9 @@ def _data_order(shard: Layout) -> Layout:
 
 def _header(shard: Layout) -> tuple[bytes, dict[str, int]]:
     """The safetensors header of a file holding ``shard``'s tensors (the little-endian 8-byte length, then the JSON:
-    ``format: pt`` as ``save_file`` writes it and :data:`EXPORT_MARK`, then dtype, shape and byte range of every tensor in
-    :func:`_data_order`, padded with spaces to :data:`_HEADER_ALIGNMENT`), and the file offset of each tensor's
-    bytes, where they are written whatever order the tensors arrive in."""
+    ``format: pt`` as ``save_file`` writes it and :data:`EXPORT_MARK`, then dtype, shape and byte range of every
+    tensor in :func:`_data_order`, padded with spaces to :data:`_HEADER_ALIGNMENT`), and the file offset of each
+    tensor's bytes, where they are written whatever order the tensors arrive in."""
     entries: dict[str, object] = {"__metadata__": {"format": "pt", **EXPORT_MARK}}
     offset = 0
     for name, shape, dtype in _data_order(shard):
