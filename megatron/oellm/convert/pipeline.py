@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-import warnings
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +34,6 @@ from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FI
 from megatron.oellm.convert.errors import ConversionError, listed
 from megatron.oellm.convert.family import (
     Unit,
-    expected_shapes,
     family_module,
     hf_to_mcore_unit,
     iter_hf_to_mcore,
@@ -68,6 +65,7 @@ from megatron.oellm.convert.safetensors_io import (
     layout_of,
     tensor_nbytes,
 )
+from megatron.oellm.convert.tensor_checks import check_hf_tensors, check_one_dtype_per_key, warn_non_finite
 from megatron.oellm.convert.tokenizer_files import (
     check_tokenizer_dir,
     copy_tokenizer_files,
@@ -78,7 +76,6 @@ from megatron.oellm.convert.vocab_padding import (
     VOCAB_TENSORS,
     stored_padded_vocab,
     strip_vocab_rows,
-    vocab_size_fix,
 )
 from megatron.oellm.megatron_args import model_flags
 from megatron.oellm.training.card_from_args import CARD_SCOPE, inexpressible_flags
@@ -122,7 +119,6 @@ INTERLEAVED_GLU_ARGS = (("moe_mlp_glu_interleave_size", "num_experts", None),
 gate and up rows alternating in blocks of that size within each tensor-parallel shard, and saves it so: the routed
 experts' (TE's grouped experts), and the shared expert's where ``use_grouped_gemm_for_shared_expert`` builds it
 from TE's fused ops. The converter reads fc1 as ``[gate; up]``."""
-_WEIGHT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
 MTP_KEY_PREFIX = "mtp."
@@ -133,7 +129,6 @@ _ROUTER_BUFFERS = (".router.expert_bias", ".router.qb_beta")
 Hugging Face Qwen model has no tensor for."""
 _DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
 """A data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
-_FUSED_EXPERTS = re.compile(r"^(.*\.mlp\.experts\.)(gate_up_proj|down_proj)$")
 
 
 @dataclass(frozen=True)
@@ -233,62 +228,6 @@ def megatron_checkpoint_args(card: ModelCard) -> argparse.Namespace:
     return argparse.Namespace(**fields)
 
 
-def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> None:
-    """Raise naming the first missing, unexpected, mis-shaped or not floating-point tensor of ``tensors`` (name ->
-    (shape, dtype)); fused expert tensors count per expert, and an expert held in both layouts is refused."""
-    expected = expected_shapes(card)[0]
-    covered = {}
-    for name, (shape, dtype) in tensors.items():
-        fused = _FUSED_EXPERTS.match(name)
-        if not fused:
-            covered[name] = (shape, dtype)
-            continue
-        prefix, kind = fused[1], fused[2]
-        e, f, h = card.num_experts, card.moe_ffn_hidden_size, card.hidden_size
-        want = (e, 2 * f, h) if kind == "gate_up_proj" else (e, h, f)
-        if shape != want:
-            raise ConversionError(f"tensor {name!r} has shape {list(shape)}, card {card.name} expects {list(want)}")
-        parts = ("gate_proj", "up_proj") if kind == "gate_up_proj" else ("down_proj",)
-        for i in range(e):
-            for part in parts:
-                per_expert = f"{prefix}{i}.{part}.weight"
-                if per_expert in tensors:
-                    raise ConversionError(f"tensors {name!r} and {per_expert!r} both hold expert {i}'s {part} weights "
-                                          "(fused and per-expert layout); the conversion would take one and drop the "
-                                          "other: keep the checkpoint's files of one save")
-                covered[per_expert] = (expected.get(per_expert), dtype)
-    missing = [n for n in expected if n not in covered]
-    if missing:
-        raise ConversionError(f"missing tensor {missing[0]!r} ({len(missing)} missing) for card {card.name}")
-    unexpected = [n for n in covered if n not in expected]
-    if unexpected:
-        raise ConversionError(f"unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected) for card "
-                              f"{card.name}; is --model the right card?")
-    for name, (shape, dtype) in covered.items():
-        if tuple(shape) != expected[name]:
-            vocab = (f"; {vocab_size_fix(shape[0])}"
-                     if name in HF_VOCAB_TENSORS and tuple(shape[1:]) == expected[name][1:] else "")
-            raise ConversionError(f"tensor {name!r} has shape {list(shape)}, card {card.name} expects "
-                                  f"{list(expected[name])}{vocab}")
-        if dtype not in _WEIGHT_DTYPES:
-            raise ConversionError(f"tensor {name!r} has dtype {dtype}; weights must be one of "
-                                  f"{', '.join(map(str, _WEIGHT_DTYPES))}")
-
-
-def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]]) -> None:
-    """Raise naming the odd one out if tensors stored in one checkpoint tensor (the layers of a ``GPTModel``, the
-    experts of a layer) differ in dtype: that tensor has one dtype, so the way back would change some of them."""
-    names: dict[str, dict[torch.dtype, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for piece, dtype in chunks:
-        names[piece.key][dtype].append(piece.name)
-    for key, by_dtype in names.items():
-        if len(by_dtype) > 1:
-            ordered = sorted(by_dtype.items(), key=lambda item: len(item[1]))
-            (odd_dtype, odd), (main_dtype, main) = ordered[0], ordered[-1]
-            raise ConversionError(f"megatron tensor {odd[0]!r} is {odd_dtype} but is stored with {main[0]!r} "
-                                  f"({main_dtype}) in one checkpoint tensor {key!r}; save the checkpoint in one dtype")
-
-
 def _bytes_of(pieces: Iterable[tuple[mcore_layout.Piece, torch.dtype]]) -> int:
     """Bytes of the tensor data in ``pieces`` (each with its dtype): what the output needs on disk, give or take the
     format's metadata."""
@@ -354,30 +293,6 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files) + _leftover_notes(out_dir)
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
-
-
-_COUNT_CHUNK = 2**24
-"""Elements counted at a time by :func:`warn_non_finite` (a 16 MiB mask, whatever the tensor's size)."""
-
-
-def warn_non_finite(tensors: dict[str, torch.Tensor]) -> None:
-    """One warning per tensor of ``tensors`` holding NaN or infinity, with how many elements: the conversion keeps
-    them (it reproduces what it reads), and a run from such weights stops at its first NaN loss, after its wait in
-    the queue. A sum finds them in one pass without a copy (a cast to float32 would copy the tensor); only a tensor
-    it flags, or an FP8 one (which has no such kernels), is counted, in chunks of :data:`_COUNT_CHUNK` elements."""
-    for name, tensor in tensors.items():
-        if not tensor.is_floating_point() or not tensor.numel():
-            continue
-        one_byte = tensor.element_size() == 1  # FP8: no sum or isfinite kernels; read in float16 chunks
-        if one_byte or not torch.isfinite(tensor.sum()):
-            flat = tensor.reshape(-1)
-            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK].to(torch.float16) if one_byte
-                                           else flat[start:start + _COUNT_CHUNK])).sum())
-                      for start in range(0, flat.numel(), _COUNT_CHUNK))
-            if bad:  # a float16 sum past its range is no damage
-                warnings.warn(f"{name}: {bad} of {tensor.numel()} elements are NaN or infinite (kept as they are: "
-                              "a run from these weights stops at its first NaN loss); check the source checkpoint",
-                              stacklevel=2)
 
 
 def _import_unit(card: ModelCard, unit: Unit, view: CanonicalView,
