@@ -64,3 +64,14 @@ def test_the_default_baseline_starts_the_largest_strong_scaling_series():
     rated, baseline = with_efficiency(rows)
     assert (baseline.nodes, baseline.global_batch_size) == (8, 1024)
     assert all(row.efficiency is not None for row in rated)
+
+
+def test_the_default_baseline_is_not_a_weak_runs_middle_point_that_starts_a_short_strong_series():
+    """A weak series (1 to 8 nodes at 32 sequences per GPU) and a strong one starting at its 4-node point: that
+    point rated the most rows, became the baseline, and the smaller weak runs read above 100 %. The largest series
+    is the weak one, and its first run is the baseline."""
+    rows = sorted_rows([_row(1, 128), _row(2, 256), _row(4, 512), _row(8, 1024), _row(8, 512)])
+    rated, baseline = with_efficiency(rows)
+    assert (baseline.nodes, baseline.global_batch_size) == (1, 128)
+    assert {(row.nodes, row.global_batch_size) for row in rated if row.efficiency is not None} == {
+        (1, 128), (2, 256), (4, 512), (8, 1024)}

@@ -177,12 +177,14 @@ def table_command(recipe: Recipe) -> str:
     windows: dict[tuple[str, str], list[int]] = {}
     for number, row in enumerate(recipe.rows, start=1):
         windows.setdefault((row.table_window, row.table_statistic), []).append(number)
-    directory = shlex.quote(str(recipe_dir(recipe)))
+    directory = str(recipe_dir(recipe))
     gpu = f" --gpu {recipe.cluster.gpu}" if recipe.cluster.gpu else ""
     lines = []
     for (window, statistic), numbers in windows.items():
-        logs = (f"{directory}/row*/slurm-*.out" if len(windows) == 1
-                else " ".join(f"{directory}/row{number:02d}-*/slurm-*.out" for number in numbers))
+        # quoted whole: oellm table expands them, so a shell that refuses a pattern matching nothing (zsh, bash's
+        # failglob) runs the command too while a row is still queued
+        logs = (shlex.quote(f"{directory}/row*/slurm-*.out") if len(windows) == 1
+                else " ".join(shlex.quote(f"{directory}/row{number:02d}-*/slurm-*.out") for number in numbers))
         baseline = (f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes
                     in {recipe.rows[number - 1].nodes for number in numbers} else "")  # a group without it: default
         options = (f" --window {window}" if window else "") + (f" --statistic {statistic}" if statistic else "")

@@ -62,15 +62,18 @@ def expand_log_patterns(paths: list[str]) -> tuple[list[str], list[str]]:
     """``paths`` with each one that names no file but is a shell pattern (``*``, ``?``, ``[``) replaced by the files
     it matches, sorted, and the patterns that match none. A shell passes a pattern that matches nothing as typed:
     the printed command of a recipe names one pattern per row group, and a row whose job has not run yet left the
-    whole table refused as "does not exist"; a quoted pattern is expanded here as the shell would have."""
-    logs, unmatched = [], []
+    whole table refused as "does not exist"; a quoted pattern is expanded here as the shell would have. A file
+    named twice (a pattern and a path, a relative and an absolute spelling) is read once."""
+    logs, unmatched, seen = [], [], set()
     for path in paths:
         if os.path.exists(path) or not glob.has_magic(path):
-            logs.append(path)
-        elif matches := sorted(glob.glob(path)):
-            logs += matches
-        else:
+            found = [path]
+        elif not (found := sorted(glob.glob(path))):
             unmatched.append(path)
+        for log in found:  # one row per file: a pattern and a path (or two spellings) may name the same log
+            if os.path.realpath(log) not in seen:
+                seen.add(os.path.realpath(log))
+                logs.append(log)
     return logs, unmatched
 
 
@@ -124,7 +127,14 @@ def run(args: argparse.Namespace) -> int:
         check_log_paths(logs, args.plot)
         window = Window.parse(args.window, args.statistic)
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, peak) for path in logs])
-        rows, baseline = with_efficiency(rows, args.baseline_row, args.baseline_nodes)
+        baseline_nodes = args.baseline_nodes
+        if baseline_nodes is not None and not any(row.ok and row.nodes == baseline_nodes for row in rows) and (
+                unmatched or not all(row.ok for row in rows)):  # every row ok and none missing: a mistyped count
+            print(f"note: --baseline-nodes {baseline_nodes:g}: no row on that many nodes has numbers (its job has "
+                  "not run yet, or failed: see the Status column); the efficiencies are against the default baseline",
+                  file=sys.stderr)
+            baseline_nodes = None  # a row still to come: the rest of the table is still worth printing
+        rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note))
         ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)

@@ -188,8 +188,8 @@ def _refuse_unmarked_model(out_dir: Path) -> None:
     earlier, written before the mark. Either way the conversion must not replace them, and the refusal says why
     rather than that they are files "this conversion does not write"."""
     try:
-        unmarked = sorted(entry.name for entry in out_dir.iterdir()
-                          if is_written_name(entry.name) and not carries_export_mark(entry))
+        unmarked = sorted(entry.name for entry in out_dir.iterdir()  # links are named as such by the output check
+                          if is_written_name(entry.name) and not entry.is_symlink() and not carries_export_mark(entry))
     except OSError:  # not a directory, or unreadable: the output checks name it
         return
     if unmarked:

@@ -86,14 +86,15 @@ def warn_non_finite(tensors: dict[str, torch.Tensor]) -> None:
     """One warning per tensor of ``tensors`` holding NaN or infinity, with how many elements: the conversion keeps
     them (it reproduces what it reads), and a run from such weights stops at its first NaN loss, after its wait in
     the queue. A sum finds them in one pass without a copy (a cast to float32 would copy the tensor); only a tensor
-    it flags, or an FP8 one (which has no such kernels), is counted, in chunks of :data:`_COUNT_CHUNK` elements."""
+    it flags, or an FP8 one (which has no such kernels: read as float32, whose range holds every FP8 format's), is
+    counted, in chunks of :data:`_COUNT_CHUNK` elements."""
     for name, tensor in tensors.items():
         if not tensor.is_floating_point() or not tensor.numel():
             continue
-        one_byte = tensor.element_size() == 1  # FP8: no sum or isfinite kernels; read in float16 chunks
+        one_byte = tensor.element_size() == 1  # FP8: no sum or isfinite kernels; read in float32 chunks
         if one_byte or not torch.isfinite(tensor.sum()):
             flat = tensor.reshape(-1)
-            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK].to(torch.float16) if one_byte
+            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK].float() if one_byte
                                            else flat[start:start + _COUNT_CHUNK])).sum())
                       for start in range(0, flat.numel(), _COUNT_CHUNK))
             if bad:  # a float16 sum past its range is no damage

@@ -9,10 +9,10 @@ import math
 import os
 import shutil
 from collections.abc import Sequence
-from fractions import Fraction
 from typing import Any
 
 from megatron.oellm.scaling_table.rows import ScalingRow, TableError
+from megatron.oellm.scaling_table.summary import series_of
 
 
 def scaling_series(rows: Sequence[ScalingRow]) -> list[tuple[str, list[ScalingRow]]]:
@@ -23,9 +23,8 @@ def scaling_series(rows: Sequence[ScalingRow]) -> list[tuple[str, list[ScalingRo
     run at GBS 4096); a run in neither is a series of its own global batch size."""
     groups: dict[tuple, list[ScalingRow]] = {}
     for row in (row for row in rows if row.ok):
-        workload = (row.model, row.model_key, row.seq_length)
-        groups.setdefault(("strong", *workload, row.global_batch_size), []).append(row)
-        groups.setdefault(("weak", *workload, Fraction(row.global_batch_size, row.gpus)), []).append(row)
+        for key in series_of(row):
+            groups.setdefault(key, []).append(row)
     series, in_series = [], set()
     for (kind, model, _, seq_length, batch), members in groups.items():
         if len({row.nodes for row in members}) >= 2:

@@ -5,7 +5,9 @@ baseline and the scaling efficiency against it.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
+from fractions import Fraction
 
 from megatron.oellm.peaks import mfu
 from megatron.oellm.run_log import RunLog
@@ -85,24 +87,44 @@ def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
             or row.global_batch_size * baseline.gpus == baseline.global_batch_size * row.gpus)
 
 
-def _rated(row: ScalingRow, ok: Sequence[ScalingRow]) -> list[ScalingRow]:
-    """The ``ok`` rows that ``row`` as the baseline would rate (:func:`comparable`), ``row`` included."""
-    return [other for other in ok if comparable(other, row)]
+def series_of(row: ScalingRow) -> tuple[tuple, tuple]:
+    """The strong- and the weak-scaling series ``row`` (an ok row) belongs to, as ``(kind, model, model key, sequence
+    length, batch)``: its model and sequence length with its global
+    batch size, or with its global batch size per GPU (the rows a baseline of the series rates, :func:`comparable`)."""
+    workload = (row.model, row.model_key, row.seq_length)
+    return ("strong", *workload, row.global_batch_size), ("weak", *workload, Fraction(row.global_batch_size, row.gpus))
+
+
+def _series_sizes(ok: Sequence[ScalingRow]) -> Counter:
+    """How many of the ``ok`` rows each series holds, the series in the order the rows first name them."""
+    return Counter(series for row in ok for series in series_of(row))
 
 
 def _largest_series_first(candidates: Sequence[ScalingRow], ok: Sequence[ScalingRow]) -> ScalingRow:
-    """The first of ``candidates`` that rates the most ``ok`` rows: in a table of several models or batch sizes (a
-    glob over every recipe's runs, a ``--local`` smoke test beside the cluster rows) the baseline belongs to the
-    largest series, not to whichever run has the fewest nodes."""
-    return max(candidates, key=lambda row: len(_rated(row, ok)))  # max keeps the first of equals
+    """The first of ``candidates`` whose larger series holds the most ``ok`` rows: in a table of several models or
+    batch sizes (a glob over every recipe's runs, a ``--local`` smoke test beside the cluster rows) the baseline
+    belongs to the largest series, not to whichever run has the fewest nodes."""
+    sizes = _series_sizes(ok)
+    return max(candidates, key=lambda row: max(sizes[series] for series in series_of(row)))
+
+
+def _default_baseline(ok: Sequence[ScalingRow]) -> ScalingRow | None:
+    """The run on the fewest nodes of the largest series, strong or weak (the first of equals, in the table's order):
+    the start of the table's main series, whose every run it rates, never a run in the middle of a weak-scaling
+    series that also starts a short strong one."""
+    sizes = _series_sizes(ok)
+    if not sizes:
+        return None
+    largest = max(sizes, key=sizes.__getitem__)  # max keeps the first of equals
+    return min((row for row in ok if largest in series_of(row)), key=lambda row: row.nodes)
 
 
 def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
                     baseline_nodes: float | None = None) -> tuple[list[ScalingRow], ScalingRow | None]:
     """``rows`` with tokens/s/GPU relative to the baseline (the :func:`comparable` rows; the others get none), and the
-    baseline (the returned list's row): ``baseline_row`` (1-based), else the row on ``baseline_nodes`` nodes that
-    rates the most rows, else, of the first runs of each strong-scaling series (fewest nodes at one model, sequence
-    length and global batch size), the one that rates the most (None if no row is ok); the first of equals."""
+    baseline (the returned list's row): ``baseline_row`` (1-based), else the row on ``baseline_nodes`` nodes of the
+    largest series, else the run on the fewest nodes of the largest series (:func:`_default_baseline`; None if no row
+    is ok)."""
     ok = [row for row in rows if row.ok]
     if baseline_row is not None:
         if not 1 <= baseline_row <= len(rows):
@@ -118,13 +140,7 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
             raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes ({found})")
         baseline = _largest_series_first(matching, ok)
     else:
-        fewest: dict[tuple, float] = {}  # per strong-scaling series: model, sequence length, global batch size
-        for row in ok:
-            series = (row.model, row.model_key, row.seq_length, row.global_batch_size)
-            fewest[series] = min(row.nodes, fewest.get(series, row.nodes))
-        starts = [row for row in ok
-                  if row.nodes == fewest[(row.model, row.model_key, row.seq_length, row.global_batch_size)]]
-        baseline = _largest_series_first(starts, ok) if ok else None
+        baseline = _default_baseline(ok)
     if baseline is None:
         return list(rows), None
     rated = [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)

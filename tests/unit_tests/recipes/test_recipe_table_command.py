@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import glob
+import os
 import random
 import shlex
 from pathlib import Path
@@ -183,3 +184,38 @@ def test_the_baseline_goes_only_to_the_commands_whose_rows_run_on_its_nodes(tmp_
     out = capsys.readouterr().out.splitlines()
     start = out.index("tables of the jobs' logs once they have run:")
     assert "--baseline-nodes 16" in out[start + 1] and "--baseline-nodes" not in out[start + 2]
+
+
+def test_a_baseline_row_still_queued_or_failed_leaves_the_default_baseline_with_a_note(tmp_path, capsys):
+    """The strong recipe's command names --baseline-nodes 8; with the 8-node job still queued (its pattern matches
+    nothing) or failed, the table refused everything. It now prints the rest against the default baseline and says
+    so; a node count no row could have (every row ok, none missing) is still refused as a mistake."""
+    assert main(["recipe", str(STRONG), "--dry-run", "--output-dir", str(tmp_path)]) == 0
+    command = _table_command(capsys.readouterr().out)
+    recipe = load_recipe(STRONG)
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
+    for number in (1, 3):
+        row = recipe.rows[number - 1]
+        args = megatron_args("qwen3_5_35b_a3b_mn5_strong", number, {"world_size": row.nodes * 4})
+        run_dir(recipe, number).mkdir(parents=True)
+        (run_dir(recipe, number) / "slurm-5.out").write_text(megatron_log(args, [80000.0] * 10, [120.0] * 10))
+    by_row = [str(run_dir(recipe, number)) + "/slurm-*.out" for number in (1, 2, 3)]  # row 2 still queued
+    assert main(["table", *by_row, *command[3:]]) == 0
+    captured = capsys.readouterr()
+    assert "Efficiency vs 4 nodes" in captured.out
+    assert "note: --baseline-nodes 8: no row on that many nodes has numbers" in captured.err
+    assert main(["table", *by_row[::2], *command[3:]]) == 2  # both rows there and ok: 8 is a mistake
+    assert "--baseline-nodes 8: no ok row on that many nodes" in capsys.readouterr().err
+
+
+def test_a_log_named_twice_is_one_row(tmp_path, capsys):
+    """A quoted pattern beside an explicit path (or a relative and an absolute spelling) named one log twice: two
+    rows and a note about a second run that does not exist."""
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 1, {"world_size": 16})
+    log = tmp_path / "row01-4n" / "slurm-3.out"
+    log.parent.mkdir()
+    log.write_text(megatron_log(args, [160000.0] * 10, [120.0] * 10))
+    assert main(["table", str(tmp_path / "row*" / "slurm-*.out"), str(log),
+                 os.path.relpath(log), "--gpus-per-node", "4"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.count("slurm-3.out") == 1 and captured.err == ""
