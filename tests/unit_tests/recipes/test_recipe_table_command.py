@@ -146,6 +146,18 @@ def test_a_cluster_gpu_without_a_peak_is_refused(tmp_path, capsys):
     assert "recipe bad: cluster.gpu must be one of gh200, h100-nvl" in capsys.readouterr().err
 
 
+def _write_row_logs(config: Path, output_dir: Path, numbers: tuple[int, ...], name: str):
+    """The recipe of ``config`` writing into ``output_dir``, with a job log ``name`` of each row of ``numbers`` in its
+    run directory, as the rows' jobs would leave them; the others' jobs have not run."""
+    recipe = load_recipe(config)
+    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(output_dir)))
+    for number in numbers:
+        args = megatron_args(config.stem, number, {"world_size": recipe.rows[number - 1].nodes * 4})
+        run_dir(recipe, number).mkdir(parents=True)
+        (run_dir(recipe, number) / name).write_text(megatron_log(args, [80000.0] * 10, [120.0] * 10))
+    return recipe
+
+
 def test_a_printed_command_reads_the_rows_that_have_run_and_names_the_others(tmp_path, capsys):
     """The routing recipe's per-window command names one pattern per row; a shell passes a pattern that matches
     nothing as typed (rows 4 and 5 still queued), and the table refused it all as "does not exist". The rows that
@@ -156,13 +168,7 @@ def test_a_printed_command_reads_the_rows_that_have_run_and_names_the_others(tmp
     line = out[out.index("tables of the jobs' logs once they have run:") + 1]
     command = shlex.split(line.split(": ", 1)[1])
     patterns = [word for word in command[2:] if word.endswith(".out")]
-    recipe = load_recipe(ROUTING)
-    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
-    for number in (1, 3):
-        row = recipe.rows[number - 1]
-        args = megatron_args("qwen3_5_35b_a3b_mn5_routing", number, {"world_size": row.nodes * 4})
-        run_dir(recipe, number).mkdir(parents=True)
-        (run_dir(recipe, number) / "slurm-7.out").write_text(megatron_log(args, [80000.0] * 10, [120.0] * 10))
+    _write_row_logs(ROUTING, tmp_path, (1, 3), "slurm-7.out")
     shell_words = [match for pattern in patterns for match in (sorted(glob.glob(pattern)) or [pattern])]
     assert main(["table", *shell_words, *command[2 + len(patterns):]]) == 0
     captured = capsys.readouterr()
@@ -192,13 +198,7 @@ def test_a_baseline_row_still_queued_or_failed_leaves_the_default_baseline_with_
     so; a node count no row could have (every row ok, none missing) is still refused as a mistake."""
     assert main(["recipe", str(STRONG), "--dry-run", "--output-dir", str(tmp_path)]) == 0
     command = _table_command(capsys.readouterr().out)
-    recipe = load_recipe(STRONG)
-    recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, output_dir=str(tmp_path)))
-    for number in (1, 3):
-        row = recipe.rows[number - 1]
-        args = megatron_args("qwen3_5_35b_a3b_mn5_strong", number, {"world_size": row.nodes * 4})
-        run_dir(recipe, number).mkdir(parents=True)
-        (run_dir(recipe, number) / "slurm-5.out").write_text(megatron_log(args, [80000.0] * 10, [120.0] * 10))
+    recipe = _write_row_logs(STRONG, tmp_path, (1, 3), "slurm-5.out")
     by_row = [str(run_dir(recipe, number)) + "/slurm-*.out" for number in (1, 2, 3)]  # row 2 still queued
     assert main(["table", *by_row, *command[3:]]) == 0
     captured = capsys.readouterr()
