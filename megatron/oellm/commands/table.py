@@ -104,6 +104,20 @@ def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -
         return ScalingRow(path, "unknown model", f"log not readable: {err}")
 
 
+def available_baseline_nodes(baseline_nodes: float | None, rows: list[ScalingRow], rows_missing: bool) -> float | None:
+    """``--baseline-nodes``, or None (the default baseline, with a ``note:`` saying so) when no row on that many
+    nodes has numbers while a row is still to come (``rows_missing``: a pattern matched nothing) or failed: the rest
+    of the table is still worth printing. With every row there and ok, the count is left for
+    :func:`~megatron.oellm.scaling_table.with_efficiency` to refuse as a mistake."""
+    if baseline_nodes is None or any(row.ok and row.nodes == baseline_nodes for row in rows):
+        return baseline_nodes
+    if not rows_missing and all(row.ok for row in rows):
+        return baseline_nodes
+    print(f"note: --baseline-nodes {baseline_nodes:g}: no row on that many nodes has numbers (its job has not run "
+          "yet, or failed: see the Status column); the efficiencies are against the default baseline", file=sys.stderr)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Parse every log, print the table, optionally plot; 2 on bad options or an unreadable log, 1 when the plot
     cannot be written after the table is printed."""
@@ -127,13 +141,7 @@ def run(args: argparse.Namespace) -> int:
         check_log_paths(logs, args.plot)
         window = Window.parse(args.window, args.statistic)
         rows = sorted_rows([log_row(path, window, args.gpus_per_node, peak) for path in logs])
-        baseline_nodes = args.baseline_nodes
-        if baseline_nodes is not None and not any(row.ok and row.nodes == baseline_nodes for row in rows) and (
-                unmatched or not all(row.ok for row in rows)):  # every row ok and none missing: a mistyped count
-            print(f"note: --baseline-nodes {baseline_nodes:g}: no row on that many nodes has numbers (its job has "
-                  "not run yet, or failed: see the Status column); the efficiencies are against the default baseline",
-                  file=sys.stderr)
-            baseline_nodes = None  # a row still to come: the rest of the table is still worth printing
+        baseline_nodes = available_baseline_nodes(args.baseline_nodes, rows, rows_missing=bool(unmatched))
         rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
         print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note))

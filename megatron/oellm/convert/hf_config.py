@@ -95,8 +95,11 @@ class CardContradiction(ConversionError):
     """A ``config.json`` whose fields contradict the card (:func:`check_hf_config`): the checkpoint's tensors may
     still fit the card, when the config is the part that is wrong."""
 
-    sizes_only = False
-    """Whether every contradicted field is one of :data:`_TENSOR_SIZE_KEYS`, which the tensors' shapes also give."""
+    def __init__(self, message: str, sizes_only: bool = False) -> None:
+        super().__init__(message)
+        self.sizes_only = sizes_only
+        """Whether every contradicted field is one of :data:`_TENSOR_SIZE_KEYS`, which the tensors' shapes also
+        give."""
 
 
 def check_hf_config(card: ModelCard, config_text: str, where: str,
@@ -119,13 +122,9 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     text = _text_fields(stored, where)
     expected = family_module(card).hf_config_from_card(card)
 
-    def refuse(wrong: list[str], remedy: str = fix) -> ConversionError:
-        return CardContradiction(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {remedy}")
-
-    def refuse_fields(wrong: dict[str, str], remedy: str) -> CardContradiction:
-        refusal = refuse(list(wrong.values()), remedy)
-        refusal.sizes_only = set(wrong) <= set(_TENSOR_SIZE_KEYS)
-        return refusal
+    def refuse(wrong: list[str], remedy: str = fix, sizes_only: bool = False) -> CardContradiction:
+        return CardContradiction(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {remedy}",
+                                 sizes_only)
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         types = convertible_model_types()
@@ -177,7 +176,8 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
         raise refuse(list(wrong.values()), "no card of megatron-oellm ties the output layer to the embedding, so no "
                                            "--model converts this checkpoint")
     if wrong:
-        raise refuse_fields(wrong, fix + (", or state the fields it leaves out in config.json" if left_out else ""))
+        raise refuse(list(wrong.values()), fix + (", or state the fields it leaves out in config.json" if left_out
+                                                  else ""), set(wrong) <= set(_TENSOR_SIZE_KEYS))
 
 
 @lru_cache(maxsize=1)

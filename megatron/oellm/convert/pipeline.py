@@ -169,16 +169,14 @@ def _foreign_in_hf_output(entry: Path) -> list[str]:
     the safetensors and index files it marks (:func:`carries_export_mark`) and the config files beside them. A
     Hugging Face checkpoint's files have the same names, but no mark: ``--overwrite`` must not delete a model
     given as ``--out`` by mistake (the source of an export, a download, a cache snapshot's links)."""
-    if is_written_name(entry.name):
-        if carries_export_mark(entry):
-            return []
-        return [f"{entry.name} ({'a link' if entry.is_symlink() else 'no oellm_export mark'})"]
-    if entry.name in CONFIG_FILES:
-        if entry.is_symlink() or not entry.is_file():
-            return [f"{entry.name} (a link)" if entry.is_symlink() else entry.name]
-        if any(carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME)):
-            return []
-        return [f"{entry.name} (no marked {SINGLE_NAME} or {INDEX_NAME} beside it)"]
+    written = is_written_name(entry.name)
+    if entry.is_symlink() and (written or entry.name in CONFIG_FILES):  # replacing it would write through one
+        return [f"{entry.name} (a link)"]
+    if written:
+        return [] if carries_export_mark(entry) else [f"{entry.name} (no oellm_export mark)"]
+    if entry.name in CONFIG_FILES and entry.is_file():
+        marked = any(carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME))
+        return [] if marked else [f"{entry.name} (no marked {SINGLE_NAME} or {INDEX_NAME} beside it)"]
     return [entry.name]
 
 

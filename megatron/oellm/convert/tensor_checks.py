@@ -94,9 +94,8 @@ def warn_non_finite(tensors: dict[str, torch.Tensor]) -> None:
         one_byte = tensor.element_size() == 1  # FP8: no sum or isfinite kernels; read in float32 chunks
         if one_byte or not torch.isfinite(tensor.sum()):
             flat = tensor.reshape(-1)
-            bad = sum(int((~torch.isfinite(flat[start:start + _COUNT_CHUNK].float() if one_byte
-                                           else flat[start:start + _COUNT_CHUNK])).sum())
-                      for start in range(0, flat.numel(), _COUNT_CHUNK))
+            chunks = (flat[start:start + _COUNT_CHUNK] for start in range(0, flat.numel(), _COUNT_CHUNK))
+            bad = sum(int((~torch.isfinite(chunk.float() if one_byte else chunk)).sum()) for chunk in chunks)
             if bad:  # a float16 sum past its range is no damage
                 warnings.warn(f"{name}: {bad} of {tensor.numel()} elements are NaN or infinite (kept as they are: "
                               "a run from these weights stops at its first NaN loss); check the source checkpoint",

@@ -79,18 +79,15 @@ def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
     no card are both ``unregistered model``) at its sequence length, and has either the baseline's global
     batch size (strong scaling) or its global batch size per GPU (weak scaling): only then is its tokens/s/GPU
     relative to the baseline's a scaling efficiency (another model, length or batch is another workload, e.g. a
-    strong-scaling run at GBS 4096 against the GBS-256 start of a weak-scaling series in the same table)."""
-    if not (row.ok and (row.model, row.model_key) == (baseline.model, baseline.model_key)
-            and row.seq_length == baseline.seq_length):
-        return False
-    return (row.global_batch_size == baseline.global_batch_size
-            or row.global_batch_size * baseline.gpus == baseline.global_batch_size * row.gpus)
+    strong-scaling run at GBS 4096 against the GBS-256 start of a weak-scaling series in the same table): the two
+    share a series (:func:`series_of`)."""
+    return row.ok and not set(series_of(row)).isdisjoint(series_of(baseline))
 
 
 def series_of(row: ScalingRow) -> tuple[tuple, tuple]:
     """The strong- and the weak-scaling series ``row`` (an ok row) belongs to, as ``(kind, model, model key, sequence
-    length, batch)``: its model and sequence length with its global
-    batch size, or with its global batch size per GPU (the rows a baseline of the series rates, :func:`comparable`)."""
+    length, batch)``: its model and sequence length with its global batch size, or with its global batch size per
+    GPU."""
     workload = (row.model, row.model_key, row.seq_length)
     return ("strong", *workload, row.global_batch_size), ("weak", *workload, Fraction(row.global_batch_size, row.gpus))
 
