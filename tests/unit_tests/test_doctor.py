@@ -1063,7 +1063,7 @@ def _extends_chain(path: Path) -> list[str]:
 
 def test_the_recipe_bases_the_hybrid_ep_warning_names_are_the_ones_that_use_it():
     """The warning's bases are exactly where examples/oellm/'s recipes get the flex dispatcher with HybridEP."""
-    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     recipes = sorted(path for path in EXAMPLES.glob("*.toml") if not path.name.startswith("_"))
     assert recipes
@@ -1076,7 +1076,7 @@ def test_the_recipe_bases_the_hybrid_ep_warning_names_are_the_ones_that_use_it()
 def test_the_recipe_bases_the_flash_attention_warning_names_are_the_ones_that_use_it():
     """The warning's bases are exactly where examples/oellm/'s recipes get --attention-backend flash (a row of its
     own may choose another: the attention recipe's second row)."""
-    from megatron.oellm.recipes.config import load_recipe
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     for path in sorted(path for path in EXAMPLES.glob("*.toml") if not path.name.startswith("_")):
         uses = load_recipe(path).megatron_flags.get("attention-backend") == "flash"

@@ -17,7 +17,7 @@ from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan, plan_flops
-from megatron.oellm.recipes.config import Recipe, RecipeError, load_recipe, time_limit_seconds
+from megatron.oellm.recipes.config import Recipe, RecipeError, time_limit_seconds
 from megatron.oellm.recipes.host_paths import check_data_paths, check_host_paths, check_tokenizer_path
 from megatron.oellm.recipes.local import (
     fit_local,
@@ -45,6 +45,7 @@ from megatron.oellm.recipes.slurm import (
 )
 from megatron.oellm.recipes.submission import prepare_run_dir, sbatch_command, submit
 from megatron.oellm.recipes.timing import RunTime, run_time
+from megatron.oellm.recipes.toml_loading import load_recipe
 from megatron.oellm.scaling_table.rows import Window
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"

@@ -10,9 +10,10 @@ reads on the cluster),
 :mod:`megatron.oellm.recipes.timing` (expected run time vs time limit). ``oellm recipe CONFIG`` drives them.
 """
 
-from megatron.oellm.recipes.config import ClusterSettings, LocalSettings, Recipe, RecipeError, TableRow, load_recipe
+from megatron.oellm.recipes.config import ClusterSettings, LocalSettings, Recipe, RecipeError, TableRow
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, resolve_row
 from megatron.oellm.recipes.slurm import sbatch_text
+from megatron.oellm.recipes.toml_loading import load_recipe
 
 __all__ = ["ClusterSettings", "LocalSettings", "Recipe", "RecipeError", "ResolvedRow", "RunInputs", "TableRow",
            "load_recipe", "resolve_row", "sbatch_text"]

@@ -1,34 +1,28 @@
-"""Recipe configuration: one benchmark table of a report as a frozen dataclass, loaded from a TOML file.
+"""Recipe configuration: one benchmark table of a report as a frozen dataclass, with its checks.
 
 A recipe is a model card name (plus a vocabulary override), a parallel layout, the training settings as Megatron
 flags, the cluster settings, the fitted-down ``--local`` settings and the table's rows (nodes, batch sizes and
 per-row overrides). Configs live beside their ``examples/oellm/*.sh`` wrappers; a config may ``extends`` a base
-config (a path relative to itself) whose tables it deep-merges over, so the tables of one report share one base.
+config (a path relative to itself) whose tables it deep-merges over, so the tables of one report share one base
+(:mod:`megatron.oellm.recipes.toml_loading` reads the files).
 Pure Python: no torch, no megatron-core.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import difflib
 import math
 import re
-import tomllib
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.peaks import GPU_PEAKS
+from megatron.oellm.recipes.toml_types import fits_type, toml_type_name, with_article
 from megatron.oellm.scaling_table.rows import TableError, Window
-
-SettingsT = TypeVar("SettingsT")
-"""One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""
 
 
 class RecipeError(ValueError):
@@ -266,74 +260,14 @@ class Recipe:
         return [i for i, row in enumerate(self.rows, start=1) if row.nodes == nodes]
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether ``value`` (read from TOML) has the type ``hint`` of a recipe field; an int fits a float, a bool does
-    not fit an int, and only an array fits a sequence (a string is not one)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, arg) for arg in args)
-    if origin is tuple:
-        return isinstance(value, tuple) and all(_fits(item, args[0]) for item in value)
-    if origin is Sequence:
-        return isinstance(value, (list, tuple)) and all(_fits(item, args[0]) for item in value)
-    if origin is Mapping:
-        return isinstance(value, Mapping) and all(isinstance(k, str) and _fits(v, args[1]) for k, v in value.items())
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
-def _type_name(hint: Any) -> str:
-    """``hint`` in TOML's words, as a config author reads it: ``integer``, ``array of strings``, ``table of
-    numbers``. A None in a union is left out (TOML has no null: a key is set or absent)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return "any value"
-    if origin in (typing.Union, types.UnionType):  # an integer is a number too: named once
-        kinds = [arg for arg in args if arg is not type(None) and not (arg is int and float in args)]
-        return " or ".join(_type_name(arg) for arg in kinds)
-    if origin in (tuple, Sequence):
-        return f"array of {_plural(_type_name(args[0]))}"
-    if origin is Mapping:
-        return f"table of {_plural(_type_name(args[1]))}"
-    return TOML_TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-TOML_TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string"}
-"""TOML's name of each scalar type a recipe field takes (an integer also fits a number field)."""
-
-
-def _with_article(name: str) -> str:
-    """``integer`` -> ``an integer``, ``table of numbers`` -> ``a table of numbers``."""
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
-
-def _plural(name: str) -> str:
-    """The plural of a :func:`_type_name` (every word of an ``a or b`` name): ``strings``, ``integers or numbers``,
-    ``arrays of values``."""
-    return " or ".join(_plural_word(word) for word in name.split(" or "))
-
-
-def _plural_word(name: str) -> str:
-    """``integer`` -> ``integers``, ``array of strings`` -> ``arrays of strings``, ``any value`` -> ``values``."""
-    if name == "any value":
-        return "values"
-    head, _, tail = name.partition(" of ")
-    return f"{head}s of {tail}" if tail else f"{name}s"
-
-
 def check_field_types(settings: Any, where: str) -> None:
     """Raise :class:`RecipeError` naming the first field of the dataclass ``settings`` whose value does not have its
     annotated type (e.g. a TOML string where a number goes); ``where`` prefixes the message."""
     hints = typing.get_type_hints(type(settings))
     for item in dataclasses.fields(settings):
         value = getattr(settings, item.name)
-        if not _fits(value, hints[item.name]):
-            raise RecipeError(f"{where}{item.name} = {value!r} is not {_with_article(_type_name(hints[item.name]))}")
+        if not fits_type(value, hints[item.name]):
+            raise RecipeError(f"{where}{item.name} = {value!r} is not {with_article(toml_type_name(hints[item.name]))}")
 
 
 def check_row(row: TableRow, where: str) -> None:
@@ -430,9 +364,9 @@ def check_layout_types(values: Mapping[str, Any], where: str) -> None:
     for name, value in values.items():
         if value is False and name in unsettable:
             continue
-        if name in hints and not _fits(value, hints[name]):
+        if name in hints and not fits_type(value, hints[name]):
             more = "; write false to drop it" if name in unsettable else ""
-            raise RecipeError(f"{where}parallel {name} = {value!r} is not {_with_article(_type_name(hints[name]))}{more}")
+            raise RecipeError(f"{where}parallel {name} = {value!r} is not {with_article(toml_type_name(hints[name]))}{more}")
 
 
 def layout_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -442,150 +376,3 @@ def layout_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: None if value is False and name in unsettable else value for name, value in values.items()}
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Read a recipe TOML file (following ``extends``) and build the :class:`Recipe`; errors name the file."""
-    path = Path(path)
-    data = _read_with_bases(path, seen=())
-    try:
-        return _build(path.stem, data)
-    except RecipeError as err:  # the merged recipe's own checks name the key; the file they came from is this one
-        raise RecipeError(f"{path}: {err}") from err
-    except KeyError as err:
-        raise RecipeError(f"{path}: the [{err.args[0]}] table is missing (add it here or in the extended base); "
-                          "compare with the configs in examples/oellm/") from err
-    except TypeError as err:
-        raise RecipeError(f"{path}: {err}; compare with the repository's examples/oellm/*.toml") from err
-
-
-def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
-    """The TOML table of ``path`` deep-merged over its ``extends`` chain; ``seen`` holds the configs that extend it,
-    outermost first, so that a cycle is reported with the chain that led to it."""
-    resolved = path.resolve()
-    if resolved in seen:
-        chain = " -> ".join(str(item) for item in (*seen, resolved))
-        raise RecipeError(f"{seen[0]}: 'extends' loops back to a config already in the chain: {chain}")
-    if path.is_dir():
-        configs = sorted(item.name for item in path.glob("*.toml") if not item.name.startswith("_"))
-        found = f"one of its configs: {', '.join(configs)}" if configs else "a config; it holds no .toml recipe"
-        raise RecipeError(f"recipe config {path} is a folder; name {found}")
-    if not path.is_file():
-        raise RecipeError(f"recipe config {path} does not exist; the shipped configs are examples/oellm/*.toml "
-                          "of the repository (a checkout, not the wheel)")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
-    except UnicodeDecodeError as err:
-        raise RecipeError(f"{path}: not UTF-8 text, which TOML is ({err.reason} at byte {err.start}); save it as "
-                          "UTF-8") from err
-    except OSError as err:
-        raise RecipeError(f"cannot read recipe config {path} ({err.strerror or err})") from err
-    except tomllib.TOMLDecodeError as err:
-        raise RecipeError(f"{path}: not valid TOML ({err})") from err
-    base = data.pop("extends", None)
-    if base is None:
-        return data
-    if not isinstance(base, str):
-        raise RecipeError(f"{path}: extends = {base!r} is not a string; give the base config's path relative to "
-                          f"this file, e.g. extends = \"_mn5.toml\"")
-    base_path = path.parent / base
-    if not base_path.is_file():
-        raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} does not exist; give its "
-                          "path relative to this file")
-    return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
-
-
-def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` merged into a copy of ``base``: tables merge key by key, everything else (arrays too) replaces."""
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _quoted_time(table: Mapping[str, Any]) -> dict[str, Any]:
-    """``table`` with an unquoted TOML ``time = 00:30:00`` (read as a local time) turned into its text."""
-    table = dict(table)
-    if isinstance(table.get("time"), datetime.time):
-        table["time"] = table["time"].isoformat()
-    return table
-
-
-def _table(data: dict[str, Any], key: str, name: str, default: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The TOML table ``key`` popped from ``data`` (``default`` when absent; a missing table without default raises
-    the ``KeyError`` :func:`load_recipe` reports); a value that is not a table raises :class:`RecipeError`."""
-    value = data.pop(key) if default is None else data.pop(key, default)
-    if not isinstance(value, Mapping):
-        raise RecipeError(f"recipe {name}: {key} = {value!r} is not a table; write it as [{key}] with its keys "
-                          "below, as in the configs in examples/oellm/")
-    return dict(value)
-
-
-def _row_tables(rows: Any, name: str) -> list[Mapping[str, Any]]:
-    """The ``rows`` value of a config as its list of row tables; anything else (``rows = 5``, ``rows = [1]``) raises
-    :class:`RecipeError` naming ``[[rows]]``, instead of a Python error about iterables or mappings."""
-    if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
-        raise RecipeError(f"recipe {name}: rows = {rows!r} is not a list of tables; write each table row as "
-                          "[[rows]] with its keys below, as in the configs in examples/oellm/")
-    return rows
-
-
-def _check_env_strings(env: Any, where: str) -> None:
-    """Refuse a value of the environment table ``env`` that is not a string (the job exports text; a TOML number
-    would be refused later as a type without saying how to write it); ``where`` prefixes the message."""
-    for key, value in env.items() if isinstance(env, Mapping) else ():
-        if not isinstance(value, str):
-            raise RecipeError(f"{where}{key} = {value!r} is not a string; quote it ({key} = \"{value}\") so the "
-                              "job exports exactly that text")
-
-
-def _settings(cls: type[SettingsT], values: Mapping[str, Any], where: str) -> SettingsT:
-    """``cls(**values)`` for one table of a recipe, with an unknown or missing key named as the config author wrote
-    it (an unknown one with the closest known key) instead of Python's ``__init__() got an unexpected keyword
-    argument``; ``where`` prefixes the message."""
-    known = {item.name: item for item in dataclasses.fields(cls) if item.init}
-    for key in values:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"the keys are {', '.join(sorted(known))}"
-            raise RecipeError(f"{where}unknown key {key!r} ({hint})")
-    missing = [name for name, item in known.items() if name not in values
-               and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
-    if missing:
-        raise RecipeError(f"{where}{' and '.join(missing)} not set")
-    return cls(**values)
-
-
-def _build(name: str, data: dict[str, Any]) -> Recipe:
-    """The :class:`Recipe` of a merged TOML table; an unknown or missing key raises :class:`RecipeError` naming its
-    table (:func:`_settings`)."""
-    data = dict(data)
-    name = data.pop("name", name)
-    cluster = _table(data, "cluster", name)
-    binds = cluster.get("binds", ())
-    cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
-    cluster = _quoted_time(cluster)
-    _check_env_strings(cluster.get("env", {}), f"recipe {name} [cluster.env]: ")
-    rows = _row_tables(data.pop("rows", []), name)
-    for number, row in enumerate(rows, start=1):
-        _check_env_strings(row.get("env", {}), f"recipe {name} row {number} env: ")
-    rows = tuple(_settings(TableRow, _quoted_time(row), f"recipe {name} row {number}: ")
-                 for number, row in enumerate(rows, start=1))
-    parallel = _table(data, "parallel", name, default={})
-    check_layout_types(parallel, f"recipe {name}: ")
-    tables = {"name", "parallel", "cluster", "local", "rows"}
-    unset = [item.name for item in dataclasses.fields(Recipe) if item.name not in tables | data.keys()
-             and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
-    if unset:
-        base = (f"; {name} is a shared base (its name starts with '_'): run a recipe that extends it"
-                if name.startswith("_") else "")
-        raise RecipeError(f"recipe {name}: {' and '.join(unset)} not set{base}")
-    return _settings(Recipe, {
-        "name": name,
-        "parallel": _settings(ParallelLayout, layout_overrides(parallel), f"recipe {name} [parallel]: "),
-        "cluster": _settings(ClusterSettings, cluster, f"recipe {name} [cluster]: "),
-        "local": _settings(LocalSettings, _table(data, "local", name), f"recipe {name} [local]: "),
-        "rows": rows,
-        **data,
-    }, f"recipe {name}: ")

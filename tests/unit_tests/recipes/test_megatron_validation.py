@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.recipes.config import load_recipe
 from megatron.oellm.recipes.megatron_validation import (
     check_model_config_on_cluster,
     megatron_refusal,
@@ -18,6 +17,7 @@ from megatron.oellm.recipes.megatron_validation import (
     validate_on_cluster,
 )
 from megatron.oellm.recipes.resolve import resolve_row
+from megatron.oellm.recipes.toml_loading import load_recipe
 from megatron.oellm.training.args import parse_oellm_argv
 
 RECIPES = sorted(p for p in (Path(__file__).parents[3] / "examples/oellm").glob("*.toml")

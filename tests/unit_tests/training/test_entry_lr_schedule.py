@@ -144,9 +144,9 @@ def test_recipe_validation_refuses_a_warm_up_as_long_as_the_run():
     queued rather than when its job starts."""
     from pathlib import Path
 
-    from megatron.oellm.recipes.config import load_recipe
     from megatron.oellm.recipes.megatron_validation import megatron_refusal
     from megatron.oellm.recipes.resolve import resolve_row
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")
     resolved = resolve_row(recipe, recipe.rows[0])
@@ -163,9 +163,9 @@ def test_recipe_validation_refuses_a_negative_constant_weight_decay():
     names the flag the user gave. (The entry tests above parse without ``validate_args``, which fills it in.)"""
     from pathlib import Path
 
-    from megatron.oellm.recipes.config import load_recipe
     from megatron.oellm.recipes.megatron_validation import megatron_refusal
     from megatron.oellm.recipes.resolve import resolve_row
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")
     resolved = resolve_row(recipe, recipe.rows[0])
@@ -181,9 +181,9 @@ def test_recipe_validation_lets_a_zero_weight_decay_through():
     decay at 0, which megatron-core's ``OptimizerParamScheduler`` accepts (it asserts start >= 0)."""
     from pathlib import Path
 
-    from megatron.oellm.recipes.config import load_recipe
     from megatron.oellm.recipes.megatron_validation import megatron_refusal
     from megatron.oellm.recipes.resolve import resolve_row
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     megatron_schedule([*BASE, "--train-iters", str(random.randint(5, 500)), "--lr", "1e-4", "--weight-decay", "0"])
     recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml")

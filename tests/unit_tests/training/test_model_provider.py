@@ -75,8 +75,8 @@ def test_every_qwen3_5_recipe_flag_reaches_the_transformer_config(monkeypatch):
     from megatron.core.transformer.enums import AttnBackend
 
     from megatron.oellm.models import spec_builder
-    from megatron.oellm.recipes.config import load_recipe
     from megatron.oellm.recipes.resolve import resolve_row
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
     resolved = resolve_row(recipe, recipe.row(2))
@@ -100,8 +100,8 @@ def test_uneven_hybrid_stages_of_the_mn5_recipe_reach_the_model_layout():
     """The recipe sends the 6/6/6/3/6/6/6/1 split as '|' in --hybrid-layer-pattern; the model must build that split."""
     from pathlib import Path
 
-    from megatron.oellm.recipes.config import load_recipe
     from megatron.oellm.recipes.resolve import resolve_row
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
     args = parsed(resolve_row(recipe, recipe.row(2)).argv)

@@ -91,9 +91,9 @@ def test_the_recipe_check_refuses_such_a_row_before_submission():
     PP 4 x VPP 2 whose batch gives 6 micro-batches per step is refused there, not at the job's first step."""
     from dataclasses import replace
 
-    from megatron.oellm.recipes.config import load_recipe
     from megatron.oellm.recipes.megatron_validation import validate_on_cluster
     from megatron.oellm.recipes.resolve import resolve_row
+    from megatron.oellm.recipes.toml_loading import load_recipe
 
     recipe = load_recipe(Path(__file__).resolve().parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
     row = recipe.rows[0]

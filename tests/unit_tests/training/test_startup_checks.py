@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.recipes.config import load_recipe
 from megatron.oellm.recipes.megatron_validation import megatron_refusal
 from megatron.oellm.recipes.resolve import resolve_row
+from megatron.oellm.recipes.toml_loading import load_recipe
 from megatron.oellm.training import startup_checks
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain
 
