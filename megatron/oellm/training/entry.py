@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
 from megatron.oellm.training.args import (
     add_oellm_arguments,
-    architecture_value,
     check_command_line,
     explicit_destinations,
     merge_card_flags,
@@ -28,11 +27,16 @@ from megatron.oellm.training.args import (
     with_backend_implementation,
     with_training_defaults,
 )
+from megatron.oellm.training.load_checks import (
+    check_checkpoint_architecture,
+    check_converted_glu_layout,
+    check_converted_load,
+    check_load_strictness,
+)
 from megatron.oellm.training.startup_checks import refusal_detail, training_batch_detail
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
-    from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 
 PROG = "megatron.oellm.training.entry"
 """The entry's name in its one-line error messages (what ``python -m`` runs)."""
@@ -73,160 +77,6 @@ def check_layout(args: argparse.Namespace, card: ModelCard | None = None) -> Non
     # with the world size: megatron's validate_args checks TP x PP x CP against it, but not ETP x EP x PP, on which
     # megatron-core's parallel state fails on every rank after torch.distributed is up
     validate_layout(card, layout_from_args(args), world_size=getattr(args, "world_size", None))
-
-
-def resume_compared_args(args: argparse.Namespace) -> dict[str, list[str]]:
-    """Flag -> stored run arguments that megatron-core 0.19.2's ``check_checkpoint_args`` compares with this run's
-    when it loads a checkpoint without ``--finetune``, beyond the model shape every checkpoint records: those it
-    compares only for some flags, and reads from the checkpoint without a default (a missing one is an
-    ``AttributeError`` on every rank after GPU set-up)."""
-    compared: dict[str, list[str]] = {}
-    if args.vocab_file:
-        compared["--vocab-file"] = ["max_position_embeddings", "make_vocab_size_divisible_by", "tokenizer_type"]
-        if args.ckpt_format == "torch":
-            compared["--vocab-file"].append("padded_vocab_size")
-    if args.data_parallel_random_init:
-        compared["--data-parallel-random-init"] = ["data_parallel_random_init"]
-    if getattr(args, "phase_transition_iterations", None):
-        compared["--phase-transition-iterations"] = ["global_batch_size"]
-    return compared
-
-
-def check_converted_load(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when ``--load`` names an ``oellm convert hf-to-mcore`` checkpoint that megatron would
-    check against run arguments it does not store (:func:`resume_compared_args`), naming ``--finetune``.
-
-    ``checkpoint`` is the one the run loads (:func:`megatron.oellm.training.stored_checkpoint.
-    read_loaded_checkpoint`). A converted checkpoint stores only the arguments every load compares (its card's
-    shape), since which tokenizer, divisor or batch size a run will use is not known when converting. Megatron skips
-    the comparison under ``--finetune``, which for a ``release`` checkpoint changes nothing else: it starts at
-    iteration 0 and reads no optimizer or RNG state either way.
-    """
-    from megatron.oellm.training.stored_checkpoint import converted_args
-
-    if checkpoint is None or checkpoint.fine_tunes or args.finetune:
-        return
-    compared = resume_compared_args(args)
-    stored = converted_args(checkpoint)
-    if not compared or stored is None:
-        return
-    missing = {flag: [name for name in names if not hasattr(stored, name)] for flag, names in compared.items()}
-    missing = {flag: names for flag, names in missing.items() if names}
-    if missing:
-        why = "; ".join(f"{', '.join(names)} for {flag}" for flag, names in missing.items())
-        raise ValueError(f"--load {args.load} is an `oellm convert hf-to-mcore` checkpoint without the run arguments "
-                         f"megatron's check_checkpoint_args compares when it resumes a run ({why}); add --finetune to "
-                         "start from it (iteration 0, no optimizer or RNG state: what a converted checkpoint holds "
-                         "anyway), or pass it as --pretrained-checkpoint with --load / --save naming the run's own "
-                         "directory, so that later jobs of the run resume from their own checkpoints")
-
-
-CONVERTED_LOAD_STRICTNESS = ("log_unexpected", "log_all", "ignore_all")
-"""``--dist-ckpt-strictness`` values under which megatron loads an ``oellm convert hf-to-mcore`` checkpoint. It holds
-no ``_extra_state`` objects, which the models of both backends ask for; megatron-core 0.19.2 drops those requests
-under these values, while under the default ``assume_ok_unexpected`` PyTorch's loader fails on them ("Missing key in
-checkpoint state_dict"), and the ``raise_*`` values raise on them."""
-RETURNING_STRICTNESS = ("return_unexpected", "return_all")
-"""``--dist-ckpt-strictness`` values under which megatron-core 0.19.2's ``dist_checkpointing.load`` returns (state,
-missing keys, unexpected keys): megatron's ``load_checkpoint`` takes that tuple for the state and fails on it."""
-
-
-def check_load_strictness(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when megatron would fail to load ``checkpoint`` (the one the run loads, as
-    :func:`check_converted_load` takes it) under the run's ``--dist-ckpt-strictness``: a ``torch_dist`` checkpoint
-    under :data:`RETURNING_STRICTNESS`, or an ``oellm convert`` one outside :data:`CONVERTED_LOAD_STRICTNESS`. Either
-    fails on every rank once the model is on the GPU."""
-    from megatron.oellm.training.stored_checkpoint import converted_args
-
-    if checkpoint is None or checkpoint.ckpt_format != "torch_dist":
-        return
-    strictness = args.dist_ckpt_strictness
-    if strictness in RETURNING_STRICTNESS:
-        raise ValueError(f"--dist-ckpt-strictness {strictness}: megatron-core's checkpoint loader then returns the "
-                         "mismatched keys beside the state, which megatron's load_checkpoint takes for the state and "
-                         f"fails on, so {checkpoint.named_by} would not load; use log_unexpected or log_all to see "
-                         "mismatched keys")
-    if converted_args(checkpoint) is not None and strictness not in CONVERTED_LOAD_STRICTNESS:
-        raise ValueError(f"{checkpoint.named_by} is an `oellm convert hf-to-mcore` checkpoint, which holds no "
-                         "_extra_state objects (Transformer Engine's FP8 metadata, mirrored by the torch-native "
-                         f"modules) while the model asks for them; --dist-ckpt-strictness {strictness} fails on those "
-                         "keys once the model is on the GPU: pass --dist-ckpt-strictness log_unexpected (megatron "
-                         "logs them and keeps the modules' extra state as built)")
-
-
-def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheckpoint | None, card: ModelCard) -> None:
-    """Raise ``ValueError`` when the run loads an ``oellm convert hf-to-mcore`` checkpoint (``checkpoint``, as
-    :func:`check_converted_load` takes it) with block-interleaved SwiGLU weights
-    (:func:`megatron.oellm.convert.pipeline.interleaved_glu_flags`):
-    megatron would load the ``[gate; up]`` rows into the interleaved layout, and every expert would compute with gate
-    and up rows mixed, without an error."""
-    from megatron.oellm.convert.pipeline import interleaved_glu_flags
-    from megatron.oellm.training.stored_checkpoint import converted_args
-
-    if converted_args(checkpoint) is None:
-        return
-    interleaved = interleaved_glu_flags(card, args)
-    if interleaved:
-        raise ValueError(f"{checkpoint.named_by} is an `oellm convert hf-to-mcore` checkpoint, whose SwiGLU weights "
-                         f"are stored as [gate; up], while {' and '.join(interleaved)} makes the model read them with "
-                         "gate and up rows alternating in blocks: the loaded experts would mix the two; drop "
-                         f"{' and '.join(flag.split()[0] for flag in interleaved)}")
-
-
-CARD_ARCHITECTURE_ARGS = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
-    "num_query_groups", "kv_channels", "max_position_embeddings", "position_embedding_type", "rotary_base",
-    "rotary_percent", "add_bias_linear", "swiglu", "untie_embeddings_and_output_weights", "apply_layernorm_1p",
-    "normalization", "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_router_pre_softmax",
-    "moe_shared_expert_intermediate_size", "hybrid_layer_pattern",
-)
-"""Architecture arguments a card's flags set that megatron-core 0.19.2's ``load_args_from_checkpoint`` takes from
-the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value)."""
-
-
-def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when ``--use-checkpoint-args`` with ``--oellm-model`` would take architecture arguments
-    from a megatron-oellm checkpoint that disagree with the card.
-
-    ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint
-    the run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`; the one of
-    ``--pretrained-checkpoint`` is read here): megatron's ``load_args_from_checkpoint`` then overwrites the card's
-    values (:data:`CARD_ARCHITECTURE_ARGS`) with the checkpoint's while the model is still built from the card, so
-    the arguments, the FLOP count and the checkpoint load would describe other models without a word. A hybrid
-    pattern's ``|`` (pipeline stages) may differ, as megatron lets a run re-split the checkpoint's layers (a
-    resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
-    programs and ones without stored arguments are left to megatron.
-    """
-    from megatron.oellm.training.stored_checkpoint import (
-        LOAD,
-        PRETRAINED,
-        load_source,
-        oellm_run_args,
-        read_checkpoint_of,
-    )
-
-    if not (args.use_checkpoint_args and args.oellm_model):
-        return
-    # megatron reads the arguments of each flag's own checkpoint, --pretrained-checkpoint's first, --load's also
-    # when the run fine-tunes from the former (a non-persistent or --ckpt-step checkpoint needs no tracker there);
-    # the one the run loads is ``loaded``, already read
-    loaded_flag = (load_source(args) or (None,))[0]
-    for flag in (PRETRAINED, LOAD):
-        checkpoint = loaded if flag == loaded_flag else read_checkpoint_of(args, flag)
-        found = oellm_run_args(checkpoint.common) if checkpoint is not None else None
-        if found is None:
-            continue
-        stored, saved_with = found
-        differ = [(name, getattr(stored, name), getattr(args, name)) for name in CARD_ARCHITECTURE_ARGS
-                  if getattr(stored, name, None) is not None and hasattr(args, name)
-                  and architecture_value(name, getattr(stored, name)) != architecture_value(name, getattr(args, name))]
-        if not differ:
-            continue
-        match = f"--oellm-model {saved_with}" if saved_with else "the --oellm-model of the checkpoint's card"
-        fields = "; ".join(f"{name}: checkpoint {ckpt!r}, card {card!r}" for name, ckpt, card in differ)
-        raise ValueError(f"--use-checkpoint-args would take architecture arguments from {checkpoint.named_by} that "
-                         f"differ from --oellm-model {args.oellm_model}'s while the model is built from the card "
-                         f"({fields}); pass {match} to train the checkpoint's model, or drop --use-checkpoint-args")
 
 
 def refuse(error: ValueError) -> int:

@@ -1,6 +1,6 @@
 """The checkpoint a run will load, read before Megatron initialises, and the megatron-oellm run arguments it stores:
-the one reader behind the entry's checkpoint checks (:func:`megatron.oellm.training.entry.check_converted_load`,
-:func:`megatron.oellm.training.entry.check_checkpoint_architecture`,
+the one reader behind the entry's checkpoint checks (:func:`megatron.oellm.training.load_checks.check_converted_load`,
+:func:`megatron.oellm.training.load_checks.check_checkpoint_architecture`,
 :func:`megatron.oellm.training.checkpoint_layout.check_optimizer_resharding`), which the entry calls once per run.
 
 megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per ``--ckpt-format``
@@ -271,7 +271,7 @@ def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredChe
 def converted_args(checkpoint: StoredCheckpoint | None) -> argparse.Namespace | None:
     """The run arguments stored with ``checkpoint`` if ``oellm convert hf-to-mcore`` wrote it (a ``release``
     checkpoint recording its card): only those every load compares, which megatron's ``check_checkpoint_args``
-    finds incomplete for some runs (:func:`megatron.oellm.training.entry.check_converted_load`). None for any other
+    finds incomplete for some runs (:func:`megatron.oellm.training.load_checks.check_converted_load`). None for any other
     checkpoint, or none."""
     if checkpoint is None or checkpoint.directory.name != RELEASE or CARD_KEY not in checkpoint.common:
         return None

@@ -216,11 +216,11 @@ def _load_under(checkpoint: str, name: str, strictness: str) -> object:
 
 
 def test_the_training_entrys_strictness_rule_is_megatron_cores(checkpoints: dict[str, Case]) -> None:
-    """The rule :func:`megatron.oellm.training.entry.check_load_strictness` applies to a converted checkpoint, asked
+    """The rule :func:`megatron.oellm.training.load_checks.check_load_strictness` applies to a converted checkpoint, asked
     of megatron-core's loader itself: it loads under ``CONVERTED_LOAD_STRICTNESS`` (a dict: the state), fails under
     the default and the ``raise_*`` values, and returns a tuple (which megatron's ``load_checkpoint`` takes for the
     state) under ``RETURNING_STRICTNESS``."""
-    from megatron.oellm.training.entry import CONVERTED_LOAD_STRICTNESS, RETURNING_STRICTNESS
+    from megatron.oellm.training.load_checks import CONVERTED_LOAD_STRICTNESS, RETURNING_STRICTNESS
 
     checkpoint = checkpoints[CARDS[1]][0]
     outcomes = {strictness: _load_under(checkpoint, CARDS[1], strictness)

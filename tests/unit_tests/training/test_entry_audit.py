@@ -16,7 +16,7 @@ import torch
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.megatron_args import flags_to_argv, model_flags
-from megatron.oellm.training import entry
+from megatron.oellm.training import entry, load_checks
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
@@ -69,11 +69,11 @@ def test_a_returning_strictness_is_left_to_megatron_for_a_torch_format_checkpoin
     """``--dist-ckpt-strictness`` is read by megatron-core's distributed-checkpoint loader only: a ``--ckpt-format
     torch`` checkpoint loads under any value, so the entry does not refuse ``return_*`` for it."""
     saved = _torch_checkpoint(tmp_path / "saved", _card_args(CARD))
-    for strictness in entry.RETURNING_STRICTNESS:
+    for strictness in load_checks.RETURNING_STRICTNESS:
         run = _card_args(CARD, "--load", str(saved), "--ckpt-format", "torch", "--dist-ckpt-strictness", strictness)
         loaded = read_loaded_checkpoint(run)
         assert loaded is not None and loaded.ckpt_format == "torch"
-        entry.check_load_strictness(run, loaded)
+        load_checks.check_load_strictness(run, loaded)
 
 
 def test_a_checkpoint_with_another_hybrid_layer_pattern_is_refused(tmp_path):
@@ -90,7 +90,7 @@ def test_a_checkpoint_with_another_hybrid_layer_pattern_is_refused(tmp_path):
     run = _card_args(HYBRID, "--load", str(saved), "--ckpt-format", "torch", "--use-checkpoint-args")
     with pytest.raises(ValueError, match=re.escape(f"(hybrid_layer_pattern: checkpoint "
                                                    f"'{stored.hybrid_layer_pattern}', card '{pattern}')")):
-        entry.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
+        load_checks.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
 
 
 def test_the_load_checkpoint_is_checked_after_a_matching_pretrained_one(tmp_path):
@@ -102,10 +102,10 @@ def test_the_load_checkpoint_is_checked_after_a_matching_pretrained_one(tmp_path
                      "--use-checkpoint-args")
     with pytest.raises(ValueError, match=rf"from --load {load} .*num_experts: checkpoint "
                                          rf"{get_card(OTHER).num_experts}, card {get_card(CARD).num_experts}"):
-        entry.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
+        load_checks.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
     own = _card_args(CARD, "--pretrained-checkpoint", str(pretrained), "--load", str(pretrained), "--ckpt-format",
                      "torch", "--use-checkpoint-args")
-    entry.check_checkpoint_architecture(own, read_loaded_checkpoint(own))
+    load_checks.check_checkpoint_architecture(own, read_loaded_checkpoint(own))
 
 
 def test_a_run_without_a_card_name_takes_the_checkpoints_architecture(tmp_path):
@@ -115,7 +115,7 @@ def test_a_run_without_a_card_name_takes_the_checkpoints_architecture(tmp_path):
     run = parse_oellm_argv([*flags_to_argv(model_flags(get_card(CARD))), "--load", str(saved), "--ckpt-format",
                             "torch", "--use-checkpoint-args"])
     assert run.oellm_model is None and run.num_experts != get_card(OTHER).num_experts
-    entry.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
+    load_checks.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
 
 
 def test_the_entry_refuses_a_flex_dispatcher_whose_library_is_missing(monkeypatch, capsys):

@@ -14,7 +14,7 @@ import torch
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
-from megatron.oellm.training import entry
+from megatron.oellm.training import load_checks
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
@@ -53,7 +53,7 @@ def _saved(converted: Path, target: Path, stored: argparse.Namespace, iteration:
 
 def check_checkpoint_architecture(run: argparse.Namespace) -> None:
     """The check with the loaded checkpoint read as the entry reads it (once, for every check)."""
-    entry.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
+    load_checks.check_checkpoint_architecture(run, read_loaded_checkpoint(run))
 
 
 def _megatron_loaded_args(run: argparse.Namespace) -> argparse.Namespace:

@@ -10,7 +10,7 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
-from megatron.oellm.training import entry
+from megatron.oellm.training import load_checks
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import (
     converted_args,
@@ -44,7 +44,7 @@ def _run_args(load: Path, *flags: str):
 
 def check_converted_load(run) -> None:
     """The check with ``--load``'s checkpoint read as the entry reads it (once, for every check)."""
-    entry.check_converted_load(run, read_stored_checkpoint(Path(run.load), run.ckpt_step))
+    load_checks.check_converted_load(run, read_stored_checkpoint(Path(run.load), run.ckpt_step))
 
 
 def converted_checkpoint_args(load: Path):
@@ -123,7 +123,7 @@ def test_a_converted_checkpoint_given_as_pretrained_is_not_refused(converted: Pa
     checkpoint = read_loaded_checkpoint(run)
     assert checkpoint is not None and checkpoint.fine_tunes and not run.finetune
     assert converted_args(checkpoint) is not None
-    entry.check_converted_load(run, checkpoint)
+    load_checks.check_converted_load(run, checkpoint)
 
 
 def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatch: pytest.MonkeyPatch,
@@ -169,10 +169,10 @@ def test_a_strictness_megatron_cannot_load_a_converted_checkpoint_with_is_refuse
         with pytest.raises(ValueError, match=rf"--load {converted} is an `oellm convert hf-to-mcore` checkpoint.*"
                                              rf"--dist-ckpt-strictness {strictness} fails.*pass "
                                              "--dist-ckpt-strictness log_unexpected"):
-            entry.check_load_strictness(run, read_loaded_checkpoint(run))
-    for strictness in entry.CONVERTED_LOAD_STRICTNESS:
+            load_checks.check_load_strictness(run, read_loaded_checkpoint(run))
+    for strictness in load_checks.CONVERTED_LOAD_STRICTNESS:
         run = _run_args(converted, "--finetune", "--dist-ckpt-strictness", strictness)
-        entry.check_load_strictness(run, read_loaded_checkpoint(run))
+        load_checks.check_load_strictness(run, read_loaded_checkpoint(run))
 
 
 def test_a_returning_strictness_is_refused_for_any_distributed_checkpoint(converted: Path, tmp_path: Path) -> None:
@@ -180,13 +180,13 @@ def test_a_returning_strictness_is_refused_for_any_distributed_checkpoint(conver
     state: every ``torch_dist`` load fails, a training run's own as well; the default loads a run's own."""
     saved = save_dist_checkpoint(tmp_path / "saved", stored_args(), iteration=random.randrange(1, 10**6))
     for load in (converted, saved):
-        for strictness in entry.RETURNING_STRICTNESS:
+        for strictness in load_checks.RETURNING_STRICTNESS:
             run = _run_args(load, "--dist-ckpt-strictness", strictness)
             with pytest.raises(ValueError, match=rf"--dist-ckpt-strictness {strictness}: .*--load {load} would not "
                                                  "load; use log_unexpected or log_all"):
-                entry.check_load_strictness(run, read_loaded_checkpoint(run))
-    entry.check_load_strictness(_run_args(saved), read_loaded_checkpoint(_run_args(saved)))
-    entry.check_load_strictness(_run_args(tmp_path / "empty", "--dist-ckpt-strictness", "return_all"), None)
+                load_checks.check_load_strictness(run, read_loaded_checkpoint(run))
+    load_checks.check_load_strictness(_run_args(saved), read_loaded_checkpoint(_run_args(saved)))
+    load_checks.check_load_strictness(_run_args(tmp_path / "empty", "--dist-ckpt-strictness", "return_all"), None)
 
 
 @pytest.mark.parametrize("flags", [["--moe-mlp-glu-interleave-size", "BLOCK"],
@@ -209,10 +209,10 @@ def test_block_interleaved_swiglu_weights_are_refused_for_a_converted_checkpoint
                                              *flags]).argv)
     with pytest.raises(ValueError, match=rf"is an `oellm convert hf-to-mcore` checkpoint, whose SwiGLU weights are "
                                          rf"stored as \[gate; up\], while {flags[0]} {block} .*drop {flags[0]}"):
-        entry.check_converted_glu_layout(run, read_loaded_checkpoint(run), card)
+        load_checks.check_converted_glu_layout(run, read_loaded_checkpoint(run), card)
     saved = save_dist_checkpoint(tmp_path / "saved", stored_args(), iteration=random.randrange(1, 10**6))
     own = parse_oellm_argv(merge_card_flags(["--oellm-model", name, "--load", str(saved), *flags]).argv)
-    entry.check_converted_glu_layout(own, read_loaded_checkpoint(own), card)
+    load_checks.check_converted_glu_layout(own, read_loaded_checkpoint(own), card)
     shared_on_qwen3 = _run_args(converted, "--finetune", *flags)
     if flags[0] == "--moe-shared-expert-glu-interleave-size":
-        entry.check_converted_glu_layout(shared_on_qwen3, read_loaded_checkpoint(shared_on_qwen3), get_card(CARD))
+        load_checks.check_converted_glu_layout(shared_on_qwen3, read_loaded_checkpoint(shared_on_qwen3), get_card(CARD))
