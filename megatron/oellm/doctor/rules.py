@@ -22,10 +22,11 @@ FLA_BAD_TRITON_FROM = Version("3.4.0")
 """First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
 FLA_FIXED_TRITON = Version("3.7.1")
 """First Triton release with which fla's Triton GDN/KDA backward is right again on Hopper."""
-FLA_TILELANG_FIX = ("pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 (the versions tested; fla "
-                    "then uses its TileLang backward, which needs nvcc), or, where this torch allows it, pip install "
-                    "'triton>=3.7.1'")
-"""The fix of an fla issue 640 error: the TileLang stack the image pins, or a Triton without the bug."""
+FLA_TILELANG_FIX = ("pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext==0.1.5 z3-solver==4.15.4.0 "
+                    "(the versions tested; fla then uses its TileLang backward, which needs nvcc), or, where this torch "
+                    "allows it, pip install 'triton>=3.7.1'")
+"""The fix of an fla issue 640 error: the TileLang stack ``docker/constraints.txt`` pins (a test keeps them equal), or
+a Triton without the bug."""
 
 
 def check_python(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
