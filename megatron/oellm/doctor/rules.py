@@ -8,6 +8,7 @@ them all in report order; :func:`check_environment` runs them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from packaging.version import InvalidVersion, Version
@@ -143,7 +144,8 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
     neither ``FLA_TILELANG=0`` nor ``FLA_DISABLE_BACKEND_DISPATCH=1`` is set; otherwise it raises in the backward
     pass (older fla releases silently computed wrong gradients). Where no Hopper GPU is seen (an image build, a login
     node) the rule does not apply, except to a tilelang that is installed but does not import with such a Triton: that
-    install fails on the Hopper nodes too, so it is an error wherever the doctor runs.
+    install fails on the Hopper nodes too, so it is an error wherever the doctor runs; only where no GPU at all is
+    seen and the import failed for want of the NVIDIA driver's library, which GPU nodes have, is it a warning.
     """
     name = "fla-hopper-triton"
     fla, triton = report.versions.get("fla"), report.versions.get("triton")
@@ -152,6 +154,8 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
                if absent]
     broken_tilelang = _tilelang_import_problem(report)
     if missing == ["Hopper GPU"] and broken_tilelang is not None and _fla_affected(triton):
+        if not report.gpus and DRIVER_LIBRARY.search(report.tilelang_import_error or ""):
+            return [_tilelang_needs_driver(triton, report.tilelang_import_error)]
         return [_broken_tilelang_without_hopper(triton, broken_tilelang)]
     if missing:
         return [Finding("ok", name, f"not applicable: {', '.join(missing)} not found.")]
@@ -194,6 +198,25 @@ def _broken_tilelang_without_hopper(triton: str, problem: str) -> Finding:
         f"640), and {problem}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) on a Hopper "
         "node with this environment fails; the Qwen3 MoE models use no fla kernel.",
         FLA_TILELANG_FIX,
+    )
+
+
+DRIVER_LIBRARY = re.compile(r"\blibcuda\b|\blibnvidia-")
+"""Names of the NVIDIA driver's user-space libraries (``libcuda.so.1``, ``libnvidia-ml.so.1``): only a GPU node, or a
+container started with ``--nv`` there, has them; the CUDA runtime (``libcudart``) comes with the toolkit or a wheel."""
+
+
+def _tilelang_needs_driver(triton: str, error: str) -> Finding:
+    """The warning for a tilelang whose import failed for want of the NVIDIA driver's library (``error``) where no
+    GPU is seen (a login node, ``apptainer exec`` without ``--nv``, a docker build host): the same install may import
+    on a GPU node, so it can be judged only there."""
+    return Finding(
+        "warning", "fla-hopper-triton",
+        f"no GPU is seen here, and `import tilelang` fails for want of the NVIDIA driver's library ({error}); "
+        "tilelang needs the driver to import, which a login node, `apptainer exec` without --nv or a docker build host "
+        f"lacks, so whether it works cannot be told here. With Triton {triton}, fla needs its TileLang backward on "
+        "Hopper (fla issue 640) for the models with GDN or KDA layers (Qwen3.5, the OEL hybrid).",
+        "re-run `oellm doctor` on a GPU node (in a container: apptainer exec --nv)",
     )
 
 
