@@ -252,6 +252,35 @@ def deep_ep_declares_hybrid_ep() -> bool | None:
     return re.search(r"\bHybridEPBuffer\b", text) is not None
 
 
+NVIDIA_DRIVER_FILE = Path("/proc/driver/nvidia/version")
+"""Present where the NVIDIA kernel driver is loaded: a GPU node (in a container, the host's ``/proc``)."""
+
+NVIDIA_SMI_GPU = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?")
+"""A GPU line of ``nvidia-smi -L`` (``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``); its group is the name."""
+
+
+def nvidia_smi_gpus(env: Mapping[str, str], driver_file: Path = NVIDIA_DRIVER_FILE,
+                    timeout_s: float = 30.0) -> tuple[str, ...]:
+    """Names of the GPUs ``nvidia-smi -L`` (found on ``env``'s PATH) lists where the NVIDIA driver is loaded
+    (``driver_file`` exists): the node's GPUs seen without torch, which tell a torch that sees none (a CPU build, a
+    driver too old for its CUDA) from a node that has none. Empty where the driver is not loaded (a login node, a
+    docker build), nvidia-smi is missing or fails (no device files: a container without GPUs), or it lists none."""
+    if not is_file(driver_file):
+        return ()
+    nvidia_smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if nvidia_smi is None:
+        return ()
+    try:
+        result = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, errors="replace",
+                                timeout=timeout_s, check=False)
+    except (subprocess.TimeoutExpired, OSError):  # a hung or unusable driver: no evidence either way
+        return ()
+    if result.returncode != 0:
+        return ()
+    matches = (NVIDIA_SMI_GPU.fullmatch(line.strip()) for line in result.stdout.splitlines())
+    return tuple(match.group(1) for match in matches if match)
+
+
 def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], str | None, str | None]:
     """(CUDA build version, NCCL version, GPUs, probe error, import error) from torch; all empty when torch is
     absent, and all but the import error when ``import torch`` raises."""
@@ -282,10 +311,11 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
 
 def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
     """Probe this process: package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP, the
-    ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the allocator configuration.
+    ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the allocator configuration, the GPUs
+    nvidia-smi lists.
 
-    ``env`` (default ``os.environ``) is used to locate nvcc and for the allocator configuration torch reads; the
-    rules read their variables separately.
+    ``env`` (default ``os.environ``) is used to locate nvcc and nvidia-smi and for the allocator configuration torch
+    reads; the rules read their variables separately.
     """
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
@@ -314,6 +344,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         nccl_names_unread=nccl_names_unread,
         gpus=gpus,
         gpu_probe_error=gpu_probe_error,
+        driver_gpus=nvidia_smi_gpus(env),
         torch_import_error=torch_import_error,
         tilelang_importable=tilelang_findable,
         tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,

@@ -70,6 +70,9 @@ class EnvironmentReport:
     gpus: tuple[GpuInfo, ...] = ()
     gpu_probe_error: str | None = None
     """Why the GPUs could not be listed, when torch raised while probing them."""
+    driver_gpus: tuple[str, ...] = ()
+    """Names of the GPUs ``nvidia-smi -L`` lists where the NVIDIA driver is loaded: the node's GPUs seen without torch
+    (:func:`megatron.oellm.doctor.probes.nvidia_smi_gpus`); empty where there is no driver or nvidia-smi."""
     torch_import_error: str | None = None
     """``import torch`` raised (e.g. a CUDA library missing from LD_LIBRARY_PATH): its type and message, else None."""
     tilelang_importable: bool = False

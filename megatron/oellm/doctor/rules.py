@@ -55,21 +55,73 @@ def check_torch(report: EnvironmentReport, env: Mapping[str, str]) -> list[Findi
 
 
 def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
-    """Warn when torch sees no GPU: the GPU-dependent rules then cannot tell whether they apply."""
+    """Whether torch sees the GPUs. Where it sees none on a node that has them (nvidia-smi lists them, or Slurm gave
+    the job some) training would find no GPU: an error naming the fix. Elsewhere (a login node, a build host) only a
+    warning, as the GPU-dependent rules then cannot tell whether they apply."""
     if report.gpus:
         names = ", ".join(sorted({gpu.name for gpu in report.gpus}))
         return [Finding("ok", "gpus", f"{len(report.gpus)} GPU(s) seen: {names}.")]
+    reason = _why_torch_sees_no_gpu(report)
+    torch_imports = report.torch_import_error is None and report.versions.get("torch") is not None
+    evidence = _node_gpu_evidence(report, env) if torch_imports else None  # else the torch rule's error says it
+    if evidence is None:
+        return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (whether fla on Hopper needs TileLang) "
+                        "were not evaluated.",
+                        "run `oellm doctor` inside a job on a compute node")]
+    return [Finding("error", "gpus", f"{reason}, but this node has NVIDIA GPUs ({evidence}): training here finds no "
+                    "GPU, and the GPU-dependent checks were not evaluated.", _torch_gpu_fix(report, env))]
+
+
+def _why_torch_sees_no_gpu(report: EnvironmentReport) -> str:
+    """Why torch lists no GPU: it does not import or is absent, it raised listing them, it is a CPU build, or none."""
     if report.torch_import_error:
-        reason = "torch does not import"
-    elif report.gpu_probe_error:
-        reason = f"torch failed to list the GPUs ({report.gpu_probe_error})"
-    elif report.cuda_version is None:
-        reason = "torch is a CPU build or not installed"
-    else:
-        reason = f"torch (CUDA {report.cuda_version}) sees no GPU"
-    return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (whether fla on Hopper needs TileLang) "
-                    "were not evaluated.",
-                    "run `oellm doctor` inside a job on a compute node")]
+        return "torch does not import"
+    if report.versions.get("torch") is None:
+        return "torch is not installed"
+    if report.gpu_probe_error:
+        return f"torch failed to list the GPUs ({report.gpu_probe_error})"
+    if report.cuda_version is None:
+        return f"torch {report.versions['torch']} is a CPU build"
+    return f"torch (CUDA {report.cuda_version}) sees no GPU"
+
+
+SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+"""Variables that list the GPUs Slurm gave a job or step (CUDA_VISIBLE_DEVICES counts only inside a job: outside one it
+may be any user's export)."""
+
+GPU_DEVICE = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z/-]+")
+"""One entry of a GPU list: an index or a UUID; Slurm's ``NoDevFiles``, ``-1`` and empty entries name no device."""
+
+
+def _node_gpu_evidence(report: EnvironmentReport, env: Mapping[str, str]) -> str | None:
+    """What shows, without torch, that this node has NVIDIA GPUs for this process: nvidia-smi lists them where the
+    driver is loaded, or the Slurm job running it was given some; None on a login node or a build host."""
+    if report.driver_gpus:
+        names = ", ".join(sorted(set(report.driver_gpus)))
+        return f"nvidia-smi -L lists {len(report.driver_gpus)} GPU(s): {names}"
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if not job:
+        return None
+    for variable in SLURM_GPU_VARIABLES:
+        value = env.get(variable, "")
+        if any(GPU_DEVICE.fullmatch(entry.strip()) for entry in value.split(",")):
+            return f"Slurm job {job} was given GPUs: {variable}={value}"
+    return None
+
+
+def _torch_gpu_fix(report: EnvironmentReport, env: Mapping[str, str]) -> str:
+    """The fix where torch sees none of a GPU node's GPUs: a CUDA torch for a CPU build, else the driver, the
+    visible devices and the container's GPU flag."""
+    if report.cuda_version is None:
+        return ("install a CUDA build of torch (this venv was probably made on a GPU-less login node): pip uninstall "
+                "torch, then bash tools/install.sh on a GPU node (it keeps an importable torch), or use the cluster "
+                "container's torch")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    shown = "unset" if visible is None else repr(visible)
+    return (f"check the driver: the CUDA version nvidia-smi reports must be at least torch's {report.cuda_version} "
+            "(else install a torch built for an older CUDA); CUDA_VISIBLE_DEVICES is "
+            f"{shown}: unset it or name GPUs that exist; in a container, pass --nv to apptainer exec (--gpus all to "
+            "docker run)")
 
 
 def check_megatron_core(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
