@@ -783,7 +783,7 @@ def test_json_shape():
     report = make_report(versions={"triton": "3.5.0", "deep-ep": "1.2.1"}, hybrid_ep=True)
     findings = check_environment(report, {"NCCL_MIN_NCHANNELS": "32"})
     document = json.loads(json.dumps(to_json(report, findings)))
-    assert set(document) == {"versions", "gpus", "findings", "ok"}
+    assert set(document) == {"versions", "paths", "gpus", "findings", "ok"}
     assert document["ok"] is False
     assert document["versions"]["triton"] == "3.5.0" and document["versions"]["tilelang"] is None
     assert document["versions"]["python"] == "3.12.3" and document["versions"]["cuda"] == "12.8"

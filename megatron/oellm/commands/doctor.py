@@ -13,7 +13,7 @@ HELP = "check this environment: versions, GPUs and known-bad combinations (exit 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm doctor``."""
-    parser.add_argument("--json", action="store_true", help="print one JSON object {versions, gpus, findings, ok}")
+    parser.add_argument("--json", action="store_true", help="print one JSON object {versions, paths, gpus, findings, ok}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,9 +13,9 @@ The work is split so that every rule can be tested without the hardware it is ab
 Where each part lives:
 
 * :mod:`megatron.oellm.doctor.report`: the report and finding dataclasses, the exit status, the text and JSON output;
-* :mod:`megatron.oellm.doctor.probes`: :func:`collect_environment` and its probes (package versions, torch's CUDA
-  build and GPUs, the GPUs nvidia-smi lists, fresh-interpreter imports, nvcc, megatron-core's folder, deep_ep's
-  HybridEP);
+* :mod:`megatron.oellm.doctor.probes`: :func:`collect_environment` and its probes (megatron-oellm's version and
+  folder, package versions, torch's CUDA build and GPUs, the GPUs nvidia-smi lists, fresh-interpreter imports, nvcc,
+  megatron-core's folder, deep_ep's HybridEP);
 * :mod:`megatron.oellm.doctor.locate`: modules, packages and files located without importing them;
 * :mod:`megatron.oellm.doctor.nccl`: the NCCL channel rule and the ``NCCL_*`` name scan and rule;
 * :mod:`megatron.oellm.doctor.allocator`: the ``PYTORCH_CUDA_ALLOC_CONF`` / ``PYTORCH_ALLOC_CONF`` rule;

@@ -234,6 +234,14 @@ def megatron_core_module() -> tuple[str | None, str | None]:
     return f"{fields['MAJOR']}.{fields['MINOR']}.{fields['PATCH']}{fields['PRE_RELEASE']}", str(folder)
 
 
+def megatron_oellm_module() -> tuple[str, str]:
+    """(version, folder) of the megatron-oellm this doctor runs from: a checkout on PYTHONPATH (a container job's) is
+    imported ahead of the copy installed in the image or venv, whose metadata would name another release."""
+    import megatron.oellm
+
+    return megatron.oellm.__version__, str(Path(megatron.oellm.__file__).parent)
+
+
 def deep_ep_declares_hybrid_ep() -> bool | None:
     """Whether ``deep_ep/__init__.py`` names ``HybridEPBuffer``; read as text because importing it initialises CUDA.
 
@@ -310,7 +318,7 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
 
 
 def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
-    """Probe this process: package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP, the
+    """Probe this process: megatron-oellm's version and folder, package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP, the
     ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the allocator configuration, the GPUs
     nvidia-smi lists.
 
@@ -326,6 +334,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     te_installed = versions["transformer-engine"] is not None or module_findable("transformer_engine")
     te_error = _import_error_in_subprocess("torch, transformer_engine.pytorch") if te_installed else None
     core_version, core_path = megatron_core_module()
+    oellm_version, oellm_path = megatron_oellm_module()
     if core_version is not None:  # the release that is imported, not the one pip's metadata names
         versions["megatron-core"] = core_version
     te_flash_attention, te_flash_attention_error = (
@@ -338,6 +347,8 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
         versions=versions,
+        megatron_oellm_version=oellm_version,
+        megatron_oellm_path=oellm_path,
         cuda_version=cuda_version,
         nccl_version=nccl_version,
         nccl_names=nccl_names,

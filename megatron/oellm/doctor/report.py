@@ -58,6 +58,10 @@ class EnvironmentReport:
     """True when ``megatron.oellm.compat`` had to provide ``typing.override`` (Python < 3.12)."""
     versions: dict[str, str | None]
     """Package name (see :data:`PACKAGE_PROBES`) -> version, :data:`UNKNOWN_VERSION`, or None when absent."""
+    megatron_oellm_version: str | None = None
+    """Version of the megatron-oellm this doctor runs from (``megatron.oellm.__version__``)."""
+    megatron_oellm_path: str | None = None
+    """Folder that megatron-oellm was imported from: a checkout on PYTHONPATH comes ahead of an image's or venv's copy."""
     cuda_version: str | None = None
     """CUDA version torch was built with (``torch.version.cuda``); None for a CPU build or without torch."""
     nccl_version: str | None = None
@@ -130,8 +134,8 @@ def exit_status(findings: list[Finding]) -> int:
 
 
 def version_rows(report: EnvironmentReport) -> dict[str, str | None]:
-    """Every reported version in display order: python, CUDA and NCCL of torch, packages, HybridEP."""
-    rows: dict[str, str | None] = {"python": report.python_version}
+    """Every reported version in display order: python, megatron-oellm, packages, CUDA and NCCL of torch, HybridEP."""
+    rows: dict[str, str | None] = {"python": report.python_version, "megatron-oellm": report.megatron_oellm_version}
     rows.update(report.versions)
     rows["cuda"] = report.cuda_version
     rows["nccl"] = report.nccl_version
@@ -139,9 +143,17 @@ def version_rows(report: EnvironmentReport) -> dict[str, str | None]:
     return rows
 
 
+def module_paths(report: EnvironmentReport) -> dict[str, str | None]:
+    """Folder that megatron-oellm and megatron-core were each imported from (None where not found): a checkout on
+    PYTHONPATH comes ahead of the copy installed in an image or venv."""
+    return {"megatron-oellm": report.megatron_oellm_path, "megatron-core": report.megatron_core_path}
+
+
 def format_text(report: EnvironmentReport, findings: list[Finding]) -> str:
-    """Human report: aligned version table, GPU list, then each finding with its fix line."""
+    """Human report: aligned version table (with the folders of megatron-oellm and megatron-core), GPU list, then each
+    finding with its fix line."""
     rows = version_rows(report)
+    paths = module_paths(report)
     width = max(len(name) for name in rows)
     lines = ["Versions"]
     for name, version in rows.items():
@@ -152,6 +164,8 @@ def format_text(report: EnvironmentReport, findings: list[Finding]) -> str:
             shown += "  (torch build)"
         if name == "hybrid-ep" and version is not None:
             shown += "  (deep_ep.HybridEPBuffer)"
+        if paths.get(name):
+            shown += f"  ({paths[name]})"
         lines.append(f"  {name:<{width}}  {shown}")
     lines += ["", "GPUs"]
     lines += [f"  {gpu.index}  {gpu.name}  sm_{gpu.capability[0]}{gpu.capability[1]}  {gpu.memory_gib:.1f} GiB"
@@ -168,9 +182,11 @@ def format_text(report: EnvironmentReport, findings: list[Finding]) -> str:
 
 
 def to_json(report: EnvironmentReport, findings: list[Finding]) -> dict[str, Any]:
-    """Machine report: ``{versions, gpus, findings, ok}``; ``ok`` is False exactly when the exit status is 1."""
+    """Machine report: ``{versions, paths, gpus, findings, ok}`` (``paths``: :func:`module_paths`); ``ok`` is False
+    exactly when the exit status is 1."""
     return {
         "versions": version_rows(report),
+        "paths": module_paths(report),
         "gpus": [
             {"index": gpu.index, "name": gpu.name, "capability": f"{gpu.capability[0]}.{gpu.capability[1]}",
              "memory_gib": round(gpu.memory_gib, 2)}
