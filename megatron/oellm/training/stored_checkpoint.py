@@ -1,7 +1,10 @@
 """The checkpoint a run will load, read before Megatron initialises, and the megatron-oellm run arguments it stores:
 the one reader behind the entry's checkpoint checks (:func:`megatron.oellm.training.load_checks.check_converted_load`,
 :func:`megatron.oellm.training.load_checks.check_checkpoint_architecture`,
-:func:`megatron.oellm.training.checkpoint_layout.check_optimizer_resharding`), which the entry calls once per run.
+:func:`megatron.oellm.training.checkpoint_layout.check_optimizer_resharding`), which the entry calls once per run. A
+checkpoint megatron recognises but cannot read (a data file its ``.metadata`` names missing or short, a truncated
+``.metadata`` or rank file) is refused here, naming the file: megatron-core would stop on it after allocating the
+model on every rank, and none of those checks could be made.
 
 megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per ``--ckpt-format``
 (``_get_checkpoint_format`` tells the formats apart by what the iteration directory holds):
@@ -151,27 +154,48 @@ def checkpoint_format(directory: Path) -> str | None:
 
 def _rank_zero_state(directory: Path) -> dict:
     """The first rank file of a ``torch``-format checkpoint, memory-mapped: its pickled structure (run arguments,
-    iteration, optimizer settings) is read, the model shard's tensors are not."""
+    iteration, optimizer settings) is read, the model shard's tensors are not. ``ValueError`` naming the file when
+    there is none or it cannot be read."""
     import torch
 
     for name in RANK_ZERO_DIRECTORIES:
         path = directory / name / RANK_FILE
         if path.is_file():
-            return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    raise FileNotFoundError(f"no {RANK_FILE} of rank 0 in {directory}")
+            try:
+                return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+            except Exception as error:  # a truncated or damaged file raises about any type (zip reader, unpickling)
+                raise ValueError(f"{path} cannot be read ({_reason(error)}); the file is truncated or "
+                                 "damaged") from error
+    raise ValueError(f"{directory} holds rank directories but no {RANK_FILE} of rank 0 (in "
+                     f"{' / '.join(RANK_ZERO_DIRECTORIES)})")
 
 
 def _dcp_state(directory: Path) -> dict:
     """The ``args`` and ``iteration`` objects of a ``torch_dcp`` / ``fsdp_dtensor`` checkpoint (what megatron-core
-    reads from it for ``--use-checkpoint-args``); empty when it stores none."""
+    reads from it for ``--use-checkpoint-args``); empty when it stores none. ``ValueError`` naming the file when
+    ``.metadata`` cannot be read, a data file it names is missing or short, or the objects cannot be read."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
-    reader = dcp.FileSystemReader(directory)
-    stored = reader.read_metadata().state_dict_metadata
-    state = {key: None for key in ("args", "iteration") if key in stored}
+    from megatron.oellm.convert.dist_ckpt import _check_data_files, _read_metadata
+
+    metadata = _read_metadata(directory)
+    _check_data_files(directory, metadata)
+    state = {key: None for key in ("args", "iteration") if key in metadata.state_dict_metadata}
     if state:
-        dcp.load(state, storage_reader=reader, no_dist=True)
+        try:
+            dcp.load(state, storage_reader=dcp.FileSystemReader(directory), no_dist=True)
+        except (Exception, CheckpointException) as error:  # unpickling damaged bytes raises about any type, which
+            # DCP wraps in a CheckpointException (a BaseException)
+            raise ValueError(f"the run arguments stored in {directory} cannot be read ({_reason(error)}); a data "
+                             "file is damaged") from error
     return state
+
+
+def _reason(error: BaseException) -> str:
+    """``error`` as a short single-line reason for a message: its type and the first line of its text."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:160]}" if text else type(error).__name__
 
 
 def _persistent_iteration(persistent: Path | None, ckpt_step: int | None) -> int:
@@ -240,32 +264,54 @@ def read_checkpoint_of(args: argparse.Namespace, flag: str) -> StoredCheckpoint 
 
 def read_stored_checkpoint(load_dir: Path, ckpt_step: int | None = None) -> StoredCheckpoint | None:
     """The checkpoint megatron loads for ``--load load_dir`` (:func:`persistent_iteration_directory`) with its
-    non-tensor state. None when megatron loads none or it cannot be read (megatron's loader reports those)."""
+    non-tensor state. None when megatron loads none, or finds no checkpoint there (:func:`check_load_directory`
+    reports those); ``ValueError`` when it is damaged (:func:`_read_directory`)."""
     return _read_directory(persistent_iteration_directory(load_dir, ckpt_step), LOAD, load_dir)
 
 
 def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredCheckpoint | None:
     """Iteration directory ``directory`` (None: none), found from ``flag given``, with its format and non-tensor
-    state; None when it cannot be read."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    from megatron.oellm.convert.dist_ckpt import CheckpointReader
-
-    try:
-        ckpt_format = checkpoint_format(directory) if directory is not None else None
-        if ckpt_format == "torch_dist":
-            common = CheckpointReader(directory).common_state()
-        elif ckpt_format == "torch":
-            common = _rank_zero_state(directory)
-        elif ckpt_format == "torch_dcp":
-            common = _dcp_state(directory)
-        else:
-            return None
-    except (Exception, CheckpointException):  # a missing, partial or damaged file raises about any type (unpickling)
+    state; None when it holds no checkpoint megatron recognises (missing, not listable, no format: what
+    :func:`check_load_directory` reports). ``ValueError`` naming the file when it holds one that cannot be read (a
+    truncated ``.metadata``, a missing data file, a damaged rank file): megatron-core would stop on it after
+    allocating the model on every rank, and none of the checks of the checkpoint could be made."""
+    ckpt_format = _recognised_format(directory)
+    if ckpt_format is None:
         return None
+    try:
+        common = _STATE_READERS[ckpt_format](directory)
+    except ValueError as error:  # ConversionError is one too
+        raise ValueError(f"{flag} {given} leads megatron-core to a damaged {ckpt_format} checkpoint, which it would "
+                         f"stop on after allocating the model on every rank: {error}; name an intact checkpoint, or "
+                         "copy this one again") from error
     if not isinstance(common, dict):
         return None
     return StoredCheckpoint(directory, ckpt_format, common, flag, given)
+
+
+def _recognised_format(directory: Path | None) -> str | None:
+    """:func:`checkpoint_format` of ``directory``; None also when it is None, missing or cannot be listed."""
+    if directory is None:
+        return None
+    try:
+        return checkpoint_format(directory)
+    except OSError:  # missing, not a directory, not listable
+        return None
+
+
+def _dist_common_state(directory: Path) -> dict:
+    """A ``torch_dist`` checkpoint's common state, after checking that ``.metadata`` reads and every data file it
+    names is there in full (``ValueError`` naming the file otherwise); no tensor is read."""
+    from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE, CheckpointReader
+
+    if not (directory / METADATA_FILE).is_file():
+        raise ValueError(f"{directory / METADATA_FILE} is missing, while {CHECKPOINT_CONFIG_FILE} marks the directory "
+                         "as a torch_dist checkpoint")
+    return CheckpointReader(directory).common_state()
+
+
+_STATE_READERS = {"torch_dist": _dist_common_state, "torch": _rank_zero_state, "torch_dcp": _dcp_state}
+"""The reader of each :func:`checkpoint_format`'s non-tensor state."""
 
 
 def converted_args(checkpoint: StoredCheckpoint | None) -> argparse.Namespace | None:
