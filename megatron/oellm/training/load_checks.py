@@ -2,8 +2,9 @@
 
 megatron-core 0.19.2 reads a ``--load`` / ``--pretrained-checkpoint`` checkpoint once the model is on the GPU; a
 converted checkpoint it cannot compare, a strictness its loader fails under, interleaved SwiGLU rows over a
-``[gate; up]`` checkpoint, or ``--use-checkpoint-args`` replacing the card's architecture would each fail on every
-rank there (or, for the last two, train another model without a word). Each check takes the checkpoint as
+``[gate; up]`` checkpoint, a checkpoint of another card, or ``--use-checkpoint-args`` replacing the card's
+architecture would each fail on every rank there (or, for interleaved rows and ``--use-checkpoint-args``, train
+another model without a word). Each check takes the checkpoint as
 :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint` read it, once, for all of them.
 """
 
@@ -125,49 +126,90 @@ CARD_ARCHITECTURE_ARGS = (
     "moe_shared_expert_intermediate_size", "hybrid_layer_pattern",
 )
 """Architecture arguments a card's flags set that megatron-core 0.19.2's ``load_args_from_checkpoint`` takes from
-the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value)."""
+the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value); compared with those of
+every megatron-oellm checkpoint a run of a card loads (:func:`check_checkpoint_architecture`)."""
 
 
 def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when ``--use-checkpoint-args`` with ``--oellm-model`` would take architecture arguments
-    from a megatron-oellm checkpoint that disagree with the card.
+    """Raise ``ValueError`` when the architecture a megatron-oellm checkpoint stores disagrees with the run's card.
 
-    ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint
-    the run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`; the one of
-    ``--pretrained-checkpoint`` is read here): megatron's ``load_args_from_checkpoint`` then overwrites the card's
-    values (:data:`CARD_ARCHITECTURE_ARGS`) with the checkpoint's while the model is still built from the card, so
-    the arguments, the FLOP count and the checkpoint load would describe other models without a word. A hybrid
-    pattern's ``|`` (pipeline stages) may differ, as megatron lets a run re-split the checkpoint's layers (a
+    ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint the
+    run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`). With ``--oellm-model``:
+
+    * without ``--use-checkpoint-args``, a checkpoint of another model (:data:`CARD_ARCHITECTURE_ARGS`) passes
+      megatron's argument checks (none under ``--finetune`` / ``--pretrained-checkpoint``, three shape fields
+      otherwise) and fails on every rank once the card's model is built (:func:`_refuse_another_model`);
+    * with it, megatron's ``load_args_from_checkpoint`` overwrites the card's values with the checkpoint's while the
+      model is still built from the card (:func:`_refuse_taken_architecture`).
+
+    A hybrid pattern's ``|`` (pipeline stages) may differ, as megatron lets a run re-split the checkpoint's layers (a
     resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
-    programs and ones without stored arguments are left to megatron.
+    programs and ones without stored arguments are left to megatron; without ``--oellm-model`` the run's flags are the
+    user's to choose (``--use-checkpoint-args`` then builds the checkpoint's model).
     """
-    from megatron.oellm.training.stored_checkpoint import (
-        LOAD,
-        PRETRAINED,
-        load_source,
-        oellm_run_args,
-        read_checkpoint_of,
-    )
-
-    if not (args.use_checkpoint_args and args.oellm_model):
+    if not args.oellm_model:
         return
-    # megatron reads the arguments of each flag's own checkpoint, --pretrained-checkpoint's first, --load's also
-    # when the run fine-tunes from the former (a non-persistent or --ckpt-step checkpoint needs no tracker there);
-    # the one the run loads is ``loaded``, already read
+    if args.use_checkpoint_args:
+        _refuse_taken_architecture(args, loaded)
+    else:
+        _refuse_another_model(args, loaded)
+
+
+def _architecture_differences(stored: argparse.Namespace, args: argparse.Namespace) -> list[tuple[str, object, object]]:
+    """(name, stored value, run value) of each of :data:`CARD_ARCHITECTURE_ARGS` that ``stored`` records and the run's
+    ``args`` give another value (a hybrid pattern's ``|`` aside: :func:`architecture_value`)."""
+    return [(name, getattr(stored, name), getattr(args, name)) for name in CARD_ARCHITECTURE_ARGS
+            if getattr(stored, name, None) is not None and hasattr(args, name)
+            and architecture_value(name, getattr(stored, name)) != architecture_value(name, getattr(args, name))]
+
+
+def _checkpoint_card(saved_with: str | None) -> str:
+    """The fix naming the card a checkpoint was saved with (``saved_with``, None when its run named none)."""
+    return f"--oellm-model {saved_with}" if saved_with else "the --oellm-model of the checkpoint's card"
+
+
+def _refuse_another_model(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when ``loaded`` stores megatron-oellm run arguments of another architecture than the
+    run's ``--oellm-model`` (:func:`check_checkpoint_architecture`)."""
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args
+
+    found = oellm_run_args(loaded.common) if loaded is not None else None
+    if found is None:
+        return
+    stored, saved_with = found
+    differ = _architecture_differences(stored, args)
+    if differ:
+        fields = "; ".join(f"{name}: checkpoint {ckpt!r}, run {run!r}" for name, ckpt, run in differ)
+        raise ValueError(f"{loaded.named_by} holds a checkpoint of another model than --oellm-model "
+                         f"{args.oellm_model} ({fields}): megatron-core would build the card's model and fail to load "
+                         f"the checkpoint into it on every rank; pass {_checkpoint_card(saved_with)} to train from it, "
+                         f"or name a checkpoint of {args.oellm_model}")
+
+
+def _read_for_checkpoint_args(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> list[StoredCheckpoint]:
+    """The checkpoints megatron's ``load_args_from_checkpoint`` reads arguments from under ``--use-checkpoint-args``:
+    each flag's own, ``--pretrained-checkpoint``'s first, ``--load``'s also when the run fine-tunes from the former (a
+    non-persistent or ``--ckpt-step`` checkpoint needs no tracker there); the one the run loads is ``loaded``, already
+    read."""
+    from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED, load_source, read_checkpoint_of
+
     loaded_flag = (load_source(args) or (None,))[0]
-    for flag in (PRETRAINED, LOAD):
-        checkpoint = loaded if flag == loaded_flag else read_checkpoint_of(args, flag)
-        found = oellm_run_args(checkpoint.common) if checkpoint is not None else None
-        if found is None:
-            continue
-        stored, saved_with = found
-        differ = [(name, getattr(stored, name), getattr(args, name)) for name in CARD_ARCHITECTURE_ARGS
-                  if getattr(stored, name, None) is not None and hasattr(args, name)
-                  and architecture_value(name, getattr(stored, name)) != architecture_value(name, getattr(args, name))]
+    read = [loaded if flag == loaded_flag else read_checkpoint_of(args, flag) for flag in (PRETRAINED, LOAD)]
+    return [checkpoint for checkpoint in read if checkpoint is not None]
+
+
+def _refuse_taken_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when ``--use-checkpoint-args`` would take architecture arguments from a megatron-oellm
+    checkpoint that disagree with the ``--oellm-model`` card (:func:`check_checkpoint_architecture`)."""
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args
+
+    for checkpoint in _read_for_checkpoint_args(args, loaded):
+        found = oellm_run_args(checkpoint.common)
+        differ = _architecture_differences(found[0], args) if found is not None else []
         if not differ:
             continue
-        match = f"--oellm-model {saved_with}" if saved_with else "the --oellm-model of the checkpoint's card"
         fields = "; ".join(f"{name}: checkpoint {ckpt!r}, card {card!r}" for name, ckpt, card in differ)
         raise ValueError(f"--use-checkpoint-args would take architecture arguments from {checkpoint.named_by} that "
                          f"differ from --oellm-model {args.oellm_model}'s while the model is built from the card "
-                         f"({fields}); pass {match} to train the checkpoint's model, or drop --use-checkpoint-args")
+                         f"({fields}); pass {_checkpoint_card(found[1])} to train the checkpoint's model, or drop "
+                         "--use-checkpoint-args")

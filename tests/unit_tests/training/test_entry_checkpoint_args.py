@@ -67,7 +67,8 @@ def _megatron_loaded_args(run: argparse.Namespace) -> argparse.Namespace:
 
 def test_a_checkpoint_saved_for_another_card_is_refused(converted: Path, tmp_path: Path) -> None:
     """Megatron silently takes the other card's experts (and more) over the card's; the entry refuses first, naming
-    the fields with both values and the fix, and lets the matching card or a run without the flag through."""
+    the fields with both values and the fix, and lets the matching card through. Without the flag the checkpoint of
+    another model is refused too (megatron would fail to load it into the card's model)."""
     iteration = random.randrange(1, 10_000)
     saved = _saved(converted, tmp_path, _card_args(OTHER), iteration)
     flags = ("--load", str(saved), "--use-checkpoint-args")
@@ -79,7 +80,9 @@ def test_a_checkpoint_saved_for_another_card_is_refused(converted: Path, tmp_pat
                                          r".*or drop --use-checkpoint-args"):
         check_checkpoint_architecture(_card_args(CARD, *flags))
     check_checkpoint_architecture(_card_args(OTHER, *flags))
-    check_checkpoint_architecture(_card_args(CARD, "--load", str(saved)))
+    with pytest.raises(ValueError, match=rf"--load {saved} holds a checkpoint of another model .*num_experts: "
+                                         rf"checkpoint {other.num_experts}, run {mine.num_experts}"):
+        check_checkpoint_architecture(_card_args(CARD, "--load", str(saved)))
 
 
 def test_one_changed_architecture_argument_is_named(converted: Path, tmp_path: Path) -> None:
@@ -131,7 +134,8 @@ def test_other_checkpoints_are_left_to_megatron(converted: Path, tmp_path: Path)
 def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """One error line and exit status 2 before Megatron parses (and overwrites) the arguments."""
+    """One error line and exit status 2 before Megatron parses (and overwrites) the arguments; without
+    --use-checkpoint-args the other card's checkpoint is refused as well, and the checkpoint's own card goes on."""
     entry = entry_up_to_pretrain(monkeypatch)
     saved = _saved(converted, tmp_path, _card_args(OTHER), 3)
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(saved), "--use-checkpoint-args",
@@ -139,8 +143,11 @@ def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path,
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --use-checkpoint-args would take architecture arguments")
+    assert entry.main([arg for arg in argv if arg != "--use-checkpoint-args"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{entry.PROG}: error: --load {saved} holds a checkpoint of another model")
     with pytest.raises(Reached):
-        entry.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(saved), "--ckpt-format",
+        entry.main(["--oellm-model", OTHER, "--oellm-backend", "torch", "--load", str(saved), "--ckpt-format",
                     "torch_dist", "--mock-data"])
 
 
