@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_parsed_packages(parsed)  # before validate_args: it imports wandb on the last rank
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
-        check_checkpoint_architecture(parsed, loaded)  # before megatron overwrites the card's arguments
+        check_checkpoint_architecture(parsed, loaded, explicit_destinations(argv))  # before megatron overwrites them
         args = validated_args(parse_and_validate_args, parsed)
     except ValueError as error:
         return refuse(error)

@@ -3,14 +3,15 @@
 megatron-core 0.19.2 reads a ``--load`` / ``--pretrained-checkpoint`` checkpoint once the model is on the GPU; a
 converted checkpoint it cannot compare, a strictness its loader fails under, interleaved SwiGLU rows over a
 ``[gate; up]`` checkpoint, a checkpoint of another card, or ``--use-checkpoint-args`` replacing the card's
-architecture would each fail on every rank there (or, for interleaved rows and ``--use-checkpoint-args``, train
-another model without a word). Each check takes the checkpoint as
+architecture or a flag the user gave would each fail on every rank there (or, for interleaved rows and
+``--use-checkpoint-args``, train another model without a word). Each check takes the checkpoint as
 :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint` read it, once, for all of them.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from megatron.oellm.training.args import architecture_value
@@ -130,11 +131,14 @@ the checkpoint under ``--use-checkpoint-args`` (most of them over the command li
 every megatron-oellm checkpoint a run of a card loads (:func:`check_checkpoint_architecture`)."""
 
 
-def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
-    """Raise ``ValueError`` when the architecture a megatron-oellm checkpoint stores disagrees with the run's card.
+def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None,
+                                  given: AbstractSet[str] = frozenset()) -> None:
+    """Raise ``ValueError`` when the architecture a megatron-oellm checkpoint stores disagrees with the run's card, or
+    ``--use-checkpoint-args`` would replace a flag the user gave.
 
     ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint the
-    run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`). With ``--oellm-model``:
+    run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`), ``given`` the destinations
+    the command line sets (:func:`megatron.oellm.training.args.explicit_destinations`). With ``--oellm-model``:
 
     * without ``--use-checkpoint-args``, a checkpoint of another model (:data:`CARD_ARCHITECTURE_ARGS`) passes
       megatron's argument checks (none under ``--finetune`` / ``--pretrained-checkpoint``, three shape fields
@@ -145,13 +149,14 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     A hybrid pattern's ``|`` (pipeline stages) may differ, as megatron lets a run re-split the checkpoint's layers (a
     resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
     programs and ones without stored arguments are left to megatron; without ``--oellm-model`` the run's flags are the
-    user's to choose (``--use-checkpoint-args`` then builds the checkpoint's model).
+    user's to choose (``--use-checkpoint-args`` then builds the checkpoint's model). Under ``--use-checkpoint-args``
+    the flags of ``given`` megatron replaces are checked too (:func:`_refuse_replaced_flags`).
     """
-    if not args.oellm_model:
-        return
     if args.use_checkpoint_args:
-        _refuse_taken_architecture(args, loaded)
-    else:
+        if args.oellm_model:
+            _refuse_taken_architecture(args, loaded)
+        _refuse_replaced_flags(args, loaded, given)
+    elif args.oellm_model:
         _refuse_another_model(args, loaded)
 
 
@@ -213,3 +218,54 @@ def _refuse_taken_architecture(args: argparse.Namespace, loaded: StoredCheckpoin
                          f"differ from --oellm-model {args.oellm_model}'s while the model is built from the card "
                          f"({fields}); pass {_checkpoint_card(found[1])} to train the checkpoint's model, or drop "
                          "--use-checkpoint-args")
+
+
+CHECKPOINT_ARGS_REPLACING = (
+    "add_position_embedding", "use_rotary_position_embeddings", "rotary_interleaved", "add_qkv_bias", "squared_relu",
+    "apply_query_key_layer_scaling", "attention_dropout", "hidden_dropout", "mtp_hybrid_override_pattern",
+    "mtp_num_layers", "mtp_use_repeated_layer", "spec", "moe_layer_freq", "moe_single_grouped_weight",
+    "moe_single_grouped_bias", "moe_router_score_function", "moe_router_enable_expert_bias",
+    "moe_router_topk_scaling_factor", "mamba_state_dim", "mamba_head_dim", "mamba_num_groups", "mamba_num_heads",
+    "heterogeneous_layers_config_path", "heterogeneous_layers_config_encoded_json", "moe_latent_size",
+    "tiktoken_pattern",
+)
+"""Arguments megatron-core 0.19.2's ``load_args_from_checkpoint`` sets from the checkpoint over the command line's
+value (wherever the checkpoint stores one), beyond :data:`CARD_ARCHITECTURE_ARGS` and the card's own flags
+(``moe_grouped_gemm``): dropout, router and position-embedding choices a user gives as training flags. The
+parallel sizes and tokenizer it replaces only under flags asking for that (``--use-mp-args-from-checkpoint-args``,
+``--use-tokenizer-model-from-checkpoint-args``)."""
+
+
+def _refuse_replaced_flags(args: argparse.Namespace, loaded: StoredCheckpoint | None, given: AbstractSet[str]) -> None:
+    """Raise ``ValueError`` when ``--use-checkpoint-args`` would replace a flag of :data:`CHECKPOINT_ARGS_REPLACING`
+    that the command line sets (``given``) with another value a checkpoint stores: the run would train with the
+    checkpoint's value, the flag ignored without a word. A training default the entry fills in
+    (:data:`megatron.oellm.training.args.TRAINING_DEFAULTS`) counts as given only with another value than that
+    default."""
+    for checkpoint in _read_for_checkpoint_args(args, loaded):
+        stored = checkpoint.common.get("args")
+        for dest in CHECKPOINT_ARGS_REPLACING:
+            ours, theirs = getattr(args, dest, None), getattr(stored, dest, None)
+            if theirs is None or ours == theirs or not _user_set(dest, ours, given):
+                continue
+            flag = _flag_of(dest)
+            raise ValueError(f"--use-checkpoint-args: megatron-core would set {dest} to {theirs!r}, the value "
+                             f"{checkpoint.named_by} stores, over {flag}'s {ours!r}, and train with that without a "
+                             f"word; drop --use-checkpoint-args, or drop {flag}")
+
+
+def _user_set(dest: str, value: object, given: AbstractSet[str]) -> bool:
+    """Whether the command line sets ``dest`` (in ``given``) to ``value`` itself, rather than the entry filling in a
+    training default (:data:`megatron.oellm.training.args.TRAINING_DEFAULTS`) there."""
+    from megatron.oellm.training.args import TRAINING_DEFAULTS
+
+    defaults = {name.replace("-", "_"): default for name, default in TRAINING_DEFAULTS.items()}
+    return dest in given and not (dest in defaults and value == defaults[dest])
+
+
+def _flag_of(dest: str) -> str:
+    """The command-line flag that sets parser destination ``dest`` (its first option string)."""
+    from megatron.oellm.training.args import oellm_parser
+
+    options = [action.option_strings for action in oellm_parser()._actions if action.dest == dest]
+    return options[0][0] if options and options[0] else f"--{dest.replace('_', '-')}"
