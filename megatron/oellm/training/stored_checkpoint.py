@@ -346,7 +346,10 @@ def check_load_directory(args: argparse.Namespace) -> None:
       ``latest_checkpointed_iteration.txt``) without ``--ckpt-step``: megatron finds no tracker there, loads nothing
       (or ``--pretrained-checkpoint``) and trains from random weights, printing only a warning;
     * ``--pretrained-checkpoint`` is what megatron loads (:func:`load_source`) and holds no tracker: megatron stops
-      with ``FileNotFoundError`` after allocating the model on every rank;
+      with ``FileNotFoundError`` after allocating the model on every rank (a Hugging Face model folder there is
+      named as one, with its conversion);
+    * ``--load`` is what megatron loads and it would load nothing from it (:func:`_check_load_holds_checkpoint`):
+      megatron prints a warning after building the model and trains from random weights;
     * under ``--ckpt-step``, the checks of :func:`_check_ckpt_step`; without it, the tracker of what megatron loads
       names an iteration directory that is missing or holds no checkpoint (:func:`_check_tracked_directory`).
     """
@@ -362,16 +365,102 @@ def check_load_directory(args: argparse.Namespace) -> None:
         _check_iteration_directory(LOAD, Path(args.load), outcome, plain_step=not pretrained)
     source = load_source(args)
     if source is not None and source[0] == PRETRAINED and not has_tracker(source[1]):
-        _check_iteration_directory(PRETRAINED, source[1], "stops with FileNotFoundError after allocating the model",
-                                   plain_step=False)
+        outcome = "stops with FileNotFoundError after allocating the model"
+        _check_iteration_directory(PRETRAINED, source[1], outcome, plain_step=False)
+        _check_not_hugging_face(args, PRETRAINED, source[1], outcome)
         where = f"--load {args.load} holds none either, so " if args.load else ""
         raise ValueError(f"--pretrained-checkpoint {source[1]} holds no {TRACKER_FILE}: {where}megatron-core finds "
                          "no checkpoint to start from and stops with FileNotFoundError after allocating the model on "
                          "every rank; name the directory megatron saved into (the one holding that file)")
+    if source is not None and source[0] == LOAD:
+        _check_load_holds_checkpoint(args, source[1])
     if step and source is not None:
         _check_ckpt_step(args, step, *source)
     elif source is not None:
         _check_tracked_directory(args, *source)
+
+
+HF_CONFIG = "config.json"
+"""The file every Hugging Face model folder holds beside its ``*.safetensors`` weights."""
+
+
+def is_hugging_face_model(directory: Path) -> bool:
+    """Whether ``directory`` looks like a Hugging Face model folder (``config.json`` beside ``*.safetensors``
+    weights), which megatron-core cannot load: it holds no tracker file and no megatron checkpoint."""
+    return (directory / HF_CONFIG).is_file() and any(directory.glob("*.safetensors"))
+
+
+def same_directory(first: str | Path | None, second: str | Path | None) -> bool:
+    """Whether both paths are given and name the same folder once symbolic links, ``..`` and the current folder
+    are resolved (a missing one as far as it exists): ``--load`` and ``--save`` spelled differently for one run."""
+    return first is not None and second is not None and Path(first).resolve() == Path(second).resolve()
+
+
+def _check_not_hugging_face(args: argparse.Namespace, flag: str, directory: Path, outcome: str) -> None:
+    """Raise ``ValueError`` when ``directory`` (given as ``flag``, holding no tracker) is a Hugging Face model
+    folder (:func:`is_hugging_face_model`), where megatron-core ``outcome``; the fix names the conversion."""
+    if not is_hugging_face_model(directory):
+        return
+    card = getattr(args, "oellm_model", None) or "CARD"
+    raise ValueError(f"{flag} {directory} is a Hugging Face model folder ({HF_CONFIG} and *.safetensors), not a "
+                     f"megatron checkpoint: megatron-core finds no {TRACKER_FILE} in it and {outcome}; convert it "
+                     f"first with `oellm convert hf-to-mcore --model {card} --hf {directory} --out DIR` and pass "
+                     f"{flag} DIR")
+
+
+def _check_load_holds_checkpoint(args: argparse.Namespace, load: Path) -> None:
+    """Raise ``ValueError`` when megatron-core 0.19.2 would load nothing from ``--load load`` (no tracker file, no
+    ``--ckpt-step``, no non-persistent checkpoint: :func:`iteration_directory_loaded`) and so trains from random
+    weights, printing a warning only after it built the model, though the user named a checkpoint:
+
+    * ``load`` is a Hugging Face model folder (:func:`_check_not_hugging_face`), ``--save`` or not;
+    * ``load`` is not the run's ``--save`` (:func:`same_directory`), so this run never saves there either: it does
+      not exist (a typo), is empty, or holds no checkpoint megatron finds (:func:`_what_load_holds`).
+
+    ``--load`` equal to ``--save`` and missing, empty or without a tracker is a run's first job (or one that stopped
+    before its first save) and passes, as does a ``local`` non-persistent checkpoint (its manager is not read here).
+    Under ``--exit-on-missing-checkpoint`` (which ``--ckpt-convert-format`` turns on) megatron exits instead:
+    :func:`check_exit_on_missing_checkpoint` names that."""
+    if (getattr(args, "exit_on_missing_checkpoint", False) or getattr(args, "ckpt_convert_format", None)
+            or getattr(args, "non_persistent_ckpt_type", None) == "local"
+            or iteration_directory_loaded(args, load) is not None):
+        return
+    outcome = "trains from random weights, printing only a warning once the model is built"
+    _check_not_hugging_face(args, LOAD, load, outcome)
+    save = getattr(args, "save", None)
+    if same_directory(load, save):
+        return
+    not_save = f"is not the run's --save {save}" if save else "is not a --save folder (the run has none)"
+    holds, fix = _what_load_holds(load, save)
+    raise ValueError(f"--load {load} {holds} and {not_save}: megatron-core loads nothing from it and {outcome}; "
+                     f"{fix}")
+
+
+def _what_load_holds(load: Path, save: str | None) -> tuple[str, str]:
+    """(what ``load`` holds instead of a checkpoint megatron-core loads, the fix) for
+    :func:`_check_load_holds_checkpoint`: nothing (missing, empty), checkpoint directories without the tracker that
+    would name one (resume the newest), or other files (the first few named; start from scratch or resume the run's
+    ``--save``)."""
+    resume = f"--load {save}, the run's --save folder" if save else "--load the folder a run saved into"
+    fresh = f"drop --load to start from scratch, or give {resume}, to resume from its checkpoints"
+    try:
+        names = sorted(child.name for child in load.iterdir()) if load.exists() else None
+    except OSError as error:  # searchable (has_tracker passed) but not listable
+        return f"cannot be listed ({error.strerror}), holds no {TRACKER_FILE}", fresh
+    if names is None:
+        return "does not exist", fresh
+    if not names:
+        return "is empty", fresh
+    held = [name for name in names if (name == RELEASE or iteration_of(name) is not None) and (load / name).is_dir()]
+    if not held:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        return f"holds no checkpoint (no {TRACKER_FILE}, no {ITERATION_PREFIX}* directory; it holds {shown})", fresh
+    holds = f"holds {', '.join(held[-3:])} but no {TRACKER_FILE}"
+    iterations = sorted(step for name in held if (step := iteration_of(name)) is not None)
+    if iterations:
+        return holds, (f"to resume iteration {iterations[-1]}, add --ckpt-step {iterations[-1]} or write it into "
+                       f"{load / TRACKER_FILE}")
+    return holds, f"to load {load / RELEASE}, write {RELEASE} into {load / TRACKER_FILE}"
 
 
 def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path) -> None:

@@ -31,7 +31,8 @@ def _megatron_loads(load_dir: Path, exit_on_missing: bool) -> object:
 
 def test_a_load_directory_without_a_checkpoint_is_refused(monkeypatch, capsys, tmp_path):
     """megatron exits with status 0 (``sys.exit()`` without a code) where the flag is set and ``--load`` holds no
-    tracker; without the flag it starts from random weights (a first job), which the entry lets through."""
+    tracker; without the flag it starts from random weights (a first job, --load being --save), which the entry lets
+    through."""
     load = tmp_path / f"run{random.randint(0, 999)}"
     load.mkdir()
     assert _megatron_loads(load, True) == ("exit", None)
@@ -42,7 +43,7 @@ def test_a_load_directory_without_a_checkpoint_is_refused(monkeypatch, capsys, t
             "(latest_checkpointed_iteration.txt): megatron-core builds the model on every rank, then ends the job "
             "with exit status 0") in line
     with pytest.raises(Reached):  # a first job
-        entry.main([*BASE, "--load", str(load)])
+        entry.main([*BASE, "--load", str(load), "--save", str(load), "--save-interval", "50"])
     missing = [*BASE, "--load", str(tmp_path / "missing"), "--exit-on-missing-checkpoint"]
     assert "which holds no checkpoint" in refused_line(entry, capsys, missing)
 

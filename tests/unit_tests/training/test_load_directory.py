@@ -73,7 +73,8 @@ def test_the_read_directory_and_format_are_megatrons(tmp_path: Path, fmt: str) -
 @pytest.mark.parametrize("fmt", ["torch_dist", "torch_dcp", "torch"])
 def test_an_iteration_directory_as_load_is_refused_naming_ckpt_step(tmp_path: Path, fmt: str) -> None:
     """megatron finds no tracker in the iteration directory and would train from random weights; the parent with
-    --ckpt-step loads it, and so does the parent (tracker) or an empty directory (a first job) as --load."""
+    --ckpt-step loads it, and so does the parent (tracker) or an empty directory (a first job: --load is --save)
+    as --load."""
     iteration = random.randrange(1, 10**6)
     directory = _save(tmp_path, fmt, iteration)
     assert persistent_iteration_directory(directory) is None
@@ -83,7 +84,7 @@ def test_an_iteration_directory_as_load_is_refused_naming_ckpt_step(tmp_path: Pa
     check_load_directory(_run(tmp_path, ckpt_step=iteration))
     for load in (tmp_path, tmp_path / "empty", tmp_path / "missing"):
         (tmp_path / "empty").mkdir(exist_ok=True)
-        check_load_directory(_run(load))
+        check_load_directory(_run(load, save=str(load)))
 
 
 @pytest.mark.parametrize(("fmt", "run", "refused"), [

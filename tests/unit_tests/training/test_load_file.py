@@ -41,7 +41,7 @@ def test_a_load_that_is_a_file_is_refused_in_one_line(step, tmp_path, monkeypatc
 def test_a_load_folder_that_does_not_exist_yet_passes(tmp_path, monkeypatch):
     """The first job of a run whose --load is its --save: nothing to load yet, a fresh start by design."""
     load = tmp_path / f"run-{random.randint(0, 10**6)}"
-    check_load_directory(parse_oellm_argv(["--load", str(load)]))
+    check_load_directory(parse_oellm_argv(["--load", str(load), "--save", str(load)]))
     with pytest.raises(Reached):
         entry_up_to_pretrain(monkeypatch).main([*TINY_MOE_RUN, "--load", str(load), "--save", str(load),
                                                 "--save-interval", "5"])

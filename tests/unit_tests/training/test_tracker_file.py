@@ -116,7 +116,8 @@ def test_the_entry_refuses_a_bad_tracker_before_megatron_initialises(
     [line] = capsys.readouterr().err.splitlines()
     assert f"{tmp_path / TRACKER_FILE} holds" in line and "exit status 0" in line
     (tmp_path / TRACKER_FILE).unlink()
-    if flag == "--load":  # a first job: nothing to load, training starts
+    if flag == "--load":  # a first job (--load is --save): nothing to load, training starts
+        argv += ["--save", str(tmp_path), "--save-interval", "5"]
         check_load_directory(parse_oellm_argv(argv))
         with pytest.raises(Reached):
             entry.main(argv)
