@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
-    from megatron.oellm.training.run_schedule import profiler_trace_warnings
+    from megatron.oellm.training.run_schedule import check_save_directory, profiler_trace_warnings
     from megatron.oellm.training.sharded_checkpoints import (
         check_fsdp2_resume,
         check_fsdp2_saves_on_this_torch,
@@ -214,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args_support(backend, args)
         check_flex_dispatcher(args)
         check_validated_args(args)
+        check_save_directory(args)  # this node's file system: not in the recipes' checks
         check_validated_packages(args)
         check_activation_logging(args, backend)
         local_prefixes = check_data_source(args)

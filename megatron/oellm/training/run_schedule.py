@@ -10,6 +10,7 @@ from pathlib import Path
 
 from megatron.oellm.megatron_args import megatron_flag
 from megatron.oellm.paths import nearest_existing
+from megatron.oellm.training.index_cache import unwritable_reason
 
 
 def _run_iterations(args: argparse.Namespace) -> int | None:
@@ -64,6 +65,56 @@ def check_save_flags(args: argparse.Namespace) -> None:
                          f"first non-persistent save (iteration {args.non_persistent_save_interval}, unless a "
                          "persistent save falls there); add --non-persistent-ckpt-type global (or local), or drop "
                          "--non-persistent-save-interval")
+
+
+def check_save_directory(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for a ``--save`` folder megatron-core 0.19.2 would fail on, or overwrite another run in,
+    only at its first save, after ``--save-interval`` iterations of training (all of them lost), read on this node's
+    file system without creating anything: :func:`check_save_writable`, :func:`check_save_not_another_run`. The
+    training entry runs it on its own node (the recipes check a command line on another machine, where the job's
+    folders may not exist), after :func:`check_save_flags`."""
+    if args.save:
+        check_save_writable(args.save)
+        check_save_not_another_run(args)
+
+
+def check_save_writable(save: str) -> None:
+    """Raise ``ValueError`` when this process could not create ``--save save`` or write into it
+    (:func:`megatron.oellm.training.index_cache.unwritable_reason`: a read-only mount, ``/proc`` or ``/sys``, a folder
+    of another user): megatron creates it, and writes each checkpoint, only when it first saves."""
+    reason = unwritable_reason(Path(save))
+    if reason is not None:
+        raise ValueError(f"--save {save} cannot be written: {reason}; megatron-core creates it only at its first "
+                         "save, after --save-interval iterations of training, and stops there; give a folder this "
+                         "job can write")
+
+
+def check_save_not_another_run(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when ``--save`` holds another run's checkpoints (its
+    ``latest_checkpointed_iteration.txt``) and ``--load`` is not that folder
+    (:func:`megatron.oellm.training.stored_checkpoint.same_directory`): megatron-core
+    loads nothing from it and, from its first save on, writes this run's iterations and tracker over the other run's
+    (whose later jobs then resume this one)."""
+    from megatron.oellm.training.stored_checkpoint import (  # imports torch, through the converter's pipeline
+        TRACKER_FILE,
+        has_tracker,
+        same_directory,
+        tracked_checkpoint,
+    )
+
+    save = Path(args.save)
+    if same_directory(args.load, save) or not has_tracker(save):
+        return
+    try:
+        tracked = tracked_checkpoint(save)
+    except ValueError:  # unreadable or not an iteration: still another run's tracker
+        tracked = None
+    latest = (f"latest iteration {tracked}" if isinstance(tracked, int) else
+              f"tracker naming {tracked}" if tracked else f"a {TRACKER_FILE} megatron-core cannot read")
+    loading = f"--load is {args.load}" if args.load else "the run has no --load"
+    raise ValueError(f"--save {save} holds another run's checkpoint ({latest}) and {loading}: megatron-core would "
+                     f"write this run's iterations and {TRACKER_FILE} over that run's from its first save on; give a "
+                     f"new --save folder, or --load {save} to resume that run")
 
 
 DUMP_INTERVALS = ("save_wgrads_interval", "save_dgrads_interval", "save_params_interval")
