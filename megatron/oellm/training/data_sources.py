@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from megatron.core.datasets.indexed_dataset import _IndexReader
+
 
 from megatron.oellm.training.index_cache import check_cache_flags, check_index_cache
 
@@ -260,54 +262,93 @@ def check_validation_set_names(args: argparse.Namespace, blend_per_split: BlendP
                          "after --eval-interval training iterations; give one name per validation set")
 
 
-def _sequence_count(indexed_dataset: ModuleType, prefix: str) -> int:
-    """The sequence count of dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in:
-    importing it imports megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
+def _read_index(indexed_dataset: ModuleType, prefix: str) -> _IndexReader:
+    """Dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in: importing it imports
+    megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
     try:
-        return indexed_dataset._IndexReader(f"{prefix}.idx", False).sequence_count
+        return indexed_dataset._IndexReader(f"{prefix}.idx", False)
     except (AssertionError, OSError, ValueError, IndexError, struct.error) as error:
         raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
                          f"({error or type(error).__name__})") from error
 
 
-def check_split_sequences(args: argparse.Namespace, blend: Blend | None, prefixes: list[str]) -> None:
-    """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets ``prefixes`` of ``blend``
-    (``--data-path`` / ``--data-args-path``) without a sequence, or when megatron-core cannot read a dataset's index
-    or the index counts no sequence (also for per-split paths, ``blend`` None): megatron-core then fails to map the
-    empty ``.bin`` or, when it maps one, hangs as on an empty split.
+def described_bin_size(index: _IndexReader) -> int:
+    """The bytes of the ``.bin`` that megatron-core's ``index`` describes: its sequences lie one after another from
+    byte 0, each at its byte pointer, so the last one's pointer plus its length times the token size (0 for an index
+    without sequences)."""
+    if index.sequence_count == 0:
+        return 0
+    return int(index.sequence_pointers[-1]) + int(index.sequence_lengths[-1]) * index.dtype_size
+
+
+def check_bin_size(prefix: str, index: _IndexReader) -> None:
+    """Raise ``ValueError`` naming both files and sizes when dataset ``prefix``'s ``.bin`` is not the size its
+    ``index`` describes (:func:`described_bin_size`), as when the ``.bin`` and ``.idx`` of two datasets meet at one
+    prefix or a copy was cut short. megatron-core never compares the two: a shorter ``.bin`` fails ("buffer is smaller
+    than requested size") when a sample of its missing part comes up, mid-run; a longer one is read as far as the
+    index says, another corpus's tokens included. Only the file's size is read."""
+    actual, described = Path(f"{prefix}.bin").stat().st_size, described_bin_size(index)
+    if actual == described:
+        return
+    if actual < described:
+        size, outcome = "shorter", ("megatron-core would stop mid-run (\"buffer is smaller than requested size\") "
+                                    "when a sample of the missing part comes up")
+    else:
+        size, outcome = "longer", "megatron-core would read only the part the index describes, another dataset's tokens"
+    raise ValueError(f"dataset {prefix!r}: {prefix}.bin holds {actual} bytes, {size} than the {described} bytes its "
+                     f"index {prefix}.idx describes ({index.sequence_count} sequences of {index.dtype.__name__} "
+                     f"tokens), so the two files are not of one dataset: {outcome}; put the .bin and .idx one tool "
+                     "wrote together at the prefix (copy both again), or rebuild the dataset")
+
+
+def check_dataset_indices(prefixes: list[str]) -> dict[str, int]:
+    """The sequence count of each local dataset of ``prefixes``, after a ``ValueError`` for one whose index
+    megatron-core cannot read, whose index counts no sequence, or whose ``.bin`` is not the size the index describes
+    (:func:`check_bin_size`): megatron-core fails on each when it builds the datasets (mapping an empty ``.bin``
+    fails; with one it maps, it counts epochs of no token forever) or mid-run, after the model and optimizer are set
+    up."""
+    from megatron.core.datasets import indexed_dataset
+
+    reader_log = logging.getLogger(indexed_dataset.__name__)
+    level = reader_log.level
+    reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
+    counts = {}
+    try:
+        for prefix in prefixes:
+            # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
+            # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
+            index = _read_index(indexed_dataset, prefix)
+            if index.sequence_count == 0:
+                raise ValueError(f"dataset {prefix!r} holds no documents (its index {prefix}.idx counts 0 sequences): "
+                                 "megatron-core fails on it when it builds the datasets, after the model and optimizer "
+                                 "are set up (or hangs there until the job's time limit); drop it from the data paths, "
+                                 "or rebuild it from input that has text")
+            check_bin_size(prefix, index)
+            counts[prefix] = index.sequence_count
+    finally:
+        reader_log.setLevel(level)
+    return counts
+
+
+def check_split_sequences(args: argparse.Namespace, blend: Blend | None, counts: dict[str, int]) -> None:
+    """Raise ``ValueError`` when ``--split`` leaves a split of one of the local datasets of ``blend`` (``--data-path``
+    / ``--data-args-path``; ``counts``: prefix -> sequence count, :func:`check_dataset_indices`) without a sequence.
 
     megatron-core splits each dataset of a blend by ``--split`` and builds every split that gets a share, also one
     whose share of a small dataset rounds to no sequence (the default 969,30,1 leaves the test split of a dataset of
     500 sequences or fewer empty). Its GPTDataset then counts epochs of no token forever: rank 0 loops in the dataset
     build, after the model and optimizer are set up, until the job's time limit (a blend without weights stops there
-    with a bare AssertionError instead)."""
-    from megatron.core.datasets import indexed_dataset
+    with a bare AssertionError instead). Per-split paths (``blend`` None) take no split."""
     from megatron.core.datasets.blended_megatron_dataset_config import (
         convert_split_vector_to_split_matrix,
         parse_and_normalize_split,
     )
     from megatron.core.datasets.utils import Split
 
-    if blend is not None and args.split is None:
+    if blend is None or args.split is None:
         return
-    matrix = None if blend is None else convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
-    reader_log = logging.getLogger(indexed_dataset.__name__)
-    level = reader_log.level
-    reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
-    try:
-        # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
-        # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
-        counts = {prefix: _sequence_count(indexed_dataset, prefix) for prefix in prefixes}
-    finally:
-        reader_log.setLevel(level)
+    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(args.split))
     for prefix, count in counts.items():
-        if count == 0:
-            raise ValueError(f"dataset {prefix!r} holds no documents (its index {prefix}.idx counts 0 sequences): "
-                             "megatron-core fails on it when it builds the datasets, after the model and optimizer "
-                             "are set up (or hangs there until the job's time limit); drop it from the data paths, "
-                             "or rebuild it from input that has text")
-        if matrix is None:
-            continue
         # the sequence range of each split, as megatron-core's builder rounds it
         empty = [split.name for split in Split if matrix[split.value] is not None
                  and int(round(matrix[split.value][1] * count)) <= int(round(matrix[split.value][0] * count))]
@@ -399,8 +440,9 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), validation set names that do not
     count its sets (:func:`check_validation_set_names`), or leaves a split of a
     dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
-    (object-storage prefixes are left to megatron) or whose index cache megatron could neither reuse nor write
-    (:func:`check_index_cache`); and,
+    (object-storage prefixes are left to megatron), with an index megatron-core cannot read, without sequences or
+    describing another ``.bin`` size (:func:`check_dataset_indices`), or whose index cache megatron could neither
+    reuse nor write (:func:`check_index_cache`); and,
     with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
     :func:`check_sequences_file`).
 
@@ -452,7 +494,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
                          "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
                          "--per-split-data-args-path); a prefix names the files without their suffix")
     check_cache_flags(args, blends[0])  # megatron-core's dataset config refuses these before it builds a split
-    check_split_sequences(args, blends[0], local)
+    check_split_sequences(args, blends[0], check_dataset_indices(local))
     check_index_cache(args, local)
     check_sequences_file(args, local)
     return local

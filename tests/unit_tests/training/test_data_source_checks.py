@@ -162,8 +162,8 @@ def test_a_list_mixing_weights_into_prefix_places_is_refused_with_its_form(tmp_p
 
 
 def test_weight_prefix_pairs_and_plain_prefixes_still_pass(tmp_path):
-    """The two forms megatron-core reads pass the check."""
-    a, b = _dataset(tmp_path, "a"), _dataset(tmp_path, "b")
+    """The two forms megatron-core reads pass the check (real datasets: the check reads every local index)."""
+    a, b = corpus(tmp_path, "a"), corpus(tmp_path, "b")
     weights = [str(round(random.uniform(0.05, 0.95), 3)) for _ in range(2)]
     data_sources.check_data_source(parse_oellm_argv(["--data-path", weights[0], a, weights[1], b]))
     data_sources.check_data_source(parse_oellm_argv(["--data-path", a, b]))
