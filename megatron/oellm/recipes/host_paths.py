@@ -80,11 +80,14 @@ def check_data_paths(data_path: Sequence[str]) -> None:
 
 
 def check_tokenizer_path(tokenizer_model: str) -> None:
-    """Refuse a ``--tokenizer-model`` written as a path (absolute, or starting with ``./`` or ``../``) that
-    does not exist here: it can be no Hugging Face hub name, the login node shares the compute nodes' file system,
-    and the job would stop at its first tokenizer call, after the queue (relative paths: from the current directory,
-    where the job starts). Hub names (``org/name``) are left to the run."""
-    if tokenizer_model.startswith(("/", "./", "../")) and not Path(tokenizer_model).exists():
+    """Refuse a ``--tokenizer-model`` written as a path that does not exist here (the training entry's rule,
+    :func:`megatron.oellm.training.data_sources.absent_tokenizer_path`): it can be no Hugging Face hub name, the
+    login node shares the compute nodes' file system, and the job would stop when it builds the tokenizer, after the
+    queue (relative paths: from the current directory, where the job starts). Hub names (``org/name``) are left to
+    the run."""
+    from megatron.oellm.training.data_sources import absent_tokenizer_path
+
+    if absent_tokenizer_path(tokenizer_model):
         raise RecipeError(f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give "
                           "a tokenizer directory or file on the shared file system, a Hugging Face hub name "
                           "(org/name), or 'byte'")

@@ -417,6 +417,65 @@ def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
                          "drop the flag")
 
 
+TOKENIZER_PATH_STARTS = ("/", "./", "../", "~")
+"""How a ``--tokenizer-model`` written as a path starts: absolute, from the current directory or its parent, or from
+a home directory. No Hugging Face hub name (``name``, ``org/name``) starts so; a relative path without such a start
+reads as one (``org/name`` also where a directory ``org`` is here) and is left to the run."""
+
+
+def absent_tokenizer_path(tokenizer_model: str) -> bool:
+    """Whether ``--tokenizer-model`` ``tokenizer_model`` is written as a path (:data:`TOKENIZER_PATH_STARTS`) where
+    nothing is (from the current directory, where the run starts; a ``~`` reaches the run as it stands). Such a value
+    can be no hub name: megatron-core's tokenizer library fails on it when megatron initialises, on every rank
+    (transformers says "Repo id must be in the form ..."). The one rule of the training entry and of ``oellm
+    recipe``'s login-node check."""
+    return tokenizer_model.startswith(TOKENIZER_PATH_STARTS) and not Path(tokenizer_model).exists()
+
+
+TOKENIZER_FILE_FLAGS: dict[str, tuple[str, str]] = {"vocab_file": ("--vocab-file", "vocabulary"),
+                                                    "merge_file": ("--merge-file", "BPE merges")}
+"""The tokenizer file arguments (argument -> flag, what the file holds)."""
+
+
+DOWNLOADED_TOKENIZER_FILES: dict[str, tuple[str, ...]] = {
+    "GPT2BPETokenizer": ("vocab_file", "merge_file"),
+    "BertWordPieceLowerCase": ("vocab_file",),
+    "BertWordPieceCase": ("vocab_file",),
+}
+"""megatron's own ``--tokenizer-type`` values and the file arguments each reads: megatron-core 0.19.2 downloads a file
+not given from S3 when megatron initialises, which needs the ``wget`` package and network on the node (else a
+traceback on every rank)."""
+
+
+def check_tokenizer_files(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for a tokenizer file ``args`` name that is not there: a ``--vocab-file`` or
+    ``--merge-file`` that is no file, a megatron tokenizer type without the files it would download
+    (:data:`DOWNLOADED_TOKENIZER_FILES`), a ``--tokenizer-model`` path where nothing is
+    (:func:`absent_tokenizer_path`). megatron-core builds the tokenizer when megatron initialises, on every rank: a
+    missing file waited out huggingface.co's retries (some 30 s) and was then refused under the hub tokenizer's name,
+    a file left to download ended in a ``wget`` traceback."""
+    for name, (flag, content) in TOKENIZER_FILE_FLAGS.items():
+        value = getattr(args, name)
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{flag} {value!r} is no file (relative to {Path.cwd()}): megatron-core would fail to "
+                             "build the tokenizer when megatron initialises, naming a hub tokenizer instead of this "
+                             f"file; give the path of the tokenizer's {content} file")
+    needed = [TOKENIZER_FILE_FLAGS[name][0] for name in DOWNLOADED_TOKENIZER_FILES.get(args.tokenizer_type, ())
+              if getattr(args, name) is None]
+    if needed:
+        raise ValueError(f"--tokenizer-type {args.tokenizer_type} needs {' and '.join(needed)}: without them "
+                         "megatron-core downloads its files from S3 when megatron initialises, which needs the wget "
+                         "package and network on every node (else a traceback); give the files (for GPT2BPETokenizer "
+                         "gpt2's vocab.json and merges.txt), or --tokenizer-type HuggingFaceTokenizer "
+                         "--tokenizer-model NAME_OR_DIRECTORY")
+    model = args.tokenizer_model
+    if model is not None and absent_tokenizer_path(model):
+        raise ValueError(f"--tokenizer-model {model!r} does not exist (relative to {Path.cwd()}): written as a path, "
+                         "it is no Hugging Face hub name either, so megatron-core would fail to build the tokenizer "
+                         "when megatron initialises; give an existing tokenizer directory or file, or a hub name "
+                         "(org/name)")
+
+
 BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX WEIGHT PREFIX ...), "
               "each weight a number before its prefix; megatron-core refuses a list that mixes numbers into other "
               "places with a bare AssertionError")
@@ -433,7 +492,8 @@ EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to un
 
 
 def check_data_source(args: argparse.Namespace) -> list[str]:
-    """Raise ``ValueError`` when a run without ``--mock-data`` names no dataset, a data path list that is neither
+    """Raise ``ValueError`` for a tokenizer file the run names that is not there (:func:`check_tokenizer_files`), and
+    when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), blend weights
     megatron-core cannot make shares of (:func:`check_blend_weights`), a ``--split`` that
     does not fit its data or gives a run that trains no training data (:func:`check_split`), a test set beside
@@ -454,6 +514,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     from megatron.core.datasets.object_storage_utils import is_object_storage_path
     from megatron.training.utils import get_blend_and_blend_per_split
 
+    check_tokenizer_files(args)  # megatron builds the tokenizer also for mock data
     if args.mock_data:
         check_test_set_beside_validation_sets(args, None, None)
         check_validation_set_names(args, None)

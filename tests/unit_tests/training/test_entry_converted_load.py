@@ -3,6 +3,7 @@ converted checkpoint does not store: refused before Megatron starts, naming ``--
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -127,12 +128,14 @@ def test_a_converted_checkpoint_given_as_pretrained_is_not_refused(converted: Pa
 
 
 def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+                                                      capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """One error line and exit status 2 before the throughput hook and ``pretrain`` (for the resume, then for
     megatron's default strictness); with --finetune and ``log_unexpected`` it goes on."""
     main = entry_up_to_pretrain(monkeypatch)
+    vocab = tmp_path / "vocab.json"  # the entry refuses a --vocab-file that is not there
+    vocab.write_text(json.dumps({f"t{number}": number for number in range(random.randint(2, 9))}))
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
-            "torch_dist", "--vocab-file", "vocab.json", "--mock-data", "--dist-ckpt-strictness", "log_unexpected"]
+            "torch_dist", "--vocab-file", str(vocab), "--mock-data", "--dist-ckpt-strictness", "log_unexpected"]
     assert main.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{main.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
