@@ -13,15 +13,6 @@ from megatron.oellm.recipes.config import ClusterSettings, RecipeError
 from megatron.oellm.recipes.resolve import check_file_system_data
 
 
-def _is_number(text: str) -> bool:
-    """Whether ``text`` reads as a number (a blend weight)."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def data_prefixes(data_path: Sequence[str]) -> list[str]:
     """The dataset prefixes megatron-core reads from a ``--data-path`` list, by its own ``get_blend_from_list``: the
     second of each ``WEIGHT PREFIX`` pair when the list is such pairs, else every entry. A number elsewhere (a weight
@@ -67,13 +58,13 @@ def check_data_paths(data_path: Sequence[str]) -> None:
     """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
     nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
     job starts)."""
-    from megatron.oellm.training.data_sources import missing_dataset_files
+    from megatron.oellm.training.data_sources import missing_dataset_files, reads_as_number
 
     check_file_system_data(data_path)
     for prefix in data_prefixes(data_path):
         if missing := missing_dataset_files(prefix):
             fix = ("megatron-core reads this number as a dataset prefix: write each weight before its prefix "
-                   "(WEIGHT PREFIX WEIGHT PREFIX ...)" if _is_number(prefix) else
+                   "(WEIGHT PREFIX WEIGHT PREFIX ...)" if reads_as_number(prefix) else
                    "give the prefix of a Megatron dataset, without .bin/.idx")
             raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
                               f"(relative to {Path.cwd()}); {fix}")

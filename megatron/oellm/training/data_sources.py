@@ -482,6 +482,22 @@ BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs 
 """What megatron-core's ``get_blend_from_list`` takes for a data path list, for the refusal of :func:`check_data_source`."""
 
 
+def reads_as_number(word: str) -> bool:
+    """Whether data path list entry ``word`` reads as a number, as megatron-core's ``get_blend_from_list`` reads a
+    blend weight."""
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+WEIGHT_AS_PREFIX = ("; a number there is a weight megatron-core read as a dataset prefix, since it reads a list of an "
+                    "odd word count, or with a weight after its prefix, as prefixes without weights: a weighted data "
+                    "path list is WEIGHT PREFIX pairs, each weight before its prefix")
+"""What :func:`check_data_source` adds when a missing dataset prefix reads as a number."""
+
+
 DATA_PATH_LISTS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
 """The data path arguments megatron's parser reads as lists (``nargs='*'``): a flag given without a value is ``[]``."""
 
@@ -549,11 +565,12 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     check_test_set_beside_validation_sets(args, *blends)
     check_validation_set_names(args, blends[1])
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
-    missing = [prefix for prefix in local if missing_dataset_files(prefix)]
+    missing = list(dict.fromkeys(prefix for prefix in local if missing_dataset_files(prefix)))
     if missing:
         raise ValueError(f"no indexed dataset (PREFIX.bin and PREFIX.idx) at {', '.join(map(repr, missing))}: check "
                          "the data paths (--data-path, --train/valid/test-data-path or the file of --data-args-path / "
-                         "--per-split-data-args-path); a prefix names the files without their suffix")
+                         "--per-split-data-args-path); a prefix names the files without their suffix"
+                         f"{WEIGHT_AS_PREFIX if any(map(reads_as_number, missing)) else ''}")
     check_cache_flags(args, blends[0])  # megatron-core's dataset config refuses these before it builds a split
     check_split_sequences(args, blends[0], check_dataset_indices(local))
     check_index_cache(args, local)
