@@ -1,6 +1,7 @@
 """The training entry's checks of its data flags, before megatron initialises: one data source, data path lists
-megatron-core can read, blend weights, ``--split`` and the sequences each split gets, validation and test sets, and
-the dataset flags this release does not honour; each refusal is one ``ValueError`` naming the flag (megatron-core
+megatron-core can read, blend weights, ``--split`` and the sequences each split gets, each dataset's ``.bin`` against
+its ``.idx``, the tokenizer files the run names, validation and test sets, and the dataset flags this release does
+not honour; each refusal is one ``ValueError`` naming the flag (megatron-core
 would fail later, on every rank, or not at all).
 """
 
