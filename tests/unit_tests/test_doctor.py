@@ -900,9 +900,9 @@ def test_collect_finds_modules_without_metadata_and_hybrid_ep(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     probe = PackageProbe("probe", ("no-such-distribution-for-doctor",), "doctor_probe_only_module")
-    assert doctor_probes._distribution_version(probe) == UNKNOWN_VERSION
+    assert doctor_probes.distribution_version(probe) == UNKNOWN_VERSION
     missing = PackageProbe("missing", ("no-such-distribution-for-doctor",), "no_such_module_for_doctor")
-    assert doctor_probes._distribution_version(missing) is None
+    assert doctor_probes.distribution_version(missing) is None
     assert doctor_probes.deep_ep_declares_hybrid_ep() is True
     (package / "__init__.py").write_text("from .buffer import Buffer\n")
     assert doctor_probes.deep_ep_declares_hybrid_ep() is False
@@ -912,8 +912,8 @@ def test_find_nvcc_from_cuda_home(tmp_path):
     nvcc = tmp_path / "bin" / "nvcc"
     nvcc.parent.mkdir()
     nvcc.write_text("")
-    assert doctor_probes._find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
-    found_without = doctor_probes._find_nvcc({"PATH": ""})
+    assert doctor_probes.find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": ""}) == str(nvcc)
+    found_without = doctor_probes.find_nvcc({"PATH": ""})
     assert found_without is None or found_without != str(nvcc)
 
 
@@ -935,7 +935,7 @@ def test_find_nvcc_searches_as_fla_does(tmp_path, monkeypatch, cuda_home, cuda_p
         if choice is not None:
             env[variable] = folders[choice]
             monkeypatch.setenv(variable, folders[choice])
-    found = doctor_probes._find_nvcc(env)
+    found = doctor_probes.find_nvcc(env)
     assert (found is not None) is env_utils.has_usable_nvcc.__wrapped__()
     if cuda_home == "bad" and cuda_path == "good":
         assert found != str(good / "bin" / "nvcc")
@@ -956,10 +956,10 @@ def test_find_nvcc_falls_back_to_the_nvcc_wheel_then_usr_local_cuda(tmp_path, mo
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-cuda-nvcc\nVersion: {version}\n")
     (info / "RECORD").write_text("nvidia/cuda_nvcc/bin/nvcc,,\n")
     monkeypatch.syspath_prepend(str(site))
-    assert doctor_probes._find_nvcc({"PATH": ""}) == str(nvcc)
+    assert doctor_probes.find_nvcc({"PATH": ""}) == str(nvcc)
     usr_local = Path("/usr/local/cuda/bin/nvcc")
     monkeypatch.setattr(doctor_probes, "is_file", lambda path: Path(path) == usr_local)
-    assert doctor_probes._find_nvcc({"PATH": ""}) == str(usr_local)
+    assert doctor_probes.find_nvcc({"PATH": ""}) == str(usr_local)
 
 
 def test_fla_rule_tilelang_that_fails_to_import_is_an_error():

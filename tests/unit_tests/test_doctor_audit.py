@@ -285,7 +285,7 @@ def test_triton_shipped_as_pytorch_triton_is_read_by_its_version(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", only_pytorch_triton)
     (probe,) = [probe for probe in PACKAGE_PROBES if probe.name == "triton"]
-    assert doctor_probes._distribution_version(probe) == version
+    assert doctor_probes.distribution_version(probe) == version
     (finding,) = check_fla_hopper_triton(make_report(versions={"triton": version}), {})
     assert finding.severity == "error" and f"Triton {version}" in finding.message
 

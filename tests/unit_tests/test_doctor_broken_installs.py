@@ -114,11 +114,11 @@ def test_a_dist_info_without_metadata_does_not_hide_the_module(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     probe = PackageProbe("half", ("oellm_doctor_half", "no-such-distribution-for-doctor"), "oellm_doctor_half_module")
-    assert doctor_probes._distribution_version(probe) == UNKNOWN_VERSION
+    assert doctor_probes.distribution_version(probe) == UNKNOWN_VERSION
     _dist_info(tmp_path, "oellm_doctor_whole", "1.2")
     importlib.invalidate_caches()
     probe = PackageProbe("half", ("oellm_doctor_half", "oellm_doctor_whole"), None)
-    assert doctor_probes._distribution_version(probe) == "1.2"
+    assert doctor_probes.distribution_version(probe) == "1.2"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None, reason="TE is installed here")
@@ -163,4 +163,4 @@ def test_an_nvcc_under_a_folder_this_user_may_not_enter_is_not_found_rather_than
     monkeypatch.setattr(pathlib.Path, "is_file", refusing)
     env = {"CUDA_HOME": str(tmp_path / "locked"), "PATH": str(usable.parent)}
     usable.chmod(0o755)
-    assert doctor_probes._find_nvcc(env) == str(usable)
+    assert doctor_probes.find_nvcc(env) == str(usable)

@@ -66,7 +66,7 @@ PACKAGE_PROBES: tuple[PackageProbe, ...] = (
 """Every package the doctor reports, in display order."""
 
 
-def _distribution_version(probe: PackageProbe) -> str | None:
+def distribution_version(probe: PackageProbe) -> str | None:
     """Version of the first installed distribution of ``probe``, else UNKNOWN_VERSION if its module is found.
 
     A dist-info folder without its METADATA (an interrupted pip, a package removed by hand) makes
@@ -191,7 +191,7 @@ def _typing_override_provided() -> bool:
     return typing.override is typing_extensions.override  # type: ignore[attr-defined]
 
 
-def _find_nvcc(env: Mapping[str, str]) -> str | None:
+def find_nvcc(env: Mapping[str, str]) -> str | None:
     """An nvcc TileLang could use, searched as fla 0.6.0 does (``fla.utils.env.has_usable_nvcc``): $CUDA_HOME, or
     $CUDA_PATH only when CUDA_HOME is unset or empty, PATH, the nvidia-cuda-nvcc wheel, /usr/local/cuda."""
     cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
@@ -328,7 +328,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     env = os.environ if env is None else env
     cuda_version, nccl_version, gpus, gpu_probe_error, torch_import_error = _torch_cuda_facts()
     tilelang_findable = module_findable("tilelang")
-    versions = {probe.name: _distribution_version(probe) for probe in PACKAGE_PROBES}
+    versions = {probe.name: distribution_version(probe) for probe in PACKAGE_PROBES}
     # installed by its metadata or its module: a distribution whose package folder is gone does not import either.
     # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
     te_installed = versions["transformer-engine"] is not None or module_findable("transformer_engine")
@@ -361,7 +361,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
         transformer_engine_import_error=te_error,
         megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
-        nvcc_path=_find_nvcc(env),
+        nvcc_path=find_nvcc(env),
         hybrid_ep=deep_ep_declares_hybrid_ep(),
         grad_accum_fusion_available=_grad_accum_fusion_available(),
         megatron_core_path=core_path,

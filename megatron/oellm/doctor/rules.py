@@ -205,13 +205,13 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
     missing = [what for what, absent in (("fla", fla is None), ("Triton", triton is None), ("Hopper GPU", not hopper))
                if absent]
     broken_tilelang = _tilelang_import_problem(report)
-    if missing == ["Hopper GPU"] and broken_tilelang is not None and _fla_affected(triton):
+    if missing == ["Hopper GPU"] and broken_tilelang is not None and fla_affected_triton(triton):
         if not report.gpus and DRIVER_LIBRARY.search(report.tilelang_import_error or ""):
             return [_tilelang_needs_driver(triton, report.tilelang_import_error)]
         return [_broken_tilelang_without_hopper(triton, broken_tilelang)]
     if missing:
         return [Finding("ok", name, f"not applicable: {', '.join(missing)} not found.")]
-    affected = _fla_affected(triton)
+    affected = fla_affected_triton(triton)
     if affected is None:
         return [Finding("warning", name, f"cannot parse the Triton version {triton!r} to check fla issue 640.",
                         "install a released Triton >= 3.7.1")]
@@ -231,7 +231,7 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
     )]
 
 
-def _fla_affected(triton: str) -> bool | None:
+def fla_affected_triton(triton: str) -> bool | None:
     """Whether Triton release ``triton`` is in the range where fla's Triton GDN/KDA backward is wrong on Hopper (fla
     issue 640), so that fla needs its TileLang backward there; None when the version cannot be parsed."""
     try:
@@ -276,18 +276,31 @@ def _tilelang_import_problem(report: EnvironmentReport) -> str | None:
     """Why an installed tilelang does not import (what fla then crashes on), or None when it imports or is absent."""
     if not report.tilelang_importable or report.tilelang_import_error is None:
         return None
-    return (f"tilelang is installed but does not import ({report.tilelang_import_error}); tilelang 0.1.15 needs "
-            "z3-solver >= 4.13, < 4.15.5 (it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
+    return tilelang_import_problem(report.tilelang_import_error)
+
+
+def tilelang_import_problem(error: str) -> str:
+    """The blocker for a tilelang installed whose import raised ``error``, with the versions tilelang 0.1.15 needs."""
+    return (f"tilelang is installed but does not import ({error}); tilelang 0.1.15 needs z3-solver >= 4.13, < 4.15.5 "
+            "(it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
 
 
 def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> str | None:
     """Why fla would not use its TileLang kernels here, or None when it would."""
-    if not report.tilelang_importable:
+    return fla_tilelang_blocker(report.tilelang_importable, report.tilelang_import_error, report.nvcc_path, env)
+
+
+def fla_tilelang_blocker(tilelang_found: bool, import_error: str | None, nvcc_path: str | None,
+                         env: Mapping[str, str]) -> str | None:
+    """Why fla 0.6.0 would not run its TileLang GDN/KDA kernels, or None when it would: tilelang absent
+    (``tilelang_found``) or failing to import (``import_error``), no nvcc for it to compile with (``nvcc_path``), or a
+    switch in ``env`` turning fla's backend dispatch or TileLang backend off. The doctor reads these facts in
+    subprocesses; the training entry reads them in its own process (:mod:`megatron.oellm.training.fla_kernels`)."""
+    if not tilelang_found:
         return "tilelang is not installed"
-    import_problem = _tilelang_import_problem(report)
-    if import_problem is not None:
-        return import_problem
-    if report.nvcc_path is None:
+    if import_error is not None:
+        return tilelang_import_problem(import_error)
+    if nvcc_path is None:
         return "tilelang is installed but no nvcc was found (set CUDA_HOME or load a CUDA module)"
     if env.get("FLA_DISABLE_BACKEND_DISPATCH") == "1":
         return "FLA_DISABLE_BACKEND_DISPATCH=1 disables fla's backend dispatch"

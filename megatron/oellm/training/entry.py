@@ -177,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.data import train_valid_test_datasets
     from megatron.oellm.training.data_sources import check_data_source
     from megatron.oellm.training.dispatcher import check_flex_dispatcher
+    from megatron.oellm.training.fla_kernels import check_fla_backward
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.ignored_flags import ignored_flag_warnings
     from megatron.oellm.training.index_cache import stale_cache_warnings
@@ -235,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_converted_glu_layout(args, loaded, card)
         check_fsdp2_torch_dcp(args, card, loaded)
         check_model_args(args, card)
+        check_fla_backward(card)
         flops_per_token, peak_tflops = flops_and_peak(args, card)
         check_lr_schedule(args)
         config_container = training_config(args)

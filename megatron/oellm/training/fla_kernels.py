@@ -1,0 +1,67 @@
+"""fla's GDN/KDA backward on the run's GPU, checked before Megatron initialises.
+
+On Hopper (H100, H200, GH200) with 3.4 <= Triton < 3.7.1, fla 0.6.0's Triton GDN/KDA backward is wrong (fla issue
+640), so fla runs its TileLang backward there and raises in the first backward pass where it cannot: tilelang absent or
+not importing, no nvcc, or its dispatch switched off. That is after the model and optimizer are on every GPU and a
+forward pass ran; the entry names it first, in one line, with the packages to install. The rule and its wording are
+the doctor's (:func:`megatron.oellm.doctor.rules.check_fla_hopper_triton`); here the facts are read in the run's own
+process, and only where they matter (a model with GDN or KDA layers on a Hopper GPU with such a Triton).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Mapping
+
+from megatron.oellm.cards import ModelCard
+from megatron.oellm.doctor.probes import PACKAGE_PROBES, distribution_version, find_nvcc
+from megatron.oellm.doctor.rules import FLA_TILELANG_FIX, fla_affected_triton, fla_tilelang_blocker
+
+
+def fla_backward_problem(card: ModelCard, capability: tuple[int, int] | None, triton: str | None,
+                         tilelang_blocker: str | None) -> str:
+    """Why the run's fla backward would raise ('' when it would not): ``card`` has GDN or KDA layers, the GPU's compute
+    capability is Hopper's 9.x, ``triton`` is in fla issue 640's range, and ``tilelang_blocker``
+    (:func:`~megatron.oellm.doctor.rules.fla_tilelang_blocker`) says why fla cannot take its TileLang path."""
+    if card.linear_mixer == "none" or capability is None or capability[0] != 9 or triton is None:
+        return ""
+    if not fla_affected_triton(triton) or tilelang_blocker is None:
+        return ""
+    return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, whose fla 0.6.0 backward is wrong on "
+            f"this Hopper GPU (compute capability {capability[0]}.{capability[1]}) with Triton {triton} (fla issue "
+            f"640): fla runs its TileLang backward instead and raises in the first backward pass where it cannot, "
+            f"and here {tilelang_blocker}. Fix: {FLA_TILELANG_FIX}")
+
+
+def tilelang_blocker_here(env: Mapping[str, str]) -> str | None:
+    """:func:`~megatron.oellm.doctor.rules.fla_tilelang_blocker` for this process: tilelang located and imported here
+    (fla imports it in this process too), nvcc searched as fla does, the switches of ``env``."""
+    found = importlib.util.find_spec("tilelang") is not None
+    error = None
+    if found:
+        try:
+            importlib.import_module("tilelang")
+        except Exception as failure:  # noqa: BLE001  (any import failure is what fla would stop on)
+            error = f"{type(failure).__name__}: {failure}"
+    return fla_tilelang_blocker(found, error, find_nvcc(env), env)
+
+
+def check_fla_backward(card: ModelCard, env: Mapping[str, str] | None = None) -> None:
+    """Raise ``ValueError`` naming :func:`fla_backward_problem` for the run's card on this process's GPU. Reads the
+    GPU and tilelang only for a card with GDN or KDA layers and an affected Triton, so other runs pay nothing."""
+    import torch
+
+    env = os.environ if env is None else env
+    triton = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "triton"))
+    if card.linear_mixer == "none" or triton is None or not fla_affected_triton(triton):
+        return
+    if not torch.cuda.is_available():
+        return
+    capability = torch.cuda.get_device_capability()
+    if capability[0] != 9:
+        return
+    problem = fla_backward_problem(card, capability, triton, tilelang_blocker_here(env))
+    if problem:
+        raise ValueError(problem)
