@@ -401,24 +401,29 @@ def tiny(card: ModelCard) -> ModelCard:
     )
 
 
-_FLAVOUR = re.compile(r"^(?P<base>.+?)(?:-(?P<flavour>tiny|proxy-(?P<layers>\d+)L))?$")
+_FLAVOUR = re.compile(r"^(?P<base>.+?)(?:-(?P<flavour>tiny|proxy-(?P<layers>\d+)L))?$", re.IGNORECASE)
 
 
 def get_card(name: str) -> ModelCard:
-    """The card registered as ``name``: a published model or ``<model>-tiny`` / ``<model>-proxy-<N>L``."""
+    """The card registered as ``name``: a published model or ``<model>-tiny`` / ``<model>-proxy-<N>L``.
+
+    Names match whatever their case (``QWEN3-30B-A3B`` is ``qwen3-30b-a3b``, as people type them off the model pages);
+    the card returned carries the canonical name, so every output and checkpoint says it one way.
+    """
     match = _FLAVOUR.match(name)
-    base = PUBLISHED_CARDS.get(match["base"]) if match else None
+    by_lower = {known.lower(): card for known, card in PUBLISHED_CARDS.items()}
+    base = by_lower.get(match["base"].lower()) if match else None
     if base is None:
         known = list_card_names()
-        close = difflib.get_close_matches(name, known, n=1)
+        close = difflib.get_close_matches(name.lower(), known, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise CardError(f"unknown model {name!r}{hint}; known: {', '.join(known)} "
                         "(flavours: <model>-tiny, <model>-proxy-<N>L)")
     if match["flavour"] is None:
         return base
-    if match["flavour"] == "tiny":
+    if match["flavour"].lower() == "tiny":
         return tiny(base)
-    return base.with_layers(int(match["layers"]), name=name)
+    return base.with_layers(int(match["layers"]), name=f"{base.name}-proxy-{match['layers']}L")
 
 
 def list_card_names() -> list[str]:

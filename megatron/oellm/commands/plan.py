@@ -19,14 +19,16 @@ HELP = "validate a parallel layout for a model and print parameters and memory p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``oellm plan``."""
-    parser.add_argument("model", help="card name (see `oellm models`)")
+    parser.add_argument("model", help="card name, any case (see `oellm models`)")
     parser.add_argument("--nodes", type=int, required=True, help="number of nodes of the run")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size (default 1)")
     parser.add_argument("--vpp", type=int, default=None,
-                        help="virtual pipeline stages per PP rank (default: none; with --pipeline-layout: its stage "
-                             "count / PP)")
+                        help="number of virtual pipeline stages per PP rank (Megatron's "
+                             "--num-virtual-stages-per-pipeline-rank), not layers per virtual stage: a config's "
+                             "num_layers_per_virtual_pipeline_stage N is --vpp layers / (PP x N) (default: none; with "
+                             "--pipeline-layout: its stage count / PP)")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")
     parser.add_argument("--etp", type=int, default=None,
                         help="expert tensor-parallel size (default: --tp, as megatron-core sets it without "
