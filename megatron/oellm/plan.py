@@ -126,6 +126,13 @@ def plan_flops(plan: Plan, seq_length: int) -> FlopCount:
     return training_flops_per_token(plan.card, seq_length, padded_vocab=plan.card.vocab_size)
 
 
+def micro_batches_per_step(plan: Plan, global_batch: int, micro_batch: int) -> int:
+    """Micro-batches each data-parallel rank runs per optimizer step (the gradient-accumulation steps): ``global_batch``
+    over ``micro_batch`` x DP; a batch that does not divide is refused by the callers first (``oellm plan``, the
+    recipes: :func:`megatron.oellm.recipes.resolve.check_batch`)."""
+    return global_batch // (micro_batch * plan.data_parallel)
+
+
 GIB = 2**30
 """Bytes per GiB: the plan's memory columns and ``--gpu-memory-gib`` are binary, as nvidia-smi's MiB / 1024."""
 
@@ -136,9 +143,11 @@ def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
     return int(gpu_memory_gib * GIB) - rank.static_bytes
 
 
-def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None) -> str:
+def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None,
+                batch: tuple[int, int] | None = None) -> str:
     """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank; with
-    ``gpu_memory_gib``, a column of what is left per GPU after the static state."""
+    ``gpu_memory_gib``, a column of what is left per GPU after the static state; with ``batch`` (global, micro), how
+    it splits into micro-batches per step."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
     flops = plan_flops(plan, seq_length)
@@ -152,6 +161,11 @@ def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None
     ]
     if layout.pipeline_layout:
         lines.append(f"pipeline     {layout.pipeline_layout}")
+    if batch is not None:
+        global_batch, micro_batch = batch
+        lines.append(f"batch        global {global_batch} = micro {micro_batch} x DP {plan.data_parallel} x "
+                     f"{micro_batches_per_step(plan, global_batch, micro_batch)} micro-batches per step (gradient "
+                     "accumulation)")
     lines += [
         "checks       heads/groups vs TP, experts vs EP, expert width vs ETP, layers vs PP x VPP layout, "
         "world size: OK",

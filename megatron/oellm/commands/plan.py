@@ -8,11 +8,15 @@ import json
 import math
 import re
 from dataclasses import asdict
+from typing import Any
 
 from megatron.oellm.cards import CardError, get_card
-from megatron.oellm.commands import refuse
+from megatron.oellm.commands import int_at_least, refuse
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
-from megatron.oellm.plan import GIB, build_plan, format_plan, free_bytes, plan_flops
+from megatron.oellm.plan import GIB, Plan, build_plan, format_plan, free_bytes, micro_batches_per_step, plan_flops
+from megatron.oellm.recipes.config import RecipeError
+from megatron.oellm.recipes.resolve import check_batch
+from megatron.oellm.training.pipeline_schedule import interleaved_schedule_refusal
 
 HELP = "validate a parallel layout for a model and print parameters and memory per GPU, FLOPs per token"
 
@@ -37,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sp", action="store_true", help="sequence parallelism (megatron-core's MoE layer needs it with TP > 1)")
     parser.add_argument("--pipeline-layout", default=None, help="Megatron --pipeline-model-parallel-layout string")
     parser.add_argument("--seq-length", type=int, default=None, help="default: the card's")
+    parser.add_argument("--global-batch-size", type=int_at_least(1), default=None, metavar="GBS",
+                        help="samples per optimizer step, as Megatron's --global-batch-size; with --micro-batch-size "
+                             "(give both or neither): refused unless it is a multiple of micro batch x DP, and the "
+                             "plan prints the micro-batches per step (gradient-accumulation steps)")
+    parser.add_argument("--micro-batch-size", type=int_at_least(1), default=None, metavar="MBS",
+                        help="samples per forward/backward pass on one GPU, as Megatron's --micro-batch-size; "
+                             "with --global-batch-size")
     parser.add_argument("--padded-vocab", type=int, default=None,
                         help="the run tokenizer's vocabulary as megatron pads it, e.g. 384 for the recipes' "
                              "--tokenizer-model byte at TP 1 (default: the card's padded to a multiple of 128 x TP)")
@@ -48,7 +59,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it, prints the plan, then an error line on stderr, and exits 1")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object {model, world_size, layout, data_parallel, expert_data_parallel, "
-                             "ranks, flops}")
+                             "ranks, flops}; with the batch options also global_batch_size, micro_batch_size, "
+                             "micro_batches_per_step")
+
+
+def check_plan_batch(plan: Plan, global_batch: int, micro_batch: int) -> None:
+    """Raise :class:`ParallelLayoutError` in one line when megatron-core would refuse the batch on this layout: the
+    recipes' rule (:func:`~megatron.oellm.recipes.resolve.check_batch`, a whole number of micro-batches on every
+    data-parallel rank) and, with virtual stages, the interleaved schedule's (its default micro-batch group of PP)."""
+    try:
+        check_batch(plan.layout, plan.world_size, global_batch, micro_batch)
+    except RecipeError as error:
+        raise ParallelLayoutError(f"--global-batch-size / --micro-batch-size: {error}") from None
+    pipeline = plan.layout.pp
+    if pipeline > 1 and plan.layout.vpp_size > 1:
+        micro_batches = micro_batches_per_step(plan, global_batch, micro_batch)
+        refusal = interleaved_schedule_refusal(micro_batches, pipeline, pipeline)
+        if refusal is not None:
+            raise ParallelLayoutError(f"--global-batch-size {global_batch}: megatron-core's interleaved pipeline "
+                                      f"schedule (PP{pipeline} x VPP{plan.layout.vpp_size}) would stop at the first "
+                                      f"step: {refusal}; use a multiple of PP x micro batch x DP = "
+                                      f"{pipeline * micro_batch * plan.data_parallel}")
+
+
+def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None) -> dict[str, Any]:
+    """The ``--json`` object of the plan: layout, groups, ranks and FLOPs; with ``gpu_gib`` what is left per GPU, with
+    ``batch`` (global, micro) the micro-batches per step."""
+    count = plan_flops(plan, plan.card.seq_length)
+    flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
+    layout_fields = {**asdict(plan.layout), "vpp_size": plan.layout.vpp_size}  # vpp as given (None: none), vpp used
+    ranks = [asdict(r) for r in plan.ranks]
+    extra: dict[str, Any] = {}
+    if gpu_gib is not None:
+        extra["gpu_memory_gib"] = gpu_gib
+        for rank, fields in zip(plan.ranks, ranks, strict=True):
+            fields["free_bytes"] = free_bytes(rank, gpu_gib)
+    if batch is not None:
+        extra.update(global_batch_size=batch[0], micro_batch_size=batch[1],
+                     micro_batches_per_step=micro_batches_per_step(plan, *batch))
+    return {"model": plan.card.name, "world_size": plan.world_size, "layout": layout_fields,
+            "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel, **extra,
+            "ranks": ranks, "flops": flops}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
         if gpu_gib is None or not math.isfinite(gpu_gib) or gpu_gib <= 0:
             return refuse("plan", f"--gpu-memory-gib: expected a positive finite number of GiB (nvidia-smi's "
                                   f"memory.total in MiB / 1024), got {args.gpu_memory_gib!r}")
+    if (args.global_batch_size is None) != (args.micro_batch_size is None):
+        return refuse("plan", "--global-batch-size and --micro-batch-size go together: give both (e.g. "
+                              "--global-batch-size 2048 --micro-batch-size 1) or neither")
     try:
         if args.nodes < 1 or args.gpus_per_node < 1:
             raise ParallelLayoutError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: both must be >= 1")
@@ -80,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=etp, cp=args.cp,
                                 sp=args.sp, pipeline_layout=args.pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
+        batch = None if args.global_batch_size is None else (args.global_batch_size, args.micro_batch_size)
+        if batch is not None:
+            check_plan_batch(plan, *batch)
     except (CardError, ParallelLayoutError) as error:
         if (args.etp is None and args.tp > 1 and isinstance(error, ParallelLayoutError)
                 and re.search(r"\betp\b", str(error))):
@@ -87,22 +144,10 @@ def run(args: argparse.Namespace) -> int:
                                   "megatron-core's expert tensor-parallel size does without "
                                   "--expert-tensor-parallel-size; with EP, --etp 1 is usual)")
         return refuse("plan", error)
-    seq_length = card.seq_length
     if args.json:
-        count = plan_flops(plan, seq_length)
-        flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
-        layout_fields = {**asdict(layout), "vpp_size": layout.vpp_size}  # vpp as given (None: none), vpp_size used
-        ranks = [asdict(r) for r in plan.ranks]
-        memory = {}
-        if gpu_gib is not None:
-            memory = {"gpu_memory_gib": gpu_gib}
-            for rank, fields in zip(plan.ranks, ranks, strict=True):
-                fields["free_bytes"] = free_bytes(rank, gpu_gib)
-        print(json.dumps({"model": card.name, "world_size": plan.world_size, "layout": layout_fields,
-                          "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel,
-                          **memory, "ranks": ranks, "flops": flops}, indent=2))
+        print(json.dumps(plan_report(plan, gpu_gib, batch), indent=2))
     else:
-        print(format_plan(plan, seq_length, gpu_gib))
+        print(format_plan(plan, card.seq_length, gpu_gib, batch))
     if gpu_gib is not None:
         worst = max(plan.ranks, key=lambda r: r.static_bytes)
         if free_bytes(worst, gpu_gib) < 0:
