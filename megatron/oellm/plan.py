@@ -126,6 +126,23 @@ def plan_flops(plan: Plan, seq_length: int) -> FlopCount:
     return training_flops_per_token(plan.card, seq_length, padded_vocab=plan.card.vocab_size)
 
 
+def idle_stage_warnings(plan: Plan) -> list[str]:
+    """One ``warning:`` line per pipeline stage (virtual stages included) that holds no decoder layer, no embedding and
+    no loss: megatron-core accepts such a stage, whose GPUs then only wait and pass activations on, which a layout
+    means only by mistake (``||``)."""
+    layout = plan.layout
+    stages = _stage_layers(plan.card, layout)
+    lines = []
+    for index, (layers, embedding, loss) in enumerate(stages):
+        if layers or embedding or loss:
+            continue
+        virtual = f", virtual stage {index // layout.pp}" if layout.vpp_size > 1 else ""
+        lines.append(f"warning: PP rank {index % layout.pp}{virtual} (stage {index + 1} of {len(stages)} of the "
+                     f"pipeline layout {layout.pipeline_layout!r}) holds no decoder layer, no embedding and no loss: "
+                     "its GPUs would idle through every step; an empty stage ('||') is likely a typo")
+    return lines
+
+
 def micro_batches_per_step(plan: Plan, global_batch: int, micro_batch: int) -> int:
     """Micro-batches each data-parallel rank runs per optimizer step (the gradient-accumulation steps): ``global_batch``
     over ``micro_batch`` x DP; a batch that does not divide is refused by the callers first (``oellm plan``, the
@@ -145,9 +162,9 @@ def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
 
 def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None,
                 batch: tuple[int, int] | None = None) -> str:
-    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank; with
-    ``gpu_memory_gib``, a column of what is left per GPU after the static state; with ``batch`` (global, micro), how
-    it splits into micro-batches per step."""
+    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank, then a warning per idle
+    pipeline stage (:func:`idle_stage_warnings`); with ``gpu_memory_gib``, a column of what is left per GPU after the
+    static state; with ``batch`` (global, micro), how it splits into micro-batches per step."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
     flops = plan_flops(plan, seq_length)
@@ -185,4 +202,4 @@ def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None
     if gpu_memory_gib is not None:
         lines.append(f"free = {gpu_memory_gib:g} GiB per GPU - static: activations, NCCL buffers and the CUDA context "
                      "must fit in it")
-    return "\n".join(lines)
+    return "\n".join(lines + idle_stage_warnings(plan))

@@ -7,13 +7,23 @@ import dataclasses
 import json
 import math
 import re
+import sys
 from dataclasses import asdict
 from typing import Any
 
 from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.commands import int_at_least, refuse
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
-from megatron.oellm.plan import GIB, Plan, build_plan, format_plan, free_bytes, micro_batches_per_step, plan_flops
+from megatron.oellm.plan import (
+    GIB,
+    Plan,
+    build_plan,
+    format_plan,
+    free_bytes,
+    idle_stage_warnings,
+    micro_batches_per_step,
+    plan_flops,
+)
 from megatron.oellm.recipes.config import RecipeError
 from megatron.oellm.recipes.resolve import check_batch
 from megatron.oellm.training.pipeline_schedule import interleaved_schedule_refusal
@@ -146,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         return refuse("plan", error)
     if args.json:
         print(json.dumps(plan_report(plan, gpu_gib, batch), indent=2))
+        for line in idle_stage_warnings(plan):  # the text output ends with them; here stdout holds the JSON only
+            print(line, file=sys.stderr)
     else:
         print(format_plan(plan, card.seq_length, gpu_gib, batch))
     if gpu_gib is not None:
