@@ -196,6 +196,28 @@ def _moe_macs(card: ModelCard) -> dict[str, float]:
     }
 
 
+def check_layer_override(card: ModelCard, overrides: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` for a ``num_layers`` override Megatron's count would not count as given: below 1, or
+    beside a hybrid layer pattern (the card's, or one an override sets), whose symbols decide the layer count, so the
+    override was ignored without a word. Dropping the pattern (``hybrid_layer_pattern=None``) makes it count."""
+    flags = {name.replace("_", "-"): value for name, value in overrides.items()}
+    layers = flags.get("num-layers")
+    if layers is None:
+        return
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers < 1:
+        raise FlopError(f"--megatron-flag num-layers={layers}: a model needs at least one decoder layer; give "
+                        "num-layers >= 1")
+    pattern = model_flags(card)["hybrid-layer-pattern"]
+    if flags.get("hybrid-override-pattern") is not None:
+        pattern = flags["hybrid-override-pattern"]
+    pattern = flags.get("hybrid-layer-pattern", pattern)
+    if pattern is not None:
+        raise FlopError(f"--megatron-flag num-layers={layers}: Megatron counts {card.name} here as a hybrid model "
+                        "(a hybrid layer pattern is set), whose pattern sets the layer count, and ignores num-layers; "
+                        "add --megatron-flag hybrid-layer-pattern=none to count a GPT model of that many layers, or "
+                        "drop num-layers")
+
+
 def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
                        **megatron_overrides: FlagValue) -> argparse.Namespace:
     """The arguments megatron's ``pretrain_gpt`` / ``pretrain_hybrid`` would hand the FLOP function for ``card``.
@@ -210,11 +232,12 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     ``padded_vocab``), ``kv_channels`` and ``ffn_hidden_size`` (derived here as ``validate_args`` does when an
     override drops them) and, for hybrid models, ``num_layers`` (``validate_args`` counts it from
     ``--hybrid-layer-pattern``; the FLOP function counts the pattern itself). CKDA has no megatron-core layer and is
-    refused.
+    refused, and so is a ``num_layers`` override Megatron would not count (:func:`check_layer_override`).
     """
     if card.linear_mixer == "ckda":
         raise FlopError(f"{card.name}: megatron-core 0.19.2 has no CKDA layer, so it has no FLOP formula for it; "
                         "use the corrected count (drop --megatron-compatible)")
+    check_layer_override(card, megatron_overrides)
     flags = dict(model_flags(card, vocab_size=padded_vocab))
     flags["seq-length"] = seq_length
     overrides = {name.replace("_", "-"): value for name, value in megatron_overrides.items()}

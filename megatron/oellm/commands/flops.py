@@ -11,7 +11,13 @@ from typing import Any
 
 from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.commands import refuse
-from megatron.oellm.flops import FlopError, megatron_flops_per_token, pad_vocab, training_flops_per_token
+from megatron.oellm.flops import (
+    FlopError,
+    check_layer_override,
+    megatron_flops_per_token,
+    pad_vocab,
+    training_flops_per_token,
+)
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser
 from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
 
@@ -36,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="count as megatron-core 0.19.2's num_floating_point_operations does")
     parser.add_argument("--megatron-flag", action="append", default=[], metavar="NAME=VALUE",
                         help="with --megatron-compatible: set or drop one Megatron flag as a run did, e.g. "
-                             "group-query-attention=false, hybrid-layer-pattern=none (repeatable)")
+                             "group-query-attention=false, hybrid-layer-pattern=none (repeatable); num-layers on a "
+                             "hybrid card needs hybrid-layer-pattern=none, which its pattern otherwise overrides")
     parser.add_argument("--document-lengths", type=int, nargs="+", default=None, metavar="L",
                         help="lengths of the documents packed into one sequence (sum = --seq-length)")
     parser.add_argument("--tokens-per-second-per-gpu", type=float, default=None,
@@ -175,6 +182,7 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
                               "document_lengths": args.document_lengths}
     if args.megatron_compatible:
         overrides = parse_flag_overrides(args.megatron_flag)
+        check_layer_override(card, overrides)  # before megatron's parser is imported
         with warnings.catch_warnings():  # megatron.training's import warns of every absent fused kernel (TE, Apex):
             warnings.simplefilter("ignore", UserWarning)  # irrelevant to a FLOP count, a dozen lines on stderr
             check_megatron_flags(overrides)
