@@ -16,6 +16,7 @@ import difflib
 import functools
 import re
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -424,6 +425,18 @@ def get_card(name: str) -> ModelCard:
     if match["flavour"].lower() == "tiny":
         return tiny(base)
     return base.with_layers(int(match["layers"]), name=f"{base.name}-proxy-{match['layers']}L")
+
+
+def placeholder_notes(cards: Iterable[ModelCard]) -> list[str]:
+    """One ``note:`` line per placeholder (``sources["placeholder"]``) among ``cards``, naming the cards it concerns:
+    the parameter counts, FLOPs and memory printed for them rest on values a later issue will replace, which a
+    reader comparing them with a report must know."""
+    concerned: dict[str, list[str]] = {}
+    for card in cards:
+        if "placeholder" in card.sources:
+            concerned.setdefault(card.sources["placeholder"], []).append(card.name)
+    return [f"note: {', '.join(names)}: the numbers rest on placeholder shapes ({text})"
+            for text, names in concerned.items()]
 
 
 def list_card_names() -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron.oellm.cards import CardError, ModelCard
+from megatron.oellm.cards import CardError, ModelCard, placeholder_notes
 from megatron.oellm.flops import FlopCount, training_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError, parse_pipeline_layout, validate_layout
 from megatron.oellm.params import format_count, layer_params, parameter_counts, tp_replicated_layer_params
@@ -143,6 +143,12 @@ def idle_stage_warnings(plan: Plan) -> list[str]:
     return lines
 
 
+def plan_notes(plan: Plan) -> list[str]:
+    """The ``note:`` and ``warning:`` lines that follow the plan: placeholder values of its card
+    (:func:`~megatron.oellm.cards.placeholder_notes`), then idle pipeline stages (:func:`idle_stage_warnings`)."""
+    return placeholder_notes([plan.card]) + idle_stage_warnings(plan)
+
+
 def micro_batches_per_step(plan: Plan, global_batch: int, micro_batch: int) -> int:
     """Micro-batches each data-parallel rank runs per optimizer step (the gradient-accumulation steps): ``global_batch``
     over ``micro_batch`` x DP; a batch that does not divide is refused by the callers first (``oellm plan``, the
@@ -162,8 +168,8 @@ def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
 
 def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None,
                 batch: tuple[int, int] | None = None) -> str:
-    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank, then a warning per idle
-    pipeline stage (:func:`idle_stage_warnings`); with ``gpu_memory_gib``, a column of what is left per GPU after the
+    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank, then its notes and
+    warnings (:func:`plan_notes`); with ``gpu_memory_gib``, a column of what is left per GPU after the
     static state; with ``batch`` (global, micro), how it splits into micro-batches per step."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
@@ -202,4 +208,4 @@ def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None
     if gpu_memory_gib is not None:
         lines.append(f"free = {gpu_memory_gib:g} GiB per GPU - static: activations, NCCL buffers and the CUDA context "
                      "must fit in it")
-    return "\n".join(lines + idle_stage_warnings(plan))
+    return "\n".join(lines + plan_notes(plan))

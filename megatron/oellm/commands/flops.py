@@ -6,10 +6,12 @@ import argparse
 import difflib
 import json
 import math
+import sys
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
-from megatron.oellm.cards import CardError, ModelCard, get_card
+from megatron.oellm.cards import CardError, ModelCard, get_card, placeholder_notes
 from megatron.oellm.commands import refuse
 from megatron.oellm.flops import (
     FlopError,
@@ -206,39 +208,58 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def format_table(report: dict[str, Any]) -> str:
-    """Human-readable table: one row per component with GFLOP/token and share of the total."""
+def count_lines(report: dict[str, Any]) -> list[str]:
+    """The count as table rows: one per component with GFLOP/token and share of the total (corrected mode), or
+    Megatron's total beside the corrected one."""
     total = report["gflops_per_token"]
     documents = report["document_lengths"] or [report["seq_length"]]
     lines = [f"{report['model']}  seq {report['seq_length']}  padded vocab {report['padded_vocab']}  "
-             f"documents {len(documents)}  mode {report['mode']}",
-             f"{'component':<26}{'GFLOP/token':>14}{'share':>9}"]
-    if report["mode"] == "corrected":
-        for name, value in report["breakdown"].items():
-            lines.append(f"{name:<26}{value:>14.4f}{100 * value / total:>8.1f}%")
-        lines.append(f"{'total (training)':<26}{total:>14.4f}{100.0:>8.1f}%")
-    else:
-        lines[1:] = [f"{'Megatron total (training)':<26}{total:>14.4f} GFLOP/token",
-                     f"Megatron flags changed from the card's: {report['megatron_flags'] or 'none'}"]
+             f"documents {len(documents)}  mode {report['mode']}"]
+    if report["mode"] != "corrected":
         corrected = report["corrected_gflops_per_token"]
-        lines.append(f"corrected count {corrected:.4f} GFLOP/token: Megatron's is {100 * (total / corrected - 1):+.1f}%")
-    if "mfu" in report:
-        lines.append(f"{report['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU -> {report['tflops_per_gpu']:.1f} "
-                     f"TFLOP/s/GPU, MFU {100 * report['mfu']:.1f}% of {report['peak_tflops']:.0f} TFLOP/s")
-        if "peak_note" in report:
-            lines.append(f"note: {report['peak_note']}")
-        if report["mfu"] > 1:
-            lines.append("warning: MFU above 100 %: the throughput exceeds the GPU's peak; check "
-                         "--tokens-per-second-per-gpu (per GPU, not per node or job) and the peak (--gpu, "
-                         "--precision, --peak-tflops)")
-    return "\n".join(lines)
+        return [*lines, f"{'Megatron total (training)':<26}{total:>14.4f} GFLOP/token",
+                f"Megatron flags changed from the card's: {report['megatron_flags'] or 'none'}",
+                f"corrected count {corrected:.4f} GFLOP/token: Megatron's is {100 * (total / corrected - 1):+.1f}%"]
+    lines.append(f"{'component':<26}{'GFLOP/token':>14}{'share':>9}")
+    for name, value in report["breakdown"].items():
+        lines.append(f"{name:<26}{value:>14.4f}{100 * value / total:>8.1f}%")
+    return [*lines, f"{'total (training)':<26}{total:>14.4f}{100.0:>8.1f}%"]
+
+
+def throughput_lines(report: dict[str, Any]) -> list[str]:
+    """TFLOP/s/GPU and MFU of the measured throughput (none without one), the peak's note, and a warning when the
+    MFU exceeds 100 %."""
+    if "mfu" not in report:
+        return []
+    lines = [f"{report['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU -> {report['tflops_per_gpu']:.1f} "
+             f"TFLOP/s/GPU, MFU {100 * report['mfu']:.1f}% of {report['peak_tflops']:.0f} TFLOP/s"]
+    if "peak_note" in report:
+        lines.append(f"note: {report['peak_note']}")
+    if report["mfu"] > 1:
+        lines.append("warning: MFU above 100 %: the throughput exceeds the GPU's peak; check "
+                     "--tokens-per-second-per-gpu (per GPU, not per node or job) and the peak (--gpu, "
+                     "--precision, --peak-tflops)")
+    return lines
+
+
+def format_table(report: dict[str, Any], notes: Sequence[str] = ()) -> str:
+    """Human-readable report: the count (:func:`count_lines`), ``notes`` (``note:`` lines about the card), then the
+    measured throughput's TFLOP/s and MFU (:func:`throughput_lines`)."""
+    return "\n".join([*count_lines(report), *notes, *throughput_lines(report)])
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report as a table or JSON; bad input exits 2 with the reason."""
+    """Print the report as a table or JSON (a card's placeholder note then on stderr); bad input exits 2 with the
+    reason."""
     try:
         report = flops_report(args)
     except (CardError, FlopError, ValueError) as error:
         return refuse("flops", error)
-    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    notes = placeholder_notes([get_card(report["model"])])
+    if args.json:
+        print(json.dumps(report, indent=2))
+        for line in notes:  # stdout holds the JSON only
+            print(line, file=sys.stderr)
+    else:
+        print(format_table(report, notes))
     return 0

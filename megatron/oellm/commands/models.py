@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from megatron.oellm.cards import get_card, list_card_names
+from megatron.oellm.cards import get_card, list_card_names, placeholder_notes
 from megatron.oellm.params import format_count, parameter_counts
 
 HELP = "list the model catalogue with total and active parameter counts"
@@ -42,10 +43,14 @@ def catalogue() -> list[dict[str, object]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the catalogue."""
+    """Print the catalogue, then a ``note:`` line for the cards whose numbers rest on placeholder values (on stderr
+    with ``--json``, whose stdout holds the JSON only)."""
     rows = catalogue()
+    notes = placeholder_notes(get_card(str(row["name"])) for row in rows)
     if args.json:
         print(json.dumps(rows, indent=2))
+        for line in notes:
+            print(line, file=sys.stderr)
         return 0
     header = f"{'model':<28} {'family':<12} {'layers':>6} {'period':<7} {'hidden':>6} {'experts':<24} {'vocab':>7} " \
              f"{'total':>8} {'active':>8} {'active*':>8}"
@@ -56,4 +61,6 @@ def run(args: argparse.Namespace) -> int:
               f"{r['experts']:<24} {r['vocab']:>7} {format_count(r['total_params']):>8} "
               f"{format_count(r['active_params']):>8} {format_count(r['active_params_without_input_embedding']):>8}")
     print("active* = active less the input embedding table (a token reads one row of it), as the MN5 report counts the OEL CKDA hybrid")
+    for line in notes:
+        print(line)
     return 0

@@ -20,9 +20,9 @@ from megatron.oellm.plan import (
     build_plan,
     format_plan,
     free_bytes,
-    idle_stage_warnings,
     micro_batches_per_step,
     plan_flops,
+    plan_notes,
 )
 from megatron.oellm.recipes.config import RecipeError
 from megatron.oellm.recipes.resolve import check_batch
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         return refuse("plan", error)
     if args.json:
         print(json.dumps(plan_report(plan, gpu_gib, batch), indent=2))
-        for line in idle_stage_warnings(plan):  # the text output ends with them; here stdout holds the JSON only
+        for line in plan_notes(plan):  # the text output ends with them; here stdout holds the JSON only
             print(line, file=sys.stderr)
     else:
         print(format_plan(plan, card.seq_length, gpu_gib, batch))
