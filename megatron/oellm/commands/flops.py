@@ -208,6 +208,24 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+CORRECTED_FOOTER = ("corrected = our count of the matrix work (docs/flops.md); Megatron's own count: "
+                    "--megatron-compatible")
+"""What the table of the corrected count ends with: what the count is, and where Megatron's is."""
+REPORTS_FOOTER = ("to reproduce the MN5 report's TFLOP/s: --megatron-compatible plus the --megatron-flag sets of "
+                  "docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\"")
+"""Why a user comparing with the MN5 report sees fewer GFLOP/token (Qwen3-30B-A3B 15 %, Qwen3.5 2.6 %), and what
+reproduces its numbers; printed unless the user already sets Megatron flags."""
+
+
+def table_footer(report: dict[str, Any]) -> list[str]:
+    """The lines that close the count: what the corrected count is (in that mode), and, unless ``--megatron-flag``
+    already sets Megatron's flags, how to reproduce the TFLOP/s of the MN5 report (:data:`REPORTS_FOOTER`)."""
+    lines = [CORRECTED_FOOTER] if report["mode"] == "corrected" else []
+    if not report.get("megatron_flags"):
+        lines.append(REPORTS_FOOTER)
+    return lines
+
+
 def count_lines(report: dict[str, Any]) -> list[str]:
     """The count as table rows: one per component with GFLOP/token and share of the total (corrected mode), or
     Megatron's total beside the corrected one."""
@@ -243,9 +261,9 @@ def throughput_lines(report: dict[str, Any]) -> list[str]:
 
 
 def format_table(report: dict[str, Any], notes: Sequence[str] = ()) -> str:
-    """Human-readable report: the count (:func:`count_lines`), ``notes`` (``note:`` lines about the card), then the
-    measured throughput's TFLOP/s and MFU (:func:`throughput_lines`)."""
-    return "\n".join([*count_lines(report), *notes, *throughput_lines(report)])
+    """Human-readable report: the count (:func:`count_lines`), ``notes`` (``note:`` lines about the card), what the
+    count is (:func:`table_footer`), then the measured throughput's TFLOP/s and MFU (:func:`throughput_lines`)."""
+    return "\n".join([*count_lines(report), *notes, *table_footer(report), *throughput_lines(report)])
 
 
 def run(args: argparse.Namespace) -> int:
