@@ -70,3 +70,32 @@ def save_rank_files(directory: Path, stored: argparse.Namespace, iteration: int)
                            directory / f"iter_{iteration:07d}" / name / "model_optim_rng.pt")
     (directory / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
     return directory
+
+
+def save_args_checkpoint(fmt: str, target: Path, stored: argparse.Namespace, iteration: int) -> Path:
+    """A checkpoint of ``--ckpt-format fmt`` in ``target`` as megatron-core 0.19.2's ``save_checkpoint`` lays it out,
+    with its tracker file: ``torch`` one ``mp_rank_00/model_optim_rng.pt`` holding the run arguments ``stored`` and
+    random weights; ``torch_dcp`` a DCP checkpoint with the arguments as an object of its state dict. Returns the
+    iteration's directory."""
+    directory = target / f"iter_{iteration:07d}"
+    state = {"args": stored, "iteration": iteration, "checkpoint_version": 3.0,
+             "model": {"embedding.word_embeddings.weight": torch.randn(random.randrange(64, 128), 64)}}
+    if fmt == "torch":
+        (directory / "mp_rank_00").mkdir(parents=True)
+        torch.save(state, directory / "mp_rank_00" / "model_optim_rng.pt")
+    else:
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(directory), no_dist=True)
+    (target / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    return directory
+
+
+def converted_random_checkpoint(card_name: str, folder: Path) -> Path:
+    """Fresh random Hugging Face weights of card ``card_name`` written to ``folder / "hf"`` and converted by
+    ``oellm convert hf-to-mcore`` to ``folder / "mcore"`` (returned: its tracker names ``release``)."""
+    from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+    from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+
+    card = get_card(card_name)
+    write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), folder / "hf")
+    hf_to_mcore_checkpoint(card, folder / "hf", folder / "mcore")
+    return folder / "mcore"

@@ -9,14 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed.checkpoint as dcp
 
-from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint, save_args_checkpoint
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
 CARD = "qwen3-30b-a3b-tiny"
@@ -25,11 +22,7 @@ CARD = "qwen3-30b-a3b-tiny"
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:data:`CARD`'s fresh random HF weights converted to a megatron checkpoint (several ``.distcp`` files)."""
-    card = get_card(CARD)
-    tmp = tmp_path_factory.mktemp("converted")
-    write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), tmp / "hf")
-    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
-    return tmp / "mcore"
+    return converted_random_checkpoint(CARD, tmp_path_factory.mktemp("converted"))
 
 
 def _copy(converted: Path, tmp_path: Path) -> Path:
@@ -84,20 +77,9 @@ def test_a_truncated_metadata_file_is_named(converted: Path, tmp_path: Path, mon
 
 
 def _saved_as(fmt: str, target: Path) -> Path:
-    """A checkpoint of ``--ckpt-format fmt`` (``torch`` rank file, or ``torch_dcp``) of :data:`CARD`'s run with a
-    random iteration and weights."""
-    iteration = random.randrange(1, 10**6)
-    args = parse_oellm_argv(["--oellm-model", CARD])
-    state = {"args": args, "iteration": iteration, "checkpoint_version": 3.0,
-             "model": {"embedding.word_embeddings.weight": torch.randn(random.randrange(64, 128), 64)}}
-    directory = target / f"iter_{iteration:07d}"
-    if fmt == "torch":
-        (directory / "mp_rank_00").mkdir(parents=True)
-        torch.save(state, directory / "mp_rank_00" / "model_optim_rng.pt")
-    else:
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(directory), no_dist=True)
-    (target / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
-    return directory
+    """A checkpoint of ``--ckpt-format fmt`` of :data:`CARD`'s run with a random iteration and weights; its
+    iteration directory."""
+    return save_args_checkpoint(fmt, target, parse_oellm_argv(["--oellm-model", CARD]), random.randrange(1, 10**6))
 
 
 def test_a_truncated_rank_file_is_named(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from megatron.oellm.training import load_checks
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+from tests.unit_tests.training.checkpoint_helpers import save_args_checkpoint
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 CARD = "qwen3-30b-a3b-tiny"
@@ -151,29 +152,12 @@ def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path,
                     "torch_dist", "--mock-data"])
 
 
-def _saved_as(fmt: str, target: Path, stored: argparse.Namespace, iteration: int) -> Path:
-    """A checkpoint of ``--ckpt-format fmt`` as megatron-core 0.19.2's ``save_checkpoint`` lays it out: ``torch``
-    one ``mp_rank_XX/model_optim_rng.pt`` per rank holding the arguments and the rank's weights; ``torch_dcp`` a DCP
-    checkpoint with the arguments as an object of its state dict."""
-    import torch.distributed.checkpoint as dcp
-
-    directory = target / f"iter_{iteration:07d}"
-    state = {"args": stored, "iteration": iteration, "checkpoint_version": 3.0,
-             "model": {"embedding.word_embeddings.weight": torch.randn(random.randrange(2, 9), 4)}}
-    if fmt == "torch":
-        (directory / "mp_rank_00").mkdir(parents=True)
-        torch.save(state, directory / "mp_rank_00" / "model_optim_rng.pt")
-    else:
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(directory), no_dist=True)
-    (target / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
-    return target
-
-
 @pytest.mark.parametrize("fmt", ["torch", "torch_dcp"])
 def test_checkpoints_of_the_other_formats_are_checked(tmp_path: Path, fmt: str) -> None:
     """A ``--ckpt-format torch`` or ``torch_dcp`` checkpoint of another card, whose arguments megatron's
     ``load_args_from_checkpoint`` takes as it does a ``torch_dist`` one's, is refused as well."""
-    saved = _saved_as(fmt, tmp_path, _card_args(OTHER), random.randrange(1, 10_000))
+    saved = tmp_path
+    save_args_checkpoint(fmt, saved, _card_args(OTHER), random.randrange(1, 10_000))
     flags = ("--load", str(saved), "--use-checkpoint-args", "--ckpt-format", fmt)
     assert _megatron_loaded_args(_card_args(CARD, *flags)).num_experts == get_card(OTHER).num_experts
     with pytest.raises(ValueError, match=rf"from --load {saved} .*num_experts: checkpoint "

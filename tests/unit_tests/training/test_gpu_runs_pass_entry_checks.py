@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
-from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
+from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 from tests.unit_tests.training.test_entry_gpu import COMMON
 
@@ -21,12 +20,11 @@ from tests.unit_tests.training.test_entry_gpu import COMMON
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
 def test_a_converted_checkpoint_as_load_reaches_pretrain(monkeypatch, tmp_path: Path, name: str) -> None:
     card = get_card(name)
-    write_hf(card, random_hf_tensors(card, seed=random.randint(0, 2**31)), tmp_path / "hf")
-    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    converted = converted_random_checkpoint(name, tmp_path)
     main = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):
         main.main([*[card.name if arg == COMMON[1] else arg for arg in COMMON], "--mock-data", "--tokenizer-type",
-                   "NullTokenizer", "--train-iters", "4", "--load", str(tmp_path / "mcore"), "--ckpt-format",
+                   "NullTokenizer", "--train-iters", "4", "--load", str(converted), "--ckpt-format",
                    "torch_dist", "--dist-ckpt-strictness", "log_unexpected"])
 
 

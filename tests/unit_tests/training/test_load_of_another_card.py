@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.training import load_checks
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
-from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint, stored_args
+from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint, save_dist_checkpoint, stored_args
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
 RUN_CARD = "qwen3.5-35b-a3b-tiny"
@@ -25,11 +23,7 @@ CHECKPOINT_CARD = "qwen3-30b-a3b-tiny"
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """:data:`CHECKPOINT_CARD`'s fresh random HF weights converted to a megatron checkpoint directory."""
-    card = get_card(CHECKPOINT_CARD)
-    tmp = tmp_path_factory.mktemp("other")
-    write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), tmp / "hf")
-    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
-    return tmp / "mcore"
+    return converted_random_checkpoint(CHECKPOINT_CARD, tmp_path_factory.mktemp("other"))
 
 
 def _argv(card: str, *flags: str) -> list[str]:
