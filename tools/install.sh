@@ -14,11 +14,12 @@
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 # A CPU build of torch on a node whose nvidia-smi lists a GPU (a venv made on a GPU-less login node) is refused.
 # pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
-# the README's two commands) runs on a compute node without a package index. The gdn extra on a Hopper node (H100,
-# H200, GH200) whose Triton is in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: fla 0.6.0 refuses
-# its Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its TileLang one instead. The te extra
-# (Transformer Engine 2.20.2 from PyPI) is installed first, without build isolation: its PyTorch extension is an
-# sdist that must compile against the installed torch, as TE's install guide says.
+# the README's two commands) runs on a compute node without a package index. The gdn extra with a Triton in
+# [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100, H200, GH200) fla 0.6.0 refuses its
+# Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its TileLang one instead; it is installed
+# without a Hopper GPU in sight too, as a shared environment is often filled on a GPU-less login node.
+# The te extra keeps a Transformer Engine that imports (a cluster container's) and is otherwise refused: TE's PyTorch
+# extension is an sdist compiled against the installed torch with CUDA headers (tools/te_cpu_env.sh has the steps).
 set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac
 # checked before any download: a second word (`install.sh dev hf`) would otherwise be dropped silently
@@ -46,21 +47,34 @@ TORCH_VERSION=2.13.0
 TORCH_CUDA13_DRIVER=580
 # EXTRAS is checked against setup.py before anything is installed: pip only warns about an extra the package lacks
 # (a typo such as "tee") and installs without it, after minutes of downloads.
-"$PY" - "$EXTRAS" <<'PYCHECK'
+# It is printed back as pip spells it (`GDN` and ` gdn` are `gdn`), so the checks below see one spelling.
+EXTRAS=$("$PY" - "$EXTRAS" <<'PYCHECK'
 import ast, re, sys
 calls = [node for node in ast.walk(ast.parse(open("setup.py").read())) if isinstance(node, ast.Call)]
 declared = next(ast.literal_eval(k.value) for call in calls for k in call.keywords if k.arg == "extras_require")
-unknown = [name for name in sys.argv[1].split(",") if re.sub(r"[-_.]+", "-", name.strip()).lower() not in declared]
+names = [re.sub(r"[-_.]+", "-", name.strip()).lower() for name in sys.argv[1].split(",")]
+unknown = [given for given, name in zip(sys.argv[1].split(","), names) if name not in declared]
 if unknown:
     print(f"error: install.sh: unknown extra {', '.join(map(repr, unknown))} in EXTRAS {sys.argv[1]!r}; setup.py has:",
           ", ".join(declared), file=sys.stderr)
     sys.exit(2)
+print(",".join(dict.fromkeys(names)))
 PYCHECK
+)
+if [[ ",${EXTRAS}," == *,te,* ]]; then
+  if ! "$PY" -c "import transformer_engine.pytorch" >/dev/null 2>&1; then
+    echo "error: install.sh does not build Transformer Engine: its PyTorch extension is an sdist that must compile" \
+         "against this torch with CUDA headers. Use the cluster container's TE (the Dockerfile's base image has one)," \
+         "or build it as tools/te_cpu_env.sh does; then rerun without te, or with te to keep it" >&2
+    exit 2
+  fi
+  EXTRAS=$(sed -e 's/^te,//; s/,te$//; s/,te,/,/; s/^te$//' <<< "$EXTRAS")
+  echo "install.sh: keeping the Transformer Engine that imports here (the te extra installs nothing more)"
+fi
 # only a version counts: nvidia-smi prints its failures ("couldn't communicate with the NVIDIA driver", "No devices
 # were found") on stdout, and a node where it fails has no GPU torch could use
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
          grep -m 1 -E '^[0-9]+(\.[0-9]+)*$' || true)
-HOPPER=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -m 1 -x -E '9\.0' || true)
 if "$PY" -c "import torch" 2>/dev/null; then
   if [ -n "$DRIVER" ] && ! "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" 2>/dev/null; then
     echo "error: install.sh: this Python's torch $("$PY" -c 'import torch; print(torch.__version__)') is a CPU" \
@@ -92,7 +106,7 @@ else
   fi
 fi
 "$PY" -c "import triton" 2>/dev/null || "${PIP[@]}" triton
-NEEDS=$("$PY" tools/install_needs.py "$EXTRAS" ${HOPPER:+--hopper})
+NEEDS=$("$PY" tools/install_needs.py "$EXTRAS")
 [ -n "$NEEDS" ] || echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (editable) and the" \
                         "requirements of ${EXTRAS} are in place"
 if grep -q '^megatron-core' <<< "$NEEDS"; then
@@ -100,18 +114,13 @@ if grep -q '^megatron-core' <<< "$NEEDS"; then
   "${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"
 fi
 if grep -q '^-e ' <<< "$NEEDS"; then
-  if [[ ",${EXTRAS}," == *,te,* ]]; then
-    TE_REQUIREMENTS=$("$PY" tools/install_needs.py --requirements-of te)
-    readarray -t TE_REQUIREMENTS <<< "$TE_REQUIREMENTS"
-    "${PIP[@]}" --no-build-isolation "${TE_REQUIREMENTS[@]}"
-  fi
   # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
   # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
-  "${PIP[@]}" -e ".[${EXTRAS}]"
+  "${PIP[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
 fi
 TILELANG=$(grep -v -E '^(megatron-core|-e )' <<< "$NEEDS" || true)
 if [ -n "$TILELANG" ]; then
-  echo "install.sh: Hopper GPU and a Triton whose GDN/KDA backward fla 0.6.0 refuses: installing" $TILELANG
+  echo "install.sh: a Triton whose GDN/KDA backward fla 0.6.0 refuses on Hopper: installing" $TILELANG
   # shellcheck disable=SC2086  # one requirement per word
   "${PIP[@]}" $TILELANG
 fi

@@ -1,19 +1,21 @@
 """What ``tools/install.sh`` still has to install into this Python, one requirement per line (nothing when the
 environment is complete).
 
-    python tools/install_needs.py EXTRAS [--hopper]
-    python tools/install_needs.py --requirements-of EXTRA     # setup.py's requirements of one extra
+    python tools/install_needs.py EXTRAS
 
-EXTRAS is install.sh's comma-separated argument. Printed, in install order: megatron-core's pin, then ``-e .[EXTRAS]``
-when this checkout is not installed (editable, at its version) or a requirement of setup.py or of an extra is
-unmet, then the TileLang set of ``docker/constraints.txt`` when ``--hopper`` (nvidia-smi lists a compute capability
-9.0 GPU: H100, H200, GH200), the ``gdn`` extra is asked for and the installed Triton is in the range where fla's
-Triton GDN/KDA backward is wrong on Hopper (fla issue 640), so fla needs its TileLang backward there.
+EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
+order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not installed (editable, at its version) or a
+requirement of setup.py or of an extra is unmet, then the TileLang set of ``docker/constraints.txt`` when the ``gdn``
+extra is asked for and the installed Triton is in the range where fla's Triton GDN/KDA backward is wrong on Hopper
+(fla issue 640), so fla needs its TileLang backward there. The TileLang set does not wait for a Hopper GPU to be seen:
+the environment is often filled on a GPU-less login node for the clusters' Hopper nodes (H100, H200, GH200), and fla
+uses it nowhere else.
 
 install.sh runs pip only for what this prints: a compute node without a package index (most of them) can run the
 README's commands once a login node has installed everything into the shared environment. pip rebuilt the editable
 package at every run before, fetching setuptools from the index for it, and failed offline.
-Standard library only, except ``packaging`` (a requirement itself: without it everything counts as missing).
+Standard library only, except ``packaging`` (a requirement itself: without it everything but the Triton range counts
+as missing).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 MEGATRON_CORE_PIN = "megatron-core==0.19.2"
@@ -43,10 +46,14 @@ def setup_keyword(name: str) -> object:
     return next(ast.literal_eval(keyword.value) for call in calls for keyword in call.keywords if keyword.arg == name)
 
 
+def normalized_extra(extra: str) -> str:
+    """``extra`` as pip compares it (PEP 685): stripped, lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", extra.strip()).lower()
+
+
 def extra_requirements(extra: str) -> list[str]:
-    """The requirements setup.py declares for ``extra`` (named as pip normalises it: ``Dev`` is ``dev``)."""
-    declared = setup_keyword("extras_require")
-    return list(declared[re.sub(r"[-_.]+", "-", extra.strip()).lower()])
+    """The requirements setup.py declares for ``extra``."""
+    return list(setup_keyword("extras_require")[normalized_extra(extra)])
 
 
 def setup_requirements(extras: Sequence[str]) -> list[str]:
@@ -77,8 +84,9 @@ def unmet(requirements: Iterable[str]) -> list[str]:
 
 
 def checkout_installed() -> bool:
-    """Whether megatron-oellm is installed editable from this checkout (PEP 610's ``direct_url.json``) at its version,
-    so that ``import megatron.oellm`` runs this checkout's code."""
+    """Whether megatron-oellm is installed editable from this checkout (PEP 610's ``direct_url.json``, whose path pip
+    records as typed: a symlinked home is compared resolved) at its version, so that ``import megatron.oellm`` runs
+    this checkout's code."""
     try:
         distribution = metadata.distribution("megatron-oellm")
     except metadata.PackageNotFoundError:
@@ -86,23 +94,35 @@ def checkout_installed() -> bool:
     text = (ROOT / "megatron/oellm/__init__.py").read_text()
     version = re.search(r'^__version__ = "([^"]+)"', text, re.M)
     direct = json.loads(distribution.read_text("direct_url.json") or "{}")
-    return (direct.get("dir_info", {}).get("editable", False) and direct.get("url") == ROOT.as_uri()
+    url = urlparse(direct.get("url", ""))
+    return (direct.get("dir_info", {}).get("editable", False) and url.scheme == "file"
+            and Path(unquote(url.path)).resolve() == ROOT
             and version is not None and distribution.version == version.group(1))
+
+
+def release_of(version: str) -> tuple[int, int, int, bool] | None:
+    """(major, minor, patch, pre-release) of a version string such as ``3.6.0``, ``3.6.0+gitabc`` or ``3.7.1rc1``
+    (a pre-release sorts before its release), read without ``packaging``, which a fresh environment may lack; None
+    for a string that does not start with a release number."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?(\.?(?:a|b|rc|dev)\d*)?", version.strip())
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), int(match[3] or 0), match[4] is not None
 
 
 def triton_needs_tilelang() -> bool:
     """Whether the installed Triton is in :data:`FLA_BAD_TRITON` (False without a Triton or with an unreadable
     version: the doctor's fla rule reports those)."""
-    try:
-        from packaging.version import InvalidVersion, Version
-    except ImportError:
-        return False
+    low, high = (release_of(bound) for bound in FLA_BAD_TRITON)
     for name in ("triton", "pytorch-triton"):
         try:
-            installed = Version(metadata.version(name))
-        except (metadata.PackageNotFoundError, InvalidVersion):
+            installed = release_of(metadata.version(name))
+        except metadata.PackageNotFoundError:
             continue
-        return Version(FLA_BAD_TRITON[0]) <= installed < Version(FLA_BAD_TRITON[1])
+        if installed is None:
+            return False
+        numbers, pre = installed[:3], installed[3]
+        return low[:3] <= numbers and (numbers < high[:3] or (numbers == high[:3] and pre))
     return False
 
 
@@ -115,30 +135,22 @@ def tilelang_pins() -> list[str]:
     return pins
 
 
-def needs(extras: Sequence[str], hopper: bool) -> list[str]:
+def needs(extras: Sequence[str]) -> list[str]:
     """The requirements install.sh installs, in its order (see the module docstring)."""
     wanted: list[str] = unmet([MEGATRON_CORE_PIN])
     if not checkout_installed() or unmet(setup_requirements(extras)):
-        wanted.append(f"-e .[{','.join(extras)}]")
-    if hopper and "gdn" in extras and triton_needs_tilelang():
+        wanted.append(f"-e .[{','.join(extras)}]" if extras else "-e .")
+    if "gdn" in extras and triton_needs_tilelang():
         wanted += unmet(tilelang_pins())
     return wanted
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print :func:`needs` for the command line's EXTRAS (or one extra's requirements), one per line."""
+    """Print :func:`needs` for the command line's EXTRAS, one per line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("extras", nargs="?", help="install.sh's comma-separated EXTRAS (checked against setup.py by it)")
-    parser.add_argument("--hopper", action="store_true", help="the node has a Hopper GPU (compute capability 9.0)")
-    parser.add_argument("--requirements-of", metavar="EXTRA",
-                        help="print setup.py's requirements of EXTRA instead (install.sh installs te's on its own)")
-    args = parser.parse_args(argv)
-    if (args.extras is None) == (args.requirements_of is None):
-        parser.error("give EXTRAS or --requirements-of EXTRA")
-    if args.requirements_of is not None:
-        lines = extra_requirements(args.requirements_of)
-    else:
-        lines = needs([extra.strip() for extra in args.extras.split(",")], args.hopper)
+    parser.add_argument("extras", help="install.sh's comma-separated EXTRAS (checked against setup.py by it)")
+    given = parser.parse_args(argv).extras.split(",")
+    lines = needs([normalized_extra(extra) for extra in given if extra.strip()])
     if lines:
         print("\n".join(lines))
     return 0

@@ -24,11 +24,12 @@ has_gpu() {
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
 }
 
+# One set of extras either way: run on a GPU-less login node, it fills a shared environment with what the GPU
+# nodes' run needs (fla and, for a Triton fla refuses on Hopper, TileLang), so they need no package index.
+bash "$root/tools/install.sh" hf,gdn
 if has_gpu; then
-  bash "$root/tools/install.sh" hf,gdn
   exec bash "$root/examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh" --local --row 1 "$@"
 fi
-bash "$root/tools/install.sh" dev,hf
 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m megatron.oellm models
 echo
 exec bash "$root/examples/oellm/qwen3_235b_a22b_jupiter.sh" --dry-run --row 1 "$@"

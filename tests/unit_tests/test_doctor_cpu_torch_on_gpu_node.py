@@ -36,7 +36,7 @@ def _cpu_torch(**changes):
     return make_report(gpus=(), cuda_version=None, nccl_version=None, **changes)
 
 
-@pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"])
+@pytest.mark.parametrize("variable", ["SLURM_JOB_GPUS", "SLURM_STEP_GPUS"])
 def test_a_cpu_torch_in_a_slurm_job_given_gpus_is_an_error(variable):
     job, devices = str(random.randint(10**5, 10**8)), _devices()
     env = {"SLURM_JOB_ID": job, variable: devices}
@@ -60,7 +60,8 @@ def test_a_cpu_torch_where_nvidia_smi_lists_gpus_is_an_error():
 def test_a_cuda_torch_that_sees_no_gpu_on_a_gpu_node_is_an_error_with_the_driver_hint():
     cuda = f"12.{random.randint(1, 9)}"
     devices = _devices()
-    env = {"SLURM_JOB_ID": str(random.randint(10**5, 10**8)), "CUDA_VISIBLE_DEVICES": devices}
+    env = {"SLURM_JOB_ID": str(random.randint(10**5, 10**8)), "SLURM_JOB_GPUS": devices,
+           "CUDA_VISIBLE_DEVICES": devices}
     (finding,) = check_gpus(make_report(gpus=(), cuda_version=cuda), env)
     assert finding.severity == "error", finding
     assert f"CUDA {cuda}" in finding.message
@@ -73,8 +74,10 @@ def test_a_cuda_torch_that_sees_no_gpu_on_a_gpu_node_is_an_error_with_the_driver
 
 @pytest.mark.parametrize("env", [
     {}, {"CUDA_VISIBLE_DEVICES": "0,1"}, {"SLURM_JOB_ID": "1"}, {"SLURM_JOB_ID": "1", "CUDA_VISIBLE_DEVICES": ""},
-    {"SLURM_JOB_ID": "1", "CUDA_VISIBLE_DEVICES": "NoDevFiles"}, {"SLURM_JOB_ID": "1", "CUDA_VISIBLE_DEVICES": "-1"},
-], ids=["login node", "devices outside Slurm", "job without GPUs", "empty list", "NoDevFiles", "hidden"])
+    {"SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "NoDevFiles"}, {"SLURM_JOB_ID": "1", "SLURM_STEP_GPUS": "-1"},
+    {"SLURM_JOB_ID": "1", "CUDA_VISIBLE_DEVICES": "0,1"},
+], ids=["login node", "devices outside Slurm", "job without GPUs", "empty list", "NoDevFiles", "hidden",
+        "an exported device list in a CPU job"])
 def test_without_evidence_of_gpus_it_stays_a_warning(env):
     """A login node, a build host, a job given no GPU: nothing shows GPUs torch should see."""
     for report in (_cpu_torch(), make_report(gpus=())):
@@ -83,10 +86,10 @@ def test_without_evidence_of_gpus_it_stays_a_warning(env):
 
 
 def test_the_command_fails_for_a_cpu_torch_in_a_gpu_job(monkeypatch, capsys):
-    """The review's case: ``SLURM_JOB_ID=... CUDA_VISIBLE_DEVICES=0,1,2,3 oellm doctor`` with a CPU torch."""
+    """``oellm doctor`` in a job Slurm gave GPUs (``SLURM_JOB_GPUS``) with a CPU torch."""
     monkeypatch.setattr(doctor_command, "collect_environment", lambda: _cpu_torch())
     monkeypatch.setenv("SLURM_JOB_ID", str(random.randint(10**5, 10**8)))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", _devices())
+    monkeypatch.setenv("SLURM_JOB_GPUS", _devices())
     assert cli.main(["doctor"]) == 1
     assert "[error]    gpus: torch 2.9.0 is a CPU build" in capsys.readouterr().out
 

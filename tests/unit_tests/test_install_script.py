@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -45,18 +46,17 @@ PYTHONPATH="$FAKE_SITE" exec REAL_PYTHON -S "$@"
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
 [ -z "${FAKE_SMI_FAILURE:-}" ] || { echo "$FAKE_SMI_FAILURE"; exit "${FAKE_SMI_STATUS:-9}"; }
 [ -n "${FAKE_DRIVER:-}" ] || { echo "NVIDIA-SMI has failed: no driver" >&2; exit 9; }
-case "$*" in *compute_cap*) echo "${FAKE_COMPUTE_CAP:-8.0}"; echo "${FAKE_COMPUTE_CAP:-8.0}"; exit 0 ;; esac
 echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
 """
 
 
 def run_install(
     tmp_path: Path, *, torch: str | None = None, triton: bool = False, driver: str = "", extras: str = "dev",
-    installed: Mapping[str, str] | None = None, **env: str
+    installed: Mapping[str, str] | None = None, extra_site: Path | None = None, **env: str
 ) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     """install.sh against the stand-ins; ``torch`` pre-installs a fake torch ("None" or a CUDA version string),
     ``installed`` (distribution -> version) a complete environment with those distributions
-    (:func:`tests.unit_tests.fake_site.complete_site`).
+    (:func:`tests.unit_tests.fake_site.complete_site`); ``extra_site`` is copied into the site (more modules).
 
     Returns the finished process and the recorded pip argument lists."""
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
@@ -64,6 +64,8 @@ def run_install(
     site.mkdir()
     if installed is not None:
         complete_site(site, installed)
+    if extra_site is not None:
+        shutil.copytree(extra_site, site, dirs_exist_ok=True)
     python = bin_dir / "python"
     python.write_text(FAKE_PYTHON.replace("REAL_PYTHON", shlex.quote(sys.executable)))
     (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)

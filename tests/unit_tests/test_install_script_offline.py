@@ -1,6 +1,7 @@
 """``tools/install.sh`` on an environment that is already complete (pip is never called, so a compute node without a
-package index runs the README's commands), on a GPU node whose torch is a CPU build (refused), and on a Hopper node
-whose Triton fla 0.6.0 refuses for its GDN backward (TileLang is installed). Same stand-ins as test_install_script."""
+package index runs the README's commands), on a GPU node whose torch is a CPU build (refused), with the gdn extra and a
+Triton fla 0.6.0 refuses on Hopper (TileLang is installed), and with the te extra (an importable Transformer Engine
+is kept, none is refused: install.sh does not build it). Same stand-ins as test_install_script."""
 
 from __future__ import annotations
 
@@ -35,24 +36,27 @@ def test_a_cpu_torch_on_a_gpu_node_is_refused_before_pip(tmp_path: Path) -> None
     assert calls == []
 
 
-def test_hopper_with_triton_3_6_gets_tilelang(tmp_path: Path) -> None:
+def test_gdn_with_triton_3_6_gets_tilelang_on_a_login_node_too(tmp_path: Path) -> None:
     installed = {**base_versions(), "triton": f"3.{random.randint(4, 6)}.0"}
-    done, calls = run_install(tmp_path, torch="'13.0'", triton=True, driver="590.48.01", extras="hf,gdn",
-                              installed=installed, FAKE_COMPUTE_CAP="9.0")
+    done, calls = run_install(tmp_path, torch="None", triton=True, extras="hf,GDN", installed=installed)
     assert done.returncode == 0, done.stderr
     assert calls == [["-m", "pip", "install", "-q", "--disable-pip-version-check", *TILELANG_PINS]]
-    (tmp_path / "ampere").mkdir()
-    done, calls = run_install(tmp_path / "ampere", torch="'13.0'", triton=True, driver="590.48.01", extras="hf,gdn",
-                              installed=installed, FAKE_COMPUTE_CAP="8.0")
+
+
+def test_the_te_extra_keeps_an_importable_transformer_engine(tmp_path: Path) -> None:
+    site = tmp_path / "pre"
+    (site / "transformer_engine" / "pytorch").mkdir(parents=True)
+    (site / "transformer_engine" / "__init__.py").write_text("")
+    (site / "transformer_engine" / "pytorch" / "__init__.py").write_text("")
+    done, calls = run_install(tmp_path, torch="'13.0'", triton=True, driver="590.48.01", extras="dev,TE",
+                              extra_site=site)
     assert done.returncode == 0, done.stderr
-    assert calls == []
+    assert "keeping the Transformer Engine" in done.stdout
+    assert calls[-1][-2:] == ["-e", ".[dev]"]
 
 
-def test_the_te_extra_is_built_against_the_installed_torch(tmp_path: Path) -> None:
-    """TE's PyTorch extension is an sdist: built in pip's isolated environment it would compile against another
-    torch."""
+def test_the_te_extra_without_transformer_engine_is_refused_before_pip(tmp_path: Path) -> None:
     done, calls = run_install(tmp_path, torch="'13.0'", triton=True, driver="590.48.01", extras="te")
-    assert done.returncode == 0, done.stderr
-    (te,) = [call for call in calls if any(arg.startswith("transformer-engine") for arg in call)]
-    assert "--no-build-isolation" in te and te[-1] == "transformer-engine[core_cu13,pytorch]==2.20.2"
-    assert calls[-1][-2:] == ["-e", ".[te]"]
+    assert done.returncode == 2
+    assert "does not build Transformer Engine" in done.stderr and "te_cpu_env.sh" in done.stderr
+    assert calls == []

@@ -208,21 +208,23 @@ def flops_report(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-CORRECTED_FOOTER = ("corrected = our count of the matrix work (docs/flops.md); Megatron's own count: "
-                    "--megatron-compatible")
-"""What the table of the corrected count ends with: what the count is, and where Megatron's is."""
-REPORTS_FOOTER = ("to reproduce the MN5 report's TFLOP/s: --megatron-compatible plus the --megatron-flag sets of "
-                  "docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\"")
-"""Why a user comparing with the MN5 report sees fewer GFLOP/token (Qwen3-30B-A3B 15 %, Qwen3.5 2.6 %), and what
-reproduces its numbers; printed unless the user already sets Megatron flags."""
+CORRECTED_NOTE = ("corrected = our count of the matrix work (docs/flops.md); Megatron's own count: "
+                  "--megatron-compatible")
+"""What the corrected count is, and where Megatron's is: the line under the table's header in that mode."""
+REPORTS_SECTION = "the --megatron-flag sets of docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\""
+"""Where the flag sets are that reproduce the MN5 report's TFLOP/s with Megatron's count."""
 
 
-def table_footer(report: dict[str, Any]) -> list[str]:
-    """The lines that close the count: what the corrected count is (in that mode), and, unless ``--megatron-flag``
-    already sets Megatron's flags, how to reproduce the TFLOP/s of the MN5 report (:data:`REPORTS_FOOTER`)."""
-    lines = [CORRECTED_FOOTER] if report["mode"] == "corrected" else []
+def count_notes(report: dict[str, Any]) -> list[str]:
+    """The lines under the table's header: what the corrected count is (in that mode), and, unless ``--megatron-flag``
+    already sets Megatron's flags, how to reproduce the TFLOP/s of the MN5 report (a reader comparing with it sees
+    fewer GFLOP/token: Qwen3-30B-A3B 15 %, Qwen3.5 2.6 %). Under the header, not at the end: scripts read the total
+    from the last line."""
+    corrected = report["mode"] == "corrected"
+    lines = [CORRECTED_NOTE] if corrected else []
     if not report.get("megatron_flags"):
-        lines.append(REPORTS_FOOTER)
+        how = "--megatron-compatible plus " if corrected else ""
+        lines.append(f"to reproduce the MN5 report's TFLOP/s: {how}{REPORTS_SECTION}")
     return lines
 
 
@@ -261,9 +263,11 @@ def throughput_lines(report: dict[str, Any]) -> list[str]:
 
 
 def format_table(report: dict[str, Any], notes: Sequence[str] = ()) -> str:
-    """Human-readable report: the count (:func:`count_lines`), ``notes`` (``note:`` lines about the card), what the
-    count is (:func:`table_footer`), then the measured throughput's TFLOP/s and MFU (:func:`throughput_lines`)."""
-    return "\n".join([*count_lines(report), *notes, *table_footer(report), *throughput_lines(report)])
+    """Human-readable report: the count's header, ``notes`` (``note:`` lines about the card), what the count is
+    (:func:`count_notes`), the count's rows (:func:`count_lines`), then the measured throughput's TFLOP/s and MFU
+    (:func:`throughput_lines`)."""
+    header, *rows = count_lines(report)
+    return "\n".join([header, *notes, *count_notes(report), *rows, *throughput_lines(report)])
 
 
 def run(args: argparse.Namespace) -> int:

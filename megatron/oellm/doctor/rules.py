@@ -85,9 +85,10 @@ def _why_torch_sees_no_gpu(report: EnvironmentReport) -> str:
     return f"torch (CUDA {report.cuda_version}) sees no GPU"
 
 
-SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
-"""Variables that list the GPUs Slurm gave a job or step (CUDA_VISIBLE_DEVICES counts only inside a job: outside one it
-may be any user's export)."""
+SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+"""Variables that list the GPUs Slurm gave a job or step. CUDA_VISIBLE_DEVICES is no evidence, even inside a job:
+sbatch and salloc pass the submitting shell's environment on (``--export=ALL``), so a login node's or a site profile's
+export reaches a job on a CPU partition unchanged."""
 
 GPU_DEVICE = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z/-]+")
 """One entry of a GPU list: an index or a UUID; Slurm's ``NoDevFiles``, ``-1`` and empty entries name no device."""
