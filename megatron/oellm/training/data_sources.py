@@ -448,21 +448,41 @@ not given from S3 when megatron initialises, which needs the ``wget`` package an
 traceback on every rank)."""
 
 
+FILE_READING_TOKENIZERS = (*DOWNLOADED_TOKENIZER_FILES, "HuggingFaceTokenizer")
+"""The ``--tokenizer-type`` values megatron-core 0.19.2 hands ``--vocab-file`` / ``--merge-file`` to; the others
+(Null, SentencePiece, TikToken, multimodal, SFT) never read them, so a path left over from another tokenizer is no
+error there."""
+
+MEGATRON_CACHE_SUFFIXES = {"vocab_file": "_vocab", "merge_file": "_merges"}
+"""The suffix of each tokenizer file in megatron-core's download cache (``<TYPE><suffix>`` under its cache folder)."""
+
+
+def downloaded_before(tokenizer_type: str, name: str) -> bool:
+    """Whether megatron-core's download cache already holds the file argument ``name`` of ``tokenizer_type``
+    (megatron-core then reads it there and downloads nothing): a node with a filled cache runs without the flag."""
+    try:
+        from megatron.core.tokenizers.text.libraries.megatron_hf_tokenizer import MEGATRON_CACHE
+    except ImportError:
+        return False
+    return Path(MEGATRON_CACHE, tokenizer_type + MEGATRON_CACHE_SUFFIXES[name]).exists()
+
+
 def check_tokenizer_files(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for a tokenizer file ``args`` name that is not there: a ``--vocab-file`` or
-    ``--merge-file`` that is no file, a megatron tokenizer type without the files it would download
-    (:data:`DOWNLOADED_TOKENIZER_FILES`), a ``--tokenizer-model`` path where nothing is
+    ``--merge-file`` that is no file where the tokenizer type reads it (:data:`FILE_READING_TOKENIZERS`), a megatron
+    tokenizer type without the files it would download and has not cached (:data:`DOWNLOADED_TOKENIZER_FILES`,
+    :func:`downloaded_before`), a ``--tokenizer-model`` path where nothing is
     (:func:`absent_tokenizer_path`). megatron-core builds the tokenizer when megatron initialises, on every rank: a
     missing file waited out huggingface.co's retries (some 30 s) and was then refused under the hub tokenizer's name,
     a file left to download ended in a ``wget`` traceback."""
     for name, (flag, content) in TOKENIZER_FILE_FLAGS.items():
         value = getattr(args, name)
-        if value is not None and not Path(value).is_file():
+        if value is not None and args.tokenizer_type in FILE_READING_TOKENIZERS and not Path(value).is_file():
             raise ValueError(f"{flag} {value!r} is no file (relative to {Path.cwd()}): megatron-core would fail to "
                              "build the tokenizer when megatron initialises, naming a hub tokenizer instead of this "
                              f"file; give the path of the tokenizer's {content} file")
     needed = [TOKENIZER_FILE_FLAGS[name][0] for name in DOWNLOADED_TOKENIZER_FILES.get(args.tokenizer_type, ())
-              if getattr(args, name) is None]
+              if getattr(args, name) is None and not downloaded_before(args.tokenizer_type, name)]
     if needed:
         raise ValueError(f"--tokenizer-type {args.tokenizer_type} needs {' and '.join(needed)}: without them "
                          "megatron-core downloads its files from S3 when megatron initialises, which needs the wget "

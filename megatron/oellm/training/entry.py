@@ -113,6 +113,13 @@ def expanded_argv(argv: Sequence[str]) -> list[str]:
     return with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
 
 
+def stated_destinations(user_argv: Sequence[str]) -> set[str]:
+    """Parser destinations the user's command line or its card sets, not the training defaults the entry fills in
+    (:func:`expanded_argv`): a default equal to what the user wrote would otherwise be told apart by value only."""
+    merged = merge_card_flags(user_argv)
+    return explicit_destinations(merged.argv if merged else user_argv)
+
+
 def training_config(args: argparse.Namespace) -> object:
     """megatron's configuration container of the run (what ``pretrain`` takes), its refusals raised as one
     ``ValueError``. Building it runs megatron-core's ``OptimizerConfig`` checks, which ``validate_args`` leaves to it
@@ -154,8 +161,10 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
     parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
+    user_argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        argv = expanded_argv(list(sys.argv[1:] if argv is None else argv))
+        argv = expanded_argv(user_argv)
+        stated = stated_destinations(user_argv)
     except ValueError as error:
         return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv
@@ -206,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_parsed_packages(parsed)  # before validate_args: it imports wandb on the last rank
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
-        check_checkpoint_architecture(parsed, loaded, explicit_destinations(argv))  # before megatron overwrites them
+        check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them
         args = validated_args(parse_and_validate_args, parsed)
     except ValueError as error:
         return refuse(error)

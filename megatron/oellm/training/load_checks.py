@@ -239,28 +239,18 @@ parallel sizes and tokenizer it replaces only under flags asking for that (``--u
 def _refuse_replaced_flags(args: argparse.Namespace, loaded: StoredCheckpoint | None, given: AbstractSet[str]) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` would replace a flag of :data:`CHECKPOINT_ARGS_REPLACING`
     that the command line sets (``given``) with another value a checkpoint stores: the run would train with the
-    checkpoint's value, the flag ignored without a word. A training default the entry fills in
-    (:data:`megatron.oellm.training.args.TRAINING_DEFAULTS`) counts as given only with another value than that
-    default."""
+    checkpoint's value, the flag ignored without a word. ``given`` holds what the user's command line or its card
+    sets (:func:`megatron.oellm.training.entry.stated_destinations`), not the training defaults the entry fills in."""
     for checkpoint in _read_for_checkpoint_args(args, loaded):
         stored = checkpoint.common.get("args")
         for dest in CHECKPOINT_ARGS_REPLACING:
             ours, theirs = getattr(args, dest, None), getattr(stored, dest, None)
-            if theirs is None or ours == theirs or not _user_set(dest, ours, given):
+            if theirs is None or ours == theirs or dest not in given:
                 continue
             flag = _flag_of(dest)
             raise ValueError(f"--use-checkpoint-args: megatron-core would set {dest} to {theirs!r}, the value "
                              f"{checkpoint.named_by} stores, over {flag}'s {ours!r}, and train with that without a "
                              f"word; drop --use-checkpoint-args, or drop {flag}")
-
-
-def _user_set(dest: str, value: object, given: AbstractSet[str]) -> bool:
-    """Whether the command line sets ``dest`` (in ``given``) to ``value`` itself, rather than the entry filling in a
-    training default (:data:`megatron.oellm.training.args.TRAINING_DEFAULTS`) there."""
-    from megatron.oellm.training.args import TRAINING_DEFAULTS
-
-    defaults = {name.replace("-", "_"): default for name, default in TRAINING_DEFAULTS.items()}
-    return dest in given and not (dest in defaults and value == defaults[dest])
 
 
 def _flag_of(dest: str) -> str:

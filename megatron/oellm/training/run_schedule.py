@@ -73,7 +73,9 @@ def check_save_directory(args: argparse.Namespace) -> None:
     file system without creating anything: :func:`check_save_writable`, :func:`check_save_not_another_run`. The
     training entry runs it on its own node (the recipes check a command line on another machine, where the job's
     folders may not exist), after :func:`check_save_flags`."""
-    if args.save:
+    from megatron.oellm.training.stored_checkpoint import on_object_storage  # imports torch: only here
+
+    if args.save and not on_object_storage(args, args.save):
         check_save_writable(args.save)
         check_save_not_another_run(args)
 

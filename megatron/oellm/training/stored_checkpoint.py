@@ -19,7 +19,9 @@ megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per
 from __future__ import annotations
 
 import argparse
+import os
 import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,16 +155,18 @@ def checkpoint_format(directory: Path) -> str | None:
 
 
 def _rank_zero_state(directory: Path) -> dict:
-    """The first rank file of a ``torch``-format checkpoint, memory-mapped: its pickled structure (run arguments,
-    iteration, optimizer settings) is read, the model shard's tensors are not. ``ValueError`` naming the file when
+    """The first rank file of a ``torch``-format checkpoint, memory-mapped (a legacy non-zip file is read whole): its
+    pickled structure (run arguments, iteration, optimizer settings) is read, the model shard's tensors are not. ``ValueError`` naming the file when
     there is none or it cannot be read."""
     import torch
 
     for name in RANK_ZERO_DIRECTORIES:
         path = directory / name / RANK_FILE
         if path.is_file():
+            # a file of torch.save's legacy (non-zip) format cannot be memory-mapped; megatron loads it all the same
+            mmap = zipfile.is_zipfile(path)
             try:
-                return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+                return torch.load(path, map_location="cpu", mmap=mmap, weights_only=False)
             except Exception as error:  # a truncated or damaged file raises about any type (zip reader, unpickling)
                 raise ValueError(f"{path} cannot be read ({_reason(error)}); the file is truncated or "
                                  "damaged") from error
@@ -354,6 +358,8 @@ def check_load_directory(args: argparse.Namespace) -> None:
       names an iteration directory that is missing or holds no checkpoint (:func:`_check_tracked_directory`).
     """
     pretrained = getattr(args, "pretrained_checkpoint", None)
+    if on_object_storage(args, args.load) or on_object_storage(args, pretrained):
+        return  # read through megatron's object-storage client: nothing on this node's file system to look at
     step = getattr(args, "ckpt_step", None)
     if args.load and Path(args.load).is_file():
         raise ValueError(f"--load {args.load} is a file: megatron-core looks for {TRACKER_FILE} in the folder --load "
@@ -390,10 +396,27 @@ def is_hugging_face_model(directory: Path) -> bool:
     return (directory / HF_CONFIG).is_file() and any(directory.glob("*.safetensors"))
 
 
+def on_object_storage(args: argparse.Namespace, path: str | Path | None) -> bool:
+    """Whether megatron-core 0.19.2 reads ``path`` from object storage (``msc://...`` under ``--enable-msc``) rather
+    than this node's file system, where the directory checks cannot look."""
+    if path is None or not getattr(args, "enable_msc", False):
+        return False
+    from megatron.core.datasets.object_storage_utils import is_object_storage_path
+
+    return is_object_storage_path(str(path))
+
+
 def same_directory(first: str | Path | None, second: str | Path | None) -> bool:
-    """Whether both paths are given and name the same folder once symbolic links, ``..`` and the current folder
-    are resolved (a missing one as far as it exists): ``--load`` and ``--save`` spelled differently for one run."""
-    return first is not None and second is not None and Path(first).resolve() == Path(second).resolve()
+    """Whether both paths are given and name the same folder: ``--load`` and ``--save`` spelled differently for one
+    run. Existing folders are compared by device and inode, so one reached through two mount points (an Apptainer
+    bind, an export mounted twice) is one folder; a missing one by its path with symbolic links, ``..`` and the
+    current folder resolved as far as it exists."""
+    if first is None or second is None:
+        return False
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one is missing (or unreadable): its path is all there is to compare
+        return Path(first).resolve() == Path(second).resolve()
 
 
 def _check_not_hugging_face(args: argparse.Namespace, flag: str, directory: Path, outcome: str) -> None:
