@@ -245,8 +245,8 @@ class CheckpointReader:
                                   "megatron-core reads as --ckpt-format torch_dcp (fsdp_dtensor under Megatron-FSDP), "
                                   f"not torch_dist; {_TORCH_DIST_ONLY}")
         self.directory = directory
-        self.metadata = _read_metadata(directory)
-        self._data_files = _check_data_files(directory, self.metadata)
+        self.metadata = read_metadata(directory)
+        self._data_files = check_data_files(directory, self.metadata)
         self._tensor_shapes = {key: (tuple(md.size), md.properties.dtype)
                                for key, md in self.metadata.state_dict_metadata.items()
                                if isinstance(md, TensorStorageMetadata)}
@@ -350,7 +350,7 @@ def _first_failure(error: CheckpointException) -> str:
     return type(next(iter(error.failures.values()))[0]).__name__
 
 
-def _read_metadata(directory: Path) -> Metadata:
+def read_metadata(directory: Path) -> Metadata:
     """The DCP metadata of ``directory``; a damaged ``.metadata`` is a :class:`ConversionError`."""
     path = directory / METADATA_FILE
     try:
@@ -362,7 +362,7 @@ def _read_metadata(directory: Path) -> Metadata:
     return metadata
 
 
-def _check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
+def check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
     """The data files ``metadata`` stores items in, each checked to exist and to reach the end of its last item
     (a copy cut short or a lost file is named here, before any tensor is read)."""
     needed: dict[str, int] = {}

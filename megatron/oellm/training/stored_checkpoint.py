@@ -156,8 +156,8 @@ def checkpoint_format(directory: Path) -> str | None:
 
 def _rank_zero_state(directory: Path) -> dict:
     """The first rank file of a ``torch``-format checkpoint, memory-mapped (a legacy non-zip file is read whole): its
-    pickled structure (run arguments, iteration, optimizer settings) is read, the model shard's tensors are not. ``ValueError`` naming the file when
-    there is none or it cannot be read."""
+    pickled structure (run arguments, iteration, optimizer settings) is read, the model shard's tensors are not.
+    ``ValueError`` naming the file when there is none or it cannot be read."""
     import torch
 
     for name in RANK_ZERO_DIRECTORIES:
@@ -181,10 +181,10 @@ def _dcp_state(directory: Path) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from megatron.oellm.convert.dist_ckpt import _check_data_files, _read_metadata
+    from megatron.oellm.convert.dist_ckpt import check_data_files, read_metadata
 
-    metadata = _read_metadata(directory)
-    _check_data_files(directory, metadata)
+    metadata = read_metadata(directory)
+    check_data_files(directory, metadata)
     state = {key: None for key in ("args", "iteration") if key in metadata.state_dict_metadata}
     if state:
         try:
