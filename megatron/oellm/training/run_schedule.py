@@ -114,9 +114,10 @@ def check_save_not_another_run(args: argparse.Namespace) -> None:
     latest = (f"latest iteration {tracked}" if isinstance(tracked, int) else
               f"tracker naming {tracked}" if tracked else f"a {TRACKER_FILE} megatron-core cannot read")
     loading = f"--load is {args.load}" if args.load else "the run has no --load"
-    raise ValueError(f"--save {save} holds another run's checkpoint ({latest}) and {loading}: megatron-core would "
-                     f"write this run's iterations and {TRACKER_FILE} over that run's from its first save on; give a "
-                     f"new --save folder, or --load {save} to resume that run")
+    raise ValueError(f"--save {save} holds checkpoints this job does not load ({latest}; another run's, or this "
+                     f"run's from an earlier job) and {loading}: megatron-core would write this job's iterations and "
+                     f"{TRACKER_FILE} over them from its first save on; give a new --save folder, or --load {save} "
+                     "to resume from them")
 
 
 DUMP_INTERVALS = ("save_wgrads_interval", "save_dgrads_interval", "save_params_interval")

@@ -41,16 +41,16 @@ def test_saving_into_another_runs_folder_is_refused(load, tmp_path, monkeypatch,
     _another_run(mine)
     flags = {"none": [], "pretrained": ["--pretrained-checkpoint", str(other)], "another": ["--load", str(mine)]}[load]
     line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, _save(other, *flags))
-    assert f"error: --save {other} holds another run's checkpoint (latest iteration {latest}) and " in line
+    assert f"error: --save {other} holds checkpoints this job does not load (latest iteration {latest}; " in line
     assert ("the run has no --load" if load != "another" else f"--load is {mine}") in line
-    assert line.endswith(f"give a new --save folder, or --load {other} to resume that run")
+    assert line.endswith(f"give a new --save folder, or --load {other} to resume from them")
     assert (other / "latest_checkpointed_iteration.txt").read_text() == tracker
 
 
 def test_a_release_tracker_is_named(tmp_path):
     converted = save_dist_checkpoint(tmp_path / "converted", stored_args(**TP1), iteration=0)
-    with pytest.raises(ValueError, match=f"^--save {converted} holds another run's checkpoint .tracker naming "
-                                         "release. and the run has no --load"):
+    with pytest.raises(ValueError, match=f"^--save {converted} holds checkpoints this job does not load .tracker naming "
+                                         "release; .* and the run has no --load"):
         check_save_directory(argparse.Namespace(save=str(converted), load=None))
 
 
