@@ -17,7 +17,8 @@
 # the README's two commands) runs on a compute node without a package index. The gdn extra with a Triton in
 # [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100, H200, GH200) fla 0.6.0 refuses its
 # Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its TileLang one instead; it is installed
-# without a Hopper GPU in sight too, as a shared environment is often filled on a GPU-less login node.
+# without a GPU in sight too, as a shared environment is often filled on a GPU-less login node, but not on a node
+# whose listed GPUs are all of another generation.
 # The te extra keeps a Transformer Engine that imports (a cluster container's) and is otherwise refused: TE's PyTorch
 # extension is an sdist compiled against the installed torch with CUDA headers (tools/te_cpu_env.sh has the steps).
 set -euo pipefail
@@ -62,15 +63,27 @@ print(",".join(dict.fromkeys(names)))
 PYCHECK
 )
 if [[ ",${EXTRAS}," == *,te,* ]]; then
-  if ! "$PY" -c "import transformer_engine.pytorch" >/dev/null 2>&1; then
-    echo "error: install.sh does not build Transformer Engine: its PyTorch extension is an sdist that must compile" \
-         "against this torch with CUDA headers. Use the cluster container's TE (the Dockerfile's base image has one)," \
-         "or build it as tools/te_cpu_env.sh does; then rerun without te, or with te to keep it" >&2
+  if ! TE_ERROR=$("$PY" -c "import transformer_engine.pytorch" 2>&1); then
+    TE_ERROR=$(tail -n 1 <<< "$TE_ERROR")
+    if grep -q -E 'libcuda|libnvidia-' <<< "$TE_ERROR"; then
+      echo "error: install.sh: Transformer Engine is installed but needs the NVIDIA driver to import ($TE_ERROR):" \
+           "rerun on a GPU node (in a container: apptainer exec --nv), or without te here" >&2
+    else
+      echo "error: install.sh: Transformer Engine does not import ($TE_ERROR), and install.sh does not build it:" \
+           "its PyTorch extension is an sdist that must compile against this torch with CUDA headers. Use the" \
+           "cluster container's TE (the Dockerfile's base image has one), or build it as tools/te_cpu_env.sh does;" \
+           "then rerun without te, or with te to keep it" >&2
+    fi
     exit 2
   fi
   EXTRAS=$(sed -e 's/^te,//; s/,te$//; s/,te,/,/; s/^te$//' <<< "$EXTRAS")
   echo "install.sh: keeping the Transformer Engine that imports here (the te extra installs nothing more)"
 fi
+# the GPUs' compute capabilities: where nvidia-smi lists GPUs and none is Hopper's 9.x (an A100 node), the TileLang
+# set fla needs only on Hopper is left out (a login node without GPUs gets it, for the Hopper nodes)
+CAPABILITIES=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+               grep -E '^ *[0-9]+\.[0-9]+ *$' || true)
+NO_HOPPER=$([ -n "$CAPABILITIES" ] && ! grep -q -E '^ *9\.' <<< "$CAPABILITIES" && echo --no-hopper || true)
 # only a version counts: nvidia-smi prints its failures ("couldn't communicate with the NVIDIA driver", "No devices
 # were found") on stdout, and a node where it fails has no GPU torch could use
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
@@ -106,9 +119,9 @@ else
   fi
 fi
 "$PY" -c "import triton" 2>/dev/null || "${PIP[@]}" triton
-NEEDS=$("$PY" tools/install_needs.py "$EXTRAS")
+NEEDS=$("$PY" tools/install_needs.py "$EXTRAS" $NO_HOPPER)
 [ -n "$NEEDS" ] || echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (editable) and the" \
-                        "requirements of ${EXTRAS} are in place"
+                        "requirements of ${EXTRAS:-setup.py} are in place"
 if grep -q '^megatron-core' <<< "$NEEDS"; then
   "${PIP[@]}" "numpy<2.4"  # first: megatron-core's own numpy requirement would admit 2.4
   "${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"

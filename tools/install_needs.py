@@ -1,15 +1,15 @@
 """What ``tools/install.sh`` still has to install into this Python, one requirement per line (nothing when the
 environment is complete).
 
-    python tools/install_needs.py EXTRAS
+    python tools/install_needs.py EXTRAS [--no-hopper]
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
 order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not installed (editable, at its version) or a
 requirement of setup.py or of an extra is unmet, then the TileLang set of ``docker/constraints.txt`` when the ``gdn``
 extra is asked for and the installed Triton is in the range where fla's Triton GDN/KDA backward is wrong on Hopper
 (fla issue 640), so fla needs its TileLang backward there. The TileLang set does not wait for a Hopper GPU to be seen:
-the environment is often filled on a GPU-less login node for the clusters' Hopper nodes (H100, H200, GH200), and fla
-uses it nowhere else.
+the environment is often filled on a GPU-less login node for the clusters' Hopper nodes (H100, H200, GH200); only
+``--no-hopper`` (install.sh passes it where nvidia-smi lists GPUs, none of compute capability 9.x) leaves it out.
 
 install.sh runs pip only for what this prints: a compute node without a package index (most of them) can run the
 README's commands once a login node has installed everything into the shared environment. pip rebuilt the editable
@@ -100,14 +100,14 @@ def checkout_installed() -> bool:
             and version is not None and distribution.version == version.group(1))
 
 
-def release_of(version: str) -> tuple[int, int, int, bool] | None:
-    """(major, minor, patch, pre-release) of a version string such as ``3.6.0``, ``3.6.0+gitabc`` or ``3.7.1rc1``
-    (a pre-release sorts before its release), read without ``packaging``, which a fresh environment may lack; None
-    for a string that does not start with a release number."""
+def release_of(version: str) -> tuple[int, int, int, int] | None:
+    """(major, minor, patch, 0 for a pre-release else 1) of a version string such as ``3.6.0``, ``3.6.0+gitabc`` or
+    ``3.7.1rc1``, which sorts as versions do (a pre-release before its release), read without ``packaging``, which a
+    fresh environment may lack; None for a string that does not start with a release number."""
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?(\.?(?:a|b|rc|dev)\d*)?", version.strip())
     if match is None:
         return None
-    return int(match[1]), int(match[2]), int(match[3] or 0), match[4] is not None
+    return int(match[1]), int(match[2]), int(match[3] or 0), 0 if match[4] is not None else 1
 
 
 def triton_needs_tilelang() -> bool:
@@ -119,10 +119,7 @@ def triton_needs_tilelang() -> bool:
             installed = release_of(metadata.version(name))
         except metadata.PackageNotFoundError:
             continue
-        if installed is None:
-            return False
-        numbers, pre = installed[:3], installed[3]
-        return low[:3] <= numbers and (numbers < high[:3] or (numbers == high[:3] and pre))
+        return installed is not None and low <= installed < high
     return False
 
 
@@ -135,12 +132,13 @@ def tilelang_pins() -> list[str]:
     return pins
 
 
-def needs(extras: Sequence[str]) -> list[str]:
-    """The requirements install.sh installs, in its order (see the module docstring)."""
+def needs(extras: Sequence[str], hopper_possible: bool = True) -> list[str]:
+    """The requirements install.sh installs, in its order (see the module docstring); ``hopper_possible`` False on a
+    node whose listed GPUs are all of another generation, which needs no TileLang."""
     wanted: list[str] = unmet([MEGATRON_CORE_PIN])
     if not checkout_installed() or unmet(setup_requirements(extras)):
         wanted.append(f"-e .[{','.join(extras)}]" if extras else "-e .")
-    if "gdn" in extras and triton_needs_tilelang():
+    if hopper_possible and "gdn" in extras and triton_needs_tilelang():
         wanted += unmet(tilelang_pins())
     return wanted
 
@@ -149,8 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print :func:`needs` for the command line's EXTRAS, one per line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("extras", help="install.sh's comma-separated EXTRAS (checked against setup.py by it)")
-    given = parser.parse_args(argv).extras.split(",")
-    lines = needs([normalized_extra(extra) for extra in given if extra.strip()])
+    parser.add_argument("--no-hopper", action="store_true",
+                        help="nvidia-smi lists this node's GPUs and none is Hopper: no TileLang set")
+    args = parser.parse_args(argv)
+    given = [normalized_extra(extra) for extra in args.extras.split(",") if extra.strip()]
+    lines = needs(given, hopper_possible=not args.no_hopper)
     if lines:
         print("\n".join(lines))
     return 0

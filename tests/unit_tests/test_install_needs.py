@@ -100,11 +100,13 @@ def test_without_packaging_everything_counts_as_missing(tmp_path: Path) -> None:
 
 def test_an_affected_triton_with_gdn_gets_the_tilelang_set(tmp_path: Path) -> None:
     """No GPU is asked for: a login node filling a shared environment for the Hopper nodes gets it too."""
-    triton = random.choice([f"3.{random.randint(4, 6)}.{random.randint(0, 3)}", "3.7.1rc1", "3.6.0+git1a2b3c"])
+    triton = random.choice([f"3.{random.randint(4, 6)}.{random.randint(0, 3)}", "3.7.1rc1", "3.6.0+git1a2b3c",
+                            "3.7.0.post1"])
     complete_site(tmp_path, {**base_versions(), "triton": triton})
     assert needs(tmp_path, "dev,gdn") == TILELANG_PINS
     assert needs(tmp_path, "dev,GDN") == TILELANG_PINS
     assert needs(tmp_path, "dev,hf") == []  # no GDN kernels asked for
+    assert needs(tmp_path, "dev,gdn", "--no-hopper") == []  # a node whose listed GPUs are all of another generation
 
 
 def test_without_packaging_the_triton_range_is_still_read(tmp_path: Path) -> None:
@@ -119,7 +121,7 @@ def test_tilelang_already_at_its_pins_needs_nothing(tmp_path: Path) -> None:
     assert needs(tmp_path, "dev,gdn") == ["tilelang==0.1.15"]
 
 
-@pytest.mark.parametrize("triton", ["3.3.1", "3.7.1", "3.8.0", "3.7.1.post1"])
+@pytest.mark.parametrize("triton", ["3.3.1", "3.4.0rc1", "3.7.1", "3.8.0", "3.7.1.post1"])
 def test_a_triton_outside_the_affected_range_needs_no_tilelang(tmp_path: Path, triton: str) -> None:
     complete_site(tmp_path, {**base_versions(), "triton": triton})
     assert needs(tmp_path, "dev,gdn") == []

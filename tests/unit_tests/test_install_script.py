@@ -46,6 +46,7 @@ PYTHONPATH="$FAKE_SITE" exec REAL_PYTHON -S "$@"
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
 [ -z "${FAKE_SMI_FAILURE:-}" ] || { echo "$FAKE_SMI_FAILURE"; exit "${FAKE_SMI_STATUS:-9}"; }
 [ -n "${FAKE_DRIVER:-}" ] || { echo "NVIDIA-SMI has failed: no driver" >&2; exit 9; }
+case "$*" in *compute_cap*) echo "${FAKE_COMPUTE_CAP:-9.0}"; echo "${FAKE_COMPUTE_CAP:-9.0}"; exit 0 ;; esac
 echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
 """
 

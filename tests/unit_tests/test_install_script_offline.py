@@ -43,6 +43,15 @@ def test_gdn_with_triton_3_6_gets_tilelang_on_a_login_node_too(tmp_path: Path) -
     assert calls == [["-m", "pip", "install", "-q", "--disable-pip-version-check", *TILELANG_PINS]]
 
 
+def test_gdn_on_a_node_of_other_gpus_needs_no_tilelang(tmp_path: Path) -> None:
+    """An A100 node (compute capability 8.0) of a complete environment: nothing to install, offline too."""
+    installed = {**base_versions(), "triton": f"3.{random.randint(4, 6)}.0"}
+    done, calls = run_install(tmp_path, torch="'13.0'", triton=True, driver="590.48.01", extras="hf,gdn",
+                              installed=installed, FAKE_COMPUTE_CAP=random.choice(["8.0", "8.9", "10.0"]))
+    assert done.returncode == 0, done.stderr
+    assert calls == []
+
+
 def test_the_te_extra_keeps_an_importable_transformer_engine(tmp_path: Path) -> None:
     site = tmp_path / "pre"
     (site / "transformer_engine" / "pytorch").mkdir(parents=True)
@@ -58,5 +67,18 @@ def test_the_te_extra_keeps_an_importable_transformer_engine(tmp_path: Path) -> 
 def test_the_te_extra_without_transformer_engine_is_refused_before_pip(tmp_path: Path) -> None:
     done, calls = run_install(tmp_path, torch="'13.0'", triton=True, driver="590.48.01", extras="te")
     assert done.returncode == 2
-    assert "does not build Transformer Engine" in done.stderr and "te_cpu_env.sh" in done.stderr
+    assert "No module named 'transformer_engine'" in done.stderr
+    assert "does not build it" in done.stderr and "te_cpu_env.sh" in done.stderr
     assert calls == []
+
+
+def test_a_transformer_engine_that_needs_the_driver_is_named_so(tmp_path: Path) -> None:
+    """A container's TE imported on a GPU-less login node: installed, it only needs the driver there."""
+    site = tmp_path / "pre"
+    (site / "transformer_engine" / "pytorch").mkdir(parents=True)
+    (site / "transformer_engine" / "__init__.py").write_text("")
+    error = f"libcuda.so.1: cannot open shared object file ({random.randrange(1000)})"
+    (site / "transformer_engine" / "pytorch" / "__init__.py").write_text(f"raise OSError({error!r})\n")
+    done, calls = run_install(tmp_path, torch="None", triton=True, extras="hf,te", extra_site=site)
+    assert done.returncode == 2 and calls == []
+    assert "needs the NVIDIA driver to import" in done.stderr and error in done.stderr

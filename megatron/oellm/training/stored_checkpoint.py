@@ -19,7 +19,6 @@ megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per
 from __future__ import annotations
 
 import argparse
-import os
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -357,9 +356,9 @@ def check_load_directory(args: argparse.Namespace) -> None:
     * under ``--ckpt-step``, the checks of :func:`_check_ckpt_step`; without it, the tracker of what megatron loads
       names an iteration directory that is missing or holds no checkpoint (:func:`_check_tracked_directory`).
     """
-    pretrained = getattr(args, "pretrained_checkpoint", None)
-    if on_object_storage(args, args.load) or on_object_storage(args, pretrained):
+    if on_object_storage(args, args.load):
         return  # read through megatron's object-storage client: nothing on this node's file system to look at
+    pretrained = getattr(args, "pretrained_checkpoint", None)
     step = getattr(args, "ckpt_step", None)
     if args.load and Path(args.load).is_file():
         raise ValueError(f"--load {args.load} is a file: megatron-core looks for {TRACKER_FILE} in the folder --load "
@@ -370,6 +369,8 @@ def check_load_directory(args: argparse.Namespace) -> None:
                    "loads nothing and trains from random weights")
         _check_iteration_directory(LOAD, Path(args.load), outcome, plain_step=not pretrained)
     source = load_source(args)
+    if source is not None and source[0] == PRETRAINED and on_object_storage(args, pretrained):
+        return  # --pretrained-checkpoint in object storage (as given: a Path would fold its '//'): megatron reads it
     if source is not None and source[0] == PRETRAINED and not has_tracker(source[1]):
         outcome = "stops with FileNotFoundError after allocating the model"
         _check_iteration_directory(PRETRAINED, source[1], outcome, plain_step=False)
@@ -408,15 +409,25 @@ def on_object_storage(args: argparse.Namespace, path: str | Path | None) -> bool
 
 def same_directory(first: str | Path | None, second: str | Path | None) -> bool:
     """Whether both paths are given and name the same folder: ``--load`` and ``--save`` spelled differently for one
-    run. Existing folders are compared by device and inode, so one reached through two mount points (an Apptainer
-    bind, an export mounted twice) is one folder; a missing one by its path with symbolic links, ``..`` and the
-    current folder resolved as far as it exists."""
+    run. Each path is taken to its deepest existing folder (symbolic links, ``..`` and the current folder resolved),
+    which is compared by device and inode, and the missing parts below it by name: one folder reached through two
+    mount points (an Apptainer bind, an export mounted twice) is one folder, also before a first job creates it."""
     if first is None or second is None:
         return False
     try:
-        return os.path.samefile(first, second)
-    except OSError:  # one is missing (or unreadable): its path is all there is to compare
+        return _anchored(first) == _anchored(second)
+    except OSError:  # an existing folder that cannot be stat'ed: its resolved path is all there is to compare
         return Path(first).resolve() == Path(second).resolve()
+
+
+def _anchored(path: str | Path) -> tuple[int, int, tuple[str, ...]]:
+    """(device, inode) of ``path``'s deepest existing folder, and the names of the missing parts below it."""
+    existing, missing = Path(path).resolve(), []
+    while not existing.exists() and existing != existing.parent:
+        missing.append(existing.name)
+        existing = existing.parent
+    status = existing.stat()
+    return status.st_dev, status.st_ino, tuple(reversed(missing))
 
 
 def _check_not_hugging_face(args: argparse.Namespace, flag: str, directory: Path, outcome: str) -> None:

@@ -43,6 +43,15 @@ def test_one_folder_through_two_mount_points_is_one_folder(bind_mounted) -> None
     check_load_directory(parse_oellm_argv(["--load", str(target / run.name), "--save", str(run)]))
 
 
+def test_a_first_jobs_folder_through_two_mount_points_is_one_folder(bind_mounted) -> None:
+    """Before the first job creates it: the deepest existing folders are compared by device and inode."""
+    source, target = bind_mounted
+    name = f"run{random.randrange(1000)}"
+    assert same_directory(target / name / "checkpoints", source / name / "checkpoints")
+    assert not same_directory(target / name, source / f"{name}-other")
+    check_load_directory(parse_oellm_argv(["--load", str(target / name), "--save", str(source / name)]))
+
+
 def test_a_missing_folder_is_compared_by_its_path(tmp_path: Path) -> None:
     assert same_directory(tmp_path / "new" / "run", tmp_path / "new" / ".." / "new" / "run/")
     assert not same_directory(tmp_path / "new" / "run", tmp_path / "new" / "other")
@@ -101,6 +110,20 @@ def test_object_storage_paths_under_enable_msc_are_left_to_megatron() -> None:
     run_schedule.check_save_directory(args)
     with pytest.raises(ValueError, match="does not exist"):  # without --enable-msc megatron reads a local path
         check_load_directory(parse_oellm_argv(["--load", bucket, "--save", "/tmp/elsewhere"]))
+
+
+def test_a_local_load_beside_an_object_storage_pretrained_checkpoint_is_checked(tmp_path: Path) -> None:
+    """Fine-tuning from a base model in object storage, resuming from a local --load: the local folder keeps its
+    checks (a file there is still refused), the object-storage one is megatron's to read."""
+    bucket = f"msc://profile/base{random.randrange(1000)}"
+    a_file = tmp_path / "model_optim_rng.pt"
+    a_file.write_bytes(b"not a folder")
+    with pytest.raises(ValueError, match="is a file"):
+        check_load_directory(parse_oellm_argv(["--enable-msc", "--pretrained-checkpoint", bucket, "--load",
+                                               str(a_file), "--save", str(tmp_path / "run")]))
+    run = tmp_path / "run"
+    check_load_directory(parse_oellm_argv(["--enable-msc", "--pretrained-checkpoint", bucket, "--load", str(run),
+                                           "--save", str(run)]))
 
 
 def test_an_explicit_flag_equal_to_an_entry_default_is_still_the_users(tmp_path: Path, monkeypatch, capsys) -> None:
