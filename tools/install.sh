@@ -63,9 +63,12 @@ print(",".join(dict.fromkeys(names)))
 PYCHECK
 )
 if [[ ",${EXTRAS}," == *,te,* ]]; then
-  if ! TE_ERROR=$("$PY" -c "import transformer_engine.pytorch" 2>&1); then
-    TE_ERROR=$(tail -n 1 <<< "$TE_ERROR")
-    if grep -q -E 'libcuda|libnvidia-' <<< "$TE_ERROR"; then
+  if ! TE_OUTPUT=$("$PY" -c "import transformer_engine.pytorch" 2>&1); then
+    # the error line (warnings may follow it), else the last line, else the exit status
+    TE_ERROR=$(grep -E 'Error|error' <<< "$TE_OUTPUT" | tail -n 1 || true)
+    TE_ERROR=${TE_ERROR:-$(tail -n 1 <<< "$TE_OUTPUT")}
+    TE_ERROR=${TE_ERROR:-no message: the import exited non-zero}
+    if grep -q -E 'libcuda|libnvidia-' <<< "$TE_OUTPUT"; then
       echo "error: install.sh: Transformer Engine is installed but needs the NVIDIA driver to import ($TE_ERROR):" \
            "rerun on a GPU node (in a container: apptainer exec --nv), or without te here" >&2
     else

@@ -78,7 +78,9 @@ def test_a_transformer_engine_that_needs_the_driver_is_named_so(tmp_path: Path) 
     (site / "transformer_engine" / "pytorch").mkdir(parents=True)
     (site / "transformer_engine" / "__init__.py").write_text("")
     error = f"libcuda.so.1: cannot open shared object file ({random.randrange(1000)})"
-    (site / "transformer_engine" / "pytorch" / "__init__.py").write_text(f"raise OSError({error!r})\n")
+    (site / "transformer_engine" / "pytorch" / "__init__.py").write_text(  # a warning printed after the error
+        f"import atexit, sys\natexit.register(lambda: print('[W] shutting down', file=sys.stderr))\n"
+        f"raise OSError({error!r})\n")
     done, calls = run_install(tmp_path, torch="None", triton=True, extras="hf,te", extra_site=site)
     assert done.returncode == 2 and calls == []
     assert "needs the NVIDIA driver to import" in done.stderr and error in done.stderr

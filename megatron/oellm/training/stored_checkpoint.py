@@ -415,9 +415,13 @@ def same_directory(first: str | Path | None, second: str | Path | None) -> bool:
     if first is None or second is None:
         return False
     try:
-        return _anchored(first) == _anchored(second)
-    except OSError:  # an existing folder that cannot be stat'ed: its resolved path is all there is to compare
-        return Path(first).resolve() == Path(second).resolve()
+        try:
+            return _anchored(first) == _anchored(second)
+        except OSError:  # an existing folder that cannot be stat'ed: its resolved path is all there is to compare
+            return Path(first).resolve() == Path(second).resolve()
+    except RuntimeError as error:  # Python 3.11's resolve() on a symbolic-link loop
+        raise ValueError(f"{first} or {second} runs into a loop of symbolic links ({error}); name the folder by a "
+                         "path without one") from error
 
 
 def _anchored(path: str | Path) -> tuple[int, int, tuple[str, ...]]:
@@ -588,6 +592,9 @@ def check_exit_on_missing_checkpoint(args: argparse.Namespace) -> None:
     if source is None:
         raise ValueError(f"{flag} without --load: megatron-core loads no checkpoint, so the flag does nothing and the "
                          "run trains from random weights; give --load DIR of the checkpoint")
+    given = args.load if source[0] == LOAD else args.pretrained_checkpoint
+    if on_object_storage(args, given):
+        return  # megatron's object-storage client looks for it
     loads_local = getattr(args, "non_persistent_ckpt_type", None) == "local"
     if not loads_local and iteration_directory_loaded(args, source[1]) is None:
         raise ValueError(f"{flag} with {source[0]} {source[1]}, which holds no checkpoint ({TRACKER_FILE}): "

@@ -15,7 +15,12 @@ import torch
 
 from megatron.oellm.training import data_sources, run_schedule
 from megatron.oellm.training.args import parse_oellm_argv
-from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint, same_directory
+from megatron.oellm.training.stored_checkpoint import (
+    check_exit_on_missing_checkpoint,
+    check_load_directory,
+    read_loaded_checkpoint,
+    same_directory,
+)
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, refused_line
 from tests.unit_tests.training.test_checkpoint_args_replacing_flags import _argv, _saved
 
@@ -134,3 +139,22 @@ def test_an_explicit_flag_equal_to_an_entry_default_is_still_the_users(tmp_path:
     load = _saved(tmp_path, hidden_dropout=stored, attention_dropout=stored)
     line = refused_line(entry, capsys, _argv(load, "--hidden-dropout", "0.0"))
     assert f"hidden_dropout to {stored!r}" in line and "--hidden-dropout's 0.0" in line
+
+
+def test_exit_on_missing_checkpoint_leaves_object_storage_to_megatron(tmp_path: Path) -> None:
+    bucket = f"msc://profile/run{random.randrange(1000)}"
+    for flags in (["--load", bucket], ["--pretrained-checkpoint", bucket, "--load", str(tmp_path / "run")]):
+        args = parse_oellm_argv(["--enable-msc", "--exit-on-missing-checkpoint", *flags])
+        args.ckpt_convert_format = None
+        check_exit_on_missing_checkpoint(args)
+    args = parse_oellm_argv(["--exit-on-missing-checkpoint", "--load", str(tmp_path / "run")])
+    args.ckpt_convert_format = None
+    with pytest.raises(ValueError, match="holds no checkpoint"):
+        check_exit_on_missing_checkpoint(args)
+
+
+def test_a_symbolic_link_loop_is_one_error_line(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(ValueError, match="loop of symbolic links"):
+        same_directory(tmp_path / "a" / "run", tmp_path / "run")
