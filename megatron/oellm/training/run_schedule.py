@@ -92,11 +92,10 @@ def check_save_writable(save: str) -> None:
 
 
 def check_save_not_another_run(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` when ``--save`` holds another run's checkpoints (its
-    ``latest_checkpointed_iteration.txt``) and ``--load`` is not that folder
-    (:func:`megatron.oellm.training.stored_checkpoint.same_directory`): megatron-core
-    loads nothing from it and, from its first save on, writes this run's iterations and tracker over the other run's
-    (whose later jobs then resume this one)."""
+    """Raise ``ValueError`` when ``--save`` holds checkpoints (its ``latest_checkpointed_iteration.txt``) and
+    ``--load`` is not that folder (:func:`megatron.oellm.training.stored_checkpoint.same_directory`): megatron-core
+    loads nothing from it and, from its first save on, writes this job's iterations and tracker over them (another
+    run's, whose later jobs then resume this one, or this run's from an earlier job)."""
     from megatron.oellm.training.stored_checkpoint import (  # imports torch, through the converter's pipeline
         TRACKER_FILE,
         has_tracker,
