@@ -66,10 +66,11 @@ def test_a_gpu_that_nvidia_smi_lists_gets_the_gpu_job_before_torch_is_installed(
 
 @pytest.mark.parametrize("nvidia_smi", [None, "No devices were found"])
 def test_no_gpu_gets_the_cpu_job_in_the_chosen_interpreter(tmp_path, nvidia_smi):
-    """``python3`` was hard-coded: ``PYTHON=... bash main.sh`` ran ``models`` in another interpreter."""
+    """``python3`` was hard-coded: ``PYTHON=... bash main.sh`` ran ``models`` in another interpreter. The extras are
+    the GPU job's (hf,gdn): a login node's run fills a shared environment for the GPU nodes."""
     calls = run_main(tmp_path, nvidia_smi, torch_sees_gpu=False)
     python = str(tmp_path / "venv" / "python")
-    assert calls == [f"install dev,hf PYTHON={python}", f"venv-python -m megatron.oellm models PYTHON={python}",
+    assert calls == [f"install hf,gdn PYTHON={python}", f"venv-python -m megatron.oellm models PYTHON={python}",
                      f"qwen3_235b_a22b_jupiter --dry-run --row 1 --extra PYTHON={python}"]
 
 
