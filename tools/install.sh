@@ -50,16 +50,14 @@ TORCH_CUDA13_DRIVER=580
 # (a typo such as "tee") and installs without it, after minutes of downloads.
 # It is printed back as pip spells it (`GDN` and ` gdn` are `gdn`), so the checks below see one spelling.
 EXTRAS=$("$PY" - "$EXTRAS" <<'PYCHECK'
-import ast, re, sys
-calls = [node for node in ast.walk(ast.parse(open("setup.py").read())) if isinstance(node, ast.Call)]
-declared = next(ast.literal_eval(k.value) for call in calls for k in call.keywords if k.arg == "extras_require")
-names = [re.sub(r"[-_.]+", "-", name.strip()).lower() for name in sys.argv[1].split(",")]
-unknown = [given for given, name in zip(sys.argv[1].split(","), names) if name not in declared]
-if unknown:
-    print(f"error: install.sh: unknown extra {', '.join(map(repr, unknown))} in EXTRAS {sys.argv[1]!r}; setup.py has:",
-          ", ".join(declared), file=sys.stderr)
+import sys
+sys.path.insert(0, "tools")
+from install_needs import checked_extras
+try:
+    print(",".join(checked_extras(sys.argv[1])))
+except ValueError as error:
+    print(f"error: install.sh: {error}", file=sys.stderr)
     sys.exit(2)
-print(",".join(dict.fromkeys(names)))
 PYCHECK
 )
 if [[ ",${EXTRAS}," == *,te,* ]]; then

@@ -51,6 +51,18 @@ def normalized_extra(extra: str) -> str:
     return re.sub(r"[-_.]+", "-", extra.strip()).lower()
 
 
+def checked_extras(text: str) -> list[str]:
+    """install.sh's comma-separated EXTRAS as pip spells them, each once; ``ValueError`` naming the extras setup.py
+    does not declare (pip only warns about one, a typo such as ``tee``, and installs without it)."""
+    declared = setup_keyword("extras_require")
+    given = text.split(",")
+    unknown = [name for name in given if normalized_extra(name) not in declared]
+    if unknown:
+        raise ValueError(f"unknown extra {', '.join(map(repr, unknown))} in EXTRAS {text!r}; setup.py has: "
+                         f"{', '.join(declared)}")
+    return list(dict.fromkeys(normalized_extra(name) for name in given))
+
+
 def extra_requirements(extra: str) -> list[str]:
     """The requirements setup.py declares for ``extra``."""
     return list(setup_keyword("extras_require")[normalized_extra(extra)])

@@ -16,7 +16,7 @@ from megatron.oellm.child_process import exit_status, run_forwarding_signals
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
-from megatron.oellm.plan import build_plan, format_plan, plan_flops
+from megatron.oellm.plan import build_plan, format_plan, micro_batches_per_step, plan_flops
 from megatron.oellm.recipes.config import Recipe, RecipeError, time_limit_seconds
 from megatron.oellm.recipes.host_paths import check_data_paths, check_host_paths, check_tokenizer_path
 from megatron.oellm.recipes.local import (
@@ -203,7 +203,7 @@ def describe_row(job: Job) -> str:
     per token) of the model as megatron builds it."""
     layout, row, resolved = job.resolved.layout, job.resolved.row, job.resolved
     plan = build_plan(resolved.built_card, layout, resolved.world_size)
-    micro_batches = row.global_batch_size // (row.micro_batch_size * plan.data_parallel)
+    micro_batches = micro_batches_per_step(plan, row.global_batch_size, row.micro_batch_size)
     megatron = _megatron_gflops_per_token(resolved) if _has_throughput(row.reference) else None
     note = (cross_node_dispatch_note(resolved) + mock_data_routing_note(resolved)
             + reference_flops_note(row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)

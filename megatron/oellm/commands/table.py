@@ -71,8 +71,9 @@ def expand_log_patterns(paths: list[str]) -> tuple[list[str], list[str]]:
         elif not (found := sorted(glob.glob(path))):
             unmatched.append(path)
         for log in found:  # one row per file: a pattern and a path (or two spellings) may name the same log
-            if os.path.realpath(log) not in seen:
-                seen.add(os.path.realpath(log))
+            real = os.path.realpath(log)
+            if real not in seen:
+                seen.add(real)
                 logs.append(log)
     return logs, unmatched
 

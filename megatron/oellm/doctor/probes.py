@@ -318,9 +318,9 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
 
 
 def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
-    """Probe this process: megatron-oellm's version and folder, package versions, Python provision, torch's CUDA build and GPUs, nvcc, HybridEP, the
-    ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the allocator configuration, the GPUs
-    nvidia-smi lists.
+    """Probe this process: megatron-oellm's version and folder, package versions, Python provision, torch's CUDA
+    build and GPUs, nvcc, HybridEP, the ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the
+    allocator configuration, the GPUs nvidia-smi lists.
 
     ``env`` (default ``os.environ``) is used to locate nvcc and nvidia-smi and for the allocator configuration torch
     reads; the rules read their variables separately.

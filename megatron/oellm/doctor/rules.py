@@ -218,7 +218,8 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
                         "install a released Triton >= 3.7.1")]
     if not affected:
         return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
-    tilelang_blocker = _fla_tilelang_blocker(report, env)
+    tilelang_blocker = fla_tilelang_blocker(report.tilelang_importable, report.tilelang_import_error,
+                                            report.nvcc_path, env)
     if tilelang_blocker is None:
         return [Finding("ok", name,
                         f"Triton {triton} on Hopper is affected by fla issue 640, but fla uses its TileLang backward.")]
@@ -284,11 +285,6 @@ def tilelang_import_problem(error: str) -> str:
     """The blocker for a tilelang installed whose import raised ``error``, with the versions tilelang 0.1.15 needs."""
     return (f"tilelang is installed but does not import ({error}); tilelang 0.1.15 needs z3-solver >= 4.13, < 4.15.5 "
             "(it loads libz3.so.4.15) and apache-tvm-ffi >= 0.1.11, < 0.1.13")
-
-
-def _fla_tilelang_blocker(report: EnvironmentReport, env: Mapping[str, str]) -> str | None:
-    """Why fla would not use its TileLang kernels here, or None when it would."""
-    return fla_tilelang_blocker(report.tilelang_importable, report.tilelang_import_error, report.nvcc_path, env)
 
 
 def fla_tilelang_blocker(tilelang_found: bool, import_error: str | None, nvcc_path: str | None,

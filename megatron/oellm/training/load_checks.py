@@ -138,7 +138,8 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
 
     ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint the
     run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`), ``given`` the destinations
-    the command line sets (:func:`megatron.oellm.training.args.explicit_destinations`). With ``--oellm-model``:
+    the command line or its card sets (:func:`megatron.oellm.training.entry.stated_destinations`). With
+    ``--oellm-model``:
 
     * without ``--use-checkpoint-args``, a checkpoint of another model (:data:`CARD_ARCHITECTURE_ARGS`) passes
       megatron's argument checks (none under ``--finetune`` / ``--pretrained-checkpoint``, three shape fields
