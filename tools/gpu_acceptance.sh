@@ -25,8 +25,9 @@
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). On an 80 GB H100, tests,train,interrupt together ran the train
-# stage's resume out of memory and, on a fresh machine, the slower test folders past 420 s: there, give tests,interrupt
-# and then train. Kernel caches: fla's Triton kernels autotune and TileLang
+# stage's resume out of memory and, on a fresh machine, the slower test folders past 420 s, and tests,interrupt ran
+# the parity tests out of memory: there, give tests alone, then train,interrupt (a GPU under 100 GiB with tests and
+# another stage gets a warning at the start and in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
 # JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and saves
 # the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
 # configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
@@ -71,6 +72,15 @@ for stage in "${selected[@]}"; do
   [[ $seen != *",$stage,"* ]] || { echo "error: stage '$stage' given twice in '$STAGES'; give each once" >&2; exit 2; }
   seen="$seen$stage,"
 done
+# the tests stage beside another on a GPU under 100 GiB: the parity tests ran out of memory beside the interrupt stage
+# on an 80 GB H100; a warning, as an H100 may have the memory free when the other stage is small
+SHARING_WARNING=""
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+if [[ $seen == *,tests,* && ${#selected[@]} -gt 1 && $gpu_mib =~ ^[0-9]+$ ]] && [ "$gpu_mib" -lt 102400 ]; then
+  SHARING_WARNING="warning: stages $STAGES side by side on a GPU of $gpu_mib MiB: on an 80 GB H100 the tests"
+  SHARING_WARNING+=" stage's parity tests ran out of memory beside the interrupt stage; give tests alone, then the rest"
+  echo "$SHARING_WARNING" >&2
+fi
 # the end of the run packs everything in OUT_DIR into logs.tar.xz and deletes it: never do that to a user's files
 if [ -e "$OUT_DIR" ] && [ ! -d "$OUT_DIR" ]; then
   echo "error: OUT_DIR $OUT_DIR is a file, not a folder; give a new or empty folder" >&2
@@ -147,6 +157,7 @@ any_running() {
 summarise() {
   {
     [ "${#selected[@]}" -gt 1 ] && echo "stages ${STAGES} ran side by side on one GPU: their timings are not exclusive"
+    [ -n "$SHARING_WARNING" ] && echo "$SHARING_WARNING"
     grep -E "^ +\[(warning|error)\]" "$OUT_DIR/doctor.txt"; tail -1 "$OUT_DIR/doctor.txt"
     for stage in "${selected[@]}"; do
       echo "== $stage"; cat "$OUT_DIR/stage_$stage.txt" 2>/dev/null || echo "not started"
