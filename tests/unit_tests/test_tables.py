@@ -170,7 +170,7 @@ def test_architecture_flags_no_card_describes_give_no_tflops_of_ours():
 def test_proxy_runs_are_named_after_their_card():
     args = megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 4, "num_layers": 2,
                                                   "pipeline_model_parallel_layout": None, **FROM_FLAGS})
-    row = summarise(parse_log_text(megatron_log(args, [1000.0] * 10, [50.0] * 10)), Window(), 4)
+    row = summarise(parse_log_text(megatron_log(args, [10_000.0] * 10, [50.0] * 10)), Window(), 4)
     assert row.model == "qwen3-30b-a3b-proxy-2L" and row.nodes == 1
 
 
@@ -194,10 +194,10 @@ def test_markdown_and_csv_formats():
     failed = summarise(parse_log_text("nothing"), Window(), 4)
     markdown = format_markdown([*rows, failed], baseline, Window())
     lines = markdown.splitlines()
-    assert lines[0].startswith("| Nodes | GPUs | GBS | MBS | Step time (s) | Tokens/s/GPU | TFLOP/s/GPU |")
+    assert lines[0].startswith("| Nodes | GPUs | Seq | GBS | MBS | Step time (s) | Tokens/s/GPU | TFLOP/s/GPU |")
     assert "Efficiency vs 8 nodes" in lines[0]
-    assert "| 4 | 16 | 4096 | 4 | 167.2 | 6,270 |" in lines[2] and "| 89.9% |" in lines[2]
-    assert "| 8 | 32 | 4096 | 4 | 75.2 | 6,971 |" in lines[3] and "| 100.0% |" in lines[3]
+    assert "| 4 | 16 | 4096 | 4096 | 4 | 167.2 | 6,270 |" in lines[2] and "| 89.9% |" in lines[2]
+    assert "| 8 | 32 | 4096 | 4096 | 4 | 75.2 | 6,971 |" in lines[3] and "| 100.0% |" in lines[3]
     assert lines[4].endswith("no arguments block (not a Megatron log, or truncated before it) |")
     parsed = list(csv.DictReader(io.StringIO(format_csv([*rows, failed]))))
     assert float(parsed[1]["tokens_per_s_per_gpu"]) == pytest.approx(6971.0)
@@ -211,14 +211,19 @@ def test_csv_keeps_a_partial_node_as_its_fraction():
     assert list(csv.DictReader(io.StringIO(format_csv([partial]))))[0]["nodes"] == "0.25"
 
 
-def test_a_run_on_part_of_a_node_or_not_whole_nodes_keeps_its_fraction_of_nodes():
-    """A smoke run on 1-3 GPUs of a 4-GPU node, or on 6 GPUs, is 0.25-0.75 or 1.5 nodes: nodes = GPUs / GPUs per
-    node, not its floor (0 nodes would print "0" in the Nodes column and win the fewest-nodes baseline)."""
+def test_a_run_on_part_of_a_node_or_not_whole_nodes_is_refused_naming_gpus_per_node():
+    """A smoke run on 1-3 GPUs of a 4-GPU node, or on 6 GPUs, is no whole number of nodes: its row names
+    ``--gpus-per-node`` (it was 0.25-0.75 or 1.5 nodes, which a world_size cut short by another rank's output also
+    gave); with the run's GPUs per node it is a row of whole nodes (nodes = GPUs / GPUs per node)."""
     world_size = random.choice([1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15])
     args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": world_size})
-    row = summarise(parse_log_text(megatron_log(args, random_times(10, 75000.0), [130.0] * 10)), Window(), 4)
-    assert row.ok and row.gpus == world_size and row.nodes == pytest.approx(world_size / 4, rel=1e-12)
-    assert f"| {world_size / 4:g} | {world_size} |" in format_markdown([row], row, Window())
+    log = parse_log_text(megatron_log(args, random_times(10, 75000.0 * 32 / world_size), [130.0] * 10))
+    row = summarise(log, Window(), 4)
+    assert not row.ok and row.nodes is None and "--gpus-per-node" in row.status
+    per_node = random.choice([n for n in range(1, world_size + 1) if world_size % n == 0])
+    row = summarise(log, Window(), per_node)
+    assert row.ok and row.gpus == world_size and row.nodes == world_size // per_node
+    assert f"| {world_size // per_node} | {world_size} |" in format_markdown([row], row, Window())
 
 
 def test_plot_writes_a_png(tmp_path):
@@ -261,7 +266,7 @@ def test_command_prints_the_table(tmp_path, capsys):
                                 tail="torch.OutOfMemoryError: CUDA out of memory\n"))
     assert main(["table", str(good), str(oom), "--baseline-nodes", "8"]) == 0
     out = capsys.readouterr().out
-    assert "out of memory at iteration 1" in out and "| 8 | 32 | 4096 | 4 |" in out
+    assert "out of memory at iteration 1" in out and "| 8 | 32 | 4096 | 4096 | 4 |" in out
     assert main(["table", str(good), "--format", "csv"]) == 0
     assert capsys.readouterr().out.startswith("log,model,status,nodes")
     assert main(["table", str(good), "--window", "9-2"]) == 2
@@ -281,7 +286,7 @@ def test_a_garbled_vocabulary_padding_argument_marks_only_its_row(tmp_path, caps
     assert summarise(read_log(garbled), Window(), 4).status == status
     assert main(["table", str(garbled), str(good)]) == 0
     out = capsys.readouterr().out
-    assert f"| {status} |" in out and "| 8 | 32 | 4096 | 4 | 75.2 | 6,972 |" in out
+    assert f"| {status} |" in out and "| 8 | 32 | 4096 | 4096 | 4 | 75.2 | 6,972 |" in out
 
 
 def test_a_log_that_cannot_be_read_keeps_the_other_rows(tmp_path, capsys, monkeypatch):
@@ -322,7 +327,7 @@ def test_rows_are_sorted_by_model_batch_and_nodes_failed_rows_last(tmp_path, cap
     assert [(row["global_batch_size"], row["nodes"]) for row in rows] == [
         ("1024", "16"), ("4096", "4"), ("4096", "8"), ("4096", "16"), ("4096", "128"), ("", "")]
     assert rows[-1]["status"].startswith("out of memory")
-    assert float(rows[2]["efficiency"]) == pytest.approx(1.0)
+    assert float(rows[2]["efficiency_fraction"]) == pytest.approx(1.0)
 
 
 def test_a_one_iteration_window_is_accepted():
@@ -420,7 +425,7 @@ def test_csv_keeps_its_columns():
 
 def _resumed_log(args: dict, start: int, total: int) -> str:
     """A log of a run resumed from a checkpoint at iteration ``start - 1``: its lines are ``start..total``."""
-    times = [round(random.uniform(900, 1100), 1) for _ in range(start, total + 1)]
+    times = [round(random.uniform(70_000, 80_000), 1) for _ in range(start, total + 1)]  # a plausible MFU
     text = megatron_log({**args, "train_iters": total}, times, [100.0] * len(times), total=total)
     for old, new in zip(range(1, total + 1), range(start, total + 1), strict=False):
         text = text.replace(f"iteration {old:8d}/", f"iteration #{new:8d}/", 1)

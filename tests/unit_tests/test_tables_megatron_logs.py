@@ -114,7 +114,8 @@ def test_efficiency_compares_only_rows_of_the_baselines_model_and_sequence_lengt
     assert rows[0].efficiency == pytest.approx(tokens[4] / tokens[8], rel=1e-4) and rows[1].efficiency == 1.0
     assert rows[2].efficiency is None and rows[3].efficiency is None
     markdown = format_markdown(rows, baseline, Window())
-    assert "for the rows of its model and sequence length" in markdown
+    assert "for the rows of its model, sequence length and benchmark settings" in markdown
+    assert "These rows differ in" not in markdown  # the two models' settings differ, but split no series of one
     pytest.importorskip("matplotlib")
     plot(rows, str(tmp_path / "mixed.png"))
 

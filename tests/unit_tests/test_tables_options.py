@@ -88,19 +88,19 @@ def test_a_plot_path_matplotlib_would_not_write_as_named_is_refused(tmp_path, ca
 def test_every_option_of_the_command_reaches_the_table_cells(tmp_path, capsys):
     """``oellm table`` with each numeric option away from its default: the CSV cells are the hand computation from
     the logs' iteration times. Window 4-9 with ``--statistic mean``: the step time is the mean of iterations 4..9;
-    tokens/s/GPU = GBS x sequence / step time / GPUs; ``--gpus-per-node 8`` makes 3 and 12 GPUs 0.375 and 1.5 nodes;
-    ``--baseline-nodes 1.5`` (a fraction, not the fewest nodes) makes the 12-GPU run the efficiency baseline; ``--peak-tflops`` is the MFU
-    denominator of every row. The options are otherwise only tested on the functions the command calls."""
+    tokens/s/GPU = GBS x sequence / step time / GPUs; ``--gpus-per-node 8`` makes 8 and 24 GPUs 1 and 3 nodes;
+    ``--baseline-nodes 3`` (not the fewest nodes) makes the 24-GPU run the efficiency baseline; ``--peak-tflops`` is
+    the MFU denominator of every row. The options are otherwise only tested on the functions the command calls."""
     base = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2)
     gbs, seq = base["global_batch_size"], base["seq_length"]
-    times = {gpus: random_times(10, random.uniform(60_000.0, 90_000.0)) for gpus in (3, 12)}
+    times = {gpus: random_times(10, random.uniform(60_000.0, 90_000.0) * 32 / gpus) for gpus in (8, 24)}
     paths = []
     for gpus, ms in times.items():
         paths.append(tmp_path / f"{gpus}gpus.log")
         paths[-1].write_text(megatron_log({**base, "world_size": gpus}, ms, [round(random.uniform(90, 140), 1)] * 10))
     peak = round(random.uniform(300.0, 2000.0), 1)
     assert main(["table", *map(str, paths), "--format", "csv", "--window", "4-9", "--statistic", "mean",
-                 "--gpus-per-node", "8", "--baseline-nodes", "1.5", "--peak-tflops", str(peak)]) == 0
+                 "--gpus-per-node", "8", "--baseline-nodes", "3", "--peak-tflops", str(peak)]) == 0
     rows = {int(row["gpus"]): row for row in csv.DictReader(io.StringIO(capsys.readouterr().out))}
     tokens = {}
     for gpus, ms in times.items():
@@ -110,9 +110,9 @@ def test_every_option_of_the_command_reaches_the_table_cells(tmp_path, capsys):
         assert float(row["nodes"]) == gpus / 8
         assert float(row["step_time_s"]) == pytest.approx(step_s, rel=1e-9)
         assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(tokens[gpus], rel=1e-9)
-        assert float(row["mfu"]) == pytest.approx(float(row["tflops_per_gpu"]) / peak, rel=1e-9)
-    assert float(rows[12]["efficiency"]) == 1.0
-    assert float(rows[3]["efficiency"]) == pytest.approx(tokens[3] / tokens[12], rel=1e-9)
+        assert float(row["mfu_fraction"]) == pytest.approx(float(row["tflops_per_gpu"]) / peak, rel=1e-9)
+    assert float(rows[24]["efficiency_fraction"]) == 1.0
+    assert float(rows[8]["efficiency_fraction"]) == pytest.approx(tokens[8] / tokens[24], rel=1e-9)
     assert main(["table", *map(str, paths), "--peak-tflops", str(peak)]) == 0  # the markdown names the peak used
     assert f"MFU = TFLOP/s/GPU / {peak:g}" in capsys.readouterr().out
 

@@ -12,6 +12,7 @@ from megatron.oellm.commands import refuse
 from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
+    CSV_FIELDS,
     DEFAULT_PEAK_TFLOPS,
     ScalingRow,
     TableError,
@@ -40,19 +41,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     baseline = parser.add_mutually_exclusive_group()
     baseline.add_argument("--baseline-row", type=int,
                           help="efficiency relative to this row of the printed table (1-based; the rows with numbers "
-                               "come first, sorted by model, global batch size and nodes, then the rows without)")
+                               "come first, sorted by model, sequence length, global batch size and nodes, then the "
+                               "rows without)")
     baseline.add_argument("--baseline-nodes", type=float,
                           help="efficiency relative to the row on this many nodes (default: the first run of the "
-                               "largest series); only rows of its model and sequence length with its global batch "
-                               "size (strong scaling) or global batch size per GPU (weak scaling) get one, the others "
-                               "are named on stderr")
+                               "largest series); only rows of its model, sequence length and benchmark settings "
+                               "(forced or real routing, dispatcher and its backend, attention backend, recompute, "
+                               "FP8) with its global batch size (strong scaling) or global batch size per GPU (weak "
+                               "scaling) get one, the others are named on stderr with the setting that split them")
     peak = parser.add_mutually_exclusive_group()
     peak.add_argument("--peak-tflops", type=float, default=None,
                       help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
     peak.add_argument("--gpu", choices=sorted(GPU_PEAKS),
                       help="GPU of the MFU denominator (its dense BF16 peak), with its note in the footnote, e.g. "
                            "gh200 for Jupiter's power-capped superchips")
-    parser.add_argument("--format", choices=("md", "csv"), default="md", help="output format (default md)")
+    parser.add_argument("--format", choices=("md", "csv"), default="md",
+                        help=f"output format (default md). csv: one column per row field, unrounded "
+                             f"({', '.join(CSV_FIELDS)}; tflops_per_gpu is our FLOP count, tflops_per_gpu_logged "
+                             "megatron's); mfu_fraction and efficiency_fraction are fractions (0.116 = 11.6%%), where "
+                             "the markdown prints percentages")
     parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG, "
                                                       "one line per strong- or weak-scaling series")
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")

@@ -1,6 +1,6 @@
 """Scaling tables from Megatron logs, in the format of the benchmark reports (markdown, CSV, PNG).
 
-One row per log: nodes, GPUs, global and micro batch size, the median (or mean) step time over an iteration window
+One row per log: nodes, GPUs, sequence length, global and micro batch size, the median (or mean) step time over an iteration window
 (default 3-10, as the reports), tokens/s/GPU, TFLOP/s/GPU from our FLOP accounting
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
@@ -9,10 +9,18 @@ memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf resul
 that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
-positive number, a change of the global batch size, or arguments the numbers need that are not positive integers.
+positive number, a change of the global batch size, or arguments the numbers need that are not positive integers;
+and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.summary.implausible_numbers`: a
+``world_size`` other than the product of the parallel sizes the block prints, or no whole number of nodes, or an MFU
+above 100 %, as a value another rank's output cut in two gives).
 Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
 gives neither as ``vocab_size`` nor in megatron's ``padded vocab`` line (Megatron's logged TFLOP/s is still shown).
-Rows with numbers come first, sorted by model, global batch size and nodes (:func:`sorted_rows`).
+Rows with numbers come first, sorted by model, sequence length, global batch size and nodes (:func:`sorted_rows`).
+The efficiency rates only rows of the baseline's scaling series: its model, sequence length and benchmark settings
+that are no scaling dimension (forced or real routing, the token dispatcher and its backend, the attention backend,
+recompute, FP8), and its global batch size or global batch size per GPU; the footnote and a ``note:`` name the
+setting that splits a table's rows into several series. The CSV gives every number unrounded, the MFU and the
+efficiency as fractions (``mfu_fraction``, ``efficiency_fraction``: 0.116 where the markdown prints 11.6%).
 
 Modules: ``rows`` (the row and window types), ``identify`` (the model and vocabulary from a run's arguments),
 ``window`` (which lines a row reads, and why a run gives none), ``summary`` (a log -> a row; order, baseline and

@@ -10,6 +10,7 @@ import io
 from collections.abc import Sequence
 
 from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, ScalingRow, Window
+from megatron.oellm.scaling_table.summary import varying_settings
 
 
 def _number(value: float | None, digits: int = 1, thousands: bool = False, percent: bool = False) -> str:
@@ -32,11 +33,11 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     """The table in the reports' markdown format, with a footnote on how the numbers were computed; ``peak_note``
     (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator."""
     base = f"{baseline.nodes:g} nodes" if baseline else "baseline"
-    header = ["Nodes", "GPUs", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
+    header = ["Nodes", "GPUs", "Seq", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
               "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", "Log", "Status"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [f"{row.nodes:g}" if row.nodes is not None else "", str(row.gpus or ""),
+        cells = [f"{row.nodes:g}" if row.nodes is not None else "", str(row.gpus or ""), str(row.seq_length or ""),
                  str(row.global_batch_size or ""), str(row.micro_batch_size or ""), _number(row.step_time_s),
                  _number(row.tokens_per_s_per_gpu, thousands=True),
                  _number(row.tflops_per_gpu) or ("n/a" if row.ok else ""), _number(row.tflops_per_gpu_logged),
@@ -49,8 +50,10 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
               "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
               f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g}{f' ({peak_note})' if peak_note else ''} (n/a with "
               "our TFLOP/s). Efficiency: tokens/s/GPU "
-              "relative to the baseline row, for the rows of its model and sequence length and of its global batch size "
-              "(strong scaling) or global batch size per GPU (weak scaling)."]
+              "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
+              "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
+              "recompute, FP8) and of its global batch size (strong scaling) or global batch size per GPU (weak "
+              f"scaling).{_varying_settings_note(rows)}"]
     if window.statistic == "mean":  # the median of the rates is the rate of the median step time; means differ
         lines[-1] += (" Step time, tokens/s/GPU and TFLOP/s/GPU come from the mean step time, Megatron TFLOP/s/GPU is "
                       "the mean of the logged per-iteration values (as the reports' mean rows give it): a slow "
@@ -59,17 +62,33 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     return "\n".join(lines)
 
 
-CSV_FIELDS = [f.name for f in dataclasses.fields(ScalingRow) if f.name != "model_key"]
-"""CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`, unrounded."""
+def _varying_settings_note(rows: Sequence[ScalingRow]) -> str:
+    """The footnote's sentence naming the benchmark settings the table's rows differ in ('' when none)."""
+    varying = varying_settings(rows)
+    if not varying:
+        return ""
+    if len(varying) == 1:
+        return f" These rows differ in {varying[0]}, so each of its values is a series of its own."
+    return f" These rows differ in {', '.join(varying)}, so each combination of their values is a series of its own."
+
+
+CSV_HEADERS = {"mfu": "mfu_fraction", "efficiency": "efficiency_fraction"}
+"""CSV headers of the :class:`ScalingRow` fields that are fractions (0.116 where the markdown prints 11.6%)."""
+
+_CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow) if f.name not in ("model_key", "settings")]
+
+CSV_FIELDS = [CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS]
+"""CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key` and
+:attr:`ScalingRow.settings`, unrounded; the MFU and the efficiency as fractions (:data:`CSV_HEADERS`)."""
 
 
 def format_csv(rows: Sequence[ScalingRow]) -> str:
-    """The table as CSV with unrounded numbers (empty cells where a row has none)."""
+    """The table as CSV with unrounded numbers (empty cells where a row has none), headed :data:`CSV_FIELDS`."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
     for row in rows:
-        writer.writerow({k: _csv_cell(k, getattr(row, k)) for k in CSV_FIELDS})
+        writer.writerow([_csv_cell(name, getattr(row, name)) for name in _CSV_ROW_FIELDS])
     return out.getvalue()
 
 

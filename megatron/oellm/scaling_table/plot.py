@@ -12,29 +12,38 @@ from collections.abc import Sequence
 from typing import Any
 
 from megatron.oellm.scaling_table.rows import ScalingRow, TableError
-from megatron.oellm.scaling_table.summary import series_of
+from megatron.oellm.scaling_table.summary import series_of, varying_settings
 
 
 def scaling_series(rows: Sequence[ScalingRow]) -> list[tuple[str, list[ScalingRow]]]:
     """The ok rows as the scaling series the table's efficiencies compare (:func:`comparable`), each a legend label
-    and its rows by nodes: a strong-scaling series (one model, sequence length and global batch size) or a
-    weak-scaling one (one model, sequence length and global batch size per GPU) over two or more node counts, so that
-    a plot draws the report's two tables as two lines, not one zigzag. A run can close both (the report's 64-node
-    run at GBS 4096); a run in neither is a series of its own global batch size."""
+    and its rows by nodes: a strong-scaling series (one model, sequence length, benchmark settings and global batch
+    size) or a weak-scaling one (one model, sequence length, benchmark settings and global batch size per GPU) over
+    two or more node counts, so that a plot draws the report's two tables as two lines, not one zigzag. A run can
+    close both (the report's 64-node run at GBS 4096); a run in neither is a series of its own global batch size.
+    A label names the benchmark settings in which the rows differ (:func:`varying_settings`), so that the series of
+    forced and real routing are told apart."""
+    varying = varying_settings(rows)
     groups: dict[tuple, list[ScalingRow]] = {}
     for row in (row for row in rows if row.ok):
         for key in series_of(row):
             groups.setdefault(key, []).append(row)
     series, in_series = [], set()
-    for (kind, model, _, seq_length, batch), members in groups.items():
+    for (kind, model, _, seq_length, settings, batch), members in groups.items():
         if len({row.nodes for row in members}) >= 2:
             size = f"GBS {batch}" if kind == "strong" else f"GBS {float(batch):g} per GPU"
-            series.append((f"{model}, seq {seq_length}, {size} ({kind} scaling)", members))
+            label = f"{model}, seq {seq_length}, {size}{_settings_label(settings, varying)}"
+            series.append((f"{label} ({kind} scaling)", members))
             in_series.update(id(row) for row in members)
-    for (kind, model, _, seq_length, batch), members in groups.items():
+    for (kind, model, _, seq_length, settings, batch), members in groups.items():
         if kind == "strong" and not in_series.intersection(id(row) for row in members):
-            series.append((f"{model}, seq {seq_length}, GBS {batch}", members))
+            series.append((f"{model}, seq {seq_length}, GBS {batch}{_settings_label(settings, varying)}", members))
     return [(label, sorted(members, key=lambda row: row.nodes)) for label, members in series]
+
+
+def _settings_label(settings: tuple[tuple[str, str], ...], varying: Sequence[str]) -> str:
+    """``, NAME VALUE`` for each of a series' ``settings`` that is among the ``varying`` ones ('' for none)."""
+    return "".join(f", {name} {value}" for name, value in settings if name in varying)
 
 
 PANEL_INCHES = 5.0

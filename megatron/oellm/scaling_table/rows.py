@@ -82,6 +82,9 @@ class ScalingRow:
     model_key: str = field(default="", repr=False)
     """What tells the row's model apart from another of the same :attr:`model` name (see :func:`model_key`); not
     printed, not a CSV column."""
+    settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """The run's benchmark settings that are no scaling dimension, as (argument, printed value) pairs (see
+    :func:`~megatron.oellm.scaling_table.summary.benchmark_settings`): part of its series, not a CSV column."""
 
     @property
     def ok(self) -> bool:

@@ -5,6 +5,7 @@ baseline and the scaling efficiency against it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
@@ -27,8 +28,8 @@ from megatron.oellm.scaling_table.window import per_iteration, window_lines, win
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
               flops_per_token: FlopsPerToken = corrected_flops_per_token) -> ScalingRow:
     """One :class:`ScalingRow` from a parsed log, read with the arguments of the window's run (:func:`window_run`):
-    the window's medians (or means), or a status and no numbers. Our TFLOP/s and the MFU need the model's card and
-    are None without it."""
+    the window's medians (or means), or a status and no numbers (also for numbers :func:`implausible_numbers`
+    refuses). Our TFLOP/s and the MFU need the model's card and are None without it."""
     run = window_run(log, window)
     args = run_arguments(run)
     model, card = identify_model(args) if args else ("unknown model", None)
@@ -56,40 +57,105 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
             vocab = logged_padded_vocab(args)
         if vocab is not None:
             tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
-    return ScalingRow(
+    row = ScalingRow(
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
-        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key)
+        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=benchmark_settings(args))
+    if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
+        return ScalingRow(log.path, model, problem, model_key=key)
+    return row
+
+
+PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "data_parallel_size")
+"""The arguments whose product is the world size, as megatron-core 0.19.2's ``validate_args`` sets them and
+``_print_args`` prints them (``gtp_weight_remat_size``, a further factor where megatron prints it, is 1 by
+default)."""
+
+
+def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tflops: float) -> str:
+    """Why the numbers of ``row`` (an ok row summarised from ``args``) cannot be right, or '': the world size is not
+    the product of the parallel sizes (a check skipped where the block lacks one of :data:`PARALLEL_SIZES`, as an
+    older megatron's may), is no whole number of nodes, or the MFU is above 100 %. Another rank's output cutting a
+    value in two (``world_size ... 3`` / ``[rank21]: ...`` / ``2``) gave a row of 0.75 nodes at ten times the real
+    throughput, marked ok."""
+    if problem := garbled_integer_problem(args, (*PARALLEL_SIZES, "gtp_weight_remat_size")):
+        return problem
+    sizes = {name: args.get(name) for name in PARALLEL_SIZES}
+    if None not in sizes.values():
+        remat = args.get("gtp_weight_remat_size") or 1
+        if remat != 1:
+            sizes["gtp_weight_remat_size"] = remat
+        if row.gpus != math.prod(sizes.values()):
+            factors = " x ".join(f"{name} {value}" for name, value in sizes.items())
+            return (f"implausible arguments: world_size {row.gpus} is not {factors} = {math.prod(sizes.values())} "
+                    "(a value cut by another rank's output?)")
+    if row.gpus % gpus_per_node:
+        return (f"implausible arguments: world_size {row.gpus} is no whole number of {gpus_per_node}-GPU nodes; give "
+                "--gpus-per-node with the GPUs of one of the run's nodes")
+    if row.mfu is not None and row.mfu > 1:
+        return (f"implausible numbers: MFU {100 * row.mfu:.1f}% is above 100% ({row.tflops_per_gpu:.1f} TFLOP/s/GPU "
+                f"against a peak of {peak_tflops:g}; world_size {row.gpus}, seq_length {row.seq_length}, global batch "
+                f"size {row.global_batch_size}, step time {row.step_time_s:.3f} s): a value cut by another rank's "
+                "output, or give the GPU's peak with --gpu or --peak-tflops")
+    return ""
+
+
+BENCHMARK_SETTINGS = (
+    "moe_router_force_load_balancing", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "attention_backend",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules", "fp8", "fp8_recipe")
+"""Megatron arguments that change the throughput without being a scaling dimension (routing forced or real, the
+token dispatcher and its backend, the attention backend, recompute, FP8): runs that differ in one are no scaling
+series, so the efficiency does not rate one setting against another."""
+
+
+def benchmark_settings(args: dict) -> tuple[tuple[str, str], ...]:
+    """The run's :data:`BENCHMARK_SETTINGS` as (name, printed value) pairs, ``"None"`` where the block lacks one."""
+    return tuple((name, str(args.get(name))) for name in BENCHMARK_SETTINGS)
 
 
 def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
-    """``rows`` in the printed order: rows with numbers by model (name, then :attr:`ScalingRow.model_key`), global
-    batch size and nodes (a scaling series
-    reads top to bottom whatever order the shell listed the logs in), then rows without numbers in their given
-    order."""
+    """``rows`` in the printed order: rows with numbers by model (name, then :attr:`ScalingRow.model_key`), sequence
+    length, global batch size and nodes (a scaling series reads top to bottom whatever order the shell listed the
+    logs in; runs of one sequence length together, as a table mixing 4k, 8k and 24k runs needs), then rows without
+    numbers in their given order."""
     def key(row: ScalingRow) -> tuple:
-        return (0, row.model, row.model_key, row.global_batch_size, row.nodes) if row.ok else (1,)
+        return (0, row.model, row.model_key, row.seq_length, row.global_batch_size, row.nodes) if row.ok else (1,)
 
     return sorted(rows, key=key)
 
 
 def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
     """``row`` has numbers, trains the baseline's model (name and :attr:`ScalingRow.model_key`: two models that match
-    no card are both ``unregistered model``) at its sequence length, and has either the baseline's global
-    batch size (strong scaling) or its global batch size per GPU (weak scaling): only then is its tokens/s/GPU
-    relative to the baseline's a scaling efficiency (another model, length or batch is another workload, e.g. a
-    strong-scaling run at GBS 4096 against the GBS-256 start of a weak-scaling series in the same table): the two
-    share a series (:func:`series_of`)."""
+    no card are both ``unregistered model``) at its sequence length and with its benchmark settings
+    (:attr:`ScalingRow.settings`: forced or real routing, dispatcher, attention backend, recompute, FP8), and has
+    either the baseline's global batch size (strong scaling) or its global batch size per GPU (weak scaling): only
+    then is its tokens/s/GPU relative to the baseline's a scaling efficiency (another model, length, setting or batch
+    is another workload, e.g. a strong-scaling run at GBS 4096 against the GBS-256 start of a weak-scaling series in
+    the same table, or real routing against forced balancing): the two share a series (:func:`series_of`)."""
     return row.ok and not set(series_of(row)).isdisjoint(series_of(baseline))
 
 
 def series_of(row: ScalingRow) -> tuple[tuple, tuple]:
     """The strong- and the weak-scaling series ``row`` (an ok row) belongs to, as ``(kind, model, model key, sequence
-    length, batch)``: its model and sequence length with its global batch size, or with its global batch size per
-    GPU."""
-    workload = (row.model, row.model_key, row.seq_length)
+    length, settings, batch)``: its model, sequence length and benchmark settings with its global batch size, or with
+    its global batch size per GPU."""
+    workload = (row.model, row.model_key, row.seq_length, row.settings)
     return ("strong", *workload, row.global_batch_size), ("weak", *workload, Fraction(row.global_batch_size, row.gpus))
+
+
+def varying_settings(rows: Sequence[ScalingRow]) -> list[str]:
+    """The benchmark settings (:attr:`ScalingRow.settings`) whose value differs between ok ``rows`` of one model and
+    sequence length, in :data:`BENCHMARK_SETTINGS` order: what splits their series apart, for the table's notes and
+    the plot's labels (a setting that differs only between two models' rows splits nothing the model does not)."""
+    values: dict[tuple, set[str]] = {}
+    for row in rows:
+        if row.ok:
+            for name, value in row.settings:
+                values.setdefault((name, row.model, row.model_key, row.seq_length), set()).add(value)
+    varying = {name for (name, *_), seen in values.items() if len(seen) > 1}
+    return [name for name in BENCHMARK_SETTINGS if name in varying]
 
 
 def _series_sizes(ok: Sequence[ScalingRow]) -> Counter:
@@ -147,8 +213,8 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
 
 def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
     """One ``note:`` line naming the ok rows of the printed ``rows`` that got no efficiency, being no workload of the
-    baseline's (:func:`comparable`), or None when every ok row is rated: an empty cell must not read as a lost
-    number."""
+    baseline's (:func:`comparable`), and the benchmark settings that set them apart from it, or None when every ok
+    row is rated: an empty cell must not read as a lost number."""
     if baseline is None:
         return None
     unrated = [number for number, row in enumerate(rows, 1) if row.ok and row.efficiency is None]
@@ -156,9 +222,31 @@ def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -
         return None
     number = next(number for number, row in enumerate(rows, 1) if row is baseline)
     listed_rows = f"row {unrated[0]} has" if len(unrated) == 1 else f"rows {', '.join(map(str, unrated))} have"
-    return (f"note: {listed_rows} no efficiency: another model, sequence length or global batch size (per GPU) than "
-            f"the baseline, row {number} ({baseline.model}, seq {baseline.seq_length}, GBS "
-            f"{baseline.global_batch_size} on {baseline.nodes:g} nodes); --baseline-row N rates another series")
+    split = _settings_split(rows, unrated, baseline)
+    reasons = ("another model, sequence length, global batch size (per GPU) or benchmark setting" if split else
+               "another model, sequence length or global batch size (per GPU)")
+    return (f"note: {listed_rows} no efficiency: {reasons} than the baseline, row {number} ({baseline.model}, seq "
+            f"{baseline.seq_length}, GBS {baseline.global_batch_size} on {baseline.nodes:g} nodes){split}; "
+            "--baseline-row N rates another series")
+
+
+def _settings_split(rows: Sequence[ScalingRow], unrated: Sequence[int], baseline: ScalingRow) -> str:
+    """'' or ``; the setting(s) that split(s) the series ...: NAME VALUE in the baseline, OTHER in rows N, M``: each
+    benchmark setting in which rows ``unrated`` (1-based numbers of ``rows``) differ from ``baseline``, with the rows
+    of each other value."""
+    theirs = dict(baseline.settings)
+    others: dict[str, dict[str, list[int]]] = {}
+    for number in unrated:
+        for name, value in rows[number - 1].settings:
+            if value != theirs.get(name):
+                others.setdefault(name, {}).setdefault(value, []).append(number)
+    if not others:
+        return ""
+    parts = [f"{name} {theirs.get(name)} in the baseline, " + ", ".join(
+        f"{value} in {'row' if len(numbers) == 1 else 'rows'} {', '.join(map(str, numbers))}"
+        for value, numbers in values.items()) for name, values in others.items()]
+    which = "the setting that splits" if len(parts) == 1 else "the settings that split"
+    return f"; {which} the series (no scaling dimension): {'; '.join(parts)}"
 
 
 def baseline_ties_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
