@@ -217,7 +217,9 @@ class Run:
     """The printed arguments, values read as Python literals where they are (else the printed string); a run that
     printed no arguments block (a restart appending to the log) has the previous run's."""
     args_complete: bool = False
-    """The arguments block's end line was seen (False: no block, or the log stops inside it)."""
+    """The arguments block ended: its end line was seen, or an iteration line followed it (an end line lost, e.g.
+    garbled by another rank's output; arguments lost with it read as missing). False: no block, or the log stops
+    inside it."""
     start: int | None = None
     """The first iteration the run printed a line for, cut lines included (None: it printed none)."""
     last_iteration: int = 0
@@ -318,7 +320,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
     in_args = False
     for line in text.splitlines():
         block = _ARGS_START.search(line) is not None
-        head = None if in_args else _ITERATION.search(line)
+        head = _ITERATION.search(line)
         if block and (current.own_block or current.start is not None):
             runs.append(current.frozen())
             current = _RunText()
@@ -329,6 +331,11 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         if block:
             current.own_block = in_args = True
             continue
+        if in_args and head:  # the block's end line was lost: training has begun
+            in_args, current.args_complete = False, True
+        if vocabulary := _PADDED_VOCAB.search(line):  # printed after the block, read even if its end line was lost
+            current.vocabulary = (int(vocabulary["size"]), int(vocabulary["padded"]))
+            continue
         if in_args:
             if _ARGS_END.search(line):
                 in_args, current.args_complete = False, True
@@ -337,9 +344,6 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
             continue
         if _TRAINING_DONE.search(line):
             current.finished = True
-            continue
-        if vocabulary := _PADDED_VOCAB.search(line):
-            current.vocabulary = (int(vocabulary["size"]), int(vocabulary["padded"]))
             continue
         if exit_ := deliberate_exit(line):
             current.deliberate_exit = exit_
