@@ -238,6 +238,8 @@ class Run:
     deliberate_exit: DeliberateExit | None = None
     """The early exit megatron reports after the run's last iteration line, one it was asked for by a flag (None: no
     such message; a later iteration line of the same run clears it)."""
+    cut_lines: dict[int, int] = field(default_factory=dict)
+    """Iteration -> the line number of the run's last cut line of that iteration (see :func:`_parse_iteration`)."""
 
     @property
     def train_iters(self) -> int | None:
@@ -286,6 +288,8 @@ class _RunText:
     lines: list[str] = field(default_factory=list)
     heads: list[int] = field(default_factory=list)
     """Indices into :attr:`lines` of the run's iteration lines, cut ones included."""
+    cut_lines: dict[int, int] = field(default_factory=dict)
+    """:attr:`Run.cut_lines` so far."""
 
     def inheritor(self) -> _RunText:
         """The next run, started without an arguments block of its own: it keeps this run's arguments and
@@ -297,7 +301,7 @@ class _RunText:
         seen to go on from (:meth:`live_from`)."""
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
                    detect_failure(self.lines, self.live_from()), self.finished, self.vocabulary,
-                   self.deliberate_exit)
+                   self.deliberate_exit, cut_lines=self.cut_lines)
 
     def live_from(self) -> int:
         """The index of the first line whose failure markers count: training went on past every marker before it.
@@ -318,7 +322,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
     runs: list[Run] = []
     current = _RunText()
     in_args = False
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         block = _ARGS_START.search(line) is not None
         head = _ITERATION.search(line)
         if block and (current.own_block or current.start is not None):
@@ -355,10 +359,12 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
             current.start = iteration
         current.previous, current.finished, current.deliberate_exit = iteration, False, None
         current.heads.append(len(current.lines) - 1)
-        if (record := _parse_iteration(line, head, run=len(runs))) is not None:
-            iterations[iteration] = record
-            current.last_iteration = iteration
-            current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
+        if (record := _parse_iteration(line, head, run=len(runs))) is None:
+            current.cut_lines[iteration] = number
+            continue
+        iterations[iteration] = record
+        current.last_iteration = iteration
+        current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
     return RunLog(path, iterations, tuple(runs))
 

@@ -51,7 +51,9 @@ def test_a_line_cut_mid_number_is_not_read(args):
         cut = text[:text.rindex(cut_after) + len(cut_after)]
         log = parse_log_text(cut)
         assert sorted(log.iterations) == list(range(1, 10))
-        assert summarise(log, Window(), 4).status == "truncated at iteration 9/10"
+        line = cut.count("\n") + 1  # the cut line is the last one
+        assert summarise(log, Window(), 4).status == \
+            f"truncated at iteration 9/10 (the line of iteration 10 is cut: line {line})"
 
 
 def test_a_field_another_rank_cut_into_is_not_read_as_its_first_digits(args):
@@ -109,7 +111,8 @@ def test_a_missing_or_garbled_line_in_the_window_marks_the_row(args):
     text = megatron_log(args, TIMES, [130.0] * 10)
     garbled = _edit(text, 6, "(ms): 75100.0 |", "(ms): 75[rank3]: UserWarning: x")
     assert 6 not in parse_log_text(garbled).iterations
-    assert _status(garbled) == "no line for iteration 6 of the window 3-10 (missing or cut)"
+    line = 1 + next(k for k, text_line in enumerate(garbled.splitlines()) if "iteration        6/" in text_line)
+    assert _status(garbled) == f"no line for iteration 6 of the window 3-10 (the line of iteration 6 is cut: line {line})"
     nan_time = _edit(text, 6, "(ms): 75100.0 |", "(ms): nan |")
     assert _status(nan_time) == "elapsed time per iteration nan ms at iteration 6"
     last_missing = "\n".join(_lines(args, {i: 75000.0 for i in range(1, 13) if i != 10}, total=12))

@@ -56,7 +56,9 @@ def test_a_line_whose_skipped_count_another_rank_cut_into_is_left_out(args):
                                             f"number of skipped iterations:   [rank{random.randint(1, 31)}]: W1019 |")
     log = parse_log_text("\n".join([*args_block(args), *lines, DONE]))
     assert sorted(log.iterations) == [i for i in range(1, 11) if i != cut]
-    assert summarise(log, Window(), 4).status == f"no line for iteration {cut} of the window 3-10 (missing or cut)"
+    line = len(args_block(args)) + cut  # the cut line's number in the file
+    assert summarise(log, Window(), 4).status == \
+        f"no line for iteration {cut} of the window 3-10 (the line of iteration {cut} is cut: line {line})"
     assert summarise(log, Window(cut + 1, 10), 4).ok
 
 

@@ -46,6 +46,13 @@ def window_status(log: RunLog, window: Window) -> str:
             or "ok")
 
 
+def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
+    """``the line of iteration N is cut: line L`` for ``run``'s last cut iteration line of iterations
+    ``first..last`` (:attr:`Run.cut_lines`), '' when it has none."""
+    cut = [iteration for iteration in run.cut_lines if first <= iteration <= last]
+    return f"the line of iteration {max(cut)} is cut: line {run.cut_lines[max(cut)]}" if cut else ""
+
+
 def no_line_status(run: Run, window: Window) -> str:
     """The status of a window the log has no iteration line in: a run resumed from a checkpoint after the window
     printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window (named
@@ -86,7 +93,8 @@ def stopped_status(run: Run) -> str:
     total = run.train_iters if run.train_iters is not None else "?"
     exit_ = run.deliberate_exit
     if exit_ is None:
-        return f"truncated at iteration {run.last_iteration}/{total}"
+        cut = cut_line_note(run, run.last_iteration + 1)
+        return f"truncated at iteration {run.last_iteration}/{total}" + (f" ({cut})" if cut else "")
     cause = exit_cause(run.args, exit_)
     if exit_.iteration is None:
         return f"exited after iteration {run.last_iteration}/{total} ({cause})"
@@ -182,12 +190,14 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
                     f"overlap the line of iteration {expected - 1} (megatron does not reset its timer there)")
         if start > expected:
             gap = f"iteration {expected}" if start - 1 == expected else f"iterations {expected}-{start - 1}"
-            cause = f"this start of the program begins at {run_start}" if start == run_start else "missing or cut"
+            cause = (f"this start of the program begins at {run_start}" if start == run_start
+                     else cut_line_note(run, expected, start - 1) or "missing or cut")
             return f"no line for {gap} of the window {window} ({cause})"
         expected = line.iteration + 1
     following = (lines[-1].iteration // interval + 1) * interval
     if following <= window.last:
-        return f"no line for iteration {following} of the window {window} (missing or cut)"
+        return (f"no line for iteration {following} of the window {window} "
+                f"({cut_line_note(run, following, following) or 'missing or cut'})")
     if lines[-1].iteration < window.last and run.finished and lines[-1].iteration == run.last_iteration:
         return (f"iterations {lines[-1].iteration + 1}-{window.last} of the window {window} are in no log line (the run "
                 f"ended between lines, log interval {interval}); end the window at {lines[-1].iteration}")
