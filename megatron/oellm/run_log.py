@@ -134,6 +134,11 @@ def _cancel_status(match: re.Match, text: str) -> str:
     return f"cancelled ({match['reason'].lower()})" if match["reason"] else "cancelled"
 
 
+OUTSIDE_STOPS = frozenset({"cancelled", "cancelled (time limit)", "cancelled (preemption)", "cancelled (job requeue)"})
+"""Failure statuses of a job SLURM ended for no fault of the run (``scancel``, its time limit, a preemption or a
+requeue): the iterations before the stop are as valid as those of a run that went on. A node failure, a memory
+error or limit and SLURM's failed job are faults of the run's hardware or of the run."""
+
 FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), _fixed("out of memory")),
     (re.compile(r"Detected \d+ oom[-_]kill event"), _fixed("host out of memory (OOM killer)")),
@@ -240,6 +245,11 @@ class Run:
     such message; a later iteration line of the same run clears it)."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """Iteration -> the line number of the run's last cut line of that iteration (see :func:`_parse_iteration`)."""
+
+    @property
+    def stopped_from_outside(self) -> bool:
+        """The run's :attr:`failure` is SLURM ending the job without a fault of the run (:data:`OUTSIDE_STOPS`)."""
+        return self.failure in OUTSIDE_STOPS
 
     @property
     def train_iters(self) -> int | None:

@@ -249,9 +249,6 @@ def test_a_failed_attempt_before_a_clean_requeue_does_not_mark_the_row(args):
     ("/var/spool/slurmd/job1234/slurm_script: line 9: 4242 Segmentation fault (core dumped) python train.py",
      "crashed (segmentation fault)"),
     ("[rank1]: NCCL error in: ProcessGroupNCCL.cpp:1234, unhandled system error", "NCCL error"),
-    ("slurmstepd: error: *** STEP 1234.0 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***",
-     "cancelled (time limit)"),
-    ("slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 ***", "cancelled"),
     ("srun: error: as01r1b01: task 3: Exited with exit code 1", "task 3 exited with exit code 1 (srun)"),
     ("srun: error: as01r1b01: tasks 0-3: Killed", "tasks 0-3 killed (srun)"),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=1234.0. Some of the step tasks have been OOM Killed.\n"

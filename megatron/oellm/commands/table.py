@@ -26,6 +26,7 @@ from megatron.oellm.scaling_table import (
     summarise,
     unrated_rows_note,
     with_efficiency,
+    with_stop_note,
 )
 
 HELP = "scaling table (markdown, CSV, PNG) from Megatron stdout logs: medians over an iteration window"
@@ -33,7 +34,9 @@ HELP = "scaling table (markdown, CSV, PNG) from Megatron stdout logs: medians ov
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm table``."""
-    parser.add_argument("logs", nargs="+", metavar="LOG", help="Megatron stdout log of one run each")
+    parser.add_argument("logs", nargs="+", metavar="LOG",
+                        help="Megatron stdout log of one run each; a run SLURM stopped after the window keeps its "
+                             "numbers, its status 'ok (cancelled ... after the window)'")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
     parser.add_argument("--window", default="3-10", help="iterations FIRST-LAST to take medians over (default 3-10)")
     parser.add_argument("--statistic", choices=("median", "mean"), default="median",
@@ -101,9 +104,11 @@ def check_log_paths(paths: list[str], plot: str | None = None) -> None:
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
     """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
-    stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it."""
+    stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it. A row
+    whose run SLURM stopped after the window says so beside its numbers (:func:`with_stop_note`)."""
     try:
-        return summarise(read_log(path), window, gpus_per_node, peak_tflops)
+        log = read_log(path)
+        return with_stop_note(summarise(log, window, gpus_per_node, peak_tflops), log, window)
     except TableError:
         raise
     except OSError as err:  # after the paths were checked: no permission, an I/O error of the file system

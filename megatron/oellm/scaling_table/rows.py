@@ -59,7 +59,8 @@ class Window:
 
 @dataclass(frozen=True)
 class ScalingRow:
-    """One log summarised; the numbers are None when ``status`` is not ``ok``."""
+    """One log summarised; the numbers are None unless ``status`` is ``ok``, or ``ok (...)`` saying how the run was
+    stopped after the window (:func:`~megatron.oellm.scaling_table.window.with_stop_note`)."""
 
     log: str
     model: str
@@ -88,8 +89,8 @@ class ScalingRow:
 
     @property
     def ok(self) -> bool:
-        """The row carries numbers."""
-        return self.status == "ok"
+        """The row carries numbers: its status is ``ok`` or ``ok (...)``."""
+        return self.status == "ok" or self.status.startswith("ok (")
 
 
 def is_positive_int(value: object) -> bool:

@@ -1,16 +1,18 @@
 """Which logged lines a row reads: the window's run (a log may hold several starts), its lines, and the
 status that says why a window gives no numbers (a failed or stopped run, missing, cut or extra lines, skipped
-steps, a changed batch).
+steps, a changed batch), or how a run that gives numbers was stopped after the window (SLURM's time limit, a
+cancellation or a preemption after a whole window).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 from collections.abc import Sequence
 
 from megatron.oellm.run_log import DeliberateExit, IterationLine, Run, RunLog
-from megatron.oellm.scaling_table.rows import Window, is_positive_int
+from megatron.oellm.scaling_table.rows import ScalingRow, Window, is_positive_int
 
 
 def window_run(log: RunLog, window: Window) -> Run:
@@ -23,9 +25,10 @@ def window_run(log: RunLog, window: Window) -> Run:
 def window_status(log: RunLog, window: Window) -> str:
     """'ok' when the window's run (:func:`window_run`) shows no failure and the log's lines average exactly the
     window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
-    batch-size change; else what went wrong."""
+    batch-size change; a run SLURM stopped after a whole line past the window (:func:`stopped_after`) is ok too
+    (:func:`with_stop_note` says how it stopped); else what went wrong."""
     run = window_run(log, window)
-    if run.failure:
+    if run.failure and not stopped_after(run, window):
         return f"{run.failure} at iteration {run.last_iteration}" if run.last_iteration else run.failure
     if not run.args:
         return "no arguments block (not a Megatron log, or truncated before it)"
@@ -44,6 +47,23 @@ def window_status(log: RunLog, window: Window) -> str:
         return no_line_status(run, window)
     return (_coverage_problem(log, window, lines) or _value_problem(window, lines) or _batch_problem(log, window, lines)
             or "ok")
+
+
+def stopped_after(run: Run, window: Window) -> bool:
+    """SLURM stopped ``run`` for no fault of its own (:attr:`Run.stopped_from_outside`: a time limit, ``scancel``, a
+    preemption) after it printed a whole line past the window: the window's iterations are as valid as those of a
+    run that went on (benchmarks often ask for many iterations and let the time limit end the job)."""
+    return run.stopped_from_outside and run.last_iteration > window.last
+
+
+def with_stop_note(row: ScalingRow, log: RunLog, window: Window) -> ScalingRow:
+    """``row`` (``log``'s row at ``window``) with the status ``ok (cancelled (time limit) at iteration N, after the
+    window)`` when it has numbers and SLURM stopped its run after the window (:func:`stopped_after`): the row keeps
+    its numbers and still says how the job ended."""
+    run = window_run(log, window)
+    if not row.ok or not stopped_after(run, window):
+        return row
+    return dataclasses.replace(row, status=f"ok ({run.failure} at iteration {run.last_iteration}, after the window)")
 
 
 def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
