@@ -14,6 +14,11 @@ from collections.abc import Sequence
 from megatron.oellm.run_log import DeliberateExit, IterationLine, Run, RunLog
 from megatron.oellm.scaling_table.rows import ScalingRow, Window, is_positive_int
 
+LAST_RANK_ONLY = ("megatron prints iteration lines from the last rank only: give the last task's output file or a "
+                  "combined log")
+"""The advice for a log without iteration lines: with one output file per task (``srun -o out.%t``) the first task's
+file has the arguments block (printed by rank 0) and no iteration line (printed by the last rank)."""
+
 
 def window_run(log: RunLog, window: Window) -> Run:
     """The run the window's row is about: the latest start of the program that printed a line in the window, else
@@ -29,9 +34,9 @@ def window_status(log: RunLog, window: Window) -> str:
     (:func:`with_stop_note` says how it stopped); else what went wrong."""
     run = window_run(log, window)
     if run.failure and not stopped_after(run, window):
-        return f"{run.failure} at iteration {run.last_iteration}" if run.last_iteration else run.failure
+        return failure_status(run)
     if not run.args:
-        return "no arguments block (not a Megatron log, or truncated before it)"
+        return no_arguments_status(run)
     if not run.args_complete:
         return "truncated inside the arguments block"
     total = run.train_iters
@@ -40,6 +45,8 @@ def window_status(log: RunLog, window: Window) -> str:
     if total is not None and total < window.last:
         return (f"run of {total} iterations ends inside the window {window}: its numbers would cover only "
                 f"{window.first}-{total}; give --window {window.first}-{total} for them")
+    if run.start is None:
+        return no_iteration_status(run)
     if run.last_iteration < window.last and not run.finished:
         return stopped_status(run)
     lines = window_lines(log, window)
@@ -64,6 +71,35 @@ def with_stop_note(row: ScalingRow, log: RunLog, window: Window) -> ScalingRow:
     if not row.ok or not stopped_after(run, window):
         return row
     return dataclasses.replace(row, status=f"ok ({run.failure} at iteration {run.last_iteration}, after the window)")
+
+
+def failure_status(run: Run) -> str:
+    """The status of a failed run: its failure at its last whole iteration line; one SLURM stopped before any
+    iteration line may be one task's output file (:data:`LAST_RANK_ONLY`)."""
+    if run.last_iteration:
+        return f"{run.failure} at iteration {run.last_iteration}"
+    if run.start is None and run.stopped_from_outside:
+        return f"{run.failure} before any iteration line; if this is one task's output file, {LAST_RANK_ONLY}"
+    return run.failure
+
+
+def no_arguments_status(run: Run) -> str:
+    """The status of a run without an arguments block: a log cut before it, or not a Megatron log; one with
+    iteration lines may be the last task's output file (rank 0 prints the block)."""
+    if run.start is None:
+        return "no arguments block (not a Megatron log, or truncated before it)"
+    return ("no arguments block before the iteration lines (truncated before it, or one task's output file: megatron "
+            "prints the block from rank 0 only and iteration lines from the last rank only; give a combined log)")
+
+
+def no_iteration_status(run: Run) -> str:
+    """The status of a run with an arguments block and no iteration line, not even a cut one: one that ended
+    (megatron's end-of-training or early-exit line) is one task's output file other than the last; else it stopped
+    before its first iteration, or is such a file (:data:`LAST_RANK_ONLY`)."""
+    if run.finished or run.deliberate_exit is not None:
+        return f"no iteration line, though the run ended: {LAST_RANK_ONLY}"
+    total = run.train_iters if run.train_iters is not None else "?"
+    return f"stopped before its first iteration (of {total}); if this is one task's output file, {LAST_RANK_ONLY}"
 
 
 def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
