@@ -243,6 +243,8 @@ class Run:
     deliberate_exit: DeliberateExit | None = None
     """The early exit megatron reports after the run's last iteration line, one it was asked for by a flag (None: no
     such message; a later iteration line of the same run clears it)."""
+    line_span: tuple[int, int] = (1, 0)
+    """The first and last line number (1-based, in the file) of the run's part of the log."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """Iteration -> the line number of the run's last cut line of that iteration (see :func:`_parse_iteration`)."""
 
@@ -298,20 +300,23 @@ class _RunText:
     lines: list[str] = field(default_factory=list)
     heads: list[int] = field(default_factory=list)
     """Indices into :attr:`lines` of the run's iteration lines, cut ones included."""
+    first_line: int = 1
+    """The line number (1-based) in the file of :attr:`lines`' first line."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """:attr:`Run.cut_lines` so far."""
 
-    def inheritor(self) -> _RunText:
-        """The next run, started without an arguments block of its own: it keeps this run's arguments and
-        vocabulary."""
-        return _RunText(dict(self.args), self.args_complete, vocabulary=self.vocabulary)
+    def inheritor(self, first_line: int) -> _RunText:
+        """The next run, started at line ``first_line`` without an arguments block of its own: it keeps this run's
+        arguments and vocabulary."""
+        return _RunText(dict(self.args), self.args_complete, vocabulary=self.vocabulary, first_line=first_line)
 
     def frozen(self) -> Run:
         """The finished :class:`Run`, its failure read from its own lines only, after the last point training is
         seen to go on from (:meth:`live_from`)."""
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
                    detect_failure(self.lines, self.live_from()), self.finished, self.vocabulary,
-                   self.deliberate_exit, cut_lines=self.cut_lines)
+                   self.deliberate_exit, line_span=(self.first_line, self.first_line + len(self.lines) - 1),
+                   cut_lines=self.cut_lines)
 
     def live_from(self) -> int:
         """The index of the first line whose failure markers count: training went on past every marker before it.
@@ -337,10 +342,10 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         head = _ITERATION.search(line)
         if block and (current.own_block or current.start is not None):
             runs.append(current.frozen())
-            current = _RunText()
+            current = _RunText(first_line=number)
         elif head and current.start is not None and int(head["iteration"]) <= current.previous:
             runs.append(current.frozen())
-            current = current.inheritor()
+            current = current.inheritor(number)
         current.lines.append(line)
         if block:
             current.own_block = in_args = True

@@ -23,16 +23,29 @@ file has the arguments block (printed by rank 0) and no iteration line (printed 
 def window_run(log: RunLog, window: Window) -> Run:
     """The run the window's row is about: the latest start of the program that printed a line in the window, else
     (no line in it) the log's last run."""
+    return log.runs[_window_run_index(log, window)]
+
+
+def _window_run_index(log: RunLog, window: Window) -> int:
+    """The index in :attr:`RunLog.runs` of :func:`window_run`."""
     lines = window_lines(log, window)
-    return log.runs[max(line.run for line in lines)] if lines else log.runs[-1]
+    return max(line.run for line in lines) if lines else len(log.runs) - 1
 
 
 def window_status(log: RunLog, window: Window) -> str:
     """'ok' when the window's run (:func:`window_run`) shows no failure and the log's lines average exactly the
     window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
     batch-size change; a run SLURM stopped after a whole line past the window (:func:`stopped_after`) is ok too
-    (:func:`with_stop_note` says how it stopped); else what went wrong."""
-    run = window_run(log, window)
+    (:func:`with_stop_note` says how it stopped). Else what went wrong, naming an earlier start of the program in
+    the log that ran the whole window (:func:`earlier_start_note`): a requeued start appended to a finished run's
+    log must not hide it, nor be passed over silently."""
+    index = _window_run_index(log, window)
+    status = _run_status(log, window, log.runs[index])
+    return status if status == "ok" else status + earlier_start_note(log, index, window)
+
+
+def _run_status(log: RunLog, window: Window, run: Run) -> str:
+    """:func:`window_status` of the window's ``run``, earlier starts of the program left out."""
     if run.failure and not stopped_after(run, window):
         return failure_status(run)
     if not run.args:
@@ -100,6 +113,21 @@ def no_iteration_status(run: Run) -> str:
         return f"no iteration line, though the run ended: {LAST_RANK_ONLY}"
     total = run.train_iters if run.train_iters is not None else "?"
     return f"stopped before its first iteration (of {total}); if this is one task's output file, {LAST_RANK_ONLY}"
+
+
+def earlier_start_note(log: RunLog, index: int, window: Window) -> str:
+    """``; an earlier start ...`` naming the lines and iterations of the latest start of the program before
+    ``log.runs[index]`` that ran the whole window and finished or was stopped by SLURM after it
+    (:func:`stopped_after`), so that the user can read it alone; '' when there is none."""
+    for earlier in reversed(log.runs[:index]):
+        ended = "finished" if earlier.finished and not earlier.failure else earlier.failure
+        whole = earlier.start is not None and earlier.start <= window.first and earlier.last_iteration >= window.last
+        if whole and (ended == "finished" or stopped_after(earlier, window)):
+            first, last = earlier.line_span
+            return (f"; an earlier start of the program, lines {first}-{last} of the log, ran iterations "
+                    f"{earlier.start}-{earlier.last_iteration} ({ended}): the log's first {last} lines alone give "
+                    f"its numbers (head -n {last})")
+    return ""
 
 
 def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
