@@ -12,7 +12,7 @@ import pytest
 
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import parse_log_text
-from megatron.oellm.scaling_table import Window, summarise, with_stop_note
+from megatron.oellm.scaling_table import Window, summarise
 from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
 
 STAMP = "2026-11-30T12:00:00"
@@ -44,7 +44,7 @@ def _log(args: dict, last: int, tail: list[str], interval: int = 1) -> tuple[str
 def _row(text: str, window: Window):
     """The table's row of a log's text (the note on how the job ended included)."""
     log = parse_log_text(text)
-    return with_stop_note(summarise(log, window, 4), log, window)
+    return summarise(log, window, 4)
 
 
 @pytest.mark.parametrize("message", STOPS)

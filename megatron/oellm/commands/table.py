@@ -26,7 +26,6 @@ from megatron.oellm.scaling_table import (
     summarise,
     unrated_rows_note,
     with_efficiency,
-    with_stop_note,
 )
 
 HELP = "scaling table (markdown, CSV, PNG) from Megatron stdout logs: medians over an iteration window"
@@ -105,11 +104,10 @@ def check_log_paths(paths: list[str], plot: str | None = None) -> None:
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
     """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
-    stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it. A row
-    whose run SLURM stopped after the window says so beside its numbers (:func:`with_stop_note`)."""
+    stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it."""
     try:
         log = read_log(path)
-        return with_stop_note(summarise(log, window, gpus_per_node, peak_tflops), log, window)
+        return summarise(log, window, gpus_per_node, peak_tflops)
     except TableError:
         raise
     except OSError as err:  # after the paths were checked: no permission, an I/O error of the file system

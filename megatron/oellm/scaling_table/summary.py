@@ -22,14 +22,21 @@ from megatron.oellm.scaling_table.identify import (
     run_arguments,
 )
 from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, FlopsPerToken, ScalingRow, TableError, Window
-from megatron.oellm.scaling_table.window import per_iteration, window_lines, window_run, window_status
+from megatron.oellm.scaling_table.window import (
+    per_iteration,
+    window_lines,
+    window_run,
+    window_status,
+    with_stop_note,
+)
 
 
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
               flops_per_token: FlopsPerToken = corrected_flops_per_token) -> ScalingRow:
     """One :class:`ScalingRow` from a parsed log, read with the arguments of the window's run (:func:`window_run`):
     the window's medians (or means), or a status and no numbers (also for numbers :func:`implausible_numbers`
-    refuses). Our TFLOP/s and the MFU need the model's card and are None without it."""
+    refuses); a run SLURM stopped after the window keeps its numbers and says how it ended (:func:`with_stop_note`).
+    Our TFLOP/s and the MFU need the model's card and are None without it."""
     run = window_run(log, window)
     args = run_arguments(run)
     model, card = identify_model(args) if args else ("unknown model", None)
@@ -64,7 +71,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=benchmark_settings(args))
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
         return ScalingRow(log.path, model, problem, model_key=key)
-    return row
+    return with_stop_note(row, log, window)
 
 
 PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
