@@ -43,7 +43,14 @@ from megatron.oellm.recipes.slurm import (
     run_dir,
     sbatch_text,
 )
-from megatron.oellm.recipes.submission import prepare_run_dir, sbatch_command, submit
+from megatron.oellm.recipes.submission import (
+    check_required_options,
+    missing_required_options,
+    prepare_run_dir,
+    required_options_text,
+    sbatch_command,
+    submit,
+)
 from megatron.oellm.recipes.timing import RunTime, run_time
 from megatron.oellm.recipes.toml_loading import load_recipe
 from megatron.oellm.scaling_table.rows import Window
@@ -83,7 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="print the validated arguments and sbatch scripts, submit nothing (the default)")
-    mode.add_argument("--submit", action="store_true", help="write each row's sbatch script and submit it")
+    mode.add_argument("--submit", action="store_true",
+                      help="write each row's sbatch script and submit it; refused without the options the cluster "
+                           "requires (MN5: --account and --qos, Jupiter: --account) unless SBATCH_ACCOUNT / "
+                           "SBATCH_QOS / SBATCH_PARTITION give them")
     mode.add_argument("--local", action="store_true",
                       help="run the (first selected) row fitted down on this machine's GPUs with torchrun; where "
                            "it cannot (no GPU, no layer for the model yet) print what it would run and the dry "
@@ -151,6 +161,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
     missing = missing_spec_builder(recipe)
     if missing:
         lines.append(f"note: {missing}: --submit refuses this recipe, and megatron's validate_args is not run on it")
+    lines += submission_notes(recipe)
     if recipe.notes:
         lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
     lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "
@@ -165,6 +176,13 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
                      f"{recipe.row_train_iters(row):>5}  {recipe.row_time(row):>8}  {text}")
     lines += ["", table_command(recipe)]
     return "\n".join(lines)
+
+
+def submission_notes(recipe: Recipe) -> list[str]:
+    """The dry run's lines on what ``--submit`` will need: the ``sbatch`` options the cluster requires that nothing
+    gives yet (:func:`missing_required_options`)."""
+    options = missing_required_options(recipe.cluster)
+    return [f"note: --submit will need {required_options_text(recipe.cluster, options)}"] if options else []
 
 
 def table_command(recipe: Recipe) -> str:
@@ -313,7 +331,7 @@ def cross_node_dispatch_note(resolved: ResolvedRow) -> str:
 def check_submission(recipe: Recipe, inputs: RunInputs) -> None:
     """What ``--submit`` needs besides valid rows, checked before anything is resolved: a model the job can build,
     the image and bind sources, the data prefixes and a tokenizer path (the login node sees the compute nodes' file
-    system)."""
+    system), and the ``sbatch`` options the cluster requires (:func:`check_required_options`)."""
     missing = missing_spec_builder(recipe)
     if missing:
         raise RecipeError(f"--submit: {missing}, so every job would stop in megatron's validate_args; --dry-run "
@@ -321,6 +339,7 @@ def check_submission(recipe: Recipe, inputs: RunInputs) -> None:
     check_host_paths(recipe.cluster)
     check_data_paths(inputs.data_path)
     check_tokenizer_path(inputs.tokenizer_model)
+    check_required_options(recipe.cluster)
 
 
 def run(args: argparse.Namespace) -> int:

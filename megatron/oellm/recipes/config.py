@@ -43,6 +43,12 @@ NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
 """Values of ``cluster.numa_binding``: the modes of torchrun's ``--numa-binding`` (it pins each worker to the CPUs
 near its GPU)."""
 
+SBATCH_INPUT_VARIABLES: Mapping[str, str] = {
+    "account": "SBATCH_ACCOUNT", "qos": "SBATCH_QOS", "partition": "SBATCH_PARTITION"}
+"""The options ``cluster.required_options`` may name (a :class:`ClusterSettings` field and ``oellm recipe`` flag
+each) -> the input environment variable ``sbatch`` reads the same option from, so a user who exports it has given
+it."""
+
 MAX_TCP_PORT = 65535
 """The largest ``cluster.master_port``: torchrun's rendezvous listens on a TCP port."""
 
@@ -137,6 +143,11 @@ class ClusterSettings:
     of its GPU on two-socket nodes; the image's torchrun must know the flag (PyTorch 2.11 does)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment exported in the job before ``srun`` (NCCL channels, allocator, connections)."""
+    required_options: tuple[str, ...] = ()
+    """The ``sbatch`` options among ``account``, ``qos`` and ``partition`` (:data:`SBATCH_INPUT_VARIABLES`) the site
+    refuses or misplaces a job without (MN5: ``account`` and ``qos``; Jupiter: ``account``). ``--submit`` stops
+    before any ``sbatch`` call when one is set neither here nor by its flag nor by the variable sbatch reads it from
+    (``SBATCH_ACCOUNT`` ...); ``--dry-run`` names it in a note. Empty = the site's defaults do."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +236,7 @@ class Recipe:
             raise RecipeError(f"recipe {self.name}: cluster.numa_binding must be one of {', '.join(NUMA_BINDINGS)} "
                               f"(or empty for none), got {self.cluster.numa_binding!r}; torchrun would refuse it "
                               "only after the queue")
+        check_sbatch_settings(self.cluster, f"recipe {self.name}: ")
         time_limit_seconds(self.cluster.time, f"recipe {self.name} [cluster]: ")
         nodes = sorted({row.nodes for row in self.rows})
         if self.table_baseline_nodes and self.table_baseline_nodes not in nodes:
@@ -268,6 +280,15 @@ def check_field_types(settings: Any, where: str) -> None:
         value = getattr(settings, item.name)
         if not fits_type(value, hints[item.name]):
             raise RecipeError(f"{where}{item.name} = {value!r} is not {with_article(toml_type_name(hints[item.name]))}")
+
+
+def check_sbatch_settings(cluster: ClusterSettings, where: str) -> None:
+    """Refuse a ``cluster.required_options`` entry that is not an option :data:`SBATCH_INPUT_VARIABLES` knows (the
+    submission check would never find it given); ``where`` prefixes the message."""
+    for name in cluster.required_options:
+        if name not in SBATCH_INPUT_VARIABLES:
+            raise RecipeError(f"{where}cluster.required_options entry {name!r} is not one of "
+                              f"{', '.join(SBATCH_INPUT_VARIABLES)}")
 
 
 def check_row(row: TableRow, where: str) -> None:

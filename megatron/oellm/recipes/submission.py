@@ -1,14 +1,16 @@
 """Queueing a job script: its run directory (SLURM opens the job log there before the script runs), a new
-``job.sbatch`` (``job-N.sbatch`` beside an earlier submission's), and ``sbatch``.
+``job.sbatch`` (``job-N.sbatch`` beside an earlier submission's), and ``sbatch``; before any row is queued, the
+``sbatch`` options the cluster requires (:attr:`ClusterSettings.required_options`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from megatron.oellm.recipes.config import RecipeError
+from megatron.oellm.recipes.config import SBATCH_INPUT_VARIABLES, ClusterSettings, RecipeError
 
 
 def prepare_run_dir(directory: Path) -> None:
@@ -58,3 +60,35 @@ def submit(script: str, directory: Path) -> str:
     if done.returncode:
         raise RecipeError(f"sbatch {path} failed ({done.returncode}): {done.stderr.strip()}")
     return done.stdout.strip()
+
+
+def missing_required_options(cluster: ClusterSettings) -> list[str]:
+    """The ``cluster.required_options`` set neither in ``cluster`` (the recipe or its flag) nor by the variable
+    ``sbatch`` reads the option from (:data:`SBATCH_INPUT_VARIABLES`) in this process's environment, which the
+    ``sbatch`` it starts inherits."""
+    return [name for name in cluster.required_options
+            if not getattr(cluster, name) and not os.environ.get(SBATCH_INPUT_VARIABLES[name])]
+
+
+def _options_phrase(names: list[str], form: str) -> str:
+    """``names`` as ``A and B`` (``A, B and C``), each written as ``form.format(name)`` (``"--{}"`` gives
+    ``--account``)."""
+    words = [form.format(name) for name in names]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def required_options_text(cluster: ClusterSettings, names: list[str]) -> str:
+    """``--account and --qos, which cluster mn5 requires (or cluster.account ... in the recipe, or SBATCH_ACCOUNT
+    ... exported)``: what a submission to ``cluster`` needs, for the dry run's note and the refusal alike."""
+    variables = [SBATCH_INPUT_VARIABLES[name] for name in names]
+    return (f"{_options_phrase(names, '--{}')}, which cluster {cluster.name} requires (or "
+            f"{_options_phrase(names, 'cluster.{}')} in the recipe, or {_options_phrase(variables, '{}')} exported)")
+
+
+def check_required_options(cluster: ClusterSettings) -> None:
+    """Refuse a submission to ``cluster`` without an option it requires (:func:`missing_required_options`), before
+    any ``sbatch`` call: without its account or QOS the site rejects every row, or queues it where it was not
+    meant to run."""
+    missing = missing_required_options(cluster)
+    if missing:
+        raise RecipeError(f"--submit needs {required_options_text(cluster, missing)}; nothing was submitted")

@@ -149,8 +149,9 @@ def _build(name: str, data: dict[str, Any]) -> Recipe:
     data = dict(data)
     name = data.pop("name", name)
     cluster = _table(data, "cluster", name)
-    binds = cluster.get("binds", ())
-    cluster["binds"] = tuple(binds) if isinstance(binds, list) else binds
+    for key in ("binds", "required_options"):  # TOML arrays, tuple fields
+        values = cluster.get(key, ())
+        cluster[key] = tuple(values) if isinstance(values, list) else values
     cluster = _quoted_time(cluster)
     _check_env_strings(cluster.get("env", {}), f"recipe {name} [cluster.env]: ")
     rows = _row_tables(data.pop("rows", []), name)

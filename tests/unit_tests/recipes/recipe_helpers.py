@@ -25,15 +25,22 @@ def runnable_rows(config: Path, recipe) -> list:
     return [row for number, row in enumerate(recipe.rows, start=1) if number not in refused]
 
 
-def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str) -> Path:
+def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, *, options_exported: bool = True) -> Path:
     """An ``sbatch`` first on PATH that appends each script path it is given to the returned record file and prints
-    ``reply`` (a shell string: ``$1`` is the script)."""
+    ``reply`` (a shell string: ``$1`` is the script).
+    With ``options_exported``, the environment has ``SBATCH_ACCOUNT``, ``SBATCH_QOS`` and ``SBATCH_PARTITION``, as
+    for a user who exports them: ``--submit`` then finds the options a cluster requires given."""
     record = tmp_path / "submitted"
     fake = tmp_path / "bin" / "sbatch"
     fake.parent.mkdir()
     fake.write_text(f'#!/bin/sh\necho "$1" >> "{record}"\necho "{reply}"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    for variable in ("SBATCH_ACCOUNT", "SBATCH_QOS", "SBATCH_PARTITION"):
+        if options_exported:
+            monkeypatch.setenv(variable, f"exported-{variable.removeprefix('SBATCH_').lower()}")
+        else:
+            monkeypatch.delenv(variable, raising=False)
     return record
 
 
