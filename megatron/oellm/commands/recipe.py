@@ -44,7 +44,9 @@ from megatron.oellm.recipes.slurm import (
     sbatch_text,
 )
 from megatron.oellm.recipes.submission import (
+    check_jobs_would_queue,
     check_required_options,
+    job_id,
     missing_required_options,
     prepare_run_dir,
     required_options_text,
@@ -91,9 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--dry-run", action="store_true",
                       help="print the validated arguments and sbatch scripts, submit nothing (the default)")
     mode.add_argument("--submit", action="store_true",
-                      help="write each row's sbatch script and submit it; refused without the options the cluster "
-                           "requires (MN5: --account and --qos, Jupiter: --account) unless SBATCH_ACCOUNT / "
-                           "SBATCH_QOS / SBATCH_PARTITION give them")
+                      help="write each row's sbatch script and submit it, once sbatch --test-only accepts every "
+                           "selected row; refused without the options the cluster requires (MN5: --account and "
+                           "--qos, Jupiter: --account) unless SBATCH_ACCOUNT / SBATCH_QOS / SBATCH_PARTITION give "
+                           "them")
     mode.add_argument("--local", action="store_true",
                       help="run the (first selected) row fitted down on this machine's GPUs with torchrun; where "
                            "it cannot (no GPU, no layer for the model yet) print what it would run and the dry "
@@ -185,16 +188,18 @@ def submission_notes(recipe: Recipe) -> list[str]:
     return [f"note: --submit will need {required_options_text(recipe.cluster, options)}"] if options else []
 
 
-def table_command(recipe: Recipe) -> str:
+def table_command(recipe: Recipe, only: list[int] | None = None) -> str:
     """The ``oellm table`` command that reads the logs of every row's jobs (run directories of the recipe's output
     folder), with the cluster's GPUs per node (the table counts nodes as GPUs / 4 otherwise) and the report's
     efficiency baseline when the recipe names one (``table_baseline_nodes``; the table's own default, its smallest
     run, is another row for the strong-scaling tables; given only to the commands whose rows run on that many nodes)
     and the cluster's GPU model (``--gpu``: the MFU's peak and its note). Rows the report summarised over other
     iterations, or by their mean (``table_window`` / ``table_statistic``), get a command of their own with those
-    options, one line each."""
+    options, one line each. ``only`` (row numbers, 1-based) limits the commands to those rows' logs (the rows a
+    submission that failed midway queued)."""
     windows: dict[tuple[str, str], list[int]] = {}
-    for number, row in enumerate(recipe.rows, start=1):
+    for number in only or range(1, len(recipe.rows) + 1):
+        row = recipe.rows[number - 1]
         windows.setdefault((row.table_window, row.table_statistic), []).append(number)
     directory = str(recipe_dir(recipe))
     gpu = f" --gpu {recipe.cluster.gpu}" if recipe.cluster.gpu else ""
@@ -202,7 +207,7 @@ def table_command(recipe: Recipe) -> str:
     for (window, statistic), numbers in windows.items():
         # quoted whole: oellm table expands them, so a shell that refuses a pattern matching nothing (zsh, bash's
         # failglob) runs the command too while a row is still queued
-        logs = (shlex.quote(f"{directory}/row*/slurm-*.out") if len(windows) == 1
+        logs = (shlex.quote(f"{directory}/row*/slurm-*.out") if len(windows) == 1 and only is None
                 else " ".join(shlex.quote(f"{directory}/row{number:02d}-*/slurm-*.out") for number in numbers))
         baseline = (f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes
                     in {recipe.rows[number - 1].nodes for number in numbers} else "")  # a group without it: default
@@ -371,8 +376,9 @@ def _run(args: argparse.Namespace) -> int:
                 else [resolve_job(recipe, number, inputs, read_data=args.submit) for number in numbers])
         if not (args.local or args.submit):  # after the rows resolved: a refusal is the only output, not its tail
             print(describe_recipe(recipe, inputs))
-        if args.submit:  # no sbatch, or a run directory that cannot be created, stops it before any row is queued
-            sbatch_command()
+        if args.submit:  # no sbatch, a row sbatch --test-only rejects, or a run directory that cannot be created,
+            sbatch_command()  # stops it before any row is queued
+            check_jobs_would_queue({job.number: job.script for job in jobs})
             for job in jobs:
                 prepare_run_dir(job.directory)
         if args.submit:
@@ -387,29 +393,47 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
-    """Submit ``jobs`` (rows of ``recipe``) in row order, one line per queued row (after the row's
-    :func:`cross_node_dispatch_note` and :func:`mock_data_routing_note`, which the dry run also prints: a user who goes
-    straight to ``--submit`` must see that the image needs a multi-node DeepEP build, or that the run's routing
-    follows mock tokens), then the ``oellm table`` command of their logs
-    (:func:`table_command`); 0, or 130 when interrupted (Ctrl-C), after naming the rows that were queued, the one
-    whose ``sbatch`` may or may not have queued it, and the command that submits the rest: a rerun of the whole
-    command would queue the queued rows a second time."""
-    queued: list[int] = []
+    """Submit ``jobs`` (rows of ``recipe``, which ``sbatch --test-only`` accepted: :func:`check_jobs_would_queue`) in
+    row order, one line per queued row (after the row's :func:`cross_node_dispatch_note` and
+    :func:`mock_data_routing_note`, which the dry run also prints: a user who goes straight to ``--submit`` must see
+    that the image needs a multi-node DeepEP build, or that the run's routing follows mock tokens), then the ``oellm
+    table`` command of their logs (:func:`table_command`). 0; 2 when ``sbatch`` still refuses a row, and 130 when
+    interrupted (Ctrl-C), after the table command of the rows already queued and a line naming them (with their job
+    ids), the row whose ``sbatch`` may or may not have queued it (interrupted) and the command that submits the rest:
+    a rerun of the whole command would queue the queued rows a second time."""
+    queued: dict[int, str] = {}
     try:
         for job in jobs:
             for note in (cross_node_dispatch_note(job.resolved), mock_data_routing_note(job.resolved)):
                 if note:
                     print(f"row {job.number}: {note}", end="")
-            print(f"row {job.number}: {submit(job.script, job.directory)} ({job.directory})", flush=True)
-            queued.append(job.number)
+            reply = submit(job.script, job.directory)
+            print(f"row {job.number}: {reply} ({job.directory})", flush=True)
+            queued[job.number] = job_id(reply)
         print(table_command(recipe))
     except KeyboardInterrupt:
-        rest = [job.number for job in jobs if job.number not in queued]
-        rows = _rows_phrase(queued, "is queued", "are queued") if queued else "no row is queued"
-        return refuse("recipe", f"interrupted: {rows}; row {rest[0]} may be (see squeue --me); submit each "
-                      f"remaining row with `oellm recipe {shlex.quote(str(config))} --submit --row N` and the same "
-                      f"options but --nodes (N: {', '.join(map(str, rest))})", status=130)
+        return _refuse_partial_submission(recipe, jobs, config, queued, None, 130)
+    except RecipeError as err:
+        return _refuse_partial_submission(recipe, jobs, config, queued, err, 2)
     return 0
+
+
+def _refuse_partial_submission(recipe: Recipe, jobs: list[Job], config: str, queued: Mapping[int, str],
+                               refusal: RecipeError | None, status: int) -> int:
+    """Print the ``oellm table`` command of the ``queued`` rows (row -> job id), if any, then refuse with sbatch's
+    ``refusal`` of the next row (which queued nothing), or, for None, as interrupted (the next row's ``sbatch`` may
+    have queued it), naming the queued rows with their job ids and the command that submits each remaining row;
+    return ``status``."""
+    if queued:
+        print(table_command(recipe, list(queued)))
+    rest = [job.number for job in jobs if job.number not in queued]
+    ids = list(queued.values())
+    rows = (_rows_phrase(list(queued), f"is queued (job {ids[0]})", f"are queued (jobs {', '.join(ids)})")
+            if queued else "no row is queued")
+    reason = f"interrupted: {rows}; row {rest[0]} may be (see squeue --me)" if refusal is None else f"{refusal}; {rows}"
+    return refuse("recipe", f"{reason}; submit each remaining row with `oellm recipe "
+                  f"{shlex.quote(str(config))} --submit --row N` and the same options but --nodes "
+                  f"(N: {', '.join(map(str, rest))})", status=status)
 
 
 REFUSED_FLAG = re.compile(r"^\w+: --(?P<name>[a-z0-9][a-z0-9-]*)\b")

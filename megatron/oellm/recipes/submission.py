@@ -1,6 +1,7 @@
 """Queueing a job script: its run directory (SLURM opens the job log there before the script runs), a new
 ``job.sbatch`` (``job-N.sbatch`` beside an earlier submission's), and ``sbatch``; before any row is queued, the
-``sbatch`` options the cluster requires (:attr:`ClusterSettings.required_options`).
+``sbatch`` options the cluster requires (:attr:`ClusterSettings.required_options`) and ``sbatch --test-only`` of
+every row, so a row the site would reject (a QOS node limit) leaves no part of the table queued.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from megatron.oellm.recipes.config import SBATCH_INPUT_VARIABLES, ClusterSettings, RecipeError
@@ -92,3 +94,33 @@ def check_required_options(cluster: ClusterSettings) -> None:
     missing = missing_required_options(cluster)
     if missing:
         raise RecipeError(f"--submit needs {required_options_text(cluster, missing)}; nothing was submitted")
+
+
+def sbatch_rejection(script: str) -> str:
+    """What ``sbatch --test-only`` says when it would reject the job of ``script`` (given on its standard input, so
+    no job script is written for a row that is not submitted): its error lines joined; '' when it would queue it.
+    ``--test-only`` checks the job against the account's, QOS's and partition's limits and queues nothing."""
+    done = subprocess.run([sbatch_command(), "--test-only"], input=script, capture_output=True, text=True,
+                          check=False)
+    if not done.returncode:
+        return ""
+    return "; ".join(line.strip() for line in done.stderr.splitlines() if line.strip()) or f"status {done.returncode}"
+
+
+def check_jobs_would_queue(scripts: Mapping[int, str]) -> None:
+    """Refuse the submission when ``sbatch --test-only`` rejects the script of any row (row number -> script),
+    naming the first such row with sbatch's message and the other rejected ones, before any row is queued: a row
+    over a QOS node limit stopped the submission midway, the earlier rows queued."""
+    rejected = {number: message for number, script in scripts.items() if (message := sbatch_rejection(script))}
+    if not rejected:
+        return
+    (first, message), *others = rejected.items()
+    also = "" if not others else f" (row{'s' if len(others) > 1 else ''} {', '.join(str(n) for n, _ in others)} too)"
+    raise RecipeError(f"sbatch --test-only rejects row {first}{also}: {message}; nothing was submitted: select the "
+                      "rows the site accepts (--row N, --nodes N) or pass another --qos, --partition or --account")
+
+
+def job_id(output: str) -> str:
+    """The job id in ``sbatch``'s reply ``Submitted batch job 123``: its last word (``?`` for an empty reply)."""
+    words = output.split()
+    return words[-1] if words else "?"

@@ -25,15 +25,25 @@ def runnable_rows(config: Path, recipe) -> list:
     return [row for number, row in enumerate(recipe.rows, start=1) if number not in refused]
 
 
+SBATCH_TEST_ONLY = """if [ "$1" = --test-only ]; then
+  cat > /dev/null
+  echo "sbatch: Job 1 to start at 2026-01-01T00:00:00 using 4 processors on nodes node1 in partition p" >&2
+  exit 0
+fi
+"""
+"""Shell lines of a fake ``sbatch`` that answer ``--test-only`` (the script on standard input) as SLURM does for a job
+it would queue: a line on stderr, status 0, nothing queued or recorded."""
+
+
 def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, *, options_exported: bool = True) -> Path:
-    """An ``sbatch`` first on PATH that appends each script path it is given to the returned record file and prints
-    ``reply`` (a shell string: ``$1`` is the script).
+    """An ``sbatch`` first on PATH that accepts every ``--test-only`` check (:data:`SBATCH_TEST_ONLY`), appends each
+    script path it is given to the returned record file and prints ``reply`` (a shell string: ``$1`` is the script).
     With ``options_exported``, the environment has ``SBATCH_ACCOUNT``, ``SBATCH_QOS`` and ``SBATCH_PARTITION``, as
     for a user who exports them: ``--submit`` then finds the options a cluster requires given."""
     record = tmp_path / "submitted"
     fake = tmp_path / "bin" / "sbatch"
     fake.parent.mkdir()
-    fake.write_text(f'#!/bin/sh\necho "$1" >> "{record}"\necho "{reply}"\n')
+    fake.write_text(f'#!/bin/sh\n{SBATCH_TEST_ONLY}echo "$1" >> "{record}"\necho "{reply}"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     for variable in ("SBATCH_ACCOUNT", "SBATCH_QOS", "SBATCH_PARTITION"):

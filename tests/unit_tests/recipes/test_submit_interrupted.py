@@ -40,8 +40,8 @@ def test_an_interrupted_submission_names_the_queued_rows_and_the_rest(tmp_path, 
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("row ")] == [f"row {n}" for n in queued]
     submitted = record.read_text().splitlines() if record.exists() else []
     assert len(submitted) == len(queued)
-    rows = ("no row is queued" if not queued else "row 1 is queued" if queued == [1]
-            else f"rows {', '.join(map(str, queued))} are queued")
+    rows = ("no row is queued" if not queued else "row 1 is queued (job 7)" if queued == [1]
+            else f"rows {', '.join(map(str, queued))} are queued (jobs {', '.join('7' for _ in queued)})")
     assert f"error: interrupted: {rows}; row {stop_at} may be (see squeue --me)" in err
     assert f"`oellm recipe {CONFIG} --submit --row N` and the same options but --nodes" in err
     assert err.rstrip().endswith(f"(N: {', '.join(map(str, range(stop_at, 7)))})")
