@@ -49,12 +49,16 @@ SBATCH_INPUT_VARIABLES: Mapping[str, str] = {
 each) -> the input environment variable ``sbatch`` reads the same option from, so a user who exports it has given
 it."""
 
+HOST_NAME_CHARACTERS = re.compile(r"[A-Za-z0-9.-]*")
+"""What ``cluster.master_addr_suffix`` may hold (matched whole): characters of a host name."""
+
 MAX_TCP_PORT = 65535
 """The largest ``cluster.master_port``: torchrun's rendezvous listens on a TCP port."""
 
 JOB_SCRIPT_VARIABLES: Mapping[str, str] = {
     "MASTER_PORT": "set cluster.master_port instead",
-    "MASTER_ADDR": "the job's first node is the rendezvous host",
+    "MASTER_ADDR": "the job's first node is the rendezvous host (cluster.master_addr_suffix names another of its "
+                   "interfaces)",
     "RUN_DIR": "set cluster.output_dir (or pass --output-dir) instead",
     "IMAGE": "set cluster.image (or pass --image) instead",
     "CHECKPOINT_DIR": "oellm recipe --save-interval places the checkpoints",
@@ -148,6 +152,11 @@ class ClusterSettings:
     refuses or misplaces a job without (MN5: ``account`` and ``qos``; Jupiter: ``account``). ``--submit`` stops
     before any ``sbatch`` call when one is set neither here nor by its flag nor by the variable sbatch reads it from
     (``SBATCH_ACCOUNT`` ...); ``--dry-run`` names it in a note. Empty = the site's defaults do."""
+    master_addr_suffix: str = ""
+    """Text appended to the job's first host name to give torchrun's rendezvous address (``MASTER_ADDR``), for sites
+    whose node names resolve to a management network: on JSC's JUWELS and JURECA ``<name>i`` is the node's
+    InfiniBand interface, so set ``"i"`` there. Host-name characters only; empty (the default, and Jupiter's, whose
+    public job scripts add it on JUWELS, JURECA and JUSUF only) = the name ``scontrol`` gives."""
 
 
 @dataclass(frozen=True)
@@ -284,11 +293,15 @@ def check_field_types(settings: Any, where: str) -> None:
 
 def check_sbatch_settings(cluster: ClusterSettings, where: str) -> None:
     """Refuse a ``cluster.required_options`` entry that is not an option :data:`SBATCH_INPUT_VARIABLES` knows (the
-    submission check would never find it given); ``where`` prefixes the message."""
+    submission check would never find it given) and a ``cluster.master_addr_suffix`` with characters no host name
+    has (the rendezvous would fail only after the queue); ``where`` prefixes the message."""
     for name in cluster.required_options:
         if name not in SBATCH_INPUT_VARIABLES:
             raise RecipeError(f"{where}cluster.required_options entry {name!r} is not one of "
                               f"{', '.join(SBATCH_INPUT_VARIABLES)}")
+    if not HOST_NAME_CHARACTERS.fullmatch(cluster.master_addr_suffix):
+        raise RecipeError(f"{where}cluster.master_addr_suffix {cluster.master_addr_suffix!r} is not part of a host "
+                          "name; use letters, digits, . and - only (e.g. \"i\" on JUWELS and JURECA)")
 
 
 def check_row(row: TableRow, where: str) -> None:

@@ -163,7 +163,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         f"IMAGE={shlex.quote(cluster.image)}",
         # sed reads every host name: `head -n 1` would exit early, and under pipefail the SIGPIPE scontrol then
         # gets on a long node list (more than one pipe buffer of names) would end the job here.
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
+        # cluster.master_addr_suffix holds host-name characters only (checked when the recipe loads)
+        f'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p){cluster.master_addr_suffix}"',
         f"MASTER_PORT={int(cluster.master_port)}",
         'mkdir -p "$RUN_DIR"',
         *_image_architecture_lines(runtime),
