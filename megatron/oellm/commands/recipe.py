@@ -46,6 +46,7 @@ from megatron.oellm.recipes.slurm import (
 from megatron.oellm.recipes.submission import (
     check_jobs_would_queue,
     check_required_options,
+    image_uri_warning,
     job_id,
     missing_required_options,
     prepare_run_dir,
@@ -182,10 +183,17 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
 
 
 def submission_notes(recipe: Recipe) -> list[str]:
-    """The dry run's lines on what ``--submit`` will need: the ``sbatch`` options the cluster requires that nothing
-    gives yet (:func:`missing_required_options`)."""
+    """The dry run's lines on what ``--submit`` will need or warn of: the ``sbatch`` options the cluster requires
+    that nothing gives yet (:func:`missing_required_options`), and an image given as a URI
+    (:func:`image_uri_warning`)."""
+    lines = []
     options = missing_required_options(recipe.cluster)
-    return [f"note: --submit will need {required_options_text(recipe.cluster, options)}"] if options else []
+    if options:
+        lines.append(f"note: --submit will need {required_options_text(recipe.cluster, options)}")
+    warning = image_uri_warning(recipe.cluster)
+    if warning:
+        lines.append(f"warning: {warning}")
+    return lines
 
 
 def table_command(recipe: Recipe, only: list[int] | None = None) -> str:
@@ -394,13 +402,16 @@ def _run(args: argparse.Namespace) -> int:
 
 def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
     """Submit ``jobs`` (rows of ``recipe``, which ``sbatch --test-only`` accepted: :func:`check_jobs_would_queue`) in
-    row order, one line per queued row (after the row's :func:`cross_node_dispatch_note` and
-    :func:`mock_data_routing_note`, which the dry run also prints: a user who goes straight to ``--submit`` must see
-    that the image needs a multi-node DeepEP build, or that the run's routing follows mock tokens), then the ``oellm
-    table`` command of their logs (:func:`table_command`). 0; 2 when ``sbatch`` still refuses a row, and 130 when
-    interrupted (Ctrl-C), after the table command of the rows already queued and a line naming them (with their job
-    ids), the row whose ``sbatch`` may or may not have queued it (interrupted) and the command that submits the rest:
-    a rerun of the whole command would queue the queued rows a second time."""
+    row order, after the warning of an image URI (:func:`image_uri_warning`), one line per queued row (after the row's
+    :func:`cross_node_dispatch_note` and :func:`mock_data_routing_note`, which the dry run also prints: a user who goes
+    straight to ``--submit`` must see that the image needs a multi-node DeepEP build, or that the run's routing follows
+    mock tokens), then the ``oellm table`` command of their logs (:func:`table_command`). 0; 2 when ``sbatch`` still
+    refuses a row, and 130 when interrupted (Ctrl-C), after the table command of the rows already queued and a line
+    naming them (with their job ids), the row whose ``sbatch`` may or may not have queued it (interrupted) and the
+    command that submits the rest: a rerun of the whole command would queue the queued rows a second time."""
+    warning = image_uri_warning(recipe.cluster)
+    if warning:
+        print(f"warning: {warning}")
     queued: dict[int, str] = {}
     try:
         for job in jobs:

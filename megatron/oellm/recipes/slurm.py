@@ -216,13 +216,21 @@ def _python_path_lines(checkout: Path | None) -> list[str]:
             f"{shlex.quote(str(checkout))} \\"]
 
 
+IMAGE_CHECK_ERRORS = "$RUN_DIR/image-check-$SLURM_JOB_ID.err"
+"""Where the job keeps the error output of its image check's ``runtime exec`` (used inside double quotes), for the
+one-line error that quotes its last line: one file per job, removed when the check passes."""
+
+
 def _image_architecture_lines(runtime: str) -> list[str]:
     """Shell lines that stop the job, before ``srun`` starts any rank, when the image cannot run a program of its
     own on this node: an image built for another CPU architecture (an x86_64 one on Jupiter's aarch64 GH200) would
     otherwise fail every rank with ``exec format error``. Under an emulator (binfmt) the image's ``uname -m`` names
     its own architecture, which the check compares with the node's. A node without the container ``runtime`` on its
     ``PATH``, and an image file that is not there (moved or deleted since the script was made; an image URI such as
-    ``docker://...`` is left to the runtime), are named as such first, rather than as an image to rebuild."""
+    ``docker://...`` is left to the runtime), are named as such first, rather than as an image to rebuild; so is a
+    ``runtime exec`` that fails (an image URI the node cannot pull, an unreadable image; without an emulator an image
+    of another architecture, ``exec format error``), with the last line of its error output, which the job keeps in
+    :data:`IMAGE_CHECK_ERRORS`."""
     return [
         "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
         f"if ! command -v {runtime} > /dev/null; then",
@@ -237,7 +245,14 @@ def _image_architecture_lines(runtime: str) -> list[str]:
         "  exit 1",
         "fi",
         'NODE_ARCH="$(uname -m)"',
-        f'IMAGE_ARCH="$({runtime} exec "$IMAGE" uname -m)" || IMAGE_ARCH="none ({runtime} exec failed)"',
+        f'IMAGE_ARCH="$({runtime} exec "$IMAGE" uname -m 2> "{IMAGE_CHECK_ERRORS}")" || {{',
+        f'  echo "error: {runtime} exec of image $IMAGE failed on node $(hostname), so the image cannot run here'
+        f' (its last error line: $(tail -n 1 "{IMAGE_CHECK_ERRORS}"); all of them in {IMAGE_CHECK_ERRORS}): an image'
+        f' URI needs network access on every node ({runtime} pull a .sif on the login node), an exec format error'
+        ' an image built for $NODE_ARCH (docs/container.md); then pass --image PATH.sif" >&2',
+        "  exit 1",
+        "}",
+        f'rm -f "{IMAGE_CHECK_ERRORS}"',
         'if [ "$IMAGE_ARCH" != "$NODE_ARCH" ]; then',
         '  echo "error: image $IMAGE runs as $IMAGE_ARCH, but node $(hostname) is $NODE_ARCH: build the image for'
         ' $NODE_ARCH (docs/container.md: aarch64 for Jupiter, x86_64 for MareNostrum 5) and pass --image" >&2',

@@ -96,6 +96,19 @@ def check_required_options(cluster: ClusterSettings) -> None:
         raise RecipeError(f"--submit needs {required_options_text(cluster, missing)}; nothing was submitted")
 
 
+def image_uri_warning(cluster: ClusterSettings) -> str:
+    """A warning (no newline) when ``cluster``'s image is a URI (``docker://...``, ``oras://...``) rather than a
+    ``.sif`` file; '' otherwise. The container runtime accepts one, so the job may run, but every node then pulls and
+    converts the image at job start, which a compute node without internet access cannot and which costs minutes of
+    the job's time."""
+    image, runtime = cluster.image, cluster.container_runtime
+    if "://" not in image:
+        return ""
+    return (f"image {image} is a URI: every node pulls and converts it at job start (compute nodes often have no "
+            f"internet access); `{runtime} pull IMAGE.sif {image}` (or `{runtime} build`, docs/container.md) on the "
+            "login node and pass --image IMAGE.sif")
+
+
 def sbatch_rejection(script: str) -> str:
     """What ``sbatch --test-only`` says when it would reject the job of ``script`` (given on its standard input, so
     no job script is written for a row that is not submitted): its error lines joined; '' when it would queue it.
