@@ -141,7 +141,7 @@ def _convert(args: argparse.Namespace) -> int:
         return refuse(f"convert {args.direction}", error)
     except ConversionError as error:
         return refuse(f"convert {args.direction}", error, error.exit_status)
-    except KeyboardInterrupt:  # Ctrl-C before the output is staged (while staged it is a ConversionInterrupted)
+    except KeyboardInterrupt:  # Ctrl-C before the conversion began (inside it, it is a ConversionInterrupted)
         return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
     print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "
@@ -149,9 +149,22 @@ def _convert(args: argparse.Namespace) -> int:
     if summary.padding_rows:
         print(f"  dropped {summary.padding_rows} vocabulary padding rows past the card's {card.vocab_size} (megatron's "
               "make-vocab-size-divisible-by x TP padding)")
-    if summary.skipped:
-        print(f"  skipped {len(summary.skipped)} tensors outside the causal-LM text model (vision tower, "
-              f"multi-token-prediction head; e.g. {summary.skipped[0]})")
+    _print_skipped(summary.skipped)
     for note in summary.notes:
         print(f"  {note}")
     return 0
+
+
+def _print_skipped(skipped: list[str]) -> None:
+    """Report lines on the source tensors a conversion left out: parts outside the causal-LM text model, and the
+    RoPE buffers older HF checkpoints saved (transformers derives them from the config)."""
+    from megatron.oellm.convert.hf_names import is_derived_buffer
+
+    buffers = [name for name in skipped if is_derived_buffer(name)]
+    outside = [name for name in skipped if not is_derived_buffer(name)]
+    if outside:
+        print(f"  skipped {len(outside)} tensors outside the causal-LM text model (vision tower, "
+              f"multi-token-prediction head; e.g. {outside[0]})")
+    if buffers:
+        print(f"  skipped {len(buffers)} rotary_emb.inv_freq buffers (e.g. {buffers[0]}): RoPE frequencies derived "
+              "from the config, which transformers recomputes when loading; not weights")

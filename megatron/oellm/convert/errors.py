@@ -14,10 +14,12 @@ class ConversionError(ValueError):
 class ConversionInterrupted(ConversionError):
     """SIGTERM, SIGHUP or SIGINT (``scancel``, a Slurm time limit, a closed terminal, Ctrl-C) stopped a conversion."""
 
-    def __init__(self, signum: int, output_complete: bool = False) -> None:
+    def __init__(self, signum: int, output_complete: bool = False, nothing_written: bool = False) -> None:
         name = signal.Signals(signum).name
         if output_complete:
             super().__init__(f"{name} arrived while the finished output was moved into place; the output is complete")
+        elif nothing_written:  # during the checks, before the staging directory was made
+            super().__init__(f"stopped by {name} before anything was written; --out is as it was")
         else:
             super().__init__(f"stopped by {name}; the partial output was removed, --out is as it was")
         self.exit_status = 128 + signum

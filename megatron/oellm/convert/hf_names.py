@@ -15,6 +15,10 @@ from megatron.oellm.convert.errors import ConversionError
 
 SKIPPED_PREFIXES = ("model.visual.", "mtp.")
 """Parts of published checkpoints outside the text model; never converted."""
+DERIVED_BUFFER_SUFFIX = ".rotary_emb.inv_freq"
+"""The RoPE inverse frequencies that checkpoints saved by older transformers releases hold per attention layer
+(``model.layers.N.self_attn.rotary_emb.inv_freq``): a buffer computed from the config's RoPE settings, which
+transformers recomputes when it builds the model and does not load; never converted."""
 _PUBLISHED_TEXT_PREFIX = "model.language_model."
 
 
@@ -23,7 +27,7 @@ def canonical_hf_names(names: Iterable[str]) -> tuple[dict[str, str], list[str]]
     names of one canonical name (``model.X`` and ``model.language_model.X``) are a :class:`ConversionError`."""
     canonical, skipped = {}, []
     for name in names:
-        if name.startswith(SKIPPED_PREFIXES):
+        if name.startswith(SKIPPED_PREFIXES) or is_derived_buffer(name):
             skipped.append(name)
             continue
         short = "model." + name[len(_PUBLISHED_TEXT_PREFIX):] if name.startswith(_PUBLISHED_TEXT_PREFIX) else name
@@ -32,6 +36,12 @@ def canonical_hf_names(names: Iterable[str]) -> tuple[dict[str, str], list[str]]
                                   "the checkpoint must hold one of them")
         canonical[short] = name
     return canonical, sorted(skipped)
+
+
+def is_derived_buffer(name: str) -> bool:
+    """Whether ``name`` is a buffer the HF model derives from its config (:data:`DERIVED_BUFFER_SUFFIX`), saved by
+    older checkpoints and skipped: not a weight, so not a sign of a wrong card."""
+    return name.endswith(DERIVED_BUFFER_SUFFIX)
 
 
 class CanonicalView(Mapping[str, Tensor]):

@@ -24,7 +24,7 @@ import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -45,6 +45,8 @@ _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 _STORAGE_ERRORS = (*_NO_ROOM, errno.EFBIG, errno.EIO, errno.EROFS)
 """Operating-system errors of the storage, reported in one line: no room, a file-size limit, an I/O error, a
 read-only file system. Others (a missing file, a permission) keep their traceback: they are the code's or the paths'."""
+_STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial-(?P<pid>\d+)")
+"""The name :func:`staging_directory` gives: ``.<name of --out>.partial-<process id>``."""
 _OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
 """How Rust libraries (safetensors) quote an operating-system error in their exception's text."""
 
@@ -79,7 +81,7 @@ def leftover_staging(out_dir: Path) -> list[Path]:
     (SIGKILL after a Slurm time limit's grace period, the OOM killer, a node failure), and previous outputs an
     ``--overwrite`` had moved aside (:func:`trash_directory`) when it was killed: hidden siblings of ``out_dir`` that
     hold up to a whole output's disk space."""
-    out_dir = out_dir.resolve()
+    out_dir = resolved_out(out_dir)
     own = {staging_directory(out_dir), trash_directory(out_dir)}
     prefixes = (f".{out_dir.name}.partial-", f".{out_dir.name}.replaced-")
     try:
@@ -181,10 +183,42 @@ def _check_writable(out_dir: Path, replaced: list[Path]) -> None:
                                   "(chmod u+w) or choose another --out")
 
 
+def resolved_out(out_dir: Path) -> Path:
+    """``--out`` as an absolute path with symbolic links followed: what the checks compare with the inputs and what
+    the report names (a Slurm log read later from another folder must say where the output went). A loop of symbolic
+    links in it, or in a folder above it, is a one-line :class:`ConversionError` naming ``--out``, not a traceback."""
+    try:
+        return out_dir.resolve()
+    except RuntimeError as error:  # Python 3.11's resolve() on a symbolic-link loop
+        raise _symlink_loop(out_dir, error) from error
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise _symlink_loop(out_dir, error) from error
+
+
+def _symlink_loop(out_dir: Path, error: Exception) -> ConversionError:
+    """The refusal of an ``--out`` that runs into a loop of symbolic links."""
+    return ConversionError(f"--out {out_dir} runs into a loop of symbolic links ({error}); name the output folder by "
+                           "a path without one")
+
+
+def partial_output_of(path: Path) -> tuple[Path, Path, int] | None:
+    """(staging directory, the ``--out`` it was for, the process id in its name) if ``path`` is or lies in the
+    staging directory of a conversion (:func:`staging_directory`), else None: the partial output a stopped
+    conversion leaves when it is killed before it can remove it (SIGKILL, the OOM killer), never a whole one."""
+    absolute = Path(os.path.abspath(path))  # ``..`` folded, links kept: the name as given is what tells
+    for folder in (absolute, *absolute.parents):
+        match = _STAGING_NAME.fullmatch(folder.name)
+        if match:
+            return folder, folder.with_name(match["name"]), int(match["pid"])
+    return None
+
+
 def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
     """Raise if ``out_dir`` is or holds one of ``inputs`` once symlinks are followed (e.g. a Hugging Face cache
     snapshot whose files link to ``../blobs``): writing the output could delete the input."""
-    out = out_dir.resolve()
+    out = resolved_out(out_dir)
     for path in inputs:
         real = path.resolve()
         if real.is_relative_to(out):
@@ -192,29 +226,35 @@ def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
             raise ConversionError(f"output {out} would overwrite the input {path}{via}; choose another --out")
 
 
-class _TerminationGuard:
+class TerminationGuard:
     """While entered in the main thread, SIGTERM, SIGHUP and SIGINT raise :class:`ConversionInterrupted` (once) where the
-    conversion is, so that the staging directory is removed on the way out; the previous handlers come back on exit.
-    From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved."""
+    conversion is: during the checks it says that nothing was written; once :attr:`staging` is set, that the partial
+    output was removed (the staging directory is removed on the way out). The previous handlers come back on exit.
+    From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved; one recorded
+    after that block is raised on leaving the guard, so that a stop at any time ends in one line."""
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.staging = False
+        """Whether the output is being written (a signal then removes the staging directory)."""
         self._deferring = False
         self._handlers = handling(STOPPING_SIGNALS, self._handle)  # main thread only; an ignored signal stays ignored
 
-    def __enter__(self) -> _TerminationGuard:
+    def __enter__(self) -> TerminationGuard:
         self._handlers.__enter__()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._handlers.__exit__(*exc_info)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        self._handlers.__exit__(exc_type, *exc_info)
+        if exc_type is None and self.received is not None:  # arrived after the output was moved into place
+            raise ConversionInterrupted(self.received, output_complete=True)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Record the first signal; raise unless deferring (a second signal while cleaning up is ignored)."""
         if self.received is None:
             self.received = signum
             if not self._deferring:
-                raise ConversionInterrupted(signum)
+                raise ConversionInterrupted(signum, nothing_written=not self.staging)
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
@@ -231,15 +271,18 @@ class _TerminationGuard:
 
 
 @contextmanager
-def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_bytes: int) -> Iterator[Path]:
+def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_bytes: int,
+                  guard: TerminationGuard | None = None) -> Iterator[Path]:
     """A fresh staging directory beside ``out_dir`` to write the output (about ``needed_bytes``) into, moved into
     ``out_dir`` when the block succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM /
-    SIGHUP / SIGINT (see module doc)."""
-    out_dir = out_dir.resolve()
-    check_output(out_dir, overwrite, foreign_in)
-    staging = staging_directory(out_dir)
-    created = _missing_directories(out_dir.parent)
-    with _TerminationGuard() as guard:
+    SIGHUP / SIGINT (see module doc). ``guard`` is the conversion's own, entered before its checks; without one the
+    block enters its own."""
+    out_dir = resolved_out(out_dir)
+    with nullcontext(guard) if guard is not None else TerminationGuard() as guard:
+        check_output(out_dir, overwrite, foreign_in)
+        staging = staging_directory(out_dir)
+        created = _missing_directories(out_dir.parent)
+        guard.staging = True
         try:
             _make_staging(staging, out_dir)
             _check_same_file_system(staging, out_dir)

@@ -52,7 +52,14 @@ from megatron.oellm.convert.hf_config import (
     text_model_config,
 )
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
-from megatron.oellm.convert.output import check_not_input, leftover_staging_note, staged_output
+from megatron.oellm.convert.output import (
+    TerminationGuard,
+    check_not_input,
+    leftover_staging_note,
+    partial_output_of,
+    resolved_out,
+    staged_output,
+)
 from megatron.oellm.convert.safetensors_io import (
     DEFAULT_MAX_SHARD_BYTES,
     INDEX_NAME,
@@ -263,7 +270,16 @@ def _refuse_megatron_checkpoint(hf_dir: Path) -> None:
 
 
 def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool = False) -> ConversionSummary:
-    """Convert the HF checkpoint ``hf_dir`` to a megatron-core checkpoint in ``out_dir`` (see module doc)."""
+    """Convert the HF checkpoint ``hf_dir`` to a megatron-core checkpoint in ``out_dir`` (see module doc). SIGTERM /
+    SIGHUP / SIGINT at any point end it with :class:`ConversionInterrupted`, also during the checks (seconds at 235B
+    scale); the summary names ``out_dir`` as an absolute path."""
+    with TerminationGuard() as guard:
+        return _hf_to_mcore(card, hf_dir, resolved_out(out_dir), overwrite, guard)
+
+
+def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
+                 guard: TerminationGuard) -> ConversionSummary:
+    """:func:`hf_to_mcore_checkpoint` within its termination guard, ``out_dir`` resolved."""
     module = family_module(card)
     _refuse_megatron_checkpoint(hf_dir)
     source = SafetensorsSource(hf_dir)
@@ -286,7 +302,7 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
               CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
-    with staged_output(out_dir, overwrite, _foreign_in_mcore_output, _bytes_of(chunks)) as staging:
+    with staged_output(out_dir, overwrite, _foreign_in_mcore_output, _bytes_of(chunks), guard) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: _import_unit(card, unit, view, source), common)
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files) + _leftover_notes(out_dir)
@@ -336,9 +352,21 @@ def _refuse_wrong_level(path: Path) -> None:
                               f"{ITERATION_FILE}); pass one of the checkpoints in it with --mcore: {listed(found, 3)}")
 
 
+def _refuse_partial_output(path: Path) -> None:
+    """Raise if ``path`` (``--mcore``) is or lies in the staging directory a stopped conversion left (see
+    :func:`partial_output_of`): named as such, not as a folder without ``.metadata``."""
+    partial = partial_output_of(path)
+    if partial is not None:
+        staging, out, pid = partial
+        raise ConversionError(f"--mcore {path} is the partial output of a conversion into {out} that was stopped "
+                              f"(or is still running, as process {pid}), not a checkpoint; remove {staging} unless "
+                              "that conversion is still running, and convert a finished checkpoint")
+
+
 def resolve_mcore_dir(path: Path) -> Path:
     """The distributed-checkpoint directory of ``path``: itself, or the iteration named by its
     ``latest_checkpointed_iteration.txt`` (``release`` or ``iter_XXXXXXX``)."""
+    _refuse_partial_output(path)
     if not path.is_dir():
         raise ConversionError(f"{path} is not a directory; pass a megatron checkpoint directory")
     marker = path / ITERATION_FILE
@@ -531,7 +559,16 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     (:data:`MTP_KEY_PREFIX`, listed in the summary's ``skipped``). ``config.json`` / ``generation_config.json`` are
     those of ``hf_config_dir``, else those stored with the checkpoint, else the card's config. With
     ``tokenizer_dir`` the export also holds that folder's tokenizer files (:mod:`tokenizer_files`), and a previous
-    export's tokenizer files in ``out_dir`` are replaced rather than refused as foreign."""
+    export's tokenizer files in ``out_dir`` are replaced rather than refused as foreign. SIGTERM / SIGHUP / SIGINT at
+    any point end it with :class:`ConversionInterrupted`; the summary names ``out_dir`` as an absolute path."""
+    with TerminationGuard() as guard:
+        return _mcore_to_hf(card, mcore_dir, resolved_out(out_dir), overwrite, max_shard_bytes, hf_config_dir,
+                            tokenizer_dir, guard)
+
+
+def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool, max_shard_bytes: int,
+                 hf_config_dir: Path | None, tokenizer_dir: Path | None, guard: TerminationGuard) -> ConversionSummary:
+    """:func:`mcore_to_hf_checkpoint` within its termination guard, ``out_dir`` resolved."""
     tokenizer_names = check_tokenizer_dir(tokenizer_dir, card.vocab_size) if tokenizer_dir is not None else []
     module = family_module(card)
     reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
@@ -550,7 +587,7 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     layout = _hf_layout(card, reader, unit_pieces)
     foreign = _foreign_in_hf_output_with_tokenizer if tokenizer_dir is not None else _foreign_in_hf_output
     _refuse_unmarked_model(out_dir)
-    with (staged_output(out_dir, overwrite, foreign, needed) as staging,
+    with (staged_output(out_dir, overwrite, foreign, needed, guard) as staging,
           ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, tokenizer_names, staging)
