@@ -124,7 +124,8 @@ def _convert(args: argparse.Namespace) -> int:
     """:func:`run` within its warning format."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
-    from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+    from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+    from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 
     start = time.perf_counter()
     try:

@@ -103,10 +103,10 @@ def check_load_strictness(args: argparse.Namespace, checkpoint: StoredCheckpoint
 def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheckpoint | None, card: ModelCard) -> None:
     """Raise ``ValueError`` when the run loads an ``oellm convert hf-to-mcore`` checkpoint (``checkpoint``, as
     :func:`check_converted_load` takes it) with block-interleaved SwiGLU weights
-    (:func:`megatron.oellm.convert.pipeline.interleaved_glu_flags`):
+    (:func:`megatron.oellm.convert.stored_checks.interleaved_glu_flags`):
     megatron would load the ``[gate; up]`` rows into the interleaved layout, and every expert would compute with gate
     and up rows mixed, without an error."""
-    from megatron.oellm.convert.pipeline import interleaved_glu_flags
+    from megatron.oellm.convert.stored_checks import interleaved_glu_flags
     from megatron.oellm.training.stored_checkpoint import converted_args
 
     if converted_args(checkpoint) is None:

@@ -24,14 +24,14 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from megatron.oellm.convert.pipeline import (
+from megatron.oellm.convert.mcore_checkpoint import (
     CARD_KEY,
     ITERATION_PREFIX,
     RELEASE,
     iteration_directory_name,
     iteration_of,
 )
-from megatron.oellm.convert.pipeline import ITERATION_FILE as TRACKER_FILE
+from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE as TRACKER_FILE
 
 NON_PERSISTENT = "non_persistent"
 """megatron-core's default directory of global non-persistent checkpoints under ``--load`` / ``--save``."""

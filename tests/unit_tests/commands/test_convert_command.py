@@ -127,12 +127,12 @@ def test_cli_ctrl_c_exits_with_one_line_and_leaves_nothing(tmp_path: Path, capsy
 def test_cli_ctrl_c_before_staging_exits_with_one_line_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C before the output is staged (a plain KeyboardInterrupt): 128 + 2 and the one line on stderr."""
-    from megatron.oellm.convert import pipeline
+    from megatron.oellm.convert import to_mcore
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "hf_to_mcore_checkpoint", interrupted)
+    monkeypatch.setattr(to_mcore, "hf_to_mcore_checkpoint", interrupted)
     assert main(["convert", "hf-to-mcore", "--model", "qwen3-30b-a3b-tiny", "--hf", str(tmp_path / "hf"),
                  "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGINT
     captured = capsys.readouterr()

@@ -15,7 +15,7 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.cli import INTERRUPTED_EXIT_STATUS, main
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, signal_at_layer_one, signal_handler, write_hf
 
 _ARGV = {"table": ["table", "run.log"], "recipe": ["recipe", "list"], "doctor": ["doctor"], "models": ["models"]}
@@ -44,8 +44,8 @@ class _ImportedWhileCtrlC(types.ModuleType):
 @pytest.mark.parametrize("direction", ["hf-to-mcore", "mcore-to-hf"])
 def test_ctrl_c_while_convert_starts_up_is_one_line(direction: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture) -> None:
-    name = "megatron.oellm.convert.pipeline"
-    monkeypatch.setitem(sys.modules, name, _ImportedWhileCtrlC(name))
+    for name in ("megatron.oellm.convert.to_mcore", "megatron.oellm.convert.to_hf"):
+        monkeypatch.setitem(sys.modules, name, _ImportedWhileCtrlC(name))
     source = "--hf" if direction == "hf-to-mcore" else "--mcore"
     assert main(["convert", direction, "--model", "qwen3-30b-a3b-tiny", source, str(tmp_path / "in"),
                  "--out", str(tmp_path / "out")]) == INTERRUPTED_EXIT_STATUS

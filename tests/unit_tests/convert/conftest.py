@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_hf, to_mcore
 from megatron.oellm.convert.family import expected_shapes, family_module
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES, ShardedSafetensorsWriter, layout_of
 
@@ -96,16 +96,17 @@ def edit_json(path: Path, **fields: object) -> None:
 
 
 def signal_at_layer_one(monkeypatch: pytest.MonkeyPatch, unit_function: str, signum: int) -> None:
-    """Make ``pipeline.<unit_function>`` (``hf_to_mcore_unit`` or ``mcore_to_hf_unit``) send ``signum`` to this
+    """Make ``unit_function`` (``to_mcore.hf_to_mcore_unit`` or ``to_hf.mcore_to_hf_unit``) send ``signum`` to this
     process when the conversion reaches unit 1 (the first decoder layer), half-way through the output."""
-    convert = getattr(pipeline, unit_function)
+    module = to_mcore if unit_function == "hf_to_mcore_unit" else to_hf
+    convert = getattr(module, unit_function)
 
     def signalled(card: ModelCard, unit: object, tensors: object) -> object:
         if unit == 1:
             os.kill(os.getpid(), signum)
         return convert(card, unit, tensors)
 
-    monkeypatch.setattr(pipeline, unit_function, signalled)
+    monkeypatch.setattr(module, unit_function, signalled)
 
 
 @contextmanager

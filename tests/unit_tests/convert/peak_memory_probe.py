@@ -23,8 +23,9 @@ from pathlib import Path
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import unit_shapes, units
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import DEFAULT_MAX_SHARD_BYTES
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
 

@@ -18,7 +18,7 @@ import pytest
 from megatron.oellm.convert import dist_ckpt
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import units
-from megatron.oellm.convert.pipeline import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
 
 EXPERT_KEYS = ("decoder.layers.mlp.experts.experts.linear_fc1.weight",
                "decoder.layers.mlp.experts.experts.linear_fc2.weight")

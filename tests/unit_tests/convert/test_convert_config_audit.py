@@ -20,7 +20,7 @@ from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.hf_config import check_hf_config
 from megatron.oellm.convert.output import storage_error_behind
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import raised_while_writing, random_hf_tensors, write_hf
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"

@@ -13,8 +13,10 @@ import pytest
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import HF_CONFIG_KEY, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.mcore_checkpoint import HF_CONFIG_KEY, RELEASE
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf
 
 GENERATION = {"bos_token_id": 3, "eos_token_id": [5, 6], "pad_token_id": 5, "temperature": 0.7, "top_p": 0.8}

@@ -15,7 +15,8 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.hf_config import check_hf_config
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import edit_json, random_hf_tensors, write_hf
 
 CARDS = ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import write_hf, write_safetensors
 
 

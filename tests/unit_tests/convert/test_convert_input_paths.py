@@ -9,8 +9,10 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import ITERATION_FILE, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE, RELEASE
 from megatron.oellm.convert.safetensors_io import INDEX_NAME
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 
 
 def test_an_unreadable_index_is_one_line(converted, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,8 +26,10 @@ import torch.multiprocessing as mp
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.family import hf_to_mcore
-from megatron.oellm.convert.pipeline import HF_CONFIG_KEY, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.mcore_checkpoint import HF_CONFIG_KEY, RELEASE
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS
 from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, pad_vocab
 from megatron.oellm.runtime import free_port

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.tensor_checks import warn_non_finite
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 

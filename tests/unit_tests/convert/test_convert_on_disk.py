@@ -14,18 +14,14 @@ import transformers
 from torch.distributed.checkpoint.metadata import MetadataIndex
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_hf, to_mcore
 from megatron.oellm.convert.dist_ckpt import COMMON_STATE_KEY, CheckpointReader
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
-from megatron.oellm.convert.pipeline import (
-    CARD_KEY,
-    ITERATION_FILE,
-    RELEASE,
-    hf_to_mcore_checkpoint,
-    mcore_to_hf_checkpoint,
-)
+from megatron.oellm.convert.mcore_checkpoint import CARD_KEY, ITERATION_FILE, RELEASE
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import (
     assert_bitwise_equal,
     edit_json,
@@ -211,14 +207,14 @@ def test_failed_conversion_leaves_nothing_behind(tiny_hf, monkeypatch: pytest.Mo
     write_hf(card, hf, tmp / "hf")
     hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
     before = sorted(tmp.iterdir())
-    convert = pipeline.hf_to_mcore_unit if direction == "hf-to-mcore" else pipeline.mcore_to_hf_unit
+    convert = to_mcore.hf_to_mcore_unit if direction == "hf-to-mcore" else to_hf.mcore_to_hf_unit
 
     def fail_at_layer_one(card, unit, tensors):
         if unit == 1:
             raise OSError("No space left on device")
         return convert(card, unit, tensors)
 
-    monkeypatch.setattr(pipeline, convert.__name__, fail_at_layer_one)
+    monkeypatch.setattr(to_mcore if direction == "hf-to-mcore" else to_hf, convert.__name__, fail_at_layer_one)
     with pytest.raises(BaseException, match="No space left"):  # torch wraps it in a CheckpointException(BaseException)
         if direction == "hf-to-mcore":
             hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
@@ -269,7 +265,7 @@ def test_hybrid_checkpoint_with_more_layers_than_the_card_is_rejected(tmp_path: 
     deeper = card.with_layers(2 * card.num_layers, name="deeper")
     write_hf(deeper, random_hf_tensors(deeper, seed=8), tmp_path / "hf")
     (tmp_path / "hf" / "config.json").unlink()
-    monkeypatch.setattr(pipeline, "card_record", lambda card: {})
+    monkeypatch.setattr(to_mcore, "card_record", lambda card: {})
     hf_to_mcore_checkpoint(deeper, tmp_path / "hf", tmp_path / "mcore")
     with pytest.raises(ConversionError, match=rf"unexpected tensor 'decoder\.layers\.{2 * card.num_layers}\."):
         mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")

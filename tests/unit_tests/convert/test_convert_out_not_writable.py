@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_mcore
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
+from megatron.oellm.convert.mcore_checkpoint import RELEASE
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
 
@@ -30,8 +31,8 @@ def previous(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pat
     hf = write_hf(card, random_hf_tensors(card, seed=random.randrange(2**31)), tmp_path / "hf")
     hf_to_mcore_checkpoint(card, hf, tmp_path / "out")
     converted: list = []
-    unit = pipeline.hf_to_mcore_unit
-    monkeypatch.setattr(pipeline, "hf_to_mcore_unit", lambda *args: converted.append(args[1]) or unit(*args))
+    unit = to_mcore.hf_to_mcore_unit
+    monkeypatch.setattr(to_mcore, "hf_to_mcore_unit", lambda *args: converted.append(args[1]) or unit(*args))
     return hf, tmp_path / "out", converted
 
 

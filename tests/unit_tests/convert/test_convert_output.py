@@ -18,18 +18,22 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from megatron.oellm.convert import output, pipeline
+from megatron.oellm.convert import output, to_hf, to_mcore
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
-from megatron.oellm.convert.pipeline import ITERATION_FILE, RELEASE, hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE, RELEASE
 from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from megatron.oellm.convert.summary import ConversionSummary
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, signal_at_layer_one, signal_handler
 
 UNIT_FUNCTION = {"hf-to-mcore": "hf_to_mcore_unit", "mcore-to-hf": "mcore_to_hf_unit"}
-"""The pipeline function each direction calls once per unit (where a test makes the conversion fail half-way, or
-checks that a refused one never starts)."""
+UNIT_MODULE = {"hf-to-mcore": to_mcore, "mcore-to-hf": to_hf}
+"""The module of each direction and the function it calls there once per unit (where a test makes the conversion
+fail half-way, or checks that a refused one never starts)."""
 
 
-def _convert(direction: str, tmp: Path, card, out: Path, **kwargs) -> pipeline.ConversionSummary:
+def _convert(direction: str, tmp: Path, card, out: Path, **kwargs) -> ConversionSummary:
     """Run one direction on ``tmp/hf`` (hf-to-mcore) or ``tmp/mcore`` (mcore-to-hf)."""
     if direction == "hf-to-mcore":
         return hf_to_mcore_checkpoint(card, tmp / "hf", out, **kwargs)
@@ -180,14 +184,14 @@ def test_a_file_written_into_out_during_the_conversion_is_kept(converted, monkey
         _convert(direction, tmp, card, out)
     else:
         out.mkdir()
-    convert = pipeline.hf_to_mcore_unit if direction == "hf-to-mcore" else pipeline.mcore_to_hf_unit
+    convert = getattr(UNIT_MODULE[direction], UNIT_FUNCTION[direction])
 
     def user_writes_at_layer_one(card, unit, tensors):
         if unit == 1:
             (out / "tokenizer.json").write_text('{"user": "data"}')
         return convert(card, unit, tensors)
 
-    monkeypatch.setattr(pipeline, convert.__name__, user_writes_at_layer_one)
+    monkeypatch.setattr(UNIT_MODULE[direction], convert.__name__, user_writes_at_layer_one)
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(ConversionError, match="holds tokenizer.json, which this conversion does not write"):
         _convert(direction, tmp, card, out, overwrite=overwrite)
@@ -244,7 +248,7 @@ def test_out_on_another_file_system_than_its_parent_is_refused_up_front(converte
     real_file_system = output.file_system_of
     monkeypatch.setattr(output, "file_system_of", lambda path: real_file_system(path) + (path == out.resolve()))
     called = []
-    monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], lambda *a, **k: called.append(1))
+    monkeypatch.setattr(UNIT_MODULE[direction], UNIT_FUNCTION[direction], lambda *a, **k: called.append(1))
     with pytest.raises(ConversionError, match=rf"{out} is on another file system than .*; pass a directory inside it"):
         run[0](card, run[1], out, overwrite=True)
     assert not called
@@ -330,7 +334,7 @@ def test_a_signal_while_a_failed_conversion_cleans_up_does_not_cut_the_cleanup_s
             os.kill(os.getpid(), signal.SIGTERM)
         real_rmtree(path, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", failing_unit)
+    monkeypatch.setattr(to_hf, "mcore_to_hf_unit", failing_unit)
     monkeypatch.setattr(output.shutil, "rmtree", terminated_while_removing)
     with signal_handler(signal.SIGTERM, _raise_not_handled), \
             pytest.raises(ConversionInterrupted, match="stopped by SIGTERM"):
@@ -426,7 +430,7 @@ def test_a_defect_of_the_code_raising_file_not_found_keeps_its_traceback(convert
     def buggy(*args: object) -> object:
         raise FileNotFoundError(2, "No such file or directory", "/opt/oellm/internal-table.json")
 
-    monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], buggy)
+    monkeypatch.setattr(UNIT_MODULE[direction], UNIT_FUNCTION[direction], buggy)
     with pytest.raises(BaseException) as raised:  # hf-to-mcore: DCP wraps it in a CheckpointException (a BaseException)
         _convert(direction, tmp, card, tmp / "out")
     assert not isinstance(raised.value, ConversionError), raised.value
@@ -443,7 +447,7 @@ def test_a_defect_raised_while_handling_an_os_error_is_not_reported_as_that_os_e
         except FileNotFoundError:
             return {}["layers"]  # the real defect
 
-    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", buggy)
+    monkeypatch.setattr(to_hf, "mcore_to_hf_unit", buggy)
     with pytest.raises(KeyError):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
 
@@ -467,7 +471,7 @@ def test_a_full_disk_is_reported_with_the_output_size_and_the_free_space(convert
     def disk_full(*args: object) -> object:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(pipeline, UNIT_FUNCTION[direction], disk_full)
+    monkeypatch.setattr(UNIT_MODULE[direction], UNIT_FUNCTION[direction], disk_full)
     weights = in_kib(sum(tensor.numel() * tensor.element_size() for tensor in hf.values()))
     before = sorted(tmp.iterdir())
     with pytest.raises(ConversionError, match=rf"^the conversion failed: \[Errno 28\] No space left on device; the "
@@ -509,7 +513,7 @@ def test_a_full_disk_under_several_new_parents_names_the_nearest_existing_direct
     def disk_full(*args: object) -> object:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(pipeline, UNIT_FUNCTION["hf-to-mcore"], disk_full)
+    monkeypatch.setattr(UNIT_MODULE["hf-to-mcore"], UNIT_FUNCTION["hf-to-mcore"], disk_full)
     with pytest.raises(ConversionError, match=rf"No space left on device; .* the file system of {re.escape(str(tmp))} "
                                               rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
         _convert("hf-to-mcore", tmp, card, tmp / "new" / "deeper" / "out")

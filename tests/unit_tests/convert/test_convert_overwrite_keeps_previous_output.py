@@ -13,7 +13,8 @@ import pytest
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert import output
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
 

@@ -9,8 +9,9 @@ import shutil
 import pytest
 
 from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.mcore_checkpoint import RELEASE
 from megatron.oellm.convert.output import staging_directory
-from megatron.oellm.convert.pipeline import RELEASE, mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
 
 
 @pytest.mark.parametrize("inside", ["", RELEASE])

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_mcore
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, fuse_experts, random_hf_tensors, write_hf
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
@@ -201,7 +202,7 @@ def test_a_checkpoint_tensor_of_another_shape_is_refused_before_writing(name: st
     wider = dataclasses.replace(card, name="wider", moe_ffn_hidden_size=2 * card.moe_ffn_hidden_size)
     write_hf(wider, random_hf_tensors(wider, seed=int(torch.randint(0, 2**31, ()))), tmp_path / "hf")
     (tmp_path / "hf" / "config.json").unlink()  # training stores no HF config either
-    monkeypatch.setattr(pipeline, "card_record", lambda card: {})
+    monkeypatch.setattr(to_mcore, "card_record", lambda card: {})
     hf_to_mcore_checkpoint(wider, tmp_path / "hf", tmp_path / "mcore")
     monkeypatch.undo()
     with pytest.raises(ConversionError, match=rf"tensor '[^']*experts[^']*' has shape \[[\d, ]+\], card {card.name} "

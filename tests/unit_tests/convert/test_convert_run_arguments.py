@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import stored_checks, to_hf, to_mcore
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.megatron_args import model_flags
@@ -26,7 +26,7 @@ CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
 NO_SHAPE_FLAGS = ("rotary-base", "rotary-percent", "norm-epsilon", "apply-layernorm-1p", "moe-router-topk",
                   "moe-router-pre-softmax")
 """The card's megatron flags that change what the model computes and no tensor's name or shape, listed here rather
-than taken from ``pipeline.RUN_FLAGS_NO_SHAPE_SHOWS``: a flag dropped from that tuple must fail its case here
+than taken from ``stored_checks.RUN_FLAGS_NO_SHAPE_SHOWS``: a flag dropped from that tuple must fail its case here
 (``apply-layernorm-1p``: a run that trained zero-centred norms, exported as plain ones, or the other way round)."""
 
 
@@ -46,12 +46,12 @@ def _training_checkpoint(card: ModelCard, tmp: Path, monkeypatch: pytest.MonkeyP
     hf = random_hf_tensors(card, seed=random.randrange(2**31))
     write_hf(card, hf, tmp / "hf")
     flags = model_flags(card)
-    run = {flag.replace("-", "_"): flags[flag] for flag in pipeline.RUN_FLAGS_NO_SHAPE_SHOWS} | changed
-    base = pipeline.megatron_checkpoint_args
-    monkeypatch.setattr(pipeline, "megatron_checkpoint_args",
+    run = {flag.replace("-", "_"): flags[flag] for flag in stored_checks.RUN_FLAGS_NO_SHAPE_SHOWS} | changed
+    base = to_mcore.megatron_checkpoint_args
+    monkeypatch.setattr(to_mcore, "megatron_checkpoint_args",
                         lambda c: argparse.Namespace(**vars(base(c)), **run))
-    pipeline.hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
-    monkeypatch.setattr(pipeline, "megatron_checkpoint_args", base)
+    to_mcore.hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    monkeypatch.setattr(to_mcore, "megatron_checkpoint_args", base)
     return hf
 
 
@@ -61,7 +61,7 @@ def _assert_export_refused(card: ModelCard, tmp: Path, monkeypatch: pytest.Monke
     nothing."""
     _training_checkpoint(card, tmp, monkeypatch, changed)
     with pytest.raises(ConversionError, match=match):
-        pipeline.mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+        to_hf.mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert not (tmp / "out").exists()
 
 
@@ -80,7 +80,7 @@ def test_the_run_arguments_of_the_card_export_bit_exact(name: str, tmp_path: Pat
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     card = get_card(name)
     hf = _training_checkpoint(card, tmp_path, monkeypatch, {})
-    pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    to_hf.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))
 
 
@@ -94,10 +94,10 @@ def test_the_arguments_megatron_parses_for_the_card_pass(name: str) -> None:
                                "--seq-length", "64", "--train-iters", "1", "--lr", "1e-4", "--mock-data",
                                "--tokenizer-type", "NullTokenizer"], world_size=1, env={})
     card = get_card(name)
-    pipeline.check_run_arguments(card, run)
+    stored_checks.check_run_arguments(card, run)
     other = dataclasses.replace(card, moe_router_topk=card.moe_router_topk + random.randint(1, 3))
     with pytest.raises(ConversionError, match=rf"moe_router_topk: run {card.moe_router_topk}, card "):
-        pipeline.check_run_arguments(other, run)
+        stored_checks.check_run_arguments(other, run)
 
 
 @pytest.mark.parametrize("name", CARDS)
@@ -116,12 +116,12 @@ def test_a_run_with_block_interleaved_swiglu_weights_is_refused(name: str, chang
     _training_checkpoint(card, tmp_path, monkeypatch, changed)
     flag = next(k for k in changed if k.endswith("interleave_size")).replace("_", "-")
     if "shared" in flag and not card.moe_shared_expert_intermediate_size:
-        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")  # no shared expert
+        to_hf.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")  # no shared expert
         return
     with pytest.raises(ConversionError, match=rf"--{flag} {size}.*\[gate; up\]"):
-        pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+        to_hf.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    pipeline.check_run_arguments(card, argparse.Namespace(moe_shared_expert_glu_interleave_size=size))
+    stored_checks.check_run_arguments(card, argparse.Namespace(moe_shared_expert_glu_interleave_size=size))
 
 
 INEXPRESSIBLE_RUNS = [
@@ -153,5 +153,5 @@ def test_a_run_with_a_multi_token_prediction_head_exports(name: str, tmp_path: P
     alone is no reason to refuse, while the training entry refuses it."""
     card = get_card(name)
     hf = _training_checkpoint(card, tmp_path, monkeypatch, {"mtp_num_layers": random.randint(1, 2)})
-    pipeline.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    to_hf.mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))

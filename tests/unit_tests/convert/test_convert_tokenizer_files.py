@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_hf
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import (
     assert_bitwise_equal,
     random_hf_tensors,
@@ -166,7 +167,7 @@ def _refused_before_any_work(card: ModelCard, tmp: Path, monkeypatch: pytest.Mon
     def no_reading(*_: object) -> None:
         raise AssertionError("the checkpoint was opened before the tokenizer was checked")
 
-    monkeypatch.setattr(pipeline, "CheckpointReader", no_reading)
+    monkeypatch.setattr(to_hf, "CheckpointReader", no_reading)
     with pytest.raises(ConversionError, match=message):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out", tokenizer_dir=tokenizer or tmp / "tok")
     assert not (tmp / "out").exists()

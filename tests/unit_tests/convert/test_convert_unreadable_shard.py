@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 
 
 def test_a_shard_without_read_permission_is_named_as_one(converted, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,10 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_hf
 from megatron.oellm.convert.family import HEAD
-from megatron.oellm.convert.pipeline import mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import EXPORT_MARK, INDEX_NAME, ShardedSafetensorsWriter, layout_of
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, write_safetensors
 
 
@@ -123,7 +123,7 @@ def test_a_failed_export_closes_its_shard_before_the_partial_output_is_removed(c
     """A failure half-way through a shard (here at the last unit) closes the shard file before the staging
     directory is removed: on NFS a file still open when deleted lives on as ``.nfs*`` and the partial output stays."""
     card, _, tmp = converted
-    convert_unit = pipeline.mcore_to_hf_unit
+    convert_unit = to_hf.mcore_to_hf_unit
 
     def fail_at_head(card, unit, mcore, *args):
         if unit == HEAD:
@@ -137,7 +137,7 @@ def test_a_failed_export_closes_its_shard_before_the_partial_output_is_removed(c
         open_at_removal.extend(_open_files_under(Path(path)))
         rmtree(path, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "mcore_to_hf_unit", fail_at_head)
+    monkeypatch.setattr(to_hf, "mcore_to_hf_unit", fail_at_head)
     monkeypatch.setattr(shutil, "rmtree", recording_rmtree)
     with pytest.raises(RuntimeError, match="simulated failure"):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")

@@ -18,15 +18,11 @@ from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.hf_config import check_hf_config
-from megatron.oellm.convert.pipeline import (
-    CARD_KEY,
-    HF_CONFIG_KEY,
-    card_record,
-    check_stored_card,
-    hf_to_mcore_checkpoint,
-    mcore_to_hf_checkpoint,
-)
+from megatron.oellm.convert.mcore_checkpoint import CARD_KEY, HF_CONFIG_KEY, card_record
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.convert.stored_checks import check_stored_card
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, edit_json, random_hf_tensors, write_hf
 
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert import pipeline
+from megatron.oellm.convert import to_mcore
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint, mcore_to_hf_checkpoint
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
+from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
@@ -114,8 +115,8 @@ def test_a_run_with_a_shorter_tokenizer_exports_with_the_advised_vocabulary(tmp_
     hf = random_hf_tensors(run_card, seed=26)
     write_hf(run_card, hf, tmp_path / "hf")
     (tmp_path / "hf" / "config.json").unlink()
-    monkeypatch.setattr(pipeline, "card_record", lambda card: {})
-    monkeypatch.setattr(pipeline, "megatron_checkpoint_args",
+    monkeypatch.setattr(to_mcore, "card_record", lambda card: {})
+    monkeypatch.setattr(to_mcore, "megatron_checkpoint_args",
                         lambda card: argparse.Namespace(num_layers=card.num_layers, **vars(_training_args(384))))
     hf_to_mcore_checkpoint(run_card, tmp_path / "hf", tmp_path / "mcore")
     with pytest.raises(ConversionError) as raised:

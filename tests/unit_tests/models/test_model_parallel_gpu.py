@@ -37,7 +37,8 @@ import torch.multiprocessing as mp
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.family import family_module
-from megatron.oellm.convert.pipeline import RELEASE, hf_to_mcore_checkpoint
+from megatron.oellm.convert.mcore_checkpoint import RELEASE
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.runtime import free_port
 from tests.unit_tests.convert.convert_helpers import write_hf

@@ -92,7 +92,7 @@ def save_args_checkpoint(fmt: str, target: Path, stored: argparse.Namespace, ite
 def converted_random_checkpoint(card_name: str, folder: Path) -> Path:
     """Fresh random Hugging Face weights of card ``card_name`` written to ``folder / "hf"`` and converted by
     ``oellm convert hf-to-mcore`` to ``folder / "mcore"`` (returned: its tracker names ``release``)."""
-    from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+    from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
     from tests.unit_tests.convert.convert_helpers import random_hf_tensors, write_hf
 
     card = get_card(card_name)

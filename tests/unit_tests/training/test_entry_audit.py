@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.megatron_args import flags_to_argv, model_flags
 from megatron.oellm.training import entry, load_checks
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv

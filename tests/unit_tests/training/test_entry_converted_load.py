@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.training import load_checks
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import (

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from megatron.oellm.cards import get_card
-from megatron.oellm.convert.pipeline import hf_to_mcore_checkpoint
+from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
 from tests.unit_tests.training.throughput_lines import parse_throughput_line
