@@ -21,8 +21,9 @@ class ConversionSummary:
     tensors_read: int
     tensors_written: int
     skipped: list[str]
-    """Source tensors left out: a published HF checkpoint's vision tower and MTP head (hf-to-mcore), a megatron
-    checkpoint's multi-token-prediction block (mcore-to-hf)."""
+    """Source tensors left out: a published HF checkpoint's vision tower and MTP head and an older checkpoint's RoPE
+    ``rotary_emb.inv_freq`` buffers (hf-to-mcore), a megatron checkpoint's multi-token-prediction block
+    (mcore-to-hf)."""
     padding_rows: int = 0
     """Vocabulary rows megatron padded past the card's vocabulary, dropped by mcore-to-hf (per vocabulary tensor)."""
     notes: list[str] = field(default_factory=list)
