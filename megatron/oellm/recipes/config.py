@@ -156,7 +156,9 @@ class ClusterSettings:
     """Text appended to the job's first host name to give torchrun's rendezvous address (``MASTER_ADDR``), for sites
     whose node names resolve to a management network: on JSC's JUWELS and JURECA ``<name>i`` is the node's
     InfiniBand interface, so set ``"i"`` there. Host-name characters only; empty (the default, and Jupiter's, whose
-    public job scripts add it on JUWELS, JURECA and JUSUF only) = the name ``scontrol`` gives."""
+    public job scripts add it on JUWELS, JURECA and JUSUF only) = the name ``scontrol`` gives. With a suffix the job
+    tells torchrun which node hosts the rendezvous (``--rdzv-conf is_host=``, 1 on the first node only): torchrun
+    finds it by matching the address to a node's own names, which a suffixed name is not."""
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         f"srun --kill-on-bad-exit=1 --cpus-per-task={int(cluster.cpus_per_task)} \\",
         f"  {runtime} exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
         *_python_path_lines(checkout),
+        *_rendezvous_host_lines(cluster.master_addr_suffix),
         f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)}'
         + (f" --numa-binding {cluster.numa_binding}" if cluster.numa_binding else "") + " \\",
         '    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
@@ -214,6 +215,22 @@ def _python_path_lines(checkout: Path | None) -> list[str]:
         return []
     return ["  bash -c 'export PYTHONPATH=\"$0${PYTHONPATH:+:$PYTHONPATH}\"; exec \"$@\"' "
             f"{shlex.quote(str(checkout))} \\"]
+
+
+def _rendezvous_host_lines(master_addr_suffix: str) -> list[str]:
+    """With a ``master_addr_suffix``, the container-side command prefix that tells each node's ``torchrun`` whether it
+    hosts the c10d rendezvous store: ``--rdzv-conf is_host=1`` on the job's first node (``SLURM_NODEID`` 0, the
+    first host name of ``MASTER_ADDR``), ``is_host=0`` on the others, after any ``PET_RDZV_CONF`` the recipe's
+    environment gives torchrun (its own way to read ``--rdzv-conf``), which a second option would replace.
+
+    Left to itself, torchrun hosts the store on the node whose host name or addresses match the endpoint's host; a
+    suffixed name (JUWELS' ``<name>i``) matches none, so every node waited for a store as a client and the job hung at
+    start. ``SLURM_NODEID`` is each ``srun`` task's own, read in the task's shell: the batch script runs on the first
+    node only. Nothing without a suffix: the name ``scontrol`` gives is the node's own."""
+    if not master_addr_suffix:
+        return []
+    return ["  bash -c 'exec \"$0\" --rdzv-conf \"${PET_RDZV_CONF:+$PET_RDZV_CONF,}is_host=$(("
+            "${SLURM_NODEID:?is set by srun in each task: submit this script with sbatch} == 0))\" \"$@\"' \\"]
 
 
 IMAGE_CHECK_ERRORS = "$RUN_DIR/image-check-$SLURM_JOB_ID.err"

@@ -27,6 +27,7 @@ for i in $(seq 1 "$FAKE_NODES"); do echo "node$i"; done
 """
 SRUN = """#!/bin/bash
 while [[ "$1" == --* ]]; do shift; done
+export SLURM_NODEID=0  # one task stands for all: the first node's, as srun sets it
 exec "$@"
 """
 APPTAINER = """#!/bin/bash
