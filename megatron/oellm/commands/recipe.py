@@ -153,8 +153,9 @@ def describe_vocab(recipe: Recipe, inputs: RunInputs) -> str:
     return "" if vocab is None else f" (vocab {vocab})"
 
 
-def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
-    """Header of ``--dry-run``: the table, model, layout, cluster and the rows with the report's numbers."""
+def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None = None) -> str:
+    """Header of ``--dry-run``: the table, model, layout, cluster and the rows with the report's numbers, then the
+    ``oellm table`` command of the selected rows ``numbers`` (default: all), the one ``--submit`` of them prints."""
     layout = recipe.parallel
     lines = [f"== {recipe.title} ==",
              f"recipe {recipe.name}: model {recipe.model}{describe_vocab(recipe, inputs)}, seq {recipe.seq_length}, "
@@ -178,7 +179,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs) -> str:
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
                      f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  {recipe.row_seq_length(row):>5}  "
                      f"{recipe.row_train_iters(row):>5}  {recipe.row_time(row):>8}  {text}")
-    lines += ["", table_command(recipe)]
+    lines += ["", table_command(recipe, numbers)]
     return "\n".join(lines)
 
 
@@ -203,10 +204,13 @@ def table_command(recipe: Recipe, only: list[int] | None = None) -> str:
     run, is another row for the strong-scaling tables; given only to the commands whose rows run on that many nodes)
     and the cluster's GPU model (``--gpu``: the MFU's peak and its note). Rows the report summarised over other
     iterations, or by their mean (``table_window`` / ``table_statistic``), get a command of their own with those
-    options, one line each. ``only`` (row numbers, 1-based) limits the commands to those rows' logs (the rows a
-    submission that failed midway queued)."""
+    options, one line each. ``only`` (row numbers, 1-based) limits the commands to those rows' logs (the rows
+    selected with ``--row`` / ``--nodes``, or those a submission that failed midway queued): a command of every row
+    would name a baseline that none of them runs on, which the table refuses."""
+    every_row = range(1, len(recipe.rows) + 1)
+    selected = only or every_row
     windows: dict[tuple[str, str], list[int]] = {}
-    for number in only or range(1, len(recipe.rows) + 1):
+    for number in selected:
         row = recipe.rows[number - 1]
         windows.setdefault((row.table_window, row.table_statistic), []).append(number)
     directory = str(recipe_dir(recipe))
@@ -215,7 +219,7 @@ def table_command(recipe: Recipe, only: list[int] | None = None) -> str:
     for (window, statistic), numbers in windows.items():
         # quoted whole: oellm table expands them, so a shell that refuses a pattern matching nothing (zsh, bash's
         # failglob) runs the command too while a row is still queued
-        logs = (shlex.quote(f"{directory}/row*/slurm-*.out") if len(windows) == 1 and only is None
+        logs = (shlex.quote(f"{directory}/row*/slurm-*.out") if len(windows) == 1 and set(selected) == set(every_row)
                 else " ".join(shlex.quote(f"{directory}/row{number:02d}-*/slurm-*.out") for number in numbers))
         baseline = (f" --baseline-nodes {recipe.table_baseline_nodes}" if recipe.table_baseline_nodes
                     in {recipe.rows[number - 1].nodes for number in numbers} else "")  # a group without it: default
@@ -383,7 +387,7 @@ def _run(args: argparse.Namespace) -> int:
         jobs = (resolve_jobs_for_dry_run(recipe, numbers, inputs) if not (args.local or args.submit)
                 else [resolve_job(recipe, number, inputs, read_data=args.submit) for number in numbers])
         if not (args.local or args.submit):  # after the rows resolved: a refusal is the only output, not its tail
-            print(describe_recipe(recipe, inputs))
+            print(describe_recipe(recipe, inputs, numbers))
         if args.submit:  # no sbatch, a row sbatch --test-only rejects, or a run directory that cannot be created,
             sbatch_command()  # stops it before any row is queued
             check_jobs_would_queue({job.number: job.script for job in jobs})
@@ -405,7 +409,7 @@ def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
     row order, after the warning of an image URI (:func:`image_uri_warning`), one line per queued row (after the row's
     :func:`cross_node_dispatch_note` and :func:`mock_data_routing_note`, which the dry run also prints: a user who goes
     straight to ``--submit`` must see that the image needs a multi-node DeepEP build, or that the run's routing follows
-    mock tokens), then the ``oellm table`` command of their logs (:func:`table_command`). 0; 2 when ``sbatch`` still
+    mock tokens), then the ``oellm table`` command of their logs only (:func:`table_command`). 0; 2 when ``sbatch`` still
     refuses a row, and 130 when interrupted (Ctrl-C), after the table command of the rows already queued and a line
     naming them (with their job ids), the row whose ``sbatch`` may or may not have queued it (interrupted) and the
     command that submits the rest: a rerun of the whole command would queue the queued rows a second time."""
@@ -421,7 +425,7 @@ def submit_jobs(recipe: Recipe, jobs: list[Job], config: str) -> int:
             reply = submit(job.script, job.directory)
             print(f"row {job.number}: {reply} ({job.directory})", flush=True)
             queued[job.number] = job_id(reply)
-        print(table_command(recipe))
+        print(table_command(recipe, [job.number for job in jobs]))
     except KeyboardInterrupt:
         return _refuse_partial_submission(recipe, jobs, config, queued, None, 130)
     except RecipeError as err:
