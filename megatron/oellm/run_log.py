@@ -17,25 +17,28 @@ exiting on a result its check rejected (a NaN or Inf gradient: ``Unexpected resu
 Python traceback (not one of an exception Python ignored or a thread other than the main one raised: the program went on after those; torchrun's own
 only when nothing else shows why the job ended), a C++ abort, a fatal Python error, a segmentation fault, an NCCL
 error, a step SLURM ended (cancelled, a node failure included, an uncorrectable memory error, a failed job, its memory
-limit) or a task that srun reports failed, unless training is seen to go on after it: two iteration lines of the run
+limit; a cancellation without a reason that follows a task's failure is that failure: ``--kill-on-bad-exit``) or a
+task that srun reports failed, unless training is seen to go on after it: two iteration lines of the run
 follow it, or one and then megatron's ``[after training is done]`` or early-exit line (a handled traceback, e.g. of
 W&B, a ``logging.exception`` or a retried read, is no failure; one in the final checkpoint save, after the last
-iteration line, is). A run is *finished* when megatron's ``[after training is done]`` line follows its last iteration
-line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's ``[exiting program at
-iteration N]`` (``--exit-interval`` or
-``--phase-transition-iterations``), ``[exiting program after X minutes]`` or ``Exiting during evaluation, timelimit
-reached`` (``--exit-duration-in-mins``), ``[exiting program after receiving SIGTERM.]`` (``--exit-signal-handler``) and
-``Termination requested. Performing orderly shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with
-``sys.exit`` and prints no ``[after training is done]`` line. The vocabulary a run built comes from the tokenizer's
-`` > padded vocab (size: N) with K dummy tokens (new size: M)`` line (the arguments block is printed before the
-tokenizer is built, so it has no ``vocab_size`` unless ``--vocab-size`` was given).
+iteration line, is). A cancellation from outside (SLURM's time limit, ``scancel``, a preemption, a requeue)
+outranks the crash and NCCL markers printed after it, its consequences. A run is *finished* when megatron's ``[after training is done]`` line follows its
+last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
+``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
+program after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``),
+``[exiting program after receiving SIGTERM.]`` (``--exit-signal-handler``) and ``Termination requested. Performing
+orderly shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with ``sys.exit`` and prints no
+``[after training is done]`` line. The vocabulary a run built comes from the tokenizer's `` > padded vocab (size: N)
+with K dummy tokens (new size: M)`` line (the arguments block is printed before the tokenizer is built, so it has no
+``vocab_size`` unless ``--vocab-size`` was given).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,10 +132,64 @@ def _rejected_result_status(match: re.Match, text: str) -> str:
     return f"stopped by megatron's result validation ({reason if len(reason) <= 60 else reason[:57] + '...'})"
 
 
-def _cancel_status(match: re.Match, text: str) -> str:
-    """``cancelled (time limit)`` from SLURM's ``*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***``."""
-    return f"cancelled ({match['reason'].lower()})" if match["reason"] else "cancelled"
+_SRUN_TASK_FAILED = re.compile(r"srun: error: [^\n]*?(?P<tasks>tasks? [\d,-]+): (?P<how>Exited with exit code "
+                               r"[1-9]\d*|Aborted|Killed|Segmentation fault|Bus error|Out Of Memory)")
+"""srun's report of a task that failed: a non-zero exit code, or the signal or OOM kill that ended it."""
 
+_SRUN_TERMINATING = re.compile(r"srun: Terminating (?P<step>StepId=\S+)")
+"""srun ending the step because a task failed (``--kill-on-bad-exit``)."""
+
+_TORCHRUN_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(?:\n[^\n]*){0,4}?\n[^\n]*\brank\s*: "
+                                  r"(?P<rank>\d+)[^\n]*\n[^\n]*\bexitcode\s*: (?P<code>-?[1-9]\d*)\b")
+"""The rank and non-zero exit code (negative: the signal that ended it) of torchrun's ``ChildFailedError`` report."""
+
+
+def _failed_task(match: re.Match) -> str:
+    """``task 3 exited with exit code 1`` from srun's report of a failed task (:data:`_SRUN_TASK_FAILED`)."""
+    return f"{match['tasks']} {match['how'].lower()}"
+
+
+def _srun_task_status(match: re.Match, text: str) -> str:
+    """``task 3 exited with exit code 1 (srun)``: the status of srun's report of a failed task."""
+    return f"{_failed_task(match)} (srun)"
+
+
+def _torchrun_root_cause(text: str) -> str:
+    """``torchrun: rank 6 exitcode -7, SIGBUS`` from torchrun's first report of a failed rank in ``text`` (a negative
+    exit code is the signal that ended the rank), '' if none."""
+    if (found := _TORCHRUN_ROOT_CAUSE.search(text)) is None:
+        return ""
+    code = int(found["code"])
+    named = code < 0 and -code in signal.valid_signals()
+    return f"torchrun: rank {found['rank']} exitcode {code}" + (f", {signal.Signals(-code).name}" if named else "")
+
+
+def task_failure(text: str) -> str:
+    """How a task failed in ``text`` (the part of a run's log before slurmstepd's cancellation of its step), ''
+    when nothing shows one: srun's report of the failed task (:func:`_srun_task_status`), torchrun's report of the
+    rank that failed, or srun terminating the step. Under ``srun --kill-on-bad-exit=1`` a task's failure makes
+    srun end the step, which slurmstepd reports as ``*** STEP ... CANCELLED AT ... ***`` without a reason, as it
+    does a ``scancel``: what comes before that line tells the two apart."""
+    srun, torchrun = _SRUN_TASK_FAILED.search(text), _torchrun_root_cause(text)
+    if srun is not None:
+        return f"{_failed_task(srun)} (srun; {torchrun})" if torchrun else _srun_task_status(srun, text)
+    if torchrun:
+        return f"task failed ({torchrun})"
+    if terminating := _SRUN_TERMINATING.search(text):
+        return f"task failed (srun: Terminating {terminating['step']})"
+    return ""
+
+
+def _cancel_status(match: re.Match, text: str) -> str:
+    """``cancelled (time limit)`` from SLURM's ``*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***``; a
+    cancellation without a reason that follows a task's failure is that failure (:func:`task_failure`)."""
+    if match["reason"]:
+        return f"cancelled ({match['reason'].lower()})"
+    return task_failure(text[:match.start()]) or "cancelled"
+
+
+_CANCELLED = re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?)(?:, [^*\n]*)? )?\*\*\*")
+"""slurmstepd's ``*** JOB|STEP ... CANCELLED AT ... [DUE TO REASON[, ...]] ***``."""
 
 OUTSIDE_STOPS = frozenset({"cancelled", "cancelled (time limit)", "cancelled (preemption)", "cancelled (job requeue)"})
 """Failure statuses of a job SLURM ended for no fault of the run (``scancel``, its time limit, a preemption or a
@@ -158,14 +215,11 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
      lambda match, text: f"crashed (Fatal Python error: {match['message'].strip()})"),
     (re.compile(r"Segmentation fault"), _fixed("crashed (segmentation fault)")),
     (re.compile(r"NCCL error"), _fixed("NCCL error")),
-    (re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?)(?:, [^*\n]*)? )?\*\*\*"),
-     _cancel_status),
+    (_CANCELLED, _cancel_status),
     (re.compile(r"\bUNCORRECTABLE MEMORY ERROR AT \S+ \*\*\*"), _fixed("cancelled (uncorrectable memory error)")),
     (re.compile(r"\bFAILED \(non-zero exit code or other failure mode\) \*\*\*"),
      _fixed("failed (SLURM: non-zero exit code or other failure mode)")),
-    (re.compile(r"srun: error: [^\n]*?(?P<tasks>tasks? [\d,-]+): (?P<how>Exited with exit code [1-9]\d*|Aborted|"
-                r"Killed|Segmentation fault|Bus error|Out Of Memory)"),
-     lambda match, text: f"{match['tasks']} {match['how'].lower()} (srun)"),
+    (_SRUN_TASK_FAILED, _srun_task_status),
     (_TRACEBACK_MARKER, _crash_status),
 )
 """Log patterns that show a run failed, in priority order (an OOM also prints a traceback; a C++ abort also makes
@@ -176,7 +230,11 @@ TIME LIMIT|PREEMPTION|JOB REQUEUE|NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS] *
 ERROR AT ... ***`` or ``... FAILED (non-zero exit code or other failure mode) ***``, and one its accounting kills
 for memory as ``... exceeded [virtual ]memory limit (N > M), being killed`` (its ``Exceeded step memory limit at
 some point`` kills nothing). torchrun's own traceback and a data-loader worker's SIGTERM (:data:`_LAUNCHER_EXCEPTION`),
-printed whenever the job ends badly, name no cause: they count last, when nothing else in the log does."""
+printed whenever the job ends badly, name no cause: they count last, when nothing else in the log does. A
+cancellation from outside (:func:`outside_stop`) outranks the markers printed after it."""
+
+_CANCEL_RANK = next(rank for rank, (pattern, _) in enumerate(FAILURE_MARKERS) if pattern is _CANCELLED)
+"""The place of slurmstepd's cancellation in :data:`FAILURE_MARKERS`: the markers before it outrank it."""
 
 
 @dataclass(frozen=True)
@@ -412,7 +470,23 @@ def detect_failure(lines: list[str], live_from: int) -> str:
     handled W&B or dataloader error: see :meth:`_RunText.live_from`); the traceback of an exception Python ignored
     or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
     text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])  # marked first: a header may precede live_from
-    for pattern, status in FAILURE_MARKERS:
+    if stop := outside_stop(text):
+        return first_failure(text[:stop.start()], FAILURE_MARKERS[:_CANCEL_RANK]) or _cancel_status(stop, text)
+    return first_failure(text, FAILURE_MARKERS)
+
+
+def outside_stop(text: str) -> re.Match | None:
+    """slurmstepd's first cancellation line in ``text`` (a run's part of a log) when it is a stop from outside
+    (:data:`OUTSIDE_STOPS`), else None. The markers after it are its consequences (torchrun's ``SignalException``, a
+    rank's NCCL watchdog finding the others gone, ``terminate called after throwing ... DistBackendError``); only
+    those before it say the run failed first."""
+    stop = _CANCELLED.search(text)
+    return stop if stop is not None and _cancel_status(stop, text) in OUTSIDE_STOPS else None
+
+
+def first_failure(text: str, markers: Sequence[tuple[re.Pattern, FailureStatus]]) -> str:
+    """The status of the first of ``markers`` (in their priority order) that ``text`` shows, '' if none."""
+    for pattern, status in markers:
         if (match := pattern.search(text)) and (found := status(match, text)):
             return found
     return ""
