@@ -22,7 +22,8 @@ task that srun reports failed, unless training is seen to go on after it: two it
 follow it, or one and then megatron's ``[after training is done]`` or early-exit line (a handled traceback, e.g. of
 W&B, a ``logging.exception`` or a retried read, is no failure; one in the final checkpoint save, after the last
 iteration line, is). A cancellation from outside (SLURM's time limit, ``scancel``, a preemption, a requeue)
-outranks the crash and NCCL markers printed after it, its consequences. A run is *finished* when megatron's ``[after training is done]`` line follows its
+outranks the crash and NCCL markers printed after it, its consequences. Lines end at ``\\n`` only, as ``wc -l``
+counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
 last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
 ``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
 program after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``),
@@ -395,7 +396,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
     runs: list[Run] = []
     current = _RunText()
     in_args = False
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(log_lines(text), start=1):
         block = _ARGS_START.search(line) is not None
         head = _ITERATION.search(line)
         if block and (current.own_block or current.start is not None):
@@ -440,6 +441,16 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
     return RunLog(path, iterations, tuple(runs))
+
+
+def log_lines(text: str) -> list[str]:
+    """``text``'s lines as ``wc -l``, ``grep -n`` and ``head -n`` count them, so that the line numbers a status names
+    are theirs: a line ends at ``\\n`` only (a progress bar's lone ``\\r``, a form feed or U+2028 ends none, though
+    ``str.splitlines`` breaks there), less a ``\\r`` before it (CRLF line ends)."""
+    lines = text.split("\n")
+    if lines[-1] == "":  # the text's last line ends with \n, or the text is empty
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def deliberate_exit(line: str) -> DeliberateExit | None:
@@ -540,7 +551,7 @@ def exception_after(text: str, at: int) -> str:
     exception line after it with the traceback's launcher prefix (later ones are other output, e.g. an exception
     Python ignored at shutdown; other prefixes are other ranks' lines printed in between); shortened, '' if none."""
     prefix = text[text.rfind("\n", 0, at) + 1:at]
-    tail = (line[len(prefix):] for line in text[at:].splitlines()[1:] if line.startswith(prefix))
+    tail = (line[len(prefix):] for line in text[at:].split("\n")[1:] if line.startswith(prefix))
     found = next((m for line in tail if (m := _EXCEPTION.match(line.strip()))), None)
     if found is None:
         return ""
@@ -549,6 +560,8 @@ def exception_after(text: str, at: int) -> str:
 
 
 def read_log(path: str | Path) -> RunLog:
-    """Parse the log file at ``path`` (undecodable bytes replaced, e.g. a log cut mid-character)."""
+    """Parse the log file at ``path`` (undecodable bytes replaced, e.g. a log cut mid-character), its line ends as
+    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`)."""
     path = Path(path)
-    return parse_log_text(path.read_text(errors="replace"), str(path))
+    with path.open(errors="replace", newline="") as file:
+        return parse_log_text(file.read(), str(path))

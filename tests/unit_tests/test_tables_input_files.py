@@ -45,13 +45,13 @@ def test_a_plot_beside_the_logs_is_written(tmp_path, capsys):
 def test_a_log_the_system_cannot_read_is_named(tmp_path, monkeypatch, capsys):
     """An I/O error (a failing disk, a file system gone away) printed only ``[Errno 5] Input/output error``."""
     good, bad = _log(tmp_path / "good.out", 8), _log(tmp_path / "bad.out", 16)
-    real = Path.read_text
+    real = Path.open
 
-    def read_text(self, *args, **kwargs):
+    def open_(self, *args, **kwargs):
         if str(self) == bad:
             raise OSError(5, "Input/output error")
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(Path, "open", open_)
     assert main(["table", good, bad]) == 2
     assert capsys.readouterr().err.strip().endswith(f"error: log {bad!r} cannot be read (Input/output error)")
