@@ -107,12 +107,14 @@ def no_arguments_status(run: Run) -> str:
 
 def no_iteration_status(run: Run) -> str:
     """The status of a run with an arguments block and no iteration line, not even a cut one: one that ended
-    (megatron's end-of-training or early-exit line) is one task's output file other than the last; else it stopped
-    before its first iteration, or is such a file (:data:`LAST_RANK_ONLY`)."""
+    (megatron's end-of-training or early-exit line) is one task's output file other than the last; else the job is
+    still starting (a user checking a running job must not read that it stopped), stopped before its first
+    iteration without a marker saying why, or the log is such a file (:data:`LAST_RANK_ONLY`)."""
     if run.finished or run.deliberate_exit is not None:
         return f"no iteration line, though the run ended: {LAST_RANK_ONLY}"
     total = run.train_iters if run.train_iters is not None else "?"
-    return f"stopped before its first iteration (of {total}); if this is one task's output file, {LAST_RANK_ONLY}"
+    return (f"no iteration line yet (still starting, or stopped before its first iteration of {total}; if this is "
+            f"one task's output file, {LAST_RANK_ONLY})")
 
 
 def earlier_start_note(log: RunLog, index: int, window: Window) -> str:
