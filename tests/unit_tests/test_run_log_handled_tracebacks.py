@@ -130,7 +130,7 @@ def test_a_marker_followed_by_one_line_only_still_counts(args, marker):
     for tail in ("", terminated):
         log = parse_log_text(_text(args, times, {11: marker}, total=20, tail=tail))
         assert log.runs[-1].failure, tail
-        assert summarise(log, Window(3, 12), 4).status.endswith(" at iteration 12")
+        assert summarise(log, Window(3, 13), 4).status.endswith(" at iteration 12")
     expected = parse_log_text(_text(args, times[:11], {11: marker}, total=20)).runs[-1].failure
     assert parse_log_text(_text(args, times, {11: marker}, total=20)).runs[-1].failure == expected
 

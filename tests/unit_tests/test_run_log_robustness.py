@@ -219,7 +219,7 @@ def test_each_run_of_an_appended_log_is_read_with_its_own_arguments(args):
     row = summarise(log, Window(), 4)
     assert row.ok and (row.nodes, row.gpus) == (8, 32)
     assert row.tokens_per_s_per_gpu == pytest.approx(4096 * 4096 / 75.05 / 32)
-    assert summarise(log, Window(1, 2), 4).status.startswith("cancelled (time limit) at iteration 2; an earlier start")
+    assert summarise(log, Window(1, 3), 4).status.startswith("cancelled (time limit) at iteration 2; an earlier start")
 
 
 def test_a_restart_without_an_arguments_block_keeps_the_previous_arguments(args):

@@ -172,7 +172,7 @@ def test_torchruns_own_tracebacks_do_not_hide_why_the_job_ended(args):
     cancelled = "slurmstepd: error: *** STEP 1234.0 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
     other_node = TORCHRUN_SIGNAL.replace(" 111 ", " 112 ").replace("Process 111", "Process 112")
     timed_out = [cancelled, TORCHRUN_SIGNAL, other_node]
-    assert summarise(parse_log_text(_text(args, times, 20, tail=timed_out)), Window(3, 12), 4).status == \
+    assert summarise(parse_log_text(_text(args, times, 20, tail=timed_out)), Window(3, 13), 4).status == \
         "cancelled (time limit) at iteration 12"
     crashed = [RANK_CRASH, TORCHRUN_CHILD_FAILED, "srun: error: as01r1b02: task 1: Exited with exit code 1",
                TORCHRUN_SIGNAL]
@@ -205,7 +205,7 @@ def test_a_data_loader_worker_ended_by_the_jobs_sigterm_does_not_hide_the_cancel
     worker = DATALOADER_SIGTERM.format(pid=random.randint(1000, 99999))
     cancelled = "slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
     assert summarise(parse_log_text(_text(args, times, 20, tail=[worker, cancelled, TORCHRUN_SIGNAL])),
-                     Window(3, 12), 4).status == "cancelled (time limit) at iteration 12"
+                     Window(3, 13), 4).status == "cancelled (time limit) at iteration 12"
     alone = summarise(parse_log_text(_text(args, times, 20, tail=[worker])), Window(), 4).status
     assert alone.startswith("crashed (RuntimeError: DataLoader worker (pid ") and alone.endswith(" at iteration 12")
     killed = worker.replace("Terminated", "Killed")

@@ -73,7 +73,7 @@ def test_an_arguments_block_does_not_describe_the_lines_printed_before_it(args):
     assert len(log.runs) == 2 and log.runs[0].args == {} and log.runs[1].args["world_size"] == 64
     row = summarise(log, Window(), 4)
     assert not row.ok and row.status.startswith("no arguments block") and row.nodes is None
-    assert summarise(log, Window(1, 2), 4).status == "cancelled (time limit) at iteration 2"
+    assert summarise(log, Window(1, 3), 4).status == "cancelled (time limit) at iteration 2"
 
 
 def test_the_result_validation_status_names_the_result_megatron_exited_on(args):

@@ -73,10 +73,9 @@ def test_the_row_reads_as_the_same_run_ended_by_exit_interval(args):
 
 
 @pytest.mark.parametrize("message", STOPS)
-def test_a_stop_with_no_whole_line_after_the_window_gives_no_numbers(args, message):
-    """The window's last line is the run's last: nothing shows that the window's last iteration ran undisturbed."""
-    text, _ = _log(args, 10, [message])
-    assert _row(text, Window()).status == f"{STOPS[message]} at iteration 10"
+def test_a_stop_inside_the_window_gives_no_numbers(args, message):
+    """The run's last whole line is before the window's last iteration (a stop right after the window's last line
+    keeps the numbers: test_tables_stop_right_after_the_window.py)."""
     inside = random.randint(3, 9)
     text, _ = _log(args, inside, [message])
     assert _row(text, Window()).status == f"{STOPS[message]} at iteration {inside}"
@@ -96,11 +95,12 @@ def test_a_failure_of_the_run_after_the_window_still_gives_no_numbers(args, tail
     assert _row(text, Window()).status == f"{status} at iteration {last}"
 
 
-def test_with_a_log_interval_the_next_whole_line_must_follow_the_window(args):
-    """Log interval 5, window 6-10: the line of 15 after the window's line of 10 gives the numbers."""
+def test_with_a_log_interval_the_windows_last_line_must_be_whole(args):
+    """Log interval 5, window 6-10: the line of 15 after the window's line of 10 gives the numbers; window 16-20
+    has no whole line of its last iteration."""
     text, _ = _log(args, 15, [next(iter(STOPS))], interval=5)
     assert _row(text, Window(6, 10)).status == "ok (cancelled (time limit) at iteration 15, after the window)"
-    assert _row(text, Window(11, 15)).status == "cancelled (time limit) at iteration 15"
+    assert _row(text, Window(16, 20)).status == "cancelled (time limit) at iteration 15"
 
 
 def test_the_table_counts_the_row_as_having_numbers(args, tmp_path, capsys):

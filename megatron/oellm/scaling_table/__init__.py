@@ -13,9 +13,10 @@ positive number, a change of the global batch size, or arguments the numbers nee
 and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.summary.implausible_numbers`: a
 ``world_size`` other than the product of the parallel sizes the block prints, or no whole number of nodes, or an MFU
 above 100 %, as a value another rank's output cut in two gives).
-A run SLURM stopped for no fault of its own (its time limit, ``scancel``, a preemption) after a whole iteration line
-past the window keeps its numbers, its status ``ok (cancelled (time limit) at iteration N, after the window)``
-(:func:`with_stop_note`).
+A run SLURM stopped for no fault of its own (its time limit, ``scancel``, a preemption or a requeue) once the line of
+the window's last iteration was printed whole keeps its numbers, its status ``ok (cancelled (time limit) at iteration
+N, after the window)`` (:func:`with_stop_note`); a cut line is no whole line, and a task's failure that made srun end
+the step is no such stop (:func:`megatron.oellm.run_log.task_failure`).
 Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
 gives neither as ``vocab_size`` nor in megatron's ``padded vocab`` line (Megatron's logged TFLOP/s is still shown).
 Rows with numbers come first, sorted by model, sequence length, global batch size and nodes (:func:`sorted_rows`).

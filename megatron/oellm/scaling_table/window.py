@@ -1,7 +1,7 @@
 """Which logged lines a row reads: the window's run (a log may hold several starts), its lines, and the
 status that says why a window gives no numbers (a failed or stopped run, missing, cut or extra lines, skipped
 steps, a changed batch), or how a run that gives numbers was stopped after the window (SLURM's time limit, a
-cancellation or a preemption after a whole window).
+cancellation or a preemption once the line of the window's last iteration was printed whole).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _window_run_index(log: RunLog, window: Window) -> int:
 def window_status(log: RunLog, window: Window) -> str:
     """'ok' when the window's run (:func:`window_run`) shows no failure and the log's lines average exactly the
     window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
-    batch-size change; a run SLURM stopped after a whole line past the window (:func:`stopped_after`) is ok too
+    batch-size change; a run SLURM stopped once the window's last line was whole (:func:`stopped_after`) is ok too
     (:func:`with_stop_note` says how it stopped). Else what went wrong, naming an earlier start of the program in
     the log that ran the whole window (:func:`earlier_start_note`): a requeued start appended to a finished run's
     log must not hide it, nor be passed over silently."""
@@ -71,9 +71,12 @@ def _run_status(log: RunLog, window: Window, run: Run) -> str:
 
 def stopped_after(run: Run, window: Window) -> bool:
     """SLURM stopped ``run`` for no fault of its own (:attr:`Run.stopped_from_outside`: a time limit, ``scancel``, a
-    preemption) after it printed a whole line past the window: the window's iterations are as valid as those of a
-    run that went on (benchmarks often ask for many iterations and let the time limit end the job)."""
-    return run.stopped_from_outside and run.last_iteration > window.last
+    preemption) once it had printed the line of the window's last iteration, or a later one, whole
+    (:attr:`Run.last_iteration` counts whole lines only: a line cut by the kill is no proof): megatron prints an
+    iteration's line when the iteration has completed, so the window's iterations are as valid as those of a run
+    that went on (benchmarks often ask for many iterations and let the time limit end the job; a stop in the final
+    checkpoint save after the last iteration's line spoils nothing)."""
+    return run.stopped_from_outside and run.last_iteration >= window.last
 
 
 def with_stop_note(row: ScalingRow, log: RunLog, window: Window) -> ScalingRow:
