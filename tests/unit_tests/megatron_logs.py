@@ -20,12 +20,38 @@ _ARGS_CACHE: dict[tuple, dict] = {}
 
 def megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
     """The argument namespace Megatron would print for a recipe row (parsed by the training entry's parser:
-    megatron-core's flags and ``--oellm-*``)."""
+    megatron-core's flags and ``--oellm-*``), with the sizes megatron-core 0.19.2's ``validate_args`` sets before
+    ``_print_args``: ``world_size`` (the row's nodes x the cluster's GPUs per node, or the one ``overrides`` gives) and,
+    where the layout divides it, ``data_parallel_size`` and ``gtp_weight_remat_size`` (:func:`validated_sizes`), so
+    that ``oellm table``'s world-size product check runs on the recipes' real layouts. ``overrides`` win."""
     key = (stem, row)
     if key not in _ARGS_CACHE:
         recipe = load_recipe(EXAMPLES / f"{stem}.toml")
-        _ARGS_CACHE[key] = vars(parse_oellm_argv(resolve_row(recipe, recipe.rows[row - 1]).argv))
-    return {**_ARGS_CACHE[key], **(overrides or {})}
+        recipe_row = recipe.rows[row - 1]
+        parsed = vars(parse_oellm_argv(resolve_row(recipe, recipe_row).argv))
+        _ARGS_CACHE[key] = {**parsed, "world_size": recipe_row.nodes * recipe.cluster.gpus_per_node}
+    args = {**_ARGS_CACHE[key], **(overrides or {})}
+    return {**args, **validated_sizes(args), **(overrides or {})}
+
+
+def validated_sizes(args: dict) -> dict:
+    """``data_parallel_size`` = world size / (TP x PP x CP) and ``gtp_weight_remat_size`` 1 (no
+    ``--tensor-parallel-num-weight-shards``), as megatron-core 0.19.2's ``validate_args`` sets them; empty when the
+    layout does not divide the world size (megatron refuses to start) or a size is not an integer."""
+    world = args.get("world_size")
+    model = [args.get(name) for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                         "context_parallel_size")]
+    if not all(isinstance(size, int) and size > 0 for size in (world, *model)):
+        return {}
+    product = model[0] * model[1] * model[2]
+    return {"data_parallel_size": world // product, "gtp_weight_remat_size": 1} if world % product == 0 else {}
+
+
+def resized(args: dict, world_size: int) -> dict:
+    """``args`` of the same run on ``world_size`` GPUs: its ``data_parallel_size`` follows (:func:`validated_sizes`;
+    none where the layout does not divide the world size)."""
+    kept = {name: value for name, value in args.items() if name not in ("data_parallel_size", "gtp_weight_remat_size")}
+    return {**kept, "world_size": world_size, **validated_sizes({**kept, "world_size": world_size})}
 
 
 def args_block(args: dict) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import last_exception, parse_log_text
 from megatron.oellm.scaling_table import Window, interval_start, summarise
-from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, megatron_log
+from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, megatron_log, resized
 
 TIMES = [225000.0, 112000.0, 75000.0, 75400.0, 74800.0, 75100.0, 75300.0, 74900.0, 75200.0, 75000.0]
 """Two warm-up iterations, then steady steps (ms)."""
@@ -209,7 +209,7 @@ DONE = "[after training is done] datetime: 2026-10-19 12:00:00"
 def test_each_run_of_an_appended_log_is_read_with_its_own_arguments(args):
     """Two jobs in one file: the 8-node run's window must not take the 16-node run's world size (the table said 16
     nodes and half the tokens/s)."""
-    bigger = {**args, "world_size": 64}
+    bigger = resized(args, 64)
     cancelled = "slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
     text = "\n".join(_lines(args, dict(enumerate(TIMES, start=1))) + [DONE]
                      + _lines(bigger, {1: 200000.0, 2: 100000.0}) + [cancelled])

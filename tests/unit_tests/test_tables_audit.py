@@ -23,6 +23,7 @@ from tests.unit_tests.megatron_logs import (
     megatron_args,
     megatron_log,
     random_times,
+    resized,
     rows_with_tokens,
 )
 
@@ -66,7 +67,7 @@ def test_an_arguments_block_does_not_describe_the_lines_printed_before_it(args):
     """A log whose first start lost its arguments block (the file begins mid-run), then a new start with a block of
     its own (here on twice the GPUs): the first start's lines must not be read with the later start's arguments,
     which gave an ok row with the other job's node count and tokens/s/GPU."""
-    bigger = {**args, "world_size": 64}
+    bigger = resized(args, 64)
     cancelled = "slurmstepd: error: *** JOB 1234 ON as01r1b01 CANCELLED AT 2026-10-19T13:00:00 DUE TO TIME LIMIT ***"
     text = "\n".join([*_lines(args, _times()), *args_block(bigger), *_lines(bigger, _times(2)), cancelled])
     log = parse_log_text(text)
@@ -130,7 +131,7 @@ def test_rows_name_their_logs_by_the_path_given(args, tmp_path, capsys):
     for nodes in (8, 16):
         path = tmp_path / f"{nodes}n" / "slurm.out"
         path.parent.mkdir()
-        path.write_text(megatron_log({**args, "world_size": nodes * 4}, _times(), [130.0] * 10))
+        path.write_text(megatron_log(resized(args, nodes * 4), _times(), [130.0] * 10))
         paths.append(str(path))
     assert read_log(paths[0]).path == paths[0]
     assert main(["table", *paths, "--format", "csv"]) == 0

@@ -11,7 +11,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, sorted_rows, summarise, with_efficiency
-from tests.unit_tests.megatron_logs import args_block, ignored_at_shutdown, iteration_line, megatron_args
+from tests.unit_tests.megatron_logs import args_block, ignored_at_shutdown, iteration_line, megatron_args, resized
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_a_schedule_interval_whose_start_no_line_shows_marks_the_row(args):
 
 def _row(args: dict, nodes: int, batch: int, tokens: float):
     """The row of a fake run on ``nodes`` nodes at global batch ``batch`` with ``tokens`` tokens/s/GPU."""
-    run_args = {**args, "world_size": nodes * 4, "global_batch_size": batch}
+    run_args = {**resized(args, nodes * 4), "global_batch_size": batch}
     step_ms = batch * 4096 / tokens / (nodes * 4) * 1000
     text = "\n".join(args_block(run_args) + [iteration_line(i, 10, batch, step_ms, 120.0) for i in range(1, 11)])
     return summarise(parse_log_text(text, f"{nodes}n-gbs{batch}.log"), Window(), 4)

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from megatron.oellm.cli import main
-from tests.unit_tests.megatron_logs import megatron_args, megatron_log, random_times, rows_with_tokens
+from tests.unit_tests.megatron_logs import megatron_args, megatron_log, random_times, resized, rows_with_tokens
 
 
 def test_a_title_without_a_plot_is_refused(tmp_path, capsys):
@@ -97,7 +97,7 @@ def test_every_option_of_the_command_reaches_the_table_cells(tmp_path, capsys):
     paths = []
     for gpus, ms in times.items():
         paths.append(tmp_path / f"{gpus}gpus.log")
-        paths[-1].write_text(megatron_log({**base, "world_size": gpus}, ms, [round(random.uniform(90, 140), 1)] * 10))
+        paths[-1].write_text(megatron_log(resized(base, gpus), ms, [round(random.uniform(90, 140), 1)] * 10))
     peak = round(random.uniform(300.0, 2000.0), 1)
     assert main(["table", *map(str, paths), "--format", "csv", "--window", "4-9", "--statistic", "mean",
                  "--gpus-per-node", "8", "--baseline-nodes", "3", "--peak-tflops", str(peak)]) == 0
