@@ -226,11 +226,14 @@ def _rendezvous_host_lines(master_addr_suffix: str) -> list[str]:
     Left to itself, torchrun hosts the store on the node whose host name or addresses match the endpoint's host; a
     suffixed name (JUWELS' ``<name>i``) matches none, so every node waited for a store as a client and the job hung at
     start. ``SLURM_NODEID`` is each ``srun`` task's own, read in the task's shell: the batch script runs on the first
-    node only. Nothing without a suffix: the name ``scontrol`` gives is the node's own."""
+    node only; the shell is named ``oellm-rendezvous-host``, so that an error of its own (no ``SLURM_NODEID``: the
+    script run without ``srun``) is not read as ``torchrun``'s. Nothing without a suffix: the name ``scontrol`` gives
+    is the node's own."""
     if not master_addr_suffix:
         return []
-    return ["  bash -c 'exec \"$0\" --rdzv-conf \"${PET_RDZV_CONF:+$PET_RDZV_CONF,}is_host=$(("
-            "${SLURM_NODEID:?is set by srun in each task: submit this script with sbatch} == 0))\" \"$@\"' \\"]
+    return ["  bash -c 'launcher=$1; shift; exec \"$launcher\" --rdzv-conf \"${PET_RDZV_CONF:+$PET_RDZV_CONF,}is_host=$(("
+            "${SLURM_NODEID:?is set by srun in each task: submit this script with sbatch} == 0))\" \"$@\"' "
+            "oellm-rendezvous-host \\"]
 
 
 IMAGE_CHECK_ERRORS = "$RUN_DIR/image-check-$SLURM_JOB_ID.err"

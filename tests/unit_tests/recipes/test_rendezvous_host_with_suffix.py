@@ -6,7 +6,9 @@ torchrun's own matching stands and the command is as it was."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,21 @@ def test_without_a_suffix_torchrun_matches_host_names_itself(tmp_path):
         assert _is_host(_rendezvous_config(words)) is None
     recipe = _recipe()
     assert "is_host" not in sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+
+
+def test_a_task_without_slurm_nodeid_names_the_rendezvous_shell_not_torchrun(tmp_path):
+    """The line run outside ``srun`` (no ``SLURM_NODEID``) stops with its own name on the error, so it is not read as
+    a complaint of torchrun's, and torchrun never starts."""
+    recipe = _recipe(image=str(tmp_path / "image.sif"), master_addr_suffix="i")
+    [line] = [line for line in sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+              .splitlines() if "is_host" in line]
+    started = tmp_path / "started"
+    torchrun = tmp_path / "torchrun"
+    torchrun.write_text(f"#!/bin/bash\ntouch {started}\n")
+    torchrun.chmod(0o755)
+    command = line.strip().removesuffix("\\") + f" {torchrun} --nnodes {random.randint(2, 64)}"
+    env = {key: value for key, value in os.environ.items() if key != "SLURM_NODEID"}
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode != 0 and not started.exists()
+    assert done.stderr.startswith("oellm-rendezvous-host: ") and "SLURM_NODEID" in done.stderr, done.stderr
+    assert "torchrun" not in done.stderr
