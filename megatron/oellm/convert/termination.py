@@ -1,6 +1,11 @@
 """Stopping a conversion by a signal at any point, with one line: SIGTERM (``scancel``, a Slurm time limit), SIGHUP
-(a closed terminal) and SIGINT (Ctrl-C) raise :class:`ConversionInterrupted` where the conversion is, saying what
-became of ``--out``."""
+(a closed terminal) and SIGINT (Ctrl-C) end it in :class:`ConversionInterrupted`, saying what became of ``--out``.
+
+The signal handler raises :class:`_Stopped`, a ``BaseException`` (as ``KeyboardInterrupt`` is), where the conversion
+is: a broad ``except Exception`` / ``except ValueError`` that turns a damaged file into an error (the DCP metadata, a
+safetensors index, a JSON config) must not report the stop as a damaged checkpoint. Leaving the guard turns it, and
+any error seen after a signal arrived (torch's checkpoint reader wraps even a ``BaseException`` in its own), into
+:class:`ConversionInterrupted`."""
 
 from __future__ import annotations
 
@@ -12,10 +17,15 @@ from megatron.oellm.convert.errors import ConversionInterrupted
 from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
 
+class _Stopped(BaseException):
+    """A stopping signal arrived inside :class:`TerminationGuard`; never seen outside it."""
+
+
 class TerminationGuard:
-    """While entered in the main thread, SIGTERM, SIGHUP and SIGINT raise :class:`ConversionInterrupted` (once) where the
-    conversion is: during the checks it says that nothing was written; once :attr:`staging` is set, that the partial
-    output was removed (the staging directory is removed on the way out). The previous handlers come back on exit.
+    """While entered in the main thread, SIGTERM, SIGHUP and SIGINT stop the conversion (once) where it is and it ends
+    in :class:`ConversionInterrupted`: during the checks saying that nothing was written; once :attr:`staging` is set,
+    that the partial output was removed (the staging directory is removed on the way out). The previous handlers come
+    back on exit.
     From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved; one recorded
     after that block is raised on leaving the guard, so that a stop at any time ends in one line."""
 
@@ -30,17 +40,31 @@ class TerminationGuard:
         self._handlers.__enter__()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
-        self._handlers.__exit__(exc_type, *exc_info)
-        if exc_type is None and self.received is not None:  # arrived after the output was moved into place
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
+        self._handlers.__exit__(exc_type, exc, traceback)
+        if self.received is not None and exc is None:  # arrived after the output was moved into place
             raise ConversionInterrupted(self.received, output_complete=True)
+        stop = self.interrupted(exc) if exc is not None else None
+        if stop is not None and stop is not exc:
+            raise stop from exc
+
+    def interrupted(self, error: BaseException) -> ConversionInterrupted | None:
+        """What a conversion that ``error`` ended raises once a signal has arrived: ``error`` itself if it is a
+        :class:`ConversionInterrupted`, else a new one saying whether anything was written (whatever ``error`` is: the
+        signal's own, a library's wrapping of it, a refusal the stop led to, the signal is why it ended); None if no
+        signal arrived (``error`` stands)."""
+        if self.received is None:
+            return None
+        if isinstance(error, ConversionInterrupted):
+            return error
+        return ConversionInterrupted(self.received, nothing_written=not self.staging)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Record the first signal; raise unless deferring (a second signal while cleaning up is ignored)."""
         if self.received is None:
             self.received = signum
             if not self._deferring:
-                raise ConversionInterrupted(signum, nothing_written=not self.staging)
+                raise _Stopped(signum)
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
