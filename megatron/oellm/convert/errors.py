@@ -14,14 +14,20 @@ class ConversionError(ValueError):
 class ConversionInterrupted(ConversionError):
     """SIGTERM, SIGHUP or SIGINT (``scancel``, a Slurm time limit, a closed terminal, Ctrl-C) stopped a conversion."""
 
-    def __init__(self, signum: int, output_complete: bool = False, nothing_written: bool = False) -> None:
+    def __init__(self, signum: int, output_complete: bool = False, nothing_written: bool = False,
+                 failure: str | None = None) -> None:
+        """``failure``: the message of an error that ended the conversion as the signal arrived and says itself what
+        became of ``--out`` (a failed move that left the previous output aside); kept, with the signal named."""
         name = signal.Signals(signum).name
-        if output_complete:
-            super().__init__(f"{name} arrived while the finished output was moved into place; the output is complete")
+        if failure is not None:
+            message = f"{failure} ({name} also arrived meanwhile)"
+        elif output_complete:
+            message = f"{name} arrived while the finished output was moved into place; the output is complete"
         elif nothing_written:  # during the checks, before the staging directory was made
-            super().__init__(f"stopped by {name} before anything was written; --out is as it was")
+            message = f"stopped by {name} before anything was written; --out is as it was"
         else:
-            super().__init__(f"stopped by {name}; the partial output was removed, --out is as it was")
+            message = f"stopped by {name}; the partial output was removed, --out is as it was"
+        super().__init__(message)
         self.exit_status = 128 + signum
         """The shell's status of a process ended by the signal."""
 

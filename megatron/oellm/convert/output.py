@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from torch.distributed.checkpoint.api import CheckpointException
 
-from megatron.oellm.convert.errors import ConversionError, listed
+from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, listed
 from megatron.oellm.convert.termination import TerminationGuard
 
 Foreign = Callable[[Path], list[str]]
@@ -251,6 +251,8 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
             if not isinstance(error, _PreviousOutputAside):  # then staging holds part of the new output
                 shutil.rmtree(staging, ignore_errors=True)
                 _remove_if_empty(created)
+            if guard.received is not None and isinstance(error, _PreviousOutputAside):  # its message says where
+                raise ConversionInterrupted(guard.received, failure=str(error)) from error  # each part went
             stop = guard.interrupted(error)  # the signal's own, or an error it led to (torch's writer wraps it)
             if stop is not None and stop is not error:
                 raise stop from error
