@@ -146,13 +146,13 @@ def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, over
     export's tokenizer files in ``out_dir`` are replaced rather than refused as foreign. SIGTERM / SIGHUP / SIGINT at
     any point end it with :class:`ConversionInterrupted`; the summary names ``out_dir`` as an absolute path."""
     with TerminationGuard() as guard:
-        return _mcore_to_hf(card, mcore_dir, resolved_out(out_dir), overwrite, max_shard_bytes, hf_config_dir,
-                            tokenizer_dir, guard)
+        return _mcore_to_hf(card, mcore_dir, out_dir, overwrite, max_shard_bytes, hf_config_dir, tokenizer_dir, guard)
 
 
 def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool, max_shard_bytes: int,
                  hf_config_dir: Path | None, tokenizer_dir: Path | None, guard: TerminationGuard) -> ConversionSummary:
-    """:func:`mcore_to_hf_checkpoint` within its termination guard, ``out_dir`` resolved."""
+    """:func:`mcore_to_hf_checkpoint` within its termination guard; ``out_dir`` is resolved (:func:`resolved_out`)
+    after the checks of the sources, so that a missing ``--mcore`` is named before a broken ``--out``."""
     tokenizer_names = check_tokenizer_dir(tokenizer_dir, card.vocab_size) if tokenizer_dir is not None else []
     module = family_module(card)
     reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
@@ -166,6 +166,7 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
     unit_pieces = _planned_pieces(card, reader, padded)
     config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
     tokenizer_inputs = [tokenizer_dir / name for name in tokenizer_names] if tokenizer_dir is not None else []
+    out_dir = resolved_out(out_dir)
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs, *tokenizer_inputs])
     needed = bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
     layout = _hf_layout(card, reader, unit_pieces)

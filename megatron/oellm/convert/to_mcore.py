@@ -94,12 +94,13 @@ def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwri
     SIGHUP / SIGINT at any point end it with :class:`ConversionInterrupted`, also during the checks (seconds at 235B
     scale); the summary names ``out_dir`` as an absolute path."""
     with TerminationGuard() as guard:
-        return _hf_to_mcore(card, hf_dir, resolved_out(out_dir), overwrite, guard)
+        return _hf_to_mcore(card, hf_dir, out_dir, overwrite, guard)
 
 
 def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
                  guard: TerminationGuard) -> ConversionSummary:
-    """:func:`hf_to_mcore_checkpoint` within its termination guard, ``out_dir`` resolved."""
+    """:func:`hf_to_mcore_checkpoint` within its termination guard; ``out_dir`` is resolved (:func:`resolved_out`)
+    after the checks of the source, so that a missing ``--hf`` is named before a broken ``--out``."""
     module = family_module(card)
     _refuse_megatron_checkpoint(hf_dir)
     source = SafetensorsSource(hf_dir)
@@ -118,6 +119,7 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
             chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, module.MCORE_MODEL, name,
                                                                          tuple(tensor.shape))]
     check_one_dtype_per_key(chunks)
+    out_dir = resolved_out(out_dir)
     check_not_input(out_dir, [hf_dir, *source.input_files(), *(hf_dir / name for name in config_files)])
     view = CanonicalView(source)
     common = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": 0, "args": megatron_checkpoint_args(card),
