@@ -22,7 +22,8 @@ task that srun reports failed, unless training is seen to go on after it: two it
 follow it, or one and then megatron's ``[after training is done]`` or early-exit line (a handled traceback, e.g. of
 W&B, a ``logging.exception`` or a retried read, is no failure; one in the final checkpoint save, after the last
 iteration line, is). A cancellation from outside (SLURM's time limit, ``scancel``, a preemption, a requeue)
-outranks the crash and NCCL markers printed after it, its consequences. Lines end at ``\\n`` only, as ``wc -l``
+outranks the crash and NCCL markers printed after it, its consequences; a traceback begun before that line counts
+with its exception line, which may come after it (slurmstepd writes from a process of its own). Lines end at ``\\n`` only, as ``wc -l``
 counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
 last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
 ``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
@@ -482,7 +483,8 @@ def detect_failure(lines: list[str], live_from: int) -> str:
     or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
     text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])  # marked first: a header may precede live_from
     if stop := outside_stop(text):
-        return first_failure(text[:stop.start()], FAILURE_MARKERS[:_CANCEL_RANK]) or _cancel_status(stop, text)
+        before = _before_stop(text, text.rfind("\n", 0, stop.start()) + 1)
+        return first_failure(before, FAILURE_MARKERS[:_CANCEL_RANK]) or _cancel_status(stop, text)
     return first_failure(text, FAILURE_MARKERS)
 
 
@@ -493,6 +495,24 @@ def outside_stop(text: str) -> re.Match | None:
     those before it say the run failed first."""
     stop = _CANCELLED.search(text)
     return stop if stop is not None and _cancel_status(stop, text) in OUTSIDE_STOPS else None
+
+
+def _before_stop(text: str, stop: int) -> str:
+    """``text`` up to the stop line that begins at ``text[stop]``, with the exception line of each traceback whose
+    header comes before it appended where that line comes after it: slurmstepd writes from a process of its own, so
+    its line can land inside a rank's traceback, which was raised before it. A traceback before the stop that shows
+    no exception line at all is one the stop cut short: its header is renamed so that it reads as no crash."""
+    pieces: list[str] = []
+    moved: list[str] = []
+    done = 0
+    for header in _TRACEBACK_MARKER.finditer(text, 0, stop):
+        line = _exception_line(text, header.start())
+        if line is None:
+            pieces += [text[done:header.start()], "(traceback cut short)"]
+            done = header.end()
+        elif line[0] >= stop:
+            moved.append(text[line[0]:line[1]])
+    return "".join([*pieces, text[done:stop], *(f"{line}\n" for line in moved)])
 
 
 def first_failure(text: str, markers: Sequence[tuple[re.Pattern, FailureStatus]]) -> str:
@@ -547,16 +567,30 @@ def last_exception(text: str) -> str:
 
 
 def exception_after(text: str, at: int) -> str:
-    """``Name: message`` of the exception the traceback whose header begins at ``text[at]`` ends with: the first
-    exception line after it with the traceback's launcher prefix (later ones are other output, e.g. an exception
-    Python ignored at shutdown; other prefixes are other ranks' lines printed in between); shortened, '' if none."""
-    prefix = text[text.rfind("\n", 0, at) + 1:at]
-    tail = (line[len(prefix):] for line in text[at:].split("\n")[1:] if line.startswith(prefix))
-    found = next((m for line in tail if (m := _EXCEPTION.match(line.strip()))), None)
-    if found is None:
+    """``Name: message`` of the exception the traceback whose header begins at ``text[at]`` ends with
+    (:func:`_exception_line`), shortened; '' if none."""
+    if (line := _exception_line(text, at)) is None:
         return ""
+    found = line[2]
     message = f"{found['name']}: {found['message'] or ''}".strip().rstrip(":")
     return message if len(message) <= 80 else message[:77] + "..."
+
+
+def _exception_line(text: str, at: int) -> tuple[int, int, re.Match] | None:
+    """(start, end, :data:`_EXCEPTION` match) of the exception line of the traceback whose header begins at
+    ``text[at]``: the first exception line after it with the traceback's launcher prefix (later ones are other
+    output, e.g. an exception Python ignored at shutdown; other prefixes are other ranks' lines printed in between);
+    None if there is none."""
+    prefix = text[text.rfind("\n", 0, at) + 1:at]
+    start = text.find("\n", at) + 1
+    while start > 0:
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        if line.startswith(prefix) and (found := _EXCEPTION.match(line[len(prefix):].strip())):
+            return start, end, found
+        start = end + 1 if end < len(text) else 0
+    return None
 
 
 def read_log(path: str | Path) -> RunLog:
