@@ -21,9 +21,10 @@ limit; a cancellation without a reason that follows a task's failure is that fai
 task that srun reports failed, unless training is seen to go on after it: two iteration lines of the run
 follow it, or one and then megatron's ``[after training is done]`` or early-exit line (a handled traceback, e.g. of
 W&B, a ``logging.exception`` or a retried read, is no failure; one in the final checkpoint save, after the last
-iteration line, is). A cancellation from outside (SLURM's time limit, ``scancel``, a preemption, a requeue)
-outranks the crash and NCCL markers printed after it, its consequences; a traceback begun before that line counts
-with its exception line, which may come after it (slurmstepd writes from a process of its own). Lines end at ``\\n`` only, as ``wc -l``
+iteration line, is). slurmstepd's first line ending the step (any cancellation, a time limit, ``scancel`` or a node
+failure, an uncorrectable memory error, a failed job) outranks the crash and NCCL markers printed after it, its
+consequences; a traceback begun before that line counts with its exception line, which may come after it (slurmstepd
+writes from a process of its own). Lines end at ``\\n`` only, as ``wc -l``
 counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
 last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
 ``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
@@ -193,6 +194,15 @@ def _cancel_status(match: re.Match, text: str) -> str:
 _CANCELLED = re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?)(?:, [^*\n]*)? )?\*\*\*")
 """slurmstepd's ``*** JOB|STEP ... CANCELLED AT ... [DUE TO REASON[, ...]] ***``."""
 
+SLURM_STOPS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
+    (_CANCELLED, _cancel_status),
+    (re.compile(r"\bUNCORRECTABLE MEMORY ERROR AT \S+ \*\*\*"), _fixed("cancelled (uncorrectable memory error)")),
+    (re.compile(r"\bFAILED \(non-zero exit code or other failure mode\) \*\*\*"),
+     _fixed("failed (SLURM: non-zero exit code or other failure mode)")),
+)
+"""slurmstepd's lines of a step it ends (any cancellation, an uncorrectable memory error, a failed job), each with
+the row status it gives: what ranks print after such a line is its consequence (see :func:`slurm_stop`)."""
+
 OUTSIDE_STOPS = frozenset({"cancelled", "cancelled (time limit)", "cancelled (preemption)", "cancelled (job requeue)"})
 """Failure statuses of a job SLURM ended for no fault of the run (``scancel``, its time limit, a preemption or a
 requeue): the iterations before the stop are as valid as those of a run that went on. A node failure, a memory
@@ -217,10 +227,7 @@ FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
      lambda match, text: f"crashed (Fatal Python error: {match['message'].strip()})"),
     (re.compile(r"Segmentation fault"), _fixed("crashed (segmentation fault)")),
     (re.compile(r"NCCL error"), _fixed("NCCL error")),
-    (_CANCELLED, _cancel_status),
-    (re.compile(r"\bUNCORRECTABLE MEMORY ERROR AT \S+ \*\*\*"), _fixed("cancelled (uncorrectable memory error)")),
-    (re.compile(r"\bFAILED \(non-zero exit code or other failure mode\) \*\*\*"),
-     _fixed("failed (SLURM: non-zero exit code or other failure mode)")),
+    *SLURM_STOPS,
     (_SRUN_TASK_FAILED, _srun_task_status),
     (_TRACEBACK_MARKER, _crash_status),
 )
@@ -232,11 +239,12 @@ TIME LIMIT|PREEMPTION|JOB REQUEUE|NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS] *
 ERROR AT ... ***`` or ``... FAILED (non-zero exit code or other failure mode) ***``, and one its accounting kills
 for memory as ``... exceeded [virtual ]memory limit (N > M), being killed`` (its ``Exceeded step memory limit at
 some point`` kills nothing). torchrun's own traceback and a data-loader worker's SIGTERM (:data:`_LAUNCHER_EXCEPTION`),
-printed whenever the job ends badly, name no cause: they count last, when nothing else in the log does. A
-cancellation from outside (:func:`outside_stop`) outranks the markers printed after it."""
+printed whenever the job ends badly, name no cause: they count last, when nothing else in the log does. The
+first of slurmstepd's lines ending the step (:data:`SLURM_STOPS`) outranks the markers printed after it."""
 
-_CANCEL_RANK = next(rank for rank, (pattern, _) in enumerate(FAILURE_MARKERS) if pattern is _CANCELLED)
-"""The place of slurmstepd's cancellation in :data:`FAILURE_MARKERS`: the markers before it outrank it."""
+_STOP_RANK = FAILURE_MARKERS.index(SLURM_STOPS[0])
+"""The place of slurmstepd's stop lines in :data:`FAILURE_MARKERS`: the markers before them outrank them when they
+are printed before the step's first stop line."""
 
 
 @dataclass(frozen=True)
@@ -482,19 +490,21 @@ def detect_failure(lines: list[str], live_from: int) -> str:
     handled W&B or dataloader error: see :meth:`_RunText.live_from`); the traceback of an exception Python ignored
     or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
     text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])  # marked first: a header may precede live_from
-    if stop := outside_stop(text):
-        before = _before_stop(text, text.rfind("\n", 0, stop.start()) + 1)
-        return first_failure(before, FAILURE_MARKERS[:_CANCEL_RANK]) or _cancel_status(stop, text)
-    return first_failure(text, FAILURE_MARKERS)
+    if (found := slurm_stop(text)) is None:
+        return first_failure(text, FAILURE_MARKERS)
+    stop, status = found
+    before = _before_stop(text, text.rfind("\n", 0, stop.start()) + 1)
+    return first_failure(before, FAILURE_MARKERS[:_STOP_RANK]) or status(stop, text)
 
 
-def outside_stop(text: str) -> re.Match | None:
-    """slurmstepd's first cancellation line in ``text`` (a run's part of a log) when it is a stop from outside
-    (:data:`OUTSIDE_STOPS`), else None. The markers after it are its consequences (torchrun's ``SignalException``, a
-    rank's NCCL watchdog finding the others gone, ``terminate called after throwing ... DistBackendError``); only
-    those before it say the run failed first."""
-    stop = _CANCELLED.search(text)
-    return stop if stop is not None and _cancel_status(stop, text) in OUTSIDE_STOPS else None
+def slurm_stop(text: str) -> tuple[re.Match, FailureStatus] | None:
+    """slurmstepd's first line in ``text`` (a run's part of a log) of a step it ends (:data:`SLURM_STOPS`) and that
+    line's status, None if there is none. The markers after it are its consequences (torchrun's ``SignalException``,
+    a rank's NCCL watchdog or ``DistBackendError`` finding the others gone, ``terminate called after throwing``), so
+    the status names the stop (a time limit, a node failure, a memory error); only those before it say the run
+    failed first."""
+    found = [(match, status) for pattern, status in SLURM_STOPS if (match := pattern.search(text))]
+    return min(found, key=lambda pair: pair[0].start(), default=None)
 
 
 def _before_stop(text: str, stop: int) -> str:
