@@ -105,3 +105,19 @@ def ignored_at_shutdown(label: str) -> list[str]:
             f'{label}  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1479, in __del__',
             f"{label}    self._shutdown_workers()",
             f"{label}AssertionError: can only test a child process"]
+
+
+def eight_node_strong_args(train_iters: int = 1000) -> dict:
+    """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe, ``train_iters`` asked for (the
+    runs SLURM stops in the failure-reading tests)."""
+    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": train_iters})
+
+
+def log_then(args: dict, last: int, tail: list[str]) -> str:
+    """A log of ``args``' run: the arguments block, iteration lines 1..``last`` (fresh random times), then the lines
+    ``tail`` (how the job ended)."""
+    times = random_times(last, random.uniform(60_000.0, 90_000.0))
+    lines = [*args_block(args), "> building datasets ..."]
+    lines += [iteration_line(i, args["train_iters"], args["global_batch_size"], ms, 130.0)
+              for i, ms in enumerate(times, 1)]
+    return "\n".join(lines + tail) + "\n"

@@ -13,7 +13,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
+from tests.unit_tests.megatron_logs import eight_node_strong_args, log_then
 
 STAMP = "2026-11-30T12:00:00"
 STOPS = {
@@ -31,15 +31,7 @@ STOPS = {
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe, 1000 iterations asked for."""
-    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": 1000})
-
-
-def _log(args: dict, last: int, tail: list[str]) -> str:
-    """The arguments block, iteration lines 1..``last`` (fresh random times), then ``tail``."""
-    times = random_times(last, random.uniform(60_000.0, 90_000.0))
-    lines = [*args_block(args), "> building datasets ..."]
-    lines += [iteration_line(i, 1000, args["global_batch_size"], ms, 130.0) for i, ms in enumerate(times, 1)]
-    return "\n".join(lines + tail) + "\n"
+    return eight_node_strong_args()
 
 
 def _nccl_noise() -> dict[str, list[str]]:
@@ -64,7 +56,7 @@ def _nccl_noise() -> dict[str, list[str]]:
 def test_nccl_errors_after_the_stop_are_its_consequences(args, status, noise):
     last = random.randint(11, 40)
     tail = [STOPS[status], *_nccl_noise()[noise], f"srun: error: gs03r1b01: task {random.randint(0, 7)}: Killed"]
-    log = parse_log_text(_log(args, last, tail))
+    log = parse_log_text(log_then(args, last, tail))
     assert log.runs[-1].failure == status and not log.runs[-1].stopped_from_outside
     row = summarise(log, Window(), 4)
     assert row.status == f"{status} at iteration {last}" and row.step_time_s is None
@@ -74,4 +66,4 @@ def test_nccl_errors_after_the_stop_are_its_consequences(args, status, noise):
 def test_an_nccl_timeout_before_the_stop_still_wins(args, status):
     last = random.randint(11, 40)
     tail = [*_nccl_noise()["watchdog"], STOPS[status]]
-    assert summarise(parse_log_text(_log(args, last, tail)), Window(), 4).status == f"NCCL timeout at iteration {last}"
+    assert summarise(parse_log_text(log_then(args, last, tail)), Window(), 4).status == f"NCCL timeout at iteration {last}"

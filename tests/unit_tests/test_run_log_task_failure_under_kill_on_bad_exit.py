@@ -13,7 +13,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
+from tests.unit_tests.megatron_logs import eight_node_strong_args, log_then
 
 STAMP = "2026-11-30T12:00:00"
 STEP_CANCELLED = f"slurmstepd: error: *** STEP 1234.0 ON gs01r1b01 CANCELLED AT {STAMP} ***"
@@ -24,15 +24,7 @@ SIGNALS = (signal.SIGBUS, signal.SIGSEGV, signal.SIGABRT, signal.SIGKILL)
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe, 1000 iterations asked for."""
-    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": 1000})
-
-
-def _log(args: dict, last: int, tail: list[str]) -> str:
-    """The arguments block, iteration lines 1..``last`` (fresh random times), then ``tail``."""
-    times = random_times(last, random.uniform(60_000.0, 90_000.0))
-    lines = [*args_block(args), "> building datasets ..."]
-    lines += [iteration_line(i, 1000, args["global_batch_size"], ms, 130.0) for i, ms in enumerate(times, 1)]
-    return "\n".join(lines + tail) + "\n"
+    return eight_node_strong_args()
 
 
 def _srun_failed(task: int, how: str) -> str:
@@ -63,7 +55,7 @@ def test_a_task_that_exited_with_an_error_is_named_not_a_cancellation(args):
     last, task, code = random.randint(11, 40), random.randint(0, 7), random.randint(1, 255)
     tail = [_srun_failed(task, f"Exited with exit code {code}"), TERMINATING, STEP_CANCELLED,
             _srun_failed((task + 1) % 8, "Terminated"), "srun: Force Terminated StepId=1234.0"]
-    row = _row(_log(args, last, tail))
+    row = _row(log_then(args, last, tail))
     assert row.status == f"task {task} exited with exit code {code} (srun) at iteration {last}"
     assert not row.ok and row.step_time_s is None and row.tokens_per_s_per_gpu is None
 
@@ -71,7 +63,7 @@ def test_a_task_that_exited_with_an_error_is_named_not_a_cancellation(args):
 @pytest.mark.parametrize("how", ["Bus error", "Killed", "Aborted", "Out Of Memory"])
 def test_a_task_ended_by_a_signal_is_named(args, how):
     last, task = random.randint(11, 40), random.randint(0, 7)
-    row = _row(_log(args, last, [_srun_failed(task, how), TERMINATING, STEP_CANCELLED]))
+    row = _row(log_then(args, last, [_srun_failed(task, how), TERMINATING, STEP_CANCELLED]))
     assert row.status == f"task {task} {how.lower()} (srun) at iteration {last}"
 
 
@@ -80,7 +72,7 @@ def test_torchruns_report_of_a_rank_killed_by_a_signal_names_the_rank_and_signal
     last, rank, sig = random.randint(11, 40), random.randint(0, 31), random.choice(SIGNALS)
     task = rank // 4
     tail = [*_torchrun_report(rank, -sig), _srun_failed(task, "Exited with exit code 1"), TERMINATING, STEP_CANCELLED]
-    row = _row(_log(args, last, tail))
+    row = _row(log_then(args, last, tail))
     assert row.status == (f"task {task} exited with exit code 1 (srun; torchrun: rank {rank} exitcode {-sig}, "
                           f"{sig.name}) at iteration {last}")
     assert not row.ok and row.step_time_s is None
@@ -92,20 +84,20 @@ def test_torchruns_report_alone_names_the_rank(args, exitcode):
     last, rank = random.randint(11, 40), random.randint(0, 31)
     code = -random.choice(SIGNALS) if exitcode == "signal" else random.randint(1, 255)
     named = f"exitcode {code}, {signal.Signals(-code).name}" if code < 0 else f"exitcode {code}"
-    row = _row(_log(args, last, [*_torchrun_report(rank, code), STEP_CANCELLED]))
+    row = _row(log_then(args, last, [*_torchrun_report(rank, code), STEP_CANCELLED]))
     assert row.status == f"task failed (torchrun: rank {rank} {named}) at iteration {last}"
 
 
 def test_srun_terminating_the_step_alone_is_a_task_failure(args):
     last = random.randint(3, 40)
-    row = _row(_log(args, last, [TERMINATING, STEP_CANCELLED]))
+    row = _row(log_then(args, last, [TERMINATING, STEP_CANCELLED]))
     assert row.status == f"task failed (srun: Terminating StepId=1234.0) at iteration {last}"
 
 
 def test_a_task_failure_inside_the_window_is_named_too(args):
     last, task = random.randint(3, 9), random.randint(0, 7)
     tail = [_srun_failed(task, "Exited with exit code 1"), TERMINATING, STEP_CANCELLED]
-    assert _row(_log(args, last, tail)).status == f"task {task} exited with exit code 1 (srun) at iteration {last}"
+    assert _row(log_then(args, last, tail)).status == f"task {task} exited with exit code 1 (srun) at iteration {last}"
 
 
 def test_a_scancel_whose_tasks_then_exit_badly_is_still_a_stop_from_outside(args):
@@ -114,5 +106,5 @@ def test_a_scancel_whose_tasks_then_exit_badly_is_still_a_stop_from_outside(args
     cancelled = random.choice([STEP_CANCELLED, f"slurmstepd: error: *** JOB 1234 ON gs01r1b01 CANCELLED AT {STAMP} ***"])
     tail = [cancelled, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
             _srun_failed(task, "Exited with exit code 1"), TERMINATING]
-    row = _row(_log(args, last, tail))
+    row = _row(log_then(args, last, tail))
     assert row.status == f"ok (cancelled at iteration {last}, after the window)" and row.step_time_s > 0

@@ -13,7 +13,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
+from tests.unit_tests.megatron_logs import eight_node_strong_args, log_then
 
 STAMP = "2026-11-30T12:00:00"
 STOPS = {"time limit": f"slurmstepd: error: *** JOB 1234 ON gs01r1b01 CANCELLED AT {STAMP} DUE TO TIME LIMIT ***",
@@ -25,15 +25,7 @@ STATUS = {"time limit": "cancelled (time limit)", "scancel": "cancelled"}
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe, 1000 iterations asked for."""
-    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": 1000})
-
-
-def _log(args: dict, last: int, tail: list[str]) -> str:
-    """The arguments block, iteration lines 1..``last`` (fresh random times), then ``tail``."""
-    times = random_times(last, random.uniform(60_000.0, 90_000.0))
-    lines = [*args_block(args), "> building datasets ..."]
-    lines += [iteration_line(i, 1000, args["global_batch_size"], ms, 130.0) for i, ms in enumerate(times, 1)]
-    return "\n".join(lines + tail) + "\n"
+    return eight_node_strong_args()
 
 
 def _split(prefix: str, exception: str, stop: str) -> list[str]:
@@ -67,7 +59,7 @@ def test_a_stop_inside_a_consequence_traceback_keeps_the_numbers(args, stop, con
     prefix, exception = _consequences()[consequence]
     tail = _split(prefix, exception, STOPS[stop]) + [f"srun: error: gs01r1b02: task {random.randint(0, 7)}: Exited "
                                                      "with exit code 1"]
-    run = parse_log_text(_log(args, last, tail))
+    run = parse_log_text(log_then(args, last, tail))
     assert run.runs[-1].failure == STATUS[stop] and run.runs[-1].stopped_from_outside
     row = summarise(run, Window(), 4)
     assert row.status == f"ok ({STATUS[stop]} at iteration {last}, after the window)"
@@ -78,7 +70,7 @@ def test_a_stop_inside_a_consequence_traceback_keeps_the_numbers(args, stop, con
 def test_an_oom_split_by_the_stop_is_named(args, stop):
     last = random.randint(11, 40)
     exception = f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {random.randint(1, 40)}.00 GiB"
-    run = parse_log_text(_log(args, last, _split(_rank_prefix(), exception, STOPS[stop])))
+    run = parse_log_text(log_then(args, last, _split(_rank_prefix(), exception, STOPS[stop])))
     assert run.runs[-1].failure == "out of memory" and not run.runs[-1].stopped_from_outside
     assert summarise(run, Window(), 4).status == f"out of memory at iteration {last}"
 
@@ -87,7 +79,7 @@ def test_an_oom_split_by_the_stop_is_named(args, stop):
 def test_a_crash_split_by_the_stop_keeps_its_exception(args, stop):
     last = random.randint(11, 40)
     message = f"boom {random.randint(1, 10**6)}"
-    run = parse_log_text(_log(args, last, _split(_rank_prefix(), f"ValueError: {message}", STOPS[stop])))
+    run = parse_log_text(log_then(args, last, _split(_rank_prefix(), f"ValueError: {message}", STOPS[stop])))
     assert summarise(run, Window(), 4).status == f"crashed (ValueError: {message}) at iteration {last}"
 
 
@@ -95,6 +87,6 @@ def test_a_crash_split_by_the_stop_keeps_its_exception(args, stop):
 def test_a_traceback_the_stop_cut_short_is_no_crash(args, stop):
     last = random.randint(11, 40)
     tail = _split(_rank_prefix(), "", STOPS[stop])[:-1]  # no exception line anywhere
-    row = summarise(parse_log_text(_log(args, last, tail)), Window(), 4)
+    row = summarise(parse_log_text(log_then(args, last, tail)), Window(), 4)
     assert row.status == f"ok ({STATUS[stop]} at iteration {last}, after the window)"
     assert row.step_time_s > 0

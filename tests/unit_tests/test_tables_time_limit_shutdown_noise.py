@@ -12,7 +12,7 @@ import pytest
 
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, summarise
-from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
+from tests.unit_tests.megatron_logs import eight_node_strong_args, log_then
 
 STAMP = "2026-11-30T12:00:00"
 TIME_LIMIT = [f"slurmstepd: error: *** JOB 1234 ON gs01r1b01 CANCELLED AT {STAMP} DUE TO TIME LIMIT ***",
@@ -41,15 +41,7 @@ CONSEQUENCES = {
 @pytest.fixture(scope="module")
 def args() -> dict:
     """Megatron's arguments of the 8-node row of the Qwen3.5 strong-scaling recipe, 1000 iterations asked for."""
-    return megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "train_iters": 1000})
-
-
-def _log(args: dict, last: int, tail: list[str]) -> str:
-    """The arguments block, iteration lines 1..``last`` (fresh random times), then ``tail``."""
-    times = random_times(last, random.uniform(60_000.0, 90_000.0))
-    lines = [*args_block(args), "> building datasets ..."]
-    lines += [iteration_line(i, 1000, args["global_batch_size"], ms, 130.0) for i, ms in enumerate(times, 1)]
-    return "\n".join(lines + tail) + "\n"
+    return eight_node_strong_args()
 
 
 def _status(text: str) -> str:
@@ -60,19 +52,19 @@ def _status(text: str) -> str:
 @pytest.mark.parametrize("noise", CONSEQUENCES)
 def test_noise_after_the_time_limit_keeps_the_numbers(args, noise):
     last = random.randint(11, 40)
-    row = summarise(parse_log_text(_log(args, last, TIME_LIMIT + TORCHRUN + CONSEQUENCES[noise])), Window(), 4)
+    row = summarise(parse_log_text(log_then(args, last, TIME_LIMIT + TORCHRUN + CONSEQUENCES[noise])), Window(), 4)
     assert row.status == f"ok (cancelled (time limit) at iteration {last}, after the window)"
     assert row.step_time_s > 0 and row.tokens_per_s_per_gpu > 0
 
 
 def test_noise_after_a_stop_inside_the_window_names_the_stop(args):
     last = random.randint(3, 9)
-    assert _status(_log(args, last, TIME_LIMIT + TORCHRUN + NCCL)) == f"cancelled (time limit) at iteration {last}"
+    assert _status(log_then(args, last, TIME_LIMIT + TORCHRUN + NCCL)) == f"cancelled (time limit) at iteration {last}"
 
 
 def test_a_crash_before_slurmsteps_line_still_wins(args):
     last = random.randint(11, 40)
-    assert _status(_log(args, last, NCCL + TIME_LIMIT + TORCHRUN)) == \
+    assert _status(log_then(args, last, NCCL + TIME_LIMIT + TORCHRUN)) == \
         f"crashed (C++ exception c10::DistBackendError) at iteration {last}"
     oom = ["[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
-    assert _status(_log(args, last, oom + TIME_LIMIT + NCCL)) == f"out of memory at iteration {last}"
+    assert _status(log_then(args, last, oom + TIME_LIMIT + NCCL)) == f"out of memory at iteration {last}"
