@@ -26,14 +26,19 @@ Handler = Callable[[int, FrameType | None], object]
 @contextmanager
 def handling(signals: Iterable[int], handler: Handler) -> Iterator[None]:
     """While entered in the main thread, ``handler`` handles each of ``signals`` that the process does not ignore; on
-    leaving, each gets its previous handler back (the default for one set outside Python, which cannot be put back).
-    In another thread nothing is set."""
+    leaving, each gets its previous handler back (the default for one set outside Python, which cannot be put back),
+    also when ``handler`` raises for a signal that arrives while they are set (those set are put back). In another
+    thread nothing is set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, handler) for signum in signals
-                if signal.getsignal(signum) is not signal.SIG_IGN}
+    previous: dict[int, object] = {}
     try:
+        for signum in signals:
+            before = signal.getsignal(signum)  # kept before it is replaced: a signal may raise right after
+            if before is not signal.SIG_IGN:
+                previous[signum] = before
+                signal.signal(signum, handler)
         yield
     finally:
         for signum, before in previous.items():

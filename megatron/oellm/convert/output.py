@@ -237,7 +237,7 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
         check_output(out_dir, overwrite, foreign_in)
         staging = staging_directory(out_dir)
         created = _missing_directories(out_dir.parent)
-        guard.staging = True
+        guard.writing(lambda: _remove_partial(staging, created))
         try:
             _make_staging(staging, out_dir)
             _check_same_file_system(staging, out_dir)
@@ -249,17 +249,27 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
         except BaseException as error:
             guard.defer_for_cleanup()
             if not isinstance(error, _PreviousOutputAside):  # then staging holds part of the new output
-                shutil.rmtree(staging, ignore_errors=True)
-                _remove_if_empty(created)
+                _remove_partial(staging, created)
             if guard.received is not None and isinstance(error, _PreviousOutputAside):  # its message says where
                 raise ConversionInterrupted(guard.received, failure=str(error)) from error  # each part went
-            stop = guard.interrupted(error)  # the signal's own, or an error it led to (torch's writer wraps it)
-            if stop is not None and stop is not error:
-                raise stop from error
-            failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else storage_error_behind(error)
-            if failure is not None:
-                raise _system_failure(failure, out_dir, needed_bytes) from error
-            raise
+            reported = _failure_of(error, out_dir, needed_bytes)
+            stop = guard.interrupted(reported) or reported  # the signal's, or the error with a later signal named
+            if stop is error:
+                raise
+            raise stop from error
+
+
+def _failure_of(error: BaseException, out_dir: Path, needed_bytes: int) -> BaseException:
+    """What a conversion that ``error`` ended reports when no signal ended it first: the storage's refusal as one
+    line (:func:`_system_failure`), else ``error`` itself."""
+    failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else storage_error_behind(error)
+    return error if failure is None else _system_failure(failure, out_dir, needed_bytes)
+
+
+def _remove_partial(staging: Path, created: list[Path]) -> None:
+    """Remove the staging directory of a failed or stopped conversion and the parents of ``--out`` it created."""
+    shutil.rmtree(staging, ignore_errors=True)
+    _remove_if_empty(created)
 
 
 def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) -> ConversionError:

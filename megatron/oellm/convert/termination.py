@@ -9,11 +9,11 @@ any error seen after a signal arrived (torch's checkpoint reader wraps even a ``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from megatron.oellm.convert.errors import ConversionInterrupted
+from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
 from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
 
@@ -25,23 +25,36 @@ class TerminationGuard:
     """While entered in the main thread, SIGTERM, SIGHUP and SIGINT stop the conversion (once) where it is and it ends
     in :class:`ConversionInterrupted`: during the checks saying that nothing was written; once :attr:`staging` is set,
     that the partial output was removed (the staging directory is removed on the way out). The previous handlers come
-    back on exit.
+    back on exit, whole also when a signal arrives while they are set or put back.
     From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved; one recorded
-    after that block is raised on leaving the guard, so that a stop at any time ends in one line."""
+    after that block is raised on leaving the guard, so that a stop at any time ends in one line. A signal that
+    arrives after an error ended the conversion (during its clean-up, or on leaving the guard) keeps that error's
+    message, with the signal named (:attr:`failed_first`)."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.staging = False
         """Whether the output is being written (a signal then removes the staging directory)."""
+        self.failed_first = False
+        """Whether an error ended the conversion before any signal arrived: a later signal is named beside it."""
+        self._remove_partial: Callable[[], None] | None = None
         self._deferring = False
         self._handlers = handling(STOPPING_SIGNALS, self._handle)  # main thread only; an ignored signal stays ignored
 
     def __enter__(self) -> TerminationGuard:
-        self._handlers.__enter__()
+        try:
+            self._handlers.__enter__()
+        except _Stopped:  # arrived while the handlers were set: those set are put back (again: harmless)
+            self._handlers.__exit__(None, None, None)
+            raise ConversionInterrupted(self.received, nothing_written=True) from None
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
+        self._deferring = True  # a signal from here on is only recorded: the handlers are put back whole
+        self.failed_first = self.failed_first or (exc is not None and self.received is None)
         self._handlers.__exit__(exc_type, exc, traceback)
+        if isinstance(exc, _Stopped) and self._remove_partial is not None:  # it cut the writer's clean-up short
+            self._remove_partial()
         if self.received is not None and exc is None:  # arrived after the output was moved into place
             raise ConversionInterrupted(self.received, output_complete=True)
         stop = self.interrupted(exc) if exc is not None else None
@@ -50,13 +63,16 @@ class TerminationGuard:
 
     def interrupted(self, error: BaseException) -> ConversionInterrupted | None:
         """What a conversion that ``error`` ended raises once a signal has arrived: ``error`` itself if it is a
-        :class:`ConversionInterrupted`, else a new one saying whether anything was written (whatever ``error`` is: the
-        signal's own, a library's wrapping of it, a refusal the stop led to, the signal is why it ended); None if no
-        signal arrived (``error`` stands)."""
+        :class:`ConversionInterrupted`; if the error came first (:attr:`failed_first`), its message with the signal
+        named (None for an error that is not a :class:`ConversionError`: its traceback is the report); else a new one
+        saying whether anything was written (whatever ``error`` is: the signal's own, a library's wrapping of it, a
+        refusal the stop led to, the signal is why it ended). None if no signal arrived (``error`` stands)."""
         if self.received is None:
             return None
         if isinstance(error, ConversionInterrupted):
             return error
+        if self.failed_first:
+            return ConversionInterrupted(self.received, failure=str(error)) if isinstance(error, ConversionError) else None
         return ConversionInterrupted(self.received, nothing_written=not self.staging)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -75,6 +91,15 @@ class TerminationGuard:
         if self.received is not None:
             raise ConversionInterrupted(self.received, output_complete=True)
 
+    def writing(self, remove_partial: Callable[[], None]) -> None:
+        """The output is being written from now on: a stop removes it with ``remove_partial``, which the guard calls
+        itself on the way out when a signal cut the writer's own clean-up short (it arrived as that began)."""
+        self.staging = True
+        self._remove_partial = remove_partial
+
     def defer_for_cleanup(self) -> None:
-        """From here on only record signals: removing the staging directory must not be cut short."""
+        """From here on only record signals: removing the staging directory must not be cut short. Called as a failed
+        conversion begins its clean-up: a signal that had not arrived by then comes after the error
+        (:attr:`failed_first`)."""
         self._deferring = True
+        self.failed_first = self.failed_first or self.received is None
