@@ -19,8 +19,14 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from megatron.oellm.commands import int_at_least, refuse
+from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
+
+if TYPE_CHECKING:
+    from megatron.oellm.cards import ModelCard
+    from megatron.oellm.convert.summary import ConversionSummary
 
 HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt) and mcore-to-hf"
 
@@ -144,16 +150,26 @@ def _convert(args: argparse.Namespace) -> int:
         return refuse(f"convert {args.direction}", error, error.exit_status)
     except KeyboardInterrupt:  # Ctrl-C before the conversion began (inside it, it is a ConversionInterrupted)
         return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
+    arrived: list[int] = []  # the output is complete: a signal now must not cut the summary short or hide that
+    with handling(STOPPING_SIGNALS, lambda number, _frame: arrived.append(number)):
+        _print_summary(args, card, summary, time.perf_counter() - start)
+    if arrived:
+        return refuse(f"convert {args.direction}", f"{signal.Signals(arrived[0]).name} arrived while the summary was "
+                      f"printed; the output in {summary.output} is complete", 128 + arrived[0])
+    return 0
+
+
+def _print_summary(args: argparse.Namespace, card: ModelCard, summary: ConversionSummary, seconds: float) -> None:
+    """The report of a finished conversion: what was read and written where, in how long, and what was left out."""
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
     print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "
-          f"{summary.tensors_written} to {summary.output} in {time.perf_counter() - start:.1f} s")
+          f"{summary.tensors_written} to {summary.output} in {seconds:.1f} s")
     if summary.padding_rows:
         print(f"  dropped {summary.padding_rows} vocabulary padding rows past the card's {card.vocab_size} (megatron's "
               "make-vocab-size-divisible-by x TP padding)")
     _print_skipped(summary.skipped)
     for note in summary.notes:
         print(f"  {note}")
-    return 0
 
 
 def _print_skipped(skipped: list[str]) -> None:
