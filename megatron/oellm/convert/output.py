@@ -12,7 +12,8 @@ directory could not be moved into), is refused. The file system must have room f
 is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP / SIGINT
 (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
 refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes it and ends in a one-line
-:class:`ConversionError`. A failed conversion also removes the parent directories of ``--out`` it created.
+:class:`ConversionError` (a signal arriving during that clean-up is named in it). A failed conversion also removes
+the parent directories of ``--out`` it created.
 """
 
 from __future__ import annotations
