@@ -33,8 +33,6 @@ class TerminationGuard:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self.staging = False
-        """Whether the output is being written (a signal then removes the staging directory)."""
         self.failed_first = False
         """Whether an error ended the conversion before any signal arrived: a later signal is named beside it."""
         self._remove_partial: Callable[[], None] | None = None
@@ -75,6 +73,11 @@ class TerminationGuard:
             return ConversionInterrupted(self.received, failure=str(error)) if isinstance(error, ConversionError) else None
         return ConversionInterrupted(self.received, nothing_written=not self.staging)
 
+    @property
+    def staging(self) -> bool:
+        """Whether the output is being written (:meth:`writing` was called: a signal then removes it)."""
+        return self._remove_partial is not None
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Record the first signal; raise unless deferring (a second signal while cleaning up is ignored)."""
         if self.received is None:
@@ -94,7 +97,6 @@ class TerminationGuard:
     def writing(self, remove_partial: Callable[[], None]) -> None:
         """The output is being written from now on: a stop removes it with ``remove_partial``, which the guard calls
         itself on the way out when a signal cut the writer's own clean-up short (it arrived as that began)."""
-        self.staging = True
         self._remove_partial = remove_partial
 
     def defer_for_cleanup(self) -> None:
