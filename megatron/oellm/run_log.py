@@ -187,8 +187,13 @@ def _cancel_status(match: re.Match, text: str) -> str:
     """``cancelled (time limit)`` from SLURM's ``*** JOB ... CANCELLED AT ... DUE TO TIME LIMIT ***``; a
     cancellation without a reason that follows a task's failure is that failure (:func:`task_failure`)."""
     if match["reason"]:
-        return f"cancelled ({match['reason'].lower()})"
-    return task_failure(text[:match.start()]) or "cancelled"
+        return _cancelled(match["reason"])
+    return task_failure(text[:match.start()]) or _cancelled(None)
+
+
+def _cancelled(reason: str | None) -> str:
+    """``cancelled (time limit)`` for slurmstepd's reason ``TIME LIMIT``; ``cancelled`` for none (``scancel``)."""
+    return f"cancelled ({reason.lower()})" if reason else "cancelled"
 
 
 _CANCELLED = re.compile(r"\bCANCELLED (?:AT \S+ )?(?:DUE TO (?P<reason>[A-Z][A-Z ]*?)(?:, [^*\n]*)? )?\*\*\*")
@@ -203,7 +208,7 @@ SLURM_STOPS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
 """slurmstepd's lines of a step it ends (any cancellation, an uncorrectable memory error, a failed job), each with
 the row status it gives: what ranks print after such a line is its consequence (see :func:`slurm_stop`)."""
 
-OUTSIDE_STOPS = frozenset({"cancelled", "cancelled (time limit)", "cancelled (preemption)", "cancelled (job requeue)"})
+OUTSIDE_STOPS = frozenset(_cancelled(reason) for reason in (None, "TIME LIMIT", "PREEMPTION", "JOB REQUEUE"))
 """Failure statuses of a job SLURM ended for no fault of the run (``scancel``, its time limit, a preemption or a
 requeue): the iterations before the stop are as valid as those of a run that went on. A node failure, a memory
 error or limit and SLURM's failed job are faults of the run's hardware or of the run."""

@@ -108,8 +108,7 @@ def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -
     """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
     stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it."""
     try:
-        log = read_log(path)
-        return summarise(log, window, gpus_per_node, peak_tflops)
+        return summarise(read_log(path), window, gpus_per_node, peak_tflops)
     except TableError:
         raise
     except OSError as err:  # after the paths were checked: no permission, an I/O error of the file system

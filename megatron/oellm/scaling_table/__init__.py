@@ -15,7 +15,7 @@ and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.sum
 above 100 %, as a value another rank's output cut in two gives).
 A run SLURM stopped for no fault of its own (its time limit, ``scancel``, a preemption or a requeue) once the line of
 the window's last iteration was printed whole keeps its numbers, its status ``ok (cancelled (time limit) at iteration
-N, after the window)`` (:func:`with_stop_note`); a cut line is no whole line, and a task's failure that made srun end
+N, after the window)`` (:func:`~megatron.oellm.scaling_table.window.with_stop_note`); a cut line is no whole line, and a task's failure that made srun end
 the step is no such stop (:func:`megatron.oellm.run_log.task_failure`).
 Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
 gives neither as ``vocab_size`` nor in megatron's ``padded vocab`` line (Megatron's logged TFLOP/s is still shown).
@@ -41,10 +41,10 @@ from megatron.oellm.scaling_table.summary import (
     unrated_rows_note,
     with_efficiency,
 )
-from megatron.oellm.scaling_table.window import interval_start, with_stop_note
+from megatron.oellm.scaling_table.window import interval_start
 
 __all__ = [
     "CSV_FIELDS", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note", "check_plot_path",
     "format_csv", "format_markdown", "interval_start", "plot", "scaling_series", "sorted_rows", "summarise",
-    "unrated_rows_note", "with_efficiency", "with_stop_note",
+    "unrated_rows_note", "with_efficiency",
 ]

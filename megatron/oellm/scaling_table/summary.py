@@ -71,7 +71,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=benchmark_settings(args))
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
         return ScalingRow(log.path, model, problem, model_key=key)
-    return with_stop_note(row, log, window)
+    return with_stop_note(row, run, window)
 
 
 PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",

@@ -79,11 +79,10 @@ def stopped_after(run: Run, window: Window) -> bool:
     return run.stopped_from_outside and run.last_iteration >= window.last
 
 
-def with_stop_note(row: ScalingRow, log: RunLog, window: Window) -> ScalingRow:
-    """``row`` (``log``'s row at ``window``) with the status ``ok (cancelled (time limit) at iteration N, after the
-    window)`` when it has numbers and SLURM stopped its run after the window (:func:`stopped_after`): the row keeps
-    its numbers and still says how the job ended."""
-    run = window_run(log, window)
+def with_stop_note(row: ScalingRow, run: Run, window: Window) -> ScalingRow:
+    """``row`` (the row of ``run``, the window's run: :func:`window_run`) with the status ``ok (cancelled (time
+    limit) at iteration N, after the window)`` when it has numbers and SLURM stopped ``run`` after the window
+    (:func:`stopped_after`): the row keeps its numbers and still says how the job ended."""
     if not row.ok or not stopped_after(run, window):
         return row
     return dataclasses.replace(row, status=f"ok ({run.failure} at iteration {run.last_iteration}, after the window)")
