@@ -25,6 +25,12 @@ RELEASE = "release"
 ITERATION_PREFIX = "iter_"
 
 
+def is_hugging_face_model(directory: Path) -> bool:
+    """Whether ``directory`` looks like a Hugging Face model folder (``config.json`` beside ``*.safetensors``
+    weights), which megatron-core cannot load: it holds no tracker file and no megatron checkpoint."""
+    return (directory / CONFIG_NAME).is_file() and next(directory.glob("*.safetensors"), None) is not None
+
+
 def iteration_directory_name(iteration: int) -> str:
     """The name megatron gives the directory of checkpoint ``iteration`` (``iter_0000042``)."""
     return f"{ITERATION_PREFIX}{iteration:07d}"
@@ -71,7 +77,7 @@ def _refuse_wrong_level(path: Path) -> None:
     folder of the runs, or a run whose ``latest_checkpointed_iteration.txt`` is missing), naming them."""
     if (path / METADATA_FILE).is_file():
         return
-    if (path / CONFIG_NAME).is_file() and next(path.glob("*.safetensors"), None) is not None:
+    if is_hugging_face_model(path):
         raise ConversionError(f"--mcore {path} is a Hugging Face model, not a megatron checkpoint; convert it with "
                               f"`oellm convert hf-to-mcore --hf {path}`")
     found = sorted({marker.parent for pattern in ("*/", "*/*/") for name in (ITERATION_FILE, METADATA_FILE)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
-from megatron.oellm.megatron_args import model_flags
+from megatron.oellm.megatron_args import megatron_flag, model_flags
 from megatron.oellm.training.card_from_args import CARD_SCOPE, inexpressible_flags
 
 STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_query_groups",
@@ -58,7 +58,7 @@ def interleaved_glu_flags(card: ModelCard, run_args: object) -> list[str]:
     """``--flag value`` for each of :data:`INTERLEAVED_GLU_ARGS` that ``run_args`` (megatron's arguments, parsed or
     stored) sets for a module ``card`` has: the SwiGLU weights megatron then keeps block-interleaved, where Hugging
     Face models and ``oellm convert`` hold ``[gate; up]``."""
-    return [f"--{dest.replace('_', '-')} {getattr(run_args, dest)}"
+    return [f"{megatron_flag(dest)} {getattr(run_args, dest)}"
             for dest, module_size, needs in INTERLEAVED_GLU_ARGS
             if getattr(run_args, dest, None) is not None and getattr(card, module_size)
             and (needs is None or getattr(run_args, needs, False))]

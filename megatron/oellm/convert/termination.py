@@ -42,8 +42,7 @@ class TerminationGuard:
     def __enter__(self) -> TerminationGuard:
         try:
             self._handlers.__enter__()
-        except _Stopped:  # arrived while the handlers were set: those set are put back (again: harmless)
-            self._handlers.__exit__(None, None, None)
+        except _Stopped:  # arrived while the handlers were set: ``handling`` put back those it had set
             raise ConversionInterrupted(self.received, nothing_written=True) from None
         return self
 

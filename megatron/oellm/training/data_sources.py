@@ -315,7 +315,7 @@ def check_dataset_indices(prefixes: list[str]) -> dict[str, int]:
     reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
     counts = {}
     try:
-        for prefix in prefixes:
+        for prefix in dict.fromkeys(prefixes):  # a prefix named twice (a blend) is read once
             # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
             # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
             index = _read_index(indexed_dataset, prefix)

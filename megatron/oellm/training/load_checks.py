@@ -154,9 +154,10 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     the flags of ``given`` megatron replaces are checked too (:func:`_refuse_replaced_flags`).
     """
     if args.use_checkpoint_args:
+        read = _read_for_checkpoint_args(args, loaded)  # once: each read unpickles .metadata and the common state
         if args.oellm_model:
-            _refuse_taken_architecture(args, loaded)
-        _refuse_replaced_flags(args, loaded, given)
+            _refuse_taken_architecture(args, read)
+        _refuse_replaced_flags(args, read, given)
     elif args.oellm_model:
         _refuse_another_model(args, loaded)
 
@@ -204,12 +205,13 @@ def _read_for_checkpoint_args(args: argparse.Namespace, loaded: StoredCheckpoint
     return [checkpoint for checkpoint in read if checkpoint is not None]
 
 
-def _refuse_taken_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+def _refuse_taken_architecture(args: argparse.Namespace, read: list[StoredCheckpoint]) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` would take architecture arguments from a megatron-oellm
-    checkpoint that disagree with the ``--oellm-model`` card (:func:`check_checkpoint_architecture`)."""
+    checkpoint of ``read`` (:func:`_read_for_checkpoint_args`) that disagree with the ``--oellm-model`` card
+    (:func:`check_checkpoint_architecture`)."""
     from megatron.oellm.training.stored_checkpoint import oellm_run_args
 
-    for checkpoint in _read_for_checkpoint_args(args, loaded):
+    for checkpoint in read:
         found = oellm_run_args(checkpoint.common)
         differ = _architecture_differences(found[0], args) if found is not None else []
         if not differ:
@@ -237,12 +239,12 @@ parallel sizes and tokenizer it replaces only under flags asking for that (``--u
 ``--use-tokenizer-model-from-checkpoint-args``)."""
 
 
-def _refuse_replaced_flags(args: argparse.Namespace, loaded: StoredCheckpoint | None, given: AbstractSet[str]) -> None:
+def _refuse_replaced_flags(args: argparse.Namespace, read: list[StoredCheckpoint], given: AbstractSet[str]) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` would replace a flag of :data:`CHECKPOINT_ARGS_REPLACING`
-    that the command line sets (``given``) with another value a checkpoint stores: the run would train with the
+    that the command line sets (``given``) with another value a checkpoint of ``read`` stores: the run would train with the
     checkpoint's value, the flag ignored without a word. ``given`` holds what the user's command line or its card
     sets (:func:`megatron.oellm.training.entry.stated_destinations`), not the training defaults the entry fills in."""
-    for checkpoint in _read_for_checkpoint_args(args, loaded):
+    for checkpoint in read:
         stored = checkpoint.common.get("args")
         for dest in CHECKPOINT_ARGS_REPLACING:
             ours, theirs = getattr(args, dest, None), getattr(stored, dest, None)
@@ -256,7 +258,8 @@ def _refuse_replaced_flags(args: argparse.Namespace, loaded: StoredCheckpoint | 
 
 def _flag_of(dest: str) -> str:
     """The command-line flag that sets parser destination ``dest`` (its first option string)."""
+    from megatron.oellm.megatron_args import megatron_flag
     from megatron.oellm.training.args import oellm_parser
 
     options = [action.option_strings for action in oellm_parser()._actions if action.dest == dest]
-    return options[0][0] if options and options[0] else f"--{dest.replace('_', '-')}"
+    return options[0][0] if options and options[0] else megatron_flag(dest)

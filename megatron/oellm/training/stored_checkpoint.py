@@ -24,10 +24,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from megatron.oellm.convert.hf_config import CONFIG_NAME
 from megatron.oellm.convert.mcore_checkpoint import (
     CARD_KEY,
     ITERATION_PREFIX,
     RELEASE,
+    is_hugging_face_model,
     iteration_directory_name,
     iteration_of,
 )
@@ -387,16 +389,6 @@ def check_load_directory(args: argparse.Namespace) -> None:
         _check_tracked_directory(args, *source)
 
 
-HF_CONFIG = "config.json"
-"""The file every Hugging Face model folder holds beside its ``*.safetensors`` weights."""
-
-
-def is_hugging_face_model(directory: Path) -> bool:
-    """Whether ``directory`` looks like a Hugging Face model folder (``config.json`` beside ``*.safetensors``
-    weights), which megatron-core cannot load: it holds no tracker file and no megatron checkpoint."""
-    return (directory / HF_CONFIG).is_file() and any(directory.glob("*.safetensors"))
-
-
 def on_object_storage(args: argparse.Namespace, path: str | Path | None) -> bool:
     """Whether megatron-core 0.19.2 reads ``path`` from object storage (``msc://...`` under ``--enable-msc``) rather
     than this node's file system, where the directory checks cannot look."""
@@ -440,7 +432,7 @@ def _check_not_hugging_face(args: argparse.Namespace, flag: str, directory: Path
     if not is_hugging_face_model(directory):
         return
     card = getattr(args, "oellm_model", None) or "CARD"
-    raise ValueError(f"{flag} {directory} is a Hugging Face model folder ({HF_CONFIG} and *.safetensors), not a "
+    raise ValueError(f"{flag} {directory} is a Hugging Face model folder ({CONFIG_NAME} and *.safetensors), not a "
                      f"megatron checkpoint: megatron-core finds no {TRACKER_FILE} in it and {outcome}; convert it "
                      f"first with `oellm convert hf-to-mcore --model {card} --hf {directory} --out DIR` and pass "
                      f"{flag} DIR")
