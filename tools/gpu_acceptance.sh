@@ -27,7 +27,9 @@
 # stages share the GPU says so in OUT_DIR/summary.txt). On an 80 GB H100, tests,train,interrupt together ran the train
 # stage's resume out of memory and, on a fresh machine, the slower test folders past 420 s, and tests,interrupt ran
 # the parity tests out of memory: there, give tests alone, then train,interrupt (a GPU under 100 GiB with tests and
-# another stage gets a warning at the start and in OUT_DIR/summary.txt). Kernel caches: fla's Triton kernels autotune and TileLang
+# another stage gets a warning at the start and in OUT_DIR/summary.txt). On such a GPU the tests stage runs the models
+# folder (the real-width parity tests hold about 45 GiB) after the other folders, not beside them: all six side by
+# side ran it and the entry's GPU test out of memory on an 80 GB H100. Kernel caches: fla's Triton kernels autotune and TileLang
 # JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and saves
 # the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
 # configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
@@ -49,7 +51,8 @@ BENCH_MBS=${3:-1,2,4}
 LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room for the start and the caches
 CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
 WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
-# the stages time out at LIMIT_S, LIMIT_S/2 and 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
+# the stages time out at LIMIT_S (the tests stage's two waves on a small GPU at 3/5 and 2/5 of it), LIMIT_S/2 and
+# 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
 # sets no limit, and a stage that overruns the device call is killed before its logs are packed
 KILL_AFTER_S=20  # a run still going this long after its SIGTERM (its limit, or an interrupt) gets SIGKILL
 if ! [[ $LIMIT_S =~ ^[1-9][0-9]{0,6}$ ]] || [ "$LIMIT_S" -lt 2 ]; then  # 7 digits (115 days); 20 overflowed bash
@@ -72,11 +75,16 @@ for stage in "${selected[@]}"; do
   [[ $seen != *",$stage,"* ]] || { echo "error: stage '$stage' given twice in '$STAGES'; give each once" >&2; exit 2; }
   seen="$seen$stage,"
 done
-# the tests stage beside another on a GPU under 100 GiB: the parity tests ran out of memory beside the interrupt stage
-# on an 80 GB H100; a warning, as an H100 may have the memory free when the other stage is small
+# a GPU under 100 GiB (an 80 GB H100): the parity tests ran out of memory beside the interrupt stage, and beside the
+# other test folders. The tests stage then runs the models folder last, alone; beside another stage it gets a warning,
+# as an H100 may have the memory free when the other stage is small.
 SHARING_WARNING=""
-gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
-if [[ $seen == *,tests,* && ${#selected[@]} -gt 1 && $gpu_mib =~ ^[0-9]+$ ]] && [ "$gpu_mib" -lt 102400 ]; then
+SMALL_GPU=0
+if [[ $seen == *,tests,* ]]; then
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+  [[ $gpu_mib =~ ^[0-9]+$ ]] && [ "$gpu_mib" -lt 102400 ] && SMALL_GPU=1
+fi
+if [ "$SMALL_GPU" = 1 ] && [ ${#selected[@]} -gt 1 ]; then
   SHARING_WARNING="warning: stages $STAGES side by side on a GPU of $gpu_mib MiB: on an 80 GB H100 the tests"
   SHARING_WARNING+=" stage's parity tests ran out of memory beside the interrupt stage; give tests alone, then the rest"
   echo "$SHARING_WARNING" >&2
@@ -185,20 +193,29 @@ trap 'stop_on_signal INT 130' INT
 trap 'stop_on_signal TERM 143' TERM
 run_bounded "$OUT_DIR/doctor.txt" "$LIMIT_S" python3 -m megatron.oellm doctor
 
-# pytest of one test folder; a test still running after 240 s dumps every thread's stack into the log.
+# pytest of one test folder within $3 seconds; a test still running after 240 s dumps every thread's stack into the log.
 gpu_pytest() {
-  run_bounded "$OUT_DIR/pytest_$1.log" "$LIMIT_S" \
+  run_bounded "$OUT_DIR/pytest_$1.log" "$3" \
     python3 -m pytest -q -s -p no:cacheprovider -o faulthandler_timeout=240 -m gpu "$2"
   echo "pytest $1: rc $? $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$OUT_DIR/pytest_$1.log" | tail -1)"
 }
 
+# The test folders side by side, each within the stage's limit; on a GPU under 100 GiB the models folder after the
+# others have ended, the two waves within 3/5 and 2/5 of the limit (on an H100 with the kernel cache the first took
+# 100 s, the models folder 65 s).
 stage_tests() {
-  gpu_pytest layers tests/unit_tests/layers &
-  gpu_pytest patches tests/unit_tests/patches &
-  gpu_pytest backends tests/unit_tests/backends &
-  PARITY_REPORT="$OUT_DIR/parity.md" gpu_pytest models tests/unit_tests/models &
-  gpu_pytest training tests/unit_tests/training &
-  gpu_pytest bench tests/unit_tests/bench &
+  local limit=$LIMIT_S models_limit=$LIMIT_S
+  [ "$SMALL_GPU" = 1 ] && limit=$((LIMIT_S * 3 / 5)) && models_limit=$((LIMIT_S - limit))
+  gpu_pytest layers tests/unit_tests/layers "$limit" &
+  gpu_pytest patches tests/unit_tests/patches "$limit" &
+  gpu_pytest backends tests/unit_tests/backends "$limit" &
+  gpu_pytest training tests/unit_tests/training "$limit" &
+  gpu_pytest bench tests/unit_tests/bench "$limit" &
+  if [ "$SMALL_GPU" = 1 ]; then
+    wait
+    echo "(models after the other folders, on a GPU of $gpu_mib MiB)"
+  fi
+  PARITY_REPORT="$OUT_DIR/parity.md" gpu_pytest models tests/unit_tests/models "$models_limit" &
   wait
 }
 

@@ -20,13 +20,13 @@ exit 0
 """
 
 
-def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = "", bench_rc: int = 0
-                   ) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The script from ``tmp_path`` (not the repository root) with the stand-in python3, whose recipe runs print
-    ``run_output`` and whose ``oellm bench`` exits ``bench_rc``; returns the calls."""
+def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = "", bench_rc: int = 0,
+                   fake_python3: str = FAKE_PYTHON3) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The script from ``tmp_path`` (not the repository root) with the stand-in python3 ``fake_python3``, whose
+    recipe runs print ``run_output`` and whose ``oellm bench`` exits ``bench_rc``; returns the calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "python3").write_text(FAKE_PYTHON3)
+    (bin_dir / "python3").write_text(fake_python3)
     (bin_dir / "python3").chmod(0o755)
     log = tmp_path / "python3.log"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),

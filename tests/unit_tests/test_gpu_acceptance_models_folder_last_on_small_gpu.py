@@ -1,0 +1,49 @@
+"""On a GPU under 100 GiB the tests stage of ``tools/gpu_acceptance.sh`` runs the models folder after the other test
+folders have ended: all six side by side ran the real-width parity tests and the entry's GPU test out of memory on an
+80 GB H100 (session 49). On a larger GPU all six run side by side. A stand-in ``python3`` records when each pytest
+starts and ends; a stand-in ``nvidia-smi`` gives the GPU's memory."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from test_gpu_acceptance_script import run_acceptance
+from test_gpu_acceptance_small_gpu_warning import _fake_nvidia_smi
+
+TIMED_PYTHON3 = """#!/usr/bin/env bash
+folder=""
+[[ "$*" == *" -m gpu "* ]] && folder=${@: -1}
+[ -n "$folder" ] && echo "start $folder" >> "$FAKE_LOG" && sleep 0.4 && echo "end $folder" >> "$FAKE_LOG"
+exit 0
+"""
+FOLDERS = {f"tests/unit_tests/{name}" for name in ("layers", "patches", "backends", "models", "training", "bench")}
+
+
+def _events(calls: list[str]) -> list[tuple[str, str]]:
+    return [(kind, folder) for kind, folder in (call.split(" ", 1) for call in calls if call.startswith(("start", "end")))]
+
+
+def test_models_folder_starts_after_the_others_end_on_an_80gb_gpu(tmp_path: Path) -> None:
+    total_mib = random.randint(40_000, 102_399)
+    _fake_nvidia_smi(tmp_path, total_mib)
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "tests", fake_python3=TIMED_PYTHON3)
+    assert done.returncode == 0, done.stderr
+    events = _events(calls)
+    assert {folder for _kind, folder in events} == FOLDERS
+    models_start = events.index(("start", "tests/unit_tests/models"))
+    ended_before = {folder for kind, folder in events[:models_start] if kind == "end"}
+    assert ended_before == FOLDERS - {"tests/unit_tests/models"}, events
+    assert f"(models after the other folders, on a GPU of {total_mib} MiB)" in (tmp_path / "out" / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("total_mib", [102_400, 143_771])
+def test_all_folders_side_by_side_on_a_large_gpu(tmp_path: Path, total_mib: int) -> None:
+    _fake_nvidia_smi(tmp_path, total_mib)
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "tests", fake_python3=TIMED_PYTHON3)
+    assert done.returncode == 0, done.stderr
+    events = _events(calls)
+    first_end = next(index for index, (kind, _folder) in enumerate(events) if kind == "end")
+    assert {folder for kind, folder in events[:first_end] if kind == "start"} == FOLDERS, events
+    assert "models after the other folders" not in (tmp_path / "out" / "summary.txt").read_text()
