@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 
@@ -10,3 +12,66 @@ def nearest_existing(path: Path) -> Path:
     when it creates ``path``, so whether that is a folder and writable decides whether ``path`` can be made. A
     relative ``path`` ends at the current folder at worst, an absolute one at ``/``."""
     return next(candidate for candidate in (path, *path.parents) if candidate.exists())
+
+
+PSEUDO_FILE_SYSTEMS = frozenset({"autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs",
+                                 "devpts", "efivarfs", "fusectl", "mqueue", "nsfs", "proc", "pstore", "securityfs",
+                                 "selinuxfs", "sysfs", "tracefs"})
+"""Kernel file systems (``/proc``, ``/sys``, their cgroup, debug and security mounts) in which no ordinary folder or
+file can be made, root included, though they are mounted read-write and ``os.access`` lets root through."""
+MOUNT_TABLE = Path("/proc/self/mounts")
+
+Mounts = list[tuple[str, str]]
+"""A mount table as :func:`read_mounts` parses it: ``(mount point, file system type)`` in the table's order."""
+
+
+def read_mounts() -> Mounts:
+    """The mounts of :data:`MOUNT_TABLE`, their escaped mount points decoded (a space is ``\\040``), read once for a
+    check that asks about several paths; empty where the table cannot be read (not Linux)."""
+    try:
+        lines = MOUNT_TABLE.read_text().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 3:
+            mounts.append((re.sub(r"\\([0-7]{3})", lambda code: chr(int(code[1], 8)), fields[1]), fields[2]))
+    return mounts
+
+
+def file_system_type(path: Path, mounts: Mounts | None = None) -> str | None:
+    """The type of the file system holding existing ``path`` (``ext4``, ``proc``, ...): that of the innermost of
+    ``mounts`` (read from :data:`MOUNT_TABLE` where not given) whose mount point is ``path`` or lies above it once
+    links are resolved. None where the table cannot be read (not Linux)."""
+    resolved = os.path.realpath(path)
+    found, depth = None, -1
+    for point, kind in read_mounts() if mounts is None else mounts:
+        inside = point == "/" or resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= depth:  # a later mount on the same point covers the earlier one
+            found, depth = kind, len(point)
+    return found
+
+
+def unwritable_reason(directory: Path, mounts: Mounts | None = None) -> str | None:
+    """Why this process could not create ``directory`` (with missing parents) and write files into it, judged
+    without creating anything on its nearest existing ancestor, as ``os.makedirs`` and ``open`` would meet it: a
+    file, a kernel pseudo file system (:data:`PSEUDO_FILE_SYSTEMS`, looked up in ``mounts``, read where not given), a
+    read-only mount, or no write permission (which root bypasses, hence the first two). None where it could."""
+    existing = nearest_existing(directory)
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    kind = file_system_type(existing, mounts)
+    if kind in PSEUDO_FILE_SYSTEMS:
+        return f"{existing} is on the kernel's {kind} file system, in which no folder or file can be made"
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return f"{existing} is on a read-only file system"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"this process's user may not write into {existing}"
+    return None
+
+
+def can_write_into(directory: Path, mounts: Mounts | None = None) -> bool:
+    """Whether this process may create ``directory`` (with missing parents) and write files into it
+    (:func:`unwritable_reason` finds nothing against it, ``mounts`` read where not given)."""
+    return unwritable_reason(directory, mounts) is None

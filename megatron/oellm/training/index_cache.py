@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.oellm.paths import nearest_existing
+from megatron.oellm.paths import can_write_into, read_mounts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -53,59 +52,6 @@ def default_index_cache(prefix: str) -> Path:
     return Path(prefix) / "cache" / "GPTDataset_indices"
 
 
-PSEUDO_FILE_SYSTEMS = frozenset({"autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs",
-                                 "devpts", "efivarfs", "fusectl", "mqueue", "nsfs", "proc", "pstore", "securityfs",
-                                 "selinuxfs", "sysfs", "tracefs"})
-"""Kernel file systems (``/proc``, ``/sys``, their cgroup, debug and security mounts) in which no ordinary folder or
-file can be made, root included, though they are mounted read-write and ``os.access`` lets root through."""
-MOUNT_TABLE = Path("/proc/self/mounts")
-
-
-def file_system_type(path: Path) -> str | None:
-    """The type of the file system holding existing ``path`` (``ext4``, ``proc``, ...): that of the innermost mount
-    in :data:`MOUNT_TABLE` whose mount point is ``path`` or lies above it once links are resolved. None where the
-    table cannot be read (not Linux)."""
-    resolved = os.path.realpath(path)
-    try:
-        lines = MOUNT_TABLE.read_text().splitlines()
-    except OSError:
-        return None
-    found, depth = None, -1
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        point = re.sub(r"\\([0-7]{3})", lambda code: chr(int(code[1], 8)), fields[1])  # \040 is a space
-        inside = point == "/" or resolved == point or resolved.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= depth:  # a later mount on the same point covers the earlier one
-            found, depth = fields[2], len(point)
-    return found
-
-
-def unwritable_reason(directory: Path) -> str | None:
-    """Why this process could not create ``directory`` (with missing parents) and write files into it, judged
-    without creating anything on its nearest existing ancestor, as ``os.makedirs`` and ``open`` would meet it: a
-    file, a kernel pseudo file system (:data:`PSEUDO_FILE_SYSTEMS`), a read-only mount, or no write permission
-    (which root bypasses, hence the first two). None where it could."""
-    existing = nearest_existing(directory)
-    if not existing.is_dir():
-        return f"{existing} is a file"
-    kind = file_system_type(existing)
-    if kind in PSEUDO_FILE_SYSTEMS:
-        return f"{existing} is on the kernel's {kind} file system, in which no folder or file can be made"
-    if os.statvfs(existing).f_flag & os.ST_RDONLY:
-        return f"{existing} is on a read-only file system"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"this process's user may not write into {existing}"
-    return None
-
-
-def can_write_into(directory: Path) -> bool:
-    """Whether this process may create ``directory`` (with missing parents) and write files into it
-    (:func:`unwritable_reason` finds nothing against it)."""
-    return unwritable_reason(directory) is None
-
-
 def lacks_index_cache(directory: Path) -> bool:
     """Whether ``directory`` certainly holds no complete GPTDataset index cache (:data:`INDEX_CACHE_FILES`), for any
     configuration: missing (a file in its path included), or listed without one. False when it cannot be listed
@@ -135,9 +81,10 @@ def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
     this run's depends on the run's sample counts and tokenizer, known only then."""
     if args.data_cache_path is not None:
         return
+    mounts = read_mounts()  # after check_data_source found each dataset's files, so automounts show their own type
     for prefix in prefixes:
         cache = default_index_cache(prefix)
-        if not can_write_into(cache) and lacks_index_cache(cache):
+        if not can_write_into(cache, mounts) and lacks_index_cache(cache):
             raise ValueError(f"dataset {prefix!r}: without --data-cache-path megatron-core writes its index cache to "
                              f"{cache}, which this process cannot write, and no cache is there to reuse; "
                              "give --data-cache-path DIR, a writable directory (the cache is reused by later runs)")

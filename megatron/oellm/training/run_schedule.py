@@ -9,8 +9,7 @@ import argparse
 from pathlib import Path
 
 from megatron.oellm.megatron_args import megatron_flag
-from megatron.oellm.paths import nearest_existing
-from megatron.oellm.training.index_cache import unwritable_reason
+from megatron.oellm.paths import nearest_existing, unwritable_reason
 
 
 def _run_iterations(args: argparse.Namespace) -> int | None:
@@ -82,7 +81,7 @@ def check_save_directory(args: argparse.Namespace) -> None:
 
 def check_save_writable(save: str) -> None:
     """Raise ``ValueError`` when this process could not create ``--save save`` or write into it
-    (:func:`megatron.oellm.training.index_cache.unwritable_reason`: a read-only mount, ``/proc`` or ``/sys``, a folder
+    (:func:`megatron.oellm.paths.unwritable_reason`: a read-only mount, ``/proc`` or ``/sys``, a folder
     of another user): megatron creates it, and writes each checkpoint, only when it first saves."""
     reason = unwritable_reason(Path(save))
     if reason is not None:

@@ -275,7 +275,7 @@ def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun
     corpus = Path(build_corpus([document], tmp_path / "data" / "shared").prefix)
     local = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1", "--output-dir",
              str(tmp_path), "--data-path", str(corpus), "--tokenizer-model", "byte"]
-    monkeypatch.setattr(index_cache, "can_write_into", lambda folder: False)
+    monkeypatch.setattr(index_cache, "can_write_into", lambda folder, mounts: False)
     assert main(local) == 2
     err = capsys.readouterr().err
     assert "--local row 1: the training entry would stop every rank at start: ValueError: dataset " \

@@ -80,7 +80,7 @@ def test_an_index_cache_directory_that_cannot_be_listed_is_let_through(monkeypat
 
     monkeypatch.setattr(os, "listdir", unlistable)
     assert index_cache.lacks_index_cache(cache) is False
-    monkeypatch.setattr(index_cache, "can_write_into", lambda _directory: False)  # the read-only dataset directory
+    monkeypatch.setattr(index_cache, "can_write_into", lambda _directory, _mounts: False)  # the read-only dataset directory
     index_cache.check_index_cache(_validated(["--data-path", prefix]), [prefix])
     other = corpus(tmp_path, _name())  # no cache directory at all: nothing to reuse, so refused
     with pytest.raises(ValueError, match=rf"^dataset '{other}': without --data-cache-path .* cannot write"):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.training import index_cache
-from megatron.oellm.training.index_cache import can_write_into, file_system_type, unwritable_reason
+from megatron.oellm import paths
+from megatron.oellm.paths import can_write_into, file_system_type, unwritable_reason
 from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, Reached, entry_up_to_pretrain, refused_line
 
 
@@ -74,10 +74,10 @@ def test_the_innermost_mount_decides(tmp_path, monkeypatch):
     table = tmp_path / "mounts"
     table.write_text(f"/dev/vda / ext4 rw 0 0\nproc {escaped} proc rw 0 0\ntmpfs {escaped} tmpfs rw 0 0\n"
                      f"sysfs {escaped}/inner sysfs rw 0 0\n")
-    monkeypatch.setattr(index_cache, "MOUNT_TABLE", table)
+    monkeypatch.setattr(paths, "MOUNT_TABLE", table)
     assert file_system_type(spaced) == "tmpfs"
     assert file_system_type(spaced / "inner") == "sysfs"
     assert file_system_type(tmp_path) == "ext4"
     assert unwritable_reason(spaced / "inner" / "ckpt").startswith(f"{spaced / 'inner'} is on the kernel's sysfs")
-    monkeypatch.setattr(index_cache, "MOUNT_TABLE", tmp_path / "missing")
+    monkeypatch.setattr(paths, "MOUNT_TABLE", tmp_path / "missing")
     assert file_system_type(spaced) is None
