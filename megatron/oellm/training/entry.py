@@ -105,19 +105,26 @@ def provenance() -> str:
             f"megatron-core {megatron_core_release()} from {Path(megatron.core.__file__).resolve().parent}")
 
 
-def expanded_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the named card's flags, the training defaults and the backend's implementation filled in
-    (``ValueError`` for a command line the parser refuses: :func:`check_command_line`)."""
-    check_command_line(argv)
-    merged = merge_card_flags(argv)
-    return with_backend_implementation(with_training_defaults(merged.argv if merged else argv))
-
-
-def stated_destinations(user_argv: Sequence[str]) -> set[str]:
-    """Parser destinations the user's command line or its card sets, not the training defaults the entry fills in
-    (:func:`expanded_argv`): a default equal to what the user wrote would otherwise be told apart by value only."""
+def stated_argv(user_argv: Sequence[str]) -> list[str]:
+    """``user_argv`` with the named card's flags filled in: what the user and the card state, before the entry's
+    defaults (``ValueError`` for a command line the parser refuses, :func:`check_command_line`, or one contradicting
+    the card). Merged once, for :func:`expanded_argv` and :func:`stated_destinations` both."""
+    check_command_line(user_argv)
     merged = merge_card_flags(user_argv)
-    return explicit_destinations(merged.argv if merged else user_argv)
+    return merged.argv if merged else list(user_argv)
+
+
+def expanded_argv(stated: Sequence[str]) -> list[str]:
+    """The :func:`stated_argv` ``stated`` with the training defaults and the backend's implementation filled in: the
+    command line Megatron parses."""
+    return with_backend_implementation(with_training_defaults(stated))
+
+
+def stated_destinations(stated: Sequence[str]) -> set[str]:
+    """Parser destinations the user's command line or its card sets (the :func:`stated_argv` ``stated``), not the
+    training defaults :func:`expanded_argv` fills in: a default equal to what the user wrote would otherwise be told
+    apart by value only."""
+    return explicit_destinations(stated)
 
 
 def training_config(args: argparse.Namespace) -> object:
@@ -163,8 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
     user_argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        argv = expanded_argv(user_argv)
-        stated = stated_destinations(user_argv)
+        stated_line = stated_argv(user_argv)
+        argv = expanded_argv(stated_line)
+        stated = stated_destinations(stated_line)
     except ValueError as error:
         return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv
