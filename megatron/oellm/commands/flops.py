@@ -173,11 +173,9 @@ def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document
                         "give values a training run could have used") from None
 
 
-def flops_report(args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON report of ``oellm flops``; in megatron-compatible mode the breakdown holds Megatron's one total."""
-    check_positive_options(args)
-    check_peak_options(args)
-    card = get_card(args.model)
+def flops_report(args: argparse.Namespace, card: ModelCard) -> dict[str, Any]:
+    """The JSON report of ``oellm flops`` for ``card``, the card ``args.model`` names (:func:`run` loads it once, for
+    the count and its placeholder notes); in megatron-compatible mode the breakdown holds Megatron's one total."""
     padded_vocab = pad_vocab(card.vocab_size) if args.padded_vocab is None else args.padded_vocab
     corrected = training_flops_per_token(card, args.seq_length, padded_vocab, args.document_lengths)
     report: dict[str, Any] = {"model": card.name, "seq_length": args.seq_length, "padded_vocab": padded_vocab,
@@ -272,12 +270,15 @@ def format_table(report: dict[str, Any], notes: Sequence[str] = ()) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report as a table or JSON (a card's placeholder note then on stderr); bad input exits 2 with the
-    reason."""
+    reason, the options' own checks made before the card is loaded."""
     try:
-        report = flops_report(args)
+        check_positive_options(args)
+        check_peak_options(args)
+        card = get_card(args.model)
+        report = flops_report(args, card)
     except (CardError, FlopError, ValueError) as error:
         return refuse("flops", error)
-    notes = placeholder_notes([get_card(report["model"])])
+    notes = placeholder_notes([card])
     if args.json:
         print(json.dumps(report, indent=2))
         for line in notes:  # stdout holds the JSON only
