@@ -251,6 +251,10 @@ _STOP_RANK = FAILURE_MARKERS.index(SLURM_STOPS[0])
 """The place of slurmstepd's stop lines in :data:`FAILURE_MARKERS`: the markers before them outrank them when they
 are printed before the step's first stop line."""
 
+_WITHOUT_STOPS = FAILURE_MARKERS[:_STOP_RANK] + FAILURE_MARKERS[_STOP_RANK + len(SLURM_STOPS):]
+""":data:`FAILURE_MARKERS` less slurmstepd's stop lines: what a run's text is searched for once :func:`slurm_stop`
+found none of them there."""
+
 
 @dataclass(frozen=True)
 class IterationLine:
@@ -496,7 +500,7 @@ def detect_failure(lines: list[str], live_from: int) -> str:
     or that ended a thread other than the main one (:func:`mark_ignored_tracebacks`) is no crash."""
     text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])  # marked first: a header may precede live_from
     if (found := slurm_stop(text)) is None:
-        return first_failure(text, FAILURE_MARKERS)
+        return first_failure(text, _WITHOUT_STOPS)
     stop, status = found
     before = _before_stop(text, text.rfind("\n", 0, stop.start()) + 1)
     return first_failure(before, FAILURE_MARKERS[:_STOP_RANK]) or status(stop, text)
