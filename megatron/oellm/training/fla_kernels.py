@@ -20,14 +20,23 @@ from megatron.oellm.doctor.probes import PACKAGE_PROBES, distribution_version, f
 from megatron.oellm.doctor.rules import FLA_TILELANG_FIX, fla_affected_triton, fla_tilelang_blocker
 
 
+def _fla_layers_on_affected_triton(card: ModelCard, triton: str | None) -> bool:
+    """Whether ``card`` has GDN or KDA layers (fla's kernels) and Triton release ``triton`` is in fla issue 640's
+    range: the facts read without the GPU or tilelang, so a run they rule out asks neither."""
+    return card.linear_mixer != "none" and triton is not None and bool(fla_affected_triton(triton))
+
+
+def _is_hopper(capability: tuple[int, int] | None) -> bool:
+    """Whether compute ``capability`` is Hopper's 9.x (None: no GPU seen)."""
+    return capability is not None and capability[0] == 9
+
+
 def fla_backward_problem(card: ModelCard, capability: tuple[int, int] | None, triton: str | None,
                          tilelang_blocker: str | None) -> str:
     """Why the run's fla backward would raise ('' when it would not): ``card`` has GDN or KDA layers, the GPU's compute
     capability is Hopper's 9.x, ``triton`` is in fla issue 640's range, and ``tilelang_blocker``
     (:func:`~megatron.oellm.doctor.rules.fla_tilelang_blocker`) says why fla cannot take its TileLang path."""
-    if card.linear_mixer == "none" or capability is None or capability[0] != 9 or triton is None:
-        return ""
-    if not fla_affected_triton(triton) or tilelang_blocker is None:
+    if not _fla_layers_on_affected_triton(card, triton) or not _is_hopper(capability) or tilelang_blocker is None:
         return ""
     return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, whose fla 0.6.0 backward is wrong on "
             f"this Hopper GPU (compute capability {capability[0]}.{capability[1]}) with Triton {triton} (fla issue "
@@ -50,17 +59,16 @@ def tilelang_blocker_here(env: Mapping[str, str]) -> str | None:
 
 def check_fla_backward(card: ModelCard, env: Mapping[str, str] | None = None) -> None:
     """Raise ``ValueError`` naming :func:`fla_backward_problem` for the run's card on this process's GPU. Reads the
-    GPU and tilelang only for a card with GDN or KDA layers and an affected Triton, so other runs pay nothing."""
+    GPU only for a card with GDN or KDA layers and an affected Triton, and tilelang only on a Hopper GPU, so other
+    runs pay nothing; the verdict is :func:`fla_backward_problem`'s, with the same gates."""
     import torch
 
     env = os.environ if env is None else env
     triton = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "triton"))
-    if card.linear_mixer == "none" or triton is None or not fla_affected_triton(triton):
-        return
-    if not torch.cuda.is_available():
+    if not _fla_layers_on_affected_triton(card, triton) or not torch.cuda.is_available():
         return
     capability = torch.cuda.get_device_capability()
-    if capability[0] != 9:
+    if not _is_hopper(capability):
         return
     problem = fla_backward_problem(card, capability, triton, tilelang_blocker_here(env))
     if problem:
