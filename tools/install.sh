@@ -14,11 +14,13 @@
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 # A CPU build of torch on a node whose nvidia-smi lists a GPU (a venv made on a GPU-less login node) is refused.
 # pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
-# the README's two commands) runs on a compute node without a package index. The gdn extra with a Triton in
-# [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100, H200, GH200) fla 0.6.0 refuses its
-# Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its TileLang one instead; it is installed
-# without a GPU in sight too, as a shared environment is often filled on a GPU-less login node, but not on a node
-# whose listed GPUs are all of another generation.
+# the README's two commands) runs on a compute node without a package index.
+# An environment whose editable megatron-oellm is another checkout's (a project environment several users share) is
+# refused (exit 2) before any pip call, naming that checkout: OELLM_REPOINT=1 re-points it to this one.
+# The gdn extra with a Triton in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100,
+# H200, GH200) fla 0.6.0 refuses its Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its
+# TileLang one instead; it is installed without a GPU in sight too, as a shared environment is often filled on a
+# GPU-less login node, but not on a node whose listed GPUs are all of another generation.
 # The te extra keeps a Transformer Engine that imports (a cluster container's) and is otherwise refused: TE's PyTorch
 # extension is an sdist compiled against the installed torch with CUDA headers (tools/te_cpu_env.sh has the steps).
 set -euo pipefail
@@ -80,6 +82,9 @@ if [[ ",${EXTRAS}," == *,te,* ]]; then
   EXTRAS=$(sed -e 's/^te,//; s/,te$//; s/,te,/,/; s/^te$//' <<< "$EXTRAS")
   echo "install.sh: keeping the Transformer Engine that imports here (the te extra installs nothing more)"
 fi
+# before any pip call: in an environment several checkouts share (a project's, on GPFS), `pip install -e .` would
+# re-point its editable megatron-oellm, and so the code everyone's jobs run, to this checkout without a word
+[ "${OELLM_REPOINT:-}" = 1 ] || "$PY" tools/install_needs.py "$EXTRAS" --refuse-repoint
 # the GPUs' compute capabilities: where nvidia-smi lists GPUs and none is Hopper's 9.x (an A100 node), the TileLang
 # set fla needs only on Hopper is left out (a login node without GPUs gets it, for the Hopper nodes)
 CAPABILITIES=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |

@@ -2,6 +2,7 @@
 environment is complete).
 
     python tools/install_needs.py EXTRAS [--no-hopper]
+    python tools/install_needs.py EXTRAS --refuse-repoint   # exit 2 if ``-e .`` would re-point another checkout
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
 order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not installed (editable, at its version) or a
@@ -95,21 +96,41 @@ def unmet(requirements: Iterable[str]) -> list[str]:
     return missing
 
 
-def checkout_installed() -> bool:
-    """Whether megatron-oellm is installed editable from this checkout (PEP 610's ``direct_url.json``, whose path pip
-    records as typed: a symlinked home is compared resolved) at its version, so that ``import megatron.oellm`` runs
-    this checkout's code."""
+def editable_folder() -> Path | None:
+    """The folder (resolved: pip records the path as typed, and a symlinked home is the same folder) that this
+    Python's megatron-oellm is installed editable from (PEP 610's ``direct_url.json``); None when it is not installed
+    or not editable. install.sh must not re-point another checkout's editable install without being asked to."""
     try:
         distribution = metadata.distribution("megatron-oellm")
     except metadata.PackageNotFoundError:
-        return False
-    text = (ROOT / "megatron/oellm/__init__.py").read_text()
-    version = re.search(r'^__version__ = "([^"]+)"', text, re.M)
+        return None
     direct = json.loads(distribution.read_text("direct_url.json") or "{}")
     url = urlparse(direct.get("url", ""))
-    return (direct.get("dir_info", {}).get("editable", False) and url.scheme == "file"
-            and Path(unquote(url.path)).resolve() == ROOT
-            and version is not None and distribution.version == version.group(1))
+    if not direct.get("dir_info", {}).get("editable", False) or url.scheme != "file":
+        return None
+    return Path(unquote(url.path)).resolve()
+
+
+def checkout_installed() -> bool:
+    """Whether megatron-oellm is installed editable from this checkout at its version, so that ``import
+    megatron.oellm`` runs this checkout's code and pip's metadata (version, the ``oellm`` script) is current."""
+    if editable_folder() != ROOT:
+        return False
+    version = re.search(r'^__version__ = "([^"]+)"', (ROOT / "megatron/oellm/__init__.py").read_text(), re.M)
+    return version is not None and metadata.version("megatron-oellm") == version.group(1)
+
+
+def package_needed(extras: Sequence[str]) -> bool:
+    """Whether install.sh runs ``pip install -e .[EXTRAS]``: this checkout is not installed, or a requirement of
+    setup.py or of ``extras`` is unmet."""
+    return not checkout_installed() or bool(unmet(setup_requirements(extras)))
+
+
+def repointed_folder(extras: Sequence[str]) -> Path | None:
+    """The other checkout whose editable install ``pip install -e .`` of this one would replace, None when nothing
+    would be re-pointed. In a shared (project) environment that changes the code every user's jobs run."""
+    folder = editable_folder()
+    return folder if folder not in (None, ROOT) and package_needed(extras) else None
 
 
 def release_of(version: str) -> tuple[int, int, int, int] | None:
@@ -148,21 +169,37 @@ def needs(extras: Sequence[str], hopper_possible: bool = True) -> list[str]:
     """The requirements install.sh installs, in its order (see the module docstring); ``hopper_possible`` False on a
     node whose listed GPUs are all of another generation, which needs no TileLang."""
     wanted: list[str] = unmet([MEGATRON_CORE_PIN])
-    if not checkout_installed() or unmet(setup_requirements(extras)):
+    if package_needed(extras):
         wanted.append(f"-e .[{','.join(extras)}]" if extras else "-e .")
     if hopper_possible and "gdn" in extras and triton_needs_tilelang():
         wanted += unmet(tilelang_pins())
     return wanted
 
 
+def repoint_refusal(folder: Path) -> str:
+    """install.sh's one-line error for an environment whose editable megatron-oellm is ``folder``, another checkout."""
+    return (f"error: install.sh: this Python's megatron-oellm is an editable install of another checkout, {folder}; "
+            f"installing {ROOT} would re-point it, and every job using this environment would run this checkout's "
+            "code: set OELLM_REPOINT=1 to re-point it, or use a venv of your own (python3 -m venv .venv)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print :func:`needs` for the command line's EXTRAS, one per line."""
+    """Print :func:`needs` for the command line's EXTRAS, one per line; with ``--refuse-repoint``, print nothing and
+    exit 2 with :func:`repoint_refusal` when installing them would re-point another checkout's editable install."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("extras", help="install.sh's comma-separated EXTRAS (checked against setup.py by it)")
     parser.add_argument("--no-hopper", action="store_true",
                         help="nvidia-smi lists this node's GPUs and none is Hopper: no TileLang set")
+    parser.add_argument("--refuse-repoint", action="store_true",
+                        help="only check: exit 2 naming the other checkout whose editable install would be re-pointed")
     args = parser.parse_args(argv)
     given = [normalized_extra(extra) for extra in args.extras.split(",") if extra.strip()]
+    if args.refuse_repoint:
+        folder = repointed_folder(given)
+        if folder is not None:
+            print(repoint_refusal(folder), file=sys.stderr)
+            return 2
+        return 0
     lines = needs(given, hopper_possible=not args.no_hopper)
     if lines:
         print("\n".join(lines))
