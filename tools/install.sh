@@ -14,7 +14,8 @@
 # build. TORCH_INDEX_URL names another index for a GPU node (e.g. a CUDA 12 build of PyTorch's for an older driver).
 # A CPU build of torch on a node whose nvidia-smi lists a GPU (a venv made on a GPU-less login node) is refused.
 # pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
-# the README's two commands) runs on a compute node without a package index.
+# the README's two commands) runs on a compute node without a package index. This checkout on PYTHONPATH counts as
+# installed (an air-gapped node with the offline site bundle: README, "Air-gapped nodes"); a failing pip says so.
 # An environment whose editable megatron-oellm is another checkout's (a project environment several users share) is
 # refused (exit 2) before any pip call, naming that checkout: OELLM_REPOINT=1 re-points it to this one.
 # The gdn extra with a Triton in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100,
@@ -45,7 +46,14 @@ version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/nu
       "PYTHON=python3.12" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
-PIP=("$PY" -m pip install -q --disable-pip-version-check)
+# a failing pip (on a compute node, most often: no package index) gets one line naming the offline way
+pip_install() {
+  "$PY" -m pip install -q --disable-pip-version-check "$@" ||
+    { local status=$?
+      echo "install.sh: pip install failed; no package index reachable? use the offline site bundle instead" \
+           "(README.md, \"Air-gapped nodes\")" >&2
+      return "$status"; }
+}
 TORCH_VERSION=2.13.0
 TORCH_CUDA13_DRIVER=580
 # EXTRAS is checked against setup.py before anything is installed: pip only warns about an extra the package lacks
@@ -105,8 +113,8 @@ if "$PY" -c "import torch" 2>/dev/null; then
 else
   if [ -z "$DRIVER" ]; then
     echo "install.sh: no NVIDIA GPU listed by nvidia-smi: installing the CPU build torch==${TORCH_VERSION}+cpu"
-    "${PIP[@]}" "torch==${TORCH_VERSION}+cpu" "numpy<2.4" 2>/dev/null ||
-      "${PIP[@]}" --extra-index-url "${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
+    pip_install "torch==${TORCH_VERSION}+cpu" "numpy<2.4" 2>/dev/null ||
+      pip_install --extra-index-url "${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
         "torch==${TORCH_VERSION}+cpu" "numpy<2.4"
   else
     if [ -z "${TORCH_INDEX_URL:-}" ] && { ! [[ "${DRIVER%%.*}" =~ ^[0-9]+$ ]] ||
@@ -117,31 +125,31 @@ else
       exit 1
     fi
     echo "install.sh: NVIDIA driver ${DRIVER}: installing a CUDA build of torch==${TORCH_VERSION}"
-    "${PIP[@]}" ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}" "numpy<2.4"
+    pip_install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}" "numpy<2.4"
     "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" ||
       { echo "error: a CPU build of torch was installed on a GPU node (a find-links folder or index holding" \
              "torch ${TORCH_VERSION}+cpu wins over PyPI's CUDA wheel): uninstall it and rerun with PIP_FIND_LINKS=''" >&2
         exit 1; }
   fi
 fi
-"$PY" -c "import triton" 2>/dev/null || "${PIP[@]}" triton
+"$PY" -c "import triton" 2>/dev/null || pip_install triton
 NEEDS=$("$PY" tools/install_needs.py "$EXTRAS" $NO_HOPPER)
-[ -n "$NEEDS" ] || echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (editable) and the" \
-                        "requirements of ${EXTRAS:-setup.py} are in place"
+[ -n "$NEEDS" ] || echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (editable, or on" \
+                        "PYTHONPATH) and the requirements of ${EXTRAS:-setup.py} are in place"
 if grep -q '^megatron-core' <<< "$NEEDS"; then
-  "${PIP[@]}" "numpy<2.4"  # first: megatron-core's own numpy requirement would admit 2.4
-  "${PIP[@]}" --ignore-requires-python "megatron-core==0.19.2"
+  pip_install "numpy<2.4"  # first: megatron-core's own numpy requirement would admit 2.4
+  pip_install --ignore-requires-python "megatron-core==0.19.2"
 fi
 if grep -q '^-e ' <<< "$NEEDS"; then
   # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
   # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
-  "${PIP[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
+  pip_install -e ".${EXTRAS:+[$EXTRAS]}"
 fi
 TILELANG=$(grep -v -E '^(megatron-core|-e )' <<< "$NEEDS" || true)
 if [ -n "$TILELANG" ]; then
   echo "install.sh: a Triton whose GDN/KDA backward fla 0.6.0 refuses on Hopper: installing" $TILELANG
   # shellcheck disable=SC2086  # one requirement per word
-  "${PIP[@]}" $TILELANG
+  pip_install $TILELANG
 fi
 # The import check prints the versions only: megatron-core's UserWarnings about packages a CPU or login node lacks
 # (Transformer Engine, Apex: ten lines) are `oellm doctor`'s to report, with what they mean for a run.

@@ -5,10 +5,11 @@ environment is complete).
     python tools/install_needs.py EXTRAS --refuse-repoint   # exit 2 if ``-e .`` would re-point another checkout
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
-order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not installed (editable, at its version) or a
-requirement of setup.py or of an extra is unmet, then the TileLang set of ``docker/constraints.txt`` when the ``gdn``
-extra is asked for and the installed Triton is in the range where fla's Triton GDN/KDA backward is wrong on Hopper
-(fla issue 640), so fla needs its TileLang backward there. The TileLang set does not wait for a Hopper GPU to be seen:
+order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not provided (installed editable at its
+version, or importing from the path, as on an air-gapped node with the checkout on PYTHONPATH) or a requirement of
+setup.py or of an extra is unmet, then the TileLang set of ``docker/constraints.txt`` when the ``gdn`` extra is asked
+for and the installed Triton is in the range where fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640),
+so fla needs its TileLang backward there. The TileLang set does not wait for a Hopper GPU to be seen:
 the environment is often filled on a GPU-less login node for the clusters' Hopper nodes (H100, H200, GH200); only
 ``--no-hopper`` (install.sh passes it where nvidia-smi lists GPUs, none of compute capability 9.x) leaves it out.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.metadata as metadata
+import importlib.util
 import json
 import re
 import sys
@@ -120,10 +122,28 @@ def checkout_installed() -> bool:
     return version is not None and metadata.version("megatron-oellm") == version.group(1)
 
 
+def checkout_imported() -> bool:
+    """Whether ``import megatron.oellm`` finds this checkout's package (its module's folder is
+    ``ROOT/megatron/oellm``): so it does with the checkout on PYTHONPATH, as on an air-gapped node that installed
+    nothing with pip (README, "Air-gapped nodes")."""
+    try:
+        spec = importlib.util.find_spec("megatron.oellm")
+    except ImportError:
+        return False
+    return spec is not None and spec.origin is not None and Path(spec.origin).resolve().parent == ROOT / "megatron/oellm"
+
+
+def checkout_provided() -> bool:
+    """Whether this checkout's code is what imports without installing it: installed editable at its version, or on
+    the path while pip's editable install (if any) is another folder's (one of this folder at an older version is
+    reinstalled, so that its metadata is current)."""
+    return checkout_installed() or (editable_folder() != ROOT and checkout_imported())
+
+
 def package_needed(extras: Sequence[str]) -> bool:
-    """Whether install.sh runs ``pip install -e .[EXTRAS]``: this checkout is not installed, or a requirement of
+    """Whether install.sh runs ``pip install -e .[EXTRAS]``: this checkout is not provided, or a requirement of
     setup.py or of ``extras`` is unmet."""
-    return not checkout_installed() or bool(unmet(setup_requirements(extras)))
+    return not checkout_provided() or bool(unmet(setup_requirements(extras)))
 
 
 def repointed_folder(extras: Sequence[str]) -> Path | None:

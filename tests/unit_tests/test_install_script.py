@@ -2,7 +2,8 @@
 with torch, run against a stand-in Python whose ``-m pip`` only records its arguments (nothing is installed).
 
 The stand-in runs every other command with this interpreter under ``-S`` (no site-packages), so ``import torch``
-and ``import triton`` see only the fake modules of the test's folder; a recorded ``pip install torch==...`` writes
+and ``import triton`` see only the fake modules of the test's folder (and a ``PYTHONPATH`` the test passes, after it);
+its pip fails, printing ``FAKE_PIP_FAILURE``, where that is set; a recorded ``pip install torch==...`` writes
 a fake torch there (a CUDA or a CPU build, as the case says), and ``nvidia-smi`` is a stand-in printing a driver
 version or failing as on a machine without an NVIDIA driver.
 """
@@ -28,6 +29,7 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 FAKE_PYTHON = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
   echo "pip $*" >> "$FAKE_LOG"
+  [ -z "${FAKE_PIP_FAILURE:-}" ] || { echo "$FAKE_PIP_FAILURE" >&2; exit 1; }
   for arg in "$@"; do
     case "$arg" in
       torch==*+cpu) [ "${FAKE_LOCAL_CPU_WHEEL:-1}" = 1 ] || case "$*" in *--extra-index-url*) ;; *) exit 1 ;; esac
@@ -40,7 +42,7 @@ if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
   exit 0
 fi
 case "$*" in *megatron.core*) echo "megatron-oellm (stand-in)"; exit 0 ;; esac
-PYTHONPATH="$FAKE_SITE" exec REAL_PYTHON -S "$@"
+PYTHONPATH="$FAKE_SITE${PYTHONPATH:+:$PYTHONPATH}" exec REAL_PYTHON -S "$@"
 """
 
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
