@@ -8,9 +8,12 @@
 #
 # --python-version is the node's MAJOR.MINOR, 3.11 or later; on 3.11 megatron-core 0.19.2 (declared >= 3.12, with
 # cp311 wheels) is fetched with --ignore-requires-python, as tools/install.sh installs it.
-# On the node:  sha256sum -c site-cp312.tar.xz.sha256   # catches a bundle cut or changed on the way
-#               mkdir -p /tmp/site && tar -xJf site-cp312.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site
-#               python3 -m pip check   # names a requirement the node lacks (BUNDLE_REQUIRES.txt lists them all)
+# On the node, check, then unpack into a fresh folder named after the bundle (unpacked over an earlier bundle, the
+# two would mix: a package's files and dist-info of both versions), only when the check passes:
+#   sha256sum -c site-cp312.tar.xz.sha256 &&   # catches a bundle cut or changed on the way
+#     rm -rf /tmp/site-cp312 && mkdir -p /tmp/site-cp312 && tar -xJf site-cp312.tar.xz -C /tmp/site-cp312 &&
+#     export PYTHONPATH=/tmp/site-cp312
+#   python3 -m pip check   # names a requirement the node lacks (BUNDLE_REQUIRES.txt lists them all)
 # Every run downloads into an emptied wheels folder, so a wheel left by an earlier run with other pins never
 # lands in the bundle.
 # The wheels are compiled for one architecture: x86_64 (default: MareNostrum 5, the lent H200) writes
