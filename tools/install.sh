@@ -16,8 +16,8 @@
 # pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
 # the README's two commands) runs on a compute node without a package index. This checkout on PYTHONPATH counts as
 # installed (an air-gapped node with the offline site bundle: README, "Air-gapped nodes"); a failing pip says so.
-# An environment whose editable megatron-oellm is another checkout's (a project environment several users share) is
-# refused (exit 2) before any pip call, naming that checkout: OELLM_REPOINT=1 re-points it to this one.
+# An environment whose editable megatron-oellm is another checkout's (a project environment several users share) gets
+# a warning before any pip call, naming that checkout: its install is re-pointed to this one.
 # The gdn extra with a Triton in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100,
 # H200, GH200) fla 0.6.0 refuses its Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its
 # TileLang one instead; it is installed without a GPU in sight too, as a shared environment is often filled on a
@@ -90,9 +90,10 @@ if [[ ",${EXTRAS}," == *,te,* ]]; then
   EXTRAS=$(sed -e 's/^te,//; s/,te$//; s/,te,/,/; s/^te$//' <<< "$EXTRAS")
   echo "install.sh: keeping the Transformer Engine that imports here (the te extra installs nothing more)"
 fi
-# before any pip call: in an environment several checkouts share (a project's, on GPFS), `pip install -e .` would
-# re-point its editable megatron-oellm, and so the code everyone's jobs run, to this checkout without a word
-[ "${OELLM_REPOINT:-}" = 1 ] || "$PY" tools/install_needs.py "$EXTRAS" --refuse-repoint
+# before any pip call: in an environment several checkouts share (a project's, on GPFS), `pip install -e .`
+# re-points its editable megatron-oellm, and so the code everyone's jobs run, to this checkout: say so (a warning, not
+# a refusal: a fresh clone's test run in an environment made from another clone must go on)
+"$PY" tools/install_needs.py "$EXTRAS" --warn-repoint
 # the GPUs' compute capabilities: where nvidia-smi lists GPUs and none is Hopper's 9.x (an A100 node), the TileLang
 # set fla needs only on Hopper is left out (a login node without GPUs gets it, for the Hopper nodes)
 CAPABILITIES=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |

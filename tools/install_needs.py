@@ -2,7 +2,7 @@
 environment is complete).
 
     python tools/install_needs.py EXTRAS [--no-hopper]
-    python tools/install_needs.py EXTRAS --refuse-repoint   # exit 2 if ``-e .`` would re-point another checkout
+    python tools/install_needs.py EXTRAS --warn-repoint   # a warning if ``-e .`` would re-point another checkout
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
 order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not provided (installed editable at its
@@ -196,29 +196,30 @@ def needs(extras: Sequence[str], hopper_possible: bool = True) -> list[str]:
     return wanted
 
 
-def repoint_refusal(folder: Path) -> str:
-    """install.sh's one-line error for an environment whose editable megatron-oellm is ``folder``, another checkout."""
-    return (f"error: install.sh: this Python's megatron-oellm is an editable install of another checkout, {folder}; "
-            f"installing {ROOT} would re-point it, and every job using this environment would run this checkout's "
-            "code: set OELLM_REPOINT=1 to re-point it, or use a venv of your own (python3 -m venv .venv)")
+def repoint_warning(folder: Path) -> str:
+    """install.sh's one-line warning for an environment whose editable megatron-oellm is ``folder``, another
+    checkout: the install goes on (a test or CI run in a fresh clone must not stop), but whoever shares the
+    environment learns that their jobs now run this checkout."""
+    return (f"warning: install.sh: this Python's megatron-oellm was an editable install of another checkout, {folder}; "
+            f"installing {ROOT} re-points it, and every job using this environment runs this checkout's code from now "
+            f"on (re-run install.sh in {folder} to point it back, or use a venv of your own: python3 -m venv .venv)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print :func:`needs` for the command line's EXTRAS, one per line; with ``--refuse-repoint``, print nothing and
-    exit 2 with :func:`repoint_refusal` when installing them would re-point another checkout's editable install."""
+    """Print :func:`needs` for the command line's EXTRAS, one per line; with ``--warn-repoint``, print only
+    :func:`repoint_warning` (on stderr) when installing them would re-point another checkout's editable install."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("extras", help="install.sh's comma-separated EXTRAS (checked against setup.py by it)")
     parser.add_argument("--no-hopper", action="store_true",
                         help="nvidia-smi lists this node's GPUs and none is Hopper: no TileLang set")
-    parser.add_argument("--refuse-repoint", action="store_true",
-                        help="only check: exit 2 naming the other checkout whose editable install would be re-pointed")
+    parser.add_argument("--warn-repoint", action="store_true",
+                        help="only check: a warning naming the other checkout whose editable install would be re-pointed")
     args = parser.parse_args(argv)
     given = [normalized_extra(extra) for extra in args.extras.split(",") if extra.strip()]
-    if args.refuse_repoint:
+    if args.warn_repoint:
         folder = repointed_folder(given)
         if folder is not None:
-            print(repoint_refusal(folder), file=sys.stderr)
-            return 2
+            print(repoint_warning(folder), file=sys.stderr)
         return 0
     lines = needs(given, hopper_possible=not args.no_hopper)
     if lines:

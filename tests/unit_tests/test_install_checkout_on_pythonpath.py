@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tests.unit_tests.fake_site import ROOT, complete_site
 from tests.unit_tests.test_install_needs import TOOL, base_versions
-from tests.unit_tests.test_install_refuses_repointing_another_checkout import other_checkout_site
 from tests.unit_tests.test_install_script import run_install
+from tests.unit_tests.test_install_warns_repointing_another_checkout import other_checkout_site
 
 HINT = 'install.sh: pip install failed; no package index reachable? use the offline site bundle instead'
 
