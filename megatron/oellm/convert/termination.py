@@ -5,7 +5,8 @@ The signal handler raises :class:`_Stopped`, a ``BaseException`` (as ``KeyboardI
 is: a broad ``except Exception`` / ``except ValueError`` that turns a damaged file into an error (the DCP metadata, a
 safetensors index, a JSON config) must not report the stop as a damaged checkpoint. Leaving the guard turns it, and
 any error seen after a signal arrived (torch's checkpoint reader wraps even a ``BaseException`` in its own), into
-:class:`ConversionInterrupted`."""
+:class:`ConversionInterrupted`. Once the guarded block has ended (the guard's ``__exit__`` is running, from its first
+instruction on) a signal is only recorded: raised there, nothing would turn it into one line."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class TerminationGuard:
         """Whether an error ended the conversion before any signal arrived: a later signal is named beside it."""
         self._remove_partial: Callable[[], None] | None = None
         self._deferring = False
+        self._after_the_block = False  # the signal was recorded in __exit__: an error the block raised came first
         self._handlers = handling(STOPPING_SIGNALS, self._handle)  # main thread only; an ignored signal stays ignored
 
     def __enter__(self) -> TerminationGuard:
@@ -47,11 +49,12 @@ class TerminationGuard:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: object) -> None:
-        self._deferring = True  # a signal from here on is only recorded: the handlers are put back whole
-        self.failed_first = self.failed_first or (exc is not None and self.received is None)
-        self._handlers.__exit__(exc_type, exc, traceback)
+        """Remove a partial output a stop left and put the previous handlers back, a signal meanwhile only recorded
+        (see :meth:`_handle`); then raise how the conversion ended, the last signal of this guard's counted."""
         if isinstance(exc, _Stopped) and self._remove_partial is not None:  # it cut the writer's clean-up short
             self._remove_partial()
+        self._handlers.__exit__(exc_type, exc, traceback)
+        self.failed_first = self.failed_first or (exc is not None and (self.received is None or self._after_the_block))
         if self.received is not None and exc is None:  # arrived after the output was moved into place
             raise ConversionInterrupted(self.received, output_complete=True)
         stop = self.interrupted(exc) if exc is not None else None
@@ -78,11 +81,17 @@ class TerminationGuard:
         return self._remove_partial is not None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        """Record the first signal; raise unless deferring (a second signal while cleaning up is ignored)."""
-        if self.received is None:
-            self.received = signum
-            if not self._deferring:
-                raise _Stopped(signum)
+        """Record the first signal; raise unless deferring or leaving the guard (a second signal is ignored). Leaving
+        is told by the interrupted ``frame`` (``__exit__`` on its stack), not by a flag ``__exit__`` would set: a
+        signal may land on its first instruction, before any flag is set, and a ``_Stopped`` raised there would end
+        the process in a traceback."""
+        if self.received is not None:
+            return
+        self.received = signum
+        if _leaving_a_guard(frame):
+            self._after_the_block = True
+        elif not self._deferring:
+            raise _Stopped(signum)
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
@@ -104,3 +113,13 @@ class TerminationGuard:
         (:attr:`failed_first`)."""
         self._deferring = True
         self.failed_first = self.failed_first or self.received is None
+
+
+def _leaving_a_guard(frame: FrameType | None) -> bool:
+    """Whether ``frame``, where a signal interrupted the program, is a :class:`TerminationGuard`'s ``__exit__`` or
+    runs within one: the guarded block has ended, whatever instruction of ``__exit__`` the signal landed on."""
+    while frame is not None:
+        if frame.f_code is TerminationGuard.__exit__.__code__:
+            return True
+        frame = frame.f_back
+    return False
