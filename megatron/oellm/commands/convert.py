@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megatron.oellm.commands import int_at_least, refuse
-from megatron.oellm.signal_handlers import STOPPING_SIGNALS, handling
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -127,9 +126,11 @@ def _warning_line(prefix: str) -> Callable[..., None]:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    """:func:`run` within its warning format."""
+    """:func:`run` within its warning format. The conversion's termination guard is left only once the summary is
+    printed: a signal after the output is complete is recorded, and named in one line after the whole summary."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
+    from megatron.oellm.convert.termination import TerminationGuard
     from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
     from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 
@@ -138,24 +139,21 @@ def _convert(args: argparse.Namespace) -> int:
         card = get_card(args.model)
         if args.vocab_size is not None:
             card = card.with_vocab(args.vocab_size)
-        if args.direction == "hf-to-mcore":
-            summary = hf_to_mcore_checkpoint(card, args.hf, args.out, overwrite=args.overwrite)
-        else:
-            summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
-                                             max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config,
-                                             tokenizer_dir=args.tokenizer)
     except CardError as error:
         return refuse(f"convert {args.direction}", error)
+    except KeyboardInterrupt:  # Ctrl-C before the conversion set its handlers (from then on, a ConversionInterrupted)
+        return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
+    try:
+        with TerminationGuard() as guard:
+            if args.direction == "hf-to-mcore":
+                summary = hf_to_mcore_checkpoint(card, args.hf, args.out, overwrite=args.overwrite, guard=guard)
+            else:
+                summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
+                                                 max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config,
+                                                 tokenizer_dir=args.tokenizer, guard=guard)
+            _print_summary(args, card, summary, time.perf_counter() - start)
     except ConversionError as error:
         return refuse(f"convert {args.direction}", error, error.exit_status)
-    except KeyboardInterrupt:  # Ctrl-C before the conversion began (inside it, it is a ConversionInterrupted)
-        return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
-    arrived: list[int] = []  # the output is complete: a signal now must not cut the summary short or hide that
-    with handling(STOPPING_SIGNALS, lambda number, _frame: arrived.append(number)):
-        _print_summary(args, card, summary, time.perf_counter() - start)
-    if arrived:
-        return refuse(f"convert {args.direction}", f"{signal.Signals(arrived[0]).name} arrived while the summary was "
-                      f"printed; the output in {summary.output} is complete", 128 + arrived[0])
     return 0
 
 

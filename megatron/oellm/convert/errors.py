@@ -2,6 +2,7 @@
 
 import signal
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class ConversionError(ValueError):
@@ -15,12 +16,16 @@ class ConversionInterrupted(ConversionError):
     """SIGTERM, SIGHUP or SIGINT (``scancel``, a Slurm time limit, a closed terminal, Ctrl-C) stopped a conversion."""
 
     def __init__(self, signum: int, output_complete: bool = False, nothing_written: bool = False,
-                 failure: str | None = None) -> None:
+                 failure: str | None = None, output_in_place: Path | None = None) -> None:
         """``failure``: the message of an error that ended the conversion as the signal arrived and says itself what
-        became of ``--out`` (a failed move that left the previous output aside); kept, with the signal named."""
+        became of ``--out`` (a failed move that left the previous output aside); kept, with the signal named.
+        ``output_in_place``: the finished output, in place before the signal arrived (e.g. while the summary was
+        printed)."""
         name = signal.Signals(signum).name
         if failure is not None:
             message = f"{failure} ({name} also arrived meanwhile)"
+        elif output_in_place is not None:
+            message = f"{name} arrived after the output was moved into place; the output in {output_in_place} is complete"
         elif output_complete:
             message = f"{name} arrived while the finished output was moved into place; the output is complete"
         elif nothing_written:  # during the checks, before the staging directory was made

@@ -25,14 +25,14 @@ import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
 from torch.distributed.checkpoint.api import CheckpointException
 
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, listed
-from megatron.oellm.convert.termination import TerminationGuard
+from megatron.oellm.convert.termination import TerminationGuard, guarded
 
 Foreign = Callable[[Path], list[str]]
 """The names (relative to ``--out``) of what an entry of ``--out`` holds that the conversion does not write: empty
@@ -234,7 +234,7 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
     SIGHUP / SIGINT (see module doc). ``guard`` is the conversion's own, entered before its checks; without one the
     block enters its own."""
     out_dir = resolved_out(out_dir)
-    with nullcontext(guard) if guard is not None else TerminationGuard() as guard:
+    with guarded(guard) as guard:
         check_output(out_dir, overwrite, foreign_in)
         staging = staging_directory(out_dir)
         created = _missing_directories(out_dir.parent)
@@ -244,7 +244,7 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
             _check_same_file_system(staging, out_dir)
             check_free_space(out_dir, needed_bytes)  # after: an unwritable place is named as such
             yield staging
-            with guard.deferred():
+            with guard.deferred(out_dir):
                 check_output(out_dir, overwrite, foreign_in)
                 _commit_output(staging, out_dir, foreign_in)
         except BaseException as error:

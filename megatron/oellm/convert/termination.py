@@ -11,7 +11,8 @@ instruction on) a signal is only recorded: raised there, nothing would turn it i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from types import FrameType
 
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted
@@ -28,14 +29,18 @@ class TerminationGuard:
     that the partial output was removed (the staging directory is removed on the way out). The previous handlers come
     back on exit, whole also when a signal arrives while they are set or put back.
     From :meth:`deferred` on a signal is only recorded: the finished output is not left half moved; one recorded
-    after that block is raised on leaving the guard, so that a stop at any time ends in one line. A signal that
-    arrives after an error ended the conversion (during its clean-up, or on leaving the guard) keeps that error's
+    after that block is raised on leaving the guard, so that a stop at any time ends in one line (a caller that
+    reports on the output, e.g. prints a summary, does so inside the guard and passes it to the conversion). A signal
+    that arrives after an error ended the conversion (during its clean-up, or on leaving the guard) keeps that error's
     message, with the signal named (:attr:`failed_first`)."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.failed_first = False
         """Whether an error ended the conversion before any signal arrived: a later signal is named beside it."""
+        self.output: Path | None = None
+        """The finished output once it is in place (:meth:`deferred` ended): a signal from then on says it is
+        complete."""
         self._remove_partial: Callable[[], None] | None = None
         self._deferring = False
         self._after_the_block = False  # the signal was recorded in __exit__: an error the block raised came first
@@ -55,24 +60,34 @@ class TerminationGuard:
             self._remove_partial()
         self._handlers.__exit__(exc_type, exc, traceback)
         self.failed_first = self.failed_first or (exc is not None and (self.received is None or self._after_the_block))
-        if self.received is not None and exc is None:  # arrived after the output was moved into place
-            raise ConversionInterrupted(self.received, output_complete=True)
-        stop = self.interrupted(exc) if exc is not None else None
+        stop = self._ending(exc)
         if stop is not None and stop is not exc:
             raise stop from exc
+
+    def _ending(self, exc: BaseException | None) -> ConversionInterrupted | None:
+        """What leaving the guard raises after ``exc`` (None: the block succeeded): :meth:`interrupted`, or for a
+        signal after a successful block, that the output is complete."""
+        if exc is not None:
+            return self.interrupted(exc)
+        if self.received is None:
+            return None
+        return ConversionInterrupted(self.received, output_complete=True, output_in_place=self.output)
 
     def interrupted(self, error: BaseException) -> ConversionInterrupted | None:
         """What a conversion that ``error`` ended raises once a signal has arrived: ``error`` itself if it is a
         :class:`ConversionInterrupted`; if the error came first (:attr:`failed_first`), its message with the signal
         named (None for an error that is not a :class:`ConversionError`: its traceback is the report); else a new one
-        saying whether anything was written (whatever ``error`` is: the signal's own, a library's wrapping of it, a
-        refusal the stop led to, the signal is why it ended). None if no signal arrived (``error`` stands)."""
+        saying whether anything was written, or that the output is complete once it is (whatever ``error`` is: the
+        signal's own, a library's wrapping of it, a refusal the stop led to, the signal is why it ended). None if no
+        signal arrived (``error`` stands)."""
         if self.received is None:
             return None
         if isinstance(error, ConversionInterrupted):
             return error
         if self.failed_first:
             return ConversionInterrupted(self.received, failure=str(error)) if isinstance(error, ConversionError) else None
+        if self.output is not None:  # an error after the output was in place (printing a summary): the output stands
+            return ConversionInterrupted(self.received, output_in_place=self.output)
         return ConversionInterrupted(self.received, nothing_written=not self.staging)
 
     @property
@@ -94,11 +109,12 @@ class TerminationGuard:
             raise _Stopped(signum)
 
     @contextmanager
-    def deferred(self) -> Iterator[None]:
-        """From here on only record signals (the finished output must not be left half moved); raise for one that
-        arrived during the block once it is done."""
+    def deferred(self, output: Path) -> Iterator[None]:
+        """From here on only record signals (the finished output must not be left half moved into ``output``); raise
+        for one that arrived during the block once it is done."""
         self._deferring = True
         yield
+        self.output = output
         if self.received is not None:
             raise ConversionInterrupted(self.received, output_complete=True)
 
@@ -123,3 +139,9 @@ def _leaving_a_guard(frame: FrameType | None) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def guarded(guard: TerminationGuard | None) -> AbstractContextManager[TerminationGuard]:
+    """``guard`` as it is when a caller entered it (and leaves it itself, e.g. after printing a summary), else a new
+    :class:`TerminationGuard` for the block to enter."""
+    return nullcontext(guard) if guard is not None else TerminationGuard()

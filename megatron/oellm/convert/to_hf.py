@@ -33,7 +33,7 @@ from megatron.oellm.convert.safetensors_io import (
 from megatron.oellm.convert.stored_checks import check_run_arguments, check_stored_card
 from megatron.oellm.convert.summary import ConversionSummary, bytes_of, leftover_notes
 from megatron.oellm.convert.tensor_checks import warn_non_finite
-from megatron.oellm.convert.termination import TerminationGuard
+from megatron.oellm.convert.termination import TerminationGuard, guarded
 from megatron.oellm.convert.tokenizer_files import check_tokenizer_dir, copy_tokenizer_files, foreign_in_tokenizer_entry
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
 
@@ -137,15 +137,18 @@ def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: 
 
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
                            max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, hf_config_dir: Path | None = None,
-                           tokenizer_dir: Path | None = None) -> ConversionSummary:
+                           tokenizer_dir: Path | None = None, guard: TerminationGuard | None = None
+                           ) -> ConversionSummary:
     """Convert the megatron-core checkpoint ``mcore_dir`` to an HF safetensors checkpoint in ``out_dir``; vocabulary
     rows megatron padded past the card's vocabulary are dropped, and so is a multi-token-prediction block
     (:data:`MTP_KEY_PREFIX`, listed in the summary's ``skipped``). ``config.json`` / ``generation_config.json`` are
     those of ``hf_config_dir``, else those stored with the checkpoint, else the card's config. With
     ``tokenizer_dir`` the export also holds that folder's tokenizer files (:mod:`tokenizer_files`), and a previous
     export's tokenizer files in ``out_dir`` are replaced rather than refused as foreign. SIGTERM / SIGHUP / SIGINT at
-    any point end it with :class:`ConversionInterrupted`; the summary names ``out_dir`` as an absolute path."""
-    with TerminationGuard() as guard:
+    any point end it with :class:`ConversionInterrupted`; the summary names ``out_dir`` as an absolute path.
+    ``guard``: the caller's, entered, when it reports on the output before leaving it (a signal meanwhile is then
+    named after the report); else the conversion's own."""
+    with guarded(guard) as guard:
         return _mcore_to_hf(card, mcore_dir, out_dir, overwrite, max_shard_bytes, hf_config_dir, tokenizer_dir, guard)
 
 

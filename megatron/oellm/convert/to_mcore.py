@@ -35,7 +35,7 @@ from megatron.oellm.convert.output import check_not_input, resolved_out, staged_
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.summary import ConversionSummary, bytes_of, leftover_notes
 from megatron.oellm.convert.tensor_checks import check_hf_tensors, check_one_dtype_per_key, warn_non_finite
-from megatron.oellm.convert.termination import TerminationGuard
+from megatron.oellm.convert.termination import TerminationGuard, guarded
 from megatron.oellm.convert.vocab_padding import HF_VOCAB_TENSORS
 
 _DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
@@ -89,11 +89,13 @@ def _refuse_megatron_checkpoint(hf_dir: Path) -> None:
                               f"model; convert it with `oellm convert mcore-to-hf --mcore {hf_dir}`")
 
 
-def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool = False) -> ConversionSummary:
+def hf_to_mcore_checkpoint(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool = False,
+                           guard: TerminationGuard | None = None) -> ConversionSummary:
     """Convert the HF checkpoint ``hf_dir`` to a megatron-core checkpoint in ``out_dir`` (see module doc). SIGTERM /
     SIGHUP / SIGINT at any point end it with :class:`ConversionInterrupted`, also during the checks (seconds at 235B
-    scale); the summary names ``out_dir`` as an absolute path."""
-    with TerminationGuard() as guard:
+    scale); the summary names ``out_dir`` as an absolute path. ``guard``: the caller's, entered, when it reports on
+    the output before leaving it (a signal meanwhile is then named after the report); else the conversion's own."""
+    with guarded(guard) as guard:
         return _hf_to_mcore(card, hf_dir, out_dir, overwrite, guard)
 
 

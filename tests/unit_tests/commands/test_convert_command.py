@@ -126,13 +126,14 @@ def test_cli_ctrl_c_exits_with_one_line_and_leaves_nothing(tmp_path: Path, capsy
 
 def test_cli_ctrl_c_before_staging_exits_with_one_line_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C before the output is staged (a plain KeyboardInterrupt): 128 + 2 and the one line on stderr."""
-    from megatron.oellm.convert import to_mcore
+    """Ctrl-C before the conversion sets its handlers (a plain KeyboardInterrupt, while the card is looked up): 128 + 2
+    and the one line on stderr."""
+    from megatron.oellm import cards
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(to_mcore, "hf_to_mcore_checkpoint", interrupted)
+    monkeypatch.setattr(cards, "get_card", interrupted)
     assert main(["convert", "hf-to-mcore", "--model", "qwen3-30b-a3b-tiny", "--hf", str(tmp_path / "hf"),
                  "--out", str(tmp_path / "mcore")]) == 128 + signal.SIGINT
     captured = capsys.readouterr()

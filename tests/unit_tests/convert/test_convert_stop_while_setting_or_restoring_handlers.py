@@ -103,7 +103,7 @@ def test_a_stop_while_the_handlers_are_put_back_is_one_line(converted, monkeypat
                        f"with --out ({name} also arrived meanwhile)\n")
         assert again == 2
     else:
-        assert err == (f"oellm convert hf-to-mcore: error: {name} arrived while the finished output was moved into "
-                       "place; the output is complete\n")
+        assert err == (f"oellm convert hf-to-mcore: error: {name} arrived after the output was moved into place; "
+                       f"the output in {out.resolve()} is complete\n")
         assert again == 0 and (out / "release").is_dir()
     assert status == 128 + signum

@@ -38,7 +38,7 @@ def test_the_summary_is_whole_and_the_output_named_complete(converted, monkeypat
         assert signal.getsignal(signum) is not_handled
     captured = capsys.readouterr()
     assert "kept config.json with the checkpoint" in captured.out  # the last line of the summary
-    assert captured.err == (f"oellm convert hf-to-mcore: error: {signal.Signals(signum).name} arrived while the "
-                            f"summary was printed; the output in {out} is complete\n")
+    assert captured.err == (f"oellm convert hf-to-mcore: error: {signal.Signals(signum).name} arrived after the "
+                            f"output was moved into place; the output in {out} is complete\n")
     assert status == 128 + signum
     assert (out / "release").is_dir()
