@@ -229,11 +229,10 @@ def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
 @contextmanager
 def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_bytes: int,
                   guard: TerminationGuard | None = None) -> Iterator[Path]:
-    """A fresh staging directory beside ``out_dir`` to write the output (about ``needed_bytes``) into, moved into
-    ``out_dir`` when the block succeeds and removed when it fails, is refused at the end or is stopped by SIGTERM /
-    SIGHUP / SIGINT (see module doc). ``guard`` is the conversion's own, entered before its checks; without one the
-    block enters its own."""
-    out_dir = resolved_out(out_dir)
+    """A fresh staging directory beside ``out_dir`` (``--out`` as :func:`resolved_out` gives it) to write the output
+    (about ``needed_bytes``) into, moved into ``out_dir`` when the block succeeds and removed when it fails, is refused
+    at the end or is stopped by SIGTERM / SIGHUP / SIGINT (see module doc). ``guard`` is the conversion's own, entered
+    before its checks; without one the block enters its own."""
     with guarded(guard) as guard:
         check_output(out_dir, overwrite, foreign_in)
         staging = staging_directory(out_dir)
