@@ -1,19 +1,25 @@
 """The ``oellm`` command line: thin subcommands that parse, call a library function and print.
 
 Each subcommand lives in ``megatron.oellm.commands.<name>`` and provides ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> int`` (the exit status).
+``add_arguments(parser)`` and ``run(args) -> int`` (the exit status). Only the module of the subcommand being run is
+imported: the list in ``oellm --help`` reads each ``HELP`` from its module's source, so a package that one command
+needs and that is broken (``packaging`` for ``doctor``) stops only that command, with one error line.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import importlib
+import importlib.util
 import os
 import pkgutil
 import re
 import signal
 import sys
+from collections.abc import Collection
+from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
@@ -21,13 +27,54 @@ import megatron.oellm
 from megatron.oellm import commands
 
 
-def _command_modules() -> dict[str, ModuleType]:
-    """Subcommand name (module name with ``_`` as ``-``) -> module, in alphabetical order."""
-    found = {}
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            found[info.name.replace("_", "-")] = importlib.import_module(f"{commands.__name__}.{info.name}")
-    return found
+def _command_names() -> list[str]:
+    """Subcommand names (module names with ``_`` as ``-``), in alphabetical order; nothing is imported."""
+    infos = sorted(pkgutil.iter_modules(commands.__path__), key=lambda info: info.name)
+    return [info.name.replace("_", "-") for info in infos if not info.name.startswith("_")]
+
+
+def _module_name(command: str) -> str:
+    """The module of subcommand ``command`` (``megatron.oellm.commands.NAME``)."""
+    return f"{commands.__name__}.{command.replace('-', '_')}"
+
+
+def _command_help(command: str) -> str:
+    """The ``HELP`` line of subcommand ``command``, read from its module's source without importing it (its imports
+    may fail); empty where the source cannot be read or has no literal ``HELP``."""
+    spec = importlib.util.find_spec(_module_name(command))
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (AttributeError, TypeError, OSError, SyntaxError, ValueError):  # no spec or origin, unreadable source
+        return ""
+    values = [node.value for node in tree.body if isinstance(node, ast.Assign)
+              and any(isinstance(target, ast.Name) and target.id == "HELP" for target in node.targets)]
+    try:
+        return str(ast.literal_eval(values[0])) if values else ""
+    except ValueError:  # HELP built by an expression: no help line rather than an import
+        return ""
+
+
+class CommandLoadError(Exception):
+    """A subcommand's module raised on import (a broken or missing package it needs)."""
+
+    def __init__(self, command: str, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.command = command
+
+
+def _load_command(command: str) -> ModuleType:
+    """Import the module of subcommand ``command``; :class:`CommandLoadError` naming what failed where it raises."""
+    try:
+        return importlib.import_module(_module_name(command))
+    except Exception as error:  # noqa: BLE001  (any import failure of a dependency: one error line, not a traceback)
+        raise CommandLoadError(command, error) from error
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is no option (the top-level options take no value); None
+    where it names none (``oellm --help``) or one that does not exist."""
+    word = next((arg for arg in argv if not arg.startswith("-")), None)
+    return word if word in _command_names() else None
 
 
 _INVALID_COMMAND = re.compile(r"argument COMMAND: invalid choice: '(?P<name>.*?)'")
@@ -42,27 +89,33 @@ class _OellmParser(argparse.ArgumentParser):
         """Print usage and ``oellm: error: MESSAGE`` (with a suggestion for a mistyped subcommand); exit 2."""
         match = _INVALID_COMMAND.match(message)
         if match:
-            close = difflib.get_close_matches(match["name"], _command_modules(), n=1)
+            close = difflib.get_close_matches(match["name"], _command_names(), n=1)
             message += f" (did you mean {close[0]!r}?)" if close else ""
         super().error(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``oellm`` argument parser with every subcommand."""
+def build_parser(loaded: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The ``oellm`` argument parser: every subcommand with its help line, and the options of those in ``loaded``
+    (default: all of them), whose modules are imported (which may raise :class:`CommandLoadError`)."""
     parser = _OellmParser(prog="oellm", description="megatron-oellm tools")
     parser.add_argument("--version", action="version", version=f"megatron-oellm {megatron.oellm.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in _command_modules().items():
-        sub_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(sub_parser)
-        sub_parser.set_defaults(_run=module.run, _oellm_parser=sub_parser)
+    for name in _command_names():
+        help_line = _command_help(name)
+        sub_parser = sub.add_parser(name, help=help_line, description=help_line)
+        if loaded is None or name in loaded:
+            module = _load_command(name)
+            module.add_arguments(sub_parser)
+            sub_parser.set_defaults(_run=module.run, _oellm_parser=sub_parser)
     return parser
 
 
 def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
     """``argv`` parsed; an argument no option takes is the subcommand's usage error (``oellm models: error:
     unrecognized arguments: --bogus``, exit 2), not the top-level parser's, which pointed at the wrong usage."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = _chosen_command(argv)
+    parser = build_parser([command] if command else [])  # only the module of the command being run
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         getattr(args, "_oellm_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -82,12 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
     again. Ctrl-C that reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends
     it with one ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that
-    cleans up on Ctrl-C (``convert`` removes its partial output) does so first and reports it itself."""
+    cleans up on Ctrl-C (``convert`` removes its partial output) does so first and reports it itself. A subcommand
+    whose module does not import (a broken package it needs) ends with one ``oellm COMMAND: error:`` line naming the
+    failure and status 1."""
     command = "oellm"
     try:
         args = parse_command_line(argv)
         command = f"oellm {args.command}"
         return args._run(args)
+    except CommandLoadError as error:
+        return commands.refuse(error.command, f"cannot load this command: {error}; reinstall the package it names, "
+                               "or take a broken copy of it off PYTHONPATH (`python3 -m pip check` names broken "
+                               "requirements)", status=1)
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
