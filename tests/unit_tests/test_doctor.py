@@ -195,7 +195,7 @@ def test_megatron_core_pin(installed, severity):
     findings = check_megatron_core(make_report(versions={"megatron-core": installed}), {})
     assert severities(findings) == [severity]
     if severity == "error":
-        assert findings[0].fix == f"pip install megatron-core=={MEGATRON_CORE_VERSION}"
+        assert findings[0].fix.startswith(f"pip install megatron-core=={MEGATRON_CORE_VERSION}; ")
 
 
 # --- NCCL channels ---------------------------------------------------------------------------------------------
@@ -434,7 +434,8 @@ def test_check_environment_runs_every_rule_in_report_order():
                          nccl_names_unread="no nvidia-nccl wheel")
     env = {**GOOD_ENV, "NCCL_DEBUG": "INFO", switch: "1", "NVTE_FUSED_ATTN": "0"}
     assert [f.name for f in check_environment(report, env)] == [
-        "python", "torch", "gpus", "megatron-core", "transformer-engine", "fla-hopper-triton", *NCCL_CHANNEL_VARIABLES,
+        "python", "torch", "gpus", "megatron-core", "transformer-engine", "fla-gdn-imports", "fla-hopper-triton",
+        *NCCL_CHANNEL_VARIABLES,
         "nccl-variables", "pytorch-alloc-conf", "oellm-switches", "hybrid-ep", "te-flash-attention",
         "attention-switches"]
 

@@ -13,10 +13,12 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -242,6 +244,85 @@ def megatron_oellm_module() -> tuple[str, str]:
     return megatron.oellm.__version__, str(Path(megatron.oellm.__file__).parent)
 
 
+def megatron_oellm_checkout(oellm_path: str) -> str | None:
+    """Root of the megatron-oellm checkout whose ``megatron/oellm`` folder is ``oellm_path``, where it holds
+    ``tools/install.sh`` (a fix then names the scripts by absolute path); None for an installed copy."""
+    root = Path(oellm_path).resolve().parents[1]
+    return str(root) if is_file(root / "tools" / "install.sh") else None
+
+
+HELPERS_CPP_MODULE = "megatron.core.datasets.helpers_cpp"
+"""megatron-core's compiled dataset helper: where it does not load, megatron runs ``make`` in its folder (a wheel
+ships no Makefile) and exits on every rank at start."""
+
+ELF_MACHINES = {0x03: "i386", 0x28: "arm", 0x3E: "x86_64", 0xB7: "aarch64", 0x15: "ppc64", 0xF3: "riscv64"}
+"""ELF ``e_machine`` values -> the names ``platform.machine()`` gives those architectures on Linux."""
+
+EXTENSION_TAG = re.compile(r"\.cpython-(?P<major>\d)(?P<minor>\d+)[a-z]*-(?P<machine>[^-]+)-[^.]*\.so$")
+"""The CPython tag of an extension module's file name (``.cpython-312-x86_64-linux-gnu.so``)."""
+
+
+def elf_machine(path: Path) -> str | None:
+    """The CPU architecture a little-endian ELF file (a Linux ``.so``) is built for, read from its header; None for
+    another file, an unknown machine, or one that cannot be read."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(20)
+    except OSError:
+        return None
+    if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] != 1:
+        return None
+    return ELF_MACHINES.get(int.from_bytes(header[18:20], "little"))
+
+
+def _extension_mismatch(path: Path, suffix: str, machine: str) -> str | None:
+    """Why extension ``path`` cannot load into an interpreter that loads ``*{suffix}`` on ``machine``: built for
+    another CPython (its file name's tag) or CPU (its ELF header); None where nothing says so."""
+    tag = EXTENSION_TAG.search(path.name)
+    built_for = elf_machine(path) or (tag["machine"] if tag else None)
+    if tag and not path.name.endswith(suffix):
+        where = f" on {built_for}" if built_for else ""
+        return (f"{path.name} is built for CPython {tag['major']}.{tag['minor']}{where}, and this interpreter loads "
+                f"only *{suffix}")
+    if built_for is not None and built_for != machine:
+        return f"{path.name} is built for {built_for}, and this interpreter runs on {machine}"
+    return None
+
+
+def helpers_cpp_mismatch(core_folder: Path, suffix: str | None = None, machine: str | None = None) -> str | None:
+    """Why megatron-core's compiled dataset helper in ``core_folder`` cannot load here: each ``helpers_cpp*.so`` is
+    built for another Python ABI or CPU architecture than this interpreter's (``suffix``: its extension suffix,
+    ``machine``: its CPU; default this process's), or none is there; None when one matches or nothing tells."""
+    suffix = suffix or sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    machine = machine or platform.machine()
+    built = sorted((core_folder / "datasets").glob("helpers_cpp*.so"))
+    if not built:
+        return f"{core_folder / 'datasets'} holds no helpers_cpp*.so (a source tree that was never built?)"
+    reasons = [_extension_mismatch(path, suffix, machine) for path in built]
+    return "; ".join(reason for reason in reasons if reason) if all(reasons) else None
+
+
+def _helpers_cpp_facts(core_folder: Path) -> tuple[str | None, str | None]:
+    """(import error, build mismatch) of megatron-core's compiled dataset helper in ``core_folder``: imported in a
+    fresh interpreter (after megatron.oellm, for Python 3.11), and only where that fails, its files read to tell why
+    (:func:`helpers_cpp_mismatch`); (None, None) where it loads."""
+    error = _import_error_in_subprocess(f"megatron.oellm, {HELPERS_CPP_MODULE}")
+    return (error, helpers_cpp_mismatch(core_folder)) if error is not None else (None, None)
+
+
+FLA_GDN_PROBE = ("import torch; from fla.modules.convolution import causal_conv1d; "
+                 "from fla.modules.l2norm import l2norm; from fla.ops.gated_delta_rule import chunk_gated_delta_rule")
+"""The fla entry points megatron-core 0.19.2's GDN layer imports (``megatron/core/ssm/gated_delta_net/common.py``),
+torch first as in training; megatron-core catches their ImportError and fails only at model build, saying "FLA is not
+installed". megatron-oellm uses no other fla kernel (its CKDA has no fla path)."""
+
+
+def fla_gdn_import_error(timeout_s: float = 300.0) -> str | None:
+    """The last error line of :data:`FLA_GDN_PROBE` run in a fresh interpreter (fla loads Triton), or None when the
+    GDN kernels import."""
+    return _run_in_fresh_interpreter(FLA_GDN_PROBE, "the fla GDN import", timeout_s)[1]
+
+
 def deep_ep_declares_hybrid_ep() -> bool | None:
     """Whether ``deep_ep/__init__.py`` names ``HybridEPBuffer``; read as text because importing it initialises CUDA.
 
@@ -333,12 +414,17 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     # torch first, as in training: torch loads the CUDA/NCCL libraries TE's core library links against
     te_installed = versions["transformer-engine"] is not None or module_findable("transformer_engine")
     te_error = _import_error_in_subprocess("torch, transformer_engine.pytorch") if te_installed else None
+    core_import_error = _import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None
     core_version, core_path = megatron_core_module()
     oellm_version, oellm_path = megatron_oellm_module()
     if core_version is not None:  # the release that is imported, not the one pip's metadata names
         versions["megatron-core"] = core_version
     te_flash_attention, te_flash_attention_error = (
         _te_flash_attention_in_subprocess() if te_installed and te_error is None else (None, None))
+    # where megatron-core does not import at all, the Transformer Engine rule says so
+    helpers_error, helpers_mismatch = (_helpers_cpp_facts(Path(core_path))
+                                       if core_path is not None and core_import_error is None else (None, None))
+    fla_gdn_error = fla_gdn_import_error() if versions["fla"] is not None else None
     nccl_names, nccl_names_unread = _nccl_names()
     torch_imports = module_findable("torch") and torch_import_error is None
     conf = allocator_conf(env, versions["torch"]) if torch_imports else None
@@ -347,8 +433,10 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         python_version=".".join(str(part) for part in sys.version_info[:3]),
         typing_override_provided=_typing_override_provided(),
         versions=versions,
+        machine=platform.machine(),
         megatron_oellm_version=oellm_version,
         megatron_oellm_path=oellm_path,
+        megatron_oellm_checkout=megatron_oellm_checkout(oellm_path),
         cuda_version=cuda_version,
         nccl_version=nccl_version,
         nccl_names=nccl_names,
@@ -360,10 +448,13 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         tilelang_importable=tilelang_findable,
         tilelang_import_error=_import_error_in_subprocess("tilelang") if tilelang_findable else None,
         transformer_engine_import_error=te_error,
-        megatron_core_import_error=(_import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None),
+        megatron_core_import_error=core_import_error,
         nvcc_path=find_nvcc(env),
         hybrid_ep=deep_ep_declares_hybrid_ep(),
         grad_accum_fusion_available=_grad_accum_fusion_available(),
+        helpers_cpp_import_error=helpers_error,
+        helpers_cpp_mismatch=helpers_mismatch,
+        fla_gdn_import_error=fla_gdn_error,
         megatron_core_path=core_path,
         te_flash_attention=te_flash_attention,
         te_flash_attention_error=te_flash_attention_error,

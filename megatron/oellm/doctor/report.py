@@ -58,10 +58,15 @@ class EnvironmentReport:
     """True when ``megatron.oellm.compat`` had to provide ``typing.override`` (Python < 3.12)."""
     versions: dict[str, str | None]
     """Package name (see :data:`PACKAGE_PROBES`) -> version, :data:`UNKNOWN_VERSION`, or None when absent."""
+    machine: str | None = None
+    """The interpreter's CPU architecture (``platform.machine()``: ``x86_64``, ``aarch64``); None where not probed."""
     megatron_oellm_version: str | None = None
     """Version of the megatron-oellm this doctor runs from (``megatron.oellm.__version__``)."""
     megatron_oellm_path: str | None = None
     """Folder that megatron-oellm was imported from: a checkout on PYTHONPATH comes ahead of an image's or venv's copy."""
+    megatron_oellm_checkout: str | None = None
+    """Root of the megatron-oellm checkout this doctor runs from (the folder holding ``tools/install.sh``), so that a
+    fix can name its scripts by absolute path; None for an installed copy without ``tools/``."""
     cuda_version: str | None = None
     """CUDA version torch was built with (``torch.version.cuda``); None for a CPU build or without torch."""
     nccl_version: str | None = None
@@ -100,6 +105,17 @@ class EnvironmentReport:
     megatron-core decides it (an extension built against another torch is on ``sys.path`` but raises ImportError):
     the kernel megatron-core's own parallel linears (the output layer) need under Megatron's default
     ``--gradient-accumulation-fusion``."""
+    helpers_cpp_import_error: str | None = None
+    """Last error line of a fresh ``import megatron.core.datasets.helpers_cpp`` (megatron-core's compiled dataset
+    helper: without it megatron tries to compile it with ``make``, which an installed wheel cannot, and exits on every
+    rank), or None when it loads or was not probed (megatron-core not found, or not importing at all)."""
+    helpers_cpp_mismatch: str | None = None
+    """Why the helper's ``.so`` cannot load here, when its file name or ELF header says it was built for another
+    Python or CPU architecture than this interpreter's; None where nothing tells (or it loads)."""
+    fla_gdn_import_error: str | None = None
+    """Last error line of a fresh import of the fla entry points megatron-core's GDN layer imports
+    (:data:`~megatron.oellm.doctor.probes.FLA_GDN_PROBE`), e.g. a missing ``einops``: megatron-core catches it and
+    later says only "FLA is not installed"; None when they import or fla is not installed."""
     megatron_core_path: str | None = None
     """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
     the installed distribution, whose metadata then names another release); None when it is not found."""

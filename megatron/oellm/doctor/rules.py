@@ -1,7 +1,7 @@
 """The doctor's rules: pure functions of (report, environment variables) -> findings.
 
-The rules on Python, torch, the GPUs, megatron-core, Transformer Engine, fla on Hopper, megatron-oellm's slow-path
-switches, HybridEP, TE's flash attention and TE's attention switches live here; the NCCL ones in
+The rules on Python, torch, the GPUs, megatron-core (and its compiled dataset helper), Transformer Engine, fla's GDN
+imports, fla on Hopper, megatron-oellm's slow-path switches, HybridEP, TE's flash attention and TE's attention switches live here; the NCCL ones in
 :mod:`megatron.oellm.doctor.nccl`, the allocator's in :mod:`megatron.oellm.doctor.allocator`. :data:`RULES` lists
 them all in report order; :func:`check_environment` runs them.
 """
@@ -30,6 +30,79 @@ FLA_TILELANG_FIX = ("pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c
 a Triton without the bug."""
 
 
+def tool_command(report: EnvironmentReport, script: str, arguments: str = "") -> str:
+    """``bash tools/SCRIPT ARGUMENTS``, the script's path absolute in the megatron-oellm checkout the doctor runs from
+    (a fix can then be pasted in any folder); relative, saying where it lives, for an installed copy without
+    ``tools/``."""
+    if report.megatron_oellm_checkout:
+        return f"bash {report.megatron_oellm_checkout}/tools/{script}{arguments}"
+    return f"bash tools/{script}{arguments} in a megatron-oellm checkout"
+
+
+def _python_minor(report: EnvironmentReport) -> str:
+    """``MAJOR.MINOR`` of the reported Python (``3.11``)."""
+    return ".".join(report.python_version.split(".")[:2])
+
+
+def _before_python_312(report: EnvironmentReport) -> bool:
+    """Whether the reported Python is older than 3.12 (megatron-core 0.19.2 declares >= 3.12; False if unparsable)."""
+    try:
+        return Version(report.python_version) < Version("3.12")
+    except InvalidVersion:
+        return False
+
+
+def megatron_core_pip(report: EnvironmentReport, reinstall: bool = False) -> str:
+    """The pip command that installs the supported megatron-core into this Python: on Python < 3.12 with
+    ``--ignore-requires-python`` (its metadata says >= 3.12 and pip refuses it otherwise; ``tools/install.sh`` does the
+    same, as megatron.oellm provides the one 3.12 feature it uses); ``reinstall`` replaces an installed copy."""
+    flags = "--ignore-requires-python " if _before_python_312(report) else ""
+    flags += "--force-reinstall --no-deps " if reinstall else ""
+    return f"pip install {flags}megatron-core=={MEGATRON_CORE_VERSION}"
+
+
+SITE_BUNDLE_ARCHES = ("x86_64", "aarch64", "arm64")
+"""CPU architectures ``tools/build_site_bundle.sh --arch`` builds for."""
+
+
+def site_bundle_build(report: EnvironmentReport) -> str:
+    """The command that builds the offline site bundle for the reported Python and CPU (run where there is
+    internet); it carries megatron-core, fla and tilelang with its runtime, built for one Python and architecture."""
+    arch = f" --arch {report.machine}" if report.machine in SITE_BUNDLE_ARCHES else ""
+    return tool_command(report, "build_site_bundle.sh", f" --python-version {_python_minor(report)}{arch}")
+
+
+def site_bundle_route(report: EnvironmentReport) -> str:
+    """The offline route for a node without internet: :func:`site_bundle_build` on a machine with internet, then the
+    bundle's folder on PYTHONPATH."""
+    return (f"on a node without internet, build the offline site bundle on a machine with internet "
+            f"({site_bundle_build(report)}), untar it on the node and put its folder first on PYTHONPATH")
+
+
+def tilelang_fix(report: EnvironmentReport) -> str:
+    """:data:`FLA_TILELANG_FIX`, with the site bundle (which carries the same TileLang stack) for nodes without
+    internet."""
+    return f"{FLA_TILELANG_FIX}; {site_bundle_route(report)}"
+
+
+CUDA_TORCH_INDEX = "https://download.pytorch.org/whl/cuXYZ"
+"""PyTorch's index of CUDA builds, ``cuXYZ`` standing for a CUDA version (``cu128``): what ``TORCH_INDEX_URL``
+names for ``tools/install.sh``."""
+
+
+def cuda_torch_install(torch_version: str | None) -> str:
+    """How to put a CUDA build of torch (``torch_version``'s release, else any) into this environment without leaving
+    it torch-less: pip run where it reaches an index, which replaces an installed build only once the new wheel is
+    downloaded. A local version (``+cuXYZ``) is named because pip takes an installed ``+cpu`` build as satisfying the
+    plain release."""
+    release = torch_version.split("+")[0] if torch_version and torch_version[:1].isdigit() else None
+    requirement = f"'torch=={release}+cuXYZ'" if release else "torch"
+    return (f"from a login node with internet (where the environment's folder is shared with the GPU nodes), run "
+            f"this environment's pip install {requirement} --index-url {CUDA_TORCH_INDEX} (the index TORCH_INDEX_URL "
+            "names for tools/install.sh), cuXYZ being a CUDA the GPU node's driver supports (nvidia-smi's \"CUDA "
+            "Version\")")
+
+
 def check_python(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Python version and whether ``typing.override`` (needed by ``megatron.training``) had to be provided."""
     if report.typing_override_provided:
@@ -49,7 +122,9 @@ def check_torch(report: EnvironmentReport, env: Mapping[str, str]) -> list[Findi
                         "site-packages/nvidia/*/lib); otherwise reinstall torch, or use the cluster container's")]
     if version is None:
         return [Finding("error", "torch", "torch is not installed.",
-                        "use the cluster container's torch, or bash tools/install.sh")]
+                        f"use the cluster container's torch, or run {tool_command(report, 'install.sh')}, where pip "
+                        f"reaches a package index (on a GPU node); for an air-gapped GPU node, "
+                        f"{cuda_torch_install(None)}")]
     build = f"CUDA {report.cuda_version} build" if report.cuda_version else "CPU build"
     return [Finding("ok", "torch", f"torch {version} imports ({build}).")]
 
@@ -65,9 +140,10 @@ def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Findin
     torch_imports = report.torch_import_error is None and report.versions.get("torch") is not None
     evidence = _node_gpu_evidence(report, env) if torch_imports else None  # else the torch rule's error says it
     if evidence is None:
+        fix = ("run `oellm doctor` inside a job on a compute node" if torch_imports
+               else "make torch import (the torch finding says how), then run `oellm doctor` again")
         return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (whether fla on Hopper needs TileLang) "
-                        "were not evaluated.",
-                        "run `oellm doctor` inside a job on a compute node")]
+                        "were not evaluated.", fix)]
     return [Finding("error", "gpus", f"{reason}, but this node has NVIDIA GPUs ({evidence}): training here finds no "
                     "GPU, and the GPU-dependent checks were not evaluated.", _torch_gpu_fix(report, env))]
 
@@ -114,9 +190,10 @@ def _torch_gpu_fix(report: EnvironmentReport, env: Mapping[str, str]) -> str:
     """The fix where torch sees none of a GPU node's GPUs: a CUDA torch for a CPU build, else the driver, the
     visible devices and the container's GPU flag."""
     if report.cuda_version is None:
-        return ("install a CUDA build of torch (this venv was probably made on a GPU-less login node): pip uninstall "
-                "torch, then bash tools/install.sh on a GPU node (it keeps an importable torch), or use the cluster "
-                "container's torch")
+        return ("install a CUDA build of torch in place of this CPU build (this venv was probably made on a GPU-less "
+                f"login node): {cuda_torch_install(report.versions.get('torch'))}; or use the cluster container's "
+                "torch. Do not pip uninstall torch on the compute node first: without internet there that leaves no "
+                "torch at all")
     visible = env.get("CUDA_VISIBLE_DEVICES")
     shown = "unset" if visible is None else repr(visible)
     return (f"check the driver: the CUDA version nvidia-smi reports must be at least torch's {report.cuda_version} "
@@ -128,7 +205,7 @@ def _torch_gpu_fix(report: EnvironmentReport, env: Mapping[str, str]) -> str:
 def check_megatron_core(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """megatron-oellm is written against exactly one megatron-core release."""
     installed = report.versions.get("megatron-core")
-    fix = f"pip install megatron-core=={MEGATRON_CORE_VERSION}"
+    fix = f"{megatron_core_pip(report)}; {site_bundle_route(report)}"
     if installed is None:
         return [Finding("error", "megatron-core", "megatron-core is not installed.", fix)]
     if not _same_version(installed, MEGATRON_CORE_VERSION):
@@ -209,7 +286,7 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
     if missing == ["Hopper GPU"] and broken_tilelang is not None and fla_affected_triton(triton):
         if not report.gpus and DRIVER_LIBRARY.search(report.tilelang_import_error or ""):
             return [_tilelang_needs_driver(triton, report.tilelang_import_error)]
-        return [_broken_tilelang_without_hopper(triton, broken_tilelang)]
+        return [_broken_tilelang_without_hopper(report, triton, broken_tilelang)]
     if missing:
         return [Finding("ok", name, f"not applicable: {', '.join(missing)} not found.")]
     affected = fla_affected_triton(triton)
@@ -217,6 +294,9 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         return [Finding("warning", name, f"cannot parse the Triton version {triton!r} to check fla issue 640.",
                         "install a released Triton >= 3.7.1")]
     if not affected:
+        broken = _broken_tilelang_fla_takes(report, triton, env)
+        if broken is not None:
+            return [_broken_tilelang_on_hopper(report, hopper[0], triton, broken)]
         return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
     tilelang_blocker = fla_tilelang_blocker(report.tilelang_importable, report.tilelang_import_error,
                                             report.nvcc_path, env)
@@ -229,7 +309,7 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
         f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails; the Qwen3 "
         f"MoE models use no fla kernel.",
-        FLA_TILELANG_FIX,
+        tilelang_fix(report),
     )]
 
 
@@ -242,7 +322,38 @@ def fla_affected_triton(triton: str) -> bool | None:
         return None
 
 
-def _broken_tilelang_without_hopper(triton: str, problem: str) -> Finding:
+FLA_TILELANG_FROM_TRITON = FLA_BAD_TRITON_FROM
+"""fla 0.6.0 turns its TileLang backend on by default on Hopper for every Triton from this release on, fixed ones
+included (``default_enable = IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0`` in ``fla/ops/common/backends/tilelang``)."""
+
+
+def _broken_tilelang_fla_takes(report: EnvironmentReport, triton: str, env: Mapping[str, str]) -> str | None:
+    """Why tilelang does not import, where fla 0.6.0 on Hopper would still take its TileLang backward with Triton
+    ``triton`` (from 3.4 on, tilelang found, an nvcc found, no switch turning it off) and so crash in the GDN backward
+    (its dispatch checks only that tilelang is findable and does not catch the import error); else None."""
+    problem = _tilelang_import_problem(report)
+    try:
+        takes = Version(triton) >= FLA_TILELANG_FROM_TRITON
+    except InvalidVersion:
+        return None
+    if problem is None or not takes or report.nvcc_path is None or tilelang_switched_off(env) is not None:
+        return None
+    return problem
+
+
+def _broken_tilelang_on_hopper(report: EnvironmentReport, gpu: GpuInfo, triton: str, problem: str) -> Finding:
+    """The error for a tilelang that fla takes on Hopper (``gpu``) with a Triton outside fla issue 640's range, but
+    that does not import (``problem``)."""
+    return Finding(
+        "error", "fla-hopper-triton",
+        f"Triton {triton} on Hopper ({gpu.name}) is outside the range of fla issue 640, but fla 0.6.0 still runs its "
+        f"TileLang GDN/KDA backward on Hopper with any Triton >= {FLA_TILELANG_FROM_TRITON} where tilelang and an "
+        f"nvcc are found, and {problem}: the first backward pass of the models with GDN or KDA layers (Qwen3.5, the "
+        "OEL hybrid) crashes; the Qwen3 MoE models use no fla kernel.",
+        f"{tilelang_fix(report)}; or set FLA_TILELANG=0 in the job's environment (Triton {triton} needs no TileLang)")
+
+
+def _broken_tilelang_without_hopper(report: EnvironmentReport, triton: str, problem: str) -> Finding:
     """The error for a tilelang that is installed but does not import (``problem``) where no Hopper GPU is seen (an
     image build, a login node): Hopper nodes need it with this Triton, and an install that fails to import here fails
     there too, so waiting for a GPU would only move the error into a queued job."""
@@ -251,7 +362,7 @@ def _broken_tilelang_without_hopper(triton: str, problem: str) -> Finding:
         f"no Hopper GPU is seen here, but with Triton {triton} fla needs its TileLang backward on Hopper (fla issue "
         f"640), and {problem}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) on a Hopper "
         "node with this environment fails; the Qwen3 MoE models use no fla kernel.",
-        FLA_TILELANG_FIX,
+        tilelang_fix(report),
     )
 
 
@@ -299,11 +410,72 @@ def fla_tilelang_blocker(tilelang_found: bool, import_error: str | None, nvcc_pa
         return tilelang_import_problem(import_error)
     if nvcc_path is None:
         return "tilelang is installed but no nvcc was found (set CUDA_HOME or load a CUDA module)"
+    return tilelang_switched_off(env)
+
+
+def tilelang_switched_off(env: Mapping[str, str]) -> str | None:
+    """Which switch of ``env`` keeps fla 0.6.0 from its TileLang kernels (its backend dispatch or TileLang backend
+    turned off), or None."""
     if env.get("FLA_DISABLE_BACKEND_DISPATCH") == "1":
         return "FLA_DISABLE_BACKEND_DISPATCH=1 disables fla's backend dispatch"
     if env.get("FLA_TILELANG", "1") == "0":
         return "FLA_TILELANG=0 disables fla's TileLang backend"
     return None
+
+
+def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """megatron-core's compiled dataset helper (``megatron.core.datasets.helpers_cpp``) must load: where it does not,
+    megatron runs ``make`` in its folder at start, which fails for an installed wheel ("No targets specified and no
+    makefile found"), and every rank exits. The usual cause is a site bundle or wheel built for another Python or CPU
+    architecture. Not judged where megatron-core is missing or does not import at all (other rules say so)."""
+    name = "megatron-core-helpers"
+    if report.helpers_cpp_import_error is None:
+        if report.megatron_core_path is None or report.megatron_core_import_error is not None:
+            return []
+        return [Finding("ok", name, "megatron-core's compiled dataset helper (helpers_cpp) loads.")]
+    cause = (f"; {report.helpers_cpp_mismatch}" if report.helpers_cpp_mismatch
+             else "; likely built for another Python ABI or CPU architecture")
+    return [Finding(
+        "error", name,
+        f"megatron-core's compiled dataset helper (megatron.core.datasets.helpers_cpp, in "
+        f"{report.megatron_core_path}) does not load ({report.helpers_cpp_import_error}){cause}. Megatron then tries "
+        "to compile it with make, which an installed megatron-core cannot (\"No targets specified and no makefile "
+        "found\"), and every rank exits at start.",
+        f"install megatron-core built for this Python {_python_minor(report)} on {report.machine or 'this CPU'}: "
+        f"where a site bundle on PYTHONPATH holds it, rebuild the bundle for them on a machine with internet "
+        f"({site_bundle_build(report)}) and put it on PYTHONPATH in place of the old one; where pip installed it, "
+        f"{megatron_core_pip(report, reinstall=True)}")]
+
+
+MISSING_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
+"""The message of a ModuleNotFoundError, naming the module that is missing."""
+
+
+def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
+    """The fla kernels megatron-core's GDN layer imports must import where fla is installed: megatron-core catches
+    their ImportError (a requirement of fla missing, einops for one, which the site bundle does not carry) and the
+    models with GDN layers fail only at model build, saying "FLA is not installed". The error names the real cause."""
+    name = "fla-gdn-imports"
+    fla = report.versions.get("fla")
+    if fla is None:
+        return []
+    error = report.fla_gdn_import_error
+    if error is None:
+        return [Finding("ok", name, f"fla {fla}: the GDN kernels megatron-core uses import.")]
+    missing = MISSING_MODULE.search(error)
+    if missing is not None and not missing["module"].startswith("fla"):
+        package = missing["module"].split(".")[0]
+        fix = (f"install {package} into this environment or the container (pip install {package}); a site bundle "
+               "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and `PYTHONPATH=<bundle> "
+               "python3 -m pip check` names what is missing")
+    else:
+        fix = ("reinstall fla (pip install --force-reinstall fla-core==0.6.0); `python3 -m pip check` names a broken "
+               "requirement")
+    return [Finding(
+        "error", name,
+        f"fla {fla} is installed, but the GDN kernels megatron-core imports from it do not import ({error}): "
+        "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model build with "
+        "\"FLA is not installed\"; the Qwen3 MoE models use no fla kernel.", fix)]
 
 
 SWITCH_OFF_VALUES = ("", "0")
@@ -499,7 +671,9 @@ RULES: tuple[Rule, ...] = (
     check_torch,
     check_gpus,
     check_megatron_core,
+    check_helpers_cpp,
     check_transformer_engine,
+    check_fla_gdn_imports,
     check_fla_hopper_triton,
     check_nccl_channels,
     check_nccl_variable_names,
