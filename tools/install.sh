@@ -107,8 +107,10 @@ if "$PY" -c "import torch" 2>/dev/null; then
   if [ -n "$DRIVER" ] && ! "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" 2>/dev/null; then
     echo "error: install.sh: this Python's torch $("$PY" -c 'import torch; print(torch.__version__)') is a CPU" \
          "build, and this node has NVIDIA GPUs (driver ${DRIVER}): it cannot train here. An environment made on a" \
-         "GPU-less login node gets the CPU build; uninstall it (${PY} -m pip uninstall torch) and rerun install.sh" \
-         "on a GPU node, or use the cluster container's torch" >&2
+         "GPU-less login node gets the CPU build. Replace it from a login node with internet:" \
+         "${PY} -m pip install 'torch==${TORCH_VERSION}+cu130' --index-url https://download.pytorch.org/whl/cu130" \
+         "(pip removes the CPU build only once the CUDA wheel is in hand), or use the cluster container's torch;" \
+         "never uninstall it on a compute node without internet first: nothing could take its place there" >&2
     exit 1
   fi
 else
