@@ -45,11 +45,14 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                  row.model, row.log,
                  row.status]
         lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
+    unidentified = " (n/a: the model or its vocabulary cannot be identified from the log)"
+    tflops_na = unidentified if _has_na(rows, "tflops_per_gpu") else ""
+    mfu_na = " (n/a with our TFLOP/s)" if _has_na(rows, "mfu") else ""
     lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
-              "accounting (n/a: the model or its vocabulary cannot be identified from the log); Megatron TFLOP/s/GPU: "
+              f"accounting{tflops_na}; Megatron TFLOP/s/GPU: "
               "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
-              f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g}{f' ({peak_note})' if peak_note else ''} (n/a with "
-              "our TFLOP/s). Efficiency: tokens/s/GPU "
+              f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
+              "Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
               "recompute, FP8) and of its global batch size (strong scaling) or global batch size per GPU (weak "
@@ -60,6 +63,12 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                       "iteration lowers the first more, so the two TFLOP/s columns differ by more than the two FLOP "
                       "counts do.")
     return "\n".join(lines)
+
+
+def _has_na(rows: Sequence[ScalingRow], field: str) -> bool:
+    """Whether the table prints n/a in the column of :class:`ScalingRow` ``field`` (``tflops_per_gpu``, ``mfu``): an ok
+    row without that number. The footnote explains an n/a only where the table shows one."""
+    return any(row.ok and getattr(row, field) is None for row in rows)
 
 
 def _varying_settings_note(rows: Sequence[ScalingRow]) -> str:
