@@ -165,6 +165,29 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
                          f"{training_batch_detail(detail, parsed)}") from error
 
 
+CPU_CHECK = "oellm recipe RECIPE.toml --dry-run"
+"""The command that checks a command line on a login node: a recipe row's flags through megatron's ``validate_args``
+and the entry's start-up checks, answered as the cluster's GPUs would (``recipes/megatron_validation.py``)."""
+
+
+def check_gpu_node() -> None:
+    """Raise ``ValueError`` when torch sees no CUDA GPU here (a login node, a CPU build of torch, no GPU visible).
+
+    megatron's ``validate_args`` asks the GPU for its compute capability on most command lines and training needs
+    one, so on a CPU machine every command line was refused as "Torch not compiled with CUDA enabled", which hid the
+    refusal that mattered. Called after the entry's own checks that need no GPU, before megatron's validation; the
+    message names the login node's check, :data:`CPU_CHECK`."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    why = ("a CPU build of torch" if torch.version.cuda is None else
+           f"torch {torch.__version__} sees no GPU: check the driver and CUDA_VISIBLE_DEVICES; `oellm doctor` tells")
+    raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); to check a command "
+                     f"line on a login node, give its flags to a recipe row and run `{CPU_CHECK}` (megatron's "
+                     "validate_args and the entry's start-up checks, as on the cluster's GPUs)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
     parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
@@ -224,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them
+        check_gpu_node()  # megatron's validation asks the GPU
         args = validated_args(parse_and_validate_args, parsed)
     except ValueError as error:
         return refuse(error)

@@ -50,10 +50,10 @@ def with_validated_fields(args: argparse.Namespace) -> argparse.Namespace:
 
 def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     """The training entry module, patched to run its argument checks on CPU and raise :class:`Reached` after them."""
-    # Megatron's validation (it needs CUDA) is replaced by the plain parse; every step after the argument checks
-    # (FLOP count, megatron's config container, throughput hook, ``pretrain``) raises Reached. TE's attention
-    # switches are cleared: megatron-core leaves them in ``os.environ`` when an earlier test builds a model, and the
-    # entry refuses a preset one that disagrees with ``--attention-backend``.
+    # Megatron's validation (it needs CUDA) is replaced by the plain parse, and the entry's check for a GPU passes;
+    # every step after the argument checks (FLOP count, megatron's config container, throughput hook, ``pretrain``)
+    # raises Reached. TE's attention switches are cleared: megatron-core leaves them in ``os.environ`` when an earlier
+    # test builds a model, and the entry refuses a preset one that disagrees with ``--attention-backend``.
     import megatron.training
     import megatron.training.arguments
 
@@ -72,6 +72,7 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(dataset_helpers, "apply", lambda: True)
     monkeypatch.setattr(distrib_optimizer_step, "apply", lambda: True)
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
+    monkeypatch.setattr(entry, "check_gpu_node", lambda: None)  # the GPU megatron's validation would ask
     monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
     monkeypatch.setattr(entry, "flops_and_peak", reached)
     monkeypatch.setattr(entry, "training_config", reached)  # megatron's container needs validated arguments
