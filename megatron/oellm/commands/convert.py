@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_mcore.add_argument("--hf", required=True, type=path_argument,
                           help="HF checkpoint directory (config.json, *.safetensors)")
     to_mcore.add_argument("--out", required=True, type=path_argument,
-                          help="output directory for `--load` of megatron training")
+                          help="output directory; the training entry starts from it with --pretrained-checkpoint DIR "
+                               "--dist-ckpt-strictness log_unexpected (its default strictness fails on the "
+                               "_extra_state keys a converted checkpoint lacks; the summary prints these flags)")
     to_mcore.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     to_mcore.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
@@ -159,6 +161,8 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _print_summary(args: argparse.Namespace, card: ModelCard, summary: ConversionSummary, seconds: float) -> None:
     """The report of a finished conversion: what was read and written where, in how long, and what was left out."""
+    from megatron.oellm.convert.summary import training_flags
+
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
     print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {seconds:.1f} s")
@@ -168,6 +172,9 @@ def _print_summary(args: argparse.Namespace, card: ModelCard, summary: Conversio
     _print_skipped(summary.skipped)
     for note in summary.notes:
         print(f"  {note}")
+    if args.direction == "hf-to-mcore":
+        flags = training_flags(card.name, summary.output, args.vocab_size)
+        print(f"  train from it: {flags} (--load / --save: the run's own folder, which its later jobs resume from)")
 
 
 def _print_skipped(skipped: list[str]) -> None:
