@@ -1,27 +1,28 @@
 # megatron-oellm cluster image: NGC PyTorch with megatron-oellm and its te, gdn and hf extras at pinned versions.
 #
-#   docker build -t megatron-oellm:0.1.0-hybridep --target hybridep .  # + DeepEP's hybrid-ep branch (the recipes')
-#   docker build -t megatron-oellm:0.1.0 .                             # default target: oellm (no DeepEP)
-#   docker build -t megatron-oellm:0.1.0-deepep --target deepep .      # + DeepEP's main branch (no HybridEP)
-#   apptainer build megatron-oellm-0.1.0-hybridep.sif docker-daemon://megatron-oellm:0.1.0-hybridep
-#   apptainer build megatron-oellm-0.1.0.sif docker-daemon://megatron-oellm:0.1.0
+#   docker build -t megatron-oellm:0.2.0.dev0-hybridep --target hybridep .  # + DeepEP's hybrid-ep branch (the recipes')
+#   docker build -t megatron-oellm:0.2.0.dev0 .                             # default target: oellm (no DeepEP)
+#   docker build -t megatron-oellm:0.2.0.dev0-deepep --target deepep .      # + DeepEP's main branch (no HybridEP)
+#   apptainer build megatron-oellm-0.2.0.dev0-hybridep.sif docker-daemon://megatron-oellm:0.2.0.dev0-hybridep
+#   apptainer build megatron-oellm-0.2.0.dev0.sif docker-daemon://megatron-oellm:0.2.0.dev0
 #
 # An image runs on the CPU architecture it was built for: x86_64 (linux/amd64) for MareNostrum 5, aarch64
 # (linux/arm64) for Jupiter's GH200. The base image has both; build Jupiter's on an aarch64 machine or with
-#   docker buildx build --platform linux/arm64 -t megatron-oellm:0.1.0-hybridep-arm64 --target hybridep \
+#   docker buildx build --platform linux/arm64 -t megatron-oellm:0.2.0.dev0-hybridep-arm64 --target hybridep \
 #     --build-arg HYBRID_EP_MULTINODE=1 --load .   # the Jupiter recipes' HybridEP groups span nodes
-#   apptainer build megatron-oellm-0.1.0-hybridep-arm64.sif docker-daemon://megatron-oellm:0.1.0-hybridep-arm64
+#   apptainer build megatron-oellm-0.2.0.dev0-hybridep-arm64.sif docker-daemon://megatron-oellm:0.2.0.dev0-hybridep-arm64
 # (docs/container.md has the Apptainer steps). Every recipe in examples/oellm/ dispatches MoE tokens with the flex
 # dispatcher's HybridEP (some rows with DeepEP or all-to-all) and names the hybridep target's image:
-# megatron-oellm-0.1.0-hybridep.sif on MareNostrum 5, megatron-oellm-0.1.0-hybridep-arm64.sif on Jupiter (its DeepEP
-# has HybridEP and DeepEP's own dispatcher). The default target's image runs only the all-to-all dispatcher.
+# megatron-oellm-0.2.0.dev0-hybridep.sif on MareNostrum 5, megatron-oellm-0.2.0.dev0-hybridep-arm64.sif on Jupiter
+# (its DeepEP has HybridEP and DeepEP's own dispatcher). The default target's image runs only the all-to-all
+# dispatcher.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.03-py3
 
 FROM ${BASE_IMAGE} AS base
 # in the base stage, so that every target's image (the recipes' hybridep one too) carries them
 LABEL org.opencontainers.image.title="megatron-oellm" \
       org.opencontainers.image.description="OpenEuroLLM distribution of Megatron-LM on NGC PyTorch" \
-      org.opencontainers.image.version="0.1.0"
+      org.opencontainers.image.version="0.2.0.dev0"
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

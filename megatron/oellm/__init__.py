@@ -6,7 +6,7 @@ Importing this package applies the Python 3.11 provision (see :mod:`megatron.oel
 
 from megatron.oellm.compat import provide_typing_override
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 MEGATRON_CORE_VERSION = "0.19.2"
 """The one megatron-core release this package is written and tested against."""
 

@@ -65,9 +65,9 @@ def _foreign_in_hf_output(entry: Path) -> list[str]:
 
 def _refuse_unmarked_model(out_dir: Path) -> None:
     """Raise if ``--out`` holds model files (the names mcore-to-hf writes) without its mark, with or without
-    ``--overwrite``: another model's files (the export's source, a download), or an export of megatron-oellm 0.1.0 or
-    earlier, written before the mark. Either way the conversion must not replace them, and the refusal says why
-    rather than that they are files "this conversion does not write"."""
+    ``--overwrite``: another model's files (the export's source, a download), or an export written before the mark
+    (by the 0.1.0 release of 2026-11-30, or a checkout older than the mark). Either way the conversion must not
+    replace them, and the refusal says why rather than that they are files "this conversion does not write"."""
     try:
         unmarked = sorted(entry.name for entry in out_dir.iterdir()  # links are named as such by the output check
                           if is_written_name(entry.name) and not entry.is_symlink() and not carries_export_mark(entry))
@@ -76,9 +76,9 @@ def _refuse_unmarked_model(out_dir: Path) -> None:
     if unmarked:
         raise ConversionError(f"output {out_dir} holds a model ({listed(unmarked, 3)}) without the oellm_export mark "
                               "that mcore-to-hf writes into its files: another model's (the export's source? a "
-                              "download?), or an export of megatron-oellm 0.1.0 or earlier, which had no mark; "
-                              "--overwrite replaces only marked exports: choose another --out, or delete an old "
-                              "export yourself")
+                              "download?), or an export written before the mark (megatron-oellm's 0.1.0 release of "
+                              "2026-11-30 or a checkout older than the mark); --overwrite replaces only marked "
+                              "exports: choose another --out, or delete an old export yourself")
 
 
 def _foreign_in_hf_output_with_tokenizer(entry: Path) -> list[str]:

@@ -134,7 +134,7 @@ def test_a_long_node_list_reaches_torchrun(tmp_path):
 
 
 def test_the_job_runs_where_the_script_was_made(tmp_path, monkeypatch):
-    """The image (relative by default: megatron-oellm-0.1.0-hybridep.sif) and relative data paths were checked from
+    """The image (relative by default: megatron-oellm-0.2.0.dev0-hybridep.sif) and relative data paths were checked from
     the directory ``oellm recipe`` ran in, but the job read them from wherever ``sbatch`` was called: a script
     submitted by hand from its run directory stopped at start with the image not found."""
     made_in = tmp_path / "made here" / "it's"
