@@ -18,6 +18,11 @@ folder=""
 [ -n "$folder" ] && echo "start $folder" >> "$FAKE_LOG" && sleep 0.4 && echo "end $folder" >> "$FAKE_LOG"
 exit 0
 """
+RECORDING_TIMEOUT = """#!/usr/bin/env bash
+echo "limit $3 ${@: -1}" >> "$FAKE_LOG"
+shift 3
+exec "$@"
+"""
 FOLDERS = {f"tests/unit_tests/{name}" for name in ("layers", "patches", "backends", "models", "training", "bench")}
 
 
@@ -35,7 +40,26 @@ def test_models_folder_starts_after_the_others_end_on_an_80gb_gpu(tmp_path: Path
     models_start = events.index(("start", "tests/unit_tests/models"))
     ended_before = {folder for kind, folder in events[:models_start] if kind == "end"}
     assert ended_before == FOLDERS - {"tests/unit_tests/models"}, events
-    assert f"(models after the other folders, on a GPU of {total_mib} MiB)" in (tmp_path / "out" / "summary.txt").read_text()
+    assert f"(models after the other folders, on a GPU of {total_mib} MiB, within " in (tmp_path / "out" / "summary.txt").read_text()
+
+
+def test_the_two_waves_share_the_stages_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first wave within 2/3 of OELLM_STAGE_LIMIT_S, the models folder within what is left after it (a stand-in
+    ``timeout`` records each pytest's limit)."""
+    limit_s = random.randint(150, 900)
+    monkeypatch.setenv("OELLM_STAGE_LIMIT_S", str(limit_s))
+    _fake_nvidia_smi(tmp_path, random.randint(40_000, 102_399))
+    (tmp_path / "bin" / "timeout").write_text(RECORDING_TIMEOUT)
+    (tmp_path / "bin" / "timeout").chmod(0o755)
+    done, calls = run_acceptance(tmp_path, tmp_path / "out", "tests", fake_python3=TIMED_PYTHON3)
+    assert done.returncode == 0, done.stderr
+    limits = {folder: int(seconds) for _word, seconds, folder in (call.split(" ") for call in calls
+                                                                    if call.startswith("limit ") and "/unit_tests/" in call)}
+    assert set(limits) == FOLDERS
+    assert {limits[folder] for folder in FOLDERS - {"tests/unit_tests/models"}} == {limit_s * 2 // 3}
+    assert limit_s - 5 <= limits["tests/unit_tests/models"] < limit_s  # the first wave took at least 0.4 s
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert f"within {limits['tests/unit_tests/models']} s)" in summary
 
 
 @pytest.mark.parametrize("total_mib", [102_400, 143_771])
