@@ -1,4 +1,4 @@
-"""fla's GDN/KDA backward on the run's GPU, checked before Megatron initialises.
+"""fla's GDN kernels (installed, importing) and GDN/KDA backward on the run's GPU, checked before Megatron initialises.
 
 On Hopper (H100, H200, GH200) with 3.4 <= Triton < 3.7.1, fla 0.6.0's Triton GDN/KDA backward is wrong (fla issue
 640), so fla runs its TileLang backward there and raises in the first backward pass where it cannot: tilelang absent or
@@ -57,12 +57,41 @@ def tilelang_blocker_here(env: Mapping[str, str]) -> str | None:
     return fla_tilelang_blocker(found, error, find_nvcc(env), env)
 
 
+FLA_INSTALL_FIX = ("install the gdn extra (pip install '.[gdn]': fla-core and flash-linear-attention 0.6.0, with "
+                   "einops) or, on a node without a package index, put the offline site bundle "
+                   "(tools/build_site_bundle.sh) on PYTHONPATH")
+"""How to get fla's GDN kernels into the training environment."""
+
+
+def fla_import_problem(card: ModelCard) -> str:
+    """Why megatron-core could not build ``card``'s GDN or KDA layers ('' when it could, or the card has none): fla's
+    gated delta rule entry point, which megatron-core 0.19.2 imports for them, does not import here. megatron-core
+    swallows that ``ImportError`` at import and raises "FLA is not installed" from the layer's constructor, on every
+    rank after process groups and GPU memory are set up; the missing module (fla itself, or one it needs such as
+    einops) is named here instead."""
+    if card.linear_mixer == "none":
+        return ""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
+    except ImportError as error:
+        missing = (f"the module {error.name!r} is missing" if isinstance(error, ModuleNotFoundError) and error.name
+                   else f"{type(error).__name__}: {error}")
+        return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's "
+                f"fla.ops.gated_delta_rule, which does not import here ({missing}); megatron-core would stop with "
+                f"'FLA is not installed' on every rank once the model is built. Fix: {FLA_INSTALL_FIX}")
+    return ""
+
+
 def check_fla_backward(card: ModelCard, env: Mapping[str, str] | None = None) -> None:
-    """Raise ``ValueError`` naming :func:`fla_backward_problem` for the run's card on this process's GPU. Reads the
-    GPU only for a card with GDN or KDA layers and an affected Triton, and tilelang only on a Hopper GPU, so other
-    runs pay nothing; the verdict is :func:`fla_backward_problem`'s, with the same gates."""
+    """Raise ``ValueError`` naming :func:`fla_import_problem`, else :func:`fla_backward_problem`, for the run's card on
+    this process's GPU. Imports fla and reads the GPU only for a card with GDN or KDA layers, the GPU only with an
+    affected Triton, and tilelang only on a Hopper GPU, so other runs pay nothing; the backward verdict is
+    :func:`fla_backward_problem`'s, with the same gates."""
     import torch
 
+    problem = fla_import_problem(card)
+    if problem:
+        raise ValueError(problem)
     env = os.environ if env is None else env
     triton = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "triton"))
     if not _fla_layers_on_affected_triton(card, triton) or not torch.cuda.is_available():

@@ -1,0 +1,64 @@
+"""A GDN model without fla's kernels is refused before Megatron initialises (:mod:`megatron.oellm.training.fla_kernels`):
+megatron-core 0.19.2 swallows the ``ImportError`` of fla's gated delta rule and raises "FLA is not installed" from the
+layer's constructor, on every rank after process groups and GPU memory are set up."""
+
+from __future__ import annotations
+
+import random
+import string
+import sys
+
+import pytest
+
+from megatron.oellm.cards import get_card
+from megatron.oellm.training import fla_kernels
+from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, one_error_line, tiny_moe_run
+
+HYBRID, MOE = "qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """Make importing fla's gated delta rule fail as if ``module`` were not installed."""
+    for name in [name for name in sys.modules if name.split(".")[0] in ("fla", module)]:
+        monkeypatch.delitem(sys.modules, name)
+
+    class Hide:
+        def find_spec(self, name, *_args):
+            if name == module or name.startswith(f"{module}."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [Hide(), *sys.meta_path])
+
+
+@pytest.mark.parametrize("module", ["fla", "einops"])
+def test_the_entry_refuses_a_gdn_run_without_fla(monkeypatch, capsys, module: str) -> None:
+    main = entry_up_to_pretrain(monkeypatch)
+    _without(monkeypatch, module)
+    assert main.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch"]) == 2
+    line = one_error_line(capsys)
+    assert f"the module {module!r} is missing" in line and "FLA is not installed" in line
+    assert "gdn extra" in line and "site bundle" in line
+
+
+def test_another_import_error_is_named_as_it_is(monkeypatch) -> None:
+    """fla present but failing as it imports (a broken build): its own message is the reason given."""
+    import builtins
+
+    message = "".join(random.choices(string.ascii_lowercase, k=12))
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name.startswith("fla"):
+            raise ImportError(message)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    problem = fla_kernels.fla_import_problem(get_card(HYBRID))
+    assert f"fla.ops.gated_delta_rule, which does not import here (ImportError: {message})" in problem
+
+
+def test_a_model_without_linear_mixers_does_not_import_fla(monkeypatch) -> None:
+    _without(monkeypatch, "fla")
+    assert fla_kernels.fla_import_problem(get_card(MOE)) == ""
+    assert "fla" not in sys.modules
