@@ -110,6 +110,7 @@ def check_backend_support(
     local_attention: bool = False,
     dtype: str | None = None,
     flash_attention_version: int | None = None,
+    attention_backend: str = "auto",
 ) -> None:
     """Raise ValueError, before anything is allocated, if ``backend`` cannot run the requested features.
 
@@ -121,7 +122,9 @@ def check_backend_support(
     ``disabled_fusions``), as is ``flash_attention_only`` (``--attention-backend flash``, which only TE's attention
     reads) with the ``dtype`` (:data:`FLASH_ATTENTION_DTYPES` or another name, None when unknown) and the
     ``flash_attention_version`` (``--flash-attention-version``) it is judged with, and ``local_attention``
-    (``--attention-backend local``, :data:`TE_LOCAL_ATTENTION_REFUSAL`). The message names the setting to change.
+    (``--attention-backend local``, :data:`TE_LOCAL_ATTENTION_REFUSAL`); ``attention_backend`` (the
+    ``--attention-backend`` name) for the torch one only, which runs SDPA / varlen attention whatever it says. The
+    message names the setting to change.
     """
     resolved = resolve_backend(backend)
     if resolved == "te":
@@ -134,6 +137,9 @@ def check_backend_support(
             raise ValueError("the te backend cannot run here: " + "; and ".join(refusals))
         return
     unsupported = []
+    if attention_backend != "auto":
+        unsupported.append(f"--attention-backend {attention_backend} (the torch-native core attention always runs "
+                           "SDPA / varlen attention and reads no attention backend): use --attention-backend auto")
     if fp8:
         unsupported.append("fp8 training (needs Transformer Engine): drop --fp8-format")
     if fp4:
@@ -214,8 +220,7 @@ TE_LOCAL_ATTENTION_REFUSAL = (
     "attention_backend=local: megatron-core then sets NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN to 0, "
     "but the spec builders take core attention from the backend (Transformer Engine's DotProductAttention, whatever "
     "--spec says), so the first forward pass would stop with 'No dot product attention backend is available' after "
-    "the model is allocated. Pass --attention-backend unfused (or auto, flash, fused) and drop --spec local, or use "
-    "--oellm-backend torch (its attention reads none of these switches)"
+    "the model is allocated. Pass --attention-backend unfused (or auto, flash, fused) and drop --spec local"
 )
 """Why the te backend refuses ``--attention-backend local`` (Megatron accepts it only with ``--spec local``, which
 swaps in megatron-core's own attention in Megatron's model builders, not in ours)."""
@@ -386,6 +391,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
         flash_attention_only=source.attention_backend == AttnBackend.flash,
         local_attention=source.attention_backend == AttnBackend.local,
+        attention_backend=source.attention_backend.name,
         dtype=_dtype_of_config_or_args(source),
         flash_attention_version=source.flash_attention_version,
     )

@@ -174,7 +174,8 @@ def machine_adjustments(flags: dict, environ: Mapping[str, str]) -> dict[str, tu
     otherwise refuse: ``--no-gradient-accumulation-fusion`` without apex's extension, ``--attention-backend auto``
     for a row's ``flash`` where Transformer Engine would keep no flash attention (none it supports installed, or
     dropped by a pin in ``environ``, the run's environment, by the row's dtype or ``--flash-attention-version``, or
-    by the GPU). The torch backend needs neither."""
+    by the GPU). On the torch backend, whose attention reads no ``--attention-backend``, a row's other than ``auto``
+    runs with ``auto``."""
     from megatron.oellm.backends.selection import resolve_backend, te_missing_kernels, training_dtype
 
     try:
@@ -182,13 +183,23 @@ def machine_adjustments(flags: dict, environ: Mapping[str, str]) -> dict[str, tu
     except ValueError:  # te asked for but missing: local_backend_problem reports it
         return {}
     if backend != "te":
-        return {}
+        return torch_attention_changes(flags)
     missing = te_missing_kernels(gradient_accumulation_fusion=not flags.get("no-gradient-accumulation-fusion"),
                                  flash_attention_only=flags.get("attention-backend") == "flash",
                                  dtype=training_dtype(bool(flags.get("bf16")), bool(flags.get("fp16"))),
                                  flash_attention_version=_int_or_none(flags.get("flash-attention-version")),
                                  environ=environ)
     return {kernel.flag: (kernel.value, kernel.why) for kernel in missing.values()}
+
+
+def torch_attention_changes(flags: Mapping[str, FlagValue]) -> dict[str, tuple[FlagValue, str]]:
+    """``--attention-backend auto`` for a row's other attention backend on the torch-native backend, which runs SDPA
+    / varlen attention whatever the flag says and which the training entry refuses other values on."""
+    given = flags.get("attention-backend")
+    if given in (None, False, "auto"):
+        return {}
+    return {"attention-backend": ("auto", "the torch-native backend runs SDPA / varlen attention and reads no "
+                                          "--attention-backend")}
 
 
 def _int_or_none(value: FlagValue | None) -> int | None:

@@ -1,5 +1,6 @@
 """``--attention-backend local`` per backend (CPU only): the te backend refuses it, from the config and from the
-entry's argument check before Megatron initialises; the torch-native backend takes it. Each refusal test fails if
+entry's argument check before Megatron initialises; the torch-native backend refuses it as every value but auto
+(test_torch_backend_attention_flag_refused.py). Each refusal test fails if
 the te backend lets ``local`` through."""
 
 import pytest
@@ -30,12 +31,6 @@ def test_te_backend_refuses_local_attention(te_with_apex: None) -> None:
         selection.check_config_support("te", _config(attention_backend=AttnBackend.local))
     for backend in (AttnBackend.auto, AttnBackend.unfused, AttnBackend.fused):
         selection.check_config_support("te", _config(attention_backend=backend))
-
-
-def test_torch_backend_takes_local_attention() -> None:
-    """The torch-native core attention reads no TE switch, so ``local`` stays allowed there."""
-    selection.check_config_support("torch", _config(attention_backend=AttnBackend.local,
-                                                    gradient_accumulation_fusion=False))
 
 
 def test_entry_refuses_local_attention_on_te_before_megatron_initialises(te_with_apex: None) -> None:

@@ -178,7 +178,8 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
     """On the te backend the entry refuses Megatron's default gradient-accumulation fusion without apex's extension
     and the MN5 rows' --attention-backend flash without a flash-attn TE supports (TE would stop at the first forward
     with no attention backend left); the fitted row runs without them on such a machine, and the run's log says so.
-    The torch backend needs neither (the entry turns the fusion off itself; its attention is SDPA)."""
+    The torch backend needs no fusion (the entry turns it off itself) and runs the row's flash with auto (its
+    attention is SDPA / varlen, and the entry refuses any other --attention-backend there)."""
     from megatron.oellm.backends import selection
     from megatron.oellm.backends import te_flash_attention as te_flash
 
@@ -192,7 +193,7 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
     resolved = fit_local(recipe, recipe.rows[0], gpus=1)
     args = parse_megatron(resolved.argv)
     assert args.gradient_accumulation_fusion is (backend == "torch" or apex)
-    assert args.attention_backend.name == ("flash" if backend == "torch" or flash_attn else "auto")
+    assert args.attention_backend.name == ("flash" if backend == "te" and flash_attn else "auto")
     expected = []
     if backend == "te" and not apex:
         expected.append("--local runs with --no-gradient-accumulation-fusion here (the row: unset): apex's "
@@ -200,6 +201,9 @@ def test_a_te_fit_turns_off_what_this_machine_lacks_and_says_so(monkeypatch, cap
     if backend == "te" and not flash_attn:
         expected.append("--local runs with --attention-backend auto here (the row: --attention-backend flash): "
                         "Transformer Engine finds no flash-attn it supports")
+    if backend == "torch":
+        expected.append("--local runs with --attention-backend auto here (the row: --attention-backend flash): "
+                        "the torch-native backend runs SDPA / varlen attention and reads no --attention-backend")
     assert [note for note in resolved.notes if "dispatcher" not in note] == expected  # one GPU: all-to-all, noted too
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     monkeypatch.setattr(recipe_command, "local_backend_problem", lambda resolved: "")

@@ -70,10 +70,14 @@ def test_the_check_leaves_the_process_as_it_found_it(monkeypatch):
 
 
 def test_an_explicit_torch_backend_gets_the_entrys_feature_check():
-    """``--oellm-backend torch`` does not depend on the machine: a setting it refuses at start is refused here."""
+    """``--oellm-backend torch`` does not depend on the machine: a setting it refuses at start is refused here (the
+    row's ``--attention-backend flash`` among them: the torch-native attention reads none)."""
     recipe = load_recipe(RECIPES[-1])
     resolved = resolve_row(recipe, recipe.rows[0])
     torch_argv = [*resolved.argv, "--oellm-backend", "torch"]
+    refusal = megatron_refusal(torch_argv, resolved.world_size, recipe.cluster.env)
+    assert refusal is not None and "--attention-backend flash" in refusal
+    torch_argv += ["--attention-backend", "auto"]
     refusal = megatron_refusal([*torch_argv, "--moe-permute-fusion"], resolved.world_size, recipe.cluster.env)
     assert refusal is not None and "torch-native backend cannot run" in refusal and "moe_permute_fusion" in refusal
     args = validate_on_cluster(torch_argv, resolved.world_size, recipe.cluster.env)
