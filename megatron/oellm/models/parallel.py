@@ -307,17 +307,12 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
                  f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline_layout such as "
                  f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}")
         return
-    stages = parse_pipeline_layout(layout.pipeline_layout)
+    stages = pipeline_stages(layout.pipeline_layout, pp)
     where = f"pipeline layout {layout.pipeline_layout!r}"
-    if len(stages) % pp:
-        raise ParallelLayoutError(f"{where} has {len(stages)} stages, not a multiple of pp ({pp}); "
-                                  "give pp x vpp stages separated by '|'")
     vpp = len(stages) // pp
     if layout.vpp is not None and layout.vpp != vpp:
         raise ParallelLayoutError(f"{where} has {len(stages)} stages = pp ({pp}) x {vpp}, but vpp={layout.vpp}; "
                                   f"set vpp={vpp} (or leave it unset) or give {pp * layout.vpp} stages")
-    if vpp > 1 and pp == 1:
-        raise ParallelLayoutError(f"{where} has {vpp} stages for pp=1; virtual stages need pp > 1")
     flat = [name for stage in stages for name in stage]
     decoders = flat.count("decoder")
     if decoders != card.num_layers:
@@ -329,6 +324,20 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
         raise ParallelLayoutError(f"{where}: the embedding 'E' must appear once, at the start of the first stage")
     if flat.count("loss") != 1 or not stages[-1] or stages[-1][-1] != "loss":
         raise ParallelLayoutError(f"{where}: the loss 'L' must appear once, at the end of the last stage")
+
+
+def pipeline_stages(pipeline_layout: str, pp: int) -> list[list[str]]:
+    """The stages of ``pipeline_layout`` (:func:`parse_pipeline_layout`) for ``pp`` pipeline ranks; raise
+    :class:`ParallelLayoutError` unless they are pp x vpp stages, with ``pp > 1`` for more than one. The checks of a
+    layout that need no model card."""
+    stages = parse_pipeline_layout(pipeline_layout)
+    where = f"pipeline layout {pipeline_layout!r}"
+    if len(stages) % pp:
+        raise ParallelLayoutError(f"{where} has {len(stages)} stages, not a multiple of pp ({pp}); "
+                                  "give pp x vpp stages separated by '|'")
+    if len(stages) > 1 and pp == 1:
+        raise ParallelLayoutError(f"{where} has {len(stages)} stages for pp=1; virtual stages need pp > 1")
+    return stages
 
 
 def even_pipeline_layout(num_layers: int, num_stages: int) -> str:

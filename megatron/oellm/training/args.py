@@ -288,6 +288,18 @@ def check_yaml_cfg(args: argparse.Namespace) -> None:
         raise ValueError(YAML_CFG_REFUSED)
 
 
+def check_sequence_given(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` when the command line gives no ``--seq-length`` (nor ``--encoder-seq-length``), naming the
+    length the ``--oellm-model`` card plans with. megatron's ``validate_args`` asserts it without a message; the
+    length is not filled in from the card, as it sets the run's memory and throughput. Left to megatron under
+    ``--use-checkpoint-args``, which reads it from the checkpoint."""
+    if args.use_checkpoint_args or args.seq_length is not None or args.encoder_seq_length is not None:
+        return
+    planned = (f" (model card {args.oellm_model} plans with {get_card(args.oellm_model).seq_length})"
+               if args.oellm_model else "")
+    raise ValueError(f"give --seq-length{planned}: megatron needs the tokens per training sequence")
+
+
 def check_sequence_length(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when the run's ``--seq-length`` (or ``--encoder-seq-length``) exceeds its
     ``max_position_embeddings``, naming the card that set the latter.

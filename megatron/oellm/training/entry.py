@@ -223,14 +223,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from megatron.oellm.training.index_cache import stale_cache_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
-    from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
+    from megatron.oellm.training.node_packages import check_validated_packages
     from megatron.oellm.training.run_schedule import check_save_directory, profiler_trace_warnings
     from megatron.oellm.training.sharded_checkpoints import (
         check_fsdp2_resume,
         check_fsdp2_saves_on_this_torch,
         check_fsdp2_torch_dcp,
     )
-    from megatron.oellm.training.startup_checks import check_model_args, check_parsed_args, check_validated_args
+    from megatron.oellm.training.startup_checks import (
+        check_model_args,
+        check_parsed_args,
+        check_parsed_node_args,
+        check_validated_args,
+    )
     from megatron.oellm.training.stored_checkpoint import (
         check_exit_on_missing_checkpoint,
         check_load_directory,
@@ -243,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parsed = parse_oellm_argv(argv)
         check_parsed_args(parsed)
-        check_parsed_packages(parsed)  # before validate_args: it imports wandb on the last rank
+        check_parsed_node_args(parsed)  # before validate_args: wandb, and the tokenizer megatron builds after it
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them

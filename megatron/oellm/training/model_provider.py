@@ -19,6 +19,7 @@ from megatron.oellm.models.parallel import (
     even_pipeline_layout,
     layout_from_counts,
     pipeline_layout_from_hybrid_pattern,
+    pipeline_stages,
 )
 from megatron.oellm.training.card_from_args import card_from_megatron_args, check_expressible
 
@@ -117,6 +118,26 @@ def layout_from_args(args: argparse.Namespace) -> ParallelLayout:
         sp=args.sequence_parallel,
         pipeline_layout=custom if isinstance(custom, str) else None,
     )
+
+
+def check_pipeline_stage_flags(parsed: argparse.Namespace) -> None:
+    """Raise :class:`ParallelLayoutError` for a ``--pipeline-model-parallel-layout`` or ``--hybrid-layer-pattern``
+    stage list of the parsed (not yet validated) command line that is malformed or does not make pp x vpp stages
+    (:func:`~megatron.oellm.models.parallel.pipeline_stages`). megatron's ``validate_args`` expands a layout's repeats
+    as written (``t*99999999999999``: a MemoryError traceback) and judges a pattern's stages by its interleaved
+    schedule's rule ("pipeline-model-parallel size should be greater than 1"), naming neither flag; the card's layer
+    count is checked after it (:func:`layout_from_args`)."""
+    pp = parsed.pipeline_model_parallel_size
+    if isinstance(parsed.pipeline_model_parallel_layout, str):
+        pipeline_stages(parsed.pipeline_model_parallel_layout, pp)
+    pattern = getattr(parsed, "hybrid_layer_pattern", None)
+    if not pattern or "|" not in pattern:
+        return
+    try:
+        pipeline_stages(pipeline_layout_from_hybrid_pattern(pattern), pp)
+    except ParallelLayoutError as error:
+        raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages: {error}; "
+                                  "give pp x vpp segments, or no '|' for a single stage") from error
 
 
 UNEVEN_SPLIT_FLAGS = {

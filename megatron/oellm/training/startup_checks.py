@@ -24,30 +24,49 @@ from megatron.oellm.cards import ModelCard
 def check_parsed_args(parsed: argparse.Namespace) -> None:
     """Raise ``ValueError`` for what the parsed (not yet validated) command line holds that megatron's
     ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
-    sources, a size below 1 (sequence length, parallel sizes), a sequence longer than the positions, intervals megatron
-    takes a modulo by, a ``--save`` without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a
-    directory, optimizer, initialisation and loader values out of their range (:mod:`.value_ranges`)."""
+    sources, a size below 1 (sequence length, parallel sizes), pipeline stages that are malformed or not pp x vpp,
+    no sequence length, a sequence longer than the positions, intervals megatron takes a modulo by, a ``--save``
+    without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a directory, optimizer,
+    initialisation and loader values out of their range (:mod:`.value_ranges`)."""
     from megatron.oellm.training.args import (
         check_intervals,
         check_positive_sizes,
         check_precision,
         check_save_interval,
+        check_sequence_given,
         check_sequence_length,
         check_wandb_directory,
         check_yaml_cfg,
     )
     from megatron.oellm.training.data_sources import check_single_data_source
+    from megatron.oellm.training.model_provider import check_pipeline_stage_flags
     from megatron.oellm.training.value_ranges import check_value_ranges
 
     check_yaml_cfg(parsed)
     check_single_data_source(parsed)  # validate_args asserts some pairs and lets others through
     check_positive_sizes(parsed)  # before validate_args: it takes the world size modulo the parallel sizes
+    check_pipeline_stage_flags(parsed)  # before validate_args: it expands a layout as written
+    check_sequence_given(parsed)  # validate_args asserts it without a message
     check_sequence_length(parsed)
     check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
     check_save_interval(parsed)  # validate_args asserts it without a message
     check_precision(parsed)  # likewise
     check_wandb_directory(parsed)  # before validate_args: it sets up the wandb writer
     check_value_ranges(parsed)  # torch's optimizer, dropout and init, megatron's seeding refuse these late
+
+
+def check_parsed_node_args(parsed: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for what the parsed command line asks of this node that megatron reaches while it parses
+    and validates the arguments: the wandb package (:func:`~.node_packages.check_parsed_packages`), and tokenizer
+    files that are not there (:func:`~.data_sources.check_tokenizer_files`: megatron-core 0.19.2 builds the tokenizer
+    right after ``validate_args``, where a missing file waited out the Hugging Face hub's retries and was refused
+    under a hub name). The training entry's only: ``oellm recipe`` resolves rows away from the node's files and
+    packages, and checks the tokenizer with the data (``read_data``)."""
+    from megatron.oellm.training.data_sources import check_tokenizer_files
+    from megatron.oellm.training.node_packages import check_parsed_packages
+
+    check_parsed_packages(parsed)  # before validate_args: it imports wandb on the last rank
+    check_tokenizer_files(parsed)
 
 
 def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:

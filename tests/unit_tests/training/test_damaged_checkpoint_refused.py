@@ -32,7 +32,8 @@ def _copy(converted: Path, tmp_path: Path) -> Path:
 
 def _argv(load: Path, fmt: str = "torch_dist") -> list[str]:
     """A fine-tuning mock-data run of :data:`CARD` loading ``load``."""
-    return ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format", fmt, "--mock-data", "--load",
+    return ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format", fmt, "--mock-data",
+            "--seq-length", "64", "--load",
             str(load), "--finetune", "--dist-ckpt-strictness", "log_unexpected"]
 
 

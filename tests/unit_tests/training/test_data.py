@@ -71,7 +71,7 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     """The entry's argument checks run before the throughput hook and ``pretrain`` (which set up GPUs), and the
     refusal is one error line (exit status 2), not a traceback on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data"]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "64"]
     assert entry.main([*argv, MASKING]) == 2
     assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data_sources.DOCUMENT_MASKING_UNWIRED}"]
     with pytest.raises(Reached):
@@ -110,7 +110,7 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
         lambda **_kwargs: with_validated_fields(parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128", "--mock-data"])),
     )
     flags = {**model_flags(get_card("qwen3-30b-a3b-tiny")), "moe-layer-freq": "([0]+[1]*1)"}
-    assert entry.main(["--oellm-backend", "torch", *flags_to_argv(flags)]) == 2
+    assert entry.main(["--oellm-backend", "torch", *flags_to_argv(flags), "--seq-length", "128"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "no model card describes these Megatron flags: --moe-layer-freq" in err[0]
 
@@ -119,7 +119,8 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
 def test_flags_no_card_describes_are_refused_beside_a_named_card(monkeypatch, capsys, flag):
     """With ``--oellm-model`` the model is built from the card: these flags were accepted and did nothing."""
     entry = entry_up_to_pretrain(monkeypatch)
-    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", flag]) == 2
+    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+                       "--seq-length", "64", flag]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"no model card describes these Megatron flags: {flag} True" in err[0]
 
@@ -262,7 +263,7 @@ def test_a_layout_that_does_not_fit_the_card_is_refused_before_megatron_initiali
     entry = entry_up_to_pretrain(monkeypatch)
     pattern = get_card("qwen3.5-35b-a3b-tiny").hybrid_layer_pattern
     argv = ["--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--pipeline-model-parallel-size", "2",
-            "--mock-data"]
+            "--mock-data", "--seq-length", "64"]
     assert entry.main([*argv, "--hybrid-layer-pattern", pattern[:3] + "|" + pattern[3:]]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "hybrid pattern stage 'GEG' is not whole decoder layers" in err[0]
@@ -305,7 +306,8 @@ def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_
     assert "--data-args-path / --per-split-data-args-path: cannot read the data paths" in line
     (tmp_path / "data-args.txt").write_text(f"1.0 {train}\n")
     for source in (["--data-path", train], ["--train-data-path", train, "--valid-data-path", corpus(tmp_path, "v2")],
-                   ["--data-args-path", str(tmp_path / "data-args.txt"), "--split", "1,1,0"], ["--mock-data"]):
+                   ["--data-args-path", str(tmp_path / "data-args.txt"), "--split", "1,1,0"], ["--mock-data",
+                                                                                               "--seq-length", "64"]):
         with pytest.raises(Reached):
             entry.main([*argv, *source])
 

@@ -130,7 +130,8 @@ def test_the_entry_refuses_a_flex_dispatcher_whose_library_is_missing(monkeypatc
     monkeypatch.setattr(dispatcher.importlib.util, "find_spec",
                         lambda name, *rest: None if name == "deep_ep" else find_spec(name, *rest))
     backend = random.choice(["deepep", "hybridep"])
-    assert main.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--expert-model-parallel-size",
+    assert main.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data",
+                      "--seq-length", "64", "--expert-model-parallel-size",
                       "2", "--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", backend]) == 2
     assert f"{backend} needs DeepEP" in one_error_line(capsys)
 
@@ -156,7 +157,8 @@ def test_the_entry_refuses_block_interleaved_swiglu_for_a_converted_checkpoint(t
     write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), tmp_path / "hf")
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     main = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--load", str(tmp_path / "mcore"),
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data",
+            "--seq-length", "64", "--load", str(tmp_path / "mcore"),
             "--ckpt-format", "torch_dist", "--finetune", "--dist-ckpt-strictness", "log_unexpected"]
     block = random.choice([8, 16, 32])
     assert main.main([*argv, "--moe-mlp-glu-interleave-size", str(block)]) == 2

@@ -135,7 +135,8 @@ def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatc
     vocab = tmp_path / "vocab.json"  # the entry refuses a --vocab-file that is not there
     vocab.write_text(json.dumps({f"t{number}": number for number in range(random.randint(2, 9))}))
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
-            "torch_dist", "--vocab-file", str(vocab), "--mock-data", "--dist-ckpt-strictness", "log_unexpected"]
+            "torch_dist", "--vocab-file", str(vocab), "--mock-data",
+            "--seq-length", "64", "--dist-ckpt-strictness", "log_unexpected"]
     assert main.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{main.PROG}: error: --load {converted} is an `oellm convert hf-to-mcore` checkpoint")
@@ -158,7 +159,7 @@ def test_the_entry_reads_the_checkpoint_once(converted: Path, monkeypatch: pytes
                         or common_state(self))
     argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
             "torch_dist", "--use-checkpoint-args", "--use-distributed-optimizer", "--vocab-file", "vocab.json",
-            "--mock-data"]
+            "--mock-data", "--seq-length", "64"]
     assert main.main(argv) == 2
     assert reads == [converted / "release"]
 

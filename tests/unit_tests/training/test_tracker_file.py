@@ -110,7 +110,8 @@ def test_the_entry_refuses_a_bad_tracker_before_megatron_initialises(
     from megatron.oellm.training.args import parse_oellm_argv
 
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", flag, str(tmp_path)]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+            "--seq-length", "64", flag, str(tmp_path)]
     (tmp_path / TRACKER_FILE).write_text(random.choice(["latest", "", f"iter_{random.randrange(1, 100):07d}"]))
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
