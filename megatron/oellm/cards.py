@@ -4,7 +4,8 @@ A card is the single source the spec builders, FLOP accounting, parameter counts
 Names are ``<model>`` for the published model and ``<model>-tiny`` / ``<model>-proxy-<N>L`` for its flavours:
 
 * ``tiny``: structurally complete (every layer kind, shared expert, GQA, partial RoPE) but a few MB, for tests;
-* ``proxy-<N>L``: full width with ``N`` layers (the mixer pattern kept), for one-GPU runs and benchmarks.
+* ``proxy-<N>L``: full width with ``N`` layers, at most the model's (the mixer pattern kept), for one-GPU runs and
+  benchmarks.
 
 Pure Python: importing this module never imports torch or megatron-core.
 """
@@ -424,7 +425,20 @@ def get_card(name: str) -> ModelCard:
         return base
     if match["flavour"].lower() == "tiny":
         return tiny(base)
-    return base.with_layers(int(match["layers"]), name=f"{base.name}-proxy-{match['layers']}L")
+    return base.with_layers(proxy_layers(base, match["layers"]), name=f"{base.name}-proxy-{match['layers']}L")
+
+
+def proxy_layers(base: ModelCard, digits: str) -> int:
+    """The layer count ``digits`` of a ``<model>-proxy-<N>L`` name of ``base``; raise :class:`CardError` above
+    ``base``'s own depth: a proxy is the model cut short, and a count such as 99999999999996 ended in a MemoryError or
+    a hang where the layers are listed (``oellm flops``, ``oellm plan``). Compared as digits first, so a count too long
+    for ``int()`` is refused the same way."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) <= len(str(base.num_layers)) and int(significant) <= base.num_layers:
+        return int(significant)
+    shown = significant if len(significant) <= 20 else f"{significant[:8]}... ({len(significant)} digits)"
+    raise CardError(f"{base.name}-proxy-{shown}L: a proxy has at most the {base.num_layers} layers of {base.name}; "
+                    f"use {base.name} itself or a proxy of fewer layers")
 
 
 def placeholder_notes(cards: Iterable[ModelCard]) -> list[str]:
