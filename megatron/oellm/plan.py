@@ -6,11 +6,19 @@ gradients, distributed-optimizer state), and FLOPs per token. Pure Python (no to
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from megatron.oellm.cards import CardError, ModelCard, placeholder_notes
 from megatron.oellm.flops import FlopCount, training_flops_per_token
-from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError, parse_pipeline_layout, validate_layout
+from megatron.oellm.models.parallel import (
+    ParallelLayout,
+    ParallelLayoutError,
+    layout_from_counts,
+    parse_pipeline_layout,
+    pipelined_hybrid_pattern,
+    validate_layout,
+)
 from megatron.oellm.params import format_count, layer_params, parameter_counts, tp_replicated_layer_params
 
 BYTES_PER_PARAM_WEIGHT = 2
@@ -120,6 +128,30 @@ def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan
     return Plan(card, layout, world_size, dp, edp, tuple(ranks))
 
 
+def run_hybrid_layer_pattern(plan: Plan) -> str | None:
+    """The ``--hybrid-layer-pattern`` a run of the plan needs when its card is hybrid (GDN or CKDA layers) and PP > 1:
+    the card's pattern with ``|`` between the plan's pipeline stages, as the recipes pass it
+    (:func:`~megatron.oellm.models.parallel.pipelined_hybrid_pattern`). megatron refuses
+    ``--pipeline-model-parallel-layout`` and the virtual-stage flags beside a hybrid pattern: its ``|`` segments are
+    the stages, pp x vpp of them. None for a card without a hybrid pattern, or at PP 1 (the card's own pattern)."""
+    if plan.card.linear_mixer == "none" or plan.layout.pp == 1:
+        return None
+    return pipelined_hybrid_pattern(plan.card, plan.layout)
+
+
+def _pipeline_line(plan: Plan) -> str | None:
+    """The text's ``pipeline`` line: a hybrid run's ``--hybrid-layer-pattern`` (quoted for a shell) with its stages in
+    layout form, else the custom pipeline layout given; None when there is neither."""
+    pattern = run_hybrid_layer_pattern(plan)
+    if pattern is not None:
+        stages = plan.layout.pipeline_layout or layout_from_counts(
+            plan.layout.decoder_layers_per_stage(plan.card.num_layers))
+        return f"pipeline     --hybrid-layer-pattern {shlex.quote(pattern)}  (stages {stages})"
+    if plan.layout.pipeline_layout:
+        return f"pipeline     {plan.layout.pipeline_layout}"
+    return None
+
+
 def plan_flops(plan: Plan, seq_length: int) -> FlopCount:
     """Training FLOPs per token of the planned model: logits over the vocabulary the plan's embedding holds (already
     padded as megatron pads it, or as given), not that vocabulary rounded up to 128 once more."""
@@ -168,9 +200,10 @@ def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
 
 def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None,
                 batch: tuple[int, int] | None = None) -> str:
-    """The plan as text: card, layout and checks, FLOPs per token, one line per pipeline rank, then its notes and
-    warnings (:func:`plan_notes`); with ``gpu_memory_gib``, a column of what is left per GPU after the
-    static state; with ``batch`` (global, micro), how it splits into micro-batches per step."""
+    """The plan as text: card, layout, pipeline stages (for a hybrid card at PP > 1 as the run's
+    ``--hybrid-layer-pattern``, :func:`run_hybrid_layer_pattern`) and checks, FLOPs per token, one line per pipeline
+    rank, then its notes and warnings (:func:`plan_notes`); with ``gpu_memory_gib``, a column of what is left per GPU
+    after the static state; with ``batch`` (global, micro), how it splits into micro-batches per step."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
     flops = plan_flops(plan, seq_length)
@@ -182,8 +215,9 @@ def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None
         f"CP{layout.cp}{' SP' if layout.sp else ''} on {plan.world_size} GPUs: DP {plan.data_parallel}, "
         f"expert DP {plan.expert_data_parallel}",
     ]
-    if layout.pipeline_layout:
-        lines.append(f"pipeline     {layout.pipeline_layout}")
+    pipeline = _pipeline_line(plan)
+    if pipeline is not None:
+        lines.append(pipeline)
     if batch is not None:
         global_batch, micro_batch = batch
         lines.append(f"batch        global {global_batch} = micro {micro_batch} x DP {plan.data_parallel} x "

@@ -7,13 +7,20 @@ import dataclasses
 import json
 import math
 import re
+import shlex
 import sys
 from dataclasses import asdict
 from typing import Any
 
-from megatron.oellm.cards import CardError, get_card
+from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.commands import int_at_least, refuse
-from megatron.oellm.models.parallel import ParallelLayout, ParallelLayoutError
+from megatron.oellm.models.parallel import (
+    ParallelLayout,
+    ParallelLayoutError,
+    pipeline_layout_from_hybrid_pattern,
+    pipelined_hybrid_pattern,
+    validate_layout,
+)
 from megatron.oellm.plan import (
     GIB,
     Plan,
@@ -23,9 +30,11 @@ from megatron.oellm.plan import (
     micro_batches_per_step,
     plan_flops,
     plan_notes,
+    run_hybrid_layer_pattern,
 )
 from megatron.oellm.recipes.config import RecipeError
 from megatron.oellm.recipes.resolve import check_batch
+from megatron.oellm.training.model_provider import check_pipeline_stage_flags
 from megatron.oellm.training.pipeline_schedule import interleaved_schedule_refusal
 
 HELP = "validate a parallel layout for a model and print parameters and memory per GPU, FLOPs per token"
@@ -42,14 +51,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number of virtual pipeline stages per PP rank (Megatron's "
                              "--num-virtual-stages-per-pipeline-rank), not layers per virtual stage: a config's "
                              "num_layers_per_virtual_pipeline_stage N is --vpp layers / (PP x N) (default: none; with "
-                             "--pipeline-layout: its stage count / PP)")
+                             "--pipeline-layout: its stage count / PP). Not for a hybrid model (Qwen3.5, the OEL "
+                             "hybrid): give --hybrid-layer-pattern with PP x VPP segments")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")
     parser.add_argument("--etp", type=int, default=None,
                         help="expert tensor-parallel size (default: --tp, as megatron-core sets it without "
                              "--expert-tensor-parallel-size; with EP, --etp 1 is usual)")
     parser.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
     parser.add_argument("--sp", action="store_true", help="sequence parallelism (megatron-core's MoE layer needs it with TP > 1)")
-    parser.add_argument("--pipeline-layout", default=None, help="Megatron --pipeline-model-parallel-layout string")
+    parser.add_argument("--pipeline-layout", default=None,
+                        help="Megatron --pipeline-model-parallel-layout string (not for a hybrid model, whose run "
+                             "takes its stages as '|' in --hybrid-layer-pattern: give that instead)")
+    parser.add_argument("--hybrid-layer-pattern", default=None, metavar="PATTERN",
+                        help="a hybrid model's stages as its run takes them: the card's layer pattern (one mixer "
+                             "symbol, then E, per layer) with '|' between PP x VPP pipeline stages, as Megatron's "
+                             "--hybrid-layer-pattern (default: PP even stages). At PP > 1 a hybrid plan prints the "
+                             "pattern its run needs (--json: hybrid_layer_pattern)")
     parser.add_argument("--seq-length", type=int, default=None, help="default: the card's")
     parser.add_argument("--global-batch-size", type=int_at_least(1), default=None, metavar="GBS",
                         help="samples per optimizer step, as Megatron's --global-batch-size; with --micro-batch-size "
@@ -68,9 +85,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "gpu_memory_gib, and free_bytes per rank); when a PP rank's static state alone exceeds "
                              "it, prints the plan, then an error line on stderr, and exits 1")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object {model, world_size, layout, data_parallel, expert_data_parallel, "
-                             "ranks, flops}; with the batch options also global_batch_size, micro_batch_size, "
+                        help="print one JSON object {model, world_size, layout, hybrid_layer_pattern, "
+                             "data_parallel, expert_data_parallel, ranks, flops}; hybrid_layer_pattern is the "
+                             "--hybrid-layer-pattern a hybrid model's run needs at PP > 1 ('|' between its stages; "
+                             "null otherwise); with the batch options also global_batch_size, micro_batch_size, "
                              "micro_batches_per_step")
+
+
+HYBRID_STAGES = ("whose run splits its pipeline stages with '|' in --hybrid-layer-pattern, PP x VPP segments "
+                 "(megatron refuses --pipeline-model-parallel-layout and --num-virtual-stages-per-pipeline-rank beside "
+                 "a hybrid pattern)")
+"""How a hybrid model's run takes its pipeline stages: the reason ``oellm plan`` refuses ``--pipeline-layout`` and
+``--vpp`` for one."""
+
+
+def check_hybrid_stage_options(card: ModelCard, args: argparse.Namespace) -> None:
+    """Raise :class:`ParallelLayoutError` in one line where the plan's stage options are not those the run takes:
+    ``--pipeline-layout`` or ``--vpp`` for a hybrid card (megatron-core's ``validate_args`` refuses their flags beside
+    ``--hybrid-layer-pattern``; the message names the pattern of the same stages, which the plan takes), or
+    ``--hybrid-layer-pattern`` for a card without a hybrid pattern."""
+    if card.linear_mixer == "none":
+        if args.hybrid_layer_pattern is not None:
+            raise ParallelLayoutError(f"--hybrid-layer-pattern: {card.name} is no hybrid model (it runs as a GPT "
+                                      "model, every layer attention + MoE); give its stages as --pipeline-layout")
+        return
+    given = [f"--{name.replace('_', '-')} {value!r}" for name, value in
+             (("pipeline_layout", args.pipeline_layout), ("vpp", args.vpp)) if value is not None]
+    if given:
+        raise ParallelLayoutError(f"{' and '.join(given)}: {card.name} is a hybrid model, {HYBRID_STAGES}; plan (and "
+                                  f"run) the same stages with --hybrid-layer-pattern {_same_stages_pattern(card, args)}")
+
+
+def _same_stages_pattern(card: ModelCard, args: argparse.Namespace) -> str:
+    """The ``--hybrid-layer-pattern`` (quoted for a shell) of the stages ``--pp``, ``--vpp`` and ``--pipeline-layout``
+    describe, as the recipes compute it; where they do not fit the card, what such a pattern is."""
+    layout = ParallelLayout(pp=args.pp, vpp=args.vpp, pipeline_layout=args.pipeline_layout)
+    try:
+        validate_layout(card, layout)
+    except ParallelLayoutError:
+        return (f"PATTERN: the card's layer pattern with '|' between PP x VPP stages of whole layers (the stages "
+                f"given do not fit its {card.num_layers} layers)")
+    return shlex.quote(pipelined_hybrid_pattern(card, layout))
+
+
+def hybrid_pattern_layout(card: ModelCard, pattern: str, pp: int) -> str | None:
+    """The pipeline layout of a hybrid ``card``'s ``--hybrid-layer-pattern`` ``pattern`` at ``pp`` pipeline ranks (None
+    without ``|``: an even split), checked as the training entry checks it: the card's pattern once the ``|`` are
+    removed, and stages of whole layers, PP x VPP of them
+    (:func:`~megatron.oellm.training.model_provider.check_pipeline_stage_flags`)."""
+    if pattern.replace("|", "") != card.hybrid_layer_pattern:
+        raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}: without its '|' it is not {card.name}'s layer "
+                                  f"pattern {card.hybrid_layer_pattern!r}, which the run takes from the card; give "
+                                  "that pattern with '|' between the pipeline stages")
+    if pp >= 1:  # a smaller pp is refused by the layout's own check
+        check_pipeline_stage_flags(argparse.Namespace(pipeline_model_parallel_size=pp,
+                                                      pipeline_model_parallel_layout=None, hybrid_layer_pattern=pattern))
+    return pipeline_layout_from_hybrid_pattern(pattern)
 
 
 def check_plan_batch(plan: Plan, global_batch: int, micro_batch: int) -> None:
@@ -93,7 +163,8 @@ def check_plan_batch(plan: Plan, global_batch: int, micro_batch: int) -> None:
 
 
 def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None) -> dict[str, Any]:
-    """The ``--json`` object of the plan: layout, groups, ranks and FLOPs; with ``gpu_gib`` what is left per GPU, with
+    """The ``--json`` object of the plan: layout, the hybrid pattern its run needs
+    (:func:`~megatron.oellm.plan.run_hybrid_layer_pattern`), groups, ranks and FLOPs; with ``gpu_gib`` what is left per GPU, with
     ``batch`` (global, micro) the micro-batches per step."""
     count = plan_flops(plan, plan.card.seq_length)
     flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
@@ -108,7 +179,7 @@ def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None
         extra.update(global_batch_size=batch[0], micro_batch_size=batch[1],
                      micro_batches_per_step=micro_batches_per_step(plan, *batch))
     return {"model": plan.card.name, "world_size": plan.world_size, "layout": layout_fields,
-            "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel, **extra,
+            "hybrid_layer_pattern": run_hybrid_layer_pattern(plan), "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel, **extra,
             "ranks": ranks, "flops": flops}
 
 
@@ -140,9 +211,13 @@ def run(args: argparse.Namespace) -> int:
             card = card.with_vocab(megatron_padded_vocab(card.vocab_size, args.tp))
         if args.seq_length is not None:
             card = dataclasses.replace(card, seq_length=args.seq_length)
+        check_hybrid_stage_options(card, args)
+        pipeline_layout = args.pipeline_layout
+        if args.hybrid_layer_pattern is not None:
+            pipeline_layout = hybrid_pattern_layout(card, args.hybrid_layer_pattern, args.pp)
         etp = args.tp if args.etp is None else args.etp
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=etp, cp=args.cp,
-                                sp=args.sp, pipeline_layout=args.pipeline_layout)
+                                sp=args.sp, pipeline_layout=pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
         batch = None if args.global_batch_size is None else (args.global_batch_size, args.micro_batch_size)
         if batch is not None:
