@@ -2,10 +2,12 @@
 
 On Hopper (H100, H200, GH200) with 3.4 <= Triton < 3.7.1, fla 0.6.0's Triton GDN/KDA backward is wrong (fla issue
 640), so fla runs its TileLang backward there and raises in the first backward pass where it cannot: tilelang absent or
-not importing, no nvcc, or its dispatch switched off. That is after the model and optimizer are on every GPU and a
-forward pass ran; the entry names it first, in one line, with the packages to install. The rule and its wording are
-the doctor's (:func:`megatron.oellm.doctor.rules.check_fla_hopper_triton`); here the facts are read in the run's own
-process, and only where they matter (a model with GDN or KDA layers on a Hopper GPU with such a Triton).
+not importing, no nvcc, or its dispatch switched off. With a later Triton fla still turns its TileLang backend on on
+Hopper wherever tilelang is findable and an nvcc usable, and does not catch tilelang's import error: a tilelang that
+is installed but does not import crashes that backward too. Either is after the model and optimizer are on every GPU
+and a forward pass ran; the entry names it first, in one line, with the fix. The rules and their wording are the
+doctor's (:func:`megatron.oellm.doctor.rules.check_fla_hopper_triton`); here the facts are read in the run's own
+process, and only where they matter (a model with GDN or KDA layers on a Hopper GPU with a Triton from 3.4 on).
 """
 
 from __future__ import annotations
@@ -13,17 +15,39 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import platform
 from collections.abc import Mapping
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.doctor.probes import PACKAGE_PROBES, distribution_version, find_nvcc
-from megatron.oellm.doctor.rules import FLA_TILELANG_FIX, fla_affected_triton, fla_tilelang_blocker
+from megatron.oellm.doctor.probes import PACKAGE_PROBES, distribution_version, find_nvcc, megatron_oellm_checkout
+from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
+from megatron.oellm.doctor.rules import (
+    FLA_TILELANG_FIX,
+    FLA_TILELANG_FROM_TRITON,
+    check_fla_hopper_triton,
+    fla_affected_triton,
+    fla_tilelang_blocker,
+)
 
 
 def _fla_layers_on_affected_triton(card: ModelCard, triton: str | None) -> bool:
     """Whether ``card`` has GDN or KDA layers (fla's kernels) and Triton release ``triton`` is in fla issue 640's
     range: the facts read without the GPU or tilelang, so a run they rule out asks neither."""
     return card.linear_mixer != "none" and triton is not None and bool(fla_affected_triton(triton))
+
+
+def _fla_may_take_tilelang(card: ModelCard, triton: str | None) -> bool:
+    """Whether ``card`` has GDN or KDA layers and fla 0.6.0 turns its TileLang backend on on Hopper with Triton release
+    ``triton`` (from 3.4 on: fla issue 640's range and the fixed releases alike); False for an unparsable version."""
+    if card.linear_mixer == "none" or triton is None:
+        return False
+    try:
+        return Version(triton) >= FLA_TILELANG_FROM_TRITON
+    except InvalidVersion:
+        return False
 
 
 def _is_hopper(capability: tuple[int, int] | None) -> bool:
@@ -44,9 +68,9 @@ def fla_backward_problem(card: ModelCard, capability: tuple[int, int] | None, tr
             f"and here {tilelang_blocker}. Fix: {FLA_TILELANG_FIX}")
 
 
-def tilelang_blocker_here(env: Mapping[str, str]) -> str | None:
-    """:func:`~megatron.oellm.doctor.rules.fla_tilelang_blocker` for this process: tilelang located and imported here
-    (fla imports it in this process too), nvcc searched as fla does, the switches of ``env``."""
+def tilelang_facts_here(env: Mapping[str, str]) -> tuple[bool, str | None, str | None]:
+    """(found, import error, nvcc) of tilelang for this process: located and imported here (fla imports it in this
+    process too), the error as ``Type: message`` or None, and the nvcc found as fla searches it with ``env``."""
     found = importlib.util.find_spec("tilelang") is not None
     error = None
     if found:
@@ -54,7 +78,41 @@ def tilelang_blocker_here(env: Mapping[str, str]) -> str | None:
             importlib.import_module("tilelang")
         except Exception as failure:  # noqa: BLE001  (any import failure is what fla would stop on)
             error = f"{type(failure).__name__}: {failure}"
-    return fla_tilelang_blocker(found, error, find_nvcc(env), env)
+    return found, error, find_nvcc(env)
+
+
+def tilelang_blocker_here(env: Mapping[str, str]) -> str | None:
+    """:func:`~megatron.oellm.doctor.rules.fla_tilelang_blocker` for this process (:func:`tilelang_facts_here`, the
+    switches of ``env``)."""
+    return fla_tilelang_blocker(*tilelang_facts_here(env), env)
+
+
+def doctor_report_here(gpu: GpuInfo, triton: str, tilelang: tuple[bool, str | None, str | None]) -> EnvironmentReport:
+    """The facts of this process that the doctor's fla rule reads, as its report: fla's and Triton's (``triton``)
+    versions, the run's ``gpu``, ``tilelang`` (:func:`tilelang_facts_here`), and the Python, CPU and checkout its fix's
+    site-bundle command names. Fields the rule does not read keep their defaults."""
+    import megatron.oellm
+
+    fla = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "fla"))
+    found, error, nvcc = tilelang
+    return EnvironmentReport(
+        python_version=platform.python_version(), typing_override_provided=False,
+        versions={"fla": fla or UNKNOWN_VERSION, "triton": triton}, machine=platform.machine(),
+        megatron_oellm_checkout=megatron_oellm_checkout(str(Path(megatron.oellm.__file__).parent)), gpus=(gpu,),
+        tilelang_importable=found, tilelang_import_error=error, nvcc_path=nvcc)
+
+
+def fla_tilelang_crash_problem(card: ModelCard, report: EnvironmentReport, env: Mapping[str, str]) -> str:
+    """Why fla's backward of ``card``'s GDN or KDA layers would crash on ``report``'s Hopper GPU with a Triton past
+    fla issue 640's range ('' when it would not, or the card has none): the doctor's verdict
+    (:func:`~megatron.oellm.doctor.rules.check_fla_hopper_triton` with ``env``), an error where fla 0.6.0 takes its
+    TileLang backward (tilelang findable, an nvcc found, no switch off) and tilelang does not import."""
+    if card.linear_mixer == "none":
+        return ""
+    errors = [finding for finding in check_fla_hopper_triton(report, env) if finding.severity == "error"]
+    if not errors:
+        return ""
+    return f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers: {errors[0].message} Fix: {errors[0].fix}"
 
 
 FLA_INSTALL_FIX = ("install the gdn extra (pip install '.[gdn]': fla-core and flash-linear-attention 0.6.0, with "
@@ -82,11 +140,22 @@ def fla_import_problem(card: ModelCard) -> str:
     return ""
 
 
+def _tilelang_crash_here(card: ModelCard, capability: tuple[int, int], triton: str, env: Mapping[str, str]) -> str:
+    """:func:`fla_tilelang_crash_problem` on this process's GPU (of compute ``capability``), Triton ``triton`` and
+    tilelang."""
+    import torch
+
+    device = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(device)
+    gpu = GpuInfo(device, props.name, capability, props.total_memory / 2**30)
+    return fla_tilelang_crash_problem(card, doctor_report_here(gpu, triton, tilelang_facts_here(env)), env)
+
+
 def check_fla_backward(card: ModelCard, env: Mapping[str, str] | None = None) -> None:
-    """Raise ``ValueError`` naming :func:`fla_import_problem`, else :func:`fla_backward_problem`, for the run's card on
-    this process's GPU. Imports fla and reads the GPU only for a card with GDN or KDA layers, the GPU only with an
-    affected Triton, and tilelang only on a Hopper GPU, so other runs pay nothing; the backward verdict is
-    :func:`fla_backward_problem`'s, with the same gates."""
+    """Raise ``ValueError`` naming :func:`fla_import_problem`, else :func:`fla_backward_problem` (a Triton of fla
+    issue 640's range) or :func:`fla_tilelang_crash_problem` (a later one), for the run's card on this process's GPU.
+    Imports fla and reads the GPU only for a card with GDN or KDA layers, the GPU only with a Triton from 3.4 on (where
+    fla turns TileLang on on Hopper), and tilelang only on a Hopper GPU, so other runs pay nothing."""
     import torch
 
     problem = fla_import_problem(card)
@@ -94,11 +163,14 @@ def check_fla_backward(card: ModelCard, env: Mapping[str, str] | None = None) ->
         raise ValueError(problem)
     env = os.environ if env is None else env
     triton = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "triton"))
-    if not _fla_layers_on_affected_triton(card, triton) or not torch.cuda.is_available():
+    if not _fla_may_take_tilelang(card, triton) or not torch.cuda.is_available():
         return
     capability = torch.cuda.get_device_capability()
     if not _is_hopper(capability):
         return
-    problem = fla_backward_problem(card, capability, triton, tilelang_blocker_here(env))
+    if fla_affected_triton(triton):
+        problem = fla_backward_problem(card, capability, triton, tilelang_blocker_here(env))
+    else:
+        problem = _tilelang_crash_here(card, capability, triton, env)
     if problem:
         raise ValueError(problem)
