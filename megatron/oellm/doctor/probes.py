@@ -421,12 +421,14 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         versions["megatron-core"] = core_version
     te_flash_attention, te_flash_attention_error = (
         _te_flash_attention_in_subprocess() if te_installed and te_error is None else (None, None))
-    # where megatron-core does not import at all, the Transformer Engine rule says so
-    helpers_error, helpers_mismatch = (_helpers_cpp_facts(Path(core_path))
-                                       if core_path is not None and core_import_error is None else (None, None))
-    fla_gdn_error = fla_gdn_import_error() if versions["fla"] is not None else None
-    nccl_names, nccl_names_unread = _nccl_names()
+    # without an importable torch neither megatron-core nor fla imports, and the torch rule says why; where
+    # megatron-core does not import at all, the Transformer Engine rule says so
     torch_imports = module_findable("torch") and torch_import_error is None
+    helpers_error, helpers_mismatch = (_helpers_cpp_facts(Path(core_path))
+                                       if torch_imports and core_path is not None and core_import_error is None
+                                       else (None, None))
+    fla_gdn_error = fla_gdn_import_error() if torch_imports and versions["fla"] is not None else None
+    nccl_names, nccl_names_unread = _nccl_names()
     conf = allocator_conf(env, versions["torch"]) if torch_imports else None
     items = allocator_items(conf[1]) if conf is not None else []  # empty ones too: torch may refuse them
     return EnvironmentReport(

@@ -129,6 +129,12 @@ def check_torch(report: EnvironmentReport, env: Mapping[str, str]) -> list[Findi
     return [Finding("ok", "torch", f"torch {version} imports ({build}).")]
 
 
+def torch_imports(report: EnvironmentReport) -> bool:
+    """Whether torch is installed and imports: where it does not, the torch rule's error names the cause and the
+    rules of what needs torch (megatron-core's helper, fla's kernels) say nothing, as their fixes would miss it."""
+    return report.torch_import_error is None and report.versions.get("torch") is not None
+
+
 def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """Whether torch sees the GPUs. Where it sees none on a node that has them (nvidia-smi lists them, or Slurm gave
     the job some) training would find no GPU: an error naming the fix. Elsewhere (a login node, a build host) only a
@@ -137,10 +143,9 @@ def check_gpus(report: EnvironmentReport, env: Mapping[str, str]) -> list[Findin
         names = ", ".join(sorted({gpu.name for gpu in report.gpus}))
         return [Finding("ok", "gpus", f"{len(report.gpus)} GPU(s) seen: {names}.")]
     reason = _why_torch_sees_no_gpu(report)
-    torch_imports = report.torch_import_error is None and report.versions.get("torch") is not None
-    evidence = _node_gpu_evidence(report, env) if torch_imports else None  # else the torch rule's error says it
+    evidence = _node_gpu_evidence(report, env) if torch_imports(report) else None  # else the torch rule says it
     if evidence is None:
-        fix = ("run `oellm doctor` inside a job on a compute node" if torch_imports
+        fix = ("run `oellm doctor` inside a job on a compute node" if torch_imports(report)
                else "make torch import (the torch finding says how), then run `oellm doctor` again")
         return [Finding("warning", "gpus", f"{reason}; the GPU-dependent checks (whether fla on Hopper needs TileLang) "
                         "were not evaluated.", fix)]
@@ -427,8 +432,11 @@ def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list
     """megatron-core's compiled dataset helper (``megatron.core.datasets.helpers_cpp``) must load: where it does not,
     megatron runs ``make`` in its folder at start, which fails for an installed wheel ("No targets specified and no
     makefile found"), and every rank exits. The usual cause is a site bundle or wheel built for another Python or CPU
-    architecture. Not judged where megatron-core is missing or does not import at all (other rules say so)."""
+    architecture. Not judged where torch or megatron-core is missing or does not import at all (other rules say
+    so)."""
     name = "megatron-core-helpers"
+    if not torch_imports(report):
+        return []
     if report.helpers_cpp_import_error is None:
         if report.megatron_core_path is None or report.megatron_core_import_error is not None:
             return []
@@ -457,25 +465,38 @@ def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> 
     models with GDN layers fail only at model build, saying "FLA is not installed". The error names the real cause."""
     name = "fla-gdn-imports"
     fla = report.versions.get("fla")
-    if fla is None:
+    if fla is None or not torch_imports(report):  # without torch, the torch rule's error says what to do
         return []
     error = report.fla_gdn_import_error
     if error is None:
         return [Finding("ok", name, f"fla {fla}: the GDN kernels megatron-core uses import.")]
-    missing = MISSING_MODULE.search(error)
-    if missing is not None and not missing["module"].startswith("fla"):
-        package = missing["module"].split(".")[0]
-        fix = (f"install {package} into this environment or the container (pip install {package}); a site bundle "
-               "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and `PYTHONPATH=<bundle> "
-               "python3 -m pip check` names what is missing")
-    else:
-        fix = ("reinstall fla (pip install --force-reinstall fla-core==0.6.0); `python3 -m pip check` names a broken "
-               "requirement")
     return [Finding(
         "error", name,
         f"fla {fla} is installed, but the GDN kernels megatron-core imports from it do not import ({error}): "
         "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model build with "
-        "\"FLA is not installed\"; the Qwen3 MoE models use no fla kernel.", fix)]
+        "\"FLA is not installed\"; the Qwen3 MoE models use no fla kernel.", _fla_gdn_fix(report, error))]
+
+
+TORCH_MODULES = ("torch", "triton")
+"""Modules that come with torch (a CUDA build of torch requires the Triton release it was built with): a bare
+``pip install`` of either may replace that build, so a fix for them is torch's."""
+
+
+def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
+    """The fix for fla's GDN kernels failing to import with ``error``: a missing requirement of fla installed (torch's
+    own modules fixed as torch is), else fla reinstalled."""
+    missing = MISSING_MODULE.search(error)
+    package = missing["module"].split(".")[0] if missing is not None else None
+    if package in TORCH_MODULES:
+        return (f"{package} comes with torch: fix torch as the torch finding says (use the cluster container's torch, "
+                f"or run {tool_command(report, 'install.sh')}, which keeps an importable torch and adds a Triton where "
+                "it has none)")
+    if package is not None and package != "fla":
+        return (f"install {package} into this environment or the container (pip install {package}); a site bundle "
+                "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and `PYTHONPATH=<bundle> "
+                "python3 -m pip check` names what is missing")
+    return ("reinstall fla (pip install --force-reinstall fla-core==0.6.0); `python3 -m pip check` names a broken "
+            "requirement")
 
 
 SWITCH_OFF_VALUES = ("", "0")
