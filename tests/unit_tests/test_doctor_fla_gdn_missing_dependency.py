@@ -25,7 +25,7 @@ def test_a_missing_einops_is_an_error_naming_it(tmp_path, monkeypatch):
     """einops shadowed by a module that is not found, as where the container lacks it."""
     (tmp_path / "einops.py").write_text("raise ModuleNotFoundError(\"No module named 'einops'\", name='einops')\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    error = probes.fla_gdn_import_error()
+    error = probes.fresh_import_facts(None, fla_installed=True).fla_gdn_error
     assert error is not None and "einops" in error, error
     version = f"0.{random.randint(5, 9)}.{random.randint(0, 9)}"
     report = make_report(versions={"fla": version}, fla_gdn_import_error=error)
@@ -45,7 +45,7 @@ def test_another_import_failure_is_an_error_with_the_reinstall_fix():
 
 
 def test_the_installed_fla_gdn_kernels_import_and_are_ok():
-    assert probes.fla_gdn_import_error() is None
+    assert probes.fresh_import_facts(None, fla_installed=True).fla_gdn_error is None
     (finding,) = check_fla_gdn_imports(make_report(), {})
     assert finding.severity == "ok", finding
 

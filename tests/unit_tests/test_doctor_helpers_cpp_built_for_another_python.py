@@ -51,7 +51,7 @@ def test_a_helper_built_for_another_python_is_an_error_naming_its_tag(tmp_path, 
     version, suffix = _other_python_tag()
     (core / "datasets" / f"helpers_cpp{suffix}").write_bytes(os.urandom(random.randint(64, 512)))
     _shadow(monkeypatch, tmp_path)
-    error, mismatch = probes._helpers_cpp_facts(core)
+    error, mismatch, _ = probes.fresh_import_facts(core, fla_installed=False)
     assert error is not None and "helpers_cpp" in error, error
     assert mismatch is not None and f"CPython {version}" in mismatch and sysconfig.get_config_var("EXT_SUFFIX") in mismatch
     report = make_report(helpers_cpp_import_error=error, helpers_cpp_mismatch=mismatch, megatron_core_path=str(core),
@@ -74,7 +74,7 @@ def test_a_helper_built_for_another_cpu_is_an_error_naming_both_architectures(tm
     header[18:20] = OTHER_MACHINES[other].to_bytes(2, "little")
     (core / "datasets" / f"helpers_cpp{sysconfig.get_config_var('EXT_SUFFIX')}").write_bytes(bytes(header))
     _shadow(monkeypatch, tmp_path)
-    error, mismatch = probes._helpers_cpp_facts(core)
+    error, mismatch, _ = probes.fresh_import_facts(core, fla_installed=False)
     assert error is not None, "a library for another CPU loaded"
     assert mismatch is not None and f"built for {other}" in mismatch and here in mismatch
     (finding,) = check_helpers_cpp(make_report(helpers_cpp_import_error=error, helpers_cpp_mismatch=mismatch,
@@ -84,7 +84,7 @@ def test_a_helper_built_for_another_cpu_is_an_error_naming_both_architectures(tm
 
 @pytest.mark.skipif(not probes.package_folders("megatron.core"), reason="megatron-core is not installed here")
 def test_the_installed_helper_loads_and_is_ok():
-    error, mismatch = probes._helpers_cpp_facts(probes.package_folders("megatron.core")[0])
+    error, mismatch, _ = probes.fresh_import_facts(probes.package_folders("megatron.core")[0], fla_installed=False)
     assert (error, mismatch) == (None, None)
     report = make_report(megatron_core_path=str(probes.package_folders("megatron.core")[0]))
     (finding,) = check_helpers_cpp(report, {})

@@ -302,13 +302,8 @@ def helpers_cpp_mismatch(core_folder: Path, suffix: str | None = None, machine: 
     return "; ".join(reason for reason in reasons if reason) if all(reasons) else None
 
 
-def _helpers_cpp_facts(core_folder: Path) -> tuple[str | None, str | None]:
-    """(import error, build mismatch) of megatron-core's compiled dataset helper in ``core_folder``: imported in a
-    fresh interpreter (after megatron.oellm, for Python 3.11), and only where that fails, its files read to tell why
-    (:func:`helpers_cpp_mismatch`); (None, None) where it loads."""
-    error = _import_error_in_subprocess(f"megatron.oellm, {HELPERS_CPP_MODULE}")
-    return (error, helpers_cpp_mismatch(core_folder)) if error is not None else (None, None)
-
+HELPERS_CPP_PROBE = f"import megatron.oellm, {HELPERS_CPP_MODULE}"
+"""How the doctor imports megatron-core's compiled dataset helper: after megatron.oellm, for Python 3.11."""
 
 FLA_GDN_PROBE = ("import torch; from fla.modules.convolution import causal_conv1d; "
                  "from fla.modules.l2norm import l2norm; from fla.ops.gated_delta_rule import chunk_gated_delta_rule")
@@ -316,11 +311,59 @@ FLA_GDN_PROBE = ("import torch; from fla.modules.convolution import causal_conv1
 torch first as in training; megatron-core catches their ImportError and fails only at model build, saying "FLA is not
 installed". megatron-oellm uses no other fla kernel (its CKDA has no fla path)."""
 
+FRESH_IMPORTS_MARKER = "oellm-doctor-import "
+"""Prefix of the lines :data:`FRESH_IMPORTS_PROBE` reports on (an imported module may print lines of its own)."""
 
-def fla_gdn_import_error(timeout_s: float = 300.0) -> str | None:
-    """The last error line of :data:`FLA_GDN_PROBE` run in a fresh interpreter (fla loads Triton), or None when the
-    GDN kernels import."""
-    return _run_in_fresh_interpreter(FLA_GDN_PROBE, "the fla GDN import", timeout_s)[1]
+FRESH_IMPORTS_PROBE = """
+import json
+for name, code in IMPORTS:
+    try:
+        exec(code, {})
+        error = None
+    except (Exception, SystemExit) as caught:  # a broken install raises anything: the probe's outcome
+        lines = [line.strip() for line in str(caught).splitlines() if line.strip()]
+        error = type(caught).__name__ + (": " + lines[-1] if lines else "")
+    print(MARKER + json.dumps([name, error]), flush=True)
+"""
+"""What the doctor runs in one fresh interpreter to import several things in turn (``IMPORTS``: (name, code) pairs),
+printing each one's error line (its type and last message line), or null, after ``MARKER`` as it goes."""
+
+
+def fresh_import_errors(imports: Mapping[str, str], timeout_s: float = 300.0) -> dict[str, str | None]:
+    """Name -> the error line of each of ``imports`` (name -> import statements), None where it imports: all run in
+    turn in ONE fresh interpreter (each would otherwise load torch again, seconds apiece), each reported on its own.
+    One the interpreter did not report on (it crashed or timed out there or earlier) gets why."""
+    code = f"IMPORTS = {list(imports.items())!r}\nMARKER = {FRESH_IMPORTS_MARKER!r}\n{FRESH_IMPORTS_PROBE}"
+    stdout, why = _run_in_fresh_interpreter(code, "the import probe", timeout_s)
+    reported: dict[str, str | None] = {}
+    for line in stdout.splitlines():
+        if line.startswith(FRESH_IMPORTS_MARKER):
+            name, error = json.loads(line[len(FRESH_IMPORTS_MARKER):])
+            reported[name] = error
+    unreported = why or "the import probe ended before reporting on it"
+    return {name: reported[name] if name in reported else unreported for name in imports}
+
+
+class FreshImportFacts(typing.NamedTuple):
+    """What :func:`fresh_import_facts` read: the import errors of megatron-core's compiled dataset helper and of fla's
+    GDN kernels (None where they import or were not probed), and why the helper's files cannot load here."""
+
+    helpers_cpp_error: str | None
+    helpers_cpp_mismatch: str | None
+    fla_gdn_error: str | None
+
+
+def fresh_import_facts(core_folder: Path | None, fla_installed: bool, timeout_s: float = 300.0) -> FreshImportFacts:
+    """Import megatron-core's compiled dataset helper (:data:`HELPERS_CPP_PROBE`; not where ``core_folder`` is None)
+    and fla's GDN kernels (:data:`FLA_GDN_PROBE`; where ``fla_installed``) in one fresh interpreter
+    (:func:`fresh_import_errors`: both load torch, fla Triton too); only where the helper fails are its files in
+    ``core_folder`` read to tell why (:func:`helpers_cpp_mismatch`)."""
+    imports = {"helpers_cpp": HELPERS_CPP_PROBE} if core_folder is not None else {}
+    imports.update({"fla-gdn": FLA_GDN_PROBE} if fla_installed else {})
+    errors = fresh_import_errors(imports, timeout_s) if imports else {}
+    helpers_error = errors.get("helpers_cpp")
+    mismatch = helpers_cpp_mismatch(core_folder) if helpers_error is not None and core_folder is not None else None
+    return FreshImportFacts(helpers_error, mismatch, errors.get("fla-gdn"))
 
 
 def deep_ep_declares_hybrid_ep() -> bool | None:
@@ -424,10 +467,8 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     # without an importable torch neither megatron-core nor fla imports, and the torch rule says why; where
     # megatron-core does not import at all, the Transformer Engine rule says so
     torch_imports = module_findable("torch") and torch_import_error is None
-    helpers_error, helpers_mismatch = (_helpers_cpp_facts(Path(core_path))
-                                       if torch_imports and core_path is not None and core_import_error is None
-                                       else (None, None))
-    fla_gdn_error = fla_gdn_import_error() if torch_imports and versions["fla"] is not None else None
+    fresh = fresh_import_facts(Path(core_path) if torch_imports and core_path and core_import_error is None else None,
+                               torch_imports and versions["fla"] is not None)
     nccl_names, nccl_names_unread = _nccl_names()
     conf = allocator_conf(env, versions["torch"]) if torch_imports else None
     items = allocator_items(conf[1]) if conf is not None else []  # empty ones too: torch may refuse them
@@ -454,9 +495,9 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         nvcc_path=find_nvcc(env),
         hybrid_ep=deep_ep_declares_hybrid_ep(),
         grad_accum_fusion_available=_grad_accum_fusion_available(),
-        helpers_cpp_import_error=helpers_error,
-        helpers_cpp_mismatch=helpers_mismatch,
-        fla_gdn_import_error=fla_gdn_error,
+        helpers_cpp_import_error=fresh.helpers_cpp_error,
+        helpers_cpp_mismatch=fresh.helpers_cpp_mismatch,
+        fla_gdn_import_error=fresh.fla_gdn_error,
         megatron_core_path=core_path,
         te_flash_attention=te_flash_attention,
         te_flash_attention_error=te_flash_attention_error,
