@@ -497,6 +497,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         grad_accum_fusion_available=_grad_accum_fusion_available(),
         helpers_cpp_import_error=fresh.helpers_cpp_error,
         helpers_cpp_mismatch=fresh.helpers_cpp_mismatch,
+        helpers_cpp_makefile=core_path is not None and is_file(Path(core_path) / "datasets" / "Makefile"),
         fla_gdn_import_error=fresh.fla_gdn_error,
         megatron_core_path=core_path,
         te_flash_attention=te_flash_attention,

@@ -112,6 +112,9 @@ class EnvironmentReport:
     helpers_cpp_mismatch: str | None = None
     """Why the helper's ``.so`` cannot load here, when its file name or ELF header says it was built for another
     Python or CPU architecture than this interpreter's; None where nothing tells (or it loads)."""
+    helpers_cpp_makefile: bool = False
+    """megatron-core's ``datasets`` folder holds its ``Makefile`` (a source tree, not a wheel): where the helper does
+    not load, megatron compiles it there with ``make`` at start."""
     fla_gdn_import_error: str | None = None
     """Last error line of a fresh import of the fla entry points megatron-core's GDN layer imports
     (:data:`~megatron.oellm.doctor.probes.FLA_GDN_PROBE`), e.g. a missing ``einops``: megatron-core catches it and

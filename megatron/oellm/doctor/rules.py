@@ -432,8 +432,8 @@ def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list
     """megatron-core's compiled dataset helper (``megatron.core.datasets.helpers_cpp``) must load: where it does not,
     megatron runs ``make`` in its folder at start, which fails for an installed wheel ("No targets specified and no
     makefile found"), and every rank exits. The usual cause is a site bundle or wheel built for another Python or CPU
-    architecture. Not judged where torch or megatron-core is missing or does not import at all (other rules say
-    so)."""
+    architecture. A source tree of megatron-core (its ``Makefile`` in place) is only a warning: megatron compiles the
+    helper there. Not judged where torch or megatron-core is missing or does not import at all (other rules say so)."""
     name = "megatron-core-helpers"
     if not torch_imports(report):
         return []
@@ -441,6 +441,8 @@ def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list
         if report.megatron_core_path is None or report.megatron_core_import_error is not None:
             return []
         return [Finding("ok", name, "megatron-core's compiled dataset helper (helpers_cpp) loads.")]
+    if report.helpers_cpp_makefile:
+        return [_helpers_cpp_compiled_at_start(report)]
     cause = (f"; {report.helpers_cpp_mismatch}" if report.helpers_cpp_mismatch
              else "; likely built for another Python ABI or CPU architecture")
     return [Finding(
@@ -453,6 +455,20 @@ def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list
         f"where a site bundle on PYTHONPATH holds it, rebuild the bundle for them on a machine with internet "
         f"({site_bundle_build(report)}) and put it on PYTHONPATH in place of the old one; where pip installed it, "
         f"{megatron_core_pip(report, reinstall=True)}")]
+
+
+def _helpers_cpp_compiled_at_start(report: EnvironmentReport) -> Finding:
+    """The warning for a helper that does not load in a megatron-core source tree, whose Makefile megatron runs at
+    start: that works where the node has the tools, so it is said, with the command that builds it now."""
+    folder = f"{report.megatron_core_path}/datasets"
+    return Finding(
+        "warning", "megatron-core-helpers",
+        f"megatron-core's compiled dataset helper (megatron.core.datasets.helpers_cpp) does not load "
+        f"({report.helpers_cpp_import_error}), but {report.megatron_core_path} is a source tree with its Makefile: "
+        "megatron compiles the helper with make at start, which needs make, a C++ compiler and pybind11 where the "
+        "job runs; without them every rank exits at start.",
+        f"build it once now, with this Python's python3 and python3-config first on PATH (the Makefile calls them): "
+        f"make -C {folder}")
 
 
 MISSING_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
