@@ -72,11 +72,19 @@ def site_bundle_build(report: EnvironmentReport) -> str:
     return tool_command(report, "build_site_bundle.sh", f" --python-version {_python_minor(report)}{arch}")
 
 
+BUNDLE_ON_THE_NODE = ("check its checksum (sha256sum -c on its .sha256 file), unpack it into a fresh folder (unpacked "
+                      "over an earlier bundle's folder, the packages of both would mix) and put that folder first on "
+                      "PYTHONPATH")
+"""What to do with a site bundle on the node, as README's :data:`AIR_GAPPED_NODES` section says."""
+AIR_GAPPED_NODES = 'README.md, "Air-gapped nodes"'
+"""The README section on site bundles, which the fixes naming one point to."""
+
+
 def site_bundle_route(report: EnvironmentReport) -> str:
     """The offline route for a node without internet: :func:`site_bundle_build` on a machine with internet, then the
-    bundle's folder on PYTHONPATH."""
+    bundle checked and unpacked into a fresh folder on PYTHONPATH (:data:`BUNDLE_ON_THE_NODE`)."""
     return (f"on a node without internet, build the offline site bundle on a machine with internet "
-            f"({site_bundle_build(report)}), untar it on the node and put its folder first on PYTHONPATH")
+            f"({site_bundle_build(report)}); on the node, {BUNDLE_ON_THE_NODE} ({AIR_GAPPED_NODES})")
 
 
 def tilelang_fix(report: EnvironmentReport) -> str:
@@ -452,8 +460,10 @@ def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list
         "to compile it with make, which an installed megatron-core cannot (\"No targets specified and no makefile "
         "found\"), and every rank exits at start.",
         f"install megatron-core built for this Python {_python_minor(report)} on {report.machine or 'this CPU'}: "
-        f"where a site bundle on PYTHONPATH holds it, rebuild the bundle for them on a machine with internet "
-        f"({site_bundle_build(report)}) and put it on PYTHONPATH in place of the old one; where pip installed it, "
+        f"where a site bundle on PYTHONPATH holds it, build a new one for them on a machine with internet "
+        f"({site_bundle_build(report)}); on the node, {BUNDLE_ON_THE_NODE} in place of the old bundle's "
+        f"folder ({AIR_GAPPED_NODES}); "
+        "where pip installed it, "
         f"{megatron_core_pip(report, reinstall=True)}")]
 
 
