@@ -255,24 +255,31 @@ HELPERS_CPP_MODULE = "megatron.core.datasets.helpers_cpp"
 """megatron-core's compiled dataset helper: where it does not load, megatron runs ``make`` in its folder (a wheel
 ships no Makefile) and exits on every rank at start."""
 
-ELF_MACHINES = {0x03: "i386", 0x28: "arm", 0x3E: "x86_64", 0xB7: "aarch64", 0x15: "ppc64", 0xF3: "riscv64"}
-"""ELF ``e_machine`` values -> the names ``platform.machine()`` gives those architectures on Linux."""
+ELF_MACHINES = {0x03: "i386", 0x28: "arm", 0x3E: "x86_64", 0xB7: "aarch64", 0x15: "ppc64le", 0xF3: "riscv64"}
+"""ELF ``e_machine`` values of little-endian files -> the names ``platform.machine()`` gives those architectures on
+Linux (POWER's 0x15 is ``ppc64le`` little-endian, ``ppc64`` big-endian)."""
+BIG_ENDIAN_ELF_MACHINES = {0x15: "ppc64", 0x16: "s390x"}
+"""ELF ``e_machine`` values of big-endian files -> the names ``platform.machine()`` gives those architectures."""
+ELF_BYTE_ORDERS: dict[int, tuple[typing.Literal["little", "big"], dict[int, str]]] = {
+    1: ("little", ELF_MACHINES), 2: ("big", BIG_ENDIAN_ELF_MACHINES)}
+"""ELF ``EI_DATA`` (the header's byte 5) -> (byte order of the file's fields, its table of machines)."""
 
 EXTENSION_TAG = re.compile(r"\.cpython-(?P<major>\d)(?P<minor>\d+)[a-z]*-(?P<machine>[^-]+)-[^.]*\.so$")
 """The CPython tag of an extension module's file name (``.cpython-312-x86_64-linux-gnu.so``)."""
 
 
 def elf_machine(path: Path) -> str | None:
-    """The CPU architecture a little-endian ELF file (a Linux ``.so``) is built for, read from its header; None for
-    another file, an unknown machine, or one that cannot be read."""
+    """The CPU architecture an ELF file (a Linux ``.so``) is built for, read from its header in the file's byte order
+    (which tells ppc64le from ppc64); None for another file, an unknown machine, or one that cannot be read."""
     try:
         with path.open("rb") as file:
             header = file.read(20)
     except OSError:
         return None
-    if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] != 1:
+    if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] not in ELF_BYTE_ORDERS:
         return None
-    return ELF_MACHINES.get(int.from_bytes(header[18:20], "little"))
+    byte_order, machines = ELF_BYTE_ORDERS[header[5]]
+    return machines.get(int.from_bytes(header[18:20], byte_order))
 
 
 def _extension_mismatch(path: Path, suffix: str, machine: str) -> str | None:
