@@ -54,11 +54,19 @@ def _command_help(command: str) -> str:
         return ""
 
 
+def one_line_error(error: Exception) -> str:
+    """``error`` as one line: the module that failed to import where the error names it (``ImportError.name``), its
+    type and the last non-empty line of its message (numpy's ImportError runs to a dozen lines, its cause last)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    module = error.name if isinstance(error, ImportError) else None
+    return (f"importing {module} raised " if module else "") + type(error).__name__ + (f": {lines[-1]}" if lines else "")
+
+
 class CommandLoadError(Exception):
-    """A subcommand's module raised on import (a broken or missing package it needs)."""
+    """A subcommand's module raised on import (a broken or missing package it needs); its message is one line."""
 
     def __init__(self, command: str, error: Exception) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
+        super().__init__(one_line_error(error))
         self.command = command
 
 
