@@ -103,12 +103,21 @@ NO_HOPPER=$([ -n "$CAPABILITIES" ] && ! grep -q -E '^ *9\.' <<< "$CAPABILITIES" 
 # were found") on stdout, and a node where it fails has no GPU torch could use
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
          grep -m 1 -E '^[0-9]+(\.[0-9]+)*$' || true)
+# set where that driver runs CUDA 13, and so PyPI's torch build
+DRIVER_CUDA13=$([[ "${DRIVER%%.*}" =~ ^[0-9]+$ ]] && [ "${DRIVER%%.*}" -ge "$TORCH_CUDA13_DRIVER" ] && echo 1 || true)
 if "$PY" -c "import torch" 2>/dev/null; then
   if [ -n "$DRIVER" ] && ! "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" 2>/dev/null; then
+    if [ -n "$DRIVER_CUDA13" ]; then
+      CUDA_TORCH="'torch==${TORCH_VERSION}+cu130' --index-url https://download.pytorch.org/whl/cu130"
+    else  # a CUDA 13 build would not run on this driver
+      CUDA_TORCH="'torch==${TORCH_VERSION}+cu1XX' --index-url https://download.pytorch.org/whl/cu1XX, cu1XX being a"
+      CUDA_TORCH+=" CUDA this driver supports (nvidia-smi's \"CUDA Version\"; CUDA 13 needs a driver >="
+      CUDA_TORCH+=" ${TORCH_CUDA13_DRIVER}), the index TORCH_INDEX_URL names for install.sh"
+    fi
     echo "error: install.sh: this Python's torch $("$PY" -c 'import torch; print(torch.__version__)') is a CPU" \
          "build, and this node has NVIDIA GPUs (driver ${DRIVER}): it cannot train here. An environment made on a" \
          "GPU-less login node gets the CPU build. Replace it from a login node with internet:" \
-         "${PY} -m pip install 'torch==${TORCH_VERSION}+cu130' --index-url https://download.pytorch.org/whl/cu130" \
+         "${PY} -m pip install ${CUDA_TORCH}" \
          "(pip removes the CPU build only once the CUDA wheel is in hand), or use the cluster container's torch;" \
          "never uninstall it on a compute node without internet first: nothing could take its place there" >&2
     exit 1
@@ -120,8 +129,7 @@ else
       pip_install --extra-index-url "${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}" \
         "torch==${TORCH_VERSION}+cpu" "numpy<2.4"
   else
-    if [ -z "${TORCH_INDEX_URL:-}" ] && { ! [[ "${DRIVER%%.*}" =~ ^[0-9]+$ ]] ||
-                                          [ "${DRIVER%%.*}" -lt "$TORCH_CUDA13_DRIVER" ]; }; then
+    if [ -z "${TORCH_INDEX_URL:-}" ] && [ -z "$DRIVER_CUDA13" ]; then
       echo "error: PyPI's torch==${TORCH_VERSION} is a CUDA 13.0 build, which needs an NVIDIA driver >=" \
            "${TORCH_CUDA13_DRIVER}; this node's is ${DRIVER}. Use the cluster container's torch, or set" \
            "TORCH_INDEX_URL to a PyTorch index built for this driver's CUDA (https://download.pytorch.org/whl/cu1XX)" >&2
