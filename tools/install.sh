@@ -17,7 +17,7 @@
 # the README's two commands) runs on a compute node without a package index. This checkout on PYTHONPATH counts as
 # installed (an air-gapped node with the offline site bundle: README, "Air-gapped nodes"); a failing pip says so.
 # An environment whose editable megatron-oellm is another checkout's (a project environment several users share) gets
-# a warning before any pip call, naming that checkout: its install is re-pointed to this one.
+# a warning right before the pip call that re-points that install to this checkout, naming the other one.
 # The gdn extra with a Triton in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100,
 # H200, GH200) fla 0.6.0 refuses its Triton GDN/KDA backward there (wrong gradients, fla issue 640) and runs its
 # TileLang one instead; it is installed without a GPU in sight too, as a shared environment is often filled on a
@@ -90,10 +90,6 @@ if [[ ",${EXTRAS}," == *,te,* ]]; then
   EXTRAS=$(sed -e 's/^te,//; s/,te$//; s/,te,/,/; s/^te$//' <<< "$EXTRAS")
   echo "install.sh: keeping the Transformer Engine that imports here (the te extra installs nothing more)"
 fi
-# before any pip call: in an environment several checkouts share (a project's, on GPFS), `pip install -e .`
-# re-points its editable megatron-oellm, and so the code everyone's jobs run, to this checkout: say so (a warning, not
-# a refusal: a fresh clone's test run in an environment made from another clone must go on)
-"$PY" tools/install_needs.py "$EXTRAS" --warn-repoint
 # the GPUs' compute capabilities: where nvidia-smi lists GPUs and none is Hopper's 9.x (an A100 node), the TileLang
 # set fla needs only on Hopper is left out (a login node without GPUs gets it, for the Hopper nodes)
 CAPABILITIES=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
@@ -152,6 +148,10 @@ if grep -q '^megatron-core' <<< "$NEEDS"; then
   pip_install --ignore-requires-python "megatron-core==0.19.2"
 fi
 if grep -q '^-e ' <<< "$NEEDS"; then
+  # in an environment several checkouts share (a project's, on GPFS), this re-points its editable megatron-oellm, and
+  # so the code everyone's jobs run, to this checkout: said right before, once nothing stops the install (a warning,
+  # not a refusal: a fresh clone's test run in an environment made from another clone must go on)
+  "$PY" tools/install_needs.py "$EXTRAS" --warn-repoint
   # Without --ignore-requires-python here: it would also admit releases of other dependencies that need 3.12 (e.g. a
   # contourpy source build for the plot extra). The installed megatron-core already satisfies the pin.
   pip_install -e ".${EXTRAS:+[$EXTRAS]}"

@@ -2,7 +2,7 @@
 environment is complete).
 
     python tools/install_needs.py EXTRAS [--no-hopper]
-    python tools/install_needs.py EXTRAS --warn-repoint   # a warning if ``-e .`` would re-point another checkout
+    python tools/install_needs.py EXTRAS --warn-repoint   # a warning if ``-e .`` re-points another checkout
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
 order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not provided (installed editable at its
@@ -197,12 +197,12 @@ def needs(extras: Sequence[str], hopper_possible: bool = True) -> list[str]:
 
 
 def repoint_warning(folder: Path) -> str:
-    """install.sh's one-line warning for an environment whose editable megatron-oellm is ``folder``, another
-    checkout: the install goes on (a test or CI run in a fresh clone must not stop), but whoever shares the
-    environment learns that their jobs now run this checkout."""
-    return (f"warning: install.sh: this Python's megatron-oellm was an editable install of another checkout, {folder}; "
-            f"installing {ROOT} re-points it, and every job using this environment runs this checkout's code from now "
-            f"on (re-run install.sh in {folder} to point it back, or use a venv of your own: python3 -m venv .venv)")
+    """install.sh's one-line warning, printed right before its ``pip install -e .``, for an environment whose editable
+    megatron-oellm is ``folder``, another checkout: the install goes on (a test or CI run in a fresh clone must not
+    stop), but whoever shares the environment learns that their jobs now run this checkout."""
+    return (f"warning: install.sh: re-pointing this Python's megatron-oellm, an editable install of another checkout "
+            f"({folder}), to {ROOT}: every job using this environment runs this checkout's code from now on (re-run "
+            f"install.sh in {folder} to point it back, or use a venv of your own: python3 -m venv .venv)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-hopper", action="store_true",
                         help="nvidia-smi lists this node's GPUs and none is Hopper: no TileLang set")
     parser.add_argument("--warn-repoint", action="store_true",
-                        help="only check: a warning naming the other checkout whose editable install would be re-pointed")
+                        help="only check: a warning naming the other checkout whose editable install -e . re-points")
     args = parser.parse_args(argv)
     given = [normalized_extra(extra) for extra in args.extras.split(",") if extra.strip()]
     if args.warn_repoint:
