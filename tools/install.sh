@@ -15,7 +15,8 @@
 # A CPU build of torch on a node whose nvidia-smi lists a GPU (a venv made on a GPU-less login node) is refused.
 # pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
 # the README's two commands) runs on a compute node without a package index. This checkout on PYTHONPATH counts as
-# installed (an air-gapped node with the offline site bundle: README, "Air-gapped nodes"); a failing pip says so.
+# installed (an air-gapped node with the offline site bundle: README, "Air-gapped nodes"), though pip then installs no
+# oellm command (PYTHON -m megatron.oellm runs it, the "nothing to install" line says); a failing pip says so.
 # An environment whose editable megatron-oellm is another checkout's (a project environment several users share) gets
 # a warning right before the pip call that re-points that install to this checkout, naming the other one.
 # The gdn extra with a Triton in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100,
@@ -141,8 +142,14 @@ else
 fi
 "$PY" -c "import triton" 2>/dev/null || pip_install triton
 NEEDS=$("$PY" tools/install_needs.py "$EXTRAS" $NO_HOPPER)
-[ -n "$NEEDS" ] || echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (editable, or on" \
-                        "PYTHONPATH) and the requirements of ${EXTRAS:-setup.py} are in place"
+if [ -z "$NEEDS" ]; then
+  PROVIDED=$("$PY" tools/install_needs.py "$EXTRAS" --provided-by)
+  # pip installs the `oellm` command with the package: a checkout that only imports from the path has none
+  COMMAND=$([ "$PROVIDED" != PYTHONPATH ] ||
+            echo "; with the checkout on PYTHONPATH there is no oellm command: run ${PY} -m megatron.oellm")
+  echo "install.sh: nothing to install: megatron-core 0.19.2, this checkout (${PROVIDED}) and the requirements" \
+       "of ${EXTRAS:-setup.py} are in place${COMMAND}"
+fi
 if grep -q '^megatron-core' <<< "$NEEDS"; then
   pip_install "numpy<2.4"  # first: megatron-core's own numpy requirement would admit 2.4
   pip_install --ignore-requires-python "megatron-core==0.19.2"

@@ -3,6 +3,7 @@ environment is complete).
 
     python tools/install_needs.py EXTRAS [--no-hopper]
     python tools/install_needs.py EXTRAS --warn-repoint   # a warning if ``-e .`` re-points another checkout
+    python tools/install_needs.py EXTRAS --provided-by    # ``editable``, ``PYTHONPATH`` or nothing: how this checkout is
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
 order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not provided (installed editable at its
@@ -140,6 +141,15 @@ def checkout_provided() -> bool:
     return checkout_installed() or (editable_folder() != ROOT and checkout_imported())
 
 
+def provided_by() -> str | None:
+    """How this checkout is provided (:func:`checkout_provided`): ``editable`` (pip installed it, with its ``oellm``
+    command), ``PYTHONPATH`` (it imports from the path only: no ``oellm`` command, ``python3 -m megatron.oellm``
+    runs it), or None."""
+    if checkout_installed():
+        return "editable"
+    return "PYTHONPATH" if checkout_provided() else None
+
+
 def package_needed(extras: Sequence[str]) -> bool:
     """Whether install.sh runs ``pip install -e .[EXTRAS]``: this checkout is not provided, or a requirement of
     setup.py or of ``extras`` is unmet."""
@@ -207,14 +217,20 @@ def repoint_warning(folder: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print :func:`needs` for the command line's EXTRAS, one per line; with ``--warn-repoint``, print only
-    :func:`repoint_warning` (on stderr) when installing them would re-point another checkout's editable install."""
+    :func:`repoint_warning` (on stderr) when installing them would re-point another checkout's editable install; with
+    ``--provided-by``, only :func:`provided_by` (nothing for None)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("extras", help="install.sh's comma-separated EXTRAS (checked against setup.py by it)")
     parser.add_argument("--no-hopper", action="store_true",
                         help="nvidia-smi lists this node's GPUs and none is Hopper: no TileLang set")
     parser.add_argument("--warn-repoint", action="store_true",
                         help="only check: a warning naming the other checkout whose editable install -e . re-points")
+    parser.add_argument("--provided-by", action="store_true",
+                        help="only say how this checkout is provided: editable, PYTHONPATH, or nothing")
     args = parser.parse_args(argv)
+    if args.provided_by:
+        print(provided_by() or "")
+        return 0
     given = [normalized_extra(extra) for extra in args.extras.split(",") if extra.strip()]
     if args.warn_repoint:
         folder = repointed_folder(given)
