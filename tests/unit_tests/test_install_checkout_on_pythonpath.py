@@ -58,16 +58,6 @@ def test_an_unmet_requirement_still_installs_the_package(tmp_path: Path) -> None
     assert needs(tmp_path / "site", ROOT) == ["-e .[hf,gdn]"]
 
 
-def test_install_sh_on_an_air_gapped_node_calls_no_pip(tmp_path: Path) -> None:
-    """The container's CUDA torch and Triton, the bundle and this checkout on PYTHONPATH: README's main command."""
-    bundle_site(tmp_path / "bundle")
-    done, calls = run_install(tmp_path, torch="'13.0'", triton=True, driver="590.48.01", extras="hf,gdn",
-                              extra_site=tmp_path / "bundle", PYTHONPATH=str(ROOT))
-    assert done.returncode == 0, done.stderr
-    assert calls == []
-    assert "nothing to install" in done.stdout
-
-
 def test_a_failing_pip_names_the_offline_bundle(tmp_path: Path) -> None:
     """No package index: the CPU torch is tried from the configured indexes (quietly), then from PyTorch's index."""
     failure = f"ERROR: Could not find a version that satisfies the requirement torch ({random.randrange(10**6)})"

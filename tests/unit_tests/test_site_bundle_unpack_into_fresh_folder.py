@@ -65,12 +65,18 @@ def unpack(commands: str, folder: Path, node: Path) -> tuple[int, Path]:
     return done.returncode, Path(done.stdout)
 
 
-@pytest.mark.parametrize("source", [header_text, readme_text])
-def test_a_new_bundle_replaces_the_earlier_one(tmp_path: Path, source) -> None:
-    commands = unpack_commands(source())
+def _carried_and_node(tmp_path: Path) -> tuple[Path, Path]:
+    """The folder the bundle was carried into and the node's folder the commands unpack it under."""
     folder, node = tmp_path / "carried", tmp_path / "node"
     folder.mkdir()
     node.mkdir()
+    return folder, node
+
+
+@pytest.mark.parametrize("source", [header_text, readme_text])
+def test_a_new_bundle_replaces_the_earlier_one(tmp_path: Path, source) -> None:
+    commands = unpack_commands(source())
+    folder, node = _carried_and_node(tmp_path)
     old, new = sorted(random.sample(range(1, 100), 2))
     write_bundle(folder, f"1.{old}")
     status, site = unpack(commands, folder, node)
@@ -87,9 +93,7 @@ def test_a_new_bundle_replaces_the_earlier_one(tmp_path: Path, source) -> None:
 def test_a_bundle_failing_its_checksum_is_not_unpacked(tmp_path: Path, source) -> None:
     """A bundle changed on the way (another whole archive under its name): the folder keeps the bundle that checked."""
     commands = unpack_commands(source())
-    folder, node = tmp_path / "carried", tmp_path / "node"
-    folder.mkdir()
-    node.mkdir()
+    folder, node = _carried_and_node(tmp_path)
     version = f"2.{random.randint(0, 99)}"
     write_bundle(folder, version)
     status, site = unpack(commands, folder, node)
