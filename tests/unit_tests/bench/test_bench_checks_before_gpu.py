@@ -95,14 +95,16 @@ def test_an_enum_override_is_given_by_name_and_judged_for_the_te_side(monkeypatc
     """``--ours-config attention_backend=flash`` reached TransformerConfig as the string 'flash', which megatron-core's
     comparisons with ``AttnBackend`` never match: the te side's flash check passed and the report crashed once
     transformers' model was on the GPU. The name is now the member, and flash without a flash-attn TE runs is
-    refused for the te side (the torch-native side does not read it)."""
+    refused for the te side; the torch-native ours side, whose attention reads no attention backend, refuses any but
+    auto (session 49), as the training entry does."""
     monkeypatch.setattr(selection, "transformer_engine_import_error", lambda: None)
     monkeypatch.setattr(te_flash, "te_flash_attention_found", lambda: te_flash.FlashAttentionFound())
     monkeypatch.setattr(te_flash, "cuda_capability", lambda: None)
     flash = {**harness.BEST_OURS_SETTINGS, "attention_backend": "flash"}
     with pytest.raises(ValueError, match="the te side cannot run.*attention_backend=flash: Transformer Engine finds"):
-        harness.BenchConfig(model=TINY, seq_length=128, sides=("ours", "te"), ours_overrides=flash)
-    assert harness.BenchConfig(model=TINY, seq_length=128, sides=("ours",), ours_overrides=flash).sides == ("ours",)
+        harness.BenchConfig(model=TINY, seq_length=128, sides=("te", "hf"), ours_overrides=flash)
+    with pytest.raises(ValueError, match="the ours side cannot run.*--attention-backend flash .*reads no attention"):
+        harness.BenchConfig(model=TINY, seq_length=128, sides=("ours",), ours_overrides=flash)
     with pytest.raises(ValueError, match="attention_backend='fastest': choose one of flash, fused, unfused"):
         harness.BenchConfig(model=TINY, seq_length=128, sides=("ours",), ours_overrides={"attention_backend": "fastest"})
 

@@ -38,7 +38,7 @@ def test_the_printed_flags_pass_the_entrys_checks(tiny_hf, monkeypatch: pytest.M
     assert flags[flags.index("--pretrained-checkpoint") + 1] == str(out.resolve())
     assert ("--vocab-size" in flags) == own_vocab
     entry = entry_up_to_pretrain(monkeypatch)
-    run = ["--oellm-backend", "torch", "--mock-data", "--tokenizer-type", "NullTokenizer"]
+    run = ["--oellm-backend", "torch", "--mock-data", "--tokenizer-type", "NullTokenizer", "--seq-length", "64"]
     with pytest.raises(Reached):
         entry.main([*flags, *run])
     strictness = flags.index("--dist-ckpt-strictness")
