@@ -3,7 +3,8 @@ environment is complete).
 
     python tools/install_needs.py EXTRAS [--no-hopper]
     python tools/install_needs.py EXTRAS --warn-repoint   # a warning if ``-e .`` re-points another checkout
-    python tools/install_needs.py EXTRAS --provided-by    # ``editable``, ``PYTHONPATH`` or nothing: how this checkout is
+    python tools/install_needs.py EXTRAS --provided-by    # ``editable``, ``PYTHONPATH`` or nothing: how this checkout
+                                                          # is provided (EXTRAS is not read)
 
 EXTRAS is install.sh's comma-separated argument (pip's spelling: ``GDN`` and `` gdn`` are ``gdn``). Printed, in install
 order: megatron-core's pin, then ``-e .[EXTRAS]`` when this checkout is not provided (installed editable at its
@@ -147,7 +148,7 @@ def provided_by() -> str | None:
     runs it), or None."""
     if checkout_installed():
         return "editable"
-    return "PYTHONPATH" if checkout_provided() else None
+    return "PYTHONPATH" if editable_folder() != ROOT and checkout_imported() else None
 
 
 def package_needed(extras: Sequence[str]) -> bool:
@@ -156,11 +157,12 @@ def package_needed(extras: Sequence[str]) -> bool:
     return not checkout_provided() or bool(unmet(setup_requirements(extras)))
 
 
-def repointed_folder(extras: Sequence[str]) -> Path | None:
-    """The other checkout whose editable install ``pip install -e .`` of this one would replace, None when nothing
-    would be re-pointed. In a shared (project) environment that changes the code every user's jobs run."""
+def repointed_folder() -> Path | None:
+    """The other checkout whose editable install ``pip install -e .`` of this one replaces (install.sh asks only
+    right before that call), None when the editable install is none or this checkout's. In a shared (project)
+    environment that changes the code every user's jobs run."""
     folder = editable_folder()
-    return folder if folder not in (None, ROOT) and package_needed(extras) else None
+    return folder if folder not in (None, ROOT) else None
 
 
 def release_of(version: str) -> tuple[int, int, int, int] | None:
@@ -233,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     given = [normalized_extra(extra) for extra in args.extras.split(",") if extra.strip()]
     if args.warn_repoint:
-        folder = repointed_folder(given)
+        folder = repointed_folder()
         if folder is not None:
             print(repoint_warning(folder), file=sys.stderr)
         return 0
