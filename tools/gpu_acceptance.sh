@@ -29,11 +29,11 @@
 # the parity tests out of memory: there, give tests alone, then train,interrupt (a GPU under 100 GiB with tests and
 # another stage gets a warning at the start and in OUT_DIR/summary.txt). On such a GPU the tests stage runs the models
 # folder (the real-width parity tests hold about 45 GiB) after the other folders, not beside them: all six side by
-# side ran it and the entry's GPU test out of memory on an 80 GB H100. Kernel caches: fla's Triton kernels autotune and TileLang
-# JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and saves
-# the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
-# configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is
-# restored on the next call.
+# side ran it and the entry's GPU test out of memory on an 80 GB H100. Kernel caches: fla's Triton kernels autotune and
+# TileLang JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and
+# saves the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
+# configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is restored
+# on the next call.
 set -o pipefail
 USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]"
 USAGE+="  (stages: tests, train, resume, interrupt, bench)"

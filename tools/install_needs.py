@@ -132,7 +132,8 @@ def checkout_imported() -> bool:
         spec = importlib.util.find_spec("megatron.oellm")
     except ImportError:
         return False
-    return spec is not None and spec.origin is not None and Path(spec.origin).resolve().parent == ROOT / "megatron/oellm"
+    return (spec is not None and spec.origin is not None
+            and Path(spec.origin).resolve().parent == ROOT / "megatron/oellm")
 
 
 def checkout_provided() -> bool:

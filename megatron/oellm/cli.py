@@ -59,7 +59,8 @@ def one_line_error(error: Exception) -> str:
     type and the last non-empty line of its message (numpy's ImportError runs to a dozen lines, its cause last)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     module = error.name if isinstance(error, ImportError) else None
-    return (f"importing {module} raised " if module else "") + type(error).__name__ + (f": {lines[-1]}" if lines else "")
+    cause = type(error).__name__ + (f": {lines[-1]}" if lines else "")
+    return (f"importing {module} raised " if module else "") + cause
 
 
 class CommandLoadError(Exception):

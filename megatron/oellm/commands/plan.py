@@ -112,8 +112,9 @@ def check_hybrid_stage_options(card: ModelCard, args: argparse.Namespace) -> Non
     given = [f"--{name.replace('_', '-')} {value!r}" for name, value in
              (("pipeline_layout", args.pipeline_layout), ("vpp", args.vpp)) if value is not None]
     if given:
+        pattern = _same_stages_pattern(card, args)
         raise ParallelLayoutError(f"{' and '.join(given)}: {card.name} is a hybrid model, {HYBRID_STAGES}; plan (and "
-                                  f"run) the same stages with --hybrid-layer-pattern {_same_stages_pattern(card, args)}")
+                                  f"run) the same stages with --hybrid-layer-pattern {pattern}")
 
 
 def _same_stages_pattern(card: ModelCard, args: argparse.Namespace) -> str:
@@ -138,8 +139,8 @@ def hybrid_pattern_layout(card: ModelCard, pattern: str, pp: int) -> str | None:
                                   f"pattern {card.hybrid_layer_pattern!r}, which the run takes from the card; give "
                                   "that pattern with '|' between the pipeline stages")
     if pp >= 1:  # a smaller pp is refused by the layout's own check
-        check_pipeline_stage_flags(argparse.Namespace(pipeline_model_parallel_size=pp,
-                                                      pipeline_model_parallel_layout=None, hybrid_layer_pattern=pattern))
+        check_pipeline_stage_flags(argparse.Namespace(
+            pipeline_model_parallel_size=pp, pipeline_model_parallel_layout=None, hybrid_layer_pattern=pattern))
     return pipeline_layout_from_hybrid_pattern(pattern)
 
 
@@ -164,8 +165,8 @@ def check_plan_batch(plan: Plan, global_batch: int, micro_batch: int) -> None:
 
 def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None) -> dict[str, Any]:
     """The ``--json`` object of the plan: layout, the hybrid pattern its run needs
-    (:func:`~megatron.oellm.plan.run_hybrid_layer_pattern`), groups, ranks and FLOPs; with ``gpu_gib`` what is left per GPU, with
-    ``batch`` (global, micro) the micro-batches per step."""
+    (:func:`~megatron.oellm.plan.run_hybrid_layer_pattern`), groups, ranks and FLOPs; with ``gpu_gib`` what is left
+    per GPU, with ``batch`` (global, micro) the micro-batches per step."""
     count = plan_flops(plan, plan.card.seq_length)
     flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
     layout_fields = {**asdict(plan.layout), "vpp_size": plan.layout.vpp_size}  # vpp as given (None: none), vpp used
@@ -179,7 +180,8 @@ def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None
         extra.update(global_batch_size=batch[0], micro_batch_size=batch[1],
                      micro_batches_per_step=micro_batches_per_step(plan, *batch))
     return {"model": plan.card.name, "world_size": plan.world_size, "layout": layout_fields,
-            "hybrid_layer_pattern": run_hybrid_layer_pattern(plan), "data_parallel": plan.data_parallel, "expert_data_parallel": plan.expert_data_parallel, **extra,
+            "hybrid_layer_pattern": run_hybrid_layer_pattern(plan), "data_parallel": plan.data_parallel,
+            "expert_data_parallel": plan.expert_data_parallel, **extra,
             "ranks": ranks, "flops": flops}
 
 

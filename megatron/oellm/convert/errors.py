@@ -25,7 +25,8 @@ class ConversionInterrupted(ConversionError):
         if failure is not None:
             message = f"{failure} ({name} also arrived meanwhile)"
         elif output_in_place is not None:
-            message = f"{name} arrived after the output was moved into place; the output in {output_in_place} is complete"
+            message = (f"{name} arrived after the output was moved into place; the output in {output_in_place} is "
+                       "complete")
         elif output_complete:
             message = f"{name} arrived while the finished output was moved into place; the output is complete"
         elif nothing_written:  # during the checks, before the staging directory was made

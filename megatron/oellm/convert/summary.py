@@ -49,7 +49,8 @@ def training_flags(card_name: str, out_dir: Path, vocab_size: int | None = None)
     flags = [f"--oellm-model {card_name}"]
     if vocab_size is not None:
         flags.append(f"--vocab-size {vocab_size}")
-    flags += [f"--pretrained-checkpoint {shlex.quote(str(out_dir))}", f"--dist-ckpt-strictness {CONVERTED_LOAD_STRICTNESS}"]
+    flags += [f"--pretrained-checkpoint {shlex.quote(str(out_dir))}",
+              f"--dist-ckpt-strictness {CONVERTED_LOAD_STRICTNESS}"]
     return " ".join(flags)
 
 
