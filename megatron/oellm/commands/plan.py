@@ -7,7 +7,6 @@ import dataclasses
 import json
 import math
 import re
-import shlex
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -15,11 +14,11 @@ from typing import Any
 from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.commands import int_at_least, refuse
 from megatron.oellm.models.parallel import (
+    HYBRID_STAGES,
     ParallelLayout,
     ParallelLayoutError,
     pipeline_layout_from_hybrid_pattern,
-    pipelined_hybrid_pattern,
-    validate_layout,
+    same_stages_hybrid_pattern,
 )
 from megatron.oellm.plan import (
     GIB,
@@ -92,13 +91,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "micro_batches_per_step")
 
 
-HYBRID_STAGES = ("whose run splits its pipeline stages with '|' in --hybrid-layer-pattern, PP x VPP segments "
-                 "(megatron refuses --pipeline-model-parallel-layout and --num-virtual-stages-per-pipeline-rank beside "
-                 "a hybrid pattern)")
-"""How a hybrid model's run takes its pipeline stages: the reason ``oellm plan`` refuses ``--pipeline-layout`` and
-``--vpp`` for one."""
-
-
 def check_hybrid_stage_options(card: ModelCard, args: argparse.Namespace) -> None:
     """Raise :class:`ParallelLayoutError` in one line where the plan's stage options are not those the run takes:
     ``--pipeline-layout`` or ``--vpp`` for a hybrid card (megatron-core's ``validate_args`` refuses their flags beside
@@ -112,21 +104,10 @@ def check_hybrid_stage_options(card: ModelCard, args: argparse.Namespace) -> Non
     given = [f"--{name.replace('_', '-')} {value!r}" for name, value in
              (("pipeline_layout", args.pipeline_layout), ("vpp", args.vpp)) if value is not None]
     if given:
-        pattern = _same_stages_pattern(card, args)
+        pattern = same_stages_hybrid_pattern(card, ParallelLayout(pp=args.pp, vpp=args.vpp,
+                                                                  pipeline_layout=args.pipeline_layout))
         raise ParallelLayoutError(f"{' and '.join(given)}: {card.name} is a hybrid model, {HYBRID_STAGES}; plan (and "
                                   f"run) the same stages with --hybrid-layer-pattern {pattern}")
-
-
-def _same_stages_pattern(card: ModelCard, args: argparse.Namespace) -> str:
-    """The ``--hybrid-layer-pattern`` (quoted for a shell) of the stages ``--pp``, ``--vpp`` and ``--pipeline-layout``
-    describe, as the recipes compute it; where they do not fit the card, what such a pattern is."""
-    layout = ParallelLayout(pp=args.pp, vpp=args.vpp, pipeline_layout=args.pipeline_layout)
-    try:
-        validate_layout(card, layout)
-    except ParallelLayoutError:
-        return (f"PATTERN: the card's layer pattern with '|' between PP x VPP stages of whole layers (the stages "
-                f"given do not fit its {card.num_layers} layers)")
-    return shlex.quote(pipelined_hybrid_pattern(card, layout))
 
 
 def hybrid_pattern_layout(card: ModelCard, pattern: str, pp: int) -> str | None:

@@ -14,6 +14,7 @@ listed virtual stage by virtual stage: stage ``i`` goes to pipeline rank ``i % p
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
@@ -159,6 +160,25 @@ def pipelined_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
         segments.append(card.hybrid_layer_pattern[start:end])
         start = end
     return "|".join(segments)
+
+
+HYBRID_STAGES = ("whose run splits its pipeline stages with '|' in --hybrid-layer-pattern, PP x VPP segments "
+                 "(megatron refuses --pipeline-model-parallel-layout and --num-virtual-stages-per-pipeline-rank beside "
+                 "a hybrid pattern)")
+"""How a hybrid model's run takes its pipeline stages: why ``oellm plan`` and the training entry refuse the other
+stage options for one."""
+
+
+def same_stages_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
+    """The ``--hybrid-layer-pattern`` (quoted for a shell) of the pipeline stages ``layout`` describes, as the recipes
+    compute it; where they do not fit the card, what such a pattern is. The fix a refusal of another stage option for
+    a hybrid card names (``oellm plan --pipeline-layout``/``--vpp``, the entry's pipeline flags)."""
+    try:
+        validate_layout(card, layout)
+    except ParallelLayoutError:
+        return (f"PATTERN: the card's layer pattern with '|' between PP x VPP stages of whole layers (the stages "
+                f"given do not fit its {card.num_layers} layers)")
+    return shlex.quote(pipelined_hybrid_pattern(card, layout))
 
 
 HYBRID_SYMBOLS_PER_LAYER = 2

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 
 from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard, get_card
 from megatron.oellm.models.parallel import (
+    HYBRID_STAGES,
     ParallelLayout,
     ParallelLayoutError,
     even_pipeline_layout,
     layout_from_counts,
     pipeline_layout_from_hybrid_pattern,
     pipeline_stages,
+    same_stages_hybrid_pattern,
 )
 from megatron.oellm.training.card_from_args import card_from_megatron_args, check_expressible
 
@@ -127,6 +129,7 @@ def check_pipeline_stage_flags(parsed: argparse.Namespace) -> None:
     as written (``t*99999999999999``: a MemoryError traceback) and judges a pattern's stages by its interleaved
     schedule's rule ("pipeline-model-parallel size should be greater than 1"), naming neither flag; the card's layer
     count is checked after it (:func:`layout_from_args`)."""
+    check_hybrid_card_stage_flags(parsed)
     pp = parsed.pipeline_model_parallel_size
     if isinstance(parsed.pipeline_model_parallel_layout, str):
         pipeline_stages(parsed.pipeline_model_parallel_layout, pp)
@@ -138,6 +141,45 @@ def check_pipeline_stage_flags(parsed: argparse.Namespace) -> None:
     except ParallelLayoutError as error:
         raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages: {error}; "
                                   "give pp x vpp segments, or no '|' for a single stage") from error
+
+
+HYBRID_REFUSED_STAGE_FLAGS = {
+    "pipeline_model_parallel_layout": "--pipeline-model-parallel-layout",
+    "num_virtual_stages_per_pipeline_rank": "--num-virtual-stages-per-pipeline-rank",
+    "num_layers_per_virtual_pipeline_stage": "--num-layers-per-virtual-pipeline-stage",
+}
+"""Stage flags (argument -> flag) megatron's ``validate_args`` refuses beside ``--hybrid-layer-pattern``."""
+
+
+def check_hybrid_card_stage_flags(parsed: argparse.Namespace) -> None:
+    """Raise :class:`ParallelLayoutError` in one line for :data:`HYBRID_REFUSED_STAGE_FLAGS` beside a hybrid
+    ``--oellm-model`` card, naming the ``--hybrid-layer-pattern`` of the same stages. The card fills in its pattern,
+    and megatron's ``validate_args`` then refuses those flags "with --hybrid-layer-pattern", a flag the user never
+    gave."""
+    name = getattr(parsed, "oellm_model", None)
+    if not name:
+        return
+    given = {dest: getattr(parsed, dest, None) for dest in HYBRID_REFUSED_STAGE_FLAGS}
+    given = {dest: value for dest, value in given.items() if value is not None}
+    card = get_card(name)
+    if not given or card.linear_mixer == "none":
+        return
+    shown = " and ".join(f"{HYBRID_REFUSED_STAGE_FLAGS[dest]} {value!r}" for dest, value in given.items())
+    pattern = same_stages_hybrid_pattern(card, _stages_given(parsed, card))
+    raise ParallelLayoutError(f"{shown}: {card.name} is a hybrid model, {HYBRID_STAGES}; give the same stages as "
+                              f"--hybrid-layer-pattern {pattern}")
+
+
+def _stages_given(parsed: argparse.Namespace, card: ModelCard) -> ParallelLayout:
+    """The pipeline stages the parsed stage flags describe for ``card``. Layers per virtual stage that split no
+    pipeline rank's layers evenly give vpp 0, which :func:`~megatron.oellm.models.parallel.validate_layout` refuses."""
+    pp = parsed.pipeline_model_parallel_size
+    vpp = parsed.num_virtual_stages_per_pipeline_rank
+    per_stage = parsed.num_layers_per_virtual_pipeline_stage
+    if per_stage:
+        vpp = card.num_layers // (pp * per_stage) if card.num_layers % (pp * per_stage) == 0 else 0
+    layout = parsed.pipeline_model_parallel_layout
+    return ParallelLayout(pp=pp, vpp=vpp, pipeline_layout=layout if isinstance(layout, str) else None)
 
 
 UNEVEN_SPLIT_FLAGS = {
