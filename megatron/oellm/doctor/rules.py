@@ -23,11 +23,15 @@ FLA_BAD_TRITON_FROM = Version("3.4.0")
 """First Triton release with which fla's Triton GDN/KDA backward is wrong on Hopper (fla issue 640)."""
 FLA_FIXED_TRITON = Version("3.7.1")
 """First Triton release with which fla's Triton GDN/KDA backward is right again on Hopper."""
-FLA_TILELANG_FIX = ("pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext==0.1.5 z3-solver==4.15.4.0 "
-                    "(the versions tested; fla then uses its TileLang backward, which needs nvcc), or, where this torch "
-                    "allows it, pip install 'triton>=3.7.1'")
-"""The fix of an fla issue 640 error: the TileLang stack ``docker/constraints.txt`` pins (a test keeps them equal), or
-a Triton without the bug."""
+TILELANG_STACK_INSTALL = ("pip install tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext==0.1.5 "
+                          "z3-solver==4.15.4.0 (the versions tested; fla then uses its TileLang backward, which needs "
+                          "nvcc)")
+"""How to install the TileLang stack ``docker/constraints.txt`` pins (a test keeps them equal)."""
+FLA_TILELANG_FIX = f"{TILELANG_STACK_INSTALL}, or, where this torch allows it, pip install 'triton>=3.7.1'"
+"""The fix of an fla issue 640 error: the TileLang stack, or a Triton without the bug."""
+FLA_FREE_MODELS = "; the Qwen3 MoE models use no fla kernel"
+"""The note that ends the doctor's fla errors (its report covers every model); a refusal of a run of a model with GDN
+or KDA layers leaves it out."""
 
 
 def tool_command(report: EnvironmentReport, script: str, arguments: str = "") -> str:
@@ -309,7 +313,7 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
     if not affected:
         broken = _broken_tilelang_fla_takes(report, triton, env)
         if broken is not None:
-            return [_broken_tilelang_on_hopper(report, hopper[0], triton, broken)]
+            return [_broken_tilelang_on_hopper(hopper[0], triton, broken)]
         return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
     tilelang_blocker = fla_tilelang_blocker(report.tilelang_importable, report.tilelang_import_error,
                                             report.nvcc_path, env)
@@ -320,8 +324,8 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         "error", name,
         f"fla GDN/KDA backward gives wrong gradients on Hopper ({hopper[0].name}) with Triton {triton} "
         f"(fla issue 640; fla 0.6.0 raises in the GDN backward instead), and fla cannot use its TileLang backward: "
-        f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails; the Qwen3 "
-        f"MoE models use no fla kernel.",
+        f"{tilelang_blocker}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fails"
+        f"{FLA_FREE_MODELS}.",
         tilelang_fix(report),
     )]
 
@@ -354,16 +358,18 @@ def _broken_tilelang_fla_takes(report: EnvironmentReport, triton: str, env: Mapp
     return problem
 
 
-def _broken_tilelang_on_hopper(report: EnvironmentReport, gpu: GpuInfo, triton: str, problem: str) -> Finding:
+def _broken_tilelang_on_hopper(gpu: GpuInfo, triton: str, problem: str) -> Finding:
     """The error for a tilelang that fla takes on Hopper (``gpu``) with a Triton outside fla issue 640's range, but
-    that does not import (``problem``)."""
+    that does not import (``problem``). That Triton's own backward is right, so the one-step fix, turning fla's
+    TileLang backend off, comes first, then a tilelang that imports; no Triton to install."""
     return Finding(
         "error", "fla-hopper-triton",
-        f"Triton {triton} on Hopper ({gpu.name}) is outside the range of fla issue 640, but fla 0.6.0 still runs its "
-        f"TileLang GDN/KDA backward on Hopper with any Triton >= {FLA_TILELANG_FROM_TRITON} where tilelang and an "
-        f"nvcc are found, and {problem}: the first backward pass of the models with GDN or KDA layers (Qwen3.5, the "
-        "OEL hybrid) crashes; the Qwen3 MoE models use no fla kernel.",
-        f"{tilelang_fix(report)}; or set FLA_TILELANG=0 in the job's environment (Triton {triton} needs no TileLang)")
+        f"fla 0.6.0 runs its TileLang GDN/KDA backward on Hopper ({gpu.name}) with any Triton >= "
+        f"{FLA_TILELANG_FROM_TRITON} where tilelang and an nvcc are found, Triton {triton} (which needs no TileLang: "
+        f"outside fla issue 640's range) included, and {problem}: the first backward pass of the models with GDN or "
+        f"KDA layers (Qwen3.5, the OEL hybrid) crashes{FLA_FREE_MODELS}.",
+        f"set FLA_TILELANG=0 in the job's environment (fla then runs its Triton backward, right with Triton {triton}); "
+        f"or make `import tilelang` work: {TILELANG_STACK_INSTALL}, or the offline site bundle ({AIR_GAPPED_NODES})")
 
 
 def _broken_tilelang_without_hopper(report: EnvironmentReport, triton: str, problem: str) -> Finding:
@@ -374,7 +380,7 @@ def _broken_tilelang_without_hopper(report: EnvironmentReport, triton: str, prob
         "error", "fla-hopper-triton",
         f"no Hopper GPU is seen here, but with Triton {triton} fla needs its TileLang backward on Hopper (fla issue "
         f"640), and {problem}. Training the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) on a Hopper "
-        "node with this environment fails; the Qwen3 MoE models use no fla kernel.",
+        f"node with this environment fails{FLA_FREE_MODELS}.",
         tilelang_fix(report),
     )
 
@@ -500,7 +506,7 @@ def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> 
         "error", name,
         f"fla {fla} is installed, but the GDN kernels megatron-core imports from it do not import ({error}): "
         "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model build with "
-        "\"FLA is not installed\"; the Qwen3 MoE models use no fla kernel.", _fla_gdn_fix(report, error))]
+        f"\"FLA is not installed\"{FLA_FREE_MODELS}.", _fla_gdn_fix(report, error))]
 
 
 TORCH_MODULES = ("torch", "triton")

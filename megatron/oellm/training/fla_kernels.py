@@ -25,6 +25,7 @@ from megatron.oellm.cards import ModelCard
 from megatron.oellm.doctor.probes import PACKAGE_PROBES, distribution_version, find_nvcc, megatron_oellm_checkout
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 from megatron.oellm.doctor.rules import (
+    FLA_FREE_MODELS,
     FLA_TILELANG_FIX,
     FLA_TILELANG_FROM_TRITON,
     check_fla_hopper_triton,
@@ -106,13 +107,15 @@ def fla_tilelang_crash_problem(card: ModelCard, report: EnvironmentReport, env: 
     """Why fla's backward of ``card``'s GDN or KDA layers would crash on ``report``'s Hopper GPU with a Triton past
     fla issue 640's range ('' when it would not, or the card has none): the doctor's verdict
     (:func:`~megatron.oellm.doctor.rules.check_fla_hopper_triton` with ``env``), an error where fla 0.6.0 takes its
-    TileLang backward (tilelang findable, an nvcc found, no switch off) and tilelang does not import."""
+    TileLang backward (tilelang findable, an nvcc found, no switch off) and tilelang does not import, without the
+    doctor's note on the models that use no fla kernel."""
     if card.linear_mixer == "none":
         return ""
     errors = [finding for finding in check_fla_hopper_triton(report, env) if finding.severity == "error"]
     if not errors:
         return ""
-    return f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers: {errors[0].message} Fix: {errors[0].fix}"
+    message = errors[0].message.replace(FLA_FREE_MODELS, "")  # the run's model has fla layers
+    return f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers: {message} Fix: {errors[0].fix}"
 
 
 FLA_INSTALL_FIX = ("install the gdn extra (pip install '.[gdn]': fla-core and flash-linear-attention 0.6.0, with "
