@@ -289,15 +289,25 @@ def check_yaml_cfg(args: argparse.Namespace) -> None:
 
 
 def check_sequence_given(args: argparse.Namespace) -> None:
-    """Raise ``ValueError`` when the command line gives no ``--seq-length`` (nor ``--encoder-seq-length``), naming the
-    length the ``--oellm-model`` card plans with. megatron's ``validate_args`` asserts it without a message; the
-    length is not filled in from the card, as it sets the run's memory and throughput. Left to megatron under
-    ``--use-checkpoint-args``, which reads it from the checkpoint."""
+    """Raise ``ValueError`` when the command line gives both ``--seq-length`` and ``--encoder-seq-length``, or neither,
+    naming the length the ``--oellm-model`` card plans with. megatron's ``validate_args`` asserts both without a
+    message; the length is not filled in from the card, as it sets the run's memory and throughput. None given under
+    ``--use-checkpoint-args`` is left to :func:`~megatron.oellm.training.load_checks.check_checkpoint_sequence_length`,
+    which reads the checkpoints megatron takes it from."""
+    if args.seq_length is not None and args.encoder_seq_length is not None:
+        raise ValueError(f"--seq-length {args.seq_length} and --encoder-seq-length {args.encoder_seq_length}: "
+                         "megatron takes the tokens per training sequence from one of them; give --seq-length only")
     if args.use_checkpoint_args or args.seq_length is not None or args.encoder_seq_length is not None:
         return
+    raise ValueError(f"{sequence_length_fix(args)}: megatron needs the tokens per training sequence")
+
+
+def sequence_length_fix(args: argparse.Namespace) -> str:
+    """``give --seq-length``, with the length the ``--oellm-model`` card of ``args`` plans with: the fix of a run that
+    has no sequence length."""
     planned = (f" (model card {args.oellm_model} plans with {get_card(args.oellm_model).seq_length})"
                if args.oellm_model else "")
-    raise ValueError(f"give --seq-length{planned}: megatron needs the tokens per training sequence")
+    return f"give --seq-length{planned}"
 
 
 def check_sequence_length(args: argparse.Namespace) -> None:

@@ -205,6 +205,30 @@ def _read_for_checkpoint_args(args: argparse.Namespace, loaded: StoredCheckpoint
     return [checkpoint for checkpoint in read if checkpoint is not None]
 
 
+def check_checkpoint_sequence_length(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when ``--use-checkpoint-args`` is to take the sequence length from the checkpoints it reads
+    (:func:`_read_for_checkpoint_args`; ``loaded`` the one the run loads, already read) but the command line gives
+    none and none of them stores one: the first job of a chain (nothing saved in ``--load`` yet) or a checkpoint saved
+    without run arguments (a converted one). megatron then keeps the command line's missing value and stops on a bare
+    assertion in ``validate_args``; the parsed-argument check leaves this case here
+    (:func:`~megatron.oellm.training.args.check_sequence_given`)."""
+    from megatron.oellm.training.args import sequence_length_fix
+    from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED
+
+    if not args.use_checkpoint_args or args.seq_length is not None or args.encoder_seq_length is not None:
+        return
+    read = _read_for_checkpoint_args(args, loaded)
+    if any(getattr(checkpoint.common.get("args"), "seq_length", None) is not None for checkpoint in read):
+        return
+    folders = " or ".join(f"{flag} {value}" for flag in (PRETRAINED, LOAD)
+                          if (value := getattr(args, flag.removeprefix("--").replace("-", "_"), None)))
+    if not folders:  # megatron's own assertion names the flags it needs
+        return
+    raise ValueError(f"--use-checkpoint-args: {folders} holds no checkpoint that stores a sequence length (none saved "
+                     f"there yet, or one saved without run arguments, such as a converted one), so megatron has none; "
+                     f"{sequence_length_fix(args)}")
+
+
 def _refuse_taken_architecture(args: argparse.Namespace, read: list[StoredCheckpoint]) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` would take architecture arguments from a megatron-oellm
     checkpoint of ``read`` (:func:`_read_for_checkpoint_args`) that disagree with the ``--oellm-model`` card

@@ -26,8 +26,8 @@ def _parsed(argv: list[str]) -> argparse.Namespace:
 
 def _saved(directory: Path, **stored_values: object) -> Path:
     """A ``torch_dist`` checkpoint the training entry saved for :data:`CARD` with ``stored_values`` in its
-    arguments."""
-    stored = _parsed(["--oellm-model", CARD])
+    arguments (and the sequence length a training run stores, which megatron takes under ``--use-checkpoint-args``)."""
+    stored = _parsed(["--oellm-model", CARD, "--seq-length", str(random.choice([64, 128]))])
     stored.__dict__.update(stored_values)
     return save_dist_checkpoint(directory, stored, iteration=random.randrange(1, 10**6))
 
