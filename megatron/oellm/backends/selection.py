@@ -209,11 +209,21 @@ def check_backend_support(
             "whole weights): drop it"
         )
     if unsupported:
-        raise ValueError(
-            "the torch-native backend cannot run: "
-            + "; ".join(unsupported)
-            + f". Otherwise use the te backend ({TE_INSTALL_HINT} if it is missing)."
-        )
+        raise ValueError(torch_backend_refusal(backend, unsupported))
+
+
+def torch_backend_refusal(backend: str, unsupported: list[str]) -> str:
+    """The refusal of the torch-native backend for the ``unsupported`` features of a run asking for ``backend``.
+    Under ``auto`` the run did not choose that backend: auto fell back to it because Transformer Engine does not
+    import, so the message opens with that import error and its fix, then the torch-native alternative (a row's
+    ``--attention-backend flash``, which every MN5 row has, is otherwise blamed on the flag first)."""
+    te_error = transformer_engine_import_error() if backend == "auto" else None
+    if te_error is None:
+        return (f"the torch-native backend cannot run: {'; '.join(unsupported)}. Otherwise use the te backend "
+                f"({TE_INSTALL_HINT} if it is missing).")
+    return (f"--oellm-backend auto chose the torch-native backend because Transformer Engine does not import here "
+            f"({te_error}): make it import, {TE_INSTALL_HINT}, and auto takes the te backend; or, to stay on the "
+            f"torch-native backend, change what it cannot run: {'; '.join(unsupported)}")
 
 
 TE_LOCAL_ATTENTION_REFUSAL = (

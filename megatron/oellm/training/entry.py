@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refuse(error)
     try:
         backend = resolve_backend(args.oellm_backend)
-        check_args_support(backend, args)
+        check_args_support(args.oellm_backend, args)  # unresolved: a refusal under auto says why auto chose torch
         check_flex_dispatcher(args)
         check_validated_args(args)
         check_save_directory(args)  # this node's file system: not in the recipes' checks
