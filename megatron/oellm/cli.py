@@ -25,6 +25,7 @@ from typing import NoReturn
 
 import megatron.oellm
 from megatron.oellm import commands
+from megatron.oellm.error_lines import one_line_error
 
 
 def _command_names() -> list[str]:
@@ -52,15 +53,6 @@ def _command_help(command: str) -> str:
         return str(ast.literal_eval(values[0])) if values else ""
     except ValueError:  # HELP built by an expression: no help line rather than an import
         return ""
-
-
-def one_line_error(error: Exception) -> str:
-    """``error`` as one line: the module that failed to import where the error names it (``ImportError.name``), its
-    type and the last non-empty line of its message (numpy's ImportError runs to a dozen lines, its cause last)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    module = error.name if isinstance(error, ImportError) else None
-    cause = type(error).__name__ + (f": {lines[-1]}" if lines else "")
-    return (f"importing {module} raised " if module else "") + cause
 
 
 class CommandLoadError(Exception):

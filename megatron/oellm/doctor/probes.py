@@ -312,11 +312,14 @@ def helpers_cpp_mismatch(core_folder: Path, suffix: str | None = None, machine: 
 HELPERS_CPP_PROBE = f"import megatron.oellm, {HELPERS_CPP_MODULE}"
 """How the doctor imports megatron-core's compiled dataset helper: after megatron.oellm, for Python 3.11."""
 
-FLA_GDN_PROBE = ("import torch; from fla.modules.convolution import causal_conv1d; "
-                 "from fla.modules.l2norm import l2norm; from fla.ops.gated_delta_rule import chunk_gated_delta_rule")
-"""The fla entry points megatron-core 0.19.2's GDN layer imports (``megatron/core/ssm/gated_delta_net/common.py``),
-torch first as in training; megatron-core catches their ImportError and fails only at model build, saying "FLA is not
-installed". megatron-oellm uses no other fla kernel (its CKDA has no fla path)."""
+FLA_GDN_IMPORTS = (("fla.modules.convolution", "causal_conv1d"), ("fla.modules.l2norm", "l2norm"),
+                   ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"))
+"""The fla entry points megatron-core 0.19.2's GDN layer imports (``megatron/core/ssm/gated_delta_net/common.py``), as
+(module, name); megatron-core catches their ImportError and fails only at model build, saying "FLA is not installed".
+megatron-oellm uses no other fla kernel (its CKDA has no fla path). The doctor and the training entry both import them."""
+
+FLA_GDN_PROBE = "import torch; " + "; ".join(f"from {module} import {name}" for module, name in FLA_GDN_IMPORTS)
+""":data:`FLA_GDN_IMPORTS` as the doctor's fresh interpreter runs them, torch first as in training."""
 
 FRESH_IMPORTS_MARKER = "oellm-doctor-import "
 """Prefix of the lines :data:`FRESH_IMPORTS_PROBE` reports on (an imported module may print lines of its own)."""

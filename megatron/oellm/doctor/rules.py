@@ -523,12 +523,20 @@ def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
         return (f"{package} comes with torch: fix torch as the torch finding says (use the cluster container's torch, "
                 f"or run {tool_command(report, 'install.sh')}, which keeps an importable torch and adds a Triton where "
                 "it has none)")
+    return fla_requirement_fix(package)
+
+
+def fla_requirement_fix(package: str | None) -> str:
+    """The fix for fla's GDN kernels failing to import for want of ``package`` (a module's top-level name; None when
+    the error names none), other than torch's own: that package installed where fla is, or fla reinstalled. The
+    doctor's and the training entry's refusal say the same."""
     if package is not None and package != "fla":
         return (f"install {package} into this environment or the container (pip install {package}); a site bundle "
                 "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and `PYTHONPATH=<bundle> "
                 "python3 -m pip check` names what is missing")
-    return ("reinstall fla (pip install --force-reinstall fla-core==0.6.0); `python3 -m pip check` names a broken "
-            "requirement")
+    return ("install fla (pip install fla-core==0.6.0 flash-linear-attention==0.6.0, the gdn extra) or, on a node "
+            "without a package index, put the offline site bundle (tools/build_site_bundle.sh) on PYTHONPATH; where "
+            "fla is installed, `python3 -m pip check` names a broken requirement")
 
 
 SWITCH_OFF_VALUES = ("", "0")

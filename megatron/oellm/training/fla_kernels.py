@@ -22,7 +22,13 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.doctor.probes import PACKAGE_PROBES, distribution_version, find_nvcc, megatron_oellm_checkout
+from megatron.oellm.doctor.probes import (
+    FLA_GDN_IMPORTS,
+    PACKAGE_PROBES,
+    distribution_version,
+    find_nvcc,
+    megatron_oellm_checkout,
+)
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 from megatron.oellm.doctor.rules import (
     FLA_FREE_MODELS,
@@ -30,8 +36,10 @@ from megatron.oellm.doctor.rules import (
     FLA_TILELANG_FROM_TRITON,
     check_fla_hopper_triton,
     fla_affected_triton,
+    fla_requirement_fix,
     fla_tilelang_blocker,
 )
+from megatron.oellm.error_lines import one_line_error
 
 
 def _fla_layers_on_affected_triton(card: ModelCard, triton: str | None) -> bool:
@@ -118,28 +126,24 @@ def fla_tilelang_crash_problem(card: ModelCard, report: EnvironmentReport, env: 
     return f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers: {message} Fix: {errors[0].fix}"
 
 
-FLA_INSTALL_FIX = ("install the gdn extra (pip install '.[gdn]': fla-core and flash-linear-attention 0.6.0, with "
-                   "einops) or, on a node without a package index, put the offline site bundle "
-                   "(tools/build_site_bundle.sh) on PYTHONPATH")
-"""How to get fla's GDN kernels into the training environment."""
-
-
 def fla_import_problem(card: ModelCard) -> str:
-    """Why megatron-core could not build ``card``'s GDN or KDA layers ('' when it could, or the card has none): fla's
-    gated delta rule entry point, which megatron-core 0.19.2 imports for them, does not import here. megatron-core
-    swallows that ``ImportError`` at import and raises "FLA is not installed" from the layer's constructor, on every
-    rank after process groups and GPU memory are set up; the missing module (fla itself, or one it needs such as
-    einops) is named here instead."""
+    """Why megatron-core could not build ``card``'s GDN or KDA layers ('' when it could, or the card has none): an fla
+    entry point megatron-core 0.19.2 imports for them (:data:`~megatron.oellm.doctor.probes.FLA_GDN_IMPORTS`) does
+    not import here. megatron-core swallows that ``ImportError`` at import and raises "FLA is not installed" from the
+    layer's constructor, on every rank after process groups and GPU memory are set up; the missing module (fla
+    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix."""
     if card.linear_mixer == "none":
         return ""
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
-    except ImportError as error:
-        missing = (f"the module {error.name!r} is missing" if isinstance(error, ModuleNotFoundError) and error.name
-                   else f"{type(error).__name__}: {error}")
-        return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's "
-                f"fla.ops.gated_delta_rule, which does not import here ({missing}); megatron-core would stop with "
-                f"'FLA is not installed' on every rank once the model is built. Fix: {FLA_INSTALL_FIX}")
+    for module, name in FLA_GDN_IMPORTS:
+        try:
+            getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as error:
+            missing = (f"the module {error.name!r} is missing" if isinstance(error, ModuleNotFoundError) and error.name
+                       else one_line_error(error))
+            package = error.name.split(".")[0] if isinstance(error, ModuleNotFoundError) and error.name else None
+            return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}, "
+                    f"which does not import here ({missing}); megatron-core would stop with 'FLA is not installed' on "
+                    f"every rank once the model is built. Fix: {fla_requirement_fix(package)}")
     return ""
 
 

@@ -1,0 +1,13 @@
+"""An exception as the one line a refusal prints: several tools quote a library's error (an import that failed), and
+some libraries' messages run over many lines (numpy's ImportError names its cause on the last of a dozen)."""
+
+from __future__ import annotations
+
+
+def one_line_error(error: BaseException) -> str:
+    """``error`` as one line: the module that failed to import where the error names it (``ImportError.name``), its
+    type and the last non-empty line of its message."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    module = error.name if isinstance(error, ImportError) else None
+    cause = type(error).__name__ + (f": {lines[-1]}" if lines else "")
+    return (f"importing {module} raised " if module else "") + cause
