@@ -71,7 +71,9 @@ def test_the_entry_refuses_a_hybrid_run_without_tilelang(monkeypatch, capsys) ->
 def test_the_entry_names_a_missing_nvcc(monkeypatch) -> None:
     """tilelang found (a stand-in that imports) but no nvcc to compile its kernels: fla cannot take that path."""
     _hopper_with(monkeypatch, affected_triton(), tilelang=True)
-    monkeypatch.setattr(fla_kernels.importlib, "import_module", lambda _name: None)
+    import_module = importlib.import_module  # the stand-in tilelang imports; fla's own modules import as they are
+    monkeypatch.setattr(fla_kernels.importlib, "import_module",
+                        lambda name, *rest: None if name == "tilelang" else import_module(name, *rest))
     with pytest.raises(ValueError, match="no nvcc was found"):
         fla_kernels.check_fla_backward(get_card(HYBRID), env={})
     monkeypatch.setattr(fla_kernels, "find_nvcc", lambda _env: "/usr/local/cuda/bin/nvcc")
@@ -84,8 +86,12 @@ def test_a_tilelang_that_does_not_import_is_named(monkeypatch) -> None:
     _hopper_with(monkeypatch, affected_triton(), tilelang=True)
     message = f"libz3.so.4.15: cannot open shared object file ({random.randint(0, 999)})"
 
-    def failing_import(_name):
-        raise OSError(message)
+    import_module = importlib.import_module
+
+    def failing_import(name, *rest):
+        if name == "tilelang":
+            raise OSError(message)
+        return import_module(name, *rest)
 
     monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
     with pytest.raises(ValueError, match="does not import") as refusal:
