@@ -1,9 +1,10 @@
 """The doctor's rules: pure functions of (report, environment variables) -> findings.
 
 The rules on Python, torch, the GPUs, megatron-core (and its compiled dataset helper), Transformer Engine, fla's GDN
-imports, fla on Hopper, megatron-oellm's slow-path switches, HybridEP, TE's flash attention and TE's attention switches live here; the NCCL ones in
-:mod:`megatron.oellm.doctor.nccl`, the allocator's in :mod:`megatron.oellm.doctor.allocator`. :data:`RULES` lists
-them all in report order; :func:`check_environment` runs them.
+imports, fla on Hopper, megatron-oellm's slow-path switches, HybridEP, TE's flash attention and TE's attention switches
+live here; the NCCL ones in :mod:`megatron.oellm.doctor.nccl`, the allocator's in
+:mod:`megatron.oellm.doctor.allocator`. :data:`RULES` lists them all in report order; :func:`check_environment` runs
+them.
 """
 
 from __future__ import annotations
@@ -344,16 +345,22 @@ FLA_TILELANG_FROM_TRITON = FLA_BAD_TRITON_FROM
 included (``default_enable = IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0`` in ``fla/ops/common/backends/tilelang``)."""
 
 
+def fla_takes_tilelang(triton: str | None) -> bool:
+    """Whether fla 0.6.0 on Hopper turns its TileLang backend on with Triton release ``triton`` (from
+    :data:`FLA_TILELANG_FROM_TRITON` on; False for no or an unparsable version). The doctor and the training entry
+    both ask."""
+    try:
+        return triton is not None and Version(triton) >= FLA_TILELANG_FROM_TRITON
+    except InvalidVersion:
+        return False
+
+
 def _broken_tilelang_fla_takes(report: EnvironmentReport, triton: str, env: Mapping[str, str]) -> str | None:
     """Why tilelang does not import, where fla 0.6.0 on Hopper would still take its TileLang backward with Triton
     ``triton`` (from 3.4 on, tilelang found, an nvcc found, no switch turning it off) and so crash in the GDN backward
     (its dispatch checks only that tilelang is findable and does not catch the import error); else None."""
     problem = _tilelang_import_problem(report)
-    try:
-        takes = Version(triton) >= FLA_TILELANG_FROM_TRITON
-    except InvalidVersion:
-        return None
-    if problem is None or not takes or report.nvcc_path is None or tilelang_switched_off(env) is not None:
+    if problem is None or not fla_takes_tilelang(triton) or report.nvcc_path is None or tilelang_switched_off(env):
         return None
     return problem
 
@@ -532,8 +539,8 @@ def fla_requirement_fix(package: str | None) -> str:
     doctor's and the training entry's refusal say the same."""
     if package is not None and package != "fla":
         return (f"install {package} into this environment or the container (pip install {package}); a site bundle "
-                "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and `PYTHONPATH=<bundle> "
-                "python3 -m pip check` names what is missing")
+                "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and "
+                "`PYTHONPATH=<bundle> python3 -m pip check` names what is missing")
     return ("install fla (pip install fla-core==0.6.0 flash-linear-attention==0.6.0, the gdn extra) or, on a node "
             "without a package index, put the offline site bundle (tools/build_site_bundle.sh) on PYTHONPATH; where "
             "fla is installed, `python3 -m pip check` names a broken requirement")

@@ -109,7 +109,7 @@ def provenance() -> str:
 def stated_argv(user_argv: Sequence[str]) -> list[str]:
     """``user_argv`` with the named card's flags filled in: what the user and the card state, before the entry's
     defaults (``ValueError`` for a command line the parser refuses, :func:`check_command_line`, or one contradicting
-    the card). Merged once, for :func:`expanded_argv` and :func:`stated_destinations` both."""
+    the card). Merged once, for :func:`expanded_argv` and the parser destinations it sets both."""
     check_command_line(user_argv)
     merged = merge_card_flags(user_argv)
     return merged.argv if merged else list(user_argv)
@@ -119,13 +119,6 @@ def expanded_argv(stated: Sequence[str]) -> list[str]:
     """The :func:`stated_argv` ``stated`` with the training defaults and the backend's implementation filled in: the
     command line Megatron parses."""
     return with_backend_implementation(with_training_defaults(stated))
-
-
-def stated_destinations(stated: Sequence[str]) -> set[str]:
-    """Parser destinations the user's command line or its card sets (the :func:`stated_argv` ``stated``), not the
-    training defaults :func:`expanded_argv` fills in: a default equal to what the user wrote would otherwise be told
-    apart by value only."""
-    return explicit_destinations(stated)
 
 
 def training_config(args: argparse.Namespace) -> object:
@@ -196,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         stated_line = stated_argv(user_argv)
         argv = expanded_argv(stated_line)
-        stated = stated_destinations(stated_line)
+        stated = explicit_destinations(stated_line)  # not the defaults: told apart by value only otherwise
     except ValueError as error:
         return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv

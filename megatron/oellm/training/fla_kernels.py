@@ -19,8 +19,6 @@ import platform
 from collections.abc import Mapping
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.doctor.probes import (
     FLA_GDN_IMPORTS,
@@ -33,10 +31,10 @@ from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, Gpu
 from megatron.oellm.doctor.rules import (
     FLA_FREE_MODELS,
     FLA_TILELANG_FIX,
-    FLA_TILELANG_FROM_TRITON,
     check_fla_hopper_triton,
     fla_affected_triton,
     fla_requirement_fix,
+    fla_takes_tilelang,
     fla_tilelang_blocker,
 )
 from megatron.oellm.error_lines import one_line_error
@@ -51,12 +49,7 @@ def _fla_layers_on_affected_triton(card: ModelCard, triton: str | None) -> bool:
 def _fla_may_take_tilelang(card: ModelCard, triton: str | None) -> bool:
     """Whether ``card`` has GDN or KDA layers and fla 0.6.0 turns its TileLang backend on on Hopper with Triton release
     ``triton`` (from 3.4 on: fla issue 640's range and the fixed releases alike); False for an unparsable version."""
-    if card.linear_mixer == "none" or triton is None:
-        return False
-    try:
-        return Version(triton) >= FLA_TILELANG_FROM_TRITON
-    except InvalidVersion:
-        return False
+    return card.linear_mixer != "none" and fla_takes_tilelang(triton)
 
 
 def _is_hopper(capability: tuple[int, int] | None) -> bool:

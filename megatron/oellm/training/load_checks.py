@@ -138,8 +138,8 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
 
     ``args`` are the run's arguments as parsed, before megatron reads the checkpoint, ``loaded`` the checkpoint the
     run loads (:func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint`), ``given`` the destinations
-    the command line or its card sets (:func:`megatron.oellm.training.entry.stated_destinations`). With
-    ``--oellm-model``:
+    the command line or its card sets (the parser destinations of
+    :func:`megatron.oellm.training.entry.stated_argv`). With ``--oellm-model``:
 
     * without ``--use-checkpoint-args``, a checkpoint of another model (:data:`CARD_ARCHITECTURE_ARGS`) passes
       megatron's argument checks (none under ``--finetune`` / ``--pretrained-checkpoint``, three shape fields
@@ -267,7 +267,8 @@ def _refuse_replaced_flags(args: argparse.Namespace, read: list[StoredCheckpoint
     """Raise ``ValueError`` when ``--use-checkpoint-args`` would replace a flag of :data:`CHECKPOINT_ARGS_REPLACING`
     that the command line sets (``given``) with another value a checkpoint of ``read`` stores: the run would train with the
     checkpoint's value, the flag ignored without a word. ``given`` holds what the user's command line or its card
-    sets (:func:`megatron.oellm.training.entry.stated_destinations`), not the training defaults the entry fills in."""
+    sets (the parser destinations of :func:`megatron.oellm.training.entry.stated_argv`), not the training defaults
+    the entry fills in."""
     for checkpoint in read:
         stored = checkpoint.common.get("args")
         for dest in CHECKPOINT_ARGS_REPLACING:
