@@ -82,18 +82,23 @@ def test_the_entry_names_a_missing_nvcc(monkeypatch) -> None:
         fla_kernels.check_fla_backward(get_card(HYBRID), env={"FLA_TILELANG": "0"})
 
 
-def test_a_tilelang_that_does_not_import_is_named(monkeypatch) -> None:
-    _hopper_with(monkeypatch, affected_triton(), tilelang=True)
-    message = f"libz3.so.4.15: cannot open shared object file ({random.randint(0, 999)})"
-
+def tilelang_import_fails(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """Importing tilelang through the check raises ``error`` (a library it loads missing); every other module, fla's
+    own among them, imports as it is."""
     import_module = importlib.import_module
 
     def failing_import(name, *rest):
         if name == "tilelang":
-            raise OSError(message)
+            raise error
         return import_module(name, *rest)
 
     monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
+
+
+def test_a_tilelang_that_does_not_import_is_named(monkeypatch) -> None:
+    _hopper_with(monkeypatch, affected_triton(), tilelang=True)
+    message = f"libz3.so.4.15: cannot open shared object file ({random.randint(0, 999)})"
+    tilelang_import_fails(monkeypatch, OSError(message))
     with pytest.raises(ValueError, match="does not import") as refusal:
         fla_kernels.check_fla_backward(get_card(HYBRID), env={})
     assert message in str(refusal.value)

@@ -20,6 +20,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.doctor.report import GpuInfo
 from megatron.oellm.training import fla_kernels
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, one_error_line, tiny_moe_run
+from tests.unit_tests.training.test_fla_backward_check import tilelang_import_fails
 
 HYBRIDS, MOE = ["qwen3.5-35b-a3b-tiny", "oellm-ckda-hybrid-tiny"], "qwen3-30b-a3b-tiny"
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -75,14 +76,7 @@ def _hopper_with_broken_tilelang(monkeypatch: pytest.MonkeyPatch, triton: str, e
         importlib.machinery.ModuleSpec("tilelang", None) if name == "tilelang" else find_spec(name, *rest)))
     monkeypatch.setattr(fla_kernels, "find_nvcc", lambda _env: NVCC)
 
-    import_module = importlib.import_module
-
-    def failing_import(name, *rest):
-        if name == "tilelang":
-            raise OSError(error)
-        return import_module(name, *rest)
-
-    monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
+    tilelang_import_fails(monkeypatch, OSError(error))
 
 
 def test_the_check_refuses_it_and_fla_tilelang_0_lets_it_run(monkeypatch: pytest.MonkeyPatch) -> None:
