@@ -236,6 +236,19 @@ def megatron_core_module() -> tuple[str | None, str | None]:
     return f"{fields['MAJOR']}.{fields['MINOR']}.{fields['PATCH']}{fields['PRE_RELEASE']}", str(folder)
 
 
+PACKAGE_PROBE_BY_NAME = {probe.name: probe for probe in PACKAGE_PROBES}
+""":data:`PACKAGE_PROBES` by their names (``fla``, ``triton``, ...)."""
+
+
+def gpu_info(index: int, capability: tuple[int, int] | None = None) -> GpuInfo:
+    """The doctor's facts of torch's CUDA device ``index`` (name, compute capability, memory); ``capability`` where
+    the caller has already asked torch for it."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return GpuInfo(index, props.name, capability or (props.major, props.minor), props.total_memory / 2**30)
+
+
 def megatron_oellm_module() -> tuple[str, str]:
     """(version, folder) of the megatron-oellm this doctor runs from: a checkout on PYTHONPATH (a container job's) is
     imported ahead of the copy installed in the image or venv, whose metadata would name another release."""
@@ -442,10 +455,7 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
             return cuda_version, None, (), None, None
         nccl = torch.cuda.nccl.version()
         nccl_version = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
-        gpus = []
-        for index in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(index)
-            gpus.append(GpuInfo(index, props.name, (props.major, props.minor), props.total_memory / 2**30))
+        gpus = [gpu_info(index) for index in range(torch.cuda.device_count())]
     except Exception as error:  # a broken driver raises RuntimeError, a build without NCCL AttributeError, ...
         return cuda_version, None, (), f"{type(error).__name__}: {error}", None
     return cuda_version, nccl_version, tuple(gpus), None, None

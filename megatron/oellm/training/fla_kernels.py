@@ -17,15 +17,16 @@ import importlib.util
 import os
 import platform
 from collections.abc import Mapping
-from pathlib import Path
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.doctor.probes import (
     FLA_GDN_IMPORTS,
-    PACKAGE_PROBES,
+    PACKAGE_PROBE_BY_NAME,
     distribution_version,
     find_nvcc,
+    gpu_info,
     megatron_oellm_checkout,
+    megatron_oellm_module,
 )
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 from megatron.oellm.doctor.rules import (
@@ -93,14 +94,12 @@ def doctor_report_here(gpu: GpuInfo, triton: str, tilelang: tuple[bool, str | No
     """The facts of this process that the doctor's fla rule reads, as its report: fla's and Triton's (``triton``)
     versions, the run's ``gpu``, ``tilelang`` (:func:`tilelang_facts_here`), and the Python, CPU and checkout its fix's
     site-bundle command names. Fields the rule does not read keep their defaults."""
-    import megatron.oellm
-
-    fla = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "fla"))
+    fla = distribution_version(PACKAGE_PROBE_BY_NAME["fla"])
     found, error, nvcc = tilelang
     return EnvironmentReport(
         python_version=platform.python_version(), typing_override_provided=False,
         versions={"fla": fla or UNKNOWN_VERSION, "triton": triton}, machine=platform.machine(),
-        megatron_oellm_checkout=megatron_oellm_checkout(str(Path(megatron.oellm.__file__).parent)), gpus=(gpu,),
+        megatron_oellm_checkout=megatron_oellm_checkout(megatron_oellm_module()[1]), gpus=(gpu,),
         tilelang_importable=found, tilelang_import_error=error, nvcc_path=nvcc)
 
 
@@ -145,9 +144,7 @@ def _tilelang_crash_here(card: ModelCard, capability: tuple[int, int], triton: s
     tilelang."""
     import torch
 
-    device = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(device)
-    gpu = GpuInfo(device, props.name, capability, props.total_memory / 2**30)
+    gpu = gpu_info(torch.cuda.current_device(), capability)
     return fla_tilelang_crash_problem(card, doctor_report_here(gpu, triton, tilelang_facts_here(env)), env)
 
 
@@ -162,7 +159,7 @@ def check_fla_backward(card: ModelCard, env: Mapping[str, str] | None = None) ->
     if problem:
         raise ValueError(problem)
     env = os.environ if env is None else env
-    triton = distribution_version(next(probe for probe in PACKAGE_PROBES if probe.name == "triton"))
+    triton = distribution_version(PACKAGE_PROBE_BY_NAME["triton"])
     if not _fla_may_take_tilelang(card, triton) or not torch.cuda.is_available():
         return
     capability = torch.cuda.get_device_capability()
