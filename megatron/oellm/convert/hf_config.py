@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.oellm.cards import PUBLISHED_CARDS, ModelCard
+from megatron.oellm.cards import PUBLISHED_CARDS, CardError, ModelCard, get_card, tiny
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import family_module
 from megatron.oellm.convert.vocab_padding import vocab_size_fix
@@ -176,8 +176,51 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
         raise refuse(list(wrong.values()), "no card of megatron-oellm ties the output layer to the embedding, so no "
                                            "--model converts this checkpoint")
     if wrong:
-        raise refuse(list(wrong.values()), fix + (", or state the fields it leaves out in config.json" if left_out
-                                                  else ""), set(wrong) <= set(_TENSOR_SIZE_KEYS))
+        sizes_only = set(wrong) <= set(_TENSOR_SIZE_KEYS)
+        remedy = fix + (", or state the fields it leaves out in config.json" if left_out else "")
+        if fix == PICK_THE_CARD:
+            remedy += _which_card_fits(card, config_text, where, text, sizes_only)
+        raise refuse(list(wrong.values()), remedy, sizes_only)
+
+
+def _which_card_fits(card: ModelCard, config_text: str, where: str, text: dict, sizes_only: bool) -> str:
+    """What :data:`PICK_THE_CARD` gets added for a config that contradicts ``card``: the cards of the catalogue it
+    describes (a published model, its ``-tiny`` or the ``-proxy-<N>L`` of the config's layer count), or, where none
+    does and the contradiction is more than sizes the weights also show (RoPE base, activation, norms: e.g. a later
+    release of the same architecture with another ``rope_theta``), that no card can convert it. Without this the
+    user was sent looking for a card that does not exist."""
+    fitting = [other.name for other in _catalogue_cards(text.get("num_hidden_layers"))
+               if other.name != card.name and _describes(other, config_text, where)]
+    if fitting:
+        return f" ({' or '.join(fitting)} fits it)"
+    if sizes_only:  # the weights may still have the card's shapes: the caller says so then
+        return ""
+    return (": no card of megatron-oellm fits it (`oellm models` lists them), so converting it needs a card of its own "
+            "(megatron/oellm/cards.py)")
+
+
+def _catalogue_cards(layers: object) -> list[ModelCard]:
+    """Every published card, its ``-tiny`` flavour and, for an int ``layers`` below its depth, its
+    ``-proxy-<layers>L``: the cards a checkpoint's config could describe."""
+    cards = []
+    for base in PUBLISHED_CARDS.values():
+        cards += [base, tiny(base)]
+        if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers < base.num_layers:
+            try:
+                cards.append(get_card(f"{base.name}-proxy-{layers}L"))
+            except CardError:  # a layer count that cuts the card's mixer period
+                continue
+    return cards
+
+
+def _describes(card: ModelCard, config_text: str, where: str) -> bool:
+    """Whether :func:`check_hf_config` accepts ``config_text`` for ``card`` (a family without a converter does
+    not)."""
+    try:
+        check_hf_config(card, config_text, where, fix="")
+    except ConversionError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=1)

@@ -182,11 +182,12 @@ def test_an_hf_model_of_another_vocabulary_is_pointed_to_vocab_size(tmp_path: Pa
 
 
 def test_a_config_of_another_shape_still_points_to_the_card() -> None:
-    """Other contradictions (here with the vocabulary) still ask for the right card."""
+    """Other contradictions (here with the vocabulary) still ask for the right card, and say that none fits."""
     card = get_card(QWEN3)
     config = family_module(card).hf_config_from_card(card.with_vocab(card.vocab_size + 64)).to_dict()
     config["num_experts_per_tok"] = card.moe_router_topk + 1
-    with pytest.raises(ConversionError, match=r"pick the card of this checkpoint with --model$"):
+    with pytest.raises(ConversionError, match=r"pick the card of this checkpoint with --model: no card of "
+                                              r"megatron-oellm fits it"):
         check_hf_config(card, json.dumps(config), "config.json")
 
 
