@@ -71,7 +71,8 @@ def backend_spec_provider(name: str) -> BackendSpecProvider:
     """The megatron-core BackendSpecProvider for ``name`` (resolved by :func:`resolve_backend`).
 
     ``te`` gives megatron-core's TESpecProvider, ``torch`` our TorchNativeSpecProvider; both build modules with
-    the same state-dict keys.
+    the same parameter names and distributed-checkpoint keys (the plain state dicts differ in Transformer Engine's
+    core attention's ``_extra_state``, which ours lacks and megatron-core leaves out of distributed checkpoints).
     """
     backend = resolve_backend(name)
     if backend == "te":

@@ -33,6 +33,7 @@ from megatron.oellm.training.load_checks import (
     check_converted_glu_layout,
     check_converted_load,
     check_load_strictness,
+    check_norm_extra_state,
 )
 from megatron.oellm.training.startup_checks import refusal_detail, training_batch_detail
 
@@ -267,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_exit_on_missing_checkpoint(args)
         check_converted_load(args, loaded)
         check_load_strictness(args, loaded)
+        check_norm_extra_state(args, loaded)
         check_checkpoint_format(args, loaded)
         check_rank_file_layout(args, loaded)
         check_optimizer_resharding(args, loaded)

@@ -1,7 +1,8 @@
 """Checks of the checkpoint a run loads against its arguments, made before Megatron initialises.
 
 megatron-core 0.19.2 reads a ``--load`` / ``--pretrained-checkpoint`` checkpoint once the model is on the GPU; a
-converted checkpoint it cannot compare, a strictness its loader fails under, interleaved SwiGLU rows over a
+converted checkpoint it cannot compare, a strictness its loader fails under (for any checkpoint, a converted one, or
+a torch-native one saved before its norms carried Transformer Engine's extra state), interleaved SwiGLU rows over a
 ``[gate; up]`` checkpoint, a checkpoint of another card, or ``--use-checkpoint-args`` replacing the card's
 architecture or a flag the user gave would each fail on every rank there (or, for interleaved rows and
 ``--use-checkpoint-args``, train another model without a word). Each check takes the checkpoint as
@@ -68,10 +69,15 @@ def check_converted_load(args: argparse.Namespace, checkpoint: StoredCheckpoint 
 
 
 CONVERTED_LOAD_STRICTNESS = ("log_unexpected", "log_all", "ignore_all")
-"""``--dist-ckpt-strictness`` values under which megatron loads an ``oellm convert hf-to-mcore`` checkpoint. It holds
-no ``_extra_state`` objects, which the models of both backends ask for; megatron-core 0.19.2 drops those requests
-under these values, while under the default ``assume_ok_unexpected`` PyTorch's loader fails on them ("Missing key in
-checkpoint state_dict"), and the ``raise_*`` values raise on them."""
+"""``--dist-ckpt-strictness`` values under which megatron loads a checkpoint lacking ``_extra_state`` objects the
+models of both backends ask for: an ``oellm convert hf-to-mcore`` checkpoint (it holds none), or one the torch-native
+backend saved before its norms carried one (:func:`check_norm_extra_state`). megatron-core 0.19.2 drops requests for
+keys a checkpoint lacks (its "unexpected" keys) under these values, while under the default ``assume_ok_unexpected``
+PyTorch's loader fails on them ("Missing key in checkpoint state_dict"), and the ``raise_*`` values raise on them."""
+NORM_EXTRA_STATE_SUFFIX = "norm._extra_state"
+"""How the checkpoint key of a norm's extra state ends (``decoder.final_layernorm._extra_state``,
+``...q_layernorm._extra_state``, a GDN layer's ``...out_norm._extra_state``, ...), which Transformer Engine's norms,
+and the torch-native ones since they mirror them, put into a distributed checkpoint."""
 RETURNING_STRICTNESS = ("return_unexpected", "return_all")
 """``--dist-ckpt-strictness`` values under which megatron-core 0.19.2's ``dist_checkpointing.load`` returns (state,
 missing keys, unexpected keys): megatron's ``load_checkpoint`` takes that tuple for the state and fails on it."""
@@ -98,6 +104,47 @@ def check_load_strictness(args: argparse.Namespace, checkpoint: StoredCheckpoint
                          f"modules) while the model asks for them; --dist-ckpt-strictness {strictness} fails on those "
                          "keys once the model is on the GPU: pass --dist-ckpt-strictness log_unexpected (megatron "
                          "logs them and keeps the modules' extra state as built)")
+
+
+def check_norm_extra_state(args: argparse.Namespace, checkpoint: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when the run loads a ``torch_dist`` ``checkpoint`` (as :func:`check_converted_load` takes
+    it) that the torch-native backend saved before its RMSNorm carried Transformer Engine's ``_extra_state``, under a
+    ``--dist-ckpt-strictness`` outside :data:`CONVERTED_LOAD_STRICTNESS`: the models of both backends ask for the
+    norms' extra state, and megatron-core fails on the missing keys on every rank once the model is on the GPU. A
+    checkpoint another backend saved, or of another program, is left to megatron."""
+    from megatron.oellm.training.stored_checkpoint import oellm_run_args
+
+    if (checkpoint is None or checkpoint.ckpt_format != "torch_dist"
+            or args.dist_ckpt_strictness in CONVERTED_LOAD_STRICTNESS):
+        return
+    found = oellm_run_args(checkpoint.common)
+    if found is None or not saved_by_torch_backend(found[0]) or _holds_norm_extra_state(checkpoint):
+        return
+    raise ValueError(f"{checkpoint.named_by} was saved by the torch-native backend before its RMSNorm carried "
+                     "Transformer Engine's _extra_state, which the models of both backends now ask for "
+                     f"(decoder.final_layernorm._extra_state and every other *{NORM_EXTRA_STATE_SUFFIX}): "
+                     f"--dist-ckpt-strictness {args.dist_ckpt_strictness} fails on those keys once the model is on the "
+                     "GPU; pass --dist-ckpt-strictness log_unexpected for the job that loads it (megatron logs them "
+                     "and keeps the norms' extra state as built; the checkpoints it saves carry them)")
+
+
+def saved_by_torch_backend(stored: argparse.Namespace) -> bool:
+    """Whether a megatron-oellm run with the ``stored`` arguments ran the torch-native backend: ``--oellm-backend
+    torch``, or ``auto`` resolved to it, for which the entry sets ``--transformer-impl local``
+    (:func:`megatron.oellm.training.args.with_backend_implementation`)."""
+    from megatron.oellm.training.args import TORCH_BACKEND_IMPL
+
+    backend = getattr(stored, "oellm_backend", None)
+    return backend == "torch" or (backend == "auto" and getattr(stored, "transformer_impl", None) == TORCH_BACKEND_IMPL)
+
+
+def _holds_norm_extra_state(checkpoint: StoredCheckpoint) -> bool:
+    """Whether the ``torch_dist`` ``checkpoint`` stores a norm's extra state (its DCP keys are the checkpoint keys
+    followed by ``/shard_<offsets>``)."""
+    from megatron.oellm.convert.dist_ckpt import read_metadata
+
+    keys = read_metadata(checkpoint.directory).state_dict_metadata
+    return any(key.partition("/")[0].endswith(NORM_EXTRA_STATE_SUFFIX) for key in keys)
 
 
 def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheckpoint | None, card: ModelCard) -> None:

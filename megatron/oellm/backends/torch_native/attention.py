@@ -47,8 +47,9 @@ def packed_document_mask(cu_seqlens: torch.Tensor, total: int, causal: bool) -> 
 class SDPACoreAttention(MegatronModule):
     """Megatron core attention on ``torch.nn.functional.scaled_dot_product_attention`` and ``varlen_attn``.
 
-    Same constructor and forward signature as megatron's DotProductAttention / TEDotProductAttention, and no
-    parameters (so no state beyond ``_extra_state``, which TE also has). Layout: query ``[sq, b, np, hn]``,
+    Same constructor and forward signature as megatron's DotProductAttention / TEDotProductAttention. It has no
+    parameters and no state, so it adds nothing to a distributed checkpoint, as TEDotProductAttention adds nothing
+    with the vanilla softmax (its softmax offset only under ``softmax_type='learnable'``, refused here). Layout: query ``[sq, b, np, hn]``,
     key/value ``[sk, b, ng, hn]`` with ``np % ng == 0`` (GQA), output ``[sq, b, np * hn]``. Packed sequences
     (``packed_seq_params.qkv_format == 'thd'``): ``[t, np, hn]`` in, ``[t, np * hn]`` out, documents delimited by
     ``cu_seqlens_*_padded`` when given, else ``cu_seqlens_*``; a document's padding follows its tokens, so causal

@@ -1,6 +1,8 @@
-"""RMSNorm for the torch-native backend: fp32 compute, optional zero-centred gamma, TE-compatible parameter names.
+"""RMSNorm for the torch-native backend: fp32 compute, optional zero-centred gamma, TE-compatible state dict.
 
 The arithmetic is :func:`megatron.oellm.layers.rms_norm.rms_norm` (Triton kernels on the GPU)."""
+
+from typing import Any
 
 import torch
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -32,11 +34,13 @@ def require_rms_norm(config: TransformerConfig) -> None:
 
 
 class RMSNorm(torch.nn.Module):
-    """RMSNorm module built like megatron's norms (``config``, ``hidden_size``, ``eps``); state key ``weight``.
+    """RMSNorm module built like megatron's norms (``config``, ``hidden_size``, ``eps``); state keys ``weight`` and
+    ``_extra_state``.
 
-    Matches TE's RMSNorm state dict (``weight``; zero-centred semantics from
-    ``config.layernorm_zero_centered_gamma``). No residual fusion is done here, so a config asking for
-    ``fused_residual_rmsnorm`` is rejected.
+    The state dict is Transformer Engine's RMSNorm's: ``weight`` (zero-centred semantics from
+    ``config.layernorm_zero_centered_gamma``) and the extra state TE's norm has without FP8 (an empty uint8 tensor),
+    which megatron-core saves as a checkpoint object of its own: a TE model asks for it when it loads a checkpoint.
+    No residual fusion is done here, so a config asking for ``fused_residual_rmsnorm`` is rejected.
     """
 
     def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5):
@@ -51,6 +55,14 @@ class RMSNorm(torch.nn.Module):
         self.eps = eps
         self.zero_centered_gamma = config.layernorm_zero_centered_gamma
         self.weight = make_norm_weight(config, hidden_size)
+
+    def get_extra_state(self) -> torch.Tensor:
+        """An empty uint8 tensor, the extra state of Transformer Engine's RMSNorm without FP8: megatron-core saves it
+        under the key a TE model loads (``...norm._extra_state``), so checkpoints move between the backends."""
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_extra_state(self, state: Any) -> None:
+        """Ignore a loaded extra state: this norm has no FP8 metadata, and TE's (FP8 runs) has no meaning here."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return RMSNorm(x) over the last dimension, in the weight's dtype: an input in another dtype (megatron-core's

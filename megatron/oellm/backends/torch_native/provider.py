@@ -24,8 +24,10 @@ class TorchNativeSpecProvider(LocalSpecProvider):
     megatron-core's local provider gives the parallel linears (tensor and sequence parallelism included), the
     activation slot and the experts without grouped GEMM (SequentialMLP); the fused input-norm slots
     get :class:`RMSNormColumnParallelLinear`, core attention :class:`SDPACoreAttention`, grouped experts
-    :class:`TorchGroupedMLP`, norms :class:`RMSNorm`, the MoE router :class:`TorchGatingTopKRouter`. A checkpoint
-    written with either backend loads in the other.
+    :class:`TorchGroupedMLP`, norms :class:`RMSNorm`, the MoE router :class:`TorchGatingTopKRouter`. A distributed
+    checkpoint written with either backend loads in the other under megatron's default strictness; one this backend
+    wrote before its norms carried Transformer Engine's ``_extra_state`` needs ``--dist-ckpt-strictness
+    log_unexpected`` (the training entry says so).
     """
 
     def fuse_layernorm_and_linear(self) -> bool:
