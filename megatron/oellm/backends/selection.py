@@ -105,6 +105,7 @@ def check_backend_support(
     deferred_wgrad: tuple[str, ...] = (),
     te_rng_tracker: bool = False,
     cpu_offloading: bool = False,
+    meta_device_init: bool = False,
     gtp_weight_shards: tuple[str, ...] = (),
     gradient_accumulation_fusion: bool = False,
     flash_attention_only: bool = False,
@@ -118,8 +119,8 @@ def check_backend_support(
     ``backend`` is a :data:`BACKEND_CHOICES` value (``auto`` is resolved first). The keyword features mirror
     TransformerConfig fields (see :func:`check_config_support`); ``disabled_fusions`` holds names of
     :data:`TORCH_BACKEND_DISABLED_FUSIONS`, ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS` and
-    ``gtp_weight_shards`` the weight-sharding flags in use (:func:`gtp_weight_shard_flags`);
-    ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
+    ``gtp_weight_shards`` the weight-sharding flags in use (:func:`gtp_weight_shard_flags`); ``meta_device_init`` is
+    ``init_model_with_meta_device``; ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
     ``disabled_fusions``), as is ``flash_attention_only`` (``--attention-backend flash``, which only TE's attention
     reads) with the ``dtype`` (:data:`FLASH_ATTENTION_DTYPES` or another name, None when unknown) and the
     ``flash_attention_version`` (``--flash-attention-version``) it is judged with, and ``local_attention``
@@ -202,6 +203,13 @@ def check_backend_support(
             "offloading whole layers to the CPU (cpu_offloading: megatron-core's transformer block runs it through "
             "Transformer Engine's offload context, and without TE stops building the model with 'CPU Offloading is "
             "enabled when TE is not present'): drop --cpu-offloading-num-layers"
+        )
+    if meta_device_init:
+        unsupported.append(
+            "--init-model-with-meta-device (init_model_with_meta_device: the torch-native norms and stacked experts, "
+            "like megatron-core's own parallel linears, allocate their weights on the GPU or CPU explicitly, which "
+            "megatron's torch.device('meta') does not override, so the model would not be built on the meta "
+            "device): drop it"
         )
     if gtp_weight_shards:
         unsupported.append(
@@ -398,6 +406,7 @@ def _features(source: TransformerConfig | Any) -> dict[str, Any]:
         deferred_wgrad=tuple(name for name in WGRAD_DEFERRAL_SETTINGS if getattr(source, name)),
         te_rng_tracker=bool(source.use_te_rng_tracker if is_config else source.te_rng_tracker),
         cpu_offloading=bool(source.cpu_offloading if is_config else source.cpu_offloading_num_layers > 0),
+        meta_device_init=bool(source.init_model_with_meta_device),
         gtp_weight_shards=gtp_weight_shard_flags(source),
         gradient_accumulation_fusion=bool(source.gradient_accumulation_fusion),
         flash_attention_only=source.attention_backend == AttnBackend.flash,
