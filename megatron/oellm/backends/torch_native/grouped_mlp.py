@@ -47,14 +47,23 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor)
     cumulative token counts on ``x``'s device. ``weight.transpose(-2, -1)`` is the column-major ``[E, in, out]``
     operand ``torch._grouped_mm`` expects, so no copy is made. bf16 and fp32 both run on it (fp32 checked on
     H200 with torch 2.11; CPU has torch's own fallback), so no per-expert loop is needed; empty groups are fine.
-    The gradient reaching the product is made contiguous first: torch's grouped GEMM backward refuses a broadcast
-    one ("Invalid strides/sizes", e.g. from ``out.sum().backward()``); in a MoE layer the unpermutation already hands
-    over a contiguous one, for which ``contiguous`` is free.
+    The gradient reaching the product is made dense first (:func:`dense_gradient`): torch's grouped GEMM backward
+    refuses a broadcast one ("Invalid strides/sizes", e.g. from ``out.sum().backward()``); in a MoE layer the
+    unpermutation already hands over a contiguous one, for which this is free.
     """
     out = torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
     if out.requires_grad:
-        out.register_hook(torch.Tensor.contiguous)
+        out.register_hook(dense_gradient)
     return out
+
+
+def dense_gradient(grad: torch.Tensor) -> torch.Tensor:
+    """``grad`` with row-major strides, for torch's grouped GEMM backward: ``contiguous`` for a broadcast gradient,
+    and fresh zeros for an empty one (zero token rows), whose ``[0, 0]`` strides ``contiguous`` keeps, since torch
+    counts every empty tensor as contiguous."""
+    if grad.numel() == 0:
+        return torch.zeros(grad.shape, dtype=grad.dtype, device=grad.device)
+    return grad.contiguous()
 
 
 def expert_end_offsets(tokens_per_expert: torch.Tensor, device: torch.device) -> torch.Tensor:
