@@ -7,6 +7,7 @@ from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
 from megatron.oellm.megatron_args import megatron_flag, model_flags
+from megatron.oellm.training.args import flag_destination
 from megatron.oellm.training.card_from_args import CARD_SCOPE, inexpressible_flags
 
 STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_query_groups",
@@ -19,7 +20,9 @@ STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_a
 RUN_FLAGS_NO_SHAPE_SHOWS = ("rotary-base", "rotary-percent", "norm-epsilon", "apply-layernorm-1p", "moe-router-topk",
                             "moe-router-pre-softmax")
 """Megatron flags of :func:`megatron_args.model_flags` that change what the model computes but no tensor's name or
-shape: RoPE base and rotated fraction, norm epsilon and zero-centring, router top-k and its renormalisation."""
+shape: RoPE base and rotated fraction, norm epsilon and zero-centring, router top-k and its renormalisation. Stored
+run arguments name each by its parser destination (:func:`~megatron.oellm.training.args.flag_destination`), which
+for the norm's two is not the flag's name."""
 INTERLEAVED_GLU_ARGS = (("moe_mlp_glu_interleave_size", "num_experts", None),
                         ("moe_shared_expert_glu_interleave_size", "moe_shared_expert_intermediate_size",
                          "use_grouped_gemm_for_shared_expert"))
@@ -86,7 +89,7 @@ def check_run_arguments(card: ModelCard, run_args: object) -> None:
     card_flags = model_flags(card)
     differ = [f"{dest}: run {getattr(run_args, dest)!r}, card {card_flags[flag]!r}"
               for flag in RUN_FLAGS_NO_SHAPE_SHOWS
-              for dest in [flag.replace("-", "_")]
+              for dest in [flag_destination(f"--{flag}")]
               if hasattr(run_args, dest) and getattr(run_args, dest) != card_flags[flag]]
     if differ:
         raise ConversionError(f"the checkpoint's run arguments differ from card {card.name} where no tensor shape "

@@ -116,6 +116,14 @@ def oellm_parser() -> argparse.ArgumentParser:
     return megatron_parser(add_oellm_arguments)
 
 
+def flag_destination(flag: str) -> str:
+    """The name :func:`oellm_parser` stores option ``flag`` (``--norm-epsilon``) under, and so the name a
+    checkpoint's stored run arguments give it (``layernorm_epsilon`` in megatron-core 0.19.2). Read from the parser,
+    not spelt from the flag: several of megatron's destinations differ from their flag's name. ``KeyError`` for an
+    option the parser does not have."""
+    return oellm_parser()._option_string_actions[flag].dest
+
+
 def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:
     """``argv`` parsed by :func:`oellm_parser` (no validation): what the training entry's Megatron will read."""
     return oellm_parser().parse_args(list(argv))

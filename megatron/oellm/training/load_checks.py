@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
-from megatron.oellm.training.args import architecture_value
+from megatron.oellm.training.args import architecture_value, flag_destination
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -169,13 +169,20 @@ def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheck
 CARD_ARCHITECTURE_ARGS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
     "num_query_groups", "kv_channels", "max_position_embeddings", "position_embedding_type", "rotary_base",
-    "rotary_percent", "add_bias_linear", "swiglu", "untie_embeddings_and_output_weights", "apply_layernorm_1p",
-    "normalization", "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_router_pre_softmax",
+    "rotary_percent", "add_bias_linear", "swiglu", "untie_embeddings_and_output_weights", "normalization",
+    "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_router_pre_softmax",
     "moe_shared_expert_intermediate_size", "hybrid_layer_pattern",
 )
 """Architecture arguments a card's flags set that megatron-core 0.19.2's ``load_args_from_checkpoint`` takes from
 the checkpoint under ``--use-checkpoint-args`` (most of them over the command line's value); compared with those of
-every megatron-oellm checkpoint a run of a card loads (:func:`check_checkpoint_architecture`)."""
+every megatron-oellm checkpoint a run of a card loads (:func:`check_checkpoint_architecture`), together with those
+of :data:`CARD_NORM_FLAGS`."""
+CARD_NORM_FLAGS = ("--norm-epsilon", "--apply-layernorm-1p")
+"""The card's norm flags, compared as :data:`CARD_ARCHITECTURE_ARGS` are under the names megatron's parser stores
+them by (:func:`~megatron.oellm.training.args.flag_destination`: ``layernorm_epsilon`` and
+``layernorm_zero_centered_gamma`` in megatron-core 0.19.2, whose ``load_args_from_checkpoint`` asks for the stale
+``apply_layernorm_1p`` and so takes neither). No tensor shape shows them: a checkpoint trained with others loads
+into the card's model without an error and computes otherwise."""
 
 
 def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None,
@@ -210,9 +217,11 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
 
 
 def _architecture_differences(stored: argparse.Namespace, args: argparse.Namespace) -> list[tuple[str, object, object]]:
-    """(name, stored value, run value) of each of :data:`CARD_ARCHITECTURE_ARGS` that ``stored`` records and the run's
-    ``args`` give another value (a hybrid pattern's ``|`` aside: :func:`architecture_value`)."""
-    return [(name, getattr(stored, name), getattr(args, name)) for name in CARD_ARCHITECTURE_ARGS
+    """(name, stored value, run value) of each of :data:`CARD_ARCHITECTURE_ARGS` and :data:`CARD_NORM_FLAGS` that
+    ``stored`` records and the run's ``args`` give another value (a hybrid pattern's ``|`` aside:
+    :func:`architecture_value`)."""
+    names = (*CARD_ARCHITECTURE_ARGS, *(flag_destination(flag) for flag in CARD_NORM_FLAGS))
+    return [(name, getattr(stored, name), getattr(args, name)) for name in names
             if getattr(stored, name, None) is not None and hasattr(args, name)
             and architecture_value(name, getattr(stored, name)) != architecture_value(name, getattr(args, name))]
 

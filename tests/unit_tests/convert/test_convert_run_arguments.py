@@ -19,7 +19,8 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert import stored_checks, to_hf, to_mcore
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
-from megatron.oellm.megatron_args import model_flags
+from megatron.oellm.megatron_args import flags_to_argv, model_flags
+from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors, write_hf
 
 CARDS = ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]
@@ -39,27 +40,34 @@ def _other_value(value: object) -> object:
     return value * random.choice([0.5, 2.0, 10.0])
 
 
+def _run_arguments(card: ModelCard, flags: dict[str, object] | None = None) -> argparse.Namespace:
+    """What a training run with the card's flags, ``flags`` (name -> value) replacing some, stores: megatron's own
+    parse of them, so each flag is stored under its parser destination (``--norm-epsilon`` as
+    ``layernorm_epsilon``), not under its name with ``_`` for ``-``."""
+    return parse_oellm_argv(flags_to_argv(model_flags(card) | (flags or {})))
+
+
 def _training_checkpoint(card: ModelCard, tmp: Path, monkeypatch: pytest.MonkeyPatch,
-                         changed: dict[str, object]) -> dict:
+                         changed: dict[str, object], flags: dict[str, object] | None = None) -> dict:
     """Random HF tensors of ``card`` converted to ``tmp/mcore`` with the stored run arguments a training run with
-    the card's flags would store, ``changed`` (dest -> value) replacing some; returns the HF tensors."""
+    the card's flags would store (:func:`_run_arguments` with ``flags``), ``changed`` (dest -> value) replacing
+    some; returns the HF tensors."""
     hf = random_hf_tensors(card, seed=random.randrange(2**31))
     write_hf(card, hf, tmp / "hf")
-    flags = model_flags(card)
-    run = {flag.replace("-", "_"): flags[flag] for flag in stored_checks.RUN_FLAGS_NO_SHAPE_SHOWS} | changed
+    run = vars(_run_arguments(card, flags)) | changed
     base = to_mcore.megatron_checkpoint_args
     monkeypatch.setattr(to_mcore, "megatron_checkpoint_args",
-                        lambda c: argparse.Namespace(**vars(base(c)), **run))
+                        lambda c: argparse.Namespace(**{**run, **vars(base(c))}))
     to_mcore.hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
     monkeypatch.setattr(to_mcore, "megatron_checkpoint_args", base)
     return hf
 
 
 def _assert_export_refused(card: ModelCard, tmp: Path, monkeypatch: pytest.MonkeyPatch, changed: dict[str, object],
-                           match: str) -> None:
-    """mcore-to-hf of a training checkpoint of ``card`` with run arguments ``changed`` raises ``match`` and writes
-    nothing."""
-    _training_checkpoint(card, tmp, monkeypatch, changed)
+                           match: str, flags: dict[str, object] | None = None) -> None:
+    """mcore-to-hf of a training checkpoint of ``card`` with run arguments ``changed`` (and run flags ``flags``)
+    raises ``match`` and writes nothing."""
+    _training_checkpoint(card, tmp, monkeypatch, changed, flags)
     with pytest.raises(ConversionError, match=match):
         to_hf.mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
     assert not (tmp / "out").exists()
@@ -70,9 +78,10 @@ def _assert_export_refused(card: ModelCard, tmp: Path, monkeypatch: pytest.Monke
 def test_a_run_argument_the_card_does_not_share_is_refused(name: str, flag: str, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     card = get_card(name)
-    dest = flag.replace("-", "_")
     value = _other_value(model_flags(card)[flag])
-    _assert_export_refused(card, tmp_path, monkeypatch, {dest: value}, rf"{dest}: run {value!r}, card ")
+    stored, own = vars(_run_arguments(card, {flag: value})), vars(_run_arguments(card))
+    [dest] = [key for key in stored if stored[key] != own[key]]  # where megatron's parser stores the flag
+    _assert_export_refused(card, tmp_path, monkeypatch, {}, rf"{dest}: run {value!r}, card ", {flag: value})
 
 
 @pytest.mark.parametrize("name", CARDS)
