@@ -30,6 +30,7 @@ from megatron.oellm.training.args import (
 from megatron.oellm.training.load_checks import (
     check_checkpoint_architecture,
     check_checkpoint_sequence_length,
+    check_checkpoint_vocabulary,
     check_converted_glu_layout,
     check_converted_load,
     check_load_strictness,
@@ -247,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them
+        check_checkpoint_vocabulary(parsed, loaded)  # megatron loads as many embedding rows as fit, comparing none
         check_checkpoint_sequence_length(parsed, loaded)  # megatron asserts it bare where no checkpoint stores one
         check_gpu_node()  # megatron's validation asks the GPU
         args = validated_args(parse_and_validate_args, parsed)

@@ -3,9 +3,9 @@
 megatron-core 0.19.2 reads a ``--load`` / ``--pretrained-checkpoint`` checkpoint once the model is on the GPU; a
 converted checkpoint it cannot compare, a strictness its loader fails under (for any checkpoint, a converted one, or
 a torch-native one saved before its norms carried Transformer Engine's extra state), interleaved SwiGLU rows over a
-``[gate; up]`` checkpoint, a checkpoint of another card, or ``--use-checkpoint-args`` replacing the card's
-architecture or a flag the user gave would each fail on every rank there (or, for interleaved rows and
-``--use-checkpoint-args``, train another model without a word). Each check takes the checkpoint as
+``[gate; up]`` checkpoint, a checkpoint of another card or vocabulary, or ``--use-checkpoint-args`` replacing the
+card's architecture or a flag the user gave would each fail on every rank there (or, for interleaved rows, another
+vocabulary and ``--use-checkpoint-args``, train another model without a word). Each check takes the checkpoint as
 :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint` read it, once, for all of them.
 """
 
@@ -164,6 +164,63 @@ def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheck
                          f"are stored as [gate; up], while {' and '.join(interleaved)} makes the model read them with "
                          "gate and up rows alternating in blocks: the loaded experts would mix the two; drop "
                          f"{' and '.join(flag.split()[0] for flag in interleaved)}")
+
+
+VOCABULARY_OUTCOME = ("megatron-core 0.19.2 compares no vocabulary when it loads a distributed checkpoint (nor a "
+                      "fine-tuned one) and loads the embedding and output rows into the run's model as they fit: "
+                      "fewer rows keep only the checkpoint's first ones, more leave the rest untrained, without a word")
+"""What megatron does with a checkpoint of another vocabulary (:func:`check_checkpoint_vocabulary`)."""
+
+
+def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+    """Raise ``ValueError`` when the checkpoint the run loads (``loaded``, as
+    :func:`check_checkpoint_architecture` takes it) stores another vocabulary than the run's ``--vocab-size`` (the
+    card's when not given; ``args`` as parsed, before megatron initialises): :data:`VOCABULARY_OUTCOME`.
+
+    The stored vocabulary is the card an ``oellm convert hf-to-mcore --vocab-size N`` checkpoint records, else the
+    ``vocab_size`` a training run's arguments store, else their ``padded_vocab_size``, compared as megatron padded it
+    (:func:`_refuse_other_padding`). A run that names no vocabulary (megatron's flags alone, with a tokenizer that
+    gives it) and a checkpoint that stores none are left to megatron."""
+    run = getattr(args, "vocab_size", None)
+    if loaded is None or run is None:
+        return
+    stored = _stored_vocabulary(loaded.common)
+    if stored is None:
+        _refuse_other_padding(run, loaded)
+    elif stored != run:
+        raise ValueError(f"{loaded.named_by} holds a checkpoint of a {stored}-token vocabulary, while the run's is "
+                         f"{run} (--vocab-size, the card's when not given): {VOCABULARY_OUTCOME}; pass --vocab-size "
+                         f"{stored}, the vocabulary the checkpoint was converted or trained with")
+
+
+def _stored_vocabulary(common: dict) -> int | None:
+    """The vocabulary a checkpoint's ``common`` state records: its card's (an ``oellm convert hf-to-mcore``
+    checkpoint), else its run arguments' ``vocab_size``; None when it records neither."""
+    from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
+
+    card = common.get(CARD_KEY)
+    if isinstance(card, dict) and card.get("vocab_size") is not None:
+        return card["vocab_size"]
+    return getattr(common.get("args"), "vocab_size", None)
+
+
+def _refuse_other_padding(run: int, loaded: StoredCheckpoint) -> None:
+    """Raise ``ValueError`` when ``loaded``'s run arguments store a ``padded_vocab_size`` (and the tensor-parallel size
+    and divisor megatron padded with) that the run's vocabulary ``run`` would not pad to there: the two vocabularies
+    differ by more than megatron's padding (:func:`check_checkpoint_vocabulary`)."""
+    from megatron.oellm.flops import megatron_padded_vocab
+
+    stored = loaded.common.get("args")
+    padded, tp, divisor = (getattr(stored, name, None) for name in
+                           ("padded_vocab_size", "tensor_model_parallel_size", "make_vocab_size_divisible_by"))
+    if not all(isinstance(value, int) for value in (padded, tp, divisor)):
+        return
+    ours = megatron_padded_vocab(run, tp, divisor)
+    if ours != padded:
+        raise ValueError(f"{loaded.named_by} holds a checkpoint of a vocabulary megatron padded to {padded} rows (TP "
+                         f"{tp} x --make-vocab-size-divisible-by {divisor}), while the run's --vocab-size {run} (the "
+                         f"card's when not given) pads to {ours} there: {VOCABULARY_OUTCOME}; pass the saving run's "
+                         f"--vocab-size (one that pads to {padded} rows, such as --vocab-size {padded})")
 
 
 CARD_ARCHITECTURE_ARGS = (
