@@ -4,11 +4,13 @@ Peaks are NVIDIA's dense (no 2:4 sparsity) datasheet numbers in TFLOP/s (half th
 it gives only that: the PCIe and NVL cards run lower clocks and power than the SXM modules). They are nominal: the
 Jupiter GH200s run power-capped at 680 W for the whole superchip, Grace CPU and memory included (rated 900 W), which
 lowers the clock the GPU sustains under load, yet MFU is still quoted against the nominal 989 TFLOP/s so that
-numbers from different machines stay comparable. Pure Python.
+numbers from different machines stay comparable. The A100 (Ampere) has no FP8 tensor cores, so it has no FP8 peak.
+Pure Python.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -24,8 +26,8 @@ class GpuPeak:
     """Registry name, e.g. ``h100-sxm``."""
     bf16_tflops: float
     """Dense BF16 tensor-core peak, TFLOP/s."""
-    fp8_tflops: float
-    """Dense FP8 tensor-core peak, TFLOP/s."""
+    fp8_tflops: float | None
+    """Dense FP8 tensor-core peak, TFLOP/s; None for a GPU without FP8 tensor cores."""
     note: str = ""
     """What the nominal peak does not reflect on our machines."""
 
@@ -35,7 +37,11 @@ class GpuPeak:
         peaks = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops}
         if precision not in peaks:
             raise ValueError(f"unknown precision {precision!r} for the {self.name} peak; known: {', '.join(peaks)}")
-        return peaks[precision]
+        peak = peaks[precision]
+        if peak is None:
+            raise ValueError(f"the {self.name} has no {precision.upper()} tensor cores, so no {precision} peak: quote "
+                             "its bf16 peak, or give the peak in TFLOP/s")
+        return peak
 
 
 GPU_PEAKS: dict[str, GpuPeak] = {
@@ -49,9 +55,12 @@ GPU_PEAKS: dict[str, GpuPeak] = {
         GpuPeak("gh200", 989.0, 1979.0,
                 "Jupiter runs GH200 power-capped at 680 W for the whole superchip, Grace CPU included (rated 900 W): "
                 "the nominal peak does not reflect the cap"),
+        GpuPeak("a100", 312.0, None),
     )
 }
-"""Known GPUs by name."""
+"""Known GPUs by name. ``a100``: NVIDIA's A100 datasheet gives BF16 312 TFLOP/s dense (624 with sparsity) alike for
+the SXM4 modules and PCIe cards of 40 and 80 GB; EuroHPC Leonardo's custom 64 GB SXM modules are the same GA100 chip and
+take the same peak."""
 
 
 def peak_tflops(gpu: str, precision: Precision = "bf16") -> float:
@@ -59,6 +68,19 @@ def peak_tflops(gpu: str, precision: Precision = "bf16") -> float:
     if gpu not in GPU_PEAKS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPU_PEAKS)} (or give the peak in TFLOP/s)")
     return GPU_PEAKS[gpu].tflops(precision)
+
+
+def positive_tflops(text: str) -> float:
+    """An argparse type for a peak given by hand (``--peak-tflops``, ``--oellm-peak-tflops``): a positive, finite
+    TFLOP/s per GPU, refused by the parser otherwise, since an MFU divides by it (0 stopped a run at its first
+    ``[oellm]`` line; ``inf``, or a number too large for a float, gives no MFU)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"the peak must be a positive TFLOP/s per GPU, got {text!r}")
+    return value
 
 
 def mfu(tflops_per_gpu: float, peak: float) -> float:

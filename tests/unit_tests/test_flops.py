@@ -325,7 +325,7 @@ def test_peaks_and_mfu():
     assert mfu(tflops, 989.0) * 989.0 == pytest.approx(tflops)
     assert round(100 * mfu(133.2, peak_tflops("h100-sxm")), 1) == 13.5  # the MN5 table's MFU column
     with pytest.raises(ValueError, match="known: h100-sxm"):
-        peak_tflops("a100")
+        peak_tflops("b200")
 
 
 def test_cli_json_and_table(capsys):

@@ -23,6 +23,7 @@ from functools import lru_cache
 from megatron.oellm.backends.selection import BACKEND_CHOICES, resolve_backend
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_flag, megatron_parser, model_flags
+from megatron.oellm.peaks import positive_tflops
 
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0, "eval-interval": 1000}
 """Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
@@ -41,19 +42,6 @@ class BackendFlagConflict(ValueError):
 
 class CardFlagConflict(ValueError):
     """A Megatron flag the user passed contradicts the model card; the message names both values."""
-
-
-def positive_tflops(text: str) -> float:
-    """``--oellm-peak-tflops``'s type: a positive, finite number, refused by the parser otherwise, so that a job stops
-    at start (and ``oellm recipe`` before queueing it) instead of leaving out every ``[oellm]`` line, whose MFU
-    divides by it (``inf``, or a number too large for a float, gives no MFU)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"the peak must be a positive TFLOP/s per GPU, got {text!r}")
-    return value
 
 
 def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

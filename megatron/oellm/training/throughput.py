@@ -30,9 +30,10 @@ LINE_PREFIX = "[oellm]"
 """Start of every throughput line."""
 
 DEVICE_PEAKS = (("GH200", "gh200"), ("H200 NVL", "h200-nvl"), ("H200", "h200-sxm"), ("H100 PCIe", "h100-pcie"),
-                ("H100 NVL", "h100-nvl"), ("H100", "h100-sxm"))
+                ("H100 NVL", "h100-nvl"), ("H100", "h100-sxm"), ("A100", "a100"))
 """Substring of ``torch.cuda.get_device_name()`` -> :data:`megatron.oellm.peaks.GPU_PEAKS` name (first match: the
-PCIe and NVL cards before the SXM modules, whose names are the bare ``NVIDIA H100 80GB HBM3`` / ``NVIDIA H200``)."""
+PCIe and NVL cards before the SXM modules, whose names are the bare ``NVIDIA H100 80GB HBM3`` / ``NVIDIA H200``; every
+A100, e.g. ``NVIDIA A100-SXM4-80GB`` or Leonardo's ``NVIDIA A100-SXM-64GB``, shares one peak)."""
 
 HOOKED_FUNCTION = "training_log"
 """The function of ``megatron.training.training`` that :func:`install_throughput_logging` wraps."""

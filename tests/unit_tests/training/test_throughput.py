@@ -44,7 +44,7 @@ def test_format_parse_round_trip():
 def test_device_peaks():
     assert device_peak_tflops("NVIDIA H200") == 989.0
     assert device_peak_tflops("NVIDIA GH200 480GB", "fp8") == 1979.0
-    assert device_peak_tflops("NVIDIA A100-SXM4-80GB") is None
+    assert device_peak_tflops("NVIDIA B200") is None
     assert device_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
 
 

@@ -40,7 +40,7 @@ def test_cuda_device_names_map_to_their_own_gpu_and_peaks(device_name):
     assert device_peak_tflops(device_name, "fp8") == fp8
 
 
-@pytest.mark.parametrize("device_name", ["NVIDIA A100-SXM4-80GB", "NVIDIA B200", "Tesla V100-SXM2-32GB"])
+@pytest.mark.parametrize("device_name", ["NVIDIA H800", "NVIDIA B200", "Tesla V100-SXM2-32GB"])
 def test_unknown_cuda_device_has_no_peak_and_its_line_says_na(device_name):
     """A GPU without a known peak prints ``MFU: n/a`` rather than an MFU against some other GPU's peak."""
     assert device_peak_name(device_name) is None and device_peak_tflops(device_name) is None
