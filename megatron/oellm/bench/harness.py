@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -32,7 +34,7 @@ from megatron.oellm.bench.sides import (
 from megatron.oellm.bench.timing import profile_step, time_steps
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.flops import training_flops_per_token
-from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
+from megatron.oellm.peaks import peak_tflops
 from megatron.oellm.training.throughput import device_peak_name
 
 
@@ -56,7 +58,10 @@ class BenchConfig:
     """TransformerConfig fields for our sides (``ours``, ``te``) on top of the spec builder's."""
     gpu: str | None = None
     """Name in :data:`megatron.oellm.peaks.GPU_PEAKS` whose dense bf16 peak MFU is quoted against; None: the
-    benchmarked GPU's own, from its CUDA name (:func:`peak_gpu_of`)."""
+    benchmarked GPU's own, from its CUDA name (:func:`with_device_gpu`), or no MFU where that GPU has no known peak
+    and :attr:`peak_tflops` gives none."""
+    peak_tflops: float | None = None
+    """TFLOP/s per GPU MFU is quoted against, given by hand (a GPU missing from the peak table); excludes :attr:`gpu`."""
     profile_dir: Path | None = None
     """Where to write each side's top CUDA kernels of one step at its best micro-batch size (None: no profile)."""
 
@@ -77,11 +82,22 @@ class BenchConfig:
             raise ValueError(f"micro-batch sizes must be positive, got {self.mbs}")
         if self.warmup < 1 or self.steps < 1:
             raise ValueError(f"need warmup >= 1 and steps >= 1, got {self.warmup} and {self.steps}")
+        if self.gpu is not None and self.peak_tflops is not None:
+            raise ValueError("give the MFU peak as --gpu or --peak-tflops, not both")
         if self.gpu is not None:
             peak_tflops(self.gpu)  # an unknown name raises here, before any model is built
+        if self.peak_tflops is not None and not 0 < self.peak_tflops < math.inf:
+            raise ValueError(f"--peak-tflops must be a positive TFLOP/s per GPU, got {self.peak_tflops}")
         ours = [side for side in self.sides if side in BACKEND_OF_SIDE]
         if ours:
             self._check_our_sides(card, ours)
+
+    def mfu_peak(self) -> float | None:
+        """The TFLOP/s MFU is quoted against: :attr:`peak_tflops`, else the dense bf16 peak of :attr:`gpu`, else None
+        (no MFU)."""
+        if self.peak_tflops is not None:
+            return self.peak_tflops
+        return None if self.gpu is None else peak_tflops(self.gpu)
 
     def _check_our_sides(self, card: ModelCard, ours: list[str]) -> None:
         """Build our sides' TransformerConfig on the CPU now and check each side's backend can run it, so that an
@@ -115,7 +131,8 @@ class BenchReport:
     config: dict[str, Any]
     device: str
     flops_per_token: float
-    peak_tflops: float
+    peak_tflops: float | None
+    """What MFU is quoted against; None on a GPU without a known peak, where every MFU is None too."""
     settings: dict[str, dict[str, Any]]
     results: list[Measurement]
     summary: dict[str, Any]
@@ -140,13 +157,14 @@ class BenchReport:
         return list(dict.fromkeys(failed))
 
 
-def peak_gpu_of(device_name: str) -> str:
-    """The :data:`megatron.oellm.peaks.GPU_PEAKS` name of the GPU CUDA calls ``device_name`` (the training entry's
-    table, so the bench and training runs quote MFU against the same peak); an unknown GPU raises."""
-    name = device_peak_name(device_name)
-    if name is not None:
-        return name
-    raise ValueError(f"no peak known for {device_name!r}: pass --gpu with one of {', '.join(GPU_PEAKS)}")
+def with_device_gpu(config: BenchConfig, device_name: str) -> BenchConfig:
+    """``config`` with :attr:`BenchConfig.gpu` set to the :data:`megatron.oellm.peaks.GPU_PEAKS` name of the GPU CUDA
+    calls ``device_name`` (the training entry's table, so the bench and training runs quote MFU against the same
+    peak) where neither ``--gpu`` nor ``--peak-tflops`` chose the peak; a GPU without a known peak leaves it None,
+    and the bench measures all the same, with MFU n/a."""
+    if config.gpu is not None or config.peak_tflops is not None:
+        return config
+    return dataclasses.replace(config, gpu=device_peak_name(device_name))
 
 
 def _print_failure(side: str, stage: str) -> None:
@@ -157,7 +175,7 @@ def _print_failure(side: str, stage: str) -> None:
 
 
 def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float,
-              peak: float) -> list[Measurement]:
+              peak: float | None) -> list[Measurement]:
     """One side's micro-batch sweep, the same batches as the other side (same seed per MBS); an error other than
     running out of memory is recorded as that MBS ``failed`` (its traceback printed), not raised."""
 
@@ -175,7 +193,7 @@ def _run_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token:
                  record_failures=True)
 
 
-def _measure_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float, peak: float,
+def _measure_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_token: float, peak: float | None,
                   profiles: dict[str, list[dict]], errors: dict[str, str]) -> list[Measurement]:
     """Move ``side`` to the GPU, sweep it and profile it at its best MBS if asked; then park it and release what its
     steps left on the GPU, whatever happened. A failure is recorded (rows ``failed``, a profile's in ``errors``)
@@ -202,12 +220,13 @@ def _measure_side(side: Side, config: BenchConfig, vocab_size: int, flops_per_to
 
 def run_benchmark(config: BenchConfig) -> BenchReport:
     """Build the sides with shared weights, sweep each (the others parked on the host), profile if asked; a side
-    that fails is reported as failed and the others are still measured."""
+    that fails is reported as failed and the others are still measured. MFU is against :meth:`BenchConfig.mfu_peak`
+    of ``config`` with the benchmarked GPU's own name filled in (:func:`with_device_gpu`)."""
     card = get_card(config.model)
     flops_per_token = training_flops_per_token(card, config.seq_length, padded_vocab=card.vocab_size).total
     device = torch.cuda.get_device_name()
-    gpu = config.gpu or peak_gpu_of(device)
-    peak = peak_tflops(gpu)
+    config = with_device_gpu(config, device)
+    peak = config.mfu_peak()
     sides = build_sides(card, list(config.sides), config.ours_overrides)
     results: list[Measurement] = []
     profiles: dict[str, list[dict]] = {}
@@ -215,7 +234,7 @@ def run_benchmark(config: BenchConfig) -> BenchReport:
     for side in sides.values():
         results += _measure_side(side, config, card.vocab_size, flops_per_token, peak, profiles, errors)
     return BenchReport(
-        config={**asdict(config), "gpu": gpu, "profile_dir": str(config.profile_dir) if config.profile_dir else None},
+        config={**asdict(config), "profile_dir": str(config.profile_dir) if config.profile_dir else None},
         device=device, flops_per_token=flops_per_token, peak_tflops=peak,
         settings={name: side.settings for name, side in sides.items()}, results=results,
         summary=summary(results, config.sides), profiles=profiles, errors=errors)

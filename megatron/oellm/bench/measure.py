@@ -47,7 +47,8 @@ class Measurement:
     tflops: float | None = None
     """Achieved model TFLOP/s (corrected FLOP count x tokens/s)."""
     mfu: float | None = None
-    """``tflops`` over the GPU's nominal dense peak, a fraction."""
+    """``tflops`` over the GPU's nominal dense peak, a fraction; None also for a measured row on a GPU without a known
+    peak (printed ``n/a``)."""
     peak_memory_gib: float | None = None
     loss: float | None = None
     error: str | None = None
@@ -55,8 +56,9 @@ class Measurement:
 
 
 def throughput(side: str, mbs: int, seq_length: int, times: StepTimes, flops_per_token: float,
-               peak_tflops: float) -> Measurement:
-    """The :class:`Measurement` of a completed run: median step time -> tokens/s -> TFLOP/s -> MFU.
+               peak_tflops: float | None) -> Measurement:
+    """The :class:`Measurement` of a completed run: median step time -> tokens/s -> TFLOP/s -> MFU (None without a
+    ``peak_tflops``: a GPU whose peak is not known).
 
     The median (not the mean) is used so that a stray slow step (allocator growth, a host hiccup) does not move
     the figure; min and max are kept to show the spread.
@@ -70,11 +72,11 @@ def throughput(side: str, mbs: int, seq_length: int, times: StepTimes, flops_per
     return Measurement(
         side=side, mbs=mbs, status="ok", tokens_per_step=tokens, step_ms_median=median_ms,
         step_ms_min=min(times.step_ms), step_ms_max=max(times.step_ms), tokens_per_s=tokens_per_s,
-        tflops=tflops, mfu=tflops / peak_tflops, peak_memory_gib=times.peak_memory_bytes / 2**30, loss=times.loss)
+        tflops=tflops, mfu=None if peak_tflops is None else tflops / peak_tflops, peak_memory_gib=times.peak_memory_bytes / 2**30, loss=times.loss)
 
 
 def sweep(side: str, mbs_values: Sequence[int], seq_length: int, run: Callable[[int], StepTimes],
-          flops_per_token: float, peak_tflops: float, free: Callable[[], None] = lambda: None,
+          flops_per_token: float, peak_tflops: float | None, free: Callable[[], None] = lambda: None,
           record_failures: bool = False) -> list[Measurement]:
     """Run ``run(mbs)`` for each micro-batch size in increasing order until one runs out of GPU memory.
 
@@ -154,15 +156,21 @@ def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _mfu_cell(measurement: Measurement) -> str:
+    """The MFU column of a row: a percentage, ``n/a`` for a measured row without a peak, ``-`` for one not measured."""
+    if measurement.mfu is not None:
+        return format(100 * measurement.mfu, ".1f")
+    return "n/a" if measurement.status == "ok" else "-"
+
+
 def format_table(results: Sequence[Measurement]) -> str:
     """A fixed-width table (one row per side and micro-batch size) for logs and docs/benchmarks.md."""
     header = (f"{'side':<6} {'MBS':>4} {'status':>7} {'step ms':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU %':>6} "
               f"{'peak GiB':>9} {'loss':>8}")
     rows = [header, "-" * len(header)]
     for r in results:
-        mfu = None if r.mfu is None else 100 * r.mfu
         rows.append(f"{r.side:<6} {r.mbs:>4} {r.status:>7} {_cell(r.step_ms_median, '.1f'):>9} "
-                    f"{_cell(r.tokens_per_s, ',.0f'):>10} {_cell(r.tflops, '.1f'):>8} {_cell(mfu, '.1f'):>6} "
+                    f"{_cell(r.tokens_per_s, ',.0f'):>10} {_cell(r.tflops, '.1f'):>8} {_mfu_cell(r):>6} "
                     f"{_cell(r.peak_memory_gib, '.1f'):>9} {_cell(r.loss, '.4f'):>8}")
     return "\n".join(rows)
 

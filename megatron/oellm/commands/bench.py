@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from megatron.oellm.bench import DEFAULT_SIDES, SIDES
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, int_at_least, refuse
 from megatron.oellm.paths import nearest_existing
+from megatron.oellm.peaks import GPU_PEAKS, positive_tflops
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
@@ -76,8 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(repeatable), e.g. moe_token_dispatcher_type=allgather")
     parser.add_argument("--plain-ours", action="store_true",
                         help="drop the benchmark's best settings for our sides (spec-builder defaults only)")
-    parser.add_argument("--gpu", default=None,
-                        help="peak table entry MFU is quoted against (default: the GPU's own, from its CUDA name)")
+    peak = parser.add_mutually_exclusive_group()
+    peak.add_argument("--gpu", choices=sorted(GPU_PEAKS), default=None,
+                      help="GPU whose dense bf16 peak MFU is quoted against (default: the benchmarked GPU's own, "
+                           "from its CUDA name; on a GPU missing from the table MFU is n/a unless this or "
+                           "--peak-tflops gives a peak)")
+    peak.add_argument("--peak-tflops", type=positive_tflops, default=None, metavar="TFLOPS",
+                      help="MFU denominator in TFLOP/s per GPU, for a GPU missing from the --gpu table (e.g. a B200: "
+                           "its dense bf16 peak)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="profile one step per side at its best MBS; top CUDA operators to DIR/<side>_top_cuda.txt, "
                              "and grouped by input shape to DIR/<side>_top_cuda_by_shape.txt")
@@ -102,7 +109,10 @@ def print_report(report: BenchReport) -> None:
     print(f"oellm bench  {cfg['model']}  seq {cfg['seq_length']}  warm-up {cfg['warmup']}  steps {cfg['steps']}  "
           f"on {report.device}")
     print(f"FLOPs        {report.flops_per_token / 1e9:.3f} GFLOP/token (corrected count, training); "
-          f"MFU vs {cfg['gpu']} dense bf16 {report.peak_tflops:.0f} TFLOP/s")
+          f"{mfu_basis(report)}")
+    note = peak_note(report)
+    if note is not None:
+        print(f"note         {note}")
     for name, settings in report.settings.items():
         print(f"{name:<12} {json.dumps(settings, sort_keys=True)}")
     print("step         forward + loss + backward, no optimizer step, gradients dropped per step")
@@ -114,6 +124,24 @@ def print_report(report: BenchReport) -> None:
         print(f"\ntop CUDA time, {name} (one step at its best MBS):")
         for k in kernels[:15]:
             print(f"  {100 * k['share']:5.1f} %  {k['cuda_ms']:8.2f} ms  {k['calls']:5d}x  {k['name'][:100]}")
+
+
+def mfu_basis(report: BenchReport) -> str:
+    """What the report's MFU is against: the peak table's entry, the peak given by ``--peak-tflops``, or none."""
+    cfg = report.config
+    if report.peak_tflops is None:
+        return "MFU n/a"
+    if cfg.get("peak_tflops") is not None:
+        return f"MFU vs {report.peak_tflops:g} TFLOP/s (--peak-tflops)"
+    return f"MFU vs {cfg['gpu']} dense bf16 {report.peak_tflops:.0f} TFLOP/s"
+
+
+def peak_note(report: BenchReport) -> str | None:
+    """The one line saying why MFU is n/a and which option gives it, on a GPU without a known peak; None otherwise."""
+    if report.peak_tflops is not None:
+        return None
+    return (f"MFU n/a: no peak known for {report.device!r}; give its dense bf16 peak with --peak-tflops TFLOPS, or "
+            f"--gpu with one of {', '.join(sorted(GPU_PEAKS))}")
 
 
 def print_failures(report: BenchReport) -> None:
@@ -202,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print (and write) its report, exit 1 when a side failed (its figures so far, and the
     other sides', are in the report); exit 2, with the reason on stderr, on a bad card/configuration (our side's
     overrides included), on an unwritable ``--output`` or ``--profile`` (all checked first, so a refusal names the
-    argument even where there is no GPU), without CUDA, or on a GPU without a known peak and no ``--gpu``. The
-    one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
+    argument even where there is no GPU), or without CUDA. On a GPU without a known peak and neither ``--gpu`` nor
+    ``--peak-tflops`` it measures all the same, MFU n/a (:func:`peak_note`). The one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
     with warnings.catch_warnings():  # megatron-core's import notes of absent packages came before any refusal
         warnings.filterwarnings("ignore", MISSING_PACKAGE_WARNINGS, UserWarning)
         return _run(args)
@@ -213,14 +241,14 @@ def _run(args: argparse.Namespace) -> int:
     """:func:`run` without the warning filter."""
     import torch
 
-    from megatron.oellm.bench.harness import BenchConfig, peak_gpu_of, run_benchmark
+    from megatron.oellm.bench.harness import BenchConfig, run_benchmark, with_device_gpu
     from megatron.oellm.cards import CardError
     from megatron.oellm.runtime import shutdown_single_gpu_runtime
 
     try:
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
                              steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
-                             profile_dir=args.profile)
+                             peak_tflops=args.peak_tflops, profile_dir=args.profile)
         check_profile_dir(args.profile)
         check_output_path(args.output, args.profile)
     except (CardError, ValueError) as error:
@@ -228,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         return refuse("bench", "needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
     try:
-        config = dataclasses.replace(config, gpu=config.gpu or peak_gpu_of(torch.cuda.get_device_name()))
+        config = with_device_gpu(config, torch.cuda.get_device_name())
         make_output_folders(args.output, args.profile)
     except ValueError as error:
         return refuse("bench", error)
@@ -239,6 +267,9 @@ def _run(args: argparse.Namespace) -> int:
     data = report.to_dict()
     if args.json:
         print(json.dumps(data, indent=2))
+        note = peak_note(report)
+        if note is not None:  # stdout holds the JSON only
+            print(f"oellm bench: note: {note}", file=sys.stderr)
     else:
         print_report(report)
     if args.output is not None:  # after the figures are on stdout: a full disk or a lost quota keeps them there

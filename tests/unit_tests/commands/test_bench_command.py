@@ -143,12 +143,21 @@ def test_the_runtime_is_shut_down_after_the_measurements(outcome: str, monkeypat
     assert events == ["measured", "shut down"]
 
 
-def test_unknown_gpu_without_gpu_option_is_refused(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture) -> None:
+def test_unknown_gpu_without_a_peak_option_is_measured_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was refused (MFU is n/a there: tests/unit_tests/bench/test_bench_peak_of_an_unknown_gpu.py)."""
+    from megatron.oellm.bench import harness
+
+    configs = []
+
+    def capture(config: BenchConfig):
+        configs.append(config)
+        raise KeyboardInterrupt  # stop before any GPU work
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA A100-SXM4-80GB")
-    assert main(["bench", "--mbs", "1"]) == 2
-    assert "pass --gpu" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA B200")
+    monkeypatch.setattr(harness, "run_benchmark", capture)
+    assert main(["bench", "--mbs", "1"]) == INTERRUPTED_EXIT_STATUS
+    assert configs[0].gpu is None and configs[0].mfu_peak() is None
 
 
 @pytest.mark.parametrize("kind", ["directory", "read-only folder", "file in the way"])
