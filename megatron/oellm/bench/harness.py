@@ -6,7 +6,7 @@ import dataclasses
 import math
 import sys
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +64,12 @@ class BenchConfig:
     """TFLOP/s per GPU MFU is quoted against, given by hand (a GPU missing from the peak table); excludes :attr:`gpu`."""
     profile_dir: Path | None = None
     """Where to write each side's top CUDA kernels of one step at its best micro-batch size (None: no profile)."""
+    check_sides: InitVar[bool] = True
+    """False: leave :meth:`check_our_sides` (megatron-core's and Transformer Engine's imports, seconds) to the caller,
+    which can then refuse cheaply first (``oellm bench`` on a node without a GPU); the other checks are made all the
+    same."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check_sides: bool) -> None:
         card = get_card(self.model)
         if card.family != "qwen3_5":
             raise ValueError(f"oellm bench compares against transformers' Qwen3_5MoeForCausalLM; {card.name} is a "
@@ -88,9 +92,8 @@ class BenchConfig:
             peak_tflops(self.gpu)  # an unknown name raises here, before any model is built
         if self.peak_tflops is not None and not 0 < self.peak_tflops < math.inf:
             raise ValueError(f"--peak-tflops must be a positive TFLOP/s per GPU, got {self.peak_tflops}")
-        ours = [side for side in self.sides if side in BACKEND_OF_SIDE]
-        if ours:
-            self._check_our_sides(card, ours)
+        if check_sides:
+            self.check_our_sides()
 
     def mfu_peak(self) -> float | None:
         """The TFLOP/s MFU is quoted against: :attr:`peak_tflops`, else the dense bf16 peak of :attr:`gpu`, else None
@@ -99,11 +102,18 @@ class BenchConfig:
             return self.peak_tflops
         return None if self.gpu is None else peak_tflops(self.gpu)
 
-    def _check_our_sides(self, card: ModelCard, ours: list[str]) -> None:
+    def check_our_sides(self) -> None:
         """Build our sides' TransformerConfig on the CPU now and check each side's backend can run it, so that an
         override megatron-core refuses (a misspelt field, a value its checks reject), a setting one backend lacks
         the kernels for, or a ``te`` side without Transformer Engine is a ValueError here, not a traceback once
-        transformers' model is on the GPU (the models are otherwise first built after it)."""
+        transformers' model is on the GPU (the models are otherwise first built after it). Nothing to check without
+        our sides."""
+        ours = [side for side in self.sides if side in BACKEND_OF_SIDE]
+        if ours:
+            self._check_our_sides(get_card(self.model), ours)
+
+    def _check_our_sides(self, card: ModelCard, ours: list[str]) -> None:
+        """:meth:`check_our_sides` of the sides ``ours`` of ``card``."""
         from megatron.oellm.backends import check_config_support
         from megatron.oellm.backends.selection import transformer_engine_import_error
 
@@ -164,7 +174,7 @@ def with_device_gpu(config: BenchConfig, device_name: str) -> BenchConfig:
     and the bench measures all the same, with MFU n/a."""
     if config.gpu is not None or config.peak_tflops is not None:
         return config
-    return dataclasses.replace(config, gpu=device_peak_name(device_name))
+    return dataclasses.replace(config, gpu=device_peak_name(device_name), check_sides=False)  # only the peak changed
 
 
 def _print_failure(side: str, stage: str) -> None:

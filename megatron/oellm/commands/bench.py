@@ -101,6 +101,14 @@ def ours_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def asks_megatron_core(args: argparse.Namespace) -> bool:
+    """Whether the command line gives what only megatron-core or Transformer Engine can judge (``--ours-config``
+    fields, the te side). Those are checked before CUDA is looked for, so that a misspelt field or a missing
+    Transformer Engine is named on a login node too, at the cost of their imports (seconds); any other run on a node
+    without a GPU is refused before them."""
+    return bool(args.ours_config) or "te" in args.sides
+
+
 def print_report(report: BenchReport) -> None:
     """The human-readable report: setup, settings of each side, the table, the ratio and the top kernels."""
     from megatron.oellm.bench.measure import format_table
@@ -229,8 +237,9 @@ def make_output_folders(output: Path | None, profile: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print (and write) its report, exit 1 when a side failed (its figures so far, and the
     other sides', are in the report); exit 2, with the reason on stderr, on a bad card/configuration (our side's
-    overrides included), on an unwritable ``--output`` or ``--profile`` (all checked first, so a refusal names the
-    argument even where there is no GPU), or without CUDA. On a GPU without a known peak and neither ``--gpu`` nor
+    overrides included), on an unwritable ``--output`` or ``--profile`` (checked first, so a refusal names the
+    argument even where there is no GPU), or without CUDA. Without CUDA the refusal comes before megatron-core,
+    fla and transformers are imported, unless :func:`asks_megatron_core`. On a GPU without a known peak and neither ``--gpu`` nor
     ``--peak-tflops`` it measures all the same, MFU n/a (:func:`peak_note`). The one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
     with warnings.catch_warnings():  # megatron-core's import notes of absent packages came before any refusal
         warnings.filterwarnings("ignore", MISSING_PACKAGE_WARNINGS, UserWarning)
@@ -245,10 +254,11 @@ def _run(args: argparse.Namespace) -> int:
     from megatron.oellm.cards import CardError
     from megatron.oellm.runtime import shutdown_single_gpu_runtime
 
+    sides_checked = asks_megatron_core(args)
     try:
         config = BenchConfig(model=args.model, seq_length=args.seq_length, mbs=args.mbs, warmup=args.warmup,
                              steps=args.steps, sides=args.sides, ours_overrides=ours_overrides(args), gpu=args.gpu,
-                             peak_tflops=args.peak_tflops, profile_dir=args.profile)
+                             peak_tflops=args.peak_tflops, profile_dir=args.profile, check_sides=sides_checked)
         check_profile_dir(args.profile)
         check_output_path(args.output, args.profile)
     except (CardError, ValueError) as error:
@@ -256,6 +266,8 @@ def _run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         return refuse("bench", "needs a CUDA GPU (torch.cuda.is_available() is False); run it on a GPU node")
     try:
+        if not sides_checked:
+            config.check_our_sides()
         config = with_device_gpu(config, torch.cuda.get_device_name())
         make_output_folders(args.output, args.profile)
     except ValueError as error:
