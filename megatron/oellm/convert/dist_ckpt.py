@@ -49,6 +49,10 @@ from megatron.oellm.convert.mcore_layout import Piece
 
 COMMON_STATE_KEY = "common_state/shard_0_1"
 """DCP key of megatron's common state (``ShardedObject('common_state', shape (1,), offset (0,))``)."""
+COMMON_STATE_PREFIX = "common_state/"
+"""Key prefix of the common state in a DCP ``.metadata``: megatron-core 0.19.2 adds it only in
+``dist_checkpointing.save`` (the ``torch_dist`` writer); its ``torch_dcp`` / ``fsdp_dtensor`` saves store the plain
+state dict (``args``, ``model``, ...)."""
 METADATA_FILE = ".metadata"
 """PyTorch DCP's metadata file: every item's key, shape and place (file, offset, length)."""
 LEGACY_COMMON_FILE = "common.pt"
@@ -65,6 +69,16 @@ _TORCH_DIST_ONLY = ("oellm convert reads torch_dist checkpoints (megatron-core's
 CONTENT_METADATA = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
 """The sharded-state-dict metadata megatron training builds and stores (``content_metadata``); the keys of
 :mod:`mcore_layout` are the ones produced under it."""
+
+
+@contextmanager
+def quiet_megatron_core_import() -> Iterator[None]:
+    """Silence the warnings megatron-core's import prints on a CPU node (every absent fused kernel, TE and apex, and
+    absl): irrelevant to a conversion, five to ten lines. Its import happens where a conversion imports it and where
+    unpickling a checkpoint's common state meets a megatron-core object (a training run's stored arguments)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
 
 
 @contextmanager
@@ -157,8 +171,7 @@ def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], uni
     is called once per unit (``unit_of[name]``), so at most one unit's tensors are held. ``common`` becomes the
     checkpoint's common state (``content_metadata`` is added).
     """
-    with warnings.catch_warnings():  # megatron-core's import warns of every absent fused kernel (TE, apex) and of
-        warnings.simplefilter("ignore", UserWarning)  # absl: irrelevant to a conversion, ten lines on a CPU node
+    with quiet_megatron_core_import():
         from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
 
     cache: dict[str, object] = {"unit": None, "tensors": {}}
@@ -240,12 +253,14 @@ class CheckpointReader:
                                       f"directory per model-parallel rank); {_TORCH_DIST_ONLY}")
             raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
                                   "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
+        self.metadata = read_metadata(directory)
         if not (directory / CHECKPOINT_CONFIG_FILE).is_file():
+            if is_unfinished_torch_dist(self.metadata):
+                raise ConversionError(f"{unfinished_save_problem(directory)}; {_unfinished_save_fix(directory)}")
             raise ConversionError(f"{directory} holds PyTorch DCP files but no {CHECKPOINT_CONFIG_FILE}, which "
                                   "megatron-core reads as --ckpt-format torch_dcp (fsdp_dtensor under Megatron-FSDP), "
                                   f"not torch_dist; {_TORCH_DIST_ONLY}")
         self.directory = directory
-        self.metadata = read_metadata(directory)
         self._data_files = check_data_files(directory, self.metadata)
         self._tensor_shapes = {key: (tuple(md.size), md.properties.dtype)
                                for key, md in self.metadata.state_dict_metadata.items()
@@ -267,19 +282,20 @@ class CheckpointReader:
         legacy = self.directory / LEGACY_COMMON_FILE
         if legacy.is_file():
             try:
-                return torch.load(legacy, map_location="cpu", weights_only=False)
+                with quiet_megatron_core_import():
+                    return torch.load(legacy, map_location="cpu", weights_only=False)
             except Exception as error:  # unpickling a damaged file raises about any type
                 raise ConversionError(f"cannot read {legacy}: {error!r}; is the checkpoint complete?") from error
         if not isinstance(self.metadata.state_dict_metadata.get(COMMON_STATE_KEY), BytesStorageMetadata):
             return {}
         state = {COMMON_STATE_KEY: io.BytesIO()}
         try:
-            with _single_process():
+            with _single_process(), quiet_megatron_core_import():
                 dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
-            loaded = state[COMMON_STATE_KEY]
-            if isinstance(loaded, io.BytesIO):
-                loaded.seek(0)
-                loaded = torch.load(loaded, weights_only=False)
+                loaded = state[COMMON_STATE_KEY]
+                if isinstance(loaded, io.BytesIO):
+                    loaded.seek(0)
+                    loaded = torch.load(loaded, weights_only=False)
             return loaded[0]
         except (CheckpointException, Exception) as error:  # damaged bytes of the right length: unpickling raises
             # about any type, inside DCP's reader (a CheckpointException, a BaseException) or in the torch.load here
@@ -325,6 +341,35 @@ class CheckpointReader:
             pieces_read_items(self.metadata, key, key_pieces)
         return _by_name((p, torch.empty(p.chunk_shape[p.lead_axes:], dtype=shapes[p.key][1], device="meta"))
                         for p in pieces)
+
+
+def is_unfinished_torch_dist(metadata: Metadata) -> bool:
+    """Whether DCP ``metadata`` lists megatron's common state (:data:`COMMON_STATE_PREFIX`), which only a
+    ``torch_dist`` save writes: in a directory without ``metadata.json`` (written last, when the save finishes), a
+    ``torch_dist`` save that did not finish, not a ``torch_dcp`` / ``fsdp_dtensor`` checkpoint."""
+    return any(key.startswith(COMMON_STATE_PREFIX) for key in metadata.state_dict_metadata)
+
+
+def unfinished_save_problem(directory: Path) -> str:
+    """What an unfinished ``torch_dist`` save in ``directory`` (:func:`is_unfinished_torch_dist`) is, for a refusal
+    that goes on with its fix."""
+    return (f"{directory} is an unfinished torch_dist save: its {METADATA_FILE} lists megatron's common_state, which "
+            f"only a torch_dist save writes, but the {CHECKPOINT_CONFIG_FILE} megatron-core writes last, when the save "
+            "finishes, is missing (the job was stopped while saving, e.g. by its time limit, or a copy of it is still "
+            "in progress)")
+
+
+def _unfinished_save_fix(directory: Path) -> str:
+    """What to convert instead of the unfinished save in ``directory``: the finished one its run's
+    ``latest_checkpointed_iteration.txt`` names, where it names another; else wait for a copy or take another."""
+    from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE, finished_tracked_iteration
+
+    tracked = finished_tracked_iteration(directory)
+    if tracked is None:
+        return ("wait for the copy to finish (or copy it again), or pass --mcore the iteration directory of a finished "
+                f"save (one holding {CHECKPOINT_CONFIG_FILE})")
+    return (f"{directory.parent / ITERATION_FILE} names {tracked.name}, the run's last finished save: pass --mcore "
+            f"{directory.parent} to export it")
 
 
 def _holds_rank_files(directory: Path) -> bool:

@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.convert.dist_ckpt import METADATA_FILE
+from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE
 from megatron.oellm.convert.errors import ConversionError, listed
 from megatron.oellm.convert.hf_config import CONFIG_NAME
 from megatron.oellm.convert.output import partial_output_of
@@ -40,6 +40,23 @@ def iteration_of(name: str) -> int | None:
     """The iteration an ``iter_XXXXXXX`` directory name holds, None for any other name."""
     number = name.removeprefix(ITERATION_PREFIX)
     return int(number) if name.startswith(ITERATION_PREFIX) and number.isdigit() else None
+
+
+def finished_tracked_iteration(directory: Path) -> Path | None:
+    """The iteration directory the ``latest_checkpointed_iteration.txt`` beside ``directory`` (in its run folder)
+    names, when that is another directory holding a finished ``torch_dist`` save (its ``metadata.json``): what to
+    load or convert in place of an unfinished save in ``directory``. None when there is no such tracker, it cannot be
+    read, or it names ``directory`` or an unfinished save."""
+    try:
+        value = (directory.parent / ITERATION_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if value != RELEASE and not value.isdigit():
+        return None
+    tracked = directory.parent / (RELEASE if value == RELEASE else iteration_directory_name(int(value)))
+    if tracked.name == directory.name or not (tracked / CHECKPOINT_CONFIG_FILE).is_file():
+        return None
+    return tracked
 
 
 CARD_KEY = "oellm_card"

@@ -283,6 +283,8 @@ def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredChe
     ckpt_format = _recognised_format(directory)
     if ckpt_format is None:
         return None
+    if ckpt_format == "torch_dcp":
+        _check_finished_save(directory, flag, given)
     try:
         common = _STATE_READERS[ckpt_format](directory)
     except ValueError as error:  # ConversionError is one too
@@ -292,6 +294,33 @@ def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredChe
     if not isinstance(common, dict):
         return None
     return StoredCheckpoint(directory, ckpt_format, common, flag, given)
+
+
+def _check_finished_save(directory: Path, flag: str, given: Path) -> None:
+    """Raise ``ValueError`` when ``directory`` (found from ``flag given``, without ``metadata.json``) is an unfinished
+    ``torch_dist`` save (:func:`megatron.oellm.convert.dist_ckpt.is_unfinished_torch_dist`): megatron-core reads it
+    as a ``torch_dcp`` checkpoint and fails after allocating the model on every rank, and the format refusal would
+    send the user looking for a ``--ckpt-format`` that never saved it. The fix names the finished save the run's
+    ``latest_checkpointed_iteration.txt`` names, where it names another one. A ``.metadata`` that cannot be read is
+    left to the state reader, which names it."""
+    from megatron.oellm.convert.dist_ckpt import is_unfinished_torch_dist, read_metadata, unfinished_save_problem
+    from megatron.oellm.convert.mcore_checkpoint import finished_tracked_iteration
+
+    try:
+        if not is_unfinished_torch_dist(read_metadata(directory)):
+            return
+    except ValueError:  # ConversionError: a damaged .metadata
+        return
+    tracked = finished_tracked_iteration(directory)
+    if tracked is not None:
+        step = "" if tracked.name == RELEASE else f", or pass --ckpt-step {iteration_of(tracked.name)}"
+        fix = (f"{directory.parent / TRACKER_FILE} names {tracked.name}, the run's last finished save: load it (drop "
+               f"--ckpt-step{step})")
+    else:
+        fix = ("wait for the copy to finish (or copy it again), or load a finished save (an iteration directory "
+               "holding metadata.json) with --ckpt-step or the tracker file")
+    raise ValueError(f"{flag} {given}: {unfinished_save_problem(directory)}; megatron-core would read it as a "
+                     f"torch_dcp checkpoint and fail after allocating the model on every rank; {fix}")
 
 
 def _recognised_format(directory: Path | None) -> str | None:
