@@ -1,7 +1,7 @@
 """``oellm convert``: checkpoint conversion between Hugging Face safetensors and megatron-core.
 
 ``oellm convert hf-to-mcore --model CARD --hf PATH --out DIR`` writes a megatron-core distributed checkpoint that
-megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf --model CARD --mcore DIR --out PATH`` writes
+megatron training loads at any TP/PP/EP; ``oellm convert mcore-to-hf [--model CARD] --mcore DIR --out PATH`` writes
 sharded safetensors plus ``config.json`` that ``from_pretrained`` loads (with ``--tokenizer DIR``, also that folder's
 tokenizer files, for ``AutoTokenizer`` and evaluation harnesses). ``--vocab-size N`` (either direction)
 converts with the card's vocabulary set to N, for checkpoints of a run trained with ``--vocab-size N``. Both stream
@@ -94,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     to_mcore.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
-    to_hf.add_argument("--model", required=True, help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`)")
+    to_hf.add_argument("--model", help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`); default: the card the "
+                                       "checkpoint stores (hf-to-mcore's, or the --oellm-model of the run that saved "
+                                       "it)")
     to_hf.add_argument("--mcore", required=True, type=path_argument,
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
     to_hf.add_argument("--out", required=True, type=path_argument, help="output directory for from_pretrained")
@@ -138,11 +140,13 @@ def _convert(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     try:
-        card = get_card(args.model)
+        card = get_card(_card_name(args))
         if args.vocab_size is not None:
             card = card.with_vocab(args.vocab_size)
     except CardError as error:
         return refuse(f"convert {args.direction}", error)
+    except ConversionError as error:
+        return refuse(f"convert {args.direction}", error, error.exit_status)
     except KeyboardInterrupt:  # Ctrl-C before the conversion set its handlers (from then on, a ConversionInterrupted)
         return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
     try:
@@ -159,13 +163,31 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _card_name(args: argparse.Namespace) -> str:
+    """``--model``, else (mcore-to-hf) the card the checkpoint stores; a :class:`ConversionError` naming ``--model``
+    when neither names one."""
+    if args.model is not None:
+        return args.model
+    from megatron.oellm.convert.errors import ConversionError
+    from megatron.oellm.convert.to_hf import checkpoint_card_name
+
+    name = checkpoint_card_name(args.mcore)
+    if name is None:
+        raise ConversionError(f"--mcore {args.mcore} stores no card (neither hf-to-mcore's nor a training run's "
+                              "--oellm-model): pass --model CARD (see `oellm models`)")
+    return name
+
+
 def _print_summary(args: argparse.Namespace, card: ModelCard, summary: ConversionSummary, seconds: float) -> None:
     """The report of a finished conversion: what was read and written where, in how long, and what was left out."""
     from megatron.oellm.convert.summary import training_flags
 
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
-    print(f"oellm convert {args.direction}: {card.name}{vocab}: read {summary.tensors_read} tensors, wrote "
+    stored = " (the checkpoint's card)" if args.model is None else ""
+    print(f"oellm convert {args.direction}: {card.name}{stored}{vocab}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {seconds:.1f} s")
+    if summary.source:
+        print(f"  {summary.source}")
     if summary.padding_rows:
         print(f"  dropped {summary.padding_rows} vocabulary padding rows past the card's {card.vocab_size} (megatron's "
               "make-vocab-size-divisible-by x TP padding)")

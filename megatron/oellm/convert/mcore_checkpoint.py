@@ -66,6 +66,14 @@ CHECKPOINT_VERSION = 3.0
 """megatron training's current checkpoint version (``set_checkpoint_version``)."""
 
 
+def stored_card_name(common: dict) -> str | None:
+    """The card a checkpoint's common state ``common`` names: the one hf-to-mcore recorded (:data:`CARD_KEY`), else
+    the ``--oellm-model`` of the training run that saved it (its stored ``args``); None if it names none."""
+    record = common.get(CARD_KEY)
+    name = record.get("name") if isinstance(record, dict) else getattr(common.get("args"), "oellm_model", None)
+    return name if isinstance(name, str) and name else None
+
+
 def card_record(card: ModelCard) -> dict:
     """The card as stored with megatron weights (every field except the free-text ``sources``)."""
     return {k: v for k, v in dataclasses.asdict(card).items() if k != "sources"}

@@ -272,12 +272,12 @@ def _data_order(shard: Layout) -> Layout:
     return sorted(shard, key=lambda entry: (_DATA_RANK.get(entry[2], -1), entry[0]))  # -1: refused by _header
 
 
-def _header(shard: Layout) -> tuple[bytes, dict[str, int]]:
+def _header(shard: Layout, metadata: Mapping[str, str]) -> tuple[bytes, dict[str, int]]:
     """The safetensors header of a file holding ``shard``'s tensors (the little-endian 8-byte length, then the JSON:
-    ``format: pt`` as ``save_file`` writes it and :data:`EXPORT_MARK`, then dtype, shape and byte range of every
+    ``format: pt`` as ``save_file`` writes it, :data:`EXPORT_MARK` and the writer's ``metadata``, then dtype, shape and byte range of every
     tensor in :func:`_data_order`, padded with spaces to :data:`_HEADER_ALIGNMENT`), and the file offset of each
     tensor's bytes, where they are written whatever order the tensors arrive in."""
-    entries: dict[str, object] = {"__metadata__": {"format": "pt", **EXPORT_MARK}}
+    entries: dict[str, object] = {"__metadata__": {"format": "pt", **metadata, **EXPORT_MARK}}
     offset = 0
     for name, shape, dtype in _data_order(shard):
         if dtype not in _DTYPE_NAMES:
@@ -302,11 +302,14 @@ def _write_tensor(file: BinaryIO, tensor: Tensor) -> None:
 
 class ShardedSafetensorsWriter:
     """Writes the tensors of ``layout``, in its order, to numbered safetensors shards of at most ``max_shard_bytes``
-    and an index json, streaming (see module doc): memory holds the tensor being written, never a shard."""
+    and an index json, streaming (see module doc): memory holds the tensor being written, never a shard.
+    ``metadata`` (string values, as safetensors takes them) goes into every file's metadata next to
+    :data:`EXPORT_MARK`: where the export came from."""
 
     def __init__(self, directory: Path, layout: Iterable[tuple[str, tuple[int, ...], torch.dtype]],
-                 max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
+                 max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, metadata: Mapping[str, str] | None = None) -> None:
         self.directory = directory
+        self._metadata = dict(metadata or {})
         self._layout = [(name, tuple(shape), dtype) for name, shape, dtype in layout]
         self._shards = _plan_shards(self._layout, max_shard_bytes)
         self._written = 0
@@ -340,7 +343,7 @@ class ShardedSafetensorsWriter:
         """Open the next shard's temporary file and write its header."""
         shard = self._shards[len(self._paths)]
         path = self.directory / f"shard-{len(self._paths):05d}.tmp"
-        header, self._positions = _header(shard)
+        header, self._positions = _header(shard, self._metadata)
         self._file = open(path, "wb")  # closed after the shard's last tensor, or by __exit__
         self._file.write(header)
         self._paths.append(path)
@@ -378,7 +381,7 @@ class ShardedSafetensorsWriter:
             files.append(final)
             weight_map.update(dict.fromkeys((name for name, _, _ in shard), final.name))
         total = sum(tensor_nbytes(shape, dtype) for _, shape, dtype in self._layout)
-        index = {"metadata": {"total_size": total, **EXPORT_MARK}, "weight_map": dict(sorted(weight_map.items()))}
+        index = {"metadata": {"total_size": total, **self._metadata, **EXPORT_MARK}, "weight_map": dict(sorted(weight_map.items()))}
         (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         return [*files, self.directory / INDEX_NAME]
 

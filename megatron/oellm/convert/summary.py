@@ -29,6 +29,9 @@ class ConversionSummary:
     """Vocabulary rows megatron padded past the card's vocabulary, dropped by mcore-to-hf (per vocabulary tensor)."""
     notes: list[str] = field(default_factory=list)
     """Lines for the report: where the HF config came from or went, or that there was none."""
+    source: str = ""
+    """A report line naming the checkpoint read, printed under the first (mcore-to-hf: its iteration directory and
+    iteration)."""
 
 
 CONVERTED_LOAD_STRICTNESS = "log_unexpected"

@@ -18,7 +18,13 @@ from megatron.oellm.convert.errors import ConversionError, listed
 from megatron.oellm.convert.export_config import export_config_files
 from megatron.oellm.convert.family import Unit, family_module, iter_mcore_to_hf, mcore_to_hf_unit, unit_shapes, units
 from megatron.oellm.convert.hf_config import CONFIG_FILES, CONFIG_NAME
-from megatron.oellm.convert.mcore_checkpoint import resolve_mcore_dir
+from megatron.oellm.convert.mcore_checkpoint import (
+    ITERATION_FILE,
+    RELEASE,
+    iteration_of,
+    resolve_mcore_dir,
+    stored_card_name,
+)
 from megatron.oellm.convert.output import check_not_input, resolved_out, staged_output
 from megatron.oellm.convert.safetensors_io import (
     DEFAULT_MAX_SHARD_BYTES,
@@ -126,6 +132,35 @@ def _hf_layout(card: ModelCard, reader: CheckpointReader, unit_pieces: list[list
     return [entry for _, tensors in iter_mcore_to_hf(card, meta) for entry in layout_of(tensors)]
 
 
+def checkpoint_card_name(mcore_dir: Path) -> str | None:
+    """The card the checkpoint ``--mcore mcore_dir`` stores (:func:`stored_card_name`): what mcore-to-hf converts
+    with when ``--model`` is not given. None if it stores none; :class:`ConversionError` if it cannot be read."""
+    return stored_card_name(CheckpointReader(resolve_mcore_dir(mcore_dir)).common_state())
+
+
+def source_iteration(directory: Path, common: dict) -> int | None:
+    """The training iteration of the checkpoint in ``directory``: the one its ``iter_XXXXXXX`` name holds (by which
+    megatron picks it), else the one its common state stores (0 for hf-to-mcore's ``release``); None if neither
+    says."""
+    named = iteration_of(directory.name)
+    stored = common.get("iteration")
+    if named is not None or not isinstance(stored, int) or isinstance(stored, bool):
+        return named
+    return stored
+
+
+def source_line(mcore_dir: Path, directory: Path, iteration: int | None) -> str:
+    """The report line naming the checkpoint an export read: its iteration directory (absolute) and iteration, and
+    whether the run folder's ``latest_checkpointed_iteration.txt`` chose it (``--mcore`` named the folder) or
+    ``--mcore`` named it itself; a run folder may hold newer iterations than the one its tracker names."""
+    if directory.name == RELEASE:
+        what = f"the {RELEASE} checkpoint"
+    else:
+        what = "the checkpoint" if iteration is None else f"iteration {iteration}"
+    how = f"the one {ITERATION_FILE} names" if directory != mcore_dir else "as given with --mcore"
+    return f"exported {what} from {directory.absolute()} ({how})"
+
+
 def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: list[mcore_layout.Piece],
                  writer: ShardedSafetensorsWriter) -> None:
     """Read one unit's megatron tensors and write its HF tensors with ``writer``. A function of its own so that the unit's read buffers are released when it returns: a loop variable holding them would keep one
@@ -169,6 +204,7 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
     unit_pieces = _planned_pieces(card, reader, padded)
     config_inputs = [hf_config_dir / name for name in config_files] if hf_config_dir is not None else []
     tokenizer_inputs = [tokenizer_dir / name for name in tokenizer_names] if tokenizer_dir is not None else []
+    iteration = source_iteration(reader.directory, common)
     out_dir = resolved_out(out_dir)
     check_not_input(out_dir, [mcore_dir, reader.directory, *reader.input_files(), *config_inputs, *tokenizer_inputs])
     needed = bytes_of((piece, stored[piece.key][1]) for pieces in unit_pieces for piece in pieces)
@@ -176,7 +212,8 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
     foreign = _foreign_in_hf_output_with_tokenizer if tokenizer_dir is not None else _foreign_in_hf_output
     _refuse_unmarked_model(out_dir)
     with (staged_output(out_dir, overwrite, foreign, needed, guard) as staging,
-          ShardedSafetensorsWriter(staging, layout, max_shard_bytes) as writer):
+          ShardedSafetensorsWriter(staging, layout, max_shard_bytes,
+                                   _source_metadata(reader.directory, iteration)) as writer):
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, tokenizer_names, staging)
         for unit, pieces in zip(units(card), unit_pieces, strict=True):
@@ -190,4 +227,12 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
                        f"{', '.join(tokenizer_names)}"] if tokenizer_dir is not None else [])
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout),
                              sorted(key for key in stored if key.startswith(MTP_KEY_PREFIX)), padded - card.vocab_size,
-                             [config_note, *tokenizer_note, *leftover_notes(out_dir)])
+                             [config_note, *tokenizer_note, *leftover_notes(out_dir)],
+                             source_line(mcore_dir, reader.directory, iteration))
+
+
+def _source_metadata(directory: Path, iteration: int | None) -> dict[str, str]:
+    """What every file of the export records of its source (safetensors metadata takes strings only): the
+    checkpoint's iteration directory, absolute, and its iteration where known."""
+    found = {"oellm_source": str(directory.absolute())}
+    return found if iteration is None else {**found, "oellm_iteration": str(iteration)}

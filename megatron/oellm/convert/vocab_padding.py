@@ -72,8 +72,21 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
     if padded not in expected:
         raise ConversionError(f"the checkpoint's vocabulary tensors have {padded} rows, but megatron pads the card's "
                               f"{vocab_size} tokens to {' or '.join(map(str, sorted(expected)))} {how}; the run "
-                              "trained another vocabulary: pass the run's --vocab-size to oellm convert")
+                              f"trained another vocabulary: {_run_vocab_fix(padded, megatron_args)}")
     return padded
+
+
+def _run_vocab_fix(padded: int, megatron_args: Any) -> str:
+    """What to pass for a checkpoint whose ``padded`` vocabulary rows are not the card's: the exact ``--vocab-size``
+    of the saving run where its stored arguments hold one that megatron pads to ``padded`` (at the run's
+    tensor-parallel size and divisor), else the run's ``--vocab-size`` in words."""
+    run_vocab = getattr(megatron_args, "vocab_size", None)
+    divisor = getattr(megatron_args, "make_vocab_size_divisible_by", None)
+    tp = getattr(megatron_args, "tensor_model_parallel_size", None)
+    stated = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (run_vocab, divisor, tp))
+    if stated and megatron_padded_vocab(run_vocab, tp, divisor) == padded:
+        return f"pass --vocab-size {run_vocab} (the saving run's) to oellm convert"
+    return "pass the run's --vocab-size to oellm convert"
 
 
 def vocab_size_fix(vocab_size: int) -> str:
