@@ -3,6 +3,7 @@ else the card's; each checked against the card, a multimodal one reduced to its 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from megatron.oellm.cards import ModelCard
@@ -43,9 +44,14 @@ def export_config_files(card: ModelCard, common: dict, directory: Path,
         files = read_config_files(hf_config_dir)
         if CONFIG_NAME not in files:
             raise ConversionError(f"--hf-config {hf_config_dir} has no {CONFIG_NAME}")
-        check_hf_config(card, files[CONFIG_NAME], str(hf_config_dir / CONFIG_NAME),
-                        fix="give --hf-config the directory of this checkpoint's own HF model")
-        return _text_model_only(card, files, f"{' and '.join(files)} from --hf-config {hf_config_dir}")
+        note = f"{' and '.join(files)} from --hf-config {hf_config_dir}"
+        resized = _resized_vocab_config(card, files[CONFIG_NAME], str(hf_config_dir / CONFIG_NAME))
+        if resized is None:
+            return _text_model_only(card, files, note)
+        text, stated = resized
+        return _text_model_only(card, {**files, CONFIG_NAME: text},
+                                f"{note}; its vocab_size {stated} is set to the export's vocabulary of "
+                                f"{card.vocab_size} (the run trained another), every other field as given")
     files = _stored_config_files(common, directory)
     if CONFIG_NAME in files:
         check_hf_config(card, files[CONFIG_NAME], f"the {CONFIG_NAME} stored with {directory}")
@@ -53,6 +59,32 @@ def export_config_files(card: ModelCard, common: dict, directory: Path,
     kept = f" ({' and '.join(files)} as kept with the checkpoint)" if files else ""
     return files, (f"{CONFIG_NAME} derived from the card{kept}: the checkpoint holds no HF config.json (e.g. saved "
                    "by training); pass --hf-config DIR of the original model to keep its token ids and settings")
+
+
+_HF_CONFIG_FIX = "give --hf-config the directory of this checkpoint's own HF model"
+
+
+def _resized_vocab_config(card: ModelCard, config_text: str, where: str) -> tuple[str, int] | None:
+    """Check an ``--hf-config`` ``config.json`` (``config_text``, from ``where``) against ``card``; None when it
+    describes the card as it is. One whose only difference is the vocabulary (the original model of a run that
+    trained another, e.g. with ``--vocab-size``) is accepted: returned as (its text with ``vocab_size`` set to the
+    card's, the ``vocab_size`` it stated). Any other difference is refused naming every contradicted field; without
+    this, the refusal's ``--vocab-size`` of the original model and the checkpoint's rows sent the user back and
+    forth."""
+    config = parse_json_object(config_text, where)
+    text = config.get("text_config", config)  # a multimodal config's language model: what the export describes
+    stated = text.get("vocab_size") if isinstance(text, dict) else None
+    if isinstance(stated, int) and stated != card.vocab_size:
+        text["vocab_size"] = card.vocab_size
+        resized = json.dumps(config, indent=2) + "\n"
+        try:
+            check_hf_config(card, resized, where, fix=_HF_CONFIG_FIX)
+        except ConversionError:
+            pass  # refused below, naming every field (the vocabulary too) the config contradicts
+        else:
+            return resized, stated
+    check_hf_config(card, config_text, where, fix=_HF_CONFIG_FIX)
+    return None
 
 
 def _text_model_only(card: ModelCard, files: dict[str, str], note: str) -> tuple[dict[str, str], str]:
