@@ -322,6 +322,10 @@ class Run:
     such message; a later iteration line of the same run clears it)."""
     line_span: tuple[int, int] = (1, 0)
     """The first and last line number (1-based, in the file) of the run's part of the log."""
+    failure_after: int = 0
+    """The last iteration whose whole line the run printed before the first of :data:`FAILURE_MARKERS` that counts
+    towards its :attr:`failure` (0: no failure, or none before it): iterations up to it completed before anything
+    went wrong, e.g. a run whose NCCL watchdog times out at teardown after ``[after training is done]``."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """Iteration -> the line number of the run's last cut line of that iteration (see :func:`_parse_iteration`)."""
 
@@ -377,6 +381,8 @@ class _RunText:
     lines: list[str] = field(default_factory=list)
     heads: list[int] = field(default_factory=list)
     """Indices into :attr:`lines` of the run's iteration lines, cut ones included."""
+    whole: list[tuple[int, int]] = field(default_factory=list)
+    """(index into :attr:`lines`, iteration) of the run's whole iteration lines, in log order."""
     first_line: int = 1
     """The line number (1-based) in the file of :attr:`lines`' first line."""
     cut_lines: dict[int, int] = field(default_factory=dict)
@@ -390,10 +396,18 @@ class _RunText:
     def frozen(self) -> Run:
         """The finished :class:`Run`, its failure read from its own lines only, after the last point training is
         seen to go on from (:meth:`live_from`)."""
+        live_from = self.live_from()
+        failure = detect_failure(self.lines, live_from)
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
-                   detect_failure(self.lines, self.live_from()), self.finished, self.vocabulary,
+                   failure, self.finished, self.vocabulary,
                    self.deliberate_exit, line_span=(self.first_line, self.first_line + len(self.lines) - 1),
-                   cut_lines=self.cut_lines)
+                   cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0)
+
+    def whole_before(self, live_from: int) -> int:
+        """The iteration of the last whole iteration line before the first failure marker from line ``live_from``
+        on (:func:`first_marker_index`), 0 if there is none before it."""
+        marker = first_marker_index(self.lines, live_from)
+        return max((iteration for index, iteration in self.whole if index < marker), default=0)
 
     def live_from(self) -> int:
         """The index of the first line whose failure markers count: training went on past every marker before it.
@@ -455,6 +469,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
             current.cut_lines[iteration] = number
             continue
         iterations[iteration] = record
+        current.whole.append((len(current.lines) - 1, iteration))
         current.last_iteration = iteration
         current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
@@ -504,6 +519,16 @@ def detect_failure(lines: list[str], live_from: int) -> str:
     stop, status = found
     before = _before_stop(text, text.rfind("\n", 0, stop.start()) + 1)
     return first_failure(before, FAILURE_MARKERS[:_STOP_RANK]) or status(stop, text)
+
+
+def first_marker_index(lines: list[str], live_from: int) -> int:
+    """The index in ``lines`` (one run's part of a log) of the first line from ``live_from`` on that shows any of
+    :data:`FAILURE_MARKERS`, the traceback of an exception Python went on after left out
+    (:func:`mark_ignored_tracebacks`); ``len(lines)`` if none does. Any marker counts, even one whose status is a
+    consequence of another (torchrun's own traceback): an earlier marker only moves the failure earlier."""
+    text = "\n".join(mark_ignored_tracebacks(lines)[live_from:])
+    starts = [match.start() for pattern, _ in FAILURE_MARKERS if (match := pattern.search(text))]
+    return live_from + text.count("\n", 0, min(starts)) if starts else len(lines)
 
 
 def slurm_stop(text: str) -> tuple[re.Match, FailureStatus] | None:

@@ -110,14 +110,15 @@ def test_a_handled_traceback_training_went_on_after_is_no_crash(args, after, han
 
 
 def test_a_traceback_after_the_last_iteration_line_is_a_crash(args):
-    """The final checkpoint save failing after megatron's end-of-training line: the run did not end well."""
+    """The final checkpoint save failing after megatron's end-of-training line: the run did not end well (the row
+    keeps the window's numbers: the failure came after its last line)."""
     times = random_times(10, random.uniform(60_000.0, 90_000.0))
     text = _text(args, times, {4: WANDB_THREAD}, tail=DONE + "\n" + SAVE_CRASH)
     assert summarise(parse_log_text(text), Window(), 4).status == \
-        "crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10"
+        "ok (crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10, after the window)"
     unfinished = _text(args, times, {10: LOGGED}, total=20)
     assert summarise(parse_log_text(unfinished), Window(), 4).status == \
-        "crashed (OSError: [Errno 5] Input/output error) at iteration 10"
+        "ok (crashed (OSError: [Errno 5] Input/output error) at iteration 10, after the window)"
 
 
 @pytest.mark.parametrize("marker", MARKERS)
@@ -179,7 +180,7 @@ def test_a_threads_traceback_after_the_last_line_is_no_crash(args):
     assert row.ok and row.step_time_s == pytest.approx(statistics.median(times[2:]) / 1000, rel=1e-12)
     thread_then_crash = DONE + "\n" + WANDB_THREAD + "\n" + SAVE_CRASH
     assert summarise(parse_log_text(_text(args, times, {}, tail=thread_then_crash)), Window(), 4).status == \
-        "crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10"
+        "ok (crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10, after the window)"
 
 
 IN_PROGRESS_ARGS = {"train_iters": 10, "log_interval": 1, "global_batch_size": 64, "seq_length": 4096,

@@ -74,7 +74,7 @@ def test_a_crash_among_ignored_exceptions_of_one_node_still_counts(args, prefix)
     for shutdown in (_line_by_line([*reports, crash + [f"{prefix}"] * 2]), _shuffled([*reports, crash])):
         log = parse_log_text(_text(args, times, 20, prefix, shutdown))
         assert log.runs[-1].failure.startswith("crashed"), shutdown
-        assert summarise(log, Window(), 4).status.endswith(" at iteration 12")
+        assert summarise(log, Window(), 4).status.endswith(" at iteration 12, after the window)")
     header = ignored_at_shutdown(prefix)[0]
     ordinary = [header, f"{prefix}INFO:megatron.core.utils:saving the last samples", *crash]
     assert parse_log_text(_text(args, times, 20, prefix, ordinary)).runs[-1].failure == "crashed (RuntimeError: boom)"
@@ -106,7 +106,7 @@ def test_slurms_messages_of_a_step_it_killed_mark_the_row(args, message, status)
     tail = ["srun: error: Node failure on as01r1b05",
             "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", message]
     assert summarise(parse_log_text(_text(args, times, 20, tail=tail)), Window(), 4).status == \
-        f"{status} at iteration 12"
+        f"ok ({status} at iteration 12, after the window)"
 
 
 def test_slurms_benign_memory_note_is_no_failure(args):
@@ -177,17 +177,18 @@ def test_torchruns_own_tracebacks_do_not_hide_why_the_job_ended(args):
     crashed = [RANK_CRASH, TORCHRUN_CHILD_FAILED, "srun: error: as01r1b02: task 1: Exited with exit code 1",
                TORCHRUN_SIGNAL]
     assert summarise(parse_log_text(_text(args, times, 20, tail=crashed)), Window(), 4).status == \
-        "crashed (RuntimeError: expert capacity exceeded on rank 7) at iteration 12"
+        "ok (crashed (RuntimeError: expert capacity exceeded on rank 7) at iteration 12, after the window)"
 
 
 def test_torchruns_traceback_alone_still_marks_the_row(args):
     """With no other sign of the failure, torchrun's own traceback still says the job did not end well."""
     times = random_times(12, random.uniform(60_000.0, 90_000.0))
     status = summarise(parse_log_text(_text(args, times, 20, tail=[TORCHRUN_CHILD_FAILED])), Window(), 4).status
-    assert status == "crashed (torch.distributed.elastic.multiprocessing.errors.ChildFailedError) at iteration 12"
+    assert status == ("ok (crashed (torch.distributed.elastic.multiprocessing.errors.ChildFailedError) at iteration "
+                      "12, after the window)")
     status = summarise(parse_log_text(_text(args, times, 20, tail=[TORCHRUN_SIGNAL])), Window(), 4).status
-    assert status.startswith("crashed (torch.distributed.elastic.multiprocessing.api.SignalException: Process 111")
-    assert status.endswith(" at iteration 12")
+    assert status.startswith("ok (crashed (torch.distributed.elastic.multiprocessing.api.SignalException: Process 111")
+    assert status.endswith(" at iteration 12, after the window)")
 
 
 DATALOADER_SIGTERM = """\
@@ -207,7 +208,8 @@ def test_a_data_loader_worker_ended_by_the_jobs_sigterm_does_not_hide_the_cancel
     assert summarise(parse_log_text(_text(args, times, 20, tail=[worker, cancelled, TORCHRUN_SIGNAL])),
                      Window(3, 13), 4).status == "cancelled (time limit) at iteration 12"
     alone = summarise(parse_log_text(_text(args, times, 20, tail=[worker])), Window(), 4).status
-    assert alone.startswith("crashed (RuntimeError: DataLoader worker (pid ") and alone.endswith(" at iteration 12")
+    assert alone.startswith("ok (crashed (RuntimeError: DataLoader worker (pid ")
+    assert alone.endswith(" at iteration 12, after the window)")
     killed = worker.replace("Terminated", "Killed")
     status = summarise(parse_log_text(_text(args, times, 20, tail=[killed, cancelled])), Window(), 4).status
-    assert status.startswith("crashed (RuntimeError: DataLoader worker") and "Killed" in status
+    assert status.startswith("ok (crashed (RuntimeError: DataLoader worker") and "Killed" in status

@@ -112,11 +112,13 @@ def test_failed_runs_give_a_status_and_no_numbers(tail, status):
                ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_logged", "mfu"))
 
 
-def test_a_crash_after_the_window_still_has_no_numbers():
+def test_a_crash_after_the_window_keeps_the_numbers_and_names_the_crash():
     args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
     text = megatron_log(args, random_times(10, 75000.0), [130.0] * 10,
                         tail="Traceback (most recent call last):\nValueError: bad checkpoint\n")
-    assert summarise(parse_log_text(text), Window(), 4).status == "crashed (ValueError: bad checkpoint) at iteration 10"
+    row = summarise(parse_log_text(text), Window(), 4)
+    assert row.status == "ok (crashed (ValueError: bad checkpoint) at iteration 10, after the window)"
+    assert row.step_time_s > 0
 
 
 def test_truncated_logs_say_where_they_stop():

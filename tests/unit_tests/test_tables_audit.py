@@ -106,7 +106,8 @@ def test_a_crash_message_is_read_from_the_crashing_ranks_own_lines(args):
             f"3: RuntimeError: {message}"]
     times = _times()
     text = "\n".join([*(f"7: {line}" for line in [*args_block(args), *_lines(args, times, total=20)]), *tail])
-    assert summarise(parse_log_text(text), Window(), 4).status == f"crashed (RuntimeError: {message}) at iteration 10"
+    assert summarise(parse_log_text(text), Window(), 4).status == \
+        f"ok (crashed (RuntimeError: {message}) at iteration 10, after the window)"
 
 
 def test_a_one_line_run_that_finished_after_a_handled_traceback_is_no_crash(args):

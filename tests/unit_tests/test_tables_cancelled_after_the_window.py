@@ -1,6 +1,7 @@
 """``oellm table`` on a run SLURM ended after a clean, whole window (its time limit, ``scancel``, a preemption): the
 row keeps the window's numbers, as the same run ended by ``--exit-interval`` does, and its status still says how
-the job ended. A failure of the run itself after the window, or a stop inside it, still gives no numbers. Fresh
+the job ended. So does a failure of the run itself after the window (its status names the failure); a stop or
+failure inside it still gives no numbers. Fresh
 random step times."""
 
 from __future__ import annotations
@@ -89,10 +90,12 @@ def test_a_stop_inside_the_window_gives_no_numbers(args, message):
       "FOR DETAILS ***"], "cancelled (node failure)"),
     (["srun: error: as01r1b01: task 3: Out Of Memory"], "task 3 out of memory (srun)"),
 ])
-def test_a_failure_of_the_run_after_the_window_still_gives_no_numbers(args, tail, status):
+def test_a_failure_of_the_run_after_the_window_keeps_the_numbers_and_is_named(args, tail, status):
     last = random.randint(11, 40)
     text, _ = _log(args, last, tail)
-    assert _row(text, Window()).status == f"{status} at iteration {last}"
+    row = _row(text, Window())
+    assert row.status == f"ok ({status} at iteration {last}, after the window)" and row.step_time_s > 0
+    assert _row(text, Window(3, last + 1)).status == f"{status} at iteration {last}"
 
 
 def test_with_a_log_interval_the_windows_last_line_must_be_whole(args):
@@ -106,7 +109,7 @@ def test_with_a_log_interval_the_windows_last_line_must_be_whole(args):
 def test_the_table_counts_the_row_as_having_numbers(args, tmp_path, capsys):
     """Markdown and CSV carry the row's numbers and status; it can be the baseline and is sorted with the ok rows."""
     cancelled, _ = _log(args, 30, [next(iter(STOPS))])
-    crashed, _ = _log(args, 30, ["[rank3]: torch.OutOfMemoryError: CUDA out of memory."])
+    crashed, _ = _log(args, 8, ["[rank3]: torch.OutOfMemoryError: CUDA out of memory."])
     (tmp_path / "a_crashed.log").write_text(crashed)
     (tmp_path / "b_cancelled.log").write_text(cancelled)
     logs = [str(tmp_path / "a_crashed.log"), str(tmp_path / "b_cancelled.log")]
@@ -114,7 +117,7 @@ def test_the_table_counts_the_row_as_having_numbers(args, tmp_path, capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if ".log |" in line]
     assert len(rows) == 2 and rows[0].startswith("| 8 | 32 | 4096 |")
     assert rows[0].endswith("| ok (cancelled (time limit) at iteration 30, after the window) |")
-    assert "| 100.0% |" in rows[0] and "| out of memory at iteration 30 |" in rows[1]
+    assert "| 100.0% |" in rows[0] and "| out of memory at iteration 8 |" in rows[1]
     assert main(["table", *logs, "--format", "csv"]) == 0
     csv_rows = capsys.readouterr().out.splitlines()
     assert csv_rows[1].startswith(f"{logs[1]},qwen3.5-35b-a3b,\"ok (cancelled (time limit) at iteration 30, after "

@@ -143,4 +143,4 @@ def test_ignored_exceptions_of_ranks_shutting_down_together_are_no_crash(args):
     crash = [f"{labels[0]}Traceback (most recent call last):", f'{labels[0]}  File "train.py", line 1',
              f"{labels[0]}RuntimeError: boom"]
     status = summarise(parse_log_text("\n".join([*lines, *_interleaved([*blocks[1:], crash])])), Window(), 4).status
-    assert status == "crashed (RuntimeError: boom) at iteration 10"
+    assert status == "ok (crashed (RuntimeError: boom) at iteration 10, after the window)"

@@ -142,4 +142,4 @@ def test_an_exception_python_ignored_is_no_crash():
              "[default3]:RuntimeError: boom\n")
     for tail in (IGNORED.format(rank=0) + crash, crash + IGNORED.format(rank=0)):
         assert summarise(parse_log_text(megatron_log(args, times, [130.0] * 10, tail=tail)), Window(), 4).status == \
-            "crashed (RuntimeError: boom) at iteration 10"
+            "ok (crashed (RuntimeError: boom) at iteration 10, after the window)"

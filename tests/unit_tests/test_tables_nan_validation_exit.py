@@ -56,12 +56,14 @@ def test_a_nan_exit_inside_the_window_says_so_instead_of_truncated():
     assert row.step_time_s is None and row.tokens_per_s_per_gpu is None
 
 
-def test_a_nan_exit_after_the_window_gives_no_numbers():
+def test_a_nan_exit_after_the_window_keeps_the_numbers_and_says_so():
+    """The rejected result came after the window's last line (whose skipped and NaN counts are 0): the window's
+    numbers stand, and the status names the exit."""
     stop = random.randint(12, 40)
     tail = _rejection(stop, "nan", "found NaN in local forward loss calculation")
     row = summarise(parse_log_text(_log(stop - 1, 50, tail), "nan.log"), Window(3, 10), 4)
-    assert row.status.startswith("stopped by megatron's result validation (nan: found NaN in local forward loss")
-    assert row.tokens_per_s_per_gpu is None
+    assert row.status.startswith("ok (stopped by megatron's result validation (nan: found NaN in local forward loss")
+    assert row.status.endswith(f" at iteration {stop - 1}, after the window)") and row.tokens_per_s_per_gpu > 0
 
 
 def test_a_rejected_result_the_run_went_on_after_is_no_failure():

@@ -54,8 +54,19 @@ def test_an_earlier_start_that_did_not_reach_the_window_end_is_not_named(args):
     assert status == "cancelled (preemption) at iteration 5"
 
 
-def test_an_earlier_start_that_crashed_after_the_window_is_not_named(args):
+def test_an_earlier_start_that_crashed_after_the_window_is_named(args):
+    """The crash came after the window's last line: the earlier start's window is as whole as a finished run's."""
     crashed, _ = _start(args, 15, "[rank3]: torch.OutOfMemoryError: CUDA out of memory.")
+    requeued, _ = _start(args, 5, PREEMPTED)
+    status = summarise(parse_log_text("\n".join(crashed + requeued)), Window(), 4).status
+    end = len(crashed)
+    assert status == (f"cancelled (preemption) at iteration 5; an earlier start of the program, lines 1-{end} of the "
+                      f"log, ran iterations 1-15 (out of memory): the log's first {end} lines alone give its numbers "
+                      f"(head -n {end})")
+
+
+def test_an_earlier_start_that_crashed_inside_the_window_is_not_named(args):
+    crashed, _ = _start(args, 8, "[rank3]: torch.OutOfMemoryError: CUDA out of memory.")
     requeued, _ = _start(args, 5, PREEMPTED)
     status = summarise(parse_log_text("\n".join(crashed + requeued)), Window(), 4).status
     assert status == "cancelled (preemption) at iteration 5"

@@ -37,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Megatron stdout log of one run each, all tasks' output in one file (rank 0 prints the "
                              "arguments, the last rank the iteration lines); a run SLURM stopped (its time limit, "
                              "scancel, a preemption or a requeue) once the line of the window's last iteration was "
-                             "printed whole keeps its numbers, its status 'ok (cancelled ... after the window)'; a "
-                             "cut line is no whole line")
+                             "printed whole keeps its numbers, its status 'ok (cancelled ... after the window)'; so "
+                             "does a run whose failure is first shown after that line ('ok (NCCL timeout ... after "
+                             "the window)'); a cut line is no whole line")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
     parser.add_argument("--window", default="3-10", help="iterations FIRST-LAST to take medians over (default 3-10)")
     parser.add_argument("--statistic", choices=("median", "mean"), default="median",

@@ -5,7 +5,7 @@ One row per log: nodes, GPUs, sequence length, global and micro batch size, the 
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
 log) is read with the arguments and the failure of the run that printed the window's lines. A run that ran out of
-memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed, was cancelled (unless
+memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled (unless
 after the window: see below), or that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
@@ -14,9 +14,11 @@ and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.sum
 ``world_size`` other than the product of the parallel sizes the block prints, or no whole number of nodes, or an MFU
 above 100 %, as a value another rank's output cut in two gives).
 A run SLURM stopped for no fault of its own (its time limit, ``scancel``, a preemption or a requeue) once the line of
-the window's last iteration was printed whole keeps its numbers, its status ``ok (cancelled (time limit) at iteration
-N, after the window)`` (:func:`~megatron.oellm.scaling_table.window.with_stop_note`); a cut line is no whole line, and a task's failure that made srun end
-the step is no such stop (:func:`megatron.oellm.run_log.task_failure`).
+the window's last iteration was printed whole, or whose failure is first shown after that line (an NCCL timeout at
+teardown, a full disk in the final save, an out-of-memory error at a later iteration), keeps its numbers, its status
+``ok (cancelled (time limit) at iteration N, after the window)`` or ``ok (NCCL timeout at iteration N, after the
+window)`` (:func:`~megatron.oellm.scaling_table.window.with_stop_note`); a cut line is no whole line, and a task's
+failure that made srun end the step is named as that failure (:func:`megatron.oellm.run_log.task_failure`).
 Our TFLOP/s and the MFU are n/a for a model that cannot be identified from its arguments, or whose vocabulary the log
 gives neither as ``vocab_size`` nor in megatron's ``padded vocab`` line (Megatron's logged TFLOP/s is still shown).
 Rows with numbers come first, sorted by model, sequence length, global batch size and nodes (:func:`sorted_rows`).

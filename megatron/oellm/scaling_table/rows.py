@@ -59,8 +59,8 @@ class Window:
 
 @dataclass(frozen=True)
 class ScalingRow:
-    """One log summarised; the numbers are None unless ``status`` is ``ok``, or ``ok (...)`` saying how the run was
-    stopped after the window (:func:`~megatron.oellm.scaling_table.window.with_stop_note`)."""
+    """One log summarised; the numbers are None unless ``status`` is ``ok``, or ``ok (...)`` saying how the run
+    ended badly after the window (:func:`~megatron.oellm.scaling_table.window.with_stop_note`)."""
 
     log: str
     model: str

@@ -35,8 +35,8 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
               flops_per_token: FlopsPerToken = corrected_flops_per_token) -> ScalingRow:
     """One :class:`ScalingRow` from a parsed log, read with the arguments of the window's run (:func:`window_run`):
     the window's medians (or means), or a status and no numbers (also for numbers :func:`implausible_numbers`
-    refuses); a run SLURM stopped after the window keeps its numbers and says how it ended (:func:`with_stop_note`).
-    Our TFLOP/s and the MFU need the model's card and are None without it."""
+    refuses); a run SLURM stopped, or that failed, after the window keeps its numbers and says how it ended
+    (:func:`with_stop_note`). Our TFLOP/s and the MFU need the model's card and are None without it."""
     run = window_run(log, window)
     args = run_arguments(run)
     model, card = identify_model(args) if args else ("unknown model", None)

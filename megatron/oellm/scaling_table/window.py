@@ -1,7 +1,8 @@
 """Which logged lines a row reads: the window's run (a log may hold several starts), its lines, and the
 status that says why a window gives no numbers (a failed or stopped run, missing, cut or extra lines, skipped
-steps, a changed batch), or how a run that gives numbers was stopped after the window (SLURM's time limit, a
-cancellation or a preemption once the line of the window's last iteration was printed whole).
+steps, a changed batch), or how a run that gives numbers ended badly after the window (SLURM's time limit, a
+cancellation or a preemption, or a failure first shown after the line of the window's last iteration was printed
+whole).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def _window_run_index(log: RunLog, window: Window) -> int:
 def window_status(log: RunLog, window: Window) -> str:
     """'ok' when the window's run (:func:`window_run`) shows no failure and the log's lines average exactly the
     window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
-    batch-size change; a run SLURM stopped once the window's last line was whole (:func:`stopped_after`) is ok too
-    (:func:`with_stop_note` says how it stopped). Else what went wrong, naming an earlier start of the program in
-    the log that ran the whole window (:func:`earlier_start_note`): a requeued start appended to a finished run's
+    batch-size change; a run that SLURM stopped, or that failed, only after the window's last line was printed whole
+    (:func:`stopped_after`) is ok too (:func:`with_stop_note` says how it ended). Else what went wrong, naming an
+    earlier start of the program in the log that ran the whole window (:func:`earlier_start_note`): a requeued start appended to a finished run's
     log must not hide it, nor be passed over silently."""
     index = _window_run_index(log, window)
     status = _run_status(log, window, log.runs[index])
@@ -70,18 +71,22 @@ def _run_status(log: RunLog, window: Window, run: Run) -> str:
 
 
 def stopped_after(run: Run, window: Window) -> bool:
-    """SLURM stopped ``run`` for no fault of its own (:attr:`Run.stopped_from_outside`: a time limit, ``scancel``, a
-    preemption) once it had printed the line of the window's last iteration, or a later one, whole
-    (:attr:`Run.last_iteration` counts whole lines only: a line cut by the kill is no proof): megatron prints an
-    iteration's line when the iteration has completed, so the window's iterations are as valid as those of a run
-    that went on (benchmarks often ask for many iterations and let the time limit end the job; a stop in the final
-    checkpoint save after the last iteration's line spoils nothing)."""
-    return run.stopped_from_outside and run.last_iteration >= window.last
+    """``run`` ended badly only after the window: SLURM stopped it for no fault of its own
+    (:attr:`Run.stopped_from_outside`: a time limit, ``scancel``, a preemption) once it had printed the line of the
+    window's last iteration, or a later one, whole; or its failure's first marker comes after such a line
+    (:attr:`Run.failure_after`: an NCCL timeout at teardown, a full disk in the final checkpoint save, W&B failing to
+    finish, an out-of-memory error at a later iteration). Megatron prints an iteration's line when the iteration has
+    completed, so the window's iterations are as valid as those of a run that went on (benchmarks often ask for many
+    iterations and let the time limit end the job). Whole lines only: a line cut by the kill is no proof."""
+    if run.stopped_from_outside and run.last_iteration >= window.last:
+        return True
+    return bool(run.failure) and run.failure_after >= window.last
 
 
 def with_stop_note(row: ScalingRow, run: Run, window: Window) -> ScalingRow:
-    """``row`` (the row of ``run``, the window's run: :func:`window_run`) with the status ``ok (cancelled (time
-    limit) at iteration N, after the window)`` when it has numbers and SLURM stopped ``run`` after the window
+    """``row`` (the row of ``run``, the window's run: :func:`window_run`) with the status ``ok (<failure> at iteration
+    N, after the window)`` (e.g. ``ok (cancelled (time limit) at iteration 14, after the window)``, ``ok (NCCL timeout
+    at iteration 10, after the window)``) when it has numbers and ``run`` ended badly after the window
     (:func:`stopped_after`): the row keeps its numbers and still says how the job ended."""
     if not row.ok or not stopped_after(run, window):
         return row
