@@ -19,6 +19,7 @@ from megatron.oellm.scaling_table import (
     Window,
     baseline_ties_note,
     check_plot_path,
+    earlier_window_note,
     format_csv,
     format_markdown,
     plot,
@@ -105,17 +106,21 @@ def check_log_paths(paths: list[str], plot: str | None = None) -> None:
                              "file, or leave the image out of the logs")
 
 
-def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> ScalingRow:
-    """The row of the log at ``path``; a value in it that cannot be read gives that row a status instead of
-    stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming it."""
+def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> tuple[ScalingRow, str]:
+    """The row of the log at ``path`` and, for a row with numbers, a ``note:`` when an earlier start in the log also
+    ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`; '' else): two runs in one log must not
+    pass as one. A value in it that cannot be read gives that row a status instead of stopping the table (the other
+    logs' rows are kept). A file the system cannot read is refused, naming it."""
     try:
-        return summarise(read_log(path), window, gpus_per_node, peak_tflops)
+        log = read_log(path)
+        row = summarise(log, window, gpus_per_node, peak_tflops)
     except TableError:
         raise
     except OSError as err:  # after the paths were checked: no permission, an I/O error of the file system
         raise TableError(f"log {path!r} cannot be read ({err.strerror or err})") from err
     except ValueError as err:
-        return ScalingRow(path, "unknown model", f"log not readable: {err}")
+        return ScalingRow(path, "unknown model", f"log not readable: {err}"), ""
+    return row, earlier_window_note(log, window) if row.ok else ""
 
 
 def available_baseline_nodes(baseline_nodes: float | None, rows: list[ScalingRow], rows_missing: bool) -> float | None:
@@ -154,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
             raise TableError(f"no log to read: {', '.join(map(repr, unmatched))} match no file")
         check_log_paths(logs, args.plot)
         window = Window.parse(args.window, args.statistic)
-        rows = sorted_rows([log_row(path, window, args.gpus_per_node, peak) for path in logs])
+        read = [log_row(path, window, args.gpus_per_node, peak) for path in logs]
+        rows = sorted_rows([row for row, _ in read])
         baseline_nodes = available_baseline_nodes(args.baseline_nodes, rows, rows_missing=bool(unmatched))
         rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
@@ -165,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
         unrated = unrated_rows_note(rows, baseline)
         if unrated:
             print(unrated, file=sys.stderr)
+        for _, note in read:
+            if note:
+                print(note, file=sys.stderr)
     except (TableError, OSError) as err:
         return refuse("table", err)
     if args.plot is not None:

@@ -124,19 +124,48 @@ def no_iteration_status(run: Run) -> str:
             f"one task's output file, {LAST_RANK_ONLY})")
 
 
-def earlier_start_note(log: RunLog, index: int, window: Window) -> str:
-    """``; an earlier start ...`` naming the lines and iterations of the latest start of the program before
-    ``log.runs[index]`` that ran the whole window and finished or was stopped by SLURM after it
-    (:func:`stopped_after`), so that the user can read it alone; '' when there is none."""
+def earlier_whole_start(log: RunLog, index: int, window: Window) -> Run | None:
+    """The latest start of the program before ``log.runs[index]`` that ran the whole window and finished, or ended
+    badly only after it (:func:`stopped_after`); None when there is none."""
     for earlier in reversed(log.runs[:index]):
-        ended = "finished" if earlier.finished and not earlier.failure else earlier.failure
         whole = earlier.start is not None and earlier.start <= window.first and earlier.last_iteration >= window.last
-        if whole and (ended == "finished" or stopped_after(earlier, window)):
-            first, last = earlier.line_span
-            return (f"; an earlier start of the program, lines {first}-{last} of the log, ran iterations "
-                    f"{earlier.start}-{earlier.last_iteration} ({ended}): the log's first {last} lines alone give "
-                    f"its numbers (head -n {last})")
-    return ""
+        if whole and (_ended(earlier) == "finished" or stopped_after(earlier, window)):
+            return earlier
+    return None
+
+
+def _ended(run: Run) -> str:
+    """How ``run`` ended: ``finished`` (megatron's end-of-training line and no failure), else its failure."""
+    return "finished" if run.finished and not run.failure else run.failure
+
+
+def earlier_start_note(log: RunLog, index: int, window: Window) -> str:
+    """``; an earlier start ...`` naming the lines and iterations of :func:`earlier_whole_start`, so that the user can
+    read it alone; '' when there is none."""
+    earlier = earlier_whole_start(log, index, window)
+    if earlier is None:
+        return ""
+    first, last = earlier.line_span
+    return (f"; an earlier start of the program, lines {first}-{last} of the log, ran iterations "
+            f"{earlier.start}-{earlier.last_iteration} ({_ended(earlier)}): the log's first {last} lines alone give "
+            f"its numbers (head -n {last})")
+
+
+def earlier_window_note(log: RunLog, window: Window) -> str:
+    """A ``note:`` line for the ok row of ``log`` when an earlier start of the program in it also ran the whole window
+    (:func:`earlier_whole_start`), e.g. one job's log appended twice by the same ``sbatch -o``: it names the log, the
+    start whose numbers the row gives (the latest one with a line in the window: :func:`window_run`) and the earlier
+    one, so that two runs' numbers are not taken for one's. '' when there is no such start."""
+    index = _window_run_index(log, window)
+    earlier = earlier_whole_start(log, index, window)
+    if earlier is None:
+        return ""
+    used, (first, last) = log.runs[index], earlier.line_span
+    return (f"note: {log.path} holds more than one run of the window {window}: its row gives the numbers of the "
+            f"start of the program at lines {used.line_span[0]}-{used.line_span[1]} (iterations "
+            f"{used.start}-{used.last_iteration}); an earlier start, lines {first}-{last}, ran iterations "
+            f"{earlier.start}-{earlier.last_iteration} ({_ended(earlier)}): head -n {last} of the log gives its "
+            "numbers")
 
 
 def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
