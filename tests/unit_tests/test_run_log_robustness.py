@@ -127,12 +127,13 @@ def test_lines_averaging_iterations_before_the_window_mark_the_row(args):
     steady = (225000.0 + 112000.0 + 3 * 75000.0) / 5
     text = "\n".join(_lines(every_5, {1: 225000.0, 5: steady, 10: 75000.0}))
     assert _status(text) == ("the line of iteration 5 averages iterations 1-5, which begin before the window 3-10 "
-                             "(log interval 5); start the window at 1, or after 5")
+                             "(log interval 5); give --window 6-10, which leaves out the warm-up, or rerun with "
+                             "--log-interval 1 for a line per iteration")
     row = summarise(parse_log_text(text), Window(6, 10), 4)
     assert row.ok and row.step_time_s == pytest.approx(75.0)
     assert _status(megatron_log(args, TIMES, [130.0] * 10), Window(2, 10)).startswith(
         "the line of iteration 2 averages iterations 1-2, which begin before the window 2-10 (log interval 1); "
-        "start the window at 1")
+        "give --window 3-10, which leaves out the warm-up")
     row = summarise(parse_log_text(megatron_log(args, TIMES, [130.0] * 10)), Window(1, 10), 4)  # line 2: 1-2 alone
     assert row.ok and row.step_time_s == pytest.approx(75.15)  # median of 10 iterations, 1 and 2 at line 2's time
     assert [interval_start(i, 1, 1) for i in (1, 2, 3)] == [1, 1, 3]

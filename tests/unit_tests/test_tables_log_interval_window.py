@@ -111,17 +111,17 @@ def test_megatrons_tflops_are_summarised_over_iterations_as_the_step_time_is(arg
 
 def test_a_window_without_a_whole_line_names_the_log_interval(args):
     """The default window 3-10 at log interval 10 or 5: the line of 10 (or 5) also averages warm-up iterations 1-2,
-    so the row is refused, naming the interval and where a window can start; a window holding no line names the
+    so the row is refused, naming the interval and a window after the warm-up; a window holding no line names the
     interval and which iterations megatron printed."""
     text10, _ = _megatron_log(args, _times(30), 10)
     assert _row(text10, Window()).status == (
         "the line of iteration 10 averages iterations 1-10, which begin before the window 3-10 (log interval 10); "
-        "start the window at 1, or after 10")
+        "give --window 11-20, which leaves out the warm-up, or rerun with --log-interval 1 for a line per iteration")
     assert _row(text10, Window(11, 20)).ok
     text5, _ = _megatron_log(args, _times(20), 5)
     assert _row(text5, Window()).status == (
         "the line of iteration 5 averages iterations 1-5, which begin before the window 3-10 (log interval 5); "
-        "start the window at 1, or after 5")
+        "give --window 6-10, which leaves out the warm-up, or rerun with --log-interval 1 for a line per iteration")
     assert _row(text5, Window(6, 10)).ok
     assert _row(text10, Window(3, 9)).status == (
         "no iteration line in the window 3-9: the log interval is 10, so megatron printed iterations 1 and multiples "

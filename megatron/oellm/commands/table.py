@@ -42,7 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "does a run whose failure is first shown after that line ('ok (NCCL timeout ... after "
                              "the window)'); a cut line is no whole line")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
-    parser.add_argument("--window", default="3-10", help="iterations FIRST-LAST to take medians over (default 3-10)")
+    parser.add_argument("--window", default="3-10",
+                        help="iterations FIRST-LAST to take medians over (default 3-10, after the warm-up); at a log "
+                             "interval N above 1 each line is the mean of N iterations, and the footnote says "
+                             "'medians of N-iteration means'")
     parser.add_argument("--statistic", choices=("median", "mean"), default="median",
                         help="summary of the window's iterations (default median, as the reports)")
     baseline = parser.add_mutually_exclusive_group()

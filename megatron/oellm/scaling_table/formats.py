@@ -48,7 +48,7 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     unidentified = " (n/a: the model or its vocabulary cannot be identified from the log)"
     tflops_na = unidentified if _has_na(rows, "tflops_per_gpu") else ""
     mfu_na = " (n/a with our TFLOP/s)" if _has_na(rows, "mfu") else ""
-    lines += ["", f"{window.statistic.capitalize()}s over iterations {window}. TFLOP/s/GPU: megatron-oellm's FLOP "
+    lines += ["", f"{_statistic_sentence(rows, window)} TFLOP/s/GPU: megatron-oellm's FLOP "
               f"accounting{tflops_na}; Megatron TFLOP/s/GPU: "
               "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
               f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
@@ -63,6 +63,22 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                       "iteration lowers the first more, so the two TFLOP/s columns differ by more than the two FLOP "
                       "counts do.")
     return "\n".join(lines)
+
+
+def _statistic_sentence(rows: Sequence[ScalingRow], window: Window) -> str:
+    """The footnote's first sentence: ``Medians over iterations 3-10.``, or, where the ok rows' log lines average
+    several iterations each (:attr:`ScalingRow.line_iterations`), ``Medians of 10-iteration means ...``: a median
+    over one line per ten iterations is no median of the iterations' own times."""
+    statistic = window.statistic.capitalize()
+    counts = sorted({count for row in rows if row.ok for count in row.line_iterations})
+    if all(count == 1 for count in counts):
+        return f"{statistic}s over iterations {window}."
+    if len(counts) == 1:
+        return (f"{statistic}s of {counts[0]}-iteration means over iterations {window}: megatron's log lines average "
+                f"{counts[0]} iterations each (the log interval).")
+    return (f"{statistic}s of N-iteration means over iterations {window}, N = {', '.join(map(str, counts))}: megatron's "
+            "log lines average the iterations since the line before (the log interval), each line counted once for "
+            "each iteration it averages.")
 
 
 def _has_na(rows: Sequence[ScalingRow], field: str) -> bool:
@@ -84,11 +100,12 @@ def _varying_settings_note(rows: Sequence[ScalingRow]) -> str:
 CSV_HEADERS = {"mfu": "mfu_fraction", "efficiency": "efficiency_fraction"}
 """CSV headers of the :class:`ScalingRow` fields that are fractions (0.116 where the markdown prints 11.6%)."""
 
-_CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow) if f.name not in ("model_key", "settings")]
+_CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)
+                   if f.name not in ("model_key", "settings", "line_iterations")]
 
 CSV_FIELDS = [CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS]
-"""CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key` and
-:attr:`ScalingRow.settings`, unrounded; the MFU and the efficiency as fractions (:data:`CSV_HEADERS`)."""
+"""CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`,
+:attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded; the MFU and the efficiency as fractions (:data:`CSV_HEADERS`)."""
 
 
 def format_csv(rows: Sequence[ScalingRow]) -> str:

@@ -86,6 +86,10 @@ class ScalingRow:
     settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     """The run's benchmark settings that are no scaling dimension, as (argument, printed value) pairs (see
     :func:`~megatron.oellm.scaling_table.summary.benchmark_settings`): part of its series, not a CSV column."""
+    line_iterations: tuple[int, ...] = field(default=(), repr=False)
+    """How many iterations each log line the window's numbers come from averages, each count once, ascending: ``(1,)``
+    with a line per iteration, ``(10,)`` at log interval 10 (the footnote's "medians of 10-iteration means"); not a
+    CSV column."""
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,7 @@ from megatron.oellm.scaling_table.identify import (
 )
 from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, FlopsPerToken, ScalingRow, TableError, Window
 from megatron.oellm.scaling_table.window import (
+    line_iterations,
     per_iteration,
     window_lines,
     window_run,
@@ -68,7 +69,8 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
-        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=benchmark_settings(args))
+        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=benchmark_settings(args),
+        line_iterations=line_iterations(window, lines))
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
         return ScalingRow(log.path, model, problem, model_key=key)
     return with_stop_note(row, run, window)

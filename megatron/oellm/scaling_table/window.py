@@ -305,8 +305,8 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
         start = interval_start(line.iteration, run_start, interval)
         if start < window.first:
             return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
-                    f"begin before the window {window} (log interval {interval}); start the window at {start}, or "
-                    f"after {line.iteration}")
+                    f"begin before the window {window} (log interval {interval}); "
+                    f"{_earlier_start_advice(run, start, line.iteration)}")
         if start < expected:
             return (f"the line of iteration {line.iteration} averages iterations {start}-{line.iteration}, which "
                     f"overlap the line of iteration {expected - 1} (megatron does not reset its timer there)")
@@ -328,6 +328,22 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
                 f"{lines[-1].iteration}, the next one reaches {following} (log interval {interval}); end the window "
                 "on a logged iteration")
     return ""
+
+
+def _earlier_start_advice(run: Run, start: int, end: int) -> str:
+    """How to read ``run`` when its line at ``end``, averaging iterations ``start..end``, begins before the window:
+    start the window at ``start`` or after ``end``, unless that line averages the run's first two iterations, whose
+    compilation and allocation the default window 3-10 leaves out. Then a window after them
+    (:func:`_window_after_warm_up`) or a rerun with ``--log-interval 1``; a window of that line only when neither is
+    at hand in this log, saying that it includes the warm-up."""
+    if start >= run.start + 2:
+        return f"start the window at {start}, or after {end}"
+    after_warm_up = _window_after_warm_up(run)
+    rerun = "rerun with --log-interval 1 for a line per iteration" if run.args.get("log_interval") != 1 else ""
+    if after_warm_up is not None:
+        return f"give --window {after_warm_up}, which leaves out the warm-up" + (f", or {rerun}" if rerun else "")
+    warm_up = f"--window {start}-{end} includes the warm-up (iterations {run.start}-{run.start + 1})"
+    return f"{rerun}; {warm_up}" if rerun else warm_up
 
 
 def _value_problem(window: Window, lines: Sequence[IterationLine]) -> str:
@@ -391,6 +407,13 @@ def _batch_problem(log: RunLog, window: Window, lines: Sequence[IterationLine]) 
                     f"{first}-{line.iteration} consumed {line.consumed_samples - before} samples, not "
                     f"{iterations} x {line.global_batch_size} (batch-size schedule?)")
     return ""
+
+
+def line_iterations(window: Window, lines: Sequence[IterationLine]) -> tuple[int, ...]:
+    """How many of the window's iterations each of ``lines`` averages, each count once, ascending (see
+    :func:`per_iteration`; ``lines`` must tile the window)."""
+    ends = [window.first - 1, *(line.iteration for line in lines)]
+    return tuple(sorted({end - before for before, end in zip(ends[:-1], ends[1:], strict=True)}))
 
 
 def per_iteration(window: Window, lines: Sequence[IterationLine], values: Sequence[float]) -> list[float]:
