@@ -13,6 +13,7 @@ from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
     CSV_FIELDS,
+    DEFAULT_GPU,
     DEFAULT_PEAK_TFLOPS,
     ScalingRow,
     TableError,
@@ -167,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         baseline_nodes = available_baseline_nodes(args.baseline_nodes, rows, rows_missing=bool(unmatched))
         rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
-        print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note))
+        gpu = args.gpu or (DEFAULT_GPU if args.peak_tflops is None else None)  # whose FP8 peak the footnote names
+        print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note, gpu))
         ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)
         if ties:  # the baseline was picked by order among equals: say which, and how to pick another
             print(ties, file=sys.stderr)

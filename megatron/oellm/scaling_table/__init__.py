@@ -37,7 +37,7 @@ efficiency), ``formats`` (markdown, CSV), ``plot`` (PNG).
 
 from megatron.oellm.scaling_table.formats import CSV_FIELDS, format_csv, format_markdown
 from megatron.oellm.scaling_table.plot import check_plot_path, plot, scaling_series
-from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, ScalingRow, TableError, Window
+from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, TableError, Window
 from megatron.oellm.scaling_table.summary import (
     baseline_ties_note,
     sorted_rows,
@@ -48,7 +48,7 @@ from megatron.oellm.scaling_table.summary import (
 from megatron.oellm.scaling_table.window import earlier_window_note, interval_start
 
 __all__ = [
-    "CSV_FIELDS", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note", "check_plot_path",
+    "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note", "check_plot_path",
     "earlier_window_note", "format_csv", "format_markdown", "interval_start", "plot", "scaling_series", "sorted_rows", "summarise",
     "unrated_rows_note", "with_efficiency",
 ]

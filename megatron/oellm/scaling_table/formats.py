@@ -9,7 +9,8 @@ import dataclasses
 import io
 from collections.abc import Sequence
 
-from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, ScalingRow, Window
+from megatron.oellm.peaks import GPU_PEAKS
+from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window
 from megatron.oellm.scaling_table.summary import varying_settings
 
 
@@ -29,9 +30,10 @@ def _markdown_cell(text: str) -> str:
 
 
 def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
-                    peak_tflops: float = DEFAULT_PEAK_TFLOPS, peak_note: str = "") -> str:
+                    peak_tflops: float = DEFAULT_PEAK_TFLOPS, peak_note: str = "", gpu: str | None = DEFAULT_GPU) -> str:
     """The table in the reports' markdown format, with a footnote on how the numbers were computed; ``peak_note``
-    (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator."""
+    (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator, the dense BF16 peak of ``gpu`` (None: a peak
+    the user gave), which FP8 rows are rated against too (:func:`_fp8_note`)."""
     base = f"{baseline.nodes:g} nodes" if baseline else "baseline"
     header = ["Nodes", "GPUs", "Seq", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
               "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", "Log", "Status"]
@@ -56,7 +58,7 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
               "recompute, FP8) and of its global batch size (strong scaling) or global batch size per GPU (weak "
-              f"scaling).{_varying_settings_note(rows)}"]
+              f"scaling).{_varying_settings_note(rows)}{_fp8_note(rows, peak_tflops, gpu)}"]
     if window.statistic == "mean":  # the median of the rates is the rate of the median step time; means differ
         lines[-1] += (" Step time, tokens/s/GPU and TFLOP/s/GPU come from the mean step time, Megatron TFLOP/s/GPU is "
                       "the mean of the logged per-iteration values (as the reports' mean rows give it): a slow "
@@ -79,6 +81,28 @@ def _statistic_sentence(rows: Sequence[ScalingRow], window: Window) -> str:
     return (f"{statistic}s of N-iteration means over iterations {window}, N = {', '.join(map(str, counts))}: megatron's "
             "log lines average the iterations since the line before (the log interval), each line counted once for "
             "each iteration it averages.")
+
+
+def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float, gpu: str | None) -> str:
+    """The footnote's sentence on the ok rows of FP8 runs (``fp8`` set in their arguments), '' when there are none:
+    their MFU is against the same peak as the others' (the reports rate every run against the BF16 peak), while
+    ``oellm flops --precision fp8`` divides by the GPU's dense FP8 peak, so one run would show two MFUs without it."""
+    fp8 = [number for number, row in enumerate(rows, 1) if row.ok and is_fp8(row)]
+    if not fp8:
+        return ""
+    which = f"run (row {fp8[0]})" if len(fp8) == 1 else f"runs (rows {', '.join(map(str, fp8))})"
+    if gpu is None:
+        return (f" The MFU of the FP8 {which} is against the same {peak_tflops:g} TFLOP/s; `oellm flops "
+                "--precision fp8` divides by the GPU's dense FP8 peak instead.")
+    fp8_peak = GPU_PEAKS[gpu].fp8_tflops
+    return (f" The MFU of the FP8 {which} is against the dense BF16 peak too, as the reports rate it; `oellm "
+            f"flops --gpu {gpu} --precision fp8` divides by the dense FP8 peak, {fp8_peak:g} TFLOP/s, instead: for the "
+            f"same run its MFU is {peak_tflops / fp8_peak:.2f} x this one.")
+
+
+def is_fp8(row: ScalingRow) -> bool:
+    """The row's run trained in FP8: its arguments block sets ``fp8`` (``hybrid``, ``e4m3``; unset prints None)."""
+    return dict(row.settings).get("fp8", "None") not in ("None", "False", "")
 
 
 def _has_na(rows: Sequence[ScalingRow], field: str) -> bool:

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.peaks import GPU_PEAKS
 
-DEFAULT_PEAK_TFLOPS = GPU_PEAKS["h100-sxm"].bf16_tflops
+DEFAULT_GPU = "h100-sxm"
+"""The GPU of the reports' MFU denominator (GH200's nominal peaks are the same)."""
+
+DEFAULT_PEAK_TFLOPS = GPU_PEAKS[DEFAULT_GPU].bf16_tflops
 """The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
 
 
