@@ -147,5 +147,5 @@ def test_cli_table_shows_the_exit(args, tmp_path, capsys):
                    [f"[exiting program after 45.2 minutes] datetime: {STAMP} "])
     path = tmp_path / "train.log"
     path.write_text(text)
-    assert main(["table", str(path), "--window", "3-10"]) == 0
+    assert main(["table", str(path), "--window", "3-10"]) == 1  # no row has numbers
     assert "| exited after iteration 8/40 (--exit-duration-in-mins 45) |" in capsys.readouterr().out

@@ -15,9 +15,9 @@ def test_logs_without_an_ok_row_print_their_statuses_and_no_baseline_note(tmp_pa
         path = tmp_path / f"slurm-{random.randint(0, 10**6)}-{number}.out"
         path.write_text("".join(f"srun: line {random.random()}\n" for _ in range(random.randint(1, 5))))
         logs.append(str(path))
-    assert main(["table", *logs]) == 0
+    assert main(["table", *logs]) == 1  # no row has numbers: said once, no baseline note
     captured = capsys.readouterr()
-    assert captured.err == ""
+    assert captured.err == "oellm table: error: no row has numbers: the Status column above says why\n"
     rows = [line for line in captured.out.splitlines() if line.startswith("|  |")]
     assert len(rows) == len(logs)
     assert all("no arguments block" in row for row in rows)

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "scancel, a preemption or a requeue) once the line of the window's last iteration was "
                              "printed whole keeps its numbers, its status 'ok (cancelled ... after the window)'; so "
                              "does a run whose failure is first shown after that line ('ok (NCCL timeout ... after "
-                             "the window)'); a cut line is no whole line")
+                             "the window)'); a cut line is no whole line. Exit status 1 when no row has numbers (the "
+                             "table is still printed, no --plot written)")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
     parser.add_argument("--window", default="3-10",
                         help="iterations FIRST-LAST to take medians over (default 3-10, after the warm-up); at a log "
@@ -142,8 +143,9 @@ def available_baseline_nodes(baseline_nodes: float | None, rows: list[ScalingRow
 
 
 def run(args: argparse.Namespace) -> int:
-    """Parse every log, print the table, optionally plot; 2 on bad options or an unreadable log, 1 when the plot
-    cannot be written after the table is printed."""
+    """Parse every log, print the table, optionally plot; 2 on bad options or an unreadable log, 1 when no row has
+    numbers (the table is printed, so that its Status column says why; a script must not read it as a result) or the
+    plot cannot be written after the table is printed."""
     try:
         if args.gpus_per_node < 1:
             raise TableError("--gpus-per-node must be >= 1")
@@ -181,6 +183,9 @@ def run(args: argparse.Namespace) -> int:
                 print(note, file=sys.stderr)
     except (TableError, OSError) as err:
         return refuse("table", err)
+    if not any(row.ok for row in rows):
+        unplotted = f"; --plot {args.plot} not written" if args.plot is not None else ""
+        return refuse("table", f"no row has numbers: the Status column above says why{unplotted}", status=1)
     if args.plot is not None:
         try:
             plot(rows, args.plot, args.title)
