@@ -26,7 +26,7 @@ failure, an uncorrectable memory error, a failed job) outranks the crash and NCC
 consequences; a traceback begun before that line counts with its exception line, which may come after it (slurmstepd
 writes from a process of its own). Lines end at ``\\n`` only, as ``wc -l``
 counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
-last iteration line. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
+last iteration line; :attr:`Run.failure_after` is its last whole iteration line before its failure's first marker. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
 ``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
 program after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``),
 ``[exiting program after receiving SIGTERM.]`` (``--exit-signal-handler``) and ``Termination requested. Performing
@@ -39,8 +39,10 @@ with K dummy tokens (new size: M)`` line (the arguments block is printed before 
 from __future__ import annotations
 
 import ast
+import gzip
 import re
 import signal
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -639,7 +641,28 @@ def _exception_line(text: str, at: int) -> tuple[int, int, re.Match] | None:
 
 def read_log(path: str | Path) -> RunLog:
     """Parse the log file at ``path`` (undecodable bytes replaced, e.g. a log cut mid-character), its line ends as
-    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`)."""
+    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`); a gzip-compressed log
+    (an archived ``slurm-1234.out.gz``) is read through gzip (:func:`log_text`)."""
     path = Path(path)
-    with path.open(errors="replace", newline="") as file:
-        return parse_log_text(file.read(), str(path))
+    return parse_log_text(log_text(path), str(path))
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of a gzip file, whatever its name."""
+
+
+def log_text(path: Path) -> str:
+    """The text of the log file at ``path``, decompressed when it starts with :data:`GZIP_MAGIC` (read as bytes it
+    was "no arguments block (not a Megatron log ...)"). A gzip file that is corrupt or cut before its end raises
+    :class:`ValueError` naming the fix, so that its row says why it has no numbers."""
+    with path.open("rb") as file:
+        gzipped = file.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+    if not gzipped:
+        with path.open(errors="replace", newline="") as file:
+            return file.read()
+    try:
+        with gzip.open(path, "rt", errors="replace", newline="") as file:
+            return file.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ValueError(f"gzip-compressed but corrupt or cut ({err}); 'gunzip -c' shows what is left of it, "
+                         "give that as the log") from err

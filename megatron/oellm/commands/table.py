@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm table``."""
     parser.add_argument("logs", nargs="+", metavar="LOG",
                         help="Megatron stdout log of one run each, all tasks' output in one file (rank 0 prints the "
-                             "arguments, the last rank the iteration lines); a run SLURM stopped (its time limit, "
+                             "arguments, the last rank the iteration lines), gzip-compressed or not; a run SLURM stopped (its time limit, "
                              "scancel, a preemption or a requeue) once the line of the window's last iteration was "
                              "printed whole keeps its numbers, its status 'ok (cancelled ... after the window)'; so "
                              "does a run whose failure is first shown after that line ('ok (NCCL timeout ... after "
