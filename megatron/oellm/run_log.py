@@ -26,7 +26,8 @@ failure, an uncorrectable memory error, a failed job) outranks the crash and NCC
 consequences; a traceback begun before that line counts with its exception line, which may come after it (slurmstepd
 writes from a process of its own). Lines end at ``\\n`` only, as ``wc -l``
 counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
-last iteration line; :attr:`Run.failure_after` is its last whole iteration line before its failure's first marker. A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
+last iteration line; :attr:`Run.failure_after` is its last whole iteration line before its failure's first marker.
+A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
 ``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
 program after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``),
 ``[exiting program after receiving SIGTERM.]`` (``--exit-signal-handler``) and ``Termination requested. Performing

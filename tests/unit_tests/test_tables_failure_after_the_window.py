@@ -30,7 +30,8 @@ OOM = ["[rank31]: Traceback (most recent call last):", '[rank31]:   File "train.
 TEARDOWNS = {
     "nccl": ([DONE, NCCL], "NCCL timeout"),
     "quota": (QUOTA, "crashed (OSError: [Errno 122] Disk quota exceeded)"),
-    "wandb": ([DONE, *WANDB], "crashed (wandb.errors.CommError: Network error (ConnectionError), entering retry loop.)"),
+    "wandb": ([DONE, *WANDB],
+              "crashed (wandb.errors.CommError: Network error (ConnectionError), entering retry loop.)"),
 }
 """Failures after a 10-iteration run's last line, with the failure its status names."""
 

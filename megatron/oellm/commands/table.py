@@ -37,12 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm table``."""
     parser.add_argument("logs", nargs="+", metavar="LOG",
                         help="Megatron stdout log of one run each, all tasks' output in one file (rank 0 prints the "
-                             "arguments, the last rank the iteration lines), gzip-compressed or not; a run SLURM stopped (its time limit, "
-                             "scancel, a preemption or a requeue) once the line of the window's last iteration was "
-                             "printed whole keeps its numbers, its status 'ok (cancelled ... after the window)'; so "
-                             "does a run whose failure is first shown after that line ('ok (NCCL timeout ... after "
-                             "the window)'); a cut line is no whole line. Exit status 1 when no row has numbers (the "
-                             "table is still printed, no --plot written)")
+                             "arguments, the last rank the iteration lines), gzip-compressed or not; a run SLURM "
+                             "stopped (its time limit, scancel, a preemption or a requeue) once the line of the "
+                             "window's last iteration was printed whole keeps its numbers, its status 'ok (cancelled "
+                             "... after the window)'; so does a run whose failure is first shown after that line "
+                             "('ok (NCCL timeout ... after the window)'); a cut line is no whole line. Exit status 1 "
+                             "when no row has numbers (the table is still printed, no --plot written)")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: MN5, Jupiter)")
     parser.add_argument("--window", default="3-10",
                         help="iterations FIRST-LAST to take medians over (default 3-10, after the warm-up); at a log "

@@ -48,7 +48,8 @@ from megatron.oellm.scaling_table.summary import (
 from megatron.oellm.scaling_table.window import earlier_window_note, interval_start
 
 __all__ = [
-    "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note", "check_plot_path",
-    "earlier_window_note", "format_csv", "format_markdown", "interval_start", "plot", "scaling_series", "sorted_rows", "summarise",
+    "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note",
+    "check_plot_path", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "plot",
+    "scaling_series", "sorted_rows", "summarise",
     "unrated_rows_note", "with_efficiency",
 ]

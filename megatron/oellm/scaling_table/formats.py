@@ -30,7 +30,8 @@ def _markdown_cell(text: str) -> str:
 
 
 def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
-                    peak_tflops: float = DEFAULT_PEAK_TFLOPS, peak_note: str = "", gpu: str | None = DEFAULT_GPU) -> str:
+                    peak_tflops: float = DEFAULT_PEAK_TFLOPS, peak_note: str = "",
+                    gpu: str | None = DEFAULT_GPU) -> str:
     """The table in the reports' markdown format, with a footnote on how the numbers were computed; ``peak_note``
     (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator, the dense BF16 peak of ``gpu`` (None: a peak
     the user gave), which FP8 rows are rated against too (:func:`_fp8_note`)."""
@@ -78,9 +79,9 @@ def _statistic_sentence(rows: Sequence[ScalingRow], window: Window) -> str:
     if len(counts) == 1:
         return (f"{statistic}s of {counts[0]}-iteration means over iterations {window}: megatron's log lines average "
                 f"{counts[0]} iterations each (the log interval).")
-    return (f"{statistic}s of N-iteration means over iterations {window}, N = {', '.join(map(str, counts))}: megatron's "
-            "log lines average the iterations since the line before (the log interval), each line counted once for "
-            "each iteration it averages.")
+    return (f"{statistic}s of N-iteration means over iterations {window}, N = {', '.join(map(str, counts))}: "
+            "megatron's log lines average the iterations since the line before (the log interval), each line counted "
+            "once for each iteration it averages.")
 
 
 def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float, gpu: str | None) -> str:
@@ -129,7 +130,8 @@ _CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)
 
 CSV_FIELDS = [CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS]
 """CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`,
-:attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded; the MFU and the efficiency as fractions (:data:`CSV_HEADERS`)."""
+:attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded; the MFU and the efficiency as
+fractions (:data:`CSV_HEADERS`)."""
 
 
 def format_csv(rows: Sequence[ScalingRow]) -> str:

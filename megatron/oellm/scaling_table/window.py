@@ -38,8 +38,9 @@ def window_status(log: RunLog, window: Window) -> str:
     window's iterations (one run, none missing, none reaching before the window) with no skipped step, bad number or
     batch-size change; a run that SLURM stopped, or that failed, only after the window's last line was printed whole
     (:func:`stopped_after`) is ok too (:func:`with_stop_note` says how it ended). Else what went wrong, naming an
-    earlier start of the program in the log that ran the whole window (:func:`earlier_start_note`): a requeued start appended to a finished run's
-    log must not hide it, nor be passed over silently."""
+    earlier start of the program in the log that ran the whole window (:func:`earlier_start_note`): a requeued start
+    appended to a finished run's log must not hide it, nor be passed over silently (an ok row names it in a ``note:``
+    instead: :func:`earlier_window_note`)."""
     index = _window_run_index(log, window)
     status = _run_status(log, window, log.runs[index])
     return status if status == "ok" else status + earlier_start_note(log, index, window)
