@@ -128,9 +128,13 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         types = convertible_model_types()
-        other_model = (f"oellm convert converts {' and '.join(map(repr, types))} checkpoints only (for a multimodal "
-                       "one, the model_type of its text_config): this is another model"
-                       if fix == PICK_THE_CARD and text["model_type"] not in types else fix)
+        if fix == PICK_THE_CARD and text["model_type"] not in types:
+            other_model = (f"oellm convert converts {' and '.join(map(repr, types))} checkpoints only (for a "
+                           "multimodal one, the model_type of its text_config): this is another model")
+        elif fix == PICK_THE_CARD:
+            other_model = fix + _which_card_fits(card, config_text, where, text, plain_if_none=False)
+        else:
+            other_model = fix
         raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"], other_model)
     stated_vocab = text.get("vocab_size")
     if embedding_rows is not None and isinstance(stated_vocab, int) and stated_vocab != embedding_rows:
@@ -178,22 +182,32 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     if wrong:
         sizes_only = set(wrong) <= set(_TENSOR_SIZE_KEYS)
         remedy = fix + (", or state the fields it leaves out in config.json" if left_out else "")
-        if fix == PICK_THE_CARD:
-            remedy += _which_card_fits(card, config_text, where, text, sizes_only)
+        if fix == PICK_THE_CARD:  # sizes the weights show, or fields the config leaves out, may be what is wrong
+            remedy += _which_card_fits(card, config_text, where, text, plain_if_none=sizes_only or left_out)
         raise refuse(list(wrong.values()), remedy, sizes_only)
 
 
-def _which_card_fits(card: ModelCard, config_text: str, where: str, text: dict, sizes_only: bool) -> str:
+def _which_card_fits(card: ModelCard, config_text: str, where: str, text: dict, plain_if_none: bool) -> str:
     """What :data:`PICK_THE_CARD` gets added for a config that contradicts ``card``: the cards of the catalogue it
-    describes (a published model, its ``-tiny`` or the ``-proxy-<N>L`` of the config's layer count), or, where none
-    does and the contradiction is more than sizes the weights also show (RoPE base, activation, norms: e.g. a later
-    release of the same architecture with another ``rope_theta``), that no card can convert it. Without this the
-    user was sent looking for a card that does not exist."""
-    fitting = [other.name for other in _catalogue_cards(text.get("num_hidden_layers"))
-               if other.name != card.name and _describes(other, config_text, where)]
+    describes (a published model, its ``-tiny`` or the ``-proxy-<N>L`` of the config's layer count; with the
+    ``--vocab-size`` of the config where only the vocabulary differs), or, where none does, that no card can convert
+    it (e.g. a later release of the same architecture with another ``rope_theta``). Nothing is added where none fits
+    and ``plain_if_none``: when the contradiction may be the config's (sizes its weights show, fields it leaves out),
+    the given card may still be the right one. Without this the user was sent looking for a card that does not
+    exist."""
+    vocab = text.get("vocab_size")
+    fitting = []
+    for other in _catalogue_cards(text.get("num_hidden_layers")):
+        if other.name == card.name:
+            continue
+        if _describes(other, config_text, where):
+            fitting.append(other.name)
+        elif (isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 and vocab != other.vocab_size
+              and _describes(other.with_vocab(vocab), config_text, where)):
+            fitting.append(f"{other.name} with --vocab-size {vocab}")
     if fitting:
         return f" ({' or '.join(fitting)} fits it)"
-    if sizes_only:  # the weights may still have the card's shapes: the caller says so then
+    if plain_if_none:
         return ""
     return (": no card of megatron-oellm fits it (`oellm models` lists them), so converting it needs a card of its own "
             "(megatron/oellm/cards.py)")

@@ -60,3 +60,33 @@ def test_a_config_another_fix_was_given_for_keeps_that_fix() -> None:
         check_hf_config(get_card("qwen3-30b-a3b"), _config_of("qwen3-235b-a22b"), "config.json",
                         fix="give the config of this checkpoint")
     assert str(refused.value).endswith("; give the config of this checkpoint")
+
+
+@pytest.mark.parametrize(("checkpoint", "given", "fits"), [
+    ("qwen3.5-35b-a3b", "qwen3-30b-a3b", "qwen3.5-35b-a3b"),
+    ("qwen3-235b-a22b-proxy-2L", "qwen3.5-35b-a3b-proxy-4L", "qwen3-235b-a22b-proxy-2L"),
+])
+def test_a_config_of_the_other_family_names_its_card(checkpoint: str, given: str, fits: str) -> None:
+    """The model type is compared first; the refusal still names the card of the other family that fits."""
+    with pytest.raises(ConversionError, match=r"model_type: checkpoint") as refused:
+        check_hf_config(get_card(given), _config_of(checkpoint), "config.json")
+    assert str(refused.value).endswith(f"pick the card of this checkpoint with --model ({fits} fits it)")
+
+
+def test_another_cards_config_of_another_vocabulary_names_card_and_vocabulary() -> None:
+    """A card whose only difference is the vocabulary fits with ``--vocab-size``: the refusal names both."""
+    vocab = get_card("qwen3-235b-a22b").vocab_size + random.randrange(1, 4096)
+    with pytest.raises(ConversionError) as refused:
+        check_hf_config(get_card("qwen3-30b-a3b"), _config_of("qwen3-235b-a22b", vocab_size=vocab), "config.json")
+    assert str(refused.value).endswith(f"(qwen3-235b-a22b with --vocab-size {vocab} fits it)")
+
+
+def test_a_config_leaving_out_a_field_is_not_told_no_card_fits() -> None:
+    """A config that leaves out a field (transformers' default then contradicts the card) may be the card's own:
+    stating the field is the fix, so no "needs a card of its own" is added."""
+    config = json.loads(_config_of("qwen3-30b-a3b"))
+    del config["norm_topk_prob"]
+    with pytest.raises(ConversionError, match=r"norm_topk_prob: checkpoint False, card True") as refused:
+        check_hf_config(get_card("qwen3-30b-a3b"), json.dumps(config), "config.json")
+    assert str(refused.value).endswith("pick the card of this checkpoint with --model, or state the fields it leaves "
+                                       "out in config.json")

@@ -28,6 +28,8 @@ from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, edit_
 QWEN3, QWEN35 = "qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"
 MODEL_TYPE = {QWEN3: "qwen3_moe", QWEN35: "qwen3_5_moe_text"}
 OTHER = {QWEN3: QWEN35, QWEN35: QWEN3}
+FITS = {QWEN3: "qwen3-30b-a3b-tiny or qwen3-235b-a22b-tiny", QWEN35: QWEN35}
+"""The catalogue's cards a tiny card's config describes (the two Qwen3 MoE tiny cards are the same model)."""
 
 
 def _config_text(name: str) -> str:
@@ -36,8 +38,10 @@ def _config_text(name: str) -> str:
     return family_module(card).hf_config_from_card(card).to_json_string()
 
 
-def _refusal(checkpoint: str, where: str, fix: str = "pick the card of this checkpoint with --model") -> str:
-    """The exact refusal of a ``config.json`` of card ``checkpoint`` (from ``where``) under the other family's card."""
+def _refusal(checkpoint: str, where: str, fix: str | None = None) -> str:
+    """The exact refusal of a ``config.json`` of card ``checkpoint`` (from ``where``) under the other family's card:
+    by default it names the cards that fit it."""
+    fix = fix or f"pick the card of this checkpoint with --model ({FITS[checkpoint]} fits it)"
     return (f"{where} does not describe card {OTHER[checkpoint]}: model_type: checkpoint {MODEL_TYPE[checkpoint]!r}, "
             f"card {MODEL_TYPE[OTHER[checkpoint]]!r}; {fix}")
 
