@@ -104,12 +104,22 @@ def oellm_parser() -> argparse.ArgumentParser:
     return megatron_parser(add_oellm_arguments)
 
 
+RENAMED_DESTINATIONS: dict[str, str] = {
+    "--norm-epsilon": "layernorm_epsilon",
+    "--apply-layernorm-1p": "layernorm_zero_centered_gamma",
+    "--disable-bias-linear": "add_bias_linear",
+}
+"""The card flags (:func:`megatron.oellm.megatron_args.model_flags`) whose destination in megatron-core 0.19.2's
+parser is not the flag's own name; a unit test compares every card flag's :func:`flag_destination` with the
+parser's."""
+
+
 def flag_destination(flag: str) -> str:
-    """The name :func:`oellm_parser` stores option ``flag`` (``--norm-epsilon``) under, and so the name a
-    checkpoint's stored run arguments give it (``layernorm_epsilon`` in megatron-core 0.19.2). Read from the parser,
-    not spelt from the flag: several of megatron's destinations differ from their flag's name. ``KeyError`` for an
-    option the parser does not have."""
-    return oellm_parser()._option_string_actions[flag].dest
+    """The name megatron's parser stores option ``flag`` (``--norm-epsilon``) under, and so the name a checkpoint's
+    stored run arguments give it (``layernorm_epsilon`` in megatron-core 0.19.2): :data:`RENAMED_DESTINATIONS`, else
+    the flag's own name. Spelt rather than read from :func:`oellm_parser`, whose construction takes seconds that
+    ``oellm convert`` would spend on each export."""
+    return RENAMED_DESTINATIONS.get(flag, flag.removeprefix("--").replace("-", "_"))
 
 
 def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:
