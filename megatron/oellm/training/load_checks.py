@@ -168,46 +168,77 @@ def check_converted_glu_layout(args: argparse.Namespace, checkpoint: StoredCheck
 
 VOCABULARY_OUTCOME = ("megatron-core 0.19.2 compares no vocabulary when it loads a distributed checkpoint (nor a "
                       "fine-tuned one) and loads the embedding and output rows into the run's model as they fit: "
-                      "fewer rows keep only the checkpoint's first ones, more leave the rest untrained, without a word")
-"""What megatron does with a checkpoint of another vocabulary (:func:`check_checkpoint_vocabulary`)."""
+                      "fewer rows keep only the checkpoint's first ones without a word")
+"""What megatron does with a checkpoint of a larger vocabulary than the run's (:func:`check_checkpoint_vocabulary`)."""
+VOCAB_SIZE_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer", "TikTokenizer")
+"""``--tokenizer-type`` values whose vocabulary megatron-core 0.19.2's ``build_tokenizer`` takes from
+``--vocab-size``; the others (HuggingFace, SentencePiece, GPT-2 BPE, ...) give their own, which megatron pads, ignoring
+``--vocab-size``."""
 
 
 def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
     """Raise ``ValueError`` when the checkpoint the run loads (``loaded``, as
-    :func:`check_checkpoint_architecture` takes it) stores another vocabulary than the run's ``--vocab-size`` (the
-    card's when not given; ``args`` as parsed, before megatron initialises): :data:`VOCABULARY_OUTCOME`.
+    :func:`check_checkpoint_architecture` takes it) stores a larger vocabulary than the run's ``--vocab-size`` (the
+    card's when not given; ``args`` as parsed, before megatron initialises): :data:`VOCABULARY_OUTCOME`. A smaller
+    one is a vocabulary extension, which megatron loads zero-filling the rows past the checkpoint's: printed as a note
+    where the run reads no optimizer state, refused where it does (the state holds the checkpoint's rows).
 
     The stored vocabulary is the card an ``oellm convert hf-to-mcore --vocab-size N`` checkpoint records, else the
     ``vocab_size`` a training run's arguments store, else their ``padded_vocab_size``, compared as megatron padded it
-    (:func:`_refuse_other_padding`). A run that names no vocabulary (megatron's flags alone, with a tokenizer that
-    gives it) and a checkpoint that stores none are left to megatron."""
+    (:func:`_compare_padding`). Left to megatron: a run whose tokenizer gives the vocabulary (not one of
+    :data:`VOCAB_SIZE_TOKENIZERS`), a run without ``--vocab-size``, a checkpoint that stores none, and
+    ``--use-checkpoint-args`` from a checkpoint storing its padded vocabulary, which megatron then takes."""
     run = getattr(args, "vocab_size", None)
-    if loaded is None or run is None:
+    if loaded is None or run is None or args.tokenizer_type not in VOCAB_SIZE_TOKENIZERS:
+        return
+    if args.use_checkpoint_args and getattr(loaded.common.get("args"), "padded_vocab_size", None) is not None:
         return
     stored = _stored_vocabulary(loaded.common)
     if stored is None:
-        _refuse_other_padding(run, loaded)
-    elif stored != run:
+        _compare_padding(args, run, loaded)
+    elif stored > run:
         raise ValueError(f"{loaded.named_by} holds a checkpoint of a {stored}-token vocabulary, while the run's is "
                          f"{run} (--vocab-size, the card's when not given): {VOCABULARY_OUTCOME}; pass --vocab-size "
                          f"{stored}, the vocabulary the checkpoint was converted or trained with")
+    elif stored < run:
+        _extend_vocabulary(args, loaded, f"a {stored}-token vocabulary", stored, run)
+
+
+def _extend_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint, held: str, rows: int, run: int) -> None:
+    """Print a note that megatron-core 0.19.2 zero-fills the embedding and output rows past the ``rows`` of
+    ``loaded`` (which holds ``held``) for the run's ``--vocab-size`` ``run``: it loads both with
+    ``allow_shape_mismatch``. Raise ``ValueError`` instead when the run also reads the checkpoint's optimizer state,
+    whose distributed form megatron loads without that tolerance."""
+    from megatron.oellm.training.stored_checkpoint import loads_optimizer_state
+
+    if loads_optimizer_state(args, loaded):
+        raise ValueError(f"{loaded.named_by} holds a checkpoint of {held}, fewer than the run's --vocab-size {run}, "
+                         "and the run also loads its optimizer state, which holds the checkpoint's embedding and "
+                         f"output rows only; pass --vocab-size {rows} to resume it, or add --finetune (or "
+                         "--no-load-optim) to extend the vocabulary from it")
+    print(f"note: {loaded.named_by} holds a checkpoint of {held}, the run's --vocab-size is {run}: megatron-core "
+          f"loads its embedding and output rows and the rows past {rows} start as zeros", flush=True)
 
 
 def _stored_vocabulary(common: dict) -> int | None:
     """The vocabulary a checkpoint's ``common`` state records: its card's (an ``oellm convert hf-to-mcore``
-    checkpoint), else its run arguments' ``vocab_size``; None when it records neither."""
+    checkpoint), else its run arguments' ``vocab_size`` where their tokenizer read it (:data:`VOCAB_SIZE_TOKENIZERS`,
+    or none stored); None otherwise."""
     from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
 
     card = common.get(CARD_KEY)
     if isinstance(card, dict) and card.get("vocab_size") is not None:
         return card["vocab_size"]
-    return getattr(common.get("args"), "vocab_size", None)
+    stored = common.get("args")
+    if getattr(stored, "tokenizer_type", None) not in (None, *VOCAB_SIZE_TOKENIZERS):
+        return None
+    return getattr(stored, "vocab_size", None)
 
 
-def _refuse_other_padding(run: int, loaded: StoredCheckpoint) -> None:
-    """Raise ``ValueError`` when ``loaded``'s run arguments store a ``padded_vocab_size`` (and the tensor-parallel size
-    and divisor megatron padded with) that the run's vocabulary ``run`` would not pad to there: the two vocabularies
-    differ by more than megatron's padding (:func:`check_checkpoint_vocabulary`)."""
+def _compare_padding(args: argparse.Namespace, run: int, loaded: StoredCheckpoint) -> None:
+    """Compare the ``padded_vocab_size`` ``loaded``'s run arguments store (with the tensor-parallel size and divisor
+    megatron padded with) with the rows the run's vocabulary ``run`` pads to there, as
+    :func:`check_checkpoint_vocabulary` compares vocabularies: refuse fewer rows, note more."""
     from megatron.oellm.flops import megatron_padded_vocab
 
     stored = loaded.common.get("args")
@@ -216,11 +247,13 @@ def _refuse_other_padding(run: int, loaded: StoredCheckpoint) -> None:
     if not all(isinstance(value, int) for value in (padded, tp, divisor)):
         return
     ours = megatron_padded_vocab(run, tp, divisor)
-    if ours != padded:
+    if ours < padded:
         raise ValueError(f"{loaded.named_by} holds a checkpoint of a vocabulary megatron padded to {padded} rows (TP "
                          f"{tp} x --make-vocab-size-divisible-by {divisor}), while the run's --vocab-size {run} (the "
                          f"card's when not given) pads to {ours} there: {VOCABULARY_OUTCOME}; pass the saving run's "
                          f"--vocab-size (one that pads to {padded} rows, such as --vocab-size {padded})")
+    if ours > padded:
+        _extend_vocabulary(args, loaded, f"a vocabulary megatron padded to {padded} rows", padded, run)
 
 
 CARD_ARCHITECTURE_ARGS = (

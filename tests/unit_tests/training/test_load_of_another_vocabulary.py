@@ -60,7 +60,7 @@ def test_a_converted_checkpoint_of_another_vocabulary_is_refused(converted: tupl
     line = refused_line(entry, capsys, _argv("--load", str(checkpoint), "--finetune"))
     assert f"error: --load {checkpoint} holds a checkpoint of a {vocab}-token vocabulary" in line
     assert f"the run's is {get_card(CARD).vocab_size}" in line and f"pass --vocab-size {vocab}" in line
-    wrong = vocab + random.randrange(1, 300)
+    wrong = vocab - random.randrange(1, 300)
     flags = ("--load", str(tmp_path / "run"), "--pretrained-checkpoint", str(checkpoint), "--vocab-size", str(wrong))
     line = refused_line(entry, capsys, _argv(*flags))
     assert f"error: --pretrained-checkpoint {checkpoint} holds a checkpoint of a {vocab}-token vocabulary" in line
@@ -102,9 +102,11 @@ def test_a_padded_vocabulary_alone_is_compared_as_megatron_padded_it(tmp_path: P
     stored = stored_args(**{**ONE_GPU, "tensor_model_parallel_size": tp}, vocab_size=None, padded_vocab_size=padded,
                          make_vocab_size_divisible_by=divisor)
     run = save_dist_checkpoint(tmp_path / "run", stored, iteration=random.randrange(1, 10**6))
-    same = _parsed("--load", str(run), "--vocab-size", str(padded - random.randrange(0, divisor * tp)))
+    same = _parsed("--load", str(run), "--tokenizer-type", "NullTokenizer", "--vocab-size",
+                   str(padded - random.randrange(0, divisor * tp)))
     load_checks.check_checkpoint_vocabulary(same, read_loaded_checkpoint(same))
-    other = _parsed("--load", str(run), "--vocab-size", str(padded + random.randrange(1, 300)))
+    other = _parsed("--load", str(run), "--tokenizer-type", "NullTokenizer", "--vocab-size",
+                    str(padded - divisor * tp - random.randrange(0, 100)))
     with pytest.raises(ValueError, match=rf"padded to {padded} rows.*pass the saving run's --vocab-size"):
         load_checks.check_checkpoint_vocabulary(other, read_loaded_checkpoint(other))
 
