@@ -275,6 +275,29 @@ them by (:func:`~megatron.oellm.training.args.flag_destination`: ``layernorm_eps
 into the card's model without an error and computes otherwise."""
 
 
+SHAPELESS_ARCHITECTURE_ARGS = frozenset({
+    "rotary_base", "rotary_percent", "max_position_embeddings", "position_embedding_type", "moe_router_topk",
+    "moe_router_pre_softmax", "layernorm_epsilon", "layernorm_zero_centered_gamma",
+})
+"""Of :data:`CARD_ARCHITECTURE_ARGS` and the destinations of :data:`CARD_NORM_FLAGS`, those no tensor shape or key
+shows: a checkpoint that differs only in them loads into the card's model without an error and trains another
+model than the one saved."""
+
+
+def _shapeless_refusal(named_by: str, card: str, fields: str, saved_with: str | None) -> str:
+    """The refusal of a checkpoint ``named_by`` that differs from ``card``'s model only in
+    :data:`SHAPELESS_ARCHITECTURE_ARGS` (``fields``): what megatron would do, and the way forward (the card it was
+    saved with, ``saved_with``, where that is another; else its run's own flags)."""
+    way = (f"pass --oellm-model {saved_with} to train from it" if saved_with and saved_with != card else
+           "resume it without --oellm-model, with the megatron flags its run stored")
+    return (f"{named_by} was trained with other values of --oellm-model {card}'s flags ({fields}): no tensor shape "
+            "shows them, so megatron-core would load it without an error and train another model than the one saved; "
+            f"{way}, or name a checkpoint of {card}")
+
+
+_NORM_DESTINATIONS = frozenset(flag_destination(flag) for flag in CARD_NORM_FLAGS)
+
+
 def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None,
                                   given: AbstractSet[str] = frozenset()) -> None:
     """Raise ``ValueError`` when the architecture a megatron-oellm checkpoint stores disagrees with the run's card, or
@@ -331,8 +354,10 @@ def _refuse_another_model(args: argparse.Namespace, loaded: StoredCheckpoint | N
         return
     stored, saved_with = found
     differ = _architecture_differences(stored, args)
+    fields = "; ".join(f"{name}: checkpoint {ckpt!r}, run {run!r}" for name, ckpt, run in differ)
+    if differ and all(name in SHAPELESS_ARCHITECTURE_ARGS for name, _, _ in differ):
+        raise ValueError(_shapeless_refusal(loaded.named_by, args.oellm_model, fields, saved_with))
     if differ:
-        fields = "; ".join(f"{name}: checkpoint {ckpt!r}, run {run!r}" for name, ckpt, run in differ)
         raise ValueError(f"{loaded.named_by} holds a checkpoint of another model than --oellm-model "
                          f"{args.oellm_model} ({fields}): megatron-core would build the card's model and fail to load "
                          f"the checkpoint into it on every rank; pass {_checkpoint_card(saved_with)} to train from it, "
@@ -387,6 +412,9 @@ def _refuse_taken_architecture(args: argparse.Namespace, read: list[StoredCheckp
         if not differ:
             continue
         fields = "; ".join(f"{name}: checkpoint {ckpt!r}, card {card!r}" for name, ckpt, card in differ)
+        if all(name in _NORM_DESTINATIONS for name, _, _ in differ):  # megatron takes neither of them
+            raise ValueError(_shapeless_refusal(checkpoint.named_by, args.oellm_model, fields, found[1])
+                             + " (--use-checkpoint-args does not restore the norm settings in megatron-core 0.19.2)")
         raise ValueError(f"--use-checkpoint-args would take architecture arguments from {checkpoint.named_by} that "
                          f"differ from --oellm-model {args.oellm_model}'s while the model is built from the card "
                          f"({fields}); pass {_checkpoint_card(found[1])} to train the checkpoint's model, or drop "

@@ -46,13 +46,18 @@ def _argv(card: str, *flags: str) -> list[str]:
 def test_a_checkpoint_of_another_norm_is_refused(name: str, field: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """Refused naming the stored argument with both values; a checkpoint of the card's own norm goes on."""
+    """Refused naming the stored argument with both values, saying that megatron would load it silently (no shape
+    differs) and, as it was saved with the same card, that its run's own flags resume it; a checkpoint of the card's
+    own norm goes on."""
     card = get_card(name)
     other = _norm_variant(card, field)
     entry = entry_up_to_pretrain(monkeypatch)
     checkpoint = _saved_by(other, name, tmp_path / "other")
     line = refused_line(entry, capsys, _argv(name, "--load", str(checkpoint), "--finetune"))
-    assert f"error: --load {checkpoint} holds a checkpoint of another model than --oellm-model {name}" in line
+    assert f"error: --load {checkpoint} was trained with other values of --oellm-model {name}'s flags (" in line
+    assert line.endswith("no tensor shape shows them, so megatron-core would load it without an error and train "
+                         "another model than the one saved; resume it without --oellm-model, with the megatron flags "
+                         f"its run stored, or name a checkpoint of {name}")
     dest = {"norm_epsilon": "layernorm_epsilon", "zero_centered_norm": "layernorm_zero_centered_gamma"}[field]
     assert f"{dest}: checkpoint {getattr(other, field)!r}, run {getattr(card, field)!r}" in line
     own = _saved_by(card, name, tmp_path / "own")
