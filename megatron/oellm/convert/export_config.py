@@ -49,9 +49,10 @@ def export_config_files(card: ModelCard, common: dict, directory: Path,
         if resized is None:
             return _text_model_only(card, files, note)
         text, stated = resized
-        return _text_model_only(card, {**files, CONFIG_NAME: text},
-                                f"{note}; its vocab_size {stated} is set to the export's vocabulary of "
-                                f"{card.vocab_size} (the run trained another), every other field as given")
+        files, note = _text_model_only(card, {**files, CONFIG_NAME: text},
+                                       f"{note}; its vocab_size {stated} is set to the export's vocabulary of "
+                                       f"{card.vocab_size} (the run trained another), every other field as given")
+        return files, note + _original_token_ids_note(files, card.vocab_size, hf_config_dir)
     files = _stored_config_files(common, directory)
     if CONFIG_NAME in files:
         check_hf_config(card, files[CONFIG_NAME], f"the {CONFIG_NAME} stored with {directory}")
@@ -85,6 +86,47 @@ def _resized_vocab_config(card: ModelCard, config_text: str, where: str) -> tupl
             return resized, stated
     check_hf_config(card, config_text, where, fix=_HF_CONFIG_FIX)
     return None
+
+
+def _token_ids(files: dict[str, str]) -> dict[str, list[tuple[str, object]]]:
+    """File name -> (field, value) of every ``*_token_id`` the config files state, at their top level and in a
+    ``text_config``; a value is an id or a list of ids."""
+    found: dict[str, list[tuple[str, object]]] = {}
+    for name, text in files.items():
+        config = parse_json_object(text, name)
+        nested = config.get("text_config")
+        for part in (config, nested if isinstance(nested, dict) else {}):
+            found.setdefault(name, []).extend((key, value) for key, value in part.items()
+                                              if key.endswith("_token_id") and value is not None)
+    return {name: fields for name, fields in found.items() if fields}
+
+
+def _ids_past(value: object, vocab_size: int) -> bool:
+    """Whether ``value`` (an id or a list of ids) holds an integer id at or past ``vocab_size``."""
+    ids = value if isinstance(value, list) else [value]
+    return any(isinstance(i, int) and not isinstance(i, bool) and i >= vocab_size for i in ids)
+
+
+def _original_token_ids_note(files: dict[str, str], vocab_size: int, hf_config_dir: Path) -> str:
+    """The note's part on the token ids of ``--hf-config`` written with another vocabulary (``vocab_size``): they are
+    the original tokenizer's, which the run's usually is not. An id past the vocabulary is refused, naming each and
+    its file, before anything is written: transformers refuses to load such an export (``Padding_idx must be within
+    num_embeddings``), and an eos past it would never end a generation."""
+    stated = _token_ids(files)
+    past = [f"{name} {key} {value}" for name, fields in stated.items() for key, value in fields
+            if _ids_past(value, vocab_size)]
+    if past:
+        raise ConversionError(
+            f"--hf-config {hf_config_dir} states token ids past the export's vocabulary of {vocab_size} (ids 0 to "
+            f"{vocab_size - 1}): {'; '.join(past)}. They are the original model's tokenizer's, and the run trained "
+            f"another vocabulary; copy {hf_config_dir} and set these fields in the copy to the ids of the run's "
+            "tokenizer (or remove them), then pass --hf-config COPY")
+    if not stated:
+        return ""
+    listed = "; ".join(f"{name} {', '.join(f'{key} {value}' for key, value in fields)}"
+                       for name, fields in stated.items())
+    return (f"; its token ids ({listed}) are the original tokenizer's: a run with another vocabulary usually has "
+            "another tokenizer, so check them against the run's and edit them in a copy of --hf-config if they differ")
 
 
 def _text_model_only(card: ModelCard, files: dict[str, str], note: str) -> tuple[dict[str, str], str]:
