@@ -54,6 +54,7 @@ COMMON_STATE_PREFIX = "common_state/"
 ``dist_checkpointing.save`` (the ``torch_dist`` writer); its ``torch_dcp`` / ``fsdp_dtensor`` saves store the plain
 state dict (``args``, ``model``, ...)."""
 METADATA_FILE = ".metadata"
+DATA_FILE_SUFFIX = ".distcp"
 """PyTorch DCP's metadata file: every item's key, shape and place (file, offset, length)."""
 LEGACY_COMMON_FILE = "common.pt"
 """Where older megatron-core releases kept the common state."""
@@ -158,7 +159,7 @@ class _OneFilePerUnitWriter(dcp.FileSystemWriter):
             buckets[-1].append(item)
         files: queue.Queue = queue.Queue()
         for i, bucket in enumerate(buckets):
-            name = f"{plan.storage_data.prefix}{i}.distcp"
+            name = f"{plan.storage_data.prefix}{i}{DATA_FILE_SUFFIX}"
             files.put((self.fs.concat_path(self.path, name), name, bucket))
         return self._write_data(planner, files)
 
@@ -251,6 +252,8 @@ class CheckpointReader:
             if _holds_rank_files(directory):
                 raise ConversionError(f"{directory} is a --ckpt-format torch checkpoint (one {TORCH_RANK_PREFIX}* "
                                       f"directory per model-parallel rank); {_TORCH_DIST_ONLY}")
+            if is_unfinished_save_without_metadata(directory):
+                raise ConversionError(f"{unfinished_save_problem(directory)}; {_unfinished_save_fix(directory)}")
             raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
                                   "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
         self.metadata = read_metadata(directory)
@@ -350,9 +353,31 @@ def is_unfinished_torch_dist(metadata: Metadata) -> bool:
     return any(key.startswith(COMMON_STATE_PREFIX) for key in metadata.state_dict_metadata)
 
 
+def is_unfinished_save_without_metadata(directory: Path) -> bool:
+    """Whether ``directory``, holding no ``.metadata``, is a save that did not finish: megatron-core writes
+    ``.metadata`` in the save's finalize step (DCP's ``storage_writer.finish``) just before ``metadata.json``, so a
+    job stopped while writing leaves ``__<rank>_<n>.distcp`` data files without it; a non-empty ``iter_*`` directory
+    of a run folder with a tracker is one too (e.g. only ``common.pt`` written). An empty one is not: megatron finds
+    no checkpoint there, which its own refusal says. False where it cannot be listed."""
+    from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE, iteration_of
+
+    try:
+        names = [child.name for child in directory.iterdir()]
+    except OSError:
+        return False
+    if any(name.startswith("__") and name.endswith(DATA_FILE_SUFFIX) for name in names):
+        return True
+    return bool(names) and iteration_of(directory.name) is not None and (directory.parent / ITERATION_FILE).is_file()
+
+
 def unfinished_save_problem(directory: Path) -> str:
-    """What an unfinished ``torch_dist`` save in ``directory`` (:func:`is_unfinished_torch_dist`) is, for a refusal
-    that goes on with its fix."""
+    """What an unfinished ``torch_dist`` save in ``directory`` (:func:`is_unfinished_torch_dist`, or
+    :func:`is_unfinished_save_without_metadata` where it holds no ``.metadata``) is, for a refusal that goes on with
+    its fix."""
+    if not (directory / METADATA_FILE).is_file():
+        return (f"{directory} is an unfinished save: it holds no {METADATA_FILE} and no {CHECKPOINT_CONFIG_FILE}, "
+                "which megatron-core writes last, when the save finishes, after the __*_*.distcp data files (the job "
+                "was stopped while saving, e.g. by its time limit, or a copy of it is still in progress)")
     return (f"{directory} is an unfinished torch_dist save: its {METADATA_FILE} lists megatron's common_state, which "
             f"only a torch_dist save writes, but the {CHECKPOINT_CONFIG_FILE} megatron-core writes last, when the save "
             "finishes, is missing (the job was stopped while saving, e.g. by its time limit, or a copy of it is still "

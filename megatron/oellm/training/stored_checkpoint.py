@@ -282,6 +282,7 @@ def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredChe
     allocating the model on every rank, and none of the checks of the checkpoint could be made."""
     ckpt_format = _recognised_format(directory)
     if ckpt_format is None:
+        _check_not_unfinished_save(directory, flag, given)
         return None
     if ckpt_format == "torch_dcp":
         _check_finished_save(directory, flag, given)
@@ -304,23 +305,45 @@ def _check_finished_save(directory: Path, flag: str, given: Path) -> None:
     ``latest_checkpointed_iteration.txt`` names, where it names another one. A ``.metadata`` that cannot be read is
     left to the state reader, which names it."""
     from megatron.oellm.convert.dist_ckpt import is_unfinished_torch_dist, read_metadata, unfinished_save_problem
-    from megatron.oellm.convert.mcore_checkpoint import finished_tracked_iteration
 
     try:
         if not is_unfinished_torch_dist(read_metadata(directory)):
             return
     except ValueError:  # ConversionError: a damaged .metadata
         return
-    tracked = finished_tracked_iteration(directory)
-    if tracked is not None:
-        step = "" if tracked.name == RELEASE else f", or pass --ckpt-step {iteration_of(tracked.name)}"
-        fix = (f"{directory.parent / TRACKER_FILE} names {tracked.name}, the run's last finished save: load it (drop "
-               f"--ckpt-step{step})")
-    else:
-        fix = ("wait for the copy to finish (or copy it again), or load a finished save (an iteration directory "
-               "holding metadata.json) with --ckpt-step or the tracker file")
     raise ValueError(f"{flag} {given}: {unfinished_save_problem(directory)}; megatron-core would read it as a "
-                     f"torch_dcp checkpoint and fail after allocating the model on every rank; {fix}")
+                     f"torch_dcp checkpoint and fail after allocating the model on every rank; "
+                     f"{_finished_save_fix(directory)}")
+
+
+def _check_not_unfinished_save(directory: Path | None, flag: str, given: Path) -> None:
+    """Raise ``ValueError`` when ``directory``, the iteration directory megatron-core reads for ``flag given``, is a
+    save stopped before its ``.metadata`` was written
+    (:func:`megatron.oellm.convert.dist_ckpt.is_unfinished_save_without_metadata`): megatron finds no format there and
+    stops with ``NotImplementedError`` after allocating the model on every rank; "holds no checkpoint" would hide the
+    commonest cause. The fix names the run's last finished save where its tracker names another one."""
+    if directory is None or not directory.is_dir() or (directory / ".metadata").is_file():
+        return
+    from megatron.oellm.convert.dist_ckpt import is_unfinished_save_without_metadata, unfinished_save_problem
+
+    if checkpoint_format(directory) is None and is_unfinished_save_without_metadata(directory):
+        raise ValueError(f"{flag} {given}: {unfinished_save_problem(directory)}; megatron-core would find no "
+                         "checkpoint format there and stop with NotImplementedError after allocating the model on "
+                         f"every rank; {_finished_save_fix(directory)}")
+
+
+def _finished_save_fix(directory: Path) -> str:
+    """What to load instead of the unfinished save in ``directory``: the finished one its run's tracker names, where
+    it names another; else wait for a copy or take another save."""
+    from megatron.oellm.convert.mcore_checkpoint import finished_tracked_iteration
+
+    tracked = finished_tracked_iteration(directory)
+    if tracked is None:
+        return ("wait for the copy to finish (or copy it again), or load a finished save (an iteration directory "
+                "holding metadata.json) with --ckpt-step or the tracker file")
+    step = "" if tracked.name == RELEASE else f", or pass --ckpt-step {iteration_of(tracked.name)}"
+    return (f"{directory.parent / TRACKER_FILE} names {tracked.name}, the run's last finished save: load it (drop "
+            f"--ckpt-step{step})")
 
 
 def _recognised_format(directory: Path | None) -> str | None:
@@ -540,6 +563,7 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
                          f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
                          f"without a word; to resume --load's iteration {step}, drop --pretrained-checkpoint or write "
                          f"{Path(args.load) / TRACKER_FILE} naming {step}")
+    _check_not_unfinished_save(iteration_directory_loaded(args), flag, given)
     missing = _missing_checkpoint(iteration_directory_loaded(args), given)
     if missing is not None:
         directory, problem, holds = missing
@@ -551,6 +575,7 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     """Raise ``ValueError`` when the ``latest_checkpointed_iteration.txt`` of ``flag given`` (what megatron loads,
     without ``--ckpt-step``) names an iteration whose directory does not exist or holds no checkpoint (a copy or
     clean-up that left the tracker behind): megatron-core stops there after allocating the model on every rank."""
+    _check_not_unfinished_save(iteration_directory_loaded(args), flag, given)
     missing = _missing_checkpoint(iteration_directory_loaded(args), given)
     if missing is not None:
         directory, problem, holds = missing
@@ -587,7 +612,10 @@ def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_st
     names ``--ckpt-step`` only where ``plain_step`` (no ``--pretrained-checkpoint`` in the run): megatron applies it
     to both flags, and looks for the tracker before falling back to ``--pretrained-checkpoint``."""
     try:
-        if (load_dir / TRACKER_FILE).exists() or checkpoint_format(load_dir) is None:
+        if (load_dir / TRACKER_FILE).exists():
+            return
+        _check_not_unfinished_save(load_dir, flag, load_dir)
+        if checkpoint_format(load_dir) is None:
             return
     except OSError:  # not a directory: megatron finds no checkpoint either way (a first job's empty --load)
         return
