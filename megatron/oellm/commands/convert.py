@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
     to_hf.add_argument("--model", help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`); default: the card the "
                                        "checkpoint stores (hf-to-mcore's, or the --oellm-model of the run that saved "
-                                       "it)")
+                                       "it), with the vocabulary it stores unless --vocab-size is given")
     to_hf.add_argument("--mcore", required=True, type=path_argument,
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
     to_hf.add_argument("--out", required=True, type=path_argument, help="output directory for from_pretrained")
@@ -140,9 +140,10 @@ def _convert(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     try:
-        card = get_card(_card_name(args))
-        if args.vocab_size is not None:
-            card = card.with_vocab(args.vocab_size)
+        card, stored_vocab = _card(args) if args.model is None else (get_card(args.model), None)
+        vocab_size = args.vocab_size if args.vocab_size is not None else stored_vocab
+        if vocab_size is not None:
+            card = card.with_vocab(vocab_size)
     except CardError as error:
         return refuse(f"convert {args.direction}", error)
     except ConversionError as error:
@@ -157,32 +158,47 @@ def _convert(args: argparse.Namespace) -> int:
                 summary = mcore_to_hf_checkpoint(card, args.mcore, args.out, overwrite=args.overwrite,
                                                  max_shard_bytes=args.max_shard_size, hf_config_dir=args.hf_config,
                                                  tokenizer_dir=args.tokenizer, guard=guard)
-            _print_summary(args, card, summary, time.perf_counter() - start)
+            _print_summary(args, card, summary, time.perf_counter() - start, stored_vocab is not None)
     except ConversionError as error:
         return refuse(f"convert {args.direction}", error, error.exit_status)
     return 0
 
 
-def _card_name(args: argparse.Namespace) -> str:
-    """``--model``, else (mcore-to-hf) the card the checkpoint stores; a :class:`ConversionError` naming ``--model``
-    when neither names one."""
-    if args.model is not None:
-        return args.model
+def _card(args: argparse.Namespace) -> tuple[ModelCard, int | None]:
+    """mcore-to-hf without ``--model``: the card the checkpoint stores, and the vocabulary it stores where
+    ``--vocab-size`` is not given and it differs from the card's (else None). A :class:`ConversionError` naming
+    ``--model`` when the checkpoint stores no card, or one that cannot convert it (no longer registered, or of a
+    family without a converter): the user typed no card name, so a bare "unknown model" would not say where it came
+    from."""
+    from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
-    from megatron.oellm.convert.to_hf import checkpoint_card_name
+    from megatron.oellm.convert.family import family_module
+    from megatron.oellm.convert.to_hf import checkpoint_card_default
 
-    name = checkpoint_card_name(args.mcore)
+    name, stored_vocab = checkpoint_card_default(args.mcore)
     if name is None:
         raise ConversionError(f"--mcore {args.mcore} stores no card (neither hf-to-mcore's nor a training run's "
                               "--oellm-model): pass --model CARD (see `oellm models`)")
-    return name
+    try:
+        card = get_card(name)
+        family_module(card)
+    except (CardError, ConversionError) as error:
+        raise ConversionError(f"--mcore {args.mcore} stores card {name!r} ({error}); pass --model CARD (see `oellm "
+                              "models`)") from error
+    if args.vocab_size is not None or stored_vocab == card.vocab_size:
+        return card, None
+    return card, stored_vocab
 
 
-def _print_summary(args: argparse.Namespace, card: ModelCard, summary: ConversionSummary, seconds: float) -> None:
-    """The report of a finished conversion: what was read and written where, in how long, and what was left out."""
+def _print_summary(args: argparse.Namespace, card: ModelCard, summary: ConversionSummary, seconds: float,
+                   stored_vocab: bool = False) -> None:
+    """The report of a finished conversion: what was read and written where, in how long, and what was left out;
+    ``stored_vocab``: the vocabulary is the one the checkpoint stores (no ``--vocab-size`` given)."""
     from megatron.oellm.convert.summary import training_flags
 
     vocab = f" with vocabulary {card.vocab_size}" if args.vocab_size is not None else ""
+    if stored_vocab:
+        vocab = f" with the checkpoint's vocabulary {card.vocab_size}"
     stored = " (the checkpoint's card)" if args.model is None else ""
     print(f"oellm convert {args.direction}: {card.name}{stored}{vocab}: read {summary.tensors_read} tensors, wrote "
           f"{summary.tensors_written} to {summary.output} in {seconds:.1f} s")

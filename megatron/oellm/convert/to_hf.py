@@ -19,6 +19,7 @@ from megatron.oellm.convert.export_config import export_config_files
 from megatron.oellm.convert.family import Unit, family_module, iter_mcore_to_hf, mcore_to_hf_unit, unit_shapes, units
 from megatron.oellm.convert.hf_config import CONFIG_FILES, CONFIG_NAME
 from megatron.oellm.convert.mcore_checkpoint import (
+    CARD_KEY,
     ITERATION_FILE,
     RELEASE,
     iteration_of,
@@ -42,6 +43,7 @@ from megatron.oellm.convert.tensor_checks import warn_non_finite
 from megatron.oellm.convert.termination import TerminationGuard, guarded
 from megatron.oellm.convert.tokenizer_files import check_tokenizer_dir, copy_tokenizer_files, foreign_in_tokenizer_entry
 from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
+from megatron.oellm.flops import megatron_padded_vocab
 
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
@@ -132,10 +134,32 @@ def _hf_layout(card: ModelCard, reader: CheckpointReader, unit_pieces: list[list
     return [entry for _, tensors in iter_mcore_to_hf(card, meta) for entry in layout_of(tensors)]
 
 
-def checkpoint_card_name(mcore_dir: Path) -> str | None:
-    """The card the checkpoint ``--mcore mcore_dir`` stores (:func:`stored_card_name`): what mcore-to-hf converts
-    with when ``--model`` is not given. None if it stores none; :class:`ConversionError` if it cannot be read."""
-    return stored_card_name(CheckpointReader(resolve_mcore_dir(mcore_dir)).common_state())
+def checkpoint_card_default(mcore_dir: Path) -> tuple[str | None, int | None]:
+    """The card the checkpoint ``--mcore mcore_dir`` stores (:func:`stored_card_name`) and the vocabulary it was
+    saved with (:func:`_stored_vocab_size`): what mcore-to-hf converts with when neither ``--model`` nor
+    ``--vocab-size`` is given. Each None if it stores none; :class:`ConversionError` if it cannot be read."""
+    reader = CheckpointReader(resolve_mcore_dir(mcore_dir))
+    common = reader.common_state()
+    shapes = reader.tensor_shapes()
+    rows = {shapes[name][0][0] for name in VOCAB_TENSORS if name in shapes}
+    return stored_card_name(common), _stored_vocab_size(common, rows)
+
+
+def _stored_vocab_size(common: dict, rows: set[int]) -> int | None:
+    """The vocabulary a checkpoint with vocabulary tensors of ``rows`` rows was saved with: hf-to-mcore's card
+    record's ``vocab_size``, else the saving run's stored ``vocab_size`` where megatron's padding of it (at the run's
+    tensor-parallel size and divisor) gives exactly those rows; None otherwise. A run that trained another vocabulary
+    than its card's is then exported without asking for the ``--vocab-size`` the checkpoint already states."""
+    record = common.get(CARD_KEY)
+    if isinstance(record, dict):
+        stated = record.get("vocab_size")
+        return stated if isinstance(stated, int) and not isinstance(stated, bool) else None
+    run_args = common.get("args")
+    run_vocab, tp, divisor = (getattr(run_args, key, None) for key in
+                              ("vocab_size", "tensor_model_parallel_size", "make_vocab_size_divisible_by"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (run_vocab, tp, divisor)):
+        return None
+    return run_vocab if rows == {megatron_padded_vocab(run_vocab, tp, divisor)} else None
 
 
 def source_iteration(directory: Path, common: dict) -> int | None:
