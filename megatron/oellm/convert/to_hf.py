@@ -256,7 +256,9 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
 
 
 def _source_metadata(directory: Path, iteration: int | None) -> dict[str, str]:
-    """What every file of the export records of its source (safetensors metadata takes strings only): the
-    checkpoint's iteration directory, absolute, and its iteration where known."""
-    found = {"oellm_source": str(directory.absolute())}
+    """What every file of the export records of its source (safetensors metadata takes strings only): the name of
+    the checkpoint's iteration directory in its run folder (``iter_0000100``, ``release``) and its iteration where
+    known. Not its path: exports are uploaded to the Hugging Face Hub, and a path names the cluster's project, account
+    and user (the printed summary names it in full)."""
+    found = {"oellm_source": directory.absolute().name}
     return found if iteration is None else {**found, "oellm_iteration": str(iteration)}
