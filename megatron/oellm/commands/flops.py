@@ -197,7 +197,7 @@ def flops_report(args: argparse.Namespace, card: ModelCard) -> dict[str, Any]:
                       breakdown=corrected.gflops_breakdown())
     if args.tokens_per_second_per_gpu is not None:
         gpu = args.gpu or DEFAULT_GPU
-        peak = peak_tflops(gpu, args.precision or DEFAULT_PRECISION) if args.peak_tflops is None else args.peak_tflops
+        peak = _table_peak(gpu, args.precision or DEFAULT_PRECISION) if args.peak_tflops is None else args.peak_tflops
         tflops = args.tokens_per_second_per_gpu * report["gflops_per_token"] / 1e3
         report.update(tokens_per_second_per_gpu=args.tokens_per_second_per_gpu, tflops_per_gpu=tflops,
                       peak_tflops=peak, mfu=mfu(tflops, peak))
@@ -212,6 +212,18 @@ CORRECTED_NOTE = ("corrected = our count of the matrix work (docs/flops.md); Meg
 REPORTS_SECTION = "the --megatron-flag sets of docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\""
 """Where the flag sets are that reproduce the MN5 report's TFLOP/s with Megatron's count."""
 
+
+
+def _table_peak(gpu: str, precision: str) -> float:
+    """The peak table's TFLOP/s of ``--gpu gpu`` at ``--precision precision``; a GPU without FP8 tensor cores under
+    ``--precision fp8`` is refused naming the two options that give an MFU instead (the table's refusal spoke of
+    quoting a peak, naming neither)."""
+    known = GPU_PEAKS.get(gpu)
+    if known is not None and precision == "fp8" and known.fp8_tflops is None:
+        raise FlopError(f"--gpu {gpu} --precision fp8: the {gpu} has no FP8 tensor cores, so there is no FP8 peak to "
+                        f"take an MFU against; pass --precision bf16 (its dense BF16 peak, {known.bf16_tflops:g} "
+                        "TFLOP/s) or --peak-tflops P (a peak of your own, TFLOP/s per GPU)")
+    return peak_tflops(gpu, precision)
 
 def count_notes(report: dict[str, Any]) -> list[str]:
     """The lines under the table's header: what the corrected count is (in that mode), and, unless ``--megatron-flag``
