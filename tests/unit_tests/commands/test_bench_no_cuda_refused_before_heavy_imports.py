@@ -45,13 +45,15 @@ def test_no_cuda_is_refused_before_the_heavy_imports(argv: list[str]) -> None:
     assert err.strip().splitlines()[-1].startswith("oellm bench: error: needs a CUDA GPU")
 
 
-def test_the_cheap_argument_checks_still_come_first(tmp_path: Path) -> None:
-    """A bad card, sequence length or ``--output`` is named without a GPU, as before the CUDA check moved."""
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--model", "qwen3-30b-a3b-proxy-2L"], "qwen3.5-35b-a3b flavour"),
+    (["--model", "qwen3.5-35b-a3b-tiny", "--seq-length", "4096"], "--seq-length 4096"),
+    (["--output", "{plain}/r.json"], "--output"),
+])
+def test_the_cheap_argument_checks_still_come_first(argv: list[str], named: str, tmp_path: Path) -> None:
+    """A bad card, sequence length or ``--output`` (under a file where a folder should be) is named without a GPU,
+    as before the CUDA check moved."""
     (tmp_path / "plain").write_text("a file where a folder should be")
-    cases = [(["--model", "qwen3-30b-a3b-proxy-2L"], "qwen3.5-35b-a3b flavour"),
-             (["--model", "qwen3.5-35b-a3b-tiny", "--seq-length", "4096"], "--seq-length 4096"),
-             (["--output", str(tmp_path / "plain" / "r.json")], "--output")]
-    argv, named = random.choice(cases)
-    result, err = bench_without_cuda(*argv)
+    result, err = bench_without_cuda(*(arg.format(plain=tmp_path / "plain") for arg in argv))
     assert result == {"status": 2, "loaded": []}
     assert named in err and "needs a CUDA GPU" not in err
