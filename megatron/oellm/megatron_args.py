@@ -173,3 +173,22 @@ def escape_unformattable_help(parser: argparse.ArgumentParser) -> list[str]:
 def parse_megatron_argv(argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``argv`` with Megatron's parser only (no ``validate_args``): what Megatron would read from it."""
     return megatron_parser().parse_args(list(argv))
+
+
+RENAMED_DESTINATIONS: dict[str, str] = {
+    "--norm-epsilon": "layernorm_epsilon",
+    "--apply-layernorm-1p": "layernorm_zero_centered_gamma",
+    "--disable-bias-linear": "add_bias_linear",
+}
+"""The card flags (:func:`megatron.oellm.megatron_args.model_flags`) whose destination in megatron-core 0.19.2's
+parser is not the flag's own name; a unit test compares every card flag's :func:`flag_destination` with the
+parser's."""
+
+
+def flag_destination(flag: str) -> str:
+    """The name megatron's parser stores option ``flag`` (``--norm-epsilon``) under, and so the name a checkpoint's
+    stored run arguments give it (``layernorm_epsilon`` in megatron-core 0.19.2): :data:`RENAMED_DESTINATIONS`, else
+    the flag's own name. Spelt rather than read from :func:`~megatron.oellm.training.args.oellm_parser`, whose
+    construction takes seconds that ``oellm convert`` would spend on each export; kept here, beside the card flags, so
+    that reading a checkpoint's stored arguments imports no megatron-core (whose import warns on a CPU node)."""
+    return RENAMED_DESTINATIONS.get(flag, flag.removeprefix("--").replace("-", "_"))

@@ -6,8 +6,7 @@ from __future__ import annotations
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
-from megatron.oellm.megatron_args import megatron_flag, model_flags
-from megatron.oellm.training.args import flag_destination
+from megatron.oellm.megatron_args import flag_destination, megatron_flag, model_flags
 from megatron.oellm.training.card_from_args import CARD_SCOPE, inexpressible_flags
 
 STRUCTURAL_FIELDS = ("family", "num_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_query_groups",
@@ -21,7 +20,7 @@ RUN_FLAGS_NO_SHAPE_SHOWS = ("rotary-base", "rotary-percent", "norm-epsilon", "ap
                             "moe-router-pre-softmax")
 """Megatron flags of :func:`megatron_args.model_flags` that change what the model computes but no tensor's name or
 shape: RoPE base and rotated fraction, norm epsilon and zero-centring, router top-k and its renormalisation. Stored
-run arguments name each by its parser destination (:func:`~megatron.oellm.training.args.flag_destination`), which
+run arguments name each by its parser destination (:func:`~megatron.oellm.megatron_args.flag_destination`), which
 for the norm's two is not the flag's name."""
 INTERLEAVED_GLU_ARGS = (("moe_mlp_glu_interleave_size", "num_experts", None),
                         ("moe_shared_expert_glu_interleave_size", "moe_shared_expert_intermediate_size",

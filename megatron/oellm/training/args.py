@@ -22,7 +22,13 @@ from functools import lru_cache
 
 from megatron.oellm.backends.selection import BACKEND_CHOICES, resolve_backend
 from megatron.oellm.cards import ModelCard, get_card
-from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_flag, megatron_parser, model_flags
+from megatron.oellm.megatron_args import (
+    FlagValue,
+    flags_to_argv,
+    megatron_flag,
+    megatron_parser,
+    model_flags,
+)
 from megatron.oellm.peaks import positive_tflops
 
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0, "eval-interval": 1000}
@@ -102,24 +108,6 @@ class MergedArgv:
 def oellm_parser() -> argparse.ArgumentParser:
     """Megatron's parser plus the OEL arguments, built once per process (``parse_args`` leaves a parser as it is)."""
     return megatron_parser(add_oellm_arguments)
-
-
-RENAMED_DESTINATIONS: dict[str, str] = {
-    "--norm-epsilon": "layernorm_epsilon",
-    "--apply-layernorm-1p": "layernorm_zero_centered_gamma",
-    "--disable-bias-linear": "add_bias_linear",
-}
-"""The card flags (:func:`megatron.oellm.megatron_args.model_flags`) whose destination in megatron-core 0.19.2's
-parser is not the flag's own name; a unit test compares every card flag's :func:`flag_destination` with the
-parser's."""
-
-
-def flag_destination(flag: str) -> str:
-    """The name megatron's parser stores option ``flag`` (``--norm-epsilon``) under, and so the name a checkpoint's
-    stored run arguments give it (``layernorm_epsilon`` in megatron-core 0.19.2): :data:`RENAMED_DESTINATIONS`, else
-    the flag's own name. Spelt rather than read from :func:`oellm_parser`, whose construction takes seconds that
-    ``oellm convert`` would spend on each export."""
-    return RENAMED_DESTINATIONS.get(flag, flag.removeprefix("--").replace("-", "_"))
 
 
 def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:

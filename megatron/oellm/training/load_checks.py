@@ -15,7 +15,8 @@ import argparse
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
-from megatron.oellm.training.args import architecture_value, flag_destination
+from megatron.oellm.megatron_args import flag_destination
+from megatron.oellm.training.args import architecture_value
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -269,7 +270,7 @@ every megatron-oellm checkpoint a run of a card loads (:func:`check_checkpoint_a
 of :data:`CARD_NORM_FLAGS`."""
 CARD_NORM_FLAGS = ("--norm-epsilon", "--apply-layernorm-1p")
 """The card's norm flags, compared as :data:`CARD_ARCHITECTURE_ARGS` are under the names megatron's parser stores
-them by (:func:`~megatron.oellm.training.args.flag_destination`: ``layernorm_epsilon`` and
+them by (:func:`~megatron.oellm.megatron_args.flag_destination`: ``layernorm_epsilon`` and
 ``layernorm_zero_centered_gamma`` in megatron-core 0.19.2, whose ``load_args_from_checkpoint`` asks for the stale
 ``apply_layernorm_1p`` and so takes neither). No tensor shape shows them: a checkpoint trained with others loads
 into the card's model without an error and computes otherwise."""

@@ -143,7 +143,7 @@ def test_a_cluster_gpu_without_a_peak_is_refused(tmp_path, capsys):
     config = tmp_path / "bad.toml"
     config.write_text(f'extends = "{STRONG}"\nname = "bad"\n[cluster]\ngpu = "h100-sxm5"\n')
     assert main(["recipe", str(config), "--dry-run"]) == 2
-    assert "recipe bad: cluster.gpu must be one of gh200, h100-nvl" in capsys.readouterr().err
+    assert "recipe bad: cluster.gpu must be one of a100, gh200, h100-nvl" in capsys.readouterr().err
 
 
 def _write_row_logs(config: Path, output_dir: Path, numbers: tuple[int, ...], name: str):

@@ -1,4 +1,4 @@
-"""``training.args.flag_destination`` names a flag's parser destination without building megatron's parser, which
+"""``megatron_args.flag_destination`` names a flag's parser destination without building megatron's parser, which
 took ``oellm convert mcore-to-hf`` (through ``convert.stored_checks``) about six seconds on every export; its answer
 for every flag the cards emit equals the parser's, so the spelt rule and its table cannot drift from megatron."""
 
@@ -8,9 +8,9 @@ import pytest
 
 from megatron.oellm import megatron_args
 from megatron.oellm.cards import get_card, list_card_names
-from megatron.oellm.megatron_args import model_flags
+from megatron.oellm.megatron_args import flag_destination, model_flags
 from megatron.oellm.training import args as training_args
-from megatron.oellm.training.args import TRAINING_DEFAULTS, flag_destination, oellm_parser
+from megatron.oellm.training.args import TRAINING_DEFAULTS, oellm_parser
 
 
 def _card_flags() -> set[str]:
