@@ -248,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them
-        check_checkpoint_vocabulary(parsed, loaded)  # megatron loads as many embedding rows as fit, comparing none
+        check_checkpoint_vocabulary(parsed, loaded,  # megatron loads as many embedding rows as fit, comparing none
+                                    vocab_given="vocab_size" in explicit_destinations(user_argv))
         check_checkpoint_sequence_length(parsed, loaded)  # megatron asserts it bare where no checkpoint stores one
         check_gpu_node()  # megatron's validation asks the GPU
         args = validated_args(parse_and_validate_args, parsed)

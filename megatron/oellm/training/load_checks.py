@@ -177,12 +177,14 @@ VOCAB_SIZE_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer", "TikTokeniz
 ``--vocab-size``."""
 
 
-def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint | None,
+                                vocab_given: bool = True) -> None:
     """Raise ``ValueError`` when the checkpoint the run loads (``loaded``, as
     :func:`check_checkpoint_architecture` takes it) stores a larger vocabulary than the run's ``--vocab-size`` (the
     card's when not given; ``args`` as parsed, before megatron initialises): :data:`VOCABULARY_OUTCOME`. A smaller
     one is a vocabulary extension, which megatron loads zero-filling the rows past the checkpoint's: printed as a note
-    where the run reads no optimizer state, refused where it does (the state holds the checkpoint's rows).
+    where the run reads no optimizer state and gives ``--vocab-size`` itself (``vocab_given``: not the card's, which
+    a job that forgot the flag gets), refused otherwise (the optimizer state holds the checkpoint's rows).
 
     The stored vocabulary is the card an ``oellm convert hf-to-mcore --vocab-size N`` checkpoint records, else the
     ``vocab_size`` a training run's arguments store, else their ``padded_vocab_size``, compared as megatron padded it
@@ -196,29 +198,36 @@ def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoi
         return
     stored = _stored_vocabulary(loaded.common)
     if stored is None:
-        _compare_padding(args, run, loaded)
+        _compare_padding(args, run, loaded, vocab_given)
     elif stored > run:
         raise ValueError(f"{loaded.named_by} holds a checkpoint of a {stored}-token vocabulary, while the run's is "
                          f"{run} (--vocab-size, the card's when not given): {VOCABULARY_OUTCOME}; pass --vocab-size "
                          f"{stored}, the vocabulary the checkpoint was converted or trained with")
     elif stored < run:
-        _extend_vocabulary(args, loaded, f"a {stored}-token vocabulary", stored, run)
+        _extend_vocabulary(args, loaded, f"a {stored}-token vocabulary", stored, run, vocab_given)
 
 
-def _extend_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint, held: str, rows: int, run: int) -> None:
-    """Print a note that megatron-core 0.19.2 zero-fills the embedding and output rows past the ``rows`` of
-    ``loaded`` (which holds ``held``) for the run's ``--vocab-size`` ``run``: it loads both with
-    ``allow_shape_mismatch``. Raise ``ValueError`` instead when the run also reads the checkpoint's optimizer state,
-    whose distributed form megatron loads without that tolerance."""
+def _extend_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint, held: str, rows: int, run: int,
+                       vocab_given: bool) -> None:
+    """Print a note that the run's ``--vocab-size`` ``run`` extends the vocabulary of ``loaded`` (which holds
+    ``held``, ``rows`` tokens or rows): megatron-core 0.19.2 loads the checkpoint's embedding and output rows with
+    ``allow_shape_mismatch``, zero-filling any it does not hold. Raise ``ValueError`` instead when the run takes the
+    card's vocabulary without ``--vocab-size`` (``vocab_given`` False: most likely a job that forgot the flag), or
+    also reads the checkpoint's optimizer state, whose distributed form megatron loads without that tolerance."""
     from megatron.oellm.training.stored_checkpoint import loads_optimizer_state
 
+    if not vocab_given:
+        raise ValueError(f"{loaded.named_by} holds a checkpoint of {held}, fewer than the {run} of the card, which the "
+                         f"run takes without --vocab-size; pass --vocab-size {rows} to train it as saved, or "
+                         f"--vocab-size {run} to extend its vocabulary")
     if loads_optimizer_state(args, loaded):
         raise ValueError(f"{loaded.named_by} holds a checkpoint of {held}, fewer than the run's --vocab-size {run}, "
                          "and the run also loads its optimizer state, which holds the checkpoint's embedding and "
                          f"output rows only; pass --vocab-size {rows} to resume it, or add --finetune (or "
                          "--no-load-optim) to extend the vocabulary from it")
     print(f"note: {loaded.named_by} holds a checkpoint of {held}, the run's --vocab-size is {run}: megatron-core "
-          f"loads its embedding and output rows and the rows past {rows} start as zeros", flush=True)
+          "loads the embedding and output rows the checkpoint holds and starts any beyond them as zeros; the tokens "
+          f"past {rows} were not in the vocabulary it was trained with", flush=True)
 
 
 def _stored_vocabulary(common: dict) -> int | None:
@@ -236,7 +245,7 @@ def _stored_vocabulary(common: dict) -> int | None:
     return getattr(stored, "vocab_size", None)
 
 
-def _compare_padding(args: argparse.Namespace, run: int, loaded: StoredCheckpoint) -> None:
+def _compare_padding(args: argparse.Namespace, run: int, loaded: StoredCheckpoint, vocab_given: bool) -> None:
     """Compare the ``padded_vocab_size`` ``loaded``'s run arguments store (with the tensor-parallel size and divisor
     megatron padded with) with the rows the run's vocabulary ``run`` pads to there, as
     :func:`check_checkpoint_vocabulary` compares vocabularies: refuse fewer rows, note more."""
@@ -254,7 +263,7 @@ def _compare_padding(args: argparse.Namespace, run: int, loaded: StoredCheckpoin
                          f"card's when not given) pads to {ours} there: {VOCABULARY_OUTCOME}; pass the saving run's "
                          f"--vocab-size (one that pads to {padded} rows, such as --vocab-size {padded})")
     if ours > padded:
-        _extend_vocabulary(args, loaded, f"a vocabulary megatron padded to {padded} rows", padded, run)
+        _extend_vocabulary(args, loaded, f"a vocabulary megatron padded to {padded} rows", padded, run, vocab_given)
 
 
 CARD_ARCHITECTURE_ARGS = (

@@ -79,7 +79,27 @@ def test_a_vocabulary_extension_goes_on_with_a_note(fine_tune: str, tmp_path: Pa
     out = capsys.readouterr().out
     flag = "--pretrained-checkpoint" if fine_tune.startswith("--pre") else "--load"
     assert f"note: {flag} {run} holds a checkpoint of a {vocab}-token vocabulary" in out
-    assert f"the rows past {vocab} start as zeros" in out and "untrained" not in out
+    assert ("megatron-core loads the embedding and output rows the checkpoint holds and starts any beyond them as "
+            f"zeros; the tokens past {vocab} were not in the vocabulary it was trained with") in out
+    assert "untrained" not in out
+
+
+@pytest.mark.parametrize("fine_tune", ["--finetune", "--no-load-optim"])
+def test_a_smaller_stored_vocabulary_under_the_cards_is_refused(fine_tune: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--vocab-size`` the run takes the card's: a checkpoint of fewer tokens is most likely a job that forgot
+    the flag, even where both pad to the same rows (no zero-filled row then), so it is refused naming both ways."""
+    card_vocab = get_card(CARD).vocab_size
+    vocab = random.randrange(card_vocab - 100, card_vocab)
+    run = _trained(tmp_path / "ckpt", vocab, megatron_padded_vocab(vocab, 1, 128))
+    entry = entry_up_to_pretrain(monkeypatch)
+    line = refused_line(entry, capsys, _argv("--load", str(run), fine_tune))
+    assert line.endswith(f"holds a checkpoint of a {vocab}-token vocabulary, fewer than the {card_vocab} of the card, "
+                         f"which the run takes without --vocab-size; pass --vocab-size {vocab} to train it as saved, "
+                         f"or --vocab-size {card_vocab} to extend its vocabulary")
+    with pytest.raises(Reached):
+        entry.main(_argv("--load", str(run), fine_tune, "--vocab-size", str(card_vocab)))
 
 
 def test_an_extension_of_a_resumed_optimizer_state_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
