@@ -252,6 +252,8 @@ class CheckpointReader:
             if _holds_rank_files(directory):
                 raise ConversionError(f"{directory} is a --ckpt-format torch checkpoint (one {TORCH_RANK_PREFIX}* "
                                       f"directory per model-parallel rank); {_TORCH_DIST_ONLY}")
+            if (directory / CHECKPOINT_CONFIG_FILE).is_file():
+                raise ConversionError(lost_dcp_metadata(directory))
             if is_unfinished_save_without_metadata(directory):
                 raise ConversionError(f"{unfinished_save_problem(directory)}; {_unfinished_save_fix(directory)}")
             raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
@@ -368,6 +370,15 @@ def is_unfinished_save_without_metadata(directory: Path) -> bool:
     if any(name.startswith("__") and name.endswith(DATA_FILE_SUFFIX) for name in names):
         return True
     return bool(names) and iteration_of(directory.name) is not None and (directory.parent / ITERATION_FILE).is_file()
+
+
+def lost_dcp_metadata(directory: Path) -> str:
+    """Why ``directory`` holds megatron-core's ``metadata.json``, written when a save finishes, but not DCP's hidden
+    ``.metadata``, written just before it: a finished save copied without its dot files (``cp -r DIR/* DST``, a glob
+    skips them), not an unfinished one; and the fix."""
+    return (f"{directory} holds {CHECKPOINT_CONFIG_FILE}, which megatron-core writes when a save finishes, but not "
+            f"DCP's hidden {METADATA_FILE}, written just before it: a copy that skips dot files (a shell glob such as "
+            f"`cp -r DIR/* DST`) leaves it behind; copy the directory itself (`cp -r DIR DST`, `rsync -a DIR/ DST/`)")
 
 
 def unfinished_save_problem(directory: Path) -> str:
