@@ -99,3 +99,20 @@ def converted_random_checkpoint(card_name: str, folder: Path) -> Path:
     write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), folder / "hf")
     hf_to_mcore_checkpoint(card, folder / "hf", folder / "mcore")
     return folder / "mcore"
+
+
+def run_with_unfinished_save(card_name: str, folder: Path, left_out: tuple[str, ...]) -> tuple[Path, int, int]:
+    """A run folder under ``folder`` holding two saves of a converted random checkpoint of ``card_name``: a finished
+    one its tracker names and a later one without the files ``left_out`` (a save stopped before it wrote them).
+    Returns (run folder, finished iteration, unfinished iteration), both fresh random numbers."""
+    import shutil
+
+    converted = converted_random_checkpoint(card_name, folder)
+    finished = random.randrange(1, 10**6)
+    unfinished = finished + random.randrange(1, 1000)
+    for step in (finished, unfinished):
+        shutil.copytree(converted / "release", folder / "run" / f"iter_{step:07d}")
+    for name in left_out:
+        (folder / "run" / f"iter_{unfinished:07d}" / name).unlink(missing_ok=True)
+    (folder / "run" / "latest_checkpointed_iteration.txt").write_text(f"{finished}\n")
+    return folder / "run", finished, unfinished

@@ -4,15 +4,13 @@ it was refused as a torch_dcp checkpoint needing "the --ckpt-format that saved i
 
 from __future__ import annotations
 
-import random
-import shutil
 from pathlib import Path
 
 import pytest
 
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import run_with_unfinished_save
 
 CARD = "qwen3-30b-a3b-tiny"
 
@@ -20,15 +18,7 @@ CARD = "qwen3-30b-a3b-tiny"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
     """(run folder, finished iteration its tracker names, a later iteration whose save did not finish)."""
-    folder = tmp_path_factory.mktemp("unfinished")
-    converted = converted_random_checkpoint(CARD, folder)
-    finished = random.randrange(1, 10**6)
-    unfinished = finished + random.randrange(1, 1000)
-    for step in (finished, unfinished):
-        shutil.copytree(converted / "release", folder / "run" / f"iter_{step:07d}")
-    (folder / "run" / f"iter_{unfinished:07d}" / "metadata.json").unlink()
-    (folder / "run" / "latest_checkpointed_iteration.txt").write_text(f"{finished}\n")
-    return folder / "run", finished, unfinished
+    return run_with_unfinished_save(CARD, tmp_path_factory.mktemp("unfinished"), ("metadata.json",))
 
 
 @pytest.mark.parametrize("flag", ["--load", "--pretrained-checkpoint"])

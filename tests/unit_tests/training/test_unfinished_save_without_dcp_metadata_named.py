@@ -13,7 +13,7 @@ import pytest
 from megatron.oellm.cli import main
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import check_load_directory, read_loaded_checkpoint
-from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import run_with_unfinished_save
 
 CARD = "qwen3-30b-a3b-tiny"
 
@@ -21,17 +21,10 @@ CARD = "qwen3-30b-a3b-tiny"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
     """(run folder, finished iteration its tracker names, a later iteration stopped before its .metadata)."""
-    folder = tmp_path_factory.mktemp("unfinished")
-    converted = converted_random_checkpoint(CARD, folder)
-    finished = random.randrange(1, 10**6)
-    unfinished = finished + random.randrange(1, 1000)
-    for step in (finished, unfinished):
-        shutil.copytree(converted / "release", folder / "run" / f"iter_{step:07d}")
-    for name in ("metadata.json", ".metadata", "common.pt"):
-        (folder / "run" / f"iter_{unfinished:07d}" / name).unlink(missing_ok=True)
-    assert list((folder / "run" / f"iter_{unfinished:07d}").glob("__*_*.distcp"))
-    (folder / "run" / "latest_checkpointed_iteration.txt").write_text(f"{finished}\n")
-    return folder / "run", finished, unfinished
+    folder, finished, unfinished = run_with_unfinished_save(
+        CARD, tmp_path_factory.mktemp("unfinished"), ("metadata.json", ".metadata", "common.pt"))
+    assert list((folder / f"iter_{unfinished:07d}").glob("__*_*.distcp"))
+    return folder, finished, unfinished
 
 
 @pytest.mark.parametrize("flag", ["--load", "--pretrained-checkpoint"])
