@@ -120,7 +120,8 @@ def check_backend_support(
     TransformerConfig fields (see :func:`check_config_support`); ``disabled_fusions`` holds names of
     :data:`TORCH_BACKEND_DISABLED_FUSIONS`, ``deferred_wgrad`` names of :data:`WGRAD_DEFERRAL_SETTINGS` and
     ``gtp_weight_shards`` the weight-sharding flags in use (:func:`gtp_weight_shard_flags`); ``meta_device_init`` is
-    ``init_model_with_meta_device``; ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one handles it through
+    ``init_model_with_meta_device``; ``gradient_accumulation_fusion`` is checked for the te backend only (the torch one
+    handles it through
     ``disabled_fusions``), as is ``flash_attention_only`` (``--attention-backend flash``, which only TE's attention
     reads) with the ``dtype`` (:data:`FLASH_ATTENTION_DTYPES` or another name, None when unknown) and the
     ``flash_attention_version`` (``--flash-attention-version``) it is judged with, and ``local_attention``

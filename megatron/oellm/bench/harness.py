@@ -61,7 +61,8 @@ class BenchConfig:
     benchmarked GPU's own, from its CUDA name (:func:`with_device_gpu`), or no MFU where that GPU has no known peak
     and :attr:`peak_tflops` gives none."""
     peak_tflops: float | None = None
-    """TFLOP/s per GPU MFU is quoted against, given by hand (a GPU missing from the peak table); excludes :attr:`gpu`."""
+    """TFLOP/s per GPU MFU is quoted against, given by hand (a GPU missing from the peak table); excludes
+    :attr:`gpu`."""
     profile_dir: Path | None = None
     """Where to write each side's top CUDA kernels of one step at its best micro-batch size (None: no profile)."""
     check_sides: InitVar[bool] = True

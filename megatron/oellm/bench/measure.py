@@ -72,7 +72,8 @@ def throughput(side: str, mbs: int, seq_length: int, times: StepTimes, flops_per
     return Measurement(
         side=side, mbs=mbs, status="ok", tokens_per_step=tokens, step_ms_median=median_ms,
         step_ms_min=min(times.step_ms), step_ms_max=max(times.step_ms), tokens_per_s=tokens_per_s,
-        tflops=tflops, mfu=None if peak_tflops is None else tflops / peak_tflops, peak_memory_gib=times.peak_memory_bytes / 2**30, loss=times.loss)
+        tflops=tflops, mfu=None if peak_tflops is None else tflops / peak_tflops,
+        peak_memory_gib=times.peak_memory_bytes / 2**30, loss=times.loss)
 
 
 def sweep(side: str, mbs_values: Sequence[int], seq_length: int, run: Callable[[int], StepTimes],

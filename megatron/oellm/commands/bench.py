@@ -239,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
     other sides', are in the report); exit 2, with the reason on stderr, on a bad card/configuration (our side's
     overrides included), on an unwritable ``--output`` or ``--profile`` (checked first, so a refusal names the
     argument even where there is no GPU), or without CUDA. Without CUDA the refusal comes before megatron-core,
-    fla and transformers are imported, unless :func:`asks_megatron_core`. On a GPU without a known peak and neither ``--gpu`` nor
-    ``--peak-tflops`` it measures all the same, MFU n/a (:func:`peak_note`). The one-rank runtime the measurements bring up is shut down after them, whatever their outcome."""
+    fla and transformers are imported, unless :func:`asks_megatron_core`. On a GPU without a known peak and neither
+    ``--gpu`` nor ``--peak-tflops`` it measures all the same, MFU n/a (:func:`peak_note`). The one-rank runtime the
+    measurements bring up is shut down after them, whatever their outcome."""
     with warnings.catch_warnings():  # megatron-core's import notes of absent packages came before any refusal
         warnings.filterwarnings("ignore", MISSING_PACKAGE_WARNINGS, UserWarning)
         return _run(args)

@@ -213,7 +213,6 @@ REPORTS_SECTION = "the --megatron-flag sets of docs/flops.md, \"How far the MN5 
 """Where the flag sets are that reproduce the MN5 report's TFLOP/s with Megatron's count."""
 
 
-
 def _table_peak(gpu: str, precision: str) -> float:
     """The peak table's TFLOP/s of ``--gpu gpu`` at ``--precision precision``; a GPU without FP8 tensor cores under
     ``--precision fp8`` is refused naming the two options that give an MFU instead (the table's refusal spoke of

@@ -274,7 +274,8 @@ def _data_order(shard: Layout) -> Layout:
 
 def _header(shard: Layout, metadata: Mapping[str, str]) -> tuple[bytes, dict[str, int]]:
     """The safetensors header of a file holding ``shard``'s tensors (the little-endian 8-byte length, then the JSON:
-    ``format: pt`` as ``save_file`` writes it, :data:`EXPORT_MARK` and the writer's ``metadata``, then dtype, shape and byte range of every
+    ``format: pt`` as ``save_file`` writes it, :data:`EXPORT_MARK` and the writer's ``metadata``, then dtype, shape and
+    byte range of every
     tensor in :func:`_data_order`, padded with spaces to :data:`_HEADER_ALIGNMENT`), and the file offset of each
     tensor's bytes, where they are written whatever order the tensors arrive in."""
     entries: dict[str, object] = {"__metadata__": {"format": "pt", **metadata, **EXPORT_MARK}}
@@ -381,7 +382,8 @@ class ShardedSafetensorsWriter:
             files.append(final)
             weight_map.update(dict.fromkeys((name for name, _, _ in shard), final.name))
         total = sum(tensor_nbytes(shape, dtype) for _, shape, dtype in self._layout)
-        index = {"metadata": {"total_size": total, **self._metadata, **EXPORT_MARK}, "weight_map": dict(sorted(weight_map.items()))}
+        index = {"metadata": {"total_size": total, **self._metadata, **EXPORT_MARK},
+                 "weight_map": dict(sorted(weight_map.items()))}
         (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         return [*files, self.directory / INDEX_NAME]
 

@@ -5,7 +5,8 @@ converted checkpoint it cannot compare, a strictness its loader fails under (for
 a torch-native one saved before its norms carried Transformer Engine's extra state), interleaved SwiGLU rows over a
 ``[gate; up]`` checkpoint, a checkpoint of another card or vocabulary, or ``--use-checkpoint-args`` replacing the
 card's architecture or a flag the user gave would each fail on every rank there (or, for interleaved rows, another
-vocabulary and ``--use-checkpoint-args``, train another model without a word). Each check takes the checkpoint as
+vocabulary, a card differing only where no tensor shape shows it, and ``--use-checkpoint-args``, train another model
+without a word). Each check takes the checkpoint as
 :func:`megatron.oellm.training.stored_checkpoint.read_loaded_checkpoint` read it, once, for all of them.
 """
 
@@ -177,8 +178,8 @@ VOCAB_SIZE_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer", "TikTokeniz
 ``--vocab-size``."""
 
 
-def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint | None,
-                                vocab_given: bool = True) -> None:
+def check_checkpoint_vocabulary(args: argparse.Namespace, loaded: StoredCheckpoint | None, *,
+                                vocab_given: bool) -> None:
     """Raise ``ValueError`` when the checkpoint the run loads (``loaded``, as
     :func:`check_checkpoint_architecture` takes it) stores a larger vocabulary than the run's ``--vocab-size`` (the
     card's when not given; ``args`` as parsed, before megatron initialises): :data:`VOCABULARY_OUTCOME`. A smaller

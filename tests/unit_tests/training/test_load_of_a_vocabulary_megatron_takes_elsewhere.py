@@ -50,7 +50,7 @@ def test_a_tokenizer_giving_its_vocabulary_is_not_compared(tokenizer: str, tmp_p
     vocab = random.randrange(100, 400)
     run = _trained(tmp_path / "run", None, megatron_padded_vocab(vocab, 1, 128), tokenizer)
     parsed = _parsed("--load", str(run), "--tokenizer-type", tokenizer, "--tokenizer-model", str(tmp_path / "tok"))
-    load_checks.check_checkpoint_vocabulary(parsed, read_loaded_checkpoint(parsed))
+    load_checks.check_checkpoint_vocabulary(parsed, read_loaded_checkpoint(parsed), vocab_given=True)
 
 
 def test_use_checkpoint_args_takes_the_checkpoints_vocabulary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -104,11 +104,11 @@ def test_a_padded_vocabulary_alone_is_compared_as_megatron_padded_it(tmp_path: P
     run = save_dist_checkpoint(tmp_path / "run", stored, iteration=random.randrange(1, 10**6))
     same = _parsed("--load", str(run), "--tokenizer-type", "NullTokenizer", "--vocab-size",
                    str(padded - random.randrange(0, divisor * tp)))
-    load_checks.check_checkpoint_vocabulary(same, read_loaded_checkpoint(same))
+    load_checks.check_checkpoint_vocabulary(same, read_loaded_checkpoint(same), vocab_given=True)
     other = _parsed("--load", str(run), "--tokenizer-type", "NullTokenizer", "--vocab-size",
                     str(padded - divisor * tp - random.randrange(0, 100)))
     with pytest.raises(ValueError, match=rf"padded to {padded} rows.*pass the saving run's --vocab-size"):
-        load_checks.check_checkpoint_vocabulary(other, read_loaded_checkpoint(other))
+        load_checks.check_checkpoint_vocabulary(other, read_loaded_checkpoint(other), vocab_given=True)
 
 
 def test_a_checkpoint_without_a_stored_vocabulary_is_left_to_megatron(tmp_path: Path) -> None:
@@ -117,9 +117,9 @@ def test_a_checkpoint_without_a_stored_vocabulary_is_left_to_megatron(tmp_path: 
     stored = stored_args(**ONE_GPU)
     run = save_dist_checkpoint(tmp_path / "run", stored, iteration=random.randrange(1, 10**6))
     parsed = _parsed("--load", str(run), "--vocab-size", str(_other_vocab()))
-    load_checks.check_checkpoint_vocabulary(parsed, read_loaded_checkpoint(parsed))
+    load_checks.check_checkpoint_vocabulary(parsed, read_loaded_checkpoint(parsed), vocab_given=True)
     stored.vocab_size = _other_vocab()
     other = save_dist_checkpoint(tmp_path / "other", stored, iteration=random.randrange(1, 10**6))
     parsed = _parsed("--load", str(other))
     parsed.vocab_size = None
-    load_checks.check_checkpoint_vocabulary(parsed, read_loaded_checkpoint(parsed))
+    load_checks.check_checkpoint_vocabulary(parsed, read_loaded_checkpoint(parsed), vocab_given=True)

@@ -49,7 +49,8 @@ class SDPACoreAttention(MegatronModule):
 
     Same constructor and forward signature as megatron's DotProductAttention / TEDotProductAttention. It has no
     parameters and no state, so it adds nothing to a distributed checkpoint, as TEDotProductAttention adds nothing
-    with the vanilla softmax (its softmax offset only under ``softmax_type='learnable'``, refused here). Layout: query ``[sq, b, np, hn]``,
+    with the vanilla softmax (its softmax offset only under ``softmax_type='learnable'``, refused here). Layout: query
+    ``[sq, b, np, hn]``,
     key/value ``[sk, b, ng, hn]`` with ``np % ng == 0`` (GQA), output ``[sq, b, np * hn]``. Packed sequences
     (``packed_seq_params.qkv_format == 'thd'``): ``[t, np, hn]`` in, ``[t, np * hn]`` out, documents delimited by
     ``cu_seqlens_*_padded`` when given, else ``cu_seqlens_*``; a document's padding follows its tokens, so causal
