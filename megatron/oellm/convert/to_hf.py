@@ -42,8 +42,12 @@ from megatron.oellm.convert.summary import ConversionSummary, bytes_of, leftover
 from megatron.oellm.convert.tensor_checks import warn_non_finite
 from megatron.oellm.convert.termination import TerminationGuard, guarded
 from megatron.oellm.convert.tokenizer_files import check_tokenizer_dir, copy_tokenizer_files, foreign_in_tokenizer_entry
-from megatron.oellm.convert.vocab_padding import VOCAB_TENSORS, stored_padded_vocab, strip_vocab_rows
-from megatron.oellm.flops import megatron_padded_vocab
+from megatron.oellm.convert.vocab_padding import (
+    VOCAB_TENSORS,
+    run_vocab_for_rows,
+    stored_padded_vocab,
+    strip_vocab_rows,
+)
 
 _MODEL_KEY_PREFIXES = ("embedding.", "decoder.", "output_layer.")
 """Checkpoint keys of the language model's own tensors (optimizer state, RNG and MTP keys start otherwise)."""
@@ -154,12 +158,7 @@ def _stored_vocab_size(common: dict, rows: set[int]) -> int | None:
     if isinstance(record, dict):
         stated = record.get("vocab_size")
         return stated if isinstance(stated, int) and not isinstance(stated, bool) else None
-    run_args = common.get("args")
-    run_vocab, tp, divisor = (getattr(run_args, key, None) for key in
-                              ("vocab_size", "tensor_model_parallel_size", "make_vocab_size_divisible_by"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (run_vocab, tp, divisor)):
-        return None
-    return run_vocab if rows == {megatron_padded_vocab(run_vocab, tp, divisor)} else None
+    return run_vocab_for_rows(common.get("args"), next(iter(rows))) if len(rows) == 1 else None
 
 
 def source_iteration(directory: Path, common: dict) -> int | None:

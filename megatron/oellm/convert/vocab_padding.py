@@ -76,15 +76,22 @@ def stored_padded_vocab(vocab_size: int, stored_rows: Mapping[str, int], megatro
     return padded
 
 
+def run_vocab_for_rows(megatron_args: Any, padded: int) -> int | None:
+    """The ``--vocab-size`` a training run's stored ``megatron_args`` hold where megatron pads it (at the run's
+    tensor-parallel size and divisor) to exactly ``padded`` vocabulary rows; None where they hold none or another.
+    What the export takes as the run's vocabulary, and what its refusal names."""
+    run_vocab, tp, divisor = (getattr(megatron_args, key, None) for key in
+                              ("vocab_size", "tensor_model_parallel_size", "make_vocab_size_divisible_by"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (run_vocab, tp, divisor)):
+        return None
+    return run_vocab if megatron_padded_vocab(run_vocab, tp, divisor) == padded else None
+
+
 def _run_vocab_fix(padded: int, megatron_args: Any) -> str:
     """What to pass for a checkpoint whose ``padded`` vocabulary rows are not the card's: the exact ``--vocab-size``
-    of the saving run where its stored arguments hold one that megatron pads to ``padded`` (at the run's
-    tensor-parallel size and divisor), else the run's ``--vocab-size`` in words."""
-    run_vocab = getattr(megatron_args, "vocab_size", None)
-    divisor = getattr(megatron_args, "make_vocab_size_divisible_by", None)
-    tp = getattr(megatron_args, "tensor_model_parallel_size", None)
-    stated = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (run_vocab, divisor, tp))
-    if stated and megatron_padded_vocab(run_vocab, tp, divisor) == padded:
+    of the saving run (:func:`run_vocab_for_rows`), else the run's ``--vocab-size`` in words."""
+    run_vocab = run_vocab_for_rows(megatron_args, padded)
+    if run_vocab is not None:
         return f"pass --vocab-size {run_vocab} (the saving run's) to oellm convert"
     return "pass the run's --vocab-size to oellm convert"
 
