@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import queue
+import re
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -57,6 +58,8 @@ METADATA_FILE = ".metadata"
 """PyTorch DCP's metadata file: every item's key, shape and place (file, offset, length)."""
 DATA_FILE_SUFFIX = ".distcp"
 """Suffix of PyTorch DCP's data files (``__<rank>_<n>.distcp``)."""
+DATA_FILE = re.compile(rf"__\d+_\d+{re.escape(DATA_FILE_SUFFIX)}")
+"""The name of a data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
 LEGACY_COMMON_FILE = "common.pt"
 """Where older megatron-core releases kept the common state."""
 CHECKPOINT_CONFIG_FILE = "metadata.json"
@@ -368,7 +371,7 @@ def is_unfinished_save_without_metadata(directory: Path) -> bool:
         names = [child.name for child in directory.iterdir()]
     except OSError:
         return False
-    if any(name.startswith("__") and name.endswith(DATA_FILE_SUFFIX) for name in names):
+    if any(DATA_FILE.fullmatch(name) for name in names):
         return True
     return bool(names) and iteration_of(directory.name) is not None and (directory.parent / ITERATION_FILE).is_file()
 

@@ -36,6 +36,14 @@ def iteration_directory_name(iteration: int) -> str:
     return f"{ITERATION_PREFIX}{iteration:07d}"
 
 
+def tracked_directory_name(value: str) -> str | None:
+    """The iteration directory a ``latest_checkpointed_iteration.txt`` holding ``value`` (stripped) names:
+    ``release`` or ``iter_XXXXXXX``; None for any other content, which megatron-core cannot read either."""
+    if value == RELEASE:
+        return RELEASE
+    return iteration_directory_name(int(value)) if value.isdigit() else None
+
+
 def iteration_of(name: str) -> int | None:
     """The iteration an ``iter_XXXXXXX`` directory name holds, None for any other name."""
     number = name.removeprefix(ITERATION_PREFIX)
@@ -51,9 +59,10 @@ def finished_tracked_iteration(directory: Path) -> Path | None:
         value = (directory.parent / ITERATION_FILE).read_text().strip()
     except (OSError, UnicodeDecodeError):
         return None
-    if value != RELEASE and not value.isdigit():
+    name = tracked_directory_name(value)
+    if name is None:
         return None
-    tracked = directory.parent / (RELEASE if value == RELEASE else iteration_directory_name(int(value)))
+    tracked = directory.parent / name
     if tracked.name == directory.name or not (tracked / CHECKPOINT_CONFIG_FILE).is_file():
         return None
     return tracked
@@ -139,10 +148,11 @@ def resolve_mcore_dir(path: Path) -> Path:
     except (OSError, UnicodeDecodeError) as error:
         raise ConversionError(f"cannot read {marker}: {error}; pass the iteration directory itself with --mcore"
                               ) from error
-    if value != RELEASE and not value.isdigit():
+    name = tracked_directory_name(value)
+    if name is None:
         raise ConversionError(f"{marker} holds {value!r}, not {RELEASE!r} or an iteration number; pass the "
                               "iteration directory itself with --mcore")
-    iteration = path / (RELEASE if value == RELEASE else iteration_directory_name(int(value)))
+    iteration = path / name
     if not iteration.is_dir():
         present = sorted(entry.name for entry in path.iterdir()
                          if entry.is_dir() and (entry.name == RELEASE or entry.name.startswith(ITERATION_PREFIX)))

@@ -10,14 +10,13 @@ directory holds: :mod:`megatron.oellm.convert.mcore_checkpoint`.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import torch
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
-from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE, save_streaming
+from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, DATA_FILE, METADATA_FILE, save_streaming
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.family import Unit, family_module, hf_to_mcore_unit, iter_hf_to_mcore
 from megatron.oellm.convert.hf_config import CONFIG_NAME, CardContradiction, check_hf_config, read_config_files
@@ -38,13 +37,10 @@ from megatron.oellm.convert.tensor_checks import check_hf_tensors, check_one_dty
 from megatron.oellm.convert.termination import TerminationGuard, guarded
 from megatron.oellm.convert.vocab_padding import HF_VOCAB_TENSORS
 
-_DCP_DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
-"""A data file of PyTorch DCP's file-system writer (``__<rank>_<n>.distcp``)."""
-
 
 def _is_checkpoint_file(name: str) -> bool:
     """Whether ``name`` is a file :func:`save_streaming` writes into ``release/``."""
-    return name in (METADATA_FILE, CHECKPOINT_CONFIG_FILE) or _DCP_DATA_FILE.fullmatch(name) is not None
+    return name in (METADATA_FILE, CHECKPOINT_CONFIG_FILE) or DATA_FILE.fullmatch(name) is not None
 
 
 def _foreign_in_mcore_output(entry: Path) -> list[str]:
