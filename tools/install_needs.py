@@ -140,7 +140,12 @@ def checkout_provided() -> bool:
     """Whether this checkout's code is what imports without installing it: installed editable at its version, or on
     the path while pip's editable install (if any) is another folder's (one of this folder at an older version is
     reinstalled, so that its metadata is current)."""
-    return checkout_installed() or (editable_folder() != ROOT and checkout_imported())
+    return checkout_installed() or checkout_on_path()
+
+
+def checkout_on_path() -> bool:
+    """Whether this checkout imports from the path while pip's editable install (if any) is another folder's."""
+    return editable_folder() != ROOT and checkout_imported()
 
 
 def provided_by() -> str | None:
@@ -149,7 +154,7 @@ def provided_by() -> str | None:
     runs it), or None."""
     if checkout_installed():
         return "editable"
-    return "PYTHONPATH" if editable_folder() != ROOT and checkout_imported() else None
+    return "PYTHONPATH" if checkout_on_path() else None
 
 
 def package_needed(extras: Sequence[str]) -> bool:

@@ -78,13 +78,19 @@ def positive_tflops(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not 0 < value < math.inf:
+    if not valid_peak(value):
         raise argparse.ArgumentTypeError(f"the peak must be a positive TFLOP/s per GPU, got {text!r}")
     return value
 
 
+def valid_peak(value: float) -> bool:
+    """Whether ``value`` can be a peak TFLOP/s: positive and finite (NaN and inf pass a "<= 0" test and print as an
+    MFU of nan% or 0.0%)."""
+    return 0 < value < math.inf
+
+
 def mfu(tflops_per_gpu: float, peak: float) -> float:
     """Model-FLOP utilisation: achieved TFLOP/s per GPU over the peak TFLOP/s (a fraction, not a percentage)."""
-    if not 0 < peak < math.inf:  # NaN and inf pass a "<= 0" test and print as an MFU of nan% or 0.0%
+    if not valid_peak(peak):
         raise ValueError(f"peak TFLOP/s must be a positive, finite number, got {peak}")
     return tflops_per_gpu / peak

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import traceback
 from dataclasses import InitVar, asdict, dataclass, field
@@ -34,7 +33,7 @@ from megatron.oellm.bench.sides import (
 from megatron.oellm.bench.timing import profile_step, time_steps
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.flops import training_flops_per_token
-from megatron.oellm.peaks import peak_tflops
+from megatron.oellm.peaks import peak_tflops, valid_peak
 from megatron.oellm.training.throughput import device_peak_name
 
 
@@ -91,7 +90,7 @@ class BenchConfig:
             raise ValueError("give the MFU peak as --gpu or --peak-tflops, not both")
         if self.gpu is not None:
             peak_tflops(self.gpu)  # an unknown name raises here, before any model is built
-        if self.peak_tflops is not None and not 0 < self.peak_tflops < math.inf:
+        if self.peak_tflops is not None and not valid_peak(self.peak_tflops):
             raise ValueError(f"--peak-tflops must be a positive TFLOP/s per GPU, got {self.peak_tflops}")
         if check_sides:
             self.check_our_sides()

@@ -224,6 +224,7 @@ def _table_peak(gpu: str, precision: str) -> float:
                         "TFLOP/s) or --peak-tflops P (a peak of your own, TFLOP/s per GPU)")
     return peak_tflops(gpu, precision)
 
+
 def count_notes(report: dict[str, Any]) -> list[str]:
     """The lines under the table's header: what the corrected count is (in that mode), and, unless ``--megatron-flag``
     already sets Megatron's flags, how to reproduce the TFLOP/s of the MN5 report (a reader comparing with it sees
