@@ -306,7 +306,9 @@ def _shapeless_refusal(named_by: str, card: str, fields: str, saved_with: str | 
             f"{way}, or name a checkpoint of {card}")
 
 
-_NORM_DESTINATIONS = frozenset(flag_destination(flag) for flag in CARD_NORM_FLAGS)
+_NORM_DESTINATIONS = tuple(flag_destination(flag) for flag in CARD_NORM_FLAGS)
+_COMPARED_ARCHITECTURE_ARGS = (*CARD_ARCHITECTURE_ARGS, *_NORM_DESTINATIONS)
+"""What :func:`_architecture_differences` compares: the architecture arguments, then the norm flags' destinations."""
 
 
 def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None,
@@ -344,8 +346,7 @@ def _architecture_differences(stored: argparse.Namespace, args: argparse.Namespa
     """(name, stored value, run value) of each of :data:`CARD_ARCHITECTURE_ARGS` and :data:`CARD_NORM_FLAGS` that
     ``stored`` records and the run's ``args`` give another value (a hybrid pattern's ``|`` aside:
     :func:`architecture_value`)."""
-    names = (*CARD_ARCHITECTURE_ARGS, *(flag_destination(flag) for flag in CARD_NORM_FLAGS))
-    return [(name, getattr(stored, name), getattr(args, name)) for name in names
+    return [(name, getattr(stored, name), getattr(args, name)) for name in _COMPARED_ARCHITECTURE_ARGS
             if getattr(stored, name, None) is not None and hasattr(args, name)
             and architecture_value(name, getattr(stored, name)) != architecture_value(name, getattr(args, name))]
 
@@ -403,7 +404,7 @@ def check_checkpoint_sequence_length(args: argparse.Namespace, loaded: StoredChe
     if any(getattr(checkpoint.common.get("args"), "seq_length", None) is not None for checkpoint in read):
         return
     folders = " or ".join(f"{flag} {value}" for flag in (PRETRAINED, LOAD)
-                          if (value := getattr(args, flag.removeprefix("--").replace("-", "_"), None)))
+                          if (value := getattr(args, flag_destination(flag), None)))
     if not folders:  # megatron's own assertion names the flags it needs
         return
     raise ValueError(f"--use-checkpoint-args: {folders} holds no checkpoint that stores a sequence length (none saved "

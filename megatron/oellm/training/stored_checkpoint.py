@@ -563,8 +563,9 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
                          f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
                          f"without a word; to resume --load's iteration {step}, drop --pretrained-checkpoint or write "
                          f"{Path(args.load) / TRACKER_FILE} naming {step}")
-    _check_not_unfinished_save(iteration_directory_loaded(args), flag, given)
-    missing = _missing_checkpoint(iteration_directory_loaded(args), given)
+    loaded_directory = iteration_directory_loaded(args)  # reads the tracker: once
+    _check_not_unfinished_save(loaded_directory, flag, given)
+    missing = _missing_checkpoint(loaded_directory, given)
     if missing is not None:
         directory, problem, holds = missing
         raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
@@ -575,8 +576,9 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     """Raise ``ValueError`` when the ``latest_checkpointed_iteration.txt`` of ``flag given`` (what megatron loads,
     without ``--ckpt-step``) names an iteration whose directory does not exist or holds no checkpoint (a copy or
     clean-up that left the tracker behind): megatron-core stops there after allocating the model on every rank."""
-    _check_not_unfinished_save(iteration_directory_loaded(args), flag, given)
-    missing = _missing_checkpoint(iteration_directory_loaded(args), given)
+    loaded_directory = iteration_directory_loaded(args)  # reads the tracker: once
+    _check_not_unfinished_save(loaded_directory, flag, given)
+    missing = _missing_checkpoint(loaded_directory, given)
     if missing is not None:
         directory, problem, holds = missing
         tracker = directory.parent / TRACKER_FILE  # given's, or a global non-persistent checkpoint's
