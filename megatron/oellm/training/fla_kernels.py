@@ -130,9 +130,9 @@ def fla_import_problem(card: ModelCard) -> str:
         try:
             getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as error:
-            missing = (f"the module {error.name!r} is missing" if isinstance(error, ModuleNotFoundError) and error.name
-                       else one_line_error(error))
-            package = error.name.split(".")[0] if isinstance(error, ModuleNotFoundError) and error.name else None
+            absent = error.name if isinstance(error, ModuleNotFoundError) else None
+            missing = f"the module {absent!r} is missing" if absent else one_line_error(error)
+            package = absent.split(".")[0] if absent else None
             return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}, "
                     f"which does not import here ({missing}); megatron-core would stop with 'FLA is not installed' on "
                     f"every rank once the model is built. Fix: {fla_requirement_fix(package)}")
