@@ -47,7 +47,7 @@ PROG = "megatron.oellm.training.entry"
 
 def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> tuple[float, float | None]:
     """Training FLOPs per token of the run's card (``card``, else read from ``args``) and the GPU's peak TFLOP/s
-    (None when unknown).
+    (None when unknown, said in one ``note:`` line from rank 0, so that an ``MFU: n/a`` names its cause and fix).
 
     The peak is the dense BF16 one also for FP8 runs, as in the reports' MFU and ``oellm table`` (so a log line and
     a table agree); ``--oellm-peak-tflops`` sets another.
@@ -62,7 +62,11 @@ def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> t
     flops = training_flops_per_token(card, args.seq_length, padded_vocab=args.padded_vocab_size)
     peak = args.oellm_peak_tflops
     if peak is None:
-        peak = device_peak_tflops(torch.cuda.get_device_name(), "bf16")
+        device = torch.cuda.get_device_name()
+        peak = device_peak_tflops(device, "bf16")
+        if peak is None and getattr(args, "rank", 0) == 0:  # one line per job, not one per rank
+            print(f"note: the [oellm] throughput line prints MFU n/a: no dense BF16 peak is known for {device!r}; "
+                  "--oellm-peak-tflops TFLOPS gives it", flush=True)
     return flops.total, peak
 
 
