@@ -201,7 +201,7 @@ def test_markdown_and_csv_formats():
     assert "| 4 | 16 | 4096 | 4096 | 4 | 167.2 | 6,270 |" in lines[2] and "| 89.9% |" in lines[2]
     assert "| 8 | 32 | 4096 | 4096 | 4 | 75.2 | 6,971 |" in lines[3] and "| 100.0% |" in lines[3]
     assert lines[4].endswith("no arguments block (not a Megatron log, or truncated before it) |")
-    parsed = list(csv.DictReader(io.StringIO(format_csv([*rows, failed]))))
+    parsed = list(csv.DictReader(io.StringIO(format_csv([*rows, failed], baseline, Window()))))
     assert float(parsed[1]["tokens_per_s_per_gpu"]) == pytest.approx(6971.0)
     assert parsed[2]["step_time_s"] == "" and parsed[2]["status"].startswith("no arguments block")
     assert [row["nodes"] for row in parsed[:2]] == ["4", "8"]  # whole nodes as integers, not 4.0
@@ -210,7 +210,7 @@ def test_markdown_and_csv_formats():
 def test_csv_keeps_a_partial_node_as_its_fraction():
     (row,) = rows_with_tokens({4: 6270.0})
     partial = dataclasses.replace(row, nodes=0.25, gpus=1)
-    assert list(csv.DictReader(io.StringIO(format_csv([partial]))))[0]["nodes"] == "0.25"
+    assert list(csv.DictReader(io.StringIO(format_csv([partial], None, Window()))))[0]["nodes"] == "0.25"
 
 
 def test_a_run_on_part_of_a_node_or_not_whole_nodes_is_refused_naming_gpus_per_node():
@@ -421,7 +421,7 @@ def test_two_different_unknown_models_get_no_efficiency_against_each_other():
 def test_csv_keeps_its_columns():
     """The key that tells models apart is no CSV column."""
     row = _row(FROM_FLAGS, 1, random.uniform(5000, 7000), "a.log")
-    assert format_csv([row]).splitlines()[0].split(",") == CSV_FIELDS
+    assert format_csv([row], None, Window()).splitlines()[0].split(",") == CSV_FIELDS
     assert "model_key" not in CSV_FIELDS
 
 

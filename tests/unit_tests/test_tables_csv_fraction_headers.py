@@ -19,7 +19,7 @@ from tests.unit_tests.megatron_logs import rows_with_tokens
 def test_the_csv_headers_name_the_fractions():
     tokens = {4: random.uniform(5000, 7000), 8: random.uniform(5000, 7000), 16: random.uniform(5000, 7000)}
     rows, baseline = with_efficiency(rows_with_tokens(tokens))
-    parsed = list(csv.DictReader(io.StringIO(format_csv(rows))))
+    parsed = list(csv.DictReader(io.StringIO(format_csv(rows, baseline, Window()))))
     assert "mfu_fraction" in CSV_FIELDS and "efficiency_fraction" in CSV_FIELDS
     assert "mfu" not in CSV_FIELDS and "efficiency" not in CSV_FIELDS
     assert list(parsed[0]) == CSV_FIELDS

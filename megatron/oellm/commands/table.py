@@ -70,8 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "csv"), default="md",
                         help=f"output format (default md). csv: one column per row field, unrounded "
                              f"({', '.join(CSV_FIELDS)}; tflops_per_gpu is our FLOP count, tflops_per_gpu_logged "
-                             "megatron's); mfu_fraction and efficiency_fraction are fractions (0.116 = 11.6%%), where "
-                             "the markdown prints percentages")
+                             "megatron's; scaling is baseline, strong or weak: the series that rates the row); "
+                             "mfu_fraction and efficiency_fraction are fractions (0.116 = 11.6%%), where the markdown "
+                             "prints percentages; window, statistic, peak_tflops and baseline_log repeat the table's "
+                             "footnote on every row, the last columns are the run's benchmark settings")
     parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG, "
                                                       "one line per strong- or weak-scaling series")
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
@@ -171,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
         gpu = args.gpu or (DEFAULT_GPU if args.peak_tflops is None else None)  # whose FP8 peak the footnote names
-        print(format_csv(rows) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note, gpu))
+        print(format_csv(rows, baseline, window, peak) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note, gpu))
         ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)
         if ties:  # the baseline was picked by order among equals: say which, and how to pick another
             print(ties, file=sys.stderr)

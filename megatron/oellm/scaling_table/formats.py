@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from megatron.oellm.peaks import GPU_PEAKS
 from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window
-from megatron.oellm.scaling_table.summary import varying_settings
+from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, varying_settings
 
 
 def _number(value: float | None, digits: int = 1, thousands: bool = False, percent: bool = False) -> str:
@@ -39,12 +39,13 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     header = ["Nodes", "GPUs", "Seq", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
               "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", "Log", "Status"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    marked = _mixes_strong_and_weak(rows)
     for row in rows:
         cells = [f"{row.nodes:g}" if row.nodes is not None else "", str(row.gpus or ""), str(row.seq_length or ""),
                  str(row.global_batch_size or ""), str(row.micro_batch_size or ""), _number(row.step_time_s),
                  _number(row.tokens_per_s_per_gpu, thousands=True),
                  _number(row.tflops_per_gpu) or ("n/a" if row.ok else ""), _number(row.tflops_per_gpu_logged),
-                 _number(row.mfu, percent=True) or ("n/a" if row.ok else ""), _number(row.efficiency, percent=True),
+                 _number(row.mfu, percent=True) or ("n/a" if row.ok else ""), _efficiency_cell(row, marked),
                  row.model, row.log,
                  row.status]
         lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
@@ -59,13 +60,33 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
               "recompute, FP8) and of its global batch size (strong scaling) or global batch size per GPU (weak "
-              f"scaling).{_varying_settings_note(rows)}{_fp8_note(rows, peak_tflops, gpu)}"]
+              f"scaling).{_marker_note(marked)}{_varying_settings_note(rows)}{_fp8_note(rows, peak_tflops, gpu)}"]
     if window.statistic == "mean":  # the median of the rates is the rate of the median step time; means differ
         lines[-1] += (" Step time, tokens/s/GPU and TFLOP/s/GPU come from the mean step time, Megatron TFLOP/s/GPU is "
                       "the mean of the logged per-iteration values (as the reports' mean rows give it): a slow "
                       "iteration lowers the first more, so the two TFLOP/s columns differ by more than the two FLOP "
                       "counts do.")
     return "\n".join(lines)
+
+
+def _mixes_strong_and_weak(rows: Sequence[ScalingRow]) -> bool:
+    """Whether the efficiency column rates rows of both the baseline's strong and weak series: only then does each
+    cell say which (:func:`_efficiency_cell`), as the reports print the two in tables of their own."""
+    return {"strong", "weak"} <= {row.scaling for row in rows}
+
+
+def _efficiency_cell(row: ScalingRow, marked: bool) -> str:
+    """The efficiency as a percentage, followed by ``(strong)`` or ``(weak)`` when the column is ``marked``."""
+    cell = _number(row.efficiency, percent=True)
+    return f"{cell} ({row.scaling})" if marked and row.scaling in ("strong", "weak") else cell
+
+
+def _marker_note(marked: bool) -> str:
+    """The footnote's sentence on the efficiency column's markers ('' without them)."""
+    if not marked:
+        return ""
+    return (" (strong) and (weak) name the baseline's series that rates a row: the same global batch size, or the "
+            "same global batch size per GPU.")
 
 
 def _statistic_sentence(rows: Sequence[ScalingRow], window: Window) -> str:
@@ -128,19 +149,31 @@ CSV_HEADERS = {"mfu": "mfu_fraction", "efficiency": "efficiency_fraction"}
 _CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)
                    if f.name not in ("model_key", "settings", "line_iterations")]
 
-CSV_FIELDS = [CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS]
+CSV_TABLE_FIELDS = ["window", "statistic", "peak_tflops", "baseline_log"]
+"""CSV columns that hold what the markdown's footnote says of the whole table, repeated on each row, so that rows
+joined from several tables keep how their numbers were computed: the iteration window, its statistic, the MFU's
+peak (TFLOP/s per GPU) and the log of the efficiency's baseline row."""
+
+CSV_FIELDS = [*(CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS), *CSV_TABLE_FIELDS, *BENCHMARK_SETTINGS]
 """CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`,
-:attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded; the MFU and the efficiency as
-fractions (:data:`CSV_HEADERS`)."""
+:attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded, the MFU and the efficiency as
+fractions (:data:`CSV_HEADERS`); then :data:`CSV_TABLE_FIELDS`; then the run's benchmark settings, one column each
+(:data:`~megatron.oellm.scaling_table.summary.BENCHMARK_SETTINGS`, as its arguments block prints them; empty for a
+row whose log gave none)."""
 
 
-def format_csv(rows: Sequence[ScalingRow]) -> str:
-    """The table as CSV with unrounded numbers (empty cells where a row has none), headed :data:`CSV_FIELDS`."""
+def format_csv(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
+               peak_tflops: float = DEFAULT_PEAK_TFLOPS) -> str:
+    """The table as CSV with unrounded numbers (empty cells where a row has none), headed :data:`CSV_FIELDS`; the
+    table's window, peak and baseline on every row, where the markdown says them once in its footnote."""
+    table = [str(window), window.statistic, peak_tflops, baseline.log if baseline is not None else ""]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     for row in rows:
-        writer.writerow([_csv_cell(name, getattr(row, name)) for name in _CSV_ROW_FIELDS])
+        settings = dict(row.settings)
+        writer.writerow([*(_csv_cell(name, getattr(row, name)) for name in _CSV_ROW_FIELDS), *table,
+                         *(settings.get(name, "") for name in BENCHMARK_SETTINGS)])
     return out.getvalue()
 
 

@@ -18,6 +18,10 @@ DEFAULT_PEAK_TFLOPS = GPU_PEAKS[DEFAULT_GPU].bf16_tflops
 """The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
 
 
+SCALING_KINDS = ("baseline", "strong", "weak")
+"""Values of :attr:`ScalingRow.scaling` for a row with an efficiency."""
+
+
 FlopsPerToken = Callable[[ModelCard, int, int], float]
 """(card, seq_length, padded vocabulary) -> training FLOPs per token."""
 
@@ -83,6 +87,10 @@ class ScalingRow:
     """Fraction of the peak, from our TFLOP/s (None when the model is unknown)."""
     efficiency: float | None = None
     """tokens/s/GPU relative to the baseline row."""
+    scaling: str = ""
+    """Which of the baseline's series rates the row (:data:`SCALING_KINDS`): ``baseline`` (the row itself),
+    ``strong`` (its global batch size) or ``weak`` (its global batch size per GPU); '' for a row without an
+    efficiency."""
     model_key: str = field(default="", repr=False)
     """What tells the row's model apart from another of the same :attr:`model` name (see :func:`model_key`); not
     printed, not a CSV column."""

@@ -215,9 +215,19 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
         baseline = _default_baseline(ok)
     if baseline is None:
         return list(rows), None
-    rated = [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu)
+    rated = [dataclasses.replace(row, efficiency=row.tokens_per_s_per_gpu / baseline.tokens_per_s_per_gpu,
+                                 scaling=_scaling_kind(row, baseline))
              if comparable(row, baseline) else row for row in rows]
     return rated, next(new for old, new in zip(rows, rated, strict=True) if old is baseline)
+
+
+def _scaling_kind(row: ScalingRow, baseline: ScalingRow) -> str:
+    """Which series of ``baseline`` rates ``row`` (a :func:`comparable` one), as :attr:`ScalingRow.scaling`: a
+    row with the baseline's global batch size is of its strong series (also a rerun on as many GPUs), any other of
+    its weak one."""
+    if row is baseline:
+        return "baseline"
+    return "strong" if row.global_batch_size == baseline.global_batch_size else "weak"
 
 
 def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
