@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megatron.oellm.commands import int_at_least, refuse
+from megatron.oellm.convert.errors import ConversionWarning
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -112,8 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one conversion and print a summary; on bad input print the reason on stderr and exit 2 (128 + the signal
-    number when SIGTERM / SIGHUP / Ctrl-C stopped it); warnings are one ``warning:`` line each."""
+    number when SIGTERM / SIGHUP / Ctrl-C stopped it); warnings are one ``warning:`` line each, the conversion's
+    own (:class:`~megatron.oellm.convert.errors.ConversionWarning`) also under a filter that ignores warnings (a job
+    script's ``PYTHONWARNINGS=ignore`` for the libraries' noise must not hide a lossy conversion)."""
     with warnings.catch_warnings():
+        warnings.simplefilter("always", ConversionWarning)
         warnings.showwarning = _warning_line(f"oellm convert {args.direction}")
         return _convert(args)
 
@@ -124,7 +128,7 @@ def _warning_line(prefix: str) -> Callable[..., None]:
     (e.g. norm weights whose shift to megatron's zero-centred form rounds in their dtype) are for the user, not a
     trace."""
     def show(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
-        kind = "" if category is UserWarning else f"{category.__name__}: "
+        kind = "" if category in (UserWarning, ConversionWarning) else f"{category.__name__}: "
         print(f"{prefix}: warning: {kind}{message}", file=sys.stderr)
     return show
 

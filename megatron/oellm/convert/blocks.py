@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, ConversionWarning
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -61,7 +61,7 @@ def shift_norm(weight: Tensor, delta: float, name: str) -> Tensor:
                   else "the converted model's norm gains differ there from the checkpoint's, and so will a round trip")
         warnings.warn(f"{name}: adding {delta:+g} is not exactly invertible for {lost} of {weight.numel()} "
                       f"elements in {weight.dtype} (each changed by up to {change:.3g}); {effect}",
-                      stacklevel=2)
+                      ConversionWarning, stacklevel=2)
     return shifted
 
 

@@ -12,6 +12,12 @@ class ConversionError(ValueError):
     """Exit status of ``oellm convert`` for this error (2: bad input, as argparse uses)."""
 
 
+class ConversionWarning(UserWarning):
+    """What a conversion tells the user and goes on with (a lossy norm shift, NaN weights, a tokenizer that covers
+    few rows, an old output left behind). A category of its own, so that ``oellm convert`` shows it under a warnings
+    filter a job script sets for the libraries' noise (``PYTHONWARNINGS=ignore``, ``-W ignore::UserWarning``)."""
+
+
 class ConversionInterrupted(ConversionError):
     """SIGTERM, SIGHUP or SIGINT (``scancel``, a Slurm time limit, a closed terminal, Ctrl-C) stopped a conversion."""
 

@@ -31,7 +31,7 @@ from typing import NoReturn
 
 from torch.distributed.checkpoint.api import CheckpointException
 
-from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, listed
+from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, ConversionWarning, listed
 from megatron.oellm.convert.termination import TerminationGuard, guarded
 
 Foreign = Callable[[Path], list[str]]
@@ -394,4 +394,4 @@ def _delete_replaced(trash: Path, staging: Path) -> None:
             shutil.rmtree(directory)
         except OSError as error:
             warnings.warn(f"the new output is in place, but {directory} could not be deleted ({error}); delete it to "
-                          "free its disk space", stacklevel=2)
+                          "free its disk space", ConversionWarning, stacklevel=2)

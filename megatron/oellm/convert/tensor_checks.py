@@ -12,7 +12,7 @@ import torch
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, ConversionWarning
 from megatron.oellm.convert.family import expected_shapes
 from megatron.oellm.convert.vocab_padding import HF_VOCAB_TENSORS, vocab_size_fix
 
@@ -99,4 +99,4 @@ def warn_non_finite(tensors: dict[str, torch.Tensor]) -> None:
             if bad:  # a float16 sum past its range is no damage
                 warnings.warn(f"{name}: {bad} of {tensor.numel()} elements are NaN or infinite (kept as they are: "
                               "a run from these weights stops at its first NaN loss); check the source checkpoint",
-                              stacklevel=2)
+                              ConversionWarning, stacklevel=2)

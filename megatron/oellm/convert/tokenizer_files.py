@@ -17,7 +17,7 @@ import shutil
 import warnings
 from pathlib import Path
 
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, ConversionWarning
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TOKENIZER_JSON = "tokenizer.json"
@@ -87,7 +87,7 @@ def _check_token_ids(path: Path, vocab_size: int) -> None:
         warnings.warn(f"--tokenizer {path.parent}: {TOKENIZER_JSON} defines ids 0 to {largest}, "
                       f"{100 * (largest + 1) / vocab_size:.0f} % of the model's {vocab_size} vocabulary rows: check "
                       "that it is the tokenizer the checkpoint was trained with (another vocabulary's evaluates "
-                      "without an error)", stacklevel=2)
+                      "without an error)", ConversionWarning, stacklevel=2)
     if largest >= vocab_size:
         raise ConversionError(f"--tokenizer {path.parent}: {TOKENIZER_JSON} defines token id {largest}, but the model's "
                               f"vocabulary has {vocab_size} rows (ids 0 to {vocab_size - 1}): it is another model's "
