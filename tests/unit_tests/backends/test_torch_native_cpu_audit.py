@@ -114,21 +114,22 @@ def _activation_reference(x: torch.Tensor, gated: bool, act, clamp: float | None
     return act(gate) * (linear + offset)
 
 
-@pytest.mark.parametrize("case", ["clamp", "glu_linear_offset", "gelu_not_gated", "probs_on_input"])
+@pytest.mark.parametrize("case", ["clamp", "glu_linear_offset", "gelu_not_gated", "gated_gelu_fused", "probs_on_input"])
 def test_eager_expert_activations_match_a_per_expert_loop(case: str) -> None:
     """The eager activation honours the config as megatron's experts do: ``activation_func_clamp_value`` (gate
     clamped above only, linear half to +-value), ``glu_linear_offset`` added to the linear half, a non-gated
-    activation other than SiLU, and routing probabilities applied once on the input (``moe_apply_probs_on_input``,
+    activation other than SiLU, a gated GELU under ``bias_activation_fusion`` (megatron's fused kernel is SwiGLU only:
+    a GeGLU run must not train SiLU), and routing probabilities applied once on the input (``moe_apply_probs_on_input``,
     top 1). Output and input gradient against a float64 loop over experts; fc1 weights are drawn large enough that
     the clamp bites."""
     hidden_size, ffn, experts_count = 16, 12, 4
     clamp = random.uniform(0.5, 1.5) if case == "clamp" else None
     offset = random.uniform(0.5, 2.0) if case == "glu_linear_offset" else 0.0
     gated = case != "gelu_not_gated"
-    act = F.gelu if case == "gelu_not_gated" else F.silu
+    act = F.gelu if case in ("gelu_not_gated", "gated_gelu_fused") else F.silu
     probs_on_input = case == "probs_on_input"
     options = dict(activation_func_clamp_value=clamp, glu_linear_offset=offset, gated_linear_unit=gated,
-                   activation_func=act)
+                   activation_func=act, bias_activation_fusion=case == "gated_gelu_fused")
     if probs_on_input:
         options |= dict(moe_apply_probs_on_input=True, moe_router_topk=1, moe_router_pre_softmax=True)
     experts = build_experts(moe_config(hidden_size, 4, experts_count, ffn, use_cpu_initialization=True, **options))
