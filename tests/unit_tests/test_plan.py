@@ -216,12 +216,13 @@ def test_one_gpu_holds_18_bytes_per_parameter_and_the_table_prints_gib():
 
 def test_plan_command_refuses_a_padded_vocabulary_that_does_not_split_over_tp(capsys):
     """megatron-core splits the embedding and output rows evenly over TP and refuses any other vocabulary while it
-    builds the model; the plan printed floor-divided per-GPU counts for such a ``--padded-vocab``."""
+    builds the model; the plan printed floor-divided per-GPU counts for such a ``--padded-vocab``. The accepted
+    vocabulary is 2 mod 4: it splits over TP 2, not over EP 4, so a check against another size than TP fails here."""
     import random
 
     from megatron.oellm.cli import main
 
-    odd = 2 * random.randrange(100_000, 200_000) + 1
+    odd = 4 * random.randrange(50_000, 100_000) + 1
     layout = ["--tp", "2", "--sp", "--ep", "4"]
     assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd)]) == 2
     err = capsys.readouterr().err
