@@ -1,15 +1,47 @@
-"""Fixtures shared by the unit tests: the one-process megatron-core runtime for GPU tests (see gpu_utils), and the
-process environment as each test found it."""
+"""Fixtures shared by the unit tests: the one-process megatron-core runtime for GPU tests (see gpu_utils), the
+process environment as each test found it, and the seed of the tests' random inputs."""
 
 import os
+import random
 from collections.abc import Iterator
 from unittest import mock
 
 import pytest
+import torch
 
 from tests.unit_tests.gpu_utils import megatron_runtime, megatron_session, tf32_flags_restored
+from tests.unit_tests.random_inputs import SEED_VARIABLE, SESSION_SEED, seed_of_test, session_seed
 
-__all__ = ["megatron_runtime", "megatron_session", "process_environment_restored", "tf32_flags_restored"]
+__all__ = ["megatron_runtime", "megatron_session", "process_environment_restored", "random_inputs_seeded",
+           "tf32_flags_restored"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Draw or read the session's seed before collection."""
+    config.stash[SESSION_SEED] = session_seed()
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """Seed Python's generator for each test module's import from the session's seed and the module's id: the draws
+    at collection (random parameters, which name the tests) are then the same whichever modules a run collects."""
+    if isinstance(collector, pytest.Module):
+        random.seed(seed_of_test(collector.config, collector.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The summary line that names the session's seed (also under ``-q``)."""
+    seed = config.stash[SESSION_SEED]
+    terminalreporter.write_line(f"random inputs: {SEED_VARIABLE}={seed} draws this session's again")
+
+
+@pytest.fixture(autouse=True)
+def random_inputs_seeded(request: pytest.FixtureRequest) -> None:
+    """Per-test fixture: Python's and torch's CPU generators seeded from the session's seed and the test's id, so that
+    one test rerun alone (``pytest NODEID`` with ``OELLM_TEST_SEED``) draws the inputs it drew in the full session.
+    The CUDA generators are left to the tests and megatron-core's RNG tracker."""
+    seed = seed_of_test(request.config, request.node.nodeid)
+    random.seed(seed)
+    torch.random.default_generator.manual_seed(seed)
 
 
 @pytest.fixture(autouse=True)
