@@ -18,10 +18,6 @@ DEFAULT_PEAK_TFLOPS = GPU_PEAKS[DEFAULT_GPU].bf16_tflops
 """The reports' MFU denominator: H100 / GH200 dense BF16 peak (989 TFLOP/s)."""
 
 
-SCALING_KINDS = ("baseline", "strong", "weak")
-"""Values of :attr:`ScalingRow.scaling` for a row with an efficiency."""
-
-
 FlopsPerToken = Callable[[ModelCard, int, int], float]
 """(card, seq_length, padded vocabulary) -> training FLOPs per token."""
 
@@ -88,7 +84,7 @@ class ScalingRow:
     efficiency: float | None = None
     """tokens/s/GPU relative to the baseline row."""
     scaling: str = ""
-    """Which of the baseline's series rates the row (:data:`SCALING_KINDS`): ``baseline`` (the row itself),
+    """Which of the baseline's series rates the row: ``baseline`` (the row itself),
     ``strong`` (its global batch size) or ``weak`` (its global batch size per GPU); '' for a row without an
     efficiency."""
     model_key: str = field(default="", repr=False)
