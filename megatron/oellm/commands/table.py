@@ -173,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
         rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)
         note = GPU_PEAKS[args.gpu].note if args.gpu else ""
         gpu = args.gpu or (DEFAULT_GPU if args.peak_tflops is None else None)  # whose FP8 peak the footnote names
-        print(format_csv(rows, baseline, window, peak) if args.format == "csv" else format_markdown(rows, baseline, window, peak, note, gpu))
+        print(format_csv(rows, baseline, window, peak) if args.format == "csv"
+              else format_markdown(rows, baseline, window, peak, note, gpu))
         ties = None if args.baseline_row is not None else baseline_ties_note(rows, baseline)
         if ties:  # the baseline was picked by order among equals: say which, and how to pick another
             print(ties, file=sys.stderr)
