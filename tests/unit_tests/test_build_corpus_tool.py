@@ -114,7 +114,7 @@ def test_the_corpus_holds_each_files_bytes_as_megatron_reads_it(tmp_path: Path) 
     and one end-of-document token, empty files skipped."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     files = random_documents(tmp_path / "docs", rng.randint(2, 8), rng)
     (tmp_path / "docs" / "empty.txt").write_bytes(b"")
     prefix = tmp_path / "corpus" / "text"
@@ -129,7 +129,7 @@ def test_the_corpus_holds_each_files_bytes_as_megatron_reads_it(tmp_path: Path) 
 @pytest.mark.parametrize("existing", [".bin", ".idx", ".json"])
 def test_files_at_the_prefix_are_replaced_only_with_overwrite(tmp_path: Path, existing: str) -> None:
     """A second build at a prefix silently replaced the corpus there (or a file of the user's named like one)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     prefix.parent.mkdir()
     content = os.urandom(rng.randint(1, 256))
@@ -149,7 +149,7 @@ def test_a_rebuild_drops_megatrons_index_cache_of_the_earlier_corpus(tmp_path: P
     """megatron-core keys its index cache (PREFIX/cache/GPTDataset_indices) on the prefix and the run's settings, not
     on the corpus: after a rebuild a run took the earlier corpus's document and sample indices, an IndexError on a
     corpus with fewer documents. A run on the rebuilt corpus now reads the samples a first run on it would."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     old = random_documents(tmp_path / "old", rng.randint(30, 60), rng)
     assert run_tool(prefix, "--max-mb", "0", "--extra", *map(str, old)).returncode == 0
@@ -169,7 +169,7 @@ def test_an_output_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> N
     """An --output-prefix below a file (or an unwritable place) was a FileExistsError/PermissionError traceback."""
     blocker = tmp_path / f"a-file-{random.randint(0, 10**6)}"
     blocker.write_bytes(os.urandom(16))
-    [text] = random_documents(tmp_path / "docs", 1, random.Random())
+    [text] = random_documents(tmp_path / "docs", 1, random.Random(random.random()))
     done = run_tool(blocker / "corpus" / "text", "--max-mb", "0", "--extra", str(text))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"error: no corpus written at {blocker}" in done.stderr and "Not a directory" in done.stderr

@@ -203,7 +203,7 @@ def test_megatron_core_pin(installed, severity):
 
 @pytest.mark.parametrize("variable", NCCL_CHANNEL_VARIABLES)
 def test_nccl_channels_warn_above_four(variable):
-    rng = random.Random()
+    rng = random.Random(random.random())
     for value in rng.sample(range(1, 65), 12) + [4, 5]:  # 0 and less are errors (the test below)
         findings = {f.name: f for f in check_nccl_channels(make_report(), {variable: str(value)})}
         expected = "warning" if value > 4 else "ok"
@@ -243,7 +243,7 @@ def test_nchannels_per_peer_is_a_warning_that_nccl_does_not_read_it():
     """``NCCL_NCHANNELS_PER_PEER`` (exported by MN5 report #438) is in no NCCL 2.18-2.28 library: whatever its value,
     the doctor says it has no effect and names the per-peer variable NCCL reads, instead of calling a large value a
     GPU memory cost or a small one an error."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     for raw in [str(rng.randint(5, 64)), str(rng.randint(1, 4)), "0", hex(rng.randint(1, 64)), "many"]:
         findings = check_nccl_channels(make_report(), {"NCCL_NCHANNELS_PER_PEER": raw})
         (finding,) = [f for f in findings if f.name == "NCCL_NCHANNELS_PER_PEER"]
@@ -259,7 +259,7 @@ def test_nchannels_per_peer_is_a_warning_that_nccl_does_not_read_it():
 def test_nchannels_per_peer_is_ok_where_the_nccl_found_reads_it():
     """A later NCCL whose library holds ``NCCL_NCHANNELS_PER_PEER`` reads it: an ok line naming that library, no
     warning; the warning stays where the library lacks the name or is not the NCCL torch runs."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     raw = str(rng.randint(1, 64))
     names = _names(rng, ["NCCL_NCHANNELS_PER_PEER", "NCCL_MIN_NCHANNELS"], [])
     (finding,) = [f for f in check_nccl_channels(nccl_report(names), {"NCCL_NCHANNELS_PER_PEER": raw})
@@ -309,7 +309,7 @@ def test_library_names_are_found_wherever_they_start(tmp_path):
     """Names are read from a library's bytes, a name kept only as the tail of a longer string (a linker's merge of
     ``NCCL_BLOCKING_WAIT`` into ``TORCH_NCCL_BLOCKING_WAIT``) and a format string's name included; a name that is
     only the head of a longer one is not there."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     plain, tail, in_format, longer, outer, inner = _random_names(rng, 6)
     library = _fake_library(tmp_path / "libfake.so", [plain, "TORCH_" + tail, f"{in_format}=%s is set",
                                                       longer + "_EXTRA", f"{outer}_{inner}"], rng)
@@ -332,7 +332,7 @@ def _names(rng: random.Random, nccl: list[str], torch_names: list[str]) -> NcclN
 
 
 def test_nccl_variables_neither_nccl_nor_torch_reads_are_warnings():
-    rng = random.Random()
+    rng = random.Random(random.random())
     read_by_nccl, read_by_torch, unread = (_random_names(rng, 9)[i::3] for i in range(3))
     names = _names(rng, read_by_nccl, read_by_torch)
     env = {variable: str(rng.randint(1, 9)) for variable in read_by_nccl + read_by_torch + unread}
@@ -349,7 +349,7 @@ def test_nccl_variables_neither_nccl_nor_torch_reads_are_warnings():
 
 
 def test_nccl_variable_names_skip_empty_unknown_and_preloaded():
-    rng = random.Random()
+    rng = random.Random(random.random())
     (variable,) = _random_names(rng, 1)
     names = _names(rng, [], [])
     assert check_nccl_variable_names(nccl_report(names), {variable: ""}) == []
@@ -366,7 +366,7 @@ def test_nccl_variable_names_skip_empty_unknown_and_preloaded():
 def test_only_another_nccl_in_ld_preload_skips_the_name_check():
     """A preloaded NCCL plugin (``libnccl-net.so``, ``libnccl-tuner-*.so``) or the wheel's own library loads no other
     NCCL: the names are still checked. Any other ``libnccl.so*``, wherever it stands in the list, skips the check."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     (variable,) = _random_names(rng, 1)
     names = _names(rng, [], [])
     report, folder = nccl_report(names), f"/opt/plugin-{rng.randint(1, 999)}/lib"
@@ -384,7 +384,7 @@ def test_the_warning_does_not_say_a_plugins_variable_is_ignored():
     """A variable neither library names may be read by a plugin NCCL loads (Google's and AWS's network plugins read
     their own ``NCCL_*`` names): the warning says NCCL itself and PyTorch ignore it, not that NCCL as loaded does, and
     asks to check the plugins' variables before unsetting it."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     variables = ["NCCL_FASTRAK_IFNAME", *_random_names(rng, 2)]
     findings = check_nccl_variable_names(nccl_report(_names(rng, [], [])), dict.fromkeys(variables, "1"))
     assert len(findings) == len(variables)
@@ -399,7 +399,7 @@ def test_a_wheel_of_another_nccl_release_than_torch_runs_is_not_read_as_its():
     """Where torch reports another NCCL release than the nvidia-nccl wheel found (an NGC torch linked against the
     system's NCCL, the wheel pulled in by another package), the wheel's names say nothing of what runs: one ok line
     naming both, no warning. A wheel whose version differs only by a local or post suffix is the same release."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     (variable,) = _random_names(rng, 1)
     names = _names(rng, [], [])
     major, minor, patch = (int(part) for part in names.version.split("."))
@@ -415,7 +415,7 @@ def test_a_wheel_of_another_nccl_release_than_torch_runs_is_not_read_as_its():
 def test_nccl_variables_of_an_installation_are_no_typos():
     """NVIDIA's CUDA images export NCCL_VERSION (the lent H200's: 2.28.3-1) and environment modules the install
     folders: neither library holds those names, yet they are no typo; a misspelt variable beside them still is."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     (typo,) = _random_names(rng, 1)
     installation = ("NCCL_HOME", "NCCL_ROOT", "NCCL_ROOT_DIR", "NCCL_DIR", "NCCL_LIB_DIR", "NCCL_INCLUDE_DIR")
     env = {variable: f"/opt/nccl-{rng.randint(1, 99)}" for variable in installation}
@@ -441,7 +441,7 @@ def test_check_environment_runs_every_rule_in_report_order():
 
 
 def test_check_environment_runs_the_name_check():
-    rng = random.Random()
+    rng = random.Random(random.random())
     (variable,) = _random_names(rng, 1)
     findings = check_environment(nccl_report(_names(rng, [], [])), {**GOOD_ENV, variable: "1"})
     assert [(f.severity, f.name) for f in findings if f.severity != "ok"] == [("warning", "nccl-variables")]
@@ -473,7 +473,7 @@ def test_collect_reads_the_names_of_the_nccl_wheel_torch_loads(tmp_path, monkeyp
     """torch's CUDA library and an nvidia-nccl wheel, both stand-ins with chosen names: the report holds their names
     and the wheel's version, and the check warns on exactly the names neither holds. The wheel is found along
     sys.path, and the one next to torch (its RPATH) is preferred."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     in_nccl, in_torch, unread, next_to_torch = (_random_names(rng, 8)[i::4] for i in range(4))
     torch_site, nccl_site = tmp_path / "torch_site", tmp_path / "nccl_site"
     _fake_library(torch_site / "torch" / "lib" / "libtorch_cuda.so", ["TORCH_" + name for name in in_torch], rng)
@@ -502,7 +502,7 @@ def test_the_nccl_wheel_next_to_torch_wins_over_one_earlier_on_sys_path(tmp_path
                                                                           fresh_nvidia_namespace):
     """torch's libtorch_cuda.so loads the nvidia-nccl wheel next to it (its RPATH), whatever other nvidia-nccl wheel
     sys.path lists first (a user-site or PYTHONPATH install): the names read are those of the wheel next to torch."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     beside, elsewhere = (_random_names(rng, 6)[i::2] for i in range(2))
     torch_site, other_site = tmp_path / "torch_site", tmp_path / "other_site"
     _fake_library(torch_site / "torch" / "lib" / "libtorch_cuda.so", [], rng)
@@ -654,7 +654,7 @@ def test_allocator_probe_names_the_item_the_installed_torchs_parser_refuses():
 
     if not hasattr(torch._C, "_accelerator_setAllocatorSettings"):
         pytest.skip("this torch has no _accelerator_setAllocatorSettings")
-    rng = random.Random()
+    rng = random.Random(random.random())
     items, bad = _allocator_items_with_one_torch_refuses(rng)
     item, why = doctor_probes.allocator_refusal_in_subprocess(items)
     assert item == bad and why.split(":")[0] in ("ValueError", "RuntimeError", "IndexError"), (items, why)
@@ -665,7 +665,7 @@ def test_collect_environment_asks_torch_about_the_allocator_configuration_it_rea
     """End to end, with the configuration exported as in a job (``PYTORCH_CUDA_ALLOC_CONF``, which every torch
     reads): it reaches the probe, and the report names the item torch refuses, not the first item (a probe that
     inherits the variable has torch parse it first); the rule then is an error."""
-    items, bad = _allocator_items_with_one_torch_refuses(random.Random())
+    items, bad = _allocator_items_with_one_torch_refuses(random.Random(random.random()))
     env = {"PYTORCH_CUDA_ALLOC_CONF": ",".join(items)}
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", env["PYTORCH_CUDA_ALLOC_CONF"])
     report = collect_environment(env)
@@ -699,7 +699,7 @@ def test_empty_allocator_items_are_judged_as_torch_judges_the_exported_value(mon
 def test_an_allocator_item_torch_refuses_is_an_error_naming_it_whose_fix_drops_it():
     """The rule turns the probe's refusal into an error that names the item and torch's words; the suggested value
     drops the item, keeps the others and enables expandable segments, and the installed torch takes it."""
-    items, bad = _allocator_items_with_one_torch_refuses(random.Random())
+    items, bad = _allocator_items_with_one_torch_refuses(random.Random(random.random()))
     value = ",".join(i for i in items if not i.startswith("expandable_segments"))
     report = make_report(versions={"torch": "2.11.0"}, allocator_refusal=(bad, "ValueError: stoull"))
     (finding,) = check_allocator_conf(report, {"PYTORCH_CUDA_ALLOC_CONF": value})
@@ -798,7 +798,7 @@ def test_version_rows_show_torchs_nccl_and_hybrid_ep_only_where_deep_ep_has_it()
     """The nccl row is the NCCL torch reports (not its CUDA), and the hybrid-ep row names deep_ep's version only where
     its ``__init__`` declares HybridEPBuffer: "-" on DeepEP's main branch and where that could not be read. The
     python row says typing.override was provided only where it was; a GPU of n + 0.5 GiB shows as n.5 GiB."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     cuda, nccl = f"12.{rng.randint(1, 9)}", f"2.{rng.randint(18, 29)}.{rng.randint(1, 9)}"
     deep_ep = f"1.{rng.randint(0, 9)}.{rng.randint(0, 9)}+{rng.randint(0, 0xFFFFFF):06x}"
     gib = rng.randint(16, 191)

@@ -93,7 +93,7 @@ def test_the_fix_for_an_item_torch_refuses_drops_that_item_and_keeps_the_others(
     max_split_size_mb that is no number) suggests the same configuration without that item and with expandable
     segments: following the fix must not export the refused item again. Fresh random values, items in random
     order."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     keep = f"roundup_power2_divisions:{2 ** rng.randint(1, 6)}"
     refused = rng.choice([f"garbage_collection_threshold:{rng.uniform(1.01, 5):.3f}",
                           f"max_split_size_mb:{rng.choice(['abc', 'x12', 'mb'])}"])

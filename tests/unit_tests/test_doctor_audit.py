@@ -40,7 +40,7 @@ def test_an_unreadable_megatron_core_version_is_not_taken_for_the_supported_rele
     """A ``megatron.core`` found without metadata (shown as ``unknown``) or with a version that is no PEP 440
     version cannot be shown to be the supported release: the doctor must say so as an error naming what it read,
     not pass it (an unparsable version compared as equal would let an arbitrary Megatron-LM checkout through)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     for installed in (UNKNOWN_VERSION, f"{_word(rng)}-{rng.randint(1, 99)}"):
         (finding,) = check_megatron_core(make_report(versions={"megatron-core": installed}), {})
         assert finding.severity == "error", installed
@@ -52,7 +52,7 @@ def test_an_unreadable_megatron_core_version_is_not_taken_for_the_supported_rele
 def test_the_fla_error_names_the_hopper_gpu_and_the_triton_release():
     """On a node with several GPU models the fla issue 640 error names the Hopper GPU it is about (not the first GPU
     listed) and the installed Triton release, the two facts that make the run fail."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     hopper = GpuInfo(1, f"NVIDIA H{rng.randint(100, 999)} {_word(rng, 4).upper()}", (9, 0), 80.0)
     other = GpuInfo(0, f"NVIDIA A{rng.randint(10, 99)}", (8, 0), 80.0)
     triton = f"3.{rng.randint(4, 6)}.{rng.randint(0, 9)}"
@@ -91,7 +91,7 @@ def test_a_library_two_nccl_wheels_claim_has_no_version(tmp_path, monkeypatch):
     wrote it and the doctor cannot tell which: the version is unknown (None), not one of the two picked at random,
     which would then be compared with torch's NCCL release to decide whether the names are checked at all. One
     owner gives its version."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     library = tmp_path / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
     library.parent.mkdir(parents=True)
     library.write_bytes(b"\0")
@@ -126,7 +126,7 @@ def test_an_nccl_preloaded_among_space_separated_libraries_skips_the_name_check(
     """The loader takes ``LD_PRELOAD`` entries separated by spaces as well as colons: an NCCL preloaded first in a
     space-separated list runs instead of the wheel's, whose names then say nothing; the doctor must not warn that
     variables that NCCL may read are read by nothing."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     names, variable = _nccl_names(rng), _unread_variable(rng)
     report = make_report(nccl_names=names, nccl_version=names.version)
     other = f"/opt/nccl-{rng.randint(1, 99)}/lib/libnccl.so.2"
@@ -138,7 +138,7 @@ def test_an_nccl_preloaded_among_space_separated_libraries_skips_the_name_check(
 def test_preloading_the_wheels_own_nccl_through_another_path_keeps_the_name_check(tmp_path):
     """``LD_PRELOAD`` naming the nvidia-nccl wheel's own library through a symbolic link or a ``..`` path loads no
     other NCCL: the names are still checked and an unread variable is still a warning."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     library = tmp_path / "site" / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
     library.parent.mkdir(parents=True)
     library.write_bytes(bytes(rng.randrange(256) for _ in range(64)))
@@ -155,7 +155,7 @@ def test_preloading_the_wheels_own_nccl_through_another_path_keeps_the_name_chec
 def test_the_per_peer_variable_counts_as_read_only_where_nccl_itself_holds_the_name():
     """``NCCL_NCHANNELS_PER_PEER`` in torch's own ``libtorch_cuda.so`` (a log string, say) does not make NCCL read it:
     only the NCCL library holding the name turns the "no effect" warning into an ok line."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     names = dataclasses.replace(_nccl_names(rng), torch=frozenset({"NCCL_NCHANNELS_PER_PEER"}))
     report = make_report(nccl_names=names, nccl_version=names.version)
     (finding,) = [f for f in check_nccl_channels(report, {"NCCL_NCHANNELS_PER_PEER": str(rng.randint(1, 64))})
@@ -190,7 +190,7 @@ def test_a_wheel_of_unknown_version_is_still_checked_against_torchs_nccl():
     """Where no single nvidia-nccl distribution owns the library found (its version unknown), the doctor cannot
     tell it from torch's NCCL by release, so it checks the names (naming the library instead of a version) rather
     than crash comparing a missing version or skip the check."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     names, variable = dataclasses.replace(_nccl_names(rng), version=None), _unread_variable(rng)
     report = make_report(nccl_names=names, nccl_version=f"2.{rng.randint(18, 40)}.{rng.randint(1, 9)}")
     (finding,) = check_nccl_variable_names(report, {variable: "1"})
@@ -207,7 +207,7 @@ def test_a_configuration_without_expandable_segments_is_quoted_in_the_warning():
     """The warning on an allocator configuration that leaves expandable segments off quotes the variable and the
     value torch reads, so a user sees which export (of several in a job script) to correct, and the fix keeps the
     options already there."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     split, threshold = rng.randint(20, 8192), f"{rng.uniform(0.05, 0.95):.3f}"
     value = f"max_split_size_mb:{split},garbage_collection_threshold:{threshold}"
     for variable, torch_version in (("PYTORCH_CUDA_ALLOC_CONF", "2.9.0"), ("PYTORCH_ALLOC_CONF", "2.10.0")):
@@ -272,7 +272,7 @@ def test_triton_shipped_as_pytorch_triton_is_read_by_its_version(monkeypatch):
     """PyTorch's nightly and ROCm wheels bring Triton as the ``pytorch-triton`` distribution: its version must be
     read (not ``unknown`` from the module alone), or the fla issue 640 rule cannot tell an affected Triton on Hopper
     and gives a "cannot parse" warning instead of the error."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     version = f"3.{rng.randint(4, 6)}.{rng.randint(0, 9)}+git{_word(rng, 8)}"
     real = importlib.metadata.version
 
@@ -296,7 +296,7 @@ def test_a_deep_ep_that_only_mentions_hybrid_ep_has_no_hybrid_ep_buffer(tmp_path
     dispatcher can run."""
     package = tmp_path / "deep_ep"
     package.mkdir()
-    other = f"HybridEP{_word(random.Random(), 6).capitalize()}"
+    other = f"HybridEP{_word(random.Random(random.random()), 6).capitalize()}"
     (package / "__init__.py").write_text(f"# {other}: HybridEP is on the hybrid-ep branch\n"
                                          "from .buffer import Buffer\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -310,7 +310,7 @@ def test_a_tilelang_that_does_not_import_is_found_by_the_probe(tmp_path, monkeyp
     """fla only checks that tilelang can be found, then crashes importing it: ``collect_environment`` must import it
     in a fresh interpreter and carry the error, so the fla issue 640 rule reports an error naming it instead of
     saying fla uses its TileLang backward."""
-    marker = f"oellm_doctor_audit_{_word(random.Random())}"
+    marker = f"oellm_doctor_audit_{_word(random.Random(random.random()))}"
     (tmp_path / "tilelang").mkdir()
     (tmp_path / "tilelang" / "__init__.py").write_text(
         f"raise OSError('libz3.so.4.15: cannot open shared object file: {marker}')\n")

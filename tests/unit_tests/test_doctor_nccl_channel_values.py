@@ -38,7 +38,7 @@ def _finding(variable: str, raw: str) -> Finding:
 @pytest.mark.parametrize("variable", NCCL_CHANNEL_VARIABLES)
 def test_hex_and_octal_counts_are_read_as_nccl_reads_them(variable: str) -> None:
     """``NCCL_MIN_NCHANNELS=0x10`` was an error ("not a whole number"), and ``010`` was taken as ten, not eight."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(50):
         value = rng.randint(1, 64)
         raw = rng.choice([f"0x{value:x}", f"0X{value:X}", f"0{value:o}"])
@@ -56,7 +56,7 @@ def test_values_nccl_reads_differently_are_refused() -> None:
 
 def test_parse_agrees_with_libc_strtoll_on_random_strings() -> None:
     """Whatever libc's ``strtoll(..., 0)`` reads whole, :func:`nccl_integer` reads the same; nothing else parses."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     alphabet = "0123456789abcdefxX+- 8"
     for _ in range(5000):
         raw = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
@@ -95,7 +95,7 @@ def test_a_negative_minimum_says_nccl_takes_it_as_no_minimum(variable: str) -> N
     p2p count and ``NCCL_MIN_P2P_NCHANNELS``, so a negative minimum is no minimum. The error said only "not a whole
     number of 0 or more", which -3 is not wrong about but which does not say what NCCL does with it. Fresh random
     negatives, in decimal and hexadecimal; a non-number keeps the old words."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(10):
         value = rng.randint(1, 2**40)
         raw = rng.choice([f"-{value}", f"-0x{value:x}"])
@@ -119,7 +119,7 @@ def test_a_count_that_overflows_int64_is_called_an_overflow(variable):
     """``NCCL_MIN_NCHANNELS=99999999999999999999999`` was "not a whole number": it is one, but beyond the int64 NCCL
     reads it into, which makes NCCL ignore it and keep its default. Fresh random values beyond int64, in decimal,
     hexadecimal and octal, of either sign; libc's strtoll agrees that they overflow."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(20):
         value = rng.randint(2**63 + 1, 2**80)
         raw = rng.choice(["", "-", "+"]) + rng.choice([str(value), f"0x{value:x}", f"0{value:o}"])

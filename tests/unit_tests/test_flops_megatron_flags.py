@@ -62,7 +62,7 @@ def test_the_deprecated_hybrid_override_pattern_is_counted_as_the_runs_layer_pat
     """megatron-core 0.19.2 still accepts ``--hybrid-override-pattern`` and its ``validate_args`` copies it into
     ``--hybrid-layer-pattern``. ``--megatron-flag hybrid-override-pattern=...`` was parsed and then ignored: the count
     kept the card's pattern (Qwen3.5) or Megatron's GPT formula (Qwen3-30B-A3B), whatever pattern the run had."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     card = get_card(name)
     seq_length, vocab = rng.choice([1024, 2048, 4096, 8192]), 128 * rng.randint(1000, 2100)
     pattern = random_hybrid_pattern(rng, mixers)
@@ -74,7 +74,7 @@ def test_the_deprecated_hybrid_override_pattern_is_counted_as_the_runs_layer_pat
 
 def test_the_deprecated_pattern_beside_the_current_one_is_refused() -> None:
     """megatron-core asserts when both pattern flags are given; the count took one of them silently."""
-    pattern = random_hybrid_pattern(random.Random(), "G*")
+    pattern = random_hybrid_pattern(random.Random(random.random()), "G*")
     with pytest.raises(FlopError, match="hybrid-override-pattern and hybrid-layer-pattern"):
         megatron_flops_per_token(get_card("qwen3.5-35b-a3b"), 4096, 262144, hybrid_layer_pattern=pattern,
                                  hybrid_override_pattern=pattern)
@@ -86,7 +86,7 @@ def test_dropped_kv_channels_and_ffn_hidden_size_take_megatrons_derived_values(n
     rounded down to 64 from ``validate_args`` (hidden 2048: kv 2048 / heads, ffn 5440). Dropping them with
     ``--megatron-flag`` left ``None``, which Megatron's GPT formula multiplied: "Megatron's count fails ...
     TypeError", a valid run refused. One dense first layer makes the FFN width count."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     card = get_card(name)
     seq_length = rng.choice([2048, 4096, 8192])
     dense_first = {"moe_layer_freq": f"[0]+[1]*{card.num_layers - 1}"}

@@ -50,7 +50,7 @@ def test_the_hybrids_counts_by_hand_and_the_reports_two_point_seven() -> None:
 def test_active_without_input_embedding_leaves_out_one_table_only_when_untied(untied: bool) -> None:
     """Random vocabularies and widths: an untied card loses exactly its input table, a tied one nothing (its one
     table is the output layer every token multiplies)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     for name in ("oellm-ckda-hybrid-tiny", "qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"):
         card = dataclasses.replace(get_card(name), vocab_size=rng.randint(300, 5000),
                                    hidden_size=rng.choice([32, 48, 64, 96]), untie_embeddings=untied)

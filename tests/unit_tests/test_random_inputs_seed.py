@@ -4,6 +4,8 @@ so that a failure on fresh random inputs can be drawn again, the test alone or i
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,3 +26,13 @@ def test_two_tests_draw_different_inputs(case: int, request: pytest.FixtureReque
     other = request.node.nodeid.replace(f"[{case}]", f"[{1 - case}]")
     mine, theirs = seed_of_test(request.config, request.node.nodeid), seed_of_test(request.config, other)
     assert mine != theirs and random.Random(mine).random() == random.random()
+
+
+def test_no_test_draws_from_an_unseeded_generator() -> None:
+    """``random.Random()`` seeds itself from the operating system, so its draws escape the session's seed: a failure on
+    them could not be drawn again. Each test's own generator starts from the seeded one instead."""
+    tests = Path(__file__).resolve().parent
+    unseeded = [f"{path.relative_to(tests)}:{number}" for path in sorted(tests.rglob("*.py"))
+                for number, line in enumerate(path.read_text().splitlines(), 1)
+                if re.search(r"\brandom\.Random\(\)|\bRandom\(\)", line) and path != Path(__file__).resolve()]
+    assert not unseeded, f"unseeded generators: {', '.join(unseeded)}; use random.Random(random.random())"

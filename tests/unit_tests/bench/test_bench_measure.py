@@ -18,7 +18,7 @@ def reference_median(values: list[float]) -> float:
 
 @pytest.mark.parametrize("steps", [1, 4, 7])
 def test_throughput_from_median_step_time(steps: int) -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     step_ms = [rng.uniform(50.0, 500.0) for _ in range(steps)]
     mbs, seq, flops, peak = rng.randint(1, 8), rng.choice([128, 4096]), rng.uniform(1e9, 1e10), 989.0
     peak_bytes = rng.randint(1, 100) * 2**30 + rng.randint(0, 2**20)
@@ -47,7 +47,7 @@ def test_no_timed_steps_is_an_error() -> None:
 
 
 def test_sweep_stops_at_first_oom_and_frees() -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     limit = rng.choice([2, 4, 8])  # the first MBS that no longer fits
     calls, freed, held = [], [], []
 
@@ -89,7 +89,7 @@ def _measured(side: str, mbs: int, tokens_per_s: float) -> Measurement:
 
 
 def test_best_speedup_and_summary() -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     ours = [_measured("ours", m, rng.uniform(1e4, 1e5)) for m in (1, 2, 4)] + [Measurement("ours", 8, "oom", 8 * 4096)]
     hf = [_measured("hf", m, rng.uniform(1e4, 1e5)) for m in (1, 2)] + [Measurement("hf", 4, "oom", 4 * 4096)]
     best_ours = max(ours[:3], key=lambda r: r.tokens_per_s)
@@ -102,7 +102,7 @@ def test_best_speedup_and_summary() -> None:
 
 
 def test_summary_gives_a_ratio_for_each_pair_benchmarked() -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     speeds = {side: rng.uniform(1e4, 1e5) for side in ("ours", "te", "hf")}
     results = [_measured(side, 2, speed) for side, speed in speeds.items()]
     out = summary(results, ["te", "ours", "hf"])

@@ -65,7 +65,7 @@ def test_time_steps_times_only_the_timed_steps_each_alone(several_warmups: bool,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Both warm-up counts every run: with one drawn from 1..4, a loop that ran one warm-up step too few passed
     whenever 1 was drawn (there is nothing to drop from one)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     warmup, steps = rng.randint(2, 4) if several_warmups else 1, rng.randint(1, 6)
     durations = [rng.uniform(1e3, 1e4) for _ in range(warmup)] + [rng.uniform(10.0, 100.0) for _ in range(steps)]
     peaks = [rng.randint(1, 2**40) for _ in durations]
@@ -109,7 +109,7 @@ def test_kernel_tools_median_is_of_the_timed_runs_each_synchronised(steps: int,
     read each run's events only after the synchronisation that ends that run."""
     from megatron.oellm.bench.timing import median_ms
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     warmup = rng.randint(1, 4)
     durations = [rng.uniform(1e3, 1e4) for _ in range(warmup)] + [rng.uniform(10.0, 100.0) for _ in range(steps)]
     durations[-1] = 1e5  # one stray slow timed run: a median ignores it, a mean does not
@@ -137,7 +137,7 @@ def test_profile_shares_are_of_the_gpu_kernels_alone(tmp_path, monkeypatch: pyte
 
     from megatron.oellm.bench.timing import profile_step
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     big_us, small_us = rng.uniform(2e3, 5e3), rng.uniform(1e2, 1e3)
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     events = [SimpleNamespace(key="small_kernel", count=3, self_device_time_total=small_us, device_type=cuda),

@@ -30,7 +30,7 @@ def test_time_steps_refuses_a_run_without_a_warm_up_or_a_timed_step(warmup: int,
 def test_profile_returns_the_top_kernels_largest_first(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``profile_step(top=k)`` with more than ``k`` GPU kernels returns exactly the ``k`` largest, largest first, each
     with its share of all kernel time (the kernels left out still count in the total)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     cuda = torch.autograd.DeviceType.CUDA
     times_us = rng.sample(range(10, 100_000), rng.randint(5, 12))
     events = [SimpleNamespace(key=f"kernel_{i}", count=rng.randint(1, 9), self_device_time_total=float(t),

@@ -82,7 +82,7 @@ def test_both_bitwise_checks_see_one_flipped_bit(dtype: torch.dtype) -> None:
     """The round trips are only as strict as their check: one flipped bit (a fresh random byte and bit), another shape
     or another dtype must be a difference both for the tests' check and for the converter's ``bitwise_equal`` (its
     norm shift relies on it), and an identical copy none."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     tensor = torch.randn(7, 5, generator=torch.Generator().manual_seed(rng.randrange(2**31))).to(dtype)
     flipped = tensor.clone()
     byte = rng.randrange(tensor.numel() * tensor.element_size())

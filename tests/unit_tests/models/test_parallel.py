@@ -45,7 +45,7 @@ def test_parser_matches_megatron(layout: str) -> None:
 
 
 def test_parser_matches_megatron_on_random_layouts() -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(50):
         stages = [f"t*{rng.randint(0, 5)}" if rng.random() < 0.7 else "t" * rng.randint(0, 3)
                   for _ in range(rng.randint(1, 6))]
@@ -181,7 +181,7 @@ def test_layouts_megatron_refuses_are_refused_before_megatron(layout: str) -> No
 def test_parser_agrees_with_megatron_on_random_strings() -> None:
     """Fresh random strings over the layout alphabet (commas, spaces, groups; no ``*0``, where megatron-core's regex
     can delete a bracket): whatever megatron-core parses, ours parses the same, and ours parses nothing more."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     alphabet = "Ettt||()*123, Lm"
     for _ in range(3000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
@@ -294,7 +294,7 @@ def test_plan_refuses_a_huge_repeat_in_one_line(capsys: pytest.CaptureFixture[st
 
 def test_a_count_of_thousands_of_digits_is_refused_before_int() -> None:
     """Python's ``int()`` refuses more than 4300 digits with a ValueError that named no layout."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     digits = str(rng.randint(1, 9)) + "".join(str(rng.randint(0, 9)) for _ in range(rng.randint(4400, 6000)))
     with pytest.raises(ParallelLayoutError, match=rf"'\*{digits[:8]}\.\.\. \({len(digits)} digits\)'"):
         parse_pipeline_layout(f"(tt|)*{digits}")

@@ -84,7 +84,7 @@ def random_losses(rng: random.Random, layers: int) -> list[float]:
 def test_upstream_logs_a_zero_load_balancing_loss_that_no_router_records(kind, validated_args, upstream_report,
                                                                           monkeypatch):
     """Premise: megatron-core's own line, the routers having recorded only ``kind``'s loss."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     args = validated_args
     monkeypatch.setattr(args, "moe_router_load_balancing_type", kind)
     logged = logged_values(args, monkeypatch, {LOSS_NAME_OF_TYPE[kind]: random_losses(rng, args.num_layers)},
@@ -96,7 +96,7 @@ def test_upstream_logs_a_zero_load_balancing_loss_that_no_router_records(kind, v
 @pytest.mark.parametrize("kind", ["aux_loss", "seq_aux_loss", "global_aux_loss"])
 def test_the_patched_line_carries_exactly_the_recorded_losses_with_their_values(kind, validated_args,
                                                                                 upstream_report, monkeypatch):
-    rng = random.Random()
+    rng = random.Random(random.random())
     args = validated_args
     monkeypatch.setattr(args, "moe_router_load_balancing_type", kind)
     monkeypatch.setattr(args, "moe_z_loss_coeff", 1e-3)

@@ -29,7 +29,7 @@ def test_dry_run_lists_rows_and_writes_nothing(tmp_path, monkeypatch, capsys):
 def test_dry_run_prints_the_report_numbers_as_the_config_writes_them(tmp_path, capsys):
     """A reference number is shown as the TOML holds it: ``118.0`` stayed ``118`` and a large or precise value lost
     digits to ``:g`` (``1234567`` printed as ``1.23457e+06``)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     tflops = round(rng.uniform(100, 200), 1) // 1 + 0.0  # a whole number written as a float
     tokens = rng.randint(1_000_000, 9_999_999)
     config = tmp_path / "written.toml"

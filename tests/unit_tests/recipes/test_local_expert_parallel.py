@@ -38,7 +38,7 @@ def _recipe_with_row_ep(tmp_path: Path, row_ep: int) -> Path:
 def test_the_fitted_ep_divides_the_gpus_and_the_experts_and_is_the_largest_such():
     recipe = load_recipe(JUPITER)
     card = fit_local(recipe, recipe.rows[0], 1).card
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(200):
         gpus, experts, recipe_ep = rng.randint(1, 16), rng.randint(1, 160), rng.randint(1, 64)
         ep = local_expert_parallel(dataclasses.replace(card, num_experts=experts, moe_router_topk=1), gpus, recipe_ep)

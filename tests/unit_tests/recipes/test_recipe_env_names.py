@@ -77,7 +77,7 @@ def test_a_valid_name_reaches_the_local_run(tmp_path, monkeypatch, name):
 
 
 def test_cluster_env_master_port_is_refused_not_overwritten(tmp_path):
-    port = random.Random().randint(1024, 65535)
+    port = random.Random(random.random()).randint(1024, 65535)
     with pytest.raises(RecipeError, match=r"\[cluster\.env\]: MASTER_PORT .*cluster\.master_port"):
         load_recipe(_config_over_base(tmp_path, f'[cluster.env]\nMASTER_PORT = "{port}"\n'))
 
@@ -85,7 +85,7 @@ def test_cluster_env_master_port_is_refused_not_overwritten(tmp_path):
 @pytest.mark.parametrize("name", sorted(JOB_SCRIPT_VARIABLES))
 def test_row_env_naming_a_job_script_variable_is_refused(tmp_path, name):
     text = ("[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n"
-            f'env = {{ {name} = "{random.Random().randint(1, 10**6)}" }}\n')
+            f'env = {{ {name} = "{random.Random(random.random()).randint(1, 10**6)}" }}\n')
     with pytest.raises(RecipeError, match=rf"row 1: env {name} is a variable the job script sets itself"):
         load_recipe(_config_over_base(tmp_path, text))
 
@@ -93,7 +93,7 @@ def test_row_env_naming_a_job_script_variable_is_refused(tmp_path, name):
 def test_every_refused_name_is_one_the_job_script_assigns(tmp_path):
     recipe = load_recipe(BASE)
     directory = tmp_path / "run"
-    inputs = RunInputs(checkpoint_dir=str(directory / "checkpoints"), save_interval=random.Random().randint(1, 9))
+    inputs = RunInputs(checkpoint_dir=str(directory / "checkpoints"), save_interval=random.randint(1, 9))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0], inputs), directory)
     assigned = set(re.findall(r"^([A-Z_]+)=", script, flags=re.MULTILINE))
     assert set(JOB_SCRIPT_VARIABLES) == assigned

@@ -25,14 +25,14 @@ def _config(tmp_path: Path, text: str) -> Path:
 
 
 def test_recipe_save_interval_without_save_is_refused(tmp_path):
-    interval = random.Random().randint(1, 1000)
+    interval = random.Random(random.random()).randint(1, 1000)
     recipe = load_recipe(_config(tmp_path, f"[megatron_flags]\nsave-interval = {interval}\n"))
     with pytest.raises(RecipeError, match=rf"--save-interval {interval} saves nothing without --save"):
         resolve_row(recipe, recipe.rows[0])
 
 
 def test_row_persistent_save_interval_without_save_is_refused(tmp_path):
-    interval = random.Random().randint(1, 1000)
+    interval = random.Random(random.random()).randint(1, 1000)
     text = ("[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n"
             f"flags = {{ persistent-save-interval = {interval} }}\n")
     recipe = load_recipe(_config(tmp_path, text))
@@ -41,7 +41,7 @@ def test_row_persistent_save_interval_without_save_is_refused(tmp_path):
 
 
 def test_recipe_save_interval_with_save_reaches_megatron(tmp_path):
-    interval = random.Random().randint(1, 1000)
+    interval = random.Random(random.random()).randint(1, 1000)
     save = tmp_path / "ckpt"
     recipe = load_recipe(_config(tmp_path, f'[megatron_flags]\nsave-interval = {interval}\nsave = "{save}"\n'))
     argv = resolve_row(recipe, recipe.rows[0]).argv
@@ -50,7 +50,7 @@ def test_recipe_save_interval_with_save_reaches_megatron(tmp_path):
 
 
 def test_command_line_save_interval_still_sets_save(tmp_path):
-    interval = random.Random().randint(1, 1000)
+    interval = random.Random(random.random()).randint(1, 1000)
     recipe = load_recipe(BASE)
     argv = resolve_row(recipe, recipe.rows[0], RunInputs(checkpoint_dir=str(tmp_path), save_interval=interval)).argv
     assert argv[-6:] == ["--save", str(tmp_path), "--load", str(tmp_path), "--save-interval", str(interval)]

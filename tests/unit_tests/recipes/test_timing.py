@@ -131,7 +131,7 @@ def test_the_suggested_time_limit_covers_the_expected_run_time():
 
     from megatron.oellm.recipes.timing import RunTime
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(20):
         iterations = rng.randint(5, 50)
         expected = 60 * rng.randint(40, 300) + rng.uniform(0.01, 0.99)
@@ -155,7 +155,7 @@ def test_a_tflops_only_reference_gives_the_step_from_the_flop_count(key):
     """A row whose reference gives TFLOP/s per GPU only: its step time comes from the FLOP count of
     :mod:`megatron.oellm.flops`, whichever TFLOP/s key it gives."""
     row, world_size, card = _jupiter_row()
-    rng = random.Random()
+    rng = random.Random(random.random())
     for _ in range(5):
         tflops, iterations = rng.uniform(50, 400), rng.randint(5, 40)
         timed = dataclasses.replace(row, reference={key: tflops})

@@ -51,7 +51,7 @@ def put_together(folder: Path, index_of: str, bin_of: str) -> str:
 def two_datasets(tmp_path: Path) -> tuple[random.Random, tuple[str, list], tuple[str, list]]:
     """A random source and a small and a large random dataset of one random dtype (at most 240 and at least 260
     tokens: their sizes differ)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     dtype = rng.choice(DTYPES)
     small = random_dataset(tmp_path / "small", rng, rng.randint(2, 4), dtype)
     large = random_dataset(tmp_path / "large", rng, rng.randint(13, 20), dtype)
@@ -107,7 +107,7 @@ def test_every_local_dataset_of_every_data_source_is_compared(flags, tmp_path):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda dtype: dtype.__name__)
 def test_a_bin_of_the_size_its_index_gives_passes(dtype, monkeypatch, tmp_path):
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix, _ = random_dataset(tmp_path, rng, rng.randint(1, 12), dtype)
     entry = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):

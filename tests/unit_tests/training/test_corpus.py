@@ -17,7 +17,7 @@ from megatron.oellm.training.tokenizer import ByteTokenizer
 def test_documents_read_back_intact_with_boundaries(tmp_path):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     texts = ["".join(rng.choice("abc é中\n") for _ in range(rng.randrange(1, 300))) for _ in range(7)]
     files = []
     for i, text in enumerate(texts):
@@ -43,7 +43,7 @@ def test_documents_read_back_intact_with_boundaries(tmp_path):
 def test_line_endings_reach_the_corpus_byte_for_byte(tmp_path):
     """A document's CR LF and lone CR line endings are its bytes: reading it as text with newline translation (what
     ``Path.read_text`` does) would train on LF where the file has CR LF or CR."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     texts = ["".join(rng.choice(["a", "é", " ", "\r\n", "\r", "\n", "中"]) for _ in range(rng.randrange(20, 200)))
              + "\r\n" for _ in range(rng.randrange(2, 6))]
     files = []
@@ -97,7 +97,7 @@ def _read_back(prefix: Path) -> list[str]:
 def test_an_interrupted_rebuild_leaves_the_previous_corpus_intact(tmp_path: Path) -> None:
     """The builder wrote ``<prefix>.bin`` in place: a rebuild stopped part-way (an unreadable file, Ctrl-C) left the
     new, partial ``.bin`` beside the previous build's ``.idx``, and megatron read documents that were neither."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     old_files, old_texts = _documents(tmp_path / "old", rng.randrange(3, 9), rng)
     prefix = tmp_path / "corpus" / "text"
     build_corpus(old_files, prefix)
@@ -111,7 +111,7 @@ def test_an_interrupted_rebuild_leaves_the_previous_corpus_intact(tmp_path: Path
 
 
 def test_a_first_build_that_fails_leaves_no_corpus(tmp_path: Path) -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     files, _ = _documents(tmp_path / "docs", rng.randrange(1, 5), rng)
     broken = tmp_path / "a-directory"
     broken.mkdir()
@@ -122,7 +122,7 @@ def test_a_first_build_that_fails_leaves_no_corpus(tmp_path: Path) -> None:
 
 
 def test_a_rebuild_replaces_the_corpus(tmp_path: Path) -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     build_corpus(_documents(tmp_path / "old", rng.randrange(3, 9), rng)[0], prefix)
     new_files, new_texts = _documents(tmp_path / "new", rng.randrange(1, 6), rng)
@@ -132,7 +132,7 @@ def test_a_rebuild_replaces_the_corpus(tmp_path: Path) -> None:
 
 def test_a_build_without_a_document_leaves_the_earlier_corpus(tmp_path):
     """The library call put an empty corpus in place of the one at the prefix when no input had text."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     build_corpus(_documents(tmp_path / "old", rng.randrange(3, 9), rng)[0], prefix)
     before = {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in (".bin", ".idx", ".json")}
@@ -151,7 +151,7 @@ def test_a_rebuild_makes_megatron_read_the_new_corpus_through_fresh_indices(tmp_
     directory (its indices built for the new documents), not the old corpus's document and sample indices."""
     from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     build_corpus(_documents(tmp_path / "old", rng.randrange(30, 50), rng)[0], prefix)
     samples, sequence = rng.randrange(10, 20), 16

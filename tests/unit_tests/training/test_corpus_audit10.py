@@ -18,7 +18,7 @@ def test_the_summary_names_the_prefix_the_corpus_is_read_from(tmp_path: Path) ->
     there, and nothing else is left in the directory."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     files = []
     for number in range(rng.randrange(2, 6)):
         files.append(tmp_path / "docs" / f"doc{number}.txt")
@@ -38,7 +38,7 @@ def test_a_file_named_like_the_prefix_does_not_stop_the_build(tmp_path: Path) ->
     """megatron-core keeps index caches under a directory named like the prefix; where a file of that name sits
     beside the corpus (the source text ``corpus`` of ``corpus.bin``, say) there is no cache to drop, and the build
     goes on, leaving that file as it was."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / f"text{rng.randrange(10**6)}"
     content = "".join(rng.choice("xyz é\n") for _ in range(rng.randrange(5, 200)))
     prefix.write_text(content, encoding="utf-8")

@@ -23,7 +23,7 @@ class Stopped(BaseException):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda signum: signum.name)
 def test_a_signal_during_the_renames_leaves_a_whole_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            signum: signal.Signals) -> None:
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     prefix.parent.mkdir()
     for suffix in CORPUS_SUFFIXES:  # an earlier corpus the build replaces

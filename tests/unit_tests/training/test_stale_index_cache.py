@@ -42,7 +42,7 @@ def rewrite_at(prefix: str, other: str) -> None:
 
 @pytest.mark.parametrize("own_cache_dir", [False, True])
 def test_a_cache_built_before_the_dataset_was_rewritten_is_named_and_is_really_stale(tmp_path, own_cache_dir):
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = random_corpus(tmp_path / "data", rng.randint(30, 50), rng)
     bystander = random_corpus(tmp_path / "bystander", rng.randint(5, 10), rng)
     cache = str(tmp_path / "cache") if own_cache_dir else None
@@ -67,7 +67,7 @@ def test_a_cache_built_before_the_dataset_was_rewritten_is_named_and_is_really_s
 
 
 def test_the_entry_warns_once_on_rank_0_and_goes_on(monkeypatch, capsys, tmp_path):
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = random_corpus(tmp_path / "data", rng.randint(30, 50), rng)
     gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE)
     rewrite_at(prefix, random_corpus(tmp_path / "new", rng.randint(5, 10), rng))
@@ -89,7 +89,7 @@ def test_the_entry_warns_once_on_rank_0_and_goes_on(monkeypatch, capsys, tmp_pat
 
 def test_the_entry_looks_for_stale_caches_in_the_runs_data_cache_path(monkeypatch, capsys, tmp_path):
     """With ``--data-cache-path`` megatron-core keeps (and reuses) the caches there, not beside the dataset."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     prefix = random_corpus(tmp_path / "data", rng.randint(30, 50), rng)
     cache = tmp_path / f"cache-{rng.randrange(10**6)}"
     gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE, str(cache))
@@ -108,7 +108,7 @@ def test_each_dataset_of_a_blend_is_looked_at(tmp_path):
     """A blend whose later dataset was rewritten: the warning names that one (not only the blend's first)."""
     import argparse
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     first = random_corpus(tmp_path / "first", rng.randint(5, 10), rng)
     later = random_corpus(tmp_path / "later", rng.randint(30, 50), rng)
     for prefix in (first, later):

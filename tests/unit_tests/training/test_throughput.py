@@ -15,7 +15,7 @@ from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
 
 def test_measure_matches_hand_computation():
-    rng = random.Random()
+    rng = random.Random(random.random())
     tokens, elapsed, gpus = rng.randrange(10**5, 10**8), rng.uniform(0.5, 50), rng.choice([1, 4, 8])
     flops, peak = rng.uniform(1e8, 1e11), rng.uniform(100, 1000)
     got = measure(17, tokens, elapsed, gpus, flops, peak)
@@ -87,7 +87,7 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(g
     def megatron_training_log(loss_dict, iteration, is_first_iteration=False):
         megatron_calls.append(iteration)
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     args = SimpleNamespace(micro_batch_size=rng.choice([1, 2]), data_parallel_size=rng.choice([1, 4]),
                            seq_length=rng.choice([128, 4096]), log_interval=5, world_size=8,
                            gtp_weight_remat_size=gtp_weight_remat_size)

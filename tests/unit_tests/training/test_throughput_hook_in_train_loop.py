@@ -73,7 +73,7 @@ def install(flops: float = 3e9, peak: float | None = 989.0) -> None:
 def test_rampup_resumed_run_counts_each_iterations_own_batch(monkeypatch):
     """Resumed at a random iteration, the batch growing mid-interval: tokens/s is the sum of the iterations' own
     batches over the timer's seconds (not the log iteration's batch times the iteration count)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     interval = rng.randrange(3, 8)
     fake = FakeMegatron(monkeypatch, rng, interval)
     install()
@@ -101,7 +101,7 @@ def test_rampup_resumed_run_counts_each_iterations_own_batch(monkeypatch):
 def test_a_second_train_in_one_process_starts_its_count_afresh(monkeypatch):
     """A train() that stopped mid-interval (or in-process restart) left tokens in the count; megatron's next first
     iteration times that one iteration only, so the [oellm] line overstated tokens/s."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     fake = FakeMegatron(monkeypatch, rng, log_interval=10)
     install()
     fake.step(1, 1.0, first=True)
@@ -116,7 +116,7 @@ def test_a_second_train_in_one_process_starts_its_count_afresh(monkeypatch):
 
 def test_nan_skipped_iterations_count_as_megatron_times_them(monkeypatch):
     """Megatron's interval time includes iterations whose step was skipped (inf/NaN grads): their batch was run."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     fake = FakeMegatron(monkeypatch, rng, log_interval=4)
     install()
     fake.step(1, 2.0, first=True)
@@ -135,7 +135,7 @@ def test_hook_never_raises_into_megatrons_training_loop(breakage, monkeypatch):
     import megatron.training
     import megatron.training.utils
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     fake = FakeMegatron(monkeypatch, rng, log_interval=2)
     broken = {}
     if breakage == "zero_time":
@@ -172,7 +172,7 @@ def test_hook_never_raises_into_megatrons_training_loop(breakage, monkeypatch):
 
 def test_hook_recovers_after_a_broken_interval(monkeypatch):
     """A bad timer reading at one log iteration drops that line only; the next interval's count starts afresh."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     fake = FakeMegatron(monkeypatch, rng, log_interval=3)
     install()
     fake.step(1, 1.0, first=True)
@@ -193,7 +193,7 @@ def test_an_iteration_the_hook_could_not_count_drops_its_intervals_line(monkeypa
     """An iteration whose tokens could not be read (here an argument the count reads was missing) is in megatron's
     interval time but not in the count: that interval's line is left out rather than printed with too few tokens,
     and the next interval is measured whole."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     interval = rng.randrange(3, 7)
     fake = FakeMegatron(monkeypatch, rng, log_interval=interval)
     install()
@@ -224,7 +224,7 @@ def test_a_failure_that_persists_is_reported_once(monkeypatch):
 
     import megatron.core.num_microbatches_calculator as microbatches
 
-    rng = random.Random()
+    rng = random.Random(random.random())
     fake = FakeMegatron(monkeypatch, rng, log_interval=rng.randrange(2, 5))
     monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: 1 // 0)
     install()

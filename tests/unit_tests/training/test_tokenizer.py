@@ -13,7 +13,7 @@ def random_text(rng: random.Random, length: int) -> str:
 
 
 def test_round_trip_of_random_unicode_text():
-    rng = random.Random()
+    rng = random.Random(random.random())
     tokenizer = ByteTokenizer()
     for _ in range(20):
         text = random_text(rng, rng.randrange(0, 200))
@@ -45,7 +45,7 @@ def test_megatron_null_tokenizer_flags_give_the_same_eod_and_vocabulary():
 def test_every_byte_id_decodes_as_utf8_decodes_that_byte():
     """Ids 0-255 are bytes, NUL (0) included: ``decode`` agrees with Python's UTF-8 decoder on random byte strings
     (invalid sequences replaced)."""
-    rng = random.Random()
+    rng = random.Random(random.random())
     tokenizer = ByteTokenizer()
     for _ in range(20):
         data = bytes([0, *(rng.randrange(256) for _ in range(rng.randrange(1, 64)))])
