@@ -30,3 +30,13 @@ def test_a_row_with_its_own_time_exits_before_that_limit(capsys):
     # 45 min less the larger of 5 min and 5 %: 40 min (the 30-minute default would give 25)
     assert [line.strip() for line in out.splitlines() if "--exit-duration-in-mins" in line] == [
         "--exit-duration-in-mins 40"]
+
+
+def test_the_margin_by_hand():
+    """The margin's constants, not only its formula: 5 min under an hour-long limit (60 - 5 = 55), 5 % under four
+    hours (240 - 12 = 228), and none under a limit of 5 min or less (nothing to save in)."""
+    from megatron.oellm.recipes.resolve import exit_duration_minutes
+
+    assert exit_duration_minutes(3600) == 55
+    assert exit_duration_minutes(4 * 3600) == 228
+    assert exit_duration_minutes(300) is None
