@@ -246,9 +246,16 @@ def _stored_vocabulary(common: dict) -> int | None:
     return getattr(stored, "vocab_size", None)
 
 
+TOKENIZER_EXTRA_ROWS = {"NullMultimodalTokenizer": 1}
+"""Rows a tokenizer of :data:`VOCAB_SIZE_TOKENIZERS` adds to ``--vocab-size`` before megatron pads it: megatron-core
+0.19.2's null multimodal tokenizer puts its end-of-document token past the given size (its ``vocab_size`` is the flag
+plus one), the null text tokenizer and tiktoken's take the flag as it is."""
+
+
 def _compare_padding(args: argparse.Namespace, run: int, loaded: StoredCheckpoint, vocab_given: bool) -> None:
     """Compare the ``padded_vocab_size`` ``loaded``'s run arguments store (with the tensor-parallel size and divisor
-    megatron padded with) with the rows the run's vocabulary ``run`` pads to there, as
+    megatron padded with) with the rows the run's vocabulary ``run`` (plus its tokenizer's
+    :data:`TOKENIZER_EXTRA_ROWS`) pads to there, as
     :func:`check_checkpoint_vocabulary` compares vocabularies: refuse fewer rows, note more."""
     from megatron.oellm.flops import megatron_padded_vocab
 
@@ -257,14 +264,16 @@ def _compare_padding(args: argparse.Namespace, run: int, loaded: StoredCheckpoin
                            ("padded_vocab_size", "tensor_model_parallel_size", "make_vocab_size_divisible_by"))
     if not all(isinstance(value, int) for value in (padded, tp, divisor)):
         return
-    ours = megatron_padded_vocab(run, tp, divisor)
+    extra = TOKENIZER_EXTRA_ROWS.get(args.tokenizer_type, 0)
+    ours = megatron_padded_vocab(run + extra, tp, divisor)
     if ours < padded:
         raise ValueError(f"{loaded.named_by} holds a checkpoint of a vocabulary megatron padded to {padded} rows (TP "
                          f"{tp} x --make-vocab-size-divisible-by {divisor}), while the run's --vocab-size {run} (the "
                          f"card's when not given) pads to {ours} there: {VOCABULARY_OUTCOME}; pass the saving run's "
-                         f"--vocab-size (one that pads to {padded} rows, such as --vocab-size {padded})")
+                         f"--vocab-size (one that pads to {padded} rows, such as --vocab-size {padded - extra})")
     if ours > padded:
-        _extend_vocabulary(args, loaded, f"a vocabulary megatron padded to {padded} rows", padded, run, vocab_given)
+        _extend_vocabulary(args, loaded, f"a vocabulary megatron padded to {padded} rows", padded - extra, run,
+                           vocab_given)
 
 
 CARD_ARCHITECTURE_ARGS = (
