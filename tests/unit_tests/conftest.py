@@ -28,10 +28,32 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
         random.seed(seed_of_test(collector.config, collector.nodeid))
 
 
+def _seed_line(config: pytest.Config) -> str:
+    """The line that names the session's seed."""
+    return f"random inputs: {SEED_VARIABLE}={config.stash[SESSION_SEED]} draws this session's again"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Name the seed first too (also under ``-q``): a run killed before its summary (a time limit, a hang, a crash)
+    keeps it."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(_seed_line(session.config))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """The summary line that names the session's seed (also under ``-q``)."""
-    seed = config.stash[SESSION_SEED]
-    terminalreporter.write_line(f"random inputs: {SEED_VARIABLE}={seed} draws this session's again")
+    """Name the seed again last, where a reader of a failed run looks."""
+    terminalreporter.write_line(_seed_line(config))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def module_inputs_seeded(request: pytest.FixtureRequest) -> None:
+    """Per-module fixture, set up before a module's other module-scoped fixtures: Python's and torch's CPU generators
+    seeded from the session's seed and the module's id, so a module fixture's draws (a checkpoint's random weights, a
+    vocabulary size) do not depend on which modules ran before it."""
+    seed = seed_of_test(request.config, request.node.nodeid)
+    random.seed(seed)
+    torch.random.default_generator.manual_seed(seed)
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 import subprocess
 import sys
 import sysconfig
@@ -29,9 +29,9 @@ def fake_venv(root: Path) -> Path:
         (site / package / "__init__.py").write_text(f"NAME = {package!r}\n")
     wheel_lib = site / "transformer_engine" / "wheel_lib"
     wheel_lib.mkdir()
-    (wheel_lib / "libtransformer_engine.so").write_bytes(os.urandom(2_500_000))
+    (wheel_lib / "libtransformer_engine.so").write_bytes(random.randbytes(2_500_000))
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    (wheel_lib / f"transformer_engine_torch{suffix}").write_bytes(os.urandom(1000))
+    (wheel_lib / f"transformer_engine_torch{suffix}").write_bytes(random.randbytes(1000))
     (site / "transformer_engine" / "__pycache__").mkdir()
     (site / "transformer_engine" / "__pycache__" / "stale.pyc").write_bytes(b"not packed")
     for distribution, version in [*((d, "2.20.2") for d in DISTRIBUTIONS), ("torch", "2.11.0")]:

@@ -30,7 +30,7 @@ def test_a_signal_mid_build_removes_the_partial_files_and_keeps_the_earlier_corp
                                                                                    signum: signal.Signals) -> None:
     prefix = tmp_path / "corpus" / "text"
     prefix.parent.mkdir()
-    earlier = {suffix: os.urandom(random.randint(1, 4096)) for suffix in SUFFIXES}  # what --overwrite would replace
+    earlier = {suffix: random.randbytes(random.randint(1, 4096)) for suffix in SUFFIXES}  # what --overwrite would replace
     for suffix, content in earlier.items():
         Path(f"{prefix}{suffix}").write_bytes(content)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

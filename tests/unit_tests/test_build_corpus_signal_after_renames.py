@@ -36,7 +36,7 @@ finished files' renames)."""
 def test_a_signal_during_the_renames_says_the_new_corpus_is_in_place(tmp_path: Path, signum: signal.Signals) -> None:
     prefix = tmp_path / "text"
     for suffix in SUFFIXES:  # an earlier corpus that --overwrite replaces
-        Path(f"{prefix}{suffix}").write_bytes(os.urandom(random.randint(1, 4096)))
+        Path(f"{prefix}{suffix}").write_bytes(random.randbytes(random.randint(1, 4096)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", SIGNAL_DURING_FIRST_RENAME, signum.name, str(SCRIPT),
                            "--output-prefix", str(prefix), "--max-mb", "0.2", "--overwrite"],

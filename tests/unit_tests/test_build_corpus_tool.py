@@ -44,7 +44,7 @@ def test_no_source_at_all_is_refused(tmp_path: Path, max_mb: str) -> None:
 def test_extra_files_without_text_give_an_error_not_an_empty_corpus(tmp_path: Path) -> None:
     empty, binary = tmp_path / "empty.txt", tmp_path / "binary.dat"
     empty.write_text("")
-    binary.write_bytes(b"\xff\xfe" + os.urandom(64))
+    binary.write_bytes(b"\xff\xfe" + random.randbytes(64))
     done = run_tool(tmp_path / "corpus" / "text", "--max-mb", "0", "--extra", str(empty), str(binary))
     assert done.returncode == 1 and "no document" in done.stderr, done.stdout + done.stderr
 
@@ -72,7 +72,7 @@ def test_a_build_without_documents_keeps_the_earlier_corpus(tmp_path: Path) -> N
     earlier = {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in SUFFIXES}
     empty, binary = tmp_path / "empty.txt", tmp_path / "binary.dat"
     empty.write_text("")
-    binary.write_bytes(b"\xff\xfe" + os.urandom(random.randint(16, 256)))
+    binary.write_bytes(b"\xff\xfe" + random.randbytes(random.randint(16, 256)))
     failed = run_tool(prefix, "--max-mb", "0", "--overwrite", "--extra", str(empty), str(binary))
     assert failed.returncode == 1 and "no document" in failed.stderr, failed.stdout + failed.stderr
     assert {suffix: Path(f"{prefix}{suffix}").read_bytes() for suffix in SUFFIXES} == earlier
@@ -132,7 +132,7 @@ def test_files_at_the_prefix_are_replaced_only_with_overwrite(tmp_path: Path, ex
     rng = random.Random(random.random())
     prefix = tmp_path / "corpus" / "text"
     prefix.parent.mkdir()
-    content = os.urandom(rng.randint(1, 256))
+    content = random.randbytes(rng.randint(1, 256))
     Path(f"{prefix}{existing}").write_bytes(content)
     [text] = random_documents(tmp_path / "docs", 1, rng)
     refused = run_tool(prefix, "--max-mb", "0", "--extra", str(text))
@@ -168,7 +168,7 @@ def test_a_rebuild_drops_megatrons_index_cache_of_the_earlier_corpus(tmp_path: P
 def test_an_output_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:
     """An --output-prefix below a file (or an unwritable place) was a FileExistsError/PermissionError traceback."""
     blocker = tmp_path / f"a-file-{random.randint(0, 10**6)}"
-    blocker.write_bytes(os.urandom(16))
+    blocker.write_bytes(random.randbytes(16))
     [text] = random_documents(tmp_path / "docs", 1, random.Random(random.random()))
     done = run_tool(blocker / "corpus" / "text", "--max-mb", "0", "--extra", str(text))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

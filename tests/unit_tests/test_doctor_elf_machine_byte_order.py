@@ -5,7 +5,6 @@ another CPU, and one on x86_64 named the wrong architecture."""
 
 from __future__ import annotations
 
-import os
 import random
 import sysconfig
 from pathlib import Path
@@ -17,7 +16,7 @@ from megatron.oellm.doctor.probes import elf_machine, helpers_cpp_mismatch
 
 def _elf(path: Path, data: int, machine: int) -> Path:
     """A random 64-byte file with an ELF header of byte order ``data`` (1 little, 2 big) and ``machine``."""
-    header = bytearray(os.urandom(64))
+    header = bytearray(random.randbytes(64))
     header[:6] = bytes([0x7F, ord("E"), ord("L"), ord("F"), 2, data])
     header[18:20] = machine.to_bytes(2, "little" if data == 1 else "big")
     path.write_bytes(bytes(header))

@@ -49,7 +49,7 @@ def _other_python_tag() -> tuple[str, str]:
 def test_a_helper_built_for_another_python_is_an_error_naming_its_tag(tmp_path, monkeypatch):
     core = _fake_core(tmp_path)
     version, suffix = _other_python_tag()
-    (core / "datasets" / f"helpers_cpp{suffix}").write_bytes(os.urandom(random.randint(64, 512)))
+    (core / "datasets" / f"helpers_cpp{suffix}").write_bytes(random.randbytes(random.randint(64, 512)))
     _shadow(monkeypatch, tmp_path)
     error, mismatch, _ = probes.fresh_import_facts(core, fla_installed=False)
     assert error is not None and "helpers_cpp" in error, error
@@ -69,7 +69,7 @@ def test_a_helper_built_for_another_cpu_is_an_error_naming_both_architectures(tm
     here = platform.machine()
     other = next(machine for machine in OTHER_MACHINES if machine != here)
     core = _fake_core(tmp_path)
-    header = bytearray(os.urandom(64))
+    header = bytearray(random.randbytes(64))
     header[:6] = b"\x7fELF\x02\x01"
     header[18:20] = OTHER_MACHINES[other].to_bytes(2, "little")
     (core / "datasets" / f"helpers_cpp{sysconfig.get_config_var('EXT_SUFFIX')}").write_bytes(bytes(header))

@@ -42,7 +42,7 @@ def test_a_non_empty_out_dir_is_refused_and_left_alone(tmp_path: Path) -> None:
     out_dir = tmp_path / "results"
     out_dir.mkdir()
     keep = out_dir / "earlier-results.txt"
-    content = os.urandom(32).hex()
+    content = random.randbytes(32).hex()
     keep.write_text(content)
     done, calls = run_acceptance(tmp_path, out_dir, "bench")
     assert done.returncode == 2 and "not empty" in done.stderr, done.stderr
@@ -168,7 +168,7 @@ def test_help_prints_the_whole_header(tmp_path: Path, flag: str) -> None:
 def test_an_out_dir_that_is_a_file_is_named_as_one(tmp_path: Path) -> None:
     """A file given as OUT_DIR was reported as a folder that "is not empty"."""
     target = tmp_path / "results.txt"
-    target.write_text(os.urandom(8).hex())
+    target.write_text(random.randbytes(8).hex())
     done, calls = run_acceptance(tmp_path, target, "bench")
     assert done.returncode == 2 and f"error: OUT_DIR {target} is a file, not a folder" in done.stderr
     assert calls == [] and target.is_file()

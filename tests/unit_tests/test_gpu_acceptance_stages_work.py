@@ -4,7 +4,6 @@ and the train and resume stages delete and rebuild folders in ``OELLM_WORK``).""
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -32,7 +31,7 @@ def test_a_work_folder_of_other_files_is_refused_and_kept(tmp_path):
     work = tmp_path / "work"  # run_acceptance's OELLM_WORK
     (work / "runs").mkdir(parents=True)
     keep = work / "runs" / "important.txt"
-    content = os.urandom(16).hex()
+    content = random.randbytes(16).hex()
     keep.write_text(content)
     done, calls = run_acceptance(tmp_path, tmp_path / "out", random.choice(["train", "resume", "tests,train"]))
     assert done.returncode == 2 and f"OELLM_WORK {work} holds files and no mark of this script" in done.stderr

@@ -4,7 +4,7 @@ line before anything is downloaded; the file is left as it was."""
 
 from __future__ import annotations
 
-import os
+import random
 
 from test_install_site_bundle import run_bundle
 
@@ -16,7 +16,7 @@ def test_a_version_with_a_leading_zero_is_refused(tmp_path):
 
 
 def test_an_out_that_is_a_file_is_refused_and_kept(tmp_path):
-    (tmp_path / "out").write_text(content := os.urandom(8).hex())
+    (tmp_path / "out").write_text(content := random.randbytes(8).hex())
     done, platforms = run_bundle(tmp_path)  # run_bundle passes --out tmp_path/out
     assert done.returncode == 2 and done.stderr.startswith(f"error: --out {tmp_path / 'out'} is a file")
     assert (tmp_path / "out").read_text() == content and platforms == []

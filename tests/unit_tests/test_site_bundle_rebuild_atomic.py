@@ -32,7 +32,7 @@ FAKE_PYTHON3 = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
   while [ $# -gt 0 ]; do [ "$1" = "-d" ] && WHEELS="$2"; shift; done
   exec REAL_PYTHON -c "import os, sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1], 'w'); \\
-wheel.writestr('stand_in.py', os.urandom(64).hex()); \\
+wheel.writestr('stand_in.py', random.randbytes(64).hex()); \\
 wheel.writestr('stand_in-1.0.dist-info/METADATA', 'Name: stand-in\\n')" "$WHEELS/stand_in-1.0-py3-none-any.whl"
 fi
 exec REAL_PYTHON "$@"
@@ -180,7 +180,7 @@ def test_a_te_bundle_rebuild_replaces_every_part_and_the_list_together(tmp_path:
     assert te_bundle(tmp_path, out).returncode == 0
     earlier = te_parts(out)
     (site / "transformer_engine" / "wheel_lib" / "libtransformer_engine.so").write_bytes(
-        os.urandom(random.randint(1_200_000, 1_900_000)))
+        random.randbytes(random.randint(1_200_000, 1_900_000)))
     again = te_bundle(tmp_path, out)
     assert again.returncode == 0, again.stderr
     now = te_parts(out)

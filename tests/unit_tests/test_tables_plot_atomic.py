@@ -5,7 +5,6 @@ with the earlier good one gone. Rows from generated Megatron logs, fresh random 
 from __future__ import annotations
 
 import errno
-import os
 import random
 
 import pytest
@@ -33,7 +32,7 @@ def _fail_midway(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def savefig(self, fname, **kwargs):
         with open(fname, "wb") as file:
-            file.write(b"\x89PNG\r\n\x1a\n" + os.urandom(64))
+            file.write(b"\x89PNG\r\n\x1a\n" + random.randbytes(64))
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Figure, "savefig", savefig)

@@ -74,3 +74,20 @@ def test_a_csv_without_a_baseline_or_settings_leaves_those_cells_empty():
     (line,) = csv.DictReader(io.StringIO(format_csv([failed], None, Window())))
     assert line["baseline_log"] == "" and line["scaling"] == ""
     assert all(line[name] == "" for name in BENCHMARK_SETTINGS)
+
+
+def test_a_failed_runs_csv_row_names_its_benchmark_settings():
+    """A run that stopped before the window's end (an OOM, a cut log) has no numbers, but its arguments block says
+    which setup failed: the CSV gives its settings, as for an ok row."""
+    from megatron.oellm.run_log import parse_log_text
+    from megatron.oellm.scaling_table import summarise
+    from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args
+
+    granularity = random.choice(["full", "selective"])
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "recompute_granularity": granularity})
+    lines = [*args_block(args), *(iteration_line(i, 10, args["global_batch_size"], 9000.0, 120.0) for i in (1, 2))]
+    row = summarise(parse_log_text("\n".join(lines) + "\n", "cut.log"), Window(), 4)
+    assert not row.ok
+    (line,) = csv.DictReader(io.StringIO(format_csv([row], None, Window())))
+    assert line["recompute_granularity"] == granularity and line["status"] == row.status
+    assert [line[name] for name in BENCHMARK_SETTINGS] == [str(args.get(name)) for name in BENCHMARK_SETTINGS]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
 import shlex
 import shutil
@@ -97,7 +96,7 @@ def test_a_bad_part_size_is_refused_before_the_earlier_bundle_is_removed(tmp_pat
     fake_venv(tmp_path / "venv")
     out = tmp_path / "out"
     out.mkdir()
-    earlier = {name: os.urandom(64) for name in ("te-site.tar.xz.part-aa", "te-site.tar.xz.part-ab")}
+    earlier = {name: random.randbytes(64) for name in ("te-site.tar.xz.part-aa", "te-site.tar.xz.part-ab")}
     for name, data in earlier.items():
         (out / name).write_bytes(data)
     result = run_script(tmp_path / "venv", out, part_mib)
@@ -124,7 +123,7 @@ def test_the_documented_unpack_ignores_a_part_left_by_an_earlier_bundle(tmp_path
     result = run_script(tmp_path / "venv", out, 1)
     assert result.returncode == 0, result.stderr
     assert len(list(out.glob("te-site.tar.xz.part-*"))) == 3
-    (out / "te-site.tar.xz.part-ad").write_bytes(os.urandom(random.randint(1000, 5000)))
+    (out / "te-site.tar.xz.part-ad").write_bytes(random.randbytes(random.randint(1000, 5000)))
     target = tmp_path / "te-site"
     unpacked = subprocess.run(["bash", "-euo", "pipefail", "-c", documented_unpack(out, target)],
                               capture_output=True, text=True, timeout=120)

@@ -114,8 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run one conversion and print a summary; on bad input print the reason on stderr and exit 2 (128 + the signal
     number when SIGTERM / SIGHUP / Ctrl-C stopped it); warnings are one ``warning:`` line each, the conversion's
-    own (:class:`~megatron.oellm.convert.errors.ConversionWarning`) also under a filter that ignores warnings (a job
-    script's ``PYTHONWARNINGS=ignore`` for the libraries' noise must not hide a lossy conversion)."""
+    own (:class:`~megatron.oellm.convert.errors.ConversionWarning`) under any filter: one that ignores warnings (a job
+    script's ``PYTHONWARNINGS=ignore`` for the libraries' noise must not hide a lossy conversion), and one that makes
+    them errors too (``-W error``: the conversion goes on, as it does without the filter; a script that must fail on
+    one greps stderr for ``warning:``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConversionWarning)
         warnings.showwarning = _warning_line(f"oellm convert {args.direction}")

@@ -92,7 +92,8 @@ class ScalingRow:
     printed, not a CSV column."""
     settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     """The run's benchmark settings that are no scaling dimension, as (argument, printed value) pairs (see
-    :func:`~megatron.oellm.scaling_table.summary.benchmark_settings`): part of its series, not a CSV column."""
+    :func:`~megatron.oellm.scaling_table.summary.benchmark_settings`; also of a row without numbers whose log has an
+    arguments block): part of an ok row's series, and one CSV column each."""
     line_iterations: tuple[int, ...] = field(default=(), repr=False)
     """How many iterations each log line the window's numbers come from averages, each count once, ascending: ``(1,)``
     with a line per iteration, ``(10,)`` at log interval 10 (the footnote's "medians of 10-iteration means"); not a

@@ -41,9 +41,10 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     run = window_run(log, window)
     args = run_arguments(run)
     model, card = identify_model(args) if args else ("unknown model", None)
+    settings = benchmark_settings(args) if args else ()  # also of a failed run: the CSV says which setup failed
     status = window_status(log, window)
     if status != "ok":
-        return ScalingRow(log.path, model, status)
+        return ScalingRow(log.path, model, status, settings=settings)
     key = model_key(args, card)
     lines = window_lines(log, window)
     step_time = window.summarise(per_iteration(window, lines, [line.elapsed_ms for line in lines])) / 1000.0
@@ -52,7 +53,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
     if not all(isinstance(value, int) and value > 0 for value in (world_size, seq_length, global_batch)):
         return ScalingRow(log.path, model, "arguments block lacks a positive world_size, seq_length or "
-                                           "global_batch_size", model_key=key)
+                                           "global_batch_size", model_key=key, settings=settings)
     tokens = global_batch * seq_length / step_time / world_size
     logged = [line.tflops_per_gpu for line in lines]  # on every line or none (_value_problem)
     tflops_logged = window.summarise(per_iteration(window, lines, logged)) if None not in logged else None
@@ -61,7 +62,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
         if vocab is None:
             if problem := garbled_integer_problem(args, VOCAB_ARGUMENTS):
-                return ScalingRow(log.path, model, problem, model_key=key)
+                return ScalingRow(log.path, model, problem, model_key=key, settings=settings)
             vocab = logged_padded_vocab(args)
         if vocab is not None:
             tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
@@ -69,10 +70,10 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         log.path, model, "ok", nodes=world_size / gpus_per_node, gpus=world_size, global_batch_size=global_batch,
         micro_batch_size=args.get("micro_batch_size"), seq_length=seq_length, step_time_s=step_time,
         tokens_per_s_per_gpu=tokens, tflops_per_gpu=tflops, tflops_per_gpu_logged=tflops_logged,
-        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=benchmark_settings(args),
+        mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=settings,
         line_iterations=line_iterations(window, lines))
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
-        return ScalingRow(log.path, model, problem, model_key=key)
+        return ScalingRow(log.path, model, problem, model_key=key, settings=settings)
     return with_stop_note(row, run, window)
 
 

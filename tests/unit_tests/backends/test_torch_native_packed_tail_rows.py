@@ -24,7 +24,7 @@ BF16_BOUND = 2e-2
 
 @pytest.fixture
 def generator() -> torch.Generator:
-    """A CPU generator on a fresh seed (printed, ``$OELLM_TEST_SEED`` replays it)."""
+    """A CPU generator on a fresh seed (printed; the session's ``OELLM_TEST_SEED`` replays it)."""
     return torch.Generator().manual_seed(fresh_seed())
 
 

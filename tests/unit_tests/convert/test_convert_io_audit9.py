@@ -116,8 +116,8 @@ def test_a_staging_directory_left_under_this_process_id_is_replaced(tmp_path: Pa
     out = tmp_path / "out"
     stale = staging_directory(out.resolve())
     stale.mkdir()
-    (stale / f"stale-{random.randrange(99)}.distcp").write_bytes(os.urandom(16))
-    content = os.urandom(random.randint(1, 64))
+    (stale / f"stale-{random.randrange(99)}.distcp").write_bytes(random.randbytes(16))
+    content = random.randbytes(random.randint(1, 64))
     with staged_output(out, overwrite=False, foreign_in=lambda entry: [entry.name], needed_bytes=0) as staging:
         (staging / "model.safetensors").write_bytes(content)
     assert [p.name for p in out.iterdir()] == ["model.safetensors"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import re
 import resource
 import shutil
@@ -490,7 +491,7 @@ def test_partial_outputs_of_killed_conversions_are_named(converted, monkeypatch:
     card, hf, tmp = converted
     killed = tmp / f".out.partial-{os.getpid() + 1}"
     (killed / RELEASE).mkdir(parents=True)
-    (killed / RELEASE / "__0_3.distcp").write_bytes(os.urandom(64))
+    (killed / RELEASE / "__0_3.distcp").write_bytes(random.randbytes(64))
     (tmp / ".out.partial-notes").mkdir()  # not a staging directory: no process id
     summary = _convert(direction, tmp, card, tmp / "out")
     assert any(str(killed) in note and "killed" in note for note in summary.notes), summary.notes

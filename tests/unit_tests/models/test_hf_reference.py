@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import random
 import sys
 
 import pytest
@@ -14,7 +15,6 @@ import torch
 
 from megatron.oellm.cards import get_card
 from tests.unit_tests.models.hf_reference import (
-    SEED_VARIABLE,
     RouterTieError,
     errors,
     float64_gated_delta_rule,
@@ -236,9 +236,12 @@ def test_the_fp32_parity_case_draws_the_model_again_when_it_routes_near_ties(mon
     assert hf is models[tied_models] and tokens.shape == (test_parity_gpu.BATCH, SEQ)
 
 
-def test_fresh_seed_replays_the_seed_given(monkeypatch, capsys):
-    monkeypatch.setenv(SEED_VARIABLE, "1234")
-    assert fresh_seed() == 1234
-    assert "seed 1234 (from $OELLM_TEST_SEED)" in capsys.readouterr().out
-    monkeypatch.delenv(SEED_VARIABLE)
+def test_fresh_seed_follows_the_tests_seeded_generator(capsys):
+    """The seed comes from Python's generator, which conftest seeds per test from ``OELLM_TEST_SEED``: the same
+    generator state gives the same seed (so the session's seed replays it), and successive draws differ."""
+    state = random.getstate()
+    first = fresh_seed()
+    random.setstate(state)
+    assert fresh_seed() == first
+    assert f"seed {first}" in capsys.readouterr().out
     assert len({fresh_seed() for _ in range(4)}) > 1

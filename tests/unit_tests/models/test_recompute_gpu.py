@@ -14,7 +14,7 @@ each run. Without Transformer Engine the
 
 from __future__ import annotations
 
-import os
+import random
 from collections.abc import Callable
 
 import pytest
@@ -111,7 +111,7 @@ def test_recompute_keeps_the_gradients(megatron_runtime: None, tf32_flags_restor
     from megatron.oellm.models import spec_builder
 
     no_tf32()
-    seed = int.from_bytes(os.urandom(4), "little")
+    seed = int.from_bytes(random.randbytes(4), "little")
     card = get_card(name)
     if case == "selective-shared_experts" and not card.moe_shared_expert_intermediate_size:
         pytest.skip(f"{name} has no shared expert")

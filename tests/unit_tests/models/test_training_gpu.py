@@ -6,7 +6,7 @@ tiny flavour of each family, fresh seed each run; the Transformer Engine backend
 
 from __future__ import annotations
 
-import os
+import random
 
 import pytest
 import torch
@@ -25,7 +25,7 @@ def test_loss_falls_with_adam(name: str, backend: str) -> None:
     from megatron.oellm.models import spec_builder
 
     init_megatron_runtime()
-    seed = int.from_bytes(os.urandom(4), "little")
+    seed = int.from_bytes(random.randbytes(4), "little")
     reseed(seed)
     card = get_card(name)
     builder = spec_builder(card.family)

@@ -27,7 +27,7 @@ def test_a_signal_during_the_renames_leaves_a_whole_corpus(tmp_path: Path, monke
     prefix = tmp_path / "corpus" / "text"
     prefix.parent.mkdir()
     for suffix in CORPUS_SUFFIXES:  # an earlier corpus the build replaces
-        Path(f"{prefix}{suffix}").write_bytes(os.urandom(rng.randint(1, 512)))
+        Path(f"{prefix}{suffix}").write_bytes(random.randbytes(rng.randint(1, 512)))
     text = tmp_path / "doc.txt"
     text.write_text("".join(rng.choice("abc é中\n") for _ in range(rng.randint(1, 300))), encoding="utf-8")
     renamed = []

@@ -2,6 +2,8 @@
 pipeline stages read micro-batches."""
 
 
+import random
+
 import pytest
 import torch
 
@@ -202,7 +204,7 @@ def test_next_batch_moves_every_field_and_splits_the_sequence_for_context_parall
     monkeypatch.setattr(parallel_state, "get_context_parallel_group", lambda: "cp group")
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: cp_size)
     monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: cp_rank)
-    generator = torch.Generator().manual_seed(torch.seed() % 2**31)
+    generator = torch.Generator().manual_seed(random.randrange(2**31))
     sample = {"tokens": torch.randint(0, 1000, (2, 8), generator=generator),
               "labels": torch.randint(0, 1000, (2, 8), generator=generator),
               "loss_mask": (torch.rand(2, 8, generator=generator) > 0.3).float(),

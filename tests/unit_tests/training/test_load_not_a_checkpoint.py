@@ -41,7 +41,7 @@ def _hugging_face_model(folder: Path) -> Path:
     (folder / "tokenizer.json").write_text("{}")
     shards = random.randint(1, 3)
     for shard in range(1, shards + 1):
-        (folder / f"model-{shard:05d}-of-{shards:05d}.safetensors").write_bytes(os.urandom(64))
+        (folder / f"model-{shard:05d}-of-{shards:05d}.safetensors").write_bytes(random.randbytes(64))
     return folder
 
 
