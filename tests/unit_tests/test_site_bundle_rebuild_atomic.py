@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, xz, sp
 FAKE_PYTHON3 = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
   while [ $# -gt 0 ]; do [ "$1" = "-d" ] && WHEELS="$2"; shift; done
-  exec REAL_PYTHON -c "import os, sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1], 'w'); \\
+  exec REAL_PYTHON -c "import random, sys, zipfile; wheel = zipfile.ZipFile(sys.argv[1], 'w'); \\
 wheel.writestr('stand_in.py', random.randbytes(64).hex()); \\
 wheel.writestr('stand_in-1.0.dist-info/METADATA', 'Name: stand-in\\n')" "$WHEELS/stand_in-1.0-py3-none-any.whl"
 fi
