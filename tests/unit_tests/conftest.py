@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from unittest import mock
 
 import pytest
-import torch
 
 from tests.unit_tests.gpu_utils import megatron_runtime, megatron_session, tf32_flags_restored
-from tests.unit_tests.random_inputs import SEED_VARIABLE, SESSION_SEED, seed_of_test, session_seed
+from tests.unit_tests.random_inputs import SEED_VARIABLE, SESSION_SEED, seed_generators, seed_of_test, session_seed
 
 __all__ = ["megatron_runtime", "megatron_session", "process_environment_restored", "random_inputs_seeded",
            "tf32_flags_restored"]
@@ -51,9 +50,7 @@ def module_inputs_seeded(request: pytest.FixtureRequest) -> None:
     """Per-module fixture, set up before a module's other module-scoped fixtures: Python's and torch's CPU generators
     seeded from the session's seed and the module's id, so a module fixture's draws (a checkpoint's random weights, a
     vocabulary size) do not depend on which modules ran before it."""
-    seed = seed_of_test(request.config, request.node.nodeid)
-    random.seed(seed)
-    torch.random.default_generator.manual_seed(seed)
+    seed_generators(request.config, request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)
@@ -61,9 +58,7 @@ def random_inputs_seeded(request: pytest.FixtureRequest) -> None:
     """Per-test fixture: Python's and torch's CPU generators seeded from the session's seed and the test's id, so that
     one test rerun alone (``pytest NODEID`` with ``OELLM_TEST_SEED``) draws the inputs it drew in the full session.
     The CUDA generators are left to the tests and megatron-core's RNG tracker."""
-    seed = seed_of_test(request.config, request.node.nodeid)
-    random.seed(seed)
-    torch.random.default_generator.manual_seed(seed)
+    seed_generators(request.config, request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)

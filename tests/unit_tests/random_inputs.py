@@ -8,6 +8,7 @@ import random
 import zlib
 
 import pytest
+import torch
 
 SEED_VARIABLE = "OELLM_TEST_SEED"
 """Environment variable that fixes the session's seed, to draw a failed run's random inputs again."""
@@ -33,3 +34,11 @@ def seed_of_test(config: pytest.Config, nodeid: str) -> int:
     """The seed of one test (or of one module's collection): the session's and the id together (two tests draw
     different inputs, and a test rerun alone draws what it drew in the full session)."""
     return zlib.crc32(f"{config.stash[SESSION_SEED]}:{nodeid}".encode())
+
+
+def seed_generators(config: pytest.Config, nodeid: str) -> None:
+    """Seed Python's and torch's CPU generators with :func:`seed_of_test` of ``nodeid`` (a test's or a module's id);
+    the CUDA generators are left to the tests and megatron-core's RNG tracker."""
+    seed = seed_of_test(config, nodeid)
+    random.seed(seed)
+    torch.random.default_generator.manual_seed(seed)
