@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
 import os
 import sys
 
 from megatron.oellm.commands import refuse
-from megatron.oellm.peaks import GPU_PEAKS, peak_tflops
+from megatron.oellm.peaks import GPU_PEAKS, peak_tflops, valid_peak
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
     CSV_FIELDS,
@@ -151,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.gpus_per_node < 1:
             raise TableError("--gpus-per-node must be >= 1")
-        if args.peak_tflops is not None and not 0 < args.peak_tflops < math.inf:
+        if args.peak_tflops is not None and not valid_peak(args.peak_tflops):
             raise TableError(f"--peak-tflops must be a positive number, got {args.peak_tflops:g}")
         peak = (args.peak_tflops if args.peak_tflops is not None
                 else peak_tflops(args.gpu) if args.gpu else DEFAULT_PEAK_TFLOPS)

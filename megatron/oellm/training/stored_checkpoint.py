@@ -563,9 +563,7 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
                          f"--pretrained-checkpoint {given} in its place (at --ckpt-step {step}) and fine-tunes from it "
                          f"without a word; to resume --load's iteration {step}, drop --pretrained-checkpoint or write "
                          f"{Path(args.load) / TRACKER_FILE} naming {step}")
-    loaded_directory = iteration_directory_loaded(args)  # reads the tracker: once
-    _check_not_unfinished_save(loaded_directory, flag, given)
-    missing = _missing_checkpoint(loaded_directory, given)
+    missing = _loaded_checkpoint_missing(args, flag, given)
     if missing is not None:
         directory, problem, holds = missing
         raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
@@ -576,15 +574,21 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     """Raise ``ValueError`` when the ``latest_checkpointed_iteration.txt`` of ``flag given`` (what megatron loads,
     without ``--ckpt-step``) names an iteration whose directory does not exist or holds no checkpoint (a copy or
     clean-up that left the tracker behind): megatron-core stops there after allocating the model on every rank."""
-    loaded_directory = iteration_directory_loaded(args)  # reads the tracker: once
-    _check_not_unfinished_save(loaded_directory, flag, given)
-    missing = _missing_checkpoint(loaded_directory, given)
+    missing = _loaded_checkpoint_missing(args, flag, given)
     if missing is not None:
         directory, problem, holds = missing
         tracker = directory.parent / TRACKER_FILE  # given's, or a global non-persistent checkpoint's
         raise ValueError(f"{flag} {given}: megatron-core reads {directory}, the iteration {tracker} names, {problem} "
                          f"after allocating the model on every rank; {holds}: restore that directory, or write an "
                          f"iteration it holds into {tracker}")
+
+
+def _loaded_checkpoint_missing(args: argparse.Namespace, flag: str, given: Path) -> tuple[Path, str, str] | None:
+    """The iteration directory megatron loads for ``flag given`` (its tracker read once), refused when it is an
+    unfinished save, and what it misses (:func:`_missing_checkpoint`; None when it holds a checkpoint)."""
+    loaded_directory = iteration_directory_loaded(args)
+    _check_not_unfinished_save(loaded_directory, flag, given)
+    return _missing_checkpoint(loaded_directory, given)
 
 
 def _missing_checkpoint(directory: Path | None, given: Path) -> tuple[Path, str, str] | None:
