@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.unit_tests.random_inputs import SESSION_SEED, seed_of_test
+from tests.unit_tests.random_inputs import SESSION_SEED, seed_generators, seed_of_test
 
 
 def test_the_generators_start_from_the_session_seed_and_the_test_id(request: pytest.FixtureRequest) -> None:
@@ -21,6 +21,25 @@ def test_the_generators_start_from_the_session_seed_and_the_test_id(request: pyt
     drawn, tensor = random.random(), torch.rand(5)
     assert drawn == random.Random(seed).random()
     assert torch.equal(tensor, torch.rand(5, generator=torch.Generator().manual_seed(seed)))
+
+
+def test_the_seeding_reaches_every_gpus_generator(request: pytest.FixtureRequest,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's seed goes to every GPU's default generator too (queued until CUDA initialises, so nothing is
+    touched on a CPU machine)."""
+    seeded: list[int] = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    seed_generators(request.config, request.node.nodeid)
+    assert seeded == [seed_of_test(request.config, request.node.nodeid)]
+
+
+@pytest.mark.gpu
+def test_a_gpu_draw_starts_from_the_test_seed(request: pytest.FixtureRequest) -> None:
+    """A GPU test's first ``torch.rand(..., device="cuda")`` is the test seed's, whether or not CUDA was initialised
+    by an earlier test."""
+    seed = seed_of_test(request.config, request.node.nodeid)
+    drawn = torch.rand(5, device="cuda")
+    assert torch.equal(drawn, torch.rand(5, device="cuda", generator=torch.Generator("cuda").manual_seed(seed)))
 
 
 @pytest.mark.parametrize("case", range(2))
