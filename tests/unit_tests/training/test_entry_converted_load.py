@@ -3,6 +3,7 @@ converted checkpoint does not store: refused before Megatron starts, naming ``--
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from megatron.oellm.cards import get_card
 from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.training import load_checks
-from megatron.oellm.training.args import parse_oellm_argv
+from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import (
     converted_args,
     read_loaded_checkpoint,
@@ -37,8 +38,6 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run_args(load: Path, *flags: str):
     """The run's arguments as the entry parses them (the card's flags filled in by ``--oellm-model``)."""
-    from megatron.oellm.training.args import merge_card_flags
-
     argv = ["--oellm-model", CARD, "--load", str(load), "--ckpt-format", "torch_dist", *flags]
     return parse_oellm_argv(merge_card_flags(argv).argv)
 
@@ -68,6 +67,54 @@ def _megatron_accepts(stored, run) -> bool:
     finally:
         global_vars.unset_global_variables()
     return True
+
+
+class _RecordedArgs(argparse.Namespace):
+    """Stored run arguments that hold each field megatron asks for, with the run's value (so that every comparison
+    passes), and record which it asked for."""
+
+    def __init__(self, run: argparse.Namespace) -> None:
+        super().__init__()
+        object.__setattr__(self, "_run", run)
+        object.__setattr__(self, "asked", set())
+
+    def __getattr__(self, name: str) -> object:
+        self.asked.add(name)
+        return getattr(self._run, name)
+
+
+def _fields_megatron_compares(run: argparse.Namespace) -> set[str]:
+    """The stored run arguments megatron-core's own ``check_checkpoint_args`` reads for ``run``, whose
+    ``use_dist_ckpt`` megatron's ``update_use_dist_ckpt`` sets as its ``validate_args`` does."""
+    from megatron.training import checkpointing, global_vars
+    from megatron.training.utils import update_use_dist_ckpt
+
+    update_use_dist_ckpt(run)
+    stored = _RecordedArgs(run)
+    global_vars.set_args(run)
+    checkpointing.set_checkpoint_version(3.0)
+    try:
+        checkpointing.check_checkpoint_args(stored)
+    finally:
+        global_vars.unset_global_variables()
+    return stored.asked
+
+
+@pytest.mark.parametrize("auto_detect", [[], ["--auto-detect-ckpt-format"]])
+@pytest.mark.parametrize("ckpt_format", ["torch", "torch_dist", "torch_dcp", "fsdp_dtensor"])
+def test_the_fields_compared_for_a_vocab_file_are_megatrons_for_each_format(converted: Path, ckpt_format: str,
+                                                                           auto_detect: list[str]) -> None:
+    """What ``resume_compared_args`` lists for ``--vocab-file`` is what megatron-core's ``check_checkpoint_args`` reads
+    because of that flag, under each ``--ckpt-format`` (``padded_vocab_size`` outside distributed checkpointing
+    only): the fields it reads with the flag less those it reads without it."""
+    def run(*flags: str) -> argparse.Namespace:
+        return parse_oellm_argv(merge_card_flags(["--oellm-model", CARD, "--load", str(converted), "--ckpt-format",
+                                                  ckpt_format, *auto_detect, *flags]).argv)
+
+    with_vocab_file = run("--vocab-file", "vocab.json")
+    because_of_the_flag = _fields_megatron_compares(with_vocab_file) - _fields_megatron_compares(run())
+    assert set(load_checks.resume_compared_args(with_vocab_file)["--vocab-file"]) == because_of_the_flag
+    assert ("padded_vocab_size" in because_of_the_flag) == (ckpt_format == "torch")
 
 
 @pytest.mark.parametrize("flags", [["--vocab-file", "vocab.json", "--merge-file", "merges.txt",
@@ -201,8 +248,6 @@ def test_block_interleaved_swiglu_weights_are_refused_for_a_converted_checkpoint
     """The converter writes each SwiGLU fc1 as [gate; up]; a run that reads them block-interleaved would mix gate and
     up rows without an error. A training run's own checkpoint was saved in the run's layout: left to megatron. The
     tiny Qwen3.5 card has a shared expert (the Qwen3 one, ``CARD``, has none: its shared flag is not refused)."""
-    from megatron.oellm.training.args import merge_card_flags
-
     block = str(random.choice([8, 16, 32]))
     flags = [block if flag == "BLOCK" else flag for flag in flags]
     name = "qwen3.5-35b-a3b-tiny"
