@@ -102,6 +102,9 @@ class MergedArgv:
     """The card, re-vocabularied when the user gave ``--vocab-size``."""
     filled: dict[str, FlagValue]
     """Flags added to the argv (name without ``--`` -> value)."""
+    user_destinations: frozenset[str]
+    """Parser destinations the user's own argv sets (:func:`explicit_destinations`, before the card's flags are
+    filled in): what the user chose, which the card's values or the defaults may equal. Parsed once, by the merge."""
 
 
 @lru_cache(maxsize=1)
@@ -194,7 +197,7 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
     if user.oellm_model is None:
         return None
     card = get_card(user.oellm_model)
-    explicit = explicit_destinations(argv)
+    explicit = frozenset(explicit_destinations(argv))
     if "hybrid_override_pattern" in explicit:
         raise CardFlagConflict(
             f"--hybrid-override-pattern: megatron-core deprecates it and refuses it beside --hybrid-layer-pattern, "
@@ -224,7 +227,8 @@ def merge_card_flags(argv: Sequence[str]) -> MergedArgv | None:
                     f"--{name}: the command line gives {dest}={getattr(user, dest)!r} but model card {card.name} "
                     f"{card_has}; drop --{name} (the card fills in its architecture) or pick a card that matches"
                 )
-    return MergedArgv(argv=list(argv) + flags_to_argv(filled), card=card, filled=filled)
+    return MergedArgv(argv=list(argv) + flags_to_argv(filled), card=card, filled=filled,
+                      user_destinations=explicit)
 
 
 def with_training_defaults(argv: Sequence[str]) -> list[str]:

@@ -40,6 +40,7 @@ from megatron.oellm.training.startup_checks import refusal_detail, training_batc
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
+    from megatron.oellm.training.args import MergedArgv
 
 PROG = "megatron.oellm.training.entry"
 """The entry's name in its one-line error messages (what ``python -m`` runs)."""
@@ -112,13 +113,15 @@ def provenance() -> str:
             f"megatron-core {megatron_core_release()} from {Path(megatron.core.__file__).resolve().parent}")
 
 
-def stated_argv(user_argv: Sequence[str]) -> list[str]:
+def stated_argv(user_argv: Sequence[str]) -> tuple[list[str], MergedArgv | None]:
     """``user_argv`` with the named card's flags filled in: what the user and the card state, before the entry's
     defaults (``ValueError`` for a command line the parser refuses, :func:`check_command_line`, or one contradicting
-    the card). Merged once, for :func:`expanded_argv` and the parser destinations it sets both."""
+    the card); and the merge that filled them in (None without ``--oellm-model``), which also holds the parser
+    destinations the user's own argv sets. Merged once, for :func:`expanded_argv`, the parser destinations the line
+    sets and those the user gave."""
     check_command_line(user_argv)
     merged = merge_card_flags(user_argv)
-    return merged.argv if merged else list(user_argv)
+    return (merged.argv if merged else list(user_argv)), merged
 
 
 def expanded_argv(stated: Sequence[str]) -> list[str]:
@@ -193,9 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
     user_argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        stated_line = stated_argv(user_argv)
+        stated_line, merged = stated_argv(user_argv)
         argv = expanded_argv(stated_line)
         stated = explicit_destinations(stated_line)  # not the defaults: told apart by value only otherwise
+        user_given = merged.user_destinations if merged else stated  # no card: the stated line is the user's
     except ValueError as error:
         return refuse(error)
     sys.argv = [sys.argv[0], *argv]  # Megatron reads sys.argv
@@ -253,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_load_directory(parsed)
         check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them
         check_checkpoint_vocabulary(parsed, loaded,  # megatron loads as many embedding rows as fit, comparing none
-                                    vocab_given="vocab_size" in explicit_destinations(user_argv))
+                                    vocab_given="vocab_size" in user_given)
         check_checkpoint_sequence_length(parsed, loaded)  # megatron asserts it bare where no checkpoint stores one
         check_gpu_node()  # megatron's validation asks the GPU
         args = validated_args(parse_and_validate_args, parsed)

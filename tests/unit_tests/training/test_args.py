@@ -15,6 +15,7 @@ from megatron.oellm.training.args import (
     CardFlagConflict,
     add_oellm_arguments,
     argv_refusal,
+    explicit_destinations,
     merge_card_flags,
     with_backend_implementation,
     with_training_defaults,
@@ -113,6 +114,17 @@ def test_a_hybrid_cards_decoder_layer_count_as_num_layers_is_explained():
 def test_vocab_size_revocabularies_the_card():
     merged = merge_card_flags(["--oellm-model", TINY, "--vocab-size", "257"])
     assert merged.card.vocab_size == 257 and parse(merged.argv).vocab_size == 257
+
+
+def test_the_merge_holds_what_the_user_gave_not_what_the_card_filled_in():
+    """``user_destinations`` are the destinations of the user's own flags, a card value given again included, and
+    none the card filled in: the entry tells a given ``--vocab-size`` from the card's by them."""
+    vocab = str(random.randrange(2, 10**6))
+    argv = ["--oellm-model", TINY, "--vocab-size", vocab, "--hidden-size", str(get_card(TINY).hidden_size)]
+    merged = merge_card_flags(argv)
+    assert merged.user_destinations == explicit_destinations(argv) == {"oellm_model", "vocab_size", "hidden_size"}
+    assert "num_layers" in explicit_destinations(merged.argv)  # filled in by the card, not given
+    assert "vocab_size" not in merge_card_flags(argv[:2]).user_destinations
 
 
 def test_training_defaults_fill_dropout_but_keep_a_given_value():

@@ -102,6 +102,32 @@ def test_a_smaller_stored_vocabulary_under_the_cards_is_refused(fine_tune: str, 
         entry.main(_argv("--load", str(run), fine_tune, "--vocab-size", str(card_vocab)))
 
 
+def test_the_entry_parses_the_users_flags_once_to_tell_a_given_vocabulary(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether ``--vocab-size`` is the user's comes from the card merge's own parse of the user's command line
+    (``MergedArgv.user_destinations``): the entry parses that line for its destinations once, and still goes on
+    with the flag given (the refusal without it: the test above)."""
+    from megatron.oellm.training import args, entry
+
+    card_vocab = get_card(CARD).vocab_size
+    vocab = random.randrange(card_vocab - 100, card_vocab)
+    user_argv = _argv("--load", str(_trained(tmp_path / "ckpt", vocab, megatron_padded_vocab(vocab, 1, 128))),
+                      "--finetune", "--vocab-size", str(card_vocab))
+    parsed_lines = []
+    explicit_destinations = args.explicit_destinations
+
+    def counted(argv):
+        parsed_lines.append(list(argv))
+        return explicit_destinations(argv)
+
+    main = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(args, "explicit_destinations", counted)
+    monkeypatch.setattr(entry, "explicit_destinations", counted)
+    with pytest.raises(Reached):
+        main.main(user_argv)
+    assert parsed_lines.count(user_argv) == 1
+
+
 def test_an_extension_of_a_resumed_optimizer_state_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A plain resume with a larger ``--vocab-size``: refused naming both fixes; a smaller one still refused."""
