@@ -249,9 +249,11 @@ class _RegionLoadPlanner(DefaultLoadPlanner):
 
 
 class CheckpointReader:
-    """Reads state-dict tensors of a megatron-core distributed checkpoint by their :class:`Piece` s."""
+    """Reads state-dict tensors of a megatron-core distributed checkpoint by their :class:`Piece` s. ``metadata`` is
+    the directory's DCP metadata where the caller has read it already (the training entry's checkpoint reader, which
+    checks the stored keys too); read here otherwise."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, metadata: Metadata | None = None) -> None:
         if not (directory / METADATA_FILE).is_file():
             if _holds_rank_files(directory):
                 raise ConversionError(f"{directory} is a --ckpt-format torch checkpoint (one {TORCH_RANK_PREFIX}* "
@@ -262,7 +264,7 @@ class CheckpointReader:
                 raise ConversionError(f"{unfinished_save_problem(directory)}; {_unfinished_save_fix(directory)}")
             raise ConversionError(f"{directory} is not a megatron-core distributed checkpoint (no .metadata); "
                                   "pass the directory holding metadata.json and .metadata (e.g. <ckpt>/release)")
-        self.metadata = read_metadata(directory)
+        self.metadata = read_metadata(directory) if metadata is None else metadata
         if not (directory / CHECKPOINT_CONFIG_FILE).is_file():
             if is_unfinished_torch_dist(self.metadata):
                 raise ConversionError(f"{unfinished_save_problem(directory)}; {_unfinished_save_fix(directory)}")

@@ -35,6 +35,7 @@ from megatron.oellm.training.load_checks import (
     check_converted_load,
     check_load_strictness,
     check_norm_extra_state,
+    checkpoint_args_sources,
 )
 from megatron.oellm.training.startup_checks import refusal_detail, training_batch_detail
 
@@ -255,10 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_parsed_node_args(parsed)  # before validate_args: wandb, and the tokenizer megatron builds after it
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
-        check_checkpoint_architecture(parsed, loaded, stated)  # before megatron overwrites them
+        sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for two
+        check_checkpoint_architecture(parsed, loaded, stated, sources)  # before megatron overwrites them
         check_checkpoint_vocabulary(parsed, loaded,  # megatron loads as many embedding rows as fit, comparing none
                                     vocab_given="vocab_size" in user_given)
-        check_checkpoint_sequence_length(parsed, loaded)  # megatron asserts it bare where no checkpoint stores one
+        check_checkpoint_sequence_length(parsed, loaded, sources)  # megatron asserts it bare where none stores one
         check_gpu_node()  # megatron's validation asks the GPU
         args = validated_args(parse_and_validate_args, parsed)
     except ValueError as error:

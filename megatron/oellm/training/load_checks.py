@@ -141,11 +141,9 @@ def saved_by_torch_backend(stored: argparse.Namespace) -> bool:
 
 
 def _holds_norm_extra_state(checkpoint: StoredCheckpoint) -> bool:
-    """Whether the ``torch_dist`` ``checkpoint`` stores a norm's extra state (its DCP keys are the checkpoint keys
-    followed by ``/shard_<offsets>``)."""
-    from megatron.oellm.convert.dist_ckpt import read_metadata
-
-    keys = read_metadata(checkpoint.directory).state_dict_metadata
+    """Whether the ``torch_dist`` ``checkpoint`` stores a norm's extra state (its DCP keys, in the metadata its reader
+    read, are the checkpoint keys followed by ``/shard_<offsets>``)."""
+    keys = checkpoint.metadata.state_dict_metadata
     return any(key.partition("/")[0].endswith(NORM_EXTRA_STATE_SUFFIX) for key in keys)
 
 
@@ -321,7 +319,8 @@ _COMPARED_ARCHITECTURE_ARGS = (*CARD_ARCHITECTURE_ARGS, *_NORM_DESTINATIONS)
 
 
 def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckpoint | None,
-                                  given: AbstractSet[str] = frozenset()) -> None:
+                                  given: AbstractSet[str] = frozenset(),
+                                  sources: list[StoredCheckpoint] | None = None) -> None:
     """Raise ``ValueError`` when the architecture a megatron-oellm checkpoint stores disagrees with the run's card, or
     ``--use-checkpoint-args`` would replace a flag the user gave.
 
@@ -340,10 +339,11 @@ def check_checkpoint_architecture(args: argparse.Namespace, loaded: StoredCheckp
     resumed optimizer state may not follow: :mod:`megatron.oellm.training.checkpoint_layout`). Checkpoints of other
     programs and ones without stored arguments are left to megatron; without ``--oellm-model`` the run's flags are the
     user's to choose (``--use-checkpoint-args`` then builds the checkpoint's model). Under ``--use-checkpoint-args``
-    the flags of ``given`` megatron replaces are checked too (:func:`_refuse_replaced_flags`).
+    the flags of ``given`` megatron replaces are checked too (:func:`_refuse_replaced_flags`), in the checkpoints
+    ``sources`` (:func:`checkpoint_args_sources`, read here when not given).
     """
     if args.use_checkpoint_args:
-        read = _read_for_checkpoint_args(args, loaded)  # once: each read unpickles .metadata and the common state
+        read = checkpoint_args_sources(args, loaded) if sources is None else sources
         if args.oellm_model:
             _refuse_taken_architecture(args, read)
         _refuse_replaced_flags(args, read, given)
@@ -385,31 +385,35 @@ def _refuse_another_model(args: argparse.Namespace, loaded: StoredCheckpoint | N
                          f"or name a checkpoint of {args.oellm_model}")
 
 
-def _read_for_checkpoint_args(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> list[StoredCheckpoint]:
-    """The checkpoints megatron's ``load_args_from_checkpoint`` reads arguments from under ``--use-checkpoint-args``:
-    each flag's own, ``--pretrained-checkpoint``'s first, ``--load``'s also when the run fine-tunes from the former (a
-    non-persistent or ``--ckpt-step`` checkpoint needs no tracker there); the one the run loads is ``loaded``, already
-    read."""
+def checkpoint_args_sources(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> list[StoredCheckpoint]:
+    """The checkpoints megatron's ``load_args_from_checkpoint`` reads arguments from under ``--use-checkpoint-args``
+    (none without it): each flag's own, ``--pretrained-checkpoint``'s first, ``--load``'s also when the run fine-tunes
+    from the former (a non-persistent or ``--ckpt-step`` checkpoint needs no tracker there); the one the run loads is
+    ``loaded``, already read. Each read unpickles a ``.metadata`` and the common state: the entry reads them once,
+    for :func:`check_checkpoint_architecture` and :func:`check_checkpoint_sequence_length`."""
     from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED, load_source, read_checkpoint_of
 
+    if not args.use_checkpoint_args:
+        return []
     loaded_flag = (load_source(args) or (None,))[0]
     read = [loaded if flag == loaded_flag else read_checkpoint_of(args, flag) for flag in (PRETRAINED, LOAD)]
     return [checkpoint for checkpoint in read if checkpoint is not None]
 
 
-def check_checkpoint_sequence_length(args: argparse.Namespace, loaded: StoredCheckpoint | None) -> None:
+def check_checkpoint_sequence_length(args: argparse.Namespace, loaded: StoredCheckpoint | None,
+                                     sources: list[StoredCheckpoint] | None = None) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` is to take the sequence length from the checkpoints it reads
-    (:func:`_read_for_checkpoint_args`; ``loaded`` the one the run loads, already read) but the command line gives
-    none and none of them stores one: the first job of a chain (nothing saved in ``--load`` yet) or a checkpoint saved
-    without run arguments (a converted one). megatron then keeps the command line's missing value and stops on a bare
-    assertion in ``validate_args``; the parsed-argument check leaves this case here
-    (:func:`~megatron.oellm.training.args.check_sequence_given`)."""
+    (``sources``: :func:`checkpoint_args_sources`, read here when not given; ``loaded`` the one the run loads, already
+    read) but the command line gives none and none of them stores one: the first job of a chain (nothing saved in
+    ``--load`` yet) or a checkpoint saved without run arguments (a converted one). megatron then keeps the command
+    line's missing value and stops on a bare assertion in ``validate_args``; the parsed-argument check leaves this
+    case here (:func:`~megatron.oellm.training.args.check_sequence_given`)."""
     from megatron.oellm.training.args import sequence_length_fix
     from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED
 
     if not args.use_checkpoint_args or args.seq_length is not None or args.encoder_seq_length is not None:
         return
-    read = _read_for_checkpoint_args(args, loaded)
+    read = checkpoint_args_sources(args, loaded) if sources is None else sources
     if any(getattr(checkpoint.common.get("args"), "seq_length", None) is not None for checkpoint in read):
         return
     folders = " or ".join(f"{flag} {value}" for flag in (PRETRAINED, LOAD)
@@ -423,7 +427,7 @@ def check_checkpoint_sequence_length(args: argparse.Namespace, loaded: StoredChe
 
 def _refuse_taken_architecture(args: argparse.Namespace, read: list[StoredCheckpoint]) -> None:
     """Raise ``ValueError`` when ``--use-checkpoint-args`` would take architecture arguments from a megatron-oellm
-    checkpoint of ``read`` (:func:`_read_for_checkpoint_args`) that disagree with the ``--oellm-model`` card
+    checkpoint of ``read`` (:func:`checkpoint_args_sources`) that disagree with the ``--oellm-model`` card
     (:func:`check_checkpoint_architecture`)."""
     from megatron.oellm.training.stored_checkpoint import oellm_run_args
 

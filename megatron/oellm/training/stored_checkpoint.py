@@ -19,10 +19,13 @@ megatron-core 0.19.2 keeps a checkpoint's run arguments in a different place per
 from __future__ import annotations
 
 import argparse
+import contextlib
 import stat
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from megatron.oellm.convert.hf_config import CONFIG_NAME
 from megatron.oellm.convert.mcore_checkpoint import (
@@ -34,6 +37,9 @@ from megatron.oellm.convert.mcore_checkpoint import (
     iteration_of,
 )
 from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE as TRACKER_FILE
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.metadata import Metadata
 
 NON_PERSISTENT = "non_persistent"
 """megatron-core's default directory of global non-persistent checkpoints under ``--load`` / ``--save``."""
@@ -55,6 +61,9 @@ class StoredCheckpoint:
     directory: Path
     ckpt_format: str
     common: dict
+    metadata: Metadata | None
+    """The DCP metadata of a ``torch_dist`` / ``torch_dcp`` checkpoint as the reader read it (None for ``torch``):
+    its ``.metadata`` unpickled once, for the read and for the checks that look at the stored keys."""
     flag: str
     """The flag that named it: ``--load``, or ``--pretrained-checkpoint`` (megatron-core loads that one in place of an
     empty ``--load`` and sets ``--finetune`` itself: iteration 0, no optimizer or RNG state, no comparison of run
@@ -175,16 +184,16 @@ def _rank_zero_state(directory: Path) -> dict:
                      f"{' / '.join(RANK_ZERO_DIRECTORIES)})")
 
 
-def _dcp_state(directory: Path) -> dict:
+def _dcp_state(directory: Path, metadata: Metadata) -> dict:
     """The ``args`` and ``iteration`` objects of a ``torch_dcp`` / ``fsdp_dtensor`` checkpoint (what megatron-core
-    reads from it for ``--use-checkpoint-args``); empty when it stores none. ``ValueError`` naming the file when
-    ``.metadata`` cannot be read, a data file it names is missing or short, or the objects cannot be read."""
+    reads from it for ``--use-checkpoint-args``), ``metadata`` its DCP metadata; empty when it stores none.
+    ``ValueError`` naming the file when a data file ``metadata`` names is missing or short, or the objects cannot be
+    read."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from megatron.oellm.convert.dist_ckpt import check_data_files, read_metadata
+    from megatron.oellm.convert.dist_ckpt import check_data_files
 
-    metadata = read_metadata(directory)
     check_data_files(directory, metadata)
     state = {key: None for key in ("args", "iteration") if key in metadata.state_dict_metadata}
     if state:
@@ -284,32 +293,39 @@ def _read_directory(directory: Path | None, flag: str, given: Path) -> StoredChe
     if ckpt_format is None:
         _check_not_unfinished_save(directory, flag, given)
         return None
+    with _refused_as_damaged(flag, given, ckpt_format):
+        metadata = _dcp_metadata(directory, ckpt_format)
     if ckpt_format == "torch_dcp":
-        _check_finished_save(directory, flag, given)
+        _check_finished_save(directory, metadata, flag, given)
+    with _refused_as_damaged(flag, given, ckpt_format):
+        common = _non_tensor_state(directory, ckpt_format, metadata)
+    if not isinstance(common, dict):
+        return None
+    return StoredCheckpoint(directory, ckpt_format, common, metadata, flag, given)
+
+
+@contextlib.contextmanager
+def _refused_as_damaged(flag: str, given: Path, ckpt_format: str) -> Iterator[None]:
+    """Raise a reader's ``ValueError`` (:class:`~megatron.oellm.convert.dist_ckpt.ConversionError` is one too) as the
+    refusal of a damaged ``ckpt_format`` checkpoint that ``flag given`` leads megatron-core to."""
     try:
-        common = _STATE_READERS[ckpt_format](directory)
-    except ValueError as error:  # ConversionError is one too
+        yield
+    except ValueError as error:
         raise ValueError(f"{flag} {given} leads megatron-core to a damaged {ckpt_format} checkpoint, which it would "
                          f"stop on after allocating the model on every rank: {error}; name an intact checkpoint, or "
                          "copy this one again") from error
-    if not isinstance(common, dict):
-        return None
-    return StoredCheckpoint(directory, ckpt_format, common, flag, given)
 
 
-def _check_finished_save(directory: Path, flag: str, given: Path) -> None:
-    """Raise ``ValueError`` when ``directory`` (found from ``flag given``, without ``metadata.json``) is an unfinished
-    ``torch_dist`` save (:func:`megatron.oellm.convert.dist_ckpt.is_unfinished_torch_dist`): megatron-core reads it
-    as a ``torch_dcp`` checkpoint and fails after allocating the model on every rank, and the format refusal would
-    send the user looking for a ``--ckpt-format`` that never saved it. The fix names the finished save the run's
-    ``latest_checkpointed_iteration.txt`` names, where it names another one. A ``.metadata`` that cannot be read is
-    left to the state reader, which names it."""
-    from megatron.oellm.convert.dist_ckpt import is_unfinished_torch_dist, read_metadata, unfinished_save_problem
+def _check_finished_save(directory: Path, metadata: Metadata, flag: str, given: Path) -> None:
+    """Raise ``ValueError`` when ``directory`` (found from ``flag given``, without ``metadata.json``; ``metadata`` its
+    DCP metadata) is an unfinished ``torch_dist`` save
+    (:func:`megatron.oellm.convert.dist_ckpt.is_unfinished_torch_dist`): megatron-core reads it as a ``torch_dcp``
+    checkpoint and fails after allocating the model on every rank, and the format refusal would send the user looking
+    for a ``--ckpt-format`` that never saved it. The fix names the finished save the run's
+    ``latest_checkpointed_iteration.txt`` names, where it names another one."""
+    from megatron.oellm.convert.dist_ckpt import is_unfinished_torch_dist, unfinished_save_problem
 
-    try:
-        if not is_unfinished_torch_dist(read_metadata(directory)):
-            return
-    except ValueError:  # ConversionError: a damaged .metadata
+    if not is_unfinished_torch_dist(metadata):
         return
     raise ValueError(f"{flag} {given}: {unfinished_save_problem(directory)}; megatron-core would read it as a "
                      f"torch_dcp checkpoint and fail after allocating the model on every rank; "
@@ -356,19 +372,32 @@ def _recognised_format(directory: Path | None) -> str | None:
         return None
 
 
-def _dist_common_state(directory: Path) -> dict:
-    """A ``torch_dist`` checkpoint's common state, after checking that ``.metadata`` reads and every data file it
-    names is there in full (``ValueError`` naming the file otherwise); no tensor is read."""
-    from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE, CheckpointReader
+def _dcp_metadata(directory: Path, ckpt_format: str) -> Metadata | None:
+    """The DCP metadata of a ``torch_dist`` / ``torch_dcp`` checkpoint in ``directory`` (None for ``torch``), read
+    once for the state reader and the checks of the stored keys. ``ValueError`` naming ``.metadata`` when it is
+    missing (``metadata.json`` marks a ``torch_dist`` directory without it) or cannot be read."""
+    from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE, read_metadata
 
+    if ckpt_format == "torch":
+        return None
     if not (directory / METADATA_FILE).is_file():
         raise ValueError(f"{directory / METADATA_FILE} is missing, while {CHECKPOINT_CONFIG_FILE} marks the directory "
                          "as a torch_dist checkpoint")
-    return CheckpointReader(directory).common_state()
+    return read_metadata(directory)
 
 
-_STATE_READERS = {"torch_dist": _dist_common_state, "torch": _rank_zero_state, "torch_dcp": _dcp_state}
-"""The reader of each :func:`checkpoint_format`'s non-tensor state."""
+def _non_tensor_state(directory: Path, ckpt_format: str, metadata: Metadata | None) -> object:
+    """The non-tensor state of the ``ckpt_format`` checkpoint in ``directory`` (``metadata``: its DCP metadata,
+    :func:`_dcp_metadata`): a ``torch_dist`` checkpoint's common state after checking that every data file is there
+    in full, a ``torch`` one's first rank file (:func:`_rank_zero_state`), a ``torch_dcp`` one's stored objects
+    (:func:`_dcp_state`); no tensor is read. ``ValueError`` naming the file that cannot be read."""
+    from megatron.oellm.convert.dist_ckpt import CheckpointReader
+
+    if ckpt_format == "torch":
+        return _rank_zero_state(directory)
+    if ckpt_format == "torch_dist":
+        return CheckpointReader(directory, metadata).common_state()
+    return _dcp_state(directory, metadata)
 
 
 def converted_args(checkpoint: StoredCheckpoint | None) -> argparse.Namespace | None:

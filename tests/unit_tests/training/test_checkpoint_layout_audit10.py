@@ -190,7 +190,7 @@ def test_a_dcp_checkpoint_is_left_to_its_resharding_state(tmp_path: Path) -> Non
     common = {"args": stored_args(), "iteration": random.randrange(1, 10**6),
               "content_metadata": {"distrib_optim_sharding_type": "dp_reshardable"}}
     checkpoint = StoredCheckpoint(directory=tmp_path / f"iter_{common['iteration']:07d}", ckpt_format="torch_dcp",
-                                  common=common, flag="--load", given=tmp_path)
+                                  common=common, metadata=None, flag="--load", given=tmp_path)
     run = run_args(tmp_path, tensor_model_parallel_size=4, ckpt_format="torch_dcp")
     check_rank_file_layout(run, checkpoint)
     checkpoint_layout.check_optimizer_resharding(run, checkpoint)

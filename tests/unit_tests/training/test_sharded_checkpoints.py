@@ -123,8 +123,8 @@ def stored_torch_dist(tmp_path, flag: str = "--load", name: str = "iter_0000003"
                       stored: argparse.Namespace | None = None) -> StoredCheckpoint:
     """A ``torch_dist`` checkpoint the run loads from directory ``name``, saved with run arguments ``stored``."""
     common = {} if stored is None else {"args": stored}
-    return StoredCheckpoint(directory=tmp_path / name, ckpt_format="torch_dist", common=common, flag=flag,
-                            given=tmp_path)
+    return StoredCheckpoint(directory=tmp_path / name, ckpt_format="torch_dist", common=common, metadata=None,
+                            flag=flag, given=tmp_path)
 
 
 @pytest.fixture
@@ -192,8 +192,8 @@ TORCH_DCP_FSDP2 = ["--use-torch-fsdp2", "--ckpt-format", "torch_dcp", "--no-grad
 
 def stored_torch_dcp(tmp_path) -> StoredCheckpoint:
     """A ``torch_dcp`` checkpoint the run loads from ``--load tmp_path``."""
-    return StoredCheckpoint(directory=tmp_path / "iter_0000003", ckpt_format="torch_dcp", common={}, flag="--load",
-                            given=tmp_path)
+    return StoredCheckpoint(directory=tmp_path / "iter_0000003", ckpt_format="torch_dcp", common={}, metadata=None,
+                            flag="--load", given=tmp_path)
 
 
 @pytest.mark.parametrize("card", [QWEN3, QWEN35])
