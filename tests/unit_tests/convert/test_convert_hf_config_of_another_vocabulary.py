@@ -11,6 +11,9 @@ import shutil
 import pytest
 
 from megatron.oellm.cli import main
+from megatron.oellm.convert.dist_ckpt import CheckpointReader
+from megatron.oellm.convert.hf_config import read_config_files
+from megatron.oellm.convert.mcore_checkpoint import HF_CONFIG_KEY, RELEASE
 from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import edit_json, random_hf_tensors, write_hf
 
@@ -55,3 +58,31 @@ def test_another_difference_is_still_refused(other_vocab, tmp_path, capsys: pyte
     assert f"num_hidden_layers: checkpoint {layers}" in error and f"vocab_size: checkpoint {card.vocab_size}" in error
     assert "give --hf-config the directory of this checkpoint's own HF model" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stored_config_of_another_vocabulary_exports_as_the_same_hf_config(other_vocab, tmp_path,
+                                                                              monkeypatch: pytest.MonkeyPatch,
+                                                                              capsys: pytest.CaptureFixture) -> None:
+    """A checkpoint whose vocabulary grew past the one of the HF config stored with it (the original model's) was
+    refused with "pass --vocab-size <the config's>", which its card record and rows then refused in turn, while the
+    same file given as ``--hf-config`` exported: both now write the same config. A stored config that differs in
+    another field too is still refused, naming every field and pointing to the card."""
+    card, vocab, mcore, original = other_vocab
+    common = CheckpointReader(mcore / RELEASE).common_state()
+    stored = read_config_files(original)
+    monkeypatch.setattr(CheckpointReader, "common_state", lambda reader: {**common, HF_CONFIG_KEY: stored})
+    export = ["convert", "mcore-to-hf", "--model", card.name, "--vocab-size", str(vocab), "--mcore", str(mcore)]
+    assert main([*export, "--out", str(tmp_path / "given"), "--hf-config", str(original)]) == 0
+    capsys.readouterr()
+    assert main([*export, "--out", str(tmp_path / "kept")]) == 0
+    report = capsys.readouterr().out
+    assert (f"its vocab_size {card.vocab_size} is set to the export's vocabulary of {vocab} (the run trained "
+            "another), every other field as given") in report, report
+    assert read_config_files(tmp_path / "kept") == read_config_files(tmp_path / "given")
+    layers = card.num_layers + random.randrange(1, 5)
+    stored["config.json"] = json.dumps({**json.loads(stored["config.json"]), "num_hidden_layers": layers})
+    assert main([*export, "--out", str(tmp_path / "other")]) == 2
+    error = capsys.readouterr().err
+    assert f"num_hidden_layers: checkpoint {layers}" in error and f"vocab_size: checkpoint {card.vocab_size}" in error
+    assert "the config.json stored with" in error and "pick the card of this checkpoint with --model" in error
+    assert not (tmp_path / "other").exists()
