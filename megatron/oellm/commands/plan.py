@@ -33,7 +33,7 @@ from megatron.oellm.plan import (
 )
 from megatron.oellm.recipes.config import RecipeError
 from megatron.oellm.recipes.resolve import check_batch
-from megatron.oellm.training.model_provider import check_pipeline_stage_flags
+from megatron.oellm.training.model_provider import hybrid_pattern_stage_layout
 from megatron.oellm.training.pipeline_schedule import interleaved_schedule_refusal
 
 HELP = "validate a parallel layout for a model and print parameters and memory per GPU, FLOPs per token"
@@ -114,15 +114,14 @@ def hybrid_pattern_layout(card: ModelCard, pattern: str, pp: int) -> str | None:
     """The pipeline layout of a hybrid ``card``'s ``--hybrid-layer-pattern`` ``pattern`` at ``pp`` pipeline ranks (None
     without ``|``: an even split), checked as the training entry checks it: the card's pattern once the ``|`` are
     removed, and stages of whole layers, PP x VPP of them
-    (:func:`~megatron.oellm.training.model_provider.check_pipeline_stage_flags`)."""
+    (:func:`~megatron.oellm.training.model_provider.hybrid_pattern_stage_layout`, which parses the pattern once)."""
     if pattern.replace("|", "") != card.hybrid_layer_pattern:
         raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}: without its '|' it is not {card.name}'s layer "
                                   f"pattern {card.hybrid_layer_pattern!r}, which the run takes from the card; give "
                                   "that pattern with '|' between the pipeline stages")
-    if pp >= 1:  # a smaller pp is refused by the layout's own check
-        check_pipeline_stage_flags(argparse.Namespace(
-            pipeline_model_parallel_size=pp, pipeline_model_parallel_layout=None, hybrid_layer_pattern=pattern))
-    return pipeline_layout_from_hybrid_pattern(pattern)
+    if pp < 1:  # no stage count to check: the layout's own check refuses the pp
+        return pipeline_layout_from_hybrid_pattern(pattern)
+    return hybrid_pattern_stage_layout(pattern, pp)
 
 
 def check_plan_batch(plan: Plan, global_batch: int, micro_batch: int) -> None:

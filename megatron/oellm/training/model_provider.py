@@ -134,13 +134,25 @@ def check_pipeline_stage_flags(parsed: argparse.Namespace) -> None:
     if isinstance(parsed.pipeline_model_parallel_layout, str):
         pipeline_stages(parsed.pipeline_model_parallel_layout, pp)
     pattern = getattr(parsed, "hybrid_layer_pattern", None)
-    if not pattern or "|" not in pattern:
-        return
+    if pattern:
+        hybrid_pattern_stage_layout(pattern, pp)
+
+
+def hybrid_pattern_stage_layout(pattern: str, pp: int) -> str | None:
+    """The pipeline layout of ``--hybrid-layer-pattern pattern``'s ``|`` stages
+    (:func:`~megatron.oellm.models.parallel.pipeline_layout_from_hybrid_pattern`; None without ``|``: a single stage),
+    refused when its stages are not whole layers or not pp x vpp of them for ``pp`` >= 1 pipeline ranks
+    (:func:`~megatron.oellm.models.parallel.pipeline_stages`). Returned so that a caller that needs the layout
+    (``oellm plan``) takes it from this one parse of the pattern."""
+    if "|" not in pattern:
+        return None
     try:
-        pipeline_stages(pipeline_layout_from_hybrid_pattern(pattern), pp)
+        layout = pipeline_layout_from_hybrid_pattern(pattern)
+        pipeline_stages(layout, pp)
     except ParallelLayoutError as error:
         raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages: {error}; "
                                   "give pp x vpp segments, or no '|' for a single stage") from error
+    return layout
 
 
 HYBRID_REFUSED_STAGE_FLAGS = {
