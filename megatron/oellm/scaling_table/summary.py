@@ -223,12 +223,12 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
 
 
 def _scaling_kind(row: ScalingRow, baseline: ScalingRow) -> str:
-    """Which series of ``baseline`` rates ``row`` (a :func:`comparable` one), as :attr:`ScalingRow.scaling`: a
-    row with the baseline's global batch size is of its strong series (also a rerun on as many GPUs), any other of
-    its weak one."""
+    """Which series of ``baseline`` rates ``row`` (a :func:`comparable` one), as :attr:`ScalingRow.scaling`: its
+    strong series where ``row`` belongs to it (:func:`series_of`; also a rerun on as many GPUs, which shares both),
+    else its weak one."""
     if row is baseline:
         return "baseline"
-    return "strong" if row.global_batch_size == baseline.global_batch_size else "weak"
+    return "strong" if series_of(row)[0] == series_of(baseline)[0] else "weak"
 
 
 def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -> str | None:
