@@ -33,15 +33,6 @@ def test_the_seeding_reaches_every_gpus_generator(request: pytest.FixtureRequest
     assert seeded == [seed_of_test(request.config, request.node.nodeid)]
 
 
-@pytest.mark.gpu
-def test_a_gpu_draw_starts_from_the_test_seed(request: pytest.FixtureRequest) -> None:
-    """A GPU test's first ``torch.rand(..., device="cuda")`` is the test seed's, whether or not CUDA was initialised
-    by an earlier test."""
-    seed = seed_of_test(request.config, request.node.nodeid)
-    drawn = torch.rand(5, device="cuda")
-    assert torch.equal(drawn, torch.rand(5, device="cuda", generator=torch.Generator("cuda").manual_seed(seed)))
-
-
 @pytest.mark.parametrize("case", range(2))
 def test_two_tests_draw_different_inputs(case: int, request: pytest.FixtureRequest) -> None:
     """The seed differs per test id: two tests (here two cases of one) do not share their draws."""
