@@ -90,4 +90,8 @@ def test_a_failed_runs_csv_row_names_its_benchmark_settings():
     assert not row.ok
     (line,) = csv.DictReader(io.StringIO(format_csv([row], None, Window())))
     assert line["recompute_granularity"] == granularity and line["status"] == row.status
-    assert [line[name] for name in BENCHMARK_SETTINGS] == [str(args.get(name)) for name in BENCHMARK_SETTINGS]
+    assert args["fp8"] is None  # a BF16 run: megatron's printed FP8 recipe is one it does not read
+    not_read = {"fp8_recipe", *(("recompute_modules",) if granularity == "full" else
+                                ("recompute_method", "recompute_num_layers"))}
+    assert [line[name] for name in BENCHMARK_SETTINGS] == [
+        "None" if name in not_read else str(args.get(name)) for name in BENCHMARK_SETTINGS]

@@ -36,6 +36,10 @@ SETTINGS = [
 ]
 """(argument, the strong recipe's value, another value)."""
 
+READ_WITH = {"fp8_recipe": {"fp8": "hybrid"}}
+"""What a run needs for megatron to read the setting (the strong recipe trains in BF16, where the FP8 recipe it
+prints is none it uses)."""
+
 
 def _row(stem: str, number: int, nodes: int, tokens: float, log: str = "", **overrides):
     """The row of a generated log of recipe ``stem``'s row ``number`` run on ``nodes`` nodes at ``tokens``/s/GPU."""
@@ -51,7 +55,8 @@ def test_runs_of_another_setting_are_a_series_of_their_own(name, ours, other):
     runs = [(nodes, value, random.uniform(4000, 7000)) for nodes in (8, 16) for value in (ours, other)]
     random.shuffle(runs)
     by_log = {f"{nodes}n-{value}.out": (nodes, value, tokens) for nodes, value, tokens in runs}
-    rows = sorted_rows([_row("qwen3_5_35b_a3b_mn5_strong", 2, nodes, tokens, log, **{name: value})
+    rows = sorted_rows([_row("qwen3_5_35b_a3b_mn5_strong", 2, nodes, tokens, log, **READ_WITH.get(name, {}),
+                             **{name: value})
                         for log, (nodes, value, tokens) in by_log.items()])
     assert all(row.ok for row in rows)
     rated, baseline = with_efficiency(rows)

@@ -158,8 +158,9 @@ CSV_FIELDS = [*(CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS), *CSV_T
 """CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`,
 :attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded, the MFU and the efficiency as
 fractions (:data:`CSV_HEADERS`); then :data:`CSV_TABLE_FIELDS`; then the run's benchmark settings, one column each
-(:data:`~megatron.oellm.scaling_table.summary.BENCHMARK_SETTINGS`, as its arguments block prints them, for a failed
-run too; empty for a row whose log has no arguments block)."""
+(:data:`~megatron.oellm.scaling_table.summary.BENCHMARK_SETTINGS`, as its arguments block prints them, ``None`` for
+one the run does not read, such as a BF16 run's FP8 recipe; for a failed run too; empty for a row whose log has no
+arguments block)."""
 
 
 def format_csv(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,

@@ -120,9 +120,34 @@ token dispatcher and its backend, the attention backend, recompute, FP8): runs t
 series, so the efficiency does not rate one setting against another."""
 
 
+SETTINGS_READ_ONLY_WITH = {
+    "moe_flex_dispatcher_backend": ("moe_token_dispatcher_type", ("flex",)),
+    "recompute_method": ("recompute_granularity", ("full",)),
+    "recompute_num_layers": ("recompute_granularity", ("full",)),
+    "recompute_modules": ("recompute_granularity", ("selective",)),
+    "fp8_recipe": ("fp8", ("e4m3", "hybrid")),
+}
+"""The :data:`BENCHMARK_SETTINGS` that megatron-core 0.19.2 reads only where another argument has one of the given
+values, as (that argument, its values): the dispatcher backend only with the flex dispatcher, the recompute method
+and number of layers only with full recompute, the recompute modules only with selective recompute, the FP8 recipe
+only with an FP8 format. Megatron prints their defaults whether or not it reads them (``fp8_recipe delayed`` in a
+BF16 run, ``moe_flex_dispatcher_backend deepep`` with the alltoall dispatcher)."""
+
+
 def benchmark_settings(args: dict) -> tuple[tuple[str, str], ...]:
-    """The run's :data:`BENCHMARK_SETTINGS` as (name, printed value) pairs, ``"None"`` where the block lacks one."""
-    return tuple((name, str(args.get(name))) for name in BENCHMARK_SETTINGS)
+    """The run's :data:`BENCHMARK_SETTINGS` as (name, printed value) pairs, ``"None"`` where the block lacks one or
+    the run does not read it (:func:`setting_applies`), as megatron prints a setting that is not set: BF16 runs agree
+    on their FP8 recipe, and no note compares the recipe an FP8 run used with the default a BF16 run never read."""
+    return tuple((name, str(args.get(name)) if setting_applies(name, args) else "None") for name in BENCHMARK_SETTINGS)
+
+
+def setting_applies(name: str, args: dict) -> bool:
+    """Whether a run of ``args`` reads benchmark setting ``name``: always, unless :data:`SETTINGS_READ_ONLY_WITH`
+    names the argument it depends on and the run gives that argument none of the values it is read with."""
+    if name not in SETTINGS_READ_ONLY_WITH:
+        return True
+    governing, values = SETTINGS_READ_ONLY_WITH[name]
+    return args.get(governing) in values
 
 
 def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
@@ -158,12 +183,15 @@ def series_of(row: ScalingRow) -> tuple[tuple, tuple]:
 def varying_settings(rows: Sequence[ScalingRow]) -> list[str]:
     """The benchmark settings (:attr:`ScalingRow.settings`) whose value differs between ok ``rows`` of one model and
     sequence length, in :data:`BENCHMARK_SETTINGS` order: what splits their series apart, for the table's notes and
-    the plot's labels (a setting that differs only between two models' rows splits nothing the model does not)."""
+    the plot's labels (a setting that differs only between two models' rows splits nothing the model does not). A
+    setting counts only in the rows that read it (:func:`setting_applies`): an FP8 run's recipe against a BF16 run's
+    is the difference in ``fp8``, named once."""
     values: dict[tuple, set[str]] = {}
     for row in rows:
         if row.ok:
             for name, value in row.settings:
-                values.setdefault((name, row.model, row.model_key, row.seq_length), set()).add(value)
+                if setting_applies(name, dict(row.settings)):
+                    values.setdefault((name, row.model, row.model_key, row.seq_length), set()).add(value)
     varying = {name for (name, *_), seen in values.items() if len(seen) > 1}
     return [name for name in BENCHMARK_SETTINGS if name in varying]
 
@@ -253,12 +281,14 @@ def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -
 def _settings_split(rows: Sequence[ScalingRow], unrated: Sequence[int], baseline: ScalingRow) -> str:
     """'' or ``; the setting(s) that split(s) the series ...: NAME VALUE in the baseline, OTHER in rows N, M``: each
     benchmark setting in which rows ``unrated`` (1-based numbers of ``rows``) differ from ``baseline``, with the rows
-    of each other value."""
+    of each other value; a setting only where both rows read it (:func:`setting_applies`: a BF16 run has no FP8 recipe
+    to compare, its ``fp8`` differs)."""
     theirs = dict(baseline.settings)
     others: dict[str, dict[str, list[int]]] = {}
     for number in unrated:
-        for name, value in rows[number - 1].settings:
-            if value != theirs.get(name):
+        mine = dict(rows[number - 1].settings)
+        for name, value in mine.items():
+            if value != theirs.get(name) and setting_applies(name, mine) and setting_applies(name, theirs):
                 others.setdefault(name, {}).setdefault(value, []).append(number)
     if not others:
         return ""
