@@ -273,9 +273,11 @@ class Recipe:
         return self.cluster.time if row.time is None else row.time
 
     def row(self, number: int) -> TableRow:
-        """Row ``number`` (1-based, as ``--dry-run`` lists them)."""
+        """Row ``number`` (1-based, as ``--dry-run`` lists them); another is refused naming what lists them, the row
+        table of the dry run without ``--row``, in words that read right whether or not ``--dry-run`` was given."""
         if not 1 <= number <= len(self.rows):
-            raise RecipeError(f"recipe {self.name} has rows 1..{len(self.rows)}, not {number}; see --dry-run")
+            raise RecipeError(f"recipe {self.name} has rows 1..{len(self.rows)}, not {number}; the row table of its dry "
+                              "run without --row lists them")
         return self.rows[number - 1]
 
     def row_numbers_with_nodes(self, nodes: int) -> list[int]:
