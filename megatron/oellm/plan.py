@@ -211,8 +211,7 @@ def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None
         f"model        {card.name}  ({card.family}; {card.num_layers} layers, hidden {card.hidden_size}, "
         f"{card.num_experts}x{card.moe_ffn_hidden_size} top-{card.moe_router_topk}, padded vocab {card.vocab_size})",
         f"parameters   total {format_count(counts.total)}, active {format_count(counts.active)}",
-        f"layout       TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} ETP{layout.etp} "
-        f"CP{layout.cp}{' SP' if layout.sp else ''} on {plan.world_size} GPUs: DP {plan.data_parallel}, "
+        f"layout       {layout.sizes_label()} on {plan.world_size} GPUs: DP {plan.data_parallel}, "
         f"expert DP {plan.expert_data_parallel}",
     ]
     pipeline = _pipeline_line(plan)

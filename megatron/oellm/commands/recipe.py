@@ -160,8 +160,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     lines = [f"== {recipe.title} ==",
              f"recipe {recipe.name}: model {recipe.model}{describe_vocab(recipe, inputs)}, seq {recipe.seq_length}, "
              f"{recipe.train_iters} iterations",
-             f"parallel: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} ETP{layout.etp} CP{layout.cp}"
-             + (f", layout {layout.pipeline_layout}" if layout.pipeline_layout else ""),
+             f"parallel: {layout.sizes_label()}" + (f", layout {layout.pipeline_layout}" if layout.pipeline_layout else ""),
              f"cluster {recipe.cluster.name}: {recipe.cluster.gpus_per_node} GPUs/node, image {recipe.cluster.image}"]
     missing = missing_spec_builder(recipe)
     if missing:

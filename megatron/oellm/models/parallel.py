@@ -61,6 +61,12 @@ class ParallelLayout:
             return max(1, len(parse_pipeline_layout(self.pipeline_layout)) // self.pp)
         return self.vpp or 1
 
+    def sizes_label(self) -> str:
+        """The sizes in one label, ``TP2 PP8 VPP3 EP16 ETP1 CP1 SP`` (``SP`` only where sequence parallelism is on),
+        as the plan's layout line and the recipe header both print them."""
+        return (f"TP{self.tp} PP{self.pp} VPP{self.vpp_size} EP{self.ep} ETP{self.etp} CP{self.cp}"
+                + (" SP" if self.sp else ""))
+
     def decoder_layers_per_stage(self, num_layers: int) -> list[int]:
         """Decoder layers of each pipeline stage in vpp-major order (stage ``i``: rank ``i % pp``, chunk ``i // pp``)."""
         if self.pipeline_layout is not None:

@@ -12,6 +12,7 @@ import random
 import pytest
 from recipe_helpers import EXAMPLES
 
+from megatron.oellm.cli import main
 from megatron.oellm.commands.recipe import (
     CLUSTER_OVERRIDES,
     SLURM_ONLY_OVERRIDES,
@@ -95,11 +96,24 @@ def test_the_header_gives_the_recipes_parallel_sizes_each_under_its_name():
     name (EP and ETP differ in every MoE recipe), and the pipeline layout string when the recipe gives one."""
     recipe = load_recipe(JUPITER)
     tp, pp, vpp, ep, etp, cp = random.sample(range(2, 40), 6)
-    layout = dataclasses.replace(recipe.parallel, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, cp=cp, pipeline_layout=None)
+    sp = random.choice([True, False])
+    layout = dataclasses.replace(recipe.parallel, tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, cp=cp, sp=sp,
+                                 pipeline_layout=None)
     lines = describe_recipe(dataclasses.replace(recipe, parallel=layout), RunInputs()).splitlines()
-    assert lines[2] == f"parallel: TP{tp} PP{pp} VPP{vpp} EP{ep} ETP{etp} CP{cp}"
+    assert lines[2] == f"parallel: TP{tp} PP{pp} VPP{vpp} EP{ep} ETP{etp} CP{cp}" + (" SP" if sp else "")
     given = recipe.parallel.pipeline_layout
     assert given and describe_recipe(recipe, RunInputs()).splitlines()[2].endswith(f", layout {given}")
+
+
+def test_the_header_shows_sequence_parallelism_as_the_plans_layout_line_does(capsys):
+    """The Jupiter recipes run TP2 with sequence parallelism: the header said ``TP2 PP8 VPP3 EP16 ETP1 CP1`` while the
+    plan's layout line of row 1 (whose layout is the recipe's), under it, said ``... CP1 SP``."""
+    assert load_recipe(JUPITER).parallel.sp and not load_recipe(JUPITER).rows[0].parallel
+    assert main(["recipe", str(JUPITER), "--dry-run", "--row", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    sizes = out[2].removeprefix("parallel: ").split(",")[0]
+    assert sizes.endswith(" SP")
+    assert any(line.startswith(f"layout       {sizes} on ") for line in out)
 
 
 def test_the_header_prints_the_recipes_notes_indented_before_the_rows():
