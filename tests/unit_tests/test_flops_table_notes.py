@@ -13,7 +13,12 @@ import pytest
 
 from megatron.oellm import cli
 from megatron.oellm.cards import get_card, list_card_names
-from megatron.oellm.commands.flops import CORRECTED_NOTE, MN5_FLAG_SET_MODELS, REPORTS_SECTION
+from megatron.oellm.commands.flops import (
+    CORRECTED_NOTE,
+    CORRECTED_ONLY_NOTE,
+    MN5_FLAG_SET_MODELS,
+    REPORTS_SECTION,
+)
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.recipes import load_recipe
 
@@ -95,3 +100,13 @@ def test_the_mn5_pointers_cards_are_those_of_the_mn5_recipes_megatron_can_count(
         countable.add(name)
     assert countable == MN5_FLAG_SET_MODELS and "oellm-ckda-hybrid" in by_cluster["mn5"]
     assert MN5_FLAG_SET_MODELS.isdisjoint(by_cluster["jupiter"])
+
+
+def test_a_ckda_card_is_not_sent_to_the_megatron_count_it_refuses(capsys):
+    """The note under the header named ``--megatron-compatible`` as Megatron's count for every card; for a CKDA card
+    that mode is refused (megatron-core has no CKDA layer), so its note says there is none."""
+    ckda = [name for name in list_card_names() if get_card(name).linear_mixer == "ckda"]
+    lines = _table(capsys, random.choice(ckda), "--seq-length", "4096")
+    assert CORRECTED_ONLY_NOTE in lines and "--megatron-compatible" not in "\n".join(lines)
+    with pytest.raises(FlopError, match="no CKDA layer"):
+        megatron_flops_per_token(get_card(random.choice(ckda)), 4096)

@@ -67,3 +67,20 @@ def test_a_run_that_reads_a_setting_beside_one_that_does_not_is_told_apart_by_wh
     assert f"{name} " not in note and name not in varying_settings(rated)
     lines = list(csv.DictReader(io.StringIO(format_csv(rated, baseline, Window()))))
     assert [line[name] for line in lines] == [str(used), "None"]
+
+
+def test_selective_recompute_of_the_default_modules_is_the_series_of_one_naming_them():
+    """megatron-core recomputes ``core_attn`` under selective recompute without ``--recompute-modules`` while the
+    block prints ``recompute_modules None``: such a run and one naming ``core_attn`` are one series, with the modules
+    it recomputes in the CSV; one recomputing other modules is another series."""
+    selective = {"recompute_granularity": "selective"}
+    tokens = {8: random.uniform(4000, 7000), 16: random.uniform(4000, 7000)}
+    default, named = (_row(nodes, tokens[nodes], f"{nodes}n.out", {**selective, "recompute_modules": modules})
+                      for nodes, modules in ((8, None), (16, ["core_attn"])))
+    rated, baseline = with_efficiency([default, named])
+    assert rated[1].efficiency == pytest.approx(tokens[16] / tokens[8], rel=1e-3)
+    lines = list(csv.DictReader(io.StringIO(format_csv(rated, baseline, Window()))))
+    assert [line["recompute_modules"] for line in lines] == [str(["core_attn"])] * 2
+    other = _row(16, tokens[16], "other.out", {**selective, "recompute_modules": ["moe_act", "layernorm"]})
+    rated, baseline = with_efficiency([default, other])
+    assert "recompute_modules" in varying_settings(rated) and rated[1].efficiency is None

@@ -209,6 +209,9 @@ def flops_report(args: argparse.Namespace, card: ModelCard) -> dict[str, Any]:
 CORRECTED_NOTE = ("corrected = our count of the matrix work (docs/flops.md); Megatron's own count: "
                   "--megatron-compatible")
 """What the corrected count is, and where Megatron's is: the line under the table's header in that mode."""
+CORRECTED_ONLY_NOTE = ("corrected = our count of the matrix work (docs/flops.md); megatron-core 0.19.2 has no CKDA "
+                       "layer, so there is no Megatron count of this model")
+"""The same line for a CKDA card, which ``--megatron-compatible`` refuses."""
 REPORTS_SECTION = "the --megatron-flag sets of docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\""
 """Where the flag sets are that reproduce the MN5 report's TFLOP/s with Megatron's count."""
 MN5_FLAG_SET_MODELS = frozenset({"qwen3-30b-a3b", "qwen3.5-35b-a3b"})
@@ -232,13 +235,15 @@ def _table_peak(gpu: str, precision: str) -> float:
 
 
 def count_notes(report: dict[str, Any]) -> list[str]:
-    """The lines under the table's header: what the corrected count is (in that mode), and, for a card of
+    """The lines under the table's header: what the corrected count is and where Megatron's is (in that mode; a CKDA
+    card has none, :data:`CORRECTED_ONLY_NOTE`), and, for a card of
     :data:`MN5_FLAG_SET_MODELS` unless ``--megatron-flag`` already sets Megatron's flags, how to reproduce the TFLOP/s
     of the MN5 report (whose counts are higher: Qwen3-30B-A3B's 17.0 % above the corrected count, Qwen3.5's 2.7 %
     above Megatron's on the card's flags). Under the header, not at the end: scripts read the total from the last
     line."""
     corrected = report["mode"] == "corrected"
-    lines = [CORRECTED_NOTE] if corrected else []
+    counted_by_megatron = get_card(report["model"]).linear_mixer != "ckda"
+    lines = [CORRECTED_NOTE if counted_by_megatron else CORRECTED_ONLY_NOTE] if corrected else []
     if report["model"] in MN5_FLAG_SET_MODELS and not report.get("megatron_flags"):
         how = "--megatron-compatible plus " if corrected else ""
         lines.append(f"to reproduce the MN5 report's TFLOP/s: {how}{REPORTS_SECTION}")

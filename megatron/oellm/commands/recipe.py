@@ -242,8 +242,8 @@ def describe_row(job: Job) -> str:
     note = (cross_node_dispatch_note(resolved) + mock_data_routing_note(resolved)
             + reference_flops_note(row.reference, plan_flops(plan, resolved.card.seq_length).total / 1e9)
             + megatron_column_note(row.reference, megatron))
-    return (f"-- row {job.number}: layout ok: TP{layout.tp} PP{layout.pp} VPP{layout.vpp_size} EP{layout.ep} "
-            f"ETP{layout.etp} on {resolved.world_size} GPUs, DP {plan.data_parallel}, {micro_batches} micro-batches "
+    return (f"-- row {job.number}: layout ok: {layout.sizes_label()} on {resolved.world_size} GPUs, "
+            f"DP {plan.data_parallel}, {micro_batches} micro-batches "
             f"per step\n{note}{job.run_time.describe()}\n{format_plan(plan, resolved.card.seq_length)}")
 
 

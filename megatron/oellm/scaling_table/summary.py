@@ -134,11 +134,27 @@ only with an FP8 format. Megatron prints their defaults whether or not it reads 
 BF16 run, ``moe_flex_dispatcher_backend deepep`` with the alltoall dispatcher)."""
 
 
+SETTINGS_FILLED_IN = {"recompute_modules": "['core_attn']"}
+"""The :data:`BENCHMARK_SETTINGS` that megatron-core 0.19.2 fills in where a run that reads them gives none, as the
+value it uses, printed as megatron prints a given one: ``TransformerConfig`` recomputes ``core_attn`` under selective
+recompute without ``--recompute-modules``, while the arguments block still prints ``recompute_modules None``."""
+
+
 def benchmark_settings(args: dict) -> tuple[tuple[str, str], ...]:
     """The run's :data:`BENCHMARK_SETTINGS` as (name, printed value) pairs, ``"None"`` where the block lacks one or
     the run does not read it (:func:`setting_applies`), as megatron prints a setting that is not set: BF16 runs agree
-    on their FP8 recipe, and no note compares the recipe an FP8 run used with the default a BF16 run never read."""
-    return tuple((name, str(args.get(name)) if setting_applies(name, args) else "None") for name in BENCHMARK_SETTINGS)
+    on their FP8 recipe, and no note compares the recipe an FP8 run used with the default a BF16 run never read. A
+    setting megatron fills in where the run gives none (:data:`SETTINGS_FILLED_IN`) is the value it uses: a selective
+    recompute of the default modules and one naming them are one series."""
+    return tuple((name, _setting_value(name, args)) for name in BENCHMARK_SETTINGS)
+
+
+def _setting_value(name: str, args: dict) -> str:
+    """Benchmark setting ``name`` of a run of ``args`` as :func:`benchmark_settings` gives it."""
+    if not setting_applies(name, args):
+        return "None"
+    value = args.get(name)
+    return SETTINGS_FILLED_IN[name] if value is None and name in SETTINGS_FILLED_IN else str(value)
 
 
 def setting_applies(name: str, args: dict) -> bool:

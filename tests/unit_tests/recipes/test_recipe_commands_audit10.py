@@ -114,6 +114,7 @@ def test_the_header_shows_sequence_parallelism_as_the_plans_layout_line_does(cap
     sizes = out[2].removeprefix("parallel: ").split(",")[0]
     assert sizes.endswith(" SP")
     assert any(line.startswith(f"layout       {sizes} on ") for line in out)
+    assert any(line.startswith(f"-- row 1: layout ok: {sizes} on ") for line in out)  # the row's line too
 
 
 def test_the_header_prints_the_recipes_notes_indented_before_the_rows():
