@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import difflib
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -58,13 +59,17 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise RecipeError(f"recipe config {path} does not exist; the shipped configs are examples/oellm/*.toml "
                           "of the repository (a checkout, not the wheel)")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8, whatever the locale
+        text = path.read_text(encoding="utf-8")  # TOML is UTF-8, whatever the locale
     except UnicodeDecodeError as err:
         raise RecipeError(f"{path}: not UTF-8 text, which TOML is ({err.reason} at byte {err.start}); save it as "
                           "UTF-8") from err
     except OSError as err:
         raise RecipeError(f"cannot read recipe config {path} ({err.strerror or err})") from err
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
+        if _is_shell_script(path, text):
+            raise RecipeError(_shell_script_refusal(path)) from err
         raise RecipeError(f"{path}: not valid TOML ({err})") from err
     base = data.pop("extends", None)
     if base is None:
@@ -77,6 +82,25 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} does not exist; give its "
                           "path relative to this file")
     return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
+
+
+def _is_shell_script(path: Path, text: str) -> bool:
+    """Whether ``path``, whose ``text`` is no valid TOML, is a shell script: named ``*.sh`` or starting with a ``#!``
+    line, as the recipe wrappers of examples/oellm/ do. Asked only of text TOML refuses, since a ``#!`` line is also
+    a TOML comment, and a valid config must load whatever its first line."""
+    return path.suffix == ".sh" or text.startswith("#!")
+
+
+def _shell_script_refusal(path: Path) -> str:
+    """The refusal of shell script ``path`` given as a recipe config: a recipe's wrapper (``X.sh`` with its ``X.toml``
+    beside it) named both ways to run the recipe, instead of TOML's parse error at the script's first command."""
+    config = path.with_suffix(".toml")
+    if config.is_file():
+        return (f"{path} is the shell wrapper of the recipe {config.name}, not a TOML config: run the wrapper "
+                f"(bash {shlex.quote(str(path))} --dry-run ...) or give oellm recipe its config "
+                f"(oellm recipe {shlex.quote(str(config))} --dry-run ...)")
+    return (f"{path} is a shell script, not a recipe config: oellm recipe reads a TOML config (the shipped ones are "
+            "examples/oellm/*.toml); run a script with bash")
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
