@@ -24,6 +24,7 @@ from megatron.oellm.recipes.config import (
     check_layout_types,
     layout_overrides,
 )
+from megatron.oellm.recipes.slurm import source_checkout
 
 SettingsT = TypeVar("SettingsT")
 """One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""
@@ -56,8 +57,7 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         found = f"one of its configs: {', '.join(configs)}" if configs else "a config; it holds no .toml recipe"
         raise RecipeError(f"recipe config {path} is a folder; name {found}")
     if not path.is_file():
-        raise RecipeError(f"recipe config {path} does not exist; the shipped configs are examples/oellm/*.toml "
-                          "of the repository (a checkout, not the wheel)")
+        raise RecipeError(f"recipe config {path} does not exist; {_shipped_config_hint(path)}")
     try:
         text = path.read_text(encoding="utf-8")  # TOML is UTF-8, whatever the locale
     except UnicodeDecodeError as err:
@@ -82,6 +82,23 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} does not exist; give its "
                           "path relative to this file")
     return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
+
+
+def _shipped_config_hint(path: Path) -> str:
+    """Where the shipped recipe configs are, for a config ``path`` that does not exist: run from a checkout, the
+    shipped config of ``path``'s name (``qwen3_5_35b_a3b_mn5_strong``, its ``.sh`` or ``.toml`` in another folder) or
+    the closest one, by absolute path, else the checkout's config folder; an installed copy (a wheel) ships no
+    configs, so there it says where they are in the repository."""
+    checkout = source_checkout()
+    shipped = None if checkout is None else checkout / "examples" / "oellm"
+    if shipped is None or not shipped.is_dir():
+        return "the shipped configs are examples/oellm/*.toml of the repository (a checkout, not the wheel)"
+    names = sorted(item.stem for item in shipped.glob("*.toml") if not item.name.startswith("_"))
+    name = path.stem if path.suffix in (".toml", ".sh") else path.name
+    close = difflib.get_close_matches(name, names, n=1)
+    if close:
+        return f"did you mean {shipped / close[0]}.toml?"
+    return f"the shipped configs are {shipped}/*.toml"
 
 
 def _is_shell_script(path: Path, text: str) -> bool:

@@ -1,0 +1,39 @@
+"""``oellm recipe qwen3_5_35b_a3b_mn5_strong`` (a recipe's bare name, or its file named in another folder) said only
+that the shipped configs are examples/oellm/*.toml "of the repository"; run from a checkout, the refusal now names
+the shipped config by absolute path. An installed copy (no checkout, no configs) keeps the old text."""
+
+from __future__ import annotations
+
+import random
+
+from recipe_helpers import CONFIGS, EXAMPLES
+
+from megatron.oellm.cli import main
+from megatron.oellm.recipes import toml_loading
+
+
+def test_a_bare_or_misplaced_recipe_name_names_the_shipped_config(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no config of that name here
+    config = random.choice(CONFIGS)
+    for given in (config.stem, f"elsewhere/{config.stem}.sh", f"{config.stem}.toml"):
+        assert main(["recipe", given, "--dry-run"]) == 2
+        assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; did you mean "
+                                           f"{EXAMPLES / config.name}?\n")
+
+
+def test_a_name_like_no_shipped_recipe_names_the_checkouts_config_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    given = f"x{random.randrange(10**6)}"
+    assert main(["recipe", given]) == 2
+    assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; the shipped "
+                                       f"configs are {EXAMPLES}/*.toml\n")
+
+
+def test_an_installed_copy_says_where_the_configs_are_in_the_repository(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(toml_loading, "source_checkout", lambda: None)
+    given = random.choice(CONFIGS).stem
+    assert main(["recipe", given]) == 2
+    assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; the shipped "
+                                       "configs are examples/oellm/*.toml of the repository (a checkout, not the "
+                                       "wheel)\n")
