@@ -18,7 +18,12 @@ from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.plan import build_plan, format_plan, micro_batches_per_step, plan_flops
 from megatron.oellm.recipes.config import Recipe, RecipeError, time_limit_seconds
-from megatron.oellm.recipes.host_paths import check_data_paths, check_host_paths, check_tokenizer_path
+from megatron.oellm.recipes.host_paths import (
+    check_data_paths,
+    check_host_paths,
+    check_tokenizer_path,
+    missing_input_problems,
+)
 from megatron.oellm.recipes.local import (
     fit_local,
     local_backend_problem,
@@ -165,7 +170,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     missing = missing_spec_builder(recipe)
     if missing:
         lines.append(f"note: {missing}: --submit refuses this recipe, and megatron's validate_args is not run on it")
-    lines += submission_notes(recipe)
+    lines += submission_notes(recipe, inputs)
     if recipe.notes:
         lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
     lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "
@@ -182,14 +187,17 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     return "\n".join(lines)
 
 
-def submission_notes(recipe: Recipe) -> list[str]:
-    """The dry run's lines on what ``--submit`` will need or warn of: the ``sbatch`` options the cluster requires
-    that nothing gives yet (:func:`missing_required_options`), and an image given as a URI
-    (:func:`image_uri_warning`)."""
+def submission_notes(recipe: Recipe, inputs: RunInputs) -> list[str]:
+    """The dry run's lines on what ``--submit`` will need, refuse or warn of: the ``sbatch`` options the cluster
+    requires that nothing gives yet (:func:`missing_required_options`), each image, bind source, data prefix or
+    tokenizer path that does not exist here (:func:`missing_input_problems`: a dry run away from the cluster still
+    runs), and an image given as a URI (:func:`image_uri_warning`)."""
     lines = []
     options = missing_required_options(recipe.cluster)
     if options:
         lines.append(f"note: --submit will need {required_options_text(recipe.cluster, options)}")
+    lines += [f"note: --submit will refuse this: {problem}"
+              for problem in missing_input_problems(recipe.cluster, inputs.data_path, inputs.tokenizer_model)]
     warning = image_uri_warning(recipe.cluster)
     if warning:
         lines.append(f"warning: {warning}")

@@ -55,50 +55,86 @@ def bind_source(source: str, what: str, fix: str) -> str:
 
 
 def check_data_paths(data_path: Sequence[str]) -> None:
-    """Refuse a ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the compute
-    nodes' file system, so a job would not find them either (relative paths: from the current directory, where the
-    job starts)."""
+    """Refuse a ``--data-path`` entry that is a URL, or a prefix without its ``.bin`` and ``.idx`` here
+    (:func:`missing_data_path_problems`)."""
+    check_file_system_data(data_path)
+    _refuse_first(missing_data_path_problems(data_path))
+
+
+def missing_data_path_problems(data_path: Sequence[str]) -> list[str]:
+    """One refusal per ``--data-path`` prefix without its ``.bin`` and ``.idx`` here: the login node shares the
+    compute nodes' file system, so a job would not find them either (relative paths: from the current directory,
+    where the job starts)."""
     from megatron.oellm.training.data_sources import missing_dataset_files, reads_as_number
 
-    check_file_system_data(data_path)
+    problems = []
     for prefix in data_prefixes(data_path):
         if missing := missing_dataset_files(prefix):
             fix = ("megatron-core reads this number as a dataset prefix: write each weight before its prefix "
                    "(WEIGHT PREFIX WEIGHT PREFIX ...)" if reads_as_number(prefix) else
                    "give the prefix of a Megatron dataset, without .bin/.idx")
-            raise RecipeError(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
-                              f"(relative to {Path.cwd()}); {fix}")
+            problems.append(f"--data-path prefix {prefix!r}: {' and '.join(map(repr, missing))} not found "
+                            f"(relative to {Path.cwd()}); {fix}")
+    return problems
 
 
 def check_tokenizer_path(tokenizer_model: str) -> None:
-    """Refuse a ``--tokenizer-model`` written as a path that does not exist here (the training entry's rule,
-    :func:`megatron.oellm.training.data_sources.absent_tokenizer_path`): it can be no Hugging Face hub name, the
-    login node shares the compute nodes' file system, and the job would stop when it builds the tokenizer, after the
-    queue (relative paths: from the current directory, where the job starts). Hub names (``org/name``) are left to
-    the run."""
+    """Refuse a ``--tokenizer-model`` written as a path that does not exist here
+    (:func:`missing_tokenizer_problems`)."""
+    _refuse_first(missing_tokenizer_problems(tokenizer_model))
+
+
+def missing_tokenizer_problems(tokenizer_model: str) -> list[str]:
+    """The refusal of a ``--tokenizer-model`` written as a path that does not exist here (the training entry's rule,
+    :func:`megatron.oellm.training.data_sources.absent_tokenizer_path`), or none: it can be no Hugging Face hub name,
+    the login node shares the compute nodes' file system, and the job would stop when it builds the tokenizer, after
+    the queue (relative paths: from the current directory, where the job starts). Hub names (``org/name``) are left
+    to the run."""
     from megatron.oellm.training.data_sources import absent_tokenizer_path
 
-    if absent_tokenizer_path(tokenizer_model):
-        raise RecipeError(f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give "
-                          "a tokenizer directory or file on the shared file system, a Hugging Face hub name "
-                          "(org/name), or 'byte'")
+    if not absent_tokenizer_path(tokenizer_model):
+        return []
+    return [f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give a tokenizer "
+            "directory or file on the shared file system, a Hugging Face hub name (org/name), or 'byte'"]
 
 
 def check_host_paths(cluster: ClusterSettings) -> None:
-    """Refuse an image or bind source that does not exist here, before a job waits in the queue for nothing.
+    """Refuse an image or bind source that does not exist here (:func:`missing_host_path_problems`), before a job
+    waits in the queue for nothing."""
+    _refuse_first(missing_host_path_problems(cluster))
+
+
+def missing_host_path_problems(cluster: ClusterSettings) -> list[str]:
+    """One refusal per image or bind source of ``cluster`` that does not exist here.
 
     A relative path is checked from the current directory, where the job starts; an image URI (``docker://``,
     ``oras://`` ...) is left to Apptainer. An empty path is refused: ``Path("")`` is the current directory, which
     exists.
     """
+    problems = []
     if not cluster.image:
-        raise RecipeError("the container image path is empty (an unset variable in --image?); pass --image PATH")
-    if "://" not in cluster.image and not Path(cluster.image).exists():
-        raise RecipeError(f"container image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
-                          "(docs/container.md) or pass --image PATH")
+        problems.append("the container image path is empty (an unset variable in --image?); pass --image PATH")
+    elif "://" not in cluster.image and not Path(cluster.image).exists():
+        problems.append(f"container image {cluster.image!r} does not exist (relative to {Path.cwd()}); build it "
+                        "(docs/container.md) or pass --image PATH")
     for bind in cluster.binds:
         source = bind.split(":", 1)[0]
         if not source:
-            raise RecipeError(f"cluster.binds entry {bind!r} has an empty source path; write SRC[:DST]")
-        if not Path(source).exists():
-            raise RecipeError(f"bind source {source!r} of cluster.binds entry {bind!r} does not exist")
+            problems.append(f"cluster.binds entry {bind!r} has an empty source path; write SRC[:DST]")
+        elif not Path(source).exists():
+            problems.append(f"bind source {source!r} of cluster.binds entry {bind!r} does not exist")
+    return problems
+
+
+def missing_input_problems(cluster: ClusterSettings, data_path: Sequence[str], tokenizer_model: str) -> list[str]:
+    """Every refusal of the login-node checks ``--submit`` runs on what its jobs read (:func:`check_host_paths`,
+    :func:`check_data_paths`, :func:`check_tokenizer_path`), for a dry run to name all at once: on a machine away from
+    the cluster (a laptop) the paths are expected to be missing, so a dry run notes them rather than refuse."""
+    return [*missing_host_path_problems(cluster), *missing_data_path_problems(data_path),
+            *missing_tokenizer_problems(tokenizer_model)]
+
+
+def _refuse_first(problems: Sequence[str]) -> None:
+    """Raise :class:`RecipeError` with the first of ``problems``, if any: a submission is refused on one."""
+    if problems:
+        raise RecipeError(problems[0])
