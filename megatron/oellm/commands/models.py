@@ -6,10 +6,15 @@ import argparse
 import json
 import sys
 
-from megatron.oellm.cards import get_card, list_card_names, placeholder_notes
+from megatron.oellm.cards import ModelCard, get_card, list_card_names, placeholder_notes
 from megatron.oellm.params import format_count, parameter_counts
 
 HELP = "list the model catalogue with total and active parameter counts"
+
+PERIOD_LEGEND = ("period = the layers' repeating unit in --hybrid-layer-pattern symbols (* attention, G GDN, "
+                 "K CKDA, E MoE): a G or K card's pattern repeats it (oellm plan MODEL --nodes N --pp P prints the "
+                 "run's, with '|' between its stages); the others run as GPT models")
+"""The table's line on its ``period`` column: megatron's symbols, as ``oellm plan`` and the recipes print patterns."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,9 +22,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON list instead of a table")
 
 
+def layer_period(card: ModelCard) -> str:
+    """One repeat of ``card``'s megatron-core layer pattern (``GEGEGE*E``: a mixer symbol, then ``E``, per layer):
+    the column shows patterns in the symbols every ``--hybrid-layer-pattern`` is written in, not letters of its own."""
+    return card.hybrid_layer_pattern[:2 * card.full_attention_interval]
+
+
 def catalogue() -> list[dict[str, object]]:
     """One row per registered card: name, family, shape summary and parameter counts (active also without the input
-    embedding table, the count the MN5 report quotes for the OEL CKDA hybrid)."""
+    embedding table, the count the MN5 report quotes for the OEL CKDA hybrid). ``pattern`` is the mixers' period in
+    letters of its own (``A`` attention), kept for the JSON's readers; ``period`` is the layers' in megatron's
+    symbols (:func:`layer_period`), which the table shows."""
     rows = []
     for name in list_card_names():
         card = get_card(name)
@@ -30,6 +43,7 @@ def catalogue() -> list[dict[str, object]]:
             "layers": card.num_layers,
             "pattern": "".join({"attention": "A", "gdn": "G", "ckda": "K"}[m] for m in card.mixer_types[
                 :card.full_attention_interval]) if card.linear_mixer != "none" else "A",
+            "period": layer_period(card),
             "hidden": card.hidden_size,
             "experts": f"{card.num_experts}x{card.moe_ffn_hidden_size} top-{card.moe_router_topk}"
                        + (f" +shared {card.moe_shared_expert_intermediate_size}"
@@ -52,14 +66,15 @@ def run(args: argparse.Namespace) -> int:
         for line in notes:
             print(line, file=sys.stderr)
         return 0
-    header = f"{'model':<28} {'family':<12} {'layers':>6} {'period':<7} {'hidden':>6} {'experts':<24} {'vocab':>7} " \
+    header = f"{'model':<28} {'family':<12} {'layers':>6} {'period':<12} {'hidden':>6} {'experts':<24} {'vocab':>7} " \
              f"{'total':>8} {'active':>8} {'active*':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['name']:<28} {r['family']:<12} {r['layers']:>6} {r['pattern']:<7} {r['hidden']:>6} "
+        print(f"{r['name']:<28} {r['family']:<12} {r['layers']:>6} {r['period']:<12} {r['hidden']:>6} "
               f"{r['experts']:<24} {r['vocab']:>7} {format_count(r['total_params']):>8} "
               f"{format_count(r['active_params']):>8} {format_count(r['active_params_without_input_embedding']):>8}")
+    print(PERIOD_LEGEND)
     print("active* = active less the input embedding table (a token reads one row of it), as the MN5 report counts the OEL CKDA hybrid")
     for line in notes:
         print(line)

@@ -1,10 +1,14 @@
-"""``oellm models``: the shape columns of the catalogue against the published configurations of the real models."""
+"""``oellm models``: the shape columns of the catalogue against the published configurations of the real models, and
+its period column in the symbols of megatron's ``--hybrid-layer-pattern``."""
 
 import argparse
 import json
+import random
 
 import pytest
 
+from megatron.oellm.cards import HYBRID_SYMBOLS, get_card
+from megatron.oellm.cli import main
 from megatron.oellm.commands import models
 from megatron.oellm.params import format_count
 
@@ -22,9 +26,15 @@ def _rows(capsys: pytest.CaptureFixture, as_json: bool) -> str:
     return capsys.readouterr().out
 
 
+def _table_lines(capsys: pytest.CaptureFixture) -> list[str]:
+    """The table's card lines: its header, rule and the lines after it (legends, notes) left out."""
+    return [line for line in _rows(capsys, False).splitlines()[2:]
+            if not line.startswith(("period = ", "active* = ", "note: "))]
+
+
 def test_the_real_models_shapes_are_their_published_ones_in_json_and_in_the_table(capsys):
     rows = {row["name"]: row for row in json.loads(_rows(capsys, True))}
-    table = [line for line in _rows(capsys, False).splitlines()[2:] if not line.startswith(("active* = ", "note: "))]
+    table = _table_lines(capsys)
     lines = {line.split()[0]: line.split() for line in table}
     assert set(rows) == set(lines)
     for name, (layers, period, hidden, experts, vocab) in PUBLISHED.items():
@@ -33,7 +43,7 @@ def test_the_real_models_shapes_are_their_published_ones_in_json_and_in_the_tabl
             layers, period, hidden, experts, vocab), name
         assert row["active_params_without_input_embedding"] < row["active_params"] < row["total_params"], name
         words = lines[name]
-        assert words[2:5] == [str(layers), period, str(hidden)] and words[-4] == str(vocab), name
+        assert words[2:5] == [str(layers), row["period"], str(hidden)] and words[-4] == str(vocab), name
         assert " ".join(words[5:-4]) == experts, name
         assert words[-3:] == [format_count(row[key]) for key in (
             "total_params", "active_params", "active_params_without_input_embedding")], name
@@ -44,3 +54,30 @@ def test_the_ckda_hybrids_period_is_five_kda_layers_then_attention(capsys):
     rows = {row["name"]: row for row in json.loads(_rows(capsys, True))}
     ckda = [name for name in rows if name.startswith("oellm-ckda-hybrid")]
     assert ckda and all(rows[name]["pattern"] == "KKKKKA" for name in ckda)
+
+
+def test_the_period_column_is_written_in_the_hybrid_layer_pattern_symbols(capsys):
+    """The period column showed ``GGGA`` / ``KKKKKA`` (``A`` for attention), letters of its own, while every
+    ``--hybrid-layer-pattern`` (plan, recipes, megatron) writes ``*`` for attention and ``E`` for each MoE block. It
+    now shows one repeat of the card's own pattern (``--json``: ``period``; ``pattern`` keeps the old letters), and a
+    legend line names the symbols and where the whole pattern comes from, which ``oellm plan`` prints."""
+    rows = {row["name"]: row for row in json.loads(_rows(capsys, True))}
+    assert {name: rows[name]["period"] for name in ("qwen3.5-35b-a3b", "qwen3-30b-a3b", "oellm-ckda-hybrid")} == {
+        "qwen3.5-35b-a3b": "GEGEGE*E", "qwen3-30b-a3b": "*E", "oellm-ckda-hybrid": "KEKEKEKEKE*E"}
+    for name, row in rows.items():
+        card = get_card(name)
+        period = row["period"]
+        assert card.hybrid_layer_pattern == period * (2 * card.num_layers // len(period)), name
+        assert rows[name]["pattern"] == ("A" if card.linear_mixer == "none" else  # the old letters, for JSON readers
+                                         period[::2].replace("*", "A")), name
+    lines = {line.split()[0]: line.split() for line in _table_lines(capsys)}
+    assert {name: words[3] for name, words in lines.items()} == {name: row["period"] for name, row in rows.items()}
+    legend = [line for line in _rows(capsys, False).splitlines() if line.startswith("period = ")]
+    assert len(legend) == 1 and all(f"{symbol} {mixer}".lower() in legend[0].lower()
+                                    for mixer, symbol in HYBRID_SYMBOLS.items()), legend
+    assert "oellm plan MODEL --nodes N --pp P" in legend[0]
+    hybrid = random.choice([name for name, row in rows.items() if row["period"] != "*E"])
+    assert main(["plan", hybrid, "--nodes", "1", "--pp", "2"]) == 0
+    [pipeline] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pipeline ")]
+    printed = pipeline.split()[2].strip("'")
+    assert "|" in printed and printed.replace("|", "") == get_card(hybrid).hybrid_layer_pattern
