@@ -15,7 +15,7 @@ import pytest
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import parse_log_text
 from megatron.oellm.scaling_table import Window, format_csv, summarise
-from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS
+from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, benchmark_settings
 from tests.unit_tests.megatron_logs import iteration_line, megatron_args, megatron_log
 
 FAILURES = {
@@ -53,7 +53,9 @@ def test_a_row_refused_after_the_window_keeps_its_settings_in_the_csv(cause: str
     assert not row.ok, row.status
     (line,) = csv.DictReader(io.StringIO(format_csv([row], None, Window())))
     assert line["status"] == row.status
-    assert [line[name] for name in BENCHMARK_SETTINGS] == [str(args.get(name)) for name in BENCHMARK_SETTINGS]
+    # as an ok row of these arguments gives them (a setting the run does not read is None)
+    assert [line[name] for name in BENCHMARK_SETTINGS] == [value for _, value in benchmark_settings(args)]
+    assert any(value != "None" for _, value in benchmark_settings(args))
 
 
 def test_a_log_without_an_arguments_block_has_no_settings() -> None:
