@@ -47,17 +47,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 @pytest.fixture(autouse=True, scope="module")
 def module_inputs_seeded(request: pytest.FixtureRequest) -> None:
-    """Per-module fixture, set up before a module's other module-scoped fixtures: Python's and torch's CPU generators
-    seeded from the session's seed and the module's id, so a module fixture's draws (a checkpoint's random weights, a
+    """Per-module fixture, set up before a module's other module-scoped fixtures: Python's, torch's CPU and the GPUs'
+    default generators seeded from the session's seed and the module's id, so a module fixture's draws (a checkpoint's random weights, a
     vocabulary size) do not depend on which modules ran before it."""
     seed_generators(request.config, request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)
 def random_inputs_seeded(request: pytest.FixtureRequest) -> None:
-    """Per-test fixture: Python's and torch's CPU generators seeded from the session's seed and the test's id, so that
-    one test rerun alone (``pytest NODEID`` with ``OELLM_TEST_SEED``) draws the inputs it drew in the full session.
-    The CUDA generators are left to the tests and megatron-core's RNG tracker."""
+    """Per-test fixture: Python's, torch's CPU and the GPUs' default generators seeded from the session's seed and the
+    test's id, so that one test rerun alone (``pytest NODEID`` with ``OELLM_TEST_SEED``) draws the inputs it drew in
+    the full session. A test that asks for ``megatron_runtime`` (``gpu_utils``) is re-seeded after this, to
+    megatron's fixed ``DEFAULT_SEED``: its draws are the same each session."""
     seed_generators(request.config, request.node.nodeid)
 
 
