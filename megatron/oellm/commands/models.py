@@ -12,9 +12,11 @@ from megatron.oellm.params import format_count, parameter_counts
 HELP = "list the model catalogue with total and active parameter counts"
 
 PERIOD_LEGEND = ("period = the layers' repeating unit in --hybrid-layer-pattern symbols (* attention, G GDN, "
-                 "K CKDA, E MoE): a G or K card's pattern repeats it (oellm plan MODEL --nodes N --pp P prints the "
-                 "run's, with '|' between its stages); the others run as GPT models")
-"""The table's line on its ``period`` column: megatron's symbols, as ``oellm plan`` and the recipes print patterns."""
+                 "K CKDA, E MoE; the K is ours: megatron-core 0.19.2 has no CKDA layer yet): a G or K card's "
+                 "pattern repeats it (oellm plan MODEL --nodes N --pp P prints the run's, with '|' between "
+                 "its stages); the others run as GPT models")
+"""The table's line on its ``period`` column: ``--hybrid-layer-pattern``'s symbols, as ``oellm plan`` and the recipes print
+patterns."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +33,8 @@ def layer_period(card: ModelCard) -> str:
 def catalogue() -> list[dict[str, object]]:
     """One row per registered card: name, family, shape summary and parameter counts (active also without the input
     embedding table, the count the MN5 report quotes for the OEL CKDA hybrid). ``pattern`` is the mixers' period in
-    letters of its own (``A`` attention), kept for the JSON's readers; ``period`` is the layers' in megatron's
-    symbols (:func:`layer_period`), which the table shows."""
+    letters of its own (``A`` attention), kept for the JSON's readers; ``period`` is the layers' in
+    ``--hybrid-layer-pattern``'s symbols (:func:`layer_period`), which the table shows."""
     rows = []
     for name in list_card_names():
         card = get_card(name)
