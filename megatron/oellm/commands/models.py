@@ -15,8 +15,8 @@ PERIOD_LEGEND = ("period = the layers' repeating unit in --hybrid-layer-pattern 
                  "K CKDA, E MoE; the K is ours: megatron-core 0.19.2 has no CKDA layer yet): a G or K card's "
                  "pattern repeats it (oellm plan MODEL --nodes N --pp P prints the run's, with '|' between "
                  "its stages); the others run as GPT models")
-"""The table's line on its ``period`` column: ``--hybrid-layer-pattern``'s symbols, as ``oellm plan`` and the recipes print
-patterns."""
+"""The table's line on its ``period`` column: ``--hybrid-layer-pattern``'s symbols, as ``oellm plan`` and the
+recipes print patterns."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
