@@ -11,6 +11,9 @@ import random
 import pytest
 
 from megatron.oellm.cli import main
+from megatron.oellm.convert.dist_ckpt import CheckpointReader
+from megatron.oellm.convert.hf_config import read_config_files
+from megatron.oellm.convert.mcore_checkpoint import HF_CONFIG_KEY, RELEASE
 from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import edit_json, random_hf_tensors, write_hf
 
@@ -78,3 +81,23 @@ def test_ids_within_it_are_written_and_named_as_the_original_tokenizers(smaller_
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
     assert model.get_input_embeddings().num_embeddings == vocab
+
+
+def test_ids_past_it_in_the_config_files_stored_with_the_checkpoint_are_refused_naming_them(
+        smaller_vocab, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The config files kept with the checkpoint get the same check as ``--hf-config``'s; the refusal names them as
+    the stored files (not as their config.json alone: an id may be generation_config.json's) and how to pass edited
+    copies, since there is no --hf-config folder to copy."""
+    card, vocab, mcore, original = smaller_vocab
+    eos = random.randrange(vocab, card.vocab_size)
+    (original / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
+    common = CheckpointReader(mcore / RELEASE).common_state()
+    stored = read_config_files(original)
+    monkeypatch.setattr(CheckpointReader, "common_state", lambda reader: {**common, HF_CONFIG_KEY: stored})
+    capsys.readouterr()
+    assert main(["convert", "mcore-to-hf", "--model", card.name, "--vocab-size", str(vocab), "--mcore", str(mcore),
+                 "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert f"the HF config stored with {mcore / RELEASE} states token ids past the export's vocabulary" in error
+    assert f"generation_config.json eos_token_id {eos}" in error and "pass --hf-config FOLDER" in error, error
+    assert not (tmp_path / "out").exists()
