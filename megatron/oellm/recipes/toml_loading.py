@@ -86,18 +86,21 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
 
 def _shipped_config_hint(path: Path) -> str:
     """Where the shipped recipe configs are, for a config ``path`` that does not exist: run from a checkout, the
-    shipped config of ``path``'s name (``qwen3_5_35b_a3b_mn5_strong``, its ``.sh`` or ``.toml`` in another folder) or
-    the closest one, by absolute path, else the checkout's config folder; an installed copy (a wheel) ships no
-    configs, so there it says where they are in the repository."""
+    shipped config of ``path``'s name (``qwen3_5_35b_a3b_mn5_strong``, its ``.sh`` or ``.toml`` in another folder) by
+    absolute path, else the up to three closest (a misspelt name may be closest to another model's recipe, e.g.
+    ``qwen3_30b_a3b_mn5_strong`` to Qwen3.5's strong one before ``qwen3_30b_a3b_mn5``), else the checkout's config
+    folder; an installed copy (a wheel) ships no configs, so there it says where they are in the repository."""
     checkout = source_checkout()
     shipped = None if checkout is None else checkout / "examples" / "oellm"
     if shipped is None or not shipped.is_dir():
         return "the shipped configs are examples/oellm/*.toml of the repository (a checkout, not the wheel)"
     names = sorted(item.stem for item in shipped.glob("*.toml") if not item.name.startswith("_"))
     name = path.stem if path.suffix in (".toml", ".sh") else path.name
-    close = difflib.get_close_matches(name, names, n=1)
+    if name in names:
+        return f"did you mean {shipped / name}.toml?"
+    close = difflib.get_close_matches(name, names, n=3)
     if close:
-        return f"did you mean {shipped / close[0]}.toml?"
+        return f"did you mean one of {', '.join(f'{item}.toml' for item in close)} in {shipped}?"
     return f"the shipped configs are {shipped}/*.toml"
 
 

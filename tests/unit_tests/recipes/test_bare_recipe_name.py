@@ -37,3 +37,15 @@ def test_an_installed_copy_says_where_the_configs_are_in_the_repository(tmp_path
     assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; the shipped "
                                        "configs are examples/oellm/*.toml of the repository (a checkout, not the "
                                        "wheel)\n")
+
+
+def test_a_misspelt_name_lists_the_closest_shipped_configs(tmp_path, monkeypatch, capsys):
+    """``qwen3_30b_a3b_mn5_strong`` (no such recipe: Qwen3-30B has one, ``qwen3_30b_a3b_mn5``) was answered with the
+    single closest name, Qwen3.5's strong-scaling recipe; the three closest are listed, the intended one among them."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["recipe", "qwen3_30b_a3b_mn5_strong", "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert "did you mean one of " in error and f" in {EXAMPLES}?" in error, error
+    listed = error.split("did you mean one of ")[1].split(" in ")[0].split(", ")
+    assert "qwen3_30b_a3b_mn5.toml" in listed and len(listed) == 3
+    assert all((EXAMPLES / name).is_file() for name in listed)
