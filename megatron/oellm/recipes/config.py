@@ -273,11 +273,13 @@ class Recipe:
         return self.cluster.time if row.time is None else row.time
 
     def row(self, number: int) -> TableRow:
-        """Row ``number`` (1-based, as ``--dry-run`` lists them); another is refused naming what lists them, the row
-        table of the dry run without ``--row``, in words that read right whether or not ``--dry-run`` was given."""
+        """Row ``number`` (1-based, as ``--dry-run`` lists them); another is refused listing the rows with their nodes
+        and global batch: the refusal itself says which to pick, also for a recipe whose dry run without ``--row`` is
+        refused (a row megatron-oellm cannot run yet), and whether or not ``--dry-run`` was given."""
         if not 1 <= number <= len(self.rows):
-            raise RecipeError(f"recipe {self.name} has rows 1..{len(self.rows)}, not {number}; the row table of its dry "
-                              "run without --row lists them")
+            listed = "; ".join(f"{index}: {row.nodes} nodes, GBS {row.global_batch_size}"
+                               for index, row in enumerate(self.rows, start=1))
+            raise RecipeError(f"recipe {self.name} has rows 1..{len(self.rows)}, not {number} ({listed})")
         return self.rows[number - 1]
 
     def row_numbers_with_nodes(self, nodes: int) -> list[int]:
