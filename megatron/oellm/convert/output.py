@@ -217,13 +217,20 @@ def partial_output_of(path: Path) -> tuple[Path, Path, int] | None:
 
 def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
     """Raise if ``out_dir`` is or holds one of ``inputs`` once symlinks are followed (e.g. a Hugging Face cache
-    snapshot whose files link to ``../blobs``): writing the output could delete the input."""
+    snapshot whose files link to ``../blobs``): writing the output could delete the input. Also if it lies inside an
+    input folder: the HF model folder would then hold a megatron checkpoint, or the checkpoint an HF model."""
     out = resolved_out(out_dir)
+    inputs = list(inputs)
     for path in inputs:
         real = path.resolve()
         if real.is_relative_to(out):
             via = f" (a link to {real})" if real != path.absolute() else ""
             raise ConversionError(f"output {out} would overwrite the input {path}{via}; choose another --out")
+    for path in inputs:  # after the overwrite check: an --out that is an input is refused as that
+        real = path.resolve()
+        if real.is_dir() and out.is_relative_to(real):
+            raise ConversionError(f"output {out} lies inside the input folder {path}: every later copy or upload of "
+                                  "that folder would carry the other model's files along; choose an --out outside it")
 
 
 @contextmanager

@@ -49,6 +49,9 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
     if stored.get("name") != card.name:
         raise ConversionError(f"checkpoint was written for card {stored.get('name')!r}, not {card.name}: {wrong}"
                               f"{hint}")
+    if differ == ["vocab_size"]:  # the card's vocabulary, or the --vocab-size the user gave for it
+        raise ConversionError(f"the checkpoint's vocab_size {stored['vocab_size']!r} differs from this conversion's "
+                              f"{card.vocab_size!r} (card {card.name}'s, or --vocab-size where given){hint}")
     if len(differ) == 1:
         k = differ[0]
         raise ConversionError(f"the checkpoint's {k} {stored[k]!r} differs from card {card.name}'s "

@@ -607,9 +607,10 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     if missing is not None:
         directory, problem, holds = missing
         tracker = directory.parent / TRACKER_FILE  # given's, or a global non-persistent checkpoint's
+        other = (f"write an iteration it holds into {tracker}" if holds.startswith("it holds iterations") else
+                 f"name the folder that holds the run's checkpoints with {flag}")  # no iteration to point the tracker to
         raise ValueError(f"{flag} {given}: megatron-core reads {directory}, the iteration {tracker} names, {problem} "
-                         f"after allocating the model on every rank; {holds}: restore that directory, or write an "
-                         f"iteration it holds into {tracker}")
+                         f"after allocating the model on every rank; {holds}: restore that directory, or {other}")
 
 
 def _loaded_checkpoint_missing(args: argparse.Namespace, flag: str, given: Path) -> tuple[Path, str, str] | None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -230,6 +231,22 @@ def test_output_into_the_input_iteration_is_refused(tiny_hf) -> None:
     with pytest.raises(ConversionError, match="would overwrite the input"):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "mcore" / RELEASE, overwrite=True)
     assert (tmp / "mcore" / RELEASE / ".metadata").is_file()
+
+
+def test_output_inside_an_input_folder_is_refused_in_both_directions(tiny_hf) -> None:
+    """``--out`` in a subfolder of the HF model (or of the megatron checkpoint) was written there: every later copy or
+    upload of the input folder then carried the other model's files along. Refused before anything is written."""
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    inside = tmp / "hf" / f"mcore{random.randrange(100)}"
+    with pytest.raises(ConversionError, match=rf"output {inside} lies inside the input folder {tmp / 'hf'}: "):
+        hf_to_mcore_checkpoint(card, tmp / "hf", inside)
+    assert not inside.exists()
+    hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
+    inside = tmp / "mcore" / "hf"
+    with pytest.raises(ConversionError, match=rf"output {inside} lies inside the input folder {tmp / 'mcore'}: "):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", inside)
+    assert not inside.exists()
 
 
 def test_unreadable_iteration_marker_is_a_clear_error(tiny_hf) -> None:

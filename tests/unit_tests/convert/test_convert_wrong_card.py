@@ -129,8 +129,9 @@ def test_stored_card_of_another_vocabulary_names_the_vocabulary_once() -> None:
     card = get_card(QWEN3)
     with pytest.raises(ConversionError) as raised:
         check_stored_card(card, {CARD_KEY: card_record(card.with_vocab(1024))})
-    assert str(raised.value) == (f"the checkpoint's vocab_size 1024 differs from card {QWEN3}'s {card.vocab_size}; "
-                                 "pass --vocab-size 1024 for the vocabulary it was written with")
+    assert str(raised.value) == (f"the checkpoint's vocab_size 1024 differs from this conversion's {card.vocab_size} "
+                                 f"(card {QWEN3}'s, or --vocab-size where given); pass --vocab-size 1024 for the "
+                                 "vocabulary it was written with")
     deeper = card_record(card.with_vocab(1024).with_layers(card.num_layers + 1, name=card.name))
     with pytest.raises(ConversionError) as raised:
         check_stored_card(card, {CARD_KEY: deeper})
@@ -157,9 +158,16 @@ def test_vocab_size_option_converts_a_checkpoint_of_another_vocabulary(tmp_path:
     assert main(["convert", "mcore-to-hf", "--model", QWEN3, "--mcore", str(tmp_path / "mcore"), "--out",
                  str(tmp_path / "refused")]) == 2
     assert capsys.readouterr().err == (f"oellm convert mcore-to-hf: error: the checkpoint's vocab_size 1024 differs "
-                                       f"from card {QWEN3}'s 512; pass --vocab-size 1024 for the vocabulary it was "
-                                       "written with\n")
+                                       f"from this conversion's 512 (card {QWEN3}'s, or --vocab-size where given); "
+                                       "pass --vocab-size 1024 for the vocabulary it was written with\n")
     assert not (tmp_path / "refused").exists()
+    # a --vocab-size of the user's that is wrong is named as the conversion's, not as the card's (which is 512)
+    wrong = random.choice([256, 2048])
+    assert main(["convert", "mcore-to-hf", "--model", QWEN3, "--mcore", str(tmp_path / "mcore"), "--out",
+                 str(tmp_path / "refused"), "--vocab-size", str(wrong)]) == 2
+    err = capsys.readouterr().err
+    assert f"differs from this conversion's {wrong} (card {QWEN3}'s, or --vocab-size where given)" in err, err
+    assert f"card {QWEN3}'s {wrong}" not in err and "pass --vocab-size 1024" in err
     assert main(["convert", "mcore-to-hf", "--model", QWEN3, "--mcore", str(tmp_path / "mcore"), "--out",
                  str(tmp_path / "out"), "--vocab-size", "1024"]) == 0
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp_path / "out")))

@@ -202,6 +202,19 @@ def test_a_tracker_naming_a_missing_or_empty_iteration_is_refused_naming_those_h
     check_load_directory(run)
 
 
+@pytest.mark.parametrize("flag", ["load", "pretrained_checkpoint"])
+def test_a_tracker_in_a_folder_of_no_iteration_names_no_iteration_to_write(tmp_path: Path, flag: str) -> None:
+    """A tracker left alone (the iterations deleted or never copied): the second fix, writing an iteration the folder
+    holds into the tracker, cannot apply, so the refusal names the folder of the run's checkpoints instead."""
+    named = random.randrange(1, 10**6)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{named}\n")
+    run = argparse.Namespace(**{"load": None, "pretrained_checkpoint": None, "ckpt_step": None, flag: str(tmp_path)})
+    option = f"--{flag.replace('_', '-')}"
+    with pytest.raises(ValueError, match=rf"; it holds no iteration directory: restore that directory, or name the "
+                                         rf"folder that holds the run's checkpoints with {option}$"):
+        check_load_directory(run)
+
+
 def test_a_ckpt_step_megatron_would_apply_to_the_pretrained_checkpoint_instead_is_refused(tmp_path: Path) -> None:
     """Without a tracker in ``--load`` megatron-core falls back to ``--pretrained-checkpoint`` and reads its
     iter_<step>: a resume of ``--load``'s own iter_<step> would fine-tune from the base model without a word (or stop
