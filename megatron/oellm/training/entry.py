@@ -187,9 +187,10 @@ def check_gpu_node() -> None:
         return
     why = ("a CPU build of torch" if torch.version.cuda is None else
            f"torch {torch.__version__} sees no GPU: check the driver and CUDA_VISIBLE_DEVICES; `oellm doctor` tells")
-    raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); to check a command "
-                     f"line on a login node, give its flags to a recipe row and run `{CPU_CHECK}` (megatron's "
-                     "validate_args and the entry's start-up checks, as on the cluster's GPUs)")
+    raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); the checks that "
+                     "follow megatron's validation (data paths, batch grid, parallel sizes, --save) did not run here; "
+                     f"to check a command line on a login node, give its flags to a recipe row and run `{CPU_CHECK}` "
+                     "(megatron's validate_args and the entry's start-up checks, as on the cluster's GPUs)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,6 +43,8 @@ def test_no_gpu_is_one_line_naming_the_login_node_check(monkeypatch: pytest.Monk
     assert entry.main(argv) == 2
     line = one_error_line(capsys)
     assert "needs a GPU node" in line and f"`{CPU_CHECK}`" in line, line
+    assert "the checks that follow megatron's validation (data paths, batch grid, parallel sizes, --save) did not run" \
+        in line  # a login node's silence on them is no pass
     assert "Torch not compiled with CUDA enabled" not in line and "argument validation" not in line
     assert ("a CPU build of torch" in line) == (cuda_build is None)
     assert ("CUDA_VISIBLE_DEVICES" in line) == (cuda_build is not None)
