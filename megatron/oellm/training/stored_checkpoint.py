@@ -25,7 +25,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from megatron.oellm.convert.hf_config import CONFIG_NAME
 from megatron.oellm.convert.mcore_checkpoint import (
@@ -594,9 +594,8 @@ def _check_ckpt_step(args: argparse.Namespace, step: int, flag: str, given: Path
                          f"{Path(args.load) / TRACKER_FILE} naming {step}")
     missing = _loaded_checkpoint_missing(args, flag, given)
     if missing is not None:
-        directory, problem, holds = missing
-        raise ValueError(f"--ckpt-step {step}: megatron-core reads {directory} for {flag} {given}, {problem} after "
-                         f"allocating the model on every rank; {holds}")
+        raise ValueError(f"--ckpt-step {step}: megatron-core reads {missing.directory} for {flag} {given}, "
+                         f"{missing.problem} after allocating the model on every rank; {missing.holds}")
 
 
 def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -> None:
@@ -605,15 +604,15 @@ def _check_tracked_directory(args: argparse.Namespace, flag: str, given: Path) -
     clean-up that left the tracker behind): megatron-core stops there after allocating the model on every rank."""
     missing = _loaded_checkpoint_missing(args, flag, given)
     if missing is not None:
-        directory, problem, holds = missing
+        directory, problem, holds, holds_iterations = missing
         tracker = directory.parent / TRACKER_FILE  # given's, or a global non-persistent checkpoint's
-        other = (f"write an iteration it holds into {tracker}" if holds.startswith("it holds iterations") else
+        other = (f"write an iteration it holds into {tracker}" if holds_iterations else
                  f"name the folder that holds the run's checkpoints with {flag}")  # no iteration to point the tracker to
         raise ValueError(f"{flag} {given}: megatron-core reads {directory}, the iteration {tracker} names, {problem} "
                          f"after allocating the model on every rank; {holds}: restore that directory, or {other}")
 
 
-def _loaded_checkpoint_missing(args: argparse.Namespace, flag: str, given: Path) -> tuple[Path, str, str] | None:
+def _loaded_checkpoint_missing(args: argparse.Namespace, flag: str, given: Path) -> _MissingCheckpoint | None:
     """The iteration directory megatron loads for ``flag given`` (its tracker read once), refused when it is an
     unfinished save, and what it misses (:func:`_missing_checkpoint`; None when it holds a checkpoint)."""
     loaded_directory = iteration_directory_loaded(args)
@@ -621,9 +620,21 @@ def _loaded_checkpoint_missing(args: argparse.Namespace, flag: str, given: Path)
     return _missing_checkpoint(loaded_directory, given)
 
 
-def _missing_checkpoint(directory: Path | None, given: Path) -> tuple[Path, str, str] | None:
-    """``(directory, what megatron-core does with it, what given holds)`` when the iteration ``directory`` megatron
-    reads for ``given`` does not exist or holds no checkpoint; None when it holds one, or megatron reads none."""
+class _MissingCheckpoint(NamedTuple):
+    """An iteration directory megatron-core reads that does not exist or holds no checkpoint."""
+
+    directory: Path
+    problem: str
+    """What megatron-core does with it."""
+    holds: str
+    """What the folder given to the flag holds, in words."""
+    holds_iterations: bool
+    """Whether that folder holds an iteration directory (one a tracker could name instead)."""
+
+
+def _missing_checkpoint(directory: Path | None, given: Path) -> _MissingCheckpoint | None:
+    """What is missing (:class:`_MissingCheckpoint`) when the iteration ``directory`` megatron reads for ``given``
+    does not exist or holds no checkpoint; None when it holds one, or megatron reads none."""
     if directory is None:
         return None
     if not directory.is_dir():
@@ -632,6 +643,7 @@ def _missing_checkpoint(directory: Path | None, given: Path) -> tuple[Path, str,
         problem = "which holds no checkpoint, and stops with NotImplementedError (unknown checkpoint format)"
     else:
         return None
+    held: list[int] = []
     try:
         held = sorted(iteration for d in given.glob(f"{ITERATION_PREFIX}*")
                       if d.is_dir() and (iteration := iteration_of(d.name)) is not None)
@@ -639,7 +651,7 @@ def _missing_checkpoint(directory: Path | None, given: Path) -> tuple[Path, str,
         holds = f"{given} cannot be listed ({error.strerror})"
     else:
         holds = f"it holds iterations {', '.join(map(str, held))}" if held else "it holds no iteration directory"
-    return directory, problem, holds
+    return _MissingCheckpoint(directory, problem, holds, bool(held))
 
 
 def _check_iteration_directory(flag: str, load_dir: Path, outcome: str, plain_step: bool) -> None:
