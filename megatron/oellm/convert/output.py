@@ -220,14 +220,12 @@ def check_not_input(out_dir: Path, inputs: Iterable[Path]) -> None:
     snapshot whose files link to ``../blobs``): writing the output could delete the input. Also if it lies inside an
     input folder: the HF model folder would then hold a megatron checkpoint, or the checkpoint an HF model."""
     out = resolved_out(out_dir)
-    inputs = list(inputs)
-    for path in inputs:
-        real = path.resolve()
+    resolved = [(path, path.resolve()) for path in inputs]  # each link followed once, for both checks
+    for path, real in resolved:
         if real.is_relative_to(out):
             via = f" (a link to {real})" if real != path.absolute() else ""
             raise ConversionError(f"output {out} would overwrite the input {path}{via}; choose another --out")
-    for path in inputs:  # after the overwrite check: an --out that is an input is refused as that
-        real = path.resolve()
+    for path, real in resolved:  # after the overwrite check: an --out that is an input is refused as that
         if real.is_dir() and out.is_relative_to(real):
             raise ConversionError(f"output {out} lies inside the input folder {path}: every later copy or upload of "
                                   "that folder would carry the other model's files along; choose an --out outside it")
