@@ -218,6 +218,12 @@ def check_layer_override(card: ModelCard, overrides: Mapping[str, FlagValue]) ->
                         "drop num-layers")
 
 
+def megatron_counts(card: ModelCard) -> bool:
+    """Whether megatron-core 0.19.2 has a FLOP formula for ``card``: not for a CKDA hybrid, whose layer it lacks
+    (:func:`megatron_namespace` refuses one, and ``oellm flops`` names no Megatron count for it)."""
+    return card.linear_mixer != "ckda"
+
+
 def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
                        **megatron_overrides: FlagValue) -> argparse.Namespace:
     """The arguments megatron's ``pretrain_gpt`` / ``pretrain_hybrid`` would hand the FLOP function for ``card``.
@@ -234,7 +240,7 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     ``--hybrid-layer-pattern``; the FLOP function counts the pattern itself). CKDA has no megatron-core layer and is
     refused, and so is a ``num_layers`` override Megatron would not count (:func:`check_layer_override`).
     """
-    if card.linear_mixer == "ckda":
+    if not megatron_counts(card):
         raise FlopError(f"{card.name}: megatron-core 0.19.2 has no CKDA layer, so it has no FLOP formula for it; "
                         "use the corrected count (drop --megatron-compatible)")
     check_layer_override(card, megatron_overrides)
