@@ -211,7 +211,8 @@ _CORRECTED = "corrected = our count of the matrix work (docs/flops.md)"
 """What the corrected count is: the start of the line under the table's header in that mode."""
 CORRECTED_NOTE = f"{_CORRECTED}; Megatron's own count: --megatron-compatible"
 """What the corrected count is, and where Megatron's is: the line under the table's header in that mode."""
-CORRECTED_ONLY_NOTE = f"{_CORRECTED}; megatron-core 0.19.2 has no CKDA layer, so there is no Megatron count of this model"
+CORRECTED_ONLY_NOTE = (f"{_CORRECTED}; megatron-core 0.19.2 has no CKDA layer, so there is no Megatron count of "
+                       "this model")
 """The same line for a CKDA card, which ``--megatron-compatible`` refuses."""
 REPORTS_SECTION = "the --megatron-flag sets of docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\""
 """Where the flag sets are that reproduce the MN5 report's TFLOP/s with Megatron's count."""
@@ -243,7 +244,8 @@ def count_notes(report: dict[str, Any]) -> list[str]:
     above Megatron's on the card's flags). Under the header, not at the end: scripts read the total from the last
     line."""
     corrected = report["mode"] == "corrected"
-    lines = [CORRECTED_NOTE if megatron_counts(get_card(report["model"])) else CORRECTED_ONLY_NOTE] if corrected else []
+    note = CORRECTED_NOTE if megatron_counts(get_card(report["model"])) else CORRECTED_ONLY_NOTE
+    lines = [note] if corrected else []
     if report["model"] in MN5_FLAG_SET_MODELS and not report.get("megatron_flags"):
         how = "--megatron-compatible plus " if corrected else ""
         lines.append(f"to reproduce the MN5 report's TFLOP/s: {how}{REPORTS_SECTION}")
