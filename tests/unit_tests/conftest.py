@@ -57,8 +57,8 @@ def module_inputs_seeded(request: pytest.FixtureRequest) -> None:
 def random_inputs_seeded(request: pytest.FixtureRequest) -> None:
     """Per-test fixture: Python's, torch's CPU and the GPUs' default generators seeded from the session's seed and the
     test's id, so that one test rerun alone (``pytest NODEID`` with ``OELLM_TEST_SEED``) draws the inputs it drew in
-    the full session. A test that asks for ``megatron_runtime`` (``gpu_utils``) is re-seeded after this, to
-    megatron's fixed ``DEFAULT_SEED``: its draws are the same each session."""
+    the full session. A test that asks for ``megatron_runtime`` (``gpu_utils``) gets megatron-core's RNG tracker
+    seeded from the same test seed."""
     seed_generators(request.config, request.node.nodeid)
 
 

@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from megatron.oellm.backends.selection import transformer_engine_import_error
-from megatron.oellm.runtime import DEFAULT_SEED, reseed
 from megatron.oellm.runtime import init_single_gpu_runtime as init_megatron_runtime
+from megatron.oellm.runtime import reseed
+from tests.unit_tests.random_inputs import seed_of_test
 
-__all__ = ["BACKENDS", "DEFAULT_SEED", "TE_BACKEND", "init_megatron_runtime", "megatron_runtime", "megatron_session",
+__all__ = ["BACKENDS", "TE_BACKEND", "init_megatron_runtime", "megatron_runtime", "megatron_session",
            "no_tf32", "reseed", "tf32_flags_restored"]
 
 TE_BACKEND = pytest.param("te", id="te", marks=pytest.mark.skipif(
@@ -58,6 +59,8 @@ def megatron_session() -> Iterator[None]:
 
 
 @pytest.fixture
-def megatron_runtime(megatron_session: None) -> None:
-    """Per-test fixture: runtime up (see :func:`megatron_session`) and RNGs re-seeded to :data:`DEFAULT_SEED`."""
-    reseed(DEFAULT_SEED)
+def megatron_runtime(megatron_session: None, request: pytest.FixtureRequest) -> None:
+    """Per-test fixture: runtime up (see :func:`megatron_session`) and torch's and megatron-core's RNG tracker
+    re-seeded from the test's seed (:func:`random_inputs.seed_of_test`): a model's initial weights and the test's
+    inputs are new each session, and the same again under that session's ``OELLM_TEST_SEED``."""
+    reseed(seed_of_test(request.config, request.node.nodeid))

@@ -40,8 +40,8 @@ def seed_generators(config: pytest.Config, nodeid: str) -> None:
     """Seed Python's, torch's CPU and every GPU's default generator with :func:`seed_of_test` of ``nodeid`` (a test's
     or a module's id), so a GPU test's ``torch.randn(..., device="cuda")`` draws fresh inputs each session that
     ``OELLM_TEST_SEED`` draws again. The CUDA seeding is queued until CUDA initialises (no GPU is touched here).
-    megatron-core's RNG tracker keeps its own states, and the ``megatron_runtime`` fixture re-seeds every generator
-    to its fixed ``DEFAULT_SEED`` after this: the tests that ask for it draw the same inputs each session."""
+    megatron-core's RNG tracker keeps its own states: the ``megatron_runtime`` fixture seeds those (and torch's again)
+    from the same :func:`seed_of_test`."""
     seed = seed_of_test(config, nodeid)
     random.seed(seed)
     torch.random.default_generator.manual_seed(seed)
