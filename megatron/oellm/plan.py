@@ -15,7 +15,6 @@ from megatron.oellm.models.parallel import (
     ParallelLayout,
     ParallelLayoutError,
     layout_from_counts,
-    parse_pipeline_layout,
     pipelined_hybrid_pattern,
     validate_layout,
 )
@@ -63,8 +62,8 @@ class Plan:
 def _stage_layers(card: ModelCard, layout: ParallelLayout) -> list[tuple[list[int], bool, bool]]:
     """Per virtual stage (layout order): decoder-layer indices, has embedding, has output layer."""
     counts = layout.decoder_layers_per_stage(card.num_layers)
-    if layout.pipeline_layout is not None:
-        flags = [("embedding" in s, "loss" in s) for s in parse_pipeline_layout(layout.pipeline_layout)]
+    if layout.custom_stages is not None:
+        flags = [("embedding" in s, "loss" in s) for s in layout.custom_stages]
     else:
         flags = [(i == 0, i == len(counts) - 1) for i in range(len(counts))]
     out, start = [], 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from functools import cached_property
 
 from megatron.oellm.cards import ModelCard
 
@@ -54,11 +55,19 @@ class ParallelLayout:
     pipeline_layout: str | None = None
     """Custom stage layout in ``--pipeline-model-parallel-layout`` syntax, e.g. ``Et*6|t*6|t*6|t*6L``."""
 
+    @cached_property
+    def custom_stages(self) -> tuple[tuple[str, ...], ...] | None:
+        """The stages of :attr:`pipeline_layout` (:func:`parse_pipeline_layout`; None without one), parsed at the first
+        use and kept on this layout: its checks, its VPP size and a plan's tables then read one parse of the string."""
+        if self.pipeline_layout is None:
+            return None
+        return tuple(tuple(stage) for stage in parse_pipeline_layout(self.pipeline_layout))
+
     @property
     def vpp_size(self) -> int:
         """Virtual pipeline size actually used (1 if none)."""
-        if self.pipeline_layout is not None:
-            return max(1, len(parse_pipeline_layout(self.pipeline_layout)) // self.pp)
+        if self.custom_stages is not None:
+            return max(1, len(self.custom_stages) // self.pp)
         return self.vpp or 1
 
     def sizes_label(self) -> str:
@@ -69,8 +78,8 @@ class ParallelLayout:
 
     def decoder_layers_per_stage(self, num_layers: int) -> list[int]:
         """Decoder layers of each pipeline stage in vpp-major order (stage ``i``: rank ``i % pp``, chunk ``i // pp``)."""
-        if self.pipeline_layout is not None:
-            return [stage.count("decoder") for stage in parse_pipeline_layout(self.pipeline_layout)]
+        if self.custom_stages is not None:
+            return [stage.count("decoder") for stage in self.custom_stages]
         num_stages = self.pp * self.vpp_size
         return [num_layers // num_stages] * num_stages
 
@@ -333,7 +342,8 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
                  f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline_layout such as "
                  f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}")
         return
-    stages = pipeline_stages(layout.pipeline_layout, pp)
+    stages = layout.custom_stages
+    check_stage_count(len(stages), layout.pipeline_layout, pp)
     where = f"pipeline layout {layout.pipeline_layout!r}"
     vpp = len(stages) // pp
     if layout.vpp is not None and layout.vpp != vpp:
@@ -357,13 +367,20 @@ def pipeline_stages(pipeline_layout: str, pp: int) -> list[list[str]]:
     :class:`ParallelLayoutError` unless they are pp x vpp stages, with ``pp > 1`` for more than one. The checks of a
     layout that need no model card."""
     stages = parse_pipeline_layout(pipeline_layout)
-    where = f"pipeline layout {pipeline_layout!r}"
-    if len(stages) % pp:
-        raise ParallelLayoutError(f"{where} has {len(stages)} stages, not a multiple of pp ({pp}); "
-                                  "give pp x vpp stages separated by '|'")
-    if len(stages) > 1 and pp == 1:
-        raise ParallelLayoutError(f"{where} has {len(stages)} stages for pp=1; virtual stages need pp > 1")
+    check_stage_count(len(stages), pipeline_layout, pp)
     return stages
+
+
+def check_stage_count(count: int, pipeline_layout: str, pp: int) -> None:
+    """Raise :class:`ParallelLayoutError` unless the ``count`` stages of ``pipeline_layout`` are pp x vpp, with
+    ``pp > 1`` for more than one: :func:`pipeline_stages`'s check, for callers that hold the count without parsing
+    the string again."""
+    where = f"pipeline layout {pipeline_layout!r}"
+    if count % pp:
+        raise ParallelLayoutError(f"{where} has {count} stages, not a multiple of pp ({pp}); "
+                                  "give pp x vpp stages separated by '|'")
+    if count > 1 and pp == 1:
+        raise ParallelLayoutError(f"{where} has {count} stages for pp=1; virtual stages need pp > 1")
 
 
 def even_pipeline_layout(num_layers: int, num_stages: int) -> str:

@@ -17,6 +17,7 @@ from megatron.oellm.models.parallel import (
     HYBRID_STAGES,
     ParallelLayout,
     ParallelLayoutError,
+    check_stage_count,
     even_pipeline_layout,
     layout_from_counts,
     pipeline_layout_from_hybrid_pattern,
@@ -142,13 +143,14 @@ def hybrid_pattern_stage_layout(pattern: str, pp: int) -> str | None:
     """The pipeline layout of ``--hybrid-layer-pattern pattern``'s ``|`` stages
     (:func:`~megatron.oellm.models.parallel.pipeline_layout_from_hybrid_pattern`; None without ``|``: a single stage),
     refused when its stages are not whole layers or not pp x vpp of them for ``pp`` >= 1 pipeline ranks
-    (:func:`~megatron.oellm.models.parallel.pipeline_stages`). Returned so that a caller that needs the layout
-    (``oellm plan``) takes it from this one parse of the pattern."""
+    (:func:`~megatron.oellm.models.parallel.check_stage_count`, on the pattern's segments: the layout built from them
+    is not parsed back, the :class:`~megatron.oellm.models.parallel.ParallelLayout` that takes it parses it once).
+    Returned so that a caller that needs the layout (``oellm plan``) takes it from this one read of the pattern."""
     if "|" not in pattern:
         return None
     try:
         layout = pipeline_layout_from_hybrid_pattern(pattern)
-        pipeline_stages(layout, pp)
+        check_stage_count(pattern.count("|") + 1, layout, pp)
     except ParallelLayoutError as error:
         raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages: {error}; "
                                   "give pp x vpp segments, or no '|' for a single stage") from error
