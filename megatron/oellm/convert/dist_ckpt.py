@@ -248,6 +248,21 @@ class _RegionLoadPlanner(DefaultLoadPlanner):
         return buffer[tuple(slice(o, o + n) for o, n in zip(read_item.dest_offsets, read_item.lengths, strict=True))]
 
 
+class GivenMetadataReader(dcp.FileSystemReader):
+    """DCP's file-system reader of a checkpoint whose ``.metadata`` the caller has read already (``metadata``,
+    :func:`read_metadata`). DCP's ``load`` asks its reader for the metadata before it plans the read; this one hands
+    over ``metadata`` instead of unpickling the file again, and reads the data files as its base class does."""
+
+    def __init__(self, directory: Path, metadata: Metadata) -> None:
+        super().__init__(directory)
+        self._metadata = metadata
+
+    def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
+        """The metadata given, for any request: DCP asks for a rank's own metadata (``rank=``) only when the first
+        answer is empty, which ``metadata`` never is."""
+        return self._metadata
+
+
 class CheckpointReader:
     """Reads state-dict tensors of a megatron-core distributed checkpoint by their :class:`Piece` s. ``metadata`` is
     the directory's DCP metadata where the caller has read it already (the training entry's checkpoint reader, which

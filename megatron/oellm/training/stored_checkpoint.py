@@ -186,19 +186,20 @@ def _rank_zero_state(directory: Path) -> dict:
 
 def _dcp_state(directory: Path, metadata: Metadata) -> dict:
     """The ``args`` and ``iteration`` objects of a ``torch_dcp`` / ``fsdp_dtensor`` checkpoint (what megatron-core
-    reads from it for ``--use-checkpoint-args``), ``metadata`` its DCP metadata; empty when it stores none.
-    ``ValueError`` naming the file when a data file ``metadata`` names is missing or short, or the objects cannot be
-    read."""
+    reads from it for ``--use-checkpoint-args``), ``metadata`` its DCP metadata, which DCP's load takes from here
+    (:class:`~megatron.oellm.convert.dist_ckpt.GivenMetadataReader`) rather than reading it again; empty when it
+    stores none. ``ValueError`` naming the file when a data file ``metadata`` names is missing or short, or the
+    objects cannot be read."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from megatron.oellm.convert.dist_ckpt import check_data_files
+    from megatron.oellm.convert.dist_ckpt import GivenMetadataReader, check_data_files
 
     check_data_files(directory, metadata)
     state = {key: None for key in ("args", "iteration") if key in metadata.state_dict_metadata}
     if state:
         try:
-            dcp.load(state, storage_reader=dcp.FileSystemReader(directory), no_dist=True)
+            dcp.load(state, storage_reader=GivenMetadataReader(directory, metadata), no_dist=True)
         except (Exception, CheckpointException) as error:  # unpickling damaged bytes raises about any type, which
             # DCP wraps in a CheckpointException (a BaseException)
             raise ValueError(f"the run arguments stored in {directory} cannot be read ({_reason(error)}); a data "

@@ -1,7 +1,9 @@
 """The training entry's start-up checks read each checkpoint they look at once: the ``.metadata`` of the checkpoint
 the run loads serves its reader and the check of its norms' extra state, a ``torch_dcp`` checkpoint's reader and its
 unfinished-save check, and the checkpoints ``--use-checkpoint-args`` takes arguments from serve the architecture and
-the sequence-length checks. Each was read again there (``.metadata`` and the common state unpickled twice)."""
+the sequence-length checks. Each was read again there (``.metadata`` and the common state unpickled twice). DCP's own
+load of a ``torch_dcp`` checkpoint's stored arguments takes the ``.metadata`` already read too: torch's reader opened
+the file a second time."""
 
 from __future__ import annotations
 
@@ -32,6 +34,21 @@ def _counted_metadata_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
 
     monkeypatch.setattr(dist_ckpt, "read_metadata", counted)
     return reads
+
+
+def _counted_metadata_opens(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
+    """Iteration directory -> how many times its ``.metadata`` file is opened by anyone (torch's DCP reader opens it
+    with ``Path.open``, patched)."""
+    opens: Counter[Path] = Counter()
+    open_path = Path.open
+
+    def counted(path: Path, *args, **kwargs):
+        if path.name == dist_ckpt.METADATA_FILE:
+            opens[path.parent] += 1
+        return open_path(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counted)
+    return opens
 
 
 def _stored_by_the_torch_backend() -> argparse.Namespace:
@@ -69,3 +86,17 @@ def test_a_dcp_checkpoint_is_read_once(tmp_path: Path, monkeypatch: pytest.Monke
     loaded = read_loaded_checkpoint(run)
     assert loaded is not None and loaded.common["args"].seq_length == stored.seq_length
     assert reads == Counter({directory: 1})
+
+
+def test_a_dcp_checkpoints_metadata_file_is_opened_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``.metadata`` read for the unfinished-save check serves DCP's load of the stored arguments
+    (``GivenMetadataReader``), which opened the file again."""
+    stored = _stored_by_the_torch_backend()
+    iteration = random.randrange(1, 10**6)
+    directory = save_args_checkpoint("torch_dcp", tmp_path / "run", stored, iteration)
+    opens = _counted_metadata_opens(monkeypatch)
+    run = parse_oellm_argv(merge_card_flags(["--oellm-model", CARD, "--ckpt-format", "torch_dcp", "--load",
+                                             str(tmp_path / "run")]).argv)
+    loaded = read_loaded_checkpoint(run)
+    assert loaded is not None and loaded.common == {"args": stored, "iteration": iteration}
+    assert opens == Counter({directory: 1})
