@@ -266,7 +266,8 @@ class GivenMetadataReader(dcp.FileSystemReader):
 class CheckpointReader:
     """Reads state-dict tensors of a megatron-core distributed checkpoint by their :class:`Piece` s. ``metadata`` is
     the directory's DCP metadata where the caller has read it already (the training entry's checkpoint reader, which
-    checks the stored keys too); read here otherwise."""
+    checks the stored keys too); read here otherwise, and either way the only read of ``.metadata``: DCP's loads of the
+    common state and of the tensors take it from here (:class:`GivenMetadataReader`)."""
 
     def __init__(self, directory: Path, metadata: Metadata | None = None) -> None:
         if not (directory / METADATA_FILE).is_file():
@@ -317,7 +318,7 @@ class CheckpointReader:
         state = {COMMON_STATE_KEY: io.BytesIO()}
         try:
             with _single_process(), quiet_megatron_core_import():
-                dcp.load(state, storage_reader=dcp.FileSystemReader(self.directory), no_dist=True)
+                dcp.load(state, storage_reader=GivenMetadataReader(self.directory, self.metadata), no_dist=True)
                 loaded = state[COMMON_STATE_KEY]
                 if isinstance(loaded, io.BytesIO):
                     loaded.seek(0)
@@ -343,7 +344,7 @@ class CheckpointReader:
             regions[key] = (low, torch.empty(sizes, dtype=shapes[key][1]))
         try:
             with _single_process():
-                dcp.load({}, storage_reader=dcp.FileSystemReader(self.directory),
+                dcp.load({}, storage_reader=GivenMetadataReader(self.directory, self.metadata),
                          planner=_RegionLoadPlanner(regions, items), no_dist=True)
         except CheckpointException as error:
             files = sorted({str(self.directory / info.relative_path)

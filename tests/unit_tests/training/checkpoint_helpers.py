@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
@@ -116,3 +118,20 @@ def run_with_unfinished_save(card_name: str, folder: Path, left_out: tuple[str, 
         (folder / "run" / f"iter_{unfinished:07d}" / name).unlink(missing_ok=True)
     (folder / "run" / "latest_checkpointed_iteration.txt").write_text(f"{finished}\n")
     return folder / "run", finished, unfinished
+
+
+def counted_metadata_opens(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
+    """Checkpoint directory -> how many times its DCP ``.metadata`` file is opened from now on, by anyone (torch's
+    DCP reader opens it with ``Path.open``, patched)."""
+    from megatron.oellm.convert.dist_ckpt import METADATA_FILE
+
+    opens: Counter[Path] = Counter()
+    open_path = Path.open
+
+    def counted(path: Path, *args, **kwargs):
+        if path.name == METADATA_FILE:
+            opens[path.parent] += 1
+        return open_path(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counted)
+    return opens

@@ -2,8 +2,8 @@
 the run loads serves its reader and the check of its norms' extra state, a ``torch_dcp`` checkpoint's reader and its
 unfinished-save check, and the checkpoints ``--use-checkpoint-args`` takes arguments from serve the architecture and
 the sequence-length checks. Each was read again there (``.metadata`` and the common state unpickled twice). DCP's own
-load of a ``torch_dcp`` checkpoint's stored arguments takes the ``.metadata`` already read too: torch's reader opened
-the file a second time."""
+loads of a ``torch_dcp`` checkpoint's stored arguments and of a ``torch_dist`` one's common state take the
+``.metadata`` already read too: torch's reader opened the file a second time."""
 
 from __future__ import annotations
 
@@ -15,9 +15,15 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.convert import dist_ckpt
+from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
 from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
-from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-from tests.unit_tests.training.checkpoint_helpers import save_args_checkpoint, save_dist_checkpoint
+from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint, read_stored_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import (
+    converted_random_checkpoint,
+    counted_metadata_opens,
+    save_args_checkpoint,
+    save_dist_checkpoint,
+)
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, refused_line
 
 CARD = "qwen3-30b-a3b-tiny"
@@ -34,21 +40,6 @@ def _counted_metadata_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
 
     monkeypatch.setattr(dist_ckpt, "read_metadata", counted)
     return reads
-
-
-def _counted_metadata_opens(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
-    """Iteration directory -> how many times its ``.metadata`` file is opened by anyone (torch's DCP reader opens it
-    with ``Path.open``, patched)."""
-    opens: Counter[Path] = Counter()
-    open_path = Path.open
-
-    def counted(path: Path, *args, **kwargs):
-        if path.name == dist_ckpt.METADATA_FILE:
-            opens[path.parent] += 1
-        return open_path(path, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "open", counted)
-    return opens
 
 
 def _stored_by_the_torch_backend() -> argparse.Namespace:
@@ -94,9 +85,21 @@ def test_a_dcp_checkpoints_metadata_file_is_opened_once(tmp_path: Path, monkeypa
     stored = _stored_by_the_torch_backend()
     iteration = random.randrange(1, 10**6)
     directory = save_args_checkpoint("torch_dcp", tmp_path / "run", stored, iteration)
-    opens = _counted_metadata_opens(monkeypatch)
+    opens = counted_metadata_opens(monkeypatch)
     run = parse_oellm_argv(merge_card_flags(["--oellm-model", CARD, "--ckpt-format", "torch_dcp", "--load",
                                              str(tmp_path / "run")]).argv)
     loaded = read_loaded_checkpoint(run)
     assert loaded is not None and loaded.common == {"args": stored, "iteration": iteration}
     assert opens == Counter({directory: 1})
+
+
+def test_a_converted_checkpoints_metadata_file_is_opened_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``torch_dist`` checkpoint that stores its common state in DCP (as ``oellm convert`` writes it): the
+    ``.metadata`` read for the checks of the stored keys serves DCP's load of the common state, which opened it
+    again."""
+    card = random.choice(["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+    load = converted_random_checkpoint(card, tmp_path)
+    opens = counted_metadata_opens(monkeypatch)
+    loaded = read_stored_checkpoint(load)
+    assert loaded is not None and loaded.ckpt_format == "torch_dist" and loaded.common[CARD_KEY]["name"] == card
+    assert opens == Counter({load / "release": 1})
