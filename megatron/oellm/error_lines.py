@@ -4,6 +4,14 @@ some libraries' messages run over many lines (numpy's ImportError names its caus
 from __future__ import annotations
 
 
+def one_line(text: object) -> str:
+    """``text`` (a message, or an exception quoting a library's) as one line, its words all kept: each line break
+    with the white space around it becomes one space, and blank lines go. A refusal is one ``error:`` line, but a
+    library's message may run over several (transformers' for a tokenizer folder it cannot load); spacing within a
+    line is kept, so a quoted path with two spaces in a row stays the path it names."""
+    return " ".join(stripped for line in str(text).splitlines() if (stripped := line.strip()))
+
+
 def one_line_error(error: BaseException) -> str:
     """``error`` as one line: the module that failed to import where the error names it (``ImportError.name``), its
     type and the last non-empty line of its message."""

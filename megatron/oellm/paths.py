@@ -1,10 +1,31 @@
-"""File-system questions several start-up checks ask before anything is written. Pure Python."""
+"""File-system questions several start-up checks ask before anything is written, and where the running
+megatron-oellm's source checkout is. Pure Python."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+
+import megatron.oellm
+
+CHECKOUT_MARKER = Path("tools", "install.sh")
+"""The file that marks the root of a megatron-oellm source checkout (a git clone): the installer every checkout
+carries and no installed copy does. Neither the wheel in site-packages nor the container image's build folder
+(``/opt/megatron-oellm``, which holds ``setup.py`` and ``megatron/`` but no ``tools/``) has it, while the doctor's
+fixes name this folder's ``tools/`` scripts and a recipe job puts the checkout on the image's ``PYTHONPATH``."""
+
+
+def source_checkout(oellm_folder: Path | None = None) -> Path | None:
+    """The root of the megatron-oellm source checkout whose ``megatron/oellm`` folder is ``oellm_folder`` (the
+    imported ``megatron.oellm``'s where not given), links resolved; None for an installed copy, whose root holds no
+    :data:`CHECKOUT_MARKER` (also where that cannot be looked at: a folder this user may not enter)."""
+    folder = Path(megatron.oellm.__file__).parent if oellm_folder is None else oellm_folder
+    root = folder.resolve().parents[1]
+    try:
+        return root if (root / CHECKOUT_MARKER).is_file() else None
+    except OSError:  # before Python 3.14 is_file raises PermissionError under a folder this user may not enter
+        return None
 
 
 def nearest_existing(path: Path) -> Path:

@@ -11,7 +11,6 @@ import random
 from pathlib import Path
 
 from megatron.oellm import MEGATRON_CORE_VERSION
-from megatron.oellm.doctor.probes import megatron_oellm_checkout
 from megatron.oellm.doctor.rules import check_fla_hopper_triton, check_megatron_core, check_torch
 from tests.unit_tests.doctor_reports import make_report
 
@@ -56,10 +55,3 @@ def test_the_tilelang_fix_names_the_site_bundle():
     (finding,) = check_fla_hopper_triton(report, {})
     assert finding.severity == "error" and "tilelang==0.1.15" in finding.fix
     assert f"{CHECKOUT}/tools/build_site_bundle.sh --python-version 3.11" in finding.fix
-
-
-def test_the_checkout_is_located_only_where_it_has_tools(tmp_path):
-    assert megatron_oellm_checkout(str(CHECKOUT / "megatron" / "oellm")) == str(CHECKOUT)
-    installed = tmp_path / "site-packages" / "megatron" / "oellm"
-    installed.mkdir(parents=True)
-    assert megatron_oellm_checkout(str(installed)) is None

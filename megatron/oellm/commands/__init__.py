@@ -4,6 +4,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from megatron.oellm.error_lines import one_line
+
 MISSING_PACKAGE_WARNINGS = (r"(Transformer Engine and Apex are|Apex is|absl\.logging is) not installed"
                             r"|Triton is not supported on current platform"
                             r"|Only transformer-engine>=1\.7\.0 supports MoE experts")
@@ -13,8 +15,9 @@ login node, a TE-free environment): a dozen lines on stderr before a command's o
 
 def refuse(command: str, reason: object, status: int = 2) -> int:
     """Print why ``oellm COMMAND`` stops as one ``oellm COMMAND: error: REASON`` line on stderr (argparse's form, and
-    out of a ``--json > file`` redirection) and return its exit ``status``."""
-    print(f"oellm {command}: error: {reason}", file=sys.stderr)
+    out of a ``--json > file`` redirection) and return its exit ``status``. A reason quoting a library's message or
+    a tool's output over several lines is joined into one (:func:`~megatron.oellm.error_lines.one_line`)."""
+    print(f"oellm {command}: error: {one_line(reason)}", file=sys.stderr)
     return status
 
 

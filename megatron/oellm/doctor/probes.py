@@ -28,6 +28,7 @@ from megatron.oellm.doctor.allocator import ALLOCATOR_VARIABLES, allocator_conf,
 from megatron.oellm.doctor.locate import is_file, module_findable, package_folders
 from megatron.oellm.doctor.nccl import _nccl_names
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
+from megatron.oellm.paths import source_checkout
 
 if typing.TYPE_CHECKING:
     from megatron.oellm.backends.te_flash_attention import FlashAttentionFound
@@ -257,13 +258,6 @@ def megatron_oellm_module() -> tuple[str, str]:
     return megatron.oellm.__version__, str(Path(megatron.oellm.__file__).parent)
 
 
-def megatron_oellm_checkout(oellm_path: str) -> str | None:
-    """Root of the megatron-oellm checkout whose ``megatron/oellm`` folder is ``oellm_path``, where it holds
-    ``tools/install.sh`` (a fix then names the scripts by absolute path); None for an installed copy."""
-    root = Path(oellm_path).resolve().parents[1]
-    return str(root) if is_file(root / "tools" / "install.sh") else None
-
-
 HELPERS_CPP_MODULE = "megatron.core.datasets.helpers_cpp"
 """megatron-core's compiled dataset helper: where it does not load, megatron runs ``make`` in its folder (a wheel
 ships no Makefile) and exits on every rank at start."""
@@ -480,6 +474,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
     core_import_error = _import_error_in_subprocess(MEGATRON_CORE_PROBE) if te_error else None
     core_version, core_path = megatron_core_module()
     oellm_version, oellm_path = megatron_oellm_module()
+    checkout = source_checkout()
     if core_version is not None:  # the release that is imported, not the one pip's metadata names
         versions["megatron-core"] = core_version
     te_flash_attention, te_flash_attention_error = (
@@ -499,7 +494,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         machine=platform.machine(),
         megatron_oellm_version=oellm_version,
         megatron_oellm_path=oellm_path,
-        megatron_oellm_checkout=megatron_oellm_checkout(oellm_path),
+        megatron_oellm_checkout=None if checkout is None else str(checkout),
         cuda_version=cuda_version,
         nccl_version=nccl_version,
         nccl_names=nccl_names,

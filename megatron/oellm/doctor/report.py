@@ -65,8 +65,9 @@ class EnvironmentReport:
     megatron_oellm_path: str | None = None
     """Folder that megatron-oellm was imported from: a checkout on PYTHONPATH comes ahead of an image's or venv's copy."""
     megatron_oellm_checkout: str | None = None
-    """Root of the megatron-oellm checkout this doctor runs from (the folder holding ``tools/install.sh``), so that a
-    fix can name its scripts by absolute path; None for an installed copy without ``tools/``."""
+    """Root of the megatron-oellm checkout this doctor runs from (the folder holding ``tools/install.sh``:
+    :func:`megatron.oellm.paths.source_checkout`), so that a fix can name its scripts by absolute path; None for an
+    installed copy without ``tools/``."""
     cuda_version: str | None = None
     """CUDA version torch was built with (``torch.version.cuda``); None for a CPU build or without torch."""
     nccl_version: str | None = None

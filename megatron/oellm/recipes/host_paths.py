@@ -89,13 +89,15 @@ def missing_tokenizer_problems(tokenizer_model: str) -> list[str]:
     :func:`megatron.oellm.training.data_sources.absent_tokenizer_path`), or none: it can be no Hugging Face hub name,
     the login node shares the compute nodes' file system, and the job would stop when it builds the tokenizer, after
     the queue (relative paths: from the current directory, where the job starts). Hub names (``org/name``) are left
-    to the run."""
+    to the run. A recipe's tokenizer other than ``byte`` is megatron-core's ``HuggingFaceTokenizer``, which loads a
+    folder or a hub name, never a single file."""
     from megatron.oellm.training.data_sources import absent_tokenizer_path
 
     if not absent_tokenizer_path(tokenizer_model):
         return []
-    return [f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give a tokenizer "
-            "directory or file on the shared file system, a Hugging Face hub name (org/name), or 'byte'"]
+    return [f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give a Hugging Face "
+            "tokenizer directory on the shared file system (AutoTokenizer loads no single file), a hub name (org/name; "
+            "compute nodes without network need the directory), or 'byte'"]
 
 
 def check_host_paths(cluster: ClusterSettings) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import megatron.oellm
 from megatron.oellm.doctor.rules import HYBRID_EP_MULTINODE_VARIABLE
+from megatron.oellm.paths import source_checkout
 from megatron.oellm.recipes.config import CONTAINER_RUNTIMES, ClusterSettings, Recipe, RecipeError
 from megatron.oellm.recipes.host_paths import bind_source, input_binds
 from megatron.oellm.recipes.resolve import ResolvedRow
@@ -152,6 +153,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
     lines += [line for name, value in recipe.row_env(row).items() for line in _env_lines(name, value, runtime)]
     run_bind = bind_source(str(directory), "run directory", "pass --output-dir DIR (or set cluster.output_dir) "
                             "to a path without them")
+    # a checkout is bound and put first on the image's PYTHONPATH, so the job runs the code its dry run validated,
+    # not the image's possibly older copy; an installed one (None) stays out: a host's site-packages must not enter
     checkout = source_checkout()
     checkout_binds = [] if checkout is None else [
         bind_source(str(checkout), "megatron-oellm checkout", "move the checkout to a path without them")]
@@ -195,14 +198,6 @@ def _one_line(text: str) -> str:
     ``#SBATCH`` directive after the first line that is not a comment (the job would ignore its nodes, GPUs, time and
     log, and bash would run the line as a command)."""
     return " ".join(text.split())
-
-
-def source_checkout() -> Path | None:
-    """The source checkout (the folder with ``setup.py`` and ``megatron/oellm``) this ``megatron.oellm`` was imported
-    from, or None for an installed copy (the image has its own; a host's site-packages must not enter the
-    container): the job runs the code its dry run validated, not the image's possibly older copy."""
-    root = Path(megatron.oellm.__file__).resolve().parents[2]
-    return root if (root / "setup.py").is_file() else None
 
 
 def _python_path_lines(checkout: Path | None) -> list[str]:

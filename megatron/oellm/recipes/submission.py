@@ -53,6 +53,12 @@ def sbatch_command() -> str:
     return sbatch
 
 
+def sbatch_errors(done: subprocess.CompletedProcess[str]) -> str:
+    """The non-empty lines ``sbatch`` wrote to stderr in ``done``, joined by ``; `` (each is a message of its own,
+    and a refusal is one line); '' where it wrote none."""
+    return "; ".join(line.strip() for line in done.stderr.splitlines() if line.strip())
+
+
 def submit(script: str, directory: Path) -> str:
     """Write ``script`` to a new job script in ``directory`` (see :func:`_new_script`), submit it with ``sbatch``;
     return sbatch's output."""
@@ -60,7 +66,7 @@ def submit(script: str, directory: Path) -> str:
     path = _new_script(directory, script)
     done = subprocess.run([sbatch, str(path)], capture_output=True, text=True, check=False)
     if done.returncode:
-        raise RecipeError(f"sbatch {path} failed ({done.returncode}): {done.stderr.strip()}")
+        raise RecipeError(f"sbatch {path} failed ({done.returncode}): {sbatch_errors(done)}")
     return done.stdout.strip()
 
 
@@ -117,7 +123,7 @@ def sbatch_rejection(script: str) -> str:
                           check=False)
     if not done.returncode:
         return ""
-    return "; ".join(line.strip() for line in done.stderr.splitlines() if line.strip()) or f"status {done.returncode}"
+    return sbatch_errors(done) or f"status {done.returncode}"
 
 
 def check_jobs_would_queue(scripts: Mapping[int, str]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from megatron.oellm.models.parallel import ParallelLayout
+from megatron.oellm.paths import source_checkout
 from megatron.oellm.recipes.config import (
     ClusterSettings,
     LocalSettings,
@@ -24,7 +25,6 @@ from megatron.oellm.recipes.config import (
     check_layout_types,
     layout_overrides,
 )
-from megatron.oellm.recipes.slurm import source_checkout
 
 SettingsT = TypeVar("SettingsT")
 """One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""

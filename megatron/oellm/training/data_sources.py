@@ -453,6 +453,27 @@ FILE_READING_TOKENIZERS = (*DOWNLOADED_TOKENIZER_FILES, "HuggingFaceTokenizer")
 (Null, SentencePiece, TikToken, multimodal, SFT) never read them, so a path left over from another tokenizer is no
 error there."""
 
+HUB_TOKENIZER_FORM = ("an existing tokenizer directory (a Hugging Face tokenizer's folder, as save_pretrained "
+                      "writes it: AutoTokenizer loads no single file), or a hub name (org/name, not written as a "
+                      "path; a node without network needs the directory)")
+"""What ``--tokenizer-model`` must be for a tokenizer megatron-core builds with ``AutoTokenizer.from_pretrained``."""
+SENTENCEPIECE_FORM = "the path of an existing SentencePiece model file (tokenizer.model)"
+"""What ``--tokenizer-model`` must be for a tokenizer megatron-core builds with sentencepiece."""
+
+TOKENIZER_MODEL_FORMS: dict[str, str] = {
+    "HuggingFaceTokenizer": HUB_TOKENIZER_FORM,
+    "SFTTokenizer": HUB_TOKENIZER_FORM,
+    "SentencePieceTokenizer": SENTENCEPIECE_FORM,
+    "GPTSentencePieceTokenizer": SENTENCEPIECE_FORM,
+    "Llama2Tokenizer": SENTENCEPIECE_FORM,
+    "TikTokenizer": "the path of an existing tiktoken vocabulary file (a .json file)",
+}
+"""The ``--tokenizer-type`` values megatron-core 0.19.2 hands ``--tokenizer-model`` to, each with what the value must
+be (the hint of :func:`check_tokenizer_files`' refusal): transformers' ``AutoTokenizer.from_pretrained`` (the
+Hugging Face and SFT tokenizers) loads a folder or downloads a hub name, and takes a file path for a malformed hub
+name; sentencepiece and tiktoken read one file. The others (Null, GPT-2 BPE, BERT, multimodal) never read it, so a
+path left over from another tokenizer is no error there."""
+
 MEGATRON_CACHE_SUFFIXES = {"vocab_file": "_vocab", "merge_file": "_merges"}
 """The suffix of each tokenizer file in megatron-core's download cache (``<TYPE><suffix>`` under its cache folder)."""
 
@@ -471,10 +492,10 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for a tokenizer file ``args`` name that is not there: a ``--vocab-file`` or
     ``--merge-file`` that is no file where the tokenizer type reads it (:data:`FILE_READING_TOKENIZERS`), a megatron
     tokenizer type without the files it would download and has not cached (:data:`DOWNLOADED_TOKENIZER_FILES`,
-    :func:`downloaded_before`), a ``--tokenizer-model`` path where nothing is
-    (:func:`absent_tokenizer_path`). megatron-core builds the tokenizer when megatron initialises, on every rank: a
-    missing file waited out huggingface.co's retries (some 30 s) and was then refused under the hub tokenizer's name,
-    a file left to download ended in a ``wget`` traceback."""
+    :func:`downloaded_before`), a ``--tokenizer-model`` path where nothing is (:func:`absent_tokenizer_path`), where
+    the tokenizer type reads one (:data:`TOKENIZER_MODEL_FORMS`, whose hint the refusal gives). megatron-core builds
+    the tokenizer when megatron initialises, on every rank: a missing file waited out huggingface.co's retries (some
+    30 s) and was then refused under the hub tokenizer's name, a file left to download ended in a ``wget`` traceback."""
     for name, (flag, content) in TOKENIZER_FILE_FLAGS.items():
         value = getattr(args, name)
         if value is not None and args.tokenizer_type in FILE_READING_TOKENIZERS and not Path(value).is_file():
@@ -489,12 +510,10 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
                          "package and network on every node (else a traceback); give the files (for GPT2BPETokenizer "
                          "gpt2's vocab.json and merges.txt), or --tokenizer-type HuggingFaceTokenizer "
                          "--tokenizer-model NAME_OR_DIRECTORY")
-    model = args.tokenizer_model
-    if model is not None and absent_tokenizer_path(model):
-        raise ValueError(f"--tokenizer-model {model!r} does not exist (relative to {Path.cwd()}): written as a path, "
-                         "it is no Hugging Face hub name either, so megatron-core would fail to build the tokenizer "
-                         "when megatron initialises; give an existing tokenizer directory or file, or a hub name "
-                         "(org/name)")
+    model, form = args.tokenizer_model, TOKENIZER_MODEL_FORMS.get(args.tokenizer_type)
+    if model is not None and form is not None and absent_tokenizer_path(model):
+        raise ValueError(f"--tokenizer-model {model!r} does not exist (relative to {Path.cwd()}): megatron-core would "
+                         f"fail to build the {args.tokenizer_type} when megatron initialises; give {form}")
 
 
 BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX WEIGHT PREFIX ...), "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
+from megatron.oellm.error_lines import one_line
 from megatron.oellm.training.args import (
     add_oellm_arguments,
     check_command_line,
@@ -93,9 +94,9 @@ def refuse(error: ValueError) -> int:
 
     The refusals before Megatron allocates anything (a card conflict, an unknown model, a backend or data flag the
     run cannot honour, flags no card describes) are messages naming the fix; under torchrun a traceback per rank
-    would bury them.
+    would bury them. A message quoting a library's over several lines is joined into one (:func:`one_line`).
     """
-    print(f"{PROG}: error: {error}", file=sys.stderr)
+    print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
     return 2
 
 

@@ -25,8 +25,6 @@ from megatron.oellm.doctor.probes import (
     distribution_version,
     find_nvcc,
     gpu_info,
-    megatron_oellm_checkout,
-    megatron_oellm_module,
 )
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 from megatron.oellm.doctor.rules import (
@@ -39,6 +37,7 @@ from megatron.oellm.doctor.rules import (
     fla_tilelang_blocker,
 )
 from megatron.oellm.error_lines import one_line_error
+from megatron.oellm.paths import source_checkout
 
 
 def _fla_layers_on_affected_triton(card: ModelCard, triton: str | None) -> bool:
@@ -96,10 +95,11 @@ def doctor_report_here(gpu: GpuInfo, triton: str, tilelang: tuple[bool, str | No
     site-bundle command names. Fields the rule does not read keep their defaults."""
     fla = distribution_version(PACKAGE_PROBE_BY_NAME["fla"])
     found, error, nvcc = tilelang
+    checkout = source_checkout()
     return EnvironmentReport(
         python_version=platform.python_version(), typing_override_provided=False,
         versions={"fla": fla or UNKNOWN_VERSION, "triton": triton}, machine=platform.machine(),
-        megatron_oellm_checkout=megatron_oellm_checkout(megatron_oellm_module()[1]), gpus=(gpu,),
+        megatron_oellm_checkout=None if checkout is None else str(checkout), gpus=(gpu,),
         tilelang_importable=found, tilelang_import_error=error, nvcc_path=nvcc)
 
 

@@ -42,8 +42,9 @@ def test_each_missing_input_is_noted_in_the_words_submit_refuses_it_with(tmp_pat
         f"bind source {bind!r} of cluster.binds entry '{bind}:/x' does not exist",
         *(f"--data-path prefix {prefix!r}: '{prefix}.bin' and '{prefix}.idx' not found (relative to {tmp_path}); "
           "give the prefix of a Megatron dataset, without .bin/.idx" for prefix in prefixes),
-        f"--tokenizer-model {tokenizer!r} does not exist (relative to {tmp_path}); give a tokenizer directory or "
-        "file on the shared file system, a Hugging Face hub name (org/name), or 'byte'"]
+        f"--tokenizer-model {tokenizer!r} does not exist (relative to {tmp_path}); give a Hugging Face tokenizer "
+        "directory on the shared file system (AutoTokenizer loads no single file), a hub name (org/name; compute "
+        "nodes without network need the directory), or 'byte'"]
     assert main(["recipe", *argv, "--submit", "--row", "1"]) == 2  # refused on the first, before any sbatch call
     assert capsys.readouterr().err == f"oellm recipe: error: {notes[0]}\n"
 
