@@ -7,7 +7,9 @@ asks the GPU's compute capability and Transformer Engine's version: :func:`valid
 recipes' clusters would (MareNostrum 5's H100 and Jupiter's GH200 are sm_90; the image's Transformer Engine is
 recent enough for every version gate and brings the fused RoPE and MoE permutation kernels megatron-core's
 ``TransformerConfig`` asks for; ``--oellm-backend auto`` resolves to it), on rank 0 of the row's world size with the
-cluster's environment exported, and undoes those answers afterwards.
+cluster's environment exported, and undoes those answers afterwards. The training entry, started on a node without
+a GPU, validates its command line the same way (:func:`parse_and_validate_on_cluster`) before it refuses to train
+there.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 from unittest import mock
 
@@ -50,14 +52,22 @@ def _cluster_backend(name: str) -> str:
 
 
 @contextlib.contextmanager
+def cluster_backend() -> Iterator[None]:
+    """While inside: ``--oellm-backend`` resolves as on the cluster image (``auto`` and ``te`` to its Transformer
+    Engine, which imports only where a GPU driver is), for every caller that looks the resolver up when it runs."""
+    from megatron.oellm.backends import selection
+
+    with mock.patch.object(selection, "resolve_backend", _cluster_backend):
+        yield
+
+
+@contextlib.contextmanager
 def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]:
     """While inside: megatron sees a Hopper GPU with a recent Transformer Engine, rank 0 of ``world_size`` and
     ``env`` exported; its printout of the arguments, its INFO log lines and its warnings are swallowed."""
     import torch
     from megatron.core.transformer import transformer_config
     from megatron.training import arguments
-
-    from megatron.oellm.backends import selection
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability",
@@ -73,7 +83,7 @@ def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]
             for name in names:
                 if getattr(kernels, name, False) is None:
                     stack.enter_context(mock.patch.object(kernels, name, _cluster_kernel))
-        stack.enter_context(mock.patch.object(selection, "resolve_backend", _cluster_backend))
+        stack.enter_context(cluster_backend())
         stack.enter_context(mock.patch.dict(os.environ, {**env, "WORLD_SIZE": str(world_size), "RANK": "0"}))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
         # megatron's root log handler holds the real stdout: its INFO lines (a pipeline layout's table) stay out too
@@ -127,16 +137,42 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
 
     Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets
     ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field)."""
-    from megatron.oellm.flops import megatron_padded_vocab
     from megatron.oellm.training.model_provider import card_from_args
     from megatron.oellm.training.startup_checks import check_model_args
 
     probe = copy.copy(args)
-    if probe.padded_vocab_size is None:
-        probe.padded_vocab_size = megatron_padded_vocab(probe.vocab_size or 1, probe.tensor_model_parallel_size,
-                                                        probe.make_vocab_size_divisible_by)
+    pad_vocab_as_megatron(probe)
     with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
         check_model_args(probe, card_from_args(probe))
+
+
+def pad_vocab_as_megatron(args: argparse.Namespace) -> None:
+    """Set validated ``args``' ``padded_vocab_size``, where megatron has not (it does when it builds the tokenizer,
+    after its validation), to ``--vocab-size`` padded as megatron pads it (a vocabulary of 1 without one: the
+    tokenizer's is not known before it is built), for the card the checks after validation read from ``args``."""
+    from megatron.oellm.flops import megatron_padded_vocab
+
+    if args.padded_vocab_size is None:
+        args.padded_vocab_size = megatron_padded_vocab(args.vocab_size or 1, args.tensor_model_parallel_size,
+                                                       args.make_vocab_size_divisible_by)
+
+
+def parse_and_validate_on_cluster(world_size: int, *,
+                                  extra_args_provider: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+                                  ) -> argparse.Namespace:
+    """megatron's ``parse_and_validate_args`` of ``sys.argv`` (with ``extra_args_provider``'s flags; the arguments
+    of a ``--use-checkpoint-args`` checkpoint read in, as on a GPU node) on rank 0 of ``world_size`` cluster GPUs
+    with this process's environment (see the module docstring), with the padded vocabulary of
+    :func:`pad_vocab_as_megatron`. What megatron sets up for training after validating is left out
+    (``set_global_variables``: the global arguments, the tokenizer, the TensorBoard and W&B writers, signal
+    handlers): a node without a GPU only checks the command line."""
+    from megatron.training import arguments
+
+    with (_as_cluster_rank0(world_size, {}),
+          mock.patch.object(arguments, "set_global_variables", lambda *_args, **_kwargs: None)):
+        args = arguments.parse_and_validate_args(extra_args_provider=extra_args_provider)
+    pad_vocab_as_megatron(args)
+    return args
 
 
 def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from megatron.oellm.backends.selection import BACKEND_CHOICES, resolve_backend
+from megatron.oellm.backends import selection
+from megatron.oellm.backends.selection import BACKEND_CHOICES
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import (
     FlagValue,
@@ -251,7 +252,8 @@ def with_backend_implementation(argv: Sequence[str]) -> list[str]:
     and a :class:`BackendFlagConflict` when the user asked for ``transformer_engine``.
     """
     parsed = parse_oellm_argv(argv)
-    if resolve_backend(parsed.oellm_backend) != "torch":
+    # looked up per call: on a node without a GPU the entry resolves the backend as the cluster image does
+    if selection.resolve_backend(parsed.oellm_backend) != "torch":
         return list(argv)
     if "transformer_impl" not in explicit_destinations(argv):
         return [*argv, "--transformer-impl", TORCH_BACKEND_IMPL]

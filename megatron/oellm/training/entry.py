@@ -10,6 +10,8 @@ Megatron's (``--save``/``--load``, ``--ckpt-format torch_dist`` for megatron-cor
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -149,6 +151,12 @@ def training_config(args: argparse.Namespace) -> object:
         raise ValueError(f"megatron's training configuration refuses the run's arguments: {detail}") from error
 
 
+def asks_transformer_engine_optimizer(args: argparse.Namespace) -> bool:
+    """Whether megatron-core's optimizer configuration of validated ``args`` imports Transformer Engine's FusedAdam
+    (``--use-precision-aware-optimizer`` without ``--optimizer-cpu-offload``), which imports only beside a GPU."""
+    return bool(args.use_precision_aware_optimizer and not args.optimizer_cpu_offload)
+
+
 def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
                    parsed: argparse.Namespace) -> argparse.Namespace:
     """Megatron's ``parse_and_validate_args`` (passed in: importing it imports ``megatron.training``) with the OEL
@@ -170,37 +178,64 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
                          f"{training_batch_detail(detail, parsed)}") from error
 
 
-CPU_CHECK = "oellm recipe RECIPE.toml --dry-run"
-"""The command that checks a command line on a login node: a recipe row's flags through megatron's ``validate_args``
-and the entry's start-up checks, answered as the cluster's GPUs would (``recipes/megatron_validation.py``)."""
+def launcher_world_size() -> int:
+    """The world size megatron reads on a GPU node: the launcher's ``WORLD_SIZE`` (torchrun's, or one exported to
+    check a job's parallel sizes on a login node), else 1 (one process started without a launcher)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def check_gpu_node() -> None:
-    """Raise ``ValueError`` when torch sees no CUDA GPU here (a login node, a CPU build of torch, no GPU visible).
+    """Raise ``ValueError`` when torch sees no CUDA GPU here (a login node, a CPU build of torch, no GPU visible): the
+    one place that tells a GPU node from another node. :func:`main` asks it first and, on another node, checks the
+    command line as far as a CPU can before it prints this error, which says so.
 
     megatron's ``validate_args`` asks the GPU for its compute capability on most command lines and training needs
     one, so on a CPU machine every command line was refused as "Torch not compiled with CUDA enabled", which hid the
-    refusal that mattered. Called after the entry's own checks that need no GPU, before megatron's validation; the
-    message names the login node's check, :data:`CPU_CHECK`."""
+    refusal that mattered. Without a GPU, :func:`main` answers those questions as the cluster's GPUs would (as
+    ``oellm recipe --dry-run`` does, :mod:`megatron.oellm.recipes.megatron_validation`) and leaves out the checks of
+    the GPU node's own Transformer Engine, dispatcher kernels and GPU."""
     import torch
 
     if torch.cuda.is_available():
         return
     why = ("a CPU build of torch" if torch.version.cuda is None else
            f"torch {torch.__version__} sees no GPU: check the driver and CUDA_VISIBLE_DEVICES; `oellm doctor` tells")
-    raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); the checks that "
-                     "follow megatron's validation (data paths, batch grid, parallel sizes, --save) did not run here; "
-                     f"to check a command line on a login node, give its flags to a recipe row and run `{CPU_CHECK}` "
-                     "(megatron's validate_args and the entry's start-up checks, as on the cluster's GPUs)")
+    raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); the command line "
+                     "passed the checks that can run here: megatron's validate_args as rank 0 of "
+                     f"WORLD_SIZE={launcher_world_size()} (the launcher's, else 1: export the job's GPU count to check "
+                     "its parallel sizes), answered as the cluster's Hopper GPUs and their Transformer Engine "
+                     "(--oellm-backend auto resolves to it), then the entry's checks of the data, batch grid, parallel "
+                     "layout, --save, checkpoints, model configuration and lr schedule; the GPU node's Transformer "
+                     "Engine kernels, MoE dispatcher libraries and GPU are checked where it starts")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
-    parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training."""
+    parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training.
+
+    On a node without a GPU (:func:`check_gpu_node`) the backend resolves and megatron's validation runs as on the
+    cluster's GPUs (:func:`megatron.oellm.recipes.megatron_validation.parse_and_validate_on_cluster`, on rank 0 of
+    :func:`launcher_world_size`), then every later check that needs no GPU; the checks of this node's Transformer
+    Engine kernels (the explicit torch backend's feature check runs), MoE dispatcher libraries and activation-logging
+    classes, the GPU's peak, and megatron-core's FusedAdam question of ``--use-precision-aware-optimizer`` are left
+    to the GPU node; then the :func:`check_gpu_node` refusal, status 2."""
+    from megatron.oellm.recipes.megatron_validation import (
+        check_model_config_on_cluster,
+        cluster_backend,
+        parse_and_validate_on_cluster,
+    )
+
     user_argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_gpu_node()
+        no_gpu = None
+    except ValueError as error:
+        no_gpu = error  # refused once the checks that can run without a GPU have passed
+    on_gpu_node = no_gpu is None
+    try:
         stated_line, merged = stated_argv(user_argv)
-        argv = expanded_argv(stated_line)
+        with contextlib.nullcontext() if on_gpu_node else cluster_backend():
+            argv = expanded_argv(stated_line)
         stated = explicit_destinations(stated_line)  # not the defaults: told apart by value only otherwise
         user_given = merged.user_destinations if merged else stated  # no card: the stated line is the user's
     except ValueError as error:
@@ -263,18 +298,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_checkpoint_vocabulary(parsed, loaded,  # megatron loads as many embedding rows as fit, comparing none
                                     vocab_given="vocab_size" in user_given)
         check_checkpoint_sequence_length(parsed, loaded, sources)  # megatron asserts it bare where none stores one
-        check_gpu_node()  # megatron's validation asks the GPU
-        args = validated_args(parse_and_validate_args, parsed)
+        # megatron's validation asks the GPU: without one, as the cluster's GPUs would answer
+        args = validated_args(parse_and_validate_args if on_gpu_node
+                              else functools.partial(parse_and_validate_on_cluster, launcher_world_size()), parsed)
     except ValueError as error:
         return refuse(error)
     try:
-        backend = resolve_backend(args.oellm_backend)
-        check_args_support(args.oellm_backend, args)  # unresolved: a refusal under auto says why auto chose torch
-        check_flex_dispatcher(args)
+        if on_gpu_node:  # this node's Transformer Engine and kernels
+            backend = resolve_backend(args.oellm_backend)
+            check_args_support(args.oellm_backend, args)  # unresolved: a refusal under auto says why auto chose torch
+            check_flex_dispatcher(args)
+        elif args.oellm_backend == "torch":  # the same on every node
+            check_args_support("torch", args)
         check_validated_args(args)
         check_save_directory(args)  # this node's file system: not in the recipes' checks
         check_validated_packages(args)
-        check_activation_logging(args, backend)
+        if on_gpu_node:  # Transformer Engine's module classes, which import only beside a GPU
+            check_activation_logging(args, backend)
         local_prefixes = check_data_source(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),
@@ -293,11 +333,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_layout(args, card)
         check_converted_glu_layout(args, loaded, card)
         check_fsdp2_torch_dcp(args, card, loaded)
-        check_model_args(args, card)
+        if on_gpu_node:
+            check_model_args(args, card)
+        else:  # megatron-core's TransformerConfig asks Transformer Engine's version and kernels
+            check_model_config_on_cluster(args, launcher_world_size(), {})
         check_fla_backward(card)
-        flops_per_token, peak_tflops = flops_and_peak(args, card)
+        if on_gpu_node:  # the GPU's peak
+            flops_per_token, peak_tflops = flops_and_peak(args, card)
         check_lr_schedule(args)
-        config_container = training_config(args)
+        if on_gpu_node or not asks_transformer_engine_optimizer(args):
+            config_container = training_config(args)
+        if not on_gpu_node:
+            raise no_gpu
     except ValueError as error:
         return refuse(error)
     if args.num_experts:

@@ -48,29 +48,39 @@ def with_validated_fields(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
-    """The training entry module, patched to run its argument checks on CPU and raise :class:`Reached` after them."""
-    # Megatron's validation (it needs CUDA) is replaced by the plain parse, and the entry's check for a GPU passes;
-    # every step after the argument checks (FLOP count, megatron's config container, throughput hook, ``pretrain``)
-    # raises Reached. TE's attention switches are cleared: megatron-core leaves them in ``os.environ`` when an earlier
-    # test builds a model, and the entry refuses a preset one that disagrees with ``--attention-backend``.
-    import megatron.training
-    import megatron.training.arguments
-
-    from megatron.oellm.backends import selection
+def entry_in_a_test(monkeypatch: pytest.MonkeyPatch):
+    """The training entry module with what it changes outside its own checks undone after the test (``sys.argv``,
+    megatron's runtime patches, which are not applied) and TE's attention switches cleared: megatron-core leaves them
+    in ``os.environ`` when an earlier test builds a model, and the entry refuses a preset one that disagrees with
+    ``--attention-backend``."""
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
-    from megatron.oellm.training import entry, throughput
+    from megatron.oellm.training import entry
     from megatron.oellm.training.attention_env import SWITCHES, VERSION_PINS
 
     for name in (*SWITCHES, *VERSION_PINS):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", ["entry"])
+    monkeypatch.setattr(dataset_helpers, "apply", lambda: True)
+    monkeypatch.setattr(distrib_optimizer_step, "apply", lambda: True)
+    return entry
+
+
+def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
+    """The training entry module, patched to run its argument checks on CPU and raise :class:`Reached` after them."""
+    # Megatron's validation (it needs CUDA) is replaced by the plain parse, and the entry's check for a GPU passes;
+    # every step after the argument checks (FLOP count, megatron's config container, throughput hook, ``pretrain``)
+    # raises Reached.
+    import megatron.training
+    import megatron.training.arguments
+
+    from megatron.oellm.backends import selection
+    from megatron.oellm.training import throughput
+
+    entry = entry_in_a_test(monkeypatch)
 
     def reached(*_args, **_kwargs):
         raise Reached
 
-    monkeypatch.setattr(sys, "argv", ["entry"])
-    monkeypatch.setattr(dataset_helpers, "apply", lambda: True)
-    monkeypatch.setattr(distrib_optimizer_step, "apply", lambda: True)
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
     monkeypatch.setattr(entry, "check_gpu_node", lambda: None)  # the GPU megatron's validation would ask
     monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
@@ -78,6 +88,24 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(entry, "training_config", reached)  # megatron's container needs validated arguments
     monkeypatch.setattr(throughput, "install_throughput_logging", reached)
     monkeypatch.setattr(megatron.training, "pretrain", reached)
+    return entry
+
+
+def entry_on_a_cpu_node(monkeypatch: pytest.MonkeyPatch, cuda_build: str | None = None):
+    """The training entry module on a node where torch sees no GPU (``cuda_build``: torch's CUDA version, None for a
+    CPU build), started without a launcher (no ``WORLD_SIZE``), megatron's validation and every check of the entry as
+    they are; ``pretrain`` fails the test."""
+    import megatron.training
+
+    entry = entry_in_a_test(monkeypatch)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+
+    def no_training(*_args, **_kwargs):
+        raise AssertionError("pretrain was reached on a node without a GPU")
+
+    monkeypatch.setattr(megatron.training, "pretrain", no_training)
     return entry
 
 

@@ -1,68 +1,156 @@
 """On a CPU machine (a login node) the training entry refused every command line as "megatron's argument validation
 refuses the command line: Torch not compiled with CUDA enabled" (megatron's ``validate_args`` asks the GPU), hiding
-the refusal that mattered. It now says, in one line, that it needs a GPU node and which command checks a command
-line on a login node; its checks that need no GPU still come first."""
+the refusal that mattered; then, in one line, that it needs a GPU node, before megatron's validation and every check
+after it (data paths, batch grid, parallel sizes, ``--save``...), so that a login node passed over those mistakes.
+It now validates as the cluster's GPUs would answer (as ``oellm recipe --dry-run`` does), on rank 0 of the launcher's
+``WORLD_SIZE`` (1 without one), runs every later check that needs no GPU, refuses a mistake with its own line, and
+says it needs a GPU node only for a command line that passed them, saying so."""
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
-from megatron.oellm.training.entry import CPU_CHECK, check_gpu_node
-from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, one_error_line
+from megatron.oellm.training.entry import check_gpu_node
+from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, entry_on_a_cpu_node, refused_line
 
 CARD = "qwen3-30b-a3b-tiny"
+PASSED = "the command line passed the checks that can run here"
 
 
-def _entry_on_a_cpu_node(monkeypatch: pytest.MonkeyPatch, cuda_build: str | None):
-    """The entry up to ``pretrain`` with its GPU check in place, on a node where torch sees no GPU (``cuda_build``:
-    torch's CUDA version, None for a CPU build), and megatron's validation failing as it does there."""
-    import megatron.training.arguments
-
-    entry = entry_up_to_pretrain(monkeypatch)
-    monkeypatch.setattr(entry, "check_gpu_node", check_gpu_node)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", cuda_build)
-
-    def cpu_validation(**_kwargs):
-        raise AssertionError("Torch not compiled with CUDA enabled")
-
-    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", cpu_validation)
-    return entry
+def _tiny_run(*extra: str, global_batch: int = 8) -> list[str]:
+    """:data:`TINY_MOE_RUN` with another ``--global-batch-size`` and ``extra`` flags."""
+    run = list(TINY_MOE_RUN)
+    run[run.index("--global-batch-size") + 1] = str(global_batch)
+    return [*run, *extra]
 
 
 @pytest.mark.parametrize("cuda_build", [None, "13.0"])
-def test_no_gpu_is_one_line_naming_the_login_node_check(monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str],
-                                                        cuda_build: str | None) -> None:
-    entry = _entry_on_a_cpu_node(monkeypatch, cuda_build)
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data",
-            "--seq-length", str(random.choice([32, 64, 128]))]
-    assert entry.main(argv) == 2
-    line = one_error_line(capsys)
-    assert "needs a GPU node" in line and f"`{CPU_CHECK}`" in line, line
-    assert "the checks that follow megatron's validation (data paths, batch grid, parallel sizes, --save) did not run" \
-        in line  # a login node's silence on them is no pass
+def test_a_correct_line_passes_the_checks_then_needs_a_gpu_node(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 cuda_build: str | None) -> None:
+    """The refusal says which checks the line passed (a login node's silence on them was no pass), on which world
+    size, and why this node has no GPU."""
+    entry = entry_on_a_cpu_node(monkeypatch, cuda_build)
+    world = random.choice([1, 2, 4, 8])
+    if world > 1 or random.random() < 0.5:
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+    line = refused_line(entry, capsys, _tiny_run(global_batch=world * random.randint(1, 4)))
+    assert "the training entry needs a GPU node" in line and PASSED in line, line
+    assert f"validate_args as rank 0 of WORLD_SIZE={world} (" in line and "data, batch grid, parallel layout, --save" in line
     assert "Torch not compiled with CUDA enabled" not in line and "argument validation" not in line
     assert ("a CPU build of torch" in line) == (cuda_build is None)
     assert ("CUDA_VISIBLE_DEVICES" in line) == (cuda_build is not None)
 
 
+def test_the_te_backend_is_judged_as_the_clusters(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--oellm-backend te`` was refused on a login node because Transformer Engine, which needs a GPU driver, does
+    not import there; the cluster image's Transformer Engine is what the line is judged against."""
+    from megatron.oellm.backends.selection import transformer_engine_import_error
+
+    if transformer_engine_import_error() is None:
+        pytest.skip("Transformer Engine imports here")
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, _tiny_run("--oellm-backend", "te"))
+    assert PASSED in line and "Transformer Engine does not import" not in line, line
+
+
+def test_a_missing_data_prefix_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = tmp_path / f"corpus_{random.randint(0, 10**6)}"
+    run = [flag for flag in _tiny_run("--data-path", str(prefix)) if flag != "--mock-data"]
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, run)
+    assert f"no indexed dataset (PREFIX.bin and PREFIX.idx) at '{prefix}'" in line and "GPU node" not in line, line
+
+
+def test_a_global_batch_off_the_micro_batch_grid_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The grid is micro batch x data-parallel size, the world size's: 2 ranks of a plain run."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    micro = random.randint(1, 4)
+    global_batch = 2 * micro * random.randint(1, 8) + random.randint(1, 2 * micro - 1)
+    line = refused_line(entry, capsys,
+                        _tiny_run("--micro-batch-size", str(micro), global_batch=global_batch))
+    assert (f"--global-batch-size {global_batch} is not a multiple of --micro-batch-size {micro} x data-parallel "
+            f"size 2 = {2 * micro}") in line and "GPU node" not in line, line
+
+
+def test_a_tensor_parallel_size_not_dividing_the_world_size_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    entry = entry_on_a_cpu_node(monkeypatch)
+    world = random.choice([6, 10, 14])
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    line = refused_line(entry, capsys,
+                        _tiny_run("--tensor-model-parallel-size", "4", global_batch=world))
+    assert f"world size ({world}) is not divisible by total_model_size" in line and "GPU node" not in line, line
+
+
+def test_an_expert_layout_the_card_refuses_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Expert x pipeline parallel sizes that do not divide the world size: megatron's validation lets them through,
+    the card's layout check (the entry's :func:`~megatron.oellm.training.entry.check_layout`) does not."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    world = random.choice([2, 6])
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    line = refused_line(entry, capsys,
+                        _tiny_run("--expert-model-parallel-size", "4", global_batch=world * random.randint(1, 4)))
+    assert f"world size {world} is not divisible by etp x ep x pp = 4" in line and "GPU node" not in line, line
+
+
+def test_a_save_that_cannot_be_written_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``--save`` under a file (which root cannot write into either)."""
+    file = tmp_path / "notes.txt"
+    file.write_text(f"run {random.randint(0, 10**6)}")
+    save = file / "checkpoints"
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--save", str(save), "--save-interval", str(random.randint(2, 9))))
+    assert f"--save {save} lies under {file}, which is a file" in line and "GPU node" not in line, line
+
+
 def test_the_checks_before_validation_still_refuse_first(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """A command line the entry refuses without a GPU (here a sequence longer than the card's positions) is refused
-    for that on a CPU node too."""
+    """A command line the entry refuses before megatron's validation (here a sequence longer than the card's
+    positions) is refused for that on a CPU node too."""
     from megatron.oellm.cards import get_card
 
-    entry = _entry_on_a_cpu_node(monkeypatch, None)
     seq = get_card(CARD).max_position_embeddings + random.randint(1, 4096)
-    assert entry.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--seq-length", str(seq)]) == 2
-    line = one_error_line(capsys)
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--seq-length", str(seq)])
     assert f"--seq-length {seq} exceeds" in line and "GPU node" not in line
 
 
 def test_a_gpu_node_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     check_gpu_node()
+
+
+def test_megatrons_training_configuration_is_built(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Its optimizer checks need no GPU: a main-gradient, main-parameter or Adam-moment dtype other than fp32 without
+    the precision-aware optimizer."""
+    flag, dtype = random.choice([("--main-grads-dtype", "bf16"), ("--main-params-dtype", "fp16"),
+                                 ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "fp16")])
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, _tiny_run("--bf16", flag, dtype))
+    assert (f"megatron's training configuration refuses the run's arguments: {flag[2:].replace('-', '_')} can only "
+            "be fp32") in line and "GPU node" not in line, line
+
+
+def test_the_precision_aware_optimizer_is_left_to_the_gpu_node(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """megatron-core's configuration of it imports Transformer Engine's FusedAdam, which a CPU node lacks."""
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer"))
+    assert PASSED in line and "FusedAdam" not in line, line
+
+
+def test_the_torch_backends_feature_check_runs(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An explicit torch backend is the same on every node: what it cannot run is refused here too."""
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--bf16", "--oellm-backend", "torch", "--fp8-format", "hybrid"))
+    assert "the torch-native backend cannot run: fp8 training" in line and "GPU node" not in line, line
