@@ -180,8 +180,13 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
 
 def launcher_world_size() -> int:
     """The world size megatron reads on a GPU node: the launcher's ``WORLD_SIZE`` (torchrun's, or one exported to
-    check a job's parallel sizes on a login node), else 1 (one process started without a launcher)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    check a job's parallel sizes on a login node), else 1 (one process started without a launcher). ``ValueError``
+    for a ``WORLD_SIZE`` that is not a whole number of at least 1, which torch.distributed could not use either."""
+    given = os.environ.get("WORLD_SIZE", "1")
+    if not given.strip().isdigit() or int(given) < 1:
+        raise ValueError(f"WORLD_SIZE={given!r} in the environment is not a number of processes: export the job's GPU "
+                         "count (e.g. WORLD_SIZE=64) or unset it for one process")
+    return int(given)
 
 
 def check_gpu_node() -> None:

@@ -154,3 +154,15 @@ def test_the_torch_backends_feature_check_runs(monkeypatch: pytest.MonkeyPatch,
     line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
                         _tiny_run("--bf16", "--oellm-backend", "torch", "--fp8-format", "hybrid"))
     assert "the torch-native backend cannot run: fp8 training" in line and "GPU node" not in line, line
+
+
+@pytest.mark.parametrize("given", ["eight", "0", "-2", "2.5", ""])
+def test_a_world_size_that_is_no_process_count_is_refused_by_name(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  given: str) -> None:
+    """An exported ``WORLD_SIZE`` the login node's check reads: ``int()``'s bare "invalid literal" (or a world of 0
+    ranks reaching megatron's validation) named neither the variable nor the fix."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    monkeypatch.setenv("WORLD_SIZE", given)
+    line = refused_line(entry, capsys, _tiny_run())
+    assert f"WORLD_SIZE={given!r} in the environment is not a number of processes" in line, line
