@@ -81,6 +81,26 @@ def flex_dispatcher_problem(args: Any) -> str | None:
     return expert_group_problem(args, backend)
 
 
+def flex_layout_problem(args: Any) -> str | None:
+    """The part of :func:`flex_dispatcher_problem` that needs no library, or None: the dispatcher flags' own
+    contradictions (:func:`enable_deepep_problem`) and an expert layout the flex backend cannot dispatch over
+    (:func:`expert_group_problem`). They are the same on every node, so a login node without DeepEP or Transformer
+    Engine checks them too."""
+    if (problem := enable_deepep_problem(args)) is not None:
+        return problem
+    if args.moe_token_dispatcher_type != "flex":
+        return None
+    return expert_group_problem(args, effective_backend(args))
+
+
+def check_flex_layout(args: Any) -> None:
+    """Raise ValueError with :func:`flex_layout_problem`'s reason, if any (the training entry on a node without a
+    GPU, where this node's DeepEP and Transformer Engine say nothing of the cluster's)."""
+    problem = flex_layout_problem(args)
+    if problem:
+        raise ValueError(problem)
+
+
 def check_flex_dispatcher(args: Any) -> None:
     """Raise ValueError with :func:`flex_dispatcher_problem`'s reason, if any (the training entry calls it right
     after parsing, before Megatron allocates anything)."""

@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from megatron.oellm.training.data import train_valid_test_datasets
     from megatron.oellm.training.data_sources import check_data_source
-    from megatron.oellm.training.dispatcher import check_flex_dispatcher
+    from megatron.oellm.training.dispatcher import check_flex_dispatcher, check_flex_layout
     from megatron.oellm.training.fla_kernels import check_fla_backward
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.ignored_flags import ignored_flag_warnings
@@ -313,8 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             backend = resolve_backend(args.oellm_backend)
             check_args_support(args.oellm_backend, args)  # unresolved: a refusal under auto says why auto chose torch
             check_flex_dispatcher(args)
-        elif args.oellm_backend == "torch":  # the same on every node
-            check_args_support("torch", args)
+        else:  # what is the same on every node
+            check_flex_layout(args)
+            if args.oellm_backend == "torch":
+                check_args_support("torch", args)
         check_validated_args(args)
         check_save_directory(args)  # this node's file system: not in the recipes' checks
         check_validated_packages(args)

@@ -166,3 +166,14 @@ def test_a_world_size_that_is_no_process_count_is_refused_by_name(monkeypatch: p
     monkeypatch.setenv("WORLD_SIZE", given)
     line = refused_line(entry, capsys, _tiny_run())
     assert f"WORLD_SIZE={given!r} in the environment is not a number of processes" in line, line
+
+
+@pytest.mark.parametrize("backend", ["deepep", "ncclep"])
+def test_a_flex_backend_without_an_expert_group_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], backend: str) -> None:
+    """The dispatcher's layout rule (TP x EP > 1 for deepep and ncclep) holds on every node; only the libraries it
+    needs are the GPU node's to check, so a login node without DeepEP still refuses the layout."""
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", backend))
+    assert f"--moe-flex-dispatcher-backend {backend} needs more than one rank in the expert tensor x expert" in line, line
+    assert "GPU node" not in line and "DeepEP" not in line, line
