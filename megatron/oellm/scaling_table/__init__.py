@@ -5,8 +5,8 @@ One row per log: nodes, GPUs, sequence length, global and micro batch size, the 
 (:func:`megatron.oellm.flops.training_flops_per_token` of the run's card) and Megatron's logged value, MFU and the
 efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
 log) is read with the arguments and the failure of the run that printed the window's lines; when an earlier start
-in it also ran the whole window (a log appended twice), a ``note:`` says which start the row reads
-(:func:`~megatron.oellm.scaling_table.window.earlier_window_note`). A run that ran out of
+in it also ran the whole window (a log appended twice, whatever ended the earlier run), a ``note:`` says which start
+the row reads (:func:`~megatron.oellm.scaling_table.window.earlier_window_note`). A run that ran out of
 memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled (unless
 after the window: see below), or that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line

@@ -126,18 +126,29 @@ def no_iteration_status(run: Run) -> str:
 
 
 def earlier_whole_start(log: RunLog, index: int, window: Window) -> Run | None:
-    """The latest start of the program before ``log.runs[index]`` that ran the whole window and finished, or ended
-    badly only after it (:func:`stopped_after`); None when there is none."""
+    """The latest start of the program before ``log.runs[index]`` that has its arguments, printed whole lines for the
+    whole window and showed no failure before its end, however it ended after it: megatron's end-of-training line,
+    its early exit (``--exit-duration-in-mins``, which the recipes add with ``--save-interval``), no line at all, or a
+    stop or failure after the window (:func:`stopped_after`); None when there is none. A start whose failure shows
+    inside the window, or whose arguments block the log lacks (a file that begins mid-run), gives no numbers of its
+    own (``head -n`` of it gets no row), so it is no second run of the window."""
     for earlier in reversed(log.runs[:index]):
         whole = earlier.start is not None and earlier.start <= window.first and earlier.last_iteration >= window.last
-        if whole and (_ended(earlier) == "finished" or stopped_after(earlier, window)):
+        if whole and earlier.args_complete and (not earlier.failure or stopped_after(earlier, window)):
             return earlier
     return None
 
 
 def _ended(run: Run) -> str:
-    """How ``run`` ended: ``finished`` (megatron's end-of-training line and no failure), else its failure."""
-    return "finished" if run.finished and not run.failure else run.failure
+    """How ``run`` ended, for a note naming it: its failure, ``finished`` (megatron's end-of-training line),
+    ``exited early: <flag>`` (megatron's early-exit line, :func:`exit_cause`), else ``no line says how it ended``."""
+    if run.failure:
+        return run.failure
+    if run.finished:
+        return "finished"
+    if run.deliberate_exit is not None:
+        return f"exited early: {exit_cause(run.args, run.deliberate_exit)}"
+    return "no line says how it ended"
 
 
 def earlier_start_note(log: RunLog, index: int, window: Window) -> str:
