@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import shlex
 import signal
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import pytest
 
 import megatron.oellm
 from megatron.oellm.cli import main
-from tests.unit_tests.recipes.recipe_helpers import fake_local_launch
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -54,27 +52,6 @@ def test_a_closed_pipe_exits_with_the_shells_sigpipe_status() -> None:
                              check=False)
     assert process.returncode == 128 + signal.SIGPIPE == 141, process.stderr.decode()
     assert b"Traceback" not in process.stderr, process.stderr.decode()
-
-
-def test_a_finished_local_run_prints_no_job_scripts_after_it(monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture) -> None:
-    """``oellm recipe --local`` that ran torchrun to the end (status 0) stops there: what it printed last is the
-    command it ran, not the rows' plans and sbatch scripts of a ``--dry-run`` (which would read as if nothing ran)."""
-    from megatron.oellm.commands import recipe as recipe_command
-
-    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
-    calls = []
-
-    class Done:
-        returncode = 0
-
-    fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
-    config = REPO / "examples" / "oellm" / "qwen3_5_35b_a3b_mn5_strong.toml"
-    assert main(["recipe", str(config), "--local", "--row", "1"]) == 0
-    out = capsys.readouterr().out
-    [command] = calls
-    assert out.rstrip("\n").endswith(f"\n{shlex.join(command)}"), out
-    assert "#!/bin/bash" not in out and "layout ok" not in out, out
 
 
 @pytest.mark.parametrize("unit, power", [("kb", 1), ("Mb", 2), ("gB", 3), ("tib", 4), ("G", 3)])

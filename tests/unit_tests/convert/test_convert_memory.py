@@ -10,13 +10,13 @@ import sys
 import weakref
 from pathlib import Path
 
-import peak_memory_probe
 import pytest
 from safetensors.torch import load_file
 
 from megatron.oellm.convert.dist_ckpt import CheckpointReader
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.to_hf import mcore_to_hf_checkpoint
+from tests.unit_tests.convert import peak_memory_probe
 from tests.unit_tests.convert.convert_helpers import assert_bitwise_equal, random_hf_tensors
 
 

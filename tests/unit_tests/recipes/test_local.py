@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,24 @@ def test_with_gpus_local_runs_torchrun_with_the_recipe_environment(monkeypatch, 
     assert "--expert-model-parallel-size" in command and command[command.index("--expert-model-parallel-size") + 1] == "2"
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "8" and env["NCCL_NCHANNELS_PER_PEER"] == "4"
     assert "running row 1 fitted down on 2 GPU(s)" in capsys.readouterr().out
+
+
+def test_a_finished_local_run_prints_no_job_scripts_after_it(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    """``oellm recipe --local`` that ran torchrun to the end (status 0) stops there: what it printed last is the
+    command it ran, not the rows' plans and sbatch scripts of a ``--dry-run`` (which would read as if nothing ran)."""
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
+    assert main(["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"), "--local", "--row", "1"]) == 0
+    out = capsys.readouterr().out
+    [command] = calls
+    assert out.rstrip("\n").endswith(f"\n{shlex.join(command)}"), out
+    assert "#!/bin/bash" not in out and "layout ok" not in out, out
 
 
 def test_ckda_local_waits_for_its_layer():

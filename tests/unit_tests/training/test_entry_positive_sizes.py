@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from entry_helpers import TINY_MOE_RUN, entry_up_to_pretrain, refused_line
 
 from megatron.oellm.training.args import POSITIVE_SIZES, check_positive_sizes, parse_oellm_argv
 from megatron.oellm.training.startup_checks import check_parsed_args
+from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, entry_up_to_pretrain, refused_line
 
 PARALLEL_FLAGS = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                   "--expert-tensor-parallel-size", "--num-layers-per-virtual-pipeline-stage"]

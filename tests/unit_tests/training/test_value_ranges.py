@@ -10,10 +10,10 @@ import re
 import numpy
 import pytest
 import torch
-from entry_helpers import TINY_MOE_RUN, entry_up_to_pretrain, refused_line
 
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.value_ranges import check_value_ranges
+from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, entry_up_to_pretrain, refused_line
 
 
 def _adam(betas=(0.9, 0.999), eps=1e-8):
