@@ -68,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
         for line in notes:
             print(line, file=sys.stderr)
         return 0
-    header = f"{'model':<28} {'family':<12} {'layers':>6} {'period':<12} {'hidden':>6} {'experts':<24} {'vocab':>7} " \
+    header = f"{'model':<28} {'family':<12} {'layers':>6} {'period':<12} {'hidden':>6} {'experts':<25} {'vocab':>7} " \
              f"{'total':>8} {'active':>8} {'active*':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:
         print(f"{r['name']:<28} {r['family']:<12} {r['layers']:>6} {r['period']:<12} {r['hidden']:>6} "
-              f"{r['experts']:<24} {r['vocab']:>7} {format_count(r['total_params']):>8} "
+              f"{r['experts']:<25} {r['vocab']:>7} {format_count(r['total_params']):>8} "
               f"{format_count(r['active_params']):>8} {format_count(r['active_params_without_input_embedding']):>8}")
     print(PERIOD_LEGEND)
     print("active* = active less the input embedding table (a token reads one row of it), as the MN5 report counts the OEL CKDA hybrid")

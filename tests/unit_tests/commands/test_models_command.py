@@ -81,3 +81,21 @@ def test_the_period_column_is_written_in_the_hybrid_layer_pattern_symbols(capsys
     [pipeline] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pipeline ")]
     printed = pipeline.split()[2].strip("'")
     assert "|" in printed and printed.replace("|", "") == get_card(hybrid).hybrid_layer_pattern
+
+
+def test_every_column_of_the_table_lines_up_under_its_header(capsys):
+    """The period column is as wide as its longest entry (the CKDA hybrid's ``KEKEKEKEKE*E``, 12 symbols), the experts
+    column as Qwen3.5's ``256x512 top-8 +shared 512`` and the CKDA hybrid's ``160x768 top-5 +shared 768`` (25
+    characters): a narrower one pushed the columns after it right on the lines of the longer entries, out from under
+    their headers."""
+    header = _rows(capsys, False).splitlines()[0]
+    ends = {name: header.index(name) + len(name) for name in ("layers", "hidden", "vocab", "total", "active*")}
+    period_start = header.index("period")
+    for line in _table_lines(capsys):
+        card = get_card(line.split()[0])
+        numbers = {"layers": card.num_layers, "hidden": card.hidden_size, "vocab": card.vocab_size}
+        for column, end in ends.items():
+            assert line[end:end + 1] in ("", " ") and line[end - 1] != " ", (column, line)
+            if column in numbers:
+                assert line[:end].split()[-1] == str(numbers[column]), (column, line)
+        assert line[period_start:].split()[0] == models.layer_period(card), line
