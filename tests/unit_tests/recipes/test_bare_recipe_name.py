@@ -5,6 +5,7 @@ the shipped config by absolute path. An installed copy (no checkout, no configs)
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from recipe_helpers import CONFIGS, EXAMPLES
 
@@ -49,3 +50,40 @@ def test_a_misspelt_name_lists_the_closest_shipped_configs(tmp_path, monkeypatch
     listed = error.split("did you mean one of ")[1].split(" in ")[0].split(", ")
     assert "qwen3_30b_a3b_mn5.toml" in listed and len(listed) == 3
     assert all((EXAMPLES / name).is_file() for name in listed)
+
+
+def test_a_name_with_a_dot_is_matched_whole(tmp_path, monkeypatch, capsys):
+    """``qwen3.5_35b_a3b_mn5_strong`` (the model's dot where the config has ``_``) has no ``.toml`` or ``.sh`` suffix:
+    the whole name is matched, not its part before the dot, and the intended config is listed."""
+    monkeypatch.chdir(tmp_path)
+    config = random.choice([path for path in CONFIGS if path.stem.startswith("qwen3_5_")])
+    given = config.stem.replace("qwen3_5_", "qwen3.5_", 1)
+    assert main(["recipe", given]) == 2
+    assert f"{config.name}" in capsys.readouterr().err.split("did you mean one of ")[1]
+
+
+def test_a_base_config_is_never_offered(tmp_path, monkeypatch, capsys):
+    """The ``_``-prefixed configs are bases that recipes extend, not recipes to run: neither a base's own name nor a
+    name closest to one (``qwen3_5_35b_a3b_mn5``, the Qwen3.5 base without its ``_``) is answered with a base."""
+    monkeypatch.chdir(tmp_path)
+    base = random.choice(sorted(EXAMPLES.glob("_*.toml")))
+    for given in (base.name, base.stem.removeprefix("_")):
+        assert main(["recipe", given]) == 2
+        hint = capsys.readouterr().err.split(" does not exist; ")[1]
+        offered = (hint.removeprefix("did you mean one of ").split(" in ")[0].split(", ")
+                   if hint.startswith("did you mean one of ") else
+                   [Path(hint.removeprefix("did you mean ")).name] if hint.startswith("did you mean ") else [])
+        assert not any(name.startswith("_") for name in offered), hint
+
+
+def test_a_checkout_without_its_config_folder_says_where_the_configs_are_in_the_repository(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """A source folder without ``examples/oellm`` (a partial copy of the checkout) has no configs to name: the
+    refusal says where they are in the repository, as for an installed copy, not a folder that does not exist."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(toml_loading, "source_checkout", lambda: tmp_path)
+    given = random.choice(CONFIGS).stem
+    assert main(["recipe", given]) == 2
+    assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; the shipped "
+                                       "configs are examples/oellm/*.toml of the repository (a checkout, not the "
+                                       "wheel)\n")

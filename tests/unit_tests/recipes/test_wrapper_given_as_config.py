@@ -37,3 +37,13 @@ def test_a_script_without_a_config_beside_it_is_named_a_shell_script(tmp_path, c
     config = tmp_path / "shebang.toml"
     config.write_text(f"#!/usr/bin/env oellm recipe\nextends = \"{random.choice(CONFIGS)}\"\n")
     assert load_recipe(config).rows
+
+
+def test_a_config_with_a_comment_first_and_a_toml_error_is_refused_as_toml(tmp_path, capsys):
+    """Only a ``#!`` line marks a script: a config opening with an ordinary ``#`` comment and holding a TOML error is
+    refused with TOML's parse error, not as a shell script."""
+    config = tmp_path / f"broken{random.randrange(10**6)}.toml"
+    config.write_text(f"# my recipe\nextends = \"{random.choice(CONFIGS)}\"\ntitle = \n")
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: not valid TOML" in err and "shell" not in err, err
