@@ -151,3 +151,17 @@ def test_plan_prints_the_pattern_the_hybrid_recipes_pass(capsys):
                   else ["--vpp", str(layout.vpp_size)])
         line = _refusal([*argv, *stages], capsys)
         assert line.endswith(f"--hybrid-layer-pattern {shlex.quote(pattern)}"), line
+
+
+def test_a_pattern_split_into_stages_at_pp_1_is_refused_naming_the_pattern(capsys):
+    """At ``--pp 1`` the stages of a pattern with ``|`` are virtual ones, which need PP > 1: the refusal names
+    ``--hybrid-layer-pattern``, the flag that split them, as the training entry's check does (the plan's layout check
+    named only the layout it derived from the pattern)."""
+    card = get_card(random.choice(HYBRIDS))
+    stages = random.randint(2, 4)
+    pattern = pipelined_hybrid_pattern(card, ParallelLayout(pp=stages, pipeline_layout=layout_from_counts(
+        _random_counts(card.num_layers, stages))))
+    line = _refusal([card.name, "--nodes", "1", "--pp", "1", "--hybrid-layer-pattern", pattern], capsys)
+    assert f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages" in line
+    assert f"has {stages} stages for pp=1" in line, line
+
