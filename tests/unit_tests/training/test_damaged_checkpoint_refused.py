@@ -13,7 +13,11 @@ import torch.distributed.checkpoint as dcp
 
 from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint, save_args_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import (
+    converted_random_checkpoint,
+    save_args_checkpoint,
+    save_dist_checkpoint,
+)
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
 CARD = "qwen3-30b-a3b-tiny"
@@ -102,4 +106,21 @@ def test_a_lost_torch_dcp_data_file_is_named(tmp_path: Path) -> None:
     lost = random.choice(_data_files(directory))
     lost.unlink()
     with pytest.raises(ValueError, match=rf"damaged torch_dcp checkpoint.*{lost} is missing"):
+        read_loaded_checkpoint(args)
+
+
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch_dcp"])
+def test_a_truncated_metadata_file_is_refused_as_a_damaged_checkpoint(fmt: str, tmp_path: Path) -> None:
+    """``.metadata`` cut short is read once, before the state readers: its refusal still says which checkpoint it
+    damages and what megatron-core would do with it, not the reader's bare error alone."""
+    if fmt == "torch_dist":
+        [directory] = save_dist_checkpoint(tmp_path, parse_oellm_argv(["--oellm-model", CARD])).glob("iter_*")
+    else:
+        directory = _saved_as(fmt, tmp_path)
+    args = parse_oellm_argv(["--load", str(tmp_path), "--ckpt-format", fmt])
+    metadata = directory / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:random.randrange(50, 150)])
+    with pytest.raises(ValueError, match=rf"^--load {tmp_path} leads megatron-core to a damaged {fmt} checkpoint, "
+                                         rf"which it would stop on after allocating the model on every rank: "
+                                         rf"cannot read {metadata}"):
         read_loaded_checkpoint(args)

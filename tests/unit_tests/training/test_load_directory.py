@@ -251,3 +251,23 @@ def test_a_directory_holding_both_torch_dist_and_rank_files_is_torch_dist(tmp_pa
     assert checkpoint is not None
     assert checkpoint.ckpt_format == _get_checkpoint_format(str(directory), _run(tmp_path)) == "torch_dist"
     assert checkpoint.common["iteration"] == iteration
+
+
+def test_a_tracker_in_a_folder_that_cannot_be_listed_names_no_iteration_to_write(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder whose entries cannot be listed (no read permission; root reads any, so the listing is made to fail)
+    shows no iteration to write into the tracker: the refusal says so and names the other fix."""
+    named = random.randrange(1, 10**6)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{named}\n")
+    glob = Path.glob
+
+    def unlistable(self: Path, pattern: str, **kwargs):
+        if self == tmp_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return glob(self, pattern, **kwargs)
+
+    monkeypatch.setattr(Path, "glob", unlistable)
+    run = argparse.Namespace(load=str(tmp_path), pretrained_checkpoint=None, ckpt_step=None)
+    with pytest.raises(ValueError, match=rf"; {tmp_path} cannot be listed \(Permission denied\): restore that "
+                                         rf"directory, or name the folder that holds the run's checkpoints with --load$"):
+        check_load_directory(run)

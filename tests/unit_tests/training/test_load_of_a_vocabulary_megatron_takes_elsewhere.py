@@ -140,3 +140,19 @@ def test_an_extension_of_a_resumed_optimizer_state_is_refused(tmp_path: Path, mo
     smaller = str(vocab - random.randrange(1, 150))
     line = refused_line(entry, capsys, _argv("--load", str(run), "--finetune", "--vocab-size", smaller))
     assert f"holds a checkpoint of a {vocab}-token vocabulary, while the run's is {smaller}" in line
+
+
+def test_without_a_card_the_vocabulary_on_the_command_line_is_the_users(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--oellm-model`` no card fills in ``--vocab-size``: a run stating the card's flags itself gave its
+    vocabulary, so a larger one than the checkpoint's is an extension noted, not a forgotten flag refused."""
+    vocab = random.randrange(200, 500)
+    run = _trained(tmp_path / "ckpt", vocab, megatron_padded_vocab(vocab, 1, 128))
+    card_flags = merge_card_flags(_argv("--vocab-size", str(vocab + random.randrange(1, 300)))).argv
+    without_card = card_flags[2:]
+    assert card_flags[:2] == ["--oellm-model", CARD] and "--oellm-model" not in without_card
+    entry = entry_up_to_pretrain(monkeypatch)
+    with pytest.raises(Reached):
+        entry.main([*without_card, "--load", str(run), "--finetune"])
+    assert f"note: --load {run} holds a checkpoint of a {vocab}-token vocabulary" in capsys.readouterr().out

@@ -103,3 +103,18 @@ def test_a_converted_checkpoints_metadata_file_is_opened_once(tmp_path: Path, mo
     loaded = read_stored_checkpoint(load)
     assert loaded is not None and loaded.ckpt_format == "torch_dist" and loaded.common[CARD_KEY]["name"] == card
     assert opens == Counter({load / "release": 1})
+
+
+def test_without_checkpoint_args_only_the_loaded_checkpoint_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--use-checkpoint-args`` no checkpoint gives arguments: a ``--pretrained-checkpoint`` beside a
+    ``--load`` that holds one (megatron-core loads ``--load``, and takes nothing from the other) is not read."""
+    load = save_dist_checkpoint(tmp_path / "run", _stored_by_the_torch_backend())
+    pretrained = save_dist_checkpoint(tmp_path / "pretrained", _stored_by_the_torch_backend())
+    entry = entry_up_to_pretrain(monkeypatch)
+    reads = _counted_metadata_reads(monkeypatch)
+    line = refused_line(entry, capsys, ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format",
+                                        "torch_dist", "--mock-data", "--tokenizer-type", "NullTokenizer", "--load",
+                                        str(load), "--pretrained-checkpoint", str(pretrained), "--seq-length", "64"])
+    assert f"--load {load} was saved by the torch-native backend before its RMSNorm" in line
+    assert {directory.parent: count for directory, count in reads.items()} == {load: 1}
