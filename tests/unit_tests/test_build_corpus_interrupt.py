@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.test_build_corpus_tool import ROOT, SCRIPT, SUFFIXES
+from tests.unit_tests.build_corpus_helpers import ROOT, SCRIPT, SUFFIXES
 
 BIG_BUILD_MB = "200"  # the whole standard library: seconds of tokenizing after the partial .bin appears
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.unit_tests.test_build_corpus_tool import ROOT, SCRIPT
+from tests.unit_tests.build_corpus_helpers import ROOT, SCRIPT
 
 
 @pytest.mark.parametrize("prefix", ["", "corpus/", ".", "..", "corpus/.."])

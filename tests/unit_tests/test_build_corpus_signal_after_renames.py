@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.test_build_corpus_tool import ROOT, SCRIPT, SUFFIXES
+from tests.unit_tests.build_corpus_helpers import ROOT, SCRIPT, SUFFIXES
 
 SIGNAL_DURING_FIRST_RENAME = """
 import os, runpy, signal, sys

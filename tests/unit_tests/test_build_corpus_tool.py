@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit_tests.build_corpus_helpers import ROOT, SCRIPT, SUFFIXES
 from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "build_corpus.py"
-SUFFIXES = (".bin", ".idx", ".json")
 
 
 def run_tool(prefix: Path, *args: str) -> subprocess.CompletedProcess:

@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from test_gpu_acceptance_script import run_acceptance
-from test_gpu_acceptance_small_gpu_warning import _fake_nvidia_smi
+
+from tests.unit_tests.gpu_acceptance_helpers import fake_nvidia_smi, run_acceptance
 
 TIMED_PYTHON3 = """#!/usr/bin/env bash
 folder=""
@@ -32,7 +32,7 @@ def _events(calls: list[str]) -> list[tuple[str, str]]:
 
 def test_models_folder_starts_after_the_others_end_on_an_80gb_gpu(tmp_path: Path) -> None:
     total_mib = random.randint(40_000, 102_399)
-    _fake_nvidia_smi(tmp_path, total_mib)
+    fake_nvidia_smi(tmp_path, total_mib)
     done, calls = run_acceptance(tmp_path, tmp_path / "out", "tests", fake_python3=TIMED_PYTHON3)
     assert done.returncode == 0, done.stderr
     events = _events(calls)
@@ -48,7 +48,7 @@ def test_the_two_waves_share_the_stages_limit(tmp_path: Path, monkeypatch: pytes
     ``timeout`` records each pytest's limit)."""
     limit_s = random.randint(150, 900)
     monkeypatch.setenv("OELLM_STAGE_LIMIT_S", str(limit_s))
-    _fake_nvidia_smi(tmp_path, random.randint(40_000, 102_399))
+    fake_nvidia_smi(tmp_path, random.randint(40_000, 102_399))
     (tmp_path / "bin" / "timeout").write_text(RECORDING_TIMEOUT)
     (tmp_path / "bin" / "timeout").chmod(0o755)
     done, calls = run_acceptance(tmp_path, tmp_path / "out", "tests", fake_python3=TIMED_PYTHON3)
@@ -65,7 +65,7 @@ def test_the_two_waves_share_the_stages_limit(tmp_path: Path, monkeypatch: pytes
 
 @pytest.mark.parametrize("total_mib", [102_400, 143_771])
 def test_all_folders_side_by_side_on_a_large_gpu(tmp_path: Path, total_mib: int) -> None:
-    _fake_nvidia_smi(tmp_path, total_mib)
+    fake_nvidia_smi(tmp_path, total_mib)
     done, calls = run_acceptance(tmp_path, tmp_path / "out", "tests", fake_python3=TIMED_PYTHON3)
     assert done.returncode == 0, done.stderr
     events = _events(calls)

@@ -10,31 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "gpu_acceptance.sh"
-FAKE_PYTHON3 = """#!/usr/bin/env bash
-echo "$PWD|$*" >> "$FAKE_LOG"
-[[ "$*" == *" recipe "* ]] && printf '%b' "${FAKE_RUN_OUTPUT:-}"
-[[ "$*" == *" bench "* ]] && exit "${FAKE_BENCH_RC:-0}"
-exit 0
-"""
-
-
-def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = "", bench_rc: int = 0,
-                   fake_python3: str = FAKE_PYTHON3) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The script from ``tmp_path`` (not the repository root) with the stand-in python3 ``fake_python3``, whose
-    recipe runs print ``run_output`` and whose ``oellm bench`` exits ``bench_rc``; returns the calls."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "python3").write_text(fake_python3)
-    (bin_dir / "python3").chmod(0o755)
-    log = tmp_path / "python3.log"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),
-           "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work"),
-           "FAKE_RUN_OUTPUT": run_output, "FAKE_BENCH_RC": str(bench_rc)}
-    done = subprocess.run(["bash", str(SCRIPT), str(out_dir), stages], cwd=tmp_path, capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
-    return done, log.read_text().splitlines() if log.exists() else []
+from tests.unit_tests.gpu_acceptance_helpers import ROOT, SCRIPT, run_acceptance
 
 
 def test_a_non_empty_out_dir_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_gpu_acceptance_script import run_acceptance
+
+from tests.unit_tests.gpu_acceptance_helpers import run_acceptance
 
 
 @pytest.mark.parametrize("stages", ["tests,tests", "bench,train,bench", "train,resume,train"])

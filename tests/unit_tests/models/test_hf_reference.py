@@ -14,12 +14,14 @@ import pytest
 import torch
 
 from megatron.oellm.cards import get_card
+from tests.unit_tests.models import hf_reference
 from tests.unit_tests.models.hf_reference import (
     RouterTieError,
     errors,
     float64_gated_delta_rule,
     float64_rule,
     forced_routing,
+    fp32_model_and_tokens,
     fresh_seed,
     own_routing,
     random_hf_model,
@@ -213,13 +215,10 @@ def test_tokens_clear_of_router_ties_say_when_no_draw_is():
 def test_the_fp32_parity_case_draws_the_model_again_when_it_routes_near_ties(monkeypatch, tied_models):
     """A weight draw whose routers sit near ties on every token draw is replaced (up to three models): the case then
     runs on the first model with clear choices, and fails naming the margins only when every model is tied."""
-    from tests.unit_tests.models import test_parity_gpu
-
     card = get_card("qwen3-30b-a3b-tiny")
     models = [cpu_hf_model(card.name, seed) for seed in range(3)]
     drawn = iter(models)
-    monkeypatch.setattr(test_parity_gpu, "random_hf_model", lambda card, dtype: next(drawn))
-    monkeypatch.setattr(test_parity_gpu, "SEQ", SEQ)
+    monkeypatch.setattr(hf_reference, "random_hf_model", lambda card, dtype: next(drawn))
     margins = {id(model): (1e-6 if k < tied_models else 1.0) for k, model in enumerate(models)}
 
     def router_margin(model, vocab_size, shape, margin, variants):  # the real draw, with a stand-in margin per model
@@ -227,13 +226,13 @@ def test_the_fp32_parity_case_draws_the_model_again_when_it_routes_near_ties(mon
             raise RouterTieError(f"no draw keeps every router decision {margin:g} from a tie")
         return torch.randint(0, vocab_size, shape), margins[id(model)]
 
-    monkeypatch.setattr(test_parity_gpu, "tokens_clear_of_router_ties", router_margin)
+    monkeypatch.setattr(hf_reference, "tokens_clear_of_router_ties", router_margin)
     if tied_models == len(models):
         with pytest.raises(RouterTieError, match="from a tie"):
-            test_parity_gpu.fp32_model_and_tokens(card)
+            fp32_model_and_tokens(card, (BATCH, SEQ), 1e-4, with_float64_rule=False)
         return
-    hf, tokens = test_parity_gpu.fp32_model_and_tokens(card)
-    assert hf is models[tied_models] and tokens.shape == (test_parity_gpu.BATCH, SEQ)
+    hf, tokens = fp32_model_and_tokens(card, (BATCH, SEQ), 1e-4, with_float64_rule=False)
+    assert hf is models[tied_models] and tokens.shape == (BATCH, SEQ)
 
 
 def test_fresh_seed_follows_the_tests_seeded_generator(capsys):

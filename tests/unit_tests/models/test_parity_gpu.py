@@ -31,16 +31,14 @@ from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.convert.family import family_module
 from tests.unit_tests.gpu_utils import BACKENDS, init_megatron_runtime, no_tf32, reseed
 from tests.unit_tests.models.hf_reference import (
-    RouterTieError,
     captured_routing,
     errors,
     float64_gated_delta_rule,
-    float64_rule,
     float64_rule_gradients,
     forced_routing,
+    fp32_model_and_tokens,
     fresh_seed,
     random_hf_model,
-    tokens_clear_of_router_ties,
 )
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("tf32_flags_restored")]  # cases switch TF32 off and on
@@ -272,33 +270,6 @@ def compare_with_transformers(card: ModelCard, hf: torch.nn.Module, hf_out, logi
     return checks
 
 
-FP32_MODEL_DRAWS = 3
-"""Fresh fp32 models :func:`fp32_model_and_tokens` draws before it gives up on clearing the router ties."""
-
-
-def fp32_model_and_tokens(card: ModelCard) -> tuple[torch.nn.Module, torch.Tensor]:
-    """A random fp32 transformers model of ``card`` and tokens on which its expert choices are at least
-    :data:`FP32_ROUTER_MARGIN` from a tie (:func:`tokens_clear_of_router_ties`), drawing the model again when one
-    routes near ties on every token draw."""
-    draw = 1
-    while True:
-        hf = random_hf_model(card, torch.float32)
-        # the float64-rule check (GDN cards) routes on that rule's logits, which fla's TF32 dot products move
-        variants = (contextlib.nullcontext, lambda model=hf: float64_rule(model)) if decay_parameters(card) else (
-            contextlib.nullcontext,)
-        try:
-            tokens, margin = tokens_clear_of_router_ties(hf, card.vocab_size, (BATCH, SEQ), FP32_ROUTER_MARGIN,
-                                                         variants=variants)
-        except RouterTieError as error:
-            if draw == FP32_MODEL_DRAWS:
-                raise
-            print(f"model draw {draw}: {error}; drawing the model again")
-            draw += 1
-            continue
-        print(f"smallest top-k router-logit margin {margin:.2e} (model draw {draw})")
-        return hf, tokens
-
-
 def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tuple[float, float, float]]:
     """Build both models from one random HF model, run the same tokens; return the error of each check.
 
@@ -310,7 +281,9 @@ def run_case(card: ModelCard, dtype: torch.dtype, backend: str) -> dict[str, tup
     reseed(fresh_seed())
     no_tf32()
     if dtype == torch.float32:
-        hf, tokens = fp32_model_and_tokens(card)
+        # the float64-rule check (GDN cards) routes on that rule's logits, which fla's TF32 dot products move
+        hf, tokens = fp32_model_and_tokens(card, (BATCH, SEQ), FP32_ROUTER_MARGIN,
+                                           with_float64_rule=bool(decay_parameters(card)))
     else:
         hf = random_hf_model(card, dtype)
         tokens = torch.randint(0, card.vocab_size, (BATCH, SEQ), device="cuda")

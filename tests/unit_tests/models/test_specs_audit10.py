@@ -12,8 +12,8 @@ import torch
 import megatron.oellm  # noqa: F401  (3.11 provision before megatron-core imports)
 from megatron.oellm.cards import get_card
 from megatron.oellm.models import spec_builder
+from tests.unit_tests.card_helpers import PUBLISHED_CONFIGS
 from tests.unit_tests.cpu_megatron import cpu_model_building, cpu_torch_model, gloo_world
-from tests.unit_tests.test_cards import PUBLISHED_CONFIGS
 
 TINY = ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"]
 

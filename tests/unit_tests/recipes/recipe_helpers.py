@@ -18,6 +18,9 @@ REFUSED_ROWS = {"oellm_ckda_hybrid_mn5": (1, 2)}
 """Shipped rows ``oellm recipe`` refuses (config stem -> 1-based rows): the report's document-masked CKDA rows, since
 document masking is not wired in this release."""
 
+TABLE_COMMAND_PREFIX = "table of the jobs' logs once they have run: "
+"""The lead-in of the line where ``oellm recipe`` prints the ``oellm table`` command of the rows it ran or queued."""
+
 
 def runnable_rows(config: Path, recipe) -> list:
     """The rows of ``recipe`` (loaded from ``config``) that resolve: all but its :data:`REFUSED_ROWS`."""

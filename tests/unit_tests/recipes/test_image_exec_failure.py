@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from recipe_helpers import EXAMPLES, fake_sbatch
-from test_sbatch_runs import APPTAINER, _recipe, _run_job
+from sbatch_job_helpers import APPTAINER, mn5_weak_recipe, run_job
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import resolve_row, sbatch_text
@@ -20,10 +20,10 @@ def test_a_failing_exec_is_named_with_the_runtimes_error(tmp_path):
     uri = f"docker://registry.example/megatron-oellm:{random.randint(0, 10**6)}"
     reason = f"FATAL: while making image from oci registry: dial tcp {random.randint(1, 254)}.0.0.1:443: timeout"
     failing = APPTAINER.replace('[ -f "$1" ] ||', f'echo "INFO: converting" >&2; echo "{reason}" >&2; exit 255; ')
-    recipe = _recipe(image=uri)
+    recipe = mn5_weak_recipe(image=uri)
     job_id = random.randint(1, 10**6)
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
-    status, record = _run_job(script, tmp_path, tmp_path, 2, job_id=job_id, runtimes={"apptainer": failing})
+    status, record = run_job(script, tmp_path, tmp_path, 2, job_id=job_id, runtimes={"apptainer": failing})
     assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
     (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
     assert error.startswith(f"error: apptainer exec of image {uri} failed on node ") and "runs as" not in error
@@ -33,9 +33,9 @@ def test_a_failing_exec_is_named_with_the_runtimes_error(tmp_path):
 
 def test_a_passing_check_leaves_no_error_file(tmp_path):
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
-    status, _record = _run_job(script, tmp_path, tmp_path, 2)
+    status, _record = run_job(script, tmp_path, tmp_path, 2)
     assert status == 0 and not list((tmp_path / "run").glob("image-check-*"))
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 from recipe_helpers import EXAMPLES
-from test_sbatch_runs import _recipe, _run_job
+from sbatch_job_helpers import mn5_weak_recipe, run_job
 
 from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch_text
 
@@ -17,9 +17,9 @@ from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch
 def test_the_suffix_follows_the_first_host_name_in_the_rendezvous_endpoint(tmp_path, suffix):
     (tmp_path / "image.sif").touch()
     port = random.randint(20000, 40000)
-    recipe = _recipe(image=str(tmp_path / "image.sif"), master_addr_suffix=suffix, master_port=port)
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"), master_addr_suffix=suffix, master_port=port)
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
-    status, record = _run_job(script, tmp_path, tmp_path, random.randint(2, 9))
+    status, record = run_job(script, tmp_path, tmp_path, random.randint(2, 9))
     assert status == 0, (tmp_path / "stderr").read_text()
     (torchrun,) = [line for line in record if line.startswith("torchrun ")]
     assert f"--rdzv-endpoint node1{suffix}:{port} " in torchrun
@@ -33,4 +33,4 @@ def test_the_jupiter_recipe_uses_the_host_name_as_given():
 def test_a_suffix_that_is_no_part_of_a_host_name_is_refused(suffix):
     with pytest.raises(RecipeError, match="cluster.master_addr_suffix .* is not part of a host name; use letters, "
                                           "digits, . and - only"):
-        _recipe(master_addr_suffix=suffix)
+        mn5_weak_recipe(master_addr_suffix=suffix)

@@ -12,7 +12,7 @@ import random
 import shlex
 from pathlib import Path
 
-from recipe_helpers import EXAMPLES, fake_sbatch
+from recipe_helpers import EXAMPLES, TABLE_COMMAND_PREFIX, fake_sbatch
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import load_recipe
@@ -20,12 +20,11 @@ from megatron.oellm.recipes.slurm import run_dir
 from tests.unit_tests.megatron_logs import megatron_args, megatron_log
 
 STRONG = EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"
-PREFIX = "table of the jobs' logs once they have run: "
 
 
 def _table_command(out: str) -> list[str]:
-    (line,) = [line for line in out.splitlines() if line.startswith(PREFIX)]
-    return shlex.split(line.removeprefix(PREFIX))
+    (line,) = [line for line in out.splitlines() if line.startswith(TABLE_COMMAND_PREFIX)]
+    return shlex.split(line.removeprefix(TABLE_COMMAND_PREFIX))
 
 
 def test_the_command_reads_every_rows_log_against_the_reports_baseline(tmp_path, capsys):
@@ -76,7 +75,8 @@ def test_a_submission_ends_with_the_command(tmp_path, monkeypatch, capsys):
     assert main(["recipe", str(STRONG), "--submit", "--row", "2", "--output-dir", str(tmp_path / "runs"),
                  "--image", str(image)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith(PREFIX) and last.endswith(" --baseline-nodes 8 --gpu h100-sxm") and str(tmp_path / "runs") in last
+    assert last.startswith(TABLE_COMMAND_PREFIX) and last.endswith(" --baseline-nodes 8 --gpu h100-sxm")
+    assert str(tmp_path / "runs") in last
 
 
 def test_the_command_counts_nodes_with_the_clusters_gpus_and_a_zero_baseline_is_the_tables_default(tmp_path, capsys):

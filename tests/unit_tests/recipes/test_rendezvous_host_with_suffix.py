@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_sbatch_runs import _recipe, _run_job
+from sbatch_job_helpers import mn5_weak_recipe, run_job
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
 from torch.distributed.run import get_args_parser
@@ -35,13 +35,13 @@ def _torchrun_argv_per_node(tmp_path: Path, suffix: str, nodes: int, env: dict[s
     """Run a weak-scaling row's job script on ``nodes`` stand-in nodes (the batch script itself, as under sbatch,
     with ``SLURM_NODEID`` 0) and return the argv each node's torchrun got."""
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"), master_addr_suffix=suffix)
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"), master_addr_suffix=suffix)
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    status, _record = _run_job(script, tmp_path, tmp_path, nodes, torchrun=TORCHRUN_ARGV,
-                               runtimes={"srun": SRUN_PER_NODE},
-                               env={"FAKE_TASKS": str(tasks), "SLURM_NODEID": "0", **(env or {})})
+    status, _record = run_job(script, tmp_path, tmp_path, nodes, torchrun=TORCHRUN_ARGV,
+                              runtimes={"srun": SRUN_PER_NODE},
+                              env={"FAKE_TASKS": str(tasks), "SLURM_NODEID": "0", **(env or {})})
     assert status == 0, (tmp_path / "stderr").read_text()
     return {int(path.name.removeprefix("node-")): path.read_text().splitlines() for path in tasks.iterdir()}
 
@@ -85,14 +85,14 @@ def test_without_a_suffix_torchrun_matches_host_names_itself(tmp_path):
     for words in argv.values():
         assert "--rdzv-conf" not in words and "node1:29500" in words
         assert _is_host(_rendezvous_config(words)) is None
-    recipe = _recipe()
+    recipe = mn5_weak_recipe()
     assert "is_host" not in sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
 
 
 def test_a_task_without_slurm_nodeid_names_the_rendezvous_shell_not_torchrun(tmp_path):
     """The line run outside ``srun`` (no ``SLURM_NODEID``) stops with its own name on the error, so it is not read as
     a complaint of torchrun's, and torchrun never starts."""
-    recipe = _recipe(image=str(tmp_path / "image.sif"), master_addr_suffix="i")
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"), master_addr_suffix="i")
     [line] = [line for line in sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
               .splitlines() if "is_host" in line]
     started = tmp_path / "started"

@@ -9,11 +9,11 @@ import os
 import platform
 import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES
+from sbatch_job_helpers import APPTAINER, RUNTIME_ENVIRONMENT, mn5_weak_recipe, run_job
 
 import megatron.oellm
 from megatron.oellm.cli import main
@@ -21,50 +21,6 @@ from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_
 from megatron.oellm.recipes.config import CONTAINER_RUNTIMES
 from megatron.oellm.recipes.slurm import run_dir
 
-SCONTROL = """#!/bin/bash
-# one write per host name, as a long `scontrol show hostnames` fills more than one pipe buffer
-for i in $(seq 1 "$FAKE_NODES"); do echo "node$i"; done
-"""
-SRUN = """#!/bin/bash
-while [[ "$1" == --* ]]; do shift; done
-export SLURM_NODEID=0  # one task stands for all: the first node's, as srun sets it
-exec "$@"
-"""
-APPTAINER = """#!/bin/bash
-shift  # exec
-while [[ "$1" == --* ]]; do
-  if [[ "$1" == --bind ]]; then printf 'bind %s\\n' "$2" >> "$FAKE_RECORD"; shift; fi
-  shift
-done
-[ -f "$1" ] || { echo "apptainer: image $1 not found in $PWD" >&2; exit 255; }
-shift
-# the image's own environment: APPTAINERENV_PYTHONPATH (else the Singularity-era SINGULARITYENV_PYTHONPATH) replaces
-# an image's PYTHONPATH, which replaces the host's
-if [ -n "${APPTAINERENV_PYTHONPATH+x}" ]; then export PYTHONPATH="$APPTAINERENV_PYTHONPATH"
-elif [ -n "${SINGULARITYENV_PYTHONPATH+x}" ]; then export PYTHONPATH="$SINGULARITYENV_PYTHONPATH"
-elif [ -n "${FAKE_IMAGE_PYTHONPATH:-}" ]; then export PYTHONPATH="$FAKE_IMAGE_PYTHONPATH"; fi
-# an image of another architecture: its programs do not start (no emulator), or report their own (an emulator)
-if [ "${FAKE_IMAGE_ARCH:-}" = none ]; then echo "FATAL: $1: exec format error" >&2; exit 255; fi
-if [ -n "${FAKE_IMAGE_ARCH:-}" ] && [ "$1" = uname ]; then echo "$FAKE_IMAGE_ARCH"; exit 0; fi
-exec "$@"
-"""
-TORCHRUN = """#!/bin/bash
-printf 'pwd %s\\n' "$PWD" >> "$FAKE_RECORD"
-printf 'pythonpath %s\\n' "${PYTHONPATH-<unset>}" >> "$FAKE_RECORD"
-printf 'torchrun %s\\n' "$*" >> "$FAKE_RECORD"
-exit "$FAKE_EXIT"
-"""
-
-RUNTIME_ENVIRONMENT = """#!/bin/bash
-# a container runtime's environment rules in miniature: the image sets OELLM_PROBE, then every host variable
-# {prefix}ENV_NAME becomes NAME in the container, over the image's value; another runtime's prefix means nothing
-shift  # exec
-while [[ "$1" == --* ]]; do [[ "$1" == --bind ]] && shift; shift; done
-shift  # the image
-export OELLM_PROBE=image-value
-while IFS='=' read -r name value; do export "${{name#{prefix}ENV_}}=$value"; done < <(env | grep '^{prefix}ENV_')
-exec "$@"
-"""
 TORCHRUN_PROBE = """#!/bin/bash
 printf 'probe %s\\n' "${OELLM_PROBE-<unset>}" >> "$FAKE_RECORD"
 """
@@ -87,47 +43,14 @@ mkdir -p "$save" && echo "$iters" > "$save/latest_checkpointed_iteration.txt"
 """
 
 
-def _recipe(**cluster):
-    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
-    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
-
-
-def _run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,
-             torchrun: str = TORCHRUN, env: dict[str, str] | None = None,
-             stand_ins: tuple[str, ...] = ("scontrol", "srun", "apptainer", "torchrun"),
-             runtimes: dict[str, str] | None = None) -> tuple[int, list[str]]:
-    """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd``, the
-    ``stand_ins`` (``torchrun`` as given, container runtimes from ``runtimes`` over the Apptainer one) first on PATH
-    and ``env`` over the environment; return bash's exit status and the stand-ins' record lines (the job's stderr is
-    left in ``tmp_path / "stderr"``)."""
-    bin_dir = tmp_path / "fake-bin"
-    bin_dir.mkdir(exist_ok=True)
-    texts = {"scontrol": SCONTROL, "srun": SRUN, "apptainer": APPTAINER, "torchrun": torchrun, **(runtimes or {})}
-    for name in stand_ins:
-        text = texts[name]
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    record = tmp_path / "record"
-    record.write_text("")
-    job = tmp_path / "job.sbatch"
-    job.write_text(script)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": str(nodes),
-           "FAKE_RECORD": str(record), "FAKE_EXIT": str(exit_status), "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
-           "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(job_id or random.randint(1, 10**6)), **(env or {})}
-    done = subprocess.run([shutil.which("bash"), str(job)], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=False)
-    (tmp_path / "stderr").write_text(done.stderr)
-    return done.returncode, record.read_text().splitlines()
-
-
 def test_a_long_node_list_reaches_torchrun(tmp_path):
     """``scontrol show hostnames | head -n 1`` under ``set -o pipefail``: once the node list outgrew one pipe
     buffer, scontrol died of SIGPIPE after head's exit and the job ended before srun, every node idle."""
     nodes = random.randint(3000, 5000)
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     script = sbatch_text(recipe, 5, resolve_row(recipe, recipe.rows[4]), tmp_path / "run")
-    status, record = _run_job(script, tmp_path, tmp_path, nodes)
+    status, record = run_job(script, tmp_path, tmp_path, nodes)
     assert status == 0, record
     torchrun = next(line for line in record if line.startswith("torchrun "))
     assert f"--nnodes {nodes} " in torchrun and "--rdzv-endpoint node1:29500 " in torchrun
@@ -141,12 +64,12 @@ def test_the_job_runs_where_the_script_was_made(tmp_path, monkeypatch):
     made_in.mkdir(parents=True)
     (made_in / "image.sif").touch()
     monkeypatch.chdir(made_in)
-    recipe = _recipe(image="image.sif")
+    recipe = mn5_weak_recipe(image="image.sif")
     resolved = resolve_row(recipe, recipe.rows[0])
     run = tmp_path / "run"
     run.mkdir()
     exit_status = random.randint(1, 120)
-    status, record = _run_job(sbatch_text(recipe, 1, resolved, run), tmp_path, run, 4, exit_status)
+    status, record = run_job(sbatch_text(recipe, 1, resolved, run), tmp_path, run, 4, exit_status)
     assert status == exit_status, record  # torchrun's failure is the job's
     assert f"pwd {made_in}" in record
     assert f"bind {run}" in record
@@ -158,7 +81,7 @@ def test_the_job_runs_where_the_script_was_made(tmp_path, monkeypatch):
 def test_a_run_directory_apptainer_cannot_bind_names_output_dir(tmp_path, separator):
     """``--bind SRC`` reads ':' as SRC:DST and ',' as a list: a run directory with either passed every check and the
     job stopped at start in Apptainer, after its wait in the queue."""
-    recipe = _recipe()
+    recipe = mn5_weak_recipe()
     resolved = resolve_row(recipe, recipe.rows[0])
     with pytest.raises(RecipeError, match=r"run directory .* container --bind \(Apptainer, Singularity\) cannot carry; pass --output-dir"):
         sbatch_text(recipe, 1, resolved, tmp_path / f"runs{separator}v2" / "row01-4n")
@@ -171,7 +94,7 @@ def test_a_tilde_output_dir_is_the_home_directory(tmp_path, monkeypatch):
     home = tmp_path / f"home{random.randint(0, 10**6)}"
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(tmp_path)
-    assert run_dir(_recipe(output_dir="~/runs"), 2) == home / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row02-8n"
+    assert run_dir(mn5_weak_recipe(output_dir="~/runs"), 2) == home / "runs" / "qwen3_5_35b_a3b_mn5_weak" / "row02-8n"
 
 
 def test_a_tilde_of_no_user_is_one_error_line(tmp_path, monkeypatch, capsys):
@@ -190,7 +113,7 @@ def test_a_new_submission_measures_afresh_and_a_requeue_resumes(tmp_path):
     ``--save-interval`` loaded the first job's final checkpoint, trained no iteration and logged no throughput for
     ``oellm table``. Each job now has its own directory: a requeue (same job id) resumes, a new job starts at 0."""
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     interval = random.randint(1, 4)
     run = tmp_path / "run"
     resolved = resolve_row(recipe, recipe.rows[0], RunInputs(checkpoint_dir=str(run / "checkpoints"),
@@ -200,7 +123,7 @@ def test_a_new_submission_measures_afresh_and_a_requeue_resumes(tmp_path):
     first, second = random.sample(range(1, 10**6), 2)
 
     def trained(job_id: int) -> str:
-        status, record = _run_job(script, tmp_path, tmp_path, 4, job_id=job_id, torchrun=TORCHRUN_CHECKPOINTS)
+        status, record = run_job(script, tmp_path, tmp_path, 4, job_id=job_id, torchrun=TORCHRUN_CHECKPOINTS)
         assert status == 0, record
         return next(line for line in record if line.startswith("trained "))
 
@@ -215,7 +138,7 @@ def test_a_recipes_own_save_and_load_stand(tmp_path):
     own) had both values swapped for the job's ``checkpoints/job-<id>``: the run started from nothing and saved
     elsewhere. Only the run directory's ``checkpoints`` folder that ``oellm recipe --save-interval`` gives is swapped."""
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     start, mine = tmp_path / "pretrained", tmp_path / "my checkpoints"
     done = random.randint(1, 5)
     start.mkdir()
@@ -224,7 +147,7 @@ def test_a_recipes_own_save_and_load_stand(tmp_path):
                                                      "save-interval": random.randint(1, 4)})
     recipe = dataclasses.replace(recipe, rows=(row, *recipe.rows[1:]))
     script = sbatch_text(recipe, 1, resolve_row(recipe, row), tmp_path / "run")
-    status, record = _run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_CHECKPOINTS)
+    status, record = run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_CHECKPOINTS)
     assert status == 0, record
     iters = recipe.row_train_iters(row)
     assert next(line for line in record if line.startswith("trained ")) == (
@@ -236,7 +159,7 @@ def test_a_rows_own_start_checkpoint_stands_under_a_command_line_save_interval(t
     the run directory's checkpoints: the job started from nothing. The row's folder now stands, and the job saves
     into its own ``checkpoints/job-<id>``."""
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     start = tmp_path / "converted start"
     done = random.randint(1, 5)
     start.mkdir()
@@ -247,7 +170,7 @@ def test_a_rows_own_start_checkpoint_stands_under_a_command_line_save_interval(t
     resolved = resolve_row(recipe, row, RunInputs(checkpoint_dir=str(run / "checkpoints"),
                                                   save_interval=random.randint(1, 4)))
     script = sbatch_text(recipe, 1, resolved, run)
-    status, record = _run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_CHECKPOINTS)
+    status, record = run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_CHECKPOINTS)
     assert status == 0, record
     iters = recipe.row_train_iters(row)
     [trained] = [line for line in record if line.startswith("trained ")]
@@ -260,9 +183,9 @@ def test_an_image_of_another_architecture_stops_the_job_before_srun(tmp_path, im
     every rank with ``exec format error`` once srun had started them. The job now stops first, with one line."""
     node_arch = platform.machine()
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
-    status, record = _run_job(script, tmp_path, tmp_path, 2, env={"FAKE_IMAGE_ARCH": image_arch})
+    status, record = run_job(script, tmp_path, tmp_path, 2, env={"FAKE_IMAGE_ARCH": image_arch})
     stderr = (tmp_path / "stderr").read_text()
     if image_arch == node_arch:
         assert status == 0 and any(line.startswith("torchrun ") for line in record), stderr
@@ -284,13 +207,13 @@ def test_a_node_without_apptainer_is_named_as_such(tmp_path):
     if shutil.which("apptainer", path=system_path):
         pytest.skip("apptainer is installed on this machine")
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
-    status, record = _run_job(script, tmp_path, tmp_path, 2)
+    status, record = run_job(script, tmp_path, tmp_path, 2)
     assert status == 0, record  # with the stand-in on PATH the job runs
     (tmp_path / "fake-bin" / "apptainer").unlink()
     env = {"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}{system_path}"}
-    status, record = _run_job(script, tmp_path, tmp_path, 2, env=env, stand_ins=("scontrol", "srun", "torchrun"))
+    status, record = run_job(script, tmp_path, tmp_path, 2, env=env, stand_ins=("scontrol", "srun", "torchrun"))
     assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
     (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
     assert error.startswith("error: apptainer is not on the PATH of node ") and "module load apptainer" in error
@@ -304,12 +227,12 @@ def test_the_checkout_comes_first_on_the_images_own_python_path(tmp_path, image_
     submitting shell's host paths into the container when it does not. A submitting shell's Singularity-era
     SINGULARITYENV_PYTHONPATH, which Apptainer still reads, replaced the image's value in the container."""
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     checkout = str(Path(megatron.oellm.__file__).resolve().parents[2])
     host_path = f"{checkout}:/host/site-{random.randint(1, 10**6)}"
-    status, record = _run_job(script, tmp_path, tmp_path, 1,
-                              env={host_variable: host_path, "FAKE_IMAGE_PYTHONPATH": image_python_path})
+    status, record = run_job(script, tmp_path, tmp_path, 1,
+                             env={host_variable: host_path, "FAKE_IMAGE_PYTHONPATH": image_python_path})
     assert status == 0, (tmp_path / "stderr").read_text()
     expected = checkout + (f":{image_python_path}" if image_python_path else "")
     assert f"pythonpath {expected}" in record
@@ -323,28 +246,28 @@ def test_the_cluster_environment_reaches_the_container_of_either_runtime(tmp_pat
     on the node's PATH."""
     (tmp_path / "image.sif").touch()
     value = f"cluster-{random.randint(1, 10**6)}"
-    recipe = _recipe(image=str(tmp_path / "image.sif"), container_runtime=runtime, env={"OELLM_PROBE": value})
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"), container_runtime=runtime, env={"OELLM_PROBE": value})
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     standin = RUNTIME_ENVIRONMENT.format(prefix=runtime.upper())
     system_path = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if Path(p).is_dir())
     if any(shutil.which(other, path=system_path) for other in CONTAINER_RUNTIMES if other != runtime):
         pytest.skip("the other container runtime is installed on this machine")
-    status, record = _run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_PROBE,
-                              env={"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}{system_path}"},
-                              stand_ins=("scontrol", "srun", runtime, "torchrun"), runtimes={runtime: standin})
+    status, record = run_job(script, tmp_path, tmp_path, 2, torchrun=TORCHRUN_PROBE,
+                             env={"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}{system_path}"},
+                             stand_ins=("scontrol", "srun", runtime, "torchrun"), runtimes={runtime: standin})
     assert status == 0, (tmp_path / "stderr").read_text()
     assert record == [f"probe {value}"]
 
 
 def test_a_node_without_the_configured_runtime_names_it_and_the_setting(tmp_path):
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"), container_runtime="singularity")
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"), container_runtime="singularity")
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     system_path = os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if Path(p).is_dir())
     if shutil.which("singularity", path=system_path):
         pytest.skip("singularity is installed on this machine")
-    status, record = _run_job(script, tmp_path, tmp_path, 2, env={"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}"
-                                                                           f"{system_path}"})
+    status, record = run_job(script, tmp_path, tmp_path, 2, env={"PATH": f"{tmp_path / 'fake-bin'}{os.pathsep}"
+                                                                          f"{system_path}"})
     assert status == 1 and record == [], record  # the Apptainer stand-in on PATH is not called
     (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
     assert error.startswith("error: singularity is not on the PATH of node ") and "module load singularity" in error
@@ -354,7 +277,7 @@ def test_a_node_without_the_configured_runtime_names_it_and_the_setting(tmp_path
 def test_an_unknown_container_runtime_is_refused_naming_the_choices():
     with pytest.raises(RecipeError, match=r"cluster.container_runtime must be one of apptainer, singularity, got "
                                           r"'docker'"):
-        _recipe(container_runtime="docker")._check_values()
+        mn5_weak_recipe(container_runtime="docker")._check_values()
 
 
 @pytest.mark.parametrize("relative", [False, True])
@@ -364,27 +287,27 @@ def test_a_missing_image_is_named_as_such_not_as_one_to_rebuild(tmp_path, monkey
     x86_64". The job now says the image is missing, before srun."""
     monkeypatch.chdir(tmp_path)
     name = f"image-{random.randint(0, 10**6)}.sif"
-    recipe = _recipe(image=name if relative else str(tmp_path / name))
+    recipe = mn5_weak_recipe(image=name if relative else str(tmp_path / name))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     assert script.index("does not exist on node") < script.index('apptainer exec "$IMAGE" uname -m') < \
         script.index("srun ")
-    status, record = _run_job(script, tmp_path, tmp_path, 2)
+    status, record = run_job(script, tmp_path, tmp_path, 2)
     assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
     (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
     assert error.startswith(f"error: image {recipe.cluster.image} does not exist on node ") and "runs as" not in error
     assert f"(relative to {tmp_path})" in error and "pass --image" in error
     (tmp_path / name).touch()
-    status, record = _run_job(script, tmp_path, tmp_path, 2)
+    status, record = run_job(script, tmp_path, tmp_path, 2)
     assert status == 0 and any(line.startswith("torchrun ") for line in record), record
 
 
 def test_an_image_uri_is_left_to_the_container_runtime(tmp_path):
     """``docker://``, ``oras://`` ... name no file here: the missing-image check must not refuse them."""
     uri = f"docker://registry.example/megatron-oellm:{random.randint(0, 10**6)}"
-    recipe = _recipe(image=uri)
+    recipe = mn5_weak_recipe(image=uri)
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     uri_runtime = APPTAINER.replace('[ -f "$1" ] ||', '[[ "$1" == docker://* ]] ||')
-    status, record = _run_job(script, tmp_path, tmp_path, 2, runtimes={"apptainer": uri_runtime})
+    status, record = run_job(script, tmp_path, tmp_path, 2, runtimes={"apptainer": uri_runtime})
     assert status == 0 and any(line.startswith("torchrun ") for line in record), (tmp_path / "stderr").read_text()
 
 
@@ -399,7 +322,7 @@ def test_a_single_node_hybrid_ep_image_stops_a_row_whose_group_spans_nodes_befor
     row = recipe.rows[0]
     script = sbatch_text(recipe, 1, resolve_row(recipe, row), tmp_path / "run")
     env = {"FAKE_IMAGE_ARCH": platform.machine(), **({} if build is None else {"OELLM_HYBRID_EP_MULTINODE": build})}
-    status, record = _run_job(script, tmp_path, tmp_path, row.nodes, env=env)
+    status, record = run_job(script, tmp_path, tmp_path, row.nodes, env=env)
     stderr = (tmp_path / "stderr").read_text()
     if build != "0":
         assert status == 0 and any(line.startswith("torchrun ") for line in record), stderr
@@ -411,5 +334,5 @@ def test_a_single_node_hybrid_ep_image_stops_a_row_whose_group_spans_nodes_befor
 
 
 def test_a_row_whose_hybrid_ep_group_fits_a_node_has_no_build_check(tmp_path):
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     assert "OELLM_HYBRID_EP_MULTINODE" not in sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path)

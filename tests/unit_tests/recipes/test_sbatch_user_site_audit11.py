@@ -4,7 +4,7 @@ as ``APPTAINERENV_PYTHONNOUSERSITE`` too, which wins over the image's value."""
 
 from __future__ import annotations
 
-from test_sbatch_user_site import user_site_job
+from sbatch_job_helpers import user_site_job
 
 IMAGE_WITH_USER_SITE_ON = """#!/bin/bash
 # Apptainer's environment rules in miniature, for an image built with `ENV PYTHONNOUSERSITE=` (user site on): the

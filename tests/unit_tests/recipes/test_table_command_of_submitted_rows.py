@@ -9,8 +9,7 @@ import random
 import shlex
 
 import pytest
-from recipe_helpers import EXAMPLES, fake_sbatch
-from test_recipe_table_command import PREFIX
+from recipe_helpers import EXAMPLES, TABLE_COMMAND_PREFIX, fake_sbatch
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import load_recipe
@@ -22,8 +21,8 @@ STRONG = EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"
 
 def _printed_command(out: str) -> str:
     """The one table command line ``oellm recipe`` printed, without its lead-in."""
-    (line,) = [line for line in out.splitlines() if line.startswith(PREFIX)]
-    return line.removeprefix(PREFIX)
+    (line,) = [line for line in out.splitlines() if line.startswith(TABLE_COMMAND_PREFIX)]
+    return line.removeprefix(TABLE_COMMAND_PREFIX)
 
 
 def _submit(tmp_path, monkeypatch, capsys, selection: list[str]) -> str:
@@ -34,7 +33,7 @@ def _submit(tmp_path, monkeypatch, capsys, selection: list[str]) -> str:
     assert main(["recipe", str(STRONG), "--submit", *selection, "--output-dir", str(tmp_path / "runs"),
                  "--image", str(image)]) == 0
     out = capsys.readouterr().out
-    assert out.strip().splitlines()[-1].startswith(PREFIX)
+    assert out.strip().splitlines()[-1].startswith(TABLE_COMMAND_PREFIX)
     return _printed_command(out)
 
 

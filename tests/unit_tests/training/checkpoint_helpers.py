@@ -13,6 +13,7 @@ import torch.distributed.checkpoint as dcp
 from megatron.core.dist_checkpointing.core import CheckpointingConfig, save_config
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.training.args import merge_card_flags, parse_oellm_argv
 
 LAYOUT = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
           "virtual_pipeline_model_parallel_size": None, "expert_model_parallel_size": 2,
@@ -135,3 +136,26 @@ def counted_metadata_opens(monkeypatch: pytest.MonkeyPatch) -> Counter[Path]:
 
     monkeypatch.setattr(Path, "open", counted)
     return opens
+
+
+FINETUNE_CARD = "qwen3-30b-a3b-tiny"
+"""The card of the ``--use-checkpoint-args`` tests' checkpoints and runs."""
+
+
+def entry_args(argv: list[str]) -> argparse.Namespace:
+    """A run's arguments as the entry parses them (the card's flags filled in)."""
+    return parse_oellm_argv(merge_card_flags(argv).argv)
+
+
+def checkpoint_with_args(directory: Path, **stored_values: object) -> Path:
+    """A ``torch_dist`` checkpoint the training entry saved for :data:`FINETUNE_CARD` with ``stored_values`` in its
+    arguments (and the sequence length a training run stores, which megatron takes under ``--use-checkpoint-args``)."""
+    stored = entry_args(["--oellm-model", FINETUNE_CARD, "--seq-length", str(random.choice([64, 128]))])
+    stored.__dict__.update(stored_values)
+    return save_dist_checkpoint(directory, stored, iteration=random.randrange(1, 10**6))
+
+
+def finetune_argv(load: Path, *flags: str) -> list[str]:
+    """A fine-tuning mock-data run of :data:`FINETUNE_CARD` taking its arguments from ``load``."""
+    return ["--oellm-model", FINETUNE_CARD, "--oellm-backend", "torch", "--ckpt-format", "torch_dist", "--mock-data",
+            "--load", str(load), "--finetune", "--use-checkpoint-args", *flags]

@@ -1,4 +1,5 @@
-"""Stand-ins shared by the training-entry tests: the entry run up to ``pretrain`` on CPU, and a tiny corpus.
+"""Stand-ins shared by the training-entry tests: the entry run up to ``pretrain`` on CPU, a tiny corpus, a tilelang
+that does not import, and the command lines of more than one test module.
 
 Megatron modules (``megatron.training``) are imported inside the functions, so importing this module at collection
 loads no more than ``megatron.oellm.training.args`` and ``.corpus``.
@@ -7,6 +8,7 @@ loads no more than ``megatron.oellm.training.args`` and ``.corpus``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.machinery
 import sys
 import types
@@ -164,3 +166,42 @@ def refused_line(entry, capsys: pytest.CaptureFixture, argv: list[str]) -> str:
     """The entry's one error line for ``argv``, which it must refuse with exit status 2."""
     assert entry.main(argv) == 2
     return one_error_line(capsys)
+
+
+def tilelang_import_fails(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """Importing tilelang through the check raises ``error`` (a library it loads missing); every other module, fla's
+    own among them, imports as it is."""
+    from megatron.oellm.training import fla_kernels
+
+    import_module = importlib.import_module
+
+    def failing_import(name, *rest):
+        if name == "tilelang":
+            raise error
+        return import_module(name, *rest)
+
+    monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
+
+
+DATA_CHECK_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
+"""The entry's command line of the data source tests, before the data flags each test gives."""
+
+
+def data_config_args(argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed, with what megatron's ``validate_args`` fills in for the data config."""
+    args = parse_oellm_argv(["--seq-length", "16", *argv])
+    args.data_parallel_size = 1
+    if args.data_path is not None and args.split is None:
+        args.split = "969,30,1"
+    return args
+
+
+GPU_ENTRY_RUN = [
+    "--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--transformer-impl", "local",
+    "--micro-batch-size", "4", "--global-batch-size", "8", "--seq-length", "128",
+    "--lr", "3e-3", "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "3",
+    "--bf16", "--log-interval", "1", "--eval-iters", "0", "--eval-interval", "1000",
+    "--no-gradient-accumulation-fusion", "--seed", "1234",
+]
+"""The entry's command line of the GPU training tests (``test_entry_gpu.py``) before each run's data and checkpoint
+flags; the entry's checks on the CPU take the same line (``test_gpu_runs_pass_entry_checks.py``)."""

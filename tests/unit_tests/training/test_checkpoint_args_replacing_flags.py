@@ -11,41 +11,20 @@ from pathlib import Path
 import pytest
 
 from megatron.oellm.training import load_checks
-from megatron.oellm.training.args import explicit_destinations, merge_card_flags, parse_oellm_argv
+from megatron.oellm.training.args import explicit_destinations
 from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
-from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import checkpoint_with_args, entry_args, finetune_argv
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
-
-CARD = "qwen3-30b-a3b-tiny"
-
-
-def _parsed(argv: list[str]) -> argparse.Namespace:
-    """A run's arguments as the entry parses them (the card's flags filled in)."""
-    return parse_oellm_argv(merge_card_flags(argv).argv)
-
-
-def _saved(directory: Path, **stored_values: object) -> Path:
-    """A ``torch_dist`` checkpoint the training entry saved for :data:`CARD` with ``stored_values`` in its
-    arguments (and the sequence length a training run stores, which megatron takes under ``--use-checkpoint-args``)."""
-    stored = _parsed(["--oellm-model", CARD, "--seq-length", str(random.choice([64, 128]))])
-    stored.__dict__.update(stored_values)
-    return save_dist_checkpoint(directory, stored, iteration=random.randrange(1, 10**6))
 
 
 def _megatron_loaded(argv: list[str]) -> argparse.Namespace:
     """``argv``'s arguments after megatron-core's own ``load_args_from_checkpoint``."""
     from megatron.training import checkpointing
 
-    run = _parsed(argv)
+    run = entry_args(argv)
     run.use_dist_ckpt = True
     checkpointing.load_args_from_checkpoint(run)
     return run
-
-
-def _argv(load: Path, *flags: str) -> list[str]:
-    """A fine-tuning mock-data run of :data:`CARD` taking its arguments from ``load``."""
-    return ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format", "torch_dist", "--mock-data",
-            "--load", str(load), "--finetune", "--use-checkpoint-args", *flags]
 
 
 def test_a_given_dropout_the_checkpoint_replaces_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -55,15 +34,15 @@ def test_a_given_dropout_the_checkpoint_replaces_is_refused(tmp_path: Path, monk
     the entry's training default, not a flag of the user's)."""
     entry = entry_up_to_pretrain(monkeypatch)
     stored, given = round(random.uniform(0.05, 0.2), 3), round(random.uniform(0.25, 0.5), 3)
-    load = _saved(tmp_path, hidden_dropout=stored, attention_dropout=stored)
-    assert _megatron_loaded(_argv(load, "--hidden-dropout", str(given))).hidden_dropout == stored
-    line = refused_line(entry, capsys, _argv(load, "--hidden-dropout", str(given)))
+    load = checkpoint_with_args(tmp_path, hidden_dropout=stored, attention_dropout=stored)
+    assert _megatron_loaded(finetune_argv(load, "--hidden-dropout", str(given))).hidden_dropout == stored
+    line = refused_line(entry, capsys, finetune_argv(load, "--hidden-dropout", str(given)))
     assert (f"error: --use-checkpoint-args: megatron-core would set hidden_dropout to {stored!r}, the value --load "
             f"{load} stores, over --hidden-dropout's {given!r}") in line
     assert line.endswith("drop --use-checkpoint-args, or drop --hidden-dropout")
     for flags in (["--hidden-dropout", str(stored)], []):
         with pytest.raises(Reached):
-            entry.main(_argv(load, *flags))
+            entry.main(finetune_argv(load, *flags))
 
 
 @pytest.mark.parametrize(("flags", "dest", "stored"), [
@@ -79,12 +58,12 @@ def test_given_router_and_rope_flags_the_checkpoint_replaces_are_refused(tmp_pat
     run's to choose."""
     flags = [str(round(random.uniform(0.1, 0.9), 3)) if flag == "RANDOM" else flag for flag in flags]
     stored = round(random.uniform(1.0, 3.0), 3) if stored == "RANDOM" else stored
-    load = _saved(tmp_path, **{dest: stored})
-    argv = _argv(load, *flags)
+    load = checkpoint_with_args(tmp_path, **{dest: stored})
+    argv = finetune_argv(load, *flags)
     assert getattr(_megatron_loaded(argv), dest) == stored
-    run = _parsed(argv)
+    run = entry_args(argv)
     with pytest.raises(ValueError, match=rf"would set {dest} to {stored!r}, .* over {flags[0]}'s "
                                          rf"{getattr(run, dest)!r}, .*drop --use-checkpoint-args, or drop {flags[0]}"):
         load_checks.check_checkpoint_architecture(run, read_loaded_checkpoint(run), explicit_destinations(argv))
-    own = _parsed([flag for flag in argv if flag != "--use-checkpoint-args"])
+    own = entry_args([flag for flag in argv if flag != "--use-checkpoint-args"])
     load_checks.check_checkpoint_architecture(own, read_loaded_checkpoint(own), explicit_destinations(argv))

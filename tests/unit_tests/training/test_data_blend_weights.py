@@ -11,8 +11,7 @@ import warnings
 import pytest
 
 from megatron.oellm.training import data_sources
-from tests.unit_tests.training.entry_helpers import corpus, entry_up_to_pretrain
-from tests.unit_tests.training.test_data_source_checks import BASE, validated
+from tests.unit_tests.training.entry_helpers import DATA_CHECK_RUN, corpus, data_config_args, entry_up_to_pretrain
 
 BAD_WEIGHTS = {"nan": ["nan", "1"], "infinite": ["inf", "1"], "negative": ["-1", "2"], "zero sum": ["0", "0"]}
 
@@ -35,7 +34,7 @@ def test_bad_weights_are_refused_naming_the_flag_and_the_weight(case, flag, tmp_
     first, second = corpus(tmp_path, "first"), corpus(tmp_path, "second")
     weights = BAD_WEIGHTS[case]
     train = ["--train-data-path", first] if flag == "--valid-data-path" else []  # a split's own flag is named
-    args = validated([*train, flag, weights[0], first, weights[1], second])
+    args = data_config_args([*train, flag, weights[0], first, weights[1], second])
     if case == "zero sum":
         message = f"{flag}: the weights of datasets {first!r}, {second!r} add up to 0"
     else:
@@ -48,7 +47,7 @@ def test_bad_weights_are_refused_naming_the_flag_and_the_weight(case, flag, tmp_
 def test_the_entry_refuses_a_nan_weight_in_one_line(monkeypatch, capsys, tmp_path):
     entry = entry_up_to_pretrain(monkeypatch)
     big = corpus(tmp_path, "big")
-    assert entry.main([*BASE, "--data-path", "nan", big, "--split", "100,0,0"]) == 2
+    assert entry.main([*DATA_CHECK_RUN, "--data-path", "nan", big, "--split", "100,0,0"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"megatron.oellm.training.entry: error: --data-path: the weight nan of dataset {big!r} is not a "
                    "finite number >= 0; a blend is weight-prefix pairs, each weight its share of the samples"]
@@ -59,5 +58,5 @@ def test_positive_weights_and_a_muted_dataset_pass(tmp_path):
     the blend without editing the list)."""
     first, second = corpus(tmp_path, "first"), corpus(tmp_path, "second")
     for weights in ([random.uniform(0.01, 100), random.uniform(0.01, 100)], [0, random.uniform(0.01, 100)]):
-        args = validated(["--data-path", str(weights[0]), first, str(weights[1]), second, "--split", "100,0,0"])
+        args = data_config_args(["--data-path", str(weights[0]), first, str(weights[1]), second, "--split", "100,0,0"])
         data_sources.check_blend_weights(args, (([first, second]), [float(w) for w in weights]), None)

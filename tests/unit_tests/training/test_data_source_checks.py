@@ -19,11 +19,16 @@ import pytest
 
 from megatron.oellm.training import data, data_sources, index_cache
 from megatron.oellm.training.args import parse_oellm_argv
-from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain
+from tests.unit_tests.training.entry_helpers import (
+    DATA_CHECK_RUN,
+    Reached,
+    corpus,
+    data_config_args,
+    entry_up_to_pretrain,
+)
 
-BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
 ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
-"""The entry's command line of the index cache tests (:data:`BASE` is the other tests')."""
+"""The entry's command line of the index cache tests (:data:`DATA_CHECK_RUN` is the other tests')."""
 
 
 @pytest.fixture
@@ -33,15 +38,6 @@ def null_tokenizer(monkeypatch):
     from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
 
     monkeypatch.setattr(megatron.training, "get_tokenizer", lambda: NullTokenizer(257))
-
-
-def validated(argv: list[str]):
-    """``argv`` parsed, with what megatron's ``validate_args`` fills in for the data config."""
-    args = parse_oellm_argv(["--seq-length", "16", *argv])
-    args.data_parallel_size = 1
-    if args.data_path is not None and args.split is None:
-        args.split = "969,30,1"
-    return args
 
 
 def megatron_core_refuses(args) -> bool:
@@ -75,7 +71,7 @@ def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_p
     passed every check and stopped the run with megatron-core's AssertionError when the datasets were built."""
     flags, refused_flag = CACHE_CASES[case]
     train = corpus(tmp_path, "train")
-    args = validated([{"TRAIN": train, "CACHE": str(tmp_path / "cache")}.get(flag, flag) for flag in flags])
+    args = data_config_args([{"TRAIN": train, "CACHE": str(tmp_path / "cache")}.get(flag, flag) for flag in flags])
     assert megatron_core_refuses(args) == (refused_flag is not None)
     if refused_flag is None:
         data_sources.check_data_source(args)
@@ -86,7 +82,7 @@ def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_p
 
 def test_the_entry_refuses_a_fast_cache_load_without_a_cache_path_in_one_line(monkeypatch, capsys, tmp_path):
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = [*BASE, "--train-data-path", corpus(tmp_path, "train"), "--dataloader-fast-cache-load"]
+    argv = [*DATA_CHECK_RUN, "--train-data-path", corpus(tmp_path, "train"), "--dataloader-fast-cache-load"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --dataloader-fast-cache-load") and "--data-cache-path" in line
@@ -116,7 +112,7 @@ def test_a_sequences_file_megatron_core_cannot_use_is_refused_before_init(conten
     path = tmp_path / "sequences.json"
     if content is not None:
         path.write_text(content.replace("PREFIX", train))
-    args = validated(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
+    args = data_config_args(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
     with pytest.raises((OSError, ValueError, KeyError, TypeError)):
         build_train_dataset(args)
     with pytest.raises(ValueError, match=f"--per-dataset-sequences-path {path}") as refused:
@@ -131,7 +127,7 @@ def test_a_sequences_file_naming_every_prefix_passes_and_builds(tmp_path, null_t
     indexed = IndexedDataset(train)
     path = tmp_path / "sequences.json"
     path.write_text(json.dumps({train: [indexed.index.sequence_count, indexed.index.document_count]}))
-    args = validated(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
+    args = data_config_args(["--train-data-path", train, "--per-dataset-sequences-path", str(path)])
     data_sources.check_data_source(args)
     assert len(build_train_dataset(args)) >= 4
 
@@ -177,7 +173,7 @@ def test_the_check_looks_where_megatron_core_writes_and_reuses_the_cache(tmp_pat
     prefix = corpus(tmp_path, _name())
     cache = index_cache.default_index_cache(prefix)
     assert index_cache.lacks_index_cache(cache)
-    build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
+    build_train_dataset(data_config_args(["--data-path", prefix, "--split", "100,0,0"]))
     assert any(name.endswith("-GPTDataset-train-shuffle_index.npy") for name in os.listdir(cache))
     assert not index_cache.lacks_index_cache(cache)
     # incomplete without any one of its index files: megatron-core's cache_hit needs all four, else builds them again
@@ -222,7 +218,7 @@ def test_an_unwritable_dataset_directory_with_a_built_cache_passes(monkeypatch, 
                                                                    null_tokenizer):
     entry = entry_up_to_pretrain(monkeypatch)
     prefix = corpus(tmp_path, _name())
-    build_train_dataset(validated(["--data-path", prefix, "--split", "100,0,0"]))
+    build_train_dataset(data_config_args(["--data-path", prefix, "--split", "100,0,0"]))
     _unwritable_under(tmp_path, monkeypatch)
     with pytest.raises(Reached):
         entry.main([*ARGV, "--data-path", prefix])
@@ -233,7 +229,7 @@ def test_the_refusal_agrees_with_megatron_core_on_a_read_only_directory(tmp_path
     shared = tmp_path / "shared"
     shared.mkdir()
     prefix = corpus(shared, _name())
-    args = validated(["--data-path", prefix, "--split", "100,0,0"])
+    args = data_config_args(["--data-path", prefix, "--split", "100,0,0"])
     shared.chmod(0o555)
     try:
         with pytest.raises(ValueError, match="--data-cache-path"):
@@ -264,12 +260,13 @@ def test_a_run_whose_training_split_has_no_data_is_refused_unless_it_skips_train
     no_training = (["--data-path", train, "--split", f"0,{weight},{weight}"],
                    ["--valid-data-path", train, "--test-data-path", train])
     for flags in no_training:
-        args = validated(flags)
+        args = data_config_args(flags)
         assert build_train_dataset(args) is None
         with pytest.raises(ValueError, match="no training data|training split no share"):
             data_sources.check_data_source(args)
-        data_sources.check_data_source(validated([*flags, "--skip-train"]))  # evaluation only: what megatron does
-    args = validated(["--data-path", train, "--split", f"{_proportion()},0,0"])
+        # evaluation only: what megatron does
+        data_sources.check_data_source(data_config_args([*flags, "--skip-train"]))
+    args = data_config_args(["--data-path", train, "--split", f"{_proportion()},0,0"])
     assert build_train_dataset(args) is not None
     data_sources.check_data_source(args)
 
@@ -283,7 +280,7 @@ def test_a_data_path_flag_without_a_value_is_refused_naming_it(tmp_path, flags, 
     """A flag whose value is an unset shell variable parses as an empty list, which megatron-core's
     ``get_blend_from_list`` fails on when it builds the datasets; the entry's refusal was its bare "not enough values
     to unpack (expected 2, got 0)"."""
-    args = validated([corpus(tmp_path, "train") if flag == "PREFIX" else flag for flag in flags])
+    args = data_config_args([corpus(tmp_path, "train") if flag == "PREFIX" else flag for flag in flags])
     with pytest.raises(ValueError, match=rf"^{named} without a value .*give dataset prefixes"):
         data_sources.check_data_source(args)
 
@@ -291,7 +288,7 @@ def test_a_data_path_flag_without_a_value_is_refused_naming_it(tmp_path, flags, 
 def test_an_empty_data_args_file_is_refused_naming_it(tmp_path):
     path = tmp_path / "data-args.txt"
     path.write_text(" \n")
-    args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},{_proportion()},0"])
+    args = data_config_args(["--data-args-path", str(path), "--split", f"{_proportion()},{_proportion()},0"])
     with pytest.raises(ValueError, match=rf"^--data-args-path {path} is empty: .*give dataset prefixes"):
         data_sources.check_data_source(args)
 
@@ -307,13 +304,13 @@ def test_validation_set_flags_megatron_refuses_mid_run_are_refused_at_start(monk
     without ``--multiple-validation-sets`` with its assertion at the first evaluation."""
     entry = entry_up_to_pretrain(monkeypatch)
     train, valid = corpus(tmp_path, "train"), corpus(tmp_path, "valid")
-    argv = [*BASE, "--train-data-path", train, "--valid-data-path", train, valid, *flags]
+    argv = [*DATA_CHECK_RUN, "--train-data-path", train, "--valid-data-path", train, valid, *flags]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: {named}")
     with pytest.raises(Reached):
-        entry.main([*BASE, "--train-data-path", train, "--valid-data-path", train, valid, "--multiple-validation-sets",
-                    "--full-validation", *flags])
+        entry.main([*DATA_CHECK_RUN, "--train-data-path", train, "--valid-data-path", train, valid,
+                    "--multiple-validation-sets", "--full-validation", *flags])
 
 
 def test_a_split_leaving_a_dataset_split_without_a_sequence_is_refused(tmp_path, null_tokenizer, caplog):
@@ -326,15 +323,15 @@ def test_a_split_leaving_a_dataset_split_without_a_sequence_is_refused(tmp_path,
     share = _proportion()
     even = f"{share},{share},{share}"  # rounded: one sequence to train, none to validate, one to test
     with pytest.raises(AssertionError):
-        build_train_dataset(validated(["--data-path", a, b, "--split", even]))
+        build_train_dataset(data_config_args(["--data-path", a, b, "--split", even]))
     for flags in (["--data-path", a, b, "--split", even], ["--data-path", a, "--split", even],
                   ["--data-path", a, "--split", even, "--skip-train"]):
         with pytest.raises(ValueError, match=rf"^--split '{even}' leaves the valid split of dataset '{a}' "
                                              r"\(2 sequences\) without a sequence"):
-            data_sources.check_data_source(validated(flags))
+            data_sources.check_data_source(data_config_args(flags))
     with pytest.raises(ValueError, match=r"leaves the valid and test split of dataset"):
-        data_sources.check_data_source(validated(["--data-path", a]))  # megatron's default split, 969,30,1
-    args = validated(["--data-path", a, b, "--split", f"{share},{share},0"])
+        data_sources.check_data_source(data_config_args(["--data-path", a]))  # megatron's default split, 969,30,1
+    args = data_config_args(["--data-path", a, b, "--split", f"{share},{share},0"])
     caplog.clear()
     with caplog.at_level(logging.INFO):
         data_sources.check_data_source(args)
@@ -347,7 +344,7 @@ def test_validation_set_names_pass_when_megatron_does_not_evaluate(monkeypatch, 
     ``--eval-iters 0`` turns off unless ``--full-validation`` is given: the entry refused the names there too."""
     entry = entry_up_to_pretrain(monkeypatch)
     train, valid = corpus(tmp_path, _name()), corpus(tmp_path, _name())
-    argv = [*BASE, "--train-data-path", train, "--valid-data-path", train, valid, "--validation-set-names",
+    argv = [*DATA_CHECK_RUN, "--train-data-path", train, "--valid-data-path", train, valid, "--validation-set-names",
             _name(), _name(), "--eval-interval", str(random.randint(1, 50))]
     for off in (["--eval-iters", "0"], ["--eval-iters", "0", "--skip-train"]):
         with pytest.raises(Reached):
@@ -377,7 +374,7 @@ def test_megatron_core_fails_on_a_dataset_without_documents(tmp_path, null_token
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "unraisablehook", unraisable.append)  # its half-built IndexedDataset's "Exception ignored"
         with pytest.raises(ValueError, match="cannot mmap an empty file"):
-            build_train_dataset(validated(["--train-data-path", _without_documents(tmp_path)]))
+            build_train_dataset(data_config_args(["--train-data-path", _without_documents(tmp_path)]))
         gc.collect()
 
 
@@ -415,7 +412,7 @@ def test_an_unreadable_dataset_index_is_one_refusal(tmp_path, damage):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "unraisablehook", unraisable.append)
         with pytest.raises(ValueError, match=rf"^dataset '{prefix}': megatron-core cannot read its index"):
-            data_sources.check_data_source(validated(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))
+            data_sources.check_data_source(data_config_args(["--data-path", prefix, "--split", f"{_proportion()},0,0"]))
         gc.collect()
     assert not unraisable, [str(item.exc_value) for item in unraisable]
 
@@ -424,7 +421,7 @@ def test_a_binary_data_args_file_is_named_as_such(tmp_path):
     """Passing the dataset's .idx as --data-args-path was reported as an empty file."""
     path = tmp_path / "data-args.bin"
     path.write_bytes(b"\xff\xfe" + random.randbytes(62))
-    args = validated(["--data-args-path", str(path), "--split", f"{_proportion()},0,0"])
+    args = data_config_args(["--data-args-path", str(path), "--split", f"{_proportion()},0,0"])
     with pytest.raises(ValueError, match=rf"^--data-args-path {path} is not a text file"):
         data_sources.check_data_source(args)
 
@@ -440,10 +437,10 @@ def test_a_dataset_whose_bin_file_is_missing_is_refused_naming_it(tmp_path, null
     Path(f"{paths[split]}.bin").unlink()
     with pytest.raises(AssertionError, match="cannot be found"):
         IndexedDataset(paths[split])  # megatron-core's own reader
-    args = validated([item for name in paths for item in (f"--{name}-data-path", paths[name])])
+    args = data_config_args([item for name in paths for item in (f"--{name}-data-path", paths[name])])
     with pytest.raises(ValueError, match=rf"^no indexed dataset \(PREFIX.bin and PREFIX.idx\) at '{paths[split]}':"):
         data_sources.check_data_source(args)
-    args = validated(["--data-path", paths[split], "--split", f"{_proportion()},0,0"])
+    args = data_config_args(["--data-path", paths[split], "--split", f"{_proportion()},0,0"])
     with pytest.raises(ValueError, match=rf"^no indexed dataset \(PREFIX.bin and PREFIX.idx\) at '{paths[split]}':"):
         data_sources.check_data_source(args)
 
@@ -462,7 +459,7 @@ def test_a_sequences_file_lacking_any_one_prefix_of_a_blend_is_refused_naming_it
             counts[prefix] = [index.sequence_count, index.document_count]
     path = tmp_path / "sequences.json"
     path.write_text(json.dumps(counts))
-    args = validated(["--data-path", *prefixes, "--split", "100,0,0", "--per-dataset-sequences-path", str(path)])
+    args = data_config_args(["--data-path", *prefixes, "--split", "100,0,0", "--per-dataset-sequences-path", str(path)])
     with pytest.raises(KeyError):
         build_train_dataset(args)
     with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path} has no counts for '{left_out}':"):
@@ -478,14 +475,14 @@ def test_object_storage_prefixes_pass_the_local_file_checks(tmp_path, null_token
     remote = [f"s3://bucket-{_name()}/text", f"msc://profile/{_name()}/text"]
     assert all(map(is_object_storage_path, remote)) and not is_object_storage_path(local)
     flags = ["--data-path", *random.sample([local, *remote], 3), "--split", "100,0,0"]
-    assert data_sources.check_data_source(validated(flags)) == [local]
+    assert data_sources.check_data_source(data_config_args(flags)) == [local]
 
 
 def test_mock_data_with_a_sequences_file_that_cannot_be_read_is_refused(tmp_path, null_tokenizer):
     """The data provider reads ``--per-dataset-sequences-path`` for the dataset config under ``--mock-data`` too,
     after the model and optimizer are set up."""
     path = tmp_path / f"{_name()}.json"
-    args = validated(["--mock-data", "--per-dataset-sequences-path", str(path)])
+    args = data_config_args(["--mock-data", "--per-dataset-sequences-path", str(path)])
     with pytest.raises(FileNotFoundError):
         data.dataset_config(args)
     with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path}: cannot read it as JSON"):
@@ -525,8 +522,8 @@ def test_multiple_validation_sets_without_full_validation_are_refused_in_an_eval
     assert "not iterable" in str(_megatron_evaluation_error([RerunDataIterator(iter([]))] * 2, iters, False))
     entry = entry_up_to_pretrain(monkeypatch)
     train, valid = corpus(tmp_path, _name()), corpus(tmp_path, _name())
-    argv = [*BASE, "--train-data-path", train, "--valid-data-path", train, valid, "--multiple-validation-sets",
-            "--skip-train"]
+    argv = [*DATA_CHECK_RUN, "--train-data-path", train, "--valid-data-path", train, valid,
+            "--multiple-validation-sets", "--skip-train"]
     assert entry.main([*argv, "--eval-iters", str(iters)]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --multiple-validation-sets: megatron-core 0.19.2 evaluates")
@@ -557,13 +554,13 @@ def test_a_test_set_beside_multiple_validation_sets_is_refused_naming_where_it_c
         "--mock-data (megatron-core's mock datasets always have a test split)": ["--mock-data"],
     }
     for source, flags in refused.items():
-        assert entry.main([*BASE, *flags, *multiple]) == 2, source
+        assert entry.main([*DATA_CHECK_RUN, *flags, *multiple]) == 2, source
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith(f"{entry.PROG}: error: --multiple-validation-sets with a test set from {source}: "
                                "megatron-core 0.19.2 evaluates the test set as if"), line
     for flags in (per_split, ["--data-path", train, "--split", "1,1,0"]):
         with pytest.raises(Reached):
-            entry.main([*BASE, *flags, *multiple])
+            entry.main([*DATA_CHECK_RUN, *flags, *multiple])
 
 
 def test_validation_set_names_that_do_not_count_the_sets_are_refused(monkeypatch, capsys, tmp_path):
@@ -579,8 +576,8 @@ def test_validation_set_names_that_do_not_count_the_sets_are_refused(monkeypatch
     entry = entry_up_to_pretrain(monkeypatch)
     train = corpus(tmp_path, _name())
     valid = [item for _ in range(sets) for item in (_proportion(), corpus(tmp_path, _name()))]
-    argv = [*BASE, "--train-data-path", train, "--valid-data-path", *valid, "--multiple-validation-sets",
-            "--full-validation"]
+    argv = [*DATA_CHECK_RUN, "--train-data-path", train, "--valid-data-path", *valid,
+            "--multiple-validation-sets", "--full-validation"]
     assert entry.main([*argv, "--validation-set-names", *names]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --validation-set-names gives {len(names)} name(s) for {sets} "

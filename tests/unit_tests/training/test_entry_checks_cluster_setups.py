@@ -21,8 +21,8 @@ from megatron.oellm.training.stored_checkpoint import (
     read_loaded_checkpoint,
     same_directory,
 )
+from tests.unit_tests.training.checkpoint_helpers import checkpoint_with_args, finetune_argv
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, refused_line
-from tests.unit_tests.training.test_checkpoint_args_replacing_flags import _argv, _saved
 
 
 @pytest.fixture
@@ -136,8 +136,8 @@ def test_an_explicit_flag_equal_to_an_entry_default_is_still_the_users(tmp_path:
     another dropout: megatron would train with the checkpoint's."""
     entry = entry_up_to_pretrain(monkeypatch)
     stored = round(random.uniform(0.05, 0.2), 3)
-    load = _saved(tmp_path, hidden_dropout=stored, attention_dropout=stored)
-    line = refused_line(entry, capsys, _argv(load, "--hidden-dropout", "0.0"))
+    load = checkpoint_with_args(tmp_path, hidden_dropout=stored, attention_dropout=stored)
+    line = refused_line(entry, capsys, finetune_argv(load, "--hidden-dropout", "0.0"))
     assert f"hidden_dropout to {stored!r}" in line and "--hidden-dropout's 0.0" in line
 
 

@@ -18,22 +18,16 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
+from tests.unit_tests.training.entry_helpers import GPU_ENTRY_RUN
 from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
-COMMON = [
-    "--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--transformer-impl", "local",
-    "--micro-batch-size", "4", "--global-batch-size", "8", "--seq-length", "128",
-    "--lr", "3e-3", "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "3",
-    "--bf16", "--log-interval", "1", "--eval-iters", "0", "--eval-interval", "1000",
-    "--no-gradient-accumulation-fusion", "--seed", "1234",
-]
 _LOSS = re.compile(r" iteration\s+(\d+)/\s*\d+ \|.* lm loss: ([0-9.E+-]+) \|")
 
 
 def run_entry(extra: list[str], tmp_path) -> tuple[dict[int, float], list]:
     """Run the entry with torchrun on one GPU; return iteration -> lm loss and the [oellm] lines."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-               "-m", "megatron.oellm.training.entry", *COMMON, *extra]
+               "-m", "megatron.oellm.training.entry", *GPU_ENTRY_RUN, *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     output = result.stdout + result.stderr
@@ -94,7 +88,8 @@ def test_a_converted_hugging_face_checkpoint_is_what_the_first_iteration_runs(tm
     write_hf(card, tensors, tmp_path / "hf")
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-               "-m", "megatron.oellm.training.entry", *[card.name if arg == COMMON[1] else arg for arg in COMMON],
+               "-m", "megatron.oellm.training.entry",
+               *[card.name if arg == GPU_ENTRY_RUN[1] else arg for arg in GPU_ENTRY_RUN],
                "--mock-data", "--tokenizer-type", "NullTokenizer",
                "--train-iters", "4", "--load", str(tmp_path / "mcore"), "--ckpt-format", "torch_dist",
                "--dist-ckpt-strictness", "log_unexpected"]

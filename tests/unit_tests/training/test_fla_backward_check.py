@@ -13,7 +13,12 @@ import pytest
 from megatron.oellm.cards import get_card
 from megatron.oellm.doctor.rules import FLA_TILELANG_FIX
 from megatron.oellm.training import fla_kernels
-from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, one_error_line, tiny_moe_run
+from tests.unit_tests.training.entry_helpers import (
+    entry_up_to_pretrain,
+    one_error_line,
+    tilelang_import_fails,
+    tiny_moe_run,
+)
 
 HYBRID, MOE = "qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"
 
@@ -80,19 +85,6 @@ def test_the_entry_names_a_missing_nvcc(monkeypatch) -> None:
     fla_kernels.check_fla_backward(get_card(HYBRID), env={})
     with pytest.raises(ValueError, match="FLA_TILELANG=0"):
         fla_kernels.check_fla_backward(get_card(HYBRID), env={"FLA_TILELANG": "0"})
-
-
-def tilelang_import_fails(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
-    """Importing tilelang through the check raises ``error`` (a library it loads missing); every other module, fla's
-    own among them, imports as it is."""
-    import_module = importlib.import_module
-
-    def failing_import(name, *rest):
-        if name == "tilelang":
-            raise error
-        return import_module(name, *rest)
-
-    monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
 
 
 def test_a_tilelang_that_does_not_import_is_named(monkeypatch) -> None:

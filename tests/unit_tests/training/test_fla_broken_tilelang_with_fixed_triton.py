@@ -19,8 +19,12 @@ import pytest
 from megatron.oellm.cards import get_card
 from megatron.oellm.doctor.report import GpuInfo
 from megatron.oellm.training import fla_kernels
-from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, one_error_line, tiny_moe_run
-from tests.unit_tests.training.test_fla_backward_check import tilelang_import_fails
+from tests.unit_tests.training.entry_helpers import (
+    entry_up_to_pretrain,
+    one_error_line,
+    tilelang_import_fails,
+    tiny_moe_run,
+)
 
 HYBRIDS, MOE = ["qwen3.5-35b-a3b-tiny", "oellm-ckda-hybrid-tiny"], "qwen3-30b-a3b-tiny"
 NVCC = "/usr/local/cuda/bin/nvcc"

@@ -13,8 +13,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.training.corpus import build_corpus, stdlib_sources
 from megatron.oellm.training.tokenizer import BYTE_TOKENIZER_FLAGS
 from tests.unit_tests.training.checkpoint_helpers import converted_random_checkpoint
-from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
-from tests.unit_tests.training.test_entry_gpu import COMMON
+from tests.unit_tests.training.entry_helpers import GPU_ENTRY_RUN, Reached, entry_up_to_pretrain
 
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
@@ -23,8 +22,8 @@ def test_a_converted_checkpoint_as_load_reaches_pretrain(monkeypatch, tmp_path: 
     converted = converted_random_checkpoint(name, tmp_path)
     main = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):
-        main.main([*[card.name if arg == COMMON[1] else arg for arg in COMMON], "--mock-data", "--tokenizer-type",
-                   "NullTokenizer", "--train-iters", "4", "--load", str(converted), "--ckpt-format",
+        main.main([*[card.name if arg == GPU_ENTRY_RUN[1] else arg for arg in GPU_ENTRY_RUN], "--mock-data",
+                   "--tokenizer-type", "NullTokenizer", "--train-iters", "4", "--load", str(converted), "--ckpt-format",
                    "torch_dist", "--dist-ckpt-strictness", "log_unexpected"])
 
 
@@ -34,6 +33,6 @@ def test_a_first_job_saving_where_it_loads_reaches_pretrain(monkeypatch, tmp_pat
     checkpoint = tmp_path / "checkpoint"
     main = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):
-        main.main([*COMMON, "--data-path", str(prefix), "--split", "100,0,0", *BYTE_TOKENIZER_FLAGS, "--save",
+        main.main([*GPU_ENTRY_RUN, "--data-path", str(prefix), "--split", "100,0,0", *BYTE_TOKENIZER_FLAGS, "--save",
                    str(checkpoint), "--load", str(checkpoint), "--ckpt-format", "torch_dist", "--save-interval", "30",
                    "--override-opt_param-scheduler", "--train-iters", "30"])
