@@ -10,7 +10,7 @@ from pathlib import Path
 
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.recipes.config import ClusterSettings, RecipeError
-from megatron.oellm.recipes.resolve import check_file_system_data
+from megatron.oellm.recipes.resolve import BYTE_TOKENIZER, check_file_system_data
 
 
 def data_prefixes(data_path: Sequence[str]) -> list[str]:
@@ -90,14 +90,21 @@ def missing_tokenizer_problems(tokenizer_model: str) -> list[str]:
     the login node shares the compute nodes' file system, and the job would stop when it builds the tokenizer, after
     the queue (relative paths: from the current directory, where the job starts). Hub names (``org/name``) are left
     to the run. A recipe's tokenizer other than ``byte`` is megatron-core's ``HuggingFaceTokenizer``, which loads a
-    folder or a hub name, never a single file."""
-    from megatron.oellm.training.data_sources import absent_tokenizer_path
+    folder or a hub name, never a single file: an existing file or a folder without tokenizer files is refused too
+    (:func:`megatron.oellm.training.data_sources.unloadable_tokenizer_folder`, the entry's rule)."""
+    from megatron.oellm.training.data_sources import absent_tokenizer_path, unloadable_tokenizer_folder
 
-    if not absent_tokenizer_path(tokenizer_model):
+    if tokenizer_model == BYTE_TOKENIZER:
         return []
-    return [f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give a Hugging Face "
-            "tokenizer directory on the shared file system (AutoTokenizer loads no single file), a hub name (org/name; "
-            "compute nodes without network need the directory), or 'byte'"]
+    if absent_tokenizer_path(tokenizer_model):
+        return [f"--tokenizer-model {tokenizer_model!r} does not exist (relative to {Path.cwd()}); give a Hugging Face "
+                "tokenizer directory on the shared file system (AutoTokenizer loads no single file), a hub name "
+                "(org/name; compute nodes without network need the directory), or 'byte'"]
+    reason = unloadable_tokenizer_folder(tokenizer_model)
+    if reason is None:
+        return []
+    return [f"--tokenizer-model {tokenizer_model!r} {reason}; give the Hugging Face tokenizer's folder (what its "
+            "save_pretrained wrote), a hub name (org/name), or 'byte'"]
 
 
 def check_host_paths(cluster: ClusterSettings) -> None:

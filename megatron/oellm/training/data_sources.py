@@ -302,12 +302,59 @@ def check_bin_size(prefix: str, index: _IndexReader) -> None:
                      "wrote together at the prefix (copy both again), or rebuild the dataset")
 
 
-def check_dataset_indices(prefixes: list[str]) -> dict[str, int]:
+TOKEN_SAMPLE_BYTES = 1 << 20
+"""The bytes read at each end of a dataset's ``.bin`` by :func:`check_token_ids`: a bounded sample, so the check costs
+two small reads per dataset however large the corpus."""
+
+
+def embedded_vocabulary(args: argparse.Namespace) -> int | None:
+    """The embedding rows of the run, as ``args`` hold them before megatron builds the tokenizer: its
+    ``padded_vocab_size`` where set, else, for a tokenizer whose vocabulary is ``--vocab-size``
+    (:data:`~megatron.oellm.training.load_checks.VOCAB_SIZE_TOKENIZERS`), that size (with the tokenizer's extra rows)
+    padded as megatron pads it; None where only the tokenizer knows (a Hugging Face tokenizer not yet built)."""
+    from megatron.oellm.flops import megatron_padded_vocab
+    from megatron.oellm.training.load_checks import TOKENIZER_EXTRA_ROWS, VOCAB_SIZE_TOKENIZERS
+
+    padded = getattr(args, "padded_vocab_size", None)
+    if padded is not None:
+        return padded
+    if args.vocab_size is None or args.tokenizer_type not in VOCAB_SIZE_TOKENIZERS:
+        return None
+    return megatron_padded_vocab(args.vocab_size + TOKENIZER_EXTRA_ROWS.get(args.tokenizer_type, 0),
+                                 args.tensor_model_parallel_size, args.make_vocab_size_divisible_by)
+
+
+def check_token_ids(prefix: str, index: _IndexReader, vocabulary: int) -> None:
+    """Raise ``ValueError`` when the first or last :data:`TOKEN_SAMPLE_BYTES` of dataset ``prefix``'s ``.bin`` (read
+    as its ``index``'s token type) hold a token id at or above the run's ``vocabulary`` embedding rows: a corpus
+    tokenized with another tokenizer. megatron-core looks the ids up in the embedding without a bound check, which
+    fails on the GPU (a device-side assert) at the first such sample, after the model and optimizer are set up. Only
+    a sample is read: a clean sample does not prove the whole corpus clean."""
+    import numpy
+
+    tokens = described_bin_size(index) // index.dtype_size
+    sample = TOKEN_SAMPLE_BYTES // index.dtype_size
+    with open(f"{prefix}.bin", "rb") as file:
+        parts = [numpy.fromfile(file, dtype=index.dtype, count=min(sample, tokens))]
+        if tokens > sample:
+            file.seek(max(sample, tokens - sample) * index.dtype_size)
+            parts.append(numpy.fromfile(file, dtype=index.dtype, count=tokens - max(sample, tokens - sample)))
+    largest = max(int(part.max()) for part in parts if part.size)
+    if largest >= vocabulary:
+        raise ValueError(f"dataset {prefix!r} holds token id {largest}, at or above the run's {vocabulary}-row "
+                         "vocabulary (--vocab-size padded, or the tokenizer's): it was tokenized with another "
+                         "tokenizer, and the embedding lookup would fail on the GPU at the first such sample, after "
+                         "the model is set up; give the tokenizer and --vocab-size the corpus was made with, or "
+                         "re-tokenize it")
+
+
+def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) -> dict[str, int]:
     """The sequence count of each local dataset of ``prefixes``, after a ``ValueError`` for one whose index
     megatron-core cannot read, whose index counts no sequence, or whose ``.bin`` is not the size the index describes
     (:func:`check_bin_size`): megatron-core fails on each when it builds the datasets (mapping an empty ``.bin``
     fails; with one it maps, it counts epochs of no token forever) or mid-run, after the model and optimizer are set
-    up."""
+    up; and, given the run's ``vocabulary`` (:func:`embedded_vocabulary`), for a sampled token id it cannot embed
+    (:func:`check_token_ids`)."""
     from megatron.core.datasets import indexed_dataset
 
     reader_log = logging.getLogger(indexed_dataset.__name__)
@@ -325,6 +372,8 @@ def check_dataset_indices(prefixes: list[str]) -> dict[str, int]:
                                  "are set up (or hangs there until the job's time limit); drop it from the data paths, "
                                  "or rebuild it from input that has text")
             check_bin_size(prefix, index)
+            if vocabulary is not None:
+                check_token_ids(prefix, index, vocabulary)
             counts[prefix] = index.sequence_count
     finally:
         reader_log.setLevel(level)
@@ -420,17 +469,56 @@ def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
 
 TOKENIZER_PATH_STARTS = ("/", "./", "../", "~")
 """How a ``--tokenizer-model`` written as a path starts: absolute, from the current directory or its parent, or from
-a home directory. No Hugging Face hub name (``name``, ``org/name``) starts so; a relative path without such a start
-reads as one (``org/name`` also where a directory ``org`` is here) and is left to the run."""
+a home directory. No Hugging Face hub name (``name``, ``org/name``) starts so."""
+
+
+def written_as_local_path(tokenizer_model: str) -> bool:
+    """Whether ``--tokenizer-model`` ``tokenizer_model`` names a local path rather than a hub name: it starts as a
+    path does (:data:`TOKENIZER_PATH_STARTS`), has more parts than a hub name's ``org/name``, or its first part is a
+    folder here (``tokenizers/oelm`` beside a ``tokenizers`` folder: a mistyped path, not the hub organisation
+    ``tokenizers``). ``org/name`` without a local ``org`` folder reads as a hub name."""
+    if tokenizer_model.startswith(TOKENIZER_PATH_STARTS):
+        return True
+    parts = tokenizer_model.split("/")
+    return len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir())
 
 
 def absent_tokenizer_path(tokenizer_model: str) -> bool:
-    """Whether ``--tokenizer-model`` ``tokenizer_model`` is written as a path (:data:`TOKENIZER_PATH_STARTS`) where
+    """Whether ``--tokenizer-model`` ``tokenizer_model`` names a local path (:func:`written_as_local_path`) where
     nothing is (from the current directory, where the run starts; a ``~`` reaches the run as it stands). Such a value
     can be no hub name: megatron-core's tokenizer library fails on it when megatron initialises, on every rank
-    (transformers says "Repo id must be in the form ..."). The one rule of the training entry and of ``oellm
-    recipe``'s login-node check."""
-    return tokenizer_model.startswith(TOKENIZER_PATH_STARTS) and not Path(tokenizer_model).exists()
+    (transformers says "Repo id must be in the form ...", or looks a mistyped ``org/name`` up on the hub). The one
+    rule of the training entry and of ``oellm recipe``'s login-node check."""
+    return written_as_local_path(tokenizer_model) and not Path(tokenizer_model).exists()
+
+
+TOKENIZER_FOLDER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                                    "vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model"})
+"""File names of which transformers' ``AutoTokenizer.from_pretrained`` needs at least one in a tokenizer folder (with
+any other ``*.model`` or ``*.tiktoken`` file): a folder without any fails ("Couldn't instantiate the backend
+tokenizer ...")."""
+
+
+def unloadable_tokenizer_folder(tokenizer_model: str) -> str | None:
+    """Why ``AutoTokenizer.from_pretrained`` cannot load the existing local ``--tokenizer-model`` ``tokenizer_model``,
+    or None (nothing there, or a folder holding a tokenizer file): a file (transformers takes it for a malformed hub
+    name: "Repo id must be in the form ..."), or a folder without any :data:`TOKENIZER_FOLDER_FILES`. A folder that
+    cannot be listed is let through, and so is an empty value (a recipe's unset tokenizer; ``Path("")`` would be the
+    current folder)."""
+    if not tokenizer_model:
+        return None
+    path = Path(tokenizer_model).expanduser()
+    if path.is_file():
+        return f"is a file, and AutoTokenizer loads a tokenizer folder, never a single file (its folder, {path.parent}, where it holds the tokenizer's files)"
+    try:
+        names = [entry.name for entry in path.iterdir()] if path.is_dir() else None
+    except OSError:
+        return None
+    if names is None or any(name in TOKENIZER_FOLDER_FILES or name.endswith((".model", ".tiktoken"))
+                            for name in names):
+        return None
+    return (f"is a folder without a tokenizer file (none of {', '.join(sorted(TOKENIZER_FOLDER_FILES))}), which "
+            "AutoTokenizer cannot load")
 
 
 TOKENIZER_FILE_FLAGS: dict[str, tuple[str, str]] = {"vocab_file": ("--vocab-file", "vocabulary"),
@@ -493,7 +581,9 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
     ``--merge-file`` that is no file where the tokenizer type reads it (:data:`FILE_READING_TOKENIZERS`), a megatron
     tokenizer type without the files it would download and has not cached (:data:`DOWNLOADED_TOKENIZER_FILES`,
     :func:`downloaded_before`), a ``--tokenizer-model`` path where nothing is (:func:`absent_tokenizer_path`), where
-    the tokenizer type reads one (:data:`TOKENIZER_MODEL_FORMS`, whose hint the refusal gives). megatron-core builds
+    the tokenizer type reads one (:data:`TOKENIZER_MODEL_FORMS`, whose hint the refusal gives), or, for the types
+    transformers' ``AutoTokenizer`` loads, a file or a folder without tokenizer files
+    (:func:`unloadable_tokenizer_folder`). megatron-core builds
     the tokenizer when megatron initialises, on every rank: a missing file waited out huggingface.co's retries (some
     30 s) and was then refused under the hub tokenizer's name, a file left to download ended in a ``wget`` traceback."""
     for name, (flag, content) in TOKENIZER_FILE_FLAGS.items():
@@ -511,9 +601,16 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
                          "gpt2's vocab.json and merges.txt), or --tokenizer-type HuggingFaceTokenizer "
                          "--tokenizer-model NAME_OR_DIRECTORY")
     model, form = args.tokenizer_model, TOKENIZER_MODEL_FORMS.get(args.tokenizer_type)
-    if model is not None and form is not None and absent_tokenizer_path(model):
+    if model is None or form is None:
+        return
+    if absent_tokenizer_path(model):
         raise ValueError(f"--tokenizer-model {model!r} does not exist (relative to {Path.cwd()}): megatron-core would "
                          f"fail to build the {args.tokenizer_type} when megatron initialises; give {form}")
+    reason = unloadable_tokenizer_folder(model) if form == HUB_TOKENIZER_FORM else None
+    if reason is not None:
+        raise ValueError(f"--tokenizer-model {model!r} {reason}: megatron-core would fail to build the "
+                         f"{args.tokenizer_type} when megatron initialises, on every rank; give the folder the "
+                         "tokenizer's save_pretrained wrote (its tokenizer.json / tokenizer_config.json), or a hub name")
 
 
 BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX WEIGHT PREFIX ...), "
@@ -556,8 +653,9 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), validation set names that do not
     count its sets (:func:`check_validation_set_names`), or leaves a split of a
     dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
-    (object-storage prefixes are left to megatron), with an index megatron-core cannot read, without sequences or
-    describing another ``.bin`` size (:func:`check_dataset_indices`), or whose index cache megatron could neither
+    (object-storage prefixes are left to megatron), with an index megatron-core cannot read, without sequences,
+    describing another ``.bin`` size, or with a sampled token id past the run's vocabulary
+    (:func:`check_dataset_indices`), or whose index cache megatron could neither
     reuse nor write (:func:`check_index_cache`); and,
     with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
     :func:`check_sequences_file`).
@@ -612,7 +710,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
                          "--per-split-data-args-path); a prefix names the files without their suffix"
                          f"{WEIGHT_AS_PREFIX if any(map(reads_as_number, missing)) else ''}")
     check_cache_flags(args, blends[0])  # megatron-core's dataset config refuses these before it builds a split
-    check_split_sequences(args, blends[0], check_dataset_indices(local))
+    check_split_sequences(args, blends[0], check_dataset_indices(local, embedded_vocabulary(args)))
     check_index_cache(args, local)
     check_sequences_file(args, local)
     return local

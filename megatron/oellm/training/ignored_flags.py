@@ -16,6 +16,18 @@ DYNAMIC_LOSS_SCALER_FLAGS = {
 }
 """Destinations -> flags that only fp16's dynamic loss scaler reads (megatron-core's ``get_megatron_optimizer``)."""
 
+FP8_SETTING_FLAGS = {
+    "fp8_recipe": "--fp8-recipe",
+    "fp8_margin": "--fp8-margin",
+    "fp8_amax_history_len": "--fp8-amax-history-len",
+    "fp8_amax_compute_algo": "--fp8-amax-compute-algo",
+    "fp8_wgrad": "--no-fp8-wgrad",
+    "fp8_quantizer_factory": "--fp8-quantizer-factory",
+}
+"""Destinations -> flags of the FP8 recipe settings that megatron-core 0.19.2 reads only with ``--fp8-format``
+(its FP8 recipe and context are built only then; ``--fp8-param-gather`` and ``--fp8-output-proj`` without the format
+are refused by its ``TransformerConfig``, not ignored)."""
+
 RECOMPUTE_SETTINGS = ("recompute_method", "recompute_num_layers", "recompute_modules")
 """Destinations of the flags that megatron-core reads only under a ``--recompute-granularity``."""
 
@@ -30,12 +42,14 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
     """One warning per ignored flag among megatron's validated ``args``.
 
     ``explicit`` holds the parser destinations the command line sets; flags with defaults are named only when given.
-    Three cases:
+    The cases:
     - ``--exit-signal-handler-for-dataloader``: megatron-core 0.19.2 defines it and reads it nowhere.
     - The dynamic loss scaler's flags in a run without that scaler: not ``--fp16``, or ``--fp16`` with a constant
       ``--loss-scale``.
     - ``--moe-token-drop-policy`` without ``--moe-expert-capacity-factor``: megatron's router applies the policy only
       when it drops tokens at a capacity, and dropless routing drops none.
+    - The FP8 recipe settings (:data:`FP8_SETTING_FLAGS`) without ``--fp8-format``: the run trains in its
+      ``--bf16`` / ``--fp16`` / fp32 precision, not in FP8, with no other word.
     - The recompute flags without ``--recompute-granularity`` (megatron-core's config checks them only with one, and
       nothing recomputes), and ``--recompute-modules`` under ``full`` (only selective recompute reads it): a run
       that meant to save memory would find out by running out of it.
@@ -55,6 +69,11 @@ def ignored_flag_warnings(args: argparse.Namespace, explicit: Set[str]) -> list[
         warnings.append(f"--moe-token-drop-policy {args.moe_token_drop_policy} does nothing without "
                         "--moe-expert-capacity-factor: megatron-core 0.19.2's router drops tokens, by that policy, "
                         "only at a capacity, and this run's routing is dropless")
+    fp8_settings = [flag for dest, flag in FP8_SETTING_FLAGS.items() if dest in explicit]
+    if fp8_settings and args.fp8 is None:
+        warnings.append(f"{', '.join(fp8_settings)} do{'es' if len(fp8_settings) == 1 else ''} nothing without "
+                        "--fp8-format (e4m3 or hybrid): megatron-core 0.19.2 trains in FP8 only with a format, so "
+                        "this run trains in its other precision; add --fp8-format, or drop the FP8 flags")
     recompute = [megatron_flag(dest) for dest in RECOMPUTE_SETTINGS if dest in explicit]
     if recompute and args.recompute_granularity is None:
         warnings.append(f"{', '.join(recompute)} do{'es' if len(recompute) == 1 else ''} nothing without "

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.oellm.paths import can_write_into, read_mounts
+from megatron.oellm.paths import can_write_into, read_mounts, unwritable_reason
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -78,8 +78,10 @@ def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
     of one of the local dataset ``prefixes`` into :func:`default_index_cache` and cannot: the directory is not
     writable (a shared, read-only dataset) and has no cache to reuse. Megatron finds out on rank 0 when it builds the
     datasets, after the model and optimizer are set up. A directory holding some cache is let through: whether it is
-    this run's depends on the run's sample counts and tokenizer, known only then."""
+    this run's depends on the run's sample counts and tokenizer, known only then. A ``--data-cache-path`` is judged
+    the same way (:func:`check_data_cache_path`)."""
     if args.data_cache_path is not None:
+        check_data_cache_path(args.data_cache_path)
         return
     mounts = read_mounts()  # after check_data_source found each dataset's files, so automounts show their own type
     for prefix in prefixes:
@@ -88,6 +90,20 @@ def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
             raise ValueError(f"dataset {prefix!r}: without --data-cache-path megatron-core writes its index cache to "
                              f"{cache}, which this process cannot write, and no cache is there to reuse; "
                              "give --data-cache-path DIR, a writable directory (the cache is reused by later runs)")
+
+
+def check_data_cache_path(data_cache_path: str) -> None:
+    """Raise ``ValueError`` when this process could not create or write ``--data-cache-path`` (a path under a file, a
+    read-only mount, a folder of another user: :func:`megatron.oellm.paths.unwritable_reason`) and it holds no index
+    cache to reuse: rank 0 of megatron-core creates the folder and writes every dataset's index cache into it when it
+    builds the datasets, after the model and optimizer are set up, and the job stops there. Nothing is created."""
+    cache = Path(data_cache_path)
+    reason = unwritable_reason(cache)
+    if reason is not None and lacks_index_cache(cache):
+        raise ValueError(f"--data-cache-path {data_cache_path} cannot be written: {reason}, and no index cache is there "
+                         "to reuse; megatron-core creates it and writes the index caches there when it builds the "
+                         "datasets, after the model and optimizer are set up, and stops; give a folder this job can "
+                         "write")
 
 
 def stale_index_caches(prefix: str, cache_dir: Path) -> list[Path]:

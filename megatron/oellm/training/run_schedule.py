@@ -90,6 +90,30 @@ def check_save_writable(save: str) -> None:
                          "job can write")
 
 
+def output_directories(args: argparse.Namespace) -> dict[str, str]:
+    """The folders megatron 0.19.2 creates when its writers start, before the first step (flag -> folder), of
+    ``args``: ``--tensorboard-dir`` (torch's ``SummaryWriter``, on the last rank) and, in a run that logs to Weights &
+    Biases (``--wandb-project``), ``--wandb-save-dir`` (``os.makedirs``, on the last rank). Object-storage URLs
+    (``scheme://``) are left to their writers."""
+    folders = {"--tensorboard-dir": args.tensorboard_dir,
+               "--wandb-save-dir": args.wandb_save_dir if args.wandb_project else None}
+    return {flag: folder for flag, folder in folders.items() if folder and "://" not in folder}
+
+
+def check_output_directories(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for an :func:`output_directories` folder this process could not create or write into
+    (:func:`megatron.oellm.paths.unwritable_reason`: a path under a file, a read-only mount, a folder of another
+    user): megatron's writer set-up fails there at job start, on the last rank, while the other ranks wait. Read on
+    this node's file system without creating anything; the training entry's only (a recipe is resolved away from the
+    job's folders)."""
+    for flag, folder in output_directories(args).items():
+        reason = unwritable_reason(Path(folder))
+        if reason is not None:
+            raise ValueError(f"{flag} {folder} cannot be written: {reason}; megatron-core creates it when its writers "
+                             "start and stops there on the last rank, while the other ranks wait; give a folder this "
+                             "job can write")
+
+
 def check_save_not_another_run(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` when ``--save`` holds checkpoints (its ``latest_checkpointed_iteration.txt``) and
     ``--load`` is not that folder (:func:`megatron.oellm.training.stored_checkpoint.same_directory`): megatron-core

@@ -203,6 +203,7 @@ def test_submit_checks_the_data_path_and_binds_its_directory(tmp_path, monkeypat
     image.touch()
     tokenizer = tmp_path / "tokenizer"
     tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text("{}")
     submit = ["recipe", str(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml"), "--submit", "--row", "1", "--image",
               str(image), "--output-dir", str(tmp_path / "runs"), "--tokenizer-model", str(tokenizer)]
     missing = tmp_path / "nowhere" / "corpus"
@@ -259,6 +260,7 @@ def test_submit_refuses_a_tokenizer_path_that_does_not_exist(written, tmp_path, 
     assert f"--tokenizer-model {tokenizer!r} does not exist (relative to {tmp_path})" in capsys.readouterr().err
     assert not record.exists() and not (tmp_path / "runs").exists()
     (tmp_path / name).mkdir()
+    (tmp_path / name / "tokenizer_config.json").write_text("{}")
     assert main([*submit, "--tokenizer-model", tokenizer]) == 0
     assert main([*submit, "--tokenizer-model", "Qwen/Qwen3-30B-A3B"]) == 0
 

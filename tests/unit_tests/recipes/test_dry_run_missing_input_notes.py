@@ -50,6 +50,7 @@ def test_each_missing_input_is_noted_in_the_words_submit_refuses_it_with(tmp_pat
 
     for path in (image, bind, tokenizer):
         (tmp_path / path).mkdir()
+    (tmp_path / tokenizer / "tokenizer.json").write_text("{}")  # a tokenizer folder, as AutoTokenizer needs
     for prefix in prefixes:
         (tmp_path / prefix).parent.mkdir(exist_ok=True)
         for suffix in (".bin", ".idx"):

@@ -99,23 +99,29 @@ def test_a_tokenizer_model_path_that_does_not_exist_is_refused(form, monkeypatch
 
 
 def test_hub_names_and_existing_tokenizer_paths_pass(monkeypatch, tmp_path):
-    """A hub name (``org/name``, also where a directory ``org`` exists here) is left to the run, as is a path that
+    """A hub name (``org/name`` where no directory ``org`` is here) is left to the run, as is a tokenizer folder that
     exists."""
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / _name()
     folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
     entry = entry_up_to_pretrain(monkeypatch)
-    for model in (f"{_name()}/{_name()}", _name(), f"{folder.name}/{_name()}", str(folder), f"./{folder.name}"):
+    for model in (f"{_name()}/{_name()}", _name(), str(folder), f"./{folder.name}"):
         with pytest.raises(Reached):
             entry.main([*RUN, "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", model])
 
 
-@pytest.mark.parametrize("form", ["absolute", "./", "../", "~/", "hub name", "existing"])
+@pytest.mark.parametrize("form", ["absolute", "./", "../", "~/", "hub name", "existing",
+                                  "folder without tokenizer files"])
 def test_the_recipe_and_the_entry_judge_a_tokenizer_model_by_one_rule(form, monkeypatch, tmp_path):
     """``oellm recipe`` checks ``--tokenizer-model`` on the login node (host_paths) and again through the entry's
     data check: both refuse the same values."""
     monkeypatch.chdir(tmp_path)
-    path = {"hub name": f"{_name()}/{_name()}", "existing": str(tmp_path)}.get(form) or absent_path(form, tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    empty = tmp_path / _name()
+    empty.mkdir()
+    path = ({"hub name": f"{_name()}/{_name()}", "existing": str(tmp_path), "folder without tokenizer files": str(empty)}
+            .get(form) or absent_path(form, tmp_path))
     args = parse_oellm_argv(["--mock-data", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", path])
     refused = form not in ("hub name", "existing")
     with pytest.raises(RecipeError) if refused else contextlib.nullcontext():

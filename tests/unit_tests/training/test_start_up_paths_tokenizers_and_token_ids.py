@@ -1,0 +1,197 @@
+"""Mistakes that passed every start-up check and failed on the cluster after the queue wait: a ``--data-cache-path``
+or an output folder (``--tensorboard-dir``, ``--wandb-save-dir``) that cannot be created, FP8 recipe flags without
+``--fp8-format`` (the run trained in BF16 without a word), a Hugging Face ``--tokenizer-model`` that is a file, a
+folder without tokenizer files or a mistyped relative path, and a corpus whose token ids the run cannot embed. The
+entry refuses each in one line (status 2), or warns of the ignored flags."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy
+import pytest
+
+from megatron.oellm.training.args import parse_oellm_argv
+from megatron.oellm.training.data_sources import check_tokenizer_files
+from tests.unit_tests.training.entry_helpers import (
+    TINY_MOE_RUN,
+    Reached,
+    corpus,
+    entry_up_to_pretrain,
+    refused_line,
+    validated_tiny_moe_run,
+)
+
+
+def _under_a_file(tmp_path: Path) -> tuple[Path, str]:
+    """A regular file, and a folder path under it (what ``os.makedirs`` cannot create)."""
+    file = tmp_path / f"notes{random.randrange(10**6)}.txt"
+    file.write_text(f"not a folder {random.random()}")
+    return file, str(file / f"sub{random.randrange(100)}" / "dir")
+
+
+def _data_run(prefix: str) -> list[str]:
+    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16",
+            "--data-path", prefix, "--split", "100,0,0"]
+
+
+def test_a_data_cache_path_under_a_file_is_refused_and_a_writable_one_is_not_created(tmp_path, monkeypatch, capsys):
+    file, cache = _under_a_file(tmp_path)
+    prefix = corpus(tmp_path, f"c{random.randrange(1000)}")
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*_data_run(prefix), "--data-cache-path", cache])
+    assert f"error: --data-cache-path {cache} cannot be written: {file} is a file" in line
+    assert line.endswith("give a folder this job can write")
+    writable = tmp_path / f"caches{random.randrange(1000)}" / "gpt"
+    with pytest.raises(Reached):
+        entry_up_to_pretrain(monkeypatch).main([*_data_run(prefix), "--data-cache-path", str(writable)])
+    assert not writable.parent.exists()
+
+
+@pytest.mark.parametrize("flags", [["--tensorboard-dir"], ["--wandb-project", "oellm", "--wandb-save-dir"]])
+def test_an_output_folder_under_a_file_is_refused(flags, tmp_path, monkeypatch, capsys):
+    """megatron's tensorboard and wandb writers create their folders at job start, on the last rank."""
+    from megatron.oellm.training import node_packages
+
+    monkeypatch.setattr(node_packages, "check_parsed_packages", lambda _parsed: None)  # wandb need not be here
+    file, folder = _under_a_file(tmp_path)
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*TINY_MOE_RUN, *flags, folder])
+    assert f"error: {flags[-1]} {folder} cannot be written: {file} is a file" in line
+    assert line.endswith("give a folder this job can write")
+    with pytest.raises(Reached):  # megatron creates the wandb folder only for a run that logs to wandb
+        entry_up_to_pretrain(monkeypatch).main([*TINY_MOE_RUN, "--wandb-save-dir", folder])
+
+
+FP8_SETTINGS = {"--fp8-recipe": "tensorwise", "--fp8-margin": str(random.randint(1, 4)),
+                "--fp8-amax-history-len": str(random.randint(2, 1024)), "--fp8-amax-compute-algo": "max",
+                "--no-fp8-wgrad": None}
+"""FP8 recipe flags megatron-core 0.19.2 reads only with ``--fp8-format``, with a value each (None: a switch)."""
+
+
+def _fp8_warnings(flags: list[str], extra: list[str]) -> list[str]:
+    from megatron.oellm.training.args import explicit_destinations, merge_card_flags
+    from megatron.oellm.training.ignored_flags import ignored_flag_warnings
+
+    words = [*extra, *(word for flag in flags for word in (flag, FP8_SETTINGS[flag]) if word is not None)]
+    argv = merge_card_flags([*TINY_MOE_RUN, *words]).argv
+    return [line for line in ignored_flag_warnings(validated_tiny_moe_run(words), explicit_destinations(argv))
+            if "--fp8" in line]
+
+
+def test_fp8_recipe_flags_without_a_format_are_named():
+    flags = random.sample(sorted(FP8_SETTINGS), k=random.randint(1, len(FP8_SETTINGS)))
+    (warning,) = _fp8_warnings(flags, ["--bf16"])
+    assert warning.startswith(", ".join(f for f in FP8_SETTINGS if f in flags)), warning
+    assert "nothing without --fp8-format" in warning and "add --fp8-format, or drop the FP8 flags" in warning
+
+
+def test_the_tensorwise_recipe_alone_is_named_and_the_default_recipe_is_not():
+    (warning,) = _fp8_warnings(["--fp8-recipe"], ["--bf16"])
+    assert warning.startswith("--fp8-recipe does nothing without --fp8-format")
+    assert _fp8_warnings([], ["--bf16"]) == []
+
+
+def _tokenizer_refusal(model: str) -> str:
+    args = parse_oellm_argv(["--mock-data", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", model])
+    with pytest.raises(ValueError) as refused:
+        check_tokenizer_files(args)
+    return str(refused.value)
+
+
+def test_a_hugging_face_tokenizer_file_is_refused_naming_its_folder(tmp_path):
+    folder = tmp_path / f"tok{random.randrange(10**6)}"
+    folder.mkdir()
+    file = folder / "tokenizer.json"
+    file.write_text(f'{{"version": "{random.random()}"}}')
+    message = _tokenizer_refusal(str(file))
+    assert message.startswith(f"--tokenizer-model {str(file)!r} is a file, and AutoTokenizer loads a tokenizer "
+                              f"folder, never a single file (its folder, {folder},")
+    assert "when megatron initialises" in message
+
+
+def test_a_folder_without_tokenizer_files_is_refused_and_one_with_them_passes(tmp_path):
+    """An empty folder and one of other files fail in transformers' AutoTokenizer; any one tokenizer file is left to
+    it."""
+    from megatron.oellm.training.data_sources import TOKENIZER_FOLDER_FILES
+
+    folder = tmp_path / f"tok{random.randrange(10**6)}"
+    folder.mkdir()
+    (folder / "README.md").write_text(f"tokenizer {random.random()}")
+    message = _tokenizer_refusal(str(folder))
+    assert message.startswith(f"--tokenizer-model {str(folder)!r} is a folder without a tokenizer file")
+    (folder / random.choice(sorted(TOKENIZER_FOLDER_FILES))).write_text("{}")
+    check_tokenizer_files(parse_oellm_argv(["--mock-data", "--tokenizer-type", "HuggingFaceTokenizer",
+                                            "--tokenizer-model", str(folder)]))
+
+
+def test_a_mistyped_relative_path_beside_its_first_folder_is_refused(tmp_path, monkeypatch):
+    """``tokenizers/oelm`` where a ``tokenizers`` folder is here is a path, not a hub name; a hub name ``org/name``
+    without a local ``org`` folder still passes (no network look-up)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tokenizers" / "oellm").mkdir(parents=True)
+    typo = f"tokenizers/oelm{random.randrange(100)}"
+    message = _tokenizer_refusal(typo)
+    assert message.startswith(f"--tokenizer-model {typo!r} does not exist (relative to {tmp_path})")
+    check_tokenizer_files(parse_oellm_argv(["--mock-data", "--tokenizer-type", "HuggingFaceTokenizer",
+                                            "--tokenizer-model", "Qwen/Qwen3-30B-A3B"]))
+
+
+def _bin_with_a_token(prefix: str, token: int, at_end: bool) -> None:
+    """Put ``token`` into the first or last token of dataset ``prefix``'s ``.bin`` (its index's token type)."""
+    from megatron.core.datasets.indexed_dataset import _IndexReader
+
+    dtype = _IndexReader(f"{prefix}.idx", False).dtype
+    tokens = numpy.fromfile(f"{prefix}.bin", dtype=dtype)
+    tokens[-1 if at_end else 0] = token
+    tokens.tofile(f"{prefix}.bin")
+
+
+def test_a_token_id_past_the_vocabulary_is_refused(tmp_path, monkeypatch, capsys):
+    """The tiny card's 512-token vocabulary (the run's padded vocabulary here) and a token at or past it, at either
+    end of the ``.bin``, refused; ids inside it pass."""
+    prefix = corpus(tmp_path, f"c{random.randrange(1000)}")
+    token = random.randint(512, 65535)
+    _bin_with_a_token(prefix, token, at_end=random.random() < 0.5)
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, _data_run(prefix))
+    assert f"error: dataset {prefix!r} holds token id {token}, at or above the run's 512-row vocabulary" in line
+    assert line.endswith("or re-tokenize it")
+    _bin_with_a_token(prefix, random.randint(256, 511), at_end=True)
+    _bin_with_a_token(prefix, random.randint(256, 511), at_end=False)
+    with pytest.raises(Reached):
+        entry_up_to_pretrain(monkeypatch).main(_data_run(prefix))
+
+
+def test_the_vocabulary_is_megatrons_padding_of_the_vocab_size_a_null_tokenizer_reads():
+    """Before the tokenizer is built, a tokenizer whose vocabulary is ``--vocab-size`` gives megatron's padding of
+    it; a Hugging Face tokenizer's is unknown, and its corpus is not sampled."""
+    from megatron.oellm.training.data_sources import embedded_vocabulary
+
+    vocab = random.randint(300, 5000)
+    args = parse_oellm_argv(["--tokenizer-type", "NullTokenizer", "--vocab-size", str(vocab)])
+    assert embedded_vocabulary(args) == -(-vocab // 128) * 128
+    args = parse_oellm_argv(["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "org/name",
+                             "--vocab-size", str(vocab)])
+    assert embedded_vocabulary(args) is None
+
+
+def test_the_sample_reads_both_ends_of_a_large_bin_and_not_its_middle(tmp_path):
+    """A ``.bin`` of more tokens than two samples: an id past the vocabulary in its last token is found; one in its
+    middle, outside both samples, is not read (the check's bound)."""
+    from types import SimpleNamespace
+
+    from megatron.oellm.training.data_sources import TOKEN_SAMPLE_BYTES, check_token_ids
+
+    vocabulary = random.randint(1000, 30000)
+    count = 2 * TOKEN_SAMPLE_BYTES // 2 + random.randint(10, 5000)
+    tokens = numpy.array([random.randrange(vocabulary) for _ in range(97)], dtype=numpy.uint16)
+    tokens = numpy.resize(tokens, count)
+    index = SimpleNamespace(dtype=numpy.uint16, dtype_size=2, sequence_count=1,
+                            sequence_pointers=numpy.array([0]), sequence_lengths=numpy.array([count]))
+    prefix = str(tmp_path / "big")
+    tokens[count // 2] = vocabulary + random.randint(0, 100)
+    tokens.tofile(f"{prefix}.bin")
+    check_token_ids(prefix, index, vocabulary)
+    tokens[-1] = vocabulary + random.randint(0, 100)
+    tokens.tofile(f"{prefix}.bin")
+    with pytest.raises(ValueError, match=f"holds token id {tokens[-1]}, at or above the run's {vocabulary}-row"):
+        check_token_ids(prefix, index, vocabulary)
