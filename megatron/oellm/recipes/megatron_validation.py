@@ -9,7 +9,8 @@ recent enough for every version gate and brings the fused RoPE and MoE permutati
 ``TransformerConfig`` asks for; ``--oellm-backend auto`` resolves to it), on rank 0 of the row's world size with the
 cluster's environment exported, and undoes those answers afterwards. The training entry, started on a node without
 a GPU, validates its command line the same way (:func:`parse_and_validate_on_cluster`) before it refuses to train
-there.
+there, with that shell's environment (it cannot know the job's): its refusals name what megatron read there
+(:data:`VALIDATION_ENVIRONMENT`, :func:`environment_read_here`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import importlib
 import io
 import logging
 import os
+import shlex
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
@@ -39,6 +41,24 @@ _CLUSTER_KERNELS = {
 }
 """megatron-core's Transformer Engine kernels (module -> names, None where TE does not import) whose presence its
 ``TransformerConfig`` checks: the image's Transformer Engine has them."""
+
+
+VALIDATION_ENVIRONMENT = ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "NCCL_GRAPH_REGISTER",
+                          "NVTE_CPU_OFFLOAD_V1")
+"""The environment variables on whose values megatron-core 0.19.2's ``validate_args`` refuses a command line on the
+recipes' clusters: ``CUDA_DEVICE_MAX_CONNECTIONS`` (1 for tensor or context parallelism, not 1 for FSDP), both
+``PYTORCH_CUDA_ALLOC_CONF`` and ``NCCL_GRAPH_REGISTER`` (expandable segments under Transformer Engine's CUDA graphs
+only with ``NCCL_GRAPH_REGISTER=0``) and ``NVTE_CPU_OFFLOAD_V1`` (1 for fine-grained activation offloading). Its
+``CUDA_GRAPHS_USE_NODE_PRIORITY`` check is asked only on Blackwell and later, not on these Hopper GPUs. A job exports
+them from its recipe's ``[cluster.env]``; validated elsewhere, the refusal is that shell's."""
+
+
+def environment_read_here(names: Sequence[str] = VALIDATION_ENVIRONMENT) -> str:
+    """The values of the environment variables ``names`` in this process, as one phrase
+    (``CUDA_DEVICE_MAX_CONNECTIONS unset, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``): what megatron's
+    validation read where it ran, for a refusal (or a pass) to say which environment decided it."""
+    return ", ".join(f"{name}={shlex.quote(os.environ[name])}" if name in os.environ else f"{name} unset"
+                     for name in names)
 
 
 def _cluster_kernel(*_args: object, **_kwargs: object) -> NoReturn:
@@ -162,7 +182,8 @@ def parse_and_validate_on_cluster(world_size: int, *,
                                   ) -> argparse.Namespace:
     """megatron's ``parse_and_validate_args`` of ``sys.argv`` (with ``extra_args_provider``'s flags; the arguments
     of a ``--use-checkpoint-args`` checkpoint read in, as on a GPU node) on rank 0 of ``world_size`` cluster GPUs
-    with this process's environment (see the module docstring), with the padded vocabulary of
+    with this process's environment (see the module docstring: :data:`VALIDATION_ENVIRONMENT` is this shell's, not
+    the job's), with the padded vocabulary of
     :func:`pad_vocab_as_megatron`. What megatron sets up for training after validating is left out
     (``set_global_variables``: the global arguments, the tokenizer, the TensorBoard and W&B writers, signal
     handlers): a node without a GPU only checks the command line."""

@@ -15,32 +15,15 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
+from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS
 from megatron.oellm.error_lines import one_line
-from megatron.oellm.training.args import (
-    add_oellm_arguments,
-    check_command_line,
-    explicit_destinations,
-    merge_card_flags,
-    parse_oellm_argv,
-    with_backend_implementation,
-    with_training_defaults,
-)
-from megatron.oellm.training.load_checks import (
-    check_checkpoint_architecture,
-    check_checkpoint_sequence_length,
-    check_checkpoint_vocabulary,
-    check_converted_glu_layout,
-    check_converted_load,
-    check_load_strictness,
-    check_norm_extra_state,
-    checkpoint_args_sources,
-)
-from megatron.oellm.training.startup_checks import refusal_detail, training_batch_detail
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -48,6 +31,47 @@ if TYPE_CHECKING:
 
 PROG = "megatron.oellm.training.entry"
 """The entry's name in its one-line error messages (what ``python -m`` runs)."""
+
+JOB_ENVIRONMENT = ("export the job's environment (`oellm recipe RECIPE.toml --dry-run` prints a recipe's [cluster.env] "
+                   "exports) to check the line as the job runs")
+"""How a login-node user checks a command line with the environment its job runs in, which this node cannot know."""
+
+
+@contextlib.contextmanager
+def missing_package_warnings_ignored(on_gpu_node: bool) -> Iterator[None]:
+    """While inside, off a GPU node: megatron-core's and fla's import warnings of a missing Transformer Engine, Apex,
+    absl or GPU (:data:`megatron.oellm.commands.MISSING_PACKAGE_WARNINGS`) are not shown. There they are a dozen
+    lines before the entry's one refusal, about this node, not the cluster's image the line is checked against; on a
+    GPU node they are news about the node that trains, and the warning filters are left alone."""
+    if on_gpu_node:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", MISSING_PACKAGE_WARNINGS, UserWarning)
+        yield
+
+
+with missing_package_warnings_ignored(torch.cuda.is_available()):  # megatron-core warns on import
+    from megatron.oellm.training.args import (
+        add_oellm_arguments,
+        check_command_line,
+        explicit_destinations,
+        merge_card_flags,
+        parse_oellm_argv,
+        with_backend_implementation,
+        with_training_defaults,
+    )
+    from megatron.oellm.training.load_checks import (
+        check_checkpoint_architecture,
+        check_checkpoint_sequence_length,
+        check_checkpoint_vocabulary,
+        check_converted_glu_layout,
+        check_converted_load,
+        check_load_strictness,
+        check_norm_extra_state,
+        checkpoint_args_sources,
+    )
+    from megatron.oellm.training.startup_checks import refusal_detail, training_batch_detail
 
 
 def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> tuple[float, float | None]:
@@ -57,8 +81,6 @@ def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> t
     The peak is the dense BF16 one also for FP8 runs, as in the reports' MFU and ``oellm table`` (so a log line and
     a table agree); ``--oellm-peak-tflops`` sets another.
     """
-    import torch
-
     from megatron.oellm.flops import training_flops_per_token
     from megatron.oellm.training.model_provider import card_from_args
     from megatron.oellm.training.throughput import device_peak_tflops
@@ -178,6 +200,37 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
                          f"{training_batch_detail(detail, parsed)}") from error
 
 
+def validated_off_gpu(parsed: argparse.Namespace, world_size: int) -> argparse.Namespace:
+    """:func:`validated_args` on a node without a GPU: megatron's validation as the cluster's GPUs answer it
+    (:func:`megatron.oellm.recipes.megatron_validation.parse_and_validate_on_cluster`), on rank 0 of ``world_size``.
+    A refusal this node decided rather than the command line says so: one naming a variable of
+    :data:`~megatron.oellm.recipes.megatron_validation.VALIDATION_ENVIRONMENT` (``CUDA_DEVICE_MAX_CONNECTIONS`` for
+    tensor parallelism, which a job exports from its recipe's ``[cluster.env]``) names its value in this shell and
+    how to check with the job's; one naming the world size where no ``WORLD_SIZE`` is exported (megatron's then
+    names 1 and no fix) says how to give the job's."""
+    from megatron.oellm.recipes.megatron_validation import (
+        VALIDATION_ENVIRONMENT,
+        environment_read_here,
+        parse_and_validate_on_cluster,
+    )
+
+    try:
+        return validated_args(functools.partial(parse_and_validate_on_cluster, world_size), parsed)
+    except ValueError as error:
+        refusal = str(error)
+        notes = []
+        read_here = [name for name in VALIDATION_ENVIRONMENT if name in refusal]
+        if read_here:
+            notes.append(f"megatron read {environment_read_here(read_here)} from this shell, not the job's "
+                         f"environment: {JOB_ENVIRONMENT}")
+        if "world size" in refusal and "WORLD_SIZE" not in os.environ:
+            notes.append("on a node without a GPU the world size is $WORLD_SIZE, else 1: export the job's GPU count "
+                         "(e.g. WORLD_SIZE=64)")
+        if not notes:
+            raise
+        raise ValueError("; ".join([refusal, *notes])) from error
+
+
 def launcher_world_size() -> int:
     """The world size megatron reads on a GPU node: the launcher's ``WORLD_SIZE`` (torchrun's, or one exported to
     check a job's parallel sizes on a login node), else 1 (one process started without a launcher). ``ValueError``
@@ -198,11 +251,13 @@ def check_gpu_node() -> None:
     one, so on a CPU machine every command line was refused as "Torch not compiled with CUDA enabled", which hid the
     refusal that mattered. Without a GPU, :func:`main` answers those questions as the cluster's GPUs would (as
     ``oellm recipe --dry-run`` does, :mod:`megatron.oellm.recipes.megatron_validation`) and leaves out the checks of
-    the GPU node's own Transformer Engine, dispatcher kernels and GPU."""
-    import torch
-
+    the GPU node's own Transformer Engine, dispatcher kernels and GPU. Its validation reads the variables of
+    :data:`~megatron.oellm.recipes.megatron_validation.VALIDATION_ENVIRONMENT` from this shell, not the job's
+    environment: the refusal names their values here and how to check with the job's."""
     if torch.cuda.is_available():
         return
+    from megatron.oellm.recipes.megatron_validation import environment_read_here
+
     why = ("a CPU build of torch" if torch.version.cuda is None else
            f"torch {torch.__version__} sees no GPU: check the driver and CUDA_VISIBLE_DEVICES; `oellm doctor` tells")
     raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); the command line "
@@ -211,31 +266,42 @@ def check_gpu_node() -> None:
                      "its parallel sizes), answered as the cluster's Hopper GPUs and their Transformer Engine "
                      "(--oellm-backend auto resolves to it), then the entry's checks of the data, batch grid, parallel "
                      "layout, --save, checkpoints, model configuration and lr schedule; the GPU node's Transformer "
-                     "Engine kernels, MoE dispatcher libraries and GPU are checked where it starts")
+                     "Engine kernels, MoE dispatcher libraries and GPU are checked where it starts; megatron read "
+                     f"{environment_read_here()} from this shell, not the job's environment: {JOB_ENVIRONMENT}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
     parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training.
 
-    On a node without a GPU (:func:`check_gpu_node`) the backend resolves and megatron's validation runs as on the
-    cluster's GPUs (:func:`megatron.oellm.recipes.megatron_validation.parse_and_validate_on_cluster`, on rank 0 of
-    :func:`launcher_world_size`), then every later check that needs no GPU; the checks of this node's Transformer
-    Engine kernels (the explicit torch backend's feature check runs), MoE dispatcher libraries and activation-logging
+    The launcher's ``WORLD_SIZE`` is checked first, on every node (:func:`launcher_world_size`): megatron's parser,
+    which the first checks build, reads it with a bare ``int()``. On a node without a GPU (:func:`check_gpu_node`)
+    the backend resolves and megatron's validation runs as on the cluster's GPUs (:func:`validated_off_gpu`, on rank
+    0 of that world size), then every later check that needs no GPU; the checks of this node's Transformer Engine
+    kernels (the explicit torch backend's feature check runs), MoE dispatcher libraries and activation-logging
     classes, the GPU's peak, and megatron-core's FusedAdam question of ``--use-precision-aware-optimizer`` are left
-    to the GPU node; then the :func:`check_gpu_node` refusal, status 2."""
-    from megatron.oellm.recipes.megatron_validation import (
-        check_model_config_on_cluster,
-        cluster_backend,
-        parse_and_validate_on_cluster,
-    )
-
+    to the GPU node; then the :func:`check_gpu_node` refusal, status 2. There the import warnings of the packages the
+    node lacks stay out of the way (:func:`missing_package_warnings_ignored`)."""
     user_argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        world_size = launcher_world_size()
+    except ValueError as error:
+        return refuse(error)
     try:
         check_gpu_node()
         no_gpu = None
     except ValueError as error:
         no_gpu = error  # refused once the checks that can run without a GPU have passed
+    with missing_package_warnings_ignored(on_gpu_node=no_gpu is None):
+        return checked_then_trained(user_argv, world_size, no_gpu)
+
+
+def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueError | None) -> int:
+    """:func:`main` after its checks of the node: ``user_argv`` checked, then trained on a GPU node (``no_gpu`` None)
+    and refused with ``no_gpu`` on another, as :func:`main` says; the launcher's ``world_size`` is the one the
+    validation off a GPU node takes."""
+    from megatron.oellm.recipes.megatron_validation import check_model_config_on_cluster, cluster_backend
+
     on_gpu_node = no_gpu is None
     try:
         stated_line, merged = stated_argv(user_argv)
@@ -304,8 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     vocab_given="vocab_size" in user_given)
         check_checkpoint_sequence_length(parsed, loaded, sources)  # megatron asserts it bare where none stores one
         # megatron's validation asks the GPU: without one, as the cluster's GPUs would answer
-        args = validated_args(parse_and_validate_args if on_gpu_node
-                              else functools.partial(parse_and_validate_on_cluster, launcher_world_size()), parsed)
+        args = (validated_args(parse_and_validate_args, parsed) if on_gpu_node
+                else validated_off_gpu(parsed, world_size))
     except ValueError as error:
         return refuse(error)
     try:
@@ -343,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if on_gpu_node:
             check_model_args(args, card)
         else:  # megatron-core's TransformerConfig asks Transformer Engine's version and kernels
-            check_model_config_on_cluster(args, launcher_world_size(), {})
+            check_model_config_on_cluster(args, world_size, {})
         check_fla_backward(card)
         if on_gpu_node:  # the GPU's peak
             flops_per_token, peak_tflops = flops_and_peak(args, card)

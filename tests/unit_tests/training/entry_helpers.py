@@ -95,12 +95,16 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
 
 def entry_on_a_cpu_node(monkeypatch: pytest.MonkeyPatch, cuda_build: str | None = None):
     """The training entry module on a node where torch sees no GPU (``cuda_build``: torch's CUDA version, None for a
-    CPU build), started without a launcher (no ``WORLD_SIZE``), megatron's validation and every check of the entry as
-    they are; ``pretrain`` fails the test."""
+    CPU build), started without a launcher (no ``WORLD_SIZE``) from a shell that exports none of the variables
+    megatron's validation reads, megatron's validation and every check of the entry as they are; ``pretrain`` fails
+    the test."""
     import megatron.training
 
+    from megatron.oellm.recipes.megatron_validation import VALIDATION_ENVIRONMENT
+
     entry = entry_in_a_test(monkeypatch)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for name in ("WORLD_SIZE", *VALIDATION_ENVIRONMENT):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", cuda_build)
 

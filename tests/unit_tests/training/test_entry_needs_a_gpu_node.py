@@ -8,14 +8,22 @@ says it needs a GPU node only for a command line that passed them, saying so."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from megatron.oellm.training.entry import check_gpu_node
-from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, entry_on_a_cpu_node, refused_line
+from tests.unit_tests.training.entry_helpers import (
+    TINY_MOE_RUN,
+    entry_on_a_cpu_node,
+    entry_up_to_pretrain,
+    refused_line,
+)
 
 CARD = "qwen3-30b-a3b-tiny"
 PASSED = "the command line passed the checks that can run here"
@@ -87,6 +95,19 @@ def test_a_tensor_parallel_size_not_dividing_the_world_size_is_refused(monkeypat
     line = refused_line(entry, capsys,
                         _tiny_run("--tensor-model-parallel-size", "4", global_batch=world))
     assert f"world size ({world}) is not divisible by total_model_size" in line and "GPU node" not in line, line
+    assert "$WORLD_SIZE" not in line, line  # the job's world size, exported: the refusal is the command line's
+
+
+def test_a_world_size_of_one_without_a_launcher_names_how_to_give_the_jobs(monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``WORLD_SIZE`` megatron's refusal of a tensor parallel size named a world size of 1 and no fix: the
+    command line may be right for the job's GPUs, which this node cannot know."""
+    tp = random.choice([2, 4, 8])
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--tensor-model-parallel-size", str(tp), "--sequence-parallel"))
+    assert f"world size (1) is not divisible by total_model_size (total_model_size={tp})" in line, line
+    assert ("on a node without a GPU the world size is $WORLD_SIZE, else 1: export the job's GPU count "
+            "(e.g. WORLD_SIZE=64)") in line, line
 
 
 def test_an_expert_layout_the_card_refuses_is_refused(monkeypatch: pytest.MonkeyPatch,
@@ -156,14 +177,21 @@ def test_the_torch_backends_feature_check_runs(monkeypatch: pytest.MonkeyPatch,
     assert "the torch-native backend cannot run: fp8 training" in line and "GPU node" not in line, line
 
 
-@pytest.mark.parametrize("given", ["eight", "0", "-2", "2.5", ""])
+@pytest.mark.parametrize("node", ["cpu", "gpu"])
+@pytest.mark.parametrize("given", ["eight", "0", "-2", "2.5", "32.0", ""])
 def test_a_world_size_that_is_no_process_count_is_refused_by_name(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str],
-                                                                  given: str) -> None:
-    """An exported ``WORLD_SIZE`` the login node's check reads: ``int()``'s bare "invalid literal" (or a world of 0
-    ranks reaching megatron's validation) named neither the variable nor the fix."""
-    entry = entry_on_a_cpu_node(monkeypatch)
+                                                                  given: str, node: str) -> None:
+    """An exported ``WORLD_SIZE``: ``int()``'s bare "invalid literal" (or a world of 0 ranks reaching megatron's
+    validation) named neither the variable nor the fix. megatron's parser reads it with ``int()`` while it is built,
+    which the entry's first checks do: the parser is built afresh here, as in a new process (an earlier test's
+    cached one would hide that), and the check comes before it on every node."""
+    from megatron.oellm.training import args
+
+    entry = entry_on_a_cpu_node(monkeypatch) if node == "cpu" else entry_up_to_pretrain(monkeypatch)
     monkeypatch.setenv("WORLD_SIZE", given)
+    args.oellm_parser.cache_clear()
+    args._sentinel_parser.cache_clear()
     line = refused_line(entry, capsys, _tiny_run())
     assert f"WORLD_SIZE={given!r} in the environment is not a number of processes" in line, line
 
@@ -177,3 +205,63 @@ def test_a_flex_backend_without_an_expert_group_is_refused(monkeypatch: pytest.M
                         _tiny_run("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", backend))
     assert f"--moe-flex-dispatcher-backend {backend} needs more than one rank in the expert tensor x expert" in line, line
     assert "GPU node" not in line and "DeepEP" not in line, line
+
+
+JOB_ENVIRONMENT = "`oellm recipe RECIPE.toml --dry-run` prints a recipe's [cluster.env] exports"
+
+
+def test_tensor_parallelism_refused_by_this_shells_environment_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """megatron asks for ``CUDA_DEVICE_MAX_CONNECTIONS=1`` beside tensor parallelism, which a job exports from its
+    recipe's ``[cluster.env]``: a login shell without it was refused as if the command line were wrong."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    world = random.choice([2, 4, 8])
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    line = refused_line(entry, capsys, _tiny_run("--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                                 global_batch=world // 2 * random.randint(1, 4)))
+    assert "require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" in line, line
+    assert ("megatron read CUDA_DEVICE_MAX_CONNECTIONS unset from this shell, not the job's environment: export the "
+            "job's environment") in line and JOB_ENVIRONMENT in line, line
+
+
+def test_a_line_the_environment_refuses_names_every_variable_it_read(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Transformer Engine's CUDA graphs under expandable segments need ``NCCL_GRAPH_REGISTER=0``: the refusal names
+    both values this shell gave."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    conf = random.choice(["expandable_segments:True", "expandable_segments:True,garbage_collection_threshold:0.8"])
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    line = refused_line(entry, capsys, _tiny_run("--cuda-graph-impl", "transformer_engine"))
+    assert f"megatron read PYTORCH_CUDA_ALLOC_CONF={conf}, NCCL_GRAPH_REGISTER unset from this shell" in line, line
+    assert JOB_ENVIRONMENT in line, line
+
+
+def test_a_line_passing_with_this_shells_environment_names_it(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The tensor-parallel line passes with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` exported; the pass is this shell's, so
+    the line names the values read (a job exporting expandable segments would refuse CUDA graphs this shell passes)."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    register = str(random.randint(0, 1))
+    monkeypatch.setenv("NCCL_GRAPH_REGISTER", register)
+    line = refused_line(entry, capsys, _tiny_run("--tensor-model-parallel-size", "2", "--sequence-parallel"))
+    assert PASSED in line, line
+    assert (f"megatron read CUDA_DEVICE_MAX_CONNECTIONS=1, PYTORCH_CUDA_ALLOC_CONF unset, NCCL_GRAPH_REGISTER="
+            f"{register}, NVTE_CPU_OFFLOAD_V1 unset from this shell, not the job's environment") in line, line
+    assert JOB_ENVIRONMENT in line, line
+
+
+def test_a_cpu_node_prints_the_refusal_alone(tmp_path: Path) -> None:
+    """megatron-core's and fla's import warnings of a missing Transformer Engine, Apex, absl or GPU were a dozen lines
+    on stderr before the one refusal, about the login node, not the cluster's image. The entry runs as a program
+    (warnings reach stderr there, not pytest's record), its GPUs hidden."""
+    repo = Path(__file__).resolve().parents[3]
+    env = {name: value for name, value in os.environ.items() if name not in ("WORLD_SIZE", "PYTHONWARNINGS")}
+    env.update(CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "megatron.oellm.training.entry",
+                           *_tiny_run(global_batch=random.randint(1, 16))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("megatron.oellm.training.entry: error: the training entry needs a GPU node"), lines
