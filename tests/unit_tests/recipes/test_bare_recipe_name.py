@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from recipe_helpers import CONFIGS, EXAMPLES
 
 from megatron.oellm.cli import main
@@ -30,9 +31,14 @@ def test_a_name_like_no_shipped_recipe_names_the_checkouts_config_folder(tmp_pat
                                        f"configs are {EXAMPLES}/*.toml\n")
 
 
-def test_an_installed_copy_says_where_the_configs_are_in_the_repository(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("checkout", ["installed copy", "checkout without examples/oellm"])
+def test_without_a_config_folder_the_refusal_says_where_the_configs_are_in_the_repository(tmp_path, monkeypatch,
+                                                                                           capsys, checkout):
+    """An installed copy has no checkout; a source folder without ``examples/oellm`` (a partial copy of the checkout)
+    has no configs to name either: the refusal says where they are in the repository, not a folder that does not
+    exist."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(toml_loading, "source_checkout", lambda: None)
+    monkeypatch.setattr(toml_loading, "source_checkout", lambda: None if checkout == "installed copy" else tmp_path)
     given = random.choice(CONFIGS).stem
     assert main(["recipe", given]) == 2
     assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; the shipped "
@@ -74,16 +80,3 @@ def test_a_base_config_is_never_offered(tmp_path, monkeypatch, capsys):
                    if hint.startswith("did you mean one of ") else
                    [Path(hint.removeprefix("did you mean ")).name] if hint.startswith("did you mean ") else [])
         assert not any(name.startswith("_") for name in offered), hint
-
-
-def test_a_checkout_without_its_config_folder_says_where_the_configs_are_in_the_repository(tmp_path, monkeypatch,
-                                                                                             capsys):
-    """A source folder without ``examples/oellm`` (a partial copy of the checkout) has no configs to name: the
-    refusal says where they are in the repository, as for an installed copy, not a folder that does not exist."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(toml_loading, "source_checkout", lambda: tmp_path)
-    given = random.choice(CONFIGS).stem
-    assert main(["recipe", given]) == 2
-    assert capsys.readouterr().err == (f"oellm recipe: error: recipe config {given} does not exist; the shipped "
-                                       "configs are examples/oellm/*.toml of the repository (a checkout, not the "
-                                       "wheel)\n")

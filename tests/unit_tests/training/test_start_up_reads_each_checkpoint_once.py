@@ -50,11 +50,14 @@ def _stored_by_the_torch_backend() -> argparse.Namespace:
     return stored
 
 
+@pytest.mark.parametrize("checkpoint_args", [True, False], ids=["use_checkpoint_args", "without"])
 def test_the_entry_reads_each_checkpoint_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """``--use-checkpoint-args`` without ``--seq-length``, resuming ``--load`` beside ``--pretrained-checkpoint``: both
-    are read for the architecture and the sequence-length checks, and the loaded one, saved by the torch-native
-    backend without its norms' extra state, for the refusal under megatron's default strictness too; each once."""
+                                             capsys: pytest.CaptureFixture[str], checkpoint_args: bool) -> None:
+    """Resuming ``--load`` beside ``--pretrained-checkpoint``. With ``--use-checkpoint-args`` (and no
+    ``--seq-length``) both are read for the architecture and the sequence-length checks, and the loaded one, saved by
+    the torch-native backend without its norms' extra state, for the refusal under megatron's default strictness too;
+    each once. Without it no checkpoint gives arguments (megatron-core loads ``--load`` and takes nothing from the
+    other), so only the loaded one is read."""
     load = save_dist_checkpoint(tmp_path / "run", _stored_by_the_torch_backend())
     pretrained = save_dist_checkpoint(tmp_path / "pretrained", _stored_by_the_torch_backend())
     entry = entry_up_to_pretrain(monkeypatch)
@@ -62,9 +65,10 @@ def test_the_entry_reads_each_checkpoint_once(tmp_path: Path, monkeypatch: pytes
     line = refused_line(entry, capsys, ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format",
                                         "torch_dist", "--mock-data", "--tokenizer-type", "NullTokenizer", "--load",
                                         str(load), "--pretrained-checkpoint", str(pretrained),
-                                        "--use-checkpoint-args"])
+                                        *(["--use-checkpoint-args"] if checkpoint_args else ["--seq-length", "64"])])
     assert f"--load {load} was saved by the torch-native backend before its RMSNorm" in line
-    assert {directory.parent: count for directory, count in reads.items()} == {load: 1, pretrained: 1}
+    expected = {load: 1, pretrained: 1} if checkpoint_args else {load: 1}
+    assert {directory.parent: count for directory, count in reads.items()} == expected
 
 
 def test_a_dcp_checkpoint_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,18 +107,3 @@ def test_a_converted_checkpoints_metadata_file_is_opened_once(tmp_path: Path, mo
     loaded = read_stored_checkpoint(load)
     assert loaded is not None and loaded.ckpt_format == "torch_dist" and loaded.common[CARD_KEY]["name"] == card
     assert opens == Counter({load / "release": 1})
-
-
-def test_without_checkpoint_args_only_the_loaded_checkpoint_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """Without ``--use-checkpoint-args`` no checkpoint gives arguments: a ``--pretrained-checkpoint`` beside a
-    ``--load`` that holds one (megatron-core loads ``--load``, and takes nothing from the other) is not read."""
-    load = save_dist_checkpoint(tmp_path / "run", _stored_by_the_torch_backend())
-    pretrained = save_dist_checkpoint(tmp_path / "pretrained", _stored_by_the_torch_backend())
-    entry = entry_up_to_pretrain(monkeypatch)
-    reads = _counted_metadata_reads(monkeypatch)
-    line = refused_line(entry, capsys, ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format",
-                                        "torch_dist", "--mock-data", "--tokenizer-type", "NullTokenizer", "--load",
-                                        str(load), "--pretrained-checkpoint", str(pretrained), "--seq-length", "64"])
-    assert f"--load {load} was saved by the torch-native backend before its RMSNorm" in line
-    assert {directory.parent: count for directory, count in reads.items()} == {load: 1}
