@@ -183,17 +183,16 @@ def parse_and_validate_on_cluster(world_size: int, *,
     """megatron's ``parse_and_validate_args`` of ``sys.argv`` (with ``extra_args_provider``'s flags; the arguments
     of a ``--use-checkpoint-args`` checkpoint read in, as on a GPU node) on rank 0 of ``world_size`` cluster GPUs
     with this process's environment (see the module docstring: :data:`VALIDATION_ENVIRONMENT` is this shell's, not
-    the job's), with the padded vocabulary of
-    :func:`pad_vocab_as_megatron`. What megatron sets up for training after validating is left out
-    (``set_global_variables``: the global arguments, the tokenizer, the TensorBoard and W&B writers, signal
-    handlers): a node without a GPU only checks the command line."""
+    the job's). What megatron sets up for training after validating is left out (``set_global_variables``: the
+    global arguments, the tokenizer, the TensorBoard and W&B writers, signal handlers): a node without a GPU only
+    checks the command line. So ``padded_vocab_size`` stays unset, as the tokenizer would set it; a caller that
+    needs a stand-in for the checks that read the card pads it (:func:`pad_vocab_as_megatron`) once the checks that
+    must not take a stand-in for the tokenizer's vocabulary (the corpus's token ids) have run."""
     from megatron.training import arguments
 
     with (_as_cluster_rank0(world_size, {}),
           mock.patch.object(arguments, "set_global_variables", lambda *_args, **_kwargs: None)):
-        args = arguments.parse_and_validate_args(extra_args_provider=extra_args_provider)
-    pad_vocab_as_megatron(args)
-    return args
+        return arguments.parse_and_validate_args(extra_args_provider=extra_args_provider)
 
 
 def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,

@@ -339,8 +339,8 @@ def check_token_ids(prefix: str, index: _IndexReader, vocabulary: int) -> None:
         if tokens > sample:
             file.seek(max(sample, tokens - sample) * index.dtype_size)
             parts.append(numpy.fromfile(file, dtype=index.dtype, count=tokens - max(sample, tokens - sample)))
-    largest = max(int(part.max()) for part in parts if part.size)
-    if largest >= vocabulary:
+    largest = max((int(part.max()) for part in parts if part.size), default=None)
+    if largest is not None and largest >= vocabulary:  # None: no token (empty documents only)
         raise ValueError(f"dataset {prefix!r} holds token id {largest}, at or above the run's {vocabulary}-row "
                          "vocabulary (--vocab-size padded, or the tokenizer's): it was tokenized with another "
                          "tokenizer, and the embedding lookup would fail on the GPU at the first such sample, after "

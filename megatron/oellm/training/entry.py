@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import functools
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -192,7 +193,7 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
     torchrun was an assertion traceback per rank."""
     try:
         return parse_and_validate(extra_args_provider=add_oellm_arguments)
-    except (AssertionError, TypeError) as error:
+    except (AssertionError, TypeError, RuntimeError) as error:
         detail = refusal_detail(error)
         if detail is None:
             raise  # not a refusal: a defect, with its traceback
@@ -236,7 +237,7 @@ def launcher_world_size() -> int:
     check a job's parallel sizes on a login node), else 1 (one process started without a launcher). ``ValueError``
     for a ``WORLD_SIZE`` that is not a whole number of at least 1, which torch.distributed could not use either."""
     given = os.environ.get("WORLD_SIZE", "1")
-    if not given.strip().isdigit() or int(given) < 1:
+    if not re.fullmatch(r"\s*\+?[0-9]+\s*", given) or int(given) < 1:  # int()'s own forms, ASCII digits only
         raise ValueError(f"WORLD_SIZE={given!r} in the environment is not a number of processes: export the job's GPU "
                          "count (e.g. WORLD_SIZE=64) or unset it for one process")
     return int(given)
@@ -266,7 +267,7 @@ def check_gpu_node() -> None:
                      "its parallel sizes), answered as the cluster's Hopper GPUs and their Transformer Engine "
                      "(--oellm-backend auto resolves to it), then the entry's checks of the data, batch grid, parallel "
                      "layout, --save, checkpoints, model configuration and lr schedule; the GPU node's Transformer "
-                     "Engine kernels, MoE dispatcher libraries and GPU are checked where it starts; megatron read "
+                     "Engine kernels, MoE dispatcher libraries, packages and GPU are checked where it starts; megatron read "
                      f"{environment_read_here()} from this shell, not the job's environment: {JOB_ENVIRONMENT}")
 
 
@@ -278,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     which the first checks build, reads it with a bare ``int()``. On a node without a GPU (:func:`check_gpu_node`)
     the backend resolves and megatron's validation runs as on the cluster's GPUs (:func:`validated_off_gpu`, on rank
     0 of that world size), then every later check that needs no GPU; the checks of this node's Transformer Engine
-    kernels (the explicit torch backend's feature check runs), MoE dispatcher libraries and activation-logging
+    kernels (the explicit torch backend's feature check runs), MoE dispatcher libraries, packages and activation-logging
     classes, the GPU's peak, and megatron-core's FusedAdam question of ``--use-precision-aware-optimizer`` are left
     to the GPU node; then the :func:`check_gpu_node` refusal, status 2. There the import warnings of the packages the
     node lacks stay out of the way (:func:`missing_package_warnings_ignored`)."""
@@ -300,7 +301,11 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     """:func:`main` after its checks of the node: ``user_argv`` checked, then trained on a GPU node (``no_gpu`` None)
     and refused with ``no_gpu`` on another, as :func:`main` says; the launcher's ``world_size`` is the one the
     validation off a GPU node takes."""
-    from megatron.oellm.recipes.megatron_validation import check_model_config_on_cluster, cluster_backend
+    from megatron.oellm.recipes.megatron_validation import (
+        check_model_config_on_cluster,
+        cluster_backend,
+        pad_vocab_as_megatron,
+    )
 
     on_gpu_node = no_gpu is None
     try:
@@ -385,10 +390,13 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
                 check_args_support("torch", args)
         check_validated_args(args)
         check_save_directory(args)  # this node's file system: not in the recipes' checks
-        check_validated_packages(args)
+        if on_gpu_node:  # this node's packages: a login node's are not the job image's
+            check_validated_packages(args)
         if on_gpu_node:  # Transformer Engine's module classes, which import only beside a GPU
             check_activation_logging(args, backend)
-        local_prefixes = check_data_source(args)
+        local_prefixes = check_data_source(args)  # off a GPU node: token ids only where --vocab-size is the vocabulary
+        if not on_gpu_node:  # the card's checks below read the embedding rows the tokenizer gives on a GPU node
+            pad_vocab_as_megatron(args)
         if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
             for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),
                             *ignored_flag_warnings(args, explicit_destinations(argv))]:

@@ -137,11 +137,14 @@ def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
     check_model_config(args, card)
 
 
-def refusal_detail(error: AssertionError | TypeError) -> str | None:
+def refusal_detail(error: AssertionError | TypeError | RuntimeError) -> str | None:
     """What megatron's ``validate_args`` refused in ``error``: an assertion's message, else the failed ``assert``
     statement itself (many of megatron's have no message, and the bare ``AssertionError`` names nothing); for a
     ``TypeError``, raised while an ``assert`` evaluates its condition (``assert args.spec[0] == ...`` on None), that
-    statement. None for a ``TypeError`` outside an ``assert``: a defect, not a refusal."""
+    statement; a ``RuntimeError``'s message (``--non-persistent-ckpt-type local`` without nvidia-resiliency-ext). None
+    for a ``TypeError`` outside an ``assert`` or a ``RuntimeError`` without a message: a defect, not a refusal."""
+    if isinstance(error, RuntimeError):
+        return " ".join(str(error).split()) or None
     frames = traceback.extract_tb(error.__traceback__)
     statement = frames[-1].line if frames and frames[-1].line else ""
     if isinstance(error, TypeError):

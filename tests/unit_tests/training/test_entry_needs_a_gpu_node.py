@@ -178,7 +178,7 @@ def test_the_torch_backends_feature_check_runs(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.parametrize("node", ["cpu", "gpu"])
-@pytest.mark.parametrize("given", ["eight", "0", "-2", "2.5", "32.0", ""])
+@pytest.mark.parametrize("given", ["eight", "0", "-2", "2.5", "32.0", "", "\u00b2"])
 def test_a_world_size_that_is_no_process_count_is_refused_by_name(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str],
                                                                   given: str, node: str) -> None:
@@ -265,3 +265,26 @@ def test_a_cpu_node_prints_the_refusal_alone(tmp_path: Path) -> None:
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("megatron.oellm.training.entry: error: the training entry needs a GPU node"), lines
+
+
+def test_a_runtime_error_of_megatrons_validation_is_one_refusal_line(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """megatron-core's ``validate_args`` raises ``RuntimeError`` (not an assertion) for local non-persistent
+    checkpoints without nvidia-resiliency-ext: a traceback instead of the entry's one line."""
+    import importlib.util
+
+    if importlib.util.find_spec("nvidia_resiliency_ext") is not None:
+        pytest.skip("nvidia-resiliency-ext is installed here")
+    interval = str(random.randint(1, 9))
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--non-persistent-ckpt-type", "local", "--non-persistent-save-interval", interval))
+    assert "megatron's argument validation refuses the command line: nvidia_resiliency_ext is required" in line, line
+
+
+@pytest.mark.parametrize("flag", ["--log-straggler", "--enable-ft-package"])
+def test_the_job_images_packages_are_left_to_the_gpu_node(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """A package this login node lacks says nothing of the job's image: a flag that needs one reaches the GPU-node
+    line instead of a refusal naming this node's environment."""
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, _tiny_run(flag))
+    assert PASSED in line and "not installed in this environment" not in line, line

@@ -18,6 +18,7 @@ from tests.unit_tests.training.entry_helpers import (
     TINY_MOE_RUN,
     Reached,
     corpus,
+    entry_on_a_cpu_node,
     entry_up_to_pretrain,
     refused_line,
     validated_tiny_moe_run,
@@ -195,3 +196,42 @@ def test_the_sample_reads_both_ends_of_a_large_bin_and_not_its_middle(tmp_path):
     tokens.tofile(f"{prefix}.bin")
     with pytest.raises(ValueError, match=f"holds token id {tokens[-1]}, at or above the run's {vocabulary}-row"):
         check_token_ids(prefix, index, vocabulary)
+
+
+@pytest.mark.parametrize("tokenizer", ["HuggingFaceTokenizer", "NullTokenizer"])
+def test_off_a_gpu_node_token_ids_are_checked_only_against_a_known_vocabulary(tokenizer, tmp_path, monkeypatch,
+                                                                               capsys):
+    """Off a GPU node megatron builds no tokenizer, so a Hugging Face tokenizer's vocabulary is not known there: the
+    card's ``--vocab-size`` padded as a stand-in (a vocabulary of 1 without one) refused corpora the cluster trains.
+    Their ids are left to the GPU node; a null tokenizer's vocabulary is ``--vocab-size``, so its ids are checked."""
+    prefix = corpus(tmp_path, f"c{random.randrange(1000)}")
+    token = random.randint(512, 65535)  # past the tiny card's 512 rows
+    _bin_with_a_token(prefix, token, at_end=random.random() < 0.5)
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    flags = (["--tokenizer-type", tokenizer, "--tokenizer-model", str(folder)] if tokenizer == "HuggingFaceTokenizer"
+             else ["--tokenizer-type", tokenizer])
+    run = [flag for flag in TINY_MOE_RUN if flag not in ("--mock-data", "--tokenizer-type", "NullTokenizer")]
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        [*run, "--data-path", prefix, "--split", "100,0,0", *flags])
+    if tokenizer == "NullTokenizer":
+        assert f"holds token id {token}, at or above the run's 512-row vocabulary" in line, line
+    else:
+        assert "the training entry needs a GPU node" in line and "passed the checks" in line, line
+
+
+def test_a_bin_of_empty_documents_only_has_no_token_to_refuse(tmp_path):
+    """An index whose documents are all empty (a ``.bin`` of 0 bytes): ``max()`` of no sample ended the check in a
+    bare "max() arg is an empty sequence" refusal."""
+    from types import SimpleNamespace
+
+    from megatron.oellm.training.data_sources import check_token_ids
+
+    documents = random.randint(1, 5)
+    index = SimpleNamespace(dtype=numpy.uint16, dtype_size=2, sequence_count=documents,
+                            sequence_pointers=numpy.zeros(documents, dtype=numpy.int64),
+                            sequence_lengths=numpy.zeros(documents, dtype=numpy.int32))
+    prefix = str(tmp_path / f"empty{random.randrange(100)}")
+    Path(f"{prefix}.bin").write_bytes(b"")
+    check_token_ids(prefix, index, random.randint(1, 1000))
