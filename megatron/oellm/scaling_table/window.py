@@ -126,10 +126,11 @@ def no_iteration_status(run: Run) -> str:
 
 
 def earlier_whole_start(log: RunLog, index: int, window: Window) -> Run | None:
-    """The latest start of the program before ``log.runs[index]`` that has its arguments, printed whole lines for the
-    whole window and showed no failure before its end, however it ended after it: megatron's end-of-training line,
-    its early exit (``--exit-duration-in-mins``, which the recipes add with ``--save-interval``), no line at all, or a
-    stop or failure after the window (:func:`stopped_after`); None when there is none. A start whose failure shows
+    """The latest start of the program before ``log.runs[index]`` that has its arguments, whose iterations span the
+    whole window (its lines there are not looked at: one cut short still counts) and that showed no failure before
+    the window's end, however it ended after it: megatron's end-of-training line, its early exit
+    (``--exit-duration-in-mins``, which the recipes add with ``--save-interval``), no line at all, or a stop or
+    failure after the window (:func:`stopped_after`); None when there is none. A start whose failure shows
     inside the window, or whose arguments block the log lacks (a file that begins mid-run), gives no numbers of its
     own (``head -n`` of it gets no row), so it is no second run of the window."""
     for earlier in reversed(log.runs[:index]):

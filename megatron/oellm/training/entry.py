@@ -341,7 +341,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     from megatron.oellm.training.index_cache import stale_cache_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
-    from megatron.oellm.training.node_packages import check_validated_packages
+    from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import check_save_directory, profiler_trace_warnings
     from megatron.oellm.training.sharded_checkpoints import (
         check_fsdp2_resume,
@@ -366,7 +366,9 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     try:
         parsed = parse_oellm_argv(argv)
         check_parsed_args(parsed)
-        check_parsed_node_args(parsed)  # before validate_args: wandb, and the tokenizer megatron builds after it
+        if on_gpu_node:  # the job image's packages: a login node's say nothing of them
+            check_parsed_packages(parsed)  # before validate_args, which imports wandb on the last rank
+        check_parsed_node_args(parsed)  # before validate_args: the tokenizer megatron builds after it, output folders
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for two

@@ -56,18 +56,15 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
 
 
 def check_parsed_node_args(parsed: argparse.Namespace) -> None:
-    """Raise ``ValueError`` for what the parsed command line asks of this node that megatron reaches while it parses
-    and validates the arguments: the wandb package (:func:`~.node_packages.check_parsed_packages`), and tokenizer
-    files that are not there (:func:`~.data_sources.check_tokenizer_files`: megatron-core 0.19.2 builds the tokenizer
+    """Raise ``ValueError`` for what the parsed command line asks of this node's file system that megatron reaches
+    while it parses and validates the arguments: tokenizer files that are not there (:func:`~.data_sources.check_tokenizer_files`: megatron-core 0.19.2 builds the tokenizer
     right after ``validate_args``, where a missing file waited out the Hugging Face hub's retries and was refused
     under a hub name), and output folders megatron's writers could not create at job start
     (:func:`~.run_schedule.check_output_directories`). The training entry's only: ``oellm recipe`` resolves rows away
     from the node's files and packages, and checks the tokenizer with the data (``read_data``)."""
     from megatron.oellm.training.data_sources import check_tokenizer_files
-    from megatron.oellm.training.node_packages import check_parsed_packages
     from megatron.oellm.training.run_schedule import check_output_directories
 
-    check_parsed_packages(parsed)  # before validate_args: it imports wandb on the last rank
     check_tokenizer_files(parsed)
     check_output_directories(parsed)
 

@@ -288,3 +288,17 @@ def test_the_job_images_packages_are_left_to_the_gpu_node(monkeypatch: pytest.Mo
     line instead of a refusal naming this node's environment."""
     line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, _tiny_run(flag))
     assert PASSED in line and "not installed in this environment" not in line, line
+
+
+def test_wandb_is_the_job_images_package(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    """``--wandb-project`` on a login node without wandb: the job image's package, not this node's, so the line
+    reaches the GPU-node refusal."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--wandb-project", f"p{random.randrange(100)}", "--wandb-save-dir",
+                                  str(tmp_path / "wandb")))
+    assert PASSED in line and "wandb" not in line.split(PASSED)[0], line
