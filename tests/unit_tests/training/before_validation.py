@@ -8,15 +8,20 @@ import pytest
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain
 
 
+class ValidationReached(Exception):
+    """Raised by megatron's validation in :func:`entry_refusing_before_validation`: no type the entry turns into an
+    ``error:`` line (megatron's own refusals are ``AssertionError``, ``TypeError`` and ``RuntimeError``)."""
+
+
 def entry_refusing_before_validation(monkeypatch: pytest.MonkeyPatch):
-    """:func:`~tests.unit_tests.training.entry_helpers.entry_up_to_pretrain` whose megatron validation raises a
-    ``RuntimeError`` (a defect, which the entry does not turn into an ``error:`` line)."""
+    """:func:`~tests.unit_tests.training.entry_helpers.entry_up_to_pretrain` whose megatron validation raises
+    :class:`ValidationReached`, which the entry does not turn into an ``error:`` line."""
     import megatron.training.arguments
 
     entry = entry_up_to_pretrain(monkeypatch)
 
     def reached(**_kwargs):
-        raise RuntimeError("megatron's validation was reached")
+        raise ValidationReached("megatron's validation was reached")
 
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", reached)
     return entry

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from megatron.oellm.cards import get_card
-from tests.unit_tests.training.before_validation import entry_refusing_before_validation
+from tests.unit_tests.training.before_validation import ValidationReached, entry_refusing_before_validation
 from tests.unit_tests.training.entry_helpers import one_error_line, tiny_moe_run
 
 
@@ -28,5 +28,5 @@ def test_the_encoder_seq_length_stands_in(monkeypatch) -> None:
     """megatron takes ``--encoder-seq-length`` for the sequence length: no refusal then (validation is reached)."""
     entry = entry_refusing_before_validation(monkeypatch)
     run = _without_seq_length(tiny_moe_run())
-    with pytest.raises(RuntimeError, match="validation was reached"):
+    with pytest.raises(ValidationReached, match="validation was reached"):
         entry.main([*run, "--encoder-seq-length", "64"])
