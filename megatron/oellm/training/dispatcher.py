@@ -63,11 +63,15 @@ def flex_dispatcher_problem(args: Any) -> str | None:
     one expert rank (:func:`expert_group_problem`). The backend is the one megatron builds
     (:func:`effective_backend`).
     """
-    if (problem := enable_deepep_problem(args)) is not None:
-        return problem
-    if args.moe_token_dispatcher_type != "flex":
-        return None
-    backend = effective_backend(args)
+    if args.moe_token_dispatcher_type == "flex" and enable_deepep_problem(args) is None:
+        if (problem := library_problem(effective_backend(args))) is not None:
+            return problem
+    return flex_layout_problem(args)
+
+
+def library_problem(backend: str) -> str | None:
+    """Why the flex ``backend`` cannot load its communication library in this environment, or None: ``deepep`` needs
+    the ``deep_ep`` package, ``hybridep`` its hybrid-ep branch, ``ncclep`` Transformer Engine's EP API."""
     way_out = "or use --moe-token-dispatcher-type alltoall"
     if backend in ("deepep", "hybridep") and importlib.util.find_spec("deep_ep") is None:
         return (f"--moe-flex-dispatcher-backend {backend} needs DeepEP (the deep_ep package), which is not installed: "
@@ -78,7 +82,7 @@ def flex_dispatcher_problem(args: Any) -> str | None:
     if backend == "ncclep" and (te_error := transformer_engine_import_error()) is not None:
         return (f"--moe-flex-dispatcher-backend ncclep needs Transformer Engine's EP API, and Transformer Engine does "
                 f"not import ({te_error}): choose deepep or hybridep, {way_out}")
-    return expert_group_problem(args, backend)
+    return None
 
 
 def flex_layout_problem(args: Any) -> str | None:
