@@ -161,7 +161,8 @@ def training_config(args: argparse.Namespace) -> object:
     """megatron's configuration container of the run (what ``pretrain`` takes), its refusals raised as one
     ``ValueError``. Building it runs megatron-core's ``OptimizerConfig`` checks, which ``validate_args`` leaves to it
     (optimizer state and main-parameter dtypes other than fp32 without ``--use-precision-aware-optimizer``, that
-    optimizer without ``--use-distributed-optimizer`` or without Transformer Engine's FusedAdam on this node): built
+    optimizer with another optimizer than adam, without ``--use-distributed-optimizer`` or without Transformer
+    Engine's FusedAdam on this node; off a GPU node the entry builds it from :func:`with_fused_adam_answered`): built
     here, before Megatron initialises, they end in one line instead of a traceback on every rank."""
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
 
@@ -178,6 +179,21 @@ def asks_transformer_engine_optimizer(args: argparse.Namespace) -> bool:
     """Whether megatron-core's optimizer configuration of validated ``args`` imports Transformer Engine's FusedAdam
     (``--use-precision-aware-optimizer`` without ``--optimizer-cpu-offload``), which imports only beside a GPU."""
     return bool(args.use_precision_aware_optimizer and not args.optimizer_cpu_offload)
+
+
+def with_fused_adam_answered(args: argparse.Namespace) -> argparse.Namespace:
+    """Validated ``args`` for :func:`training_config` on a node without a GPU, where the container is checked, not
+    trained with: megatron-core's ``OptimizerConfig`` checks of them as on a GPU node whose Transformer Engine has the
+    FusedAdam the precision-aware optimizer needs. Its one question that needs a GPU is that FusedAdam's import, asked
+    where :func:`asks_transformer_engine_optimizer`; megatron-core asks it only without ``optimizer_cpu_offload`` (the
+    CPU-offloading optimizer, its other one for the precision-aware optimizer, answers it), and reads that field
+    nowhere else in the container's checks. So such ``args`` come back as a copy with ``optimizer_cpu_offload`` set:
+    every other check (adam only, the distributed optimizer only...) runs as megatron-core has it, not re-implemented
+    here; a test compares the verdicts with megatron-core's under a FusedAdam stand-in. Other ``args`` come back as
+    they are."""
+    if not asks_transformer_engine_optimizer(args):
+        return args
+    return argparse.Namespace(**{**vars(args), "optimizer_cpu_offload": True})
 
 
 def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
@@ -280,9 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     the backend resolves and megatron's validation runs as on the cluster's GPUs (:func:`validated_off_gpu`, on rank
     0 of that world size), then every later check that needs no GPU; the checks of this node's Transformer Engine
     kernels (the explicit torch backend's feature check runs), MoE dispatcher libraries, packages and activation-logging
-    classes, the GPU's peak, and megatron-core's FusedAdam question of ``--use-precision-aware-optimizer`` are left
-    to the GPU node; then the :func:`check_gpu_node` refusal, status 2. There the import warnings of the packages the
-    node lacks stay out of the way (:func:`missing_package_warnings_ignored`)."""
+    classes, the GPU's peak, and megatron-core's FusedAdam question of ``--use-precision-aware-optimizer`` (not its
+    other optimizer checks: :func:`with_fused_adam_answered`) are left to the GPU node; then the
+    :func:`check_gpu_node` refusal, status 2. There the import warnings of the packages the node lacks stay out of the
+    way (:func:`missing_package_warnings_ignored`)."""
     user_argv = list(sys.argv[1:] if argv is None else argv)
     try:
         world_size = launcher_world_size()
@@ -424,9 +441,10 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         if on_gpu_node:  # the GPU's peak
             flops_per_token, peak_tflops = flops_and_peak(args, card)
         check_lr_schedule(args)
-        if on_gpu_node or not asks_transformer_engine_optimizer(args):
+        if on_gpu_node:
             config_container = training_config(args)
-        if not on_gpu_node:
+        else:  # checked, FusedAdam's import answered as the GPU node's Transformer Engine would
+            training_config(with_fused_adam_answered(args))
             raise no_gpu
     except ValueError as error:
         return refuse(error)

@@ -161,12 +161,35 @@ def test_megatrons_training_configuration_is_built(monkeypatch: pytest.MonkeyPat
             "be fp32") in line and "GPU node" not in line, line
 
 
-def test_the_precision_aware_optimizer_is_left_to_the_gpu_node(monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """megatron-core's configuration of it imports Transformer Engine's FusedAdam, which a CPU node lacks."""
+def test_the_precision_aware_optimizers_fused_adam_is_left_to_the_gpu_node(monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """megatron-core's configuration of it imports Transformer Engine's FusedAdam, which a CPU node lacks: a line
+    its other checks pass (its own optimizer-state dtypes included) passes here."""
+    dtypes = random.choice([[], ["--main-params-dtype", "fp16"], ["--exp-avg-dtype", "bf16"],
+                            ["--exp-avg-sq-dtype", "fp16"]])
     line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
-                        _tiny_run("--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer"))
+                        _tiny_run("--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer", *dtypes))
     assert PASSED in line and "FusedAdam" not in line, line
+
+
+def test_the_precision_aware_optimizer_without_the_distributed_optimizer_is_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """megatron-core's ``OptimizerConfig`` refuses it on a GPU node; the login node skipped that container along with
+    its FusedAdam question and passed the line."""
+    dtypes = random.choice([[], ["--main-params-dtype", "fp16"], ["--exp-avg-dtype", "bf16"]])
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--bf16", "--use-precision-aware-optimizer", *dtypes))
+    assert ("megatron's training configuration refuses the run's arguments: --use-precision-aware-optimizer only "
+            "supported with distributed optimizer") in line and "GPU node" not in line, line
+
+
+def test_the_precision_aware_optimizer_with_another_optimizer_than_adam_is_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--bf16", "--optimizer", "sgd", "--use-distributed-optimizer",
+                                  "--use-precision-aware-optimizer"))
+    assert ("megatron's training configuration refuses the run's arguments: --use-precision-aware-optimizer only "
+            "supported with adam") in line and "GPU node" not in line, line
 
 
 def test_the_torch_backends_feature_check_runs(monkeypatch: pytest.MonkeyPatch,
