@@ -303,8 +303,23 @@ def check_bin_size(prefix: str, index: _IndexReader) -> None:
 
 
 TOKEN_SAMPLE_BYTES = 1 << 20
-"""The bytes read at each end of a dataset's ``.bin`` by :func:`check_token_ids`: a bounded sample, so the check costs
-two small reads per dataset however large the corpus."""
+"""The most bytes read at each end of a dataset's ``.bin`` by :func:`check_token_ids`: a bounded sample, so the check
+costs two small reads per dataset however large the corpus."""
+
+
+TOKEN_SAMPLE_BUDGET_BYTES = 64 << 20
+"""The bytes :func:`check_dataset_indices` lets :func:`check_token_ids` read in all, on each rank, spread evenly over
+the datasets (:func:`token_sample_bytes`): every rank reads every dataset at start, so a blend of thousands of prefixes
+sampled at :data:`TOKEN_SAMPLE_BYTES` per end would read GBs per rank from the shared file system. Up to 32 datasets
+keep the full sample."""
+
+
+def token_sample_bytes(datasets: int) -> int:
+    """The bytes :func:`check_token_ids` reads at each end of each of ``datasets`` datasets' ``.bin``: an even share of
+    :data:`TOKEN_SAMPLE_BUDGET_BYTES` (half of it per end), at most :data:`TOKEN_SAMPLE_BYTES`. It depends on the
+    number of datasets alone, which every rank gives alike, so every rank reads the same sample and reaches the same
+    verdict (no rank waits at a collective for one that refused)."""
+    return min(TOKEN_SAMPLE_BYTES, TOKEN_SAMPLE_BUDGET_BYTES // (2 * max(datasets, 1)))
 
 
 def embedded_vocabulary(args: argparse.Namespace) -> int | None:
@@ -324,16 +339,18 @@ def embedded_vocabulary(args: argparse.Namespace) -> int | None:
                                  args.tensor_model_parallel_size, args.make_vocab_size_divisible_by)
 
 
-def check_token_ids(prefix: str, index: _IndexReader, vocabulary: int) -> None:
-    """Raise ``ValueError`` when the first or last :data:`TOKEN_SAMPLE_BYTES` of dataset ``prefix``'s ``.bin`` (read
-    as its ``index``'s token type) hold a token id at or above the run's ``vocabulary`` embedding rows: a corpus
-    tokenized with another tokenizer. megatron-core looks the ids up in the embedding without a bound check, which
-    fails on the GPU (a device-side assert) at the first such sample, after the model and optimizer are set up. Only
-    a sample is read: a clean sample does not prove the whole corpus clean."""
+def check_token_ids(prefix: str, index: _IndexReader, vocabulary: int,
+                    sample_bytes: int = TOKEN_SAMPLE_BYTES) -> None:
+    """Raise ``ValueError`` when the first or last ``sample_bytes`` (:data:`TOKEN_SAMPLE_BYTES` unless given; at least
+    one token each) of dataset ``prefix``'s ``.bin`` (read as its ``index``'s token type) hold a token id at or above
+    the run's ``vocabulary`` embedding rows: a corpus tokenized with another tokenizer. megatron-core looks the ids up
+    in the embedding without a bound check, which fails on the GPU (a device-side assert) at the first such sample,
+    after the model and optimizer are set up. Only a sample is read: a clean sample does not prove the whole corpus
+    clean."""
     import numpy
 
     tokens = described_bin_size(index) // index.dtype_size
-    sample = TOKEN_SAMPLE_BYTES // index.dtype_size
+    sample = max(1, sample_bytes // index.dtype_size)
     with open(f"{prefix}.bin", "rb") as file:
         parts = [numpy.fromfile(file, dtype=index.dtype, count=min(sample, tokens))]
         if tokens > sample:
@@ -354,15 +371,20 @@ def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) ->
     (:func:`check_bin_size`): megatron-core fails on each when it builds the datasets (mapping an empty ``.bin``
     fails; with one it maps, it counts epochs of no token forever) or mid-run, after the model and optimizer are set
     up; and, given the run's ``vocabulary`` (:func:`embedded_vocabulary`), for a sampled token id it cannot embed
-    (:func:`check_token_ids`)."""
+    (:func:`check_token_ids`). The token samples of all datasets together read at most
+    :data:`TOKEN_SAMPLE_BUDGET_BYTES` (64 MiB) per rank, each dataset its share at both ends
+    (:func:`token_sample_bytes`: the full 1 MiB per end up to 32 datasets, about 6.5 KiB per end at 5,000); each
+    dataset still gets at least one token per end, which passes the budget only beyond four million datasets."""
     from megatron.core.datasets import indexed_dataset
 
     reader_log = logging.getLogger(indexed_dataset.__name__)
     level = reader_log.level
     reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
     counts = {}
+    unique = list(dict.fromkeys(prefixes))  # a prefix named twice (a blend) is read once
+    sample_bytes = token_sample_bytes(len(unique))
     try:
-        for prefix in dict.fromkeys(prefixes):  # a prefix named twice (a blend) is read once
+        for prefix in unique:
             # megatron-core's index reader alone: GPTDataset counts the index's sequences (sequence_count); a whole
             # IndexedDataset left half-built by a bad index prints an "Exception ignored" block when collected
             index = _read_index(indexed_dataset, prefix)
@@ -373,7 +395,7 @@ def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) ->
                                  "or rebuild it from input that has text")
             check_bin_size(prefix, index)
             if vocabulary is not None:
-                check_token_ids(prefix, index, vocabulary)
+                check_token_ids(prefix, index, vocabulary, sample_bytes)
             counts[prefix] = index.sequence_count
     finally:
         reader_log.setLevel(level)

@@ -7,6 +7,7 @@ entry refuses each in one line (status 2), or warns of the ignored flags."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import numpy
@@ -139,12 +140,45 @@ def test_a_mistyped_relative_path_beside_its_first_folder_is_refused(tmp_path, m
 
 def _bin_with_a_token(prefix: str, token: int, at_end: bool) -> None:
     """Put ``token`` into the first or last token of dataset ``prefix``'s ``.bin`` (its index's token type)."""
+    _bin_with_a_token_at(prefix, token, -1 if at_end else 0)
+
+
+def _bin_with_a_token_at(prefix: str, token: int, position: int) -> None:
+    """Put ``token`` at token ``position`` of dataset ``prefix``'s ``.bin`` (its index's token type)."""
     from megatron.core.datasets.indexed_dataset import _IndexReader
 
     dtype = _IndexReader(f"{prefix}.idx", False).dtype
     tokens = numpy.fromfile(f"{prefix}.bin", dtype=dtype)
-    tokens[-1 if at_end else 0] = token
+    tokens[position] = token
     tokens.tofile(f"{prefix}.bin")
+
+
+def _text_corpora(tmp_path: Path, count: int) -> list[str]:
+    """``count`` byte corpora of one random text each, 2,000 to 4,000 tokens long; their prefixes."""
+    from megatron.oellm.training.corpus import build_corpus
+
+    prefixes = []
+    for number in range(count):
+        text = tmp_path / f"text{number}.txt"
+        text.write_text("".join(random.choice("abcdefghij klmnop\n") for _ in range(random.randint(2000, 4000))))
+        prefixes.append(build_corpus([text], tmp_path / f"corpus{number}").prefix)
+    return prefixes
+
+
+def _bin_bytes_read(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The bytes ``numpy.fromfile`` reads from each file from now on (file name -> bytes), as it reads them."""
+    read: dict[str, int] = {}
+    fromfile = numpy.fromfile
+
+    def counted(file, *args, **kwargs) -> numpy.ndarray:
+        """``numpy.fromfile``, its bytes added to ``read`` under the file's name."""
+        tokens = fromfile(file, *args, **kwargs)
+        name = getattr(file, "name", file)
+        read[name] = read.get(name, 0) + tokens.nbytes
+        return tokens
+
+    monkeypatch.setattr(numpy, "fromfile", counted)
+    return read
 
 
 def test_a_token_id_past_the_vocabulary_is_refused(tmp_path, monkeypatch, capsys):
@@ -235,3 +269,40 @@ def test_a_bin_of_empty_documents_only_has_no_token_to_refuse(tmp_path):
     prefix = str(tmp_path / f"empty{random.randrange(100)}")
     Path(f"{prefix}.bin").write_bytes(b"")
     check_token_ids(prefix, index, random.randint(1, 1000))
+
+
+def test_the_token_samples_of_many_datasets_read_no_more_than_the_budget_in_all(tmp_path, monkeypatch):
+    """Every rank samples every dataset at start: a blend of thousands of prefixes read 2 MiB of each, GBs per rank.
+    All samples together stay within the budget (made small here, with datasets larger than their share), and every
+    dataset is still read, each its share."""
+    from megatron.oellm.training import data_sources
+
+    prefixes = _text_corpora(tmp_path, random.randint(30, 50))
+    budget = random.randint(8, 16) << 10
+    # raising=False: without a budget in the module the test fails on the bytes read, not on a missing name
+    monkeypatch.setattr(data_sources, "TOKEN_SAMPLE_BUDGET_BYTES", budget, raising=False)
+    read = _bin_bytes_read(monkeypatch)
+    data_sources.check_dataset_indices([*prefixes, random.choice(prefixes)], random.randint(257, 1000))
+    assert sorted(read) == sorted(f"{prefix}.bin" for prefix in prefixes)
+    assert sum(read.values()) <= budget, (sum(read.values()), budget)
+    smallest = min(Path(f"{prefix}.bin").stat().st_size for prefix in prefixes)
+    assert len(set(read.values())) == 1 and 0 < next(iter(read.values())) < smallest, read  # one share each
+
+
+def test_a_bad_token_id_at_an_end_of_one_of_many_datasets_is_caught_and_one_past_its_share_is_not(tmp_path,
+                                                                                               monkeypatch):
+    """Under the budget each of many datasets is sampled at both ends: an id past the vocabulary in the first or last
+    token of any one of them is refused naming it, while one in a dataset's middle, outside its share, is not read."""
+    from megatron.oellm.training import data_sources
+
+    prefixes = _text_corpora(tmp_path, random.randint(30, 50))
+    monkeypatch.setattr(data_sources, "TOKEN_SAMPLE_BUDGET_BYTES", random.randint(8, 16) << 10, raising=False)
+    vocabulary = random.randint(257, 1000)
+    middle = random.choice(prefixes)
+    _bin_with_a_token_at(middle, vocabulary + random.randint(0, 100), Path(f"{middle}.bin").stat().st_size // 4)
+    data_sources.check_dataset_indices(prefixes, vocabulary)
+    bad, token = random.choice(prefixes), vocabulary + random.randint(0, 100)
+    _bin_with_a_token(bad, token, at_end=random.random() < 0.5)
+    with pytest.raises(ValueError, match=re.escape(f"dataset {bad!r} holds token id {token}, at or above the run's "
+                                                   f"{vocabulary}-row vocabulary")):
+        data_sources.check_dataset_indices(prefixes, vocabulary)
