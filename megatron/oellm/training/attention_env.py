@@ -28,6 +28,16 @@ SWITCH_VALUES: dict[str, tuple[int, int, int]] = {
 """The values of :data:`SWITCHES` megatron-core sets for each ``--attention-backend`` (``AttnBackend`` member name;
 names, so that ``oellm doctor`` uses this table without importing megatron-core)."""
 
+
+class AttentionEnvError(ValueError):
+    """A refusal of :func:`check_attention_env`, holding the ``names`` of the environment variables that decided it:
+    the training entry off a GPU node says they are that shell's, not the job's."""
+
+    def __init__(self, message: str, names: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 FLASH_GENERATIONS = (2, 3, 4)
 """flash-attn generations ``--flash-attention-version`` chooses among."""
 
@@ -66,9 +76,9 @@ def attention_env_conflicts(environ: Mapping[str, str], attention_backend: str,
 
 
 def check_attention_env(args: Any, environ: Mapping[str, str] | None = None) -> None:
-    """Raise ``ValueError`` naming every variable of ``environ`` (default: this process's) that megatron-core's
-    ``_set_attention_backend`` would find set to another value than it sets for ``args.attention_backend`` and
-    ``args.flash_attention_version``, and the ways out."""
+    """Raise :class:`AttentionEnvError` (a ``ValueError``) naming every variable of ``environ`` (default: this
+    process's) that megatron-core's ``_set_attention_backend`` would find set to another value than it sets for
+    ``args.attention_backend`` and ``args.flash_attention_version``, and the ways out."""
     environ = os.environ if environ is None else environ
     backend = args.attention_backend.name
     conflicts = attention_env_conflicts(environ, backend, getattr(args, "flash_attention_version", None))
@@ -79,8 +89,8 @@ def check_attention_env(args: Any, environ: Mapping[str, str] | None = None) -> 
     settings = [f"--attention-backend {backend}"] if set(conflicts) & set(SWITCHES) else []
     if set(conflicts) - set(SWITCHES):
         settings.append(f"--flash-attention-version {args.flash_attention_version}")
-    raise ValueError(f"the environment sets {found}, which megatron-core asserts against for "
-                     f"{' and '.join(settings)} when it builds the model, on every rank after GPU set-up; unset "
-                     f"{' '.join(conflicts)} (a cluster module or the job script may export them) and choose TE's "
-                     f"attention kernels with --attention-backend (flash, fused, unfused) and "
-                     f"--flash-attention-version instead")
+    raise AttentionEnvError(f"the environment sets {found}, which megatron-core asserts against for "
+                            f"{' and '.join(settings)} when it builds the model, on every rank after GPU set-up; "
+                            f"unset {' '.join(conflicts)} (a cluster module or the job script may export them) and "
+                            f"choose TE's attention kernels with --attention-backend (flash, fused, unfused) and "
+                            f"--flash-attention-version instead", tuple(conflicts))

@@ -223,29 +223,55 @@ def validated_off_gpu(parsed: argparse.Namespace, world_size: int) -> argparse.N
     A refusal this node decided rather than the command line says so: one naming a variable of
     :data:`~megatron.oellm.recipes.megatron_validation.VALIDATION_ENVIRONMENT` (``CUDA_DEVICE_MAX_CONNECTIONS`` for
     tensor parallelism, which a job exports from its recipe's ``[cluster.env]``) names its value in this shell and
-    how to check with the job's; one naming the world size where no ``WORLD_SIZE`` is exported (megatron's then
-    names 1 and no fix) says how to give the job's."""
-    from megatron.oellm.recipes.megatron_validation import (
-        VALIDATION_ENVIRONMENT,
-        environment_read_here,
-        parse_and_validate_on_cluster,
-    )
+    how to check with the job's (:func:`read_here_note`); one naming the world size where no ``WORLD_SIZE`` is
+    exported (megatron's then names 1 and no fix) says how to give the job's (:func:`world_size_notes`)."""
+    from megatron.oellm.recipes.megatron_validation import VALIDATION_ENVIRONMENT, parse_and_validate_on_cluster
 
     try:
         return validated_args(functools.partial(parse_and_validate_on_cluster, world_size), parsed)
     except ValueError as error:
-        refusal = str(error)
-        notes = []
-        read_here = [name for name in VALIDATION_ENVIRONMENT if name in refusal]
-        if read_here:
-            notes.append(f"megatron read {environment_read_here(read_here)} from this shell, not the job's "
-                         f"environment: {JOB_ENVIRONMENT}")
-        if "world size" in refusal and "WORLD_SIZE" not in os.environ:
-            notes.append("on a node without a GPU the world size is $WORLD_SIZE, else 1: export the job's GPU count "
-                         "(e.g. WORLD_SIZE=64)")
+        read_here = [name for name in VALIDATION_ENVIRONMENT if name in str(error)]
+        notes = [read_here_note("megatron", read_here)] if read_here else []
+        notes += world_size_notes(str(error))
         if not notes:
             raise
-        raise ValueError("; ".join([refusal, *notes])) from error
+        raise with_notes(error, notes) from error
+
+
+def read_here_note(reader: str, names: Sequence[str]) -> str:
+    """The note of a refusal off a GPU node that ``reader`` decided on the values of the environment variables
+    ``names`` in this shell: they are not the job's, whose environment the job script exports, and how to check the
+    line with it."""
+    from megatron.oellm.recipes.megatron_validation import environment_read_here
+
+    return f"{reader} read {environment_read_here(names)} from this shell, not the job's environment: {JOB_ENVIRONMENT}"
+
+
+def world_size_notes(refusal: str) -> list[str]:
+    """The note of a ``refusal`` off a GPU node that names the world size where no ``WORLD_SIZE`` is exported (none
+    otherwise): that world size is this node's default of 1, not the job's GPU count (the refusal named 1 and no
+    fix), and how to give the job's."""
+    if "world size" in refusal and "WORLD_SIZE" not in os.environ:
+        return ["on a node without a GPU the world size is $WORLD_SIZE, else 1: export the job's GPU count "
+                "(e.g. WORLD_SIZE=64)"]
+    return []
+
+
+def with_notes(error: ValueError, notes: Sequence[str]) -> ValueError:
+    """``error`` itself without ``notes``, else a ``ValueError`` of its message followed by them."""
+    return ValueError("; ".join([str(error), *notes])) if notes else error
+
+
+def noted_off_gpu(error: ValueError) -> ValueError:
+    """A refusal of the entry's checks after megatron's validation, on a node without a GPU, with the notes saying
+    what this shell decided rather than the command line: NVTE attention switches the entry read from this shell's
+    environment (:class:`~megatron.oellm.training.attention_env.AttentionEnvError`), which may not be the job's on
+    the GPU node, and a world size that is no exported ``WORLD_SIZE`` (:func:`world_size_notes`: the parallel layout
+    check's, :func:`check_layout`)."""
+    from megatron.oellm.training.attention_env import AttentionEnvError
+
+    notes = [read_here_note("the entry", error.names)] if isinstance(error, AttentionEnvError) else []
+    return with_notes(error, [*notes, *world_size_notes(str(error))])
 
 
 def launcher_world_size() -> int:
@@ -317,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueError | None) -> int:
     """:func:`main` after its checks of the node: ``user_argv`` checked, then trained on a GPU node (``no_gpu`` None)
     and refused with ``no_gpu`` on another, as :func:`main` says; the launcher's ``world_size`` is the one the
-    validation off a GPU node takes."""
+    validation off a GPU node takes. There a refusal after that validation carries the notes of what this shell
+    decided (:func:`noted_off_gpu`); a GPU node's is the check's own."""
     from megatron.oellm.recipes.megatron_validation import (
         check_model_config_on_cluster,
         cluster_backend,
@@ -447,7 +474,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
             training_config(with_fused_adam_answered(args))
             raise no_gpu
     except ValueError as error:
-        return refuse(error)
+        return refuse(error if on_gpu_node or error is no_gpu else noted_off_gpu(error))
     if args.num_experts:
         moe_log_names.apply(args.moe_router_load_balancing_type)
         if getattr(args, "hybrid_layer_pattern", None):

@@ -70,6 +70,7 @@ def test_the_entry_refuses_a_conflict_before_it_starts_anything(monkeypatch: pyt
     assert "NVTE_FUSED_ATTN='0' (megatron-core sets 1), NVTE_FLASH_ATTN_V3='1' (megatron-core sets 0)" in line
     assert "for --attention-backend auto and --flash-attention-version 2 when it builds" in line
     assert "unset NVTE_FUSED_ATTN NVTE_FLASH_ATTN_V3" in line
+    assert "from this shell" not in line, line  # a GPU node's environment is the job's
     monkeypatch.delenv("NVTE_FUSED_ATTN")
     monkeypatch.delenv("NVTE_FLASH_ATTN_V3")
     with pytest.raises(Reached):

@@ -27,6 +27,9 @@ from tests.unit_tests.training.entry_helpers import (
 
 CARD = "qwen3-30b-a3b-tiny"
 PASSED = "the command line passed the checks that can run here"
+WORLD_SIZE_HINT = ("on a node without a GPU the world size is $WORLD_SIZE, else 1: export the job's GPU count "
+                   "(e.g. WORLD_SIZE=64)")
+"""The note of a refusal naming the world size on a node without a GPU and without an exported ``WORLD_SIZE``."""
 
 
 def _tiny_run(*extra: str, global_batch: int = 8) -> list[str]:
@@ -106,8 +109,7 @@ def test_a_world_size_of_one_without_a_launcher_names_how_to_give_the_jobs(monke
     line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
                         _tiny_run("--tensor-model-parallel-size", str(tp), "--sequence-parallel"))
     assert f"world size (1) is not divisible by total_model_size (total_model_size={tp})" in line, line
-    assert ("on a node without a GPU the world size is $WORLD_SIZE, else 1: export the job's GPU count "
-            "(e.g. WORLD_SIZE=64)") in line, line
+    assert WORLD_SIZE_HINT in line, line
 
 
 def test_an_expert_layout_the_card_refuses_is_refused(monkeypatch: pytest.MonkeyPatch,
@@ -120,6 +122,18 @@ def test_an_expert_layout_the_card_refuses_is_refused(monkeypatch: pytest.Monkey
     line = refused_line(entry, capsys,
                         _tiny_run("--expert-model-parallel-size", "4", global_batch=world * random.randint(1, 4)))
     assert f"world size {world} is not divisible by etp x ep x pp = 4" in line and "GPU node" not in line, line
+    assert "$WORLD_SIZE" not in line, line  # the job's world size, exported: the refusal is the command line's
+
+
+def test_an_expert_layout_refused_at_the_default_world_size_names_how_to_give_the_jobs(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The card's layout check of an expert parallel size against the world size 1 a node without a launcher
+    defaults to named 1 and "change the GPU count" without saying that the count was no job's: it gives the same
+    ``$WORLD_SIZE`` hint as megatron's refusals of the world size there."""
+    ep = random.choice([2, 4, 8])
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, _tiny_run("--expert-model-parallel-size", str(ep)))
+    assert f"world size 1 is not divisible by etp x ep x pp = {ep}; change the GPU count, ep or etp" in line, line
+    assert line.endswith(f"change the GPU count, ep or etp; {WORLD_SIZE_HINT}"), line
 
 
 def test_a_save_that_cannot_be_written_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -325,3 +339,25 @@ def test_wandb_is_the_job_images_package(monkeypatch: pytest.MonkeyPatch, capsys
                         _tiny_run("--wandb-project", f"p{random.randrange(100)}", "--wandb-save-dir",
                                   str(tmp_path / "wandb")))
     assert PASSED in line and "wandb" not in line.split(PASSED)[0], line
+
+
+def test_an_attention_switch_refused_off_a_gpu_node_names_this_shells_value(monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A TE attention switch this shell exports against ``--attention-backend`` was refused on a login node as on a
+    GPU node, though the job's environment (its recipe's ``[cluster.env]``, its modules) may not export it: the
+    refusal is the GPU node's, followed by the value the entry read from this shell and how to check the job's."""
+    from megatron.oellm.training.attention_env import SWITCHES
+
+    name = random.choice(SWITCHES)
+    value = random.choice(["0", "true", "yes"])  # megatron-core sets 1 for each under --attention-backend auto
+    run = _tiny_run("--oellm-backend", "torch")
+    gpu_entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setenv(name, value)
+    gpu_line = refused_line(gpu_entry, capsys, run)
+    assert f"the environment sets {name}={value!r} (megatron-core sets 1)" in gpu_line, gpu_line
+    monkeypatch.undo()
+    cpu_entry = entry_on_a_cpu_node(monkeypatch)
+    monkeypatch.setenv(name, value)
+    cpu_line = refused_line(cpu_entry, capsys, run)
+    assert cpu_line == (f"{gpu_line}; the entry read {name}={value} from this shell, not the job's environment: "
+                        f"export the job's environment ({JOB_ENVIRONMENT}) to check the line as the job runs"), cpu_line
