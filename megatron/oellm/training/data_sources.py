@@ -603,8 +603,9 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
     ``--merge-file`` that is no file where the tokenizer type reads it (:data:`FILE_READING_TOKENIZERS`), a megatron
     tokenizer type without the files it would download and has not cached (:data:`DOWNLOADED_TOKENIZER_FILES`,
     :func:`downloaded_before`), a ``--tokenizer-model`` path where nothing is (:func:`absent_tokenizer_path`), where
-    the tokenizer type reads one (:data:`TOKENIZER_MODEL_FORMS`, whose hint the refusal gives), or, for the types
-    transformers' ``AutoTokenizer`` loads, a file or a folder without tokenizer files
+    the tokenizer type reads one (:data:`TOKENIZER_MODEL_FORMS`, whose hint the refusal gives), for the types
+    sentencepiece and tiktoken read, any value that is no file (a hub name or bare word too: they open a local file
+    only), or, for the types transformers' ``AutoTokenizer`` loads, a file or a folder without tokenizer files
     (:func:`unloadable_tokenizer_folder`). megatron-core builds
     the tokenizer when megatron initialises, on every rank: a missing file waited out huggingface.co's retries (some
     30 s) and was then refused under the hub tokenizer's name, a file left to download ended in a ``wget`` traceback."""
@@ -628,7 +629,13 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
     if absent_tokenizer_path(model):
         raise ValueError(f"--tokenizer-model {model!r} does not exist (relative to {Path.cwd()}): megatron-core would "
                          f"fail to build the {args.tokenizer_type} when megatron initialises; give {form}")
-    reason = unloadable_tokenizer_folder(model) if form == HUB_TOKENIZER_FORM else None
+    if form != HUB_TOKENIZER_FORM:
+        if not Path(model).is_file():
+            raise ValueError(f"--tokenizer-model {model!r} is no file (relative to {Path.cwd()}): megatron-core's "
+                             f"{args.tokenizer_type} opens it as a local file, never a hub name or a folder, and would "
+                             f"fail when megatron initialises, on every rank; give {form}")
+        return
+    reason = unloadable_tokenizer_folder(model)
     if reason is not None:
         raise ValueError(f"--tokenizer-model {model!r} {reason}: megatron-core would fail to build the "
                          f"{args.tokenizer_type} when megatron initialises, on every rank; give the folder the "

@@ -3,10 +3,13 @@ It said "give an existing tokenizer directory or file, or a hub name" for every 
 ``HuggingFaceTokenizer`` (and ``SFTTokenizer``) with transformers' ``AutoTokenizer.from_pretrained``, which loads a
 folder or a hub name and takes a file path for a malformed hub name, while the SentencePiece types and
 ``TikTokenizer`` read one file and no hub name. A type that never reads the flag (Null, GPT-2 BPE, BERT, multimodal)
-lets a left-over path pass, as it lets left-over ``--vocab-file`` / ``--merge-file`` paths pass."""
+lets a left-over path pass, as it lets left-over ``--vocab-file`` / ``--merge-file`` paths pass.
+For the SentencePiece types and ``TikTokenizer`` any value that is no file is refused: a hub-like ``org/name`` or a
+bare word passed and failed at megatron init on every rank, since their libraries open a local file only."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from pathlib import Path
 
@@ -52,6 +55,51 @@ def test_each_types_hint_says_what_it_loads(tokenizer_type: str, monkeypatch, tm
     assert "directory or file" not in message
     reads_a_file = "directory" not in HINT_WORDS[tokenizer_type][0]
     assert ("hub name" in message) != reads_a_file  # no hub name for a type that reads one file
+
+
+FILE_READING_TYPES = sorted(name for name, words in HINT_WORDS.items() if "directory" not in words[0])
+"""The ``--tokenizer-type`` values whose library (sentencepiece, tiktoken) opens ``--tokenizer-model`` as a file."""
+
+
+def _no_file_values(tmp_path: Path) -> list[str]:
+    """``--tokenizer-model`` values that are no file, none written as a path: a hub-like ``org/name``, a bare word,
+    and a folder here (with a file inside, so that it would load as a Hugging Face tokenizer's folder)."""
+    number = random.randrange(10**6)
+    folder = tmp_path / f"tokenizer{number}"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(random.randbytes(random.randint(8, 64)))
+    return [f"org{number}/name{number}", f"word{number}", folder.name]
+
+
+@pytest.mark.parametrize("tokenizer_type", FILE_READING_TYPES)
+def test_a_file_reading_type_refuses_a_value_that_is_no_file(tokenizer_type: str, monkeypatch,
+                                                             tmp_path: Path) -> None:
+    """A hub-like name, a bare word or a folder passed the check (only a value written as a path was looked up) and
+    failed at megatron init on every rank: refused with the type's hint; an existing file passes."""
+    monkeypatch.chdir(tmp_path)
+    for model in _no_file_values(tmp_path):
+        message = _refusal(tokenizer_type, model)
+        assert message.startswith(f"--tokenizer-model {model!r} is no file (relative to {tmp_path})"), message
+        assert f"megatron-core's {tokenizer_type} opens it as a local file" in message
+        assert all(words in message for words in HINT_WORDS[tokenizer_type]), message
+    file = tmp_path / f"tokenizer{random.randrange(10**6)}.model"
+    file.write_bytes(random.randbytes(random.randint(8, 64)))
+    check_tokenizer_files(parse_oellm_argv(["--mock-data", "--tokenizer-type", tokenizer_type, "--tokenizer-model",
+                                            file.name, "--vocab-size", str(random.randint(256, 4096))]))
+
+
+@pytest.mark.parametrize("library", ["sentencepiece_tokenizer.SentencePieceTokenizer",
+                                     "tiktoken_tokenizer.TikTokenTokenizer"])
+def test_megatron_cores_file_tokenizers_open_no_hub_name(library: str, monkeypatch, tmp_path: Path) -> None:
+    """Why a hub-like name is refused for these types: megatron-core's sentencepiece and tiktoken tokenizers take
+    ``--tokenizer-model`` as a local path, and a name where no file is fails."""
+    module, name = library.split(".")
+    tokenizer_class = getattr(importlib.import_module(f"megatron.core.tokenizers.text.libraries.{module}"), name)
+    monkeypatch.chdir(tmp_path)
+    number = random.randrange(10**6)
+    for model in (f"org{number}/name{number}", f"word{number}"):
+        with pytest.raises(ValueError, match="is invalid"):
+            tokenizer_class(model)
 
 
 def test_megatron_cores_hugging_face_tokenizer_refuses_a_file(monkeypatch, tmp_path: Path) -> None:
