@@ -25,8 +25,11 @@ import os
 import shlex
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 from unittest import mock
+
+if TYPE_CHECKING:
+    from megatron.oellm.models.parallel import ParallelLayout
 
 CLUSTER_COMPUTE_CAPABILITY = (9, 0)
 """Compute capability of the recipes' GPUs (H100 and GH200: Hopper, sm_90)."""
@@ -146,7 +149,8 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     return args
 
 
-def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env: Mapping[str, object]) -> None:
+def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env: Mapping[str, object],
+                                  layout: ParallelLayout | None = None) -> None:
     """The training entry's checks of validated ``args`` against the run's model card
     (:func:`megatron.oellm.training.startup_checks.check_model_args`: the pipeline schedule, layer offloading, and
     megatron-core's ``TransformerConfig``, whose ``__post_init__`` refuses combinations ``validate_args`` lets through,
@@ -156,14 +160,15 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
     group, no tensor.
 
     Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets
-    ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field)."""
+    ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field). ``layout`` is
+    the run's layout where the caller holds it (the training entry's checked one), else read from ``args``."""
     from megatron.oellm.training.model_provider import card_from_args
     from megatron.oellm.training.startup_checks import check_model_args
 
     probe = copy.copy(args)
     pad_vocab_as_megatron(probe)
     with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
-        check_model_args(probe, card_from_args(probe))
+        check_model_args(probe, card_from_args(probe), layout)
 
 
 def pad_vocab_as_megatron(args: argparse.Namespace) -> None:

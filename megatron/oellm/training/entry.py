@@ -28,6 +28,7 @@ from megatron.oellm.error_lines import one_line
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
+    from megatron.oellm.models.parallel import ParallelLayout
     from megatron.oellm.training.args import MergedArgv
 
 PROG = "megatron.oellm.training.entry"
@@ -98,20 +99,23 @@ def flops_and_peak(args: argparse.Namespace, card: ModelCard | None = None) -> t
     return flops.total, peak
 
 
-def check_layout(args: argparse.Namespace, card: ModelCard | None = None) -> None:
+def check_layout(args: argparse.Namespace, card: ModelCard | None = None) -> ParallelLayout:
     """Raise :class:`megatron.oellm.models.parallel.ParallelLayoutError` when the run's parallel layout does not fit
     its card (``card``, else read from ``args``): the spec builders' own check, made before Megatron initialises
     instead of in the model provider (after process groups and GPU memory are set up, on every rank), with the run's
     world size. Megatron's ``validate_args`` passes, for instance, a hybrid pattern whose ``|`` splits a decoder
-    layer between two pipeline stages, and a world size that ETP x EP x PP does not divide."""
+    layer between two pipeline stages, and a world size that ETP x EP x PP does not divide. Returns the checked
+    layout, which keeps its parsed pipeline stages, for the model checks after it (one parse of the layout)."""
     from megatron.oellm.models.parallel import validate_layout
     from megatron.oellm.training.model_provider import card_from_args, check_pipeline_split_flags, layout_from_args
 
     card = card_from_args(args) if card is None else card
     check_pipeline_split_flags(args, card)
+    layout = layout_from_args(args)
     # with the world size: megatron's validate_args checks TP x PP x CP against it, but not ETP x EP x PP, on which
     # megatron-core's parallel state fails on every rank after torch.distributed is up
-    validate_layout(card, layout_from_args(args), world_size=getattr(args, "world_size", None))
+    validate_layout(card, layout, world_size=getattr(args, "world_size", None))
+    return layout
 
 
 def refuse(error: ValueError) -> int:
@@ -457,13 +461,13 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_fsdp2_resume(args, loaded)
         check_fsdp2_saves_on_this_torch(args)
         card = card_from_args(args)  # the run's card, read once for the checks and the FLOP count
-        check_layout(args, card)
+        layout = check_layout(args, card)
         check_converted_glu_layout(args, loaded, card)
         check_fsdp2_torch_dcp(args, card, loaded)
         if on_gpu_node:
-            check_model_args(args, card)
+            check_model_args(args, card, layout)
         else:  # megatron-core's TransformerConfig asks Transformer Engine's version and kernels
-            check_model_config_on_cluster(args, world_size, {})
+            check_model_config_on_cluster(args, world_size, {}, layout)
         check_fla_backward(card)
         if on_gpu_node:  # the GPU's peak
             flops_per_token, peak_tflops = flops_and_peak(args, card)

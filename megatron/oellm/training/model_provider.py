@@ -315,15 +315,17 @@ def check_meta_device_init(args: argparse.Namespace, card: ModelCard) -> None:
                          "training would start from garbage; drop the flag")
 
 
-def check_model_config(args: argparse.Namespace, card: ModelCard) -> None:
+def check_model_config(args: argparse.Namespace, card: ModelCard, layout: ParallelLayout | None = None) -> None:
     """Raise ``ValueError`` when megatron-core's ``TransformerConfig`` refuses the run's arguments.
 
     Its ``__post_init__`` checks combinations Megatron's ``validate_args`` lets through (for one,
     ``--moe-router-padding-for-fp8`` without ``--fp8-format``); the model provider builds the config after process
     groups and GPU memory are set up, on every rank, so the training entry builds it once before Megatron
-    initialises (the config needs neither CUDA nor process groups)."""
+    initialises (the config needs neither CUDA nor process groups). ``layout`` is the run's layout where the caller
+    holds it (the entry's checked one, whose pipeline stages are parsed already), else read from ``args``
+    (:func:`layout_from_args`)."""
     try:
-        model_config(args, card, layout_from_args(args))
+        model_config(args, card, layout_from_args(args) if layout is None else layout)
     except (AssertionError, ValueError) as error:
         detail = str(error) or f"{type(error).__name__} without a message"
         raise ValueError(f"the model's TransformerConfig refuses the run's arguments: {detail}") from error

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Mapping
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.models.parallel import ParallelLayout
 
 
 def check_parsed_args(parsed: argparse.Namespace) -> None:
@@ -111,12 +112,13 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     check_error_injection(args)
 
 
-def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
+def check_model_args(args: argparse.Namespace, card: ModelCard, layout: ParallelLayout | None = None) -> None:
     """Raise ``ValueError`` for what validated ``args`` ask of the run's model ``card`` that megatron-core refuses or
     ignores once it builds it: a pipeline schedule the model class lacks, layer offloading the hybrid stack never
     applies, meta-device initialisation that leaves the routers uninitialised, CUDA graph capture the model's layers
     fail in (:mod:`.cuda_graphs`), FSDP checkpoint saves of the torch-native experts (:mod:`.sharded_checkpoints`),
-    a ``TransformerConfig`` its ``__post_init__`` refuses. Builds a config only: no CUDA, no tensor."""
+    a ``TransformerConfig`` its ``__post_init__`` refuses (with ``layout``, the run's layout where the caller holds
+    it: :func:`~.model_provider.check_model_config`). Builds a config only: no CUDA, no tensor."""
     from megatron.oellm.training.cuda_graphs import check_cuda_graphs
     from megatron.oellm.training.forward_step import check_schedule_support
     from megatron.oellm.training.model_provider import (
@@ -131,7 +133,7 @@ def check_model_args(args: argparse.Namespace, card: ModelCard) -> None:
     check_meta_device_init(args, card)
     check_cuda_graphs(args, card)
     check_sharded_data_parallel_saves(args, card)
-    check_model_config(args, card)
+    check_model_config(args, card, layout)
 
 
 def refusal_detail(error: AssertionError | TypeError | RuntimeError) -> str | None:
