@@ -1,6 +1,7 @@
 """Helpers of the recipe tests that run a generated sbatch script end to end under bash: stand-ins for ``scontrol``,
-``srun``, ``apptainer`` and ``torchrun`` that record what reaches them, a job run with them first on PATH, and the
-job of the user's-site-packages tests."""
+``srun``, ``apptainer`` and ``torchrun`` that record what reaches them, a job run with them first on PATH, the
+example recipes those tests write scripts of (with their cluster settings replaced), and the job of the
+user's-site-packages tests."""
 
 from __future__ import annotations
 
@@ -70,10 +71,20 @@ exec "$@"
 (filled in by ``str.format``: ``APPTAINER``, ``SINGULARITY``), over an image that sets ``OELLM_PROBE``."""
 
 
+def example_recipe(file_name: str, **cluster):
+    """The example recipe ``file_name`` (under ``EXAMPLES``) with ``cluster`` replacing its cluster settings."""
+    recipe = load_recipe(EXAMPLES / file_name)
+    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
+
+
 def mn5_weak_recipe(**cluster):
     """The MareNostrum 5 weak-scaling example recipe with ``cluster`` replacing its cluster settings."""
-    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
-    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
+    return example_recipe("qwen3_5_35b_a3b_mn5_weak.toml", **cluster)
+
+
+def mn5_attention_recipe(**cluster):
+    """The MareNostrum 5 attention-only example recipe with ``cluster`` replacing its cluster settings."""
+    return example_recipe("qwen3_5_35b_a3b_mn5_attention.toml", **cluster)
 
 
 def run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES, fake_sbatch
+from sbatch_job_helpers import mn5_attention_recipe
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
@@ -16,11 +17,6 @@ from megatron.oellm.recipes.host_paths import check_host_paths
 from megatron.oellm.recipes.submission import submit
 
 HOSTILE = "/scratch/my images/o'ellm $(touch pwned) `touch pwned2`.sif"
-
-
-def _recipe(**cluster):
-    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_attention.toml")
-    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
 
 
 def _bash_values(script: str, tmp_path: Path) -> list[str]:
@@ -36,7 +32,7 @@ def _bash_values(script: str, tmp_path: Path) -> list[str]:
 
 
 def test_hostile_values_round_trip_through_bash(tmp_path):
-    recipe = _recipe(image=HOSTILE, env={"NCCL_MIN_NCHANNELS": "4; touch pwned3"})
+    recipe = mn5_attention_recipe(image=HOSTILE, env={"NCCL_MIN_NCHANNELS": "4; touch pwned3"})
     inputs = RunInputs(data_path=("1.0", "/data/with space/part $1"), tokenizer_model="/tok/o'el")
     resolved = resolve_row(recipe, recipe.rows[1], inputs)
     with pytest.raises(RecipeError, match="#SBATCH cannot carry"):
@@ -50,10 +46,10 @@ def test_hostile_values_round_trip_through_bash(tmp_path):
 
 
 def test_directive_values_that_sbatch_cannot_carry_are_refused():
-    recipe = _recipe(account="my project")
+    recipe = mn5_attention_recipe(account="my project")
     with pytest.raises(RecipeError, match="#SBATCH cannot carry"):
         sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
-    recipe = _recipe(account="ehpc533", partition="acc", qos="acc_ehpc")
+    recipe = mn5_attention_recipe(account="ehpc533", partition="acc", qos="acc_ehpc")
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
     for line in ("#SBATCH --account=ehpc533", "#SBATCH --partition=acc", "#SBATCH --qos=acc_ehpc"):
         assert line in script
@@ -68,11 +64,11 @@ def test_a_rows_own_time_limit_wins_over_the_clusters():
 
 def test_bad_environment_names_are_refused():
     with pytest.raises(RecipeError, match="environment variable name"):  # when the recipe is built, before any script
-        _recipe(env={"BAD NAME": "1"})
+        mn5_attention_recipe(env={"BAD NAME": "1"})
 
 
 def test_checkpoints_only_when_asked():
-    recipe = _recipe()
+    recipe = mn5_attention_recipe()
     assert "--save" not in resolve_row(recipe, recipe.rows[0]).argv
     argv = resolve_row(recipe, recipe.rows[0], RunInputs(checkpoint_dir="/ckpt", save_interval=5)).argv
     assert argv[-6:] == ["--save", "/ckpt", "--load", "/ckpt", "--save-interval", "5"]
@@ -109,7 +105,7 @@ def test_submit_writes_the_script_and_calls_sbatch(tmp_path, monkeypatch):
 def test_environment_reaches_the_container_over_the_images_own(tmp_path):
     """A host export does not override a variable the image sets (the repository's image sets
     PYTORCH_CUDA_ALLOC_CONF); Apptainer gives APPTAINERENV_<NAME> precedence over the image."""
-    recipe = _recipe(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512",
+    recipe = mn5_attention_recipe(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512",
                           "NCCL_MIN_NCHANNELS": "4; touch pwned"})
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     body = "\n".join(line for line in script.splitlines() if line.startswith("export "))
@@ -132,7 +128,7 @@ def test_resubmitting_keeps_the_previous_job_script(tmp_path, monkeypatch):
 def test_the_srun_step_gets_the_cpus_of_the_job():
     """Since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task: without its own, torchrun and every rank
     of a node share the step's default single CPU."""
-    recipe = _recipe(cpus_per_task=72)
+    recipe = mn5_attention_recipe(cpus_per_task=72)
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
     srun = next(line for line in script.splitlines() if line.startswith("srun "))
     assert "--cpus-per-task=72" in srun.split() and "#SBATCH --cpus-per-task=72" in script
@@ -141,16 +137,16 @@ def test_the_srun_step_gets_the_cpus_of_the_job():
 def test_host_paths_are_checked_before_submission(tmp_path):
     image = tmp_path / "image.sif"
     image.touch()
-    check_host_paths(_recipe(image=str(image), binds=(f"{tmp_path}:/data",)).cluster)
-    check_host_paths(_recipe(image="docker://nvcr.io/nvidia/pytorch:26.03-py3").cluster)
+    check_host_paths(mn5_attention_recipe(image=str(image), binds=(f"{tmp_path}:/data",)).cluster)
+    check_host_paths(mn5_attention_recipe(image="docker://nvcr.io/nvidia/pytorch:26.03-py3").cluster)
     with pytest.raises(RecipeError, match="bind source '/no/such/dir'"):
-        check_host_paths(_recipe(image=str(image), binds=("/no/such/dir:/data",)).cluster)
+        check_host_paths(mn5_attention_recipe(image=str(image), binds=("/no/such/dir:/data",)).cluster)
 
 
 def test_the_printed_script_says_how_to_create_its_log_directory(tmp_path):
     """SLURM opens ``--output`` before the script runs and creates no directory: the ``--dry-run`` script, sbatched
     by hand, lost its log (which ``oellm table`` reads) unless the run directory existed."""
-    recipe = _recipe()
+    recipe = mn5_attention_recipe()
     directory = tmp_path / "runs" / "row01-4n"
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), directory)
     header = script.split("\n#SBATCH")[0]

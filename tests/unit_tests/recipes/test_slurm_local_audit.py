@@ -8,49 +8,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES, fake_local_launch
+from sbatch_job_helpers import mn5_weak_recipe, run_job
 
 from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 from megatron.oellm.recipes.submission import submit
-
-STAND_INS = {
-    "scontrol": '#!/bin/bash\nfor i in $(seq 1 "$SLURM_NNODES"); do echo "node$i"; done\n',
-    "srun": '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n',
-    # records each --bind value as one line, then runs the command after the image (uname -m answers as the node)
-    "apptainer": ('#!/bin/bash\nshift\nwhile [[ "$1" == --* ]]; do\n'
-                  '  if [[ "$1" == --bind ]]; then printf "bind %s\\n" "$2" >> "$FAKE_RECORD"; shift; fi\n'
-                  '  shift\ndone\nshift\nexec "$@"\n'),
-    "torchrun": '#!/bin/bash\nprintf "torchrun %s\\n" "$*" >> "$FAKE_RECORD"\n',
-}
-
-
-def _recipe(**cluster):
-    recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_weak.toml")
-    return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
-
-
-def _run_job(script: str, tmp_path: Path, nodes: int) -> list[str]:
-    """Run ``script`` under bash as a SLURM job on ``nodes`` nodes with the :data:`STAND_INS` first on PATH; return
-    the lines they recorded (the job must succeed)."""
-    bin_dir = tmp_path / "fake-bin"
-    bin_dir.mkdir()
-    for name, text in STAND_INS.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    record = tmp_path / "record"
-    record.write_text("")
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_RECORD": str(record),
-           "SLURM_NNODES": str(nodes), "SLURM_JOB_NODELIST": f"node[1-{nodes}]",
-           "SLURM_JOB_ID": str(random.randint(1, 10**6))}
-    done = subprocess.run([shutil.which("bash"), "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return record.read_text().splitlines()
 
 
 def test_torchrun_starts_one_rank_per_gpu_of_the_node(tmp_path):
@@ -58,11 +22,13 @@ def test_torchrun_starts_one_rank_per_gpu_of_the_node(tmp_path):
     its layout, validated for nodes x GPUs) would not be the row's, and the job would stop at start or idle GPUs."""
     gpus = random.choice([2, 4, 8])
     (tmp_path / "image.sif").touch()
-    recipe = _recipe(image=str(tmp_path / "image.sif"), gpus_per_node=gpus)
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"), gpus_per_node=gpus)
     number = random.randint(2, 4)  # 8 to 32 nodes: at least the 16 GPUs the layout needs, with 2 per node
     row = recipe.rows[number - 1]
     script = sbatch_text(recipe, number, resolve_row(recipe, row), tmp_path / "run")
-    torchrun = next(line for line in _run_job(script, tmp_path, row.nodes) if line.startswith("torchrun "))
+    status, record = run_job(script, tmp_path, tmp_path, row.nodes)
+    assert status == 0, (tmp_path / "stderr").read_text()
+    torchrun = next(line for line in record if line.startswith("torchrun "))
     assert f"--nnodes {row.nodes} --nproc-per-node {gpus} " in torchrun
 
 
@@ -71,10 +37,12 @@ def test_an_input_directory_with_a_space_is_one_bind(tmp_path):
     ',' are refused) must stay one ``--bind`` value, else Apptainer gets two words and the data is not there."""
     (tmp_path / "image.sif").touch()
     data_dir = tmp_path / f"my corpus {random.randint(0, 999)}"
-    recipe = _recipe(image=str(tmp_path / "image.sif"))
+    recipe = mn5_weak_recipe(image=str(tmp_path / "image.sif"))
     inputs = RunInputs(data_path=(str(data_dir / "text_document"),), tokenizer_model="byte")
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0], inputs), tmp_path / "run")
-    binds = [line.removeprefix("bind ") for line in _run_job(script, tmp_path, 4) if line.startswith("bind ")]
+    status, record = run_job(script, tmp_path, tmp_path, 4)
+    assert status == 0, (tmp_path / "stderr").read_text()
+    binds = [line.removeprefix("bind ") for line in record if line.startswith("bind ")]
     assert str(data_dir) in binds
     assert str(tmp_path / "run") in binds
 
@@ -82,7 +50,7 @@ def test_an_input_directory_with_a_space_is_one_bind(tmp_path):
 def test_each_job_logs_to_its_own_file_named_by_its_job_id(tmp_path):
     """``#SBATCH --output`` is ``<run dir>/slurm-%j.out``: a resubmitted row (a new job id) must not append to or
     overwrite the log of the job before it, whose throughput lines ``oellm table`` reads."""
-    recipe = _recipe()
+    recipe = mn5_weak_recipe()
     number = random.randint(1, len(recipe.rows))
     directory = tmp_path / f"row{number:02d}"
     script = sbatch_text(recipe, number, resolve_row(recipe, recipe.rows[number - 1]), directory)
@@ -92,7 +60,7 @@ def test_each_job_logs_to_its_own_file_named_by_its_job_id(tmp_path):
 def test_the_job_name_and_header_name_the_row(tmp_path):
     """The job name (what ``squeue`` shows) carries the recipe and the row number, so that the jobs of one table are
     told apart; the header comment says the row's nodes and GPUs per node."""
-    recipe = _recipe(gpus_per_node=random.choice([2, 4, 8]))
+    recipe = mn5_weak_recipe(gpus_per_node=random.choice([2, 4, 8]))
     number = random.randint(3, len(recipe.rows))  # 16 nodes or more: never the GPUs per node
     row = recipe.rows[number - 1]
     lines = sbatch_text(recipe, number, resolve_row(recipe, row), tmp_path / "run").splitlines()
