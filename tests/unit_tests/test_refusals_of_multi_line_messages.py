@@ -83,3 +83,14 @@ def test_sbatchs_stderr_lines_are_joined_as_messages(monkeypatch, tmp_path: Path
     with pytest.raises(RecipeError) as refused:
         submit(f"#!/bin/bash\n#SBATCH --nodes={random.randint(1, 64)}\n", tmp_path)
     assert str(refused.value).endswith(": " + "; ".join(errors))
+
+
+def test_blank_lines_and_indentation_become_no_more_than_one_space():
+    """Fourteenth mutation audit: a blank line between two lines, or an indented continuation line, leaves one space
+    between their words (not two, nor the indentation)."""
+    from megatron.oellm.error_lines import one_line
+
+    first, second = _word(), _word()
+    indent = " " * random.randint(1, 8)
+    assert one_line(f"{first}\n{random.choice(['', ' ', chr(9)])}\n{second}") == f"{first} {second}"
+    assert one_line(f"{first}\n{indent}{second}") == f"{first} {second}"

@@ -67,3 +67,21 @@ def test_the_running_code_is_this_repositorys_checkout() -> None:
 def test_the_recipe_and_the_doctor_ask_the_one_function() -> None:
     assert slurm.source_checkout is toml_loading.source_checkout is paths.source_checkout
     assert probes.source_checkout is fla_kernels.source_checkout is paths.source_checkout
+
+
+def test_a_marker_that_cannot_be_looked_at_is_no_checkout(tmp_path, monkeypatch):
+    """Fourteenth mutation audit: before Python 3.14 ``is_file`` raises ``PermissionError`` under a folder this user
+    may not enter (root enters every folder, so the refusal is the file system's answer, stood in for here)."""
+    root = tmp_path / f"checkout{random.randrange(1000)}"
+    package = _tree(root, str(CHECKOUT_MARKER))
+    is_file = Path.is_file
+
+    def refused(path: Path) -> bool:
+        """``Path.is_file``, raising for the marker as under a folder this user may not enter."""
+        if path == root.resolve() / CHECKOUT_MARKER:
+            raise PermissionError(13, "Permission denied", str(path))
+        return is_file(path)
+
+    assert source_checkout(package) == root.resolve()
+    monkeypatch.setattr(Path, "is_file", refused)
+    assert source_checkout(package) is None

@@ -316,3 +316,11 @@ def test_a_plausible_wrong_count_still_gets_the_layer_count_message() -> None:
     count = random.randint(QWEN3.num_layers, 100_000)
     with pytest.raises(ParallelLayoutError, match=f"places {count + 24} decoder layers"):
         validate_layout(QWEN3, ParallelLayout(pp=2, pipeline_layout=f"Et*{'0' * 5000}{count}|t*24L"))
+
+
+def test_a_single_stage_layout_passes_at_pp_1():
+    """Fourteenth mutation audit: one stage at ``--pp 1`` is no virtual stage; only more than one need pp > 1."""
+    from megatron.oellm.models.parallel import pipeline_stages
+
+    layers = random.randint(1, 48)
+    assert pipeline_stages(f"Et*{layers}L", 1) == [["embedding", *["decoder"] * layers, "loss"]]

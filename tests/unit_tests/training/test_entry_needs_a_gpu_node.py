@@ -361,3 +361,44 @@ def test_an_attention_switch_refused_off_a_gpu_node_names_this_shells_value(monk
     cpu_line = refused_line(cpu_entry, capsys, run)
     assert cpu_line == (f"{gpu_line}; the entry read {name}={value} from this shell, not the job's environment: "
                         f"export the job's environment ({JOB_ENVIRONMENT}) to check the line as the job runs"), cpu_line
+
+
+# Fourteenth mutation audit: each test below failed with one mutant of session 53's validation off a GPU node applied.
+
+
+def test_a_value_read_here_is_quoted_as_a_shell_would_take_it(monkeypatch):
+    """A value with a space is named shell-quoted, so the phrase shows where it ends and can be exported as shown."""
+    from megatron.oellm.recipes.megatron_validation import environment_read_here
+
+    value = f"expandable_segments:True garbage_collection_threshold:0.{random.randint(1, 9)}"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", value)
+    monkeypatch.delenv("NCCL_GRAPH_REGISTER", raising=False)
+    assert environment_read_here(["PYTORCH_CUDA_ALLOC_CONF", "NCCL_GRAPH_REGISTER"]) == (
+        f"PYTORCH_CUDA_ALLOC_CONF='{value}', NCCL_GRAPH_REGISTER unset")
+
+
+def test_the_torch_backend_stays_torch_off_a_gpu_node(monkeypatch, capsys):
+    """The cluster image resolves ``--oellm-backend torch`` to torch, whose ``--transformer-impl local`` conflicts
+    with a ``transformer_engine`` given: refused off a GPU node as on one."""
+    line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys,
+                        _tiny_run("--oellm-backend", "torch", "--transformer-impl", "transformer_engine"))
+    assert "--oellm-backend torch resolves to the torch backend, which needs --transformer-impl local" in line, line
+
+
+def test_the_vocabulary_stand_in_keeps_a_padded_vocabulary_and_pads_one_row_without_a_vocab_size():
+    """A ``padded_vocab_size`` already set (a checkpoint's) is kept; without ``--vocab-size`` the stand-in is one row
+    padded to ``--make-vocab-size-divisible-by`` x TP, as megatron pads."""
+    import argparse
+
+    from megatron.oellm.recipes.megatron_validation import pad_vocab_as_megatron
+
+    padded = random.randint(1000, 200000)
+    args = argparse.Namespace(padded_vocab_size=padded, vocab_size=random.randint(2, 999),
+                              tensor_model_parallel_size=random.choice([1, 2, 4]), make_vocab_size_divisible_by=128)
+    pad_vocab_as_megatron(args)
+    assert args.padded_vocab_size == padded
+    divisor, tp = random.choice([3, 5, 7, 9, 11, 13, 33, 63]), random.choice([1, 2])
+    args = argparse.Namespace(padded_vocab_size=None, vocab_size=None, tensor_model_parallel_size=tp,
+                              make_vocab_size_divisible_by=divisor)
+    pad_vocab_as_megatron(args)
+    assert args.padded_vocab_size == divisor * tp

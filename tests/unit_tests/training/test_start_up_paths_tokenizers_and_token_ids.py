@@ -306,3 +306,197 @@ def test_a_bad_token_id_at_an_end_of_one_of_many_datasets_is_caught_and_one_past
     with pytest.raises(ValueError, match=re.escape(f"dataset {bad!r} holds token id {token}, at or above the run's "
                                                    f"{vocabulary}-row vocabulary")):
         data_sources.check_dataset_indices(prefixes, vocabulary)
+
+
+# Fourteenth mutation audit: each test below failed with one mutant of session 53's start-up checks applied.
+
+
+def test_an_unwritable_data_cache_path_holding_an_index_cache_is_reused(tmp_path, monkeypatch):
+    """A read-only ``--data-cache-path`` (a shared cache) with a complete index cache in it is megatron-core's to
+    reuse; one without any is refused."""
+    from megatron.oellm.training import index_cache
+
+    cache = tmp_path / f"shared{random.randrange(1000)}"
+    cache.mkdir()
+    monkeypatch.setattr(index_cache, "unwritable_reason", lambda path: f"{path} is on a read-only file system")
+    with pytest.raises(ValueError, match="is on a read-only file system, and no index cache is there to reuse"):
+        index_cache.check_data_cache_path(str(cache))
+    base = f"{random.randrange(16**8):08x}-GPTDataset-{random.choice(['train', 'valid', 'test'])}-"
+    for name in index_cache.INDEX_CACHE_FILES:
+        (cache / f"{base}{name}").write_text(f"{random.random()}")
+    index_cache.check_data_cache_path(str(cache))
+
+
+def test_a_data_cache_path_that_is_a_file_is_refused(tmp_path, monkeypatch, capsys):
+    """The file itself, not only a path under one, is no folder megatron-core can create."""
+    file, _ = _under_a_file(tmp_path)
+    prefix = corpus(tmp_path, f"c{random.randrange(1000)}")
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*_data_run(prefix), "--data-cache-path", str(file)])
+    assert f"error: --data-cache-path {file} cannot be written: {file} is a file" in line
+
+
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path, monkeypatch, capsys):
+    file, _ = _under_a_file(tmp_path)
+    line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*TINY_MOE_RUN, "--tensorboard-dir", str(file)])
+    assert f"error: --tensorboard-dir {file} cannot be written: {file} is a file" in line
+
+
+def test_object_storage_output_folders_are_left_to_their_writers():
+    from megatron.oellm.training.run_schedule import output_directories
+
+    url = f"{random.choice(['s3', 'gs', 'hdfs'])}://bucket{random.randrange(1000)}/runs"
+    args = parse_oellm_argv(["--tensorboard-dir", url, "--wandb-project", "oellm", "--wandb-save-dir", f"{url}/wb"])
+    assert output_directories(args) == {}
+
+
+def _passes(tokenizer_type: str, model: str) -> None:
+    """``check_tokenizer_files`` lets ``--tokenizer-type tokenizer_type --tokenizer-model model`` through."""
+    check_tokenizer_files(parse_oellm_argv(["--mock-data", "--tokenizer-type", tokenizer_type,
+                                            "--tokenizer-model", model]))
+
+
+def test_a_path_of_three_parts_is_a_path_without_a_local_first_folder(tmp_path, monkeypatch):
+    """No hub name has three parts: ``a/b/c`` where nothing is is refused as a missing path, as ``a`` is no folder."""
+    monkeypatch.chdir(tmp_path)
+    missing = "/".join(f"part{random.randrange(1000)}" for _ in range(3))
+    assert _tokenizer_refusal(missing).startswith(f"--tokenizer-model {missing!r} does not exist")
+
+
+def test_a_file_named_as_the_organisation_leaves_a_hub_name_a_hub_name(tmp_path, monkeypatch):
+    """Only a folder named as a hub name's ``org`` makes ``org/name`` a mistyped path."""
+    monkeypatch.chdir(tmp_path)
+    org = f"org{random.randrange(1000)}"
+    (tmp_path / org).write_text(f"{random.random()}")
+    _passes("HuggingFaceTokenizer", f"{org}/model{random.randrange(1000)}")
+
+
+def test_an_empty_tokenizer_model_is_not_taken_for_the_current_folder(tmp_path, monkeypatch):
+    from megatron.oellm.training.data_sources import unloadable_tokenizer_folder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text(f"{random.random()}")
+    assert unloadable_tokenizer_folder("") is None
+
+
+@pytest.mark.parametrize("suffix", [".model", ".tiktoken"])
+def test_a_folder_of_another_model_or_tiktoken_file_passes(suffix, tmp_path):
+    """AutoTokenizer loads a folder holding any ``*.model`` or ``*.tiktoken`` file, not only the named ones."""
+    folder = tmp_path / f"tok{random.randrange(10**6)}"
+    folder.mkdir()
+    (folder / f"bpe{random.randrange(1000)}{suffix}").write_bytes(random.randbytes(16))
+    _passes("HuggingFaceTokenizer", str(folder))
+
+
+def test_a_tokenizer_folder_that_cannot_be_listed_is_let_through(tmp_path, monkeypatch):
+    from megatron.oellm.training.data_sources import unloadable_tokenizer_folder
+
+    folder = tmp_path / f"tok{random.randrange(10**6)}"
+    folder.mkdir()
+    iterdir = Path.iterdir
+
+    def unlistable(path: Path):
+        """``Path.iterdir``, refused for ``folder`` as for a folder this user may not read."""
+        if path == folder:
+            raise PermissionError(13, "Permission denied", str(path))
+        return iterdir(path)
+
+    monkeypatch.setattr(Path, "iterdir", unlistable)
+    assert unloadable_tokenizer_folder(str(folder)) is None
+
+
+@pytest.mark.parametrize("tokenizer", ["SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"])
+def test_a_sentencepiece_model_file_passes(tokenizer, tmp_path):
+    """sentencepiece reads one file: the folder rule is AutoTokenizer's only."""
+    model = tmp_path / f"tok{random.randrange(1000)}" / "tokenizer.model"
+    model.parent.mkdir()
+    model.write_bytes(random.randbytes(32))
+    _passes(tokenizer, str(model))
+
+
+def _one_sequence_index(count: int):
+    """A stand-in for megatron-core's index of one ``count``-token sequence of uint16 tokens."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(dtype=numpy.uint16, dtype_size=2, sequence_count=1,
+                           sequence_pointers=numpy.array([0]), sequence_lengths=numpy.array([count]))
+
+
+def _bin_of(prefix: str, count: int, vocabulary: int) -> numpy.ndarray:
+    """``count`` random tokens below ``vocabulary``, written to ``prefix``'s ``.bin``."""
+    tokens = numpy.array([random.randrange(1, vocabulary) for _ in range(count)], dtype=numpy.uint16)
+    tokens.tofile(f"{prefix}.bin")
+    return tokens
+
+
+def test_a_token_id_equal_to_the_vocabulary_is_refused_at_each_end_of_a_large_bin(tmp_path):
+    """Rows run from 0 to the vocabulary less one: the id equal to the vocabulary is past them, caught in the first
+    and in the last sample of a ``.bin`` larger than both (each end on its own, not one of them at random)."""
+    from megatron.oellm.training.data_sources import TOKEN_SAMPLE_BYTES, check_token_ids
+
+    vocabulary = random.randint(1000, 30000)
+    count = TOKEN_SAMPLE_BYTES + random.randint(10, 5000)
+    prefix = str(tmp_path / f"big{random.randrange(100)}")
+    for position in (random.randrange(100), count - 1 - random.randrange(100)):
+        tokens = _bin_of(prefix, count, vocabulary)
+        check_token_ids(prefix, _one_sequence_index(count), vocabulary)
+        tokens[position] = vocabulary
+        tokens.tofile(f"{prefix}.bin")
+        with pytest.raises(ValueError, match=f"holds token id {vocabulary}, at or above the run's {vocabulary}-row"):
+            check_token_ids(prefix, _one_sequence_index(count), vocabulary)
+
+
+def test_a_sample_below_one_token_still_reads_a_token_at_each_end(tmp_path):
+    from megatron.oellm.training.data_sources import check_token_ids
+
+    vocabulary, count = random.randint(300, 30000), random.randint(3, 50)
+    prefix = str(tmp_path / f"small{random.randrange(100)}")
+    for position in (0, count - 1):
+        tokens = _bin_of(prefix, count, vocabulary)
+        tokens[position] = vocabulary + random.randint(0, 100)
+        tokens.tofile(f"{prefix}.bin")
+        with pytest.raises(ValueError, match=f"holds token id {tokens[position]}"):
+            check_token_ids(prefix, _one_sequence_index(count), vocabulary, sample_bytes=1)
+
+
+def test_the_last_token_of_a_bin_between_one_and_two_samples_is_read(tmp_path):
+    """The end sample of a ``.bin`` shorter than two samples starts where the first ends and reaches the last token."""
+    from megatron.oellm.training.data_sources import check_token_ids
+
+    vocabulary, sample = random.randint(300, 30000), random.randint(4, 40)
+    count = random.randint(sample + 1, 2 * sample)
+    prefix = str(tmp_path / f"mid{random.randrange(100)}")
+    tokens = _bin_of(prefix, count, vocabulary)
+    tokens[-1] = vocabulary + random.randint(0, 100)
+    tokens.tofile(f"{prefix}.bin")
+    with pytest.raises(ValueError, match=f"holds token id {tokens[-1]}"):
+        check_token_ids(prefix, _one_sequence_index(count), vocabulary, sample_bytes=2 * sample)
+
+
+def test_the_vocabulary_counts_the_null_multimodal_tokenizers_extra_row_and_the_tensor_parallel_padding():
+    """megatron pads ``--vocab-size`` plus the null multimodal tokenizer's end-of-document row, to 128 x TP."""
+    from megatron.oellm.training.data_sources import embedded_vocabulary
+
+    vocab = 128 * random.randint(2, 40)
+    args = parse_oellm_argv(["--tokenizer-type", "NullMultimodalTokenizer", "--vocab-size", str(vocab)])
+    assert embedded_vocabulary(args) == vocab + 128
+    tp = random.choice([2, 4, 8])
+    vocab = 128 * tp * random.randint(2, 20) + random.randint(1, 128)
+    args = parse_oellm_argv(["--tokenizer-type", "NullTokenizer", "--vocab-size", str(vocab),
+                             "--tensor-model-parallel-size", str(tp)])
+    assert embedded_vocabulary(args) == -(-vocab // (128 * tp)) * 128 * tp
+
+
+def test_a_dataset_named_twice_takes_one_share_of_the_sample_budget(tmp_path, monkeypatch):
+    """A blend naming its datasets twice reads each as much as naming them once: the budget is shared among the
+    datasets, not the entries of the list."""
+    from megatron.oellm.training import data_sources
+
+    prefixes = _text_corpora(tmp_path, random.randint(30, 40))
+    monkeypatch.setattr(data_sources, "TOKEN_SAMPLE_BUDGET_BYTES", random.randint(8, 16) << 10)
+    vocabulary = random.randint(257, 1000)
+    read = _bin_bytes_read(monkeypatch)
+    data_sources.check_dataset_indices(prefixes, vocabulary)
+    once = dict(read)
+    read.clear()
+    data_sources.check_dataset_indices([*prefixes, *random.sample(prefixes, len(prefixes))], vocabulary)
+    assert read == once
