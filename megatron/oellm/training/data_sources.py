@@ -526,10 +526,11 @@ def unloadable_tokenizer_folder(tokenizer_model: str) -> str | None:
     or None (nothing there, or a folder holding a tokenizer file): a file (transformers takes it for a malformed hub
     name: "Repo id must be in the form ..."), or a folder without any :data:`TOKENIZER_FOLDER_FILES`. A folder that
     cannot be listed is let through, and so is an empty value (a recipe's unset tokenizer; ``Path("")`` would be the
-    current folder)."""
+    current folder). The path is judged as written, ``~`` included, as :func:`absent_tokenizer_path` judges it and
+    transformers opens it: a ``~`` the shell did not expand is a folder of that name here, not the home folder."""
     if not tokenizer_model:
         return None
-    path = Path(tokenizer_model).expanduser()
+    path = Path(tokenizer_model)
     if path.is_file():
         return f"is a file, and AutoTokenizer loads a tokenizer folder, never a single file (its folder, {path.parent}, where it holds the tokenizer's files)"
     try:

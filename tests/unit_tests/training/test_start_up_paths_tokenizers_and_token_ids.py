@@ -378,6 +378,17 @@ def test_an_empty_tokenizer_model_is_not_taken_for_the_current_folder(tmp_path, 
     assert unloadable_tokenizer_folder("") is None
 
 
+def test_a_tilde_path_is_judged_as_written_not_in_the_home_folder(tmp_path, monkeypatch):
+    """A ``~`` no shell expanded reaches transformers as written: ``~/tokenizer.json`` is the file under a ``~``
+    folder here, refused as a file. It was looked up in the home folder instead (nothing there), and let through,
+    though its missing-path check had judged it as written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / f"home{random.randrange(1000)}"))
+    (tmp_path / "~").mkdir()
+    (tmp_path / "~" / "tokenizer.json").write_text(f'{{"version": "{random.random()}"}}')
+    assert _tokenizer_refusal("~/tokenizer.json").startswith("--tokenizer-model '~/tokenizer.json' is a file")
+
+
 @pytest.mark.parametrize("suffix", [".model", ".tiktoken"])
 def test_a_folder_of_another_model_or_tiktoken_file_passes(suffix, tmp_path):
     """AutoTokenizer loads a folder holding any ``*.model`` or ``*.tiktoken`` file, not only the named ones."""
