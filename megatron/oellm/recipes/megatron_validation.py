@@ -216,8 +216,8 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
                      read_data: bool = False) -> str | None:
     """What :func:`validate_on_cluster`, then the training entry's check of the model's ``TransformerConfig``
     (:func:`check_model_config_on_cluster`) and of the learning-rate schedule
-    (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`), raise against ``argv`` (type, a ``ValueError``
-    of the entry's by that name, and message), or None when all pass. With ``read_data`` (``--submit`` and ``--local``: the data is where the job reads it), also the
+    (:func:`megatron.oellm.training.lr_schedule.check_lr_schedule`), raise against ``argv`` (type and message), or
+    None when all pass. With ``read_data`` (``--submit`` and ``--local``: the data is where the job reads it), also the
     entry's check of the data itself (:func:`megatron.oellm.training.data_sources.check_data_source`: a ``--split`` that
     leaves a dataset's split empty, on which megatron-core would hang, no training data, an index cache it could not
     write)."""
@@ -236,7 +236,5 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
         detail = refusal_detail(error) if isinstance(error, (AssertionError, TypeError)) else None
         if detail is None:
             detail = str(error)
-        # the entry's own refusals by their base class (AttentionEnvError carries names for the entry, not the user)
-        kind = "ValueError" if isinstance(error, ValueError) else type(error).__name__
-        return f"{kind}: {detail}" if detail else kind
+        return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
     return None

@@ -92,7 +92,7 @@ def test_an_attention_switch_the_recipe_exports_against_its_rows_is_refused_befo
     auto = [*resolved.argv, "--attention-backend", "auto"]
     env = {**recipe.cluster.env, "NVTE_FUSED_ATTN": "0"}
     refusal = megatron_refusal(auto, resolved.world_size, env)
-    assert refusal is not None and refusal.startswith("ValueError: the environment sets NVTE_FUSED_ATTN='0'")
+    assert refusal is not None and refusal.startswith("AttentionEnvError: the environment sets NVTE_FUSED_ATTN='0'")
     assert megatron_refusal([*resolved.argv, "--attention-backend", "flash"], resolved.world_size, env) is None
     assert megatron_refusal(auto, resolved.world_size, recipe.cluster.env) is None
 
