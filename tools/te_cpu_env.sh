@@ -6,7 +6,7 @@
 # TE_PYTHON (default python3) makes a new VENV_DIR: the compiled extension loads only on that Python's minor version,
 # so a bundle for another machine (tools/te_site_bundle.sh) needs that machine's, e.g. python3.12 for the H200.
 #
-# CUDA 13 throughout: TORCH_VERSION (default 2.11.0, the lent H200's torch) must name a torch whose PyPI Linux wheel
+# CUDA 13 throughout: TORCH_VERSION (default 2.11.0, the lent GPU machine's torch) must name a torch whose PyPI Linux wheel
 # is a CUDA 13 build (checked once it is installed), and the header and TE core wheels are the CUDA 13 ones;
 # TE_VERSION (default 2.20.2) picks TE's release.
 # Rerunning it on an existing VENV_DIR skips the compilation; a
@@ -35,7 +35,7 @@ VENV=$(realpath -m -- "${1:-$(dirname "$0")/../.te-venv}")
 if [[ "${TE_PYTHON:-}" == */* && "$TE_PYTHON" != /* ]]; then TE_PYTHON="$PWD/$TE_PYTHON"; fi
 cd "$(dirname "$0")/.."
 TE_VERSION=${TE_VERSION:-2.20.2}
-TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the H200 device's torch; PyPI's Linux wheel of it is built for CUDA 13.0
+TORCH_VERSION=${TORCH_VERSION:-2.11.0}   # the lent GPU machine's torch; PyPI's Linux wheel of it is built for CUDA 13.0
 CUDA_WHEELS="13.0.*"
 
 # `python -m venv` would turn any existing folder into an environment (bin/, lib/, pyvenv.cfg among the user's files)

@@ -17,6 +17,7 @@ from pathlib import Path
 from recipe_helpers import EXAMPLES
 
 from megatron.oellm.recipes import load_recipe, resolve_row, sbatch_text
+from megatron.oellm.recipes.config import Recipe
 
 SCONTROL = """#!/bin/bash
 # one write per host name, as a long `scontrol show hostnames` fills more than one pipe buffer
@@ -71,18 +72,18 @@ exec "$@"
 (filled in by ``str.format``: ``APPTAINER``, ``SINGULARITY``), over an image that sets ``OELLM_PROBE``."""
 
 
-def example_recipe(file_name: str, **cluster):
+def example_recipe(file_name: str, **cluster: object) -> Recipe:
     """The example recipe ``file_name`` (under ``EXAMPLES``) with ``cluster`` replacing its cluster settings."""
     recipe = load_recipe(EXAMPLES / file_name)
     return dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, **cluster))
 
 
-def mn5_weak_recipe(**cluster):
+def mn5_weak_recipe(**cluster: object) -> Recipe:
     """The MareNostrum 5 weak-scaling example recipe with ``cluster`` replacing its cluster settings."""
     return example_recipe("qwen3_5_35b_a3b_mn5_weak.toml", **cluster)
 
 
-def mn5_attention_recipe(**cluster):
+def mn5_attention_recipe(**cluster: object) -> Recipe:
     """The MareNostrum 5 attention-only example recipe with ``cluster`` replacing its cluster settings."""
     return example_recipe("qwen3_5_35b_a3b_mn5_attention.toml", **cluster)
 

@@ -106,7 +106,7 @@ def test_environment_reaches_the_container_over_the_images_own(tmp_path):
     """A host export does not override a variable the image sets (the repository's image sets
     PYTORCH_CUDA_ALLOC_CONF); Apptainer gives APPTAINERENV_<NAME> precedence over the image."""
     recipe = mn5_attention_recipe(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:512",
-                          "NCCL_MIN_NCHANNELS": "4; touch pwned"})
+                                       "NCCL_MIN_NCHANNELS": "4; touch pwned"})
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
     body = "\n".join(line for line in script.splitlines() if line.startswith("export "))
     program = body + '\nprintf "%s\\0" "$APPTAINERENV_PYTORCH_CUDA_ALLOC_CONF" "$APPTAINERENV_NCCL_MIN_NCHANNELS"\n'
