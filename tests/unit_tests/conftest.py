@@ -70,3 +70,13 @@ def process_environment_restored() -> Iterator[None]:
     recipe's ``--local`` refusal, megatron-core's own assertion on those switches) would read them as a job's."""
     with mock.patch.dict(os.environ):  # on leaving, every variable has its value from the start again
         yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def process_environment_restored_per_module() -> Iterator[None]:
+    """Per-module fixture: ``os.environ`` is put back as the module found it, for what a module-scoped fixture writes
+    there outside every test's :func:`process_environment_restored` (a checkpoint saved once per module builds a model,
+    whose ``NVTE_*`` exports then met the next module's tests: the recipe's ``--local`` refusal read them as the
+    job's when the training folder ran before the recipes folder)."""
+    with mock.patch.dict(os.environ):
+        yield
