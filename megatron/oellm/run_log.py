@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import gzip
+import io
 import re
 import signal
 import zlib
@@ -654,16 +655,23 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 def log_text(path: Path) -> str:
     """The text of the log file at ``path``, decompressed when it starts with :data:`GZIP_MAGIC` (read as bytes it
-    was "no arguments block (not a Megatron log ...)"). A gzip file that is corrupt or cut before its end raises
-    :class:`ValueError` naming the fix, so that its row says why it has no numbers."""
+    was "no arguments block (not a Megatron log ...)"). The file is opened and read once, its magic bytes taken from
+    what was read: a pipe or FIFO (``oellm table <(cat out.0 out.7)``) cannot be opened again, and a second open
+    parsed an emptied pipe as "no arguments block" or hung on a FIFO. A gzip file that is corrupt or cut before its
+    end raises :class:`ValueError` naming the fix, so that its row says why it has no numbers."""
     with path.open("rb") as file:
-        gzipped = file.read(len(GZIP_MAGIC)) == GZIP_MAGIC
-    if not gzipped:
-        with path.open(errors="replace", newline="") as file:
-            return file.read()
-    try:
-        with gzip.open(path, "rt", errors="replace", newline="") as file:
-            return file.read()
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise ValueError(f"gzip-compressed but corrupt or cut ({err}); 'gunzip -c' shows what is left of it, "
-                         "give that as the log") from err
+        data = file.read()
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise ValueError(f"gzip-compressed but corrupt or cut ({err}); 'gunzip -c' shows what is left of it, "
+                             "give that as the log") from err
+    return _decoded(data)
+
+
+def _decoded(data: bytes) -> str:
+    """``data`` decoded as a text-mode open of the log decodes it: the locale's encoding, undecodable bytes replaced,
+    line ends kept as written (``newline=""``)."""
+    with io.TextIOWrapper(io.BytesIO(data), errors="replace", newline="") as text:
+        return text.read()

@@ -1,11 +1,18 @@
 """An archived, gzip-compressed log (``slurm-1234.out.gz``) was read as bytes: its row said "no arguments block (not
 a Megatron log ...)". ``oellm table`` now reads it through gzip (known by its magic bytes, whatever its name), with
-the line ends as written; one that is corrupt or cut says so in its row. Fresh random step times."""
+the line ends as written; one that is corrupt or cut says so in its row. A log given through a pipe
+(``oellm table <(cat out.0 out.7)``) is read through one open: the magic-byte sniff's second open lost what the first
+had buffered. Fresh random step times."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 import random
+import threading
+
+import pytest
 
 from megatron.oellm.cli import main
 from megatron.oellm.run_log import read_log
@@ -46,3 +53,35 @@ def test_a_cut_gzip_file_says_so_in_its_row(tmp_path, capsys):
     status = next(line for line in capsys.readouterr().out.splitlines() if ".out.gz |" in line)
     assert "| log not readable: gzip-compressed but corrupt or cut (" in status
     assert status.endswith("'gunzip -c' shows what is left of it, give that as the log |")
+
+
+
+def _fed_through_a_pipe(data: bytes) -> tuple[int, threading.Thread]:
+    """The read end of a pipe that a thread writes ``data`` into and then closes, as the shell's ``<(cat LOG)`` does.
+    The writer never blocks the test for good: it stops at a closed read end (BrokenPipeError)."""
+    read_end, write_end = os.pipe()
+
+    def feed() -> None:
+        with open(write_end, "wb") as pipe, contextlib.suppress(BrokenPipeError):
+            pipe.write(data)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    return read_end, feeder
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd, as a shell's process substitution does")
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_log_through_a_pipe_gives_the_regular_files_row(tmp_path, capsys, packed):
+    """``oellm table <(cat LOG)``: the magic-byte sniff opened the pipe, buffered its first bytes and closed it; the
+    parse's second open read the rest ("no arguments block before the iteration lines", or a gzip "corrupt or cut")."""
+    text = _text()
+    plain = tmp_path / "slurm-1234.out"
+    plain.write_text(text, newline="")
+    read_end, feeder = _fed_through_a_pipe(gzip.compress(text.encode()) if packed else text.encode())
+    try:
+        row = _csv_row(capsys, f"/dev/fd/{read_end}")
+    finally:
+        os.close(read_end)
+        feeder.join()
+    assert row.startswith(",qwen3.5-35b-a3b,ok,8,32,") and row == _csv_row(capsys, plain)

@@ -189,3 +189,39 @@ def test_a_plot_in_a_folder_the_user_cannot_write_is_refused_before_any_log_is_r
     out, err = capsys.readouterr()
     assert out == "" and err == (f"oellm table: error: --plot {str(folder / 'scaling.png')!r}: folder {str(folder)!r} "
                                  "is not writable; name an image in a folder you can write to\n")
+
+
+def test_a_plot_linked_to_a_file_that_is_no_image_is_refused_before_any_log_is_read(tmp_path, capsys):
+    """``--plot fig.png`` with ``fig.png`` a link to ``notes.txt`` wrote the PNG into the notes, exit status 0: the
+    extension was checked on the link's name only. Now one ``error:`` line naming the link's target, the notes
+    kept."""
+    pytest.importorskip("matplotlib")
+    notes = tmp_path / "notes.txt"
+    notes.write_text(f"run {random.randrange(10**6)}: 8 nodes looked slow\n")
+    earlier = notes.read_bytes()
+    link = tmp_path / "fig.png"
+    link.symlink_to(notes.name)  # relative, as ln -s notes.txt fig.png makes it
+    assert main(["table", str(tmp_path / "never-read.out"), "--plot", str(link)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"oellm table: error: --plot {str(link)!r} is a link to {str(notes.resolve())!r}, "
+                                 "which is no image file: the plot would replace it; name the image file, e.g. "
+                                 "scaling.png (or .pdf, .svg)\n")
+    assert notes.read_bytes() == earlier
+
+
+def test_a_log_through_a_symlink_loop_is_named_as_one_before_any_log_is_read(tmp_path, capsys):
+    """A log path that is a symlink loop (or goes through one) was reported as "does not exist" while ``ls`` lists
+    it; it is now one ``error:`` line that says it goes through a symlink loop, whatever the order of the logs."""
+    args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    log = tmp_path / "slurm-1.out"
+    log.write_text(megatron_log(args, random_times(10, random.uniform(60_000.0, 90_000.0)), [130.0] * 10))
+    first, second = tmp_path / f"loop-{random.randrange(10**6)}", tmp_path / "loop-back"
+    first.symlink_to(second.name)
+    second.symlink_to(first.name)
+    for looped in (first, first / "slurm-2.out"):
+        logs = random.sample([str(log), str(looped)], 2)
+        assert main(["table", *logs]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err == (f"oellm table: error: log {str(looped)!r} cannot be resolved: "
+                                                       "it goes through a symlink loop; point the link at the log "
+                                                       "file\n")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import errno
 import random
+import re
 
 import pytest
 
 from megatron.oellm.run_log import parse_log_text
-from megatron.oellm.scaling_table import Window, plot, summarise
+from megatron.oellm.scaling_table import TableError, Window, plot, summarise
+from megatron.oellm.scaling_table.plot import save_replacing
 from tests.unit_tests.megatron_logs import megatron_args, megatron_log
 
 pytest.importorskip("matplotlib")
@@ -91,3 +93,37 @@ def test_a_symlinked_plot_stays_a_link_to_the_new_image_with_its_mode(tmp_path):
     assert target.read_bytes() != earlier and target.read_bytes().startswith(b"\x89PNG")
     assert target.stat().st_mode & 0o777 == mode
     assert sorted(p.name for p in shared.iterdir()) == ["scaling.png"]
+
+
+def test_a_link_named_as_an_image_to_a_user_file_is_refused_and_the_file_kept(tmp_path):
+    """``--plot fig.png`` where ``fig.png`` links to ``notes.txt``: the extension was checked on the link's name and
+    the image replaced the notes. The target's extension is checked too, and the figure is saved in the target's
+    format, which matplotlib refuses for a ``.txt``: the notes are kept either way."""
+    from matplotlib.figure import Figure
+
+    notes = tmp_path / random.choice(["notes.txt", "slurm-1234.out", "README"])
+    notes.write_text("".join(random.choices("abcdefgh \n", k=200)))
+    earlier = notes.read_bytes()
+    link = tmp_path / "fig.png"
+    link.symlink_to(notes)
+    refusal = f"--plot '{link}' is a link to '{notes.resolve()}', which is no image file"
+    with pytest.raises(TableError, match=re.escape(refusal)):
+        plot(_rows(), str(link))
+    figure = Figure()
+    figure.add_subplot().plot([1, 2, 3], [random.random() for _ in range(3)])
+    with pytest.raises(ValueError):
+        save_replacing(figure, str(link))
+    assert notes.read_bytes() == earlier and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([notes.name, link.name])
+
+
+def test_a_link_to_an_image_of_another_format_is_written_in_the_targets_format(tmp_path):
+    """A link ``plot.png`` to ``scaling.pdf`` still updates the image through the link, as a PDF: it wrote PNG bytes
+    into the ``.pdf``."""
+    target = tmp_path / "scaling.pdf"
+    plot(_rows(), str(target))
+    earlier = target.read_bytes()
+    link = tmp_path / "plot.png"
+    link.symlink_to(target)
+    plot(_rows(), str(link))
+    assert link.is_symlink() and target.read_bytes() != earlier and target.read_bytes().startswith(b"%PDF")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import glob
 import os
 import sys
@@ -99,17 +100,29 @@ def expand_log_patterns(paths: list[str]) -> tuple[list[str], list[str]]:
 
 
 def check_log_paths(paths: list[str], plot: str | None = None) -> None:
-    """Raise :class:`TableError` for a log path that does not exist or is a folder, before any log is read (a
-    folder of logs is given as its files, e.g. ``logs/*.out``), or that is the ``--plot`` file, which the plot would
-    replace (a shell glob such as ``row*/*`` picks up an earlier plot, and a mistyped ``--plot`` names a log)."""
+    """Raise :class:`TableError` for a log path that does not exist, goes through a symlink loop or is a folder,
+    before any log is read (a folder of logs is given as its files, e.g. ``logs/*.out``), or that is the ``--plot``
+    file, which the plot would replace (a shell glob such as ``row*/*`` picks up an earlier plot, and a mistyped
+    ``--plot`` names a log)."""
     for path in paths:
         if os.path.isdir(path):
             raise TableError(f"log {path!r} is a folder; give its log files, e.g. {os.path.join(path, '*.out')}")
         if not os.path.exists(path):
-            raise TableError(f"log {path!r} does not exist (relative to {os.getcwd()})")
+            raise TableError(_missing_log_message(path))
         if plot is not None and os.path.exists(plot) and os.path.samefile(path, plot):
             raise TableError(f"--plot {plot!r} is the log {path!r}: the plot would replace it; name another image "
                              "file, or leave the image out of the logs")
+
+
+def _missing_log_message(path: str) -> str:
+    """Why the log ``path``, which :func:`os.path.exists` denies, cannot be read: a symlink loop on its way (it was
+    reported as "does not exist" while ``ls`` lists the link) or, else, that it does not exist."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"log {path!r} cannot be resolved: it goes through a symlink loop; point the link at the log file"
+    return f"log {path!r} does not exist (relative to {os.getcwd()})"
 
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> tuple[ScalingRow, str]:

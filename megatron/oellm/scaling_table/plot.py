@@ -63,8 +63,9 @@ def check_plot_path(path: str) -> None:
     """Raise :class:`TableError` unless matplotlib writes the image at ``path`` as named: the extension names a format
     it writes (it picks the format from the extension, and without one it writes ``path + ".png"``, replacing a file
     the user never named; an unknown one, e.g. a log's ``.out``, ends in its ValueError) and ``path`` is no folder.
-    Its folder must exist and be writable, checked before any log is read, as the other checks are. Needs matplotlib
-    (the ``plot`` extra)."""
+    A symlink's target must have an image extension too: the image replaces the target, and a link named ``fig.png``
+    to ``notes.txt`` wrote PNG bytes into the notes. Its folder must exist and be writable, checked before any log is
+    read, as the other checks are. Needs matplotlib (the ``plot`` extra)."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
@@ -79,11 +80,21 @@ def check_plot_path(path: str) -> None:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise TableError(f"--plot {path!r}: folder {folder!r} is not writable; name an image in a folder you can "
                          "write to")
-    extension = os.path.splitext(path)[1][1:].lower()
-    if extension not in FigureCanvasBase.get_supported_filetypes():
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = _extension(path)
+    if extension not in formats:
         found = (f"matplotlib writes no {extension!r} image" if extension else
                  f"without an extension matplotlib would write {path + '.png'!r} instead")
         raise TableError(f"--plot {path!r}: {found}; name the image file, e.g. scaling.png (or .pdf, .svg)")
+    target = os.path.realpath(path)
+    if _extension(target) not in formats:  # a link named fig.png to notes.txt: the image would replace notes.txt
+        raise TableError(f"--plot {path!r} is a link to {target!r}, which is no image file: the plot would replace "
+                         "it; name the image file, e.g. scaling.png (or .pdf, .svg)")
+
+
+def _extension(path: str) -> str:
+    """The extension of ``path``'s name, lower case and without its dot ('' for none): matplotlib's format name."""
+    return os.path.splitext(path)[1][1:].lower()
 
 
 def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
@@ -135,13 +146,15 @@ def save_replacing(figure: Any, path: str) -> None:
     """Save ``figure`` to ``path`` through a temporary file beside it, renamed over ``path`` only once complete: a
     full disk, a lost quota or a killed job mid-write left a truncated image under the name, which passes for a
     plot, with the earlier good one gone. A symlink at ``path`` keeps pointing at the image (the file it names is
-    replaced), and an earlier image's permissions carry over (a group-writable plot stays so). The format is
-    ``path``'s extension (the temporary name has another)."""
+    replaced), and an earlier image's permissions carry over (a group-writable plot stays so). The format is the
+    extension of the file written, the link's target for a link (the temporary name has another), so the bytes
+    match the name of the file they replace; matplotlib refuses a target that is no image (:func:`check_plot_path`
+    names it first)."""
     target = os.path.realpath(path)
     folder, name = os.path.split(target)
     temporary = os.path.join(folder, f".{name}.partial-{os.getpid()}")  # created under the umask, as path would be
     try:
-        figure.savefig(temporary, dpi=120, format=os.path.splitext(path)[1][1:].lower())
+        figure.savefig(temporary, dpi=120, format=_extension(target))
         if os.path.exists(target):
             shutil.copymode(target, temporary)
         os.replace(temporary, target)
