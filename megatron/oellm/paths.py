@@ -3,8 +3,12 @@ megatron-oellm's source checkout is. Pure Python."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import megatron.oellm
@@ -33,6 +37,37 @@ def nearest_existing(path: Path) -> Path:
     when it creates ``path``, so whether that is a folder and writable decides whether ``path`` can be made. A
     relative ``path`` ends at the current folder at worst, an absolute one at ``/``."""
     return next(candidate for candidate in (path, *path.parents) if candidate.exists())
+
+
+def symlink_loop(path: Path) -> OSError | None:
+    """The error following ``path`` meets when it, or a folder above it, is a loop of symbolic links (``ELOOP``);
+    None otherwise. ``exists`` and ``is_dir`` answer False on such a path, as on a missing one, so checks built on
+    them let it through and the read or write behind them fails later."""
+    try:
+        path.stat()
+    except OSError as error:
+        return error if error.errno == errno.ELOOP else None
+    return None
+
+
+def replace_atomically(path: str | Path, write: Callable[[str], None]) -> None:
+    """Have ``write`` fill a temporary file beside ``path`` (it is given the temporary name), then rename that over
+    ``path`` only once complete: a full disk, a lost quota or a killed job mid-write left a truncated file under the
+    name, with the earlier good one gone. A symlink at ``path`` keeps pointing at the file (the file it names is
+    replaced), and an earlier file's permissions carry over (a group-writable file stays so). The temporary file is
+    removed when ``write`` or the rename fails."""
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    temporary = os.path.join(folder, f".{name}.partial-{os.getpid()}")  # created under the umask, as path would be
+    try:
+        write(temporary)
+        if os.path.exists(target):
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
 
 
 PSEUDO_FILE_SYSTEMS = frozenset({"autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs",

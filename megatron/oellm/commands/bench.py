@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from megatron.oellm.bench import DEFAULT_SIDES, SIDES
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, int_at_least, refuse
-from megatron.oellm.paths import nearest_existing
+from megatron.oellm.paths import nearest_existing, replace_atomically, symlink_loop
 from megatron.oellm.peaks import GPU_PEAKS, positive_tflops
 
 if TYPE_CHECKING:
@@ -89,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile one step per side at its best MBS; top CUDA operators to DIR/<side>_top_cuda.txt, "
                              "and grouped by input shape to DIR/<side>_top_cuda_by_shape.txt")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    parser.add_argument("--output", type=Path, default=None, metavar="FILE", help="also write the JSON report here")
+    parser.add_argument("--output", type=Path, default=None, metavar="FILE",
+                        help="also write the JSON report here; an existing FILE is replaced only if it is empty or an "
+                             "earlier bench report (a JSON object with the report's keys), else the run is refused")
 
 
 def ours_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -198,12 +201,39 @@ def _make_folder(flag: str, given: Path, folder: Path, which: str) -> None:
         raise ValueError(f"{flag} {given}: {which} cannot be created ({error.strerror})") from error
 
 
+def is_replaceable_report(output: Path) -> bool:
+    """Whether the existing file ``output`` may be replaced by the report: it is empty, or holds a report an earlier
+    ``oellm bench --output`` wrote (a JSON object with every field of
+    :class:`megatron.oellm.bench.harness.BenchReport` that has no default). Any other file (a Slurm log, another
+    tool's JSON) is somebody's data the report must not replace."""
+    from megatron.oellm.bench.harness import BenchReport
+
+    try:
+        text = output.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not text:
+        return True
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    required = {field.name for field in dataclasses.fields(BenchReport)
+                if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING}
+    return isinstance(data, dict) and required <= data.keys()
+
+
 def check_output_path(output: Path | None, profile: Path | None = None) -> None:
     """Raise ValueError, before any GPU work, when the JSON report could not be written to ``output`` (a directory,
-    a path the ``profile`` folder will take, or a folder that cannot be created or written): the bench takes
-    minutes, and its report would be lost."""
+    a loop of symbolic links, a path the ``profile`` folder will take, or a folder that cannot be created or written)
+    or would replace a file that is not an earlier report (:func:`is_replaceable_report`): the bench takes minutes,
+    and its report would be lost, or the file it replaced."""
     if output is None:
         return
+    loop = symlink_loop(output)
+    if loop is not None:
+        raise ValueError(f"--output {output} runs into a loop of symbolic links ({loop.strerror}); give a path "
+                         "without one")
     if output.is_dir():
         raise ValueError(f"--output {output} is a directory; give a file name")
     if profile is not None and (output.absolute() == profile.absolute() or output.absolute() in
@@ -212,6 +242,9 @@ def check_output_path(output: Path | None, profile: Path | None = None) -> None:
     _check_folder_can_be_made("--output", output, output.parent, "its folder")
     if output.exists() and not os.access(output, os.W_OK):
         raise ValueError(f"--output {output} cannot be written (no write permission)")
+    if output.exists() and not is_replaceable_report(output):
+        raise ValueError(f"--output {output} exists and is not an earlier bench report (a JSON object with the "
+                         "report's keys), which the report would replace; give another file name, or remove it")
 
 
 def check_profile_dir(profile: Path | None) -> None:
@@ -287,7 +320,8 @@ def _run(args: argparse.Namespace) -> int:
         print_report(report)
     if args.output is not None:  # after the figures are on stdout: a full disk or a lost quota keeps them there
         try:
-            args.output.write_text(json.dumps(data, indent=2))
+            text = json.dumps(data, indent=2)
+            replace_atomically(args.output, lambda temporary: Path(temporary).write_text(text))
         except OSError as error:
             return refuse("bench", f"cannot write the report to --output {args.output} ({error}); the figures are "
                           "printed above", status=1)

@@ -4,13 +4,12 @@ complete. Needs matplotlib (the ``plot`` extra).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import shutil
 from collections.abc import Sequence
 from typing import Any
 
+from megatron.oellm.paths import replace_atomically
 from megatron.oellm.scaling_table.rows import ScalingRow, TableError
 from megatron.oellm.scaling_table.summary import series_of, varying_settings
 
@@ -143,22 +142,10 @@ def plot(rows: Sequence[ScalingRow], path: str, title: str = "") -> None:
 
 
 def save_replacing(figure: Any, path: str) -> None:
-    """Save ``figure`` to ``path`` through a temporary file beside it, renamed over ``path`` only once complete: a
-    full disk, a lost quota or a killed job mid-write left a truncated image under the name, which passes for a
-    plot, with the earlier good one gone. A symlink at ``path`` keeps pointing at the image (the file it names is
-    replaced), and an earlier image's permissions carry over (a group-writable plot stays so). The format is the
-    extension of the file written, the link's target for a link (the temporary name has another), so the bytes
-    match the name of the file they replace; matplotlib refuses a target that is no image (:func:`check_plot_path`
-    names it first)."""
-    target = os.path.realpath(path)
-    folder, name = os.path.split(target)
-    temporary = os.path.join(folder, f".{name}.partial-{os.getpid()}")  # created under the umask, as path would be
-    try:
-        figure.savefig(temporary, dpi=120, format=_extension(target))
-        if os.path.exists(target):
-            shutil.copymode(target, temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
+    """Save ``figure`` to ``path`` through :func:`megatron.oellm.paths.replace_atomically`: a full disk, a lost quota
+    or a killed job mid-write left a truncated image under the name, which passes for a plot, with the earlier good
+    one gone. The format is the extension of the file written, the link's target for a link (the temporary name has
+    another), so the bytes match the name of the file they replace; matplotlib refuses a target that is no image
+    (:func:`check_plot_path` names it first)."""
+    image_format = _extension(os.path.realpath(path))
+    replace_atomically(path, lambda temporary: figure.savefig(temporary, dpi=120, format=image_format))

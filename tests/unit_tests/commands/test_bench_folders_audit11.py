@@ -116,3 +116,67 @@ def test_a_folder_that_cannot_be_made_when_the_run_starts_is_refused_naming_the_
     assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
     assert capsys.readouterr().err.strip().endswith(
         f"error: --output {output}: its folder cannot be created (Permission denied)")
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_a_symlink_loop_is_refused_before_the_cuda_check(below, tmp_path, monkeypatch, capsys):
+    """``--output loop`` (or ``loop/report.json``) where ``loop`` links to itself: ``exists`` and ``is_dir`` answer
+    False on it, so it passed the checks and the write failed only after the whole benchmark."""
+    _no_gpu(monkeypatch)
+    loop = tmp_path / f"loop{random.randint(0, 999)}"
+    loop.symlink_to(loop.name)
+    output = loop / "report.json" if below else loop
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"error: --output {output} runs into a loop of symbolic links (Too many levels of symbolic links); give a "
+        "path without one")
+
+
+@pytest.mark.parametrize("kind", ["slurm log", "other JSON", "JSON list"])
+def test_an_existing_file_that_is_no_bench_report_is_refused_and_kept(kind, tmp_path, monkeypatch, capsys):
+    """``--output slurm-123.out`` replaced the log with the report; a file that is not an earlier report (a JSON
+    object with the report's keys) is refused before any GPU work, and left as it was. An empty file, then an
+    earlier report, is replaced."""
+    from megatron.oellm.bench import harness
+
+    _gpu(monkeypatch)
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: pytest.fail("the GPU work started"))
+    number = random.uniform(1.0, 9.0)
+    text = {"slurm log": f"iteration 10 | lm loss: {number:.4f}\n", "other JSON": json.dumps({"loss": number}),
+            "JSON list": json.dumps([number])}[kind]
+    output = tmp_path / f"slurm-{random.randint(1, 99999)}.out"
+    output.write_text(text)
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"error: --output {output} exists and is not an earlier bench report (a JSON object with the report's keys), "
+        "which the report would replace; give another file name, or remove it")
+    assert output.read_text() == text
+    reports = [ours_report(random.uniform(80.0, 120.0)) for _ in range(2)]
+    output.write_text("")
+    for report in reports:
+        monkeypatch.setattr(harness, "run_benchmark", lambda config, report=report: report)
+        assert main(["bench", "--sides", "ours", "--mbs", "1", "--output", str(output)]) == 0
+        assert json.loads(output.read_text()) == json.loads(json.dumps(report.to_dict()))
+
+
+def test_a_failure_mid_write_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
+    """A full disk while the report is written leaves the earlier report whole (the new one is written beside it and
+    renamed over it only once complete) and no partial file behind; the figures are on stdout."""
+    from megatron.oellm.bench import harness
+
+    _gpu(monkeypatch)
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: ours_report(random.uniform(80.0, 120.0)))
+    output = tmp_path / "bench.json"
+    earlier = json.dumps(ours_report(random.uniform(80.0, 120.0)).to_dict(), indent=2)
+    output.write_text(earlier)
+
+    def full_disk(self, text, *args, **kwargs):
+        with open(self, "w") as file:
+            file.write(text[:len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    assert main(["bench", "--sides", "ours", "--mbs", "1", "--output", str(output)]) == 1
+    assert "cannot write the report to --output" in capsys.readouterr().err
+    assert output.read_text() == earlier
+    assert list(tmp_path.iterdir()) == [output]
