@@ -403,6 +403,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_validated_args,
     )
     from megatron.oellm.training.stored_checkpoint import (
+        check_checkpoint_folders_not_loops,
         check_exit_on_missing_checkpoint,
         check_load_directory,
         read_loaded_checkpoint,
@@ -417,6 +418,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         if on_gpu_node:  # the job image's packages: a login node's say nothing of them
             check_parsed_packages(parsed)  # before validate_args, which imports wandb on the last rank
         check_parsed_node_args(parsed)  # before validate_args: the tokenizer megatron builds after it, output folders
+        check_checkpoint_folders_not_loops(parsed)  # the checks below take a loop for a missing or unreadable folder
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
         sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for two

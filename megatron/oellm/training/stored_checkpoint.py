@@ -37,6 +37,7 @@ from megatron.oellm.convert.mcore_checkpoint import (
     iteration_of,
 )
 from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE as TRACKER_FILE
+from megatron.oellm.paths import symlink_loop
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.metadata import Metadata
@@ -50,6 +51,7 @@ without pipeline and expert parallelism, with one of them, with both."""
 
 
 LOAD = "--load"
+SAVE = "--save"
 PRETRAINED = "--pretrained-checkpoint"
 
 
@@ -102,9 +104,38 @@ def has_tracker(load_dir: Path) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as error:
+        if symlink_loop(load_dir) is not None:  # no permission makes it readable: the path itself is the fault
+            raise ValueError(f"{load_dir} runs into a loop of symbolic links ({error.strerror}): megatron-core sees "
+                             f"no {TRACKER_FILE} in it; name the folder by a path without one") from error
         raise ValueError(f"{load_dir} cannot be searched ({error.strerror}): megatron-core sees no {TRACKER_FILE} "
                          "in it and starts without its checkpoint (from random weights, or from "
                          "--pretrained-checkpoint); make the directory readable by the job's user") from error
+
+
+LOOP_OUTCOMES = {
+    SAVE: "megatron-core cannot create it or write into it and stops at its first save, after --save-interval "
+          "iterations of training",
+    LOAD: f"megatron-core sees no {TRACKER_FILE} in it and starts without its checkpoint (from random weights, or "
+          "from --pretrained-checkpoint)",
+    PRETRAINED: f"megatron-core sees no {TRACKER_FILE} in it and stops with FileNotFoundError after allocating the "
+                "model on every rank",
+}
+"""What megatron-core 0.19.2 does with each checkpoint folder flag's path that runs into a loop of symbolic links."""
+
+
+def check_checkpoint_folders_not_loops(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` naming the flag when ``--save``, ``--load`` or ``--pretrained-checkpoint`` runs into a
+    loop of symbolic links (:func:`megatron.oellm.paths.symlink_loop`): the checks that follow take such a path for
+    a missing or unreadable folder, and their fixes (a first job, make it readable) do not apply. Object-storage
+    paths are left to their client."""
+    for flag, outcome in LOOP_OUTCOMES.items():
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
+        if not value or on_object_storage(args, value):
+            continue
+        loop = symlink_loop(Path(value))
+        if loop is not None:
+            raise ValueError(f"{flag} {value} runs into a loop of symbolic links ({loop.strerror}): {outcome}; name "
+                             "the folder by a path without one")
 
 
 def tracked_checkpoint(load_dir: Path) -> int | str | None:

@@ -122,3 +122,23 @@ def test_the_entry_refuses_a_bad_tracker_before_megatron_initialises(
         check_load_directory(parse_oellm_argv(argv))
         with pytest.raises(Reached):
             entry.main(argv)
+
+
+@pytest.mark.parametrize("flag", ["--save", "--load", "--pretrained-checkpoint"])
+def test_a_checkpoint_folder_in_a_symlink_loop_is_refused_naming_the_flag(
+        flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--save loop1`` where ``loop1`` links to itself was refused as a folder that "cannot be searched", with a
+    fix (make it readable) that does not apply and, for --save, words about loading and no flag: the refusal names
+    the flag and the loop."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    loop = tmp_path / f"loop{random.randrange(1, 1000)}"
+    loop.symlink_to(loop.name)
+    given = loop if random.random() < 0.5 else loop / "checkpoints"
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+            "--seq-length", "64", flag, str(given), *(["--save-interval", "5"] if flag == "--save" else [])]
+    assert entry.main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"error: {flag} {given} runs into a loop of symbolic links (Too many levels of symbolic links): " in line
+    assert line.endswith("; name the folder by a path without one"), line
+    with pytest.raises(ValueError, match=f"{loop} runs into a loop of symbolic links"):
+        has_tracker(loop)
