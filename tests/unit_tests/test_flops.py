@@ -350,6 +350,9 @@ def test_cli_json_and_table(capsys):
                     "'num-layers'?)\n"),
     ("foo=false", "oellm flops: error: unknown Megatron flag --foo in --megatron-flag\n"),
     ("num-layers=abc", "oellm flops: error: --megatron-flag: argument --num-layers: invalid int value: 'abc'\n"),
+    ("hidden-size=1e3", "oellm flops: error: --megatron-flag: argument --hidden-size: invalid int value: '1e3'\n"),
+    ("use-flash-attn=1e3", "oellm flops: error: --megatron-flag use-flash-attn=1e3: --use-flash-attn is a switch; "
+                           "write use-flash-attn=true or use-flash-attn=false\n"),
     ("seq-length=8192", "oellm flops: error: --megatron-flag seq-length: give it as --seq-length, which both counts "
                         "use\n"),
     ("vocab_size=262144", "oellm flops: error: --megatron-flag vocab-size: give it as --padded-vocab, which both "
@@ -357,7 +360,7 @@ def test_cli_json_and_table(capsys):
 ])
 def test_cli_reports_a_bad_megatron_flag_in_one_line_on_stderr(flag, message, capsys):
     """Megatron's parser printed its 700-line usage for an unknown flag; errors went to stdout (a --json reader got
-    non-JSON)."""
+    non-JSON). A value is quoted as typed (``1e3``), not as the float it was converted to (``1000.0``)."""
     argv = ["flops", "qwen3-30b-a3b", "--seq-length", "100", "--megatron-compatible", "--json"]
     assert cli.main([*argv, "--megatron-flag", flag]) == 2
     captured = capsys.readouterr()

@@ -100,11 +100,18 @@ VOCAB_PADDING_FLAGS = ("make-vocab-size-divisible-by", "tensor-model-parallel-si
 TP): this command takes that vocabulary from ``--padded-vocab``, so as a ``--megatron-flag`` either was ignored."""
 
 
-def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
+def given_texts(items: list[str]) -> dict[str, str]:
+    """The value text of each ``--megatron-flag NAME=VALUE`` as the user typed it, by NAME: what a refusal quotes
+    (``1e3``, not the ``1000.0`` :func:`parse_flag_overrides` turned it into)."""
+    return dict(item.split("=", 1) for item in items)
+
+
+def check_megatron_flags(overrides: dict[str, FlagValue], texts: dict[str, str]) -> None:
     """Raise :class:`FlopError` in one line for an override that is no flag of megatron-core's parser (whatever its
     value, ``false`` included), that one of this command's own options sets (:data:`OWN_OPTIONS`), a switch given
     a value other than true / false, or whose value that parser refuses; Megatron's parser would print its whole
-    usage."""
+    usage. The parser reads each value as typed (``texts``, by override name: :func:`given_texts`), so a refusal
+    quotes the user's text, not its conversion (``hidden-size=1e3`` is no int, whatever float it makes)."""
     parser = megatron_parser()
     options = parser._option_string_actions
     flags = {name.replace("_", "-"): value for name, value in overrides.items()}  # as megatron_namespace reads them
@@ -121,11 +128,13 @@ def check_megatron_flags(overrides: dict[str, FlagValue]) -> None:
             raise FlopError(f"unknown Megatron flag --{name} in --megatron-flag{hint}")
         if options[f"--{name}"].nargs == 0 and not isinstance(flags[name], bool | None):
             given = next(item for item in overrides if item.replace("_", "-") == name)
-            raise FlopError(f"--megatron-flag {given}={overrides[given]}: --{name} is a switch; write {given}=true "
+            raise FlopError(f"--megatron-flag {given}={texts[given]}: --{name} is a switch; write {given}=true "
                             f"or {given}=false")
+    typed = {name.replace("_", "-"): value if isinstance(value, bool | None) else texts[name]
+             for name, value in overrides.items()}  # true / false / none as read: no text of theirs is refused
     parser.exit_on_error = False
     try:
-        parser.parse_known_args(flags_to_argv(flags))
+        parser.parse_known_args(flags_to_argv(typed))
     except argparse.ArgumentError as error:
         raise FlopError(f"--megatron-flag: {error}") from None
 
@@ -186,7 +195,7 @@ def flops_report(args: argparse.Namespace, card: ModelCard) -> dict[str, Any]:
         check_layer_override(card, overrides)  # before megatron's parser is imported
         with warnings.catch_warnings():  # megatron.training's import warns of every absent fused kernel (TE, Apex):
             warnings.simplefilter("ignore", UserWarning)  # irrelevant to a FLOP count, a dozen lines on stderr
-            check_megatron_flags(overrides)
+            check_megatron_flags(overrides, given_texts(args.megatron_flag))
             megatron = megatron_count(card, args.seq_length, padded_vocab, args.document_lengths, overrides) / 1e9
         report["megatron_flags"] = overrides
         report.update(mode="megatron_compatible", gflops_per_token=megatron,
