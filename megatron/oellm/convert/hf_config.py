@@ -61,11 +61,17 @@ _MISSING = object()
 
 
 def read_config_files(directory: Path) -> dict[str, str]:
-    """File name -> text of the :data:`CONFIG_FILES` present in ``directory``; each must hold a JSON object."""
+    """File name -> text of the :data:`CONFIG_FILES` present in ``directory``; each must hold a JSON object. One
+    that exists but is no file (a folder) is refused: skipped as missing, a conversion went on without it, checking
+    the weights by tensor shapes only, and said only that there was none."""
     texts = {}
     for name in CONFIG_FILES:
         path = directory / name
         if not path.is_file():
+            if path.exists():
+                kind = "a folder" if path.is_dir() else "no regular file"
+                raise ConversionError(f"{path} is {kind}, not the JSON file {name}: put the model's {name} there, "
+                                      "or remove it to convert without one")
             continue
         try:
             texts[name] = path.read_bytes().decode("utf-8")

@@ -156,6 +156,25 @@ def test_missing_config_is_reported(tiny_hf) -> None:
     assert json.loads((tmp / "out" / "generation_config.json").read_text()) == GENERATION
 
 
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
+def test_a_config_file_that_is_a_folder_is_refused_before_anything_is_written(name, tiny_hf, capsys) -> None:
+    """``--hf h3`` where ``h3/config.json`` is a folder: it was skipped as missing, the conversion exited 0 having
+    checked the weights by tensor shapes only, saying only that there was no config.json. One line, exit 2, no
+    ``--out``."""
+    from megatron.oellm.cli import main
+
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    (tmp / "hf" / name).unlink(missing_ok=True)
+    (tmp / "hf" / name / f"sub{random.randrange(1000)}").mkdir(parents=True)
+    out = tmp / "mcore"
+    assert main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp / "hf"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{tmp / 'hf' / name} is a folder, not the JSON file {name}: put the model's {name} there, or remove it to "
+        "convert without one")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(("stored", "message"), [
     (["config.json"], "is not a map of config.json"),
     ({"config.json": "[1]"}, "holds a JSON list"),
