@@ -32,6 +32,24 @@ def source_checkout(oellm_folder: Path | None = None) -> Path | None:
         return None
 
 
+class SymlinkLoopError(ValueError):
+    """A path runs into a loop of symbolic links (:func:`resolved_path`); the message is the one Python gave."""
+
+
+def resolved_path(path: Path) -> Path:
+    """``path.resolve()`` (absolute, links followed), raising :class:`SymlinkLoopError` where it or a folder above it
+    runs into a loop of symbolic links: Python 3.11 raises ``RuntimeError`` there and 3.12+ ``OSError`` (ELOOP), which
+    each caller would otherwise have to catch both of to refuse in one line rather than with a traceback."""
+    try:
+        return path.resolve()
+    except RuntimeError as error:
+        raise SymlinkLoopError(str(error)) from error
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise SymlinkLoopError(str(error)) from error
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` itself where it exists, else its nearest existing ancestor: what ``mkdir -p`` or ``open`` meets first
     when it creates ``path``, so whether that is a folder and writable decides whether ``path`` can be made. A

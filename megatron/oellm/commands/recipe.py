@@ -16,6 +16,7 @@ from megatron.oellm.child_process import exit_status, run_forwarding_signals
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
+from megatron.oellm.paths import nearest_existing
 from megatron.oellm.plan import build_plan, format_plan, micro_batches_per_step, plan_flops
 from megatron.oellm.recipes.config import Recipe, RecipeError, time_limit_seconds
 from megatron.oellm.recipes.host_paths import (
@@ -56,6 +57,7 @@ from megatron.oellm.recipes.submission import (
     missing_required_options,
     prepare_run_dir,
     required_options_text,
+    run_dir_problem,
     sbatch_command,
     submit,
 )
@@ -170,7 +172,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     missing = missing_spec_builder(recipe)
     if missing:
         lines.append(f"note: {missing}: --submit refuses this recipe, and megatron's validate_args is not run on it")
-    lines += submission_notes(recipe, inputs)
+    lines += submission_notes(recipe, inputs, numbers or list(range(1, len(recipe.rows) + 1)))
     if recipe.notes:
         lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
     lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "
@@ -187,21 +189,35 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     return "\n".join(lines)
 
 
-def submission_notes(recipe: Recipe, inputs: RunInputs) -> list[str]:
-    """The dry run's lines on what ``--submit`` will need, refuse or warn of: the ``sbatch`` options the cluster
-    requires that nothing gives yet (:func:`missing_required_options`), each image, bind source, data prefix or
-    tokenizer path that does not exist here (:func:`missing_input_problems`: a dry run away from the cluster still
-    runs), and an image given as a URI (:func:`image_uri_warning`)."""
+def submission_notes(recipe: Recipe, inputs: RunInputs, numbers: list[int]) -> list[str]:
+    """The dry run's lines on what ``--submit`` of rows ``numbers`` will need, refuse or warn of: the ``sbatch``
+    options the cluster requires that nothing gives yet (:func:`missing_required_options`), each image, bind source,
+    data prefix or tokenizer path that does not exist here (:func:`missing_input_problems`: a dry run away from the
+    cluster still runs), each run directory that cannot be created (:func:`run_dir_problems`), and an image given as
+    a URI (:func:`image_uri_warning`)."""
     lines = []
     options = missing_required_options(recipe.cluster)
     if options:
         lines.append(f"note: --submit will need {required_options_text(recipe.cluster, options)}")
-    lines += [f"note: --submit will refuse this: {problem}"
-              for problem in missing_input_problems(recipe.cluster, inputs.data_path, inputs.tokenizer_model)]
+    problems = [*missing_input_problems(recipe.cluster, inputs.data_path, inputs.tokenizer_model),
+                *run_dir_problems(recipe, numbers)]
+    lines += [f"note: --submit will refuse this: {problem}" for problem in problems]
     warning = image_uri_warning(recipe.cluster)
     if warning:
         lines.append(f"warning: {warning}")
     return lines
+
+
+def run_dir_problems(recipe: Recipe, numbers: list[int]) -> list[str]:
+    """``--submit``'s refusal of each of rows ``numbers``' run directories that cannot be created
+    (:func:`run_dir_problem`: an ``--output-dir`` that is, or lies under, a file), one per existing path the
+    directories meet first: an output directory in the way of every row is noted once, not once per row."""
+    first_of_each: dict[Path, Path] = {}
+    for number in numbers:
+        directory = run_dir(recipe, number)
+        first_of_each.setdefault(nearest_existing(directory), directory)
+    problems = (run_dir_problem(directory) for directory in first_of_each.values())
+    return [problem for problem in problems if problem]
 
 
 def table_command(recipe: Recipe, only: list[int] | None = None) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import glob
 import os
 import sys
+from pathlib import Path
 
 from megatron.oellm.commands import refuse
+from megatron.oellm.paths import symlink_loop
 from megatron.oellm.peaks import GPU_PEAKS, peak_tflops, valid_peak
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
@@ -117,11 +118,8 @@ def check_log_paths(paths: list[str], plot: str | None = None) -> None:
 def _missing_log_message(path: str) -> str:
     """Why the log ``path``, which :func:`os.path.exists` denies, cannot be read: a symlink loop on its way (it was
     reported as "does not exist" while ``ls`` lists the link) or, else, that it does not exist."""
-    try:
-        os.stat(path)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return f"log {path!r} cannot be resolved: it goes through a symlink loop; point the link at the log file"
+    if symlink_loop(Path(path)) is not None:
+        return f"log {path!r} cannot be resolved: it goes through a symlink loop; point the link at the log file"
     return f"log {path!r} does not exist (relative to {os.getcwd()})"
 
 

@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from megatron.oellm.convert.errors import ConversionError, ConversionInterrupted, ConversionWarning, listed
 from megatron.oellm.convert.termination import TerminationGuard, guarded
+from megatron.oellm.paths import SymlinkLoopError, resolved_path
 
 Foreign = Callable[[Path], list[str]]
 """The names (relative to ``--out``) of what an entry of ``--out`` holds that the conversion does not write: empty
@@ -188,19 +189,10 @@ def resolved_out(out_dir: Path) -> Path:
     the report names (a Slurm log read later from another folder must say where the output went). A loop of symbolic
     links in it, or in a folder above it, is a one-line :class:`ConversionError` naming ``--out``, not a traceback."""
     try:
-        return out_dir.resolve()
-    except RuntimeError as error:  # Python 3.11's resolve() on a symbolic-link loop
-        raise _symlink_loop(out_dir, error) from error
-    except OSError as error:
-        if error.errno != errno.ELOOP:
-            raise
-        raise _symlink_loop(out_dir, error) from error
-
-
-def _symlink_loop(out_dir: Path, error: Exception) -> ConversionError:
-    """The refusal of an ``--out`` that runs into a loop of symbolic links."""
-    return ConversionError(f"--out {out_dir} runs into a loop of symbolic links ({error}); name the output folder by "
-                           "a path without one")
+        return resolved_path(out_dir)
+    except SymlinkLoopError as error:
+        raise ConversionError(f"--out {out_dir} runs into a loop of symbolic links ({error}); name the output folder "
+                              "by a path without one") from error
 
 
 def partial_output_of(path: Path) -> tuple[Path, Path, int] | None:

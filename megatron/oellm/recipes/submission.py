@@ -12,17 +12,35 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from megatron.oellm.paths import unwritable_reason
 from megatron.oellm.recipes.config import SBATCH_INPUT_VARIABLES, ClusterSettings, RecipeError
 
 
 def prepare_run_dir(directory: Path) -> None:
     """Create the run directory ``directory`` (SLURM opens the job log there before the script runs); a directory
-    that cannot be created (a file in the way, no permission) is a :class:`RecipeError` naming ``--output-dir``."""
+    that cannot be created (a file in the way, no permission) is a :class:`RecipeError` naming ``--output-dir``, in
+    the words of :func:`run_dir_problem` where that foresees it (as a dry run notes it)."""
+    problem = run_dir_problem(directory)
+    if problem:
+        raise RecipeError(problem)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise RecipeError(f"cannot create the run directory {str(directory)!r} ({error.strerror or error}); pass "
-                          "--output-dir DIR (or set cluster.output_dir) to a directory you can write") from error
+        raise RecipeError(_run_dir_refusal(directory, error.strerror or str(error))) from error
+
+
+def run_dir_problem(directory: Path) -> str | None:
+    """The refusal of run directory ``directory`` where it could not be created and written into, judged without
+    creating anything (:func:`~megatron.oellm.paths.unwritable_reason`: a file in the way of it or of a folder above
+    it, a read-only mount, no permission): ``--submit`` refuses it, and a dry run notes it; None where it can."""
+    reason = unwritable_reason(directory)
+    return None if reason is None else _run_dir_refusal(directory, reason)
+
+
+def _run_dir_refusal(directory: Path, reason: str) -> str:
+    """The refusal of run directory ``directory``, which cannot be created for ``reason``."""
+    return (f"cannot create the run directory {str(directory)!r} ({reason}); pass --output-dir DIR (or set "
+            "cluster.output_dir) to a directory you can write")
 
 
 def _new_script(directory: Path, script: str) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from megatron.oellm.models.parallel import ParallelLayout
-from megatron.oellm.paths import source_checkout
+from megatron.oellm.paths import SymlinkLoopError, resolved_path, source_checkout
 from megatron.oellm.recipes.config import (
     ClusterSettings,
     LocalSettings,
@@ -48,7 +48,7 @@ def load_recipe(path: str | Path) -> Recipe:
 def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """The TOML table of ``path`` deep-merged over its ``extends`` chain; ``seen`` holds the configs that extend it,
     outermost first, so that a cycle is reported with the chain that led to it."""
-    resolved = path.resolve()
+    resolved = _resolved_config(path, f"recipe config {path}")
     if resolved in seen:
         chain = " -> ".join(str(item) for item in (*seen, resolved))
         raise RecipeError(f"{seen[0]}: 'extends' loops back to a config already in the chain: {chain}")
@@ -56,6 +56,8 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         configs = sorted(item.name for item in path.glob("*.toml") if not item.name.startswith("_"))
         found = f"one of its configs: {', '.join(configs)}" if configs else "a config; it holds no .toml recipe"
         raise RecipeError(f"recipe config {path} is a folder; name {found}")
+    if path.exists() and not path.is_file():
+        raise RecipeError(f"recipe config {path} {NOT_REGULAR_FILE}; name a .toml recipe config")
     if not path.is_file():
         raise RecipeError(f"recipe config {path} does not exist; {_shipped_config_hint(path)}")
     try:
@@ -77,11 +79,36 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(base, str):
         raise RecipeError(f"{path}: extends = {base!r} is not a string; give the base config's path relative to "
                           f"this file, e.g. extends = \"_mn5.toml\"")
+    if not base.strip():
+        raise RecipeError(f"{path}: extends = {base!r} is empty; give the base config's path relative to this file, "
+                          "or drop the key")
     base_path = path.parent / base
+    _resolved_config(base_path, f"{path}: extends = {base!r}, but the base config {base_path}")  # names the extends
     if not base_path.is_file():
-        raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} does not exist; give its "
-                          "path relative to this file")
+        raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} {_not_a_file(base_path)}; "
+                          "give the path of a .toml config relative to this file")
     return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
+
+
+NOT_REGULAR_FILE = "is not a regular file (a device, pipe or socket)"
+"""What a recipe config path that exists but is neither a folder nor a file is: ``/dev/zero`` reads forever."""
+
+
+def _resolved_config(path: Path, named: str) -> Path:
+    """``path`` resolved (:func:`~megatron.oellm.paths.resolved_path`); a loop of symbolic links in it is a
+    :class:`RecipeError` beginning with ``named`` (the config, or the ``extends`` that names it), not a traceback."""
+    try:
+        return resolved_path(path)
+    except SymlinkLoopError as error:
+        raise RecipeError(f"{named} runs into a loop of symbolic links ({error}); name it by a path without "
+                          "one") from error
+
+
+def _not_a_file(path: Path) -> str:
+    """What ``path``, which is no regular file, is instead, for a refusal: a folder, something else, or nothing."""
+    if path.is_dir():
+        return "is a folder"
+    return NOT_REGULAR_FILE if path.exists() else "does not exist"
 
 
 def _shipped_config_hint(path: Path) -> str:

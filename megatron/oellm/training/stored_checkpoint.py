@@ -37,7 +37,7 @@ from megatron.oellm.convert.mcore_checkpoint import (
     iteration_of,
 )
 from megatron.oellm.convert.mcore_checkpoint import ITERATION_FILE as TRACKER_FILE
-from megatron.oellm.paths import symlink_loop
+from megatron.oellm.paths import SymlinkLoopError, resolved_path, symlink_loop
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.metadata import Metadata
@@ -523,15 +523,15 @@ def same_directory(first: str | Path | None, second: str | Path | None) -> bool:
         try:
             return _anchored(first) == _anchored(second)
         except OSError:  # an existing folder that cannot be stat'ed: its resolved path is all there is to compare
-            return Path(first).resolve() == Path(second).resolve()
-    except RuntimeError as error:  # Python 3.11's resolve() on a symbolic-link loop
+            return resolved_path(Path(first)) == resolved_path(Path(second))
+    except SymlinkLoopError as error:
         raise ValueError(f"{first} or {second} runs into a loop of symbolic links ({error}); name the folder by a "
                          "path without one") from error
 
 
 def _anchored(path: str | Path) -> tuple[int, int, tuple[str, ...]]:
     """(device, inode) of ``path``'s deepest existing folder, and the names of the missing parts below it."""
-    existing, missing = Path(path).resolve(), []
+    existing, missing = resolved_path(Path(path)), []
     while not existing.exists() and existing != existing.parent:
         missing.append(existing.name)
         existing = existing.parent

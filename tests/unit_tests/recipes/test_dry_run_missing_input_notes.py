@@ -6,10 +6,14 @@ still prints the rows (a dry run away from the cluster is expected to miss them)
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
-from recipe_helpers import EXAMPLES
+import pytest
+from recipe_helpers import EXAMPLES, fake_sbatch
 
 from megatron.oellm.cli import main
+from megatron.oellm.recipes import load_recipe
+from megatron.oellm.recipes.slurm import run_dir
 
 NOTE = "note: --submit will refuse this: "
 
@@ -55,4 +59,30 @@ def test_each_missing_input_is_noted_in_the_words_submit_refuses_it_with(tmp_pat
         (tmp_path / prefix).parent.mkdir(exist_ok=True)
         for suffix in (".bin", ".idx"):
             (tmp_path / f"{prefix}{suffix}").write_bytes(random.randbytes(8))
+    assert _dry_run_notes(capsys, argv) == []
+
+
+@pytest.mark.parametrize("depth", [0, random.randrange(1, 4)])
+def test_an_output_dir_in_a_file_is_noted_in_the_words_submit_refuses_it_with(tmp_path, monkeypatch, capsys, depth):
+    """``--output-dir`` naming a file, or a folder under one, gave a clean dry run; ``--submit`` then could not create
+    the run directory. One note for the whole table, whose rows the same file blocks."""
+    monkeypatch.chdir(tmp_path)
+    record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
+    image = tmp_path / "image.sif"
+    image.touch()
+    blocker = tmp_path / f"runs{random.randrange(10**6)}"
+    blocker.write_bytes(random.randbytes(8))
+    output = blocker.joinpath(*(f"sub{level}" for level in range(depth)))
+    config = EXAMPLES / "qwen3_30b_a3b_mn5.toml"
+    argv = [str(config), "--image", str(image), "--output-dir", str(output)]
+    directory = run_dir(load_recipe(config), 1).relative_to(Path("oellm-runs").absolute())
+    notes = _dry_run_notes(capsys, argv)
+    assert notes == [f"cannot create the run directory {str(output / directory)!r} ({blocker} is a file); pass "
+                     "--output-dir DIR (or set cluster.output_dir) to a directory you can write"]
+    assert main(["recipe", *argv, "--dry-run"]) == 0  # every row: the same file blocks each, noted once
+    assert capsys.readouterr().out.count(NOTE) == 1
+    assert main(["recipe", *argv, "--submit", "--row", "1"]) == 2
+    assert capsys.readouterr().err == f"oellm recipe: error: {notes[0]}\n" and not record.exists()
+
+    blocker.unlink()
     assert _dry_run_notes(capsys, argv) == []

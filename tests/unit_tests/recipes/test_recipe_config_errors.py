@@ -1,7 +1,8 @@
 """Recipe config values ``oellm recipe`` must refuse, or carry safely, before a job is queued: a multi-line title or
 label stays inside the sbatch header comment, cluster values a job cannot start with (a port outside 1..65535, no
-CPUs, an empty image or bind source) are refused, and a config error (rows that are not tables, a missing or cyclic
-``extends``, a bad value) names the file and the key at fault."""
+CPUs, an empty image or bind source) are refused, and a config error (rows that are not tables, a missing, cyclic or
+empty ``extends`` or one that names no file, a loop of symbolic links, a bad value) names the file and the key at
+fault."""
 
 from __future__ import annotations
 
@@ -92,6 +93,46 @@ def test_a_missing_base_names_the_config_that_extends_it(tmp_path, capsys):
     assert main(["recipe", str(config)]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path / missing) in err and f"extends = {missing!r}" in err.replace('"', "'") and str(config) in err
+
+
+@pytest.mark.parametrize("kind, what", [("folder", "is a folder"), ("empty", "is empty"),
+                                        ("device", "is not a regular file")])
+def test_a_base_that_is_no_file_is_named_for_what_it_is(tmp_path, capsys, kind, what):
+    """A folder, an empty value (the config's own folder) or a device as ``extends`` was reported as a base config
+    that "does not exist"; each is now named for what it is."""
+    base = {"folder": f"base{random.randrange(10**6)}", "empty": "", "device": "/dev/null"}[kind]
+    if kind == "folder":
+        (tmp_path / base).mkdir()
+    config = tmp_path / "child.toml"
+    config.write_text(f'extends = "{base}"\ntitle = "t"\n{ROW}')
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"extends = {base!r}" in err and what in err and "does not exist" not in err and str(config) in err
+
+
+def test_a_config_that_is_a_device_is_named_for_what_it_is(capsys):
+    """``oellm recipe /dev/null`` said the config does not exist and offered the shipped configs."""
+    assert main(["recipe", "/dev/null"]) == 2
+    assert capsys.readouterr().err == ("oellm recipe: error: recipe config /dev/null is not a regular file (a device, "
+                                       "pipe or socket); name a .toml recipe config\n")
+
+
+@pytest.mark.parametrize("where", ["config", "base"])
+def test_a_symlink_loop_is_one_error_line(tmp_path, capsys, where):
+    """A loop of symbolic links as the config was a ``RuntimeError: Symlink loop`` traceback and exit 1; as its
+    ``extends``, a base config that "does not exist"."""
+    name = f"loop{random.randrange(10**6)}"
+    first, second = tmp_path / f"{name}a.toml", tmp_path / f"{name}b.toml"
+    first.symlink_to(second.name)
+    second.symlink_to(first.name)
+    config = first
+    if where == "base":
+        config = tmp_path / "child.toml"
+        config.write_text(f'extends = "{first.name}"\ntitle = "t"\n{ROW}')
+    assert main(["recipe", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"oellm recipe: error: {'recipe config ' if where == 'config' else ''}{config}")
+    assert "runs into a loop of symbolic links" in err and err.count("\n") == 1
 
 
 def test_an_extends_cycle_names_the_chain(tmp_path):
