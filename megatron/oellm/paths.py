@@ -131,7 +131,11 @@ def unwritable_reason(directory: Path, mounts: Mounts | None = None) -> str | No
     """Why this process could not create ``directory`` (with missing parents) and write files into it, judged
     without creating anything on its nearest existing ancestor, as ``os.makedirs`` and ``open`` would meet it: a
     file, a kernel pseudo file system (:data:`PSEUDO_FILE_SYSTEMS`, looked up in ``mounts``, read where not given), a
-    read-only mount, or no write permission (which root bypasses, hence the first two). None where it could."""
+    read-only mount, or no write permission (which root bypasses, hence the first two); or a loop of symbolic links on
+    the way (:func:`symlink_loop`), which ``exists`` takes for a missing folder. None where it could."""
+    loop = symlink_loop(directory)
+    if loop is not None:
+        return f"{directory} runs into a loop of symbolic links ({loop.strerror})"
     existing = nearest_existing(directory)
     if not existing.is_dir():
         return f"{existing} is a file"

@@ -91,8 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and grouped by input shape to DIR/<side>_top_cuda_by_shape.txt")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     parser.add_argument("--output", type=Path, default=None, metavar="FILE",
-                        help="also write the JSON report here; an existing FILE is replaced only if it is empty or an "
-                             "earlier bench report (a JSON object with the report's keys), else the run is refused")
+                        help="also write the JSON report here; an existing FILE is replaced only if it is blank or an "
+                             "earlier bench report (a JSON object with the report's keys), else the run is refused; "
+                             "a device such as /dev/null is written as it is")
 
 
 def ours_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -201,18 +202,34 @@ def _make_folder(flag: str, given: Path, folder: Path, which: str) -> None:
         raise ValueError(f"{flag} {given}: {which} cannot be created ({error.strerror})") from error
 
 
+REPORT_MAX_BYTES = 16 << 20
+"""The largest file :func:`is_replaceable_report` reads to tell whether it is an earlier report (one is a few KiB): a
+larger one (a long Slurm log) is somebody's data, refused without reading it into memory."""
+
+
+def written_in_place(output: Path) -> bool:
+    """Whether the report goes into the existing ``output`` as it is rather than replacing a file: a device or a FIFO
+    (``--output /dev/null``), which a renamed temporary file would replace by a regular one (as root) or fail to."""
+    return output.exists() and not output.is_file()
+
+
 def is_replaceable_report(output: Path) -> bool:
-    """Whether the existing file ``output`` may be replaced by the report: it is empty, or holds a report an earlier
+    """Whether the existing ``output`` may be replaced by the report: it is blank, or holds a report an earlier
     ``oellm bench --output`` wrote (a JSON object with every field of
     :class:`megatron.oellm.bench.harness.BenchReport` that has no default). Any other file (a Slurm log, another
-    tool's JSON) is somebody's data the report must not replace."""
+    tool's JSON) is somebody's data the report must not replace. A device or FIFO is written, not replaced
+    (:func:`written_in_place`), and is not read here (a FIFO would block)."""
     from megatron.oellm.bench.harness import BenchReport
 
+    if written_in_place(output):
+        return True
     try:
+        if output.stat().st_size > REPORT_MAX_BYTES:
+            return False
         text = output.read_text()
     except (OSError, UnicodeDecodeError):
         return False
-    if not text:
+    if not text.strip():
         return True
     try:
         data = json.loads(text)
@@ -239,12 +256,22 @@ def check_output_path(output: Path | None, profile: Path | None = None) -> None:
     if profile is not None and (output.absolute() == profile.absolute() or output.absolute() in
                                 profile.absolute().parents):
         raise ValueError(f"--output {output} is where --profile {profile} puts its folder; give another file name")
-    _check_folder_can_be_made("--output", output, output.parent, "its folder")
+    if not written_in_place(output):  # the temporary file goes beside the file replaced: a link's target
+        _check_folder_can_be_made("--output", output, Path(os.path.realpath(output)).parent, "its folder")
     if output.exists() and not os.access(output, os.W_OK):
         raise ValueError(f"--output {output} cannot be written (no write permission)")
     if output.exists() and not is_replaceable_report(output):
         raise ValueError(f"--output {output} exists and is not an earlier bench report (a JSON object with the "
                          "report's keys), which the report would replace; give another file name, or remove it")
+
+
+def write_report(output: Path, text: str) -> None:
+    """Write the JSON report ``text`` to ``output``: into a device or FIFO as it is (:func:`written_in_place`), else
+    through :func:`megatron.oellm.paths.replace_atomically`, so that a failure mid-write keeps an earlier report."""
+    if written_in_place(output):
+        output.write_text(text)
+    else:
+        replace_atomically(output, lambda temporary: Path(temporary).write_text(text))
 
 
 def check_profile_dir(profile: Path | None) -> None:
@@ -320,8 +347,7 @@ def _run(args: argparse.Namespace) -> int:
         print_report(report)
     if args.output is not None:  # after the figures are on stdout: a full disk or a lost quota keeps them there
         try:
-            text = json.dumps(data, indent=2)
-            replace_atomically(args.output, lambda temporary: Path(temporary).write_text(text))
+            write_report(args.output, json.dumps(data, indent=2))
         except OSError as error:
             return refuse("bench", f"cannot write the report to --output {args.output} ({error}); the figures are "
                           "printed above", status=1)

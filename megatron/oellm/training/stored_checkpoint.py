@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import stat
 import zipfile
 from collections.abc import Iterator
@@ -104,9 +105,10 @@ def has_tracker(load_dir: Path) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as error:
-        if symlink_loop(load_dir) is not None:  # no permission makes it readable: the path itself is the fault
-            raise ValueError(f"{load_dir} runs into a loop of symbolic links ({error.strerror}): megatron-core sees "
-                             f"no {TRACKER_FILE} in it; name the folder by a path without one") from error
+        if error.errno == errno.ELOOP:  # the path is the fault, not its permissions
+            raise ValueError(f"{load_dir / TRACKER_FILE} runs into a loop of symbolic links ({error.strerror}): "
+                             f"megatron-core sees no {TRACKER_FILE}; name the folder by a path without one, and the "
+                             "tracker file a regular file") from error
         raise ValueError(f"{load_dir} cannot be searched ({error.strerror}): megatron-core sees no {TRACKER_FILE} "
                          "in it and starts without its checkpoint (from random weights, or from "
                          "--pretrained-checkpoint); make the directory readable by the job's user") from error

@@ -180,3 +180,63 @@ def test_a_failure_mid_write_keeps_the_earlier_report(tmp_path, monkeypatch, cap
     assert "cannot write the report to --output" in capsys.readouterr().err
     assert output.read_text() == earlier
     assert list(tmp_path.iterdir()) == [output]
+
+
+def test_a_device_output_is_written_in_place_and_a_blank_file_replaced(tmp_path, monkeypatch, capsys):
+    """``--output /dev/null`` read as an empty file and was replaced by a renamed temporary file: as root a regular
+    file took the device's place. A device is written as it is (the replacement is a stand-in here, so a regression
+    fails the test without touching the device); a file of only blank lines counts as empty and is replaced."""
+    from megatron.oellm.bench import harness
+    from megatron.oellm.commands import bench
+
+    _gpu(monkeypatch)
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: ours_report(random.uniform(80.0, 120.0)))
+    replaced = []
+    monkeypatch.setattr(bench, "replace_atomically", lambda path, write: replaced.append(Path(path)))
+    assert main(["bench", "--sides", "ours", "--mbs", "1", "--output", os.devnull]) == 0
+    assert replaced == [] and Path(os.devnull).is_char_device()
+    blank = tmp_path / "report.json"
+    blank.write_text("\n" * random.randint(1, 3))
+    assert main(["bench", "--sides", "ours", "--mbs", "1", "--output", str(blank)]) == 0
+    assert replaced == [blank]
+
+
+def test_a_link_whose_target_folder_cannot_be_written_is_refused_before_the_gpu_work(tmp_path, monkeypatch, capsys):
+    """The report replaces a link's target through a temporary file in the target's folder: a link in a writable
+    folder to a report in a read-only one passed the checks (made on the link's folder) and failed after the whole
+    benchmark. The target's folder is checked."""
+    from megatron.oellm.bench import harness
+
+    _gpu(monkeypatch)
+    monkeypatch.setattr(harness, "run_benchmark", lambda config: pytest.fail("the GPU work started"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "report.json").write_text(json.dumps(ours_report(random.uniform(80.0, 120.0)).to_dict()))
+    link = tmp_path / "mine" / "report.json"
+    link.parent.mkdir()
+    link.symlink_to(shared / "report.json")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != shared and real_access(path, mode))
+    assert main(["bench", "--mbs", "1", "--output", str(link)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: --output {link} cannot be written (no write permission)")
+
+
+def test_a_file_too_large_for_a_report_is_refused_unread(tmp_path, monkeypatch, capsys):
+    """A file larger than any report (a long Slurm log) is refused as no earlier report without being read into
+    memory."""
+    from megatron.oellm.commands import bench
+
+    _no_gpu(monkeypatch)
+    output = tmp_path / "slurm-1.out"
+    output.write_text("x" * random.randint(65, 200))
+    monkeypatch.setattr(bench, "REPORT_MAX_BYTES", 64)
+    real_read_text = Path.read_text
+
+    def read_text(self: Path, *args, **kwargs) -> str:
+        if self == output:
+            pytest.fail(f"{self} was read")
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert main(["bench", "--mbs", "1", "--output", str(output)]) == 2
+    assert "exists and is not an earlier bench report" in capsys.readouterr().err

@@ -81,3 +81,15 @@ def test_the_innermost_mount_decides(tmp_path, monkeypatch):
     assert unwritable_reason(spaced / "inner" / "ckpt").startswith(f"{spaced / 'inner'} is on the kernel's sysfs")
     monkeypatch.setattr(paths, "MOUNT_TABLE", tmp_path / "missing")
     assert file_system_type(spaced) is None
+
+
+@pytest.mark.parametrize("below", [0, 1, 2])
+def test_a_folder_through_a_symlink_loop_is_named_as_one(below, tmp_path):
+    """``exists`` answers False on a loop of symbolic links, so its nearest existing ancestor, a writable folder,
+    passed: ``--tensorboard-dir``, ``--data-cache-path`` and a recipe's run directory through a loop were let
+    through and failed when made. The loop is named, at the folder or deeper below it."""
+    loop = tmp_path / f"loop{random.randrange(1, 1000)}"
+    loop.symlink_to(loop.name)
+    folder = loop.joinpath(*(f"part{index}" for index in range(below)))
+    assert unwritable_reason(folder) == f"{folder} runs into a loop of symbolic links (Too many levels of symbolic links)"
+    assert not can_write_into(folder)

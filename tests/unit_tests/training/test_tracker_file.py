@@ -140,5 +140,11 @@ def test_a_checkpoint_folder_in_a_symlink_loop_is_refused_naming_the_flag(
     [line] = capsys.readouterr().err.splitlines()
     assert f"error: {flag} {given} runs into a loop of symbolic links (Too many levels of symbolic links): " in line
     assert line.endswith("; name the folder by a path without one"), line
-    with pytest.raises(ValueError, match=f"{loop} runs into a loop of symbolic links"):
+    with pytest.raises(ValueError, match=f"{loop}/{TRACKER_FILE} runs into a loop of symbolic links"):
         has_tracker(loop)
+    folder = tmp_path / "checkpoints"  # a folder that can be searched, whose tracker file is the loop
+    folder.mkdir()
+    (folder / TRACKER_FILE).symlink_to(TRACKER_FILE)
+    with pytest.raises(ValueError, match=f"{folder}/{TRACKER_FILE} runs into a loop of symbolic links") as refusal:
+        has_tracker(folder)
+    assert "readable" not in str(refusal.value)
