@@ -1,5 +1,5 @@
-"""File-system questions several start-up checks ask before anything is written, and where the running
-megatron-oellm's source checkout is. Pure Python."""
+"""File-system questions several start-up checks ask before anything is written, where the running megatron-oellm's
+source checkout is, and a file replaced atomically once written. Pure Python."""
 
 from __future__ import annotations
 
