@@ -2,7 +2,8 @@
 # One-GPU acceptance stages, written for 10-minute device calls:
 #   tests  every GPU test (fla's GDN kernel vs the float64 recurrence, the runtime patches, backends, parity with
 #          transformers, model training, the entry end to end, the bench harness), one pytest process per test
-#          folder, side by side, one log each;
+#          folder, side by side, one log each; a folder none of whose tests passed (all skipped or deselected)
+#          fails;
 #   train  the MN5 recipes' `--local` runs on offline real text (byte-tokenized Python standard library): Qwen3.5
 #          30 iterations saving a checkpoint, a resume to 35, `oellm table` of the log and of a truncated copy;
 #          beside it the Qwen3-30B-A3B recipe, 30 iterations;
@@ -14,14 +15,16 @@
 #          micro-batch size. Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
-#   OUT_DIR: a new or empty folder (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
-#   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it), 2 on
-#   bad arguments, 130 on Ctrl-C (SIGINT) and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later),
-#   no further run starts, and once they have ended summary.txt says "interrupted by SIG..." and the logs are packed.
+#   OUT_DIR: a new or empty folder, apart from OELLM_WORK (at the end its logs are packed into OUT_DIR/logs.tar.xz
+#   and removed)
+#   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it) or
+#   summary.txt is missing, 2 on bad arguments or when python3's torch sees no CUDA device, 130 on Ctrl-C (SIGINT)
+#   and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later), no further run starts, and once they
+#   have ended summary.txt says "interrupted by SIG..." and the logs are packed.
 #   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
 #   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train, resume and interrupt
 #   stages, deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make
-#   is refused).
+#   is refused). Relative paths are read from the folder the script is called from.
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). On an 80 GB H100, tests,train,interrupt together ran the train
@@ -49,8 +52,9 @@ OUT_DIR=$(realpath -m "$1")
 STAGES=$2
 BENCH_MBS=${3:-1,2,4}
 LIMIT_S=${OELLM_STAGE_LIMIT_S:-480}  # one stage; a 10-minute call leaves room for the start and the caches
-CACHE=${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}
-WORK=${OELLM_WORK:-/tmp/oellm-acceptance}
+# absolute, as OUT_DIR: the script runs from the repository root, and its messages name these folders
+CACHE=$(realpath -m "${OELLM_KERNEL_CACHE:-/tmp/oellm-kernel-cache}")
+WORK=$(realpath -m "${OELLM_WORK:-/tmp/oellm-acceptance}")
 # the stages time out at LIMIT_S (the tests stage's two waves on a small GPU together), LIMIT_S/2 and
 # 2*LIMIT_S/3; `timeout 0` (bash arithmetic reads a non-number as 0)
 # sets no limit, and a stage that overruns the device call is killed before its logs are packed
@@ -99,6 +103,13 @@ if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
        "Give a new or empty folder" >&2
   exit 2
 fi
+# the stages delete and rebuild folders in WORK, and the end packs and deletes OUT_DIR's contents: neither may hold
+# the other
+if [[ $OUT_DIR == "$WORK" || $OUT_DIR == "${WORK%/}"/* || $WORK == "${OUT_DIR%/}"/* ]]; then
+  echo "error: OUT_DIR $OUT_DIR and OELLM_WORK $WORK overlap (the stages delete and rebuild folders in OELLM_WORK," \
+       "and the end packs and deletes OUT_DIR's contents); give OUT_DIR outside OELLM_WORK and apart from it" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root
 # the train, resume and interrupt stages delete and rebuild runs/, short/, interrupt/ and corpus/ in WORK: only in
 # a folder this script made
@@ -107,6 +118,14 @@ if [ -e "$WORK" ] && { [ ! -d "$WORK" ] || { [ -n "$(ls -A "$WORK" 2>/dev/null)"
   echo "error: OELLM_WORK $WORK holds files and no mark of this script (its stages delete and rebuild runs/, short/" \
        "and corpus/ in it); give a new or empty folder, or, if a version of this script before the mark made it" \
        "(runs/, short/, corpus/ only), remove it: rm -rf $WORK" >&2
+  exit 2
+fi
+# without a CUDA device every GPU test is skipped and pytest returns 0: refuse rather than report a pass
+CUDA_COUNT='import torch; print("CUDA devices:", torch.cuda.device_count() if torch.cuda.is_available() else 0)'
+cuda_check=$(python3 -c "$CUDA_COUNT" 2>&1)
+if ! grep -qE '^CUDA devices: [1-9]' <<< "$cuda_check"; then
+  echo "error: python3's torch sees no CUDA device ($(tail -1 <<< "$cuda_check")): the GPU tests would all be" \
+       "skipped; run this on a machine with a GPU" >&2
   exit 2
 fi
 if ! mkdir -p "$OUT_DIR" "$CACHE" "$WORK" 2>/dev/null || [ ! -w "$OUT_DIR" ] || ! touch "$WORK_MARK" 2>/dev/null; then
@@ -194,10 +213,15 @@ trap 'stop_on_signal TERM 143' TERM
 run_bounded "$OUT_DIR/doctor.txt" "$LIMIT_S" python3 -m megatron.oellm doctor
 
 # pytest of one test folder within $3 seconds; a test still running after 240 s dumps every thread's stack into the log.
+# A folder that returned 0 with no test passed (all skipped or deselected) fails: its GPU tests did not run.
 gpu_pytest() {
   run_bounded "$OUT_DIR/pytest_$1.log" "$3" \
     python3 -m pytest -q -s -p no:cacheprovider -o faulthandler_timeout=240 -m gpu "$2"
-  echo "pytest $1: rc $? $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$OUT_DIR/pytest_$1.log" | tail -1)"
+  local rc=$? result
+  result=$(grep -E '^(=+ )?([0-9]+ (x?passed|x?failed|skipped|deselected|errors?|warnings?)|no tests ran)' \
+    "$OUT_DIR/pytest_$1.log" | tail -1)
+  [ "$rc" -eq 0 ] && ! [[ $result =~ (^|[ =])[0-9]+\ passed ]] && rc="1 (no test passed)"
+  echo "pytest $1: rc $rc $result"
 }
 
 # The test folders side by side, each within the stage's limit; on a GPU under 100 GiB the models folder after the
@@ -318,6 +342,11 @@ for stage in "${selected[@]}"; do
 done
 wait
 summarise
+# a stage that removed OUT_DIR leaves no summary: that fails the acceptance, as it cannot say what ran
+if [ ! -f "$OUT_DIR/summary.txt" ]; then
+  echo "acceptance failed: $OUT_DIR/summary.txt is missing (OUT_DIR removed during the run?)" >&2
+  exit 1
+fi
 # every run's summary line reads "...: rc N ..."; a non-zero one fails the acceptance
 failed=$(grep -cE ': rc [1-9][0-9]*' "$OUT_DIR/summary.txt")
 if [ "$failed" -gt 0 ]; then

@@ -13,18 +13,23 @@ SCRIPT = ROOT / "tools" / "gpu_acceptance.sh"
 """The script under test."""
 FAKE_PYTHON3 = """#!/usr/bin/env bash
 echo "$PWD|$*" >> "$FAKE_LOG"
+[[ $1 == -c ]] && echo "CUDA devices: ${FAKE_CUDA_DEVICES:-1}"
+[[ "$*" == *" -m gpu "* ]] && echo "${FAKE_PYTEST_RESULT:-3 passed in 0.12s}"
 [[ "$*" == *" recipe "* ]] && printf '%b' "${FAKE_RUN_OUTPUT:-}"
 [[ "$*" == *" bench "* ]] && exit "${FAKE_BENCH_RC:-0}"
 exit 0
 """
-"""A ``python3`` that records its folder and arguments, prints ``$FAKE_RUN_OUTPUT`` for a recipe run and exits
-``$FAKE_BENCH_RC`` for ``oellm bench``."""
+"""A ``python3`` that records its folder and arguments, sees ``$FAKE_CUDA_DEVICES`` CUDA devices (default one: a GPU
+machine), ends each pytest with ``$FAKE_PYTEST_RESULT`` (default three passed), prints ``$FAKE_RUN_OUTPUT`` for a
+recipe run and exits ``$FAKE_BENCH_RC`` for ``oellm bench``."""
 
 
 def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = "", bench_rc: int = 0,
-                   fake_python3: str = FAKE_PYTHON3) -> tuple[subprocess.CompletedProcess, list[str]]:
+                   fake_python3: str = FAKE_PYTHON3, environment: dict[str, str] | None = None,
+                   ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The script from ``tmp_path`` (not the repository root) with the stand-in python3 ``fake_python3``, whose
-    recipe runs print ``run_output`` and whose ``oellm bench`` exits ``bench_rc``; returns the calls."""
+    recipe runs print ``run_output`` and whose ``oellm bench`` exits ``bench_rc``, and ``environment`` over the
+    default one (OELLM_WORK, OELLM_KERNEL_CACHE in ``tmp_path``); returns the calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(fake_python3)
@@ -32,7 +37,7 @@ def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str =
     log = tmp_path / "python3.log"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),
            "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work"),
-           "FAKE_RUN_OUTPUT": run_output, "FAKE_BENCH_RC": str(bench_rc)}
+           "FAKE_RUN_OUTPUT": run_output, "FAKE_BENCH_RC": str(bench_rc), **(environment or {})}
     done = subprocess.run(["bash", str(SCRIPT), str(out_dir), stages], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     return done, log.read_text().splitlines() if log.exists() else []

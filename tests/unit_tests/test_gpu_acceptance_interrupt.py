@@ -16,8 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_acceptance.sh"
-# every run but the doctor writes its PID and sleeps; the sleep is the stand-in process itself (exec)
+# a GPU machine: every run but the CUDA check and the doctor writes its PID and sleeps; the sleep is the stand-in
+# process itself (exec)
 SLEEPING_PYTHON3 = """#!/usr/bin/env bash
+[[ $1 == -c ]] && echo "CUDA devices: 1" && exit 0
 [[ "$*" == *"megatron.oellm doctor"* ]] && exit 0
 echo "$$" >> "$FAKE_PIDS"
 exec sleep "$FAKE_SLEEP_S"

@@ -13,9 +13,11 @@ import pytest
 from tests.unit_tests.gpu_acceptance_helpers import fake_nvidia_smi, run_acceptance
 
 TIMED_PYTHON3 = """#!/usr/bin/env bash
+[[ $1 == -c ]] && echo "CUDA devices: 1" && exit 0
 folder=""
 [[ "$*" == *" -m gpu "* ]] && folder=${@: -1}
-[ -n "$folder" ] && echo "start $folder" >> "$FAKE_LOG" && sleep 0.4 && echo "end $folder" >> "$FAKE_LOG"
+[ -n "$folder" ] && echo "start $folder" >> "$FAKE_LOG" && sleep 0.4 && echo "end $folder" >> "$FAKE_LOG" \\
+  && echo "2 passed in 0.40s"
 exit 0
 """
 RECORDING_TIMEOUT = """#!/usr/bin/env bash
