@@ -48,17 +48,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the .bin/.idx/.json files already at the prefix (refused without it)")
     args = parser.parse_args(argv)
-    if Path(args.output_prefix).name in ("", "..") or args.output_prefix.endswith(("/", os.sep)):
-        # '' wrote hidden ..bin/..idx files here; 'dir/' wrote dir.bin beside the folder, not in it
+    if os.path.basename(args.output_prefix) in ("", ".", ".."):
+        # '' wrote hidden ..bin/..idx files here; 'dir/' and 'dir/.' wrote dir.bin beside the folder, not in it
         parser.error(f"--output-prefix {args.output_prefix!r} names no file prefix; give a folder and a name, e.g. "
                      f"{os.path.join(args.output_prefix or 'corpus', 'text')}")
-    if not math.isfinite(args.max_mb) or args.max_mb < 0:
-        parser.error(f"--max-mb must be a finite number >= 0, got {args.max_mb}")
+    if not math.isfinite(args.max_mb * 1e6) or args.max_mb < 0:  # 1e303 MB is finite, its bytes are not
+        parser.error(f"--max-mb must be a number >= 0 whose byte count (x 1e6) is finite, got {args.max_mb}")
+    folders = [str(path) for path in args.extra if path.is_dir()]
+    if folders:
+        parser.error(f"--extra: a folder, not a text file: {', '.join(folders)}; name the files in it")
     missing = [str(path) for path in args.extra if not path.is_file()]
     if missing:
         parser.error(f"--extra: no such file: {', '.join(missing)}")
     existing = [path for path in (f"{Path(args.output_prefix)}{suffix}" for suffix in CORPUS_SUFFIXES)
                 if os.path.lexists(path)]
+    taken = [path for path in existing if os.path.isdir(path) and not os.path.islink(path)]
+    if taken:  # the build would fail only when renaming its finished files onto them
+        parser.error(f"--output-prefix {args.output_prefix}: {', '.join(taken)} is a folder, which --overwrite does "
+                     "not replace; remove it or choose another prefix")
     if existing and not args.overwrite:  # a corpus built from other files, or files of the user's own
         parser.error(f"--output-prefix {args.output_prefix}: would replace {', '.join(existing)}; pass --overwrite "
                      "to replace them, or choose another prefix")

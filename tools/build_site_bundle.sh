@@ -15,7 +15,8 @@
 #     export PYTHONPATH=/tmp/site-cp312
 #   python3 -m pip check   # names a requirement the node lacks (BUNDLE_REQUIRES.txt lists them all)
 # Every run downloads into an emptied wheels folder, so a wheel left by an earlier run with other pins never
-# lands in the bundle.
+# lands in the bundle. It empties only wheels-<tag> and site-<tag> folders of its own (a mark inside) or new or empty
+# ones: an --out holding a user's own site-cp312 (e.g. --out /tmp) is refused.
 # The wheels are compiled for one architecture: x86_64 (default: MareNostrum 5, the lent H200) writes
 # site-<tag>.tar.xz, aarch64 (Jupiter's GH200) site-<tag>-aarch64.tar.xz; tilelang's and z3's aarch64 wheels need
 # glibc >= 2.34 (manylinux_2_34).
@@ -70,12 +71,24 @@ PACKAGES=(
 )
 WHEELS="$OUT/wheels-$TAG"
 SITE="$OUT/site-$TAG"
-rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+# both folders are emptied on every run: only ones this script made (its mark inside, left out of the bundle), new
+# or empty ones. With --out /tmp or --out ~, site-<tag> may be the user's own unpacked bundle, the folder the header
+# tells to unpack into; checked for both before anything is downloaded
+MARK=.oellm-site-bundle-work
+for folder in "$WHEELS" "$SITE"; do
+  if [ -e "$folder" ] && { [ ! -d "$folder" ] || { [ -n "$(ls -A "$folder" 2>/dev/null)" ] &&
+                                                    [ ! -e "$folder/$MARK" ]; }; }; then
+    echo "error: $folder holds files and no mark of this script (it empties that folder on each run); give another" \
+         "--out, or, if an earlier version of this script made it, remove it: rm -rf $folder" >&2
+    exit 2
+  fi
+done
+rm -rf "$WHEELS" && mkdir -p "$WHEELS" && touch "$WHEELS/$MARK"
 DOWNLOAD=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp
           "${PLATFORMS[@]/#/--platform=}" --platform any -d "$WHEELS")
 "${DOWNLOAD[@]}" --ignore-requires-python "$MEGATRON_CORE"
 "${DOWNLOAD[@]}" "${PACKAGES[@]}"
-rm -rf "$SITE" && mkdir -p "$SITE"
+rm -rf "$SITE" && mkdir -p "$SITE" && touch "$SITE/$MARK"
 for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"
 done
@@ -92,7 +105,7 @@ PARTIAL="$OUT/.$BUNDLE.$$.partial"
 trap 'rm -f "$PARTIAL" "$PARTIAL.sha256"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-tar -C "$SITE" -cf - . | xz -9 -T0 > "$PARTIAL"
+tar -C "$SITE" --exclude="./$MARK" -cf - . | xz -9 -T0 > "$PARTIAL"
 SUM=$(sha256sum < "$PARTIAL")
 echo "${SUM%% *}  $BUNDLE" > "$PARTIAL.sha256"
 # the earlier checksum goes first: a stop between the renames leaves a bundle without a checksum file (sha256sum -c

@@ -16,6 +16,7 @@ within :data:`END_WAIT_S` seconds and a moment (a caller's ``timeout -k`` must a
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import signal
@@ -35,7 +36,7 @@ END_WAIT_S = 10.0  # between SIGTERM and SIGKILL when this script ends the run (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options, and the command after ``--``; refuses a missing command and values below 1."""
+    """The options, and the command after ``--``; refuses a missing command and values below 1 or not finite."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", type=Path, required=True, help="file the command's stdout and stderr go to")
     parser.add_argument("--after-iteration", type=int, default=3,
@@ -51,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.command:
         parser.error("give the command to run after --")
     for name in ("after_iteration", "start_timeout", "grace"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be 1 or more, got {getattr(args, name)}")
+        value = getattr(args, name)
+        if not math.isfinite(value) or value < 1:  # nan < 1 is False: nan waited for ever
+            parser.error(f"--{name.replace('_', '-')} must be 1 or more and finite, got {value}")
     return args
 
 

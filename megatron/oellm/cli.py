@@ -21,7 +21,7 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import megatron.oellm
 from megatron.oellm import commands
@@ -129,33 +129,87 @@ INTERRUPTED_EXIT_STATUS = 128 + signal.SIGINT
 """Exit status of a command stopped by Ctrl-C (SIGINT), as a shell reports it."""
 
 
+class WatchedStdout:
+    """Stands in for ``sys.stdout`` while a command runs and notes whether writing to it raised ``OSError``: tells a
+    full disk or I/O error of stdout (``--json > /dev/full``) from one of a file the command itself reads or writes.
+    Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.failed = False
+
+    def write(self, text: str) -> int:
+        """Write ``text`` to the stream, noting a failure."""
+        try:
+            return self.stream.write(text)
+        except OSError:
+            self.failed = True
+            raise
+
+    def flush(self) -> None:
+        """Flush the stream, noting a failure."""
+        try:
+            self.stream.flush()
+        except OSError:
+            self.failed = True
+            raise
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at ``/dev/null``, so that the interpreter's final flush of output that cannot be written does not
+    raise again (a second error, printed after the command's own line). A stdout with no file descriptor (a
+    stand-in of Python's own) is left as it is: no final flush of the interpreter's reaches it."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``oellm`` console script; returns the exit status.
 
     A reader that stops early (``| head``, ``| grep -q``) ends the command quietly with status 141 instead of a
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
-    again. Ctrl-C that reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends
-    it with one ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that
-    cleans up on Ctrl-C (``convert`` removes its partial output) does so first and reports it itself. A subcommand
+    again. Output that cannot be written (``--json > /dev/full``: no space left) ends it with one ``oellm COMMAND:
+    error: cannot write the output to stdout`` line on stderr and status 1 instead of a traceback. Ctrl-C that
+    reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends it with one
+    ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that cleans up on
+    Ctrl-C (``convert`` removes its partial output) does so first and reports it itself. A subcommand
     whose module does not import (a broken package it needs) ends with one ``oellm COMMAND: error:`` line naming the
     failure and status 1."""
     command = "oellm"
+    stdout = sys.stdout = WatchedStdout(sys.stdout)
     try:
         args = parse_command_line(argv)
         command = f"oellm {args.command}"
-        return args._run(args)
+        status = args._run(args)
+        sys.stdout.flush()  # here, not at exit: a full disk (``> /dev/full``) is reported below, not ignored
+        return status
     except CommandLoadError as error:
         return commands.refuse(error.command, f"cannot load this command: {error}; reinstall the package it names, "
                                "or take a broken copy of it off PYTHONPATH (`python3 -m pip check` names broken "
                                "requirements)", status=1)
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _discard_stdout()
         return SIGPIPE_EXIT_STATUS
+    except OSError as error:
+        if not stdout.failed:
+            raise
+        _discard_stdout()
+        print(f"{command}: error: cannot write the output to stdout: {error.strerror or error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{command}: error: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT_STATUS
+    finally:
+        if sys.stdout is stdout:
+            sys.stdout = stdout.stream
 
 
 if __name__ == "__main__":  # ``python -m megatron.oellm.cli``, beside the documented ``python -m megatron.oellm``

@@ -17,7 +17,7 @@ from tests.unit_tests.build_corpus_helpers import ROOT, SCRIPT, SUFFIXES
 from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
 
 
-def run_tool(prefix: Path, *args: str) -> subprocess.CompletedProcess:
+def run_tool(prefix: Path | str, *args: str) -> subprocess.CompletedProcess:
     """The tool with ``--output-prefix prefix`` and ``args``, this checkout first on the path."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, str(SCRIPT), "--output-prefix", str(prefix), *args], capture_output=True,

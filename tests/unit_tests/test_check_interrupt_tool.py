@@ -188,6 +188,8 @@ def test_a_run_that_ends_before_the_iteration_fails(tmp_path: Path) -> None:
     (["--log", "x.log"], "give the command to run after --"),
     (["--log", "x.log", "--after-iteration", "0", "--", "true"], "--after-iteration must be 1"),
     (["--log", "x.log", "--grace", "0.5", "--", "true"], "--grace must be 1"),
+    (["--log", "x.log", "--start-timeout", "nan", "--", "true"], "--start-timeout must be 1 or more and finite"),
+    (["--log", "x.log", "--grace", "inf", "--", "true"], "--grace must be 1 or more and finite"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path: Path, args: list[str], message: str) -> None:
     result = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, cwd=tmp_path, env=ENV)

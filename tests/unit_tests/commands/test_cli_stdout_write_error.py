@@ -1,0 +1,57 @@
+"""An ``oellm`` command whose output cannot be written (``oellm plan ... --json > /dev/full``: no space left on the
+disk) ends with one ``oellm COMMAND: error: cannot write the output to stdout`` line on stderr and status 1; only a
+``BrokenPipeError`` was caught, so it ended in an ``OSError`` traceback (when printing, or when the interpreter
+flushed stdout at exit). An ``OSError`` of another file still reaches the caller."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.cli import main
+from megatron.oellm.commands import models
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("command", [["plan", "qwen3-30b-a3b", "--nodes", "1", "--json"], ["models"],
+                                     ["doctor", "--json"]])
+def test_output_to_a_full_disk_is_one_error_line(command: list[str]) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "megatron.oellm", *command], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=REPO, timeout=300, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (f"oellm {command[0]}: error: cannot write the output to stdout: "
+                                            "No space left on device"), done.stderr
+
+
+class FullStdout(io.StringIO):
+    """A stdout whose every write fails as a full disk does."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_stdout_write_error_is_reported_and_another_files_is_raised(monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", full := FullStdout())
+        assert main(["models"]) == 1
+        assert sys.stdout is full  # put back as it was
+    assert capsys.readouterr().err == ("oellm models: error: cannot write the output to stdout: "
+                                       f"{os.strerror(errno.ENOSPC)}\n")
+
+    def fails_on_its_own_file(args: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "checkpoint.pt")
+
+    monkeypatch.setattr(models, "run", fails_on_its_own_file)
+    with pytest.raises(OSError, match="checkpoint.pt"):
+        main(["models"])
