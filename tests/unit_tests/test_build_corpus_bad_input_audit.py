@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.test_build_corpus_tool import run_tool
+from tests.unit_tests.build_corpus_helpers import run_tool
 
 
 def one_line_refusal(stderr: str) -> str:

@@ -5,23 +5,13 @@ writes the corpus."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.unit_tests.build_corpus_helpers import ROOT, SCRIPT, SUFFIXES
+from tests.unit_tests.build_corpus_helpers import SUFFIXES, run_tool
 from tests.unit_tests.gpt_dataset_samples import gpt_train_samples
-
-
-def run_tool(prefix: Path | str, *args: str) -> subprocess.CompletedProcess:
-    """The tool with ``--output-prefix prefix`` and ``args``, this checkout first on the path."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, str(SCRIPT), "--output-prefix", str(prefix), *args], capture_output=True,
-                          text=True, env=env, timeout=300, check=False)
 
 
 def test_a_missing_extra_file_is_refused(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ def test_a_rerun_drops_wheels_left_by_an_earlier_run(tmp_path: Path) -> None:
     unpacked beside the pinned one: the later wheel in name order would overwrite the package's files."""
     wheels = tmp_path / "out" / "wheels-cp312"
     wheels.mkdir(parents=True)
+    (wheels / ".oellm-site-bundle-work").touch()  # the earlier run's folder carries the script's mark
     stale = f"z3_solver-4.{random.randint(16, 99)}.0.0-py3-none-any.whl"
     with zipfile.ZipFile(wheels / stale, "w") as wheel:
         wheel.writestr("z3/stale.py", "")
