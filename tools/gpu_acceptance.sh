@@ -15,8 +15,8 @@
 #          micro-batch size. Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
-#   OUT_DIR: a new or empty folder, apart from OELLM_WORK (at the end its logs are packed into OUT_DIR/logs.tar.xz
-#   and removed)
+#   OUT_DIR: a new or empty folder, apart from OELLM_WORK and OELLM_KERNEL_CACHE (at the end its logs are packed into
+#   OUT_DIR/logs.tar.xz and removed)
 #   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it) or
 #   summary.txt is missing, 2 on bad arguments or when python3's torch sees no CUDA device, 130 on Ctrl-C (SIGINT)
 #   and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later), no further run starts, and once they
@@ -103,11 +103,22 @@ if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
        "Give a new or empty folder" >&2
   exit 2
 fi
+# Whether the absolute folders $1 and $2 are one folder or one holds the other.
+overlap() {
+  [[ $1 == "$2" || $1 == "${2%/}"/* || $2 == "${1%/}"/* ]]
+}
 # the stages delete and rebuild folders in WORK, and the end packs and deletes OUT_DIR's contents: neither may hold
 # the other
-if [[ $OUT_DIR == "$WORK" || $OUT_DIR == "${WORK%/}"/* || $WORK == "${OUT_DIR%/}"/* ]]; then
+if overlap "$OUT_DIR" "$WORK"; then
   echo "error: OUT_DIR $OUT_DIR and OELLM_WORK $WORK overlap (the stages delete and rebuild folders in OELLM_WORK," \
        "and the end packs and deletes OUT_DIR's contents); give OUT_DIR outside OELLM_WORK and apart from it" >&2
+  exit 2
+fi
+# a cache in OUT_DIR is packed into logs.tar.xz and deleted before its kernel-cache archive is made; an OUT_DIR in the
+# cache puts the logs into that archive
+if overlap "$OUT_DIR" "$CACHE"; then
+  echo "error: OUT_DIR $OUT_DIR and OELLM_KERNEL_CACHE $CACHE overlap (the end packs and deletes OUT_DIR's contents," \
+       "then archives the cache); give OUT_DIR outside OELLM_KERNEL_CACHE and apart from it" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root

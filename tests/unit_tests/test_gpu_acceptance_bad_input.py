@@ -1,6 +1,7 @@
 """``tools/gpu_acceptance.sh`` given a machine or folders it cannot work with: no CUDA device (every GPU test skipped,
 pytest returning 0, the acceptance passing), relative ``OELLM_WORK`` / ``OELLM_KERNEL_CACHE`` (read after the script
-moved to the repository root), an OUT_DIR inside ``OELLM_WORK`` (deleted by a stage, the script exiting 0)."""
+moved to the repository root), an OUT_DIR inside ``OELLM_WORK`` (deleted by a stage, the script exiting 0) or
+overlapping ``OELLM_KERNEL_CACHE`` (the cache packed into the logs and deleted)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,20 @@ def test_an_out_dir_overlapping_the_work_folder_is_refused(tmp_path: Path, out: 
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"error: OUT_DIR {out_dir.resolve()} and OELLM_WORK {work_dir.resolve()} overlap ")
     assert calls == [] and not out_dir.exists() and not work_dir.exists()
+
+
+@pytest.mark.parametrize(("out", "cache"), [("cache", "cache"), ("out", "out/cache"), ("cache/tilelang/out", "cache")])
+def test_an_out_dir_overlapping_the_kernel_cache_is_refused(tmp_path: Path, out: str, cache: str) -> None:
+    """``OELLM_KERNEL_CACHE=$OUT_DIR/cache``: the end packed the cache into logs.tar.xz and deleted it before making
+    kernel-cache.tar.xz, and the script exited 0; an OUT_DIR in the cache put the logs into that archive."""
+    out_dir, cache_dir = tmp_path / out, tmp_path / cache
+    stages = random.choice(["tests", "bench", "train,resume"])
+    done, calls = run_acceptance(tmp_path, out_dir, stages, environment={"OELLM_KERNEL_CACHE": str(cache_dir)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: OUT_DIR {out_dir.resolve()} and OELLM_KERNEL_CACHE {cache_dir.resolve()} overlap "
+                           "(the end packs and deletes OUT_DIR's contents, then archives the cache); give OUT_DIR "
+                           "outside OELLM_KERNEL_CACHE and apart from it\n")
+    assert calls == [] and not out_dir.exists() and not cache_dir.exists()
 
 
 def test_a_missing_summary_fails_the_acceptance(tmp_path: Path) -> None:
