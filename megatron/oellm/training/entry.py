@@ -289,10 +289,11 @@ def launcher_world_size() -> int:
     return int(given)
 
 
-def check_gpu_node() -> None:
+def check_gpu_node(world_size: int) -> None:
     """Raise ``ValueError`` when torch sees no CUDA GPU here (a login node, a CPU build of torch, no GPU visible): the
     one place that tells a GPU node from another node. :func:`main` asks it first and, on another node, checks the
-    command line as far as a CPU can before it prints this error, which says so.
+    command line as far as a CPU can before it prints this error, which says so. ``world_size`` is the launcher's
+    (:func:`launcher_world_size`, which :func:`main` read once): the error names the one the validation ran on.
 
     megatron's ``validate_args`` asks the GPU for its compute capability on most command lines and training needs
     one, so on a CPU machine every command line was refused as "Torch not compiled with CUDA enabled", which hid the
@@ -309,7 +310,7 @@ def check_gpu_node() -> None:
            f"torch {torch.__version__} sees no GPU: check the driver and CUDA_VISIBLE_DEVICES; `oellm doctor` tells")
     raise ValueError(f"the training entry needs a GPU node, and this node has no CUDA GPU ({why}); the command line "
                      "passed the checks that can run here: megatron's validate_args as rank 0 of "
-                     f"WORLD_SIZE={launcher_world_size()} (the launcher's, else 1: export the job's GPU count to check "
+                     f"WORLD_SIZE={world_size} (the launcher's, else 1: export the job's GPU count to check "
                      "its parallel sizes), answered as the cluster's Hopper GPUs and their Transformer Engine "
                      "(--oellm-backend auto resolves to it), then the entry's checks of the data, batch grid, parallel "
                      "layout, --save, checkpoints, model configuration and lr schedule; the GPU node's Transformer "
@@ -336,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         return refuse(error)
     try:
-        check_gpu_node()
+        check_gpu_node(world_size)
         no_gpu = None
     except ValueError as error:
         no_gpu = error  # refused once the checks that can run without a GPU have passed

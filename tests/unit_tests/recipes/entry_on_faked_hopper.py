@@ -30,7 +30,7 @@ def main() -> int:
     megatron.training.pretrain = _reached
     from megatron.oellm.training import entry
 
-    entry.check_gpu_node = lambda: None
+    entry.check_gpu_node = lambda _world_size: None
     return entry.main(sys.argv[1:])
 
 

@@ -84,7 +84,7 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
         raise Reached
 
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
-    monkeypatch.setattr(entry, "check_gpu_node", lambda: None)  # the GPU megatron's validation would ask
+    monkeypatch.setattr(entry, "check_gpu_node", lambda _world_size: None)  # the GPU megatron's validation would ask
     monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
     monkeypatch.setattr(entry, "flops_and_peak", reached)
     monkeypatch.setattr(entry, "training_config", reached)  # megatron's container needs validated arguments

@@ -161,7 +161,36 @@ def test_the_checks_before_validation_still_refuse_first(monkeypatch: pytest.Mon
 
 def test_a_gpu_node_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    check_gpu_node()
+    check_gpu_node(random.choice([1, 2, 4, 8]))
+
+
+def test_the_refusal_names_the_world_size_the_entry_read_once(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``check_gpu_node`` read ``WORLD_SIZE`` from the environment again, though :func:`main` had read it for the
+    validation: one value, read once, is the one the validation ran on and the refusal names."""
+    entry = entry_on_a_cpu_node(monkeypatch)
+    world = random.choice([2, 4, 8])
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    reads = []
+    read_world_size = entry.launcher_world_size
+
+    def counted_read() -> int:
+        reads.append(world)
+        return read_world_size()
+
+    monkeypatch.setattr(entry, "launcher_world_size", counted_read)
+    line = refused_line(entry, capsys, _tiny_run(global_batch=world * random.randint(1, 4)))
+    assert f"validate_args as rank 0 of WORLD_SIZE={world} (" in line and PASSED in line, line
+    assert reads == [world]
+
+
+def test_the_gpu_node_check_names_the_world_size_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the environment's: a ``WORLD_SIZE`` exported here is not the one the caller validated on."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    given, exported = random.sample([2, 4, 8, 16], 2)
+    monkeypatch.setenv("WORLD_SIZE", str(exported))
+    with pytest.raises(ValueError, match=f"rank 0 of WORLD_SIZE={given} \\(the launcher's"):
+        check_gpu_node(given)
 
 
 def test_megatrons_training_configuration_is_built(monkeypatch: pytest.MonkeyPatch,
