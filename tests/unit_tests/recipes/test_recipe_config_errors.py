@@ -54,6 +54,24 @@ def test_a_multi_line_title_or_label_stays_in_the_comment(tmp_path, where):
     assert subprocess.run(["bash", "-n"], input=script.encode(), check=False).returncode == 0
 
 
+@pytest.mark.parametrize("where", ["title", "label"])
+def test_the_header_comment_joins_a_title_or_label_as_refusals_join_a_message(tmp_path, where):
+    """The header's title and label are :func:`~megatron.oellm.error_lines.one_line`'s joining of them, the one the
+    refusals use: line breaks (and the blanks around them) become one space, spacing within a line stays (the
+    script's own copy of the helper collapsed ``a  b`` to ``a b``)."""
+    words = [f"w{random.randrange(10**6)}" for _ in range(4)]
+    text = f'"""{words[0]}  {words[1]}\t{words[2]} \r\n  {words[3]}"""'
+    if where == "title":
+        config = _config(tmp_path, f"title = {text}\n{ROW}")
+    else:
+        config = _config(tmp_path, f'title = "t"\n{ROW}label = {text}\n')
+    recipe = load_recipe(config)
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    joined = f"{words[0]}  {words[1]}\t{words[2]} {words[3]}"
+    expected = f"# {joined}: row 1" if where == "title" else f"# t: row 1 ({joined})"
+    assert script.splitlines()[1].startswith(expected + ", 8 nodes x "), script.splitlines()[1]
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("master_port", 0, "master_port must be a TCP port (1..65535)"),
     ("master_port", random.randrange(65536, 10**6), "master_port must be a TCP port (1..65535)"),
