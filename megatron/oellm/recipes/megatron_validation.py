@@ -173,13 +173,16 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
 
 def pad_vocab_as_megatron(args: argparse.Namespace) -> None:
     """Set validated ``args``' ``padded_vocab_size``, where megatron has not (it does when it builds the tokenizer,
-    after its validation), to ``--vocab-size`` padded as megatron pads it (a vocabulary of 1 without one: the
-    tokenizer's is not known before it is built), for the card the checks after validation read from ``args``."""
+    after its validation), for the card the checks after validation read from ``args``: the embedding rows the GPU
+    node will build where ``args`` tell them (:func:`~megatron.oellm.training.data_sources.embedded_vocabulary`: a
+    tokenizer whose vocabulary is ``--vocab-size``, with the rows it adds), else a stand-in, ``--vocab-size`` (1
+    without one) padded as megatron pads it: that tokenizer's vocabulary is not known before it is built."""
     from megatron.oellm.flops import megatron_padded_vocab
+    from megatron.oellm.training.data_sources import embedded_vocabulary
 
-    if args.padded_vocab_size is None:
-        args.padded_vocab_size = megatron_padded_vocab(args.vocab_size or 1, args.tensor_model_parallel_size,
-                                                       args.make_vocab_size_divisible_by)
+    embedded = embedded_vocabulary(args)
+    args.padded_vocab_size = embedded if embedded is not None else megatron_padded_vocab(
+        args.vocab_size or 1, args.tensor_model_parallel_size, args.make_vocab_size_divisible_by)
 
 
 def parse_and_validate_on_cluster(world_size: int, *,

@@ -414,6 +414,27 @@ def test_the_torch_backend_stays_torch_off_a_gpu_node(monkeypatch, capsys):
     assert "--oellm-backend torch resolves to the torch backend, which needs --transformer-impl local" in line, line
 
 
+def test_the_vocabulary_stand_in_is_the_embedded_vocabulary_where_the_arguments_tell_it():
+    """megatron-core's null multimodal tokenizer has ``--vocab-size`` + 1 rows (its end-of-document token), which the
+    GPU node pads; the stand-in, padded on its own beside ``embedded_vocabulary``, padded ``--vocab-size`` alone: a
+    multiple of the divisor x TP short there. A tokenizer that gives its own vocabulary keeps the stand-in."""
+    import argparse
+
+    from megatron.oellm.recipes.megatron_validation import pad_vocab_as_megatron
+
+    tp, divisor = random.choice([1, 2, 4]), random.choice([64, 128])
+    vocab = divisor * tp * random.randint(2, 400)
+    args = argparse.Namespace(padded_vocab_size=None, vocab_size=vocab, tokenizer_type="NullMultimodalTokenizer",
+                              tensor_model_parallel_size=tp, make_vocab_size_divisible_by=divisor)
+    pad_vocab_as_megatron(args)
+    assert args.padded_vocab_size == vocab + divisor * tp
+    args = argparse.Namespace(padded_vocab_size=None, vocab_size=vocab + random.randint(1, divisor * tp - 1),
+                              tokenizer_type="HuggingFaceTokenizer", tensor_model_parallel_size=tp,
+                              make_vocab_size_divisible_by=divisor)
+    pad_vocab_as_megatron(args)
+    assert args.padded_vocab_size == vocab + divisor * tp
+
+
 def test_the_vocabulary_stand_in_keeps_a_padded_vocabulary_and_pads_one_row_without_a_vocab_size():
     """A ``padded_vocab_size`` already set (a checkpoint's) is kept; without ``--vocab-size`` the stand-in is one row
     padded to ``--make-vocab-size-divisible-by`` x TP, as megatron pads."""
