@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -136,22 +137,23 @@ class WatchedStdout:
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
-        self.failed = False
+        self.error: OSError | None = None
+        """The first error writing to the stream raised; kept, as argparse's ``--help`` swallows it."""
 
     def write(self, text: str) -> int:
         """Write ``text`` to the stream, noting a failure."""
         try:
             return self.stream.write(text)
-        except OSError:
-            self.failed = True
+        except OSError as error:
+            self.error = self.error or error
             raise
 
     def flush(self) -> None:
         """Flush the stream, noting a failure."""
         try:
             self.stream.flush()
-        except OSError:
-            self.failed = True
+        except OSError as error:
+            self.error = self.error or error
             raise
 
     def __getattr__(self, name: str) -> object:
@@ -171,13 +173,40 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
+def _output_error(stdout: WatchedStdout) -> OSError | None:
+    """The error that kept what was written to ``stdout`` from being written (a write failed, or flushing what is
+    left does); None where all of it was. argparse's ``--help`` and ``--version`` ignore an ``OSError`` of their write and exit 0, so ``oellm --help
+    > /dev/full`` lost the help text silently (or, once buffered, at the interpreter's final flush)."""
+    with contextlib.suppress(OSError):  # the failure is noted in stdout.error
+        stdout.flush()
+    return stdout.error
+
+
+def _named_command(argv: list[str] | None) -> str:
+    """``oellm COMMAND`` for the subcommand ``argv`` (the process's arguments where None) names, ``oellm`` for
+    none: the name of an error line before the arguments are parsed whole (``oellm plan --help``)."""
+    command = _chosen_command(sys.argv[1:] if argv is None else argv)
+    return f"oellm {command}" if command else "oellm"
+
+
+def _unwritable_stdout_status(command: str, error: OSError) -> int:
+    """The exit status of ``command`` whose output to stdout failed with ``error``, stdout pointed at ``/dev/null``:
+    :data:`SIGPIPE_EXIT_STATUS` for a reader that stopped early, else 1 after one error line on stderr."""
+    _discard_stdout()
+    if isinstance(error, BrokenPipeError):
+        return SIGPIPE_EXIT_STATUS
+    print(f"{command}: error: cannot write the output to stdout: {error.strerror or error}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``oellm`` console script; returns the exit status.
 
     A reader that stops early (``| head``, ``| grep -q``) ends the command quietly with status 141 instead of a
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
-    again. Output that cannot be written (``--json > /dev/full``: no space left) ends it with one ``oellm COMMAND:
-    error: cannot write the output to stdout`` line on stderr and status 1 instead of a traceback. Ctrl-C that
+    again. Output that cannot be written (``--json`` or ``--help > /dev/full``: no space left) ends it with one
+    ``oellm COMMAND: error: cannot write the output to stdout`` line on stderr and status 1 instead of a traceback
+    (or, for ``--help``, argparse's silent status 0). Ctrl-C that
     reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends it with one
     ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that cleans up on
     Ctrl-C (``convert`` removes its partial output) does so first and reports it itself. A subcommand
@@ -195,15 +224,18 @@ def main(argv: list[str] | None = None) -> int:
         return commands.refuse(error.command, f"cannot load this command: {error}; reinstall the package it names, "
                                "or take a broken copy of it off PYTHONPATH (`python3 -m pip check` names broken "
                                "requirements)", status=1)
+    except SystemExit:  # --help, --version, a usage error: argparse prints and exits, ignoring a failed write
+        lost = _output_error(stdout)
+        if lost is None:
+            raise
+        return _unwritable_stdout_status(_named_command(argv), lost)
     except BrokenPipeError:
         _discard_stdout()
         return SIGPIPE_EXIT_STATUS
     except OSError as error:
-        if not stdout.failed:
+        if stdout.error is None:
             raise
-        _discard_stdout()
-        print(f"{command}: error: cannot write the output to stdout: {error.strerror or error}", file=sys.stderr)
-        return 1
+        return _unwritable_stdout_status(command, error)
     except KeyboardInterrupt:
         print(f"{command}: error: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT_STATUS

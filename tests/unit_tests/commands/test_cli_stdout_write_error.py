@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.cli import main
+from megatron.oellm.cli import SIGPIPE_EXIT_STATUS, main
 from megatron.oellm.commands import models
 
 REPO = Path(__file__).resolve().parents[3]
@@ -55,3 +55,26 @@ def test_a_stdout_write_error_is_reported_and_another_files_is_raised(monkeypatc
     monkeypatch.setattr(models, "run", fails_on_its_own_file)
     with pytest.raises(OSError, match="checkpoint.pt"):
         main(["models"])
+
+
+@pytest.mark.parametrize(("argv", "named"), [(["--help"], "oellm"), (["--version"], "oellm"),
+                                             (["models", "--help"], "oellm models")])
+def test_help_to_a_full_disk_is_one_error_line(argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """argparse ignores an ``OSError`` writing ``--help`` or ``--version`` and exits 0: the text was lost silently."""
+    monkeypatch.setattr(sys, "stdout", FullStdout())
+    assert main(argv) == 1
+    assert capsys.readouterr().err == f"{named}: error: cannot write the output to stdout: {os.strerror(errno.ENOSPC)}\n"
+
+
+class ClosedPipeStdout(io.StringIO):
+    """A stdout whose reader has gone (``oellm --help | head -c0``)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def test_help_to_a_closed_pipe_is_quiet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(sys, "stdout", ClosedPipeStdout())
+    assert main(["--help"]) == SIGPIPE_EXIT_STATUS
+    assert capsys.readouterr().err == ""
