@@ -128,7 +128,7 @@ def test_plan_command_refuses_an_empty_or_negative_world(nodes, gpus_per_node, c
 
 
 @pytest.mark.parametrize("option, message", [("--seq-length", "seq_length must be positive, got 0"),
-                                             ("--padded-vocab", "vocab_size must be positive, got 0")])
+                                             ("--padded-vocab", "--padded-vocab 0: megatron pads")])
 def test_plan_command_does_not_drop_a_zero_override(option, message, capsys):
     from megatron.oellm.cli import main
 
@@ -173,7 +173,11 @@ def test_plan_command_pads_the_vocabulary_to_128_x_tp_as_megatron(capsys):
     extra_rows_per_gpu = (152064 - 151936) // 2
     assert report["ranks"][0]["dense_params"] == unpadded.ranks[0].dense_params + extra_rows_per_gpu * 4096
     assert report["flops"]["breakdown"]["logits"] == pytest.approx(3 * 2 * 4096 * 152064 / 1e9)
-    assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", *layout, "--padded-vocab", "151936", "--json"]) == 0
+    jupiter_divisor = ["--make-vocab-size-divisible-by", "1187"]  # the Jupiter recipe's: 151,936 at TP2
+    assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", *layout, *jupiter_divisor, "--padded-vocab", "151936",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"][0]["dense_params"] == unpadded.ranks[0].dense_params
+    assert main(["plan", "qwen3-235b-a22b", "--nodes", "64", *layout, *jupiter_divisor, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ranks"][0]["dense_params"] == unpadded.ranks[0].dense_params
 
 
@@ -217,17 +221,39 @@ def test_one_gpu_holds_18_bytes_per_parameter_and_the_table_prints_gib():
 def test_plan_command_refuses_a_padded_vocabulary_that_does_not_split_over_tp(capsys):
     """megatron-core splits the embedding and output rows evenly over TP and refuses any other vocabulary while it
     builds the model; the plan printed floor-divided per-GPU counts for such a ``--padded-vocab``. The accepted
-    vocabulary is 2 mod 4: it splits over TP 2, not over EP 4, so a check against another size than TP fails here."""
+    vocabulary is 2 mod 4: it splits over TP 2, not over EP 4, so a check against another size than TP fails here
+    (at --make-vocab-size-divisible-by 1, where megatron pads to a multiple of TP alone)."""
     import random
 
     from megatron.oellm.cli import main
 
     odd = 4 * random.randrange(50_000, 100_000) + 1
-    layout = ["--tp", "2", "--sp", "--ep", "4"]
+    layout = ["--tp", "2", "--sp", "--ep", "4", "--make-vocab-size-divisible-by", "1"]
     assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd)]) == 2
     err = capsys.readouterr().err
-    assert f"vocabulary {odd} is not divisible by tp (2)" in err and "--padded-vocab" in err
+    assert f"--padded-vocab {odd}: " in err and "a positive multiple of 2;" in err
     assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd + 1)]) == 0
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_plan_command_refuses_a_padded_vocabulary_megatron_cannot_pad_to(tp, capsys):
+    """``--padded-vocab`` is a vocabulary megatron padded: a multiple of --make-vocab-size-divisible-by (128 by
+    default) x TP. One that is not (``--padded-vocab 7``) was planned silently; one below the card's vocabulary that
+    is (the byte tokenizer's 384 at TP 1) is the run's tokenizer, not a mistake."""
+    from megatron.oellm.cli import main
+
+    multiple = 128 * tp
+    layout = ["--tp", str(tp), "--sp"] if tp > 1 else []
+    unpadded = multiple * random.randrange(1, 2000) + tp * random.randrange(1, 128)  # splits over TP all the same
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--padded-vocab", str(unpadded)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--padded-vocab {unpadded}: " in err
+    assert f"a positive multiple of {multiple};" in err and f"is {-(-unpadded // multiple) * multiple})" in err
+    divisor_one = ["--make-vocab-size-divisible-by", "1"]  # megatron pads to a multiple of TP alone
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--padded-vocab", str(unpadded), *divisor_one]) == 0
+    capsys.readouterr()
+    small = multiple * random.randrange(1, 10)  # below the card's 151,936: a tokenizer of its own
+    assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--padded-vocab", str(small)]) == 0
 
 
 @pytest.mark.parametrize("etp_flags", [[], ["--etp", "1"]])
@@ -265,7 +291,7 @@ def test_plan_counts_logits_over_the_given_padded_vocabulary_not_a_re_padded_one
     vocab = _random_padded_vocab(8)
     seq = random.choice([1024, 2048, 4096])
     common = ["--seq-length", str(seq), "--padded-vocab", str(vocab), "--json"]
-    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", *common]) == 0
+    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", "--make-vocab-size-divisible-by", "8", *common]) == 0
     planned = json.loads(capsys.readouterr().out)["flops"]
     assert cli.main(["flops", "qwen3-30b-a3b", *common]) == 0
     counted = json.loads(capsys.readouterr().out)

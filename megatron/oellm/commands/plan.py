@@ -13,6 +13,7 @@ from typing import Any
 
 from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.commands import int_at_least, refuse
+from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
 from megatron.oellm.models.parallel import (
     HYBRID_STAGES,
     ParallelLayout,
@@ -75,8 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="samples per forward/backward pass on one GPU, as Megatron's --micro-batch-size; "
                              "with --global-batch-size")
     parser.add_argument("--padded-vocab", type=int, default=None,
-                        help="the run tokenizer's vocabulary as megatron pads it, e.g. 384 for the recipes' "
-                             "--tokenizer-model byte at TP 1 (default: the card's padded to a multiple of 128 x TP)")
+                        help="the run tokenizer's vocabulary as megatron pads it, a positive multiple of "
+                             "--make-vocab-size-divisible-by x TP (it may be below the card's), e.g. 384 for the "
+                             "recipes' --tokenizer-model byte at TP 1 (default: the card's padded to that multiple)")
+    parser.add_argument("--make-vocab-size-divisible-by", type=int_at_least(1), default=MEGATRON_VOCAB_DIVISOR,
+                        metavar="N", help="as Megatron's flag: it pads the vocabulary to a multiple of N x TP "
+                                          f"(default {MEGATRON_VOCAB_DIVISOR}, Megatron's and the recipes')")
     parser.add_argument("--gpu-memory-gib", metavar="GIB", default=None,
                         help="memory of one GPU in GiB (2**30 bytes): nvidia-smi's memory.total in MiB / 1024 "
                              "(NVIDIA's 'GB' are close to GiB, not 10**9 bytes: an H100 80GB reports 81559 MiB, "
@@ -89,6 +94,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--hybrid-layer-pattern a hybrid model's run needs at PP > 1 ('|' between its stages; "
                              "null otherwise); with the batch options also global_batch_size, micro_batch_size, "
                              "micro_batches_per_step")
+
+
+def check_padded_vocab(padded_vocab: int, tp: int, divisor: int) -> None:
+    """Raise :class:`ParallelLayoutError` in one line unless megatron can pad a tokenizer's vocabulary to
+    ``padded_vocab`` at tensor-parallel size ``tp`` and ``--make-vocab-size-divisible-by`` ``divisor``: it rounds the
+    vocabulary up to a multiple of ``divisor`` x ``tp``, so only a positive multiple of that is one. It may be below
+    the card's own vocabulary (the run's tokenizer is not the card's: the recipes' byte tokenizer pads to 384). A
+    ``tp`` below 1 is left for the layout's own check."""
+    multiple = divisor * tp
+    if tp >= 1 and (padded_vocab < 1 or padded_vocab % multiple):
+        nearest = megatron_padded_vocab(max(padded_vocab, 1), tp, divisor)
+        raise ParallelLayoutError(
+            f"--padded-vocab {padded_vocab}: megatron pads the tokenizer's vocabulary up to a multiple of "
+            f"--make-vocab-size-divisible-by ({divisor}) x TP ({tp}) = {multiple}, so a padded vocabulary is a "
+            f"positive multiple of {multiple}; give the run's padded vocabulary (its log's 'padded vocab ... new "
+            f"size'; the multiple at or above {padded_vocab} is {nearest}), and the run's "
+            "--make-vocab-size-divisible-by where it sets one")
 
 
 def check_hybrid_stage_options(card: ModelCard, args: argparse.Namespace) -> None:
@@ -169,8 +191,6 @@ def run(args: argparse.Namespace) -> int:
     """Build, validate and print the plan; exit 2 with the reason on stderr on a bad model or layout (stdout, which
     ``--json`` users redirect to a file, holds the plan only); with ``--gpu-memory-gib``, exit 1 after the plan when
     a pipeline rank's static state alone does not fit the GPU."""
-    from megatron.oellm.flops import megatron_padded_vocab
-
     gpu_gib = None
     if args.gpu_memory_gib is not None:
         try:
@@ -187,10 +207,12 @@ def run(args: argparse.Namespace) -> int:
         if args.nodes < 1 or args.gpus_per_node < 1:
             raise ParallelLayoutError(f"--nodes {args.nodes} x --gpus-per-node {args.gpus_per_node}: both must be >= 1")
         card = get_card(args.model)
+        divisor = args.make_vocab_size_divisible_by
         if args.padded_vocab is not None:
+            check_padded_vocab(args.padded_vocab, args.tp, divisor)
             card = card.with_vocab(args.padded_vocab)
-        elif args.tp >= 1:  # Megatron pads the vocabulary to 128 x TP (tp < 1 is refused by the layout check below)
-            card = card.with_vocab(megatron_padded_vocab(card.vocab_size, args.tp))
+        elif args.tp >= 1:  # Megatron pads the vocabulary to N x TP (tp < 1 is refused by the layout check below)
+            card = card.with_vocab(megatron_padded_vocab(card.vocab_size, args.tp, divisor))
         if args.seq_length is not None:
             card = dataclasses.replace(card, seq_length=args.seq_length)
         check_hybrid_stage_options(card, args)
