@@ -55,3 +55,24 @@ def test_a_log_the_system_cannot_read_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(Path, "open", open_)
     assert main(["table", good, bad]) == 2
     assert capsys.readouterr().err.strip().endswith(f"error: log {bad!r} cannot be read (Input/output error)")
+
+
+def test_a_plot_through_a_symlink_loop_is_refused_before_any_log_is_read(tmp_path, monkeypatch, capsys):
+    """``--plot fig.png`` where ``fig.png -> fig.png`` passed the checks as a new file: the logs were read, the table
+    printed, and the image replaced the looping link."""
+    pytest.importorskip("matplotlib")
+    from megatron.oellm.commands import table
+
+    logs = [_log(tmp_path / f"slurm-{nodes}.out", nodes) for nodes in (8, 16)]
+    plot = tmp_path / "fig.png"
+    plot.symlink_to(plot.name)
+
+    def no_read(path: str) -> None:
+        raise AssertionError(f"{path} read before the --plot path was checked")
+
+    monkeypatch.setattr(table, "read_log", no_read)
+    assert main(["table", *logs, "--plot", str(plot)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"--plot {str(plot)!r} cannot be resolved: it goes through a symlink loop" in captured.err
+    assert plot.is_symlink() and plot.readlink() == Path(plot.name)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from megatron.oellm.paths import replace_atomically
+from megatron.oellm.paths import replace_atomically, symlink_loop
 from megatron.oellm.scaling_table.rows import ScalingRow, TableError
 from megatron.oellm.scaling_table.summary import series_of, varying_settings
 
@@ -63,13 +64,18 @@ def check_plot_path(path: str) -> None:
     it writes (it picks the format from the extension, and without one it writes ``path + ".png"``, replacing a file
     the user never named; an unknown one, e.g. a log's ``.out``, ends in its ValueError) and ``path`` is no folder.
     A symlink's target must have an image extension too: the image replaces the target, and a link named ``fig.png``
-    to ``notes.txt`` wrote PNG bytes into the notes. Its folder must exist and be writable, checked before any log is
+    to ``notes.txt`` wrote PNG bytes into the notes; a loop of symbolic links (``fig.png -> fig.png``) is refused
+    (it was taken for a new file, and the image replaced the link). Its folder must exist and be writable, checked before any log is
     read, as the other checks are. Needs matplotlib (the ``plot`` extra)."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         raise TableError("--plot needs matplotlib: pip install 'megatron-oellm[plot]' (or pip install "
                          "matplotlib)") from None
+    loop = symlink_loop(Path(path))
+    if loop is not None:  # else taken for a new file: the image replaced the looping link
+        raise TableError(f"--plot {path!r} cannot be resolved: it goes through a symlink loop ({loop.strerror}); "
+                         "point the link at an image file, or name another")
     if os.path.isdir(path):
         raise TableError(f"--plot {path!r} is a folder; name the image file, e.g. {os.path.join(path, 'scaling.png')}")
     folder = os.path.dirname(os.path.realpath(path))  # where the image is written (beside a symlink's target)
