@@ -3,7 +3,8 @@
 A recipe is a model card name (plus a vocabulary override), a parallel layout, the training settings as Megatron
 flags, the cluster settings, the fitted-down ``--local`` settings and the table's rows (nodes, batch sizes and
 per-row overrides). Configs live beside their ``examples/oellm/*.sh`` wrappers; a config may ``extends`` a base
-config (a path relative to itself) whose tables it deep-merges over, so the tables of one report share one base
+config (a path relative to the real config file's folder, links followed) whose tables it deep-merges over, so the
+tables of one report share one base
 (:mod:`megatron.oellm.recipes.toml_loading` reads the files).
 Pure Python: no torch, no megatron-core.
 """

@@ -31,9 +31,15 @@ SettingsT = TypeVar("SettingsT")
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Read a recipe TOML file (following ``extends``) and build the :class:`Recipe`; errors name the file."""
+    """Read a recipe TOML file (following ``extends``) and build the :class:`Recipe`; errors name the file. The file
+    may be a pipe (``oellm recipe <(sed ... X.toml)``, read as ``/dev/fd/N``), whose config then sets its ``name``:
+    the recipe is named after its file otherwise, and its runs' folder and job names after the recipe."""
     path = Path(path)
     data = _read_with_bases(path, seen=())
+    if path.is_fifo() and "name" not in data:
+        raise RecipeError(f"recipe config {path} is a pipe, and its name {path.stem!r} names no recipe (the runs' "
+                          "folder and job names come from it); set name = \"...\" in the config, or name the "
+                          "config file")
     try:
         return _build(path.stem, data)
     except RecipeError as err:  # the merged recipe's own checks name the key; the file they came from is this one
@@ -56,9 +62,9 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         configs = sorted(item.name for item in path.glob("*.toml") if not item.name.startswith("_"))
         found = f"one of its configs: {', '.join(configs)}" if configs else "a config; it holds no .toml recipe"
         raise RecipeError(f"recipe config {path} is a folder; name {found}")
-    if path.exists() and not path.is_file():
+    if path.exists() and not (path.is_file() or path.is_fifo()):  # a pipe ends, a device may read forever
         raise RecipeError(f"recipe config {path} {NOT_REGULAR_FILE}; name a .toml recipe config")
-    if not path.is_file():
+    if not path.exists():
         raise RecipeError(f"recipe config {path} does not exist; {_shipped_config_hint(path)}")
     try:
         text = path.read_text(encoding="utf-8")  # TOML is UTF-8, whatever the locale
@@ -82,7 +88,11 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not base.strip():
         raise RecipeError(f"{path}: extends = {base!r} is empty; give the base config's path relative to this file, "
                           "or drop the key")
-    base_path = path.parent / base
+    if path.is_fifo() and not Path(base).is_absolute():
+        raise RecipeError(f"{path}: extends = {base!r} is relative, but this config is read from a pipe, which has no "
+                          "folder to resolve it against; give the base config's absolute path, or name the config "
+                          "file")
+    base_path = resolved.parent / base  # beside the real file: a link to a config elsewhere still finds its base
     _resolved_config(base_path, f"{path}: extends = {base!r}, but the base config {base_path}")  # names the extends
     if not base_path.is_file():
         raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} {_not_a_file(base_path)}; "
