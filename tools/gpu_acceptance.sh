@@ -24,7 +24,7 @@
 #   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
 #   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train, resume and interrupt
 #   stages, deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make
-#   is refused). Relative paths are read from the folder the script is called from.
+#   is refused; apart from OELLM_KERNEL_CACHE). Relative paths are read from the folder the script is called from.
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). On an 80 GB H100, tests,train,interrupt together ran the train
@@ -119,6 +119,13 @@ fi
 if overlap "$OUT_DIR" "$CACHE"; then
   echo "error: OUT_DIR $OUT_DIR and OELLM_KERNEL_CACHE $CACHE overlap (the end packs and deletes OUT_DIR's contents," \
        "then archives the cache); give OUT_DIR outside OELLM_KERNEL_CACHE and apart from it" >&2
+  exit 2
+fi
+# the stages delete runs/, short/, interrupt/ and corpus/ in WORK (a cache there goes with them), and a WORK in the
+# cache is archived with it at the end
+if overlap "$CACHE" "$WORK"; then
+  echo "error: OELLM_KERNEL_CACHE $CACHE and OELLM_WORK $WORK overlap (the stages delete and rebuild folders in" \
+       "OELLM_WORK, and the end archives the cache); give them apart" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root

@@ -1,7 +1,8 @@
 """``tools/gpu_acceptance.sh`` given a machine or folders it cannot work with: no CUDA device (every GPU test skipped,
 pytest returning 0, the acceptance passing), relative ``OELLM_WORK`` / ``OELLM_KERNEL_CACHE`` (read after the script
 moved to the repository root), an OUT_DIR inside ``OELLM_WORK`` (deleted by a stage, the script exiting 0) or
-overlapping ``OELLM_KERNEL_CACHE`` (the cache packed into the logs and deleted)."""
+overlapping ``OELLM_KERNEL_CACHE`` (the cache packed into the logs and deleted), and a cache overlapping
+``OELLM_WORK`` (deleted by a stage)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,21 @@ def test_an_out_dir_overlapping_the_kernel_cache_is_refused(tmp_path: Path, out:
                            "(the end packs and deletes OUT_DIR's contents, then archives the cache); give OUT_DIR "
                            "outside OELLM_KERNEL_CACHE and apart from it\n")
     assert calls == [] and not out_dir.exists() and not cache_dir.exists()
+
+
+@pytest.mark.parametrize(("cache", "work"), [("same", "same"), ("work/runs/cache", "work"), ("cache", "cache/work")])
+def test_a_kernel_cache_overlapping_the_work_folder_is_refused(tmp_path: Path, cache: str, work: str) -> None:
+    """``OELLM_KERNEL_CACHE=$OELLM_WORK/runs/cache``: the train stage's ``rm -rf $WORK/runs`` deleted the cache it was
+    using; a work folder in the cache put the corpora and checkpoints into kernel-cache.tar.xz."""
+    cache_dir, work_dir, out_dir = tmp_path / cache, tmp_path / work, tmp_path / "out"
+    stages = random.choice(["tests", "train", "resume,interrupt"])
+    done, calls = run_acceptance(tmp_path, out_dir, stages,
+                                 environment={"OELLM_KERNEL_CACHE": str(cache_dir), "OELLM_WORK": str(work_dir)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: OELLM_KERNEL_CACHE {cache_dir.resolve()} and OELLM_WORK {work_dir.resolve()} "
+                           "overlap (the stages delete and rebuild folders in OELLM_WORK, and the end archives the "
+                           "cache); give them apart\n")
+    assert calls == [] and not cache_dir.exists() and not work_dir.exists()
 
 
 def test_a_missing_summary_fails_the_acceptance(tmp_path: Path) -> None:
