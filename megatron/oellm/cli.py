@@ -12,8 +12,10 @@ import argparse
 import ast
 import contextlib
 import difflib
+import errno
 import importlib
 import importlib.util
+import io
 import os
 import pkgutil
 import re
@@ -160,6 +162,16 @@ class WatchedStdout:
         return getattr(self.stream, name)
 
 
+class ClosedStdout(io.TextIOBase):
+    """Stands in for the ``None`` Python makes ``sys.stdout`` when the process started with it closed (``oellm ...
+    >&-``): a write fails as one to a closed descriptor does, so the output is reported lost (one error line, status
+    1) instead of ``print`` dropping it silently or the stdout wrapper failing with an ``AttributeError``."""
+
+    def write(self, text: str) -> int:
+        """Fail as a write to a closed file descriptor does."""
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
 def _discard_stdout() -> None:
     """Point stdout at ``/dev/null``, so that the interpreter's final flush of output that cannot be written does not
     raise again (a second error, printed after the command's own line). A stdout with no file descriptor (a
@@ -175,8 +187,9 @@ def _discard_stdout() -> None:
 
 def _output_error(stdout: WatchedStdout) -> OSError | None:
     """The error that kept what was written to ``stdout`` from being written (a write failed, or flushing what is
-    left does); None where all of it was. argparse's ``--help`` and ``--version`` ignore an ``OSError`` of their write and exit 0, so ``oellm --help
-    > /dev/full`` lost the help text silently (or, once buffered, at the interpreter's final flush)."""
+    left does); None where all of it was. argparse's ``--help`` and ``--version`` ignore an ``OSError`` of their
+    write and exit 0, so ``oellm --help > /dev/full`` lost the help text silently (or, once buffered, at the
+    interpreter's final flush)."""
     with contextlib.suppress(OSError):  # the failure is noted in stdout.error
         stdout.flush()
     return stdout.error
@@ -206,14 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
     again. Output that cannot be written (``--json`` or ``--help > /dev/full``: no space left) ends it with one
     ``oellm COMMAND: error: cannot write the output to stdout`` line on stderr and status 1 instead of a traceback
-    (or, for ``--help``, argparse's silent status 0). Ctrl-C that
-    reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends it with one
+    (or, for ``--help``, argparse's silent status 0). Ctrl-C that reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends it with one
     ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that cleans up on
     Ctrl-C (``convert`` removes its partial output) does so first and reports it itself. A subcommand
     whose module does not import (a broken package it needs) ends with one ``oellm COMMAND: error:`` line naming the
     failure and status 1."""
     command = "oellm"
-    stdout = sys.stdout = WatchedStdout(sys.stdout)
+    given_stdout = sys.stdout
+    stdout = sys.stdout = WatchedStdout(ClosedStdout() if given_stdout is None else given_stdout)
     try:
         args = parse_command_line(argv)
         command = f"oellm {args.command}"
@@ -241,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED_EXIT_STATUS
     finally:
         if sys.stdout is stdout:
-            sys.stdout = stdout.stream
+            sys.stdout = given_stdout
 
 
 if __name__ == "__main__":  # ``python -m megatron.oellm.cli``, beside the documented ``python -m megatron.oellm``

@@ -1,7 +1,8 @@
 """An ``oellm`` command whose output cannot be written (``oellm plan ... --json > /dev/full``: no space left on the
 disk) ends with one ``oellm COMMAND: error: cannot write the output to stdout`` line on stderr and status 1; only a
 ``BrokenPipeError`` was caught, so it ended in an ``OSError`` traceback (when printing, or when the interpreter
-flushed stdout at exit). An ``OSError`` of another file still reaches the caller."""
+flushed stdout at exit). An ``OSError`` of another file still reaches the caller. A closed stdout (``>&-``) is one
+such output."""
 
 from __future__ import annotations
 
@@ -20,17 +21,41 @@ from megatron.oellm.commands import models
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-@pytest.mark.parametrize("command", [["plan", "qwen3-30b-a3b", "--nodes", "1", "--json"], ["models"],
-                                     ["doctor", "--json"]])
-def test_output_to_a_full_disk_is_one_error_line(command: list[str]) -> None:
+def oellm_environment(buffered: bool) -> dict[str, str]:
+    """This process's environment with the checkout first on the path; ``PYTHONUNBUFFERED`` set (every write reaches
+    the descriptor at once, failing there) or removed (a short output fails only when flushed, as for most users)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTHONUNBUFFERED", None)
+    return env if buffered else {**env, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("command", [["plan", "qwen3-30b-a3b", "--nodes", "1", "--json"], ["models"],
+                                     ["doctor", "--json"], ["--help"]])
+def test_output_to_a_full_disk_is_one_error_line(command: list[str], buffered: bool) -> None:
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "megatron.oellm", *command], stdout=full, stderr=subprocess.PIPE,
-                              text=True, env=env, cwd=REPO, timeout=300, check=False)
+                              text=True, env=oellm_environment(buffered), cwd=REPO, timeout=300, check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.splitlines()[-1] == (f"oellm {command[0]}: error: cannot write the output to stdout: "
+    named = "oellm" if command[0].startswith("-") else f"oellm {command[0]}"
+    assert done.stderr.splitlines()[-1] == (f"{named}: error: cannot write the output to stdout: "
                                             "No space left on device"), done.stderr
+
+
+@pytest.mark.parametrize(("command", "status", "last_line"), [
+    (["models"], 1, "oellm models: error: cannot write the output to stdout: stdout is closed"),
+    (["--help"], 1, "oellm: error: cannot write the output to stdout: stdout is closed"),
+    (["plan"], 2, "oellm plan: error: the following arguments are required: model, --nodes")])
+def test_a_closed_stdout_is_one_error_line(command: list[str], status: int, last_line: str) -> None:
+    """Started with stdout closed (``oellm models >&-``), Python makes ``sys.stdout`` None: the stdout wrapper's flush
+    failed with an ``AttributeError`` traceback after a usage error, and ``print`` dropped a command's output
+    silently. A usage error keeps argparse's line and status 2."""
+    done = subprocess.run([sys.executable, "-m", "megatron.oellm", *command], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, env=oellm_environment(buffered=True), cwd=REPO,
+                          timeout=300, check=False, preexec_fn=lambda: os.close(1))
+    assert done.returncode == status and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == last_line, done.stderr
 
 
 class FullStdout(io.StringIO):
