@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass
 
 from megatron.oellm.cards import CardError, ModelCard, placeholder_notes
-from megatron.oellm.flops import FlopCount, training_flops_per_token
+from megatron.oellm.flops import FlopCount, megatron_padded_vocab, training_flops_per_token
 from megatron.oellm.models.parallel import (
     ParallelLayout,
     ParallelLayoutError,
@@ -73,14 +73,25 @@ def _stage_layers(card: ModelCard, layout: ParallelLayout) -> list[tuple[list[in
     return out
 
 
-def _check_vocab_splits_over_tp(card: ModelCard, layout: ParallelLayout) -> None:
-    """The (padded) vocabulary must split into whole rows per TP rank: megatron-core's vocab-parallel embedding and
-    output layer refuse any other size while building the model, and the per-GPU counts assume an even split."""
-    if card.vocab_size % layout.tp:
-        raise ParallelLayoutError(f"vocabulary {card.vocab_size} is not divisible by tp ({layout.tp}): megatron-core "
-                                  "splits the embedding and output layer rows evenly over tp; give the vocabulary as "
-                                  "megatron pads it (oellm plan: --padded-vocab, or leave it unset to pad the card's "
-                                  "to 128 x tp)")
+def check_padded_vocab(padded_vocab: int, tp: int, divisor: int) -> None:
+    """Raise :class:`ParallelLayoutError` in one line unless megatron can pad a tokenizer's vocabulary to
+    ``padded_vocab`` at tensor-parallel size ``tp`` and ``--make-vocab-size-divisible-by`` ``divisor``: it rounds the
+    vocabulary up to a multiple of ``divisor`` x ``tp``, so only a positive multiple of that is one (which also splits
+    the embedding and output layer rows evenly over TP, as megatron-core's vocab-parallel layers require). It may be
+    below the card's own vocabulary (the run's tokenizer is not the card's: the recipes' byte tokenizer pads to 384).
+    A checkpoint read with ``--use-checkpoint-args`` keeps the size it was saved with, which ``divisor`` 1 plans. A
+    ``tp`` below 1 is left for the layout's own check."""
+    multiple = divisor * tp
+    if tp >= 1 and (padded_vocab < 1 or padded_vocab % multiple):
+        nearest = megatron_padded_vocab(max(padded_vocab, 1), tp, divisor)
+        raise ParallelLayoutError(
+            f"--padded-vocab {padded_vocab}: megatron pads the tokenizer's vocabulary up to a multiple of "
+            f"--make-vocab-size-divisible-by ({divisor}) x TP ({tp}) = {multiple}, so a padded vocabulary is a "
+            f"positive multiple of {multiple}; give the run's padded vocabulary (its log's 'padded vocab ... new "
+            f"size'; the multiple at or above {padded_vocab} is {nearest}), and the run's "
+            "--make-vocab-size-divisible-by where it sets one (a checkpoint loaded with --use-checkpoint-args keeps "
+            "the padded size it was saved with, e.g. saved at TP 1 and resumed at TP 2: plan that with "
+            "--make-vocab-size-divisible-by 1)")
 
 
 def _check_sequence_fits_positions(card: ModelCard) -> None:
@@ -93,11 +104,11 @@ def _check_sequence_fits_positions(card: ModelCard) -> None:
 
 
 def build_plan(card: ModelCard, layout: ParallelLayout, world_size: int) -> Plan:
-    """Validate ``layout`` for ``card`` on ``world_size`` GPUs and compute what each pipeline rank holds."""
+    """Validate ``layout`` for ``card`` on ``world_size`` GPUs and compute what each pipeline rank holds. The card's
+    vocabulary is taken as megatron pads it (:func:`check_padded_vocab`'s rule; the callers pad it or check it)."""
     if world_size < 1:
         raise ParallelLayoutError(f"world size {world_size}: a plan needs at least one GPU (nodes x GPUs per node)")
     validate_layout(card, layout, world_size=world_size)
-    _check_vocab_splits_over_tp(card, layout)
     _check_sequence_fits_positions(card)
     dp = world_size // (layout.tp * layout.pp * layout.cp)
     edp = world_size // (layout.etp * layout.ep * layout.pp)

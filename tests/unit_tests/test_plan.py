@@ -256,6 +256,24 @@ def test_plan_command_refuses_a_padded_vocabulary_megatron_cannot_pad_to(tp, cap
     assert main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--padded-vocab", str(small)]) == 0
 
 
+def test_a_checkpoints_padded_vocabulary_resumed_at_a_larger_tp_is_refused_naming_the_divisor_that_plans_it(capsys):
+    """A checkpoint saved at TP 1 and loaded with ``--use-checkpoint-args`` at TP 2 keeps its padded vocabulary, an
+    odd multiple of 128 that is no multiple of 256: the refusal says so and names ``--make-vocab-size-divisible-by
+    1``, which plans it. The library's rule (:func:`~megatron.oellm.plan.check_padded_vocab`) is the command's."""
+    from megatron.oellm.plan import check_padded_vocab
+
+    saved_at_tp1 = 128 * (2 * random.randrange(500, 1500) + 1)
+    layout = ["--tp", "2", "--sp", "--padded-vocab", str(saved_at_tp1)]
+    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--use-checkpoint-args keeps the padded size it was saved with" in err
+    assert "--make-vocab-size-divisible-by 1)" in err
+    with pytest.raises(ParallelLayoutError) as library_error:
+        check_padded_vocab(saved_at_tp1, 2, 128)
+    assert err == f"oellm plan: error: {library_error.value}\n"
+    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--make-vocab-size-divisible-by", "1"]) == 0
+
+
 @pytest.mark.parametrize("etp_flags", [[], ["--etp", "1"]])
 def test_plan_takes_megatrons_expert_tensor_parallel_default(capsys, etp_flags):
     """Without --etp the plan split experts as ETP 1 while megatron-core, given no --expert-tensor-parallel-size,

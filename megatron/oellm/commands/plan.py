@@ -25,6 +25,7 @@ from megatron.oellm.plan import (
     GIB,
     Plan,
     build_plan,
+    check_padded_vocab,
     format_plan,
     free_bytes,
     micro_batches_per_step,
@@ -94,23 +95,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--hybrid-layer-pattern a hybrid model's run needs at PP > 1 ('|' between its stages; "
                              "null otherwise); with the batch options also global_batch_size, micro_batch_size, "
                              "micro_batches_per_step")
-
-
-def check_padded_vocab(padded_vocab: int, tp: int, divisor: int) -> None:
-    """Raise :class:`ParallelLayoutError` in one line unless megatron can pad a tokenizer's vocabulary to
-    ``padded_vocab`` at tensor-parallel size ``tp`` and ``--make-vocab-size-divisible-by`` ``divisor``: it rounds the
-    vocabulary up to a multiple of ``divisor`` x ``tp``, so only a positive multiple of that is one. It may be below
-    the card's own vocabulary (the run's tokenizer is not the card's: the recipes' byte tokenizer pads to 384). A
-    ``tp`` below 1 is left for the layout's own check."""
-    multiple = divisor * tp
-    if tp >= 1 and (padded_vocab < 1 or padded_vocab % multiple):
-        nearest = megatron_padded_vocab(max(padded_vocab, 1), tp, divisor)
-        raise ParallelLayoutError(
-            f"--padded-vocab {padded_vocab}: megatron pads the tokenizer's vocabulary up to a multiple of "
-            f"--make-vocab-size-divisible-by ({divisor}) x TP ({tp}) = {multiple}, so a padded vocabulary is a "
-            f"positive multiple of {multiple}; give the run's padded vocabulary (its log's 'padded vocab ... new "
-            f"size'; the multiple at or above {padded_vocab} is {nearest}), and the run's "
-            "--make-vocab-size-divisible-by where it sets one")
 
 
 def check_hybrid_stage_options(card: ModelCard, args: argparse.Namespace) -> None:

@@ -159,8 +159,9 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
     docstring); the card's layout is checked where the row is resolved. Builds a config only: no CUDA, no process
     group, no tensor.
 
-    Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets
-    ``--vocab-size`` padded as megatron pads it (the vocabulary is no ``TransformerConfig`` field). ``layout`` is
+    Megatron sets ``padded_vocab_size`` once it builds the tokenizer, after its validation; the card gets the
+    embedding rows :func:`pad_vocab_as_megatron` sets in its place (``embedded_vocabulary``'s where ``args`` tell
+    them, else a padded ``--vocab-size`` stand-in; the vocabulary is no ``TransformerConfig`` field). ``layout`` is
     the run's layout where the caller holds it (the training entry's checked one), else read from ``args``."""
     from megatron.oellm.training.model_provider import card_from_args
     from megatron.oellm.training.startup_checks import check_model_args

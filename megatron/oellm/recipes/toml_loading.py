@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import difflib
+import re
 import shlex
 import tomllib
 from collections.abc import Mapping
@@ -32,14 +33,15 @@ SettingsT = TypeVar("SettingsT")
 
 def load_recipe(path: str | Path) -> Recipe:
     """Read a recipe TOML file (following ``extends``) and build the :class:`Recipe`; errors name the file. The file
-    may be a pipe (``oellm recipe <(sed ... X.toml)``, read as ``/dev/fd/N``), whose config then sets its ``name``:
-    the recipe is named after its file otherwise, and its runs' folder and job names after the recipe."""
+    may be a pipe; one given as an open stream (``oellm recipe <(sed ... X.toml)``, read as ``/dev/fd/N``, or
+    ``/dev/stdin < X.toml``: :func:`is_open_stream`) sets its ``name`` in the config: the recipe is named after its
+    file otherwise, and its runs' folder and job names after the recipe."""
     path = Path(path)
     data = _read_with_bases(path, seen=())
-    if path.is_fifo() and "name" not in data:
-        raise RecipeError(f"recipe config {path} is a pipe, and its name {path.stem!r} names no recipe (the runs' "
-                          "folder and job names come from it); set name = \"...\" in the config, or name the "
-                          "config file")
+    if is_open_stream(path) and "name" not in data:
+        raise RecipeError(f"recipe config {path} is an open stream (standard input or a file descriptor), and its name "
+                          f"{path.stem!r} names no recipe (the runs' folder and job names come from it); set "
+                          "name = \"...\" in the config, or give the config file's own path")
     try:
         return _build(path.stem, data)
     except RecipeError as err:  # the merged recipe's own checks name the key; the file they came from is this one
@@ -49,6 +51,18 @@ def load_recipe(path: str | Path) -> Recipe:
                           "compare with the configs in examples/oellm/") from err
     except TypeError as err:
         raise RecipeError(f"{path}: {err}; compare with the repository's examples/oellm/*.toml") from err
+
+
+OPEN_STREAM = re.compile(r"/dev/stdin|/dev/fd/\d+|/proc/(?:self|thread-self|\d+)/fd/\d+")
+"""The paths, as given, of a process's open streams: standard input and its file descriptors by number."""
+
+
+def is_open_stream(path: Path) -> bool:
+    """Whether ``path``, as given, names an open stream rather than a file: ``/dev/stdin``, ``/dev/fd/N`` (a shell's
+    ``<(...)``), ``/proc/self/fd/N`` or ``/proc/PID/fd/N``. Its name (``stdin``, ``63``) names no recipe, and its
+    folder holds no base configs. Decided by the path as given, not by what it opens: ``/dev/stdin < X.toml`` opens a
+    regular file, and a named pipe (``mkfifo configs/X.toml``) has a folder and a name of its own."""
+    return OPEN_STREAM.fullmatch(str(path)) is not None
 
 
 def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
@@ -62,7 +76,7 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         configs = sorted(item.name for item in path.glob("*.toml") if not item.name.startswith("_"))
         found = f"one of its configs: {', '.join(configs)}" if configs else "a config; it holds no .toml recipe"
         raise RecipeError(f"recipe config {path} is a folder; name {found}")
-    if path.exists() and not (path.is_file() or path.is_fifo()):  # a pipe ends, a device may read forever
+    if path.exists() and not _is_file_or_pipe(path):
         raise RecipeError(f"recipe config {path} {NOT_REGULAR_FILE}; name a .toml recipe config")
     if not path.exists():
         raise RecipeError(f"recipe config {path} does not exist; {_shipped_config_hint(path)}")
@@ -83,25 +97,35 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if base is None:
         return data
     if not isinstance(base, str):
-        raise RecipeError(f"{path}: extends = {base!r} is not a string; give the base config's path relative to "
-                          f"this file, e.g. extends = \"_mn5.toml\"")
+        raise RecipeError(f"{path}: extends = {base!r} is not a string; give the base config's path, absolute or "
+                          f"{RELATIVE_TO}, e.g. extends = \"_mn5.toml\"")
     if not base.strip():
-        raise RecipeError(f"{path}: extends = {base!r} is empty; give the base config's path relative to this file, "
-                          "or drop the key")
-    if path.is_fifo() and not Path(base).is_absolute():
-        raise RecipeError(f"{path}: extends = {base!r} is relative, but this config is read from a pipe, which has no "
-                          "folder to resolve it against; give the base config's absolute path, or name the config "
-                          "file")
+        raise RecipeError(f"{path}: extends = {base!r} is empty; give the base config's path, absolute or "
+                          f"{RELATIVE_TO}, or drop the key")
+    if is_open_stream(path) and not resolved.is_file() and not Path(base).is_absolute():
+        raise RecipeError(f"{path}: extends = {base!r} is relative, but this config is read from a pipe (an open "
+                          "stream that is no file), which has no folder to resolve it against; give the base config's "
+                          "absolute path, or give the config file's own path")
     base_path = resolved.parent / base  # beside the real file: a link to a config elsewhere still finds its base
     _resolved_config(base_path, f"{path}: extends = {base!r}, but the base config {base_path}")  # names the extends
-    if not base_path.is_file():
+    if not _is_file_or_pipe(base_path):
         raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} {_not_a_file(base_path)}; "
-                          "give the path of a .toml config relative to this file")
+                          f"give the path of a .toml config, absolute or {RELATIVE_TO}")
     return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
 
 
-NOT_REGULAR_FILE = "is not a regular file (a device, pipe or socket)"
-"""What a recipe config path that exists but is neither a folder nor a file is: ``/dev/zero`` reads forever."""
+NOT_REGULAR_FILE = "is neither a regular file nor a pipe (a device or socket)"
+"""What a recipe config path that exists but is neither a folder, a file nor a pipe is: ``/dev/zero`` reads
+forever."""
+
+RELATIVE_TO = "relative to the folder of this config's real file (a symbolic link's target)"
+"""Where a relative ``extends`` is resolved, for the refusals that ask for one."""
+
+
+def _is_file_or_pipe(path: Path) -> bool:
+    """Whether ``path`` is a config that can be read to its end: a regular file or a pipe (its writer ends it), not a
+    device (``/dev/zero`` reads forever) or a socket."""
+    return path.is_file() or path.is_fifo()
 
 
 def _resolved_config(path: Path, named: str) -> Path:
@@ -115,7 +139,8 @@ def _resolved_config(path: Path, named: str) -> Path:
 
 
 def _not_a_file(path: Path) -> str:
-    """What ``path``, which is no regular file, is instead, for a refusal: a folder, something else, or nothing."""
+    """What ``path``, which is neither a regular file nor a pipe, is instead, for a refusal: a folder, something else
+    (a device or socket), or nothing."""
     if path.is_dir():
         return "is a folder"
     return NOT_REGULAR_FILE if path.exists() else "does not exist"

@@ -65,8 +65,8 @@ def check_plot_path(path: str) -> None:
     the user never named; an unknown one, e.g. a log's ``.out``, ends in its ValueError) and ``path`` is no folder.
     A symlink's target must have an image extension too: the image replaces the target, and a link named ``fig.png``
     to ``notes.txt`` wrote PNG bytes into the notes; a loop of symbolic links (``fig.png -> fig.png``) is refused
-    (it was taken for a new file, and the image replaced the link). Its folder must exist and be writable, checked before any log is
-    read, as the other checks are. Needs matplotlib (the ``plot`` extra)."""
+    (it was taken for a new file, and the image replaced the link). Its folder must exist and be writable, checked
+    before any log is read, as the other checks are. Needs matplotlib (the ``plot`` extra)."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:

@@ -114,7 +114,7 @@ def test_a_missing_base_names_the_config_that_extends_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind, what", [("folder", "is a folder"), ("empty", "is empty"),
-                                        ("device", "is not a regular file")])
+                                        ("device", "is neither a regular file nor a pipe")])
 def test_a_base_that_is_no_file_is_named_for_what_it_is(tmp_path, capsys, kind, what):
     """A folder, an empty value (the config's own folder) or a device as ``extends`` was reported as a base config
     that "does not exist"; each is now named for what it is."""
@@ -131,8 +131,8 @@ def test_a_base_that_is_no_file_is_named_for_what_it_is(tmp_path, capsys, kind, 
 def test_a_config_that_is_a_device_is_named_for_what_it_is(capsys):
     """``oellm recipe /dev/null`` said the config does not exist and offered the shipped configs."""
     assert main(["recipe", "/dev/null"]) == 2
-    assert capsys.readouterr().err == ("oellm recipe: error: recipe config /dev/null is not a regular file (a device, "
-                                       "pipe or socket); name a .toml recipe config\n")
+    assert capsys.readouterr().err == ("oellm recipe: error: recipe config /dev/null is neither a regular file nor a "
+                                       "pipe (a device or socket); name a .toml recipe config\n")
 
 
 @pytest.mark.parametrize("where", ["config", "base"])
