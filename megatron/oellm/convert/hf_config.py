@@ -22,6 +22,7 @@ language model (``tie_word_embeddings``, token ids) count where ``text_config`` 
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,12 +63,17 @@ _MISSING = object()
 
 def read_config_files(directory: Path) -> dict[str, str]:
     """File name -> text of the :data:`CONFIG_FILES` present in ``directory``; each must hold a JSON object. One
-    that exists but is no file (a folder) is refused: skipped as missing, a conversion went on without it, checking
-    the weights by tensor shapes only, and said only that there was none."""
+    that exists but is no file (a folder, a FIFO) or is a symbolic link to nothing (a Hugging Face cache snapshot's
+    link to a deleted blob, a loop of links) is refused: skipped as missing, a conversion went on without it,
+    checking the weights by tensor shapes only, and said only that there was none."""
     texts = {}
     for name in CONFIG_FILES:
         path = directory / name
         if not path.is_file():
+            if path.is_symlink() and not path.exists():
+                raise ConversionError(f"{path} is a symbolic link to nothing (its target {os.readlink(path)!r} is "
+                                      f"missing, or the links loop), not the JSON file {name}: download the model "
+                                      f"again to restore {name}, or remove the link to convert without one")
             if path.exists():
                 kind = "a folder" if path.is_dir() else "no regular file"
                 raise ConversionError(f"{path} is {kind}, not the JSON file {name}: put the model's {name} there, "
