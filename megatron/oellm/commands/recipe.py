@@ -62,7 +62,7 @@ from megatron.oellm.recipes.submission import (
     submit,
 )
 from megatron.oellm.recipes.timing import RunTime, run_time
-from megatron.oellm.recipes.toml_loading import load_recipe
+from megatron.oellm.recipes.toml_loading import is_open_stream, load_recipe
 from megatron.oellm.scaling_table.rows import Window
 
 HELP = "benchmark recipe of a report table: print it (--dry-run), submit it to SLURM (--submit) or run it fitted-down (--local)"
@@ -469,9 +469,10 @@ def _refuse_partial_submission(recipe: Recipe, jobs: list[Job], config: str, que
     rows = (_rows_phrase(list(queued), f"is queued (job {ids[0]})", f"are queued (jobs {', '.join(ids)})")
             if queued else "no row is queued")
     reason = f"interrupted: {rows}; row {rest[0]} may be (see squeue --me)" if refusal is None else f"{refusal}; {rows}"
-    return refuse("recipe", f"{reason}; submit each remaining row with `oellm recipe "
-                  f"{shlex.quote(str(config))} --submit --row N` and the same options but --nodes "
-                  f"(N: {', '.join(map(str, rest))})", status=status)
+    given = (f"CONFIG --submit --row N` (CONFIG: the config read from {config}, a stream that is gone; give it "
+             "again)" if is_open_stream(Path(config)) else f"{shlex.quote(str(config))} --submit --row N`")
+    return refuse("recipe", f"{reason}; submit each remaining row with `oellm recipe {given} and the same options "
+                  f"but --nodes (N: {', '.join(map(str, rest))})", status=status)
 
 
 REFUSED_FLAG = re.compile(r"^\w+: --(?P<name>[a-z0-9][a-z0-9-]*)\b")
