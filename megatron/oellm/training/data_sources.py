@@ -318,7 +318,9 @@ def token_sample_bytes(datasets: int) -> int:
     """The bytes :func:`check_token_ids` reads at each end of each of ``datasets`` datasets' ``.bin``: an even share of
     :data:`TOKEN_SAMPLE_BUDGET_BYTES` (half of it per end), at most :data:`TOKEN_SAMPLE_BYTES`. It depends on the
     number of datasets alone, which every rank gives alike, so every rank reads the same sample and reaches the same
-    verdict (no rank waits at a collective for one that refused)."""
+    verdict (no rank waits at a collective for one that refused). The ranks of a node read the same bytes, so the
+    node's page cache serves all but the first: the shared file system sees about one budget per node, not per
+    rank."""
     return min(TOKEN_SAMPLE_BYTES, TOKEN_SAMPLE_BUDGET_BYTES // (2 * max(datasets, 1)))
 
 
