@@ -15,8 +15,8 @@
 #          micro-batch size. Run it alone: it times the GPU.
 #
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
-#   OUT_DIR: a new or empty folder, apart from OELLM_WORK, not holding OELLM_KERNEL_CACHE, not in its tilelang/ or
-#   triton/ (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
+#   OUT_DIR: a new or empty folder, apart from OELLM_WORK, not holding OELLM_KERNEL_CACHE, not in its tilelang/, not
+#   its triton/ (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
 #   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it) or
 #   summary.txt is missing, 2 on bad arguments or when python3's torch sees no CUDA device, 130 on Ctrl-C (SIGINT)
 #   and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later), no further run starts, and once they
@@ -24,8 +24,8 @@
 #   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
 #   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train, resume and interrupt
 #   stages, deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make
-#   is refused; its runs/, short/, interrupt/ and corpus/ may not hold OELLM_KERNEL_CACHE, nor the cache's tilelang/
-#   or triton/ OELLM_WORK). Relative paths are read from the folder the script is called from.
+#   is refused; its runs/, short/ and interrupt/ may not hold OELLM_KERNEL_CACHE, nor the cache's tilelang/
+#   OELLM_WORK). Relative paths are read from the folder the script is called from.
 #
 # Stages given together run side by side (correctness and loss need no exclusive GPU; a table made while other
 # stages share the GPU says so in OUT_DIR/summary.txt). On an 80 GB H100, tests,train,interrupt together ran the train
@@ -124,19 +124,20 @@ within() {
   done
   return 1
 }
-# The end archives the cache's tilelang/ and triton/ (the kernel-cache archive), after packing and deleting OUT_DIR's
-# contents; the train, resume and interrupt stages delete WORK's runs/, short/, interrupt/ and corpus/. Only these
-# overlaps lose or misplace files: a cache in OUT_DIR is deleted before its archive is made, a cache in a deleted
-# folder of WORK goes with it, and an OUT_DIR or WORK in the archived folders of the cache is archived with it.
-ARCHIVED=("$CACHE/tilelang" "$CACHE/triton")
-if within "$CACHE" "$OUT_DIR" || within "$OUT_DIR" "${ARCHIVED[@]}"; then
+# The end packs and deletes OUT_DIR's contents, then archives the cache's tilelang/ and the autotuning choices in its
+# triton/ (the kernel-cache archive); the train, resume and interrupt stages delete WORK's runs/, short/ and
+# interrupt/ (corpus/ is only written over, file by file). Only these overlaps lose or misplace files: a cache in
+# OUT_DIR, or an OUT_DIR that is the cache's triton/, is deleted before its archive is made; a cache in a deleted
+# folder of WORK goes with it; an OUT_DIR or WORK in the cache's tilelang/ is archived with it.
+TILELANG="${CACHE%/}/tilelang"
+if within "$CACHE" "$OUT_DIR" || within "$OUT_DIR" "$TILELANG" || [[ $OUT_DIR == "${CACHE%/}/triton" ]]; then
   echo "error: OUT_DIR $OUT_DIR and OELLM_KERNEL_CACHE $CACHE overlap (the end packs and deletes OUT_DIR's contents," \
-       "then archives the cache's tilelang/ and triton/); give OUT_DIR apart from them" >&2
+       "then archives the cache's tilelang/ and triton/ autotuning choices); give OUT_DIR apart from them" >&2
   exit 2
 fi
-if within "$CACHE" "$WORK"/{runs,short,interrupt,corpus} || within "$WORK" "${ARCHIVED[@]}"; then
-  echo "error: OELLM_KERNEL_CACHE $CACHE and OELLM_WORK $WORK overlap (the stages delete OELLM_WORK's runs/, short/," \
-       "interrupt/ and corpus/, and the end archives the cache's tilelang/ and triton/); give them apart" >&2
+if within "$CACHE" "${WORK%/}"/{runs,short,interrupt} || within "$WORK" "$TILELANG"; then
+  echo "error: OELLM_KERNEL_CACHE $CACHE and OELLM_WORK $WORK overlap (the stages delete OELLM_WORK's runs/, short/" \
+       "and interrupt/, and the end archives the cache's tilelang/); give them apart" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root

@@ -219,9 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     ``BrokenPipeError`` traceback; stdout is pointed at ``/dev/null`` so the interpreter's final flush cannot raise
     again. Output that cannot be written (``--json`` or ``--help > /dev/full``: no space left) ends it with one
     ``oellm COMMAND: error: cannot write the output to stdout`` line on stderr and status 1 instead of a traceback
-    (or, for ``--help``, argparse's silent status 0). Ctrl-C that reaches here (a subcommand with no handling of its own, or any one while it imports torch) ends it with one
-    ``oellm COMMAND: error: interrupted`` line and status 130 instead of a traceback; a subcommand that cleans up on
-    Ctrl-C (``convert`` removes its partial output) does so first and reports it itself. A subcommand
+    (or, for ``--help``, argparse's silent status 0); so does a closed stdout (``>&-``). Ctrl-C that reaches here (a
+    subcommand with no handling of its own, or any one while it imports torch) ends it with one ``oellm COMMAND:
+    error: interrupted`` line and status 130 instead of a traceback; a subcommand that cleans up on Ctrl-C
+    (``convert`` removes its partial output) does so first and reports it itself. A subcommand
     whose module does not import (a broken package it needs) ends with one ``oellm COMMAND: error:`` line naming the
     failure and status 1."""
     command = "oellm"

@@ -14,4 +14,5 @@ def test_a_value_with_an_equals_sign_is_quoted_whole(capsys):
     assert cli.main([*argv, "--megatron-flag", f"hidden-size={value}"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"oellm flops: error: --megatron-flag: argument --hidden-size: invalid int value: '{value}'\n"
+    assert captured.err == ("oellm flops: error: --megatron-flag: argument --hidden-size: invalid int value: "
+                            f"'{value}'\n")

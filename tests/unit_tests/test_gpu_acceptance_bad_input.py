@@ -105,42 +105,44 @@ def test_an_out_dir_overlapping_the_work_folder_is_refused(tmp_path: Path, out: 
                                             ("cache/triton", "cache")])
 def test_an_out_dir_overlapping_the_kernel_cache_is_refused(tmp_path: Path, out: str, cache: str) -> None:
     """``OELLM_KERNEL_CACHE=$OUT_DIR/cache``: the end packed the cache into logs.tar.xz and deleted it before making
-    kernel-cache.tar.xz, and the script exited 0; an OUT_DIR in the cache's tilelang/ or triton/ put the logs into
-    that archive."""
+    kernel-cache.tar.xz, and the script exited 0; an OUT_DIR in the cache's tilelang/ put the logs into that archive,
+    and one that is its triton/ deleted the compiled kernels and autotuning choices before they were archived."""
     out_dir, cache_dir = tmp_path / out, tmp_path / cache
     stages = random.choice(["tests", "bench", "train,resume"])
     done, calls = run_acceptance(tmp_path, out_dir, stages, environment={"OELLM_KERNEL_CACHE": str(cache_dir)})
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"error: OUT_DIR {out_dir.resolve()} and OELLM_KERNEL_CACHE {cache_dir.resolve()} overlap "
                            "(the end packs and deletes OUT_DIR's contents, then archives the cache's tilelang/ and "
-                           "triton/); give OUT_DIR apart from them\n")
+                           "triton/ autotuning choices); give OUT_DIR apart from them\n")
     assert calls == [] and not out_dir.exists() and not cache_dir.exists()
 
 
-@pytest.mark.parametrize(("cache", "work"), [("work/runs/cache", "work"), ("work/corpus", "work"),
-                                             ("cache", "cache/tilelang/work"), ("cache", "cache/triton")])
+@pytest.mark.parametrize(("cache", "work"), [("work/runs/cache", "work"), ("work/interrupt", "work"),
+                                             ("cache", "cache/tilelang/work"), ("cache", "cache/tilelang")])
 def test_a_kernel_cache_overlapping_the_work_folders_deleted_parts_is_refused(tmp_path: Path, cache: str,
                                                                               work: str) -> None:
     """``OELLM_KERNEL_CACHE=$OELLM_WORK/runs/cache``: the train stage's ``rm -rf $OELLM_WORK/runs`` deleted the cache
-    it was using; a work folder in the cache's tilelang/ or triton/ put the corpora and checkpoints into
-    kernel-cache.tar.xz."""
+    it was using; a work folder in the cache's tilelang/ put the corpora and checkpoints into kernel-cache.tar.xz."""
     cache_dir, work_dir, out_dir = tmp_path / cache, tmp_path / work, tmp_path / "out"
     stages = random.choice(["tests", "train", "resume,interrupt"])
     done, calls = run_acceptance(tmp_path, out_dir, stages,
                                  environment={"OELLM_KERNEL_CACHE": str(cache_dir), "OELLM_WORK": str(work_dir)})
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"error: OELLM_KERNEL_CACHE {cache_dir.resolve()} and OELLM_WORK {work_dir.resolve()} "
-                           "overlap (the stages delete OELLM_WORK's runs/, short/, interrupt/ and corpus/, and the end "
-                           "archives the cache's tilelang/ and triton/); give them apart\n")
+                           "overlap (the stages delete OELLM_WORK's runs/, short/ and interrupt/, and the end archives "
+                           "the cache's tilelang/); give them apart\n")
     assert calls == [] and not cache_dir.exists() and not work_dir.exists()
 
 
 @pytest.mark.parametrize(("out", "cache", "work"), [("scratch/out", "scratch", "scratch/acceptance"),
-                                                    ("out", "work/cache", "work"), ("out", "same", "same")])
+                                                    ("out", "work/cache", "work"), ("out", "same", "same"),
+                                                    ("out", "work/corpus", "work"),
+                                                    ("cache/triton/out", "cache", "cache/triton/work")])
 def test_folders_that_share_a_parent_but_lose_nothing_are_accepted(tmp_path: Path, out: str, cache: str,
                                                                    work: str) -> None:
     """One scratch folder holding the cache, OUT_DIR and the work folder loses no file: only the cache's tilelang/
-    and triton/ are archived, and only the work folder's runs/, short/, interrupt/ and corpus/ are deleted."""
+    and triton/'s autotuning choices are archived, only the work folder's runs/, short/ and interrupt/ deleted
+    (its corpus/ is written over file by file)."""
     out_dir, cache_dir, work_dir = tmp_path / out, tmp_path / cache, tmp_path / work
     done, calls = run_acceptance(tmp_path, out_dir, "train",
                                  environment={"OELLM_KERNEL_CACHE": str(cache_dir), "OELLM_WORK": str(work_dir)})

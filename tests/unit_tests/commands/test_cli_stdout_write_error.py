@@ -48,9 +48,9 @@ def test_output_to_a_full_disk_is_one_error_line(command: list[str], buffered: b
     (["--help"], 1, "oellm: error: cannot write the output to stdout: stdout is closed"),
     (["plan"], 2, "oellm plan: error: the following arguments are required: model, --nodes")])
 def test_a_closed_stdout_is_one_error_line(command: list[str], status: int, last_line: str) -> None:
-    """Started with stdout closed (``oellm models >&-``), Python makes ``sys.stdout`` None: the stdout wrapper's flush
-    failed with an ``AttributeError`` traceback after a usage error, and ``print`` dropped a command's output
-    silently. A usage error keeps argparse's line and status 2."""
+    """Started with stdout closed (``oellm models >&-``), Python makes ``sys.stdout`` None: the stdout wrapper's
+    write or flush of it failed with an ``AttributeError`` traceback. A usage error keeps argparse's line and status
+    2."""
     done = subprocess.run([sys.executable, "-m", "megatron.oellm", *command], stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, env=oellm_environment(buffered=True), cwd=REPO,
                           timeout=300, check=False, preexec_fn=lambda: os.close(1))

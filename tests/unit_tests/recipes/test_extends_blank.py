@@ -16,5 +16,6 @@ def test_an_extends_of_whitespace_is_empty(tmp_path):
     config.write_text(f'extends = "{blank}"\ntitle = "t"\n')
     with pytest.raises(RecipeError) as refusal:
         load_recipe(config)
-    assert str(refusal.value) == (f"{config}: extends = {blank!r} is empty; give the base config's path relative to "
-                                  "this file, or drop the key")
+    assert str(refusal.value) == (f"{config}: extends = {blank!r} is empty; give the base config's path, absolute or "
+                                  "relative to the folder of this config's real file (a symbolic link's target), or "
+                                  "drop the key")

@@ -19,7 +19,7 @@ import pytest
 from recipe_helpers import EXAMPLES
 
 from megatron.oellm.cli import main
-from megatron.oellm.recipes import RecipeError, load_recipe
+from megatron.oellm.recipes import Recipe, RecipeError, load_recipe
 
 ROW = "[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n"
 
@@ -102,6 +102,26 @@ def fed_fifo(fifo: Path, text: str) -> Iterator[None]:
         writer.join()
 
 
+def loaded_in_time(config: Path) -> Recipe:
+    """``load_recipe(config)`` run in a thread given at most a minute: a loader that opened a named pipe a second time
+    (its writer gone) would block for ever, so the test fails instead of hanging the suite."""
+    loaded: list[Recipe | BaseException] = []
+
+    def load() -> None:
+        try:
+            loaded.append(load_recipe(config))
+        except BaseException as error:  # reraised below, in the test's own thread
+            loaded.append(error)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(timeout=60)
+    assert loaded, f"load_recipe({config}) still waits on its pipe after a minute"
+    if isinstance(loaded[0], BaseException):
+        raise loaded[0]
+    return loaded[0]
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_a_named_pipe_in_a_folder_keeps_its_name_and_its_folders_base(tmp_path: Path) -> None:
     """A named pipe beside its base (``mkfifo configs/X.toml``) was refused as read from a pipe "which has no folder
@@ -110,7 +130,7 @@ def test_a_named_pipe_in_a_folder_keeps_its_name_and_its_folders_base(tmp_path: 
     fifo = folder / f"piped_{random.randrange(10**6)}.toml"
     os.mkfifo(fifo)
     with fed_fifo(fifo, f'extends = "_base.toml"\n{ROW}'):
-        recipe = load_recipe(fifo)
+        recipe = loaded_in_time(fifo)
     assert (recipe.name, recipe.title, len(recipe.rows)) == (fifo.stem, base_title, 1)
 
 
@@ -166,5 +186,5 @@ def test_a_base_config_that_is_a_named_pipe_is_read(tmp_path: Path) -> None:
     os.mkfifo(base)
     (folder / "child.toml").write_text(f'extends = "{base.name}"\n{ROW}')
     with fed_fifo(base, f'extends = "{EXAMPLES / "qwen3_30b_a3b_mn5.toml"}"\ntitle = "{title}"\n'):
-        recipe = load_recipe(folder / "child.toml")
+        recipe = loaded_in_time(folder / "child.toml")
     assert (recipe.name, recipe.title) == ("child", title)
