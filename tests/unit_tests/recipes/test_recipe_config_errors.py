@@ -35,18 +35,23 @@ def _header(script: str) -> list[str]:
     return lines[:last + 1]
 
 
+def _row_one_sbatch(tmp_path, where: str, text: str) -> str:
+    """The sbatch script of row 1 of a config whose ``where`` (title or label) is the TOML string ``text``."""
+    if where == "title":
+        config = _config(tmp_path, f"title = {text}\n{ROW}")
+    else:
+        config = _config(tmp_path, f'title = "t"\n{ROW}label = {text}\n')
+    recipe = load_recipe(config)
+    return sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+
+
 @pytest.mark.parametrize("where", ["title", "label"])
 def test_a_multi_line_title_or_label_stays_in_the_comment(tmp_path, where):
     """A TOML multi-line title or label was written verbatim into the header comment: its second line ended the
     comment, so sbatch ignored every ``#SBATCH`` after it (nodes, GPUs, time, log) and bash ran it as a command."""
     marker = f"pwned{random.randrange(10**6)}"
     text = f'"""first line\ntouch {marker}\r\nlast"""'
-    if where == "title":
-        config = _config(tmp_path, f"title = {text}\n{ROW}")
-    else:
-        config = _config(tmp_path, f'title = "t"\n{ROW}label = {text}\n')
-    recipe = load_recipe(config)
-    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    script = _row_one_sbatch(tmp_path, where, text)
     header = _header(script)
     assert header[0] == "#!/bin/bash" and all(line.startswith("#") for line in header)
     assert "#SBATCH --nodes=8" in header
@@ -61,12 +66,7 @@ def test_the_header_comment_joins_a_title_or_label_as_refusals_join_a_message(tm
     script's own copy of the helper collapsed ``a  b`` to ``a b``)."""
     words = [f"w{random.randrange(10**6)}" for _ in range(4)]
     text = f'"""{words[0]}  {words[1]}\t{words[2]} \r\n  {words[3]}"""'
-    if where == "title":
-        config = _config(tmp_path, f"title = {text}\n{ROW}")
-    else:
-        config = _config(tmp_path, f'title = "t"\n{ROW}label = {text}\n')
-    recipe = load_recipe(config)
-    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]), tmp_path / "run")
+    script = _row_one_sbatch(tmp_path, where, text)
     joined = f"{words[0]}  {words[1]}\t{words[2]} {words[3]}"
     expected = f"# {joined}: row 1" if where == "title" else f"# t: row 1 ({joined})"
     assert script.splitlines()[1].startswith(expected + ", 8 nodes x "), script.splitlines()[1]
