@@ -40,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-length", type=int, required=True, help="training sequence length in tokens")
     parser.add_argument("--padded-vocab", type=int, default=None,
                         help="padded vocabulary of the output layer: the run tokenizer's as megatron pads it, e.g. "
-                             "384 for the recipes' --tokenizer-model byte at TP 1 (default: the card's, padded to 128)")
+                             "384 for the recipes' --tokenizer-model byte at TP 1 (default: the card's, padded to "
+                             "128); counted as given, any positive size (`oellm plan`, which knows the TP, checks "
+                             "it against megatron's padding)")
     parser.add_argument("--megatron-compatible", action="store_true",
                         help="count as megatron-core 0.19.2's num_floating_point_operations does")
     parser.add_argument("--megatron-flag", action="append", default=[], metavar="NAME=VALUE",
