@@ -104,17 +104,6 @@ if [ -n "$(ls -A "$OUT_DIR" 2>/dev/null)" ]; then
        "Give a new or empty folder" >&2
   exit 2
 fi
-# Whether the absolute folders $1 and $2 are one folder or one holds the other.
-overlap() {
-  [[ $1 == "$2" || $1 == "${2%/}"/* || $2 == "${1%/}"/* ]]
-}
-# the stages delete and rebuild folders in WORK, and the end packs and deletes OUT_DIR's contents: neither may hold
-# the other
-if overlap "$OUT_DIR" "$WORK"; then
-  echo "error: OUT_DIR $OUT_DIR and OELLM_WORK $WORK overlap (the stages delete and rebuild folders in OELLM_WORK," \
-       "and the end packs and deletes OUT_DIR's contents); give OUT_DIR outside OELLM_WORK and apart from it" >&2
-  exit 2
-fi
 # Whether the absolute folder $1 is one of the folders after it or lies in one.
 within() {
   local folder=$1 holder
@@ -124,6 +113,17 @@ within() {
   done
   return 1
 }
+# Whether the absolute folders $1 and $2 are one folder or one holds the other.
+overlap() {
+  within "$1" "$2" || within "$2" "$1"
+}
+# the stages delete and rebuild folders in WORK, and the end packs and deletes OUT_DIR's contents: neither may hold
+# the other
+if overlap "$OUT_DIR" "$WORK"; then
+  echo "error: OUT_DIR $OUT_DIR and OELLM_WORK $WORK overlap (the stages delete and rebuild folders in OELLM_WORK," \
+       "and the end packs and deletes OUT_DIR's contents); give OUT_DIR outside OELLM_WORK and apart from it" >&2
+  exit 2
+fi
 # The end packs and deletes OUT_DIR's contents, then archives the cache's tilelang/ and the autotuning choices in its
 # triton/ (the kernel-cache archive); the train, resume and interrupt stages delete WORK's runs/, short/ and
 # interrupt/ (corpus/ is only written over, file by file). Only these overlaps lose or misplace files: a cache in

@@ -172,7 +172,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     missing = missing_spec_builder(recipe)
     if missing:
         lines.append(f"note: {missing}: --submit refuses this recipe, and megatron's validate_args is not run on it")
-    lines += submission_notes(recipe, inputs, numbers or list(range(1, len(recipe.rows) + 1)))
+    lines += submission_notes(recipe, inputs, numbers or select_rows(recipe))
     if recipe.notes:
         lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
     lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "

@@ -78,7 +78,8 @@ def check_plot_path(path: str) -> None:
                          "point the link at an image file, or name another")
     if os.path.isdir(path):
         raise TableError(f"--plot {path!r} is a folder; name the image file, e.g. {os.path.join(path, 'scaling.png')}")
-    folder = os.path.dirname(os.path.realpath(path))  # where the image is written (beside a symlink's target)
+    target = os.path.realpath(path)  # the file the image replaces: a symlink's target
+    folder = os.path.dirname(target)  # where the image is written
     if not os.path.isdir(folder):
         raise TableError(f"--plot {path!r}: folder {folder!r} does not exist; create it or name an image in an "
                          "existing folder")
@@ -91,7 +92,6 @@ def check_plot_path(path: str) -> None:
         found = (f"matplotlib writes no {extension!r} image" if extension else
                  f"without an extension matplotlib would write {path + '.png'!r} instead")
         raise TableError(f"--plot {path!r}: {found}; name the image file, e.g. scaling.png (or .pdf, .svg)")
-    target = os.path.realpath(path)
     if _extension(target) not in formats:  # a link named fig.png to notes.txt: the image would replace notes.txt
         raise TableError(f"--plot {path!r} is a link to {target!r}, which is no image file: the plot would replace "
                          "it; name the image file, e.g. scaling.png (or .pdf, .svg)")
