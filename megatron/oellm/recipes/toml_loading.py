@@ -53,8 +53,9 @@ def load_recipe(path: str | Path) -> Recipe:
         raise RecipeError(f"{path}: {err}; compare with the repository's examples/oellm/*.toml") from err
 
 
-OPEN_STREAM = re.compile(r"/dev/stdin|/dev/fd/\d+|/proc/(?:self|thread-self|\d+)/fd/\d+")
-"""The paths, as given, of a process's open streams: standard input and its file descriptors by number."""
+OPEN_STREAM = re.compile(r"/+(?:dev/stdin|dev/fd/\d+|proc/(?:self|thread-self|\d+)/fd/\d+)")
+"""The paths, as given, of a process's open streams: standard input and its file descriptors by number (a leading
+``//``, which POSIX lets a path keep, names the same file)."""
 
 
 def is_open_stream(path: Path) -> bool:

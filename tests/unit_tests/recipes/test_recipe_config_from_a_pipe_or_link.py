@@ -134,7 +134,9 @@ def test_a_named_pipe_in_a_folder_keeps_its_name_and_its_folders_base(tmp_path: 
     assert (recipe.name, recipe.title, len(recipe.rows)) == (fifo.stem, base_title, 1)
 
 
-OPEN_STREAM_FORMS = ["/dev/stdin", "/dev/fd/{fd}", "/proc/self/fd/{fd}", "/proc/{pid}/fd/{fd}"]
+# a leading "//" names the same file (POSIX lets a path keep it); "//dev/stdin" was read as a file named "stdin"
+OPEN_STREAM_FORMS = ["/dev/stdin", "/dev/fd/{fd}", "/proc/self/fd/{fd}", "/proc/{pid}/fd/{fd}", "//dev/stdin",
+                     "//proc/self/fd/{fd}"]
 
 
 @contextmanager
@@ -142,7 +144,7 @@ def opened_as_stream(config: Path, form: str) -> Iterator[str]:
     """``config`` opened for reading and named by the open-stream path ``form`` (``/dev/stdin`` is this process's
     standard input, which the file replaces while the block runs, as ``oellm recipe /dev/stdin < X.toml`` does)."""
     descriptor = os.open(config, os.O_RDONLY)
-    saved_stdin = os.dup(0) if form == "/dev/stdin" else None
+    saved_stdin = os.dup(0) if form.endswith("/dev/stdin") else None
     try:
         if saved_stdin is not None:
             os.dup2(descriptor, 0)
