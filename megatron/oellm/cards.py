@@ -355,8 +355,10 @@ OELLM_CKDA_HYBRID = ModelCard(
     max_position_embeddings=8192,
     seq_length=8192,
     sources={
-        "shape": "MN5 report #438 (kpoeppel): ~39B total / 2.7B active, CKDA 5:1 with gated attention, "
-                 "160 x 768 top-5 + 1 shared 768, 262k vocab, 8k document-masked",
+        "shape": "MN5 report #438 (kpoeppel): ~39B total / 2.7B active, CKDA 5:1, 160 x 768 top-5 + 1 shared, "
+                 "262k vocab, 8k document-masked, plain residual",
+        "inferred": "not in the report: 48 layers, hidden 2,048, the shared expert's width 768 with its gate and the "
+                    "attention's output gate (Qwen3.5's), chosen so that the counts meet the report's ~39B / 2.7B",
         "placeholder": "attention and CKDA head shapes are placeholders until the CKDA issue completes this card",
         "params": "38.39B total / 3.28B active counted as the Qwen cards (Hugging Face: input embedding and output "
                   "layer, 262,144 x 2,048 = 0.54B each); the report's 2.7B active is 2.74B, the same count less the "
