@@ -89,6 +89,13 @@ def valid_peak(value: float) -> bool:
     return 0 < value < math.inf
 
 
+def peak_text(peak: float) -> str:
+    """``peak`` TFLOP/s as given, for the lines that name an MFU's peak: every digit the float holds (H100 PCIe's
+    756.5, not a rounded 756, nor 6 significant digits of a ``--peak-tflops`` value), without the ``.0`` of an
+    integral peak (989)."""
+    return repr(float(peak)).removesuffix(".0")
+
+
 def mfu(tflops_per_gpu: float, peak: float) -> float:
     """Model-FLOP utilisation: achieved TFLOP/s per GPU over the peak TFLOP/s (a fraction, not a percentage)."""
     if not valid_peak(peak):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from megatron.oellm.bench import DEFAULT_SIDES, SIDES
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, int_at_least, refuse
 from megatron.oellm.paths import nearest_existing, replace_atomically, symlink_loop
-from megatron.oellm.peaks import GPU_PEAKS, positive_tflops
+from megatron.oellm.peaks import GPU_PEAKS, peak_text, positive_tflops
 
 if TYPE_CHECKING:
     from megatron.oellm.bench.harness import BenchReport
@@ -144,8 +144,8 @@ def mfu_basis(report: BenchReport) -> str:
     if report.peak_tflops is None:
         return "MFU n/a"
     if cfg.get("peak_tflops") is not None:
-        return f"MFU vs {report.peak_tflops:g} TFLOP/s (--peak-tflops)"
-    return f"MFU vs {cfg['gpu']} dense bf16 {report.peak_tflops:.0f} TFLOP/s"
+        return f"MFU vs {peak_text(report.peak_tflops)} TFLOP/s (--peak-tflops)"
+    return f"MFU vs {cfg['gpu']} dense bf16 {peak_text(report.peak_tflops)} TFLOP/s"
 
 
 def peak_note(report: BenchReport) -> str | None:

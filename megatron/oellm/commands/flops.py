@@ -22,7 +22,7 @@ from megatron.oellm.flops import (
     training_flops_per_token,
 )
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv, megatron_parser
-from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_tflops
+from megatron.oellm.peaks import GPU_PEAKS, mfu, peak_text, peak_tflops
 
 HELP = "training FLOPs per token of a model (corrected count or Megatron's), with breakdown and MFU"
 
@@ -242,7 +242,7 @@ def _table_peak(gpu: str, precision: str) -> float:
     known = GPU_PEAKS.get(gpu)
     if known is not None and precision == "fp8" and known.fp8_tflops is None:
         raise FlopError(f"--gpu {gpu} --precision fp8: the {gpu} has no FP8 tensor cores, so there is no FP8 peak to "
-                        f"take an MFU against; pass --precision bf16 (its dense BF16 peak, {known.bf16_tflops:g} "
+                        f"take an MFU against; pass --precision bf16 (its dense BF16 peak, {peak_text(known.bf16_tflops)} "
                         "TFLOP/s) or --peak-tflops P (a peak of your own, TFLOP/s per GPU)")
     return peak_tflops(gpu, precision)
 
@@ -287,7 +287,7 @@ def throughput_lines(report: dict[str, Any]) -> list[str]:
     if "mfu" not in report:
         return []
     lines = [f"{report['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU -> {report['tflops_per_gpu']:.1f} "
-             f"TFLOP/s/GPU, MFU {100 * report['mfu']:.1f}% of {report['peak_tflops']:.0f} TFLOP/s"]
+             f"TFLOP/s/GPU, MFU {100 * report['mfu']:.1f}% of {peak_text(report['peak_tflops'])} TFLOP/s"]
     if "peak_note" in report:
         lines.append(f"note: {report['peak_note']}")
     if report["mfu"] > 1:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from megatron.oellm.commands import refuse
 from megatron.oellm.paths import symlink_loop
-from megatron.oellm.peaks import GPU_PEAKS, peak_tflops, valid_peak
+from megatron.oellm.peaks import GPU_PEAKS, peak_text, peak_tflops, valid_peak
 from megatron.oellm.run_log import read_log
 from megatron.oellm.scaling_table import (
     CSV_FIELDS,
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "scaling) get one, the others are named on stderr with the setting that split them")
     peak = parser.add_mutually_exclusive_group()
     peak.add_argument("--peak-tflops", type=float, default=None,
-                      help=f"MFU denominator, TFLOP/s per GPU (default {DEFAULT_PEAK_TFLOPS:g}: H100/GH200 BF16)")
+                      help=f"MFU denominator, TFLOP/s per GPU (default {peak_text(DEFAULT_PEAK_TFLOPS)}: H100/GH200 BF16)")
     peak.add_argument("--gpu", choices=sorted(GPU_PEAKS),
                       help="GPU of the MFU denominator (its dense BF16 peak), with its note in the footnote, e.g. "
                            "gh200 for Jupiter's power-capped superchips")

@@ -9,7 +9,7 @@ import dataclasses
 import io
 from collections.abc import Sequence
 
-from megatron.oellm.peaks import GPU_PEAKS
+from megatron.oellm.peaks import GPU_PEAKS, peak_text
 from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window
 from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, varying_settings
 
@@ -55,7 +55,7 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     lines += ["", f"{_statistic_sentence(rows, window)} TFLOP/s/GPU: megatron-oellm's FLOP "
               f"accounting{tflops_na}; Megatron TFLOP/s/GPU: "
               "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
-              f"reports'). MFU = TFLOP/s/GPU / {peak_tflops:g}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
+              f"reports'). MFU = TFLOP/s/GPU / {peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
               "Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
@@ -114,11 +114,11 @@ def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float, gpu: str | None) -
         return ""
     which = f"run (row {fp8[0]})" if len(fp8) == 1 else f"runs (rows {', '.join(map(str, fp8))})"
     if gpu is None:
-        return (f" The MFU of the FP8 {which} is against the same {peak_tflops:g} TFLOP/s; `oellm flops "
+        return (f" The MFU of the FP8 {which} is against the same {peak_text(peak_tflops)} TFLOP/s; `oellm flops "
                 "--precision fp8` divides by the GPU's dense FP8 peak instead.")
     fp8_peak = GPU_PEAKS[gpu].fp8_tflops
     return (f" The MFU of the FP8 {which} is against the dense BF16 peak too, as the reports rate it; `oellm "
-            f"flops --gpu {gpu} --precision fp8` divides by the dense FP8 peak, {fp8_peak:g} TFLOP/s, instead: for the "
+            f"flops --gpu {gpu} --precision fp8` divides by the dense FP8 peak, {peak_text(fp8_peak)} TFLOP/s, instead: for the "
             f"same run its MFU is {peak_tflops / fp8_peak:.2f} x this one.")
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
-from megatron.oellm.peaks import mfu
+from megatron.oellm.peaks import mfu, peak_text
 from megatron.oellm.run_log import RunLog
 from megatron.oellm.scaling_table.identify import (
     VOCAB_ARGUMENTS,
@@ -106,7 +106,7 @@ def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tf
                 "--gpus-per-node with the GPUs of one of the run's nodes")
     if row.mfu is not None and row.mfu > 1:
         return (f"implausible numbers: MFU {100 * row.mfu:.1f}% is above 100% ({row.tflops_per_gpu:.1f} TFLOP/s/GPU "
-                f"against a peak of {peak_tflops:g}; world_size {row.gpus}, seq_length {row.seq_length}, global batch "
+                f"against a peak of {peak_text(peak_tflops)}; world_size {row.gpus}, seq_length {row.seq_length}, global batch "
                 f"size {row.global_batch_size}, step time {row.step_time_s:.3f} s): a value cut by another rank's "
                 "output, or give the GPU's peak with --gpu or --peak-tflops")
     return ""
