@@ -29,7 +29,7 @@ from megatron.oellm.convert.errors import ConversionError, listed
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-_SHARD_NAME = re.compile(r"model-\d{5,}-of-\d{5,}\.safetensors")
+_SHARD_NAME = re.compile(r"model-(?P<number>\d{5,})-of-(?P<total>\d{5,})\.safetensors")
 DEFAULT_MAX_SHARD_BYTES = 5 * 2**30
 """Shard size of HF output: 5 GiB, the ``5GB`` (powers of 1024) of ``oellm convert mcore-to-hf --max-shard-size``
 (transformers 4.x's ``save_pretrained`` wrote 5 GB shards, powers of 1000; 5.x writes 50 GB ones)."""
@@ -150,6 +150,28 @@ def _where_the_weights_are(directory: Path) -> str:
     return "convert .bin checkpoints with transformers first"
 
 
+def _check_shard_numbers(directory: Path, names: list[str]) -> None:
+    """Without an index, raise naming the shards that the ``model-0000K-of-0000N.safetensors`` files among ``names``
+    (of ``directory``) lack (a download cut short), or the files of each total N where two totals are mixed (shards
+    of two saves in one folder): otherwise the first tensor of a missing shard is reported as missing from the
+    model, and the user looks for a wrong card instead of a missing file."""
+    saves: dict[str, list[str]] = {}
+    for name in names:
+        shard = _SHARD_NAME.fullmatch(name)
+        if shard:
+            saves.setdefault(shard["total"], []).append(name)
+    if len(saves) > 1:
+        each = "; ".join(f"{len(files)} of -of-{total}: {listed(files, 2)}" for total, files in sorted(saves.items()))
+        raise ConversionError(f"{directory} holds shards of {len(saves)} saves and no {INDEX_NAME} ({each}); keep "
+                              "the files of one save (remove the stale shards or download the checkpoint again)")
+    for total, files in saves.items():
+        missing = [name for number in range(1, int(total) + 1)
+                   if (name := f"model-{number:0{len(total)}d}-of-{total}.safetensors") not in files]
+        if missing:
+            raise ConversionError(f"{directory} lacks shard(s) {listed(missing, 3)} of {int(total)} (and has no "
+                                  f"{INDEX_NAME}); download the missing shards")
+
+
 def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:
     """Tensor name -> safetensors file of an HF checkpoint directory (index json, or every ``*.safetensors``), and
     the index file if the checkpoint has one. The index is looked up once here, so that the tensors, the check of the
@@ -166,6 +188,7 @@ def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:
     paths = sorted(directory.glob("*.safetensors"))
     if not paths:
         raise ConversionError(f"no *.safetensors in {directory}; {_where_the_weights_are(directory)}")
+    _check_shard_numbers(directory, [path.name for path in paths])
     files = {}
     for path in paths:
         with _open(path) as handle:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 
 import torch
 
@@ -64,18 +65,37 @@ def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], 
                                   f"{', '.join(map(str, WEIGHT_DTYPES))}")
 
 
-def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]]) -> None:
-    """Raise naming the odd one out if tensors stored in one checkpoint tensor (the layers of a ``GPTModel``, the
-    experts of a layer) differ in dtype: that tensor has one dtype, so the way back would change some of them."""
+def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]],
+                            hf_names: Callable[[str], list[str]]) -> None:
+    """Raise if tensors stored in one checkpoint tensor (the layers of a ``GPTModel``, the experts of a layer) differ
+    in dtype: that tensor has one dtype, so the way back would change some of them. The message names HF tensors,
+    those ``hf_names`` gives for a megatron tensor (what it is made of, as the user's files name them): the odd one
+    out when its dtype is held by fewer megatron tensors of the key than every other dtype (the first of them in
+    checkpoint order), stored with the first tensor of the most common dtype; on a tie for fewest (two layers of two
+    dtypes) none is called odd: the first tensor of each dtype is named."""
     names: dict[str, dict[torch.dtype, list[str]]] = defaultdict(lambda: defaultdict(list))
     for piece, dtype in chunks:
         names[piece.key][dtype].append(piece.name)
     for key, by_dtype in names.items():
-        if len(by_dtype) > 1:
-            ordered = sorted(by_dtype.items(), key=lambda item: len(item[1]))
-            (odd_dtype, odd), (main_dtype, main) = ordered[0], ordered[-1]
-            raise ConversionError(f"megatron tensor {odd[0]!r} is {odd_dtype} but is stored with {main[0]!r} "
-                                  f"({main_dtype}) in one checkpoint tensor {key!r}; save the checkpoint in one dtype")
+        if len(by_dtype) < 2:
+            continue
+        groups = sorted(by_dtype.items(), key=lambda item: len(item[1]))  # stable: checkpoint order on a tie
+        where = f"in one megatron checkpoint tensor {key!r}, which has one dtype; save the checkpoint in one dtype"
+        (odd_dtype, odd), (main_dtype, main) = groups[0], groups[-1]
+        if len(odd) < len(groups[1][1]):
+            odd_names = hf_names(odd[0])
+            verb = "is" if len(odd_names) == 1 else "are"
+            total = sum(map(len, by_dtype.values()))
+            more = f" (so are {len(odd) - 1} more of the {total} stored there)" if len(odd) > 1 else ""
+            raise ConversionError(f"{_quoted(odd_names)} {verb} {odd_dtype}{more} but {verb} stored with "
+                                  f"{_quoted(hf_names(main[0]))} ({main_dtype}) {where}")
+        each = " and ".join(f"{_quoted(hf_names(tensors[0]))} ({dtype})" for dtype, tensors in by_dtype.items())
+        raise ConversionError(f"{each} differ in dtype but are stored {where}")
+
+
+def _quoted(names: list[str]) -> str:
+    """``names`` quoted and joined with "and": the HF tensors one megatron tensor is made of."""
+    return " and ".join(map(repr, names))
 
 
 _COUNT_CHUNK = 2**24

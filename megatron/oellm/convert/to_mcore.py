@@ -43,12 +43,28 @@ def _is_checkpoint_file(name: str) -> bool:
     return name in (METADATA_FILE, CHECKPOINT_CONFIG_FILE) or DATA_FILE.fullmatch(name) is not None
 
 
+_TRACKER_QUOTED = 40
+"""Characters of a foreign ``latest_checkpointed_iteration.txt`` quoted in the refusal."""
+
+
+def _foreign_tracker(tracker: Path) -> list[str]:
+    """``[]`` if ``tracker`` (``--out``'s ``latest_checkpointed_iteration.txt``) says ``release``, as the one this
+    converter writes does; else the file with what it says, for the refusal: a training run's tracker (``100``)
+    replaced by ``release`` would point its ``--load`` at a checkpoint that is not there, or at the converted one."""
+    with open(tracker, "rb") as file:
+        says = file.read(_TRACKER_QUOTED + 1).decode("utf-8", errors="replace")
+    if says.strip() == RELEASE:
+        return []
+    quoted = says.strip()[:_TRACKER_QUOTED] + ("..." if len(says) > _TRACKER_QUOTED else "")
+    return [f"{ITERATION_FILE} (saying {quoted!r} rather than {RELEASE!r})"]
+
+
 def _foreign_in_mcore_output(entry: Path) -> list[str]:
     """What ``entry`` of ``--out`` holds that hf-to-mcore does not write (see :data:`output.Foreign`): anything but
-    the iteration file and a ``release/`` directory of checkpoint files (a user's notes or a checkpoint megatron
-    training saved there would be deleted with it)."""
+    the iteration file saying ``release`` and a ``release/`` directory of checkpoint files (a user's notes, a
+    training run's tracker or a checkpoint megatron training saved there would be deleted with it)."""
     if entry.name == ITERATION_FILE and entry.is_file():
-        return []
+        return _foreign_tracker(entry)
     if entry.name == RELEASE and entry.is_dir() and not entry.is_symlink():
         names = sorted(path.name for path in entry.iterdir())
         return [f"{RELEASE}/{name}" for name in names if not _is_checkpoint_file(name)]
@@ -116,7 +132,7 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
             unit_of[name] = unit
             chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, module.MCORE_MODEL, name,
                                                                          tuple(tensor.shape))]
-    check_one_dtype_per_key(chunks)
+    check_one_dtype_per_key(chunks, lambda name: _hf_sources(card, unit_of[name], meta, name))
     out_dir = resolved_out(out_dir)
     check_not_input(out_dir, [hf_dir, *source.input_files(), *(hf_dir / name for name in config_files)])
     view = CanonicalView(source)
@@ -127,6 +143,35 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
         (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files) + leftover_notes(out_dir)
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
+
+
+def _hf_sources(card: ModelCard, unit: Unit, meta: dict[str, torch.Tensor], name: str) -> list[str]:
+    """The HF tensors (names as ``meta``, the checkpoint's headers, holds them) that megatron tensor ``name`` of
+    ``unit`` is made of, for a refusal to name what the user's files hold. The unit is converted again on ``meta``
+    tensors that require gradients, and the autograd graph of ``name`` is walked back to its leaves: exact for
+    every way a converter combines tensors (fused, stacked, shifted), and only run for a refusal."""
+    with torch.enable_grad():
+        tracked = {stored: tensor.detach().requires_grad_(tensor.is_floating_point())
+                   for stored, tensor in meta.items()}
+        leaves = _autograd_leaves(hf_to_mcore_unit(card, unit, CanonicalView(tracked))[name])
+    return [stored for stored, tensor in tracked.items() if id(tensor) in leaves]
+
+
+def _autograd_leaves(tensor: torch.Tensor) -> set[int]:
+    """The ids of the leaf tensors ``tensor`` was computed from (itself if it is one), found through its autograd
+    graph: each leaf is the ``variable`` of an ``AccumulateGrad`` node."""
+    if tensor.grad_fn is None:
+        return {id(tensor)}
+    leaves, pending, seen = set(), [tensor.grad_fn], set()
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):
+            leaves.add(id(node.variable))
+        pending += [parent for parent, _ in node.next_functions]
+    return leaves
 
 
 def _import_unit(card: ModelCard, unit: Unit, view: CanonicalView,

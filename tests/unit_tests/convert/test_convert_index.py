@@ -98,3 +98,39 @@ def test_a_tensor_also_in_a_shard_the_index_does_not_name_for_it_is_named(tiny_h
     save_file(held, hf_dir / other, metadata={"format": "pt"})
     with pytest.raises(ConversionError, match=rf"{other} holds tensor '{name}' .*does not list in that file"):
         SafetensorsSource(hf_dir).shapes()
+
+
+def _shards_without_index(tiny_hf) -> list[str]:
+    """:func:`_sharded` with its index deleted (a download that left it out); the shard file names, in order."""
+    hf_dir, index = _sharded(tiny_hf)
+    (hf_dir / INDEX_NAME).unlink()
+    return sorted(set(index["weight_map"].values()))
+
+
+def test_a_missing_shard_of_a_folder_without_index_is_named(tiny_hf) -> None:
+    """``model-0000K-of-0000N`` files without an index, one of them deleted (a download cut short): the missing file
+    is named, in one line, before any tensor is read, not its first tensor as missing from the model."""
+    shards = _shards_without_index(tiny_hf)
+    gone = shards[int(torch.randint(0, len(shards), ()))]
+    (tiny_hf[2] / "hf" / gone).unlink()
+    with pytest.raises(ConversionError, match=rf"lacks shard\(s\) {gone} of {len(shards)} \(and has no "
+                                              rf"{INDEX_NAME}\); download the missing shards") as refusal:
+        _convert(tiny_hf)
+    assert "\n" not in str(refusal.value)
+    assert not (tiny_hf[2] / "mcore").exists()
+
+
+def test_shards_of_two_saves_in_a_folder_without_index_are_named(tiny_hf) -> None:
+    """Shards of two saves with differing totals (``-of-N``) in one folder without an index: named by total, not
+    taken for one checkpoint with missing or duplicate tensors."""
+    card, hf, tmp = tiny_hf
+    shards = _shards_without_index(tiny_hf)
+    other = [path for path in write_safetensors(tmp / "other", hf, max_shard_bytes=60_000) if path.name != INDEX_NAME]
+    assert len(other) != len(shards)
+    stale = other[int(torch.randint(0, len(other), ()))]
+    stale.rename(tmp / "hf" / stale.name)
+    (tmp / "hf" / shards[int(torch.randint(0, len(shards), ()))]).unlink()
+    with pytest.raises(ConversionError, match=rf"holds shards of 2 saves and no {INDEX_NAME} \(.*"
+                                              rf"1 of -of-{len(other):05d}: {stale.name}") as refusal:
+        _convert(tiny_hf)
+    assert "\n" not in str(refusal.value)

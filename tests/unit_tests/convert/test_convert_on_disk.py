@@ -165,13 +165,16 @@ def test_unreadable_hf_files_are_named(tiny_hf) -> None:
      r"tensors 'model\.layers\.1\.mlp\.experts\.2\.gate_proj\.weight' \(torch\.bfloat16\), "
      r"'model\.layers\.1\.mlp\.experts\.2\.up_proj\.weight' \(torch\.float16\) differ in dtype"),
     ("model.layers.1.input_layernorm.weight", torch.float32,
-     r"'decoder\.layers\.\d\.self_attention\.linear_qkv\.layer_norm_weight' .* in one checkpoint tensor "
-     r"'decoder\.layers\.self_attention\.linear_qkv\.layer_norm_weight'; save the checkpoint in one dtype")],
+     r"^'model\.layers\.0\.input_layernorm\.weight' \(torch\.bfloat16\) and 'model\.layers\.1\.input_layernorm\."
+     r"weight' \(torch\.float32\) differ in dtype but are stored in one megatron checkpoint tensor "
+     r"'decoder\.layers\.self_attention\.linear_qkv\.layer_norm_weight', which has one dtype; save the checkpoint "
+     r"in one dtype$")],
     ids=["fp8", "int", "fused-q-odd", "fused-k-odd", "fused-gate-up", "stacked-layers"])
 def test_weights_of_other_dtypes_are_rejected(tiny_hf, name: str, dtype: torch.dtype, message: str) -> None:
     """FP8 (a quantized checkpoint), integers, and tensors megatron fuses stored in different dtypes (``torch.cat``
     would promote them, so the round trip would change a dtype): the message names the odd one out. The same for
-    tensors megatron stores in one checkpoint tensor (``GPTModel``'s layers, a layer's experts)."""
+    tensors megatron stores in one checkpoint tensor (``GPTModel``'s layers, a layer's experts), named by their HF
+    names; the tiny card's two layers in two dtypes are a tie, so neither is called the odd one."""
     card, hf, tmp = tiny_hf
     write_hf(card, {**hf, name: hf[name].to(dtype)}, tmp / "hf")
     with pytest.raises(ConversionError, match=message):

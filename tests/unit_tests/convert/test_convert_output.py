@@ -163,6 +163,20 @@ def test_overwrite_of_a_previous_mcore_output_still_works(converted) -> None:
     assert sorted(p.name for p in (tmp / "mcore").iterdir()) == ["latest_checkpointed_iteration.txt", RELEASE]
 
 
+@pytest.mark.parametrize("says", ["100\n", "release-candidate\n"])
+def test_overwrite_keeps_a_training_runs_tracker(converted, says: str) -> None:
+    """A ``latest_checkpointed_iteration.txt`` saying anything but ``release`` is a training run's tracker, not the
+    one hf-to-mcore wrote: ``--overwrite`` refuses it in one line naming the file and what it says, and keeps it."""
+    card, _, tmp = converted
+    (tmp / "mcore" / ITERATION_FILE).write_text(says)
+    with pytest.raises(ConversionError, match=rf"holds {re.escape(ITERATION_FILE)} \(saying "
+                                              rf"{re.escape(repr(says.strip()))} rather than 'release'\), which this "
+                                              "conversion does not write") as refusal:
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)
+    assert "\n" not in str(refusal.value)
+    assert (tmp / "mcore" / ITERATION_FILE).read_text() == says
+
+
 def test_a_file_named_release_is_not_a_previous_output(converted, tmp_path: Path) -> None:
     """``release`` as a plain file of the user's is not the checkpoint directory hf-to-mcore writes."""
     card, _, tmp = converted

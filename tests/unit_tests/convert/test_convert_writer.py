@@ -106,6 +106,25 @@ def test_each_shard_is_the_file_safetensors_itself_writes(tmp_path: Path, max_sh
                 assert_bitwise_equal({name: tensors[name]}, {name: handle.get_tensor(name)})
 
 
+def test_the_same_tensors_written_twice_give_the_same_bytes(tmp_path: Path) -> None:
+    """save_file orders a header's ``__metadata__`` keys differently from call to call; this writer keeps one order
+    (``format``, the writer's metadata, the export mark), so two exports of one checkpoint are identical files (the
+    README's claim: the shards are save_file's files up to that order)."""
+    tensors = _mixed_widths(seed=int(torch.randint(0, 2**31, ())))
+    metadata = {"oellm_source": "iter_0000100", "oellm_iteration": "100"}
+    written = []
+    for attempt in ("first", "second"):
+        with ShardedSafetensorsWriter(tmp_path / attempt, layout_of(tensors), 200, metadata) as writer:
+            writer.add(tensors)
+            written.append(writer.close())
+    assert len(written[0]) > 2
+    for first, second in zip(*written, strict=True):
+        assert first.name == second.name and first.read_bytes() == second.read_bytes(), first.name
+        if first.name != INDEX_NAME:
+            header = json.loads(first.read_bytes()[8:8 + int.from_bytes(first.read_bytes()[:8], "little")])
+            assert list(header["__metadata__"]) == ["format", *metadata, *EXPORT_MARK], first.name
+
+
 def _open_files_under(directory: Path) -> list[str]:
     """Paths under ``directory`` this process holds open (Linux ``/proc/self/fd``)."""
     links = []
