@@ -165,11 +165,15 @@ def _check_shard_numbers(directory: Path, names: list[str]) -> None:
         raise ConversionError(f"{directory} holds shards of {len(saves)} saves and no {INDEX_NAME} ({each}); keep "
                               "the files of one save (remove the stale shards or download the checkpoint again)")
     for total, files in saves.items():
-        missing = [name for number in range(1, int(total) + 1)
-                   if (name := f"model-{number:0{len(total)}d}-of-{total}.safetensors") not in files]
+        expected = [f"model-{number:0{len(total)}d}-of-{total}.safetensors" for number in range(1, int(total) + 1)]
+        missing = [name for name in expected if name not in files]
         if missing:
             raise ConversionError(f"{directory} lacks shard(s) {listed(missing, 3)} of {int(total)} (and has no "
                                   f"{INDEX_NAME}); download the missing shards")
+        beyond = sorted(set(files) - set(expected))
+        if beyond:
+            raise ConversionError(f"{directory} holds shard(s) {listed(beyond, 3)} beyond the {int(total)} their "
+                                  f"names count (and has no {INDEX_NAME}); keep the files of one save")
 
 
 def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:

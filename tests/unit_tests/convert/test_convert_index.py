@@ -134,3 +134,18 @@ def test_shards_of_two_saves_in_a_folder_without_index_are_named(tiny_hf) -> Non
                                               rf"1 of -of-{len(other):05d}: {stale.name}") as refusal:
         _convert(tiny_hf)
     assert "\n" not in str(refusal.value)
+
+
+def test_a_shard_numbered_beyond_its_total_without_index_is_named(tiny_hf) -> None:
+    """A ``model-0000K-of-0000N`` file with K > N beside a complete set (a renamed or hand-made file) and no index:
+    named, not read as part of the checkpoint (its tensors were taken as duplicates or extras of the model)."""
+    shards = _shards_without_index(tiny_hf)
+    total = len(shards)
+    beyond = f"model-{total + int(torch.randint(1, 4, ())):05d}-of-{total:05d}.safetensors"
+    hf_dir = tiny_hf[2] / "hf"
+    (hf_dir / beyond).write_bytes((hf_dir / shards[0]).read_bytes())
+    with pytest.raises(ConversionError, match=rf"holds shard\(s\) {beyond} beyond the {total} their names count "
+                                              rf"\(and has no {INDEX_NAME}\)") as refusal:
+        _convert(tiny_hf)
+    assert "\n" not in str(refusal.value)
+    assert not (tiny_hf[2] / "mcore").exists()
