@@ -12,6 +12,7 @@ its element size); no shard is held in memory. The files are
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -165,15 +166,33 @@ def _check_shard_numbers(directory: Path, names: list[str]) -> None:
         raise ConversionError(f"{directory} holds shards of {len(saves)} saves and no {INDEX_NAME} ({each}); keep "
                               "the files of one save (remove the stale shards or download the checkpoint again)")
     for total, files in saves.items():
-        expected = [f"model-{number:0{len(total)}d}-of-{total}.safetensors" for number in range(1, int(total) + 1)]
-        missing = [name for name in expected if name not in files]
-        if missing:
-            raise ConversionError(f"{directory} lacks shard(s) {listed(missing, 3)} of {int(total)} (and has no "
-                                  f"{INDEX_NAME}); download the missing shards")
-        beyond = sorted(set(files) - set(expected))
-        if beyond:
-            raise ConversionError(f"{directory} holds shard(s) {listed(beyond, 3)} beyond the {int(total)} their "
-                                  f"names count (and has no {INDEX_NAME}); keep the files of one save")
+        _check_one_save(directory, int(total), total, files)
+
+
+_MISSING_NAMED = 3
+"""Missing shard files a refusal names (then how many more)."""
+
+
+def _check_one_save(directory: Path, total: int, total_text: str, files: list[str]) -> None:
+    """Raise naming the shards numbered 1 to ``total`` (as ``-of-{total_text}`` writes it) that ``files``, the
+    shard files of one save, lack, or those numbered outside 1 to ``total``. Numbers are compared as integers, so
+    that any zero padding is read (transformers pads to 5 digits: ``model-00001-of-123456``; a missing file is named
+    with the padding of the present ones); missing names are found one by one, never all ``total`` of them listed (a
+    name claiming 99999999999 shards)."""
+    numbered = {name: _SHARD_NAME.fullmatch(name)["number"] for name in files}
+    present = {int(number) for number in numbered.values() if 1 <= int(number) <= total}
+    outside = sorted(name for name, number in numbered.items() if not 1 <= int(number) <= total)
+    if len(present) < total:
+        width = len(numbered[files[0]])
+        absent = (number for number in range(1, total + 1) if number not in present)
+        named = [f"model-{number:0{width}d}-of-{total_text}.safetensors"
+                 for number in itertools.islice(absent, _MISSING_NAMED)]
+        more = f" and {total - len(present) - len(named)} more" if total - len(present) > len(named) else ""
+        raise ConversionError(f"{directory} lacks shard(s) {', '.join(named)}{more} of {total} (and has no "
+                              f"{INDEX_NAME}); download the missing shards")
+    if outside:
+        raise ConversionError(f"{directory} holds shard(s) {listed(outside, 3)} numbered outside the 1 to {total} "
+                              f"their names count (and has no {INDEX_NAME}); keep the files of one save")
 
 
 def checkpoint_files(directory: Path) -> tuple[dict[str, Path], Path | None]:

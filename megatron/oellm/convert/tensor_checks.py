@@ -68,34 +68,68 @@ def check_hf_tensors(card: ModelCard, tensors: dict[str, tuple[tuple[int, ...], 
 def check_one_dtype_per_key(chunks: list[tuple[mcore_layout.Piece, torch.dtype]],
                             hf_names: Callable[[str], list[str]]) -> None:
     """Raise if tensors stored in one checkpoint tensor (the layers of a ``GPTModel``, the experts of a layer) differ
-    in dtype: that tensor has one dtype, so the way back would change some of them. The message names HF tensors,
-    those ``hf_names`` gives for a megatron tensor (what it is made of, as the user's files name them): the odd one
-    out when its dtype is held by fewer megatron tensors of the key than every other dtype (the first of them in
-    checkpoint order), stored with the first tensor of the most common dtype; on a tie for fewest (two layers of two
-    dtypes) none is called odd: the first tensor of each dtype is named."""
+    in dtype: that tensor has one dtype, so the way back would change some of them. The message, one line, names HF
+    tensors, those ``hf_names`` gives for a megatron tensor (what it is made of, as the user's files name them; a
+    megatron tensor it gives none for is named as megatron's), and counts distinct HF tensors (a fused expert tensor
+    feeds many megatron ones). Of two dtypes, the one fewer HF tensors have is the odd one out: its first megatron
+    tensor's HF tensors (checkpoint order) are named with how many more share its dtype, stored with the first of the
+    other dtype. On a tie (two layers of two dtypes), or with three dtypes or more, none is called odd: every dtype
+    is named with its count and one example, most common first (checkpoint order on a tie), so that one fix of the
+    files is enough."""
     names: dict[str, dict[torch.dtype, list[str]]] = defaultdict(lambda: defaultdict(list))
     for piece, dtype in chunks:
         names[piece.key][dtype].append(piece.name)
     for key, by_dtype in names.items():
-        if len(by_dtype) < 2:
-            continue
-        groups = sorted(by_dtype.items(), key=lambda item: len(item[1]))  # stable: checkpoint order on a tie
-        where = f"in one megatron checkpoint tensor {key!r}, which has one dtype; save the checkpoint in one dtype"
-        (odd_dtype, odd), (main_dtype, main) = groups[0], groups[-1]
-        if len(odd) < len(groups[1][1]):
-            odd_names = hf_names(odd[0])
-            verb = "is" if len(odd_names) == 1 else "are"
-            total = sum(map(len, by_dtype.values()))
-            more = f" (so are {len(odd) - 1} more of the {total} stored there)" if len(odd) > 1 else ""
-            raise ConversionError(f"{_quoted(odd_names)} {verb} {odd_dtype}{more} but {verb} stored with "
-                                  f"{_quoted(hf_names(main[0]))} ({main_dtype}) {where}")
-        each = " and ".join(f"{_quoted(hf_names(tensors[0]))} ({dtype})" for dtype, tensors in by_dtype.items())
-        raise ConversionError(f"{each} differ in dtype but are stored {where}")
+        if len(by_dtype) > 1:
+            raise ConversionError(_mixed_dtypes(key, by_dtype, hf_names))
+
+
+_ADVICE = "save the checkpoint in one dtype"
+"""What the refusal of one checkpoint tensor in differing dtypes tells the user to do."""
+
+
+def _mixed_dtypes(key: str, by_dtype: dict[torch.dtype, list[str]], hf_names: Callable[[str], list[str]]) -> str:
+    """The refusal of checkpoint tensor ``key`` whose megatron tensors (``by_dtype``: dtype -> names, checkpoint
+    order) differ in dtype; see :func:`check_one_dtype_per_key`."""
+    groups = sorted((_DtypeGroup(dtype, [_sources(hf_names, name) for name in tensors])
+                     for dtype, tensors in by_dtype.items()), key=lambda group: -group.count)
+    where = f"in one megatron checkpoint tensor {key!r}, which has one dtype"
+    if len(groups) == 2 and groups[1].count < groups[0].count:
+        odd, main = groups[1], groups[0]
+        verb = "is" if len(odd.example) == 1 else "are"
+        others = odd.count - len(odd.example)
+        total = odd.count + main.count
+        more = f" (as {'is' if others == 1 else 'are'} {others} more of the {total} HF tensors stored there)"
+        return (f"{_quoted(odd.example)} {verb} {odd.dtype}{more if others else ''} but {verb} stored with "
+                f"{_quoted(main.example)} ({main.dtype}) {where}; {_ADVICE}")
+    each = "; ".join(group.described() for group in groups)
+    return f"HF tensors in {len(groups)} dtypes are stored {where}: {each}; {_ADVICE}"
+
+
+class _DtypeGroup:
+    """The HF tensors of one dtype stored in one checkpoint tensor, from ``sources`` (those of each megatron tensor
+    of that dtype, checkpoint order): ``count``, how many distinct ones; ``example``, the first megatron tensor's."""
+
+    def __init__(self, dtype: torch.dtype, sources: list[list[str]]) -> None:
+        self.dtype = dtype
+        self.example = sources[0]
+        self.count = len({name for names in sources for name in names})
+
+    def described(self) -> str:
+        """``3 in torch.float32 (e.g. 'a')``: the count, the dtype and the example (``e.g.`` unless it is all)."""
+        example = _quoted(self.example)
+        return f"{self.count} in {self.dtype} ({'e.g. ' if self.count > len(self.example) else ''}{example})"
+
+
+def _sources(hf_names: Callable[[str], list[str]], name: str) -> list[str]:
+    """What megatron tensor ``name`` is made of, as a refusal names it: its HF tensors, else (none found) the
+    megatron tensor itself, said to be megatron's so that the user does not look for it in the HF files."""
+    return [repr(source) for source in hf_names(name)] or [f"megatron's {name!r}"]
 
 
 def _quoted(names: list[str]) -> str:
-    """``names`` quoted and joined with "and": the HF tensors one megatron tensor is made of."""
-    return " and ".join(map(repr, names))
+    """``names`` (quoted by :func:`_sources`) joined with "and": the HF tensors one megatron tensor is made of."""
+    return " and ".join(names)
 
 
 _COUNT_CHUNK = 2**24

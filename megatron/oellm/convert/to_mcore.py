@@ -10,6 +10,9 @@ directory holds: :mod:`megatron.oellm.convert.mcore_checkpoint`.
 
 from __future__ import annotations
 
+import codecs
+import functools
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -45,17 +48,25 @@ def _is_checkpoint_file(name: str) -> bool:
 
 _TRACKER_QUOTED = 40
 """Characters of a foreign ``latest_checkpointed_iteration.txt`` quoted in the refusal."""
+_TRACKER_READ = 4096
+"""Bytes of a ``latest_checkpointed_iteration.txt`` read to tell what it says (megatron's hold a number or
+``release``): enough for the quote after any whitespace a hand-written one starts with."""
 
 
 def _foreign_tracker(tracker: Path) -> list[str]:
     """``[]`` if ``tracker`` (``--out``'s ``latest_checkpointed_iteration.txt``) says ``release``, as the one this
     converter writes does; else the file with what it says, for the refusal: a training run's tracker (``100``)
-    replaced by ``release`` would point its ``--load`` at a checkpoint that is not there, or at the converted one."""
+    replaced by ``release`` would point its ``--load`` at a checkpoint that is not there, or at the converted one.
+    The quote is the text stripped of whitespace, cut at :data:`_TRACKER_QUOTED` characters (not bytes: a UTF-8
+    character is never split) with ``...`` only where something was cut."""
     with open(tracker, "rb") as file:
-        says = file.read(_TRACKER_QUOTED + 1).decode("utf-8", errors="replace")
-    if says.strip() == RELEASE:
+        head = file.read(_TRACKER_READ)
+        longer = bool(file.read(1))
+    says = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(head, final=not longer).strip()
+    if says == RELEASE and not longer:
         return []
-    quoted = says.strip()[:_TRACKER_QUOTED] + ("..." if len(says) > _TRACKER_QUOTED else "")
+    cut = longer or len(says) > _TRACKER_QUOTED
+    quoted = says[:_TRACKER_QUOTED] + ("..." if cut else "")
     return [f"{ITERATION_FILE} (saying {quoted!r} rather than {RELEASE!r})"]
 
 
@@ -132,7 +143,8 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
             unit_of[name] = unit
             chunks += [(p, tensor.dtype) for p in mcore_layout.pieces(card, module.MCORE_MODEL, name,
                                                                          tuple(tensor.shape))]
-    check_one_dtype_per_key(chunks, lambda name: _hf_sources(card, unit_of[name], meta, name))
+    sources_of_unit = functools.cache(lambda unit: _hf_sources(card, unit, meta))
+    check_one_dtype_per_key(chunks, lambda name: sources_of_unit(unit_of[name])[name])
     out_dir = resolved_out(out_dir)
     check_not_input(out_dir, [hf_dir, *source.input_files(), *(hf_dir / name for name in config_files)])
     view = CanonicalView(source)
@@ -145,16 +157,47 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
 
 
-def _hf_sources(card: ModelCard, unit: Unit, meta: dict[str, torch.Tensor], name: str) -> list[str]:
-    """The HF tensors (names as ``meta``, the checkpoint's headers, holds them) that megatron tensor ``name`` of
-    ``unit`` is made of, for a refusal to name what the user's files hold. The unit is converted again on ``meta``
-    tensors that require gradients, and the autograd graph of ``name`` is walked back to its leaves: exact for
-    every way a converter combines tensors (fused, stacked, shifted), and only run for a refusal."""
-    with torch.enable_grad():
-        tracked = {stored: tensor.detach().requires_grad_(tensor.is_floating_point())
-                   for stored, tensor in meta.items()}
-        leaves = _autograd_leaves(hf_to_mcore_unit(card, unit, CanonicalView(tracked))[name])
-    return [stored for stored, tensor in tracked.items() if id(tensor) in leaves]
+def _hf_sources(card: ModelCard, unit: Unit, meta: dict[str, torch.Tensor]) -> dict[str, list[str]]:
+    """The HF tensors (names as ``meta``, the checkpoint's headers, holds them) each megatron tensor of ``unit`` is
+    made of, in the order the converter reads them (q, k, v; gate, up), for a refusal to name what the user's files
+    hold. The unit is converted again on ``meta`` tensors that require gradients, and the autograd graph of each
+    output is walked back to its leaves: exact for every way a converter combines tensors (fused, stacked, shifted),
+    and only run for a refusal. Autograd is switched on also under a caller's ``torch.inference_mode``, in which
+    ``enable_grad`` records nothing; a tensor whose graph reaches no HF tensor gets ``[]``."""
+    reads = _TrackedReads(meta)
+    with torch.inference_mode(False), torch.enable_grad():
+        converted = hf_to_mcore_unit(card, unit, CanonicalView(reads))
+    return {name: reads.sources(tensor) for name, tensor in converted.items()}
+
+
+class _TrackedReads(Mapping[str, torch.Tensor]):
+    """``meta`` with each tensor read as a fresh meta-device autograd leaf of its shape and dtype (floating-point
+    ones require gradients), remembered in the order read so that :meth:`sources` names a megatron tensor's HF tensors in the order they are combined."""
+
+    def __init__(self, meta: dict[str, torch.Tensor]) -> None:
+        self._meta = meta
+        self._read: dict[str, torch.Tensor] = {}
+
+    def __getitem__(self, stored: str) -> torch.Tensor:
+        if stored not in self._read:
+            tensor = self._meta[stored]
+            fresh = torch.empty_like(tensor, device="meta")  # not an inference tensor, if ``meta`` holds them
+            self._read[stored] = fresh.requires_grad_(tensor.is_floating_point())
+        return self._read[stored]
+
+    def __contains__(self, stored: object) -> bool:
+        return stored in self._meta
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._meta)
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    def sources(self, tensor: torch.Tensor) -> list[str]:
+        """The stored names of the tensors read so far that ``tensor`` was computed from, in the order read."""
+        leaves = _autograd_leaves(tensor)
+        return [stored for stored, read in self._read.items() if id(read) in leaves]
 
 
 def _autograd_leaves(tensor: torch.Tensor) -> set[int]:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from megatron.oellm.convert.errors import ConversionError
-from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource
+from megatron.oellm.convert.safetensors_io import INDEX_NAME, SafetensorsSource, checkpoint_files
 from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 from tests.unit_tests.convert.convert_helpers import write_hf, write_safetensors
 
@@ -144,8 +145,43 @@ def test_a_shard_numbered_beyond_its_total_without_index_is_named(tiny_hf) -> No
     beyond = f"model-{total + int(torch.randint(1, 4, ())):05d}-of-{total:05d}.safetensors"
     hf_dir = tiny_hf[2] / "hf"
     (hf_dir / beyond).write_bytes((hf_dir / shards[0]).read_bytes())
-    with pytest.raises(ConversionError, match=rf"holds shard\(s\) {beyond} beyond the {total} their names count "
+    with pytest.raises(ConversionError, match=rf"holds shard\(s\) {beyond} numbered outside the 1 to {total} their names count "
                                               rf"\(and has no {INDEX_NAME}\)") as refusal:
         _convert(tiny_hf)
     assert "\n" not in str(refusal.value)
     assert not (tiny_hf[2] / "mcore").exists()
+
+
+def _shard_files(directory: Path, names: list[str]) -> None:
+    """Files ``names`` in ``directory``, each a safetensors file of one small random tensor."""
+    directory.mkdir()
+    for name in names:
+        save_file({"x": torch.randn(2, 3)}, directory / name)
+
+
+def test_a_total_past_any_download_is_refused_without_listing_it(tmp_path: Path) -> None:
+    """``model-00001-of-99999999999``: the missing shards are named, the first three and how many more, without
+    building a list of 99999999999 names (a MemoryError traceback after seconds)."""
+    _shard_files(tmp_path / "hf", ["model-00001-of-99999999999.safetensors"])
+    with pytest.raises(ConversionError, match=r"lacks shard\(s\) model-00002-of-99999999999\.safetensors, "
+                                              r"model-00003-of-99999999999\.safetensors, model-00004-of-99999999999\."
+                                              r"safetensors and 99999999995 more of 99999999999 \(and has no "):
+        checkpoint_files(tmp_path / "hf")
+
+
+def test_a_total_of_six_digits_is_read_with_transformers_padding(tmp_path: Path) -> None:
+    """transformers pads shard numbers to 5 digits whatever the total (``model-00001-of-100000``): the present
+    shards are read as numbers 1 and 3, and the missing ones are named with the same padding."""
+    _shard_files(tmp_path / "hf", ["model-00001-of-100000.safetensors", "model-00003-of-100000.safetensors"])
+    with pytest.raises(ConversionError, match=r"lacks shard\(s\) model-00002-of-100000\.safetensors, "
+                                              r"model-00004-of-100000\.safetensors, model-00005-of-100000\."
+                                              r"safetensors and 99995 more of 100000 \("):
+        checkpoint_files(tmp_path / "hf")
+
+
+def test_a_shard_numbered_zero_is_outside_its_total(tmp_path: Path) -> None:
+    """``model-00000-of-00002`` beside shards 1 and 2: numbered outside 1 to 2, not "beyond" its total."""
+    _shard_files(tmp_path / "hf", [f"model-0000{number}-of-00002.safetensors" for number in range(3)])
+    with pytest.raises(ConversionError, match=r"holds shard\(s\) model-00000-of-00002\.safetensors numbered "
+                                              r"outside the 1 to 2 their names count"):
+        checkpoint_files(tmp_path / "hf")

@@ -165,10 +165,10 @@ def test_unreadable_hf_files_are_named(tiny_hf) -> None:
      r"tensors 'model\.layers\.1\.mlp\.experts\.2\.gate_proj\.weight' \(torch\.bfloat16\), "
      r"'model\.layers\.1\.mlp\.experts\.2\.up_proj\.weight' \(torch\.float16\) differ in dtype"),
     ("model.layers.1.input_layernorm.weight", torch.float32,
-     r"^'model\.layers\.0\.input_layernorm\.weight' \(torch\.bfloat16\) and 'model\.layers\.1\.input_layernorm\."
-     r"weight' \(torch\.float32\) differ in dtype but are stored in one megatron checkpoint tensor "
-     r"'decoder\.layers\.self_attention\.linear_qkv\.layer_norm_weight', which has one dtype; save the checkpoint "
-     r"in one dtype$")],
+     r"^HF tensors in 2 dtypes are stored in one megatron checkpoint tensor "
+     r"'decoder\.layers\.self_attention\.linear_qkv\.layer_norm_weight', which has one dtype: 1 in torch\.bfloat16 "
+     r"\('model\.layers\.0\.input_layernorm\.weight'\); 1 in torch\.float32 \('model\.layers\.1\.input_layernorm\."
+     r"weight'\); save the checkpoint in one dtype$")],
     ids=["fp8", "int", "fused-q-odd", "fused-k-odd", "fused-gate-up", "stacked-layers"])
 def test_weights_of_other_dtypes_are_rejected(tiny_hf, name: str, dtype: torch.dtype, message: str) -> None:
     """FP8 (a quantized checkpoint), integers, and tensors megatron fuses stored in different dtypes (``torch.cat``

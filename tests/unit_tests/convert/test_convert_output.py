@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from megatron.oellm.convert import output, to_hf, to_mcore
@@ -579,3 +580,25 @@ def test_overwrite_keeps_config_files_without_marked_weights_and_links_to_an_exp
         mcore_to_hf_checkpoint(card, tmp / "mcore", linked, overwrite=True)
     assert all(p.is_symlink() for p in linked.iterdir())
     assert sorted(p.name for p in linked.iterdir()) == sorted(p.name for p in export.iterdir())
+
+
+
+def _tracker_text(kind: str) -> tuple[str, str]:
+    """(what a tracker says, its quote in the refusal) for ``kind``: ``padded``, a short number padded with whitespace
+    past 40 bytes (nothing cut: no "..."); ``multibyte``, 21 to 40 two-byte characters (none split, nothing cut);
+    ``multibyte-cut``, 41 to 60 of them (cut at 40 characters, with "...")."""
+    if kind == "padded":
+        return "1234\n" + " " * 40 + "\n", "1234"
+    count = int(torch.randint(21, 41, ())) if kind == "multibyte" else int(torch.randint(41, 61, ()))
+    return "é" * count + "\n", "é" * min(count, 40) + ("..." if count > 40 else "")
+
+
+@pytest.mark.parametrize("kind", ["padded", "multibyte", "multibyte-cut"])
+def test_a_foreign_tracker_is_quoted_whole_characters_and_dots_only_if_cut(converted, kind: str) -> None:
+    """The refusal quotes the tracker stripped of whitespace, up to 40 characters (never half a UTF-8 one), with
+    "..." only where it cut something: it read 41 bytes and compared their count before the strip."""
+    card, _, tmp = converted
+    says, quoted = _tracker_text(kind)
+    (tmp / "mcore" / ITERATION_FILE).write_text(says, encoding="utf-8")
+    with pytest.raises(ConversionError, match=rf"\(saying {re.escape(repr(quoted))} rather than 'release'\)"):
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore", overwrite=True)

@@ -136,7 +136,7 @@ def test_a_named_pipe_in_a_folder_keeps_its_name_and_its_folders_base(tmp_path: 
 
 # a leading "//" names the same file (POSIX lets a path keep it); "//dev/stdin" was read as a file named "stdin"
 OPEN_STREAM_FORMS = ["/dev/stdin", "/dev/fd/{fd}", "/proc/self/fd/{fd}", "/proc/{pid}/fd/{fd}", "//dev/stdin",
-                     "//proc/self/fd/{fd}"]
+                     "//dev/fd/{fd}", "//proc/self/fd/{fd}"]
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from megatron.oellm.recipes.toml_loading import is_open_stream
 def test_every_form_of_an_open_stream_is_one() -> None:
     fd, pid = random.randrange(3, 1000), random.randrange(2, 10**6)
     for form in ("/dev/stdin", f"/dev/fd/{fd}", f"/proc/self/fd/{fd}", f"/proc/thread-self/fd/{fd}",
-                 f"/proc/{pid}/fd/{fd}", f"///dev/fd/{fd}"):
+                 f"/proc/{pid}/fd/{fd}", f"//dev/fd/{fd}"):
         assert is_open_stream(Path(form)), form
 
 
