@@ -172,7 +172,8 @@ def _hf_sources(card: ModelCard, unit: Unit, meta: dict[str, torch.Tensor]) -> d
 
 class _TrackedReads(Mapping[str, torch.Tensor]):
     """``meta`` with each tensor read as a fresh meta-device autograd leaf of its shape and dtype (floating-point
-    ones require gradients), remembered in the order read so that :meth:`sources` names a megatron tensor's HF tensors in the order they are combined."""
+    ones require gradients), remembered in the order read so that :meth:`sources` names a megatron tensor's HF
+    tensors in the order they are combined."""
 
     def __init__(self, meta: dict[str, torch.Tensor]) -> None:
         self._meta = meta
