@@ -120,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokenizer of --data-path: a Hugging Face tokenizer, or 'byte' for tools/build_corpus.py")
     parser.add_argument("--save-interval", type=int, default=0,
                         help="save checkpoints every N iterations (default 0: none): a SLURM job in "
-                             "<run dir>/checkpoints/job-<job id>, resumed by a requeue of that job (scontrol requeue ID; "
-                             "nothing requeues it by itself), never by a new "
+                             "<run dir>/checkpoints/job-<job id>, resumed by a requeue of that job "
+                             "(scontrol requeue ID; nothing requeues it by itself), never by a new "
                              "submission; --local in <run dir>/local-checkpoints, resumed by the next --local run")
     parser.add_argument("--train-iters", type=int,
                         help="--local only: iterations of the fitted-down run (default: the recipe's [local] value); "
