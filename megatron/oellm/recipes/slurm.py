@@ -182,7 +182,9 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         ")",
         "",
         # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
-        f"srun --kill-on-bad-exit=1 --cpus-per-task={int(cluster.cpus_per_task)} \\",
+        # --export=ALL: under sbatch --export=NONE (SBATCH_EXPORT=NONE at a site or in a user's shell) the job holds
+        # SLURM_EXPORT_ENV=NONE, which srun reads as its own --export: the step would lose every variable set above.
+        f"srun --kill-on-bad-exit=1 --export=ALL --cpus-per-task={int(cluster.cpus_per_task)} \\",
         f"  {runtime} exec --nv " + " ".join(f"--bind {shlex.quote(b)}" for b in binds) + ' "$IMAGE" \\',
         *_python_path_lines(checkout),
         *_rendezvous_host_lines(cluster.master_addr_suffix),

@@ -134,6 +134,16 @@ def test_the_srun_step_gets_the_cpus_of_the_job():
     assert "--cpus-per-task=72" in srun.split() and "#SBATCH --cpus-per-task=72" in script
 
 
+def test_the_srun_step_exports_the_job_scripts_environment():
+    """Under ``sbatch --export=NONE`` (a site's or a user's ``SBATCH_EXPORT=NONE``) the job holds
+    ``SLURM_EXPORT_ENV=NONE``, which srun takes as its own ``--export``: without ``--export=ALL`` the step would start
+    without the recipe's environment, ``MASTER_ADDR`` / ``MASTER_PORT`` and ``PYTHONPATH`` the script sets."""
+    recipe = mn5_attention_recipe(cpus_per_task=random.choice([72, 80]))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0]))
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--export=ALL" in srun.split()
+
+
 def test_host_paths_are_checked_before_submission(tmp_path):
     image = tmp_path / "image.sif"
     image.touch()
