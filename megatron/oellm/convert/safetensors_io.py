@@ -179,7 +179,17 @@ def _check_one_save(directory: Path, total: int, total_text: str, files: list[st
     that any zero padding is read (transformers pads to 5 digits: ``model-00001-of-123456``; a missing file is named
     with the padding of the present ones); missing names are found one by one, never all ``total`` of them listed (a
     name claiming 99999999999 shards)."""
+    if total == 0:
+        raise ConversionError(f"{directory} holds shard(s) {listed(sorted(files), 3)} of a total of 0 (and has no "
+                              f"{INDEX_NAME}): no save writes such names; keep the files of one save")
     numbered = {name: _SHARD_NAME.fullmatch(name)["number"] for name in files}
+    by_number: dict[int, list[str]] = {}
+    for name, number in sorted(numbered.items()):
+        by_number.setdefault(int(number), []).append(name)
+    twice = next((names for names in by_number.values() if len(names) > 1), None)
+    if twice:
+        raise ConversionError(f"{directory} holds shard number {int(numbered[twice[0]])} of {total} twice, "
+                              f"{' and '.join(twice)} (and has no {INDEX_NAME}); keep the files of one save")
     present = {int(number) for number in numbered.values() if 1 <= int(number) <= total}
     outside = sorted(name for name, number in numbered.items() if not 1 <= int(number) <= total)
     if len(present) < total:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -184,4 +186,25 @@ def test_a_shard_numbered_zero_is_outside_its_total(tmp_path: Path) -> None:
     _shard_files(tmp_path / "hf", [f"model-0000{number}-of-00002.safetensors" for number in range(3)])
     with pytest.raises(ConversionError, match=r"holds shard\(s\) model-00000-of-00002\.safetensors numbered "
                                               r"outside the 1 to 2 their names count"):
+        checkpoint_files(tmp_path / "hf")
+
+
+def test_a_total_of_zero_shards_is_refused_as_such(tmp_path: Path) -> None:
+    """``model-00001-of-00000``: no save writes a total of 0; it was reported as "outside the 1 to 0"."""
+    _shard_files(tmp_path / "hf", ["model-00001-of-00000.safetensors"])
+    with pytest.raises(ConversionError, match=r"holds shard\(s\) model-00001-of-00000\.safetensors of a total of 0 "
+                                              r"\(and has no "):
+        checkpoint_files(tmp_path / "hf")
+
+
+def test_one_shard_number_in_two_paddings_is_named(tmp_path: Path) -> None:
+    """``model-00001-of-00002`` and ``model-000001-of-00002`` (two saves padding differently) hold shard 1 twice:
+    named, not read as one checkpoint whose tensors then clash or double."""
+    number = random.choice([1, 2])
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+             f"model-{number:06d}-of-00002.safetensors"]
+    _shard_files(tmp_path / "hf", names)
+    first, second = sorted([names[number - 1], names[2]])
+    with pytest.raises(ConversionError, match=rf"holds shard number {number} of 2 twice, {re.escape(first)} and "
+                                              rf"{re.escape(second)} \(and has no "):
         checkpoint_files(tmp_path / "hf")
