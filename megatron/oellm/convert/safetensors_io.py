@@ -156,50 +156,52 @@ def _check_shard_numbers(directory: Path, names: list[str]) -> None:
     (of ``directory``) lack (a download cut short), or the files of each total N where two totals are mixed (shards
     of two saves in one folder): otherwise the first tensor of a missing shard is reported as missing from the
     model, and the user looks for a wrong card instead of a missing file."""
-    saves: dict[str, list[str]] = {}
+    saves: dict[str, list[re.Match[str]]] = {}
     for name in names:
         shard = _SHARD_NAME.fullmatch(name)
         if shard:
-            saves.setdefault(shard["total"], []).append(name)
+            saves.setdefault(shard["total"], []).append(shard)
     if len(saves) > 1:
-        each = "; ".join(f"{len(files)} of -of-{total}: {listed(files, 2)}" for total, files in sorted(saves.items()))
+        each = "; ".join(f"{len(shards)} of -of-{total}: {listed([shard.string for shard in shards], 2)}"
+                         for total, shards in sorted(saves.items()))
         raise ConversionError(f"{directory} holds shards of {len(saves)} saves and no {INDEX_NAME} ({each}); keep "
                               "the files of one save (remove the stale shards or download the checkpoint again)")
-    for total, files in saves.items():
-        _check_one_save(directory, int(total), total, files)
+    for shards in saves.values():
+        _check_one_save(directory, shards)
 
 
 _MISSING_NAMED = 3
 """Missing shard files a refusal names (then how many more)."""
 
 
-def _check_one_save(directory: Path, total: int, total_text: str, files: list[str]) -> None:
-    """Raise naming the shards numbered 1 to ``total`` (as ``-of-{total_text}`` writes it) that ``files``, the
-    shard files of one save, lack, or those numbered outside 1 to ``total``. Numbers are compared as integers, so
-    that any zero padding is read (transformers pads to 5 digits: ``model-00001-of-123456``; a missing file is named
-    with the padding of the present ones); missing names are found one by one, never all ``total`` of them listed (a
-    name claiming 99999999999 shards)."""
+def _check_one_save(directory: Path, shards: list[re.Match[str]]) -> None:
+    """Raise naming the shards numbered 1 to N that ``shards`` (the :data:`_SHARD_NAME` matches of one save's files,
+    one total N) lack, or those numbered outside 1 to N or twice. Numbers are compared as integers, so that any zero
+    padding is read (transformers pads to 5 digits: ``model-00001-of-123456``; a missing file is named with the
+    padding of the present ones); missing names are found one by one, never all N of them listed (a name claiming
+    99999999999 shards)."""
+    total_text = shards[0]["total"]
+    total, files = int(total_text), sorted(shard.string for shard in shards)
     if total == 0:
-        raise ConversionError(f"{directory} holds shard(s) {listed(sorted(files), 3)} of a total of 0 (and has no "
+        raise ConversionError(f"{directory} holds shard(s) {listed(files, 3)} of a total of 0 (and has no "
                               f"{INDEX_NAME}): no save writes such names; keep the files of one save")
-    numbered = {name: _SHARD_NAME.fullmatch(name)["number"] for name in files}
-    by_number: dict[int, list[str]] = {}
-    for name, number in sorted(numbered.items()):
-        by_number.setdefault(int(number), []).append(name)
-    twice = next((names for names in by_number.values() if len(names) > 1), None)
+    holders: dict[int, list[str]] = {}
+    for shard in sorted(shards, key=lambda shard: shard.string):
+        holders.setdefault(int(shard["number"]), []).append(shard.string)
+    twice = next(((number, names) for number, names in holders.items() if len(names) > 1), None)
     if twice:
-        raise ConversionError(f"{directory} holds shard number {int(numbered[twice[0]])} of {total} twice, "
-                              f"{' and '.join(twice)} (and has no {INDEX_NAME}); keep the files of one save")
-    present = {int(number) for number in numbered.values() if 1 <= int(number) <= total}
-    outside = sorted(name for name, number in numbered.items() if not 1 <= int(number) <= total)
+        raise ConversionError(f"{directory} holds shard number {twice[0]} of {total} twice, {' and '.join(twice[1])} "
+                              f"(and has no {INDEX_NAME}); keep the files of one save")
+    present = {number for number in holders if 1 <= number <= total}
     if len(present) < total:
-        width = len(numbered[files[0]])
+        width = len(shards[0]["number"])
         absent = (number for number in range(1, total + 1) if number not in present)
         named = [f"model-{number:0{width}d}-of-{total_text}.safetensors"
                  for number in itertools.islice(absent, _MISSING_NAMED)]
         more = f" and {total - len(present) - len(named)} more" if total - len(present) > len(named) else ""
         raise ConversionError(f"{directory} lacks shard(s) {', '.join(named)}{more} of {total} (and has no "
                               f"{INDEX_NAME}); download the missing shards")
+    outside = sorted(names[0] for number, names in holders.items() if number not in present)
     if outside:
         raise ConversionError(f"{directory} holds shard(s) {listed(outside, 3)} numbered outside the 1 to {total} "
                               f"their names count (and has no {INDEX_NAME}); keep the files of one save")
