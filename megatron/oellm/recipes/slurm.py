@@ -114,6 +114,12 @@ def _output_directive(directory: Path) -> str:
     return _directive("output", directory / "slurm-%j.out")
 
 
+_OPEN_MODE_DIRECTIVE = "#SBATCH --open-mode=append"
+"""A requeued job (``scontrol requeue``, a preemption, a node failure; same job id, so the same ``slurm-%j.out``)
+appends its new start to the log instead of truncating it, as SLURM does by default (``JobFileAppend=0``): the
+iterations and throughput of the earlier start stay for ``oellm table``, which reads every start of a log."""
+
+
 def _env_lines(name: str, value: str, runtime: str) -> list[str]:
     """``export NAME=value`` and ``export <RUNTIME>ENV_NAME=value`` (``APPTAINERENV_NAME``: wins over the image's own
     value), value quoted; ``name`` is valid (:func:`megatron.oellm.recipes.config.check_env_names`)."""
@@ -142,7 +148,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         _directive("time", recipe.row_time(row)),
         "#SBATCH --exclusive",
     ]
-    lines += [*cluster_directives(cluster), _output_directive(directory), "", "set -euo pipefail",
+    lines += [*cluster_directives(cluster), _output_directive(directory), _OPEN_MODE_DIRECTIVE, "",
+              "set -euo pipefail",
               *_working_directory_lines(), ""]
     # Both prefixes: Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when
     # APPTAINERENV_PYTHONPATH is unset.

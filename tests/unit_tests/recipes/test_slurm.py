@@ -144,6 +144,27 @@ def test_the_srun_step_exports_the_job_scripts_environment():
     assert "--export=ALL" in srun.split()
 
 
+def _sbatch_directives(script: str) -> list[str]:
+    """The ``#SBATCH`` lines sbatch reads: those before the script's first line that is neither blank nor a
+    comment (sbatch reads no directive after it)."""
+    directives = []
+    for line in script.splitlines()[1:]:
+        if line.strip() and not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH "):
+            directives.append(line)
+    return directives
+
+
+def test_a_requeued_job_appends_to_its_log():
+    """A requeue keeps the job id, so its new start writes the same ``slurm-%j.out``; under SLURM's default
+    (``JobFileAppend=0``) that truncated the log, and ``oellm table`` lost the earlier start's iterations."""
+    recipe = mn5_attention_recipe(cpus_per_task=random.choice([72, 80]))
+    directives = _sbatch_directives(sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0])))
+    assert "#SBATCH --open-mode=append" in directives
+    assert any(line.startswith("#SBATCH --output=") and line.endswith("/slurm-%j.out") for line in directives)
+
+
 def test_host_paths_are_checked_before_submission(tmp_path):
     image = tmp_path / "image.sif"
     image.touch()
