@@ -254,8 +254,9 @@ def _image_architecture_lines(runtime: str) -> list[str]:
         "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
         f"if ! command -v {runtime} > /dev/null; then",
         f'  echo "error: {runtime} is not on the PATH of node $(hostname): make it available in the shell that'
-        f' submits this job (e.g. module load {runtime}), whose environment sbatch passes on, or set'
-        f' cluster.container_runtime to the one the site provides ({" or ".join(CONTAINER_RUNTIMES)})" >&2',
+        f' submits this job (e.g. module load {runtime}), whose environment sbatch passes on (under sbatch'
+        ' --export=NONE or SBATCH_EXPORT=NONE the job starts from your login environment instead: load it there),'
+        f' or set cluster.container_runtime to the one the site provides ({" or ".join(CONTAINER_RUNTIMES)})" >&2',
         "  exit 1",
         "fi",
         'if [[ "$IMAGE" != *://* && ! -e "$IMAGE" ]]; then',

@@ -217,6 +217,8 @@ def test_a_node_without_apptainer_is_named_as_such(tmp_path):
     assert status == 1 and not any(line.startswith("torchrun ") for line in record), record
     (error,) = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.startswith("error: ")]
     assert error.startswith("error: apptainer is not on the PATH of node ") and "module load apptainer" in error
+    # under sbatch --export=NONE the submitting shell's PATH never reaches the job: the line says where to load it
+    assert "--export=NONE or SBATCH_EXPORT=NONE the job starts from your login environment" in error
 
 
 @pytest.mark.parametrize("host_variable", ["PYTHONPATH", "APPTAINERENV_PYTHONPATH", "SINGULARITYENV_PYTHONPATH"])
