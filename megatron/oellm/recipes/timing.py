@@ -77,6 +77,33 @@ class RunTime:
             raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it exits"
                               f"{self._saving} after {self.stop_minutes} min) before its last iteration: "
                               f"{self.estimate()}; {self._stop_fix()}")
+        if self.saves and self.step_s is not None and self.stop_minutes is not None \
+                and self.step_s >= self._after_stop_s(self.limit_s, self.stop_minutes):
+            raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) "
+                              f"{self._after_stop_s(self.limit_s, self.stop_minutes)} s before its time limit "
+                              f"{self.limit}, less than one iteration ({self.step_s:.0f} s, from the report's "
+                              f"{self.source}): megatron checks the clock after each iteration, so one begun just "
+                              f"before the stop runs into the limit and the job is killed before its final save; "
+                              f"{self._margin_fix()}")
+
+    @staticmethod
+    def _after_stop_s(limit_s: int, stop_minutes: int) -> int:
+        """Seconds a job under the time limit ``limit_s`` has left when megatron's clock reaches ``stop_minutes``
+        (the clock starts with the training process, a little after the job)."""
+        return limit_s - 60 * stop_minutes
+
+    def _margin_fix(self) -> str:
+        """How to leave more than one iteration between the stop and the time limit: a longer time limit when the
+        stop is the one ``oellm recipe`` derives from it (its margin grows with the limit), else an earlier stop."""
+        if self.stop_minutes != exit_duration_minutes(self.limit_s):
+            latest = math.ceil((self.limit_s - self.step_s) / 60) - 1
+            return (f"set exit-duration-in-mins to at most {latest} in the recipe" if latest >= 1
+                    else "give it a longer time limit (the row's time = \"...\", or --time)")
+        minutes = self.limit_s // 60 + 1
+        while self._after_stop_s(60 * minutes, exit_duration_minutes(60 * minutes) or minutes) <= self.step_s:
+            minutes += 1
+        return (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
+                "\"...\", or --time, which overrides it)")
 
     @property
     def _saving(self) -> str:

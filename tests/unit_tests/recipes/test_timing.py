@@ -4,6 +4,7 @@ before it is queued (it would be killed before its last iteration)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -207,3 +208,71 @@ def test_the_step_time_follows_the_runs_sequence_length():
         short, long = (run_time(row, "02:00:00", 10, world_size, c).step_s for c in (card, longer))
         assert low - 1e-9 <= long / short <= high + 1e-9
     assert long == pytest.approx(2048 * 8192 / (900 * 256), rel=1e-12)
+
+
+def _saving_run(limit_s: int, step: float, stop_minutes: int | None = None):
+    """A checkpointing RunTime of one iteration of ``step`` seconds under ``limit_s``, stopping at ``stop_minutes``
+    (default: the stop ``oellm recipe`` derives from the limit)."""
+    from megatron.oellm.recipes.resolve import exit_duration_minutes
+    from megatron.oellm.recipes.timing import RunTime
+
+    limit = f"{limit_s // 3600:02d}:{limit_s % 3600 // 60:02d}:00"
+    stop = exit_duration_minutes(limit_s) if stop_minutes is None else stop_minutes
+    return RunTime(limit, limit_s, 1, step, "step_time_s", stop, saves=True)
+
+
+def test_a_stop_that_leaves_less_than_one_iteration_is_refused_with_a_limit_that_does():
+    """megatron checks its clock after each iteration: with steps longer than the time between the stop and the
+    time limit, the iteration begun before the stop ran into the limit and the job was killed before its final save
+    (the stop margin, 5 minutes or 5 %, did not look at the step time)."""
+    import re
+
+    from megatron.oellm.recipes.resolve import exit_duration_minutes
+
+    rng = random.Random(random.random())
+    for _ in range(10):
+        limit_s = 60 * rng.randint(60, 180)
+        margin = limit_s - 60 * exit_duration_minutes(limit_s)  # what the job keeps after its stop
+        step = margin + rng.uniform(0, 400)
+        with pytest.raises(RecipeError) as refused:
+            _saving_run(limit_s, step).check()
+        message = str(refused.value)
+        assert f"{margin} s before its time limit" in message and f"less than one iteration ({step:.0f} s" in message
+        suggested = time_limit_seconds(re.search(r"at least (\d\d:\d\d:00)", message).group(1))
+        _saving_run(suggested, step).check()
+        with pytest.raises(RecipeError):
+            _saving_run(suggested - 60, step).check()  # the suggestion is the shortest such limit
+        _saving_run(limit_s, margin - rng.uniform(1, 60)).check()
+        dataclasses.replace(_saving_run(limit_s, step), saves=False).check()  # nothing to lose without saves
+
+
+def test_an_own_stop_too_close_to_the_limit_is_refused_with_the_latest_stop_that_fits():
+    import re
+
+    rng = random.Random(random.random())
+    from megatron.oellm.recipes.resolve import exit_duration_minutes
+
+    limit_s, step = 60 * rng.randint(60, 180), rng.uniform(100, 900)
+    own = math.ceil((limit_s - step) / 60) + rng.randint(0, 3)  # leaves at most one step before the limit
+    if own == exit_duration_minutes(limit_s):  # the stop oellm recipe derives: a longer limit would move it
+        own += 1
+    with pytest.raises(RecipeError) as refused:
+        _saving_run(limit_s, step, own).check()
+    latest = int(re.search(r"exit-duration-in-mins to at most (\d+) in the recipe", str(refused.value)).group(1))
+    _saving_run(limit_s, step, latest).check()
+    with pytest.raises(RecipeError):
+        _saving_run(limit_s, step, latest + 1).check()
+
+
+def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin(tmp_path, capsys):
+    """The routing table's real-routing row at 1500 tokens/s/GPU: 350 s per step, more than the 5 minutes a
+    one-hour limit keeps after the stop."""
+    config = _real_routing_row(tmp_path, 'time = "01:00:00"')
+    config.write_text(config.read_text().replace("tokens_per_s_per_gpu = 6016", "tokens_per_s_per_gpu = 1500")
+                      .replace("train_iters = 40", "train_iters = 5"))
+    assert main(["recipe", str(config), "--dry-run"]) == 0  # a benchmark row saves nothing: no stop
+    capsys.readouterr()
+    assert main(["recipe", str(config), "--dry-run", "--save-interval", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "row 1: the job stops (--exit-duration-in-mins 55) 300 s before its time limit 01:00:00" in err
+    assert "less than one iteration (350 s, from the report's tokens_per_s_per_gpu 1500)" in err
