@@ -13,7 +13,7 @@ import logging
 import math
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -324,21 +324,30 @@ def token_sample_bytes(datasets: int) -> int:
     return min(TOKEN_SAMPLE_BYTES, TOKEN_SAMPLE_BUDGET_BYTES // (2 * max(datasets, 1)))
 
 
+def tokenizer_vocabulary(args: argparse.Namespace) -> int | None:
+    """The vocabulary size of the tokenizer megatron will build from ``args`` (its ``vocab_size``, unpadded), where
+    ``args`` alone give it: ``--vocab-size`` plus the tokenizer's extra rows for a tokenizer whose vocabulary is that
+    flag (:data:`~megatron.oellm.training.load_checks.VOCAB_SIZE_TOKENIZERS`); None where only the tokenizer knows."""
+    from megatron.oellm.training.load_checks import TOKENIZER_EXTRA_ROWS, VOCAB_SIZE_TOKENIZERS
+
+    if args.vocab_size is None or args.tokenizer_type not in VOCAB_SIZE_TOKENIZERS:
+        return None
+    return args.vocab_size + TOKENIZER_EXTRA_ROWS.get(args.tokenizer_type, 0)
+
+
 def embedded_vocabulary(args: argparse.Namespace) -> int | None:
     """The embedding rows of the run, as ``args`` hold them before megatron builds the tokenizer: its
-    ``padded_vocab_size`` where set, else, for a tokenizer whose vocabulary is ``--vocab-size``
-    (:data:`~megatron.oellm.training.load_checks.VOCAB_SIZE_TOKENIZERS`), that size (with the tokenizer's extra rows)
-    padded as megatron pads it; None where only the tokenizer knows (a Hugging Face tokenizer not yet built)."""
+    ``padded_vocab_size`` where set, else the :func:`tokenizer_vocabulary` padded as megatron pads it; None where
+    only the tokenizer knows (a Hugging Face tokenizer not yet built)."""
     from megatron.oellm.flops import megatron_padded_vocab
-    from megatron.oellm.training.load_checks import TOKENIZER_EXTRA_ROWS, VOCAB_SIZE_TOKENIZERS
 
     padded = getattr(args, "padded_vocab_size", None)
     if padded is not None:
         return padded
-    if args.vocab_size is None or args.tokenizer_type not in VOCAB_SIZE_TOKENIZERS:
+    vocabulary = tokenizer_vocabulary(args)
+    if vocabulary is None:
         return None
-    return megatron_padded_vocab(args.vocab_size + TOKENIZER_EXTRA_ROWS.get(args.tokenizer_type, 0),
-                                 args.tensor_model_parallel_size, args.make_vocab_size_divisible_by)
+    return megatron_padded_vocab(vocabulary, args.tensor_model_parallel_size, args.make_vocab_size_divisible_by)
 
 
 def check_token_ids(prefix: str, index: _IndexReader, vocabulary: int,
@@ -367,10 +376,19 @@ def check_token_ids(prefix: str, index: _IndexReader, vocabulary: int,
                          "re-tokenize it")
 
 
-def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) -> dict[str, int]:
-    """The sequence count of each local dataset of ``prefixes``, after a ``ValueError`` for one whose index
-    megatron-core cannot read, whose index counts no sequence, or whose ``.bin`` is not the size the index describes
-    (:func:`check_bin_size`): megatron-core fails on each when it builds the datasets (mapping an empty ``.bin``
+class IndexHeader(NamedTuple):
+    """What a dataset's ``.idx`` header says, as megatron-core's index reader names it: its sequence count, its
+    document count (the entries of its document index: the documents plus one) and its token type."""
+
+    sequence_count: int
+    document_count: int
+    dtype: type
+
+
+def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) -> dict[str, IndexHeader]:
+    """The index header (:class:`IndexHeader`) of each local dataset of ``prefixes``, after a ``ValueError`` for one
+    whose index megatron-core cannot read, whose index counts no sequence, or whose ``.bin`` is not the size the
+    index describes (:func:`check_bin_size`): megatron-core fails on each when it builds the datasets (mapping an empty ``.bin``
     fails; with one it maps, it counts epochs of no token forever) or mid-run, after the model and optimizer are set
     up; and, given the run's ``vocabulary`` (:func:`embedded_vocabulary`), for a sampled token id it cannot embed
     (:func:`check_token_ids`). The token samples of all datasets together read at most
@@ -382,7 +400,7 @@ def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) ->
     reader_log = logging.getLogger(indexed_dataset.__name__)
     level = reader_log.level
     reader_log.setLevel(logging.WARNING)  # its INFO lines, which every rank would print before Megatron initialises
-    counts = {}
+    headers = {}
     unique = list(dict.fromkeys(prefixes))  # a prefix named twice (a blend) is read once
     sample_bytes = token_sample_bytes(len(unique))
     try:
@@ -398,10 +416,10 @@ def check_dataset_indices(prefixes: list[str], vocabulary: int | None = None) ->
             check_bin_size(prefix, index)
             if vocabulary is not None:
                 check_token_ids(prefix, index, vocabulary, sample_bytes)
-            counts[prefix] = index.sequence_count
+            headers[prefix] = IndexHeader(index.sequence_count, index.document_count, index.dtype)
     finally:
         reader_log.setLevel(level)
-    return counts
+    return headers
 
 
 def check_split_sequences(args: argparse.Namespace, blend: Blend | None, counts: dict[str, int]) -> None:
@@ -470,10 +488,54 @@ def check_blend_weights(args: argparse.Namespace, blend: Blend | None, blend_per
                              "no dataset has a share of the samples; give at least one a positive weight")
 
 
-def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
-    """Raise ``ValueError`` when ``--per-dataset-sequences-path`` is unreadable, no JSON object, or lacks one of the
-    local dataset ``prefixes``: megatron-core reads the file and looks every such prefix up in it when it builds the
-    datasets (a ``FileNotFoundError`` or ``KeyError`` there)."""
+def megatron_token_type(vocabulary: int) -> type:
+    """The token type megatron-core 0.19.2 reads every dataset as under ``--per-dataset-sequences-path``, from the
+    tokenizer's ``vocabulary`` size alone (the ``.idx`` header's own type is then not read): int32 above 65,536
+    tokens, uint16 up to it."""
+    import numpy
+
+    return numpy.int32 if vocabulary > numpy.iinfo(numpy.uint16).max + 1 else numpy.uint16
+
+
+def check_sequence_counts(path: str, prefix: str, counts: object, header: IndexHeader,
+                          vocabulary: int | None) -> None:
+    """Raise ``ValueError`` when the ``--per-dataset-sequences-path`` entry ``counts`` of local dataset ``prefix`` is
+    no ``[sequence count, document count]`` pair of integers or not its index's own ``header`` counts, or when the
+    index's token type is not the one megatron-core then reads it as (:func:`megatron_token_type` of the tokenizer's
+    ``vocabulary``, where known; uint16 or int32 in any case). megatron-core takes the file's counts and that type in
+    place of the index header's: other counts stop the dataset build (a bare assertion, or "buffer is smaller than
+    requested size") after the model and optimizer are set up, another type reads every token wrong without an
+    error."""
+    import numpy
+
+    own = f"[{header.sequence_count}, {header.document_count}]"
+    if not (isinstance(counts, list) and len(counts) == 2 and all(type(count) is int for count in counts)):
+        raise ValueError(f"--per-dataset-sequences-path {path}: the counts of dataset {prefix!r} are {counts!r}, not a "
+                         f"[sequence count, document count] pair of integers (its index {prefix}.idx says {own}); "
+                         "rebuild the file with megatron's tools/build_sequences_per_dataset.py, or drop the flag")
+    if counts != [header.sequence_count, header.document_count]:
+        raise ValueError(f"--per-dataset-sequences-path {path} gives dataset {prefix!r} the counts {counts}, but its "
+                         f"index {prefix}.idx says {own} (sequences, document index entries): megatron-core would "
+                         "read the index with the file's counts and fail when it builds the datasets, after the model "
+                         "and optimizer are set up (the file is stale, or of other data); rebuild it for the "
+                         "datasets as they are now, or drop the flag")
+    kept = (numpy.uint16, numpy.int32) if vocabulary is None else (megatron_token_type(vocabulary),)
+    if header.dtype not in kept:
+        read_as = ("uint16 or int32 by the tokenizer's vocabulary size" if vocabulary is None else
+                   f"{kept[0].__name__} for the run's {vocabulary}-token vocabulary (uint16 up to 65,536, int32 above)")
+        raise ValueError(f"dataset {prefix!r} holds {header.dtype.__name__} tokens (its index {prefix}.idx), but under "
+                         f"--per-dataset-sequences-path megatron-core does not read the index's token type: it reads "
+                         f"every dataset as {read_as}, so it would train on wrong tokens without an error; drop "
+                         "--per-dataset-sequences-path (megatron-core then reads each index's type), or tokenize the "
+                         "corpus with the token type the vocabulary size gives")
+
+
+def check_sequences_file(args: argparse.Namespace, headers: dict[str, IndexHeader]) -> None:
+    """Raise ``ValueError`` when ``--per-dataset-sequences-path`` is unreadable, no JSON object, lacks one of the
+    local datasets of ``headers`` (prefix -> :class:`IndexHeader`, :func:`check_dataset_indices`), or gives one counts
+    or a token type megatron-core would read it with wrongly (:func:`check_sequence_counts`): megatron-core reads the
+    file and looks every such prefix up in it when it builds the datasets (a ``FileNotFoundError`` or ``KeyError``
+    there), and trusts what it finds in place of the index header."""
     path = args.per_dataset_sequences_path
     if path is None:
         return
@@ -484,11 +546,14 @@ def check_sequences_file(args: argparse.Namespace, prefixes: list[str]) -> None:
     if not isinstance(counts, dict):
         raise ValueError(f"--per-dataset-sequences-path {path}: not a JSON object of dataset prefix -> "
                          "[sequence count, document count]")
-    missing = [prefix for prefix in prefixes if prefix not in counts]
+    missing = [prefix for prefix in headers if prefix not in counts]
     if missing:
         raise ValueError(f"--per-dataset-sequences-path {path} has no counts for {', '.join(map(repr, missing))}: "
                          "megatron-core looks every dataset prefix up in it; rebuild it for the run's data paths, or "
                          "drop the flag")
+    vocabulary = tokenizer_vocabulary(args)
+    for prefix, header in headers.items():
+        check_sequence_counts(path, prefix, counts[prefix], header, vocabulary)
 
 
 TOKENIZER_PATH_STARTS = ("/", "./", "../", "~")
@@ -705,7 +770,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
         check_test_set_beside_validation_sets(args, None, None)
         check_validation_set_names(args, None)
         check_cache_flags(args, None)
-        check_sequences_file(args, [])
+        check_sequences_file(args, {})
         return []
     empty = [f"--{name.replace('_', '-')}" for name in DATA_PATH_LISTS if getattr(args, name, None) == []]
     if empty:  # megatron-core's get_blend_from_list fails on an empty list with "not enough values to unpack"
@@ -742,9 +807,10 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
                          "--per-split-data-args-path); a prefix names the files without their suffix"
                          f"{WEIGHT_AS_PREFIX if any(map(reads_as_number, missing)) else ''}")
     check_cache_flags(args, blends[0])  # megatron-core's dataset config refuses these before it builds a split
-    check_split_sequences(args, blends[0], check_dataset_indices(local, embedded_vocabulary(args)))
+    headers = check_dataset_indices(local, embedded_vocabulary(args))
+    check_split_sequences(args, blends[0], {prefix: header.sequence_count for prefix, header in headers.items()})
     check_index_cache(args, local)
-    check_sequences_file(args, local)
+    check_sequences_file(args, headers)
     return local
 
 

@@ -29,11 +29,21 @@ CACHE_FLAGS = {"dataloader_fast_cache_load": "--dataloader-fast-cache-load",
 def check_cache_flags(args: argparse.Namespace, blend: Blend | None) -> None:
     """Raise ``ValueError`` for the :data:`CACHE_FLAGS` megatron-core's dataset config refuses (when the datasets are
     built): either without ``--data-cache-path``, and ``--dataloader-fast-cache-load`` beside a blend ``blend``
-    (``--data-path`` / ``--data-args-path``), which megatron-core takes only with per-split data paths."""
+    (``--data-path`` / ``--data-args-path``), which megatron-core takes only with per-split data paths; and for
+    either flag with a ``--data-cache-path`` that holds no index cache (:func:`lacks_index_cache`): megatron-core
+    then takes the caches as built and fails to open them (``FileNotFoundError``) when it builds the datasets or
+    reads the first sample, after the model and optimizer are set up."""
     for name, flag in CACHE_FLAGS.items():
-        if getattr(args, name) and args.data_cache_path is None:
+        if not getattr(args, name):
+            continue
+        if args.data_cache_path is None:
             raise ValueError(f"{flag} reads the dataset index caches an earlier run built in --data-cache-path: give "
                              "--data-cache-path DIR, or drop the flag")
+        if lacks_index_cache(Path(args.data_cache_path)):
+            raise ValueError(f"{flag} reads the dataset index caches an earlier run built in --data-cache-path, and "
+                             f"{args.data_cache_path} holds none: megatron-core would fail to open them "
+                             "(FileNotFoundError) after the model and optimizer are set up; run once without the flag "
+                             "(same data, --data-cache-path and sample counts) to build them, then add it")
     if args.dataloader_fast_cache_load and blend is not None:
         raise ValueError("--dataloader-fast-cache-load: megatron-core takes it only with per-split data paths "
                          "(--train-data-path / --valid-data-path / --test-data-path or --per-split-data-args-path), "

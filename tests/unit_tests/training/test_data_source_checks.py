@@ -65,12 +65,22 @@ CACHE_CASES = {
 }
 
 
+def filled_index_cache(directory: Path) -> Path:
+    """``directory`` holding the files of one GPTDataset index cache (empty: only their names are looked at)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = f"{random.getrandbits(128):032x}-GPTDataset-train-"
+    for suffix in index_cache.INDEX_CACHE_FILES:
+        (directory / f"{base}{suffix}").touch()
+    return directory
+
+
 @pytest.mark.parametrize("case", list(CACHE_CASES))
 def test_dataset_cache_flags_are_judged_as_megatron_core_judges_them(case, tmp_path, null_tokenizer):
     """``--dataloader-fast-cache-load`` beside ``--data-path``, or either cache flag without ``--data-cache-path``,
     passed every check and stopped the run with megatron-core's AssertionError when the datasets were built."""
     flags, refused_flag = CACHE_CASES[case]
     train = corpus(tmp_path, "train")
+    filled_index_cache(tmp_path / "cache")
     args = data_config_args([{"TRAIN": train, "CACHE": str(tmp_path / "cache")}.get(flag, flag) for flag in flags])
     assert megatron_core_refuses(args) == (refused_flag is not None)
     if refused_flag is None:
@@ -87,7 +97,7 @@ def test_the_entry_refuses_a_fast_cache_load_without_a_cache_path_in_one_line(mo
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --dataloader-fast-cache-load") and "--data-cache-path" in line
     with pytest.raises(Reached):
-        entry.main([*argv, "--data-cache-path", str(tmp_path / "cache")])
+        entry.main([*argv, "--data-cache-path", str(filled_index_cache(tmp_path / "cache"))])
 
 
 def build_train_dataset(args):
@@ -584,3 +594,97 @@ def test_validation_set_names_that_do_not_count_the_sets_are_refused(monkeypatch
                            "validation set(s)"), line
     with pytest.raises(Reached):
         entry.main([*argv, "--validation-set-names", *names[:sets], *[_name() for _ in range(sets - len(names))]])
+
+
+def _int32_corpus(tmp_path, name: str) -> str:
+    """An indexed dataset of int32 tokens (random ids below 256), as a tokenizer of more than 65,536 tokens has its
+    corpus written; returns its prefix."""
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    prefix = str(tmp_path / name)
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=numpy.int32)
+    for _ in range(random.randint(20, 40)):
+        builder.add_item(torch.randint(1, 256, (random.randint(8, 24),)))
+        builder.end_document()
+    builder.finalize(f"{prefix}.idx")
+    return prefix
+
+
+def _own_counts_file(tmp_path, prefix: str) -> Path:
+    """A ``--per-dataset-sequences-path`` file holding dataset ``prefix``'s own index counts."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    index = IndexedDataset(prefix).index
+    path = tmp_path / f"{_name()}.json"
+    path.write_text(json.dumps({prefix: [index.sequence_count, index.document_count]}))
+    return path
+
+
+def test_a_sequences_file_over_a_corpus_of_another_token_type_is_refused(tmp_path, monkeypatch):
+    """Under ``--per-dataset-sequences-path`` megatron-core reads every dataset as uint16 for a tokenizer of at most
+    65,536 tokens and as int32 above, whatever the ``.idx`` says: an int32 corpus with a small vocabulary was trained
+    on as wrong tokens without an error. A vocabulary above 65,536 reads it right and passes."""
+    import megatron.training
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    prefix = _int32_corpus(tmp_path, _name())
+    path = _own_counts_file(tmp_path, prefix)
+    written = IndexedDataset(prefix)  # kept: a sample is a view of the dataset's memory map, closed with the dataset
+    for vocabulary, refused in ((random.randint(257, 65536), True), (random.randint(65537, 200000), False)):
+        monkeypatch.setattr(megatron.training, "get_tokenizer", lambda size=vocabulary: NullTokenizer(size))
+        args = data_config_args(["--train-data-path", prefix, "--per-dataset-sequences-path", str(path),
+                                 "--tokenizer-type", "NullTokenizer", "--vocab-size", str(vocabulary)])
+        read = GPTDataset.build_low_level_dataset(prefix, data.dataset_config(args))
+        assert numpy.array_equal(read[0], written[0]) != refused
+        if not refused:
+            assert data_sources.check_data_source(args) == [prefix]
+            continue
+        with pytest.raises(ValueError, match=rf"^dataset '{prefix}' holds int32 tokens .* reads every dataset as "
+                                             rf"uint16 for the run's {vocabulary}-token vocabulary"):
+            data_sources.check_data_source(args)
+
+
+@pytest.mark.parametrize("change", ["more sequences", "fewer sequences", "other documents", "strings", "floats",
+                                    "three counts"])
+def test_sequences_file_counts_other_than_the_index_s_are_refused(change, tmp_path, null_tokenizer):
+    """megatron-core takes the file's ``[sequence count, document count]`` in place of the ``.idx`` header's: a stale
+    file (or one of other data) stopped the dataset build after the model and optimizer were set up."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    prefix = corpus(tmp_path, _name())
+    index = IndexedDataset(prefix).index
+    own = [index.sequence_count, index.document_count]
+    step = random.randint(1, 5)
+    counts = {"more sequences": [own[0] + step, own[1] + step], "fewer sequences": [own[0] - 1, own[1] - 1],
+              "other documents": [own[0], own[1] + step], "strings": list(map(str, own)),
+              "floats": [float(count) for count in own], "three counts": [*own, step]}[change]
+    path = tmp_path / f"{_name()}.json"
+    path.write_text(json.dumps({prefix: counts}))
+    args = data_config_args(["--train-data-path", prefix, "--per-dataset-sequences-path", str(path)])
+    if change.endswith("sequences"):
+        with pytest.raises((AssertionError, ValueError)):
+            build_train_dataset(args)
+    with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path}[: ].*{prefix!r}") as refused:
+        data_sources.check_data_source(args)
+    assert f"[{own[0]}, {own[1]}]" in str(refused.value)
+
+
+@pytest.mark.parametrize("flag", list(index_cache.CACHE_FLAGS.values()))
+def test_a_cache_flag_over_a_cache_path_without_caches_is_refused_until_a_run_built_them(flag, tmp_path,
+                                                                                        null_tokenizer):
+    """Both flags take every index cache as built in ``--data-cache-path``: over a folder without any, megatron-core
+    failed with a FileNotFoundError when it built the datasets (fast cache load) or read the first sample (deferred
+    index mmap), after the model and optimizer were set up. A run without the flag builds them."""
+    train = corpus(tmp_path, _name())
+    cache = tmp_path / _name()
+    args = data_config_args(["--train-data-path", train, flag, "--data-cache-path", str(cache)])
+    with pytest.raises(FileNotFoundError):
+        build_train_dataset(args)[0]
+    with pytest.raises(ValueError, match=rf"^{flag} reads .* {cache} holds none: .* run once without the flag"):
+        data_sources.check_data_source(args)
+    build_train_dataset(data_config_args(["--train-data-path", train, "--data-cache-path", str(cache)]))
+    data_sources.check_data_source(args)
+    assert build_train_dataset(args)[0]["tokens"].numel() == 16
