@@ -749,8 +749,9 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     does not fit its data or gives a run that trains no training data (:func:`check_split`), a test set beside
     ``--multiple-validation-sets`` (:func:`check_test_set_beside_validation_sets`), validation set names that do not
     count its sets (:func:`check_validation_set_names`), or leaves a split of a
-    dataset empty (:func:`check_split_sequences`), a local prefix without its ``.bin`` and ``.idx`` files
-    (object-storage prefixes are left to megatron), with an index megatron-core cannot read, without sequences,
+    dataset empty (:func:`check_split_sequences`), object-storage prefixes without the flags megatron-core reads
+    them with (:func:`check_object_storage_flags`; their files are left to megatron), a local prefix without its
+    ``.bin`` and ``.idx`` files, with an index megatron-core cannot read, without sequences,
     describing another ``.bin`` size, or with a sampled token id past the run's vocabulary
     (:func:`check_dataset_indices`), or whose index cache megatron could neither
     reuse nor write (:func:`check_index_cache`); and,
@@ -799,6 +800,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     check_split(args, *blends)
     check_test_set_beside_validation_sets(args, *blends)
     check_validation_set_names(args, blends[1])
+    check_object_storage_flags(args, [prefix for prefix in prefixes if is_object_storage_path(prefix)])
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
     missing = list(dict.fromkeys(prefix for prefix in local if missing_dataset_files(prefix)))
     if missing:
@@ -812,6 +814,23 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     check_index_cache(args, local)
     check_sequences_file(args, headers)
     return local
+
+
+def check_object_storage_flags(args: argparse.Namespace, remote: list[str]) -> None:
+    """Raise ``ValueError`` when the run reads object-storage dataset prefixes ``remote`` (``s3://``, ``msc://``)
+    without what megatron-core 0.19.2 reads them with: ``--object-storage-cache-path`` (the local folder it copies
+    each index into) and ``--no-mmap-bin-files`` (it cannot memory-map a ``.bin`` in object storage). Without either
+    it stops on a bare assertion on every rank when it builds the datasets, after the model and optimizer are set
+    up."""
+    if not remote:
+        return
+    missing = [flag for flag, absent in (("--object-storage-cache-path DIR", args.object_storage_cache_path is None),
+                                         ("--no-mmap-bin-files", args.mmap_bin_files)) if absent]
+    if missing:
+        raise ValueError(f"dataset {remote[0]!r} is in object storage: megatron-core reads such datasets only with "
+                         "--object-storage-cache-path (a local folder for their index copies) and --no-mmap-bin-files "
+                         "(it cannot memory-map their .bin), and otherwise stops on a bare assertion on every rank "
+                         f"after the model and optimizer are set up; add {' and '.join(missing)}")
 
 
 def sequences_per_dataset(args: argparse.Namespace) -> dict | None:

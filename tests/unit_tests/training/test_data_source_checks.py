@@ -484,7 +484,8 @@ def test_object_storage_prefixes_pass_the_local_file_checks(tmp_path, null_token
     local = corpus(tmp_path, _name())
     remote = [f"s3://bucket-{_name()}/text", f"msc://profile/{_name()}/text"]
     assert all(map(is_object_storage_path, remote)) and not is_object_storage_path(local)
-    flags = ["--data-path", *random.sample([local, *remote], 3), "--split", "100,0,0"]
+    flags = ["--data-path", *random.sample([local, *remote], 3), "--split", "100,0,0",
+             "--object-storage-cache-path", str(tmp_path / _name()), "--no-mmap-bin-files"]
     assert data_sources.check_data_source(data_config_args(flags)) == [local]
 
 
@@ -688,3 +689,27 @@ def test_a_cache_flag_over_a_cache_path_without_caches_is_refused_until_a_run_bu
     build_train_dataset(data_config_args(["--train-data-path", train, "--data-cache-path", str(cache)]))
     data_sources.check_data_source(args)
     assert build_train_dataset(args)[0]["tokens"].numel() == 16
+
+
+@pytest.mark.parametrize("scheme", ["s3://bucket", "msc://profile"])
+def test_object_storage_prefixes_need_megatron_core_s_object_storage_flags(scheme, tmp_path, monkeypatch,
+                                                                           null_tokenizer):
+    """megatron-core 0.19.2 reads an ``s3://`` / ``msc://`` dataset only with ``--object-storage-cache-path`` and
+    ``--no-mmap-bin-files``: without either it stopped on a bare assertion on every rank when it built the datasets
+    (here before any object-storage access: the index copy is stubbed)."""
+    from megatron.core.datasets import indexed_dataset
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    monkeypatch.setattr(indexed_dataset, "cache_index_file", lambda *_paths: None)
+    remote = f"{scheme}-{_name()}/text"
+    cache_path = ["--object-storage-cache-path", str(tmp_path / _name())]
+    for flags, missing in (([], "--object-storage-cache-path DIR and --no-mmap-bin-files"),
+                           (["--no-mmap-bin-files"], "--object-storage-cache-path DIR"),
+                           (cache_path, "--no-mmap-bin-files")):
+        args = data_config_args(["--data-path", remote, "--split", "100,0,0", *flags])
+        with pytest.raises(AssertionError):
+            GPTDataset.build_low_level_dataset(remote, data.dataset_config(args))
+        with pytest.raises(ValueError, match=rf"^dataset '{remote}' is in object storage: .*; add {missing}$"):
+            data_sources.check_data_source(args)
+    args = data_config_args(["--data-path", remote, "--split", "100,0,0", *cache_path, "--no-mmap-bin-files"])
+    assert data_sources.check_data_source(args) == []
