@@ -756,7 +756,8 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     (:func:`check_dataset_indices`), or whose index cache megatron could neither
     reuse nor write (:func:`check_index_cache`); and,
     with or without ``--mock-data``, for dataset options megatron-core refuses (:func:`check_cache_flags`,
-    :func:`check_sequences_file`).
+    :func:`check_sequences_file`) and a ``--data-cache-path`` it could neither reuse nor write
+    (:func:`~megatron.oellm.training.index_cache.check_data_cache_path`).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
     checkpoint, on every rank; a mistyped path is a message at start instead. Returns the run's local dataset
@@ -771,6 +772,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
         check_test_set_beside_validation_sets(args, None, None)
         check_validation_set_names(args, None)
         check_cache_flags(args, None)
+        check_index_cache(args, [])  # megatron-core writes the mock datasets' index caches to --data-cache-path too
         check_sequences_file(args, {})
         return []
     empty = [f"--{name.replace('_', '-')}" for name in DATA_PATH_LISTS if getattr(args, name, None) == []]

@@ -713,3 +713,22 @@ def test_object_storage_prefixes_need_megatron_core_s_object_storage_flags(schem
             data_sources.check_data_source(args)
     args = data_config_args(["--data-path", remote, "--split", "100,0,0", *cache_path, "--no-mmap-bin-files"])
     assert data_sources.check_data_source(args) == []
+
+
+def test_mock_data_with_a_data_cache_path_it_cannot_write_is_refused(tmp_path, null_tokenizer):
+    """megatron-core writes the mock datasets' index caches to ``--data-cache-path`` when one is given: a path it
+    cannot create (here under a file) stopped the dataset build after the model and optimizer were set up."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import MockGPTDataset
+
+    blocker = tmp_path / _name()
+    blocker.write_text("a file where the cache folder's parent should be")
+    cache = blocker / _name()
+    args = data_config_args(["--mock-data", "--data-cache-path", str(cache)])
+    with pytest.raises(Exception, match="failed to build as a mock data generator") as failed:
+        BlendedMegatronDatasetBuilder(MockGPTDataset, [4, 4, 4], lambda: True, data.dataset_config(args)).build()
+    assert isinstance(failed.value.__cause__, OSError)
+    with pytest.raises(ValueError, match=rf"^--data-cache-path {cache} cannot be written: "):
+        data_sources.check_data_source(args)
+    args = data_config_args(["--mock-data", "--data-cache-path", str(tmp_path / _name())])
+    assert data_sources.check_data_source(args) == []
