@@ -784,7 +784,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
         raise ValueError(f"--data-args-path / --per-split-data-args-path: cannot read the data paths ({error})") from error
     except AssertionError as error:  # megatron-core's get_blend_from_list: a number where a weight's prefix goes
         raise ValueError(f"{' / '.join(given_data_sources(args))}: {BLEND_FORM}") from error
-    except (KeyError, TypeError, ValueError) as error:
+    except (AttributeError, KeyError, TypeError, ValueError) as error:  # AttributeError: a prefix that is no string
         if args.per_split_data_args_path is None:
             if isinstance(error, UnicodeDecodeError):
                 raise ValueError(f"--data-args-path {args.data_args_path} is not a text file ({error}): give a file "
@@ -794,7 +794,8 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
             raise
         raise ValueError(  # a JSON that is no {"train", "valid", "test"} object of data paths
             f"--per-split-data-args-path {args.per_split_data_args_path}: not a JSON object with 'train', 'valid' and "
-            f"'test' data paths ({type(error).__name__}: {error})") from error
+            "'test' data paths (each null, a string, or a list of strings: prefixes or weight-prefix pairs) "
+            f"({type(error).__name__}: {error})") from error
     prefixes = blend_prefixes(*blends)
     if not prefixes:
         raise ValueError(NO_DATA)

@@ -312,11 +312,14 @@ def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_
             entry.main([*argv, *source])
 
 
-@pytest.mark.parametrize("content", ['{"train": "PREFIX", "valid": "PREFIX"}', '["PREFIX"]', "not json"])
+@pytest.mark.parametrize("content", ['{"train": "PREFIX", "valid": "PREFIX"}', '["PREFIX"]', "not json",
+                                     '{"train": [1, "PREFIX", "PREFIX"], "valid": null, "test": null}',
+                                     '{"train": [["PREFIX"]], "valid": "PREFIX", "test": null}'])
 def test_a_per_split_data_args_file_without_its_three_splits_is_one_error_line(content, monkeypatch, capsys,
                                                                                tmp_path):
     """megatron reads the file's ``train``, ``valid`` and ``test`` keys; a file missing one, or no JSON object, ended
-    in a KeyError / TypeError traceback on every rank."""
+    in a KeyError / TypeError traceback on every rank, one whose prefix is no string (a number, a nested list) in an
+    AttributeError traceback from megatron-core's ``get_blend_from_list``."""
     entry = entry_up_to_pretrain(monkeypatch)
     path = tmp_path / "splits.json"
     path.write_text(content.replace("PREFIX", corpus(tmp_path, "train")))
