@@ -83,6 +83,12 @@ def _cache_bases(names: Iterable[str]) -> list[str]:
     return sorted(name.removesuffix(first) for name in names if "-GPTDataset-" in name and name.endswith(first))
 
 
+SHARED_CACHE_FOLDER = ("a folder this job can write on a file system every node of the job shares (rank 0 writes "
+                       "the index caches there and every other rank reads them from the same path)")
+"""What ``--data-cache-path`` must be, for the refusals of :func:`check_index_cache` and
+:func:`check_data_cache_path`: a node-local folder leaves the other nodes' ranks without the caches."""
+
+
 def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
     """Raise ``ValueError`` when, without ``--data-cache-path``, megatron-core would have to write the index cache
     of one of the local dataset ``prefixes`` into :func:`default_index_cache` and cannot: the directory is not
@@ -99,7 +105,7 @@ def check_index_cache(args: argparse.Namespace, prefixes: list[str]) -> None:
         if not can_write_into(cache, mounts) and lacks_index_cache(cache):
             raise ValueError(f"dataset {prefix!r}: without --data-cache-path megatron-core writes its index cache to "
                              f"{cache}, which this process cannot write, and no cache is there to reuse; "
-                             "give --data-cache-path DIR, a writable directory (the cache is reused by later runs)")
+                             f"give --data-cache-path DIR, {SHARED_CACHE_FOLDER} (later runs reuse the caches)")
 
 
 def check_data_cache_path(data_cache_path: str) -> None:
@@ -112,8 +118,7 @@ def check_data_cache_path(data_cache_path: str) -> None:
     if reason is not None and lacks_index_cache(cache):
         raise ValueError(f"--data-cache-path {data_cache_path} cannot be written: {reason}, and no index cache is there "
                          "to reuse; megatron-core creates it and writes the index caches there when it builds the "
-                         "datasets, after the model and optimizer are set up, and stops; give a folder this job can "
-                         "write")
+                         f"datasets, after the model and optimizer are set up, and stops; give {SHARED_CACHE_FOLDER}")
 
 
 def stale_index_caches(prefix: str, cache_dir: Path) -> list[Path]:

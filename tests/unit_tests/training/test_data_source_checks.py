@@ -216,7 +216,7 @@ def test_the_entry_refuses_an_unwritable_dataset_directory_without_a_cache(monke
     assert entry.main([*ARGV, "--data-path", prefix]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert f"dataset {prefix!r}" in line and str(index_cache.default_index_cache(prefix)) in line
-    assert "give --data-cache-path DIR" in line
+    assert "give --data-cache-path DIR, a folder this job can write on a file system every node of the job shares" in line
     assert entry.main([*ARGV, "--train-data-path", prefix, "--valid-data-path", prefix]) == 2
     with pytest.raises(Reached):
         entry.main([*ARGV, "--data-path", prefix, "--data-cache-path", str(tmp_path / "cache")])

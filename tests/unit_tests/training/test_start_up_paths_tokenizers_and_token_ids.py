@@ -43,7 +43,8 @@ def test_a_data_cache_path_under_a_file_is_refused_and_a_writable_one_is_not_cre
     prefix = corpus(tmp_path, f"c{random.randrange(1000)}")
     line = refused_line(entry_up_to_pretrain(monkeypatch), capsys, [*_data_run(prefix), "--data-cache-path", cache])
     assert f"error: --data-cache-path {cache} cannot be written: {file} is a file" in line
-    assert line.endswith("give a folder this job can write")
+    assert line.endswith("give a folder this job can write on a file system every node of the job shares (rank 0 "
+                         "writes the index caches there and every other rank reads them from the same path)")
     writable = tmp_path / f"caches{random.randrange(1000)}" / "gpt"
     with pytest.raises(Reached):
         entry_up_to_pretrain(monkeypatch).main([*_data_run(prefix), "--data-cache-path", str(writable)])
