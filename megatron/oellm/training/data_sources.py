@@ -623,7 +623,18 @@ DOWNLOADED_TOKENIZER_FILES: dict[str, tuple[str, ...]] = {
 }
 """megatron's own ``--tokenizer-type`` values and the file arguments each reads: megatron-core 0.19.2 downloads a file
 not given from S3 when megatron initialises, which needs the ``wget`` package and network on the node (else a
-traceback on every rank)."""
+traceback on every rank). Given the files or not, it then builds the tokenizer with transformers'
+``AutoTokenizer.from_pretrained`` of a hub name (:data:`MEGATRON_HUB_TOKENIZERS`), which reads that tokenizer's
+configuration from huggingface.co or the node's Hugging Face cache: an offline node needs it cached."""
+
+
+MEGATRON_HUB_TOKENIZERS: dict[str, str] = {
+    "GPT2BPETokenizer": "gpt2",
+    "BertWordPieceLowerCase": "bert-large-uncased",
+    "BertWordPieceCase": "bert-large-cased",
+}
+"""The Hugging Face hub tokenizer megatron-core 0.19.2 loads for each of :data:`DOWNLOADED_TOKENIZER_FILES`' types
+(with the vocabulary and merges files as given or downloaded)."""
 
 
 FILE_READING_TOKENIZERS = (*DOWNLOADED_TOKENIZER_FILES, "HuggingFaceTokenizer")
@@ -658,7 +669,8 @@ MEGATRON_CACHE_SUFFIXES = {"vocab_file": "_vocab", "merge_file": "_merges"}
 
 def downloaded_before(tokenizer_type: str, name: str) -> bool:
     """Whether megatron-core's download cache already holds the file argument ``name`` of ``tokenizer_type``
-    (megatron-core then reads it there and downloads nothing): a node with a filled cache runs without the flag."""
+    (megatron-core then reads it there and downloads nothing from S3): a node with a filled cache needs no flag for
+    it, though still the hub tokenizer's configuration (:data:`MEGATRON_HUB_TOKENIZERS`)."""
     try:
         from megatron.core.tokenizers.text.libraries.megatron_hf_tokenizer import MEGATRON_CACHE
     except ImportError:
@@ -686,11 +698,14 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
     needed = [TOKENIZER_FILE_FLAGS[name][0] for name in DOWNLOADED_TOKENIZER_FILES.get(args.tokenizer_type, ())
               if getattr(args, name) is None and not downloaded_before(args.tokenizer_type, name)]
     if needed:
+        hub_name = MEGATRON_HUB_TOKENIZERS[args.tokenizer_type]
         raise ValueError(f"--tokenizer-type {args.tokenizer_type} needs {' and '.join(needed)}: without them "
                          "megatron-core downloads its files from S3 when megatron initialises, which needs the wget "
                          "package and network on every node (else a traceback); give the files (for GPT2BPETokenizer "
-                         "gpt2's vocab.json and merges.txt), or --tokenizer-type HuggingFaceTokenizer "
-                         "--tokenizer-model NAME_OR_DIRECTORY")
+                         f"gpt2's vocab.json and merges.txt; megatron-core still loads the hub tokenizer {hub_name}'s "
+                         "configuration, from huggingface.co or, on a node without network, the Hugging Face cache), "
+                         "or --tokenizer-type HuggingFaceTokenizer --tokenizer-model NAME_OR_DIRECTORY (a directory "
+                         "needs no network)")
     model, form = args.tokenizer_model, TOKENIZER_MODEL_FORMS.get(args.tokenizer_type)
     if model is None or form is None:
         return

@@ -53,6 +53,34 @@ def test_megatron_core_downloads_a_missing_gpt2_file_and_fails_without_wget(monk
         megatron_hf_tokenizer.MegatronHFTokenizer("GPT2BPETokenizer", vocab_file=vocab)
 
 
+@pytest.mark.parametrize("tokenizer_type, hub_name", [("GPT2BPETokenizer", "gpt2"),
+                                                      ("BertWordPieceLowerCase", "bert-large-uncased"),
+                                                      ("BertWordPieceCase", "bert-large-cased")])
+def test_megatron_s_own_tokenizers_load_a_hub_tokenizer_even_with_their_files(tokenizer_type, hub_name, monkeypatch,
+                                                                              tmp_path):
+    """megatron-core builds its GPT-2 BPE and BERT tokenizers as ``AutoTokenizer.from_pretrained`` of a hub name also
+    when the vocabulary (and merges) files are given, so an offline node needs that tokenizer in its Hugging Face
+    cache: the refusal of a missing file says so, naming the hub tokenizer, instead of promising that the files
+    suffice."""
+    from megatron.core.tokenizers.text.libraries import huggingface_tokenizer, megatron_hf_tokenizer
+
+    class HubLookup(Exception):
+        """The hub name the tokenizer asked transformers for, raised where transformers would look it up."""
+
+    def from_pretrained(pretrained_model_name_or_path, **_kwargs):
+        raise HubLookup(pretrained_model_name_or_path)
+
+    monkeypatch.setattr(huggingface_tokenizer.AutoTokenizer, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(megatron_hf_tokenizer, "MEGATRON_CACHE", str(tmp_path / "cache"))
+    vocab, merges = tokenizer_files(tmp_path)
+    with pytest.raises(ValueError, match=rf"for {hub_name}\. Exception: {hub_name}$"):
+        megatron_hf_tokenizer.MegatronHFTokenizer(tokenizer_type, vocab_file=vocab, merges_file=merges)
+    args = parse_oellm_argv(["--tokenizer-type", tokenizer_type, "--mock-data"])
+    with pytest.raises(ValueError, match=rf"still loads the hub tokenizer {hub_name}'s configuration, from "
+                                         r"huggingface\.co or, on a node without network, the Hugging Face cache"):
+        check_data_source(args)
+
+
 @pytest.mark.parametrize("given", ["--vocab-file", "--merge-file", None])
 def test_gpt2_bpe_without_both_files_is_refused_naming_the_missing_flag(given, monkeypatch, capsys, tmp_path):
     vocab, merges = tokenizer_files(tmp_path)
