@@ -24,7 +24,8 @@ W&B, a ``logging.exception`` or a retried read, is no failure; one in the final 
 iteration line, is). slurmstepd's first line ending the step (any cancellation, a time limit, ``scancel`` or a node
 failure, an uncorrectable memory error, a failed job) outranks the crash and NCCL markers printed after it, its
 consequences; a traceback begun before that line counts with its exception line, which may come after it (slurmstepd
-writes from a process of its own). Lines end at ``\\n`` only, as ``wc -l``
+writes from a process of its own). Likewise a rank's failure printed before an NCCL watchdog's timeout outranks it:
+the other ranks' watchdogs time out on the collective the failed rank never joined. Lines end at ``\\n`` only, as ``wc -l``
 counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
 last iteration line; :attr:`Run.failure_after` is its last whole iteration line before its failure's first marker.
 A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
@@ -40,8 +41,10 @@ with K dummy tokens (new size: M)`` line (the arguments block is printed before 
 from __future__ import annotations
 
 import ast
+import bz2
 import gzip
 import io
+import lzma
 import re
 import signal
 import zlib
@@ -73,9 +76,14 @@ _EXITS: tuple[tuple[re.Pattern, str], ...] = (
 )
 """megatron-core 0.19.2's messages of a deliberate early exit (``checkpoint_and_decide_exit``, ``evaluate`` and the
 ``--exit-signal-handler-for-training`` handler), each with its :attr:`DeliberateExit.kind`."""
-_EXCEPTION = re.compile(r"^(?:.*?: ?)?(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt))(?:: ?(?P<message>.*))?$")
+_EXCEPTION = re.compile(r"^(?:.*?: ?)??(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)|"
+                        r"(?:[A-Za-z_]\w*\.)+[A-Z]\w*?[a-z]\w*)(?:: ?(?P<message>.*))?$")
 """An exception line of a traceback: ``Name: message``, or the bare ``Name`` Python prints for one without a message
-(a bare ``assert``, ``KeyboardInterrupt``), after a launcher prefix or none."""
+(a bare ``assert``, ``KeyboardInterrupt``), after a launcher prefix or none (none tried first: the name at the
+line's start is the exception's, a name in its message is not). A name that does not end in ``Error``,
+``Exception`` or ``Interrupt`` counts with its module only, a class name after it (``module.CamelCase``): triton's
+``triton.runtime.errors.OutOfResources``, ``torch._dynamo.exc.BackendCompilerFailed``; a bare word followed by a
+colon (``WARNING: ...``) or an enum member (``AttnBackend.FLASH``) is no exception."""
 
 _TRACEBACK = "Traceback (most recent call last)"
 _TRACEBACK_MARKER = re.compile(re.escape(_TRACEBACK))
@@ -217,13 +225,27 @@ OUTSIDE_STOPS = frozenset(_cancelled(reason) for reason in (None, "TIME LIMIT", 
 requeue): the iterations before the stop are as valid as those of a run that went on. A node failure, a memory
 error or limit and SLURM's failed job are faults of the run's hardware or of the run."""
 
+_NCCL_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted")
+"""A rank's NCCL watchdog finding a collective timed out or its communicator aborted: what the other ranks print
+when one rank died (its collective never came), so the failure printed before it, if any, is the cause."""
+
+
+def _nccl_timeout_status(match: re.Match, text: str) -> str:
+    """``NCCL timeout``, unless a failure of :data:`_CAUSES` is shown before the watchdog's first line: that failure's
+    status. In a multi-node job one rank raises (a traceback, a C++ abort, a segmentation fault, srun's report of its
+    task) and the others' watchdogs time out ten minutes later: the row named the timeout and hid the error. A
+    traceback begun before the watchdog's line counts with its exception line printed after it (the ranks' output
+    interleaves): :func:`_before_stop`."""
+    earlier = _before_stop(text, text.rfind("\n", 0, match.start()) + 1)
+    return first_failure(earlier, _CAUSES) or "NCCL timeout"
+
+
 FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
     (re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), _fixed("out of memory")),
     (re.compile(r"Detected \d+ oom[-_]kill event"), _fixed("host out of memory (OOM killer)")),
     (re.compile(r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed"),
      _fixed("host out of memory (SLURM memory limit)")),
-    (re.compile(r"Watchdog caught collective operation timeout|NCCL timeout|NCCL communicator was aborted"),
-     _fixed("NCCL timeout")),
+    (_NCCL_TIMEOUT, _nccl_timeout_status),
     (re.compile(r"Saving a checkpoint and exiting now\. Please resume the job|Exiting now\. (?:The job can be resumed "
                 r"from a previous checkpoint|A checkpoint at the last iteration already exists|Please resume the job)"),
      _rejected_result_status),
@@ -254,6 +276,13 @@ first of slurmstepd's lines ending the step (:data:`SLURM_STOPS`) outranks the m
 _STOP_RANK = FAILURE_MARKERS.index(SLURM_STOPS[0])
 """The place of slurmstepd's stop lines in :data:`FAILURE_MARKERS`: the markers before them outrank them when they
 are printed before the step's first stop line."""
+
+_CAUSES = (*FAILURE_MARKERS[FAILURE_MARKERS.index((_NCCL_TIMEOUT, _nccl_timeout_status)) + 1:_STOP_RANK],
+           (_SRUN_TASK_FAILED, _srun_task_status))
+"""The markers below the NCCL timeout in :data:`FAILURE_MARKERS` that name a failure of their own (megatron's
+result check, a program's traceback, a C++ abort, a fatal Python error, a segmentation fault, an NCCL error, a
+task srun reports failed; not SLURM's stop lines nor torchrun's own traceback): printed before a watchdog's line,
+such a failure is what the watchdog timed out on (:func:`_nccl_timeout_status`)."""
 
 _WITHOUT_STOPS = FAILURE_MARKERS[:_STOP_RANK] + FAILURE_MARKERS[_STOP_RANK + len(SLURM_STOPS):]
 """:data:`FAILURE_MARKERS` less slurmstepd's stop lines: what a run's text is searched for once :func:`slurm_stop`
@@ -643,30 +672,52 @@ def _exception_line(text: str, at: int) -> tuple[int, int, re.Match] | None:
 
 def read_log(path: str | Path) -> RunLog:
     """Parse the log file at ``path`` (undecodable bytes replaced, e.g. a log cut mid-character), its line ends as
-    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`); a gzip-compressed log
-    (an archived ``slurm-1234.out.gz``) is read through gzip (:func:`log_text`)."""
+    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`); a gzip-, xz- or
+    bzip2-compressed log (an archived ``slurm-1234.out.gz``) is read through its decompressor (:func:`log_text`)."""
     path = Path(path)
     return parse_log_text(log_text(path), str(path))
 
 
-GZIP_MAGIC = b"\x1f\x8b"
-"""The first two bytes of a gzip file, whatever its name."""
+@dataclass(frozen=True)
+class Compression:
+    """A compression an archived log may come in, known by its magic bytes whatever the file's name."""
+
+    name: str
+    magic: bytes
+    """The first bytes of such a file."""
+    decompress: Callable[[bytes], bytes]
+    errors: tuple[type[Exception], ...]
+    """What :attr:`decompress` raises on a corrupt or cut file."""
+    command: str
+    """The shell command that shows what is left of a corrupt or cut file."""
+
+
+COMPRESSIONS = (
+    Compression("gzip", b"\x1f\x8b", gzip.decompress, (EOFError, gzip.BadGzipFile, zlib.error), "gunzip -c"),
+    Compression("xz", b"\xfd7zXZ\x00", lzma.decompress, (EOFError, lzma.LZMAError), "xz -dc"),
+    Compression("bzip2", b"BZh", bz2.decompress, (EOFError, OSError, ValueError), "bzip2 -dc"),
+)
+"""The compressions :func:`log_text` reads (the standard library's gzip, lzma and bz2): ``xz`` and ``bzip2`` are
+what ``logrotate`` and archiving scripts use besides ``gzip``."""
 
 
 def log_text(path: Path) -> str:
-    """The text of the log file at ``path``, decompressed when it starts with :data:`GZIP_MAGIC` (read as bytes it
-    was "no arguments block (not a Megatron log ...)"). The file is opened and read once, its magic bytes taken from
-    what was read: a pipe or FIFO (``oellm table <(cat out.0 out.7)``) cannot be opened again, and a second open
-    parsed an emptied pipe as "no arguments block" or hung on a FIFO. A gzip file that is corrupt or cut before its
-    end raises :class:`ValueError` naming the fix, so that its row says why it has no numbers."""
+    """The text of the log file at ``path``, decompressed when it starts with the magic bytes of one of
+    :data:`COMPRESSIONS` (read as bytes it was "no arguments block (not a Megatron log ...)"). The file is opened and
+    read once, its magic bytes taken from what was read: a pipe or FIFO (``oellm table <(cat out.0 out.7)``) cannot be
+    opened again, and a second open parsed an emptied pipe as "no arguments block" or hung on a FIFO. A compressed
+    file that is corrupt or cut before its end raises :class:`ValueError` naming the fix, so that its row says why it
+    has no numbers."""
     with path.open("rb") as file:
         data = file.read()
-    if data.startswith(GZIP_MAGIC):
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-            raise ValueError(f"gzip-compressed but corrupt or cut ({err}); 'gunzip -c' shows what is left of it, "
-                             "give that as the log") from err
+    for compression in COMPRESSIONS:
+        if data.startswith(compression.magic):
+            try:
+                data = compression.decompress(data)
+            except compression.errors as err:
+                raise ValueError(f"{compression.name}-compressed but corrupt or cut ({err}); '{compression.command}' "
+                                 "shows what is left of it, give that as the log") from err
+            break
     return _decoded(data)
 
 

@@ -23,7 +23,8 @@ def megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
     megatron-core's flags and ``--oellm-*``), with the sizes megatron-core 0.19.2's ``validate_args`` sets before
     ``_print_args``: ``world_size`` (the row's nodes x the cluster's GPUs per node, or the one ``overrides`` gives) and,
     where the layout divides it, ``data_parallel_size`` and ``gtp_weight_remat_size`` (:func:`validated_sizes`), so
-    that ``oellm table``'s world-size product check runs on the recipes' real layouts. ``overrides`` win."""
+    that ``oellm table``'s world-size product check runs on the recipes' real layouts, and ``encoder_seq_length``
+    (:func:`validated_lengths`). ``overrides`` win."""
     key = (stem, row)
     if key not in _ARGS_CACHE:
         recipe = load_recipe(EXAMPLES / f"{stem}.toml")
@@ -31,7 +32,13 @@ def megatron_args(stem: str, row: int, overrides: dict | None = None) -> dict:
         parsed = vars(parse_oellm_argv(resolve_row(recipe, recipe_row).argv))
         _ARGS_CACHE[key] = {**parsed, "world_size": recipe_row.nodes * recipe.cluster.gpus_per_node}
     args = {**_ARGS_CACHE[key], **(overrides or {})}
-    return {**args, **validated_sizes(args), **(overrides or {})}
+    return {**args, **validated_sizes(args), **validated_lengths(args), **(overrides or {})}
+
+
+def validated_lengths(args: dict) -> dict:
+    """``encoder_seq_length`` equal to ``seq_length``, as megatron-core 0.19.2's ``validate_args`` sets it before
+    ``_print_args`` (the parser's default is None); empty when the run gives no ``seq_length``."""
+    return {} if args.get("seq_length") is None else {"encoder_seq_length": args["seq_length"]}
 
 
 def validated_sizes(args: dict) -> dict:

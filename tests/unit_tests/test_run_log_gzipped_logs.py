@@ -6,8 +6,10 @@ had buffered. Fresh random step times."""
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
+import lzma
 import os
 import random
 import threading
@@ -54,6 +56,27 @@ def test_a_cut_gzip_file_says_so_in_its_row(tmp_path, capsys):
     assert "| log not readable: gzip-compressed but corrupt or cut (" in status
     assert status.endswith("'gunzip -c' shows what is left of it, give that as the log |")
 
+
+COMPRESSIONS = {"xz": (lzma.compress, "xz -dc"), "bzip2": (bz2.compress, "bzip2 -dc")}
+"""Name -> (compress, the command the row names for a cut file) of the other compressions archived logs come in."""
+
+
+@pytest.mark.parametrize("name", COMPRESSIONS)
+def test_an_xz_or_bzip2_log_gives_the_plain_logs_row(tmp_path, capsys, name):
+    """They read as bytes too: "no arguments block (not a Megatron log ...)"."""
+    text = _text()
+    compress, command = COMPRESSIONS[name]
+    plain, packed = tmp_path / "slurm-1234.out", tmp_path / random.choice(["slurm-1234.out.packed", "slurm-1234.log"])
+    plain.write_text(text, newline="")
+    packed.write_bytes(compress(text.encode()))
+    row = _csv_row(capsys, packed)
+    assert row.startswith(",qwen3.5-35b-a3b,ok,8,32,") and row == _csv_row(capsys, plain)
+    data = packed.read_bytes()
+    packed.write_bytes(data[:random.randint(len(data) // 4, len(data) - 20)])
+    assert main(["table", str(packed)]) == 1
+    status = next(line for line in capsys.readouterr().out.splitlines() if f"{packed.name} |" in line)
+    assert f"| log not readable: {name}-compressed but corrupt or cut (" in status
+    assert status.endswith(f"'{command}' shows what is left of it, give that as the log |")
 
 
 def _fed_through_a_pipe(data: bytes) -> tuple[int, threading.Thread]:

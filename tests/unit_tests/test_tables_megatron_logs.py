@@ -99,7 +99,7 @@ def test_efficiency_compares_only_rows_of_the_baselines_model_and_sequence_lengt
     args = megatron_args("qwen3_30b_a3b_mn5", 1, {"world_size": 8})
     qwen3 = summarise(parse_log_text(megatron_log(args, [random.uniform(15_000, 20_000)] * 10, [215.0] * 10)),
                       Window(), 4)
-    longer_args = {**megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32}), "seq_length": 8192}
+    longer_args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32, "seq_length": 8192})
     longer = summarise(parse_log_text(megatron_log(longer_args, [150_000.0] * 10, [130.0] * 10)), Window(), 4)
     assert qwen3.ok and qwen3.model == "qwen3-30b-a3b" and qwen3.nodes == 2 and longer.ok
     rows, baseline = with_efficiency([*qwen3_5, qwen3, longer])  # the two-row series, not the 2-node Qwen3 run

@@ -24,6 +24,7 @@ from megatron.oellm.scaling_table import (
     earlier_window_note,
     format_csv,
     format_markdown,
+    later_failure_note,
     plot,
     sorted_rows,
     summarise,
@@ -38,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm table``."""
     parser.add_argument("logs", nargs="+", metavar="LOG",
                         help="Megatron stdout log of one run each, all tasks' output in one file (rank 0 prints the "
-                             "arguments, the last rank the iteration lines), gzip-compressed or not; a run SLURM "
-                             "stopped (its time limit, scancel, a preemption or a requeue) once the line of the "
+                             "arguments, the last rank the iteration lines), gzip-, xz- or bzip2-compressed or not; a run "
+                             "SLURM stopped (its time limit, scancel, a preemption or a requeue) once the line of the "
                              "window's last iteration was printed whole keeps its numbers, its status 'ok (cancelled "
                              "... after the window)'; so does a run whose failure is first shown after that line "
                              "('ok (NCCL timeout ... after the window)'); a cut line is no whole line. Exit status 1 "
@@ -125,8 +126,9 @@ def _missing_log_message(path: str) -> str:
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> tuple[ScalingRow, str]:
     """The row of the log at ``path`` and, for a row with numbers, a ``note:`` when an earlier start in the log also
-    ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`; '' else): two runs in one log must not
-    pass as one. A value in it that cannot be read gives that row a status instead of stopping the table (the other
+    ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later start in it
+    failed (:func:`~megatron.oellm.scaling_table.later_failure_note`), one per line ('' for none): two runs in one
+    log must not pass as one, nor a later failure go unseen. A value in it that cannot be read gives that row a status instead of stopping the table (the other
     logs' rows are kept). A file the system cannot read is refused, naming it."""
     try:
         log = read_log(path)
@@ -137,7 +139,9 @@ def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -
         raise TableError(f"log {path!r} cannot be read ({err.strerror or err})") from err
     except ValueError as err:
         return ScalingRow(path, "unknown model", f"log not readable: {err}"), ""
-    return row, earlier_window_note(log, window) if row.ok else ""
+    if not row.ok:
+        return row, ""
+    return row, "\n".join(note for note in (earlier_window_note(log, window), later_failure_note(log, window)) if note)
 
 
 def available_baseline_nodes(baseline_nodes: float | None, rows: list[ScalingRow], rows_missing: bool) -> float | None:

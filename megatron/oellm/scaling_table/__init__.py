@@ -6,15 +6,18 @@ One row per log: nodes, GPUs, sequence length, global and micro batch size, the 
 efficiency against a baseline row. A log holding several starts of the program (a requeued job appending to its
 log) is read with the arguments and the failure of the run that printed the window's lines; when an earlier start
 in it also ran the whole window (a log appended twice, whatever ended the earlier run), a ``note:`` says which start
-the row reads (:func:`~megatron.oellm.scaling_table.window.earlier_window_note`). A run that ran out of
+the row reads (:func:`~megatron.oellm.scaling_table.window.earlier_window_note`), and a ``note:`` names a later
+start in it that failed without a line in the window (:func:`~megatron.oellm.scaling_table.window.later_failure_note`).
+A run that ran out of
 memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled (unless
 after the window: see below), or that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers;
 and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.summary.implausible_numbers`: a
-``world_size`` other than the product of the parallel sizes the block prints, or no whole number of nodes, or an MFU
-above 100 %, as a value another rank's output cut in two gives).
+``world_size`` other than the product of the parallel sizes the block prints, or no whole number of nodes, a
+``seq_length`` other than the block's ``encoder_seq_length``, or an MFU above 100 %, as a value another rank's output
+cut in two gives).
 A run SLURM stopped for no fault of its own (its time limit, ``scancel``, a preemption or a requeue) once the line of
 the window's last iteration was printed whole, or whose failure is first shown after that line (an NCCL timeout at
 teardown, a full disk in the final save, an out-of-memory error at a later iteration), keeps its numbers, its status
@@ -45,11 +48,11 @@ from megatron.oellm.scaling_table.summary import (
     unrated_rows_note,
     with_efficiency,
 )
-from megatron.oellm.scaling_table.window import earlier_window_note, interval_start
+from megatron.oellm.scaling_table.window import earlier_window_note, interval_start, later_failure_note
 
 __all__ = [
     "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note",
-    "check_plot_path", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "plot",
+    "check_plot_path", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "later_failure_note", "plot",
     "scaling_series", "sorted_rows", "summarise",
     "unrated_rows_note", "with_efficiency",
 ]

@@ -87,10 +87,11 @@ default)."""
 def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tflops: float) -> str:
     """Why the numbers of ``row`` (an ok row summarised from ``args``) cannot be right, or '': the world size is not
     the product of the parallel sizes (a check skipped where the block lacks one of :data:`PARALLEL_SIZES`, as an
-    older megatron's may), is no whole number of nodes, or the MFU is above 100 %. Another rank's output cutting a
-    value in two (``world_size ... 3`` / ``[rank21]: ...`` / ``2``) gave a row of 0.75 nodes at ten times the real
-    throughput, marked ok."""
-    if problem := garbled_integer_problem(args, (*PARALLEL_SIZES, "gtp_weight_remat_size")):
+    older megatron's may), the sequence length is not the block's ``encoder_seq_length``
+    (:func:`sequence_length_problem`), the world size is no whole number of nodes, or the MFU is above 100 %. Another
+    rank's output cutting a value in two (``world_size ... 3`` / ``[rank21]: ...`` / ``2``) gave a row of 0.75 nodes
+    at ten times the real throughput, marked ok."""
+    if problem := garbled_integer_problem(args, (*PARALLEL_SIZES, "gtp_weight_remat_size", "encoder_seq_length")):
         return problem
     sizes = {name: args.get(name) for name in PARALLEL_SIZES}
     if None not in sizes.values():
@@ -101,6 +102,8 @@ def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tf
             factors = " x ".join(f"{name} {value}" for name, value in sizes.items())
             return (f"implausible arguments: world_size {row.gpus} is not {factors} = {math.prod(sizes.values())} "
                     "(a value cut by another rank's output?)")
+    if problem := sequence_length_problem(row.seq_length, args):
+        return problem
     if row.gpus % gpus_per_node:
         return (f"implausible arguments: world_size {row.gpus} is no whole number of {gpus_per_node}-GPU nodes; give "
                 "--gpus-per-node with the GPUs of one of the run's nodes")
@@ -110,6 +113,19 @@ def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tf
                 f"size {row.global_batch_size}, step time {row.step_time_s:.3f} s): a value cut by another rank's "
                 "output, or give the GPU's peak with --gpu or --peak-tflops")
     return ""
+
+
+def sequence_length_problem(seq_length: int, args: dict) -> str:
+    """Why ``seq_length`` (the row's, from ``args``) cannot be the run's, or '': megatron-core 0.19.2's
+    ``validate_args`` sets ``encoder_seq_length`` to ``seq_length`` before printing the block, so the two differ only
+    where another rank's output cut one of them (``seq_length ... 40`` / ``[rank21]: ...`` / ``96``), which gave an
+    ok row 100 times too slow that could become the efficiency baseline. Skipped where the block lacks
+    ``encoder_seq_length`` (an older megatron, or its line lost)."""
+    encoder = args.get("encoder_seq_length")
+    if encoder is None or encoder == seq_length:
+        return ""
+    return (f"implausible arguments: seq_length {seq_length} is not encoder_seq_length {encoder}, which megatron sets "
+            "equal to it (a value cut by another rank's output?)")
 
 
 BENCHMARK_SETTINGS = (

@@ -181,6 +181,31 @@ def earlier_window_note(log: RunLog, window: Window) -> str:
             "numbers")
 
 
+def later_failure_note(log: RunLog, window: Window) -> str:
+    """A ``note:`` line for the ok row of ``log`` when a start of the program after the one whose numbers it gives
+    (:func:`window_run`) failed, e.g. a resubmission with other arguments appended to the same ``sbatch -o`` file that
+    ran out of memory before the window: its lines hold no window iteration, so the row was a plain ``ok`` and the
+    failure went unseen. It names the log, the start the row reads and each later failed start (its lines and how it
+    failed); '' when there is none."""
+    index = _window_run_index(log, window)
+    failed = [run for run in log.runs[index + 1:] if run.failure]
+    if not failed:
+        return ""
+    used = log.runs[index]
+    starts = "; ".join(f"lines {run.line_span[0]}-{run.line_span[1]}, {_failed_at(run)}" for run in failed)
+    which = "a later start of the program failed" if len(failed) == 1 else "later starts of the program failed"
+    return (f"note: {log.path}: its row gives the numbers of the start of the program at lines "
+            f"{used.line_span[0]}-{used.line_span[1]} (iterations {used.start}-{used.last_iteration}); {which} "
+            f"and give{'s' if len(failed) == 1 else ''} no numbers: {starts}")
+
+
+def _failed_at(run: Run) -> str:
+    """``out of memory at iteration 2``: how ``run`` (a failed start) failed and its last whole iteration line, or
+    ``... before any iteration line``."""
+    return f"{run.failure} at iteration {run.last_iteration}" if run.last_iteration else (
+        f"{run.failure} before any iteration line")
+
+
 def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
     """``the line of iteration N is cut: line L`` for ``run``'s last cut iteration line of iterations
     ``first..last`` (:attr:`Run.cut_lines`), '' when it has none."""
