@@ -225,3 +225,19 @@ def test_a_log_through_a_symlink_loop_is_named_as_one_before_any_log_is_read(tmp
         assert captured.out == "" and captured.err == (f"oellm table: error: log {str(looped)!r} cannot be resolved: "
                                                        "it goes through a symlink loop; point the link at the log "
                                                        "file\n")
+
+
+def test_an_oellm_model_this_release_has_no_card_for_is_rebuilt_from_the_block():
+    """A log of a newer release (or of a card renamed since) names a card this one lacks: the row read "unknown model"
+    with no TFLOP/s or MFU, though its arguments block describes the model; it is now rebuilt from the block, as a
+    run without ``--oellm-model`` is, and counted like the card it matches."""
+    from megatron.oellm.run_log import parse_log_text
+    from megatron.oellm.scaling_table import Window, summarise
+
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
+    tflops = [round(random.uniform(100.0, 140.0), 1)] * 10
+    known = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    unknown = {**known, "oellm_model": f"qwen9-{random.randrange(10, 1000)}b-future"}
+    rows = [summarise(parse_log_text(megatron_log(args, times, tflops)), Window(), 4) for args in (known, unknown)]
+    assert rows[1].ok and rows[1].model == rows[0].model == "qwen3.5-35b-a3b"
+    assert rows[1].tflops_per_gpu == pytest.approx(rows[0].tflops_per_gpu) and rows[1].tflops_per_gpu is not None

@@ -20,8 +20,11 @@ _IDENTITY_EXCLUDED = {"name", "sources", "hf_architecture", "vocab_size", "seq_l
 
 
 def identify_model(args: dict) -> tuple[str, ModelCard | None]:
-    """(display name, card) of a run: ``--oellm-model`` if logged, else the card rebuilt from Megatron's flags and
-    named after the registry card it matches (a proxy if only the depth differs); ('unknown model', None) else."""
+    """(display name, card) of a run: ``--oellm-model`` if logged and a card of this release, else the card rebuilt
+    from Megatron's flags and named after the registry card it matches (a proxy if only the depth differs);
+    ('unknown model', None) else. A logged name this release has no card for (a log of a newer release, a card
+    renamed since) is rebuilt from the flags like a run without one: it read "unknown model" without TFLOP/s or MFU,
+    though its block describes the model."""
     vocab, name = args.get("vocab_size"), args.get("oellm_model")
     if name:
         if not isinstance(name, str):  # a garbled block can print a number or list
@@ -29,8 +32,9 @@ def identify_model(args: dict) -> tuple[str, ModelCard | None]:
         try:
             card = get_card(name)
         except CardError:
-            return "unknown model", None
-        return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
+            card = None
+        if card is not None:
+            return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
     from megatron.oellm.training.card_from_args import card_from_megatron_args
 
     try:
