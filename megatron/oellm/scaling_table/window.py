@@ -214,9 +214,13 @@ def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
 
 
 def no_line_status(run: Run, window: Window) -> str:
-    """The status of a window the log has no iteration line in: a run resumed from a checkpoint after the window
-    printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window (named
-    with the interval the arguments block gives, so that the user can pick a window ending on a logged iteration)."""
+    """The status of a window the log has no whole iteration line in: one whose lines there are cut (another rank's
+    output cut into them) names the last of those (:func:`cut_line_note`); else a run resumed from a checkpoint after
+    the window printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window
+    (named with the interval the arguments block gives, so that the user can pick a window ending on a logged
+    iteration)."""
+    if cut := cut_line_note(run, window.first, window.last):
+        return f"no whole iteration line in the window {window}: {cut}"
     if run.start is not None and run.start > window.last:
         after_warm_up = _window_after_warm_up(run)
         advice = f"; e.g. --window {after_warm_up}, which leaves out the warm-up after the start" if after_warm_up else ""
