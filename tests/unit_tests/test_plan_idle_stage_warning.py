@@ -45,3 +45,27 @@ def test_a_layout_without_an_empty_stage_has_no_warning(capsys):
     assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "8", "--pp", "4", "--ep", "4", "--pipeline-layout", layout]) == 0
     captured = capsys.readouterr()
     assert "warning:" not in captured.out and captured.err == ""
+
+
+def test_a_loss_only_last_stage_is_no_idle_stage(capsys):
+    """A last stage holding the output layer and loss alone (``...|L``, a common way to balance the logits' cost)
+    does work each step: no warning, with or without virtual stages."""
+    for pp, stages in ((2, 2), (2, 4)):
+        counts = [48 // (stages - 1) + (1 if k < 48 % (stages - 1) else 0) for k in range(stages - 1)]
+        layout = "E" + "|".join(f"t*{count}" for count in counts) + "|L"
+        argv = ["plan", "qwen3-30b-a3b", "--nodes", "2", "--pp", str(pp), "--ep", "4", "--pipeline-layout", layout]
+        assert cli.main(argv) == 0
+        captured = capsys.readouterr()
+        assert "warning:" not in captured.out and captured.err == "", layout
+
+
+def test_an_empty_stage_at_two_virtual_stages_names_its_virtual_stage(capsys):
+    """At PP 2 with 2 virtual stages per rank, an empty stage is named with its PP rank and its virtual stage."""
+    empty = random.choice([1, 2])
+    layout = _layout_with_empty_stages(4, {empty})
+    argv = ["plan", "qwen3-30b-a3b", "--nodes", "2", "--pp", "2", "--ep", "4", "--pipeline-layout", layout]
+    assert cli.main(argv) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: PP rank {empty % 2}, virtual stage {empty // 2} (stage {empty + 1} of 4 of the "
+                        f"pipeline layout {layout!r}) holds no decoder layer, no embedding and no loss: its GPUs would "
+                        "idle through every step; an empty stage ('||') is likely a typo"]

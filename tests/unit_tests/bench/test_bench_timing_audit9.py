@@ -44,3 +44,18 @@ def test_profile_returns_the_top_kernels_largest_first(tmp_path, monkeypatch: py
     assert [k["calls"] for k in kernels] == [e.count for e in largest]
     assert [k["share"] for k in kernels] == pytest.approx([e.self_device_time_total / sum(times_us) for e in largest])
     assert (tmp_path / "ours_top_cuda.txt").read_text() == f"top {top}"
+
+
+def test_a_profile_whose_kernels_report_no_device_time_gives_zero_shares(tmp_path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU kernels listed without device time (a profiler that could not read the GPU's clock reports 0 for each):
+    the step's kernels come back with a share of 0 each, not a division by zero that loses the report (mutation
+    audit 17)."""
+    rng = random.Random(random.random())
+    cuda = torch.autograd.DeviceType.CUDA
+    events = [SimpleNamespace(key=f"kernel_{i}", count=rng.randint(1, 9), self_device_time_total=0.0, device_type=cuda)
+              for i in range(rng.randint(1, 6))]
+    install_fake_profiler(monkeypatch, events, lambda kwargs: "no device time")
+    kernels = profile_step(lambda: torch.tensor(1.0), tmp_path, "ours", top=len(events))
+    assert [k["calls"] for k in kernels] == [e.count for e in events]
+    assert [(k["cuda_ms"], k["share"]) for k in kernels] == [(0.0, 0.0)] * len(events)

@@ -253,3 +253,29 @@ def test_a_kernel_name_the_installed_megatron_lacks_does_not_stop_the_check(monk
     monkeypatch.delattr(moe_utils, "fused_sort_chunks_by_index_with_probs")
     assert megatron_refusal(resolved.argv, resolved.world_size, recipe.cluster.env) is None
     assert not hasattr(moe_utils, "fused_sort_chunks_by_index_with_probs")
+
+
+def test_the_model_config_check_leaves_the_callers_arguments_unchanged():
+    """:func:`check_model_config_on_cluster` pads the vocabulary as megatron would (it sets ``padded_vocab_size``
+    when it builds the tokenizer, after its validation) on a copy: the caller's validated arguments keep megatron's
+    unset ``padded_vocab_size``, so a later check reading them (the corpus's token ids) is not handed the stand-in
+    for the tokenizer's vocabulary."""
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    args = validate_on_cluster(resolved.argv, resolved.world_size, recipe.cluster.env)
+    before = dict(vars(args))
+    assert before.get("padded_vocab_size") is None
+    check_model_config_on_cluster(args, resolved.world_size, recipe.cluster.env)
+    assert vars(args) == before
+
+
+def test_a_type_error_raised_inside_a_megatron_assert_is_named_by_that_assert():
+    """``--attention-backend local`` without ``--spec``: megatron-core 0.19.2's ``assert args.spec[0] == 'local',
+    ...`` raises a TypeError on the unset spec; the row's refusal names that statement, message included, not
+    Python's ``'NoneType' object is not subscriptable``."""
+    recipe = load_recipe(RECIPES[-1])
+    resolved = resolve_row(recipe, recipe.rows[0])
+    assert "--spec" not in resolved.argv
+    assert megatron_refusal([*resolved.argv, "--attention-backend", "local"], resolved.world_size,
+                            recipe.cluster.env) == ("TypeError: assert args.spec[0] == 'local' , '--attention-backend "
+                                                    "local is only supported with --spec local'")

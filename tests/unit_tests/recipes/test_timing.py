@@ -276,3 +276,49 @@ def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin
     err = capsys.readouterr().err
     assert "row 1: the job stops (--exit-duration-in-mins 55) 300 s before its time limit 01:00:00" in err
     assert "less than one iteration (350 s, from the report's tokens_per_s_per_gpu 1500)" in err
+
+
+def test_a_run_expected_to_end_exactly_at_its_own_stop_is_let_through():
+    """The stop check refuses a run expected to outlast ``--exit-duration-in-mins``; one expected to take exactly
+    that long is let through (megatron exits only once its clock passes the stop), as the time-limit check lets
+    through a run expected to take exactly its limit. A stop a minute earlier is refused."""
+    from megatron.oellm.recipes.timing import RunTime
+
+    rng = random.Random(random.random())
+    iterations, step_minutes = rng.randint(5, 50), rng.randint(1, 5)
+    stop = iterations * step_minutes + START_UP_S // 60  # the expected minutes, exactly
+    limit = f"{(stop + 60) // 60:02d}:{(stop + 60) % 60:02d}:00"
+    run = RunTime(limit, time_limit_seconds(limit), iterations, 60.0 * step_minutes, "step_time_s", stop)
+    assert run.expected_s == 60 * stop
+    run.check()
+    with pytest.raises(RecipeError, match=rf"--exit-duration-in-mins {stop - 1}: it exits after"):
+        dataclasses.replace(run, stop_minutes=stop - 1).check()
+
+
+def test_the_limit_suggested_for_a_derived_stop_is_the_shortest_whose_stop_the_run_reaches():
+    """A run expected to outlast the stop ``oellm recipe`` derives from its limit is told the shortest limit whose
+    derived stop it reaches; a run expected to take exactly that stop's minutes reaches it (as the stop check lets
+    it through), so the suggestion is that limit, not one a minute longer."""
+    import re
+
+    from megatron.oellm.recipes.resolve import exit_duration_minutes
+    from megatron.oellm.recipes.timing import RunTime
+
+    rng = random.Random(random.random())
+    limit_minutes = rng.randint(60, 90)  # the 5-minute margin: each minute more moves the stop by one
+    shortest = limit_minutes + rng.randint(1, 3)
+    expected_minutes = exit_duration_minutes(60 * shortest)
+    iterations = expected_minutes - START_UP_S // 60
+
+    def run(minutes: int) -> RunTime:
+        limit = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+        return RunTime(limit, 60 * minutes, iterations, 60.0, "step_time_s", exit_duration_minutes(60 * minutes))
+
+    assert run(limit_minutes).expected_s == 60 * expected_minutes
+    with pytest.raises(RecipeError) as refused:
+        run(limit_minutes).check()
+    suggested = re.search(r"give it a time limit of at least (\d\d:\d\d:00)", str(refused.value)).group(1)
+    assert time_limit_seconds(suggested) == 60 * shortest
+    run(shortest).check()
+    with pytest.raises(RecipeError):
+        run(shortest - 1).check()

@@ -78,3 +78,15 @@ def test_a_non_persistent_checkpoint_of_another_card_in_load_is_refused(tmp_path
     save_dist_checkpoint(own / "non_persistent", _card_args(CARD))
     with pytest.raises(Reached):
         entry.main(_argv(pretrained, own))
+
+
+def test_the_pretrained_checkpoint_is_named_first_as_megatron_reads_it_first(tmp_path: Path) -> None:
+    """``--pretrained-checkpoint`` and ``--load`` both hold checkpoints of another card: megatron reads the former's
+    arguments first, then the latter's, and the refusal names them in that order, the pretrained one (mutation
+    audit 17)."""
+    pretrained = save_dist_checkpoint(tmp_path / "pretrained", _card_args(OTHER), iteration=random.randrange(1, 10**6))
+    load = save_dist_checkpoint(tmp_path / "load", _card_args(OTHER), iteration=random.randrange(1, 10**6))
+    run = _card_args(CARD, "--pretrained-checkpoint", str(pretrained), "--load", str(load), "--ckpt-format",
+                     "torch_dist", "--use-checkpoint-args")
+    with pytest.raises(ValueError, match=rf"from --pretrained-checkpoint {pretrained} that differ"):
+        load_checks.check_checkpoint_architecture(run, read_loaded_checkpoint(run))

@@ -203,6 +203,25 @@ def test_a_type_error_inside_a_validation_assertion_is_one_error_line(monkeypatc
         entry.main([*BASE, "--mock-data"])
 
 
+
+def test_a_runtime_error_without_a_message_keeps_its_traceback(monkeypatch):
+    """A ``RuntimeError`` from megatron's validation is a refusal when it says something (``--non-persistent-ckpt-type
+    local`` without nvidia-resiliency-ext); one without a message names nothing to fix: it is a defect and keeps its
+    traceback, not an ``error:`` line ending in an empty refusal."""
+    import megatron.training.arguments
+
+    from megatron.oellm.training.startup_checks import refusal_detail
+
+    assert refusal_detail(RuntimeError()) is None
+    entry = entry_up_to_pretrain(monkeypatch)
+
+    def fail(**_kwargs):
+        raise RuntimeError()
+
+    monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", fail)
+    with pytest.raises(RuntimeError):
+        entry.main([*BASE, "--mock-data"])
+
 RECOMPUTE = ["--recompute-granularity", "full", "--recompute-method"]
 
 

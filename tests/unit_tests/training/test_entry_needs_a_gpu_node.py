@@ -452,3 +452,17 @@ def test_the_vocabulary_stand_in_keeps_a_padded_vocabulary_and_pads_one_row_with
                               make_vocab_size_divisible_by=divisor)
     pad_vocab_as_megatron(args)
     assert args.padded_vocab_size == divisor * tp
+
+
+def test_megatrons_validation_off_a_gpu_node_is_rank_0s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off a GPU node megatron's ``parse_and_validate_args`` runs as rank 0 of the job's world size, as the job's
+    rank 0 validates the line (megatron reads its rank from ``RANK``): the validated arguments say rank 0, whatever
+    ``RANK`` this shell exports (mutation audit 17)."""
+    from megatron.oellm.recipes.megatron_validation import parse_and_validate_on_cluster
+    from megatron.oellm.training.args import add_oellm_arguments, merge_card_flags
+
+    world_size = random.choice([2, 4, 8])  # data-parallel sizes the tiny run's global batch of 8 divides into
+    monkeypatch.setenv("RANK", str(random.randint(1, world_size - 1)))
+    monkeypatch.setattr(sys, "argv", ["pretrain", *merge_card_flags(_tiny_run()).argv])
+    args = parse_and_validate_on_cluster(world_size, extra_args_provider=add_oellm_arguments)
+    assert (args.rank, args.world_size) == (0, world_size)

@@ -15,7 +15,15 @@ import pytest
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import flags_to_argv, model_flags
 from megatron.oellm.training.args import parse_oellm_argv
-from tests.unit_tests.training.checkpoint_helpers import save_dist_checkpoint
+from megatron.oellm.training.load_checks import check_checkpoint_architecture
+from megatron.oellm.training.stored_checkpoint import read_loaded_checkpoint
+from tests.unit_tests.training.checkpoint_helpers import (
+    FINETUNE_CARD,
+    checkpoint_with_args,
+    entry_args,
+    finetune_argv,
+    save_dist_checkpoint,
+)
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
 CARDS = ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"]
@@ -63,3 +71,28 @@ def test_a_checkpoint_of_another_norm_is_refused(name: str, field: str, tmp_path
     own = _saved_by(card, name, tmp_path / "own")
     with pytest.raises(Reached):
         entry.main(_argv(name, "--load", str(own), "--finetune"))
+
+
+def test_use_checkpoint_args_refuses_a_norm_only_difference_as_shapeless_and_a_shape_beside_it_as_taken(
+        tmp_path: Path) -> None:
+    """Under ``--use-checkpoint-args``: a checkpoint of the card's name that differs in a norm flag only is refused
+    as one no tensor shape tells apart (megatron-core 0.19.2 restores neither norm setting, so nothing is taken from
+    it); one that differs in the norm flag and in ``hidden_size`` too is refused as the run taking architecture
+    arguments from the checkpoint, naming both fields."""
+    card = get_card(FINETUNE_CARD)
+    epsilon = card.norm_epsilon * random.choice([0.1, 0.5, 2.0, 10.0])
+    hidden = card.hidden_size + 64 * random.randint(1, 8)
+    norm_only = checkpoint_with_args(tmp_path / "norm", layernorm_epsilon=epsilon)
+    run = entry_args(finetune_argv(norm_only))
+    with pytest.raises(ValueError, match=r"was trained with other values of .*layernorm_epsilon: checkpoint .*"
+                                         r"does not restore the norm settings"):
+        check_checkpoint_architecture(run, read_loaded_checkpoint(run))
+    both = checkpoint_with_args(tmp_path / "both", layernorm_epsilon=epsilon, hidden_size=hidden)
+    run = entry_args(finetune_argv(both))
+    with pytest.raises(ValueError) as refused:
+        check_checkpoint_architecture(run, read_loaded_checkpoint(run))
+    message = str(refused.value)
+    assert message.startswith(f"--use-checkpoint-args would take architecture arguments from --load {both} that "
+                              f"differ from --oellm-model {FINETUNE_CARD}'s"), message
+    assert f"hidden_size: checkpoint {hidden}, card {card.hidden_size}" in message
+    assert f"layernorm_epsilon: checkpoint {epsilon!r}" in message

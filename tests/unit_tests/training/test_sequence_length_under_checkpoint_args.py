@@ -73,3 +73,10 @@ def test_seq_length_beside_encoder_seq_length_is_refused() -> None:
                                                                  "--encoder-seq-length", str(length))).argv)
     with pytest.raises(ValueError, match=f"--seq-length {length} and --encoder-seq-length {length}.*--seq-length only"):
         check_sequence_given(args)
+
+
+def test_use_checkpoint_args_without_a_checkpoint_folder_is_left_to_megatron() -> None:
+    """``--use-checkpoint-args`` with neither ``--load`` nor ``--pretrained-checkpoint`` names no folder to blame:
+    the sequence-length check passes it on (megatron's own assertion names the flags it needs) rather than refusing
+    it with an empty folder list."""
+    _checked(_without_seq_length("--use-checkpoint-args"))
