@@ -70,9 +70,10 @@ class RunTime:
         """Raise :class:`RecipeError` when the expected run time exceeds the time limit."""
         if self.expected_s is not None and self.expected_s > self.limit_s:
             minutes = math.ceil(self.expected_s / 60)  # whole minutes at least the expected run time
+            fix = (self._derived_limit_fix() if self._stop_is_derived else f"give it at least {minutes // 60:02d}:"
+                   f"{minutes % 60:02d}:00 (the row's time = \"...\", or --time, which overrides it)")
             raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
-                              f"{self.estimate()}; give it at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the "
-                              "row's time = \"...\", or --time, which overrides it)")
+                              f"{self.estimate()}; {fix}")
         if self.expected_s is not None and self.stop_minutes is not None and self.expected_s > 60 * self.stop_minutes:
             raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it exits"
                               f"{self._saving} after {self.stop_minutes} min) before its last iteration: "
@@ -81,10 +82,15 @@ class RunTime:
                 and self.step_s >= self._after_stop_s(self.limit_s, self.stop_minutes):
             raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) "
                               f"{self._after_stop_s(self.limit_s, self.stop_minutes)} s before its time limit "
-                              f"{self.limit}, less than one iteration ({self.step_s:.0f} s, from the report's "
+                              f"{self.limit}, no more than one iteration ({self.step_s:.0f} s, from the report's "
                               f"{self.source}): megatron checks the clock after each iteration, so one begun just "
                               f"before the stop runs into the limit and the job is killed before its final save; "
                               f"{self._margin_fix()}")
+
+    @property
+    def _stop_is_derived(self) -> bool:
+        """Whether the run's stop is the one ``oellm recipe`` derives from its time limit (a longer limit moves it)."""
+        return self.stop_minutes is not None and self.stop_minutes == exit_duration_minutes(self.limit_s)
 
     @staticmethod
     def _after_stop_s(limit_s: int, stop_minutes: int) -> int:
@@ -95,15 +101,29 @@ class RunTime:
     def _margin_fix(self) -> str:
         """How to leave more than one iteration between the stop and the time limit: a longer time limit when the
         stop is the one ``oellm recipe`` derives from it (its margin grows with the limit), else an earlier stop."""
-        if self.stop_minutes != exit_duration_minutes(self.limit_s):
+        if not self._stop_is_derived:
             latest = math.ceil((self.limit_s - self.step_s) / 60) - 1
             return (f"set exit-duration-in-mins to at most {latest} in the recipe" if latest >= 1
                     else "give it a longer time limit (the row's time = \"...\", or --time)")
-        minutes = self.limit_s // 60 + 1
-        while self._after_stop_s(60 * minutes, exit_duration_minutes(60 * minutes) or minutes) <= self.step_s:
+        return self._derived_limit_fix()
+
+    def _derived_limit_fix(self) -> str:
+        """``give it a time limit of at least HH:MM:00``: the shortest limit whose derived stop
+        (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`) passes both stop checks of :meth:`check`, so
+        that following the suggestion of one is not refused by the other."""
+        minutes = math.ceil(self.expected_s / 60)
+        while not self._derived_stop_fits(60 * minutes):
             minutes += 1
         return (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
                 "\"...\", or --time, which overrides it)")
+
+    def _derived_stop_fits(self, limit_s: int) -> bool:
+        """Whether the stop ``oellm recipe`` derives from the time limit ``limit_s`` comes after the expected run time
+        and, for a run that saves, leaves more than one iteration before the limit."""
+        stop = exit_duration_minutes(limit_s)
+        if stop is None or 60 * stop < self.expected_s:
+            return False
+        return not self.saves or self._after_stop_s(limit_s, stop) > self.step_s
 
     @property
     def _saving(self) -> str:
@@ -114,13 +134,9 @@ class RunTime:
         """How to let the run reach its last iteration before its own stop: a time limit whose
         :func:`~megatron.oellm.recipes.resolve.exit_duration_minutes` covers the expected run time when the stop is
         the one ``oellm recipe`` derives from the limit, else a later stop."""
-        if self.stop_minutes != exit_duration_minutes(self.limit_s):
+        if not self._stop_is_derived:
             return "set a later exit-duration-in-mins in the recipe, or none"
-        minutes = math.ceil(self.expected_s / 60)
-        while (exit_duration_minutes(60 * minutes) or 0) * 60 < self.expected_s:
-            minutes += 1
-        return (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
-                "\"...\", or --time, which overrides it)")
+        return self._derived_limit_fix()
 
 
 def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[float, str] | None:

@@ -500,21 +500,24 @@ def megatron_token_type(vocabulary: int) -> type:
 def check_sequence_counts(path: str, prefix: str, counts: object, header: IndexHeader,
                           vocabulary: int | None) -> None:
     """Raise ``ValueError`` when the ``--per-dataset-sequences-path`` entry ``counts`` of local dataset ``prefix`` is
-    no ``[sequence count, document count]`` pair of integers or not its index's own ``header`` counts, or when the
-    index's token type is not the one megatron-core then reads it as (:func:`megatron_token_type` of the tokenizer's
-    ``vocabulary``, where known; uint16 or int32 in any case). megatron-core takes the file's counts and that type in
-    place of the index header's: other counts stop the dataset build (a bare assertion, or "buffer is smaller than
-    requested size") after the model and optimizer are set up, another type reads every token wrong without an
-    error."""
+    no list starting with a ``[sequence count, document count]`` pair of integers or its pair is not its index's own
+    ``header`` counts, or when the index's token type is not the one megatron-core then reads it as
+    (:func:`megatron_token_type` of the tokenizer's ``vocabulary``, where known; uint16 or int32 in any case).
+    megatron-core takes the entry's first two values and that type in place of the index header's: other counts stop
+    the dataset build (a bare assertion, or "buffer is smaller than requested size") after the model and optimizer are
+    set up, another type reads every token wrong without an error. An empty entry (``null``, ``[]``) is none:
+    megatron-core then reads the header itself."""
     import numpy
 
+    if not counts:
+        return
     own = f"[{header.sequence_count}, {header.document_count}]"
-    if not (isinstance(counts, list) and len(counts) == 2 and all(type(count) is int for count in counts)):
+    if not (isinstance(counts, list) and len(counts) >= 2 and all(type(count) is int for count in counts[:2])):
         raise ValueError(f"--per-dataset-sequences-path {path}: the counts of dataset {prefix!r} are {counts!r}, not a "
                          f"[sequence count, document count] pair of integers (its index {prefix}.idx says {own}); "
                          "rebuild the file with megatron's tools/build_sequences_per_dataset.py, or drop the flag")
-    if counts != [header.sequence_count, header.document_count]:
-        raise ValueError(f"--per-dataset-sequences-path {path} gives dataset {prefix!r} the counts {counts}, but its "
+    if counts[:2] != [header.sequence_count, header.document_count]:
+        raise ValueError(f"--per-dataset-sequences-path {path} gives dataset {prefix!r} the counts {counts[:2]}, but its "
                          f"index {prefix}.idx says {own} (sequences, document index entries): megatron-core would "
                          "read the index with the file's counts and fail when it builds the datasets, after the model "
                          "and optimizer are set up (the file is stale, or of other data); rebuild it for the "
@@ -701,8 +704,9 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
         hub_name = MEGATRON_HUB_TOKENIZERS[args.tokenizer_type]
         raise ValueError(f"--tokenizer-type {args.tokenizer_type} needs {' and '.join(needed)}: without them "
                          "megatron-core downloads its files from S3 when megatron initialises, which needs the wget "
-                         "package and network on every node (else a traceback); give the files (for GPT2BPETokenizer "
-                         f"gpt2's vocab.json and merges.txt; megatron-core still loads the hub tokenizer {hub_name}'s "
+                         f"package and network on every node (else a traceback); give the files ({hub_name}'s "
+                         f"{'vocab.json and merges.txt' if args.tokenizer_type == 'GPT2BPETokenizer' else 'vocab.txt'}"
+                         f"; megatron-core still loads the hub tokenizer {hub_name}'s "
                          "configuration, from huggingface.co or, on a node without network, the Hugging Face cache), "
                          "or --tokenizer-type HuggingFaceTokenizer --tokenizer-model NAME_OR_DIRECTORY (a directory "
                          "needs no network)")
@@ -809,7 +813,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
             raise
         raise ValueError(  # a JSON that is no {"train", "valid", "test"} object of data paths
             f"--per-split-data-args-path {args.per_split_data_args_path}: not a JSON object with 'train', 'valid' and "
-            "'test' data paths (each null, a string, or a list of strings: prefixes or weight-prefix pairs) "
+            "'test' data paths (each null, a string, or a list of prefixes or of weight-prefix pairs) "
             f"({type(error).__name__}: {error})") from error
     prefixes = blend_prefixes(*blends)
     if not prefixes:

@@ -63,8 +63,8 @@ def default_index_cache(prefix: str) -> Path:
 
 
 def lacks_index_cache(directory: Path) -> bool:
-    """Whether ``directory`` certainly holds no complete GPTDataset index cache (:data:`INDEX_CACHE_FILES`), for any
-    configuration: missing (a file in its path included), or listed without one. False when it cannot be listed
+    """Whether ``directory`` certainly holds no complete index cache (:data:`INDEX_CACHE_FILES`) of a corpus or of
+    ``--mock-data`` (:data:`CACHE_DATASET_CLASSES`), for any configuration: missing (a file in its path included), or listed without one. False when it cannot be listed
     (megatron may still find one)."""
     try:
         names = set(os.listdir(directory))
@@ -76,11 +76,17 @@ def lacks_index_cache(directory: Path) -> bool:
     return not any(all(base + suffix in names for suffix in rest) for base in _cache_bases(names))
 
 
+CACHE_DATASET_CLASSES = ("GPTDataset", "MockGPTDataset")
+"""The dataset classes whose index caches megatron-core 0.19.2 names ``HASH-<class>-SPLIT-...``: a corpus's, and
+``--mock-data``'s (written to ``--data-cache-path`` too)."""
+
+
 def _cache_bases(names: Iterable[str]) -> list[str]:
-    """The ``HASH-GPTDataset-SPLIT-`` bases of the GPTDataset index caches whose description is among the file
-    ``names`` of a cache directory, sorted."""
+    """The ``HASH-<class>-SPLIT-`` bases (:data:`CACHE_DATASET_CLASSES`) of the index caches whose description is
+    among the file ``names`` of a cache directory, sorted."""
     first = INDEX_CACHE_FILES[0]
-    return sorted(name.removesuffix(first) for name in names if "-GPTDataset-" in name and name.endswith(first))
+    return sorted(name.removesuffix(first) for name in names if name.endswith(first)
+                  and any(f"-{dataset}-" in name for dataset in CACHE_DATASET_CLASSES))
 
 
 SHARED_CACHE_FOLDER = ("a folder this job can write on a file system every node of the job shares (rank 0 writes "

@@ -237,7 +237,7 @@ def test_a_stop_that_leaves_less_than_one_iteration_is_refused_with_a_limit_that
         with pytest.raises(RecipeError) as refused:
             _saving_run(limit_s, step).check()
         message = str(refused.value)
-        assert f"{margin} s before its time limit" in message and f"less than one iteration ({step:.0f} s" in message
+        assert f"{margin} s before its time limit" in message and f"no more than one iteration ({step:.0f} s" in message
         suggested = time_limit_seconds(re.search(r"at least (\d\d:\d\d:00)", message).group(1))
         _saving_run(suggested, step).check()
         with pytest.raises(RecipeError):
@@ -275,7 +275,7 @@ def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin
     assert main(["recipe", str(config), "--dry-run", "--save-interval", "2"]) == 2
     err = capsys.readouterr().err
     assert "row 1: the job stops (--exit-duration-in-mins 55) 300 s before its time limit 01:00:00" in err
-    assert "less than one iteration (350 s, from the report's tokens_per_s_per_gpu 1500)" in err
+    assert "no more than one iteration (350 s, from the report's tokens_per_s_per_gpu 1500)" in err
 
 
 def test_a_run_expected_to_end_exactly_at_its_own_stop_is_let_through():
@@ -322,3 +322,19 @@ def test_the_limit_suggested_for_a_derived_stop_is_the_shortest_whose_stop_the_r
     run(shortest).check()
     with pytest.raises(RecipeError):
         run(shortest - 1).check()
+
+
+def test_a_suggested_time_limit_passes_both_stop_checks():
+    """Seven iterations of 400 s under one hour: the stop check suggested 01:02:00, which covered the run but left
+    less than one iteration after its stop, so the margin check then refused it and suggested 02:01:00 (and the time
+    limit check of a longer run suggested a limit covering the run but not its stop)."""
+    import re
+
+    rng = random.Random(random.random())
+    for _ in range(10):
+        step = rng.uniform(301, 700)
+        run = dataclasses.replace(_saving_run(3600, step), iterations=rng.randint(5, 9))
+        with pytest.raises(RecipeError) as refused:
+            run.check()
+        suggested = time_limit_seconds(re.search(r"at least (\d\d:\d\d:00)", str(refused.value)).group(1))
+        dataclasses.replace(_saving_run(suggested, step), iterations=run.iterations).check()

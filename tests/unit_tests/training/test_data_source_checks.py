@@ -661,11 +661,11 @@ def test_sequences_file_counts_other_than_the_index_s_are_refused(change, tmp_pa
     step = random.randint(1, 5)
     counts = {"more sequences": [own[0] + step, own[1] + step], "fewer sequences": [own[0] - 1, own[1] - 1],
               "other documents": [own[0], own[1] + step], "strings": list(map(str, own)),
-              "floats": [float(count) for count in own], "three counts": [*own, step]}[change]
+              "floats": [float(count) for count in own], "three counts": [own[0] + step, own[1], step]}[change]
     path = tmp_path / f"{_name()}.json"
     path.write_text(json.dumps({prefix: counts}))
     args = data_config_args(["--train-data-path", prefix, "--per-dataset-sequences-path", str(path)])
-    if change.endswith("sequences"):
+    if change.endswith("sequences") or change == "three counts":
         with pytest.raises((AssertionError, ValueError)):
             build_train_dataset(args)
     with pytest.raises(ValueError, match=rf"^--per-dataset-sequences-path {path}[: ].*{prefix!r}") as refused:
@@ -732,3 +732,44 @@ def test_mock_data_with_a_data_cache_path_it_cannot_write_is_refused(tmp_path, n
         data_sources.check_data_source(args)
     args = data_config_args(["--mock-data", "--data-cache-path", str(tmp_path / _name())])
     assert data_sources.check_data_source(args) == []
+
+
+@pytest.mark.parametrize("flag", list(index_cache.CACHE_FLAGS.values()))
+def test_a_cache_flag_over_mock_datas_built_caches_passes(flag, tmp_path, null_tokenizer):
+    """``--mock-data`` writes its index caches as ``HASH-MockGPTDataset-SPLIT-...``: the check that a cache flag has a
+    built cache to read looked for ``-GPTDataset-`` names only and refused such a run every time, though
+    megatron-core reads those caches."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import MockGPTDataset
+
+    cache = tmp_path / _name()
+    sizes = [random.randint(2, 8) for _ in range(3)]
+
+    def build(*flags: str):
+        config = data.dataset_config(data_config_args(["--mock-data", "--data-cache-path", str(cache), *flags]))
+        return BlendedMegatronDatasetBuilder(MockGPTDataset, sizes, lambda: True, config).build()
+
+    args = data_config_args(["--mock-data", flag, "--data-cache-path", str(cache)])
+    with pytest.raises(ValueError, match=rf"^{flag} reads .* holds none"):
+        data_sources.check_data_source(args)
+    build()  # a run without the flag writes the caches
+    assert any("-MockGPTDataset-" in name for name in os.listdir(cache))
+    assert data_sources.check_data_source(args) == []
+    assert build(flag)[0][0]["tokens"].numel() > 0  # megatron-core reads them under the flag
+
+
+@pytest.mark.parametrize("form", ["no entry value", "empty list", "a third value"])
+def test_sequences_file_entries_megatron_core_reads_right_pass(form, tmp_path, null_tokenizer):
+    """megatron-core reads an empty entry (``null``, ``[]``) as none, taking the counts from the ``.idx`` itself, and
+    only the first two values of a longer one: the check refused all three, though the run reads the right tokens."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    prefix = corpus(tmp_path, _name())
+    index = IndexedDataset(prefix).index
+    entry = {"no entry value": None, "empty list": [],
+             "a third value": [index.sequence_count, index.document_count, random.randint(1, 99)]}[form]
+    path = tmp_path / f"{_name()}.json"
+    path.write_text(json.dumps({prefix: entry}))
+    args = data_config_args(["--train-data-path", prefix, "--per-dataset-sequences-path", str(path)])
+    assert data_sources.check_data_source(args) == [prefix]
+    assert build_train_dataset(args)[0]["tokens"].numel() == 16

@@ -77,8 +77,12 @@ def test_megatron_s_own_tokenizers_load_a_hub_tokenizer_even_with_their_files(to
         megatron_hf_tokenizer.MegatronHFTokenizer(tokenizer_type, vocab_file=vocab, merges_file=merges)
     args = parse_oellm_argv(["--tokenizer-type", tokenizer_type, "--mock-data"])
     with pytest.raises(ValueError, match=rf"still loads the hub tokenizer {hub_name}'s configuration, from "
-                                         r"huggingface\.co or, on a node without network, the Hugging Face cache"):
+                                         r"huggingface\.co or, on a node without network, the Hugging Face cache") as refused:
         check_data_source(args)
+    # the files to give are this tokenizer's own (a BERT refusal named GPT-2's vocab.json and merges.txt)
+    files = "vocab.json and merges.txt" if tokenizer_type == "GPT2BPETokenizer" else "vocab.txt;"
+    assert f"give the files ({hub_name}'s {files}" in str(refused.value)
+    assert ("merges.txt" in str(refused.value)) == (tokenizer_type == "GPT2BPETokenizer")
 
 
 @pytest.mark.parametrize("given", ["--vocab-file", "--merge-file", None])
