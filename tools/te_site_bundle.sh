@@ -11,7 +11,8 @@
 # themselves (cuBLAS, cuDNN, NCCL) come from the target's torch wheels. On the target:
 #
 #   cd OUT_DIR && sha256sum -c te-site.sha256 &&   # catches a part lost or cut on the way
-#     mkdir -p /tmp/te-site && awk '{print $2}' te-site.sha256 | xargs cat | tar -xJ -C /tmp/te-site
+#     rm -rf /tmp/te-site && mkdir -p /tmp/te-site &&   # a fresh folder: over an earlier bundle, both would mix
+#     awk '{print $2}' te-site.sha256 | xargs cat | tar -xJ -C /tmp/te-site
 #   export PYTHONPATH=/tmp/te-site${PYTHONPATH:+:$PYTHONPATH}
 #
 # Only the parts te-site.sha256 lists are joined, in its order: a part left in OUT_DIR by an earlier, longer bundle

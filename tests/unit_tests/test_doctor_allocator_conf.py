@@ -105,3 +105,16 @@ def test_the_fix_for_an_item_torch_refuses_drops_that_item_and_keeps_the_others(
     suggested = finding.fix.split("export PYTORCH_CUDA_ALLOC_CONF=")[1]
     key, _, option = keep.partition(":")
     assert parse_allocator_conf(suggested) == {key: option, "expandable_segments": "True"}, finding.fix
+
+
+@pytest.mark.parametrize("torch_version", NEW_TORCH)
+def test_the_cuda_malloc_async_backend_is_not_asked_for_expandable_segments(torch_version):
+    """backend:cudaMallocAsync replaces the caching allocator, the only one with expandable segments: ok, no fix
+    adding them (it warned that they were missing and suggested adding them)."""
+    variable = random.choice(["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+    items = ["backend:cudaMallocAsync", *random.sample(["expandable_segments:True", "expandable_segments:False"],
+                                                       k=random.randint(0, 1))]
+    random.shuffle(items)
+    (finding,) = check_allocator_conf(make_report(versions={"torch": torch_version}), {variable: ",".join(items)})
+    assert finding.severity == "ok" and finding.fix is None, finding
+    assert "cudaMallocAsync" in finding.message and "do not apply" in finding.message

@@ -1,7 +1,8 @@
 """``oellm doctor`` on Hopper with Triton >= 3.7.1 and a tilelang that is installed but does not import: an error.
 
-fla 0.6.0 turns its TileLang backend on on Hopper for any Triton from 3.4 on, not only for fla issue 640's range, and
-its dispatch checks only that tilelang is findable; the GDN backward then crashes importing it. The rule said ok.
+fla 0.6.0 imports a tilelang it finds wherever an nvcc is usable as its kernels import, with any Triton and whatever
+FLA_TILELANG or FLA_DISABLE_BACKEND_DISPATCH say; the GDN kernels then fail to import. The rule said ok, then told the
+user to set FLA_TILELANG=0, and said ok again once it was set.
 """
 
 from __future__ import annotations
@@ -37,16 +38,25 @@ def test_a_broken_tilelang_fla_takes_on_hopper_is_an_error_with_a_fixed_triton()
     (finding,) = check_fla_hopper_triton(report, {})
     assert finding.severity == "error", finding
     assert error in finding.message and f"Triton {triton}" in finding.message
-    assert "tilelang==0.1.15" in finding.fix and "FLA_TILELANG=0" in finding.fix
+    assert "tilelang==0.1.15" in finding.fix and "pip uninstall tilelang" in finding.fix
+    assert "set FLA_TILELANG=0" not in finding.fix
 
 
-@pytest.mark.parametrize("case", ["FLA_TILELANG=0", "FLA_DISABLE_BACKEND_DISPATCH=1", "no nvcc", "Triton before 3.4"])
-def test_where_fla_would_not_take_tilelang_it_stays_ok(case):
+@pytest.mark.parametrize("case", ["FLA_TILELANG=0", "FLA_DISABLE_BACKEND_DISPATCH=1", "Triton before 3.4"])
+def test_the_switches_and_an_older_triton_do_not_make_it_ok(case):
+    """fla imports tilelang whatever its switches say and with any Triton, wherever an nvcc is found."""
     triton = f"3.{random.randint(0, 3)}.{random.randint(0, 9)}" if case == "Triton before 3.4" else _fixed_triton()
-    report, _ = _broken(triton, **({"nvcc_path": None} if case == "no nvcc" else {}))
+    report, error = _broken(triton)
     env = dict([case.split("=")]) if "=" in case else {}
     (finding,) = check_fla_hopper_triton(report, env)
-    assert finding.severity == "ok", (case, finding)
+    assert finding.severity == "error", (case, finding)
+    assert error in finding.message and "does not help" in finding.fix
+
+
+def test_without_nvcc_fla_does_not_import_tilelang_and_it_stays_ok():
+    report, _ = _broken(_fixed_triton(), nvcc_path=None)
+    (finding,) = check_fla_hopper_triton(report, {})
+    assert finding.severity == "ok", finding
 
 
 def test_the_installed_fla_enables_tilelang_on_hopper_from_triton_3_4():

@@ -134,6 +134,23 @@ def test_the_documented_unpack_ignores_a_part_left_by_an_earlier_bundle(tmp_path
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split, xargs and sha256sum")
+def test_the_documented_unpack_leaves_nothing_of_an_earlier_bundle(tmp_path: Path) -> None:
+    """Unpacked into a folder an earlier bundle left, the two would mix (a package's files of both versions): the
+    documented commands empty the folder first."""
+    fake_venv(tmp_path / "venv")
+    out = tmp_path / "out"
+    assert run_script(tmp_path / "venv", out, 1).returncode == 0
+    target = tmp_path / "te-site"
+    stale = target / "transformer_engine" / f"stale_{random.randint(0, 10**6)}.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("left by an earlier bundle\n")
+    unpacked = subprocess.run(["bash", "-euo", "pipefail", "-c", documented_unpack(out, target)],
+                              capture_output=True, text=True, timeout=120)
+    assert unpacked.returncode == 0, unpacked.stdout + unpacked.stderr
+    assert not stale.exists() and (target / "transformer_engine" / "wheel_lib" / "libtransformer_engine.so").exists()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="GNU tar, split, xargs and sha256sum")
 def test_the_documented_unpack_stops_at_a_cut_part(tmp_path: Path) -> None:
     """A part cut on the way fails the checksum line, and nothing is unpacked after it."""
     fake_venv(tmp_path / "venv")

@@ -85,6 +85,7 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
     (:func:`malformed_allocator_items`), or an item the installed torch's own parser refuses
     (:attr:`EnvironmentReport.allocator_refusal`: a size that is no number, a threshold out of range, an unknown key
     to a CUDA build) makes torch raise when CUDA allocates, so it is an error.
+    With ``backend:cudaMallocAsync`` torch's caching allocator is not used, so expandable segments are not asked for.
     Judged on the variable the installed torch reads (:func:`allocator_variables`): a ``PYTORCH_ALLOC_CONF`` that
     torch ignores (too old a torch, or shadowed by ``PYTORCH_CUDA_ALLOC_CONF``) is a warning, since what it says is
     lost."""
@@ -123,6 +124,9 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
                         f"started{also}.",
                         (f"correct or drop {item.partition(':')[0]!r}" if item else "drop the empty item")
                         + f", e.g. export {variable}={_with_expandable_segments(value, {item})}")]
+    backend = parse_allocator_conf(value).get("backend")
+    if backend in ASYNC_BACKENDS:
+        return [_async_backend_finding(variable, value, backend, expandable == "True", ignored)]
     if expandable != "True":
         return [Finding("warning", name, f"{variable}={value!r} lacks expandable_segments:True, so the caching "
                         f"allocator fragments{also}.",
@@ -132,6 +136,25 @@ def check_allocator_conf(report: EnvironmentReport, env: Mapping[str, str]) -> l
         return [Finding("warning", name, f"{variable} enables expandable segments, but {ignored}.",
                         f"move the options you need into {variable} and unset PYTORCH_ALLOC_CONF")]
     return [Finding("ok", name, f"{variable} enables expandable segments.")]
+
+
+ASYNC_BACKENDS = ("cudaMallocAsync", "hipMallocAsync")
+"""Values of the ``backend`` option that replace torch's native caching allocator by CUDA's (ROCm's) stream-ordered
+one; expandable segments are an option of the native allocator alone."""
+
+
+def _async_backend_finding(variable: str, value: str, backend: str, expandable_set: bool,
+                           ignored: str | None) -> Finding:
+    """The finding for ``variable=value`` choosing an :data:`ASYNC_BACKENDS` allocator (``backend``): expandable
+    segments, which only torch's native caching allocator has, neither apply nor need adding (``expandable_set``:
+    they are set and have no effect); a warning only for a ``PYTORCH_ALLOC_CONF`` torch ignores (``ignored``)."""
+    unused = " (its expandable_segments:True has no effect)" if expandable_set else ""
+    message = (f"{variable}={value!r} chooses the stream-ordered {backend} allocator in place of torch's "
+               f"caching allocator: expandable segments, an option of the caching allocator, do not apply{unused}")
+    if ignored is not None:
+        return Finding("warning", "pytorch-alloc-conf", f"{message}, but {ignored}.",
+                       f"move the options you need into {variable} and unset PYTORCH_ALLOC_CONF")
+    return Finding("ok", "pytorch-alloc-conf", f"{message}.")
 
 
 def _ignored_allocator_conf(env: Mapping[str, str], torch_version: str | None,

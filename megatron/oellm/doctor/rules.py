@@ -92,10 +92,31 @@ def site_bundle_route(report: EnvironmentReport) -> str:
             f"({site_bundle_build(report)}); on the node, {BUNDLE_ON_THE_NODE} ({AIR_GAPPED_NODES})")
 
 
+TILELANG_STACK = dict(re.findall(r"([A-Za-z0-9_.-]+)==(\S+)", TILELANG_STACK_INSTALL))
+"""Distribution -> version of the TileLang stack :data:`TILELANG_STACK_INSTALL` installs (the site bundle carries the
+same)."""
+TILELANG_STACK_IMPORT_NAMES = {"apache-tvm-ffi": "tvm_ffi", "z3-solver": "z3"}
+"""Top-level modules of the :data:`TILELANG_STACK` distributions whose name is not the distribution's with ``_`` for
+``-``: ``pip install tvm_ffi`` or ``pip install z3`` would install other PyPI projects."""
+TILELANG_STACK_MODULES = {TILELANG_STACK_IMPORT_NAMES.get(name, name.replace("-", "_")): f"{name}=={version}"
+                          for name, version in TILELANG_STACK.items()}
+"""Top-level module -> pinned requirement of each :data:`TILELANG_STACK` distribution."""
+TILELANG_OUT = "take tilelang out of this environment (pip uninstall tilelang, or its folder off PYTHONPATH)"
+"""How to stop fla from importing a tilelang that does not import."""
+BROKEN_TILELANG_FIX = (f"make `import tilelang` work: {TILELANG_STACK_INSTALL}, or the offline site bundle, which "
+                       f"carries that stack, first on PYTHONPATH ({AIR_GAPPED_NODES}); or {TILELANG_OUT}. "
+                       "FLA_TILELANG=0 does not help: fla imports a tilelang it finds whatever its switches say")
+"""The fix where fla fails importing its kernels because tilelang, which it found, does not import (fla 0.6.0's
+``fla.ops.utils.sinkhorn`` imports tilelang wherever ``TileLangBackend.is_available()``, which reads no switch)."""
+
+
 def tilelang_fix(report: EnvironmentReport) -> str:
     """:data:`FLA_TILELANG_FIX`, with the site bundle (which carries the same TileLang stack) for nodes without
-    internet."""
-    return f"{FLA_TILELANG_FIX}; {site_bundle_route(report)}"
+    internet. Where an installed tilelang does not import, the fixed Triton comes with that tilelang taken out: fla
+    imports a tilelang it finds wherever an nvcc is usable, and fails there whatever Triton it has."""
+    triton = (f"{FLA_TILELANG_FIX} and {TILELANG_OUT}" if _tilelang_import_problem(report) is not None
+              else FLA_TILELANG_FIX)
+    return f"{triton}; {site_bundle_route(report)}"
 
 
 CUDA_TORCH_INDEX = "https://download.pytorch.org/whl/cuXYZ"
@@ -290,10 +311,13 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
 
     fla 0.6.0 replaces that Triton kernel by a TileLang one when tilelang is importable, an nvcc is found, and
     neither ``FLA_TILELANG=0`` nor ``FLA_DISABLE_BACKEND_DISPATCH=1`` is set; otherwise it raises in the backward
-    pass (older fla releases silently computed wrong gradients). Where no Hopper GPU is seen (an image build, a login
-    node) the rule does not apply, except to a tilelang that is installed but does not import with such a Triton: that
-    install fails on the Hopper nodes too, so it is an error wherever the doctor runs; only where no GPU at all is
-    seen and the import failed for want of the NVIDIA driver's library, which GPU nodes have, is it a warning.
+    pass (older fla releases silently computed wrong gradients). Those switches only choose the backward: fla imports
+    a tilelang it finds wherever an nvcc is usable as its kernels import, reading neither, so a tilelang that is
+    installed but does not import is an error on Hopper with any Triton where an nvcc is found, whatever they say.
+    Where no Hopper GPU is seen (an image build, a login node) the rule does not apply, except to such a tilelang with
+    a Triton of issue 640's range: that install fails on the Hopper nodes too, so it is an error wherever the doctor
+    runs; only where no GPU at all is seen and the import failed for want of the NVIDIA driver's library, which GPU
+    nodes have, is it a warning.
     """
     name = "fla-hopper-triton"
     fla, triton = report.versions.get("fla"), report.versions.get("triton")
@@ -312,7 +336,7 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
         return [Finding("warning", name, f"cannot parse the Triton version {triton!r} to check fla issue 640.",
                         "install a released Triton >= 3.7.1")]
     if not affected:
-        broken = _broken_tilelang_fla_takes(report, triton, env)
+        broken = _broken_tilelang_fla_imports(report)
         if broken is not None:
             return [_broken_tilelang_on_hopper(hopper[0], triton, broken)]
         return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
@@ -355,28 +379,25 @@ def fla_takes_tilelang(triton: str | None) -> bool:
         return False
 
 
-def _broken_tilelang_fla_takes(report: EnvironmentReport, triton: str, env: Mapping[str, str]) -> str | None:
-    """Why tilelang does not import, where fla 0.6.0 on Hopper would still take its TileLang backward with Triton
-    ``triton`` (from 3.4 on, tilelang found, an nvcc found, no switch turning it off) and so crash in the GDN backward
-    (its dispatch checks only that tilelang is findable and does not catch the import error); else None."""
+def _broken_tilelang_fla_imports(report: EnvironmentReport) -> str | None:
+    """Why tilelang does not import, where fla 0.6.0 imports it as its kernels import (tilelang found and an nvcc
+    found: ``TileLangBackend.is_available()``, which reads neither FLA_TILELANG nor FLA_DISABLE_BACKEND_DISPATCH), so
+    that fla's GDN kernels fail to import with any Triton and any switch; else None."""
     problem = _tilelang_import_problem(report)
-    if problem is None or not fla_takes_tilelang(triton) or report.nvcc_path is None or tilelang_switched_off(env):
-        return None
-    return problem
+    return None if problem is None or report.nvcc_path is None else problem
 
 
 def _broken_tilelang_on_hopper(gpu: GpuInfo, triton: str, problem: str) -> Finding:
-    """The error for a tilelang that fla takes on Hopper (``gpu``) with a Triton outside fla issue 640's range, but
-    that does not import (``problem``). That Triton's own backward is right, so the one-step fix, turning fla's
-    TileLang backend off, comes first, then a tilelang that imports; no Triton to install."""
+    """The error for a tilelang that fla imports on Hopper (``gpu``), with a Triton outside fla issue 640's range,
+    but that does not import (``problem``): fla's kernels then fail to import. That Triton's own backward is right, so
+    taking tilelang out works as well as making it import (:data:`BROKEN_TILELANG_FIX`); no Triton to install."""
     return Finding(
         "error", "fla-hopper-triton",
-        f"fla 0.6.0 runs its TileLang GDN/KDA backward on Hopper ({gpu.name}) with any Triton >= "
-        f"{FLA_TILELANG_FROM_TRITON} where tilelang and an nvcc are found, Triton {triton} (which needs no TileLang: "
-        f"outside fla issue 640's range) included, and {problem}: the first backward pass of the models with GDN or "
-        f"KDA layers (Qwen3.5, the OEL hybrid) crashes{FLA_FREE_MODELS}.",
-        f"set FLA_TILELANG=0 in the job's environment (fla then runs its Triton backward, right with Triton {triton}); "
-        f"or make `import tilelang` work: {TILELANG_STACK_INSTALL}, or the offline site bundle ({AIR_GAPPED_NODES})")
+        f"fla 0.6.0 imports tilelang as its kernels import wherever tilelang and an nvcc are found, on Hopper "
+        f"({gpu.name}) with Triton {triton} too (which needs no TileLang: outside fla issue 640's range), and "
+        f"{problem}: the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fail as fla's kernels import"
+        f"{FLA_FREE_MODELS}.",
+        BROKEN_TILELANG_FIX)
 
 
 def _broken_tilelang_without_hopper(report: EnvironmentReport, triton: str, problem: str) -> Finding:
@@ -472,12 +493,18 @@ def check_helpers_cpp(report: EnvironmentReport, env: Mapping[str, str]) -> list
         f"{report.megatron_core_path}) does not load ({report.helpers_cpp_import_error}){cause}. Megatron then tries "
         "to compile it with make, which an installed megatron-core cannot (\"No targets specified and no makefile "
         "found\"), and every rank exits at start.",
-        f"install megatron-core built for this Python {_python_minor(report)} on {report.machine or 'this CPU'}: "
-        f"where a site bundle on PYTHONPATH holds it, build a new one for them on a machine with internet "
-        f"({site_bundle_build(report)}); on the node, {BUNDLE_ON_THE_NODE} in place of the old bundle's "
-        f"folder ({AIR_GAPPED_NODES}); "
-        "where pip installed it, "
+        f"{built_for_this_python(report, 'megatron-core', 'it')}; where pip installed it, "
         f"{megatron_core_pip(report, reinstall=True)}")]
+
+
+def built_for_this_python(report: EnvironmentReport, what: str, pronoun: str) -> str:
+    """The start of the fix for compiled modules of ``what`` built for another Python or CPU: install them built for
+    the reported Python and CPU, from a new site bundle where an old one on PYTHONPATH holds ``pronoun`` (it, them);
+    the caller adds how to reinstall with pip."""
+    return (f"install {what} built for this Python {_python_minor(report)} on {report.machine or 'this CPU'}: "
+            f"where a site bundle on PYTHONPATH holds {pronoun}, build a new one for them on a machine with internet "
+            f"({site_bundle_build(report)}); on the node, {BUNDLE_ON_THE_NODE} in place of the old bundle's folder "
+            f"({AIR_GAPPED_NODES})")
 
 
 def _helpers_cpp_compiled_at_start(report: EnvironmentReport) -> Finding:
@@ -521,9 +548,23 @@ TORCH_MODULES = ("torch", "triton")
 ``pip install`` of either may replace that build, so a fix for them is torch's."""
 
 
+NATIVE_LOAD_FAILURE = re.compile(r"symbol lookup error|undefined symbol|wrong ELF class")
+"""What the dynamic loader says of a compiled module built for another Python or CPU (a cp312 ``abi3`` extension
+loaded by Python 3.11 lacks symbols; a 32-bit or foreign library has the wrong ELF class)."""
+
+
 def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
-    """The fix for fla's GDN kernels failing to import with ``error``: a missing requirement of fla installed (torch's
-    own modules fixed as torch is), else fla reinstalled."""
+    """The fix for fla's GDN kernels failing to import with ``error``: a compiled module built for another Python or
+    CPU (:data:`NATIVE_LOAD_FAILURE`) replaced by one built for them; a tilelang that fla imports but that does not
+    import made to import or taken out (:data:`BROKEN_TILELANG_FIX`); a missing requirement of fla installed (torch's
+    own modules fixed as torch is); else fla reinstalled."""
+    if NATIVE_LOAD_FAILURE.search(error):
+        compiled = "fla and the compiled packages it imports (tilelang, apache-tvm-ffi)"
+        return (f"{built_for_this_python(report, compiled, 'them')}; where pip installed them, reinstall them with "
+                "this Python's pip (pip install --force-reinstall PACKAGE, for the package whose library the error "
+                "names)")
+    if _broken_tilelang_fla_imports(report) is not None:
+        return BROKEN_TILELANG_FIX
     missing = MISSING_MODULE.search(error)
     package = missing["module"].split(".")[0] if missing is not None else None
     if package in TORCH_MODULES:
@@ -535,8 +576,12 @@ def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
 
 def fla_requirement_fix(package: str | None) -> str:
     """The fix for fla's GDN kernels failing to import for want of ``package`` (a module's top-level name; None when
-    the error names none), other than torch's own: that package installed where fla is, or fla reinstalled. The
-    doctor's and the training entry's refusal say the same."""
+    the error names none), other than torch's own: a module of the TileLang stack (which fla imports with tilelang)
+    by its distribution, which the site bundle carries; another package installed where fla is; or fla reinstalled.
+    The doctor's and the training entry's refusal say the same."""
+    if package in TILELANG_STACK_MODULES:
+        return (f"{package} is tilelang's (pip install {TILELANG_STACK_MODULES[package]}; the site bundle carries "
+                f"it), and fla imports tilelang wherever an nvcc is usable: {BROKEN_TILELANG_FIX}")
     if package is not None and package != "fla":
         return (f"install {package} into this environment or the container (pip install {package}); a site bundle "
                 "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and "

@@ -2,10 +2,10 @@
 
 On Hopper (H100, H200, GH200) with 3.4 <= Triton < 3.7.1, fla 0.6.0's Triton GDN/KDA backward is wrong (fla issue
 640), so fla runs its TileLang backward there and raises in the first backward pass where it cannot: tilelang absent or
-not importing, no nvcc, or its dispatch switched off. With a later Triton fla still turns its TileLang backend on on
-Hopper wherever tilelang is findable and an nvcc usable, and does not catch tilelang's import error: a tilelang that
-is installed but does not import crashes that backward too. Either is after the model and optimizer are on every GPU
-and a forward pass ran; the entry names it first, in one line, with the fix. The rules and their wording are the
+not importing, no nvcc, or its dispatch switched off; that is after the model and optimizer are on every GPU and a
+forward pass ran. fla also imports a tilelang it finds wherever an nvcc is usable, whatever its switches say, so a
+tilelang that is installed but does not import fails the import of fla's kernels with any Triton. The entry names
+either first, in one line, with the fix. The rules and their wording are the
 doctor's (:func:`megatron.oellm.doctor.rules.check_fla_hopper_triton`); here the facts are read in the run's own
 process, and only where they matter (a model with GDN or KDA layers on a Hopper GPU with a Triton from 3.4 on).
 """
@@ -104,11 +104,11 @@ def doctor_report_here(gpu: GpuInfo, triton: str, tilelang: tuple[bool, str | No
 
 
 def fla_tilelang_crash_problem(card: ModelCard, report: EnvironmentReport, env: Mapping[str, str]) -> str:
-    """Why fla's backward of ``card``'s GDN or KDA layers would crash on ``report``'s Hopper GPU with a Triton past
+    """Why fla's kernels for ``card``'s GDN or KDA layers would fail on ``report``'s Hopper GPU with a Triton past
     fla issue 640's range ('' when it would not, or the card has none): the doctor's verdict
-    (:func:`~megatron.oellm.doctor.rules.check_fla_hopper_triton` with ``env``), an error where fla 0.6.0 takes its
-    TileLang backward (tilelang findable, an nvcc found, no switch off) and tilelang does not import, without the
-    doctor's note on the models that use no fla kernel."""
+    (:func:`~megatron.oellm.doctor.rules.check_fla_hopper_triton` with ``env``), an error where fla 0.6.0's
+    kernels import tilelang (tilelang findable, an nvcc found, whatever the switches) and tilelang does not import,
+    without the doctor's note on the models that use no fla kernel."""
     if card.linear_mixer == "none":
         return ""
     errors = [finding for finding in check_fla_hopper_triton(report, env) if finding.severity == "error"]

@@ -1,9 +1,9 @@
 """The entry refuses a GDN/KDA model on Hopper with Triton >= 3.7.1 and a tilelang that is installed but does not import.
 
-fla 0.6.0 turns its TileLang backend on on Hopper for any Triton from 3.4 on (not only fla issue 640's range) where
-tilelang is findable and an nvcc usable, and does not catch tilelang's import error: the GDN backward crashes at the
-first step. The entry checked only Triton in [3.4, 3.7.1) and let such a run start. Its verdict is now the doctor's
-(``check_fla_hopper_triton``), naming the fix: a tilelang that imports, or ``FLA_TILELANG=0``.
+fla 0.6.0 imports a tilelang it finds wherever an nvcc is usable, whatever FLA_TILELANG or
+FLA_DISABLE_BACKEND_DISPATCH say, and does not catch tilelang's import error. The entry checked only Triton in
+[3.4, 3.7.1) and let such a run start. Its verdict is now the doctor's (``check_fla_hopper_triton``), naming the fix:
+a tilelang that imports, or none (FLA_TILELANG=0, which it once named, does not help).
 """
 
 from __future__ import annotations
@@ -48,11 +48,18 @@ def test_the_problem_names_the_card_triton_error_and_both_fixes() -> None:
     assert problem.startswith(f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers: ")
     assert f"Triton {triton}" in problem and error in problem and "Fix: " in problem
     fix = problem.split("Fix: ", 1)[1]
-    assert "tilelang==0.1.15" in fix and "FLA_TILELANG=0" in fix
+    assert "tilelang==0.1.15" in fix and "pip uninstall tilelang" in fix and "set FLA_TILELANG=0" not in fix
 
 
-@pytest.mark.parametrize("case", ["FLA_TILELANG=0", "FLA_DISABLE_BACKEND_DISPATCH=1", "no nvcc", "tilelang imports",
-                                  "no tilelang", "MoE card"])
+@pytest.mark.parametrize("switch", ["FLA_TILELANG", "FLA_DISABLE_BACKEND_DISPATCH"])
+def test_the_switches_do_not_clear_the_problem(switch: str) -> None:
+    card, error = get_card(random.choice(HYBRIDS)), _import_error()
+    report = fla_kernels.doctor_report_here(H200, _fixed_triton(), (True, error, NVCC))
+    env = {switch: "0" if switch == "FLA_TILELANG" else "1"}
+    assert error in fla_kernels.fla_tilelang_crash_problem(card, report, env)
+
+
+@pytest.mark.parametrize("case", ["no nvcc", "tilelang imports", "no tilelang", "MoE card"])
 def test_no_problem_where_fla_would_not_crash(case: str) -> None:
     found, error = case != "no tilelang", None if case in ("tilelang imports", "no tilelang") else _import_error()
     report = fla_kernels.doctor_report_here(H200, _fixed_triton(), (found, error, None if case == "no nvcc" else NVCC))
@@ -83,15 +90,15 @@ def _hopper_with_broken_tilelang(monkeypatch: pytest.MonkeyPatch, triton: str, e
     tilelang_import_fails(monkeypatch, OSError(error))
 
 
-def test_the_check_refuses_it_and_fla_tilelang_0_lets_it_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_check_refuses_it_with_fla_tilelang_0_too(monkeypatch: pytest.MonkeyPatch) -> None:
     message = f"libz3.so.4.15: cannot open shared object file ({random.randint(0, 999)})"
     triton = _fixed_triton()
     _hopper_with_broken_tilelang(monkeypatch, triton, message)
     card = get_card(random.choice(HYBRIDS))
-    with pytest.raises(ValueError, match="FLA_TILELANG=0") as refusal:
-        fla_kernels.check_fla_backward(card, env={})
-    assert message in str(refusal.value) and f"Triton {triton}" in str(refusal.value)
-    fla_kernels.check_fla_backward(card, env={"FLA_TILELANG": "0"})
+    for env in ({}, {"FLA_TILELANG": "0"}):
+        with pytest.raises(ValueError, match="pip uninstall tilelang") as refusal:
+            fla_kernels.check_fla_backward(card, env=env)
+        assert message in str(refusal.value) and f"Triton {triton}" in str(refusal.value)
     fla_kernels.check_fla_backward(get_card(MOE), env={})
 
 
@@ -103,4 +110,4 @@ def test_the_entry_refuses_the_run_in_one_line(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.delenv("FLA_DISABLE_BACKEND_DISPATCH", raising=False)
     assert main.main([*tiny_moe_run(HYBRIDS[0]), "--oellm-backend", "torch"]) == 2
     line = one_error_line(capsys)
-    assert message in line and "FLA_TILELANG=0" in line and "does not import" in line
+    assert message in line and "pip uninstall tilelang" in line and "does not import" in line

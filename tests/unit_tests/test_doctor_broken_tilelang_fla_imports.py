@@ -1,0 +1,98 @@
+"""``oellm doctor``'s fixes where fla's kernels fail to import because of tilelang or a build for another Python.
+
+fla 0.6.0 imports a tilelang it finds wherever an nvcc is usable (``fla.ops.utils.sinkhorn``), reading neither
+FLA_TILELANG nor FLA_DISABLE_BACKEND_DISPATCH: with a tilelang that does not import, the doctor advised
+FLA_TILELANG=0 and then said ok. The GDN import error's fix was ``pip install <module>``, which for tilelang's modules
+(tvm_ffi, z3) installs unrelated PyPI projects, and it said the site bundle does not carry them; a loader error of a
+library built for another Python got "install fla".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import string
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.doctor import probes
+from megatron.oellm.doctor.rules import (
+    TILELANG_STACK_INSTALL,
+    check_fla_gdn_imports,
+    check_fla_hopper_triton,
+    fla_requirement_fix,
+)
+from tests.unit_tests.doctor_reports import make_report
+
+TILELANG_MODULES = {"tvm_ffi": "apache-tvm-ffi==0.1.12", "z3": "z3-solver==4.15.4.0"}
+"""tilelang's modules whose distribution has another name, with the pin TILELANG_STACK_INSTALL gives."""
+
+
+def _token() -> str:
+    """A fresh word, so that a message is known to come from this test's input."""
+    return "".join(random.choices(string.ascii_lowercase, k=10))
+
+
+def _broken_tilelang_report(triton: str, error: str, fla_gdn_error: str | None = None):
+    """A Hopper report with Triton ``triton``, an nvcc, and a tilelang that fails to import with ``error``."""
+    return make_report(versions={"triton": triton, "tilelang": "0.1.15"}, tilelang_importable=True,
+                       tilelang_import_error=error, nvcc_path="/usr/local/cuda/bin/nvcc",
+                       fla_gdn_import_error=fla_gdn_error)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="fla is not installed here")
+@pytest.mark.parametrize("switch", ["FLA_TILELANG=0", "FLA_DISABLE_BACKEND_DISPATCH=1"])
+def test_fla_imports_a_broken_tilelang_whatever_the_switch(tmp_path: Path, monkeypatch, switch: str) -> None:
+    """The premise, on the installed fla: a tilelang that fails importing tvm_ffi, found on PYTHONPATH with an nvcc,
+    fails the import of fla's GDN kernels with either switch set; the doctor then says error, not ok, and its fix
+    names the stack and taking tilelang out, not the switch."""
+    if probes.find_nvcc(os.environ) is None:
+        pytest.skip("no nvcc here: fla would not look for tilelang")
+    (tmp_path / "tilelang").mkdir()
+    (tmp_path / "tilelang" / "__init__.py").write_text("import tvm_ffi\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    variable, value = switch.split("=")
+    monkeypatch.setenv(variable, value)
+    error = probes.fresh_import_facts(None, fla_installed=True).fla_gdn_error
+    assert error is not None and "tvm_ffi" in error, error
+    triton = random.choice([f"3.{random.randint(0, 3)}.{random.randint(0, 9)}", f"3.{random.randint(8, 20)}.0"])
+    report = _broken_tilelang_report(triton, "ModuleNotFoundError: No module named 'tvm_ffi'", error)
+    for finding in (*check_fla_gdn_imports(report, {variable: value}), *check_fla_hopper_triton(report, {variable: value})):
+        assert finding.severity == "error", finding
+        assert TILELANG_STACK_INSTALL in finding.fix and "pip uninstall tilelang" in finding.fix, finding.fix
+        assert "set FLA_TILELANG=0" not in finding.fix and "pip install tvm_ffi" not in finding.fix
+
+
+@pytest.mark.parametrize("module", sorted(TILELANG_MODULES))
+def test_a_missing_tilelang_module_is_named_by_its_distribution(module: str) -> None:
+    fix = fla_requirement_fix(module)
+    assert TILELANG_MODULES[module] in fix and f"pip install {module} " not in f"{fix} "
+    assert "the site bundle carries it" in fix and "does not carry" not in fix
+
+
+def test_an_affected_triton_with_a_broken_tilelang_takes_tilelang_out_with_the_fixed_triton() -> None:
+    triton = f"3.{random.randint(4, 6)}.{random.randint(0, 9)}"
+    error = f"OSError: libz3.so.4.15: cannot open shared object file ({_token()})"
+    (finding,) = check_fla_hopper_triton(_broken_tilelang_report(triton, error), {"FLA_TILELANG": "0"})
+    assert finding.severity == "error" and error in finding.message
+    assert "pip install 'triton>=3.7.1' and take tilelang out" in finding.fix
+
+
+@pytest.mark.parametrize("loader_error", [
+    "/usr/bin/python3: symbol lookup error: {site}/tvm_ffi/core.abi3.so: undefined symbol: PyType_FromMetaclass",
+    "ImportError: {site}/tvm_ffi/core.abi3.so: undefined symbol: PyErr_GetRaisedException",
+    "ImportError: {site}/tilelang/lib/libtvm.so: wrong ELF class: ELFCLASS32",
+])
+def test_a_library_built_for_another_python_gets_a_build_for_this_one(loader_error: str) -> None:
+    """A cp312 abi3 tvm_ffi loaded by Python 3.11 (the fla probe's interpreter dies in the loader) and the like."""
+    error = loader_error.format(site=f"/tmp/{_token()}/site-cp312")
+    minor = f"3.{random.randint(10, 11)}"
+    report = make_report(python_version=f"{minor}.{random.randint(0, 9)}", machine="x86_64",
+                         fla_gdn_import_error=error)
+    (finding,) = check_fla_gdn_imports(report, {})
+    assert finding.severity == "error" and error in finding.message
+    assert f"built for this Python {minor} on x86_64" in finding.fix
+    assert f"build_site_bundle.sh --python-version {minor} --arch x86_64" in finding.fix
+    assert "pip install fla-core" not in finding.fix
