@@ -25,9 +25,10 @@ iteration line, is). slurmstepd's first line ending the step (any cancellation, 
 failure, an uncorrectable memory error, a failed job) outranks the crash and NCCL markers printed after it, its
 consequences; a traceback begun before that line counts with its exception line, which may come after it (slurmstepd
 writes from a process of its own). Likewise a rank's failure printed before an NCCL watchdog's timeout outranks it:
-the other ranks' watchdogs time out on the collective the failed rank never joined. Lines end at ``\\n`` only, as ``wc -l``
-counts them (:func:`log_lines`). A run is *finished* when megatron's ``[after training is done]`` line follows its
-last iteration line; :attr:`Run.failure_after` is its last whole iteration line before its failure's first marker.
+the other ranks' watchdogs time out on the collective the failed rank never joined (a traceback whose exception is
+the timeout itself is none). Lines end at ``\\n`` only, as ``wc -l`` counts them (:func:`log_lines`). A run is
+*finished* when megatron's ``[after training is done]`` line follows its last iteration line;
+:attr:`Run.failure_after` is its last whole iteration line before its failure's first marker.
 A run that stopped early on purpose records how (:class:`DeliberateExit`): megatron's
 ``[exiting program at iteration N]`` (``--exit-interval`` or ``--phase-transition-iterations``), ``[exiting
 program after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (``--exit-duration-in-mins``),
@@ -235,9 +236,26 @@ def _nccl_timeout_status(match: re.Match, text: str) -> str:
     status. In a multi-node job one rank raises (a traceback, a C++ abort, a segmentation fault, srun's report of its
     task) and the others' watchdogs time out ten minutes later: the row named the timeout and hid the error. A
     traceback begun before the watchdog's line counts with its exception line printed after it (the ranks' output
-    interleaves): :func:`_before_stop`."""
-    earlier = _before_stop(text, text.rfind("\n", 0, match.start()) + 1)
+    interleaves): :func:`_before_stop`; one whose exception is the timeout itself does not
+    (:func:`_timeout_tracebacks_renamed`). ``text`` is read as :func:`detect_failure` reads a run's part of the log, so
+    a traceback it takes for no failure (training went on after it, an exception Python ignored or a thread's) is none
+    here either."""
+    earlier = _timeout_tracebacks_renamed(_before_stop(text, text.rfind("\n", 0, match.start()) + 1))
     return first_failure(earlier, _CAUSES) or "NCCL timeout"
+
+
+def _timeout_tracebacks_renamed(text: str) -> str:
+    """``text`` with the header of each traceback whose exception line shows :data:`_NCCL_TIMEOUT` renamed, so that it
+    reads as no crash: ``torch.distributed.DistBackendError: [Rank 5] Watchdog caught collective operation timeout``
+    or ``RuntimeError: NCCL communicator was aborted`` is the timeout reaching Python, not a failure it followed."""
+    pieces: list[str] = []
+    done = 0
+    for header in _TRACEBACK_MARKER.finditer(text):
+        line = _exception_line(text, header.start())
+        if line is not None and _NCCL_TIMEOUT.search(text, line[0], line[1]):
+            pieces += [text[done:header.start()], "(NCCL timeout's traceback)"]
+            done = header.end()
+    return "".join([*pieces, text[done:]])
 
 
 FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (

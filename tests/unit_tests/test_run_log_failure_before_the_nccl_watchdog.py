@@ -75,3 +75,30 @@ def test_a_traceback_whose_exception_line_follows_the_watchdog_is_named(args):
     lines, status = _causes(failed)["traceback"]
     log = parse_log_text(log_then(args, random.randint(1, 40), [*lines[:2], _watchdog(waiting), lines[2]]))
     assert log.runs[-1].failure == status
+
+
+def _timeout_tracebacks(rank: int) -> list[list[str]]:
+    """The tracebacks of ``rank`` whose exception is the NCCL timeout itself: the watchdog's ``DistBackendError``
+    reaching Python, and a ``RuntimeError`` of the aborted communicator."""
+    frame = f'{_label(rank)}   File "/opt/megatron/core/distributed/param_and_grad_buffer.py", line 412, in finish'
+    return [[f"{_label(rank)} Traceback (most recent call last):", frame,
+             f"{_label(rank)} torch.distributed.DistBackendError: [Rank {rank}] Watchdog caught collective operation "
+             f"timeout: WorkNCCL(SeqNum={random.randint(1, 10**5)}, OpType=ALLREDUCE) ran for 600000 milliseconds "
+             "before timing out."],
+            [f"{_label(rank)} Traceback (most recent call last):", frame,
+             f"{_label(rank)} RuntimeError: NCCL communicator was aborted on rank {rank}."]]
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["DistBackendError", "communicator aborted"])
+def test_a_traceback_of_the_timeout_itself_is_no_cause(args, kind):
+    """The watchdog's timeout can first show as a traceback's exception line: that traceback is the timeout, not the
+    failure it followed. It read ``crashed (torch.distributed.DistBackendError: [Rank 5] Watchdog caught ...)``; a
+    real failure printed before it is still named."""
+    last = random.randint(3, 9)
+    failed, waiting = random.sample(range(32), 2)
+    timeout = _timeout_tracebacks(waiting)[kind]
+    alone = parse_log_text(log_then(args, last, [*timeout, _watchdog(waiting)]))
+    assert alone.runs[-1].failure == "NCCL timeout"
+    assert summarise(alone, Window(), 4).status == f"NCCL timeout at iteration {last}"
+    lines, status = _causes(failed)["traceback"]
+    assert parse_log_text(log_then(args, last, [*lines, *timeout, _watchdog(waiting)])).runs[-1].failure == status

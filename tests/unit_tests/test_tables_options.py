@@ -241,3 +241,26 @@ def test_an_oellm_model_this_release_has_no_card_for_is_rebuilt_from_the_block()
     rows = [summarise(parse_log_text(megatron_log(args, times, tflops)), Window(), 4) for args in (known, unknown)]
     assert rows[1].ok and rows[1].model == rows[0].model == "qwen3.5-35b-a3b"
     assert rows[1].tflops_per_gpu == pytest.approx(rows[0].tflops_per_gpu) and rows[1].tflops_per_gpu is not None
+
+
+def test_an_oellm_model_without_a_card_whose_block_matches_none_keeps_its_logged_name():
+    """A logged ``--oellm-model`` this release has no card for, whose arguments block matches no registry card either
+    (a model added in a newer release): the row read ``unregistered model`` and the logged name was lost. It now reads
+    ``NAME (no card here)``, with the rebuilt card's TFLOP/s; two different models logged under one such name are
+    still no scaling series (their architectures differ)."""
+    from megatron.oellm.run_log import parse_log_text
+    from megatron.oellm.scaling_table import Window, summarise
+    from megatron.oellm.scaling_table.summary import comparable
+
+    times = random_times(10, random.uniform(60_000.0, 90_000.0))
+    tflops = [round(random.uniform(100.0, 140.0), 1)] * 10
+    known = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": 32})
+    name = f"qwen9-{random.randrange(10, 1000)}b-future"
+    widths = random.sample([width for width in range(256, 1024, 64) if width != known["moe_ffn_hidden_size"]], 2)
+    rows = [summarise(parse_log_text(megatron_log({**known, "oellm_model": name, "moe_ffn_hidden_size": width},
+                                                  times, tflops)), Window(), 4) for width in widths]
+    assert [row.model for row in rows] == [f"{name} (no card here)"] * 2
+    assert all(row.ok and row.tflops_per_gpu is not None for row in rows)
+    assert not comparable(rows[1], rows[0])
+    unnamed = {**{key: value for key, value in known.items() if key != "oellm_model"}, "moe_ffn_hidden_size": widths[0]}
+    assert summarise(parse_log_text(megatron_log(unnamed, times, tflops)), Window(), 4).model == "unregistered model"

@@ -19,22 +19,38 @@ _IDENTITY_EXCLUDED = {"name", "sources", "hf_architecture", "vocab_size", "seq_l
 """Card fields that do not identify a model (training choices, vocabulary, depth of a proxy)."""
 
 
+NO_CARD_HERE = "(no card here)"
+"""The mark after a logged ``--oellm-model`` that names no card of this release, shown when the arguments block
+matches no registry card either, or describes none (see :func:`identify_model`)."""
+
+
 def identify_model(args: dict) -> tuple[str, ModelCard | None]:
     """(display name, card) of a run: ``--oellm-model`` if logged and a card of this release, else the card rebuilt
     from Megatron's flags and named after the registry card it matches (a proxy if only the depth differs);
     ('unknown model', None) else. A logged name this release has no card for (a log of a newer release, a card
     renamed since) is rebuilt from the flags like a run without one: it read "unknown model" without TFLOP/s or MFU,
-    though its block describes the model."""
+    though its block describes the model. When the block matches no registry card either, the row shows the logged
+    name marked ``NAME (no card here)`` rather than ``unregistered model`` or ``unknown model``, which lost it; two
+    such models are still told apart by :func:`model_key`, which reads the architecture, not the name."""
     vocab, name = args.get("vocab_size"), args.get("oellm_model")
+    if name and not isinstance(name, str):  # a garbled block can print a number or list
+        return "unknown model", None
     if name:
-        if not isinstance(name, str):  # a garbled block can print a number or list
-            return "unknown model", None
         try:
             card = get_card(name)
         except CardError:
             card = None
         if card is not None:
             return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
+    display, card = _rebuilt_card(args)
+    if name and (card is None or display == "unregistered model"):
+        return f"{name} {NO_CARD_HERE}", card
+    return display, card
+
+
+def _rebuilt_card(args: dict) -> tuple[str, ModelCard | None]:
+    """(registry name, card) of the card rebuilt from Megatron's flags in ``args`` (:func:`registry_name`), or
+    ('unknown model', None) when they describe no card (missing or garbled sizes)."""
     from megatron.oellm.training.card_from_args import card_from_megatron_args
 
     try:
@@ -76,7 +92,9 @@ ARCHITECTURE_ARGUMENTS = (
 def model_key(args: dict, card: ModelCard | None) -> str:
     """What makes two rows the same model: the card's architecture (its depth included), else the architecture
     arguments of the block. The display names do not: every model that matches no registry card is ``unregistered
-    model``, every one no card describes ``unknown model``, and rows of two such models are no scaling series."""
+    model``, every one no card describes ``unknown model`` (either ``NAME (no card here)`` when its log names a card
+    this release lacks, and two different models can log one name), and rows of two such models are no scaling
+    series."""
     if card is not None:
         return repr(sorted((f.name, getattr(card, f.name)) for f in dataclasses.fields(card)
                            if f.name not in _IDENTITY_EXCLUDED or f.name == "num_layers"))

@@ -186,9 +186,11 @@ def later_failure_note(log: RunLog, window: Window) -> str:
     (:func:`window_run`) failed, e.g. a resubmission with other arguments appended to the same ``sbatch -o`` file that
     ran out of memory before the window: its lines hold no window iteration, so the row was a plain ``ok`` and the
     failure went unseen. It names the log, the start the row reads and each later failed start (its lines and how it
-    failed); '' when there is none."""
+    failed); '' when there is none. A later start SLURM stopped from outside (:attr:`Run.stopped_from_outside`: a
+    time limit, a preemption, ``scancel``, a requeue) did not fail and is left out: a requeued checkpointed job
+    appends such starts to its log (``#SBATCH --open-mode=append``) as it goes, and they say nothing of the row."""
     index = _window_run_index(log, window)
-    failed = [run for run in log.runs[index + 1:] if run.failure]
+    failed = [run for run in log.runs[index + 1:] if run.failure and not run.stopped_from_outside]
     if not failed:
         return ""
     used = log.runs[index]
