@@ -96,3 +96,37 @@ def test_a_library_built_for_another_python_gets_a_build_for_this_one(loader_err
     assert f"built for this Python {minor} on x86_64" in finding.fix
     assert f"build_site_bundle.sh --python-version {minor} --arch x86_64" in finding.fix
     assert "pip install fla-core" not in finding.fix
+
+
+def test_a_gdn_import_error_other_than_a_missing_module_gets_the_broken_tilelang_fix() -> None:
+    """With a tilelang that does not import and an nvcc, fla's kernels fail as they import tilelang, whatever error
+    their own import shows: the fix makes tilelang import or takes it out (it said "install fla")."""
+    error = f"ImportError: cannot import name '{_token()}' from 'fla.ops.utils.sinkhorn'"
+    triton = f"3.{random.randint(8, 20)}.0"
+    report = _broken_tilelang_report(triton, f"OSError: libz3.so: cannot open shared object file ({_token()})", error)
+    (finding,) = check_fla_gdn_imports(report, {})
+    assert finding.severity == "error" and "pip uninstall tilelang" in finding.fix
+    assert TILELANG_STACK_INSTALL in finding.fix and "pip install fla-core" not in finding.fix
+
+
+@pytest.mark.parametrize("error, expected", [
+    ("/x/{token}/tvm_ffi/lib/libtvm_ffi.so: undefined symbol: PyUnicode_AsUTF8AndSize", "built for this Python and CPU"),
+    ("cannot import name '{token}' from 'tilelang.language' (/x/tilelang/language/__init__.py)",
+     "make `import tilelang` work"),
+])
+def test_the_training_entry_names_the_fix_of_the_import_error_it_sees(monkeypatch, error: str, expected: str) -> None:
+    """The entry's refusal of a GDN model whose fla kernels do not import gave "install fla" for a loader error of a
+    library built for another Python and for a tilelang that does not import, where fla is installed and
+    reinstalling it changes nothing."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.training import fla_kernels
+
+    message = error.format(token=_token())
+
+    def failing_import(name: str, *_args, **_kwargs):
+        raise ImportError(message)
+
+    monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
+    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b"))
+    assert message in problem and expected in problem.split("Fix: ", 1)[1]
+    assert "pip install fla-core" not in problem

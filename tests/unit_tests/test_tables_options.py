@@ -264,3 +264,12 @@ def test_an_oellm_model_without_a_card_whose_block_matches_none_keeps_its_logged
     assert not comparable(rows[1], rows[0])
     unnamed = {**{key: value for key, value in known.items() if key != "oellm_model"}, "moe_ffn_hidden_size": widths[0]}
     assert summarise(parse_log_text(megatron_log(unnamed, times, tflops)), Window(), 4).model == "unregistered model"
+
+
+def test_a_logged_model_without_a_card_and_without_an_architecture_keeps_its_name():
+    """A block that names a card this release lacks and describes no model either (its sizes missing) read "unknown
+    model", losing the name the run logged."""
+    from megatron.oellm.scaling_table.identify import NO_CARD_HERE, identify_model
+
+    name = f"qwen9-{random.randrange(10, 1000)}b-future"
+    assert identify_model({"oellm_model": name}) == (f"{name} {NO_CARD_HERE}", None)

@@ -101,7 +101,8 @@ TILELANG_STACK_IMPORT_NAMES = {"apache-tvm-ffi": "tvm_ffi", "z3-solver": "z3"}
 TILELANG_STACK_MODULES = {TILELANG_STACK_IMPORT_NAMES.get(name, name.replace("-", "_")): f"{name}=={version}"
                           for name, version in TILELANG_STACK.items()}
 """Top-level module -> pinned requirement of each :data:`TILELANG_STACK` distribution."""
-TILELANG_OUT = "take tilelang out of this environment (pip uninstall tilelang, or its folder off PYTHONPATH)"
+TILELANG_OUT = ("take tilelang out of this environment (pip uninstall tilelang; in an unpacked site bundle, delete "
+                "its tilelang folder: the bundle's folder also holds fla)")
 """How to stop fla from importing a tilelang that does not import."""
 BROKEN_TILELANG_FIX = (f"make `import tilelang` work: {TILELANG_STACK_INSTALL}, or the offline site bundle, which "
                        f"carries that stack, first on PYTHONPATH ({AIR_GAPPED_NODES}); or {TILELANG_OUT}. "
@@ -371,8 +372,9 @@ included (``default_enable = IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0`` in ``fla/
 
 def fla_takes_tilelang(triton: str | None) -> bool:
     """Whether fla 0.6.0 on Hopper turns its TileLang backend on with Triton release ``triton`` (from
-    :data:`FLA_TILELANG_FROM_TRITON` on; False for no or an unparsable version). The doctor and the training entry
-    both ask."""
+    :data:`FLA_TILELANG_FROM_TRITON` on; False for no or an unparsable version). The training entry asks it before
+    it reads tilelang's import on a Hopper GPU (with an older Triton a broken tilelang fails the import of fla's
+    kernels, which :func:`~megatron.oellm.training.fla_kernels.fla_import_problem` names)."""
     try:
         return triton is not None and Version(triton) >= FLA_TILELANG_FROM_TRITON
     except InvalidVersion:
@@ -574,14 +576,31 @@ def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
     return fla_requirement_fix(package)
 
 
+def fla_import_error_fix(error: str, package: str | None) -> str:
+    """The training entry's fix for fla's kernels failing to import with ``error`` (``package``: the missing
+    module's top-level name, None when none is missing), where no doctor report is at hand: a compiled module built
+    for another Python or CPU (:data:`NATIVE_LOAD_FAILURE`) replaced by one built for this one; a tilelang that does
+    not import (it is named in ``error``) made to import or taken out; else :func:`fla_requirement_fix`. "Install
+    fla" would do nothing there: fla is installed."""
+    if NATIVE_LOAD_FAILURE.search(error):
+        return ("install fla and the compiled packages it imports (tilelang, apache-tvm-ffi) built for this Python and "
+                "CPU: a site bundle built for them (tools/build_site_bundle.sh with this node's --python-version and "
+                "platform; oellm doctor prints the command) in place of the old one, or pip install --force-reinstall "
+                "of the package whose library the error names")
+    if package is None and "tilelang" in error:
+        return BROKEN_TILELANG_FIX
+    return fla_requirement_fix(package)
+
+
 def fla_requirement_fix(package: str | None) -> str:
     """The fix for fla's GDN kernels failing to import for want of ``package`` (a module's top-level name; None when
     the error names none), other than torch's own: a module of the TileLang stack (which fla imports with tilelang)
     by its distribution, which the site bundle carries; another package installed where fla is; or fla reinstalled.
-    The doctor's and the training entry's refusal say the same."""
+    The doctor's and the training entry's refusal say the same (the entry through :func:`fla_import_error_fix`)."""
     if package in TILELANG_STACK_MODULES:
-        return (f"{package} is tilelang's (pip install {TILELANG_STACK_MODULES[package]}; the site bundle carries "
-                f"it), and fla imports tilelang wherever an nvcc is usable: {BROKEN_TILELANG_FIX}")
+        owner = "tilelang is incomplete" if package == "tilelang" else f"{package} is tilelang's"
+        return (f"{owner} (pip install {TILELANG_STACK_MODULES[package]}; the site bundle carries it), and fla "
+                f"imports tilelang wherever an nvcc is usable: {BROKEN_TILELANG_FIX}")
     if package is not None and package != "fla":
         return (f"install {package} into this environment or the container (pip install {package}); a site bundle "
                 "does not carry it: its BUNDLE_REQUIRES.txt lists what it needs from its host, and "

@@ -32,7 +32,7 @@ from megatron.oellm.doctor.rules import (
     FLA_TILELANG_FIX,
     check_fla_hopper_triton,
     fla_affected_triton,
-    fla_requirement_fix,
+    fla_import_error_fix,
     fla_takes_tilelang,
     fla_tilelang_blocker,
 )
@@ -135,7 +135,7 @@ def fla_import_problem(card: ModelCard) -> str:
             package = absent.split(".")[0] if absent else None
             return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}, "
                     f"which does not import here ({missing}); megatron-core would stop with 'FLA is not installed' on "
-                    f"every rank once the model is built. Fix: {fla_requirement_fix(package)}")
+                    f"every rank once the model is built. Fix: {fla_import_error_fix(missing, package)}")
     return ""
 
 
