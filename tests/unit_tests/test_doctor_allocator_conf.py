@@ -112,9 +112,21 @@ def test_the_cuda_malloc_async_backend_is_not_asked_for_expandable_segments(torc
     """backend:cudaMallocAsync replaces the caching allocator, the only one with expandable segments: ok, no fix
     adding them (it warned that they were missing and suggested adding them)."""
     variable = random.choice(["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
-    items = ["backend:cudaMallocAsync", *random.sample(["expandable_segments:True", "expandable_segments:False"],
+    items = [f"backend:{random.choice(['cudaMallocAsync', 'hipMallocAsync'])}", *random.sample(["expandable_segments:True", "expandable_segments:False"],
                                                        k=random.randint(0, 1))]
     random.shuffle(items)
     (finding,) = check_allocator_conf(make_report(versions={"torch": torch_version}), {variable: ",".join(items)})
     assert finding.severity == "ok" and finding.fix is None, finding
-    assert "cudaMallocAsync" in finding.message and "do not apply" in finding.message
+    assert "MallocAsync" in finding.message and "do not apply" in finding.message
+
+
+@pytest.mark.parametrize("torch_version", NEW_TORCH)
+def test_an_ignored_alloc_conf_beside_the_async_backend_is_still_named(torch_version):
+    """With backend:cudaMallocAsync in PYTORCH_CUDA_ALLOC_CONF, a PYTORCH_ALLOC_CONF torch ignores is still a
+    warning naming it, not an ok."""
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync",
+           "PYTORCH_ALLOC_CONF": f"max_split_size_mb:{random.randint(64, 512)}"}
+    (finding,) = check_allocator_conf(make_report(versions={"torch": torch_version}), env)
+    assert finding.severity == "warning" and f"PYTORCH_ALLOC_CONF={env['PYTORCH_ALLOC_CONF']!r} is ignored" in (
+        finding.message), finding
+    assert "unset PYTORCH_ALLOC_CONF" in finding.fix
