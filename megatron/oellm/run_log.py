@@ -236,26 +236,13 @@ def _nccl_timeout_status(match: re.Match, text: str) -> str:
     status. In a multi-node job one rank raises (a traceback, a C++ abort, a segmentation fault, srun's report of its
     task) and the others' watchdogs time out ten minutes later: the row named the timeout and hid the error. A
     traceback begun before the watchdog's line counts with its exception line printed after it (the ranks' output
-    interleaves): :func:`_before_stop`; one whose exception is the timeout itself does not
-    (:func:`_timeout_tracebacks_renamed`). ``text`` is read as :func:`detect_failure` reads a run's part of the log, so
-    a traceback it takes for no failure (training went on after it, an exception Python ignored or a thread's) is none
-    here either."""
-    earlier = _timeout_tracebacks_renamed(_before_stop(text, text.rfind("\n", 0, match.start()) + 1))
+    interleaves): :func:`_before_stop`; one whose exception is the timeout itself does not (``torch.distributed.
+    DistBackendError: [Rank 5] Watchdog caught collective operation timeout``, ``RuntimeError: NCCL communicator was
+    aborted``: the timeout reaching Python, not a failure it followed). ``text`` is read as :func:`detect_failure`
+    reads a run's part of the log, so a traceback it takes for no failure (training went on after it, an exception
+    Python ignored or a thread's) is none here either."""
+    earlier = _before_stop(text, text.rfind("\n", 0, match.start()) + 1, no_crash=_NCCL_TIMEOUT)
     return first_failure(earlier, _CAUSES) or "NCCL timeout"
-
-
-def _timeout_tracebacks_renamed(text: str) -> str:
-    """``text`` with the header of each traceback whose exception line shows :data:`_NCCL_TIMEOUT` renamed, so that it
-    reads as no crash: ``torch.distributed.DistBackendError: [Rank 5] Watchdog caught collective operation timeout``
-    or ``RuntimeError: NCCL communicator was aborted`` is the timeout reaching Python, not a failure it followed."""
-    pieces: list[str] = []
-    done = 0
-    for header in _TRACEBACK_MARKER.finditer(text):
-        line = _exception_line(text, header.start())
-        if line is not None and _NCCL_TIMEOUT.search(text, line[0], line[1]):
-            pieces += [text[done:header.start()], "(NCCL timeout's traceback)"]
-            done = header.end()
-    return "".join([*pieces, text[done:]])
 
 
 FAILURE_MARKERS: tuple[tuple[re.Pattern, FailureStatus], ...] = (
@@ -592,20 +579,21 @@ def slurm_stop(text: str) -> tuple[re.Match, FailureStatus] | None:
     return min(found, key=lambda pair: pair[0].start(), default=None)
 
 
-def _before_stop(text: str, stop: int) -> str:
+def _before_stop(text: str, stop: int, no_crash: re.Pattern | None = None) -> str:
     """``text`` up to the stop line that begins at ``text[stop]``, with the exception line of each traceback whose
     header comes before it appended where that line comes after it: slurmstepd writes from a process of its own, so
     its line can land inside a rank's traceback, which was raised before it. A traceback before the stop that shows
-    no exception line at all is one the stop cut short: its header is renamed so that it reads as no crash."""
+    no exception line at all is one the stop cut short, and one whose exception line shows ``no_crash`` is none the
+    caller counts: its header is renamed so that it reads as no crash."""
     pieces: list[str] = []
     moved: list[str] = []
     done = 0
     for header in _TRACEBACK_MARKER.finditer(text, 0, stop):
         line = _exception_line(text, header.start())
-        if line is None:
-            pieces += [text[done:header.start()], "(traceback cut short)"]
+        if line is None or (no_crash is not None and no_crash.search(text, line[0], line[1])):
+            pieces += [text[done:header.start()], "(traceback cut short)" if line is None else "(traceback of no crash)"]
             done = header.end()
-        elif line[0] >= stop:
+        if line is not None and line[0] >= stop:
             moved.append(text[line[0]:line[1]])
     return "".join([*pieces, text[done:stop], *(f"{line}\n" for line in moved)])
 
