@@ -550,6 +550,9 @@ TORCH_MODULES = ("torch", "triton")
 ``pip install`` of either may replace that build, so a fix for them is torch's."""
 
 
+FLA_COMPILED_PACKAGES = "fla and the compiled packages it imports (tilelang, apache-tvm-ffi)"
+"""What a loader error in fla's import asks to be installed again, built for this Python and CPU."""
+
 NATIVE_LOAD_FAILURE = re.compile(r"symbol lookup error|undefined symbol|wrong ELF class")
 """What the dynamic loader says of a compiled module built for another Python or CPU (a cp312 ``abi3`` extension
 loaded by Python 3.11 lacks symbols; a 32-bit or foreign library has the wrong ELF class)."""
@@ -561,8 +564,7 @@ def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
     import made to import or taken out (:data:`BROKEN_TILELANG_FIX`); a missing requirement of fla installed (torch's
     own modules fixed as torch is); else fla reinstalled."""
     if NATIVE_LOAD_FAILURE.search(error):
-        compiled = "fla and the compiled packages it imports (tilelang, apache-tvm-ffi)"
-        return (f"{built_for_this_python(report, compiled, 'them')}; where pip installed them, reinstall them with "
+        return (f"{built_for_this_python(report, FLA_COMPILED_PACKAGES, 'them')}; where pip installed them, reinstall them with "
                 "this Python's pip (pip install --force-reinstall PACKAGE, for the package whose library the error "
                 "names)")
     if _broken_tilelang_fla_imports(report) is not None:
@@ -583,8 +585,7 @@ def fla_import_error_fix(error: str, package: str | None) -> str:
     not import (it is named in ``error``) made to import or taken out; else :func:`fla_requirement_fix`. "Install
     fla" would do nothing there: fla is installed."""
     if NATIVE_LOAD_FAILURE.search(error):
-        return ("install fla and the compiled packages it imports (tilelang, apache-tvm-ffi) built for this Python and "
-                "CPU: a site bundle built for them (tools/build_site_bundle.sh with this node's --python-version and "
+        return (f"install {FLA_COMPILED_PACKAGES} built for this Python and CPU: a site bundle built for them (tools/build_site_bundle.sh with this node's --python-version and "
                 "platform; oellm doctor prints the command) in place of the old one, or pip install --force-reinstall "
                 "of the package whose library the error names")
     if package is None and "tilelang" in error:

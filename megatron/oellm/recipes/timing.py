@@ -78,11 +78,10 @@ class RunTime:
             raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it exits"
                               f"{self._saving} after {self.stop_minutes} min) before its last iteration: "
                               f"{self.estimate()}; {self._stop_fix()}")
-        if self.saves and self.step_s is not None and self.stop_minutes is not None \
-                and self.step_s >= self._after_stop_s(self.limit_s, self.stop_minutes):
-            raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) "
-                              f"{self._after_stop_s(self.limit_s, self.stop_minutes)} s before its time limit "
-                              f"{self.limit}, no more than one iteration ({self.step_s:.0f} s, from the report's "
+        after_stop = None if self.stop_minutes is None else self._after_stop_s(self.limit_s, self.stop_minutes)
+        if self.saves and self.step_s is not None and after_stop is not None and self.step_s >= after_stop:
+            raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) {after_stop} s before its "
+                              f"time limit {self.limit}, no more than one iteration ({self.step_s:.0f} s, from the report's "
                               f"{self.source}): megatron checks the clock after each iteration, so one begun just "
                               f"before the stop runs into the limit and the job is killed before its final save; "
                               f"{self._margin_fix()}")
