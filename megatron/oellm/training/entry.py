@@ -387,7 +387,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     from megatron.oellm.training.fla_kernels import check_fla_backward
     from megatron.oellm.training.forward_step import forward_step
     from megatron.oellm.training.ignored_flags import ignored_flag_warnings
-    from megatron.oellm.training.index_cache import stale_cache_warnings
+    from megatron.oellm.training.index_cache import check_cache_shared_by_nodes, job_node_count, stale_cache_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
@@ -448,10 +448,12 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         if on_gpu_node:  # Transformer Engine's module classes, which import only beside a GPU
             check_activation_logging(args, backend)
         local_prefixes = check_data_source(args)  # off a GPU node: token ids only where --vocab-size is the vocabulary
+        node_local_caches = check_cache_shared_by_nodes(args, local_prefixes, job_node_count(os.environ))
         if not on_gpu_node:  # the card's checks below read the embedding rows the tokenizer gives on a GPU node
             pad_vocab_as_megatron(args)
-        if os.environ.get("RANK", "0") == "0":  # stale index caches, misplaced traces, ignored flags
-            for warning in [*stale_cache_warnings(args, local_prefixes), *profiler_trace_warnings(args, Path.cwd()),
+        if os.environ.get("RANK", "0") == "0":  # node-local or stale index caches, misplaced traces, ignored flags
+            for warning in [*node_local_caches, *stale_cache_warnings(args, local_prefixes),
+                            *profiler_trace_warnings(args, Path.cwd()),
                             *ignored_flag_warnings(args, explicit_destinations(argv))]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
         check_exit_on_missing_checkpoint(args)

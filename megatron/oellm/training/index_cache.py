@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from megatron.oellm.paths import can_write_into, read_mounts, unwritable_reason
+from megatron.oellm.paths import Mounts, can_write_into, file_system_type, read_mounts, unwritable_reason
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from megatron.oellm.training.data_sources import Blend
 
@@ -167,3 +167,87 @@ def stale_cache_warnings(args: argparse.Namespace, local_prefixes: list[str]) ->
                          "the run reads the new tokens through the old indices: delete those files to have them "
                          "rebuilt (if the dataset was only copied, they are still right)")
     return lines
+
+
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs"})
+"""File systems in a node's own memory: a folder on one is never the same folder on another node."""
+
+NODE_MEMORY_FOLDER = Path("/dev/shm")
+"""The node's shared-memory folder (tmpfs on Linux), node-local whatever type the mount table gives it."""
+
+LOCAL_DISK_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "overlay"})
+"""File systems on a node's own disk (or a container's writable layer, ``overlay``): node-local as a rule, though a
+site may have put the same caches on every node's disk. Shared file systems (nfs, lustre, gpfs, beegfs, cephfs,
+``fuse.*``) and types not listed here are taken as shared."""
+
+SHARED_EXAMPLES = "NFS, Lustre, GPFS, BeeGFS or CephFS"
+"""Where a multi-node job's index caches belong, for the messages of :func:`check_cache_shared_by_nodes`."""
+
+
+def job_node_count(environ: Mapping[str, str]) -> int:
+    """The number of nodes the job's ranks run on, from the launcher's environment ``environ``: torchrun's
+    ``GROUP_WORLD_SIZE`` (its agents, one per node), else Slurm's ``SLURM_NNODES``; 1 where neither gives a whole
+    number (a single process, a login node), so that the checks of a multi-node job stay silent."""
+    for name in ("GROUP_WORLD_SIZE", "SLURM_NNODES"):
+        value = environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def cache_folders(args: argparse.Namespace, local_prefixes: list[str]) -> dict[Path, str]:
+    """The folders megatron-core 0.19.2 writes the run's index caches into, each with how a message names it: the
+    ``--data-cache-path``, else each local dataset's :func:`default_index_cache` (none for ``--mock-data``, whose
+    caches megatron-core keeps only in a ``--data-cache-path``)."""
+    if args.data_cache_path is not None:
+        return {Path(args.data_cache_path): f"--data-cache-path {args.data_cache_path}"}
+    return {default_index_cache(prefix): (f"the index cache folder of dataset {prefix!r} (no --data-cache-path), "
+                                          f"{default_index_cache(prefix)},")
+            for prefix in dict.fromkeys(local_prefixes)}
+
+
+def node_local_type(folder: Path, mounts: Mounts) -> tuple[str, bool] | None:
+    """Where ``folder`` is node-local: the type of its file system (links resolved, innermost of ``mounts``), or
+    :data:`NODE_MEMORY_FOLDER` for a folder under it on a type the table does not give as in memory, and whether it
+    is in the node's memory (:data:`MEMORY_FILE_SYSTEMS`) or on its disk (:data:`LOCAL_DISK_FILE_SYSTEMS`); None for
+    a shared or unknown type."""
+    kind = file_system_type(folder, mounts)
+    if kind in MEMORY_FILE_SYSTEMS:
+        return kind, True
+    resolved = Path(os.path.realpath(folder))
+    if resolved == NODE_MEMORY_FOLDER or NODE_MEMORY_FOLDER in resolved.parents:
+        return f"{NODE_MEMORY_FOLDER} (shared memory)", True
+    if kind in LOCAL_DISK_FILE_SYSTEMS:
+        return kind, False
+    return None
+
+
+def check_cache_shared_by_nodes(args: argparse.Namespace, local_prefixes: list[str], node_count: int,
+                                mounts: Mounts | None = None) -> list[str]:
+    """In a job of more than one node (``node_count``, :func:`job_node_count`), raise ``ValueError`` for an index
+    cache folder (:func:`cache_folders`) in the node's memory (:func:`node_local_type`: tmpfs, ``/dev/shm``) that
+    holds no index cache, and return one warning per folder on a local disk, or in memory holding caches. Rank 0 of
+    megatron-core 0.19.2 writes the caches on its own node, and after a barrier every other rank reads them from
+    the same path: on the other nodes they are not there, and those ranks stop with ``FileNotFoundError`` when the
+    datasets are built, after the model and optimizer are set up. A local disk, or caches already in memory, may have
+    been filled on every node by the job itself, so those are warnings. ``mounts`` is the mount table
+    (:func:`megatron.oellm.paths.read_mounts` where not given; tests pass their own)."""
+    folders = cache_folders(args, local_prefixes)
+    if node_count < 2 or not folders:
+        return []
+    mounts = read_mounts() if mounts is None else mounts
+    warnings = []
+    for folder, named in folders.items():
+        found = node_local_type(folder, mounts)
+        if found is None:
+            continue
+        kind, in_memory = found
+        where = (f"{named} is on {kind}, {'in the memory' if in_memory else 'on the disk'} of each node, in a job of "
+                 f"{node_count} nodes: rank 0 writes the index caches there on its own node, and the ranks of the "
+                 "other nodes, which read them from the same path on theirs, stop with FileNotFoundError when the "
+                 "datasets are built, after the model and optimizer are set up")
+        fix = f"give --data-cache-path DIR, {SHARED_CACHE_FOLDER}: {SHARED_EXAMPLES}"
+        if in_memory and lacks_index_cache(folder):
+            raise ValueError(f"{where}; {fix}")
+        warnings.append(f"{where}, unless the job put the same caches there on every node; if it did not, {fix}")
+    return warnings
