@@ -79,11 +79,14 @@ def check_padded_vocab(padded_vocab: int, tp: int, divisor: int) -> None:
     vocabulary up to a multiple of ``divisor`` x ``tp``, so only a positive multiple of that is one (which also splits
     the embedding and output layer rows evenly over TP, as megatron-core's vocab-parallel layers require). It may be
     below the card's own vocabulary (the run's tokenizer is not the card's: the recipes' byte tokenizer pads to 384).
-    A checkpoint read with ``--use-checkpoint-args`` keeps the size it was saved with, which ``divisor`` 1 plans. A
-    ``tp`` below 1 is left for the layout's own check."""
+    A checkpoint read with ``--use-checkpoint-args`` keeps the size it was saved with, which ``divisor`` 1 plans; at
+    a TP that does not divide it the refusal says the checkpoint cannot run there (:func:`rows_not_split_over_tp`).
+    A ``tp`` below 1 is left for the layout's own check."""
     multiple = divisor * tp
     if tp >= 1 and (padded_vocab < 1 or padded_vocab % multiple):
         nearest = megatron_padded_vocab(max(padded_vocab, 1), tp, divisor)
+        if divisor == 1 and padded_vocab >= 1:
+            raise rows_not_split_over_tp(padded_vocab, tp, nearest)
         raise ParallelLayoutError(
             f"--padded-vocab {padded_vocab}: megatron pads the tokenizer's vocabulary up to a multiple of "
             f"--make-vocab-size-divisible-by ({divisor}) x TP ({tp}) = {multiple}, so a padded vocabulary is a "
@@ -92,6 +95,22 @@ def check_padded_vocab(padded_vocab: int, tp: int, divisor: int) -> None:
             "--make-vocab-size-divisible-by where it sets one (a checkpoint loaded with --use-checkpoint-args keeps "
             "the padded size it was saved with, e.g. saved at TP 1 and resumed at TP 2: plan that with "
             "--make-vocab-size-divisible-by 1)")
+
+
+def rows_not_split_over_tp(padded_vocab: int, tp: int, nearest: int) -> ParallelLayoutError:
+    """The refusal of ``padded_vocab`` rows that do not split evenly over ``tp`` ranks at
+    ``--make-vocab-size-divisible-by 1``, naming both runs such a plan stands for: one loading a checkpoint with
+    ``--use-checkpoint-args``, where megatron keeps the checkpoint's padded vocabulary at any TP and divisor and
+    megatron-core's vocab-parallel embedding and output layer then fail to split it (an assertion when the model is
+    built), so the checkpoint cannot run at this TP; and one padding its own tokenizer's vocabulary to a multiple of
+    TP, to ``nearest``."""
+    return ParallelLayoutError(
+        f"--padded-vocab {padded_vocab} does not split evenly over TP ({tp}), as megatron-core's vocab-parallel "
+        "embedding and output layer require (they assert it when the model is built): a checkpoint loaded with "
+        "--use-checkpoint-args keeps the padded size it was saved with at any TP, so it cannot run at TP "
+        f"{tp}; plan (and run) it at a TP that divides {padded_vocab}; a run that pads its own tokenizer's "
+        f"vocabulary with --make-vocab-size-divisible-by 1 pads it to a multiple of TP ({nearest} at or above "
+        f"{padded_vocab})")
 
 
 def _check_sequence_fits_positions(card: ModelCard) -> None:

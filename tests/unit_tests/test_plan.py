@@ -231,7 +231,7 @@ def test_plan_command_refuses_a_padded_vocabulary_that_does_not_split_over_tp(ca
     layout = ["--tp", "2", "--sp", "--ep", "4", "--make-vocab-size-divisible-by", "1"]
     assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd)]) == 2
     err = capsys.readouterr().err
-    assert f"--padded-vocab {odd}: " in err and "a positive multiple of 2;" in err
+    assert f"--padded-vocab {odd} does not split evenly over TP (2)," in err and f"({odd + 1} at or above" in err
     assert main(["plan", "qwen3.5-35b-a3b", "--nodes", "2", *layout, "--padded-vocab", str(odd + 1)]) == 0
 
 
@@ -272,6 +272,27 @@ def test_a_checkpoints_padded_vocabulary_resumed_at_a_larger_tp_is_refused_namin
         check_padded_vocab(saved_at_tp1, 2, 128)
     assert err == f"oellm plan: error: {library_error.value}\n"
     assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout, "--make-vocab-size-divisible-by", "1"]) == 0
+
+
+def test_a_checkpoints_padded_vocabulary_at_a_tp_that_does_not_divide_it_is_refused_as_not_runnable(capsys):
+    """Planned as the refusal above says (``--make-vocab-size-divisible-by 1``) at a TP that does not divide the
+    checkpoint's padded vocabulary: megatron keeps that size under ``--use-checkpoint-args`` and megatron-core's
+    vocab-parallel layers cannot split it, so the refusal says the checkpoint cannot run at that TP, rather than
+    offering the next multiple of TP as the size to give (a checkpoint's size is not the user's to choose)."""
+    from megatron.oellm.plan import check_padded_vocab
+
+    tp = random.choice([3, 5, 7])
+    saved = 128 * tp * random.randrange(300, 1500) + 128 * random.randrange(1, tp)  # a multiple of 128, not of TP
+    with pytest.raises(ParallelLayoutError) as library_error:
+        check_padded_vocab(saved, tp, 1)
+    message = str(library_error.value)
+    assert message.startswith(f"--padded-vocab {saved} does not split evenly over TP ({tp}),")
+    assert f"--use-checkpoint-args keeps the padded size it was saved with at any TP, so it cannot run at TP {tp};" \
+        in message and f"at a TP that divides {saved};" in message
+    assert f"({-(-saved // tp) * tp} at or above {saved})" in message
+    layout = ["--tp", str(tp), "--sp", "--padded-vocab", str(saved), "--make-vocab-size-divisible-by", "1"]
+    assert cli.main(["plan", "qwen3-30b-a3b", "--nodes", "1", *layout]) == 2
+    assert capsys.readouterr().err == f"oellm plan: error: {message}\n"
 
 
 @pytest.mark.parametrize("etp_flags", [[], ["--etp", "1"]])
