@@ -10,7 +10,9 @@ torchrun); matching is by search, not from the line start. An iteration line is 
 field read ends with Megatron's `` |`` and the line's last field (``number of nan iterations``) is there, so a line
 cut by a crash or by another rank's output is left out rather than read as a shorter number.
 Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a restart, a
-resume or a requeued job appending to the same log) starts the next one. Each run keeps its own arguments (a run
+resume or a requeued job appending to the same log) starts the next one; output written into the log twice (each
+iteration line twice in a row, as a ``tee -a`` into the file ``sbatch -o`` writes leaves it, or the whole run twice)
+is read once (:func:`doubled_lines`), not as a restart at each copy. Each run keeps its own arguments (a run
 without a block of its own has the previous run's) and its own part of the log: a run is *failed* when its part shows
 an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, megatron's rerun state machine
 exiting on a result its check rejected (a NaN or Inf gradient: ``Unexpected result nan ...`` then ``Exiting now``), a
@@ -44,10 +46,13 @@ from __future__ import annotations
 import ast
 import bz2
 import gzip
+import importlib
 import io
 import lzma
+import os
 import re
 import signal
+import stat
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -389,6 +394,12 @@ class RunLog:
     """Iteration -> its line (the last one printed wins, e.g. after a restart in the same log)."""
     runs: tuple[Run, ...] = (Run(),)
     """Each start of the program, in log order (one empty run for a log with neither arguments nor iterations)."""
+    doubled: str = ""
+    """How the job's output was found written into the log twice, which the parse read once (:func:`doubled_lines`);
+    '' when it was not."""
+    written_at: float | None = None
+    """When the log file was last written (its modification time, seconds since the epoch); None for a text parsed
+    without a file, a pipe or a compressed archive: no job is still writing those."""
 
 
 def parse_value(text: str) -> Any:
@@ -423,6 +434,9 @@ class _RunText:
     """(index into :attr:`lines`, iteration) of the run's whole iteration lines, in log order."""
     first_line: int = 1
     """The line number (1-based) in the file of :attr:`lines`' first line."""
+    last_line: int = 0
+    """The line number in the file of the run's last line, a second copy of a doubled log's line included (those are
+    not in :attr:`lines`)."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """:attr:`Run.cut_lines` so far."""
 
@@ -438,7 +452,7 @@ class _RunText:
         failure = detect_failure(self.lines, live_from)
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
                    failure, self.finished, self.vocabulary,
-                   self.deliberate_exit, line_span=(self.first_line, self.first_line + len(self.lines) - 1),
+                   self.deliberate_exit, line_span=(self.first_line, self.last_line),
                    cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0)
 
     def whole_before(self, live_from: int) -> int:
@@ -460,13 +474,19 @@ class _RunText:
         return self.heads[-2] if len(self.heads) >= 2 else 0
 
 
-def parse_log_text(text: str, path: str = "<log>") -> RunLog:
-    """Parse a Megatron log's text (see module docstring)."""
+def parse_log_text(text: str, path: str = "<log>", written_at: float | None = None) -> RunLog:
+    """Parse a Megatron log's text (see module docstring), the second copy of output written into it twice left out
+    (:func:`doubled_lines`); ``written_at`` is :attr:`RunLog.written_at`."""
     iterations: dict[int, IterationLine] = {}
     runs: list[Run] = []
     current = _RunText()
     in_args = False
-    for number, line in enumerate(log_lines(text), start=1):
+    lines = log_lines(text)
+    doubled, copies = doubled_lines(lines)
+    for number, line in enumerate(lines, start=1):
+        if number - 1 in copies:  # part of the run's lines in the file, not read again
+            current.last_line = number
+            continue
         block = _ARGS_START.search(line) is not None
         head = _ITERATION.search(line)
         if block and (current.own_block or current.start is not None):
@@ -476,6 +496,7 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
             runs.append(current.frozen())
             current = current.inheritor(number)
         current.lines.append(line)
+        current.last_line = number
         if block:
             current.own_block = in_args = True
             continue
@@ -511,7 +532,56 @@ def parse_log_text(text: str, path: str = "<log>") -> RunLog:
         current.last_iteration = iteration
         current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
-    return RunLog(path, iterations, tuple(runs))
+    return RunLog(path, iterations, tuple(runs), doubled, written_at)
+
+
+DOUBLED_LINES = "each iteration line appears twice in a row"
+""":attr:`RunLog.doubled` of a log whose output lines were each written twice (a ``tee -a`` into the file that
+``sbatch -o`` also writes: every chunk of output lands twice, back to back)."""
+
+
+def doubled_lines(lines: list[str]) -> tuple[str, frozenset[int]]:
+    """(:attr:`RunLog.doubled`, the indices in ``lines`` of the second copies to leave out) of a log into which the
+    job's output was written twice, read otherwise as a restart at each repeated iteration line; ('', empty) for
+    any other log. Iteration lines are compared whole: their timestamps (to the microsecond) and losses make two
+    starts of the program print different lines, so a real restart (a requeue or resume starting again at a lower
+    iteration) is never taken for a copy. Two forms: each iteration line repeated (:func:`_paired_copies`), or all
+    of them repeated after the last (:func:`_repeated_run`)."""
+    heads = [index for index, line in enumerate(lines) if _ITERATION.search(line)]
+    if copies := _paired_copies(lines, heads):
+        return DOUBLED_LINES, copies
+    return _repeated_run(lines, heads)
+
+
+def _paired_copies(lines: list[str], heads: list[int]) -> frozenset[int]:
+    """The second copies of a log whose iteration lines (at indices ``heads``) come in pairs of identical lines (the
+    last one may lack its copy: a kill between the two writes), empty if they do not: the second line of each pair,
+    and each line that repeats the line just before it (the arguments block and the other output lines doubled
+    alike; taken pairwise, so that three equal lines keep two)."""
+    pairs = range(0, len(heads) - 1, 2)
+    if len(heads) < 2 or any(lines[heads[k]] != lines[heads[k + 1]] for k in pairs):
+        return frozenset()
+    copies = {heads[k + 1] for k in pairs}
+    index = 1
+    while index < len(lines):
+        repeated = lines[index] == lines[index - 1] and index - 1 not in copies
+        if repeated:
+            copies.add(index)
+        index += 2 if repeated else 1
+    return frozenset(copies)
+
+
+def _repeated_run(lines: list[str], heads: list[int]) -> tuple[str, frozenset[int]]:
+    """(:attr:`RunLog.doubled`, the copy's indices) of a log whose iteration lines (at indices ``heads``) are the
+    same sequence twice, e.g. a run's whole output appended to its own log: the copy runs from the first arguments
+    block after the first half's last iteration line (else from the second half's first iteration line) to the
+    second half's last iteration line; ('', empty) when the halves differ."""
+    half = len(heads) // 2
+    if not half or len(heads) % 2 or any(lines[a] != lines[b] for a, b in zip(heads[:half], heads[half:], strict=True)):
+        return "", frozenset()
+    blocks = [index for index in range(heads[half - 1] + 1, heads[half]) if _ARGS_START.search(lines[index])]
+    first = blocks[0] if blocks else heads[half]
+    return f"the whole run appears twice (lines {first + 1}-{heads[-1] + 1} repeat it)", frozenset(range(first, heads[-1] + 1))
 
 
 def log_lines(text: str) -> list[str]:
@@ -678,10 +748,15 @@ def _exception_line(text: str, at: int) -> tuple[int, int, re.Match] | None:
 
 def read_log(path: str | Path) -> RunLog:
     """Parse the log file at ``path`` (undecodable bytes replaced, e.g. a log cut mid-character), its line ends as
-    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`); a gzip-, xz- or
-    bzip2-compressed log (an archived ``slurm-1234.out.gz``) is read through its decompressor (:func:`log_text`)."""
+    written (no newline translation: a lone ``\\r`` ends no line, see :func:`log_lines`); a gzip-, xz-, bzip2- or
+    zstd-compressed log (an archived ``slurm-1234.out.gz``) is read through its decompressor (:func:`log_text`). The
+    file is opened and read once (see :func:`log_text`); an uncompressed regular file's modification time is
+    :attr:`RunLog.written_at`."""
     path = Path(path)
-    return parse_log_text(log_text(path), str(path))
+    with path.open("rb") as file:
+        data, status = file.read(), os.fstat(file.fileno())
+    growing = stat.S_ISREG(status.st_mode) and compression_of(data) is None
+    return parse_log_text(text_of(data), str(path), status.st_mtime if growing else None)
 
 
 @dataclass(frozen=True)
@@ -698,32 +773,88 @@ class Compression:
     """The shell command that shows what is left of a corrupt or cut file."""
 
 
+NO_ZSTD = ("zstd-compressed, and this Python has no zstd decompressor (Python 3.14's compression.zstd, or the "
+           "zstandard package): 'pip install zstandard', or give the log 'zstd -d FILE' writes")
+"""The row's reason for a zstd-compressed log this Python cannot read, naming both fixes."""
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    """``data`` (a zstd file: one or more frames) decompressed by Python 3.14's ``compression.zstd``, else by the
+    ``zstandard`` package (:func:`_zstandard_decompress`); :class:`ValueError` :data:`NO_ZSTD` when this Python has
+    neither (3.11's standard library reads no zstd)."""
+    try:
+        from compression import zstd
+    except ImportError:
+        pass
+    else:
+        return zstd.decompress(data)
+    try:
+        import zstandard
+    except ImportError:
+        raise ValueError(NO_ZSTD) from None
+    return _zstandard_decompress(zstandard, data)
+
+
+def _zstandard_decompress(zstandard: Any, data: bytes) -> bytes:
+    """``data`` decompressed frame by frame by the ``zstandard`` module; :class:`EOFError` when a frame is cut before
+    its end (its stream reader returns what it has without a word, so the end of each frame is checked)."""
+    pieces = []
+    while data:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        pieces.append(frame.decompress(data))
+        if not frame.eof:
+            raise EOFError("compressed data ended before the end of its frame")
+        data = frame.unused_data
+    return b"".join(pieces)
+
+
+def _zstd_errors() -> tuple[type[Exception], ...]:
+    """What the zstd decompressors this Python has raise on a corrupt or cut file."""
+    errors: list[type[Exception]] = [EOFError]
+    for module in ("compression.zstd", "zstandard"):
+        try:
+            errors.append(importlib.import_module(module).ZstdError)
+        except ImportError:
+            continue
+    return tuple(errors)
+
+
 COMPRESSIONS = (
     Compression("gzip", b"\x1f\x8b", gzip.decompress, (EOFError, gzip.BadGzipFile, zlib.error), "gunzip -c"),
     Compression("xz", b"\xfd7zXZ\x00", lzma.decompress, (EOFError, lzma.LZMAError), "xz -dc"),
     Compression("bzip2", b"BZh", bz2.decompress, (EOFError, OSError, ValueError), "bzip2 -dc"),
+    Compression("zstd", b"\x28\xb5\x2f\xfd", _zstd_decompress, _zstd_errors(), "zstd -dc"),
 )
-"""The compressions :func:`log_text` reads (the standard library's gzip, lzma and bz2): ``xz`` and ``bzip2`` are
-what ``logrotate`` and archiving scripts use besides ``gzip``."""
+"""The compressions :func:`log_text` reads (the standard library's gzip, lzma and bz2; zstd through Python 3.14's
+``compression.zstd`` or the ``zstandard`` package): ``xz``, ``bzip2`` and ``zstd`` are what ``logrotate`` and
+archiving scripts use besides ``gzip``."""
 
 
 def log_text(path: Path) -> str:
-    """The text of the log file at ``path``, decompressed when it starts with the magic bytes of one of
-    :data:`COMPRESSIONS` (read as bytes it was "no arguments block (not a Megatron log ...)"). The file is opened and
-    read once, its magic bytes taken from what was read: a pipe or FIFO (``oellm table <(cat out.0 out.7)``) cannot be
-    opened again, and a second open parsed an emptied pipe as "no arguments block" or hung on a FIFO. A compressed
-    file that is corrupt or cut before its end raises :class:`ValueError` naming the fix, so that its row says why it
-    has no numbers."""
+    """The text of the log file at ``path`` (:func:`text_of`). The file is opened and read once, its magic bytes
+    taken from what was read: a pipe or FIFO (``oellm table <(cat out.0 out.7)``) cannot be opened again, and a second
+    open parsed an emptied pipe as "no arguments block" or hung on a FIFO."""
     with path.open("rb") as file:
-        data = file.read()
-    for compression in COMPRESSIONS:
-        if data.startswith(compression.magic):
-            try:
-                data = compression.decompress(data)
-            except compression.errors as err:
-                raise ValueError(f"{compression.name}-compressed but corrupt or cut ({err}); '{compression.command}' "
-                                 "shows what is left of it, give that as the log") from err
-            break
+        return text_of(file.read())
+
+
+def compression_of(data: bytes) -> Compression | None:
+    """The one of :data:`COMPRESSIONS` whose magic bytes ``data`` starts with, None for none."""
+    return next((compression for compression in COMPRESSIONS if data.startswith(compression.magic)), None)
+
+
+def text_of(data: bytes) -> str:
+    """The text of a log file's bytes ``data``, decompressed when they start with the magic bytes of one of
+    :data:`COMPRESSIONS` (read as bytes it was "no arguments block (not a Megatron log ...)"). A compressed file
+    that is corrupt or cut before its end raises :class:`ValueError` naming the fix, so that its row says why it has
+    no numbers; so does one whose decompressor this Python lacks (:data:`NO_ZSTD`)."""
+    compression = compression_of(data)
+    if compression is not None:
+        try:
+            data = compression.decompress(data)
+        except compression.errors as err:
+            raise ValueError(f"{compression.name}-compressed but corrupt or cut ({err}); '{compression.command}' "
+                             "shows what is left of it, give that as the log") from err
     return _decoded(data)
 
 

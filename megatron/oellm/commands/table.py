@@ -21,6 +21,7 @@ from megatron.oellm.scaling_table import (
     Window,
     baseline_ties_note,
     check_plot_path,
+    doubled_note,
     earlier_window_note,
     format_csv,
     format_markdown,
@@ -39,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm table``."""
     parser.add_argument("logs", nargs="+", metavar="LOG",
                         help="Megatron stdout log of one run each, all tasks' output in one file (rank 0 prints the "
-                             "arguments, the last rank the iteration lines), gzip-, xz- or bzip2-compressed or not; a run "
+                             "arguments, the last rank the iteration lines), gzip-, xz-, bzip2- or zstd-compressed or not "
+                             "(zstd through Python 3.14's compression.zstd or the zstandard package); output written "
+                             "into it twice (a tee into sbatch's own output file) is read once; a run "
                              "SLURM stopped (its time limit, scancel, a preemption or a requeue) once the line of the "
                              "window's last iteration was printed whole keeps its numbers, its status 'ok (cancelled "
                              "... after the window)'; so does a run whose failure is first shown after that line "
@@ -125,11 +128,14 @@ def _missing_log_message(path: str) -> str:
 
 
 def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> tuple[ScalingRow, str]:
-    """The row of the log at ``path`` and, for a row with numbers, a ``note:`` when an earlier start in the log also
-    ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later start in it
-    failed (:func:`~megatron.oellm.scaling_table.later_failure_note`), one per line ('' for none): two runs in one
-    log must not pass as one, nor a later failure go unseen. A value in it that cannot be read gives that row a status instead of stopping the table (the other
-    logs' rows are kept). A file the system cannot read is refused, naming it."""
+    """The row of the log at ``path`` and its ``note:`` lines, one per line ('' for none): for any row, one when the
+    job's output was written into the log twice and read once (:func:`~megatron.oellm.scaling_table.doubled_note`);
+    for a row with numbers, one when an earlier start in the log also ran the window
+    (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later start in it failed
+    (:func:`~megatron.oellm.scaling_table.later_failure_note`): two runs in one log must not pass as one, nor a
+    copy as a second run, nor a later failure go unseen. A value in it that cannot be read gives that row a status
+    instead of stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming
+    it."""
     try:
         log = read_log(path)
         row = summarise(log, window, gpus_per_node, peak_tflops)
@@ -139,9 +145,8 @@ def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -
         raise TableError(f"log {path!r} cannot be read ({err.strerror or err})") from err
     except ValueError as err:
         return ScalingRow(path, "unknown model", f"log not readable: {err}"), ""
-    if not row.ok:
-        return row, ""
-    return row, "\n".join(note for note in (earlier_window_note(log, window), later_failure_note(log, window)) if note)
+    notes = (doubled_note(log), *((earlier_window_note(log, window), later_failure_note(log, window)) if row.ok else ()))
+    return row, "\n".join(note for note in notes if note)
 
 
 def available_baseline_nodes(baseline_nodes: float | None, rows: list[ScalingRow], rows_missing: bool) -> float | None:

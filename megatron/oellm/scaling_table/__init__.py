@@ -8,10 +8,14 @@ log) is read with the arguments and the failure of the run that printed the wind
 in it also ran the whole window (a log appended twice, whatever ended the earlier run), a ``note:`` says which start
 the row reads (:func:`~megatron.oellm.scaling_table.window.earlier_window_note`), and a ``note:`` names a later
 start in it that failed without a line in the window (:func:`~megatron.oellm.scaling_table.window.later_failure_note`).
+A log holding the job's output twice (a ``tee`` into the file ``sbatch -o`` writes) is read once, with a ``note:``
+(:func:`~megatron.oellm.scaling_table.window.doubled_note`).
 A run that ran out of
 memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled (unless
-after the window: see below), or that stops before the window ends (``truncated``, or ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
-``--exit-duration-in-mins``, ``--exit-signal-handler``) gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
+after the window: see below), or that stops before the window ends (``truncated``; ``ends at iteration k/N ...: still running, or killed without a
+message`` for a log written moments ago with no line saying how it ended; or ``exited`` with the flag when megatron
+reports an early exit it was asked for: ``--exit-interval``, ``--exit-duration-in-mins``, ``--exit-signal-handler``)
+gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers;
 and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.summary.implausible_numbers`: a
@@ -48,11 +52,16 @@ from megatron.oellm.scaling_table.summary import (
     unrated_rows_note,
     with_efficiency,
 )
-from megatron.oellm.scaling_table.window import earlier_window_note, interval_start, later_failure_note
+from megatron.oellm.scaling_table.window import (
+    doubled_note,
+    earlier_window_note,
+    interval_start,
+    later_failure_note,
+)
 
 __all__ = [
     "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note",
-    "check_plot_path", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "later_failure_note", "plot",
+    "check_plot_path", "doubled_note", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "later_failure_note", "plot",
     "scaling_series", "sorted_rows", "summarise",
     "unrated_rows_note", "with_efficiency",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
+import time
 from collections.abc import Sequence
 
 from megatron.oellm.run_log import DeliberateExit, IterationLine, Run, RunLog
@@ -63,7 +64,7 @@ def _run_status(log: RunLog, window: Window, run: Run) -> str:
     if run.start is None:
         return no_iteration_status(run)
     if run.last_iteration < window.last and not run.finished:
-        return stopped_status(run)
+        return stopped_status(log, run, window)
     lines = window_lines(log, window)
     if not lines:
         return no_line_status(run, window)
@@ -134,7 +135,8 @@ def earlier_whole_start(log: RunLog, index: int, window: Window) -> Run | None:
     inside the window, or whose arguments block the log lacks (a file that begins mid-run), gives no numbers of its
     own (``head -n`` of it gets no row), so it is no second run of the window."""
     for earlier in reversed(log.runs[:index]):
-        whole = earlier.start is not None and earlier.start <= window.first and earlier.last_iteration >= window.last
+        start = first_averaged(earlier)
+        whole = start is not None and start <= window.first and earlier.last_iteration >= window.last
         if whole and earlier.args_complete and (not earlier.failure or stopped_after(earlier, window)):
             return earlier
     return None
@@ -201,6 +203,16 @@ def later_failure_note(log: RunLog, window: Window) -> str:
             f"and give{'s' if len(failed) == 1 else ''} no numbers: {starts}")
 
 
+def doubled_note(log: RunLog) -> str:
+    """A ``note:`` line for ``log`` when the job's output was written into it twice (:attr:`RunLog.doubled`: each
+    iteration line twice in a row, or the whole run twice), read once: without it, every repeated line read as a
+    restart and the row as a window spanning several starts. '' when it was not."""
+    if not log.doubled:
+        return ""
+    return (f"note: {log.path}: {log.doubled}, the job's output written into the log twice (a `tee` into the file "
+            "`sbatch -o` also writes?): read once, as one copy of it")
+
+
 def _failed_at(run: Run) -> str:
     """``out of memory at iteration 2``: how ``run`` (a failed start) failed and its last whole iteration line, or
     ``... before any iteration line``."""
@@ -223,7 +235,7 @@ def no_line_status(run: Run, window: Window) -> str:
     iteration)."""
     if cut := cut_line_note(run, window.first, window.last):
         return f"no whole iteration line in the window {window}: {cut}"
-    if run.start is not None and run.start > window.last:
+    if run.start is not None and first_averaged(run) > window.last:
         after_warm_up = _window_after_warm_up(run)
         advice = f"; e.g. --window {after_warm_up}, which leaves out the warm-up after the start" if after_warm_up else ""
         return (f"no iteration line in the window {window}: this start of the program begins at iteration "
@@ -231,8 +243,9 @@ def no_line_status(run: Run, window: Window) -> str:
                 f"{advice}")
     interval = run.args.get("log_interval")
     if is_positive_int(interval):
+        first = "" if first_averaged(run) != run.start else f"iterations {run.start or 1} and "
         return (f"no iteration line in the window {window}: the log interval is {interval}, so megatron printed "
-                f"iterations {run.start or 1} and multiples of {interval} only; end the window on one of them")
+                f"{first}multiples of {interval} only; end the window on one of them")
     return f"no iteration line in the window {window} (log interval larger than the window?)"
 
 
@@ -241,25 +254,30 @@ def _window_after_warm_up(run: Run) -> Window | None:
     for a run from iteration 1: a resumed run's first steps also pay for compilation and allocation. With log
     interval 1 it spans eight iterations; with a longer interval, one whole interval after the line that averages
     the start. None when the run has no such window or its log interval cannot be read."""
-    interval = run.args.get("log_interval")
-    if run.start is None or not is_positive_int(interval):
+    interval, start = run.args.get("log_interval"), first_averaged(run)
+    if start is None or not is_positive_int(interval):
         return None
     if interval == 1:
-        first = run.start + 2
+        first = start + 2
         last = min(run.last_iteration, first + 7)
     else:
-        first = (run.start // interval + 1) * interval + 1
+        first = (start // interval + 1) * interval + 1
         last = first - 1 + interval
     return Window(first, last) if first <= last <= run.last_iteration else None
 
 
-def stopped_status(run: Run) -> str:
-    """The status of a run that stopped before the window's end: ``exited ...`` naming the flag when megatron reports
-    an early exit it was asked for (:attr:`Run.deliberate_exit`; the job did not die), else ``truncated ...``."""
+def stopped_status(log: RunLog, run: Run, window: Window) -> str:
+    """The status of ``run`` (of ``log``) whose lines stop before the window's end: ``exited ...`` naming the flag when
+    megatron reports an early exit it was asked for (:attr:`Run.deliberate_exit`; the job did not die); ``ends at
+    ...: still running, or killed without a message`` when the job may still be writing the log
+    (:func:`may_still_run`); else ``truncated ...``."""
     total = run.train_iters if run.train_iters is not None else "?"
     exit_ = run.deliberate_exit
     if exit_ is None:
         cut = cut_line_note(run, run.last_iteration + 1)
+        if not cut and may_still_run(log, run):
+            return (f"ends at iteration {run.last_iteration}/{total}, before the window {window} ends: still running, "
+                    "or killed without a message")
         return f"truncated at iteration {run.last_iteration}/{total}" + (f" ({cut})" if cut else "")
     cause = exit_cause(run.args, exit_)
     if exit_.iteration is None:
@@ -267,6 +285,26 @@ def stopped_status(run: Run) -> str:
     if exit_.iteration != run.last_iteration:
         cause += f"; last line at iteration {run.last_iteration}"
     return f"exited at iteration {exit_.iteration}/{total} ({cause})"
+
+
+QUIET_S = 600.0
+"""How long (seconds) a running job's log may go unwritten at least: megatron's collectives time out after 10 minutes
+by default (``--distributed-timeout-minutes``), and a slower log interval is allowed for (:func:`may_still_run`)."""
+
+
+def may_still_run(log: RunLog, run: Run) -> bool:
+    """``run``, which shows no failure, stop or end, may still be running: it is the log's last start and the file
+    was written within :data:`QUIET_S`, or three of its log intervals at the pace of its last line when that is
+    longer (a job printing every 100th iteration writes its log seldom). A file written longer ago, a text without a
+    file, a pipe or a compressed archive (:attr:`RunLog.written_at` None) is a job that ended: its lines stop
+    because it was killed."""
+    if log.written_at is None or run is not log.runs[-1]:
+        return False
+    last = log.iterations.get(run.last_iteration)
+    interval = run.args.get("log_interval")
+    pace = last.elapsed_ms / 1000 * interval if last is not None and is_positive_int(interval) else 0.0
+    quiet = max(QUIET_S, 3 * pace) if math.isfinite(pace) else QUIET_S
+    return time.time() - log.written_at <= quiet
 
 
 def exit_cause(args: dict, exit_: DeliberateExit) -> str:
@@ -302,6 +340,21 @@ def _signal_name(value: object) -> str:
     return "SIGTERM"
 
 
+def first_averaged(run: Run) -> int | None:
+    """The first iteration ``run``'s lines average (None when it printed none): that of its first line, as
+    megatron-core 0.19.2 prints a run's first iteration; but 1 when the first line is at iteration ``log_interval``
+    > 1, the log of a Megatron that prints every ``log_interval``-th iteration only (releases before the first
+    iteration's line), whose first line averages iterations 1 to ``log_interval`` as each later line averages the
+    interval before it. Read as a run resumed at that iteration, its windows were refused as missing iterations 1 to
+    ``log_interval`` - 1 or as averaging one iteration too many. megatron-core 0.19.2 prints that first line only for
+    a run resumed from a checkpoint of iteration ``log_interval`` - 1, which a save interval rarely gives; a run of
+    such an older Megatron resumed later (first line at a higher multiple) is still read as resumed there."""
+    interval = run.args.get("log_interval")
+    if run.start is not None and is_positive_int(interval) and run.start == interval > 1:
+        return 1
+    return run.start
+
+
 def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
     """The log's iteration lines printed at iterations ``window.first..window.last`` that the window's numbers are
     read from, in order: all but a run's first line when the run's next line, also in the window, averages that
@@ -315,9 +368,9 @@ def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
 def _averaged_again(log: RunLog, line: IterationLine, following: IterationLine | None) -> bool:
     """``line`` is its run's first line and ``following``, the run's next line, averages from that iteration on."""
     run = log.runs[line.run]
-    interval = run.args.get("log_interval")
-    return (following is not None and following.run == line.run and line.iteration == run.start
-            and is_positive_int(interval) and interval_start(following.iteration, run.start, interval) == run.start)
+    interval, start = run.args.get("log_interval"), first_averaged(run)
+    return (following is not None and following.run == line.run and line.iteration == start
+            and is_positive_int(interval) and interval_start(following.iteration, start, interval) == start)
 
 
 def interval_start(iteration: int, run_start: int, log_interval: int) -> int:
@@ -343,7 +396,7 @@ def _coverage_problem(log: RunLog, window: Window, lines: Sequence[IterationLine
     interval = run.args.get("log_interval")
     if not isinstance(interval, int) or interval < 1:
         return "arguments block lacks log_interval"
-    run_start = run.start
+    run_start = first_averaged(run)
     expected = window.first
     for line in lines:
         start = interval_start(line.iteration, run_start, interval)
@@ -380,13 +433,14 @@ def _earlier_start_advice(run: Run, start: int, end: int) -> str:
     compilation and allocation the default window 3-10 leaves out. Then a window after them
     (:func:`_window_after_warm_up`) or a rerun with ``--log-interval 1``; a window of that line only when neither is
     at hand in this log, saying that it includes the warm-up."""
-    if start >= run.start + 2:
+    run_start = first_averaged(run)
+    if start >= run_start + 2:
         return f"start the window at {start}, or after {end}"
     after_warm_up = _window_after_warm_up(run)
     rerun = "rerun with --log-interval 1 for a line per iteration" if run.args.get("log_interval") != 1 else ""
     if after_warm_up is not None:
         return f"give --window {after_warm_up}, which leaves out the warm-up" + (f", or {rerun}" if rerun else "")
-    warm_up = f"--window {start}-{end} includes the warm-up (iterations {run.start}-{run.start + 1})"
+    warm_up = f"--window {start}-{end} includes the warm-up (iterations {run_start}-{run_start + 1})"
     return f"{rerun}; {warm_up}" if rerun else warm_up
 
 
@@ -435,7 +489,7 @@ def _batch_problem(log: RunLog, window: Window, lines: Sequence[IterationLine]) 
                 "ramp-up?")
     run = log.runs[lines[0].run]
     for line in lines:
-        first = interval_start(line.iteration, run.start, run.args["log_interval"])
+        first = interval_start(line.iteration, first_averaged(run), run.args["log_interval"])
         if first == line.iteration or line.consumed_samples is None or line.global_batch_size is None:
             continue
         before = _consumed_before(log, line.run, first)
