@@ -105,12 +105,20 @@ def rows_not_split_over_tp(padded_vocab: int, tp: int, nearest: int) -> Parallel
     built), so the checkpoint cannot run at this TP; and one padding its own tokenizer's vocabulary to a multiple of
     TP, to ``nearest``."""
     return ParallelLayoutError(
-        f"--padded-vocab {padded_vocab} does not split evenly over TP ({tp}), as megatron-core's vocab-parallel "
-        "embedding and output layer require (they assert it when the model is built): a checkpoint loaded with "
-        "--use-checkpoint-args keeps the padded size it was saved with at any TP, so it cannot run at TP "
-        f"{tp}; plan (and run) it at a TP that divides {padded_vocab}; a run that pads its own tokenizer's "
-        f"vocabulary with --make-vocab-size-divisible-by 1 pads it to a multiple of TP ({nearest} at or above "
-        f"{padded_vocab})")
+        f"--padded-vocab {padded_vocab} {checkpoint_vocab_not_split(tp)}; plan (and run) it at a TP that divides "
+        f"{padded_vocab}; a run that pads its own tokenizer's vocabulary with --make-vocab-size-divisible-by 1 pads "
+        f"it to a multiple of TP ({nearest} at or above {padded_vocab})")
+
+
+def checkpoint_vocab_not_split(tp: int) -> str:
+    """Why a padded vocabulary that ``tp`` does not divide cannot run at that TP when it is a checkpoint's, as a
+    predicate of the vocabulary ("does not split evenly over TP ..."): megatron-core's vocab-parallel embedding and
+    output layer assert that their rows split evenly when the model is built, and ``--use-checkpoint-args`` keeps
+    the checkpoint's padded size at any TP. Shared by this refusal and the training entry's
+    (:func:`megatron.oellm.training.load_checks.check_checkpoint_padded_vocabulary`), so that both say it alike."""
+    return (f"does not split evenly over TP ({tp}), as megatron-core's vocab-parallel embedding and output layer "
+            "require (they assert it when the model is built): a checkpoint loaded with --use-checkpoint-args keeps "
+            f"the padded size it was saved with at any TP, so it cannot run at TP {tp}")
 
 
 def _check_sequence_fits_positions(card: ModelCard) -> None:

@@ -65,6 +65,7 @@ with missing_package_warnings_ignored(torch.cuda.is_available()):  # megatron-co
     )
     from megatron.oellm.training.load_checks import (
         check_checkpoint_architecture,
+        check_checkpoint_padded_vocabulary,
         check_checkpoint_sequence_length,
         check_checkpoint_vocabulary,
         check_converted_glu_layout,
@@ -422,11 +423,12 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_checkpoint_folders_not_loops(parsed)  # the checks below take a loop for a missing or unreadable folder
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
-        sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for two
+        sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for three
         check_checkpoint_architecture(parsed, loaded, stated, sources)  # before megatron overwrites them
         check_checkpoint_vocabulary(parsed, loaded,  # megatron loads as many embedding rows as fit, comparing none
                                     vocab_given="vocab_size" in user_given)
         check_checkpoint_sequence_length(parsed, loaded, sources)  # megatron asserts it bare where none stores one
+        check_checkpoint_padded_vocabulary(parsed, sources)  # megatron-core asserts it when the model is built
         # megatron's validation asks the GPU: without one, as the cluster's GPUs would answer
         args = (validated_args(parse_and_validate_args, parsed) if on_gpu_node
                 else validated_off_gpu(parsed, world_size))

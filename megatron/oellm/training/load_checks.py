@@ -390,7 +390,8 @@ def checkpoint_args_sources(args: argparse.Namespace, loaded: StoredCheckpoint |
     (none without it): each flag's own, ``--pretrained-checkpoint``'s first, ``--load``'s also when the run fine-tunes
     from the former (a non-persistent or ``--ckpt-step`` checkpoint needs no tracker there); the one the run loads is
     ``loaded``, already read. Each read unpickles a ``.metadata`` and the common state: the entry reads them once,
-    for :func:`check_checkpoint_architecture` and :func:`check_checkpoint_sequence_length`."""
+    for :func:`check_checkpoint_architecture`, :func:`check_checkpoint_sequence_length` and
+    :func:`check_checkpoint_padded_vocabulary`."""
     from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED, load_source, read_checkpoint_of
 
     if not args.use_checkpoint_args:
@@ -423,6 +424,51 @@ def check_checkpoint_sequence_length(args: argparse.Namespace, loaded: StoredChe
     raise ValueError(f"--use-checkpoint-args: {folders} holds no checkpoint that stores a sequence length (none saved "
                      f"there yet, or one saved without run arguments, such as a converted one), so megatron has none; "
                      f"{sequence_length_fix(args)}")
+
+
+def check_checkpoint_padded_vocabulary(args: argparse.Namespace, sources: list[StoredCheckpoint]) -> None:
+    """Raise ``ValueError`` when ``--use-checkpoint-args`` takes a padded vocabulary from a checkpoint of ``sources``
+    (:func:`checkpoint_args_sources`) that the tensor-parallel size the run builds its model at
+    (:func:`tensor_parallel_size_built`) does not divide. megatron-core 0.19.2's ``load_args_from_checkpoint`` takes
+    the first stored ``padded_vocab_size`` (``--pretrained-checkpoint``'s before ``--load``'s; no flag sets one), so
+    the tokenizer does not pad the vocabulary for the run's TP; its vocab-parallel embedding and output layer then
+    stop on an assertion on every rank when the model is built, after GPU set-up. ``oellm plan`` refuses the same
+    case in the same words (:func:`megatron.oellm.plan.checkpoint_vocab_not_split`). ``args`` are the run's as
+    parsed, before megatron reads the checkpoints."""
+    from megatron.oellm.plan import checkpoint_vocab_not_split
+
+    if not args.use_checkpoint_args:
+        return
+    stored = [(checkpoint, checkpoint.common.get("args")) for checkpoint in sources]
+    taken = next(((checkpoint, saved) for checkpoint, saved in stored
+                  if isinstance(getattr(saved, "padded_vocab_size", None), int)), None)
+    if taken is None:
+        return
+    checkpoint, saved = taken
+    padded, tp = saved.padded_vocab_size, tensor_parallel_size_built(args, sources)
+    if tp < 1 or padded % tp == 0:  # a TP below 1 is megatron's validation's to refuse
+        return
+    saved_tp = getattr(saved, "tensor_model_parallel_size", None)
+    example = (f" (the one it was saved with, {saved_tp}, does)"
+               if isinstance(saved_tp, int) and saved_tp >= 1 and padded % saved_tp == 0 else "")
+    raise ValueError(f"{checkpoint.named_by} stores a padded vocabulary of {padded} rows, which "
+                     f"{checkpoint_vocab_not_split(tp)}; run it at a TP that divides {padded}{example}")
+
+
+def tensor_parallel_size_built(args: argparse.Namespace, sources: list[StoredCheckpoint]) -> int:
+    """The tensor-parallel size megatron-core 0.19.2 builds the model at under ``--use-checkpoint-args`` (``args``
+    as parsed, ``sources`` as :func:`checkpoint_args_sources` reads them, in megatron's order): the command line's,
+    which ``--use-mp-args-from-checkpoint-args`` replaces with each checkpoint's stored one in turn (the last wins),
+    for checkpoints of ``checkpoint_version`` 3 or later; from an older one megatron takes ``model_parallel_size``
+    only where the run has no tensor-parallel size, which the parser's default always gives."""
+    tp = args.tensor_model_parallel_size
+    if not args.use_mp_args_from_checkpoint_args:
+        return tp
+    for checkpoint in sources:
+        stored = getattr(checkpoint.common.get("args"), "tensor_model_parallel_size", None)
+        if checkpoint.common.get("checkpoint_version", 0) >= 3 and stored is not None:
+            tp = stored
+    return tp
 
 
 def _refuse_taken_architecture(args: argparse.Namespace, read: list[StoredCheckpoint]) -> None:
