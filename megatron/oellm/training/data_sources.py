@@ -838,6 +838,18 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     return local
 
 
+def object_storage_prefixes(args: argparse.Namespace) -> list[str]:
+    """The run's dataset prefixes in object storage (``s3://``, ``msc://``), whose ``.idx`` megatron-core 0.19.2
+    copies into ``--object-storage-cache-path``; none under ``--mock-data``. For data paths :func:`check_data_source`
+    has let through."""
+    from megatron.core.datasets.object_storage_utils import is_object_storage_path
+    from megatron.training.utils import get_blend_and_blend_per_split
+
+    if args.mock_data:
+        return []
+    return [prefix for prefix in blend_prefixes(*get_blend_and_blend_per_split(args)) if is_object_storage_path(prefix)]
+
+
 def check_object_storage_flags(args: argparse.Namespace, remote: list[str]) -> None:
     """Raise ``ValueError`` when the run reads object-storage dataset prefixes ``remote`` (``s3://``, ``msc://``)
     without what megatron-core 0.19.2 reads them with: ``--object-storage-cache-path`` (the local folder it copies

@@ -1,5 +1,7 @@
 """megatron-core's GPTDataset index caches: where a run finds them, whether rank 0 can write them beside a
-dataset, stale ones a rebuilt corpus would be read through, and the cache flags megatron-core refuses.
+dataset, stale ones a rebuilt corpus would be read through, the cache flags megatron-core refuses, and a multi-node
+job's folders that rank 0 fills for every rank (the index caches, the object-storage datasets' index copies) on one
+node only.
 """
 
 from __future__ import annotations
@@ -7,13 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from megatron.oellm.paths import Mounts, can_write_into, file_system_type, read_mounts, unwritable_reason
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from megatron.oellm.training.data_sources import Blend
 
@@ -195,15 +198,77 @@ def job_node_count(environ: Mapping[str, str]) -> int:
     return 1
 
 
-def cache_folders(args: argparse.Namespace, local_prefixes: list[str]) -> dict[Path, str]:
-    """The folders megatron-core 0.19.2 writes the run's index caches into, each with how a message names it: the
-    ``--data-cache-path``, else each local dataset's :func:`default_index_cache` (none for ``--mock-data``, whose
-    caches megatron-core keeps only in a ``--data-cache-path``)."""
+class FolderRole(NamedTuple):
+    """What rank 0 of megatron-core 0.19.2 puts in a folder that the ranks of every node then read from the same
+    path, in the words of :func:`check_cache_shared_by_nodes`'s messages."""
+
+    writes: str
+    """What rank 0 does there ("writes the index caches")."""
+    kept: str
+    """What a job may have put there on every node itself ("caches")."""
+    failure: str
+    """How the other nodes' ranks stop without it ("with FileNotFoundError")."""
+    fix: str
+    """The flag and folder that fix a node-local one."""
+
+
+INDEX_CACHES = FolderRole("writes the index caches", "caches", "with FileNotFoundError",
+                          f"give --data-cache-path DIR, {SHARED_CACHE_FOLDER}")
+"""The role of an index cache folder (``--data-cache-path``, else each local dataset's :func:`default_index_cache`):
+rank 0 builds the caches and, after a barrier, every other rank opens them."""
+
+INDEX_COPIES = FolderRole(
+    "copies the indices of the object-storage datasets", "copies",
+    "on a bare assertion (megatron-core asserts that the copy exists)",
+    "give --object-storage-cache-path DIR, a folder this job can write on a file system every node of the job "
+    "shares (rank 0 copies each object-storage dataset's .idx there and every other rank reads it from the same "
+    "path)")
+"""The role of ``--object-storage-cache-path``: rank 0 downloads each ``s3://`` / ``msc://`` dataset's ``.idx`` into
+it and, after a barrier, every other rank building the datasets asserts that its copy is there and reads it."""
+
+
+class SharedFolder(NamedTuple):
+    """A folder megatron-core fills on rank 0 for every rank to read (:func:`cache_folders`)."""
+
+    path: Path
+    named: str
+    """How a message names it."""
+    role: FolderRole
+    lacks_contents: Callable[[], bool]
+    """Whether it certainly lacks what the ranks read there (so that no job can have put it on every node): asked
+    only of a folder in node memory, as it lists the folder."""
+
+
+def cache_folders(args: argparse.Namespace, local_prefixes: list[str],
+                  remote_prefixes: Sequence[str] = ()) -> list[SharedFolder]:
+    """The folders megatron-core 0.19.2 fills on rank 0 for the other ranks: the index cache folder (the
+    ``--data-cache-path``, else each local dataset's :func:`default_index_cache`; none for ``--mock-data`` without
+    one, whose caches megatron-core keeps only in a ``--data-cache-path``), and the ``--object-storage-cache-path``
+    where the run reads datasets in object storage (``remote_prefixes``: megatron-core leaves the folder unused
+    without them)."""
     if args.data_cache_path is not None:
-        return {Path(args.data_cache_path): f"--data-cache-path {args.data_cache_path}"}
-    return {default_index_cache(prefix): (f"the index cache folder of dataset {prefix!r} (no --data-cache-path), "
-                                          f"{default_index_cache(prefix)},")
-            for prefix in dict.fromkeys(local_prefixes)}
+        cache = Path(args.data_cache_path)
+        folders = [SharedFolder(cache, f"--data-cache-path {args.data_cache_path}", INDEX_CACHES,
+                                partial(lacks_index_cache, cache))]
+    else:
+        folders = [SharedFolder(cache, f"the index cache folder of dataset {prefix!r} (no --data-cache-path), {cache},",
+                                INDEX_CACHES, partial(lacks_index_cache, cache))
+                   for prefix in dict.fromkeys(local_prefixes) for cache in [default_index_cache(prefix)]]
+    if remote_prefixes and args.object_storage_cache_path is not None:
+        copies = Path(args.object_storage_cache_path)
+        folders.append(SharedFolder(copies, f"--object-storage-cache-path {args.object_storage_cache_path}",
+                                    INDEX_COPIES, partial(lacks_index_copies, copies, remote_prefixes)))
+    return folders
+
+
+def lacks_index_copies(folder: Path, remote_prefixes: Sequence[str]) -> bool:
+    """Whether ``folder`` (an ``--object-storage-cache-path``) lacks the copy of the ``.idx`` of one of the
+    object-storage datasets ``remote_prefixes``, at the path megatron-core 0.19.2 gives it there."""
+    from megatron.core.datasets.indexed_dataset import get_idx_path
+    from megatron.core.datasets.object_storage_utils import ObjectStorageConfig, get_index_cache_path
+
+    config = ObjectStorageConfig(path_to_idx_cache=str(folder))
+    return not all(os.path.isfile(get_index_cache_path(get_idx_path(prefix), config)) for prefix in remote_prefixes)
 
 
 def node_local_type(folder: Path, mounts: Mounts) -> tuple[str, bool] | None:
@@ -223,31 +288,37 @@ def node_local_type(folder: Path, mounts: Mounts) -> tuple[str, bool] | None:
 
 
 def check_cache_shared_by_nodes(args: argparse.Namespace, local_prefixes: list[str], node_count: int,
-                                mounts: Mounts | None = None) -> list[str]:
-    """In a job of more than one node (``node_count``, :func:`job_node_count`), raise ``ValueError`` for an index
-    cache folder (:func:`cache_folders`) in the node's memory (:func:`node_local_type`: tmpfs, ``/dev/shm``) that
-    holds no index cache, and return one warning per folder on a local disk, or in memory holding caches. Rank 0 of
-    megatron-core 0.19.2 writes the caches on its own node, and after a barrier every other rank reads them from
-    the same path: on the other nodes they are not there, and those ranks stop with ``FileNotFoundError`` when the
-    datasets are built, after the model and optimizer are set up. A local disk, or caches already in memory, may have
-    been filled on every node by the job itself, so those are warnings. ``mounts`` is the mount table
-    (:func:`megatron.oellm.paths.read_mounts` where not given; tests pass their own)."""
-    folders = cache_folders(args, local_prefixes)
-    if node_count < 2 or not folders:
+                                mounts: Mounts | None = None, remote_prefixes: Sequence[str] = ()) -> list[str]:
+    """In a job of more than one node (``node_count``, :func:`job_node_count`), raise ``ValueError`` for a folder
+    megatron-core fills on rank 0 for the other ranks (:func:`cache_folders`: the index cache folder, and the
+    ``--object-storage-cache-path`` of the object-storage datasets ``remote_prefixes``) in the node's memory
+    (:func:`node_local_type`: tmpfs, ``/dev/shm``) that lacks what they read there, and return one warning per such
+    folder on a local disk, or in memory already holding it. Rank 0 of megatron-core 0.19.2 writes the index caches,
+    or the copies of the object-storage datasets' indices, on its own node, and after a barrier every other rank
+    that builds the datasets reads them from the same path: on the other nodes they are not there, and those ranks
+    stop (:class:`FolderRole`'s ``failure``) when the datasets are built, after the model and optimizer are set up. A
+    local disk, or a folder in memory already holding them, may have been filled on every node by the job itself, so
+    those are warnings. ``mounts`` is the mount table (:func:`megatron.oellm.paths.read_mounts` where not given;
+    tests pass their own)."""
+    if node_count < 2:
+        return []
+    folders = cache_folders(args, local_prefixes, remote_prefixes)
+    if not folders:
         return []
     mounts = read_mounts() if mounts is None else mounts
     warnings = []
-    for folder, named in folders.items():
-        found = node_local_type(folder, mounts)
+    for folder in folders:
+        found = node_local_type(folder.path, mounts)
         if found is None:
             continue
         kind, in_memory = found
-        where = (f"{named} is on {kind}, {'in the memory' if in_memory else 'on the disk'} of each node, in a job of "
-                 f"{node_count} nodes: rank 0 writes the index caches there on its own node, and the ranks of the "
-                 "other nodes, which read them from the same path on theirs, stop with FileNotFoundError when the "
-                 "datasets are built, after the model and optimizer are set up")
-        fix = f"give --data-cache-path DIR, {SHARED_CACHE_FOLDER}: {SHARED_EXAMPLES}"
-        if in_memory and lacks_index_cache(folder):
+        role = folder.role
+        where = (f"{folder.named} is on {kind}, {'in the memory' if in_memory else 'on the disk'} of each node, in a "
+                 f"job of {node_count} nodes: rank 0 {role.writes} there on its own node, and the ranks of the other "
+                 f"nodes, which read them from the same path on theirs, stop {role.failure} when the datasets are "
+                 "built, after the model and optimizer are set up")
+        fix = f"{role.fix}: {SHARED_EXAMPLES}"
+        if in_memory and folder.lacks_contents():
             raise ValueError(f"{where}; {fix}")
-        warnings.append(f"{where}, unless the job put the same caches there on every node; if it did not, {fix}")
+        warnings.append(f"{where}, unless the job put the same {role.kept} there on every node; if it did not, {fix}")
     return warnings

@@ -16,9 +16,11 @@ from megatron.oellm.training import index_cache
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
 
-def cache_args(data_cache_path: Path | None) -> argparse.Namespace:
+def cache_args(data_cache_path: Path | None, object_storage_cache_path: Path | None = None) -> argparse.Namespace:
     """The arguments :func:`index_cache.check_cache_shared_by_nodes` reads."""
-    return argparse.Namespace(data_cache_path=None if data_cache_path is None else str(data_cache_path))
+    return argparse.Namespace(data_cache_path=None if data_cache_path is None else str(data_cache_path),
+                              object_storage_cache_path=(None if object_storage_cache_path is None
+                                                         else str(object_storage_cache_path)))
 
 
 def made_up_table(*mounts: tuple[str, str]) -> list[tuple[str, str]]:
@@ -147,3 +149,85 @@ def test_the_entry_warns_of_a_multi_node_cache_on_a_local_disk_on_rank_0(monkeyp
     with pytest.raises(Reached):
         entry.main(entry_argv(cache))
     assert capsys.readouterr().err == ""
+
+
+def remote_prefix(scheme: str) -> str:
+    """A fresh dataset prefix in object storage (``s3://BUCKET/...`` or ``msc://PROFILE/...``)."""
+    return f"{scheme}://store{random.randrange(10**6)}/corpora/part{random.randrange(100)}/text"
+
+
+def copied_by_megatron(monkeypatch: pytest.MonkeyPatch, prefix: str, folder: Path, rank: int) -> None:
+    """megatron-core 0.19.2's own copying of ``s3://`` dataset ``prefix``'s ``.idx`` into the
+    ``--object-storage-cache-path`` ``folder`` on global rank ``rank`` (torch.distributed up), from a store that
+    answers with fresh random bytes: rank 0 downloads the index, any other rank asserts that the copy is there."""
+    import torch
+    from megatron.core.datasets import object_storage_utils
+
+    class Store:
+        def download_file(self, _bucket: str, _key: str, filename: str) -> None:
+            Path(filename).write_bytes(random.randbytes(random.randrange(16, 64)))
+
+    monkeypatch.setattr(object_storage_utils.boto3, "client", lambda _name: Store())
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: rank)
+    config = object_storage_utils.ObjectStorageConfig(path_to_idx_cache=str(folder))
+    object_storage_utils.cache_index_file(f"{prefix}.idx",
+                                          object_storage_utils.get_index_cache_path(f"{prefix}.idx", config))
+
+
+@pytest.mark.parametrize("scheme", ["s3", "msc"])
+def test_an_object_storage_cache_path_in_node_memory_is_refused_where_the_run_reads_object_storage(scheme):
+    """``--object-storage-cache-path`` in node memory in a multi-node job reading object-storage datasets: refused,
+    naming the flag, the file system, what rank 0 puts there, how the other nodes' ranks stop and the fix; on a local
+    disk, a warning. Without such datasets megatron-core leaves the folder unused: nothing is judged."""
+    folder, nodes, remote = some_folder("/scratch/fast"), several_nodes(), [remote_prefix(scheme)]
+    table = made_up_table(("/scratch/fast", "tmpfs"))
+    with pytest.raises(ValueError) as refusal:
+        index_cache.check_cache_shared_by_nodes(cache_args(None, folder), [], nodes, table, remote_prefixes=remote)
+    message = str(refusal.value)
+    assert message.startswith(f"--object-storage-cache-path {folder} is on tmpfs, in the memory of each node, in a "
+                              f"job of {nodes} nodes: rank 0 copies the indices of the object-storage datasets there "
+                              "on its own node")
+    assert ("stop on a bare assertion (megatron-core asserts that the copy exists) when the datasets are built"
+            in message)
+    assert "give --object-storage-cache-path DIR, a folder this job can write on a file system every node" in message
+    assert index_cache.check_cache_shared_by_nodes(cache_args(None, folder), [], nodes, table) == []
+    [warning] = index_cache.check_cache_shared_by_nodes(
+        cache_args(None, folder), [], nodes, made_up_table(("/scratch/fast", "xfs")), remote_prefixes=remote)
+    assert warning.startswith(f"--object-storage-cache-path {folder} is on xfs, on the disk of each node, ")
+    assert "unless the job put the same copies there on every node; if it did not, give --object-storage-cache-path" \
+        in warning
+
+
+def test_an_object_storage_cache_path_in_memory_is_refused_until_it_holds_every_copy(monkeypatch, tmp_path):
+    """megatron-core's other ranks stop on a bare assertion where a dataset's index copy is missing: a folder in node
+    memory lacking one is refused; once megatron-core's rank 0 copied every index there (the job may have done so on
+    every node), it is a warning, beside the data cache folder's own."""
+    remote, nodes = [remote_prefix("s3") for _ in range(random.randint(2, 4))], several_nodes()
+    for prefix in remote[1:]:
+        copied_by_megatron(monkeypatch, prefix, tmp_path, 0)
+    with pytest.raises(AssertionError) as bare:
+        copied_by_megatron(monkeypatch, remote[0], tmp_path, random.randint(1, 63))
+    assert str(bare.value) == ""
+    table = [("/", "nfs"), (os.path.realpath(tmp_path), "tmpfs"), ("/local/disk", "ext4")]
+    with pytest.raises(ValueError, match=rf"^--object-storage-cache-path {tmp_path} is on tmpfs, "):
+        index_cache.check_cache_shared_by_nodes(cache_args(None, tmp_path), [], nodes, table, remote_prefixes=remote)
+    copied_by_megatron(monkeypatch, remote[0], tmp_path, 0)
+    copied_by_megatron(monkeypatch, remote[0], tmp_path, random.randint(1, 63))
+    data_cache = some_folder("/local/disk")
+    warnings = index_cache.check_cache_shared_by_nodes(cache_args(data_cache, tmp_path), [], nodes, table,
+                                                       remote_prefixes=remote)
+    assert [line.split(" is on ")[0] for line in warnings] == [f"--data-cache-path {data_cache}",
+                                                               f"--object-storage-cache-path {tmp_path}"]
+
+
+def test_the_entry_refuses_a_multi_node_object_storage_cache_path_in_memory(monkeypatch, capsys, tmp_path):
+    """The entry judges the ``--object-storage-cache-path`` of a run reading an ``s3://`` dataset."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    copies = tmp_path / "copies"
+    monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs"), (os.path.realpath(tmp_path), "tmpfs")])
+    monkeypatch.setenv("GROUP_WORLD_SIZE", str(several_nodes()))
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+            "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(copies), "--no-mmap-bin-files"]
+    assert entry.main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"{entry.PROG}: error: --object-storage-cache-path {copies} is on tmpfs")
