@@ -121,8 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-interval", type=int, default=0,
                         help="save checkpoints every N iterations (default 0: none): a SLURM job in "
                              "<run dir>/checkpoints/job-<job id>, resumed by a requeue of that job "
-                             "(scontrol requeue ID; nothing requeues it by itself), never by a new "
-                             "submission; --local in <run dir>/local-checkpoints, resumed by the next --local run")
+                             "(scontrol requeue ID, or the job's own after each stop with the recipe's "
+                             "requeue = true), never by a new submission; --local in <run dir>/local-checkpoints, "
+                             "resumed by the next --local run")
     parser.add_argument("--train-iters", type=int,
                         help="--local only: iterations of the fitted-down run (default: the recipe's [local] value); "
                              "with --save-interval a second, longer run resumes from the saved checkpoint")
@@ -523,7 +524,7 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
                           resolved.world_size, resolved.built_card,
                           stop if isinstance(stop, int) and not isinstance(stop, bool) and stop > 0 else None,
-                          saves=resolved.flags.get("save") not in (None, False))
+                          saves=resolved.flags.get("save") not in (None, False), requeues=recipe.requeue)
         timing.check()
         return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:

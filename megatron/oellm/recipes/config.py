@@ -66,8 +66,10 @@ JOB_SCRIPT_VARIABLES: Mapping[str, str] = {
     "MEGATRON_ARGS": "set Megatron flags in [megatron_flags] or a row's flags instead",
     "NODE_ARCH": "rename the variable",
     "IMAGE_ARCH": "rename the variable",
+    "CHECKPOINT_BEFORE": "rename the variable",
 }
-"""Shell variables the job script assigns after it exports the recipe's environment (name -> what to do instead):
+"""Shell variables the job script assigns after it exports the recipe's environment (``CHECKPOINT_BEFORE``: with
+``requeue = true``; name -> what to do instead):
 an ``env`` entry of one of these names would be overwritten without a word (``MASTER_PORT = "29600"`` in
 ``[cluster.env]`` still ran the rendezvous on ``cluster.master_port``)."""
 
@@ -210,6 +212,15 @@ class Recipe:
     """Nodes of the row the report's efficiency column is relative to (``oellm table --baseline-nodes``, which the
     printed table command passes); None or 0 (what a recipe extending one that sets it writes) = ``oellm table``'s
     default, its smallest run."""
+    requeue: bool = False
+    """Continue a long run across SLURM jobs: the job script asks for ``#SBATCH --requeue`` and, after a start that
+    ends with status 0 (megatron stopped at ``exit-duration-in-mins`` and saved), requeues its own job (``scontrol
+    requeue``: the same job id, so the same checkpoint directory and log) when that start moved megatron's checkpoint
+    (``<save>/latest_checkpointed_iteration.txt``) forward and it is still short of the row's ``train_iters``. A
+    start without progress, a finished run and a failed start end the job, each with a line in the log saying so.
+    A row needs ``save``, ``load`` the same directory and ``exit-duration-in-mins`` (``oellm recipe --save-interval
+    N`` gives all three under a time limit of over 5 minutes), refused otherwise by ``--dry-run`` and ``--submit``;
+    the time check then lets the run take more than one job. ``--local`` runs ignore it."""
 
     def __post_init__(self) -> None:
         check_field_types(self, f"recipe {self.name}: ")

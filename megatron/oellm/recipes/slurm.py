@@ -12,7 +12,8 @@ the image's own ``PYTHONPATH``; the user's own site-packages (``~/.local``, whic
 off; before ``srun``, the job stops with one line when the image does not run on the
 node's CPU architecture. A row with checkpoints (``oellm recipe --save-interval``) saves and
 resumes them in ``<run dir>/checkpoints/job-<SLURM job id>`` (:data:`JOB_CHECKPOINT_DIR`); a ``save`` / ``load`` the
-recipe sets itself stands.
+recipe sets itself stands. A recipe with ``requeue = true`` gets a job that requeues itself while its run makes
+progress (:func:`_requeue_start_lines`, :func:`_requeue_end_lines`).
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ def _output_directive(directory: Path) -> str:
     return _directive("output", directory / "slurm-%j.out")
 
 
+REQUEUE_DIRECTIVE = "#SBATCH --requeue"
+"""Makes the job of a ``requeue = true`` recipe requeueable whatever the site's default (``JobRequeue=0`` makes jobs
+not requeueable, and SLURM refuses ``scontrol requeue`` of such a job). Alone it requeues nothing: a job whose
+script exits with status 0 ends COMPLETED; the script's own ``scontrol requeue`` does (:func:`_requeue_end_lines`)."""
+
+
 _OPEN_MODE_DIRECTIVE = "#SBATCH --open-mode=append"
 """A requeued job (``scontrol requeue``, a preemption, a node failure; same job id, so the same ``slurm-%j.out``)
 appends its new start to the log instead of truncating it, as SLURM does by default (``JobFileAppend=0``): the
@@ -148,7 +155,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         _directive("time", recipe.row_time(row)),
         "#SBATCH --exclusive",
     ]
-    lines += [*cluster_directives(cluster), _output_directive(directory), _OPEN_MODE_DIRECTIVE, "",
+    lines += [*cluster_directives(cluster), _output_directive(directory), _OPEN_MODE_DIRECTIVE,
+              *([REQUEUE_DIRECTIVE] if recipe.requeue else []), "",
               "set -euo pipefail",
               *_working_directory_lines(), ""]
     # Both prefixes: Apptainer also reads SINGULARITYENV_PYTHONPATH (a Singularity-era shell setting) when
@@ -170,6 +178,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         bind_source(str(checkout), "megatron-oellm checkout", "move the checkout to a path without them")]
     binds = list(dict.fromkeys([run_bind, *checkout_binds, *cluster.binds, *input_binds(resolved.flags)]))
     checkpoint_values = _checkpoint_values(resolved, directory)
+    check_requeue(recipe, resolved)
     lines += [
         "",
         f"RUN_DIR={shlex.quote(str(directory))}",
@@ -188,6 +197,7 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         *_argv_lines(resolved.argv, checkpoint_values),
         ")",
         "",
+        *_requeue_start_lines(recipe, resolved, checkpoint_values),
         # Slurm >= 22.05: srun does not inherit sbatch's --cpus-per-task (the step would get one CPU per task).
         # --export=ALL: under sbatch --export=NONE (SBATCH_EXPORT=NONE at a site or in a user's shell) the job holds
         # SLURM_EXPORT_ENV=NONE, which srun reads as its own --export: the step would lose every variable set above.
@@ -198,7 +208,8 @@ def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, director
         f'  torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(cluster.gpus_per_node)}'
         + (f" --numa-binding {cluster.numa_binding}" if cluster.numa_binding else "") + " \\",
         '    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
-        f'    -m {ENTRY_MODULE} "${{MEGATRON_ARGS[@]}}"',
+        f'    -m {ENTRY_MODULE} "${{MEGATRON_ARGS[@]}}"' + (" || {" if recipe.requeue else ""),
+        *_requeue_end_lines(recipe, resolved, checkpoint_values),
         "",
     ]
     return "\n".join(lines)
@@ -369,3 +380,118 @@ def _argv_lines(argv: list[str], shell_values: Mapping[str, str] | None = None) 
         elif not replaced:
             lines[-1] += " " + shlex.quote(token)
     return lines
+
+
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
+"""The file in megatron's ``--save`` directory that names its latest checkpoint (megatron-core 0.19.2's
+``get_checkpoint_tracker_filename``): the iteration in digits, or ``release`` for a converted checkpoint, which
+megatron loads as iteration 0."""
+
+
+REQUEUE_LOG_PREFIX = "oellm requeue:"
+"""Lead of the job log's lines that say whether the job requeues itself, and why."""
+
+
+def check_requeue(recipe: Recipe, resolved: ResolvedRow) -> None:
+    """Refuse ``requeue = true`` for a row whose job could not continue across jobs: without ``--save`` no start
+    leaves anything for the next one; with a ``--load`` other than ``--save`` a requeued start would not resume from
+    what the one before saved; without ``--exit-duration-in-mins`` nothing ends a start before its time limit, where
+    SLURM kills it and fails the job, which then never requeues. The job compares the checkpoint with the row's
+    ``--train-iters``: a recipe cannot replace it, and megatron refuses ``--train-samples`` beside it."""
+    if not recipe.requeue:
+        return
+    flags = resolved.flags
+    if flags.get("save") in (None, False):
+        raise RecipeError("requeue = true needs checkpoints, as each requeued start resumes from the one before: pass "
+                          "--save-interval N (the job then saves to and resumes from its own <run dir>/checkpoints/"
+                          "job-<job id> and stops before its time limit), or set save, load and exit-duration-in-mins "
+                          "in the recipe")
+    if flags.get("load") != flags["save"]:
+        load = "unset" if flags.get("load") in (None, False) else repr(flags["load"])
+        raise RecipeError(f"requeue = true needs load to be the save directory {flags['save']!r}, as a requeued start "
+                          f"must resume from what the one before saved; load is {load}: set it to the same directory")
+    if flags.get("exit-duration-in-mins") in (None, False, 0, "0"):
+        raise RecipeError("requeue = true needs exit-duration-in-mins (megatron saves and exits with status 0 then): "
+                          "without it each start runs into its time limit, where SLURM kills it and fails the job, "
+                          "which is never requeued; give --save-interval a time limit of over 5 minutes (it derives "
+                          "the stop from it), or set exit-duration-in-mins in the recipe")
+
+
+def _save_word(resolved: ResolvedRow, checkpoint_values: Mapping[str, str]) -> str:
+    """The shell word of the run's ``--save`` directory: the job's own (``"$CHECKPOINT_DIR"``, from
+    :func:`_checkpoint_values`) or the one the recipe sets, quoted."""
+    return checkpoint_values.get("--save") or shlex.quote(str(resolved.flags["save"]))
+
+
+def _requeue_start_lines(recipe: Recipe, resolved: ResolvedRow, checkpoint_values: Mapping[str, str]) -> list[str]:
+    """With ``requeue = true`` (checked by :func:`check_requeue`), the lines before ``srun``: the shell function
+    ``checkpoint_iteration DIR``, megatron's latest checkpoint in ``DIR`` as it reads its :data:`CHECKPOINT_TRACKER`
+    (``none`` without one, ``unreadable`` for text megatron does not read either), and ``CHECKPOINT_BEFORE``, the
+    checkpoint this start of the job begins from, logged. Nothing without it."""
+    if not recipe.requeue:
+        return []
+    return [
+        "# requeue = true: after a start that ends with status 0 (megatron stopped at --exit-duration-in-mins and",
+        "# saved), the job requeues itself (same job id: it resumes from its checkpoint) when the start moved the",
+        "# checkpoint forward and it is still short of --train-iters; the log says what it decided and why.",
+        "checkpoint_iteration() {",
+        f"  # megatron's latest checkpoint in directory $1: its {CHECKPOINT_TRACKER} holds the iteration, or",
+        "  # 'release' (a converted checkpoint, loaded as iteration 0)",
+        f'  local tracker="$1/{CHECKPOINT_TRACKER}" text',
+        '  if [ ! -f "$tracker" ]; then echo none; return; fi',
+        "  text=\"$(tr -d '[:space:]' < \"$tracker\")\"",
+        '  case "$text" in',
+        "    release) echo 0 ;;",
+        "    '' | *[!0-9]*) echo unreadable ;;",
+        '    *) echo "$text" ;;',
+        "  esac",
+        "}",
+        f'CHECKPOINT_BEFORE="$(checkpoint_iteration {_save_word(resolved, checkpoint_values)})"',
+        f'echo "{REQUEUE_LOG_PREFIX} start ${{SLURM_RESTART_COUNT:-0}} of job $SLURM_JOB_ID; checkpoint before it:'
+        f' $CHECKPOINT_BEFORE (--train-iters {int(resolved.flags["train-iters"])})"',
+        "",
+    ]
+
+
+def _requeue_end_lines(recipe: Recipe, resolved: ResolvedRow, checkpoint_values: Mapping[str, str]) -> list[str]:
+    """With ``requeue = true``, the lines after ``srun``, whose line then ends in ``|| {``: a failed start (``srun``
+    not 0) ends the job with its status, not requeued (it would fail again); after a start that ended with status 0
+    the job requeues itself (``scontrol requeue``) only when the start moved the checkpoint forward
+    (:func:`_requeue_start_lines`) and it is short of ``--train-iters``, so that a run that makes no progress or is
+    complete ends. Each case logs a line saying so; a refused ``scontrol requeue`` fails the job. Nothing without
+    it."""
+    if not recipe.requeue:
+        return []
+    prefix = REQUEUE_LOG_PREFIX
+    return [
+        "  srun_status=$?",
+        f'  echo "{prefix} not requeued: srun ended with status $srun_status, and a failed start is not repeated" >&2',
+        '  exit "$srun_status"',
+        "}",
+        "",
+        "requeue_if_progressed() {",
+        "  # $1: the checkpoint directory; $2: its checkpoint before this start (checkpoint_iteration)",
+        f'  local before=$2 after last={int(resolved.flags["train-iters"])}',
+        '  after="$(checkpoint_iteration "$1")"',
+        '  if [ "$after" = unreadable ]; then',
+        f"    echo \"{prefix} not requeued: $1/{CHECKPOINT_TRACKER} holds neither an iteration nor 'release',"
+        ' so megatron would not resume from it"',
+        '  elif [ "$after" = none ]; then',
+        f'    echo "{prefix} not requeued: this start left no checkpoint in $1, so another would start over"',
+        '  elif [ "$after" -ge "$last" ]; then',
+        f'    echo "{prefix} not requeued: the checkpoint is at iteration $after of $last: the run is complete"',
+        '  elif [[ $before =~ ^[0-9]+$ ]] && [ "$after" -le "$before" ]; then',
+        f'    echo "{prefix} not requeued: the checkpoint did not move forward in this start (iteration $before before'
+        ' it, $after after it), so another start would not get further; the log above says how this one ended"',
+        "  else",
+        f'    echo "{prefix} requeueing job $SLURM_JOB_ID: this start moved the checkpoint from $before to iteration'
+        ' $after of $last; the next start resumes there"',
+        '    scontrol requeue "$SLURM_JOB_ID" || {',
+        f'      echo "{prefix} scontrol requeue failed: requeue the job by hand (scontrol requeue $SLURM_JOB_ID) to'
+        ' resume from iteration $after" >&2',
+        "      return 1",
+        "    }",
+        "  fi",
+        "}",
+        f'requeue_if_progressed {_save_word(resolved, checkpoint_values)} "$CHECKPOINT_BEFORE"',
+    ]

@@ -6,7 +6,8 @@ tokens (global batch x sequence) over the GPUs' throughput; ``tflops_per_gpu`` (
 given, its high end when that is all the row gives) as the step's training FLOPs (our count,
 :func:`megatron.oellm.flops.training_flops_per_token`) over the GPUs' throughput. The expected run time is the
 iterations x that step time plus :data:`START_UP_S` for the job's start, the model build and the slower first
-iterations. Rows without a reference throughput are not checked.
+iterations. Rows without a reference throughput are not checked. A run that requeues its job after each stop
+(``requeue = true``) may take more than one job: only its stop's margin before the time limit is checked.
 Pure Python.
 """
 
@@ -48,6 +49,9 @@ class RunTime:
     limit); None without one."""
     saves: bool = False
     """Whether the run saves checkpoints (``--save``): megatron saves one when it stops at ``stop_minutes``."""
+    requeues: bool = False
+    """Whether the job requeues itself after a stop that moved its checkpoint forward (``requeue = true``), so the
+    run goes on in the next start of the job: it may take longer than one time limit."""
 
     @property
     def expected_s(self) -> float | None:
@@ -64,10 +68,26 @@ class RunTime:
     def describe(self) -> str:
         """One line for ``--dry-run``: the time limit (and the run's own stop before it) and the expected run time."""
         stop = "" if self.stop_minutes is None else f" (the run stops{self._saving} after {self.stop_minutes} min)"
+        if self.requeues:
+            stop += ", requeued until its last iteration"
         return f"time limit {self.limit}{stop}; {self.estimate()}"
 
     def check(self) -> None:
-        """Raise :class:`RecipeError` when the expected run time exceeds the time limit."""
+        """Raise :class:`RecipeError` when the expected run time exceeds the time limit or the run's stop (not for a
+        run that :attr:`requeues`), or when the stop leaves no more than one iteration before the limit."""
+        if not self.requeues:
+            self._check_one_job()
+        after_stop = None if self.stop_minutes is None else self._after_stop_s(self.limit_s, self.stop_minutes)
+        if self.saves and self.step_s is not None and after_stop is not None and self.step_s >= after_stop:
+            raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) {after_stop} s before its "
+                              f"time limit {self.limit}, no more than one iteration ({self.step_s:.0f} s, from the report's "
+                              f"{self.source}): megatron checks the clock after each iteration, so one begun just "
+                              f"before the stop runs into the limit and the job is killed before its final save; "
+                              f"{self._margin_fix()}")
+
+    def _check_one_job(self) -> None:
+        """Raise :class:`RecipeError` when the expected run time exceeds the time limit, or the run's own stop: one
+        job must run every iteration."""
         if self.expected_s is not None and self.expected_s > self.limit_s:
             minutes = math.ceil(self.expected_s / 60)  # whole minutes at least the expected run time
             fix = (self._derived_limit_fix() if self._stop_is_derived else f"give it at least {minutes // 60:02d}:"
@@ -78,13 +98,6 @@ class RunTime:
             raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it exits"
                               f"{self._saving} after {self.stop_minutes} min) before its last iteration: "
                               f"{self.estimate()}; {self._stop_fix()}")
-        after_stop = None if self.stop_minutes is None else self._after_stop_s(self.limit_s, self.stop_minutes)
-        if self.saves and self.step_s is not None and after_stop is not None and self.step_s >= after_stop:
-            raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) {after_stop} s before its "
-                              f"time limit {self.limit}, no more than one iteration ({self.step_s:.0f} s, from the report's "
-                              f"{self.source}): megatron checks the clock after each iteration, so one begun just "
-                              f"before the stop runs into the limit and the job is killed before its final save; "
-                              f"{self._margin_fix()}")
 
     @property
     def _stop_is_derived(self) -> bool:
@@ -156,9 +169,10 @@ def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[flo
 
 
 def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: ModelCard,
-             stop_minutes: int | None = None, saves: bool = False) -> RunTime:
+             stop_minutes: int | None = None, saves: bool = False, requeues: bool = False) -> RunTime:
     """The :class:`RunTime` of ``row`` under the time limit ``limit`` and megatron's ``--exit-duration-in-mins``
-    ``stop_minutes``, for a run that saves checkpoints or not (see :func:`reference_step`)."""
+    ``stop_minutes``, for a run that saves checkpoints or not, and whose job requeues itself or not (see
+    :func:`reference_step`)."""
     step = reference_step(row, world_size, card)
     return RunTime(limit, time_limit_seconds(limit), iterations, None if step is None else step[0],
-                   "" if step is None else step[1], stop_minutes, saves)
+                   "" if step is None else step[1], stop_minutes, saves, requeues)

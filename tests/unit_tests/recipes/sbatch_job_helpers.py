@@ -91,14 +91,14 @@ def mn5_attention_recipe(**cluster: object) -> Recipe:
 def run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int = 0, job_id: int | None = None,
             torchrun: str = TORCHRUN, env: dict[str, str] | None = None,
             stand_ins: tuple[str, ...] = ("scontrol", "srun", "apptainer", "torchrun"),
-            runtimes: dict[str, str] | None = None) -> tuple[int, list[str]]:
+            runtimes: dict[str, str] | None = None, scontrol: str = SCONTROL) -> tuple[int, list[str]]:
     """Run ``script`` as SLURM job ``job_id`` (default: random) with ``sbatch``'s working directory ``cwd``, the
-    ``stand_ins`` (``torchrun`` as given, container runtimes from ``runtimes`` over the Apptainer one) first on PATH
-    and ``env`` over the environment; return bash's exit status and the stand-ins' record lines (the job's stderr is
-    left in ``tmp_path / "stderr"``)."""
+    ``stand_ins`` (``torchrun`` and ``scontrol`` as given, container runtimes from ``runtimes`` over the Apptainer
+    one) first on PATH and ``env`` over the environment; return bash's exit status and the stand-ins' record lines
+    (the job's stdout and stderr, its log, are left in ``tmp_path / "stdout"`` and ``tmp_path / "stderr"``)."""
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir(exist_ok=True)
-    texts = {"scontrol": SCONTROL, "srun": SRUN, "apptainer": APPTAINER, "torchrun": torchrun, **(runtimes or {})}
+    texts = {"scontrol": scontrol, "srun": SRUN, "apptainer": APPTAINER, "torchrun": torchrun, **(runtimes or {})}
     for name in stand_ins:
         text = texts[name]
         (bin_dir / name).write_text(text)
@@ -112,6 +112,7 @@ def run_job(script: str, tmp_path: Path, cwd: Path, nodes: int, exit_status: int
            "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": str(job_id or random.randint(1, 10**6)), **(env or {})}
     done = subprocess.run([shutil.which("bash"), str(job)], cwd=cwd, env=env, capture_output=True, text=True,
                           check=False)
+    (tmp_path / "stdout").write_text(done.stdout)
     (tmp_path / "stderr").write_text(done.stderr)
     return done.returncode, record.read_text().splitlines()
 

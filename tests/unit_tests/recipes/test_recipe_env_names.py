@@ -5,6 +5,7 @@ without a word), are refused before anything starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import subprocess
@@ -91,9 +92,11 @@ def test_row_env_naming_a_job_script_variable_is_refused(tmp_path, name):
 
 
 def test_every_refused_name_is_one_the_job_script_assigns(tmp_path):
-    recipe = load_recipe(BASE)
+    """With checkpoints and ``requeue = true``, which add the variables they need."""
+    recipe = dataclasses.replace(load_recipe(BASE), requeue=True)
     directory = tmp_path / "run"
-    inputs = RunInputs(checkpoint_dir=str(directory / "checkpoints"), save_interval=random.randint(1, 9))
+    inputs = RunInputs(checkpoint_dir=str(directory / "checkpoints"), save_interval=random.randint(1, 9),
+                       time_limit_s=random.randint(600, 86400))
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0], inputs), directory)
     assigned = set(re.findall(r"^([A-Z_]+)=", script, flags=re.MULTILINE))
     assert set(JOB_SCRIPT_VARIABLES) == assigned

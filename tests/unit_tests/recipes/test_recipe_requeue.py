@@ -1,0 +1,185 @@
+"""``requeue = true``: a long run goes on across SLURM jobs. ``#SBATCH --requeue`` alone requeues nothing (a job
+that exits 0 ends COMPLETED), so the job script requeues its own job after a start that ended with status 0, but
+only when that start moved megatron's checkpoint forward and it is short of ``--train-iters``; the dry run refuses a
+row whose job could not resume from its checkpoint or stop before its time limit. The scripts run end to end under
+bash with stand-ins (:mod:`sbatch_job_helpers`) for ``scontrol``, ``srun``, ``apptainer`` and ``torchrun``."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+from recipe_helpers import EXAMPLES
+from sbatch_job_helpers import mn5_weak_recipe, run_job
+
+from megatron.oellm.cli import main
+from megatron.oellm.recipes import RecipeError, RunInputs, resolve_row, sbatch_text
+from megatron.oellm.recipes.slurm import CHECKPOINT_TRACKER
+from megatron.oellm.recipes.timing import RunTime
+
+RECIPE = EXAMPLES / "qwen3_30b_a3b_mn5.toml"
+"""Row 1 expects 13 minutes: 10 iterations x 17.4 s + 10 minutes start-up."""
+
+SCONTROL_REQUEUE = """#!/bin/bash
+if [ "$1" = requeue ]; then printf 'requeue %s\\n' "$2" >> "$FAKE_RECORD"; exit "${FAKE_REQUEUE_STATUS:-0}"; fi
+for i in $(seq 1 "$FAKE_NODES"); do echo "node$i"; done
+"""
+"""``scontrol``: ``requeue ID`` records the id and exits ``$FAKE_REQUEUE_STATUS`` (default 0); ``show hostnames``
+prints ``node1`` to ``node$FAKE_NODES``."""
+
+TORCHRUN_SAVES = f"""#!/bin/bash
+# megatron's last save in miniature: $FAKE_SAVED (empty: no save) in the --save directory's tracker file
+while [ $# -gt 0 ]; do [ "$1" = --save ] && save="$2"; shift; done
+if [ -n "$FAKE_SAVED" ]; then mkdir -p "$save" && printf %s "$FAKE_SAVED" > "$save/{CHECKPOINT_TRACKER}"; fi
+exit "$FAKE_EXIT"
+"""
+"""``torchrun``: writes ``$FAKE_SAVED`` as megatron's latest checkpoint in its ``--save`` directory, exits
+``$FAKE_EXIT``."""
+
+
+def _config(tmp_path: Path, text: str = "") -> Path:
+    """A recipe config extending :data:`RECIPE` with ``requeue = true`` and ``text``."""
+    config = tmp_path / "long_run.toml"
+    config.write_text(f'extends = "{RECIPE}"\nrequeue = true\n{text}')
+    return config
+
+
+def test_a_run_longer_than_its_time_limit_is_queued_to_requeue_itself(tmp_path, capsys):
+    """The time check refused a run longer than one job; with ``requeue = true`` the job goes on after each stop."""
+    iterations = random.randint(1000, 10**5)
+    options = ["--dry-run", "--row", "1", "--save-interval", str(random.randint(1, 99)), "--time", "02:00:00"]
+    assert main(["recipe", str(_config(tmp_path, f"train_iters = {iterations}\n")), *options]) == 0
+    out = capsys.readouterr().out
+    assert ", requeued until its last iteration; expected " in out
+    assert "#SBATCH --requeue" in out.splitlines()
+    assert 'CHECKPOINT_BEFORE="$(checkpoint_iteration "$CHECKPOINT_DIR")"' in out
+    assert f"  local before=$2 after last={iterations}" in out
+    assert 'requeue_if_progressed "$CHECKPOINT_DIR" "$CHECKPOINT_BEFORE"' in out
+    assert '    scontrol requeue "$SLURM_JOB_ID" || {' in out
+
+
+@pytest.mark.parametrize(("text", "options", "refusal"), [
+    ("", [], "requeue = true needs checkpoints, as each requeued start resumes from the one before: pass "
+             "--save-interval N"),
+    ('[megatron_flags]\nload = "/elsewhere/checkpoints"\n', ["--save-interval", "5"],
+     "requeue = true needs load to be the save directory '{run}/checkpoints', as a requeued start must resume from "
+     "what the one before saved; load is '/elsewhere/checkpoints'"),
+    ('[megatron_flags]\nsave = "own-checkpoints"\nload = "own-checkpoints"\nsave-interval = 50\n', [],
+     "requeue = true needs exit-duration-in-mins (megatron saves and exits with status 0 then)"),
+    ("", ["--save-interval", "5", "--time", "00:05:00"], "requeue = true needs exit-duration-in-mins"),
+], ids=["no checkpoints", "load elsewhere", "no stop", "no stop under a short limit"])
+def test_a_job_that_could_not_go_on_is_refused(tmp_path, capsys, text, options, refusal):
+    config = _config(tmp_path, f'[cluster]\noutput_dir = "{tmp_path}"\n{text}')
+    assert main(["recipe", str(config), "--dry-run", "--row", "1", *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"row 1: {refusal.format(run=tmp_path / 'long_run' / 'row01-8n')}" in captured.err
+
+
+def test_a_requeued_run_keeps_one_iteration_between_its_stop_and_its_time_limit():
+    """Requeued or not, an iteration begun before the stop must end before SLURM's kill, or the start's save is lost
+    and the job fails; only the run's length may exceed one job."""
+    step_s = random.uniform(60, 600)
+    stop = random.randint(10, 100)
+    iterations = random.randint(10**3, 10**5)
+    long_run = RunTime(f"{stop + 1}", 60 * (stop + 1), iterations, step_s, "step_time_s", stop, saves=True,
+                       requeues=True)
+    with pytest.raises(RecipeError, match="no more than one iteration"):
+        long_run.check()
+    dataclasses.replace(long_run, limit=f"{stop + 2 + int(step_s) // 60}", limit_s=60 * (stop + 2) + int(step_s)).check()
+    with pytest.raises(RecipeError, match="would reach its time limit"):
+        dataclasses.replace(long_run, requeues=False).check()
+
+
+def _requeue_job(tmp_path: Path, iterations: int, before: str | None, saved: str, exit_status: int = 0,
+                 requeue_status: int = 0) -> tuple[int, int, list[str]]:
+    """Run the job of row 1 of the MN5 weak-scaling recipe with ``requeue = true``, ``iterations`` and checkpoints,
+    after an earlier start left ``before`` (None: nothing) in the job's checkpoint directory, with a ``torchrun`` that
+    saves ``saved`` there (empty: nothing) and exits ``exit_status``, and an ``scontrol requeue`` that exits
+    ``requeue_status``. Returns the job's exit status, its id and the `scontrol requeue` calls the stand-in recorded."""
+    (tmp_path / "image.sif").touch()
+    recipe = dataclasses.replace(mn5_weak_recipe(image=str(tmp_path / "image.sif")), requeue=True,
+                                 train_iters=iterations)
+    run = tmp_path / "run"
+    inputs = RunInputs(checkpoint_dir=str(run / "checkpoints"), save_interval=random.randint(1, 99),
+                       time_limit_s=random.randint(600, 86400))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0], inputs), run)
+    job_id = random.randint(1, 10**6)
+    if before is not None:
+        (run / "checkpoints" / f"job-{job_id}").mkdir(parents=True)
+        (run / "checkpoints" / f"job-{job_id}" / CHECKPOINT_TRACKER).write_text(before)
+    status, record = run_job(script, tmp_path, tmp_path, 4, exit_status, job_id, torchrun=TORCHRUN_SAVES,
+                             scontrol=SCONTROL_REQUEUE,
+                             env={"FAKE_SAVED": saved, "FAKE_REQUEUE_STATUS": str(requeue_status)})
+    return status, job_id, [line for line in record if line.startswith("requeue ")]
+
+
+def _log(tmp_path: Path) -> str:
+    """The job's stdout and stderr, as its SLURM log holds them."""
+    return (tmp_path / "stdout").read_text() + (tmp_path / "stderr").read_text()
+
+
+@pytest.mark.parametrize("before", ["none", "earlier", "release"])
+def test_a_start_that_moved_the_checkpoint_requeues_the_job(tmp_path, before):
+    """From no checkpoint, an earlier start's, or a converted one (``release``: megatron loads it as iteration 0)."""
+    iterations = random.randint(100, 10**5)
+    earlier = random.randint(1, iterations - 2)
+    before_text, shown = {"none": (None, "none"), "earlier": (f"{earlier}\n", str(earlier)),
+                          "release": ("release", "0")}[before]
+    saved = str(random.randint(earlier + 1, iterations - 1))
+    status, job_id, record = _requeue_job(tmp_path, iterations, before_text, saved)
+    assert status == 0, _log(tmp_path)
+    assert record == [f"requeue {job_id}"]
+    log = _log(tmp_path)
+    assert f"oellm requeue: start 0 of job {job_id}; checkpoint before it: {shown} (--train-iters {iterations})" in log
+    assert (f"oellm requeue: requeueing job {job_id}: this start moved the checkpoint from {shown} to iteration "
+            f"{saved} of {iterations}; the next start resumes there") in log
+
+
+@pytest.mark.parametrize("case", ["no progress", "no checkpoint", "unreadable checkpoint", "complete"])
+def test_a_start_without_progress_or_the_last_one_ends_the_job(tmp_path, case):
+    """A start that did not move the checkpoint would be followed by one that ends the same way (requeueing it would
+    loop until someone cancels the job); the start that saved the last iteration ends the run."""
+    iterations = random.randint(100, 10**5)
+    earlier = str(random.randint(1, iterations - 1))
+    before, saved, decision = {
+        "no progress": (earlier, earlier, f"the checkpoint did not move forward in this start (iteration {earlier} "
+                                          f"before it, {earlier} after it)"),
+        "no checkpoint": (None, "", "this start left no checkpoint in {checkpoints}, so another would start over"),
+        "unreadable checkpoint": (earlier, f"{earlier}x", f"{{checkpoints}}/{CHECKPOINT_TRACKER} holds neither an "
+                                                          "iteration nor 'release', so megatron would not resume from it"),
+        "complete": (earlier, str(iterations), f"the checkpoint is at iteration {iterations} of {iterations}: the run "
+                                               "is complete"),
+    }[case]
+    status, job_id, record = _requeue_job(tmp_path, iterations, before, saved)
+    assert status == 0, _log(tmp_path)
+    assert record == []
+    checkpoints = tmp_path / "run" / "checkpoints" / f"job-{job_id}"
+    assert f"oellm requeue: not requeued: {decision.format(checkpoints=checkpoints)}" in _log(tmp_path)
+
+
+def test_a_failed_start_keeps_its_status_and_is_not_requeued(tmp_path):
+    iterations = random.randint(100, 10**5)
+    failure = random.randint(1, 120)
+    earlier = random.randint(1, iterations - 2)
+    status, _job_id, record = _requeue_job(tmp_path, iterations, str(earlier),
+                                           str(random.randint(earlier + 1, iterations - 1)), exit_status=failure)
+    assert status == failure
+    assert record == []
+    assert (f"oellm requeue: not requeued: srun ended with status {failure}, and a failed start is not repeated"
+            in _log(tmp_path))
+
+
+def test_a_refused_requeue_fails_the_job(tmp_path):
+    """A job that ended COMPLETED after SLURM refused its ``scontrol requeue`` would look like a finished run."""
+    iterations = random.randint(100, 10**5)
+    earlier = random.randint(1, iterations - 2)
+    status, job_id, record = _requeue_job(tmp_path, iterations, str(earlier),
+                                          str(random.randint(earlier + 1, iterations - 1)),
+                                          requeue_status=random.randint(1, 120))
+    assert status == 1
+    assert record == [f"requeue {job_id}"]
+    assert f"oellm requeue: scontrol requeue failed: requeue the job by hand (scontrol requeue {job_id})" in (
+        _log(tmp_path))
