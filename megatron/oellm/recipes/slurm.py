@@ -396,8 +396,8 @@ def check_requeue(recipe: Recipe, resolved: ResolvedRow) -> None:
     """Refuse ``requeue = true`` for a row whose job could not continue across jobs: without ``--save`` no start
     leaves anything for the next one; with a ``--load`` other than ``--save`` a requeued start would not resume from
     what the one before saved; without ``--exit-duration-in-mins`` nothing ends a start before its time limit, where
-    SLURM kills it and fails the job, which then never requeues. The job compares the checkpoint with the row's
-    ``--train-iters``: a recipe cannot replace it, and megatron refuses ``--train-samples`` beside it."""
+    SLURM kills it and fails the job, which then never requeues; with ``--finetune`` every start begins again at
+    iteration 0. The job compares the checkpoint with the row's ``--train-iters``: a recipe cannot replace it, and megatron refuses ``--train-samples`` beside it."""
     if not recipe.requeue:
         return
     flags = resolved.flags
@@ -410,6 +410,11 @@ def check_requeue(recipe: Recipe, resolved: ResolvedRow) -> None:
         load = "unset" if flags.get("load") in (None, False) else repr(flags["load"])
         raise RecipeError(f"requeue = true needs load to be the save directory {flags['save']!r}, as a requeued start "
                           f"must resume from what the one before saved; load is {load}: set it to the same directory")
+    if flags.get("finetune") not in (None, False):
+        raise RecipeError("requeue = true cannot go on with finetune: megatron's --finetune starts every load at "
+                          "iteration 0, so each requeued start would begin the run again; give the checkpoint to "
+                          "fine-tune from as pretrained-checkpoint instead (megatron fine-tunes from it only while the "
+                          "load directory holds no checkpoint, and resumes from its own after that)")
     if flags.get("exit-duration-in-mins") in (None, False, 0, "0"):
         raise RecipeError("requeue = true needs exit-duration-in-mins (megatron saves and exits with status 0 then): "
                           "without it each start runs into its time limit, where SLURM kills it and fails the job, "

@@ -69,7 +69,9 @@ def test_a_run_longer_than_its_time_limit_is_queued_to_requeue_itself(tmp_path, 
     ('[megatron_flags]\nsave = "own-checkpoints"\nload = "own-checkpoints"\nsave-interval = 50\n', [],
      "requeue = true needs exit-duration-in-mins (megatron saves and exits with status 0 then)"),
     ("", ["--save-interval", "5", "--time", "00:05:00"], "requeue = true needs exit-duration-in-mins"),
-], ids=["no checkpoints", "load elsewhere", "no stop", "no stop under a short limit"])
+    ("[megatron_flags]\nfinetune = true\n", ["--save-interval", "5"],
+     "requeue = true cannot go on with finetune: megatron's --finetune starts every load at iteration 0"),
+], ids=["no checkpoints", "load elsewhere", "no stop", "no stop under a short limit", "finetune"])
 def test_a_job_that_could_not_go_on_is_refused(tmp_path, capsys, text, options, refusal):
     config = _config(tmp_path, f'[cluster]\noutput_dir = "{tmp_path}"\n{text}')
     assert main(["recipe", str(config), "--dry-run", "--row", "1", *options]) == 2
