@@ -1,6 +1,7 @@
 """``oellm doctor``'s rules checked against what the training entry and megatron-core 0.19.2 do under the same
 environment: a finding says ok exactly where the run starts, and names the runs that are refused and the ways out as
-the entry's own checks do (apex's gradient-accumulation extension, the flex dispatcher's HybridEP backends)."""
+the entry's own checks do (apex's gradient-accumulation extension, the flex dispatcher's HybridEP backends, fla's
+kernels failing to import as tilelang cannot load a shared library)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,27 @@ import dataclasses
 import importlib
 import importlib.machinery
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from megatron.oellm.doctor.probes import collect_environment, deep_ep_declares_hybrid_ep
+from megatron.oellm.cards import get_card
+from megatron.oellm.doctor.probes import (
+    FLA_GDN_PROBE,
+    collect_environment,
+    deep_ep_declares_hybrid_ep,
+    find_nvcc,
+    fresh_import_errors,
+)
 from megatron.oellm.doctor.report import EnvironmentReport
-from megatron.oellm.doctor.rules import check_hybrid_ep, check_transformer_engine
-from megatron.oellm.training import dispatcher
+from megatron.oellm.doctor.rules import check_fla_gdn_imports, check_hybrid_ep, check_transformer_engine
+from megatron.oellm.training import dispatcher, fla_kernels
 from megatron.oellm.training.args import parse_oellm_argv
+from tests.unit_tests.doctor_reports import make_report
+from tests.unit_tests.training.entry_helpers import tilelang_library_missing
 
 TE = {"transformer-engine": "2.20.2"}
 
@@ -108,3 +119,28 @@ def test_the_hybrid_ep_warning_says_what_the_entry_does_with_each_flex_backend(t
         assert "when megatron-core builds the MoE layers" in finding.message, finding.message
     assert ('moe-flex-dispatcher-backend = "deepep"' in finding.fix) is not refused["deepep"], finding.fix
     assert 'moe-token-dispatcher-type = "alltoall"' in finding.fix
+
+
+# --- fla's kernels, where tilelang cannot load a shared library: one fix from both -----------------------------
+
+
+def test_a_tilelang_library_that_does_not_load_gets_the_same_fix_from_both(tmp_path, monkeypatch):
+    """A tilelang whose z3 cannot load its libz3 fails fla's import with an OSError: the doctor's fla-gdn-imports
+    finding named it with the broken-tilelang fix, and the entry's check did not catch it (a traceback on every rank).
+    Both now name the library, and the entry's fix is the doctor's, word for word."""
+    pytest.importorskip("fla")
+    nvcc = find_nvcc(os.environ)
+    if nvcc is None:
+        pytest.skip("no nvcc here: fla would not import tilelang")
+    library = f"libz3.so.4.{random.randint(16, 99)}"
+    tilelang_library_missing(monkeypatch, tmp_path, library)
+    errors = fresh_import_errors({"tilelang": "import tilelang", "fla-gdn": FLA_GDN_PROBE})
+    report = make_report(versions={"tilelang": "0.1.15"}, tilelang_importable=True, nvcc_path=nvcc,
+                         tilelang_import_error=errors["tilelang"], fla_gdn_import_error=errors["fla-gdn"])
+    (finding,) = check_fla_gdn_imports(report, {})
+    assert finding.severity == "error" and f"OSError: {library}: cannot open" in finding.message, finding
+    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b-tiny"))
+    assert f"OSError: {library}: cannot open" in problem
+    assert "catches only an ImportError there" in finding.message and "catches only an ImportError there" in problem
+    assert problem.split("Fix: ", 1)[1] == finding.fix
+    assert f"put back {library}, which z3-solver==4.15.4.0 ships" in finding.fix

@@ -130,3 +130,21 @@ def test_the_training_entry_names_the_fix_of_the_import_error_it_sees(monkeypatc
     problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b"))
     assert message in problem and expected in problem.split("Fix: ", 1)[1]
     assert "pip install fla-core" not in problem
+
+
+@pytest.mark.parametrize(("library", "expected"), [
+    ("libtvm_ffi.so", "put back libtvm_ffi.so, which apache-tvm-ffi==0.1.12 ships"),
+    ("libtvm.so", "put back libtvm.so, which tilelang==0.1.15 ships"),
+    ("libcudart.so.13", "make libcudart.so.13 loadable"),
+])
+def test_a_shared_library_tilelang_cannot_load_is_named_first_in_the_fix(library: str, expected: str) -> None:
+    """tilelang's import raising OSError for a shared library the loader cannot find (fla's kernels then fail with
+    it): both findings gave the general broken-tilelang fix, and fla-gdn-imports said "FLA is not installed", which
+    megatron-core says only of an ImportError. The library comes first, by the distribution that ships it."""
+    error = f"OSError: /tmp/{_token()}/{library}: cannot open shared object file: No such file or directory"
+    report = _broken_tilelang_report(f"3.{random.randint(8, 20)}.0", error, error)
+    (gdn,) = check_fla_gdn_imports(report, {})
+    (hopper,) = check_fla_hopper_triton(report, {})
+    assert gdn.fix == hopper.fix and gdn.fix.startswith(expected), gdn.fix
+    assert "pip uninstall tilelang" in gdn.fix and TILELANG_STACK_INSTALL in gdn.fix
+    assert "catches only an ImportError there" in gdn.message and "FLA is not installed" not in gdn.message

@@ -7,6 +7,7 @@ user to set FLA_TILELANG=0, and said ok again once it was set.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import random
 import string
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.doctor.rules import check_fla_hopper_triton
+from megatron.oellm.doctor.report import format_text
+from megatron.oellm.doctor.rules import check_environment, check_fla_hopper_triton
 from tests.unit_tests.doctor_reports import make_report
 
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -51,6 +53,26 @@ def test_the_switches_and_an_older_triton_do_not_make_it_ok(case):
     (finding,) = check_fla_hopper_triton(report, env)
     assert finding.severity == "error", (case, finding)
     assert error in finding.message and "does not help" in finding.fix
+
+
+@pytest.mark.parametrize("triton_range", ["fixed", "before 3.4"])
+@pytest.mark.parametrize("failure", ["missing module", "missing library"])
+def test_the_text_report_gives_the_fix_once(triton_range, failure):
+    """fla's kernels fail to import (fla-gdn-imports) and fla's TileLang path is broken (fla-hopper-triton) for the
+    same tilelang: two findings, each with its own message, and one fix, which the report printed under both."""
+    token = "".join(random.choices(string.ascii_lowercase, k=8))
+    triton = _fixed_triton() if triton_range == "fixed" else f"3.{random.randint(0, 3)}.{random.randint(0, 9)}"
+    library = {"tilelang_import_error": f"OSError: libz3.so.4.{random.randint(16, 99)}: cannot open shared object "
+                                       f"file ({token})"} if failure == "missing library" else {}
+    report, _ = _broken(triton, **library)
+    report = dataclasses.replace(report, fla_gdn_import_error=report.tilelang_import_error)  # fla imports tilelang
+    findings = {finding.name: finding for finding in check_environment(report, {})}
+    gdn, hopper = findings["fla-gdn-imports"], findings["fla-hopper-triton"]
+    assert gdn.severity == hopper.severity == "error" and gdn.fix == hopper.fix and gdn.message != hopper.message
+    text = format_text(report, list(findings.values()))
+    assert text.count(gdn.fix) == 1 and gdn.message in text and hopper.message in text
+    assert text.count("pip uninstall tilelang") == 1
+    assert "fix: the same as for fla-gdn-imports above" in text.split(hopper.message, 1)[1].splitlines()[1]
 
 
 def test_without_nvcc_fla_does_not_import_tilelang_and_it_stays_ok():

@@ -33,3 +33,18 @@ def package_folders(module: str) -> list[Path]:
     if spec is None or not spec.submodule_search_locations:
         return []
     return [Path(folder) for folder in spec.submodule_search_locations]
+
+
+def module_folder(module: str) -> Path | None:
+    """The folder ``module`` would be imported from (the one it was, where it is imported), located without importing
+    it: a package's folder (the first of a namespace package's), a single-file or compiled module's parent folder;
+    None where it is not found. A copy on PYTHONPATH that shadows an installed one shows here."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(spec.origin).parent if spec.has_location and spec.origin else None

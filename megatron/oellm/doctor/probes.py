@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.doctor.allocator import ALLOCATOR_VARIABLES, allocator_conf, allocator_items
-from megatron.oellm.doctor.locate import is_file, module_findable, package_folders
+from megatron.oellm.doctor.locate import is_file, module_findable, module_folder, package_folders
 from megatron.oellm.doctor.nccl import _nccl_names
 from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, GpuInfo
 from megatron.oellm.paths import source_checkout
@@ -83,6 +83,14 @@ def distribution_version(probe: PackageProbe) -> str | None:
         if version:
             return version
     return UNKNOWN_VERSION if probe.module is not None and module_findable(probe.module) else None
+
+
+def module_folders() -> dict[str, str | None]:
+    """Package name -> the folder its module is imported from (:func:`~megatron.oellm.doctor.locate.module_folder`),
+    None where it is not found, for each of :data:`PACKAGE_PROBES` that names a module: a torch, fla or Triton on
+    PYTHONPATH ahead of the environment's own copy is then seen in the report."""
+    folders = {probe.name: module_folder(probe.module) for probe in PACKAGE_PROBES if probe.module is not None}
+    return {name: None if folder is None else str(folder) for name, folder in folders.items()}
 
 
 def _run_in_fresh_interpreter(code: str, what: str, timeout_s: float,
@@ -456,9 +464,9 @@ def _torch_cuda_facts() -> tuple[str | None, str | None, tuple[GpuInfo, ...], st
 
 
 def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentReport:
-    """Probe this process: megatron-oellm's version and folder, package versions, Python provision, torch's CUDA
-    build and GPUs, nvcc, HybridEP, the ``NCCL_*`` names NCCL and torch read, whether torch's parser takes the
-    allocator configuration, the GPUs nvidia-smi lists.
+    """Probe this process: megatron-oellm's version and folder, package versions and folders, Python provision,
+    torch's CUDA build and GPUs, nvcc, HybridEP, the ``NCCL_*`` names NCCL and torch read, whether torch's parser
+    takes the allocator configuration, the GPUs nvidia-smi lists.
 
     ``env`` (default ``os.environ``) is used to locate nvcc and nvidia-smi and for the allocator configuration torch
     reads; the rules read their variables separately.
@@ -515,6 +523,7 @@ def collect_environment(env: Mapping[str, str] | None = None) -> EnvironmentRepo
         helpers_cpp_makefile=core_path is not None and is_file(Path(core_path) / "datasets" / "Makefile"),
         fla_gdn_import_error=fresh.fla_gdn_error,
         megatron_core_path=core_path,
+        module_folders=module_folders(),
         te_flash_attention=te_flash_attention,
         te_flash_attention_error=te_flash_attention_error,
         allocator_refusal=allocator_refusal_in_subprocess(items) if any(items) else None,

@@ -9,7 +9,7 @@ status.
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 if typing.TYPE_CHECKING:
@@ -123,6 +123,10 @@ class EnvironmentReport:
     megatron_core_path: str | None = None
     """Folder of the ``megatron.core`` that ``import megatron.core`` loads (a source checkout on PYTHONPATH shadows
     the installed distribution, whose metadata then names another release); None when it is not found."""
+    module_folders: dict[str, str | None] = field(default_factory=dict)
+    """Package name (see :data:`PACKAGE_PROBES`) -> folder its module is imported from, None where not found
+    (:func:`megatron.oellm.doctor.probes.module_folders`): a copy on PYTHONPATH ahead of the environment's own (a
+    second torch, an old fla) shows by its folder; empty where not probed."""
     te_flash_attention: FlashAttentionFound | None = None
     """The flash-attn packages Transformer Engine took up when a fresh interpreter imported its attention backends
     (:func:`megatron.oellm.backends.te_flash_attention.te_flash_attention_found`); None where TE does not import or that
@@ -164,37 +168,63 @@ def version_rows(report: EnvironmentReport) -> dict[str, str | None]:
 
 
 def module_paths(report: EnvironmentReport) -> dict[str, str | None]:
-    """Folder that megatron-oellm and megatron-core were each imported from (None where not found): a checkout on
-    PYTHONPATH comes ahead of the copy installed in an image or venv."""
-    return {"megatron-oellm": report.megatron_oellm_path, "megatron-core": report.megatron_core_path}
+    """Folder that megatron-oellm and each reported package were imported from (None where not found), megatron-core's
+    as :attr:`EnvironmentReport.megatron_core_path` names it: a checkout or package on PYTHONPATH comes ahead of the
+    copy installed in an image or venv."""
+    return {"megatron-oellm": report.megatron_oellm_path, **report.module_folders,
+            "megatron-core": report.megatron_core_path}
+
+
+def _version_lines(report: EnvironmentReport) -> list[str]:
+    """The rows of the text report's version table: name, version with its notes, and the folder it was imported
+    from (:func:`module_paths`) in a column of its own, so that a folder unlike the others stands out in a log."""
+    rows = version_rows(report)
+    paths = module_paths(report)
+    shown = {}
+    for name, version in rows.items():
+        shown[name] = version if version is not None else "-"
+        if name == "python" and report.typing_override_provided:
+            shown[name] += "  (typing.override provided by megatron.oellm.compat)"
+        if name in ("cuda", "nccl") and version is not None:
+            shown[name] += "  (torch build)"
+        if name == "hybrid-ep" and version is not None:
+            shown[name] += "  (deep_ep.HybridEPBuffer)"
+    located = [name for name in rows if paths.get(name)]
+    name_width = max(len(name) for name in rows)
+    version_width = max((len(shown[name]) for name in located), default=0)
+    return [f"  {name:<{name_width}}  " + (f"{text:<{version_width}}  ({paths[name]})" if name in located else text)
+            for name, text in shown.items()]
+
+
+def fix_lines(findings: list[Finding]) -> list[str | None]:
+    """What the text report's fix line of each finding says (None: no fix): its fix, or, where an earlier finding has
+    the same fix, a pointer to that finding. On Hopper a tilelang that does not import gets one fix from two rules
+    (fla's kernels do not import; fla's TileLang path is broken): a long text, said once."""
+    first_with: dict[str, str] = {}
+    said: list[str | None] = []
+    for finding in findings:
+        if finding.fix is None:
+            said.append(None)
+        elif finding.fix in first_with:
+            said.append(f"the same as for {first_with[finding.fix]} above")
+        else:
+            first_with[finding.fix] = finding.name
+            said.append(finding.fix)
+    return said
 
 
 def format_text(report: EnvironmentReport, findings: list[Finding]) -> str:
-    """Human report: aligned version table (with the folders of megatron-oellm and megatron-core), GPU list, then each
-    finding with its fix line."""
-    rows = version_rows(report)
-    paths = module_paths(report)
-    width = max(len(name) for name in rows)
-    lines = ["Versions"]
-    for name, version in rows.items():
-        shown = version if version is not None else "-"
-        if name == "python" and report.typing_override_provided:
-            shown += "  (typing.override provided by megatron.oellm.compat)"
-        if name in ("cuda", "nccl") and version is not None:
-            shown += "  (torch build)"
-        if name == "hybrid-ep" and version is not None:
-            shown += "  (deep_ep.HybridEPBuffer)"
-        if paths.get(name):
-            shown += f"  ({paths[name]})"
-        lines.append(f"  {name:<{width}}  {shown}")
+    """Human report: aligned version table (with the folder each package was imported from), GPU list, then each
+    finding with its fix line (:func:`fix_lines`: a fix an earlier finding gave is not repeated)."""
+    lines = ["Versions", *_version_lines(report)]
     lines += ["", "GPUs"]
     lines += [f"  {gpu.index}  {gpu.name}  sm_{gpu.capability[0]}{gpu.capability[1]}  {gpu.memory_gib:.1f} GiB"
               for gpu in report.gpus] or ["  none seen by torch"]
     lines += ["", "Findings"]
-    for finding in findings:
+    for finding, fix in zip(findings, fix_lines(findings), strict=True):
         lines.append(f"  {'[' + finding.severity + ']':<9}  {finding.name}: {finding.message}")
-        if finding.fix:
-            lines.append(f"  {'':<9}  fix: {finding.fix}")
+        if fix:
+            lines.append(f"  {'':<9}  fix: {fix}")
     errors = sum(finding.severity == "error" for finding in findings)
     warnings = sum(finding.severity == "warning" for finding in findings)
     lines += ["", f"{errors} error(s), {warnings} warning(s)"]

@@ -110,6 +110,31 @@ BROKEN_TILELANG_FIX = (f"make `import tilelang` work: {TILELANG_STACK_INSTALL}, 
 """The fix where fla fails importing its kernels because tilelang, which it found, does not import (fla 0.6.0's
 ``fla.ops.utils.sinkhorn`` imports tilelang wherever ``TileLangBackend.is_available()``, which reads no switch)."""
 
+MISSING_LIBRARY = re.compile(r"(?P<library>(?P<stem>lib[\w+-]+?)\.so[\w.]*): cannot open shared object file")
+"""The dynamic loader's message for a shared library it cannot find (``libz3.so.4.15: cannot open shared object
+file``), raised as OSError by ``ctypes`` and as ImportError by an extension module's import."""
+TILELANG_STACK_LIBRARIES = {"libz3": "z3-solver", "libtvm_ffi": "apache-tvm-ffi", "libtvm": "tilelang",
+                            "libtvm_runtime": "tilelang", "libtilelang": "tilelang", "libtilelang_module": "tilelang"}
+"""Shared libraries the TileLang stack loads as tilelang imports (by file name without ``.so``) -> the
+:data:`TILELANG_STACK` distribution that ships each."""
+
+
+def broken_tilelang_fix(error: str | None) -> str:
+    """The fix where tilelang (which fla imports) does not import with ``error``: where the loader could not find a
+    shared library (:data:`MISSING_LIBRARY`), that library put back first, by the distribution of the stack that
+    ships it (:data:`TILELANG_STACK_LIBRARIES`) or else on the loader's path; then :data:`BROKEN_TILELANG_FIX` (the
+    whole stack, or tilelang taken out). The doctor and the training entry give the same text for the same error."""
+    missing = MISSING_LIBRARY.search(error or "")
+    if missing is None:
+        return BROKEN_TILELANG_FIX
+    library, distribution = missing["library"], TILELANG_STACK_LIBRARIES.get(missing["stem"])
+    if distribution is None:
+        return (f"make {library} loadable (install what ships it, or put the folder holding it on LD_LIBRARY_PATH); "
+                f"else {BROKEN_TILELANG_FIX}")
+    requirement = f"{distribution}=={TILELANG_STACK[distribution]}"
+    return (f"put back {library}, which {requirement} ships (pip install --force-reinstall {requirement}); else "
+            f"{BROKEN_TILELANG_FIX}")
+
 
 def tilelang_fix(report: EnvironmentReport) -> str:
     """:data:`FLA_TILELANG_FIX`, with the site bundle (which carries the same TileLang stack) for nodes without
@@ -339,7 +364,7 @@ def check_fla_hopper_triton(report: EnvironmentReport, env: Mapping[str, str]) -
     if not affected:
         broken = _broken_tilelang_fla_imports(report)
         if broken is not None:
-            return [_broken_tilelang_on_hopper(hopper[0], triton, broken)]
+            return [_broken_tilelang_on_hopper(hopper[0], triton, broken, report.tilelang_import_error)]
         return [Finding("ok", name, f"Triton {triton} is outside the range affected by fla issue 640.")]
     tilelang_blocker = fla_tilelang_blocker(report.tilelang_importable, report.tilelang_import_error,
                                             report.nvcc_path, env)
@@ -389,17 +414,18 @@ def _broken_tilelang_fla_imports(report: EnvironmentReport) -> str | None:
     return None if problem is None or report.nvcc_path is None else problem
 
 
-def _broken_tilelang_on_hopper(gpu: GpuInfo, triton: str, problem: str) -> Finding:
+def _broken_tilelang_on_hopper(gpu: GpuInfo, triton: str, problem: str, error: str | None) -> Finding:
     """The error for a tilelang that fla imports on Hopper (``gpu``), with a Triton outside fla issue 640's range,
-    but that does not import (``problem``): fla's kernels then fail to import. That Triton's own backward is right, so
-    taking tilelang out works as well as making it import (:data:`BROKEN_TILELANG_FIX`); no Triton to install."""
+    but that does not import (``problem``, from its import ``error``): fla's kernels then fail to import. That
+    Triton's own backward is right, so taking tilelang out works as well as making it import
+    (:func:`broken_tilelang_fix`, the fla-gdn-imports finding's fix for the same failure); no Triton to install."""
     return Finding(
         "error", "fla-hopper-triton",
         f"fla 0.6.0 imports tilelang as its kernels import wherever tilelang and an nvcc are found, on Hopper "
         f"({gpu.name}) with Triton {triton} too (which needs no TileLang: outside fla issue 640's range), and "
         f"{problem}: the models with GDN or KDA layers (Qwen3.5, the OEL hybrid) fail as fla's kernels import"
         f"{FLA_FREE_MODELS}.",
-        BROKEN_TILELANG_FIX)
+        broken_tilelang_fix(error))
 
 
 def _broken_tilelang_without_hopper(report: EnvironmentReport, triton: str, problem: str) -> Finding:
@@ -530,7 +556,9 @@ MISSING_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
 def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The fla kernels megatron-core's GDN layer imports must import where fla is installed: megatron-core catches
     their ImportError (a requirement of fla missing, einops for one, which the site bundle does not carry) and the
-    models with GDN layers fail only at model build, saying "FLA is not installed". The error names the real cause."""
+    models with GDN layers fail only at model build, saying "FLA is not installed"; an OSError (a shared library of
+    tilelang's that does not load) it does not catch. The error names the real cause, and the consequence as the
+    training entry's refusal does (:func:`megatron.oellm.training.fla_kernels.fla_import_problem`)."""
     name = "fla-gdn-imports"
     fla = report.versions.get("fla")
     if fla is None or not torch_imports(report):  # without torch, the torch rule's error says what to do
@@ -538,11 +566,14 @@ def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> 
     error = report.fla_gdn_import_error
     if error is None:
         return [Finding("ok", name, f"fla {fla}: the GDN kernels megatron-core uses import.")]
+    outcome = ("megatron-core catches only an ImportError there, so the models with GDN layers (Qwen3.5) end in this "
+               "error's traceback on every rank as megatron-core imports fla" if error.startswith("OSError")
+               else "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model "
+               "build with \"FLA is not installed\"")
     return [Finding(
         "error", name,
         f"fla {fla} is installed, but the GDN kernels megatron-core imports from it do not import ({error}): "
-        "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model build with "
-        f"\"FLA is not installed\"{FLA_FREE_MODELS}.", _fla_gdn_fix(report, error))]
+        f"{outcome}{FLA_FREE_MODELS}.", _fla_gdn_fix(report, error))]
 
 
 TORCH_MODULES = ("torch", "triton")
@@ -561,14 +592,14 @@ loaded by Python 3.11 lacks symbols; a 32-bit or foreign library has the wrong E
 def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
     """The fix for fla's GDN kernels failing to import with ``error``: a compiled module built for another Python or
     CPU (:data:`NATIVE_LOAD_FAILURE`) replaced by one built for them; a tilelang that fla imports but that does not
-    import made to import or taken out (:data:`BROKEN_TILELANG_FIX`); a missing requirement of fla installed (torch's
-    own modules fixed as torch is); else fla reinstalled."""
+    import made to import or taken out (:func:`broken_tilelang_fix` of tilelang's own error); a missing requirement of
+    fla installed (torch's own modules fixed as torch is); else fla reinstalled."""
     if NATIVE_LOAD_FAILURE.search(error):
         return (f"{built_for_this_python(report, FLA_COMPILED_PACKAGES, 'them')}; where pip installed them, reinstall them with "
                 "this Python's pip (pip install --force-reinstall PACKAGE, for the package whose library the error "
                 "names)")
     if _broken_tilelang_fla_imports(report) is not None:
-        return BROKEN_TILELANG_FIX
+        return broken_tilelang_fix(report.tilelang_import_error)
     missing = MISSING_MODULE.search(error)
     package = missing["module"].split(".")[0] if missing is not None else None
     if package in TORCH_MODULES:
@@ -582,14 +613,15 @@ def fla_import_error_fix(error: str, package: str | None) -> str:
     """The training entry's fix for fla's kernels failing to import with ``error`` (``package``: the missing
     module's top-level name, None when none is missing), where no doctor report is at hand: a compiled module built
     for another Python or CPU (:data:`NATIVE_LOAD_FAILURE`) replaced by one built for this one; a tilelang that does
-    not import (it is named in ``error``) made to import or taken out; else :func:`fla_requirement_fix`. "Install
+    not import (it is named in ``error``) made to import or taken out, a shared library it cannot load put back first
+    (:func:`broken_tilelang_fix`, the doctor's text for the same error); else :func:`fla_requirement_fix`. "Install
     fla" would do nothing there: fla is installed."""
     if NATIVE_LOAD_FAILURE.search(error):
         return (f"install {FLA_COMPILED_PACKAGES} built for this Python and CPU: a site bundle built for them (tools/build_site_bundle.sh with this node's --python-version and "
                 "platform; oellm doctor prints the command) in place of the old one, or pip install --force-reinstall "
                 "of the package whose library the error names")
     if package is None and "tilelang" in error:
-        return BROKEN_TILELANG_FIX
+        return broken_tilelang_fix(error)
     return fla_requirement_fix(package)
 
 

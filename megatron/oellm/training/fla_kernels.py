@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import platform
+import traceback
 from collections.abc import Mapping
 
 from megatron.oellm.cards import ModelCard
@@ -30,6 +31,7 @@ from megatron.oellm.doctor.report import UNKNOWN_VERSION, EnvironmentReport, Gpu
 from megatron.oellm.doctor.rules import (
     FLA_FREE_MODELS,
     FLA_TILELANG_FIX,
+    TILELANG_STACK_MODULES,
     check_fla_hopper_triton,
     fla_affected_triton,
     fla_import_error_fix,
@@ -118,24 +120,54 @@ def fla_tilelang_crash_problem(card: ModelCard, report: EnvironmentReport, env: 
     return f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers: {message} Fix: {errors[0].fix}"
 
 
+def _tilelang_stack_module(error: BaseException) -> str | None:
+    """The top-level module of the TileLang stack (:data:`~megatron.oellm.doctor.rules.TILELANG_STACK_MODULES`:
+    tilelang, tvm_ffi, z3, ...) whose code ran innermost when ``error`` was raised: the package whose import failed
+    as fla imported tilelang (a ``ctypes`` load of a missing ``libz3.so`` raises OSError from its frame); None where
+    none of the stack's code ran."""
+    running = [frame.f_globals.get("__name__", "") for frame, _line in traceback.walk_tb(error.__traceback__)]
+    stack = [name.split(".")[0] for name in running if name.split(".")[0] in TILELANG_STACK_MODULES]
+    return stack[-1] if stack else None
+
+
+def _import_failure(error: ImportError | AttributeError | OSError) -> tuple[str, str | None]:
+    """(what failed, missing package) of fla's kernels failing to import with ``error``: a missing module by its
+    name, with its top-level package; any other error as its one line (package None), which names tilelang where the
+    error came from tilelang's stack (:func:`_tilelang_stack_module`) and does not name it itself, so that the fix
+    (:func:`~megatron.oellm.doctor.rules.fla_import_error_fix`) is tilelang's."""
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        return f"the module {error.name!r} is missing", error.name.split(".")[0]
+    stack_module = _tilelang_stack_module(error)
+    described = one_line_error(error)
+    if stack_module is not None and not isinstance(error, ImportError):  # an ImportError's line names its module
+        described = f"importing {stack_module} raised {described}"
+    if stack_module is not None and "tilelang" not in described:
+        described = f"as fla imported tilelang, {described}"
+    return described, None
+
+
 def fla_import_problem(card: ModelCard) -> str:
     """Why megatron-core could not build ``card``'s GDN or KDA layers ('' when it could, or the card has none): an fla
     entry point megatron-core 0.19.2 imports for them (:data:`~megatron.oellm.doctor.probes.FLA_GDN_IMPORTS`) does
     not import here. megatron-core swallows that ``ImportError`` at import and raises "FLA is not installed" from the
     layer's constructor, on every rank after process groups and GPU memory are set up; the missing module (fla
-    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix."""
+    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix. So is an
+    OSError of a shared library that fails to load as fla imports tilelang (a missing ``libz3.so``), which
+    megatron-core does not catch: it would end the run in a traceback on every rank."""
     if card.linear_mixer == "none":
         return ""
     for module, name in FLA_GDN_IMPORTS:
         try:
             getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as error:
-            absent = error.name if isinstance(error, ModuleNotFoundError) else None
-            missing = f"the module {absent!r} is missing" if absent else one_line_error(error)
-            package = absent.split(".")[0] if absent else None
+        except (ImportError, AttributeError, OSError) as error:
+            failure, package = _import_failure(error)
+            outcome = ("megatron-core, which catches only an ImportError there, would end every rank in this error's "
+                       "traceback as it imports fla" if isinstance(error, OSError)
+                       else "megatron-core would stop with 'FLA is not installed' on every rank once the model is "
+                       "built")
             return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}, "
-                    f"which does not import here ({missing}); megatron-core would stop with 'FLA is not installed' on "
-                    f"every rank once the model is built. Fix: {fla_import_error_fix(missing, package)}")
+                    f"which does not import here ({failure}); {outcome}. Fix: "
+                    f"{fla_import_error_fix(failure, package)}")
     return ""
 
 

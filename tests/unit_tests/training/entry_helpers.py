@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.machinery
+import os
 import sys
 import types
 from pathlib import Path
@@ -185,6 +186,29 @@ def tilelang_import_fails(monkeypatch: pytest.MonkeyPatch, error: Exception) -> 
         return import_module(name, *rest)
 
     monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
+
+
+TILELANG_STACK_STAND_INS = ("fla", "tilelang", "z3")
+"""Top-level modules that :func:`tilelang_library_missing` makes a process import afresh."""
+
+
+def tilelang_library_missing(monkeypatch: pytest.MonkeyPatch, site: Path, library: str) -> None:
+    """A stand-in site in ``site``, first on ``sys.path`` and on PYTHONPATH (for fresh interpreters), holding
+    tilelang and z3-solver (:func:`~tests.unit_tests.fake_site.add_distribution`) whose ``z3`` loads the shared
+    library ``library`` with ctypes as tilelang imports it; the library is not there, so the import raises OSError as
+    a z3-solver without its ``libz3`` does. fla's modules and any tilelang or z3 are taken out of ``sys.modules``:
+    fla imports tilelang again (wherever an nvcc is found) and meets the stand-in."""
+    from tests.unit_tests.fake_site import add_distribution
+
+    for name, code in (("tilelang", "import z3\n"), ("z3", f"import ctypes\n\nctypes.CDLL({library!r})\n")):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(code)
+    add_distribution(site, "tilelang", "0.1.15")
+    add_distribution(site, "z3-solver", "4.15.4.0")
+    for name in [name for name in sys.modules if name.split(".")[0] in TILELANG_STACK_STAND_INS]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
 
 
 DATA_CHECK_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]

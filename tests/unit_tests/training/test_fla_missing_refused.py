@@ -4,6 +4,7 @@ layer's constructor, on every rank after process groups and GPU memory are set u
 
 from __future__ import annotations
 
+import os
 import random
 import string
 import sys
@@ -11,8 +12,14 @@ import sys
 import pytest
 
 from megatron.oellm.cards import get_card
+from megatron.oellm.doctor.probes import find_nvcc
 from megatron.oellm.training import fla_kernels
-from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain, one_error_line, tiny_moe_run
+from tests.unit_tests.training.entry_helpers import (
+    entry_up_to_pretrain,
+    one_error_line,
+    tilelang_library_missing,
+    tiny_moe_run,
+)
 
 HYBRID, MOE = "qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"
 
@@ -67,3 +74,22 @@ def test_a_model_without_linear_mixers_does_not_import_fla(monkeypatch) -> None:
     _without(monkeypatch, "fla")
     assert fla_kernels.fla_import_problem(get_card(MOE)) == ""
     assert "fla" not in sys.modules
+
+
+def test_a_tilelang_library_that_does_not_load_is_refused_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    """fla imports tilelang wherever an nvcc is found; a tilelang whose z3 cannot load its libz3 raises OSError there,
+    which the check did not catch (nor does megatron-core): the run ended in a traceback. It is refused in one line
+    naming the package and the library, with the fix: that library put back by its distribution, or tilelang taken
+    out. It stays a refusal: fla's own guard of its Hopper backward needs a tilelang that imports."""
+    pytest.importorskip("fla")
+    if find_nvcc(os.environ) is None:
+        pytest.skip("no nvcc here: fla would not import tilelang")
+    main = entry_up_to_pretrain(monkeypatch)
+    library = f"libz3.so.4.{random.randint(16, 99)}"
+    tilelang_library_missing(monkeypatch, tmp_path, library)
+    assert main.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch"]) == 2
+    line = one_error_line(capsys)
+    assert f"as fla imported tilelang, importing z3 raised OSError: {library}: cannot open" in line, line
+    fix = line.split("Fix: ", 1)[1]
+    assert f"put back {library}, which z3-solver==4.15.4.0 ships" in fix and "pip uninstall tilelang" in fix
+    assert "FLA is not installed" not in line and "pip install fla-core" not in fix
