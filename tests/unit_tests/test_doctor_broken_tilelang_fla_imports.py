@@ -83,7 +83,7 @@ def test_an_affected_triton_with_a_broken_tilelang_takes_tilelang_out_with_the_f
 @pytest.mark.parametrize("loader_error", [
     "/usr/bin/python3: symbol lookup error: {site}/tvm_ffi/core.abi3.so: undefined symbol: PyType_FromMetaclass",
     "ImportError: {site}/tvm_ffi/core.abi3.so: undefined symbol: PyErr_GetRaisedException",
-    "ImportError: {site}/tilelang/lib/libtvm.so: wrong ELF class: ELFCLASS32",
+    "ImportError: {site}/tilelang/lib/libtvm_compiler.so: wrong ELF class: ELFCLASS32",
 ])
 def test_a_library_built_for_another_python_gets_a_build_for_this_one(loader_error: str) -> None:
     """A cp312 abi3 tvm_ffi loaded by Python 3.11 (the fla probe's interpreter dies in the loader) and the like."""
@@ -134,7 +134,8 @@ def test_the_training_entry_names_the_fix_of_the_import_error_it_sees(monkeypatc
 
 @pytest.mark.parametrize(("library", "expected"), [
     ("libtvm_ffi.so", "put back libtvm_ffi.so, which apache-tvm-ffi==0.1.12 ships"),
-    ("libtvm.so", "put back libtvm.so, which tilelang==0.1.15 ships"),
+    ("libtvm_runtime.so", "put back libtvm_runtime.so, which tilelang==0.1.15 ships"),
+    ("libz3.so.4.15", "put back libz3.so.4.15, which z3-solver==4.15.4.0 ships"),
     ("libcudart.so.13", "make libcudart.so.13 loadable"),
 ])
 def test_a_shared_library_tilelang_cannot_load_is_named_first_in_the_fix(library: str, expected: str) -> None:

@@ -113,10 +113,11 @@ BROKEN_TILELANG_FIX = (f"make `import tilelang` work: {TILELANG_STACK_INSTALL}, 
 MISSING_LIBRARY = re.compile(r"(?P<library>(?P<stem>lib[\w+-]+?)\.so[\w.]*): cannot open shared object file")
 """The dynamic loader's message for a shared library it cannot find (``libz3.so.4.15: cannot open shared object
 file``), raised as OSError by ``ctypes`` and as ImportError by an extension module's import."""
-TILELANG_STACK_LIBRARIES = {"libz3": "z3-solver", "libtvm_ffi": "apache-tvm-ffi", "libtvm": "tilelang",
-                            "libtvm_runtime": "tilelang", "libtilelang": "tilelang", "libtilelang_module": "tilelang"}
+TILELANG_STACK_LIBRARIES = {"libz3": "z3-solver", "libtvm_ffi": "apache-tvm-ffi", "libtvm_compiler": "tilelang",
+                            "libtvm_runtime": "tilelang", "libtilelang": "tilelang"}
 """Shared libraries the TileLang stack loads as tilelang imports (by file name without ``.so``) -> the
-:data:`TILELANG_STACK` distribution that ships each."""
+:data:`TILELANG_STACK` distribution that ships each (the files of the cp312 wheels of tilelang 0.1.15, z3-solver
+and apache-tvm-ffi 0.1.12 in the offline site bundle)."""
 
 
 def broken_tilelang_fix(error: str | None) -> str:
