@@ -137,7 +137,8 @@ def _warning_line(prefix: str) -> Callable[..., None]:
 
 def _convert(args: argparse.Namespace) -> int:
     """:func:`run` within its warning format. The conversion's termination guard is left only once the summary is
-    printed: a signal after the output is complete is recorded, and named in one line after the whole summary."""
+    printed: a signal after the output is complete is recorded, and named in one line after the whole summary. A path
+    this user may not access that no check of the inputs named is refused in one line too (:func:`_permission_denied`)."""
     from megatron.oellm.cards import CardError, get_card
     from megatron.oellm.convert.errors import ConversionError
     from megatron.oellm.convert.termination import TerminationGuard
@@ -154,6 +155,8 @@ def _convert(args: argparse.Namespace) -> int:
         return refuse(f"convert {args.direction}", error)
     except ConversionError as error:
         return refuse(f"convert {args.direction}", error, error.exit_status)
+    except PermissionError as error:
+        return refuse(f"convert {args.direction}", _permission_denied(error))
     except KeyboardInterrupt:  # Ctrl-C before the conversion set its handlers (from then on, a ConversionInterrupted)
         return refuse(f"convert {args.direction}", "stopped by SIGINT; --out is as it was", 128 + signal.SIGINT)
     try:
@@ -167,7 +170,16 @@ def _convert(args: argparse.Namespace) -> int:
             _print_summary(args, card, summary, time.perf_counter() - start, stored_vocab is not None)
     except ConversionError as error:
         return refuse(f"convert {args.direction}", error, error.exit_status)
+    except PermissionError as error:  # a path the checks of the inputs did not look at (they name the flag)
+        return refuse(f"convert {args.direction}", _permission_denied(error))
     return 0
+
+
+def _permission_denied(error: PermissionError) -> str:
+    """The refusal of a path this user may not read, enter or write that no check named first: one line naming it
+    (exit status 2) rather than a traceback, since the path is the user's to fix, not a defect of the code."""
+    return (f"this user may not access {error.filename} ({error.strerror}); give it the permissions needed (chmod), "
+            "or pass paths this user may read (and, for --out, write)")
 
 
 def _card(args: argparse.Namespace) -> tuple[ModelCard, int | None]:

@@ -6,14 +6,16 @@ Distributed Checkpoint (``.metadata`` + ``__0_<n>.distcp``, one file per unit) w
 ``common_state/shard_0_1``, and megatron's ``metadata.json``. We drive ``torch.distributed.checkpoint`` with our own
 planners instead of calling ``dist_checkpointing.save`` because that call needs every tensor in memory at once;
 here a tensor is produced when the writer reaches it (items are written in unit order, one unit cached), and
-reading loads only the chunks of one unit. Before anything is read, every data file the metadata names must exist and
-reach the end of its last item, so that a damaged copy is named up front, not met half-way through a conversion.
+reading loads only the chunks of one unit. Before anything is read, ``.metadata`` and every data file it names must be
+readable by this user, and each data file must reach the end of its last item, so that a damaged copy or a file of
+another user's umask is named up front, not met half-way through a conversion.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
 import queue
 import re
 import warnings
@@ -45,7 +47,7 @@ from torch.distributed.checkpoint.planner import (
 )
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, no_read_permission
 from megatron.oellm.convert.mcore_layout import Piece
 
 COMMON_STATE_KEY = "common_state/shard_0_1"
@@ -326,6 +328,7 @@ class CheckpointReader:
             return loaded[0]
         except (CheckpointException, Exception) as error:  # damaged bytes of the right length: unpickling raises
             # about any type, inside DCP's reader (a CheckpointException, a BaseException) or in the torch.load here
+            _refuse_denied_read(error, self.directory)
             cause = _first_failure(error) if isinstance(error, CheckpointException) else type(error).__name__
             raise ConversionError(f"cannot read the common state of {self.directory} ({cause}); the checkpoint is "
                                   "damaged (copy it again)") from error
@@ -347,6 +350,7 @@ class CheckpointReader:
                 dcp.load({}, storage_reader=GivenMetadataReader(self.directory, self.metadata),
                          planner=_RegionLoadPlanner(regions, items), no_dist=True)
         except CheckpointException as error:
+            _refuse_denied_read(error, self.directory)
             files = sorted({str(self.directory / info.relative_path)
                             for index, info in self.metadata.storage_data.items() if index.fqn in regions})
             raise ConversionError(f"cannot read the checkpoint data in {', '.join(files)} ({_first_failure(error)}); "
@@ -447,6 +451,16 @@ def _pieces_by_key(pieces: Iterable[Piece]) -> dict[str, list[Piece]]:
     return by_key
 
 
+def _refuse_denied_read(error: BaseException, directory: Path) -> None:
+    """Raise :func:`no_read_permission` naming the file where ``error`` (DCP's ``CheckpointException``, or an error
+    raised around it) is a read of the checkpoint in ``directory`` this user lacked the permission for (a file made
+    unreadable after the checks before the conversion); any other failure is left to the caller, which calls the
+    checkpoint damaged."""
+    failure = next(iter(error.failures.values()))[0] if isinstance(error, CheckpointException) else error
+    if isinstance(failure, PermissionError):
+        raise no_read_permission(Path(failure.filename or directory)) from error
+
+
 def _first_failure(error: CheckpointException) -> str:
     """The type of the first exception behind a DCP ``CheckpointException`` (its message may run over many lines
     and give advice that does not apply, such as torch.load's on ``weights_only``)."""
@@ -454,8 +468,11 @@ def _first_failure(error: CheckpointException) -> str:
 
 
 def read_metadata(directory: Path) -> Metadata:
-    """The DCP metadata of ``directory``; a damaged ``.metadata`` is a :class:`ConversionError`."""
+    """The DCP metadata of ``directory``; a damaged ``.metadata``, or one this user may not read, is a
+    :class:`ConversionError`."""
     path = directory / METADATA_FILE
+    if path.is_file() and not os.access(path, os.R_OK):
+        raise no_read_permission(path)
     try:
         metadata = dcp.FileSystemReader(directory).read_metadata()
     except Exception as error:  # unpickling a damaged file raises about any type
@@ -466,8 +483,9 @@ def read_metadata(directory: Path) -> Metadata:
 
 
 def check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
-    """The data files ``metadata`` stores items in, each checked to exist and to reach the end of its last item
-    (a copy cut short or a lost file is named here, before any tensor is read)."""
+    """The data files ``metadata`` stores items in, each checked to exist, to be readable by this user and to reach
+    the end of its last item (a copy cut short, a lost file or one of another user's umask is named here, before any
+    tensor is read)."""
     needed: dict[str, int] = {}
     for info in metadata.storage_data.values():
         name = getattr(info, "relative_path", None)
@@ -479,6 +497,8 @@ def check_data_files(directory: Path, metadata: Metadata) -> list[Path]:
         path = directory / name
         if not path.is_file():
             raise ConversionError(f"{path} is missing; {METADATA_FILE} stores checkpoint data in it")
+        if not os.access(path, os.R_OK):
+            raise no_read_permission(path)
         size = path.stat().st_size
         if size < end:
             raise ConversionError(f"{path} has {size} bytes, {METADATA_FILE} stores data up to byte {end}; the file "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megatron.oellm.cards import ModelCard
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, check_folder_access
 from megatron.oellm.convert.hf_config import (
     CONFIG_FILES,
     CONFIG_NAME,
@@ -42,6 +42,7 @@ def export_config_files(card: ModelCard, common: dict, directory: Path,
     ``directory`` (``common`` is its common state). A ``config.json`` must describe ``card``, its vocabulary aside
     (:func:`_fitted_to_the_card`)."""
     if hf_config_dir is not None:
+        check_folder_access(hf_config_dir, f"--hf-config {hf_config_dir}")
         if not hf_config_dir.is_dir():
             raise ConversionError(f"--hf-config {hf_config_dir} is not a directory")
         files = read_config_files(hf_config_dir)

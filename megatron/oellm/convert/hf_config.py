@@ -16,13 +16,18 @@ derived from stated ones: layer types, head size; the config is kept and written
 card's would make an export ``from_pretrained`` refuses, or one that computes otherwise), the RoPE settings
 the card's config states (type, base, rotated fraction), the activation, and the fields the card cannot change
 (sliding window, attention bias, dense-MLP layers) as read. A multimodal config's top-level fields that describe its
-language model (``tie_word_embeddings``, token ids) count where ``text_config`` lacks them, as in the export.
+language model (``tie_word_embeddings``, token ids) count where ``text_config`` lacks them or states them as null, as
+in the export. A quantized checkpoint's config (``quantization_config``) is refused first, naming its method, and
+RoPE scaling (YaRN's ``rope_scaling``) as an inference-time setting where it is the only contradiction.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -118,19 +123,22 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
                     fix: str = PICK_THE_CARD, embedding_rows: int | None = None) -> None:
     """Raise naming every field of ``config_text`` (a ``config.json`` from ``where``) that contradicts ``card``.
 
-    A ``model_type`` other than the card's config's (a checkpoint of another family) is refused before anything
-    else is read, naming only that field; a text model's config (written back verbatim) must state ``model_type``,
-    and ``architectures``, where stated, must name the card's causal-LM class (the export would not load, or load as
-    another model); a shape field the checkpoint states but the card's config class does not
-    have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts as a contradiction. A vocabulary size that is the only
-    contradiction points to ``--vocab-size`` (no other card would fit). ``fix`` ends every other refusal: what to
-    change when the config is another model's (by default the card, for a config that came with the checkpoint).
+    A quantized model's config (:func:`check_not_quantized`) is refused first. A ``model_type`` other than the card's
+    config's (a checkpoint of another family) is refused before anything else is read, naming only that field; a
+    text model's config (written back verbatim) must state ``model_type``, and ``architectures``, where stated, must
+    name the card's causal-LM class (the export would not load, or load as another model); a shape field the
+    checkpoint states but the card's config class does not have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts
+    as a contradiction. A vocabulary size that is the only contradiction points to ``--vocab-size`` (no other card
+    would fit), and RoPE scaling that is the only one (YaRN for long contexts) is named an inference-time setting to
+    leave out (:func:`_rope_scaling_fix`). ``fix`` ends every other refusal: what to change when the config is another
+    model's (by default the card, for a config that came with the checkpoint).
     ``embedding_rows`` (the rows of the weights' ``model.embed_tokens.weight``, where the config came with them): a
     ``vocab_size`` stating another count is refused first, naming both; the config then contradicts its own weights,
     and the card's refusal (pass ``--vocab-size`` = the config's) and the weights' (= the rows) would send the user
     back and forth.
     """
     stored = parse_json_object(config_text, where)
+    check_not_quantized(stored, where)
     text = _text_fields(stored, where)
     expected = family_module(card).hf_config_from_card(card)
 
@@ -154,7 +162,8 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
                               f"has {embedding_rows} rows: the config contradicts its own weights (a config.json of "
                               "another save, or an edited one); set vocab_size to the rows in it")
     try:
-        loaded = type(expected).from_dict(text)
+        with _transformers_quiet():
+            loaded = type(expected).from_dict(text)
     except Exception as error:  # transformers' field validation raises its own types
         raise ConversionError(f"{where} cannot be read as a {type(expected).__name__}: {error}") from error
     aliases = type(expected).attribute_map
@@ -182,6 +191,9 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
     wrong |= {f"rope_parameters.{k}": f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}"
               for k, v in card_rope.items() if rope.get(k) != v}
+    if "rope_parameters.rope_type" in wrong and _describes(card, json.dumps(_without_rope_scaling(stored, card_rope)),
+                                                           where):
+        raise refuse([wrong["rope_parameters.rope_type"]], _rope_scaling_fix(rope.get("rope_type")))
     if list(wrong) == ["vocab_size"] and not left_out:  # a vocabulary of its own, not another card
         raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
     if wrong and set(wrong) <= {"model_type", "architectures"}:  # this card's model, its class misnamed
@@ -197,6 +209,62 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
         if fix == PICK_THE_CARD:  # sizes the weights show, or fields the config leaves out, may be what is wrong
             remedy += _which_card_fits(card, config_text, where, text, plain_if_none=sizes_only or left_out)
         raise refuse(list(wrong.values()), remedy, sizes_only)
+
+
+def check_not_quantized(stored: dict, where: str) -> None:
+    """Raise naming its method where ``stored`` (a ``config.json`` from ``where``) describes a quantized model
+    (``quantization_config`` at its top level or in its ``text_config``): GPTQ and AWQ checkpoints store packed
+    integer tensors (``qweight``, ``qzeros``, ``scales``) in place of the weights, FP8 ones float8 weights with a
+    ``weight_scale_inv`` beside each, which the tensor checks refused as a missing tensor or an unread dtype."""
+    for part in (stored, stored.get("text_config")):
+        quantization = part.get("quantization_config") if isinstance(part, dict) else None
+        if quantization is None:
+            continue
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+        kind = f"a {method} quantized model" if isinstance(method, str) else "a quantized model"
+        raise ConversionError(f"{where} describes {kind} (quantization_config, quant_method {method!r}): oellm "
+                              "convert reads and writes unquantized weights (bf16, fp16, fp32) only; convert the "
+                              "model's unquantized release (e.g. Qwen/Qwen3-30B-A3B, not its -GPTQ-Int4, -AWQ or -FP8 "
+                              "repository)")
+
+
+@contextmanager
+def _transformers_quiet() -> Iterator[None]:
+    """transformers' logger at errors only, its level restored after: reading a config it would warn about (YaRN's
+    factor against ``max_position_embeddings``) printed a ``[transformers]`` line on stderr beside the conversion's
+    own refusal."""
+    from transformers.utils import logging as transformers_logging
+
+    level = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)
+
+
+def _without_rope_scaling(stored: dict, card_rope: dict) -> dict:
+    """A copy of ``stored`` (a ``config.json``; its ``text_config`` where nested) without RoPE scaling: no
+    ``rope_scaling``, and ``rope_parameters`` holding only the fields the card's (``card_rope``) has, its
+    ``rope_type`` the card's. Whether the card describes that copy tells whether the scaling is all that differs."""
+    unscaled = copy.deepcopy(stored)
+    text = unscaled.get("text_config", unscaled)
+    if not isinstance(text, dict):
+        return unscaled
+    text.pop("rope_scaling", None)
+    rope = text.get("rope_parameters")
+    if isinstance(rope, dict):
+        text["rope_parameters"] = {**{k: v for k, v in rope.items() if k in card_rope},
+                                   "rope_type": card_rope["rope_type"]}
+    return unscaled
+
+
+def _rope_scaling_fix(rope_type: object) -> str:
+    """What a refusal of a config whose only contradiction is its RoPE scaling (``rope_type``) tells the user."""
+    return (f"RoPE scaling (rope_type {rope_type!r}, as Qwen's model cards suggest for contexts past the trained "
+            "length) is an inference-time setting, not part of the weights: convert with a copy of config.json "
+            "without it (rope_scaling, or rope_parameters' rope_type and scaling fields), and add it back to the "
+            "config.json of the Hugging Face export")
 
 
 def _which_card_fits(card: ModelCard, config_text: str, where: str, text: dict, plain_if_none: bool) -> str:
@@ -280,14 +348,14 @@ def _model_class_fields(stored: dict, expected: PretrainedConfig) -> dict[str, s
 
 def _text_fields(stored: dict, where: str) -> dict:
     """The fields describing the language model of ``stored`` (a ``config.json`` from ``where``): the config itself,
-    or for a multimodal one its ``text_config`` plus the :data:`TOP_LEVEL_TEXT_FIELDS` it lacks, as
+    or for a multimodal one its ``text_config`` plus the :data:`TOP_LEVEL_TEXT_FIELDS` it lacks or states as null, as
     :func:`text_model_config` writes them back (a top-level ``tie_word_embeddings`` then decides the export)."""
     text = stored.get("text_config", stored)
     if not isinstance(text, dict):
         raise ConversionError(f"{where}: 'text_config' is a JSON {type(text).__name__}, not an object")
     if text is stored:
         return text
-    return {**{k: stored[k] for k in TOP_LEVEL_TEXT_FIELDS if k in stored}, **text}
+    return _with_top_level_text_fields(stored, text)
 
 
 def _stated(text: dict, aliases: dict[str, str], key: str) -> bool:
@@ -311,10 +379,20 @@ TOP_LEVEL_TEXT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_wo
 """Fields a multimodal config may state only at its top level that still describe its language model."""
 
 
+def _with_top_level_text_fields(stored: dict, text: dict) -> dict:
+    """``text`` (the ``text_config`` of the multimodal config ``stored``) with the :data:`TOP_LEVEL_TEXT_FIELDS`
+    ``stored`` states at its top level where ``text`` lacks them or states them as null: transformers 5's
+    ``save_pretrained`` of ``Qwen3_5MoeConfig`` writes ``"eos_token_id": null`` (and the other token ids) into
+    ``text_config`` beside the real ids at the top level, which then wiped them from the export's config."""
+    top = {k: stored[k] for k in TOP_LEVEL_TEXT_FIELDS if k in stored}
+    return {**top, **{k: v for k, v in text.items() if v is not None or top.get(k) is None}}
+
+
 def text_model_config(card: ModelCard, config_text: str) -> str | None:
     """For a multimodal ``config.json`` (``text_config`` nested), the config of its language model alone, as the
     card's causal-LM class reads it: ``text_config`` with the card's ``architectures`` and ``model_type``, plus the
-    :data:`TOP_LEVEL_TEXT_FIELDS` it lacks. None for a text model's config (written back unchanged).
+    :data:`TOP_LEVEL_TEXT_FIELDS` it lacks or states as null (:func:`_with_top_level_text_fields`). None for a text
+    model's config (written back unchanged).
 
     The export holds only the language model, under the causal-LM names (``model.layers.*``); the multimodal
     config's ``architectures`` would make loaders that follow it (``AutoModelForImageTextToText``) expect
@@ -324,6 +402,6 @@ def text_model_config(card: ModelCard, config_text: str) -> str | None:
     if "text_config" not in stored:
         return None
     expected = family_module(card).hf_config_from_card(card)
-    text = {**{k: stored[k] for k in TOP_LEVEL_TEXT_FIELDS if k in stored}, **stored["text_config"]}
+    text = _with_top_level_text_fields(stored, stored["text_config"])
     text.update(architectures=list(expected.architectures), model_type=expected.model_type)
     return json.dumps(text, indent=2, sort_keys=True) + "\n"

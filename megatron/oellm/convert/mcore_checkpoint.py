@@ -15,7 +15,7 @@ from pathlib import Path
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, METADATA_FILE
-from megatron.oellm.convert.errors import ConversionError, listed
+from megatron.oellm.convert.errors import ConversionError, check_folder_access, listed
 from megatron.oellm.convert.hf_config import CONFIG_NAME
 from megatron.oellm.convert.output import partial_output_of
 from megatron.oellm.megatron_args import model_flags
@@ -135,8 +135,10 @@ def _refuse_partial_output(path: Path) -> None:
 
 def resolve_mcore_dir(path: Path) -> Path:
     """The distributed-checkpoint directory of ``path``: itself, or the iteration named by its
-    ``latest_checkpointed_iteration.txt`` (``release`` or ``iter_XXXXXXX``)."""
+    ``latest_checkpointed_iteration.txt`` (``release`` or ``iter_XXXXXXX``); either must be a folder this user may
+    enter (:func:`check_folder_access`)."""
     _refuse_partial_output(path)
+    check_folder_access(path, f"--mcore {path}")
     if not path.is_dir():
         raise ConversionError(f"{path} is not a directory; pass a megatron checkpoint directory")
     marker = path / ITERATION_FILE
@@ -158,4 +160,5 @@ def resolve_mcore_dir(path: Path) -> Path:
                          if entry.is_dir() and (entry.name == RELEASE or entry.name.startswith(ITERATION_PREFIX)))
         raise ConversionError(f"{marker} names {value}, but {iteration} is missing (present: "
                               f"{', '.join(present) or 'none'}); pass the iteration directory itself with --mcore")
+    check_folder_access(iteration, f"{iteration} (the checkpoint {marker} names)")
     return iteration

@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from megatron.oellm.convert.errors import ConversionError, listed
+from megatron.oellm.convert.errors import ConversionError, listed, no_read_permission
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -62,8 +62,7 @@ def _open(path: Path) -> safe_open:
     """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors, or without read
     permission, which safetensors reports as a missing file) is a :class:`ConversionError` naming it."""
     if path.is_file() and not os.access(path, os.R_OK):
-        raise ConversionError(f"cannot read {path}: no read permission (e.g. a shared cache downloaded with another "
-                              "user's umask); make it readable (chmod a+r) or convert a copy")
+        raise no_read_permission(path)
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError) as error:

@@ -70,9 +70,21 @@ def _foreign_in_hf_output(entry: Path) -> list[str]:
     if written:
         return [] if carries_export_mark(entry) else [f"{entry.name} (no oellm_export mark)"]
     if entry.name in CONFIG_FILES and entry.is_file():
-        marked = any(carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME))
-        return [] if marked else [f"{entry.name} (no marked {SINGLE_NAME} or {INDEX_NAME} beside it)"]
+        return [] if _beside_marked_export(entry) else [_without_marked_export(entry)]
     return [entry.name]
+
+
+def _beside_marked_export(entry: Path) -> bool:
+    """Whether the ``--out`` entry ``entry`` sits beside the weights of a previous export (a ``model.safetensors`` or
+    index carrying :func:`carries_export_mark`): only then are the files an export writes besides its weights (config,
+    tokenizer) that export's, not a model's or the user's of the same names."""
+    return any(carries_export_mark(entry.parent / name) for name in (SINGLE_NAME, INDEX_NAME))
+
+
+def _without_marked_export(entry: Path) -> str:
+    """How a refusal names ``entry``, a file an export writes found in an ``--out`` without a previous export's
+    weights."""
+    return f"{entry.name} (no marked {SINGLE_NAME} or {INDEX_NAME} beside it)"
 
 
 def _refuse_unmarked_model(out_dir: Path) -> None:
@@ -95,8 +107,15 @@ def _refuse_unmarked_model(out_dir: Path) -> None:
 
 def _foreign_in_hf_output_with_tokenizer(entry: Path) -> list[str]:
     """:func:`_foreign_in_hf_output` for an export given ``--tokenizer``, which writes the tokenizer files too: a
-    previous export's tokenizer files are replaced by the new ones."""
-    return _foreign_in_hf_output(entry) and foreign_in_tokenizer_entry(entry)
+    previous export's tokenizer files (beside its marked weights, as its config files) are replaced by the new ones.
+    Tokenizer files without such weights beside them are the user's own tokenizer (or a model's), which ``--overwrite``
+    would replace and, where the new tokenizer lacks one, delete."""
+    if not _foreign_in_hf_output(entry):
+        return []
+    foreign_to_tokenizer = foreign_in_tokenizer_entry(entry)
+    if foreign_to_tokenizer or _beside_marked_export(entry):
+        return foreign_to_tokenizer
+    return [_without_marked_export(entry)]
 
 
 def _planned_pieces(card: ModelCard, reader: CheckpointReader, padded: int) -> list[list[mcore_layout.Piece]]:

@@ -20,9 +20,16 @@ import torch
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
 from megatron.oellm.convert.dist_ckpt import CHECKPOINT_CONFIG_FILE, DATA_FILE, METADATA_FILE, save_streaming
-from megatron.oellm.convert.errors import ConversionError
+from megatron.oellm.convert.errors import ConversionError, check_folder_access
 from megatron.oellm.convert.family import Unit, family_module, hf_to_mcore_unit, iter_hf_to_mcore
-from megatron.oellm.convert.hf_config import CONFIG_NAME, CardContradiction, check_hf_config, read_config_files
+from megatron.oellm.convert.hf_config import (
+    CONFIG_NAME,
+    CardContradiction,
+    check_hf_config,
+    check_not_quantized,
+    parse_json_object,
+    read_config_files,
+)
 from megatron.oellm.convert.hf_names import CanonicalView, canonical_hf_names
 from megatron.oellm.convert.mcore_checkpoint import (
     CARD_KEY,
@@ -127,14 +134,18 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
     """:func:`hf_to_mcore_checkpoint` within its termination guard; ``out_dir`` is resolved (:func:`resolved_out`)
     after the checks of the source, so that a missing ``--hf`` is named before a broken ``--out``."""
     module = family_module(card)
+    check_folder_access(hf_dir, f"--hf {hf_dir}", lists=True)
     _refuse_megatron_checkpoint(hf_dir)
+    config_files = read_config_files(hf_dir)
+    config_path = str(hf_dir / CONFIG_NAME)
+    if CONFIG_NAME in config_files:  # before the weights: a quantized model's are refused as missing tensors
+        check_not_quantized(parse_json_object(config_files[CONFIG_NAME], config_path), config_path)
     source = SafetensorsSource(hf_dir)
     header = source.shapes()
     names, skipped = canonical_hf_names(header)
-    config_files = read_config_files(hf_dir)
     tensors = {canonical: header[stored] for canonical, stored in names.items()}
     if CONFIG_NAME in config_files:
-        _check_config_of_weights(card, config_files[CONFIG_NAME], str(hf_dir / CONFIG_NAME), tensors)
+        _check_config_of_weights(card, config_files[CONFIG_NAME], config_path, tensors)
     check_hf_tensors(card, tensors)
     meta = {name: torch.empty(shape, dtype=dtype, device="meta") for name, (shape, dtype) in header.items()}
     chunks, unit_of = [], {}

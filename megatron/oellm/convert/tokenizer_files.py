@@ -17,7 +17,7 @@ import shutil
 import warnings
 from pathlib import Path
 
-from megatron.oellm.convert.errors import ConversionError, ConversionWarning
+from megatron.oellm.convert.errors import ConversionError, ConversionWarning, check_folder_access
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TOKENIZER_JSON = "tokenizer.json"
@@ -48,6 +48,7 @@ def check_tokenizer_dir(directory: Path, vocab_size: int) -> list[str]:
     """The tokenizer files of ``directory`` (:func:`tokenizer_file_names`) after checking that it is a tokenizer
     folder whose token ids fit a model of ``vocab_size`` rows; raise naming the folder and the fix otherwise."""
     where = f"--tokenizer {directory}"
+    check_folder_access(directory, where)
     if not directory.exists():
         raise ConversionError(f"{where} does not exist; pass the folder of the Hugging Face tokenizer the checkpoint "
                               "was trained with")

@@ -129,6 +129,24 @@ def test_with_tokenizer_other_files_in_out_are_still_refused(converted) -> None:
     assert _files(tmp / "out") == before
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_with_tokenizer_tokenizer_files_without_an_export_beside_them_are_refused(converted, overwrite: bool) -> None:
+    """An --out holding a tokenizer and no export's marked weights (the user's own tokenizer folder given as --out)
+    is refused, naming its files, and kept: --overwrite --tokenizer replaced it, deleting what the new tokenizer
+    lacks, as it replaces a previous export's tokenizer files."""
+    card, _, tmp = converted
+    save_tiny_tokenizer(tmp / "out", card.vocab_size, seed=random.randrange(2**31), chat_template=_TEMPLATES)
+    save_tiny_tokenizer(tmp / "tok", card.vocab_size, seed=random.randrange(2**31))
+    before = _files(tmp / "out")
+    beside = r" \(no marked model\.safetensors or model\.safetensors\.index\.json beside it\)"
+    with pytest.raises(ConversionError, match=rf"holds additional_chat_templates{beside}, chat_template\.jinja{beside}, "
+                                              rf"tokenizer\.json{beside}, tokenizer_config\.json{beside}, which this "
+                                              "conversion does not write"):
+        mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out", overwrite=overwrite, tokenizer_dir=tmp / "tok")
+    assert _files(tmp / "out") == before
+    assert not _hidden_siblings(tmp / "out")
+
+
 def _no_vocabulary(directory: Path) -> None:
     (directory / "tokenizer.json").unlink()
 
