@@ -6,8 +6,9 @@ tokens (global batch x sequence) over the GPUs' throughput; ``tflops_per_gpu`` (
 given, its high end when that is all the row gives) as the step's training FLOPs (our count,
 :func:`megatron.oellm.flops.training_flops_per_token`) over the GPUs' throughput. The expected run time is the
 iterations x that step time plus :data:`START_UP_S` for the job's start, the model build and the slower first
-iterations. Rows without a reference throughput are not checked. A run that requeues its job after each stop
-(``requeue = true``) may take more than one job: only its stop's margin before the time limit is checked.
+iterations. Rows without a reference throughput are not timed; a checkpointing run whose own stop
+(``--exit-duration-in-mins``) is not before its time limit is refused with or without one. A run that requeues its
+job after each stop (``requeue = true``) may take more than one job: only its stop before the time limit is checked.
 Pure Python.
 """
 
@@ -73,8 +74,10 @@ class RunTime:
         return f"time limit {self.limit}{stop}; {self.estimate()}"
 
     def check(self) -> None:
-        """Raise :class:`RecipeError` when the expected run time exceeds the time limit or the run's stop (not for a
-        run that :attr:`requeues`), or when the stop leaves no more than one iteration before the limit."""
+        """Raise :class:`RecipeError` when a checkpointing run's stop is not before the time limit (with or without a
+        reference throughput), when the expected run time exceeds the time limit or the run's stop (not for a run that
+        :attr:`requeues`), or when the stop leaves no more than one iteration before the limit."""
+        self._check_stop_before_limit()
         if not self.requeues:
             self._check_one_job()
         after_stop = None if self.stop_minutes is None else self._after_stop_s(self.limit_s, self.stop_minutes)
@@ -84,6 +87,34 @@ class RunTime:
                               f"{self.source}): megatron checks the clock after each iteration, so one begun just "
                               f"before the stop runs into the limit and the job is killed before its final save; "
                               f"{self._margin_fix()}")
+
+    def _check_stop_before_limit(self) -> None:
+        """Raise :class:`RecipeError` when a run that saves stops (``--exit-duration-in-mins``) at or after its time
+        limit: SLURM kills the job at the limit before megatron stops and saves, so the final save is lost, and a
+        requeueing job, killed rather than ended with status 0, is never requeued. Needs no step time: a row without
+        a reference throughput is refused too."""
+        if not self.saves or self.stop_minutes is None or 60 * self.stop_minutes < self.limit_s:
+            return
+        lost = ", and the killed job fails and is never requeued" if self.requeues else ""
+        raise RecipeError(f"the run's own stop (--exit-duration-in-mins {self.stop_minutes}) is not before its time "
+                          f"limit {self.limit} ({self.limit_s / 60:g} min): SLURM kills the job at the limit before "
+                          f"megatron stops and saves, so the iterations since its last periodic save are lost{lost}; "
+                          f"{self._stop_before_limit_fix()}")
+
+    def _stop_before_limit_fix(self) -> str:
+        """How to stop before the time limit: the latest stop that keeps the save margin ``oellm recipe`` derives
+        (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`) and, with a step time, more than one iteration
+        before the limit; or the shortest time limit that leaves the run's own stop that much (a minute without a step
+        time)."""
+        minutes = self.stop_minutes + 1 + (0 if self.step_s is None else math.floor(self.step_s / 60))
+        longer = (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
+                  "\"...\", or --time, which overrides it)")
+        latest = exit_duration_minutes(self.limit_s)
+        if latest is not None and self.step_s is not None:
+            latest = min(latest, self._latest_stop_before_one_step())
+        if latest is None or latest < 1:
+            return longer
+        return f"set exit-duration-in-mins to at most {latest} in the recipe, or {longer}"
 
     def _check_one_job(self) -> None:
         """Raise :class:`RecipeError` when the expected run time exceeds the time limit, or the run's own stop: one
@@ -114,10 +145,15 @@ class RunTime:
         """How to leave more than one iteration between the stop and the time limit: a longer time limit when the
         stop is the one ``oellm recipe`` derives from it (its margin grows with the limit), else an earlier stop."""
         if not self._stop_is_derived:
-            latest = math.ceil((self.limit_s - self.step_s) / 60) - 1
+            latest = self._latest_stop_before_one_step()
             return (f"set exit-duration-in-mins to at most {latest} in the recipe" if latest >= 1
                     else "give it a longer time limit (the row's time = \"...\", or --time)")
         return self._derived_limit_fix()
+
+    def _latest_stop_before_one_step(self) -> int:
+        """The latest whole-minute stop that leaves more than one iteration (:attr:`step_s`, which must be known)
+        before the time limit."""
+        return math.ceil((self.limit_s - self.step_s) / 60) - 1
 
     def _derived_limit_fix(self) -> str:
         """``give it a time limit of at least HH:MM:00``: the shortest limit whose derived stop

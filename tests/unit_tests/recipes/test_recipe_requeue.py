@@ -95,6 +95,33 @@ def test_a_requeued_run_keeps_one_iteration_between_its_stop_and_its_time_limit(
         dataclasses.replace(long_run, requeues=False).check()
 
 
+@pytest.mark.parametrize("row", [1, 3], ids=["reference throughput", "no reference"])
+def test_an_own_stop_at_or_after_the_time_limit_is_refused_with_or_without_a_reference(tmp_path, capsys, row):
+    """The stop check ran only with a step time: a row without a reference throughput was let through with a stop
+    at or after its limit, whose job SLURM then killed at the limit before its final save, never to requeue; a row
+    with one was refused as stopping a negative number of seconds before its limit."""
+    limit_minutes = random.randint(30, 240)
+    stop = limit_minutes + random.randint(0, 120)
+    limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
+    checkpoints = tmp_path / "own-checkpoints"
+
+    def dry_run(stop_minutes: int) -> int:
+        """``--dry-run`` of ``row`` with the recipe's own checkpoints and a stop at ``stop_minutes``."""
+        text = (f'[cluster]\noutput_dir = "{tmp_path}"\n[megatron_flags]\nsave = "{checkpoints}"\n'
+                f'load = "{checkpoints}"\nsave-interval = {random.randint(1, 99)}\n'
+                f"exit-duration-in-mins = {stop_minutes}\n")
+        return main(["recipe", str(_config(tmp_path, text)), "--dry-run", "--row", str(row), "--time", limit])
+
+    assert dry_run(stop) == 2
+    err = capsys.readouterr().err
+    assert (f"row {row}: the run's own stop (--exit-duration-in-mins {stop}) is not before its time limit {limit} "
+            f"({limit_minutes} min): SLURM kills the job at the limit before megatron stops and saves") in err
+    assert "the killed job fails and is never requeued; set exit-duration-in-mins to at most " in err
+    assert " s before its time limit" not in err
+    assert dry_run(limit_minutes - 1) == 0  # a minute before the limit: more than row 1's 17 s step
+    assert ", requeued until its last iteration" in capsys.readouterr().out
+
+
 def _requeue_job(tmp_path: Path, iterations: int, before: str | None, saved: str, exit_status: int = 0,
                  requeue_status: int = 0) -> tuple[int, int, list[str]]:
     """Run the job of row 1 of the MN5 weak-scaling recipe with ``requeue = true``, ``iterations`` and checkpoints,

@@ -264,6 +264,35 @@ def test_an_own_stop_too_close_to_the_limit_is_refused_with_the_latest_stop_that
         _saving_run(limit_s, step, latest + 1).check()
 
 
+@pytest.mark.parametrize("step", [None, "drawn"], ids=["no reference", "reference step"])
+def test_a_saving_runs_stop_at_or_after_its_limit_is_refused_in_its_own_words(step):
+    """A stop at or after the time limit was told it stopped a negative number of seconds before the limit (with a
+    step time) or let through (without one): SLURM kills such a job before megatron stops and saves. Following the
+    refusal's suggestions (the stop, or the limit) passes the check; a run that saves nothing loses nothing."""
+    import re
+
+    from megatron.oellm.recipes.timing import RunTime
+
+    limit_minutes = random.randint(10, 600)
+    step_s = None if step is None else random.uniform(1, 900)
+    stop = limit_minutes + random.randint(0, 60)
+    limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
+    run = RunTime(limit, 60 * limit_minutes, 1, step_s, "" if step_s is None else "step_time_s", stop, saves=True)
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    message = str(refused.value)
+    assert message.startswith(f"the run's own stop (--exit-duration-in-mins {stop}) is not before its time limit "
+                              f"{limit} ({limit_minutes} min): SLURM kills the job at the limit before megatron "
+                              "stops and saves, so the iterations since its last periodic save are lost; ")
+    assert re.search(r"-\d", message) is None  # no negative number of seconds before the limit
+    latest = re.search(r"exit-duration-in-mins to at most (\d+) in the recipe", message)
+    if latest is not None:
+        dataclasses.replace(run, stop_minutes=int(latest.group(1))).check()
+    suggested = re.search(r"time limit of at least (\d\d:\d\d:00)", message).group(1)
+    dataclasses.replace(run, limit=suggested, limit_s=time_limit_seconds(suggested)).check()
+    dataclasses.replace(run, saves=False).check()
+
+
 def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin(tmp_path, capsys):
     """The routing table's real-routing row at 1500 tokens/s/GPU: 350 s per step, more than the 5 minutes a
     one-hour limit keeps after the stop."""
