@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from functools import partial
 from pathlib import Path
@@ -187,15 +188,27 @@ SHARED_EXAMPLES = "NFS, Lustre, GPFS, BeeGFS or CephFS"
 """Where a multi-node job's index caches belong, for the messages of :func:`check_cache_shared_by_nodes`."""
 
 
+def _positive_count(environ: Mapping[str, str], name: str) -> int | None:
+    """The whole number above 0 that ``environ`` holds under ``name``; None where it is unset or anything else."""
+    value = environ.get(name, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def job_node_count(environ: Mapping[str, str]) -> int:
     """The number of nodes the job's ranks run on, from the launcher's environment ``environ``: torchrun's
-    ``GROUP_WORLD_SIZE`` (its agents, one per node), else Slurm's ``SLURM_NNODES``; 1 where neither gives a whole
-    number (a single process, a login node), so that the checks of a multi-node job stay silent."""
-    for name in ("GROUP_WORLD_SIZE", "SLURM_NNODES"):
-        value = environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
+    ``GROUP_WORLD_SIZE`` (its agents, one per node); else ``WORLD_SIZE`` over ``LOCAL_WORLD_SIZE`` (ranks per node),
+    rounded up, where both are set; else Slurm's ``SLURM_NNODES`` capped by ``WORLD_SIZE`` (1 where it is unset), as
+    the ranks span no more nodes than there are ranks: a single process in an ``salloc -N2`` shell, which inherits
+    ``SLURM_NNODES=2``, is one node. 1 where none gives a whole number (a login node), so that the checks of a
+    multi-node job stay silent."""
+    groups = _positive_count(environ, "GROUP_WORLD_SIZE")
+    if groups is not None:
+        return groups
+    world_size, local_world_size = _positive_count(environ, "WORLD_SIZE"), _positive_count(environ, "LOCAL_WORLD_SIZE")
+    if world_size is not None and local_world_size is not None:
+        return math.ceil(world_size / local_world_size)
+    slurm_nodes = _positive_count(environ, "SLURM_NNODES")
+    return 1 if slurm_nodes is None else min(slurm_nodes, world_size or 1)
 
 
 class FolderRole(NamedTuple):

@@ -115,9 +115,46 @@ def test_the_node_count_is_torchruns_group_world_size_else_slurms():
     nodes, other = several_nodes(), several_nodes()
     assert index_cache.job_node_count({"GROUP_WORLD_SIZE": str(nodes), "SLURM_NNODES": str(other)}) == nodes
     assert index_cache.job_node_count({"GROUP_WORLD_SIZE": "1", "SLURM_NNODES": str(other)}) == 1
-    assert index_cache.job_node_count({"SLURM_NNODES": str(other)}) == other
+    assert index_cache.job_node_count({"SLURM_NNODES": str(other), "WORLD_SIZE": str(other * 4)}) == other
     assert index_cache.job_node_count({"WORLD_SIZE": str(other)}) == 1
     assert index_cache.job_node_count({"GROUP_WORLD_SIZE": "two", "SLURM_NNODES": "0"}) == 1
+
+
+def test_a_single_process_in_a_multi_node_allocation_is_one_node():
+    """An ``salloc -N2`` shell exports ``SLURM_NNODES=2`` to every process started in it, torchrun-less ones too: a
+    single-process run there (WORLD_SIZE 1 or unset) was taken for a 2-node job, and its ``/dev/shm`` cache refused.
+    The ranks span no more nodes than there are ranks."""
+    nodes = several_nodes()
+    allocation = {"SLURM_NNODES": str(nodes)}
+    assert index_cache.job_node_count(allocation) == 1
+    assert index_cache.job_node_count({**allocation, "WORLD_SIZE": "1"}) == 1
+    ranks = random.randint(2, nodes)
+    assert index_cache.job_node_count({**allocation, "WORLD_SIZE": str(ranks)}) == ranks
+    assert index_cache.job_node_count({**allocation, "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}) == 1
+
+
+def test_without_torchruns_group_size_the_nodes_are_the_ranks_over_the_ranks_per_node():
+    """torchrun's ``GROUP_WORLD_SIZE`` wins; without it, ``WORLD_SIZE`` over ``LOCAL_WORLD_SIZE`` (rounded up: a last
+    node with fewer ranks is a node), not the allocation's ``SLURM_NNODES``."""
+    per_node, nodes = random.randint(1, 8), several_nodes()
+    world_size = per_node * (nodes - 1) + random.randint(1, per_node)
+    launcher = {"WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(per_node),
+                "SLURM_NNODES": str(nodes + random.randint(1, 64))}
+    assert index_cache.job_node_count(launcher) == nodes
+    assert index_cache.job_node_count({**launcher, "GROUP_WORLD_SIZE": str(nodes + 1)}) == nodes + 1
+
+
+def test_the_entry_lets_a_single_process_in_a_multi_node_allocation_cache_in_memory(monkeypatch, capsys, tmp_path):
+    """A single-process run in an ``salloc -N2`` shell with its caches in node memory reaches megatron's pretrain."""
+    entry = entry_up_to_pretrain(monkeypatch)
+    monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "ext4"), (os.path.realpath(tmp_path), "tmpfs")])
+    for name in ("GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_NNODES", str(several_nodes()))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(Reached):
+        entry.main(entry_argv(tmp_path / "cache"))
+    assert capsys.readouterr().err == ""
 
 
 def entry_argv(cache: Path) -> list[str]:
