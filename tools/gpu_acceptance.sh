@@ -313,6 +313,9 @@ stage_train() {
   loss_lines "$OUT_DIR/train_qwen3.log"
   # the log of a run killed during iteration 16: everything before that iteration's line
   sed '/ iteration  *16\//,$d' "$OUT_DIR/train.log" > "$OUT_DIR/train_truncated.log"
+  # dated an hour back, as the log of a job killed then: written a moment ago and minutes after its last line, the copy
+  # reads as a job that may still be running ('ends at iteration 15/30 ...: still running, or killed without a message')
+  touch -d '-1 hour' "$OUT_DIR/train_truncated.log"
   run_bounded "$OUT_DIR/table.md" "$LIMIT_S" \
     python3 -m megatron.oellm table "$OUT_DIR/train.log" "$OUT_DIR/train_truncated.log" --gpus-per-node 1 --window 3-30
   echo "table of the qwen3.5 logs: rc $?"

@@ -11,8 +11,8 @@ field read ends with Megatron's `` |`` and the line's last field (``number of na
 cut by a crash or by another rank's output is left out rather than read as a shorter number.
 Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a restart, a
 resume or a requeued job appending to the same log) starts the next one; output written into the log twice (each
-iteration line twice in a row, as a ``tee -a`` into the file ``sbatch -o`` writes leaves it, or the whole run twice)
-is read once (:func:`doubled_lines`), not as a restart at each copy. Each run keeps its own arguments (a run
+piece of output again right after itself, as a ``tee -a`` into the file ``sbatch -o`` writes leaves it, or the whole
+run twice) is read once (:func:`doubled_lines`), not as a restart at each copy. Each run keeps its own arguments (a run
 without a block of its own has the previous run's) and its own part of the log: a run is *failed* when its part shows
 an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, megatron's rerun state machine
 exiting on a result its check rejected (a NaN or Inf gradient: ``Unexpected result nan ...`` then ``Exiting now``), a
@@ -44,6 +44,7 @@ with K dummy tokens (new size: M)`` line (the arguments block is printed before 
 from __future__ import annotations
 
 import ast
+import bisect
 import bz2
 import gzip
 import importlib
@@ -56,6 +57,7 @@ import stat
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,13 @@ _SKIPPED = re.compile(r"number of skipped iterations:\s*(?P<count>\d+) \|")
 _NAN = re.compile(r"number of nan iterations:\s*(?P<count>\d+) \|")
 _PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)")
 _TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
+_LOADED_CHECKPOINT = re.compile(r"successfully loaded checkpoint from .* at iteration (?P<iteration>\d+)")
+"""megatron's line after it loaded a checkpoint (``load_checkpoint``; 0.19.2 prints ``[ t 1/1, gtp_remat 1/1, p 1/4 ]``
+in between, older releases ``[ t 1/1, p 1/4 ]``), before the start's first iteration."""
+_STAMP = re.compile(r"\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?)\]\s*$")
+"""The timestamp that ends the text before an iteration line's ``iteration i/n |`` head: megatron-core 0.19.2's
+``datetime.now()`` in ``%Y-%m-%d %H:%M:%S.%f`` (older releases print whole seconds, the oldest none), local time
+without a zone."""
 _EXITS: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"\[exiting program at iteration (?P<iteration>\d+)\] datetime:"), "iteration"),
     (re.compile(r"\[exiting program after \S+ minutes\] datetime:"), "duration"),
@@ -320,6 +329,9 @@ class IterationLine:
     """Samples consumed by the end of the line's iteration (megatron's running count), None if not logged: its
     change between two lines shows the batches of the iterations between them, which the line's own global batch
     size (that of its last iteration only) does not."""
+    printed_at: datetime | None = None
+    """When megatron printed the line: its timestamp (:data:`_STAMP`), a naive local time as the node's clock gave
+    it; None when the line has none."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +383,15 @@ class Run:
     went wrong, e.g. a run whose NCCL watchdog times out at teardown after ``[after training is done]``."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """Iteration -> the line number of the run's last cut line of that iteration (see :func:`_parse_iteration`)."""
+    resumed_from: int | None = None
+    """The iteration of the checkpoint the run loaded before its first iteration line, from megatron's
+    ``successfully loaded checkpoint ... at iteration N`` (:data:`_LOADED_CHECKPOINT`); None when it printed none."""
+
+    @property
+    def resumed(self) -> bool:
+        """The run went on from a checkpoint of a trained iteration (:attr:`resumed_from` >= 1; a converted or
+        ``--finetune`` checkpoint loads as iteration 0 and training starts at 1)."""
+        return self.resumed_from is not None and self.resumed_from >= 1
 
     @property
     def stopped_from_outside(self) -> bool:
@@ -439,6 +460,7 @@ class _RunText:
     not in :attr:`lines`)."""
     cut_lines: dict[int, int] = field(default_factory=dict)
     """:attr:`Run.cut_lines` so far."""
+    resumed_from: int | None = None
 
     def inheritor(self, first_line: int) -> _RunText:
         """The next run, started at line ``first_line`` without an arguments block of its own: it keeps this run's
@@ -453,7 +475,8 @@ class _RunText:
         return Run(self.args, self.args_complete, self.start, self.last_iteration, self.logged_train_iters,
                    failure, self.finished, self.vocabulary,
                    self.deliberate_exit, line_span=(self.first_line, self.last_line),
-                   cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0)
+                   cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0,
+                   resumed_from=self.resumed_from)
 
     def whole_before(self, live_from: int) -> int:
         """The iteration of the last whole iteration line before the first failure marker from line ``live_from``
@@ -514,6 +537,9 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
         if _TRAINING_DONE.search(line):
             current.finished = True
             continue
+        if (loaded := _LOADED_CHECKPOINT.search(line)) and current.start is None:
+            current.resumed_from = int(loaded["iteration"])
+            continue
         if exit_ := deliberate_exit(line):
             current.deliberate_exit = exit_
             continue
@@ -535,40 +561,90 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
     return RunLog(path, iterations, tuple(runs), doubled, written_at)
 
 
-DOUBLED_LINES = "each iteration line appears twice in a row"
-""":attr:`RunLog.doubled` of a log whose output lines were each written twice (a ``tee -a`` into the file that
-``sbatch -o`` also writes: every chunk of output lands twice, back to back)."""
-
-
 def doubled_lines(lines: list[str]) -> tuple[str, frozenset[int]]:
     """(:attr:`RunLog.doubled`, the indices in ``lines`` of the second copies to leave out) of a log into which the
     job's output was written twice, read otherwise as a restart at each repeated iteration line; ('', empty) for
     any other log. Iteration lines are compared whole: their timestamps (to the microsecond) and losses make two
     starts of the program print different lines, so a real restart (a requeue or resume starting again at a lower
-    iteration) is never taken for a copy. Two forms: each iteration line repeated (:func:`_paired_copies`), or all
-    of them repeated after the last (:func:`_repeated_run`)."""
+    iteration) is never taken for a copy. Once the log shows doubling (:func:`_shows_doubling`), two forms: all
+    iteration lines repeated after the last (:func:`_repeated_run`, the whole run appended to its log); else each
+    iteration line equal to an earlier one is a copy, wherever it is, and so is each piece of output repeated right
+    after itself (:func:`_repeated_pieces`): a ``tee -a`` into the file that ``sbatch -o`` also writes puts each of
+    its reads there twice, and a read may hold several lines (two iteration lines, the arguments block), so a copy
+    is not always the line right after the one it repeats."""
     heads = [index for index, line in enumerate(lines) if _ITERATION.search(line)]
-    if copies := _paired_copies(lines, heads):
-        return DOUBLED_LINES, copies
-    return _repeated_run(lines, heads)
+    repeated = _repeated_heads(lines, heads)
+    if not _shows_doubling(len(heads) - len(repeated), len(repeated)):
+        return "", frozenset()
+    if len(heads) > 2 and (whole := _repeated_run(lines, heads))[0]:  # two lines A A are read as repeated pieces
+        return whole
+    count = len(repeated)
+    return (f"{count} iteration line{'s' if count > 1 else ''} appear{'' if count > 1 else 's'} twice",
+            repeated | _repeated_pieces(lines))
 
 
-def _paired_copies(lines: list[str], heads: list[int]) -> frozenset[int]:
-    """The second copies of a log whose iteration lines (at indices ``heads``) come in pairs of identical lines (the
-    last one may lack its copy: a kill between the two writes), empty if they do not: the second line of each pair,
-    and each line that repeats the line just before it (the arguments block and the other output lines doubled
-    alike; taken pairwise, so that three equal lines keep two)."""
-    pairs = range(0, len(heads) - 1, 2)
-    if len(heads) < 2 or any(lines[heads[k]] != lines[heads[k + 1]] for k in pairs):
-        return frozenset()
-    copies = {heads[k + 1] for k in pairs}
-    index = 1
+def _repeated_heads(lines: list[str], heads: list[int]) -> frozenset[int]:
+    """The indices among ``heads`` (those of ``lines``' iteration lines) of the lines whose whole text an earlier
+    iteration line of the log has."""
+    seen: set[str] = set()
+    repeated = set()
+    for index in heads:
+        if lines[index] in seen:
+            repeated.add(index)
+        seen.add(lines[index])
+    return frozenset(repeated)
+
+
+def _shows_doubling(distinct: int, repeated: int) -> bool:
+    """A log with ``distinct`` different iteration lines of which ``repeated`` lines repeat an earlier one shows its
+    output written twice: two repeated lines or more, or one in a log of one or two different lines (doubled, then
+    cut after its second line). One repeated line among more could be a restart printing a line again (a Megatron
+    without timestamps replaying the same iteration): it says nothing of the others."""
+    return repeated >= 2 or (repeated == 1 and distinct <= 2)
+
+
+MAX_PIECE_LINES = 8192
+"""The most lines one piece of output may have in :func:`_repeated_pieces`: ``tee`` reads at most 8 KiB at a time,
+so a larger piece repeated right after itself is no copy of one read."""
+
+MAX_PIECE_TRIES = 32
+"""How many later lines equal to a piece's first line :func:`_piece_size` tries as the start of its copy: a line that
+comes often (a blank line, a warning every rank prints alike) would otherwise be compared with each of its
+repetitions, thousands in a long log. A piece holding more repetitions of its first line than this is passed over
+(its iteration lines are still found as copies by their text)."""
+
+
+def _repeated_pieces(lines: list[str]) -> frozenset[int]:
+    """The indices of the lines that repeat the piece of output just before them, in a log whose output was written
+    twice piece by piece (each read of a ``tee`` written twice, back to back: ``A B A B C C``): from the first line
+    on, the shortest piece the lines after it repeat whole is taken as a piece and its repetition as the copy, and
+    the search goes on after the copy; a line no piece starting with it explains (output written once, e.g. stderr
+    or slurmstepd's) is read and passed."""
+    where: dict[str, list[int]] = {}
+    for index, line in enumerate(lines):
+        where.setdefault(line, []).append(index)
+    copies: set[int] = set()
+    index = 0
     while index < len(lines):
-        repeated = lines[index] == lines[index - 1] and index - 1 not in copies
-        if repeated:
-            copies.add(index)
-        index += 2 if repeated else 1
+        size = _piece_size(lines, where[lines[index]], index)
+        copies.update(range(index + size, index + 2 * size))
+        index += 2 * size if size else 1
     return frozenset(copies)
+
+
+def _piece_size(lines: list[str], same: list[int], start: int) -> int:
+    """The length of the shortest piece ``lines[start:start + k]`` that the next ``k`` lines repeat, 0 for none;
+    ``same`` lists (ascending) the indices of the lines equal to ``lines[start]``, where such a repetition begins
+    (the next :data:`MAX_PIECE_TRIES` of them are tried)."""
+    first = bisect.bisect_right(same, start)
+    for position in range(first, min(first + MAX_PIECE_TRIES, len(same))):
+        again = same[position]
+        size = again - start
+        if size > MAX_PIECE_LINES or again + size > len(lines):
+            return 0
+        if all(lines[start + offset] == lines[again + offset] for offset in range(1, size)):
+            return size
+    return 0
 
 
 def _repeated_run(lines: list[str], heads: list[int]) -> tuple[str, frozenset[int]]:
@@ -613,7 +689,18 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
     return IterationLine(int(head["iteration"]), int(head["total"]), float(elapsed["ms"]),
                          float(tflops["tflops"]) if tflops else None, int(batch["gbs"]) if batch else None,
                          int(skipped["count"]), int(nan["count"]), run,
-                         int(consumed["samples"]) if consumed else None)
+                         int(consumed["samples"]) if consumed else None, printed_at(line[:head.start()]))
+
+
+def printed_at(before_head: str) -> datetime | None:
+    """The time in the timestamp that ends ``before_head`` (an iteration line's text before its ``iteration i/n``
+    head, :data:`_STAMP`), None when there is none or it names no valid time (a line garbled by another rank)."""
+    if (stamp := _STAMP.search(before_head)) is None:
+        return None
+    try:
+        return datetime.fromisoformat(stamp["stamp"])
+    except ValueError:
+        return None
 
 
 def detect_failure(lines: list[str], live_from: int) -> str:
@@ -781,15 +868,17 @@ NO_ZSTD = ("zstd-compressed, and this Python has no zstd decompressor (Python 3.
 def _zstd_decompress(data: bytes) -> bytes:
     """``data`` (a zstd file: one or more frames) decompressed by Python 3.14's ``compression.zstd``, else by the
     ``zstandard`` package (:func:`_zstandard_decompress`); :class:`ValueError` :data:`NO_ZSTD` when this Python has
-    neither (3.11's standard library reads no zstd)."""
+    neither (3.11's standard library reads no zstd). Both are imported by their full names, which a ``None`` in
+    :data:`sys.modules` hides (``from compression import zstd`` finds the submodule as an attribute of its package
+    once imported, hidden or not), so that a test can take either away."""
     try:
-        from compression import zstd
+        zstd = importlib.import_module("compression.zstd")
     except ImportError:
         pass
     else:
         return zstd.decompress(data)
     try:
-        import zstandard
+        zstandard = importlib.import_module("zstandard")
     except ImportError:
         raise ValueError(NO_ZSTD) from None
     return _zstandard_decompress(zstandard, data)

@@ -69,9 +69,12 @@ def args_block(args: dict) -> list[str]:
             + ["-------------------- end of arguments ---------------------"])
 
 
-def iteration_line(iteration: int, total: int, gbs: int, ms: float, tflops: float) -> str:
-    """One ``training_log`` line in megatron-core 0.19.2's format (MoE metrics left out)."""
-    stamp = datetime(2026, 10, 19, 12, 0, iteration).strftime("%Y-%m-%d %H:%M:%S.%f")
+def iteration_line(iteration: int, total: int, gbs: int, ms: float, tflops: float,
+                   printed_at: datetime | None = None) -> str:
+    """One ``training_log`` line in megatron-core 0.19.2's format (MoE metrics left out), its timestamp
+    ``printed_at`` (a naive local time, as megatron prints ``datetime.now()``; default 12:00:``iteration`` on
+    2026-10-19)."""
+    stamp = (printed_at or datetime(2026, 10, 19, 12, 0, iteration)).strftime("%Y-%m-%d %H:%M:%S.%f")
     return (f" [{stamp}] iteration {iteration:8d}/{total:8d} | consumed samples: {iteration * gbs:12d} | "
             f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tflops:.1f} | "
             f"learning rate: {3e-4:.6E} | global batch size: {gbs:5d} | lm loss: {random.uniform(9, 12):.6E} | "

@@ -6,7 +6,7 @@ naming both fixes. Fresh random step times and bytes."""
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
 import io
 import random
 import sys
@@ -48,15 +48,32 @@ def test_without_a_zstd_decompressor_the_row_names_the_fixes(tmp_path, capsys, m
         "or the zstandard package): 'pip install zstandard', or give the log 'zstd -d FILE' writes")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("zstandard") is None, reason="the zstandard package is not installed")
-def test_with_zstandard_a_zstd_log_gives_the_plain_logs_row(tmp_path, capsys):
-    import zstandard
+def _importable(module: str) -> bool:
+    """``module`` imports in this Python (``compression.zstd`` from Python 3.14 on, ``zstandard`` where installed)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
+
+@pytest.mark.parametrize("module", [
+    pytest.param("compression.zstd", marks=pytest.mark.skipif(not _importable("compression.zstd"),
+                                                              reason="needs Python 3.14's compression.zstd")),
+    pytest.param("zstandard", marks=pytest.mark.skipif(not _importable("zstandard"),
+                                                       reason="the zstandard package is not installed")),
+])
+def test_a_two_frame_zstd_log_gives_the_plain_logs_row(tmp_path, capsys, monkeypatch, module):
+    """Read through ``module``, the other one hidden (Python 3.14 with ``zstandard`` installed reads through
+    ``compression.zstd``: the frame-by-frame reading of ``zstandard`` runs only without it). Neither imports on
+    Python 3.11 without ``zstandard``: there both cases are skipped."""
+    zstd = importlib.import_module(module)
+    monkeypatch.setitem(sys.modules, "compression.zstd" if module == "zstandard" else "zstandard", None)
     text = _text()
     plain, packed = tmp_path / "slurm-1234.out", tmp_path / "slurm-1234.out.zst"
     plain.write_text(text, newline="")
-    first = zstandard.compress(text[:len(text) // 2].encode())
-    data = first + zstandard.compress(text[len(text) // 2:].encode())
+    first = zstd.compress(text[:len(text) // 2].encode())
+    data = first + zstd.compress(text[len(text) // 2:].encode())
     packed.write_bytes(data)  # two frames, as ``cat a.zst b.zst`` joins them
     status, row = _row(capsys, packed)
     assert status == 0 and row["status"] == "ok" and (status, row) == _row(capsys, plain)

@@ -205,8 +205,8 @@ def later_failure_note(log: RunLog, window: Window) -> str:
 
 def doubled_note(log: RunLog) -> str:
     """A ``note:`` line for ``log`` when the job's output was written into it twice (:attr:`RunLog.doubled`: each
-    iteration line twice in a row, or the whole run twice), read once: without it, every repeated line read as a
-    restart and the row as a window spanning several starts. '' when it was not."""
+    piece of output again right after itself, or the whole run twice), read once: without it, every repeated line
+    read as a restart and the row as a window spanning several starts. '' when it was not."""
     if not log.doubled:
         return ""
     return (f"note: {log.path}: {log.doubled}, the job's output written into the log twice (a `tee` into the file "
@@ -293,18 +293,35 @@ by default (``--distributed-timeout-minutes``), and a slower log interval is all
 
 
 def may_still_run(log: RunLog, run: Run) -> bool:
-    """``run``, which shows no failure, stop or end, may still be running: it is the log's last start and the file
-    was written within :data:`QUIET_S`, or three of its log intervals at the pace of its last line when that is
-    longer (a job printing every 100th iteration writes its log seldom). A file written longer ago, a text without a
+    """``run``, which shows no failure, stop or end, may still be running: it is the log's last start, the file was
+    written within the quiet time (:data:`QUIET_S`, or three of its log intervals at the pace of its last line when
+    that is longer: a job printing every 100th iteration writes its log seldom), and so was the run's last
+    iteration line before that write (:func:`_written_with_last_line`). A file written longer ago, a text without a
     file, a pipe or a compressed archive (:attr:`RunLog.written_at` None) is a job that ended: its lines stop
-    because it was killed."""
+    because it was killed; so is a fresh copy (``cp``, ``scp``, ``sed``) of an older log, whose modification time is
+    the copy's."""
     if log.written_at is None or run is not log.runs[-1]:
         return False
     last = log.iterations.get(run.last_iteration)
+    if last is None:
+        return False
     interval = run.args.get("log_interval")
-    pace = last.elapsed_ms / 1000 * interval if last is not None and is_positive_int(interval) else 0.0
+    pace = last.elapsed_ms / 1000 * interval if is_positive_int(interval) else 0.0
     quiet = max(QUIET_S, 3 * pace) if math.isfinite(pace) else QUIET_S
-    return time.time() - log.written_at <= quiet
+    return time.time() - log.written_at <= quiet and _written_with_last_line(log.written_at, last, quiet)
+
+
+def _written_with_last_line(written_at: float, last: IterationLine, quiet: float) -> bool:
+    """The log file's modification time ``written_at`` is within ``quiet`` seconds of the timestamp of its last
+    iteration line ``last``, as the file of a job still writing it is. megatron prints local time without a zone,
+    read here as the local time of this machine: a log read where the clock's zone differs from the nodes' is hours
+    off and reads as a job that ended, as does a line without a timestamp (an older Megatron)."""
+    if last.printed_at is None:
+        return False
+    try:
+        return abs(written_at - last.printed_at.timestamp()) <= quiet
+    except (OverflowError, OSError, ValueError):  # a time this platform's clock cannot hold
+        return False
 
 
 def exit_cause(args: dict, exit_: DeliberateExit) -> str:
@@ -343,14 +360,18 @@ def _signal_name(value: object) -> str:
 def first_averaged(run: Run) -> int | None:
     """The first iteration ``run``'s lines average (None when it printed none): that of its first line, as
     megatron-core 0.19.2 prints a run's first iteration; but 1 when the first line is at iteration ``log_interval``
-    > 1, the log of a Megatron that prints every ``log_interval``-th iteration only (releases before the first
-    iteration's line), whose first line averages iterations 1 to ``log_interval`` as each later line averages the
-    interval before it. Read as a run resumed at that iteration, its windows were refused as missing iterations 1 to
-    ``log_interval`` - 1 or as averaging one iteration too many. megatron-core 0.19.2 prints that first line only for
-    a run resumed from a checkpoint of iteration ``log_interval`` - 1, which a save interval rarely gives; a run of
-    such an older Megatron resumed later (first line at a higher multiple) is still read as resumed there."""
+    > 1 and the run loaded no checkpoint of a trained iteration (:attr:`Run.resumed`): the log of a Megatron that
+    prints every ``log_interval``-th iteration only (releases before the first iteration's line), whose first line
+    averages iterations 1 to ``log_interval`` as each later line averages the interval before it. Read as a run
+    resumed at that iteration, its windows were refused as missing iterations 1 to ``log_interval`` - 1 or as
+    averaging one iteration too many. megatron-core 0.19.2 prints a first line there too when resumed from a
+    checkpoint of iteration ``log_interval`` - 1: that line times its one first iteration, warm-up included, and the
+    next line averages it again (its timer is not reset after the first line), so read from 1 a window after it was
+    taken for whole intervals and got the warm-up in its step time. Such a start prints megatron's ``successfully
+    loaded checkpoint ... at iteration N`` line first; a fresh start prints none. A run of such an older Megatron
+    resumed later (first line at a higher multiple) is still read as resumed there."""
     interval = run.args.get("log_interval")
-    if run.start is not None and is_positive_int(interval) and run.start == interval > 1:
+    if run.start is not None and is_positive_int(interval) and run.start == interval > 1 and not run.resumed:
         return 1
     return run.start
 
