@@ -10,6 +10,7 @@ import importlib
 import importlib.machinery
 import os
 import random
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -25,11 +26,16 @@ from megatron.oellm.doctor.probes import (
     fresh_import_errors,
 )
 from megatron.oellm.doctor.report import EnvironmentReport
-from megatron.oellm.doctor.rules import check_fla_gdn_imports, check_hybrid_ep, check_transformer_engine
+from megatron.oellm.doctor.rules import (
+    BROKEN_TILELANG_FIX,
+    check_fla_gdn_imports,
+    check_hybrid_ep,
+    check_transformer_engine,
+)
 from megatron.oellm.training import dispatcher, fla_kernels
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.doctor_reports import make_report
-from tests.unit_tests.training.entry_helpers import tilelang_library_missing
+from tests.unit_tests.training.entry_helpers import tilelang_library_missing, tilelang_raising
 
 TE = {"transformer-engine": "2.20.2"}
 
@@ -144,3 +150,24 @@ def test_a_tilelang_library_that_does_not_load_gets_the_same_fix_from_both(tmp_p
     assert "catches only an ImportError there" in finding.message and "catches only an ImportError there" in problem
     assert problem.split("Fix: ", 1)[1] == finding.fix
     assert f"put back {library}, which z3-solver==4.15.4.0 ships" in finding.fix
+
+
+def test_a_tvm_runtime_error_gets_the_same_outcome_and_fix_from_both(tmp_path, monkeypatch):
+    """A TVM whose FFI registry fails raises RuntimeError as fla imports tilelang: the doctor's finding said
+    "FLA is not installed" (it named a traceback for an OSError only), and the entry's check did not catch it (a
+    traceback on every rank). Both now say megatron-core ends in its traceback, with the same fix."""
+    pytest.importorskip("fla")
+    nvcc = find_nvcc(os.environ)
+    if nvcc is None:
+        pytest.skip("no nvcc here: fla would not import tilelang")
+    message = f"Global Function {''.join(random.choices(string.ascii_lowercase, k=12))} is already registered"
+    tilelang_raising(monkeypatch, tmp_path, f"RuntimeError({message!r})")
+    errors = fresh_import_errors({"tilelang": "import tilelang", "fla-gdn": FLA_GDN_PROBE})
+    report = make_report(versions={"tilelang": "0.1.15"}, tilelang_importable=True, nvcc_path=nvcc,
+                         tilelang_import_error=errors["tilelang"], fla_gdn_import_error=errors["fla-gdn"])
+    (finding,) = check_fla_gdn_imports(report, {})
+    assert finding.severity == "error" and f"RuntimeError: {message}" in finding.message, finding
+    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b-tiny"))
+    assert f"RuntimeError: {message}" in problem
+    assert "catches only an ImportError there" in finding.message and "catches only an ImportError there" in problem
+    assert problem.split("Fix: ", 1)[1] == finding.fix == BROKEN_TILELANG_FIX

@@ -554,12 +554,19 @@ MISSING_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
 """The message of a ModuleNotFoundError, naming the module that is missing."""
 
 
+MEGATRON_CORE_CAUGHT = ("ImportError", "ModuleNotFoundError", "AttributeError")
+"""Error types (as an import error line starts) that megatron-core 0.19.2's import of fla's kernels turns into "FLA is
+not installed", as the training entry counts them
+(:func:`~megatron.oellm.training.fla_kernels.megatron_core_catches`); any other ends the run in its traceback."""
+
+
 def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The fla kernels megatron-core's GDN layer imports must import where fla is installed: megatron-core catches
     their ImportError (a requirement of fla missing, einops for one, which the site bundle does not carry) and the
-    models with GDN layers fail only at model build, saying "FLA is not installed"; an OSError (a shared library of
-    tilelang's that does not load) it does not catch. The error names the real cause, and the consequence as the
-    training entry's refusal does (:func:`megatron.oellm.training.fla_kernels.fla_import_problem`)."""
+    models with GDN layers fail only at model build, saying "FLA is not installed"; any other error (an OSError of a
+    shared library of tilelang's that does not load, a RuntimeError of TVM's) it does not catch. The error names the
+    real cause, and the consequence as the training entry's refusal does
+    (:func:`megatron.oellm.training.fla_kernels.fla_import_problem`)."""
     name = "fla-gdn-imports"
     fla = report.versions.get("fla")
     if fla is None or not torch_imports(report):  # without torch, the torch rule's error says what to do
@@ -568,7 +575,8 @@ def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> 
     if error is None:
         return [Finding("ok", name, f"fla {fla}: the GDN kernels megatron-core uses import.")]
     outcome = ("megatron-core catches only an ImportError there, so the models with GDN layers (Qwen3.5) end in this "
-               "error's traceback on every rank as megatron-core imports fla" if error.startswith("OSError")
+               "error's traceback on every rank as megatron-core imports fla"
+               if error.split(":", 1)[0] not in MEGATRON_CORE_CAUGHT
                else "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model "
                "build with \"FLA is not installed\"")
     return [Finding(

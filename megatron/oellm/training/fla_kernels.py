@@ -130,7 +130,7 @@ def _tilelang_stack_module(error: BaseException) -> str | None:
     return stack[-1] if stack else None
 
 
-def _import_failure(error: ImportError | AttributeError | OSError) -> tuple[str, str | None]:
+def _import_failure(error: Exception) -> tuple[str, str | None]:
     """(what failed, missing package) of fla's kernels failing to import with ``error``: a missing module by its
     name, with its top-level package; any other error as its one line (package None), which names tilelang where the
     error came from tilelang's stack (:func:`_tilelang_stack_module`) and does not name it itself, so that the fix
@@ -146,25 +146,34 @@ def _import_failure(error: ImportError | AttributeError | OSError) -> tuple[str,
     return described, None
 
 
+def megatron_core_catches(error: Exception) -> bool:
+    """Whether megatron-core 0.19.2 catches ``error`` raised as it imports fla's kernels: its ``from ... import``
+    catches only an ``ImportError`` (an AttributeError here is the entry's ``getattr`` of a name fla lacks, which
+    that ``from`` import raises as ImportError); any other error (OSError, RuntimeError, ...) ends the run in its
+    traceback."""
+    return isinstance(error, (ImportError, AttributeError))
+
+
 def fla_import_problem(card: ModelCard) -> str:
     """Why megatron-core could not build ``card``'s GDN or KDA layers ('' when it could, or the card has none): an fla
     entry point megatron-core 0.19.2 imports for them (:data:`~megatron.oellm.doctor.probes.FLA_GDN_IMPORTS`) does
     not import here. megatron-core swallows that ``ImportError`` at import and raises "FLA is not installed" from the
     layer's constructor, on every rank after process groups and GPU memory are set up; the missing module (fla
-    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix. So is an
-    OSError of a shared library that fails to load as fla imports tilelang (a missing ``libz3.so``), which
-    megatron-core does not catch: it would end the run in a traceback on every rank."""
+    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix. So is any
+    other ``Exception`` raised as fla imports (an OSError of a shared library tilelang loads, a RuntimeError or
+    ValueError of TVM's), which megatron-core does not catch: it would end the run in a traceback on every rank.
+    KeyboardInterrupt and SystemExit (not Exceptions) pass."""
     if card.linear_mixer == "none":
         return ""
     for module, name in FLA_GDN_IMPORTS:
         try:
             getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, OSError) as error:
+        except Exception as error:  # noqa: BLE001  (a broken fla or TileLang stack raises anything; named here)
             failure, package = _import_failure(error)
-            outcome = ("megatron-core, which catches only an ImportError there, would end every rank in this error's "
-                       "traceback as it imports fla" if isinstance(error, OSError)
-                       else "megatron-core would stop with 'FLA is not installed' on every rank once the model is "
-                       "built")
+            outcome = ("megatron-core would stop with 'FLA is not installed' on every rank once the model is built"
+                       if megatron_core_catches(error)
+                       else "megatron-core, which catches only an ImportError there, would end every rank in this "
+                       "error's traceback as it imports fla")
             return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}, "
                     f"which does not import here ({failure}); {outcome}. Fix: "
                     f"{fla_import_error_fix(failure, package)}")

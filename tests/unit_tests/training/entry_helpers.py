@@ -13,6 +13,7 @@ import importlib.machinery
 import os
 import sys
 import types
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -188,19 +189,34 @@ def tilelang_import_fails(monkeypatch: pytest.MonkeyPatch, error: Exception) -> 
     monkeypatch.setattr(fla_kernels.importlib, "import_module", failing_import)
 
 
-TILELANG_STACK_STAND_INS = ("fla", "tilelang", "z3")
-"""Top-level modules that :func:`tilelang_library_missing` makes a process import afresh."""
+TILELANG_STACK_STAND_INS = ("fla", "tilelang", "z3", "tvm_ffi")
+"""Top-level modules that :func:`stand_in_tilelang_stack` makes a process import afresh."""
 
 
 def tilelang_library_missing(monkeypatch: pytest.MonkeyPatch, site: Path, library: str) -> None:
-    """A stand-in site in ``site``, first on ``sys.path`` and on PYTHONPATH (for fresh interpreters), holding
-    tilelang and z3-solver (:func:`~tests.unit_tests.fake_site.add_distribution`) whose ``z3`` loads the shared
-    library ``library`` with ctypes as tilelang imports it; the library is not there, so the import raises OSError as
-    a z3-solver without its ``libz3`` does. fla's modules and any tilelang or z3 are taken out of ``sys.modules``:
-    fla imports tilelang again (wherever an nvcc is found) and meets the stand-in."""
+    """A stand-in site in ``site`` (:func:`stand_in_tilelang_stack`) whose ``z3`` loads the shared library
+    ``library`` with ctypes as tilelang imports it; the library is not there, so the import raises OSError as a
+    z3-solver without its ``libz3`` does."""
+    stand_in_tilelang_stack(monkeypatch, site, {"tilelang": "import z3\n",
+                                                "z3": f"import ctypes\n\nctypes.CDLL({library!r})\n"})
+
+
+def tilelang_raising(monkeypatch: pytest.MonkeyPatch, site: Path, error: str) -> None:
+    """A stand-in site in ``site`` (:func:`stand_in_tilelang_stack`) whose ``tvm_ffi``, which tilelang imports,
+    raises ``error`` (Python source of an exception, ``RuntimeError('...')``) as a TVM whose FFI registry or version
+    check fails does."""
+    stand_in_tilelang_stack(monkeypatch, site, {"tilelang": "import tvm_ffi\n", "tvm_ffi": f"raise {error}\n"})
+
+
+def stand_in_tilelang_stack(monkeypatch: pytest.MonkeyPatch, site: Path, sources: Mapping[str, str]) -> None:
+    """A stand-in site in ``site``, first on ``sys.path`` and on PYTHONPATH (for fresh interpreters), holding the
+    packages of ``sources`` (top-level module of :data:`TILELANG_STACK_STAND_INS` -> its ``__init__``'s code) and
+    tilelang's and z3-solver's distributions (:func:`~tests.unit_tests.fake_site.add_distribution`). fla's modules and
+    the stack's are taken out of ``sys.modules``: fla imports tilelang again (wherever an nvcc is found) and meets
+    the stand-in."""
     from tests.unit_tests.fake_site import add_distribution
 
-    for name, code in (("tilelang", "import z3\n"), ("z3", f"import ctypes\n\nctypes.CDLL({library!r})\n")):
+    for name, code in sources.items():
         (site / name).mkdir(parents=True)
         (site / name / "__init__.py").write_text(code)
     add_distribution(site, "tilelang", "0.1.15")

@@ -4,6 +4,7 @@ layer's constructor, on every rank after process groups and GPU memory are set u
 
 from __future__ import annotations
 
+import builtins
 import os
 import random
 import string
@@ -13,11 +14,13 @@ import pytest
 
 from megatron.oellm.cards import get_card
 from megatron.oellm.doctor.probes import find_nvcc
+from megatron.oellm.doctor.rules import BROKEN_TILELANG_FIX
 from megatron.oellm.training import fla_kernels
 from tests.unit_tests.training.entry_helpers import (
     entry_up_to_pretrain,
     one_error_line,
     tilelang_library_missing,
+    tilelang_raising,
     tiny_moe_run,
 )
 
@@ -93,3 +96,38 @@ def test_a_tilelang_library_that_does_not_load_is_refused_in_one_line(tmp_path, 
     fix = line.split("Fix: ", 1)[1]
     assert f"put back {library}, which z3-solver==4.15.4.0 ships" in fix and "pip uninstall tilelang" in fix
     assert "FLA is not installed" not in line and "pip install fla-core" not in fix
+
+
+def _fla_imports_tilelang() -> None:
+    """Skip where fla cannot import tilelang here: fla absent, or no nvcc found (fla imports tilelang only then)."""
+    pytest.importorskip("fla")
+    if find_nvcc(os.environ) is None:
+        pytest.skip("no nvcc here: fla would not import tilelang")
+
+
+@pytest.mark.parametrize("error_type", ["RuntimeError", "ValueError"])
+def test_any_error_of_the_tilelang_stack_is_refused_in_one_line(tmp_path, monkeypatch, capsys, error_type) -> None:
+    """A TVM whose FFI registry or version parse fails raises RuntimeError or ValueError as fla imports tilelang; the
+    check caught only ImportError, AttributeError and OSError, so the run ended in a traceback (megatron-core
+    catches none of them either). It is refused in one line naming the package that raised, the error, and the
+    broken-tilelang fix."""
+    _fla_imports_tilelang()
+    main = entry_up_to_pretrain(monkeypatch)
+    message = f"Global Function {''.join(random.choices(string.ascii_lowercase, k=12))} is already registered"
+    tilelang_raising(monkeypatch, tmp_path, f"{error_type}({message!r})")
+    assert main.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch"]) == 2
+    line = one_error_line(capsys)
+    assert f"as fla imported tilelang, importing tvm_ffi raised {error_type}: {message}" in line, line
+    assert "catches only an ImportError there" in line and "FLA is not installed" not in line
+    assert line.split("Fix: ", 1)[1] == BROKEN_TILELANG_FIX
+
+
+@pytest.mark.parametrize("interrupt", ["KeyboardInterrupt", "SystemExit"])
+def test_an_interrupt_as_fla_imports_is_not_taken_for_a_broken_install(tmp_path, monkeypatch, interrupt) -> None:
+    """A KeyboardInterrupt (Ctrl-C) or SystemExit as fla imports tilelang stops the entry as it would anywhere: the
+    check names Exceptions only, never these."""
+    _fla_imports_tilelang()
+    main = entry_up_to_pretrain(monkeypatch)
+    tilelang_raising(monkeypatch, tmp_path, f"{interrupt}()")
+    with pytest.raises(getattr(builtins, interrupt)):
+        main.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch"])
