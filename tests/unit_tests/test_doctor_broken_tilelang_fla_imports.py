@@ -22,6 +22,7 @@ from megatron.oellm.doctor.rules import (
     TILELANG_STACK_INSTALL,
     check_fla_gdn_imports,
     check_fla_hopper_triton,
+    fla_import_error_fix,
     fla_requirement_fix,
 )
 from tests.unit_tests.doctor_reports import make_report
@@ -149,3 +150,30 @@ def test_a_shared_library_tilelang_cannot_load_is_named_first_in_the_fix(library
     assert gdn.fix == hopper.fix and gdn.fix.startswith(expected), gdn.fix
     assert "pip uninstall tilelang" in gdn.fix and TILELANG_STACK_INSTALL in gdn.fix
     assert "catches only an ImportError there" in gdn.message and "FLA is not installed" not in gdn.message
+
+
+def test_an_error_megatron_core_does_not_catch_gets_its_own_fix_not_install_fla() -> None:
+    """fla installed, its kernels' import failing with an OSError of a system library or a full disk (no tilelang in
+    it): "install fla" (the fix it got) would do nothing; the library or the error's own cause is named, as the
+    training entry names it (:func:`fla_import_error_fix`)."""
+    library = f"lib{_token()}.so.1"
+    for error, expected in [
+            (f"OSError: {library}: cannot open shared object file: No such file or directory",
+             f"make {library} loadable"),
+            (f"OSError: [Errno 28] No space left on device: '/tmp/{_token()}/.triton/cache'",
+             "remove the cause of this error")]:
+        report = make_report(versions={"fla": "0.6.0", "triton": f"3.{random.randint(8, 20)}.0"},
+                             fla_gdn_import_error=error)
+        (gdn,) = check_fla_gdn_imports(report, {})
+        assert gdn.fix.startswith(expected) and "install fla" not in gdn.fix, gdn.fix
+        assert gdn.fix == fla_import_error_fix(error, None)
+        assert "end in this error's traceback" in gdn.message
+
+
+def test_an_import_error_naming_its_module_is_one_megatron_core_catches() -> None:
+    """``importing MODULE raised ImportError: ...`` (an ImportError that names its module) is caught by megatron-core
+    ("FLA is not installed"): the line's type is read after its ``importing ... raised``, not from its first word."""
+    error = f"importing fla.ops.{_token()} raised ImportError: cannot import name '{_token()}'"
+    report = make_report(versions={"fla": "0.6.0"}, fla_gdn_import_error=error)
+    (gdn,) = check_fla_gdn_imports(report, {})
+    assert "FLA is not installed" in gdn.message and "traceback" not in gdn.message, gdn.message

@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from megatron.oellm import MEGATRON_CORE_VERSION
 from megatron.oellm.doctor.allocator import check_allocator_conf
 from megatron.oellm.doctor.nccl import check_nccl_channels, check_nccl_variable_names
+from megatron.oellm.doctor.probes import FLA_GDN_PROBE
 from megatron.oellm.doctor.report import EnvironmentReport, Finding, GpuInfo
 from megatron.oellm.switches import SLOW_PATH_SWITCHES, is_on
 
@@ -559,6 +560,31 @@ MEGATRON_CORE_CAUGHT = ("ImportError", "ModuleNotFoundError", "AttributeError")
 not installed", as the training entry counts them
 (:func:`~megatron.oellm.training.fla_kernels.megatron_core_catches`); any other ends the run in its traceback."""
 
+ERROR_LINE_TYPE = re.compile(r"^(?:importing \S+ raised )?(?P<type>[\w.]+)(?::|$)")
+"""The error type an import error line (:func:`megatron.oellm.error_lines.one_line_error`) starts with, after the
+``importing MODULE raised`` of an ImportError that names its module."""
+
+
+def megatron_core_catches_line(error: str) -> bool:
+    """Whether megatron-core 0.19.2 takes fla as absent on the import error line ``error`` (its type is one of
+    :data:`MEGATRON_CORE_CAUGHT`), rather than ending the run in the error's traceback."""
+    found = ERROR_LINE_TYPE.match(error)
+    return found is not None and found["type"] in MEGATRON_CORE_CAUGHT
+
+
+def uncaught_import_error_fix(error: str) -> str:
+    """The fix where fla's kernels, fla installed, fail to import with an error line ``error`` of a type megatron-core
+    does not catch that is neither a loader's for another Python (:data:`NATIVE_LOAD_FAILURE`) nor tilelang's: a
+    shared library the loader cannot find made loadable (``libcuda.so.1`` off a GPU node, say), else the error's own
+    cause removed (a full disk under Triton's cache, say). "Install fla" would do nothing: fla is installed."""
+    missing = MISSING_LIBRARY.search(error)
+    if missing is not None:
+        return (f"make {missing['library']} loadable (install what ships it, or put the folder holding it on "
+                "LD_LIBRARY_PATH); fla itself is installed")
+    return (f"remove the cause of this error, which fla's import raised (fla itself is installed); "
+            f"`python3 -c \"{FLA_GDN_PROBE}\"` prints its whole traceback")
+
+
 
 def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The fla kernels megatron-core's GDN layer imports must import where fla is installed: megatron-core catches
@@ -576,7 +602,7 @@ def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> 
         return [Finding("ok", name, f"fla {fla}: the GDN kernels megatron-core uses import.")]
     outcome = ("megatron-core catches only an ImportError there, so the models with GDN layers (Qwen3.5) end in this "
                "error's traceback on every rank as megatron-core imports fla"
-               if error.split(":", 1)[0] not in MEGATRON_CORE_CAUGHT
+               if not megatron_core_catches_line(error)
                else "megatron-core then takes fla as absent, and the models with GDN layers (Qwen3.5) stop at model "
                "build with \"FLA is not installed\"")
     return [Finding(
@@ -609,6 +635,8 @@ def _fla_gdn_fix(report: EnvironmentReport, error: str) -> str:
                 "names)")
     if _broken_tilelang_fla_imports(report) is not None:
         return broken_tilelang_fix(report.tilelang_import_error)
+    if not megatron_core_catches_line(error) and "tilelang" not in error:
+        return uncaught_import_error_fix(error)
     missing = MISSING_MODULE.search(error)
     package = missing["module"].split(".")[0] if missing is not None else None
     if package in TORCH_MODULES:
@@ -623,14 +651,17 @@ def fla_import_error_fix(error: str, package: str | None) -> str:
     module's top-level name, None when none is missing), where no doctor report is at hand: a compiled module built
     for another Python or CPU (:data:`NATIVE_LOAD_FAILURE`) replaced by one built for this one; a tilelang that does
     not import (it is named in ``error``) made to import or taken out, a shared library it cannot load put back first
-    (:func:`broken_tilelang_fix`, the doctor's text for the same error); else :func:`fla_requirement_fix`. "Install
-    fla" would do nothing there: fla is installed."""
+    (:func:`broken_tilelang_fix`, the doctor's text for the same error); another error megatron-core does not catch
+    by its own cause (:func:`uncaught_import_error_fix`); else :func:`fla_requirement_fix`. "Install fla" would do
+    nothing there: fla is installed."""
     if NATIVE_LOAD_FAILURE.search(error):
         return (f"install {FLA_COMPILED_PACKAGES} built for this Python and CPU: a site bundle built for them (tools/build_site_bundle.sh with this node's --python-version and "
                 "platform; oellm doctor prints the command) in place of the old one, or pip install --force-reinstall "
                 "of the package whose library the error names")
     if package is None and "tilelang" in error:
         return broken_tilelang_fix(error)
+    if package is None and not megatron_core_catches_line(error):
+        return uncaught_import_error_fix(error)
     return fla_requirement_fix(package)
 
 

@@ -73,6 +73,43 @@ def test_another_import_error_is_named_in_one_line(monkeypatch) -> None:
     assert "\n" not in problem
 
 
+def _fla_raising(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """Make importing fla (installed) raise ``error``, as a library it loads or a cache it writes might."""
+    for name in [name for name in sys.modules if name.split(".")[0] == "fla"]:
+        monkeypatch.delitem(sys.modules, name)
+
+    class Raising:
+        def find_spec(self, name, *_args):
+            if name == "fla" or name.startswith("fla."):
+                raise error
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [Raising(), *sys.meta_path])
+
+
+def test_a_system_library_fla_cannot_load_is_named_not_fla(monkeypatch) -> None:
+    """An OSError of a library outside tilelang's stack (libcuda off a GPU node): fla is installed, so "install fla"
+    (the fix it got) would do nothing; the library is named to be made loadable."""
+    library = f"lib{''.join(random.choices(string.ascii_lowercase, k=8))}.so.{random.randint(1, 9)}"
+    _fla_raising(monkeypatch, OSError(f"{library}: cannot open shared object file: No such file or directory"))
+    problem = fla_kernels.fla_import_problem(get_card(HYBRID))
+    fix = problem.split("Fix: ", 1)[1]
+    assert fix.startswith(f"make {library} loadable") and "install fla" not in fix, problem
+    assert "would end every rank in this error's traceback" in problem
+
+
+def test_another_uncaught_error_gets_its_own_cause_as_the_fix(monkeypatch) -> None:
+    """A full disk under Triton's cache as fla imports: not a missing fla; the fix says to remove the error's cause
+    and how to see its whole traceback."""
+    folder = "".join(random.choices(string.ascii_lowercase, k=10))
+    _fla_raising(monkeypatch, OSError(28, "No space left on device", f"/tmp/{folder}/.triton/cache"))
+    problem = fla_kernels.fla_import_problem(get_card(HYBRID))
+    fix = problem.split("Fix: ", 1)[1]
+    assert f"No space left on device: '/tmp/{folder}/.triton/cache'" in problem
+    assert fix.startswith("remove the cause of this error") and "install fla" not in fix, problem
+    assert "from fla.ops.gated_delta_rule import chunk_gated_delta_rule" in fix
+
+
 def test_a_model_without_linear_mixers_does_not_import_fla(monkeypatch) -> None:
     _without(monkeypatch, "fla")
     assert fla_kernels.fla_import_problem(get_card(MOE)) == ""
