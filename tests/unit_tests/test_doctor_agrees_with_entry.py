@@ -25,7 +25,7 @@ from megatron.oellm.doctor.probes import (
     find_nvcc,
     fresh_import_errors,
 )
-from megatron.oellm.doctor.report import EnvironmentReport
+from megatron.oellm.doctor.report import EnvironmentReport, Finding
 from megatron.oellm.doctor.rules import (
     BROKEN_TILELANG_FIX,
     check_fla_gdn_imports,
@@ -130,6 +130,21 @@ def test_the_hybrid_ep_warning_says_what_the_entry_does_with_each_flex_backend(t
 # --- fla's kernels, where tilelang cannot load a shared library: one fix from both -----------------------------
 
 
+def _uncaught_by_both(nvcc: str, error: str) -> tuple[Finding, str]:
+    """The doctor's fla-gdn-imports finding (from fresh interpreters) and the entry's refusal where tilelang's stack,
+    set up by the test, fails fla's import with an error megatron-core does not catch, starting ``error``: both name
+    it and say megatron-core ends in its traceback."""
+    errors = fresh_import_errors({"tilelang": "import tilelang", "fla-gdn": FLA_GDN_PROBE})
+    report = make_report(versions={"tilelang": "0.1.15"}, tilelang_importable=True, nvcc_path=nvcc,
+                         tilelang_import_error=errors["tilelang"], fla_gdn_import_error=errors["fla-gdn"])
+    (finding,) = check_fla_gdn_imports(report, {})
+    assert finding.severity == "error" and error in finding.message, finding
+    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b-tiny"))
+    assert error in problem
+    assert "catches only an ImportError there" in finding.message and "catches only an ImportError there" in problem
+    return finding, problem
+
+
 def test_a_tilelang_library_that_does_not_load_gets_the_same_fix_from_both(tmp_path, monkeypatch):
     """A tilelang whose z3 cannot load its libz3 fails fla's import with an OSError: the doctor's fla-gdn-imports
     finding named it with the broken-tilelang fix, and the entry's check did not catch it (a traceback on every rank).
@@ -140,14 +155,7 @@ def test_a_tilelang_library_that_does_not_load_gets_the_same_fix_from_both(tmp_p
         pytest.skip("no nvcc here: fla would not import tilelang")
     library = f"libz3.so.4.{random.randint(16, 99)}"
     tilelang_library_missing(monkeypatch, tmp_path, library)
-    errors = fresh_import_errors({"tilelang": "import tilelang", "fla-gdn": FLA_GDN_PROBE})
-    report = make_report(versions={"tilelang": "0.1.15"}, tilelang_importable=True, nvcc_path=nvcc,
-                         tilelang_import_error=errors["tilelang"], fla_gdn_import_error=errors["fla-gdn"])
-    (finding,) = check_fla_gdn_imports(report, {})
-    assert finding.severity == "error" and f"OSError: {library}: cannot open" in finding.message, finding
-    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b-tiny"))
-    assert f"OSError: {library}: cannot open" in problem
-    assert "catches only an ImportError there" in finding.message and "catches only an ImportError there" in problem
+    finding, problem = _uncaught_by_both(nvcc, f"OSError: {library}: cannot open")
     assert problem.split("Fix: ", 1)[1] == finding.fix
     assert f"put back {library}, which z3-solver==4.15.4.0 ships" in finding.fix
 
@@ -162,12 +170,5 @@ def test_a_tvm_runtime_error_gets_the_same_outcome_and_fix_from_both(tmp_path, m
         pytest.skip("no nvcc here: fla would not import tilelang")
     message = f"Global Function {''.join(random.choices(string.ascii_lowercase, k=12))} is already registered"
     tilelang_raising(monkeypatch, tmp_path, f"RuntimeError({message!r})")
-    errors = fresh_import_errors({"tilelang": "import tilelang", "fla-gdn": FLA_GDN_PROBE})
-    report = make_report(versions={"tilelang": "0.1.15"}, tilelang_importable=True, nvcc_path=nvcc,
-                         tilelang_import_error=errors["tilelang"], fla_gdn_import_error=errors["fla-gdn"])
-    (finding,) = check_fla_gdn_imports(report, {})
-    assert finding.severity == "error" and f"RuntimeError: {message}" in finding.message, finding
-    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b-tiny"))
-    assert f"RuntimeError: {message}" in problem
-    assert "catches only an ImportError there" in finding.message and "catches only an ImportError there" in problem
+    finding, problem = _uncaught_by_both(nvcc, f"RuntimeError: {message}")
     assert problem.split("Fix: ", 1)[1] == finding.fix == BROKEN_TILELANG_FIX
