@@ -177,9 +177,11 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _permission_denied(error: PermissionError) -> str:
     """The refusal of a path this user may not read, enter or write that no check named first: one line naming it
-    (exit status 2) rather than a traceback, since the path is the user's to fix, not a defect of the code."""
-    return (f"this user may not access {error.filename} ({error.strerror}); give it the permissions needed (chmod), "
-            "or pass paths this user may read (and, for --out, write)")
+    (exit status 2) rather than a traceback, since the path is the user's to fix, not a defect of the code. An error
+    that names no file (``PermissionError('Operation not permitted')``) is named by its own text."""
+    what = str(error) if error.filename is None else f"{error.filename} ({error.strerror})"
+    return (f"this user may not access {what}; give it the permissions needed (chmod), or pass paths this user may "
+            "read (and, for --out, write)")
 
 
 def _card(args: argparse.Namespace) -> tuple[ModelCard, int | None]:

@@ -191,9 +191,10 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
     wrong |= {f"rope_parameters.{k}": f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}"
               for k, v in card_rope.items() if rope.get(k) != v}
-    if "rope_parameters.rope_type" in wrong and _describes(card, json.dumps(_without_rope_scaling(stored, card_rope)),
-                                                           where):
-        raise refuse([wrong["rope_parameters.rope_type"]], _rope_scaling_fix(rope.get("rope_type")))
+    rope_wrong = [k for k in wrong if k.startswith("rope_parameters.")]
+    if (rope.get("rope_type") == "yarn" and "rope_parameters.rope_type" in wrong
+            and _describes(card, json.dumps(_without_rope_scaling(stored, card_rope)), where)):
+        raise refuse([wrong[k] for k in rope_wrong], _yarn_fix(only_rope_type=rope_wrong == ["rope_parameters.rope_type"]))
     if list(wrong) == ["vocab_size"] and not left_out:  # a vocabulary of its own, not another card
         raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
     if wrong and set(wrong) <= {"model_type", "architectures"}:  # this card's model, its class misnamed
@@ -215,7 +216,8 @@ def check_not_quantized(stored: dict, where: str) -> None:
     """Raise naming its method where ``stored`` (a ``config.json`` from ``where``) describes a quantized model
     (``quantization_config`` at its top level or in its ``text_config``): GPTQ and AWQ checkpoints store packed
     integer tensors (``qweight``, ``qzeros``, ``scales``) in place of the weights, FP8 ones float8 weights with a
-    ``weight_scale_inv`` beside each, which the tensor checks refused as a missing tensor or an unread dtype."""
+    ``weight_scale_inv`` beside each, which the tensor checks refused as a missing tensor or an unread dtype. No
+    release is named: a card does not record its Hugging Face repository, and one card's would be wrong for another."""
     for part in (stored, stored.get("text_config")):
         quantization = part.get("quantization_config") if isinstance(part, dict) else None
         if quantization is None:
@@ -224,8 +226,8 @@ def check_not_quantized(stored: dict, where: str) -> None:
         kind = f"a {method} quantized model" if isinstance(method, str) else "a quantized model"
         raise ConversionError(f"{where} describes {kind} (quantization_config, quant_method {method!r}): oellm "
                               "convert reads and writes unquantized weights (bf16, fp16, fp32) only; convert the "
-                              "model's unquantized release (e.g. Qwen/Qwen3-30B-A3B, not its -GPTQ-Int4, -AWQ or -FP8 "
-                              "repository)")
+                              "model's unquantized release (the repository without -GPTQ-Int4, -AWQ or -FP8 in its "
+                              "name)")
 
 
 @contextmanager
@@ -259,12 +261,20 @@ def _without_rope_scaling(stored: dict, card_rope: dict) -> dict:
     return unscaled
 
 
-def _rope_scaling_fix(rope_type: object) -> str:
-    """What a refusal of a config whose only contradiction is its RoPE scaling (``rope_type``) tells the user."""
-    return (f"RoPE scaling (rope_type {rope_type!r}, as Qwen's model cards suggest for contexts past the trained "
-            "length) is an inference-time setting, not part of the weights: convert with a copy of config.json "
-            "without it (rope_scaling, or rope_parameters' rope_type and scaling fields), and add it back to the "
-            "config.json of the Hugging Face export")
+def _yarn_fix(only_rope_type: bool) -> str:
+    """What a refusal of a config whose only contradiction is its YaRN RoPE scaling tells the user. YaRN (not linear
+    or dynamic scaling, which fine-tuning uses too) is an inference-time setting. Where more than ``rope_type``
+    contradicts the card, a ``rope_scaling`` object replaced ``rope_parameters`` (transformers 5 reads one or the
+    other), dropping fields such as ``rope_theta``: adding it back so would load the export with a wrong RoPE base."""
+    setting = ("RoPE scaling (rope_type 'yarn', as Qwen's model cards suggest for contexts past the trained length) is "
+               "an inference-time setting, not part of the weights: convert with a copy of config.json without it "
+               "(rope_scaling, or rope_parameters' rope_type and scaling fields)")
+    if only_rope_type:
+        return f"{setting}, and add it back to the config.json of the Hugging Face export"
+    return (f"{setting}; its rope_scaling object replaces rope_parameters as transformers 5 reads the config, so the "
+            "fields of rope_parameters it leaves out take transformers' defaults: in the Hugging Face export's "
+            "config.json, put the scaling fields (rope_type 'yarn', factor, original_max_position_embeddings) inside "
+            "rope_parameters, keeping its rope_theta, rather than in a rope_scaling object")
 
 
 def _which_card_fits(card: ModelCard, config_text: str, where: str, text: dict, plain_if_none: bool) -> str:

@@ -103,18 +103,38 @@ class RunTime:
 
     def _stop_before_limit_fix(self) -> str:
         """How to stop before the time limit: the latest stop that keeps the save margin ``oellm recipe`` derives
-        (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`) and, with a step time, more than one iteration
-        before the limit; or the shortest time limit that leaves the run's own stop that much (a minute without a step
-        time)."""
-        minutes = self.stop_minutes + 1 + (0 if self.step_s is None else math.floor(self.step_s / 60))
+        (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`), more than one iteration before the limit and,
+        for a run that does not requeue, no earlier than its expected run time; or the shortest time limit that the
+        run's own stop fits (:meth:`_stop_fits`), with a stop raised to the expected run time when the stop is earlier.
+        Each suggestion, followed, passes :meth:`check`."""
+        stop = self.stop_minutes
+        if not self.requeues and self.expected_s is not None and self.expected_s > 60 * stop:
+            stop = math.ceil(self.expected_s / 60)
+        minutes = stop + 1
+        while not self._stop_fits(60 * minutes, stop):
+            minutes += 1
         longer = (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
                   "\"...\", or --time, which overrides it)")
+        if stop != self.stop_minutes:
+            longer = (f"set exit-duration-in-mins to {stop} in the recipe (the expected run time: one job must run "
+                      f"every iteration) and {longer}")
         latest = exit_duration_minutes(self.limit_s)
         if latest is not None and self.step_s is not None:
             latest = min(latest, self._latest_stop_before_one_step())
-        if latest is None or latest < 1:
+        if latest is None or latest < 1 or not self._stop_fits(self.limit_s, latest):
             return longer
-        return f"set exit-duration-in-mins to at most {latest} in the recipe, or {longer}"
+        earliest = ("" if self.requeues or self.expected_s is None
+                    else f" (and at least {math.ceil(self.expected_s / 60)}, the expected run time)")
+        return f"set exit-duration-in-mins to at most {latest} in the recipe{earliest}, or {longer}"
+
+    def _stop_fits(self, limit_s: int, stop_minutes: int) -> bool:
+        """Whether the stop ``stop_minutes`` under the time limit ``limit_s`` passes every check of :meth:`check`:
+        before the limit, more than one iteration before it for a run that saves, and, for a run that does not
+        requeue, no earlier than the expected run time, which the limit must cover too."""
+        after_stop = self._after_stop_s(limit_s, stop_minutes)
+        if after_stop <= 0 or (self.saves and self.step_s is not None and after_stop <= self.step_s):
+            return False
+        return self.requeues or self.expected_s is None or self.expected_s <= 60 * stop_minutes
 
     def _check_one_job(self) -> None:
         """Raise :class:`RecipeError` when the expected run time exceeds the time limit, or the run's own stop: one

@@ -208,3 +208,26 @@ def test_a_read_refused_after_the_checks_is_named_as_a_permission(converted, mon
     assert message.startswith(f"cannot read {denied}: no read permission"), message
     assert "damaged" not in message
     assert not (tmp / "out").exists()
+
+
+def test_a_permission_error_naming_no_file_is_refused_in_its_own_words(tiny_hf, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``PermissionError`` without a file name (an operation, not a path, refused) was refused as "this user may
+    not access None (None)": the refusal quotes the error's own text then."""
+    import megatron.oellm.convert.to_mcore as to_mcore
+    from megatron.oellm.cli import main
+
+    card, hf, tmp = tiny_hf
+    write_hf(card, hf, tmp / "hf")
+    reason = random.choice(["Operation not permitted", "setpriv refused the capability"])
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(reason)
+
+    monkeypatch.setattr(to_mcore, "hf_to_mcore_checkpoint", refused)
+    status = main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp / "hf"), "--out", str(tmp / "out")])
+    stderr = capsys.readouterr().err
+    assert status == 2
+    assert stderr == (f"oellm convert hf-to-mcore: error: this user may not access {reason}; give it the permissions "
+                      "needed (chmod), or pass paths this user may read (and, for --out, write)\n")
+    assert "None" not in stderr

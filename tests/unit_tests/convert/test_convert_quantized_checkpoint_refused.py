@@ -49,12 +49,14 @@ def _refusal(config: str, method: str) -> str:
     """The refusal of the quantized model's ``config`` (a path)."""
     return (f"{config} describes a {method} quantized model (quantization_config, quant_method {method!r}): oellm "
             "convert reads and writes unquantized weights (bf16, fp16, fp32) only; convert the model's unquantized "
-            "release (e.g. Qwen/Qwen3-30B-A3B, not its -GPTQ-Int4, -AWQ or -FP8 repository)")
+            "release (the repository without -GPTQ-Int4, -AWQ or -FP8 in its name)")
 
 
+@pytest.mark.parametrize("card_name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
 @pytest.mark.parametrize("method", list(QUANTIZATION))
-def test_a_quantized_checkpoint_is_refused_naming_its_method(tmp_path, method: str) -> None:
-    card = get_card("qwen3-30b-a3b-tiny")
+def test_a_quantized_checkpoint_is_refused_naming_its_method(tmp_path, method: str, card_name: str) -> None:
+    """The refusal names no release of another model (it named Qwen/Qwen3-30B-A3B for a Qwen3.5 checkpoint too)."""
+    card = get_card(card_name)
     hf = write_hf(card, _quantized(random_hf_tensors(card, seed=random.randrange(2**31)), method), tmp_path / "hf")
     edit_json(hf / "config.json", quantization_config={"quant_method": method, **QUANTIZATION[method]})
     with pytest.raises(ConversionError) as refusal:

@@ -17,8 +17,13 @@ from megatron.oellm.convert.to_mcore import hf_to_mcore_checkpoint
 
 INFERENCE_SETTING = ("RoPE scaling (rope_type 'yarn', as Qwen's model cards suggest for contexts past the trained "
                      "length) is an inference-time setting, not part of the weights: convert with a copy of "
-                     "config.json without it (rope_scaling, or rope_parameters' rope_type and scaling fields), and "
-                     "add it back to the config.json of the Hugging Face export")
+                     "config.json without it (rope_scaling, or rope_parameters' rope_type and scaling fields)")
+ADD_IT_BACK = f"{INFERENCE_SETTING}, and add it back to the config.json of the Hugging Face export"
+INSIDE_ROPE_PARAMETERS = (f"{INFERENCE_SETTING}; its rope_scaling object replaces rope_parameters as transformers 5 "
+                          "reads the config, so the fields of rope_parameters it leaves out take transformers' "
+                          "defaults: in the Hugging Face export's config.json, put the scaling fields (rope_type "
+                          "'yarn', factor, original_max_position_embeddings) inside rope_parameters, keeping its "
+                          "rope_theta, rather than in a rope_scaling object")
 
 
 class _Messages(logging.Handler):
@@ -42,13 +47,13 @@ def _with_yarn(config: dict, form: str) -> dict:
     return {**config, "rope_parameters": {**config["rope_parameters"], **yarn}}
 
 
-@pytest.mark.parametrize("form", ["rope_scaling", "rope_parameters"])
-def test_yarn_alone_is_named_an_inference_setting_without_a_transformers_warning(converted, form: str) -> None:
-    """Alone, YaRN is named an inference-time setting and transformers logs nothing; beside another contradiction
+def test_yarn_alone_is_named_an_inference_setting_without_a_transformers_warning(converted) -> None:
+    """Alone (within ``rope_parameters``: a ``rope_scaling`` object beside them replaces them, see
+    :func:`test_yarn_in_a_rope_scaling_object_is_told_to_go_inside_rope_parameters`), YaRN is named an inference-time setting and transformers logs nothing; beside another contradiction
     (an activation), the card's refusal stays as it was."""
     card, _, tmp = converted
     path = tmp / "hf" / "config.json"
-    scaled = _with_yarn(json.loads(path.read_text()), form)
+    scaled = _with_yarn(json.loads(path.read_text()), "rope_parameters")
     path.write_text(json.dumps(scaled))
     given = random.choice([transformers_logging.INFO, transformers_logging.WARNING])
     before = transformers_logging.get_verbosity()
@@ -63,10 +68,53 @@ def test_yarn_alone_is_named_an_inference_setting_without_a_transformers_warning
         transformers_logging.get_logger().removeHandler(logged)
         transformers_logging.set_verbosity(before)
     assert str(refusal.value) == (f"{path} does not describe card {card.name}: rope_parameters.rope_type: checkpoint "
-                                  f"'yarn', card 'default'; {INFERENCE_SETTING}")
+                                  f"'yarn', card 'default'; {ADD_IT_BACK}")
     assert [message for message in logged.messages if "factor" in message] == []
     path.write_text(json.dumps({**scaled, "hidden_act": "gelu"}))
     with pytest.raises(ConversionError, match=r"hidden_act: checkpoint 'gelu', card 'silu'.*pick the card") as refusal:
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
     assert "inference-time" not in str(refusal.value)
+    assert not (tmp / "out").exists()
+
+
+def test_yarn_in_a_rope_scaling_object_is_told_to_go_inside_rope_parameters(converted) -> None:
+    """A ``rope_scaling`` object added to a config transformers 5 saved (``rope_theta`` inside ``rope_parameters``)
+    replaces ``rope_parameters`` as transformers reads it: ``rope_theta`` falls back to 10000.0. Only ``rope_type``
+    was named, and the advice to add the scaling back to the export as it was gave an export loading with the wrong
+    RoPE base. Every contradicting field is named, and the advice put the scaling inside ``rope_parameters``; followed,
+    transformers reads the card's ``rope_theta`` and YaRN."""
+    from transformers import AutoConfig
+
+    card, _, tmp = converted
+    path = tmp / "hf" / "config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps(_with_yarn(saved, "rope_scaling")))
+    with pytest.raises(ConversionError) as refusal:
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
+    assert str(refusal.value) == (f"{path} does not describe card {card.name}: rope_parameters.rope_type: checkpoint "
+                                  f"'yarn', card 'default'; rope_parameters.rope_theta: checkpoint 10000.0, card "
+                                  f"{card.rotary_base!r}; {INSIDE_ROPE_PARAMETERS}")
+    path.write_text(json.dumps(_with_yarn(saved, "rope_parameters")))  # the advice followed
+    read = AutoConfig.from_pretrained(tmp / "hf").rope_parameters
+    assert (read["rope_theta"], read["rope_type"]) == (card.rotary_base, "yarn")
+    assert not (tmp / "out").exists()
+
+
+@pytest.mark.parametrize("rope_type", ["linear", "dynamic", "llama3"])
+def test_other_rope_scaling_is_refused_naming_the_field_not_as_an_inference_setting(converted, rope_type: str) -> None:
+    """Linear (position interpolation) scaling is trained with, so only YaRN is named an inference-time setting:
+    another ``rope_type`` gets the card's general refusal naming the field."""
+    card, _, tmp = converted
+    path = tmp / "hf" / "config.json"
+    config = json.loads(path.read_text())
+    scaling = {"rope_type": rope_type, "factor": round(random.uniform(1.5, 8), 3)}
+    if rope_type == "llama3":
+        scaling |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": config["max_position_embeddings"] // 2}
+    path.write_text(json.dumps({**config, "rope_parameters": {**config["rope_parameters"], **scaling}}))
+    with pytest.raises(ConversionError) as refusal:
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
+    message = str(refusal.value)
+    assert f"rope_parameters.rope_type: checkpoint {rope_type!r}, card 'default'" in message
+    assert "inference-time" not in message
     assert not (tmp / "out").exists()

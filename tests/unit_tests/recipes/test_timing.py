@@ -267,10 +267,8 @@ def test_an_own_stop_too_close_to_the_limit_is_refused_with_the_latest_stop_that
 @pytest.mark.parametrize("step", [None, "drawn"], ids=["no reference", "reference step"])
 def test_a_saving_runs_stop_at_or_after_its_limit_is_refused_in_its_own_words(step):
     """A stop at or after the time limit was told it stopped a negative number of seconds before the limit (with a
-    step time) or let through (without one): SLURM kills such a job before megatron stops and saves. Following the
-    refusal's suggestions (the stop, or the limit) passes the check; a run that saves nothing loses nothing."""
-    import re
-
+    step time) or let through (without one): SLURM kills such a job before megatron stops and saves. Following each of
+    the refusal's suggestions (the stop, or the limit) passes the check; a run that saves nothing loses nothing."""
     from megatron.oellm.recipes.timing import RunTime
 
     limit_minutes = random.randint(10, 600)
@@ -278,19 +276,62 @@ def test_a_saving_runs_stop_at_or_after_its_limit_is_refused_in_its_own_words(st
     stop = limit_minutes + random.randint(0, 60)
     limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
     run = RunTime(limit, 60 * limit_minutes, 1, step_s, "" if step_s is None else "step_time_s", stop, saves=True)
-    with pytest.raises(RecipeError) as refused:
-        run.check()
-    message = str(refused.value)
+    message = _refusal(run)
     assert message.startswith(f"the run's own stop (--exit-duration-in-mins {stop}) is not before its time limit "
                               f"{limit} ({limit_minutes} min): SLURM kills the job at the limit before megatron "
                               "stops and saves, so the iterations since its last periodic save are lost; ")
+    _follow_each_suggestion(run, message)
+    unsaved = dataclasses.replace(run, saves=False)
+    if unsaved.expected_s is None or unsaved.expected_s <= unsaved.limit_s:
+        unsaved.check()
+    else:  # a run too long for its limit is refused for that, not for its stop
+        with pytest.raises(RecipeError, match="would reach its time limit"):
+            unsaved.check()
+
+
+def _refusal(run) -> str:
+    """The message of the :class:`RecipeError` that ``run.check()`` raises, with no negative number in it."""
+    import re
+
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    message = str(refused.value)
     assert re.search(r"-\d", message) is None  # no negative number of seconds before the limit
+    return message
+
+
+def _follow_each_suggestion(run, message: str) -> None:
+    """Follow each suggestion of a stop-before-limit refusal on its own (an earlier stop; a longer time limit, with
+    the stop it names when it names one) and check that the run then passes."""
+    import re
+
     latest = re.search(r"exit-duration-in-mins to at most (\d+) in the recipe", message)
     if latest is not None:
         dataclasses.replace(run, stop_minutes=int(latest.group(1))).check()
+    earliest = re.search(r"in the recipe \(and at least (\d+), the expected run time\)", message)
+    if earliest is not None:  # the other end of the range of stops a run that does not requeue fits
+        dataclasses.replace(run, stop_minutes=int(earliest.group(1))).check()
+    raised = re.search(r"exit-duration-in-mins to (\d+) in the recipe \(the expected run time", message)
+    stop = run.stop_minutes if raised is None else int(raised.group(1))
     suggested = re.search(r"time limit of at least (\d\d:\d\d:00)", message).group(1)
-    dataclasses.replace(run, limit=suggested, limit_s=time_limit_seconds(suggested)).check()
-    dataclasses.replace(run, saves=False).check()
+    dataclasses.replace(run, limit=suggested, limit_s=time_limit_seconds(suggested), stop_minutes=stop).check()
+
+
+@pytest.mark.parametrize("stop", [45, 21])
+def test_an_earlier_stop_is_offered_only_when_the_run_still_fits_it(stop):
+    """A one-iteration run of 669 s (21.2 min expected) under a 21-minute limit with its stop at or after the limit
+    (OELLM_TEST_SEED=2's draw) was told to stop after 9 min, which the one-job check then refused. It is told only of
+    a longer limit (and, with a stop before the expected run time, a later stop), each passing when followed."""
+    from megatron.oellm.recipes.timing import RunTime
+
+    run = RunTime("00:21:00", 1260, 1, 669.02, "step_time_s", stop, saves=True)
+    message = _refusal(run)
+    assert "at most" not in message
+    assert ("exit-duration-in-mins to 22 in the recipe" in message) == (stop == 21)
+    _follow_each_suggestion(run, message)
+    fitting = dataclasses.replace(run, requeues=True)  # a requeueing run may stop early: the next start goes on
+    assert "exit-duration-in-mins to at most 9 in the recipe" in _refusal(fitting)
+    _follow_each_suggestion(fitting, _refusal(fitting))
 
 
 def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin(tmp_path, capsys):
