@@ -99,6 +99,14 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tup
         [*convert, "--hf", str(above / "hf"), "--out", str(root / "out")],
         f"--hf {above / 'hf'}: this user may not enter {above}, a folder above it (no search permission); make it "
         f"searchable (chmod a+x) {FOLDER_FIX}")
+    outer = root / "outer"
+    _copy(hf, outer / "inner" / "hf")
+    locks[outer / "inner"] = 0o600
+    locks[outer] = 0o600
+    cases["hf under two folders it may not enter"] = _case(
+        [*convert, "--hf", str(outer / "inner" / "hf"), "--out", str(root / "out")],
+        f"--hf {outer / 'inner' / 'hf'}: this user may not enter {outer}, a folder above it (no search permission); "
+        f"make it searchable (chmod a+x) {FOLDER_FIX}")
     run = _copy(mcore, root / "run")
     locks[run / RELEASE] = 0o000
     cases["mcore iteration it may not enter"] = _case(
@@ -173,7 +181,8 @@ def _run_without_root_overrides(probe: Path, cases: dict[str, tuple[list[str], s
 
 
 @pytest.mark.parametrize("case", ["hf folder it may not list", "hf folder it may not enter",
-                                  "hf under a folder it may not enter", "mcore iteration it may not enter",
+                                  "hf under a folder it may not enter", "hf under two folders it may not enter",
+                                  "mcore iteration it may not enter",
                                   "mcore folder it may not enter, no --model",
                                   "mcore folder it may not list, a checkpoint missing", "hf-config folder it may not enter",
                                   "tokenizer under a folder it may not enter", "data file it may not read",
@@ -231,3 +240,15 @@ def test_a_permission_error_naming_no_file_is_refused_in_its_own_words(tiny_hf, 
     assert stderr == (f"oellm convert hf-to-mcore: error: this user may not access {reason}; give it the permissions "
                       "needed (chmod), or pass paths this user may read (and, for --out, write)\n")
     assert "None" not in stderr
+
+
+def test_a_missing_input_or_a_file_is_left_to_the_callers_own_checks(tmp_path: Path) -> None:
+    """The folder check refuses only folders this user may not enter or list: a missing path, or a file where a
+    folder was expected, is named by the caller's own refusal (not called a folder it may not enter)."""
+    from megatron.oellm.convert.errors import check_folder_access
+
+    missing = tmp_path / f"missing-{random.randrange(10**6)}"
+    check_folder_access(missing, f"--hf {missing}", lists=random.choice([True, False]))
+    file = tmp_path / f"config-{random.randrange(10**6)}.json"
+    file.write_text(json.dumps({"seed": random.randrange(1, 10**6)}))
+    check_folder_access(file, f"--hf-config {file}", lists=random.choice([True, False]))

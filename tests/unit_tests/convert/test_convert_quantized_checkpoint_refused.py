@@ -78,3 +78,18 @@ def test_an_hf_config_of_a_quantized_release_is_refused(converted) -> None:
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out", hf_config_dir=tmp / "quantized")
     assert str(refusal.value) == _refusal(str(tmp / "quantized" / "config.json"), method)
     assert not (tmp / "out").exists()
+
+
+def test_a_multimodal_config_quantized_in_its_text_config_is_refused() -> None:
+    """A multimodal config may state ``quantization_config`` only in the ``text_config`` that describes its language
+    model, the part converted: refused as one at the top level is."""
+    from megatron.oellm.convert.hf_config import check_not_quantized
+
+    method = random.choice(list(QUANTIZATION))
+    where = f"/models/vl-{random.randrange(10**6)}/config.json"
+    stored = {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+              "text_config": {"model_type": "qwen3_5_moe_text", "hidden_size": 64 * random.randint(1, 32),
+                              "quantization_config": {"quant_method": method, **QUANTIZATION[method]}}}
+    with pytest.raises(ConversionError) as refusal:
+        check_not_quantized(stored, where)
+    assert str(refusal.value) == _refusal(where, method)

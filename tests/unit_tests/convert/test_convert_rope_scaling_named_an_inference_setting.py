@@ -118,3 +118,26 @@ def test_other_rope_scaling_is_refused_naming_the_field_not_as_an_inference_sett
     assert f"rope_parameters.rope_type: checkpoint {rope_type!r}, card 'default'" in message
     assert "inference-time" not in message
     assert not (tmp / "out").exists()
+
+
+def test_yarn_in_a_multimodal_configs_text_config_is_named_an_inference_setting(tmp_path) -> None:
+    """A multimodal config (Qwen3.5's) states its RoPE in ``text_config``: YaRN within its ``rope_parameters``, alone,
+    is named an inference-time setting as at the top level of a text model's config (a ``rope_scaling`` object drops
+    rope_theta, which the tests above cover)."""
+    from transformers import Qwen3_5MoeConfig
+
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.convert.family import family_module
+    from megatron.oellm.convert.hf_config import check_hf_config
+
+    card = get_card("qwen3.5-35b-a3b-tiny")
+    text = family_module(card).hf_config_from_card(card).to_dict()
+    del text["architectures"]
+    Qwen3_5MoeConfig(text_config=text).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    check_hf_config(card, json.dumps(saved), "config.json")
+    saved["text_config"] = _with_yarn(saved["text_config"], "rope_parameters")
+    with pytest.raises(ConversionError) as refusal:
+        check_hf_config(card, json.dumps(saved), "config.json")
+    assert str(refusal.value) == (f"config.json does not describe card {card.name}: rope_parameters.rope_type: "
+                                  f"checkpoint 'yarn', card 'default'; {ADD_IT_BACK}")

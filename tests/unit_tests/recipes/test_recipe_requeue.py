@@ -71,7 +71,17 @@ def test_a_run_longer_than_its_time_limit_is_queued_to_requeue_itself(tmp_path, 
     ("", ["--save-interval", "5", "--time", "00:05:00"], "requeue = true needs exit-duration-in-mins"),
     ("[megatron_flags]\nfinetune = true\n", ["--save-interval", "5"],
      "requeue = true cannot go on with finetune: megatron's --finetune starts every load at iteration 0"),
-], ids=["no checkpoints", "load elsewhere", "no stop", "no stop under a short limit", "finetune"])
+    ('[megatron_flags]\nsave = false\nload = false\nexit-duration-in-mins = 30\n', [],
+     "requeue = true needs checkpoints, as each requeued start resumes from the one before: pass "
+     "--save-interval N"),
+    ('[megatron_flags]\nsave = "own-checkpoints"\nload = "own-checkpoints"\nsave-interval = 50\n'
+     'exit-duration-in-mins = "0"\n', [], "requeue = true needs exit-duration-in-mins (megatron saves and exits with "
+                                         "status 0 then)"),
+    ('[megatron_flags]\nsave = "own-checkpoints"\nsave-interval = 50\n', [],
+     "requeue = true needs load to be the save directory 'own-checkpoints', as a requeued start must resume from what "
+     "the one before saved; load is unset: set it to the same directory"),
+], ids=["no checkpoints", "load elsewhere", "no stop", "no stop under a short limit", "finetune", "save = false",
+        "a stop of '0'", "no load"])
 def test_a_job_that_could_not_go_on_is_refused(tmp_path, capsys, text, options, refusal):
     config = _config(tmp_path, f'[cluster]\noutput_dir = "{tmp_path}"\n{text}')
     assert main(["recipe", str(config), "--dry-run", "--row", "1", *options]) == 2
@@ -150,13 +160,15 @@ def _log(tmp_path: Path) -> str:
     return (tmp_path / "stdout").read_text() + (tmp_path / "stderr").read_text()
 
 
-@pytest.mark.parametrize("before", ["none", "earlier", "release"])
+@pytest.mark.parametrize("before", ["none", "earlier", "release", "spaced"])
 def test_a_start_that_moved_the_checkpoint_requeues_the_job(tmp_path, before):
-    """From no checkpoint, an earlier start's, or a converted one (``release``: megatron loads it as iteration 0)."""
+    """From no checkpoint, an earlier start's, a converted one (``release``: megatron loads it as iteration 0), or
+    one whose tracker holds spaces and line ends around the iteration (megatron strips them as it reads it)."""
     iterations = random.randint(100, 10**5)
     earlier = random.randint(1, iterations - 2)
+    spaces = " " * random.randint(1, 4)
     before_text, shown = {"none": (None, "none"), "earlier": (f"{earlier}\n", str(earlier)),
-                          "release": ("release", "0")}[before]
+                          "release": ("release", "0"), "spaced": (f"{spaces}{earlier}\r\n{spaces}", str(earlier))}[before]
     saved = str(random.randint(earlier + 1, iterations - 1))
     status, job_id, record = _requeue_job(tmp_path, iterations, before_text, saved)
     assert status == 0, _log(tmp_path)
@@ -167,7 +179,8 @@ def test_a_start_that_moved_the_checkpoint_requeues_the_job(tmp_path, before):
             f"{saved} of {iterations}; the next start resumes there") in log
 
 
-@pytest.mark.parametrize("case", ["no progress", "no checkpoint", "unreadable checkpoint", "complete"])
+@pytest.mark.parametrize("case", ["no progress", "no checkpoint", "unreadable checkpoint", "blank checkpoint",
+                                  "complete"])
 def test_a_start_without_progress_or_the_last_one_ends_the_job(tmp_path, case):
     """A start that did not move the checkpoint would be followed by one that ends the same way (requeueing it would
     loop until someone cancels the job); the start that saved the last iteration ends the run."""
@@ -179,6 +192,8 @@ def test_a_start_without_progress_or_the_last_one_ends_the_job(tmp_path, case):
         "no checkpoint": (None, "", "this start left no checkpoint in {checkpoints}, so another would start over"),
         "unreadable checkpoint": (earlier, f"{earlier}x", f"{{checkpoints}}/{CHECKPOINT_TRACKER} holds neither an "
                                                           "iteration nor 'release', so megatron would not resume from it"),
+        "blank checkpoint": (earlier, " " * random.randint(1, 4) + "\n", f"{{checkpoints}}/{CHECKPOINT_TRACKER} holds "
+                             "neither an iteration nor 'release', so megatron would not resume from it"),
         "complete": (earlier, str(iterations), f"the checkpoint is at iteration {iterations} of {iterations}: the run "
                                                "is complete"),
     }[case]

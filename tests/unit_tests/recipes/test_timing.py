@@ -334,6 +334,61 @@ def test_an_earlier_stop_is_offered_only_when_the_run_still_fits_it(stop):
     _follow_each_suggestion(fitting, _refusal(fitting))
 
 
+def test_a_saving_runs_stop_exactly_at_its_limit_is_refused_without_a_reference():
+    """A stop at the limit's very minute is no stop before it: SLURM's kill and megatron's stop race, and the kill
+    wins before the final save (the check compared with ``<``, a drawn stop past the limit did not tell)."""
+    from megatron.oellm.recipes.timing import RunTime
+
+    limit_minutes = random.randint(10, 600)
+    limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
+    run = RunTime(limit, 60 * limit_minutes, random.randint(1, 10**5), None, "", limit_minutes, saves=True)
+    with pytest.raises(RecipeError, match=rf"^the run's own stop \(--exit-duration-in-mins {limit_minutes}\) is not "
+                                          rf"before its time limit {limit} \({limit_minutes} min\)"):
+        run.check()
+    dataclasses.replace(run, stop_minutes=limit_minutes - 1).check()
+
+
+@pytest.mark.parametrize("step", [None, "drawn"], ids=["no reference", "reference step"])
+def test_the_time_limit_a_late_stop_is_told_to_take_is_the_shortest_that_passes(step):
+    """The limit the refusal of a stop at or after the limit suggests passes the check, and a minute less does not:
+    with a step time that is no whole number of minutes, a limit rounded up from it was a minute longer than needed."""
+    import re
+
+    from megatron.oellm.recipes.timing import RunTime
+
+    limit_minutes = random.randint(10, 600)
+    step_s = None if step is None else random.uniform(1, 900)
+    stop = limit_minutes + random.randint(0, 60)
+    limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
+    run = RunTime(limit, 60 * limit_minutes, 1, step_s, "" if step_s is None else "step_time_s", stop, saves=True)
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    suggested = re.search(r"time limit of at least (\d\d:\d\d:00)", str(refused.value)).group(1)
+    dataclasses.replace(run, limit=suggested, limit_s=time_limit_seconds(suggested)).check()
+    shorter_s = time_limit_seconds(suggested) - 60
+    shorter = f"{shorter_s // 3600:02d}:{shorter_s // 60 % 60:02d}:00"
+    with pytest.raises(RecipeError):
+        dataclasses.replace(run, limit=shorter, limit_s=shorter_s).check()
+
+
+def test_a_late_stop_within_one_step_of_a_short_limit_is_told_only_to_take_a_longer_limit():
+    """Where no stop of a whole minute or more leaves one iteration before the limit, the refusal names no such stop
+    (an ``exit-duration-in-mins`` of 0 is no stop at all), only a longer limit."""
+    from megatron.oellm.recipes.timing import RunTime
+
+    limit_minutes = random.randint(10, 600)
+    step_s = random.uniform(60 * limit_minutes - 59, 60 * limit_minutes - 1)
+    stop = limit_minutes + random.randint(0, 60)
+    limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
+    run = RunTime(limit, 60 * limit_minutes, 1, step_s, "step_time_s", stop, saves=True)
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    message = str(refused.value)
+    assert "set exit-duration-in-mins to at most" not in message
+    assert message.endswith("(the row's time = \"...\", or --time, which overrides it)")
+    assert "; give it a time limit of at least " in message
+
+
 def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin(tmp_path, capsys):
     """The routing table's real-routing row at 1500 tokens/s/GPU: 350 s per step, more than the 5 minutes a
     one-hour limit keeps after the stop."""

@@ -146,3 +146,39 @@ def test_without_use_checkpoint_args_the_tokenizer_pads_for_the_runs_tp(tmp_path
     vocabulary_check([flag for flag in argv if flag != "--use-checkpoint-args"])
     with pytest.raises(ValueError, match=rf"stores a padded vocabulary of {padded} rows"):
         vocabulary_check(argv)
+
+
+def test_a_padded_vocabulary_the_saved_tp_does_not_divide_either_is_refused_without_that_example(tmp_path: Path) -> None:
+    """The refusal offers the TP the checkpoint was saved with only where that one divides its padded vocabulary: a
+    checkpoint saved at the run's own TP 2 whose odd vocabulary it does not divide gets no such example."""
+    padded = odd_padded_vocabulary()
+    load = saved(tmp_path, padded, 2)
+    with pytest.raises(ValueError) as refused:
+        vocabulary_check(finetune_argv(load, *RUN_TP))
+    assert str(refused.value) == (f"--load {load} stores a padded vocabulary of {padded} rows, which "
+                                  f"{checkpoint_vocab_not_split(2)}; run it at a TP that divides {padded}")
+
+
+@pytest.mark.parametrize("tp", ["zero", "negative"])
+def test_a_tensor_parallel_size_below_one_is_left_to_megatrons_validation(tp: str, tmp_path: Path) -> None:
+    """A TP below 1 is megatron's validation's to refuse, in its words: the check neither divides by it nor refuses
+    the vocabulary for it."""
+    load = saved(tmp_path, odd_padded_vocabulary(), 1)
+    run = entry_args(finetune_argv(load, *RUN_TP))
+    run.tensor_model_parallel_size = 0 if tp == "zero" else -2 * random.randint(1, 8)
+    load_checks.check_checkpoint_padded_vocabulary(run, load_checks.checkpoint_args_sources(
+        run, read_loaded_checkpoint(run)))
+
+
+def test_the_last_checkpoints_tensor_parallel_size_is_the_one_built(tmp_path: Path) -> None:
+    """``--use-mp-args-from-checkpoint-args`` takes each checkpoint's TP in turn, ``--load``'s last: the run is built
+    at that one, not at ``--pretrained-checkpoint``'s, whose padded vocabulary it takes."""
+    odd = odd_padded_vocabulary()
+    pretrained = saved(tmp_path / "pretrained", odd, 1)
+    load = saved(tmp_path / "load", even_padded_vocabulary(), 2)
+    argv = finetune_argv(load, *RUN_TP, "--pretrained-checkpoint", str(pretrained), "--use-mp-args-from-checkpoint-args")
+    taken = megatron_taken(argv)
+    assert (taken.padded_vocab_size, taken.tensor_model_parallel_size) == (odd, 2)
+    with pytest.raises(ValueError, match=rf"^--pretrained-checkpoint {pretrained} stores a padded vocabulary of "
+                                         rf"{odd} rows, which does not split evenly over TP \(2\),"):
+        vocabulary_check(argv)

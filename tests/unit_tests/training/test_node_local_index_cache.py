@@ -91,6 +91,29 @@ def test_one_node_or_no_cache_folder_is_let_through():
     assert index_cache.check_cache_shared_by_nodes(cache_args(None), [], several_nodes(), table) == []  # mock data
 
 
+def test_a_two_node_job_is_judged_as_any_multi_node_job():
+    """Two nodes are already more than one: the other node's ranks find no caches."""
+    with pytest.raises(ValueError, match=r" is on tmpfs, in the memory of each node, in a job of 2 nodes: "):
+        index_cache.check_cache_shared_by_nodes(cache_args(some_folder("/dev/shm")), [], 2,
+                                                made_up_table(("/dev/shm", "tmpfs")))
+
+
+def test_dev_shm_itself_is_node_memory(monkeypatch):
+    """The shared-memory folder itself, not only a folder under it, is in each node's memory (its caches asked of a
+    stand-in: the real /dev/shm is this machine's)."""
+    monkeypatch.setattr(index_cache, "lacks_index_cache", lambda folder: True)
+    with pytest.raises(ValueError, match=r"^--data-cache-path /dev/shm is on /dev/shm \(shared memory\), in the "):
+        index_cache.check_cache_shared_by_nodes(cache_args(Path("/dev/shm")), [], several_nodes(), made_up_table())
+
+
+def test_a_link_into_dev_shm_is_judged_where_it_leads(tmp_path):
+    """A cache folder reached through a link into /dev/shm is in node memory, as the ranks writing there find it."""
+    link = tmp_path / f"cache-{random.randrange(10**6)}"
+    link.symlink_to(some_folder("/dev/shm"))
+    with pytest.raises(ValueError, match=rf"^--data-cache-path {link} is on /dev/shm \(shared memory\), in the "):
+        index_cache.check_cache_shared_by_nodes(cache_args(link), [], several_nodes(), made_up_table())
+
+
 def test_a_folder_in_memory_holding_caches_is_a_warning(tmp_path):
     """Caches already there may have been put on every node by the job: a warning, not a refusal."""
     base = f"{random.randrange(16**8):08x}-GPTDataset-train-"
@@ -109,6 +132,16 @@ def test_without_data_cache_path_each_datasets_default_folder_is_judged():
         index_cache.check_cache_shared_by_nodes(cache_args(None), [shared, staged], several_nodes(), table)
     assert str(refusal.value).startswith(f"the index cache folder of dataset {staged!r} (no --data-cache-path), "
                                          f"{index_cache.default_index_cache(staged)}, is on tmpfs")
+
+
+def test_a_dataset_named_twice_in_the_blend_is_warned_of_once():
+    """A blend that names a local-disk dataset twice (two weights of one corpus) has one cache folder: one warning."""
+    prefix = f"/local/disk/data-{random.randrange(10**6)}/text"
+    twice = [prefix] * random.randint(2, 5)
+    [warning] = index_cache.check_cache_shared_by_nodes(cache_args(None), twice, several_nodes(),
+                                                        made_up_table(("/local/disk", "ext4")))
+    assert warning.startswith(f"the index cache folder of dataset {prefix!r} (no --data-cache-path), "
+                              f"{index_cache.default_index_cache(prefix)}, is on ext4, on the disk of each node")
 
 
 def test_the_node_count_is_torchruns_group_world_size_else_slurms():
