@@ -102,30 +102,34 @@ class RunTime:
                           f"{self._stop_before_limit_fix()}")
 
     def _stop_before_limit_fix(self) -> str:
-        """How to stop before the time limit: the latest stop that keeps the save margin ``oellm recipe`` derives
-        (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`), more than one iteration before the limit and,
-        for a run that does not requeue, no earlier than its expected run time; or the shortest time limit that the
-        run's own stop fits (:meth:`_stop_fits`), with a stop raised to the expected run time when the stop is earlier.
-        Each suggestion, followed, passes :meth:`check`."""
-        stop = self.stop_minutes
-        if not self.requeues and self.expected_s is not None and self.expected_s > 60 * stop:
-            stop = math.ceil(self.expected_s / 60)
-        minutes = stop + 1
-        while not self._stop_fits(60 * minutes, stop):
-            minutes += 1
-        longer = (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
-                  "\"...\", or --time, which overrides it)")
-        if stop != self.stop_minutes:
-            longer = (f"set exit-duration-in-mins to {stop} in the recipe (the expected run time: one job must run "
-                      f"every iteration) and {longer}")
-        latest = exit_duration_minutes(self.limit_s)
-        if latest is not None and self.step_s is not None:
-            latest = min(latest, self._latest_stop_before_one_step())
+        """How to stop before the time limit: with a step time, the latest stop more than one iteration before the
+        limit (as :meth:`_margin_fix` gives it); without one, the stop ``oellm recipe`` derives, which keeps its save
+        margin (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`); for a run that does not requeue, no
+        earlier than its expected run time. Or the shortest time limit that the run's own stop fits
+        (:meth:`_own_stop_limit_fix`). Each suggestion, followed, passes :meth:`check`."""
+        longer = self._own_stop_limit_fix()
+        latest = (exit_duration_minutes(self.limit_s) if self.step_s is None
+                  else self._latest_stop_before_one_step())
         if latest is None or latest < 1 or not self._stop_fits(self.limit_s, latest):
             return longer
         earliest = ("" if self.requeues or self.expected_s is None
                     else f" (and at least {math.ceil(self.expected_s / 60)}, the expected run time)")
         return f"set exit-duration-in-mins to at most {latest} in the recipe{earliest}, or {longer}"
+
+    def _own_stop_limit_fix(self) -> str:
+        """``give it a time limit of at least HH:MM:00``: the shortest limit the recipe's own stop fits
+        (:meth:`_stop_fits`: a minute after it, more than one iteration after it for a run that saves), with the stop
+        first raised to the expected run time where it is earlier and the run does not requeue."""
+        stop = self.stop_minutes
+        if not self.requeues and self.expected_s is not None and self.expected_s > 60 * stop:
+            stop = math.ceil(self.expected_s / 60)
+        minutes = stop + 1 + (math.floor(self.step_s / 60) if self.saves and self.step_s is not None else 0)
+        longer = (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
+                  "\"...\", or --time, which overrides it)")
+        if stop != self.stop_minutes:
+            longer = (f"set exit-duration-in-mins to {stop} in the recipe (the expected run time: one job must run "
+                      f"every iteration) and {longer}")
+        return longer
 
     def _stop_fits(self, limit_s: int, stop_minutes: int) -> bool:
         """Whether the stop ``stop_minutes`` under the time limit ``limit_s`` passes every check of :meth:`check`:
@@ -141,8 +145,13 @@ class RunTime:
         job must run every iteration."""
         if self.expected_s is not None and self.expected_s > self.limit_s:
             minutes = math.ceil(self.expected_s / 60)  # whole minutes at least the expected run time
-            fix = (self._derived_limit_fix() if self._stop_is_derived else f"give it at least {minutes // 60:02d}:"
-                   f"{minutes % 60:02d}:00 (the row's time = \"...\", or --time, which overrides it)")
+            if self._stop_is_derived:
+                fix = self._derived_limit_fix()
+            elif self.stop_minutes is not None:  # the recipe's own stop must then cover the run too
+                fix = self._own_stop_limit_fix()
+            else:
+                fix = (f"give it at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = \"...\", or "
+                       "--time, which overrides it)")
             raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
                               f"{self.estimate()}; {fix}")
         if self.expected_s is not None and self.stop_minutes is not None and self.expected_s > 60 * self.stop_minutes:

@@ -386,7 +386,7 @@ def test_a_late_stop_within_one_step_of_a_short_limit_is_told_only_to_take_a_lon
     message = str(refused.value)
     assert "set exit-duration-in-mins to at most" not in message
     assert message.endswith("(the row's time = \"...\", or --time, which overrides it)")
-    assert "; give it a time limit of at least " in message
+    assert " give it a time limit of at least " in message  # after raising the stop where the run needs that
 
 
 def test_dry_run_refuses_a_checkpointing_row_whose_step_outlasts_the_stop_margin(tmp_path, capsys):
@@ -463,3 +463,25 @@ def test_a_suggested_time_limit_passes_both_stop_checks():
             run.check()
         suggested = time_limit_seconds(re.search(r"at least (\d\d:\d\d:00)", str(refused.value)).group(1))
         dataclasses.replace(_saving_run(suggested, step), iterations=run.iterations).check()
+
+
+def test_a_run_longer_than_its_limit_and_its_own_stop_is_told_to_raise_both():
+    """A recipe's own stop earlier than the expected run time, under a limit shorter than that run: the refusal gave
+    only a longer limit, which the stop then refused (it stops before the last iteration); it now names the stop to
+    raise as well, and the two together pass."""
+    from megatron.oellm.recipes.timing import RunTime
+
+    iterations, step_s = random.randint(20, 40), random.uniform(300, 600)
+    expected_minutes = math.ceil((iterations * step_s + 600) / 60)
+    limit_minutes = random.randint(10, expected_minutes - 1)
+    stop = random.randint(1, limit_minutes // 2 - 1)  # the recipe's own: below the stop oellm recipe derives
+    limit = f"{limit_minutes // 60:02d}:{limit_minutes % 60:02d}:00"
+    run = RunTime(limit, 60 * limit_minutes, iterations, step_s, "step_time_s", stop, saves=random.choice([True, False]))
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    message = str(refused.value)
+    assert f"set exit-duration-in-mins to {expected_minutes} in the recipe (the expected run time" in message, message
+    hours, minutes = message.split("time limit of at least ", 1)[1][:5].split(":")
+    suggested = f"{hours}:{minutes}:00"
+    dataclasses.replace(run, limit=suggested, limit_s=time_limit_seconds(suggested),
+                        stop_minutes=expected_minutes).check()
