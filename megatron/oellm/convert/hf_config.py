@@ -14,11 +14,12 @@ config, which is written back verbatim, with ``architectures`` naming the card's
 shape fields below as transformers reads them, stated or not (a field left out takes the config class's default, or is
 derived from stated ones: layer types, head size; the config is kept and written back, so a default that is not the
 card's would make an export ``from_pretrained`` refuses, or one that computes otherwise), the RoPE settings
-the card's config states (type, base, rotated fraction), the activation, and the fields the card cannot change
+the card's config states (type, base, rotated fraction; the fraction, where it states none, as full rotation, which is
+what transformers computes without one), the activation, and the fields the card cannot change
 (sliding window, attention bias, dense-MLP layers) as read. A multimodal config's top-level fields that describe its
 language model (``tie_word_embeddings``, token ids) count where ``text_config`` lacks them or states them as null, as
 in the export. A quantized checkpoint's config (``quantization_config``) is refused first, naming its method, and
-RoPE scaling (YaRN's ``rope_scaling``) as an inference-time setting where it is the only contradiction.
+RoPE scaling (YaRN's ``rope_scaling``) as an inference-time setting, alone or beside the other contradictions.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ _DERIVED_KEYS = ("sliding_window", "attention_bias", "mlp_only_layers", "decoder
 ``use_sliding_window`` switches on a 4096-token window, which its ``sliding_window`` only shows once read), and the
 card has no way to express another value. Skipped where the card's config class has no such field (its model
 does not read it)."""
+_ROPE_DEFAULTS = {"partial_rotary_factor": 1.0}
+"""RoPE settings transformers' RoPE functions take where ``rope_parameters`` leaves them out (all of the head rotated),
+compared for every card at that value where its config states none: Qwen3-MoE's states no fraction, so a config
+rotating part of each head (a different model) was accepted, its fraction unread."""
 _MISSING = object()
 """Stands for a field a config object does not have (the card's config class may lack one the checkpoint states)."""
 
@@ -112,8 +117,12 @@ class CardContradiction(ConversionError):
     """A ``config.json`` whose fields contradict the card (:func:`check_hf_config`): the checkpoint's tensors may
     still fit the card, when the config is the part that is wrong."""
 
-    def __init__(self, message: str, sizes_only: bool = False) -> None:
+    def __init__(self, message: str, fields: dict[str, str], remedy: str, sizes_only: bool = False) -> None:
         super().__init__(message)
+        self.fields = fields
+        """Field -> what the checkpoint and the card say of it, for each contradicted field named."""
+        self.remedy = remedy
+        """What the refusal tells the user to do, after the fields."""
         self.sizes_only = sizes_only
         """Whether every contradicted field is one of :data:`_TENSOR_SIZE_KEYS`, which the tensors' shapes also
         give."""
@@ -129,9 +138,10 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     name the card's causal-LM class (the export would not load, or load as another model); a shape field the
     checkpoint states but the card's config class does not have (e.g. ``norm_topk_prob`` for a Qwen3.5 card) counts
     as a contradiction. A vocabulary size that is the only contradiction points to ``--vocab-size`` (no other card
-    would fit), and RoPE scaling that is the only one (YaRN for long contexts) is named an inference-time setting to
-    leave out (:func:`_rope_scaling_fix`). ``fix`` ends every other refusal: what to change when the config is another
-    model's (by default the card, for a config that came with the checkpoint).
+    would fit), and YaRN RoPE scaling (for long contexts) is named an inference-time setting to leave out
+    (:func:`_yarn_fix`), followed, where the config contradicts the card besides, by those fields and their own
+    remedy (:func:`_refusal_without_scaling`). ``fix`` ends every other refusal: what to change when the config is
+    another model's (by default the card, for a config that came with the checkpoint).
     ``embedding_rows`` (the rows of the weights' ``model.embed_tokens.weight``, where the config came with them): a
     ``vocab_size`` stating another count is refused first, naming both; the config then contradicts its own weights,
     and the card's refusal (pass ``--vocab-size`` = the config's) and the weights' (= the rows) would send the user
@@ -142,9 +152,9 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
     text = _text_fields(stored, where)
     expected = family_module(card).hf_config_from_card(card)
 
-    def refuse(wrong: list[str], remedy: str = fix, sizes_only: bool = False) -> CardContradiction:
-        return CardContradiction(f"{where} does not describe card {card.name}: {'; '.join(wrong)}; {remedy}",
-                                 sizes_only)
+    def refuse(wrong: dict[str, str], remedy: str = fix, sizes_only: bool = False) -> CardContradiction:
+        return CardContradiction(f"{where} does not describe card {card.name}: {'; '.join(wrong.values())}; {remedy}",
+                                 wrong, remedy, sizes_only)
 
     if "model_type" in text and text["model_type"] != expected.model_type:
         types = convertible_model_types()
@@ -155,7 +165,8 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
             other_model = fix + _which_card_fits(card, config_text, where, text, plain_if_none=False)
         else:
             other_model = fix
-        raise refuse([f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"], other_model)
+        raise refuse({"model_type": f"model_type: checkpoint {text['model_type']!r}, card {expected.model_type!r}"},
+                     other_model)
     stated_vocab = text.get("vocab_size")
     if embedding_rows is not None and isinstance(stated_vocab, int) and stated_vocab != embedding_rows:
         raise ConversionError(f"{where} says vocab_size {stated_vocab}, but the checkpoint's model.embed_tokens.weight "
@@ -188,28 +199,33 @@ def check_hf_config(card: ModelCard, config_text: str, where: str,
             wrong[k] = f"{k}: checkpoint {have!r}, card {want!r}"
     if loaded.hidden_act != expected.hidden_act:
         wrong["hidden_act"] = f"hidden_act: checkpoint {loaded.hidden_act!r}, card {expected.hidden_act!r}"
-    rope, card_rope = loaded.rope_parameters or {}, expected.rope_parameters
-    wrong |= {f"rope_parameters.{k}": f"rope_parameters.{k}: checkpoint {rope.get(k)!r}, card {v!r}"
-              for k, v in card_rope.items() if rope.get(k) != v}
-    rope_wrong = [k for k in wrong if k.startswith("rope_parameters.")]
-    if (rope.get("rope_type") == "yarn" and "rope_parameters.rope_type" in wrong
-            and _describes(card, json.dumps(_without_rope_scaling(stored, card_rope)), where)):
-        raise refuse([wrong[k] for k in rope_wrong], _yarn_fix(only_rope_type=rope_wrong == ["rope_parameters.rope_type"]))
+    rope, card_rope = loaded.rope_parameters or {}, {**_ROPE_DEFAULTS, **expected.rope_parameters}
+    for k, v in card_rope.items():
+        have = rope.get(k, _ROPE_DEFAULTS.get(k))
+        if have != v:
+            wrong[f"rope_parameters.{k}"] = f"rope_parameters.{k}: checkpoint {have!r}, card {v!r}"
+    if rope.get("rope_type") == "yarn" and "rope_parameters.rope_type" in wrong:
+        others = _refusal_without_scaling(card, _without_rope_scaling(stored, card_rope), where, fix, embedding_rows)
+        other_fields = others.fields if others else {}
+        # the scaling's: RoPE fields read otherwise without it (rope_type, a rope_theta its rope_scaling object drops)
+        scaling = {k: v for k, v in wrong.items() if k.startswith("rope_parameters.") and other_fields.get(k) != v}
+        remedy = _yarn_fix(only_rope_type=list(scaling) == ["rope_parameters.rope_type"])
+        raise refuse(scaling | other_fields, remedy + (f"; beyond the scaling, {others.remedy}" if others else ""))
     if list(wrong) == ["vocab_size"] and not left_out:  # a vocabulary of its own, not another card
-        raise refuse(list(wrong.values()), vocab_size_fix(loaded.vocab_size))
+        raise refuse(wrong, vocab_size_fix(loaded.vocab_size))
     if wrong and set(wrong) <= {"model_type", "architectures"}:  # this card's model, its class misnamed
-        raise refuse(list(wrong.values()), f"state \"model_type\": {json.dumps(expected.model_type)} and "
-                                           f"\"architectures\": {json.dumps(expected.architectures)} in it, as the "
-                                           "card's config does (transformers picks the model class by them)")
+        raise refuse(wrong, f"state \"model_type\": {json.dumps(expected.model_type)} and "
+                            f"\"architectures\": {json.dumps(expected.architectures)} in it, as the card's config "
+                            "does (transformers picks the model class by them)")
     if wrong.get("tie_word_embeddings") and loaded.tie_word_embeddings and fix == PICK_THE_CARD:
-        raise refuse(list(wrong.values()), "no card of megatron-oellm ties the output layer to the embedding, so no "
-                                           "--model converts this checkpoint")
+        raise refuse(wrong, "no card of megatron-oellm ties the output layer to the embedding, so no --model "
+                            "converts this checkpoint")
     if wrong:
         sizes_only = set(wrong) <= set(_TENSOR_SIZE_KEYS)
         remedy = fix + (", or state the fields it leaves out in config.json" if left_out else "")
         if fix == PICK_THE_CARD:  # sizes the weights show, or fields the config leaves out, may be what is wrong
             remedy += _which_card_fits(card, config_text, where, text, plain_if_none=sizes_only or left_out)
-        raise refuse(list(wrong.values()), remedy, sizes_only)
+        raise refuse(wrong, remedy, sizes_only)
 
 
 def check_not_quantized(stored: dict, where: str) -> None:
@@ -259,6 +275,19 @@ def _without_rope_scaling(stored: dict, card_rope: dict) -> dict:
         text["rope_parameters"] = {**{k: v for k, v in rope.items() if k in card_rope},
                                    "rope_type": card_rope["rope_type"]}
     return unscaled
+
+
+def _refusal_without_scaling(card: ModelCard, unscaled: dict, where: str, fix: str,
+                             embedding_rows: int | None) -> CardContradiction | None:
+    """The refusal :func:`check_hf_config` gives ``unscaled`` (a config with YaRN scaling, from ``where``, without it:
+    :func:`_without_rope_scaling`), or None where it describes ``card``: the contradictions besides the scaling, each
+    with the remedy it gets alone. Where there were some, the scaling was refused as a field like any other and not
+    named an inference-time setting, and the remedy was sought for the scaled config, which no card fits."""
+    try:
+        check_hf_config(card, json.dumps(unscaled), where, fix, embedding_rows)
+    except CardContradiction as refusal:
+        return refusal
+    return None
 
 
 def _yarn_fix(only_rope_type: bool) -> str:

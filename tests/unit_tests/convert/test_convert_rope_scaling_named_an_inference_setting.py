@@ -1,7 +1,9 @@
 """YaRN RoPE scaling in ``config.json`` (``rope_scaling``, as Qwen's model cards tell users to add for long contexts,
 or ``rope_parameters`` of ``rope_type`` yarn) is an inference-time setting: where it is the only contradiction of
 the card, the refusal says so and how to convert, instead of "no card of megatron-oellm fits it", and transformers'
-warning about the scaling factor no longer reaches stderr (its logger's level is put back after)."""
+warning about the scaling factor no longer reaches stderr (its logger's level is put back after). Beside another
+contradiction, the refusal names every one: the scaling as an inference-time setting, the other field with the remedy
+it gets alone (only the general refusal came, the scaling named as a field to change with the card)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ INSIDE_ROPE_PARAMETERS = (f"{INFERENCE_SETTING}; its rope_scaling object replace
                           "defaults: in the Hugging Face export's config.json, put the scaling fields (rope_type "
                           "'yarn', factor, original_max_position_embeddings) inside rope_parameters, keeping its "
                           "rope_theta, rather than in a rope_scaling object")
+NO_CARD_FITS = ("pick the card of this checkpoint with --model: no card of megatron-oellm fits it (`oellm models` "
+                "lists them), so converting it needs a card of its own (megatron/oellm/cards.py)")
 
 
 class _Messages(logging.Handler):
@@ -49,8 +53,9 @@ def _with_yarn(config: dict, form: str) -> dict:
 
 def test_yarn_alone_is_named_an_inference_setting_without_a_transformers_warning(converted) -> None:
     """Alone (within ``rope_parameters``: a ``rope_scaling`` object beside them replaces them, see
-    :func:`test_yarn_in_a_rope_scaling_object_is_told_to_go_inside_rope_parameters`), YaRN is named an inference-time setting and transformers logs nothing; beside another contradiction
-    (an activation), the card's refusal stays as it was."""
+    :func:`test_yarn_in_a_rope_scaling_object_is_told_to_go_inside_rope_parameters`), YaRN is named an inference-time
+    setting and transformers logs nothing (beside another contradiction, see
+    :func:`test_yarn_beside_another_contradiction_names_both`)."""
     card, _, tmp = converted
     path = tmp / "hf" / "config.json"
     scaled = _with_yarn(json.loads(path.read_text()), "rope_parameters")
@@ -70,10 +75,6 @@ def test_yarn_alone_is_named_an_inference_setting_without_a_transformers_warning
     assert str(refusal.value) == (f"{path} does not describe card {card.name}: rope_parameters.rope_type: checkpoint "
                                   f"'yarn', card 'default'; {ADD_IT_BACK}")
     assert [message for message in logged.messages if "factor" in message] == []
-    path.write_text(json.dumps({**scaled, "hidden_act": "gelu"}))
-    with pytest.raises(ConversionError, match=r"hidden_act: checkpoint 'gelu', card 'silu'.*pick the card") as refusal:
-        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
-    assert "inference-time" not in str(refusal.value)
     assert not (tmp / "out").exists()
 
 
@@ -141,3 +142,38 @@ def test_yarn_in_a_multimodal_configs_text_config_is_named_an_inference_setting(
         check_hf_config(card, json.dumps(saved), "config.json")
     assert str(refusal.value) == (f"config.json does not describe card {card.name}: rope_parameters.rope_type: "
                                   f"checkpoint 'yarn', card 'default'; {ADD_IT_BACK}")
+
+
+def _other_contradiction(config: dict, card_theta: float) -> tuple[dict, str]:
+    """``config`` with a fresh contradiction of the card besides RoPE scaling (an activation, a norm epsilon or a RoPE
+    base, none of them any card's), and the refusal's words for it."""
+    kind = random.choice(["hidden_act", "rms_norm_eps", "rope_theta"])
+    if kind == "hidden_act":
+        act = random.choice(["gelu", "relu", "gelu_pytorch_tanh"])
+        return {**config, "hidden_act": act}, f"hidden_act: checkpoint {act!r}, card 'silu'"
+    if kind == "rms_norm_eps":
+        eps = random.choice([1e-5, 1e-7, 3e-6])
+        return {**config, "rms_norm_eps": eps}, f"rms_norm_eps: checkpoint {eps!r}, card {config['rms_norm_eps']!r}"
+    theta = random.choice([base for base in (5e5, 2e6, 5e6) if base != card_theta])
+    return ({**config, "rope_parameters": {**config["rope_parameters"], "rope_theta": theta}},
+            f"rope_parameters.rope_theta: checkpoint {theta!r}, card {card_theta!r}")
+
+
+@pytest.mark.parametrize("form", ["rope_parameters", "rope_scaling"])
+def test_yarn_beside_another_contradiction_names_both(converted, form: str) -> None:
+    """Within ``rope_parameters`` the scaling changes ``rope_type`` only; a ``rope_scaling`` object also drops
+    ``rope_theta`` (read as 10000.0), so the advice puts the scaling inside ``rope_parameters``, and a RoPE base of
+    its own is named by the value the config states."""
+    card, _, tmp = converted
+    path = tmp / "hf" / "config.json"
+    other, named = _other_contradiction(json.loads(path.read_text()), card.rotary_base)
+    path.write_text(json.dumps(_with_yarn(other, form)))
+    with pytest.raises(ConversionError) as refusal:
+        hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "out")
+    fields = ["rope_parameters.rope_type: checkpoint 'yarn', card 'default'"]
+    if form == "rope_scaling" and not named.startswith("rope_parameters.rope_theta"):  # else the base it states
+        fields.append(f"rope_parameters.rope_theta: checkpoint 10000.0, card {card.rotary_base!r}")
+    advice = INSIDE_ROPE_PARAMETERS if form == "rope_scaling" else ADD_IT_BACK
+    assert str(refusal.value) == (f"{path} does not describe card {card.name}: {'; '.join([*fields, named])}; "
+                                  f"{advice}; beyond the scaling, {NO_CARD_FITS}")
+    assert not (tmp / "out").exists()
