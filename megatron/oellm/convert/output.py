@@ -12,8 +12,9 @@ directory could not be moved into), is refused. The file system must have room f
 is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP / SIGINT
 (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
 refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes it and ends in a one-line
-:class:`ConversionError` (a signal arriving during that clean-up is named in it). A failed conversion also removes
-the parent directories of ``--out`` it created.
+:class:`ConversionError` (a signal arriving during that clean-up is named in it), as does any other refusal of the
+operating system to write a file of the output (a permission, a name too long), naming the file. A failed conversion
+also removes the parent directories of ``--out`` it created.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ _LISTED = 5
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 """Operating-system errors that mean the file system is out of room (disk full, quota)."""
 _STORAGE_ERRORS = (*_NO_ROOM, errno.EFBIG, errno.EIO, errno.EROFS)
-"""Operating-system errors of the storage, reported in one line: no room, a file-size limit, an I/O error, a
-read-only file system. Others (a missing file, a permission) keep their traceback: they are the code's or the paths'."""
+"""Operating-system errors of the storage, reported in one line with what to do: no room, a file-size limit, an I/O
+error, a read-only file system. Others are reported in one line where they refuse a file of the output
+(:func:`_output_write_error_behind`), and keep their traceback elsewhere: they are the code's or the inputs'."""
 _STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial-(?P<pid>\d+)")
 """The name :func:`staging_directory` gives: ``.<name of --out>.partial-<process id>``."""
 _OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
@@ -118,12 +120,10 @@ def check_free_space(out_dir: Path, needed_bytes: int) -> None:
                               + (f"; {leftovers}" if leftovers else ""))
 
 
-def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
-    """(errno, text) of the storage's refusal (:data:`_STORAGE_ERRORS`) behind a failed conversion, or None (a defect
-    of the code, whose traceback is the report). Looked for in the exception, its explicit causes, DCP's per-rank
-    failures, the exception a plain ``RuntimeError`` was raised while handling (torch's checkpoint writer turns a
-    failed write into ``RuntimeError('[enforce fail ...] unexpected pos ...')``), and safetensors' ``(os error N)``
-    texts."""
+def _errors_behind(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the exceptions behind it: its explicit causes, DCP's per-rank failures and the exception a plain
+    ``RuntimeError`` was raised while handling (torch's checkpoint writer turns a failed write into
+    ``RuntimeError('[enforce fail ...] unexpected pos ...')``), each once."""
     pending: list[BaseException | None] = [error]
     seen: set[int] = set()
     while pending:
@@ -131,17 +131,39 @@ def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        if isinstance(current, CheckpointException):
+            pending += [failure[0] for failure in current.failures.values()]
+        pending.append(current.__cause__)
+        if type(current) is RuntimeError:
+            pending.append(current.__context__)
+
+
+def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
+    """(errno, text) of the storage's refusal (:data:`_STORAGE_ERRORS`) behind a failed conversion
+    (:func:`_errors_behind`, and safetensors' ``(os error N)`` texts), or None (a defect of the code, whose traceback
+    is the report, or a write of the output refused otherwise: :func:`_output_write_error_behind`)."""
+    for current in _errors_behind(error):
         if isinstance(current, OSError) and current.errno in _STORAGE_ERRORS:
             return current.errno, str(current)
         quoted = _OS_ERROR_TEXT.search(str(current))
         if quoted and int(quoted.group(1)) in _STORAGE_ERRORS:
             number = int(quoted.group(1))
             return number, f"[Errno {number}] {os.strerror(number)}"
-        if isinstance(current, CheckpointException):
-            pending += [failure[0] for failure in current.failures.values()]
-        pending.append(current.__cause__)
-        if type(current) is RuntimeError:
-            pending.append(current.__context__)
+    return None
+
+
+def _output_write_error_behind(error: BaseException, staging: Path) -> OSError | None:
+    """The operating system's refusal of a file in ``staging`` (the output being written) behind ``error``
+    (:func:`_errors_behind`), or None: a permission, a name too long, a file or folder there removed meanwhile. The
+    path is the user's to fix, as for a storage error; torch's checkpoint writer raised it as it was, which ended
+    the conversion in a traceback naming a staging file that the clean-up had just removed. An error on a path
+    elsewhere (an input, a module) is not the output's and keeps its traceback."""
+    root = Path(os.path.abspath(staging))
+    for current in _errors_behind(error):
+        name = current.filename if isinstance(current, OSError) and current.errno is not None else None
+        if isinstance(name, str) and Path(os.path.abspath(name)).is_relative_to(root):
+            return current
     return None
 
 
@@ -249,18 +271,24 @@ def staged_output(out_dir: Path, overwrite: bool, foreign_in: Foreign, needed_by
                 _remove_partial(staging, created)
             if guard.received is not None and isinstance(error, _PreviousOutputAside):  # its message says where
                 raise ConversionInterrupted(guard.received, failure=str(error)) from error  # each part went
-            reported = _failure_of(error, out_dir, needed_bytes)
+            reported = _failure_of(error, staging, out_dir, needed_bytes)
             stop = guard.interrupted(reported) or reported  # the signal's, or the error with a later signal named
             if stop is error:
                 raise
             raise stop from error
 
 
-def _failure_of(error: BaseException, out_dir: Path, needed_bytes: int) -> BaseException:
-    """What a conversion that ``error`` ended reports when no signal ended it first: the storage's refusal as one
-    line (:func:`_system_failure`), else ``error`` itself."""
-    failure = None if isinstance(error, (ConversionError, KeyboardInterrupt)) else storage_error_behind(error)
-    return error if failure is None else _system_failure(failure, out_dir, needed_bytes)
+def _failure_of(error: BaseException, staging: Path, out_dir: Path, needed_bytes: int) -> BaseException:
+    """What a conversion writing into ``staging`` that ``error`` ended reports when no signal ended it first: the
+    storage's refusal as one line (:func:`_system_failure`), a write of the output refused otherwise as one line
+    (:func:`_write_failure`), else ``error`` itself."""
+    if isinstance(error, (ConversionError, KeyboardInterrupt)):
+        return error
+    failure = storage_error_behind(error)
+    if failure is not None:
+        return _system_failure(failure, out_dir, needed_bytes)
+    refused = _output_write_error_behind(error, staging)
+    return error if refused is None else _write_failure(refused, staging, out_dir)
 
 
 def _remove_partial(staging: Path, created: list[Path]) -> None:
@@ -283,6 +311,19 @@ def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) 
         message += (" (one file may not grow that large there: see `ulimit -f` and the file system's largest file; "
                     "mcore-to-hf writes smaller files with --max-shard-size)")
     return ConversionError(message)
+
+
+def _write_failure(refused: OSError, staging: Path, out_dir: Path) -> ConversionError:
+    """The one-line error for the operating system's refusal ``refused`` of a file in ``staging`` (see
+    :func:`_output_write_error_behind`): the file by its place in ``out_dir`` and by the path refused, and the
+    system's error; for a permission, what to check."""
+    place = Path(os.path.abspath(refused.filename)).relative_to(os.path.abspath(staging))
+    message = (f"the conversion failed: cannot write {out_dir / place} ([Errno {refused.errno}] {refused.strerror}: "
+               f"{refused.filename}, where the output is written beside --out before it is moved in)")
+    if isinstance(refused, PermissionError):
+        message += (f"; this user may not write there: check the permissions and ACLs of {staging.parent} and the "
+                    "mount, or choose another --out")
+    return ConversionError(f"{message}; the partial output was removed, --out is as it was")
 
 
 def _remove_if_empty(directories: list[Path]) -> None:
