@@ -9,13 +9,15 @@ number of nan iterations:   0 |``. Lines may carry a launcher prefix (``0: `` fr
 torchrun); matching is by search, not from the line start. An iteration line is read only when it is whole: every
 field read ends with Megatron's `` |`` and the line's last field (``number of nan iterations``) is there, so a line
 cut by a crash or by another rank's output is left out rather than read as a shorter number.
-Each start of the program is a *run*: a new arguments block or an iteration number that does not increase (a restart, a
-resume or a requeued job appending to the same log) starts the next one; output written into the log twice (each
-piece of output again right after itself, as a ``tee -a`` into the file ``sbatch -o`` writes leaves it, or the whole
-run twice) is read once (:func:`doubled_lines`), not as a restart at each copy. Each run keeps its own arguments (a run
-without a block of its own has the previous run's) and its own part of the log: a run is *failed* when its part shows
-an out-of-memory error (of a GPU, or the host's OOM killer), an NCCL timeout, megatron's rerun state machine
-exiting on a result its check rejected (a NaN or Inf gradient: ``Unexpected result nan ...`` then ``Exiting now``), a
+Each start of the program is a *run*: a new arguments block, an iteration number that does not increase (a restart, a
+resume or a requeued job appending to the same log) or megatron's checkpoint load line after iteration lines (a
+start loads before it trains, so that line begins the next start, one resumed where the last one stopped) starts the
+next one; output written into the log twice (each piece of output again right after itself, as a ``tee -a`` into the
+file ``sbatch -o`` writes leaves it, or the whole run twice) is read once (:func:`doubled_lines`), not as a restart
+at each copy. Each run keeps its own arguments (a run without a block of its own has the previous run's) and its own
+part of the log: a run is *failed* when its part shows an out-of-memory error (of a GPU, or the host's OOM killer),
+an NCCL timeout, megatron's rerun state machine exiting on a result its check rejected (a NaN or Inf gradient:
+``Unexpected result nan ...`` then ``Exiting now``), a
 Python traceback (not one of an exception Python ignored or a thread other than the main one raised: the program went on after those; torchrun's own
 only when nothing else shows why the job ended), a C++ abort, a fatal Python error, a segmentation fault, an NCCL
 error, a step SLURM ended (cancelled, a node failure included, an uncorrectable memory error, a failed job, its memory
@@ -77,7 +79,15 @@ _PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with \d+ dum
 _TRAINING_DONE = re.compile(r"\[after training is done\] datetime:")
 _LOADED_CHECKPOINT = re.compile(r"successfully loaded checkpoint from .* at iteration (?P<iteration>\d+)")
 """megatron's line after it loaded a checkpoint (``load_checkpoint``; 0.19.2 prints ``[ t 1/1, gtp_remat 1/1, p 1/4 ]``
-in between, older releases ``[ t 1/1, p 1/4 ]``), before the start's first iteration."""
+in between, older releases ``[ t 1/1, p 1/4 ]``). megatron loads while it sets the model up (``pretrain`` calls
+``setup_model_and_optimizer`` before ``train``), so the line comes before a start's first iteration line: one after
+a start's iteration lines is the next start's, whose arguments block the log lacks."""
+_SAVING = re.compile(r"(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?)\] )?saving checkpoint at "
+                     r"iteration\s+(?P<iteration>\d+) to ")
+"""megatron's line as a checkpoint save begins (``save_checkpoint``; 0.19.2 stamps it ``[%Y-%m-%d %H:%M:%S.%f]``,
+older releases do not)."""
+_SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+\d+")
+"""megatron's line once a checkpoint save ended (0.19.2: ``from iteration``, older releases ``at iteration``)."""
 _STAMP = re.compile(r"\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?)\]\s*$")
 """The timestamp that ends the text before an iteration line's ``iteration i/n |`` head: megatron-core 0.19.2's
 ``datetime.now()`` in ``%Y-%m-%d %H:%M:%S.%f`` (older releases print whole seconds, the oldest none), local time
@@ -347,6 +357,18 @@ class DeliberateExit:
 
 
 @dataclass(frozen=True)
+class CheckpointSave:
+    """A checkpoint save megatron reported begun (:data:`_SAVING`) and not yet ended (no :data:`_SAVED` line after
+    it)."""
+
+    iteration: int
+    """The iteration whose checkpoint is being saved."""
+    begun_at: datetime | None
+    """When megatron began the save: its line's timestamp (a naive local time, as :attr:`IterationLine.printed_at`);
+    None when the line has none (an older Megatron) or it names no valid time."""
+
+
+@dataclass(frozen=True)
 class Run:
     """One start of the program in a log: its arguments, the iterations it printed and how it ended."""
 
@@ -386,6 +408,10 @@ class Run:
     resumed_from: int | None = None
     """The iteration of the checkpoint the run loaded before its first iteration line, from megatron's
     ``successfully loaded checkpoint ... at iteration N`` (:data:`_LOADED_CHECKPOINT`); None when it printed none."""
+
+    saving: CheckpointSave | None = None
+    """The checkpoint save the run began after its last iteration line and has not reported ended: a run whose log
+    stops there is writing its checkpoint (a long, silent time for a large model) or was killed during the save."""
 
     @property
     def resumed(self) -> bool:
@@ -461,6 +487,7 @@ class _RunText:
     cut_lines: dict[int, int] = field(default_factory=dict)
     """:attr:`Run.cut_lines` so far."""
     resumed_from: int | None = None
+    saving: CheckpointSave | None = None
 
     def inheritor(self, first_line: int) -> _RunText:
         """The next run, started at line ``first_line`` without an arguments block of its own: it keeps this run's
@@ -476,7 +503,7 @@ class _RunText:
                    failure, self.finished, self.vocabulary,
                    self.deliberate_exit, line_span=(self.first_line, self.last_line),
                    cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0,
-                   resumed_from=self.resumed_from)
+                   resumed_from=self.resumed_from, saving=self.saving)
 
     def whole_before(self, live_from: int) -> int:
         """The iteration of the last whole iteration line before the first failure marker from line ``live_from``
@@ -512,10 +539,11 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
             continue
         block = _ARGS_START.search(line) is not None
         head = _ITERATION.search(line)
+        loaded = _LOADED_CHECKPOINT.search(line)
         if block and (current.own_block or current.start is not None):
             runs.append(current.frozen())
             current = _RunText(first_line=number)
-        elif head and current.start is not None and int(head["iteration"]) <= current.previous:
+        elif current.start is not None and (loaded or head and int(head["iteration"]) <= current.previous):
             runs.append(current.frozen())
             current = current.inheritor(number)
         current.lines.append(line)
@@ -537,8 +565,14 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
         if _TRAINING_DONE.search(line):
             current.finished = True
             continue
-        if (loaded := _LOADED_CHECKPOINT.search(line)) and current.start is None:
+        if loaded:  # a start's own, before its first iteration line: one after them began a new run above
             current.resumed_from = int(loaded["iteration"])
+            continue
+        if saving := _SAVING.search(line):
+            current.saving = CheckpointSave(int(saving["iteration"]), _valid_time(saving["stamp"]))
+            continue
+        if _SAVED.search(line):
+            current.saving = None
             continue
         if exit_ := deliberate_exit(line):
             current.deliberate_exit = exit_
@@ -548,7 +582,7 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
         iteration = int(head["iteration"])  # a cut line still marks where a run starts
         if current.start is None:
             current.start = iteration
-        current.previous, current.finished, current.deliberate_exit = iteration, False, None
+        current.previous, current.finished, current.deliberate_exit, current.saving = iteration, False, None, None
         current.heads.append(len(current.lines) - 1)
         if (record := _parse_iteration(line, head, run=len(runs))) is None:
             current.cut_lines[iteration] = number
@@ -695,10 +729,17 @@ def _parse_iteration(line: str, head: re.Match, run: int) -> IterationLine | Non
 def printed_at(before_head: str) -> datetime | None:
     """The time in the timestamp that ends ``before_head`` (an iteration line's text before its ``iteration i/n``
     head, :data:`_STAMP`), None when there is none or it names no valid time (a line garbled by another rank)."""
-    if (stamp := _STAMP.search(before_head)) is None:
+    stamp = _STAMP.search(before_head)
+    return None if stamp is None else _valid_time(stamp["stamp"])
+
+
+def _valid_time(stamp: str | None) -> datetime | None:
+    """The time a megatron timestamp's text ``stamp`` names (``2026-10-19 12:00:05.123456``), None for no text or one
+    that names no valid time (a line garbled by another rank)."""
+    if stamp is None:
         return None
     try:
-        return datetime.fromisoformat(stamp["stamp"])
+        return datetime.fromisoformat(stamp)
     except ValueError:
         return None
 

@@ -13,7 +13,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from megatron.oellm.run_log import DeliberateExit, IterationLine, Run, RunLog
+from megatron.oellm.run_log import CheckpointSave, DeliberateExit, IterationLine, Run, RunLog
 from megatron.oellm.scaling_table.rows import ScalingRow, Window, is_positive_int
 
 LAST_RANK_ONLY = ("megatron prints iteration lines from the last rank only: give the last task's output file or a "
@@ -230,17 +230,16 @@ def cut_line_note(run: Run, first: int, last: float = math.inf) -> str:
 def no_line_status(run: Run, window: Window) -> str:
     """The status of a window the log has no whole iteration line in: one whose lines there are cut (another rank's
     output cut into them) names the last of those (:func:`cut_line_note`); else a run resumed from a checkpoint after
-    the window printed none there (its lines begin at :attr:`Run.start`), else the log interval passes over the window
-    (named with the interval the arguments block gives, so that the user can pick a window ending on a logged
-    iteration)."""
+    the window printed none there (its lines average from :func:`first_averaged` on), else the log interval passes
+    over the window (named with the interval the arguments block gives, so that the user can pick a window ending on
+    a logged iteration)."""
     if cut := cut_line_note(run, window.first, window.last):
         return f"no whole iteration line in the window {window}: {cut}"
-    if run.start is not None and first_averaged(run) > window.last:
+    if (start := first_averaged(run)) is not None and start > window.last:
         after_warm_up = _window_after_warm_up(run)
         advice = f"; e.g. --window {after_warm_up}, which leaves out the warm-up after the start" if after_warm_up else ""
         return (f"no iteration line in the window {window}: this start of the program begins at iteration "
-                f"{run.start} (resumed from a checkpoint?); give a window within {run.start}-{run.last_iteration}"
-                f"{advice}")
+                f"{start} (resumed from a checkpoint?); give a window within {start}-{run.last_iteration}{advice}")
     interval = run.args.get("log_interval")
     if is_positive_int(interval):
         first = "" if first_averaged(run) != run.start else f"iterations {run.start or 1} and "
@@ -276,8 +275,8 @@ def stopped_status(log: RunLog, run: Run, window: Window) -> str:
     if exit_ is None:
         cut = cut_line_note(run, run.last_iteration + 1)
         if not cut and may_still_run(log, run):
-            return (f"ends at iteration {run.last_iteration}/{total}, before the window {window} ends: still running, "
-                    "or killed without a message")
+            return (f"ends at iteration {run.last_iteration}/{total}, before the window {window} ends: still running"
+                    f"{_saving_note(run.saving)}, or killed without a message")
         return f"truncated at iteration {run.last_iteration}/{total}" + (f" ({cut})" if cut else "")
     cause = exit_cause(run.args, exit_)
     if exit_.iteration is None:
@@ -291,15 +290,29 @@ QUIET_S = 600.0
 """How long (seconds) a running job's log may go unwritten at least: megatron's collectives time out after 10 minutes
 by default (``--distributed-timeout-minutes``), and a slower log interval is allowed for (:func:`may_still_run`)."""
 
+SAVE_QUIET_S = 3600.0
+"""How long (seconds) after megatron began a checkpoint save a job whose log stops at that save may still be saving
+(:func:`_still_saving`): a large model's checkpoint written to a parallel file system takes minutes to tens of
+minutes, during which megatron prints nothing."""
+
+
+def _saving_note(saving: CheckpointSave | None) -> str:
+    """`` (saving the checkpoint of iteration N since <time>)`` for the save ``saving`` a run's log stops at, '' for
+    none."""
+    if saving is None:
+        return ""
+    since = f" since {saving.begun_at:%Y-%m-%d %H:%M:%S}" if saving.begun_at is not None else ""
+    return f" (saving the checkpoint of iteration {saving.iteration}{since})"
+
 
 def may_still_run(log: RunLog, run: Run) -> bool:
-    """``run``, which shows no failure, stop or end, may still be running: it is the log's last start, the file was
-    written within the quiet time (:data:`QUIET_S`, or three of its log intervals at the pace of its last line when
-    that is longer: a job printing every 100th iteration writes its log seldom), and so was the run's last
-    iteration line before that write (:func:`_written_with_last_line`). A file written longer ago, a text without a
-    file, a pipe or a compressed archive (:attr:`RunLog.written_at` None) is a job that ended: its lines stop
-    because it was killed; so is a fresh copy (``cp``, ``scp``, ``sed``) of an older log, whose modification time is
-    the copy's."""
+    """``run``, which shows no failure, stop or end, may still be running: it is the log's last start, and either the
+    file was written within the quiet time (:data:`QUIET_S`, or three of its log intervals at the pace of its last
+    line when that is longer: a job printing every 100th iteration writes its log seldom) and so was the run's last
+    iteration line before that write (:func:`_written_with_last_line`), or its log stops at a checkpoint save that may
+    still be going on (:func:`_still_saving`). A file written longer ago, a text without a file, a pipe or a
+    compressed archive (:attr:`RunLog.written_at` None) is a job that ended: its lines stop because it was killed; so
+    is a fresh copy (``cp``, ``scp``, ``sed``) of an older log, whose modification time is the copy's."""
     if log.written_at is None or run is not log.runs[-1]:
         return False
     last = log.iterations.get(run.last_iteration)
@@ -308,7 +321,24 @@ def may_still_run(log: RunLog, run: Run) -> bool:
     interval = run.args.get("log_interval")
     pace = last.elapsed_ms / 1000 * interval if is_positive_int(interval) else 0.0
     quiet = max(QUIET_S, 3 * pace) if math.isfinite(pace) else QUIET_S
-    return time.time() - log.written_at <= quiet and _written_with_last_line(log.written_at, last, quiet)
+    recent = time.time() - log.written_at <= quiet and _written_with_last_line(log.written_at, last, quiet)
+    return recent or _still_saving(log.written_at, run.saving, quiet)
+
+
+def _still_saving(written_at: float, saving: CheckpointSave | None, quiet: float) -> bool:
+    """The checkpoint save ``saving`` that a run's log stops at (:attr:`Run.saving`) may still be going on: megatron
+    began it at most :data:`SAVE_QUIET_S` (or the run's ``quiet`` time, when longer) ago by its line's timestamp, and
+    the log file was written no earlier than ``quiet`` seconds before that line (the clocks of the node and of the
+    file's server may differ a little), as the file of a job writing it is. A save line without a timestamp (an
+    older Megatron) gives no time to go by: its silence counts as any other (:func:`may_still_run`). The timestamp is
+    local time without a zone, read as this machine's: a log read in another zone reads as a job that ended."""
+    if saving is None or saving.begun_at is None:
+        return False
+    try:
+        begun = saving.begun_at.timestamp()
+    except (OverflowError, OSError, ValueError):  # a time this platform's clock cannot hold
+        return False
+    return written_at >= begun - quiet and time.time() - begun <= max(SAVE_QUIET_S, quiet)
 
 
 def _written_with_last_line(written_at: float, last: IterationLine, quiet: float) -> bool:
@@ -358,22 +388,31 @@ def _signal_name(value: object) -> str:
 
 
 def first_averaged(run: Run) -> int | None:
-    """The first iteration ``run``'s lines average (None when it printed none): that of its first line, as
-    megatron-core 0.19.2 prints a run's first iteration; but 1 when the first line is at iteration ``log_interval``
-    > 1 and the run loaded no checkpoint of a trained iteration (:attr:`Run.resumed`): the log of a Megatron that
-    prints every ``log_interval``-th iteration only (releases before the first iteration's line), whose first line
-    averages iterations 1 to ``log_interval`` as each later line averages the interval before it. Read as a run
-    resumed at that iteration, its windows were refused as missing iterations 1 to ``log_interval`` - 1 or as
-    averaging one iteration too many. megatron-core 0.19.2 prints a first line there too when resumed from a
-    checkpoint of iteration ``log_interval`` - 1: that line times its one first iteration, warm-up included, and the
-    next line averages it again (its timer is not reset after the first line), so read from 1 a window after it was
-    taken for whole intervals and got the warm-up in its step time. Such a start prints megatron's ``successfully
-    loaded checkpoint ... at iteration N`` line first; a fresh start prints none. A run of such an older Megatron
-    resumed later (first line at a higher multiple) is still read as resumed there."""
-    interval = run.args.get("log_interval")
-    if run.start is not None and is_positive_int(interval) and run.start == interval > 1 and not run.resumed:
-        return 1
-    return run.start
+    """The first iteration ``run``'s lines average (None when it printed none): that of its first line, as megatron-core
+    0.19.2 prints the first iteration a start trains (:func:`first_trained`); but that first trained iteration when the
+    first line comes at the first multiple of ``log_interval`` after it: the log of a Megatron that prints every
+    ``log_interval``-th iteration only (releases before the line of a start's first iteration), whose first line
+    averages every iteration since the start as each later line averages the interval before it. That is iteration 1 for
+    a fresh start whose first line is at ``log_interval`` > 1, and ``N`` + 1 for one resumed from a checkpoint of
+    iteration ``N`` (megatron's ``successfully loaded checkpoint ... at iteration N``) whose first line is at the first
+    multiple after ``N`` + 1. Read as starting at the first line, their windows were refused as missing the iterations
+    before it or as averaging one iteration too many, and a window from the first line read the next line alone. A first
+    line at the first trained iteration itself is read as 0.19.2's, timing that one iteration (its next line averages it
+    again: its timer is not reset after the first line), also where that iteration is a multiple of ``log_interval``,
+    e.g. a resume from a checkpoint of iteration ``log_interval`` - 1: read from 1, a window after it was taken for
+    whole intervals and got the warm-up in its step time. An older Megatron resumed there prints the same first line but
+    resets its timer after it, which its log does not show. 0.19.2's line at the next multiple averages from the first
+    trained iteration too, so a start whose first line was lost is read alike."""
+    interval, trained = run.args.get("log_interval"), first_trained(run)
+    if run.start is None or not is_positive_int(interval) or run.start <= trained:
+        return run.start
+    return trained if run.start == (trained // interval + 1) * interval else run.start
+
+
+def first_trained(run: Run) -> int:
+    """The first iteration ``run`` trained: the one after the checkpoint it loaded (:attr:`Run.resumed_from`), 1 for
+    a fresh start (no checkpoint, or a converted or ``--finetune`` one loaded as iteration 0)."""
+    return run.resumed_from + 1 if run.resumed else 1
 
 
 def window_lines(log: RunLog, window: Window) -> list[IterationLine]:
