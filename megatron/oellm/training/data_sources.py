@@ -760,7 +760,18 @@ EMPTY_LIST = ("megatron-core reads a data path list of no words as nothing to un
 """Why :func:`check_data_source` refuses a data path list without a word."""
 
 
-def check_data_source(args: argparse.Namespace) -> list[str]:
+class DataPrefixes(NamedTuple):
+    """The run's dataset prefixes as :func:`check_data_source` found them (none of either with ``--mock-data``), in
+    the blend's order: read once, for the entry's later checks."""
+
+    local: list[str]
+    """Prefixes of indexed datasets on a file system, whose files it checked, for the index cache checks."""
+    remote: list[str]
+    """Prefixes in object storage (``s3://``, ``msc://``), whose ``.idx`` megatron-core 0.19.2 copies into
+    ``--object-storage-cache-path``, for :func:`~megatron.oellm.training.index_cache.check_cache_shared_by_nodes`."""
+
+
+def check_data_source(args: argparse.Namespace) -> DataPrefixes:
     """Raise ``ValueError`` for a tokenizer file the run names that is not there (:func:`check_tokenizer_files`), and
     when a run without ``--mock-data`` names no dataset, a data path list that is neither
     prefixes nor weight-prefix pairs (:data:`BLEND_FORM`) or has no word (:data:`EMPTY_LIST`), blend weights
@@ -779,9 +790,10 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     (:func:`~megatron.oellm.training.index_cache.check_data_cache_path`).
 
     Megatron opens the corpus only after it has set up process groups, built the model and optimizer and loaded a
-    checkpoint, on every rank; a mistyped path is a message at start instead. Returns the run's local dataset
-    prefixes (none with ``--mock-data``), for the entry's
-    :func:`~megatron.oellm.training.index_cache.stale_cache_warnings`.
+    checkpoint, on every rank; a mistyped path is a message at start instead. Returns the run's local and
+    object-storage dataset prefixes (:class:`DataPrefixes`), for the entry's
+    :func:`~megatron.oellm.training.index_cache.stale_cache_warnings` and
+    :func:`~megatron.oellm.training.index_cache.check_cache_shared_by_nodes`.
     """
     from megatron.core.datasets.object_storage_utils import is_object_storage_path
     from megatron.training.utils import get_blend_and_blend_per_split
@@ -793,7 +805,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
         check_cache_flags(args, None)
         check_index_cache(args, [])  # megatron-core writes the mock datasets' index caches to --data-cache-path too
         check_sequences_file(args, {})
-        return []
+        return DataPrefixes([], [])
     empty = [f"--{name.replace('_', '-')}" for name in DATA_PATH_LISTS if getattr(args, name, None) == []]
     if empty:  # megatron-core's get_blend_from_list fails on an empty list with "not enough values to unpack"
         raise ValueError(f"{' and '.join(empty)} without a value (an empty shell variable?): {EMPTY_LIST}")
@@ -822,7 +834,8 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     check_split(args, *blends)
     check_test_set_beside_validation_sets(args, *blends)
     check_validation_set_names(args, blends[1])
-    check_object_storage_flags(args, [prefix for prefix in prefixes if is_object_storage_path(prefix)])
+    remote = [prefix for prefix in prefixes if is_object_storage_path(prefix)]
+    check_object_storage_flags(args, remote)
     local = [prefix for prefix in prefixes if not is_object_storage_path(prefix)]
     missing = list(dict.fromkeys(prefix for prefix in local if missing_dataset_files(prefix)))
     if missing:
@@ -835,19 +848,7 @@ def check_data_source(args: argparse.Namespace) -> list[str]:
     check_split_sequences(args, blends[0], {prefix: header.sequence_count for prefix, header in headers.items()})
     check_index_cache(args, local)
     check_sequences_file(args, headers)
-    return local
-
-
-def object_storage_prefixes(args: argparse.Namespace) -> list[str]:
-    """The run's dataset prefixes in object storage (``s3://``, ``msc://``), whose ``.idx`` megatron-core 0.19.2
-    copies into ``--object-storage-cache-path``; none under ``--mock-data``. For data paths :func:`check_data_source`
-    has let through."""
-    from megatron.core.datasets.object_storage_utils import is_object_storage_path
-    from megatron.training.utils import get_blend_and_blend_per_split
-
-    if args.mock_data:
-        return []
-    return [prefix for prefix in blend_prefixes(*get_blend_and_blend_per_split(args)) if is_object_storage_path(prefix)]
+    return DataPrefixes(local, remote)
 
 
 def check_object_storage_flags(args: argparse.Namespace, remote: list[str]) -> None:

@@ -383,7 +383,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_rank_file_layout,
     )
     from megatron.oellm.training.data import train_valid_test_datasets
-    from megatron.oellm.training.data_sources import check_data_source, object_storage_prefixes
+    from megatron.oellm.training.data_sources import check_data_source
     from megatron.oellm.training.dispatcher import check_flex_dispatcher, check_flex_layout
     from megatron.oellm.training.fla_kernels import check_fla_backward
     from megatron.oellm.training.forward_step import forward_step
@@ -449,13 +449,13 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
             check_validated_packages(args)
         if on_gpu_node:  # Transformer Engine's module classes, which import only beside a GPU
             check_activation_logging(args, backend)
-        local_prefixes = check_data_source(args)  # off a GPU node: token ids only where --vocab-size is the vocabulary
-        node_local_caches = check_cache_shared_by_nodes(args, local_prefixes, job_node_count(os.environ),
-                                                        remote_prefixes=object_storage_prefixes(args))
+        prefixes = check_data_source(args)  # off a GPU node: token ids only where --vocab-size is the vocabulary
+        node_local_caches = check_cache_shared_by_nodes(args, prefixes.local, job_node_count(os.environ),
+                                                        remote_prefixes=prefixes.remote)
         if not on_gpu_node:  # the card's checks below read the embedding rows the tokenizer gives on a GPU node
             pad_vocab_as_megatron(args)
         if os.environ.get("RANK", "0") == "0":  # node-local or stale index caches, misplaced traces, ignored flags
-            for warning in [*node_local_caches, *stale_cache_warnings(args, local_prefixes),
+            for warning in [*node_local_caches, *stale_cache_warnings(args, prefixes.local),
                             *profiler_trace_warnings(args, Path.cwd()),
                             *ignored_flag_warnings(args, explicit_destinations(argv))]:
                 print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)

@@ -486,7 +486,19 @@ def test_object_storage_prefixes_pass_the_local_file_checks(tmp_path, null_token
     assert all(map(is_object_storage_path, remote)) and not is_object_storage_path(local)
     flags = ["--data-path", *random.sample([local, *remote], 3), "--split", "100,0,0",
              "--object-storage-cache-path", str(tmp_path / _name()), "--no-mmap-bin-files"]
-    assert data_sources.check_data_source(data_config_args(flags)) == [local]
+    assert data_sources.check_data_source(data_config_args(flags)).local == [local]
+
+
+def test_the_object_storage_prefixes_come_back_beside_the_local_ones(tmp_path, null_tokenizer):
+    """:func:`data_sources.check_data_source` returns the object-storage prefixes it found, in the blend's order, for
+    the entry's multi-node check of ``--object-storage-cache-path``, which parsed the blend a second time for them."""
+    local = corpus(tmp_path, _name())
+    remote = [f"s3://bucket-{_name()}/text", f"msc://profile/{_name()}/text"]
+    order = random.sample([local, *remote], 3)
+    flags = ["--data-path", *order, "--split", "100,0,0", "--object-storage-cache-path", str(tmp_path / _name()),
+             "--no-mmap-bin-files"]
+    assert data_sources.check_data_source(data_config_args(flags)) == ([local], [prefix for prefix in order if prefix != local])
+    assert data_sources.check_data_source(data_config_args(["--mock-data"])) == ([], [])
 
 
 def test_mock_data_with_a_sequences_file_that_cannot_be_read_is_refused(tmp_path, null_tokenizer):
@@ -641,7 +653,7 @@ def test_a_sequences_file_over_a_corpus_of_another_token_type_is_refused(tmp_pat
         read = GPTDataset.build_low_level_dataset(prefix, data.dataset_config(args))
         assert numpy.array_equal(read[0], written[0]) != refused
         if not refused:
-            assert data_sources.check_data_source(args) == [prefix]
+            assert data_sources.check_data_source(args).local == [prefix]
             continue
         with pytest.raises(ValueError, match=rf"^dataset '{prefix}' holds int32 tokens .* reads every dataset as "
                                              rf"uint16 for the run's {vocabulary}-token vocabulary"):
@@ -712,7 +724,7 @@ def test_object_storage_prefixes_need_megatron_core_s_object_storage_flags(schem
         with pytest.raises(ValueError, match=rf"^dataset '{remote}' is in object storage: .*; add {missing}$"):
             data_sources.check_data_source(args)
     args = data_config_args(["--data-path", remote, "--split", "100,0,0", *cache_path, "--no-mmap-bin-files"])
-    assert data_sources.check_data_source(args) == []
+    assert data_sources.check_data_source(args).local == []
 
 
 def test_mock_data_with_a_data_cache_path_it_cannot_write_is_refused(tmp_path, null_tokenizer):
@@ -731,7 +743,7 @@ def test_mock_data_with_a_data_cache_path_it_cannot_write_is_refused(tmp_path, n
     with pytest.raises(ValueError, match=rf"^--data-cache-path {cache} cannot be written: "):
         data_sources.check_data_source(args)
     args = data_config_args(["--mock-data", "--data-cache-path", str(tmp_path / _name())])
-    assert data_sources.check_data_source(args) == []
+    assert data_sources.check_data_source(args).local == []
 
 
 @pytest.mark.parametrize("flag", list(index_cache.CACHE_FLAGS.values()))
@@ -754,7 +766,7 @@ def test_a_cache_flag_over_mock_datas_built_caches_passes(flag, tmp_path, null_t
         data_sources.check_data_source(args)
     build()  # a run without the flag writes the caches
     assert any("-MockGPTDataset-" in name for name in os.listdir(cache))
-    assert data_sources.check_data_source(args) == []
+    assert data_sources.check_data_source(args).local == []
     assert build(flag)[0][0]["tokens"].numel() > 0  # megatron-core reads them under the flag
 
 
@@ -771,5 +783,5 @@ def test_sequences_file_entries_megatron_core_reads_right_pass(form, tmp_path, n
     path = tmp_path / f"{_name()}.json"
     path.write_text(json.dumps({prefix: entry}))
     args = data_config_args(["--train-data-path", prefix, "--per-dataset-sequences-path", str(path)])
-    assert data_sources.check_data_source(args) == [prefix]
+    assert data_sources.check_data_source(args).local == [prefix]
     assert build_train_dataset(args)[0]["tokens"].numel() == 16

@@ -301,3 +301,22 @@ def test_the_entry_refuses_a_multi_node_object_storage_cache_path_in_memory(monk
             "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(copies), "--no-mmap-bin-files"]
     assert entry.main(argv) == 2
     assert capsys.readouterr().err.startswith(f"{entry.PROG}: error: --object-storage-cache-path {copies} is on tmpfs")
+
+
+def test_the_entry_reads_the_data_blend_once(monkeypatch, capsys, tmp_path):
+    """The entry's multi-node check of ``--object-storage-cache-path`` takes the object-storage prefixes the data
+    source check found: megatron's blend of the data paths is parsed once before ``pretrain``, not once more for
+    them, and a folder every node shares passes."""
+    from megatron.training import utils
+
+    entry = entry_up_to_pretrain(monkeypatch)
+    parse, parses = utils.get_blend_and_blend_per_split, []
+    monkeypatch.setattr(utils, "get_blend_and_blend_per_split", lambda args: parses.append(args) or parse(args))
+    monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs")])
+    monkeypatch.setenv("GROUP_WORLD_SIZE", str(several_nodes()))
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+            "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(tmp_path / "copies"),
+            "--no-mmap-bin-files"]
+    with pytest.raises(Reached):
+        entry.main(argv)
+    assert len(parses) == 1 and capsys.readouterr().err == ""
