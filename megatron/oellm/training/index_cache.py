@@ -194,17 +194,29 @@ def _positive_count(environ: Mapping[str, str], name: str) -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+def most_worker_groups(world_size: int | None, local_world_size: int | None) -> int | None:
+    """The most torchrun agents (worker groups) ``world_size`` ranks can fill, this agent holding
+    ``local_world_size`` of them (1 where unknown, all of them where it claims more) and every other agent at least
+    one: torchrun's rank assignment sums the agents' own ``--nproc-per-node``, which may differ between nodes, so
+    ``world_size`` over ``local_world_size`` is no cap. None where ``world_size`` is unknown."""
+    if world_size is None:
+        return None
+    return world_size - min(local_world_size or 1, world_size) + 1
+
+
 def job_node_count(environ: Mapping[str, str]) -> int:
     """The number of nodes the job's ranks run on, from the launcher's environment ``environ``: torchrun's
-    ``GROUP_WORLD_SIZE`` (its agents, one per node); else ``WORLD_SIZE`` over ``LOCAL_WORLD_SIZE`` (ranks per node),
-    rounded up, where both are set; else Slurm's ``SLURM_NNODES`` capped by ``WORLD_SIZE`` (1 where it is unset), as
-    the ranks span no more nodes than there are ranks: a single process in an ``salloc -N2`` shell, which inherits
-    ``SLURM_NNODES=2``, is one node. 1 where none gives a whole number (a login node), so that the checks of a
-    multi-node job stay silent."""
+    ``GROUP_WORLD_SIZE`` (its agents, one per node), capped by the agents ``WORLD_SIZE`` ranks can fill
+    (:func:`most_worker_groups`) where an inconsistent environment claims more; else ``WORLD_SIZE`` over
+    ``LOCAL_WORLD_SIZE`` (ranks per node), rounded up, where both are set; else Slurm's ``SLURM_NNODES`` capped by
+    ``WORLD_SIZE`` (1 where it is unset), as the ranks span no more nodes than there are ranks: a single process in
+    an ``salloc -N2`` shell, which inherits ``SLURM_NNODES=2``, is one node. 1 where none gives a whole number (a
+    login node), so that the checks of a multi-node job stay silent."""
+    world_size, local_world_size = _positive_count(environ, "WORLD_SIZE"), _positive_count(environ, "LOCAL_WORLD_SIZE")
     groups = _positive_count(environ, "GROUP_WORLD_SIZE")
     if groups is not None:
-        return groups
-    world_size, local_world_size = _positive_count(environ, "WORLD_SIZE"), _positive_count(environ, "LOCAL_WORLD_SIZE")
+        most = most_worker_groups(world_size, local_world_size)
+        return groups if most is None else min(groups, most)
     if world_size is not None and local_world_size is not None:
         return math.ceil(world_size / local_world_size)
     slurm_nodes = _positive_count(environ, "SLURM_NNODES")

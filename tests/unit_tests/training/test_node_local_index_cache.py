@@ -174,7 +174,27 @@ def test_without_torchruns_group_size_the_nodes_are_the_ranks_over_the_ranks_per
     launcher = {"WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(per_node),
                 "SLURM_NNODES": str(nodes + random.randint(1, 64))}
     assert index_cache.job_node_count(launcher) == nodes
-    assert index_cache.job_node_count({**launcher, "GROUP_WORLD_SIZE": str(nodes + 1)}) == nodes + 1
+    groups = random.randint(1, world_size - per_node + 1)  # as many agents as the ranks can fill, this one per_node
+    assert index_cache.job_node_count({**launcher, "GROUP_WORLD_SIZE": str(groups)}) == groups
+
+
+def test_torchruns_group_world_size_claims_no_more_nodes_than_the_ranks_fill():
+    """torchrun's agents may start different ``--nproc-per-node`` (its ranks are the sum of theirs), so
+    ``GROUP_WORLD_SIZE`` may pass ``WORLD_SIZE`` over this node's ``LOCAL_WORLD_SIZE`` and is taken as it is; but each
+    agent holds a rank, so an inconsistent environment's count above ``WORLD_SIZE`` less this node's other ranks (or
+    above ``WORLD_SIZE`` without ``LOCAL_WORLD_SIZE``) is cut to that, and one without ``WORLD_SIZE`` is taken as it
+    is."""
+    here, others = random.randint(1, 8), [random.randint(1, 8) for _ in range(several_nodes() - 1)]
+    world_size = here + sum(others)
+    agents = {"GROUP_WORLD_SIZE": str(len(others) + 1), "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(here)}
+    assert index_cache.job_node_count(agents) == len(others) + 1
+    claimed = world_size - here + 1 + random.randint(1, 64)
+    assert index_cache.job_node_count({**agents, "GROUP_WORLD_SIZE": str(claimed)}) == world_size - here + 1
+    assert index_cache.job_node_count({"GROUP_WORLD_SIZE": str(world_size + random.randint(1, 64)),
+                                       "WORLD_SIZE": str(world_size)}) == world_size
+    assert index_cache.job_node_count({"GROUP_WORLD_SIZE": str(claimed), "WORLD_SIZE": str(here),
+                                       "LOCAL_WORLD_SIZE": str(here + random.randint(1, 8))}) == 1
+    assert index_cache.job_node_count({"GROUP_WORLD_SIZE": str(claimed), "SLURM_NNODES": "1"}) == claimed
 
 
 def test_the_entry_lets_a_single_process_in_a_multi_node_allocation_cache_in_memory(monkeypatch, capsys, tmp_path):
