@@ -26,6 +26,7 @@ from megatron.oellm.doctor.rules import (
     fla_requirement_fix,
 )
 from tests.unit_tests.doctor_reports import make_report
+from tests.unit_tests.training.entry_helpers import fla_raising_attribute_error
 
 TILELANG_MODULES = {"tvm_ffi": "apache-tvm-ffi==0.1.12", "z3": "z3-solver==4.15.4.0"}
 """tilelang's modules whose distribution has another name, with the pin TILELANG_STACK_INSTALL gives."""
@@ -177,3 +178,23 @@ def test_an_import_error_naming_its_module_is_one_megatron_core_catches() -> Non
     report = make_report(versions={"fla": "0.6.0"}, fla_gdn_import_error=error)
     (gdn,) = check_fla_gdn_imports(report, {})
     assert "FLA is not installed" in gdn.message and "traceback" not in gdn.message, gdn.message
+
+
+def test_an_attribute_error_inside_flas_import_is_no_missing_fla(tmp_path: Path, monkeypatch) -> None:
+    """fla installed, its ``__init__`` raising AttributeError (fla built against another torch): fla-gdn-imports said
+    megatron-core takes fla as absent ("FLA is not installed"), but megatron-core catches only an ImportError there
+    and ends in the error's traceback. The doctor (from its fresh interpreter) and the training entry now both say fla
+    is installed, name the error, and give the fix of an error megatron-core does not catch."""
+    from megatron.oellm.cards import get_card
+    from megatron.oellm.training import fla_kernels
+
+    error = fla_raising_attribute_error(monkeypatch, tmp_path)
+    assert probes.fresh_import_facts(None, fla_installed=True).fla_gdn_error == error
+    (finding,) = check_fla_gdn_imports(make_report(fla_gdn_import_error=error), {})
+    assert finding.severity == "error" and "fla 0.6.0 is installed, but" in finding.message
+    assert f"({error})" in finding.message and "end in this error's traceback" in finding.message, finding.message
+    assert "FLA is not installed" not in finding.message
+    assert finding.fix.startswith("remove the cause of this error") and "install fla" not in finding.fix
+    problem = fla_kernels.fla_import_problem(get_card("qwen3.5-35b-a3b-tiny"))
+    assert f"fla is installed, but its import failed here ({error})" in problem
+    assert problem.split("Fix: ", 1)[1] == finding.fix

@@ -555,10 +555,11 @@ MISSING_MODULE = re.compile(r"No module named '(?P<module>[^']+)'")
 """The message of a ModuleNotFoundError, naming the module that is missing."""
 
 
-MEGATRON_CORE_CAUGHT = ("ImportError", "ModuleNotFoundError", "AttributeError")
+MEGATRON_CORE_CAUGHT = ("ImportError", "ModuleNotFoundError")
 """Error types (as an import error line starts) that megatron-core 0.19.2's import of fla's kernels turns into "FLA is
 not installed", as the training entry counts them
-(:func:`~megatron.oellm.training.fla_kernels.megatron_core_catches`); any other ends the run in its traceback."""
+(:func:`~megatron.oellm.training.fla_kernels.megatron_core_catches`); any other, an AttributeError raised inside fla's
+import among them, ends the run in its traceback."""
 
 ERROR_LINE_TYPE = re.compile(r"^(?:importing \S+ raised )?(?P<type>[\w.]+)(?::|$)")
 """The error type an import error line (:func:`megatron.oellm.error_lines.one_line_error`) starts with, after the

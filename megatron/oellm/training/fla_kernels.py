@@ -148,10 +148,21 @@ def _import_failure(error: Exception) -> tuple[str, str | None]:
 
 def megatron_core_catches(error: Exception) -> bool:
     """Whether megatron-core 0.19.2 catches ``error`` raised as it imports fla's kernels: its ``from ... import``
-    catches only an ``ImportError`` (an AttributeError here is the entry's ``getattr`` of a name fla lacks, which
-    that ``from`` import raises as ImportError); any other error (OSError, RuntimeError, ...) ends the run in its
-    traceback."""
-    return isinstance(error, (ImportError, AttributeError))
+    catches only an ``ImportError`` (a ``ModuleNotFoundError`` among them, and the one of a name fla lacks,
+    :func:`imported_entry_point`); any other error (an AttributeError, OSError or RuntimeError raised by the code fla
+    runs as it imports) ends the run in its traceback."""
+    return isinstance(error, ImportError)
+
+
+def imported_entry_point(module: str, name: str) -> object:
+    """``name`` of fla's ``module``, imported as megatron-core's ``from module import name`` imports it: a name the
+    module lacks is the ``ImportError`` that statement raises, not an AttributeError, which megatron-core would not
+    catch; an AttributeError raised inside the module's import stays one."""
+    imported = importlib.import_module(module)
+    try:
+        return getattr(imported, name)
+    except AttributeError as missing:
+        raise ImportError(f"cannot import name {name!r} from {module!r}") from missing
 
 
 def fla_import_problem(card: ModelCard) -> str:
@@ -159,24 +170,26 @@ def fla_import_problem(card: ModelCard) -> str:
     entry point megatron-core 0.19.2 imports for them (:data:`~megatron.oellm.doctor.probes.FLA_GDN_IMPORTS`) does
     not import here. megatron-core swallows that ``ImportError`` at import and raises "FLA is not installed" from the
     layer's constructor, on every rank after process groups and GPU memory are set up; the missing module (fla
-    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix. So is any
-    other ``Exception`` raised as fla imports (an OSError of a shared library tilelang loads, a RuntimeError or
-    ValueError of TVM's), which megatron-core does not catch: it would end the run in a traceback on every rank.
+    itself, or one it needs such as einops) is named here instead, in one line, with the doctor's fix. Any other
+    ``Exception`` raised as fla imports (an AttributeError or OSError of its own code or of a library it loads, a
+    RuntimeError or ValueError of TVM's), which megatron-core does not catch and which would end the run in a
+    traceback on every rank, is named as the failed import of an installed fla, by its type and message.
     KeyboardInterrupt and SystemExit (not Exceptions) pass."""
     if card.linear_mixer == "none":
         return ""
     for module, name in FLA_GDN_IMPORTS:
         try:
-            getattr(importlib.import_module(module), name)
+            imported_entry_point(module, name)
         except Exception as error:  # noqa: BLE001  (a broken fla or TileLang stack raises anything; named here)
             failure, package = _import_failure(error)
-            outcome = ("megatron-core would stop with 'FLA is not installed' on every rank once the model is built"
-                       if megatron_core_catches(error)
-                       else "megatron-core, which catches only an ImportError there, would end every rank in this "
-                       "error's traceback as it imports fla")
-            return (f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}, "
-                    f"which does not import here ({failure}); {outcome}. Fix: "
-                    f"{fla_import_error_fix(failure, package)}")
+            layers = f"--oellm-model {card.name} has {card.linear_mixer.upper()} layers, built on fla's {module}"
+            fix = fla_import_error_fix(failure, package)
+            if megatron_core_catches(error):
+                return (f"{layers}, which does not import here ({failure}); megatron-core would stop with 'FLA is "
+                        f"not installed' on every rank once the model is built. Fix: {fix}")
+            return (f"{layers}: fla is installed, but its import failed here ({failure}); megatron-core, which "
+                    "catches only an ImportError there, would end every rank in this error's traceback as it "
+                    f"imports fla. Fix: {fix}")
     return ""
 
 

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import importlib.machinery
 import os
+import random
+import string
 import sys
 import types
 from collections.abc import Mapping
@@ -225,6 +227,20 @@ def stand_in_tilelang_stack(monkeypatch: pytest.MonkeyPatch, site: Path, sources
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+
+
+def fla_raising_attribute_error(monkeypatch: pytest.MonkeyPatch, site: Path) -> str:
+    """A stand-in ``fla`` in ``site``, first on ``sys.path`` and on PYTHONPATH (for fresh interpreters), whose
+    ``__init__`` raises AttributeError as an fla built against another torch does, reading an attribute that torch
+    lacks; fla's modules are taken out of ``sys.modules``. Returns its error line, ``Type: message``."""
+    missing = f"_oellm_absent_{''.join(random.choices(string.ascii_lowercase, k=10))}"
+    (site / "fla").mkdir(parents=True)
+    (site / "fla" / "__init__.py").write_text(f"import torch\ntorch.{missing}\n")
+    for name in [name for name in sys.modules if name.split(".")[0] == "fla"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    return f"AttributeError: module 'torch' has no attribute '{missing}'"
 
 
 DATA_CHECK_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]

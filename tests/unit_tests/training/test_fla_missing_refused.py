@@ -18,6 +18,7 @@ from megatron.oellm.doctor.rules import BROKEN_TILELANG_FIX
 from megatron.oellm.training import fla_kernels
 from tests.unit_tests.training.entry_helpers import (
     entry_up_to_pretrain,
+    fla_raising_attribute_error,
     one_error_line,
     tilelang_library_missing,
     tilelang_raising,
@@ -168,3 +169,30 @@ def test_an_interrupt_as_fla_imports_is_not_taken_for_a_broken_install(tmp_path,
     tilelang_raising(monkeypatch, tmp_path, f"{interrupt}()")
     with pytest.raises(getattr(builtins, interrupt)):
         main.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch"])
+
+
+def test_an_attribute_error_inside_flas_import_is_no_missing_fla(tmp_path, monkeypatch, capsys) -> None:
+    """An AttributeError raised inside fla's import was told as megatron-core's "FLA is not installed", with "install
+    fla" for fix; megatron-core catches only an ImportError there and would end every rank in its traceback. The
+    refusal says fla is installed but its import failed, naming the error, with the fix of an uncaught error."""
+    main = entry_up_to_pretrain(monkeypatch)
+    error = fla_raising_attribute_error(monkeypatch, tmp_path)
+    assert main.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch"]) == 2
+    line = one_error_line(capsys)
+    assert f"fla is installed, but its import failed here ({error})" in line, line
+    assert "catches only an ImportError there" in line and "FLA is not installed" not in line
+    fix = line.split("Fix: ", 1)[1]
+    assert fix.startswith("remove the cause of this error") and "install fla" not in fix, fix
+
+
+def test_a_name_fla_lacks_is_the_import_error_megatron_core_catches(monkeypatch) -> None:
+    """An fla module without the entry point megatron-core imports from it: its ``from ... import`` raises the
+    ImportError it catches ("FLA is not installed"), so the refusal says so, and not that fla's import failed."""
+    pytest.importorskip("fla")
+    import fla.modules.convolution
+
+    monkeypatch.delattr(fla.modules.convolution, "causal_conv1d")
+    problem = fla_kernels.fla_import_problem(get_card(HYBRID))
+    assert ("which does not import here (ImportError: cannot import name 'causal_conv1d' from "
+            "'fla.modules.convolution')") in problem, problem
+    assert "would stop with 'FLA is not installed'" in problem and "its import failed" not in problem
