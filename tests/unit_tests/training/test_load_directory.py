@@ -157,7 +157,7 @@ def test_a_ckpt_step_megatron_finds_no_checkpoint_at_is_refused_naming_those_hel
     """megatron-core reads ``--load``/iter_<step> under --ckpt-step whatever the tracker says and stops in
     ``_get_checkpoint_format`` (FileNotFoundError, or NotImplementedError for a directory holding no checkpoint)
     after allocating the model; an iteration directory given as ``--load`` with its own step is one such case."""
-    held = sorted(random.sample(range(1, 10**6), 2))
+    held = sorted(random.sample(range(1, 10**6, 2), 2))  # odd: the iteration after the first is never held
     for iteration in held:
         directory = _save(tmp_path, fmt, iteration)
     missing = held[0] + 1
