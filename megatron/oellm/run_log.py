@@ -86,8 +86,9 @@ _SAVING = re.compile(r"(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?
                      r"iteration\s+(?P<iteration>\d+) to ")
 """megatron's line as a checkpoint save begins (``save_checkpoint``; 0.19.2 stamps it ``[%Y-%m-%d %H:%M:%S.%f]``,
 older releases do not)."""
-_SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+\d+")
-"""megatron's line once a checkpoint save ended (0.19.2: ``from iteration``, older releases ``at iteration``)."""
+_SAVED = re.compile(r"successfully saved (?:local )?checkpoint (?:from|at) iteration\s+\d+")
+"""megatron's line once a checkpoint save ended (0.19.2: ``from iteration``, ``local checkpoint from iteration`` for
+a non-persistent local one; older releases ``at iteration``)."""
 _STAMP = re.compile(r"\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?)\]\s*$")
 """The timestamp that ends the text before an iteration line's ``iteration i/n |`` head: megatron-core 0.19.2's
 ``datetime.now()`` in ``%Y-%m-%d %H:%M:%S.%f`` (older releases print whole seconds, the oldest none), local time

@@ -100,3 +100,50 @@ def test_a_save_begun_long_ago_or_copied_is_a_kill(args, tmp_path, capsys):
     begun = datetime.now() - timedelta(seconds=silent)
     _written(path, _log(args, last, begun, [_saving(last, None)]), silent)
     assert _status(capsys, path) == f"truncated at iteration {last}/40"
+
+
+def test_a_fresh_copy_of_a_log_killed_in_its_save_within_the_hour_is_a_kill(args, tmp_path, capsys):
+    """The copy's modification time is the copy's, long after the save line: read as the kill it shows."""
+    last = random.randint(2, 9)
+    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
+    begun = datetime.now() - timedelta(seconds=silent)
+    path = tmp_path / "copy-of-slurm-1234.out"
+    _written(path, _log(args, last, begun, [_saving(last, begun)]), random.uniform(0, 60))
+    assert _status(capsys, path) == f"truncated at iteration {last}/40"
+
+
+def test_a_log_stamped_in_a_zone_ahead_of_the_reader_is_a_kill(args, tmp_path, capsys):
+    """A job killed in its save, its log read where local time is hours behind the nodes': the line's time reads as
+    minutes ahead (or ago), the file's as hours before it."""
+    last = random.randint(2, 9)
+    killed = random.uniform(QUIET_S + 300, 2 * SAVE_QUIET_S)
+    ahead = timedelta(hours=random.randint(2, 12))
+    begun = datetime.now() - timedelta(seconds=killed) + ahead
+    path = tmp_path / "slurm-1234.out"
+    _written(path, _log(args, last, begun, [_saving(last, begun)]), killed)
+    assert _status(capsys, path) == f"truncated at iteration {last}/40"
+
+
+def test_a_local_save_that_ended_is_no_save_going_on(args, tmp_path, capsys):
+    """``--non-persistent-ckpt-type local``: 0.19.2 ends such a save with ``successfully saved local checkpoint``."""
+    last = random.randint(2, 9)
+    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
+    begun = datetime.now() - timedelta(seconds=silent)
+    ended = begun + timedelta(seconds=random.uniform(1, 60))
+    local_saved = f"  [{ended:%Y-%m-%d %H:%M:%S.%f}] successfully saved local checkpoint from iteration {last:7d}"
+    path = tmp_path / "slurm-1234.out"
+    _written(path, _log(args, last, begun, [_saving(last, begun), local_saved]), silent)
+    assert _status(capsys, path) == f"truncated at iteration {last}/40"
+
+
+def test_iteration_lines_after_a_save_line_end_that_save(args, tmp_path, capsys):
+    """An asynchronous save reports no end before training goes on: iteration lines after its line show the job
+    past it, so a log silent after them is read by its last iteration line, not as a save going on."""
+    last = random.randint(3, 9)
+    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
+    begun = datetime.now() - timedelta(seconds=silent)
+    lines = _log(args, last, begun, []).splitlines()
+    lines.insert(-1, _saving(last - 1, begun - timedelta(seconds=1)))
+    path = tmp_path / "slurm-1234.out"
+    _written(path, "\n".join(lines) + "\n", silent)
+    assert _status(capsys, path) == f"truncated at iteration {last}/40"

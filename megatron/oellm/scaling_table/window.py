@@ -328,17 +328,18 @@ def may_still_run(log: RunLog, run: Run) -> bool:
 def _still_saving(written_at: float, saving: CheckpointSave | None, quiet: float) -> bool:
     """The checkpoint save ``saving`` that a run's log stops at (:attr:`Run.saving`) may still be going on: megatron
     began it at most :data:`SAVE_QUIET_S` (or the run's ``quiet`` time, when longer) ago by its line's timestamp, and
-    the log file was written no earlier than ``quiet`` seconds before that line (the clocks of the node and of the
-    file's server may differ a little), as the file of a job writing it is. A save line without a timestamp (an
-    older Megatron) gives no time to go by: its silence counts as any other (:func:`may_still_run`). The timestamp is
-    local time without a zone, read as this machine's: a log read in another zone reads as a job that ended."""
+    the log file was written within ``quiet`` seconds of that line (the clocks of the node and of the file's server
+    may differ a little), as the file of a job writing it is: a fresh copy (``cp``, ``sed``) of a log a job killed in
+    its save left, written long after the line, reads as the kill. A save line without a timestamp (an older
+    Megatron) gives no time to go by: its silence counts as any other (:func:`may_still_run`). The timestamp is local
+    time without a zone, read as this machine's: a log read in another zone reads as a job that ended."""
     if saving is None or saving.begun_at is None:
         return False
     try:
         begun = saving.begun_at.timestamp()
     except (OverflowError, OSError, ValueError):  # a time this platform's clock cannot hold
         return False
-    return written_at >= begun - quiet and time.time() - begun <= max(SAVE_QUIET_S, quiet)
+    return abs(written_at - begun) <= quiet and time.time() - begun <= max(SAVE_QUIET_S, quiet)
 
 
 def _written_with_last_line(written_at: float, last: IterationLine, quiet: float) -> bool:
