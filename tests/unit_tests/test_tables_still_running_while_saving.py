@@ -68,10 +68,15 @@ def _written(path, text: str, seconds_ago: float) -> None:
     os.utime(path, (then, then))
 
 
-def test_a_log_silent_in_a_checkpoint_save_may_still_be_running(args, tmp_path, capsys):
-    last = random.randint(2, 9)
+def _save_within_the_hour(first_last: int = 2) -> tuple[int, float, datetime]:
+    """Fresh draws of a save begun within the hour, past the quiet time: (the last iteration line, from
+    ``first_last`` to 9; seconds since the save began; when it began)."""
     silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
-    begun = datetime.now() - timedelta(seconds=silent)
+    return random.randint(first_last, 9), silent, datetime.now() - timedelta(seconds=silent)
+
+
+def test_a_log_silent_in_a_checkpoint_save_may_still_be_running(args, tmp_path, capsys):
+    last, silent, begun = _save_within_the_hour()
     path = tmp_path / "slurm-1234.out"
     _written(path, _log(args, last, begun, [_saving(last, begun)]), silent)
     assert _status(capsys, path) == (
@@ -96,17 +101,14 @@ def test_a_save_begun_long_ago_or_copied_is_a_kill(args, tmp_path, capsys):
     assert _status(capsys, path) == f"truncated at iteration {last}/40"
     _written(path, text, 0)
     assert _status(capsys, path) == f"truncated at iteration {last}/40"
-    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
-    begun = datetime.now() - timedelta(seconds=silent)
+    _, silent, begun = _save_within_the_hour()
     _written(path, _log(args, last, begun, [_saving(last, None)]), silent)
     assert _status(capsys, path) == f"truncated at iteration {last}/40"
 
 
 def test_a_fresh_copy_of_a_log_killed_in_its_save_within_the_hour_is_a_kill(args, tmp_path, capsys):
     """The copy's modification time is the copy's, long after the save line: read as the kill it shows."""
-    last = random.randint(2, 9)
-    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
-    begun = datetime.now() - timedelta(seconds=silent)
+    last, silent, begun = _save_within_the_hour()
     path = tmp_path / "copy-of-slurm-1234.out"
     _written(path, _log(args, last, begun, [_saving(last, begun)]), random.uniform(0, 60))
     assert _status(capsys, path) == f"truncated at iteration {last}/40"
@@ -126,9 +128,7 @@ def test_a_log_stamped_in_a_zone_ahead_of_the_reader_is_a_kill(args, tmp_path, c
 
 def test_a_local_save_that_ended_is_no_save_going_on(args, tmp_path, capsys):
     """``--non-persistent-ckpt-type local``: 0.19.2 ends such a save with ``successfully saved local checkpoint``."""
-    last = random.randint(2, 9)
-    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
-    begun = datetime.now() - timedelta(seconds=silent)
+    last, silent, begun = _save_within_the_hour()
     ended = begun + timedelta(seconds=random.uniform(1, 60))
     local_saved = f"  [{ended:%Y-%m-%d %H:%M:%S.%f}] successfully saved local checkpoint from iteration {last:7d}"
     path = tmp_path / "slurm-1234.out"
@@ -139,9 +139,7 @@ def test_a_local_save_that_ended_is_no_save_going_on(args, tmp_path, capsys):
 def test_iteration_lines_after_a_save_line_end_that_save(args, tmp_path, capsys):
     """An asynchronous save reports no end before training goes on: iteration lines after its line show the job
     past it, so a log silent after them is read by its last iteration line, not as a save going on."""
-    last = random.randint(3, 9)
-    silent = random.uniform(QUIET_S + 300, SAVE_QUIET_S - 300)
-    begun = datetime.now() - timedelta(seconds=silent)
+    last, silent, begun = _save_within_the_hour(first_last=3)
     lines = _log(args, last, begun, []).splitlines()
     lines.insert(-1, _saving(last - 1, begun - timedelta(seconds=1)))
     path = tmp_path / "slurm-1234.out"
