@@ -291,7 +291,7 @@ def _refusal_without_scaling(card: ModelCard, unscaled: dict, where: str, fix: s
 
 
 def _yarn_fix(only_rope_type: bool) -> str:
-    """What a refusal of a config whose only contradiction is its YaRN RoPE scaling tells the user. YaRN (not linear
+    """What a refusal of a config with YaRN RoPE scaling tells the user of the scaling. YaRN (not linear
     or dynamic scaling, which fine-tuning uses too) is an inference-time setting. Where more than ``rope_type``
     contradicts the card, a ``rope_scaling`` object replaced ``rope_parameters`` (transformers 5 reads one or the
     other), dropping fields such as ``rope_theta``: adding it back so would load the export with a wrong RoPE base."""

@@ -14,7 +14,8 @@ A run that ran out of
 memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled (unless
 after the window: see below), or that stops before the window ends (``truncated``; ``ends at iteration k/N ...: still running, or killed without a
 message`` for a log written moments ago, moments after its last iteration line's timestamp, with no line saying how
-it ended, or one that stops at a checkpoint save begun within the hour, ``still running (saving ...)``; or
+it ended, or one that stops at a checkpoint save begun within the hour (or three log intervals at the run's pace,
+when longer), ``still running (saving ...)``; or
 ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``)
 gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line

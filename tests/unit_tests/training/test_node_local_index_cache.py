@@ -37,6 +37,16 @@ def several_nodes() -> int:
     return random.randint(2, 64)
 
 
+def torchrun_on_several_nodes(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Set the environment torchrun gives a rank of a job on several nodes (agents, ranks per node, ranks: consistent,
+    whatever the shell running the tests exports); return the node count."""
+    nodes, per_node = several_nodes(), random.randint(1, 8)
+    monkeypatch.setenv("GROUP_WORLD_SIZE", str(nodes))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(per_node))
+    monkeypatch.setenv("WORLD_SIZE", str(nodes * per_node))
+    return nodes
+
+
 @pytest.mark.parametrize("kind", ["tmpfs", "ramfs"])
 def test_a_cache_folder_in_node_memory_is_refused_naming_path_type_and_fix(kind):
     folder, nodes = some_folder("/scratch/fast"), several_nodes()
@@ -220,7 +230,7 @@ def test_the_entry_refuses_a_multi_node_cache_in_memory(monkeypatch, capsys, tmp
     entry = entry_up_to_pretrain(monkeypatch)
     cache = tmp_path / "cache"
     monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "ext4"), (os.path.realpath(tmp_path), "tmpfs")])
-    monkeypatch.setenv("GROUP_WORLD_SIZE", str(several_nodes()))
+    torchrun_on_several_nodes(monkeypatch)
     assert entry.main(entry_argv(cache)) == 2
     assert capsys.readouterr().err.startswith(f"{entry.PROG}: error: --data-cache-path {cache} is on tmpfs")
 
@@ -229,7 +239,7 @@ def test_the_entry_warns_of_a_multi_node_cache_on_a_local_disk_on_rank_0(monkeyp
     entry = entry_up_to_pretrain(monkeypatch)
     cache = tmp_path / "cache"
     monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs"), (os.path.realpath(tmp_path), "xfs")])
-    monkeypatch.setenv("GROUP_WORLD_SIZE", str(several_nodes()))
+    torchrun_on_several_nodes(monkeypatch)
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(Reached):
         entry.main(entry_argv(cache))
@@ -316,7 +326,7 @@ def test_the_entry_refuses_a_multi_node_object_storage_cache_path_in_memory(monk
     entry = entry_up_to_pretrain(monkeypatch)
     copies = tmp_path / "copies"
     monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs"), (os.path.realpath(tmp_path), "tmpfs")])
-    monkeypatch.setenv("GROUP_WORLD_SIZE", str(several_nodes()))
+    torchrun_on_several_nodes(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
             "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(copies), "--no-mmap-bin-files"]
     assert entry.main(argv) == 2
@@ -333,7 +343,7 @@ def test_the_entry_reads_the_data_blend_once(monkeypatch, capsys, tmp_path):
     parse, parses = utils.get_blend_and_blend_per_split, []
     monkeypatch.setattr(utils, "get_blend_and_blend_per_split", lambda args: parses.append(args) or parse(args))
     monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs")])
-    monkeypatch.setenv("GROUP_WORLD_SIZE", str(several_nodes()))
+    torchrun_on_several_nodes(monkeypatch)
     argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
             "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(tmp_path / "copies"),
             "--no-mmap-bin-files"]
