@@ -124,8 +124,7 @@ class RunTime:
         if not self.requeues and self.expected_s is not None and self.expected_s > 60 * stop:
             stop = math.ceil(self.expected_s / 60)
         minutes = stop + 1 + (math.floor(self.step_s / 60) if self.saves and self.step_s is not None else 0)
-        longer = (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
-                  "\"...\", or --time, which overrides it)")
+        longer = f"give it a time limit of at least {_time_limit_text(minutes)}"
         if stop != self.stop_minutes:
             longer = (f"set exit-duration-in-mins to {stop} in the recipe (the expected run time: one job must run "
                       f"every iteration) and {longer}")
@@ -150,8 +149,7 @@ class RunTime:
             elif self.stop_minutes is not None:  # the recipe's own stop must then cover the run too
                 fix = self._own_stop_limit_fix()
             else:
-                fix = (f"give it at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = \"...\", or "
-                       "--time, which overrides it)")
+                fix = f"give it at least {_time_limit_text(minutes)}"
             raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
                               f"{self.estimate()}; {fix}")
         if self.expected_s is not None and self.stop_minutes is not None and self.expected_s > 60 * self.stop_minutes:
@@ -191,8 +189,7 @@ class RunTime:
         minutes = math.ceil(self.expected_s / 60)
         while not self._derived_stop_fits(60 * minutes):
             minutes += 1
-        return (f"give it a time limit of at least {minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = "
-                "\"...\", or --time, which overrides it)")
+        return f"give it a time limit of at least {_time_limit_text(minutes)}"
 
     def _derived_stop_fits(self, limit_s: int) -> bool:
         """Whether the stop ``oellm recipe`` derives from the time limit ``limit_s`` comes after the expected run time
@@ -241,3 +238,9 @@ def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: 
     step = reference_step(row, world_size, card)
     return RunTime(limit, time_limit_seconds(limit), iterations, None if step is None else step[0],
                    "" if step is None else step[1], stop_minutes, saves, requeues)
+
+
+def _time_limit_text(minutes: int) -> str:
+    """A suggested time limit of ``minutes`` as SLURM's ``HH:MM:00``, with where the user sets it: one text for every
+    refusal that asks for a longer limit."""
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = \"...\", or --time, which overrides it)"

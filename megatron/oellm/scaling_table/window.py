@@ -242,7 +242,7 @@ def no_line_status(run: Run, window: Window) -> str:
                 f"{start} (resumed from a checkpoint?); give a window within {start}-{run.last_iteration}{advice}")
     interval = run.args.get("log_interval")
     if is_positive_int(interval):
-        first = "" if first_averaged(run) != run.start else f"iterations {run.start or 1} and "
+        first = "" if start != run.start else f"iterations {run.start or 1} and "
         return (f"no iteration line in the window {window}: the log interval is {interval}, so megatron printed "
                 f"{first}multiples of {interval} only; end the window on one of them")
     return f"no iteration line in the window {window} (log interval larger than the window?)"
