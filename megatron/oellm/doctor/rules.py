@@ -586,7 +586,6 @@ def uncaught_import_error_fix(error: str) -> str:
             f"`python3 -c \"{FLA_GDN_PROBE}\"` prints its whole traceback")
 
 
-
 def check_fla_gdn_imports(report: EnvironmentReport, env: Mapping[str, str]) -> list[Finding]:
     """The fla kernels megatron-core's GDN layer imports must import where fla is installed: megatron-core catches
     their ImportError (a requirement of fla missing, einops for one, which the site bundle does not carry) and the
