@@ -46,12 +46,14 @@ _CLUSTER_KERNELS = {
 ``TransformerConfig`` checks: the image's Transformer Engine has them."""
 
 
-VALIDATION_ENVIRONMENT = ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "NCCL_GRAPH_REGISTER",
-                          "NVTE_CPU_OFFLOAD_V1")
+VALIDATION_ENVIRONMENT = ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+                          "NCCL_GRAPH_REGISTER", "NVTE_CPU_OFFLOAD_V1")
 """The environment variables on whose values megatron-core 0.19.2's ``validate_args`` refuses a command line on the
 recipes' clusters: ``CUDA_DEVICE_MAX_CONNECTIONS`` (1 for tensor or context parallelism, not 1 for FSDP), both
 ``PYTORCH_CUDA_ALLOC_CONF`` and ``NCCL_GRAPH_REGISTER`` (expandable segments under Transformer Engine's CUDA graphs
-only with ``NCCL_GRAPH_REGISTER=0``) and ``NVTE_CPU_OFFLOAD_V1`` (1 for fine-grained activation offloading). Its
+only with ``NCCL_GRAPH_REGISTER=0``; the entry's check of the allocator settings megatron-core does not read adds
+``PYTORCH_ALLOC_CONF``, :mod:`megatron.oellm.training.graph_allocator_env`) and ``NVTE_CPU_OFFLOAD_V1`` (1 for
+fine-grained activation offloading). Its
 ``CUDA_GRAPHS_USE_NODE_PRIORITY`` check is asked only on Blackwell and later, not on these Hopper GPUs. A job exports
 them from its recipe's ``[cluster.env]``; validated elsewhere, the refusal is that shell's."""
 

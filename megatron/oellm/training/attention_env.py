@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from megatron.oellm.training.environment_refusal import EnvironmentRefusal
+
 SWITCHES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
 """TE's attention switches megatron-core sets for ``--attention-backend``, in this order."""
 
@@ -29,13 +31,8 @@ SWITCH_VALUES: dict[str, tuple[int, int, int]] = {
 names, so that ``oellm doctor`` uses this table without importing megatron-core)."""
 
 
-class AttentionEnvError(ValueError):
-    """A refusal of :func:`check_attention_env`, holding the ``names`` of the environment variables that decided it:
-    the training entry off a GPU node says they are that shell's, not the job's."""
-
-    def __init__(self, message: str, names: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.names = names
+class AttentionEnvError(EnvironmentRefusal):
+    """A refusal of :func:`check_attention_env`, holding the ``names`` of the NVTE switches that decided it."""
 
 
 FLASH_GENERATIONS = (2, 3, 4)

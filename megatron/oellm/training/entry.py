@@ -269,13 +269,13 @@ def with_notes(error: ValueError, notes: Sequence[str]) -> ValueError:
 
 def noted_off_gpu(error: ValueError) -> ValueError:
     """A refusal of the entry's checks after megatron's validation, on a node without a GPU, with the notes saying
-    what this shell decided rather than the command line: NVTE attention switches the entry read from this shell's
-    environment (:class:`~megatron.oellm.training.attention_env.AttentionEnvError`), which may not be the job's on
-    the GPU node, and a world size that is no exported ``WORLD_SIZE`` (:func:`world_size_notes`: the parallel layout
-    check's, :func:`check_layout`)."""
-    from megatron.oellm.training.attention_env import AttentionEnvError
+    what this shell decided rather than the command line: environment variables the entry read from this shell
+    (:class:`~megatron.oellm.training.environment_refusal.EnvironmentRefusal`: NVTE attention switches, the allocator
+    and NCCL variables of CUDA graphs), which may not be the job's on the GPU node, and a world size that is no
+    exported ``WORLD_SIZE`` (:func:`world_size_notes`: the parallel layout check's, :func:`check_layout`)."""
+    from megatron.oellm.training.environment_refusal import EnvironmentRefusal
 
-    notes = [read_here_note("the entry", error.names)] if isinstance(error, AttentionEnvError) else []
+    notes = [read_here_note("the entry", error.names)] if isinstance(error, EnvironmentRefusal) else []
     return with_notes(error, [*notes, *world_size_notes(str(error))])
 
 
@@ -315,7 +315,7 @@ def check_gpu_node(world_size: int) -> None:
                      "its parallel sizes), answered as the cluster's Hopper GPUs and their Transformer Engine "
                      "(--oellm-backend auto resolves to it), then the entry's checks of the data, batch grid, parallel "
                      "layout, --save, checkpoints, model configuration and lr schedule; the GPU node's Transformer "
-                     "Engine kernels, MoE dispatcher libraries, packages and GPU are checked where it starts; megatron read "
+                     "Engine kernels, MoE dispatcher libraries, packages and GPU are checked where it starts; the checks read "
                      f"{environment_read_here()} from this shell, not the job's environment: {JOB_ENVIRONMENT}")
 
 

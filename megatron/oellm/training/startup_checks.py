@@ -77,7 +77,8 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     megatron-core's config refuses without naming the flag, a global batch megatron-core's micro-batch calculator
     refuses, micro-batches per step the interleaved pipeline schedule refuses, a run length megatron rounds to no
     step, save, data-phase and profiler flags megatron fails on mid-run (:mod:`.run_schedule`), fault-handling flags
-    it does not act on (:mod:`.fault_handling`)."""
+    it does not act on (:mod:`.fault_handling`), Transformer Engine's CUDA graphs with expandable segments that
+    megatron-core's own check of the allocator settings misses (:mod:`.graph_allocator_env`)."""
     from megatron.oellm.training.attention_env import check_attention_env
     from megatron.oellm.training.data_sources import check_data_args, check_validation_sets
     from megatron.oellm.training.fault_handling import (
@@ -85,6 +86,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
         check_exit_signal_handlers,
         check_rerun_mode,
     )
+    from megatron.oellm.training.graph_allocator_env import check_graph_allocator_env
     from megatron.oellm.training.model_provider import check_layer_spec, check_recompute_modules
     from megatron.oellm.training.pipeline_schedule import check_interleaved_microbatches, check_training_batch
     from megatron.oellm.training.run_schedule import (
@@ -96,6 +98,7 @@ def check_validated_args(args: argparse.Namespace, environ: Mapping[str, str] | 
     )
 
     check_attention_env(args, environ)
+    check_graph_allocator_env(args, environ)
     check_data_args(args)
     check_validation_sets(args)
     check_layer_spec(args)

@@ -313,7 +313,8 @@ def test_a_line_passing_with_this_shells_environment_names_it(monkeypatch: pytes
     monkeypatch.setenv("NCCL_GRAPH_REGISTER", register)
     line = refused_line(entry, capsys, _tiny_run("--tensor-model-parallel-size", "2", "--sequence-parallel"))
     assert PASSED in line, line
-    assert (f"megatron read CUDA_DEVICE_MAX_CONNECTIONS=1, PYTORCH_CUDA_ALLOC_CONF unset, NCCL_GRAPH_REGISTER="
+    assert (f"the checks read CUDA_DEVICE_MAX_CONNECTIONS=1, PYTORCH_CUDA_ALLOC_CONF unset, PYTORCH_ALLOC_CONF unset, "
+            f"NCCL_GRAPH_REGISTER="
             f"{register}, NVTE_CPU_OFFLOAD_V1 unset from this shell, not the job's environment") in line, line
     assert JOB_ENVIRONMENT in line, line
 
