@@ -49,6 +49,7 @@ from torch.distributed.checkpoint.planner_helpers import create_read_items_for_c
 
 from megatron.oellm.convert.errors import ConversionError, no_read_permission
 from megatron.oellm.convert.mcore_layout import Piece
+from megatron.oellm.convert.output import name_unnamed_errors, writing_output
 
 COMMON_STATE_KEY = "common_state/shard_0_1"
 """DCP key of megatron's common state (``ShardedObject('common_state', shape (1,), offset (0,))``)."""
@@ -105,6 +106,8 @@ class _StreamingSavePlanner(DefaultSavePlanner):
         self._chunks = chunks
         self._fetch = fetch
         self._by_index = {MetadataIndex(p.key, p.offset): p for p, _ in chunks}
+        self.fetch_failed = False
+        """Whether producing a tensor raised: a failure of the input or the code, not of the output's writes."""
         buffer = io.BytesIO()
         torch.save([common], buffer)
         self._common = buffer.getvalue()
@@ -138,7 +141,11 @@ class _StreamingSavePlanner(DefaultSavePlanner):
         if write_item.type == WriteItemType.BYTE_IO:
             return io.BytesIO(self._common)
         piece = self._by_index[MetadataIndex(write_item.index.fqn, write_item.index.offset)]
-        return self._fetch(piece)
+        try:
+            return self._fetch(piece)
+        except BaseException:
+            self.fetch_failed = True
+            raise
 
 
 class _OneFilePerUnitWriter(dcp.FileSystemWriter):
@@ -193,10 +200,23 @@ def save_streaming(directory: Path, chunks: list[tuple[Piece, torch.dtype]], uni
 
     directory.mkdir(parents=True, exist_ok=True)
     planner = _StreamingSavePlanner(chunks, fetch, {**common, "content_metadata": dict(CONTENT_METADATA)})
-    writer = _OneFilePerUnitWriter(directory, planner.unit_of_item(unit_of))
-    with _single_process():
-        dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
-    save_config(CheckpointingConfig("torch_dist", 1), str(directory))
+    _save(directory, planner, _OneFilePerUnitWriter(directory, planner.unit_of_item(unit_of)))
+    with writing_output(directory / CHECKPOINT_CONFIG_FILE):
+        save_config(CheckpointingConfig("torch_dist", 1), str(directory))
+
+
+def _save(directory: Path, planner: _StreamingSavePlanner, writer: _OneFilePerUnitWriter) -> None:
+    """DCP's save of ``planner``'s items into ``directory`` by ``writer``. An operating-system error naming no file
+    that did not arise producing a tensor (where the input is read) arose writing a file of ``directory``, and is
+    given that name (:func:`name_unnamed_errors`): torch's writer passes on a failed ``write()`` or ``fsync()`` as
+    it is."""
+    try:
+        with _single_process():
+            dcp.save({}, storage_writer=writer, planner=planner, no_dist=True)
+    except BaseException as error:
+        if not planner.fetch_failed:
+            name_unnamed_errors(error, directory)
+        raise
 
 
 def region_read_items(metadata: Metadata, key: str, offset: tuple[int, ...], sizes: tuple[int, ...],

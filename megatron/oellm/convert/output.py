@@ -11,10 +11,11 @@ failed move puts them back, so a previous output is never lost. An ``--out`` tha
 directory could not be moved into), is refused. The file system must have room for the whole output before anything
 is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP / SIGINT
 (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
-refusal of the storage (disk full, quota, a file-size limit, an I/O error) removes it and ends in a one-line
-:class:`ConversionError` (a signal arriving during that clean-up is named in it), as does any other refusal of the
-operating system to write a file of the output (a permission, a name too long), naming the file. A failed conversion
-also removes the parent directories of ``--out`` it created.
+refusal of the storage (disk full, quota, a file-size limit, an I/O error, a read-only file system) removes it and
+ends in a one-line :class:`ConversionError` (a signal arriving during that clean-up is named in it), as does any other
+refusal of the operating system to write a file of the output (a permission, a name too long, a stale NFS handle),
+naming the file; the writers give an error naming none (a failed ``write()``) the file they were writing
+(:func:`writing_output`). A failed conversion also removes the parent directories of ``--out`` it created.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ _LISTED = 5
 """Foreign entries named in a refusal (the rest are counted)."""
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 """Operating-system errors that mean the file system is out of room (disk full, quota)."""
+_ROOM_FIX = {errno.ENOSPC: "free some space there", errno.EDQUOT: "free some of this user's quota there"}
+"""What to do about each of :data:`_NO_ROOM` (a quota counts this user's files, not the disk's free space)."""
 _STORAGE_ERRORS = (*_NO_ROOM, errno.EFBIG, errno.EIO, errno.EROFS)
 """Operating-system errors of the storage, reported in one line with what to do: no room, a file-size limit, an I/O
 error, a read-only file system. Others are reported in one line where they refuse a file of the output
@@ -151,6 +154,29 @@ def storage_error_behind(error: BaseException) -> tuple[int, str] | None:
             number = int(quoted.group(1))
             return number, f"[Errno {number}] {os.strerror(number)}"
     return None
+
+
+@contextmanager
+def writing_output(path: Path) -> Iterator[None]:
+    """A block writing ``path``, a file or folder of the output: the operating system's errors raised in it that name
+    no file (:func:`name_unnamed_errors`) are given ``path``. A failed ``write()``, ``flush()`` or ``fsync()`` (a
+    stale NFS handle, a FUSE mount gone) names none, and only a name in the staging directory tells
+    :func:`_output_write_error_behind` that it refused the output (one line) and not the code (a traceback)."""
+    try:
+        yield
+    except BaseException as error:
+        name_unnamed_errors(error, path)
+        raise
+
+
+def name_unnamed_errors(error: BaseException, path: Path) -> None:
+    """Give ``path`` as the file name of each operating-system error behind ``error`` (:func:`_errors_behind`) that
+    names none, as Python's ``shutil`` names a failed copy's: the caller knows the error arose writing ``path``. The
+    storage's refusals (:data:`_STORAGE_ERRORS`) keep their text: they are reported by their number, named or not."""
+    for current in _errors_behind(error):
+        if (isinstance(current, OSError) and current.errno not in (None, *_STORAGE_ERRORS)
+                and current.filename is None):
+            current.filename = str(path)
 
 
 def _output_write_error_behind(error: BaseException, staging: Path) -> OSError | None:
@@ -304,9 +330,11 @@ def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) 
     if number in _NO_ROOM:
         where, free = _free_space(out_dir)
         message += (f" (the output needs about {format_bytes(needed_bytes)}; the file system of {where} has "
-                    f"{format_bytes(free)} free now)")
+                    f"{format_bytes(free)} free now); {_ROOM_FIX[number]} or choose another --out")
         leftovers = leftover_staging_note(out_dir)
         message += f"; {leftovers}" if leftovers else ""
+    elif number == errno.EROFS:
+        message += f" (--out {out_dir} lies on a file system mounted read-only); choose another --out"
     elif number == errno.EFBIG:
         message += (" (one file may not grow that large there: see `ulimit -f` and the file system's largest file; "
                     "mcore-to-hf writes smaller files with --max-shard-size)")

@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from megatron.oellm.convert.errors import ConversionError, listed, no_read_permission
+from megatron.oellm.convert.output import writing_output
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -390,20 +391,26 @@ class ShardedSafetensorsWriter:
                                  f"plans {planned[0]!r} {list(planned[1])} {planned[2]}")
             if self._file is None:
                 self._open_next_shard()
-            self._file.seek(self._positions.pop(name))
-            _write_tensor(self._file, tensor)
-            self._written += 1
-            if not self._positions:
-                self._file.close()
-                self._file = None
+            with writing_output(self._paths[-1]):
+                self._write(name, tensor)
+
+    def _write(self, name: str, tensor: Tensor) -> None:
+        """Write ``tensor`` at its place in the open shard, and close the shard after its last tensor."""
+        self._file.seek(self._positions.pop(name))
+        _write_tensor(self._file, tensor)
+        self._written += 1
+        if not self._positions:
+            self._file.close()
+            self._file = None
 
     def _open_next_shard(self) -> None:
         """Open the next shard's temporary file and write its header."""
         shard = self._shards[len(self._paths)]
         path = self.directory / f"shard-{len(self._paths):05d}.tmp"
         header, self._positions = _header(shard, self._metadata)
-        self._file = open(path, "wb")  # closed after the shard's last tensor, or by __exit__
-        self._file.write(header)
+        with writing_output(path):
+            self._file = open(path, "wb")  # closed after the shard's last tensor, or by __exit__
+            self._file.write(header)
         self._paths.append(path)
 
     def __enter__(self) -> ShardedSafetensorsWriter:
@@ -426,7 +433,8 @@ class ShardedSafetensorsWriter:
                              f"{self._layout[self._written][0]!r}")
         if not self._layout:  # an empty checkpoint is one empty file
             self._open_next_shard()
-            self._file.close()
+            with writing_output(self._paths[-1]):
+                self._file.close()
         count = len(self._paths)
         if count == 1:
             final = self.directory / SINGLE_NAME
@@ -441,7 +449,8 @@ class ShardedSafetensorsWriter:
         total = sum(tensor_nbytes(shape, dtype) for _, shape, dtype in self._layout)
         index = {"metadata": {"total_size": total, **self._metadata, **EXPORT_MARK},
                  "weight_map": dict(sorted(weight_map.items()))}
-        (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        with writing_output(self.directory / INDEX_NAME):
+            (self.directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         return [*files, self.directory / INDEX_NAME]
 
 

@@ -10,6 +10,7 @@ that folder (:mod:`megatron.oellm.convert.tokenizer_files`).
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.convert import mcore_layout
@@ -26,7 +27,7 @@ from megatron.oellm.convert.mcore_checkpoint import (
     resolve_mcore_dir,
     stored_card_name,
 )
-from megatron.oellm.convert.output import check_not_input, resolved_out, staged_output
+from megatron.oellm.convert.output import check_not_input, resolved_out, staged_output, writing_output
 from megatron.oellm.convert.safetensors_io import (
     DEFAULT_MAX_SHARD_BYTES,
     INDEX_NAME,
@@ -261,16 +262,25 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
         for unit, pieces in zip(units(card), unit_pieces, strict=True):
             _export_unit(card, unit, reader, pieces, writer)
         writer.close()  # refuses an export that did not write every tensor of the layout
-        for name, text in config_files.items():
-            (staging / name).write_bytes(text.encode("utf-8"))
-        if CONFIG_NAME not in config_files:
-            module.hf_config_from_card(card).save_pretrained(staging)
+        _write_config_files(config_files, module, card, staging)
     tokenizer_note = ([f"copied {len(tokenizer_names)} tokenizer files from --tokenizer {tokenizer_dir}: "
                        f"{', '.join(tokenizer_names)}"] if tokenizer_dir is not None else [])
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout),
                              sorted(key for key in stored if key.startswith(MTP_KEY_PREFIX)), padded - card.vocab_size,
                              [config_note, *tokenizer_note, *leftover_notes(out_dir)],
                              source_line(mcore_dir, reader.directory, iteration))
+
+
+def _write_config_files(config_files: dict[str, str], module: ModuleType, card: ModelCard, staging: Path) -> None:
+    """Write the export's ``config_files`` (name -> text) into ``staging``, and ``card``'s ``config.json`` (by its
+    family ``module``) where they hold none; an operating-system error naming no file names the one written
+    (:func:`writing_output`)."""
+    for name, text in config_files.items():
+        with writing_output(staging / name):
+            (staging / name).write_bytes(text.encode("utf-8"))
+    if CONFIG_NAME not in config_files:
+        with writing_output(staging / CONFIG_NAME):
+            module.hf_config_from_card(card).save_pretrained(staging)
 
 
 def _source_metadata(directory: Path, iteration: int | None) -> dict[str, str]:

@@ -40,7 +40,7 @@ from megatron.oellm.convert.mcore_checkpoint import (
     card_record,
     megatron_checkpoint_args,
 )
-from megatron.oellm.convert.output import check_not_input, resolved_out, staged_output
+from megatron.oellm.convert.output import check_not_input, resolved_out, staged_output, writing_output
 from megatron.oellm.convert.safetensors_io import SafetensorsSource
 from megatron.oellm.convert.summary import ConversionSummary, bytes_of, leftover_notes
 from megatron.oellm.convert.tensor_checks import check_hf_tensors, check_one_dtype_per_key, warn_non_finite
@@ -163,7 +163,8 @@ def _hf_to_mcore(card: ModelCard, hf_dir: Path, out_dir: Path, overwrite: bool,
               CARD_KEY: card_record(card), HF_CONFIG_KEY: config_files}
     with staged_output(out_dir, overwrite, _foreign_in_mcore_output, bytes_of(chunks), guard) as staging:
         save_streaming(staging / RELEASE, chunks, unit_of, lambda unit: _import_unit(card, unit, view, source), common)
-        (staging / ITERATION_FILE).write_text(RELEASE + "\n")
+        with writing_output(staging / ITERATION_FILE):
+            (staging / ITERATION_FILE).write_text(RELEASE + "\n")
     notes = _kept_config_notes(hf_dir, config_files) + leftover_notes(out_dir)
     return ConversionSummary(out_dir, len(names), len(unit_of), skipped, notes=notes)
 

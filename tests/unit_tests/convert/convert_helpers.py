@@ -119,10 +119,11 @@ def signal_handler(signum: int, handler: Callable | int) -> Iterator[None]:
         signal.signal(signum, previous)
 
 
-def raised_while_writing(code: int, path: str, kind: type[RuntimeError] = RuntimeError,
+def raised_while_writing(code: int, path: str | None, kind: type[RuntimeError] = RuntimeError,
                          message: str = "[enforce fail at inline_container.cc] unexpected pos") -> RuntimeError:
     """The ``kind`` error a writer raises (as torch's does) while it handles an ``OSError`` of errno ``code`` on
-    ``path``: the form :func:`megatron.oellm.convert.output.storage_error_behind` looks behind."""
+    ``path`` (None: naming no file, as a failed ``write()`` raises it): the form
+    :func:`megatron.oellm.convert.output.storage_error_behind` looks behind."""
     try:
         try:
             raise OSError(code, os.strerror(code), path)

@@ -493,7 +493,8 @@ def test_a_full_disk_is_reported_with_the_output_size_and_the_free_space(convert
     with pytest.raises(ConversionError, match=rf"^the conversion failed: \[Errno 28\] No space left on device; the "
                                               rf"partial output was removed, --out is as it was \(the output needs "
                                               rf"about {re.escape(weights)}; the file system of {re.escape(str(tmp))} "
-                                              rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
+                                              rf"has [0-9.]+ [KMGT]?i?B free now\); free some space there or "
+                                              rf"choose another --out$"):
         _convert(direction, tmp, card, tmp / "new" / "out")
     assert sorted(tmp.iterdir()) == before
 
@@ -531,7 +532,8 @@ def test_a_full_disk_under_several_new_parents_names_the_nearest_existing_direct
 
     monkeypatch.setattr(UNIT_MODULE["hf-to-mcore"], UNIT_FUNCTION["hf-to-mcore"], disk_full)
     with pytest.raises(ConversionError, match=rf"No space left on device; .* the file system of {re.escape(str(tmp))} "
-                                              rf"has [0-9.]+ [KMGT]?i?B free now\)$"):
+                                              rf"has [0-9.]+ [KMGT]?i?B free now\); free some space there or "
+                                              rf"choose another --out$"):
         _convert("hf-to-mcore", tmp, card, tmp / "new" / "deeper" / "out")
     assert not (tmp / "new").exists()
 
