@@ -58,7 +58,8 @@ def export_config_files(card: ModelCard, common: dict, directory: Path,
     if CONFIG_NAME in files:
         where = f"the {CONFIG_NAME} stored with {directory}"
         source = _ConfigSource(where, f"the HF config stored with {directory}",
-                               f"{' and '.join(files)} as hf-to-mcore kept them with the checkpoint",
+                               f"{' and '.join(files)} as hf-to-mcore kept {'it' if len(files) == 1 else 'them'} "
+                               "with the checkpoint",
                                PICK_THE_CARD,
                                "put the original model's config files in a folder, set these fields there to the ids "
                                "of the run's tokenizer (or remove them), and pass --hf-config FOLDER",

@@ -90,6 +90,16 @@ def test_config_that_is_no_json_object_is_refused(tiny_hf, text: str, message: s
         hf_to_mcore_checkpoint(card, tmp / "hf", tmp / "mcore")
 
 
+def test_a_lone_kept_config_is_named_in_the_singular(tmp_path: Path) -> None:
+    """A model with config.json and no generation_config.json: mcore-to-hf's note says it was kept, not them."""
+    card = get_card(random.choice(["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"]))
+    write_hf(card, random_hf_tensors(card, seed=random.randrange(1000)), tmp_path / "hf")
+    assert not (tmp_path / "hf" / "generation_config.json").exists()
+    hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
+    summary = mcore_to_hf_checkpoint(card, tmp_path / "mcore", tmp_path / "out")
+    assert "config.json as hf-to-mcore kept it with the checkpoint" in summary.notes[0], summary.notes
+
+
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
 def test_config_files_survive_the_round_trip_byte_for_byte(name: str, tmp_path: Path) -> None:
     """config.json (token ids, unknown fields) and generation_config.json come back as they were, with the
