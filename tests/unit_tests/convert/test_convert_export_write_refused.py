@@ -12,6 +12,7 @@ and the tensor whose write fails."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 import random
 import re
@@ -142,3 +143,41 @@ def test_an_unnamed_error_reading_the_checkpoint_is_reported_as_a_read(converted
     with pytest.raises(ConversionError, match=rf"^cannot read the checkpoint data in .*\.distcp \({kind}\); the "
                                               rf"checkpoint is damaged \(copy it again\)$"):
         mcore_to_hf_checkpoint(card, tmp / "mcore", tmp / "out")
+
+
+class _StaleFile(io.FileIO):
+    """A shard file whose writes past ``limit`` bytes fail with ``ESTALE`` naming no file, every later one too, as
+    once an NFS handle is stale: the buffered file's close then flushes into the same failure."""
+
+    limit = 0
+
+    def write(self, data: bytes) -> int:
+        if self.tell() + len(data) > self.limit:
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+        return super().write(data)
+
+
+def test_a_write_that_keeps_failing_is_one_line_of_the_command(
+        converted, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real buffered shard file whose raw writes keep failing: the close of the file the failure left open flushed
+    into the same unnamed error, which replaced the named one and ended in a traceback."""
+    card, hf, tmp = converted
+    _StaleFile.limit = random.randint(1, 20_000)
+    opened: list[Path] = []
+
+    def open_stale(path: Path, mode: str = "r") -> io.BufferedWriter:
+        assert mode == "wb"
+        opened.append(Path(path))
+        return io.BufferedWriter(_StaleFile(path, mode), buffer_size=random.choice([64, 8192]))
+
+    monkeypatch.setattr(safetensors_io, "open", open_stale, raising=False)
+    target = tmp / f"out-{random.randrange(10**6)}"
+    status = main(["convert", "mcore-to-hf", "--model", card.name, "--mcore", str(tmp / "mcore"),
+                   "--out", str(target)])
+    stderr = capsys.readouterr().err
+    assert status == 2, stderr
+    assert stderr.startswith(f"oellm convert mcore-to-hf: error: the conversion failed: cannot write "
+                             f"{target / opened[-1].name} ([Errno {errno.ESTALE}] {os.strerror(errno.ESTALE)}: "
+                             f"{opened[-1]}, "), stderr
+    assert stderr.endswith("; the partial output was removed, --out is as it was\n") and stderr.count("\n") == 1
+    assert not target.exists() and not opened[-1].parent.exists()
