@@ -21,7 +21,8 @@
 #   summary.txt is missing, 2 on bad arguments or when python3's torch sees no CUDA device, 130 on Ctrl-C (SIGINT)
 #   and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later), no further run starts, and once they
 #   have ended summary.txt says "interrupted by SIG..." and the logs are packed.
-#   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_KERNEL_CACHE (Triton and TileLang
+#   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_TEST_FOLDERS (the tests stage's folders
+#   to run, FOLDER[,FOLDER...] of layers, patches, backends, training, bench, models; default all), OELLM_KERNEL_CACHE (Triton and TileLang
 #   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train, resume and interrupt
 #   stages, deleted and rebuilt by them; default /tmp/oellm-acceptance; a non-empty folder this script did not make
 #   is refused; its runs/, short/ and interrupt/ may not hold OELLM_KERNEL_CACHE, nor the cache's tilelang/
@@ -37,7 +38,9 @@
 # TileLang JIT-compiles on first use (minutes on a fresh machine). OUT_DIR/kernel-cache.tar.xz keeps what is small and
 # saves the most: TileLang's kernels and Triton's autotuning choices (each kernel is then compiled once, in its chosen
 # configuration, instead of in every candidate). Copy it to .bundle/kernel-cache/ and carry that folder: it is restored
-# on the next call.
+# on the next call. A fresh machine without it does not fit the tests stage in one 10-minute call (sessions 52 and 60):
+# split it, OELLM_TEST_FOLDERS=layers,patches,backends,bench first (it compiles the kernels; carry its archive), then
+# OELLM_TEST_FOLDERS=training,models.
 set -o pipefail
 USAGE="usage: tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]"
 USAGE+="  (stages: tests, train, resume, interrupt, bench)"
@@ -80,6 +83,32 @@ for stage in "${selected[@]}"; do
   [[ $seen != *",$stage,"* ]] || { echo "error: stage '$stage' given twice in '$STAGES'; give each once" >&2; exit 2; }
   seen="$seen$stage,"
 done
+# the tests stage's folders: a subset splits the stage over calls (a fresh machine compiles every kernel first)
+TEST_FOLDER_NAMES="layers,patches,backends,training,bench,models"
+TEST_FOLDERS=${OELLM_TEST_FOLDERS-$TEST_FOLDER_NAMES}
+if [ -n "${OELLM_TEST_FOLDERS+set}" ] && [[ $seen != *,tests,* ]]; then
+  echo "error: OELLM_TEST_FOLDERS chooses folders of the tests stage, which '$STAGES' does not run; add tests or" \
+       "unset it" >&2
+  exit 2
+fi
+if [[ -z $TEST_FOLDERS || $TEST_FOLDERS == ,* || $TEST_FOLDERS == *, || $TEST_FOLDERS == *,,* ]]; then
+  echo "error: OELLM_TEST_FOLDERS='$TEST_FOLDERS' has an empty folder name; give FOLDER[,FOLDER...] of" \
+       "$TEST_FOLDER_NAMES" >&2
+  exit 2
+fi
+IFS=, read -r -a test_folders <<< "$TEST_FOLDERS"
+seen_folders=","
+for folder in "${test_folders[@]}"; do
+  [[ ,$TEST_FOLDER_NAMES, == *",$folder,"* ]] ||
+    { echo "error: OELLM_TEST_FOLDERS names '$folder', not a test folder of the stage ($TEST_FOLDER_NAMES)" >&2; exit 2; }
+  [[ $seen_folders != *",$folder,"* ]] ||
+    { echo "error: OELLM_TEST_FOLDERS names '$folder' twice; give each once" >&2; exit 2; }
+  seen_folders="$seen_folders$folder,"
+done
+# Whether the tests stage runs the test folder $1 (OELLM_TEST_FOLDERS).
+wanted() {
+  [[ $seen_folders == *",$1,"* ]]
+}
 # a GPU under 100 GiB (an 80 GB H100): the parity tests ran out of memory beside the interrupt stage, and beside the
 # other test folders. The tests stage then runs the models folder last, alone; beside another stage it gets a warning,
 # as an H100 may have the memory free when the other stage is small.
@@ -257,21 +286,23 @@ gpu_pytest() {
 # The test folders side by side, each within the stage's limit; on a GPU under 100 GiB the models folder after the
 # others have ended, within what is left of the limit then (the others within 2/3 of it; on an H100 with the kernel
 # cache the first wave took 254 s, the models folder 113 s after it).
+# Only the folders OELLM_TEST_FOLDERS names run (all by default); the models folder waits only for folders that run.
 stage_tests() {
-  local limit=$LIMIT_S models_limit=$LIMIT_S start=$SECONDS
-  [ "$SMALL_GPU" = 1 ] && limit=$((LIMIT_S * 2 / 3))
-  gpu_pytest layers tests/unit_tests/layers "$limit" &
-  gpu_pytest patches tests/unit_tests/patches "$limit" &
-  gpu_pytest backends tests/unit_tests/backends "$limit" &
-  gpu_pytest training tests/unit_tests/training "$limit" &
-  gpu_pytest bench tests/unit_tests/bench "$limit" &
-  if [ "$SMALL_GPU" = 1 ]; then
+  local limit=$LIMIT_S models_limit=$LIMIT_S start=$SECONDS two_waves=0
+  [ "$SMALL_GPU" = 1 ] && wanted models && [[ $TEST_FOLDERS != models ]] && two_waves=1
+  [ "$two_waves" = 1 ] && limit=$((LIMIT_S * 2 / 3))
+  wanted layers && gpu_pytest layers tests/unit_tests/layers "$limit" &
+  wanted patches && gpu_pytest patches tests/unit_tests/patches "$limit" &
+  wanted backends && gpu_pytest backends tests/unit_tests/backends "$limit" &
+  wanted training && gpu_pytest training tests/unit_tests/training "$limit" &
+  wanted bench && gpu_pytest bench tests/unit_tests/bench "$limit" &
+  if [ "$two_waves" = 1 ]; then
     wait
     models_limit=$((LIMIT_S - (SECONDS - start)))
     [ "$models_limit" -ge 1 ] || models_limit=1
     echo "(models after the other folders, on a GPU of $gpu_mib MiB, within ${models_limit} s)"
   fi
-  PARITY_REPORT="$OUT_DIR/parity.md" gpu_pytest models tests/unit_tests/models "$models_limit" &
+  wanted models && PARITY_REPORT="$OUT_DIR/parity.md" gpu_pytest models tests/unit_tests/models "$models_limit" &
   wait
 }
 
