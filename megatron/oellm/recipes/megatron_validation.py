@@ -124,9 +124,11 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster GPUs with ``env`` exported. Raises what
     the entry would raise at start: before the validation, the entry's checks of the parsed command line
     (:func:`megatron.oellm.training.startup_checks.check_parsed_args`); after it, those of the validated arguments
-    (:func:`megatron.oellm.training.startup_checks.check_validated_args`), with the NVTE attention switches ``env``
-    exports. The module backend is the image's Transformer Engine unless ``argv`` chooses ``--oellm-backend torch``,
-    whose feature check then runs too (``auto`` resolves on the cluster, not here)."""
+    (:func:`megatron.oellm.training.startup_checks.check_validated_args`), with the environment the job inherits as
+    megatron's validation reads it here: this shell's, ``env`` over it (sbatch exports the submitting shell's
+    environment, and the job script's ``srun --export=ALL`` keeps it). The module backend is the image's Transformer
+    Engine unless ``argv`` chooses ``--oellm-backend torch``, whose feature check then runs too (``auto`` resolves on
+    the cluster, not here)."""
     from megatron.oellm.backends.selection import check_args_support
     from megatron.oellm.training.args import (
         merge_card_flags,
@@ -147,7 +149,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     args = validate_args_on_cluster(parsed, world_size, env)
     if torch_backend:
         check_args_support("torch", args)
-    check_validated_args(args, {name: str(value) for name, value in env.items()})
+    check_validated_args(args, {**os.environ, **{name: str(value) for name, value in env.items()}})
     return args
 
 

@@ -27,8 +27,9 @@ unchecked."""
 def check_graph_allocator_env(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
     """Raise :class:`EnvironmentRefusal` when ``args`` capture Transformer Engine's CUDA graphs while the allocator
     settings torch reads from ``environ`` enable expandable segments and ``NCCL_GRAPH_REGISTER`` is not ``0``: what
-    megatron-core's own assertion refuses, for the settings it does not read. ``environ`` None is this process's
-    environment, read as this process's torch reads it; a given one (a job's) as torch 2.10 and later read it."""
+    megatron-core's own assertion refuses, for the settings it does not read; ``NCCL_GRAPH_REGISTER`` is read as
+    megatron-core reads it (exactly ``0``). ``environ`` None is this process's environment, read as this process's
+    torch reads it; a given one (a job's) as torch 2.10 and later read it."""
     if args.cuda_graph_impl != "transformer_engine":
         return
     if environ is None:
@@ -40,12 +41,18 @@ def check_graph_allocator_env(args: argparse.Namespace, environ: Mapping[str, st
     if environ.get("NCCL_GRAPH_REGISTER", "") == "0":
         return
     found = allocator_conf(environ, torch_version)
-    if found is None or parse_allocator_conf(found[1]).get("expandable_segments") != "True":
+    if found is None or not turns_on_expandable_segments(found[1]):
         return
     variable, value = found
     raise EnvironmentRefusal(
-        f"--cuda-graph-impl transformer_engine with {variable}={value!r}, which turns on expandable segments, needs "
-        "NCCL_GRAPH_REGISTER=0: NCCL's registration of the graphs' buffers meets expandable segments in an illegal "
-        "memory access during training (megatron-core 0.19.2 asserts this only for the text "
-        "'expandable_segments:True' in PYTORCH_CUDA_ALLOC_CONF); export NCCL_GRAPH_REGISTER=0 (the Jupiter recipes' "
-        "[cluster.env] sets it)", (variable, "NCCL_GRAPH_REGISTER"))
+        f"Transformer Engine's CUDA graphs (--cuda-graph-impl transformer_engine) with {variable}={value!r}, which "
+        "turns on expandable segments, need NCCL_GRAPH_REGISTER=0: NCCL's registration of the graphs' buffers meets "
+        "expandable segments in an illegal memory access during training (megatron-core 0.19.2 checks only "
+        "PYTORCH_CUDA_ALLOC_CONF, for the text 'expandable_segments:True'); set NCCL_GRAPH_REGISTER=0 in the job's "
+        "environment (a recipe's [cluster.env], as the Jupiter recipes do)", (variable, "NCCL_GRAPH_REGISTER"))
+
+
+def turns_on_expandable_segments(value: str) -> bool:
+    """Whether torch's allocator, reading the settings ``value``, turns expandable segments on: its tokenizer drops
+    every whitespace character (``expandable_segments: Tr ue`` counts) before it splits the items."""
+    return parse_allocator_conf("".join(value.split())).get("expandable_segments") == "True"

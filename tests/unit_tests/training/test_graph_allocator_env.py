@@ -50,15 +50,19 @@ def test_the_device_generic_name_is_refused_without_graph_registration_off():
     with pytest.raises(EnvironmentRefusal) as refusal:
         check_graph_allocator_env(_graphs(), environ)
     assert f"PYTORCH_ALLOC_CONF={conf!r}" in str(refusal.value)
-    assert "export NCCL_GRAPH_REGISTER=0" in str(refusal.value)
+    assert "set NCCL_GRAPH_REGISTER=0 in the job's environment" in str(refusal.value)
     assert refusal.value.names == ("PYTORCH_ALLOC_CONF", "NCCL_GRAPH_REGISTER")
     check_graph_allocator_env(_graphs(), {**environ, "NCCL_GRAPH_REGISTER": "0"})
 
 
-def test_a_spaced_setting_megatron_core_does_not_match_is_refused():
-    """``expandable_segments: True`` in ``PYTORCH_CUDA_ALLOC_CONF``: torch skips the space, megatron-core's text
-    match does not."""
-    environ = {"PYTORCH_CUDA_ALLOC_CONF": _expandable(spaced=True), **_register_not_zero()}
+@pytest.mark.parametrize("spaced", ["expandable_segments: True", " expandable_segments :True ",
+                                    "expandable_segments:Tr ue", "expandable_segments:\tTrue"])
+def test_a_spaced_setting_megatron_core_does_not_match_is_refused(spaced):
+    """Whitespace anywhere in ``PYTORCH_CUDA_ALLOC_CONF``'s setting: torch's tokenizer drops it, megatron-core's text
+    match does not see the setting."""
+    items = [spaced, *random.sample(OTHER_ITEMS, random.randint(0, 2))]
+    random.shuffle(items)
+    environ = {"PYTORCH_CUDA_ALLOC_CONF": ",".join(items), **_register_not_zero()}
     with pytest.raises(EnvironmentRefusal, match="PYTORCH_CUDA_ALLOC_CONF="):
         check_graph_allocator_env(_graphs(), environ)
 
@@ -121,9 +125,31 @@ def test_a_recipe_exporting_the_device_generic_name_is_refused_before_submission
            if name not in ("PYTORCH_CUDA_ALLOC_CONF", "NCCL_GRAPH_REGISTER")}
     assert megatron_refusal(resolved.argv, resolved.world_size, env) is None
     refusal = megatron_refusal(resolved.argv, resolved.world_size, {**env, "PYTORCH_ALLOC_CONF": _expandable()})
-    assert refusal is not None and "needs NCCL_GRAPH_REGISTER=0" in refusal, refusal
+    assert refusal is not None and "need NCCL_GRAPH_REGISTER=0" in refusal, refusal
     assert megatron_refusal(resolved.argv, resolved.world_size,
                             {**env, "PYTORCH_ALLOC_CONF": _expandable(), "NCCL_GRAPH_REGISTER": "0"}) is None
+
+
+def test_a_recipe_is_judged_with_the_shells_environment_the_job_inherits(monkeypatch):
+    """The job inherits the submitting shell's environment (sbatch's default, the job script's ``srun
+    --export=ALL``), which megatron's validation in the same check reads too: a shell's ``NCCL_GRAPH_REGISTER=0``
+    lets the row through, a shell's ``PYTORCH_ALLOC_CONF`` turning expandable segments on is refused with the row,
+    not at the job's start."""
+    from megatron.oellm.commands.recipe import where_to_set
+
+    recipe, resolved = _graph_row()
+    env = {name: value for name, value in recipe.cluster.env.items()
+           if name not in ("PYTORCH_CUDA_ALLOC_CONF", "NCCL_GRAPH_REGISTER")}
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", _expandable())
+    monkeypatch.delenv("NCCL_GRAPH_REGISTER", raising=False)
+    refusal = megatron_refusal(resolved.argv, resolved.world_size, env)
+    assert refusal is not None and "need NCCL_GRAPH_REGISTER=0" in refusal, refusal
+    assert where_to_set(refusal, recipe, resolved) == ""  # the fix is the environment's, not a flag's
+    monkeypatch.setenv("NCCL_GRAPH_REGISTER", "0")
+    assert megatron_refusal(resolved.argv, resolved.world_size, env) is None
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF")
+    assert megatron_refusal(resolved.argv, resolved.world_size, {**env, "PYTORCH_ALLOC_CONF": _expandable()}) is None
 
 
 def test_the_entry_off_a_gpu_node_names_this_shells_values(monkeypatch, capsys):
@@ -134,5 +160,5 @@ def test_the_entry_off_a_gpu_node_names_this_shells_values(monkeypatch, capsys):
     monkeypatch.setenv("PYTORCH_ALLOC_CONF", conf)
     assert entry.main([*TINY_MOE_RUN, "--cuda-graph-impl", "transformer_engine"]) == 2
     line = one_error_line(capsys)
-    assert "needs NCCL_GRAPH_REGISTER=0" in line, line
+    assert "need NCCL_GRAPH_REGISTER=0" in line, line
     assert f"the entry read PYTORCH_ALLOC_CONF={conf}, NCCL_GRAPH_REGISTER unset from this shell" in line, line
