@@ -17,6 +17,7 @@ from megatron.oellm.commands.flops import (
     CORRECTED_NOTE,
     CORRECTED_ONLY_NOTE,
     MN5_FLAG_SET_MODELS,
+    MN5_PADDED_VOCAB,
     REPORTS_SECTION,
 )
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
@@ -37,15 +38,35 @@ def test_the_corrected_table_says_what_it_counts_under_its_header_and_ends_with_
                    str(random.choice([2048, 4096, 8192])))
     assert lines[0].endswith("mode corrected")
     assert lines[1] == CORRECTED_NOTE and "--megatron-compatible" in lines[1]
-    assert lines[2] == f"to reproduce the MN5 report's TFLOP/s: --megatron-compatible plus {REPORTS_SECTION}"
+    assert lines[2] == (f"to reproduce the MN5 report's TFLOP/s: --megatron-compatible --padded-vocab "
+                        f"{MN5_PADDED_VOCAB} plus {REPORTS_SECTION}")
     assert lines[-1].startswith("total (training)")
 
 
 def test_the_note_names_a_section_docs_flops_md_has_and_the_docs_show_it(capsys):
-    hint = _table(capsys, "qwen3-30b-a3b", "--seq-length", "4096")[2]
+    hint = _table(capsys, "qwen3-30b-a3b", "--seq-length", "4096", "--padded-vocab", str(MN5_PADDED_VOCAB))[2]
     section = re.search(r'docs/flops.md, "(?P<title>[^"]+)"', hint)["title"]
     assert f"\n## {section}\n" in DOCS.read_text()
     assert f"\n{hint}\n" in DOCS.read_text()
+
+
+@pytest.mark.parametrize(("model", "flags", "tokens", "reported"), [
+    ("qwen3.5-35b-a3b", ["hybrid-layer-pattern=none", "num-layers=40", "experimental-attention-variant=gated_delta_net",
+                         "linear-attention-freq=4"], 6971, "133.2 TFLOP/s/GPU, MFU 13.5%"),
+    ("qwen3.5-35b-a3b", ["group-query-attention=false"], 7239, "141.0 TFLOP/s/GPU, MFU 14.3%"),
+    ("qwen3-30b-a3b", ["group-query-attention=false"], 7519, "215.0 TFLOP/s/GPU, MFU 21.7%"),
+])
+def test_following_the_hint_of_a_plain_command_reproduces_the_mn5_report(capsys, model, flags, tokens, reported):
+    """The hint named only --megatron-compatible: with the flag sets of docs/flops.md and the card's vocabulary
+    (248,320 for Qwen3.5) the first row read 132.0 TFLOP/s/GPU, MFU 13.3 %; the report (and the docs' commands, which
+    pass --padded-vocab 262144) says 133.2 / 13.5 %. Each row's flags, tokens/s and figures are the report's."""
+    argv = [model, "--seq-length", "4096"]
+    hint = _table(capsys, *argv)[2]
+    options = re.fullmatch(rf"to reproduce the MN5 report's TFLOP/s: (?P<options>.+) plus {re.escape(REPORTS_SECTION)}",
+                           hint)["options"].split()
+    flag_args = [arg for flag in flags for arg in ("--megatron-flag", flag)]
+    throughput = _table(capsys, *argv, *options, *flag_args, "--tokens-per-second-per-gpu", str(tokens))[-1]
+    assert f" tokens/s/GPU -> {reported} of 989 TFLOP/s" in throughput
 
 
 def test_the_throughput_lines_follow_the_total(capsys):
@@ -58,7 +79,10 @@ def test_the_throughput_lines_follow_the_total(capsys):
 def test_megatron_mode_points_to_the_flag_sets_until_flags_are_given(capsys):
     argv = ["qwen3-30b-a3b", "--seq-length", "4096", "--megatron-compatible"]
     lines = _table(capsys, *argv)
-    assert lines[1] == f"to reproduce the MN5 report's TFLOP/s: {REPORTS_SECTION}"  # the mode is already on
+    assert lines[1] == f"to reproduce the MN5 report's TFLOP/s: --padded-vocab {MN5_PADDED_VOCAB} plus {REPORTS_SECTION}"
+    # the mode is already on, and so is the report's vocabulary
+    assert _table(capsys, *argv, "--padded-vocab", str(MN5_PADDED_VOCAB))[1] == (
+        f"to reproduce the MN5 report's TFLOP/s: {REPORTS_SECTION}")
     assert not any(line == CORRECTED_NOTE for line in lines) and lines[-1].startswith("corrected count ")
     lines = _table(capsys, *argv, "--megatron-flag", "group-query-attention=false")
     assert not any("MN5 report's" in line for line in lines)

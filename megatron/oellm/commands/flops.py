@@ -227,6 +227,11 @@ CORRECTED_ONLY_NOTE = (f"{_CORRECTED}; megatron-core 0.19.2 has no CKDA layer, s
 """The same line for a CKDA card, which ``--megatron-compatible`` refuses."""
 REPORTS_SECTION = "the --megatron-flag sets of docs/flops.md, \"How far the MN5 tables are from the corrected count, and why\""
 """Where the flag sets are that reproduce the MN5 report's TFLOP/s with Megatron's count."""
+MN5_PADDED_VOCAB = 262144
+"""The padded vocabulary of the MN5 report's runs (the OpenEuroLLM tokenizer's, the ``vocab_size`` of the
+``examples/oellm/`` MN5 recipes), which every command reproducing its TFLOP/s in docs/flops.md passes: the cards'
+own (248,320 for Qwen3.5, 151,936 for Qwen3-30B-A3B) count other logits, 132.0 TFLOP/s instead of the report's 133.2
+for Qwen3.5 at 6,971 tokens/s/GPU."""
 MN5_FLAG_SET_MODELS = frozenset({"qwen3-30b-a3b", "qwen3.5-35b-a3b"})
 """The cards whose MN5 report #438 tables :data:`REPORTS_SECTION` reproduces, the only ones the pointer to it is
 printed for: the cards of the ``examples/oellm/`` recipes on cluster ``mn5`` (which the package does not ship, so the
@@ -252,15 +257,24 @@ def count_notes(report: dict[str, Any]) -> list[str]:
     card has none, :data:`CORRECTED_ONLY_NOTE`), and, for a card of
     :data:`MN5_FLAG_SET_MODELS` unless ``--megatron-flag`` already sets Megatron's flags, how to reproduce the TFLOP/s
     of the MN5 report (whose counts are higher: Qwen3-30B-A3B's 17.0 % above the corrected count, Qwen3.5's 2.7 %
-    above Megatron's on the card's flags). Under the header, not at the end: scripts read the total from the last
-    line."""
+    above Megatron's on the card's flags) with the options :func:`mn5_options` names. Under the header, not at the end:
+    scripts read the total from the last line."""
     corrected = report["mode"] == "corrected"
     note = CORRECTED_NOTE if megatron_counts(get_card(report["model"])) else CORRECTED_ONLY_NOTE
     lines = [note] if corrected else []
     if report["model"] in MN5_FLAG_SET_MODELS and not report.get("megatron_flags"):
-        how = "--megatron-compatible plus " if corrected else ""
-        lines.append(f"to reproduce the MN5 report's TFLOP/s: {how}{REPORTS_SECTION}")
+        lines.append(f"to reproduce the MN5 report's TFLOP/s: {mn5_options(report)}{REPORTS_SECTION}")
     return lines
+
+
+def mn5_options(report: dict[str, Any]) -> str:
+    """The options the command of ``report`` lacks to reproduce the MN5 report's TFLOP/s besides the flag sets, e.g.
+    ``--megatron-compatible --padded-vocab 262144 plus ``: without the report's vocabulary (:data:`MN5_PADDED_VOCAB`)
+    the flag sets give other TFLOP/s than the report's; '' when it passes both."""
+    missing = [] if report["mode"] != "corrected" else ["--megatron-compatible"]
+    if report["padded_vocab"] != MN5_PADDED_VOCAB:
+        missing.append(f"--padded-vocab {MN5_PADDED_VOCAB}")
+    return f"{' '.join(missing)} plus " if missing else ""
 
 
 def count_lines(report: dict[str, Any]) -> list[str]:
