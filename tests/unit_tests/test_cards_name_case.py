@@ -4,6 +4,7 @@ counts virtual stages per pipeline rank, not layers per virtual stage."""
 import argparse
 import json
 import random
+import re
 
 import pytest
 
@@ -54,3 +55,19 @@ def test_vpp_help_counts_virtual_stages_per_rank_not_layers_per_stage():
     text = " ".join(parser.format_help().split())
     assert "number of virtual pipeline stages per PP rank" in text
     assert "not layers per virtual stage" in text
+
+
+def test_vpp_help_says_how_to_plan_a_split_counting_the_embedding_and_the_loss(capsys):
+    """The help's ``layers / (PP x N)`` gave no VPP for Jupiter's config (94 layers, PP 8, N 4), and ``--vpp 3`` is
+    refused: the recipe counts the embedding and the loss as a layer each. The help names that reading (Megatron's
+    flags for it) and the ``--pipeline-layout`` to plan it with; the layout it shows plans Jupiter's VPP 3."""
+    parser = argparse.ArgumentParser()
+    plan.add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    vpp_help = text[text.index("--vpp VPP number"):text.index("--ep EP expert")]
+    assert "(layers + 2) / (PP x N)" in vpp_help
+    assert "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split" in vpp_help
+    layout = re.search(r"a split given as --pipeline-layout, e\.g\. '(?P<layout>[^']+)' for Jupiter's", vpp_help)
+    assert cli.main(["plan", "qwen3-235b-a22b", "--nodes", "64", "--tp", "2", "--pp", "8", "--ep", "16", "--etp", "1",
+                     "--sp", "--pipeline-layout", layout["layout"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["vpp_size"] == 3

@@ -51,7 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vpp", type=int, default=None,
                         help="number of virtual pipeline stages per PP rank (Megatron's "
                              "--num-virtual-stages-per-pipeline-rank), not layers per virtual stage: a config's "
-                             "num_layers_per_virtual_pipeline_stage N is --vpp layers / (PP x N) (default: none; with "
+                             "num_layers_per_virtual_pipeline_stage N is --vpp layers / (PP x N), or (layers + 2) / "
+                             "(PP x N) where it counts the embedding and the loss as a layer each (Megatron's "
+                             "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: "
+                             "Jupiter's 94 layers at PP 8, N 4 are VPP 3), a split given as --pipeline-layout, e.g. "
+                             "'Et*3|(t*4|)*22t*3L' for Jupiter's (default: none; with "
                              "--pipeline-layout: its stage count / PP). Not for a hybrid model (Qwen3.5, the OEL "
                              "hybrid): give --hybrid-layer-pattern with PP x VPP segments")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")

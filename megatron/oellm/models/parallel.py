@@ -218,6 +218,28 @@ def pipeline_layout_from_hybrid_pattern(pattern: str) -> str | None:
     return layout_from_counts(counts)
 
 
+def embedding_and_loss_layout(num_layers: int, num_stages: int) -> str | None:
+    """The layout string of ``num_stages`` equal stages when the embedding and the loss count as a decoder layer each,
+    as Megatron's ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`` split (which
+    megatron-oellm takes only as a layout): the first stage one layer short for the embedding, the last for the loss.
+    None unless ``num_stages`` divides ``num_layers + 2`` (Jupiter's 94 layers over PP8 x VPP3: 4 per stage)."""
+    per_stage, rest = divmod(num_layers + 2, num_stages)
+    if rest or num_stages < 2:
+        return None
+    return layout_from_counts([per_stage - 1, *[per_stage] * (num_stages - 2), per_stage - 1])
+
+
+def _counted_split_hint(num_layers: int, num_stages: int) -> str:
+    """The end of the refusal of ``num_stages`` stages that do not divide ``num_layers``: the layout of a config
+    counting the embedding and the loss as layers (:func:`embedding_and_loss_layout`), where there is one."""
+    layout = embedding_and_loss_layout(num_layers, num_stages)
+    if layout is None:
+        return ""
+    return (f"; a config splitting {num_layers} + 2 layers (the embedding and the loss counted as one each, Megatron's "
+            "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split) is the layout "
+            f"{layout!r}")
+
+
 def layout_from_counts(counts: list[int]) -> str:
     """A layout string with ``counts[i]`` decoder layers in stage ``i``, the embedding first and the loss last."""
     stages = [f"t*{n}" if n else "" for n in counts]
@@ -339,8 +361,9 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
                                       f"without a layer computes nothing; use pp x vpp in "
                                       f"{{{_valid_sizes(card.num_layers)}}}")
         _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
-                 f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline_layout such as "
-                 f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}")
+                 f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline layout (recipe: "
+                 "pipeline_layout; oellm plan: --pipeline-layout; Megatron: --pipeline-model-parallel-layout) such as "
+                 f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}{_counted_split_hint(card.num_layers, pp * vpp)}")
         return
     stages = layout.custom_stages
     check_stage_count(len(stages), layout.pipeline_layout, pp)

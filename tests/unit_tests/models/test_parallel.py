@@ -218,6 +218,32 @@ def test_divisibility_errors_list_every_size_that_would_work():
         validate_layout(QWEN3, ParallelLayout(ep=3))
 
 
+def test_a_split_counting_the_embedding_and_the_loss_is_named_as_the_layout_megatron_builds():
+    """Jupiter's recipe splits Qwen3-235B-A22B's 94 layers over PP 8 x VPP 3 by counting the embedding and the loss as
+    a layer each (96 / 24); ``vpp=3`` got "not divisible by pp x vpp (24)" and only an even layout of 94. The refusal
+    of any such pp x vpp names the layout of that split: the decoder layers megatron-core builds per stage under
+    ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``, a layout that passes."""
+    from types import SimpleNamespace
+
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    card = get_card("qwen3-235b-a22b")
+    pp, vpp = random.choice([(pp, vpp) for pp in range(2, 95) for vpp in range(1, 48)
+                             if pp * vpp <= card.num_layers and card.num_layers % (pp * vpp)
+                             and (card.num_layers + 2) % (pp * vpp) == 0])
+    with pytest.raises(ParallelLayoutError, match=r"is not divisible by pp x vpp.*--pipeline-layout") as refusal:
+        validate_layout(card, ParallelLayout(pp=pp, vpp=vpp))
+    layout = re.search(r"--account-for-loss-in-pipeline-split\) is the layout '(?P<layout>[^']+)'$",
+                       str(refusal.value))["layout"]
+    validate_layout(card, ParallelLayout(pp=pp, vpp=vpp, pipeline_layout=layout))
+    config = SimpleNamespace(pipeline_model_parallel_layout=None, num_layers_in_first_pipeline_stage=None,
+                             num_layers_in_last_pipeline_stage=None, account_for_embedding_in_pipeline_split=True,
+                             account_for_loss_in_pipeline_split=True, num_layers=card.num_layers,
+                             pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
+    built = [get_num_layers_to_build(config, vp_stage=index // pp, pp_rank=index % pp) for index in range(pp * vpp)]
+    assert [stage.count("decoder") for stage in parse_pipeline_layout(layout)] == built
+
+
 def _megatron_refusal(card, tp: int) -> str | None:
     """What megatron-core's ``TransformerConfig`` says about ``card``'s attention (and GDN) heads at ``tp``: None when
     it accepts them. The GDN checks of 0.19.2 run under ``experimental_attention_variant="gated_delta_net"``."""
