@@ -280,6 +280,24 @@ def test_the_mn5_recipe_env_gets_the_unread_variable_warning_and_no_other():
     assert [(f.severity, f.name) for f in findings] == [("warning", "NCCL_NCHANNELS_PER_PEER")]
 
 
+def test_the_unread_variable_warning_says_the_mn5_recipes_set_it_on_purpose():
+    """A user who runs the doctor in an MN5 recipe's job, as the README advises, was told only to unset
+    NCCL_NCHANNELS_PER_PEER, which the recipe exports to reproduce report #438's environment: the warning stays (NCCL
+    ignores the variable) and says that the MN5 recipes set it, harmlessly, and that in their jobs there is nothing
+    to fix. The recipe file it names exports the variable."""
+    raw = str(random.randint(1, 64))
+    (finding,) = [f for f in check_nccl_channels(make_report(), {"NCCL_NCHANNELS_PER_PEER": raw})
+                  if f.name == "NCCL_NCHANNELS_PER_PEER"]
+    assert finding.severity == "warning" and "has no effect" in finding.message
+    assert "The MN5 recipes (examples/oellm/_mn5.toml) export it to reproduce MN5 report #438's environment" in (
+        finding.message)
+    assert "harmless there" in finding.message
+    assert finding.fix.endswith("unless the MN5 recipes (examples/oellm/_mn5.toml) set it: then leave it, nothing to "
+                                "fix")
+    env = tomllib.loads((EXAMPLES.parents[1] / "examples/oellm/_mn5.toml").read_text())["cluster"]["env"]
+    assert "NCCL_NCHANNELS_PER_PEER" in env
+
+
 # --- NCCL_* names neither NCCL nor torch reads ------------------------------------------------------------------
 
 

@@ -53,6 +53,10 @@ NCCL_UNREAD_VARIABLES = {"NCCL_NCHANNELS_PER_PEER": "NCCL_NCHANNELS_PER_NET_PEER
 """Variables that NCCL 2.18 to 2.28 do not read (no such name in the strings of their ``libnccl.so``, through which
 NCCL names every variable it reads), each with the one NCCL reads for what it seems to set. MN5 report #438
 exported ``NCCL_NCHANNELS_PER_PEER``; the recipes reproduce it."""
+NCCL_UNREAD_RECIPE_EXPORTS = {"NCCL_NCHANNELS_PER_PEER": "the MN5 recipes (examples/oellm/_mn5.toml)"}
+"""The recipes that export a variable of :data:`NCCL_UNREAD_VARIABLES` on purpose, to reproduce the environment of
+the report they follow: the warning says so and that it is harmless there, so that a user running the doctor in such
+a job, as the README advises, is not told to undo the recipe."""
 NCCL_INSTALL_VARIABLES = ("NCCL_VERSION", "NCCL_HOME", "NCCL_ROOT", "NCCL_ROOT_DIR", "NCCL_DIR", "NCCL_LIB_DIR",
                           "NCCL_INCLUDE_DIR")
 """``NCCL_*`` names that describe an NCCL installation instead of setting NCCL, so the name check passes them: NVIDIA's
@@ -197,9 +201,25 @@ def check_nccl_channels(report: EnvironmentReport, env: Mapping[str, str]) -> li
                 "warning", variable,
                 f"{variable}={env[variable]!r} has no effect: NCCL {NCCL_CHECKED_RELEASES} (the releases checked) "
                 f"read no such variable. The per-peer channel count NCCL reads is {instead}, for peers reached "
-                "over the network.",
-                f"unset {variable} ({instead} sets the channels per network peer)"))
+                f"over the network.{_recipe_export_note(variable)}",
+                f"unset {variable} ({instead} sets the channels per network peer){_recipe_export_fix(variable)}"))
     return findings
+
+
+def _recipe_export_note(variable: str) -> str:
+    """The end of the warning on ``variable`` unread by NCCL: which recipes export it and why it is harmless there
+    (:data:`NCCL_UNREAD_RECIPE_EXPORTS`); '' for one no recipe exports."""
+    recipes = NCCL_UNREAD_RECIPE_EXPORTS.get(variable)
+    if recipes is None:
+        return ""
+    return (f" {recipes[0].upper()}{recipes[1:]} export it to reproduce MN5 report #438's environment, which set it; "
+            "harmless there, as NCCL ignores it.")
+
+
+def _recipe_export_fix(variable: str) -> str:
+    """The end of the fix for ``variable``: nothing to do in a job of the recipes that export it on purpose."""
+    recipes = NCCL_UNREAD_RECIPE_EXPORTS.get(variable)
+    return "" if recipes is None else f", unless {recipes} set it: then leave it, nothing to fix"
 
 
 def _nccl_channel_finding(variable: str, raw: str | None) -> Finding:
