@@ -18,7 +18,7 @@ from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.paths import nearest_existing
 from megatron.oellm.plan import build_plan, format_plan, micro_batches_per_step, plan_flops
-from megatron.oellm.recipes.config import Recipe, RecipeError, time_limit_seconds
+from megatron.oellm.recipes.config import Recipe, RecipeError, slurm_time_text, time_limit_seconds
 from megatron.oellm.recipes.host_paths import (
     check_data_paths,
     check_host_paths,
@@ -186,7 +186,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
             text += "  [report: " + ", ".join(f"{k} {v}" for k, v in row.reference.items()) + "]"
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
                      f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  {recipe.row_seq_length(row):>5}  "
-                     f"{recipe.row_train_iters(row):>5}  {recipe.row_time(row):>8}  {text}")
+                     f"{recipe.row_train_iters(row):>5}  {slurm_time_text(time_limit_seconds(recipe.row_time(row))):>8}  {text}")
     lines += ["", table_command(recipe, numbers)]
     return "\n".join(lines)
 

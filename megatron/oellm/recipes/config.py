@@ -402,6 +402,24 @@ def time_limit_seconds(text: str, where: str = "", source: str = "time = ") -> i
     return seconds
 
 
+def slurm_time_text(seconds: int) -> str:
+    """``seconds`` as SLURM's normalized time limit, ``HH:MM:SS`` or ``D-HH:MM:SS`` (as squeue and sacct print it):
+    unlike sbatch's short forms (``30`` is minutes, ``30:00`` minutes and seconds, ``1-12`` a day and hours) it reads
+    one way."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def time_limit_text(text: str) -> str:
+    """A time limit as written (a valid one, :func:`time_limit_seconds`) with its unit: as written when it is already
+    SLURM's normalized form (:func:`slurm_time_text`), else followed by it, e.g. ``30 (= 00:30:00)``: a bare ``30``
+    gave no unit (SLURM reads minutes)."""
+    normalized = slurm_time_text(time_limit_seconds(text))
+    return text if text == normalized else f"{text} (= {normalized})"
+
+
 def _unsettable_layout_fields() -> set[str]:
     """:class:`ParallelLayout` fields that ``false`` may reset to their default None (``vpp``, ``pipeline_layout``):
     TOML has no null, and a row must be able to drop, say, a base's custom pipeline layout."""

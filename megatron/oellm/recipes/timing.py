@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.flops import training_flops_per_token
-from megatron.oellm.recipes.config import RecipeError, TableRow, time_limit_seconds
+from megatron.oellm.recipes.config import (
+    RecipeError,
+    TableRow,
+    slurm_time_text,
+    time_limit_seconds,
+    time_limit_text,
+)
 from megatron.oellm.recipes.resolve import exit_duration_minutes
 
 START_UP_S = 600
@@ -55,6 +61,12 @@ class RunTime:
     run goes on in the next start of the job: it may take longer than one time limit."""
 
     @property
+    def limit_text(self) -> str:
+        """The time limit as written, with SLURM's normalized form where that differs (:func:`time_limit_text`):
+        ``30`` alone gave no unit."""
+        return time_limit_text(self.limit)
+
+    @property
     def expected_s(self) -> float | None:
         """Iterations x step time + :data:`START_UP_S`; None without a reference throughput."""
         return None if self.step_s is None else self.iterations * self.step_s + START_UP_S
@@ -71,7 +83,7 @@ class RunTime:
         stop = "" if self.stop_minutes is None else f" (the run stops{self._saving} after {self.stop_minutes} min)"
         if self.requeues:
             stop += ", requeued until its last iteration"
-        return f"time limit {self.limit}{stop}; {self.estimate()}"
+        return f"time limit {self.limit_text}{stop}; {self.estimate()}"
 
     def check(self) -> None:
         """Raise :class:`RecipeError` when a checkpointing run's stop is not before the time limit (with or without a
@@ -83,7 +95,7 @@ class RunTime:
         after_stop = None if self.stop_minutes is None else self._after_stop_s(self.limit_s, self.stop_minutes)
         if self.saves and self.step_s is not None and after_stop is not None and self.step_s >= after_stop:
             raise RecipeError(f"the job stops (--exit-duration-in-mins {self.stop_minutes}) {after_stop} s before its "
-                              f"time limit {self.limit}, no more than one iteration ({self.step_s:.0f} s, from the report's "
+                              f"time limit {self.limit_text}, no more than one iteration ({self.step_s:.0f} s, from the report's "
                               f"{self.source}): megatron checks the clock after each iteration, so one begun just "
                               f"before the stop runs into the limit and the job is killed before its final save; "
                               f"{self._margin_fix()}")
@@ -97,7 +109,7 @@ class RunTime:
             return
         lost = ", and the killed job fails and is never requeued" if self.requeues else ""
         raise RecipeError(f"the run's own stop (--exit-duration-in-mins {self.stop_minutes}) is not before its time "
-                          f"limit {self.limit} ({self.limit_s / 60:g} min): SLURM kills the job at the limit before "
+                          f"limit {self.limit_text} ({self.limit_s / 60:g} min): SLURM kills the job at the limit before "
                           f"megatron stops and saves, so the iterations since its last periodic save are lost{lost}; "
                           f"{self._stop_before_limit_fix()}")
 
@@ -150,7 +162,7 @@ class RunTime:
                 fix = self._own_stop_limit_fix()
             else:
                 fix = f"give it at least {_time_limit_text(minutes)}"
-            raise RecipeError(f"the job would reach its time limit {self.limit} before its last iteration: "
+            raise RecipeError(f"the job would reach its time limit {self.limit_text} before its last iteration: "
                               f"{self.estimate()}; {fix}")
         if self.expected_s is not None and self.stop_minutes is not None and self.expected_s > 60 * self.stop_minutes:
             raise RecipeError(f"the job would stop (--exit-duration-in-mins {self.stop_minutes}: it exits"
@@ -241,6 +253,6 @@ def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: 
 
 
 def _time_limit_text(minutes: int) -> str:
-    """A suggested time limit of ``minutes`` as SLURM's ``HH:MM:00``, with where the user sets it: one text for every
-    refusal that asks for a longer limit."""
-    return f"{minutes // 60:02d}:{minutes % 60:02d}:00 (the row's time = \"...\", or --time, which overrides it)"
+    """A suggested time limit of ``minutes`` in SLURM's normalized form (:func:`slurm_time_text`), with where the user
+    sets it: one text for every refusal that asks for a longer limit."""
+    return f"{slurm_time_text(60 * minutes)} (the row's time = \"...\", or --time, which overrides it)"

@@ -13,7 +13,7 @@ from recipe_helpers import CONFIGS, EXAMPLES, fake_sbatch, runnable_rows
 from megatron.oellm.cli import main
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row
-from megatron.oellm.recipes.config import time_limit_seconds
+from megatron.oellm.recipes.config import slurm_time_text, time_limit_seconds, time_limit_text
 from megatron.oellm.recipes.timing import START_UP_S, run_time
 
 ROUTING = EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml"
@@ -32,6 +32,29 @@ def _real_routing_row(tmp_path, time_line: str = ""):
                                            ("1-02:30", 95400), ("0-00:00:45", 45)])
 def test_slurm_time_limit_forms(text, seconds):
     assert time_limit_seconds(text) == seconds
+
+
+def test_the_normalized_form_reads_back_as_the_same_limit():
+    """Every limit prints as SLURM's ``[D-]HH:MM:SS``, which sbatch reads back as the same number of seconds."""
+    seconds = random.choice([random.randint(1, 86399), random.randint(86400, 30 * 86400)])
+    text = slurm_time_text(seconds)
+    assert time_limit_seconds(text) == seconds and text == time_limit_text(text)
+    assert ("-" in text) == (seconds >= 86400) and len(text.rsplit("-", 1)[-1]) == len("HH:MM:SS")
+
+
+def test_a_bare_number_of_minutes_prints_with_its_unit(capsys):
+    """``--time 30`` printed ``time limit 30;`` in --dry-run (SLURM reads a bare number as minutes; nothing said so)
+    and ``30`` in the rows' time column: the line adds SLURM's normalized form, the column shows it, and sbatch still
+    gets the limit as written."""
+    minutes = random.randint(100, 1439)  # the routing rows' longest expected run is 68 min
+    normalized = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    assert time_limit_text(str(minutes)) == f"{minutes} (= {normalized})"
+    assert main(["recipe", str(ROUTING), "--time", str(minutes), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"time limit {minutes} (= {normalized}); expected " in out and f"time limit {minutes};" not in out
+    assert f"#SBATCH --time={minutes}\n" in out
+    rows = [line for line in out.splitlines() if line[:3].strip().isdigit()]
+    assert rows and all(f"  {normalized}  " in line for line in rows)
 
 
 @pytest.mark.parametrize("text, message", [("1h", "not a SLURM time limit"), ("1:2:3:4", "not a SLURM time limit"),
