@@ -240,6 +240,19 @@ def _counted_split_hint(num_layers: int, num_stages: int) -> str:
             f"{layout!r}")
 
 
+def _uneven_stages(card: ModelCard, pp: int, layout: str) -> str:
+    """How to give the uneven stages of the layout string ``layout`` over ``pp`` pipeline ranks for ``card``: as a
+    pipeline layout everywhere for a GPT card; for a hybrid card as a layout in a recipe (which turns it into the
+    pattern) and as ``|`` in ``--hybrid-layer-pattern`` to ``oellm plan`` and Megatron, which refuse a layout beside
+    a hybrid pattern."""
+    if card.linear_mixer == "none":
+        return (f"as a pipeline layout (recipe: pipeline_layout; oellm plan: --pipeline-layout; Megatron: "
+                f"--pipeline-model-parallel-layout) such as {layout!r}")
+    pattern = pipelined_hybrid_pattern(card, ParallelLayout(pp=pp, pipeline_layout=layout))
+    return (f"as a recipe's pipeline_layout, such as {layout!r}, or, to oellm plan and Megatron, as '|' between "
+            f"them in --hybrid-layer-pattern: {shlex.quote(pattern)}")
+
+
 def layout_from_counts(counts: list[int]) -> str:
     """A layout string with ``counts[i]`` decoder layers in stage ``i``, the embedding first and the loss last."""
     stages = [f"t*{n}" if n else "" for n in counts]
@@ -361,9 +374,9 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
                                       f"without a layer computes nothing; use pp x vpp in "
                                       f"{{{_valid_sizes(card.num_layers)}}}")
         _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
-                 f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give a pipeline layout (recipe: "
-                 "pipeline_layout; oellm plan: --pipeline-layout; Megatron: --pipeline-model-parallel-layout) such as "
-                 f"{even_pipeline_layout(card.num_layers, pp * vpp)!r}{_counted_split_hint(card.num_layers, pp * vpp)}")
+                 f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give uneven stages "
+                 f"{_uneven_stages(card, pp, even_pipeline_layout(card.num_layers, pp * vpp))}"
+                 f"{_counted_split_hint(card.num_layers, pp * vpp)}")
         return
     stages = layout.custom_stages
     check_stage_count(len(stages), layout.pipeline_layout, pp)

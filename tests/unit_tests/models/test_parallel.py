@@ -244,6 +244,23 @@ def test_a_split_counting_the_embedding_and_the_loss_is_named_as_the_layout_mega
     assert [stage.count("decoder") for stage in parse_pipeline_layout(layout)] == built
 
 
+def test_uneven_stages_of_a_hybrid_card_are_named_as_the_pattern_its_plan_and_run_take():
+    """A hybrid card's pp not dividing its layers: the refusal named a pipeline layout, which ``oellm plan`` and
+    megatron refuse beside a hybrid pattern; it now names the ``--hybrid-layer-pattern`` of the same stages too,
+    whose stages are the layout's and which plans at that pp."""
+    from megatron.oellm.models.parallel import pipeline_layout_from_hybrid_pattern
+
+    pp = random.choice([n for n in range(2, QWEN35.num_layers) if QWEN35.num_layers % n])
+    with pytest.raises(ParallelLayoutError) as refusal:
+        validate_layout(QWEN35, ParallelLayout(pp=pp))
+    found = re.search(r"pipeline_layout, such as '(?P<layout>[^']+)', or, to oellm plan and Megatron, as '\|' "
+                      r"between them in --hybrid-layer-pattern: '(?P<pattern>[^']+)'", str(refusal.value))
+    assert found is not None, refusal.value
+    assert pipeline_layout_from_hybrid_pattern(found["pattern"]) == found["layout"]
+    assert found["pattern"].replace("|", "") == QWEN35.hybrid_layer_pattern
+    validate_layout(QWEN35, ParallelLayout(pp=pp, pipeline_layout=found["layout"]))
+
+
 def _megatron_refusal(card, tp: int) -> str | None:
     """What megatron-core's ``TransformerConfig`` says about ``card``'s attention (and GDN) heads at ``tp``: None when
     it accepts them. The GDN checks of 0.19.2 run under ``experimental_attention_variant="gated_delta_net"``."""
