@@ -221,7 +221,7 @@ def test_a_run_on_part_of_a_node_or_not_whole_nodes_is_refused_naming_gpus_per_n
     args = megatron_args("qwen3_5_35b_a3b_mn5_strong", 2, {"world_size": world_size})
     log = parse_log_text(megatron_log(args, random_times(10, 75000.0 * 32 / world_size), [130.0] * 10))
     row = summarise(log, Window(), 4)
-    assert not row.ok and row.nodes is None and "--gpus-per-node" in row.status
+    assert not row.ok and row.nodes is None and row.gpus == world_size and "--gpus-per-node" in row.status
     per_node = random.choice([n for n in range(1, world_size + 1) if world_size % n == 0])
     row = summarise(log, Window(), per_node)
     assert row.ok and row.gpus == world_size and row.nodes == world_size // per_node

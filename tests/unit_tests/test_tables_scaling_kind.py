@@ -97,4 +97,5 @@ def test_a_failed_runs_csv_row_names_its_benchmark_settings():
     filled = {"recompute_modules": str(["core_attn"])} if granularity == "selective" else {}
     assert args.get("recompute_modules") is None
     assert [line[name] for name in BENCHMARK_SETTINGS] == [
-        "None" if name in not_read else filled.get(name, str(args.get(name))) for name in BENCHMARK_SETTINGS]
+        "None" if name in not_read else filled.get(name, str(args.get(name)).removeprefix("AttnBackend."))
+        for name in BENCHMARK_SETTINGS]

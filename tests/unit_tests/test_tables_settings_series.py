@@ -36,6 +36,12 @@ SETTINGS = [
 ]
 """(argument, the strong recipe's value, another value)."""
 
+
+def _printed(value: object) -> str:
+    """A setting's value as the table prints it: an attention backend by its name (``flash``), not megatron's repr
+    ``AttnBackend.flash``."""
+    return str(value).removeprefix("AttnBackend.")
+
 READ_WITH = {"fp8_recipe": {"fp8": "hybrid"}}
 """What a run needs for megatron to read the setting (the strong recipe trains in BF16, where the FP8 recipe it
 prints is none it uses)."""
@@ -72,14 +78,14 @@ def test_runs_of_another_setting_are_a_series_of_their_own(name, ours, other):
     unrated = [number for number, row in enumerate(rated, 1) if row.efficiency is None]
     assert len(unrated) == 2
     note = unrated_rows_note(rated, baseline)
-    assert note.endswith(f"; the setting that splits the series (no scaling dimension): {name} {base_value} in the "
-                         f"baseline, {other_value} in rows {unrated[0]}, {unrated[1]}; --baseline-row N rates another "
-                         "series"), note
+    assert note.endswith(f"; the setting that splits the series (no scaling dimension): {name} {_printed(base_value)} "
+                         f"in the baseline, {_printed(other_value)} in rows {unrated[0]}, {unrated[1]}; --baseline-row "
+                         "N rates another series"), note
     footnote = format_markdown(rated, baseline, Window()).splitlines()[-1]
     assert f" These rows differ in {name}, so each of its values is a series of its own." in footnote
     series = scaling_series(rated)
     assert sorted(label for label, _ in series) == sorted(
-        f"qwen3.5-35b-a3b, seq 4096, GBS 4096, {name} {value} (strong scaling)" for value in (ours, other))
+        f"qwen3.5-35b-a3b, seq 4096, GBS 4096, {name} {_printed(value)} (strong scaling)" for value in (ours, other))
     assert all({by_log[row.log][1] for row in members} == {value} for (label, members), value in zip(
         series, [by_log[members[0].log][1] for _, members in series], strict=True))
 

@@ -106,17 +106,33 @@ def expand_log_patterns(paths: list[str]) -> tuple[list[str], list[str]]:
 
 def check_log_paths(paths: list[str], plot: str | None = None) -> None:
     """Raise :class:`TableError` for a log path that does not exist, goes through a symlink loop or is a folder,
-    before any log is read (a folder of logs is given as its files, e.g. ``logs/*.out``), or that is the ``--plot``
-    file, which the plot would replace (a shell glob such as ``row*/*`` picks up an earlier plot, and a mistyped
-    ``--plot`` names a log)."""
+    before any log is read (a folder of logs is given as its files: the message names a pattern that matches them,
+    :func:`_folder_logs_hint`), or that is the ``--plot`` file, which the plot would replace (a shell glob such as
+    ``row*/*`` picks up an earlier plot, and a mistyped ``--plot`` names a log)."""
     for path in paths:
         if os.path.isdir(path):
-            raise TableError(f"log {path!r} is a folder; give its log files, e.g. {os.path.join(path, '*.out')}")
+            raise TableError(f"log {path!r} is a folder; {_folder_logs_hint(path)}")
         if not os.path.exists(path):
             raise TableError(_missing_log_message(path))
         if plot is not None and os.path.exists(plot) and os.path.samefile(path, plot):
             raise TableError(f"--plot {plot!r} is the log {path!r}: the plot would replace it; name another image "
                              "file, or leave the image out of the logs")
+
+
+FOLDER_LOG_PATTERNS = ("*.out", "*/slurm-*.out", "*/*/slurm-*.out")
+"""Where the logs of a folder given as a log may be, relative to it, the first tried first: in it, or in its run
+directories as a recipe writes them (``<recipe dir>/rowNN-Mn/slurm-ID.out``: a recipe's folder), or one level deeper
+(the output folder, ``oellm-runs``, holding each recipe's folder)."""
+
+
+def _folder_logs_hint(folder: str) -> str:
+    """What to give instead of ``folder``: the first of :data:`FOLDER_LOG_PATTERNS` under it that matches a file (a
+    suggestion that matches nothing was refused in turn), or, where none does, that it holds no such log."""
+    for pattern in FOLDER_LOG_PATTERNS:
+        if any(os.path.isfile(match) for match in glob.iglob(os.path.join(glob.escape(folder), pattern))):
+            return f"give its log files, e.g. {os.path.join(folder, pattern)}"
+    tried = ", ".join(os.path.join(folder, pattern) for pattern in FOLDER_LOG_PATTERNS)
+    return f"it holds no log file: none of {tried} matches a file; give the log files themselves"
 
 
 def _missing_log_message(path: str) -> str:
@@ -183,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: no log matches {pattern!r} (relative to {os.getcwd()}): left out (a row whose job has not "
                   "run yet?)", file=sys.stderr)
         if not logs:
-            raise TableError(f"no log to read: {', '.join(map(repr, unmatched))} match no file")
+            raise TableError(f"no log to read: {', '.join(map(repr, unmatched))} "
+                             f"{'matches' if len(unmatched) == 1 else 'match'} no file")
         check_log_paths(logs, args.plot)
         window = Window.parse(args.window, args.statistic)
         read = [log_row(path, window, args.gpus_per_node, peak) for path in logs]

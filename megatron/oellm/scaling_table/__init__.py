@@ -18,7 +18,8 @@ it ended, or one that stops at a checkpoint save begun within the hour (or three
 when longer), ``still running (saving ...)``; or
 ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``)
-gives a row that says so and carries no numbers; so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
+gives a row that says so and carries no numbers (the configuration its arguments give, nodes, GPUs, sequence length
+and batch sizes, still shown: :func:`~megatron.oellm.scaling_table.summary.failed_row`); so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers;
 and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.summary.implausible_numbers`: a
@@ -37,7 +38,8 @@ Rows with numbers come first, sorted by model, sequence length, global batch siz
 The efficiency rates only rows of the baseline's scaling series: its model, sequence length and benchmark settings
 that are no scaling dimension (forced or real routing, the token dispatcher and its backend, the attention backend,
 recompute, FP8), and its global batch size or global batch size per GPU; the footnote and a ``note:`` name the
-setting that splits a table's rows into several series. The CSV gives every number unrounded, the MFU and the
+setting that splits a table's rows into several series, and the markdown's Setup column, there only where rows differ
+in one, gives each row's values of those settings. The CSV gives every number unrounded, the MFU and the
 efficiency as fractions (``mfu_fraction``, ``efficiency_fraction``: 0.116 where the markdown prints 11.6%).
 
 Modules: ``rows`` (the row and window types), ``identify`` (the model and vocabulary from a run's arguments),

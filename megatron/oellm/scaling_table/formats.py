@@ -10,8 +10,8 @@ import io
 from collections.abc import Sequence
 
 from megatron.oellm.peaks import GPU_PEAKS, peak_text
-from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window
-from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, varying_settings
+from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window, node_count
+from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, setting_applies, varying_settings
 
 
 def _number(value: float | None, digits: int = 1, thousands: bool = False, percent: bool = False) -> str:
@@ -34,10 +34,13 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                     gpu: str | None = DEFAULT_GPU) -> str:
     """The table in the reports' markdown format, with a footnote on how the numbers were computed; ``peak_note``
     (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator, the dense BF16 peak of ``gpu`` (None: a peak
-    the user gave), which FP8 rows are rated against too (:func:`_fp8_note`)."""
-    base = f"{baseline.nodes:g} nodes" if baseline else "baseline"
+    the user gave), which FP8 rows are rated against too (:func:`_fp8_note`). Where the rows differ in a benchmark
+    setting, a Setup column after the model gives each row's values of those settings (:func:`setup_settings`)."""
+    base = node_count(baseline.nodes) if baseline else "baseline"
+    setup = setup_settings(rows)
     header = ["Nodes", "GPUs", "Seq", "GBS", "MBS", "Step time (s)", "Tokens/s/GPU", "TFLOP/s/GPU",
-              "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", "Log", "Status"]
+              "Megatron TFLOP/s/GPU", "MFU", f"Efficiency vs {base}", "Model", *(["Setup"] if setup else []), "Log",
+              "Status"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     marked = _mixes_strong_and_weak(rows)
     for row in rows:
@@ -46,7 +49,7 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                  _number(row.tokens_per_s_per_gpu, thousands=True),
                  _number(row.tflops_per_gpu) or ("n/a" if row.ok else ""), _number(row.tflops_per_gpu_logged),
                  _number(row.mfu, percent=True) or ("n/a" if row.ok else ""), _efficiency_cell(row, marked),
-                 row.model, row.log,
+                 row.model, *([_setup_cell(row, setup)] if setup else []), row.log,
                  row.status]
         lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
     unidentified = " (n/a: the model or its vocabulary cannot be identified from the log)"
@@ -67,6 +70,27 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                       "iteration lowers the first more, so the two TFLOP/s columns differ by more than the two FLOP "
                       "counts do.")
     return "\n".join(lines)
+
+
+def setup_settings(rows: Sequence[ScalingRow]) -> list[str]:
+    """The benchmark settings (:attr:`ScalingRow.settings`) whose value differs between ``rows`` with an arguments
+    block, failed ones too, in :data:`~megatron.oellm.scaling_table.summary.BENCHMARK_SETTINGS` order, a value
+    counting only in the rows that read it (:func:`setting_applies`): what the markdown's Setup column shows, as rows
+    that differ only in a setting (forced or real routing, the attention backend) read alike in every other column."""
+    values: dict[str, set[str]] = {}
+    for row in rows:
+        for name, value in row.settings:
+            if setting_applies(name, dict(row.settings)):
+                values.setdefault(name, set()).add(value)
+    return [name for name in BENCHMARK_SETTINGS if len(values.get(name, ())) > 1]
+
+
+def _setup_cell(row: ScalingRow, setup: Sequence[str]) -> str:
+    """The Setup cell of ``row``: ``NAME=VALUE`` for each of the ``setup`` settings the row's run reads, comma-separated
+    ('' for a row whose log has no arguments block)."""
+    settings = dict(row.settings)
+    return ", ".join(f"{name}={settings[name]}" for name in setup
+                     if name in settings and setting_applies(name, settings))
 
 
 def _mixes_strong_and_weak(rows: Sequence[ScalingRow]) -> bool:

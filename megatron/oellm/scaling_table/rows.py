@@ -108,3 +108,8 @@ class ScalingRow:
 def is_positive_int(value: object) -> bool:
     """``value`` is a positive integer (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def node_count(nodes: float) -> str:
+    """``1 node``, ``8 nodes``, ``0.5 nodes``: a row's node count as the table's header and notes say it."""
+    return f"{nodes:g} node{'' if nodes == 1 else 's'}"

@@ -21,7 +21,15 @@ from megatron.oellm.scaling_table.identify import (
     model_key,
     run_arguments,
 )
-from megatron.oellm.scaling_table.rows import DEFAULT_PEAK_TFLOPS, FlopsPerToken, ScalingRow, TableError, Window
+from megatron.oellm.scaling_table.rows import (
+    DEFAULT_PEAK_TFLOPS,
+    FlopsPerToken,
+    ScalingRow,
+    TableError,
+    Window,
+    is_positive_int,
+    node_count,
+)
 from megatron.oellm.scaling_table.window import (
     line_iterations,
     per_iteration,
@@ -37,23 +45,24 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     """One :class:`ScalingRow` from a parsed log, read with the arguments of the window's run (:func:`window_run`):
     the window's medians (or means), or a status and no numbers (also for numbers :func:`implausible_numbers`
     refuses); a run SLURM stopped, or that failed, after the window keeps its numbers and says how it ended
-    (:func:`with_stop_note`). Our TFLOP/s and the MFU need the model's card and are None without it."""
+    (:func:`with_stop_note`). A row without numbers keeps the run's configuration (:func:`failed_row`). Our TFLOP/s
+    and the MFU need the model's card and are None without it."""
     run = window_run(log, window)
     args = run_arguments(run)
     model, card = identify_model(args) if args else ("unknown model", None)
-    settings = benchmark_settings(args) if args else ()  # also of a failed run: the CSV says which setup failed
     status = window_status(log, window)
     if status != "ok":
-        return ScalingRow(log.path, model, status, settings=settings)
+        return failed_row(log.path, model, status, args, gpus_per_node)
     key = model_key(args, card)
+    settings = benchmark_settings(args)
     lines = window_lines(log, window)
     step_time = window.summarise(per_iteration(window, lines, [line.elapsed_ms for line in lines])) / 1000.0
     logged_batch = next((line.global_batch_size for line in lines if line.global_batch_size is not None), None)
     global_batch = logged_batch if logged_batch is not None else args.get("global_batch_size")
     world_size, seq_length = args.get("world_size"), args.get("seq_length")
     if not all(isinstance(value, int) and value > 0 for value in (world_size, seq_length, global_batch)):
-        return ScalingRow(log.path, model, "arguments block lacks a positive world_size, seq_length or "
-                                           "global_batch_size", model_key=key, settings=settings)
+        return failed_row(log.path, model, "arguments block lacks a positive world_size, seq_length or "
+                          "global_batch_size", args, gpus_per_node, key)
     tokens = global_batch * seq_length / step_time / world_size
     logged = [line.tflops_per_gpu for line in lines]  # on every line or none (_value_problem)
     tflops_logged = window.summarise(per_iteration(window, lines, logged)) if None not in logged else None
@@ -62,7 +71,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
         if vocab is None:
             if problem := garbled_integer_problem(args, VOCAB_ARGUMENTS):
-                return ScalingRow(log.path, model, problem, model_key=key, settings=settings)
+                return failed_row(log.path, model, problem, args, gpus_per_node, key)
             vocab = logged_padded_vocab(args)
         if vocab is not None:
             tflops = flops_per_token(card, seq_length, vocab) * tokens / 1e12
@@ -73,8 +82,37 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         mfu=None if tflops is None else mfu(tflops, peak_tflops), model_key=key, settings=settings,
         line_iterations=line_iterations(window, lines))
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
-        return ScalingRow(log.path, model, problem, model_key=key, settings=settings)
+        return failed_row(log.path, model, problem, args, gpus_per_node, key)
     return with_stop_note(row, run, window)
+
+
+def failed_row(log: str, model: str, status: str, args: dict, gpus_per_node: int, key: str = "") -> ScalingRow:
+    """The row of a run without numbers (failed, out of memory, truncated, refused): its ``status``, its benchmark
+    settings and the configuration its arguments block gives (:func:`configuration`), so that the failed rows of a
+    sweep say which layout failed; the measured columns stay empty, and, not being ok, the row is in no series,
+    average or baseline. A log without an arguments block gives neither."""
+    settings = benchmark_settings(args) if args else ()
+    return ScalingRow(log, model, status, **configuration(args, gpus_per_node), model_key=key, settings=settings)
+
+
+def configuration(args: dict, gpus_per_node: int) -> dict:
+    """The :class:`ScalingRow` configuration fields (``nodes``, ``gpus``, ``seq_length``, ``global_batch_size``,
+    ``micro_batch_size``) that ``args`` gives as positive integers, the nodes as its ``world_size`` over
+    ``gpus_per_node`` where that is a whole number (a part of a node is the wrong ``--gpus-per-node`` or a cut value,
+    :func:`implausible_numbers`). A field the block lacks, gives garbled (a zero, a value another rank's output cut
+    into), or contradicts (a world size other than the product of the parallel sizes, :func:`world_size_problem`; a
+    sequence length other than ``encoder_seq_length``, :func:`sequence_length_problem`) is left out rather than shown
+    as a size the run never had."""
+    given = {"gpus": args.get("world_size"), "seq_length": args.get("seq_length"),
+             "global_batch_size": args.get("global_batch_size"), "micro_batch_size": args.get("micro_batch_size")}
+    fields = {name: value for name, value in given.items() if is_positive_int(value)}
+    if "seq_length" in fields and sequence_length_problem(fields["seq_length"], args):
+        del fields["seq_length"]
+    if "gpus" in fields and world_size_problem(fields["gpus"], args):
+        del fields["gpus"]
+    if "gpus" in fields and fields["gpus"] % gpus_per_node == 0:
+        fields["nodes"] = fields["gpus"] / gpus_per_node
+    return fields
 
 
 PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -93,15 +131,8 @@ def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tf
     at ten times the real throughput, marked ok."""
     if problem := garbled_integer_problem(args, (*PARALLEL_SIZES, "gtp_weight_remat_size", "encoder_seq_length")):
         return problem
-    sizes = {name: args.get(name) for name in PARALLEL_SIZES}
-    if None not in sizes.values():
-        remat = args.get("gtp_weight_remat_size") or 1
-        if remat != 1:
-            sizes["gtp_weight_remat_size"] = remat
-        if row.gpus != math.prod(sizes.values()):
-            factors = " x ".join(f"{name} {value}" for name, value in sizes.items())
-            return (f"implausible arguments: world_size {row.gpus} is not {factors} = {math.prod(sizes.values())} "
-                    "(a value cut by another rank's output?)")
+    if problem := world_size_problem(row.gpus, args):
+        return problem
     if problem := sequence_length_problem(row.seq_length, args):
         return problem
     if row.gpus % gpus_per_node:
@@ -113,6 +144,21 @@ def implausible_numbers(row: ScalingRow, args: dict, gpus_per_node: int, peak_tf
                 f"size {row.global_batch_size}, step time {row.step_time_s:.3f} s): a value cut by another rank's "
                 "output, or give the GPU's peak with --gpu or --peak-tflops")
     return ""
+
+
+def world_size_problem(world_size: int, args: dict) -> str:
+    """Why ``world_size`` (the run's, from ``args``) cannot be the run's, or '': it is not the product of the block's
+    :data:`PARALLEL_SIZES` (and ``gtp_weight_remat_size`` where it is not 1). Skipped where the block lacks one of
+    them, as an older megatron's may, or gives one that is no positive integer (a garbled value, refused as such)."""
+    sizes = {name: args.get(name) for name in PARALLEL_SIZES}
+    remat = args.get("gtp_weight_remat_size") or 1
+    if remat != 1:
+        sizes["gtp_weight_remat_size"] = remat
+    if not all(is_positive_int(value) for value in sizes.values()) or world_size == math.prod(sizes.values()):
+        return ""
+    factors = " x ".join(f"{name} {value}" for name, value in sizes.items())
+    return (f"implausible arguments: world_size {world_size} is not {factors} = {math.prod(sizes.values())} "
+            "(a value cut by another rank's output?)")
 
 
 def sequence_length_problem(seq_length: int, args: dict) -> str:
@@ -165,12 +211,20 @@ def benchmark_settings(args: dict) -> tuple[tuple[str, str], ...]:
     return tuple((name, _setting_value(name, args)) for name in BENCHMARK_SETTINGS)
 
 
+SETTING_ENUMS = {"attention_backend": "AttnBackend"}
+"""The :data:`BENCHMARK_SETTINGS` whose value megatron-core 0.19.2 holds as an enum member, as the enum's class name:
+``--attention-backend flash`` is ``AttnBackend.flash`` in its namespace, and ``_print_args`` prints that repr. The
+table gives the member's name (``flash``), as the flag takes it."""
+
+
 def _setting_value(name: str, args: dict) -> str:
-    """Benchmark setting ``name`` of a run of ``args`` as :func:`benchmark_settings` gives it."""
+    """Benchmark setting ``name`` of a run of ``args`` as :func:`benchmark_settings` gives it: an enum member by its
+    name (:data:`SETTING_ENUMS`)."""
     if not setting_applies(name, args):
         return "None"
     value = args.get(name)
-    return SETTINGS_FILLED_IN[name] if value is None and name in SETTINGS_FILLED_IN else str(value)
+    text = SETTINGS_FILLED_IN[name] if value is None and name in SETTINGS_FILLED_IN else str(value)
+    return text.removeprefix(f"{SETTING_ENUMS[name]}.") if name in SETTING_ENUMS else text
 
 
 def setting_applies(name: str, args: dict) -> bool:
@@ -268,8 +322,7 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
     elif baseline_nodes is not None:
         matching = [row for row in ok if row.nodes == baseline_nodes]
         if not matching:
-            nodes = ", ".join(f"{n:g}" for n in sorted({row.nodes for row in ok}))
-            found = f"the ok rows run on {nodes} nodes" if ok else "the table has no ok row"
+            found = f"the ok rows run on {_node_counts(ok)}" if ok else "the table has no ok row"
             raise TableError(f"--baseline-nodes {baseline_nodes:g}: no ok row on that many nodes ({found})")
         baseline = _largest_series_first(matching, ok)
     else:
@@ -280,6 +333,12 @@ def with_efficiency(rows: Sequence[ScalingRow], baseline_row: int | None = None,
                                  scaling=_scaling_kind(row, baseline))
              if comparable(row, baseline) else row for row in rows]
     return rated, next(new for old, new in zip(rows, rated, strict=True) if old is baseline)
+
+
+def _node_counts(rows: Sequence[ScalingRow]) -> str:
+    """The node counts of ``rows`` (ok rows, one at least), ascending: ``1 node``, ``4, 8 nodes``."""
+    counts = sorted({row.nodes for row in rows})
+    return node_count(counts[0]) if len(counts) == 1 else f"{', '.join(f'{n:g}' for n in counts)} nodes"
 
 
 def _scaling_kind(row: ScalingRow, baseline: ScalingRow) -> str:
@@ -306,7 +365,7 @@ def unrated_rows_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) -
     reasons = ("another model, sequence length, global batch size (per GPU) or benchmark setting" if split else
                "another model, sequence length or global batch size (per GPU)")
     return (f"note: {listed_rows} no efficiency: {reasons} than the baseline, row {number} ({baseline.model}, seq "
-            f"{baseline.seq_length}, GBS {baseline.global_batch_size} on {baseline.nodes:g} nodes){split}; "
+            f"{baseline.seq_length}, GBS {baseline.global_batch_size} on {node_count(baseline.nodes)}){split}; "
             "--baseline-row N rates another series")
 
 
@@ -344,5 +403,5 @@ def baseline_ties_note(rows: Sequence[ScalingRow], baseline: ScalingRow | None) 
     number = next(number for number, row in enumerate(rows, 1) if row is baseline)
     others = ", ".join(f"row {tie} ({rows[tie - 1].log})" for tie in ties)
     return (f"note: the efficiency baseline is row {number} ({baseline.log}); {others} also run"
-            f"{'s' if len(ties) == 1 else ''} its workload on {baseline.nodes:g} nodes and would give other "
+            f"{'s' if len(ties) == 1 else ''} its workload on {node_count(baseline.nodes)} and would give other "
             "efficiencies: --baseline-row N picks one (rows numbered as printed)")
