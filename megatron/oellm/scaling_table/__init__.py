@@ -19,7 +19,8 @@ when longer), ``still running (saving ...)``; or
 ``exited`` with the flag when megatron reports an early exit it was asked for: ``--exit-interval``,
 ``--exit-duration-in-mins``, ``--exit-signal-handler``)
 gives a row that says so and carries no numbers (the configuration its arguments give, nodes, GPUs, sequence length
-and batch sizes, still shown: :func:`~megatron.oellm.scaling_table.summary.failed_row`); so does a window whose lines do not average exactly its own iterations (a line missing or cut, a line
+and batch sizes, still shown: :func:`~megatron.oellm.scaling_table.summary.failed_row`); so does a window whose
+lines do not average exactly its own iterations (a line missing or cut, a line
 that also covers warm-up before the window, a restart inside it) or that has skipped steps, a time that is not a
 positive number, a change of the global batch size, or arguments the numbers need that are not positive integers;
 and so do numbers that cannot be right (:func:`~megatron.oellm.scaling_table.summary.implausible_numbers`: a
