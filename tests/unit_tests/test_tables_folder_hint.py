@@ -9,6 +9,7 @@ import dataclasses
 import glob
 import os
 import random
+import shlex
 from pathlib import Path
 
 from megatron.oellm.cli import main
@@ -26,10 +27,12 @@ def _folder_error(folder: Path, capsys) -> str:
 
 
 def _suggested(err: str, folder: Path) -> str:
-    """The pattern the error suggests for ``folder``, checked to be the one the message names."""
+    """The pattern the error suggests for ``folder``, checked to be the one the message names, as one shell word."""
     prefix = f"oellm table: error: log {str(folder)!r} is a folder; give its log files, e.g. "
     assert err.startswith(prefix), err
-    return err[len(prefix):].rstrip("\n")
+    words = shlex.split(err[len(prefix):].rstrip("\n"))
+    assert len(words) == 1, err
+    return words[0]
 
 
 def _recipe_logs(output_dir: Path) -> list[Path]:
@@ -81,7 +84,7 @@ def test_a_folder_without_a_log_says_so(tmp_path: Path, capsys) -> None:
     (folder / "notes.txt").write_text("")
     tried = ", ".join(os.path.join(folder, pattern) for pattern in ("*.out", "*/slurm-*.out", "*/*/slurm-*.out"))
     assert _folder_error(folder, capsys) == (
-        f"oellm table: error: log {str(folder)!r} is a folder; it holds no log file: none of {tried} matches a file; "
+        f"oellm table: error: log {str(folder)!r} is a folder; none of {tried} matches a file in it; "
         "give the log files themselves\n")
 
 
@@ -90,4 +93,16 @@ def test_a_folder_name_with_pattern_characters_is_matched_as_written(tmp_path: P
     folder = tmp_path / "runs[1]"
     (folder / "row02-8n").mkdir(parents=True)
     (folder / "row02-8n" / f"slurm-{random.randrange(10**6)}.out").write_text("")
-    assert _suggested(_folder_error(folder, capsys), folder) == str(folder / "*" / "slurm-*.out")
+    suggested = _suggested(_folder_error(folder, capsys), folder)
+    assert suggested == os.path.join(glob.escape(str(folder)), "*", "slurm-*.out")
+    assert glob.glob(suggested) == [str(log) for log in (folder / "row02-8n").iterdir()]
+
+
+def test_a_folder_name_with_a_space_is_suggested_as_one_word(tmp_path: Path, capsys) -> None:
+    """``my logs``: the suggestion pasted into a shell is one argument, which matches the folder's logs."""
+    folder = tmp_path / f"my logs {random.randrange(100)}"
+    folder.mkdir()
+    log = folder / f"slurm-{random.randrange(10**6)}.out"
+    log.write_text("")
+    suggested = _suggested(_folder_error(folder, capsys), folder)
+    assert glob.glob(suggested) == [str(log)]

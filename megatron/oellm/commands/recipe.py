@@ -177,16 +177,18 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     lines += submission_notes(recipe, inputs, numbers or select_rows(recipe))
     if recipe.notes:
         lines += ["", *("  " + line for line in recipe.notes.strip().splitlines())]
+    times = [slurm_time_text(time_limit_seconds(recipe.row_time(row))) for row in recipe.rows]
+    width = max(8, *map(len, times))  # HH:MM:SS, or D-HH:MM:SS from a day on
     lines += ["", f"{'row':>3}  {'nodes':>5}  {'GPUs':>4}  {'GBS':>5}  {'MBS':>3}  {'seq':>5}  {'iters':>5}  "
-              f"{'time':>8}  label / overrides"]
-    for number, row in enumerate(recipe.rows, start=1):
+              f"{'time':>{width}}  label / overrides"]
+    for number, (row, time) in enumerate(zip(recipe.rows, times, strict=True), start=1):
         overrides = {**row.parallel, **row.flags, **row.env}
         text = row.label + (f" {overrides}" if overrides else "")
         if row.reference:
             text += "  [report: " + ", ".join(f"{k} {v}" for k, v in row.reference.items()) + "]"
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "
                      f"{row.global_batch_size:>5}  {row.micro_batch_size:>3}  {recipe.row_seq_length(row):>5}  "
-                     f"{recipe.row_train_iters(row):>5}  {slurm_time_text(time_limit_seconds(recipe.row_time(row))):>8}  {text}")
+                     f"{recipe.row_train_iters(row):>5}  {time:>{width}}  {text}")
     lines += ["", table_command(recipe, numbers)]
     return "\n".join(lines)
 

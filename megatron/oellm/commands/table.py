@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -127,12 +128,15 @@ directories as a recipe writes them (``<recipe dir>/rowNN-Mn/slurm-ID.out``: a r
 
 def _folder_logs_hint(folder: str) -> str:
     """What to give instead of ``folder``: the first of :data:`FOLDER_LOG_PATTERNS` under it that matches a file (a
-    suggestion that matches nothing was refused in turn), or, where none does, that it holds no such log."""
+    suggestion that matches nothing was refused in turn), shell-quoted with the folder's own glob characters escaped,
+    so that it matches the same files pasted into a shell or given to ``oellm table``; or, where none does, that no
+    such pattern matches (a log of another name is still a log)."""
     for pattern in FOLDER_LOG_PATTERNS:
-        if any(os.path.isfile(match) for match in glob.iglob(os.path.join(glob.escape(folder), pattern))):
-            return f"give its log files, e.g. {os.path.join(folder, pattern)}"
+        escaped = os.path.join(glob.escape(folder), pattern)
+        if any(os.path.isfile(match) for match in glob.iglob(escaped)):
+            return f"give its log files, e.g. {shlex.quote(escaped)}"
     tried = ", ".join(os.path.join(folder, pattern) for pattern in FOLDER_LOG_PATTERNS)
-    return f"it holds no log file: none of {tried} matches a file; give the log files themselves"
+    return f"none of {tried} matches a file in it; give the log files themselves"
 
 
 def _missing_log_message(path: str) -> str:

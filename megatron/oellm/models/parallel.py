@@ -229,15 +229,16 @@ def embedding_and_loss_layout(num_layers: int, num_stages: int) -> str | None:
     return layout_from_counts([per_stage - 1, *[per_stage] * (num_stages - 2), per_stage - 1])
 
 
-def _counted_split_hint(num_layers: int, num_stages: int) -> str:
-    """The end of the refusal of ``num_stages`` stages that do not divide ``num_layers``: the layout of a config
-    counting the embedding and the loss as layers (:func:`embedding_and_loss_layout`), where there is one."""
-    layout = embedding_and_loss_layout(num_layers, num_stages)
+def _counted_split_hint(card: ModelCard, pp: int, num_stages: int) -> str:
+    """The end of the refusal of ``num_stages`` stages over ``pp`` ranks that do not divide ``card``'s layers: the
+    layout of a config counting the embedding and the loss as layers (:func:`embedding_and_loss_layout`), where there
+    is one, given as :func:`_uneven_stages` gives stages (a hybrid card's also as its pattern)."""
+    layout = embedding_and_loss_layout(card.num_layers, num_stages)
     if layout is None:
         return ""
-    return (f"; a config splitting {num_layers} + 2 layers (the embedding and the loss counted as one each, Megatron's "
-            "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split) is the layout "
-            f"{layout!r}")
+    return (f"; a config splitting {card.num_layers} + 2 layers (the embedding and the loss counted as one each, "
+            "Megatron's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split) gives "
+            f"those stages {_uneven_stages(card, pp, layout)}")
 
 
 def _uneven_stages(card: ModelCard, pp: int, layout: str) -> str:
@@ -376,7 +377,7 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
         _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
                  f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give uneven stages "
                  f"{_uneven_stages(card, pp, even_pipeline_layout(card.num_layers, pp * vpp))}"
-                 f"{_counted_split_hint(card.num_layers, pp * vpp)}")
+                 f"{_counted_split_hint(card, pp, pp * vpp)}")
         return
     stages = layout.custom_stages
     check_stage_count(len(stages), layout.pipeline_layout, pp)

@@ -233,8 +233,8 @@ def test_a_split_counting_the_embedding_and_the_loss_is_named_as_the_layout_mega
                              and (card.num_layers + 2) % (pp * vpp) == 0])
     with pytest.raises(ParallelLayoutError, match=r"is not divisible by pp x vpp.*--pipeline-layout") as refusal:
         validate_layout(card, ParallelLayout(pp=pp, vpp=vpp))
-    layout = re.search(r"--account-for-loss-in-pipeline-split\) is the layout '(?P<layout>[^']+)'$",
-                       str(refusal.value))["layout"]
+    layout = re.search(r"--account-for-loss-in-pipeline-split\) gives those stages as a pipeline layout \(.*\) such "
+                       r"as '(?P<layout>[^']+)'$", str(refusal.value))["layout"]
     validate_layout(card, ParallelLayout(pp=pp, vpp=vpp, pipeline_layout=layout))
     config = SimpleNamespace(pipeline_model_parallel_layout=None, num_layers_in_first_pipeline_stage=None,
                              num_layers_in_last_pipeline_stage=None, account_for_embedding_in_pipeline_split=True,
@@ -253,12 +253,15 @@ def test_uneven_stages_of_a_hybrid_card_are_named_as_the_pattern_its_plan_and_ru
     pp = random.choice([n for n in range(2, QWEN35.num_layers) if QWEN35.num_layers % n])
     with pytest.raises(ParallelLayoutError) as refusal:
         validate_layout(QWEN35, ParallelLayout(pp=pp))
-    found = re.search(r"pipeline_layout, such as '(?P<layout>[^']+)', or, to oellm plan and Megatron, as '\|' "
-                      r"between them in --hybrid-layer-pattern: '(?P<pattern>[^']+)'", str(refusal.value))
-    assert found is not None, refusal.value
-    assert pipeline_layout_from_hybrid_pattern(found["pattern"]) == found["layout"]
-    assert found["pattern"].replace("|", "") == QWEN35.hybrid_layer_pattern
-    validate_layout(QWEN35, ParallelLayout(pp=pp, pipeline_layout=found["layout"]))
+    found = list(re.finditer(r"pipeline_layout, such as '(?P<layout>[^']+)', or, to oellm plan and Megatron, as "
+                             r"'\|' between them in --hybrid-layer-pattern: '(?P<pattern>[^']+)'", str(refusal.value)))
+    # the even split, and the split counting the embedding and the loss where pp divides the layers + 2
+    assert len(found) == (2 if (QWEN35.num_layers + 2) % pp == 0 else 1), refusal.value
+    for stages in found:
+        assert pipeline_layout_from_hybrid_pattern(stages["pattern"]) == stages["layout"]
+        assert stages["pattern"].replace("|", "") == QWEN35.hybrid_layer_pattern
+        validate_layout(QWEN35, ParallelLayout(pp=pp, pipeline_layout=stages["layout"]))
+    assert "--pipeline-layout" not in str(refusal.value), refusal.value
 
 
 def _megatron_refusal(card, tp: int) -> str | None:

@@ -57,6 +57,19 @@ def test_a_bare_number_of_minutes_prints_with_its_unit(capsys):
     assert rows and all(f"  {normalized}  " in line for line in rows)
 
 
+def test_the_rows_time_column_fits_a_limit_of_days(capsys):
+    """A limit of a day or more prints as ``D-HH:MM:SS``, wider than the column's eight characters: the column widens
+    with it, so every row's label still starts where the header's does."""
+    days = random.randint(1, 9)
+    assert main(["recipe", str(ROUTING), "--time", f"{days}-{random.randint(0, 23)}", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.endswith("label / overrides"))
+    rows = [line for line in lines if line[:3].strip().isdigit()]
+    start = header.index("label / overrides")
+    assert rows and all(line[start - 2:start] == "  " and line[start] != " " for line in rows), [header, *rows]
+    assert all(f"  {days}-" in line[:start] for line in rows)
+
+
 @pytest.mark.parametrize("text, message", [("1h", "not a SLURM time limit"), ("1:2:3:4", "not a SLURM time limit"),
                                            ("00:00:00", "is zero")])
 def test_bad_time_limits_are_refused(text, message):
