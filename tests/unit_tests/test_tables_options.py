@@ -7,6 +7,7 @@ import csv
 import io
 import os
 import random
+import shlex
 
 import pytest
 
@@ -171,7 +172,7 @@ def test_a_missing_log_or_a_folder_of_logs_is_named_before_any_log_is_read(tmp_p
     assert main(["table", str(tmp_path), str(log)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == (f"oellm table: error: log {str(tmp_path)!r} is a folder; give its "
-                                                   f"log files, e.g. {str(tmp_path / '*.out')}\n")
+                                                   f"log files, e.g. {shlex.quote(str(tmp_path / '*.out'))}\n")
 
 
 def test_a_plot_in_a_folder_the_user_cannot_write_is_refused_before_any_log_is_read(tmp_path, monkeypatch, capsys):
