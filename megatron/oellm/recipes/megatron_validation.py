@@ -86,10 +86,16 @@ def cluster_backend() -> Iterator[None]:
         yield
 
 
+def _exported(env: Mapping[str, object]) -> dict[str, str]:
+    """``env`` as a process environment holds it: each value as text (a recipe's TOML may give numbers)."""
+    return {name: str(value) for name, value in env.items()}
+
+
 @contextlib.contextmanager
-def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]:
+def _as_cluster_rank0(world_size: int, env: Mapping[str, object]) -> Iterator[None]:
     """While inside: megatron sees a Hopper GPU with a recent Transformer Engine, rank 0 of ``world_size`` and
-    ``env`` exported; its printout of the arguments, its INFO log lines and its warnings are swallowed."""
+    ``env`` exported (:func:`_exported`); its printout of the arguments, its INFO log lines and its warnings are
+    swallowed."""
     import torch
     from megatron.core.transformer import transformer_config
     from megatron.training import arguments
@@ -109,7 +115,7 @@ def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]
                 if getattr(kernels, name, False) is None:
                     stack.enter_context(mock.patch.object(kernels, name, _cluster_kernel))
         stack.enter_context(cluster_backend())
-        stack.enter_context(mock.patch.dict(os.environ, {**env, "WORLD_SIZE": str(world_size), "RANK": "0"}))
+        stack.enter_context(mock.patch.dict(os.environ, {**_exported(env), "WORLD_SIZE": str(world_size), "RANK": "0"}))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
         # megatron's root log handler holds the real stdout: its INFO lines (a pipeline layout's table) stay out too
         stack.callback(logging.disable, logging.root.manager.disable)
@@ -119,7 +125,7 @@ def _as_cluster_rank0(world_size: int, env: Mapping[str, str]) -> Iterator[None]
         yield
 
 
-def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, str]) -> argparse.Namespace:
+def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, object]) -> argparse.Namespace:
     """``argv`` as the training entry reads it (the ``--oellm-model`` card filled in, the training defaults added),
     after megatron's ``validate_args`` on rank 0 of ``world_size`` cluster GPUs with ``env`` exported. Raises what
     the entry would raise at start: before the validation, the entry's checks of the parsed command line
@@ -149,7 +155,7 @@ def validate_on_cluster(argv: Sequence[str], world_size: int, env: Mapping[str, 
     args = validate_args_on_cluster(parsed, world_size, env)
     if torch_backend:
         check_args_support("torch", args)
-    check_validated_args(args, {**os.environ, **{name: str(value) for name, value in env.items()}})
+    check_validated_args(args, {**os.environ, **_exported(env)})
     return args
 
 
@@ -172,7 +178,7 @@ def check_model_config_on_cluster(args: argparse.Namespace, world_size: int, env
 
     probe = copy.copy(args)
     pad_vocab_as_megatron(probe)
-    with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
+    with _as_cluster_rank0(world_size, env):
         check_model_args(probe, card_from_args(probe), layout)
 
 
@@ -215,12 +221,12 @@ def validate_args_on_cluster(args: argparse.Namespace, world_size: int = 1,
     from megatron.training import arguments
 
     args.rank, args.world_size = 0, world_size
-    with _as_cluster_rank0(world_size, {name: str(value) for name, value in (env or {}).items()}):
+    with _as_cluster_rank0(world_size, env or {}):
         arguments.validate_args(args)
     return args
 
 
-def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str], *,
+def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, object], *,
                      read_data: bool = False) -> str | None:
     """What :func:`validate_on_cluster`, then the training entry's check of the model's ``TransformerConfig``
     (:func:`check_model_config_on_cluster`) and of the learning-rate schedule
@@ -238,7 +244,7 @@ def megatron_refusal(argv: Sequence[str], world_size: int, env: Mapping[str, str
         check_model_config_on_cluster(args, world_size, env)
         check_lr_schedule(args)
         if read_data:
-            with _as_cluster_rank0(world_size, {name: str(value) for name, value in env.items()}):
+            with _as_cluster_rank0(world_size, env):
                 check_data_source(args)  # as rank 0, which megatron's dataset code asks for (else it warns)
     except Exception as error:  # noqa: BLE001 - whatever validate_args raises would stop the job at start
         detail = refusal_detail(error) if isinstance(error, (AssertionError, TypeError)) else None
