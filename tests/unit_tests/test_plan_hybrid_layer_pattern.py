@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shlex
 from pathlib import Path
 
@@ -165,3 +166,41 @@ def test_a_pattern_split_into_stages_at_pp_1_is_refused_naming_the_pattern(capsy
     assert f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages" in line
     assert f"has {stages} stages for pp=1" in line, line
 
+
+
+def _uneven_pp_vpp(layers: int) -> tuple[int, int]:
+    """A PP >= 2 and VPP >= 2, drawn afresh, whose PP x VPP stages can each hold a layer of ``layers`` but do not
+    split them evenly."""
+    return random.choice([(pp, vpp) for pp in range(2, layers // 2 + 1) for vpp in range(2, layers // pp + 1)
+                          if layers % (pp * vpp)])
+
+
+def test_vpp_not_dividing_a_hybrid_cards_layers_names_patterns_the_plan_and_megatron_take(capsys):
+    """``oellm plan qwen3.5-35b-a3b --pp 4 --vpp 3`` (40 layers, 12 stages) named only "PATTERN: the card's layer
+    pattern with '|' ...", while ``--pp 3`` alone named a pattern to paste. The refusal now names the pattern of
+    PP x VPP uneven stages (and the counted split's where 40 + 2 splits evenly); each, given back to the plan with
+    the same PP, is planned at that VPP, and megatron-core's own counters read PP x VPP segments of the card's
+    layers from it."""
+    from megatron.core.models.hybrid.hybrid_layer_allocation import (
+        get_hybrid_total_layer_count,
+        get_hybrid_total_pipeline_segment_count,
+    )
+
+    card = get_card(random.choice(HYBRIDS))
+    pp, vpp = _uneven_pp_vpp(card.num_layers)
+    line = _refusal([card.name, "--nodes", str(pp), "--pp", str(pp), "--vpp", str(vpp)], capsys)
+    quoted = re.findall(r"'([GKE*|]+)'", line)
+    patterns = [word for word in quoted if "|" in word and word.replace("|", "") == card.hybrid_layer_pattern]
+    counted = (card.num_layers + 2) % (pp * vpp) == 0
+    assert len(patterns) == 1 + counted, line
+    assert f"do not split evenly into PP x VPP = {pp * vpp} stages" in line, line
+    for pattern in patterns:
+        known = pattern.replace("K", "G")  # megatron-core 0.19.2 has no CKDA symbol; the split is the mixer's own
+        assert get_hybrid_total_pipeline_segment_count(known) == pp * vpp
+        assert get_hybrid_total_layer_count(known) == len(card.hybrid_layer_pattern)
+        assert all(segment and len(segment) % 2 == 0 for segment in pattern.split("|"))
+        argv = ["plan", card.name, "--nodes", str(pp), "--pp", str(pp), "--hybrid-layer-pattern", pattern]
+        assert cli.main([*argv, "--json"]) == 0, capsys.readouterr().err
+        report = json.loads(capsys.readouterr().out)
+        assert report["hybrid_layer_pattern"] == pattern and report["layout"]["vpp_size"] == vpp
+        assert sum(len(rank["decoder_layers"]) for rank in report["ranks"]) == card.num_layers

@@ -186,14 +186,37 @@ stage options for one."""
 
 def same_stages_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str:
     """The ``--hybrid-layer-pattern`` (quoted for a shell) of the pipeline stages ``layout`` describes, as the recipes
-    compute it; where they do not fit the card, what such a pattern is. The fix a refusal of another stage option for
-    a hybrid card names (``oellm plan --pipeline-layout``/``--vpp``, the entry's pipeline flags)."""
+    compute it; PP x VPP stages that do not split the card's layers evenly, as uneven ones
+    (:func:`_uneven_hybrid_pattern`); where no stages fit the card, what such a pattern is. The fix a refusal of
+    another stage option for a hybrid card names (``oellm plan --pipeline-layout``/``--vpp``, the entry's pipeline
+    flags)."""
     try:
         validate_layout(card, layout)
     except ParallelLayoutError:
+        uneven = _uneven_hybrid_pattern(card, layout)
+        if uneven is not None:
+            return uneven
         return (f"PATTERN: the card's layer pattern with '|' between PP x VPP stages of whole layers (the stages "
                 f"given do not fit its {card.num_layers} layers)")
     return shlex.quote(pipelined_hybrid_pattern(card, layout))
+
+
+def _uneven_hybrid_pattern(card: ModelCard, layout: ParallelLayout) -> str | None:
+    """The ``--hybrid-layer-pattern`` (quoted for a shell) of ``layout``'s PP x VPP stages of ``card`` when each can
+    hold a layer but they do not split the layers evenly, as even as they go (:func:`even_pipeline_layout`), then the
+    split counting the embedding and the loss where there is one (:func:`_counted_split_hint`). megatron-core takes
+    segments of any whole layers, segment ``i`` on pipeline rank ``i % pp``, virtual stage ``i // pp``, while a
+    refused ``--vpp`` named no pattern to paste. None for a custom layout, PP 1, VPP below 1, more stages than layers
+    or an even split."""
+    vpp = 1 if layout.vpp is None else layout.vpp
+    stages = layout.pp * vpp
+    if (layout.pipeline_layout is not None or layout.pp < 2 or vpp < 1 or stages > card.num_layers
+            or card.num_layers % stages == 0):
+        return None
+    even = ParallelLayout(pp=layout.pp, pipeline_layout=even_pipeline_layout(card.num_layers, stages))
+    return (f"{shlex.quote(pipelined_hybrid_pattern(card, even))} ({card.num_layers} layers do not split evenly into "
+            f"PP x VPP = {stages} stages: the first {card.num_layers % stages} hold one layer more"
+            f"{_counted_split_hint(card, layout.pp, stages)})")
 
 
 HYBRID_SYMBOLS_PER_LAYER = 2
