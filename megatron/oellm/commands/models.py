@@ -30,11 +30,18 @@ def layer_period(card: ModelCard) -> str:
     return card.hybrid_layer_pattern[:2 * card.full_attention_interval]
 
 
+def mixer_period(card: ModelCard) -> str:
+    """The token mixers of one :func:`layer_period` (``GGG*``: its mixer symbols without the ``E`` of each layer's
+    MoE block), in the same symbols: a JSON reader gets one notation, where ``A`` stood for the ``*`` of ``period``."""
+    return layer_period(card)[::2]
+
+
 def catalogue() -> list[dict[str, object]]:
     """One row per registered card: name, family, shape summary and parameter counts (active also without the input
-    embedding table, the count the MN5 report quotes for the OEL CKDA hybrid). ``pattern`` is the mixers' period in
-    letters of its own (``A`` attention), kept for the JSON's readers; ``period`` is the layers' in
-    ``--hybrid-layer-pattern``'s symbols (:func:`layer_period`), which the table shows."""
+    embedding table, the count the MN5 report quotes for the OEL CKDA hybrid). ``pattern`` is the mixers' period and
+    ``period`` the layers' (:func:`layer_period`, which the table shows), both in ``--hybrid-layer-pattern``'s
+    symbols (``*`` attention); ``placeholder`` says what a card's numbers rest on placeholder values for (``None``
+    for a complete card), the ``note:`` line that ``--json`` prints on stderr only."""
     rows = []
     for name in list_card_names():
         card = get_card(name)
@@ -43,8 +50,7 @@ def catalogue() -> list[dict[str, object]]:
             "name": name,
             "family": card.family,
             "layers": card.num_layers,
-            "pattern": "".join({"attention": "A", "gdn": "G", "ckda": "K"}[m] for m in card.mixer_types[
-                :card.full_attention_interval]) if card.linear_mixer != "none" else "A",
+            "pattern": mixer_period(card),
             "period": layer_period(card),
             "hidden": card.hidden_size,
             "experts": f"{card.num_experts}x{card.moe_ffn_hidden_size} top-{card.moe_router_topk}"
@@ -54,13 +60,14 @@ def catalogue() -> list[dict[str, object]]:
             "total_params": counts.total,
             "active_params": counts.active,
             "active_params_without_input_embedding": counts.active_without_input_embedding,
+            "placeholder": card.sources.get("placeholder"),
         })
     return rows
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the catalogue, then a ``note:`` line for the cards whose numbers rest on placeholder values (on stderr
-    with ``--json``, whose stdout holds the JSON only)."""
+    with ``--json``, whose stdout holds the JSON only: there each such card's ``placeholder`` says it)."""
     rows = catalogue()
     notes = placeholder_notes(get_card(str(row["name"])) for row in rows)
     if args.json:

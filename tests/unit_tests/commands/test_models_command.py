@@ -15,9 +15,10 @@ from megatron.oellm.params import format_count
 PUBLISHED = {
     # name: (layers, period, hidden, experts, vocab) from the models' Hugging Face config.json: Qwen3.5's layer_types
     # are 3 linear_attention (Gated DeltaNet) + 1 full_attention per period of 4; the Qwen3 MoE models attention only
-    "qwen3.5-35b-a3b": (40, "GGGA", 2048, "256x512 top-8 +shared 512", 248320),
-    "qwen3-30b-a3b": (48, "A", 2048, "128x768 top-8", 151936),
-    "qwen3-235b-a22b": (94, "A", 4096, "128x1536 top-8", 151936),
+    # (the mixers' period, ``pattern``, in --hybrid-layer-pattern symbols: ``*`` attention)
+    "qwen3.5-35b-a3b": (40, "GGG*", 2048, "256x512 top-8 +shared 512", 248320),
+    "qwen3-30b-a3b": (48, "*", 2048, "128x768 top-8", 151936),
+    "qwen3-235b-a22b": (94, "*", 4096, "128x1536 top-8", 151936),
 }
 
 
@@ -53,13 +54,13 @@ def test_the_ckda_hybrids_period_is_five_kda_layers_then_attention(capsys):
     """The OEL CKDA hybrid interleaves 5 KDA layers with 1 attention layer; its tiny and proxy cards keep the period."""
     rows = {row["name"]: row for row in json.loads(_rows(capsys, True))}
     ckda = [name for name in rows if name.startswith("oellm-ckda-hybrid")]
-    assert ckda and all(rows[name]["pattern"] == "KKKKKA" for name in ckda)
+    assert ckda and all(rows[name]["pattern"] == "KKKKK*" for name in ckda)
 
 
 def test_the_period_column_is_written_in_the_hybrid_layer_pattern_symbols(capsys):
     """The period column showed ``GGGA`` / ``KKKKKA`` (``A`` for attention), letters of its own, while every
     ``--hybrid-layer-pattern`` (plan, recipes, megatron) writes ``*`` for attention and ``E`` for each MoE block. It
-    now shows one repeat of the card's own pattern (``--json``: ``period``; ``pattern`` keeps the old letters), and a
+    now shows one repeat of the card's own pattern (``--json``: ``period``; ``pattern`` its mixers), and a
     legend line names the symbols and where the whole pattern comes from, which ``oellm plan`` prints."""
     rows = {row["name"]: row for row in json.loads(_rows(capsys, True))}
     assert {name: rows[name]["period"] for name in ("qwen3.5-35b-a3b", "qwen3-30b-a3b", "oellm-ckda-hybrid")} == {
@@ -68,8 +69,7 @@ def test_the_period_column_is_written_in_the_hybrid_layer_pattern_symbols(capsys
         card = get_card(name)
         period = row["period"]
         assert card.hybrid_layer_pattern == period * (2 * card.num_layers // len(period)), name
-        assert rows[name]["pattern"] == ("A" if card.linear_mixer == "none" else  # the old letters, for JSON readers
-                                         period[::2].replace("*", "A")), name
+        assert rows[name]["pattern"] == period[::2], name
     lines = {line.split()[0]: line.split() for line in _table_lines(capsys)}
     assert {name: words[3] for name, words in lines.items()} == {name: row["period"] for name, row in rows.items()}
     legend = [line for line in _rows(capsys, False).splitlines() if line.startswith("period = ")]
@@ -99,3 +99,24 @@ def test_every_column_of_the_table_lines_up_under_its_header(capsys):
             if column in numbers:
                 assert line[:end].split()[-1] == str(numbers[column]), (column, line)
         assert line[period_start:].split()[0] == models.layer_period(card), line
+
+
+def test_the_json_writes_both_periods_in_one_notation_and_says_which_cards_rest_on_placeholders(capsys):
+    """``--json`` wrote the mixers' period in letters of its own (``"pattern": "GGGA"``) beside the layers' in
+    ``--hybrid-layer-pattern`` symbols (``"period": "GEGEGE*E"``): attention was ``A`` in one and ``*`` in the other.
+    Both now use the pattern's symbols, ``pattern`` being ``period`` without the MoE blocks. The placeholder note went
+    to stderr only; each row's ``placeholder`` now carries it (``None`` for a complete card)."""
+    assert models.run(argparse.Namespace(json=True)) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    row = random.choice(rows)
+    card = get_card(row["name"])
+    assert row["pattern"] == "".join(HYBRID_SYMBOLS[mixer] for mixer in card.mixer_types[:len(row["period"]) // 2])
+    assert row["period"] == "".join(symbol + HYBRID_SYMBOLS["moe"] for symbol in row["pattern"])
+    assert set(row["pattern"]) <= set(HYBRID_SYMBOLS.values()) - {HYBRID_SYMBOLS["moe"]}
+    assert row["placeholder"] == card.sources.get("placeholder")
+    rows_by_name = {row["name"]: row for row in rows}
+    noted = {name for name, row in rows_by_name.items() if row["placeholder"] is not None}
+    assert noted == {name for name in rows_by_name if "placeholder" in get_card(name).sources}
+    assert noted and noted < set(rows_by_name)
+    assert all(f"({rows_by_name[name]['placeholder']})" in captured.err for name in noted)
