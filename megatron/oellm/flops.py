@@ -23,7 +23,7 @@ module never imports torch or megatron; megatron is imported only inside :func:`
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from megatron.oellm.cards import ModelCard
@@ -196,26 +196,136 @@ def _moe_macs(card: ModelCard) -> dict[str, float]:
     }
 
 
-def check_layer_override(card: ModelCard, overrides: Mapping[str, FlagValue]) -> None:
-    """Raise :class:`FlopError` for a ``num_layers`` override Megatron's count would not count as given: below 1, or
-    beside a hybrid layer pattern (the card's, or one an override sets), whose symbols decide the layer count, so the
-    override was ignored without a word. Dropping the pattern (``hybrid_layer_pattern=None``) makes it count."""
-    flags = {name.replace("_", "-"): value for name, value in overrides.items()}
-    layers = flags.get("num-layers")
-    if layers is None:
-        return
-    if isinstance(layers, int) and not isinstance(layers, bool) and layers < 1:
-        raise FlopError(f"--megatron-flag num-layers={layers}: a model needs at least one decoder layer; give "
-                        "num-layers >= 1")
+_LAYER = "a model needs at least one decoder layer"
+_WIDTH = "a width needs at least one channel"
+_HEADS = "a layer needs at least one head"
+SIZE_FLAGS: dict[str, tuple[int, str]] = {
+    "num-layers": (1, _LAYER),
+    "hidden-size": (1, _WIDTH),
+    "ffn-hidden-size": (1, _WIDTH),
+    "kv-channels": (1, _WIDTH),
+    "num-attention-heads": (1, _HEADS),
+    "num-query-groups": (1, "attention needs at least one key/value head"),
+    "num-experts": (0, "an expert count is 0 or more (0 or none: no experts, every MLP dense, as megatron-core reads 0)"),
+    "moe-router-topk": (1, "a token is routed to at least one expert"),
+    "moe-ffn-hidden-size": (1, _WIDTH),
+    "moe-shared-expert-intermediate-size": (1, "a shared expert needs at least one channel (none: no shared expert)"),
+    "moe-latent-size": (1, _WIDTH),
+    "mtp-num-layers": (0, "a layer count is 0 or more (0 or none: no multi-token-prediction layers)"),
+    "linear-conv-kernel-dim": (1, "a convolution needs at least one tap"),
+    "linear-key-head-dim": (1, _WIDTH),
+    "linear-value-head-dim": (1, _WIDTH),
+    "linear-num-key-heads": (1, _HEADS),
+    "linear-num-value-heads": (1, _HEADS),
+    "q-lora-rank": (1, "a low-rank projection needs rank 1 or more (none: no query projection of its own)"),
+    "kv-lora-rank": (1, "a low-rank projection needs rank 1 or more"),
+    "qk-head-dim": (1, _WIDTH),
+    "qk-pos-emb-head-dim": (0, "a channel count is 0 or more"),
+    "v-head-dim": (1, _WIDTH),
+    "mamba-state-dim": (1, _WIDTH),
+    "mamba-head-dim": (1, _WIDTH),
+    "mamba-num-groups": (1, "a layer needs at least one group"),
+    "mamba-num-heads": (1, _HEADS),
+}
+"""Megatron flags that count layers, channels, heads or experts: flag -> (smallest value megatron-core 0.19.2 builds a
+model with, why). Megatron's parser takes any integer, and its FLOP function multiplies what it is given, so a
+``hidden-size=-1`` printed a negative share; 0 is allowed only where megatron-core reads it as "none"."""
+
+
+def _uses_gdn(flags: Mapping[str, FlagValue]) -> bool:
+    """Whether the model of ``flags`` has Gated DeltaNet layers: ``G`` in its layer pattern, or the GPT path's
+    ``experimental-attention-variant``."""
+    pattern = flags.get("hybrid-layer-pattern")
+    return (isinstance(pattern, str) and "G" in pattern) or flags.get("experimental-attention-variant") == "gated_delta_net"
+
+
+DIVIDING_FLAGS: tuple[tuple[str, str, Callable[[Mapping[str, FlagValue]], bool], str], ...] = (
+    ("num-query-groups", "num-attention-heads", lambda flags: bool(flags.get("group-query-attention")),
+     "megatron-core splits the query heads into equal groups, one key/value head each"),
+    ("linear-num-key-heads", "linear-num-value-heads", _uses_gdn,
+     "megatron-core's Gated DeltaNet shares each key head among an equal number of value heads"),
+)
+"""(divisor, multiple, whether the model uses the pair, why) of the head counts megatron-core 0.19.2 splits evenly:
+attention's ``linear_qkv`` output is viewed as ``groups x (heads / groups + 2)`` heads, which fails for groups that do
+not divide the heads (without group-query-attention the groups are the heads); ``TransformerConfig`` asserts the GDN
+pair."""
+
+
+def _layer_pattern(card: ModelCard, given: Mapping[str, FlagValue]) -> FlagValue:
+    """The hybrid layer pattern Megatron counts with the overrides ``given`` (dashed names): an explicit
+    ``hybrid-layer-pattern``, else the deprecated ``hybrid-override-pattern``, else the card's (``None``: GPT)."""
     pattern = model_flags(card)["hybrid-layer-pattern"]
-    if flags.get("hybrid-override-pattern") is not None:
-        pattern = flags["hybrid-override-pattern"]
-    pattern = flags.get("hybrid-layer-pattern", pattern)
-    if pattern is not None:
+    if given.get("hybrid-override-pattern") is not None:
+        pattern = given["hybrid-override-pattern"]
+    return given.get("hybrid-layer-pattern", pattern)
+
+
+def _whole(value: FlagValue) -> bool:
+    """Whether ``value`` is an integer (``True`` is not): the values the checks below judge. Any other value of an
+    integer flag is megatron's parser's to refuse, quoting the text as typed."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _given_text(given: Mapping[str, FlagValue], names: Sequence[str]) -> str:
+    """``NAME=VALUE`` of those of ``names`` the overrides ``given`` set: the flags a refusal names."""
+    return " ".join(f"{name}={given[name]}" for name in names if name in given)
+
+
+def _check_sizes(given: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` for an override of :data:`SIZE_FLAGS` below its smallest value."""
+    for name, value in given.items():
+        if name in SIZE_FLAGS and _whole(value) and value < SIZE_FLAGS[name][0]:
+            minimum, reason = SIZE_FLAGS[name]
+            raise FlopError(f"--megatron-flag {name}={value}: {reason}; give {name} >= {minimum}")
+
+
+def _check_divisors(flags: Mapping[str, FlagValue], given: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` where an override breaks a pair of :data:`DIVIDING_FLAGS` the model uses, naming the
+    divisors the count could take."""
+    for divisor, multiple, used, reason in DIVIDING_FLAGS:
+        parts, whole = flags.get(divisor), flags.get(multiple)
+        if not ({divisor, multiple} & given.keys() and used(flags) and _whole(parts) and _whole(whole)):
+            continue
+        if parts > 0 and whole > 0 and whole % parts:
+            choices = ", ".join(str(n) for n in range(1, whole + 1) if whole % n == 0)
+            raise FlopError(f"--megatron-flag {_given_text(given, (divisor, multiple))}: {divisor} {parts} does not "
+                            f"divide {multiple} {whole} ({reason}); give {divisor} one of {choices}")
+
+
+def _check_router_topk(flags: Mapping[str, FlagValue], given: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` where an override routes a token to more experts than the model has (the router's
+    ``torch.topk`` fails on such a run; Megatron's count would multiply the surplus)."""
+    topk, experts = flags.get("moe-router-topk"), flags.get("num-experts")
+    if ({"moe-router-topk", "num-experts"} & given.keys() and _whole(topk) and _whole(experts)
+            and 0 < experts < topk):
+        raise FlopError(f"--megatron-flag {_given_text(given, ('moe-router-topk', 'num-experts'))}: a token is routed "
+                        f"to at most every expert, and num-experts is {experts}; give moe-router-topk from 1 to {experts}")
+
+
+def _check_layer_count(card: ModelCard, given: Mapping[str, FlagValue], pattern: FlagValue) -> None:
+    """Raise :class:`FlopError` for a ``num-layers`` override beside a hybrid layer ``pattern`` (the card's, or one
+    an override sets), whose symbols decide the layer count, so the override was ignored without a word. Dropping the
+    pattern (``hybrid_layer_pattern=None``) makes it count."""
+    layers = given.get("num-layers")
+    if layers is not None and pattern is not None:
         raise FlopError(f"--megatron-flag num-layers={layers}: Megatron counts {card.name} here as a hybrid model "
                         "(a hybrid layer pattern is set), whose pattern sets the layer count, and ignores num-layers; "
                         "add --megatron-flag hybrid-layer-pattern=none to count a GPT model of that many layers, or "
                         "drop num-layers")
+
+
+def check_overrides(card: ModelCard, overrides: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` naming the flag for Megatron flag ``overrides`` of ``card`` that no training run could
+    have used, whose count Megatron's FLOP function would print all the same: a size below its smallest value
+    (:data:`SIZE_FLAGS`), head counts that do not split evenly (:data:`DIVIDING_FLAGS`), a top-k above the expert
+    count, a ``num-layers`` its layer pattern overrides. Values megatron-core takes pass; megatron is not imported."""
+    given = {name.replace("_", "-"): value for name, value in overrides.items()}
+    pattern = _layer_pattern(card, given)
+    flags = {**model_flags(card), **given, "hybrid-layer-pattern": pattern}
+    _check_sizes(given)
+    _check_divisors(flags, given)
+    _check_router_topk(flags, given)
+    _check_layer_count(card, given, pattern)
 
 
 def megatron_counts(card: ModelCard) -> bool:
@@ -238,12 +348,12 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     ``padded_vocab``), ``kv_channels`` and ``ffn_hidden_size`` (derived here as ``validate_args`` does when an
     override drops them) and, for hybrid models, ``num_layers`` (``validate_args`` counts it from
     ``--hybrid-layer-pattern``; the FLOP function counts the pattern itself). CKDA has no megatron-core layer and is
-    refused, and so is a ``num_layers`` override Megatron would not count (:func:`check_layer_override`).
+    refused, and so are overrides no training run could have used (:func:`check_overrides`).
     """
     if not megatron_counts(card):
         raise FlopError(f"{card.name}: megatron-core 0.19.2 has no CKDA layer, so it has no FLOP formula for it; "
                         "use the corrected count (drop --megatron-compatible)")
-    check_layer_override(card, megatron_overrides)
+    check_overrides(card, megatron_overrides)
     flags = dict(model_flags(card, vocab_size=padded_vocab))
     flags["seq-length"] = seq_length
     overrides = {name.replace("_", "-"): value for name, value in megatron_overrides.items()}

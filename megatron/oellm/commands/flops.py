@@ -15,7 +15,7 @@ from megatron.oellm.cards import CardError, ModelCard, get_card, placeholder_not
 from megatron.oellm.commands import refuse
 from megatron.oellm.flops import (
     FlopError,
-    check_layer_override,
+    check_overrides,
     megatron_counts,
     megatron_flops_per_token,
     pad_vocab,
@@ -171,7 +171,7 @@ def check_peak_options(args: argparse.Namespace) -> None:
 def megatron_count(card: ModelCard, seq_length: int, padded_vocab: int, document_lengths: list[int] | None,
                    overrides: dict[str, FlagValue]) -> float:
     """Megatron's training FLOPs per token with the ``--megatron-flag`` overrides; a value its formula cannot count
-    with (``num-layers=0``, a ``moe-layer-freq`` list of the wrong length, ``multi-latent-attention`` beside GQA)
+    with (``moe-layer-freq=0``, a ``moe-layer-freq`` list of the wrong length, ``multi-latent-attention`` beside GQA)
     raises :class:`FlopError` naming the overrides, where megatron's ``num_floating_point_operations`` would end in a
     traceback (its own checks are asserts). Without overrides a failure is a defect of ours and keeps its
     traceback."""
@@ -194,7 +194,7 @@ def flops_report(args: argparse.Namespace, card: ModelCard) -> dict[str, Any]:
                               "document_lengths": args.document_lengths}
     if args.megatron_compatible:
         overrides = parse_flag_overrides(args.megatron_flag)
-        check_layer_override(card, overrides)  # before megatron's parser is imported
+        check_overrides(card, overrides)  # before megatron's parser is imported
         with warnings.catch_warnings():  # megatron.training's import warns of every absent fused kernel (TE, Apex):
             warnings.simplefilter("ignore", UserWarning)  # irrelevant to a FLOP count, a dozen lines on stderr
             check_megatron_flags(overrides, given_texts(args.megatron_flag))
