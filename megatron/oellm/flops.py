@@ -346,7 +346,7 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     beside an explicit ``hybrid_layer_pattern`` it is refused, as megatron-core refuses the pair). Of what Megatron
     derives after parsing, the FLOP function reads ``padded_vocab_size`` (set by the tokenizer build, here
     ``padded_vocab``), ``kv_channels`` and ``ffn_hidden_size`` (derived here as ``validate_args`` does when an
-    override drops them) and, for hybrid models, ``num_layers`` (``validate_args`` counts it from
+    override drops them), ``num_experts`` (0 read as none, as ``validate_args`` reads it) and, for hybrid models, ``num_layers`` (``validate_args`` counts it from
     ``--hybrid-layer-pattern``; the FLOP function counts the pattern itself). CKDA has no megatron-core layer and is
     refused, and so are overrides no training run could have used (:func:`check_overrides`).
     """
@@ -369,7 +369,15 @@ def megatron_namespace(card: ModelCard, seq_length: int, padded_vocab: int,
     args = parse_megatron_argv(flags_to_argv(flags))
     args.padded_vocab_size = padded_vocab
     _derive_unset_widths(args)
+    _read_zero_experts_as_none(args)
     return args
+
+
+def _read_zero_experts_as_none(args: argparse.Namespace) -> None:
+    """``num_experts`` 0 as megatron-core's ``validate_args`` reads it, no experts (every MLP dense): the FLOP function
+    tests ``num_experts is None``, and counted a 0 as the card's MoE blocks, routed experts and all."""
+    if args.num_experts == 0:
+        args.num_experts = None
 
 
 def _derive_unset_widths(args: argparse.Namespace) -> None:

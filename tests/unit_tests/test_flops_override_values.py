@@ -57,8 +57,10 @@ def test_every_size_flag_below_its_smallest_value_is_refused(name, capsys):
 
 
 def test_zero_experts_count_as_megatron_reads_them(capsys):
-    """megatron-core's ``validate_args`` reads ``--num-experts 0`` as no experts: 0 is a count, not a refusal."""
-    assert _total(capsys, GPT, "num-experts=0") > 0
+    """megatron-core's ``validate_args`` reads ``--num-experts 0`` as no experts (every MLP dense): 0 is counted as
+    ``none`` is, not refused, and not as the card's MoE blocks, which Megatron's FLOP function counted it as."""
+    dense = _total(capsys, GPT, "num-experts=none")
+    assert 0 < _total(capsys, GPT, "num-experts=0") == dense < _total(capsys, GPT)
 
 
 def test_a_top_k_above_the_expert_count_is_refused(capsys):
