@@ -75,13 +75,14 @@ def test_window_medians_tokens_and_both_tflops():
     assert calls == [(card.hybrid_layer_pattern, 256, 262144, 4096, 262144)]
     assert row.tflops_per_gpu == pytest.approx(19.5e9 * tokens / 1e12)
     logged = [log.iterations[i].tflops_per_gpu for i in range(3, 11)]
-    assert row.tflops_per_gpu_logged == pytest.approx(statistics.median(logged))
+    flops = [rate * ms for rate, ms in zip(logged, times[2:10], strict=True)]  # megatron's FLOPs per iteration
+    assert row.tflops_per_gpu_logged == pytest.approx(statistics.median(flops) / statistics.median(times[2:10]))
     assert row.mfu == pytest.approx(row.tflops_per_gpu / 989.0)
     narrow = summarise(log, Window(5, 6), 4, flops_per_token=fake_flops)
     assert narrow.step_time_s == pytest.approx(statistics.median(times[4:6]) / 1000)
     mean = summarise(log, Window.parse("4-9", "mean"), 4, flops_per_token=fake_flops)
     assert mean.step_time_s == pytest.approx(statistics.mean(times[3:9]) / 1000)
-    assert mean.tflops_per_gpu_logged == pytest.approx(statistics.mean(logged[1:7]))
+    assert mean.tflops_per_gpu_logged == pytest.approx(statistics.mean(flops[1:7]) / statistics.mean(times[3:9]))
 
 
 def test_report_row_is_reproduced_from_its_step_time():
@@ -499,7 +500,8 @@ def test_a_garbled_architecture_argument_is_an_unknown_model_not_a_traceback(gar
     path.write_text(megatron_log(args, times, tflops))
     row = summarise(read_log(path), Window(), 4)
     assert row.ok and row.model == "unknown model" and row.tflops_per_gpu is None
-    assert row.tflops_per_gpu_logged == statistics.median(tflops[2:])
+    flops = [rate * ms for rate, ms in zip(tflops[2:], times[2:], strict=True)]
+    assert row.tflops_per_gpu_logged == pytest.approx(statistics.median(flops) / statistics.median(times[2:]))
     assert main(["table", str(path), "--format", "csv"]) == 0
     assert "unknown model" in capsys.readouterr().out
 
@@ -518,13 +520,16 @@ def test_a_local_fit_with_fewer_experts_is_named_after_its_card(overrides, name)
 
 
 def test_a_mean_tables_footnote_says_how_each_column_is_averaged():
-    """With --statistic mean the Megatron column (the mean of the logged rates) and ours (from the mean step time)
-    differ by more than the two FLOP counts; the footnote says so, a median table's does not need to."""
+    """The footnote says that the Megatron column is summarised like the step time (the logged FLOPs per iteration
+    over it), and a mean table's that the reports' mean rows average the rates instead, which a median table's does
+    not need to."""
     args, times, text = _qwen3_5_log()
     log = parse_log_text(text, "8n.log")
-    sentence = "Megatron TFLOP/s/GPU is the mean of the logged per-iteration values"
+    sentence = "The reports' mean rows give the mean of the logged rates"
     for statistic in ("mean", "median"):
         window = Window.parse("3-10", statistic)
         row = summarise(log, window, 4)
         assert row.ok
-        assert (sentence in format_markdown([row], row, window)) is (statistic == "mean")
+        footnote = format_markdown([row], row, window)
+        assert "as FLOPs per iteration (rate x iteration time), summarised like the step time" in footnote
+        assert (sentence in footnote) is (statistic == "mean")

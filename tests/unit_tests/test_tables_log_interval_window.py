@@ -95,18 +95,19 @@ def test_the_median_and_mean_are_over_iterations_when_the_first_line_covers_a_di
 def test_megatrons_tflops_are_summarised_over_iterations_as_the_step_time_is(args):
     """Megatron's logged TFLOP/s/GPU column weighs each line by the iterations it averages, as the step time does: a
     run resumed at 7 with log interval 5 prints 7 (averaged again by 10), 10 (7-10, 4 iterations) and 15 (11-15, 5).
-    Over 7-15 the mean is (4 x TFLOP/s of 10 + 5 x that of 15) / 9 and the median, the 5th of the 9, is that of 15;
-    a summary over the two lines would give their plain average for both."""
+    Over 7-15 the mean is the FLOPs of 4 iterations at line 10's rate and time and 5 at line 15's over their time, the
+    median, the 5th of the 9, line 15's rate; a summary over the two lines would give their plain average for both."""
     run_args = {**args, "log_interval": 5, "train_iters": 15}
     tflops = {i: round(random.uniform(100.0, 160.0), 1) for i in (7, 10, 15)}
     tflops[15] = round(tflops[10] + random.uniform(5.0, 20.0) * random.choice([-1, 1]), 1)  # apart from line 10's
-    lines = [iteration_line(i, 15, args["global_batch_size"], round(random.uniform(60000.0, 90000.0), 1), tflops[i])
-             for i in (7, 10, 15)]
+    times = {i: round(random.uniform(60000.0, 90000.0), 1) for i in (7, 10, 15)}
+    lines = [iteration_line(i, 15, args["global_batch_size"], times[i], tflops[i]) for i in (7, 10, 15)]
     text = "\n".join(args_block(run_args) + lines) + "\n"
     mean = _row(text, Window(7, 15, "mean"))
-    assert mean.ok and mean.tflops_per_gpu_logged == pytest.approx((4 * tflops[10] + 5 * tflops[15]) / 9, rel=1e-12)
+    flops = 4 * tflops[10] * times[10] + 5 * tflops[15] * times[15]
+    assert mean.ok and mean.tflops_per_gpu_logged == pytest.approx(flops / (4 * times[10] + 5 * times[15]), rel=1e-12)
     median = _row(text, Window(7, 15))
-    assert median.ok and median.tflops_per_gpu_logged == tflops[15]
+    assert median.ok and median.tflops_per_gpu_logged == pytest.approx(tflops[15], rel=1e-12)
 
 
 def test_a_window_without_a_whole_line_names_the_log_interval(args):

@@ -57,18 +57,18 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     mfu_na = " (n/a with our TFLOP/s)" if _has_na(rows, "mfu") else ""
     lines += ["", f"{_statistic_sentence(rows, window)} TFLOP/s/GPU: megatron-oellm's FLOP "
               f"accounting{tflops_na}; Megatron TFLOP/s/GPU: "
-              "the logged value, megatron's formula on the run's flags (docs/flops.md compares both counts with the "
-              f"reports'). MFU = TFLOP/s/GPU / {peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
+              "the logged rate (megatron's formula on the run's flags; docs/flops.md compares both counts with the "
+              "reports') as FLOPs per iteration (rate x iteration time), summarised like the step time and divided "
+              "by it, so that the two TFLOP/s columns differ by the two FLOP counts only. "
+              f"MFU = TFLOP/s/GPU / {peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
               "Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
               "recompute, FP8) and of its global batch size (strong scaling) or global batch size per GPU (weak "
               f"scaling).{_marker_note(marked)}{_varying_settings_note(rows)}{_fp8_note(rows, peak_tflops, gpu)}"]
-    if window.statistic == "mean":  # the median of the rates is the rate of the median step time; means differ
-        lines[-1] += (" Step time, tokens/s/GPU and TFLOP/s/GPU come from the mean step time, Megatron TFLOP/s/GPU is "
-                      "the mean of the logged per-iteration values (as the reports' mean rows give it): a slow "
-                      "iteration lowers the first more, so the two TFLOP/s columns differ by more than the two FLOP "
-                      "counts do.")
+    if window.statistic == "mean":  # the reports' mean rows average the rates: a mean of 1/t, above these
+        lines[-1] += (" The reports' mean rows give the mean of the logged rates, which jittery iterations raise above "
+                      "the rate at the mean step time.")
     return "\n".join(lines)
 
 

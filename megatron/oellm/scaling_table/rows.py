@@ -78,7 +78,8 @@ class ScalingRow:
     tflops_per_gpu: float | None = None
     """Our FLOP accounting (None when the model is unknown)."""
     tflops_per_gpu_logged: float | None = None
-    """Megatron's own ``throughput per GPU`` (the window's median or mean)."""
+    """Megatron's own ``throughput per GPU``, summarised like the step time (see
+    :func:`~megatron.oellm.scaling_table.summary.logged_tflops`)."""
     mfu: float | None = None
     """Fraction of the peak, from our TFLOP/s (None when the model is unknown)."""
     efficiency: float | None = None

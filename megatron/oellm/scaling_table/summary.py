@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from megatron.oellm.peaks import mfu, peak_text
-from megatron.oellm.run_log import RunLog
+from megatron.oellm.run_log import IterationLine, RunLog
 from megatron.oellm.scaling_table.identify import (
     VOCAB_ARGUMENTS,
     corrected_flops_per_token,
@@ -64,8 +64,7 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
         return failed_row(log.path, model, "arguments block lacks a positive world_size, seq_length or "
                           "global_batch_size", args, gpus_per_node, key)
     tokens = global_batch * seq_length / step_time / world_size
-    logged = [line.tflops_per_gpu for line in lines]  # on every line or none (_value_problem)
-    tflops_logged = window.summarise(per_iteration(window, lines, logged)) if None not in logged else None
+    tflops_logged = logged_tflops(window, lines, step_time)
     tflops = None
     if card is not None:
         vocab = run.vocabulary[1] if run.vocabulary is not None else None  # the size megatron built
@@ -84,6 +83,22 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
         return failed_row(log.path, model, problem, args, gpus_per_node, key)
     return with_stop_note(row, run, window)
+
+
+def logged_tflops(window: Window, lines: Sequence[IterationLine], step_time_s: float) -> float | None:
+    """Megatron's logged TFLOP/s/GPU over the window, summarised as the step time ``step_time_s`` (seconds) is: the
+    window's FLOPs per GPU per iteration (a line's logged rate times its time per iteration; megatron-core 0.19.2
+    logs one iteration's FLOPs over the mean time of the iterations a line averages, each counted once per
+    iteration, :func:`per_iteration`), summarised by the window's statistic, over ``step_time_s``. With a constant
+    FLOP count it is that count over the step time under median and mean alike, so the two TFLOP/s columns differ
+    by the two counts only; the mean of the logged rates (a mean of 1/t) read several percent above it with jittery
+    iterations, as if megatron counted more FLOPs. None when the lines log no rate (on every line or none,
+    ``_value_problem``)."""
+    logged = [line.tflops_per_gpu for line in lines]
+    if None in logged:
+        return None
+    flops = [rate * line.elapsed_ms / 1000.0 for rate, line in zip(logged, lines, strict=True)]
+    return window.summarise(per_iteration(window, lines, flops)) / step_time_s
 
 
 def failed_row(log: str, model: str, status: str, args: dict, gpus_per_node: int, key: str = "") -> ScalingRow:
