@@ -264,7 +264,8 @@ def test_an_oellm_model_without_a_card_whose_block_matches_none_keeps_its_logged
     assert all(row.ok and row.tflops_per_gpu is not None for row in rows)
     assert not comparable(rows[1], rows[0])
     unnamed = {**{key: value for key, value in known.items() if key != "oellm_model"}, "moe_ffn_hidden_size": widths[0]}
-    assert summarise(parse_log_text(megatron_log(unnamed, times, tflops)), Window(), 4).model == "unregistered model"
+    assert summarise(parse_log_text(megatron_log(unnamed, times, tflops)), Window(), 4).model == (
+        f"unregistered model (qwen3.5-35b-a3b but moe_ffn_hidden_size {widths[0]})")
 
 
 def test_a_logged_model_without_a_card_and_without_an_architecture_keeps_its_name():

@@ -10,6 +10,7 @@ import io
 from collections.abc import Sequence
 
 from megatron.oellm.peaks import GPU_PEAKS, peak_text
+from megatron.oellm.scaling_table.identify import GQA_OFF
 from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window, node_count
 from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, setting_applies, varying_settings
 
@@ -65,7 +66,8 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
               "recompute, FP8) and of its global batch size (strong scaling) or global batch size per GPU (weak "
-              f"scaling).{_marker_note(marked)}{_varying_settings_note(rows)}{_fp8_note(rows, peak_tflops, gpu)}"]
+              f"scaling).{_marker_note(marked)}{_varying_settings_note(rows)}{_fp8_note(rows, peak_tflops, gpu)}"
+              f"{_gqa_note(rows)}"]
     if window.statistic == "mean":  # the reports' mean rows average the rates: a mean of 1/t, above these
         lines[-1] += (" The reports' mean rows give the mean of the logged rates, which jittery iterations raise above "
                       "the rate at the mean step time.")
@@ -144,6 +146,17 @@ def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float, gpu: str | None) -
     return (f" The MFU of the FP8 {which} is against the dense BF16 peak too, as the reports rate it; `oellm "
             f"flops --gpu {gpu} --precision fp8` divides by the dense FP8 peak, {peak_text(fp8_peak)} TFLOP/s, instead: for the "
             f"same run its MFU is {peak_tflops / fp8_peak:.2f} x this one.")
+
+
+def _gqa_note(rows: Sequence[ScalingRow]) -> str:
+    """The footnote's sentence on the rows whose model is named as a registry card but without grouped-query
+    attention (:data:`~megatron.oellm.scaling_table.identify.GQA_OFF`), '' when there are none: both TFLOP/s columns
+    count the multi-head model megatron built, which docs/flops.md weighs against the reports' Qwen3-30B-A3B rows."""
+    if not any(GQA_OFF in row.model for row in rows):
+        return ""
+    return (f" A model \"but {GQA_OFF}\" ran without --group-query-attention: megatron-core 0.19.2 then builds "
+            "multi-head attention whatever --num-query-groups says, and both TFLOP/s columns count it (docs/flops.md, "
+            "\"How far the MN5 tables are from the corrected count, and why\").")
 
 
 def is_fp8(row: ScalingRow) -> bool:

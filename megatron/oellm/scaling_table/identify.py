@@ -31,7 +31,8 @@ def identify_model(args: dict) -> tuple[str, ModelCard | None]:
     renamed since) is rebuilt from the flags like a run without one: it read "unknown model" without TFLOP/s or MFU,
     though its block describes the model. When the block matches no registry card either, the row shows the logged
     name marked ``NAME (no card here)`` rather than ``unregistered model`` or ``unknown model``, which lost it; two
-    such models are still told apart by :func:`model_key`, which reads the architecture, not the name."""
+    such models are still told apart by :func:`model_key`, which reads the architecture, not the name. An unnamed
+    ``unregistered model`` a few fields away from one registry card says which (:func:`nearest_card_note`)."""
     vocab, name = args.get("vocab_size"), args.get("oellm_model")
     if name and not isinstance(name, str):  # a garbled block can print a number or list
         return "unknown model", None
@@ -43,8 +44,10 @@ def identify_model(args: dict) -> tuple[str, ModelCard | None]:
         if card is not None:
             return card.name, card.with_vocab(vocab) if isinstance(vocab, int) else card
     display, card = _rebuilt_card(args)
-    if name and (card is None or display == "unregistered model"):
+    if name and (card is None or display == UNREGISTERED):
         return f"{name} {NO_CARD_HERE}", card
+    if display == UNREGISTERED:
+        return display + nearest_card_note(card, args), card
     return display, card
 
 
@@ -92,7 +95,7 @@ ARCHITECTURE_ARGUMENTS = (
 def model_key(args: dict, card: ModelCard | None) -> str:
     """What makes two rows the same model: the card's architecture (its depth included), else the architecture
     arguments of the block. The display names do not: every model that matches no registry card is ``unregistered
-    model``, every one no card describes ``unknown model`` (either ``NAME (no card here)`` when its log names a card
+    model`` (some with the note of a nearest card), every one no card describes ``unknown model`` (either ``NAME (no card here)`` when its log names a card
     this release lacks, and two different models can log one name), and rows of two such models are no scaling
     series."""
     if card is not None:
@@ -106,24 +109,73 @@ _FITTED_EXPERT_FIELDS = ("num_experts", "moe_router_topk")
 it): a card that differs from a registry card only there is that card's local fit."""
 
 
+UNREGISTERED = "unregistered model"
+"""The name of a model whose card, rebuilt from a log's arguments, matches no registry card (:func:`registry_name`)."""
+
+
+def _identity(card: ModelCard, ignored: tuple[str, ...] = ()) -> dict:
+    """The fields of ``card`` that identify a model (none of :data:`_IDENTITY_EXCLUDED` or ``ignored``)."""
+    return {f.name: getattr(card, f.name) for f in dataclasses.fields(card)
+            if f.name not in _IDENTITY_EXCLUDED and f.name not in ignored}
+
+
+def _depth_name(published: ModelCard, card: ModelCard) -> str:
+    """``published``'s name for a model of its architecture at ``card``'s depth: ``<model>`` or
+    ``<model>-proxy-<N>L``."""
+    return published.name if published.num_layers == card.num_layers else f"{published.name}-proxy-{card.num_layers}L"
+
+
 def registry_name(card: ModelCard) -> str:
     """The registry name ``card`` matches (``<model>`` or ``<model>-proxy-<N>L``; with ``, <E> experts`` added for
-    a ``--local`` fit with fewer experts), else ``unregistered model``."""
-    def identity(c: ModelCard, ignored: tuple[str, ...] = ()) -> dict:
-        return {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
-                if f.name not in _IDENTITY_EXCLUDED and f.name not in ignored}
+    a ``--local`` fit with fewer experts), else :data:`UNREGISTERED`."""
+    exact, fitted = _identity(card), _identity(card, _FITTED_EXPERT_FIELDS)
+    for published in PUBLISHED_CARDS.values():
+        if _identity(published) == exact:
+            return _depth_name(published, card)
+    for published in PUBLISHED_CARDS.values():
+        if _identity(published, _FITTED_EXPERT_FIELDS) == fitted:
+            return f"{_depth_name(published, card)}, {card.num_experts} experts"
+    return UNREGISTERED
 
-    exact, fitted = identity(card), identity(card, _FITTED_EXPERT_FIELDS)
-    for published in PUBLISHED_CARDS.values():
-        if identity(published) == exact:
-            if published.num_layers == card.num_layers:
-                return published.name
-            return f"{published.name}-proxy-{card.num_layers}L"
-    for published in PUBLISHED_CARDS.values():
-        if identity(published, _FITTED_EXPERT_FIELDS) == fitted:
-            depth = f"-proxy-{card.num_layers}L" if card.num_layers != published.num_layers else ""
-            return f"{published.name}{depth}, {card.num_experts} experts"
-    return "unregistered model"
+
+NEAREST_CARD_FIELDS = 2
+"""The most identity fields in which a card rebuilt from a log may differ from its nearest registry card for the
+row to name that card and the fields (:func:`nearest_card_note`): more is another model, not a changed flag."""
+
+
+GQA_OFF = "group_query_attention False"
+"""How :func:`nearest_card_note` names a run without ``--group-query-attention``: megatron-core 0.19.2 then builds
+(and counts) multi-head attention whatever ``--num-query-groups`` says, so its card has a K/V head per query head."""
+
+
+def nearest_card_note(card: ModelCard, args: dict) -> str:
+    """`` (NAME but FIELD VALUE, ...)``: the registry card that ``card`` (rebuilt from the arguments ``args``, matching
+    none) differs from in the fewest identity fields, named at ``card``'s depth (:func:`_depth_name`), and those
+    fields with ``card``'s values, where that card is the only one so near and they are at most
+    :data:`NEAREST_CARD_FIELDS`; '' else. A report-style run built without ``--group-query-attention`` read
+    ``unregistered model`` with nothing to say that one flag set it apart from ``qwen3-30b-a3b``."""
+    differing = {published.name: (published, _differing_fields(card, published))
+                 for published in PUBLISHED_CARDS.values()}
+    fewest = min(len(fields) for _, fields in differing.values())
+    nearest = [(published, fields) for published, fields in differing.values() if len(fields) == fewest]
+    if len(nearest) != 1 or not 0 < fewest <= NEAREST_CARD_FIELDS:
+        return ""
+    published, fields = nearest[0]
+    return f" ({_depth_name(published, card)} but {', '.join(_field_text(name, card, args) for name in fields)})"
+
+
+def _differing_fields(card: ModelCard, published: ModelCard) -> list[str]:
+    """The identity fields (:func:`_identity`) in which ``card`` differs from ``published``, in field order."""
+    theirs = _identity(published)
+    return [name for name, value in _identity(card).items() if value != theirs[name]]
+
+
+def _field_text(name: str, card: ModelCard, args: dict) -> str:
+    """``NAME VALUE`` of ``card``'s field ``name``, or :data:`GQA_OFF` for the query groups of a run whose arguments
+    ``args`` turn grouped-query attention off (the flag, not the groups it ignores, is what to check)."""
+    if name == "num_query_groups" and args.get("group_query_attention") is False:
+        return GQA_OFF
+    return f"{name} {getattr(card, name)}"
 
 
 def corrected_flops_per_token(card: ModelCard, seq_length: int, padded_vocab: int) -> float:

@@ -264,7 +264,7 @@ def sorted_rows(rows: Sequence[ScalingRow]) -> list[ScalingRow]:
 
 def comparable(row: ScalingRow, baseline: ScalingRow) -> bool:
     """``row`` has numbers, trains the baseline's model (name and :attr:`ScalingRow.model_key`: two models that match
-    no card are both ``unregistered model``) at its sequence length and with its benchmark settings
+    no card can both be ``unregistered model``) at its sequence length and with its benchmark settings
     (:attr:`ScalingRow.settings`: forced or real routing, dispatcher, attention backend, recompute, FP8), and has
     either the baseline's global batch size (strong scaling) or its global batch size per GPU (weak scaling): only
     then is its tokens/s/GPU relative to the baseline's a scaling efficiency (another model, length, setting or batch
