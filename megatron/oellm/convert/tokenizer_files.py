@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import warnings
 from pathlib import Path
 
 from megatron.oellm.convert.errors import ConversionError, ConversionWarning, check_folder_access
+from megatron.oellm.convert.output import writing_output
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TOKENIZER_JSON = "tokenizer.json"
@@ -128,11 +128,27 @@ def _token_ids(data: object) -> list[object]:
 
 def copy_tokenizer_files(directory: Path, names: list[str], destination: Path) -> None:
     """Copy the files ``names`` (relative paths) of ``directory`` into ``destination`` byte for byte (a symlink, as
-    in a Hugging Face cache snapshot, is copied as the file it points to)."""
+    in a Hugging Face cache snapshot, is copied as the file it points to). Each file is read whole (a tokenizer's
+    files are megabytes), then written within :func:`writing_output`, so that a refused write is reported as one of
+    the output, naming the file: ``shutil.copyfile`` named a failure of its ``sendfile`` by the tokenizer's file and
+    one of a ``write`` or ``close`` (a stale NFS handle) by none, which ended the conversion in a traceback."""
     for name in names:
+        data = _tokenizer_bytes(directory, name)
         target = destination / name
-        target.parent.mkdir(exist_ok=True)
-        shutil.copyfile(directory / name, target)
+        with writing_output(target):
+            target.parent.mkdir(exist_ok=True)
+            target.write_bytes(data)
+
+
+def _tokenizer_bytes(directory: Path, name: str) -> bytes:
+    """The bytes of the tokenizer file ``name`` of ``directory``; a read the system refuses (the folder was checked
+    before the conversion, but a network file system may fail since) is a :class:`ConversionError` naming it."""
+    try:
+        return (directory / name).read_bytes()
+    except OSError as error:
+        raise ConversionError(f"cannot read the tokenizer file {directory / name} of --tokenizer: {error}; the "
+                              "partial output was removed, --out is as it was: check the tokenizer folder or pass a "
+                              "copy of it") from error
 
 
 def foreign_in_tokenizer_entry(entry: Path) -> list[str]:
