@@ -12,7 +12,8 @@ directory could not be moved into), is refused. The file system must have room f
 is written (a previous output being replaced stays until the new one is complete). SIGTERM / SIGHUP / SIGINT
 (Ctrl-C) during the conversion remove the staging directory and end it with :class:`ConversionInterrupted`; a
 refusal of the storage (disk full, quota, a file-size limit, an I/O error, a read-only file system) removes it and
-ends in a one-line :class:`ConversionError` (a signal arriving during that clean-up is named in it), as does any other
+ends in a one-line :class:`ConversionError` naming the file it refused where known (a signal arriving during that
+clean-up is named in it), as does any other
 refusal of the operating system to write a file of the output (a permission, a name too long, a stale NFS handle),
 naming the file; the writers give an error naming none (a failed ``write()``) the file they were writing
 (:func:`writing_output`). A failed conversion also removes the parent directories of ``--out`` it created.
@@ -172,10 +173,10 @@ def writing_output(path: Path) -> Iterator[None]:
 def name_unnamed_errors(error: BaseException, path: Path) -> None:
     """Give ``path`` as the file name of each operating-system error behind ``error`` (:func:`_errors_behind`) that
     names none, as Python's ``shutil`` names a failed copy's: the caller knows the error arose writing ``path``. The
-    storage's refusals (:data:`_STORAGE_ERRORS`) keep their text: they are reported by their number, named or not."""
+    storage's refusals (:data:`_STORAGE_ERRORS`) are named too: their report names the file that did not fit
+    (:func:`_storage_refusal_of_file`)."""
     for current in _errors_behind(error):
-        if (isinstance(current, OSError) and current.errno not in (None, *_STORAGE_ERRORS)
-                and current.filename is None):
+        if isinstance(current, OSError) and current.errno is not None and current.filename is None:
             current.filename = str(path)
 
 
@@ -311,9 +312,11 @@ def _failure_of(error: BaseException, staging: Path, out_dir: Path, needed_bytes
     if isinstance(error, (ConversionError, KeyboardInterrupt)):
         return error
     failure = storage_error_behind(error)
-    if failure is not None:
-        return _system_failure(failure, out_dir, needed_bytes)
     refused = _output_write_error_behind(error, staging)
+    if failure is not None:
+        if refused is not None and refused.errno == failure[0]:  # the file it refused is known
+            failure = (failure[0], _storage_refusal_of_file(refused, staging, out_dir))
+        return _system_failure(failure, out_dir, needed_bytes)
     return error if refused is None else _write_failure(refused, staging, out_dir)
 
 
@@ -341,12 +344,25 @@ def _system_failure(failure: tuple[int, str], out_dir: Path, needed_bytes: int) 
     return ConversionError(message)
 
 
+def _storage_refusal_of_file(refused: OSError, staging: Path, out_dir: Path) -> str:
+    """The text of the storage's refusal ``refused`` of a file in ``staging``: the system's error and the file, by its
+    place in ``out_dir`` and by the path refused, as :func:`_write_failure` names it. A full disk or a file-size limit
+    says so of any file; which one it refused tells which part of the output did not fit (a shard, a unit's file)."""
+    return (f"[Errno {refused.errno}] {refused.strerror} writing {_place_in_out(refused, staging, out_dir)} "
+            f"({refused.filename}, where the output is written beside --out before it is moved in)")
+
+
+def _place_in_out(refused: OSError, staging: Path, out_dir: Path) -> Path:
+    """Where the file ``refused`` names in ``staging`` is to be in ``out_dir`` once the output is moved in."""
+    return out_dir / Path(os.path.abspath(refused.filename)).relative_to(os.path.abspath(staging))
+
+
 def _write_failure(refused: OSError, staging: Path, out_dir: Path) -> ConversionError:
     """The one-line error for the operating system's refusal ``refused`` of a file in ``staging`` (see
     :func:`_output_write_error_behind`): the file by its place in ``out_dir`` and by the path refused, and the
     system's error; for a permission, what to check."""
-    place = Path(os.path.abspath(refused.filename)).relative_to(os.path.abspath(staging))
-    message = (f"the conversion failed: cannot write {out_dir / place} ([Errno {refused.errno}] {refused.strerror}: "
+    message = (f"the conversion failed: cannot write {_place_in_out(refused, staging, out_dir)} "
+               f"([Errno {refused.errno}] {refused.strerror}: "
                f"{refused.filename}, where the output is written beside --out before it is moved in)")
     if isinstance(refused, PermissionError):
         message += (f"; this user may not write there: check the permissions and ACLs of {staging.parent} and the "

@@ -112,15 +112,17 @@ def test_a_shard_write_refused_without_a_name_is_one_line_of_the_command(
 def test_no_room_or_a_read_only_file_system_met_writing_a_shard_says_what_to_do(
         converted, monkeypatch: pytest.MonkeyPatch, number: int) -> None:
     """A full disk, a quota or a file system mounted read-only met by ``write()`` (which names no file): the storage's
-    refusal in one line, with what to do about it, naming ``--out`` for a read-only one."""
+    refusal in one line, naming the shard it refused, with what to do about it, naming ``--out`` for a read-only
+    one."""
     card, hf, tmp = converted
     target = tmp / f"out-{random.randrange(10**6)}"
-    _refuse_a_write(monkeypatch, len(hf), number, named=False)
+    refused = _refuse_a_write(monkeypatch, len(hf), number, named=False)
     with pytest.raises(ConversionError) as raised:
         mcore_to_hf_checkpoint(card, tmp / "mcore", target, max_shard_bytes=random.randint(1, 500_000))
     message = str(raised.value)
-    assert message.startswith(f"the conversion failed: [Errno {number}] {os.strerror(number)}; the partial output "
-                              "was removed, --out is as it was")
+    assert message.startswith(f"the conversion failed: [Errno {number}] {os.strerror(number)} writing "
+                              f"{target / refused[0].name} ({refused[0]}, where the output is written beside --out "
+                              "before it is moved in); the partial output was removed, --out is as it was")
     assert message.endswith(STORAGE_FIX[number].format(out=target)), message
     assert not target.exists()
 

@@ -412,10 +412,14 @@ def test_a_write_the_operating_system_refuses_ends_in_one_line(converted, direct
                           preexec_fn=_limit_file_size(20_000))
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stdout == ""
-    assert done.stderr.splitlines()[-1] == (
-        f"oellm convert {direction}: error: the conversion failed: [Errno 27] File too large; the partial output was "
-        "removed, --out is as it was (one file may not grow that large there: see `ulimit -f` and the file system's "
-        "largest file; mcore-to-hf writes smaller files with --max-shard-size)")
+    written = {"hf-to-mcore": RELEASE, "mcore-to-hf": "shard-00000.tmp"}[direction]  # torch's writer names no file
+    staged = re.escape(str(tmp)) + r"/\.out\.partial-\d+/" + re.escape(written)
+    assert re.fullmatch(
+        re.escape(f"oellm convert {direction}: error: the conversion failed: [Errno 27] File too large writing "
+                  f"{tmp / 'out' / written} (") + staged + re.escape(
+            ", where the output is written beside --out before it is moved in); the partial output was removed, "
+            "--out is as it was (one file may not grow that large there: see `ulimit -f` and the file system's "
+            "largest file; mcore-to-hf writes smaller files with --max-shard-size)"), done.stderr.splitlines()[-1])
     assert "Traceback" not in done.stderr
     assert sorted(tmp.iterdir()) == before
 

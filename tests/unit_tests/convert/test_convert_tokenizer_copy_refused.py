@@ -121,3 +121,25 @@ def test_a_tokenizer_file_whose_read_is_refused_during_the_copy_is_one_line_nami
                       "as it was: check the tokenizer folder or pass a copy of it\n")
     assert status == 2
     assert not out.exists() and not staging_directory(out).exists()
+
+
+def test_no_room_for_a_tokenizer_file_names_it(converted, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A full disk, a quota or a file-size limit met writing a tokenizer file (no file named, as ``write`` and
+    ``close`` raise them) is the storage's refusal, naming that file, with what to do."""
+    card, _, tmp = converted
+    tokenizer, names = _tokenizer(tmp, card.vocab_size)
+    name, when = random.choice(names), random.choice(["write", "close"])
+    number = random.choice([errno.ENOSPC, errno.EDQUOT, errno.EFBIG])
+    out = (tmp / f"out-{random.randrange(10**6)}").resolve()
+    staging = staging_directory(out)
+    _fail_opening(monkeypatch, staging / name, "wb", _refusing(number, when), staging)
+    status = _convert(card.name, tmp, tokenizer, out)
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"oellm convert mcore-to-hf: error: the conversion failed: [Errno {number}] "
+                             f"{os.strerror(number)} writing {out / name} ({staging / name}, where the output is "
+                             "written beside --out before it is moved in); the partial output was removed, --out is "
+                             "as it was (")
+    assert stderr.endswith("or choose another --out\n" if number != errno.EFBIG else "--max-shard-size)\n")
+    assert stderr.count("\n") == 1 and status == 2
+    assert not out.exists() and not staging.exists()

@@ -14,6 +14,7 @@ import pytest
 
 from megatron.oellm.cli import main
 from megatron.oellm.convert import dist_ckpt
+from megatron.oellm.convert.mcore_checkpoint import RELEASE
 
 REFUSALS = [errno.ENAMETOOLONG, errno.ENOENT, errno.EISDIR]
 """Errnos of refusals that are neither the storage's (no room, a file-size limit, an I/O error, read-only) nor a
@@ -51,16 +52,17 @@ def test_an_error_beside_the_staging_directory_keeps_its_traceback(converted, mo
 def test_no_room_on_a_file_of_the_output_is_the_storages_refusal(converted, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A full disk or quota names the file it refused too: it is reported as the storage's refusal, with the room the
-    output needs, not as a write of that file to fix."""
+    output needs, not as a write of that file to fix; the file is named by its place in --out and as refused."""
     card, _, tmp = converted
     number = random.choice([errno.ENOSPC, errno.EDQUOT])
     name = f"__0_{random.randint(1, 9)}{dist_ckpt.DATA_FILE_SUFFIX}"
-    _refuse(monkeypatch, number, lambda directory: directory / name)
+    refused = _refuse(monkeypatch, number, lambda directory: directory / name)
     out = tmp / f"out-{random.randrange(10**6)}"
     status = main(["convert", "hf-to-mcore", "--model", card.name, "--hf", str(tmp / "hf"), "--out", str(out)])
     stderr = capsys.readouterr().err
     assert stderr.startswith(f"oellm convert hf-to-mcore: error: the conversion failed: [Errno {number}] "
-                             f"{os.strerror(number)}: ")
+                             f"{os.strerror(number)} writing {out / RELEASE / name} ({refused[0]}, where the "
+                             "output is written beside --out before it is moved in); ")
     assert "; the partial output was removed, --out is as it was (the output needs about " in stderr
     assert "cannot write" not in stderr
     assert status == 2
