@@ -12,7 +12,6 @@ its element size); no shard is held in memory. The files are
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
@@ -418,21 +417,25 @@ class ShardedSafetensorsWriter:
         """The writer, whose open shard file is closed on leaving the block (see :meth:`__exit__`)."""
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *_exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, _traceback: object) -> None:
         """Close the shard file a failure left open (nothing to do after :meth:`close`): the staging directory that
         holds it is removed next, and an open file there survives its deletion on NFS (as ``.nfs*``), leaving the
-        partial output behind. Leaving on a failure, an error of the close itself is dropped: flushing the bytes a
-        failed write left in the buffer fails again (a stale handle stays stale), and that error, naming no file,
-        would replace the first one; the file is closed all the same."""
+        partial output behind. Leaving on a failure, an error of the close itself does not replace the failure:
+        flushing the bytes a failed write left in the buffer fails again (a stale handle stays stale), and that
+        error, naming no file, would replace the first one. It is added to the failure as a note, which a traceback
+        shows (the one-line report of a refused write names the first error alone); the file is closed all the
+        same."""
         if self._file is None:
             return
         file, self._file = self._file, None
-        if exc_type is None:
+        if exc is None:
             with writing_output(Path(file.name)):
                 file.close()
             return
-        with contextlib.suppress(OSError):
+        try:
             file.close()
+        except OSError as close_error:
+            exc.add_note(f"closing {file.name} failed too: {close_error}")
 
     def close(self) -> list[Path]:
         """Check every planned tensor was written, give the shards their final names and write the index; returns
