@@ -73,6 +73,17 @@ JOB_SCRIPT_VARIABLES: Mapping[str, str] = {
 an ``env`` entry of one of these names would be overwritten without a word (``MASTER_PORT = "29600"`` in
 ``[cluster.env]`` still ran the rendezvous on ``cluster.master_port``)."""
 
+CONTAINER_ONLY_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
+"""``env`` names the job script exports for the container only (as ``<RUNTIME>ENV_<NAME>``), not in its own shell:
+the shell runs ``scontrol``, ``sed``, ``srun`` and the container runtime through them, and a value meant for the
+container (``"/opt/tools/bin:$PATH"``, whose ``$PATH`` the runtime evaluates in the container) left the job without
+its commands (``export PATH='/opt/tools/bin:$PATH'``: no ``scontrol``, and the job ended under ``set -e``)."""
+
+SLURM_VARIABLE_PREFIX = "SLURM_"
+"""Names SLURM sets in every job and step, which the job script (``$SLURM_JOB_NODELIST``, ``$SLURM_NNODES``,
+``$SLURM_JOB_ID``), ``srun`` (its defaults for the step) and each task (``SLURM_NODEID``) read: an ``env`` entry of
+one would replace SLURM's own value, so it is refused."""
+
 
 @dataclass(frozen=True)
 class TableRow:
@@ -353,11 +364,12 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_env_names(env: Mapping[str, str], where: str) -> None:
-    """Refuse a name of the environment table ``env`` that is not a shell variable name (:data:`ENV_NAME`), or that
-    the job script assigns itself (:data:`JOB_SCRIPT_VARIABLES`): the first cannot be exported by the job script,
-    and ``--local`` would hand it to torchrun unchecked (or stop in a traceback for a ``=``); the second's value would
-    be silently replaced. Checked when the recipe loads, so every mode refuses it first; ``where`` prefixes the
-    message."""
+    """Refuse a name of the environment table ``env`` that is not a shell variable name (:data:`ENV_NAME`), that
+    the job script assigns itself (:data:`JOB_SCRIPT_VARIABLES`), or that SLURM sets
+    (:data:`SLURM_VARIABLE_PREFIX`): the first cannot be exported by the job script, and ``--local`` would hand it to
+    torchrun unchecked (or stop in a traceback for a ``=``); the second's value would be silently replaced; the
+    third would replace SLURM's value where the job script and ``srun`` read it. Checked when the recipe loads, so
+    every mode refuses it first; ``where`` prefixes the message."""
     for name in env:
         if not ENV_NAME.fullmatch(name):
             raise RecipeError(f"{where}{name!r} is not a valid environment variable name; use letters, digits and _, "
@@ -365,6 +377,11 @@ def check_env_names(env: Mapping[str, str], where: str) -> None:
         if name in JOB_SCRIPT_VARIABLES:
             raise RecipeError(f"{where}{name} is a variable the job script sets itself after exporting the "
                               f"environment, so this value would be lost; {JOB_SCRIPT_VARIABLES[name]}")
+        if name.startswith(SLURM_VARIABLE_PREFIX):
+            raise RecipeError(f"{where}{name} is a SLURM variable: SLURM sets its {SLURM_VARIABLE_PREFIX}* variables "
+                              "in every job, and the job script and srun read them (SLURM_JOB_NODELIST, SLURM_NNODES, "
+                              "SLURM_JOB_ID, each task's SLURM_NODEID), so this value would replace SLURM's own; "
+                              "remove it (the row's nodes and [cluster] give the job's SLURM options)")
 
 
 def check_positive(settings: Any, names: Sequence[str], where: str) -> None:

@@ -7,7 +7,8 @@ tokenizer directory) into the container, and runs in the directory the script wa
 checked), wherever ``sbatch`` is called. The container command is ``cluster.container_runtime`` (``apptainer``, or
 ``singularity`` where a site has only that). The cluster environment, with the row's own over it, is exported twice:
 as itself, and as ``APPTAINERENV_<NAME>`` (``SINGULARITYENV_<NAME>``), because neither runtime lets a host variable
-override one the image sets (the repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``). A job made from a source checkout binds it and puts it first on
+override one the image sets (the repository's image sets ``PYTORCH_CUDA_ALLOC_CONF``); the names the job's own shell
+runs its commands through (:data:`CONTAINER_ONLY_VARIABLES`: ``PATH`` ...) only as the latter. A job made from a source checkout binds it and puts it first on
 the image's own ``PYTHONPATH``; the user's own site-packages (``~/.local``, which would come before the image's) are
 off; before ``srun``, the job stops with one line when the image does not run on the
 node's CPU architecture. A row with checkpoints (``oellm recipe --save-interval``) saves and
@@ -27,7 +28,13 @@ import megatron.oellm
 from megatron.oellm.doctor.rules import HYBRID_EP_MULTINODE_VARIABLE
 from megatron.oellm.error_lines import one_line
 from megatron.oellm.paths import source_checkout
-from megatron.oellm.recipes.config import CONTAINER_RUNTIMES, ClusterSettings, Recipe, RecipeError
+from megatron.oellm.recipes.config import (
+    CONTAINER_ONLY_VARIABLES,
+    CONTAINER_RUNTIMES,
+    ClusterSettings,
+    Recipe,
+    RecipeError,
+)
 from megatron.oellm.recipes.host_paths import bind_source, input_binds
 from megatron.oellm.recipes.resolve import ResolvedRow
 
@@ -129,9 +136,12 @@ iterations and throughput of the earlier start stay for ``oellm table``, which r
 
 def _env_lines(name: str, value: str, runtime: str) -> list[str]:
     """``export NAME=value`` and ``export <RUNTIME>ENV_NAME=value`` (``APPTAINERENV_NAME``: wins over the image's own
-    value), value quoted; ``name`` is valid (:func:`megatron.oellm.recipes.config.check_env_names`)."""
+    value, and the runtime evaluates a ``$`` in it in the container), value quoted; the latter alone for a name of
+    :data:`CONTAINER_ONLY_VARIABLES`, which the job's own shell runs its commands through. ``name`` is valid
+    (:func:`megatron.oellm.recipes.config.check_env_names`)."""
     quoted = shlex.quote(str(value))
-    return [f"export {name}={quoted}", f"export {runtime.upper()}ENV_{name}={quoted}"]
+    container = f"export {runtime.upper()}ENV_{name}={quoted}"
+    return [container] if name in CONTAINER_ONLY_VARIABLES else [f"export {name}={quoted}", container]
 
 
 def sbatch_text(recipe: Recipe, row_number: int, resolved: ResolvedRow, directory: Path | None = None) -> str:
