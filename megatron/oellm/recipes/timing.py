@@ -8,7 +8,8 @@ given, its high end when that is all the row gives) as the step's training FLOPs
 iterations x that step time plus :data:`START_UP_S` for the job's start, the model build and the slower first
 iterations. Rows without a reference throughput are not timed; a checkpointing run whose own stop
 (``--exit-duration-in-mins``) is not before its time limit is refused with or without one. A run that requeues its
-job after each stop (``requeue = true``) may take more than one job: only its stop before the time limit is checked.
+job after each stop (``requeue = true``) may take more than one job: its stop is checked to come before the time limit
+and, with a reference throughput, after the start-up and one iteration.
 Pure Python.
 """
 
@@ -71,6 +72,21 @@ class RunTime:
         """Iterations x step time + :data:`START_UP_S`; None without a reference throughput."""
         return None if self.step_s is None else self.iterations * self.step_s + START_UP_S
 
+    @property
+    def least_stop_s(self) -> float | None:
+        """The earliest the run's stop may come, in seconds after its start: the expected run time for a run in one
+        job; :data:`START_UP_S` and one iteration for a run that :attr:`requeues`, whose every start must get past its
+        first iteration before it stops (one that ends after the stop runs into the margin the stop leaves for the
+        save before the time limit). None without a reference throughput."""
+        if self.step_s is None:
+            return None
+        return START_UP_S + self.step_s if self.requeues else self.expected_s
+
+    @property
+    def _least_stop_reason(self) -> str:
+        """What :attr:`least_stop_s` is, for the suggestions that name it."""
+        return "start-up and one iteration" if self.requeues else "the expected run time"
+
     def estimate(self) -> str:
         """How the expected run time comes about, e.g. ``expected 23 min = 10 iterations x 75.2 s (...) + ...``."""
         if self.expected_s is None:
@@ -88,9 +104,12 @@ class RunTime:
     def check(self) -> None:
         """Raise :class:`RecipeError` when a checkpointing run's stop is not before the time limit (with or without a
         reference throughput), when the expected run time exceeds the time limit or the run's stop (not for a run that
-        :attr:`requeues`), or when the stop leaves no more than one iteration before the limit."""
+        :attr:`requeues`), when a requeueing run's stop comes before its start-up and one iteration, or when the stop
+        leaves no more than one iteration before the limit."""
         self._check_stop_before_limit()
-        if not self.requeues:
+        if self.requeues:
+            self._check_first_iteration()
+        else:
             self._check_one_job()
         after_stop = None if self.stop_minutes is None else self._after_stop_s(self.limit_s, self.stop_minutes)
         if self.saves and self.step_s is not None and after_stop is not None and self.step_s >= after_stop:
@@ -116,40 +135,41 @@ class RunTime:
     def _stop_before_limit_fix(self) -> str:
         """How to stop before the time limit: with a step time, the latest stop more than one iteration before the
         limit (as :meth:`_margin_fix` gives it); without one, the stop ``oellm recipe`` derives, which keeps its save
-        margin (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`); for a run that does not requeue, no
-        earlier than its expected run time. Or the shortest time limit that the run's own stop fits
+        margin (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`); no earlier than
+        :attr:`least_stop_s`. Or the shortest time limit that the run's own stop fits
         (:meth:`_own_stop_limit_fix`). Each suggestion, followed, passes :meth:`check`."""
         longer = self._own_stop_limit_fix()
         latest = (exit_duration_minutes(self.limit_s) if self.step_s is None
                   else self._latest_stop_before_one_step())
         if latest is None or latest < 1 or not self._stop_fits(self.limit_s, latest):
             return longer
-        earliest = ("" if self.requeues or self.expected_s is None
-                    else f" (and at least {math.ceil(self.expected_s / 60)}, the expected run time)")
+        earliest = ("" if self.least_stop_s is None
+                    else f" (and at least {math.ceil(self.least_stop_s / 60)}, {self._least_stop_reason})")
         return f"set exit-duration-in-mins to at most {latest} in the recipe{earliest}, or {longer}"
 
     def _own_stop_limit_fix(self) -> str:
         """``give it a time limit of at least HH:MM:00``: the shortest limit the recipe's own stop fits
         (:meth:`_stop_fits`: a minute after it, more than one iteration after it for a run that saves), with the stop
-        first raised to the expected run time where it is earlier and the run does not requeue."""
+        first raised to :attr:`least_stop_s` where it is earlier."""
         stop = self.stop_minutes
-        if not self.requeues and self.expected_s is not None and self.expected_s > 60 * stop:
-            stop = math.ceil(self.expected_s / 60)
+        if self.least_stop_s is not None and self.least_stop_s > 60 * stop:
+            stop = math.ceil(self.least_stop_s / 60)
         minutes = stop + 1 + (math.floor(self.step_s / 60) if self.saves and self.step_s is not None else 0)
         longer = f"give it a time limit of at least {_time_limit_text(minutes)}"
         if stop != self.stop_minutes:
-            longer = (f"set exit-duration-in-mins to {stop} in the recipe (the expected run time: one job must run "
-                      f"every iteration) and {longer}")
+            why = ("each start must get past its first iteration" if self.requeues
+                   else "one job must run every iteration")
+            longer = f"set exit-duration-in-mins to {stop} in the recipe ({self._least_stop_reason}: {why}) and {longer}"
         return longer
 
     def _stop_fits(self, limit_s: int, stop_minutes: int) -> bool:
         """Whether the stop ``stop_minutes`` under the time limit ``limit_s`` passes every check of :meth:`check`:
-        before the limit, more than one iteration before it for a run that saves, and, for a run that does not
-        requeue, no earlier than the expected run time, which the limit must cover too."""
+        before the limit, more than one iteration before it for a run that saves, and no earlier than
+        :attr:`least_stop_s`."""
         after_stop = self._after_stop_s(limit_s, stop_minutes)
         if after_stop <= 0 or (self.saves and self.step_s is not None and after_stop <= self.step_s):
             return False
-        return self.requeues or self.expected_s is None or self.expected_s <= 60 * stop_minutes
+        return self.least_stop_s is None or self.least_stop_s <= 60 * stop_minutes
 
     def _check_one_job(self) -> None:
         """Raise :class:`RecipeError` when the expected run time exceeds the time limit, or the run's own stop: one
@@ -169,6 +189,30 @@ class RunTime:
                               f"{self._saving} after {self.stop_minutes} min) before its last iteration: "
                               f"{self.estimate()}; {self._stop_fix()}")
 
+    def _check_first_iteration(self) -> None:
+        """Raise :class:`RecipeError` when a requeueing run's stop comes before its start-up and one iteration
+        (:attr:`least_stop_s`): the first iteration of every start would end after the stop, in the margin it leaves
+        for the save before the time limit, and a start SLURM kills at the limit is never requeued."""
+        least = self.least_stop_s
+        if least is None or self.stop_minutes is None or 60 * self.stop_minutes >= least:
+            return
+        raise RecipeError(f"each start of the job (requeue = true) would stop (--exit-duration-in-mins "
+                          f"{self.stop_minutes}: it exits{self._saving} after {self.stop_minutes} min) before its first "
+                          f"iteration ends: expected {least:.0f} s = {START_UP_S // 60} min start-up + 1 iteration x "
+                          f"{self.step_s:.1f} s (from the report's {self.source}), and a start that runs past its stop "
+                          f"into its time limit is killed and never requeued; {self._first_iteration_fix()}")
+
+    def _first_iteration_fix(self) -> str:
+        """How to let every start get past its first iteration: a longer time limit when the stop is the one ``oellm
+        recipe`` derives from it; else the recipe's own stop moved to :attr:`least_stop_s` where that fits the time
+        limit (:meth:`_stop_fits`), or a longer limit with it (:meth:`_own_stop_limit_fix`)."""
+        if self._stop_is_derived:
+            return self._derived_limit_fix()
+        earliest = math.ceil(self.least_stop_s / 60)
+        if self._stop_fits(self.limit_s, earliest):
+            return f"set exit-duration-in-mins to at least {earliest} in the recipe ({self._least_stop_reason})"
+        return self._own_stop_limit_fix()
+
     @property
     def _stop_is_derived(self) -> bool:
         """Whether the run's stop is the one ``oellm recipe`` derives from its time limit (a longer limit moves it)."""
@@ -182,11 +226,12 @@ class RunTime:
 
     def _margin_fix(self) -> str:
         """How to leave more than one iteration between the stop and the time limit: a longer time limit when the
-        stop is the one ``oellm recipe`` derives from it (its margin grows with the limit), else an earlier stop."""
+        stop is the one ``oellm recipe`` derives from it (its margin grows with the limit), else an earlier stop where
+        one passes the other checks (:meth:`_stop_fits`), or the shortest limit the recipe's own stop fits."""
         if not self._stop_is_derived:
             latest = self._latest_stop_before_one_step()
-            return (f"set exit-duration-in-mins to at most {latest} in the recipe" if latest >= 1
-                    else "give it a longer time limit (the row's time = \"...\", or --time)")
+            return (f"set exit-duration-in-mins to at most {latest} in the recipe"
+                    if latest >= 1 and self._stop_fits(self.limit_s, latest) else self._own_stop_limit_fix())
         return self._derived_limit_fix()
 
     def _latest_stop_before_one_step(self) -> int:
@@ -198,16 +243,16 @@ class RunTime:
         """``give it a time limit of at least HH:MM:00``: the shortest limit whose derived stop
         (:func:`~megatron.oellm.recipes.resolve.exit_duration_minutes`) passes both stop checks of :meth:`check`, so
         that following the suggestion of one is not refused by the other."""
-        minutes = math.ceil(self.expected_s / 60)
+        minutes = math.ceil(self.least_stop_s / 60)
         while not self._derived_stop_fits(60 * minutes):
             minutes += 1
         return f"give it a time limit of at least {_time_limit_text(minutes)}"
 
     def _derived_stop_fits(self, limit_s: int) -> bool:
-        """Whether the stop ``oellm recipe`` derives from the time limit ``limit_s`` comes after the expected run time
-        and, for a run that saves, leaves more than one iteration before the limit."""
+        """Whether the stop ``oellm recipe`` derives from the time limit ``limit_s`` comes no earlier than
+        :attr:`least_stop_s` and, for a run that saves, leaves more than one iteration before the limit."""
         stop = exit_duration_minutes(limit_s)
-        if stop is None or 60 * stop < self.expected_s:
+        if stop is None or 60 * stop < self.least_stop_s:
             return False
         return not self.saves or self._after_stop_s(limit_s, stop) > self.step_s
 

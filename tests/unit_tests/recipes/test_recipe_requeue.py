@@ -7,7 +7,9 @@ bash with stand-ins (:mod:`sbatch_job_helpers`) for ``scontrol``, ``srun``, ``ap
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,10 @@ from sbatch_job_helpers import mn5_weak_recipe, run_job
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, RunInputs, resolve_row, sbatch_text
+from megatron.oellm.recipes.config import time_limit_seconds
+from megatron.oellm.recipes.resolve import exit_duration_minutes
 from megatron.oellm.recipes.slurm import CHECKPOINT_TRACKER
-from megatron.oellm.recipes.timing import RunTime
+from megatron.oellm.recipes.timing import START_UP_S, RunTime
 
 RECIPE = EXAMPLES / "qwen3_30b_a3b_mn5.toml"
 """Row 1 expects 13 minutes: 10 iterations x 17.4 s + 10 minutes start-up."""
@@ -94,7 +98,7 @@ def test_a_requeued_run_keeps_one_iteration_between_its_stop_and_its_time_limit(
     """Requeued or not, an iteration begun before the stop must end before SLURM's kill, or the start's save is lost
     and the job fails; only the run's length may exceed one job."""
     step_s = random.uniform(60, 600)
-    stop = random.randint(10, 100)
+    stop = random.randint(math.ceil((START_UP_S + step_s) / 60), 100)  # after each start's first iteration
     iterations = random.randint(10**3, 10**5)
     long_run = RunTime(f"{stop + 1}", 60 * (stop + 1), iterations, step_s, "step_time_s", stop, saves=True,
                        requeues=True)
@@ -130,6 +134,98 @@ def test_an_own_stop_at_or_after_the_time_limit_is_refused_with_or_without_a_ref
     assert " s before its time limit" not in err
     assert dry_run(limit_minutes - 1) == 0  # a minute before the limit: more than row 1's 17 s step
     assert ", requeued until its last iteration" in capsys.readouterr().out
+
+
+def _minutes_limit(minutes: int) -> str:
+    """A time limit of ``minutes`` as ``HH:MM:00``."""
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def _suggested_limit(message: str) -> str:
+    """The time limit a refusal tells to take."""
+    return re.search(r"give it a time limit of at least (\d\d:\d\d:00)", message).group(1)
+
+
+def test_a_derived_stop_before_the_start_up_and_one_iteration_is_refused_naming_the_least_limit(tmp_path, capsys):
+    """``--time 00:06:00`` (the run stops after 1 min) was queued, requeued until its last iteration, though the
+    tool itself expects 10 minutes of start-up: SLURM killed the start before its first iteration, a killed start is
+    never requeued, and the job failed with no progress. The least limit the refusal names passes; a minute less
+    does not."""
+    config = _config(tmp_path, f'[cluster]\noutput_dir = "{tmp_path}"\n')
+    short = random.randint(6, 15)  # a derived stop of 1 to 10 minutes; row 1 (a 17 s step) needs one of 11
+
+    def dry_run(limit: str) -> int:
+        return main(["recipe", str(config), "--dry-run", "--row", "1", "--save-interval", str(random.randint(1, 9)),
+                     "--time", limit])
+
+    assert dry_run(_minutes_limit(short)) == 2
+    captured = capsys.readouterr()
+    stop = exit_duration_minutes(60 * short)
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert (f"row 1: each start of the job (requeue = true) would stop (--exit-duration-in-mins {stop}: it exits and "
+            f"saves after {stop} min) before its first iteration ends: expected ") in captured.err
+    assert "a start that runs past its stop into its time limit is killed and never requeued; give it a time limit" \
+        in captured.err
+    least = _suggested_limit(captured.err)
+    assert least == "00:16:00"
+    assert dry_run(least) == 0
+    assert ", requeued until its last iteration; " in capsys.readouterr().out
+    assert dry_run(_minutes_limit(time_limit_seconds(least) // 60 - 1)) == 2
+
+
+@pytest.mark.parametrize("stop_kind", ["derived", "own"])
+def test_every_start_gets_past_its_first_iteration_or_is_refused(stop_kind):
+    """Drawn steps and limits of a requeueing run with a stop before its start-up and one iteration, derived from
+    the limit or the recipe's own: it is refused in those words, and following the refusal's suggestion (the least
+    limit, or a later own stop with a limit where one is needed) passes; a minute less than the least limit does
+    not."""
+    step_s = random.uniform(1, 900)
+    least_minutes = math.ceil((START_UP_S + step_s) / 60)  # the first whole-minute stop after the first iteration
+    if stop_kind == "derived":  # limits of 6 minutes up to the last whose derived stop is before the first iteration
+        limit_minutes = random.choice([m for m in range(6, least_minutes + 10)
+                                       if 60 * exit_duration_minutes(60 * m) < START_UP_S + step_s])
+        stop = exit_duration_minutes(60 * limit_minutes)
+    else:
+        stop = random.randint(1, least_minutes - 1)
+        limit_minutes = random.randint(stop + 1, least_minutes + 30)
+    run = RunTime(_minutes_limit(limit_minutes), 60 * limit_minutes, random.randint(10, 10**5), step_s,
+                  "step_time_s", stop, saves=True, requeues=True)
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    message = str(refused.value)
+    assert message.startswith(f"each start of the job (requeue = true) would stop (--exit-duration-in-mins {stop}: "
+                              f"it exits and saves after {stop} min) before its first iteration ends: expected "
+                              f"{START_UP_S + step_s:.0f} s = {START_UP_S // 60} min start-up + 1 iteration x "
+                              f"{step_s:.1f} s (from the report's step_time_s)"), message
+    limit = _suggested_limit(message) if "give it a time limit" in message else run.limit
+    limit_s = time_limit_seconds(limit)
+    if stop_kind == "derived":
+        dataclasses.replace(run, limit=limit, limit_s=limit_s, stop_minutes=exit_duration_minutes(limit_s)).check()
+        shorter = limit_s - 60
+        with pytest.raises(RecipeError):
+            dataclasses.replace(run, limit=_minutes_limit(shorter // 60), limit_s=shorter,
+                                stop_minutes=exit_duration_minutes(shorter)).check()
+    else:
+        later = re.search(r"set exit-duration-in-mins to (?:at least )?(\d+) in the recipe", message)
+        assert later is not None and int(later.group(1)) == least_minutes
+        dataclasses.replace(run, limit=limit, limit_s=limit_s, stop_minutes=least_minutes).check()
+
+
+def test_a_requeueing_runs_margin_refusal_names_a_limit_for_one_start_not_the_whole_run():
+    """A long requeueing run whose derived stop leaves less than one iteration before its limit was told to take a
+    limit covering every iteration (487 days for 10**5 steps of 400 s); the least limit for one start passes."""
+    step_s = random.uniform(301, 900)  # more than the 5 minutes a one-hour limit keeps after its derived stop
+    run = RunTime("01:00:00", 3600, random.randint(10**4, 10**6), step_s, "step_time_s", exit_duration_minutes(3600),
+                  saves=True, requeues=True)
+    with pytest.raises(RecipeError, match="no more than one iteration") as refused:
+        run.check()
+    limit_s = time_limit_seconds(_suggested_limit(str(refused.value)))
+    assert limit_s < run.expected_s / 100
+    dataclasses.replace(run, limit=_minutes_limit(limit_s // 60), limit_s=limit_s,
+                        stop_minutes=exit_duration_minutes(limit_s)).check()
+    with pytest.raises(RecipeError, match="no more than one iteration"):  # the least limit: a minute less is refused
+        dataclasses.replace(run, limit=_minutes_limit(limit_s // 60 - 1), limit_s=limit_s - 60,
+                            stop_minutes=exit_duration_minutes(limit_s - 60)).check()
 
 
 def _requeue_job(tmp_path: Path, iterations: int, before: str | None, saved: str, exit_status: int = 0,

@@ -336,6 +336,10 @@ def _refusal(run) -> str:
     return message
 
 
+LEAST_STOP = "(?:the expected run time|start-up and one iteration)"
+"""How a refusal names the earliest stop a run fits: one job's whole run, or a requeueing start's first iteration."""
+
+
 def _follow_each_suggestion(run, message: str) -> None:
     """Follow each suggestion of a stop-before-limit refusal on its own (an earlier stop; a longer time limit, with
     the stop it names when it names one) and check that the run then passes."""
@@ -344,10 +348,10 @@ def _follow_each_suggestion(run, message: str) -> None:
     latest = re.search(r"exit-duration-in-mins to at most (\d+) in the recipe", message)
     if latest is not None:
         dataclasses.replace(run, stop_minutes=int(latest.group(1))).check()
-    earliest = re.search(r"in the recipe \(and at least (\d+), the expected run time\)", message)
-    if earliest is not None:  # the other end of the range of stops a run that does not requeue fits
+    earliest = re.search(rf"in the recipe \(and at least (\d+), {LEAST_STOP}\)", message)
+    if earliest is not None:  # the other end of the range of stops the run fits
         dataclasses.replace(run, stop_minutes=int(earliest.group(1))).check()
-    raised = re.search(r"exit-duration-in-mins to (\d+) in the recipe \(the expected run time", message)
+    raised = re.search(rf"exit-duration-in-mins to (\d+) in the recipe \({LEAST_STOP}", message)
     stop = run.stop_minutes if raised is None else int(raised.group(1))
     suggested = re.search(r"time limit of at least (\d\d:\d\d:00)", message).group(1)
     dataclasses.replace(run, limit=suggested, limit_s=time_limit_seconds(suggested), stop_minutes=stop).check()
@@ -357,7 +361,9 @@ def _follow_each_suggestion(run, message: str) -> None:
 def test_an_earlier_stop_is_offered_only_when_the_run_still_fits_it(stop):
     """A one-iteration run of 669 s (21.2 min expected) under a 21-minute limit with its stop at or after the limit
     (OELLM_TEST_SEED=2's draw) was told to stop after 9 min, which the one-job check then refused. It is told only of
-    a longer limit (and, with a stop before the expected run time, a later stop), each passing when followed."""
+    a longer limit (and, with a stop before the expected run time, a later stop), each passing when followed. So is
+    a requeueing run, whose every start must get past its start-up and first iteration (21.2 min) before it stops:
+    it was told to stop after 9 min, before its first iteration ended."""
     from megatron.oellm.recipes.timing import RunTime
 
     run = RunTime("00:21:00", 1260, 1, 669.02, "step_time_s", stop, saves=True)
@@ -365,9 +371,11 @@ def test_an_earlier_stop_is_offered_only_when_the_run_still_fits_it(stop):
     assert "at most" not in message
     assert ("exit-duration-in-mins to 22 in the recipe" in message) == (stop == 21)
     _follow_each_suggestion(run, message)
-    fitting = dataclasses.replace(run, requeues=True)  # a requeueing run may stop early: the next start goes on
-    assert "exit-duration-in-mins to at most 9 in the recipe" in _refusal(fitting)
-    _follow_each_suggestion(fitting, _refusal(fitting))
+    requeued = dataclasses.replace(run, requeues=True)
+    message = _refusal(requeued)
+    assert "at most" not in message
+    assert ("exit-duration-in-mins to 22 in the recipe (start-up and one iteration: " in message) == (stop == 21)
+    _follow_each_suggestion(requeued, message)
 
 
 def test_a_saving_runs_stop_exactly_at_its_limit_is_refused_without_a_reference():
