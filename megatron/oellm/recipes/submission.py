@@ -1,7 +1,8 @@
 """Queueing a job script: its run directory (SLURM opens the job log there before the script runs), a new
-``job.sbatch`` (``job-N.sbatch`` beside an earlier submission's), and ``sbatch``; before any row is queued, the
-``sbatch`` options the cluster requires (:attr:`ClusterSettings.required_options`) and ``sbatch --test-only`` of
-every row, so a row the site would reject (a QOS node limit) leaves no part of the table queued.
+``job.sbatch`` (``job-N.sbatch`` beside an earlier submission's; one ``sbatch`` refuses is removed), and ``sbatch``;
+before any row is queued, the ``sbatch`` options the cluster requires (:attr:`ClusterSettings.required_options`) and
+``sbatch --test-only`` of every row, so a row the site would reject (a QOS node limit) leaves no part of the table
+queued.
 """
 
 from __future__ import annotations
@@ -79,13 +80,26 @@ def sbatch_errors(done: subprocess.CompletedProcess[str]) -> str:
 
 def submit(script: str, directory: Path) -> str:
     """Write ``script`` to a new job script in ``directory`` (see :func:`_new_script`), submit it with ``sbatch``;
-    return sbatch's output."""
+    return sbatch's output. A script ``sbatch`` refuses is removed (:func:`_remove_refused_script`)."""
     sbatch = sbatch_command()
     path = _new_script(directory, script)
     done = subprocess.run([sbatch, str(path)], capture_output=True, text=True, check=False)
     if done.returncode:
-        raise RecipeError(f"sbatch {path} failed ({done.returncode}): {sbatch_errors(done)}")
+        raise RecipeError(f"sbatch {path} failed ({done.returncode}): {sbatch_errors(done)}; "
+                          f"{_remove_refused_script(path)}")
     return done.stdout.strip()
+
+
+def _remove_refused_script(path: Path) -> str:
+    """Remove the job script ``path`` that ``sbatch`` refused, and say so: it was written for this submission alone
+    (:func:`_new_script` never writes over a file), and kept it would take the name of the row's next submission,
+    which would then be written as ``job-2.sbatch`` beside a job that never ran. Where it cannot be removed, say that
+    it stays and why."""
+    try:
+        path.unlink()
+    except OSError as error:
+        return f"{path.name} stays ({error.strerror or error}), though nothing was queued: remove it"
+    return f"{path.name} is removed, as nothing was queued (--dry-run prints the script)"
 
 
 def missing_required_options(cluster: ClusterSettings) -> list[str]:

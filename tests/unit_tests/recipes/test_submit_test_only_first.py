@@ -82,5 +82,6 @@ def test_a_submission_refused_midway_names_the_queued_rows_and_their_table(tmp_p
     assert [word.rsplit("/", 2)[1] for word in table if word.endswith("slurm-*.out")] == \
         [f"row{n:02d}-*" for n in queued]
     rows = f"rows {', '.join(map(str, queued))} are queued (jobs {', '.join(job_ids)})"
-    assert f"failed (1): {LIMIT_ERROR}; {rows}; submit each remaining row with" in err and err.count("\n") == 1
+    assert (f"failed (1): {LIMIT_ERROR}; job.sbatch is removed, as nothing was queued (--dry-run prints the script); "
+            f"{rows}; submit each remaining row with") in err and err.count("\n") == 1
     assert err.rstrip().endswith(f"(N: {', '.join(map(str, range(first_refused, 7)))})")
