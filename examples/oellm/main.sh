@@ -9,7 +9,8 @@ set -euo pipefail
 case "${1:-}" in -h|--help) awk 'NR > 1 { if (!/^#/) exit; print }' "${BASH_SOURCE[0]}"; exit 0 ;; esac  # before any install
 # stays in the caller's directory: a relative PYTHON (.venv/bin/python), --data-path or --tokenizer-model names the
 # caller's file, as it does for the recipe wrappers and tools/install.sh
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# the checkout holding this script, through a symbolic link to it
+root="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 
 # Whether this machine has an NVIDIA GPU: nvidia-smi lists it before anything is installed (a fresh node may have

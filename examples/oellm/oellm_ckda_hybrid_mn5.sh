@@ -6,6 +6,7 @@
 # Settings: oellm_ckda_hybrid_mn5.toml beside this script. Works from a checkout without pip install.
 # Rows 1-2 are document-masked, which this release does not wire: they are refused; --row 3 resolves.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# this script's folder, also when run through a link to it: its config and checkout are beside it, not the link
+here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 export PYTHONPATH="$here/../..${PYTHONPATH:+:$PYTHONPATH}"
 exec "${PYTHON:-python3}" -m megatron.oellm recipe "$here/oellm_ckda_hybrid_mn5.toml" "$@"

@@ -5,6 +5,7 @@
 #        [--save-interval N] [--train-iters N (--local)]   (default: --dry-run; --help lists every option)
 # Settings: qwen3_5_35b_a3b_mn5_routing.toml beside this script. Works from a checkout without pip install.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# this script's folder, also when run through a link to it: its config and checkout are beside it, not the link
+here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 export PYTHONPATH="$here/../..${PYTHONPATH:+:$PYTHONPATH}"
 exec "${PYTHON:-python3}" -m megatron.oellm recipe "$here/qwen3_5_35b_a3b_mn5_routing.toml" "$@"

@@ -5,7 +5,8 @@ the container binds that make those inputs visible at the same paths.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from megatron.oellm.megatron_args import FlagValue
@@ -33,17 +34,46 @@ def data_prefixes(data_path: Sequence[str]) -> list[str]:
 
 def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
     """Apptainer binds that make the run's inputs visible in the container at the same absolute paths: the
-    directory of every ``--data-path`` prefix, and the ``--tokenizer-model`` when it is a path here (a Hugging
-    Face hub name is not)."""
+    directory of every ``--data-path`` prefix and the ``--tokenizer-model`` when it is a path here (a Hugging Face
+    hub name is not), where the job reads them; then the folders their symbolic links lead to
+    (:func:`link_target_folders`), those inside a folder bound already aside."""
     data_path = flags.get("data-path")
     entries = [str(entry) for entry in data_path] if isinstance(data_path, (list, tuple)) else []
-    sources = [Path(prefix).absolute().parent for prefix in data_prefixes(entries)]
+    folders, files = [], []
+    for prefix in data_prefixes(entries):
+        folders.append(Path(prefix).absolute().parent)
+        files += [Path(prefix + suffix).absolute() for suffix in (".bin", ".idx")]
     tokenizer = flags.get("tokenizer-model")
     if isinstance(tokenizer, str) and Path(tokenizer).exists():
         path = Path(tokenizer).absolute()
-        sources.append(path if path.is_dir() else path.parent)
+        folders.append(path if path.is_dir() else path.parent)
+        files += sorted(path.iterdir()) if path.is_dir() else [path]
+    targets = [target for target in link_target_folders(files)
+               if not any(target.is_relative_to(folder) for folder in folders)]
     return [bind_source(source, "input directory", "move or link the data to a path without them")
-            for source in dict.fromkeys(str(source) for source in sources)]
+            for source in dict.fromkeys(str(folder) for folder in [*folders, *targets])]
+
+
+def link_target_folders(files: Iterable[Path]) -> list[Path]:
+    """The folders, resolved, that the symbolic links among ``files`` lead to, every link of a chain included: a
+    bind carries a link but not what it points at, so without them the link dangles in the container (a Hugging
+    Face cache's ``snapshots/<hash>/tokenizer.json`` -> ``../../blobs/<sha>``, a dataset linked from another
+    folder). A link that dangles here too (or loops) leads nowhere to bind."""
+    folders = []
+    for file in files:
+        if not file.exists():
+            continue
+        while file.is_symlink():
+            file = _link_target(file)
+            folders.append(file.parent)
+    return folders
+
+
+def _link_target(link: Path) -> Path:
+    """What the symbolic link ``link`` points at, one step (the target may be a link again), in a resolved folder:
+    a relative target is read from the link's own folder, as the kernel reads it."""
+    target = link.parent / os.readlink(link)
+    return target.parent.resolve() / target.name
 
 
 def bind_source(source: str, what: str, fix: str) -> str:

@@ -25,10 +25,10 @@ def _executable(path: Path, text: str) -> None:
 
 
 def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_script: str | None = None,
-             args: tuple[str, ...] = ("--extra",), cwd: Path | None = None) -> list[str]:
+             args: tuple[str, ...] = ("--extra",), cwd: Path | None = None, link: Path | None = None) -> list[str]:
     """Run a copy of main.sh with ``args`` and the stand-ins; return the recorded calls, one per line (with the
     directory each ran in when ``cwd``, the caller's directory, is given). ``nvidia-smi`` prints ``nvidia_smi``, or
-    runs ``smi_script`` (a shell script) when given."""
+    runs ``smi_script`` (a shell script) when given. ``link``: run it through a symbolic link made there."""
     root = tmp_path / "tree"
     (root / "examples" / "oellm").mkdir(parents=True)
     shutil.copy(EXAMPLES / "main.sh", root / "examples" / "oellm" / "main.sh")
@@ -36,7 +36,7 @@ def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_s
     for stem in ("qwen3_5_35b_a3b_mn5_strong", "qwen3_235b_a22b_jupiter"):
         _executable(root / "examples" / "oellm" / f"{stem}.sh", RECORDER.format(name=stem))
     bin_dir = tmp_path / "bin"
-    for tool in ("bash", "dirname", "grep", "sh"):
+    for tool in ("bash", "dirname", "grep", "readlink", "sh"):
         _executable(bin_dir / tool, f'#!/bin/sh\nexec {shutil.which(tool)} "$@"\n')
     _executable(bin_dir / "python3", RECORDER.format(name="python3"))
     if smi_script is not None:
@@ -50,7 +50,11 @@ def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_s
     env = {"PATH": str(bin_dir), "PYTHON": str(python), "RECORD": str(record), "HOME": os.environ.get("HOME", "/")}
     if cwd is not None:
         env["RECORD_PWD"] = "1"
-    done = subprocess.run([shutil.which("bash"), str(root / "examples" / "oellm" / "main.sh"), *args],
+    script = root / "examples" / "oellm" / "main.sh"
+    if link is not None:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(script)
+    done = subprocess.run([shutil.which("bash"), str(link or script), *args],
                           env=env, capture_output=True, text=True, check=False, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return record.read_text().splitlines()
@@ -100,3 +104,13 @@ def test_relative_paths_stay_the_callers(tmp_path, listing):
     calls = run_main(tmp_path, listing, torch_sees_gpu=False, args=("--data-path", data), cwd=caller)
     assert all(call.endswith(f" PWD={caller}") for call in calls), calls
     assert f"--data-path {data} " in calls[-1], calls
+
+
+@pytest.mark.parametrize("listing", ["GPU 0: NVIDIA H100 (UUID: GPU-0)", None])
+def test_a_link_to_main_sh_runs_the_checkout_it_points_into(tmp_path, listing):
+    """Run through a symbolic link elsewhere, main.sh looked for tools/install.sh and the recipe wrappers two
+    folders above the link, and stopped there."""
+    link = tmp_path / f"elsewhere{random.randrange(10**6)}" / random.choice(["main.sh", "job.sh"])
+    calls = run_main(tmp_path, listing, torch_sees_gpu=False, link=link)
+    assert calls[0].startswith("install hf,gdn ") and calls[-1].split()[0] in {"qwen3_5_35b_a3b_mn5_strong",
+                                                                             "qwen3_235b_a22b_jupiter"}, calls
