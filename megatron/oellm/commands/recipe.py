@@ -612,5 +612,5 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         print(f"On one GPU, --local would run row {number} as:\n{shlex.join(torchrun_command(example))}")
         _print_notes(example)
     print()
-    print(describe_recipe(recipe, inputs))
+    print(describe_recipe(recipe, inputs, [number]))
     return blocker

@@ -308,3 +308,16 @@ def test_local_refuses_a_read_only_corpus_without_an_index_cache_before_torchrun
     monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 1)
     fake_local_launch(monkeypatch, lambda command, env, check: calls.append(command) or Done())
     assert main(local) == 0 and len(calls) == 1
+
+
+def test_without_gpu_local_prints_the_table_command_of_its_row_only(monkeypatch, capsys):
+    """The dry run ``--local`` prints without a GPU is of its ``--row`` alone: its header's ``oellm table`` command
+    read every row's logs (one pattern for all), the README's command of the selected row."""
+    monkeypatch.setattr(recipe_command, "visible_gpus", lambda: 0)
+    config = EXAMPLES / "qwen3_235b_a22b_jupiter_sweep.toml"
+    recipe = load_recipe(config)
+    number = random.randint(1, len(recipe.rows))
+    assert main(["recipe", str(config), "--local", "--row", str(number)]) == 2
+    out = capsys.readouterr().out
+    assert recipe_command.table_command(recipe, [number]) in out
+    assert f"row{number:02d}-*/slurm-*.out" in out and "/row*/slurm-*.out" not in out
