@@ -14,6 +14,7 @@ from pathlib import Path
 from megatron.oellm.cards import CardError
 from megatron.oellm.child_process import exit_status, run_forwarding_signals
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS, refuse
+from megatron.oellm.error_lines import one_line
 from megatron.oellm.flops import FlopError, megatron_flops_per_token
 from megatron.oellm.models.parallel import ParallelLayoutError
 from megatron.oellm.paths import nearest_existing
@@ -166,7 +167,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
     """Header of ``--dry-run``: the table, model, layout, cluster and the rows with the report's numbers, then the
     ``oellm table`` command of the selected rows ``numbers`` (default: all), the one ``--submit`` of them prints."""
     layout = recipe.parallel
-    lines = [f"== {recipe.title} ==",
+    lines = [f"== {one_line(recipe.title)} ==",  # a TOML multi-line title or label: one line, as the job header's
              f"recipe {recipe.name}: model {recipe.model}{describe_vocab(recipe, inputs)}, seq {recipe.seq_length}, "
              f"{recipe.train_iters} iterations",
              f"parallel: {layout.sizes_label()}" + (f", layout {layout.pipeline_layout}" if layout.pipeline_layout else ""),
@@ -183,7 +184,7 @@ def describe_recipe(recipe: Recipe, inputs: RunInputs, numbers: list[int] | None
               f"{'time':>{width}}  label / overrides"]
     for number, (row, time) in enumerate(zip(recipe.rows, times, strict=True), start=1):
         overrides = {**row.parallel, **row.flags, **row.env}
-        text = row.label + (f" {overrides}" if overrides else "")
+        text = one_line(row.label) + (f" {overrides}" if overrides else "")
         if row.reference:
             text += "  [report: " + ", ".join(f"{k} {v}" for k, v in row.reference.items()) + "]"
         lines.append(f"{number:>3}  {row.nodes:>5}  {row.nodes * recipe.cluster.gpus_per_node:>4}  "

@@ -15,7 +15,8 @@ import pytest
 from recipe_helpers import EXAMPLES
 
 from megatron.oellm.cli import main
-from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch_text
+from megatron.oellm.commands.recipe import describe_recipe
+from megatron.oellm.recipes import RecipeError, RunInputs, load_recipe, resolve_row, sbatch_text
 
 ROW = "[[rows]]\nnodes = 8\nglobal_batch_size = 1024\nmicro_batch_size = 4\n"
 
@@ -213,3 +214,20 @@ def test_an_unreadable_config_is_one_error_line(tmp_path, monkeypatch, capsys):
     assert main(["recipe", str(config)]) == 2
     err = capsys.readouterr().err
     assert err == f"oellm recipe: error: cannot read recipe config {config} (Permission denied)\n"
+
+
+@pytest.mark.parametrize("where", ["title", "label"])
+def test_the_dry_run_shows_a_multi_line_title_or_label_on_one_line(tmp_path, where):
+    """The dry run's heading and row table printed a multi-line title or label as it was written, its second line
+    splitting the heading or the row's line of the table; it is joined as in the job header."""
+    words = [f"w{random.randrange(10**6)}" for _ in range(3)]
+    blank = random.choice(["", " ", "\\r"])  # a TOML escape: a carriage return before the line break
+    text = f'"""{words[0]}\n{words[1]}{blank}\n  {words[2]}"""'
+    config = _config(tmp_path, f"title = {text}\n{ROW}" if where == "title" else f'title = "t"\n{ROW}label = {text}\n')
+    lines = describe_recipe(load_recipe(config), RunInputs()).splitlines()
+    joined = " ".join(words)
+    if where == "title":
+        assert lines[0] == f"== {joined} =="
+    else:
+        assert any(line.startswith("  1 ") and line.endswith(f"  {joined}") for line in lines), lines
+    assert not any(line.startswith(tuple(words)) for line in lines), lines
