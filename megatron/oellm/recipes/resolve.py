@@ -366,7 +366,9 @@ def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[s
                 layers = len(pattern) // 2
                 shown += (f" (megatron counts each symbol of the hybrid pattern {pattern!r} as a layer: "
                           f"{layers} mixer and {layers} MoE layers)")
-            raise RecipeError(f"--{name} {value!r} in {where} contradicts {owner}, which {shown}; change it "
+            given_text = (f"removing --{name} ({name} = false)" if value is False
+                          else f"--{name} {value!r}")
+            raise RecipeError(f"{given_text} in {where} contradicts {owner}, which {shown}; change it "
                               "there, not as a Megatron flag")
 
 
