@@ -301,7 +301,7 @@ def assemble_flags(recipe: Recipe, row: TableRow, card: ModelCard, layout: Paral
         "the parallel layout ([parallel], a row's parallel)": parallel_flags(card, layout),
         "the row (seq_length, micro_batch_size, global_batch_size, train_iters)": {
             "seq-length": card.seq_length, "micro-batch-size": row.micro_batch_size,
-            "global-batch-size": row.global_batch_size, "train-iters": train_iters},
+            "global-batch-size": row.global_batch_size, "train-iters": train_iters, "train-samples": None},
         "the run inputs (--data-path, --tokenizer-model)": data_flags(inputs),
     }
     check_flag_names("[megatron_flags]", recipe.megatron_flags)
@@ -366,6 +366,8 @@ def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[s
                 layers = len(pattern) // 2
                 shown += (f" (megatron counts each symbol of the hybrid pattern {pattern!r} as a layer: "
                           f"{layers} mixer and {layers} MoE layers)")
+            if name == "train-samples":  # megatron's validate_args asserts iteration-based training beside it
+                shown += " (the run's length is the row's train_iters, and megatron refuses --train-samples beside it)"
             given_text = (f"removing --{name} ({name} = false)" if value is False
                           else f"--{name} {value!r}")
             raise RecipeError(f"{given_text} in {where} contradicts {owner}, which {shown}; change it "
