@@ -271,9 +271,27 @@ def _given_text(given: Mapping[str, FlagValue], names: Sequence[str]) -> str:
     return " ".join(f"{name}={given[name]}" for name in names if name in given)
 
 
-def _check_sizes(given: Mapping[str, FlagValue]) -> None:
-    """Raise :class:`FlopError` for an override of :data:`SIZE_FLAGS` below its smallest value."""
+def _has_experts(flags: Mapping[str, FlagValue]) -> bool:
+    """Whether the model of ``flags`` routes tokens to experts (``num-experts`` above 0; 0 and none are no experts)."""
+    experts = flags.get("num-experts")
+    return _whole(experts) and experts > 0
+
+
+SIZE_FLAG_USERS: dict[str, Callable[[Mapping[str, FlagValue]], bool]] = {
+    "moe-router-topk": _has_experts,
+    "num-query-groups": lambda flags: bool(flags.get("group-query-attention")),
+}
+"""The :data:`SIZE_FLAGS` megatron-core 0.19.2 reads only for some models -> whether the model of the flags is one: a
+dense model never reads its top-k (``TransformerConfig`` takes a 0), and without group-query-attention the query
+groups are not passed on (the heads are the groups)."""
+
+
+def _check_sizes(flags: Mapping[str, FlagValue], given: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` for an override of :data:`SIZE_FLAGS` below its smallest value, where the model of
+    ``flags`` reads it (:data:`SIZE_FLAG_USERS`)."""
     for name, value in given.items():
+        if name in SIZE_FLAG_USERS and not SIZE_FLAG_USERS[name](flags):
+            continue
         if name in SIZE_FLAGS and _whole(value) and value < SIZE_FLAGS[name][0]:
             minimum, reason = SIZE_FLAGS[name]
             raise FlopError(f"--megatron-flag {name}={value}: {reason}; give {name} >= {minimum}")
@@ -298,8 +316,23 @@ def _check_router_topk(flags: Mapping[str, FlagValue], given: Mapping[str, FlagV
     topk, experts = flags.get("moe-router-topk"), flags.get("num-experts")
     if ({"moe-router-topk", "num-experts"} & given.keys() and _whole(topk) and _whole(experts)
             and 0 < experts < topk):
-        raise FlopError(f"--megatron-flag {_given_text(given, ('moe-router-topk', 'num-experts'))}: a token is routed "
-                        f"to at most every expert, and num-experts is {experts}; give moe-router-topk from 1 to {experts}")
+        raise FlopError(f"--megatron-flag {_given_text(given, ('moe-router-topk', 'num-experts'))}: moe-router-topk "
+                        f"{topk} routes a token to more experts than num-experts {experts}; give moe-router-topk from 1 "
+                        f"to {experts}, or num-experts {topk} or more")
+
+
+def _check_hybrid_experts(flags: Mapping[str, FlagValue], given: Mapping[str, FlagValue]) -> None:
+    """Raise :class:`FlopError` where an override leaves no experts (``num-experts`` 0 or none) to a hybrid layer
+    pattern with MoE layers (``E``): megatron-core builds each ``E`` as an MoE layer of ``num-experts`` experts, which
+    fails without them, while Megatron's hybrid count reads the ``E`` symbols, not the expert count, and printed the
+    card's count unchanged."""
+    pattern = flags.get("hybrid-layer-pattern")
+    if ("num-experts" in given and isinstance(pattern, str) and "E" in pattern and not _has_experts(flags)
+            and flags.get("num-experts") in (0, None)):
+        experts = "none" if given["num-experts"] is None else given["num-experts"]
+        raise FlopError(f"--megatron-flag num-experts={experts}: the hybrid layer pattern's E layers are "
+                        "MoE layers, which megatron-core builds with num-experts experts; give num-experts >= 1, or a "
+                        "hybrid-layer-pattern without E")
 
 
 def _check_layer_count(card: ModelCard, given: Mapping[str, FlagValue], pattern: FlagValue) -> None:
@@ -317,14 +350,16 @@ def _check_layer_count(card: ModelCard, given: Mapping[str, FlagValue], pattern:
 def check_overrides(card: ModelCard, overrides: Mapping[str, FlagValue]) -> None:
     """Raise :class:`FlopError` naming the flag for Megatron flag ``overrides`` of ``card`` that no training run could
     have used, whose count Megatron's FLOP function would print all the same: a size below its smallest value
-    (:data:`SIZE_FLAGS`), head counts that do not split evenly (:data:`DIVIDING_FLAGS`), a top-k above the expert
-    count, a ``num-layers`` its layer pattern overrides. Values megatron-core takes pass; megatron is not imported."""
+    (:data:`SIZE_FLAGS`, where the model reads it), head counts that do not split evenly (:data:`DIVIDING_FLAGS`), a
+    top-k above the expert count, no experts for a layer pattern's MoE layers, a ``num-layers`` its layer pattern
+    overrides. Values megatron-core takes pass; megatron is not imported."""
     given = {name.replace("_", "-"): value for name, value in overrides.items()}
     pattern = _layer_pattern(card, given)
     flags = {**model_flags(card), **given, "hybrid-layer-pattern": pattern}
-    _check_sizes(given)
+    _check_sizes(flags, given)
     _check_divisors(flags, given)
     _check_router_topk(flags, given)
+    _check_hybrid_experts(flags, given)
     _check_layer_count(card, given, pattern)
 
 

@@ -66,15 +66,36 @@ def test_zero_experts_count_as_megatron_reads_them(capsys):
 def test_a_top_k_above_the_expert_count_is_refused(capsys):
     topk = random.randint(129, 4096)
     assert _refusal(capsys, GPT, f"moe-router-topk={topk}") == (
-        f"oellm flops: error: --megatron-flag moe-router-topk={topk}: a token is routed to at most every expert, and "
-        "num-experts is 128; give moe-router-topk from 1 to 128\n")
+        f"oellm flops: error: --megatron-flag moe-router-topk={topk}: moe-router-topk {topk} routes a token to more "
+        f"experts than num-experts 128; give moe-router-topk from 1 to 128, or num-experts {topk} or more\n")
 
 
 def test_fewer_experts_than_the_cards_top_k_is_refused_naming_the_expert_flag(capsys):
     experts = random.randint(1, 7)
     error = _refusal(capsys, GPT, f"num-experts={experts}")
-    assert error.startswith(f"oellm flops: error: --megatron-flag num-experts={experts}: ")
-    assert error.endswith(f"give moe-router-topk from 1 to {experts}\n")
+    assert error.startswith(f"oellm flops: error: --megatron-flag num-experts={experts}: moe-router-topk 8 routes ")
+    assert error.endswith(f"give moe-router-topk from 1 to {experts}, or num-experts 8 or more\n")
+
+
+def test_no_experts_for_a_hybrid_patterns_moe_layers_is_refused(capsys):
+    """Megatron's hybrid count reads the pattern's ``E`` symbols, not ``num-experts``: no experts printed the card's
+    count unchanged, for a model megatron-core cannot build (each ``E`` is an MoE layer of ``num-experts`` experts)."""
+    experts = random.choice(["0", "none"])
+    assert _refusal(capsys, GDN, f"num-experts={experts}") == (
+        f"oellm flops: error: --megatron-flag num-experts={experts}: the hybrid layer pattern's E layers are MoE "
+        "layers, which megatron-core builds with num-experts experts; give num-experts >= 1, or a "
+        "hybrid-layer-pattern without E\n")
+
+
+def test_sizes_a_model_does_not_read_are_not_refused(capsys):
+    """A dense model never reads its top-k (megatron-core's ``TransformerConfig`` takes a 0), and without
+    group-query-attention megatron-core passes no query groups on: 0 there counts as the model without them."""
+    dense = _total(capsys, GPT, "num-experts=0")
+    assert _total(capsys, GPT, "num-experts=0", "moe-router-topk=0") == dense
+    mha = _total(capsys, GPT, "group-query-attention=none")
+    assert _total(capsys, GPT, "group-query-attention=none", "num-query-groups=0") == mha
+    value = random.randint(-4096, 0)  # where the model reads them, they are refused
+    assert _refusal(capsys, GPT, f"moe-router-topk={value}").endswith("; give moe-router-topk >= 1\n")
 
 
 def test_a_top_k_up_to_the_expert_count_counts_more_the_more_experts_a_token_reaches(capsys):
