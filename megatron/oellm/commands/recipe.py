@@ -406,7 +406,7 @@ def _run(args: argparse.Namespace) -> int:
         local_blocker_text = ""
         if args.local:
             check_local_overrides(args)
-            status = run_local(recipe, numbers[0], inputs, args.train_iters)
+            status = run_local(recipe, numbers[0], inputs, args.train_iters, selected=numbers)
             if isinstance(status, int):
                 return status
             local_blocker_text = status
@@ -573,10 +573,12 @@ def _print_notes(resolved: ResolvedRow) -> None:
         print(f"note: {note}")
 
 
-def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None) -> int | str:
+def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int | None = None,
+              selected: list[int] | None = None) -> int | str:
     """Run row ``number`` fitted down with torchrun and return its exit status; where it cannot run here, explain
     why (without a GPU, for a model that has its layers, also what it would run on one GPU) and return the reason
-    (the caller prints the dry run, then refuses).
+    (the caller prints the dry run, then refuses); that dry run's header is of the ``selected`` rows (``--row`` or
+    ``--nodes``; default all), as ``--dry-run``'s.
     The fitted flags pass megatron's ``validate_args`` and the entry's start-up checks first (as ``--submit``'s rows
     do, :func:`megatron.oellm.recipes.megatron_validation.megatron_refusal`), so a refusal is printed once, before
     torchrun starts any rank.
@@ -613,5 +615,5 @@ def run_local(recipe: Recipe, number: int, inputs: RunInputs, train_iters: int |
         print(f"On one GPU, --local would run row {number} as:\n{shlex.join(torchrun_command(example))}")
         _print_notes(example)
     print()
-    print(describe_recipe(recipe, inputs, [number]))
+    print(describe_recipe(recipe, inputs, selected))
     return blocker
