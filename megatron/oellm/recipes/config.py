@@ -79,10 +79,13 @@ the shell runs ``scontrol``, ``sed``, ``srun`` and the container runtime through
 container (``"/opt/tools/bin:$PATH"``, whose ``$PATH`` the runtime evaluates in the container) left the job without
 its commands (``export PATH='/opt/tools/bin:$PATH'``: no ``scontrol``, and the job ended under ``set -e``)."""
 
-SLURM_VARIABLE_PREFIX = "SLURM_"
-"""Names SLURM sets in every job and step, which the job script (``$SLURM_JOB_NODELIST``, ``$SLURM_NNODES``,
-``$SLURM_JOB_ID``), ``srun`` (its defaults for the step) and each task (``SLURM_NODEID``) read: an ``env`` entry of
-one would replace SLURM's own value, so it is refused."""
+SLURM_JOB_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_NNODES",
+                       "SLURM_JOB_NUM_NODES", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
+                       "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_RESTART_COUNT", "SLURM_EXPORT_ENV")
+"""Names SLURM assigns in every job and step, which the job script (``$SLURM_JOB_NODELIST``, ``$SLURM_NNODES``,
+``$SLURM_JOB_ID``, ``$SLURM_RESTART_COUNT``), ``srun`` (the step's tasks and nodes, its ``--export``) and each task
+(``SLURM_NODEID``) read: an ``env`` entry of one would replace SLURM's own value, so it is refused. The ``SLURM_*``
+settings ``srun`` reads as its options (``SLURM_CPU_BIND``, ``SLURM_HINT``, ``SLURM_MPI_TYPE``) are a recipe's to set."""
 
 
 @dataclass(frozen=True)
@@ -365,8 +368,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def check_env_names(env: Mapping[str, str], where: str) -> None:
     """Refuse a name of the environment table ``env`` that is not a shell variable name (:data:`ENV_NAME`), that
-    the job script assigns itself (:data:`JOB_SCRIPT_VARIABLES`), or that SLURM sets
-    (:data:`SLURM_VARIABLE_PREFIX`): the first cannot be exported by the job script, and ``--local`` would hand it to
+    the job script assigns itself (:data:`JOB_SCRIPT_VARIABLES`), or that SLURM assigns to the job
+    (:data:`SLURM_JOB_VARIABLES`): the first cannot be exported by the job script, and ``--local`` would hand it to
     torchrun unchecked (or stop in a traceback for a ``=``); the second's value would be silently replaced; the
     third would replace SLURM's value where the job script and ``srun`` read it. Checked when the recipe loads, so
     every mode refuses it first; ``where`` prefixes the message."""
@@ -377,11 +380,10 @@ def check_env_names(env: Mapping[str, str], where: str) -> None:
         if name in JOB_SCRIPT_VARIABLES:
             raise RecipeError(f"{where}{name} is a variable the job script sets itself after exporting the "
                               f"environment, so this value would be lost; {JOB_SCRIPT_VARIABLES[name]}")
-        if name.startswith(SLURM_VARIABLE_PREFIX):
-            raise RecipeError(f"{where}{name} is a SLURM variable: SLURM sets its {SLURM_VARIABLE_PREFIX}* variables "
-                              "in every job, and the job script and srun read them (SLURM_JOB_NODELIST, SLURM_NNODES, "
-                              "SLURM_JOB_ID, each task's SLURM_NODEID), so this value would replace SLURM's own; "
-                              "remove it (the row's nodes and [cluster] give the job's SLURM options)")
+        if name in SLURM_JOB_VARIABLES:
+            raise RecipeError(f"{where}{name} is a variable SLURM assigns in every job, which the job script, srun or "
+                              "each task reads, so this value would replace SLURM's own; remove it (the row's nodes "
+                              "and [cluster] give the job's SLURM options)")
 
 
 def check_positive(settings: Any, names: Sequence[str], where: str) -> None:

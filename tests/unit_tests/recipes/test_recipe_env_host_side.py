@@ -1,14 +1,15 @@
 """A recipe's ``env`` names that the job's own shell reads: ``PATH = "/opt/tools/bin:$PATH"`` was exported in the
 batch shell as that literal text, so ``scontrol`` and ``sed`` were not found and the job ended under ``set -e`` after
 its wait in the queue; such names now reach the container only (``APPTAINERENV_PATH``, whose ``$PATH`` the runtime
-evaluates there). ``SLURM_*`` names, which SLURM sets and the job script and ``srun`` read, are refused when the
-recipe loads."""
+evaluates there). The ``SLURM_*`` names SLURM assigns in every job, which the job script, ``srun`` and each task
+read, are refused when the recipe loads; the ``SLURM_*`` settings ``srun`` reads as options are exported."""
 
 from __future__ import annotations
 
 import random
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 from recipe_helpers import EXAMPLES
@@ -16,7 +17,7 @@ from sbatch_job_helpers import mn5_weak_recipe, run_job
 
 from megatron.oellm.cli import main
 from megatron.oellm.recipes import RecipeError, load_recipe, resolve_row, sbatch_text
-from megatron.oellm.recipes.config import CONTAINER_ONLY_VARIABLES
+from megatron.oellm.recipes.config import CONTAINER_ONLY_VARIABLES, SLURM_JOB_VARIABLES
 
 IMAGE_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The ``PATH`` the container-runtime stand-in's image sets."""
@@ -75,23 +76,36 @@ def test_another_name_is_still_exported_in_the_jobs_shell_too(tmp_path):
     assert f"export {name}={quoted}\nexport APPTAINERENV_{name}={quoted}\n" in script
 
 
-SLURM_NAMES = ("SLURM_NNODES", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_NODEID", "SLURM_RESTART_COUNT",
-               "SLURM_EXPORT_ENV", "SLURM_NTASKS")
-"""SLURM variables the job script, ``srun`` or each task reads."""
-
-
 @pytest.mark.parametrize("table", ["cluster", "row"])
-def test_a_slurm_variable_is_refused_before_anything_is_printed(tmp_path, capsys, table):
-    name = random.choice([*SLURM_NAMES, f"SLURM_OELLM_{random.randint(0, 999)}"])
+def test_a_variable_slurm_assigns_is_refused_before_anything_is_printed(tmp_path, capsys, table):
+    name = random.choice(SLURM_JOB_VARIABLES)
     config = tmp_path / "slurm_env.toml"
     env = f'[cluster.env]\n{name} = "v"\n' if table == "cluster" else ""
     row_env = f'env = {{ {name} = "v" }}\n' if table == "row" else ""
     config.write_text(f'extends = "{EXAMPLES / "_qwen3_235b_a22b_jupiter.toml"}"\ntitle = "t"\n{env}'
                       f"[[rows]]\nnodes = 64\nglobal_batch_size = 2048\nmicro_batch_size = 1\n{row_env}")
     where = "[cluster.env]: " if table == "cluster" else "row 1: env "
-    with pytest.raises(RecipeError, match=rf"{re.escape(where)}{name} is a SLURM variable: SLURM sets its SLURM_\* "
-                                          "variables in every job, and the job script and srun read them"):
+    with pytest.raises(RecipeError, match=rf"{re.escape(where)}{name} is a variable SLURM assigns in every job, "
+                                          "which the job script, srun or each task reads"):
         load_recipe(config)
     assert main(["recipe", str(config), "--dry-run", "--row", "1"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and f"{name} is a SLURM variable" in captured.err and captured.err.count("\n") == 1
+    assert captured.out == "" and f"{name} is a variable SLURM assigns" in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_the_script_uses_only_slurm_variables_a_recipe_may_not_set():
+    """Every ``$SLURM_...`` the job script reads is refused as an ``env`` name, so no recipe can replace it."""
+    from megatron.oellm.recipes import slurm
+
+    read = set(re.findall(r"\$\{?(SLURM_[A-Z_]+)", Path(slurm.__file__).read_text()))
+    assert read and read <= set(SLURM_JOB_VARIABLES), read - set(SLURM_JOB_VARIABLES)
+
+
+def test_an_srun_option_setting_is_exported_as_given(tmp_path):
+    name = random.choice(["SLURM_CPU_BIND", "SLURM_HINT", "SLURM_MPI_TYPE", "SLURM_DISTRIBUTION"])
+    config = tmp_path / "srun_env.toml"
+    config.write_text(f'extends = "{EXAMPLES / "_qwen3_235b_a22b_jupiter.toml"}"\ntitle = "t"\n'
+                      f'[cluster.env]\n{name} = "none"\n'
+                      "[[rows]]\nnodes = 64\nglobal_batch_size = 2048\nmicro_batch_size = 1\n")
+    assert load_recipe(config).cluster.env[name] == "none"
