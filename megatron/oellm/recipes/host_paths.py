@@ -54,19 +54,29 @@ def input_binds(flags: Mapping[str, FlagValue]) -> list[str]:
             for source in dict.fromkeys(str(folder) for folder in [*folders, *targets])]
 
 
+SYSTEM_FOLDERS = frozenset(map(Path, ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc",
+                                      "/run", "/sbin", "/sys", "/usr", "/var")))
+"""Folders a bind would put over the image's own (its system, or everything under ``/``): a link's target there is
+bound alone, not its folder."""
+
+
 def link_target_folders(files: Iterable[Path]) -> list[Path]:
-    """The folders, resolved, that the symbolic links among ``files`` lead to, every link of a chain included: a
-    bind carries a link but not what it points at, so without them the link dangles in the container (a Hugging
-    Face cache's ``snapshots/<hash>/tokenizer.json`` -> ``../../blobs/<sha>``, a dataset linked from another
-    folder). A link that dangles here too (or loops) leads nowhere to bind."""
-    folders = []
+    """What to bind, resolved, for the symbolic links among ``files`` to lead somewhere in the container, every link
+    of a chain included: a bind carries a link but not what it points at, so without them the link dangles there (a
+    Hugging Face cache's ``snapshots/<hash>/tokenizer.json`` -> ``../../blobs/<sha>``, a dataset linked from another
+    folder). A link's target folder is bound itself; a target file, by its folder, unless that is a
+    :data:`SYSTEM_FOLDERS` one (the file alone then); a target that is a system folder, not at all. A link that
+    dangles here too (or loops) leads nowhere to bind."""
+    binds = []
     for file in files:
         if not file.exists():
             continue
         while file.is_symlink():
             file = _link_target(file)
-            folders.append(file.parent)
-    return folders
+            bind = file if file.is_dir() or file.parent in SYSTEM_FOLDERS else file.parent
+            if bind not in SYSTEM_FOLDERS:
+                binds.append(bind)
+    return binds
 
 
 def _link_target(link: Path) -> Path:

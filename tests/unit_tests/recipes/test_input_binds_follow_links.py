@@ -101,3 +101,30 @@ def test_the_job_script_binds_the_folders_the_links_lead_to(tmp_path):
     script = sbatch_text(recipe, 1, resolve_row(recipe, recipe.rows[0], inputs), tmp_path / "run")
     for folder in (prefix.parent, store, snapshot, blobs):
         assert f"--bind {folder} " in script, folder
+
+
+def test_a_link_to_a_folder_binds_that_folder_not_the_one_above(tmp_path):
+    """A tokenizer folder's entry linking to a folder elsewhere bound that folder's parent (one too high: with a link
+    to ``/tmp`` it bound ``/``)."""
+    tokenizer = tmp_path / _name("tokenizer")
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_bytes(os.urandom(16))
+    shared = tmp_path / _name("store") / _name("shared")
+    shared.mkdir(parents=True)
+    _link(tokenizer / _name("sub"), shared)
+    assert input_binds({"tokenizer-model": str(tokenizer)}) == [str(tokenizer), str(shared.resolve())]
+
+
+def test_a_link_into_a_system_folder_binds_the_file_alone_and_a_system_folder_is_never_bound(tmp_path):
+    """A bind of ``/etc`` (a dataset file linking to ``/etc/hostname``) or of ``/`` hides the image's own: the target
+    file is bound alone, and a link to a system folder itself binds nothing."""
+    prefix = tmp_path / _name("linked") / _name("text_document")
+    system_file = random.choice([path for path in map(Path, ("/etc/hostname", "/etc/hosts", "/etc/passwd"))
+                                 if path.is_file() and not path.is_symlink()])
+    _link(Path(f"{prefix}.bin"), system_file)
+    Path(f"{prefix}.idx").write_bytes(os.urandom(16))
+    tokenizer = tmp_path / _name("tokenizer")
+    tokenizer.mkdir()
+    (tokenizer / _name("link")).symlink_to(random.choice(["/", "/etc", "/usr"]))
+    binds = input_binds({"data-path": [str(prefix)], "tokenizer-model": str(tokenizer)})
+    assert binds == [str(prefix.parent), str(tokenizer), str(system_file.resolve())]
