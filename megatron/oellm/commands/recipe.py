@@ -527,7 +527,8 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
         timing = run_time(resolved.row, recipe.row_time(resolved.row), recipe.row_train_iters(resolved.row),
                           resolved.world_size, resolved.built_card,
                           stop if isinstance(stop, int) and not isinstance(stop, bool) and stop > 0 else None,
-                          saves=resolved.flags.get("save") not in (None, False), requeues=recipe.requeue)
+                          saves=resolved.flags.get("save") not in (None, False), requeues=recipe.requeue,
+                          own_stop="exit-duration-in-mins" in {**recipe.megatron_flags, **resolved.row.flags})
         timing.check()
         return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:

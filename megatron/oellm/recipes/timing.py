@@ -60,6 +60,9 @@ class RunTime:
     requeues: bool = False
     """Whether the job requeues itself after a stop that moved its checkpoint forward (``requeue = true``), so the
     run goes on in the next start of the job: it may take longer than one time limit."""
+    own_stop: bool = False
+    """Whether ``stop_minutes`` is the recipe's own (its ``[megatron_flags]`` or the row's flags), not the one ``oellm
+    recipe`` derives from the time limit: a longer limit does not move it, even where it equals the derived one."""
 
     @property
     def limit_text(self) -> str:
@@ -216,7 +219,8 @@ class RunTime:
     @property
     def _stop_is_derived(self) -> bool:
         """Whether the run's stop is the one ``oellm recipe`` derives from its time limit (a longer limit moves it)."""
-        return self.stop_minutes is not None and self.stop_minutes == exit_duration_minutes(self.limit_s)
+        return (self.stop_minutes is not None and not self.own_stop
+                and self.stop_minutes == exit_duration_minutes(self.limit_s))
 
     @staticmethod
     def _after_stop_s(limit_s: int, stop_minutes: int) -> int:
@@ -288,13 +292,14 @@ def reference_step(row: TableRow, world_size: int, card: ModelCard) -> tuple[flo
 
 
 def run_time(row: TableRow, limit: str, iterations: int, world_size: int, card: ModelCard,
-             stop_minutes: int | None = None, saves: bool = False, requeues: bool = False) -> RunTime:
+             stop_minutes: int | None = None, saves: bool = False, requeues: bool = False,
+             own_stop: bool = False) -> RunTime:
     """The :class:`RunTime` of ``row`` under the time limit ``limit`` and megatron's ``--exit-duration-in-mins``
-    ``stop_minutes``, for a run that saves checkpoints or not, and whose job requeues itself or not (see
-    :func:`reference_step`)."""
+    ``stop_minutes`` (the recipe's own, ``own_stop``, or derived from the limit), for a run that saves checkpoints or
+    not, and whose job requeues itself or not (see :func:`reference_step`)."""
     step = reference_step(row, world_size, card)
     return RunTime(limit, time_limit_seconds(limit), iterations, None if step is None else step[0],
-                   "" if step is None else step[1], stop_minutes, saves, requeues)
+                   "" if step is None else step[1], stop_minutes, saves, requeues, own_stop)
 
 
 def _time_limit_text(minutes: int) -> str:

@@ -189,7 +189,7 @@ def test_every_start_gets_past_its_first_iteration_or_is_refused(stop_kind):
         stop = random.randint(1, least_minutes - 1)
         limit_minutes = random.randint(stop + 1, least_minutes + 30)
     run = RunTime(_minutes_limit(limit_minutes), 60 * limit_minutes, random.randint(10, 10**5), step_s,
-                  "step_time_s", stop, saves=True, requeues=True)
+                  "step_time_s", stop, saves=True, requeues=True, own_stop=stop_kind == "own")
     with pytest.raises(RecipeError) as refused:
         run.check()
     message = str(refused.value)
@@ -209,6 +209,25 @@ def test_every_start_gets_past_its_first_iteration_or_is_refused(stop_kind):
         later = re.search(r"set exit-duration-in-mins to (?:at least )?(\d+) in the recipe", message)
         assert later is not None and int(later.group(1)) == least_minutes
         dataclasses.replace(run, limit=limit, limit_s=limit_s, stop_minutes=least_minutes).check()
+
+
+def test_an_own_stop_equal_to_the_derived_one_is_told_to_move_not_given_a_longer_limit():
+    """A recipe's own ``exit-duration-in-mins`` that happens to equal the stop ``oellm recipe`` derives from the time
+    limit was taken for the derived one: the refusal asked for a longer limit, which does not move a recipe's stop,
+    and the next refusal then asked for a later stop."""
+    step_s = random.uniform(1, 900)
+    least_minutes = math.ceil((START_UP_S + step_s) / 60)
+    limit_minutes = random.choice([m for m in range(6, least_minutes + 10)
+                                   if 60 * exit_duration_minutes(60 * m) < START_UP_S + step_s])
+    stop = exit_duration_minutes(60 * limit_minutes)
+    run = RunTime(_minutes_limit(limit_minutes), 60 * limit_minutes, random.randint(10, 10**5), step_s,
+                  "step_time_s", stop, saves=True, requeues=True, own_stop=True)
+    with pytest.raises(RecipeError) as refused:
+        run.check()
+    later = re.search(r"set exit-duration-in-mins to (?:at least )?(\d+) in the recipe", str(refused.value))
+    assert later is not None and int(later.group(1)) == least_minutes, refused.value
+    limit = _suggested_limit(str(refused.value)) if "give it a time limit" in str(refused.value) else run.limit
+    dataclasses.replace(run, limit=limit, limit_s=time_limit_seconds(limit), stop_minutes=least_minutes).check()
 
 
 def test_a_requeueing_runs_margin_refusal_names_a_limit_for_one_start_not_the_whole_run():
