@@ -366,12 +366,13 @@ def check_overrides(where: str, given: Mapping[str, FlagValue], owned: Mapping[s
                 layers = len(pattern) // 2
                 shown += (f" (megatron counts each symbol of the hybrid pattern {pattern!r} as a layer: "
                           f"{layers} mixer and {layers} MoE layers)")
+            fix = "change it there, not as a Megatron flag"
             if name == "train-samples":  # megatron's validate_args asserts iteration-based training beside it
                 shown += " (the run's length is the row's train_iters, and megatron refuses --train-samples beside it)"
+                fix = "remove it, and give the row's train_iters instead"
             given_text = (f"removing --{name} ({name} = false)" if value is False
                           else f"--{name} {value!r}")
-            raise RecipeError(f"{given_text} in {where} contradicts {owner}, which {shown}; change it "
-                              "there, not as a Megatron flag")
+            raise RecipeError(f"{given_text} in {where} contradicts {owner}, which {shown}; {fix}")
 
 
 def select_rows(recipe: Recipe, row: int | None = None, nodes: int | None = None) -> list[int]:

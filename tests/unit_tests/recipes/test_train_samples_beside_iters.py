@@ -26,3 +26,4 @@ def test_train_samples_beside_the_rows_train_iters_is_refused_naming_train_iters
     message = str(caught.value)
     assert message.startswith(f"--train-samples {samples} in "), message
     assert "the row's train_iters" in message and "refuses --train-samples" in message, message
+    assert message.endswith("; remove it, and give the row's train_iters instead"), message
