@@ -82,7 +82,8 @@ def test_sbatchs_stderr_lines_are_joined_as_messages(monkeypatch, tmp_path: Path
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(RecipeError) as refused:
         submit(f"#!/bin/bash\n#SBATCH --nodes={random.randint(1, 64)}\n", tmp_path)
-    assert str(refused.value).endswith(": " + "; ".join(errors))
+    assert str(refused.value).endswith(": " + "; ".join(errors) + "; job.sbatch is removed, as nothing was queued "
+                                       "(--dry-run prints the script)")
 
 
 def test_blank_lines_and_indentation_become_no_more_than_one_space():

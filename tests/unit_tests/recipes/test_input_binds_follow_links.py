@@ -32,7 +32,7 @@ def _linked_dataset(tmp_path: Path) -> tuple[Path, Path]:
     store.mkdir()
     prefix = tmp_path / _name("linked") / _name("text_document")
     for suffix in (".bin", ".idx"):
-        (store / f"c{suffix}").write_bytes(os.urandom(random.randint(1, 64)))
+        (store / f"c{suffix}").write_bytes(random.randbytes(random.randint(1, 64)))
         _link(Path(f"{prefix}{suffix}"), store / f"c{suffix}")
     return prefix, store
 
@@ -108,7 +108,7 @@ def test_a_link_to_a_folder_binds_that_folder_not_the_one_above(tmp_path):
     to ``/tmp`` it bound ``/``)."""
     tokenizer = tmp_path / _name("tokenizer")
     tokenizer.mkdir()
-    (tokenizer / "tokenizer.json").write_bytes(os.urandom(16))
+    (tokenizer / "tokenizer.json").write_bytes(random.randbytes(16))
     shared = tmp_path / _name("store") / _name("shared")
     shared.mkdir(parents=True)
     _link(tokenizer / _name("sub"), shared)
@@ -122,7 +122,7 @@ def test_a_link_into_a_system_folder_binds_the_file_alone_and_a_system_folder_is
     system_file = random.choice([path for path in map(Path, ("/etc/hostname", "/etc/hosts", "/etc/passwd"))
                                  if path.is_file() and not path.is_symlink()])
     _link(Path(f"{prefix}.bin"), system_file)
-    Path(f"{prefix}.idx").write_bytes(os.urandom(16))
+    Path(f"{prefix}.idx").write_bytes(random.randbytes(16))
     tokenizer = tmp_path / _name("tokenizer")
     tokenizer.mkdir()
     (tokenizer / _name("link")).symlink_to(random.choice(["/", "/etc", "/usr"]))
