@@ -239,8 +239,14 @@ def _uses_gdn(flags: Mapping[str, FlagValue]) -> bool:
     return (isinstance(pattern, str) and "G" in pattern) or flags.get("experimental-attention-variant") == "gated_delta_net"
 
 
+def _grouped_query(flags: Mapping[str, FlagValue]) -> bool:
+    """Whether the model of ``flags`` has grouped-query attention: only then does megatron-core read
+    ``num-query-groups`` (without it the query heads are the groups)."""
+    return bool(flags.get("group-query-attention"))
+
+
 DIVIDING_FLAGS: tuple[tuple[str, str, Callable[[Mapping[str, FlagValue]], bool], str], ...] = (
-    ("num-query-groups", "num-attention-heads", lambda flags: bool(flags.get("group-query-attention")),
+    ("num-query-groups", "num-attention-heads", _grouped_query,
      "megatron-core splits the query heads into equal groups, one key/value head each"),
     ("linear-num-key-heads", "linear-num-value-heads", _uses_gdn,
      "megatron-core's Gated DeltaNet shares each key head among an equal number of value heads"),
@@ -279,7 +285,7 @@ def _has_experts(flags: Mapping[str, FlagValue]) -> bool:
 
 SIZE_FLAG_USERS: dict[str, Callable[[Mapping[str, FlagValue]], bool]] = {
     "moe-router-topk": _has_experts,
-    "num-query-groups": lambda flags: bool(flags.get("group-query-attention")),
+    "num-query-groups": _grouped_query,
 }
 """The :data:`SIZE_FLAGS` megatron-core 0.19.2 reads only for some models -> whether the model of the flags is one: a
 dense model never reads its top-k (``TransformerConfig`` takes a 0), and without group-query-attention the query
@@ -327,8 +333,7 @@ def _check_hybrid_experts(flags: Mapping[str, FlagValue], given: Mapping[str, Fl
     fails without them, while Megatron's hybrid count reads the ``E`` symbols, not the expert count, and printed the
     card's count unchanged."""
     pattern = flags.get("hybrid-layer-pattern")
-    if ("num-experts" in given and isinstance(pattern, str) and "E" in pattern and not _has_experts(flags)
-            and flags.get("num-experts") in (0, None)):
+    if "num-experts" in given and isinstance(pattern, str) and "E" in pattern and flags.get("num-experts") in (0, None):
         experts = "none" if given["num-experts"] is None else given["num-experts"]
         raise FlopError(f"--megatron-flag num-experts={experts}: the hybrid layer pattern's E layers are "
                         "MoE layers, which megatron-core builds with num-experts experts; give num-experts >= 1, or a "

@@ -528,7 +528,8 @@ def resolve_job(recipe: Recipe, number: int, inputs: RunInputs, *, read_data: bo
                           resolved.world_size, resolved.built_card,
                           stop if isinstance(stop, int) and not isinstance(stop, bool) and stop > 0 else None,
                           saves=resolved.flags.get("save") not in (None, False), requeues=recipe.requeue,
-                          own_stop="exit-duration-in-mins" in {**recipe.megatron_flags, **resolved.row.flags})
+                          own_stop=any("exit-duration-in-mins" in flags
+                                       for flags in (recipe.megatron_flags, resolved.row.flags)))
         timing.check()
         return Job(number, directory, resolved, sbatch_text(recipe, number, resolved, directory), timing)
     except (RecipeError, CardError, ParallelLayoutError) as err:
