@@ -236,10 +236,10 @@ def _nccl_channel_finding(variable: str, raw: str | None) -> Finding:
                        "into (strtoll): NCCL ignores it and keeps its default, saying so only at NCCL_DEBUG=INFO "
                        "(\"Invalid value ..., using default\").",
                        f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)")
-    if value is not None and value < 0 and smallest == 0:
-        return Finding("error", variable, f"{variable}={raw!r} is a negative minimum, which NCCL takes as no "
-                       "minimum at all (as 0): a typo for a count?",
-                       f"export {variable}={NCCL_CHANNEL_LIMIT}  (or unset it)")
+    if value is not None and value < 0 and smallest == 0:  # no effect, as an unread variable: a warning
+        return Finding("warning", variable, f"{variable}={raw!r} is a negative minimum, which NCCL takes as no "
+                       "minimum at all (as 0), its default, so it has no effect: a typo for a count?",
+                       f"unset {variable}, or export {variable}={NCCL_CHANNEL_LIMIT} for a minimum")
     if value is None or value < smallest:  # a non-number or a count below the smallest NCCL means is a typo
         return Finding("error", variable, f"{variable}={raw!r} is not a whole number of {smallest} or more (NCCL "
                        "reads decimal, 0x hexadecimal or 0-prefixed octal).",
