@@ -261,6 +261,18 @@ IMAGE_CHECK_ERRORS = "$RUN_DIR/image-check-$SLURM_JOB_ID.err"
 one-line error that quotes its last line: one file per job, removed when the check passes."""
 
 
+def _image_exec(runtime: str) -> str:
+    """``runtime exec`` for the job's checks of the image itself, before ``srun``: run under ``env`` without the
+    :data:`CONTAINER_ONLY_VARIABLES` the job exported for its ranks (``APPTAINERENV_PATH`` ...), so that they test
+    the image alone. The runtime puts such a value over the image's own (``PATH = "/opt/tools/bin"`` replaced the
+    image's ``PATH``, and ``uname`` was not found), and a folder or library it names may exist only in the ranks'
+    binds; the check then failed and blamed the image. Every runtime's prefix is unset: Apptainer also reads a
+    submitting shell's Singularity-era ``SINGULARITYENV_PATH``, and a site's ``singularity`` may be Apptainer."""
+    unset = " ".join(f"-u {other.upper()}ENV_{name}" for name in CONTAINER_ONLY_VARIABLES
+                     for other in CONTAINER_RUNTIMES)
+    return f"env {unset} {runtime} exec"
+
+
 def _image_architecture_lines(runtime: str) -> list[str]:
     """Shell lines that stop the job, before ``srun`` starts any rank, when the image cannot run a program of its
     own on this node: an image built for another CPU architecture (an x86_64 one on Jupiter's aarch64 GH200) would
@@ -270,7 +282,8 @@ def _image_architecture_lines(runtime: str) -> list[str]:
     ``docker://...`` is left to the runtime), are named as such first, rather than as an image to rebuild; so is a
     ``runtime exec`` that fails (an image URI the node cannot pull, an unreadable image; without an emulator an image
     of another architecture, ``exec format error``), with the last line of its error output, which the job keeps in
-    :data:`IMAGE_CHECK_ERRORS`."""
+    :data:`IMAGE_CHECK_ERRORS`. The image runs without the recipe's container-only variables
+    (:func:`_image_exec`)."""
     return [
         "# An image built for another CPU architecture fails every rank with 'exec format error': check it once here.",
         f"if ! command -v {runtime} > /dev/null; then",
@@ -286,7 +299,7 @@ def _image_architecture_lines(runtime: str) -> list[str]:
         "  exit 1",
         "fi",
         'NODE_ARCH="$(uname -m)"',
-        f'IMAGE_ARCH="$({runtime} exec "$IMAGE" uname -m 2> "{IMAGE_CHECK_ERRORS}")" || {{',
+        f'IMAGE_ARCH="$({_image_exec(runtime)} "$IMAGE" uname -m 2> "{IMAGE_CHECK_ERRORS}")" || {{',
         f'  echo "error: {runtime} exec of image $IMAGE failed on node $(hostname), so the image cannot run here'
         f' (its last error line: $(tail -n 1 "{IMAGE_CHECK_ERRORS}"); all of them in {IMAGE_CHECK_ERRORS}): an image'
         f' URI needs network access on every node ({runtime} pull a .sif on the login node), an exec format error'
@@ -316,14 +329,16 @@ def cross_node_dispatch(resolved: ResolvedRow) -> tuple[str, int, int] | None:
 def _hybrid_ep_build_lines(runtime: str, resolved: ResolvedRow) -> list[str]:
     """Shell lines that stop the job before ``srun`` when its HybridEP group spans nodes and the image says its
     DeepEP was built for one node (:data:`HYBRID_EP_MULTINODE_VARIABLE` ``0``): every rank would otherwise build the
-    model and fail or hang at its first dispatch. An image that does not say (another build) is left to run."""
+    model and fail or hang at its first dispatch. An image that does not say (another build) is left to run; the
+    image runs without the recipe's container-only variables (:func:`_image_exec`), as a ``PATH`` without
+    ``printenv`` read as an image that does not say."""
     spans = cross_node_dispatch(resolved)
     if spans is None or spans[0] != "hybridep":
         return []
     _, group, nodes = spans
     return [
         f"# This row's HybridEP group ({group} GPUs) spans {nodes} nodes: an image built for one node cannot run it.",
-        f'if [ "$({runtime} exec "$IMAGE" printenv {HYBRID_EP_MULTINODE_VARIABLE})" = 0 ]; then',
+        f'if [ "$({_image_exec(runtime)} "$IMAGE" printenv {HYBRID_EP_MULTINODE_VARIABLE})" = 0 ]; then',
         f'  echo "error: image $IMAGE was built with HYBRID_EP_MULTINODE=0 (HybridEP within one node), but this row\'s'
         f' HybridEP group of {group} GPUs spans {nodes} nodes: build the hybridep image with --build-arg'
         ' HYBRID_EP_MULTINODE=1 (docs/container.md) and pass --image" >&2',
