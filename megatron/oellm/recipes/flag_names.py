@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.recipes.config import RecipeError
@@ -73,6 +73,9 @@ def _value_refusal(name: str, value: FlagValue, action: argparse.Action) -> str 
     if value is True:
         return (f"--{name} takes a value, but is given true (a bare --{name}: a parser error, or an empty list "
                 "for an option of any number of values); give its value")
+    if isinstance(value, Sequence) and not isinstance(value, str) and not _takes_several(action):
+        return (f"--{name} takes one value, but is given the array {list(value)!r} (arrays are for the flags of "
+                "several values, such as recompute-modules); write its one value, without brackets")
     if _takes_several(action) and isinstance(value, str) and len(value.split()) > 1:
         array = ", ".join(f'"{word}"' for word in value.split())
         return (f"--{name} = {value!r} is one value, one argv token, to Megatron ({value!r} itself, not the words "
@@ -82,10 +85,11 @@ def _value_refusal(name: str, value: FlagValue, action: argparse.Action) -> str 
 
 def check_flag_values(where: str, flags: Mapping[str, FlagValue]) -> None:
     """Refuse a value Megatron's parser would not read as the recipe means it: a value for a flag that takes none
-    (``bf16 = 1``), ``true`` for a flag that takes a value, or several words in one string for a flag of several
-    values (``recompute-modules = "moe_act layernorm"`` reaches Megatron as the one module ``'moe_act layernorm'``,
-    which only the model build at job start refuses). ``false`` (leave the flag out) fits every flag. The names
-    must have passed :func:`check_flag_names`."""
+    (``bf16 = 1``), ``true`` for a flag that takes a value, an array for a flag of one value (``lr = [1, 2]``: the
+    parser stops the job at start on the unknown argument ``2``), or several words in one string for a flag of
+    several values (``recompute-modules = "moe_act layernorm"`` reaches Megatron as the one module
+    ``'moe_act layernorm'``, which only the model build at job start refuses). ``false`` (leave the flag out) fits
+    every flag. The names must have passed :func:`check_flag_names`."""
     options = _option_actions()
     for name, value in flags.items():
         if value is None or value is False:

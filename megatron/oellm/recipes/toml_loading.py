@@ -1,6 +1,8 @@
 """Loading a recipe TOML file: follow its ``extends`` chain, deep-merge the tables, and build the
 :class:`~megatron.oellm.recipes.config.Recipe` with every unknown, missing or mistyped key named as the config
-author wrote it. Pure Python: no torch, no megatron-core.
+author wrote it. Each file's Megatron flags are checked against the training entry's parser before the merge, so a
+refusal names the file that holds the flag (:mod:`megatron.oellm.recipes.flag_names` imports megatron-core for it);
+the rest is pure Python.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from megatron.oellm.recipes.config import (
     check_layout_types,
     layout_overrides,
 )
+from megatron.oellm.recipes.flag_names import check_flag_names, check_flag_values
 
 SettingsT = TypeVar("SettingsT")
 """One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""
@@ -94,6 +97,7 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         if _is_shell_script(path, text):
             raise RecipeError(_shell_script_refusal(path)) from err
         raise RecipeError(f"{path}: not valid TOML ({err})") from err
+    _check_megatron_flags(path, data)
     base = data.pop("extends", None)
     if base is None:
         return data
@@ -113,6 +117,34 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} {_not_a_file(base_path)}; "
                           f"give the path of a .toml config, absolute or {RELATIVE_TO}")
     return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
+
+
+def _check_megatron_flags(path: Path, data: Mapping[str, Any]) -> None:
+    """Refuse a Megatron flag that config file ``path`` (read as ``data``, before the merge) sets in its
+    ``[megatron_flags]`` or a row's ``flags``, whose name the training entry's parser does not know or whose value it
+    would not read as meant (:func:`check_flag_names`, :func:`check_flag_values`), naming ``path``: after the merge,
+    a flag from a shared base would be refused without saying which file holds it. A table of another type is left
+    to :func:`_build`, which names it."""
+    for where, flags in _flag_tables(data):
+        try:
+            check_flag_names(where, flags)
+            check_flag_values(where, flags)
+        except RecipeError as err:
+            raise RecipeError(f"{path}: {err}") from err
+
+
+def _flag_tables(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The Megatron flag tables of one config file's ``data``, each with where it is for a refusal: its
+    ``[megatron_flags]`` and its rows' ``flags`` (numbered as ``--row`` numbers them: a file's ``rows`` replace its
+    base's whole)."""
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    if isinstance(data.get("megatron_flags"), Mapping):
+        tables.append(("[megatron_flags]", data["megatron_flags"]))
+    rows = data.get("rows")
+    for number, row in enumerate(rows if isinstance(rows, list) else [], start=1):
+        if isinstance(row, Mapping) and isinstance(row.get("flags"), Mapping):
+            tables.append((f"row {number}'s flags", row["flags"]))
+    return tables
 
 
 NOT_REGULAR_FILE = "is neither a regular file nor a pipe (a device or socket)"

@@ -105,20 +105,23 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.parametrize(("flag", "message"), [
-    ('atention-backend = "flash"', "'atention-backend' in [megatron_flags] is not an option of the training entry "
-                                   "(megatron-core 0.19.2's flags and --oellm-*) (did you mean 'attention-backend'?)"),
-    ('attention-backend = "flashy"', "Megatron's argument parser would stop the job at start: invalid value 'flashy' "
-                                     "for --attention-backend"),
-    ('recompute-granularity = "selective"', "the training entry would stop the job at start: AssertionError: "
+    ('atention-backend = "flash"', "{config}: 'atention-backend' in [megatron_flags] is not an option of the training "
+                                   "entry (megatron-core 0.19.2's flags and --oellm-*) (did you mean "
+                                   "'attention-backend'?)"),
+    ('attention-backend = "flashy"', "row 1: Megatron's argument parser would stop the job at start: invalid value "
+                                     "'flashy' for --attention-backend"),
+    ('recompute-granularity = "selective"', "row 1: the training entry would stop the job at start: AssertionError: "
                                             "recompute method is not yet supported for selective recomputing "
                                             "granularity"),
-    ("lr = -1.0", "the training entry would stop the job at start: AssertionError: assert args.min_lr <= args.lr"),
+    ("lr = -1.0", "row 1: the training entry would stop the job at start: AssertionError: assert args.min_lr <= "
+                  "args.lr"),
 ])
 def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(tmp_path, monkeypatch, capsys, flag,
                                                                                message):
-    """A misspelt name, a value outside the choices, a combination megatron's validate_args refuses (selective
-    recompute beside the base's recompute-method), a value one of its message-less asserts refuses (named by the
-    assert statement, not a bare ``AssertionError``): each would stop the job at start, after the queue."""
+    """A misspelt name (named with its file, at load), a value outside the choices, a combination megatron's
+    validate_args refuses (selective recompute beside the base's recompute-method), a value one of its message-less
+    asserts refuses (named by the assert statement, not a bare ``AssertionError``): each would stop the job at start,
+    after the queue."""
     record = fake_sbatch(tmp_path, monkeypatch, "Submitted batch job 7")
     image = tmp_path / "image.sif"
     image.touch()
@@ -126,7 +129,7 @@ def test_a_flag_megatron_would_refuse_at_job_start_is_refused_before_submission(
     config.write_text(f'extends = "{EXAMPLES / "qwen3_5_35b_a3b_mn5_strong.toml"}"\n[megatron_flags]\n{flag}\n')
     for mode in (["--dry-run"], ["--submit", "--image", str(image), "--output-dir", str(tmp_path / "runs")]):
         assert main(["recipe", str(config), "--row", "1", *mode]) == 2
-        assert f"row 1: {message}" in capsys.readouterr().err
+        assert message.format(config=config) in capsys.readouterr().err
     assert not record.exists() and not (tmp_path / "runs").exists()
 
 

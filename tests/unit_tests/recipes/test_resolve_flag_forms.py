@@ -74,11 +74,10 @@ def test_a_row_turning_a_setting_off_under_its_store_false_spelling_wins(tmp_pat
 def test_a_list_flag_written_as_one_spaced_string_is_refused(tmp_path, flag):
     """``recompute-modules = "moe_act layernorm"`` (the report's YAML spelling) is one argv token: Megatron reads the
     one module 'moe_act layernorm', which its parser and validate_args accept and TransformerConfig refuses at job
-    start. The recipe must say so and name the TOML array."""
+    start. The recipe must say so at load, naming its file and the TOML array."""
     words = random.sample(["moe_act", "layernorm", "core_attn", "mlp", "moe", "attn"], 2)
-    recipe, row = _recipe(tmp_path, row_flags=f'{flag} = "{" ".join(words)}"')
-    with pytest.raises(RecipeError, match=rf"--{flag} .* one value.*\[\"{words[0]}\", \"{words[1]}\"\]"):
-        resolve_row(recipe, row)
+    with pytest.raises(RecipeError, match=rf"recipe\.toml: --{flag} .* one value.*\[\"{words[0]}\", \"{words[1]}\"\]"):
+        _recipe(tmp_path, row_flags=f'{flag} = "{" ".join(words)}"')
 
 
 def test_a_list_flag_as_an_array_or_a_single_word_resolves(tmp_path, parse_megatron):
@@ -96,10 +95,10 @@ def test_a_list_flag_as_an_array_or_a_single_word_resolves(tmp_path, parse_megat
     ("spec = true", r"--spec takes a value"),
 ])
 def test_a_boolean_flag_with_a_value_or_a_valued_flag_as_true_is_refused(tmp_path, row_flags, message):
-    """``--bf16 1`` stops the parser; a bare --spec (nargs '*') silently parses as an empty list."""
-    recipe, row = _recipe(tmp_path, row_flags=row_flags)
-    with pytest.raises(RecipeError, match=message):
-        resolve_row(recipe, row)
+    """``--bf16 1`` stops the parser; a bare --spec (nargs '*') silently parses as an empty list. Refused at load,
+    naming the recipe's file."""
+    with pytest.raises(RecipeError, match=rf"recipe\.toml: {message}"):
+        _recipe(tmp_path, row_flags=row_flags)
 
 
 @pytest.mark.parametrize("table", ["[megatron_flags]\nrecompute-modules = [\"-inf\"]\n",
