@@ -320,7 +320,19 @@ def check_field_types(settings: Any, where: str) -> None:
     for item in dataclasses.fields(settings):
         value = getattr(settings, item.name)
         if not fits_type(value, hints[item.name]):
-            raise RecipeError(f"{where}{item.name} = {value!r} is not {with_article(toml_type_name(hints[item.name]))}")
+            raise RecipeError(f"{where}{_misfit_text(item.name, value, hints[item.name])}")
+
+
+def _misfit_text(name: str, value: Any, hint: Any) -> str:
+    """Why field ``name`` = ``value`` does not fit its type ``hint``: for a table of one value type (such as
+    ``megatron_flags``) its first entry of another type (``megatron_flags.lr = {'a': 1} is not a boolean or ...``),
+    rather than the whole table, merged from every file of the recipe; otherwise the value and the type."""
+    if typing.get_origin(hint) is Mapping and isinstance(value, Mapping):
+        entry_hint = typing.get_args(hint)[1]
+        for key, entry in value.items():
+            if isinstance(key, str) and not fits_type(entry, entry_hint):
+                return f"{name}.{key} = {entry!r} is not {with_article(toml_type_name(entry_hint))}"
+    return f"{name} = {value!r} is not {with_article(toml_type_name(hint))}"
 
 
 def check_sbatch_settings(cluster: ClusterSettings, where: str) -> None:

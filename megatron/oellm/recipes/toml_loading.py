@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from megatron.oellm.megatron_args import FlagValue
 from megatron.oellm.models.parallel import ParallelLayout
 from megatron.oellm.paths import SymlinkLoopError, resolved_path, source_checkout
 from megatron.oellm.recipes.config import (
@@ -29,6 +30,7 @@ from megatron.oellm.recipes.config import (
     layout_overrides,
 )
 from megatron.oellm.recipes.flag_names import check_flag_names, check_flag_values
+from megatron.oellm.recipes.toml_types import fits_type, toml_type_name, with_article
 
 SettingsT = TypeVar("SettingsT")
 """One of the recipe's settings dataclasses (a row, ``[cluster]``, ``[local]``, the recipe itself)."""
@@ -122,10 +124,15 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
 def _check_megatron_flags(path: Path, data: Mapping[str, Any]) -> None:
     """Refuse a Megatron flag that config file ``path`` (read as ``data``, before the merge) sets in its
     ``[megatron_flags]`` or a row's ``flags``, whose name the training entry's parser does not know or whose value it
-    would not read as meant (:func:`check_flag_names`, :func:`check_flag_values`), naming ``path``: after the merge,
+    would not read as meant (:func:`check_flag_names`, :func:`check_flag_values`), or which is no TOML value a flag
+    takes (a table, a date), naming ``path``: after the merge,
     a flag from a shared base would be refused without saying which file holds it. A table of another type is left
     to :func:`_build`, which names it."""
     for where, flags in _flag_tables(data):
+        for name, value in flags.items():
+            if not fits_type(value, FlagValue):  # a date, a table: what no flag's value is
+                raise RecipeError(f"{path}: {name} = {value!r} in {where} is not "
+                                  f"{with_article(toml_type_name(FlagValue))}")
         try:
             check_flag_names(where, flags)
             check_flag_values(where, flags)

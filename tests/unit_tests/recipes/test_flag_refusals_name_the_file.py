@@ -110,3 +110,21 @@ def test_an_unknown_flag_name_in_a_row_is_refused_naming_the_file_and_row(tmp_pa
     config, _ = _recipe(tmp_path, row_flags=f"{name} = {random.randrange(100)}")
     assert _refusal(config, monkeypatch, capsys).startswith(
         f"oellm recipe: error: {config}: {name!r} in row 1's flags is not an option of the training entry")
+
+
+@pytest.mark.parametrize("table", ["recipe", "base"])
+def test_a_flag_value_no_flag_takes_is_refused_naming_the_file_and_the_flag_alone(
+        tmp_path, monkeypatch, capsys, table):
+    """A TOML table or date as a flag's value (``lr = { a = 1 }``) was refused as the whole merged
+    ``megatron_flags = {...}`` table (every flag of every file, printed) of the recipe, without the file or the flag:
+    now the file holding it, the flag, its value and the types a flag takes."""
+    flag = random.choice(_flags(several=False))
+    value, shown = random.choice([(f"{{ a = {random.randrange(1, 99)} }}", "{'a': "),
+                                  (f"2024-{random.randrange(1, 13):02d}-01", "datetime.date(2024, ")])
+    line = f"{flag} = {value}"
+    config, middle = _recipe(tmp_path, **({"flags": line} if table == "recipe" else {"base_flags": line}))
+    err = _refusal(config, monkeypatch, capsys)
+    holder = config if table == "recipe" else middle
+    assert f"{holder.name}: {flag} = {shown}" in err, err
+    assert "in [megatron_flags] is not a boolean or number or string or array of values" in err, err
+    assert "megatron_flags = {" not in err, err

@@ -207,10 +207,10 @@ def _two_row_config(tmp_path, table: str, second_row: str):
     ('seq_length = "4096"\n', "", "seq_length = '4096' is not an integer"),
     ("", "nodes = true\n", "row 2: nodes = True is not an integer"),
     ("", 'label = 5\n', "row 2: label = 5 is not a string"),
-    ("", 'reference = { note = "x" }\n', "row 2: reference = {'note': 'x'} is not a table of numbers"),
+    ("", 'reference = { note = "x" }\n', "row 2: reference.note = 'x' is not a number"),
     ("", 'parallel = { ep = "4" }\n', "row 2: parallel ep = '4' is not an integer"),
-    ("", "flags = { lr = { value = 1 } }\n", "row 2: flags = {'lr': {'value': 1}} is not a table of booleans or "
-                                         "numbers or strings or arrays of values"),
+    ("", "flags = { lr = { value = 1 } }\n", "lr = {'value': 1} in row 2's flags is not a boolean or number or "
+                                         "string or array of values"),
     ("[cluster.env]\nNCCL_MIN_NCHANNELS = 4\n", "",
      '[cluster.env]: NCCL_MIN_NCHANNELS = 4 is not a string; quote it (NCCL_MIN_NCHANNELS = "4")'),
 ])
