@@ -22,3 +22,12 @@ def spec_builder(family: str) -> ModuleType:
     if family not in SPEC_MODULES:
         raise KeyError(f"no spec builder for model family {family!r}; known: {', '.join(sorted(SPEC_MODULES))}")
     return importlib.import_module(SPEC_MODULES[family])
+
+
+def missing_spec_builder(family: str) -> str:
+    """Why no run of a card of model ``family`` can build its model ('' if one can): the family has no spec builder
+    yet (none in :data:`SPEC_MODULES`). megatron-core then also refuses the family's layer symbols (CKDA's 'K') in
+    ``validate_args``, naming none of this. The one rule of ``oellm recipe`` and the training entry."""
+    if family not in SPEC_MODULES:
+        return f"the spec builder of model family {family!r} (megatron/oellm/models/{family}) does not exist yet"
+    return ""

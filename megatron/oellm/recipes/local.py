@@ -9,13 +9,13 @@ is given (then every document trains: ``--split 100,0,0``). It is started with `
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import sys
 from collections.abc import Mapping
 
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import FlagValue, flags_to_argv
+from megatron.oellm.models import missing_spec_builder as family_spec_builder_missing
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.recipes.config import Recipe, RecipeError, TableRow
 from megatron.oellm.recipes.resolve import ResolvedRow, RunInputs, assemble_flags, recipe_card, row_layout
@@ -43,13 +43,9 @@ def visible_gpus() -> int:
 
 
 def missing_spec_builder(recipe: Recipe) -> str:
-    """Why no run of ``recipe`` can build its model ('' if one can): the model family has no spec builder yet
-    (megatron-core then also refuses the family's layer symbols, e.g. CKDA's 'K', in ``validate_args``)."""
-    family = get_card(recipe.model).family
-    if importlib.util.find_spec(f"megatron.oellm.models.{family}") is None:
-        return (f"the spec builder of model family {family!r} (megatron/oellm/models/{family}) does not exist "
-                "yet")
-    return ""
+    """Why no run of ``recipe`` can build its model ('' if one can): its card's family has no spec builder yet
+    (:func:`megatron.oellm.models.missing_spec_builder`)."""
+    return family_spec_builder_missing(get_card(recipe.model).family)
 
 
 def local_blocker(recipe: Recipe, gpus: int) -> str:

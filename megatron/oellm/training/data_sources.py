@@ -1,7 +1,7 @@
 """The training entry's checks of its data flags, before megatron initialises: one data source, data path lists
 megatron-core can read, blend weights, ``--split`` and the sequences each split gets, each dataset's ``.bin`` against
-its ``.idx``, the tokenizer files the run names, validation and test sets, and the dataset flags this release does
-not honour; each refusal is one ``ValueError`` naming the flag (megatron-core
+its ``.idx``, the tokenizer files the run names and the tokenizer flags its type needs, validation and test sets, and
+the dataset flags this release does not honour; each refusal is one ``ValueError`` naming the flag (megatron-core
 would fail later, on every rank, or not at all).
 """
 
@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import struct
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from megatron.core.datasets.indexed_dataset import _IndexReader
+
+    from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 
 
 from megatron.oellm.training.index_cache import check_cache_flags, check_index_cache
@@ -263,11 +266,21 @@ def check_validation_set_names(args: argparse.Namespace, blend_per_split: BlendP
                          "after --eval-interval training iterations; give one name per validation set")
 
 
+RANK_UNKNOWN_WARNING = r"Could not determine rank from torch\.distributed, RANK, or SLURM_PROCID"
+"""The start of megatron-core 0.19.2's ``UserWarning`` when its log lines ask for the rank of a process started
+without ``torch.distributed``, ``RANK`` or ``SLURM_PROCID`` (a login node), as a ``warnings`` filter's pattern."""
+
+
 def _read_index(indexed_dataset: ModuleType, prefix: str) -> _IndexReader:
     """Dataset ``prefix``'s index, read by megatron-core's ``indexed_dataset`` module (passed in: importing it imports
-    megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it."""
+    megatron-core); ``ValueError`` naming the dataset when megatron-core cannot read it. The reader's log lines ask
+    for the rank, which a process started without a launcher has not: megatron-core's warning of that
+    (:data:`RANK_UNKNOWN_WARNING`) is not shown for this read, where it came before the entry's one ``error:`` line
+    on a login node; every other warning is."""
     try:
-        return indexed_dataset._IndexReader(f"{prefix}.idx", False)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", RANK_UNKNOWN_WARNING, UserWarning)
+            return indexed_dataset._IndexReader(f"{prefix}.idx", False)
     except (AssertionError, OSError, ValueError, IndexError, struct.error) as error:
         raise ValueError(f"dataset {prefix!r}: megatron-core cannot read its index {prefix}.idx "
                          f"({error or type(error).__name__})") from error
@@ -727,6 +740,69 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
         raise ValueError(f"--tokenizer-model {model!r} {reason}: megatron-core would fail to build the "
                          f"{args.tokenizer_type} when megatron initialises, on every rank; give the folder the "
                          "tokenizer's save_pretrained wrote (its tokenizer.json / tokenizer_config.json), or a hub name")
+
+
+VOCAB_SIZE_BUILT_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer")
+"""The ``--tokenizer-type`` values megatron-core 0.19.2's ``build_tokenizer`` builds from ``--vocab-size`` alone:
+without it their constructor gets no vocabulary size and fails (a ``TypeError``) when megatron initialises."""
+
+PATHLESS_TOKENIZERS = ("MultimodalTokenizer",)
+"""The ``--tokenizer-type`` values megatron-core 0.19.2's ``build_tokenizer`` hands no tokenizer path, whatever
+``--tokenizer-model`` says, and so stops on "Tokenizer path must be specified"."""
+
+TOKENIZER_TYPE_FORM = ("--tokenizer-type NullTokenizer --vocab-size N (mock data, or --vocab-size 257 for a byte "
+                       "corpus) or --tokenizer-type HuggingFaceTokenizer --tokenizer-model NAME_OR_DIRECTORY")
+"""The tokenizer flags :func:`check_tokenizer_given` suggests for a command line without ``--tokenizer-type``."""
+
+
+def built_tokenizer_setting(args: argparse.Namespace, sources: list[StoredCheckpoint],
+                            name: str) -> tuple[str | None, str]:
+    """The value of tokenizer argument ``name`` (``tokenizer_type`` or ``tokenizer_model``) megatron-core 0.19.2
+    builds the tokenizer with, and where it comes from ('' for the command line, else the checkpoint's flag and
+    folder). Under ``--use-checkpoint-args`` (``sources``: the checkpoints it reads,
+    :func:`~megatron.oellm.training.load_checks.checkpoint_args_sources`) and megatron's default
+    ``--use-tokenizer-model-from-checkpoint-args``, ``load_args_from_checkpoint`` sets it from every checkpoint that
+    stores one, ``--load``'s after ``--pretrained-checkpoint``'s; otherwise the command line's stands."""
+    if args.use_tokenizer_model_from_checkpoint_args:
+        for checkpoint in reversed(sources):
+            stored = getattr(checkpoint.common.get("args"), name, None)
+            if stored is not None:
+                return stored, checkpoint.named_by
+    return getattr(args, name), ""
+
+
+def check_tokenizer_given(args: argparse.Namespace, sources: list[StoredCheckpoint]) -> None:
+    """Raise ``ValueError`` when megatron-core 0.19.2's ``build_tokenizer``, which megatron calls for every run (mock
+    data included) right after ``validate_args``, on every rank, would fail for want of a flag: no
+    ``--tokenizer-type`` ("tokenizer_type None is not supported"), a type that reads ``--tokenizer-model``
+    (:data:`TOKENIZER_MODEL_FORMS`) without one, or one of :data:`PATHLESS_TOKENIZERS` (both an assertion naming no
+    flag, "Tokenizer path must be specified"), a type of :data:`VOCAB_SIZE_BUILT_TOKENIZERS` without
+    ``--vocab-size``. The type and model are those a checkpoint ``--use-checkpoint-args`` reads supplies, where one
+    does (``sources``, :func:`built_tokenizer_setting`); no checkpoint supplies ``--vocab-size``. Under
+    ``--tokenizer-metadata``, whose file names the tokenizer library (one of which needs no path), the path is left
+    to megatron."""
+    tokenizer_type, type_source = built_tokenizer_setting(args, sources, "tokenizer_type")
+    if tokenizer_type is None:
+        nor = " (nor does a checkpoint --use-checkpoint-args reads store one)" if args.use_checkpoint_args else ""
+        raise ValueError(f"no --tokenizer-type{nor}: megatron-core builds a tokenizer for every run, mock data "
+                         "included, and stops on every rank when megatron initialises (\"tokenizer_type None is not "
+                         f"supported\"); give {TOKENIZER_TYPE_FORM}")
+    named = f"--tokenizer-type {tokenizer_type}" + (f" (stored in {type_source})" if type_source else "")
+    if tokenizer_type in VOCAB_SIZE_BUILT_TOKENIZERS and not args.vocab_size:
+        raise ValueError(f"{named} needs --vocab-size: megatron-core builds that tokenizer from it when megatron "
+                         "initialises and fails on every rank without it (no checkpoint supplies it); give "
+                         "--vocab-size N (the corpus's vocabulary; 257 for a byte corpus)")
+    if args.metadata_path is not None:
+        return
+    if tokenizer_type in PATHLESS_TOKENIZERS:
+        raise ValueError(f"{named}: megatron-core's build_tokenizer hands it no tokenizer path (--tokenizer-model or "
+                         "not) and stops on every rank when megatron initialises (\"Tokenizer path must be "
+                         "specified\"); give --tokenizer-type HuggingFaceTokenizer --tokenizer-model NAME_OR_DIRECTORY")
+    form = TOKENIZER_MODEL_FORMS.get(tokenizer_type)
+    if form is not None and built_tokenizer_setting(args, sources, "tokenizer_model")[0] is None:
+        raise ValueError(f"{named} needs --tokenizer-model: megatron-core builds the tokenizer from it when megatron "
+                         "initialises and, without it, stops on every rank on an assertion naming no flag "
+                         f"(\"Tokenizer path must be specified\"); give --tokenizer-model: {form}")
 
 
 BLEND_FORM = ("give dataset prefixes (PREFIX PREFIX ...) or weight-prefix pairs (WEIGHT PREFIX WEIGHT PREFIX ...), "

@@ -150,10 +150,27 @@ def stated_argv(user_argv: Sequence[str]) -> tuple[list[str], MergedArgv | None]
     defaults (``ValueError`` for a command line the parser refuses, :func:`check_command_line`, or one contradicting
     the card); and the merge that filled them in (None without ``--oellm-model``), which also holds the parser
     destinations the user's own argv sets. Merged once, for :func:`expanded_argv`, the parser destinations the line
-    sets and those the user gave."""
+    sets and those the user gave. A card of a family without a spec builder is refused here
+    (:func:`check_spec_builder`), before megatron's validation refuses its layer symbols."""
     check_command_line(user_argv)
     merged = merge_card_flags(user_argv)
+    if merged:
+        check_spec_builder(merged.card)
     return (merged.argv if merged else list(user_argv)), merged
+
+
+def check_spec_builder(card: ModelCard) -> None:
+    """Raise ``ValueError`` when the ``--oellm-model`` ``card``'s family has no spec builder yet
+    (:func:`megatron.oellm.models.missing_spec_builder`, ``oellm recipe``'s rule): megatron's ``validate_args``
+    refused such a card's layer pattern with its raw "not a valid layer symbol" error (CKDA's 'K'), and no later
+    step could build the model."""
+    from megatron.oellm.models import SPEC_MODULES, missing_spec_builder
+
+    missing = missing_spec_builder(card.family)
+    if missing:
+        raise ValueError(f"--oellm-model {card.name}: {missing}, so no run can build its model (megatron's "
+                         "validate_args would refuse its layer pattern); train a card of family "
+                         f"{' or '.join(sorted(SPEC_MODULES))} (`oellm models` names each card's family)")
 
 
 def expanded_argv(stated: Sequence[str]) -> list[str]:
@@ -383,7 +400,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_rank_file_layout,
     )
     from megatron.oellm.training.data import train_valid_test_datasets
-    from megatron.oellm.training.data_sources import check_data_source
+    from megatron.oellm.training.data_sources import check_data_source, check_tokenizer_given
     from megatron.oellm.training.dispatcher import check_flex_dispatcher, check_flex_layout
     from megatron.oellm.training.fla_kernels import check_fla_backward
     from megatron.oellm.training.forward_step import forward_step
@@ -423,7 +440,8 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_checkpoint_folders_not_loops(parsed)  # the checks below take a loop for a missing or unreadable folder
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
         check_load_directory(parsed)
-        sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for three
+        sources = checkpoint_args_sources(parsed, loaded)  # --use-checkpoint-args' checkpoints: read once, for four
+        check_tokenizer_given(parsed, sources)  # megatron builds the tokenizer right after validate_args
         check_checkpoint_architecture(parsed, loaded, stated, sources)  # before megatron overwrites them
         check_checkpoint_vocabulary(parsed, loaded,  # megatron loads as many embedding rows as fit, comparing none
                                     vocab_given="vocab_size" in user_given)

@@ -390,8 +390,9 @@ def checkpoint_args_sources(args: argparse.Namespace, loaded: StoredCheckpoint |
     (none without it): each flag's own, ``--pretrained-checkpoint``'s first, ``--load``'s also when the run fine-tunes
     from the former (a non-persistent or ``--ckpt-step`` checkpoint needs no tracker there); the one the run loads is
     ``loaded``, already read. Each read unpickles a ``.metadata`` and the common state: the entry reads them once,
-    for :func:`check_checkpoint_architecture`, :func:`check_checkpoint_sequence_length` and
-    :func:`check_checkpoint_padded_vocabulary`."""
+    for :func:`check_checkpoint_architecture`, :func:`check_checkpoint_sequence_length`,
+    :func:`check_checkpoint_padded_vocabulary` and
+    :func:`~megatron.oellm.training.data_sources.check_tokenizer_given`."""
     from megatron.oellm.training.stored_checkpoint import LOAD, PRETRAINED, load_source, read_checkpoint_of
 
     if not args.use_checkpoint_args:

@@ -158,4 +158,4 @@ def checkpoint_with_args(directory: Path, **stored_values: object) -> Path:
 def finetune_argv(load: Path, *flags: str) -> list[str]:
     """A fine-tuning mock-data run of :data:`FINETUNE_CARD` taking its arguments from ``load``."""
     return ["--oellm-model", FINETUNE_CARD, "--oellm-backend", "torch", "--ckpt-format", "torch_dist", "--mock-data",
-            "--load", str(load), "--finetune", "--use-checkpoint-args", *flags]
+            "--tokenizer-type", "NullTokenizer", "--load", str(load), "--finetune", "--use-checkpoint-args", *flags]

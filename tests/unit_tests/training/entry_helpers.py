@@ -243,7 +243,8 @@ def fla_raising_attribute_error(monkeypatch: pytest.MonkeyPatch, site: Path) -> 
     return f"AttributeError: module 'torch' has no attribute '{missing}'"
 
 
-DATA_CHECK_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
+DATA_CHECK_RUN = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16",
+                  "--tokenizer-type", "NullTokenizer"]
 """The entry's command line of the data source tests, before the data flags each test gives."""
 
 

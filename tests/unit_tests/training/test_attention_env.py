@@ -58,7 +58,7 @@ def test_the_entry_refuses_a_conflict_before_it_starts_anything(monkeypatch: pyt
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """One error line naming each variable, what megatron sets and the way out; without the variable it goes on."""
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
             "--seq-length", "64"]
     for name in VARIABLES:
         monkeypatch.setenv(name, "recorded")  # restored after the test, whatever the entry's run writes

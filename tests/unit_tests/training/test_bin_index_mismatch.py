@@ -17,7 +17,7 @@ from megatron.oellm.training import data_sources
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
-ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
+ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "16"]
 """The entry's command line here, before its data flags."""
 
 DTYPES = (numpy.uint8, numpy.uint16, numpy.int32, numpy.int64)

@@ -148,7 +148,7 @@ def test_the_entry_refuses_before_it_starts_anything(tmp_path: Path, monkeypatch
     entry = entry_up_to_pretrain(monkeypatch)
     load = save_dist_checkpoint(tmp_path, stored_args(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
                                                       expert_model_parallel_size=1, expert_tensor_parallel_size=1))
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(load),
             "--ckpt-format", "torch_dist", "--use-distributed-optimizer", "--mock-data", "--seq-length", "64"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
@@ -237,7 +237,7 @@ def test_the_entry_refuses_a_rank_file_layout_change_before_it_starts_anything(
     entry = entry_up_to_pretrain(monkeypatch)
     load = save_rank_files(tmp_path, stored_args(tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
                                                  expert_model_parallel_size=1, expert_tensor_parallel_size=1), 7)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(load),
             "--ckpt-format", "torch", "--mock-data", "--seq-length", "64", "--finetune"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()

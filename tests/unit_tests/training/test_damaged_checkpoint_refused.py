@@ -36,7 +36,7 @@ def _copy(converted: Path, tmp_path: Path) -> Path:
 
 def _argv(load: Path, fmt: str = "torch_dist") -> list[str]:
     """A fine-tuning mock-data run of :data:`CARD` loading ``load``."""
-    return ["--oellm-model", CARD, "--oellm-backend", "torch", "--ckpt-format", fmt, "--mock-data",
+    return ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--ckpt-format", fmt, "--mock-data",
             "--seq-length", "64", "--load",
             str(load), "--finetune", "--dist-ckpt-strictness", "log_unexpected"]
 

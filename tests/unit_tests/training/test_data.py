@@ -71,7 +71,7 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     """The entry's argument checks run before the throughput hook and ``pretrain`` (which set up GPUs), and the
     refusal is one error line (exit status 2), not a traceback on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "64"]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "64"]
     assert entry.main([*argv, MASKING]) == 2
     assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data_sources.DOCUMENT_MASKING_UNWIRED}"]
     with pytest.raises(Reached):
@@ -83,7 +83,7 @@ def test_the_entry_refuses_document_masking_before_it_starts_anything(monkeypatc
     [
         (["--oellm-model", "qwen3.5-35b-a3b-tiny", "--hidden-size", "96"], "--hidden-size: the command line gives"),
         (["--oellm-model", "qwen9-nope"], "unknown model"),
-        (["--oellm-backend", "torch", "--transformer-impl", "transformer_engine"], "resolves to the torch backend"),
+        (["--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--transformer-impl", "transformer_engine"], "resolves to the torch backend"),
     ],
 )
 def test_the_entry_refuses_a_bad_command_line_in_one_line(monkeypatch, capsys, argv, message):
@@ -110,7 +110,7 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
         lambda **_kwargs: with_validated_fields(parse_oellm_argv(sys.argv[1:] + ["--seq-length", "128", "--mock-data"])),
     )
     flags = {**model_flags(get_card("qwen3-30b-a3b-tiny")), "moe-layer-freq": "([0]+[1]*1)"}
-    assert entry.main(["--oellm-backend", "torch", *flags_to_argv(flags), "--seq-length", "128"]) == 2
+    assert entry.main(["--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", *flags_to_argv(flags), "--seq-length", "128"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "no model card describes these Megatron flags: --moe-layer-freq" in err[0]
 
@@ -119,7 +119,7 @@ def test_flags_no_card_describes_are_refused_in_one_line(monkeypatch, capsys):
 def test_flags_no_card_describes_are_refused_beside_a_named_card(monkeypatch, capsys, flag):
     """With ``--oellm-model`` the model is built from the card: these flags were accepted and did nothing."""
     entry = entry_up_to_pretrain(monkeypatch)
-    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+    assert entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
                        "--seq-length", "64", flag]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"no model card describes these Megatron flags: {flag} True" in err[0]
@@ -262,7 +262,7 @@ def test_a_layout_that_does_not_fit_the_card_is_refused_before_megatron_initiali
     process groups and GPU memory were set up on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
     pattern = get_card("qwen3.5-35b-a3b-tiny").hybrid_layer_pattern
-    argv = ["--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--pipeline-model-parallel-size", "2",
+    argv = ["--oellm-model", "qwen3.5-35b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--pipeline-model-parallel-size", "2",
             "--mock-data", "--seq-length", "64"]
     assert entry.main([*argv, "--hybrid-layer-pattern", pattern[:3] + "|" + pattern[3:]]) == 2
     err = capsys.readouterr().err.splitlines()
@@ -275,7 +275,7 @@ def test_a_transformer_config_refusal_comes_before_megatron_initialises(monkeypa
     """megatron-core's TransformerConfig refuses combinations Megatron's validation passes; the model provider
     built it (and so refused) after process groups and GPU memory were set up on every rank."""
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128", "--mock-data"]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128", "--mock-data"]
     assert entry.main([*argv, "--moe-router-padding-for-fp8"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "TransformerConfig refuses the run's arguments" in err[0]
@@ -289,7 +289,7 @@ def test_a_run_without_data_or_with_a_missing_prefix_is_refused_before_megatron_
     """Megatron opened the corpus only after building the model and optimizer (a run with no data source built
     "mock" GPTDatasets and failed there); a mistyped prefix is now one error line at start."""
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128"]
     assert entry.main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [f"{entry.PROG}: error: {data_sources.NO_DATA}"]
 
@@ -323,7 +323,7 @@ def test_a_per_split_data_args_file_without_its_three_splits_is_one_error_line(c
     entry = entry_up_to_pretrain(monkeypatch)
     path = tmp_path / "splits.json"
     path.write_text(content.replace("PREFIX", corpus(tmp_path, "train")))
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128",
             "--per-split-data-args-path", str(path)]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()

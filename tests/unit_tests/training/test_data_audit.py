@@ -12,7 +12,7 @@ from megatron.oellm.training import data_sources, index_cache
 from megatron.oellm.training.args import parse_oellm_argv
 from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain, one_error_line
 
-BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16"]
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "16"]
 
 
 def _name() -> str:

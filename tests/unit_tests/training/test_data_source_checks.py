@@ -27,7 +27,7 @@ from tests.unit_tests.training.entry_helpers import (
     entry_up_to_pretrain,
 )
 
-ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128"]
+ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128"]
 """The entry's command line of the index cache tests (:data:`DATA_CHECK_RUN` is the other tests')."""
 
 

@@ -130,7 +130,7 @@ def test_the_entry_refuses_a_flex_dispatcher_whose_library_is_missing(monkeypatc
     monkeypatch.setattr(dispatcher.importlib.util, "find_spec",
                         lambda name, *rest: None if name == "deep_ep" else find_spec(name, *rest))
     backend = random.choice(["deepep", "hybridep"])
-    assert main.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data",
+    assert main.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
                       "--seq-length", "64", "--expert-model-parallel-size",
                       "2", "--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", backend]) == 2
     assert f"{backend} needs DeepEP" in one_error_line(capsys)
@@ -142,7 +142,7 @@ def test_the_entry_refuses_megatrons_uneven_split_flags_naming_the_layout(monkey
     naming the equivalent ``--pipeline-model-parallel-layout``."""
     main = entry_up_to_pretrain(monkeypatch)
     flag = random.choice(["--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"])
-    assert main.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--seq-length", "128",
+    assert main.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "128",
                       "--pipeline-model-parallel-size", "2", flag, "1"]) == 2
     line = one_error_line(capsys)
     assert line.startswith(f"{main.PROG}: error: {flag}: "), line
@@ -157,7 +157,7 @@ def test_the_entry_refuses_block_interleaved_swiglu_for_a_converted_checkpoint(t
     write_hf(card, random_hf_tensors(card, seed=random.randrange(10**6)), tmp_path / "hf")
     hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "mcore")
     main = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data",
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
             "--seq-length", "64", "--load", str(tmp_path / "mcore"),
             "--ckpt-format", "torch_dist", "--finetune", "--dist-ckpt-strictness", "log_unexpected"]
     block = random.choice([8, 16, 32])

@@ -139,7 +139,7 @@ def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path,
     --use-checkpoint-args the other card's checkpoint is refused as well, and the checkpoint's own card goes on."""
     entry = entry_up_to_pretrain(monkeypatch)
     saved = _saved(converted, tmp_path, _card_args(OTHER), 3)
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(saved), "--use-checkpoint-args",
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(saved), "--use-checkpoint-args",
             "--ckpt-format", "torch_dist", "--mock-data", "--seq-length", "64"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
@@ -148,7 +148,7 @@ def test_the_entry_refuses_before_megatron_reads_the_checkpoint(converted: Path,
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --load {saved} holds a checkpoint of another model")
     with pytest.raises(Reached):
-        entry.main(["--oellm-model", OTHER, "--oellm-backend", "torch", "--load", str(saved), "--ckpt-format",
+        entry.main(["--oellm-model", OTHER, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(saved), "--ckpt-format",
                     "torch_dist", "--mock-data", "--seq-length", "64"])
 
 

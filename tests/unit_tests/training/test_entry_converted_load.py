@@ -181,7 +181,7 @@ def test_the_entry_refuses_before_it_starts_anything(converted: Path, monkeypatc
     main = entry_up_to_pretrain(monkeypatch)
     vocab = tmp_path / "vocab.json"  # the entry refuses a --vocab-file that is not there
     vocab.write_text(json.dumps({f"t{number}": number for number in range(random.randint(2, 9))}))
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(converted), "--ckpt-format",
             "torch_dist", "--vocab-file", str(vocab), "--mock-data",
             "--seq-length", "64", "--dist-ckpt-strictness", "log_unexpected"]
     assert main.main(argv) == 2
@@ -204,7 +204,7 @@ def test_the_entry_reads_the_checkpoint_once(converted: Path, monkeypatch: pytes
     common_state = CheckpointReader.common_state
     monkeypatch.setattr(CheckpointReader, "common_state", lambda self: reads.append(self.directory)
                         or common_state(self))
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(converted), "--ckpt-format",
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(converted), "--ckpt-format",
             "torch_dist", "--use-checkpoint-args", "--use-distributed-optimizer", "--vocab-file", "vocab.json",
             "--mock-data", "--seq-length", "64"]
     assert main.main(argv) == 2

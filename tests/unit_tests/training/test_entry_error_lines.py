@@ -10,7 +10,7 @@ from megatron.oellm.cards import get_card
 from tests.unit_tests.training.entry_helpers import Reached, corpus, entry_up_to_pretrain, one_error_line
 
 CARD = "qwen3-30b-a3b-tiny"
-BASE = ["--oellm-model", CARD, "--oellm-backend", "torch", "--seq-length", "128"]
+BASE = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128"]
 
 
 @pytest.mark.parametrize("flag, value", [("--attention-backend", "flashh"), ("--exit-signal", "SIGNOPE"),
@@ -76,7 +76,7 @@ def test_seq_length_above_the_cards_positions_is_one_error_line(monkeypatch, cap
     entry = entry_up_to_pretrain(monkeypatch)
     limit = get_card(CARD).max_position_embeddings
     seq = random.randint(limit + 1, 4 * limit)
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data"]
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data"]
     assert entry.main([*argv, "--seq-length", str(seq)]) == 2
     line = one_error_line(capsys)
     assert f"--seq-length {seq}" in line and str(limit) in line
@@ -89,7 +89,7 @@ def test_seq_length_equal_to_the_cards_positions_is_let_through(monkeypatch):
     entry = entry_up_to_pretrain(monkeypatch)
     limit = get_card(CARD).max_position_embeddings
     with pytest.raises(Reached):
-        entry.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--mock-data", "--seq-length", str(limit)])
+        entry.main(["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", str(limit)])
 
 
 def test_megatrons_validation_assertion_is_one_error_line(monkeypatch, capsys):

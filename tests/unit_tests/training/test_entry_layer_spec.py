@@ -12,7 +12,7 @@ from megatron.oellm.training.args import parse_oellm_argv
 from megatron.oellm.training.model_provider import check_layer_spec
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain
 
-ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "64"]
+ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "64"]
 
 SPECS = [
     ["megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec"],
@@ -46,7 +46,7 @@ def test_no_spec_and_spec_local_still_train(monkeypatch, extra):
 def test_spec_local_without_local_attention_is_refused_by_the_entry(monkeypatch, capsys):
     attention = random.choice(BACKENDS)
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "64",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "64",
             "--attention-backend", attention, "--spec", "local"]
     assert entry.main(argv) == 2
     error = capsys.readouterr().err.splitlines()
@@ -69,6 +69,6 @@ def test_spec_local_beside_local_attention_still_trains(monkeypatch):
     check_layer_spec(parse_oellm_argv(["--attention-backend", "local", "--spec", "local"]))
     entry = entry_up_to_pretrain(monkeypatch)
     with pytest.raises(Reached):
-        entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+        entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
                     "--seq-length", "64",
                     "--attention-backend", "local", "--spec", "local"])

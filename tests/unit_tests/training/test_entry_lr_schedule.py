@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, one_error_line
 
-BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128", "--mock-data",
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8"]
 
 

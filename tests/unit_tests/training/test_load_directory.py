@@ -126,7 +126,7 @@ def test_the_entry_refuses_both_before_it_starts_anything(tmp_path: Path, monkey
     """One error line and exit status 2 from main() for each; the right flags go on."""
     entry = entry_up_to_pretrain(monkeypatch)
     directory = _save(tmp_path, "torch_dist", 12)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "64"]
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "64"]
     assert entry.main([*argv, "--load", str(directory)]) == 2
     assert entry.main([*argv, "--load", str(tmp_path), "--ckpt-format", "torch"]) == 2
     lines = capsys.readouterr().err.splitlines()

@@ -110,7 +110,7 @@ def test_the_entry_refuses_before_it_starts_anything(earlier: Path, monkeypatch:
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """One error line and exit status 2 before ``pretrain``; with ``log_unexpected`` it goes on."""
     main = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--load", str(earlier), "--ckpt-format", "torch_dist",
+    argv = ["--oellm-model", CARD, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(earlier), "--ckpt-format", "torch_dist",
             "--mock-data", "--seq-length", "64"]
     assert main.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()

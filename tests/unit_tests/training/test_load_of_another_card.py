@@ -28,7 +28,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _argv(card: str, *flags: str) -> list[str]:
     """A mock-data run of ``card`` on the torch backend with ``flags``."""
-    return ["--oellm-model", card, "--oellm-backend", "torch", "--ckpt-format", "torch_dist", "--mock-data",
+    return ["--oellm-model", card, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--ckpt-format", "torch_dist", "--mock-data",
             "--seq-length", "64",
             "--dist-ckpt-strictness", "log_unexpected", *flags]
 

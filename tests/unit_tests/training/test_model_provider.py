@@ -50,7 +50,7 @@ def test_layout_and_runtime_fields_follow_megatrons_flags(monkeypatch):
                       "--expert-model-parallel-size", "4", "--sequence-parallel", "--recompute-granularity", "full",
                       "--recompute-method", "uniform", "--recompute-num-layers", "1", "--init-method-std", "0.0123",
                       "--moe-router-force-load-balancing", "--moe-token-dispatcher-type", "alltoall",
-                      "--oellm-backend", "torch", "--micro-batch-size", "1", "--global-batch-size", "8",
+                      "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--micro-batch-size", "1", "--global-batch-size", "8",
                       "--seq-length", "128", "--bf16"], monkeypatch, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
                      world_size=8)
     card = card_from_args(args)
@@ -80,7 +80,7 @@ def test_every_qwen3_5_recipe_flag_reaches_the_transformer_config(monkeypatch):
 
     recipe = load_recipe(Path(__file__).parents[3] / "examples/oellm/qwen3_5_35b_a3b_mn5_strong.toml")
     resolved = resolve_row(recipe, recipe.row(2))
-    args = validated([*resolved.argv, "--oellm-backend", "torch"], monkeypatch, env=recipe.cluster.env,
+    args = validated([*resolved.argv, "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer"], monkeypatch, env=recipe.cluster.env,
                      world_size=resolved.world_size)
     card, layout = card_from_args(args), layout_from_args(args)
     config = spec_builder(card.family).transformer_config(card, layout, args.params_dtype,
@@ -136,7 +136,7 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
     from megatron.oellm.models import spec_builder
     from megatron.oellm.training.model_provider import model_provider, moe_permutation_description
 
-    args = validated(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--micro-batch-size", "1",
+    args = validated(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--micro-batch-size", "1",
                       "--global-batch-size", "8", "--seq-length", "128", "--bf16"], monkeypatch)
     calls = []
     monkeypatch.setattr(megatron.training, "get_args", lambda: args)
@@ -156,7 +156,7 @@ def test_the_model_provider_builds_the_card_with_the_named_backend_and_logs_it(m
 
 
 UNEVEN_235B = ["--oellm-model", "qwen3-235b-a22b", "--pipeline-model-parallel-size", "8", "--micro-batch-size", "1",
-               "--global-batch-size", "8", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+               "--global-batch-size", "8", "--seq-length", "128", "--bf16", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer"]
 """Qwen3-235B-A22B's 94 layers over 8 pipeline ranks: no even split."""
 
 
@@ -187,7 +187,7 @@ def test_first_and_last_stage_sizes_over_two_stages_get_their_own_layout(monkeyp
 
     first = random.randint(1, 47)
     qwen3_pp2 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1",
-                 "--global-batch-size", "2", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+                 "--global-batch-size", "2", "--seq-length", "128", "--bf16", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer"]
     TransformerConfig(num_layers=48, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
                       num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=48 - first,
                       pipeline_dtype=torch.bfloat16)
@@ -205,7 +205,7 @@ def test_split_flags_without_an_equivalent_layout_get_an_even_example_and_hybrid
     from megatron.oellm.training.entry import check_layout
 
     qwen3_pp7 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "7", "--micro-batch-size", "1",
-                 "--global-batch-size", "7", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+                 "--global-batch-size", "7", "--seq-length", "128", "--bf16", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer"]
     accounted = validated([*qwen3_pp7, "--account-for-loss-in-pipeline-split"], monkeypatch, world_size=7)
     with pytest.raises(ValueError, match=r"--account-for-loss-in-pipeline-split: .*\(e\.g\. "
                                          r"'Et\*7\|t\*7\|t\*7\|t\*7\|t\*7\|t\*7\|t\*6L'\)"):
@@ -230,7 +230,7 @@ def test_the_layout_check_judges_the_runs_sequence_length_not_the_cards():
 
 
 SELECTIVE_RECOMPUTE = ["--micro-batch-size", "1", "--global-batch-size", "8", "--seq-length", "128", "--bf16",
-                       "--oellm-backend", "torch", "--mock-data", "--recompute-granularity", "selective",
+                       "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--recompute-granularity", "selective",
                        "--recompute-modules"]
 """A run with selective recompute; the modules follow."""
 
@@ -319,7 +319,7 @@ def test_a_world_size_the_expert_layout_does_not_divide_is_refused_before_megatr
     from megatron.oellm.training.entry import check_layout
 
     qwen3 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "2", "--expert-model-parallel-size",
-             "4", "--micro-batch-size", "1", "--seq-length", "128", "--bf16", "--oellm-backend", "torch"]
+             "4", "--micro-batch-size", "1", "--seq-length", "128", "--bf16", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer"]
     with pytest.raises(ParallelLayoutError, match=r"^world size 12 is not divisible by etp x ep x pp = 8; change the "
                                                   r"GPU count, ep or etp$"):
         check_layout(validated([*qwen3, "--global-batch-size", "6"], monkeypatch, world_size=12))

@@ -222,7 +222,7 @@ def test_the_entry_lets_a_single_process_in_a_multi_node_allocation_cache_in_mem
 
 def entry_argv(cache: Path) -> list[str]:
     """A mock-data command line of the entry whose index caches go to ``cache``."""
-    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128",
             "--mock-data", "--data-cache-path", str(cache)]
 
 
@@ -327,7 +327,7 @@ def test_the_entry_refuses_a_multi_node_object_storage_cache_path_in_memory(monk
     copies = tmp_path / "copies"
     monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs"), (os.path.realpath(tmp_path), "tmpfs")])
     torchrun_on_several_nodes(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128",
             "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(copies), "--no-mmap-bin-files"]
     assert entry.main(argv) == 2
     assert capsys.readouterr().err.startswith(f"{entry.PROG}: error: --object-storage-cache-path {copies} is on tmpfs")
@@ -344,7 +344,7 @@ def test_the_entry_reads_the_data_blend_once(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(utils, "get_blend_and_blend_per_split", lambda args: parses.append(args) or parse(args))
     monkeypatch.setattr(index_cache, "read_mounts", lambda: [("/", "nfs")])
     torchrun_on_several_nodes(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128",
             "--data-path", remote_prefix("s3"), "--object-storage-cache-path", str(tmp_path / "copies"),
             "--no-mmap-bin-files"]
     with pytest.raises(Reached):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, installed_stand_in, refused_line
 
-BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "16", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4", "--train-iters", "500"]
 RESILIENCY = "nvidia_resiliency_ext"
 

@@ -32,7 +32,7 @@ def _checkpoints(tmp_path: Path, persistent: int, non_persistent: int, global_di
 def _argv(load: Path, global_dir: Path | None) -> list[str]:
     """A one-GPU resume of the tiny card from ``load`` keeping global non-persistent checkpoints (in
     ``global_dir``, else megatron's default ``--load``/non_persistent)."""
-    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(load),
+    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(load),
             "--ckpt-format", "torch_dist", "--use-distributed-optimizer", "--mock-data", "--seq-length", "64",
             "--non-persistent-ckpt-type", "global",
             *(["--non-persistent-global-ckpt-dir", str(global_dir)] if global_dir else [])]

@@ -121,7 +121,7 @@ def test_the_training_entry_refuses_it_before_megatron_initialises(monkeypatch, 
         return args
 
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", validated)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "128",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "128",
             "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et|t||L",
             "--micro-batch-size", "1"]
     assert entry.main([*argv, "--global-batch-size", "3"]) == 2

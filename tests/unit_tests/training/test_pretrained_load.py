@@ -64,7 +64,7 @@ def test_a_pretrained_rank_file_checkpoint_of_another_layout_is_refused_naming_i
     pretrained = save_rank_files(tmp_path / "base", stored_args(**TP2), iteration)
     run = tmp_path / "run"
     run.mkdir()
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--load", str(run),
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--load", str(run),
             "--pretrained-checkpoint", str(pretrained), "--ckpt-format", "torch", "--mock-data", "--seq-length", "64"]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
@@ -81,7 +81,7 @@ def test_a_pretrained_checkpoint_loads_no_optimizer_state_so_its_layout_may_chan
     --finetune for it and reads no optimizer state, so the resharding refusal of a --load resume does not apply."""
     entry = entry_up_to_pretrain(monkeypatch)
     pretrained = save_dist_checkpoint(tmp_path / "base", stored_args(**TP2), iteration=random.randrange(1, 10**5))
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--ckpt-format", "torch_dist",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--ckpt-format", "torch_dist",
             "--use-distributed-optimizer", "--mock-data", "--seq-length", "64"]
     with pytest.raises(Reached):
         entry.main([*argv, "--load", str(tmp_path / "run"), "--pretrained-checkpoint", str(pretrained)])
@@ -126,7 +126,7 @@ def test_a_load_checkpoint_found_only_by_ckpt_step_beside_a_pretrained_one_is_re
     layers = get_card("qwen3-30b-a3b-tiny").num_layers + random.randrange(1, 4)
     run = save_dist_checkpoint(tmp_path / "run", stored_args(**TP2, num_layers=layers), iteration=step)
     (run / TRACKER_FILE).unlink()
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--ckpt-format", "torch_dist",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--ckpt-format", "torch_dist",
             "--pretrained-checkpoint", str(pretrained), "--load", str(run), "--use-checkpoint-args", "--mock-data",
             "--seq-length", "64"]
     assert entry.main([*argv, "--ckpt-step", str(step)]) == 2

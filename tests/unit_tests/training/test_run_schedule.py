@@ -12,7 +12,7 @@ import torch
 
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
-BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16", "--mock-data",
+BASE = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "16", "--mock-data",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--lr", "3e-4"]
 
 

@@ -72,7 +72,7 @@ def test_the_entry_warns_once_on_rank_0_and_goes_on(monkeypatch, capsys, tmp_pat
     gpt_train_samples(prefix, rng.randint(10, 20), SEQUENCE)
     rewrite_at(prefix, random_corpus(tmp_path / "new", rng.randint(5, 10), rng))
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128",
             "--data-path", prefix, "--split", "100,0,0"]
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(Reached):
@@ -97,7 +97,7 @@ def test_the_entry_looks_for_stale_caches_in_the_runs_data_cache_path(monkeypatc
     entry = entry_up_to_pretrain(monkeypatch)
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(Reached):
-        entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "128",
+        entry.main(["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "128",
                     "--data-path", prefix, "--split", "100,0,0", "--data-cache-path", str(cache)])
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: warning: dataset {prefix!r} was written after 1 of its index caches")

@@ -34,7 +34,7 @@ def _under_a_file(tmp_path: Path) -> tuple[Path, str]:
 
 
 def _data_run(prefix: str) -> list[str]:
-    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--seq-length", "16",
+    return ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--seq-length", "16",
             "--data-path", prefix, "--split", "100,0,0"]
 
 

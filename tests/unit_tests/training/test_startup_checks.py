@@ -15,7 +15,7 @@ from megatron.oellm.training import startup_checks
 from tests.unit_tests.training.entry_helpers import entry_up_to_pretrain
 
 RECIPE = Path(__file__).parents[3] / "examples/oellm/qwen3_30b_a3b_mn5.toml"
-ENTRY_ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "128",
+ENTRY_ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "128",
               "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters", "10"]
 
 

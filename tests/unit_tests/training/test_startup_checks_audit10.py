@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit_tests.training.entry_helpers import Reached, entry_up_to_pretrain, refused_line
 
-ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data", "--seq-length", "128",
+ARGV = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data", "--seq-length", "128",
         "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters", "10"]
 
 

@@ -110,7 +110,7 @@ def test_the_entry_refuses_a_bad_tracker_before_megatron_initialises(
     from megatron.oellm.training.args import parse_oellm_argv
 
     entry = entry_up_to_pretrain(monkeypatch)
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
             "--seq-length", "64", flag, str(tmp_path)]
     (tmp_path / TRACKER_FILE).write_text(random.choice(["latest", "", f"iter_{random.randrange(1, 100):07d}"]))
     assert entry.main(argv) == 2
@@ -134,7 +134,7 @@ def test_a_checkpoint_folder_in_a_symlink_loop_is_refused_naming_the_flag(
     loop = tmp_path / f"loop{random.randrange(1, 1000)}"
     loop.symlink_to(loop.name)
     given = loop if random.random() < 0.5 else loop / "checkpoints"
-    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--mock-data",
+    argv = ["--oellm-model", "qwen3-30b-a3b-tiny", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer", "--mock-data",
             "--seq-length", "64", flag, str(given), *(["--save-interval", "5"] if flag == "--save" else [])]
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
