@@ -35,6 +35,9 @@ TRAINING_PASSES = 3
 """Forward, backward data gradient, backward weight gradient: each does the forward's matrix work once."""
 MEGATRON_VOCAB_DIVISOR = 128
 """Megatron's default ``--make-vocab-size-divisible-by`` (with tensor parallelism 1)."""
+CORRECTED_MODE = "corrected"
+"""The name of our count of the matrix work (:func:`training_flops_per_token`, docs/flops.md) beside Megatron's own
+(``oellm flops --megatron-compatible``): ``oellm flops``' and ``oellm plan``'s ``mode``."""
 SWIGLU_MATRICES = 3
 """A SwiGLU MLP has three ``hidden x ffn`` matrices (gate, up, down)."""
 

@@ -10,7 +10,13 @@ import shlex
 from dataclasses import dataclass
 
 from megatron.oellm.cards import CardError, ModelCard, placeholder_notes
-from megatron.oellm.flops import FlopCount, megatron_padded_vocab, training_flops_per_token
+from megatron.oellm.flops import (
+    CORRECTED_MODE,
+    FlopCount,
+    megatron_counts,
+    megatron_padded_vocab,
+    training_flops_per_token,
+)
 from megatron.oellm.models.parallel import (
     ParallelLayout,
     ParallelLayoutError,
@@ -195,6 +201,15 @@ def plan_flops(plan: Plan, seq_length: int) -> FlopCount:
     return training_flops_per_token(plan.card, seq_length, padded_vocab=plan.card.vocab_size)
 
 
+def flops_mode_label(card: ModelCard) -> str:
+    """Which count the plan's FLOPs are, as ``oellm flops`` names it (mode :data:`~megatron.oellm.flops.CORRECTED_MODE`,
+    our count of the matrix work), and where Megatron's own count is: ``oellm flops --megatron-compatible``, except
+    for a CKDA card, which megatron-core cannot count (:func:`~megatron.oellm.flops.megatron_counts`)."""
+    megatron = ("Megatron's count: oellm flops --megatron-compatible" if megatron_counts(card)
+                else "megatron-core 0.19.2 has no CKDA layer to count")
+    return f"mode {CORRECTED_MODE}: our count of the matrix work, docs/flops.md; {megatron}"
+
+
 def idle_stage_warnings(plan: Plan) -> list[str]:
     """One ``warning:`` line per pipeline stage (virtual stages included) that holds no decoder layer, no embedding and
     no loss: megatron-core accepts such a stage, whose GPUs then only wait and pass activations on, which a layout
@@ -238,9 +253,10 @@ def free_bytes(rank: RankPlan, gpu_memory_gib: float) -> int:
 def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None,
                 batch: tuple[int, int] | None = None) -> str:
     """The plan as text: card, layout, pipeline stages (for a hybrid card at PP > 1 as the run's
-    ``--hybrid-layer-pattern``, :func:`run_hybrid_layer_pattern`) and checks, FLOPs per token, one line per pipeline
-    rank, then its notes and warnings (:func:`plan_notes`); with ``gpu_memory_gib``, a column of what is left per GPU
-    after the static state; with ``batch`` (global, micro), how it splits into micro-batches per step."""
+    ``--hybrid-layer-pattern``, :func:`run_hybrid_layer_pattern`) and checks, FLOPs per token (which count:
+    :func:`flops_mode_label`), one line per pipeline rank, then its notes and warnings (:func:`plan_notes`); with
+    ``gpu_memory_gib``, a column of what is left per GPU after the static state; with ``batch`` (global, micro), how
+    it splits into micro-batches per step."""
     card, layout = plan.card, plan.layout
     counts = parameter_counts(card)
     flops = plan_flops(plan, seq_length)
@@ -262,7 +278,7 @@ def format_plan(plan: Plan, seq_length: int, gpu_memory_gib: float | None = None
     lines += [
         "checks       heads/groups vs TP, experts vs EP, expert width vs ETP, layers vs PP x VPP layout, "
         "world size: OK",
-        f"FLOPs        {flops.total / 1e9:.2f} GFLOP/token (training, seq {seq_length}): "
+        f"FLOPs        {flops.total / 1e9:.2f} GFLOP/token (training, seq {seq_length}, {flops_mode_label(card)}): "
         + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in flops.breakdown.items()),
         "",
         f"{'PP rank':>7} {'layers':>6} {'emb':>3} {'head':>4} {'dense/GPU':>10} {'experts/GPU':>11} {'static GiB':>10}"

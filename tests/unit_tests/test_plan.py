@@ -127,7 +127,7 @@ def test_plan_command_refuses_an_empty_or_negative_world(nodes, gpus_per_node, c
     assert f"--nodes {nodes} x --gpus-per-node {gpus_per_node}: both must be >= 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("option, message", [("--seq-length", "seq_length must be positive, got 0"),
+@pytest.mark.parametrize("option, message", [("--seq-length", "error: --seq-length must be positive, got 0"),
                                              ("--padded-vocab", "--padded-vocab 0: megatron pads")])
 def test_plan_command_does_not_drop_a_zero_override(option, message, capsys):
     from megatron.oellm.cli import main
@@ -397,7 +397,7 @@ def test_plan_says_where_a_defaulted_etp_came_from(capsys):
     assert "defaults to --tp" in err
     assert main(["plan", "qwen3-30b-a3b", *sizes, "--etp", str(tp)]) == 2
     err = capsys.readouterr().err
-    assert err.rstrip().endswith(f"etp x ep x pp = {tp * world}; change the GPU count, ep or etp")
+    assert err.rstrip().endswith(f"etp x ep x pp = {tp * world}; change the GPU count, ep, etp or pp")
     assert main(["plan", "qwen3-30b-a3b", *sizes, "--etp", "1"]) == 0
     ep = 2 * world  # twice the GPUs: an expert layout that does not fit, whatever the etp
     assert main(["plan", "qwen3-30b-a3b", "--nodes", str(nodes), "--ep", str(ep)]) == 2

@@ -14,6 +14,7 @@ from typing import Any
 from megatron.oellm.cards import CardError, ModelCard, get_card, placeholder_notes
 from megatron.oellm.commands import refuse
 from megatron.oellm.flops import (
+    CORRECTED_MODE,
     FlopError,
     check_overrides,
     megatron_counts,
@@ -205,7 +206,7 @@ def flops_report(args: argparse.Namespace, card: ModelCard) -> dict[str, Any]:
     else:
         if args.megatron_flag:
             raise FlopError("--megatron-flag needs --megatron-compatible")
-        report.update(mode="corrected", gflops_per_token=corrected.gflops_per_token,
+        report.update(mode=CORRECTED_MODE, gflops_per_token=corrected.gflops_per_token,
                       breakdown=corrected.gflops_breakdown())
     if args.tokens_per_second_per_gpu is not None:
         gpu = args.gpu or DEFAULT_GPU

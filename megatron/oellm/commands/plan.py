@@ -13,7 +13,7 @@ from typing import Any
 
 from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.commands import int_at_least, refuse
-from megatron.oellm.flops import MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
+from megatron.oellm.flops import CORRECTED_MODE, MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
 from megatron.oellm.models.parallel import (
     HYBRID_STAGES,
     ParallelLayout,
@@ -21,6 +21,7 @@ from megatron.oellm.models.parallel import (
     pipeline_layout_from_hybrid_pattern,
     same_stages_hybrid_pattern,
 )
+from megatron.oellm.params import parameter_counts
 from megatron.oellm.plan import (
     GIB,
     Plan,
@@ -63,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="expert tensor-parallel size (default: --tp, as megatron-core sets it without "
                              "--expert-tensor-parallel-size; with EP, --etp 1 is usual)")
     parser.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
-    parser.add_argument("--sp", action="store_true", help="sequence parallelism (megatron-core's MoE layer needs it with TP > 1)")
+    parser.add_argument("--sp", action="store_true",
+                        help="sequence parallelism (megatron-core's MoE layer needs it with TP > 1; at TP 1 it is "
+                             "off, with a warning, as megatron's validate_args turns it off)")
     parser.add_argument("--pipeline-layout", default=None,
                         help="Megatron --pipeline-model-parallel-layout string (not for a hybrid model, whose run "
                              "takes its stages as '|' in --hybrid-layer-pattern: give that instead)")
@@ -94,8 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "gpu_memory_gib, and free_bytes per rank); when a PP rank's static state alone exceeds "
                              "it, prints the plan, then an error line on stderr, and exits 1")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object {model, world_size, layout, hybrid_layer_pattern, "
-                             "data_parallel, expert_data_parallel, ranks, flops}; hybrid_layer_pattern is the "
+                        help="print one JSON object {model, seq_length, padded_vocab, total_params, active_params, "
+                             "world_size, layout, hybrid_layer_pattern, data_parallel, expert_data_parallel, ranks, "
+                             "flops {mode, gflops_per_token, breakdown}}, named as in `oellm flops --json` and "
+                             "`oellm models --json` (mode: corrected, our count); hybrid_layer_pattern is the "
                              "--hybrid-layer-pattern a hybrid model's run needs at PP > 1 ('|' between its stages; "
                              "null otherwise); with the batch options also global_batch_size, micro_batch_size, "
                              "micro_batches_per_step")
@@ -153,12 +158,36 @@ def check_plan_batch(plan: Plan, global_batch: int, micro_batch: int) -> None:
                                       f"{pipeline * micro_batch * plan.data_parallel}")
 
 
+def planned_seq_length(seq_length: int) -> int:
+    """``--seq-length``, refused in one line naming the flag (as ``oellm flops`` does) when not positive: the card
+    would refuse it naming its field ``seq_length``, which the user never typed."""
+    if seq_length < 1:
+        raise ParallelLayoutError(f"--seq-length must be positive, got {seq_length} (a length in tokens; leave it out "
+                                  "for the card's)")
+    return seq_length
+
+
+def planned_sequence_parallel(args: argparse.Namespace) -> bool:
+    """``--sp`` as megatron's ``validate_args`` takes it: at TP 1 it warns and turns sequence parallelism off (there
+    is no tensor-parallel group to split the sequence over), so the plan warns on stderr and plans without it."""
+    if args.sp and args.tp == 1:
+        print("oellm plan: warning: --sp at --tp 1: sequence parallelism is off, as megatron's validate_args turns it "
+              "off without tensor parallelism ('Disabling sequence parallelism because tensor model parallelism is "
+              "disabled'); planned without it", file=sys.stderr)
+        return False
+    return args.sp
+
+
 def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None) -> dict[str, Any]:
-    """The ``--json`` object of the plan: layout, the hybrid pattern its run needs
-    (:func:`~megatron.oellm.plan.run_hybrid_layer_pattern`), groups, ranks and FLOPs; with ``gpu_gib`` what is left
-    per GPU, with ``batch`` (global, micro) the micro-batches per step."""
-    count = plan_flops(plan, plan.card.seq_length)
-    flops = {"gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
+    """The ``--json`` object of the plan: what the text prints of the card (sequence, padded vocabulary, total and
+    active parameters, named as ``oellm flops --json`` and ``oellm models --json`` name them), layout, the hybrid
+    pattern its run needs (:func:`~megatron.oellm.plan.run_hybrid_layer_pattern`), groups, ranks and FLOPs with
+    their mode (our corrected count, as ``oellm flops`` names it); with ``gpu_gib`` what is left per GPU, with
+    ``batch`` (global, micro) the micro-batches per step."""
+    card = plan.card
+    count = plan_flops(plan, card.seq_length)
+    flops = {"mode": CORRECTED_MODE, "gflops_per_token": count.gflops_per_token, "breakdown": count.gflops_breakdown()}
+    params = parameter_counts(card)
     layout_fields = {**asdict(plan.layout), "vpp_size": plan.layout.vpp_size}  # vpp as given (None: none), vpp used
     ranks = [asdict(r) for r in plan.ranks]
     extra: dict[str, Any] = {}
@@ -169,7 +198,9 @@ def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None
     if batch is not None:
         extra.update(global_batch_size=batch[0], micro_batch_size=batch[1],
                      micro_batches_per_step=micro_batches_per_step(plan, *batch))
-    return {"model": plan.card.name, "world_size": plan.world_size, "layout": layout_fields,
+    return {"model": card.name, "seq_length": card.seq_length, "padded_vocab": card.vocab_size,
+            "total_params": params.total, "active_params": params.active, "world_size": plan.world_size,
+            "layout": layout_fields,
             "hybrid_layer_pattern": run_hybrid_layer_pattern(plan), "data_parallel": plan.data_parallel,
             "expert_data_parallel": plan.expert_data_parallel, **extra,
             "ranks": ranks, "flops": flops}
@@ -202,14 +233,14 @@ def run(args: argparse.Namespace) -> int:
         elif args.tp >= 1:  # Megatron pads the vocabulary to N x TP (tp < 1 is refused by the layout check below)
             card = card.with_vocab(megatron_padded_vocab(card.vocab_size, args.tp, divisor))
         if args.seq_length is not None:
-            card = dataclasses.replace(card, seq_length=args.seq_length)
+            card = dataclasses.replace(card, seq_length=planned_seq_length(args.seq_length))
         check_hybrid_stage_options(card, args)
         pipeline_layout = args.pipeline_layout
         if args.hybrid_layer_pattern is not None:
             pipeline_layout = hybrid_pattern_layout(card, args.hybrid_layer_pattern, args.pp)
         etp = args.tp if args.etp is None else args.etp
         layout = ParallelLayout(tp=args.tp, pp=args.pp, vpp=args.vpp, ep=args.ep, etp=etp, cp=args.cp,
-                                sp=args.sp, pipeline_layout=pipeline_layout)
+                                sp=planned_sequence_parallel(args), pipeline_layout=pipeline_layout)
         plan = build_plan(card, layout, world_size=args.nodes * args.gpus_per_node)
         batch = None if args.global_batch_size is None else (args.global_batch_size, args.micro_batch_size)
         if batch is not None:

@@ -106,7 +106,7 @@ def parse_pipeline_layout(layout: str) -> list[list[str]]:
         if unknown:
             raise ParallelLayoutError(
                 f"pipeline layout {layout!r}: unknown layer character(s) {unknown}; use E (embedding), t (decoder "
-                "layer), L (loss), m (MTP layer), '|' between stages, x*N or (...)*N to repeat")
+                "layer), L (loss), m (MTP layer), '|' between stages, t*N or (...)*N to repeat")
         stages.append([LAYOUT_SYMBOLS[c] for c in stage])
     return stages
 
@@ -133,9 +133,11 @@ def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int
             pos += 1
             repeat = _REPEAT.match(text, pos)
             if repeat is None:
-                raise ParallelLayoutError(f"pipeline layout {layout!r}: a group '(...)' must be followed by *N")
+                raise ParallelLayoutError(_negative_repeat(text, pos, layout)
+                                          or f"pipeline layout {layout!r}: a group '(...)' must be followed by *N")
         elif char == "*":
-            raise ParallelLayoutError(f"pipeline layout {layout!r}: '*' at position {pos} repeats nothing")
+            raise ParallelLayoutError(_negative_repeat(text, pos, layout)
+                                      or f"pipeline layout {layout!r}: '*' at position {pos} repeats nothing")
         else:
             unit, pos = char, pos + 1
             repeat = _REPEAT.match(text, pos)
@@ -145,6 +147,19 @@ def _expand(text: str, pos: int, layout: str, top_level: bool) -> tuple[str, int
     if not top_level:
         raise ParallelLayoutError(f"pipeline layout {layout!r}: '(' without a matching ')'")
     return "".join(out), pos
+
+
+_NEGATIVE_REPEAT = re.compile(r"\*-\d+")
+
+
+def _negative_repeat(text: str, pos: int, layout: str) -> str | None:
+    """The refusal of a negative repeat count at ``pos`` of ``text`` (``layout`` without its commas), such as
+    ``t*-1`` or ``(t|)*-2``: there the sign, not the ``*``, is the mistake; None where no ``*-N`` starts at ``pos``."""
+    negative = _NEGATIVE_REPEAT.match(text, pos)
+    if negative is None:
+        return None
+    return (f"pipeline layout {layout!r}: '{negative.group()}' at position {pos} is a negative repeat count; give a "
+            "count of 0 or more after '*', such as '*1'")
 
 
 def _repeat_count(digits: str, unit_length: int, expanded: int, layout: str) -> int:
@@ -236,7 +251,8 @@ def pipeline_layout_from_hybrid_pattern(pattern: str) -> str | None:
     for segment in segments:
         if len(segment) % HYBRID_SYMBOLS_PER_LAYER:
             raise ParallelLayoutError(f"hybrid pattern stage {segment!r} is not whole decoder layers of "
-                                      f"{HYBRID_SYMBOLS_PER_LAYER} symbols (mixer, then E)")
+                                      f"{HYBRID_SYMBOLS_PER_LAYER} symbols (mixer, then E); put each '|' "
+                                      "between two layers")
         counts.append(len(segment) // HYBRID_SYMBOLS_PER_LAYER)
     return layout_from_counts(counts)
 
@@ -264,6 +280,43 @@ def _counted_split_hint(card: ModelCard, pp: int, num_stages: int) -> str:
             f"those stages {_uneven_stages(card, pp, layout)}")
 
 
+VPP_FLAGS = "recipe: vpp; oellm plan: --vpp; Megatron: --num-virtual-stages-per-pipeline-rank"
+"""Where each caller of the shared layout check sets the virtual stages per pipeline rank, for its refusals."""
+
+
+def megatron_vpp_of_layers_per_stage(counted_layers: int, pp: int, layers_per_stage: int) -> int | None:
+    """The virtual pipeline size megatron's ``validate_args`` derives from ``--num-layers-per-virtual-pipeline-stage``
+    ``layers_per_stage`` at ``pp`` pipeline ranks: ``counted_layers`` (the decoder layers, plus one each for the
+    embedding and the loss where ``--account-for-*-in-pipeline-split`` counts them) per pipeline rank, over the layers
+    per virtual stage. None where megatron refuses them (its assertions: ``pp`` or ``layers_per_stage`` does not
+    divide) or no virtual stage would hold a layer."""
+    per_rank, rest = divmod(counted_layers, pp)
+    if rest or per_rank % layers_per_stage or per_rank < layers_per_stage:
+        return None
+    return per_rank // layers_per_stage
+
+
+def _vpp_read_as_layers_hint(card: ModelCard, pp: int, vpp: int) -> str:
+    """The clause of a refused VPP above 1 (ending in ``; ``) saying that it counts virtual stages per pipeline rank,
+    not layers per virtual stage (a config's ``num_layers_per_virtual_pipeline_stage``, which users pass as VPP), and,
+    where ``vpp`` read as those layers fits megatron's conversion with the embedding and the loss counted as layers
+    (:func:`megatron_vpp_of_layers_per_stage`), the VPP it stands for and its stages. Of the layers alone, the
+    conversion gives a VPP only where ``vpp`` already splits them (``num_layers = pp x VPP x vpp``), which is no
+    refusal. Empty at VPP 1."""
+    if vpp < 2:
+        return ""
+    meaning = (f"vpp ({VPP_FLAGS}) counts virtual stages per pipeline rank, not layers per virtual stage (a config's "
+               "num_layers_per_virtual_pipeline_stage, Megatron's --num-layers-per-virtual-pipeline-stage)")
+    converted = megatron_vpp_of_layers_per_stage(card.num_layers + 2, pp, vpp)
+    if converted is None or converted == vpp:  # the same stages: the counted split after the clause names them
+        return f"{meaning}; "
+    stages = embedding_and_loss_layout(card.num_layers, pp * converted)
+    return (f"{meaning}: {vpp} layers per virtual stage at pp {pp} are vpp {converted}, as Megatron converts them "
+            "with --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split, which count the "
+            f"embedding and the loss as a layer each (({card.num_layers} + 2) / ({pp} x {vpp}) = {converted}); give "
+            f"those {pp * converted} stages {_uneven_stages(card, pp, stages)}; otherwise ")
+
+
 def _uneven_stages(card: ModelCard, pp: int, layout: str) -> str:
     """How to give the uneven stages of the layout string ``layout`` over ``pp`` pipeline ranks for ``card``: as a
     pipeline layout everywhere for a GPT card; for a hybrid card as a layout in a recipe (which turns it into the
@@ -288,7 +341,9 @@ def layout_from_counts(counts: list[int]) -> str:
 def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | None = None) -> None:
     """Check that ``layout`` fits ``card`` (and ``world_size`` GPUs if given); raise :class:`ParallelLayoutError`.
 
-    Every check names the fix. Checked: positive sizes; SP needs TP; heads, query groups, GDN heads, shared-expert
+    Every check names the fix. Checked: positive sizes; SP needs TP (megatron-core's ``ModelParallelConfig``;
+    ``oellm plan`` turns ``--sp`` off at TP 1 first, and the training entry checks after megatron's ``validate_args``
+    has, as it does there); heads, query groups, GDN heads, shared-expert
     width vs TP; GDN heads vs TP x CP; experts vs EP; expert width vs ETP; sequence vs CP and, under SP, vs TP x CP;
     layers vs PP x VPP or the custom pipeline layout (syntax, PP divides the stage count, VPP agrees, layer count,
     embedding first, loss last, no MTP); the world size vs TP x PP x CP and ETP x EP x PP; last, TP needs SP in an
@@ -300,8 +355,10 @@ def validate_layout(card: ModelCard, layout: ParallelLayout, world_size: int | N
     if layout.vpp is not None and layout.vpp < 1:
         raise ParallelLayoutError(f"vpp must be >= 1 or unset, got {layout.vpp}")
     if layout.sp and layout.tp == 1:
-        raise ParallelLayoutError("sequence parallelism (recipe: sp = true; oellm plan: --sp; Megatron: "
-                                  "--sequence-parallel) needs tp > 1; turn it off or use tp >= 2")
+        raise ParallelLayoutError("sequence parallelism (recipe: sp = true) needs tp > 1: megatron-core's "
+                                  "ModelParallelConfig refuses it at tp 1 (megatron's validate_args turns "
+                                  "--sequence-parallel off there with a warning, as oellm plan does with --sp); turn "
+                                  "it off or use tp >= 2")
     _validate_tensor_parallel(card, layout)
     _validate_experts(card, layout)
     _validate_context_parallel(card, layout)
@@ -393,18 +450,19 @@ def _validate_pipeline(card: ModelCard, layout: ParallelLayout) -> None:
         vpp = layout.vpp or 1
         if vpp > 1 and pp == 1:
             raise ParallelLayoutError(f"vpp={vpp} needs pp > 1 (virtual stages interleave pipeline ranks)")
+        misread = _vpp_read_as_layers_hint(card, pp, vpp)
         if pp * vpp > card.num_layers:
             raise ParallelLayoutError(f"pp x vpp ({pp * vpp}) exceeds num_layers ({card.num_layers}): a stage "
-                                      f"without a layer computes nothing; use pp x vpp in "
+                                      f"without a layer computes nothing; {misread}use pp x vpp in "
                                       f"{{{_valid_sizes(card.num_layers)}}}")
         _divides("num_layers", card.num_layers, "pp x vpp", pp * vpp,
-                 f"use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give uneven stages "
+                 f"{misread}use pp x vpp in {{{_valid_sizes(card.num_layers)}}} or give uneven stages "
                  f"{_uneven_stages(card, pp, even_pipeline_layout(card.num_layers, pp * vpp))}"
                  f"{_counted_split_hint(card, pp, pp * vpp)}")
         return
     stages = layout.custom_stages
-    check_stage_count(len(stages), layout.pipeline_layout, pp)
     where = f"pipeline layout {layout.pipeline_layout!r}"
+    check_stage_count(len(stages), where, pp)
     vpp = len(stages) // pp
     if layout.vpp is not None and layout.vpp != vpp:
         raise ParallelLayoutError(f"{where} has {len(stages)} stages = pp ({pp}) x {vpp}, but vpp={layout.vpp}; "
@@ -427,20 +485,26 @@ def pipeline_stages(pipeline_layout: str, pp: int) -> list[list[str]]:
     :class:`ParallelLayoutError` unless they are pp x vpp stages, with ``pp > 1`` for more than one. The checks of a
     layout that need no model card."""
     stages = parse_pipeline_layout(pipeline_layout)
-    check_stage_count(len(stages), pipeline_layout, pp)
+    check_stage_count(len(stages), f"pipeline layout {pipeline_layout!r}", pp)
     return stages
 
 
-def check_stage_count(count: int, pipeline_layout: str, pp: int) -> None:
-    """Raise :class:`ParallelLayoutError` unless the ``count`` stages of ``pipeline_layout`` are pp x vpp, with
-    ``pp > 1`` for more than one: :func:`pipeline_stages`'s check, for callers that hold the count without parsing
-    the string again."""
-    where = f"pipeline layout {pipeline_layout!r}"
+PP_FLAGS = "set by oellm plan's --pp (default 1), a recipe's pp or Megatron's --pipeline-model-parallel-size"
+"""Where each caller of the shared layout check sets the pipeline-parallel size, for its refusals."""
+
+
+def check_stage_count(count: int, where: str, pp: int) -> None:
+    """Raise :class:`ParallelLayoutError` unless ``count`` stages are pp x vpp, with ``pp > 1`` for more than one:
+    :func:`pipeline_stages`'s check, for callers that hold the count without parsing the string again. ``where``
+    names the stage list the user gave (``pipeline layout 'Et|tL'``, ``--hybrid-layer-pattern 'GE|GE'``), and the
+    refusal names the pipeline-parallel size's flag (:data:`PP_FLAGS`), which a user who left it out never typed."""
     if count % pp:
-        raise ParallelLayoutError(f"{where} has {count} stages, not a multiple of pp ({pp}); "
-                                  "give pp x vpp stages separated by '|'")
+        raise ParallelLayoutError(f"{where} has {count} stages, not a multiple of pp ({pp}), {PP_FLAGS}; give pp x "
+                                  f"vpp stages separated by '|', or a pp that divides {count}")
     if count > 1 and pp == 1:
-        raise ParallelLayoutError(f"{where} has {count} stages for pp=1; virtual stages need pp > 1")
+        raise ParallelLayoutError(f"{where} has {count} stages for pp=1, {PP_FLAGS}: stages beyond one per pipeline "
+                                  f"rank are virtual stages, which need pp > 1; give a pp above 1 that divides {count}, "
+                                  "or no '|' for a single stage")
 
 
 def even_pipeline_layout(num_layers: int, num_stages: int) -> str:
@@ -459,4 +523,4 @@ def _validate_world_size(layout: ParallelLayout, world_size: int) -> None:
     expert = layout.etp * layout.ep * layout.pp
     if world_size % expert:
         raise ParallelLayoutError(f"world size {world_size} is not divisible by etp x ep x pp = {expert}; "
-                                  "change the GPU count, ep or etp")
+                                  "change the GPU count, ep, etp or pp")

@@ -148,12 +148,12 @@ def hybrid_pattern_stage_layout(pattern: str, pp: int) -> str | None:
     Returned so that a caller that needs the layout (``oellm plan``) takes it from this one read of the pattern."""
     if "|" not in pattern:
         return None
+    named = f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages"
     try:
         layout = pipeline_layout_from_hybrid_pattern(pattern)
-        check_stage_count(pattern.count("|") + 1, layout, pp)
     except ParallelLayoutError as error:
-        raise ParallelLayoutError(f"--hybrid-layer-pattern {pattern!r}, whose '|' marks pipeline stages: {error}; "
-                                  "give pp x vpp segments, or no '|' for a single stage") from error
+        raise ParallelLayoutError(f"{named}: {error}") from error
+    check_stage_count(pattern.count("|") + 1, f"{named},", pp)
     return layout
 
 

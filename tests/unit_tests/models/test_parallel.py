@@ -96,7 +96,9 @@ def test_valid_layouts_pass(card, layout) -> None:
     (QWEN3, ParallelLayout(pp=3, pipeline_layout="Et*24|t*24L"), "2 stages, not a multiple of pp"),
     (QWEN3, ParallelLayout(pp=2, vpp=3, pipeline_layout="Et*24|t*24L"), "set vpp=1"),
     # megatron's validate_args: an interleaved schedule (a layout of 2 stages at pp=1 is vpp=2) needs pp > 1
-    (QWEN3, ParallelLayout(pipeline_layout="Et*24|t*24L"), "2 stages for pp=1; virtual stages need pp > 1"),
+    (QWEN3, ParallelLayout(pipeline_layout="Et*24|t*24L"),
+     "2 stages for pp=1, set by oellm plan's --pp .*: stages beyond one per pipeline rank are virtual stages, which "
+     "need pp > 1"),
     (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|t*23L"), "places 47 decoder layers"),
     (QWEN3, ParallelLayout(pp=2, pipeline_layout="t*24|Et*24L"), "embedding 'E' must appear once, at the start"),
     (QWEN3, ParallelLayout(pp=2, pipeline_layout="Et*24|Lt*24"), "loss 'L' must appear once, at the end"),
@@ -370,3 +372,24 @@ def test_a_single_stage_layout_passes_at_pp_1():
 
     layers = random.randint(1, 48)
     assert pipeline_stages(f"Et*{layers}L", 1) == [["embedding", *["decoder"] * layers, "loss"]]
+
+
+def test_a_negative_repeat_count_is_named_as_such() -> None:
+    """``t*-1`` was refused as "'*' at position 2 repeats nothing": the count's sign is the mistake, after a layer or
+    a group alike."""
+    count = random.randint(1, 99)
+    layout = random.choice([f"Et*-{count}|tL", f"E(t|)*-{count}tL"])
+    with pytest.raises(ParallelLayoutError, match=re.escape(f"'*-{count}' at position ") + r"\d+ is a negative "
+                       r"repeat count; give a count of 0 or more after '\*'") as refused:
+        parse_pipeline_layout(layout)
+    assert "repeats nothing" not in str(refused.value) and "must be followed" not in str(refused.value)
+
+
+def test_an_unknown_character_is_refused_with_a_repeat_hint_of_a_known_one() -> None:
+    """The hint read ``x*N ... to repeat`` beside a refused ``x``: its placeholder is now a decoder layer ``t``."""
+    char = random.choice([c for c in "abcdfghijknopqrsuvwxyzABCDFGHIJKMNOPQRSTUVWXYZ" if c not in "EtLm"])
+    with pytest.raises(ParallelLayoutError) as refused:
+        parse_pipeline_layout(f"E{char}*3|tL")
+    message = str(refused.value)
+    assert f"unknown layer character(s) ['{char}']" in message and "t*N or (...)*N to repeat" in message
+    assert "x*N" not in message, message

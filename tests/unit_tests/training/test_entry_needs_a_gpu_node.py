@@ -132,8 +132,8 @@ def test_an_expert_layout_refused_at_the_default_world_size_names_how_to_give_th
     ``$WORLD_SIZE`` hint as megatron's refusals of the world size there."""
     ep = random.choice([2, 4, 8])
     line = refused_line(entry_on_a_cpu_node(monkeypatch), capsys, _tiny_run("--expert-model-parallel-size", str(ep)))
-    assert f"world size 1 is not divisible by etp x ep x pp = {ep}; change the GPU count, ep or etp" in line, line
-    assert line.endswith(f"change the GPU count, ep or etp; {WORLD_SIZE_HINT}"), line
+    assert f"world size 1 is not divisible by etp x ep x pp = {ep}; change the GPU count, ep, etp or pp" in line, line
+    assert line.endswith(f"change the GPU count, ep, etp or pp; {WORLD_SIZE_HINT}"), line
 
 
 def test_a_save_that_cannot_be_written_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

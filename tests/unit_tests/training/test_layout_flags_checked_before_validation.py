@@ -37,7 +37,8 @@ def test_hybrid_stages_at_pp_1_are_refused_naming_the_pattern(monkeypatch, capsy
     entry = entry_refusing_before_validation(monkeypatch)
     assert entry.main([*tiny_moe_run(HYBRID), "--oellm-backend", "torch", "--hybrid-layer-pattern", pattern]) == 2
     line = one_error_line(capsys)
-    assert f"--hybrid-layer-pattern {pattern!r}" in line and "for pp=1; virtual stages need pp > 1" in line
+    assert f"--hybrid-layer-pattern {pattern!r}" in line and "for pp=1, set by" in line
+    assert "Megatron's --pipeline-model-parallel-size: stages beyond one per pipeline rank are virtual stages" in line
 
 
 def test_a_pattern_stage_splitting_a_layer_is_refused_before_validation(monkeypatch, capsys) -> None:

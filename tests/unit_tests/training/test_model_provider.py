@@ -321,6 +321,6 @@ def test_a_world_size_the_expert_layout_does_not_divide_is_refused_before_megatr
     qwen3 = ["--oellm-model", "qwen3-30b-a3b", "--pipeline-model-parallel-size", "2", "--expert-model-parallel-size",
              "4", "--micro-batch-size", "1", "--seq-length", "128", "--bf16", "--oellm-backend", "torch", "--tokenizer-type", "NullTokenizer"]
     with pytest.raises(ParallelLayoutError, match=r"^world size 12 is not divisible by etp x ep x pp = 8; change the "
-                                                  r"GPU count, ep or etp$"):
+                                                  r"GPU count, ep, etp or pp$"):
         check_layout(validated([*qwen3, "--global-batch-size", "6"], monkeypatch, world_size=12))
     check_layout(validated([*qwen3, "--global-batch-size", "8"], monkeypatch, world_size=16))
