@@ -59,14 +59,33 @@ _MAX_HEADER_BYTES = 100 * 2**20
 """safetensors' own limit on a header's length: a larger length field is not a safetensors file."""
 
 
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+"""How a Git LFS pointer file starts: what ``git clone`` without git-lfs leaves in place of each large file."""
+
+
+def _is_lfs_pointer(path: Path) -> bool:
+    """Whether ``path`` starts as a Git LFS pointer file (:data:`_LFS_POINTER`); False where it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_LFS_POINTER)) == _LFS_POINTER
+    except OSError:
+        return False
+
+
 def _open(path: Path) -> safe_open:
     """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors, or without read
-    permission, which safetensors reports as a missing file) is a :class:`ConversionError` naming it."""
+    permission, which safetensors reports as a missing file) is a :class:`ConversionError` naming it. A Git LFS
+    pointer (a ``git clone`` without git-lfs) is named as one: safetensors calls its first bytes a header too large,
+    and downloading again with git gives the same pointer."""
     if path.is_file() and not os.access(path, os.R_OK):
         raise no_read_permission(path)
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError) as error:
+        if _is_lfs_pointer(path):
+            raise ConversionError(f"{path} is a Git LFS pointer file, not the weights (a git clone without git-lfs): "
+                                  "run `git lfs pull` in the clone (with git-lfs installed), or download the model "
+                                  "with `hf download REPO --local-dir DIR`") from error
         raise ConversionError(f"cannot read {path}: {error}; is the file complete (re-download it)?") from error
 
 
@@ -142,13 +161,18 @@ def _indexed_files(directory: Path, index: Path) -> dict[str, Path]:
 
 def _where_the_weights_are(directory: Path) -> str:
     """Advice for an ``--hf`` without safetensors: the folders up to two levels below holding them (``--hf`` given one
-    level too high, e.g. a Hugging Face cache entry whose weights are in ``snapshots/<revision>/``), else to convert
-    ``.bin`` weights first."""
+    level too high, e.g. a Hugging Face cache entry whose weights are in ``snapshots/<revision>/``), else, where it
+    holds PyTorch ``pytorch_model*.bin`` weights, to convert them first, else that it holds no weights at all."""
     found = sorted({path.parent for pattern in ("*/*.safetensors", "*/*/*.safetensors")
                     for path in directory.glob(pattern)})
     if found:
         return f"pass the folder of the model with --hf: {listed(found, 3)}"
-    return "convert .bin checkpoints with transformers first"
+    pytorch = sorted(path.name for path in directory.glob("pytorch_model*.bin"))
+    if pytorch:
+        return (f"it holds PyTorch .bin weights ({listed(pytorch, 2)}): convert them to safetensors with transformers "
+                "first (from_pretrained, then save_pretrained) and pass that folder with --hf")
+    return ("it holds no weight files (an incomplete download, or not the model's folder): pass --hf the folder with "
+            "config.json and model*.safetensors")
 
 
 def _check_shard_numbers(directory: Path, names: list[str]) -> None:

@@ -52,7 +52,8 @@ def test_a_bin_checkpoint_still_gets_the_transformers_advice(tmp_path: Path) -> 
     """A folder of ``pytorch_model.bin`` files: told to convert them with transformers first."""
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"\x80")
-    with pytest.raises(ConversionError, match=r"convert \.bin checkpoints with transformers first"):
+    with pytest.raises(ConversionError, match=r"it holds PyTorch \.bin weights \(pytorch_model\.bin\): convert them to "
+                                              "safetensors with transformers first"):
         hf_to_mcore_checkpoint(get_card("qwen3-30b-a3b-tiny"), tmp_path / "hf", tmp_path / "out")
 
 
