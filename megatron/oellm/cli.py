@@ -110,8 +110,21 @@ def build_parser(loaded: Collection[str] | None = None) -> argparse.ArgumentPars
         if loaded is None or name in loaded:
             module = _load_command(name)
             module.add_arguments(sub_parser)
-            sub_parser.set_defaults(_run=module.run, _oellm_parser=sub_parser)
+            sub_parser.set_defaults(_run=module.run)
+            _name_usage_parsers(sub_parser)
     return parser
+
+
+def _name_usage_parsers(parser: argparse.ArgumentParser) -> None:
+    """Set ``_oellm_parser`` to ``parser`` in its own defaults and, likewise, in those of every subcommand parser
+    below it (``oellm convert hf-to-mcore``): argparse copies a subcommand's defaults over its parent's, so the parsed
+    arguments name the deepest subcommand given, whose usage an unknown argument's error then prints (not its
+    parent's ``oellm convert [-h] DIRECTION ...``)."""
+    parser.set_defaults(_oellm_parser=parser)
+    for action in parser._actions:  # argparse keeps its actions, subcommand choices included, only privately
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _name_usage_parsers(child)
 
 
 def parse_command_line(argv: list[str] | None) -> argparse.Namespace:
