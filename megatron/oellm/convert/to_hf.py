@@ -213,6 +213,15 @@ def _export_unit(card: ModelCard, unit: Unit, reader: CheckpointReader, pieces: 
     writer.add(tensors)
 
 
+def _tokenizer_note(tokenizer_dir: Path | None, names: list[str]) -> str:
+    """The report line on the export's tokenizer: the files copied from ``tokenizer_dir``, or, without one, that it
+    has none, which ``from_pretrained`` of the model does not show but AutoTokenizer, lm-eval and vLLM fail on."""
+    if tokenizer_dir is None:
+        return ("note: no tokenizer files were written (no --tokenizer given); pass --tokenizer DIR (the HF model's "
+                "folder) for an export that AutoTokenizer, lm-eval and vLLM load as is")
+    return f"copied {len(names)} tokenizer files from --tokenizer {tokenizer_dir}: {', '.join(names)}"
+
+
 def mcore_to_hf_checkpoint(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: bool = False,
                            max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, hf_config_dir: Path | None = None,
                            tokenizer_dir: Path | None = None, guard: TerminationGuard | None = None
@@ -263,11 +272,9 @@ def _mcore_to_hf(card: ModelCard, mcore_dir: Path, out_dir: Path, overwrite: boo
             _export_unit(card, unit, reader, pieces, writer)
         writer.close()  # refuses an export that did not write every tensor of the layout
         _write_config_files(config_files, module, card, staging)
-    tokenizer_note = ([f"copied {len(tokenizer_names)} tokenizer files from --tokenizer {tokenizer_dir}: "
-                       f"{', '.join(tokenizer_names)}"] if tokenizer_dir is not None else [])
     return ConversionSummary(out_dir, sum(len({p.name for p in ps}) for ps in unit_pieces), len(layout),
                              sorted(key for key in stored if key.startswith(MTP_KEY_PREFIX)), padded - card.vocab_size,
-                             [config_note, *tokenizer_note, *leftover_notes(out_dir)],
+                             [config_note, _tokenizer_note(tokenizer_dir, tokenizer_names), *leftover_notes(out_dir)],
                              source_line(mcore_dir, reader.directory, iteration))
 
 

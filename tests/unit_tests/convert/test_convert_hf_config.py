@@ -136,7 +136,8 @@ def test_hf_config_option_supplies_the_config_of_a_training_checkpoint(tiny_hf) 
     assert sorted(p.name for p in (tmp / "card_config").iterdir()) == ["config.json", "model.safetensors"]
     assert json.loads((tmp / "card_config" / "config.json").read_text())["eos_token_id"] is None
     summary = mcore_to_hf_checkpoint(card, tmp / "bare", tmp / "out", hf_config_dir=tmp / "hf")
-    assert summary.notes == [f"config.json and generation_config.json from --hf-config {tmp / 'hf'}"]
+    assert summary.notes[0] == f"config.json and generation_config.json from --hf-config {tmp / 'hf'}"
+    assert [note for note in summary.notes[1:] if "tokenizer" not in note] == []  # no --tokenizer: noted
     assert {f: (tmp / "out" / f).read_bytes() for f in original} == original
     assert_bitwise_equal(hf, dict(SafetensorsSource(tmp / "out")))
     edit_json(tmp / "hf" / "config.json", num_hidden_layers=card.num_layers + 1)
