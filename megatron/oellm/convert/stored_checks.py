@@ -3,7 +3,7 @@ run arguments a training run stored, where no tensor shape would show a differen
 
 from __future__ import annotations
 
-from megatron.oellm.cards import ModelCard
+from megatron.oellm.cards import CardError, ModelCard, get_card
 from megatron.oellm.convert.errors import ConversionError
 from megatron.oellm.convert.mcore_checkpoint import CARD_KEY
 from megatron.oellm.megatron_args import flag_destination, megatron_flag, model_flags
@@ -47,8 +47,8 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
             if differ == ["vocab_size"] else "")
     wrong = "; ".join(f"{k}: checkpoint {stored[k]!r}, card {getattr(card, k)!r}" for k in differ)
     if stored.get("name") != card.name:
-        raise ConversionError(f"checkpoint was written for card {stored.get('name')!r}, not {card.name}: {wrong}"
-                              f"{hint}")
+        raise ConversionError(f"checkpoint was written for card {stored.get('name')!r}, not {card.name}: {wrong}; "
+                              f"{_stored_card_fix(stored.get('name'))}{hint}")
     if differ == ["vocab_size"]:  # the card's vocabulary, or the --vocab-size the user gave for it
         raise ConversionError(f"the checkpoint's vocab_size {stored['vocab_size']!r} differs from this conversion's "
                               f"{card.vocab_size!r} (card {card.name}'s, or --vocab-size where given){hint}")
@@ -57,6 +57,17 @@ def check_stored_card(card: ModelCard, common: dict) -> None:
         raise ConversionError(f"the checkpoint's {k} {stored[k]!r} differs from card {card.name}'s "
                               f"{getattr(card, k)!r}{hint}")
     raise ConversionError(f"the checkpoint was written for another version of card {card.name}: {wrong}{hint}")
+
+
+def _stored_card_fix(name: object) -> str:
+    """The fix for a ``--model`` other than the card ``name`` a checkpoint stores: omit ``--model`` (mcore-to-hf then
+    takes the stored card) or name that card; where ``name`` is no card registered here (renamed since, or a custom
+    one), to pass the card the checkpoint was written for."""
+    try:
+        get_card(str(name))
+    except CardError:
+        return "pass --model with the card the checkpoint was written for (see `oellm models`)"
+    return f"omit --model (the checkpoint's card is used) or pass --model {name}"
 
 
 def interleaved_glu_flags(card: ModelCard, run_args: object) -> list[str]:
