@@ -32,9 +32,12 @@ HELP = "convert checkpoints: hf-to-mcore (safetensors -> megatron-core dist ckpt
 
 _OVERWRITE_HELP = ("replace a previous output of this conversion in a non-empty --out; refused if --out holds "
                    "anything else (files are named)")
-_VOCAB_HELP = ("the vocabulary the checkpoint was made with, when not the card's (e.g. a run trained with "
-               "--vocab-size N, or an HF model with an extended vocabulary): converts with the card's vocabulary "
-               "set to N; mcore-to-hf still drops megatron's padding rows past N")
+_TO_MCORE_VOCAB_HELP = ("the vocabulary of the HF checkpoint, when not the card's (an HF model with an extended "
+                        "vocabulary, or the export of a run trained with --vocab-size N): converts with the card's "
+                        "vocabulary set to N; train from the result with --vocab-size N (the summary's flags say so)")
+_TO_HF_VOCAB_HELP = ("the vocabulary the checkpoint was trained with, when not the card's (a run trained with "
+                     "--vocab-size N): converts with the card's vocabulary set to N and drops megatron's padding rows "
+                     "past N; default: the card's, or without --model the vocabulary the checkpoint stores")
 _TOKENIZER_HELP = ("copy the Hugging Face tokenizer files of this folder (tokenizer_config.json with tokenizer.json, "
                    "tokenizer.model or vocab.json; merges.txt, special_tokens_map.json, added_tokens.json, chat "
                    "templates) into the export, byte for byte, so that AutoTokenizer, lm-eval and vLLM load it as is; "
@@ -92,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "--dist-ckpt-strictness log_unexpected (its default strictness fails on the "
                                "_extra_state keys a converted checkpoint lacks; the summary prints these flags)")
     to_mcore.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
-    to_mcore.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
+    to_mcore.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_TO_MCORE_VOCAB_HELP)
     to_hf = directions.add_parser("mcore-to-hf", help="megatron-core checkpoint -> HF safetensors directory",
                                   description="megatron-core distributed checkpoint -> HF safetensors directory")
     to_hf.add_argument("--model", help="card name, e.g. qwen3.5-35b-a3b (see `oellm models`); default: the card the "
@@ -102,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="megatron checkpoint directory (with latest_checkpointed_iteration.txt) or one iteration")
     to_hf.add_argument("--out", required=True, type=path_argument, help="output directory for from_pretrained")
     to_hf.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
-    to_hf.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_VOCAB_HELP)
+    to_hf.add_argument("--vocab-size", type=int_at_least(1), metavar="N", help=_TO_HF_VOCAB_HELP)
     to_hf.add_argument("--max-shard-size", type=byte_size, default="5GB", metavar="SIZE",
                        help=f"safetensors shard size, at least 1MB (default 5GB); {_SIZE_UNITS}")
     to_hf.add_argument("--hf-config", type=path_argument, metavar="DIR",
