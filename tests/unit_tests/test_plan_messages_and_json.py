@@ -16,7 +16,13 @@ import pytest
 
 from megatron.oellm import cli
 from megatron.oellm.cards import get_card
-from megatron.oellm.models.parallel import ParallelLayout, layout_from_counts, pipelined_hybrid_pattern
+from megatron.oellm.models.parallel import (
+    ParallelLayout,
+    ParallelLayoutError,
+    layout_from_counts,
+    pipelined_hybrid_pattern,
+    validate_layout,
+)
 from megatron.oellm.params import format_count, parameter_counts
 
 GPT_CARDS = ["qwen3-30b-a3b", "qwen3-235b-a22b"]
@@ -58,11 +64,34 @@ def _counted_layers_per_stage_cases() -> list[tuple[str, int, int, int]]:
     return cases
 
 
+def test_layers_per_stage_that_are_a_whole_rank_say_leave_vpp_out(capsys):
+    """N layers per virtual stage that hold all of a rank's layers (with the embedding and the loss) are VPP 1,
+    megatron's "no virtual pipeline": the refusal says to leave vpp out rather than naming a one-stage-per-rank
+    layout as a VPP."""
+    name, pp, per_stage, _ = random.choice([case for case in _counted_layers_per_stage_cases() if case[3] == 1])
+    line = _refusal([name, "--nodes", "1", "--gpus-per-node", str(pp), "--pp", str(pp), "--vpp", str(per_stage)],
+                    capsys)
+    assert f"{per_stage} layers per virtual stage at pp {pp} are all of a rank's layers" in line, line
+    assert "leave vpp out" in line and "are vpp 1" not in line, line
+
+
+def test_a_hybrid_card_gets_no_layers_per_stage_conversion():
+    """megatron-core refuses --num-layers-per-virtual-pipeline-stage and the --account-for-* flags beside
+    --hybrid-layer-pattern, so a hybrid card's refused VPP says what vpp counts and names no conversion."""
+    card = get_card("qwen3.5-35b-a3b")
+    pp, vpp = random.choice([(pp, vpp) for pp in (2, 4) for vpp in range(2, 9)
+                             if card.num_layers % (pp * vpp) and (card.num_layers + 2) % pp == 0
+                             and (card.num_layers + 2) // pp % vpp == 0])
+    with pytest.raises(ParallelLayoutError) as refused:  # the layout check recipes run (the plan refuses --vpp first)
+        validate_layout(card, ParallelLayout(pp=pp, vpp=vpp))
+    assert VPP_MEANING in str(refused.value) and "as Megatron converts them" not in str(refused.value), refused.value
+
+
 def test_a_vpp_given_as_layers_per_virtual_stage_names_the_vpp_megatron_derives(capsys):
     """Jupiter's config says num_layers_per_virtual_pipeline_stage 4 at PP 8 (94 layers); ``--vpp 4`` was refused
     with 32-stage suggestions only. The refusal now says what --vpp counts and which VPP those layers are, with its
     stages as a layout the plan takes."""
-    name, pp, per_stage, vpp = random.choice(_counted_layers_per_stage_cases())
+    name, pp, per_stage, vpp = random.choice([case for case in _counted_layers_per_stage_cases() if case[3] > 1])
     line = _refusal([name, "--nodes", "1", "--gpus-per-node", str(pp), "--pp", str(pp), "--vpp", str(per_stage)],
                     capsys)
     assert VPP_MEANING in line, line

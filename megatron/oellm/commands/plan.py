@@ -100,7 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object {model, seq_length, padded_vocab, total_params, active_params, "
                              "world_size, layout, hybrid_layer_pattern, data_parallel, expert_data_parallel, ranks, "
                              "flops {mode, gflops_per_token, breakdown}}, named as in `oellm flops --json` and "
-                             "`oellm models --json` (mode: corrected, our count); hybrid_layer_pattern is the "
+                             "`oellm models --json` (mode: corrected, our count; the parameters with the padded "
+                             "vocabulary's embedding rows, as the run holds them, where `oellm models` counts the "
+                             "card's vocabulary); hybrid_layer_pattern is the "
                              "--hybrid-layer-pattern a hybrid model's run needs at PP > 1 ('|' between its stages; "
                              "null otherwise); with the batch options also global_batch_size, micro_batch_size, "
                              "micro_batches_per_step")
@@ -180,7 +182,8 @@ def planned_sequence_parallel(args: argparse.Namespace) -> bool:
 
 def plan_report(plan: Plan, gpu_gib: float | None, batch: tuple[int, int] | None) -> dict[str, Any]:
     """The ``--json`` object of the plan: what the text prints of the card (sequence, padded vocabulary, total and
-    active parameters, named as ``oellm flops --json`` and ``oellm models --json`` name them), layout, the hybrid
+    active parameters, named as ``oellm flops --json`` and ``oellm models --json`` name them, counted with the padded
+    vocabulary as the run holds it, where ``oellm models`` counts the card's own), layout, the hybrid
     pattern its run needs (:func:`~megatron.oellm.plan.run_hybrid_layer_pattern`), groups, ranks and FLOPs with
     their mode (our corrected count, as ``oellm flops`` names it); with ``gpu_gib`` what is left per GPU, with
     ``batch`` (global, micro) the micro-batches per step."""

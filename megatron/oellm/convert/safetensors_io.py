@@ -162,7 +162,8 @@ def _indexed_files(directory: Path, index: Path) -> dict[str, Path]:
 def _where_the_weights_are(directory: Path) -> str:
     """Advice for an ``--hf`` without safetensors: the folders up to two levels below holding them (``--hf`` given one
     level too high, e.g. a Hugging Face cache entry whose weights are in ``snapshots/<revision>/``), else, where it
-    holds PyTorch ``pytorch_model*.bin`` weights, to convert them first, else that it holds no weights at all."""
+    holds PyTorch ``pytorch_model*.bin`` weights, to convert them first, else the weights of another format it holds
+    (:data:`OTHER_WEIGHT_FORMATS`), else that it holds no weights at all."""
     found = sorted({path.parent for pattern in ("*/*.safetensors", "*/*/*.safetensors")
                     for path in directory.glob(pattern)})
     if found:
@@ -171,8 +172,19 @@ def _where_the_weights_are(directory: Path) -> str:
     if pytorch:
         return (f"it holds PyTorch .bin weights ({listed(pytorch, 2)}): convert them to safetensors with transformers "
                 "first (from_pretrained, then save_pretrained) and pass that folder with --hf")
+    other = sorted(path.name for pattern in OTHER_WEIGHT_FORMATS for path in directory.glob(pattern))
+    if other:
+        return (f"it holds weights in another format ({listed(other, 2)}), which this converter does not read: a "
+                "Hugging Face safetensors checkpoint of the model (model*.safetensors beside config.json) is what "
+                "--hf takes")
     return ("it holds no weight files (an incomplete download, or not the model's folder): pass --hf the folder with "
             "config.json and model*.safetensors")
+
+
+OTHER_WEIGHT_FORMATS = ("*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.gguf")
+"""Weight files of formats other than safetensors (PyTorch pickles such as ``consolidated.00.pth``, TensorFlow, Flax,
+GGUF), named in the refusal of an ``--hf`` folder without safetensors rather than called a folder without weights
+(a ``.bin`` other than ``pytorch_model*.bin`` is not: ``training_args.bin`` is a trainer's settings)."""
 
 
 def _check_shard_numbers(directory: Path, names: list[str]) -> None:

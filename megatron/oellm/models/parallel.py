@@ -300,16 +300,22 @@ def _vpp_read_as_layers_hint(card: ModelCard, pp: int, vpp: int) -> str:
     """The clause of a refused VPP above 1 (ending in ``; ``) saying that it counts virtual stages per pipeline rank,
     not layers per virtual stage (a config's ``num_layers_per_virtual_pipeline_stage``, which users pass as VPP), and,
     where ``vpp`` read as those layers fits megatron's conversion with the embedding and the loss counted as layers
-    (:func:`megatron_vpp_of_layers_per_stage`), the VPP it stands for and its stages. Of the layers alone, the
-    conversion gives a VPP only where ``vpp`` already splits them (``num_layers = pp x VPP x vpp``), which is no
-    refusal. Empty at VPP 1."""
+    (:func:`megatron_vpp_of_layers_per_stage`), the VPP it stands for and its stages (VPP 1: leave vpp out). Of the
+    layers alone, the conversion gives a VPP only where ``vpp`` already splits them (``num_layers = pp x VPP x vpp``),
+    which is no refusal. A hybrid card gets the meaning alone: megatron-core refuses the layers-per-stage flags beside
+    ``--hybrid-layer-pattern``. Empty at VPP 1."""
     if vpp < 2:
         return ""
     meaning = (f"vpp ({VPP_FLAGS}) counts virtual stages per pipeline rank, not layers per virtual stage (a config's "
                "num_layers_per_virtual_pipeline_stage, Megatron's --num-layers-per-virtual-pipeline-stage)")
+    if card.linear_mixer != "none":  # megatron-core refuses the layers-per-stage flags beside a hybrid pattern
+        return f"{meaning}; "
     converted = megatron_vpp_of_layers_per_stage(card.num_layers + 2, pp, vpp)
     if converted is None or converted == vpp:  # the same stages: the counted split after the clause names them
         return f"{meaning}; "
+    if converted == 1:  # every layer of a rank in one virtual stage: no virtual pipeline
+        return (f"{meaning}: {vpp} layers per virtual stage at pp {pp} are all of a rank's layers, with the embedding "
+                "and the loss counted as a layer each, one virtual stage per rank: leave vpp out; otherwise ")
     stages = embedding_and_loss_layout(card.num_layers, pp * converted)
     return (f"{meaning}: {vpp} layers per virtual stage at pp {pp} are vpp {converted}, as Megatron converts them "
             "with --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split, which count the "

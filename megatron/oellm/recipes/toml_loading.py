@@ -71,9 +71,10 @@ def is_open_stream(path: Path) -> bool:
     return OPEN_STREAM.fullmatch(str(path)) is not None
 
 
-def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+def _read_with_bases(path: Path, seen: tuple[Path, ...], rows_replaced: bool = False) -> dict[str, Any]:
     """The TOML table of ``path`` deep-merged over its ``extends`` chain; ``seen`` holds the configs that extend it,
-    outermost first, so that a cycle is reported with the chain that led to it."""
+    outermost first, so that a cycle is reported with the chain that led to it; ``rows_replaced``: one of them has
+    ``rows`` of its own, which replace those of ``path`` whole (so its rows' flags are not checked)."""
     resolved = _resolved_config(path, f"recipe config {path}")
     if resolved in seen:
         chain = " -> ".join(str(item) for item in (*seen, resolved))
@@ -99,7 +100,7 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         if _is_shell_script(path, text):
             raise RecipeError(_shell_script_refusal(path)) from err
         raise RecipeError(f"{path}: not valid TOML ({err})") from err
-    _check_megatron_flags(path, data)
+    _check_megatron_flags(path, data, with_rows=not rows_replaced)
     base = data.pop("extends", None)
     if base is None:
         return data
@@ -118,17 +119,18 @@ def _read_with_bases(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if not _is_file_or_pipe(base_path):
         raise RecipeError(f"{path}: extends = {base!r}, but the base config {base_path} {_not_a_file(base_path)}; "
                           f"give the path of a .toml config, absolute or {RELATIVE_TO}")
-    return _deep_merge(_read_with_bases(base_path, seen + (resolved,)), data)
+    return _deep_merge(_read_with_bases(base_path, seen + (resolved,), rows_replaced or "rows" in data), data)
 
 
-def _check_megatron_flags(path: Path, data: Mapping[str, Any]) -> None:
+def _check_megatron_flags(path: Path, data: Mapping[str, Any], with_rows: bool) -> None:
     """Refuse a Megatron flag that config file ``path`` (read as ``data``, before the merge) sets in its
-    ``[megatron_flags]`` or a row's ``flags``, whose name the training entry's parser does not know or whose value it
+    ``[megatron_flags]`` or, ``with_rows`` (its rows are the recipe's, no config extending it replaced them), a row's
+    ``flags``, whose name the training entry's parser does not know or whose value it
     would not read as meant (:func:`check_flag_names`, :func:`check_flag_values`), or which is no TOML value a flag
     takes (a table, a date), naming ``path``: after the merge,
     a flag from a shared base would be refused without saying which file holds it. A table of another type is left
     to :func:`_build`, which names it."""
-    for where, flags in _flag_tables(data):
+    for where, flags in _flag_tables(data, with_rows):
         for name, value in flags.items():
             if not fits_type(value, FlagValue):  # a date, a table: what no flag's value is
                 raise RecipeError(f"{path}: {name} = {value!r} in {where} is not "
@@ -140,14 +142,14 @@ def _check_megatron_flags(path: Path, data: Mapping[str, Any]) -> None:
             raise RecipeError(f"{path}: {err}") from err
 
 
-def _flag_tables(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+def _flag_tables(data: Mapping[str, Any], with_rows: bool) -> list[tuple[str, Mapping[str, Any]]]:
     """The Megatron flag tables of one config file's ``data``, each with where it is for a refusal: its
-    ``[megatron_flags]`` and its rows' ``flags`` (numbered as ``--row`` numbers them: a file's ``rows`` replace its
-    base's whole)."""
+    ``[megatron_flags]`` and, ``with_rows``, its rows' ``flags`` (numbered as ``--row`` numbers them: these rows are
+    the recipe's, as a file's ``rows`` replace its base's whole)."""
     tables: list[tuple[str, Mapping[str, Any]]] = []
     if isinstance(data.get("megatron_flags"), Mapping):
         tables.append(("[megatron_flags]", data["megatron_flags"]))
-    rows = data.get("rows")
+    rows = data.get("rows") if with_rows else None
     for number, row in enumerate(rows if isinstance(rows, list) else [], start=1):
         if isinstance(row, Mapping) and isinstance(row.get("flags"), Mapping):
             tables.append((f"row {number}'s flags", row["flags"]))

@@ -67,7 +67,7 @@ def test_a_file_that_is_no_pointer_keeps_the_advice_to_download_it_again(tmp_pat
         hf_to_mcore_checkpoint(card, tmp_path / "hf", tmp_path / "out")
 
 
-@pytest.mark.parametrize("contents", [[], ["x.gguf"], ["config.json", "README.md"], ["training_args.bin"]])
+@pytest.mark.parametrize("contents", [[], ["config.json", "README.md"], ["training_args.bin"]])
 def test_a_folder_without_weight_files_says_so_and_not_to_convert_bin_files(contents: list[str], tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture) -> None:
     hf = tmp_path / "hf"
@@ -92,3 +92,19 @@ def test_pytorch_bin_weights_are_named_with_the_advice_to_convert_them(tmp_path:
     line = _error_line(capsys, random.choice(CARDS), hf, tmp_path / "out")
     assert f"error: no *.safetensors in {hf}; it holds PyTorch .bin weights ({names[0]}" in line, line
     assert "convert them to safetensors with transformers first" in line and "training_args" not in line, line
+
+
+@pytest.mark.parametrize("name", ["consolidated.00.pth", "model.pt", "model.ckpt", "tf_model.h5", "flax_model.msgpack",
+                                  "model-q8_0.gguf"])
+def test_weights_of_another_format_are_named_as_such(name: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """Weights the converter does not read (PyTorch pickles other than pytorch_model*.bin, TensorFlow, Flax, GGUF) were
+    called "no weight files (an incomplete download ...)": the refusal names them as another format."""
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_bytes(b"{}")
+    (hf / name).write_bytes(random.randbytes(random.randint(1, 64)))
+    line = _error_line(capsys, random.choice(CARDS), hf, tmp_path / "out")
+    assert f"error: no *.safetensors in {hf}; it holds weights in another format ({name}), which this converter " \
+           "does not read" in line, line
+    assert "no weight files" not in line, line

@@ -128,3 +128,22 @@ def test_a_flag_value_no_flag_takes_is_refused_naming_the_file_and_the_flag_alon
     assert f"{holder.name}: {flag} = {shown}" in err, err
     assert "in [megatron_flags] is not a boolean or number or string or array of values" in err, err
     assert "megatron_flags = {" not in err, err
+
+
+def test_the_rows_of_a_base_that_the_recipe_replaces_are_not_checked(tmp_path, monkeypatch, capsys):
+    """A recipe's own ``rows`` replace its base's whole, so a base row's flag (``lr = [1, 2]``) reaches no job: the
+    recipe loads and runs its own row; a recipe without rows of its own is refused naming the base's row."""
+    middle = tmp_path / "_rows.toml"
+    array = _array(random.randint(2, 4))
+    middle.write_text(f'extends = "{BASE}"\nmodel = "qwen3-30b-a3b"\n[parallel]\ntp = 1\npp = 4\nep = 4\n'
+                      f"[local]\nnum_layers = 2\n{ROW}flags = {{ lr = {array} }}\n")
+    own_rows = tmp_path / "own.toml"
+    own_rows.write_text(f'extends = "{middle.name}"\ntitle = "own rows"\n{ROW}')
+    assert len(load_recipe(own_rows).rows) == 1
+    monkeypatch.chdir(tmp_path)
+    assert main(["recipe", str(own_rows), "--dry-run", "--row", "1"]) == 0
+    capsys.readouterr()
+    inherited = tmp_path / "inherited.toml"
+    inherited.write_text(f'extends = "{middle.name}"\ntitle = "inherited rows"\n')
+    err = _refusal(inherited, monkeypatch, capsys)
+    assert f"{middle.name}: --lr takes one value" in err and "(in row 1's flags)" in err, err
