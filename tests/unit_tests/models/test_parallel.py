@@ -182,11 +182,15 @@ def test_layouts_megatron_refuses_are_refused_before_megatron(layout: str) -> No
 
 def test_parser_agrees_with_megatron_on_random_strings() -> None:
     """Fresh random strings over the layout alphabet (commas, spaces, groups; no ``*0``, where megatron-core's regex
-    can delete a bracket): whatever megatron-core parses, ours parses the same, and ours parses nothing more."""
+    can delete a bracket): whatever megatron-core parses, ours parses the same, and ours parses nothing more. Left
+    out: a group whose body starts with a digit (``E*1(12)*2``), which megatron-core expands first and so glues onto
+    the count before it (``E*11212``: 11,212 embeddings), a string ours refuses; one such draw in 3000 failed CI."""
     rng = random.Random(random.random())
     alphabet = "Ettt||()*123, Lm"
     for _ in range(3000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
+        if re.search(r"\([, ]*\d", text):
+            continue
         try:
             ours = parse_pipeline_layout(text)
         except ParallelLayoutError:
