@@ -207,10 +207,21 @@ def parse_and_validate_on_cluster(world_size: int, *,
     checks the command line. So ``padded_vocab_size`` stays unset, as the tokenizer would set it; a caller that
     needs a stand-in for the checks that read the card pads it (:func:`pad_vocab_as_megatron`) once the checks that
     must not take a stand-in for the tokenizer's vocabulary (the corpus's token ids) have run."""
+    with _as_cluster_rank0(world_size, {}):
+        return parse_and_validate_without_setup(extra_args_provider=extra_args_provider)
+
+
+def parse_and_validate_without_setup(*, extra_args_provider: Callable[[argparse.ArgumentParser],
+                                                                      argparse.ArgumentParser]
+                                     ) -> argparse.Namespace:
+    """megatron's ``parse_and_validate_args`` of ``sys.argv`` (with ``extra_args_provider``'s flags and the arguments
+    of a ``--use-checkpoint-args`` checkpoint) without the ``set_global_variables`` it ends with: the global
+    arguments, the tokenizer, the TensorBoard and W&B writers, timers and signal handlers are a training job's
+    set-up, not part of checking its command line. megatron's own function runs, so its parse, checkpoint reads and
+    validation stay as megatron-core has them; the caller sets up what it needs once its own checks pass."""
     from megatron.training import arguments
 
-    with (_as_cluster_rank0(world_size, {}),
-          mock.patch.object(arguments, "set_global_variables", lambda *_args, **_kwargs: None)):
+    with mock.patch.object(arguments, "set_global_variables", lambda *_args, **_kwargs: None):
         return arguments.parse_and_validate_args(extra_args_provider=extra_args_provider)
 
 

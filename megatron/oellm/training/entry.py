@@ -239,6 +239,32 @@ def validated_args(parse_and_validate: Callable[..., argparse.Namespace],
                          f"{training_batch_detail(detail, parsed)}") from error
 
 
+def parse_validate_and_tokenize(*, extra_args_provider: Callable[[argparse.ArgumentParser],
+                                                                  argparse.ArgumentParser]) -> argparse.Namespace:
+    """On a GPU node, megatron's ``parse_and_validate_args`` up to the tokenizer: its parse and validation
+    (:func:`~megatron.oellm.recipes.megatron_validation.parse_and_validate_without_setup`), then the tokenizer megatron
+    builds next, which pads the vocabulary the entry's checks read (``padded_vocab_size``). The rest of megatron's
+    ``set_global_variables`` (TensorBoard writer, ``wandb.init`` on the last rank, one-logger, timers, signal
+    handlers) waits for :func:`set_up_training_globals`, once every check has passed: a refused launch opened a W&B
+    run and a TensorBoard event file first."""
+    from megatron.training.global_vars import rebuild_tokenizer
+
+    from megatron.oellm.recipes.megatron_validation import parse_and_validate_without_setup
+
+    args = parse_and_validate_without_setup(extra_args_provider=extra_args_provider)
+    rebuild_tokenizer(args)
+    return args
+
+
+def set_up_training_globals(args: argparse.Namespace) -> None:
+    """megatron's ``set_global_variables`` of checked ``args`` without the tokenizer
+    :func:`parse_validate_and_tokenize` built: what ``pretrain`` reads (the global arguments, the microbatch
+    calculator, timers) and the run's writers and signal handlers, set up once the entry's checks have passed."""
+    from megatron.training.global_vars import set_global_variables
+
+    set_global_variables(args, build_tokenizer=False)
+
+
 def validated_off_gpu(parsed: argparse.Namespace, world_size: int) -> argparse.Namespace:
     """:func:`validated_args` on a node without a GPU: megatron's validation as the cluster's GPUs answer it
     (:func:`megatron.oellm.recipes.megatron_validation.parse_and_validate_on_cluster`), on rank 0 of ``world_size``.
@@ -389,7 +415,6 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
 
     from megatron.core.enums import ModelType
     from megatron.training import pretrain
-    from megatron.training.arguments import parse_and_validate_args
 
     from megatron.oellm.backends.selection import check_args_support, resolve_backend
     from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, hybrid_moe_metrics, moe_log_names
@@ -448,7 +473,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_checkpoint_sequence_length(parsed, loaded, sources)  # megatron asserts it bare where none stores one
         check_checkpoint_padded_vocabulary(parsed, sources)  # megatron-core asserts it when the model is built
         # megatron's validation asks the GPU: without one, as the cluster's GPUs would answer
-        args = (validated_args(parse_and_validate_args, parsed) if on_gpu_node
+        args = (validated_args(parse_validate_and_tokenize, parsed) if on_gpu_node
                 else validated_off_gpu(parsed, world_size))
     except ValueError as error:
         return refuse(error)
@@ -505,6 +530,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
             raise no_gpu
     except ValueError as error:
         return refuse(error if on_gpu_node or error is no_gpu else noted_off_gpu(error))
+    set_up_training_globals(args)  # checked: the writers, W&B run and signal handlers of a job that trains
     if args.num_experts:
         moe_log_names.apply(args.moe_router_load_balancing_type)
         if getattr(args, "hybrid_layer_pattern", None):

@@ -74,10 +74,12 @@ def entry_in_a_test(monkeypatch: pytest.MonkeyPatch):
 def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
     """The training entry module, patched to run its argument checks on CPU and raise :class:`Reached` after them."""
     # Megatron's validation (it needs CUDA) is replaced by the plain parse, and the entry's check for a GPU passes;
-    # every step after the argument checks (FLOP count, megatron's config container, throughput hook, ``pretrain``)
-    # raises Reached.
+    # megatron's tokenizer build and global set-up are left out (their globals would outlive the test); every step
+    # after the argument checks (FLOP count, megatron's config container, throughput hook, ``pretrain``) raises
+    # Reached.
     import megatron.training
     import megatron.training.arguments
+    import megatron.training.global_vars
 
     from megatron.oellm.backends import selection
     from megatron.oellm.training import throughput
@@ -88,6 +90,8 @@ def entry_up_to_pretrain(monkeypatch: pytest.MonkeyPatch):
         raise Reached
 
     monkeypatch.setattr(megatron.training.arguments, "parse_and_validate_args", parsed_with_padded_vocab)
+    monkeypatch.setattr(megatron.training.global_vars, "rebuild_tokenizer", lambda _args: None)
+    monkeypatch.setattr(megatron.training.global_vars, "set_global_variables", lambda *_args, **_kwargs: None)
     monkeypatch.setattr(entry, "check_gpu_node", lambda _world_size: None)  # the GPU megatron's validation would ask
     monkeypatch.setattr(selection, "check_args_support", lambda *_args: None)
     monkeypatch.setattr(entry, "flops_and_peak", reached)

@@ -1,0 +1,68 @@
+"""On a GPU node the entry runs megatron's ``parse_and_validate_args`` without the ``set_global_variables`` it ends
+with, builds only the tokenizer there (its padded vocabulary is what the checks read), and sets up the rest (the
+TensorBoard writer, ``wandb.init`` on the last rank, timers, signal handlers) once every check has passed: a launch
+refused by a check after validation opened a W&B run and a TensorBoard event file first."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron.oellm.training.args import parse_oellm_argv
+from tests.unit_tests.training.entry_helpers import (
+    TINY_MOE_RUN,
+    Reached,
+    entry_up_to_throughput_hook,
+    installed_stand_in,
+    with_validated_fields,
+)
+
+
+def recorded_setup(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What megatron's set-up steps were called, in order: the tokenizer build, and ``set_global_variables`` with its
+    ``build_tokenizer`` argument. Validation is a stand-in that, like megatron's ``parse_and_validate_args``, ends by
+    calling ``megatron.training.arguments.set_global_variables``."""
+    import megatron.training.arguments as arguments
+    import megatron.training.global_vars as global_vars
+
+    calls: list[str] = []
+
+    def set_global_variables(_args, build_tokenizer: bool = True) -> None:
+        calls.append(f"set_global_variables(build_tokenizer={build_tokenizer})")
+
+    def parse_and_validate_args(**_kwargs):
+        args = with_validated_fields(parse_oellm_argv(sys.argv[1:]))
+        arguments.set_global_variables(args)  # as megatron's own function ends
+        return args
+
+    monkeypatch.setattr(arguments, "parse_and_validate_args", parse_and_validate_args)
+    monkeypatch.setattr(arguments, "set_global_variables", set_global_variables)
+    monkeypatch.setattr(global_vars, "set_global_variables", set_global_variables)
+    monkeypatch.setattr(global_vars, "rebuild_tokenizer", lambda _args: calls.append("tokenizer"))
+    return calls
+
+
+def test_a_launch_refused_after_validation_sets_up_nothing_but_the_tokenizer(monkeypatch, capsys, tmp_path: Path):
+    entry = entry_up_to_throughput_hook(monkeypatch)
+    calls = recorded_setup(monkeypatch)
+    installed_stand_in(monkeypatch, "wandb")  # the job image's: the entry checks it is there
+    missing = tmp_path / f"corpus-{random.randrange(10**6)}" / "text_document"
+    argv = [arg for arg in TINY_MOE_RUN if arg != "--mock-data"]
+    assert entry.main([*argv, "--data-path", str(missing), "--wandb-project", "p", "--wandb-save-dir",
+                       str(tmp_path / "wandb"), "--tensorboard-dir",
+                       str(tmp_path / "tb")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(missing) in err[0], err
+    assert calls == ["tokenizer"]
+    assert not (tmp_path / "tb").exists() and not (tmp_path / "wandb").exists()
+
+
+def test_a_checked_launch_sets_up_megatrons_globals_once_without_a_second_tokenizer(monkeypatch):
+    entry = entry_up_to_throughput_hook(monkeypatch)
+    calls = recorded_setup(monkeypatch)
+    with pytest.raises(Reached):  # the throughput hook, after the set-up
+        entry.main(TINY_MOE_RUN)
+    assert calls == ["tokenizer", "set_global_variables(build_tokenizer=False)"]
