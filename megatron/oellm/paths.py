@@ -50,6 +50,26 @@ def resolved_path(path: Path) -> Path:
         raise SymlinkLoopError(str(error)) from error
 
 
+LFS_POINTER_START = b"version https://git-lfs.github.com/spec/v1"
+"""How a Git LFS pointer file starts: what ``git clone`` without git-lfs leaves in place of each large file of a
+Hugging Face model repository (weights, ``tokenizer.json``)."""
+
+LFS_POINTER_FIX = ("a git clone without git-lfs; run `git lfs pull` in the clone (with git-lfs installed), or "
+                   "download the model with `hf download REPO --local-dir DIR`")
+"""How a Git LFS pointer file came to be and what replaces it with the file (downloading again with plain git gives
+the same pointer)."""
+
+
+def is_lfs_pointer(path: Path) -> bool:
+    """Whether the file ``path`` starts as a Git LFS pointer (:data:`LFS_POINTER_START`); False where it cannot be
+    read or is no file."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(LFS_POINTER_START)) == LFS_POINTER_START
+    except OSError:
+        return False
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` itself where it exists, else its nearest existing ancestor: what ``mkdir -p`` or ``open`` meets first
     when it creates ``path``, so whether that is a folder and writable decides whether ``path`` can be made. A

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from megatron.oellm.convert.errors import ConversionError, listed, no_read_permission
 from megatron.oellm.convert.output import writing_output
+from megatron.oellm.paths import LFS_POINTER_FIX, is_lfs_pointer
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -59,19 +60,6 @@ _MAX_HEADER_BYTES = 100 * 2**20
 """safetensors' own limit on a header's length: a larger length field is not a safetensors file."""
 
 
-_LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
-"""How a Git LFS pointer file starts: what ``git clone`` without git-lfs leaves in place of each large file."""
-
-
-def _is_lfs_pointer(path: Path) -> bool:
-    """Whether ``path`` starts as a Git LFS pointer file (:data:`_LFS_POINTER`); False where it cannot be read."""
-    try:
-        with open(path, "rb") as file:
-            return file.read(len(_LFS_POINTER)) == _LFS_POINTER
-    except OSError:
-        return False
-
-
 def _open(path: Path) -> safe_open:
     """``safe_open`` of one checkpoint file; an unreadable file (truncated, not safetensors, or without read
     permission, which safetensors reports as a missing file) is a :class:`ConversionError` naming it. A Git LFS
@@ -82,10 +70,8 @@ def _open(path: Path) -> safe_open:
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError) as error:
-        if _is_lfs_pointer(path):
-            raise ConversionError(f"{path} is a Git LFS pointer file, not the weights (a git clone without git-lfs): "
-                                  "run `git lfs pull` in the clone (with git-lfs installed), or download the model "
-                                  "with `hf download REPO --local-dir DIR`") from error
+        if is_lfs_pointer(path):
+            raise ConversionError(f"{path} is a Git LFS pointer file, not the weights: {LFS_POINTER_FIX}") from error
         raise ConversionError(f"cannot read {path}: {error}; is the file complete (re-download it)?") from error
 
 

@@ -131,8 +131,14 @@ def missing_tokenizer_problems(tokenizer_model: str) -> list[str]:
     the queue (relative paths: from the current directory, where the job starts). Hub names (``org/name``) are left
     to the run. A recipe's tokenizer other than ``byte`` is megatron-core's ``HuggingFaceTokenizer``, which loads a
     folder or a hub name, never a single file: an existing file or a folder without tokenizer files is refused too
-    (:func:`megatron.oellm.training.data_sources.unloadable_tokenizer_folder`, the entry's rule)."""
-    from megatron.oellm.training.data_sources import absent_tokenizer_path, unloadable_tokenizer_folder
+    (:func:`megatron.oellm.training.data_sources.unloadable_tokenizer_folder`, the entry's rule), and so is a folder
+    whose tokenizer file is a Git LFS pointer (a clone without git-lfs)."""
+    from megatron.oellm.training.data_sources import (
+        absent_tokenizer_path,
+        lfs_pointer_in_tokenizer_folder,
+        lfs_pointer_refusal,
+        unloadable_tokenizer_folder,
+    )
 
     if tokenizer_model == BYTE_TOKENIZER:
         return []
@@ -141,10 +147,11 @@ def missing_tokenizer_problems(tokenizer_model: str) -> list[str]:
                 "tokenizer directory on the shared file system (AutoTokenizer loads no single file), a hub name "
                 "(org/name; compute nodes without network need the directory), or 'byte'"]
     reason = unloadable_tokenizer_folder(tokenizer_model)
-    if reason is None:
-        return []
-    return [f"--tokenizer-model {tokenizer_model!r} {reason}; give the Hugging Face tokenizer's folder (what its "
-            "save_pretrained wrote), a hub name (org/name), or 'byte'"]
+    if reason is not None:
+        return [f"--tokenizer-model {tokenizer_model!r} {reason}; give the Hugging Face tokenizer's folder (what its "
+                "save_pretrained wrote), a hub name (org/name), or 'byte'"]
+    pointer = lfs_pointer_in_tokenizer_folder(tokenizer_model)
+    return [] if pointer is None else [lfs_pointer_refusal(pointer, "--tokenizer-model")]
 
 
 def check_host_paths(cluster: ClusterSettings) -> None:

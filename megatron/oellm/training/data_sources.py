@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from megatron.oellm.training.stored_checkpoint import StoredCheckpoint
 
 
+from megatron.oellm.paths import LFS_POINTER_FIX, is_lfs_pointer
 from megatron.oellm.training.index_cache import check_cache_flags, check_index_cache
 
 Blend = tuple[list[str], list[float] | None]
@@ -711,6 +712,8 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} {value!r} is no file (relative to {Path.cwd()}): megatron-core would fail to "
                              "build the tokenizer when megatron initialises, naming a hub tokenizer instead of this "
                              f"file; give the path of the tokenizer's {content} file")
+        if value is not None and args.tokenizer_type in FILE_READING_TOKENIZERS:
+            check_not_lfs_pointer(Path(value), flag)
     needed = [TOKENIZER_FILE_FLAGS[name][0] for name in DOWNLOADED_TOKENIZER_FILES.get(args.tokenizer_type, ())
               if getattr(args, name) is None and not downloaded_before(args.tokenizer_type, name)]
     if needed:
@@ -734,12 +737,39 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
             raise ValueError(f"--tokenizer-model {model!r} is no file (relative to {Path.cwd()}): megatron-core's "
                              f"{args.tokenizer_type} opens it as a local file, never a hub name or a folder, and would "
                              f"fail when megatron initialises, on every rank; give {form}")
+        check_not_lfs_pointer(Path(model), "--tokenizer-model")
         return
     reason = unloadable_tokenizer_folder(model)
     if reason is not None:
         raise ValueError(f"--tokenizer-model {model!r} {reason}: megatron-core would fail to build the "
                          f"{args.tokenizer_type} when megatron initialises, on every rank; give the folder the "
                          "tokenizer's save_pretrained wrote (its tokenizer.json / tokenizer_config.json), or a hub name")
+    pointer = lfs_pointer_in_tokenizer_folder(model)
+    if pointer is not None:
+        check_not_lfs_pointer(pointer, "--tokenizer-model")
+
+
+def lfs_pointer_in_tokenizer_folder(tokenizer_model: str) -> Path | None:
+    """The first of the :data:`TOKENIZER_FOLDER_FILES` in the local ``--tokenizer-model`` folder ``tokenizer_model``
+    that is a Git LFS pointer (:func:`megatron.oellm.paths.is_lfs_pointer`), or None (none is, or no such folder: a
+    hub name). A Hugging Face model repository cloned without git-lfs holds one for its ``tokenizer.json``."""
+    if not tokenizer_model or not Path(tokenizer_model).is_dir():
+        return None
+    return next((Path(tokenizer_model, name) for name in sorted(TOKENIZER_FOLDER_FILES)
+                 if is_lfs_pointer(Path(tokenizer_model, name))), None)
+
+
+def check_not_lfs_pointer(path: Path, flag: str) -> None:
+    """Raise ``ValueError`` when the tokenizer file ``path`` (given by, or in the folder of, ``flag``) is a Git LFS
+    pointer (:func:`megatron.oellm.paths.is_lfs_pointer`): the tokenizer's library failed on it on every rank when
+    megatron initialises, with a parse error that names neither the file nor the cause."""
+    if is_lfs_pointer(path):
+        raise ValueError(lfs_pointer_refusal(path, flag))
+
+
+def lfs_pointer_refusal(path: Path, flag: str) -> str:
+    """The refusal of tokenizer file ``path`` (given by, or in the folder of, ``flag``), a Git LFS pointer."""
+    return f"{flag}: {path} is a Git LFS pointer file, not the tokenizer's file: {LFS_POINTER_FIX}"
 
 
 VOCAB_SIZE_BUILT_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer")
