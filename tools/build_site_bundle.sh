@@ -83,12 +83,23 @@ for folder in "$WHEELS" "$SITE"; do
     exit 2
   fi
 done
-rm -rf "$WHEELS" && mkdir -p "$WHEELS" && touch "$WHEELS/$MARK"
+# Empty the folder $1 and mark it as this script's. A failed step stops the run in one line naming the folder: an
+# `a && b` list does not stop a `set -e` script, and the files rm left (another user's, an NFS .nfsXXXX of an open
+# file) would land in the bundle.
+fresh_folder() {
+  local failure
+  if ! failure=$({ rm -rf "$1" && mkdir -p "$1" && touch "$1/$MARK"; } 2>&1); then
+    echo "error: cannot empty and remake $1 ($(head -1 <<< "$failure")); remove it by hand or give another" \
+         "--out" >&2
+    exit 1
+  fi
+}
+fresh_folder "$WHEELS"
 DOWNLOAD=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp
           "${PLATFORMS[@]/#/--platform=}" --platform any -d "$WHEELS")
 "${DOWNLOAD[@]}" --ignore-requires-python "$MEGATRON_CORE"
 "${DOWNLOAD[@]}" "${PACKAGES[@]}"
-rm -rf "$SITE" && mkdir -p "$SITE" && touch "$SITE/$MARK"
+fresh_folder "$SITE"
 for wheel in "$WHEELS"/*.whl; do
   python3 -m zipfile -e "$wheel" "$SITE"
 done

@@ -31,8 +31,9 @@ exec REAL_PYTHON "$@"
 ``--ignore-requires-python`` as pip does, and writes one small wheel; anything else runs the real Python."""
 
 
-def run_bundle(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The script with ``args`` and ``--out tmp_path/out``; returns the process and the platforms pip was given."""
+def run_bundle(tmp_path: Path, *args: str, out: Path | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The script with ``args`` and ``--out out`` (default ``tmp_path/out``); returns the process and the platforms
+    pip was given."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(FAKE_PYTHON3.replace("REAL_PYTHON", shlex.quote(sys.executable)))
@@ -40,7 +41,7 @@ def run_bundle(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess,
     log = tmp_path / "pip.log"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log)}
     done = subprocess.run(
-        ["bash", str(BUNDLE_SCRIPT), *args, "--out", str(tmp_path / "out")],
+        ["bash", str(BUNDLE_SCRIPT), *args, "--out", str(out or tmp_path / "out")],
         capture_output=True,
         text=True,
         env=env,
