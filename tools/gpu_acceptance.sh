@@ -17,10 +17,10 @@
 #   tools/gpu_acceptance.sh OUT_DIR STAGE[,STAGE...] [BENCH_MBS]   # needs megatron-core, fla, tilelang on the path
 #   OUT_DIR: a new or empty folder, apart from OELLM_WORK, not holding OELLM_KERNEL_CACHE, not in its tilelang/, not
 #   its triton/ (at the end its logs are packed into OUT_DIR/logs.tar.xz and removed)
-#   Exit status: 0 when every run of every stage returned 0, 1 when one did not (OUT_DIR/summary.txt names it) or
-#   summary.txt is missing, 2 on bad arguments or when python3's torch sees no CUDA device, 130 on Ctrl-C (SIGINT)
-#   and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later), no further run starts, and once they
-#   have ended summary.txt says "interrupted by SIG..." and the logs are packed.
+#   Exit status: 0 when `oellm doctor`, each corpus build and every run of every stage returned 0, 1 when one did not
+#   (OUT_DIR/summary.txt names it) or summary.txt is missing, 2 on bad arguments or when python3's torch sees no CUDA
+#   device, 130 on Ctrl-C (SIGINT) and 143 on SIGTERM: the runs still going get SIGTERM (SIGKILL 20 s later), no
+#   further run starts, and once they have ended summary.txt says "interrupted by SIG..." and the logs are packed.
 #   Environment: OELLM_STAGE_LIMIT_S (seconds per stage, default 480), OELLM_TEST_FOLDERS (the tests stage's folders
 #   to run, FOLDER[,FOLDER...] of layers, patches, backends, training, bench, models; default all), OELLM_KERNEL_CACHE (Triton and TileLang
 #   caches, default /tmp/oellm-kernel-cache), OELLM_WORK (the corpora and runs of the train, resume and interrupt
@@ -89,6 +89,11 @@ TEST_FOLDERS=${OELLM_TEST_FOLDERS-$TEST_FOLDER_NAMES}
 if [ -n "${OELLM_TEST_FOLDERS+set}" ] && [[ $seen != *,tests,* ]]; then
   echo "error: OELLM_TEST_FOLDERS chooses folders of the tests stage, which '$STAGES' does not run; add tests or" \
        "unset it" >&2
+  exit 2
+fi
+if [ $# -eq 3 ] && [[ $seen != *,bench,* ]]; then
+  echo "error: BENCH_MBS '$3' sets the bench stage's micro-batch sizes, which '$STAGES' does not run; add bench or" \
+       "leave it out" >&2
   exit 2
 fi
 if [[ -z $TEST_FOLDERS || $TEST_FOLDERS == ,* || $TEST_FOLDERS == *, || $TEST_FOLDERS == *,,* ]]; then
@@ -170,6 +175,9 @@ if within "$CACHE" "${WORK%/}"/{runs,short,interrupt} || within "$WORK" "$TILELA
   exit 2
 fi
 cd "$(dirname "$0")/.."  # the test folders, recipes and .bundle/ are named from the repository root
+# `python3 tools/X.py` puts tools/, not the checkout, on sys.path: megatron.oellm is imported from this checkout
+# whether or not it is installed, ahead of what the caller put on PYTHONPATH
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # the train, resume and interrupt stages delete and rebuild runs/, short/, interrupt/ and corpus/ in WORK: only in
 # a folder this script made
 WORK_MARK="$WORK/.oellm-acceptance-work"
@@ -204,7 +212,8 @@ pack_results() {
   (cd "$OUT_DIR" && tar -cJf "$archive" --exclude=summary.txt . \
     && find . -mindepth 1 -not -name summary.txt -delete && chmod 644 "$archive" && mv "$archive" logs.tar.xz)
   rm -f "$archive"
-  du -sh "$CACHE"/* >> "$OUT_DIR/summary.txt" 2>&1
+  # each cache folder's size; an empty cache has none (its unmatched glob was du's "cannot access" in the summary)
+  find "$CACHE" -mindepth 1 -maxdepth 1 -exec du -sh {} + >> "$OUT_DIR/summary.txt" 2>&1
   (cd "$CACHE" && { find tilelang -type f 2>/dev/null; find triton -name '*.autotune.json' 2>/dev/null; } \
     | tar -cJf "$OUT_DIR/kernel-cache.tar.xz" -T -)
   if [ "$(stat -c %s "$OUT_DIR/kernel-cache.tar.xz")" -gt $((15 * 1024 * 1024)) ]; then
@@ -245,6 +254,7 @@ summarise() {
     [ "${#selected[@]}" -gt 1 ] && echo "stages ${STAGES} ran side by side on one GPU: their timings are not exclusive"
     [ -n "$SHARING_WARNING" ] && echo "$SHARING_WARNING"
     grep -E "^ +\[(warning|error)\]" "$OUT_DIR/doctor.txt"; tail -1 "$OUT_DIR/doctor.txt"
+    echo "oellm doctor: rc ${DOCTOR_RC:-(not finished)}"
     for stage in "${selected[@]}"; do
       echo "== $stage"; cat "$OUT_DIR/stage_$stage.txt" 2>/dev/null || echo "not started"
     done
@@ -270,6 +280,7 @@ trap pack_results EXIT
 trap 'stop_on_signal INT 130' INT
 trap 'stop_on_signal TERM 143' TERM
 run_bounded "$OUT_DIR/doctor.txt" "$LIMIT_S" python3 -m megatron.oellm doctor
+DOCTOR_RC=$?  # 1 on a check's error, or a crash: fails the acceptance as any run does
 
 # pytest of one test folder within $3 seconds; a test still running after 240 s dumps every thread's stack into the log.
 # A folder that returned 0 with no test passed (all skipped or deselected) fails: its GPU tests did not run.
@@ -321,10 +332,33 @@ first_error() {
   grep -m1 -E "^(\[rank[0-9]+\]: )?[A-Za-z_.]*(Error|Exception): " "$1" | cut -c1-300
 }
 
+# Build the corpus $2 (an output prefix) of at most $3 MB, its log $1, and print its summary line. Fails when the
+# build did, so that the stage stops: a warm machine keeps an earlier call's corpus, which its runs would train on.
+build_corpus() {
+  run_bounded "$1" "$LIMIT_S" python3 tools/build_corpus.py --output-prefix "$2" --max-mb "$3" --overwrite
+  local rc=$?
+  echo "corpus ${2##*/} (tools/build_corpus.py): rc $rc $(first_error "$1")"
+  return "$rc"
+}
+
+# How many checkpoint loads the Megatron log $1 reports.
+checkpoints_loaded() {
+  grep -c 'successfully loaded checkpoint' "$1"
+}
+
+# The rc to report for a resume run that returned $1, its log $2: one that returned 0 but loaded no checkpoint
+# trained from scratch, a failure whatever it returned.
+resume_rc() {
+  if [ "$1" -eq 0 ] && [ "$(checkpoints_loaded "$2")" -eq 0 ]; then
+    echo "1 (no checkpoint loaded)"
+  else
+    echo "$1"
+  fi
+}
+
 stage_train() {
   rm -rf "$WORK/runs"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
-  run_bounded "$OUT_DIR/corpus.log" "$LIMIT_S" \
-    python3 tools/build_corpus.py --output-prefix "$WORK/corpus/stdlib" --max-mb 16 --overwrite
+  build_corpus "$OUT_DIR/corpus.log" "$WORK/corpus/stdlib" 16 || return
   local data=(--output-dir "$WORK/runs" --data-path "$WORK/corpus/stdlib" --tokenizer-model byte)
   local qwen35=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 "${data[@]}" --save-interval 30)
   run_bounded "$OUT_DIR/train_qwen3.log" $((LIMIT_S / 2)) \
@@ -336,7 +370,9 @@ stage_train() {
   # stage shares the machine
   local left=$((LIMIT_S - (SECONDS - started)))
   run_bounded "$OUT_DIR/resume.log" $((left > 60 ? left : 60)) "${qwen35[@]}" --train-iters 35
-  echo "resume qwen3.5: rc $? $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
+  local rc=$?
+  rc=$(resume_rc "$rc" "$OUT_DIR/resume.log")
+  echo "resume qwen3.5: rc $rc $(grep -cE ' iteration +[0-9]+/' "$OUT_DIR/resume.log") iteration lines," \
     "first $(grep -oE ' iteration +[0-9]+/' "$OUT_DIR/resume.log" | head -1 | tr -s ' ') $(first_error "$OUT_DIR/resume.log")"
   wait "$qwen3_pid"
   echo "train qwen3 (recipe qwen3_30b_a3b_mn5 --local): rc $?" \
@@ -357,26 +393,22 @@ stage_train() {
 
 stage_resume() {
   rm -rf "$WORK/short"  # a warm machine keeps /tmp: never resume from an earlier call's checkpoint
-  run_bounded "$OUT_DIR/short_corpus.log" "$LIMIT_S" \
-    python3 tools/build_corpus.py --output-prefix "$WORK/corpus/small" --max-mb 4 --overwrite
+  build_corpus "$OUT_DIR/short_corpus.log" "$WORK/corpus/small" 4 || return
   local run=(bash examples/oellm/qwen3_5_35b_a3b_mn5_strong.sh --local --row 1 --output-dir "$WORK/short"
     --data-path "$WORK/corpus/small" --tokenizer-model byte --save-interval 3)
   run_bounded "$OUT_DIR/short_first.log" $((LIMIT_S / 2)) "${run[@]}" --train-iters 6
   echo "first run (save at 3 and 6): rc $? $(first_error "$OUT_DIR/short_first.log")"
   run_bounded "$OUT_DIR/short_resume.log" $((LIMIT_S / 2)) "${run[@]}" --train-iters 8
-  local rc=$? loaded
-  loaded=$(grep -c 'successfully loaded checkpoint' "$OUT_DIR/short_resume.log")
-  # a resume that loaded nothing trained from scratch: a failure of this stage, whatever the run returned
-  [ "$rc" -eq 0 ] && [ "$loaded" -eq 0 ] && rc="1 (no checkpoint loaded)"
-  echo "resumed run to 8: rc $rc; loaded: $loaded"
+  local rc=$?
+  rc=$(resume_rc "$rc" "$OUT_DIR/short_resume.log")
+  echo "resumed run to 8: rc $rc; loaded: $(checkpoints_loaded "$OUT_DIR/short_resume.log")"
   iteration_losses "$OUT_DIR/short_first.log" "$OUT_DIR/short_resume.log"
   grep -E "Error|error:" "$OUT_DIR/short_resume.log" | tail -3
 }
 
 stage_interrupt() {
   rm -rf "$WORK/interrupt"
-  run_bounded "$OUT_DIR/interrupt_corpus.log" "$LIMIT_S" \
-    python3 tools/build_corpus.py --output-prefix "$WORK/corpus/interrupt" --max-mb 4 --overwrite
+  build_corpus "$OUT_DIR/interrupt_corpus.log" "$WORK/corpus/interrupt" 4 || return
   # the waits fit the stage's limit: two thirds of it to reach iteration 3 (on a fresh H100 sharing the GPU, about
   # 210 s of compiling and autotuning), a sixth (at most 120 s; 8 s were needed) to stop, then the check's own
   # clean-up (10 s, under KILL_AFTER_S)

@@ -22,14 +22,18 @@ exit 0
 """A ``python3`` that records its folder and arguments, sees ``$FAKE_CUDA_DEVICES`` CUDA devices (default one: a GPU
 machine), ends each pytest with ``$FAKE_PYTEST_RESULT`` (default three passed), prints ``$FAKE_RUN_OUTPUT`` for a
 recipe run and exits ``$FAKE_BENCH_RC`` for ``oellm bench``."""
+LOADED_CHECKPOINT = " > successfully loaded checkpoint from /x [ t 1/1, p 1/1 ] at iteration 6\\n"
+"""Megatron's line of a resume that loaded its checkpoint, as ``printf '%b'`` reads it: the stand-in's default run
+output, as the train and resume stages fail a resume without it."""
 
 
-def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = "", bench_rc: int = 0,
-                   fake_python3: str = FAKE_PYTHON3, environment: dict[str, str] | None = None,
-                   ) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str = LOADED_CHECKPOINT,
+                   bench_rc: int = 0, fake_python3: str = FAKE_PYTHON3, environment: dict[str, str] | None = None,
+                   bench_mbs: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The script from ``tmp_path`` (not the repository root) with the stand-in python3 ``fake_python3``, whose
     recipe runs print ``run_output`` and whose ``oellm bench`` exits ``bench_rc``, and ``environment`` over the
-    default one (OELLM_WORK, OELLM_KERNEL_CACHE in ``tmp_path``); returns the calls."""
+    default one (OELLM_WORK, OELLM_KERNEL_CACHE in ``tmp_path``); ``bench_mbs``, when given, is the third argument.
+    Returns the calls."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "python3").write_text(fake_python3)
@@ -38,7 +42,8 @@ def run_acceptance(tmp_path: Path, out_dir: Path, stages: str, run_output: str =
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log),
            "OELLM_KERNEL_CACHE": str(tmp_path / "cache"), "OELLM_WORK": str(tmp_path / "work"),
            "FAKE_RUN_OUTPUT": run_output, "FAKE_BENCH_RC": str(bench_rc), **(environment or {})}
-    done = subprocess.run(["bash", str(SCRIPT), str(out_dir), stages], cwd=tmp_path, capture_output=True, text=True,
+    args = [str(out_dir), stages, *([bench_mbs] if bench_mbs is not None else [])]
+    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     return done, log.read_text().splitlines() if log.exists() else []
 

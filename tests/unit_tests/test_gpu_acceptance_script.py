@@ -153,7 +153,7 @@ def test_an_out_dir_that_is_a_file_is_named_as_one(tmp_path: Path) -> None:
 def test_a_resume_that_loaded_nothing_fails_the_acceptance(tmp_path: Path) -> None:
     """A resume run that returned 0 but loaded no checkpoint trained from scratch: the stage counts it as failed
     (``rc 1 (no checkpoint loaded)``), and the script exits 1."""
-    done, _calls = run_acceptance(tmp_path, tmp_path / "out", "resume")
+    done, _calls = run_acceptance(tmp_path, tmp_path / "out", "resume", run_output="")
     assert done.returncode == 1, done.stderr
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "resumed run to 8: rc 1 (no checkpoint loaded); loaded: 0" in summary, summary

@@ -13,7 +13,7 @@ import shlex
 import sys
 from datetime import datetime, timedelta
 
-from tests.unit_tests.gpu_acceptance_helpers import FAKE_PYTHON3, ROOT, run_acceptance
+from tests.unit_tests.gpu_acceptance_helpers import FAKE_PYTHON3, LOADED_CHECKPOINT, ROOT, run_acceptance
 from tests.unit_tests.megatron_logs import args_block, iteration_line, megatron_args, random_times
 
 DONE = "[after training is done] datetime: {:%Y-%m-%d %H:%M:%S.%f} "
@@ -34,7 +34,9 @@ def _fresh_log() -> str:
 
 def test_the_truncated_copy_reads_truncated(tmp_path):
     real_table = f'[[ "$*" == "-m megatron.oellm table "* ]] && exec {shlex.quote(sys.executable)} "$@"\n'
-    fake = FAKE_PYTHON3.replace("exit 0\n", real_table + "exit 0\n")
+    # the resume to 35 loads the checkpoint of iteration 30 (the stage fails a resume that loaded none)
+    resume = f'[[ "$*" == *" recipe "*" --train-iters 35" ]] && printf %b {shlex.quote(LOADED_CHECKPOINT)}\n'
+    fake = FAKE_PYTHON3.replace("exit 0\n", real_table + resume + "exit 0\n")
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     done, _ = run_acceptance(tmp_path, tmp_path / "out", "train", run_output=_fresh_log(), fake_python3=fake,
                              environment={"PYTHONPATH": path})
