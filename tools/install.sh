@@ -7,6 +7,7 @@
 # Python 3.11: megatron-core 0.19.2 declares >= 3.12 but only needs typing.override, which megatron.oellm provides;
 # so we install torch and numpy<2.4 first, then megatron-core with --ignore-requires-python.
 # torch: an importable torch (a cluster container's, a venv's) is kept as it is, and so is an importable Triton.
+# An installed torch that does not import (ImportError: libcudnn.so.9 on a login node) is refused, naming the error.
 # Without one: PyPI's Linux wheel of torch 2.13.0, x86_64 and aarch64 (GH200) alike, is a CUDA 13.0 build (with
 # ~3 GB of nvidia-* wheels) that needs an NVIDIA driver >= 580. So a machine where nvidia-smi lists no GPU gets the
 # CPU build 2.13.0+cpu (from the configured indexes or find-links if one has it, else from TORCH_CPU_INDEX_URL,
@@ -16,7 +17,8 @@
 # pip runs only for what tools/install_needs.py finds missing: once an environment is complete, the script (and so
 # the README's two commands) runs on a compute node without a package index. This checkout on PYTHONPATH counts as
 # installed (an air-gapped node with the offline site bundle: README, "Air-gapped nodes"), though pip then installs no
-# oellm command (PYTHON -m megatron.oellm runs it, the "nothing to install" line says); a failing pip says so.
+# oellm command (PYTHON -m megatron.oellm runs it, the "nothing to install" line says). A failing pip gets a line
+# after its messages: the offline way (no package index), a virtual environment (PEP 668), or pip's message.
 # An environment whose editable megatron-oellm is another checkout's (a project environment several users share) gets
 # a warning right before the pip call that re-points that install to this checkout, naming the other one.
 # The gdn extra with a Triton in [3.4, 3.7.1) also gets the TileLang set of docker/constraints.txt: on Hopper (H100,
@@ -47,13 +49,36 @@ version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/nu
       "PYTHON=python3.12" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
-# a failing pip (on a compute node, most often: no package index) gets one line naming the offline way
+# pip's messages (stderr) are printed once it ends and read for the cause of a failure: one line after them names
+# the offline way where they name an unreachable index or connection, the README's virtual environment where the
+# Python refuses pip installs (PEP 668: Debian's /usr/bin/python3), pip's own message otherwise ("No module named pip")
+PIP_INDEX_FAILURE='from versions: none|NewConnectionError|Failed to establish a new connection|Max retries exceeded'
+PIP_INDEX_FAILURE+='|name resolution|Name or service not known|Network is unreachable|timed out|ProxyError|SSLError'
+PIP_INDEX_FAILURE+='|Could not fetch URL'
 pip_install() {
-  "$PY" -m pip install -q --disable-pip-version-check "$@" ||
-    { local status=$?
-      echo "install.sh: pip install failed; no package index reachable? use the offline site bundle instead" \
-           "(README.md, \"Air-gapped nodes\")" >&2
-      return "$status"; }
+  local messages status=0
+  { messages=$("$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 >&3); } 3>&1 || status=$?
+  [ -z "$messages" ] || printf '%s\n' "$messages" >&2
+  [ "$status" -ne 0 ] || return 0
+  if grep -q 'externally-managed-environment' <<< "$messages"; then
+    echo "error: install.sh: pip install failed: ${PY} is a distribution's Python that refuses pip installs" \
+         "(\"externally managed\", PEP 668); make a virtual environment first and rerun in it:" \
+         "python3 -m venv .venv && . .venv/bin/activate (README.md, \"Two commands on a fresh machine\")" >&2
+  elif grep -q -E "$PIP_INDEX_FAILURE" <<< "$messages"; then
+    echo "error: install.sh: pip install failed; no package index reachable? use the offline site bundle instead" \
+         "(README.md, \"Air-gapped nodes\")" >&2
+  else
+    echo "error: install.sh: pip install failed: pip's message above says why" >&2
+  fi
+  return "$status"
+}
+# The line of a failed import's output that names its error (warnings may follow it), else its last line, else the
+# failed exit status: quoted in a refusal
+import_error_line() {
+  local line
+  line=$(grep -E 'Error|error' <<< "$1" | tail -n 1 || true)
+  line=${line:-$(tail -n 1 <<< "$1")}
+  echo "${line:-no message: the import exited non-zero}"
 }
 TORCH_VERSION=2.13.0
 TORCH_CUDA13_DRIVER=580
@@ -73,10 +98,7 @@ PYCHECK
 )
 if [[ ",${EXTRAS}," == *,te,* ]]; then
   if ! TE_OUTPUT=$("$PY" -c "import transformer_engine.pytorch" 2>&1); then
-    # the error line (warnings may follow it), else the last line, else the exit status
-    TE_ERROR=$(grep -E 'Error|error' <<< "$TE_OUTPUT" | tail -n 1 || true)
-    TE_ERROR=${TE_ERROR:-$(tail -n 1 <<< "$TE_OUTPUT")}
-    TE_ERROR=${TE_ERROR:-no message: the import exited non-zero}
+    TE_ERROR=$(import_error_line "$TE_OUTPUT")
     if grep -q -E 'libcuda|libnvidia-' <<< "$TE_OUTPUT"; then
       echo "error: install.sh: Transformer Engine is installed but needs the NVIDIA driver to import ($TE_ERROR):" \
            "rerun on a GPU node (in a container: apptainer exec --nv), or without te here" >&2
@@ -102,7 +124,17 @@ DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null
          grep -m 1 -E '^[0-9]+(\.[0-9]+)*$' || true)
 # set where that driver runs CUDA 13, and so PyPI's torch build
 DRIVER_CUDA13=$([[ "${DRIVER%%.*}" =~ ^[0-9]+$ ]] && [ "${DRIVER%%.*}" -ge "$TORCH_CUDA13_DRIVER" ] && echo 1 || true)
-if "$PY" -c "import torch" 2>/dev/null; then
+# A torch that is installed but does not import (a CUDA build on a login node without its cuDNN: ImportError
+# libcudnn.so.9) is refused as it is: pip would install another over it, hiding why it failed.
+TORCH_IMPORTS=1
+TORCH_OUTPUT=$("$PY" -c "import torch" 2>&1) || TORCH_IMPORTS=""
+if [ -z "$TORCH_IMPORTS" ] && "$PY" -c "import importlib.metadata as m; m.version('torch')" 2>/dev/null; then
+  echo "error: install.sh: the torch of ${PY} is installed but does not import" \
+       "($(import_error_line "$TORCH_OUTPUT")): fix what the error names (a module to load, LD_LIBRARY_PATH) or" \
+       "reinstall it, then rerun; install.sh does not install another torch over it" >&2
+  exit 1
+fi
+if [ -n "$TORCH_IMPORTS" ]; then
   if [ -n "$DRIVER" ] && ! "$PY" -c "import sys, torch; sys.exit(torch.version.cuda is None)" 2>/dev/null; then
     if [ -n "$DRIVER_CUDA13" ]; then
       CUDA_TORCH="'torch==${TORCH_VERSION}+cu130' --index-url https://download.pytorch.org/whl/cu130"

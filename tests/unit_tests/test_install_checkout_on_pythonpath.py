@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.unit_tests.fake_site import ROOT, base_versions, bundle_site, other_checkout_site
 from tests.unit_tests.install_helpers import INSTALL_NEEDS, run_install
 
-HINT = 'install.sh: pip install failed; no package index reachable? use the offline site bundle instead'
+HINT = 'error: install.sh: pip install failed; no package index reachable? use the offline site bundle instead'
 
 
 def needs(site: Path, *path: Path) -> list[str]:
@@ -48,7 +48,8 @@ def test_an_unmet_requirement_still_installs_the_package(tmp_path: Path) -> None
 
 def test_a_failing_pip_names_the_offline_bundle(tmp_path: Path) -> None:
     """No package index: the CPU torch is tried from the configured indexes (quietly), then from PyTorch's index."""
-    failure = f"ERROR: Could not find a version that satisfies the requirement torch ({random.randrange(10**6)})"
+    failure = (f"ERROR: Could not find a version that satisfies the requirement torch==2.{random.randrange(10**6)} "
+               "(from versions: none)")
     done, calls = run_install(tmp_path, FAKE_PIP_FAILURE=failure)
     assert done.returncode == 1
     assert len(calls) == 2
