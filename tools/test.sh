@@ -14,6 +14,10 @@ PY="${PYTHON:-python3}"
 if [[ "$PY" == */* && "$PY" != /* ]]; then PY="$PWD/$PY"; fi
 cd "$(dirname "$0")/.."
 PYTHON="$PY" bash tools/install.sh dev,hf,gdn,plot
+# pytest's own parser checks the arguments before the lint (an unknown option, a missing value): `--version` given
+# twice makes pytest parse them all, print its plugins and stop, in about a second. --noconftest keeps the conftests'
+# imports (megatron-core: ten seconds) out of it; they add no option pytest would have to know here.
+"$PY" -m pytest --noconftest "$@" --version --version >/dev/null
 "$PY" -m ruff check .
 # an argument naming a test file or folder (under tests/, a .py file, or with ::; also as ./tests/... or an absolute
 # path in the checkout) narrows the run (it was added to the whole tree); an option's value that names none (-k

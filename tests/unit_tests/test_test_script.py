@@ -4,8 +4,11 @@ checked with a stand-in ``install.sh`` and stand-in interpreters that record how
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import string
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "test.sh"
 
 RECORDER = """#!/usr/bin/env bash
 echo "NAME $*" >> "$FAKE_LOG"
+case "$*" in *"--version --version") [ -z "${REAL_PYTHON:-}" ] || exec "$REAL_PYTHON" "$@" ;; esac
 """
+"""Records its call; the argument check (pytest's parse, ``--version`` twice) runs in ``REAL_PYTHON`` where set."""
 
 
 def run_test_script(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -43,6 +48,7 @@ def test_lint_and_tests_use_the_interpreter_install_sh_installed_into(tmp_path: 
     assert done.returncode == 0, done.stderr
     expected = python or "python3"
     assert calls == [f"install.sh dev,hf,gdn,plot PYTHON={expected}",
+                     f"{expected} -m pytest --noconftest -k not gpu --version --version",
                      f"{expected} -m ruff check .",
                      f"{expected} -m pytest -q tests/unit_tests -k not gpu"]
 
@@ -78,3 +84,33 @@ def test_option_values_that_are_no_test_paths_keep_the_whole_tree(tmp_path: Path
     done, calls = run_test_script(tmp_path, *args)
     assert done.returncode == 0, done.stderr
     assert calls[-1] == f"python3 -m pytest -q tests/unit_tests {' '.join(args)}"
+
+
+@pytest.mark.parametrize("args", [("--{word}",), ("-x", "--{word}=1"), ("--junitxml",), ("-k",)])
+def test_arguments_pytest_refuses_stop_the_run_before_the_lint(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """``bash tools/test.sh --bogus-option`` ran the install and ``ruff`` (35 s, minutes on a fresh machine) before
+    pytest refused the option; pytest's own parser now checks the arguments right after the install."""
+    word = "".join(random.choices(string.ascii_lowercase, k=10))
+    args = tuple(arg.format(word=word) for arg in args)
+    done, calls = run_test_script(tmp_path, *args, REAL_PYTHON=sys.executable)
+    assert done.returncode == 4 and "error:" in done.stderr, done.stderr
+    assert calls == ["install.sh dev,hf,gdn,plot PYTHON=python3",
+                     f"python3 -m pytest --noconftest {' '.join(args)} --version --version"]
+
+
+def test_arguments_pytest_takes_pass_the_check(tmp_path: Path) -> None:
+    """The check's real parse accepts what pytest runs with, test paths and plugin options included."""
+    checkout = tmp_path / "checkout with space"
+    (checkout / "tests").mkdir(parents=True)
+    (checkout / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
+    done, calls = run_test_script(tmp_path, "-x", "-p", "no:cacheprovider", "tests/test_x.py", "-k", "x",
+                                  REAL_PYTHON=sys.executable)
+    assert done.returncode == 0, done.stderr
+    assert [call.split()[:3] for call in calls[1:]] == [["python3", "-m", "pytest"], ["python3", "-m", "ruff"],
+                                                        ["python3", "-m", "pytest"]]
+
+
+def test_no_conftest_adds_an_option_the_check_would_refuse() -> None:
+    """The check runs with --noconftest: an option a conftest added would be refused there."""
+    tests = Path(__file__).resolve().parents[1]
+    assert not [path for path in tests.rglob("conftest.py") if "pytest_addoption" in path.read_text()]
