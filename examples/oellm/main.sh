@@ -33,4 +33,15 @@ if has_gpu; then
 fi
 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m megatron.oellm models
 echo
-exec bash "$root/examples/oellm/qwen3_235b_a22b_jupiter.sh" --dry-run --row 1 "$@"
+# The dry run's job script keeps its log and checkpoints under --output-dir, by default oellm-runs in this directory;
+# one whose path a job script cannot carry (a space or quote for #SBATCH --output, ':' or ',' for the container's
+# --bind) would have the recipe refuse the plan, so the dry run puts them under the home directory (the recipe reads
+# the ~). An --output-dir given to main.sh comes later and wins.
+output_dir=()
+carried='^[A-Za-z0-9_./@+=~-]+$'
+if [[ ! $PWD =~ $carried ]]; then
+  echo "note: main.sh: the current directory has characters a job script cannot carry (#SBATCH --output," \
+       "--bind): the dry run's default --output-dir is ~/oellm-runs"
+  output_dir=(--output-dir "~/oellm-runs")
+fi
+exec bash "$root/examples/oellm/qwen3_235b_a22b_jupiter.sh" --dry-run --row 1 ${output_dir[@]+"${output_dir[@]}"} "$@"

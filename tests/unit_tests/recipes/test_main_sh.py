@@ -6,6 +6,7 @@ they were called; ``nvidia-smi`` and the interpreter are stand-ins too, so no pa
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import shutil
@@ -114,3 +115,61 @@ def test_a_link_to_main_sh_runs_the_checkout_it_points_into(tmp_path, listing):
     calls = run_main(tmp_path, listing, torch_sees_gpu=False, link=link)
     assert calls[0].startswith("install hf,gdn ") and calls[-1].split()[0] in {"qwen3_5_35b_a3b_mn5_strong",
                                                                              "qwen3_235b_a22b_jupiter"}, calls
+
+
+CARRIED_NAMES = ["plain", "v1.2_run-a", "x@y+z=w"]
+"""Caller directories a job script carries in ``#SBATCH --output`` and the container's ``--bind``."""
+UNCARRIED_NAMES = ["dir with space", "it's", "a,b", "x:y", "cost$1", "pct%d", "tab\tname"]
+"""Caller directories it cannot carry: the recipe refuses a run directory under them."""
+
+
+@pytest.mark.parametrize(("name", "moved"), [(name, False) for name in CARRIED_NAMES]
+                         + [(name, True) for name in UNCARRIED_NAMES])
+def test_the_dry_run_from_a_directory_a_job_script_cannot_carry_keeps_its_runs_under_home(tmp_path, name, moved):
+    """Run from a folder with a space, the README's first command ended in the recipe's refusal of the run directory
+    (rc 2) instead of the plan; the dry run now puts its run directories under ~/oellm-runs there, and an
+    --output-dir given to main.sh comes after (argparse takes the last)."""
+    caller = tmp_path / f"{name}{random.randrange(100)}"
+    caller.mkdir()
+    calls = run_main(tmp_path, None, torch_sees_gpu=False, cwd=caller)
+    given = "--output-dir ~/oellm-runs " if moved else ""
+    assert calls[-1].startswith(f"qwen3_235b_a22b_jupiter --dry-run --row 1 {given}--extra PYTHON="), calls
+
+
+def test_the_gpu_job_from_such_a_directory_gets_no_output_dir(tmp_path):
+    """``--local`` writes no job script: its checkpoints stay under the caller's directory."""
+    caller = tmp_path / f"{random.choice(UNCARRIED_NAMES)}{random.randrange(100)}"
+    caller.mkdir()
+    calls = run_main(tmp_path, "GPU 0: NVIDIA H100 (UUID: GPU-0)", torch_sees_gpu=False, cwd=caller)
+    assert calls[-1].startswith("qwen3_5_35b_a3b_mn5_strong --local --row 1 --extra PYTHON="), calls
+
+
+def test_an_output_dir_after_main_sh_s_own_wins():
+    """main.sh's ``--output-dir ~/oellm-runs`` comes before the caller's arguments: the recipe takes the caller's."""
+    from megatron.oellm.commands.recipe import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    mine = f"/data/runs{random.randrange(10**6)}"
+    args = parser.parse_args(["x.toml", "--dry-run", "--row", "1", "--output-dir", "~/oellm-runs",
+                              *random.choice([[f"--output-dir={mine}"], ["--output-dir", mine]])])
+    assert args.output_dir == mine
+
+
+@pytest.mark.parametrize(("name", "refused"), [(name, False) for name in CARRIED_NAMES]
+                         + [(name, True) for name in UNCARRIED_NAMES])
+def test_main_sh_s_characters_are_the_ones_the_recipe_refuses(tmp_path, name, refused):
+    """main.sh's pattern of carried characters against the recipe's own checks of a run directory: the job log's
+    ``#SBATCH --output`` and the container's ``--bind``."""
+    from megatron.oellm.recipes.config import RecipeError
+    from megatron.oellm.recipes.host_paths import bind_source
+    from megatron.oellm.recipes.slurm import _output_directive
+
+    directory = tmp_path / name / "oellm-runs" / f"row{random.randint(1, 99):02d}-64n"
+    try:
+        _output_directive(directory)
+        bind_source(str(directory), "run directory", "")
+    except RecipeError:
+        assert refused
+    else:
+        assert not refused
