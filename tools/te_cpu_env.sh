@@ -9,8 +9,9 @@
 # CUDA 13 throughout: TORCH_VERSION (default 2.11.0, the lent GPU machine's torch) must name a torch whose PyPI Linux wheel
 # is a CUDA 13 build (checked once it is installed), and the header and TE core wheels are the CUDA 13 ones;
 # TE_VERSION (default 2.20.2) picks TE's release.
-# Rerunning it on an existing VENV_DIR skips the compilation; a
-# VENV_DIR that is a file or a non-empty folder other than a virtual environment is refused.
+# Rerunning it on an existing VENV_DIR skips the compilation unless TE_VERSION or the installed torch changed (the
+# torch it was built for: VENV_DIR/te-torch-version); a VENV_DIR that is a file or a non-empty folder other than a
+# virtual environment is refused.
 #
 # TE's PyTorch extension is published as an sdist only (prebuilt wheels come from GitHub, unreachable on compute
 # nodes), and it must be compiled against a CUDA build of torch; TE's modules then build with CPU parameters
@@ -89,8 +90,12 @@ PYCHECK
 "${PIP[@]}" --no-deps "transformer_engine==${TE_VERSION}" "transformer_engine_cu13==${TE_VERSION}"
 "${PIP[@]}" einops onnx onnxscript pydantic importlib-metadata nvdlfw-inspect "nvidia-cudnn-frontend>=1.29"
 
+# The extension is compiled against the torch installed above and loads only beside it: it is rebuilt for another
+# TE_VERSION, and for another torch (a rerun with another TORCH_VERSION), whose version each build records here.
+TE_TORCH_RECORD="$VENV/te-torch-version"
+TORCH_INSTALLED=$(python -c 'import importlib.metadata as m; print(m.version("torch"))')
 if [ "$(python -c 'import importlib.metadata as m; print(m.version("transformer_engine_torch"))' 2>/dev/null)" \
-     != "${TE_VERSION}" ]; then
+     != "${TE_VERSION}" ] || [ "$(cat "$TE_TORCH_RECORD" 2>/dev/null)" != "$TORCH_INSTALLED" ]; then
   SDIST_DIR="$VENV/te-sdist"
   mkdir -p "$SDIST_DIR"
   python -m pip download -q --no-deps --no-build-isolation --no-binary :all: -d "$SDIST_DIR" \
@@ -101,6 +106,7 @@ if [ "$(python -c 'import importlib.metadata as m; print(m.version("transformer_
   # to the extension's version (2.20.2+1e5762e), and TE's import then refuses it beside the 2.20.2 core wheel.
   NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_BUILD_USE_NVIDIA_WHEELS=1 NVTE_NO_LOCAL_VERSION=1 MAX_JOBS=$(nproc) \
     "${PIP[@]}" --no-build-isolation --no-deps "$SDIST_DIR/transformer_engine_torch-${TE_VERSION}"
+  echo "$TORCH_INSTALLED" > "$TE_TORCH_RECORD"
 fi
 
 # TE's core library links NCCL, cuDNN and the CUDA 13 libraries, which the wheels keep in their own folders.
