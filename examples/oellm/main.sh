@@ -39,7 +39,7 @@ echo
 # the ~). An --output-dir given to main.sh comes later and wins.
 output_dir=()
 carried='^[A-Za-z0-9_./@+=~-]+$'
-if [[ ! $PWD =~ $carried ]]; then
+if [[ ! $(pwd -P) =~ $carried ]]; then  # the recipe's run directory is under the physical one (os.getcwd)
   echo "note: main.sh: the current directory has characters a job script cannot carry (#SBATCH --output," \
        "--bind): the dry run's default --output-dir is ~/oellm-runs"
   output_dir=(--output-dir "~/oellm-runs")

@@ -26,10 +26,12 @@ def _executable(path: Path, text: str) -> None:
 
 
 def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_script: str | None = None,
-             args: tuple[str, ...] = ("--extra",), cwd: Path | None = None, link: Path | None = None) -> list[str]:
+             args: tuple[str, ...] = ("--extra",), cwd: Path | None = None, link: Path | None = None,
+             shell_pwd: Path | None = None) -> list[str]:
     """Run a copy of main.sh with ``args`` and the stand-ins; return the recorded calls, one per line (with the
     directory each ran in when ``cwd``, the caller's directory, is given). ``nvidia-smi`` prints ``nvidia_smi``, or
-    runs ``smi_script`` (a shell script) when given. ``link``: run it through a symbolic link made there."""
+    runs ``smi_script`` (a shell script) when given. ``link``: run it through a symbolic link made there.
+    ``shell_pwd``: the caller's shell's ``PWD`` (a symbolic link to ``cwd`` it changed into)."""
     root = tmp_path / "tree"
     (root / "examples" / "oellm").mkdir(parents=True)
     shutil.copy(EXAMPLES / "main.sh", root / "examples" / "oellm" / "main.sh")
@@ -51,6 +53,8 @@ def run_main(tmp_path: Path, nvidia_smi: str | None, torch_sees_gpu: bool, smi_s
     env = {"PATH": str(bin_dir), "PYTHON": str(python), "RECORD": str(record), "HOME": os.environ.get("HOME", "/")}
     if cwd is not None:
         env["RECORD_PWD"] = "1"
+    if shell_pwd is not None:
+        env["PWD"] = str(shell_pwd)
     script = root / "examples" / "oellm" / "main.sh"
     if link is not None:
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -173,3 +177,16 @@ def test_main_sh_s_characters_are_the_ones_the_recipe_refuses(tmp_path, name, re
         assert refused
     else:
         assert not refused
+
+
+@pytest.mark.parametrize(("physical", "logical", "moved"), [("plain", "with space", False), ("with space", "plain", True)])
+def test_the_directory_checked_is_the_physical_one_the_recipe_reads(tmp_path, physical, logical, moved):
+    """Changed into through a symbolic link, the shell's ``PWD`` names the link; the recipe's run directory is under
+    ``os.getcwd()``, the folder it points to, so that is the one main.sh checks."""
+    caller = tmp_path / f"{physical}{random.randrange(100)}"
+    caller.mkdir()
+    link = tmp_path / f"{logical}{random.randrange(100, 200)}"
+    link.symlink_to(caller)
+    calls = run_main(tmp_path, None, torch_sees_gpu=False, cwd=link, shell_pwd=link)
+    given = "--output-dir ~/oellm-runs " if moved else ""
+    assert calls[-1].startswith(f"qwen3_235b_a22b_jupiter --dry-run --row 1 {given}--extra PYTHON="), calls
