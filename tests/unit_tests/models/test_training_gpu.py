@@ -1,5 +1,10 @@
 """Each backend trains: ~30 Adam steps on one fixed batch of random tokens make the loss fall.
 
+A smoke test of learning only: memorising one batch halves the loss under many a wrong forward or gradient, so it
+shows that gradients reach the parameters and the optimizer moves them, not that either is right. Correctness rests
+on the parity tests (``test_parity_gpu.py``: logits, loss and gradients against transformers; the layers' and
+backends' tests against their definitions and each other).
+
 Built by the spec builders with the card's own settings (global auxiliary load-balancing loss included), for the
 tiny flavour of each family, fresh seed each run; the Transformer Engine backend where TE imports.
 """
