@@ -410,10 +410,20 @@ def check_save_interval(args: argparse.Namespace) -> None:
                          f"one of the saved iterations (e.g. --save-retain-interval {multiple})")
 
 
+def check_wandb_experiment_name(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` for ``--wandb-project`` with an empty ``--wandb-exp-name``: megatron-core 0.19.2 raises
+    "Please specify the wandb experiment name!" when it sets up the run's writers, on the last rank only, the other
+    ranks waiting for it (a name left out is None, which it accepts: W&B names the run). ``args`` are parsed."""
+    if args.wandb_project and args.wandb_exp_name == "":
+        raise ValueError(f"--wandb-project {args.wandb_project} with an empty --wandb-exp-name: megatron-core 0.19.2 "
+                         "refuses it when it sets up the run, on the last rank only, while the other ranks wait; give "
+                         "--wandb-exp-name NAME, or leave the flag out for a name W&B chooses")
+
+
 def check_wandb_directory(args: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--wandb-project`` with neither ``--wandb-save-dir`` nor ``--save``: megatron-core
     0.19.2 puts the Weights & Biases files under ``--save``'s ``wandb`` directory by default, joins None with it
-    while it validates the arguments, and stops there with a ``TypeError`` on the last rank only, the other ranks
+    when it sets up the run's writers, and stops there with a ``TypeError`` on the last rank only, the other ranks
     waiting for it. ``args`` are parsed, not yet validated."""
     if args.wandb_project and not args.wandb_save_dir and not args.save:
         raise ValueError(f"--wandb-project {args.wandb_project} without --wandb-save-dir or --save: megatron-core "

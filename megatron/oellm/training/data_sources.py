@@ -744,19 +744,36 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
         raise ValueError(f"--tokenizer-model {model!r} {reason}: megatron-core would fail to build the "
                          f"{args.tokenizer_type} when megatron initialises, on every rank; give the folder the "
                          "tokenizer's save_pretrained wrote (its tokenizer.json / tokenizer_config.json), or a hub name")
-    pointer = lfs_pointer_in_tokenizer_folder(model)
+    pointer = lfs_pointer_in_tokenizer_folder(model, use_fast=not args.tokenizer_hf_no_use_fast)
     if pointer is not None:
         check_not_lfs_pointer(pointer, "--tokenizer-model")
 
 
-def lfs_pointer_in_tokenizer_folder(tokenizer_model: str) -> Path | None:
-    """The first of the :data:`TOKENIZER_FOLDER_FILES` in the local ``--tokenizer-model`` folder ``tokenizer_model``
-    that is a Git LFS pointer (:func:`megatron.oellm.paths.is_lfs_pointer`), or None (none is, or no such folder: a
-    hub name). A Hugging Face model repository cloned without git-lfs holds one for its ``tokenizer.json``."""
+FAST_TOKENIZER_FILE = "tokenizer.json"
+"""The file a fast Hugging Face tokenizer loads from its folder where it is there, instead of the slow tokenizer's."""
+
+
+def tokenizer_files_read(folder: Path, use_fast: bool) -> list[Path]:
+    """The :data:`TOKENIZER_FOLDER_FILES` of tokenizer folder ``folder`` that ``AutoTokenizer.from_pretrained``
+    reads (``use_fast``: megatron-core's default, off under ``--tokenizer-hf-no-use-fast``): the configuration and,
+    for a fast tokenizer whose ``tokenizer.json`` is there, that file alone; else every slow tokenizer's file (a fast
+    tokenizer without ``tokenizer.json`` converts the slow one's). A Mistral-style repository keeps its
+    ``tokenizer.model`` in Git LFS and a small ``tokenizer.json`` in git: a clone without git-lfs loads."""
+    fast = folder / FAST_TOKENIZER_FILE
+    if use_fast and fast.is_file():
+        return [folder / "tokenizer_config.json", fast]
+    return [folder / name for name in sorted(TOKENIZER_FOLDER_FILES - {FAST_TOKENIZER_FILE})]
+
+
+def lfs_pointer_in_tokenizer_folder(tokenizer_model: str, use_fast: bool = True) -> Path | None:
+    """The first file :func:`tokenizer_files_read` names in the local ``--tokenizer-model`` folder
+    ``tokenizer_model`` that is a Git LFS pointer (:func:`megatron.oellm.paths.is_lfs_pointer`), or None (none is,
+    or no such folder: a hub name). A Hugging Face model repository cloned without git-lfs holds one for its
+    ``tokenizer.json``."""
     if not tokenizer_model or not Path(tokenizer_model).is_dir():
         return None
-    return next((Path(tokenizer_model, name) for name in sorted(TOKENIZER_FOLDER_FILES)
-                 if is_lfs_pointer(Path(tokenizer_model, name))), None)
+    return next((path for path in tokenizer_files_read(Path(tokenizer_model), use_fast) if is_lfs_pointer(path)),
+                None)
 
 
 def check_not_lfs_pointer(path: Path, flag: str) -> None:

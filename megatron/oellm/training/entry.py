@@ -259,10 +259,17 @@ def parse_validate_and_tokenize(*, extra_args_provider: Callable[[argparse.Argum
 def set_up_training_globals(args: argparse.Namespace) -> None:
     """megatron's ``set_global_variables`` of checked ``args`` without the tokenizer
     :func:`parse_validate_and_tokenize` built: what ``pretrain`` reads (the global arguments, the microbatch
-    calculator, timers) and the run's writers and signal handlers, set up once the entry's checks have passed."""
+    calculator, timers) and the run's writers and signal handlers, set up once the entry's checks have passed. A
+    refusal there (an ``assert`` or ``ValueError`` the checks did not foresee) is raised as one ``ValueError``, for
+    :func:`refuse`; the micro-batch calculator, megatron's first step, is built before any writer opens."""
     from megatron.training.global_vars import set_global_variables
 
-    set_global_variables(args, build_tokenizer=False)
+    try:
+        set_global_variables(args, build_tokenizer=False)
+    except (AssertionError, ValueError) as error:
+        detail = (refusal_detail(error) if isinstance(error, AssertionError) else " ".join(str(error).split())) or (
+            f"{type(error).__name__} without a message")
+        raise ValueError(f"megatron's set-up of the run refuses its arguments: {detail}") from error
 
 
 def validated_off_gpu(parsed: argparse.Namespace, world_size: int) -> argparse.Namespace:
@@ -460,7 +467,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         parsed = parse_oellm_argv(argv)
         check_parsed_args(parsed)
         if on_gpu_node:  # the job image's packages: a login node's say nothing of them
-            check_parsed_packages(parsed)  # before validate_args, which imports wandb on the last rank
+            check_parsed_packages(parsed)  # megatron's set-up imports wandb on the last rank
         check_parsed_node_args(parsed)  # before validate_args: the tokenizer megatron builds after it, output folders
         check_checkpoint_folders_not_loops(parsed)  # the checks below take a loop for a missing or unreadable folder
         loaded = read_loaded_checkpoint(parsed)  # once, for every check
@@ -530,7 +537,10 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
             raise no_gpu
     except ValueError as error:
         return refuse(error if on_gpu_node or error is no_gpu else noted_off_gpu(error))
-    set_up_training_globals(args)  # checked: the writers, W&B run and signal handlers of a job that trains
+    try:
+        set_up_training_globals(args)  # checked: the writers, W&B run and signal handlers of a job that trains
+    except ValueError as error:
+        return refuse(error)
     if args.num_experts:
         moe_log_names.apply(args.moe_router_load_balancing_type)
         if getattr(args, "hybrid_layer_pattern", None):

@@ -32,11 +32,11 @@ with a package it imports only once the run is under way."""
 
 def check_parsed_packages(parsed: argparse.Namespace) -> None:
     """Raise ``ValueError`` for ``--wandb-project`` without the ``wandb`` package: megatron-core 0.19.2 imports it
-    while it validates the arguments, on the last rank only, which stops there with an ``ImportError`` while the
-    other ranks wait for it at initialisation. Runs on the parsed command line, before that validation."""
+    when it sets up the run's writers (``set_global_variables``), on the last rank only, which stops there with an
+    ``ImportError`` while the other ranks wait for it at initialisation. Runs on the parsed command line."""
     if parsed.wandb_project and not module_findable("wandb"):
         raise ValueError(f"--wandb-project {parsed.wandb_project}: the wandb package is not installed in this "
-                         "environment; megatron-core 0.19.2 imports it while it validates the arguments, on the last "
+                         "environment; megatron-core 0.19.2 imports it when it sets up the run, on the last "
                          "rank only, which stops with an ImportError while the other ranks wait; install wandb or "
                          "drop --wandb-project")
 

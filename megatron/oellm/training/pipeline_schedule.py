@@ -71,8 +71,10 @@ def check_training_batch(args: argparse.Namespace) -> None:
     (:func:`calculator_data_parallel_size`), or, under ``--decrease-batch-size-if-needed``, smaller than one
     (rounded down to no micro-batch). ``validate_args`` checks the evaluation batch only, which passes where the
     command line gives evaluation sizes of their own. The sizes of ``--step-batch-size-schedule`` are left to
-    megatron-core, which checks the current one at run time by design (a run may grow its GPU count)."""
+    megatron-core, which checks the current one at run time by design (a run may grow its GPU count); the schedule
+    itself is checked as megatron-core builds it (:func:`check_batch_size_schedule`)."""
     if args.step_batch_size_schedule is not None:
+        check_batch_size_schedule(args)
         return
     batch, micro, data_parallel = args.global_batch_size, args.micro_batch_size, calculator_data_parallel_size(args)
     per_step = micro * data_parallel
@@ -85,6 +87,26 @@ def check_training_batch(args: argparse.Namespace) -> None:
         return
     if batch % per_step:
         raise ValueError(off_grid_batch_refusal(batch, micro, data_parallel, _weight_shards_note(args)))
+
+
+def check_batch_size_schedule(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` in one line when megatron-core's step batch-size calculator refuses validated ``args``'
+    ``--step-batch-size-schedule`` as megatron builds it when it sets up the run, on every rank after the tokenizer:
+    a first threshold other than 0, thresholds that do not increase, a size that is not positive, or the schedule
+    beside ``--decrease-batch-size-if-needed``. The calculator megatron-core builds is built here the same way (its
+    own builder, so its rules are not restated), on a rank that logs nothing, and dropped."""
+    from megatron.core.num_microbatches_calculator import _build_num_microbatches_calculator
+
+    try:
+        _build_num_microbatches_calculator(
+            rank=-1, global_batch_size=args.global_batch_size, micro_batch_size=args.micro_batch_size,
+            data_parallel_size=calculator_data_parallel_size(args),
+            decrease_batch_size_if_needed=args.decrease_batch_size_if_needed,
+            step_batch_size_schedule=args.step_batch_size_schedule, seq_length=args.seq_length)
+    except (AssertionError, ValueError) as error:
+        detail = " ".join(str(error).split()) or f"{type(error).__name__} without a message"
+        raise ValueError(f"--step-batch-size-schedule {args.step_batch_size_schedule!r}: megatron-core's micro-batch "
+                         f"calculator refuses it when megatron sets up the run, on every rank: {detail}") from error
 
 
 def interleaved_schedule_refusal(microbatches: int, pipeline: int, group: int) -> str | None:

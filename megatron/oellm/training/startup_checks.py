@@ -27,7 +27,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
     ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
     sources, a size below 1 (sequence length, parallel sizes), pipeline stages that are malformed or not pp x vpp,
     no sequence length, a sequence longer than the positions, intervals megatron takes a modulo by, a ``--save``
-    without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a directory, optimizer,
+    without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a directory or with an empty experiment name, optimizer,
     initialisation and loader values out of their range (:mod:`.value_ranges`)."""
     from megatron.oellm.training.args import (
         check_intervals,
@@ -37,6 +37,7 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
         check_sequence_given,
         check_sequence_length,
         check_wandb_directory,
+        check_wandb_experiment_name,
         check_yaml_cfg,
     )
     from megatron.oellm.training.data_sources import check_single_data_source
@@ -52,7 +53,8 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
     check_intervals(parsed)  # before validate_args: its modulo by --log-interval (with --log-memory-interval)
     check_save_interval(parsed)  # validate_args asserts it without a message
     check_precision(parsed)  # likewise
-    check_wandb_directory(parsed)  # before validate_args: it sets up the wandb writer
+    check_wandb_directory(parsed)  # megatron's set-up opens the wandb run on the last rank only
+    check_wandb_experiment_name(parsed)
     check_value_ranges(parsed)  # torch's optimizer, dropout and init, megatron's seeding refuse these late
 
 

@@ -57,7 +57,6 @@ def test_a_launch_refused_after_validation_sets_up_nothing_but_the_tokenizer(mon
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and str(missing) in err[0], err
     assert calls == ["tokenizer"]
-    assert not (tmp_path / "tb").exists() and not (tmp_path / "wandb").exists()
 
 
 def test_a_checked_launch_sets_up_megatrons_globals_once_without_a_second_tokenizer(monkeypatch):
@@ -66,3 +65,33 @@ def test_a_checked_launch_sets_up_megatrons_globals_once_without_a_second_tokeni
     with pytest.raises(Reached):  # the throughput hook, after the set-up
         entry.main(TINY_MOE_RUN)
     assert calls == ["tokenizer", "set_global_variables(build_tokenizer=False)"]
+
+
+def test_a_refusal_of_megatrons_set_up_is_one_error_line(monkeypatch, capsys):
+    """An ``assert`` of megatron's set-up that no check of the entry foresaw ends the launch in one line (exit
+    status 2), not in a traceback on every rank."""
+    import megatron.training.global_vars as global_vars
+
+    entry = entry_up_to_throughput_hook(monkeypatch)
+    recorded_setup(monkeypatch)
+    reason = f"threshold {random.randrange(1, 10**6)} is not what the set-up takes"
+
+    def refusing_set_up(_args, build_tokenizer: bool = True) -> None:
+        raise AssertionError(reason)
+
+    monkeypatch.setattr(global_vars, "set_global_variables", refusing_set_up)
+    assert entry.main(TINY_MOE_RUN) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"megatron.oellm.training.entry: error: megatron's set-up of the run refuses its arguments: {reason}"]
+
+
+def test_an_empty_wandb_experiment_name_is_refused_before_megatron_starts(monkeypatch, capsys, tmp_path: Path):
+    entry = entry_up_to_throughput_hook(monkeypatch)
+    calls = recorded_setup(monkeypatch)
+    installed_stand_in(monkeypatch, "wandb")
+    project = f"p{random.randrange(10**6)}"
+    assert entry.main([*TINY_MOE_RUN, "--wandb-project", project, "--wandb-save-dir", str(tmp_path),
+                       "--wandb-exp-name", ""]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"--wandb-project {project} with an empty --wandb-exp-name" in err[0], err
+    assert calls == []

@@ -54,6 +54,27 @@ def test_a_hugging_face_folder_without_pointers_passes(tmp_path: Path) -> None:
     assert missing_tokenizer_problems(str(folder)) == []
 
 
+@pytest.mark.parametrize("slow_file", ["tokenizer.model", "vocab.json", "merges.txt"])
+def test_a_slow_tokenizer_file_in_lfs_beside_a_fast_one_passes_unless_the_slow_one_loads(tmp_path: Path,
+                                                                                       slow_file: str) -> None:
+    """A Mistral-style clone without git-lfs: its small ``tokenizer.json`` is in git, its ``tokenizer.model`` a
+    pointer. The fast tokenizer (megatron-core's default) reads only the first; ``--tokenizer-hf-no-use-fast`` the
+    second."""
+    folder = tokenizer_folder(tmp_path, None)
+    pointer = lfs_pointer(folder / slow_file)
+    check("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(folder))
+    assert missing_tokenizer_problems(str(folder)) == []
+    with pytest.raises(ValueError, match=f"--tokenizer-model: {pointer} is a Git LFS pointer file"):
+        check("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(folder),
+              "--tokenizer-hf-no-use-fast")
+
+
+def test_a_fast_tokenizer_file_in_lfs_is_not_read_by_the_slow_tokenizer(tmp_path: Path) -> None:
+    folder = tokenizer_folder(tmp_path, "tokenizer.json")
+    (folder / "tokenizer.model").write_bytes(random.randbytes(256))
+    check("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(folder), "--tokenizer-hf-no-use-fast")
+
+
 def test_a_sentencepiece_model_that_is_a_pointer_is_refused(tmp_path: Path) -> None:
     model = lfs_pointer(tmp_path / "tokenizer.model")
     with pytest.raises(ValueError, match=f"--tokenizer-model: {model} is a Git LFS pointer file"):
