@@ -197,4 +197,4 @@ def test_the_training_batch_check_leaves_a_step_schedule_to_megatron():
     from megatron.oellm.training.pipeline_schedule import check_training_batch
 
     check_training_batch(argparse.Namespace(global_batch_size=7, micro_batch_size=2, data_parallel_size=3,
-                                            decrease_batch_size_if_needed=False, step_batch_size_schedule="0:6"))
+                                            decrease_batch_size_if_needed=False, step_batch_size_schedule="0:6", seq_length=128))
