@@ -27,8 +27,8 @@ def check_parsed_args(parsed: argparse.Namespace) -> None:
     ``validate_args`` asserts with a traceback on every rank, lets through, or divides by: ``--yaml-cfg``, two data
     sources, a size below 1 (sequence length, parallel sizes), pipeline stages that are malformed or not pp x vpp,
     no sequence length, a sequence longer than the positions, intervals megatron takes a modulo by, a ``--save``
-    without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a directory or with an empty experiment name, optimizer,
-    initialisation and loader values out of their range (:mod:`.value_ranges`)."""
+    without a save interval, ``--fp16`` beside ``--bf16``, a wandb project without a directory or with an empty
+    experiment name, optimizer, initialisation and loader values out of their range (:mod:`.value_ranges`)."""
     from megatron.oellm.training.args import (
         check_intervals,
         check_positive_sizes,
