@@ -95,3 +95,33 @@ def test_an_empty_wandb_experiment_name_is_refused_before_megatron_starts(monkey
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"--wandb-project {project} with an empty --wandb-exp-name" in err[0], err
     assert calls == []
+
+
+def test_megatrons_own_steps_leave_what_pretrain_reads(monkeypatch):
+    """The two halves run with megatron-core's own functions (its validation answered as a cluster GPU node would):
+    validation and the tokenizer first, with no global set, then the set-up, after which the globals ``pretrain``
+    reads are there: the arguments, the tokenizer built once, the micro-batch calculator and the timers."""
+    from megatron.core.num_microbatches_calculator import get_num_microbatches
+    from megatron.training import global_vars
+
+    from megatron.oellm.recipes.megatron_validation import _as_cluster_rank0
+    from megatron.oellm.training import entry
+    from megatron.oellm.training.args import add_oellm_arguments
+
+    micro, steps = random.choice([1, 2]), random.randint(1, 4)
+    run = [*TINY_MOE_RUN, "--micro-batch-size", str(micro), "--global-batch-size", str(micro * steps)]
+    global_vars.unset_global_variables()
+    try:
+        with _as_cluster_rank0(1, {}):
+            stated, _merged = entry.stated_argv(run)
+            monkeypatch.setattr(sys, "argv", ["entry", *entry.expanded_argv(stated)])
+            args = entry.parse_validate_and_tokenize(extra_args_provider=add_oellm_arguments)
+        tokenizer = global_vars.get_tokenizer()
+        assert args.padded_vocab_size >= args.vocab_size
+        with pytest.raises(AssertionError, match="args is not initialized"):
+            global_vars.get_args()
+        entry.set_up_training_globals(args)
+        assert global_vars.get_args() is args and global_vars.get_tokenizer() is tokenizer
+        assert get_num_microbatches() == steps and global_vars.get_timers() is not None
+    finally:
+        global_vars.unset_global_variables()
