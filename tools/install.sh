@@ -49,16 +49,19 @@ version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/nu
       "PYTHON=python3.12" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,hf}"
-# pip's messages (stderr) are printed once it ends and read for the cause of a failure: one line after them names
+# pip's messages (stderr) are shown as they come and read for the cause of a failure: one line after them names
 # the offline way where they name an unreachable index or connection, the README's virtual environment where the
 # Python refuses pip installs (PEP 668: Debian's /usr/bin/python3), pip's own message otherwise ("No module named pip")
 PIP_INDEX_FAILURE='from versions: none|NewConnectionError|Failed to establish a new connection|Max retries exceeded'
 PIP_INDEX_FAILURE+='|name resolution|Name or service not known|Network is unreachable|timed out|ProxyError|SSLError'
 PIP_INDEX_FAILURE+='|Could not fetch URL'
 pip_install() {
-  local messages status=0
-  { messages=$("$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 >&3); } 3>&1 || status=$?
-  [ -z "$messages" ] || printf '%s\n' "$messages" >&2
+  local log messages status=0
+  log=$(mktemp) || return 1
+  # pip's messages go to stderr as they come (a long download, index retries) and into $log, read for the cause
+  { "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 >&3 | tee "$log" >&2; } 3>&1 || status=$?
+  messages=$(cat "$log")
+  rm -f "$log"
   [ "$status" -ne 0 ] || return 0
   if grep -q 'externally-managed-environment' <<< "$messages"; then
     echo "error: install.sh: pip install failed: ${PY} is a distribution's Python that refuses pip installs" \

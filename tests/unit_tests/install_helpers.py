@@ -24,6 +24,16 @@ TILELANG_PINS = ["tilelang==0.1.15", "apache-tvm-ffi==0.1.12", "torch-c-dlpack-e
 FAKE_PYTHON = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
   echo "pip $*" >> "$FAKE_LOG"
+  if [ -n "${FAKE_PIP_LIVE_TAG:-}" ]; then  # fails after its message reached install.sh's stderr file, or 5 s
+    echo "pip message $FAKE_PIP_LIVE_TAG" >&2
+    verdict=late
+    for _ in $(seq 100); do
+      grep -q "pip message $FAKE_PIP_LIVE_TAG" "$FAKE_STDERR_FILE" 2>/dev/null && { verdict=live; break; }
+      sleep 0.05
+    done
+    echo "$verdict" > "$FAKE_PIP_VERDICT"
+    exit 1
+  fi
   [ -z "${FAKE_PIP_FAILURE:-}" ] || { echo "$FAKE_PIP_FAILURE" >&2; exit 1; }
   for arg in "$@"; do
     case "$arg" in
@@ -50,11 +60,13 @@ echo "$FAKE_DRIVER"; echo "$FAKE_DRIVER"
 
 def run_install(
     tmp_path: Path, *, torch: str | None = None, triton: bool = False, driver: str = "", extras: str = "dev",
-    installed: Mapping[str, str] | None = None, extra_site: Path | None = None, **env: str
+    installed: Mapping[str, str] | None = None, extra_site: Path | None = None, stderr_file: Path | None = None,
+    **env: str
 ) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     """install.sh against the stand-ins; ``torch`` pre-installs a fake torch ("None" or a CUDA version string),
     ``installed`` (distribution -> version) a complete environment with those distributions
-    (:func:`tests.unit_tests.fake_site.complete_site`); ``extra_site`` is copied into the site (more modules).
+    (:func:`tests.unit_tests.fake_site.complete_site`); ``extra_site`` is copied into the site (more modules);
+    ``stderr_file`` takes install.sh's stderr instead of the returned process (the stand-in pip reads it).
 
     Returns the finished process and the recorded pip argument lists."""
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
@@ -85,6 +97,11 @@ def run_install(
         "FAKE_DRIVER": driver,
         **env,
     }
-    done = subprocess.run(["bash", str(INSTALL_SCRIPT), extras], capture_output=True, text=True, env=environment,
-                          timeout=120)
+    if stderr_file is None:
+        done = subprocess.run(["bash", str(INSTALL_SCRIPT), extras], capture_output=True, text=True, env=environment,
+                              timeout=120)
+    else:
+        with open(stderr_file, "w") as stderr:
+            done = subprocess.run(["bash", str(INSTALL_SCRIPT), extras], stdout=subprocess.PIPE, stderr=stderr,
+                                  text=True, env={**environment, "FAKE_STDERR_FILE": str(stderr_file)}, timeout=120)
     return done, [line.split()[1:] for line in log.read_text().splitlines()]

@@ -78,3 +78,15 @@ def test_a_torch_module_without_its_distribution_still_counts_as_missing(tmp_pat
     done, calls = run_install(tmp_path, triton=True, extra_site=site)
     assert done.returncode == 0, done.stderr
     assert any("torch==2.13.0+cpu" in call for call in calls)
+
+
+def test_pips_messages_reach_stderr_while_pip_runs(tmp_path: Path) -> None:
+    """pip's messages (a long download, index retries) are shown as they come, not once pip ends: the stand-in pip
+    waits for its message to reach install.sh's stderr before it fails, and they are read for the cause after."""
+    tag, stderr = f"{random.randrange(10**9)}", tmp_path / "stderr.txt"
+    verdict = tmp_path / "verdict"
+    done, _calls = run_install(tmp_path, stderr_file=stderr, FAKE_PIP_LIVE_TAG=tag, FAKE_PIP_VERDICT=str(verdict))
+    assert done.returncode == 1
+    assert verdict.read_text() == "live\n", stderr.read_text()
+    lines = stderr.read_text().splitlines()
+    assert lines[-2:] == [f"pip message {tag}", f"error: install.sh: {OWN}"], lines
