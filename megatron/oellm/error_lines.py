@@ -12,6 +12,12 @@ def one_line(text: object) -> str:
     return " ".join(stripped for line in str(text).splitlines() if (stripped := line.strip()))
 
 
+def message_or_type(error: BaseException) -> str:
+    """``error``'s message with its white space runs as single spaces, or ``<Type> without a message`` where it has
+    none: the detail a refusal quotes of a library's ``assert`` or ``ValueError``, many of which carry no message."""
+    return " ".join(str(error).split()) or f"{type(error).__name__} without a message"
+
+
 def one_line_error(error: BaseException) -> str:
     """``error`` as one line: the module that failed to import where the error names it (``ImportError.name``), its
     type and the last non-empty line of its message."""

@@ -708,12 +708,13 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
     30 s) and was then refused under the hub tokenizer's name, a file left to download ended in a ``wget`` traceback."""
     for name, (flag, content) in TOKENIZER_FILE_FLAGS.items():
         value = getattr(args, name)
-        if value is not None and args.tokenizer_type in FILE_READING_TOKENIZERS and not Path(value).is_file():
+        if value is None or args.tokenizer_type not in FILE_READING_TOKENIZERS:
+            continue
+        if not Path(value).is_file():
             raise ValueError(f"{flag} {value!r} is no file (relative to {Path.cwd()}): megatron-core would fail to "
                              "build the tokenizer when megatron initialises, naming a hub tokenizer instead of this "
                              f"file; give the path of the tokenizer's {content} file")
-        if value is not None and args.tokenizer_type in FILE_READING_TOKENIZERS:
-            check_not_lfs_pointer(Path(value), flag)
+        check_not_lfs_pointer(Path(value), flag)
     needed = [TOKENIZER_FILE_FLAGS[name][0] for name in DOWNLOADED_TOKENIZER_FILES.get(args.tokenizer_type, ())
               if getattr(args, name) is None and not downloaded_before(args.tokenizer_type, name)]
     if needed:
@@ -746,7 +747,7 @@ def check_tokenizer_files(args: argparse.Namespace) -> None:
                          "tokenizer's save_pretrained wrote (its tokenizer.json / tokenizer_config.json), or a hub name")
     pointer = lfs_pointer_in_tokenizer_folder(model, use_fast=not args.tokenizer_hf_no_use_fast)
     if pointer is not None:
-        check_not_lfs_pointer(pointer, "--tokenizer-model")
+        raise ValueError(lfs_pointer_refusal(pointer, "--tokenizer-model"))
 
 
 FAST_TOKENIZER_FILE = "tokenizer.json"

@@ -24,7 +24,7 @@ import torch
 
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS
-from megatron.oellm.error_lines import one_line
+from megatron.oellm.error_lines import message_or_type, one_line
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -193,8 +193,8 @@ def training_config(args: argparse.Namespace) -> object:
             warnings.filterwarnings("ignore", message=r"\s*It is recommended to use a ModelConfig")
             return pretrain_cfg_container_from_args(args)
     except (AssertionError, ValueError, RuntimeError) as error:
-        detail = " ".join(str(error).split()) or f"{type(error).__name__} without a message"
-        raise ValueError(f"megatron's training configuration refuses the run's arguments: {detail}") from error
+        raise ValueError("megatron's training configuration refuses the run's arguments: "
+                         f"{message_or_type(error)}") from error
 
 
 def asks_transformer_engine_optimizer(args: argparse.Namespace) -> bool:
@@ -267,8 +267,7 @@ def set_up_training_globals(args: argparse.Namespace) -> None:
     try:
         set_global_variables(args, build_tokenizer=False)
     except (AssertionError, ValueError) as error:
-        detail = (refusal_detail(error) if isinstance(error, AssertionError) else " ".join(str(error).split())) or (
-            f"{type(error).__name__} without a message")
+        detail = refusal_detail(error) if isinstance(error, AssertionError) else message_or_type(error)
         raise ValueError(f"megatron's set-up of the run refuses its arguments: {detail}") from error
 
 

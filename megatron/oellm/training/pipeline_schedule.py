@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+from megatron.oellm.error_lines import message_or_type
+
 
 def _weight_shard_replicas(args: argparse.Namespace) -> int:
     """Megatron's ``gtp_weight_remat_size`` (from ``--tensor-parallel-num-weight-shards``; 1 where the arguments lack
@@ -104,9 +106,9 @@ def check_batch_size_schedule(args: argparse.Namespace) -> None:
             decrease_batch_size_if_needed=args.decrease_batch_size_if_needed,
             step_batch_size_schedule=args.step_batch_size_schedule, seq_length=args.seq_length)
     except (AssertionError, ValueError) as error:
-        detail = " ".join(str(error).split()) or f"{type(error).__name__} without a message"
         raise ValueError(f"--step-batch-size-schedule {args.step_batch_size_schedule!r}: megatron-core's micro-batch "
-                         f"calculator refuses it when megatron sets up the run, on every rank: {detail}") from error
+                         "calculator refuses it when megatron sets up the run, on every rank: "
+                         f"{message_or_type(error)}") from error
 
 
 def interleaved_schedule_refusal(microbatches: int, pipeline: int, group: int) -> str | None:
