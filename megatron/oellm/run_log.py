@@ -40,7 +40,9 @@ program after X minutes]`` or ``Exiting during evaluation, timelimit reached`` (
 orderly shutdown.`` (``--exit-signal-handler-for-training``); such a run ends with ``sys.exit`` and prints no
 ``[after training is done]`` line. The vocabulary a run built comes from the tokenizer's `` > padded vocab (size: N)
 with K dummy tokens (new size: M)`` line (the arguments block is printed before the tokenizer is built, so it has no
-``vocab_size`` unless ``--vocab-size`` was given).
+``vocab_size`` unless ``--vocab-size`` was given). A run records the first of rank 0's lines before its first
+iteration line that megatron prints only after that iteration (:attr:`Run.out_of_order`): per-task output files put
+one after the other.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import gzip
 import importlib
 import io
 import lzma
+import math
 import os
 import re
 import signal
@@ -370,6 +373,20 @@ class CheckpointSave:
 
 
 @dataclass(frozen=True)
+class RankZeroLine:
+    """A line megatron prints on rank 0 only that places the iteration lines (printed on the last rank) before or
+    after it: its end-of-training or early-exit line, a checkpoint save or load."""
+
+    line: int
+    """Its line number in the file (1-based)."""
+    what: str
+    """What it reports, for a note (``megatron's end-of-training line``, ``the checkpoint save of iteration 20``)."""
+    first_after: float
+    """The first iteration whose line can follow it in the same start: a line of an earlier iteration after it was
+    printed before it (``inf`` for a line printed once training has ended)."""
+
+
+@dataclass(frozen=True)
 class Run:
     """One start of the program in a log: its arguments, the iterations it printed and how it ended."""
 
@@ -413,6 +430,10 @@ class Run:
     saving: CheckpointSave | None = None
     """The checkpoint save the run began after its last iteration line and has not reported ended: a run whose log
     stops there is writing its checkpoint (a long, silent time for a large model) or was killed during the save."""
+    out_of_order: RankZeroLine | None = None
+    """The first of rank 0's lines before the run's first iteration line that megatron prints only after that
+    iteration (:func:`_out_of_order`): per-task output files put one after the other, rank 0's first. None in a log
+    whose output is in the order it was printed."""
 
     @property
     def resumed(self) -> bool:
@@ -489,6 +510,9 @@ class _RunText:
     """:attr:`Run.cut_lines` so far."""
     resumed_from: int | None = None
     saving: CheckpointSave | None = None
+    rank_zero: list[RankZeroLine] = field(default_factory=list)
+    """Rank 0's lines read before the run's first iteration line (:class:`RankZeroLine`)."""
+    out_of_order: RankZeroLine | None = None
 
     def inheritor(self, first_line: int) -> _RunText:
         """The next run, started at line ``first_line`` without an arguments block of its own: it keeps this run's
@@ -504,7 +528,7 @@ class _RunText:
                    failure, self.finished, self.vocabulary,
                    self.deliberate_exit, line_span=(self.first_line, self.last_line),
                    cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0,
-                   resumed_from=self.resumed_from, saving=self.saving)
+                   resumed_from=self.resumed_from, saving=self.saving, out_of_order=self.out_of_order)
 
     def whole_before(self, live_from: int) -> int:
         """The iteration of the last whole iteration line before the first failure marker from line ``live_from``
@@ -565,24 +589,32 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
             continue
         if _TRAINING_DONE.search(line):
             current.finished = True
+            _before_iterations(current, RankZeroLine(number, "megatron's end-of-training line", math.inf))
             continue
         if loaded:  # a start's own, before its first iteration line: one after them began a new run above
             current.resumed_from = int(loaded["iteration"])
+            _before_iterations(current, RankZeroLine(number, f"the checkpoint load of iteration "
+                                                             f"{current.resumed_from}", current.resumed_from + 1))
             continue
         if saving := _SAVING.search(line):
             current.saving = CheckpointSave(int(saving["iteration"]), _valid_time(saving["stamp"]))
+            _before_iterations(current, RankZeroLine(number, f"the checkpoint save of iteration "
+                                                             f"{current.saving.iteration}", current.saving.iteration))
             continue
         if _SAVED.search(line):
             current.saving = None
             continue
         if exit_ := deliberate_exit(line):
             current.deliberate_exit = exit_
+            if exit_.kind != "termination":  # a signal handler's, which may come before any iteration
+                _before_iterations(current, RankZeroLine(number, "megatron's early-exit line", math.inf))
             continue
         if head is None:
             continue
         iteration = int(head["iteration"])  # a cut line still marks where a run starts
         if current.start is None:
             current.start = iteration
+            current.out_of_order = _out_of_order(current.rank_zero, iteration)
         current.previous, current.finished, current.deliberate_exit, current.saving = iteration, False, None, None
         current.heads.append(len(current.lines) - 1)
         if (record := _parse_iteration(line, head, run=len(runs))) is None:
@@ -594,6 +626,25 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
         current.logged_train_iters = max(current.logged_train_iters or 0, record.train_iters)
     runs.append(current.frozen())
     return RunLog(path, iterations, tuple(runs), doubled, written_at)
+
+
+def _before_iterations(run: _RunText, line: RankZeroLine) -> None:
+    """Keep rank 0's ``line`` in ``run`` while the run has printed no iteration line (:func:`_out_of_order` reads
+    them at its first)."""
+    if run.start is None:
+        run.rank_zero.append(line)
+
+
+def _out_of_order(rank_zero: Sequence[RankZeroLine], first: int) -> RankZeroLine | None:
+    """The first of ``rank_zero`` (rank 0's lines before a run's first iteration line, at iteration ``first``) that
+    megatron prints only after that iteration (:attr:`RankZeroLine.first_after`): its end-of-training or early-exit
+    line, the save of a later iteration, the load of a checkpoint of that iteration or a later one (a start trains
+    the iteration after the checkpoint it loads). Rank 0 prints them, the last rank the iteration lines, so such a
+    log holds per-task output files put one after the other (``srun -o out.%t``, then ``cat out.0 out.N``), whose
+    lines are not in the order megatron printed them: how the run ended and which start loaded or saved which
+    checkpoint are not where the parse looks for them. None when every line can come before it (a resumed start's
+    own load line; an upcycled model's save of iteration 1 before training)."""
+    return next((line for line in rank_zero if first < line.first_after), None)
 
 
 def doubled_lines(lines: list[str]) -> tuple[str, frozenset[int]]:

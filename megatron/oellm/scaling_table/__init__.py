@@ -9,7 +9,9 @@ in it also ran the whole window (a log appended twice, whatever ended the earlie
 the row reads (:func:`~megatron.oellm.scaling_table.window.earlier_window_note`), and a ``note:`` names a later
 start in it that failed without a line in the window (:func:`~megatron.oellm.scaling_table.window.later_failure_note`).
 A log holding the job's output twice (a ``tee`` into the file ``sbatch -o`` writes) is read once, with a ``note:``
-(:func:`~megatron.oellm.scaling_table.window.doubled_note`).
+(:func:`~megatron.oellm.scaling_table.window.doubled_note`). Per-task output files put one after the other (rank
+0's, holding the checkpoint load and save lines and how the run ended, before the last rank's iteration lines) get a
+``note:`` too (:func:`~megatron.oellm.scaling_table.window.per_task_files_note`): their lines are read in file order.
 A run that ran out of
 memory, timed out in NCCL, was stopped by megatron's check of a NaN or Inf result, crashed or was cancelled (unless
 after the window: see below), or that stops before the window ends (``truncated``; ``ends at iteration k/N ...: still running, or killed without a
@@ -63,11 +65,12 @@ from megatron.oellm.scaling_table.window import (
     earlier_window_note,
     interval_start,
     later_failure_note,
+    per_task_files_note,
 )
 
 __all__ = [
     "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note",
-    "check_plot_path", "doubled_note", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "later_failure_note", "plot",
+    "check_plot_path", "doubled_note", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "later_failure_note", "per_task_files_note", "plot",
     "scaling_series", "sorted_rows", "summarise",
     "unrated_rows_note", "with_efficiency",
 ]

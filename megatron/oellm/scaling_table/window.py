@@ -213,6 +213,22 @@ def doubled_note(log: RunLog) -> str:
             "`sbatch -o` also writes?): read once, as one copy of it")
 
 
+def per_task_files_note(log: RunLog) -> str:
+    """A ``note:`` line for ``log`` when rank 0's line of a start comes before that start's first iteration line
+    though megatron prints it after that iteration (:attr:`Run.out_of_order`): per-task output files put one after
+    the other, rank 0's (arguments, checkpoint loads and saves, how the run ended) before the last rank's (iteration
+    lines). The row still reads its arguments and iteration lines, but not how the run ended (an early exit reads
+    ``truncated``), nor which start loaded or saved which checkpoint, so its status may differ from that of the same
+    run's combined log. '' when there is none."""
+    line = next((run.out_of_order for run in log.runs if run.out_of_order is not None), None)
+    if line is None:
+        return ""
+    return (f"note: {log.path}: line {line.line}, {line.what} (printed by rank 0), comes before iteration lines "
+            "printed before it: per-task output files put one after the other? The row reads the log in file order, "
+            "so its status may not say how the run ended or where it resumed; give the job's combined output (all "
+            "tasks in one file, as sbatch -o writes it)")
+
+
 def _failed_at(run: Run) -> str:
     """``out of memory at iteration 2``: how ``run`` (a failed start) failed and its last whole iteration line, or
     ``... before any iteration line``."""
