@@ -1,4 +1,5 @@
-# megatron-oellm cluster image: NGC PyTorch with megatron-oellm and its te, gdn and hf extras at pinned versions.
+# megatron-oellm cluster image: NGC PyTorch (and its own Transformer Engine) with megatron-oellm and its gdn and hf
+# extras at pinned versions.
 #
 #   docker build -t megatron-oellm:0.2.0.dev0-hybridep --target hybridep .  # + DeepEP's hybrid-ep branch (the recipes')
 #   docker build -t megatron-oellm:0.2.0.dev0 .                             # default target: oellm (no DeepEP)
