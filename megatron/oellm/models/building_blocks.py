@@ -130,12 +130,14 @@ def check_family(card: ModelCard, family: str, linear_mixer: str) -> None:
 def config_with_runtime_defaults(card_kwargs: dict[str, Any], overrides: dict[str, Any]) -> TransformerConfig:
     """``TransformerConfig`` of a family's card fields over :data:`SPEC_RUNTIME_DEFAULTS`; ``overrides`` win.
 
-    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`)
-    and for the MoE settings :func:`moe_setting_problems` names.
+    Raises ``ValueError`` where selective recompute names a module the model lacks (:func:`absent_recompute_modules`),
+    for the MoE settings :func:`moe_setting_problems` names and for the settings the spec builders do not build
+    (:func:`unbuilt_setting_problems`).
     """
     config = TransformerConfig(**{**SPEC_RUNTIME_DEFAULTS, **card_kwargs, **overrides})
     problems = [f"recompute_modules {name!r}: {why}" for name, why in absent_recompute_modules(config).items()]
     problems += moe_setting_problems(config)
+    problems += unbuilt_setting_problems(config)
     if problems:
         raise ValueError("; ".join(problems))
     return config
@@ -169,6 +171,31 @@ def moe_setting_problems(config: TransformerConfig) -> list[str]:
                         f"{config.num_moe_experts} experts) exceeds the tokens, and megatron-core's all-to-all "
                         "dispatcher then fails in its permutation at the first step; give "
                         f"--moe-expert-capacity-factor at most {config.num_moe_experts / config.moe_router_topk:g}")
+    return problems
+
+
+def unbuilt_setting_problems(config: TransformerConfig) -> list[str]:
+    """Why each setting of ``config`` that megatron-core's ``TransformerConfig`` accepts and the spec builders' specs
+    leave out is refused, with the fix: a model built from them would run without it (or fail at its first step, on
+    the GPU), while a benchmark or test reported it as the model asked for.
+
+    - ``mtp_num_layers``: the specs have no multi-token-prediction block, and megatron-core's ``GPTModel`` still
+      splits the hidden states for its loss, failing at the first forward with labels;
+    - ``qk_l2_norm``: the specs put the card's RMSNorm in the query and key norm slots, which megatron-core's attention
+      uses in place of its L2 norm;
+    - ``moe_layer_freq`` other than an MoE block in every layer: the specs build every layer's MLP as an MoE block.
+    """
+    problems = []
+    if config.mtp_num_layers:
+        problems.append(f"mtp_num_layers={config.mtp_num_layers}: the spec builders build no multi-token prediction "
+                        "block, and megatron-core's GPTModel would fail at its first forward with labels; drop it")
+    if config.qk_l2_norm:
+        problems.append("qk_l2_norm: the spec builders put the card's RMSNorm in the query and key norm slots, which "
+                        "megatron-core's attention uses instead of its L2 norm; drop it")
+    freq = config.moe_layer_freq
+    if not (freq == 1 or (isinstance(freq, list) and set(freq) == {1})):
+        problems.append(f"moe_layer_freq={freq!r}: the spec builders put an MoE block in every layer (no card has "
+                        "dense layers between them); drop it")
     return problems
 
 

@@ -10,6 +10,9 @@ refusal test fails where the mapping accepts the setting, each acceptance test w
 - ``--moe-shared-expert-overlap`` on a card without a shared expert: megatron-core ignores it.
 - ``--moe-pad-expert-input-to-capacity`` with a capacity above the tokens (top-k x capacity factor > experts) in the
   all-to-all dispatcher: megatron-core's permutation fails at the first step (shown on its own functions).
+- Settings the spec builders do not build (multi-token prediction, L2-normalised queries and keys, dense layers
+  between the MoE layers): megatron-core's config takes them, the model would run without them (or fail at its first
+  step), so a benchmark's ``--ours-config`` or a direct caller of the spec builders would report another model.
 """
 
 import math
@@ -172,3 +175,44 @@ def test_the_recipe_check_refuses_the_padded_capacity_for_the_all_to_all_dispatc
     assert megatron_refusal([*argv, "--moe-token-dispatcher-type", "allgather"], 8, env) is None
     refusal = megatron_refusal([*argv, "--moe-token-dispatcher-type", "alltoall"], 8, env)
     assert refusal is not None and "moe_pad_expert_input_to_capacity" in refusal
+
+
+UNBUILT = [
+    (dict(mtp_num_layers=1), r"mtp_num_layers=1: the spec builders build no multi-token prediction block"),
+    (dict(qk_l2_norm=True), r"qk_l2_norm: the spec builders put the card's RMSNorm in the query and key norm slots"),
+    (dict(moe_layer_freq=[0, 1]), r"moe_layer_freq=\[0, 1\]: the spec builders put an MoE block in every layer"),
+    (dict(moe_layer_freq=2), r"moe_layer_freq=2: the spec builders put an MoE block in every layer"),
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+@pytest.mark.parametrize(("setting", "refusal"), UNBUILT)
+def test_settings_the_spec_builders_do_not_build_are_refused(name: str, setting: dict, refusal: str) -> None:
+    """megatron-core's TransformerConfig takes each setting (premise), the spec builders refuse it by name."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    card = get_card(name)
+    TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, num_moe_experts=8, moe_ffn_hidden_size=32,
+                      moe_token_dispatcher_type="alltoall", **setting)
+    with pytest.raises(ValueError, match=refusal):
+        spec_builder(card.family).transformer_config(card, **setting)
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-tiny", "qwen3.5-35b-a3b-tiny"])
+def test_an_moe_block_in_every_layer_spelled_out_passes(name: str) -> None:
+    """A list of ones is what the specs build, as are megatron-core's defaults of the three settings."""
+    card = get_card(name)
+    ones = [1] * card.num_layers
+    assert spec_builder(card.family).transformer_config(card, moe_layer_freq=ones).moe_layer_freq == ones
+    config = spec_builder(card.family).transformer_config(card)
+    assert (config.mtp_num_layers, config.qk_l2_norm, config.moe_layer_freq) == (None, False, 1)
+
+
+def test_the_bench_refuses_an_unbuilt_setting_of_its_own_sides_on_the_cpu() -> None:
+    """``oellm bench --ours-config`` reaches the spec builders' check when its settings are made, before any model
+    is built."""
+    from megatron.oellm.bench.harness import BenchConfig
+
+    setting, refusal = random.choice(UNBUILT)
+    with pytest.raises(ValueError, match=r"\(--ours-config\) are refused: " + refusal):
+        BenchConfig(model="qwen3.5-35b-a3b-tiny", seq_length=128, sides=("ours",), ours_overrides=setting)
