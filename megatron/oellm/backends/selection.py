@@ -15,9 +15,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron.oellm.backends.te_flash_attention import te_flash_attention_refusal
 from megatron.oellm.megatron_args import megatron_flag
-
-BACKEND_CHOICES = ("auto", "te", "torch")
-"""Values accepted by :func:`resolve_backend`; ``auto`` picks ``te`` when Transformer Engine imports."""
+from megatron.oellm.training.flags import BACKEND_CHOICES
 
 TE_INSTALL_HINT = ("install Transformer Engine (pip install --no-build-isolation 'transformer-engine[core_cu13,pytorch]', "
                    "core_cu12 for a CUDA 12 torch; PyPI's TE does not import without a core package)")

@@ -1,4 +1,5 @@
-"""OEL command-line arguments of the training entry, and the merge of a model card into Megatron's argv.
+"""The training entry's command line: Megatron's parser with the OEL arguments (:mod:`megatron.oellm.training.flags`
+adds them), and the merge of a model card into Megatron's argv.
 
 The entry takes Megatron-LM's own flags (so experiment YAMLs that map keys one-to-one onto Megatron flags keep
 working) plus ``--oellm-model NAME`` and ``--oellm-backend``. The card's architecture flags
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from megatron.oellm.backends import selection
-from megatron.oellm.backends.selection import BACKEND_CHOICES
 from megatron.oellm.cards import ModelCard, get_card
 from megatron.oellm.megatron_args import (
     FlagValue,
@@ -30,7 +30,7 @@ from megatron.oellm.megatron_args import (
     megatron_parser,
     model_flags,
 )
-from megatron.oellm.peaks import positive_tflops
+from megatron.oellm.training.flags import add_oellm_arguments
 
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0, "eval-interval": 1000}
 """Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
@@ -49,38 +49,6 @@ class BackendFlagConflict(ValueError):
 
 class CardFlagConflict(ValueError):
     """A Megatron flag the user passed contradicts the model card; the message names both values."""
-
-
-def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Megatron ``extra_args_provider``: add the OEL arguments (model card, backend) to Megatron's parser, and turn
-    off the data loader's attention mask, which no model built here reads."""
-    group = parser.add_argument_group(title="OpenEuroLLM")
-    group.add_argument(
-        "--oellm-model",
-        default=None,
-        metavar="NAME",
-        help="model card by registry name (e.g. qwen3.5-35b-a3b-proxy-4L); its architecture flags "
-        "fill in every architecture flag not given on the command line",
-    )
-    group.add_argument(
-        "--oellm-backend",
-        default="auto",
-        choices=BACKEND_CHOICES,
-        help="module backend of the spec builders: te (Transformer Engine), torch (no TE), auto (te where installed)",
-    )
-    group.add_argument(
-        "--oellm-peak-tflops",
-        type=positive_tflops,
-        default=None,
-        metavar="TFLOPS",
-        help="peak dense TFLOP/s per GPU for the MFU of the [oellm] throughput line (default: the "
-        "nominal peak of a known GPU, else no MFU)",
-    )
-    # megatron builds a [1, seq, seq] causal mask per sample in the data loader by default (576 MiB at seq 24k),
-    # stacks it per micro-batch and copies it to the GPU; no layer of either backend reads it (causal attention
-    # kernels, GDN takes none), so this entry never makes it. --no-create-attention-mask-in-dataloader stays valid.
-    parser.set_defaults(create_attention_mask_in_dataloader=False)
-    return parser
 
 
 class _Unset:

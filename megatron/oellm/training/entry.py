@@ -5,6 +5,8 @@ Takes the flags of Megatron-LM's ``pretrain_gpt.py`` / ``pretrain_hybrid.py`` pl
 ``--oellm-model`` the card is read back from Megatron's architecture flags), and runs
 ``megatron.training``'s pretrain loop with our model provider, data provider and forward step. Checkpoints are
 Megatron's (``--save``/``--load``, ``--ckpt-format torch_dist`` for megatron-core distributed checkpointing).
+``--help`` prints the entry's own flags and what a run needs (:mod:`megatron.oellm.training.flags`), before torch and
+megatron are imported; ``--help-all`` prints Megatron's whole parser.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 import megatron.oellm  # noqa: F401  (Python 3.11 provision before megatron.training is imported)
 from megatron.oellm.commands import MISSING_PACKAGE_WARNINGS
 from megatron.oellm.error_lines import message_or_type, one_line
+from megatron.oellm.training.flags import FULL_HELP, SHORT_HELP, asked_help, short_help
+
+if __name__ == "__main__" and asked_help(sys.argv[1:]) in SHORT_HELP:  # before torch and megatron import (seconds)
+    sys.stdout.write(short_help())
+    raise SystemExit(0)
+
+import torch  # noqa: E402  (after the short --help page, which needs neither torch nor megatron)
 
 if TYPE_CHECKING:
     from megatron.oellm.cards import ModelCard
@@ -368,9 +375,25 @@ def check_gpu_node(world_size: int) -> None:
                      f"{environment_read_here()} from this shell, not the job's environment: {JOB_ENVIRONMENT}")
 
 
+def help_page(argv: Sequence[str]) -> str | None:
+    """The help page ``argv`` asks for (:func:`~megatron.oellm.training.flags.asked_help`), None where it asks none:
+    ``--help``/``-h`` the short page of the entry's own flags and what a run needs
+    (:func:`~megatron.oellm.training.flags.short_help`), ``--help-all`` Megatron's whole parser with them (about 3,800
+    lines, which buried the entry's own flags at their end when ``--help`` printed it), megatron's import warnings of
+    the packages a node without a GPU lacks left out (:func:`missing_package_warnings_ignored`)."""
+    asked = asked_help(argv)
+    if asked != FULL_HELP:
+        return short_help() if asked else None
+    from megatron.oellm.training.args import oellm_parser
+
+    with missing_package_warnings_ignored(torch.cuda.is_available()):  # building the parser imports megatron.training
+        return oellm_parser().format_help()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the card (if named) and the backend's implementation into the command line, parse it with Megatron's
-    parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training.
+    parser, train; return 0, or 2 after a one-line :func:`refuse` of a command line refused before training. A
+    command line asking for help gets its page (:func:`help_page`) and 0, before any check.
 
     The launcher's ``WORLD_SIZE`` is checked first, on every node (:func:`launcher_world_size`): megatron's parser,
     which the first checks build, reads it with a bare ``int()``. On a node without a GPU (:func:`check_gpu_node`)
@@ -382,6 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     :func:`check_gpu_node` refusal, status 2. There the import warnings of the packages the node lacks stay out of the
     way (:func:`missing_package_warnings_ignored`)."""
     user_argv = list(sys.argv[1:] if argv is None else argv)
+    page = help_page(user_argv)
+    if page is not None:
+        sys.stdout.write(page)
+        return 0
     try:
         world_size = launcher_world_size()
     except ValueError as error:

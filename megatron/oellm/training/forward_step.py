@@ -20,7 +20,7 @@ from megatron.oellm.cards import ModelCard
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask")
 """Fields of a ``GPTDataset`` sample that the model step uses (``attention_mask`` is None: the entry's arguments turn
-the loader's mask off, see :func:`megatron.oellm.training.args.add_oellm_arguments`)."""
+the loader's mask off, see :func:`megatron.oellm.training.flags.add_oellm_arguments`)."""
 
 
 def masked_lm_loss(loss_mask: torch.Tensor, output_tensor: torch.Tensor
