@@ -66,6 +66,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from megatron.oellm.training.throughput import LoggedPeak, parse_basis
+
 _ARGS_START = re.compile(r"-{3,} arguments -{3,}")
 _ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
 _ARG_LINE = re.compile(r"(?:^|\s)(?P<name>[A-Za-z_]\w*) (?P<dots>\.*) (?P<value>.*)$")
@@ -426,6 +428,10 @@ class Run:
     resumed_from: int | None = None
     """The iteration of the checkpoint the run loaded before its first iteration line, from megatron's
     ``successfully loaded checkpoint ... at iteration N`` (:data:`_LOADED_CHECKPOINT`); None when it printed none."""
+    logged_peak: LoggedPeak | None = None
+    """The MFU peak of the run's ``[oellm] throughput basis`` line (:func:`~megatron.oellm.training.throughput.
+    parse_basis`), which its ``[oellm]`` lines' MFU is against; None when it printed none (an older megatron-oellm,
+    plain megatron; a restart in the same process keeps the previous run's)."""
 
     saving: CheckpointSave | None = None
     """The checkpoint save the run began after its last iteration line and has not reported ended: a run whose log
@@ -509,6 +515,7 @@ class _RunText:
     cut_lines: dict[int, int] = field(default_factory=dict)
     """:attr:`Run.cut_lines` so far."""
     resumed_from: int | None = None
+    logged_peak: LoggedPeak | None = None
     saving: CheckpointSave | None = None
     rank_zero: list[RankZeroLine] = field(default_factory=list)
     """Rank 0's lines read before the run's first iteration line (:class:`RankZeroLine`)."""
@@ -516,8 +523,9 @@ class _RunText:
 
     def inheritor(self, first_line: int) -> _RunText:
         """The next run, started at line ``first_line`` without an arguments block of its own: it keeps this run's
-        arguments and vocabulary."""
-        return _RunText(dict(self.args), self.args_complete, vocabulary=self.vocabulary, first_line=first_line)
+        arguments, vocabulary and throughput basis (printed once per process)."""
+        return _RunText(dict(self.args), self.args_complete, vocabulary=self.vocabulary, first_line=first_line,
+                        logged_peak=self.logged_peak)
 
     def frozen(self) -> Run:
         """The finished :class:`Run`, its failure read from its own lines only, after the last point training is
@@ -528,7 +536,8 @@ class _RunText:
                    failure, self.finished, self.vocabulary,
                    self.deliberate_exit, line_span=(self.first_line, self.last_line),
                    cut_lines=self.cut_lines, failure_after=self.whole_before(live_from) if failure else 0,
-                   resumed_from=self.resumed_from, saving=self.saving, out_of_order=self.out_of_order)
+                   resumed_from=self.resumed_from, logged_peak=self.logged_peak, saving=self.saving,
+                   out_of_order=self.out_of_order)
 
     def whole_before(self, live_from: int) -> int:
         """The iteration of the last whole iteration line before the first failure marker from line ``live_from``
@@ -580,6 +589,9 @@ def parse_log_text(text: str, path: str = "<log>", written_at: float | None = No
             in_args, current.args_complete = False, True
         if vocabulary := _PADDED_VOCAB.search(line):  # printed after the block, read even if its end line was lost
             current.vocabulary = (int(vocabulary["size"]), int(vocabulary["padded"]))
+            continue
+        if (peak := parse_basis(line)) is not None:
+            current.logged_peak = peak
             continue
         if in_args:
             if _ARGS_END.search(line):

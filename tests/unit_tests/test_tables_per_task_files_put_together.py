@@ -89,7 +89,7 @@ def _notes(tmp_path: Path, lines: list[str]) -> tuple[str, str]:
     """(the row's status, its ``note:`` lines) of the log ``lines``."""
     log = tmp_path / "combined.out"
     log.write_text("\n".join(lines) + "\n")
-    row, notes = log_row(str(log), Window(), 4, 989.0)
+    row, notes = log_row(str(log), Window(), 4, None)
     return row.status, notes
 
 

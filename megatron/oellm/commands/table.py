@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import os
 import shlex
@@ -17,6 +18,7 @@ from megatron.oellm.scaling_table import (
     CSV_FIELDS,
     DEFAULT_GPU,
     DEFAULT_PEAK_TFLOPS,
+    RowPeak,
     ScalingRow,
     TableError,
     Window,
@@ -26,12 +28,15 @@ from megatron.oellm.scaling_table import (
     earlier_window_note,
     format_csv,
     format_markdown,
+    given_peak_note,
     later_failure_note,
     per_task_files_note,
     plot,
+    row_peak,
     sorted_rows,
     summarise,
     unrated_rows_note,
+    window_run,
     with_efficiency,
 )
 
@@ -71,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "scaling) get one, the others are named on stderr with the setting that split them")
     peak = parser.add_mutually_exclusive_group()
     peak.add_argument("--peak-tflops", type=float, default=None,
-                      help=f"MFU denominator, TFLOP/s per GPU (default {peak_text(DEFAULT_PEAK_TFLOPS)}: H100/GH200 BF16)")
+                      help="MFU denominator, TFLOP/s per GPU, for every row (default: the peak of a log's [oellm] "
+                           f"throughput basis line, else {peak_text(DEFAULT_PEAK_TFLOPS)}: H100/GH200 BF16)")
     peak.add_argument("--gpu", choices=sorted(GPU_PEAKS),
                       help="GPU of the MFU denominator (its dense BF16 peak), with its note in the footnote, e.g. "
                            "gh200 for Jupiter's power-capped superchips")
@@ -149,8 +155,11 @@ def _missing_log_message(path: str) -> str:
     return f"log {path!r} does not exist (relative to {os.getcwd()})"
 
 
-def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -> tuple[ScalingRow, str]:
-    """The row of the log at ``path`` and its ``note:`` lines, one per line ('' for none): for any row, one when the
+def log_row(path: str, window: Window, gpus_per_node: int, given: RowPeak | None) -> tuple[ScalingRow, str]:
+    """The row of the log at ``path`` and its ``note:`` lines, one per line ('' for none). Its MFU is against the
+    user's peak (``given``; None: none given), else the one the log's ``[oellm] throughput basis`` line names
+    (:func:`~megatron.oellm.scaling_table.row_peak`), with a note where the two differ
+    (:func:`~megatron.oellm.scaling_table.given_peak_note`). For any row, one note when the
     job's output was written into the log twice and read once (:func:`~megatron.oellm.scaling_table.doubled_note`)
     and one when it holds per-task output files put one after the other
     (:func:`~megatron.oellm.scaling_table.per_task_files_note`); for a row with numbers, one when an earlier start in the log also ran the window
@@ -161,15 +170,19 @@ def log_row(path: str, window: Window, gpus_per_node: int, peak_tflops: float) -
     it."""
     try:
         log = read_log(path)
-        row = summarise(log, window, gpus_per_node, peak_tflops)
+        peak = row_peak(window_run(log, window).logged_peak, given)
+        row = summarise(log, window, gpus_per_node, peak.tflops)
     except TableError:
         raise
     except OSError as err:  # after the paths were checked: no permission, an I/O error of the file system
         raise TableError(f"log {path!r} cannot be read ({err.strerror or err})") from err
     except ValueError as err:
         return ScalingRow(path, "unknown model", f"log not readable: {err}"), ""
+    if row.ok:
+        row = dataclasses.replace(row, peak=peak)
     notes = (doubled_note(log), per_task_files_note(log),
-             *((earlier_window_note(log, window), later_failure_note(log, window)) if row.ok else ()))
+             *((earlier_window_note(log, window), later_failure_note(log, window), given_peak_note(path, peak))
+               if row.ok else ()))
     return row, "\n".join(note for note in notes if note)
 
 
@@ -211,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
                              f"{'matches' if len(unmatched) == 1 else 'match'} no file")
         check_log_paths(logs, args.plot)
         window = Window.parse(args.window, args.statistic)
-        read = [log_row(path, window, args.gpus_per_node, peak) for path in logs]
+        given = RowPeak(peak, args.gpu, given=True) if args.gpu or args.peak_tflops is not None else None
+        read = [log_row(path, window, args.gpus_per_node, given) for path in logs]
         rows = sorted_rows([row for row, _ in read])
         baseline_nodes = available_baseline_nodes(args.baseline_nodes, rows, rows_missing=bool(unmatched))
         rows, baseline = with_efficiency(rows, args.baseline_row, baseline_nodes)

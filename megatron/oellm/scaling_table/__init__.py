@@ -52,9 +52,18 @@ efficiency), ``formats`` (markdown, CSV), ``plot`` (PNG).
 
 from megatron.oellm.scaling_table.formats import CSV_FIELDS, format_csv, format_markdown
 from megatron.oellm.scaling_table.plot import check_plot_path, plot, scaling_series
-from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, TableError, Window
+from megatron.oellm.scaling_table.rows import (
+    DEFAULT_GPU,
+    DEFAULT_PEAK_TFLOPS,
+    RowPeak,
+    ScalingRow,
+    TableError,
+    Window,
+)
 from megatron.oellm.scaling_table.summary import (
     baseline_ties_note,
+    given_peak_note,
+    row_peak,
     sorted_rows,
     summarise,
     unrated_rows_note,
@@ -66,11 +75,13 @@ from megatron.oellm.scaling_table.window import (
     interval_start,
     later_failure_note,
     per_task_files_note,
+    window_run,
 )
 
 __all__ = [
-    "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "ScalingRow", "TableError", "Window", "baseline_ties_note",
-    "check_plot_path", "doubled_note", "earlier_window_note", "format_csv", "format_markdown", "interval_start", "later_failure_note", "per_task_files_note", "plot",
-    "scaling_series", "sorted_rows", "summarise",
+    "CSV_FIELDS", "DEFAULT_GPU", "DEFAULT_PEAK_TFLOPS", "RowPeak", "ScalingRow", "TableError", "Window",
+    "baseline_ties_note", "check_plot_path", "doubled_note", "earlier_window_note", "format_csv", "format_markdown",
+    "given_peak_note", "interval_start", "later_failure_note", "per_task_files_note", "plot", "row_peak",
+    "scaling_series", "sorted_rows", "summarise", "window_run",
     "unrated_rows_note", "with_efficiency",
 ]

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 from megatron.oellm.peaks import GPU_PEAKS, peak_text
 from megatron.oellm.scaling_table.identify import GQA_OFF
-from megatron.oellm.scaling_table.rows import DEFAULT_GPU, DEFAULT_PEAK_TFLOPS, ScalingRow, Window, node_count
+from megatron.oellm.scaling_table.rows import (
+    DEFAULT_GPU,
+    DEFAULT_PEAK_TFLOPS,
+    RowPeak,
+    ScalingRow,
+    Window,
+    node_count,
+)
 from megatron.oellm.scaling_table.summary import BENCHMARK_SETTINGS, setting_applies, varying_settings
 
 
@@ -35,7 +42,9 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
                     gpu: str | None = DEFAULT_GPU) -> str:
     """The table in the reports' markdown format, with a footnote on how the numbers were computed; ``peak_note``
     (the GPU's, e.g. the GH200 power cap) follows the MFU's denominator, the dense BF16 peak of ``gpu`` (None: a peak
-    the user gave), which FP8 rows are rated against too (:func:`_fp8_note`). Where the rows differ in a benchmark
+    the user gave), which FP8 rows are rated against too (:func:`_fp8_note`); rows whose logs name their own peak
+    (:class:`~megatron.oellm.scaling_table.rows.RowPeak`) are said to be against it (:func:`_mfu_peaks`). Where the
+    rows differ in a benchmark
     setting, a Setup column after the model gives each row's values of those settings (:func:`setup_settings`)."""
     base = node_count(baseline.nodes) if baseline else "baseline"
     setup = setup_settings(rows)
@@ -56,12 +65,13 @@ def format_markdown(rows: Sequence[ScalingRow], baseline: ScalingRow | None, win
     unidentified = " (n/a: the model or its vocabulary cannot be identified from the log)"
     tflops_na = unidentified if _has_na(rows, "tflops_per_gpu") else ""
     mfu_na = " (n/a with our TFLOP/s)" if _has_na(rows, "mfu") else ""
+    mfu_peak, peak_tflops, gpu = _mfu_peaks(rows, peak_tflops, peak_note, gpu)
     lines += ["", f"{_statistic_sentence(rows, window)} TFLOP/s/GPU: megatron-oellm's FLOP "
               f"accounting{tflops_na}; Megatron TFLOP/s/GPU: "
               "the logged rate (megatron's formula on the run's flags; docs/flops.md compares both counts with the "
               "reports') as FLOPs per iteration (rate x iteration time), summarised like the step time and divided "
               "by it, so that the two TFLOP/s columns differ by the two FLOP counts only. "
-              f"MFU = TFLOP/s/GPU / {peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}{mfu_na}. "
+              f"MFU = TFLOP/s/GPU / {mfu_peak}{mfu_na}. "
               "Efficiency: tokens/s/GPU "
               "relative to the baseline row, for the rows of its model, sequence length and benchmark settings that "
               "are no scaling dimension (routing forced or real, token dispatcher and its backend, attention backend, "
@@ -131,14 +141,50 @@ def _statistic_sentence(rows: Sequence[ScalingRow], window: Window) -> str:
             "once for each iteration it averages.")
 
 
-def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float, gpu: str | None) -> str:
+def _mfu_peaks(rows: Sequence[ScalingRow], peak_tflops: float, peak_note: str,
+               gpu: str | None) -> tuple[str, float | None, str | None]:
+    """The footnote's MFU denominator and the (peak, GPU) the FP8 sentence names (a None peak: the rows' peaks
+    differ). Unless a row's peak is its log's own (the ``[oellm] throughput basis`` line), the table's ``peak_tflops``
+    with ``peak_note``, as ever; the logs' peak where every ok row has the same one from its log; else each row's, so
+    that rows of different peaks (or of a log that names none) are never mixed without a word."""
+    peaks = [(number, row.peak) for number, row in enumerate(rows, 1) if row.ok and row.peak is not None]
+    if not any(peak.from_log for _, peak in peaks):
+        return f"{peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}", peak_tflops, gpu
+    distinct = {(peak.tflops, peak.gpu) for _, peak in peaks}
+    if len(distinct) == 1 and all(peak.from_log for _, peak in peaks):
+        peak = peaks[0][1]
+        note = f"; {GPU_PEAKS[peak.gpu].note}" if peak.gpu is not None and GPU_PEAKS[peak.gpu].note else ""
+        return _row_peak_text(peak, "as the logs' [oellm] lines") + note, peak.tflops, peak.gpu
+    groups: dict[str, list[int]] = {}
+    for number, peak in peaks:
+        groups.setdefault(_row_peak_text(peak, "its log's"), []).append(number)
+    each = "; ".join(f"{text} for row{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
+                     for text, numbers in groups.items())
+    return f"each row's peak: {each}", None, None
+
+
+def _row_peak_text(peak: RowPeak, whose: str) -> str:
+    """A row's peak as the footnote names it: TFLOP/s, GPU and precision, and where it came from (``whose``: the
+    log's, said of a peak from its basis line)."""
+    if peak.from_log:
+        return (f"{peak_text(peak.tflops)} ({peak.gpu} dense bf16, {whose})" if peak.gpu is not None
+                else f"{peak_text(peak.tflops)} (--oellm-peak-tflops, {whose})")
+    why = "its log names no peak" if peak.logged is None else "its log computes no MFU"
+    return f"{peak_text(peak.tflops)} ({peak.gpu} dense bf16, the default: {why})"
+
+
+def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float | None, gpu: str | None) -> str:
     """The footnote's sentence on the ok rows of FP8 runs (``fp8`` set in their arguments), '' when there are none:
-    their MFU is against the same peak as the others' (the reports rate every run against the BF16 peak), while
-    ``oellm flops --precision fp8`` divides by the GPU's dense FP8 peak, so one run would show two MFUs without it."""
+    their MFU is against the same peak as the others' (the reports rate every run against the BF16 peak; a None
+    ``peak_tflops``: each row's own), while ``oellm flops --precision fp8`` divides by the GPU's dense FP8 peak, so
+    one run would show two MFUs without it."""
     fp8 = [number for number, row in enumerate(rows, 1) if row.ok and is_fp8(row)]
     if not fp8:
         return ""
     which = f"run (row {fp8[0]})" if len(fp8) == 1 else f"runs (rows {', '.join(map(str, fp8))})"
+    if peak_tflops is None:
+        return (f" The MFU of the FP8 {which} is against its row's peak above, a dense BF16 one, as the reports rate "
+                "it; `oellm flops --precision fp8` divides by the GPU's dense FP8 peak instead.")
     if gpu is None:
         return (f" The MFU of the FP8 {which} is against the same {peak_text(peak_tflops)} TFLOP/s; `oellm flops "
                 "--precision fp8` divides by the GPU's dense FP8 peak instead.")
@@ -184,7 +230,7 @@ CSV_HEADERS = {"mfu": "mfu_fraction", "efficiency": "efficiency_fraction"}
 """CSV headers of the :class:`ScalingRow` fields that are fractions (0.116 where the markdown prints 11.6%)."""
 
 _CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)
-                   if f.name not in ("model_key", "settings", "line_iterations")]
+                   if f.name not in ("model_key", "settings", "line_iterations", "peak")]
 
 CSV_TABLE_FIELDS = ["window", "statistic", "peak_tflops", "baseline_log"]
 """CSV columns that hold what the markdown's footnote says of the whole table, repeated on each row, so that rows
@@ -204,14 +250,15 @@ def format_csv(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: 
                peak_tflops: float = DEFAULT_PEAK_TFLOPS) -> str:
     """The table as CSV with unrounded numbers (empty cells where a row has none), headed :data:`CSV_FIELDS`; the
     table's window, peak and baseline on every row, where the markdown says them once in its footnote."""
-    table = [str(window), window.statistic, peak_tflops, baseline.log if baseline is not None else ""]
+    baseline_log = baseline.log if baseline is not None else ""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     for row in rows:
         settings = dict(row.settings)
-        writer.writerow([*(_csv_cell(name, getattr(row, name)) for name in _CSV_ROW_FIELDS), *table,
-                         *(settings.get(name, "") for name in BENCHMARK_SETTINGS)])
+        peak = row.peak.tflops if row.peak is not None else peak_tflops  # a row's own: its log's peak
+        writer.writerow([*(_csv_cell(name, getattr(row, name)) for name in _CSV_ROW_FIELDS), str(window),
+                         window.statistic, peak, baseline_log, *(settings.get(name, "") for name in BENCHMARK_SETTINGS)])
     return out.getvalue()
 
 

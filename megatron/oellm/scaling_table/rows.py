@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from megatron.oellm.cards import ModelCard
 from megatron.oellm.peaks import GPU_PEAKS
+from megatron.oellm.training.throughput import LoggedPeak
 
 DEFAULT_GPU = "h100-sxm"
 """The GPU of the reports' MFU denominator (GH200's nominal peaks are the same)."""
@@ -20,6 +21,30 @@ DEFAULT_PEAK_TFLOPS = GPU_PEAKS[DEFAULT_GPU].bf16_tflops
 
 FlopsPerToken = Callable[[ModelCard, int, int], float]
 """(card, seq_length, padded vocabulary) -> training FLOPs per token."""
+
+
+@dataclass(frozen=True)
+class RowPeak:
+    """The peak TFLOP/s per GPU a row's MFU is against, and where the table took it from: the user's ``--gpu`` or
+    ``--peak-tflops`` (``given``), else the log's ``[oellm] throughput basis`` line (``logged``, so that the table's
+    MFU is the log's own), else :data:`DEFAULT_PEAK_TFLOPS`."""
+
+    tflops: float
+    gpu: str | None
+    """Its :data:`~megatron.oellm.peaks.GPU_PEAKS` name; None for a peak given in TFLOP/s."""
+    given: bool = False
+    """The user's ``--gpu`` or ``--peak-tflops``."""
+    logged: LoggedPeak | None = None
+    """What the log's basis line names (None: the log has none)."""
+
+    @property
+    def from_log(self) -> bool:
+        """The peak is the log's own."""
+        return not self.given and self.logged is not None and self.logged.tflops is not None
+
+
+DEFAULT_ROW_PEAK = RowPeak(DEFAULT_PEAK_TFLOPS, DEFAULT_GPU)
+"""The peak of a row whose log names none, without ``--gpu`` or ``--peak-tflops``."""
 
 
 class TableError(ValueError):
@@ -95,6 +120,9 @@ class ScalingRow:
     """The run's benchmark settings that are no scaling dimension, as (argument, printed value) pairs (see
     :func:`~megatron.oellm.scaling_table.summary.benchmark_settings`; also of a row without numbers whose log has an
     arguments block): part of an ok row's series, and one CSV column each."""
+    peak: RowPeak | None = field(default=None, repr=False)
+    """The peak of the row's MFU and where it came from (:class:`RowPeak`; None for a row without numbers); the CSV's
+    ``peak_tflops`` column, not a column of its own."""
     line_iterations: tuple[int, ...] = field(default=(), repr=False)
     """How many iterations each log line the window's numbers come from averages, each count once, ascending: ``(1,)``
     with a line per iteration, ``(10,)`` at log interval 10 (the footnote's "medians of 10-iteration means"); not a

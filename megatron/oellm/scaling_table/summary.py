@@ -23,7 +23,9 @@ from megatron.oellm.scaling_table.identify import (
 )
 from megatron.oellm.scaling_table.rows import (
     DEFAULT_PEAK_TFLOPS,
+    DEFAULT_ROW_PEAK,
     FlopsPerToken,
+    RowPeak,
     ScalingRow,
     TableError,
     Window,
@@ -38,6 +40,7 @@ from megatron.oellm.scaling_table.window import (
     window_status,
     with_stop_note,
 )
+from megatron.oellm.training.throughput import LoggedPeak
 
 
 def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: float = DEFAULT_PEAK_TFLOPS,
@@ -83,6 +86,29 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
     if problem := implausible_numbers(row, args, gpus_per_node, peak_tflops):
         return failed_row(log.path, model, problem, args, gpus_per_node, key)
     return with_stop_note(row, run, window)
+
+
+def row_peak(logged: LoggedPeak | None, given: RowPeak | None) -> RowPeak:
+    """The peak of a row whose run's ``[oellm] throughput basis`` line names ``logged`` (None: no such line): the
+    user's ``given`` one (``--gpu``, ``--peak-tflops``) wins; else the log's, so that the table's MFU is the one the
+    log printed; else the reports' default (also where the log computed no MFU)."""
+    if given is not None:
+        return dataclasses.replace(given, logged=logged)
+    if logged is not None and logged.tflops is not None:
+        return RowPeak(logged.tflops, logged.gpu, logged=logged)
+    return dataclasses.replace(DEFAULT_ROW_PEAK, logged=logged)
+
+
+def given_peak_note(log: str, peak: RowPeak) -> str:
+    """A ``note:`` line when the user's peak (``--gpu``, ``--peak-tflops``) is not the one the log's ``[oellm]``
+    lines rate MFU against, so that the two MFUs of one run are not taken for a discrepancy; '' otherwise."""
+    logged = peak.logged
+    if not peak.given or logged is None or logged.tflops is None or logged.tflops == peak.tflops:
+        return ""
+    theirs = f"{logged.gpu} dense bf16 " if logged.gpu is not None else ""
+    ours = f"--gpu {peak.gpu}" if peak.gpu is not None else "--peak-tflops"
+    return (f"note: {log}: its [oellm] lines' MFU is against {theirs}{peak_text(logged.tflops)} TFLOP/s (its "
+            f"throughput basis line); the table's is against {peak_text(peak.tflops)} ({ours})")
 
 
 def logged_tflops(window: Window, lines: Sequence[IterationLine], step_time_s: float) -> float | None:

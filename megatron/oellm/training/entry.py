@@ -485,7 +485,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         check_load_directory,
         read_loaded_checkpoint,
     )
-    from megatron.oellm.training.throughput import install_throughput_logging
+    from megatron.oellm.training.throughput import ThroughputBasis, install_throughput_logging
 
     dataset_helpers.apply()
     distrib_optimizer_step.apply()
@@ -571,7 +571,8 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         moe_log_names.apply(args.moe_router_load_balancing_type)
         if getattr(args, "hybrid_layer_pattern", None):
             hybrid_moe_metrics.apply(args.hybrid_layer_pattern)
-    install_throughput_logging(flops_per_token, peak_tflops)
+    basis = ThroughputBasis(flops_per_token, args.seq_length, peak_tflops, args.oellm_peak_tflops is not None)
+    install_throughput_logging(flops_per_token, peak_tflops, basis)  # the basis line before the first line
     store = None
     if args.inprocess_restart:  # megatron's own restart wrapper, which its pretrain_gpt.py launcher applies too
         from megatron.training.inprocess_restart import maybe_wrap_for_inprocess_restart

@@ -9,6 +9,12 @@ Tokens are the global batch's (``global batch x seq_length``, padding included, 
 (:mod:`megatron.oellm.peaks`; ``n/a`` on a GPU without a known peak). The time is Megatron's ``interval-time``
 timer, the same one its ``elapsed time per iteration`` comes from, read just before Megatron reads and resets it.
 
+Before the first of these lines, the same rank prints once what they are computed on (:class:`ThroughputBasis`)::
+
+    [oellm] throughput basis: 19.1374 GFLOP/token (oellm FLOP count, training, seq 4096) | MFU vs h100-sxm dense bf16 989 TFLOP/s on 'NVIDIA H100 80GB HBM3', FP8 runs too
+
+``oellm table`` reads it (:func:`parse_basis`), so that its MFU is against the same peak as the log's.
+
 megatron 0.19.2 has no hook for extra per-interval metrics, so :func:`install_throughput_logging` wraps
 ``megatron.training.training.training_log`` (guarded by its signature); ``patches/training-log-hook.md`` describes
 the upstream change that would replace the wrapper.
@@ -19,12 +25,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu
+from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu, peak_text, valid_peak
 
 LINE_PREFIX = "[oellm]"
 """Start of every throughput line."""
@@ -34,6 +41,13 @@ DEVICE_PEAKS = (("GH200", "gh200"), ("H200 NVL", "h200-nvl"), ("H200", "h200-sxm
 """Substring of ``torch.cuda.get_device_name()`` -> :data:`megatron.oellm.peaks.GPU_PEAKS` name (first match: the
 PCIe and NVL cards before the SXM modules, whose names are the bare ``NVIDIA H100 80GB HBM3`` / ``NVIDIA H200``; every
 A100, e.g. ``NVIDIA A100-SXM4-80GB`` or Leonardo's ``NVIDIA A100-SXM-64GB``, shares one peak)."""
+
+BASIS_PREFIX = f"{LINE_PREFIX} throughput basis: "
+"""Start of the line that states what the throughput lines are computed on (:class:`ThroughputBasis`)."""
+
+_BASIS_PEAK = re.compile(re.escape(BASIS_PREFIX) + r".* \| MFU (?:vs (?:(?P<gpu>[a-z0-9-]+) dense bf16 )?"
+                         r"(?P<peak>[0-9.e+]+) TFLOP/s|(?P<none>n/a))")
+"""The MFU part of a basis line: the peak and, unless it was given by hand, its :data:`GPU_PEAKS` name; or ``n/a``."""
 
 HOOKED_FUNCTION = "training_log"
 """The function of ``megatron.training.training`` that :func:`install_throughput_logging` wraps."""
@@ -57,6 +71,65 @@ class Throughput:
         mfu = "n/a" if self.mfu is None else f"{100 * self.mfu:.2f}%"
         return (f"{LINE_PREFIX} iteration {self.iteration} | tokens/s/GPU: {self.tokens_per_s_per_gpu:.1f} | "
                 f"TFLOP/s/GPU: {self.tflops_per_gpu:.2f} | MFU: {mfu}")
+
+
+@dataclass(frozen=True)
+class ThroughputBasis:
+    """What the ``[oellm]`` throughput lines are computed on, printed once before the first of them, so that a log
+    says which FLOP count and which peak its MFU has (the peak is picked from the CUDA device name: the same run on an
+    A100 or an H100 PCIe card has another) and ``oellm table`` can rate the run against the same peak."""
+
+    flops_per_token: float
+    """Training FLOPs per token, :func:`megatron.oellm.flops.training_flops_per_token`."""
+    seq_length: int
+    """The sequence length the FLOP count is for."""
+    peak_tflops: float | None
+    """The MFU's peak TFLOP/s per GPU, None when none is known (the lines print ``MFU: n/a``)."""
+    peak_given: bool = False
+    """The peak came from ``--oellm-peak-tflops``, not from the device name."""
+
+    def format(self, device: str) -> str:
+        """The basis line on the GPU CUDA calls ``device``."""
+        flops = (f"{self.flops_per_token / 1e9:.4f} GFLOP/token (oellm FLOP count, training, seq "
+                 f"{self.seq_length})")
+        return f"{BASIS_PREFIX}{flops} | {self._mfu_basis(device)}"
+
+    def _mfu_basis(self, device: str) -> str:
+        """The line's MFU part, worded as ``oellm bench``'s header: the peak's GPU name and precision, the hand-given
+        peak, or that no MFU is computed."""
+        if self.peak_tflops is None:
+            return f"MFU n/a: no dense bf16 peak known for {device!r}; --oellm-peak-tflops TFLOPS gives it"
+        if self.peak_given:
+            return f"MFU vs {peak_text(self.peak_tflops)} TFLOP/s (--oellm-peak-tflops) on {device!r}"
+        gpu = device_peak_name(device)
+        return f"MFU vs {gpu} dense bf16 {peak_text(self.peak_tflops)} TFLOP/s on {device!r}, FP8 runs too"
+
+
+@dataclass(frozen=True)
+class LoggedPeak:
+    """The MFU peak a log's basis line names (:func:`parse_basis`)."""
+
+    tflops: float | None
+    """TFLOP/s per GPU; None where the line says no MFU is computed."""
+    gpu: str | None
+    """Its :data:`megatron.oellm.peaks.GPU_PEAKS` name; None for a peak given by ``--oellm-peak-tflops`` (or none)."""
+
+
+def parse_basis(line: str) -> LoggedPeak | None:
+    """The peak of a :class:`ThroughputBasis` line; None for any other line, or one whose peak is no positive number
+    or whose GPU name is not in :data:`GPU_PEAKS` (a line another rank's output cut into)."""
+    match = _BASIS_PEAK.search(line)
+    if match is None:
+        return None
+    if match["none"]:
+        return LoggedPeak(None, None)
+    try:
+        tflops = float(match["peak"])
+    except ValueError:
+        return None
+    if not valid_peak(tflops) or (match["gpu"] is not None and match["gpu"] not in GPU_PEAKS):
+        return None
+    return LoggedPeak(tflops, match["gpu"])
 
 
 def measure(iteration: int, tokens: int, elapsed_s: float, num_gpus: int, flops_per_token: float,
@@ -160,8 +233,11 @@ class HookWarnings:
             warnings.warn(f"[oellm] throughput line left out: {error!r}", RuntimeWarning, stacklevel=3)
 
 
-def install_throughput_logging(flops_per_token: float, peak_tflops: float | None) -> None:
-    """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line.
+def install_throughput_logging(flops_per_token: float, peak_tflops: float | None,
+                               basis: ThroughputBasis | None = None) -> None:
+    """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line, and its first call
+    the ``basis`` line (:class:`ThroughputBasis`; None: none), on the rank that prints the others, before megatron's
+    first iteration line.
 
     Idempotent. The wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's
     ``interval-time`` timer (without resetting it) before megatron's own ``training_log`` reads and resets it.
@@ -178,6 +254,14 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
     signature = check_hook_point(original)
     count = IntervalCount()
     failures = HookWarnings()
+    unprinted = [basis] if basis is not None else []
+
+    def print_basis() -> None:
+        """Print the basis line once, at the first call (the GPU is set up by then, so CUDA names it)."""
+        import torch
+
+        if unprinted:
+            print_rank_last(unprinted.pop().format(torch.cuda.get_device_name()))
 
     def before(args: tuple, kwargs: dict) -> PendingLine | None:
         """Count this iteration; at a log iteration, the pending line (None at any other)."""
@@ -201,6 +285,10 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
         print_rank_last(line.format())
 
     def training_log(*args: Any, **kwargs: Any) -> Any:
+        try:
+            print_basis()
+        except Exception as error:  # noqa: BLE001 - the training run must go on
+            failures.report(error)
         try:
             pending = before(args, kwargs)
         except Exception as error:  # noqa: BLE001 - the training run must go on
