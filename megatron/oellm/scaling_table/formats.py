@@ -258,7 +258,8 @@ def format_csv(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: 
         settings = dict(row.settings)
         peak = row.peak.tflops if row.peak is not None else peak_tflops  # a row's own: its log's peak
         writer.writerow([*(_csv_cell(name, getattr(row, name)) for name in _CSV_ROW_FIELDS), str(window),
-                         window.statistic, peak, baseline_log, *(settings.get(name, "") for name in BENCHMARK_SETTINGS)])
+                         window.statistic, peak, baseline_log,
+                         *(settings.get(name, "") for name in BENCHMARK_SETTINGS)])
     return out.getvalue()
 
 

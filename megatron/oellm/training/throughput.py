@@ -11,9 +11,10 @@ timer, the same one its ``elapsed time per iteration`` comes from, read just bef
 
 Before the first of these lines, the same rank prints once what they are computed on (:class:`ThroughputBasis`)::
 
-    [oellm] throughput basis: 19.1374 GFLOP/token (oellm FLOP count, training, seq 4096) | MFU vs h100-sxm dense bf16 989 TFLOP/s on 'NVIDIA H100 80GB HBM3', FP8 runs too
+    [oellm] throughput basis: 19.1374 GFLOP/token (oellm FLOP count, training, seq 4096) | MFU vs h100-sxm dense
+    bf16 989 TFLOP/s on 'NVIDIA H100 80GB HBM3', FP8 runs too
 
-``oellm table`` reads it (:func:`parse_basis`), so that its MFU is against the same peak as the log's.
+(one line in the log). ``oellm table`` reads it (:func:`parse_basis`), so that its MFU is against the same peak as the log's.
 
 megatron 0.19.2 has no hook for extra per-interval metrics, so :func:`install_throughput_logging` wraps
 ``megatron.training.training.training_log`` (guarded by its signature); ``patches/training-log-hook.md`` describes
@@ -257,11 +258,13 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
     unprinted = [basis] if basis is not None else []
 
     def print_basis() -> None:
-        """Print the basis line once, at the first call (the GPU is set up by then, so CUDA names it)."""
+        """Print the basis line once, at the first call (the GPU is set up by then, so CUDA names it); a failure
+        is not retried at every later call."""
         import torch
 
         if unprinted:
-            print_rank_last(unprinted.pop().format(torch.cuda.get_device_name()))
+            line = unprinted.pop()
+            print_rank_last(line.format(torch.cuda.get_device_name()))
 
     def before(args: tuple, kwargs: dict) -> PendingLine | None:
         """Count this iteration; at a log iteration, the pending line (None at any other)."""

@@ -103,7 +103,8 @@ def test_without_a_basis_the_hook_prints_no_basis_line(monkeypatch):
 @pytest.mark.parametrize("line", ["[oellm] iteration 5 | tokens/s/GPU: 1.0 | TFLOP/s/GPU: 2.00 | MFU: 0.20%",
                                   "[oellm] throughput basis: 2.0000 GFLOP/token (oellm FLOP count, training, seq 4096)"
                                   " | MFU vs b300 dense bf16 2250 TFLOP/s on 'NVIDIA B300', FP8 runs too",
-                                  "[oellm] throughput basis: 2.0000 GFLOP/token | MFU vs 0 TFLOP/s (--oellm-peak-tflops)"])
+                                  "[oellm] throughput basis: 2.0000 GFLOP/token | MFU vs 0 TFLOP/s "
+                                  "(--oellm-peak-tflops)"])
 def test_parse_basis_takes_no_other_line(line):
     """An iteration line, a GPU name the peak table lacks, a peak that is no positive number: no peak."""
     assert parse_basis(line) is None
