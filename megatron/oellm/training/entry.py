@@ -450,7 +450,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     from megatron.training import pretrain
 
     from megatron.oellm.backends.selection import check_args_support, resolve_backend
-    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, hybrid_moe_metrics, moe_log_names
+    from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step
     from megatron.oellm.training.activation_logs import check_activation_logging
     from megatron.oellm.training.checkpoint_layout import (
         check_checkpoint_format,
@@ -466,6 +466,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     from megatron.oellm.training.index_cache import check_cache_shared_by_nodes, job_node_count, stale_cache_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
+    from megatron.oellm.training.moe_metrics import install_moe_metrics_tracker
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import check_save_directory, profiler_trace_warnings
     from megatron.oellm.training.sharded_checkpoints import (
@@ -567,10 +568,8 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
         set_up_training_globals(args)  # checked: the writers, W&B run and signal handlers of a job that trains
     except ValueError as error:
         return refuse(error)
-    if args.num_experts:
-        moe_log_names.apply(args.moe_router_load_balancing_type)
-        if getattr(args, "hybrid_layer_pattern", None):
-            hybrid_moe_metrics.apply(args.hybrid_layer_pattern)
+    if args.num_experts:  # megatron-core's tracker slot, set before pretrain builds a router that records into it
+        install_moe_metrics_tracker(args.moe_router_load_balancing_type, getattr(args, "hybrid_layer_pattern", None))
     basis = ThroughputBasis(flops_per_token, args.seq_length, peak_tflops, args.oellm_peak_tflops is not None)
     install_throughput_logging(flops_per_token, peak_tflops, basis)  # the basis line before the first line
     store = None

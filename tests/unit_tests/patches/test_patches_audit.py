@@ -1,7 +1,7 @@
 """Runtime patch behaviour the per-patch tests left open (mutation audit): the skip warning points at the code that
 applied the patch, the dataset-helpers probe falls back to upstream's ``make`` for a missing or broken extension and
-wraps once, the optimizer template never replaces a partial state, the hybrid MoE metrics wrappers replace instead of
-stacking and skip metrics the tracker lacks, and the run log names a permutation that is applied."""
+wraps once, the optimizer template never replaces a partial state, and the run log names a permutation that is
+applied. (The MoE metrics tracker's counterparts: ``tests/unit_tests/training/test_moe_metrics_*.py``.)"""
 
 from __future__ import annotations
 
@@ -14,20 +14,11 @@ import pytest
 import torch
 from megatron.core.transformer.moe import moe_utils, token_dispatcher
 
-from megatron.oellm.patches import (
-    dataset_helpers,
-    distrib_optimizer_step,
-    hybrid_moe_metrics,
-    moe_log_names,
-    moe_permutation,
-)
+from megatron.oellm.patches import dataset_helpers, distrib_optimizer_step, moe_permutation
 from megatron.oellm.patches.release import PATCHED_RELEASE
-from tests.unit_tests.cpu_megatron import gloo_world
-from tests.unit_tests.patches.pipeline_tracker_ranks import SeriesWriter
 from tests.unit_tests.patches.upstream import unpatched
 
 HELPERS_CPP = "megatron.core.datasets.helpers_cpp"
-METRIC = "global_load_balancing_loss"
 
 
 def another_release() -> str:
@@ -52,27 +43,14 @@ def upstream_dispatcher(monkeypatch):
     monkeypatch.delenv(moe_permutation.UPSTREAM_ENV, raising=False)
 
 
-@pytest.fixture
-def upstream_tracker(monkeypatch):
-    """megatron-core's ``MoEMetricsTracker`` with its own per-layer writer and pre-creation (restored afterwards)."""
-    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
-
-    monkeypatch.setattr(MoEMetricsTracker, "_log_per_layer", unpatched(MoEMetricsTracker._log_per_layer))
-    monkeypatch.setattr(MoEMetricsTracker, "ensure_initialized", unpatched(MoEMetricsTracker.ensure_initialized))
-    return MoEMetricsTracker
-
-
 def test_the_skip_warning_points_at_the_code_that_applied_the_patch(upstream_dispatcher, monkeypatch):
     """A skipped patch's RuntimeWarning is attributed to the caller of ``apply`` (the training entry, a spec
     builder), not to the patch package's own ``release`` module, so a user sees which start-up step lost the fix.
     Both warning paths: :func:`~megatron.oellm.patches.release.applies_to` and the permutation's own."""
-    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
-
     release = another_release()
-    monkeypatch.setattr(MoEMetricsTracker, "report", MoEMetricsTracker.report)  # restored even if it were patched
-    monkeypatch.setattr(moe_log_names, "megatron_core_release", lambda: release)
+    monkeypatch.setattr(distrib_optimizer_step, "megatron_core_release", lambda: release)
     monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: release)
-    for apply in (lambda: moe_log_names.apply("global_aux_loss"), moe_permutation.apply):
+    for apply in (distrib_optimizer_step.apply, moe_permutation.apply):
         with pytest.warns(RuntimeWarning, match=rf"megatron-core {release} is not") as record:
             assert apply() is False
         assert [warning.filename for warning in record] == [__file__]
@@ -164,38 +142,6 @@ def test_a_partially_stepped_optimizer_keeps_its_state_through_the_state_dict(mo
     with pytest.raises(KeyError, match="step"):
         cls.state_dict(shell)
     assert_moments_kept()
-
-
-def test_reapplying_for_another_hybrid_pattern_sizes_unrecorded_metrics_for_that_pattern_only(upstream_tracker):
-    """A second run in one process with another hybrid pattern: the pre-created size is the new pattern's all-layer
-    size, not the first correction stacked on the second (a size no router records, which breaks the pipeline
-    all-reduce the patch exists for)."""
-    from megatron.core.models.hybrid.hybrid_layer_allocation import get_hybrid_layer_counts
-
-    upstream = upstream_tracker.ensure_initialized
-    mixers = random.randint(2, 4)
-    first, second = "GE" * 3, ("G" * mixers + "E") * 2
-    assert hybrid_moe_metrics.apply(first) and hybrid_moe_metrics.apply(second)
-    assert upstream_tracker.ensure_initialized.__wrapped__ is upstream
-    tracker = upstream_tracker()
-    with gloo_world():
-        tracker.report(loss_scale=1.0, iteration=1, force_initialize=True, track_names=[METRIC],
-                       num_layers=get_hybrid_layer_counts(second)["E"], moe_layer_freq=1)
-    assert tracker._metrics[METRIC].values.numel() == len(second)
-
-
-def test_per_layer_series_skip_a_metric_this_rank_never_recorded(upstream_tracker):
-    """``_log_per_layer`` is asked for every tracked name, some of which no router of this rank recorded (``z_loss``
-    with a zero coefficient): those are skipped, as upstream does, and the recorded metric's series are written by
-    MoE block."""
-    assert hybrid_moe_metrics.apply("GEGE")
-    values = [random.uniform(0.5, 2.0) for _ in range(2)]
-    tracker = upstream_tracker()
-    for layer_number, value in zip((2, 4), values, strict=True):
-        tracker.record(METRIC, torch.tensor(value), layer_number, 4)
-    writer = SeriesWriter()
-    tracker._log_per_layer(1.0, ["z_loss", METRIC], 1, writer, None)
-    assert writer.series == pytest.approx({f"moe/{METRIC}_layer_{index}": value for index, value in enumerate(values)})
 
 
 def test_the_run_log_names_the_sorted_permutation_while_it_is_applied(upstream_dispatcher, monkeypatch):

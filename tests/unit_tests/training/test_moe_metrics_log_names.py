@@ -1,8 +1,10 @@
-"""The load-balancing log-name patch, on megatron-core's own ``training_log`` run on a one-rank gloo group.
+"""The run's MoE metrics tracker reporting only the recorded load-balancing losses, on megatron-core's own
+``training_log`` run on a one-rank gloo group (``patches/moe-load-balancing-log-names.md``).
 
 Premise: upstream's log line for ``global_aux_loss`` / ``seq_aux_loss`` routing carries ``load_balancing_loss: 0``,
-which no router records. Patched: the line carries exactly the losses the routers recorded, each with its value
-(mean over the MoE layers of the recorded values over the micro-batch count), ``z_loss`` untouched.
+which no router records. With the tracker the entry installs through megatron-core's ``set_moe_metrics_tracker``, the
+line carries exactly the losses the routers recorded, each with its value (mean over the MoE layers of the recorded
+values over the micro-batch count), ``z_loss`` untouched; megatron-core's ``MoEMetricsTracker`` class stays as it is.
 """
 
 from __future__ import annotations
@@ -17,27 +19,29 @@ from unittest import mock
 import pytest
 import torch
 
-from megatron.oellm.patches import moe_log_names
-from megatron.oellm.patches.moe_log_names import LOSS_NAME_OF_TYPE, unrecorded_loss_names
+from megatron.oellm.training import moe_metrics
+from megatron.oellm.training.moe_metrics import (
+    LOSS_NAME_OF_TYPE,
+    RunMoEMetricsTracker,
+    install_moe_metrics_tracker,
+    unrecorded_loss_names,
+)
 from tests.unit_tests.cpu_megatron import gloo_world
-from tests.unit_tests.patches.upstream import unpatched
 from tests.unit_tests.training.entry_helpers import (
     TINY_MOE_RUN,
     Reached,
     entry_up_to_throughput_hook,
     validated_tiny_moe_run,
 )
+from tests.unit_tests.training.moe_tracker_helpers import empty_tracker_slot, upstream_class_attributes
 
 _LOGGED = re.compile(r" (\w+): ([0-9.E+-]+) \|")
 
 
 @pytest.fixture
-def upstream_report(monkeypatch):
-    """megatron-core's own ``MoEMetricsTracker.report`` for the test; whatever was installed is put back after."""
-    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
-
-    monkeypatch.setattr(MoEMetricsTracker, "report", unpatched(MoEMetricsTracker.report))
-    return MoEMetricsTracker
+def tracker_slot(monkeypatch):
+    """megatron-core's ``moe_logging``, its tracker slot empty for the test and put back after."""
+    return empty_tracker_slot(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -81,21 +85,22 @@ def random_losses(rng: random.Random, layers: int) -> list[float]:
 
 
 @pytest.mark.parametrize("kind", ["global_aux_loss", "seq_aux_loss"])
-def test_upstream_logs_a_zero_load_balancing_loss_that_no_router_records(kind, validated_args, upstream_report,
+def test_upstream_logs_a_zero_load_balancing_loss_that_no_router_records(kind, validated_args, tracker_slot,
                                                                           monkeypatch):
-    """Premise: megatron-core's own line, the routers having recorded only ``kind``'s loss."""
+    """Premise: megatron-core's own tracker and line, the routers having recorded only ``kind``'s loss."""
     rng = random.Random(random.random())
     args = validated_args
     monkeypatch.setattr(args, "moe_router_load_balancing_type", kind)
     logged = logged_values(args, monkeypatch, {LOSS_NAME_OF_TYPE[kind]: random_losses(rng, args.num_layers)},
                            rng.randrange(1, 5))
+    assert type(tracker_slot.get_moe_metrics_tracker()) is tracker_slot.MoEMetricsTracker
     assert logged["load_balancing_loss"] == 0.0
     assert logged[LOSS_NAME_OF_TYPE[kind]] > 0
 
 
 @pytest.mark.parametrize("kind", ["aux_loss", "seq_aux_loss", "global_aux_loss"])
-def test_the_patched_line_carries_exactly_the_recorded_losses_with_their_values(kind, validated_args,
-                                                                                upstream_report, monkeypatch):
+def test_the_installed_trackers_line_carries_exactly_the_recorded_losses_with_their_values(kind, validated_args,
+                                                                                           tracker_slot, monkeypatch):
     rng = random.Random(random.random())
     args = validated_args
     monkeypatch.setattr(args, "moe_router_load_balancing_type", kind)
@@ -103,8 +108,8 @@ def test_the_patched_line_carries_exactly_the_recorded_losses_with_their_values(
     recorded = {LOSS_NAME_OF_TYPE[kind]: random_losses(rng, args.num_layers),
                 "z_loss": random_losses(rng, args.num_layers)}
     microbatches = rng.randrange(1, 5)
-    assert moe_log_names.apply(kind)
-    logged = logged_values(args, monkeypatch, recorded, microbatches)
+    assert install_moe_metrics_tracker(kind)
+    logged = logged_values(args, monkeypatch, recorded, microbatches)  # through megatron-core's get_moe_metrics_tracker
     assert {name for name in logged if name.endswith("loss")} == set(recorded)
     for name, values in recorded.items():
         assert logged[name] == pytest.approx(sum(values) / len(values) / microbatches, rel=1e-5)
@@ -118,51 +123,75 @@ def test_unrecorded_names_compare_whole_types_one_or_several():
 
 
 class ReportSpy:
-    """Stands in for upstream's ``report``: records the names each call asks for."""
+    """Stands in for upstream's ``MoEMetricsTracker.report``: records the names and the other arguments each call
+    passes on."""
 
     def __init__(self):
         self.asked: list[list[str] | None] = []
+        self.options: list[dict] = []
 
-    def __call__(self, tracker, loss_scale, iteration, writer=None, track_names=None, **kwargs) -> str:
+    def __call__(self, tracker, loss_scale, iteration, writer=None, wandb_writer=None, per_layer_logging=False,
+                 force_initialize=False, track_names=None, **options) -> str:
         self.asked.append(track_names)
+        self.options.append({"writer": writer, "force_initialize": force_initialize, **options})
         return ""
 
 
 ALL_NAMES = ["load_balancing_loss", "seq_load_balancing_loss", "global_load_balancing_loss", "z_loss"]
 
 
-def installed_filter(tracker_class, monkeypatch) -> ReportSpy:
-    """A :class:`ReportSpy` installed as upstream's ``report`` (the patch wraps what it finds)."""
+def spied_report(monkeypatch) -> ReportSpy:
+    """A :class:`ReportSpy` as upstream's ``report`` for the test (the installed tracker's ``super().report``)."""
+    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
+
     spy = ReportSpy()
-    monkeypatch.setattr(tracker_class, "report", spy)
+    monkeypatch.setattr(MoEMetricsTracker, "report", lambda tracker, *args, **kwargs: spy(tracker, *args, **kwargs))
     return spy
 
 
-def test_applying_again_replaces_the_filter_instead_of_stacking_one(upstream_report, monkeypatch):
-    spy = installed_filter(upstream_report, monkeypatch)
-    assert moe_log_names.apply("global_aux_loss") and moe_log_names.apply("aux_loss")
-    assert upstream_report.report.__wrapped__ is spy
-    upstream_report.report(None, 1.0, 7, track_names=ALL_NAMES)
-    upstream_report.report(None, 1.0, 8, None, "z_loss")  # positional names, a single string
-    upstream_report.report(None, 1.0, 9)  # None: upstream reports every metric it has
+def test_installing_again_sets_a_fresh_tracker_with_the_new_filter(tracker_slot, monkeypatch):
+    """A second run in one process: its tracker filters for its own type only; the other arguments and every call
+    form reach upstream unchanged."""
+    assert install_moe_metrics_tracker("global_aux_loss")
+    first = tracker_slot.get_moe_metrics_tracker()
+    assert install_moe_metrics_tracker("aux_loss")
+    tracker = tracker_slot.get_moe_metrics_tracker()
+    assert isinstance(tracker, RunMoEMetricsTracker) and tracker is not first
+    spy = spied_report(monkeypatch)
+    layers = random.randint(2, 64)
+    tracker.report(1.0, 7, track_names=ALL_NAMES, force_initialize=True, num_layers=layers, mtp_num_layers=1)
+    tracker.report(1.0, 8, None, None, False, False, "z_loss")  # positional names, a single string
+    tracker.report(1.0, 9)  # None: upstream reports every metric it has
     assert spy.asked == [["load_balancing_loss", "z_loss"], ["z_loss"], None]
+    assert spy.options[0] == {"writer": None, "force_initialize": True, "num_layers": layers, "mtp_num_layers": 1}
 
 
-def test_another_release_keeps_upstreams_report_and_says_so(upstream_report, monkeypatch):
-    upstream = upstream_report.report
-    monkeypatch.setattr(moe_log_names, "megatron_core_release", lambda: "0.20.0")
-    with pytest.warns(RuntimeWarning, match=r"megatron-core 0\.20\.0 .*patches/moe-load-balancing-log-names\.md"):
-        assert not moe_log_names.apply("global_aux_loss")
-    assert upstream_report.report is upstream
+def test_another_release_keeps_upstreams_tracker_and_says_so_at_the_caller(tracker_slot, monkeypatch):
+    """The warning names the release and the note, and is attributed to the code that installed the tracker (the
+    training entry), not to the package's own ``release`` module."""
+    release = f"0.{random.randint(20, 60)}.{random.randint(0, 9)}"
+    attributes = upstream_class_attributes()
+    monkeypatch.setattr(moe_metrics, "megatron_core_release", lambda: release)
+    with pytest.warns(RuntimeWarning, match=rf"megatron-core {release} .*patches/moe-load-balancing-log-names\.md") \
+            as record:
+        assert not install_moe_metrics_tracker("global_aux_loss")
+    assert [warning.filename for warning in record] == [__file__]
+    assert type(tracker_slot.get_moe_metrics_tracker()) is tracker_slot.MoEMetricsTracker
+    assert upstream_class_attributes() == attributes
 
 
-def test_the_training_entry_applies_it_with_the_runs_type_before_training(upstream_report, monkeypatch):
-    spy = installed_filter(upstream_report, monkeypatch)
+def test_the_training_entry_installs_it_with_the_runs_type_before_training(tracker_slot, monkeypatch):
+    """The entry sets the tracker in megatron-core's slot; megatron-core's ``MoEMetricsTracker`` class is left as it
+    was."""
+    attributes = upstream_class_attributes()
     entry = entry_up_to_throughput_hook(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        with pytest.raises(Reached):  # the throughput hook, installed after the patch
+        with pytest.raises(Reached):  # the throughput hook, installed after the tracker
             entry.main(TINY_MOE_RUN)
-    assert upstream_report.report.__wrapped__ is spy
-    upstream_report.report(None, 1.0, 1, track_names=ALL_NAMES)
+    assert upstream_class_attributes() == attributes
+    tracker = tracker_slot.get_moe_metrics_tracker()
+    assert isinstance(tracker, RunMoEMetricsTracker) and tracker.hybrid is None
+    spy = spied_report(monkeypatch)
+    tracker.report(1.0, 1, track_names=ALL_NAMES)
     assert spy.asked == [["global_load_balancing_loss", "z_loss"]]  # the card's global_aux_loss

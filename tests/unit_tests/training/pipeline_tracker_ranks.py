@@ -3,9 +3,10 @@
 Pipeline rank 0 holds no MoE block (hybrid pattern ``|GEGE``: its stage is empty), rank 1 holds both, whose routers
 record the values given on the command line. Each rank then reports as ``training_log`` does (``force_initialize``,
 ``num_layers`` the ``E`` count, per-layer logging) and prints one JSON line: its console string and the per-layer
-series its writer got. ``--patched`` applies :mod:`megatron.oellm.patches.hybrid_moe_metrics` first.
+series its writer got, all through megatron-core's ``get_moe_metrics_tracker()``. ``--installed`` first sets the run's
+tracker (:func:`megatron.oellm.training.moe_metrics.install_moe_metrics_tracker`) there, as the training entry does.
 
-``python -m tests.unit_tests.patches.pipeline_tracker_ranks [--patched] VALUE VALUE``
+``python -m tests.unit_tests.training.pipeline_tracker_ranks [--installed] VALUE VALUE``
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ PATTERN = "|GEGE"
 MOE_LAYER_NUMBERS = (2, 4)
 """1-based layer numbers of rank 1's MoE blocks among the pattern's four layers."""
 METRIC = "global_load_balancing_loss"
+LOAD_BALANCING_TYPE = "global_aux_loss"
+"""The routing whose loss :data:`METRIC` is."""
 
 
 class SeriesWriter:
@@ -34,20 +37,20 @@ class SeriesWriter:
         self.series[name] = float(value)
 
 
-def rank_main(rank: int, port: int, patched: bool, values: list[float]) -> None:
+def rank_main(rank: int, port: int, installed: bool, values: list[float]) -> None:
     """One pipeline rank: record (rank 1 only), report, print the JSON line."""
     from megatron.core import parallel_state
-    from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
+    from megatron.core.transformer.moe.moe_logging import get_moe_metrics_tracker
 
     import megatron.oellm.compat  # noqa: F401  (Python 3.11: typing.override for megatron.training)
-    from megatron.oellm.patches import hybrid_moe_metrics
+    from megatron.oellm.training.moe_metrics import install_moe_metrics_tracker
 
-    if patched:
-        hybrid_moe_metrics.apply(PATTERN)
+    if installed:
+        install_moe_metrics_tracker(LOAD_BALANCING_TYPE, PATTERN)
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                                          timeout=timedelta(seconds=60))  # a collective left waiting fails, not hangs
     parallel_state.initialize_model_parallel(pipeline_model_parallel_size=2)
-    tracker, writer = MoEMetricsTracker(), SeriesWriter()
+    tracker, writer = get_moe_metrics_tracker(), SeriesWriter()
     if rank == 1:
         for layer_number, value in zip(MOE_LAYER_NUMBERS, values, strict=True):
             tracker.record(METRIC, torch.tensor(value), layer_number, len(PATTERN) - 1)
@@ -68,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     import megatron.oellm.compat  # noqa: F401  (imported once, before the ranks fork)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--patched", action="store_true")
+    parser.add_argument("--installed", action="store_true")
     parser.add_argument("values", type=float, nargs=len(MOE_LAYER_NUMBERS))
     args = parser.parse_args(argv)
     # forked ranks share this process's imports (no CUDA here): about half the start-up of spawned ones
-    torch.multiprocessing.start_processes(rank_main, args=(get_free_port(), args.patched, args.values), nprocs=2,
+    torch.multiprocessing.start_processes(rank_main, args=(get_free_port(), args.installed, args.values), nprocs=2,
                                           start_method="fork")
     return 0
 
