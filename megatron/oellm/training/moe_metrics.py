@@ -22,8 +22,9 @@ itself stays as it is):
   positions (multi-token-prediction entries kept behind them), so ``layer_<i>`` is the i-th MoE block. The averages
   and the reductions are untouched.
 
-``ensure_initialized``'s role and ``_log_per_layer`` are megatron-core 0.19.2 internals, so :func:`install_moe_metrics_tracker` sets the
-tracker on exactly that release; on another it warns, naming the notes, and megatron-core's own tracker stays.
+``ensure_initialized``'s role and ``_log_per_layer`` are megatron-core 0.19.2 internals, so
+:func:`install_moe_metrics_tracker` sets the tracker on exactly that release; on another it warns, naming the notes, and
+megatron-core's own tracker stays.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ def entry_on_a_cpu_node(monkeypatch: pytest.MonkeyPatch, cuda_build: str | None 
 
 def entry_up_to_throughput_hook(monkeypatch: pytest.MonkeyPatch):
     """:func:`entry_up_to_pretrain` with the FLOP count and megatron's config container answered, so that every step
-    before the throughput hook (which raises :class:`Reached`) runs, the application of the runtime patches included."""
+    before the throughput hook (which raises :class:`Reached`) runs, the runtime patches and the MoE metrics tracker
+    included."""
     entry = entry_up_to_pretrain(monkeypatch)
     monkeypatch.setattr(entry, "flops_and_peak", lambda *_args: (1.0, None))
     monkeypatch.setattr(entry, "training_config", lambda _args: object())
