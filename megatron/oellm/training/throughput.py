@@ -17,13 +17,14 @@ Before the first of these lines, the same rank prints once what they are compute
 (one line in the log). ``oellm table`` reads it (:func:`parse_basis`), so that its MFU is against the same peak as the log's.
 
 megatron 0.19.2 has no hook for extra per-interval metrics, so :func:`install_throughput_logging` wraps
-``megatron.training.training.training_log`` (guarded by its signature); ``patches/training-log-hook.md`` describes
-the upstream change that would replace the wrapper.
+``megatron.training.training.training_log`` (exactly 0.19.2, as the runtime patches, and guarded by its signature);
+``patches/training-log-hook.md`` describes the upstream change that would replace the wrapper.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import math
 import re
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from megatron.oellm.patches.release import applies_to, megatron_core_release, without_patch_layers
 from megatron.oellm.peaks import GPU_PEAKS, Precision, mfu, peak_text, valid_peak
 
 LINE_PREFIX = "[oellm]"
@@ -235,13 +237,14 @@ class HookWarnings:
 
 
 def install_throughput_logging(flops_per_token: float, peak_tflops: float | None,
-                               basis: ThroughputBasis | None = None) -> None:
+                               basis: ThroughputBasis | None = None) -> bool:
     """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line, and its first call
     the ``basis`` line (:class:`ThroughputBasis`; None: none), on the rank that prints the others, before megatron's
-    first iteration line.
+    first iteration line; True if installed.
 
-    Idempotent. The wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's
-    ``interval-time`` timer (without resetting it) before megatron's own ``training_log`` reads and resets it.
+    Exactly megatron-core 0.19.2, as the runtime patches (another release keeps megatron's ``training_log``, with a
+    warning). Installing again replaces the wrapper, with the new FLOPs and peak, instead of stacking one. The
+    wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's ``interval-time`` timer (without resetting it) before megatron's own ``training_log`` reads and resets it.
     Megatron's ``training_log`` is called exactly once per call, whatever happens in the wrapper's own part, which
     never raises (:class:`HookWarnings`).
     """
@@ -249,9 +252,9 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
     from megatron.training import get_args, get_timers, training
     from megatron.training.utils import print_rank_last
 
-    original = training.training_log
-    if getattr(original, "oellm_throughput", False):
-        return
+    if not applies_to(megatron_core_release(), "training-log-hook"):
+        return False
+    original = without_patch_layers(training.training_log)
     signature = check_hook_point(original)
     count = IntervalCount()
     failures = HookWarnings()
@@ -287,6 +290,7 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
                        peak_tflops)
         print_rank_last(line.format())
 
+    @functools.wraps(original)
     def training_log(*args: Any, **kwargs: Any) -> Any:
         try:
             print_basis()
@@ -305,5 +309,6 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
                 failures.report(error)
         return result
 
-    training_log.oellm_throughput = True
+    training_log.oellm_patched = True
     training.training_log = training_log
+    return True

@@ -1,5 +1,7 @@
 """The [oellm] throughput hook inside megatron's ``train`` loop: ramp-up, resumed runs, NaN-skipped iterations, a
-second ``train`` in one process, and inputs on which the hook must not raise into training."""
+second ``train`` in one process, inputs on which the hook must not raise into training, and its guard and re-install as
+the runtime patches have them (another release keeps megatron's ``training_log``; a second install replaces the
+wrapper)."""
 
 from __future__ import annotations
 
@@ -237,3 +239,50 @@ def test_a_failure_that_persists_is_reported_once(monkeypatch):
     assert fake.megatron_calls == list(range(1, steps + 1))
     assert [str(warning.message) for warning in caught] == [
         "[oellm] throughput line left out: ZeroDivisionError('integer division or modulo by zero')"]
+
+
+def test_another_release_keeps_megatrons_training_log_and_warns_naming_the_release_and_the_note(monkeypatch):
+    """The hook is a runtime replacement of megatron-core 0.19.2's ``training_log``, guarded as the patches are: on
+    another release megatron's own function stays (its lines still print, no ``[oellm]`` line) and a RuntimeWarning
+    names the release and the note."""
+    from megatron.oellm.training import throughput
+
+    rng = random.Random(random.random())
+    fake = FakeMegatron(monkeypatch, rng, log_interval=rng.randrange(2, 5))
+    megatrons = fake.training.training_log
+    release = f"0.{rng.randint(20, 60)}.{rng.randint(0, 9)}"
+    monkeypatch.setattr(throughput, "megatron_core_release", lambda: release)
+    with pytest.warns(RuntimeWarning, match=rf"megatron-core {release} is not 0\.19\.2.*patches/training-log-hook\.md"):
+        assert not throughput.install_throughput_logging(flops_per_token=3e9, peak_tflops=989.0)
+    assert fake.training.training_log is megatrons
+    fake.step(1, 1.0, first=True)
+    for iteration in range(2, 9):
+        fake.step(iteration, 1.0)
+    assert fake.megatron_calls == list(range(1, 9)) and fake.printed == []
+
+
+def test_installing_again_replaces_the_wrapper_with_the_new_flops_and_peak(monkeypatch):
+    """A second install (another model's FLOPs, a corrected peak) must print with its own numbers, one line per log
+    iteration, and leave one wrapper over megatron's function, which the tests' ``unpatched`` peels off."""
+    from megatron.oellm.training import throughput
+    from tests.unit_tests.patches.upstream import unpatched
+
+    rng = random.Random(random.random())
+    fake = FakeMegatron(monkeypatch, rng, log_interval=rng.randrange(2, 5))
+    megatrons = fake.training.training_log
+    monkeypatch.setattr(throughput, "megatron_core_release", lambda: "0.19.2")
+    first_flops, first_peak = rng.uniform(1e9, 5e9), rng.uniform(300.0, 600.0)
+    flops, peak = first_flops * rng.uniform(1.5, 3.0), first_peak * rng.uniform(1.5, 3.0)
+    assert throughput.install_throughput_logging(flops_per_token=first_flops, peak_tflops=first_peak)
+    assert throughput.install_throughput_logging(flops_per_token=flops, peak_tflops=peak)
+    assert fake.training.training_log.__wrapped__ is megatrons and unpatched(fake.training.training_log) is megatrons
+    step_s = rng.uniform(0.5, 3.0)
+    fake.step(1, step_s, first=True)
+    for iteration in range(2, 2 * fake.args.log_interval + 1):
+        fake.step(iteration, step_s)
+    lines = fake.lines()
+    assert [line.iteration for line in lines] == [1, fake.args.log_interval, 2 * fake.args.log_interval]
+    tflops = fake.tokens() / step_s / fake.args.world_size * flops / 1e12
+    for line in lines:
+        assert line.tflops_per_gpu == pytest.approx(tflops, rel=1e-4, abs=0.006)
+        assert line.mfu == pytest.approx(tflops / peak, rel=1e-3, abs=6e-5)
