@@ -1,6 +1,8 @@
 """The MoE permutation patch against megatron-core 0.19.2's own ``permute`` / ``unpermute`` (CPU, fp32): the same
 outputs, indices, probabilities and gradients for dropless top-k and capacity (drop-and-pad) routing; fused calls and
-probability merging left to upstream; the wrappers take upstream's arguments; the version guard and the opt-out.
+probability merging left to upstream; the wrappers take upstream's arguments; the version guard and the opt-out; and,
+since the comparisons pass with a patch that does nothing, that megatron-core's dispatcher moves the tokens through
+this package's ``gather_rows`` and ``scatter_sum_rows``.
 
 Skipped for another megatron-core release, the patch says so, as the other runtime patches do: the run would otherwise
 lose the sorted permutation (its speed and determinism) with only ``MoE permutation upstream`` in the start-up line and
@@ -9,6 +11,7 @@ no reason."""
 import inspect
 import random
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -185,6 +188,69 @@ def test_the_opt_out_and_the_patched_release_do_not_warn(upstream_dispatcher, mo
         monkeypatch.delenv(moe_permutation.UPSTREAM_ENV)
         assert moe_permutation.apply() and moe_permutation.apply()
     assert token_dispatcher.permute.__wrapped__ is moe_utils.permute
+
+
+class Spy:
+    """Records each call of ``function`` and its result, and returns that result."""
+
+    def __init__(self, function):
+        self.function = function
+        self.calls: list[tuple[tuple, object]] = []
+
+    def __call__(self, *args):
+        result = self.function(*args)
+        self.calls.append((args, result))
+        return result
+
+
+def all_gather_dispatcher(num_experts: int, top_k: int) -> token_dispatcher.MoEAllGatherTokenDispatcher:
+    """megatron-core's all-gather dispatcher on one rank (no process groups: TP = EP = 1), unfused, all experts
+    local."""
+    config = SimpleNamespace(moe_router_topk=top_k, add_bias_linear=False, moe_permute_fusion=False)
+    groups = SimpleNamespace(ep=None, expt_tp=None, tp_ep=None)
+    return token_dispatcher.MoEAllGatherTokenDispatcher(num_experts, list(range(num_experts)), config, groups)
+
+
+def dispatch_and_combine(dispatcher, hidden_states, routing_map, probs, out_grad):
+    """The dispatcher's steps around the experts, as megatron-core's MoE layer calls them (each permuted row scaled by
+    its probability in between), then the backward of ``out_grad``. Returns the permuted rows, the combined output
+    and the gradient of ``hidden_states``."""
+    hidden_states = hidden_states.detach().requires_grad_()
+    tokens, probs = dispatcher.dispatch_preprocess(hidden_states, routing_map, probs)
+    tokens, probs = dispatcher.token_dispatch(tokens, probs)
+    rows, _, row_probs = dispatcher.dispatch_postprocess(tokens, probs)
+    out = dispatcher.combine_preprocess(rows * row_probs[:, None].to(rows.dtype))
+    out = dispatcher.combine_postprocess(dispatcher.token_combine(out))
+    out.backward(out_grad)
+    return rows, out, hidden_states.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_dispatchers_unfused_calls_move_the_tokens_by_the_sorted_sum(upstream_dispatcher, monkeypatch, dtype):
+    """Applied, the names megatron-core's dispatchers look up at call time move the tokens by ``gather_rows`` and add
+    them back by ``scatter_sum_rows``. The comparisons with upstream cannot tell a patch that does nothing: on the CPU
+    upstream's ``index_select`` backward and ``scatter_add_`` accumulate bf16 in fp32 and round once as well (checked
+    up to 200,000 rows per token sum), so no CPU input makes the two differ, and only the calls show the patch ran."""
+    seed = fresh_seed()
+    monkeypatch.setattr(moe_permutation, "megatron_core_release", lambda: "0.19.2")
+    gather, scatter = Spy(moe_permutation.gather_rows), Spy(moe_permutation.scatter_sum_rows)
+    monkeypatch.setattr(moe_permutation, "gather_rows", gather)
+    monkeypatch.setattr(moe_permutation, "scatter_sum_rows", scatter)
+    assert moe_permutation.apply()
+    num_tokens, num_experts, top_k, hidden = 4 * random.randint(3, 12), random.randint(2, 8), 2, 16
+    tokens, routing_map, probs = top_k_routing(num_tokens, num_experts, top_k, hidden, seed)
+    hidden_states = tokens.view(4, num_tokens // 4, hidden).to(dtype)
+    run = (hidden_states, routing_map, probs, torch.randn_like(hidden_states))
+    rows, out, grad = dispatch_and_combine(all_gather_dispatcher(num_experts, top_k), *run)
+    assert len(gather.calls) == 1 and len(scatter.calls) == 1
+    assert torch.equal(gather.calls[0][0][0], hidden_states.view(num_tokens, hidden)) and gather.calls[0][1] is rows
+    assert scatter.calls[0][1].data_ptr() == out.data_ptr() and out.shape == hidden_states.shape
+    monkeypatch.setattr(token_dispatcher, "permute", moe_utils.permute)
+    monkeypatch.setattr(token_dispatcher, "unpermute", moe_utils.unpermute)
+    _, theirs, their_grad = dispatch_and_combine(all_gather_dispatcher(num_experts, top_k), *run)
+    assert len(gather.calls) == 1 and len(scatter.calls) == 1
+    torch.testing.assert_close(out, theirs, rtol=0, atol=0)  # top 2: two adds, in either order the same
+    torch.testing.assert_close(grad, their_grad, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("card_name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
