@@ -466,7 +466,6 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     from megatron.oellm.training.index_cache import check_cache_shared_by_nodes, job_node_count, stale_cache_warnings
     from megatron.oellm.training.lr_schedule import check_lr_schedule
     from megatron.oellm.training.model_provider import card_from_args, model_provider
-    from megatron.oellm.training.moe_metrics import install_moe_metrics_tracker
     from megatron.oellm.training.node_packages import check_parsed_packages, check_validated_packages
     from megatron.oellm.training.run_schedule import check_save_directory, profiler_trace_warnings
     from megatron.oellm.training.sharded_checkpoints import (
@@ -569,6 +568,8 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
     except ValueError as error:
         return refuse(error)
     if args.num_experts:  # megatron-core's tracker slot, set before pretrain builds a router that records into it
+        from megatron.oellm.training.moe_metrics import install_moe_metrics_tracker
+
         install_moe_metrics_tracker(args.moe_router_load_balancing_type, getattr(args, "hybrid_layer_pattern", None))
     basis = ThroughputBasis(flops_per_token, args.seq_length, peak_tflops, args.oellm_peak_tflops is not None)
     install_throughput_logging(flops_per_token, peak_tflops, basis)  # the basis line before the first line

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker, set_moe_metrics_tracker
+from megatron.core.transformer.moe.moe_logging import MoEMetricsTracker
 
 from megatron.oellm.patches.release import applies_to, megatron_core_release
 
@@ -150,6 +150,8 @@ def install_moe_metrics_tracker(load_balancing_type: str | Sequence[str], hybrid
         applies = applies_to(release, HYBRID_NOTE) and applies
     if not applies:
         return False
+    from megatron.core.transformer.moe.moe_logging import set_moe_metrics_tracker  # after the check: 0.19.2 has it
+
     hybrid = HybridLayout.of(hybrid_layer_pattern) if hybrid_layer_pattern else None
     set_moe_metrics_tracker(RunMoEMetricsTracker(unrecorded_loss_names(load_balancing_type), hybrid))
     return True

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import random
 import re
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -34,6 +38,9 @@ from tests.unit_tests.training.entry_helpers import (
     validated_tiny_moe_run,
 )
 from tests.unit_tests.training.moe_tracker_helpers import empty_tracker_slot, upstream_class_attributes
+
+REPO_ROOT = str(Path(__file__).resolve().parents[3])
+"""The checkout under test, first on a fresh interpreter's path."""
 
 _LOGGED = re.compile(r" (\w+): ([0-9.E+-]+) \|")
 
@@ -195,3 +202,24 @@ def test_the_training_entry_installs_it_with_the_runs_type_before_training(track
     spy = spied_report(monkeypatch)
     tracker.report(1.0, 1, track_names=ALL_NAMES)
     assert spy.asked == [["global_load_balancing_loss", "z_loss"]]  # the card's global_aux_loss
+
+
+def test_a_release_without_the_setter_warns_instead_of_failing_at_import() -> None:
+    """A release whose ``moe_logging`` has no ``set_moe_metrics_tracker`` (one handing its tracker out otherwise) gets
+    the release warning, as any other release, not an ImportError when the entry imports the module (a fresh
+    interpreter: the module reads megatron-core's names when it is first imported)."""
+    code = (
+        "import warnings\n"
+        "import megatron.core.transformer.moe.moe_logging as moe_logging\n"
+        "del moe_logging.set_moe_metrics_tracker\n"
+        "from megatron.oellm.training import moe_metrics\n"
+        "moe_metrics.megatron_core_release = lambda: '0.20.0'\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    installed = moe_metrics.install_moe_metrics_tracker('global_aux_loss')\n"
+        "print(installed, any('0.20.0' in str(w.message) for w in caught))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["False", "True"]
