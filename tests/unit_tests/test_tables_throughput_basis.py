@@ -109,3 +109,38 @@ def test_fp8_rows_of_different_peaks_are_against_their_rows_peak(tmp_path, capsy
     number = next(k for k, row in enumerate(rows, 1) if row["log"] == logs[1])
     assert (f" The MFU of the FP8 run (row {number}) is against its row's peak above, a dense BF16 one, as the reports "
             "rate it; `oellm flops --precision fp8` divides by the GPU's dense FP8 peak instead.") in footnote
+
+
+def test_logs_of_a_gpu_without_a_known_peak_are_named_not_rated_silently(tmp_path, capsys):
+    """Every log's basis line says no MFU could be computed (a GPU of no known peak): the table rates them against
+    989 all the same, and says so of each row instead of the bare old footnote."""
+    device = f"NVIDIA B{random.randint(100, 300)}"
+    logs = [_log(tmp_path, f"run{k}.out", "unknown", device) for k in range(random.randint(1, 3))]
+    rows, footnote, _ = _table(capsys, *logs)
+    assert {float(row["peak_tflops"]) for row in rows} == {989.0}
+    numbers = ", ".join(map(str, range(1, len(logs) + 1)))
+    assert (f"each row's peak: 989 (h100-sxm dense bf16, the default: its log computes no MFU) for "
+            f"row{'s' if len(logs) > 1 else ''} {numbers}") in footnote
+
+
+def test_rows_of_different_peaks_keep_the_gh200_power_cap_note(tmp_path, capsys):
+    """A GH200 log beside an older one: the per-row footnote keeps what the single-peak one says of the GH200."""
+    logs = [_log(tmp_path, "a.out", "gh200"), _log(tmp_path, "b.out", None)]
+    _, footnote, _ = _table(capsys, *logs)
+    assert "each row's peak: " in footnote and f"; {GPU_PEAKS['gh200'].note}" in footnote
+
+
+def test_an_fp8_run_rated_against_a_gpu_without_fp8_gets_a_sentence_not_a_traceback(tmp_path, capsys):
+    """``--gpu a100`` (no FP8 peak) on an FP8 run's log: the footnote says its MFU is against the A100's BF16 peak."""
+    log = _log(tmp_path, "fp8.out", random.choice(["a100", None]), overrides={"fp8": "hybrid", "fp8_recipe": "blockwise"})
+    _, footnote, _ = _table(capsys, log, "--gpu", "a100")
+    assert "is against the same 312 TFLOP/s, the a100's dense BF16 peak, as the reports rate it." in footnote
+
+
+def test_a_peak_written_with_a_negative_exponent_is_read_back() -> None:
+    """``--oellm-peak-tflops 1e-5`` prints ``1e-05``; the table reads that peak, not none."""
+    from megatron.oellm.training.throughput import parse_basis
+
+    peak = random.choice([1e-5, 2.5e-7])
+    line = ThroughputBasis(2e10, 4096, peak, True).format("NVIDIA H100 80GB HBM3")
+    assert parse_basis(line).tflops == peak

@@ -148,7 +148,7 @@ def _mfu_peaks(rows: Sequence[ScalingRow], peak_tflops: float, peak_note: str,
     with ``peak_note``, as ever; the logs' peak where every ok row has the same one from its log; else each row's, so
     that rows of different peaks (or of a log that names none) are never mixed without a word."""
     peaks = [(number, row.peak) for number, row in enumerate(rows, 1) if row.ok and row.peak is not None]
-    if not any(peak.from_log for _, peak in peaks):
+    if not any(not peak.given and peak.logged is not None for _, peak in peaks):  # no row's log has a basis line
         return f"{peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}", peak_tflops, gpu
     distinct = {(peak.tflops, peak.gpu) for _, peak in peaks}
     if len(distinct) == 1 and all(peak.from_log for _, peak in peaks):
@@ -160,7 +160,9 @@ def _mfu_peaks(rows: Sequence[ScalingRow], peak_tflops: float, peak_note: str,
         groups.setdefault(_row_peak_text(peak, "its log's"), []).append(number)
     each = "; ".join(f"{text} for row{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
                      for text, numbers in groups.items())
-    return f"each row's peak: {each}", None, None
+    notes = dict.fromkeys(GPU_PEAKS[peak.gpu].note for _, peak in peaks
+                          if peak.gpu is not None and GPU_PEAKS[peak.gpu].note)  # the GH200 power cap's
+    return f"each row's peak: {each}{''.join(f'; {note}' for note in notes)}", None, None
 
 
 def _row_peak_text(peak: RowPeak, whose: str) -> str:
@@ -189,6 +191,9 @@ def _fp8_note(rows: Sequence[ScalingRow], peak_tflops: float | None, gpu: str | 
         return (f" The MFU of the FP8 {which} is against the same {peak_text(peak_tflops)} TFLOP/s; `oellm flops "
                 "--precision fp8` divides by the GPU's dense FP8 peak instead.")
     fp8_peak = GPU_PEAKS[gpu].fp8_tflops
+    if fp8_peak is None:  # a GPU without FP8 (A100): no second MFU to compare with
+        return (f" The MFU of the FP8 {which} is against the same {peak_text(peak_tflops)} TFLOP/s, the {gpu}'s dense "
+                "BF16 peak, as the reports rate it.")
     return (f" The MFU of the FP8 {which} is against the dense BF16 peak too, as the reports rate it; `oellm "
             f"flops --gpu {gpu} --precision fp8` divides by the dense FP8 peak, {peak_text(fp8_peak)} TFLOP/s, instead: for the "
             f"same run its MFU is {peak_tflops / fp8_peak:.2f} x this one.")

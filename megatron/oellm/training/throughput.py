@@ -49,7 +49,7 @@ BASIS_PREFIX = f"{LINE_PREFIX} throughput basis: "
 """Start of the line that states what the throughput lines are computed on (:class:`ThroughputBasis`)."""
 
 _BASIS_PEAK = re.compile(re.escape(BASIS_PREFIX) + r".* \| MFU (?:vs (?:(?P<gpu>[a-z0-9-]+) dense bf16 )?"
-                         r"(?P<peak>[0-9.e+]+) TFLOP/s|(?P<none>n/a))")
+                         r"(?P<peak>[-+0-9.eE]+) TFLOP/s|(?P<none>n/a))")
 """The MFU part of a basis line: the peak and, unless it was given by hand, its :data:`GPU_PEAKS` name; or ``n/a``."""
 
 HOOKED_FUNCTION = "training_log"
