@@ -162,8 +162,8 @@ def log_row(path: str, window: Window, gpus_per_node: int, given: RowPeak | None
     (:func:`~megatron.oellm.scaling_table.given_peak_note`). For any row, one note when the
     job's output was written into the log twice and read once (:func:`~megatron.oellm.scaling_table.doubled_note`)
     and one when it holds per-task output files put one after the other
-    (:func:`~megatron.oellm.scaling_table.per_task_files_note`); for a row with numbers, one when an earlier start in the log also ran the window
-    (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later start in it failed
+    (:func:`~megatron.oellm.scaling_table.per_task_files_note`); for a row with numbers, one when an earlier start in
+    the log also ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later start in it failed
     (:func:`~megatron.oellm.scaling_table.later_failure_note`): two runs in one log must not pass as one, nor a
     copy as a second run, nor a later failure go unseen. A value in it that cannot be read gives that row a status
     instead of stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming

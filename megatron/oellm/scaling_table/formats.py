@@ -238,13 +238,15 @@ _CSV_ROW_FIELDS = [f.name for f in dataclasses.fields(ScalingRow)
                    if f.name not in ("model_key", "settings", "line_iterations", "peak")]
 
 CSV_TABLE_FIELDS = ["window", "statistic", "peak_tflops", "baseline_log"]
-"""CSV columns that hold what the markdown's footnote says of the whole table, repeated on each row, so that rows
-joined from several tables keep how their numbers were computed: the iteration window, its statistic, the MFU's
-peak (TFLOP/s per GPU) and the log of the efficiency's baseline row."""
+"""CSV columns that hold what the markdown's footnote says, on each row, so that rows joined from several tables keep
+how their numbers were computed: the iteration window, its statistic, the row's MFU peak (TFLOP/s per GPU: the
+table's, or its log's own, :class:`~megatron.oellm.scaling_table.rows.RowPeak`) and the log of the efficiency's
+baseline row."""
 
 CSV_FIELDS = [*(CSV_HEADERS.get(name, name) for name in _CSV_ROW_FIELDS), *CSV_TABLE_FIELDS, *BENCHMARK_SETTINGS]
 """CSV columns: every :class:`ScalingRow` field but the internal :attr:`ScalingRow.model_key`,
-:attr:`ScalingRow.settings` and :attr:`ScalingRow.line_iterations`, unrounded, the MFU and the efficiency as
+:attr:`ScalingRow.settings`, :attr:`ScalingRow.line_iterations` and :attr:`ScalingRow.peak` (its TFLOP/s is the
+``peak_tflops`` column), unrounded, the MFU and the efficiency as
 fractions (:data:`CSV_HEADERS`); then :data:`CSV_TABLE_FIELDS`; then the run's benchmark settings, one column each
 (:data:`~megatron.oellm.scaling_table.summary.BENCHMARK_SETTINGS`, as its arguments block prints them, ``None`` for
 one the run does not read, such as a BF16 run's FP8 recipe; for a failed run too; empty for a row whose log has no
@@ -254,7 +256,7 @@ arguments block)."""
 def format_csv(rows: Sequence[ScalingRow], baseline: ScalingRow | None, window: Window,
                peak_tflops: float = DEFAULT_PEAK_TFLOPS) -> str:
     """The table as CSV with unrounded numbers (empty cells where a row has none), headed :data:`CSV_FIELDS`; the
-    table's window, peak and baseline on every row, where the markdown says them once in its footnote."""
+    table's window and baseline and each row's peak on every row, where the markdown says them in its footnote."""
     baseline_log = baseline.log if baseline is not None else ""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -87,7 +87,9 @@ def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 def asked_help(argv: Sequence[str]) -> str | None:
     """The help ``argv`` asks for: ``--help`` (for ``-h`` too) or :data:`FULL_HELP`, whichever comes first, as
-    argparse answers the first help option it meets; None for a command line without one."""
+    argparse answers the first help option it meets; None for a command line without one. A help option given as
+    another flag's value (``--wandb-exp-name -h``) counts too: which of Megatron's flags take a value is known only to
+    its parser, which this answer comes before (argparse would refuse that line, as it reads ``-h`` as an option)."""
     for arg in argv:
         if arg in SHORT_HELP:
             return SHORT_HELP[1]
