@@ -20,6 +20,7 @@ from megatron.core.transformer.moe import moe_utils, token_dispatcher
 from megatron.oellm.patches import moe_permutation
 from megatron.oellm.patches.moe_permutation import _permute_without_atomics, _unpermute_without_atomics
 from tests.unit_tests.models.hf_reference import fresh_seed
+from tests.unit_tests.triton_interpreter import INTERPRETING
 
 patched_permute = _permute_without_atomics(moe_utils.permute)
 patched_unpermute = _unpermute_without_atomics(moe_utils.unpermute)
@@ -249,8 +250,10 @@ def test_the_dispatchers_unfused_calls_move_the_tokens_by_the_sorted_sum(upstrea
     monkeypatch.setattr(token_dispatcher, "unpermute", moe_utils.unpermute)
     _, theirs, their_grad = dispatch_and_combine(all_gather_dispatcher(num_experts, top_k), *run)
     assert len(gather.calls) == 1 and len(scatter.calls) == 1
-    torch.testing.assert_close(out, theirs, rtol=0, atol=0)  # top 2: two adds, in either order the same
-    torch.testing.assert_close(grad, their_grad, rtol=0, atol=0)
+    # top 2: two adds, in either order the same; Triton's interpreter (the layers' re-run) stores bf16 by truncation
+    bound = dict(rtol=2**-7, atol=1e-6) if INTERPRETING and dtype == torch.bfloat16 else dict(rtol=0, atol=0)
+    torch.testing.assert_close(out, theirs, **bound)
+    torch.testing.assert_close(grad, their_grad, **bound)
 
 
 @pytest.mark.parametrize("card_name", ["qwen3.5-35b-a3b-tiny", "qwen3-30b-a3b-tiny"])
