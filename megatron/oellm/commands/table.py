@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``oellm table``."""
     parser.add_argument("logs", nargs="+", metavar="LOG",
                         help="Megatron stdout log of one run each, all tasks' output in one file (rank 0 prints the "
-                             "arguments, the last rank the iteration lines; per-task files put one after the other get a note: "
-                             "their lines are read in file order), gzip-, xz-, bzip2- or zstd-compressed or not "
+                             "arguments, the last rank the iteration lines; per-task files put one after the other "
+                             "get a note: their lines are read in file order), gzip-, xz-, bzip2- or zstd-compressed or not "
                              "(zstd through Python 3.14's compression.zstd or the zstandard package); output written "
                              "into it twice (a tee into sbatch's own output file) is read once; a run "
                              "SLURM stopped (its time limit, scancel, a preemption or a requeue) once the line of the "
@@ -163,8 +163,8 @@ def log_row(path: str, window: Window, gpus_per_node: int, given: RowPeak | None
     job's output was written into the log twice and read once (:func:`~megatron.oellm.scaling_table.doubled_note`)
     and one when it holds per-task output files put one after the other
     (:func:`~megatron.oellm.scaling_table.per_task_files_note`); for a row with numbers, one when an earlier start in
-    the log also ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later start in it failed
-    (:func:`~megatron.oellm.scaling_table.later_failure_note`): two runs in one log must not pass as one, nor a
+    the log also ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later
+    start in it failed (:func:`~megatron.oellm.scaling_table.later_failure_note`): two runs in one log must not pass as one, nor a
     copy as a second run, nor a later failure go unseen. A value in it that cannot be read gives that row a status
     instead of stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming
     it."""

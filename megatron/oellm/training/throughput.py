@@ -14,7 +14,8 @@ Before the first of these lines, the same rank prints once what they are compute
     [oellm] throughput basis: 19.1374 GFLOP/token (oellm FLOP count, training, seq 4096) | MFU vs h100-sxm dense
     bf16 989 TFLOP/s on 'NVIDIA H100 80GB HBM3', FP8 runs too
 
-(one line in the log). ``oellm table`` reads it (:func:`parse_basis`), so that its MFU is against the same peak as the log's.
+(one line in the log). ``oellm table`` reads it (:func:`parse_basis`), so that its MFU is against the same peak as
+the log's.
 
 megatron 0.19.2 has no hook for extra per-interval metrics, so :func:`install_throughput_logging` wraps
 ``megatron.training.training.training_log`` (exactly 0.19.2, as the runtime patches, and guarded by its signature);
@@ -244,8 +245,8 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
 
     Exactly megatron-core 0.19.2, as the runtime patches (another release keeps megatron's ``training_log``, with a
     warning). Installing again replaces the wrapper, with the new FLOPs and peak, instead of stacking one. The
-    wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's ``interval-time`` timer (without resetting it) before megatron's own ``training_log`` reads and resets it.
-    Megatron's ``training_log`` is called exactly once per call, whatever happens in the wrapper's own part, which
+    wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's ``interval-time`` timer
+    (without resetting it) before megatron's own ``training_log`` reads and resets it. Megatron's ``training_log`` is called exactly once per call, whatever happens in the wrapper's own part, which
     never raises (:class:`HookWarnings`).
     """
     from megatron.core.num_microbatches_calculator import get_num_microbatches
