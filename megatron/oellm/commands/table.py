@@ -164,10 +164,10 @@ def log_row(path: str, window: Window, gpus_per_node: int, given: RowPeak | None
     and one when it holds per-task output files put one after the other
     (:func:`~megatron.oellm.scaling_table.per_task_files_note`); for a row with numbers, one when an earlier start in
     the log also ran the window (:func:`~megatron.oellm.scaling_table.earlier_window_note`) and one when a later
-    start in it failed (:func:`~megatron.oellm.scaling_table.later_failure_note`): two runs in one log must not pass as one, nor a
-    copy as a second run, nor a later failure go unseen. A value in it that cannot be read gives that row a status
-    instead of stopping the table (the other logs' rows are kept). A file the system cannot read is refused, naming
-    it."""
+    start in it failed (:func:`~megatron.oellm.scaling_table.later_failure_note`): two runs in one log must not pass
+    as one, nor a copy as a second run, nor a later failure go unseen. A value in it that cannot be read gives that
+    row a status instead of stopping the table (the other logs' rows are kept). A file the system cannot read is
+    refused, naming it."""
     try:
         log = read_log(path)
         peak = row_peak(window_run(log, window).logged_peak, given)

@@ -246,8 +246,9 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
     Exactly megatron-core 0.19.2, as the runtime patches (another release keeps megatron's ``training_log``, with a
     warning). Installing again replaces the wrapper, with the new FLOPs and peak, instead of stacking one. The
     wrapper counts the tokens of every iteration and, at a logging iteration, reads megatron's ``interval-time`` timer
-    (without resetting it) before megatron's own ``training_log`` reads and resets it. Megatron's ``training_log`` is called exactly once per call, whatever happens in the wrapper's own part, which
-    never raises (:class:`HookWarnings`).
+    (without resetting it) before megatron's own ``training_log`` reads and resets it. Megatron's ``training_log`` is
+    called exactly once per call, whatever happens in the wrapper's own part, which never raises
+    (:class:`HookWarnings`).
     """
     from megatron.core.num_microbatches_calculator import get_num_microbatches
     from megatron.training import get_args, get_timers, training
