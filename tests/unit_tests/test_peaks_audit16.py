@@ -68,4 +68,4 @@ def test_an_implausible_mfu_names_a_fractional_peak_as_given() -> None:
 def test_table_help_names_the_default_peak_as_given(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["table", "--help"])
-    assert "(default 989: H100/GH200 BF16)" in " ".join(capsys.readouterr().out.split())
+    assert "throughput basis line, else 989: H100/GH200 BF16)" in " ".join(capsys.readouterr().out.split())
