@@ -23,6 +23,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.transformer_layer import MlpBuilder
 
 from megatron.oellm.cards import ModelCard
+from megatron.oellm.megatron_args import every_layer_moe
 from megatron.oellm.models.parallel import ParallelLayout, validate_layout
 from megatron.oellm.patches import moe_permutation, recompute_without_te
 
@@ -192,9 +193,8 @@ def unbuilt_setting_problems(config: TransformerConfig) -> list[str]:
     if config.qk_l2_norm:
         problems.append("qk_l2_norm: the spec builders put the card's RMSNorm in the query and key norm slots, which "
                         "megatron-core's attention uses instead of its L2 norm; drop it")
-    freq = config.moe_layer_freq
-    if not (freq == 1 or (isinstance(freq, list) and set(freq) == {1})):
-        problems.append(f"moe_layer_freq={freq!r}: the spec builders put an MoE block in every layer (no card has "
+    if not every_layer_moe(config.moe_layer_freq):
+        problems.append(f"moe_layer_freq={config.moe_layer_freq!r}: the spec builders put an MoE block in every layer (no card has "
                         "dense layers between them); drop it")
     return problems
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from megatron.oellm.cards import HYBRID_SYMBOLS, ModelCard
+from megatron.oellm.megatron_args import every_layer_moe
 
 FLAGS_CARD_NAME = "from-megatron-flags"
 """Name of a card rebuilt from flags (it is in no registry)."""
@@ -66,13 +67,8 @@ def linear_attention_interval(freq: int | list | None, num_layers: int) -> int:
                      f"the {num_layers} layers, the one layer mix a model card describes")
 
 
-def _all_moe(freq: int | list[int] | None) -> bool:
-    """Megatron's ``--moe-layer-freq`` puts an MoE block in every layer (1, or a list of ones)."""
-    return freq in (None, 1) or (isinstance(freq, list) and set(freq) == {1})
-
-
 _UNEXPRESSIBLE: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("moe_layer_freq", _all_moe, "dense layers between the MoE layers"),
+    ("moe_layer_freq", every_layer_moe, "dense layers between the MoE layers"),
     ("multi_latent_attention", lambda value: not value, "multi-latent attention"),
     ("mtp_num_layers", lambda value: not value, "multi-token prediction layers"),
     ("experimental_attention_variant", lambda value: value in (None, "gated_delta_net"),
