@@ -572,7 +572,7 @@ def checked_then_trained(user_argv: list[str], world_size: int, no_gpu: ValueErr
 
         install_moe_metrics_tracker(args.moe_router_load_balancing_type, getattr(args, "hybrid_layer_pattern", None))
     basis = ThroughputBasis(flops_per_token, args.seq_length, peak_tflops, args.oellm_peak_tflops is not None)
-    install_throughput_logging(flops_per_token, peak_tflops, basis)  # the basis line before the first line
+    install_throughput_logging(basis)  # the basis line before the first line
     store = None
     if args.inprocess_restart:  # megatron's own restart wrapper, which its pretrain_gpt.py launcher applies too
         from megatron.training.inprocess_restart import maybe_wrap_for_inprocess_restart

@@ -237,11 +237,10 @@ class HookWarnings:
             warnings.warn(f"[oellm] throughput line left out: {error!r}", RuntimeWarning, stacklevel=3)
 
 
-def install_throughput_logging(flops_per_token: float, peak_tflops: float | None,
-                               basis: ThroughputBasis | None = None) -> bool:
-    """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line, and its first call
-    the ``basis`` line (:class:`ThroughputBasis`; None: none), on the rank that prints the others, before megatron's
-    first iteration line; True if installed.
+def install_throughput_logging(basis: ThroughputBasis) -> bool:
+    """Wrap megatron's ``training_log`` so that each log interval also prints the ``[oellm]`` line computed on
+    ``basis`` (its FLOPs per token and peak), and its first call the basis line, on the rank that prints the others,
+    before megatron's first iteration line; True if installed.
 
     Exactly megatron-core 0.19.2, as the runtime patches (another release keeps megatron's ``training_log``, with a
     warning). Installing again replaces the wrapper, with the new FLOPs and peak, instead of stacking one. The
@@ -260,7 +259,7 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
     signature = check_hook_point(original)
     count = IntervalCount()
     failures = HookWarnings()
-    unprinted = [basis] if basis is not None else []
+    unprinted = [basis]
 
     def print_basis() -> None:
         """Print the basis line once, at the first call (the GPU is set up by then, so CUDA names it); a failure
@@ -288,8 +287,8 @@ def install_throughput_logging(flops_per_token: float, peak_tflops: float | None
         """Print the pending line (left out when an iteration of its interval was not counted)."""
         if pending.tokens is None:
             return
-        line = measure(pending.iteration, pending.tokens, pending.elapsed_s, get_args().world_size, flops_per_token,
-                       peak_tflops)
+        line = measure(pending.iteration, pending.tokens, pending.elapsed_s, get_args().world_size,
+                       basis.flops_per_token, basis.peak_tflops)
         print_rank_last(line.format())
 
     @functools.wraps(original)

@@ -4,6 +4,7 @@ a time or GPU count that gives no throughput), format/parse round trip, hook gua
 import random
 
 import pytest
+import torch
 
 from megatron.oellm.training.throughput import (
     Throughput,
@@ -80,7 +81,7 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(g
     import megatron.training.utils
     from megatron.training import training
 
-    from megatron.oellm.training.throughput import install_throughput_logging
+    from megatron.oellm.training.throughput import ThroughputBasis, install_throughput_logging
 
     megatron_calls = []
 
@@ -105,8 +106,10 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(g
     monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda name: IntervalTimer()))
     monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: num_microbatches)
     monkeypatch.setattr(megatron.training.utils, "print_rank_last", printed.append)
-    install_throughput_logging(flops_per_token=2e9, peak_tflops=989.0)
-    install_throughput_logging(flops_per_token=2e9, peak_tflops=989.0)  # idempotent: one wrapper
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_args: "NVIDIA H100 80GB HBM3")
+    basis = ThroughputBasis(flops_per_token=2e9, seq_length=args.seq_length, peak_tflops=989.0)
+    install_throughput_logging(basis)
+    install_throughput_logging(basis)  # idempotent: one wrapper
 
     tokens_per_iteration = (args.micro_batch_size * args.data_parallel_size * gtp_weight_remat_size
                             * num_microbatches * args.seq_length)
@@ -114,7 +117,8 @@ def test_wrapper_counts_each_intervals_tokens_against_megatrons_interval_timer(g
         seconds["interval"] = 1.5 * (iteration if iteration <= 5 else iteration - 5)
         training.training_log({}, iteration, is_first_iteration=iteration == 1)
     assert megatron_calls == list(range(1, 11))
-    lines = [parse_throughput_line(line) for line in printed]
+    assert printed[0].startswith("[oellm] throughput basis: 2.0000 GFLOP/token")
+    lines = [parse_throughput_line(line) for line in printed[1:]]
     assert [line.iteration for line in lines] == [1, 5, 10]
     # iteration 1: 1 iteration in 1.5 s; 1-5: 5 iterations in 7.5 s (timer not reset at 1); 6-10: 5 in 7.5 s
     expected = tokens_per_iteration / 1.5 / args.world_size

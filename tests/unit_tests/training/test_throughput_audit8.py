@@ -8,6 +8,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from megatron.oellm.training.throughput import (
     Throughput,
@@ -81,7 +82,7 @@ def test_wrapper_returns_megatrons_report_memory_flag(monkeypatch):
     import megatron.training.utils
     from megatron.training import training
 
-    from megatron.oellm.training.throughput import install_throughput_logging
+    from megatron.oellm.training.throughput import ThroughputBasis, install_throughput_logging
 
     returned = {}
 
@@ -98,11 +99,12 @@ def test_wrapper_returns_megatrons_report_memory_flag(monkeypatch):
                         lambda: (lambda name: SimpleNamespace(elapsed=lambda barrier, reset: 1.25)))
     monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: random.randint(1, 8))
     monkeypatch.setattr(megatron.training.utils, "print_rank_last", printed.append)
-    install_throughput_logging(flops_per_token=random.uniform(1e8, 1e10), peak_tflops=989.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_args: "NVIDIA H100 80GB HBM3")
+    install_throughput_logging(ThroughputBasis(random.uniform(1e8, 1e10), args.seq_length, 989.0))
     for iteration in range(1, 10):
         flag = training.training_log({}, iteration, report_memory_flag=True, is_first_iteration=iteration == 1)
         assert flag is returned[iteration]
-    assert len(printed) == 1 + 9 // args.log_interval  # the wrapper did run: one line per log iteration
+    assert len(printed) == 2 + 9 // args.log_interval  # the wrapper did run: the basis line, one per log iteration
 
 
 @pytest.mark.parametrize("peak", [math.nan, math.inf, 0.0, -989.0])

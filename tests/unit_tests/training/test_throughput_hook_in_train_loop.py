@@ -10,6 +10,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from tests.unit_tests.training.throughput_lines import parse_throughput_line
 
@@ -50,6 +51,7 @@ class FakeMegatron:
         monkeypatch.setattr(megatron.training, "get_timers", lambda: (lambda name: IntervalTimer()))
         monkeypatch.setattr(microbatches, "get_num_microbatches", lambda: fake.microbatches)
         monkeypatch.setattr(megatron.training.utils, "print_rank_last", self.printed.append)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_args: "NVIDIA H100 80GB HBM3")
         self.training = training
 
     def tokens(self) -> int:
@@ -67,9 +69,9 @@ class FakeMegatron:
 
 
 def install(flops: float = 3e9, peak: float | None = 989.0) -> None:
-    from megatron.oellm.training.throughput import install_throughput_logging
+    from megatron.oellm.training.throughput import ThroughputBasis, install_throughput_logging
 
-    install_throughput_logging(flops_per_token=flops, peak_tflops=peak)
+    install_throughput_logging(ThroughputBasis(flops, 4096, peak))
 
 
 def test_rampup_resumed_run_counts_each_iterations_own_batch(monkeypatch):
@@ -253,7 +255,7 @@ def test_another_release_keeps_megatrons_training_log_and_warns_naming_the_relea
     release = f"0.{rng.randint(20, 60)}.{rng.randint(0, 9)}"
     monkeypatch.setattr(throughput, "megatron_core_release", lambda: release)
     with pytest.warns(RuntimeWarning, match=rf"megatron-core {release} is not 0\.19\.2.*patches/training-log-hook\.md"):
-        assert not throughput.install_throughput_logging(flops_per_token=3e9, peak_tflops=989.0)
+        assert not throughput.install_throughput_logging(throughput.ThroughputBasis(3e9, 4096, 989.0))
     assert fake.training.training_log is megatrons
     fake.step(1, 1.0, first=True)
     for iteration in range(2, 9):
@@ -273,8 +275,8 @@ def test_installing_again_replaces_the_wrapper_with_the_new_flops_and_peak(monke
     monkeypatch.setattr(throughput, "megatron_core_release", lambda: "0.19.2")
     first_flops, first_peak = rng.uniform(1e9, 5e9), rng.uniform(300.0, 600.0)
     flops, peak = first_flops * rng.uniform(1.5, 3.0), first_peak * rng.uniform(1.5, 3.0)
-    assert throughput.install_throughput_logging(flops_per_token=first_flops, peak_tflops=first_peak)
-    assert throughput.install_throughput_logging(flops_per_token=flops, peak_tflops=peak)
+    assert throughput.install_throughput_logging(throughput.ThroughputBasis(first_flops, 4096, first_peak))
+    assert throughput.install_throughput_logging(throughput.ThroughputBasis(flops, 4096, peak))
     assert fake.training.training_log.__wrapped__ is megatrons and unpatched(fake.training.training_log) is megatrons
     step_s = rng.uniform(0.5, 3.0)
     fake.step(1, step_s, first=True)
