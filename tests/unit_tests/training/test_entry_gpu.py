@@ -37,7 +37,21 @@ def run_entry(extra: list[str], tmp_path) -> tuple[dict[int, float], list]:
     assert all("global_load_balancing_loss:" in line and " load_balancing_loss:" not in line for line in log_lines)
     losses = {int(m[1]): float(m[2]) for m in _LOSS.finditer(output)}
     lines = [t for t in map(parse_throughput_line, output.splitlines()) if t is not None]
+    assert_one_basis_line_first(output.splitlines())
     return losses, lines
+
+
+def assert_one_basis_line_first(output: list[str]) -> None:
+    """The run's ``[oellm] throughput basis:`` line is printed once, before megatron's first iteration line, and
+    names the peak ``oellm table`` reads back: this GPU's, or n/a on a GPU without a known peak."""
+    import torch
+
+    from megatron.oellm.training.throughput import device_peak_tflops, parse_basis
+
+    basis_at = [at for at, line in enumerate(output) if parse_basis(line) is not None]
+    first_iteration_at = next(at for at, line in enumerate(output) if _LOSS.search(line))
+    assert len(basis_at) == 1 and basis_at[0] < first_iteration_at, basis_at
+    assert parse_basis(output[basis_at[0]]).tflops == device_peak_tflops(torch.cuda.get_device_name(), "bf16")
 
 
 def assert_learns(losses: dict[int, float], lines: list, iterations: int) -> None:
