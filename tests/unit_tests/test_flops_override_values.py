@@ -99,8 +99,9 @@ def test_sizes_a_model_does_not_read_are_not_refused(capsys):
 
 
 def test_a_top_k_up_to_the_expert_count_counts_more_the_more_experts_a_token_reaches(capsys):
-    small, large = sorted(random.sample(range(1, 129), 2))
+    small, large = sorted(random.sample(range(1, 128), 2))
     assert 0 < _total(capsys, GPT, f"moe-router-topk={small}") < _total(capsys, GPT, f"moe-router-topk={large}")
+    assert _total(capsys, GPT, f"moe-router-topk={large}") < _total(capsys, GPT, "moe-router-topk=128")  # every expert
 
 
 def test_query_groups_that_do_not_divide_the_heads_are_refused_with_the_divisors(capsys):
