@@ -36,3 +36,15 @@ def test_help_says_the_csv_columns_are_fractions(capsys):
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "mfu_fraction and efficiency_fraction are fractions (0.116 = 11.6%)" in text
+
+
+def test_help_says_peak_tflops_is_the_rows_own(capsys):
+    """The CSV's ``peak_tflops`` is each row's MFU peak (its log's basis line, or ``--gpu``/``--peak-tflops``), not
+    the footnote's: the help said it repeated the table's footnote on every row, like ``window``."""
+    with pytest.raises(SystemExit) as stop:
+        main(["table", "--help"])
+    assert stop.value.code == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse may wrap after a hyphen: compare without spaces
+    for said in ("window, statistic and baseline_log repeat the table's footnote on every row",
+                 "peak_tflops is the row's own MFU peak (its log's, or --gpu/--peak-tflops)"):
+        assert "".join(said.split()) in text

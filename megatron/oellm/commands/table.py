@@ -86,8 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"({', '.join(CSV_FIELDS)}; tflops_per_gpu is our FLOP count, tflops_per_gpu_logged "
                              "megatron's; scaling is baseline, strong or weak: the series that rates the row); "
                              "mfu_fraction and efficiency_fraction are fractions (0.116 = 11.6%%), where the markdown "
-                             "prints percentages; window, statistic, peak_tflops and baseline_log repeat the table's "
-                             "footnote on every row, the last columns are the run's benchmark settings")
+                             "prints percentages; window, statistic and baseline_log repeat the table's footnote on "
+                             "every row; peak_tflops is the row's own MFU peak (its log's, or --gpu/--peak-tflops), "
+                             "the last columns are the run's benchmark settings")
     parser.add_argument("--plot", metavar="PNG", help="also write throughput and efficiency vs nodes to this PNG, "
                                                       "one line per strong- or weak-scaling series")
     parser.add_argument("--title", default="", help="title of the plot (needs --plot)")
