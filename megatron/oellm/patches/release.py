@@ -20,17 +20,20 @@ def megatron_core_release() -> str:
 
 
 def warn_not_applied(release: str, note: str, stacklevel: int = 3) -> None:
-    """Say (``RuntimeWarning``) that the patch described in ``patches/<note>.md`` is skipped on ``release``, another
-    release than :data:`PATCHED_RELEASE`: upstream's code runs, with or without the bug the patch fixes.
-    ``stacklevel`` as ``warnings.warn`` takes it (the default names the caller of the patch's ``apply``)."""
-    warnings.warn(f"megatron-core {release} is not {PATCHED_RELEASE}: the runtime patch of patches/{note}.md is not "
-                  "applied, upstream's code runs unchanged", RuntimeWarning, stacklevel=stacklevel)
+    """Say (``RuntimeWarning``) that the change described in ``patches/<note>.md`` is skipped on ``release``, another
+    release than :data:`PATCHED_RELEASE`: upstream's code runs, with or without the bug the change fixes. The change
+    is a runtime patch or, for the MoE metrics tracker subclass (:mod:`megatron.oellm.training.moe_metrics`), no patch
+    at all, so the message names neither. ``stacklevel`` as ``warnings.warn`` takes it (the default names the caller
+    of the patch's ``apply``)."""
+    warnings.warn(f"megatron-core {release} is not {PATCHED_RELEASE}: the change of patches/{note}.md is not made, "
+                  "upstream's code runs unchanged", RuntimeWarning, stacklevel=stacklevel)
 
 
 def applies_to(release: str, note: str) -> bool:
-    """Whether the runtime patch of ``patches/<note>.md`` applies to megatron-core ``release``: only on
-    :data:`PATCHED_RELEASE`; on another it warns (:func:`warn_not_applied`) and upstream's code stays. Each patch passes
-    its own module's ``megatron_core_release()``, which its tests stand in for another release."""
+    """Whether the change of ``patches/<note>.md`` (a runtime patch or an override) applies to megatron-core
+    ``release``: only on :data:`PATCHED_RELEASE`; on another it warns (:func:`warn_not_applied`) and upstream's code
+    stays. Each caller passes its own module's ``megatron_core_release()``, which its tests stand in for another
+    release."""
     if release == PATCHED_RELEASE:
         return True
     warn_not_applied(release, note, stacklevel=4)

@@ -183,6 +183,10 @@ def test_another_release_keeps_upstreams_tracker_and_says_so_at_the_caller(track
             as record:
         assert not install_moe_metrics_tracker("global_aux_loss")
     assert [warning.filename for warning in record] == [__file__]
+    # the tracker subclass is no runtime patch (patches/README.md): the warning names neither
+    assert str(record[0].message) == (f"megatron-core {release} is not 0.19.2: the change of "
+                                      "patches/moe-load-balancing-log-names.md is not made, upstream's code runs "
+                                      "unchanged")
     assert type(tracker_slot.get_moe_metrics_tracker()) is tracker_slot.MoEMetricsTracker
     assert upstream_class_attributes() == attributes
 
