@@ -26,7 +26,7 @@ def megatron_flag(destination: str) -> str:
 
 
 def every_layer_moe(moe_layer_freq: int | Sequence[int] | None) -> bool:
-    """Megatron's ``--moe-layer-freq`` (None: its default) puts an MoE block in every layer: 1, or a list of ones.
+    """Megatron's ``--moe-layer-freq`` (None: not set) puts an MoE block in every layer: 1, or a list of ones.
 
     Every card's model is all-MoE, so the card read back from flags and the spec builders refuse any other value."""
     return moe_layer_freq in (None, 1) or (isinstance(moe_layer_freq, (list, tuple)) and set(moe_layer_freq) == {1})
