@@ -30,7 +30,7 @@ from megatron.oellm.megatron_args import (
     megatron_parser,
     model_flags,
 )
-from megatron.oellm.training.flags import add_oellm_arguments
+from megatron.oellm.training.flags import add_oellm_arguments, as_full_help_page
 
 TRAINING_DEFAULTS: dict[str, FlagValue] = {"hidden-dropout": 0.0, "attention-dropout": 0.0, "eval-interval": 1000}
 """Flags filled in when not given, but free to set: the card models train without dropout (Megatron's default is
@@ -80,6 +80,12 @@ class MergedArgv:
 def oellm_parser() -> argparse.ArgumentParser:
     """Megatron's parser plus the OEL arguments, built once per process (``parse_args`` leaves a parser as it is)."""
     return megatron_parser(add_oellm_arguments)
+
+
+def full_help_parser() -> argparse.ArgumentParser:
+    """The parser of the entry's ``--help-all`` page (:func:`~megatron.oellm.training.flags.as_full_help_page`): a
+    parser of its own, as :func:`oellm_parser`'s, which the entry parses with, is left as it is."""
+    return as_full_help_page(megatron_parser(add_oellm_arguments))
 
 
 def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:

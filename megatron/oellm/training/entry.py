@@ -384,10 +384,10 @@ def help_page(argv: Sequence[str]) -> str | None:
     asked = asked_help(argv)
     if asked != FULL_HELP:
         return short_help() if asked else None
-    from megatron.oellm.training.args import oellm_parser
+    from megatron.oellm.training.args import full_help_parser
 
     with missing_package_warnings_ignored(torch.cuda.is_available()):  # building the parser imports megatron.training
-        return oellm_parser().format_help()
+        return full_help_parser().format_help()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,6 +52,13 @@ example (the tiny Qwen3 MoE card on synthetic tokens, one GPU):
 FULL_LIST_POINTER = f"Megatron-LM's flags: {FULL_HELP} prints them all (about 3,800 lines)."
 """The short page's last line: how to see the flags it leaves out."""
 
+FULL_PAGE_DESCRIPTION = (f"Every flag the entry takes: Megatron-LM's pretrain_gpt.py / pretrain_hybrid.py ones and "
+                         f"the {OELLM_GROUP} ones. {'/'.join(SHORT_HELP)} prints the short page (the {OELLM_GROUP} "
+                         f"flags and what a run needs), {FULL_HELP} this one.")
+"""The :data:`FULL_HELP` page's description, which names both pages: megatron's parser says neither."""
+SHORT_PAGE_HELP = f"show the short page (what a run needs and the {OELLM_GROUP} flags) and exit"
+"""The help options' line on the :data:`FULL_HELP` page, which argparse words as "show this help message"."""
+
 
 def add_oellm_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Megatron ``extra_args_provider``: add the OEL arguments (model card, backend, peak) to Megatron's parser, and
@@ -110,6 +117,20 @@ def short_help_parser() -> argparse.ArgumentParser:
     parser.add_argument("megatron_flags", nargs="*", metavar="MEGATRON_FLAG",
                         help=f"Megatron-LM's pretrain_gpt.py / pretrain_hybrid.py flags ({FULL_HELP} lists them)")
     return add_oellm_arguments(parser)
+
+
+def as_full_help_page(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` (Megatron's, with :func:`add_oellm_arguments`' group) worded as the entry's :data:`FULL_HELP` page:
+    the entry's ``python -m`` line as its usage's program (argparse took ``entry.py``), :data:`FULL_PAGE_DESCRIPTION`,
+    the help options said to print the short page, and :data:`FULL_HELP` itself listed. For formatting only: the
+    entry answers the help options before parsing."""
+    parser.prog = f"python -m {ENTRY_MODULE}"
+    parser.description = FULL_PAGE_DESCRIPTION
+    for action in parser._actions:
+        if tuple(action.option_strings) == SHORT_HELP:
+            action.help = SHORT_PAGE_HELP
+    parser.add_argument(FULL_HELP, action="store_true", help="show this page and exit")
+    return parser
 
 
 def short_help() -> str:

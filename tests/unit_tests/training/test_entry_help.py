@@ -17,8 +17,16 @@ import pytest
 
 from megatron.oellm.megatron_args import megatron_parser
 from megatron.oellm.training import entry
-from megatron.oellm.training.args import oellm_parser
-from megatron.oellm.training.flags import ENTRY_MODULE, FULL_HELP, RUN_NEEDS, SHORT_HELP, short_help
+from megatron.oellm.training.args import full_help_parser, oellm_parser
+from megatron.oellm.training.flags import (
+    ENTRY_MODULE,
+    FULL_HELP,
+    FULL_PAGE_DESCRIPTION,
+    RUN_NEEDS,
+    SHORT_HELP,
+    SHORT_PAGE_HELP,
+    short_help,
+)
 from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, entry_on_a_cpu_node, refused_line
 
 NEEDS_A_GPU_NODE = "the training entry needs a GPU node"
@@ -80,13 +88,23 @@ def test_help_prints_every_flag_the_entry_adds_and_exits_0(capsys: pytest.Captur
 
 
 def test_help_all_prints_megatrons_whole_parser_with_the_entrys_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    """The pointer's option prints the parser the entry parses with: megatron's flags and the entry's."""
+    """The pointer's option prints the parser the entry parses with: megatron's flags and the entry's. The page
+    named ``entry.py`` in its usage, said ``-h, --help  show this help message and exit`` (``-h`` prints the short
+    page) and did not list ``--help-all``: its usage names the ``python -m`` line, and it says which option prints
+    which page."""
     assert entry.main(among_flags(FULL_HELP)) == 0
     page = capsys.readouterr().out
-    assert page == oellm_parser().format_help()
-    options = [option for action in oellm_parser()._actions if action.help != argparse.SUPPRESS
+    parser = oellm_parser()
+    options = [option for action in parser._actions if action.help != argparse.SUPPRESS
                for option in action.option_strings]
     assert all(option in page for option in random.sample(options, 50))
+    assert page == full_help_parser().format_help()
+    assert parser.prog != f"python -m {ENTRY_MODULE}" and FULL_HELP not in parser._option_string_actions  # as it was
+    assert page.startswith(f"usage: python -m {ENTRY_MODULE} ") and "entry.py" not in page
+    assert "show this help message" not in page
+    assert "".join(FULL_PAGE_DESCRIPTION.split()) in "".join(page.split())  # argparse may wrap after a hyphen
+    text = words(page)
+    assert f"-h, --help {SHORT_PAGE_HELP}" in text and f"{FULL_HELP} show this page and exit" in text
 
 
 def test_python_m_answers_help_before_importing_torch_or_megatron(tmp_path: Path,
