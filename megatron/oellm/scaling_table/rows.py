@@ -27,7 +27,7 @@ FlopsPerToken = Callable[[ModelCard, int, int], float]
 class RowPeak:
     """The peak TFLOP/s per GPU a row's MFU is against, and where the table took it from: the user's ``--gpu`` or
     ``--peak-tflops`` (``given``), else the log's ``[oellm] throughput basis`` line (``logged``, so that the table's
-    MFU is the log's own), else :data:`DEFAULT_PEAK_TFLOPS`."""
+    MFU is against the peak of the log's own ``[oellm]`` lines), else :data:`DEFAULT_PEAK_TFLOPS`."""
 
     tflops: float
     gpu: str | None
