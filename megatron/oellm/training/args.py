@@ -83,8 +83,8 @@ def oellm_parser() -> argparse.ArgumentParser:
 
 
 def full_help_parser() -> argparse.ArgumentParser:
-    """The parser of the entry's ``--help-all`` page (:func:`~megatron.oellm.training.flags.as_full_help_page`): a
-    parser of its own, as :func:`oellm_parser`'s, which the entry parses with, is left as it is."""
+    """The parser of the entry's ``--help-all`` page (:func:`~megatron.oellm.training.flags.as_full_help_page`), built
+    anew so that :func:`oellm_parser`'s cached one, which the entry parses with, is left as it is."""
     return as_full_help_page(megatron_parser(add_oellm_arguments))
 
 

@@ -22,6 +22,8 @@ OELLM_GROUP = "OpenEuroLLM"
 
 ENTRY_MODULE = "megatron.oellm.training.entry"
 """The module ``python -m`` and ``torchrun -m`` run."""
+ENTRY_PROG = f"python -m {ENTRY_MODULE}"
+"""The program both help pages' usage names."""
 
 SHORT_HELP = ("-h", "--help")
 """The options of the short page (:func:`short_help`)."""
@@ -108,7 +110,7 @@ def asked_help(argv: Sequence[str]) -> str | None:
 def short_help_parser() -> argparse.ArgumentParser:
     """A parser holding only the help options and :func:`add_oellm_arguments`' group, for formatting the short page;
     Megatron's flags stand in its usage as ``MEGATRON_FLAG ...``."""
-    parser = argparse.ArgumentParser(prog=f"python -m {ENTRY_MODULE}", description=RUN_NEEDS,
+    parser = argparse.ArgumentParser(prog=ENTRY_PROG, description=RUN_NEEDS,
                                      epilog=FULL_LIST_POINTER, add_help=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(*SHORT_HELP, action="store_true", help="show this page and exit")
@@ -124,7 +126,7 @@ def as_full_help_page(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     the entry's ``python -m`` line as its usage's program (argparse took ``entry.py``), :data:`FULL_PAGE_DESCRIPTION`,
     the help options said to print the short page, and :data:`FULL_HELP` itself listed. For formatting only: the
     entry answers the help options before parsing."""
-    parser.prog = f"python -m {ENTRY_MODULE}"
+    parser.prog = ENTRY_PROG
     parser.description = FULL_PAGE_DESCRIPTION
     for action in parser._actions:
         if tuple(action.option_strings) == SHORT_HELP:
