@@ -194,8 +194,8 @@ def unbuilt_setting_problems(config: TransformerConfig) -> list[str]:
         problems.append("qk_l2_norm: the spec builders put the card's RMSNorm in the query and key norm slots, which "
                         "megatron-core's attention uses instead of its L2 norm; drop it")
     if not every_layer_moe(config.moe_layer_freq):
-        problems.append(f"moe_layer_freq={config.moe_layer_freq!r}: the spec builders put an MoE block in every layer (no card has "
-                        "dense layers between them); drop it")
+        problems.append(f"moe_layer_freq={config.moe_layer_freq!r}: the spec builders put an MoE block in every "
+                        "layer (no card has dense layers between them); drop it")
     return problems
 
 
