@@ -91,7 +91,8 @@ def summarise(log: RunLog, window: Window, gpus_per_node: int, peak_tflops: floa
 def row_peak(logged: LoggedPeak | None, given: RowPeak | None) -> RowPeak:
     """The peak of a row whose run's ``[oellm] throughput basis`` line names ``logged`` (None: no such line): the
     user's ``given`` one (``--gpu``, ``--peak-tflops``) wins; else the log's, so that the table's MFU is against the
-    peak the log's ``[oellm]`` lines rated it against; else the reports' default (also where the log computed no MFU)."""
+    peak the log's ``[oellm]`` lines rated it against; else the reports' default (also where the log computed no
+    MFU)."""
     if given is not None:
         return dataclasses.replace(given, logged=logged)
     if logged is not None and logged.tflops is not None:
