@@ -68,3 +68,13 @@ def test_the_footnote_says_the_window_is_summarised_from_n_iteration_means(tmp_p
 def test_a_line_per_iteration_keeps_the_plain_footnote(tmp_path, capsys):
     status, footnote = _table(capsys, _log(tmp_path, 1, 10))
     assert status == "ok" and footnote.startswith("Medians over iterations 3-10. TFLOP/s/GPU:")
+
+
+def test_logs_at_different_intervals_name_every_lines_iteration_count(tmp_path, capsys):
+    """One log at ``--log-interval 1`` beside one at 5 or 10: the footnote names both line lengths (``N = 1, 10``),
+    not the plain "Medians over iterations" that fits the first log only."""
+    interval = random.choice([5, 10])
+    window = f"{interval + 1}-{3 * interval}"
+    main(["table", _log(tmp_path, 1, 4 * interval), _log(tmp_path, interval, 4 * interval), "--window", window])
+    footnote = capsys.readouterr().out.splitlines()[-1]
+    assert footnote.startswith(f"Medians of N-iteration means over iterations {window}, N = 1, {interval}: ")
