@@ -174,10 +174,12 @@ def test_an_ignored_exception_interleaved_with_the_last_line_is_no_crash(args):
 
 def test_a_threads_traceback_after_the_last_line_is_no_crash(args):
     """W&B's thread dying at shutdown, after megatron's end-of-training line: the program outlives a thread's exception
-    (``Exception in thread ...``), so the finished run keeps its numbers; a main-thread traceback there still counts."""
+    (``Exception in thread ...``), so the finished run keeps its numbers and a plain ``ok`` (no ``crashed`` note); a
+    main-thread traceback there still counts."""
     times = random_times(10, random.uniform(60_000.0, 90_000.0))
     row = summarise(parse_log_text(_text(args, times, {}, tail=DONE + "\n" + WANDB_THREAD)), Window(), 4)
     assert row.ok and row.step_time_s == pytest.approx(statistics.median(times[2:]) / 1000, rel=1e-12)
+    assert row.status == "ok"
     thread_then_crash = DONE + "\n" + WANDB_THREAD + "\n" + SAVE_CRASH
     assert summarise(parse_log_text(_text(args, times, {}, tail=thread_then_crash)), Window(), 4).status == \
         "ok (crashed (OSError: [Errno 122] Disk quota exceeded) at iteration 10, after the window)"
