@@ -55,6 +55,20 @@ def test_directive_values_that_sbatch_cannot_carry_are_refused():
         assert line in script
 
 
+def test_a_clusters_gpus_per_node_reaches_the_header_directive_and_torchrun():
+    """A cluster of 1, 2 or 8 GPUs per node (every example has 4): the job asks SLURM for that many GPUs a node and
+    starts that many ranks a node, so nodes x GPUs is the world size megatron was given, not nodes x 4."""
+    gpus = random.choice([1, 2, 8])
+    world_size = random.choice([16, 32])
+    recipe = mn5_attention_recipe(gpus_per_node=gpus)
+    row = dataclasses.replace(recipe.rows[0], nodes=world_size // gpus)
+    recipe = dataclasses.replace(recipe, rows=(row, *recipe.rows[1:]))
+    script = sbatch_text(recipe, 1, resolve_row(recipe, row))
+    assert script.splitlines()[1].endswith(f", {world_size // gpus} nodes x {gpus} GPUs.")
+    assert f"#SBATCH --nodes={world_size // gpus}\n" in script and f"#SBATCH --gpus-per-node={gpus}\n" in script
+    assert f'torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {gpus} ' in script
+
+
 def test_a_rows_own_time_limit_wins_over_the_clusters():
     recipe = load_recipe(EXAMPLES / "qwen3_5_35b_a3b_mn5_routing.toml")
     recipe = dataclasses.replace(recipe, cluster=dataclasses.replace(recipe.cluster, time="00:40:00"))
