@@ -419,6 +419,31 @@ def test_two_different_unknown_models_get_no_efficiency_against_each_other():
     assert by_log["same.log"].efficiency == same.tokens_per_s_per_gpu / small.tokens_per_s_per_gpu
 
 
+def _qwen3_row(nodes: int, layers: int, path: str):
+    """The row of a run of a small Qwen3 MoE that matches no registry card, ``layers`` deep on ``nodes`` nodes, at
+    fresh random step times."""
+    args = megatron_args("qwen3_30b_a3b_mn5", 1, {
+        "world_size": nodes * 4, "hidden_size": 1024, "ffn_hidden_size": 3000, "moe_ffn_hidden_size": 300,
+        "moe_shared_expert_intermediate_size": 300, "num_layers": layers, **FROM_FLAGS})
+    times = random_times(10, random.uniform(50_000.0, 70_000.0))
+    return summarise(parse_log_text(megatron_log(args, times, [100.0] * 10), path), Window(), 4)
+
+
+def test_two_unregistered_models_of_different_depth_get_no_efficiency_against_each_other():
+    """Two runs of one unregistered architecture at two depths (e.g. 4 layers on 8 nodes, 8 layers on 16 nodes) are
+    two models: the deeper run's row had an "efficiency" against the shallower baseline; a row of the baseline's depth
+    still has one."""
+    layers = random.randint(2, 8)
+    shallow, deep, same = _qwen3_row(8, layers, "shallow.log"), _qwen3_row(16, 2 * layers, "deep.log"), \
+        _qwen3_row(16, layers, "same.log")
+    assert shallow.model == deep.model == "unregistered model"
+    rows, baseline = with_efficiency([shallow, deep, same])
+    assert baseline.log == "shallow.log"
+    by_log = {row.log: row for row in rows}
+    assert by_log["deep.log"].efficiency is None
+    assert by_log["same.log"].efficiency == same.tokens_per_s_per_gpu / shallow.tokens_per_s_per_gpu
+
+
 def test_csv_keeps_its_columns():
     """The key that tells models apart is no CSV column."""
     row = _row(FROM_FLAGS, 1, random.uniform(5000, 7000), "a.log")
