@@ -148,7 +148,7 @@ def _mfu_peaks(rows: Sequence[ScalingRow], peak_tflops: float, peak_note: str,
     with ``peak_note``, as ever; the logs' peak where every ok row has the same one from its log; else each row's, so
     that rows of different peaks (or of a log that names none) are never mixed without a word."""
     peaks = [(number, row.peak) for number, row in enumerate(rows, 1) if row.ok and row.peak is not None]
-    if not any(not peak.given and peak.logged is not None for _, peak in peaks):  # no row's log has a basis line
+    if not any(peak.log_has_basis for _, peak in peaks):
         return f"{peak_text(peak_tflops)}{f' ({peak_note})' if peak_note else ''}", peak_tflops, gpu
     distinct = {(peak.tflops, peak.gpu) for _, peak in peaks}
     if len(distinct) == 1 and all(peak.from_log for _, peak in peaks):

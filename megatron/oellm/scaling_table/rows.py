@@ -38,9 +38,14 @@ class RowPeak:
     """What the log's basis line names (None: the log has none)."""
 
     @property
+    def log_has_basis(self) -> bool:
+        """The table took no peak from the user and the log has a basis line (with a peak or ``MFU n/a``)."""
+        return not self.given and self.logged is not None
+
+    @property
     def from_log(self) -> bool:
         """The peak is the log's own."""
-        return not self.given and self.logged is not None and self.logged.tflops is not None
+        return self.log_has_basis and self.logged.tflops is not None
 
 
 DEFAULT_ROW_PEAK = RowPeak(DEFAULT_PEAK_TFLOPS, DEFAULT_GPU)
