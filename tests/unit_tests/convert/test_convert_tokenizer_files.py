@@ -289,3 +289,35 @@ def test_a_tokenizer_far_smaller_than_the_vocabulary_gets_a_warning(tmp_path: Pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "tokenizer.json" in check_tokenizer_dir(tmp_path, padded)
+
+
+def test_a_tokenizer_one_id_past_the_vocabulary_is_refused(tmp_path: Path) -> None:
+    """Ids 0 to N-1 fit N vocabulary rows; id N does not (the embedding has no row N). Fails if the largest id may
+    equal the vocabulary size."""
+    from megatron.oellm.convert.tokenizer_files import check_tokenizer_dir
+
+    vocab = random.randrange(300, 400)
+    save_tiny_tokenizer(tmp_path / "fits", vocab, seed=random.randrange(2**31))
+    assert "tokenizer.json" in check_tokenizer_dir(tmp_path / "fits", vocab)
+    save_tiny_tokenizer(tmp_path / "over", vocab + 1, seed=random.randrange(2**31))
+    with pytest.raises(ConversionError, match=rf"defines token id {vocab}, but the model's vocabulary has {vocab} "
+                                              rf"rows \(ids 0 to {vocab - 1}\)"):
+        check_tokenizer_dir(tmp_path / "over", vocab)
+
+
+def test_the_coverage_warning_starts_below_the_share(tmp_path: Path) -> None:
+    """N token ids in the most rows of which they still cover the share (N >= share x rows) get no warning; one row
+    more does. Fails if the ids are counted one short (the largest id, not the count)."""
+    import warnings
+
+    from megatron.oellm.convert.tokenizer_files import TOKENIZER_COVERAGE, check_tokenizer_dir
+
+    tokens = random.randrange(300, 400)
+    save_tiny_tokenizer(tmp_path, tokens, seed=random.randrange(2**31))
+    rows = next(rows for rows in range(int(tokens / TOKENIZER_COVERAGE) + 2, tokens, -1)
+                if tokens >= TOKENIZER_COVERAGE * rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "tokenizer.json" in check_tokenizer_dir(tmp_path, rows)
+    with pytest.warns(UserWarning, match=rf"defines ids 0 to {tokens - 1}, \d+ % of the model's {rows + 1} "):
+        check_tokenizer_dir(tmp_path, rows + 1)
