@@ -181,3 +181,18 @@ def test_shards_are_numbered_from_one_as_save_pretrained_names_them(tmp_path: Pa
     files = write_safetensors(tmp_path, tensors, max_shard_bytes=1)
     assert [f.name for f in files] == [f"model-0000{i}-of-00008.safetensors" for i in range(1, 9)] + [INDEX_NAME]
     assert [list(load_file(f)) for f in files[:-1]] == [[name] for name in tensors]
+
+
+def test_a_shard_filled_exactly_to_the_limit_is_not_split(tmp_path: Path) -> None:
+    """``max_shard_bytes`` is the most a shard holds, reached included (as ``save_pretrained`` cuts): tensors whose
+    bytes sum to exactly the limit share one file, and no shard of several tensors holds more."""
+    generator = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    tensors = {f"t{i}": torch.randn(*torch.randint(1, 9, (2,), generator=generator).tolist(), generator=generator)
+               .to(dtypes[int(torch.randint(0, 3, (), generator=generator))]) for i in range(8)}
+    together = int(torch.randint(2, 8, (), generator=generator))
+    limit = sum(tensor.nbytes for tensor in list(tensors.values())[:together])
+    files = write_safetensors(tmp_path, tensors, max_shard_bytes=limit)
+    shards = [list(load_file(f)) for f in files if f.name != INDEX_NAME]
+    assert sorted(shards[0]) == sorted(list(tensors)[:together]), (limit, shards)
+    assert all(len(names) == 1 or sum(tensors[name].nbytes for name in names) <= limit for names in shards), shards
