@@ -36,10 +36,13 @@ def _cpu_torch(**changes):
     return make_report(gpus=(), cuda_version=None, nccl_version=None, **changes)
 
 
+@pytest.mark.parametrize("job_variable", ["SLURM_JOB_ID", "SLURM_JOBID"])
 @pytest.mark.parametrize("variable", ["SLURM_JOB_GPUS", "SLURM_STEP_GPUS"])
-def test_a_cpu_torch_in_a_slurm_job_given_gpus_is_an_error(variable):
+def test_a_cpu_torch_in_a_slurm_job_given_gpus_is_an_error(variable, job_variable):
+    """Slurm names the job in SLURM_JOB_ID and, for older scripts, SLURM_JOBID: either one alone makes the job's GPUs
+    evidence."""
     job, devices = str(random.randint(10**5, 10**8)), _devices()
-    env = {"SLURM_JOB_ID": job, variable: devices}
+    env = {job_variable: job, variable: devices}
     report = _cpu_torch()
     (finding,) = check_gpus(report, env)
     assert finding.severity == "error", finding
