@@ -139,3 +139,25 @@ def test_table_mfu_column_is_a_percentage_of_the_peak() -> None:
     row = format_table([m]).splitlines()[2].split()
     assert row[6] == f"{mfu_percent:.1f}" and 15.0 < mfu_percent < 26.0
 
+
+
+@pytest.mark.parametrize("peak", [None, 989.0])
+def test_table_mfu_of_a_row_not_measured_is_a_dash_not_n_a(peak: float | None) -> None:
+    """``n/a`` in the MFU column says a measured row has no peak to be quoted against (a GPU missing from the peak
+    table); a row that ran out of memory or was skipped has no figures at all, ``-`` as in its other columns, with or
+    without a peak. Fresh random sizes and the size that runs out of memory."""
+    sizes = sorted(random.sample(range(1, 33), random.randint(2, 6)))
+    limit = random.choice(sizes[1:])
+
+    def run(mbs: int) -> StepTimes:
+        if mbs >= limit:
+            raise torch.OutOfMemoryError("fake")
+        return StepTimes((random.uniform(50.0, 500.0),), 2**30, 11.0)
+
+    rows = format_table(sweep("ours", sizes, 4096, run, 4.6e9, peak)).splitlines()[2:]
+    mfu = {int(row.split()[1]): (row.split()[2], row.split()[6]) for row in rows}
+    for mbs, (status, cell) in mfu.items():
+        if mbs < limit:
+            assert status == "ok" and (cell == "n/a") == (peak is None) and cell != "-", (mbs, status, cell)
+        else:
+            assert status in ("oom", "skipped") and cell == "-", (mbs, status, cell)

@@ -142,3 +142,22 @@ def test_gpu_and_peak_tflops_together_are_a_usage_error(capsys: pytest.CaptureFi
     assert usage.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--gpu or --peak-tflops"):
         harness.BenchConfig(model=TINY, seq_length=SEQ, sides=("hf",), gpu="h100-sxm", peak_tflops=500.0)
+
+
+KNOWN_DEVICES = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200", "NVIDIA GH200 480GB",
+                 "NVIDIA A100-SXM4-80GB")
+"""CUDA names of GPUs the peak table knows (:data:`megatron.oellm.training.throughput.DEVICE_PEAKS`)."""
+
+
+def test_a_peak_given_by_hand_on_a_gpu_of_the_table_is_the_mfu_denominator(
+        fake_gpu: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``--peak-tflops`` on a GPU whose peak the table knows (an H100) is what MFU is quoted against: the device's
+    own peak is not filled in beside it (the config refuses a peak given both ways). Fresh random device and peak."""
+    device = random.choice(KNOWN_DEVICES)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: device)
+    peak = round(random.uniform(100.0, 3000.0), 1)
+    assert bench("--peak-tflops", str(peak), "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["peak_tflops"] == peak and report["config"]["gpu"] is None, device
+    for r in report["results"]:
+        assert r["mfu"] == pytest.approx(tflops(fake_gpu[r["mbs"]], r["mbs"]) / peak, rel=1e-2)
