@@ -1,6 +1,7 @@
 """Torch-native modules on CPU (fp32): checkpoint names, load round trips and math against float64 loops."""
 
 import contextlib
+import dataclasses
 import random
 from collections.abc import Iterator
 
@@ -342,3 +343,16 @@ def test_packed_unmasked_attention_over_padded_documents_is_refused() -> None:
     q, kv = q[:10], kv[:10]
     out = make_attention(AttnMaskType.padding)(q, kv, kv, None, packed_seq_params=unpadded)
     assert relative_error(out, packed_attention_reference(q, kv, kv, [3, 5, 2], causal=False)) < 1e-5
+
+
+@pytest.mark.parametrize("padded", ["query", "key/value"])
+def test_packed_unmasked_attention_refuses_padding_on_either_side(padded: str) -> None:
+    """The refusal reads the query's and the key/value's document boundaries alike: padding on one side alone
+    would also have real tokens attend to padding, or padding rows attend as queries."""
+    params, _, _ = _padded_pack()
+    unpadded = params.cu_seqlens_q.clone()
+    side = {"cu_seqlens_kv_padded": unpadded} if padded == "query" else {"cu_seqlens_q_padded": unpadded}
+    one_side = dataclasses.replace(params, **side)
+    q, kv = torch.randn(14, 4, 8), torch.randn(14, 2, 8)
+    with pytest.raises(ValueError, match="padding of padded documents"):
+        make_attention(AttnMaskType.padding)(q, kv, kv, None, packed_seq_params=one_side)
