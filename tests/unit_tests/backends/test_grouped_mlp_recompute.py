@@ -73,3 +73,17 @@ def test_experts_keep_the_activation_without_moe_act_recompute() -> None:
     outputs = _count_activations(experts)
     out, _ = experts(torch.randn(sum(COUNTS), HIDDEN), torch.tensor(COUNTS), torch.rand(sum(COUNTS)))
     assert len(outputs) == 1 and outputs[0].untyped_storage().nbytes() > 0
+
+
+@pytest.mark.parametrize("granularity", ["full", None])
+def test_moe_act_in_recompute_modules_is_ignored_without_selective_recompute(granularity: str | None) -> None:
+    """As megatron-core's grouped experts, ``moe_act`` counts only under selective recompute: full recompute (which
+    recomputes the whole layer already) or no recompute with ``moe_act`` still listed keeps the activation stored."""
+    full = dict(recompute_method="uniform", recompute_num_layers=1) if granularity == "full" else {}
+    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, use_cpu_initialization=True, recompute_granularity=granularity,
+                        recompute_modules=["moe_act"], **full)
+    experts = build_experts(config)
+    assert not experts.activation_recompute
+    outputs = _count_activations(experts)
+    out, _ = experts(torch.randn(sum(COUNTS), HIDDEN), torch.tensor(COUNTS), torch.rand(sum(COUNTS)))
+    assert len(outputs) == 1 and outputs[0].untyped_storage().nbytes() > 0
