@@ -575,6 +575,16 @@ def test_a_flash_attention_refusal_names_every_rule_that_applies_and_only_those(
     assert "fp32 training" in refusal.why and te_flash.NO_SUPPORTED_FLASH_ATTN in refusal.why
 
 
+
+def test_a_fix_shared_by_several_rules_is_named_once() -> None:
+    """flash-attn-3 and flash-attn-4 on an sm80 GPU are each dropped for the GPU, with the same fix: the refusal
+    names both rules and that fix once."""
+    found = te_flash.FlashAttentionFound({3: "3.0.0b1", 4: "4.0.0b11"})
+    refusal = te_flash.flash_attention_refusal(found, environ={}, dtype="bf16", capability=(8, 0),
+                                                flash_attention_version=None)
+    assert refusal.why.count("does not run on this sm80 GPU") == 2
+    assert refusal.fix == "install a flash-attn that TE runs on this GPU"
+
 def _te_flags(**changes):
     """TE 2.20.2's FlashAttentionUtils defaults (nothing taken up), ``changes`` on top."""
     from types import SimpleNamespace
