@@ -104,14 +104,15 @@ def _generation_blockers(generation: int, version: str, environ: Mapping[str, st
                          capability: tuple[int, int] | None,
                          flash_attention_version: int | None) -> list[FlashAttentionRefusal]:
     """Each rule that makes TE drop the accepted flash-attn ``generation`` (``version``): an environment pin, the
-    pin megatron-core derives from ``--flash-attention-version``, the GPU."""
+    pin megatron-core derives from ``--flash-attention-version`` (named too where the environment pins the same
+    variable to 0, since megatron-core would set it again once the variable is unset), the GPU."""
     name = f"{FLASH_ATTN_PACKAGES[generation]} {version}"
     variable = version_pin(generation)
     blockers = []
     if _switched_off(environ, variable):
         blockers.append(FlashAttentionRefusal(f"{name} is turned off by {variable}={environ[variable]}",
                                               f"unset {variable}"))
-    elif variable in megatron_version_pins(flash_attention_version):
+    if variable in megatron_version_pins(flash_attention_version):
         blockers.append(FlashAttentionRefusal(
             f"{name} is turned off by --flash-attention-version {flash_attention_version} (megatron-core sets "
             f"{variable}=0)", f"pass --flash-attention-version {generation} or drop it"))

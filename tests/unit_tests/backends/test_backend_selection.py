@@ -585,6 +585,18 @@ def test_a_fix_shared_by_several_rules_is_named_once() -> None:
     assert refusal.why.count("does not run on this sm80 GPU") == 2
     assert refusal.fix == "install a flash-attn that TE runs on this GPU"
 
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_an_environment_pin_and_the_flash_attention_version_pinning_the_same_package_are_both_named(version) -> None:
+    """NVTE_FLASH_ATTN_V2=0 with --flash-attention-version 3 or 4 (which makes megatron-core set it to 0 as well):
+    unsetting the variable alone would leave flash-attn 2 off, so the refusal names both rules and both fixes."""
+    refusal = te_flash.flash_attention_refusal(te_flash.FlashAttentionFound({2: "2.7.4"}),
+                                                environ={"NVTE_FLASH_ATTN_V2": "0"}, dtype="bf16", capability=(9, 0),
+                                                flash_attention_version=version)
+    assert refusal.why == (f"flash-attn 2.7.4 is turned off by NVTE_FLASH_ATTN_V2=0; flash-attn 2.7.4 is turned off "
+                           f"by --flash-attention-version {version} (megatron-core sets NVTE_FLASH_ATTN_V2=0)")
+    assert refusal.fix == "unset NVTE_FLASH_ATTN_V2, and pass --flash-attention-version 2 or drop it"
+
 def _te_flags(**changes):
     """TE 2.20.2's FlashAttentionUtils defaults (nothing taken up), ``changes`` on top."""
     from types import SimpleNamespace
