@@ -597,6 +597,7 @@ def test_an_environment_pin_and_the_flash_attention_version_pinning_the_same_pac
                            f"by --flash-attention-version {version} (megatron-core sets NVTE_FLASH_ATTN_V2=0)")
     assert refusal.fix == "unset NVTE_FLASH_ATTN_V2, and pass --flash-attention-version 2 or drop it"
 
+
 def _te_flags(**changes):
     """TE 2.20.2's FlashAttentionUtils defaults (nothing taken up), ``changes`` on top."""
     from types import SimpleNamespace
