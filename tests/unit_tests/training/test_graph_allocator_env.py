@@ -67,6 +67,18 @@ def test_a_spaced_setting_megatron_core_does_not_match_is_refused(spaced):
         check_graph_allocator_env(_graphs(), environ)
 
 
+@pytest.mark.parametrize("register", ["1", "", "00", " 0", "0 ", "\t0\n", "+0", "0.0"])
+@pytest.mark.parametrize("variable", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_graph_registration_is_off_only_at_exactly_zero(variable, register):
+    """``NCCL_GRAPH_REGISTER`` is read as megatron-core's own assertion reads it (``== "0"``): a padded or another
+    spelling of zero is not the ``0`` it asks for, so it does not let expandable segments through. Each value in
+    turn: the shared random draw (:func:`_register_not_zero`) reaches the padded ones in a few runs only."""
+    environ = {variable: _expandable(spaced=random.random() < 0.5), "NCCL_GRAPH_REGISTER": register}
+    with pytest.raises(EnvironmentRefusal, match=f"{variable}="):
+        check_graph_allocator_env(_graphs(), environ)
+    check_graph_allocator_env(_graphs(), {**environ, "NCCL_GRAPH_REGISTER": "0"})
+
+
 @pytest.mark.parametrize("environ", [
     {"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": "expandable_segments:True"},  # torch reads the empty one
     {"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.8", "PYTORCH_ALLOC_CONF": "expandable_segments:True"},
