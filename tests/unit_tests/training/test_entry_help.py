@@ -25,6 +25,7 @@ from megatron.oellm.training.flags import (
     RUN_NEEDS,
     SHORT_HELP,
     SHORT_PAGE_HELP,
+    asked_help,
     short_help,
 )
 from tests.unit_tests.training.entry_helpers import TINY_MOE_RUN, entry_on_a_cpu_node, refused_line
@@ -105,6 +106,16 @@ def test_help_all_prints_megatrons_whole_parser_with_the_entrys_flags(capsys: py
     assert "".join(FULL_PAGE_DESCRIPTION.split()) in "".join(page.split())  # argparse may wrap after a hyphen
     text = words(page)
     assert f"-h, --help {SHORT_PAGE_HELP}" in text and f"{FULL_HELP} show this page and exit" in text
+
+
+@pytest.mark.parametrize("first", [*SHORT_HELP, FULL_HELP])
+def test_the_first_help_option_of_the_line_chooses_the_page(first: str) -> None:
+    """A line asking for both pages gets the page of its first help option, as argparse answers the first one it
+    meets, wherever the other stands after it (a flag's value included)."""
+    others = [option for option in (*SHORT_HELP, FULL_HELP) if (option == FULL_HELP) != (first == FULL_HELP)]
+    argv = among_flags(first)
+    argv.insert(random.randint(argv.index(first) + 1, len(argv)), random.choice(others))
+    assert asked_help(argv) == (FULL_HELP if first == FULL_HELP else "--help"), argv
 
 
 def test_python_m_answers_help_before_importing_torch_or_megatron(tmp_path: Path,
