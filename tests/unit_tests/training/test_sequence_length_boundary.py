@@ -36,3 +36,20 @@ def test_a_cards_limit_is_inclusive():
     with pytest.raises(ValueError, match=rf"--seq-length {limit + 1} exceeds model card {CARD}'s "
                                          rf"max_position_embeddings {limit};"):
         check_sequence_length(parsed(limit + 1))
+
+
+def test_only_a_limit_of_megatrons_flag_is_offered_to_raise():
+    """Megatron's ``--max-position-embeddings`` may be raised; a card's limit may not (a flag contradicting the card
+    is refused): the refusal without a card names both fixes, the one under ``--oellm-model`` the shorter length
+    only."""
+    limit = random.randint(64, 8192)
+    length = limit + random.randint(1, limit)
+    with pytest.raises(ValueError) as flags:
+        check_sequence_length(parse_oellm_argv(["--seq-length", str(length), "--max-position-embeddings", str(limit)]))
+    assert str(flags.value).endswith(f"; train with at most {limit} tokens per sequence or raise the limit")
+    card_limit = get_card(CARD).max_position_embeddings
+    card_length = card_limit + random.randint(1, card_limit)
+    with pytest.raises(ValueError) as card:
+        check_sequence_length(parse_oellm_argv(merge_card_flags(["--oellm-model", CARD, "--seq-length",
+                                                                 str(card_length)]).argv))
+    assert str(card.value).endswith(f"; train with at most {card_limit} tokens per sequence")
