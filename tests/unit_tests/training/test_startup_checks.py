@@ -61,3 +61,26 @@ def test_layer_offloading_on_a_hybrid_card_is_refused_by_the_model_phase(monkeyp
     assert entry.main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{entry.PROG}: error: --cpu-offloading-num-layers {layers}: ") and "HybridModel" in line
+
+
+@pytest.mark.parametrize("own_eval_micro", [False, True])
+def test_a_refusal_of_evaluation_sizes_of_their_own_is_left_as_megatron_words_it(own_eval_micro: bool) -> None:
+    """megatron-core words an off-grid training batch as its evaluation batch, which defaults to the training one:
+    said of the training batch (its flags, the nearest multiple) where the evaluation sizes are the defaults, and
+    left as megatron words it where the command line gives an ``--eval-micro-batch-size`` of its own (the refusal
+    is then of that flag, and the training batch may well be on its grid)."""
+    import argparse
+
+    micro, data_parallel = random.randint(1, 8), random.randint(2, 8)
+    batch = micro * data_parallel * random.randint(1, 50) + random.randint(1, micro * data_parallel - 1)
+    eval_micro = micro + random.randint(1, 8) if own_eval_micro else random.choice([None, micro])
+    detail = (f"eval_global_batch_size ({batch}) must be divisible by eval_micro_batch_size ({eval_micro or micro}) "
+              f"* data_parallel_size ({data_parallel})")
+    parsed = argparse.Namespace(decrease_batch_size_if_needed=False, global_batch_size=batch, micro_batch_size=micro,
+                                eval_global_batch_size=random.choice([None, batch]), eval_micro_batch_size=eval_micro)
+    said = startup_checks.training_batch_detail(detail, parsed)
+    if own_eval_micro:
+        assert said == detail
+    else:
+        assert said.startswith(f"--global-batch-size {batch} is not a multiple of --micro-batch-size {micro} x "
+                               f"data-parallel size {data_parallel}"), said
