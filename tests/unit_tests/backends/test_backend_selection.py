@@ -575,7 +575,6 @@ def test_a_flash_attention_refusal_names_every_rule_that_applies_and_only_those(
     assert "fp32 training" in refusal.why and te_flash.NO_SUPPORTED_FLASH_ATTN in refusal.why
 
 
-
 def test_a_fix_shared_by_several_rules_is_named_once() -> None:
     """flash-attn-3 and flash-attn-4 on an sm80 GPU are each dropped for the GPU, with the same fix: the refusal
     names both rules and that fix once."""

@@ -67,7 +67,6 @@ def test_packed_attention_refuses_attention_dropout_in_training_and_evaluation(
         attention(q, k, v, None, packed_seq_params=params)
 
 
-
 def test_packed_attention_refuses_even_a_tiny_attention_dropout(generator: torch.Generator) -> None:
     """Any positive dropout is refused, not only a large one: a small one would otherwise be dropped without a word
     (drawn log-uniformly from 1e-6 to 1e-2)."""
@@ -77,6 +76,7 @@ def test_packed_attention_refuses_even_a_tiny_attention_dropout(generator: torch
     q, k, v = _qkv(sum(lengths) + tail, torch.float32, generator)
     with pytest.raises(ValueError, match=rf"attention_dropout={dropout} "):
         attention(q, k, v, None, packed_seq_params=params)
+
 
 def test_rows_past_marks_the_rows_from_the_last_document_end(generator: torch.Generator) -> None:
     rows = int(torch.randint(1, 40, (1,), generator=generator))

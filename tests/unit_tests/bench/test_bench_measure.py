@@ -140,7 +140,6 @@ def test_table_mfu_column_is_a_percentage_of_the_peak() -> None:
     assert row[6] == f"{mfu_percent:.1f}" and 15.0 < mfu_percent < 26.0
 
 
-
 @pytest.mark.parametrize("peak", [None, 989.0])
 def test_table_mfu_of_a_row_not_measured_is_a_dash_not_n_a(peak: float | None) -> None:
     """``n/a`` in the MFU column says a measured row has no peak to be quoted against (a GPU missing from the peak

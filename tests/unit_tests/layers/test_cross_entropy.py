@@ -244,7 +244,6 @@ def test_bad_inputs_are_refused():
         vocab_parallel_cross_entropy(logits, torch.zeros(4, 2))
 
 
-
 def test_int32_token_ids_give_the_loss_and_gradient_of_int64_ones():
     """The contract takes int32 targets too (megatron's data loaders hand either): same loss and gradient."""
     logits, target, grad_loss = random_case((9, 2), 300, seed=fresh_seed())
@@ -256,6 +255,7 @@ def test_int32_token_ids_give_the_loss_and_gradient_of_int64_ones():
         results.append((loss, local.grad))
     torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
     check_against_reference(logits.float(), target.int(), grad_loss)
+
 
 class _Megatron:
     """Stands in for megatron's LanguageModule: its own loss is recognisable."""
