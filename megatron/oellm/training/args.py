@@ -93,17 +93,21 @@ def parse_oellm_argv(argv: Sequence[str]) -> argparse.Namespace:
     return oellm_parser().parse_args(list(argv))
 
 
+HELP_IN_RUN_REFUSED = "--help asks for the help page: the job would print it and exit without training"
+"""Why a run's command line may not hold ``--help`` (or ``-h``): the parser prints the page and exits with status 0."""
+
+
 def argv_refusal(argv: Sequence[str]) -> str | None:
     """What the training entry's parser says against ``argv`` (an unknown or misspelt flag, a value outside a flag's
-    choices), or None when it parses (or asks for ``--help``): the check a job makes at start, for making it before
-    the job is queued."""
+    choices, a help option, on which the job would print the help page and exit without training), or None when it
+    parses: the check a job makes at start, for making it before the job is queued."""
     messages = io.StringIO()
     try:
         with contextlib.redirect_stderr(messages), contextlib.redirect_stdout(io.StringIO()):
             parse_oellm_argv(argv)
     except SystemExit as exit_:
-        if exit_.code == 0:  # --help: the parser's answer, not a refusal
-            return None
+        if exit_.code == 0:  # argparse answered a help option: the page, then exit status 0
+            return HELP_IN_RUN_REFUSED
         lines = messages.getvalue().strip().splitlines()
         return lines[-1].split(" error: ", 1)[-1] if lines else "the argument parser refused the command line"
     except (KeyError, ValueError) as error:  # megatron's enum-typed flags convert their value outside argparse

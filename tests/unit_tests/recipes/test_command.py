@@ -110,6 +110,8 @@ def test_submit_refuses_an_image_that_does_not_exist(tmp_path, monkeypatch, caps
                                    "'attention-backend'?)"),
     ('attention-backend = "flashy"', "row 1: Megatron's argument parser would stop the job at start: invalid value "
                                      "'flashy' for --attention-backend"),
+    ("help = true", "row 1: Megatron's argument parser would stop the job at start: --help asks for the help page: "
+                    "the job would print it and exit without training"),
     ('recompute-granularity = "selective"', "row 1: the training entry would stop the job at start: AssertionError: "
                                             "recompute method is not yet supported for selective recomputing "
                                             "granularity"),

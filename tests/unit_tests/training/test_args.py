@@ -11,6 +11,7 @@ from megatron.oellm.cards import CardError, get_card
 from megatron.oellm.megatron_args import escape_unformattable_help, megatron_parser, parse_megatron_argv
 from megatron.oellm.recipes.megatron_validation import megatron_refusal
 from megatron.oellm.training.args import (
+    HELP_IN_RUN_REFUSED,
     BackendFlagConflict,
     CardFlagConflict,
     add_oellm_arguments,
@@ -155,6 +156,17 @@ def test_argv_refusal_names_what_the_parser_refuses_and_passes_what_it_takes():
     assert argv_refusal([*merged, "--attention-backend", "flashy"]) == "invalid value 'flashy' for --attention-backend"
     assert argv_refusal([*merged, "--num-layers", "two"]) == "argument --num-layers: invalid int value: 'two'"
     assert argv_refusal([*merged, "--oellm-backend", "jax"]).startswith("argument --oellm-backend: invalid choice")
+
+
+@pytest.mark.parametrize("help_option", ["--help", "-h"])
+def test_argv_refusal_refuses_a_help_option_on_which_the_job_would_not_train(help_option, capsys):
+    """A help option among a run's flags (first or last: not as another flag's value) makes the parser print its page
+    and exit with status 0: a job queued with it would end at start without training, so it is a refusal, and the
+    page is not printed meanwhile."""
+    merged = merge_card_flags(["--oellm-model", TINY, "--oellm-backend", "torch"]).argv
+    merged.insert(random.choice([0, len(merged)]), help_option)
+    assert argv_refusal(merged) == HELP_IN_RUN_REFUSED
+    assert capsys.readouterr() == ("", "")
 
 
 def test_argv_refusal_names_the_flag_that_refused_a_word_several_flags_are_given():
