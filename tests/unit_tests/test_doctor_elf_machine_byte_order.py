@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from megatron.oellm.doctor.probes import elf_machine, helpers_cpp_mismatch
+from megatron.oellm.doctor.probes import ELF_MACHINES, elf_machine, helpers_cpp_mismatch
 
 
 def _elf(path: Path, data: int, machine: int) -> Path:
@@ -40,15 +40,12 @@ def test_a_ppc64le_helper_loads_on_ppc64le_and_is_named_elsewhere(tmp_path: Path
     assert mismatch is not None and "built for ppc64le" in mismatch and other in mismatch
 
 
-LITTLE_ENDIAN_MACHINES = {"x86_64": 0x3E, "aarch64": 0xB7, "ppc64le": 0x15, "riscv64": 0xF3}
-
-
 def test_a_helper_built_for_this_python_beside_builds_for_others_is_no_mismatch(tmp_path: Path) -> None:
     """megatron-core's ``datasets`` folder may hold helpers built for several Pythons (a source tree built by two
     interpreters): the one built for this interpreter's suffix and CPU loads, so no mismatch is the cause of a failed
     import; only where every helper there is built for another Python is each one named. Fresh random releases and
     CPU."""
-    machine, code = random.choice(sorted(LITTLE_ENDIAN_MACHINES.items()))
+    code, machine = random.choice(sorted(ELF_MACHINES.items()))
     this, *others = random.sample(range(8, 16), random.randint(2, 4))
     datasets = tmp_path / "core" / "datasets"
     datasets.mkdir(parents=True)

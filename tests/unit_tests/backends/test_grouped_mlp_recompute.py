@@ -44,6 +44,16 @@ def _count_activations(experts: torch.nn.Module) -> list[torch.Tensor]:
     return outputs
 
 
+def _check_activation_stored(config) -> None:
+    """Experts built from ``config`` recompute no activation: one forward calls the activation once and its output's
+    storage stays allocated."""
+    experts = build_experts(config)
+    assert not experts.activation_recompute
+    outputs = _count_activations(experts)
+    experts(torch.randn(sum(COUNTS), HIDDEN), torch.tensor(COUNTS), torch.rand(sum(COUNTS)))
+    assert len(outputs) == 1 and outputs[0].untyped_storage().nbytes() > 0
+
+
 @pytest.mark.parametrize("gated", [True, False])
 def test_moe_act_recompute_frees_the_activation_and_keeps_the_gradients(cpu_checkpointing: None, gated: bool) -> None:
     """With ``moe_act`` in ``recompute_modules`` the activation output's storage is freed once fc2 used it and
@@ -67,12 +77,8 @@ def test_moe_act_recompute_frees_the_activation_and_keeps_the_gradients(cpu_chec
 
 def test_experts_keep_the_activation_without_moe_act_recompute() -> None:
     """Selective recompute of other modules (megatron's default ``core_attn``) leaves the activation stored."""
-    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, use_cpu_initialization=True, recompute_granularity="selective")
-    experts = build_experts(config)
-    assert not experts.activation_recompute
-    outputs = _count_activations(experts)
-    out, _ = experts(torch.randn(sum(COUNTS), HIDDEN), torch.tensor(COUNTS), torch.rand(sum(COUNTS)))
-    assert len(outputs) == 1 and outputs[0].untyped_storage().nbytes() > 0
+    _check_activation_stored(moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, use_cpu_initialization=True,
+                                        recompute_granularity="selective"))
 
 
 @pytest.mark.parametrize("granularity", ["full", None])
@@ -80,10 +86,5 @@ def test_moe_act_in_recompute_modules_is_ignored_without_selective_recompute(gra
     """As megatron-core's grouped experts, ``moe_act`` counts only under selective recompute: full recompute (which
     recomputes the whole layer already) or no recompute with ``moe_act`` still listed keeps the activation stored."""
     full = dict(recompute_method="uniform", recompute_num_layers=1) if granularity == "full" else {}
-    config = moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, use_cpu_initialization=True, recompute_granularity=granularity,
-                        recompute_modules=["moe_act"], **full)
-    experts = build_experts(config)
-    assert not experts.activation_recompute
-    outputs = _count_activations(experts)
-    out, _ = experts(torch.randn(sum(COUNTS), HIDDEN), torch.tensor(COUNTS), torch.rand(sum(COUNTS)))
-    assert len(outputs) == 1 and outputs[0].untyped_storage().nbytes() > 0
+    _check_activation_stored(moe_config(HIDDEN, 4, NUM_EXPERTS, FFN, use_cpu_initialization=True,
+                                        recompute_granularity=granularity, recompute_modules=["moe_act"], **full))

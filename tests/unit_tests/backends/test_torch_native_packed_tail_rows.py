@@ -52,6 +52,13 @@ def _qkv(total: int, dtype: torch.dtype, generator: torch.Generator) -> list[tor
     return [torch.randn(shape, generator=generator).to(dtype).requires_grad_() for shape in shapes]
 
 
+def _packed_forward(attention: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
+    """``attention`` over fresh random fp32 query, key and value of documents packed with tail rows."""
+    lengths, tail, params = _pack_with_tail(generator)
+    q, k, v = _qkv(sum(lengths) + tail, torch.float32, generator)
+    return attention(q, k, v, None, packed_seq_params=params)
+
+
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_packed_attention_refuses_attention_dropout_in_training_and_evaluation(
     generator: torch.Generator, training: bool
@@ -61,10 +68,8 @@ def test_packed_attention_refuses_attention_dropout_in_training_and_evaluation(
     training step."""
     dropout = float(torch.empty(1).uniform_(0.05, 0.5, generator=generator))
     attention = _attention(causal=True, attention_dropout=dropout).train(training)
-    lengths, tail, params = _pack_with_tail(generator)
-    q, k, v = _qkv(sum(lengths) + tail, torch.float32, generator)
     with pytest.raises(ValueError, match=rf"attention_dropout={dropout}.*packed sequences.*--oellm-backend te"):
-        attention(q, k, v, None, packed_seq_params=params)
+        _packed_forward(attention, generator)
 
 
 def test_packed_attention_refuses_even_a_tiny_attention_dropout(generator: torch.Generator) -> None:
@@ -72,10 +77,8 @@ def test_packed_attention_refuses_even_a_tiny_attention_dropout(generator: torch
     (drawn log-uniformly from 1e-6 to 1e-2)."""
     dropout = float(10 ** torch.empty(1).uniform_(-6, -2, generator=generator))
     attention = _attention(causal=True, attention_dropout=dropout).train()
-    lengths, tail, params = _pack_with_tail(generator)
-    q, k, v = _qkv(sum(lengths) + tail, torch.float32, generator)
     with pytest.raises(ValueError, match=rf"attention_dropout={dropout} "):
-        attention(q, k, v, None, packed_seq_params=params)
+        _packed_forward(attention, generator)
 
 
 def test_rows_past_marks_the_rows_from_the_last_document_end(generator: torch.Generator) -> None:

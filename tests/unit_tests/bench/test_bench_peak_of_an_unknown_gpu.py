@@ -17,6 +17,7 @@ from megatron.oellm.cards import get_card
 from megatron.oellm.cli import build_parser, main
 from megatron.oellm.flops import training_flops_per_token
 from megatron.oellm.peaks import GPU_PEAKS
+from tests.unit_tests.peak_devices import KNOWN_DEVICES
 
 TINY = "qwen3.5-35b-a3b-tiny"
 SEQ = 64
@@ -142,11 +143,6 @@ def test_gpu_and_peak_tflops_together_are_a_usage_error(capsys: pytest.CaptureFi
     assert usage.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--gpu or --peak-tflops"):
         harness.BenchConfig(model=TINY, seq_length=SEQ, sides=("hf",), gpu="h100-sxm", peak_tflops=500.0)
-
-
-KNOWN_DEVICES = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200", "NVIDIA GH200 480GB",
-                 "NVIDIA A100-SXM4-80GB")
-"""CUDA names of GPUs the peak table knows (:data:`megatron.oellm.training.throughput.DEVICE_PEAKS`)."""
 
 
 def test_a_peak_given_by_hand_on_a_gpu_of_the_table_is_the_mfu_denominator(

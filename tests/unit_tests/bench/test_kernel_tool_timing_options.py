@@ -23,6 +23,7 @@ def test_counts_down_to_each_options_smallest_are_taken() -> None:
 @pytest.mark.parametrize(("flag", "smallest"), [("--warmup", 0), ("--steps", 1), ("--tokens", 1)])
 def test_a_count_below_the_smallest_is_a_usage_error_naming_the_flag(flag: str, smallest: int,
                                                                       capsys: pytest.CaptureFixture) -> None:
+    """A count below each option's smallest (fresh random) stops the tool with argparse's usage error."""
     value = smallest - random.randint(1, 1000)
     with pytest.raises(SystemExit) as stop:
         kernel_tool_parser("Time something.").parse_args([flag, str(value)])

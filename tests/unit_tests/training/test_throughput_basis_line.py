@@ -21,11 +21,8 @@ from megatron.oellm.training.throughput import (
     install_throughput_logging,
     parse_basis,
 )
+from tests.unit_tests.peak_devices import KNOWN_DEVICES
 from tests.unit_tests.training.entry_helpers import entry_up_to_throughput_hook, tiny_moe_run
-
-DEVICES = ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA GH200 480GB", "NVIDIA H200",
-           "NVIDIA H200 NVL", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-64GB"]
-"""CUDA names of the GPUs :data:`DEVICE_PEAKS` knows."""
 
 
 def _hooked_log(monkeypatch: pytest.MonkeyPatch, basis: ThroughputBasis, device: str) -> list[tuple[str, str]]:
@@ -65,7 +62,7 @@ def _basis_lines(printed: list[tuple[str, str]]) -> list[tuple[int, str, str]]:
     return [(at, who, line) for at, (who, line) in enumerate(printed) if "throughput basis" in line]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KNOWN_DEVICES)
 def test_the_basis_line_comes_once_from_the_last_rank_before_the_first_line(monkeypatch, device):
     flops, seq = random.uniform(1e8, 1e11), random.choice([1024, 4096, 8192])
     basis = ThroughputBasis(flops, seq, device_peak_tflops(device))
@@ -90,7 +87,7 @@ def test_an_unknown_gpu_says_no_mfu_is_computed(monkeypatch):
 
 def test_a_given_peak_is_named_as_given(monkeypatch):
     peak = round(random.uniform(100.0, 2000.0), 1)
-    printed = _hooked_log(monkeypatch, ThroughputBasis(2e9, 4096, peak, peak_given=True), random.choice(DEVICES))
+    printed = _hooked_log(monkeypatch, ThroughputBasis(2e9, 4096, peak, peak_given=True), random.choice(KNOWN_DEVICES))
     [(_, _, line)] = _basis_lines(printed)
     assert f"| MFU vs {peak_text(peak)} TFLOP/s (--oellm-peak-tflops) on " in line
     assert parse_basis(line) == LoggedPeak(peak, None)
